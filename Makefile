@@ -1,0 +1,70 @@
+# gpu-node-guard — the two commands a newcomer needs are `make dry-run` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+GUARD := $(VENV)/bin/gpu-node-guard
+PROM_URL ?=
+ENVTEST_VERSION ?= v1.34.4
+
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test pytest envtest bench render clean
+
+help:
+	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
+	@echo "make test      # lint, types, alert-rule tests, unit + prometheus + apiserver tiers"
+	@echo "make bench     # time-to-isolate and cost-of-one-cycle benchmarks"
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Prometheus and promtool come from Debian's `prometheus` package; nsenter and lspci for the evidence tools.
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  echo "installing Debian package prometheus"; \
+	  $(if $(shell [ "$$(id -u)" = 0 ] || echo sudo),sudo,) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(if $(shell [ "$$(id -u)" = 0 ] || echo sudo),sudo,) apt-get install -y -qq prometheus; }
+
+dry-run: install system-deps
+ifeq ($(strip $(PROM_URL)),)
+	$(PY) -m guard.example
+else
+	$(GUARD) run --dry-run --prometheus-url "$(PROM_URL)"
+endif
+
+lint: install
+	$(VENV)/bin/ruff check guard tests bench hack
+	$(VENV)/bin/ruff format --check guard tests bench hack
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+# The plain rules file and the PrometheusRule are generated from guard/alerts.py; CI fails when they drift.
+rules: install
+	$(PY) -m guard.alerts write
+
+rules-test: install system-deps
+	$(PY) -m guard.alerts check
+	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
+	cd tests/rules && promtool test rules *.test.yaml
+
+envtest:
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
+
+pytest: install system-deps
+	$(PY) -m pytest
+
+test: install system-deps envtest lint typecheck rules-test
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
+
+bench: install system-deps
+	$(PY) -m bench
+
+render: install
+	$(GUARD) render --help
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

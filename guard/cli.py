@@ -1,0 +1,185 @@
+"""Command line: ``gpu-node-guard run`` (the CronJob) and the tools that run inside its Jobs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import jinja2
+
+from guard.actions import Action, to_json
+from guard.apply import KubeExecutor, PrintExecutor
+from guard.conformance.cli import conformance
+from guard.evidence.cli import evidence, ledger
+from guard.kube import Kube, KubeError
+from guard.ledger import parse_time
+from guard.loadtest.cli import loadtest
+from guard.log import Log
+from guard.names import Annotations
+from guard.plan.isolation import plan_isolation
+from guard.plan.returning import plan_return
+from guard.prom import PromClient, PromError
+from guard.settings import Settings, setting_fields
+from guard.snapshot import (
+    SnapshotError, build_snapshot, load_cluster_file, read_cluster, read_prom,
+)
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+class IntList(click.ParamType):
+    name = "INT,INT,…"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+
+
+class Rfc3339(click.ParamType):
+    name = "RFC3339"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        if not _RFC3339.match(str(value)):
+            self.fail(f"{value!r} is not RFC 3339 (e.g. 2026-09-21T05:55:00Z)", param, ctx)
+        return parse_time(str(value))
+
+
+_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
+
+
+def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One click option per Settings field, with its GUARD_* environment variable."""
+    for f in reversed(setting_fields()):
+        flag = "--" + f.name.replace("_", "-")
+        env = "GUARD_" + f.name.upper()
+        help_text = f.metadata["help"]
+        if f.type == "bool":
+            option = click.option(f"{flag}/--no-{flag[2:]}", f.name, default=f.default,
+                                  envvar=env, show_default=True, help=help_text)
+        else:
+            default = f.default
+            if isinstance(default, tuple):
+                default = ",".join(str(v) for v in default)
+            option = click.option(flag, f.name, type=_TYPES[str(f.type)], default=default,
+                                  envvar=env, show_default=True, help=help_text)
+        command = option(command)
+    return command
+
+
+def build_settings(options: dict[str, Any]) -> Settings:
+    names = {f.name for f in setting_fields()}
+    try:
+        return Settings(**{k: v for k, v in options.items() if k in names})
+    except ValueError as exc:
+        raise click.UsageError(f"bad setting: {exc}") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli() -> None:
+    """Keeps a Kubernetes GPU node pool healthy: isolate faulted nodes, return repaired ones."""
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--at", "at", type=Rfc3339(), default=None,
+              help="Evaluate every query at this instant and treat it as now.")
+@click.option("--cluster-snapshot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Read Nodes, Pods, Jobs and the ledger from a List file (implies --dry-run).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, envvar="GUARD_LOG_FORMAT")
+@settings_options
+def run(dry_run: bool, at: datetime | None, cluster_snapshot: Path | None, output: str,
+        log_format: str, **options: Any) -> None:
+    """One cycle: return check, then isolation check."""
+    s = build_settings(options)
+    if not s.prometheus_url:
+        raise click.UsageError("--prometheus-url (or GUARD_PROMETHEUS_URL) is required")
+    log = Log(log_format)  # type: ignore[arg-type]
+    dry_run = dry_run or cluster_snapshot is not None
+    log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
+    log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
+    try:
+        actions, executor, counters = _cycle(s, log, dry_run, at, cluster_snapshot, output)
+    except (PromError, KubeError, SnapshotError, jinja2.TemplateError) as exc:
+        log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps({"at": counters["at"], "dry_run": dry_run,
+                               "actions": [_json_action(a) for a in actions],
+                               "counts": counters}, sort_keys=False))
+
+
+def _cycle(s: Settings, log: Log, dry_run: bool, at: datetime | None, snapshot_file: Path | None,
+           output: str) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
+    started = time.monotonic()
+    now = at or datetime.now(UTC).replace(microsecond=0)
+    token = Path(s.prometheus_bearer_token_file).read_text().strip() \
+        if s.prometheus_bearer_token_file else ""
+    prom = PromClient(s.prometheus_url, s.prometheus_timeout_s, token)
+    view = read_prom(prom, s, now)
+    kube = None
+    if snapshot_file is not None:
+        objs = load_cluster_file(snapshot_file, s)
+    else:
+        kube = Kube.connect(s.kubeconfig)
+        objs = read_cluster(kube, s)
+    snap = build_snapshot(now, objs, view, s)
+    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    if dry_run:
+        stream = sys.stderr if output == "json" else sys.stdout
+        executor: Any = PrintExecutor(Log(log.fmt, stream), show_manifests=output == "text")
+    else:
+        assert kube is not None
+        executor = KubeExecutor(kube, log, Annotations(s.annotation_prefix), s.namespace)
+    for action in actions:
+        executor.apply(action)
+    counts = _counts(actions)
+    counters = {"at": now.isoformat().replace("+00:00", "Z"), "nodes": len(snap.nodes),
+                "candidates": len({c.node for c in view.candidates}), **counts,
+                "prometheus_requests": prom.requests_made,
+                "api_requests": kube.requests_made if kube else 0,
+                "elapsed_s": round(time.monotonic() - started, 3)}
+    log.event("done", **{k: v for k, v in counters.items() if k != "at"})
+    return actions, executor, counters
+
+
+def _counts(actions: tuple[Action, ...]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for a in actions:
+        word = to_json(a)["type"].replace("-", "_")
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def _json_action(action: Action) -> dict[str, Any]:
+    return to_json(action)
+
+
+cli.add_command(evidence)
+cli.add_command(ledger)
+cli.add_command(loadtest)
+cli.add_command(conformance)
+
+
+@functools.wraps(cli)
+def main() -> None:
+    cli(prog_name="gpu-node-guard")
+
+
+if __name__ == "__main__":
+    main()

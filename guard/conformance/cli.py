@@ -1,0 +1,7 @@
+"""Placeholder until conformance lands."""
+import click
+
+
+@click.command()
+def conformance() -> None:
+    """Node conformance checks."""

@@ -1,0 +1,208 @@
+"""ipvs-resolvable, ipvs-persist, ipvs-loaded: kube-proxy in IPVS mode needs the host's ip_vs.
+
+On the 5.15 kernels of the incident ip_vs declares no netlink autoload alias (added in 5.16), so
+nothing loads it on demand: after a reboot only systemd-modules-load (modules-load.d) brings it
+back. Three separate facts, three items: the running kernel's module index knows ip_vs, some
+modules-load.d file lists it, and it is loaded now.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+from guard.conformance.runner import Runner
+
+MODULE = "ip_vs"
+PERSIST_FILE = "/etc/modules-load.d/ipvs.conf"
+# systemd-modules-load reads these in this precedence: a file name in an earlier directory hides
+# the same name in later ones (modules-load.d(5)).
+MODULES_LOAD_DIRS = (
+    "/etc/modules-load.d",
+    "/run/modules-load.d",
+    "/usr/local/lib/modules-load.d",
+    "/usr/lib/modules-load.d",
+    "/lib/modules-load.d",
+)
+MODULE_TREES = ("/lib/modules", "/usr/lib/modules")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLookup:
+    """Where the module index of kernel `kernel` puts ip_vs."""
+
+    kernel: str
+    state: Literal["builtin", "module", "absent", "no-index", "file-missing"]
+    where: str  # the index directory, plus the module file when there is one
+
+
+@dataclass(frozen=True, slots=True)
+class IpvsFacts:
+    index: IndexLookup | Unknown
+    persist_files: tuple[str, ...] | Unknown
+    loaded: bool | Unknown
+
+
+def module_name(path: str) -> str:
+    """modprobe's name for a module file: no directory, no .ko suffix, '-' is '_'.
+
+    >>> module_name("kernel/net/netfilter/ipvs/ip_vs.ko.zst")
+    'ip_vs'
+    """
+    base = path.rsplit("/", 1)[-1]
+    return re.sub(r"\.ko(\.(xz|gz|zst))?$", "", base).replace("-", "_")
+
+
+def dep_entry(modules_dep: str, name: str) -> str | None:
+    """The module path that modules.dep lists for `name`.
+
+    >>> dep_entry("kernel/net/netfilter/ipvs/ip_vs.ko: kernel/net/x.ko\\n", "ip_vs")
+    'kernel/net/netfilter/ipvs/ip_vs.ko'
+    """
+    for line in modules_dep.splitlines():
+        path = line.split(":", 1)[0].strip()
+        if path and module_name(path) == name:
+            return path
+    return None
+
+
+def alias_target(modules_alias: str, name: str) -> str | None:
+    """`alias <name> <module>` in modules.alias, normalised like modprobe does."""
+    for line in modules_alias.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == "alias" and fields[1].replace("-", "_") == name:
+            return fields[2].replace("-", "_")
+    return None
+
+
+def lists_module(conf: str, name: str) -> bool:
+    """A modules-load.d file names the module on a line of its own; '#' and ';' start comments.
+
+    >>> lists_module("# for kube-proxy\\nip_vs\\n", "ip_vs"), lists_module("#ip_vs\\n", "ip_vs")
+    (True, False)
+    """
+    for line in conf.splitlines():
+        text = line.strip()
+        if text and text[0] not in "#;" and text.replace("-", "_") == name:
+            return True
+    return False
+
+
+def loaded_modules(proc_modules: str) -> frozenset[str]:
+    return frozenset(line.split()[0] for line in proc_modules.splitlines() if line.strip())
+
+
+def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:
+    """The running kernel's release: /proc/sys/kernel/osrelease, else `uname -r`."""
+    text = guarded(lambda: fs.read_text("/proc/sys/kernel/osrelease"), "osrelease")
+    if isinstance(text, Unknown):
+        return text
+    if text is not None and text.strip():
+        return text.strip()
+    result = runner.run(("uname", "-r"))
+    return result.stdout.strip() if result.ok else Unknown(result.describe_failure())
+
+
+def lookup_index(fs: HostFS, kernel: str) -> IndexLookup:
+    trees = [f"{t}/{kernel}" for t in MODULE_TREES if fs.exists(f"{t}/{kernel}/modules.dep")]
+    if not trees:
+        return IndexLookup(kernel, "no-index", f"{MODULE_TREES[0]}/{kernel}")
+    tree = trees[0]
+    if any(module_name(p) == MODULE for p in (fs.read_text(f"{tree}/modules.builtin") or "").split()):
+        return IndexLookup(kernel, "builtin", f"{tree}/modules.builtin")
+    dep = fs.read_text(f"{tree}/modules.dep") or ""
+    target = alias_target(fs.read_text(f"{tree}/modules.alias") or "", MODULE) or MODULE
+    entry = dep_entry(dep, target)
+    if entry is None:
+        return IndexLookup(kernel, "absent", tree)
+    path = entry if entry.startswith("/") else f"{tree}/{entry}"
+    return IndexLookup(kernel, "module" if fs.exists(path) else "file-missing", path)
+
+
+def persist_files(fs: HostFS) -> tuple[str, ...]:
+    """Effective modules-load.d files that list ip_vs (a name masked by an earlier directory, or
+    linked to /dev/null, does not count)."""
+    seen: set[str] = set()
+    found = []
+    for directory in MODULES_LOAD_DIRS:
+        for name in fs.listdir(directory):
+            if not name.endswith(".conf") or name in seen:
+                continue
+            seen.add(name)
+            path = f"{directory}/{name}"
+            if fs.readlink(path) == "/dev/null":
+                continue
+            if lists_module(fs.read_text(path) or "", MODULE):
+                found.append(path)
+    return tuple(found)
+
+
+def read_loaded(fs: HostFS) -> bool | Unknown:
+    text = fs.read_text("/proc/modules")
+    if text is None:
+        return Unknown("no /proc/modules under the root")
+    return MODULE in loaded_modules(text) or fs.exists(f"/sys/module/{MODULE}")
+
+
+def read_ipvs(fs: HostFS, runner: Runner) -> IpvsFacts:
+    kernel = read_kernel(fs, runner)
+    index: IndexLookup | Unknown = (
+        kernel
+        if isinstance(kernel, Unknown)
+        else guarded(lambda: lookup_index(fs, kernel), "the module index")
+    )
+    return IpvsFacts(
+        index=index,
+        persist_files=guarded(lambda: persist_files(fs), "modules-load.d"),
+        loaded=guarded(lambda: read_loaded(fs), "/proc/modules"),
+    )
+
+
+# Cases: builtin or indexed with the file present → PASS; no index for the running kernel (its
+# modules were never installed or depmod never ran), not indexed, or indexed but the file gone → FAIL.
+def judge_resolvable(facts: IpvsFacts) -> ItemResult:
+    name = "ipvs-resolvable"
+    look = facts.index
+    if isinstance(look, Unknown):
+        return unknown_result(name, look)
+    k = look.kernel
+    if look.state in ("builtin", "module"):
+        return ItemResult(name, Status.PASS, f"kernel {k}: ip_vs {look.state} ({look.where})")
+    fix_index = f"install the module package of kernel {k}, then depmod -a {k}"
+    observed = {
+        "no-index": f"kernel {k}: no modules.dep under {look.where}",
+        "absent": f"kernel {k}: ip_vs not in the module index ({look.where})",
+        "file-missing": f"kernel {k}: ip_vs indexed but {look.where} is missing",
+    }[look.state]
+    return ItemResult(name, Status.FAIL, observed, fix_index)
+
+
+def judge_persist(facts: IpvsFacts) -> ItemResult:
+    name = "ipvs-persist"
+    if isinstance(facts.persist_files, Unknown):
+        return unknown_result(name, facts.persist_files)
+    if facts.persist_files:
+        return ItemResult(name, Status.PASS, "ip_vs listed in " + ", ".join(facts.persist_files))
+    return ItemResult(
+        name,
+        Status.FAIL,
+        "no modules-load.d file lists ip_vs: it will be missing after the next reboot",
+        f"echo ip_vs > {PERSIST_FILE} (or run with --fix)",
+    )
+
+
+def judge_loaded(facts: IpvsFacts) -> ItemResult:
+    name = "ipvs-loaded"
+    if isinstance(facts.loaded, Unknown):
+        return unknown_result(name, facts.loaded)
+    if facts.loaded:
+        return ItemResult(name, Status.PASS, "ip_vs loaded")
+    return ItemResult(
+        name,
+        Status.FAIL,
+        "ip_vs not loaded: kube-proxy in IPVS mode exits with 'Ipvs not supported'",
+        "modprobe ip_vs (or run with --fix), then check kube-proxy",
+    )

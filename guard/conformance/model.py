@@ -1,0 +1,78 @@
+"""Values shared by every conformance item: the result of one item, the run's configuration, and
+`Unknown`, the stand-in for a fact that could not be read (a command hung or failed, a file could
+not be opened).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Role = Literal["worker", "server"]
+
+
+class Status(StrEnum):
+    """Outcome of one item. Only FAIL makes the run fail; WARN and UNKNOWN are reported, not fatal."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    FIXED = "FIXED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One line of the report: what was seen and what a person should do about it."""
+
+    name: str
+    status: Status
+    observed: str
+    action: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A fact that could not be established; `reason` says why (timeout, exit status, read error)."""
+
+    reason: str
+
+
+def unknown_result(name: str, fact: Unknown) -> ItemResult:
+    return ItemResult(name, Status.UNKNOWN, fact.reason, "re-run; check the node by hand")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What the node is expected to be. `None` means "not given": the item says it was not checked."""
+
+    role: Role = "worker"
+    control_plane_version: str | None = None
+    allowed_dns: tuple[IpNetwork, ...] | None = None
+
+
+def parse_allowed_dns(text: str) -> tuple[IpNetwork, ...]:
+    """Comma-separated CIDRs (a bare address is a /32 or /128); ValueError names the bad entry.
+
+    >>> [str(n) for n in parse_allowed_dns("10.20.0.0/16, 192.0.2.53")]
+    ['10.20.0.0/16', '192.0.2.53/32']
+    >>> parse_allowed_dns("10.0.0.0/33")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a CIDR: '10.0.0.0/33'
+    """
+    networks = []
+    for part in text.split(","):
+        entry = part.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"not a CIDR: {entry!r}") from None
+    if not networks:
+        raise ValueError("no CIDR given")
+    return tuple(networks)

@@ -1,0 +1,123 @@
+"""nvidia-match: the loaded kernel module and the NVML library must be the same driver version.
+
+After an unattended driver upgrade without a reboot the old module stays loaded while the new
+library is on disk, and every new CUDA or NVML process fails. nvidia-smi is never called: on a
+stuck driver it can hang in D state. The versions come from /sys/module/nvidia/version and from
+the library's file name (libnvidia-ml.so.<version>).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+
+NAME = "nvidia-match"
+MODULE_VERSION_FILE = "/sys/module/nvidia/version"
+# Where distributions and the GPU Operator's driver container put the NVML library.
+LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "/run/nvidia/driver/usr/lib64",
+)
+SONAME = "libnvidia-ml.so.1"
+_VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+(?:\.\d+)+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaFacts:
+    module_version: str | None | Unknown  # None: the nvidia module is not loaded
+    nvml_version: str | None | Unknown  # None: no libnvidia-ml.so.<version> in LIB_DIRS
+    nvml_where: str = ""
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """
+    >>> sorted(["580.159.03", "580.126.09", "575.57.08"], key=version_key)[-1]
+    '580.159.03'
+    """
+    return tuple(int(p) for p in version.split("."))
+
+
+def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tuple[str, str] | None:
+    """(version, directory) of the library in use: the one ``libnvidia-ml.so.1`` points to, else the
+    newest file (ldconfig points the soname at the newest).
+
+    >>> pick_nvml({"/usr/lib": ("libnvidia-ml.so.1", "libnvidia-ml.so.580.126.09")},
+    ...           {"/usr/lib": "libnvidia-ml.so.580.126.09"})
+    ('580.126.09', '/usr/lib')
+    """
+    for directory, target in links.items():
+        match = _VERSIONED.match(target.rsplit("/", 1)[-1])
+        if match:
+            return match.group(1), directory
+    found = [
+        (m.group(1), directory)
+        for directory, names in entries.items()
+        for m in map(_VERSIONED.match, names)
+        if m
+    ]
+    return max(found, key=lambda vd: version_key(vd[0])) if found else None
+
+
+def _read_nvml(fs: HostFS) -> tuple[str | None, str]:
+    entries: dict[str, tuple[str, ...]] = {}
+    links: dict[str, str] = {}
+    for directory in LIB_DIRS:
+        names = fs.listdir(directory)
+        if not names:
+            continue
+        entries[directory] = names
+        link = fs.readlink(f"{directory}/{SONAME}") if SONAME in names else None
+        if link:
+            links[directory] = link
+    picked = pick_nvml(entries, links)
+    return (picked[0], picked[1]) if picked else (None, "")
+
+
+def read_nvidia(fs: HostFS) -> NvidiaFacts:
+    text = guarded(lambda: fs.read_text(MODULE_VERSION_FILE), MODULE_VERSION_FILE)
+    module = (text.strip() or None) if isinstance(text, str) else text
+    nvml = guarded(lambda: _read_nvml(fs), "the NVML library directories")
+    if isinstance(nvml, Unknown):
+        return NvidiaFacts(module, nvml)
+    return NvidiaFacts(module, nvml[0], nvml[1])
+
+
+# Cases: no module and no library → PASS (a node without GPUs); exactly one of them → WARN (cannot
+# compare; a GPU node in this state cannot run GPU work); both, equal → PASS; both, different → FAIL.
+def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
+    module, nvml = facts.module_version, facts.nvml_version
+    if isinstance(module, Unknown):
+        return unknown_result(NAME, module)
+    if isinstance(nvml, Unknown):
+        return unknown_result(NAME, nvml)
+    if module is None and nvml is None:
+        return ItemResult(NAME, Status.PASS, "no NVIDIA module and no NVML library: not a GPU node")
+    if module is None:
+        return ItemResult(
+            NAME,
+            Status.WARN,
+            f"NVML {nvml} in {facts.nvml_where} but the nvidia module is not loaded",
+            "on a GPU node: load the driver (reboot) and re-run",
+        )
+    if nvml is None:
+        return ItemResult(
+            NAME,
+            Status.WARN,
+            f"nvidia module {module} loaded but no libnvidia-ml.so.<version> found",
+            "reinstall the driver's NVML library (libnvidia-compute) of version " + module,
+        )
+    if module == nvml:
+        return ItemResult(NAME, Status.PASS, f"module {module} = NVML {nvml}")
+    return ItemResult(
+        NAME,
+        Status.FAIL,
+        f"module {module} != NVML {nvml} ({facts.nvml_where}): new CUDA/NVML processes fail",
+        "drain GPU work and reboot to load the new driver; then hold the driver packages",
+    )

@@ -1,0 +1,161 @@
+"""PCIe AER evidence: kernel ``AER:`` lines and the sysfs ``aer_dev_*`` counters.
+
+Kernel wording changed over the years (drivers/pci/pcie/aer.c): ``Uncorrected`` became
+``Uncorrectable`` and ``Corrected`` became ``Correctable``; ``error received: id=0010`` became
+``error received: 0000:00:03.0`` and ``error message received from …``; bit names went from long
+(``Surprise Down Error``) to short (``SDES``). Both spellings are matched everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from guard.evidence.prefix import line_time
+from guard.pci import PciAddressError, normalize_pci
+
+_DEVICE = r"(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+"
+_RECEIVED = re.compile(
+    _DEVICE + r"AER: (?P<multi>Multiple )?(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
+    r"Correct(?:ed|able)) error (?:message )?received(?::| from)\s*(?P<src>\S+)?"
+)
+_SEVERITY = re.compile(
+    _DEVICE + r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
+    r"Correct(?:ed|able))"
+)
+_STATUS = re.compile(_DEVICE + r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w+)/")
+_BIT = re.compile(_DEVICE + r"(?:AER: )?\s*\[\s*(?P<bit>\d+)\] (?P<name>.+?)\s*(?:\(First\))?\s*$")
+_NO_HANDLER = re.compile(_DEVICE + r"(?:AER: can't recover|device has no AER-aware driver)")
+_FAILED = re.compile(_DEVICE + r"AER: device recovery failed")
+_SURPRISE_DOWN_BIT = 5  # Uncorrectable Error Status bit 5, SDES
+_SURPRISE_NAMES = ("SDES", "Surprise Down Error")
+
+
+def _address(text: str) -> str:
+    """Sysfs form when the guard can normalise it (not Intel VMD's 5-digit domains)."""
+    try:
+        return normalize_pci(text)
+    except PciAddressError:
+        return text.lower()
+
+
+def severity_word(text: str) -> str:
+    """One spelling for old and new kernels.
+
+    >>> severity_word("Uncorrected (Non-Fatal)"), severity_word("Correctable")
+    ('uncorrectable-nonfatal', 'correctable')
+    """
+    if text.startswith("Correct"):
+        return "correctable"
+    return "uncorrectable-nonfatal" if "Non-Fatal" in text else "uncorrectable-fatal"
+
+
+@dataclass(frozen=True, slots=True)
+class AerEvent:
+    """One AER line the kernel printed about `device` (a port or an endpoint)."""
+
+    device: str
+    kind: str  # received | severity | status | error | no-handler | recovery-failed
+    time: str | None
+    detail: str  # severity word, status word or error name
+    line: int
+    source: str | None = None  # "received … from <source>"
+    surprise_down: bool = False
+
+
+def _event(line: str, number: int) -> AerEvent | None:
+    """
+    >>> _event("pcieport 0000:00:03.0:    [ 5] SDES                  ", 1).surprise_down
+    True
+    >>> e = _event("pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010", 2)
+    >>> e.device, e.detail, e.source
+    ('0000:00:02.0', 'uncorrectable-fatal', 'id=0010')
+    """
+    checks: tuple[tuple[re.Pattern[str], str], ...] = (
+        (_RECEIVED, "received"),
+        (_SEVERITY, "severity"),
+        (_STATUS, "status"),
+        (_BIT, "error"),
+        (_NO_HANDLER, "no-handler"),
+        (_FAILED, "recovery-failed"),
+    )
+    for pattern, kind in checks:
+        found = pattern.search(line)
+        if found is None:
+            continue
+        values = found.groupdict()
+        detail, surprise = "", False
+        source = values.get("src")
+        if kind in ("received", "severity"):
+            detail = severity_word(values["sev"])
+        elif kind == "status":
+            detail = values["st"].lower()
+            surprise = bool(int(detail, 16) & (1 << _SURPRISE_DOWN_BIT))
+        elif kind == "error":
+            detail = values["name"]
+            surprise = detail in _SURPRISE_NAMES and int(values["bit"]) == _SURPRISE_DOWN_BIT
+        when = line_time(line[: found.start()])
+        src = _address(source) if source and ":" in source else source
+        return AerEvent(_address(values["dev"]), kind, when, detail, number, src, surprise)
+    return None
+
+
+def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
+    """Every AER line in a kernel log (any prefix); other lines are ignored."""
+    events = (_event(line, n) for n, line in enumerate(text.splitlines(), start=1))
+    return tuple(e for e in events if e is not None)
+
+
+def related(events: Iterable[AerEvent], devices: Iterable[str]) -> tuple[AerEvent, ...]:
+    """Events printed by, or naming as source, one of `devices` (the GPU and its ports)."""
+    wanted = set(devices)
+    return tuple(e for e in events if e.device in wanted or e.source in wanted)
+
+
+_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d+)$")
+_GREP = re.compile(r"/(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/(?P<file>aer_\w+):(?P<rest>.*)$")
+
+
+def parse_counters(text: str) -> dict[str, int]:
+    """One ``aer_dev_*`` file: ``NAME count`` lines; the rootport totals are a bare number.
+
+    >>> parse_counters("Undefined 0\\nDLP 0\\nSDES 1\\nTOTAL_ERR_FATAL 1\\n")
+    {'Undefined': 0, 'DLP': 0, 'SDES': 1, 'TOTAL_ERR_FATAL': 1}
+    >>> parse_counters("3\\n")
+    {'TOTAL': 3}
+    """
+    if text.strip().isdigit():
+        return {"TOTAL": int(text.strip())}
+    out = {}
+    for line in text.splitlines():
+        found = _COUNTER.match(line.strip())
+        if found:
+            out[found["name"]] = int(found["n"])
+    return out
+
+
+def parse_grep_counters(text: str) -> dict[str, dict[str, dict[str, int]]]:
+    """``grep -H . /sys/bus/pci/devices/<dev>/aer_*`` output: device → file → counters."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for line in text.splitlines():
+        found = _GREP.search(line.strip())
+        if found is None:
+            continue
+        counters = parse_counters(found["rest"])
+        out.setdefault(_address(found["dev"]), {}).setdefault(found["file"], {}).update(counters)
+    return out
+
+
+def nonzero(files: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Only the counters that are not zero, per file; files with none are left out."""
+    kept = {f: {k: v for k, v in c.items() if v} for f, c in files.items()}
+    return {f: c for f, c in sorted(kept.items()) if c}
+
+
+def counters_surprise_down(files: Mapping[str, Mapping[str, int]]) -> bool:
+    """
+    >>> counters_surprise_down({"aer_dev_fatal": {"SDES": 1}})
+    True
+    """
+    return any(c.get("SDES", 0) > 0 for c in files.values())

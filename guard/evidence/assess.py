@@ -1,0 +1,148 @@
+"""From raw evidence texts to one Assessment of one GPU (pure; shared by collect and classify)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from guard.evidence import aer
+from guard.evidence.catalog import Verdict, XidClasses
+from guard.evidence.kernel_log import (
+    FallenOff,
+    KernelLog,
+    RecoveryChange,
+    XidRecord,
+    for_gpu,
+    gpus,
+    parse_kernel_log,
+    same_gpu,
+)
+from guard.evidence.lspci import ConfigSpace, PortStatus, config_space, port_status
+from guard.evidence.verdict import decide
+
+Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A piece of evidence that could not be read, and why; reported, never fatal."""
+
+    what: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class PortInput:
+    address: str
+    role: str  # "root port", "parent bridge", "root port, parent bridge", "port"
+    lspci: str | None
+    counters: Counters = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    kernel_log: str | None
+    kernel_log_source: str
+    gpu_lspci: str | None = None
+    ports: tuple[PortInput, ...] = ()
+    gpu_counters: Counters = field(default_factory=dict)
+    aer_text: str = ""  # extra kernel AER lines (classify --aer)
+    reported_xid: int | None = None  # the Xid the guard saw on the metric (collect --xid)
+    unknowns: tuple[Unknown, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PortEvidence:
+    address: str
+    role: str
+    status: PortStatus | None
+    counters: Counters
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    pci: str | None
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    xids: tuple[XidRecord, ...]
+    fallen_off: tuple[FallenOff, ...]
+    uuid: str | None
+    recovery: RecoveryChange | None
+    config: ConfigSpace | None
+    ports: tuple[PortEvidence, ...]
+    aer_events: tuple[aer.AerEvent, ...]
+    gpu_counters: Counters
+    surprise_down: bool
+    other_gpus: tuple[str, ...]
+    reported_xid: int | None
+    kernel_log_source: str
+    unknowns: tuple[Unknown, ...]
+
+    @property
+    def config_space_all_ff(self) -> bool | None:
+        return self.config.all_ff if self.config else None
+
+    @property
+    def root_port(self) -> str | None:
+        return next((p.address for p in self.ports if "root port" in p.role), None)
+
+
+def _target(log: KernelLog, pci: str | None) -> tuple[str | None, KernelLog, tuple[str, ...]]:
+    """The GPU to judge: the one asked for, else the only GPU with records, else all records."""
+    found = gpus(log)
+    if pci is None and len(found) == 1:
+        pci = found[0]
+    if pci is None:
+        return None, log, ()
+    return pci, for_gpu(log, pci), tuple(g for g in found if not same_gpu(g, pci))
+
+
+def _ports(inputs: Inputs) -> tuple[PortEvidence, ...]:
+    return tuple(
+        PortEvidence(p.address, p.role, port_status(p.lspci) if p.lspci else None, p.counters)
+        for p in inputs.ports
+    )
+
+
+def _surprise_down(events: tuple[aer.AerEvent, ...], ports: tuple[PortEvidence, ...]) -> bool:
+    return (
+        any(e.surprise_down for e in events)
+        or any(p.status is not None and p.status.surprise_down for p in ports)
+        or any(aer.counters_surprise_down(p.counters) for p in ports)
+    )
+
+
+def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
+    """Judge the GPU at `pci` (sysfs form), or the only GPU in the log when `pci` is None."""
+    log = parse_kernel_log(inputs.kernel_log or "")
+    pci, mine, others = _target(log, pci)
+    codes = [x.code for x in mine.xids]
+    if inputs.reported_xid is not None:
+        codes.append(inputs.reported_xid)
+    config = config_space(inputs.gpu_lspci) if inputs.gpu_lspci is not None else None
+    decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
+    ports = _ports(inputs)
+    events = aer.parse_aer_lines(f"{inputs.kernel_log or ''}\n{inputs.aer_text}")
+    if pci is not None:
+        events = aer.related(events, [pci, *(p.address for p in ports)])
+    recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
+    return Assessment(
+        pci=pci,
+        verdict=decision.verdict,
+        reasons=decision.reasons,
+        xids=mine.xids,
+        fallen_off=mine.fallen_off,
+        uuid=mine.uuids[-1][1] if pci is not None and mine.uuids else None,
+        recovery=recoveries[-1] if recoveries else None,
+        config=config,
+        ports=ports,
+        aer_events=events,
+        gpu_counters=inputs.gpu_counters,
+        surprise_down=_surprise_down(events, ports) or aer.counters_surprise_down(
+            inputs.gpu_counters
+        ),
+        other_gpus=others,
+        reported_xid=inputs.reported_xid,
+        kernel_log_source=inputs.kernel_log_source,
+        unknowns=inputs.unknowns,
+    )

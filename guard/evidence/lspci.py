@@ -1,0 +1,121 @@
+"""Facts from ``lspci`` output: is the GPU's config space all ``ff``, and the port's AER status.
+
+A device that no longer answers config cycles reads all ones, so lspci prints ``(rev ff)``,
+``!!! Unknown header type 7f`` and a ``-xxx`` dump of ``ff`` bytes (pciutils ``lspci.c``). The
+AER capability of ``lspci -vvv`` prints ``UESta:`` on one line (pciutils ≤ 3.12) or three
+(≥ 3.13); a flag counts whichever line it is on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*$")
+_LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
+_FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])$")
+_DEAD_HEADER = ("(rev ff)", "Unknown header type 7f")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSpace:
+    all_ff: bool | None  # None: lspci printed nothing to judge by
+    bytes_read: int
+    vendor_device: str | None  # "10de:2330" from the dump's first four bytes
+    header: str  # the device line lspci printed, or "" when it printed none
+
+
+def config_space(text: str) -> ConfigSpace:
+    """Judge the first device block of ``lspci -xxx -s <gpu>``.
+
+    >>> config_space("99:00.0 3D controller: NVIDIA Device 2330 (rev ff) (prog-if ff)\\n"
+    ...              "\\t!!! Unknown header type 7f\\n00: ff ff ff ff\\n")
+    ConfigSpace(all_ff=True, bytes_read=4, vendor_device=None, header='99:00.0 3D controller: \
+NVIDIA Device 2330 (rev ff) (prog-if ff)')
+    >>> config_space("99:00.0 3D controller: NVIDIA (rev a1)\\n00: de 10 30 23 47 05\\n").all_ff
+    False
+    >>> config_space("").all_ff is None
+    True
+    """
+    header = ""
+    data: list[int] = []
+    for line in text.splitlines():
+        dump = _DUMP.match(line.strip())
+        if dump:
+            data.extend(int(b, 16) for b in dump.group(2).split())
+        elif line and not line[0].isspace():
+            if header:
+                break  # the next device's block
+            header = line.strip()
+    if data:
+        all_ff = all(b == 0xFF for b in data)
+    elif header:
+        all_ff = any(mark in text for mark in _DEAD_HEADER) or None
+    else:
+        all_ff = None
+    vendor = None
+    if len(data) >= 4 and not all(b == 0xFF for b in data[:4]):
+        vendor = f"{data[1]:02x}{data[0]:02x}:{data[3]:02x}{data[2]:02x}"
+    return ConfigSpace(all_ff, len(data), vendor, header)
+
+
+@dataclass(frozen=True, slots=True)
+class PortStatus:
+    """The status registers of a PCIe port from ``lspci -vvv``; flags listed are the set (+) ones."""
+
+    header: str
+    has_aer: bool
+    uncorrectable: tuple[str, ...]  # UESta+
+    correctable: tuple[str, ...]  # CESta+
+    device_status: tuple[str, ...]  # DevSta+
+    link_active: bool | None  # LnkSta DLActive; None when not reported
+
+    @property
+    def surprise_down(self) -> bool:
+        return "SDES" in self.uncorrectable
+
+
+def _labelled_flags(text: str) -> dict[str, dict[str, bool]]:
+    """Flags per register label, continuation lines folded into the label above them."""
+    out: dict[str, dict[str, bool]] = {}
+    label = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        found = _LABEL.match(line)
+        tokens = line.split()
+        if found and not _FLAG.match(tokens[0]):
+            label = found["label"]
+            tokens = found["rest"].split()
+        for token in tokens:
+            flag = _FLAG.match(token.rstrip(","))
+            if flag and label:
+                out.setdefault(label, {})[flag["name"]] = flag["sign"] == "+"
+    return out
+
+
+def port_status(text: str) -> PortStatus:
+    """Parse ``lspci -vvv -s <port>``.
+
+    >>> s = port_status("00:03.0 PCI bridge: Intel Root Port\\n"
+    ...                 "\\tCapabilities: [148 v1] Advanced Error Reporting\\n"
+    ...                 "\\t\\tUESta:\\tDLP- SDES+ TLP- FCP- CmpltTO+\\n"
+    ...                 "\\t\\t\\tECRC- UnsupReq+ ACSViol-\\n"
+    ...                 "\\t\\tCESta:\\tRxErr- BadTLP-\\n")
+    >>> s.uncorrectable, s.surprise_down, s.has_aer
+    (('CmpltTO', 'SDES', 'UnsupReq'), True, True)
+    """
+    flags = _labelled_flags(text)
+    header = next((ln.strip() for ln in text.splitlines() if ln and not ln[0].isspace()), "")
+
+    def set_in(label: str) -> tuple[str, ...]:
+        return tuple(sorted(k for k, on in flags.get(label, {}).items() if on))
+
+    link = flags.get("LnkSta", {}).get("DLActive")
+    return PortStatus(
+        header=header,
+        has_aer="Advanced Error Reporting" in text,
+        uncorrectable=set_in("UESta"),
+        correctable=set_in("CESta"),
+        device_status=set_in("DevSta"),
+        link_active=link,
+    )

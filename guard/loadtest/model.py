@@ -1,0 +1,162 @@
+"""Plain values of one load test: what was asked, what each GPU did, and the accounting.
+
+Both backends report the same values with the same accounting (``2·n³`` floating-point operations
+per square matmul, bytes moved per memory pass), so the verdict cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# 64-bit words written over the whole test area, each verified before the next: all zeros, all
+# ones, 1010…, 0101… (every bit both ways), then each word's own index (address-line faults).
+CONSTANT_PATTERNS: tuple[int, ...] = (
+    0x0000_0000_0000_0000,
+    0xFFFF_FFFF_FFFF_FFFF,
+    0xAAAA_AAAA_AAAA_AAAA,
+    0x5555_5555_5555_5555,
+)
+MEMORY_PASSES = len(CONSTANT_PATTERNS) + 1  # the address-derived pattern is the last pass
+
+
+def as_int64(word: int) -> int:
+    """The signed 64-bit value with the bits of the unsigned `word` (array libraries use int64).
+
+    >>> as_int64(0xFFFF_FFFF_FFFF_FFFF)
+    -1
+    >>> as_int64(0x5555_5555_5555_5555) == 0x5555_5555_5555_5555
+    True
+    """
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
+def matmul_flops(size: int) -> float:
+    """Floating-point operations of one ``size × size`` by ``size × size`` matmul.
+
+    >>> matmul_flops(8192) / 1e12
+    1.099511627776
+    """
+    return 2.0 * float(size) ** 3
+
+
+def memory_gbps(bytes_tested: int, seconds: float) -> float:
+    """Bytes written and read back over all passes, per second, in GB/s (10⁹).
+
+    >>> memory_gbps(10**9, 1.0)
+    10.0
+    """
+    if seconds <= 0:
+        return 0.0
+    return bytes_tested * MEMORY_PASSES * 2 / seconds / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One visible GPU: its index in this process, sysfs-form PCI address, name and UUID."""
+
+    index: int
+    pci: str
+    name: str
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class BurnResult:
+    """Matmuls finished on one GPU and the device-timed seconds they took."""
+
+    index: int
+    iterations: int
+    device_s: float
+    flops_per_iteration: float
+    error: str | None = None
+
+    @property
+    def has_run(self) -> bool:
+        return self.error is None and self.iterations > 0 and self.device_s > 0
+
+    @property
+    def tflops(self) -> float:
+        if not self.has_run:
+            return 0.0
+        return self.flops_per_iteration * self.iterations / self.device_s / 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryResult:
+    """Pattern test of one GPU: bytes covered by every pattern, mismatched words, speed."""
+
+    index: int
+    bytes_tested: int
+    errors: int
+    gbps: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    """PCIe link of one GPU, sampled under load (an idle link trains down to save power)."""
+
+    pci: str
+    gen_current: int | None
+    gen_max: int | None
+    width_current: int | None
+    width_max: int | None
+
+    @property
+    def is_below_max(self) -> bool:
+        pairs = ((self.gen_current, self.gen_max), (self.width_current, self.width_max))
+        return any(cur is not None and top is not None and cur < top for cur, top in pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Whether the memory pattern test runs, and on which GPU (`pci`; None: every GPU)."""
+
+    required: bool
+    pci: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns."""
+
+    size: int
+    duration_s: float
+    memory: MemoryPlan
+    burn_timeout_s: float
+    memory_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Everything the run observed; missing entries mean a GPU never answered."""
+
+    backend: str
+    plan: RunPlan
+    devices: tuple[DeviceInfo, ...]
+    burns: tuple[BurnResult, ...]
+    memory: tuple[MemoryResult, ...] = ()
+    pcie: tuple[PcieLink, ...] = ()
+    backend_error: str | None = None
+    pcie_error: str | None = None
+
+
+def memory_targets(devices: tuple[DeviceInfo, ...], plan: MemoryPlan) -> tuple[DeviceInfo, ...]:
+    """The GPUs the memory test must cover: none, the one at `plan.pci`, or all of them."""
+    if not plan.required:
+        return ()
+    if plan.pci is None:
+        return devices
+    return tuple(d for d in devices if d.pci == plan.pci)
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short line for the report (CUDA errors span several lines).
+
+    >>> one_line(RuntimeError("CUDA error: unspecified launch failure\\nCompile with ..."))
+    'RuntimeError: CUDA error: unspecified launch failure'
+    """
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return line[:limit]

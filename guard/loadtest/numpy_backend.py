@@ -1,0 +1,119 @@
+"""CPU backend: each "GPU" is a worker thread, so the real orchestration and verdict run in CI.
+
+float32 instead of float16 (NumPy's float16 matmul has no fast path); the accounting is the same
+``2·n³`` per matmul. A thread's CPU time stands in for device time: it counts the work done for
+that GPU and not the time the thread waited for a core, as CUDA events do on a GPU.
+`NumpyFaults` injects the failures a real GPU shows, so tests go through the same code paths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guard.loadtest.model import (
+    CONSTANT_PATTERNS,
+    BurnResult,
+    DeviceInfo,
+    MemoryResult,
+    PcieLink,
+    as_int64,
+    matmul_flops,
+    memory_gbps,
+)
+
+_PCI_BUS_BASE = 0x18  # simulated GPUs sit at 0000:18:00.0, 0000:19:00.0, …
+_STUCK_STRIDE = 4099  # every n-th word of a faulty simulated GPU has bit 0 stuck at 0
+
+
+@dataclass(frozen=True, slots=True)
+class NumpyFaults:
+    """Simulated defects by GPU index.
+
+    fail: the burn raises this message after its first matmul (a CUDA error mid-run).
+    stall: the burn returns having done nothing (the gpu-burn trap).
+    stuck_words: this many words keep bit 0 at zero whatever is written (a bad memory cell).
+    downtrained: the PCIe link reports gen 1 x8 against gen 4 x16.
+    """
+
+    fail: Mapping[int, str] = field(default_factory=dict)
+    stall: frozenset[int] = frozenset()
+    stuck_words: Mapping[int, int] = field(default_factory=dict)
+    downtrained: frozenset[int] = frozenset()
+
+
+class NumpyBackend:
+    def __init__(
+        self, devices: int = 2, memory_bytes: int = 4 << 20, faults: NumpyFaults | None = None
+    ) -> None:
+        self._count = devices
+        self._memory_words = max(1, memory_bytes // 8)
+        self._faults = faults or NumpyFaults()
+
+    @property
+    def name(self) -> str:
+        return "numpy"
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return tuple(
+            DeviceInfo(i, _pci(i), "numpy-cpu", f"CPU-{i:08x}-0000-0000-0000-000000000000")
+            for i in range(self._count)
+        )
+
+    def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
+        flops = matmul_flops(size)
+        if index in self._faults.stall:
+            return BurnResult(index, 0, 0.0, flops)
+        rng = np.random.default_rng(index)
+        a = rng.standard_normal((size, size), dtype=np.float32)
+        b = rng.standard_normal((size, size), dtype=np.float32)
+        c = np.empty_like(a)
+        np.matmul(a, b, out=c)  # warm-up, outside the timed loop like on the GPU
+        iterations = 0
+        start_cpu = time.thread_time()
+        deadline = time.monotonic() + duration_s
+        while time.monotonic() < deadline:
+            np.matmul(a, b, out=c)
+            iterations += 1
+            if index in self._faults.fail:
+                raise RuntimeError(self._faults.fail[index])
+        device_s = time.thread_time() - start_cpu
+        if not np.isfinite(c).all():
+            raise ArithmeticError("matmul result is not finite")
+        return BurnResult(index, iterations, device_s, flops)
+
+    def memory_test(self, index: int) -> MemoryResult:
+        words = np.empty(self._memory_words, dtype=np.int64)
+        stuck = self._stuck_offsets(index)
+        errors = 0
+        start = time.perf_counter()
+        for word in CONSTANT_PATTERNS:
+            words.fill(as_int64(word))
+            words[stuck] &= ~1
+            errors += int(np.count_nonzero(words != as_int64(word)))
+        expected = np.arange(self._memory_words, dtype=np.int64)
+        words[:] = expected
+        words[stuck] &= ~1
+        errors += int(np.count_nonzero(words != expected))
+        seconds = time.perf_counter() - start
+        return MemoryResult(index, words.nbytes, errors, memory_gbps(words.nbytes, seconds))
+
+    def pcie_links(self) -> tuple[PcieLink, ...]:
+        def link(i: int) -> PcieLink:
+            if i in self._faults.downtrained:
+                return PcieLink(_pci(i), 1, 4, 8, 16)
+            return PcieLink(_pci(i), 4, 4, 16, 16)
+
+        return tuple(link(i) for i in range(self._count))
+
+    def _stuck_offsets(self, index: int) -> np.ndarray:
+        count = self._faults.stuck_words.get(index, 0)
+        offsets = np.arange(count, dtype=np.int64) * _STUCK_STRIDE + 1
+        return offsets[offsets < self._memory_words]
+
+
+def _pci(index: int) -> str:
+    return f"0000:{_PCI_BUS_BASE + index:02x}:00.0"

@@ -1,0 +1,162 @@
+"""PyTorch CUDA backend, used inside the load-test Job. torch and pynvml are imported lazily.
+
+Burn: fp16 matmuls into a preallocated output, timed with CUDA events on the device, so
+host-side launch jitter does not count and the time covers exactly the counted iterations.
+At most two batches are queued at once, so the loop stops close to its deadline.
+Memory: int64 chunks over most of the free memory; each pattern is written to every chunk and
+then verified, so a write through a faulty address line lands before it is read back. Mismatches
+are summed on the device and read once at the end. On ECC boards a corrected bit is invisible
+here; an uncorrectable one surfaces as a CUDA error, which fails the test.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from guard.loadtest import pcie
+from guard.loadtest.model import (
+    CONSTANT_PATTERNS,
+    BurnResult,
+    DeviceInfo,
+    MemoryResult,
+    PcieLink,
+    as_int64,
+    matmul_flops,
+    memory_gbps,
+)
+
+_WARMUP_ITERATIONS = 10
+_BATCH = 20  # matmuls enqueued between checks of the wall clock
+_MEMORY_FRACTION = 0.9  # of free memory; the rest leaves room for the verify temporaries
+_CHUNK_WORDS = 1 << 27  # 1 GiB of int64 per allocation
+_BLOCK_WORDS = 1 << 24  # 128 MiB slices for the address pattern and its check
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+class TorchBackend:
+    def __init__(self, smi_timeout_s: float = 20.0) -> None:
+        self._smi_timeout_s = smi_timeout_s
+
+    @property
+    def name(self) -> str:
+        return "torch"
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        torch = _torch()
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to PyTorch")
+        return tuple(_device(torch, i) for i in range(torch.cuda.device_count()))
+
+    def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
+        torch = _torch()
+        with torch.cuda.device(index):
+            a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+            b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+            c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+            for _ in range(_WARMUP_ITERATIONS):
+                torch.matmul(a, b, out=c)
+            torch.cuda.synchronize()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            iterations = _burn_loop(torch, a, b, c, duration_s)
+            end.record()
+            end.synchronize()
+            if not bool(torch.isfinite(c).all().item()):
+                raise ArithmeticError("matmul result is not finite")
+            device_s = start.elapsed_time(end) / 1000.0
+        return BurnResult(index, iterations, device_s, matmul_flops(size))
+
+    def memory_test(self, index: int) -> MemoryResult:
+        torch = _torch()
+        with torch.cuda.device(index):
+            torch.cuda.empty_cache()
+            free, _total = torch.cuda.mem_get_info()
+            chunks = _allocate(torch, int(free * _MEMORY_FRACTION))
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            errors = _constant_passes(torch, chunks) + _address_pass(torch, chunks)
+            end.record()
+            found = int(errors.item())  # the one host sync of the test
+            seconds = start.elapsed_time(end) / 1000.0
+            tested = sum(int(c.numel()) * 8 for c in chunks)
+            del chunks
+            torch.cuda.empty_cache()
+        return MemoryResult(index, tested, found, memory_gbps(tested, seconds))
+
+    def pcie_links(self) -> tuple[PcieLink, ...]:
+        return pcie.read_links(self._smi_timeout_s)
+
+
+def _device(torch: Any, index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    domain = getattr(props, "pci_domain_id", None)
+    bus = getattr(props, "pci_bus_id", None)
+    dev = getattr(props, "pci_device_id", None)  # the device number on the bus, not a PCI ID
+    pci = "unknown" if None in (domain, bus, dev) else f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+    uuid = getattr(props, "uuid", None)
+    return DeviceInfo(index, pci, str(props.name), f"GPU-{uuid}" if uuid is not None else "")
+
+
+def _burn_loop(torch: Any, a: Any, b: Any, c: Any, duration_s: float) -> int:
+    iterations = 0
+    queued = None
+    deadline = time.monotonic() + duration_s
+    while time.monotonic() < deadline:
+        for _ in range(_BATCH):
+            torch.matmul(a, b, out=c)
+        iterations += _BATCH
+        marker = torch.cuda.Event()
+        marker.record()
+        if queued is not None:
+            queued.synchronize()
+        queued = marker
+    return iterations
+
+
+def _allocate(torch: Any, budget_bytes: int) -> list[Any]:
+    chunks: list[Any] = []
+    left = budget_bytes // 8
+    while left > 0:
+        words = min(_CHUNK_WORDS, left)
+        try:
+            chunks.append(torch.empty(words, dtype=torch.int64, device="cuda"))
+        except torch.cuda.OutOfMemoryError:
+            break  # another process took memory meanwhile: test what we hold
+        left -= words
+    return chunks
+
+
+def _constant_passes(torch: Any, chunks: list[Any]) -> Any:
+    errors = torch.zeros((), dtype=torch.int64, device="cuda")
+    for word in CONSTANT_PATTERNS:
+        value = as_int64(word)
+        for chunk in chunks:
+            chunk.fill_(value)
+        for chunk in chunks:
+            errors += torch.ne(chunk, value).sum()
+    return errors
+
+
+def _address_pass(torch: Any, chunks: list[Any]) -> Any:
+    errors = torch.zeros((), dtype=torch.int64, device="cuda")
+    ramp = torch.arange(_BLOCK_WORDS, dtype=torch.int64, device="cuda")
+    for verify in (False, True):
+        base = 0
+        for chunk in chunks:
+            for offset in range(0, int(chunk.numel()), _BLOCK_WORDS):
+                block = chunk[offset : offset + _BLOCK_WORDS]
+                expected = ramp[: block.numel()] + (base + offset)
+                if verify:
+                    errors += torch.ne(block, expected).sum()
+                else:
+                    block.copy_(expected)
+            base += int(chunk.numel())
+    return errors

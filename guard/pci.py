@@ -1,0 +1,47 @@
+"""PCI addresses in the three spellings the guard meets, normalised to sysfs form.
+
+The kernel's Xid lines say ``0000:99:00`` (no function), sysfs says ``0000:99:00.0`` and
+dcgm-exporter's ``pci_bus_id`` label says ``00000000:99:00.0`` (32-bit domain).
+"""
+
+from __future__ import annotations
+
+import re
+
+_PCI = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.(?P<fn>[0-7]))?$"
+)
+
+
+class PciAddressError(ValueError):
+    """Raised for text that is not a PCI address in any known spelling."""
+
+
+def normalize_pci(text: str) -> str:
+    """Return ``dddd:bb:dd.f`` (lower case) for any accepted spelling.
+
+    >>> normalize_pci("00000000:99:00.0")
+    '0000:99:00.0'
+    >>> normalize_pci("0000:99:00")
+    '0000:99:00.0'
+    >>> normalize_pci("0000:3B:00.0")
+    '0000:3b:00.0'
+    >>> normalize_pci("99:00.0")
+    '0000:99:00.0'
+    """
+    match = _PCI.match(text.strip().lower())
+    if match is None:
+        raise PciAddressError(f"not a PCI address: {text!r}")
+    domain = int(match["domain"] or "0", 16)
+    if domain > 0xFFFF:
+        raise PciAddressError(f"PCI domain out of range: {text!r}")
+    return f"{domain:04x}:{match['bus']}:{match['dev']}.{match['fn'] or '0'}"
+
+
+def is_pci(text: str) -> bool:
+    """True when `text` is a PCI address in any accepted spelling."""
+    try:
+        normalize_pci(text)
+    except PciAddressError:
+        return False
+    return True

@@ -1,0 +1,119 @@
+"""Isolation check: hardware-Xid nodes whose GPU loss held → at most one cordon per cycle.
+
+Case list, for each node Prometheus names (query: hardware Xid AND loss held AND not cordoned):
+  node unknown to the API             → skip not-in-api
+  node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
+  node carries the guard's annotation → skip already-guarded
+  node carries hold                   → skip hold
+  breaker open (guarded ≥ limit)      → skip breaker-open + Warning Event, no cordon
+  otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import groupby
+
+from guard import ledger
+from guard.actions import Action, AppendLedgerLine, Cordon, CreateJob, EmitEvent, Skip
+from guard.model import GpuSample, NodeInfo, Snapshot
+from guard.names import RECORDER
+from guard.plan.common import card_counts, guarded_nodes, job_spec, keys, render
+from guard.settings import Settings
+
+
+def plan_isolation(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
+    actions: list[Action] = []
+    eligible: list[tuple[NodeInfo, GpuSample]] = []
+    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
+        sample = _primary(tuple(group), s)
+        node = snap.node(node_name)
+        reason = _ineligible(node, s)
+        if node is None or reason:
+            actions.append(Skip(node_name, reason or "not-in-api", _detail(reason, sample),
+                                "nothing to do for this node"))
+            continue
+        eligible.append((node, sample))
+    if not eligible:
+        return tuple(actions)
+    eligible.sort(key=lambda ns: (ns[1].value not in s.fast_path_xids,
+                                  -snap.prom.held_s(ns[0].name), ns[0].name))
+    limit = breaker_limit(snap, s)
+    guarded = len(guarded_nodes(snap, s))
+    if guarded >= limit:
+        return (*actions, *_breaker_open(eligible, guarded, limit))
+    node, sample = eligible[0]
+    actions.extend(_cordon(snap, s, node, sample))
+    actions.extend(
+        Skip(n.name, "one-per-cycle", f"xid-{g.value} waits behind {node.name}",
+             "considered again next cycle")
+        for n, g in eligible[1:]
+    )
+    return tuple(actions)
+
+
+def breaker_limit(snap: Snapshot, s: Settings) -> int:
+    """Absolute limit, lowered by the optional fraction of GPU nodes (never below one)."""
+    if s.breaker_max_fraction <= 0:
+        return s.breaker_max_nodes
+    gpu_nodes = sum(1 for n in snap.nodes if n.gpu_capacity > 0)
+    return min(s.breaker_max_nodes, max(1, math.floor(s.breaker_max_fraction * gpu_nodes)))
+
+
+def _primary(samples: tuple[GpuSample, ...], s: Settings) -> GpuSample:
+    """The GPU that names the cordon: a fast-path Xid first, then the lowest GPU index."""
+    return min(samples, key=lambda g: (g.value not in s.fast_path_xids, g.gpu.zfill(4), g.uuid))
+
+
+def _ineligible(node: NodeInfo | None, s: Settings) -> str:
+    k = keys(s)
+    if node is None:
+        return "not-in-api"
+    if node.unschedulable:
+        return "already-cordoned"
+    if node.annotation(k.hold) is not None:
+        return "hold"
+    if node.annotation(k.reason) is not None:
+        return "already-guarded"
+    return ""
+
+
+def _detail(reason: str, sample: GpuSample) -> str:
+    return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason or 'unknown'})"
+
+
+def _breaker_open(eligible: list[tuple[NodeInfo, GpuSample]], guarded: int, limit: int
+                  ) -> tuple[Action, ...]:
+    node, sample = eligible[0]
+    detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); xid-{sample.value} waits"
+    return (
+        Skip(node.name, "breaker-open", detail,
+             "cordon by hand if the fault is real; the breaker closes when nodes return"),
+        EmitEvent(node.name, "breaker-open", "Warning", "GuardBreakerOpen",
+                  f"gpu-node-guard did not cordon: {detail}"),
+    )
+
+
+def _cordon(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
+    k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
+    entry = ledger.LedgerEntry(node.name, snap.now, g.value, g.pci, g.uuid, RECORDER)
+    counts = card_counts(snap, g.uuid, node.name, g.pci)
+    counts = ledger.Counts(counts.same_card + 1, counts.same_slot + 1, snap.now)
+    sentence = ledger.history_sentence(counts, g.uuid, node.name, g.pci)
+    spec = job_spec(s, "evidence", node.name, at, reason,
+                    ("evidence", "collect", "--node", node.name, "--pci", g.pci,
+                     "--xid", str(g.value), "--history", sentence))
+    annotations = (
+        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
+    )
+    held = snap.prom.held_s(node.name)
+    return (
+        Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
+               f"job/{spec.name}"),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned",
+                  f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
+                  f"GPU loss held {held}s; evidence job/{spec.name}"),
+        AppendLedgerLine(node.name, reason, entry.format(), s.ledger_configmap),
+        CreateJob(node.name, reason, "evidence", spec.name, render(s, spec)),
+    )

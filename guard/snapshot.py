@@ -1,0 +1,233 @@
+"""Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
+
+Cluster objects come from the API (`guard.kube`) or a ``kubectl get … -o yaml|json`` List file;
+both arrive here as plain dicts and are converted by the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from guard import queries
+from guard.kube import Kube
+from guard.ledger import parse_ledger
+from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
+from guard.names import APP_LABEL, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.pci import PciAddressError, normalize_pci
+from guard.prom import PromClient, PromError, Sample
+from guard.settings import Settings
+
+HELD_LOOKBACK_S = 3600
+
+
+class SnapshotError(Exception):
+    """Cluster input the guard cannot trust (unreadable file, malformed object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObjects:
+    nodes: tuple[dict[str, Any], ...]
+    pods: tuple[dict[str, Any], ...]
+    jobs: tuple[dict[str, Any], ...]
+    ledger: dict[str, Any] | None
+
+
+# ---- Prometheus -----------------------------------------------------------------------------
+
+
+def read_prom(client: PromClient, s: Settings, now: datetime) -> PromView:
+    """Run every query at `now`; missing inputs or a bad answer raise `PromError`."""
+    for metric, promql in queries.REQUIRED_INPUTS:
+        found = client.vector(f"input-{metric.split('{')[0]}", promql, now)
+        if not found or found[0].value < 1:
+            raise PromError(f"input metric {metric} has no series: check the exporter and scrape")
+    params = queries.IsolationParams(
+        s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
+    )
+    gpu_labels = (queries.NODE_LABEL,)
+    candidates = client.vector(
+        "isolation-candidates", queries.isolation_candidates(params), now, gpu_labels
+    )
+    hardware = client.vector(
+        "hardware-xid", queries.hardware_xid_now(s.user_code_xids), now, gpu_labels
+    )
+    remap = client.vector("row-remap", queries.row_remap_nonzero(), now, gpu_labels)
+    history = client.matrix(
+        "loss-history",
+        queries.loss_history(s.user_code_xids, HELD_LOOKBACK_S, s.query_step_s),
+        now,
+        gpu_labels,
+    )
+    held = tuple(sorted((h.label(queries.NODE_LABEL), _held_s(h.points, now)) for h in history))
+    return PromView(
+        candidates=_gpu_samples(candidates),
+        hardware_xids=_gpu_samples(hardware),
+        row_remap=_gpu_samples(remap),
+        loss_held_s=held,
+    )
+
+
+def _held_s(points: tuple[tuple[float, float], ...], now: datetime) -> int:
+    """Seconds since the start of the trailing run of points with GPU loss > 0."""
+    start = None
+    for stamp, value in reversed(points):
+        if value <= 0:
+            break
+        start = stamp
+    return 0 if start is None else max(0, round(now.timestamp() - start))
+
+
+def _gpu_samples(samples: Iterable[Sample]) -> tuple[GpuSample, ...]:
+    out = []
+    for s in samples:
+        pci = s.label("pci_bus_id")
+        try:
+            pci = normalize_pci(pci) if pci else "unknown"
+        except PciAddressError as exc:
+            raise PromError(f"dcgm-exporter label pci_bus_id: {exc}") from None
+        uuid = s.label("UUID") or s.label("uuid") or "unknown"
+        out.append(GpuSample(s.label(queries.NODE_LABEL), s.label("gpu"), uuid, pci, int(s.value)))
+    return tuple(sorted(out, key=lambda g: (g.node, g.gpu.zfill(4), g.uuid)))
+
+
+# ---- Cluster objects ------------------------------------------------------------------------
+
+
+def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
+    """Read a ``kubectl get nodes,pods,jobs,configmaps -o yaml|json`` style List (or documents)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"cannot read cluster snapshot {path}: {_reason(exc)}") from None
+    try:
+        docs = list(yaml.safe_load_all(text)) if not text.lstrip().startswith("{") else [
+            json.loads(text)
+        ]
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"cluster snapshot {path} is not YAML/JSON: {_reason(exc)}") from None
+    items: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise SnapshotError(f"cluster snapshot {path}: a document is not an object")
+        items.extend(doc.get("items") or [] if doc.get("kind", "").endswith("List") else [doc])
+    return _classify(items, s, str(path))
+
+
+def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
+    by_kind: dict[str, list[dict[str, Any]]] = {"Node": [], "Pod": [], "Job": [], "ConfigMap": []}
+    for item in items:
+        kind = item.get("kind") if isinstance(item, dict) else None
+        if kind in by_kind:
+            by_kind[kind].append(item)
+    if not by_kind["Node"]:
+        raise SnapshotError(f"cluster snapshot {origin} holds no Node objects")
+    ledgers = [
+        c for c in by_kind["ConfigMap"]
+        if _meta(c, "name") == s.ledger_configmap and _meta(c, "namespace") in ("", s.namespace)
+    ]
+    return ClusterObjects(
+        tuple(by_kind["Node"]), tuple(by_kind["Pod"]), tuple(by_kind["Job"]),
+        ledgers[0] if ledgers else None,
+    )
+
+
+def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
+    keys = Annotations(s.annotation_prefix)
+    try:
+        nodes = tuple(sorted((node_info(n, keys) for n in objs.nodes), key=lambda n: n.name))
+        jobs = tuple(j for j in (job_info(o, keys, s.namespace) for o in objs.jobs) if j)
+        pods = tuple(p for p in (gpu_pod(o, s.namespace) for o in objs.pods) if p)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
+    data = (objs.ledger or {}).get("data") or {}
+    if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
+        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap} has non-text data")
+    rv = _meta(objs.ledger, "resourceVersion") if objs.ledger else ""
+    return Snapshot(now, nodes, jobs, pods, parse_ledger(data), rv, prom)
+
+
+def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    own = tuple(sorted((k, str(v)) for k, v in annotations.items() if k.startswith(keys.prefix)))
+    return NodeInfo(
+        name=_meta(obj, "name"),
+        resource_version=_meta(obj, "resourceVersion"),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable", False)),
+        ready=ready,
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
+        gpu_capacity=_gpus((status.get("capacity") or {}).get(GPU_RESOURCE)),
+        gpu_allocatable=_gpus((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+        annotations=own,
+    )
+
+
+def job_info(obj: Mapping[str, Any], keys: Annotations, namespace: str) -> JobInfo | None:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(APP_LABEL) != "gpu-node-guard" or meta.get("namespace", namespace) != namespace:
+        return None
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if status.get("succeeded") or conditions.get("Complete") == "True":
+        state = "succeeded"
+    elif status.get("failed") or conditions.get("Failed") == "True":
+        state = "failed"
+    else:
+        state = "running"
+    node = (meta.get("annotations") or {}).get(keys.node_label) or labels.get(keys.node_label, "")
+    return JobInfo(meta["name"], labels.get(COMPONENT_LABEL, ""), node, state)  # type: ignore[arg-type]
+
+
+def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if (obj.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
+        return None
+    if meta.get("namespace") == guard_namespace and (meta.get("labels") or {}).get(
+        APP_LABEL
+    ) == "gpu-node-guard":
+        return None  # the guard's own load test holds the GPUs on purpose
+    gpus = 0
+    for c in spec.get("containers") or []:
+        resources = c.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        gpus += _gpus(amount)
+    if gpus == 0:
+        return None
+    return GpuPod(meta.get("namespace", ""), meta["name"], spec["nodeName"], gpus)
+
+
+def _gpus(value: Any) -> int:
+    return 0 if value in (None, "") else int(str(value))
+
+
+def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
+    return str(((obj or {}).get("metadata") or {}).get(key, ""))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
+    """Nodes (paginated), Running pods, the guard's Jobs and the ledger: five-ish requests."""
+    return ClusterObjects(
+        nodes=tuple(kube.nodes()),
+        pods=tuple(kube.running_pods()),
+        jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
+        ledger=kube.configmap(s.namespace, s.ledger_configmap),
+    )

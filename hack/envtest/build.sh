@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd for the apiserver test tier from the Go module proxy and caches
+# them outside the repository, keyed by Kubernetes version.
+#
+#   hack/envtest/build.sh                   build (or reuse) and report the directory on stderr
+#   hack/envtest/build.sh --print-path      print only the directory holding both binaries
+#   hack/envtest/build.sh --update-modules  build, then write the resolved go.mod/go.sum back
+#                                           into hack/envtest/{kube,etcd}/
+#
+# Environment: ENVTEST_VERSION (default v1.34.4), ETCD_VERSION (default v3.6.16),
+# KUBEBUILDER_ASSETS (a directory that already holds kube-apiserver and etcd: nothing is built),
+# XDG_CACHE_HOME, GO (the go command), ENVTEST_GOSUMDB (default off, see docs/deploy.md).
+set -euo pipefail
+
+ENVTEST_VERSION="${ENVTEST_VERSION:-v1.34.4}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-node-guard/envtest/${ENVTEST_VERSION}"
+
+die() { echo "envtest: $*" >&2; exit 1; }
+say() { echo "envtest: $*" >&2; }
+
+has_bins() { [[ -x "$1/kube-apiserver" && -x "$1/etcd" ]]; }
+
+# KUBEBUILDER_ASSETS wins when it holds both binaries, as in controller-runtime's envtest.
+assets_dir() {
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" ]] && has_bins "${KUBEBUILDER_ASSETS}"; then
+    echo "${KUBEBUILDER_ASSETS}"
+  else
+    echo "${CACHE_DIR}"
+  fi
+}
+
+# The cached binary counts only if it reports the version asked for (stamped by -ldflags).
+is_current() {
+  local bin=$1 want=$2
+  [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -qF "$want"
+}
+
+go_env() {
+  # GOSUMDB: sum.golang.org may be unreachable from build machines; the committed go.sum files
+  # still pin every module hash of the default versions (go verifies against go.sum first).
+  GOTOOLCHAIN=local CGO_ENABLED=0 GOSUMDB="${ENVTEST_GOSUMDB:-off}" \
+    GOFLAGS="${GOFLAGS:-} -mod=mod" "$GO" "$@"
+}
+
+# Every k8s.io/* module that k8s.io/kubernetes requires at the placeholder v0.0.0 is a staging
+# module; its published twin is v0.<minor>.<patch> (k8s issue #79384).
+staging_replaces() {
+  local gomod staging_version="v0.${ENVTEST_VERSION#v1.}"
+  gomod="$(go_env mod download -json "k8s.io/kubernetes@${ENVTEST_VERSION}" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+  [[ -f "$gomod" ]] || die "cannot read go.mod of k8s.io/kubernetes@${ENVTEST_VERSION}"
+  grep -E '^[[:space:]]+k8s\.io/[a-z0-9-]+ v0\.0\.0$' "$gomod" |
+    awk -v v="$staging_version" '{printf "-replace=%s=%s@%s\n", $1, $1, v}'
+}
+
+copy_module() {
+  cp "$HERE/$1/go.mod" "$2/"
+  if [[ -f "$HERE/$1/go.sum" ]]; then cp "$HERE/$1/go.sum" "$2/"; fi
+}
+
+# Runs inside the scratch module directory.
+prepare_kube_module() {
+  local drops replaces
+  # Drop the committed replace block so a different ENVTEST_VERSION gets a clean one.
+  drops="$(go_env mod edit -print |
+    awk '($1 ~ /^k8s\.io\// && $2 == "=>") {print "-dropreplace=" $1}
+         ($1 == "replace" && $2 ~ /^k8s\.io\// && $3 == "=>") {print "-dropreplace=" $2}')"
+  replaces="$(staging_replaces)"
+  [[ -n "$replaces" ]] || die "no staging modules found in k8s.io/kubernetes@${ENVTEST_VERSION}"
+  # shellcheck disable=SC2086 # one flag per line, no spaces inside
+  go_env mod edit "-require=k8s.io/kubernetes@${ENVTEST_VERSION}" $drops $replaces
+  go_env mod tidy
+}
+
+build_kube() {
+  local work=$1 minor=${ENVTEST_VERSION#v1.} ldflags="-s -w" pkg
+  minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X ${pkg}.gitVersion=${ENVTEST_VERSION} -X ${pkg}.gitMajor=1"
+    ldflags+=" -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
+  done
+  copy_module kube "$work"
+  (
+    cd "$work"
+    prepare_kube_module
+    go_env build -trimpath -ldflags "$ldflags" -o "$CACHE_DIR/kube-apiserver.tmp" \
+      k8s.io/kubernetes/cmd/kube-apiserver
+  )
+  mv "$CACHE_DIR/kube-apiserver.tmp" "$CACHE_DIR/kube-apiserver"
+}
+
+build_etcd() {
+  local work=$1
+  copy_module etcd "$work"
+  (
+    cd "$work"
+    go_env mod edit "-require=go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+    go_env mod tidy
+    go_env build -trimpath -ldflags "-s -w" -o "$CACHE_DIR/etcd.tmp" go.etcd.io/etcd/server/v3
+  )
+  mv "$CACHE_DIR/etcd.tmp" "$CACHE_DIR/etcd"
+}
+
+# Runs one build step in a scratch module directory and reports its wall time and size.
+timed_build() {
+  local name=$1 fn=$2 work start
+  work="$(mktemp -d)"
+  start=$SECONDS
+  say "building $name (first build: minutes; later runs reuse ${CACHE_DIR})"
+  "$fn" "$work"
+  say "built $name in $((SECONDS - start)) s, $(du -m "$CACHE_DIR/$name" | cut -f1) MiB"
+  if [[ "$UPDATE_MODULES" == 1 ]]; then
+    cp "$work/go.mod" "$work/go.sum" "$HERE/${name/kube-apiserver/kube}/"
+  fi
+  rm -rf "$work"
+}
+
+main() {
+  UPDATE_MODULES=0
+  case "${1:-}" in
+    --print-path) assets_dir; return ;;
+    --update-modules) UPDATE_MODULES=1 ;;
+    "") ;;
+    *) die "unknown argument '$1' (use --print-path or --update-modules)" ;;
+  esac
+  [[ "$ENVTEST_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "ENVTEST_VERSION must look like v1.34.4"
+  [[ "$ETCD_VERSION" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || die "ETCD_VERSION must look like v3.6.16"
+  if [[ "$UPDATE_MODULES" == 0 && "$(assets_dir)" != "$CACHE_DIR" ]]; then
+    say "using KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS}"
+    return
+  fi
+  GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+  [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
+  mkdir -p "$CACHE_DIR"
+  if command -v flock >/dev/null; then exec 9>"$CACHE_DIR/.lock" && flock 9; fi
+  if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-apiserver" "Kubernetes ${ENVTEST_VERSION}"; then
+    timed_build kube-apiserver build_kube
+  fi
+  if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/etcd" "etcd Version: ${ETCD_VERSION#v}"; then
+    timed_build etcd build_etcd
+  fi
+  say "kube-apiserver and etcd ready in ${CACHE_DIR}"
+}
+
+main "$@"
