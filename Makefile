@@ -24,9 +24,9 @@ install: $(VENV)/.installed
 # Prometheus and promtool come from Debian's `prometheus` package; nsenter and lspci for the evidence tools.
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  echo "installing Debian package prometheus"; \
-	  $(if $(shell [ "$$(id -u)" = 0 ] || echo sudo),sudo,) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(if $(shell [ "$$(id -u)" = 0 ] || echo sudo),sudo,) apt-get install -y -qq prometheus; }
+	  echo "installing the Debian package prometheus (server and promtool)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; }
 
 dry-run: install system-deps
 ifeq ($(strip $(PROM_URL)),)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 Mapping = tuple[tuple[str, str], ...]
 
 
-def _kv(event: str, **pairs: object) -> str:
+def _kv(event: str, /, **pairs: object) -> str:
     parts = [event]
     for key, value in pairs.items():
         if value is None or value == "":
@@ -37,8 +37,14 @@ class Cordon:
     next: str
 
     def __str__(self) -> str:
-        return _kv("cordon", node=self.node, reason=self.reason, gpu=self.gpu,
-                   held_s=self.held_s, next=self.next)
+        return _kv(
+            "cordon",
+            node=self.node,
+            reason=self.reason,
+            gpu=self.gpu,
+            held_s=self.held_s,
+            next=self.next,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +58,13 @@ class Uncordon:
     detail: str
 
     def __str__(self) -> str:
-        return _kv("uncordon", node=self.node, reason=self.reason, detail=self.detail,
-                   next="node schedulable again")
+        return _kv(
+            "uncordon",
+            node=self.node,
+            reason=self.reason,
+            detail=self.detail,
+            next="node schedulable again",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +75,12 @@ class ClearGuardAnnotations:
     clear_keys: tuple[str, ...]
 
     def __str__(self) -> str:
-        return _kv("clear-annotations", node=self.node, reason=self.reason,
-                   next="guard no longer tracks this node")
+        return _kv(
+            "clear-annotations",
+            node=self.node,
+            reason=self.reason,
+            next="guard no longer tracks this node",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +92,13 @@ class SetHold:
     text: str
 
     def __str__(self) -> str:
-        return _kv("set-hold", node=self.node, reason=self.reason, hold=self.text,
-                   next=f"a person decides; remove {self.key} to let the guard continue")
+        return _kv(
+            "set-hold",
+            node=self.node,
+            reason=self.reason,
+            hold=self.text,
+            next=f"a person decides; remove {self.key} to let the guard continue",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +125,14 @@ class CreateJob:
     manifest: dict[str, Any]
 
     def __str__(self) -> str:
-        return _kv("job-created", node=self.node, reason=self.reason, kind=self.job_kind,
-                   job=self.name, next=f"kubectl -n {self.namespace} logs job/{self.name}")
+        return _kv(
+            "job-created",
+            node=self.node,
+            reason=self.reason,
+            kind=self.job_kind,
+            job=self.name,
+            next=f"kubectl -n {self.namespace} logs job/{self.name}",
+        )
 
     @property
     def namespace(self) -> str:
@@ -121,8 +147,13 @@ class AppendLedgerLine:
     configmap: str
 
     def __str__(self) -> str:
-        return _kv("ledger-append", node=self.node, reason=self.reason, line=self.line,
-                   configmap=self.configmap)
+        return _kv(
+            "ledger-append",
+            node=self.node,
+            reason=self.reason,
+            line=self.line,
+            configmap=self.configmap,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +165,14 @@ class EmitEvent:
     message: str
 
     def __str__(self) -> str:
-        return _kv("event", node=self.node, reason=self.reason, type=self.event_type,
-                   event=self.event_reason, message=self.message)
+        return _kv(
+            "event",
+            node=self.node,
+            reason=self.reason,
+            type=self.event_type,
+            event=self.event_reason,
+            message=self.message,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +189,15 @@ class Skip:
 
 
 Action = (
-    Cordon | Uncordon | ClearGuardAnnotations | SetHold | Annotate | CreateJob | AppendLedgerLine
-    | EmitEvent | Skip
+    Cordon
+    | Uncordon
+    | ClearGuardAnnotations
+    | SetHold
+    | Annotate
+    | CreateJob
+    | AppendLedgerLine
+    | EmitEvent
+    | Skip
 )
 
 TYPE_WORDS: dict[type, str] = {

@@ -16,8 +16,16 @@ import yaml
 
 from guard import ledger
 from guard.actions import (
-    Action, AppendLedgerLine, Annotate, ClearGuardAnnotations, Cordon, CreateJob, EmitEvent,
-    SetHold, Skip, Uncordon,
+    Action,
+    Annotate,
+    AppendLedgerLine,
+    ClearGuardAnnotations,
+    Cordon,
+    CreateJob,
+    EmitEvent,
+    SetHold,
+    Skip,
+    Uncordon,
 )
 from guard.kube import Conflict, Kube, KubeError
 from guard.log import Log
@@ -65,8 +73,13 @@ class KubeExecutor:
 
     def apply(self, action: Action) -> None:
         if action.node in self.abandoned and not isinstance(action, Skip):
-            self.log.event("skip", node=action.node, reason="changed-under-us",
-                           detail=f"not doing {type(action).__name__}", next="next cycle re-reads")
+            self.log.event(
+                "skip",
+                node=action.node,
+                reason="changed-under-us",
+                detail=f"not doing {type(action).__name__}",
+                next="next cycle re-reads",
+            )
             return
         match action:
             case Skip():
@@ -89,8 +102,12 @@ class KubeExecutor:
             self.applied.append(action)
 
     # -- node patches ---------------------------------------------------------------------------
-    def _patch(self, action: Any, body: Callable[[Any, NodeInfo | None], dict[str, Any]],
-               may: Callable[[NodeInfo], str]) -> None:
+    def _patch(
+        self,
+        action: Any,
+        body: Callable[[Any, NodeInfo | None], dict[str, Any]],
+        may: Callable[[NodeInfo], str],
+    ) -> None:
         rv, fresh = action.resource_version, None
         for _ in range(PATCH_TRIES):
             patch = body(action, fresh)
@@ -103,8 +120,13 @@ class KubeExecutor:
                 why = may(fresh)
                 if why:
                     self.abandoned.add(action.node)
-                    self.log.event("skip", node=action.node, reason="changed-under-us",
-                                   detail=why, next="next cycle re-reads the node")
+                    self.log.event(
+                        "skip",
+                        node=action.node,
+                        reason="changed-under-us",
+                        detail=why,
+                        next="next cycle re-reads the node",
+                    )
                     return
                 rv = fresh.resource_version
         raise KubeError(f"patch node {action.node}: still conflicting after {PATCH_TRIES} tries")
@@ -137,6 +159,7 @@ class KubeExecutor:
             if isinstance(action, ClearGuardAnnotations) and fresh.unschedulable:
                 return "node was cordoned again"
             return ""
+
         return check
 
     # -- other writes ---------------------------------------------------------------------------
@@ -144,19 +167,30 @@ class KubeExecutor:
         try:
             self.kube.create_job(action.namespace, action.manifest)
         except Conflict:
-            self.log.event("skip", node=action.node, reason="job-exists", detail=action.name,
-                           next="observed next cycle")
+            self.log.event(
+                "skip",
+                node=action.node,
+                reason="job-exists",
+                detail=action.name,
+                next="observed next cycle",
+            )
 
     def _append_ledger(self, action: AppendLedgerLine) -> None:
         for _ in range(LEDGER_TRIES):
             cm = self.kube.configmap(self.namespace, action.configmap)
             try:
                 if cm is None:
-                    self.kube.create_configmap(self.namespace, {
-                        "metadata": {"name": action.configmap, "namespace": self.namespace,
-                                     "labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
-                        "data": {action.node: ledger.append_to_text("", action.line)},
-                    })
+                    self.kube.create_configmap(
+                        self.namespace,
+                        {
+                            "metadata": {
+                                "name": action.configmap,
+                                "namespace": self.namespace,
+                                "labels": {"app.kubernetes.io/name": "gpu-node-guard"},
+                            },
+                            "data": {action.node: ledger.append_to_text("", action.line)},
+                        },
+                    )
                     return
                 data = dict(cm.get("data") or {})
                 text = data.get(action.node, "")
@@ -174,8 +208,10 @@ class KubeExecutor:
         body = {
             "metadata": {"generateName": f"{action.node}.gng-", "namespace": self.namespace},
             "involvedObject": {"kind": "Node", "name": action.node, "apiVersion": "v1"},
-            "reason": action.event_reason, "message": action.message[:1024],
-            "type": action.event_type, "source": {"component": "gpu-node-guard"},
+            "reason": action.event_reason,
+            "message": action.message[:1024],
+            "type": action.event_type,
+            "source": {"component": "gpu-node-guard"},
             "reportingComponent": "gpu-node-guard",
         }
         try:
@@ -190,8 +226,10 @@ class KubeExecutor:
 def _body(action: Any, _fresh: NodeInfo | None) -> dict[str, Any]:
     match action:
         case Uncordon():
-            return {"metadata": {"annotations": dict.fromkeys(action.clear_keys)},
-                    "spec": {"unschedulable": False}}
+            return {
+                "metadata": {"annotations": dict.fromkeys(action.clear_keys)},
+                "spec": {"unschedulable": False},
+            }
         case ClearGuardAnnotations():
             return {"metadata": {"annotations": dict.fromkeys(action.clear_keys)}}
         case SetHold():

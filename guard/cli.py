@@ -29,13 +29,17 @@ from guard.plan.returning import plan_return
 from guard.prom import PromClient, PromError
 from guard.settings import Settings, setting_fields
 from guard.snapshot import (
-    SnapshotError, build_snapshot, load_cluster_file, read_cluster, read_prom,
+    SnapshotError,
+    build_snapshot,
+    load_cluster_file,
+    read_cluster,
+    read_prom,
 )
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
-class IntList(click.ParamType):
+class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
     name = "INT,INT,…"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, ...]:
@@ -47,7 +51,7 @@ class IntList(click.ParamType):
             self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
 
 
-class Rfc3339(click.ParamType):
+class Rfc3339(click.ParamType):  # type: ignore[type-arg]
     name = "RFC3339"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
@@ -68,14 +72,27 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
         env = "GUARD_" + f.name.upper()
         help_text = f.metadata["help"]
         if f.type == "bool":
-            option = click.option(f"{flag}/--no-{flag[2:]}", f.name, default=f.default,
-                                  envvar=env, show_default=True, help=help_text)
+            option = click.option(
+                f"{flag}/--no-{flag[2:]}",
+                f.name,
+                default=f.default,
+                envvar=env,
+                show_default=True,
+                help=help_text,
+            )
         else:
             default = f.default
             if isinstance(default, tuple):
                 default = ",".join(str(v) for v in default)
-            option = click.option(flag, f.name, type=_TYPES[str(f.type)], default=default,
-                                  envvar=env, show_default=True, help=help_text)
+            option = click.option(
+                flag,
+                f.name,
+                type=_TYPES[str(f.type)],
+                default=default,
+                envvar=env,
+                show_default=True,
+                help=help_text,
+            )
         command = option(command)
     return command
 
@@ -95,16 +112,36 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
-@click.option("--at", "at", type=Rfc3339(), default=None,
-              help="Evaluate every query at this instant and treat it as now.")
-@click.option("--cluster-snapshot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Read Nodes, Pods, Jobs and the ledger from a List file (implies --dry-run).")
+@click.option(
+    "--at",
+    "at",
+    type=Rfc3339(),
+    default=None,
+    help="Evaluate every query at this instant and treat it as now.",
+)
+@click.option(
+    "--cluster-snapshot",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read Nodes, Pods, Jobs and the ledger from a List file (implies --dry-run).",
+)
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, envvar="GUARD_LOG_FORMAT")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    envvar="GUARD_LOG_FORMAT",
+)
 @settings_options
-def run(dry_run: bool, at: datetime | None, cluster_snapshot: Path | None, output: str,
-        log_format: str, **options: Any) -> None:
+def run(
+    dry_run: bool,
+    at: datetime | None,
+    cluster_snapshot: Path | None,
+    output: str,
+    log_format: str,
+    **options: Any,
+) -> None:
     """One cycle: return check, then isolation check."""
     s = build_settings(options)
     if not s.prometheus_url:
@@ -114,28 +151,46 @@ def run(dry_run: bool, at: datetime | None, cluster_snapshot: Path | None, outpu
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
     try:
-        actions, executor, counters = _cycle(s, log, dry_run, at, cluster_snapshot, output)
+        actions, _executor, counters = _cycle(s, log, dry_run, at, cluster_snapshot, output)
     except (PromError, KubeError, SnapshotError, jinja2.TemplateError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
     if output == "json":
-        click.echo(json.dumps({"at": counters["at"], "dry_run": dry_run,
-                               "actions": [_json_action(a) for a in actions],
-                               "counts": counters}, sort_keys=False))
+        click.echo(
+            json.dumps(
+                {
+                    "at": counters["at"],
+                    "dry_run": dry_run,
+                    "actions": [_json_action(a) for a in actions],
+                    "counts": counters,
+                },
+                sort_keys=False,
+            )
+        )
 
 
-def _cycle(s: Settings, log: Log, dry_run: bool, at: datetime | None, snapshot_file: Path | None,
-           output: str) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
+def _cycle(
+    s: Settings,
+    log: Log,
+    dry_run: bool,
+    at: datetime | None,
+    snapshot_file: Path | None,
+    output: str,
+) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
     started = time.monotonic()
     now = at or datetime.now(UTC).replace(microsecond=0)
-    token = Path(s.prometheus_bearer_token_file).read_text().strip() \
-        if s.prometheus_bearer_token_file else ""
+    token = (
+        Path(s.prometheus_bearer_token_file).read_text().strip()
+        if s.prometheus_bearer_token_file
+        else ""
+    )
     prom = PromClient(s.prometheus_url, s.prometheus_timeout_s, token)
-    view = read_prom(prom, s, now)
     kube = None
-    if snapshot_file is not None:
+    if snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(snapshot_file, s)
+        view = read_prom(prom, s, now)
     else:
+        view = read_prom(prom, s, now)
         kube = Kube.connect(s.kubeconfig)
         objs = read_cluster(kube, s)
     snap = build_snapshot(now, objs, view, s)
@@ -149,11 +204,15 @@ def _cycle(s: Settings, log: Log, dry_run: bool, at: datetime | None, snapshot_f
     for action in actions:
         executor.apply(action)
     counts = _counts(actions)
-    counters = {"at": now.isoformat().replace("+00:00", "Z"), "nodes": len(snap.nodes),
-                "candidates": len({c.node for c in view.candidates}), **counts,
-                "prometheus_requests": prom.requests_made,
-                "api_requests": kube.requests_made if kube else 0,
-                "elapsed_s": round(time.monotonic() - started, 3)}
+    counters = {
+        "at": now.isoformat().replace("+00:00", "Z"),
+        "nodes": len(snap.nodes),
+        "candidates": len({c.node for c in view.candidates}),
+        **counts,
+        "prometheus_requests": prom.requests_made,
+        "api_requests": kube.requests_made if kube else 0,
+        "elapsed_s": round(time.monotonic() - started, 3),
+    }
     log.event("done", **{k: v for k, v in counters.items() if k != "at"})
     return actions, executor, counters
 

@@ -86,7 +86,7 @@ def _environment(templates_dir: str) -> jinja2.Environment:
 
 
 def render_job(spec: JobSpec, templates_dir: Path) -> dict[str, Any]:
-    """Render `spec` with its template and parse it; a broken template raises, never half-renders."""
+    """Render `spec` and parse it; a broken template raises, never half-renders."""
     template = _environment(str(templates_dir)).get_template(TEMPLATE_FILES[spec.kind])
     manifest = yaml.safe_load(template.render(job=spec))
     if not isinstance(manifest, dict) or manifest.get("kind") != "Job":

@@ -87,41 +87,72 @@ class Kube:
         return _kinded(self.call(f"get node {name}", self._core.read_node, name), "Node")
 
     def running_pods(self) -> list[dict[str, Any]]:
-        pods = self.list_all("list pods", self._core.list_pod_for_all_namespaces,
-                             field_selector="status.phase=Running")
+        pods = self.list_all(
+            "list pods",
+            self._core.list_pod_for_all_namespaces,
+            field_selector="status.phase=Running",
+        )
         return [_kinded(p, "Pod") for p in pods]
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        jobs = self.list_all(f"list jobs in {namespace}", self._batch.list_namespaced_job,
-                             namespace, label_selector=selector)
+        jobs = self.list_all(
+            f"list jobs in {namespace}",
+            self._batch.list_namespaced_job,
+            namespace,
+            label_selector=selector,
+        )
         return [_kinded(j, "Job") for j in jobs]
 
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found = self.call(f"get configmap {namespace}/{name}",
-                              self._core.read_namespaced_config_map, name, namespace)
+            found = self.call(
+                f"get configmap {namespace}/{name}",
+                self._core.read_namespaced_config_map,
+                name,
+                namespace,
+            )
         except NotFound:
             return None
         return _kinded(found, "ConfigMap")
 
     # Writes -----------------------------------------------------------------------------------
     def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.call(f"patch node {name}", self._core.patch_node, name, body,
-                              _content_type="application/merge-patch+json",
-                              field_manager="gpu-node-guard"))
+        return dict(
+            self.call(
+                f"patch node {name}",
+                self._core.patch_node,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+                field_manager="gpu-node-guard",
+            )
+        )
 
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
-        self.call(f"create job {namespace}/{manifest['metadata']['name']}",
-                  self._batch.create_namespaced_job, namespace, manifest,
-                  field_manager="gpu-node-guard")
+        self.call(
+            f"create job {namespace}/{manifest['metadata']['name']}",
+            self._batch.create_namespaced_job,
+            namespace,
+            manifest,
+            field_manager="gpu-node-guard",
+        )
 
     def create_configmap(self, namespace: str, body: dict[str, Any]) -> None:
-        self.call(f"create configmap {namespace}/{body['metadata']['name']}",
-                  self._core.create_namespaced_config_map, namespace, body)
+        self.call(
+            f"create configmap {namespace}/{body['metadata']['name']}",
+            self._core.create_namespaced_config_map,
+            namespace,
+            body,
+        )
 
     def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self.call(f"update configmap {namespace}/{name}",
-                  self._core.replace_namespaced_config_map, name, namespace, body)
+        self.call(
+            f"update configmap {namespace}/{name}",
+            self._core.replace_namespaced_config_map,
+            name,
+            namespace,
+            body,
+        )
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self.call("create event", self._core.create_namespaced_event, namespace, body)

@@ -171,11 +171,11 @@ def history(counts: Counts) -> History:
 _SENTENCES = {
     History.FIRST: "First recorded incident for this card and slot.",
     History.INSPECT_CARD: (
-        "This is the 2nd incident on this card (GPU {uuid}); please inspect the card, "
+        "This is the 2nd incident on this card ({uuid}); please inspect the card, "
         "its slot and the power connector while the node is down."
     ),
     History.REPLACE_CARD: (
-        "This is incident #{card} on this card (GPU {uuid}); please replace the card."
+        "This is incident #{card} on this card ({uuid}); please replace the card."
     ),
     History.CHECK_SLOT: (
         "The card is new, but slot {pci} on {node} has had {slot} incidents; please check "

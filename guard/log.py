@@ -33,7 +33,7 @@ class Log:
             self.stream.write(f"{self._now()} {level} {text}\n")
         self.stream.flush()
 
-    def event(self, event: str, level: str = "INFO", **pairs: object) -> None:
+    def event(self, event: str, level: str = "INFO", /, **pairs: object) -> None:
         self.line(_kv(event, **pairs), level)
 
 

@@ -123,5 +123,7 @@ def _build(kind: Any, value: Any) -> Any:
         return datetime.fromisoformat(value)
     if dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
-        return kind(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(kind)})
+        return typing.cast(Any, kind)(
+            **{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(kind)}
+        )
     return value

@@ -14,7 +14,7 @@ FIELD_MANAGER = "gpu-node-guard"
 
 @dataclass(frozen=True, slots=True)
 class Annotations:
-    """The guard's node annotation keys under a configurable prefix (default ``gpu-node-guard.io/``).
+    """The guard's node annotation keys under a prefix (default ``gpu-node-guard.io/``).
 
     >>> Annotations("gpu-node-guard.io/").reason
     'gpu-node-guard.io/auto-cordon-reason'

@@ -6,6 +6,7 @@ Anything abnormal raises `PromError` with a one-line reason; it never becomes "n
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,9 +75,11 @@ class PromClient:
         try:
             response = self.session.post(url, data=form, headers=headers, timeout=self.timeout_s)
         except requests.Timeout:
-            raise PromError(f"query {name}: no answer from {url} within {self.timeout_s:g}s") from None
+            raise PromError(
+                f"query {name}: no answer from {url} within {self.timeout_s:g}s"
+            ) from None
         except requests.RequestException as exc:
-            raise PromError(f"query {name}: cannot reach {url}: {_first_line(exc)}") from None
+            raise PromError(f"query {name}: cannot reach {url}: {_errno(exc)}") from None
         return _result(name, response, want)
 
 
@@ -151,6 +154,12 @@ def _reject_duplicates(name: str, label_sets: list[Labels]) -> None:
 
 def _brief(metric: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
+
+
+def _errno(exc: Exception) -> str:
+    """The useful tail of a requests connection error (``[Errno 111] Connection refused``)."""
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
+    return found.group(0).strip() if found else _first_line(exc)
 
 
 def _first_line(value: object) -> str:

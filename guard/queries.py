@@ -78,7 +78,9 @@ def isolation_candidates(p: IsolationParams) -> str:
     slow = f"(({hw}) and on ({NODE_LABEL}) {loss_held(p.hold_window_s, p.step_s)})"
     if p.fast_path_xids:
         fast_filter = " or ".join(f"({hw}) == {code}" for code in sorted(set(p.fast_path_xids)))
-        fast = f"(({fast_filter}) and on ({NODE_LABEL}) {loss_held(p.fast_hold_window_s, p.step_s)})"
+        fast = (
+            f"(({fast_filter}) and on ({NODE_LABEL}) {loss_held(p.fast_hold_window_s, p.step_s)})"
+        )
         selected = f"({fast} or {slow})"
     else:
         selected = slow

@@ -107,9 +107,11 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
     except (OSError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"cannot read cluster snapshot {path}: {_reason(exc)}") from None
     try:
-        docs = list(yaml.safe_load_all(text)) if not text.lstrip().startswith("{") else [
-            json.loads(text)
-        ]
+        docs = (
+            list(yaml.safe_load_all(text))
+            if not text.lstrip().startswith("{")
+            else [json.loads(text)]
+        )
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise SnapshotError(f"cluster snapshot {path} is not YAML/JSON: {_reason(exc)}") from None
     items: list[dict[str, Any]] = []
@@ -131,11 +133,14 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
     if not by_kind["Node"]:
         raise SnapshotError(f"cluster snapshot {origin} holds no Node objects")
     ledgers = [
-        c for c in by_kind["ConfigMap"]
+        c
+        for c in by_kind["ConfigMap"]
         if _meta(c, "name") == s.ledger_configmap and _meta(c, "namespace") in ("", s.namespace)
     ]
     return ClusterObjects(
-        tuple(by_kind["Node"]), tuple(by_kind["Pod"]), tuple(by_kind["Job"]),
+        tuple(by_kind["Node"]),
+        tuple(by_kind["Pod"]),
+        tuple(by_kind["Job"]),
         ledgers[0] if ledgers else None,
     )
 
@@ -194,9 +199,10 @@ def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     if (obj.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
         return None
-    if meta.get("namespace") == guard_namespace and (meta.get("labels") or {}).get(
-        APP_LABEL
-    ) == "gpu-node-guard":
+    if (
+        meta.get("namespace") == guard_namespace
+        and (meta.get("labels") or {}).get(APP_LABEL) == "gpu-node-guard"
+    ):
         return None  # the guard's own load test holds the GPUs on purpose
     gpus = 0
     for c in spec.get("containers") or []:

@@ -111,7 +111,8 @@ def lookup_index(fs: HostFS, kernel: str) -> IndexLookup:
     if not trees:
         return IndexLookup(kernel, "no-index", f"{MODULE_TREES[0]}/{kernel}")
     tree = trees[0]
-    if any(module_name(p) == MODULE for p in (fs.read_text(f"{tree}/modules.builtin") or "").split()):
+    builtin = (fs.read_text(f"{tree}/modules.builtin") or "").split()
+    if any(module_name(p) == MODULE for p in builtin):
         return IndexLookup(kernel, "builtin", f"{tree}/modules.builtin")
     dep = fs.read_text(f"{tree}/modules.dep") or ""
     target = alias_target(fs.read_text(f"{tree}/modules.alias") or "", MODULE) or MODULE
@@ -161,8 +162,8 @@ def read_ipvs(fs: HostFS, runner: Runner) -> IpvsFacts:
     )
 
 
-# Cases: builtin or indexed with the file present → PASS; no index for the running kernel (its
-# modules were never installed or depmod never ran), not indexed, or indexed but the file gone → FAIL.
+# Cases: builtin, or indexed with the file present → PASS. No index for the running kernel (its
+# modules never installed, or depmod never ran), not indexed, or indexed but the file gone → FAIL.
 def judge_resolvable(facts: IpvsFacts) -> ItemResult:
     name = "ipvs-resolvable"
     look = facts.index

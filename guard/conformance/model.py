@@ -15,7 +15,7 @@ Role = Literal["worker", "server"]
 
 
 class Status(StrEnum):
-    """Outcome of one item. Only FAIL makes the run fail; WARN and UNKNOWN are reported, not fatal."""
+    """Outcome of one item. Only FAIL fails the run; WARN and UNKNOWN are reported, not fatal."""
 
     PASS = "PASS"
     WARN = "WARN"
@@ -36,7 +36,7 @@ class ItemResult:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """A fact that could not be established; `reason` says why (timeout, exit status, read error)."""
+    """A fact that could not be established; `reason` says why (timeout, exit status, I/O)."""
 
     reason: str
 
@@ -47,7 +47,7 @@ def unknown_result(name: str, fact: Unknown) -> ItemResult:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """What the node is expected to be. `None` means "not given": the item says it was not checked."""
+    """What the node is expected to be. `None` is "not given": the item says it was not checked."""
 
     role: Role = "worker"
     control_plane_version: str | None = None

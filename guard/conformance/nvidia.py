@@ -31,8 +31,8 @@ _VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+(?:\.\d+)+)$")
 
 @dataclass(frozen=True, slots=True)
 class NvidiaFacts:
-    module_version: str | None | Unknown  # None: the nvidia module is not loaded
-    nvml_version: str | None | Unknown  # None: no libnvidia-ml.so.<version> in LIB_DIRS
+    module_version: str | Unknown | None  # None: the nvidia module is not loaded
+    nvml_version: str | Unknown | None  # None: no libnvidia-ml.so.<version> in LIB_DIRS
     nvml_where: str = ""
 
 
@@ -89,8 +89,8 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     return NvidiaFacts(module, nvml[0], nvml[1])
 
 
-# Cases: no module and no library → PASS (a node without GPUs); exactly one of them → WARN (cannot
-# compare; a GPU node in this state cannot run GPU work); both, equal → PASS; both, different → FAIL.
+# Cases: no module and no library → PASS (a node without GPUs); only one of them → WARN (nothing
+# to compare; a GPU node in this state runs no GPU work); both and equal → PASS; different → FAIL.
 def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     module, nvml = facts.module_version, facts.nvml_version
     if isinstance(module, Unknown):

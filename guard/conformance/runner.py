@@ -8,6 +8,7 @@ its /lib/modules, its rke2 binary).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,6 +32,11 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return not self.error and self.returncode == 0
+
+    @property
+    def missing(self) -> bool:
+        """The program does not exist (127 is how nsenter and shells report it)."""
+        return self.returncode == 127 or "No such file or directory" in self.error
 
     def describe_failure(self) -> str:
         """One line for the report: the error, or the exit status and the last stderr line."""
@@ -76,10 +82,8 @@ class SubprocessRunner:
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     try:
         proc.communicate(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:

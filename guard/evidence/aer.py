@@ -114,7 +114,9 @@ def related(events: Iterable[AerEvent], devices: Iterable[str]) -> tuple[AerEven
 
 
 _COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d+)$")
-_GREP = re.compile(r"/(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/(?P<file>aer_\w+):(?P<rest>.*)$")
+_GREP = re.compile(
+    r"/(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/(?P<file>aer_\w+):(?P<rest>.*)$"
+)
 
 
 def parse_counters(text: str) -> dict[str, int]:

@@ -122,7 +122,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     config = config_space(inputs.gpu_lspci) if inputs.gpu_lspci is not None else None
     decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
     ports = _ports(inputs)
-    events = aer.parse_aer_lines(f"{inputs.kernel_log or ''}\n{inputs.aer_text}")
+    events = aer.parse_aer_lines(inputs.kernel_log or "") + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:
         events = aer.related(events, [pci, *(p.address for p in ports)])
     recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
@@ -138,9 +138,8 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         ports=ports,
         aer_events=events,
         gpu_counters=inputs.gpu_counters,
-        surprise_down=_surprise_down(events, ports) or aer.counters_surprise_down(
-            inputs.gpu_counters
-        ),
+        surprise_down=_surprise_down(events, ports)
+        or aer.counters_surprise_down(inputs.gpu_counters),
         other_gpus=others,
         reported_xid=inputs.reported_xid,
         kernel_log_source=inputs.kernel_log_source,

@@ -1,12 +1,183 @@
-"""Placeholder until the evidence commands land."""
+"""Click commands: `evidence collect`, `evidence classify` and `ledger count`.
+
+Bad input is one click error line and a non-zero exit; missing evidence is not an error (it is
+reported as "unknown" and `collect` still exits 0, because the printed evidence is the result).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import click
+
+from guard.evidence import request
+from guard.evidence.assess import Inputs, PortInput, assess
+from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
+from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
+from guard.evidence.ledger_cli import count
+from guard.evidence.options import FILE, OUTPUT, pci_callback
+from guard.evidence.report import Tables, to_json, to_text
+from guard.pci import normalize_pci
+
+JSON_MARK = "EVIDENCE-JSON "
+
+
+def _tables(classes_file: Path) -> Tables:
+    try:
+        return Tables(load_classes(classes_file), load_catalog())
+    except DataFileError as err:
+        raise click.ClickException(str(err)) from err
+
+
+def read_text(path: Path, option: str) -> str:
+    """A text file's content; a binary file is a usage error, not a traceback."""
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise click.BadParameter(f"{path} is not a text file", param_hint=option)
+    return data.decode("utf-8", errors="replace")
+
+
+_classes_option = click.option(
+    "--xid-classes",
+    type=FILE,
+    default=CLASSES_FILE,
+    envvar="GUARD_XID_CLASSES",
+    show_default=True,
+    help="TSV mapping Xid codes to verdicts (xid, verdict).",
+)
 
 
 @click.group()
 def evidence() -> None:
-    """Evidence collection and classification."""
+    """Evidence for a GPU fault: read the host, decide, draft the request."""
 
 
 @click.group()
 def ledger() -> None:
     """Fault-ledger tools."""
+
+
+ledger.add_command(count)
+
+
+@evidence.command()
+@click.option("--node", required=True, help="Node name (for the report and the request).")
+@click.option("--pci", required=True, callback=pci_callback, help="The faulted GPU (any spelling).")
+@click.option("--xid", type=click.IntRange(min=0), help="Xid the guard saw on the metric.")
+@click.option("--history", help="History sentence from the fault ledger.")
+@click.option(
+    "--host-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_HOST_ROOT,
+    show_default=True,
+    help="Where the host's /sys is visible.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Time limit of each host command.",
+)
+@click.option(
+    "--request-template",
+    type=FILE,
+    envvar="GUARD_REQUEST_TEMPLATE",
+    help="Jinja template of the request draft (default: the bundled one).",
+)
+@_classes_option
+def collect(**opts: Any) -> None:
+    """Read the host's kernel log, lspci and AER, print the report, the request and JSON."""
+    tables = _tables(opts["xid_classes"])
+    template = _template(opts["request_template"])
+    host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
+    inputs = gather(host, opts["pci"], opts["xid"])
+    emit_collected(inputs, tables, template, Target(opts["node"], opts["pci"], opts["history"]))
+
+
+def _template(path: Path | None) -> Any:
+    try:
+        return request.load_template(path)
+    except request.TemplateError as err:
+        raise click.BadParameter(str(err), param_hint="--request-template") from err
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    node: str
+    pci: str
+    history: str | None
+
+
+def emit_collected(inputs: Inputs, tables: Tables, template: Any, target: Target) -> None:
+    """Print report, draft and the JSON line; a template that fails to render exits 1 last."""
+    found = assess(inputs, target.pci, tables.classes)
+    title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"
+    click.echo(to_text(found, tables, title))
+    error = None
+    try:
+        values = request.context(found, tables, target.node, target.history)
+        draft = request.render(template, values)
+    except request.TemplateError as err:
+        draft, error = "", str(err)
+    click.echo("-- request draft --")
+    click.echo(draft or f"  unavailable: {error}")
+    record = {
+        "node": target.node,
+        **to_json(found, tables),
+        "history": target.history,
+        "request": draft,
+    }
+    click.echo(JSON_MARK + json.dumps(record, separators=(",", ":")))
+    if error:
+        raise click.ClickException(error)
+
+
+@evidence.command()
+@click.option("--kernel-log", type=FILE, required=True, help="journalctl -k / dmesg / syslog.")
+@click.option("--lspci", "lspci_file", type=FILE, help="lspci -xxx -s <gpu> output.")
+@click.option("--aer", "aer_file", type=FILE, help="AER lines, lspci -vvv of a port, counters.")
+@click.option("--pci", callback=pci_callback, help="Judge only this GPU (any PCI spelling).")
+@click.option("--output", type=OUTPUT, default="text", show_default=True)
+@_classes_option
+def classify(**opts: Any) -> None:
+    """Decide offline from saved files; the same parser and verdict as `collect`."""
+    tables = _tables(opts["xid_classes"])
+    log_path: Path = opts["kernel_log"]
+    aer_text = read_text(opts["aer_file"], "--aer") if opts["aer_file"] else ""
+    inputs = Inputs(
+        kernel_log=read_text(log_path, "--kernel-log"),
+        kernel_log_source=str(log_path),
+        gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
+        ports=_ports_from_aer(aer_text),
+        aer_text=aer_text,
+    )
+    found = assess(inputs, opts["pci"], tables.classes)
+    if opts["output"] == "json":
+        click.echo(json.dumps(to_json(found, tables), indent=2))
+    else:
+        title = f"gpu-node-guard evidence (offline): {log_path}"
+        click.echo(to_text(found, tables, title), nl=False)
+
+
+_LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4,5}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
+
+
+def _ports_from_aer(text: str) -> tuple[PortInput, ...]:
+    """Each `lspci -vvv` block in the --aer file describes a port; its header line names it."""
+    ports: list[PortInput] = []
+    block: list[str] = []
+    for line in [*text.splitlines(), "end"]:
+        if block and line[:1].isspace():
+            block.append(line)
+            continue
+        if block:
+            ports.append(PortInput(normalize_pci(block[0].split()[0]), "port", "\n".join(block)))
+            block = []
+        if _LSPCI_HEADER.match(line):
+            block = [line]
+    return tuple(ports)

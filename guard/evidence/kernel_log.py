@@ -25,7 +25,9 @@ from guard.evidence.prefix import line_time
 from guard.pci import PciAddressError, normalize_pci
 
 _XID = re.compile(r"(?<![A-Za-z])Xid \((?P<attr>[^)]*)\):\s*(?P<code>\d+)\b,?\s*(?P<rest>.*)$")
-_PROC = re.compile(r"^(?:pid=(?P<pid>'<unknown>'|\d+),\s*)?(?:name=(?P<name>\S+?),\s*)?(?P<msg>.*)$")
+_PROC = re.compile(
+    r"^(?:pid=(?P<pid>'<unknown>'|\d+),\s*)?(?:name=(?P<name>\S+?),\s*)?(?P<msg>.*)$"
+)
 _CAUSE = re.compile(r"caused by previous Xid (\d+)")
 _ACTION = re.compile(
     r"recovery action changed from 0x(?P<old>[0-9a-fA-F]+)(?: \((?P<old_text>[^)]*)\))?"

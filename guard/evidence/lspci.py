@@ -47,12 +47,11 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
             if header:
                 break  # the next device's block
             header = line.strip()
+    all_ff: bool | None = None  # a header with no dump and no dead marks proves nothing
     if data:
         all_ff = all(b == 0xFF for b in data)
-    elif header:
-        all_ff = any(mark in text for mark in _DEAD_HEADER) or None
-    else:
-        all_ff = None
+    elif any(mark in text for mark in _DEAD_HEADER):
+        all_ff = True
     vendor = None
     if len(data) >= 4 and not all(b == 0xFF for b in data[:4]):
         vendor = f"{data[1]:02x}{data[0]:02x}:{data[3]:02x}{data[2]:02x}"
@@ -61,7 +60,7 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
 
 @dataclass(frozen=True, slots=True)
 class PortStatus:
-    """The status registers of a PCIe port from ``lspci -vvv``; flags listed are the set (+) ones."""
+    """Status registers of a PCIe port (``lspci -vvv``); the flags listed are the set (+) ones."""
 
     header: str
     has_aer: bool

@@ -1,7 +1,186 @@
-"""Placeholder until the load test lands."""
+"""`gpu-node-guard loadtest run`: the command inside the load-test Job.
+
+Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, fields
+from typing import Any
+
 import click
+
+from guard.loadtest import report
+from guard.loadtest.backend import Backend
+from guard.loadtest.model import MemoryPlan, RunPlan
+from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
+from guard.loadtest.run import run
+from guard.loadtest.torch_backend import TorchBackend
+from guard.loadtest.verdict import Criteria, judge
+from guard.pci import PciAddressError, normalize_pci
+from guard.settings import Settings
+
+# CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
+_STARTUP_GRACE_S = 120.0
+_MEMORY_TIMEOUT_S = 600.0
+
+
+def _default(name: str) -> Any:
+    """The default of a guard setting, so the Job and the command share one value."""
+    return next(f.default for f in fields(Settings) if f.name == name)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOverride:
+    """Put in `ctx.obj` to run the command on a given backend (tests inject faults this way)."""
+
+    backend: Backend
+
+
+def _xid_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+
+
+def _pci(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return None if value is None else normalize_pci(value)
+    except PciAddressError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+class _LineError(click.ClickException):
+    exit_code = 2
+
+
+class _OneLineErrors(click.Command):
+    """Bad arguments print one `Error: …` line (exit 2) instead of usage text."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _LineError(exc.format_message()) from None
 
 
 @click.group()
 def loadtest() -> None:
-    """GPU load test."""
+    """GPU load test: matmul burn on every GPU at once, then a verdict."""
+
+
+@loadtest.command("run", cls=_OneLineErrors)
+@click.option(
+    "--expected-gpus",
+    type=click.IntRange(min=1),
+    required=True,
+    help="GPUs the node must show (its recorded nvidia.com/gpu capacity).",
+)
+@click.option(
+    "--duration-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=float(_default("loadtest_duration_s")),
+    show_default=True,
+    help="Burn time per GPU; all GPUs burn at once.",
+)
+@click.option(
+    "--size",
+    type=click.IntRange(min=1),
+    default=_default("loadtest_matrix_size"),
+    show_default=True,
+    help="Square matrix size (fp16 on GPU, float32 on numpy).",
+)
+@click.option(
+    "--min-ratio",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=_default("loadtest_min_ratio"),
+    show_default=True,
+    help="Pass when every GPU reaches this fraction of the fastest.",
+)
+@click.option(
+    "--xid",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Xid of the incident; a memory-class Xid adds the memory pattern test.",
+)
+@click.option(
+    "--memory-class-xids",
+    callback=_xid_list,
+    default=",".join(str(x) for x in _default("memory_class_xids")),
+    show_default=True,
+)
+@click.option(
+    "--memory-test-pci",
+    callback=_pci,
+    default=None,
+    help="GPU for the memory test (any PCI spelling); all GPUs when not given.",
+)
+@click.option(
+    "--backend",
+    "backend_name",
+    type=click.Choice(["auto", "torch", "numpy"]),
+    default="auto",
+    show_default=True,
+    help="auto: torch when importable, else numpy.",
+)
+@click.option(
+    "--numpy-devices",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="GPUs the numpy backend simulates with CPU threads.",
+)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: table, verdict and a LOADTEST-JSON line; json: the JSON alone.",
+)
+@click.pass_context
+def run_command(ctx: click.Context, /, **options: Any) -> None:
+    """Burn every GPU, judge, print; exit 0 on pass, 1 on fail."""
+    criteria = Criteria(options["expected_gpus"], options["min_ratio"])
+    xid = options["xid"]
+    memory = MemoryPlan(
+        required=xid is not None and xid in options["memory_class_xids"],
+        pci=options["memory_test_pci"],
+    )
+    plan = RunPlan(
+        size=options["size"],
+        duration_s=options["duration_s"],
+        memory=memory,
+        burn_timeout_s=options["duration_s"] + _STARTUP_GRACE_S,
+        memory_timeout_s=_MEMORY_TIMEOUT_S,
+    )
+    override = ctx.find_object(BackendOverride)
+    backend = override.backend if override else _backend(options)
+    result = run(backend, plan)
+    verdict = judge(criteria, result)
+    if options["output"] == "json":
+        click.echo(report.json_line(criteria, result, verdict))
+    else:
+        click.echo(report.text(criteria, result, verdict))
+    ctx.exit(0 if verdict.passed else 1)
+
+
+def _backend(options: dict[str, Any]) -> Backend:
+    name = options["backend_name"]
+    if name == "auto":
+        name = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+    if name == "numpy":
+        if options["size"] > MAX_SIZE:
+            raise _LineError(
+                f"--size {options['size']} is too large for the numpy backend, which simulates"
+                f" GPUs on the CPU; use at most {MAX_SIZE}"
+            )
+        return NumpyBackend(devices=options["numpy_devices"])
+    return TorchBackend()

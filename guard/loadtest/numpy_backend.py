@@ -1,8 +1,9 @@
 """CPU backend: each "GPU" is a worker thread, so the real orchestration and verdict run in CI.
 
-float32 instead of float16 (NumPy's float16 matmul has no fast path); the accounting is the same
-``2·n³`` per matmul. A thread's CPU time stands in for device time: it counts the work done for
-that GPU and not the time the thread waited for a core, as CUDA events do on a GPU.
+fp16 like the GPU burn. NumPy has no BLAS for float16, so its matmul is a slow single-threaded
+loop: sizes stay small (`MAX_SIZE`), and concurrent "GPUs" do not fight over a BLAS thread pool,
+which made float32 runs lopsided. A thread's CPU time stands in for device time: it counts the
+work done for that GPU, not the time the thread waited for a core or the GIL.
 `NumpyFaults` injects the failures a real GPU shows, so tests go through the same code paths.
 """
 
@@ -25,6 +26,7 @@ from guard.loadtest.model import (
     memory_gbps,
 )
 
+MAX_SIZE = 256  # one fp16 matmul of this size takes about 0.2 s on one core
 _PCI_BUS_BASE = 0x18  # simulated GPUs sit at 0000:18:00.0, 0000:19:00.0, …
 _STUCK_STRIDE = 4099  # every n-th word of a faulty simulated GPU has bit 0 stuck at 0
 
@@ -68,8 +70,8 @@ class NumpyBackend:
         if index in self._faults.stall:
             return BurnResult(index, 0, 0.0, flops)
         rng = np.random.default_rng(index)
-        a = rng.standard_normal((size, size), dtype=np.float32)
-        b = rng.standard_normal((size, size), dtype=np.float32)
+        a = rng.standard_normal((size, size), dtype=np.float32).astype(np.float16)
+        b = rng.standard_normal((size, size), dtype=np.float32).astype(np.float16)
         c = np.empty_like(a)
         np.matmul(a, b, out=c)  # warm-up, outside the timed loop like on the GPU
         iterations = 0

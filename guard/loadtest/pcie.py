@@ -61,9 +61,7 @@ def _count(cell: str) -> int | None:
 
 
 def _smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
-    done = subprocess.run(
-        SMI_QUERY, capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    done = subprocess.run(SMI_QUERY, capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
         raise RuntimeError(f"exit {done.returncode}: {detail[0] if detail else ''}".strip())

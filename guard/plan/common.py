@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from guard import ledger
-from guard.jobs import JobSpec, job_name, render_job
 from guard.jobs import JobKind as JobKind
+from guard.jobs import JobSpec, default_templates_dir, job_name, render_job
 from guard.model import Snapshot
 from guard.names import Annotations
 from guard.settings import Settings
-from pathlib import Path
-
-from guard.jobs import default_templates_dir
 
 
 def keys(s: Settings) -> Annotations:
@@ -38,14 +37,29 @@ def guarded_nodes(snap: Snapshot, s: Settings) -> tuple[str, ...]:
     return tuple(n.name for n in snap.nodes if n.annotation(key) is not None)
 
 
-def job_spec(s: Settings, kind: JobKind, node: str, key: str, reason: str,
-             args: tuple[str, ...], gpus: int = 0) -> JobSpec:
+def job_spec(
+    s: Settings,
+    kind: JobKind,
+    node: str,
+    key: str,
+    reason: str,
+    args: tuple[str, ...],
+    gpus: int = 0,
+) -> JobSpec:
     image = s.loadtest_image if kind == "loadtest" else s.image
     deadline = s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s
     return JobSpec(
-        kind=kind, name=job_name(kind, node, key), namespace=s.namespace, node=node, reason=reason,
-        prefix=s.annotation_prefix, image=image, command=("gpu-node-guard", *args),
-        deadline_s=deadline, ttl_s=s.job_ttl_s, workload_service_account=s.job_service_account,
+        kind=kind,
+        name=job_name(kind, node, key),
+        namespace=s.namespace,
+        node=node,
+        reason=reason,
+        prefix=s.annotation_prefix,
+        image=image,
+        command=("gpu-node-guard", *args),
+        deadline_s=deadline,
+        ttl_s=s.job_ttl_s,
+        workload_service_account=s.job_service_account,
         gpus=gpus,
     )
 

@@ -30,14 +30,25 @@ def plan_isolation(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         node = snap.node(node_name)
         reason = _ineligible(node, s)
         if node is None or reason:
-            actions.append(Skip(node_name, reason or "not-in-api", _detail(reason, sample),
-                                "nothing to do for this node"))
+            actions.append(
+                Skip(
+                    node_name,
+                    reason or "not-in-api",
+                    _detail(reason, sample),
+                    "nothing to do for this node",
+                )
+            )
             continue
         eligible.append((node, sample))
     if not eligible:
         return tuple(actions)
-    eligible.sort(key=lambda ns: (ns[1].value not in s.fast_path_xids,
-                                  -snap.prom.held_s(ns[0].name), ns[0].name))
+    eligible.sort(
+        key=lambda ns: (
+            ns[1].value not in s.fast_path_xids,
+            -snap.prom.held_s(ns[0].name),
+            ns[0].name,
+        )
+    )
     limit = breaker_limit(snap, s)
     guarded = len(guarded_nodes(snap, s))
     if guarded >= limit:
@@ -45,8 +56,12 @@ def plan_isolation(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     node, sample = eligible[0]
     actions.extend(_cordon(snap, s, node, sample))
     actions.extend(
-        Skip(n.name, "one-per-cycle", f"xid-{g.value} waits behind {node.name}",
-             "considered again next cycle")
+        Skip(
+            n.name,
+            "one-per-cycle",
+            f"xid-{g.value} waits behind {node.name}",
+            "considered again next cycle",
+        )
         for n, g in eligible[1:]
     )
     return tuple(actions)
@@ -82,15 +97,25 @@ def _detail(reason: str, sample: GpuSample) -> str:
     return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason or 'unknown'})"
 
 
-def _breaker_open(eligible: list[tuple[NodeInfo, GpuSample]], guarded: int, limit: int
-                  ) -> tuple[Action, ...]:
+def _breaker_open(
+    eligible: list[tuple[NodeInfo, GpuSample]], guarded: int, limit: int
+) -> tuple[Action, ...]:
     node, sample = eligible[0]
     detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); xid-{sample.value} waits"
     return (
-        Skip(node.name, "breaker-open", detail,
-             "cordon by hand if the fault is real; the breaker closes when nodes return"),
-        EmitEvent(node.name, "breaker-open", "Warning", "GuardBreakerOpen",
-                  f"gpu-node-guard did not cordon: {detail}"),
+        Skip(
+            node.name,
+            "breaker-open",
+            detail,
+            "cordon by hand if the fault is real; the breaker closes when nodes return",
+        ),
+        EmitEvent(
+            node.name,
+            "breaker-open",
+            "Warning",
+            "GuardBreakerOpen",
+            f"gpu-node-guard did not cordon: {detail}",
+        ),
     )
 
 
@@ -100,20 +125,45 @@ def _cordon(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[
     counts = card_counts(snap, g.uuid, node.name, g.pci)
     counts = ledger.Counts(counts.same_card + 1, counts.same_slot + 1, snap.now)
     sentence = ledger.history_sentence(counts, g.uuid, node.name, g.pci)
-    spec = job_spec(s, "evidence", node.name, at, reason,
-                    ("evidence", "collect", "--node", node.name, "--pci", g.pci,
-                     "--xid", str(g.value), "--history", sentence))
+    spec = job_spec(
+        s,
+        "evidence",
+        node.name,
+        at,
+        reason,
+        (
+            "evidence",
+            "collect",
+            "--node",
+            node.name,
+            "--pci",
+            g.pci,
+            "--xid",
+            str(g.value),
+            "--history",
+            sentence,
+        ),
+    )
     annotations = (
-        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)),
+        (k.gpu, f"{g.pci} {g.uuid}"),
     )
     held = snap.prom.held_s(node.name)
     return (
-        Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
-               f"job/{spec.name}"),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned",
-                  f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
-                  f"GPU loss held {held}s; evidence job/{spec.name}"),
+        Cordon(
+            node.name, reason, node.resource_version, annotations, g.pci, held, f"job/{spec.name}"
+        ),
+        EmitEvent(
+            node.name,
+            reason,
+            "Warning",
+            "GuardCordoned",
+            f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
+            f"GPU loss held {held}s; evidence job/{spec.name}",
+        ),
         AppendLedgerLine(node.name, reason, entry.format(), s.ledger_configmap),
         CreateJob(node.name, reason, "evidence", spec.name, render(s, spec)),
     )

@@ -17,8 +17,16 @@ from __future__ import annotations
 
 from guard import ledger
 from guard.actions import (
-    Action, Annotate, ClearGuardAnnotations, CreateJob, EmitEvent, SetHold, Skip, Uncordon,
+    Action,
+    Annotate,
+    ClearGuardAnnotations,
+    CreateJob,
+    EmitEvent,
+    SetHold,
+    Skip,
+    Uncordon,
 )
+from guard.jobs import JobSpec
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.common import job_spec, keys, render, xid_of
 from guard.settings import Settings
@@ -39,10 +47,17 @@ def _node(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     k = keys(s)
     if not node.unschedulable:
         return (
-            ClearGuardAnnotations(node.name, "human-uncordon", node.resource_version, _present(node, k.guard_keys)),
-            EmitEvent(node.name, "human-uncordon", "Normal", "GuardCancelled",
-                      "node was uncordoned by a person; gpu-node-guard cleared its annotations "
-                      "without a load test"),
+            ClearGuardAnnotations(
+                node.name, "human-uncordon", node.resource_version, _present(node, k.guard_keys)
+            ),
+            EmitEvent(
+                node.name,
+                "human-uncordon",
+                "Normal",
+                "GuardCancelled",
+                "node was uncordoned by a person; gpu-node-guard cleared its annotations "
+                "without a load test",
+            ),
         )
     blocked = _blocked(snap, s, node)
     if blocked is not None:
@@ -67,25 +82,42 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo) -> Skip | None:
     xid = xid_of(node.annotation(k.reason))
     if xid in s.reset_class_xids:
         if node.annotation(k.reset_done) is None:
-            return Skip(node.name, "waiting-reset", f"xid-{xid} is reset-class; no {k.reset_done}",
-                        f"after the GPU reset, annotate {k.reset_done}")
+            return Skip(
+                node.name,
+                "waiting-reset",
+                f"xid-{xid} is reset-class; no {k.reset_done}",
+                f"after the GPU reset, annotate {k.reset_done}",
+            )
     elif node.boot_id == node.annotation(k.boot_id):
-        return Skip(node.name, "same-boot", f"bootID {node.boot_id} unchanged since cordon",
-                    "waiting for the power cycle")
+        return Skip(
+            node.name,
+            "same-boot",
+            f"bootID {node.boot_id} unchanged since cordon",
+            "waiting for the power cycle",
+        )
     recorded = node.annotation(k.gpu_capacity) or "?"
     if not node.ready:
         return Skip(node.name, "not-ready", "node Ready condition is not True", WAIT)
     if not (str(node.gpu_capacity) == recorded and node.gpu_capacity == node.gpu_allocatable):
-        return Skip(node.name, "gpu-count",
-                    f"capacity={node.gpu_capacity} recorded={recorded} "
-                    f"allocatable={node.gpu_allocatable}", WAIT)
+        return Skip(
+            node.name,
+            "gpu-count",
+            f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}",
+            WAIT,
+        )
     xids = [g for g in snap.prom.hardware_xids if g.node == node.name]
     if xids:
-        return Skip(node.name, "xid-present", ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids), WAIT)
+        return Skip(
+            node.name, "xid-present", ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids), WAIT
+        )
     remap = [g for g in snap.prom.row_remap if g.node == node.name]
     if remap:
-        return Skip(node.name, "row-remap", ", ".join(f"gpu{g.gpu}={g.value}" for g in remap),
-                    "row remap pending/failed: reset or replace the GPU")
+        return Skip(
+            node.name,
+            "row-remap",
+            ", ".join(f"gpu{g.gpu}={g.value}" for g in remap),
+            "row remap pending/failed: reset or replace the GPU",
+        )
     pods = [p for p in snap.gpu_pods if p.node == node.name]
     if pods:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
@@ -103,8 +135,13 @@ def _repeat_fault(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, 
     text = f"repeat fault: {uuid} {counts.same_card} incidents, last {last}"
     return (
         SetHold(node.name, "repeat-fault", node.resource_version, k.hold, text),
-        EmitEvent(node.name, "repeat-fault", "Warning", "GuardHold",
-                  f"gpu-node-guard will not return this node: {text}; a person decides"),
+        EmitEvent(
+            node.name,
+            "repeat-fault",
+            "Warning",
+            "GuardHold",
+            f"gpu-node-guard will not return this node: {text}; a person decides",
+        ),
     )
 
 
@@ -114,8 +151,9 @@ def _boot_key(s: Settings, node: NodeInfo) -> str:
     return f"{node.boot_id}\0{node.annotation(k.reset_done) or ''}"
 
 
-def _job_gate(snap: Snapshot, s: Settings, node: NodeInfo, kind: str, boot_key: str
-              ) -> tuple[Action, ...] | None:
+def _job_gate(
+    snap: Snapshot, s: Settings, node: NodeInfo, kind: str, boot_key: str
+) -> tuple[Action, ...] | None:
     """None when this gate passed; otherwise the actions for this cycle."""
     spec = _spec(s, node, kind, boot_key)
     job = next((j for j in snap.jobs if j.name == spec.name), None)
@@ -129,43 +167,77 @@ def _job_gate(snap: Snapshot, s: Settings, node: NodeInfo, kind: str, boot_key: 
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "failed":
         if spec.name in recorded:
-            return (Skip(node.name, f"{kind}-failed", f"job/{job.name} failed on this boot",
-                         "stays cordoned; read the job log, fix, reboot or reset"),)
+            return (
+                Skip(
+                    node.name,
+                    f"{kind}-failed",
+                    f"job/{job.name} failed on this boot",
+                    "stays cordoned; read the job log, fix, reboot or reset",
+                ),
+            )
         value = f"failed job/{job.name} at {ledger.format_time(snap.now)}"
         return (
-            Annotate(node.name, f"{kind}-failed", node.resource_version, ((result_key, value),),
-                     f"stays cordoned; kubectl -n {s.namespace} logs job/{job.name}"),
-            EmitEvent(node.name, f"{kind}-failed", "Warning", "GuardCheckFailed",
-                      f"{kind} job/{job.name} failed; node stays cordoned"),
+            Annotate(
+                node.name,
+                f"{kind}-failed",
+                node.resource_version,
+                ((result_key, value),),
+                f"stays cordoned; kubectl -n {s.namespace} logs job/{job.name}",
+            ),
+            EmitEvent(
+                node.name,
+                f"{kind}-failed",
+                "Warning",
+                "GuardCheckFailed",
+                f"{kind} job/{job.name} failed; node stays cordoned",
+            ),
         )
     if kind == "conformance":
         return None
     return (
-        Uncordon(node.name, "loadtest-passed", node.resource_version,
-                 _present(node, keys(s).guard_keys), f"job/{job.name} succeeded"),
-        EmitEvent(node.name, "returned", "Normal", "GuardReturned",
-                  f"gpu-node-guard returned the node: job/{job.name} passed"),
+        Uncordon(
+            node.name,
+            "loadtest-passed",
+            node.resource_version,
+            _present(node, keys(s).guard_keys),
+            f"job/{job.name} succeeded",
+        ),
+        EmitEvent(
+            node.name,
+            "returned",
+            "Normal",
+            "GuardReturned",
+            f"gpu-node-guard returned the node: job/{job.name} passed",
+        ),
     )
 
 
-def _spec(s: Settings, node: NodeInfo, kind: str, boot_key: str):  # type: ignore[no-untyped-def]
-    k = keys(s)
-    reason = node.annotation(k.reason) or ""
-    xid = xid_of(reason)
+def _spec(s: Settings, node: NodeInfo, kind: str, boot_key: str) -> JobSpec:
+    reason = node.annotation(keys(s).reason) or ""
     if kind == "conformance":
-        args = ("conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker",
-                "--output", "json")
-        return job_spec(s, "conformance", node.name, boot_key, reason, args)
-    pci = (node.annotation(k.gpu) or "").partition(" ")[0]
-    args = ("loadtest", "run", "--expected-gpus", str(node.gpu_capacity),
-            "--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size),
-            "--min-ratio", f"{s.loadtest_min_ratio:g}")
+        args = ("conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker")
+        return job_spec(s, "conformance", node.name, boot_key, reason, (*args, "--output", "json"))
+    return job_spec(
+        s,
+        "loadtest",
+        node.name,
+        boot_key,
+        reason,
+        _loadtest_args(s, node, xid_of(reason)),
+        gpus=node.gpu_capacity,
+    )
+
+
+def _loadtest_args(s: Settings, node: NodeInfo, xid: int | None) -> tuple[str, ...]:
+    args = ["loadtest", "run", "--expected-gpus", str(node.gpu_capacity)]
+    args += ["--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size)]
+    args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
     if xid is not None:
-        args += ("--xid", str(xid), "--memory-class-xids",
-                 ",".join(str(x) for x in s.memory_class_xids))
+        args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
+        pci = (node.annotation(keys(s).gpu) or "").partition(" ")[0]
         if pci and pci != ledger.UNKNOWN_PCI:
-            args += ("--memory-test-pci", pci)
-    return job_spec(s, "loadtest", node.name, boot_key, reason, args, gpus=node.gpu_capacity)
+            args += ["--memory-test-pci", pci]
+    return tuple(args)
 
 
 def _present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,0 +1,22 @@
+# The guard image: the CronJob, and the evidence and conformance Jobs (nsenter from util-linux;
+# journalctl and lspci are the host's, reached through `nsenter -t 1 -m`).
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends util-linux \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY guard ./guard
+COPY jobs ./jobs
+RUN pip install --no-cache-dir . \
+ && python -c "import guard.cli"
+
+# Job templates live beside the package in a source checkout; point the installed package at them.
+ENV GUARD_TEMPLATES_DIR=/app/jobs \
+    PYTHONUNBUFFERED=1
+
+USER 65532:65532
+ENTRYPOINT ["gpu-node-guard"]
+CMD ["run"]

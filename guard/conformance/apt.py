@@ -1,0 +1,178 @@
+"""auto-upgrade and package-hold: host package changes that broke GPU nodes.
+
+unattended-upgrades installed a new NVIDIA driver and kernel from -security on its own. Both items
+only report (WARN at worst): the host package policy belongs to the team that owns the hosts.
+Blacklist entries are Python regular expressions matched at the start of the package name, so
+"nvidia-" does not cover libnvidia-*, and "linux-" also holds back linux-firmware and
+linux-libc-dev.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from guard.conformance.aptconf import AptEntry, items, read_apt_conf, scalar
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+
+DPKG_STATUS = "/var/lib/dpkg/status"
+BLACKLIST_KEY = "Unattended-Upgrade::Package-Blacklist"
+PERIODIC_KEY = "APT::Periodic::Unattended-Upgrade"
+# Packages whose unattended upgrade changes the running kernel or the GPU driver.
+KERNEL_PACKAGES = re.compile(
+    r"^linux-(image|modules|headers|objects|signatures|generic|virtual|lowlatency|hwe|oem"
+    r"|nvidia|restricted-modules)"
+)
+DRIVER_PACKAGES = re.compile(r"^(nvidia-|libnvidia-|xserver-xorg-video-nvidia-)")
+NOT_DRIVER = re.compile(r"^(lib)?nvidia-container")  # the container toolkit has its own cadence
+SHOWN = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    name: str
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AptFacts:
+    conf: tuple[AptEntry, ...] | Unknown
+    packages: tuple[Package, ...] | Unknown | None  # None: no dpkg database
+
+
+def parse_dpkg_status(text: str) -> tuple[Package, ...]:
+    """Installed packages; `held` is dpkg's "hold" selection (what `apt-mark hold` sets).
+
+    >>> parse_dpkg_status("Package: a\\nStatus: hold ok installed\\n\\n"
+    ...                   "Package: b\\nStatus: deinstall ok config-files\\n")
+    (Package(name='a', held=True),)
+    """
+    out: dict[str, Package] = {}
+    for para in re.split(r"\n\s*\n", text):
+        fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", para, re.M))
+        status = fields.get("Status", "").split()
+        if "Package" not in fields or len(status) != 3:
+            continue
+        if status[2] in ("not-installed", "config-files"):
+            continue
+        name = fields["Package"]
+        out[name] = Package(name, status[0] == "hold" or (name in out and out[name].held))
+    return tuple(out[n] for n in sorted(out))
+
+
+def is_critical(name: str) -> bool:
+    """
+    >>> [n for n in ("linux-image-generic", "linux-firmware", "libnvidia-compute-580",
+    ...              "nvidia-container-toolkit") if is_critical(n)]
+    ['linux-image-generic', 'libnvidia-compute-580']
+    """
+    if KERNEL_PACKAGES.match(name):
+        return True
+    return bool(DRIVER_PACKAGES.match(name)) and not NOT_DRIVER.match(name)
+
+
+def _read_packages(fs: HostFS) -> tuple[Package, ...] | None:
+    text = fs.read_text(DPKG_STATUS)
+    return None if text is None else parse_dpkg_status(text)
+
+
+def read_apt(fs: HostFS) -> AptFacts:
+    return AptFacts(
+        conf=guarded(lambda: read_apt_conf(fs), "/etc/apt/apt.conf.d"),
+        packages=guarded(lambda: _read_packages(fs), DPKG_STATUS),
+    )
+
+
+def _is_off(value: str) -> bool:
+    try:
+        return int(value.strip() or "0") == 0
+    except ValueError:
+        return False  # "always" and friends run it
+
+
+# Cases: unattended-upgrades not installed, APT::Periodic::Enable "0", or its periodic run "0" or
+# unset (the default) → PASS; any other value → WARN (report only, no policy has been set).
+def judge_auto_upgrade(facts: AptFacts) -> ItemResult:
+    name = "auto-upgrade"
+    if isinstance(facts.conf, Unknown):
+        return unknown_result(name, facts.conf)
+    pkgs = facts.packages
+    if isinstance(pkgs, tuple) and not any(p.name == "unattended-upgrades" for p in pkgs):
+        return ItemResult(name, Status.PASS, "unattended-upgrades not installed")
+    enable = scalar(facts.conf, "APT::Periodic::Enable")
+    if enable is not None and _is_off(enable.value):
+        return ItemResult(name, Status.PASS, f'APT::Periodic::Enable "0" ({enable.source})')
+    run = scalar(facts.conf, PERIODIC_KEY)
+    if run is None:
+        return ItemResult(name, Status.PASS, f'{PERIODIC_KEY} not set (default "0")')
+    seen = f'{PERIODIC_KEY} "{run.value}" ({run.source})'
+    if _is_off(run.value):
+        return ItemResult(name, Status.PASS, seen)
+    return ItemResult(
+        name,
+        Status.WARN,
+        seen + ": packages are upgraded unattended",
+        f'report only; to stop it set "0" in {run.source}, or hold the packages (package-hold)',
+    )
+
+
+def _shown(names: list[str]) -> str:
+    more = f" (+{len(names) - SHOWN} more)" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+def _compile(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    compiled = []
+    for p in patterns:
+        try:
+            compiled.append(re.compile(p))
+        except re.error:
+            continue  # unattended-upgrades would fail on it too; it protects nothing
+    return tuple(compiled)
+
+
+def _trap_notes(unprotected: list[str], patterns: tuple[re.Pattern[str], ...]) -> list[str]:
+    """Explain entries that look like they cover a package but cannot (anchored at the start)."""
+    notes = []
+    for pat in patterns:
+        missed = [n for n in unprotected if pat.search(n) and not pat.match(n)]
+        if missed:
+            notes.append(f'"{pat.pattern}" matches at the start only, not {_shown(missed)}')
+    return notes
+
+
+def _collateral(pkgs: tuple[Package, ...], patterns: tuple[re.Pattern[str], ...]) -> str:
+    extra = [
+        p.name for p in pkgs if not is_critical(p.name) and any(r.match(p.name) for r in patterns)
+    ]
+    return f"; the blacklist also holds back {_shown(extra)}" if extra else ""
+
+
+# Cases: no dpkg database → WARN (not checked); every installed kernel and driver package held
+# (apt-mark) or blacklisted for unattended-upgrades → PASS; any other → WARN naming them.
+def judge_package_hold(facts: AptFacts) -> ItemResult:
+    name = "package-hold"
+    conf, pkgs = facts.conf, facts.packages
+    if isinstance(conf, Unknown):
+        return unknown_result(name, conf)
+    if isinstance(pkgs, Unknown):
+        return unknown_result(name, pkgs)
+    if pkgs is None:
+        return ItemResult(name, Status.WARN, f"no {DPKG_STATUS}: not checked")
+    patterns = _compile(tuple(e.value for e in items(conf, BLACKLIST_KEY)))
+    critical = [p for p in pkgs if is_critical(p.name)]
+    unprotected = [
+        p.name for p in critical if not p.held and not any(r.match(p.name) for r in patterns)
+    ]
+    tail = _collateral(pkgs, patterns)
+    if not unprotected:
+        seen = f"{len(critical)} kernel/driver packages held or blacklisted{tail}"
+        return ItemResult(name, Status.PASS, seen)
+    notes = "".join(f"; {n}" for n in _trap_notes(unprotected, patterns))
+    return ItemResult(
+        name,
+        Status.WARN,
+        f"not held or blacklisted: {_shown(unprotected)}{notes}{tail}",
+        f"apt-mark hold them, or list their prefixes in {BLACKLIST_KEY} (libnvidia- apart)",
+    )

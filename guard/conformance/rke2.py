@@ -1,0 +1,158 @@
+"""rke2-unit and rke2-version: the node runs the RKE2 service of its role, at the control plane's
+version.
+
+A worker enrolled with rke2-server left enabled came back from a reboot as a standalone cluster; a
+node installed without a pinned version got the newest stable release, a minor ahead of the control
+plane and outside the version-skew policy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import ItemResult, Role, Status, Unknown, unknown_result
+from guard.conformance.runner import Runner
+
+UNITS = ("rke2-agent", "rke2-server")
+SYSTEMD_DIR = "/etc/systemd/system"
+# rke2 points this at data/<version>-<hash>/bin of the runtime it started last.
+BIN_LINK = "/var/lib/rancher/rke2/bin"
+_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)(?:[+-]rke2r(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    major: int
+    minor: int
+    patch: int
+    release: int | None = None
+
+    def __str__(self) -> str:
+        suffix = "" if self.release is None else f"+rke2r{self.release}"
+        return f"v{self.major}.{self.minor}.{self.patch}{suffix}"
+
+
+def parse_version(text: str) -> Version | None:
+    """The first RKE2 / Kubernetes version in `text`.
+
+    >>> str(parse_version("/var/lib/rancher/rke2/data/v1.34.3-rke2r1-1b2872361ec5/bin"))
+    'v1.34.3+rke2r1'
+    >>> str(parse_version("rke2 version v1.35.7+rke2r2 (4c5e2a1f)")), parse_version("latest")
+    ('v1.35.7+rke2r2', None)
+    """
+    m = _VERSION.search(text)
+    if m is None:
+        return None
+    release = int(m.group(4)) if m.group(4) else None
+    return Version(int(m.group(1)), int(m.group(2)), int(m.group(3)), release)
+
+
+@dataclass(frozen=True, slots=True)
+class Rke2Facts:
+    enabled: frozenset[str] | Unknown
+    version: str | Unknown | None  # raw text; None: no RKE2 found
+    version_source: str = ""
+
+
+def enabled_units(fs: HostFS) -> frozenset[str] | Unknown:
+    """RKE2 units enabled the way `systemctl enable` does it: a *.wants/ or *.requires/ link in
+    /etc/systemd/system that leads to an existing unit file, and the unit not masked."""
+    if not fs.exists(SYSTEMD_DIR):
+        return Unknown(f"no {SYSTEMD_DIR} under the root")
+    enabled = set()
+    for entry in fs.listdir(SYSTEMD_DIR):
+        if not entry.endswith((".wants", ".requires")):
+            continue
+        for name in fs.listdir(f"{SYSTEMD_DIR}/{entry}"):
+            unit = name.removesuffix(".service")
+            if unit in UNITS and fs.exists(f"{SYSTEMD_DIR}/{entry}/{name}"):
+                enabled.add(unit)
+    masked = {u for u in UNITS if fs.readlink(f"{SYSTEMD_DIR}/{u}.service") == "/dev/null"}
+    return frozenset(enabled - masked)
+
+
+def read_version(fs: HostFS, runner: Runner) -> tuple[str | Unknown | None, str]:
+    """The data directory behind BIN_LINK, else the first line of `rke2 --version`."""
+    link = fs.readlink(BIN_LINK)
+    if link:
+        return link, BIN_LINK
+    result = runner.run(("rke2", "--version"))
+    if result.ok:
+        return (result.stdout.strip().splitlines() or [""])[0], "rke2 --version"
+    if result.missing:
+        return None, ""
+    return Unknown(result.describe_failure()), "rke2 --version"
+
+
+def read_rke2(fs: HostFS, runner: Runner) -> Rke2Facts:
+    enabled = guarded(lambda: enabled_units(fs), SYSTEMD_DIR)
+    version = guarded(lambda: read_version(fs, runner), BIN_LINK)
+    if isinstance(version, Unknown):
+        return Rke2Facts(enabled, version)
+    return Rke2Facts(enabled, *version)
+
+
+# Cases: only the role's unit enabled → PASS; the other unit enabled, or the role's unit not
+# enabled (the node would not rejoin after a reboot) → FAIL with the systemctl commands.
+def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
+    name = "rke2-unit"
+    if isinstance(facts.enabled, Unknown):
+        return unknown_result(name, facts.enabled)
+    want = "rke2-agent" if role == "worker" else "rke2-server"
+    other = "rke2-server" if want == "rke2-agent" else "rke2-agent"
+    shown = ", ".join(sorted(facts.enabled)) or "none"
+    if facts.enabled == {want}:
+        return ItemResult(name, Status.PASS, f"{role}: only {want} enabled")
+    steps = []
+    if other in facts.enabled:
+        steps.append(f"systemctl disable {other}")
+    if want not in facts.enabled:
+        steps.append(f"systemctl enable {want}")
+    why = f" (a {role} with {other} enabled boots as a standalone cluster)"
+    return ItemResult(
+        name,
+        Status.FAIL,
+        f"{role}: enabled RKE2 units: {shown}" + (why if other in facts.enabled else ""),
+        "; ".join(steps),
+    )
+
+
+# Cases: no control-plane version given → WARN (not checked); major or minor differs → FAIL;
+# patch or RKE2 release differs → WARN; equal → PASS. No RKE2 at all → FAIL.
+def judge_version(facts: Rke2Facts, control_plane: str | None) -> ItemResult:
+    name = "rke2-version"
+    raw = facts.version
+    if isinstance(raw, Unknown):
+        return unknown_result(name, raw)
+    if raw is None:
+        return ItemResult(
+            name, Status.FAIL, f"no RKE2 found (no {BIN_LINK}, no rke2 command)", "install RKE2"
+        )
+    node = parse_version(raw)
+    if node is None:
+        return ItemResult(name, Status.UNKNOWN, f"no version in {raw!r} ({facts.version_source})")
+    want = parse_version(control_plane) if control_plane else None
+    if want is None:
+        return ItemResult(
+            name, Status.WARN, f"node {node}; not compared", "pass --control-plane-version"
+        )
+    seen = f"node {node}, control plane {want}"
+    pin = f"reinstall RKE2 pinned to {want} (INSTALL_RKE2_VERSION); unpinned installs take latest"
+    if (node.major, node.minor) != (want.major, want.minor):
+        return ItemResult(name, Status.FAIL, f"{seen}: minor differs", pin)
+    same_release = node.release is None or want.release is None or node.release == want.release
+    if node.patch != want.patch or not same_release:
+        return ItemResult(name, Status.WARN, f"{seen}: patch differs", "align at the next upgrade")
+    return ItemResult(name, Status.PASS, seen)
+
+
+def parse_exact(text: str) -> Version | None:
+    """A whole string that is a version, as --control-plane-version takes it.
+
+    >>> str(parse_exact("v1.34.3+rke2r1")), parse_exact("1.34"), str(parse_exact("1.34.3"))
+    ('v1.34.3+rke2r1', None, 'v1.34.3')
+    """
+    m = _VERSION.fullmatch(text.strip())
+    return parse_version(text) if m else None

@@ -1,0 +1,179 @@
+"""Read the host's evidence from inside the evidence Job; never write anything there.
+
+Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
+CAP_SYS_ADMIN) so they are the host's own ``journalctl`` and ``lspci``. Sysfs is read as files under
+a root directory, by default ``/proc/1/root`` (the host's root through hostPID, which needs
+CAP_SYS_PTRACE). Every command goes through one runner with a timeout; a command that hangs or
+fails becomes an `Unknown` and the rest of the evidence is still read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from guard.evidence.aer import parse_counters
+from guard.evidence.assess import Counters, Inputs, PortInput, Unknown
+from guard.evidence.kernel_log import for_gpu, parse_kernel_log
+
+HOST_PREFIX = ("nsenter", "-t", "1", "-m", "--")
+DEFAULT_HOST_ROOT = Path("/proc/1/root")
+DEFAULT_TIMEOUT_S = 20.0
+PREVIOUS_BOOT = "journalctl -k -b -1 (previous boot: the current one has no record of this GPU)"
+_BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_AER_FILES = (
+    "aer_dev_correctable",
+    "aer_dev_fatal",
+    "aer_dev_nonfatal",
+    "aer_rootport_total_err_cor",
+    "aer_rootport_total_err_fatal",
+    "aer_rootport_total_err_nonfatal",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    ok: bool
+    stdout: str
+    why: str = ""  # "" when ok, else one line: "timed out after 20s", "exit 1: …"
+
+
+Runner = Callable[[Sequence[str], float], CommandResult]
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
+    """The one place that starts a process: bounded in time, never raises."""
+    args = tuple(argv)
+    try:
+        done = subprocess.run(
+            args, capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
+    except OSError as err:
+        return CommandResult(args, False, "", f"cannot start {args[0]}: {err.strerror}")
+    stdout = done.stdout.decode("utf-8", errors="replace")
+    if done.returncode != 0:
+        lines = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        why = f"exit {done.returncode}: {lines[-1] if lines else 'no message'}"
+        return CommandResult(args, False, stdout, why)
+    return CommandResult(args, True, stdout)
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """How to reach the host: a runner, a prefix for its commands, a root for its files."""
+
+    runner: Runner = run_command
+    root: Path = DEFAULT_HOST_ROOT
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    prefix: tuple[str, ...] = HOST_PREFIX
+
+    def run(self, *argv: str) -> CommandResult:
+        return self.runner((*self.prefix, *argv), self.timeout_s)
+
+    def sysfs_device(self, pci: str) -> Path:
+        return self.root / "sys" / "bus" / "pci" / "devices" / pci
+
+
+def upstream_ports(host: Host, pci: str) -> tuple[str, ...] | None:
+    """Bridges above the GPU, root port first, from its sysfs link; None when there is no link.
+
+    ``/sys/bus/pci/devices/<gpu>`` links to ``../../../devices/pci0000:97/0000:97:01.0/<gpu>``:
+    every PCI address in that path before the GPU's own is a bridge on the way down.
+    """
+    try:
+        target = os.readlink(host.sysfs_device(pci))
+    except OSError:
+        return None
+    chain = [part for part in Path(target).parts if _BDF.match(part)]
+    return tuple(chain[:-1]) if chain and chain[-1] == pci else tuple(chain)
+
+
+def read_counters(host: Host, address: str) -> Counters:
+    """The AER counter files of one device; absent files (no AER) are left out."""
+    found: dict[str, dict[str, int]] = {}
+    for name in _AER_FILES:
+        try:
+            text = (host.sysfs_device(address) / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        found[name] = parse_counters(text)
+    return found
+
+
+def _journal(host: Host, boot: str) -> CommandResult:
+    return host.run("journalctl", "-k", "-b", boot, "--no-pager", "-o", "short-iso-precise")
+
+
+def _has_record(text: str, pci: str) -> bool:
+    mine = for_gpu(parse_kernel_log(text), pci)
+    return bool(mine.xids or mine.fallen_off)
+
+
+def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
+    """The current boot's kernel log, or the previous boot's when only that one has a record of
+    this GPU (the node may have been rebooted since the fault)."""
+    unknowns: list[Unknown] = []
+    current = _journal(host, "0")
+    if not current.ok:
+        unknowns.append(Unknown("journalctl -k -b 0", current.why))
+        current = host.run("dmesg", "--time-format", "iso")
+        if not current.ok:
+            unknowns.append(Unknown("dmesg --time-format iso", current.why))
+    label = " ".join(current.argv[len(host.prefix) :])
+    if current.ok and _has_record(current.stdout, pci):
+        return current.stdout, label, tuple(unknowns)
+    previous = _journal(host, "-1")
+    if not previous.ok:
+        unknowns.append(Unknown("journalctl -k -b -1", previous.why))
+    elif _has_record(previous.stdout, pci) or not current.ok:
+        return previous.stdout, PREVIOUS_BOOT, tuple(unknowns)
+    if current.ok:
+        return current.stdout, label, tuple(unknowns)
+    return None, "unknown (no kernel log could be read)", tuple(unknowns)
+
+
+def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, ...], list[Unknown]]:
+    if not chain:
+        return (), []
+    roles = {chain[0]: "root port"}
+    roles[chain[-1]] = "root port, parent bridge" if len(chain) == 1 else "parent bridge"
+    ports, unknowns = [], []
+    for address, role in roles.items():
+        shown = host.run("lspci", "-vvv", "-s", address)
+        if not shown.ok:
+            unknowns.append(Unknown(f"lspci -vvv -s {address}", shown.why))
+        ports.append(
+            PortInput(
+                address, role, shown.stdout if shown.ok else None, read_counters(host, address)
+            )
+        )
+    return tuple(ports), unknowns
+
+
+def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
+    """Everything the verdict and the report need, read once from the host."""
+    log, source, unknowns = kernel_log(host, pci)
+    found = list(unknowns)
+    dump = host.run("lspci", "-xxx", "-s", pci)
+    if not dump.ok:
+        found.append(Unknown(f"lspci -xxx -s {pci}", dump.why))
+    chain = upstream_ports(host, pci)
+    if chain is None:
+        found.append(Unknown(f"sysfs {pci}", "no /sys/bus/pci/devices entry (GPU removed?)"))
+    ports, port_unknowns = _port_inputs(host, chain or ())
+    return Inputs(
+        kernel_log=log,
+        kernel_log_source=source,
+        gpu_lspci=dump.stdout if dump.ok else None,
+        ports=ports,
+        gpu_counters=read_counters(host, pci),
+        reported_xid=reported_xid,
+        unknowns=(*found, *port_unknowns),
+    )

@@ -1,0 +1,199 @@
+"""What on-call reads: the Assessment as plain sentences (text) and as one JSON object.
+
+The same sentences feed the request draft, so the report and the draft never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from guard.evidence import aer
+from guard.evidence.assess import Assessment, PortEvidence
+from guard.evidence.catalog import CatalogEntry, XidClasses
+from guard.evidence.kernel_log import XidRecord
+
+Catalog = Mapping[int, CatalogEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The two data tables, loaded once by the CLI."""
+
+    classes: XidClasses
+    catalog: Catalog
+
+
+def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
+    entry = tables.catalog.get(record.code)
+    return {
+        "code": record.code,
+        "pci": record.pci,
+        "time": record.time,
+        "message": record.message,
+        "pid": record.pid,
+        "process": record.process,
+        "mig": record.mig,
+        "caused_by": record.caused_by,
+        "line": record.line,
+        "mnemonic": entry.mnemonic if entry else None,
+        "catalog_immediate_action": entry.immediate_action if entry else None,
+        "verdict_class": tables.classes.verdict_of(record.code).value,
+    }
+
+
+def config_sentence(a: Assessment) -> str:
+    """
+    >>> from guard.evidence.lspci import config_space
+    >>> from guard.evidence.assess import Inputs, assess
+    >>> from guard.evidence.catalog import XidClasses
+    >>> a = assess(Inputs("", "-", gpu_lspci="00: ff ff ff ff"), "0000:99:00.0", XidClasses({}))
+    >>> config_sentence(a)
+    'PCI config space reads all ff (4 bytes): the GPU does not answer config reads.'
+    """
+    if a.config is None:
+        return "PCI config space: not read."
+    if a.config.all_ff is None:
+        return "PCI config space: unknown (lspci printed nothing for this GPU)."
+    if a.config.all_ff:
+        return (
+            f"PCI config space reads all ff ({a.config.bytes_read} bytes): "
+            "the GPU does not answer config reads."
+        )
+    ids = f", vendor:device {a.config.vendor_device}" if a.config.vendor_device else ""
+    return f"PCI config space reads normally ({a.config.bytes_read} bytes{ids})."
+
+
+def recovery_sentence(a: Assessment) -> str:
+    if a.recovery is None:
+        return "Driver recovery action (Xid 154): none logged."
+    r = a.recovery
+    return (
+        f"Driver recovery action (Xid 154): {r.new_text} (0x{r.new:x}, from 0x{r.old:x}); "
+        "reported only, the verdict does not follow it."
+    )
+
+
+def _port_sentence(port: PortEvidence) -> str:
+    parts = [f"{port.role} {port.address}:"]
+    s = port.status
+    if s is None:
+        parts.append("lspci not read;")
+    elif not s.has_aer:
+        parts.append("no AER capability in lspci;")
+    else:
+        parts.append(f"UESta+ {' '.join(s.uncorrectable) or 'none'};")
+        parts.append(f"CESta+ {' '.join(s.correctable) or 'none'};")
+    if s is not None and s.link_active is not None:
+        parts.append(f"link {'up' if s.link_active else 'DOWN (DLActive-)'};")
+    counts = aer.nonzero(port.counters)
+    shown = "; ".join(f"{f} {_pairs(c)}" for f, c in counts.items())
+    parts.append(f"sysfs counters: {shown or 'all zero or absent'}")
+    return " ".join(parts)
+
+
+def _pairs(counters: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in counters.items())
+
+
+def aer_sentences(a: Assessment) -> tuple[str, ...]:
+    lines = [_port_sentence(p) for p in a.ports]
+    gpu = aer.nonzero(a.gpu_counters)
+    if gpu:
+        lines.append("GPU sysfs counters: " + "; ".join(f"{f} {_pairs(c)}" for f, c in gpu.items()))
+    for e in a.aer_events:
+        source = f" from {e.source}" if e.source else ""
+        lines.append(f"kernel {e.time or '-'} {e.device} {e.kind} {e.detail}{source}".rstrip())
+    if not lines:
+        lines.append("no AER evidence (many Xid 79 events have none).")
+    lines.append(f"Surprise Down: {'yes' if a.surprise_down else 'not seen'}.")
+    return tuple(lines)
+
+
+def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
+    """The machine form; keys are stable (docs/evidence.md)."""
+    return {
+        "pci": a.pci,
+        "verdict": a.verdict.value,
+        "reasons": list(a.reasons),
+        "uuid": a.uuid,
+        "xids": [xid_dict(x, tables) for x in a.xids],
+        "reported_xid": a.reported_xid,
+        "fallen_off": [
+            {"pci": f.pci, "time": f.time, "form": f.form, "line": f.line} for f in a.fallen_off
+        ],
+        "recovery_action": a.recovery.new_text if a.recovery else None,
+        "recovery_action_code": a.recovery.new if a.recovery else None,
+        "config_space_all_ff": a.config_space_all_ff,
+        "config_space_bytes": a.config.bytes_read if a.config else None,
+        "aer": {
+            "root_port": a.root_port,
+            "surprise_down": a.surprise_down,
+            "ports": [_port_json(p) for p in a.ports],
+            "gpu_counters": aer.nonzero(a.gpu_counters),
+            "events": [
+                {
+                    "device": e.device,
+                    "kind": e.kind,
+                    "time": e.time,
+                    "detail": e.detail,
+                    "source": e.source,
+                    "line": e.line,
+                }
+                for e in a.aer_events
+            ],
+        },
+        "other_gpus": list(a.other_gpus),
+        "kernel_log_source": a.kernel_log_source,
+        "unknown": [{"what": u.what, "why": u.why} for u in a.unknowns],
+    }
+
+
+def _port_json(p: PortEvidence) -> dict[str, Any]:
+    s = p.status
+    return {
+        "address": p.address,
+        "role": p.role,
+        "has_aer": s.has_aer if s else None,
+        "uncorrectable": list(s.uncorrectable) if s else None,
+        "correctable": list(s.correctable) if s else None,
+        "device_status": list(s.device_status) if s else None,
+        "link_active": s.link_active if s else None,
+        "counters": aer.nonzero(p.counters),
+    }
+
+
+def _xid_line(x: XidRecord, tables: Tables) -> str:
+    entry = tables.catalog.get(x.code)
+    name = entry.mnemonic if entry else "not in NVIDIA's catalog"
+    action = entry.immediate_action if entry else "-"
+    mig = f" {x.mig}" if x.mig else ""
+    cls = tables.classes.verdict_of(x.code).value
+    return (
+        f"  {x.time or 'time unknown'}  Xid {x.code}{mig}  {name}  "
+        f"[catalog {action}; guard {cls}]  {x.message}"
+    )
+
+
+def to_text(a: Assessment, tables: Tables, title: str) -> str:
+    """The human report; every section prints, with 'unknown' where evidence is missing."""
+    out = [f"== {title} ==", f"verdict: {a.verdict.value} ({', '.join(a.reasons)})"]
+    out.append(f"gpu: {a.pci or 'all GPUs in the log'}  uuid: {a.uuid or 'not in the log'}")
+    out.append(f"kernel log: {a.kernel_log_source}")
+    out.append("-- Xids for this GPU --")
+    out.extend(_xid_line(x, tables) for x in a.xids)
+    if not a.xids:
+        out.append("  none in the kernel log")
+    if a.reported_xid is not None:
+        out.append(f"  reported by the guard's metric: Xid {a.reported_xid}")
+    out.extend(f"  {f.time or 'time unknown'}  fallen off the bus ({f.form})" for f in a.fallen_off)
+    if a.other_gpus:
+        out.append(f"  other GPUs with records (not judged): {', '.join(a.other_gpus)}")
+    out += ["-- PCI config space --", f"  {config_sentence(a)}"]
+    out += ["-- AER --", *(f"  {s}" for s in aer_sentences(a))]
+    out += ["-- recovery action --", f"  {recovery_sentence(a)}"]
+    if a.unknowns:
+        out.append("-- unknown (could not be read) --")
+        out.extend(f"  {u.what}: {u.why}" for u in a.unknowns)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,1 @@
+"""The built-in example: the 21 September incident replayed in a local Prometheus."""

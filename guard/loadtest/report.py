@@ -1,0 +1,139 @@
+"""What the load-test Job prints: a table for people, then one JSON line for programs.
+
+The JSON line starts with ``LOADTEST-JSON `` so it can be found in a Job log among other lines.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from guard.loadtest.model import BurnResult, MemoryResult, PcieLink, RunResult, memory_targets
+from guard.loadtest.verdict import Criteria, Verdict, throughput_ratios
+
+JSON_PREFIX = "LOADTEST-JSON "
+_HEADER = ("GPU", "PCI", "NAME", "ITER", "TFLOPS", "RATIO", "PCIE GEN", "PCIE WIDTH", "MEMTEST")
+
+
+def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, Any]:
+    burns = {b.index: b for b in run.burns}
+    memory = {m.index: m for m in run.memory}
+    links = {link.pci: link for link in run.pcie}
+    ratios = throughput_ratios(run.burns)
+    targets = {d.index for d in memory_targets(run.devices, run.plan.memory)}
+    gpus = [
+        {
+            "index": d.index,
+            "pci": d.pci,
+            "name": d.name,
+            "uuid": d.uuid,
+            "burn": _burn_dict(burns.get(d.index), ratios.get(d.index)),
+            "pcie": _pcie_dict(links.get(d.pci)),
+            "memory_target": d.index in targets,
+            "memory": _memory_dict(memory.get(d.index)),
+        }
+        for d in run.devices
+    ]
+    return {
+        "verdict": "pass" if verdict.passed else "fail",
+        "reasons": list(verdict.reasons),
+        "notes": list(verdict.notes),
+        "expected_gpus": criteria.expected_gpus,
+        "visible_gpus": len(run.devices),
+        "min_ratio": criteria.min_ratio,
+        "ratio": verdict.ratio,
+        "min_tflops": verdict.min_tflops,
+        "max_tflops": verdict.max_tflops,
+        "backend": run.backend,
+        "size": run.plan.size,
+        "duration_s": run.plan.duration_s,
+        "memory_test": {"required": run.plan.memory.required, "pci": run.plan.memory.pci},
+        "gpus": gpus,
+    }
+
+
+def json_line(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
+    return json.dumps(as_dict(criteria, run, verdict), sort_keys=True)
+
+
+def text(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
+    """The table, the verdict line and its reasons and notes, then the JSON line."""
+    doc = as_dict(criteria, run, verdict)
+    rows = [_HEADER, *(_row(gpu) for gpu in doc["gpus"])]
+    widths = [max(len(row[col]) for row in rows) for col in range(len(_HEADER))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    ratio = "-" if verdict.ratio is None else f"{verdict.ratio:.3f}"
+    lines.append(
+        f"verdict={doc['verdict']} expected_gpus={criteria.expected_gpus}"
+        f" visible_gpus={len(run.devices)} ratio={ratio} min_ratio={criteria.min_ratio}"
+        f" backend={run.backend} size={run.plan.size} duration_s={run.plan.duration_s:g}"
+    )
+    lines += [f"  fail: {reason}" for reason in verdict.reasons]
+    lines += [f"  note: {note}" for note in verdict.notes]
+    lines.append(JSON_PREFIX + json.dumps(doc, sort_keys=True))
+    return "\n".join(lines)
+
+
+def _row(gpu: dict[str, Any]) -> tuple[str, ...]:
+    burn, link, mem = gpu["burn"], gpu["pcie"], gpu["memory"]
+    if burn is None:
+        iters, tflops, ratio = "-", "no result", "-"
+    elif burn["error"] is not None:
+        iters, tflops, ratio = str(burn["iterations"]), "exception", "-"
+    else:
+        iters, tflops = str(burn["iterations"]), f"{burn['tflops']:.4g}"
+        ratio = "-" if burn["ratio"] is None else f"{burn['ratio']:.3f}"
+    gen = "-" if link is None else f"{_n(link['gen_current'])}/{_n(link['gen_max'])}"
+    width = "-" if link is None else f"x{_n(link['width_current'])}/x{_n(link['width_max'])}"
+    memtest = _mem(mem, gpu["memory_target"])
+    return (str(gpu["index"]), gpu["pci"], gpu["name"], iters, tflops, ratio, gen, width, memtest)
+
+
+def _mem(mem: dict[str, Any] | None, is_target: bool) -> str:
+    if mem is None:
+        return "not run" if is_target else "-"
+    if mem["error"] is not None:
+        return "exception"
+    size = f"{mem['bytes_tested'] / 1e9:.3g} GB {mem['gbps']:.4g} GB/s"
+    return f"ok {size}" if mem["errors"] == 0 else f"{mem['errors']} errors {size}"
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _burn_dict(burn: BurnResult | None, ratio: float | None) -> dict[str, Any] | None:
+    if burn is None:
+        return None
+    return {
+        "iterations": burn.iterations,
+        "device_s": burn.device_s,
+        "tflops": burn.tflops,
+        "ratio": ratio,
+        "error": burn.error,
+    }
+
+
+def _pcie_dict(link: PcieLink | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {
+        "gen_current": link.gen_current,
+        "gen_max": link.gen_max,
+        "width_current": link.width_current,
+        "width_max": link.width_max,
+    }
+
+
+def _memory_dict(mem: MemoryResult | None) -> dict[str, Any] | None:
+    if mem is None:
+        return None
+    return {
+        "bytes_tested": mem.bytes_tested,
+        "errors": mem.errors,
+        "gbps": mem.gbps,
+        "error": mem.error,
+    }

@@ -1,0 +1,281 @@
+"""A real etcd + kube-apiserver on 127.0.0.1 for the apiserver tier, envtest-style.
+
+The binaries come from ``KUBEBUILDER_ASSETS`` or the cache that ``hack/envtest/build.sh`` fills.
+Without a controller-manager nothing reconciles: Jobs get no Pods, namespaces stay Terminating
+after delete, no ``default`` ServiceAccount appears. Admission (ValidatingAdmissionPolicy
+included), RBAC, dry-run, TokenRequest and optimistic concurrency are all real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from guard.jobs import JobKind, JobSpec, default_templates_dir, job_name, render_job
+from guard.settings import Settings
+from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
+from kubernetes.client.exceptions import ApiException
+
+ENVTEST_VERSION = "v1.34.4"
+SKIP_REASON = "apiserver tier skipped: run `make envtest` (or set KUBEBUILDER_ASSETS)"
+GUARD_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard"
+JOB_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard-job"
+ADMIN_TOKEN = "gpu-node-guard-tests-admin"  # test-only credential of a throwaway server
+MERGE_PATCH = "application/merge-patch+json"
+_START_TIMEOUT_S = 90.0
+
+
+def assets_dir(env: Mapping[str, str]) -> Path | None:
+    """The directory holding both binaries, as ``hack/envtest/build.sh --print-path`` picks it."""
+    candidates = [env.get("KUBEBUILDER_ASSETS", "")]
+    cache = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
+    version = env.get("ENVTEST_VERSION", ENVTEST_VERSION)
+    candidates.append(str(Path(cache) / "gpu-node-guard" / "envtest" / version))
+    for candidate in filter(None, candidates):
+        path = Path(candidate)
+        if all(os.access(path / name, os.X_OK) for name in ("etcd", "kube-apiserver")):
+            return path
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def write_signing_key(path: Path) -> None:
+    """An RSA key for service-account tokens (kube-apiserver cannot generate one itself)."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+    except ImportError:  # not a dependency of the guard; Debian's openssl does the same
+        subprocess.run(["openssl", "genrsa", "-out", str(path), "2048"], check=True, capture_output=True)
+        return
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlane:
+    """A running API server: where it is, how to reach it as admin or as anyone else."""
+
+    url: str
+    ca_file: Path
+    kubeconfig: Path
+    workdir: Path
+    started_in_s: float
+
+    def client(self) -> client.ApiClient:
+        """An ApiClient for the admin (group system:masters), from the admin kubeconfig."""
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def impersonating(self, user: str, group: str | None = None) -> client.ApiClient:
+        """The admin's client acting as `user`; a ServiceAccount gets its groups from the server."""
+        api = self.client()
+        api.set_default_header("Impersonate-User", user)
+        if group is not None:
+            api.set_default_header("Impersonate-Group", group)
+        return api
+
+    def service_account_kubeconfig(self, namespace: str, name: str, ttl_s: int = 3600) -> Path:
+        """A kubeconfig holding a real token of the ServiceAccount (TokenRequest), as in-cluster."""
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": ttl_s}}  # fmt: skip
+        with self.client() as api:
+            answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+                name, namespace, request
+            )
+        path = self.workdir / f"kubeconfig-{namespace}-{name}"
+        write_kubeconfig(path, self.url, self.ca_file, answer.status.token)
+        return path
+
+
+def write_kubeconfig(path: Path, url: str, ca_file: Path, token: str) -> None:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "envtest", "cluster": {"server": url, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "user", "user": {"token": token}}],
+        "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "user"}}],
+        "current-context": "envtest",
+    }
+    path.write_text(yaml.safe_dump(doc))
+
+
+@contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` with output to `log`; terminate it (then kill) on the way out, even on failure."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Poll `ready` until true; a dead process or the deadline fails with the log's last lines."""
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+            state = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready"
+            raise RuntimeError(f"{Path(proc.args[0]).name} {state} (log {log}):\n{tail}")  # type: ignore[index]
+        time.sleep(0.2)
+
+
+def http_ok(url: str, **kwargs: Any) -> bool:
+    try:
+        return requests.get(url, timeout=2, **kwargs).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    return [
+        str(binary), "--name=default", f"--data-dir={data_dir}",
+        f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
+        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=default={peer_url}",
+        "--unsafe-no-fsync=true",  # throwaway data: durability only costs time
+        "--log-level=warn",
+    ]  # fmt: skip
+
+
+def apiserver_argv(binary: Path, workdir: Path, etcd_port: int, port: int) -> list[str]:
+    """Envtest's flags (controller-runtime pkg/internal/testing/controlplane) with a token admin."""
+    return [
+        str(binary), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        f"--cert-dir={workdir / 'certs'}", f"--secure-port={port}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+        # Without a controller-manager nothing creates the `default` ServiceAccount.
+        "--disable-admission-plugins=ServiceAccount",
+        "--authorization-mode=Node,RBAC",
+        f"--token-auth-file={workdir / 'tokens.csv'}",
+        f"--service-account-issuer=https://127.0.0.1:{port}/",
+        f"--service-account-key-file={workdir / 'sa.key'}",
+        f"--service-account-signing-key-file={workdir / 'sa.key'}",
+    ]  # fmt: skip
+
+
+@contextmanager
+def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
+    """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards."""
+    started = time.monotonic()
+    etcd_port, port = free_port(), free_port()
+    (workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+    write_signing_key(workdir / "sa.key")
+    with ExitStack() as stack:
+        log = workdir / "etcd.log"
+        argv = etcd_argv(assets / "etcd", workdir / "etcd", etcd_port, free_port())
+        etcd = stack.enter_context(process(argv, log))
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), etcd, log)
+        log = workdir / "kube-apiserver.log"
+        argv = apiserver_argv(assets / "kube-apiserver", workdir, etcd_port, port)
+        apiserver = stack.enter_context(process(argv, log))
+        url, ca_file = f"https://127.0.0.1:{port}", workdir / "certs" / "apiserver.crt"
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        wait_until(lambda: ca_file.exists() and http_ok(f"{url}/readyz", headers=auth, verify=str(ca_file)), apiserver, log)  # fmt: skip
+        kubeconfig = workdir / "kubeconfig-admin"
+        write_kubeconfig(kubeconfig, url, ca_file, ADMIN_TOKEN)
+        yield ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
+
+
+def api_error(exc: ApiException) -> tuple[int, str]:
+    """The HTTP status and the server's message of a refused request."""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message", exc.body))
+    except ValueError:
+        message = str(exc.body)
+    return int(exc.status or 0), message
+
+
+# Representative argv of each Job, as the guard's planners build them.
+_COMMANDS: dict[JobKind, tuple[str, ...]] = {
+    "evidence": ("gpu-node-guard", "evidence", "collect", "--node", "{node}",
+                 "--pci", "0000:99:00.0", "--xid", "79", "--history", "first"),
+    "loadtest": ("gpu-node-guard", "loadtest", "run", "--expected-gpus", "8",
+                 "--duration-s", "90", "--matrix-size", "8192", "--min-ratio", "0.8"),
+    "conformance": ("gpu-node-guard", "conformance", "--root", "/proc/1/root", "--node", "{node}"),
+}  # fmt: skip
+
+
+def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
+    """A Job exactly as the guard renders it with its default settings (jobs/*.yaml.j2)."""
+    s = Settings()
+    spec = JobSpec(
+        kind=kind,
+        name=job_name(kind, node, key),
+        namespace=s.namespace,
+        node=node,
+        reason="xid-79",
+        prefix=s.annotation_prefix,
+        image=s.loadtest_image if kind == "loadtest" else s.image,
+        command=tuple(arg.format(node=node) for arg in _COMMANDS[kind]),
+        deadline_s=s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s,
+        ttl_s=s.job_ttl_s,
+        workload_service_account=s.job_service_account,
+        gpus=8 if kind == "loadtest" else 0,
+    )
+    return render_job(spec, default_templates_dir())
+
+
+def yaml_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def kustomize_documents(root: Path) -> list[dict[str, Any]]:
+    """What `kubectl kustomize root` emits for a kustomization that only lists resources.
+
+    kubectl is not on a fresh machine, so the tests read the kustomization themselves and
+    refuse any feature they would not reproduce (patches, namespace, name prefixes, …).
+    """
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    unsupported = sorted(set(kustomization) - {"apiVersion", "kind", "resources"})
+    if unsupported:
+        raise ValueError(f"{root}/kustomization.yaml: fields {unsupported} are not reproduced here")
+    docs: list[dict[str, Any]] = []
+    for entry in kustomization.get("resources", []):
+        path = root / entry
+        docs += kustomize_documents(path) if path.is_dir() else yaml_documents(path)
+    return docs
+
+
+def directory_documents(root: Path) -> list[dict[str, Any]]:
+    """What `kubectl apply -f root/` reads: every .yaml, .yml and .json file, by name."""
+    files = sorted(p for p in root.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
+    return [doc for path in files for doc in yaml_documents(path)]
+
+
+def create_all(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    """Create every object, Namespaces first (kustomize and kubectl order them the same way)."""
+    dynamic = DynamicClient(api)
+    for doc in sorted(docs, key=lambda d: d["kind"] != "Namespace"):
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        resource.create(body=doc, namespace=doc["metadata"].get("namespace"))

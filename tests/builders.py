@@ -1,0 +1,90 @@
+"""Builders with defaults for planner tests: `node("gpu-17", cordoned_for=79)` and friends."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from guard.ledger import parse_ledger
+from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
+from guard.names import Annotations
+from guard.settings import Settings
+
+NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
+KEYS = Annotations("gpu-node-guard.io/")
+S = Settings(prometheus_url="http://127.0.0.1:9")
+UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+PCI = "0000:99:00.0"
+
+
+def node(
+    name: str,
+    *,
+    gpus: int = 8,
+    allocatable: int | None = None,
+    cordoned: bool = False,
+    ready: bool = True,
+    boot: str = "boot-1",
+    guarded_xid: int | None = None,
+    cordon_boot: str = "boot-1",
+    capacity_at_cordon: int | None = None,
+    hold: str | None = None,
+    reset_done: str | None = None,
+    extra: dict[str, str] | None = None,
+    rv: str = "100",
+) -> NodeInfo:
+    notes: dict[str, str] = dict(extra or {})
+    if guarded_xid is not None:
+        notes.update(
+            {
+                KEYS.reason: f"xid-{guarded_xid}",
+                KEYS.at: "2026-09-21T05:55:00Z",
+                KEYS.boot_id: cordon_boot,
+                KEYS.gpu_capacity: str(capacity_at_cordon or gpus),
+                KEYS.gpu: f"{PCI} {UUID}",
+            }
+        )
+    if hold is not None:
+        notes[KEYS.hold] = hold
+    if reset_done is not None:
+        notes[KEYS.reset_done] = reset_done
+    return NodeInfo(
+        name,
+        rv,
+        cordoned,
+        ready,
+        boot,
+        gpus,
+        gpus if allocatable is None else allocatable,
+        tuple(sorted(notes.items())),
+    )
+
+
+def gpu(node_name: str, xid: int, index: int = 4, uuid: str = UUID, pci: str = PCI) -> GpuSample:
+    return GpuSample(node_name, str(index), uuid, pci, xid)
+
+
+def snapshot(
+    *nodes: NodeInfo,
+    candidates: tuple[GpuSample, ...] = (),
+    hardware: tuple[GpuSample, ...] = (),
+    remap: tuple[GpuSample, ...] = (),
+    held: dict[str, int] | None = None,
+    jobs: tuple[JobInfo, ...] = (),
+    pods: tuple[GpuPod, ...] = (),
+    ledger: dict[str, str] | None = None,
+) -> Snapshot:
+    view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())))
+    return Snapshot(
+        NOW,
+        tuple(sorted(nodes, key=lambda n: n.name)),
+        jobs,
+        pods,
+        parse_ledger(ledger or {}),
+        "1",
+        view,
+    )
+
+
+def settings(**changes: object) -> Settings:
+    return replace(S, **changes)  # type: ignore[arg-type]

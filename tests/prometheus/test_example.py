@@ -1,0 +1,55 @@
+"""The README's first command: the built-in example prints the incident plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from guard.example.incident import CARD_UUID
+
+pytestmark = pytest.mark.prometheus
+
+
+def run_example(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "guard.example", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_example_json_plan_cordons_gpu_node_b(prom):  # `prom` only to share the tier's skip
+    proc = run_example("--output", "json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)  # stdout is exactly one JSON object
+    kinds = [(a["type"], a["node"]) for a in plan["actions"]]
+    assert kinds == [
+        ("cordon", "gpu-node-b"),
+        ("event", "gpu-node-b"),
+        ("append-ledger", "gpu-node-b"),
+        ("create-job", "gpu-node-b"),
+    ]
+    cordon, _, ledger, job = plan["actions"]
+    assert cordon["reason"] == "xid-79"
+    assert cordon["annotations"]["gpu-node-guard.io/auto-cordon-gpu"] == f"0000:99:00.0 {CARD_UUID}"
+    assert ledger["line"] == f"2026-09-21T05:55:00Z xid-79 0000:99:00.0 {CARD_UUID} gpu-node-guard"
+    assert job["job_kind"] == "evidence"
+    assert plan["counts"]["prometheus_requests"] == 7
+    assert plan["dry_run"] is True
+
+
+def test_example_text_plan_reads_as_the_incident(prom):
+    proc = run_example()
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "dry-run would cordon node=gpu-node-b reason=xid-79" in out
+    assert "dry-run would ledger-append node=gpu-node-b" in out
+    assert "nodeName: gpu-node-b" in out
+    assert "2nd incident on this card" in out  # the 10 September line is in the bundled ledger
+    for quiet in ("gpu-node-a", "gpu-node-c", "gpu-node-d", "gpu-node-e"):
+        assert f"node={quiet}" not in out

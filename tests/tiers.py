@@ -1,0 +1,14 @@
+"""Skip a tier whose real server is missing — except under CI=true, where that is a failure."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def unavailable(tier: str, reason: str, how: str) -> None:
+    message = f"{tier} tier skipped: {reason}; {how}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{tier} tier required under CI=true: {reason}", pytrace=False)
+    pytest.skip(message)

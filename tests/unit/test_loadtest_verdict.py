@@ -1,0 +1,187 @@
+"""The load-test verdict over injected per-GPU results (no backend, no threads)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from guard.loadtest.model import (
+    BurnResult,
+    DeviceInfo,
+    MemoryPlan,
+    MemoryResult,
+    PcieLink,
+    RunPlan,
+    RunResult,
+    matmul_flops,
+)
+from guard.loadtest.verdict import Criteria, judge
+
+FLOPS = matmul_flops(8192)
+# Per-GPU throughput of the seed's real return run: 8 × RTX 5090, 203.6–212.7 TFLOPS.
+SEED_TFLOPS = (212.7, 208.1, 203.6, 210.4, 206.9, 211.8, 205.2, 209.3)
+
+
+NO_MEMORY_TEST = MemoryPlan(required=False)
+
+
+def pci(index: int) -> str:
+    return f"0000:{0x18 + index:02x}:00.0"
+
+
+def burn(index: int, tflops: float, iterations: int = 1000) -> BurnResult:
+    device_s = FLOPS * iterations / (tflops * 1e12)
+    return BurnResult(index, iterations, device_s, FLOPS)
+
+
+def node(
+    tflops: Mapping[int, float] | None = None,
+    visible: int = 8,
+    drop: frozenset[int] = frozenset(),
+    burns: Mapping[int, BurnResult] | None = None,
+    memory: MemoryPlan = NO_MEMORY_TEST,
+    memory_results: tuple[MemoryResult, ...] = (),
+    pcie: tuple[PcieLink, ...] = (),
+) -> RunResult:
+    """A run on `visible` GPUs at the seed's speeds; `tflops`/`burns` override, `drop` removes."""
+    speeds = {i: SEED_TFLOPS[i % 8] for i in range(visible)} | dict(tflops or {})
+    results = {i: burn(i, t) for i, t in speeds.items()} | dict(burns or {})
+    devices = tuple(DeviceInfo(i, pci(i), "NVIDIA GeForce RTX 5090", f"GPU-{i}") for i in speeds)
+    plan = RunPlan(8192, 90.0, memory, burn_timeout_s=210.0, memory_timeout_s=600.0)
+    kept = tuple(results[i] for i in sorted(results) if i not in drop)
+    return RunResult("torch", plan, devices, kept, memory_results, pcie)
+
+
+MEMORY_ON_3 = MemoryPlan(required=True, pci=pci(3))
+CLEAN_MEMORY_3 = MemoryResult(3, 120 * 10**9, 0, 2500.0)
+
+
+@pytest.mark.parametrize(
+    ("run", "expected_reasons"),
+    [
+        pytest.param(node(), (), id="seed-run-all-within-ratio-passes"),
+        pytest.param(
+            node({3: 150.0} | dict.fromkeys((0, 1, 2, 4, 5, 6, 7), 200.0)),
+            ("slow gpu=3 ratio=0.750 min_ratio=0.8",),
+            id="one-gpu-at-0.75-fails",
+        ),
+        pytest.param(
+            node({3: 170.0} | dict.fromkeys((0, 1, 2, 4, 5, 6, 7), 200.0)),
+            (),
+            id="one-gpu-at-0.85-passes",
+        ),
+        pytest.param(
+            node(drop=frozenset({5})),
+            (f"no-result gpu=5 pci={pci(5)}",),
+            id="gpu-without-result-fails",
+        ),
+        pytest.param(
+            node(burns={2: BurnResult(2, 0, 0.0, FLOPS, error="RuntimeError: CUDA error")}),
+            (f"exception gpu=2 pci={pci(2)} error='RuntimeError: CUDA error'",),
+            id="exception-on-one-gpu-fails",
+        ),
+        pytest.param(
+            node(burns={4: BurnResult(4, 0, 0.0, FLOPS)}),
+            (f"not-run gpu=4 pci={pci(4)} iterations=0 device_s=0",),
+            id="zero-iterations-fails",
+        ),
+        pytest.param(
+            node(burns={4: BurnResult(4, 50, 0.0, FLOPS)}),
+            (f"not-run gpu=4 pci={pci(4)} iterations=50 device_s=0",),
+            id="iterations-without-device-time-fails",
+        ),
+        pytest.param(
+            node(burns={i: BurnResult(i, 0, 0.0, FLOPS) for i in range(2)}, visible=2),
+            (
+                "gpu-count expected=8 visible=2",
+                f"not-run gpu=0 pci={pci(0)} iterations=0 device_s=0",
+                f"not-run gpu=1 pci={pci(1)} iterations=0 device_s=0",
+                "no-gpu-ran",
+            ),
+            id="nothing-ran-never-passes",
+        ),
+        pytest.param(
+            node(visible=7), ("gpu-count expected=8 visible=7",), id="seven-of-eight-fails"
+        ),
+        pytest.param(
+            node(memory=MEMORY_ON_3, memory_results=(CLEAN_MEMORY_3,)),
+            (),
+            id="memory-test-clean-passes",
+        ),
+        pytest.param(
+            node(memory=MEMORY_ON_3, memory_results=(MemoryResult(3, 10**9, 12, 2400.0),)),
+            (f"memory-errors gpu=3 pci={pci(3)} errors=12 bytes=1000000000",),
+            id="memory-test-errors-fail",
+        ),
+        pytest.param(
+            node(memory=MEMORY_ON_3),
+            (f"memory-not-run gpu=3 pci={pci(3)}",),
+            id="memory-test-required-not-run-fails",
+        ),
+        pytest.param(
+            node(memory=MEMORY_ON_3, memory_results=(MemoryResult(3, 0, 0, 0.0),)),
+            (f"memory-not-run gpu=3 pci={pci(3)}",),
+            id="memory-test-zero-bytes-fails",
+        ),
+        pytest.param(
+            node(
+                memory=MEMORY_ON_3,
+                memory_results=(MemoryResult(3, 0, 0, 0.0, error="OutOfMemoryError: x"),),
+            ),
+            (f"memory-exception gpu=3 pci={pci(3)} error='OutOfMemoryError: x'",),
+            id="memory-test-exception-fails",
+        ),
+        pytest.param(
+            node(memory=MemoryPlan(required=True, pci="0000:99:00.0")),
+            ("memory-target-missing pci=0000:99:00.0",),
+            id="memory-test-gpu-gone-fails",
+        ),
+        pytest.param(
+            node(memory=MemoryPlan(required=True), memory_results=(CLEAN_MEMORY_3,)),
+            tuple(f"memory-not-run gpu={i} pci={pci(i)}" for i in (0, 1, 2, 4, 5, 6, 7)),
+            id="memory-test-on-all-needs-every-gpu",
+        ),
+        pytest.param(
+            node(memory_results=(MemoryResult(3, 10**9, 12, 2400.0),)),
+            (),
+            id="memory-errors-ignored-when-not-required",
+        ),
+    ],
+)
+def test_verdict(run: RunResult, expected_reasons: tuple[str, ...]) -> None:
+    verdict = judge(Criteria(expected_gpus=8, min_ratio=0.8), run)
+    assert verdict.reasons == expected_reasons
+    assert verdict.passed is (expected_reasons == ())
+
+
+def test_seed_run_reports_its_spread() -> None:
+    verdict = judge(Criteria(expected_gpus=8, min_ratio=0.8), node())
+    assert verdict.min_tflops == pytest.approx(203.6)
+    assert verdict.max_tflops == pytest.approx(212.7)
+    assert verdict.ratio == pytest.approx(203.6 / 212.7)
+
+
+def test_whole_node_slow_together_passes() -> None:
+    """Only the ratio between GPUs is judged, as in the runbook: the report carries the rest."""
+    verdict = judge(Criteria(8, 0.8), node(dict.fromkeys(range(8), 20.0)))
+    assert verdict.passed
+    assert verdict.max_tflops == pytest.approx(20.0)
+
+
+def test_downtrained_link_is_a_note_not_a_failure() -> None:
+    links = (PcieLink(pci(0), 5, 5, 16, 16), PcieLink(pci(1), 1, 5, 16, 16))
+    verdict = judge(Criteria(8, 0.8), node(pcie=links))
+    assert verdict.passed
+    assert verdict.notes == (f"pcie-below-max pci={pci(1)} gen=1/5 width=16/16",)
+
+
+def test_backend_that_cannot_start_fails() -> None:
+    plan = RunPlan(8192, 90.0, MemoryPlan(False), 210.0, 600.0)
+    run = RunResult("torch", plan, (), (), backend_error="RuntimeError: no CUDA")
+    verdict = judge(Criteria(8, 0.8), run)
+    assert verdict.reasons == (
+        "backend-error backend=torch error='RuntimeError: no CUDA'",
+        "gpu-count expected=8 visible=0",
+        "no-gpu-ran",
+    )

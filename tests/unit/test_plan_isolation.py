@@ -1,0 +1,216 @@
+"""Isolation planner: candidates + API snapshot → at most one cordon, with reasons for the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from guard.actions import AppendLedgerLine, Cordon, CreateJob, Skip, to_json
+from guard.plan.isolation import breaker_limit, plan_isolation
+from tests.builders import KEYS, NOW, PCI, UUID, gpu, node, settings, snapshot
+
+
+def brief(actions):
+    return [(to_json(a)["type"], a.node, a.reason) for a in actions]
+
+
+CORDON_B = [
+    ("cordon", "b", "xid-79"),
+    ("event", "b", "xid-79"),
+    ("append-ledger", "b", "xid-79"),
+    ("create-job", "b", "xid-79"),
+]
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        pytest.param(
+            snapshot(node("b", allocatable=7), candidates=(gpu("b", 79),)),
+            CORDON_B,
+            id="xid79-cordons",
+        ),
+        pytest.param(snapshot(node("b")), [], id="no-candidates-no-actions"),
+        pytest.param(
+            snapshot(candidates=(gpu("ghost", 79),)),
+            [("skip", "ghost", "not-in-api")],
+            id="unknown-node-skipped",
+        ),
+        pytest.param(
+            snapshot(node("b", cordoned=True), candidates=(gpu("b", 79),)),
+            [("skip", "b", "already-cordoned")],
+            id="cordoned-meanwhile-skipped",
+        ),
+        pytest.param(
+            snapshot(node("b", guarded_xid=48), candidates=(gpu("b", 79),)),
+            [("skip", "b", "already-guarded")],
+            id="guard-annotation-skipped",
+        ),
+        pytest.param(
+            snapshot(node("b", hold="card swap pending"), candidates=(gpu("b", 79),)),
+            [("skip", "b", "hold")],
+            id="hold-skipped",
+        ),
+        pytest.param(
+            snapshot(
+                node("a"),
+                node("b"),
+                candidates=(gpu("a", 48), gpu("b", 79)),
+                held={"a": 900, "b": 120},
+            ),
+            [*CORDON_B, ("skip", "a", "one-per-cycle")],
+            id="fast-path-first",
+        ),
+        pytest.param(
+            snapshot(
+                node("a"),
+                node("b"),
+                candidates=(gpu("a", 48), gpu("b", 48)),
+                held={"a": 660, "b": 900},
+            ),
+            [
+                ("cordon", "b", "xid-48"),
+                ("event", "b", "xid-48"),
+                ("append-ledger", "b", "xid-48"),
+                ("create-job", "b", "xid-48"),
+                ("skip", "a", "one-per-cycle"),
+            ],
+            id="longest-held-next",
+        ),
+        pytest.param(
+            snapshot(
+                node("b"),
+                node("a"),
+                candidates=(gpu("b", 48), gpu("a", 48)),
+                held={"a": 660, "b": 660},
+            ),
+            [
+                ("cordon", "a", "xid-48"),
+                ("event", "a", "xid-48"),
+                ("append-ledger", "a", "xid-48"),
+                ("create-job", "a", "xid-48"),
+                ("skip", "b", "one-per-cycle"),
+            ],
+            id="name-breaks-ties",
+        ),
+    ],
+)
+def test_isolation_plan(snap, expected):
+    assert brief(plan_isolation(snap, settings())) == expected
+
+
+def guarded(n: int):
+    return tuple(node(f"g{i}", cordoned=True, guarded_xid=79) for i in range(n))
+
+
+@pytest.mark.parametrize(
+    ("already", "limit", "expect_cordon"),
+    [
+        pytest.param(4, 5, True, id="below-limit-cordons"),
+        pytest.param(5, 5, False, id="at-limit-breaker-open"),
+        pytest.param(6, 5, False, id="above-limit-breaker-open"),
+        pytest.param(0, 1, True, id="limit-one-empty-cordons"),
+    ],
+)
+def test_breaker(already, limit, expect_cordon):
+    snap = snapshot(node("b"), *guarded(already), candidates=(gpu("b", 79),))
+    actions = plan_isolation(snap, settings(breaker_max_nodes=limit))
+    if expect_cordon:
+        assert isinstance(actions[0], Cordon)
+    else:
+        assert brief(actions) == [("skip", "b", "breaker-open"), ("event", "b", "breaker-open")]
+        assert f"{already} nodes carry the guard's cordon (limit {limit})" in actions[0].detail
+
+
+def test_human_cordon_without_annotations_does_not_count_for_breaker():
+    humans = tuple(node(f"h{i}", cordoned=True) for i in range(9))
+    actions = plan_isolation(snapshot(node("b"), *humans, candidates=(gpu("b", 79),)), settings())
+    assert isinstance(actions[0], Cordon)
+
+
+@pytest.mark.parametrize(
+    ("gpu_nodes", "fraction", "absolute", "limit"),
+    [
+        pytest.param(100, 0.0, 5, 5, id="fraction-off"),
+        pytest.param(100, 0.02, 5, 2, id="fraction-binds"),
+        pytest.param(1000, 0.02, 5, 5, id="absolute-binds"),
+        pytest.param(10, 0.05, 5, 1, id="never-below-one"),
+    ],
+)
+def test_breaker_limit_lower_binds(gpu_nodes, fraction, absolute, limit):
+    snap = snapshot(*(node(f"n{i}") for i in range(gpu_nodes)))
+    assert (
+        breaker_limit(snap, settings(breaker_max_nodes=absolute, breaker_max_fraction=fraction))
+        == limit
+    )
+
+
+def test_cordon_carries_annotations_ledger_line_and_evidence_job():
+    snap = snapshot(
+        node("gpu-node-b", allocatable=7, boot="boot-7", rv="901877"),
+        candidates=(gpu("gpu-node-b", 79),),
+        held={"gpu-node-b": 120},
+        ledger={"gpu-node-b": f"2026-09-10T13:03:59Z xid-79 {PCI} {UUID} manual\n"},
+    )
+    cordon, _event, line, job = plan_isolation(snap, settings())
+    assert isinstance(cordon, Cordon) and isinstance(line, AppendLedgerLine)
+    assert isinstance(job, CreateJob)
+    assert dict(cordon.annotations) == {
+        KEYS.reason: "xid-79",
+        KEYS.at: "2026-09-21T05:55:00Z",
+        KEYS.boot_id: "boot-7",
+        KEYS.gpu_capacity: "8",
+        KEYS.gpu: f"{PCI} {UUID}",
+    }
+    assert cordon.resource_version == "901877"
+    assert str(cordon) == (
+        f"cordon node=gpu-node-b reason=xid-79 gpu={PCI} held_s=120 next=job/{job.name}"
+    )
+    assert line.line == f"2026-09-21T05:55:00Z xid-79 {PCI} {UUID} gpu-node-guard"
+    pod = job.manifest["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "gpu-node-b"
+    command = pod["containers"][0]["command"]
+    assert command[:7] == [
+        "gpu-node-guard",
+        "evidence",
+        "collect",
+        "--node",
+        "gpu-node-b",
+        "--pci",
+        PCI,
+    ]
+    assert "2nd incident on this card" in command[-1]
+    assert job.manifest["spec"]["activeDeadlineSeconds"] > 0
+    assert job.manifest["spec"]["ttlSecondsAfterFinished"] > 0
+
+
+def test_third_incident_on_card_asks_for_replacement():
+    history = "".join(f"2026-09-{d}T00:00:00Z xid-79 {PCI} {UUID} manual\n" for d in (10, 21))
+    snap = snapshot(node("b"), candidates=(gpu("b", 79),), ledger={"b": history})
+    job = plan_isolation(snap, settings())[3]
+    assert (
+        "incident #3 on this card"
+        in job.manifest["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    )
+
+
+def test_evidence_job_name_is_deterministic_per_cordon():
+    snap = snapshot(node("b"), candidates=(gpu("b", 79),))
+    first, second = plan_isolation(snap, settings()), plan_isolation(snap, settings())
+    assert first == second
+    assert first[3].name.startswith("gng-ev-b-")
+
+
+def test_skip_lines_say_why_and_next():
+    snap = snapshot(node("b", cordoned=True), candidates=(gpu("b", 79),))
+    (skip,) = plan_isolation(snap, settings())
+    assert isinstance(skip, Skip)
+    assert str(skip) == (
+        'skip node=b reason=already-cordoned detail="xid-79 gpu=0000:99:00.0 '
+        f'uuid={UUID} (already-cordoned)" next="nothing to do for this node"'
+    )
+
+
+def test_plan_uses_snapshot_time_not_clock():
+    snap = snapshot(node("b"), candidates=(gpu("b", 79),))
+    cordon = plan_isolation(snap, settings())[0]
+    assert dict(cordon.annotations)[KEYS.at] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
