@@ -30,7 +30,7 @@ from guard.actions import (
 from guard.kube import Conflict, Kube, KubeError
 from guard.log import Log
 from guard.model import NodeInfo
-from guard.names import Annotations
+from guard.names import NODE_EVENT_NAMESPACE, Annotations
 from guard.snapshot import node_info
 
 PATCH_TRIES = 3
@@ -206,7 +206,7 @@ class KubeExecutor:
 
     def _event(self, action: EmitEvent) -> None:
         body = {
-            "metadata": {"generateName": f"{action.node}.gng-", "namespace": self.namespace},
+            "metadata": {"generateName": f"{action.node}.gng-", "namespace": NODE_EVENT_NAMESPACE},
             "involvedObject": {"kind": "Node", "name": action.node, "apiVersion": "v1"},
             "reason": action.event_reason,
             "message": action.message[:1024],
@@ -215,7 +215,7 @@ class KubeExecutor:
             "reportingComponent": "gpu-node-guard",
         }
         try:
-            self.kube.create_event(self.namespace, body)
+            self.kube.create_event(NODE_EVENT_NAMESPACE, body)
         except KubeError as exc:  # an Event is a courtesy; the node write already happened
             self.log.event("event-failed", "WARN", node=action.node, error=str(exc))
             return

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 import jinja2
+import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
@@ -24,6 +25,7 @@ from guard.ledger import parse_time
 from guard.loadtest.cli import loadtest
 from guard.log import Log
 from guard.names import Annotations
+from guard.plan.common import render_example_job
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.prom import PromClient, PromError
@@ -155,6 +157,11 @@ def run(
     except (PromError, KubeError, SnapshotError, jinja2.TemplateError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
+    except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
+        first = (str(exc).strip().splitlines() or [""])[0]
+        log.event("abort", "ERROR", reason=f"unexpected {type(exc).__name__}: {first}",
+                  next="no writes after this; exit 1; please report")
+        sys.exit(1)
     if output == "json":
         click.echo(
             json.dumps(
@@ -227,6 +234,23 @@ def _counts(actions: tuple[Action, ...]) -> dict[str, int]:
 
 def _json_action(action: Action) -> dict[str, Any]:
     return to_json(action)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["evidence", "loadtest", "conformance"]))
+@click.option("--node", required=True, help="Node the Job is pinned to.")
+@click.option("--pci", default="0000:00:00.0", show_default=True, help="Faulted GPU (evidence).")
+@click.option("--xid", type=int, default=79, show_default=True)
+@click.option("--gpus", type=int, default=8, show_default=True, help="GPUs of the node (loadtest).")
+@settings_options
+def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:
+    """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
+    s = build_settings(options)
+    try:
+        manifest = render_example_job(s, kind, node, pci, xid, gpus)
+    except jinja2.TemplateError as exc:
+        raise click.ClickException(f"template error: {exc}") from None
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 
 cli.add_command(evidence)

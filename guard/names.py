@@ -10,6 +10,8 @@ MANUAL_RECORDER = "manual"
 APP_LABEL = "app.kubernetes.io/name"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
+# Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
+NODE_EVENT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True, slots=True)

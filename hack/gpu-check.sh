@@ -85,7 +85,7 @@ def ceiling(size=8192, runs=5, iterations=50):
         return best
 
 
-line = next(l for l in open(sys.argv[1]) if l.startswith("LOADTEST-JSON "))
+line = next(row for row in open(sys.argv[1]) if row.startswith("LOADTEST-JSON "))
 doc = json.loads(line.removeprefix("LOADTEST-JSON "))
 top = ceiling(doc["size"])
 print(f"\nmatmul ceiling, GPU 0 alone, {doc['size']}x{doc['size']} fp16: {top:.1f} TFLOPS")

@@ -11,6 +11,7 @@ from guard.names import Annotations
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
+CORDON_AT = "2026-09-21T05:00:00Z"  # older than two cycles: no evidence-Job repair
 KEYS = Annotations("gpu-node-guard.io/")
 S = Settings(prometheus_url="http://127.0.0.1:9")
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -33,12 +34,12 @@ def node(
     extra: dict[str, str] | None = None,
     rv: str = "100",
 ) -> NodeInfo:
-    notes: dict[str, str] = dict(extra or {})
+    notes: dict[str, str] = {}
     if guarded_xid is not None:
         notes.update(
             {
                 KEYS.reason: f"xid-{guarded_xid}",
-                KEYS.at: "2026-09-21T05:55:00Z",
+                KEYS.at: CORDON_AT,
                 KEYS.boot_id: cordon_boot,
                 KEYS.gpu_capacity: str(capacity_at_cordon or gpus),
                 KEYS.gpu: f"{PCI} {UUID}",
@@ -48,6 +49,7 @@ def node(
         notes[KEYS.hold] = hold
     if reset_done is not None:
         notes[KEYS.reset_done] = reset_done
+    notes.update(extra or {})
     return NodeInfo(
         name,
         rv,
@@ -74,6 +76,12 @@ def snapshot(
     pods: tuple[GpuPod, ...] = (),
     ledger: dict[str, str] | None = None,
 ) -> Snapshot:
+    if ledger is None:  # a guard-cordoned node has its ledger line unless a test says otherwise
+        ledger = {
+            n.name: f"{CORDON_AT} {n.annotation(KEYS.reason)} {PCI} {UUID} gpu-node-guard\n"
+            for n in nodes
+            if n.annotation(KEYS.reason)
+        }
     view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())))
     return Snapshot(
         NOW,

@@ -138,7 +138,7 @@ def _trap_notes(unprotected: list[str], patterns: tuple[re.Pattern[str], ...]) -
     for pat in patterns:
         missed = [n for n in unprotected if pat.search(n) and not pat.match(n)]
         if missed:
-            notes.append(f'"{pat.pattern}" matches at the start only, not {_shown(missed)}')
+            notes.append(f'"{pat.pattern}" is anchored at the start: it misses {_shown(missed)}')
     return notes
 
 
@@ -166,6 +166,8 @@ def judge_package_hold(facts: AptFacts) -> ItemResult:
         p.name for p in critical if not p.held and not any(r.match(p.name) for r in patterns)
     ]
     tail = _collateral(pkgs, patterns)
+    if not critical:
+        return ItemResult(name, Status.PASS, f"no kernel or driver packages installed{tail}")
     if not unprotected:
         seen = f"{len(critical)} kernel/driver packages held or blacklisted{tail}"
         return ItemResult(name, Status.PASS, seen)

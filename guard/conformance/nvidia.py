@@ -45,16 +45,17 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tuple[str, str] | None:
-    """(version, directory) of the library in use: the one ``libnvidia-ml.so.1`` points to, else the
-    newest file (ldconfig points the soname at the newest).
+    """(version, directory) of the library in use: the file ``libnvidia-ml.so.1`` points to, else
+    the newest file (ldconfig points the soname at the newest).
 
     >>> pick_nvml({"/usr/lib": ("libnvidia-ml.so.1", "libnvidia-ml.so.580.126.09")},
     ...           {"/usr/lib": "libnvidia-ml.so.580.126.09"})
     ('580.126.09', '/usr/lib')
     """
     for directory, target in links.items():
-        match = _VERSIONED.match(target.rsplit("/", 1)[-1])
-        if match:
+        name = target.rsplit("/", 1)[-1]
+        match = _VERSIONED.match(name)
+        if match and name in entries.get(directory, ()):
             return match.group(1), directory
     found = [
         (m.group(1), directory)
@@ -114,7 +115,7 @@ def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
             "reinstall the driver's NVML library (libnvidia-compute) of version " + module,
         )
     if module == nvml:
-        return ItemResult(NAME, Status.PASS, f"module {module} = NVML {nvml}")
+        return ItemResult(NAME, Status.PASS, f"module {module} = NVML {nvml} ({facts.nvml_where})")
     return ItemResult(
         NAME,
         Status.FAIL,

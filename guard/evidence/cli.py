@@ -7,7 +7,6 @@ reported as "unknown" and `collect` still exits 0, because the printed evidence 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,13 @@ from typing import Any
 import click
 
 from guard.evidence import request
-from guard.evidence.assess import Inputs, PortInput, assess
+from guard.evidence.assess import Inputs, assess
 from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.ledger_cli import count
+from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.options import FILE, OUTPUT, pci_callback
 from guard.evidence.report import Tables, to_json, to_text
-from guard.pci import normalize_pci
 
 JSON_MARK = "EVIDENCE-JSON "
 
@@ -142,42 +141,23 @@ def emit_collected(inputs: Inputs, tables: Tables, template: Any, target: Target
 @click.option("--lspci", "lspci_file", type=FILE, help="lspci -xxx -s <gpu> output.")
 @click.option("--aer", "aer_file", type=FILE, help="AER lines, lspci -vvv of a port, counters.")
 @click.option("--pci", callback=pci_callback, help="Judge only this GPU (any PCI spelling).")
+@click.option("--root-port", callback=pci_callback, help="The GPU's upstream port, for AER lines.")
 @click.option("--output", type=OUTPUT, default="text", show_default=True)
 @_classes_option
 def classify(**opts: Any) -> None:
     """Decide offline from saved files; the same parser and verdict as `collect`."""
     tables = _tables(opts["xid_classes"])
     log_path: Path = opts["kernel_log"]
-    aer_text = read_text(opts["aer_file"], "--aer") if opts["aer_file"] else ""
-    inputs = Inputs(
+    files = SavedFiles(
         kernel_log=read_text(log_path, "--kernel-log"),
         kernel_log_source=str(log_path),
         gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
-        ports=_ports_from_aer(aer_text),
-        aer_text=aer_text,
+        aer=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
     )
+    inputs = offline_inputs(files, opts["pci"], opts["root_port"])
     found = assess(inputs, opts["pci"], tables.classes)
     if opts["output"] == "json":
         click.echo(json.dumps(to_json(found, tables), indent=2))
     else:
         title = f"gpu-node-guard evidence (offline): {log_path}"
         click.echo(to_text(found, tables, title), nl=False)
-
-
-_LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4,5}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
-
-
-def _ports_from_aer(text: str) -> tuple[PortInput, ...]:
-    """Each `lspci -vvv` block in the --aer file describes a port; its header line names it."""
-    ports: list[PortInput] = []
-    block: list[str] = []
-    for line in [*text.splitlines(), "end"]:
-        if block and line[:1].isspace():
-            block.append(line)
-            continue
-        if block:
-            ports.append(PortInput(normalize_pci(block[0].split()[0]), "port", "\n".join(block)))
-            block = []
-        if _LSPCI_HEADER.match(line):
-            block = [line]
-    return tuple(ports)

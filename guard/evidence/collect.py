@@ -9,8 +9,10 @@ fails becomes an `Unknown` and the rest of the evidence is still read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from guard.evidence.kernel_log import for_gpu, parse_kernel_log
 HOST_PREFIX = ("nsenter", "-t", "1", "-m", "--")
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
+_REAP_S = 2.0
 PREVIOUS_BOOT = "journalctl -k -b -1 (previous boot: the current one has no record of this GPU)"
 _BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _AER_FILES = (
@@ -47,22 +50,41 @@ Runner = Callable[[Sequence[str], float], CommandResult]
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
-    """The one place that starts a process: bounded in time, never raises."""
+    """The one place that starts a process: bounded in time, never raises.
+
+    The command runs in its own process group, and a timeout kills the whole group; a process
+    stuck in the kernel (a config read of a dead GPU) may not die at once, so it is reaped only
+    briefly and then left behind rather than holding up the rest of the evidence.
+    """
     args = tuple(argv)
     try:
-        done = subprocess.run(
-            args, capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
+    except OSError as error:
+        return CommandResult(args, False, "", f"cannot start {args[0]}: {error.strerror}")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        _kill_group(proc)
         return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
-    except OSError as err:
-        return CommandResult(args, False, "", f"cannot start {args[0]}: {err.strerror}")
-    stdout = done.stdout.decode("utf-8", errors="replace")
-    if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
-        why = f"exit {done.returncode}: {lines[-1] if lines else 'no message'}"
+    stdout = out.decode("utf-8", errors="replace")
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", errors="replace").strip().splitlines()
+        why = f"exit {proc.returncode}: {lines[-1] if lines else 'no message'}"
         return CommandResult(args, False, stdout, why)
     return CommandResult(args, True, stdout)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=_REAP_S)
 
 
 @dataclass(frozen=True, slots=True)

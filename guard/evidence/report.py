@@ -13,6 +13,7 @@ from guard.evidence import aer
 from guard.evidence.assess import Assessment, PortEvidence
 from guard.evidence.catalog import CatalogEntry, XidClasses
 from guard.evidence.kernel_log import XidRecord
+from guard.evidence.verdict import RECOVERY_ACTION_XID
 
 Catalog = Mapping[int, CatalogEntry]
 
@@ -23,6 +24,11 @@ class Tables:
 
     classes: XidClasses
     catalog: Catalog
+
+
+def verdict_class(code: int, tables: Tables) -> str | None:
+    """The class the verdict table gives `code`; None for Xid 154, which is only reported."""
+    return None if code == RECOVERY_ACTION_XID else tables.classes.verdict_of(code).value
 
 
 def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
@@ -39,7 +45,7 @@ def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
         "line": record.line,
         "mnemonic": entry.mnemonic if entry else None,
         "catalog_immediate_action": entry.immediate_action if entry else None,
-        "verdict_class": tables.classes.verdict_of(record.code).value,
+        "verdict_class": verdict_class(record.code, tables),
     }
 
 
@@ -97,14 +103,32 @@ def _pairs(counters: Mapping[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in counters.items())
 
 
+_EVENT_WORDS = {
+    "received": "{detail} error received{source}",
+    "severity": "PCIe Bus Error, severity {detail}",
+    "status": "error status {detail}",
+    "error": "error bit {detail}",
+    "no-handler": "driver has no AER recovery (cannot recover)",
+    "recovery-failed": "device recovery failed",
+}
+
+
+def _event_sentence(e: aer.AerEvent) -> str:
+    """
+    >>> _event_sentence(aer.AerEvent("0000:00:03.0", "received", "1.5", "correctable", 1, "id=0010"))
+    'kernel 1.5 0000:00:03.0: correctable error received from id=0010'
+    """
+    source = f" from {e.source}" if e.source else ""
+    what = _EVENT_WORDS[e.kind].format(detail=e.detail, source=source)
+    return f"kernel {e.time or '-'} {e.device}: {what}"
+
+
 def aer_sentences(a: Assessment) -> tuple[str, ...]:
     lines = [_port_sentence(p) for p in a.ports]
     gpu = aer.nonzero(a.gpu_counters)
     if gpu:
         lines.append("GPU sysfs counters: " + "; ".join(f"{f} {_pairs(c)}" for f, c in gpu.items()))
-    for e in a.aer_events:
-        source = f" from {e.source}" if e.source else ""
-        lines.append(f"kernel {e.time or '-'} {e.device} {e.kind} {e.detail}{source}".rstrip())
+    lines.extend(_event_sentence(e) for e in a.aer_events)
     if not lines:
         lines.append("no AER evidence (many Xid 79 events have none).")
     lines.append(f"Surprise Down: {'yes' if a.surprise_down else 'not seen'}.")
@@ -169,7 +193,7 @@ def _xid_line(x: XidRecord, tables: Tables) -> str:
     name = entry.mnemonic if entry else "not in NVIDIA's catalog"
     action = entry.immediate_action if entry else "-"
     mig = f" {x.mig}" if x.mig else ""
-    cls = tables.classes.verdict_of(x.code).value
+    cls = verdict_class(x.code, tables) or "reported only"
     return (
         f"  {x.time or 'time unknown'}  Xid {x.code}{mig}  {name}  "
         f"[catalog {action}; guard {cls}]  {x.message}"

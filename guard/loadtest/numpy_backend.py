@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from guard.loadtest.model import (
     CONSTANT_PATTERNS,
@@ -88,7 +89,7 @@ class NumpyBackend:
         return BurnResult(index, iterations, device_s, flops)
 
     def memory_test(self, index: int) -> MemoryResult:
-        words = np.empty(self._memory_words, dtype=np.int64)
+        words: npt.NDArray[np.int64] = np.empty(self._memory_words, dtype=np.int64)
         stuck = self._stuck_offsets(index)
         errors = 0
         start = time.perf_counter()
@@ -96,7 +97,7 @@ class NumpyBackend:
             words.fill(as_int64(word))
             words[stuck] &= ~1
             errors += int(np.count_nonzero(words != as_int64(word)))
-        expected = np.arange(self._memory_words, dtype=np.int64)
+        expected: npt.NDArray[np.int64] = np.arange(self._memory_words, dtype=np.int64)
         words[:] = expected
         words[stuck] &= ~1
         errors += int(np.count_nonzero(words != expected))
@@ -111,9 +112,9 @@ class NumpyBackend:
 
         return tuple(link(i) for i in range(self._count))
 
-    def _stuck_offsets(self, index: int) -> np.ndarray:
+    def _stuck_offsets(self, index: int) -> npt.NDArray[np.int64]:
         count = self._faults.stuck_words.get(index, 0)
-        offsets = np.arange(count, dtype=np.int64) * _STUCK_STRIDE + 1
+        offsets: npt.NDArray[np.int64] = np.arange(count, dtype=np.int64) * _STUCK_STRIDE + 1
         return offsets[offsets < self._memory_words]
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from guard import ledger
+from guard.actions import AppendLedgerLine, CreateJob
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, default_templates_dir, job_name, render_job
 from guard.model import Snapshot
-from guard.names import Annotations
+from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 
 
@@ -68,5 +71,97 @@ def render(s: Settings, spec: JobSpec) -> dict[str, object]:
     return render_job(spec, templates(s))
 
 
-def card_counts(snap: Snapshot, uuid: str, node: str, pci: str) -> ledger.Counts:
-    return ledger.count(snap.ledger, uuid, node, pci)
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One cordon's facts: what the ledger line and the evidence Job are built from."""
+
+    node: str
+    at: datetime
+    xid: int
+    pci: str
+    uuid: str
+
+
+def has_ledger_line(snap: Snapshot, incident: Incident) -> bool:
+    return any(
+        e.node == incident.node and e.at == incident.at and e.recorder == RECORDER
+        for e in ledger.entries(snap.ledger)
+    )
+
+
+def incident_counts(snap: Snapshot, incident: Incident) -> ledger.Counts:
+    """Ledger counts that include this incident, whether or not its line is written yet."""
+    counts = ledger.count(snap.ledger, incident.uuid, incident.node, incident.pci)
+    if has_ledger_line(snap, incident):
+        return counts
+    return ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
+
+
+def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerLine:
+    entry = ledger.LedgerEntry(
+        incident.node, incident.at, incident.xid, incident.pci, incident.uuid, RECORDER
+    )
+    return AppendLedgerLine(incident.node, reason, entry.format(), s.ledger_configmap)
+
+
+def evidence_job(snap: Snapshot, s: Settings, incident: Incident, reason: str) -> CreateJob:
+    """The evidence Job of an incident; its name depends only on node and cordon time."""
+    sentence = ledger.history_sentence(
+        incident_counts(snap, incident), incident.uuid, incident.node, incident.pci
+    )
+    args = ("evidence", "collect", "--node", incident.node, "--pci", incident.pci)
+    args += ("--xid", str(incident.xid), "--history", sentence)
+    at = ledger.format_time(incident.at)
+    spec = job_spec(s, "evidence", incident.node, at, reason, args)
+    return CreateJob(incident.node, reason, "evidence", spec.name, render(s, spec))
+
+
+def render_example_job(
+    s: Settings, kind: str, node: str, pci: str, xid: int, gpus: int
+) -> dict[str, object]:
+    """A Job as the planners would build it, for `gpu-node-guard render`."""
+    if kind == "evidence":
+        args: tuple[str, ...] = (
+            "evidence",
+            "collect",
+            "--node",
+            node,
+            "--pci",
+            pci,
+            "--xid",
+            str(xid),
+            "--history",
+            "First recorded incident.",
+        )
+    elif kind == "loadtest":
+        args = (
+            "loadtest",
+            "run",
+            "--expected-gpus",
+            str(gpus),
+            "--duration-s",
+            str(s.loadtest_duration_s),
+            "--size",
+            str(s.loadtest_matrix_size),
+        )
+    else:
+        args = (
+            "conformance",
+            "--root",
+            "/proc/1/root",
+            "--nsenter",
+            "--role",
+            "worker",
+            "--output",
+            "json",
+        )
+    spec = job_spec(
+        s,
+        kind,
+        node,
+        "render",
+        f"xid-{xid}",
+        args,  # type: ignore[arg-type]
+        gpus=gpus if kind == "loadtest" else 0,
+    )
+    return render(s, spec)

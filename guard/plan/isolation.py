@@ -15,10 +15,9 @@ import math
 from itertools import groupby
 
 from guard import ledger
-from guard.actions import Action, AppendLedgerLine, Cordon, CreateJob, EmitEvent, Skip
+from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.model import GpuSample, NodeInfo, Snapshot
-from guard.names import RECORDER
-from guard.plan.common import card_counts, guarded_nodes, job_spec, keys, render
+from guard.plan.common import Incident, evidence_job, guarded_nodes, keys, ledger_append
 from guard.settings import Settings
 
 
@@ -121,49 +120,21 @@ def _breaker_open(
 
 def _cordon(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
     k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
-    entry = ledger.LedgerEntry(node.name, snap.now, g.value, g.pci, g.uuid, RECORDER)
-    counts = card_counts(snap, g.uuid, node.name, g.pci)
-    counts = ledger.Counts(counts.same_card + 1, counts.same_slot + 1, snap.now)
-    sentence = ledger.history_sentence(counts, g.uuid, node.name, g.pci)
-    spec = job_spec(
-        s,
-        "evidence",
-        node.name,
-        at,
-        reason,
-        (
-            "evidence",
-            "collect",
-            "--node",
-            node.name,
-            "--pci",
-            g.pci,
-            "--xid",
-            str(g.value),
-            "--history",
-            sentence,
-        ),
-    )
+    incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
+    job = evidence_job(snap, s, incident, reason)
     annotations = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-        (k.gpu, f"{g.pci} {g.uuid}"),
-    )
+        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
+    )  # fmt: skip
     held = snap.prom.held_s(node.name)
-    return (
-        Cordon(
-            node.name, reason, node.resource_version, annotations, g.pci, held, f"job/{spec.name}"
-        ),
-        EmitEvent(
-            node.name,
-            reason,
-            "Warning",
-            "GuardCordoned",
-            f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
-            f"GPU loss held {held}s; evidence job/{spec.name}",
-        ),
-        AppendLedgerLine(node.name, reason, entry.format(), s.ledger_configmap),
-        CreateJob(node.name, reason, "evidence", spec.name, render(s, spec)),
+    message = (
+        f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
+        f"GPU loss held {held}s; evidence job/{job.name}"
     )
+    return (
+        Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
+               f"job/{job.name}"),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message),
+        ledger_append(s, incident, reason),
+        job,
+    )  # fmt: skip

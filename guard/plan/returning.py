@@ -28,7 +28,16 @@ from guard.actions import (
 )
 from guard.jobs import JobSpec
 from guard.model import JobInfo, NodeInfo, Snapshot
-from guard.plan.common import job_spec, keys, render, xid_of
+from guard.plan.common import (
+    Incident,
+    evidence_job,
+    has_ledger_line,
+    job_spec,
+    keys,
+    ledger_append,
+    render,
+    xid_of,
+)
 from guard.settings import Settings
 
 WAIT = "checked again next cycle"
@@ -59,6 +68,10 @@ def _node(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
                 "without a load test",
             ),
         )
+    return _repairs(snap, s, node) + _progress(snap, s, node)
+
+
+def _progress(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     blocked = _blocked(snap, s, node)
     if blocked is not None:
         return (blocked,)
@@ -71,6 +84,38 @@ def _node(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
         if gate is not None:
             return gate
     return _job_gate(snap, s, node, "loadtest", boot_key) or ()
+
+
+def _repairs(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+    """Finish a cordon whose later writes failed: the ledger line, then a fresh evidence Job.
+
+    The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
+    deleted later, or that expired, is not resurrected.
+    """
+    incident = _incident(s, node)
+    if incident is None:
+        return ()
+    out: list[Action] = []
+    if not has_ledger_line(snap, incident):
+        out.append(ledger_append(s, incident, "repair-ledger"))
+    job = evidence_job(snap, s, incident, "repair-evidence")
+    fresh = (snap.now - incident.at).total_seconds() <= 2 * s.cadence_s
+    if fresh and all(j.name != job.name for j in snap.jobs):
+        out.append(job)
+    return tuple(out)
+
+
+def _incident(s: Settings, node: NodeInfo) -> Incident | None:
+    k = keys(s)
+    xid = xid_of(node.annotation(k.reason))
+    pci, _, uuid = (node.annotation(k.gpu) or "").partition(" ")
+    try:
+        at = ledger.parse_time(node.annotation(k.at) or "")
+    except ValueError:
+        return None
+    if xid is None or not pci or not uuid:
+        return None
+    return Incident(node.name, at, xid, pci, uuid)
 
 
 def _blocked(snap: Snapshot, s: Settings, node: NodeInfo) -> Skip | None:
@@ -229,7 +274,7 @@ def _spec(s: Settings, node: NodeInfo, kind: str, boot_key: str) -> JobSpec:
 
 
 def _loadtest_args(s: Settings, node: NodeInfo, xid: int | None) -> tuple[str, ...]:
-    args = ["loadtest", "run", "--expected-gpus", str(node.gpu_capacity)]
+    args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(node.gpu_capacity)]
     args += ["--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size)]
     args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
     if xid is not None:

@@ -21,14 +21,15 @@ from typing import Any
 
 import requests
 import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
 from guard.jobs import JobKind, JobSpec, default_templates_dir, job_name, render_job
 from guard.settings import Settings
-from kubernetes import client, config
-from kubernetes.dynamic import DynamicClient
-from kubernetes.client.exceptions import ApiException
 
 ENVTEST_VERSION = "v1.34.4"
-SKIP_REASON = "apiserver tier skipped: run `make envtest` (or set KUBEBUILDER_ASSETS)"
+HOW_TO_ENABLE = "run `make envtest` (or set KUBEBUILDER_ASSETS)"
 GUARD_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard"
 JOB_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard-job"
 ADMIN_TOKEN = "gpu-node-guard-tests-admin"  # test-only credential of a throwaway server
@@ -62,7 +63,9 @@ def write_signing_key(path: Path) -> None:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
     except ImportError:  # not a dependency of the guard; Debian's openssl does the same
-        subprocess.run(["openssl", "genrsa", "-out", str(path), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(path), "2048"], check=True, capture_output=True
+        )
         return
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     path.write_bytes(
@@ -98,8 +101,11 @@ class ControlPlane:
 
     def service_account_kubeconfig(self, namespace: str, name: str, ttl_s: int = 3600) -> Path:
         """A kubeconfig holding a real token of the ServiceAccount (TokenRequest), as in-cluster."""
-        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": ttl_s}}  # fmt: skip
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": ttl_s},
+        }
         with self.client() as api:
             answer = client.CoreV1Api(api).create_namespaced_service_account_token(
                 name, namespace, request
@@ -113,7 +119,9 @@ def write_kubeconfig(path: Path, url: str, ca_file: Path, token: str) -> None:
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "envtest", "cluster": {"server": url, "certificate-authority": str(ca_file)}}],
+        "clusters": [
+            {"name": "envtest", "cluster": {"server": url, "certificate-authority": str(ca_file)}}
+        ],
         "users": [{"name": "user", "user": {"token": token}}],
         "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "user"}}],
         "current-context": "envtest",
@@ -125,7 +133,9 @@ def write_kubeconfig(path: Path, url: str, ca_file: Path, token: str) -> None:
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """Run `argv` with output to `log`; terminate it (then kill) on the way out, even on failure."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         try:
             yield proc
         finally:
@@ -201,7 +211,13 @@ def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
         apiserver = stack.enter_context(process(argv, log))
         url, ca_file = f"https://127.0.0.1:{port}", workdir / "certs" / "apiserver.crt"
         auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        wait_until(lambda: ca_file.exists() and http_ok(f"{url}/readyz", headers=auth, verify=str(ca_file)), apiserver, log)  # fmt: skip
+        wait_until(
+            lambda: (
+                ca_file.exists() and http_ok(f"{url}/readyz", headers=auth, verify=str(ca_file))
+            ),
+            apiserver,
+            log,
+        )
         kubeconfig = workdir / "kubeconfig-admin"
         write_kubeconfig(kubeconfig, url, ca_file, ADMIN_TOKEN)
         yield ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
@@ -273,9 +289,15 @@ def directory_documents(root: Path) -> list[dict[str, Any]]:
     return [doc for path in files for doc in yaml_documents(path)]
 
 
+def create(api: client.ApiClient, doc: dict[str, Any], dry_run: bool = False) -> Any:
+    """POST `doc` as the JSON it is, like kubectl. The typed client's models would reject some
+    valid manifests before sending them (integer quantities, MicroTime without fraction)."""
+    resource = DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    namespace = doc["metadata"].get("namespace")
+    return resource.create(body=doc, namespace=namespace, dry_run="All" if dry_run else None)
+
+
 def create_all(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
     """Create every object, Namespaces first (kustomize and kubectl order them the same way)."""
-    dynamic = DynamicClient(api)
     for doc in sorted(docs, key=lambda d: d["kind"] != "Namespace"):
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
+        create(api, doc)

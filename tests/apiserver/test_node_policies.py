@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube import MERGE_PATCH, api_error
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.apiserver.kube import MERGE_PATCH, api_error
 
 pytestmark = pytest.mark.apiserver
 
@@ -17,6 +18,7 @@ HOLD = "gpu-node-guard.io/hold"
 HOLD_TEXT = "3rd Xid 79 on GPU-5f1c: replace the card"
 SCOPE_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
 FOREIGN = {"team.example.com/owner": "ml-platform"}
+TAINT = {"key": "gpu-node-guard.io/fault", "effect": "NoSchedule"}
 GUARD_CORDON = {
     "gpu-node-guard.io/auto-cordon-reason": "xid-79",
     "gpu-node-guard.io/auto-cordon-at": "2026-03-02T04:10:00Z",
@@ -55,9 +57,11 @@ def sender(request: pytest.FixtureRequest, deployed: object) -> client.ApiClient
     ],
 )  # fmt: skip
 def test_uncordon_is_refused_while_hold_is_set(
-    sender: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str],
+    sender: client.ApiClient,
+    admin: client.ApiClient,
+    make_node: Callable[..., str],
     uncordon: dict[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     node = make_node(unschedulable=True, annotations={HOLD: HOLD_TEXT})
     status, message = refusal(lambda: patch(sender, node, uncordon))
     assert status == 422
@@ -101,8 +105,10 @@ def test_guard_cordons_with_its_annotations_in_one_write(
 ) -> None:
     node = make_node(annotations=FOREIGN)
     version = client.CoreV1Api(admin).read_node(node).metadata.resource_version
-    body = {"metadata": {"resourceVersion": version, "annotations": GUARD_CORDON},
-            "spec": {"unschedulable": True}}  # fmt: skip
+    body = {
+        "metadata": {"resourceVersion": version, "annotations": GUARD_CORDON},
+        "spec": {"unschedulable": True},
+    }
     patch(guard, node, body)
     stored = client.CoreV1Api(admin).read_node(node)
     assert stored.spec.unschedulable is True
@@ -120,8 +126,7 @@ def test_guard_cordons_with_its_annotations_in_one_write(
                      "may not change labels (gpu-node-guard.io/faulty)", id="add-label"),
         pytest.param({"metadata": {"labels": {"nvidia.com/gpu.present": None}}},
                      "may not change labels (nvidia.com/gpu.present)", id="remove-label"),
-        pytest.param({"spec": {"unschedulable": True,
-                               "taints": [{"key": "gpu-node-guard.io/fault", "effect": "NoSchedule"}]}},
+        pytest.param({"spec": {"unschedulable": True, "taints": [TAINT]}},
                      "may not change taints", id="cordon-with-taint"),
         pytest.param({"metadata": {"annotations": {"example.com/note": "guard"}}},
                      "may not change annotation(s) example.com/note", id="add-foreign-annotation"),
@@ -136,9 +141,12 @@ def test_guard_cordons_with_its_annotations_in_one_write(
     ],
 )  # fmt: skip
 def test_guard_changes_nothing_else_on_a_node(
-    guard: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str],
-    change: dict[str, Any], expected: str,
-) -> None:  # fmt: skip
+    guard: client.ApiClient,
+    admin: client.ApiClient,
+    make_node: Callable[..., str],
+    change: dict[str, Any],
+    expected: str,
+) -> None:
     node = make_node(annotations=FOREIGN)
     before = client.CoreV1Api(admin).read_node(node)
     status, message = refusal(lambda: patch(guard, node, change))

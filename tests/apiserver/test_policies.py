@@ -9,23 +9,28 @@ from typing import Any
 
 import pytest
 import yaml
-from kube import api_error, guard_job, kustomize_documents
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.jobs import JobKind
 from guard.settings import Settings
+from tests.apiserver.kube import api_error, create, guard_job, kustomize_documents
 
 pytestmark = pytest.mark.apiserver
 
 REPO = Path(__file__).resolve().parents[2]
+NS = "gpu-node-guard"
 JOB_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-job-shape'"
 POD = ("spec", "template", "spec")
 C0 = (*POD, "containers", 0)
 COMPONENT = "app.kubernetes.io/component"
 DELETE = object()
 GUARD_IMAGE = Settings().image
-OTHER = {"name": "extra", "image": GUARD_IMAGE, "command": ["gpu-node-guard", "evidence", "collect"]}
+OTHER = {
+    "name": "extra",
+    "image": GUARD_IMAGE,
+    "command": ["gpu-node-guard", "evidence", "collect"],
+}
 
 
 def set_path(doc: Any, path: tuple[str | int, ...], value: object) -> None:
@@ -52,12 +57,16 @@ def unique() -> str:
 
 
 @pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
-def test_every_rendered_job_is_accepted(guard: client.ApiClient, admin: client.ApiClient, kind: JobKind) -> None:  # fmt: skip
-    job = guard_job(kind, "gpu-node-a", unique())
-    client.BatchV1Api(guard).create_namespaced_job("gpu-node-guard", job)
-    stored = client.BatchV1Api(admin).read_namespaced_job(job["metadata"]["name"], "gpu-node-guard")
-    assert stored.spec.template.spec.node_name == "gpu-node-a"
-    assert stored.spec.template.spec.containers[0].command == job["spec"]["template"]["spec"]["containers"][0]["command"]  # fmt: skip
+def test_every_rendered_job_is_accepted(
+    guard: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str], kind: JobKind
+) -> None:
+    node = make_node(unschedulable=True)
+    job = guard_job(kind, node, unique())
+    create(guard, job)
+    stored = client.BatchV1Api(admin).read_namespaced_job(job["metadata"]["name"], NS)
+    container = stored.spec.template.spec.containers[0]
+    assert stored.spec.template.spec.node_name == node
+    assert container.command == job["spec"]["template"]["spec"]["containers"][0]["command"]
 
 
 @pytest.mark.parametrize(
@@ -66,8 +75,8 @@ def test_every_rendered_job_is_accepted(guard: client.ApiClient, admin: client.A
         pytest.param("evidence", (*C0, "securityContext", "privileged"), True,
                      "privileged containers are never allowed", id="privileged"),
         pytest.param("evidence", (*C0, "securityContext", "capabilities", "add"),
-                     ["SYS_ADMIN", "NET_ADMIN"], "capabilities add [SYS_ADMIN, NET_ADMIN] goes beyond",
-                     id="extra-capability"),
+                     ["SYS_ADMIN", "NET_ADMIN"],
+                     "capabilities add [SYS_ADMIN, NET_ADMIN] goes beyond", id="extra-capability"),
         pytest.param("loadtest", (*C0, "securityContext", "capabilities", "add"), ["SYS_PTRACE"],
                      "a loadtest Job may not add capabilities", id="capability-on-loadtest"),
         pytest.param("evidence", (*POD, "volumes"), [{"name": "host", "hostPath": {"path": "/"}}],
@@ -78,8 +87,8 @@ def test_every_rendered_job_is_accepted(guard: client.ApiClient, admin: client.A
         pytest.param("evidence", (*POD, "nodeName"), DELETE,
                      "nodeName must name the node the Job inspects", id="no-node-name"),
         pytest.param("loadtest", (*POD, "hostPID"), True,
-                     "hostPID is allowed only for evidence and conformance Jobs, not for a loadtest",
-                     id="hostpid-on-loadtest"),
+                     "hostPID is allowed only for evidence and conformance Jobs, not for a "
+                     "loadtest", id="hostpid-on-loadtest"),
         pytest.param("evidence", ("spec", "activeDeadlineSeconds"), DELETE,
                      "activeDeadlineSeconds must be set, between 1 and 3600 (got 0)",
                      id="missing-deadline"),
@@ -95,25 +104,28 @@ def test_every_rendered_job_is_accepted(guard: client.ApiClient, admin: client.A
         pytest.param("evidence", (*POD, "initContainers"), [OTHER],
                      "(got 1 container(s), 1 init container(s))", id="init-container"),
         pytest.param("evidence", (*C0, "command"), ["sh", "-c", "cat /proc/1/root/etc/shadow"],
-                     'an evidence Job must run "gpu-node-guard evidence collect ..." '
+                     'component evidence must run "gpu-node-guard evidence collect ..." '
                      '(got "sh -c cat /proc/1/root/etc/shadow")', id="different-command"),
         pytest.param("loadtest", (*C0, "command"), ["gpu-node-guard", "evidence", "collect"],
-                     'a loadtest Job must run "gpu-node-guard loadtest run ..."',
+                     'component loadtest must run "gpu-node-guard loadtest run ..." '
+                     '(got "gpu-node-guard evidence collect")',
                      id="command-of-another-component"),
         pytest.param("evidence", (*POD, "hostNetwork"), True,
                      "hostNetwork and hostIPC are never allowed", id="host-network"),
         pytest.param("conformance", (*POD, "hostIPC"), True,
                      "hostNetwork and hostIPC are never allowed", id="host-ipc"),
         pytest.param("evidence", ("metadata", "labels", COMPONENT), "debug",
-                     'app.kubernetes.io/component=evidence, loadtest or conformance (got component "debug")',
-                     id="unknown-component-label"),
+                     'app.kubernetes.io/component=evidence, loadtest or conformance '
+                     '(got component "debug")', id="unknown-component-label"),
         pytest.param("evidence", ("spec", "template", "metadata", "labels", COMPONENT), "loadtest",
                      "the Job and its pod template must be labelled", id="pod-label-disagrees"),
         pytest.param("conformance", ("metadata", "labels", "app.kubernetes.io/name"), DELETE,
-                     "must be labelled app.kubernetes.io/name=gpu-node-guard", id="missing-name-label"),
+                     "must be labelled app.kubernetes.io/name=gpu-node-guard",
+                     id="missing-name-label"),
         pytest.param("evidence", (*POD, "serviceAccountName"), "gpu-node-guard",
-                     'must run as ServiceAccount gpu-node-guard-job with automountServiceAccountToken: '
-                     'false (got "gpu-node-guard")', id="runs-as-the-guard"),
+                     "must run as ServiceAccount gpu-node-guard-job with "
+                     'automountServiceAccountToken: false (got "gpu-node-guard")',
+                     id="runs-as-the-guard"),
         pytest.param("loadtest", (*POD, "automountServiceAccountToken"), True,
                      "with automountServiceAccountToken: false", id="mounts-a-token"),
     ],
@@ -121,21 +133,20 @@ def test_every_rendered_job_is_accepted(guard: client.ApiClient, admin: client.A
 def test_out_of_shape_job_is_refused(
     guard: client.ApiClient,
     admin: client.ApiClient,
+    make_node: Callable[..., str],
     kind: JobKind,
     path: tuple[str | int, ...],
     value: object,
     expected: str,
 ) -> None:
-    job = guard_job(kind, "gpu-node-a", unique())
+    job = guard_job(kind, make_node(unschedulable=True), unique())
     set_path(job, path, value)
     name = job["metadata"]["name"]
-    status, message = refusal(
-        lambda: client.BatchV1Api(guard).create_namespaced_job("gpu-node-guard", job)
-    )
+    status, message = refusal(lambda: create(guard, job))
     assert (status, JOB_POLICY in message) == (422, True), message
     assert f"Job gpu-node-guard/{name}: refused: " in message
     assert expected in message
-    assert refusal(lambda: client.BatchV1Api(admin).read_namespaced_job(name, "gpu-node-guard"))[0] == 404  # fmt: skip
+    assert refusal(lambda: client.BatchV1Api(admin).read_namespaced_job(name, NS))[0] == 404
 
 
 def test_job_in_another_namespace_is_refused_even_with_rbac(
@@ -145,31 +156,36 @@ def test_job_in_another_namespace_is_refused_even_with_rbac(
     rbac = client.RbacAuthorizationV1Api(admin)
     rule = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}
     rbac.create_namespaced_role(namespace, {"metadata": {"name": "jobs"}, "rules": [rule]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "jobs"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
-        "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": "gpu-node-guard"}],
-    })  # fmt: skip
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "jobs"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": "gpu-node-guard"}
+            ],
+        },
+    )
     job = guard_job("evidence", "gpu-node-a", unique())
     job["metadata"]["namespace"] = namespace
-    dry = "All"  # the grant reaches RBAC through an informer: retry until admission answers
-    status, message = 0, ""
-    for _ in range(100):
-        status, message = refusal(
-            lambda: client.BatchV1Api(guard).create_namespaced_job(namespace, job, dry_run=dry)
-        )
+    status, message = 403, ""
+    for _ in range(100):  # the grant reaches RBAC through an informer: retry while it is 403
+        status, message = refusal(lambda: create(guard, job, dry_run=True))
         if status != 403:
             break
     assert status == 422 and JOB_POLICY in message, message
     assert "refused: the guard creates Jobs only in namespace gpu-node-guard" in message
 
 
-def test_other_users_jobs_are_not_shape_locked(admin: client.ApiClient, namespace: str, deployed: object) -> None:  # fmt: skip
+def test_other_users_jobs_are_not_shape_locked(
+    admin: client.ApiClient, namespace: str, deployed: object
+) -> None:
     job = guard_job("evidence", "gpu-node-a", unique())
     job["metadata"]["namespace"] = namespace
     set_path(job, (*C0, "securityContext", "privileged"), True)
-    created = client.BatchV1Api(admin).create_namespaced_job(namespace, job)
-    assert created.spec.template.spec.containers[0].security_context.privileged is True
+    create(admin, job)
+    stored = client.BatchV1Api(admin).read_namespaced_job(job["metadata"]["name"], namespace)
+    assert stored.spec.template.spec.containers[0].security_context.privileged is True
 
 
 @pytest.mark.parametrize("name", ["gpu-node-guard-policy-params-2", "anything"])
@@ -190,6 +206,8 @@ def test_policy_params_list_the_images_the_guard_renders() -> None:
     settings = Settings()
     allowed = set(params["data"]["images"].split(","))
     assert allowed == {settings.image, settings.loadtest_image}
-    assert {e["value"] for e in env if e["name"] in {"GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}} == allowed
+    assert {
+        e["value"] for e in env if e["name"] in {"GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}
+    } == allowed
     assert params["data"]["jobServiceAccount"] == settings.job_service_account
     assert params["data"]["namespace"] == settings.namespace

@@ -8,9 +8,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from kube import GUARD_USER, JOB_USER, MERGE_PATCH, ControlPlane, api_error, guard_job
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.apiserver.kube import (
+    GUARD_USER,
+    JOB_USER,
+    MERGE_PATCH,
+    ControlPlane,
+    api_error,
+    create,
+    guard_job,
+)
 
 pytestmark = pytest.mark.apiserver
 
@@ -22,17 +31,21 @@ LEDGER = "gpu-fault-ledger"
 class Calls:
     """The APIs of one identity, plus the objects a call may name."""
 
+    api: client.ApiClient
     core: client.CoreV1Api
     batch: client.BatchV1Api
-    events: client.EventsV1Api
     rbac: client.RbacAuthorizationV1Api
     node: str
     other_ns: str
 
 
 def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
-    return Calls(client.CoreV1Api(api), client.BatchV1Api(api), client.EventsV1Api(api),
-                 client.RbacAuthorizationV1Api(api), node, other_ns)  # fmt: skip
+    core, batch, rbac = (
+        client.CoreV1Api(api),
+        client.BatchV1Api(api),
+        client.RbacAuthorizationV1Api(api),
+    )
+    return Calls(api, core, batch, rbac, node, other_ns)
 
 
 @pytest.fixture
@@ -52,27 +65,43 @@ def ledger_removed(admin: client.ApiClient) -> Iterator[None]:
 
 
 def core_event(c: Calls) -> object:
-    return c.core.create_namespaced_event("default", {
-        "metadata": {"generateName": "gpu-node-guard-"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": c.node},
-        "reason": "Cordoned", "type": "Warning", "message": "xid-79 on 0000:99:00.0",
-        "source": {"component": "gpu-node-guard"},
-    })  # fmt: skip
+    return c.core.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"generateName": "gpu-node-guard-"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": c.node},
+            "reason": "Cordoned",
+            "type": "Warning",
+            "message": "xid-79 on 0000:99:00.0",
+            "source": {"component": "gpu-node-guard"},
+        },
+    )
 
 
 def events_v1_event(c: Calls) -> object:
-    return c.events.create_namespaced_event("default", {
-        "metadata": {"generateName": "gpu-node-guard-"},
-        "eventTime": "2026-03-02T04:10:00.000000Z",
-        "reportingController": "gpu-node-guard.io/guard", "reportingInstance": "gpu-node-guard-1",
-        "action": "Cordon", "reason": "Xid79", "type": "Warning", "note": "xid-79 on 0000:99:00.0",
-        "regarding": {"apiVersion": "v1", "kind": "Node", "name": c.node},
-    })  # fmt: skip
+    return create(
+        c.api,
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": "gpu-node-guard-", "namespace": "default"},
+            "eventTime": "2026-03-02T04:10:00.000000Z",
+            "reportingController": "gpu-node-guard.io/guard",
+            "reportingInstance": "gpu-node-guard-1",
+            "action": "Cordon",
+            "reason": "Xid79",
+            "type": "Warning",
+            "note": "xid-79 on 0000:99:00.0",
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": c.node},
+        },
+    )
 
 
 def cordon(c: Calls) -> object:
-    body = {"spec": {"unschedulable": True},
-            "metadata": {"annotations": {"gpu-node-guard.io/auto-cordon-reason": "xid-79"}}}  # fmt: skip
+    body = {
+        "spec": {"unschedulable": True},
+        "metadata": {"annotations": {"gpu-node-guard.io/auto-cordon-reason": "xid-79"}},
+    }
     return c.core.patch_node(c.node, body, _content_type=MERGE_PATCH)
 
 
@@ -86,8 +115,8 @@ def cordon(c: Calls) -> object:
             field_selector=f"spec.nodeName={c.node}"), id="list-pods-on-node"),
         pytest.param(core_event, id="create-event"),
         pytest.param(events_v1_event, id="create-events.k8s.io-event"),
-        pytest.param(lambda c: c.batch.create_namespaced_job(
-            NS, guard_job("evidence", c.node, uuid.uuid4().hex)), id="create-job"),
+        pytest.param(lambda c: create(c.api, guard_job("loadtest", c.node, uuid.uuid4().hex)),
+                     id="create-job"),
         pytest.param(lambda c: c.batch.list_namespaced_job(NS), id="list-jobs"),
         pytest.param(lambda c: c.core.list_namespaced_config_map(NS), id="list-configmaps"),
     ],
@@ -105,15 +134,17 @@ def test_guard_keeps_its_ledger(as_guard: Calls, ledger_removed: None) -> None:
     c.core.replace_namespaced_config_map(LEDGER, NS, ledger)
     line = "2026-03-09T01:00:00Z xid-79 0000:99:00.0 GPU-5f1c gpu-node-guard\n"
     both = ledger.data[c.node] + line
-    c.core.patch_namespaced_config_map(LEDGER, NS, {"data": {c.node: both}}, _content_type=MERGE_PATCH)  # fmt: skip
+    c.core.patch_namespaced_config_map(
+        LEDGER, NS, {"data": {c.node: both}}, _content_type=MERGE_PATCH
+    )
     assert c.core.read_namespaced_config_map(LEDGER, NS).data == {c.node: both}
 
 
 def test_guard_reads_back_its_job(as_guard: Calls) -> None:
-    job = guard_job("loadtest", as_guard.node, uuid.uuid4().hex)
-    as_guard.batch.create_namespaced_job(NS, job)
+    job = guard_job("evidence", as_guard.node, uuid.uuid4().hex)
+    create(as_guard.api, job)
     stored = as_guard.batch.read_namespaced_job(job["metadata"]["name"], NS)
-    assert stored.metadata.labels["app.kubernetes.io/component"] == "loadtest"
+    assert stored.metadata.labels["app.kubernetes.io/component"] == "evidence"
 
 
 PARAMS = "gpu-node-guard-policy-params"
@@ -144,7 +175,12 @@ PARAMS = "gpu-node-guard-policy-params"
         pytest.param(lambda c: c.batch.patch_namespaced_cron_job(
             "gpu-node-guard", NS, {"spec": {"suspend": True}}, _content_type=MERGE_PATCH),
             id="suspend-own-cronjob"),
-        pytest.param(lambda c: c.rbac.create_namespaced_role_binding(NS, {}), id="grant-itself-roles"),
+        pytest.param(lambda c: c.rbac.create_namespaced_role_binding(NS, {
+            "metadata": {"name": "more"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": NS}],
+        }), id="grant-itself-more"),
     ],
 )  # fmt: skip
 def test_guard_may_not(as_guard: Calls, call: Callable[[Calls], object]) -> None:
@@ -167,7 +203,6 @@ def test_guard_may_not(as_guard: Calls, call: Callable[[Calls], object]) -> None
 def test_job_pods_may_do_nothing(
     deployed: ControlPlane, namespace: str, call: Callable[[Calls], object]
 ) -> None:
-    with deployed.impersonating(JOB_USER) as api:
-        with pytest.raises(ApiException) as caught:
-            call(calls_as(api, "gpu-node-a", namespace))
+    with deployed.impersonating(JOB_USER) as api, pytest.raises(ApiException) as caught:
+        call(calls_as(api, "gpu-node-a", namespace))
     assert api_error(caught.value)[0] == 403

@@ -30,9 +30,7 @@ def gpu_count() -> int:
 
 
 def load_test(*args: str) -> tuple[int, dict[str, Any]]:
-    result = CliRunner().invoke(
-        loadtest, ["run", "--backend", "torch", "--output", "json", *args]
-    )
+    result = CliRunner().invoke(loadtest, ["run", "--backend", "torch", "--output", "json", *args])
     return result.exit_code, json.loads(result.stdout)
 
 

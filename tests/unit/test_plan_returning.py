@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from guard.actions import Annotate, CreateJob, SetHold, Skip, Uncordon, to_json
 from guard.jobs import job_name
 from guard.model import GpuPod, JobInfo
 from guard.plan.returning import plan_return
-from tests.builders import KEYS, PCI, UUID, gpu, node, settings, snapshot
+from tests.builders import CORDON_AT, KEYS, NOW, PCI, UUID, gpu, node, settings, snapshot
 
 
 def brief(actions):
@@ -25,7 +27,7 @@ def lt_name(boot="boot-2", reset=""):
     return job_name("loadtest", "b", f"{boot}\0{reset}")
 
 
-LEDGER_ONE = {"b": f"2026-09-21T05:55:00Z xid-79 {PCI} {UUID} gpu-node-guard\n"}
+LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
 
 
 @pytest.mark.parametrize(
@@ -151,9 +153,17 @@ def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
     assert isinstance(job, CreateJob) and job.job_kind == "loadtest"
     pod = job.manifest["spec"]["template"]["spec"]
     assert pod["nodeName"] == "b"
-    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     command = pod["containers"][0]["command"]
-    assert command[:5] == ["gpu-node-guard", "loadtest", "run", "--expected-gpus", "8"]
+    assert command[:7] == [
+        "gpu-node-guard",
+        "loadtest",
+        "run",
+        "--backend",
+        "torch",
+        "--expected-gpus",
+        "8",
+    ]
     assert command[command.index("--xid") + 1] == "48"
     assert command[command.index("--memory-test-pci") + 1] == PCI
     assert job.name == lt_name(boot="boot-1", reset="done")
@@ -165,7 +175,7 @@ def test_repeat_fault_hold_text_names_card_count_and_last():
     )
     hold = plan_return(snap, settings())[0]
     assert isinstance(hold, SetHold)
-    assert hold.text == f"repeat fault: {UUID} 2 incidents, last 2026-09-21T05:55:00Z"
+    assert hold.text == f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}"
     assert hold.key == KEYS.hold
 
 
@@ -218,3 +228,30 @@ def test_every_failed_condition_is_one_skip_line_with_observed_value():
         'skip node=b reason=gpu-count detail="capacity=8 recorded=8 '
         'allocatable=7" next="checked again next cycle"'
     )
+
+
+def test_missing_ledger_line_of_a_cordon_is_repaired_first():
+    actions = plan_return(snapshot(back(boot="boot-1"), ledger={"b": "a note\n"}), settings())
+    assert brief(actions) == [("append-ledger", "b", "repair-ledger"), ("skip", "b", "same-boot")]
+    assert actions[0].line == f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard"
+
+
+@pytest.mark.parametrize(
+    ("minutes_ago", "job_exists", "repaired"),
+    [
+        pytest.param(5, False, True, id="fresh-cordon-without-job-gets-it"),
+        pytest.param(5, True, False, id="fresh-cordon-with-job-untouched"),
+        pytest.param(30, False, False, id="old-cordon-job-not-resurrected"),
+    ],
+)
+def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
+    at = (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    n = back(boot="boot-1", extra={KEYS.at: at})
+    name = job_name("evidence", "b", at)
+    jobs = (JobInfo(name, "evidence", "b", "running"),) if job_exists else ()
+    ledger = {"b": f"{at} xid-79 {PCI} {UUID} gpu-node-guard\n"}
+    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings())
+    expected = [("create-job", "b", "repair-evidence")] if repaired else []
+    assert brief(actions) == [*expected, ("skip", "b", "same-boot")]
+    if repaired:
+        assert actions[0].name == name

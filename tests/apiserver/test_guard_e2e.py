@@ -1,0 +1,304 @@
+"""The guard end to end: a real kube-apiserver (RBAC + admission policies) and a real Prometheus.
+
+The guard runs as its own ServiceAccount (a TokenRequest token in a kubeconfig), exactly as the
+CronJob does in a cluster. Each scenario owns one node name that exists in both servers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from guard.apply import KubeExecutor, PrintExecutor
+from guard.example.promserver import (
+    LocalPrometheus,
+    PrometheusUnavailable,
+    binaries,
+    scenario_server,
+)
+from guard.example.scenario import NodeTimeline, Scenario
+from guard.kube import Kube
+from guard.log import Log
+from guard.names import Annotations
+from guard.plan.isolation import plan_isolation
+from guard.plan.returning import plan_return
+from guard.prom import PromClient
+from guard.settings import Settings
+from guard.snapshot import build_snapshot, read_cluster, read_prom
+from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.tiers import unavailable
+
+pytestmark = pytest.mark.apiserver
+
+T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
+ONSET_S = 30 * 60
+ISOLATE_AT = T0 + timedelta(seconds=ONSET_S + 180)  # Xid 79 and 1 GPU lost for 3 minutes
+RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: Xid gone, 8/8
+KEYS = Annotations("gpu-node-guard.io/")
+NS = "gpu-node-guard"
+SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
+                  "e2e-executors")  # fmt: skip
+
+
+def _faulted(name: str) -> NodeTimeline:
+    recovered = ONSET_S + 20 * 60  # power cycle: dcgm-exporter restarts, all 8 GPUs back
+    return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
+                        allocatable=((ONSET_S, 7), (recovered, 8)))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prom() -> Iterator[LocalPrometheus]:
+    try:
+        binaries()
+    except PrometheusUnavailable as exc:
+        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
+    nodes = tuple(_faulted(n) for n in SCENARIO_NODES)
+    with scenario_server(Scenario(start=T0, duration_s=90 * 60, nodes=nodes)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
+    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
+
+
+@pytest.fixture
+def core(admin: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(admin)
+
+
+@pytest.fixture
+def gpu_node(core: client.CoreV1Api, deployed: ControlPlane) -> Iterator[Any]:
+    made: list[str] = []
+
+    def make(name: str, *, boot: str = "boot-1", allocatable: int = 7) -> str:
+        core.create_node({"metadata": {"name": name}, "spec": {}})
+        made.append(name)
+        set_status(core, name, boot=boot, allocatable=allocatable)
+        return name
+
+    yield make
+    for name in made:
+        core.delete_node(name)
+    for cm in core.list_namespaced_config_map(NS).items:
+        if cm.metadata.name == "gpu-fault-ledger":
+            core.delete_namespaced_config_map("gpu-fault-ledger", NS)
+
+
+def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int) -> None:
+    status = {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "ok", "lastHeartbeatTime": "2026-09-21T05:00:00Z",
+                        "lastTransitionTime": "2026-09-21T05:00:00Z"}],
+        "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s", "kernelVersion": "6.8",
+                     "osImage": "Ubuntu", "containerRuntimeVersion": "containerd://2",
+                     "kubeletVersion": "v1.34.4", "kubeProxyVersion": "", "operatingSystem": "linux",
+                     "architecture": "amd64"},
+        "capacity": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+        "allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "64", "memory": "512Gi",
+                        "pods": "110"},
+    }  # fmt: skip
+    core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
+
+
+def run_guard(prom: LocalPrometheus, kubeconfig: Path, at: datetime) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
+         str(kubeconfig), "--at", at.isoformat(), "--output", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout))
+
+
+def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
+    return [(a["type"], a["reason"]) for a in plan["actions"] if a["node"] == node]
+
+
+def guard_jobs(admin: client.ApiClient, node: str) -> list[Any]:
+    jobs = client.BatchV1Api(admin).list_namespaced_job(NS).items
+    return [j for j in jobs if j.metadata.annotations.get(KEYS.node_label) == node]
+
+
+def ledger_text(core: client.CoreV1Api, node: str) -> str:
+    cm = core.read_namespaced_config_map("gpu-fault-ledger", NS)
+    return str((cm.data or {}).get(node, ""))
+
+
+def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
+    prom, guard_kubeconfig, gpu_node, core, admin
+):
+    node = gpu_node("e2e-cordon", boot="boot-1")
+    before = core.read_node(node).metadata.resource_version
+    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT)
+    assert mine(plan, node) == [("cordon", "xid-79"), ("event", "xid-79"),
+                                ("append-ledger", "xid-79"), ("create-job", "xid-79")]  # fmt: skip
+    changes = list(watch.Watch().stream(core.list_node, field_selector=f"metadata.name={node}",
+                                        resource_version=before, timeout_seconds=1))  # fmt: skip
+    modified = [c["object"] for c in changes if c["type"] == "MODIFIED"]
+    assert len(modified) == 1, "cordon and annotations must be one write"
+    written = modified[0]
+    assert written.spec.unschedulable is True
+    notes = written.metadata.annotations
+    assert notes[KEYS.reason] == "xid-79"
+    assert notes[KEYS.at] == ISOLATE_AT.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert notes[KEYS.boot_id] == "boot-1"
+    assert notes[KEYS.gpu_capacity] == "8"
+    assert notes[KEYS.gpu].startswith("0000:58:00.0 GPU-")
+    assert "xid-79 0000:58:00.0 GPU-" in ledger_text(core, node)
+    (job,) = guard_jobs(admin, node)
+    assert job.spec.template.spec.node_name == node
+    assert job.spec.template.spec.containers[0].command[:3] == ["gpu-node-guard", "evidence",
+                                                                "collect"]  # fmt: skip
+
+    again = run_guard(prom, guard_kubeconfig, ISOLATE_AT)
+    assert mine(again, node) == [("skip", "same-boot"), ("skip", "already-cordoned")]
+    assert len(guard_jobs(admin, node)) == 1
+    assert ledger_text(core, node).count("\n") == 1
+
+
+class RacingKube(Kube):
+    """A real client whose first write is preceded by someone else's write to the same object."""
+
+    def __init__(self, api: client.ApiClient, race: Any) -> None:
+        super().__init__(api)
+        self.race, self.raced = race, False
+
+    def _once(self) -> None:
+        if not self.raced:
+            self.raced = True
+            self.race()
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._once()
+        return super().patch_node(name, body)
+
+    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self._once()
+        super().replace_configmap(namespace, name, body)
+
+
+def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime, executor: Any = None) -> list[Any]:
+    s = Settings(prometheus_url=prom.url)
+    snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
+    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    executor = executor or KubeExecutor(kube, Log("text"), KEYS, NS)
+    for action in actions:
+        executor.apply(action)
+    return list(executor.applied)
+
+
+def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig, gpu_node, core):
+    node = gpu_node("e2e-race-label")
+
+    def human() -> None:
+        core.patch_node(node, {"metadata": {"labels": {"owner": "alice"}}},
+                        _content_type=MERGE_PATCH)  # fmt: skip
+
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, human)
+    one_cycle(kube, prom, ISOLATE_AT)
+    found = core.read_node(node)
+    assert kube.raced
+    assert found.metadata.labels["owner"] == "alice"
+    assert found.spec.unschedulable is True
+    assert found.metadata.annotations[KEYS.reason] == "xid-79"
+
+
+def test_cordon_racing_a_human_cordon_backs_off(prom, guard_kubeconfig, gpu_node, core, admin):
+    node = gpu_node("e2e-race-cordon")
+
+    def human() -> None:
+        core.patch_node(node, {"spec": {"unschedulable": True},
+                               "metadata": {"annotations": {"ops/why": "smoke test"}}},
+                        _content_type=MERGE_PATCH)  # fmt: skip
+
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, human)
+    applied = one_cycle(kube, prom, ISOLATE_AT)
+    found = core.read_node(node)
+    assert found.metadata.annotations == {"ops/why": "smoke test"}
+    assert [a for a in applied if a.node == node] == []
+    assert guard_jobs(admin, node) == []
+
+
+def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, core):
+    node = gpu_node("e2e-ledger")
+    other = (
+        "2026-09-20T00:00:00Z xid-48 0000:18:00.0 GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee manual"
+    )
+    core.create_namespaced_config_map(
+        NS,
+        {
+            "metadata": {"name": "gpu-fault-ledger"},
+            "data": {"gpu-node-z": "unparseable note kept\n"},
+        },
+    )
+
+    def writer() -> None:
+        cm = core.read_namespaced_config_map("gpu-fault-ledger", NS)
+        cm.data["gpu-node-z"] += other + "\n"
+        core.replace_namespaced_config_map("gpu-fault-ledger", NS, cm)
+
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, writer)
+    # Only the ledger write races here: cordon first with a plain client, then the append.
+    applied = one_cycle(kube, prom, ISOLATE_AT)
+    assert kube.raced
+    cm = core.read_namespaced_config_map("gpu-fault-ledger", NS)
+    assert cm.data["gpu-node-z"] == f"unparseable note kept\n{other}\n"
+    assert "gpu-node-guard" in cm.data[node]
+    assert any(type(a).__name__ == "AppendLedgerLine" for a in applied)
+
+
+def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconfig, gpu_node):
+    gpu_node("e2e-executors")
+    kube = Kube.connect(str(guard_kubeconfig))
+    s = Settings(prometheus_url=prom.url)
+    snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
+                          read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
+    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    printer = PrintExecutor(Log("text"), show_manifests=False)
+    real = KubeExecutor(kube, Log("text"), KEYS, NS)
+    for action in actions:
+        printer.apply(action)
+        real.apply(action)
+    assert printer.applied == real.applied
+    assert any(type(a).__name__ == "Cordon" for a in real.applied)
+
+
+def complete(admin: client.ApiClient, name: str) -> None:
+    at = "2026-09-21T06:12:00Z"
+    status = {"startTime": "2026-09-21T06:10:00Z", "completionTime": at, "succeeded": 1,
+              "conditions": [
+                  {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
+                  {"type": "Complete", "status": "True", "lastTransitionTime": at}]}  # fmt: skip
+    client.BatchV1Api(admin).patch_namespaced_job_status(name, NS, {"status": status},
+                                                         _content_type=MERGE_PATCH)  # fmt: skip
+
+
+def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node, core, admin):
+    node = gpu_node("e2e-return", boot="boot-1")
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT), node)[0] == ("cordon", "xid-79")
+    set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    assert mine(first, node) == [("create-job", "conditions-met")]
+    (loadtest,) = [
+        j
+        for j in guard_jobs(admin, node)
+        if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"
+    ]
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT), node) == [
+        ("skip", "loadtest-running")
+    ]
+    complete(admin, loadtest.metadata.name)
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
+    found = core.read_node(node)
+    assert not found.spec.unschedulable
+    assert not any(k.startswith("gpu-node-guard.io/") for k in (found.metadata.annotations or {}))

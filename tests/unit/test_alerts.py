@@ -1,0 +1,201 @@
+"""The generated alert files: in sync with guard/alerts.py, valid, and proven by promtool."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from guard import alerts
+from guard.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*.test.yaml"))
+ALERT_NAMES = [
+    "GPUHardwareXid",
+    "GPUHardwareXidCount",
+    "GPUCountDropped",
+    "NodeCordonedTooLong",
+    "GPUNodeGuardBreakerOpen",
+    "GPUNodeGuardNotRunning",
+    "GPUNodeGuardJobFailed",
+]
+
+
+@pytest.fixture
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        message = "promtool not found: install the Debian package prometheus (make system-deps)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("path", [alerts.RULES_FILE, alerts.PROMETHEUS_RULE_FILE], ids=str)
+def test_committed_file_is_what_the_source_generates(path: Path) -> None:
+    generated = alerts.render(Settings(), alerts.AlertParams())[path]
+    assert (ROOT / path).read_text(encoding="utf-8") == generated
+
+
+def test_prometheusrule_ships_the_same_groups_for_the_operator() -> None:
+    plain = yaml.safe_load((ROOT / alerts.RULES_FILE).read_text(encoding="utf-8"))
+    operator = yaml.safe_load((ROOT / alerts.PROMETHEUS_RULE_FILE).read_text(encoding="utf-8"))
+    assert operator["spec"]["groups"] == plain["groups"]
+    assert operator["kind"] == "PrometheusRule"
+    assert operator["metadata"]["namespace"] == "gpu-node-guard"
+    assert operator["metadata"]["labels"]["release"] == "prometheus"
+
+
+def test_every_alert_has_severity_summary_and_description() -> None:
+    rules = [r for g in alerts.rule_groups(Settings(), alerts.AlertParams()) for r in g["rules"]]
+    assert [r["alert"] for r in rules] == ALERT_NAMES
+    for rule in rules:
+        assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "label"),
+    [
+        pytest.param(
+            "annotation",
+            "gpu-node-guard.io/auto-cordon-reason",
+            "annotation_gpu_node_guard_io_auto_cordon_reason",
+            id="annotation-dots-dashes-slash",
+        ),
+        pytest.param(
+            "label", "app.kubernetes.io/component", "label_app_kubernetes_io_component", id="label"
+        ),
+        pytest.param("label", "example.com/nodeName", "label_example_com_node_name", id="camel"),
+    ],
+)
+def test_ksm_label_matches_kube_state_metrics_naming(kind: str, key: str, label: str) -> None:
+    assert alerts.ksm_label(kind, key) == label
+
+
+def test_settings_reach_the_expressions() -> None:
+    custom = Settings(
+        user_code_xids=(43, 13),
+        breaker_max_nodes=3,
+        annotation_prefix="example.com/",
+        namespace="ops",
+    )
+    rules = {
+        r.alert: r.expr
+        for r in (
+            *alerts.gpu_rules(custom, alerts.AlertParams()),
+            *alerts.guard_rules(custom, alerts.AlertParams()),
+        )
+    }
+    assert rules["GPUNodeGuardBreakerOpen"].endswith(
+        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""})) >= 3'
+    )
+    assert '{xid!~"13|43"}' in rules["GPUHardwareXidCount"]
+    assert "> 0 != 13 != 43," in rules["GPUHardwareXid"]
+    assert 'namespace="ops", cronjob="gpu-node-guard"' in rules["GPUNodeGuardNotRunning"]
+    assert '"label_example_com_node"' in rules["GPUNodeGuardJobFailed"]
+
+
+def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
+    docs = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    for needle in (*ALERT_NAMES, *alerts.ksm_flags(Settings())):
+        assert needle in docs
+
+
+def test_check_passes_after_write_and_names_the_stale_file(tmp_path: Path) -> None:
+    (tmp_path / alerts.RULES_FILE.parent).mkdir(parents=True)
+    runner = CliRunner()
+    assert runner.invoke(alerts.main, ["--root", str(tmp_path), "check"]).exit_code == 1
+    assert runner.invoke(alerts.main, ["--root", str(tmp_path), "write"]).exit_code == 0
+    assert runner.invoke(alerts.main, ["--root", str(tmp_path), "check"]).exit_code == 0
+    (tmp_path / alerts.PROMETHEUS_RULE_FILE).write_text("# edited by hand\n", encoding="utf-8")
+    result = runner.invoke(alerts.main, ["--root", str(tmp_path), "check"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: manifests/prometheus/prometheusrule.yaml differs from guard/alerts.py;"
+        " run `python -m guard.alerts write`\n"
+    )
+
+
+def test_a_root_without_manifests_is_one_usage_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(alerts.main, ["--root", str(tmp_path), "check"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: {tmp_path / 'manifests/prometheus'} is not a directory; run from the repo root"
+    )
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts_the_shipped_rules(promtool: str) -> None:
+    result = _run([promtool, "check", "rules", str(alerts.RULES_FILE)], ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 7 rules found" in result.stdout
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts_rules_built_from_other_settings(promtool: str, tmp_path: Path) -> None:
+    custom = Settings(user_code_xids=(13,), breaker_max_nodes=2, annotation_prefix="example.com/")
+    rules = tmp_path / "custom.rules.yaml"
+    rules.write_text(alerts.render(custom, alerts.AlertParams())[alerts.RULES_FILE], "utf-8")
+    result = _run([promtool, "check", "rules", str(rules)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("test_file", RULE_TESTS, ids=[p.name for p in RULE_TESTS])
+def test_promtool_rule_tests_pass(promtool: str, test_file: Path) -> None:
+    result = _run([promtool, "test", "rules", test_file.name], test_file.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# The incident write-up's corrected rule, verbatim: its `unless` drops any GPU with any Xid a
+# day ago, user-code Xids included.
+OLD_RULE = """\
+max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0 != 13 != 31 != 43 != 45 != 68 != 109
+  unless on (Hostname, gpu) (max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS offset 24h) > 0)"""
+
+
+@pytest.mark.prometheus
+def test_old_rule_was_blind_where_the_shipped_rule_fires(promtool: str, tmp_path: Path) -> None:
+    labels = 'gpu="4", UUID="GPU-5d1c", pci_bus_id="00000000:99:00.0"'
+    shipped = alerts.hardware_xid(Settings(), alerts.AlertParams())
+    scenario = {
+        "rule_files": [],
+        "evaluation_interval": "5m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [  # Xid 13 (user code) until 26h, then Xid 79
+                    {
+                        "series": f'DCGM_FI_DEV_XID_ERRORS{{Hostname="gpu-node-b", {labels}}}',
+                        "values": "13x1559 79x10",
+                    },
+                ],
+                "promql_expr_test": [
+                    {"expr": OLD_RULE, "eval_time": "26h", "exp_samples": []},
+                    {
+                        "expr": shipped,
+                        "eval_time": "26h",
+                        "exp_samples": [
+                            {"labels": f'{{node="gpu-node-b", {labels}}}', "value": 79}
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "old-rule.test.yaml"
+    test_file.write_text(yaml.safe_dump(scenario, width=10_000), encoding="utf-8")
+    result = _run([promtool, "test", "rules", test_file.name], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

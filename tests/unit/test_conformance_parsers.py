@@ -1,0 +1,216 @@
+"""The pure readers behind the items: APT configuration, dpkg status, versions, resolv.conf choice,
+the report summary, and path resolution inside the host root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guard.conformance.apt import parse_dpkg_status
+from guard.conformance.aptconf import items, parse_apt_conf, scalar
+from guard.conformance.dns import FALLBACK, choose, is_usable
+from guard.conformance.hostfs import HostFS
+from guard.conformance.report import SCHEMA, ReportError, parse_report, summary
+from guard.conformance.rke2 import Version, parse_version
+
+BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            'Unattended-Upgrade::Package-Blacklist { "linux-"; "nvidia-"; };',
+            ["linux-", "nvidia-"],
+            id="block",
+        ),
+        pytest.param(
+            'Unattended-Upgrade { Package-Blacklist { "libnvidia-"; }; };',
+            ["libnvidia-"],
+            id="nested-scopes",
+        ),
+        pytest.param(
+            'Unattended-Upgrade::Package-Blacklist:: "nvidia-";\n'
+            'unattended-upgrade::package-blacklist:: "libnvidia-";',
+            ["nvidia-", "libnvidia-"],
+            id="double-colon-items-case-insensitive",
+        ),
+        pytest.param(
+            'Unattended-Upgrade::Package-Blacklist {\n//  "linux-";\n# "nvidia-";\n'
+            '/* "x-"; */ "libstdc\\+\\+6$"; };',
+            ["libstdc\\+\\+6$"],
+            id="commented-entries-do-not-count",
+        ),
+        pytest.param(
+            'Unattended-Upgrade::Package-Blacklist { "linux-"; };\n'
+            "#clear Unattended-Upgrade::Package-Blacklist;\n"
+            'Unattended-Upgrade::Package-Blacklist { "nvidia-"; };',
+            ["nvidia-"],
+            id="clear-then-add",
+        ),
+        pytest.param(
+            'Unattended-Upgrade::Allowed-Origins { "${distro_id}:${distro_codename}-security"; };',
+            [],
+            id="other-lists-ignored",
+        ),
+    ],
+)
+def test_blacklist_items(text: str, expected: list[str]) -> None:
+    assert [e.value for e in items(parse_apt_conf(text), BLACKLIST)] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param('APT::Periodic::Unattended-Upgrade "1";', "1", id="flat"),
+        pytest.param('APT::Periodic { Unattended-Upgrade "0"; };', "0", id="scoped"),
+        pytest.param(
+            'APT::Periodic::Unattended-Upgrade "1";\nAPT::Periodic::Unattended-Upgrade "0";',
+            "0",
+            id="last-wins",
+        ),
+        pytest.param("APT::Periodic::Unattended-Upgrade 1;", "1", id="unquoted"),
+        pytest.param(
+            'APT::Periodic::Unattended-Upgrade "1"; #clear APT::Periodic;', None, id="clear"
+        ),
+        pytest.param('// APT::Periodic::Unattended-Upgrade "1";', None, id="comment"),
+    ],
+)
+def test_periodic_scalar(text: str, expected: str | None) -> None:
+    entry = scalar(parse_apt_conf(text), "apt::periodic::unattended-upgrade")
+    assert (entry.value if entry else None) == expected
+
+
+def test_dpkg_status_installed_and_held() -> None:
+    text = (
+        "Package: linux-generic\nStatus: hold ok installed\nVersion: 5.15.0.179.1\n\n"
+        "Package: nvidia-driver-580\nStatus: install ok installed\n"
+        "Description: NVIDIA driver metapackage\n the driver\n\n"
+        "Package: nvidia-driver-575\nStatus: deinstall ok config-files\n\n"
+        "Package: libnvidia-compute-580\nStatus: install ok half-configured\n"
+    )
+    pkgs = {p.name: p.held for p in parse_dpkg_status(text)}
+    assert pkgs == {
+        "linux-generic": True,
+        "nvidia-driver-580": False,
+        "libnvidia-compute-580": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("v1.34.3+rke2r1", Version(1, 34, 3, 1), id="rke2"),
+        pytest.param(
+            "/var/lib/rancher/rke2/data/v1.33.8-rke2r1-1b2872361ec5/bin",
+            Version(1, 33, 8, 1),
+            id="data-dir",
+        ),
+        pytest.param("v1.34.3", Version(1, 34, 3), id="kubernetes"),
+        pytest.param(
+            "rke2 version v1.35.7+rke2r2 (4c5e2a1f)\ngo version go1.24.4",
+            Version(1, 35, 7, 2),
+            id="command",
+        ),
+        pytest.param("stable", None, id="none"),
+    ],
+)
+def test_parse_version(text: str, expected: Version | None) -> None:
+    assert parse_version(text) == expected
+
+
+STUB = "nameserver 127.0.0.53\noptions edns0 trust-ad\n"
+
+
+@pytest.mark.parametrize(
+    ("etc", "systemd", "expected"),
+    [
+        pytest.param(
+            STUB,
+            "nameserver 10.0.0.2\n",
+            ("/run/systemd/resolve/resolv.conf", ("10.0.0.2",)),
+            id="stub",
+        ),
+        pytest.param(
+            "nameserver 10.0.0.3\n",
+            "nameserver 10.0.0.2\n",
+            ("/etc/resolv.conf", ("10.0.0.3",)),
+            id="plain",
+        ),
+        pytest.param(
+            "search corp\n",
+            "nameserver 10.0.0.2\n",
+            ("/run/systemd/resolve/resolv.conf", ("10.0.0.2",)),
+            id="no-nameserver-skipped",
+        ),
+        pytest.param(
+            " nameserver 10.0.0.3\n",
+            None,
+            (FALLBACK, ("8.8.8.8",)),
+            id="indented-line-not-a-nameserver",
+        ),
+        pytest.param(STUB, STUB, (FALLBACK, ("8.8.8.8",)), id="both-loopback"),
+        pytest.param("nameserver fe80::1%eth0\n", None, (FALLBACK, ("8.8.8.8",)), id="scoped-ipv6"),
+        pytest.param(
+            "nameserver 2001:db8::53\n", None, ("/etc/resolv.conf", ("2001:db8::53",)), id="ipv6"
+        ),
+    ],
+)
+def test_rke2_resolv_conf_choice(
+    etc: str, systemd: str | None, expected: tuple[str, tuple[str, ...]]
+) -> None:
+    texts = {"/etc/resolv.conf": etc, "/run/systemd/resolve/resolv.conf": systemd}
+    assert choose(None, texts) == expected
+    assert is_usable(etc) == (expected[0] == "/etc/resolv.conf")
+
+
+@pytest.mark.parametrize(
+    ("report", "message"),
+    [
+        pytest.param(
+            {"schema": "other/v9", "items": []}, "schema is 'other/v9'", id="foreign-schema"
+        ),
+        pytest.param({"schema": SCHEMA, "items": []}, "no items", id="no-items"),
+        pytest.param(
+            {"schema": SCHEMA, "items": [{"status": "PASS"}]}, "without a name", id="no-name"
+        ),
+        pytest.param(
+            {"schema": SCHEMA, "items": [{"name": "ipvs-loaded", "status": "OK"}]},
+            "status 'OK'",
+            id="unknown-status",
+        ),
+    ],
+)
+def test_summary_rejects_foreign_reports(report: dict[str, object], message: str) -> None:
+    with pytest.raises(ReportError, match=message):
+        summary(report)
+
+
+def test_unknown_and_warn_do_not_fail_the_summary() -> None:
+    items_ = [
+        {"name": n, "status": s} for n, s in (("a", "WARN"), ("b", "UNKNOWN"), ("c", "FIXED"))
+    ]
+    assert summary({"schema": SCHEMA, "items": items_}) == (True, ())
+
+
+@pytest.mark.parametrize(
+    "log", [pytest.param("", id="empty"), pytest.param("{not json\n", id="broken-json")]
+)
+def test_parse_report_errors(log: str) -> None:
+    with pytest.raises(ReportError):
+        parse_report(log)
+
+
+def test_absolute_links_resolve_inside_the_root(tmp_path: Path) -> None:
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    (tmp_path / "usr/lib/os-release").write_text("ID=ubuntu\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").symlink_to("/usr/lib/os-release")
+    (tmp_path / "lib").symlink_to("/usr/lib")
+    (tmp_path / "escape").symlink_to("../../../../..")
+    fs = HostFS(tmp_path)
+    assert fs.read_text("/etc/os-release") == "ID=ubuntu\n"
+    assert fs.read_text("/lib/os-release") == "ID=ubuntu\n"
+    assert fs.read_text("/escape/etc/os-release") == "ID=ubuntu\n"  # ".." stops at the root
+    assert fs.read_text("/etc/missing") is None

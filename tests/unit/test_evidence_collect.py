@@ -1,0 +1,388 @@
+"""`evidence collect` against a fake host: a temp sysfs tree and fake host commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from guard.evidence.assess import assess
+from guard.evidence.catalog import load_classes
+from guard.evidence.cli import JSON_MARK, evidence, ledger
+from guard.evidence.collect import (
+    HOST_PREFIX,
+    PREVIOUS_BOOT,
+    CommandResult,
+    Host,
+    gather,
+    run_command,
+    upstream_ports,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+LOGS = FIXTURES / "kernel-log" / "scenarios"
+GPU = "0000:99:00.0"
+ROOT_PORT = "0000:97:01.0"
+JOURNAL_0 = "journalctl -k -b 0 --no-pager -o short-iso-precise"
+JOURNAL_1 = "journalctl -k -b -1 --no-pager -o short-iso-precise"
+TIMEOUT = "timeout"
+CLASSES = load_classes()
+
+
+def _fixture(*parts: str) -> str:
+    return FIXTURES.joinpath(*parts).read_text(encoding="utf-8")
+
+
+@dataclass
+class FakeRunner:
+    """Answers host commands by their argv after the nsenter prefix; unknown ones fail."""
+
+    answers: Mapping[str, str]
+    calls: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        args = tuple(argv)
+        self.calls.append((args, timeout_s))
+        assert args[: len(HOST_PREFIX)] == HOST_PREFIX
+        key = " ".join(args[len(HOST_PREFIX) :])
+        answer = self.answers.get(key)
+        if answer is None:
+            return CommandResult(args, False, "", f"exit 1: no answer for {key}")
+        if answer == TIMEOUT:
+            return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
+        return CommandResult(args, True, answer)
+
+    @property
+    def commands(self) -> list[str]:
+        return [" ".join(a[len(HOST_PREFIX) :]) for a, _ in self.calls]
+
+
+def host_tree(root: Path, chain: Sequence[str] = (ROOT_PORT,), gpu: str = GPU) -> Path:
+    """A sysfs tree: devices/pci0000:97/<bridges…>/<gpu> and bus/pci/devices links to each."""
+    here = root / "sys" / "devices" / "pci0000:97"
+    bus = root / "sys" / "bus" / "pci" / "devices"
+    bus.mkdir(parents=True)
+    for address in (*chain, gpu):
+        here = here / address
+        here.mkdir(parents=True)
+        (bus / address).symlink_to(os.path.relpath(here, bus))
+    for name in ("aer_dev_fatal", "aer_dev_correctable", "aer_dev_nonfatal"):
+        (bus / chain[0] / name).write_text(_fixture("aer", name))
+    return root
+
+
+def incident_answers(**changes: str) -> dict[str, str]:
+    answers = {
+        JOURNAL_0: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
+        f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-all-ff.txt"),
+        f"lspci -vvv -s {ROOT_PORT}": _fixture("lspci", "rootport-sdes-new.txt"),
+    }
+    answers.update(changes)
+    return answers
+
+
+def test_incident_on_fake_host_reads_everything_once(tmp_path: Path) -> None:
+    runner = FakeRunner(incident_answers())
+    host = Host(runner=runner, root=host_tree(tmp_path), timeout_s=7)
+    found = assess(gather(host, GPU, 79), GPU, CLASSES)
+    assert found.verdict.value == "power-cycle"
+    assert found.uuid == "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+    assert found.root_port == ROOT_PORT
+    assert found.surprise_down is True
+    assert found.ports[0].counters["aer_dev_fatal"]["SDES"] == 1
+    assert found.unknowns == ()
+    assert runner.commands == [
+        JOURNAL_0,
+        f"lspci -xxx -s {GPU}",
+        f"lspci -vvv -s {ROOT_PORT}",
+    ]
+    assert {t for _, t in runner.calls} == {7}
+
+
+def test_a_command_that_times_out_is_unknown_and_the_rest_is_still_read(tmp_path: Path) -> None:
+    runner = FakeRunner(incident_answers(**{f"lspci -vvv -s {ROOT_PORT}": TIMEOUT}))
+    host = Host(runner=runner, root=host_tree(tmp_path), timeout_s=5)
+    found = assess(gather(host, GPU, 79), GPU, CLASSES)
+    assert [(u.what, u.why) for u in found.unknowns] == [
+        (f"lspci -vvv -s {ROOT_PORT}", "timed out after 5s")
+    ]
+    assert found.verdict.value == "power-cycle"
+    assert found.ports[0].status is None
+    assert found.config_space_all_ff is True
+
+
+def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) -> None:
+    runner = FakeRunner(
+        incident_answers(
+            **{
+                JOURNAL_0: _fixture("kernel-log", "scenarios", "no-gpu-records.log"),
+                JOURNAL_1: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
+                f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"),
+            }
+        )
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 79), GPU, CLASSES)
+    assert found.kernel_log_source == PREVIOUS_BOOT
+    assert [x.code for x in found.xids] == [79, 154]
+    assert found.config_space_all_ff is False
+    assert found.verdict.value == "power-cycle"
+
+
+def test_no_kernel_log_at_all_falls_back_to_the_reported_xid(tmp_path: Path) -> None:
+    runner = FakeRunner(
+        {f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"), JOURNAL_0: TIMEOUT}
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 48), GPU, CLASSES)
+    assert found.kernel_log_source == "unknown (no kernel log could be read)"
+    assert [u.what for u in found.unknowns] == [
+        "journalctl -k -b 0",
+        "dmesg --time-format iso",
+        "journalctl -k -b -1",
+        f"lspci -vvv -s {ROOT_PORT}",
+    ]
+    assert (found.verdict.value, found.reasons) == ("reset", ("Xid 48",))
+
+
+def test_dmesg_is_read_when_journalctl_fails(tmp_path: Path) -> None:
+    runner = FakeRunner(
+        {"dmesg --time-format iso": _fixture("kernel-log", "scenarios", "xid143-fsp.log")}
+    )
+    found = assess(gather(Host(runner=runner, root=tmp_path), "0000:41:00.0", None),
+                   "0000:41:00.0", CLASSES)  # fmt: skip
+    assert found.kernel_log_source == "dmesg --time-format iso"
+    assert found.verdict.value == "rma"
+    assert ("sysfs 0000:41:00.0", "no /sys/bus/pci/devices entry (GPU removed?)") in [
+        (u.what, u.why) for u in found.unknowns
+    ]
+
+
+@pytest.mark.parametrize(
+    ("chain", "roles"),
+    [
+        pytest.param((ROOT_PORT,), [(ROOT_PORT, "root port, parent bridge")], id="direct"),
+        pytest.param(
+            (ROOT_PORT, "0000:98:00.0", "0000:98:10.0"),
+            [(ROOT_PORT, "root port"), ("0000:98:10.0", "parent bridge")],
+            id="behind-a-pcie-switch",
+        ),
+    ],
+)
+def test_upstream_ports_come_from_the_sysfs_link(
+    tmp_path: Path, chain: tuple[str, ...], roles: list[tuple[str, str]]
+) -> None:
+    root = host_tree(tmp_path, chain)
+    runner = FakeRunner({})
+    assert upstream_ports(Host(runner=runner, root=root), GPU) == chain
+    inputs = gather(Host(runner=runner, root=root), GPU, None)
+    assert [(p.address, p.role) for p in inputs.ports] == roles
+
+
+def test_collect_writes_nothing_on_the_host(tmp_path: Path) -> None:
+    root = host_tree(tmp_path)
+    before = sorted((str(p), p.lstat().st_mtime_ns) for p in root.rglob("*"))
+    os.chmod(root, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        gather(Host(runner=FakeRunner(incident_answers()), root=root), GPU, 79)
+    finally:
+        os.chmod(root, stat.S_IRWXU)
+    assert sorted((str(p), p.lstat().st_mtime_ns) for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "ok", "why"),
+    [
+        pytest.param(["sleep", "30"], False, "timed out after 0.3s", id="hanging-command"),
+        pytest.param(
+            ["sh", "-c", "echo partial; echo 'lspci: cannot open' >&2; exit 3"],
+            False,
+            "exit 3: lspci: cannot open",
+            id="failing-command",
+        ),
+        pytest.param(
+            ["/nonexistent/journalctl"], False, "cannot start /nonexistent/journalctl: "
+            "No such file or directory", id="missing-binary",
+        ),
+        pytest.param(["sh", "-c", "echo fine"], True, "", id="working-command"),
+    ],
+)  # fmt: skip
+def test_the_one_runner_never_raises(argv: list[str], ok: bool, why: str) -> None:
+    result = run_command(argv, 0.3)
+    assert (result.ok, result.why) == (ok, why)
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping; a killed process not yet reaped is a zombie ("Z")."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 30 & echo $! > {pidfile}; wait"
+    result = run_command(["sh", "-c", script], 0.3)
+    assert result.why == "timed out after 0.3s"
+    assert not _alive(int(pidfile.read_text()))
+
+
+# --- the command line, end to end: fake nsenter, journalctl and lspci on PATH -------------
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """nsenter drops its options and runs the command; the commands answer from fixtures."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "nsenter", 'while [ "$1" != "--" ]; do shift; done; shift; exec "$@"')
+    journal = LOGS / "incident-gpu-node-b.log"
+    _script(
+        bin_dir / "journalctl",
+        f'case "$*" in *"-b 0"*) cat {journal} ;; *) echo "no such boot" >&2; exit 1 ;; esac',
+    )
+    _script(
+        bin_dir / "lspci",
+        f'case "$*" in "-xxx -s {GPU}") cat {FIXTURES / "lspci" / "gpu-all-ff.txt"} ;;'
+        f' "-vvv -s {ROOT_PORT}") exec sleep 30 ;; esac',
+    )
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
+
+
+def _collect(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    root = tmp_path / "host"
+    if not root.exists():
+        host_tree(root)
+    args = ["collect", "--node", "gpu-node-b", "--pci", "00000000:99:00.0", "--xid", "79",
+            "--host-root", str(root), "--timeout-s", "0.5", *extra]  # fmt: skip
+    result = CliRunner().invoke(evidence, args, env=env)
+    return result.exit_code, result.output
+
+
+def test_collect_prints_report_request_and_one_json_line(tmp_path: Path, fake_bin: Path) -> None:
+    code, output = _collect(tmp_path, "--history", "First recorded incident for this card.")
+    assert code == 0, output
+    lines = output.splitlines()
+    assert lines[0] == f"== gpu-node-guard evidence: node gpu-node-b, GPU {GPU} =="
+    assert lines[1].startswith("verdict: power-cycle (")
+    assert f"  lspci -vvv -s {ROOT_PORT}: timed out after 0.5s" in lines
+    assert "-- request draft --" in lines
+    assert "History: First recorded incident for this card." in lines
+    assert lines[-1].startswith(JSON_MARK)
+    assert sum(line.startswith(JSON_MARK) for line in lines) == 1
+    record = json.loads(lines[-1].removeprefix(JSON_MARK))
+    assert (record["node"], record["pci"], record["verdict"]) == ("gpu-node-b", GPU, "power-cycle")
+    assert record["unknown"] == [
+        {"what": f"lspci -vvv -s {ROOT_PORT}", "why": "timed out after 0.5s"}
+    ]
+    assert record["request"].startswith("Subject: gpu-node-b: GPU 0000:99:00.0 needs cold power")
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_request_template_can_be_overridden(tmp_path: Path, fake_bin: Path, how: str) -> None:
+    template = tmp_path / "ours.j2"
+    template.write_text("ticket for {{ node }} slot {{ pci }}: {{ verdict }}\n")
+    if how == "option":
+        code, output = _collect(tmp_path, "--request-template", str(template))
+    else:
+        code, output = _collect(tmp_path, env={"GUARD_REQUEST_TEMPLATE": str(template)})
+    assert code == 0, output
+    assert "ticket for gpu-node-b slot 0000:99:00.0: power-cycle" in output.splitlines()
+
+
+def test_missing_template_is_a_bad_argument_before_any_command(tmp_path: Path) -> None:
+    code, output = _collect(tmp_path, "--request-template", str(tmp_path / "nope.j2"))
+    assert code == 2
+    assert "does not exist" in output
+    assert "verdict" not in output
+
+
+def test_broken_template_syntax_names_file_and_line(tmp_path: Path) -> None:
+    template = tmp_path / "broken.j2"
+    template.write_text("line one\n{% if node %}\nno endif\n")
+    code, output = _collect(tmp_path, "--request-template", str(template))
+    assert code == 2
+    assert f"request template {template}:" in output
+    assert "verdict" not in output
+
+
+def test_undefined_name_in_template_fails_after_the_evidence(tmp_path: Path, fake_bin: Path) -> None:
+    template = tmp_path / "typo.j2"
+    template.write_text("{{ nodename }}\n")
+    code, output = _collect(tmp_path, "--request-template", str(template))
+    lines = output.splitlines()
+    assert code == 1
+    assert lines[1].startswith("verdict: power-cycle")
+    assert any(line.startswith(JSON_MARK) for line in lines)
+    assert lines[-1] == "Error: request template: 'nodename' is undefined"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--pci", "gpu0"], "not a PCI address", id="bad-pci"),
+        pytest.param(["--timeout-s", "0"], "--timeout-s", id="zero-timeout"),
+        pytest.param(["--xid", "-1"], "--xid", id="negative-xid"),
+    ],
+)
+def test_collect_bad_arguments_exit_non_zero(tmp_path: Path, args: list[str], message: str) -> None:
+    base = ["collect", "--node", "n", "--pci", GPU, "--host-root", str(tmp_path)]
+    result = CliRunner().invoke(evidence, [*base, *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+# --- done when: the seed's ledger changes the request's history sentence ------------------
+
+CARD_B = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+NEW_CARD = "GPU-0badcafe-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("uuid", "asked", "phrases"),
+    [
+        pytest.param(
+            CARD_B,
+            "replace-card",
+            ("This is incident #3 on this card", "please replace the card"),
+            id="same-card-third-xid79-asks-for-replacement",
+        ),
+        pytest.param(
+            NEW_CARD,
+            "check-slot",
+            ("slot 0000:99:00.0 on gpu-node-b has had 3 incidents", "riser, the slot and its power"),
+            id="new-card-in-the-same-slot-asks-for-riser-slot-power",
+        ),
+    ],
+)
+def test_seed_ledger_history_reaches_the_request(
+    tmp_path: Path, fake_bin: Path, uuid: str, asked: str, phrases: tuple[str, str]
+) -> None:
+    ledger_file = FIXTURES / "ledger" / "seed-configmap.yaml"
+    counted = CliRunner().invoke(
+        ledger,
+        ["count", "--uuid", uuid, "--node", "gpu-node-b", "--pci", "0000:99:00",
+         "--ledger", str(ledger_file), "--output", "json"],
+    )  # fmt: skip
+    assert counted.exit_code == 0, counted.output
+    summary = json.loads(counted.output)
+    history = summary["next_sentence"]
+    assert summary["next_history"] == asked
+    assert all(phrase in history for phrase in phrases)
+    code, output = _collect(tmp_path, "--history", history)
+    assert code == 0, output
+    record = json.loads(output.splitlines()[-1].removeprefix(JSON_MARK))
+    assert f"History: {history}\n" in record["request"]
+    assert record["history"] == history

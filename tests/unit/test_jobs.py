@@ -1,0 +1,78 @@
+"""Job templates: strict, pinned, bounded, and safe against hostile strings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jinja2
+import pytest
+
+from guard.jobs import JobSpec, default_templates_dir, job_name, label_safe, render_job
+
+SPEC = JobSpec(
+    kind="evidence",
+    name="gng-ev-x",
+    namespace="gpu-node-guard",
+    node="gpu-node-b",
+    reason="xid-79",
+    prefix="gpu-node-guard.io/",
+    image="registry.example/gng:1",
+    command=("gpu-node-guard", "evidence", "collect"),
+    deadline_s=600,
+    ttl_s=3600,
+    workload_service_account="gpu-node-guard-job",
+    gpus=8,
+)
+
+
+@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
+def test_every_template_renders_a_pinned_bounded_job(kind):
+    job = render_job(dataclasses.replace(SPEC, kind=kind), default_templates_dir())
+    pod = job["spec"]["template"]["spec"]
+    assert job["kind"] == "Job" and job["metadata"]["namespace"] == "gpu-node-guard"
+    assert pod["nodeName"] == "gpu-node-b"
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    assert job["spec"]["ttlSecondsAfterFinished"] == 3600
+    assert job["spec"]["backoffLimit"] == 0
+    assert len(pod["containers"]) == 1
+    assert pod["containers"][0]["securityContext"]["privileged"] is False
+    assert pod["automountServiceAccountToken"] is False
+    assert job["metadata"]["labels"]["app.kubernetes.io/component"] == kind
+    assert ("hostPID" in pod) is (kind != "loadtest")
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits.get("nvidia.com/gpu") == ("8" if kind == "loadtest" else None)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        pytest.param('say "hi": {now}\n- item', id="yaml-specials-and-newline"),
+        pytest.param("{{ 7*7 }} {% raw %}", id="template-syntax"),
+        pytest.param("'; rm -rf / #", id="shell-ish"),
+        pytest.param("0000:99:00.0", id="colon-number"),
+        pytest.param("yes", id="yaml-boolean-word"),
+    ],
+)
+def test_command_arguments_survive_verbatim(hostile):
+    spec = dataclasses.replace(SPEC, command=("gpu-node-guard", "evidence", "collect", hostile))
+    command = render_job(spec, default_templates_dir())["spec"]["template"]["spec"]["containers"][
+        0
+    ]["command"]
+    assert command[-1] == hostile
+
+
+def test_missing_template_variable_fails_instead_of_rendering_blank(tmp_path):
+    (tmp_path / "evidence-job.yaml.j2").write_text("kind: Job\nname: {{ job.nonexistent }}\n")
+    with pytest.raises(jinja2.UndefinedError):
+        render_job(SPEC, tmp_path)
+
+
+@pytest.mark.parametrize("node", ["gpu-node-b", "n" * 250, "Node.With.Dots_and_CAPS"])
+def test_job_names_fit_a_label_and_are_stable(node):
+    name = job_name("loadtest", node, "boot")
+    assert len(name) <= 63
+    assert name == job_name("loadtest", node, "boot")
+    assert name != job_name("loadtest", node, "boot-2")
+    assert name[0].isalnum() and name[-1].isalnum()
+    assert name == name.lower()
+    assert len(label_safe(node)) <= 63
