@@ -159,8 +159,12 @@ def run(
         sys.exit(1)
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
         first = (str(exc).strip().splitlines() or [""])[0]
-        log.event("abort", "ERROR", reason=f"unexpected {type(exc).__name__}: {first}",
-                  next="no writes after this; exit 1; please report")
+        log.event(
+            "abort",
+            "ERROR",
+            reason=f"unexpected {type(exc).__name__}: {first}",
+            next="no writes after this; exit 1; please report",
+        )
         sys.exit(1)
     if output == "json":
         click.echo(
@@ -247,7 +251,7 @@ def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) 
     """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
     s = build_settings(options)
     try:
-        manifest = render_example_job(s, kind, node, pci, xid, gpus)
+        manifest = render_example_job(s, kind, node, pci, xid, gpus)  # type: ignore[arg-type]
     except jinja2.TemplateError as exc:
         raise click.ClickException(f"template error: {exc}") from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)

@@ -46,6 +46,12 @@ class Settings:
     )
     repeat_fault_limit: int = _opt(2, "Hold the node when the card has this many ledger incidents")
     return_conformance: bool = _opt(False, "Run the conformance Job before the load test")
+    conformance_control_plane_version: str = _opt(
+        "", "RKE2/Kubernetes version of the control plane for the conformance Job (empty: skip)"
+    )
+    conformance_allowed_dns: str = _opt(
+        "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
+    )
     # Names.
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
     namespace: str = _opt("gpu-node-guard", "Namespace of the guard, its Jobs and its ledger")

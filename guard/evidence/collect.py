@@ -103,18 +103,25 @@ class Host:
         return self.root / "sys" / "bus" / "pci" / "devices" / pci
 
 
-def upstream_ports(host: Host, pci: str) -> tuple[str, ...] | None:
-    """Bridges above the GPU, root port first, from its sysfs link; None when there is no link.
+def upstream_ports(host: Host, pci: str) -> tuple[str, ...]:
+    """Bridges above the GPU, root port first, from its sysfs link; OSError when unreadable.
 
     ``/sys/bus/pci/devices/<gpu>`` links to ``../../../devices/pci0000:97/0000:97:01.0/<gpu>``:
     every PCI address in that path before the GPU's own is a bridge on the way down.
     """
-    try:
-        target = os.readlink(host.sysfs_device(pci))
-    except OSError:
-        return None
+    target = os.readlink(host.sysfs_device(pci))
     chain = [part for part in Path(target).parts if _BDF.match(part)]
     return tuple(chain[:-1]) if chain and chain[-1] == pci else tuple(chain)
+
+
+def _chain(host: Host, pci: str) -> tuple[tuple[str, ...], Unknown | None]:
+    try:
+        return upstream_ports(host, pci), None
+    except FileNotFoundError:
+        why = "no /sys/bus/pci/devices entry (GPU removed?)"
+    except OSError as err:
+        why = f"cannot read {host.sysfs_device(pci)}: {err.strerror}"
+    return (), Unknown(f"sysfs {pci}", why)
 
 
 def read_counters(host: Host, address: str) -> Counters:
@@ -186,10 +193,10 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
     dump = host.run("lspci", "-xxx", "-s", pci)
     if not dump.ok:
         found.append(Unknown(f"lspci -xxx -s {pci}", dump.why))
-    chain = upstream_ports(host, pci)
-    if chain is None:
-        found.append(Unknown(f"sysfs {pci}", "no /sys/bus/pci/devices entry (GPU removed?)"))
-    ports, port_unknowns = _port_inputs(host, chain or ())
+    chain, missing = _chain(host, pci)
+    if missing is not None:
+        found.append(missing)
+    ports, port_unknowns = _port_inputs(host, chain)
     return Inputs(
         kernel_log=log,
         kernel_log_source=source,

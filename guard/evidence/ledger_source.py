@@ -63,11 +63,13 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> dict[str, str]:
     where = f"configmap {namespace}/{name}"
     config: Any = kube_config  # the package's partial annotations leave these untyped
     try:
+        configuration = client.Configuration()
+        configuration.retries = 1  # one read by a person: fail fast, say why
         if kubeconfig:
-            api_client = config.new_client_from_config(config_file=kubeconfig)
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
-            api_client = _default_client(client, config, ConfigException)
-        with api_client:
+            _load_default(config, configuration, ConfigException)
+        with client.ApiClient(configuration) as api_client:
             found = client.CoreV1Api(api_client).read_namespaced_config_map(
                 name, namespace, _request_timeout=10
             )
@@ -79,10 +81,9 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> dict[str, str]:
     return data_of({"kind": "ConfigMap", "data": found.data}, where)
 
 
-def _default_client(client: Any, config: Any, config_error: type[Exception]) -> Any:
+def _load_default(config: Any, configuration: Any, config_error: type[Exception]) -> None:
+    """In-cluster credentials inside a Pod, else the default kubeconfig."""
     try:
-        configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
     except config_error:
-        return config.new_client_from_config()
+        config.load_kube_config(client_configuration=configuration)

@@ -115,7 +115,8 @@ _EVENT_WORDS = {
 
 def _event_sentence(e: aer.AerEvent) -> str:
     """
-    >>> _event_sentence(aer.AerEvent("0000:00:03.0", "received", "1.5", "correctable", 1, "id=0010"))
+    >>> event = aer.AerEvent("0000:00:03.0", "received", "1.5", "correctable", 1, "id=0010")
+    >>> _event_sentence(event)
     'kernel 1.5 0000:00:03.0: correctable error received from id=0010'
     """
     source = f" from {e.source}" if e.source else ""

@@ -109,59 +109,46 @@ def evidence_job(snap: Snapshot, s: Settings, incident: Incident, reason: str) -
     sentence = ledger.history_sentence(
         incident_counts(snap, incident), incident.uuid, incident.node, incident.pci
     )
-    args = ("evidence", "collect", "--node", incident.node, "--pci", incident.pci)
-    args += ("--xid", str(incident.xid), "--history", sentence)
+    args = evidence_args(incident.node, incident.pci, incident.xid, sentence)
     at = ledger.format_time(incident.at)
     spec = job_spec(s, "evidence", incident.node, at, reason, args)
     return CreateJob(incident.node, reason, "evidence", spec.name, render(s, spec))
 
 
+def evidence_args(node: str, pci: str, xid: int, history: str) -> tuple[str, ...]:
+    return ("evidence", "collect", "--node", node, "--pci", pci, "--xid", str(xid),
+            "--history", history)  # fmt: skip
+
+
+def conformance_args(s: Settings) -> tuple[str, ...]:
+    args = ["conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker"]
+    if s.conformance_control_plane_version:
+        args += ["--control-plane-version", s.conformance_control_plane_version]
+    if s.conformance_allowed_dns:
+        args += ["--allowed-dns", s.conformance_allowed_dns]
+    return (*args, "--output", "json")
+
+
+def loadtest_args(s: Settings, gpus: int, xid: int | None, pci: str) -> tuple[str, ...]:
+    args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
+    args += ["--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size)]
+    args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
+    if xid is not None:
+        args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
+        if pci and pci != ledger.UNKNOWN_PCI:
+            args += ["--memory-test-pci", pci]
+    return tuple(args)
+
+
 def render_example_job(
-    s: Settings, kind: str, node: str, pci: str, xid: int, gpus: int
+    s: Settings, kind: JobKind, node: str, pci: str, xid: int, gpus: int
 ) -> dict[str, object]:
-    """A Job as the planners would build it, for `gpu-node-guard render`."""
-    if kind == "evidence":
-        args: tuple[str, ...] = (
-            "evidence",
-            "collect",
-            "--node",
-            node,
-            "--pci",
-            pci,
-            "--xid",
-            str(xid),
-            "--history",
-            "First recorded incident.",
-        )
-    elif kind == "loadtest":
-        args = (
-            "loadtest",
-            "run",
-            "--expected-gpus",
-            str(gpus),
-            "--duration-s",
-            str(s.loadtest_duration_s),
-            "--size",
-            str(s.loadtest_matrix_size),
-        )
-    else:
-        args = (
-            "conformance",
-            "--root",
-            "/proc/1/root",
-            "--nsenter",
-            "--role",
-            "worker",
-            "--output",
-            "json",
-        )
-    spec = job_spec(
-        s,
-        kind,
-        node,
-        "render",
-        f"xid-{xid}",
-        args,  # type: ignore[arg-type]
-        gpus=gpus if kind == "loadtest" else 0,
-    )
+    """A Job exactly as the planners build it, for `gpu-node-guard render`."""
+    builders = {
+        "evidence": lambda: evidence_args(node, pci, xid, "First recorded incident."),
+        "loadtest": lambda: loadtest_args(s, gpus, xid, pci),
+        "conformance": lambda: conformance_args(s),
+    }
+    spec = job_spec(s, kind, node, "render", f"xid-{xid}", builders[kind](),
+                    gpus=gpus if kind == "loadtest" else 0)  # fmt: skip
     return render(s, spec)

@@ -30,11 +30,13 @@ from guard.jobs import JobSpec
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.common import (
     Incident,
+    conformance_args,
     evidence_job,
     has_ledger_line,
     job_spec,
     keys,
     ledger_append,
+    loadtest_args,
     render,
     xid_of,
 )
@@ -260,29 +262,20 @@ def _job_gate(
 def _spec(s: Settings, node: NodeInfo, kind: str, boot_key: str) -> JobSpec:
     reason = node.annotation(keys(s).reason) or ""
     if kind == "conformance":
-        args = ("conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker")
-        return job_spec(s, "conformance", node.name, boot_key, reason, (*args, "--output", "json"))
+        return job_spec(s, "conformance", node.name, boot_key, reason, conformance_args(s))
     return job_spec(
         s,
         "loadtest",
         node.name,
         boot_key,
         reason,
-        _loadtest_args(s, node, xid_of(reason)),
+        loadtest_args(s, node.gpu_capacity, xid_of(reason), _faulted_pci(s, node)),
         gpus=node.gpu_capacity,
     )
 
 
-def _loadtest_args(s: Settings, node: NodeInfo, xid: int | None) -> tuple[str, ...]:
-    args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(node.gpu_capacity)]
-    args += ["--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size)]
-    args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
-    if xid is not None:
-        args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
-        pci = (node.annotation(keys(s).gpu) or "").partition(" ")[0]
-        if pci and pci != ledger.UNKNOWN_PCI:
-            args += ["--memory-test-pci", pci]
-    return tuple(args)
+def _faulted_pci(s: Settings, node: NodeInfo) -> str:
+    return (node.annotation(keys(s).gpu) or "").partition(" ")[0]
 
 
 def _present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:

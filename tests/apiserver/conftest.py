@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def admin(apiserver: ControlPlane) -> Iterator[client.ApiClient]:
-    with apiserver.client() as api:
+    with apiserver.admin_client() as api:
         yield api
 
 

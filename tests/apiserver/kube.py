@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 import yaml
 from kubernetes import client, config
@@ -87,13 +88,13 @@ class ControlPlane:
     workdir: Path
     started_in_s: float
 
-    def client(self) -> client.ApiClient:
+    def admin_client(self) -> client.ApiClient:
         """An ApiClient for the admin (group system:masters), from the admin kubeconfig."""
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def impersonating(self, user: str, group: str | None = None) -> client.ApiClient:
         """The admin's client acting as `user`; a ServiceAccount gets its groups from the server."""
-        api = self.client()
+        api = self.admin_client()
         api.set_default_header("Impersonate-User", user)
         if group is not None:
             api.set_default_header("Impersonate-Group", group)
@@ -106,7 +107,7 @@ class ControlPlane:
             "kind": "TokenRequest",
             "spec": {"expirationSeconds": ttl_s},
         }
-        with self.client() as api:
+        with self.admin_client() as api:
             answer = client.CoreV1Api(api).create_namespaced_service_account_token(
                 name, namespace, request
             )
@@ -154,7 +155,7 @@ def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Pa
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
             state = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready"
-            raise RuntimeError(f"{Path(proc.args[0]).name} {state} (log {log}):\n{tail}")  # type: ignore[index]
+            raise RuntimeError(f"{log.stem} {state} (log {log}):\n{tail}")
         time.sleep(0.2)
 
 
@@ -221,6 +222,13 @@ def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
         kubeconfig = workdir / "kubeconfig-admin"
         write_kubeconfig(kubeconfig, url, ca_file, ADMIN_TOKEN)
         yield ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
+
+
+def refusal(call: Callable[[], object]) -> tuple[int, str]:
+    """Run `call`, which must be refused; the status and message it was refused with."""
+    with pytest.raises(ApiException) as caught:
+        call()
+    return api_error(caught.value)
 
 
 def api_error(exc: ApiException) -> tuple[int, str]:

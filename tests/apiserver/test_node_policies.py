@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from tests.apiserver.kube import MERGE_PATCH, api_error
+from tests.apiserver.kube import MERGE_PATCH, refusal
 
 pytestmark = pytest.mark.apiserver
 
@@ -28,12 +27,6 @@ GUARD_CORDON = {
 
 def patch(api: client.ApiClient, node: str, body: dict[str, Any]) -> client.V1Node:
     return client.CoreV1Api(api).patch_node(node, body, _content_type=MERGE_PATCH)
-
-
-def refusal(call: Callable[[], object]) -> tuple[int, str]:
-    with pytest.raises(ApiException) as caught:
-        call()
-    return api_error(caught.value)
 
 
 def is_cordoned(admin: client.ApiClient, node: str) -> bool:

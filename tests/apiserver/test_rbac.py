@@ -16,15 +16,16 @@ from tests.apiserver.kube import (
     JOB_USER,
     MERGE_PATCH,
     ControlPlane,
-    api_error,
     create,
     guard_job,
+    refusal,
 )
 
 pytestmark = pytest.mark.apiserver
 
 NS = "gpu-node-guard"
 LEDGER = "gpu-fault-ledger"
+PARAMS = "gpu-node-guard-policy-params"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +148,6 @@ def test_guard_reads_back_its_job(as_guard: Calls) -> None:
     assert stored.metadata.labels["app.kubernetes.io/component"] == "evidence"
 
 
-PARAMS = "gpu-node-guard-policy-params"
-
-
 @pytest.mark.parametrize(
     "call",
     [
@@ -184,9 +182,7 @@ PARAMS = "gpu-node-guard-policy-params"
     ],
 )  # fmt: skip
 def test_guard_may_not(as_guard: Calls, call: Callable[[Calls], object]) -> None:
-    with pytest.raises(ApiException) as caught:
-        call(as_guard)
-    status, message = api_error(caught.value)
+    status, message = refusal(lambda: call(as_guard))
     assert status == 403, message
     assert f'User "{GUARD_USER}" cannot' in message
 
@@ -203,6 +199,23 @@ def test_guard_may_not(as_guard: Calls, call: Callable[[Calls], object]) -> None
 def test_job_pods_may_do_nothing(
     deployed: ControlPlane, namespace: str, call: Callable[[Calls], object]
 ) -> None:
-    with deployed.impersonating(JOB_USER) as api, pytest.raises(ApiException) as caught:
-        call(calls_as(api, "gpu-node-a", namespace))
-    assert api_error(caught.value)[0] == 403
+    with deployed.impersonating(JOB_USER) as api:
+        status, message = refusal(lambda: call(calls_as(api, "gpu-node-a", namespace)))
+    assert status == 403, message
+    assert f'User "{JOB_USER}" cannot' in message
+
+
+def test_cronjob_runs_one_locked_down_cycle_at_a_time(
+    admin: client.ApiClient, deployed: object
+) -> None:
+    """The CronJob as the API server stored it (defaults applied) runs as the guard, non-root."""
+    cron = client.BatchV1Api(admin).read_namespaced_cron_job("gpu-node-guard", NS)
+    pod = cron.spec.job_template.spec.template.spec
+    guard = pod.containers[0]
+    assert (cron.spec.schedule, cron.spec.concurrency_policy) == ("*/5 * * * *", "Forbid")
+    assert cron.spec.starting_deadline_seconds and cron.spec.starting_deadline_seconds < 300
+    assert pod.service_account_name == "gpu-node-guard" and pod.security_context.run_as_non_root
+    assert guard.command == ["gpu-node-guard", "run"]
+    assert guard.security_context.read_only_root_filesystem is True
+    assert guard.security_context.capabilities.drop == ["ALL"]
+    assert guard.resources.limits["memory"] and guard.resources.requests["cpu"]

@@ -17,6 +17,7 @@ LOGS = FIXTURES / "kernel-log" / "scenarios"
 LSPCI = FIXTURES / "lspci"
 AER = FIXTURES / "aer"
 CARD_B = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+GPU_B = "0000:99:00.0"
 
 
 def classify(*args: str) -> dict[str, Any]:
@@ -108,7 +109,8 @@ CASES = [
         id="the-other-gpu-is-power-cycle",
     ),
     pytest.param(
-        [*_log("xid154-only.log"), "--pci", "0000:99:00.0", "--lspci", str(LSPCI / "gpu-normal.txt")],
+        [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
+         "--lspci", str(LSPCI / "gpu-normal.txt")],
         {"verdict": "human", "recovery_action": "GPU Reset Required"},
         id="xid154-alone-never-a-verdict",
     ),
@@ -218,7 +220,7 @@ def test_json_has_the_documented_keys_and_xid_details() -> None:
 
 def test_aer_file_with_port_lspci_and_counters_names_the_port() -> None:
     aer_file = FIXTURES / "lspci" / "rootport-sdes-new.txt"
-    out = classify(*_log("incident-gpu-node-b.log"), "--pci", "0000:99:00.0", "--aer", str(aer_file))
+    out = classify(*_log("incident-gpu-node-b.log"), "--pci", GPU_B, "--aer", str(aer_file))
     (port,) = out["aer"]["ports"]
     assert (port["address"], port["uncorrectable"], port["link_active"]) == (
         "0000:97:01.0",

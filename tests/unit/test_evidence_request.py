@@ -78,7 +78,8 @@ def test_draft_carries_slot_uuid_xids_config_aer_and_history() -> None:
         "PCI config space reads all ff (256 bytes): the GPU does not answer config reads." in lines
     )
     assert "- Surprise Down: yes." in lines
-    assert any(line.startswith("Driver recovery action (Xid 154): GPU Reset Required") for line in lines)
+    recovery = "Driver recovery action (Xid 154): GPU Reset Required"
+    assert any(line.startswith(recovery) for line in lines)
     assert "History: Second time." in lines
 
 
