@@ -67,6 +67,9 @@ class Kube:
             raise _typed(what, exc) from None
         except (HTTPError, OSError) as exc:
             raise KubeError(f"{what}: cannot reach the API server: {exc}") from None
+        except ValueError as exc:  # the client validates bodies locally (pydantic) before sending
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise KubeError(f"{what}: request refused by the client: {first}") from None
         data = response.data
         return json.loads(data) if data else {}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import jinja2
 
 from guard.evidence import request
 from guard.evidence.assess import Inputs, assess
@@ -98,7 +99,7 @@ def collect(**opts: Any) -> None:
     emit_collected(inputs, tables, template, Target(opts["node"], opts["pci"], opts["history"]))
 
 
-def _template(path: Path | None) -> Any:
+def _template(path: Path | None) -> jinja2.Template:
     try:
         return request.load_template(path)
     except request.TemplateError as err:
@@ -112,7 +113,9 @@ class Target:
     history: str | None
 
 
-def emit_collected(inputs: Inputs, tables: Tables, template: Any, target: Target) -> None:
+def emit_collected(
+    inputs: Inputs, tables: Tables, template: jinja2.Template, target: Target
+) -> None:
     """Print report, draft and the JSON line; a template that fails to render exits 1 last."""
     found = assess(inputs, target.pci, tables.classes)
     title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"

@@ -141,7 +141,7 @@ def loadtest_args(s: Settings, gpus: int, xid: int | None, pci: str) -> tuple[st
 
 
 def render_example_job(
-    s: Settings, kind: JobKind, node: str, pci: str, xid: int, gpus: int
+    s: Settings, kind: JobKind, node: str, pci: str, xid: int, gpus: int, key: str = "render"
 ) -> dict[str, object]:
     """A Job exactly as the planners build it, for `gpu-node-guard render`."""
     builders = {
@@ -149,6 +149,6 @@ def render_example_job(
         "loadtest": lambda: loadtest_args(s, gpus, xid, pci),
         "conformance": lambda: conformance_args(s),
     }
-    spec = job_spec(s, kind, node, "render", f"xid-{xid}", builders[kind](),
+    spec = job_spec(s, kind, node, key, f"xid-{xid}", builders[kind](),
                     gpus=gpus if kind == "loadtest" else 0)  # fmt: skip
     return render(s, spec)

@@ -105,8 +105,8 @@ build_etcd() {
 
 # Runs one build step in a scratch module directory and reports its wall time and size.
 timed_build() {
-  local name=$1 fn=$2 work start
-  work="$(mktemp -d)"
+  local name=$1 fn=$2 work="$SCRATCH/$1" start
+  mkdir -p "$work"
   start=$SECONDS
   say "building $name (first build: minutes; later runs reuse ${CACHE_DIR})"
   "$fn" "$work"
@@ -114,7 +114,6 @@ timed_build() {
   if [[ "$UPDATE_MODULES" == 1 ]]; then
     cp "$work/go.mod" "$work/go.sum" "$HERE/${name/kube-apiserver/kube}/"
   fi
-  rm -rf "$work"
 }
 
 main() {
@@ -134,6 +133,8 @@ main() {
   GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
   [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
   mkdir -p "$CACHE_DIR"
+  SCRATCH="$(mktemp -d)"
+  trap 'rm -rf "$SCRATCH"' EXIT
   if command -v flock >/dev/null; then exec 9>"$CACHE_DIR/.lock" && flock 9; fi
   if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-apiserver" "Kubernetes ${ENVTEST_VERSION}"; then
     timed_build kube-apiserver build_kube

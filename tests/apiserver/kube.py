@@ -26,7 +26,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from guard.jobs import JobKind, JobSpec, default_templates_dir, job_name, render_job
+from guard.jobs import JobKind
+from guard.plan.common import render_example_job
 from guard.settings import Settings
 
 ENVTEST_VERSION = "v1.34.4"
@@ -240,34 +241,9 @@ def api_error(exc: ApiException) -> tuple[int, str]:
     return int(exc.status or 0), message
 
 
-# Representative argv of each Job, as the guard's planners build them.
-_COMMANDS: dict[JobKind, tuple[str, ...]] = {
-    "evidence": ("gpu-node-guard", "evidence", "collect", "--node", "{node}",
-                 "--pci", "0000:99:00.0", "--xid", "79", "--history", "first"),
-    "loadtest": ("gpu-node-guard", "loadtest", "run", "--expected-gpus", "8",
-                 "--duration-s", "90", "--matrix-size", "8192", "--min-ratio", "0.8"),
-    "conformance": ("gpu-node-guard", "conformance", "--root", "/proc/1/root", "--node", "{node}"),
-}  # fmt: skip
-
-
 def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
-    """A Job exactly as the guard renders it with its default settings (jobs/*.yaml.j2)."""
-    s = Settings()
-    spec = JobSpec(
-        kind=kind,
-        name=job_name(kind, node, key),
-        namespace=s.namespace,
-        node=node,
-        reason="xid-79",
-        prefix=s.annotation_prefix,
-        image=s.loadtest_image if kind == "loadtest" else s.image,
-        command=tuple(arg.format(node=node) for arg in _COMMANDS[kind]),
-        deadline_s=s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s,
-        ttl_s=s.job_ttl_s,
-        workload_service_account=s.job_service_account,
-        gpus=8 if kind == "loadtest" else 0,
-    )
-    return render_job(spec, default_templates_dir())
+    """A Job exactly as the guard's planners build it with default settings (jobs/*.yaml.j2)."""
+    return render_example_job(Settings(), kind, node, "0000:99:00.0", 79, 8, key=key)
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:

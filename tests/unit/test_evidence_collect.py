@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,12 +236,20 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _still_alive_after_signal_delivery(pid: int) -> bool:
+    """SIGKILL reaches a sleeping process asynchronously; give it up to 5 s to die."""
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _alive(pid)
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "grandchild.pid"
     script = f"sleep 30 & echo $! > {pidfile}; wait"
     result = run_command(["sh", "-c", script], 0.3)
     assert result.why == "timed out after 0.3s"
-    assert not _alive(int(pidfile.read_text()))
+    assert not _still_alive_after_signal_delivery(int(pidfile.read_text()))
 
 
 # --- the command line, end to end: fake nsenter, journalctl and lspci on PATH -------------
