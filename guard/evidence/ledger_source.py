@@ -53,37 +53,14 @@ def read_file(path: Path) -> dict[str, str]:
 
 
 def read_cluster(kubeconfig: str, namespace: str, name: str) -> dict[str, str]:
-    """Read the ConfigMap through the API (kubeconfig file, else in-cluster, else default)."""
-    from kubernetes import client
-    from kubernetes import config as kube_config
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
+    """Read the ConfigMap through the guard's one API door (kubeconfig file, else in-cluster)."""
+    from guard.kube import Kube, KubeError  # the client is only needed for this path
 
     where = f"configmap {namespace}/{name}"
-    config: Any = kube_config  # the package's partial annotations leave these untyped
     try:
-        configuration = client.Configuration()
-        configuration.retries = 1  # one read by a person: fail fast, say why
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            _load_default(config, configuration, ConfigException)
-        with client.ApiClient(configuration) as api_client:
-            found = client.CoreV1Api(api_client).read_namespaced_config_map(
-                name, namespace, _request_timeout=10
-            )
-    except ApiException as err:
-        raise LedgerSourceError(f"{where}: HTTP {err.status} {err.reason}") from err
-    except (ConfigException, HTTPError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise LedgerSourceError(f"{where}: {first}") from err
-    return data_of({"kind": "ConfigMap", "data": found.data}, where)
-
-
-def _load_default(config: Any, configuration: Any, config_error: type[Exception]) -> None:
-    """In-cluster credentials inside a Pod, else the default kubeconfig."""
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config_error:
-        config.load_kube_config(client_configuration=configuration)
+        found = Kube.connect(kubeconfig).configmap(namespace, name)
+    except KubeError as err:
+        raise LedgerSourceError(str(err)) from err
+    if found is None:
+        raise LedgerSourceError(f"{where}: not found")
+    return data_of(found, where)

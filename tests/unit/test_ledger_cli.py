@@ -131,7 +131,7 @@ def test_unreachable_cluster_is_one_error_line(tmp_path: Path) -> None:
         "--kubeconfig", str(kubeconfig),
     )  # fmt: skip
     assert code == 1
-    assert output.startswith("Error: configmap gpu-node-guard/gpu-fault-ledger: ")
+    assert output.startswith("Error: get configmap gpu-node-guard/gpu-fault-ledger: cannot reach")
     assert len(output.splitlines()) == 1
 
 
@@ -141,5 +141,5 @@ def test_missing_kubeconfig_is_one_error_line(tmp_path: Path) -> None:
         "--kubeconfig", str(tmp_path / "none"),
     )  # fmt: skip
     assert code == 1
-    assert output.startswith("Error: configmap gpu-node-guard/gpu-fault-ledger: ")
+    assert output.startswith(f"Error: cannot load Kubernetes config from {tmp_path / 'none'}: ")
     assert len(output.splitlines()) == 1

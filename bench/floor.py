@@ -1,0 +1,118 @@
+"""The floor of one cycle: the guard's own PromQL and one read of the cluster, with plain requests.
+
+Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
+object. The PromQL strings come from `guard.queries` with the guard's settings, in the order
+`guard.snapshot.read_prom` sends them; the cluster read is either a plain read + ``json.loads`` of
+the List file, or one paginated node list (limit 500, as `guard.kube`) that keeps only a count.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import requests
+
+from guard import queries
+from guard.kube import PAGE
+from guard.settings import Settings
+from guard.snapshot import HELD_LOOKBACK_S
+
+
+def guard_queries(s: Settings) -> list[tuple[str, str]]:
+    """Every query of one cycle, built by `guard.queries` exactly as `read_prom` builds them."""
+    params = queries.IsolationParams(
+        s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
+    )
+    return [
+        *queries.REQUIRED_INPUTS,
+        ("isolation-candidates", queries.isolation_candidates(params)),
+        ("hardware-xid", queries.hardware_xid_now(s.user_code_xids)),
+        ("row-remap", queries.row_remap_nonzero()),
+        (
+            "loss-history",
+            queries.loss_history(s.user_code_xids, HELD_LOOKBACK_S, s.query_step_s),
+        ),
+    ]
+
+
+def run_queries(url: str, at: datetime, s: Settings) -> tuple[int, int]:
+    """(requests, response bytes); any answer other than success stops the run."""
+    session, sent, size = requests.Session(), 0, 0
+    for name, promql in guard_queries(s):
+        form = {"query": promql, "time": f"{at.timestamp():.3f}"}
+        response = session.post(f"{url.rstrip('/')}/api/v1/query", data=form, timeout=600)
+        sent += 1
+        size += len(response.content)
+        if response.json().get("status") != "success":
+            raise click.ClickException(f"query {name}: {response.text[:200]}")
+    return sent, size
+
+
+def read_file(path: Path) -> int:
+    """A plain read and parse of the List file; returns the number of items."""
+    return len(json.loads(path.read_text(encoding="utf-8")).get("items") or [])
+
+
+def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
+    """One paginated node list; pages are parsed and dropped. Returns (requests, nodes)."""
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    session.verify = ca_file
+    sent, nodes, token_next = 0, 0, ""
+    while True:
+        params: dict[str, Any] = {"limit": PAGE}
+        if token_next:
+            params["continue"] = token_next
+        response = session.get(f"{server}/api/v1/nodes", params=params, timeout=600)
+        response.raise_for_status()
+        sent += 1
+        page = response.json()
+        nodes += len(page.get("items") or [])
+        token_next = (page.get("metadata") or {}).get("continue") or ""
+        if not token_next:
+            return sent, nodes
+
+
+@click.command()
+@click.option("--prometheus-url", required=True)
+@click.option("--at", "at_text", required=True, help="RFC 3339 instant, as --at of the guard")
+@click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--api-server", default="", help="https://host:port (API mode)")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ca-file", default="")
+def main(
+    prometheus_url: str,
+    at_text: str,
+    snapshot: Path | None,
+    api_server: str,
+    token_file: Path | None,
+    ca_file: str,
+) -> None:
+    at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
+    started = time.monotonic()
+    prom_requests, prom_bytes = run_queries(prometheus_url, at, Settings())
+    api_requests, objects = 0, 0
+    if api_server and token_file is not None:
+        api_requests, objects = list_nodes(api_server, token_file.read_text().strip(), ca_file)
+    elif snapshot is not None:
+        objects = read_file(snapshot)
+    else:
+        raise click.UsageError("give --snapshot, or --api-server with --token-file")
+    result = {
+        "elapsed_s": round(time.monotonic() - started, 3),
+        "prometheus_requests": prom_requests,
+        "prometheus_bytes": prom_bytes,
+        "api_requests": api_requests,
+        "objects": objects,
+    }
+    click.echo(json.dumps(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
