@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 import time
@@ -202,7 +203,9 @@ def _cycle(
         view = read_prom(prom, s, now)
     else:
         view = read_prom(prom, s, now)
-        kube = Kube.connect(s.kubeconfig)
+        kube = Kube.connect(
+            s.kubeconfig, in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        )
         objs = read_cluster(kube, s)
     snap = build_snapshot(now, objs, view, s)
     actions = plan_return(snap, s) + plan_isolation(snap, s)

@@ -46,15 +46,17 @@ class Kube:
         self._batch = client.BatchV1Api(self.api)
 
     @classmethod
-    def connect(cls, kubeconfig: str) -> Kube:
+    def connect(cls, kubeconfig: str, in_cluster: bool = True) -> Kube:
+        """`kubeconfig` when given; else the pod's ServiceAccount inside a cluster, else the
+        user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does."""
         try:
-            if kubeconfig:
-                api = config.new_client_from_config(config_file=kubeconfig)
+            if kubeconfig or not in_cluster:
+                api = config.new_client_from_config(config_file=kubeconfig or None)
             else:
                 config.load_incluster_config()
                 api = client.ApiClient()
         except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-            where = kubeconfig or "in-cluster service account"
+            where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             raise KubeError(f"cannot load Kubernetes config from {where}: {exc}") from None
         return cls(api)
 

@@ -45,7 +45,7 @@ RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: 
 KEYS = Annotations("gpu-node-guard.io/")
 NS = "gpu-node-guard"
 SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
-                  "e2e-executors")  # fmt: skip
+                  "e2e-executors", "e2e-dry-run")  # fmt: skip
 
 
 def _faulted(name: str) -> NodeTimeline:
@@ -109,10 +109,10 @@ def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int
     core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
 
 
-def run_guard(prom: LocalPrometheus, kubeconfig: Path, at: datetime) -> dict[str, Any]:
+def run_guard(prom: LocalPrometheus, kubeconfig: Path, at: datetime, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--at", at.isoformat(), "--output", "json"],
+         str(kubeconfig), "--at", at.isoformat(), "--output", "json", *extra],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -203,7 +203,7 @@ def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig
         core.patch_node(node, {"metadata": {"labels": {"owner": "alice"}}},
                         _content_type=MERGE_PATCH)  # fmt: skip
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, human)
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, human)
     one_cycle(kube, prom, ISOLATE_AT)
     found = core.read_node(node)
     assert kube.raced
@@ -220,7 +220,7 @@ def test_cordon_racing_a_human_cordon_backs_off(prom, guard_kubeconfig, gpu_node
                                "metadata": {"annotations": {"ops/why": "smoke test"}}},
                         _content_type=MERGE_PATCH)  # fmt: skip
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, human)
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, human)
     applied = one_cycle(kube, prom, ISOLATE_AT)
     found = core.read_node(node)
     assert found.metadata.annotations == {"ops/why": "smoke test"}
@@ -246,7 +246,7 @@ def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, c
         cm.data["gpu-node-z"] += other + "\n"
         core.replace_namespaced_config_map("gpu-fault-ledger", NS, cm)
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig)).api, writer)
+    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, writer)
     # Only the ledger write races here: cordon first with a plain client, then the append.
     applied = one_cycle(kube, prom, ISOLATE_AT)
     assert kube.raced
@@ -258,7 +258,7 @@ def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, c
 
 def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconfig, gpu_node):
     gpu_node("e2e-executors")
-    kube = Kube.connect(str(guard_kubeconfig))
+    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
                           read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
@@ -302,3 +302,20 @@ def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node
     found = core.read_node(node)
     assert not found.spec.unschedulable
     assert not any(k.startswith("gpu-node-guard.io/") for k in (found.metadata.annotations or {}))
+
+
+def test_dry_run_against_the_api_writes_nothing(prom, guard_kubeconfig, gpu_node, core, admin):
+    node = gpu_node("e2e-dry-run")
+    before = core.read_node(node)
+    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--dry-run")
+    assert plan["dry_run"] is True
+    assert mine(plan, node)[0] == ("cordon", "xid-79")
+    after = core.read_node(node)
+    assert after.metadata.resource_version == before.metadata.resource_version
+    assert guard_jobs(admin, node) == []
+    names = [c.metadata.name for c in core.list_namespaced_config_map(NS).items]
+    assert "gpu-fault-ledger" not in names or node not in ledger_text_or_empty(core)
+
+
+def ledger_text_or_empty(core: client.CoreV1Api) -> dict[str, str]:
+    return dict(core.read_namespaced_config_map("gpu-fault-ledger", NS).data or {})
