@@ -26,9 +26,8 @@ from guard.ledger import parse_time
 from guard.loadtest.cli import loadtest
 from guard.log import Log
 from guard.names import Annotations
+from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
-from guard.plan.isolation import plan_isolation
-from guard.plan.returning import plan_return
 from guard.prom import PromClient, PromError
 from guard.settings import Settings, setting_fields
 from guard.snapshot import (
@@ -208,7 +207,7 @@ def _cycle(
         )
         objs = read_cluster(kube, s)
     snap = build_snapshot(now, objs, view, s)
-    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    actions = plan_cycle(snap, s)
     if dry_run:
         stream = sys.stderr if output == "json" else sys.stdout
         executor: Any = PrintExecutor(Log(log.fmt, stream), show_manifests=output == "text")

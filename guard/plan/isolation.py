@@ -21,7 +21,10 @@ from guard.plan.common import Incident, evidence_job, guarded_nodes, keys, ledge
 from guard.settings import Settings
 
 
-def plan_isolation(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
+def plan_isolation(
+    snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()
+) -> tuple[Action, ...]:
+    """`released`: nodes the return check uncordons or lets go of in this same cycle."""
     actions: list[Action] = []
     eligible: list[tuple[NodeInfo, GpuSample]] = []
     for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
@@ -49,7 +52,7 @@ def plan_isolation(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         )
     )
     limit = breaker_limit(snap, s)
-    guarded = len(guarded_nodes(snap, s))
+    guarded = len(set(guarded_nodes(snap, s)) - released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
     node, sample = eligible[0]

@@ -28,8 +28,7 @@ from guard.example.scenario import NodeTimeline, Scenario
 from guard.kube import Kube
 from guard.log import Log
 from guard.names import Annotations
-from guard.plan.isolation import plan_isolation
-from guard.plan.returning import plan_return
+from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
@@ -189,7 +188,7 @@ class RacingKube(Kube):
 def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime, executor: Any = None) -> list[Any]:
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    actions = plan_cycle(snap, s)
     executor = executor or KubeExecutor(kube, Log("text"), KEYS, NS)
     for action in actions:
         executor.apply(action)
@@ -262,7 +261,7 @@ def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconf
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
                           read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
-    actions = plan_return(snap, s) + plan_isolation(snap, s)
+    actions = plan_cycle(snap, s)
     printer = PrintExecutor(Log("text"), show_manifests=False)
     real = KubeExecutor(kube, Log("text"), KEYS, NS)
     for action in actions:

@@ -214,3 +214,19 @@ def test_plan_uses_snapshot_time_not_clock():
     snap = snapshot(node("b"), candidates=(gpu("b", 79),))
     cordon = plan_isolation(snap, settings())[0]
     assert dict(cordon.annotations)[KEYS.at] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_node_returned_this_cycle_frees_a_breaker_slot():
+    from guard.plan import plan_cycle
+
+    full = guarded(5)
+    # g0 was uncordoned by a person: the return check clears it, so 4 remain guarded.
+    human = node("g0", cordoned=False, guarded_xid=79)
+    snap = snapshot(node("b"), human, *full[1:], candidates=(gpu("b", 79),))
+    kinds = brief(plan_cycle(snap, settings()))
+    assert ("clear-annotations", "g0", "human-uncordon") in kinds
+    assert ("cordon", "b", "xid-79") in kinds
+    # without the release the breaker is open
+    still = snapshot(node("b"), node("g0", cordoned=True, guarded_xid=79), *full[1:],
+                     candidates=(gpu("b", 79),))  # fmt: skip
+    assert ("skip", "b", "breaker-open") in brief(plan_cycle(still, settings()))
