@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.objects import DAEMONSETS, STAMP, _hex, _uid, node_object
-from bench.synthetic import CORDONED_ROLES, XID_OF, ClusterSpec, Role, pci_of, uuid_of
+from bench.synthetic import CORDONED_ROLES, FAULT_GPU, XID_OF, ClusterSpec, Role, pci_of, uuid_of
 from guard.names import RECORDER
 from guard.settings import Settings
 
@@ -36,77 +36,144 @@ def pods(spec: ClusterSpec) -> Iterator[dict[str, Any]]:
             yield pod_object(namespace, name, node, image, 0, ("DaemonSet", daemonset))
         if roles.get(node) not in CORDONED_ROLES:
             owner = ("StatefulSet", "train-llm-worker")
-            yield pod_object(WORKLOAD_NS, f"train-llm-worker-{index}", node, WORKLOAD_IMAGE, spec.gpus, owner)  # fmt: skip
+            yield pod_object(
+                WORKLOAD_NS, f"train-llm-worker-{index}", node, WORKLOAD_IMAGE, spec.gpus, owner
+            )
 
 
 def pod_object(
     namespace: str, name: str, node: str, image: str, gpus: int, owner: tuple[str, str]
 ) -> dict[str, Any]:
-    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "256Mi"},
-                                 "limits": {"memory": "1Gi"}}  # fmt: skip
+    resources: dict[str, Any] = {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
     if gpus:
-        resources = {"requests": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus)},
-                     "limits": {"memory": "1800Gi", "nvidia.com/gpu": str(gpus)}}  # fmt: skip
-    container = {
+        resources = {
+            "requests": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus)},
+            "limits": {"memory": "1800Gi", "nvidia.com/gpu": str(gpus)},
+        }
+    container: dict[str, Any] = {
         "name": owner[1].split("-")[-1],
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": ["--config=/etc/app/config.yaml", "--log-level=info"],
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}},
-                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void" if not gpus else "all"}],
+        "env": [
+            {
+                "name": "NODE_NAME",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}},
+            },
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void" if not gpus else "all"},
+        ],
         "resources": resources,
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
-        "volumeMounts": [{"mountPath": "/etc/app", "name": "config", "readOnly": True},
-                         {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                          "name": "kube-api-access", "readOnly": True}],
-    }  # fmt: skip
+        "volumeMounts": [
+            {"mountPath": "/etc/app", "name": "config", "readOnly": True},
+            {
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "name": "kube-api-access",
+                "readOnly": True,
+            },
+        ],
+    }
     uid = _uid("pod", namespace, name)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(int(uid[:6], 16)),
-            "creationTimestamp": STAMP, "generateName": name.rsplit("-", 1)[0] + "-",
-            "labels": {"app.kubernetes.io/name": owner[1], "controller-revision-hash": _hex(owner, n=10),
-                       "pod-template-generation": "3"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "blockOwnerDeletion": True, "controller": True,
-                                 "kind": owner[0], "name": owner[1], "uid": _uid(*owner)}],
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": str(int(uid[:6], 16)),
+            "creationTimestamp": STAMP,
+            "generateName": name.rsplit("-", 1)[0] + "-",
+            "labels": {
+                "app.kubernetes.io/name": owner[1],
+                "controller-revision-hash": _hex(owner, n=10),
+                "pod-template-generation": "3",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "blockOwnerDeletion": True,
+                    "controller": True,
+                    "kind": owner[0],
+                    "name": owner[1],
+                    "uid": _uid(*owner),
+                }
+            ],
         },
         "spec": {
             "containers": [container],
-            "dnsPolicy": "ClusterFirst", "enableServiceLinks": True, "nodeName": node,
-            "preemptionPolicy": "PreemptLowerPriority", "priority": 0, "restartPolicy": "Always",
-            "schedulerName": "default-scheduler", "serviceAccountName": owner[1],
+            "dnsPolicy": "ClusterFirst",
+            "enableServiceLinks": True,
+            "nodeName": node,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+            "serviceAccountName": owner[1],
             "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"},
-                            {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
-                             "operator": "Exists", "tolerationSeconds": 300}],
-            "volumes": [{"name": "config", "configMap": {"name": owner[1], "defaultMode": 420}},
-                        {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "tolerations": [
+                {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"},
+                {
+                    "effect": "NoExecute",
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "tolerationSeconds": 300,
+                },
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": owner[1], "defaultMode": 420}},
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
+                        ],
+                    },
+                },
+            ],
         },
-        "status": pod_status(node, name, image, uid),
-    }  # fmt: skip
+        "status": pod_status(node, name, container["name"], image, uid),
+    }
 
 
-def pod_status(node: str, name: str, image: str, uid: str) -> dict[str, Any]:
+def pod_status(node: str, name: str, container: str, image: str, uid: str) -> dict[str, Any]:
     conditions = [
         {"lastProbeTime": None, "lastTransitionTime": STAMP, "status": "True", "type": kind}
-        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
-    ]  # fmt: skip
+        for kind in (
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled",
+        )
+    ]
     return {
-        "phase": "Running", "conditions": conditions, "hostIP": "10.64.0.1",
-        "podIP": f"10.42.{int(uid[:2], 16)}.{int(uid[2:4], 16)}", "qosClass": "Burstable",
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": "10.64.0.1",
+        "podIP": f"10.42.{int(uid[:2], 16)}.{int(uid[2:4], 16)}",
+        "qosClass": "Burstable",
         "startTime": STAMP,
-        "containerStatuses": [{
-            "containerID": f"containerd://{_hex('c', node, name)}", "image": image,
-            "imageID": f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}",
-            "lastState": {}, "name": "main", "ready": True, "restartCount": 0, "started": True,
-            "state": {"running": {"startedAt": STAMP}},
-        }],
-    }  # fmt: skip
+        "containerStatuses": [
+            {
+                "containerID": f"containerd://{_hex('c', node, name)}",
+                "image": image,
+                "imageID": f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}",
+                "lastState": {},
+                "name": container,
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": STAMP}},
+            }
+        ],
+    }
 
 
 def ledger_configmap(spec: ClusterSpec, s: Settings) -> dict[str, Any]:
@@ -114,11 +181,14 @@ def ledger_configmap(spec: ClusterSpec, s: Settings) -> dict[str, Any]:
     data = {}
     for node, role in spec.roles().items():
         if role in ("guarded-a", "guarded-b"):
-            line = f"2026-09-21T05:05:00Z xid-{XID_OF[role]} {pci_of(3)[4:]} {uuid_of(node, 3)} {RECORDER}"
-            data[node] = line + "\n"
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": s.ledger_configmap, "namespace": s.namespace, "resourceVersion": "77"},
-            "data": data}  # fmt: skip
+            card = f"{pci_of(FAULT_GPU)[4:]} {uuid_of(node, FAULT_GPU)}"
+            data[node] = f"2026-09-21T05:05:00Z xid-{XID_OF[role]} {card} {RECORDER}\n"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": s.ledger_configmap, "namespace": s.namespace, "resourceVersion": "77"},
+        "data": data,
+    }
 
 
 def write_list(spec: ClusterSpec, s: Settings, path: Path) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import requests
 
+from bench import whatif
 from guard import queries
 from guard.kube import PAGE
 from guard.settings import Settings
@@ -64,6 +65,7 @@ def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
     session.verify = ca_file
+    session.trust_env = False  # REQUESTS_CA_BUNDLE would override `verify`
     sent, nodes, token_next = 0, 0, ""
     while True:
         params: dict[str, Any] = {"limit": PAGE}
@@ -86,6 +88,7 @@ def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
 @click.option("--api-server", default="", help="https://host:port (API mode)")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--ca-file", default="")
+@click.option("--what-if", is_flag=True, help="Build the queries with bench.whatif installed")
 def main(
     prometheus_url: str,
     at_text: str,
@@ -93,7 +96,10 @@ def main(
     api_server: str,
     token_file: Path | None,
     ca_file: str,
+    what_if: bool,
 ) -> None:
+    if what_if:
+        whatif.install()
     at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
     started = time.monotonic()
     prom_requests, prom_bytes = run_queries(prometheus_url, at, Settings())

@@ -11,22 +11,38 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from bench.synthetic import CORDONED_ROLES, LOSS_ROLES, XID_OF, ClusterSpec, Role, pci_of, uuid_of
+from bench.synthetic import (
+    CORDONED_ROLES,
+    FAULT_GPU,
+    LOSS_ROLES,
+    XID_OF,
+    ClusterSpec,
+    Role,
+    pci_of,
+    uuid_of,
+)
 from guard.names import Annotations
 from guard.settings import Settings
 
 STAMP = "2026-09-01T03:12:45Z"
 DAEMONSETS = (
     ("gpu-operator", "nvidia-device-plugin-daemonset", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"),
-    ("gpu-operator", "nvidia-dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04"),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04",
+    ),
     ("monitoring", "node-exporter", "quay.io/prometheus/node-exporter:v1.9.1"),
     ("kube-system", "rke2-canal", "rancher/hardened-calico:v3.29.2-build20250306"),
 )
-_CPU_FLAGS = ("ADX AESNI AMXBF16 AMXINT8 AMXTILE AVX AVX2 AVX512BF16 AVX512BITALG AVX512BW AVX512CD "
-              "AVX512DQ AVX512F AVX512FP16 AVX512IFMA AVX512VBMI AVX512VBMI2 AVX512VL AVX512VNNI "
-              "AVX512VPOPCNTDQ AVXVNNI CETIBT CETSS CMPXCHG8 FMA3 FSRM FXSR FXSROPT GFNI HYPERVISOR "
-              "IBPB LAHF MOVBE MOVDIR64B MOVDIRI OSXSAVE SERIALIZE SHA STIBP SYSCALL SYSEE TSXLDTRK "
-              "VAES VMX VPCLMULQDQ WAITPKG X87 XGETBV1 XSAVE XSAVEC XSAVEOPT XSAVES").split()  # fmt: skip
+# node-feature-discovery's cpu-cpuid labels of a Sapphire Rapids host
+_CPU_FLAGS = str.split(
+    "ADX AESNI AMXBF16 AMXINT8 AMXTILE AVX AVX2 AVX512BF16 AVX512BITALG AVX512BW AVX512CD AVX512DQ "
+    "AVX512F AVX512FP16 AVX512IFMA AVX512VBMI AVX512VBMI2 AVX512VL AVX512VNNI AVX512VPOPCNTDQ "
+    "AVXVNNI CETIBT CETSS CMPXCHG8 FMA3 FSRM FXSR FXSROPT GFNI HYPERVISOR IBPB LAHF MOVBE "
+    "MOVDIR64B MOVDIRI OSXSAVE SERIALIZE SHA STIBP SYSCALL SYSEE TSXLDTRK VAES VMX VPCLMULQDQ "
+    "WAITPKG X87 XGETBV1 XSAVE XSAVEC XSAVEOPT XSAVES"
+)
 
 
 def _hex(*parts: object, n: int = 64) -> str:
@@ -71,9 +87,19 @@ def node_labels(name: str) -> dict[str, str]:
         "nvidia.com/mig.strategy": "single",
         "nvidia.com/mps.capable": "false",
         "nvidia.com/vgpu.present": "false",
-        **{f"nvidia.com/gpu.deploy.{c}": "true" for c in (
-            "container-toolkit", "dcgm", "dcgm-exporter", "device-plugin", "driver",
-            "gpu-feature-discovery", "node-status-exporter", "operator-validator")},
+        **{
+            f"nvidia.com/gpu.deploy.{c}": "true"
+            for c in (
+                "container-toolkit",
+                "dcgm",
+                "dcgm-exporter",
+                "device-plugin",
+                "driver",
+                "gpu-feature-discovery",
+                "node-status-exporter",
+                "operator-validator",
+            )
+        },
         **{f"{nfd}cpu-cpuid.{flag}": "true" for flag in _CPU_FLAGS},
         f"{nfd}cpu-model.family": "6",
         f"{nfd}cpu-model.id": "143",
@@ -82,7 +108,7 @@ def node_labels(name: str) -> dict[str, str]:
         f"{nfd}pci-10de.present": "true",
         f"{nfd}system-os_release.ID": "ubuntu",
         f"{nfd}system-os_release.VERSION_ID": "22.04",
-    }  # fmt: skip
+    }
     return labels
 
 
@@ -106,35 +132,65 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
     }
     gpus = str(spec.gpus)
     lost = str(spec.gpus - 1) if role in LOSS_ROLES else gpus
-    capacity = {"cpu": "224", "ephemeral-storage": "3748936704Ki", "hugepages-1Gi": "0",
-                "hugepages-2Mi": "0", "memory": "2113435604Ki", "nvidia.com/gpu": gpus,
-                "pods": "110"}  # fmt: skip
-    node_spec: dict[str, Any] = {"podCIDR": f"10.42.{index % 256}.0/24", "providerID": f"rke2://{name}"}
+    capacity = {
+        "cpu": "224",
+        "ephemeral-storage": "3748936704Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": "2113435604Ki",
+        "nvidia.com/gpu": gpus,
+        "pods": "110",
+    }
+    node_spec: dict[str, Any] = {
+        "podCIDR": f"10.42.{index % 256}.0/24",
+        "providerID": f"rke2://{name}",
+    }
     if role in CORDONED_ROLES:
         node_spec["unschedulable"] = True
-        node_spec["taints"] = [{"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable",
-                                "timeAdded": STAMP}]  # fmt: skip
+        node_spec["taints"] = [
+            {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "timeAdded": STAMP}
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": _uid("node", name), "resourceVersion": str(1000 + index),
-                     "creationTimestamp": STAMP, "labels": labels, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "uid": _uid("node", name),
+            "resourceVersion": str(1000 + index),
+            "creationTimestamp": STAMP,
+            "labels": labels,
+            "annotations": annotations,
+        },
         "spec": node_spec,
         "status": {
-            "addresses": [{"address": ip, "type": "InternalIP"}, {"address": name, "type": "Hostname"}],
-            "allocatable": {**capacity, "cpu": "222", "memory": "2105047004Ki", "nvidia.com/gpu": lost},
+            "addresses": [
+                {"address": ip, "type": "InternalIP"},
+                {"address": name, "type": "Hostname"},
+            ],
+            "allocatable": {
+                **capacity,
+                "cpu": "222",
+                "memory": "2105047004Ki",
+                "nvidia.com/gpu": lost,
+            },
             "capacity": capacity,
             "conditions": _conditions(),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "images": _images(),
-            "nodeInfo": {"architecture": "amd64", "bootID": _uid("boot", name),
-                         "containerRuntimeVersion": "containerd://2.0.4-k3s2",
-                         "kernelVersion": "5.15.0-139-generic", "kubeProxyVersion": "v1.34.4+rke2r1",
-                         "kubeletVersion": "v1.34.4+rke2r1", "machineID": _hex("machine", name, n=32),
-                         "operatingSystem": "linux", "osImage": "Ubuntu 22.04.5 LTS",
-                         "systemUUID": _uid("system", name)},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": _uid("boot", name),
+                "containerRuntimeVersion": "containerd://2.0.4-k3s2",
+                "kernelVersion": "5.15.0-139-generic",
+                "kubeProxyVersion": "v1.34.4+rke2r1",
+                "kubeletVersion": "v1.34.4+rke2r1",
+                "machineID": _hex("machine", name, n=32),
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 22.04.5 LTS",
+                "systemUUID": _uid("system", name),
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def _guard_annotations(
@@ -148,22 +204,33 @@ def _guard_annotations(
         keys.at: "2026-09-21T05:05:00Z",
         keys.boot_id: _uid("boot", name),  # same boot: waiting for the power cycle
         keys.gpu_capacity: str(spec.gpus),
-        keys.gpu: f"{pci_of(3)} {uuid_of(name, 3)}",
+        keys.gpu: f"{pci_of(FAULT_GPU)} {uuid_of(name, FAULT_GPU)}",
     }
 
 
 def _conditions() -> list[dict[str, str]]:
     rows = (
-        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        (
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
         ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
         ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
         ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-    )  # fmt: skip
+    )
     return [
-        {"lastHeartbeatTime": "2026-09-21T06:58:12Z", "lastTransitionTime": STAMP,
-         "message": m, "reason": r, "status": st, "type": t}
+        {
+            "lastHeartbeatTime": "2026-09-21T06:58:12Z",
+            "lastTransitionTime": STAMP,
+            "message": m,
+            "reason": r,
+            "status": st,
+            "type": t,
+        }
         for t, st, r, m in rows
-    ]  # fmt: skip
+    ]
 
 
 def _images() -> list[dict[str, Any]]:
@@ -171,7 +238,9 @@ def _images() -> list[dict[str, Any]]:
         f"registry.example.com/research/train-llm:2026.{week:02d}" for week in range(26)
     ]
     return [
-        {"names": [f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}", image],
-         "sizeBytes": 1_000_000 + int(_hex(image, n=8), 16) % 9_000_000_000}
+        {
+            "names": [f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}", image],
+            "sizeBytes": 1_000_000 + int(_hex(image, n=8), 16) % 9_000_000_000,
+        }
         for image in repos
-    ]  # fmt: skip
+    ]

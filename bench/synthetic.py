@@ -3,7 +3,7 @@
 Every node has `gpus` GPUs. A handful of nodes carry a role (the rest are healthy):
 
   fault-79     Xid 79 and GPU loss for the whole hour, uncordoned  → the guard cordons it
-  fault-48     Xid 48 and GPU loss, uncordoned                      → waits one cycle (one per cycle)
+  fault-48     Xid 48 and GPU loss, uncordoned                      → waits (one cordon per cycle)
   user-13      Xid 13 (user code), no loss                          → ignored
   guarded-a/b  cordoned by the guard (annotations), Xid 79, loss    → return check: not rebooted yet
   human-48     cordoned by a person, Xid 48, loss                   → left alone
@@ -40,7 +40,9 @@ XID_OF: dict[Role, int] = {
     "guarded-b": 79,
     "human-48": 48,
 }
-LOSS_ROLES: frozenset[Role] = frozenset({"fault-79", "fault-48", "guarded-a", "guarded-b", "human-48"})
+LOSS_ROLES: frozenset[Role] = frozenset(
+    {"fault-79", "fault-48", "guarded-a", "guarded-b", "human-48"}
+)
 CORDONED_ROLES: frozenset[Role] = frozenset({"guarded-a", "guarded-b", "human-48"})
 FAULT_GPU = 3
 MODEL = "NVIDIA H100 80GB HBM3"
