@@ -6,7 +6,9 @@ bad arguments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -15,7 +17,8 @@ from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork, Role, parse_allowed_dns
 from guard.conformance.report import exit_code, render_json, render_text
 from guard.conformance.rke2 import parse_exact
-from guard.conformance.runner import NSENTER_PREFIX, SubprocessRunner
+from guard.conformance.runner import SubprocessRunner
+from guard.hostexec import NSENTER_PREFIX
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -35,64 +38,53 @@ def _cidrs(
         raise click.BadParameter(str(exc)) from None
 
 
-def _env(name: str) -> str:
-    return f"GUARD_CONFORMANCE_{name}"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """`name`, also read from GUARD_CONFORMANCE_<NAME>, with its default shown in --help."""
+    env = "GUARD_CONFORMANCE_" + name.removeprefix("--").replace("-", "_").upper()
+    return click.option(name, envvar=env, show_default=True, **kwargs)
 
 
 @click.command()
-@click.option(
+@_option(
     "--root",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default="/",
-    show_default=True,
-    envvar=_env("ROOT"),
     help="Host root to read; /proc/1/root inside a hostPID Job",
 )
-@click.option(
+@_option(
     "--fix",
     is_flag=True,
-    envvar=_env("FIX"),
     help="Repair ip_vs only: modprobe it; write /etc/modules-load.d/ipvs.conf when none lists it",
 )
-@click.option(
+@_option(
     "--role",
     type=click.Choice(["worker", "server"]),
     default="worker",
-    show_default=True,
-    envvar=_env("ROLE"),
     help="Which RKE2 unit the node must have enabled (worker: rke2-agent only)",
 )
-@click.option(
+@_option(
     "--control-plane-version",
     callback=_version,
-    envvar=_env("CONTROL_PLANE_VERSION"),
     help="e.g. v1.34.3+rke2r1; minor differs: FAIL, patch only: WARN (unset: WARN, not compared)",
 )
-@click.option(
+@_option(
     "--allowed-dns",
     callback=_cidrs,
-    envvar=_env("ALLOWED_DNS"),
     help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: WARN)",
 )
-@click.option(
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    envvar=_env("OUTPUT"),
-)
-@click.option(
+@_option("--output", type=click.Choice(["text", "json"]), default="text")
+@_option(
     "--timeout-s",
     type=click.FloatRange(min=0, min_open=True),
     default=10.0,
-    show_default=True,
-    envvar=_env("TIMEOUT_S"),
     help="Limit of each host command; a command past it makes its item UNKNOWN",
 )
-@click.option(
+@_option(
     "--nsenter",
     is_flag=True,
-    envvar=_env("NSENTER"),
     help="Run host commands in PID 1's mount namespace (nsenter -t 1 -m --), for the Job",
 )
 def conformance(

@@ -1,24 +1,17 @@
-"""The one door to host commands: every command runs through `Runner.run` with a timeout.
+"""Host commands for the conformance items, run through `guard.hostexec` with a timeout.
 
 A command that cannot start, exits non-zero or runs past its timeout never raises: the caller gets a
 `CommandResult` whose `error` says what happened, and the item reports UNKNOWN. Inside a Job the
-runner prefixes ``nsenter -t 1 -m --`` so commands see the host's mount namespace (its modprobe,
-its /lib/modules, its rke2 binary).
+runner prefixes ``nsenter -t 1 -m --`` (`guard.hostexec.NSENTER_PREFIX`) so commands see the host's
+mount namespace.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from typing import Protocol
 
-NSENTER_PREFIX = ("nsenter", "-t", "1", "-m", "--")
-# After the kill, how long to wait for the pipes to close. A process stuck in the kernel (D state)
-# ignores SIGKILL; the run gives up on it instead of hanging with it.
-KILL_GRACE_S = 1.0
+from guard import hostexec
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,43 +45,17 @@ class Runner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SubprocessRunner:
-    """Runs commands for real, each in its own process group so a timeout kills all of it."""
+    """Runs commands for real; `prefix` runs before each and is left out of the result."""
 
     timeout_s: float
     prefix: tuple[str, ...] = ()
 
     def run(self, argv: tuple[str, ...]) -> CommandResult:
-        full = (*self.prefix, *argv)
-        try:
-            proc = subprocess.Popen(
-                full,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return CommandResult(argv, None, "", "", f"`{argv[0]}` could not start: {exc.strerror}")
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return CommandResult(
-                argv, None, "", "", f"`{' '.join(argv)}` timed out after {self.timeout_s:g} s"
-            )
-        return CommandResult(argv, proc.returncode, out, err)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        # A child outside the group still holds the pipes, or the process is stuck in the kernel.
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-    proc.poll()
+        match hostexec.run((*self.prefix, *argv), self.timeout_s):
+            case hostexec.Exited(returncode, stdout, stderr):
+                return CommandResult(argv, returncode, stdout, stderr)
+            case hostexec.NotStarted(strerror):
+                error = f"`{argv[0]}` could not start: {strerror}"
+            case hostexec.TimedOut():
+                error = f"`{' '.join(argv)}` timed out after {self.timeout_s:g} s"
+        return CommandResult(argv, None, "", "", error)

@@ -3,29 +3,25 @@
 Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
 CAP_SYS_ADMIN) so they are the host's own ``journalctl`` and ``lspci``. Sysfs is read as files under
 a root directory, by default ``/proc/1/root`` (the host's root through hostPID, which needs
-CAP_SYS_PTRACE). Every command goes through one runner with a timeout; a command that hangs or
+CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout; a command that hangs or
 fails becomes an `Unknown` and the rest of the evidence is still read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from guard import hostexec
 from guard.evidence.aer import parse_counters
 from guard.evidence.assess import Counters, Inputs, PortInput, Unknown
 from guard.evidence.kernel_log import for_gpu, parse_kernel_log
 
-HOST_PREFIX = ("nsenter", "-t", "1", "-m", "--")
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
-_REAP_S = 2.0
 PREVIOUS_BOOT = "journalctl -k -b -1 (previous boot: the current one has no record of this GPU)"
 _BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _AER_FILES = (
@@ -50,41 +46,23 @@ Runner = Callable[[Sequence[str], float], CommandResult]
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
-    """The one place that starts a process: bounded in time, never raises.
+    """A host command through `guard.hostexec`: bounded in time, never raises.
 
-    The command runs in its own process group, and a timeout kills the whole group; a process
-    stuck in the kernel (a config read of a dead GPU) may not die at once, so it is reaped only
-    briefly and then left behind rather than holding up the rest of the evidence.
+    A timeout kills the command's whole process group; a process stuck in the kernel (a config
+    read of a dead GPU) is left behind rather than holding up the rest of the evidence.
     """
     args = tuple(argv)
-    try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as error:
-        return CommandResult(args, False, "", f"cannot start {args[0]}: {error.strerror}")
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
-    stdout = out.decode("utf-8", errors="replace")
-    if proc.returncode != 0:
-        lines = err.decode("utf-8", errors="replace").strip().splitlines()
-        why = f"exit {proc.returncode}: {lines[-1] if lines else 'no message'}"
-        return CommandResult(args, False, stdout, why)
-    return CommandResult(args, True, stdout)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=_REAP_S)
+    match hostexec.run(args, timeout_s):
+        case hostexec.Exited(0, stdout, _):
+            return CommandResult(args, True, stdout)
+        case hostexec.Exited(returncode, stdout, stderr):
+            lines = stderr.strip().splitlines()
+            why = f"exit {returncode}: {lines[-1] if lines else 'no message'}"
+            return CommandResult(args, False, stdout, why)
+        case hostexec.NotStarted(strerror):
+            return CommandResult(args, False, "", f"cannot start {args[0]}: {strerror}")
+        case hostexec.TimedOut():
+            return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +72,7 @@ class Host:
     runner: Runner = run_command
     root: Path = DEFAULT_HOST_ROOT
     timeout_s: float = DEFAULT_TIMEOUT_S
-    prefix: tuple[str, ...] = HOST_PREFIX
+    prefix: tuple[str, ...] = hostexec.NSENTER_PREFIX
 
     def run(self, *argv: str) -> CommandResult:
         return self.runner((*self.prefix, *argv), self.timeout_s)

@@ -30,6 +30,10 @@ def as_int64(word: int) -> int:
     return word - (1 << 64) if word >= 1 << 63 else word
 
 
+# The constant patterns as the int64 values both backends write and compare.
+CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in CONSTANT_PATTERNS)
+
+
 def matmul_flops(size: int) -> float:
     """Floating-point operations of one ``size × size`` by ``size × size`` matmul.
 
@@ -80,6 +84,11 @@ class BurnResult:
             return 0.0
         return self.flops_per_iteration * self.iterations / self.device_s / 1e12
 
+    @classmethod
+    def timed(cls, index: int, size: int, iterations: int, device_s: float) -> BurnResult:
+        """`iterations` matmuls of `size` in `device_s`, counted the same on every backend."""
+        return cls(index, iterations, device_s, matmul_flops(size))
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryResult:
@@ -90,6 +99,11 @@ class MemoryResult:
     errors: int
     gbps: float
     error: str | None = None
+
+    @classmethod
+    def timed(cls, index: int, bytes_tested: int, errors: int, seconds: float) -> MemoryResult:
+        """All passes over `bytes_tested` in `seconds`, counted the same on every backend."""
+        return cls(index, bytes_tested, errors, memory_gbps(bytes_tested, seconds))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,16 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from guard.loadtest.model import (
-    CONSTANT_PATTERNS,
-    BurnResult,
-    DeviceInfo,
-    MemoryResult,
-    PcieLink,
-    as_int64,
-    matmul_flops,
-    memory_gbps,
-)
+from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 MAX_SIZE = 256  # one fp16 matmul of this size takes about 0.2 s on one core
 _PCI_BUS_BASE = 0x18  # simulated GPUs sit at 0000:18:00.0, 0000:19:00.0, …
@@ -67,9 +58,8 @@ class NumpyBackend:
         )
 
     def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
-        flops = matmul_flops(size)
         if index in self._faults.stall:
-            return BurnResult(index, 0, 0.0, flops)
+            return BurnResult.timed(index, size, 0, 0.0)
         rng = np.random.default_rng(index)
         a = rng.standard_normal((size, size), dtype=np.float32).astype(np.float16)
         b = rng.standard_normal((size, size), dtype=np.float32).astype(np.float16)
@@ -86,23 +76,23 @@ class NumpyBackend:
         device_s = time.thread_time() - start_cpu
         if not np.isfinite(c).all():
             raise ArithmeticError("matmul result is not finite")
-        return BurnResult(index, iterations, device_s, flops)
+        return BurnResult.timed(index, size, iterations, device_s)
 
     def memory_test(self, index: int) -> MemoryResult:
         words: npt.NDArray[np.int64] = np.empty(self._memory_words, dtype=np.int64)
         stuck = self._stuck_offsets(index)
         errors = 0
         start = time.perf_counter()
-        for word in CONSTANT_PATTERNS:
-            words.fill(as_int64(word))
+        for word in CONSTANT_WORDS:
+            words.fill(word)
             words[stuck] &= ~1
-            errors += int(np.count_nonzero(words != as_int64(word)))
+            errors += int(np.count_nonzero(words != word))
         expected: npt.NDArray[np.int64] = np.arange(self._memory_words, dtype=np.int64)
         words[:] = expected
         words[stuck] &= ~1
         errors += int(np.count_nonzero(words != expected))
         seconds = time.perf_counter() - start
-        return MemoryResult(index, words.nbytes, errors, memory_gbps(words.nbytes, seconds))
+        return MemoryResult.timed(index, words.nbytes, errors, seconds)
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
         def link(i: int) -> PcieLink:

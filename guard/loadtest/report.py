@@ -106,34 +106,18 @@ def _n(value: int | None) -> str:
 
 
 def _burn_dict(burn: BurnResult | None, ratio: float | None) -> dict[str, Any] | None:
-    if burn is None:
-        return None
-    return {
-        "iterations": burn.iterations,
-        "device_s": burn.device_s,
-        "tflops": burn.tflops,
-        "ratio": ratio,
-        "error": burn.error,
-    }
+    fields = _pick(burn, "iterations", "device_s", "tflops", "error")
+    return None if fields is None else fields | {"ratio": ratio}
 
 
 def _pcie_dict(link: PcieLink | None) -> dict[str, Any] | None:
-    if link is None:
-        return None
-    return {
-        "gen_current": link.gen_current,
-        "gen_max": link.gen_max,
-        "width_current": link.width_current,
-        "width_max": link.width_max,
-    }
+    return _pick(link, "gen_current", "gen_max", "width_current", "width_max")
 
 
 def _memory_dict(mem: MemoryResult | None) -> dict[str, Any] | None:
-    if mem is None:
-        return None
-    return {
-        "bytes_tested": mem.bytes_tested,
-        "errors": mem.errors,
-        "gbps": mem.gbps,
-        "error": mem.error,
-    }
+    return _pick(mem, "bytes_tested", "errors", "gbps", "error")
+
+
+def _pick(value: object | None, *names: str) -> dict[str, Any] | None:
+    """The named attributes of a result for the JSON document; a missing result stays null."""
+    return None if value is None else {name: getattr(value, name) for name in names}

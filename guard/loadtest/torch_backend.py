@@ -15,16 +15,7 @@ import time
 from typing import Any
 
 from guard.loadtest import pcie
-from guard.loadtest.model import (
-    CONSTANT_PATTERNS,
-    BurnResult,
-    DeviceInfo,
-    MemoryResult,
-    PcieLink,
-    as_int64,
-    matmul_flops,
-    memory_gbps,
-)
+from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 _WARMUP_ITERATIONS = 10
 _BATCH = 20  # matmuls enqueued between checks of the wall clock
@@ -71,7 +62,7 @@ class TorchBackend:
             if not bool(torch.isfinite(c).all().item()):
                 raise ArithmeticError("matmul result is not finite")
             device_s = start.elapsed_time(end) / 1000.0
-        return BurnResult(index, iterations, device_s, matmul_flops(size))
+        return BurnResult.timed(index, size, iterations, device_s)
 
     def memory_test(self, index: int) -> MemoryResult:
         torch = _torch()
@@ -89,7 +80,7 @@ class TorchBackend:
             tested = sum(int(c.numel()) * 8 for c in chunks)
             del chunks
             torch.cuda.empty_cache()
-        return MemoryResult(index, tested, found, memory_gbps(tested, seconds))
+        return MemoryResult.timed(index, tested, found, seconds)
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
         return pcie.read_links(self._smi_timeout_s)
@@ -136,8 +127,7 @@ def _allocate(torch: Any, budget_bytes: int) -> list[Any]:
 
 def _constant_passes(torch: Any, chunks: list[Any]) -> Any:
     errors = torch.zeros((), dtype=torch.int64, device="cuda")
-    for word in CONSTANT_PATTERNS:
-        value = as_int64(word)
+    for value in CONSTANT_WORDS:
         for chunk in chunks:
             chunk.fill_(value)
         for chunk in chunks:

@@ -115,6 +115,20 @@ def test_environment_variables_set_the_options(tmp_path: Path) -> None:
     assert summary(json.loads(result.output)) == (False, ("dns-upstream",))
 
 
+def test_every_option_reads_its_documented_environment_variable() -> None:
+    # docs/conformance.md: every option also reads GUARD_CONFORMANCE_<OPTION>.
+    assert {p.name: p.envvar for p in conformance.params} == {
+        "root": "GUARD_CONFORMANCE_ROOT",
+        "fix": "GUARD_CONFORMANCE_FIX",
+        "role": "GUARD_CONFORMANCE_ROLE",
+        "control_plane_version": "GUARD_CONFORMANCE_CONTROL_PLANE_VERSION",
+        "allowed_dns": "GUARD_CONFORMANCE_ALLOWED_DNS",
+        "output": "GUARD_CONFORMANCE_OUTPUT",
+        "timeout_s": "GUARD_CONFORMANCE_TIMEOUT_S",
+        "nsenter": "GUARD_CONFORMANCE_NSENTER",
+    }
+
+
 def test_the_report_is_found_in_a_job_log(tmp_path: Path) -> None:
     _, output = invoke(build_host(tmp_path, {PERSIST: None}), "--output", "json", *CHECKED)
     log = "W1129 nsenter: noise before\n" + output + "trailing line\n"

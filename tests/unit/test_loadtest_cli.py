@@ -38,7 +38,9 @@ def test_three_simulated_gpus_pass_with_table_and_json_line() -> None:
     assert (doc["verdict"], doc["reasons"], doc["visible_gpus"]) == ("pass", [], 3)
     assert [g["pci"] for g in doc["gpus"]] == ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0"]
     for gpu in doc["gpus"]:
+        assert set(gpu["burn"]) == {"iterations", "device_s", "tflops", "ratio", "error"}
         assert gpu["burn"]["iterations"] > 0 and gpu["burn"]["tflops"] > 0
+        assert 0 < gpu["burn"]["ratio"] <= 1 and gpu["burn"]["error"] is None
         assert gpu["pcie"] == {"gen_current": 4, "gen_max": 4, "width_current": 16, "width_max": 16}
         assert gpu["memory"] is None
     table = result.stdout.splitlines()
@@ -68,6 +70,7 @@ def test_memory_class_xid_without_pci_tests_every_gpu() -> None:
         (4194304, 0, None)
     ] * 2
     assert all(m["gbps"] > 0 for m in memory)
+    assert all(set(m) == {"bytes_tested", "errors", "gbps", "error"} for m in memory)
 
 
 def test_other_xid_runs_no_memory_test() -> None:

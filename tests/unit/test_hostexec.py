@@ -1,0 +1,90 @@
+"""The one host-command runner with real processes: outcomes, group kill, and escaped children.
+
+How each caller words these outcomes is tested with the caller (conformance runner, evidence
+collect); here only what the process did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from guard.hostexec import Exited, NotStarted, Outcome, TimedOut, run
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(("sh", "-c", "echo fine"), Exited(0, "fine\n", ""), id="success"),
+        pytest.param(
+            ("sh", "-c", "echo partial; echo 'lspci: cannot open' >&2; exit 3"),
+            Exited(3, "partial\n", "lspci: cannot open\n"),
+            id="non-zero-exit-keeps-both-streams",
+        ),
+        pytest.param(
+            ("sh", "-c", r"printf 'ok\377\n'"),
+            Exited(0, "ok\ufffd\n", ""),
+            id="bad-utf8-is-replaced-not-raised",
+        ),
+        pytest.param(
+            ("/nonexistent/journalctl",),
+            NotStarted("No such file or directory"),
+            id="missing-program",
+        ),
+        pytest.param(("sleep", "30"), TimedOut(), id="hang"),
+    ],
+)
+def test_outcome(argv: tuple[str, ...], expected: Outcome) -> None:
+    assert run(argv, 0.3) == expected
+
+
+def test_stdin_is_closed() -> None:
+    # A command that reads stdin would otherwise wait on the guard's own input.
+    assert run(("sh", "-c", "cat; echo done"), 5.0) == Exited(0, "done\n", "")
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping; a killed process not yet reaped is a zombie ("Z")."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _still_alive_after_signal_delivery(pid: int) -> bool:
+    """SIGKILL reaches a sleeping process asynchronously; give it up to 5 s to die."""
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _alive(pid)
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 30 & echo $! > {pidfile}; wait"
+    assert run(("sh", "-c", script), 0.3) == TimedOut()
+    assert not _still_alive_after_signal_delivery(int(pidfile.read_text()))
+
+
+def test_child_that_escapes_the_kill_does_not_hang_the_run(tmp_path: Path) -> None:
+    # setsid puts the inner sleep in its own session: the group kill misses it and it keeps the
+    # output pipe open for a minute, the way a process stuck in the kernel would.
+    pidfile = tmp_path / "escaped.pid"
+    argv = ("sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' & exec sleep 60")
+    outcomes: list[Outcome] = []
+    worker = threading.Thread(target=lambda: outcomes.append(run(argv, 0.2)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    try:
+        assert not worker.is_alive(), "run() waited for a process outside its group"
+        assert outcomes == [TimedOut()]
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
