@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.objects import DAEMONSETS, STAMP, _hex, _uid, node_object
+from bench.objects import DAEMONSETS, STAMP, fake_uid, hex_digest, node_object
 from bench.synthetic import CORDONED_ROLES, FAULT_GPU, XID_OF, ClusterSpec, Role, pci_of, uuid_of
 from guard.names import RECORDER
 from guard.settings import Settings
@@ -32,7 +32,7 @@ def pods(spec: ClusterSpec) -> Iterator[dict[str, Any]]:
     for index in range(spec.nodes):
         node = spec.name(index)
         for namespace, daemonset, image in DAEMONSETS:
-            name = f"{daemonset}-{_hex(daemonset, node, n=5)}"
+            name = f"{daemonset}-{index:05d}"  # unique, unlike a random suffix
             yield pod_object(namespace, name, node, image, 0, ("DaemonSet", daemonset))
         if roles.get(node) not in CORDONED_ROLES:
             owner = ("StatefulSet", "train-llm-worker")
@@ -78,7 +78,7 @@ def pod_object(
             },
         ],
     }
-    uid = _uid("pod", namespace, name)
+    uid = fake_uid("pod", namespace, name)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -91,7 +91,7 @@ def pod_object(
             "generateName": name.rsplit("-", 1)[0] + "-",
             "labels": {
                 "app.kubernetes.io/name": owner[1],
-                "controller-revision-hash": _hex(owner, n=10),
+                "controller-revision-hash": hex_digest(owner, n=10),
                 "pod-template-generation": "3",
             },
             "ownerReferences": [
@@ -101,7 +101,7 @@ def pod_object(
                     "controller": True,
                     "kind": owner[0],
                     "name": owner[1],
-                    "uid": _uid(*owner),
+                    "uid": fake_uid(*owner),
                 }
             ],
         },
@@ -162,9 +162,9 @@ def pod_status(node: str, name: str, container: str, image: str, uid: str) -> di
         "startTime": STAMP,
         "containerStatuses": [
             {
-                "containerID": f"containerd://{_hex('c', node, name)}",
+                "containerID": f"containerd://{hex_digest('c', node, name)}",
                 "image": image,
-                "imageID": f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}",
+                "imageID": f"{image.rsplit(':', 1)[0]}@sha256:{hex_digest(image)}",
                 "lastState": {},
                 "name": container,
                 "ready": True,

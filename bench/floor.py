@@ -3,7 +3,9 @@
 Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
 object. The PromQL strings come from `guard.queries` with the guard's settings, in the order
 `guard.snapshot.read_prom` sends them; the cluster read is either a plain read + ``json.loads`` of
-the List file, or one paginated node list (limit 500, as `guard.kube`) that keeps only a count.
+the List file, or one paginated node list that keeps only a count. The page size and the history
+lookback come from the parent (`guard.kube.PAGE`, `guard.snapshot.HELD_LOOKBACK_S`): importing
+those modules here would load the Kubernetes client, which the floor does not need.
 """
 
 from __future__ import annotations
@@ -20,12 +22,10 @@ import requests
 
 from bench import whatif
 from guard import queries
-from guard.kube import PAGE
 from guard.settings import Settings
-from guard.snapshot import HELD_LOOKBACK_S
 
 
-def guard_queries(s: Settings) -> list[tuple[str, str]]:
+def guard_queries(s: Settings, lookback_s: int) -> list[tuple[str, str]]:
     """Every query of one cycle, built by `guard.queries` exactly as `read_prom` builds them."""
     params = queries.IsolationParams(
         s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
@@ -37,15 +37,15 @@ def guard_queries(s: Settings) -> list[tuple[str, str]]:
         ("row-remap", queries.row_remap_nonzero()),
         (
             "loss-history",
-            queries.loss_history(s.user_code_xids, HELD_LOOKBACK_S, s.query_step_s),
+            queries.loss_history(s.user_code_xids, lookback_s, s.query_step_s),
         ),
     ]
 
 
-def run_queries(url: str, at: datetime, s: Settings) -> tuple[int, int]:
+def run_queries(url: str, at: datetime, lookback_s: int) -> tuple[int, int]:
     """(requests, response bytes); any answer other than success stops the run."""
     session, sent, size = requests.Session(), 0, 0
-    for name, promql in guard_queries(s):
+    for name, promql in guard_queries(Settings(), lookback_s):
         form = {"query": promql, "time": f"{at.timestamp():.3f}"}
         response = session.post(f"{url.rstrip('/')}/api/v1/query", data=form, timeout=600)
         sent += 1
@@ -60,7 +60,7 @@ def read_file(path: Path) -> int:
     return len(json.loads(path.read_text(encoding="utf-8")).get("items") or [])
 
 
-def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
+def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[int, int]:
     """One paginated node list; pages are parsed and dropped. Returns (requests, nodes)."""
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
@@ -68,7 +68,7 @@ def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
     session.trust_env = False  # REQUESTS_CA_BUNDLE would override `verify`
     sent, nodes, token_next = 0, 0, ""
     while True:
-        params: dict[str, Any] = {"limit": PAGE}
+        params: dict[str, Any] = {"limit": page_size}
         if token_next:
             params["continue"] = token_next
         response = session.get(f"{server}/api/v1/nodes", params=params, timeout=600)
@@ -84,6 +84,8 @@ def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
 @click.command()
 @click.option("--prometheus-url", required=True)
 @click.option("--at", "at_text", required=True, help="RFC 3339 instant, as --at of the guard")
+@click.option("--lookback-s", type=int, required=True, help="guard.snapshot.HELD_LOOKBACK_S")
+@click.option("--page", type=int, required=True, help="guard.kube.PAGE")
 @click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--api-server", default="", help="https://host:port (API mode)")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -92,6 +94,8 @@ def list_nodes(server: str, token: str, ca_file: str) -> tuple[int, int]:
 def main(
     prometheus_url: str,
     at_text: str,
+    lookback_s: int,
+    page: int,
     snapshot: Path | None,
     api_server: str,
     token_file: Path | None,
@@ -102,10 +106,11 @@ def main(
         whatif.install()
     at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
     started = time.monotonic()
-    prom_requests, prom_bytes = run_queries(prometheus_url, at, Settings())
+    prom_requests, prom_bytes = run_queries(prometheus_url, at, lookback_s)
     api_requests, objects = 0, 0
     if api_server and token_file is not None:
-        api_requests, objects = list_nodes(api_server, token_file.read_text().strip(), ca_file)
+        token = token_file.read_text().strip()
+        api_requests, objects = list_nodes(api_server, token, ca_file, page)
     elif snapshot is not None:
         objects = read_file(snapshot)
     else:

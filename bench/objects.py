@@ -45,12 +45,12 @@ _CPU_FLAGS = str.split(
 )
 
 
-def _hex(*parts: object, n: int = 64) -> str:
+def hex_digest(*parts: object, n: int = 64) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:n]
 
 
-def _uid(*parts: object) -> str:
-    h = _hex(*parts, n=32)
+def fake_uid(*parts: object) -> str:
+    h = hex_digest(*parts, n=32)
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
@@ -124,7 +124,7 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
         "projectcalico.org/IPv4Address": f"{ip}/16",
         "rke2.io/hostname": name,
         "rke2.io/internal-ip": ip,
-        "rke2.io/node-config-hash": _hex(name, n=52).upper() + "====",
+        "rke2.io/node-config-hash": hex_digest(name, n=52).upper() + "====",
         "rke2.io/node-args": '["agent","--server","https://10.63.0.1:9345","--token","********",'
         f'"--node-ip","{ip}","--kubelet-arg","max-pods=110","--kubelet-arg",'
         '"system-reserved=cpu=2,memory=8Gi","--node-label","node-role.example.com/gpu=true"]',
@@ -155,7 +155,7 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
         "kind": "Node",
         "metadata": {
             "name": name,
-            "uid": _uid("node", name),
+            "uid": fake_uid("node", name),
             "resourceVersion": str(1000 + index),
             "creationTimestamp": STAMP,
             "labels": labels,
@@ -179,15 +179,15 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
             "images": _images(),
             "nodeInfo": {
                 "architecture": "amd64",
-                "bootID": _uid("boot", name),
+                "bootID": fake_uid("boot", name),
                 "containerRuntimeVersion": "containerd://2.0.4-k3s2",
                 "kernelVersion": "5.15.0-139-generic",
                 "kubeProxyVersion": "v1.34.4+rke2r1",
                 "kubeletVersion": "v1.34.4+rke2r1",
-                "machineID": _hex("machine", name, n=32),
+                "machineID": hex_digest("machine", name, n=32),
                 "operatingSystem": "linux",
                 "osImage": "Ubuntu 22.04.5 LTS",
-                "systemUUID": _uid("system", name),
+                "systemUUID": fake_uid("system", name),
             },
         },
     }
@@ -202,7 +202,7 @@ def _guard_annotations(
     return {
         keys.reason: f"xid-{XID_OF[role]}",
         keys.at: "2026-09-21T05:05:00Z",
-        keys.boot_id: _uid("boot", name),  # same boot: waiting for the power cycle
+        keys.boot_id: fake_uid("boot", name),  # same boot: waiting for the power cycle
         keys.gpu_capacity: str(spec.gpus),
         keys.gpu: f"{pci_of(FAULT_GPU)} {uuid_of(name, FAULT_GPU)}",
     }
@@ -239,8 +239,8 @@ def _images() -> list[dict[str, Any]]:
     ]
     return [
         {
-            "names": [f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image)}", image],
-            "sizeBytes": 1_000_000 + int(_hex(image, n=8), 16) % 9_000_000_000,
+            "names": [f"{image.rsplit(':', 1)[0]}@sha256:{hex_digest(image)}", image],
+            "sizeBytes": 1_000_000 + int(hex_digest(image, n=8), 16) % 9_000_000_000,
         }
         for image in repos
     ]
