@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import jinja2
@@ -19,11 +20,8 @@ import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
-from guard.conformance.cli import conformance
-from guard.evidence.cli import evidence, ledger
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
-from guard.loadtest.cli import loadtest
 from guard.log import Log
 from guard.names import Annotations
 from guard.plan import plan_cycle
@@ -107,7 +105,32 @@ def build_settings(options: dict[str, Any]) -> Settings:
         raise click.UsageError(f"bad setting: {exc}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
+    so the CronJob's `run` starts fast."""
+
+    LAZY: ClassVar[dict[str, str]] = {
+        "evidence": "guard.evidence.cli:evidence",
+        "ledger": "guard.evidence.cli:ledger",
+        "loadtest": "guard.loadtest.cli:loadtest",
+        "conformance": "guard.conformance.cli:conformance",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY:
+            module, attr = self.LAZY[name].split(":")
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+        return super().get_command(ctx, name)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 def cli() -> None:
     """Keeps a Kubernetes GPU node pool healthy: isolate faulted nodes, return repaired ones."""
 
@@ -257,12 +280,6 @@ def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) 
     except jinja2.TemplateError as exc:
         raise click.ClickException(f"template error: {exc}") from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
-
-
-cli.add_command(evidence)
-cli.add_command(ledger)
-cli.add_command(loadtest)
-cli.add_command(conformance)
 
 
 @functools.wraps(cli)

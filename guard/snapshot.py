@@ -230,10 +230,21 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), Running pods, the guard's Jobs and the ledger: five-ish requests."""
+    """Nodes (paginated), the guard's Jobs, the ledger, and Running pods of guard-cordoned nodes.
+
+    Only the return check looks at pods, and only on nodes carrying the guard's reason, so pods
+    are listed per such node (bounded by the breaker), never for the whole cluster.
+    """
+    nodes = tuple(kube.nodes())
+    reason = Annotations(s.annotation_prefix).reason
+    guarded = sorted(_meta(n, "name") for n in nodes if reason in _annotations(n))
     return ClusterObjects(
-        nodes=tuple(kube.nodes()),
-        pods=tuple(kube.running_pods()),
+        nodes=nodes,
+        pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
         jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
     )
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}

@@ -44,7 +44,7 @@ RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: 
 KEYS = Annotations("gpu-node-guard.io/")
 NS = "gpu-node-guard"
 SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
-                  "e2e-executors", "e2e-dry-run")  # fmt: skip
+                  "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
 
 
 def _faulted(name: str) -> NodeTimeline:
@@ -318,3 +318,28 @@ def test_dry_run_against_the_api_writes_nothing(prom, guard_kubeconfig, gpu_node
 
 def ledger_text_or_empty(core: client.CoreV1Api) -> dict[str, str]:
     return dict(core.read_namespaced_config_map("gpu-fault-ledger", NS).data or {})
+
+
+def test_gpu_pod_on_the_repaired_node_blocks_the_return(
+    prom, guard_kubeconfig, gpu_node, core, namespace
+):
+    node = gpu_node("e2e-busy", boot="boot-1")
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT), node)[0] == ("cordon", "xid-79")
+    set_status(core, node, boot="boot-2", allocatable=8)
+    pod = {
+        "metadata": {"name": "train-0"},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "t", "image": "train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+    }
+    core.create_namespaced_pod(namespace, pod)
+    core.patch_namespaced_pod_status("train-0", namespace, {"status": {"phase": "Running"}},
+                                     _content_type=MERGE_PATCH)  # fmt: skip
+    plan = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    assert mine(plan, node) == [("skip", "gpu-pods-running")]
+    (skip,) = [a for a in plan["actions"] if a["node"] == node]
+    assert f"{namespace}/train-0" in skip["detail"]
+    core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
