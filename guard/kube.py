@@ -92,8 +92,9 @@ class Kube:
                 return
 
     # Reads ------------------------------------------------------------------------------------
-    def nodes(self) -> list[dict[str, Any]]:
-        return [_kinded(n, "Node") for n in self.list_all("list nodes", self._core.list_node)]
+    def nodes(self) -> Iterator[dict[str, Any]]:
+        """Every Node, page by page, so a caller can keep only what it needs of each."""
+        return (_kinded(n, "Node") for n in self.list_all("list nodes", self._core.list_node))
 
     def node(self, name: str) -> dict[str, Any]:
         return _kinded(self.call(f"get node {name}", self._core.read_node, name), "Node")

@@ -160,6 +160,30 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     return Snapshot(now, nodes, jobs, pods, parse_ledger(data), rv, prom)
 
 
+def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
+    """The few fields of a Node the guard reads; a full Node is ~10 kB, 5,000 of them ~300 MB.
+
+    >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
+    ...           Annotations("gpu-node-guard.io/"))["metadata"]
+    {'name': 'n', 'resourceVersion': '', 'annotations': {}}
+    """
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.prefix)}
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    return {
+        "kind": "Node",
+        "metadata": {"name": meta.get("name", ""),
+                     "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
+        "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable", False))},
+        "status": {
+            "conditions": ready,
+            "nodeInfo": {"bootID": (status.get("nodeInfo") or {}).get("bootID", "")},
+            "capacity": {GPU_RESOURCE: (status.get("capacity") or {}).get(GPU_RESOURCE)},
+            "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE)},
+        },
+    }  # fmt: skip
+
+
 def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
     status = obj.get("status") or {}
     conditions = status.get("conditions") or []
@@ -235,8 +259,9 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     Only the return check looks at pods, and only on nodes carrying the guard's reason, so pods
     are listed per such node (bounded by the breaker), never for the whole cluster.
     """
-    nodes = tuple(kube.nodes())
-    reason = Annotations(s.annotation_prefix).reason
+    keys = Annotations(s.annotation_prefix)
+    nodes = tuple(slim_node(n, keys) for n in kube.nodes())
+    reason = keys.reason
     guarded = sorted(_meta(n, "name") for n in nodes if reason in _annotations(n))
     return ClusterObjects(
         nodes=nodes,
