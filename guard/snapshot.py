@@ -24,7 +24,9 @@ from guard.pci import PciAddressError, normalize_pci
 from guard.prom import PromClient, PromError, Sample
 from guard.settings import Settings
 
-HELD_LOOKBACK_S = 3600
+# How far back the loss history looks to order candidates by how long their loss has held:
+# three default hold windows. Loss older than that orders by name; the cost is one step per minute.
+HELD_LOOKBACK_S = 1800
 
 
 class SnapshotError(Exception):
