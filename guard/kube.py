@@ -86,8 +86,12 @@ class Kube:
         token = None
         while True:
             page = self.call(what, fn, *args, limit=PAGE, _continue=token, **kwargs)
-            yield from page.get("items") or []
+            items: list[dict[str, Any]] = page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
+            del page  # hand items out one by one and let each go: at most one page is alive
+            items.reverse()
+            while items:
+                yield items.pop()
             if not token:
                 return
 

@@ -343,3 +343,14 @@ def test_gpu_pod_on_the_repaired_node_blocks_the_return(
     (skip,) = [a for a in plan["actions"] if a["node"] == node]
     assert f"{namespace}/train-0" in skip["detail"]
     core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
+
+
+def test_node_list_follows_continue_tokens(monkeypatch, guard_kubeconfig, make_node):
+    import guard.kube
+
+    made = {make_node() for _ in range(5)}
+    monkeypatch.setattr(guard.kube, "PAGE", 2)
+    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+    names = {n["metadata"]["name"] for n in kube.nodes()}
+    assert made <= names
+    assert kube.requests_made == -(-len(names) // 2)  # one request per page of two
