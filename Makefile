@@ -60,7 +60,7 @@ pytest: install system-deps
 test: install system-deps envtest lint typecheck rules-test
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
-bench: install system-deps
+bench: install system-deps envtest
 	$(PY) -m bench
 
 render: install

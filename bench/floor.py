@@ -20,7 +20,6 @@ from typing import Any
 import click
 import requests
 
-from bench import whatif
 from guard import queries
 from guard.settings import Settings
 
@@ -42,17 +41,17 @@ def guard_queries(s: Settings, lookback_s: int) -> list[tuple[str, str]]:
     ]
 
 
-def run_queries(url: str, at: datetime, lookback_s: int) -> tuple[int, int]:
-    """(requests, response bytes); any answer other than success stops the run."""
-    session, sent, size = requests.Session(), 0, 0
+def run_queries(url: str, at: datetime, lookback_s: int) -> dict[str, float]:
+    """Seconds per query, in order; any answer other than success stops the run."""
+    session, took = requests.Session(), {}
     for name, promql in guard_queries(Settings(), lookback_s):
         form = {"query": promql, "time": f"{at.timestamp():.3f}"}
+        started = time.monotonic()
         response = session.post(f"{url.rstrip('/')}/api/v1/query", data=form, timeout=600)
-        sent += 1
-        size += len(response.content)
         if response.json().get("status") != "success":
             raise click.ClickException(f"query {name}: {response.text[:200]}")
-    return sent, size
+        took[name] = round(time.monotonic() - started, 3)
+    return took
 
 
 def read_file(path: Path) -> int:
@@ -90,7 +89,6 @@ def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[i
 @click.option("--api-server", default="", help="https://host:port (API mode)")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--ca-file", default="")
-@click.option("--what-if", is_flag=True, help="Build the queries with bench.whatif installed")
 def main(
     prometheus_url: str,
     at_text: str,
@@ -100,13 +98,10 @@ def main(
     api_server: str,
     token_file: Path | None,
     ca_file: str,
-    what_if: bool,
 ) -> None:
-    if what_if:
-        whatif.install()
     at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
     started = time.monotonic()
-    prom_requests, prom_bytes = run_queries(prometheus_url, at, lookback_s)
+    query_s = run_queries(prometheus_url, at, lookback_s)
     api_requests, objects = 0, 0
     if api_server and token_file is not None:
         token = token_file.read_text().strip()
@@ -117,10 +112,10 @@ def main(
         raise click.UsageError("give --snapshot, or --api-server with --token-file")
     result = {
         "elapsed_s": round(time.monotonic() - started, 3),
-        "prometheus_requests": prom_requests,
-        "prometheus_bytes": prom_bytes,
+        "prometheus_requests": len(query_s),
         "api_requests": api_requests,
         "objects": objects,
+        "query_s": query_s,
     }
     click.echo(json.dumps(result))
 

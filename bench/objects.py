@@ -1,9 +1,9 @@
-"""Node and Pod objects of the synthetic cluster, shaped like ``kubectl get -o json`` returns them.
+"""Node objects of the synthetic cluster, shaped like ``kubectl get nodes -o json`` returns them.
 
 Real GPU nodes are not small: kubelet reports up to 50 images, gpu-feature-discovery and
 node-feature-discovery add dozens of labels, the distribution adds annotations. Each node here is
-about 10 KB of JSON and each pod about 3 KB, so that the memory and parse figures mean something.
-Per node: the DaemonSet pods of a GPU node and, on schedulable nodes, one 8-GPU workload pod.
+about 14 KB of JSON (pods, in `bench.pods`, about 3 KB), so the memory and parse figures mean
+something. Also the DaemonSets every GPU node runs, and the fake ids both modules use.
 """
 
 from __future__ import annotations
@@ -113,9 +113,29 @@ def node_labels(name: str) -> dict[str, str]:
 
 
 def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -> dict[str, Any]:
-    name, ip = spec.name(index), spec.ip(index)
+    name = spec.name(index)
     labels = node_labels(name)
-    annotations = {
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": fake_uid("node", name),
+            "resourceVersion": str(1000 + index),
+            "creationTimestamp": STAMP,
+            "labels": labels,
+            "annotations": {
+                **_annotations(name, spec.ip(index), labels),
+                **_guard_annotations(spec, index, role, s),
+            },
+        },
+        "spec": _node_spec(name, index, role),
+        "status": _node_status(name, spec.ip(index), spec.gpus, role),
+    }
+
+
+def _annotations(name: str, ip: str, labels: dict[str, str]) -> dict[str, str]:
+    return {
         "nfd.node.kubernetes.io/feature-labels": ",".join(
             k.split("/", 1)[1] for k in labels if k.startswith("feature.")
         ),
@@ -128,19 +148,10 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
         "rke2.io/node-args": '["agent","--server","https://10.63.0.1:9345","--token","********",'
         f'"--node-ip","{ip}","--kubelet-arg","max-pods=110","--kubelet-arg",'
         '"system-reserved=cpu=2,memory=8Gi","--node-label","node-role.example.com/gpu=true"]',
-        **_guard_annotations(spec, index, role, s),
     }
-    gpus = str(spec.gpus)
-    lost = str(spec.gpus - 1) if role in LOSS_ROLES else gpus
-    capacity = {
-        "cpu": "224",
-        "ephemeral-storage": "3748936704Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": "2113435604Ki",
-        "nvidia.com/gpu": gpus,
-        "pods": "110",
-    }
+
+
+def _node_spec(name: str, index: int, role: Role | None) -> dict[str, Any]:
     node_spec: dict[str, Any] = {
         "podCIDR": f"10.42.{index % 256}.0/24",
         "providerID": f"rke2://{name}",
@@ -150,46 +161,45 @@ def node_object(spec: ClusterSpec, index: int, role: Role | None, s: Settings) -
         node_spec["taints"] = [
             {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "timeAdded": STAMP}
         ]
+    return node_spec
+
+
+def _node_status(name: str, ip: str, gpus: int, role: Role | None) -> dict[str, Any]:
+    capacity = {
+        "cpu": "224",
+        "ephemeral-storage": "3748936704Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": "2113435604Ki",
+        "nvidia.com/gpu": str(gpus),
+        "pods": "110",
+    }
+    allocatable = {**capacity, "cpu": "222", "memory": "2105047004Ki"}
+    if role in LOSS_ROLES:
+        allocatable["nvidia.com/gpu"] = str(gpus - 1)
     return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "uid": fake_uid("node", name),
-            "resourceVersion": str(1000 + index),
-            "creationTimestamp": STAMP,
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": node_spec,
-        "status": {
-            "addresses": [
-                {"address": ip, "type": "InternalIP"},
-                {"address": name, "type": "Hostname"},
-            ],
-            "allocatable": {
-                **capacity,
-                "cpu": "222",
-                "memory": "2105047004Ki",
-                "nvidia.com/gpu": lost,
-            },
-            "capacity": capacity,
-            "conditions": _conditions(),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "images": _images(),
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": fake_uid("boot", name),
-                "containerRuntimeVersion": "containerd://2.0.4-k3s2",
-                "kernelVersion": "5.15.0-139-generic",
-                "kubeProxyVersion": "v1.34.4+rke2r1",
-                "kubeletVersion": "v1.34.4+rke2r1",
-                "machineID": hex_digest("machine", name, n=32),
-                "operatingSystem": "linux",
-                "osImage": "Ubuntu 22.04.5 LTS",
-                "systemUUID": fake_uid("system", name),
-            },
-        },
+        "addresses": [{"address": ip, "type": "InternalIP"}, {"address": name, "type": "Hostname"}],
+        "allocatable": allocatable,
+        "capacity": capacity,
+        "conditions": _conditions(),
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "images": _images(),
+        "nodeInfo": _node_info(name),
+    }
+
+
+def _node_info(name: str) -> dict[str, str]:
+    return {
+        "architecture": "amd64",
+        "bootID": fake_uid("boot", name),
+        "containerRuntimeVersion": "containerd://2.0.4-k3s2",
+        "kernelVersion": "5.15.0-139-generic",
+        "kubeProxyVersion": "v1.34.4+rke2r1",
+        "kubeletVersion": "v1.34.4+rke2r1",
+        "machineID": hex_digest("machine", name, n=32),
+        "operatingSystem": "linux",
+        "osImage": "Ubuntu 22.04.5 LTS",
+        "systemUUID": fake_uid("system", name),
     }
 
 

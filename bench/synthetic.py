@@ -2,7 +2,7 @@
 
 Every node has `gpus` GPUs. A handful of nodes carry a role (the rest are healthy):
 
-  fault-79     Xid 79 and GPU loss for the whole hour, uncordoned  → the guard cordons it
+  fault-79     Xid 79 and GPU loss all along, uncordoned            → the guard cordons it
   fault-48     Xid 48 and GPU loss, uncordoned                      → waits (one cordon per cycle)
   user-13      Xid 13 (user code), no loss                          → ignored
   guarded-a/b  cordoned by the guard (annotations), Xid 79, loss    → return check: not rebooted yet
@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from bench.openmetrics import Family, SeriesSpec
+from guard.settings import Settings
+from guard.snapshot import HELD_LOOKBACK_S
 
 Role = Literal["fault-79", "fault-48", "user-13", "guarded-a", "guarded-b", "human-48", "remap"]
 ROLES: tuple[Role, ...] = (
@@ -50,6 +52,15 @@ DRIVER = "570.124.06"
 # Inputs the guard reads only at the evaluation instant (no range, no subquery): ten minutes of
 # data give the same answer and the same work as an hour (Prometheus's lookback-delta is 5 min).
 INSTANT_ONLY_S = 600
+LOOKBACK_DELTA_S = 300  # guard.example.promserver starts Prometheus with --query.lookback-delta=5m
+
+
+def data_seconds() -> int:
+    """The longest range the guard reads (the loss-history lookback or the hold window) plus
+    Prometheus's 5-minute lookback-delta before its first step, plus a minute: every step of
+    every query then sees real data. A shorter TSDB would make those queries look cheaper."""
+    longest = max(HELD_LOOKBACK_S, Settings().hold_window_s) + LOOKBACK_DELTA_S
+    return -(-longest // 60) * 60 + 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +68,9 @@ class ClusterSpec:
     nodes: int
     gpus: int = 8
     scrape_s: int = 60
-    # 66 minutes: the 3,600 s loss-history subquery plus 5 min of lookback-delta before its first
-    # step, so every step of every query sees real data (a shorter TSDB would flatter the guard).
-    data_s: int = 3960
-    at: datetime = datetime(2026, 9, 21, 7, 6, 0, tzinfo=UTC)  # data start 06:00Z: one 2 h block
+    data_s: int = field(default_factory=data_seconds)
+    # Inside 06:00–08:00Z with the data before it, so promtool writes one TSDB block.
+    at: datetime = datetime(2026, 9, 21, 7, 6, 0, tzinfo=UTC)
     row_remap_series: bool = True
 
     @property

@@ -44,24 +44,26 @@ def free_port() -> int:
 
 def build_tsdb(scenario: Scenario, data_dir: Path) -> int:
     """Write the scenario as OpenMetrics and turn it into TSDB blocks; returns sample count."""
-    _, promtool = binaries()
     source = data_dir / "scenario.om"
     with source.open("w", encoding="utf-8") as out:
         samples = write_openmetrics(scenario, out)
+    import_openmetrics(source, data_dir)
+    return samples
+
+
+def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) -> None:
+    """`promtool tsdb create-blocks-from openmetrics` into `data_dir/tsdb`; deletes `source`."""
+    _, promtool = binaries()
     blocks = data_dir / "tsdb"
     blocks.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+        capture_output=True, text=True, timeout=timeout_s, check=False,
+    )  # fmt: skip
     source.unlink()
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
         raise PrometheusUnavailable(f"promtool create-blocks-from failed: {' '.join(tail)}")
-    return samples
 
 
 @contextmanager

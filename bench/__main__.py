@@ -1,0 +1,144 @@
+"""``python -m bench`` (``make bench``): time to isolate and the cost of one cycle, as tables.
+
+Progress goes to stderr; the Markdown report goes to stdout (and to --save FILE).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from bench import isolate, report
+from bench.apimode import unavailable
+from bench.machine import describe
+from bench.scale import Plan, SizeResult, measure_size
+from guard.example.promserver import PrometheusUnavailable, binaries
+
+_STARTED = time.monotonic()
+
+
+def _say(text: str) -> None:
+    click.echo(f"[{time.monotonic() - _STARTED:6.0f} s] {text}", err=True)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of node counts") from None
+    if not sizes or min(sizes) < 10:
+        raise click.BadParameter("each size must be at least 10 nodes")
+    return sizes
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--quick", is_flag=True, help="100 nodes, one run each, a 60 s phase step.")
+@click.option("--sizes", default="100,1000,5000", show_default=True, help="Node counts.")
+@click.option("--reps", default=3, show_default=True, help="Runs per figure (median).")
+@click.option("--phase-step", default=15, show_default=True, help="Seconds between phases.")
+@click.option("--api/--no-api", default=True, show_default=True, help="Also the API-server mode.")
+@click.option(
+    "--profile/--no-profile",
+    default=False,
+    show_default=True,
+    help="Profile time and memory of one cycle at the largest size.",
+)
+@click.option("--only", type=click.Choice(["all", "isolate", "cycle"]), default="all")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write here.")
+def main(
+    quick: bool,
+    sizes: str,
+    reps: int,
+    phase_step: int,
+    api: bool,
+    profile: bool,
+    only: str,
+    save: Path | None,
+) -> None:
+    """Benchmarks of gpu-node-guard against a real Prometheus (and kube-apiserver)."""
+    try:
+        binaries()
+    except PrometheusUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    started = time.monotonic()
+    node_counts = (100,) if quick else _sizes(sizes)
+    reps, phase_step = (1, 60) if quick else (max(1, reps), phase_step)
+    isolate.phases(phase_step)  # a bad step is a usage error before any work
+    lines = ["## Machine", "", *report.table(["", ""], describe()), ""]
+    try:
+        if only in ("all", "isolate"):
+            lines += _isolation(phase_step)
+        if only in ("all", "cycle"):
+            lines += _cycles(node_counts, reps, api, profile)
+    except (PrometheusUnavailable, RuntimeError, OSError) as exc:
+        raise click.ClickException(str(exc).strip().splitlines()[0]) from None
+    lines += [
+        f"Total bench run time: {time.monotonic() - started:.0f} s "
+        f"(`python -m bench {' '.join(sys.argv[1:])}`).".replace(" `)", "`)"),
+        "",
+    ]
+    text = "\n".join(lines)
+    click.echo(text)
+    if save is not None:
+        save.write_text(text, encoding="utf-8")
+
+
+def _isolation(step_s: int) -> list[str]:
+    _say(f"time to isolate: phases every {step_s} s …")
+    started = time.monotonic()
+    summaries = isolate.time_to_isolate(step_s)
+    took = time.monotonic() - started
+    return [
+        "## Time to isolate",
+        "",
+        *report.isolation(summaries, step_s),
+        "",
+        f"({took:.0f} s: one Prometheus, {sum(len(s.results) for s in summaries)} phases, "
+        f"{sum(r.ticks for s in summaries for r in s.results)} guard cycles.)",
+        "",
+    ]
+
+
+def _cycles(node_counts: tuple[int, ...], reps: int, api: bool, profile: bool) -> list[str]:
+    if api and unavailable():
+        _say(f"API mode skipped: {unavailable()}")
+    results: list[SizeResult] = []
+    for nodes in node_counts:
+        _say(f"cost of one cycle: {nodes:,} nodes …")
+        plan = Plan(reps, api, profile and nodes == node_counts[-1])
+        results.append(measure_size(nodes, plan, _say))
+    lines = ["## Cost of one cycle", ""]
+    for mode, title in (("file", "--cluster-snapshot List file"), ("api", "kube-apiserver")):
+        rows = report.cycle(results, mode)
+        if not rows:
+            note = results[-1].api_note if results else ""
+            lines += [f"### Cluster from the {title}: skipped ({note})", ""]
+            continue
+        judged = "Targets (set for 5,000 nodes; judged at the largest size run):"
+        lines += [f"### Cluster from the {title}", "", *rows, "", judged, ""]
+        lines += report.targets(results, mode)
+        lines += [""]
+    lines += [
+        "### Seconds per query (file-mode floor, median)",
+        "",
+        *report.query_times(results),
+        "",
+    ]
+    lines += [
+        "TSDB per size: "
+        + "; ".join(
+            f"{r.nodes:,} nodes {r.tsdb.series:,} series / {r.tsdb.samples:,} samples "
+            f"(promtool {r.tsdb.promtool_s:.0f} s)"
+            for r in results
+        )
+        + ".",
+        "",
+    ]
+    return lines + report.profiles(results)
+
+
+if __name__ == "__main__":
+    main()
