@@ -59,23 +59,16 @@ def at_text(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
+def _run_argv(t: Target, module: list[str], extra: Sequence[str]) -> list[str]:
+    """`python -m <module…> run --dry-run --output json` against the target."""
+    return [
+        sys.executable, "-m", *module, "run", "--dry-run", "--output", "json",
+        "--prometheus-url", t.prometheus_url, "--at", at_text(t.at), *t.guard_source, *extra,
+    ]  # fmt: skip
+
+
 def run_guard(t: Target, module: str = "guard.cli", extra: Sequence[str] = ()) -> Run:
-    argv = [
-        sys.executable,
-        "-m",
-        module,
-        "run",
-        "--dry-run",
-        "--output",
-        "json",
-        "--prometheus-url",
-        t.prometheus_url,
-        "--at",
-        at_text(t.at),
-        *t.guard_source,
-        *extra,
-    ]
-    done = measure(argv, RUN_TIMEOUT_S)
+    done = measure(_run_argv(t, [module], extra), RUN_TIMEOUT_S)
     if done.returncode != 0:
         return _failed(done)
     answer = json.loads(done.stdout)
@@ -149,23 +142,7 @@ def profile_cycle(t: Target, extra: Sequence[str]) -> str:
     """bench.profile's cpu and mem reports for one cycle of the guard."""
     parts = []
     for kind in ("cpu", "mem"):
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.profile",
-            kind,
-            "run",
-            "--dry-run",
-            "--output",
-            "json",
-            "--prometheus-url",
-            t.prometheus_url,
-            "--at",
-            at_text(t.at),
-            *t.guard_source,
-            *extra,
-        ]
-        done = measure(argv, RUN_TIMEOUT_S)
+        done = measure(_run_argv(t, ["bench.profile", kind], extra), RUN_TIMEOUT_S)
         parts.append(done.stdout.strip() if done.returncode == 0 else _failed(done).error)
     return "\n\n".join(parts)
 
