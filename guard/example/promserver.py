@@ -92,13 +92,18 @@ def serve(data_dir: Path, timeout_s: float = 60.0) -> Iterator[LocalPrometheus]:
         _wait_ready(url, process, timeout_s)
         yield LocalPrometheus(url, data_dir)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
+
+
+def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """Terminate a server we started; kill it if it does not leave within `grace_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -26,6 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from guard.example.promserver import stop
 from guard.jobs import JobKind
 from guard.plan.common import render_example_job
 from guard.settings import Settings
@@ -141,12 +142,7 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
