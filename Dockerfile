@@ -9,13 +9,10 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY guard ./guard
-COPY jobs ./jobs
 RUN pip install --no-cache-dir . \
  && python -c "import guard.cli"
 
-# Job templates live beside the package in a source checkout; point the installed package at them.
-ENV GUARD_TEMPLATES_DIR=/app/jobs \
-    PYTHONUNBUFFERED=1
+ENV PYTHONUNBUFFERED=1
 
 USER 65532:65532
 ENTRYPOINT ["gpu-node-guard"]

@@ -32,7 +32,7 @@ def guard_queries(s: Settings, lookback_s: int) -> list[tuple[str, str]]:
     return [
         *queries.REQUIRED_INPUTS,
         ("isolation-candidates", queries.isolation_candidates(params)),
-        ("hardware-xid", queries.hardware_xid_now(s.user_code_xids)),
+        ("hardware-xid", queries.hardware_xid(s.user_code_xids)),
         ("row-remap", queries.row_remap_nonzero()),
         (
             "loss-history",

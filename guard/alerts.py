@@ -15,7 +15,7 @@ from typing import Any
 import click
 import yaml
 
-from guard import queries
+from guard import alert_queries, queries
 from guard.names import APP_LABEL, COMPONENT_LABEL, Annotations
 from guard.queries import duration as dur
 from guard.settings import Settings
@@ -49,7 +49,7 @@ class Rule:
 _GPU = "{{ $labels.node }} GPU {{ $labels.gpu }} ({{ $labels.UUID }}, {{ $labels.pci_bus_id }})"
 
 
-def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
+def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     ns, quiet = s.namespace, queries.duration(p.xid_quiet_after_s)
     user = ",".join(str(code) for code in sorted(set(s.user_code_xids)))
     reason = Annotations(s.annotation_prefix).reason
@@ -62,7 +62,7 @@ def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
     return (
         Rule(
             "GPUHardwareXid",
-            queries.alert_hardware_xid(s, p),
+            alert_queries.alert_hardware_xid(s, p),
             "critical",
             f"Hardware Xid {{{{ $value }}}} on {_GPU}",
             f"The GPU's last Xid is a hardware fault (user-code Xids {user} are excluded)."
@@ -70,7 +70,7 @@ def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "GPUHardwareXidCount",
-            queries.alert_hardware_xid_count(s, p),
+            alert_queries.alert_hardware_xid_count(s, p),
             "critical",
             f"Hardware Xid {{{{ $labels.xid }}}} seen {{{{ $value }}}} time(s) on {_GPU}",
             "dcgm-exporter counted this hardware Xid within the last"
@@ -79,7 +79,7 @@ def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "GPUCountDropped",
-            queries.alert_gpu_count_dropped(),
+            alert_queries.alert_gpu_count_dropped(),
             "warning",
             "{{ $labels.node }}: {{ $value }} GPU(s) not allocatable on an uncordoned node",
             "The device plugin reports fewer allocatable than installed nvidia.com/gpu and the node"
@@ -90,7 +90,7 @@ def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "NodeCordonedTooLong",
-            queries.alert_cordoned_too_long(p),
+            alert_queries.alert_cordoned_too_long(p),
             "warning",
             f"{{{{ $labels.node }}}} (all GPUs) cordoned for more than {dur(p.cordon_max_s)}",
             f"Read the node's annotations: {reason} means a guard cordon waiting for repair (check"
@@ -101,12 +101,12 @@ def gpu_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
-def guard_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
+def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     ns, cron, reason = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix).reason
     return (
         Rule(
             "GPUNodeGuardBreakerOpen",
-            queries.alert_breaker_open(s),
+            alert_queries.alert_breaker_open(s),
             "critical",
             f"{{{{ $value }}}} nodes carry {reason} (limit {s.breaker_max_nodes}):"
             " the guard cordons no more GPU nodes",
@@ -117,7 +117,7 @@ def guard_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "GPUNodeGuardNotRunning",
-            queries.alert_guard_not_running(s, p),
+            alert_queries.alert_guard_not_running(s, p),
             "warning",
             f"CronJob {ns}/{cron} has no successful run for {dur(p.not_running_after_s)}"
             " (no node or GPU is being isolated)",
@@ -128,7 +128,7 @@ def guard_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "GPUNodeGuardJobFailed",
-            queries.alert_guard_job_failed(s),
+            alert_queries.alert_guard_job_failed(s),
             "warning",
             "Guard {{ with $labels.component }}{{ . }} {{ end }}Job {{ $labels.job_name }} failed"
             " on {{ with $labels.node }}{{ . }}{{ else }}an unknown node (Job labels not exported)"
@@ -142,7 +142,7 @@ def guard_rules(s: Settings, p: queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
-def rule_groups(s: Settings, p: queries.AlertParams) -> list[dict[str, Any]]:
+def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
     return [
         {"name": "gpu-node-guard.gpu", "rules": [r.as_dict() for r in gpu_rules(s, p)]},
@@ -169,7 +169,7 @@ def _dump(doc: dict[str, Any]) -> str:
     return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1_000)
 
 
-def render(s: Settings, p: queries.AlertParams) -> dict[Path, str]:
+def render(s: Settings, p: alert_queries.AlertParams) -> dict[Path, str]:
     """Path (relative to the checkout) → file text, for both outputs."""
     groups = rule_groups(s, p)
     labels = {APP_LABEL: "gpu-node-guard", COMPONENT_LABEL: "alerts", **dict(p.rule_labels)}
@@ -208,7 +208,7 @@ def main(ctx: click.Context, root: str) -> None:
 @click.pass_obj
 def write(base: Path) -> None:
     """Write both rule files from guard/alerts.py."""
-    for path, text in render(Settings(), queries.AlertParams()).items():
+    for path, text in render(Settings(), alert_queries.AlertParams()).items():
         (base / path).write_text(text, encoding="utf-8")
         click.echo(f"wrote {path}")
 
@@ -217,7 +217,7 @@ def write(base: Path) -> None:
 @click.pass_obj
 def check(base: Path) -> None:
     """Exit 1 when a rule file on disk differs from what guard/alerts.py generates."""
-    for path, text in render(Settings(), queries.AlertParams()).items():
+    for path, text in render(Settings(), alert_queries.AlertParams()).items():
         on_disk = base / path
         if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != text:
             raise click.ClickException(

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import click
-import jinja2
 import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
+from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
 from guard.log import Log
@@ -176,8 +176,11 @@ def run(
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
     try:
-        actions, _executor, counters = _cycle(s, log, dry_run, at, cluster_snapshot, output)
-    except (PromError, KubeError, SnapshotError, jinja2.TemplateError) as exc:
+        templates = JobTemplates.load()
+        actions, _executor, counters = _cycle(
+            s, templates, log, dry_run, at, cluster_snapshot, output
+        )
+    except (PromError, KubeError, SnapshotError, TemplateLoadError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
@@ -205,6 +208,7 @@ def run(
 
 def _cycle(
     s: Settings,
+    templates: JobTemplates,
     log: Log,
     dry_run: bool,
     at: datetime | None,
@@ -230,7 +234,7 @@ def _cycle(
         )
         objs = read_cluster(kube, s)
     snap = build_snapshot(now, objs, view, s)
-    actions = plan_cycle(snap, s)
+    actions = plan_cycle(snap, s, templates)
     if dry_run:
         stream = sys.stderr if output == "json" else sys.stdout
         executor: Any = PrintExecutor(Log(log.fmt, stream), show_manifests=output == "text")
@@ -276,9 +280,10 @@ def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) 
     """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
     s = build_settings(options)
     try:
-        manifest = render_example_job(s, kind, node, pci, xid, gpus)  # type: ignore[arg-type]
-    except jinja2.TemplateError as exc:
-        raise click.ClickException(f"template error: {exc}") from None
+        templates = JobTemplates.load()
+        manifest = render_example_job(s, templates, kind, (node, pci, xid, gpus))  # type: ignore[arg-type]
+    except TemplateLoadError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 

@@ -1,12 +1,18 @@
-"""Render the guard's Jobs from the Jinja templates in jobs/ (pure: same input, same manifest)."""
+"""The guard's Job templates, loaded once at start, and the pure rendering of a Job from them.
+
+The templates ship inside the package (``guard/templates/*.yaml.j2``) and are read through
+importlib.resources, so a wheel installed anywhere renders the same Jobs as a source checkout.
+`JobTemplates.load()` compiles every template and renders each once with a probe spec, so a
+missing or broken template stops the program at start, not at the first fault.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import jinja2
@@ -75,25 +81,59 @@ def job_name(kind: JobKind, node: str, key: str) -> str:
     return f"{head}{stem}-{digest}"
 
 
-@cache
-def _environment(templates_dir: str) -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # YAML, not HTML; values are emitted through `tojson`.
-    )
+class TemplateLoadError(Exception):
+    """A Job template is missing or broken; the message is one line naming the file."""
 
 
-def render_job(spec: JobSpec, templates_dir: Path) -> dict[str, Any]:
-    """Render `spec` and parse it; a broken template raises, never half-renders."""
-    template = _environment(str(templates_dir)).get_template(TEMPLATE_FILES[spec.kind])
-    manifest = yaml.safe_load(template.render(job=spec))
-    if not isinstance(manifest, dict) or manifest.get("kind") != "Job":
-        raise ValueError(f"template {TEMPLATE_FILES[spec.kind]} did not render a Job")
-    return manifest
+@dataclass(frozen=True, slots=True)
+class JobTemplates:
+    """Compiled Job templates by kind: a value the planners receive, never a file they read."""
+
+    templates: Mapping[JobKind, jinja2.Template]
+
+    @classmethod
+    def load(cls, loader: jinja2.BaseLoader | None = None) -> JobTemplates:
+        """Compile and probe every template (default: the ones shipped in the package)."""
+        env = jinja2.Environment(
+            loader=loader or jinja2.PackageLoader("guard", "templates"),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,  # YAML, not HTML; values are emitted through `tojson`.
+        )
+        compiled: dict[JobKind, jinja2.Template] = {}
+        for kind, filename in TEMPLATE_FILES.items():
+            try:
+                compiled[kind] = env.get_template(filename)
+            except jinja2.TemplateNotFound:
+                raise TemplateLoadError(f"Job template {filename} not found") from None
+            except jinja2.TemplateError as exc:
+                raise TemplateLoadError(f"Job template {filename}: {_first(exc)}") from None
+        templates = cls(MappingProxyType(compiled))
+        for kind in TEMPLATE_FILES:
+            templates.render(_probe(kind))
+        return templates
+
+    def render(self, spec: JobSpec) -> dict[str, Any]:
+        """Render `spec` and parse it; a broken template raises, never half-renders."""
+        filename = TEMPLATE_FILES[spec.kind]
+        try:
+            manifest = yaml.safe_load(self.templates[spec.kind].render(job=spec))
+        except jinja2.TemplateError as exc:
+            raise TemplateLoadError(f"Job template {filename}: {_first(exc)}") from None
+        except yaml.YAMLError as exc:
+            raise TemplateLoadError(
+                f"Job template {filename} renders bad YAML: {_first(exc)}"
+            ) from None
+        if not isinstance(manifest, dict) or manifest.get("kind") != "Job":
+            raise TemplateLoadError(f"Job template {filename} did not render a Job")
+        return manifest
 
 
-def default_templates_dir() -> Path:
-    """jobs/ beside the package (source checkout or the image's /app)."""
-    return Path(__file__).resolve().parent.parent / "jobs"
+def _probe(kind: JobKind) -> JobSpec:
+    return JobSpec(kind, f"gng-probe-{kind}", "probe", "probe-node", "probe", "probe.io/",
+                   "probe/image:0", ("gpu-node-guard",), 1, 1, "probe", gpus=1)  # fmt: skip
+
+
+def _first(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -64,7 +64,6 @@ class Settings:
     loadtest_image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0", "Image of the load-test Job"
     )
-    templates_dir: str = _opt("", "Directory of the Job templates (default: jobs/ of the install)")
     evidence_deadline_s: int = _opt(600, "activeDeadlineSeconds of the evidence Job")
     loadtest_deadline_s: int = _opt(1800, "activeDeadlineSeconds of the load-test Job")
     job_ttl_s: int = _opt(7 * 86400, "ttlSecondsAfterFinished of every guard Job")

@@ -58,7 +58,7 @@ def read_prom(client: PromClient, s: Settings, now: datetime) -> PromView:
         "isolation-candidates", queries.isolation_candidates(params), now, gpu_labels
     )
     hardware = client.vector(
-        "hardware-xid", queries.hardware_xid_now(s.user_code_xids), now, gpu_labels
+        "hardware-xid", queries.hardware_xid(s.user_code_xids), now, gpu_labels
     )
     remap = client.vector("row-remap", queries.row_remap_nonzero(), now, gpu_labels)
     history = client.matrix(

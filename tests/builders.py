@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from guard.jobs import JobTemplates
 from guard.ledger import parse_ledger
 from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import Annotations
@@ -14,6 +15,7 @@ NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
 CORDON_AT = "2026-09-21T05:00:00Z"  # older than two cycles: no evidence-Job repair
 KEYS = Annotations("gpu-node-guard.io/")
 S = Settings(prometheus_url="http://127.0.0.1:9")
+TEMPLATES = JobTemplates.load()
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 PCI = "0000:99:00.0"
 

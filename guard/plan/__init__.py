@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from guard.actions import Action, ClearGuardAnnotations, Uncordon
+from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.settings import Settings
 
 
-def plan_cycle(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
-    """Return check first (breaker or not), then isolation.
+def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
+    """Return check first (breaker or not), then isolation; `t` renders the Jobs.
 
     Nodes the return check releases this cycle no longer count against the circuit breaker.
     """
-    returning = plan_return(snap, s)
+    returning = plan_return(snap, s, t)
     released = frozenset(
         a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations)
     )
-    return returning + plan_isolation(snap, s, released)
+    return returning + plan_isolation(snap, s, t, released)

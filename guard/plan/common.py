@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from guard import ledger
 from guard.actions import AppendLedgerLine, CreateJob
 from guard.jobs import JobKind as JobKind
-from guard.jobs import JobSpec, default_templates_dir, job_name, render_job
+from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
@@ -17,10 +16,6 @@ from guard.settings import Settings
 
 def keys(s: Settings) -> Annotations:
     return Annotations(s.annotation_prefix)
-
-
-def templates(s: Settings) -> Path:
-    return Path(s.templates_dir) if s.templates_dir else default_templates_dir()
 
 
 def xid_of(reason: str | None) -> int | None:
@@ -67,10 +62,6 @@ def job_spec(
     )
 
 
-def render(s: Settings, spec: JobSpec) -> dict[str, object]:
-    return render_job(spec, templates(s))
-
-
 @dataclass(frozen=True, slots=True)
 class Incident:
     """One cordon's facts: what the ledger line and the evidence Job are built from."""
@@ -104,7 +95,9 @@ def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerL
     return AppendLedgerLine(incident.node, reason, entry.format(), s.ledger_configmap)
 
 
-def evidence_job(snap: Snapshot, s: Settings, incident: Incident, reason: str) -> CreateJob:
+def evidence_job(
+    snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: str
+) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
     sentence = ledger.history_sentence(
         incident_counts(snap, incident), incident.uuid, incident.node, incident.pci
@@ -112,7 +105,7 @@ def evidence_job(snap: Snapshot, s: Settings, incident: Incident, reason: str) -
     args = evidence_args(incident.node, incident.pci, incident.xid, sentence)
     at = ledger.format_time(incident.at)
     spec = job_spec(s, "evidence", incident.node, at, reason, args)
-    return CreateJob(incident.node, reason, "evidence", spec.name, render(s, spec))
+    return CreateJob(incident.node, reason, "evidence", spec.name, t.render(spec))
 
 
 def evidence_args(node: str, pci: str, xid: int, history: str) -> tuple[str, ...]:
@@ -141,9 +134,17 @@ def loadtest_args(s: Settings, gpus: int, xid: int | None, pci: str) -> tuple[st
 
 
 def render_example_job(
-    s: Settings, kind: JobKind, node: str, pci: str, xid: int, gpus: int, key: str = "render"
+    s: Settings,
+    t: JobTemplates,
+    kind: JobKind,
+    example: tuple[str, str, int, int],
+    key: str = "render",
 ) -> dict[str, object]:
-    """A Job exactly as the planners build it, for `gpu-node-guard render`."""
+    """A Job exactly as the planners build it, for `gpu-node-guard render`.
+
+    `example` is (node, faulted PCI address, Xid, GPUs of the node).
+    """
+    node, pci, xid, gpus = example
     builders = {
         "evidence": lambda: evidence_args(node, pci, xid, "First recorded incident."),
         "loadtest": lambda: loadtest_args(s, gpus, xid, pci),
@@ -151,4 +152,4 @@ def render_example_job(
     }
     spec = job_spec(s, kind, node, key, f"xid-{xid}", builders[kind](),
                     gpus=gpus if kind == "loadtest" else 0)  # fmt: skip
-    return render(s, spec)
+    return t.render(spec)

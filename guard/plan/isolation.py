@@ -16,13 +16,14 @@ from itertools import groupby
 
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
+from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, Snapshot
 from guard.plan.common import Incident, evidence_job, guarded_nodes, keys, ledger_append
 from guard.settings import Settings
 
 
 def plan_isolation(
-    snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()
+    snap: Snapshot, s: Settings, t: JobTemplates, released: frozenset[str] = frozenset()
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle."""
     actions: list[Action] = []
@@ -56,7 +57,7 @@ def plan_isolation(
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
     node, sample = eligible[0]
-    actions.extend(_cordon(snap, s, node, sample))
+    actions.extend(_cordon(snap, s, t, node, sample))
     actions.extend(
         Skip(
             n.name,
@@ -121,10 +122,12 @@ def _breaker_open(
     )
 
 
-def _cordon(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
+def _cordon(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample
+) -> tuple[Action, ...]:
     k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
-    job = evidence_job(snap, s, incident, reason)
+    job = evidence_job(snap, s, t, incident, reason)
     annotations = (
         (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
         (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),

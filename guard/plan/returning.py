@@ -26,7 +26,7 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.jobs import JobSpec
+from guard.jobs import JobSpec, JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.common import (
     Incident,
@@ -37,7 +37,6 @@ from guard.plan.common import (
     keys,
     ledger_append,
     loadtest_args,
-    render,
     xid_of,
 )
 from guard.settings import Settings
@@ -45,16 +44,16 @@ from guard.settings import Settings
 WAIT = "checked again next cycle"
 
 
-def plan_return(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
+def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
     k = keys(s)
     actions: list[Action] = []
     for node in snap.nodes:
         if node.annotation(k.reason) is not None:
-            actions.extend(_node(snap, s, node))
+            actions.extend(_node(snap, s, t, node))
     return tuple(actions)
 
 
-def _node(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     k = keys(s)
     if not node.unschedulable:
         return (
@@ -70,10 +69,10 @@ def _node(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
                 "without a load test",
             ),
         )
-    return _repairs(snap, s, node) + _progress(snap, s, node)
+    return _repairs(snap, s, t, node) + _progress(snap, s, t, node)
 
 
-def _progress(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+def _progress(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     blocked = _blocked(snap, s, node)
     if blocked is not None:
         return (blocked,)
@@ -82,13 +81,13 @@ def _progress(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]
         return repeat
     boot_key = _boot_key(s, node)
     if s.return_conformance:
-        gate = _job_gate(snap, s, node, "conformance", boot_key)
+        gate = _job_gate(snap, s, t, node, "conformance", boot_key)
         if gate is not None:
             return gate
-    return _job_gate(snap, s, node, "loadtest", boot_key) or ()
+    return _job_gate(snap, s, t, node, "loadtest", boot_key) or ()
 
 
-def _repairs(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+def _repairs(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     """Finish a cordon whose later writes failed: the ledger line, then a fresh evidence Job.
 
     The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
@@ -100,7 +99,7 @@ def _repairs(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     out: list[Action] = []
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, "repair-ledger"))
-    job = evidence_job(snap, s, incident, "repair-evidence")
+    job = evidence_job(snap, s, t, incident, "repair-evidence")
     fresh = (snap.now - incident.at).total_seconds() <= 2 * s.cadence_s
     if fresh and all(j.name != job.name for j in snap.jobs):
         out.append(job)
@@ -199,7 +198,7 @@ def _boot_key(s: Settings, node: NodeInfo) -> str:
 
 
 def _job_gate(
-    snap: Snapshot, s: Settings, node: NodeInfo, kind: str, boot_key: str
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str, boot_key: str
 ) -> tuple[Action, ...] | None:
     """None when this gate passed; otherwise the actions for this cycle."""
     spec = _spec(s, node, kind, boot_key)
@@ -209,7 +208,7 @@ def _job_gate(
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
-        return (CreateJob(node.name, "conditions-met", kind, spec.name, render(s, spec)),)
+        return (CreateJob(node.name, "conditions-met", kind, spec.name, t.render(spec)),)
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "failed":

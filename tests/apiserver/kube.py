@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from guard.example.promserver import stop
-from guard.jobs import JobKind
+from guard.jobs import JobKind, JobTemplates
 from guard.plan.common import render_example_job
 from guard.settings import Settings
 
@@ -238,8 +238,10 @@ def api_error(exc: ApiException) -> tuple[int, str]:
 
 
 def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
-    """A Job exactly as the guard's planners build it with default settings (jobs/*.yaml.j2)."""
-    return render_example_job(Settings(), kind, node, "0000:99:00.0", 79, 8, key=key)
+    """A Job exactly as the guard's planners build it with default settings."""
+    return render_example_job(
+        Settings(), JobTemplates.load(), kind, (node, "0000:99:00.0", 79, 8), key=key
+    )
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.builders import TEMPLATES
 from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
@@ -188,7 +189,7 @@ class RacingKube(Kube):
 def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime, executor: Any = None) -> list[Any]:
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    actions = plan_cycle(snap, s)
+    actions = plan_cycle(snap, s, TEMPLATES)
     executor = executor or KubeExecutor(kube, Log("text"), KEYS, NS)
     for action in actions:
         executor.apply(action)
@@ -261,7 +262,7 @@ def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconf
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
                           read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
-    actions = plan_cycle(snap, s)
+    actions = plan_cycle(snap, s, TEMPLATES)
     printer = PrintExecutor(Log("text"), show_manifests=False)
     real = KubeExecutor(kube, Log("text"), KEYS, NS)
     for action in actions:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import alerts, queries
+from guard import alert_queries, alerts, queries
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("path", [alerts.RULES_FILE, alerts.PROMETHEUS_RULE_FILE], ids=str)
 def test_committed_file_is_what_the_source_generates(path: Path) -> None:
-    generated = alerts.render(Settings(), queries.AlertParams())[path]
+    generated = alerts.render(Settings(), alert_queries.AlertParams())[path]
     assert (ROOT / path).read_text(encoding="utf-8") == generated
 
 
@@ -58,7 +58,9 @@ def test_prometheusrule_ships_the_same_groups_for_the_operator() -> None:
 
 
 def test_every_alert_has_severity_summary_and_description() -> None:
-    rules = [r for g in alerts.rule_groups(Settings(), queries.AlertParams()) for r in g["rules"]]
+    rules = [
+        r for g in alerts.rule_groups(Settings(), alert_queries.AlertParams()) for r in g["rules"]
+    ]
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
@@ -94,8 +96,8 @@ def test_settings_reach_the_expressions() -> None:
     rules = {
         r.alert: r.expr
         for r in (
-            *alerts.gpu_rules(custom, queries.AlertParams()),
-            *alerts.guard_rules(custom, queries.AlertParams()),
+            *alerts.gpu_rules(custom, alert_queries.AlertParams()),
+            *alerts.guard_rules(custom, alert_queries.AlertParams()),
         )
     }
     assert rules["GPUNodeGuardBreakerOpen"].endswith(
@@ -147,7 +149,7 @@ def test_promtool_accepts_the_shipped_rules(promtool: str) -> None:
 def test_promtool_accepts_rules_built_from_other_settings(promtool: str, tmp_path: Path) -> None:
     custom = Settings(user_code_xids=(13,), breaker_max_nodes=2, annotation_prefix="example.com/")
     rules = tmp_path / "custom.rules.yaml"
-    rules.write_text(alerts.render(custom, queries.AlertParams())[alerts.RULES_FILE], "utf-8")
+    rules.write_text(alerts.render(custom, alert_queries.AlertParams())[alerts.RULES_FILE], "utf-8")
     result = _run([promtool, "check", "rules", str(rules)], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -169,7 +171,7 @@ max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0 != 13 != 31 != 43 != 45 != 6
 @pytest.mark.prometheus
 def test_old_rule_was_blind_where_the_shipped_rule_fires(promtool: str, tmp_path: Path) -> None:
     labels = 'gpu="4", UUID="GPU-5d1c", pci_bus_id="00000000:99:00.0"'
-    shipped = queries.alert_hardware_xid(Settings(), queries.AlertParams())
+    shipped = alert_queries.alert_hardware_xid(Settings(), alert_queries.AlertParams())
     scenario = {
         "rule_files": [],
         "evaluation_interval": "5m",

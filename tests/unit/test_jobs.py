@@ -7,7 +7,9 @@ import dataclasses
 import jinja2
 import pytest
 
-from guard.jobs import JobSpec, default_templates_dir, job_name, label_safe, render_job
+from guard.jobs import JobSpec, JobTemplates, TemplateLoadError, job_name, label_safe
+
+TEMPLATES = JobTemplates.load()
 
 SPEC = JobSpec(
     kind="evidence",
@@ -27,7 +29,7 @@ SPEC = JobSpec(
 
 @pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
 def test_every_template_renders_a_pinned_bounded_job(kind):
-    job = render_job(dataclasses.replace(SPEC, kind=kind), default_templates_dir())
+    job = TEMPLATES.render(dataclasses.replace(SPEC, kind=kind))
     pod = job["spec"]["template"]["spec"]
     assert job["kind"] == "Job" and job["metadata"]["namespace"] == "gpu-node-guard"
     assert pod["nodeName"] == "gpu-node-b"
@@ -55,16 +57,36 @@ def test_every_template_renders_a_pinned_bounded_job(kind):
 )
 def test_command_arguments_survive_verbatim(hostile):
     spec = dataclasses.replace(SPEC, command=("gpu-node-guard", "evidence", "collect", hostile))
-    command = render_job(spec, default_templates_dir())["spec"]["template"]["spec"]["containers"][
-        0
-    ]["command"]
+    command = TEMPLATES.render(spec)["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[-1] == hostile
 
 
-def test_missing_template_variable_fails_instead_of_rendering_blank(tmp_path):
-    (tmp_path / "evidence-job.yaml.j2").write_text("kind: Job\nname: {{ job.nonexistent }}\n")
-    with pytest.raises(jinja2.UndefinedError):
-        render_job(SPEC, tmp_path)
+def _loader(**overrides: str) -> jinja2.BaseLoader:
+    shipped = jinja2.PackageLoader("guard", "templates")
+    env = jinja2.Environment(loader=shipped)
+    sources = {name: shipped.get_source(env, name)[0] for name in shipped.list_templates()}
+    sources.update(overrides)
+    return jinja2.DictLoader({k: v for k, v in sources.items() if v is not None})
+
+
+def test_missing_template_variable_fails_at_load_instead_of_rendering_blank():
+    broken = _loader(**{"evidence-job.yaml.j2": "kind: Job\nname: {{ job.nonexistent }}\n"})
+    with pytest.raises(TemplateLoadError, match=r"evidence-job\.yaml\.j2"):
+        JobTemplates.load(broken)
+
+
+def test_a_missing_template_fails_at_load_naming_the_file():
+    shipped = jinja2.PackageLoader("guard", "templates")
+    names = [n for n in shipped.list_templates() if n != "loadtest-job.yaml.j2"]
+    env = jinja2.Environment(loader=shipped)
+    partial = jinja2.DictLoader({n: shipped.get_source(env, n)[0] for n in names})
+    with pytest.raises(TemplateLoadError, match=r"loadtest-job\.yaml\.j2 not found"):
+        JobTemplates.load(partial)
+
+
+def test_a_template_that_is_not_a_job_fails_at_load():
+    with pytest.raises(TemplateLoadError, match="did not render a Job"):
+        JobTemplates.load(_loader(**{"conformance-job.yaml.j2": "kind: Pod\n"}))
 
 
 @pytest.mark.parametrize("node", ["gpu-node-b", "n" * 250, "Node.With.Dots_and_CAPS"])

@@ -6,7 +6,7 @@ import pytest
 
 from guard.actions import AppendLedgerLine, Cordon, CreateJob, Skip, to_json
 from guard.plan.isolation import breaker_limit, plan_isolation
-from tests.builders import KEYS, NOW, PCI, UUID, gpu, node, settings, snapshot
+from tests.builders import KEYS, NOW, PCI, TEMPLATES, UUID, gpu, node, settings, snapshot
 
 
 def brief(actions):
@@ -95,7 +95,7 @@ CORDON_B = [
     ],
 )
 def test_isolation_plan(snap, expected):
-    assert brief(plan_isolation(snap, settings())) == expected
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == expected
 
 
 def guarded(n: int):
@@ -113,7 +113,7 @@ def guarded(n: int):
 )
 def test_breaker(already, limit, expect_cordon):
     snap = snapshot(node("b"), *guarded(already), candidates=(gpu("b", 79),))
-    actions = plan_isolation(snap, settings(breaker_max_nodes=limit))
+    actions = plan_isolation(snap, settings(breaker_max_nodes=limit), TEMPLATES)
     if expect_cordon:
         assert isinstance(actions[0], Cordon)
     else:
@@ -123,7 +123,9 @@ def test_breaker(already, limit, expect_cordon):
 
 def test_human_cordon_without_annotations_does_not_count_for_breaker():
     humans = tuple(node(f"h{i}", cordoned=True) for i in range(9))
-    actions = plan_isolation(snapshot(node("b"), *humans, candidates=(gpu("b", 79),)), settings())
+    actions = plan_isolation(
+        snapshot(node("b"), *humans, candidates=(gpu("b", 79),)), settings(), TEMPLATES
+    )
     assert isinstance(actions[0], Cordon)
 
 
@@ -151,7 +153,7 @@ def test_cordon_carries_annotations_ledger_line_and_evidence_job():
         held={"gpu-node-b": 120},
         ledger={"gpu-node-b": f"2026-09-10T13:03:59Z xid-79 {PCI} {UUID} manual\n"},
     )
-    cordon, _event, line, job = plan_isolation(snap, settings())
+    cordon, _event, line, job = plan_isolation(snap, settings(), TEMPLATES)
     assert isinstance(cordon, Cordon) and isinstance(line, AppendLedgerLine)
     assert isinstance(job, CreateJob)
     assert dict(cordon.annotations) == {
@@ -186,7 +188,7 @@ def test_cordon_carries_annotations_ledger_line_and_evidence_job():
 def test_third_incident_on_card_asks_for_replacement():
     history = "".join(f"2026-09-{d}T00:00:00Z xid-79 {PCI} {UUID} manual\n" for d in (10, 21))
     snap = snapshot(node("b"), candidates=(gpu("b", 79),), ledger={"b": history})
-    job = plan_isolation(snap, settings())[3]
+    job = plan_isolation(snap, settings(), TEMPLATES)[3]
     assert (
         "incident #3 on this card"
         in job.manifest["spec"]["template"]["spec"]["containers"][0]["command"][-1]
@@ -195,14 +197,17 @@ def test_third_incident_on_card_asks_for_replacement():
 
 def test_evidence_job_name_is_deterministic_per_cordon():
     snap = snapshot(node("b"), candidates=(gpu("b", 79),))
-    first, second = plan_isolation(snap, settings()), plan_isolation(snap, settings())
+    first, second = (
+        plan_isolation(snap, settings(), TEMPLATES),
+        plan_isolation(snap, settings(), TEMPLATES),
+    )
     assert first == second
     assert first[3].name.startswith("gng-ev-b-")
 
 
 def test_skip_lines_say_why_and_next():
     snap = snapshot(node("b", cordoned=True), candidates=(gpu("b", 79),))
-    (skip,) = plan_isolation(snap, settings())
+    (skip,) = plan_isolation(snap, settings(), TEMPLATES)
     assert isinstance(skip, Skip)
     assert str(skip) == (
         'skip node=b reason=already-cordoned detail="xid-79 gpu=0000:99:00.0 '
@@ -212,7 +217,7 @@ def test_skip_lines_say_why_and_next():
 
 def test_plan_uses_snapshot_time_not_clock():
     snap = snapshot(node("b"), candidates=(gpu("b", 79),))
-    cordon = plan_isolation(snap, settings())[0]
+    cordon = plan_isolation(snap, settings(), TEMPLATES)[0]
     assert dict(cordon.annotations)[KEYS.at] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -223,10 +228,10 @@ def test_node_returned_this_cycle_frees_a_breaker_slot():
     # g0 was uncordoned by a person: the return check clears it, so 4 remain guarded.
     human = node("g0", cordoned=False, guarded_xid=79)
     snap = snapshot(node("b"), human, *full[1:], candidates=(gpu("b", 79),))
-    kinds = brief(plan_cycle(snap, settings()))
+    kinds = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert ("clear-annotations", "g0", "human-uncordon") in kinds
     assert ("cordon", "b", "xid-79") in kinds
     # without the release the breaker is open
     still = snapshot(node("b"), node("g0", cordoned=True, guarded_xid=79), *full[1:],
                      candidates=(gpu("b", 79),))  # fmt: skip
-    assert ("skip", "b", "breaker-open") in brief(plan_cycle(still, settings()))
+    assert ("skip", "b", "breaker-open") in brief(plan_cycle(still, settings(), TEMPLATES))

@@ -10,7 +10,7 @@ from guard.actions import Annotate, CreateJob, SetHold, Skip, Uncordon, to_json
 from guard.jobs import job_name
 from guard.model import GpuPod, JobInfo
 from guard.plan.returning import plan_return
-from tests.builders import CORDON_AT, KEYS, NOW, PCI, UUID, gpu, node, settings, snapshot
+from tests.builders import CORDON_AT, KEYS, NOW, PCI, TEMPLATES, UUID, gpu, node, settings, snapshot
 
 
 def brief(actions):
@@ -127,7 +127,7 @@ LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
     ],
 )
 def test_return_plan(snap, expected):
-    assert brief(plan_return(snap, settings())) == expected
+    assert brief(plan_return(snap, settings(), TEMPLATES)) == expected
 
 
 def test_uncordon_clears_only_guard_keys_present():
@@ -135,7 +135,7 @@ def test_uncordon_clears_only_guard_keys_present():
         back(reset_done=None, extra={"ops/owner": "x"}),
         jobs=(JobInfo(lt_name(), "loadtest", "b", "succeeded"),),
     )
-    uncordon = plan_return(snap, settings())[0]
+    uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(uncordon, Uncordon)
     assert set(uncordon.clear_keys) == {
         KEYS.reason,
@@ -149,7 +149,7 @@ def test_uncordon_clears_only_guard_keys_present():
 
 def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
     snap = snapshot(back(guarded_xid=48, boot="boot-1", reset_done="done"))
-    (job,) = plan_return(snap, settings())
+    (job,) = plan_return(snap, settings(), TEMPLATES)
     assert isinstance(job, CreateJob) and job.job_kind == "loadtest"
     pod = job.manifest["spec"]["template"]["spec"]
     assert pod["nodeName"] == "b"
@@ -173,7 +173,7 @@ def test_repeat_fault_hold_text_names_card_count_and_last():
     snap = snapshot(
         back(), ledger={"b": LEDGER_ONE["b"] + LEDGER_ONE["b"].replace("09-21", "09-10")}
     )
-    hold = plan_return(snap, settings())[0]
+    hold = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(hold, SetHold)
     assert hold.text == f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}"
     assert hold.key == KEYS.hold
@@ -181,7 +181,7 @@ def test_repeat_fault_hold_text_names_card_count_and_last():
 
 def test_repeat_fault_limit_is_a_setting():
     snap = snapshot(back(), ledger={"b": LEDGER_ONE["b"] * 2})
-    assert brief(plan_return(snap, settings(repeat_fault_limit=3))) == [
+    assert brief(plan_return(snap, settings(repeat_fault_limit=3), TEMPLATES)) == [
         ("create-job", "b", "conditions-met")
     ]
 
@@ -206,7 +206,7 @@ def test_repeat_fault_limit_is_a_setting():
 def test_return_path_conformance(status, expected):
     name = job_name("conformance", "b", "boot-2\0")
     jobs = () if status is None else (JobInfo(name, "conformance", "b", status),)
-    actions = plan_return(snapshot(back(), jobs=jobs), settings(return_conformance=True))
+    actions = plan_return(snapshot(back(), jobs=jobs), settings(return_conformance=True), TEMPLATES)
     assert brief(actions) == expected
     if status is None:
         assert actions[0].job_kind == "conformance"
@@ -216,13 +216,13 @@ def test_return_path_conformance(status, expected):
 
 def test_failure_annotation_names_the_job():
     snap = snapshot(back(), jobs=(JobInfo(lt_name(), "loadtest", "b", "failed"),))
-    annotate = plan_return(snap, settings())[0]
+    annotate = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(annotate, Annotate)
     assert dict(annotate.annotations)[KEYS.loadtest_result].startswith(f"failed job/{lt_name()}")
 
 
 def test_every_failed_condition_is_one_skip_line_with_observed_value():
-    skip = plan_return(snapshot(back(allocatable=7)), settings())[0]
+    skip = plan_return(snapshot(back(allocatable=7)), settings(), TEMPLATES)[0]
     assert isinstance(skip, Skip)
     assert str(skip) == (
         'skip node=b reason=gpu-count detail="capacity=8 recorded=8 '
@@ -231,7 +231,9 @@ def test_every_failed_condition_is_one_skip_line_with_observed_value():
 
 
 def test_missing_ledger_line_of_a_cordon_is_repaired_first():
-    actions = plan_return(snapshot(back(boot="boot-1"), ledger={"b": "a note\n"}), settings())
+    actions = plan_return(
+        snapshot(back(boot="boot-1"), ledger={"b": "a note\n"}), settings(), TEMPLATES
+    )
     assert brief(actions) == [("append-ledger", "b", "repair-ledger"), ("skip", "b", "same-boot")]
     assert actions[0].line == f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard"
 
@@ -250,7 +252,7 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
     name = job_name("evidence", "b", at)
     jobs = (JobInfo(name, "evidence", "b", "running"),) if job_exists else ()
     ledger = {"b": f"{at} xid-79 {PCI} {UUID} gpu-node-guard\n"}
-    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings())
+    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings(), TEMPLATES)
     expected = [("create-job", "b", "repair-evidence")] if repaired else []
     assert brief(actions) == [*expected, ("skip", "b", "same-boot")]
     if repaired:
