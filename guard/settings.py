@@ -8,6 +8,7 @@ hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -19,9 +20,34 @@ def _opt(default: Any, help: str) -> Any:
 @dataclass(frozen=True, slots=True)
 class Settings:
     # Where to read.
-    prometheus_url: str = _opt("", "Prometheus base URL, e.g. http://prometheus:9090")
-    prometheus_timeout_s: float = _opt(10.0, "Timeout of one Prometheus request")
-    prometheus_bearer_token_file: str = _opt("", "File with a bearer token for Prometheus")
+    prometheus_url: str = _opt(
+        "", "Prometheus base URL with any path prefix, e.g. http://thanos-query:9090/prometheus"
+    )
+    prometheus_timeout_s: float = _opt(
+        10.0, "Total time one Prometheus request may take, whole answer included"
+    )
+    prometheus_bearer_token_file: str = _opt(
+        "", "File with a bearer token for Prometheus (e.g. a mounted Secret); read at start"
+    )
+    prometheus_service_account_token: bool = _opt(
+        False, "Send the pod's own ServiceAccount token (kube-rbac-proxy in front of Prometheus)"
+    )
+    prometheus_basic_auth_user: str = _opt("", "Basic-auth user name for Prometheus")
+    prometheus_basic_auth_password_file: str = _opt("", "File with the basic-auth password")
+    prometheus_ca_file: str = _opt("", "CA bundle that signs Prometheus's certificate")
+    prometheus_cert_file: str = _opt("", "Client certificate for mutual TLS (with the key file)")
+    prometheus_key_file: str = _opt("", "Private key of the client certificate")
+    prometheus_headers: str = _opt(
+        "", "Extra request headers, comma-separated Name=value (e.g. X-Scope-OrgID=team-a)"
+    )
+    prometheus_max_answer_bytes: int = _opt(
+        32 * 1024 * 1024, "Abort when one answer is larger than this (decoded bytes)"
+    )
+    prometheus_max_series: int = _opt(20000, "Abort when one answer has more series than this")
+    dcgm_node_labels: str = _opt(
+        "Hostname,hostname",
+        "dcgm-exporter labels that name the Node, in order; a `node` label naming a Node wins",
+    )
     kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
     # Detection.
     cadence_s: int = _opt(300, "How often the CronJob runs (used for the worst-case log line)")
@@ -55,6 +81,9 @@ class Settings:
     # Names.
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
     namespace: str = _opt("gpu-node-guard", "Namespace of the guard, its Jobs and its ledger")
+    jobs_namespace: str = _opt(
+        "gpu-node-guard-jobs", "Namespace of the guard's privileged Jobs; its pods never count"
+    )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
     job_service_account: str = _opt("gpu-node-guard-job", "ServiceAccount of the guard's Jobs")
     # Jobs.
@@ -76,6 +105,16 @@ class Settings:
         if problems:
             raise ValueError("; ".join(problems))
 
+    @property
+    def dcgm_node_label_names(self) -> tuple[str, ...]:
+        return tuple(v.strip() for v in self.dcgm_node_labels.split(",") if v.strip())
+
+    @property
+    def prometheus_header_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``Name=value`` entries of `prometheus_headers`, in order."""
+        pairs = (e.partition("=") for e in self.prometheus_headers.split(",") if e.strip())
+        return tuple((name.strip(), value.strip()) for name, _, value in pairs)
+
     def as_log_pairs(self) -> list[tuple[str, str]]:
         """Sorted key=value pairs for the one `settings` log line."""
         out = []
@@ -96,11 +135,50 @@ def _problems(s: Settings) -> list[str]:
         (0.0 <= s.breaker_max_fraction <= 1.0, "breaker_max_fraction must be in [0, 1]"),
         (s.repeat_fault_limit >= 1, "repeat_fault_limit must be at least 1"),
         (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio must be in (0, 1]"),
-        (s.prometheus_timeout_s > 0, "prometheus_timeout_s must be positive"),
+        *_prometheus_problems(s),
         (s.annotation_prefix.endswith("/"), "annotation_prefix must end with '/'"),
         (not set(s.fast_path_xids) & set(s.user_code_xids), "a fast-path Xid is a user-code Xid"),
     ]
     return [message for ok, message in checks if not ok]
+
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _prometheus_problems(s: Settings) -> list[tuple[bool, str]]:
+    labels = s.dcgm_node_label_names
+    return [
+        (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s must be in (0, 600]"),
+        (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes must be ≥ 65536"),
+        (s.prometheus_max_series >= 100, "prometheus_max_series must be at least 100"),
+        (
+            bool(labels) and all(_LABEL_NAME.match(v) for v in labels),
+            "dcgm_node_labels must be comma-separated Prometheus label names",
+        ),
+        (
+            all(_HEADER_NAME.match(n) and v for n, v in s.prometheus_header_pairs),
+            "prometheus_headers must be comma-separated Name=value with a valid header name",
+        ),
+        (
+            all(n.lower() != "authorization" for n, _ in s.prometheus_header_pairs),
+            "prometheus_headers must not set Authorization (it is logged): use a token file",
+        ),
+        (
+            bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
+            "prometheus_basic_auth_user and prometheus_basic_auth_password_file go together",
+        ),
+        (
+            bool(s.prometheus_cert_file) == bool(s.prometheus_key_file),
+            "prometheus_cert_file and prometheus_key_file go together",
+        ),
+        (
+            sum((bool(s.prometheus_bearer_token_file), s.prometheus_service_account_token,
+                 bool(s.prometheus_basic_auth_user))) <= 1,
+            "choose one of prometheus_bearer_token_file, prometheus_service_account_token and"
+            " prometheus_basic_auth_user",
+        ),
+    ]  # fmt: skip
 
 
 def setting_fields() -> tuple[Any, ...]:
