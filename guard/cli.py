@@ -27,6 +27,8 @@ from guard.names import Annotations
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.prom import PromClient, PromError
+from guard.prom_access import PromAccessError
+from guard.prom_view import check_join, coverage_pairs
 from guard.settings import Settings, setting_fields
 from guard.snapshot import (
     SnapshotError,
@@ -171,6 +173,10 @@ def run(
     s = build_settings(options)
     if not s.prometheus_url:
         raise click.UsageError("--prometheus-url (or GUARD_PROMETHEUS_URL) is required")
+    try:
+        prom = PromClient.from_settings(s)
+    except PromAccessError as exc:
+        raise click.UsageError(str(exc)) from None
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
@@ -178,7 +184,7 @@ def run(
     try:
         templates = JobTemplates.load()
         actions, _executor, counters = _cycle(
-            s, templates, log, dry_run, at, cluster_snapshot, output
+            s, prom, templates, log, dry_run, at, cluster_snapshot, output
         )
     except (PromError, KubeError, SnapshotError, TemplateLoadError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
@@ -208,6 +214,7 @@ def run(
 
 def _cycle(
     s: Settings,
+    prom: PromClient,
     templates: JobTemplates,
     log: Log,
     dry_run: bool,
@@ -217,23 +224,21 @@ def _cycle(
 ) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
     started = time.monotonic()
     now = at or datetime.now(UTC).replace(microsecond=0)
-    token = (
-        Path(s.prometheus_bearer_token_file).read_text().strip()
-        if s.prometheus_bearer_token_file
-        else ""
-    )
-    prom = PromClient(s.prometheus_url, s.prometheus_timeout_s, token)
     kube = None
     if snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(snapshot_file, s)
-        view = read_prom(prom, s, now)
     else:
-        view = read_prom(prom, s, now)
         kube = Kube.connect(
             s.kubeconfig, in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         )
         objs = read_cluster(kube, s)
+    # The Node names join dcgm-exporter's series to Nodes (guard.prom_view).
+    names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
+    view = read_prom(prom, s, now, names)
     snap = build_snapshot(now, objs, view, s)
+    missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
+    if missing:
+        log.event("dcgm-missing", "WARN", **coverage_pairs(missing))
     actions = plan_cycle(snap, s, templates)
     if dry_run:
         stream = sys.stderr if output == "json" else sys.stdout

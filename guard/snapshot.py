@@ -7,7 +7,7 @@ both arrive here as plain dicts and are converted by the same functions.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,18 +15,13 @@ from typing import Any
 
 import yaml
 
-from guard import queries
 from guard.kube import Kube
 from guard.ledger import parse_ledger
-from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
+from guard.model import GpuPod, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, COMPONENT_LABEL, GPU_RESOURCE, Annotations
-from guard.pci import PciAddressError, normalize_pci
-from guard.prom import PromClient, PromError, Sample
+from guard.prom_view import read_prom as read_prom
+from guard.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.settings import Settings
-
-# How far back the loss history looks to order candidates by how long their loss has held:
-# three default hold windows. Loss older than that orders by name; the cost is one step per minute.
-HELD_LOOKBACK_S = 1800
 
 
 class SnapshotError(Exception):
@@ -39,64 +34,6 @@ class ClusterObjects:
     pods: tuple[dict[str, Any], ...]
     jobs: tuple[dict[str, Any], ...]
     ledger: dict[str, Any] | None
-
-
-# ---- Prometheus -----------------------------------------------------------------------------
-
-
-def read_prom(client: PromClient, s: Settings, now: datetime) -> PromView:
-    """Run every query at `now`; missing inputs or a bad answer raise `PromError`."""
-    for metric, promql in queries.REQUIRED_INPUTS:
-        found = client.vector(f"input-{metric.split('{')[0]}", promql, now)
-        if not found or found[0].value < 1:
-            raise PromError(f"input metric {metric} has no series: check the exporter and scrape")
-    params = queries.IsolationParams(
-        s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
-    )
-    gpu_labels = (queries.NODE_LABEL,)
-    candidates = client.vector(
-        "isolation-candidates", queries.isolation_candidates(params), now, gpu_labels
-    )
-    hardware = client.vector(
-        "hardware-xid", queries.hardware_xid(s.user_code_xids), now, gpu_labels
-    )
-    remap = client.vector("row-remap", queries.row_remap_nonzero(), now, gpu_labels)
-    history = client.matrix(
-        "loss-history",
-        queries.loss_history(s.user_code_xids, HELD_LOOKBACK_S, s.query_step_s),
-        now,
-        gpu_labels,
-    )
-    held = tuple(sorted((h.label(queries.NODE_LABEL), _held_s(h.points, now)) for h in history))
-    return PromView(
-        candidates=_gpu_samples(candidates),
-        hardware_xids=_gpu_samples(hardware),
-        row_remap=_gpu_samples(remap),
-        loss_held_s=held,
-    )
-
-
-def _held_s(points: tuple[tuple[float, float], ...], now: datetime) -> int:
-    """Seconds since the start of the trailing run of points with GPU loss > 0."""
-    start = None
-    for stamp, value in reversed(points):
-        if value <= 0:
-            break
-        start = stamp
-    return 0 if start is None else max(0, round(now.timestamp() - start))
-
-
-def _gpu_samples(samples: Iterable[Sample]) -> tuple[GpuSample, ...]:
-    out = []
-    for s in samples:
-        pci = s.label("pci_bus_id")
-        try:
-            pci = normalize_pci(pci) if pci else "unknown"
-        except PciAddressError as exc:
-            raise PromError(f"dcgm-exporter label pci_bus_id: {exc}") from None
-        uuid = s.label("UUID") or s.label("uuid") or "unknown"
-        out.append(GpuSample(s.label(queries.NODE_LABEL), s.label("gpu"), uuid, pci, int(s.value)))
-    return tuple(sorted(out, key=lambda g: (g.node, g.gpu.zfill(4), g.uuid)))
 
 
 # ---- Cluster objects ------------------------------------------------------------------------
@@ -152,14 +89,14 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     try:
         nodes = tuple(sorted((node_info(n, keys) for n in objs.nodes), key=lambda n: n.name))
         jobs = tuple(j for j in (job_info(o, keys, s.namespace) for o in objs.jobs) if j)
-        pods = tuple(p for p in (gpu_pod(o, s.namespace) for o in objs.pods) if p)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
     data = (objs.ledger or {}).get("data") or {}
     if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap} has non-text data")
     rv = _meta(objs.ledger, "resourceVersion") if objs.ledger else ""
-    return Snapshot(now, nodes, jobs, pods, parse_ledger(data), rv, prom)
+    # GPU pods come from kube-state-metrics through Prometheus, for the API and for a file alike.
+    return Snapshot(now, nodes, jobs, prom.gpu_pods, parse_ledger(data), rv, prom)
 
 
 def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
@@ -256,22 +193,12 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), the guard's Jobs, the ledger, and Running pods of guard-cordoned nodes.
-
-    Only the return check looks at pods, and only on nodes carrying the guard's reason, so pods
-    are listed per such node (bounded by the breaker), never for the whole cluster.
-    """
+    """Nodes (paginated), the guard's Jobs and the ledger. Pods are not read from the API: GPU
+    pods come from kube-state-metrics (`PromView.gpu_pods`), so the guard needs no pods RBAC."""
     keys = Annotations(s.annotation_prefix)
-    nodes = tuple(slim_node(n, keys) for n in kube.nodes())
-    reason = keys.reason
-    guarded = sorted(_meta(n, "name") for n in nodes if reason in _annotations(n))
     return ClusterObjects(
-        nodes=nodes,
-        pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
+        nodes=tuple(slim_node(n, keys) for n in kube.nodes()),
+        pods=(),
         jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
     )
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
