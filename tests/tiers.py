@@ -12,3 +12,13 @@ def unavailable(tier: str, reason: str, how: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{tier} tier required under CI=true: {reason}", pytrace=False)
     pytest.skip(message)
+
+
+def require_engine(engine: str) -> None:
+    """The one skip of the prometheus tier: `engine`'s binaries, or skip (fail under CI=true)."""
+    from guard.example.engines import PrometheusUnavailable, binaries
+
+    try:
+        binaries(engine)  # type: ignore[arg-type]
+    except PrometheusUnavailable as exc:
+        unavailable(f"prometheus ({engine})", str(exc), exc.how)
