@@ -7,9 +7,11 @@ however slowly it trickles in), a cap on its decoded bytes and one on its series
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
+import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -134,9 +136,7 @@ class PromClient:
         worker.join(self.timeout_s)
         if worker.is_alive():
             stop.set()
-            response = box.get("response")
-            if response is not None:
-                response.close()
+            _hang_up(box.get("response"))
             got = len(box.get("body", b""))
             raise PromError(
                 f"query {name}: no complete answer from {url} within {self.timeout_s:g}s"
@@ -200,6 +200,18 @@ class PromClient:
             f"query {name}: answer is {more}{size} bytes, over {self.max_answer_bytes}"
             " (--prometheus-max-answer-bytes); nothing was parsed"
         )
+
+
+def _hang_up(response: requests.Response | None) -> None:
+    """Shut the socket under a reader left behind, so its blocked read returns now.
+
+    Not ``response.close()``: that waits for the reader's buffer lock, i.e. for the trickle.
+    """
+    connection = getattr(getattr(response, "raw", None), "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _result(name: str, answer: _Answer, want: str, url: str) -> list[Any]:
@@ -297,8 +309,14 @@ def _errno(exc: Exception) -> str:
 
 def _tls_reason(exc: Exception) -> str:
     """``certificate verify failed: …`` or the SSL alert, without urllib3's wrapping."""
-    found = re.search(r"\[SSL[^\]]*\] ([^(')\"]+)", str(exc))
-    return found.group(1).strip() if found else _first_line(exc)
+    text = str(exc)
+    found = re.search(r"\[SSL[^\]]*\] ([^(')\"]+)", text) or re.search(
+        r"SSL\w*Error\(\d+, '([^']+)'", text
+    )
+    reason = found.group(1).strip() if found else _first_line(exc)
+    if "EOF occurred" in reason:
+        reason += "; the server hung up, e.g. for want of a client certificate"
+    return reason
 
 
 def _first_line(value: object) -> str:
