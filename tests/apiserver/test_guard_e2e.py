@@ -18,13 +18,8 @@ import pytest
 from kubernetes import client, watch
 
 from guard.apply import KubeExecutor, PrintExecutor
-from guard.example.promserver import (
-    LocalPrometheus,
-    PrometheusUnavailable,
-    binaries,
-    scenario_server,
-)
-from guard.example.scenario import NodeTimeline, Scenario
+from guard.example.promserver import LocalPrometheus, scenario_server
+from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario
 from guard.kube import Kube
 from guard.log import Log
 from guard.names import Annotations
@@ -34,7 +29,7 @@ from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.kube import MERGE_PATCH, ControlPlane
 from tests.builders import TEMPLATES
-from tests.tiers import unavailable
+from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver
 
@@ -48,20 +43,26 @@ SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger
                   "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
 
 
+# kube-state-metrics' view of e2e-busy: cordoned at its next scrape after the guard's cordon,
+# and a Running training pod holding one of its GPUs when the return check looks.
+BUSY_POD = PodTimeline("research", "train-0", "e2e-busy", gpus=1)
+CORDONED_S = int((ISOLATE_AT - T0).total_seconds()) + 15
+
+
 def _faulted(name: str) -> NodeTimeline:
     recovered = ONSET_S + 20 * 60  # power cycle: dcgm-exporter restarts, all 8 GPUs back
+    cordoned = ((CORDONED_S, 1),) if name == BUSY_POD.node else ()
     return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
-                        allocatable=((ONSET_S, 7), (recovered, 8)))  # fmt: skip
+                        allocatable=((ONSET_S, 7), (recovered, 8)),
+                        unschedulable=cordoned)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    try:
-        binaries()
-    except PrometheusUnavailable as exc:
-        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
+    require_engine("prometheus2")
     nodes = tuple(_faulted(n) for n in SCENARIO_NODES)
-    with scenario_server(Scenario(start=T0, duration_s=90 * 60, nodes=nodes)) as server:
+    scenario = Scenario(start=T0, duration_s=90 * 60, nodes=nodes, pods=(KSM_POD, BUSY_POD))
+    with scenario_server(scenario) as server:
         yield server
 
 
@@ -321,29 +322,15 @@ def ledger_text_or_empty(core: client.CoreV1Api) -> dict[str, str]:
     return dict(core.read_namespaced_config_map("gpu-fault-ledger", NS).data or {})
 
 
-def test_gpu_pod_on_the_repaired_node_blocks_the_return(
-    prom, guard_kubeconfig, gpu_node, core, namespace
-):
-    node = gpu_node("e2e-busy", boot="boot-1")
+def test_gpu_pod_on_the_repaired_node_blocks_the_return(prom, guard_kubeconfig, gpu_node, core):
+    # The pod reaches the guard as kube-state-metrics series through Prometheus (BUSY_POD).
+    node = gpu_node(BUSY_POD.node, boot="boot-1")
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT), node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)
-    pod = {
-        "metadata": {"name": "train-0"},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "t", "image": "train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ],
-        },
-    }
-    core.create_namespaced_pod(namespace, pod)
-    core.patch_namespaced_pod_status("train-0", namespace, {"status": {"phase": "Running"}},
-                                     _content_type=MERGE_PATCH)  # fmt: skip
     plan = run_guard(prom, guard_kubeconfig, RETURN_AT)
     assert mine(plan, node) == [("skip", "gpu-pods-running")]
     (skip,) = [a for a in plan["actions"] if a["node"] == node]
-    assert f"{namespace}/train-0" in skip["detail"]
-    core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
+    assert f"{BUSY_POD.namespace}/{BUSY_POD.name}" in skip["detail"]
 
 
 def test_node_list_follows_continue_tokens(monkeypatch, guard_kubeconfig, make_node):
