@@ -108,12 +108,18 @@ def alert_breaker_open(s: Settings) -> str:
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
-    """Seconds since the later of the last success and the CronJob's creation; absent = alert."""
+    """Seconds since the later of the last success and the CronJob's creation; absent = alert.
+
+    The absence window is one second longer than the setting: Prometheus 3 leaves a sample that
+    sits exactly at a range's start out (left-open ranges), 2.x keeps it, so with the plain
+    window the two fired one evaluation apart (docs/engines.md). With it both fire once the
+    CronJob's last sample is older than the setting.
+    """
     sel = f'{{namespace="{s.namespace}", cronjob="{p.cronjob_name}"}}'
     since = f"kube_cronjob_status_last_successful_time{sel}\nor kube_cronjob_created{sel}"
     return (
         f"time() - max by (namespace, cronjob) {_block(since)} > {p.not_running_after_s}\n"
-        f"or absent_over_time(kube_cronjob_created{sel}[{duration(p.not_running_after_s)}])"
+        f"or absent_over_time(kube_cronjob_created{sel}[{p.not_running_after_s + 1}s])"
     )
 
 

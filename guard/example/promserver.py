@@ -46,16 +46,22 @@ def free_port() -> int:
 
 
 def build_tsdb(scenario: Scenario, data_dir: Path, engine: Engine = "prometheus2") -> int:
-    """Write the scenario as OpenMetrics and load it for `engine`; returns the sample count.
-
-    Prometheus-based engines get TSDB blocks now; VictoriaMetrics imports the text in `serve`.
-    """
-    source = data_dir / OPENMETRICS
-    with source.open("w", encoding="utf-8") as out:
+    """Write the scenario as OpenMetrics and load it for `engine`; returns the sample count."""
+    with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
         samples = write_openmetrics(scenario, out)
-    if engine != "victoriametrics":
-        import_openmetrics(source, data_dir)
+    load_openmetrics(data_dir, engine)
     return samples
+
+
+def openmetrics_file(data_dir: Path) -> Path:
+    """Where to write samples for `load_openmetrics`."""
+    return data_dir / OPENMETRICS
+
+
+def load_openmetrics(data_dir: Path, engine: Engine) -> None:
+    """Prometheus-based engines get TSDB blocks now; VictoriaMetrics imports the file in `serve`."""
+    if engine != "victoriametrics":
+        import_openmetrics(openmetrics_file(data_dir), data_dir)
 
 
 def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) -> None:
@@ -82,10 +88,11 @@ def serve(
     web_config: Path | None = None,
     probe: requests.Session | None = None,
     timeout_s: float = 120.0,
+    ready_query: str = "count(kube_node_spec_unschedulable)",
 ) -> Iterator[LocalPrometheus]:
     """Start `engine` on a free loopback port over `data_dir`; stop it on exit.
 
-    `ready_at`: also wait until a query at that instant sees the data (Thanos must have found
+    `ready_at`: also wait until `ready_query` at that instant sees data (Thanos must have found
     its store, VictoriaMetrics must have flushed the import). `web_config` (Prometheus only):
     its ``--web.config.file`` (TLS, basic auth); `probe` is the session that can pass it.
     """
@@ -108,7 +115,7 @@ def serve(
             url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
             _wait_ready(url, started, session, deadline)
         if ready_at is not None:
-            _wait_data(url, ready_at, session, deadline)
+            _wait_data(url, ready_query, ready_at, session, deadline)
         yield LocalPrometheus(url, data_dir, engine)
 
 
@@ -274,8 +281,10 @@ def _wait_ready(
     raise PrometheusUnavailable(f"{url} not ready in time")
 
 
-def _wait_data(url: str, at: datetime, session: requests.Session, deadline: float) -> None:
-    form = {"query": "count(kube_node_spec_unschedulable)", "time": f"{at.timestamp():.3f}"}
+def _wait_data(
+    url: str, query: str, at: datetime, session: requests.Session, deadline: float
+) -> None:
+    form = {"query": query, "time": f"{at.timestamp():.3f}"}
     while time.monotonic() < deadline:
         try:
             body = session.post(f"{url}/api/v1/query", data=form, timeout=5).json()
