@@ -6,7 +6,7 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test pytest envtest bench render clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test pytest envtest engines bench render clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -21,12 +21,13 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# Prometheus and promtool come from Debian's `prometheus` package; nsenter and lspci for the evidence tools.
+# Prometheus and promtool come from Debian's `prometheus` package, VictoriaMetrics from
+# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools.
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  echo "installing the Debian package prometheus (server and promtool)"; \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v victoria-metrics >/dev/null || { \
+	  echo "installing the Debian packages prometheus (server and promtool) and victoria-metrics"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus victoria-metrics >/dev/null; }
 
 dry-run: install system-deps
 ifeq ($(strip $(PROM_URL)),)
@@ -54,13 +55,17 @@ rules-test: install system-deps
 envtest:
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
 
+# Prometheus 3 and Thanos for the engines tier, built once from the Go module proxy and cached.
+engines:
+	@hack/engines/build.sh
+
 pytest: install system-deps
 	$(PY) -m pytest
 
-test: install system-deps envtest lint typecheck rules-test
+test: install system-deps envtest engines lint typecheck rules-test
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
-bench: install system-deps envtest
+bench: install system-deps envtest engines
 	$(PY) -m bench
 
 render: install
