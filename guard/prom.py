@@ -24,7 +24,7 @@ from guard.prom_access import PromAccess
 from guard.settings import Settings
 
 Labels = tuple[tuple[str, str], ...]
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_SERIES = 20000
 _CHUNK = 64 * 1024
 # Each result object starts {"metric":{…}; a label *named* metric has a string value instead.

@@ -41,7 +41,7 @@ class Settings:
         "", "Extra request headers, comma-separated Name=value (e.g. X-Scope-OrgID=team-a)"
     )
     prometheus_max_answer_bytes: int = _opt(
-        32 * 1024 * 1024, "Abort when one answer is larger than this (decoded bytes)"
+        16 * 1024 * 1024, "Abort when one answer is larger than this (decoded bytes)"
     )
     prometheus_max_series: int = _opt(20000, "Abort when one answer has more series than this")
     dcgm_node_labels: str = _opt(
