@@ -6,6 +6,9 @@ compares the whole view the guard builds across engines at many instants.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -176,3 +179,34 @@ def test_every_engine_gives_the_same_view(every_engine):
         want = view(reference, at)
         for engine, server in every_engine.items():
             assert view(server, at) == want, f"{engine} differs from prometheus2 at {at:%H:%M:%S}"
+
+
+def run_guard(prom, nodes: list[tuple[str, int]], at: datetime, tmp_path):
+    items = [{"kind": "Node", "metadata": {"name": name, "resourceVersion": "1"},
+              "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                         "capacity": {"nvidia.com/gpu": str(gpus)},
+                         "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+             for name, gpus in nodes]  # fmt: skip
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"kind": "List", "items": items}))
+    return subprocess.run(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--cluster-snapshot",
+         str(cluster), "--at", at.isoformat(), "--jobs-namespace", JOBS_NS],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_a_run_warns_once_about_gpu_nodes_without_an_exporter(prom, tmp_path):
+    proc = run_guard(prom, [(n.name, n.gpus) for n in SCENARIO_NODES], minutes(12), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if " dcgm-missing " in line]
+    assert len(warned) == 1
+    assert "WARN dcgm-missing missing=1 nodes=no-exporter" in warned[0]
+
+
+def test_a_run_whose_xid_series_name_no_node_aborts(prom_misconfigured, tmp_path):
+    proc = run_guard(prom_misconfigured, [("gpu-a", 8)], T0 + timedelta(minutes=50), tmp_path)
+    assert proc.returncode == 1
+    (abort,) = [line for line in proc.stderr.splitlines() if " abort " in line]
+    assert 'e.g. {Hostname=\\"nvidia-dcgm-exporter-cwbcm\\"}, none of 1 Nodes' in abort
+    assert "set NODE_NAME in dcgm-exporter" in abort
