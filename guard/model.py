@@ -28,6 +28,7 @@ class NodeInfo:
     gpu_capacity: int
     gpu_allocatable: int
     annotations: tuple[tuple[str, str], ...] = ()
+    uid: str = ""  # metadata.uid: Events name the node by it (kubectl describe matches it)
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)
@@ -76,6 +77,16 @@ class PromView:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardEvent:
+    """One of the guard's own Events (label-selected in `default`), by its deterministic name."""
+
+    name: str
+    node: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[NodeInfo, ...]
@@ -84,6 +95,7 @@ class Snapshot:
     ledger: tuple[LedgerLine, ...]
     ledger_resource_version: str
     prom: PromView
+    events: tuple[GuardEvent, ...] = ()
 
     def node(self, name: str) -> NodeInfo | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -8,10 +8,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
 MANUAL_RECORDER = "manual"
 APP_LABEL = "app.kubernetes.io/name"
+APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard creates
 COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
+# events.k8s.io/v1 `reportingController` (a qualified name, like `kubernetes.io/kubelet`).
+REPORTING_CONTROLLER = "gpu-node-guard.io/gpu-node-guard"
 
 
 @dataclass(frozen=True, slots=True)
