@@ -15,11 +15,18 @@ from typing import Any
 
 import yaml
 
-from guard import queries
+from guard import ledger_store, queries
 from guard.kube import Kube
 from guard.ledger import parse_ledger
-from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
-from guard.names import APP_LABEL, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.model import GpuPod, GpuSample, GuardEvent, JobInfo, NodeInfo, PromView, Snapshot
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    NODE_EVENT_NAMESPACE,
+    Annotations,
+)
 from guard.pci import PciAddressError, normalize_pci
 from guard.prom import PromClient, PromError, Sample
 from guard.settings import Settings
@@ -39,6 +46,8 @@ class ClusterObjects:
     pods: tuple[dict[str, Any], ...]
     jobs: tuple[dict[str, Any], ...]
     ledger: dict[str, Any] | None
+    ledger_archives: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
 
 
 # ---- Prometheus -----------------------------------------------------------------------------
@@ -127,7 +136,9 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
 
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
-    by_kind: dict[str, list[dict[str, Any]]] = {"Node": [], "Pod": [], "Job": [], "ConfigMap": []}
+    by_kind: dict[str, list[dict[str, Any]]] = {
+        "Node": [], "Pod": [], "Job": [], "ConfigMap": [], "Event": []
+    }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
         if kind in by_kind:
@@ -144,6 +155,8 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
         tuple(by_kind["Pod"]),
         tuple(by_kind["Job"]),
         ledgers[0] if ledgers else None,
+        tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
+        tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
     )
 
 
@@ -159,7 +172,8 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap} has non-text data")
     rv = _meta(objs.ledger, "resourceVersion") if objs.ledger else ""
-    return Snapshot(now, nodes, jobs, pods, parse_ledger(data), rv, prom)
+    lines = parse_ledger(ledger_store.merged(data, objs.ledger_archives))
+    return Snapshot(now, nodes, jobs, pods, lines, rv, prom, guard_events(objs.events))
 
 
 def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
@@ -167,14 +181,14 @@ def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
 
     >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
     ...           Annotations("gpu-node-guard.io/"))["metadata"]
-    {'name': 'n', 'resourceVersion': '', 'annotations': {}}
+    {'name': 'n', 'uid': '', 'resourceVersion': '', 'annotations': {}}
     """
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.prefix)}
     ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     return {
         "kind": "Node",
-        "metadata": {"name": meta.get("name", ""),
+        "metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
                      "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
         "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable", False))},
         "status": {
@@ -201,6 +215,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         gpu_capacity=_gpus((status.get("capacity") or {}).get(GPU_RESOURCE)),
         gpu_allocatable=_gpus((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         annotations=own,
+        uid=_meta(obj, "uid"),
     )
 
 
@@ -270,8 +285,45 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
         pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
         jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
+        ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
+        events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),
     )
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+# ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------
+
+
+def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
+    labels = (cm.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(COMPONENT_LABEL) == ledger_store.ARCHIVE_COMPONENT
+        and ledger_store.archive_index(s.ledger_configmap, _meta(cm, "name")) is not None
+        and _meta(cm, "namespace") in ("", s.namespace)
+    )
+
+
+def _is_guard_event(event: Mapping[str, Any]) -> bool:
+    labels = (event.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(APP_LABEL) == APP_NAME)
+
+
+def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
+    """The guard's Events about nodes (events.k8s.io/v1 ``regarding`` or core ``involvedObject``).
+
+    >>> guard_events([{"metadata": {"name": "n.gng-1"}, "reason": "GuardCordoned",
+    ...                "regarding": {"kind": "Node", "name": "n"}, "series": {"count": 3}}])
+    (GuardEvent(name='n.gng-1', node='n', reason='GuardCordoned', count=3),)
+    """
+    out = []
+    for e in found:
+        about = e.get("regarding") or e.get("involvedObject") or {}
+        if about.get("kind") != "Node":
+            continue
+        count = (e.get("series") or {}).get("count") or e.get("count") or 1
+        out.append(GuardEvent(_meta(e, "name"), str(about.get("name", "")),
+                              str(e.get("reason", "")), int(count)))  # fmt: skip
+    return tuple(sorted(out, key=lambda g: g.name))

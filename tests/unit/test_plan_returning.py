@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from guard.actions import Annotate, CreateJob, SetHold, Skip, Uncordon, to_json
+from guard.actions import Annotate, CreateJob, SetHold, Skip, Uncordon, event_name, to_json
 from guard.jobs import job_name
-from guard.model import GpuPod, JobInfo
+from guard.model import GpuPod, GuardEvent, JobInfo
 from guard.plan.returning import plan_return
 from tests.builders import CORDON_AT, KEYS, NOW, PCI, TEMPLATES, UUID, gpu, node, settings, snapshot
 
@@ -252,8 +253,12 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
     name = job_name("evidence", "b", at)
     jobs = (JobInfo(name, "evidence", "b", "running"),) if job_exists else ()
     ledger = {"b": f"{at} xid-79 {PCI} {UUID} gpu-node-guard\n"}
-    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings(), TEMPLATES)
+    cordon_event = GuardEvent(event_name("b", "GuardCordoned", at), "b", "GuardCordoned", 1)
+    snap = replace(snapshot(n, jobs=jobs, ledger=ledger), events=(cordon_event,))
+    actions = plan_return(snap, settings(), TEMPLATES)
     expected = [("create-job", "b", "repair-evidence")] if repaired else []
+    if not repaired and not job_exists:  # too late to create it: a WARN says so
+        expected = [("skip", "b", "evidence-missing")]
     assert brief(actions) == [*expected, ("skip", "b", "same-boot")]
     if repaired:
         assert actions[0].name == name
