@@ -4,14 +4,8 @@ Requests go out with `requests` (the kubernetes package only loads the kubeconfi
 ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -o json`` file,
 and 5,000 nodes never become 5,000 model objects.
 
-Errors, as the executor reads them:
-  409                        → `Conflict` (`AlreadyExists` when a create found the name taken)
-  404                        → `NotFound`
-  403, 422 and other 4xx     → `Refused` (`Forbidden` for 403), carrying the API's message
-  429, 5xx, connection reset/refused, timeouts
-                             → retried with jittered backoff until the cycle's deadline, then
-                               `Unavailable`
-  an answer that is not JSON → `KubeError` (not retried: a write may have landed)
+Errors are typed (guard.kube_errors); 429, 5xx, connection resets and refusals and timeouts
+are retried with jittered backoff until the cycle's deadline (guard.retry), then `Unavailable`.
 """
 
 from __future__ import annotations
@@ -24,6 +18,14 @@ from urllib.parse import quote
 
 import requests
 
+from guard.kube_errors import AlreadyExists as AlreadyExists
+from guard.kube_errors import Conflict as Conflict
+from guard.kube_errors import Forbidden as Forbidden
+from guard.kube_errors import KubeError as KubeError
+from guard.kube_errors import NotFound as NotFound
+from guard.kube_errors import Refused as Refused
+from guard.kube_errors import Unavailable as Unavailable
+from guard.kube_errors import decode, first_line, socket_reason, status_text, typed
 from guard.names import FIELD_MANAGER
 from guard.retry import Backoff
 
@@ -35,38 +37,6 @@ MERGE_PATCH = "application/merge-patch+json"
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 5.0
 EVENTS = "/apis/events.k8s.io/v1"
-
-
-class KubeError(Exception):
-    """An API call failed; the message is one line."""
-
-
-class Conflict(KubeError):
-    """409: the object changed since it was read."""
-
-
-class AlreadyExists(Conflict):
-    """409 on create: an object of that name exists."""
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Refused(KubeError):
-    """The API refused the request for good (admission, validation, RBAC): retrying won't help."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Forbidden(Refused):
-    pass
-
-
-class Unavailable(KubeError):
-    """The API server stayed unreachable or overloaded until the cycle's deadline."""
 
 
 @dataclass
@@ -173,16 +143,16 @@ class Kube:
         except requests.Timeout:
             return f"no answer within {timeout[1]:g} s"
         except (requests.exceptions.SSLError, requests.exceptions.InvalidURL) as exc:
-            raise KubeError(f"{what}: {_first_line(exc)}") from None  # no retry mends these
+            raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-            return f"cannot reach the API server: {_first_line(exc)}"  # reset, refused, cut off
+            return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused, cut off
         except requests.RequestException as exc:
-            raise KubeError(f"{what}: {_first_line(exc)}") from None
+            raise KubeError(f"{what}: {first_line(exc)}") from None
         if answer.status_code in TRANSIENT:
-            return _status_text(answer.status_code, answer.reason, content)
+            return status_text(answer.status_code, answer.reason, content)
         if answer.status_code >= 400:
-            raise _typed(what, answer.status_code, answer.reason, content)
-        return _decode(what, content)
+            raise typed(what, answer.status_code, answer.reason, content)
+        return decode(what, content)
 
     def list_all(self, path: str, what: str, **params: Any) -> Iterator[dict[str, Any]]:
         token = None
@@ -305,51 +275,3 @@ def _event(namespace: str, name: str) -> str:
 def _kinded(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     obj.setdefault("kind", kind)  # list items carry no kind
     return obj
-
-
-def _decode(what: str, content: bytes) -> dict[str, Any]:
-    if not content:
-        return {}
-    try:
-        decoded = json.loads(content)
-    except ValueError:
-        snippet = content[:60].decode("utf-8", "replace").replace("\n", " ")
-        raise KubeError(
-            f"{what}: the answer is not JSON ({len(content)} bytes: {snippet!r})"
-        ) from None
-    if not isinstance(decoded, dict):
-        raise KubeError(f"{what}: the answer is not a JSON object")
-    return decoded
-
-
-def _status(content: bytes) -> tuple[str, str]:
-    """(reason, message) of a `Status` answer; empty when the body is not one."""
-    try:
-        found = json.loads(content or b"{}")
-    except ValueError:
-        return "", ""
-    if not isinstance(found, dict):
-        return "", ""
-    return str(found.get("reason") or ""), str(found.get("message") or "")
-
-
-def _status_text(code: int, reason: str, content: bytes) -> str:
-    message = _status(content)[1]
-    return f"HTTP {code} {reason}" + (f": {_first_line(message)}" if message else "")
-
-
-def _typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
-    text = f"{what}: {_status_text(code, reason, content)}"
-    if code == 409:
-        exists = _status(content)[0] == "AlreadyExists"
-        return AlreadyExists(text) if exists else Conflict(text)
-    if code == 404:
-        return NotFound(text)
-    if code == 403:
-        return Forbidden(text, code)
-    return Refused(text, code)
-
-
-def _first_line(value: object) -> str:
-    lines = str(value).strip().splitlines()
-    return lines[0][:400] if lines else type(value).__name__

@@ -70,6 +70,18 @@ class Settings:
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
     loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
     loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # Writes (the executor, the API door, the ledger's storage).
+    cycle_deadline_s: int = _opt(
+        200,
+        "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
+        "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
+    )
+    api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    ledger_archive_bytes: int = _opt(
+        768 * 1024,
+        "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
+        "(the object limit is 1 MiB)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -99,6 +111,13 @@ def _problems(s: Settings) -> list[str]:
         (s.prometheus_timeout_s > 0, "prometheus_timeout_s must be positive"),
         (s.annotation_prefix.endswith("/"), "annotation_prefix must end with '/'"),
         (not set(s.fast_path_xids) & set(s.user_code_xids), "a fast-path Xid is a user-code Xid"),
+        # Writes.
+        (1 <= s.cycle_deadline_s <= 230, "cycle_deadline_s must be in [1, 230]"),
+        (0 < s.api_timeout_s <= 60, "api_timeout_s must be in (0, 60]"),
+        (
+            4096 <= s.ledger_archive_bytes <= 1_000_000,
+            "ledger_archive_bytes must be in [4096, 1000000]",
+        ),
     ]
     return [message for ok, message in checks if not ok]
 
