@@ -52,7 +52,7 @@ rules-test: install system-deps
 	cd tests/rules && promtool test rules *.test.yaml
 
 envtest:
-	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl
 
 pytest: install system-deps
 	$(PY) -m pytest
