@@ -192,7 +192,7 @@ class KubeExecutor:
             ref = self._refs.get(action.node) or events.NodeRef(action.node, "", "")
         done = events.emit(self.kube, action, ref, events.Reporter(self.instance, self.snap.now))
         if done.already:
-            return Outcome(action, "already-done", "event-counted", "this instant is counted")
+            return Outcome(action, "already-done", "event-counted", "this observation is counted")
         return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")
 
 

@@ -8,7 +8,9 @@ afterwards, so:
 
   first time a condition is seen      → create the Event (deterministic name, no series)
   seen again in a later cycle         → series.count + 1, series.lastObservedTime = now
-  seen again at the same instant      → already done (another run, or a retry, counted it)
+  seen again within `SAME_OBSERVATION_S` of the last observation
+                                      → already done (a second guard run started at the same
+                                        time, or a retry, counted it)
 
 The name is ``<node>.gng-<digest of node, reason, incident>``, so every cycle, a second guard run
 and a retried create all reach the same object; `incident` (the cordon's time for a cordon)
@@ -18,7 +20,7 @@ separates two incidents of one node, and where a planner gives none the message 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from guard.actions import EmitEvent
@@ -26,6 +28,9 @@ from guard.kube import AlreadyExists, Conflict, Kube, KubeError
 from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, REPORTING_CONTROLLER
 
 NOTE_LIMIT_BYTES = 1024  # events.k8s.io/v1 `note`
+# Shorter than any CronJob interval (a minute at least), longer than two runs started together
+# take to differ.
+SAME_OBSERVATION_S = 30
 FIELD_LIMIT = 128  # reason, action, reportingInstance
 # `action` is required: what the guard did (or did not do) that the Event reports.
 ACTIONS = {
@@ -119,7 +124,7 @@ def emit(kube: Kube, action: EmitEvent, ref: NodeRef, reporter: Reporter) -> Emi
                 return Emitted(False, 1)
             last = observed_at(found)
             count = int((found.get("series") or {}).get("count") or 1)
-            if last is not None and last >= reporter.now:
+            if last is not None and last >= reporter.now - timedelta(seconds=SAME_OBSERVATION_S):
                 return Emitted(True, count)
             rv = (found.get("metadata") or {}).get("resourceVersion", "")
             series = {"count": count + 1, "lastObservedTime": micro_time(reporter.now)}
