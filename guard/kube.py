@@ -255,8 +255,9 @@ def _authorize(session: requests.Session, cfg: Configuration) -> None:
     if cfg.refresh_api_key_hook is not None:
         cfg.refresh_api_key_hook(cfg)
     for auth in cfg.auth_settings().values():
-        if auth.get("in") == "header" and auth.get("value"):
-            session.headers[str(auth["key"])] = str(auth["value"])
+        if auth.get("in") == "header" and str(auth.get("value") or "").strip():
+            # A token file may end in a newline; a header value must not (requests refuses it).
+            session.headers[str(auth["key"])] = str(auth["value"]).strip()
 
 
 def _q(name: str) -> str:
