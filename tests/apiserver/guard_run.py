@@ -156,7 +156,12 @@ def node_events(admin: client.ApiClient, node: str) -> list[dict[str, Any]]:
 
 
 def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
-    """Remove the ledger, its archives and the guard's Events, so the next test starts clean."""
+    """Remove the guard's Jobs, the ledger, its archives and the guard's Events, so the next test
+    starts clean. Jobs go with propagation Background: the default (orphan) leaves them behind a
+    finalizer that only the absent garbage collector would clear."""
+    client.BatchV1Api(admin).delete_collection_namespaced_job(
+        NS, label_selector="app.kubernetes.io/name=gpu-node-guard", propagation_policy="Background"
+    )
     for cm in core.list_namespaced_config_map(NS).items:
         if cm.metadata.name.startswith(LEDGER):
             core.delete_namespaced_config_map(cm.metadata.name, NS)

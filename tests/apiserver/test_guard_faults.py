@@ -171,9 +171,6 @@ def nodes(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
     yield make
     for name in made:
         core.delete_node(name)
-        client.BatchV1Api(admin).delete_collection_namespaced_job(
-            NS, label_selector=f"{KEYS.node_label}={name}"
-        )
     forget_guard_state(core, admin)
 
 
@@ -301,29 +298,29 @@ def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created
     assert len(guard_jobs(admin, node)) == 1 and len(node_events(admin, node)) == 1
 
 
+@pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
 def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
-    prom, guard_kubeconfig, nodes, admin
+    prom, guard_kubeconfig, nodes, admin, apart_s
 ):
     a, b = nodes("f-race-a"), nodes("f-race-b")
-    argv = [
-        sys.executable,
-        "-m",
-        "guard",
-        "run",
-        "--prometheus-url",
-        prom.url,
-        "--kubeconfig",
-        str(guard_kubeconfig),
-        "--at",
-        ISOLATE_AT.isoformat(),
-        "--breaker-max-nodes",
-        "1",
-    ]
-    runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in "ab"]
+
+    def argv(at: Any) -> list[str]:
+        return [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url,
+                "--kubeconfig", str(guard_kubeconfig), "--at", at.isoformat(),
+                "--breaker-max-nodes", "1"]  # fmt: skip
+
+    instants = (ISOLATE_AT, ISOLATE_AT + timedelta(seconds=apart_s))
+    runs = [subprocess.Popen(argv(at), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for at in instants]  # fmt: skip
     results = [(p.wait(timeout=120), p.stderr.read().decode() if p.stderr else "") for p in runs]
     assert [rc for rc, _ in results] == [0, 0], results
+    one_per_cordon(admin, (a, b))
+
+
+def one_per_cordon(admin: client.ApiClient, nodes: tuple[str, ...]) -> str:
+    """The one node cordoned, having one evidence Job, one ledger line and one unrepeated Event."""
     core = client.CoreV1Api(admin)
-    cordoned = [n for n in (a, b) if core.read_node(n).spec.unschedulable]
+    cordoned = [n for n in nodes if core.read_node(n).spec.unschedulable]
     assert len(cordoned) == 1, "the breaker (limit 1) was exceeded"
     (node,) = cordoned
     assert len(guard_jobs(admin, node)) == 1
@@ -331,6 +328,33 @@ def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
     (event,) = node_events(admin, node)
     assert event["reason"] == "GuardCordoned"
     assert not (event.get("series") or {}).get("count"), "the second run counted the same cordon"
+    return node
+
+
+@pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
+def test_two_runs_planned_from_one_read_and_written_in_lockstep_cordon_once(
+    prom, guard_kubeconfig, nodes, admin, apart_s
+):
+    """The worst interleaving, forced: both runs read before either writes, then alternate."""
+    a, b = nodes("f-race-a"), nodes("f-race-b")
+    s = Settings(prometheus_url=prom.url, breaker_max_nodes=1)
+    executors, plans = [], []
+    for at in (ISOLATE_AT, ISOLATE_AT + timedelta(seconds=apart_s)):
+        kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+        snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
+        executors.append(KubeExecutor(kube, Log("text"), s, snap, "test"))
+        plans.append(plan_cycle(snap, s, TEMPLATES))
+    assert [type(x).__name__ for x in plans[0]] == [type(x).__name__ for x in plans[1]]
+    for first, second in zip(*plans, strict=True):
+        executors[0].apply(first)
+        executors[1].apply(second)
+    node = one_per_cordon(admin, (a, b))
+    late = [(o.type_word, o.status) for o in executors[1].outcomes if o.action.node == node]
+    if apart_s:  # its own cordon (another time) met ours: it backs off, and so does the rest
+        assert late == [("cordon", "skipped"), ("event", "skipped"), ("append-ledger", "skipped"),
+                        ("create-job", "skipped")]  # fmt: skip
+    else:  # the very same cordon: each of its writes finds it done
+        assert {status for _, status in late} == {"already-done"}
 
 
 def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
