@@ -43,6 +43,7 @@ class Cordon(_Logged):
     gpu: str
     held_s: int
     next: str
+    clear_keys: tuple[str, ...] = ()  # records of the node's last incident (cancelled, returned)
 
     def log_line(self) -> Line:
         return _line(
@@ -64,6 +65,7 @@ class Uncordon(_Logged):
     resource_version: str
     clear_keys: tuple[str, ...]
     detail: str
+    annotations: Mapping = ()  # set in the same patch (the `returned` record)
 
     def log_line(self) -> Line:
         return _line(
@@ -81,6 +83,7 @@ class ClearGuardAnnotations(_Logged):
     reason: str
     resource_version: str
     clear_keys: tuple[str, ...]
+    annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
 
     def log_line(self) -> Line:
         return _line(
@@ -212,7 +215,7 @@ class Skip(_Logged):
     reason: str
     detail: str
     next: str
-    level: Literal["INFO", "WARN"] = "INFO"
+    level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def log_line(self) -> Line:
         return _line("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)

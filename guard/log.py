@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal, TextIO
 
 LogFormat = Literal["text", "json"]
-Level = Literal["DEBUG", "INFO", "WARN", "ERROR"]
+Level = str  # INFO, WARN or ERROR for the guard's own lines
 Value = str | int | float | bool | None
 Fields = Mapping[str, Value]
 

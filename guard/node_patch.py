@@ -59,9 +59,9 @@ def holds(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> bool:
                 fresh.annotation(key) == mine.get(key) for key in (keys.reason, keys.at)
             )
         case Uncordon():
-            return not fresh.unschedulable and _none_of(fresh, action.clear_keys)
+            return not fresh.unschedulable and _landed(fresh, action.clear_keys, action.annotations)
         case ClearGuardAnnotations():
-            return _none_of(fresh, action.clear_keys)
+            return _landed(fresh, action.clear_keys, action.annotations)
         case SetHold():
             return fresh.annotation(action.key) == action.text
         case Annotate():
@@ -95,18 +95,18 @@ def _changed(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> str:
 def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[str, Any]:
     match action:
         case Cordon():
-            notes = dict(action.annotations)
+            notes: dict[str, str | None] = dict.fromkeys(action.clear_keys)
+            notes.update(action.annotations)
             if fresh is not None:  # the node moved on: record what it is now
                 notes[keys.boot_id] = fresh.boot_id
                 notes[keys.gpu_capacity] = str(fresh.gpu_capacity)
             return {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
         case Uncordon():
-            return {
-                "metadata": {"annotations": dict.fromkeys(action.clear_keys)},
-                "spec": {"unschedulable": False},
-            }
+            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
+            return {"metadata": {"annotations": cleared}, "spec": {"unschedulable": False}}
         case ClearGuardAnnotations():
-            return {"metadata": {"annotations": dict.fromkeys(action.clear_keys)}}
+            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
+            return {"metadata": {"annotations": cleared}}
         case SetHold():
             return {"metadata": {"annotations": {action.key: action.text}}}
         case Annotate():
@@ -115,5 +115,9 @@ def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[
             assert_never(action)
 
 
-def _none_of(node: NodeInfo, keys: tuple[str, ...]) -> bool:
-    return all(node.annotation(key) is None for key in keys)
+def _landed(node: NodeInfo, cleared: tuple[str, ...], written: tuple[tuple[str, str], ...]) -> bool:
+    """Every key the patch removes is gone and every key it sets has its value."""
+    kept = {key for key, _ in written}
+    return all(node.annotation(key) is None for key in cleared if key not in kept) and all(
+        node.annotation(key) == value for key, value in written
+    )

@@ -18,7 +18,7 @@ import pytest
 import requests
 import responses
 
-from guard.actions import Action
+from guard.actions import Action, Cordon, Uncordon
 from guard.apply import KubeExecutor
 from guard.jobs import job_name
 from guard.kube import Kube
@@ -285,3 +285,28 @@ def test_ledger_conflicts_are_retried_after_reading_again():
         assert put["data"]["z"] == "someone else's line\n"
         assert put["data"]["a"].endswith("xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-"
                                          "1e2f3a4b5c6d gpu-node-guard\n")  # fmt: skip
+
+
+@responses.activate
+def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already_done():
+    """The uncordon clears the guard's keys and writes its `returned` record in the same patch;
+    when its answer is lost, the re-read node (record there, keys gone) means it landed."""
+    record = ((f"{KEYS.prefix}returned", "2026-09-21T06:15:00Z job/gng-lt-r"),)
+    uncordon = Uncordon("r", "loadtest-passed", "7", (KEYS.reason, KEYS.at), "passed", record)
+    cordon = Cordon("c", "xid-79", "8", ((KEYS.reason, "xid-79"),), "0000:99:00.0", 0, "job/e",
+                    clear_keys=(f"{KEYS.prefix}returned",))  # fmt: skip
+    responses.add(responses.PATCH, f"{NODES}/r", body=requests.ConnectionError("reset"))
+    responses.add(responses.PATCH, f"{NODES}/r", status=409,
+                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    returned = node_json("r", "9", **dict(record))
+    returned["spec"]["unschedulable"] = False
+    responses.add(responses.GET, f"{NODES}/r", json=returned)
+    responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c"))
+    outcomes, _, _, _ = run((uncordon, cordon), (with_uid(node("r")), with_uid(node("c"))))
+    assert [o.status for o in outcomes] == ["already-done", "applied"]
+    bodies = [json.loads(c.request.body) for c in responses.calls if c.request.method == "PATCH"]
+    assert bodies[0]["metadata"]["annotations"] == {KEYS.reason: None, KEYS.at: None,
+                                                    **dict(record)}  # fmt: skip
+    assert bodies[0]["spec"] == {"unschedulable": False}
+    assert bodies[2]["metadata"]["annotations"] == {f"{KEYS.prefix}returned": None,
+                                                    KEYS.reason: "xid-79"}  # fmt: skip
