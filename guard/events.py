@@ -40,8 +40,10 @@ ACTIONS = {
     "GuardHold": "SetHold",
     "GuardCheckFailed": "KeepCordoned",
     "GuardBreakerOpen": "SkipCordon",
+    "GuardWaitingPowerCycle": "WaitPowerCycle",
+    "GuardUnreadable": "SkipNode",
     "GuardLedgerArchived": "ArchiveLedger",
-}
+}  # any other reason: "Observe"
 
 
 @dataclass(frozen=True, slots=True)
