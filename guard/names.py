@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -12,6 +13,30 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
+
+# Kubernetes object names (apimachinery validation: IsDNS1123Label, IsDNS1123Subdomain).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII
+)
+
+
+def is_dns_label(name: str) -> bool:
+    """A namespace name: a-z, 0-9 and -, at most 63.
+
+    >>> is_dns_label("gpu-node-guard"), is_dns_label("Bad_NS"), is_dns_label("a" * 64)
+    (True, False, False)
+    """
+    return bool(_DNS_LABEL.match(name))
+
+
+def is_dns_subdomain(name: str, longest: int = 253) -> bool:
+    """A ConfigMap, ServiceAccount or Node name: dot-separated DNS labels, at most `longest`.
+
+    >>> is_dns_subdomain("gpu-node-guard.io"), is_dns_subdomain("gpu_node"), is_dns_subdomain("")
+    (True, False, False)
+    """
+    return len(name) <= longest and bool(_DNS_SUBDOMAIN.match(name))
 
 
 @dataclass(frozen=True, slots=True)
