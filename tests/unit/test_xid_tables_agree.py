@@ -16,4 +16,3 @@ def test_default_reset_class_xids_are_the_reset_rows_of_the_verdict_table() -> N
     table = load_classes()
     reset_rows = sorted(code for code, verdict in table.classes.items() if verdict is Verdict.RESET)
     assert sorted(Settings().reset_class_xids) == reset_rows
-
