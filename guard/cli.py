@@ -18,6 +18,7 @@ import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
+from guard.bundle import BundleError, load_bundle
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
@@ -206,11 +207,11 @@ def run(
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
     try:
-        templates = JobTemplates.load()
+        templates = load_bundle().templates  # every shipped file checked before anything runs
         actions, _executor, counters = _cycle(
             s, templates, log, dry_run, at, cluster_snapshot, output
         )
-    except (PromError, KubeError, SnapshotError, TemplateLoadError) as exc:
+    except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
@@ -335,9 +336,9 @@ def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) 
     """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
     s = build_settings(options)
     try:
-        templates = JobTemplates.load()
+        templates = load_bundle().templates
         manifest = render_example_job(s, templates, kind, (node, pci, xid, gpus))  # type: ignore[arg-type]
-    except TemplateLoadError as exc:
+    except (TemplateLoadError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
