@@ -67,15 +67,21 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
 
 
 def _device_block(text: str, pci: str | None) -> list[str]:
-    """The header line and the lines under it of one device: `pci`'s, or the first one."""
+    """The header line and the lines under it of one device: `pci`'s, or the first one.
+
+    Text without any device line (a bare dump) can only be about the device asked for.
+    """
     blocks: list[list[str]] = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         if line and not line[0].isspace() and not _DUMP.match(line.strip()):
             blocks.append([line])  # a device line starts each block
         elif blocks:
             blocks[-1].append(line)
+    if not blocks:
+        return ["", *lines] if lines else []
     if pci is None:
-        return blocks[0] if blocks else []
+        return blocks[0]
     return next((b for b in blocks if _address(b[0]) == pci), [])
 
 
