@@ -39,23 +39,7 @@ def plan_isolation(
     snap: Snapshot, s: Settings, t: JobTemplates, released: frozenset[str] = frozenset()
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle."""
-    actions: list[Action] = []
-    eligible: list[tuple[NodeInfo, GpuSample]] = []
-    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
-        samples = tuple(group)
-        node = snap.node(node_name)
-        if node is not None and node.unreadable:
-            continue
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            detail = _detail(reason or "not-in-api", _primary(samples, s))
-            actions.append(Skip(node_name, reason or "not-in-api", detail, NOTHING))
-            continue
-        armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
-        if not armed:
-            actions.append(_skip_cancelled(node, _primary(samples, s)))
-            continue
-        eligible.append((node, _primary(armed, s)))
+    actions, eligible = _screen(snap, s)
     if not eligible:
         return tuple(actions)
     eligible.sort(
@@ -81,6 +65,28 @@ def plan_isolation(
         for n, g in eligible[1:]
     )
     return tuple(actions)
+
+
+def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[tuple[NodeInfo, GpuSample]]]:
+    """Skips for candidates that are not eligible, and (node, primary GPU) for those that are."""
+    actions: list[Action] = []
+    eligible: list[tuple[NodeInfo, GpuSample]] = []
+    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
+        samples = tuple(group)
+        node = snap.node(node_name)
+        if node is not None and node.unreadable:
+            continue
+        reason = _ineligible(node, s)
+        if node is None or reason:
+            detail = _detail(reason or "not-in-api", _primary(samples, s))
+            actions.append(Skip(node_name, reason or "not-in-api", detail, NOTHING))
+            continue
+        armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
+        if not armed:
+            actions.append(_skip_cancelled(node, _primary(samples, s)))
+            continue
+        eligible.append((node, _primary(armed, s)))
+    return actions, eligible
 
 
 def breaker_limit(snap: Snapshot, s: Settings) -> int:

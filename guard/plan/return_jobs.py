@@ -44,35 +44,43 @@ def job_gate(
         return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix,
                      "WARN"),)  # fmt: skip
     if job.status == "failed":
-        if spec.name in recorded:
-            return (
-                Skip(
-                    node.name,
-                    f"{kind}-failed",
-                    f"job/{job.name} failed on this boot",
-                    "stays cordoned; read the job log, fix, reboot or reset",
-                ),
-            )
-        value = f"failed job/{job.name} at {ledger.format_time(snap.now)}"
-        return (
-            Annotate(
-                node.name,
-                f"{kind}-failed",
-                node.resource_version,
-                ((result_key, value),),
-                f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}",
-            ),
-            EmitEvent(
-                node.name,
-                f"{kind}-failed",
-                "Warning",
-                "GuardCheckFailed",
-                f"{kind} job/{job.name} failed; node stays cordoned",
-            ),
-        )
+        return _failed(snap, node, kind, spec, result_key)
     if kind == "conformance":
         return None
     return _uncordon(snap, s, node, job)
+
+
+def _failed(
+    snap: Snapshot, node: NodeInfo, kind: str, spec: JobSpec, result_key: str
+) -> tuple[Action, ...]:
+    """Record the failure on the node once; later cycles only say so."""
+    recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
+    if spec.name in recorded:
+        return (
+            Skip(
+                node.name,
+                f"{kind}-failed",
+                f"job/{spec.name} failed on this boot",
+                "stays cordoned; read the job log, fix, reboot or reset",
+            ),
+        )
+    value = f"failed job/{spec.name} at {ledger.format_time(snap.now)}"
+    return (
+        Annotate(
+            node.name,
+            f"{kind}-failed",
+            node.resource_version,
+            ((result_key, value),),
+            f"stays cordoned; kubectl -n {spec.namespace} logs job/{spec.name}",
+        ),
+        EmitEvent(
+            node.name,
+            f"{kind}-failed",
+            "Warning",
+            "GuardCheckFailed",
+            f"{kind} job/{spec.name} failed; node stays cordoned",
+        ),
+    )
 
 
 def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tuple[Action, ...]:
