@@ -9,8 +9,10 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY guard ./guard
+# The templates and Xid tables are package data; rendering a Job proves they are in the image.
 RUN pip install --no-cache-dir . \
- && python -c "import guard.cli"
+ && gpu-node-guard --version \
+ && gpu-node-guard render evidence --node image-build-check >/dev/null
 
 ENV PYTHONUNBUFFERED=1
 

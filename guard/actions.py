@@ -35,6 +35,7 @@ class Cordon:
     gpu: str
     held_s: int
     next: str
+    clear_keys: tuple[str, ...] = ()  # records of the node's last incident (cancelled, returned)
 
     def __str__(self) -> str:
         return _kv(
@@ -56,6 +57,7 @@ class Uncordon:
     resource_version: str
     clear_keys: tuple[str, ...]
     detail: str
+    annotations: Mapping = ()  # set in the same patch (the `returned` record)
 
     def __str__(self) -> str:
         return _kv(
@@ -73,6 +75,7 @@ class ClearGuardAnnotations:
     reason: str
     resource_version: str
     clear_keys: tuple[str, ...]
+    annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
 
     def __str__(self) -> str:
         return _kv(
@@ -183,6 +186,7 @@ class Skip:
     reason: str
     detail: str
     next: str
+    level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def __str__(self) -> str:
         return _kv("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)

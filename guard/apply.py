@@ -54,7 +54,7 @@ class PrintExecutor:
     def apply(self, action: Action) -> None:
         self.applied.append(action)
         if isinstance(action, Skip):
-            self.log.line(str(action))
+            self.log.line(str(action), action.level)
             return
         self.log.line(f"dry-run would {action}")
         if isinstance(action, CreateJob) and self.show_manifests:
@@ -98,7 +98,7 @@ class KubeExecutor:
             case _:
                 assert_never(action)
         if action.node not in self.abandoned:
-            self.log.line(str(action))
+            self.log.line(str(action), action.level if isinstance(action, Skip) else "INFO")
             self.applied.append(action)
 
     # -- node patches ---------------------------------------------------------------------------
@@ -132,7 +132,8 @@ class KubeExecutor:
         raise KubeError(f"patch node {action.node}: still conflicting after {PATCH_TRIES} tries")
 
     def _cordon_body(self, action: Cordon, fresh: NodeInfo | None) -> dict[str, Any]:
-        notes = dict(action.annotations)
+        notes: dict[str, str | None] = dict.fromkeys(action.clear_keys)
+        notes.update(action.annotations)
         if fresh is not None:  # the node moved on: record what it is now
             notes[self.keys.boot_id] = fresh.boot_id
             notes[self.keys.gpu_capacity] = str(fresh.gpu_capacity)
@@ -226,12 +227,11 @@ class KubeExecutor:
 def _body(action: Any, _fresh: NodeInfo | None) -> dict[str, Any]:
     match action:
         case Uncordon():
-            return {
-                "metadata": {"annotations": dict.fromkeys(action.clear_keys)},
-                "spec": {"unschedulable": False},
-            }
+            notes = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
+            return {"metadata": {"annotations": notes}, "spec": {"unschedulable": False}}
         case ClearGuardAnnotations():
-            return {"metadata": {"annotations": dict.fromkeys(action.clear_keys)}}
+            notes = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
+            return {"metadata": {"annotations": notes}}
         case SetHold():
             return {"metadata": {"annotations": {action.key: action.text}}}
         case Annotate():

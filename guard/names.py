@@ -2,16 +2,41 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
-MANUAL_RECORDER = "manual"
 APP_LABEL = "app.kubernetes.io/name"
+APP_LABEL_VALUE = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes
 COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
+
+# Kubernetes object names (apimachinery validation: IsDNS1123Label, IsDNS1123Subdomain).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII
+)
+
+
+def is_dns_label(name: str) -> bool:
+    """A namespace name: a-z, 0-9 and -, at most 63.
+
+    >>> is_dns_label("gpu-node-guard"), is_dns_label("Bad_NS"), is_dns_label("a" * 64)
+    (True, False, False)
+    """
+    return bool(_DNS_LABEL.match(name))
+
+
+def is_dns_subdomain(name: str, longest: int = 253) -> bool:
+    """A ConfigMap, ServiceAccount or Node name: dot-separated DNS labels, at most `longest`.
+
+    >>> is_dns_subdomain("gpu-node-guard.io"), is_dns_subdomain("gpu_node"), is_dns_subdomain("")
+    (True, False, False)
+    """
+    return len(name) <= longest and bool(_DNS_SUBDOMAIN.match(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +86,16 @@ class Annotations:
         return f"{self.prefix}reset-done"
 
     @property
+    def cancelled(self) -> str:
+        """A person's uncordon, recorded: ``<bootID> <GPU-UUID> xid-<n> <RFC 3339 time>``."""
+        return f"{self.prefix}cancelled"
+
+    @property
+    def returned(self) -> str:
+        """The return after a passed load test: ``<RFC 3339 time> job/<name>``."""
+        return f"{self.prefix}returned"
+
+    @property
     def node_label(self) -> str:
         """Label on the guard's Jobs naming the node they run on."""
         return f"{self.prefix}node"
@@ -72,6 +107,27 @@ class Annotations:
 
     @property
     def guard_keys(self) -> tuple[str, ...]:
-        """Every key the guard itself may remove (never `hold` or `reset-done` set by a person
-        unless the node returns, when `reset-done` has served its purpose)."""
-        return (*self.cordon_keys, self.loadtest_result, self.conformance_result, self.reset_done)
+        """Keys the guard removes when a node leaves its care (return or a person's uncordon).
+
+        Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
+        """
+        return (*self.cordon_keys, self.loadtest_result, self.conformance_result)
+
+    @property
+    def record_keys(self) -> tuple[str, ...]:
+        """Kept after a node leaves the guard's care; removed by its next cordon."""
+        return (self.cancelled, self.returned)
+
+    @property
+    def written_keys(self) -> tuple[str, ...]:
+        """Every key the guard itself writes (`hold` only ever added, never changed or removed).
+
+        >>> [k.removeprefix("p/") for k in Annotations("p/").written_keys][-3:]
+        ['cancelled', 'returned', 'hold']
+        """
+        return (*self.guard_keys, *self.record_keys, self.hold)
+
+    @property
+    def person_keys(self) -> tuple[str, ...]:
+        """Keys only a person writes; the guard reads them and never changes or removes them."""
+        return (self.reset_done,)

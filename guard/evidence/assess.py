@@ -119,7 +119,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     codes = [x.code for x in mine.xids]
     if inputs.reported_xid is not None:
         codes.append(inputs.reported_xid)
-    config = config_space(inputs.gpu_lspci) if inputs.gpu_lspci is not None else None
+    config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
     decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
     ports = _ports(inputs)
     events = aer.parse_aer_lines(inputs.kernel_log or "") + aer.parse_aer_lines(inputs.aer_text)

@@ -1,11 +1,12 @@
 """The verdict for one GPU: a pure function of its Xid codes and two hardware facts.
 
-Case list (first match wins; DESIGN.md "Evidence verdict"):
-  power-cycle  an Xid whose class is power-cycle (79), a "fallen off the bus" record, or PCI
-               config space that reads all ``ff`` — a reset cannot reach a device that does not
+Case list (first match wins; docs/evidence.md "Verdict"). Which Xid has which class is data,
+``guard/data/xid-classes.tsv``, and is not repeated here:
+  power-cycle  an Xid whose class is power-cycle, a "fallen off the bus" record, or PCI config
+               space that reads all ``ff`` — a reset cannot reach a device that does not
                answer, whatever the driver's Xid 154 says
-  rma          an Xid whose class is rma (143)
-  reset        an Xid whose class is reset (48, 94, 95, 119, 120) and config space not all ``ff``
+  rma          an Xid whose class is rma
+  reset        an Xid whose class is reset and config space not all ``ff``
   human        anything else, including no record at all
 
 Xid 154 (recovery action changed) is reported but never an input here: the incident of

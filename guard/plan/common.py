@@ -9,7 +9,7 @@ from guard import ledger
 from guard.actions import AppendLedgerLine, CreateJob
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name
-from guard.model import Snapshot
+from guard.model import NodeInfo, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 
@@ -18,21 +18,16 @@ def keys(s: Settings) -> Annotations:
     return Annotations(s.annotation_prefix)
 
 
-def xid_of(reason: str | None) -> int | None:
-    """The Xid in a reason annotation such as ``xid-79``; None when it is not one.
-
-    >>> xid_of("xid-79"), xid_of("manual")
-    (79, None)
-    """
-    if reason and reason.startswith("xid-") and reason[4:].isdigit():
-        return int(reason[4:])
-    return None
-
-
 def guarded_nodes(snap: Snapshot, s: Settings) -> tuple[str, ...]:
-    """Nodes carrying the guard's reason annotation (what the circuit breaker counts)."""
+    """Nodes carrying the guard's reason annotation (what the circuit breaker counts), readable
+    or not: a node the guard cannot read still holds its place under the breaker."""
     key = keys(s).reason
-    return tuple(n.name for n in snap.nodes if n.annotation(key) is not None)
+    return tuple(n.name for n in snap.nodes if n.has(key))
+
+
+def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys among `candidates` that the node carries (what a patch may remove)."""
+    return tuple(key for key in candidates if node.has(key))
 
 
 def job_spec(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +28,7 @@ from kubernetes.dynamic import DynamicClient
 from guard.example.promserver import stop
 from guard.jobs import JobKind, JobTemplates
 from guard.plan.common import render_example_job
+from guard.ports import free_port
 from guard.settings import Settings
 
 ENVTEST_VERSION = "v1.34.4"
@@ -51,13 +51,6 @@ def assets_dir(env: Mapping[str, str]) -> Path | None:
         if all(os.access(path / name, os.X_OK) for name in ("etcd", "kube-apiserver")):
             return path
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_signing_key(path: Path) -> None:
