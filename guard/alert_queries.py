@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guard import runbook
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
     XID_COUNT_METRIC,
@@ -37,6 +38,7 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
+    runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
 GPU_KEY = "node, gpu, UUID, pci_bus_id"

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import yaml
 
-from guard import alert_queries, queries
+from guard import alert_queries, queries, runbook
 from guard.names import APP_LABEL, COMPONENT_LABEL, Annotations
 from guard.queries import duration as dur
 from guard.settings import Settings
@@ -37,12 +37,17 @@ class Rule:
     description: str
     for_s: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, runbook_base_url: str) -> dict[str, Any]:
+        """The rule as written; `runbook_url` links the alert's section of docs/runbook.md."""
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_s:
             rule["for"] = queries.duration(self.for_s)
         rule["labels"] = {"severity": self.severity}
-        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        rule["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": runbook.url(runbook_base_url, runbook.alert_anchor(self.alert)),
+        }
         return rule
 
 
@@ -144,10 +149,12 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 
 def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
-    return [
-        {"name": "gpu-node-guard.gpu", "rules": [r.as_dict() for r in gpu_rules(s, p)]},
-        {"name": "gpu-node-guard.guard", "rules": [r.as_dict() for r in guard_rules(s, p)]},
-    ]
+    groups = (
+        ("gpu-node-guard.gpu", gpu_rules(s, p)),
+        ("gpu-node-guard.guard", guard_rules(s, p)),
+    )
+    url = p.runbook_base_url
+    return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
 
 
 # ── Files ───────────────────────────────────────────────────────────────────────────────────────

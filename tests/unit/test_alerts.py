@@ -109,6 +109,17 @@ def test_settings_reach_the_expressions() -> None:
     assert '"label_example_com_node"' in rules["GPUNodeGuardJobFailed"]
 
 
+def test_every_alert_links_its_runbook_section_under_the_configured_base() -> None:
+    base = "https://git.example.com/ops/gpu-node-guard/-/blob/main/docs/runbook.md"
+    for p, prefix in (
+        (alert_queries.AlertParams(), "docs/runbook.md"),
+        (alert_queries.AlertParams(runbook_base_url=base), base),
+    ):
+        for group in alerts.rule_groups(Settings(), p):
+            for rule in group["rules"]:
+                assert rule["annotations"]["runbook_url"] == f"{prefix}#{rule['alert'].lower()}"
+
+
 def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
     docs = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
     for needle in (*ALERT_NAMES, *alerts.ksm_flags(Settings())):
