@@ -38,6 +38,10 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
+    # Notifications and runbook links (docs/alerts.md, docs/runbook.md).
+    notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
+    notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
+    notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
     runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
@@ -138,4 +142,59 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
         f"max by (namespace, job_name, node, component) {_block(labels)}\n"
         f"or on (namespace, job_name) {_block(failed)}"
+    )
+
+
+# ── Notifications ───────────────────────────────────────────────────────────────────────────────
+# The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
+# one `kube_node_annotations` series per node, carrying a label only for annotations it has.
+
+
+def returned_key(s: Settings) -> str:
+    """`returned`: written by the uncordon after a passed load test, `<RFC3339> job/<name>`."""
+    # TODO: Annotations(s.annotation_prefix).returned once guard/names.py lists the key.
+    return f"{s.annotation_prefix}returned"
+
+
+def _changed_within(label: str, window_s: int) -> str:
+    """Nodes whose `label` took more than one value (absent is one) within the window.
+
+    Grouping by node drops `instance`, so a kube-state-metrics restart changes nothing; a node
+    first seen with the label already set has one value, so a new Prometheus announces nothing.
+    """
+    seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
+    return f"count by (node) {_block(seen)} > 1"
+
+
+def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
+    """Nodes that gained the guard's reason annotation within the window; `reason`, `pci`, `UUID`.
+
+    `auto-cordon-gpu` is `<PCI address> <GPU UUID>`; without it in the allowlist the two GPU
+    labels are simply missing.
+    """
+    names = Annotations(s.annotation_prefix)
+    reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
+    now = f'kube_node_annotations{{{reason}!=""}}'
+    now = f'label_replace({now}, "reason", "$1", "{reason}", "(.+)")'
+    now = f'label_replace({now}, "pci", "$1", "{gpu}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "UUID", "$1", "{gpu}", "[^ ]+ (.+)")'
+    return (
+        f"max by (node, reason, pci, UUID) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(reason, p.notify_window_s))}"
+    )
+
+
+def alert_guard_returned(s: Settings, p: AlertParams) -> str:
+    """Nodes whose `returned` annotation changed to its current value within the window.
+
+    Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
+    `cancelled` and leaves `returned` alone, so it can never announce a return.
+    """
+    returned = ksm_label("annotation", returned_key(s))
+    now = f'kube_node_annotations{{{returned}!=""}}'
+    now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'
+    return (
+        f"max by (node, returned_at, job_name) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
     )

@@ -36,13 +36,14 @@ class Rule:
     summary: str
     description: str
     for_s: int = 0
+    labels: tuple[tuple[str, str], ...] = ()  # besides severity, e.g. the notification route's
 
     def as_dict(self, runbook_base_url: str) -> dict[str, Any]:
         """The rule as written; `runbook_url` links the alert's section of docs/runbook.md."""
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_s:
             rule["for"] = queries.duration(self.for_s)
-        rule["labels"] = {"severity": self.severity}
+        rule["labels"] = {"severity": self.severity, **dict(self.labels)}
         rule["annotations"] = {
             "summary": self.summary,
             "description": self.description,
@@ -147,11 +148,52 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
+# ── Notifications ───────────────────────────────────────────────────────────────────────────────
+
+
+def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
+    """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
+    names = Annotations(s.annotation_prefix)
+    returned = alert_queries.returned_key(s)
+    return (
+        Rule(
+            "GPUNodeGuardCordoned",
+            alert_queries.alert_guard_cordoned(s, p),
+            "info",
+            "gpu-node-guard cordoned {{ $labels.node }}: {{ $labels.reason }}"
+            "{{ with $labels.pci }} on GPU {{ . }}{{ end }}"
+            "{{ with $labels.UUID }} ({{ . }}){{ end }}",
+            "No new pods land on the node; running pods keep running (the guard never drains). The"
+            " guard collects evidence in a Job and returns the node by itself once it is repaired"
+            f" (power cycle; after a reset-class Xid a GPU reset and {names.reset_done}) and a load"
+            " test passed. Nothing to do unless a page follows; to keep the node out after the"
+            f" repair, set {names.hold}.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+        Rule(
+            "GPUNodeGuardReturned",
+            alert_queries.alert_guard_returned(s, p),
+            "info",
+            "{{ $labels.node }} returned to service: load test"
+            "{{ with $labels.job_name }} job/{{ . }}{{ end }} passed",
+            "The guard uncordoned the node{{ with $labels.returned_at }} at {{ . }}{{ end }} after"
+            " the repair and a passed load test; pods can land on it again. The node keeps"
+            f" {returned} until its next cordon, and the fault stays in the ledger"
+            f" ({s.ledger_configmap}): another incident on the same card holds the node for a"
+            " person.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+    )
+
+
 def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
     groups = (
         ("gpu-node-guard.gpu", gpu_rules(s, p)),
         ("gpu-node-guard.guard", guard_rules(s, p)),
+        ("gpu-node-guard.notify", notify_rules(s, p)),
     )
     url = p.runbook_base_url
     return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
@@ -193,7 +235,8 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
     names = Annotations(s.annotation_prefix)
     return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason}]",
+        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},"
+        f"{alert_queries.returned_key(s)}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 
