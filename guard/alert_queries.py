@@ -12,8 +12,9 @@ short change, the cost is one range read per series, and a series that changed i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from guard import runbook
+from guard import metric_names, runbook
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
     XID_COUNT_METRIC,
@@ -27,6 +28,8 @@ from guard.queries import (
 )
 from guard.settings import Settings
 
+NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
+
 
 @dataclass(frozen=True, slots=True)
 class AlertParams:
@@ -38,10 +41,11 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
-    # Notifications and runbook links (docs/alerts.md, docs/runbook.md).
+    # Notifications, GPUNodeGuardNotRunning's source, runbook links (docs/alerts.md, runbook.md).
     notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
     notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
     notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
+    not_running_source: NotRunningSource = "kube-state-metrics"  # or "pushgateway"
     runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
@@ -145,7 +149,7 @@ def alert_guard_job_failed(s: Settings) -> str:
     )
 
 
-# ── Notifications ───────────────────────────────────────────────────────────────────────────────
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
 # The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
 # one `kube_node_annotations` series per node, carrying a label only for annotations it has.
 
@@ -198,3 +202,23 @@ def alert_guard_returned(s: Settings, p: AlertParams) -> str:
         f"max by (node, returned_at, job_name) {_block(now)}\n"
         f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
     )
+
+
+def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
+    """The guard's pushed last success older than the limit, or no success seen that long.
+
+    The Pushgateway serves the last push until the group is deleted, so a guard that stopped
+    still shows its old success time; absent means never succeeded, Pushgateway wiped or not
+    scraped (scrape it with honor_labels: true so `namespace` is the guard's).
+    """
+    sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return (
+        f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
+        f"or absent_over_time({sel}[{duration(p.not_running_after_s)}])"
+    )
+
+
+def last_run_age(s: Settings) -> str:
+    """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
+    sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return f"time() - max({sel})"

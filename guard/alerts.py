@@ -148,7 +148,7 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
-# ── Notifications ───────────────────────────────────────────────────────────────────────────────
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
 
 
 def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
@@ -188,11 +188,41 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
+def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
+    """GPUNodeGuardNotRunning from the guard's own pushes (AlertParams.not_running_source)."""
+    ns, after = s.namespace, dur(p.not_running_after_s)
+    age = alert_queries.last_run_age(s)
+    return Rule(
+        "GPUNodeGuardNotRunning",
+        alert_queries.alert_guard_not_running_pushed(s, p),
+        "warning",
+        f"The guard in namespace {ns} pushed no successful run for {after}"
+        " (no node or GPU is being isolated)",
+        f"Faulted GPU nodes are not cordoned meanwhile. {{{{ with query `{age}` }}}}The last run"
+        " of any result ended {{ . | first | value | humanizeDuration }} ago: recent means runs"
+        f" fail (the latest Job's log in {ns} ends in one `abort reason=` line), old means none"
+        f" runs (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees"
+        " no run at all: none pushed (check the CronJob and its --pushgateway-url), the"
+        " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
+        " it with honor_labels: true).{{ end }}",
+    )
+
+
+def _not_running_from(
+    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule, ...]
+) -> tuple[Rule, ...]:
+    if p.not_running_source == "kube-state-metrics":
+        return rules
+    return tuple(
+        not_running_pushed_rule(s, p) if r.alert == "GPUNodeGuardNotRunning" else r for r in rules
+    )
+
+
 def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
     groups = (
         ("gpu-node-guard.gpu", gpu_rules(s, p)),
-        ("gpu-node-guard.guard", guard_rules(s, p)),
+        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p))),
         ("gpu-node-guard.notify", notify_rules(s, p)),
     )
     url = p.runbook_base_url

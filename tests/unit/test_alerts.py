@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import alert_queries, alerts, queries
+from guard import alert_queries, alerts, metric_names, queries
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def test_settings_reach_the_expressions() -> None:
     assert '"label_example_com_node"' in rules["GPUNodeGuardJobFailed"]
 
 
-# ── Notifications and runbook links ─────────────────────────────────────────────────────────────
+# ── Notifications, the pushgateway variant, runbook links ───────────────────────────────────────
 
 
 def _rules(p: alert_queries.AlertParams, s: Settings | None = None) -> dict[str, dict[str, Any]]:
@@ -140,6 +140,18 @@ def test_every_alert_links_its_runbook_section_under_the_configured_base() -> No
             assert rule["annotations"]["runbook_url"] == f"{prefix}#{name.lower()}"
 
 
+def test_the_pushgateway_variant_changes_only_the_not_running_rule() -> None:
+    kube = _rules(alert_queries.AlertParams())
+    pushed = _rules(alert_queries.AlertParams(not_running_source="pushgateway"))
+    assert list(pushed) == list(kube)
+    changed = {name for name in kube if kube[name] != pushed[name]}
+    assert changed == {"GPUNodeGuardNotRunning"}
+    expr = pushed["GPUNodeGuardNotRunning"]["expr"]
+    assert f'{metric_names.LAST_SUCCESS.name}{{namespace="gpu-node-guard"}}' in expr
+    assert "kube_cronjob" not in expr
+    assert pushed["GPUNodeGuardNotRunning"]["labels"] == kube["GPUNodeGuardNotRunning"]["labels"]
+
+
 def test_the_annotation_prefix_reaches_the_notification_pair() -> None:
     rules = _rules(alert_queries.AlertParams(), Settings(annotation_prefix="example.com/"))
     assert (
@@ -151,6 +163,18 @@ def test_the_annotation_prefix_reaches_the_notification_pair() -> None:
         in (rules["GPUNodeGuardReturned"]["expr"])
     )
     assert "example.com/returned" in alerts.ksm_flags(Settings(annotation_prefix="example.com/"))[0]
+
+
+@pytest.mark.prometheus
+def test_promtool_proves_the_pushgateway_variant(promtool: str, tmp_path: Path) -> None:
+    """tests/rules/pushgateway/ runs beside the variant rendered as gpu-node-guard.rules.yaml."""
+    p = alert_queries.AlertParams(not_running_source="pushgateway")
+    rules = alerts.render(Settings(), p)[alerts.RULES_FILE]
+    (tmp_path / "gpu-node-guard.rules.yaml").write_text(rules, encoding="utf-8")
+    for test_file in sorted((ROOT / "tests" / "rules" / "pushgateway").glob("*.test.yaml")):
+        shutil.copy(test_file, tmp_path / test_file.name)
+        result = _run([promtool, "test", "rules", test_file.name], tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
