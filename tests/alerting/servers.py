@@ -146,9 +146,9 @@ def query(prom_url: str, promql: str) -> list[dict[str, Any]]:
 
 
 def firing_and_pending(prom_url: str) -> list[dict[str, Any]]:
-    alerts: list[dict[str, Any]] = requests.get(f"{prom_url}/api/v1/alerts", timeout=5).json()[
-        "data"
-    ]["alerts"]
+    """Prometheus' active alerts (pending and firing) with their labels and state."""
+    body = requests.get(f"{prom_url}/api/v1/alerts", timeout=5).json()
+    alerts: list[dict[str, Any]] = body["data"]["alerts"]
     return alerts
 
 
