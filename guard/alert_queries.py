@@ -12,7 +12,9 @@ short change, the cost is one range read per series, and a series that changed i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from guard import metric_names, runbook
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
     XID_COUNT_METRIC,
@@ -26,6 +28,8 @@ from guard.queries import (
 )
 from guard.settings import Settings
 
+NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
+
 
 @dataclass(frozen=True, slots=True)
 class AlertParams:
@@ -37,6 +41,12 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
+    # Notifications, GPUNodeGuardNotRunning's source, runbook links (docs/alerts.md, runbook.md).
+    notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
+    notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
+    notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
+    not_running_source: NotRunningSource = "kube-state-metrics"  # or "pushgateway"
+    runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
 GPU_KEY = "node, gpu, UUID, pci_bus_id"
@@ -137,3 +147,78 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"max by (namespace, job_name, node, component) {_block(labels)}\n"
         f"or on (namespace, job_name) {_block(failed)}"
     )
+
+
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
+# The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
+# one `kube_node_annotations` series per node, carrying a label only for annotations it has.
+
+
+def returned_key(s: Settings) -> str:
+    """`returned`: written by the uncordon after a passed load test, `<RFC3339> job/<name>`."""
+    # TODO: Annotations(s.annotation_prefix).returned once guard/names.py lists the key.
+    return f"{s.annotation_prefix}returned"
+
+
+def _changed_within(label: str, window_s: int) -> str:
+    """Nodes whose `label` took more than one value (absent is one) within the window.
+
+    Grouping by node drops `instance`, so a kube-state-metrics restart changes nothing; a node
+    first seen with the label already set has one value, so a new Prometheus announces nothing.
+    """
+    seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
+    return f"count by (node) {_block(seen)} > 1"
+
+
+def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
+    """Nodes that gained the guard's reason annotation within the window; `reason`, `pci`, `UUID`.
+
+    `auto-cordon-gpu` is `<PCI address> <GPU UUID>`; without it in the allowlist the two GPU
+    labels are simply missing.
+    """
+    names = Annotations(s.annotation_prefix)
+    reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
+    now = f'kube_node_annotations{{{reason}!=""}}'
+    now = f'label_replace({now}, "reason", "$1", "{reason}", "(.+)")'
+    now = f'label_replace({now}, "pci", "$1", "{gpu}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "UUID", "$1", "{gpu}", "[^ ]+ (.+)")'
+    return (
+        f"max by (node, reason, pci, UUID) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(reason, p.notify_window_s))}"
+    )
+
+
+def alert_guard_returned(s: Settings, p: AlertParams) -> str:
+    """Nodes whose `returned` annotation changed to its current value within the window.
+
+    Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
+    `cancelled` and leaves `returned` alone, so it can never announce a return.
+    """
+    returned = ksm_label("annotation", returned_key(s))
+    now = f'kube_node_annotations{{{returned}!=""}}'
+    now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'
+    return (
+        f"max by (node, returned_at, job_name) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
+    )
+
+
+def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
+    """The guard's pushed last success older than the limit, or no success seen that long.
+
+    The Pushgateway serves the last push until the group is deleted, so a guard that stopped
+    still shows its old success time; absent means never succeeded, Pushgateway wiped or not
+    scraped (scrape it with honor_labels: true so `namespace` is the guard's).
+    """
+    sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return (
+        f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
+        f"or absent_over_time({sel}[{duration(p.not_running_after_s)}])"
+    )
+
+
+def last_run_age(s: Settings) -> str:
+    """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
+    sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return f"time() - max({sel})"

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import yaml
 
-from guard import alert_queries, queries
+from guard import alert_queries, queries, runbook
 from guard.names import APP_LABEL, COMPONENT_LABEL, Annotations
 from guard.queries import duration as dur
 from guard.settings import Settings
@@ -36,13 +36,19 @@ class Rule:
     summary: str
     description: str
     for_s: int = 0
+    labels: tuple[tuple[str, str], ...] = ()  # besides severity, e.g. the notification route's
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, runbook_base_url: str) -> dict[str, Any]:
+        """The rule as written; `runbook_url` links the alert's section of docs/runbook.md."""
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_s:
             rule["for"] = queries.duration(self.for_s)
-        rule["labels"] = {"severity": self.severity}
-        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        rule["labels"] = {"severity": self.severity, **dict(self.labels)}
+        rule["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": runbook.url(runbook_base_url, runbook.alert_anchor(self.alert)),
+        }
         return rule
 
 
@@ -142,12 +148,85 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
+
+
+def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
+    """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
+    names = Annotations(s.annotation_prefix)
+    returned = alert_queries.returned_key(s)
+    return (
+        Rule(
+            "GPUNodeGuardCordoned",
+            alert_queries.alert_guard_cordoned(s, p),
+            "info",
+            "gpu-node-guard cordoned {{ $labels.node }}: {{ $labels.reason }}"
+            "{{ with $labels.pci }} on GPU {{ . }}{{ end }}"
+            "{{ with $labels.UUID }} ({{ . }}){{ end }}",
+            "No new pods land on the node; running pods keep running (the guard never drains). The"
+            " guard collects evidence in a Job and returns the node by itself once it is repaired"
+            f" (power cycle; after a reset-class Xid a GPU reset and {names.reset_done}) and a load"
+            " test passed. Nothing to do unless a page follows; to keep the node out after the"
+            f" repair, set {names.hold}.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+        Rule(
+            "GPUNodeGuardReturned",
+            alert_queries.alert_guard_returned(s, p),
+            "info",
+            "{{ $labels.node }} returned to service: load test"
+            "{{ with $labels.job_name }} job/{{ . }}{{ end }} passed",
+            "The guard uncordoned the node{{ with $labels.returned_at }} at {{ . }}{{ end }} after"
+            " the repair and a passed load test; pods can land on it again. The node keeps"
+            f" {returned} until its next cordon, and the fault stays in the ledger"
+            f" ({s.ledger_configmap}): another incident on the same card holds the node for a"
+            " person.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+    )
+
+
+def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
+    """GPUNodeGuardNotRunning from the guard's own pushes (AlertParams.not_running_source)."""
+    ns, after = s.namespace, dur(p.not_running_after_s)
+    age = alert_queries.last_run_age(s)
+    return Rule(
+        "GPUNodeGuardNotRunning",
+        alert_queries.alert_guard_not_running_pushed(s, p),
+        "warning",
+        f"The guard in namespace {ns} pushed no successful run for {after}"
+        " (no node or GPU is being isolated)",
+        f"Faulted GPU nodes are not cordoned meanwhile. {{{{ with query `{age}` }}}}The last run"
+        " of any result ended {{ . | first | value | humanizeDuration }} ago: recent means runs"
+        f" fail (the latest Job's log in {ns} ends in one `abort reason=` line), old means none"
+        f" runs (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees"
+        " no run at all: none pushed (check the CronJob and its --pushgateway-url), the"
+        " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
+        " it with honor_labels: true).{{ end }}",
+    )
+
+
+def _not_running_from(
+    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule, ...]
+) -> tuple[Rule, ...]:
+    if p.not_running_source == "kube-state-metrics":
+        return rules
+    return tuple(
+        not_running_pushed_rule(s, p) if r.alert == "GPUNodeGuardNotRunning" else r for r in rules
+    )
+
+
 def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
-    return [
-        {"name": "gpu-node-guard.gpu", "rules": [r.as_dict() for r in gpu_rules(s, p)]},
-        {"name": "gpu-node-guard.guard", "rules": [r.as_dict() for r in guard_rules(s, p)]},
-    ]
+    groups = (
+        ("gpu-node-guard.gpu", gpu_rules(s, p)),
+        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p))),
+        ("gpu-node-guard.notify", notify_rules(s, p)),
+    )
+    url = p.runbook_base_url
+    return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
 
 
 # ── Files ───────────────────────────────────────────────────────────────────────────────────────
@@ -186,7 +265,8 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
     names = Annotations(s.annotation_prefix)
     return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason}]",
+        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},"
+        f"{alert_queries.returned_key(s)}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 
