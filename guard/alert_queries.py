@@ -154,12 +154,6 @@ def alert_guard_job_failed(s: Settings) -> str:
 # one `kube_node_annotations` series per node, carrying a label only for annotations it has.
 
 
-def returned_key(s: Settings) -> str:
-    """`returned`: written by the uncordon after a passed load test, `<RFC3339> job/<name>`."""
-    # TODO: Annotations(s.annotation_prefix).returned once guard/names.py lists the key.
-    return f"{s.annotation_prefix}returned"
-
-
 def _changed_within(label: str, window_s: int) -> str:
     """Nodes whose `label` took more than one value (absent is one) within the window.
 
@@ -194,7 +188,7 @@ def alert_guard_returned(s: Settings, p: AlertParams) -> str:
     Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
     `cancelled` and leaves `returned` alone, so it can never announce a return.
     """
-    returned = ksm_label("annotation", returned_key(s))
+    returned = ksm_label("annotation", Annotations(s.annotation_prefix).returned)
     now = f'kube_node_annotations{{{returned}!=""}}'
     now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
     now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'

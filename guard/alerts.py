@@ -154,7 +154,7 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
     names = Annotations(s.annotation_prefix)
-    returned = alert_queries.returned_key(s)
+    returned = Annotations(s.annotation_prefix).returned
     return (
         Rule(
             "GPUNodeGuardCordoned",
@@ -266,7 +266,7 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     names = Annotations(s.annotation_prefix)
     return (
         f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},"
-        f"{alert_queries.returned_key(s)}]",
+        f"{Annotations(s.annotation_prefix).returned}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 
