@@ -14,7 +14,6 @@ import click
 from guard.loadtest import report
 from guard.loadtest.backend import Backend
 from guard.loadtest.model import MemoryPlan, RunPlan
-from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import Criteria, judge
@@ -54,6 +53,12 @@ def _pci(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
 
 class _LineError(click.ClickException):
     exit_code = 2
+
+
+class _MissingLibrary(click.ClickException):
+    """The chosen backend's library is not installed: the run cannot start (exit 1, one line)."""
+
+    exit_code = 1
 
 
 class _OneLineErrors(click.Command):
@@ -173,14 +178,32 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
 
 
 def _backend(options: dict[str, Any]) -> Backend:
+    # numpy and torch are imported here, by the backend that needs them, so that `--help` and
+    # every other subcommand work on a base install without either.
     name = options["backend_name"]
     if name == "auto":
-        name = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+        name = "torch" if _installed("torch") else "numpy"
     if name == "numpy":
+        _require("numpy", "the numpy backend", "gpu-node-guard[cpu]")
+        from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
+
         if options["size"] > MAX_SIZE:
             raise _LineError(
                 f"--size {options['size']} is too large for the numpy backend, which simulates"
                 f" GPUs on the CPU; use at most {MAX_SIZE}"
             )
         return NumpyBackend(devices=options["numpy_devices"])
+    _require("torch", "the torch backend", "torch (the load-test image has it)")
     return TorchBackend()
+
+
+def _installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def _require(package: str, what: str, install: str) -> None:
+    if not _installed(package):
+        raise _MissingLibrary(
+            f"{what} needs the Python package {package!r}, which is not installed;"
+            f" install {install}"
+        )
