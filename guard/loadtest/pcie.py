@@ -7,9 +7,9 @@ trains down to a lower generation to save power.
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
+from guard import hostexec
 from guard.loadtest.model import PcieLink
 from guard.pci import PciAddressError, normalize_pci
 
@@ -27,7 +27,7 @@ def read_links(smi_timeout_s: float) -> tuple[PcieLink, ...]:
         return _nvml_links()
     except Exception as nvml_exc:  # ImportError, or NVMLError when the library is not mounted
         try:
-            return _smi_links(smi_timeout_s)
+            return smi_links(smi_timeout_s)
         except Exception as smi_exc:
             raise RuntimeError(f"NVML: {nvml_exc}; nvidia-smi: {smi_exc}") from smi_exc
 
@@ -60,12 +60,21 @@ def _count(cell: str) -> int | None:
     return int(cell) if cell.isdigit() else None  # "[N/A]", "[Not Supported]"
 
 
-def _smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
-    done = subprocess.run(SMI_QUERY, capture_output=True, text=True, timeout=timeout_s, check=False)
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        raise RuntimeError(f"exit {done.returncode}: {detail[0] if detail else ''}".strip())
-    return parse_smi(done.stdout)
+def smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
+    """Ask nvidia-smi (inside the container, no nsenter); RuntimeError with one line on failure.
+
+    Through `guard.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
+    and the wait ends, instead of blocking the load test after the timeout.
+    """
+    outcome = hostexec.run(SMI_QUERY, timeout_s)
+    if isinstance(outcome, hostexec.NotStarted):
+        raise RuntimeError(f"cannot start nvidia-smi: {outcome.strerror}")
+    if isinstance(outcome, hostexec.TimedOut):
+        raise RuntimeError(f"nvidia-smi timed out after {timeout_s:g}s")
+    if outcome.returncode != 0:
+        detail = (outcome.stderr or outcome.stdout).strip().splitlines()
+        raise RuntimeError(f"exit {outcome.returncode}: {detail[0] if detail else ''}".strip())
+    return parse_smi(outcome.stdout)
 
 
 def _nvml_links() -> tuple[PcieLink, ...]:
