@@ -13,7 +13,9 @@ import click
 
 from guard.loadtest import report
 from guard.loadtest.backend import Backend
-from guard.loadtest.model import MemoryPlan, RunPlan
+from guard.loadtest.collective import AllreduceLimits
+from guard.loadtest.model import ExpectedLink, MemoryPlan, RunPlan
+from guard.loadtest.pcie import parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import Criteria, judge
@@ -23,6 +25,8 @@ from guard.settings import Settings
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
+# Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
+_ALLREDUCE_START_TIMEOUT_S = 300.0
 
 
 def _default(name: str) -> Any:
@@ -49,6 +53,21 @@ def _pci(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
         return None if value is None else normalize_pci(value)
     except PciAddressError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _links(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[ExpectedLink, ...]:
+    links: dict[str, ExpectedLink] = {}
+    for value in values:
+        try:
+            link = parse_expected_link(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        if link.pci in links:
+            raise click.BadParameter(f"{link.pci} is given twice")
+        links[link.pci] = link
+    return tuple(links.values())
 
 
 class _LineError(click.ClickException):
@@ -129,6 +148,36 @@ def loadtest() -> None:
     help="GPU for the memory test (any PCI spelling); all GPUs when not given.",
 )
 @click.option(
+    "--allreduce/--no-allreduce",
+    default=True,
+    show_default=True,
+    help="All-reduce across every GPU, one process per GPU (NCCL; gloo on the numpy backend).",
+)
+@click.option(
+    "--allreduce-min-ratio",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.7,
+    show_default=True,
+    help="Pass when every GPU's all-reduce bandwidth reaches this fraction of the best GPU's.",
+)
+@click.option(
+    "--allreduce-timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help=f"A rank silent this long while the others wait is hung"
+    f" ({_ALLREDUCE_START_TIMEOUT_S:g} s until all are ready).",
+)
+@click.option(
+    "--expect-link",
+    "expected_links",
+    multiple=True,
+    callback=_links,
+    metavar="PCI=SPEED,xWIDTH",
+    help="PCIe link recorded at cordon time, e.g. 0000:99:00.0=16GT/s,x16; repeatable. The link"
+    " under load must not be below it.",
+)
+@click.option(
     "--backend",
     "backend_name",
     type=click.Choice(["auto", "torch", "numpy"]),
@@ -153,7 +202,12 @@ def loadtest() -> None:
 @click.pass_context
 def run_command(ctx: click.Context, /, **options: Any) -> None:
     """Burn every GPU, judge, print; exit 0 on pass, 1 on fail."""
-    criteria = Criteria(options["expected_gpus"], options["min_ratio"])
+    criteria = Criteria(
+        options["expected_gpus"],
+        options["min_ratio"],
+        allreduce_min_ratio=options["allreduce_min_ratio"],
+        expected_links=options["expected_links"],
+    )
     xid = options["xid"]
     memory = MemoryPlan(
         required=xid is not None and xid in options["memory_class_xids"],
@@ -165,6 +219,11 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         memory=memory,
         burn_timeout_s=options["duration_s"] + _STARTUP_GRACE_S,
         memory_timeout_s=_MEMORY_TIMEOUT_S,
+        allreduce=(
+            AllreduceLimits(_ALLREDUCE_START_TIMEOUT_S, options["allreduce_timeout_s"])
+            if options["allreduce"]
+            else None
+        ),
     )
     override = ctx.find_object(BackendOverride)
     backend = override.backend if override else _backend(options)
@@ -192,6 +251,8 @@ def _backend(options: dict[str, Any]) -> Backend:
                 f"--size {options['size']} is too large for the numpy backend, which simulates"
                 f" GPUs on the CPU; use at most {MAX_SIZE}"
             )
+        if options["allreduce"]:
+            _require("torch", "the all-reduce test (gloo)", "torch, or pass --no-allreduce")
         return NumpyBackend(devices=options["numpy_devices"])
     _require("torch", "the torch backend", "torch (the load-test image has it)")
     return TorchBackend()

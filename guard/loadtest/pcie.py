@@ -7,10 +7,11 @@ trains down to a lower generation to save power.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from guard import hostexec
-from guard.loadtest.model import PcieLink
+from guard.loadtest.model import ExpectedLink, PcieLink
 from guard.pci import PciAddressError, normalize_pci
 
 SMI_QUERY = (
@@ -19,6 +20,50 @@ SMI_QUERY = (
     "pcie.link.width.current,pcie.link.width.max",
     "--format=csv,noheader,nounits",
 )
+
+
+# Transfer rate per PCIe generation, as lspci (LnkSta) and sysfs (current_link_speed) print it.
+GEN_SPEED = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
+_SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
+_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)$")
+
+
+def parse_expected_link(text: str) -> ExpectedLink:
+    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise.
+
+    >>> parse_expected_link("00000000:99:00.0=16GT/s,x16")
+    ExpectedLink(pci='0000:99:00.0', gen=4, width=16)
+    >>> parse_expected_link("0000:18:00=2.5GT/s,x8")
+    ExpectedLink(pci='0000:18:00.0', gen=1, width=8)
+    """
+    match = _EXPECTED.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
+        )
+    try:
+        pci = normalize_pci(match["pci"])
+    except PciAddressError as exc:
+        raise ValueError(str(exc)) from None
+    gen = _SPEED_GEN.get(float(match["speed"]))
+    if gen is None:
+        speeds = ", ".join(f"{s}GT/s" for s in GEN_SPEED.values())
+        raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
+    width = int(match["width"])
+    if width not in _WIDTHS:
+        raise ValueError(f"x{width} is no PCIe link width; one of {', '.join(map(str, _WIDTHS))}")
+    return ExpectedLink(pci, gen, width)
+
+
+def link_text(gen: int | None, width: int | None) -> str:
+    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read.
+
+    >>> link_text(4, 16), link_text(None, 8)
+    ('16GT/s,x16', '?GT/s,x8')
+    """
+    speed = "?" if gen is None else GEN_SPEED.get(gen, f"gen{gen}")
+    return f"{speed}GT/s,x{'?' if width is None else width}"
 
 
 def read_links(smi_timeout_s: float) -> tuple[PcieLink, ...]:

@@ -16,7 +16,7 @@ from guard.loadtest.cli import BackendOverride, loadtest
 from guard.loadtest.numpy_backend import NumpyBackend, NumpyFaults
 from guard.loadtest.report import JSON_PREFIX
 
-FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05"]
+FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce"]
 
 
 def invoke(args: list[str], backend: Any = None) -> Result:
