@@ -173,7 +173,7 @@ def loadtest() -> None:
     "expected_links",
     multiple=True,
     callback=_links,
-    metavar="PCI=SPEED,xWIDTH",
+    metavar="PCI=NGT/s,xW",
     help="PCIe link recorded at cordon time, e.g. 0000:99:00.0=16GT/s,x16; repeatable. The link"
     " under load must not be below it.",
 )
