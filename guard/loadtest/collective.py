@@ -159,12 +159,13 @@ def steps_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[Step, ...]:
     )
 
 
-def rank_config(plan: AllreducePlan, all_steps: Sequence[Step], rank: int) -> str:
-    """The JSON command-line argument of one rank (`guard.loadtest.rank`)."""
+def rank_config(plan: AllreducePlan, all_steps: Sequence[Step], rank: int, parent: int) -> str:
+    """The JSON command-line argument of one rank (`guard.loadtest.rank`); `parent`: its pid."""
     spec = plan.spec
     # The ranks' own collective timeout stays far above the parent's, which names the rank first.
     timeout_s = plan.start_timeout_s + plan.step_timeout_s * (len(all_steps) + 2)
     config = {
+        "parent": parent,
         "rank": rank,
         "world": plan.world,
         "transport": spec.transport,

@@ -13,6 +13,7 @@ Timed all-reduces run on zeros, which stay zero (checked too), so iterations do 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from guard.loadtest.collective import Step, steps_from_json
 from guard.loadtest.model import one_line
 
 _PATTERN_PERIOD = 251
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _EVENT_LIMIT = 4000  # bytes; a pipe write up to PIPE_BUF (4096 on Linux) is atomic
 
 
@@ -45,6 +47,7 @@ class Reporter:
 
 def main(argv: Sequence[str]) -> int:
     config: dict[str, Any] = json.loads(argv[0])
+    die_with_parent(int(config["parent"]))
     report = Reporter(int(argv[1]), int(config["rank"]))
     all_steps = steps_from_json(config["steps"])
     step = None
@@ -68,6 +71,20 @@ def main(argv: Sequence[str]) -> int:
         report("error", step=step, error=one_line(exc, 300))
         return 1
     return 0
+
+
+def die_with_parent(parent: int) -> None:
+    """A parent killed without its cleanup (SIGTERM at the Job's deadline) takes the rank along.
+
+    Linux PR_SET_PDEATHSIG; elsewhere, or where prctl is refused, the parent's own cleanup ends
+    the ranks. A parent already gone before the call is caught by comparing the parent pid.
+    """
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _init(torch: Any, dist: Any, config: dict[str, Any], report: Reporter) -> None:

@@ -87,7 +87,12 @@ def _spawn(plan: AllreducePlan, all_steps: tuple[Step, ...], rank: int, fd: int)
     for key, value in _RANK_ENV.items():
         env.setdefault(key, value)
     log = tempfile.TemporaryFile(prefix=f"allreduce-rank{rank}-")  # noqa: SIM115 (closed by _with_log)
-    argv = [sys.executable, "-m", "guard.loadtest.rank", rank_config(plan, all_steps, rank)]
+    argv = [
+        sys.executable,
+        "-m",
+        "guard.loadtest.rank",
+        rank_config(plan, all_steps, rank, os.getpid()),
+    ]
     proc = subprocess.Popen(
         [*argv, str(fd)],
         stdin=subprocess.PIPE if rank else subprocess.DEVNULL,  # rank 0 opens the store
