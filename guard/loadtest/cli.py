@@ -6,6 +6,7 @@ Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -27,6 +28,7 @@ _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
 # Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
 _ALLREDUCE_START_TIMEOUT_S = 300.0
+TERMINATION_LOG = "/dev/termination-log"
 
 
 def _default(name: str) -> Any:
@@ -193,6 +195,12 @@ def loadtest() -> None:
     help="GPUs the numpy backend simulates with CPU threads.",
 )
 @click.option(
+    "--termination-log",
+    default=TERMINATION_LOG,
+    show_default=True,
+    help="Where the compact summary for the guard goes, if that file exists ('' = nowhere).",
+)
+@click.option(
     "--output",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -233,7 +241,29 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         click.echo(report.json_line(criteria, result, verdict))
     else:
         click.echo(report.text(criteria, result, verdict))
+    problem = write_termination_message(
+        options["termination_log"], report.summary(criteria, result, verdict)
+    )
+    if problem:
+        click.echo(f"note: {problem}", err=True)
     ctx.exit(0 if verdict.passed else 1)
+
+
+def write_termination_message(path: str, text: str) -> str | None:
+    """Write `text` to a termination message file that already exists (the kubelet creates it in
+    the container); never create one, so a run by hand writes nothing there. Returns a one-line
+    note when an existing file cannot be written, None otherwise."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"termination message not written to {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return None
 
 
 def _backend(options: dict[str, Any]) -> Backend:
