@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,7 +54,6 @@ class _Rank:
     log: IO[bytes]
     report: RankReport
     exited_at: float | None = None
-    pending: list[str] = field(default_factory=list)
 
 
 def run_allreduce(plan: AllreducePlan) -> AllreduceResult:
@@ -68,6 +67,8 @@ def run_allreduce(plan: AllreducePlan) -> AllreduceResult:
     except OSError as exc:
         _end(ranks)
         os.close(read_fd)
+        for started in ranks:
+            started.log.close()
         return AllreduceResult(plan.spec.transport, plan.world, (), error=f"cannot start: {exc}")
     finally:
         os.close(write_fd)
@@ -115,16 +116,18 @@ def _watch(
     seq = 0
     n_steps = len(all_steps)
     while True:
+        # Exits first, then the pipe: a rank writes before it exits, so every line of a rank seen
+        # gone is read in the same round (its `done` is never mistaken for a death).
+        for rank in ranks:
+            if rank.exited_at is None and rank.proc.poll() is not None:
+                rank.exited_at = time.monotonic()
+                rank.report = replace(rank.report, exit=rank.proc.returncode)
         lines = reader.read(_POLL_S)
         now = time.monotonic()
         for line in lines:
             seq += 1
             last_report = now
             _apply(ranks, line, seq, n_steps)
-        for rank in ranks:
-            if rank.exited_at is None and rank.proc.poll() is not None:
-                rank.exited_at = now
-                rank.report = replace(rank.report, exit=rank.proc.returncode)
         if failed_at is None and any(_failed(r, n_steps) for r in ranks):
             failed_at = now
         running = [r for r in ranks if r.exited_at is None]
@@ -231,15 +234,17 @@ class _Lines:
         self._selector.register(fd, selectors.EVENT_READ)
 
     def read(self, timeout_s: float) -> list[str]:
+        """Everything in the pipe now, waiting up to `timeout_s` for the first byte."""
         if self._eof:
             time.sleep(timeout_s)
             return []
-        if not self._selector.select(timeout_s):
-            return []
-        chunk = os.read(self._fd, 1 << 16)
-        if not chunk:
-            self._eof = True
-            self._selector.close()
-        self._buffer += chunk
+        wait = timeout_s
+        while not self._eof and self._selector.select(wait):
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                self._eof = True
+                self._selector.close()
+            self._buffer += chunk
+            wait = 0.0
         *lines, self._buffer = self._buffer.split(b"\n")
         return [line.decode("utf-8", errors="replace") for line in lines if line.strip()]

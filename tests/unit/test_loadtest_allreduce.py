@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -94,7 +95,7 @@ def test_wrong_element_in_the_reduced_tensor_is_counted() -> None:
     assert [(m.rank, m.step, m.count) for m in result.mismatches] == [(1, "allreduce-256KiB", 1)]
 
 
-def invoke(backend: NumpyBackend, *args: str) -> tuple[int, dict[str, object], str]:
+def invoke(backend: NumpyBackend, *args: str) -> tuple[int, dict[str, Any], str]:
     argv = ["run", "--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--duration-s"]
     result = CliRunner().invoke(
         loadtest, [*argv, "0.1", "--allreduce-timeout-s", "5", *args], obj=BackendOverride(backend)
@@ -108,10 +109,10 @@ def test_load_test_fails_naming_the_slow_rank_in_the_table() -> None:
     backend = NumpyBackend(devices=3, faults=NumpyFaults(ranks=RankFaults(slow={1: 1000.0})))
     code, doc, text = invoke(backend, "--expected-gpus", "3", "--allreduce-min-ratio", "0.5")
     assert code == 1
-    assert len(doc["reasons"]) == 1  # type: ignore[arg-type]
+    assert len(doc["reasons"]) == 1
     assert re.fullmatch(
         r"allreduce-slow rank=1 pci=0000:19:00\.0 bus_gbps=\S+ ratio=0\.\d{3} min_ratio=0\.5",
-        doc["reasons"][0],  # type: ignore[index]
+        doc["reasons"][0],
     ), doc["reasons"]
     # The ALLREDUCE column: "ok <GB/s> GB/s <ratio>"; ranks 0 and 2 share the pair (2, 0).
     ratios = {line.split()[1]: float(line.split()[-1]) for line in text.splitlines()[1:4]}
@@ -126,7 +127,7 @@ def test_load_test_with_a_dead_rank_fails_with_its_line() -> None:
     backend = NumpyBackend(devices=2, faults=NumpyFaults(ranks=RankFaults(die={0: 0})))
     code, doc, _text = invoke(backend, "--expected-gpus", "2")
     assert code == 1
-    assert [r.split(" last_output=")[0] for r in doc["reasons"]] == [  # type: ignore[attr-defined]
+    assert [r.split(" last_output=")[0] for r in doc["reasons"]] == [
         "allreduce-died rank=0 pci=0000:18:00.0 at=allreduce-4KiB signal=SIGKILL"
     ]
-    assert [g["allreduce"]["status"] for g in doc["gpus"]] == ["died", "stopped"]  # type: ignore[attr-defined, index]
+    assert [g["allreduce"]["status"] for g in doc["gpus"]] == ["died", "stopped"]
