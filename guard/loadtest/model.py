@@ -171,6 +171,7 @@ class RunResult:
     pcie_error: str | None = None
     allreduce: AllreduceResult | None = None
     allreduce_skipped: str | None = None  # why a planned all-reduce did not run
+    dev_shm_bytes: int | None = None  # size of /dev/shm where NCCL ranks ran (None: unknown)
 
 
 def memory_targets(devices: tuple[DeviceInfo, ...], plan: MemoryPlan) -> tuple[DeviceInfo, ...]:

@@ -66,7 +66,8 @@ def main(argv: Sequence[str]) -> int:
             seconds, mismatches = _run_step(torch, dist, config, step, spec, groups)
             report("end", step=step, seconds=seconds, mismatches=mismatches)
         report("done")
-        dist.destroy_process_group()
+        with contextlib.suppress(Exception):  # the measurement is complete; teardown is not
+            dist.destroy_process_group()
     except Exception as exc:  # reported to the parent, which names the rank
         report("error", step=step, error=one_line(exc, 300))
         return 1

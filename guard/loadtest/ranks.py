@@ -145,8 +145,10 @@ def _watch(
 
 
 def _failed(rank: _Rank, n_steps: int) -> bool:
-    done = rank.report.is_done(n_steps)
-    return rank.report.error is not None or (rank.exited_at is not None and not done)
+    """Ended or raised before it was done (after `done`, nothing a rank does counts)."""
+    if rank.report.is_done(n_steps):
+        return False
+    return rank.report.error is not None or rank.exited_at is not None
 
 
 def _apply(ranks: list[_Rank], line: str, seq: int, n_steps: int) -> None:

@@ -8,6 +8,7 @@ Daemon threads let the process exit and report even with such a thread left behi
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from dataclasses import replace
 from typing import Generic, TypeVar
 
 from guard.loadtest.backend import Backend
-from guard.loadtest.collective import AllreducePlan, AllreduceResult
+from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec
 from guard.loadtest.model import (
     BurnResult,
     DeviceInfo,
@@ -83,13 +84,23 @@ def run(backend: Backend, plan: RunPlan) -> RunResult:
     if len(answered) < len(devices):
         # A hung GPU would hang its rank too; its burn already fails the run.
         return replace(result, allreduce_skipped="burn-no-result")
-    return replace(result, allreduce=_allreduce(backend, len(devices), plan))
+    spec = backend.allreduce_spec()
+    shm = _dev_shm_bytes() if spec.transport == "nccl" else None
+    return replace(result, allreduce=_allreduce(spec, len(devices), plan), dev_shm_bytes=shm)
 
 
-def _allreduce(backend: Backend, world: int, plan: RunPlan) -> AllreduceResult:
+def _dev_shm_bytes() -> int | None:
+    """Size of /dev/shm, which NCCL uses between the rank processes (64 MiB in a bare pod)."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stat.f_frsize * stat.f_blocks
+
+
+def _allreduce(spec: AllreduceSpec, world: int, plan: RunPlan) -> AllreduceResult:
     assert plan.allreduce is not None
     limits = plan.allreduce
-    spec = backend.allreduce_spec()
     try:
         return run_allreduce(
             AllreducePlan(spec, world, limits.start_timeout_s, limits.step_timeout_s)

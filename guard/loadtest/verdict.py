@@ -12,6 +12,8 @@ from guard.loadtest.collective import AllreduceResult
 from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, memory_targets
 from guard.loadtest.pcie import link_text
 
+SMALL_DEV_SHM_BYTES = 1 << 30
+
 
 @dataclass(frozen=True, slots=True)
 class Criteria:
@@ -80,7 +82,9 @@ def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
 #                          under load (an idle link trains down; a loaded one should not)
 #   pcie-below-recorded    a link below the one recorded at cordon time (--expect-link)
 #   pcie-recorded-unchecked  a recorded link whose GPU's link cannot be read now
-# Never failing, reported as notes: links unreadable (nothing recorded), all-reduce skipped.
+# Never failing, reported as notes: links unreadable (nothing recorded), all-reduce skipped,
+# NCCL ranks run with a /dev/shm under 1 GiB (the container default is 64 MiB; NCCL's shared
+# memory between processes lives there, so a failing all-reduce may come from it).
 def judge(criteria: Criteria, run: RunResult) -> Verdict:
     reasons = [*_count_reasons(criteria, run), *_burn_reasons(run)]
     ratios = throughput_ratios(run.burns)
@@ -223,4 +227,6 @@ def _notes(run: RunResult) -> tuple[str, ...]:
         notes.append(f"pcie-unknown error={run.pcie_error!r}")
     if run.allreduce_skipped is not None:
         notes.append(f"allreduce-skipped reason={run.allreduce_skipped}")
+    if run.dev_shm_bytes is not None and run.dev_shm_bytes < SMALL_DEV_SHM_BYTES:
+        notes.append(f"dev-shm-small size_mib={run.dev_shm_bytes >> 20}")
     return tuple(notes)

@@ -348,3 +348,19 @@ def test_allreduce_skipped_after_a_hung_burn_is_noted() -> None:
     verdict = judge(Criteria(8, 0.8), run)
     assert verdict.reasons == (f"no-result gpu=5 pci={pci(5)}",)
     assert verdict.notes == ("allreduce-skipped reason=burn-no-result",)
+
+
+@pytest.mark.parametrize(
+    ("shm_bytes", "notes"),
+    [
+        pytest.param(64 << 20, ("dev-shm-small size_mib=64",), id="container-default-64mib"),
+        pytest.param(2 << 30, (), id="emptydir-2gib"),
+        pytest.param(None, (), id="unknown"),
+    ],
+)
+def test_nccl_with_a_small_dev_shm_is_noted(shm_bytes: int | None, notes: tuple[str, ...]) -> None:
+    verdict = judge(
+        Criteria(8, 0.8), replace(node(), allreduce=allreduce(), dev_shm_bytes=shm_bytes)
+    )
+    assert verdict.passed
+    assert verdict.notes == notes
