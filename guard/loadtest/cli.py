@@ -19,7 +19,7 @@ from guard.loadtest.model import ExpectedLink, MemoryPlan, RunPlan
 from guard.loadtest.pcie import parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
-from guard.loadtest.verdict import Criteria, judge
+from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.pci import PciAddressError, normalize_pci
 from guard.settings import Settings
 
@@ -158,7 +158,7 @@ def loadtest() -> None:
 @click.option(
     "--allreduce-min-ratio",
     type=click.FloatRange(0, 1, min_open=True),
-    default=0.7,
+    default=ALLREDUCE_MIN_RATIO,
     show_default=True,
     help="Pass when every GPU's all-reduce bandwidth reaches this fraction of the best GPU's.",
 )
