@@ -12,7 +12,7 @@ from guard.conformance import apt, dns, ipvs, nvidia, rke2
 from guard.conformance.fix import apply_fixes, plan_fixes
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, ItemResult
-from guard.conformance.runner import Runner
+from guard.hostexec import Runner
 
 ITEMS = (
     "ipvs-resolvable",

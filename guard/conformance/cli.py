@@ -17,8 +17,7 @@ from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork, Role, parse_allowed_dns
 from guard.conformance.report import exit_code, render_json, render_text
 from guard.conformance.rke2 import parse_exact
-from guard.conformance.runner import SubprocessRunner
-from guard.hostexec import NSENTER_PREFIX
+from guard.hostexec import NSENTER_PREFIX, HostRunner
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -100,7 +99,7 @@ def conformance(
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
     unattended upgrades, package holds and the pods' DNS upstreams."""
     config = Config(role, control_plane_version, allowed_dns)
-    runner = SubprocessRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
+    runner = HostRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
     results = run_conformance(HostFS(root), runner, config, fix)
     if output == "json":
         click.echo(render_json(results, config, str(root), fix))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import yaml
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import IpNetwork, ItemResult, Status, Unknown, unknown_result
+from guard.conformance.model import IpNetwork, ItemResult, Status, unknown_result
+from guard.hostexec import Unknown
 
 NAME = "dns-upstream"
 ETC_RESOLV = "/etc/resolv.conf"
@@ -106,7 +107,7 @@ def _read_override(fs: HostFS) -> str | Unknown | None:
         try:
             loaded = yaml.safe_load(text) if text else None
         except yaml.YAMLError as exc:
-            return Unknown(f"{path} is not YAML: {str(exc).splitlines()[0]}")
+            return Unknown(path, f"not YAML: {str(exc).splitlines()[0]}")
         if isinstance(loaded, dict):
             configs.append(loaded)
     return override_of(configs)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
-from guard.conformance.runner import Runner
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.hostexec import Runner, Unknown
 
 MODULE = "ip_vs"
 PERSIST_FILE = "/etc/modules-load.d/ipvs.conf"
@@ -103,7 +103,7 @@ def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:
     if text is not None and text.strip():
         return text.strip()
     result = runner.run(("uname", "-r"))
-    return result.stdout.strip() if result.ok else Unknown(result.describe_failure())
+    return result.stdout.strip() if result.ok else result.as_unknown()
 
 
 def lookup_index(fs: HostFS, kernel: str) -> IndexLookup:
@@ -144,7 +144,7 @@ def persist_files(fs: HostFS) -> tuple[str, ...]:
 def read_loaded(fs: HostFS) -> bool | Unknown:
     text = fs.read_text("/proc/modules")
     if text is None:
-        return Unknown("no /proc/modules under the root")
+        return Unknown("/proc/modules", "not under the root")
     return MODULE in loaded_modules(text) or fs.exists(f"/sys/module/{MODULE}")
 
 

@@ -1,6 +1,7 @@
-"""Values shared by every conformance item: the result of one item, the run's configuration, and
-`Unknown`, the stand-in for a fact that could not be read (a command hung or failed, a file could
-not be opened).
+"""Values shared by every conformance item: the result of one item and the run's configuration.
+
+A fact that could not be read (a command hung or failed, a file could not be opened) is a
+`guard.hostexec.Unknown`, and its item reports UNKNOWN.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
+
+from guard.hostexec import Unknown
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Role = Literal["worker", "server"]
@@ -34,15 +37,8 @@ class ItemResult:
     action: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A fact that could not be established; `reason` says why (timeout, exit status, I/O)."""
-
-    reason: str
-
-
 def unknown_result(name: str, fact: Unknown) -> ItemResult:
-    return ItemResult(name, Status.UNKNOWN, fact.reason, "re-run; check the node by hand")
+    return ItemResult(name, Status.UNKNOWN, str(fact), "re-run; check the node by hand")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.hostexec import Unknown
 
 NAME = "nvidia-match"
 MODULE_VERSION_FILE = "/sys/module/nvidia/version"

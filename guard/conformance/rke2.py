@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Role, Status, Unknown, unknown_result
-from guard.conformance.runner import Runner
+from guard.conformance.model import ItemResult, Role, Status, unknown_result
+from guard.hostexec import Runner, Unknown
 
 UNITS = ("rke2-agent", "rke2-server")
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -60,7 +60,7 @@ def enabled_units(fs: HostFS) -> frozenset[str] | Unknown:
     """RKE2 units enabled the way `systemctl enable` does it: a *.wants/ or *.requires/ link in
     /etc/systemd/system that leads to an existing unit file, and the unit not masked."""
     if not fs.exists(SYSTEMD_DIR):
-        return Unknown(f"no {SYSTEMD_DIR} under the root")
+        return Unknown(SYSTEMD_DIR, "not under the root")
     enabled = set()
     for entry in fs.listdir(SYSTEMD_DIR):
         if not entry.endswith((".wants", ".requires")):
@@ -83,7 +83,7 @@ def read_version(fs: HostFS, runner: Runner) -> tuple[str | Unknown | None, str]
         return (result.stdout.strip().splitlines() or [""])[0], "rke2 --version"
     if result.missing:
         return None, ""
-    return Unknown(result.describe_failure()), "rke2 --version"
+    return result.as_unknown(), "rke2 --version"
 
 
 def read_rke2(fs: HostFS, runner: Runner) -> Rke2Facts:

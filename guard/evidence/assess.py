@@ -19,16 +19,9 @@ from guard.evidence.kernel_log import (
 )
 from guard.evidence.lspci import ConfigSpace, PortStatus, config_space, port_status
 from guard.evidence.verdict import decide
+from guard.hostexec import Unknown
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A piece of evidence that could not be read, and why; reported, never fatal."""
-
-    what: str
-    why: str
 
 
 @dataclass(frozen=True, slots=True)
