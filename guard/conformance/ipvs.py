@@ -142,10 +142,17 @@ def persist_files(fs: HostFS) -> tuple[str, ...]:
 
 
 def read_loaded(fs: HostFS) -> bool | Unknown:
+    """Loaded (or built in): /sys/module/ip_vs exists (it does for a loaded module, and for a
+    built-in one since ip_vs has parameters), or /proc/modules lists it. Either source alone
+    answers, so the node agent needs only /sys/module mounted."""
+    if fs.exists(f"/sys/module/{MODULE}"):
+        return True
     text = fs.read_text("/proc/modules")
-    if text is None:
-        return Unknown("/proc/modules", "not under the root")
-    return MODULE in loaded_modules(text) or fs.exists(f"/sys/module/{MODULE}")
+    if text is not None:
+        return MODULE in loaded_modules(text)
+    if fs.exists("/sys/module"):
+        return False
+    return Unknown("ip_vs state", "neither /proc/modules nor /sys/module under the root")
 
 
 def read_ipvs(fs: HostFS, runner: Runner) -> IpvsFacts:

@@ -181,7 +181,27 @@ ROWS = [
         "loaded",
         id="loaded-builtin-in-sysfs",
     ),
-    pytest.param({"proc/modules": None}, None, {}, "ipvs-loaded", U, "", id="no-proc-modules"),
+    pytest.param(
+        {"proc/modules": None, "sys/module/ip_vs/refcnt": "3\n"},
+        None,
+        {},
+        "ipvs-loaded",
+        P,
+        "loaded",
+        id="loaded-from-sys-module-alone",
+    ),
+    pytest.param(
+        {"proc/modules": None}, None, {}, "ipvs-loaded", F, "Ipvs", id="not-in-sys-module-alone"
+    ),
+    pytest.param(
+        {"proc/modules": None, "sys/module/nvidia/version": None},
+        None,
+        {},
+        "ipvs-loaded",
+        U,
+        "neither /proc/modules nor /sys/module",
+        id="no-proc-modules-no-sys-module",
+    ),
     # nvidia-match
     pytest.param({}, None, {}, "nvidia-match", P, f"module {DRIVER} = NVML {DRIVER}", id="nvml"),
     pytest.param(
