@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from guard.evidence import aer
-from guard.evidence.catalog import Verdict, XidClasses
+from guard.evidence.catalog import Repair, XidClasses
 from guard.evidence.kernel_log import (
     FallenOff,
     KernelLog,
@@ -55,7 +55,7 @@ class PortEvidence:
 @dataclass(frozen=True, slots=True)
 class Assessment:
     pci: str | None
-    verdict: Verdict
+    verdict: Repair
     reasons: tuple[str, ...]
     xids: tuple[XidRecord, ...]
     fallen_off: tuple[FallenOff, ...]
