@@ -1,11 +1,12 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
 
-Exit status: 0 when no item FAILed (WARN and UNKNOWN do not fail the run), 1 when any did, 2 on
-bad arguments.
+Exit status: 0 when no item FAILed (WARN, UNKNOWN and SKIP do not fail the run), 1 when any did, 2
+on bad arguments. The summary for the guard goes to the container's termination message file.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,7 +16,8 @@ import click
 from guard.conformance.checks import run_conformance
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork, Role, parse_allowed_dns
-from guard.conformance.report import exit_code, render_json, render_text
+from guard.conformance.platform import PLATFORMS, PROXY_MODES, PlatformChoice, ProxyChoice
+from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
 from guard.hostexec import NSENTER_PREFIX, HostRunner
 
@@ -38,6 +40,24 @@ def _cidrs(
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def write_termination_message(path: str, text: str) -> str | None:
+    """Write `text` to a termination message file that already exists (kubelet creates it in the
+    container); never create one, so a run by hand on a host writes nothing there. Returns a
+    one-line note when an existing file cannot be written, None otherwise."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"termination message not written to {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return None
 
 
 def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
@@ -74,6 +94,22 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
     callback=_cidrs,
     help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: WARN)",
 )
+@_option(
+    "--platform",
+    type=click.Choice(PLATFORMS),
+    default="auto",
+    help="rke2: the RKE2 items apply; other: they are SKIP; auto: RKE2 when its files are there",
+)
+@_option(
+    "--kube-proxy-mode",
+    type=click.Choice(PROXY_MODES),
+    default="auto",
+    help="Only ipvs makes the ip_vs items apply; auto: read kube-proxy's configuration on the node",
+)
+@_option(
+    "--resolv-conf",
+    help="The resolv.conf kubelet hands pods (unset: RKE2's or kubelet's own choice)",
+)
 @_option("--output", type=click.Choice(["text", "json"]), default="text")
 @_option(
     "--timeout-s",
@@ -86,23 +122,38 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
     is_flag=True,
     help="Run host commands in PID 1's mount namespace (nsenter -t 1 -m --), for the Job",
 )
+@_option(
+    "--termination-log",
+    default=TERMINATION_LOG,
+    help="Where the summary for the guard goes, if that file exists ('' = nowhere)",
+)
 def conformance(
     root: Path,
     fix: bool,
     role: Role,
     control_plane_version: str | None,
     allowed_dns: tuple[IpNetwork, ...] | None,
+    platform: PlatformChoice,
+    kube_proxy_mode: ProxyChoice,
+    resolv_conf: str | None,
     output: str,
     timeout_s: float,
     nsenter: bool,
+    termination_log: str,
 ) -> None:
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
-    unattended upgrades, package holds and the pods' DNS upstreams."""
-    config = Config(role, control_plane_version, allowed_dns)
+    unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
+    the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
+    config = Config(
+        role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
+    )
     runner = HostRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
-    results = run_conformance(HostFS(root), runner, config, fix)
+    run = run_conformance(HostFS(root), runner, config, fix)
     if output == "json":
-        click.echo(render_json(results, config, str(root), fix))
+        click.echo(render_json(run, config, str(root), fix))
     else:
-        click.echo(render_text(results))
-    raise SystemExit(exit_code(results))
+        click.echo(render_text(run))
+    note = write_termination_message(termination_log, render_summary(summarize(run.results)))
+    if note:
+        click.echo(note, err=True)
+    raise SystemExit(exit_code(run.results))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.hostexec import Unknown
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -18,13 +19,15 @@ Role = Literal["worker", "server"]
 
 
 class Status(StrEnum):
-    """Outcome of one item. Only FAIL fails the run; WARN and UNKNOWN are reported, not fatal."""
+    """Outcome of one item. Only FAIL fails the run; WARN and UNKNOWN are reported, not fatal.
+    SKIP: the item does not apply to this node (its `observed` says why)."""
 
     PASS = "PASS"
     WARN = "WARN"
     FAIL = "FAIL"
     FIXED = "FIXED"
     UNKNOWN = "UNKNOWN"
+    SKIP = "SKIP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +46,17 @@ def unknown_result(name: str, fact: Unknown) -> ItemResult:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """What the node is expected to be. `None` is "not given": the item says it was not checked."""
+    """What the node is expected to be. `None` is "not given": the item that needs it is SKIP.
+
+    `platform` and `kube_proxy_mode` replace what `guard.conformance.platform` reads from the
+    node ("auto": read it); `resolv_conf` replaces the file kubelet is found to hand pods."""
 
     role: Role = "worker"
     control_plane_version: str | None = None
     allowed_dns: tuple[IpNetwork, ...] | None = None
+    platform: PlatformChoice = "auto"
+    kube_proxy_mode: ProxyChoice = "auto"
+    resolv_conf: str | None = None
 
 
 def parse_allowed_dns(text: str) -> tuple[IpNetwork, ...]:

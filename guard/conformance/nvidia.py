@@ -91,7 +91,7 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     return NvidiaFacts(module, nvml[0], nvml[1])
 
 
-# Cases: no module and no library → PASS (a node without GPUs); only one of them → WARN (nothing
+# Cases: no module and no library → SKIP (a node without GPUs); only one of them → WARN (nothing
 # to compare; a GPU node in this state runs no GPU work); both and equal → PASS; different → FAIL.
 def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     module, nvml = facts.module_version, facts.nvml_version
@@ -100,7 +100,7 @@ def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     if isinstance(nvml, Unknown):
         return unknown_result(NAME, nvml)
     if module is None and nvml is None:
-        return ItemResult(NAME, Status.PASS, "no NVIDIA module and no NVML library: not a GPU node")
+        return ItemResult(NAME, Status.SKIP, "no NVIDIA module and no NVML library: not a GPU node")
     if module is None:
         return ItemResult(
             NAME,

@@ -119,9 +119,9 @@ def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
     )
 
 
-# Cases: no control-plane version given → WARN (not checked); major or minor differs → FAIL;
-# patch or RKE2 release differs → WARN; equal → PASS. No RKE2 at all → FAIL.
-def judge_version(facts: Rke2Facts, control_plane: str | None) -> ItemResult:
+# Cases (only with a control-plane version; otherwise the item is SKIP): major or minor differs →
+# FAIL; patch or RKE2 release differs → WARN; equal → PASS. No RKE2 version found → FAIL.
+def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
     name = "rke2-version"
     raw = facts.version
     if isinstance(raw, Unknown):
@@ -133,11 +133,9 @@ def judge_version(facts: Rke2Facts, control_plane: str | None) -> ItemResult:
     node = parse_version(raw)
     if node is None:
         return ItemResult(name, Status.UNKNOWN, f"no version in {raw!r} ({facts.version_source})")
-    want = parse_version(control_plane) if control_plane else None
+    want = parse_version(control_plane)
     if want is None:
-        return ItemResult(
-            name, Status.WARN, f"node {node}; not compared", "pass --control-plane-version"
-        )
+        return ItemResult(name, Status.UNKNOWN, f"no version in {control_plane!r} (control plane)")
     seen = f"node {node}, control plane {want}"
     pin = f"reinstall RKE2 pinned to {want} (INSTALL_RKE2_VERSION); unpinned installs take latest"
     if (node.major, node.minor) != (want.major, want.minor):

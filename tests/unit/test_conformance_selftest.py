@@ -49,7 +49,7 @@ def test_fix_loads_and_persists_ip_vs(tmp_path: Path) -> None:
         return CommandResult(argv, 0, "", "")
 
     runner = FakeRunner({("modprobe", "ip_vs"): modprobe})
-    fixed = run_conformance(HostFS(root), runner, CONFIG, fix=True)
+    fixed = run_conformance(HostFS(root), runner, CONFIG, fix=True).results
 
     assert {r.name: r.status for r in fixed if r.status is not Status.PASS} == {
         "ipvs-persist": Status.FIXED,
@@ -58,7 +58,7 @@ def test_fix_loads_and_persists_ip_vs(tmp_path: Path) -> None:
     assert runner.calls == [("modprobe", "ip_vs")]
     lines = (root / PERSIST).read_text().splitlines()
     assert [line for line in lines if not line.startswith("#")] == ["ip_vs"]
-    again = run_conformance(HostFS(root), FakeRunner(), CONFIG)
+    again = run_conformance(HostFS(root), FakeRunner(), CONFIG).results
     assert {r.status for r in again} == {Status.PASS}
 
 
@@ -76,7 +76,7 @@ def test_hanging_command_is_unknown_and_the_run_goes_on(tmp_path: Path) -> None:
     )
     hanging = HostRunner(timeout_s=0.2, prefix=("sh", "-c", "exec sleep 30", "sh"))
 
-    results = {r.name: r for r in run_conformance(HostFS(root), hanging, CONFIG)}
+    results = {r.name: r for r in run_conformance(HostFS(root), hanging, CONFIG).results}
 
     assert statuses(results) == dict.fromkeys(ITEMS, Status.PASS) | {
         "ipvs-resolvable": Status.UNKNOWN,
