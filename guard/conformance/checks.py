@@ -100,7 +100,7 @@ def _judge_item(item: str, f: HostFacts, c: Config) -> ItemResult:
         case "ipvs-persist" if f.ipvs:
             return ipvs.judge_persist(f.ipvs)
         case "ipvs-loaded" if f.ipvs:
-            return ipvs.judge_loaded(f.ipvs)
+            return ipvs.judge_loaded(f.ipvs.loaded)
         case "nvidia-match":
             return nvidia.judge_nvidia(f.nvidia)
         case "rke2-unit" if f.rke2:

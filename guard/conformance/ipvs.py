@@ -202,11 +202,12 @@ def judge_persist(facts: IpvsFacts) -> ItemResult:
     )
 
 
-def judge_loaded(facts: IpvsFacts) -> ItemResult:
+def judge_loaded(loaded: bool | Unknown) -> ItemResult:
+    """From `read_loaded` alone, so the node agent judges it without the rest of IpvsFacts."""
     name = "ipvs-loaded"
-    if isinstance(facts.loaded, Unknown):
-        return unknown_result(name, facts.loaded)
-    if facts.loaded:
+    if isinstance(loaded, Unknown):
+        return unknown_result(name, loaded)
+    if loaded:
         return ItemResult(name, Status.PASS, "ip_vs loaded")
     return ItemResult(
         name,
