@@ -7,40 +7,22 @@ Runs the read-only file checks every `--interval-s` and serves them on `--listen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
 from guard.agent.checks import run_checks
 from guard.agent.metrics import render
 from guard.agent.server import Agent
+from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, IpNetwork, parse_allowed_dns
-from guard.conformance.platform import PLATFORMS, PROXY_MODES, PlatformChoice, ProxyChoice
+from guard.conformance.model import Config, IpNetwork
+from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
 
 DEFAULT_PORT = 9842
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
-    """`name`, also read from GUARD_AGENT_<NAME>, with its default shown in --help."""
-    env = "GUARD_AGENT_" + name.removeprefix("--").replace("-", "_").upper()
-    return click.option(name, envvar=env, show_default=True, **kwargs)
-
-
-def _cidrs(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> tuple[IpNetwork, ...] | None:
-    if not value:
-        return None
-    try:
-        return parse_allowed_dns(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+_option = env_option("GUARD_AGENT_")
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -69,26 +51,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default=120.0,
     help="Seconds between two runs of the checks",
 )
-@_option(
-    "--allowed-dns",
-    callback=_cidrs,
-    help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: dns-upstream SKIP)",
-)
-@_option(
-    "--platform",
-    type=click.Choice(PLATFORMS),
-    default="auto",
-    help="rke2 or other: the rule that picks kubelet's resolv.conf; auto: RKE2 if its files show",
-)
-@_option(
-    "--kube-proxy-mode",
-    type=click.Choice(PROXY_MODES),
-    default="auto",
-    help="Only ipvs makes ipvs-loaded apply; auto reads kube-proxy's config under --root",
-)
-@_option(
-    "--resolv-conf", help="The resolv.conf kubelet hands pods (unset: found as conformance does)"
-)
+@node_options(_option)
 @_option("--once", is_flag=True, help="Print one /metrics page and exit")
 def agent(
     root: Path,

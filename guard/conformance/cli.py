@@ -7,16 +7,15 @@ on bad arguments. The summary for the guard goes to the container's termination 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
 from guard.conformance.checks import run_conformance
+from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, IpNetwork, Role, parse_allowed_dns
-from guard.conformance.platform import PLATFORMS, PROXY_MODES, PlatformChoice, ProxyChoice
+from guard.conformance.model import Config, IpNetwork, Role
+from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
 from guard.hostexec import NSENTER_PREFIX, HostRunner
@@ -28,18 +27,6 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-def _cidrs(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> tuple[IpNetwork, ...] | None:
-    if value is None:
-        return None
-    try:
-        return parse_allowed_dns(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -60,10 +47,7 @@ def write_termination_message(path: str, text: str) -> str | None:
     return None
 
 
-def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
-    """`name`, also read from GUARD_CONFORMANCE_<NAME>, with its default shown in --help."""
-    env = "GUARD_CONFORMANCE_" + name.removeprefix("--").replace("-", "_").upper()
-    return click.option(name, envvar=env, show_default=True, **kwargs)
+_option = env_option("GUARD_CONFORMANCE_")
 
 
 @click.command()
@@ -87,29 +71,9 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
 @_option(
     "--control-plane-version",
     callback=_version,
-    help="e.g. v1.34.3+rke2r1; minor differs: FAIL, patch only: WARN (unset: WARN, not compared)",
+    help="e.g. v1.34.3+rke2r1; minor differs: FAIL, patch only: WARN (unset: SKIP, not compared)",
 )
-@_option(
-    "--allowed-dns",
-    callback=_cidrs,
-    help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: WARN)",
-)
-@_option(
-    "--platform",
-    type=click.Choice(PLATFORMS),
-    default="auto",
-    help="rke2: the RKE2 items apply; other: they are SKIP; auto: RKE2 when its files are there",
-)
-@_option(
-    "--kube-proxy-mode",
-    type=click.Choice(PROXY_MODES),
-    default="auto",
-    help="Only ipvs makes the ip_vs items apply; auto: read kube-proxy's configuration on the node",
-)
-@_option(
-    "--resolv-conf",
-    help="The resolv.conf kubelet hands pods (unset: RKE2's or kubelet's own choice)",
-)
+@node_options(_option)
 @_option("--output", type=click.Choice(["text", "json"]), default="text")
 @_option(
     "--timeout-s",

@@ -97,13 +97,11 @@ def test_a_file_that_cannot_be_read_is_unknown_and_the_rest_still_runs(tmp_path:
 
 
 def mounted_tree(extra: Tree | None = None) -> dict[str, str | Link | None]:
-    """Only what the DaemonSet mounts under /host, taken from the healthy host."""
+    """Changes that leave of the healthy host only what the DaemonSet mounts under /host."""
     daemonset = yaml.safe_load(DAEMONSET.read_text(encoding="utf-8"))
     mounts = daemonset["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     kept = tuple(m["mountPath"].removeprefix("/host/") for m in mounts)
-    tree: dict[str, str | Link | None] = {
-        rel: value for rel, value in HEALTHY.items() if rel.startswith(kept)
-    }
+    tree: dict[str, str | Link | None] = {rel: None for rel in HEALTHY if not rel.startswith(kept)}
     # /proc is not mounted: ip_vs is seen in /sys/module, as on a real host.
     tree["sys/module/ip_vs/refcnt"] = "3\n"
     return tree | dict(extra or {})
@@ -129,16 +127,6 @@ def agent_config() -> Config:
 def test_the_daemonset_mounts_are_enough(
     tmp_path: Path, extra: Tree, expected: dict[str, Status]
 ) -> None:
-    root = tmp_path / "host"
-    root.mkdir()
-    for rel, value in mounted_tree(extra).items():
-        if value is None:
-            continue
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(value, Link):
-            path.symlink_to(value.target)
-        else:
-            path.write_text(value)
+    root = build_host(tmp_path / "host", mounted_tree(extra))
     assert not (root / "proc").exists() and not (root / "var").exists()
     assert statuses(root, agent_config()) == expected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from guard.conformance.model import ItemResult, Status
 from guard.conformance.nvidia import NvidiaFacts
 from guard.conformance.platform import Platform
 from tests.fixtures.hosts.hosttree import CONFIG, DRIVER, LIBDIR, Link, build_host
-from tests.tiers import unavailable
+from tests.tiers import tool
 
 NEW = "580.159.03"
 PLATFORM = Platform(True, "found /var/lib/rancher/rke2", "ipvs", "set", True)
@@ -84,10 +83,7 @@ def test_label_values_are_escaped_and_detail_is_one_bounded_line() -> None:
 
 @pytest.mark.prometheus
 def test_promtool_accepts_the_page_of_a_real_run(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        unavailable("prometheus", "promtool not found", "install the Debian package `prometheus`")
-        return
+    promtool = tool("promtool", "prometheus", "install the Debian package `prometheus`")
     root = build_host(
         tmp_path,
         {

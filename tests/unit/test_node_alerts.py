@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import yaml
 from guard import alert_queries, alerts
 from guard.agent.checks import CHECKS
 from guard.settings import Settings
-from tests.tiers import unavailable
+from tests.tiers import tool
 
 NODE_ALERT_NAMES = [
     "GPURowRemapUncorrectable",
@@ -115,10 +114,7 @@ def test_params_reach_the_expressions() -> None:
 
 @pytest.mark.prometheus
 def test_promtool_matches_allowed_ipv4_and_ipv6_upstreams_as_python_does(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        unavailable("prometheus", "promtool not found", "install the Debian package `prometheus`")
-        return
+    promtool = tool("promtool", "prometheus", "install the Debian package `prometheus`")
     custom = Settings(conformance_allowed_dns="10.20.0.0/16,2001:db8::/32")
     expr = alert_queries.alert_coredns_forward_not_allowed(custom, alert_queries.NodeAlertParams())
     ups = ("10.20.9.9:53", "10.21.0.1:53", "[2001:db8::53]:53", "[2001:4860:4860::8888]:53")
