@@ -79,7 +79,7 @@ def read_host(fs: HostFS, runner: Runner, config: Config) -> HostFacts:
         platform=p,
         nvidia=nvidia.read_nvidia(fs),
         ipvs=ipvs.read_ipvs(fs, runner) if applies(*IPVS_ITEMS) else None,
-        rke2=rke2.read_rke2(fs, runner) if applies(*RKE2_ITEMS) else None,
+        rke2=rke2.read_rke2(fs, runner, applies("rke2-version")) if applies(*RKE2_ITEMS) else None,
         apt=apt.read_apt(fs) if applies(*APT_ITEMS) else None,
         dns=dns.read_dns(fs, p.rke2, config.resolv_conf) if applies("dns-upstream") else None,
     )

@@ -86,8 +86,11 @@ def read_version(fs: HostFS, runner: Runner) -> tuple[str | Unknown | None, str]
     return result.as_unknown(), "rke2 --version"
 
 
-def read_rke2(fs: HostFS, runner: Runner) -> Rke2Facts:
+def read_rke2(fs: HostFS, runner: Runner, with_version: bool = True) -> Rke2Facts:
+    """`with_version=False` when rke2-version does not apply: no `rke2 --version` for nothing."""
     enabled = guarded(lambda: enabled_units(fs), SYSTEMD_DIR)
+    if not with_version:
+        return Rke2Facts(enabled, None)
     version = guarded(lambda: read_version(fs, runner), BIN_LINK)
     if isinstance(version, Unknown):
         return Rke2Facts(enabled, version)

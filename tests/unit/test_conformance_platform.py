@@ -232,3 +232,15 @@ def test_dns_file_by_platform(
 ) -> None:
     result = check_host(tmp_path, changes, config)["dns-upstream"]
     assert (result.status, observed in result.observed) == (status, True), result
+
+
+def test_no_rke2_command_runs_when_no_control_plane_version_is_given(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    results = check_host(
+        tmp_path,
+        {"var/lib/rancher/rke2/bin": None},
+        replace(CONFIG, control_plane_version=None),
+        runner,
+    )
+    assert runner.calls == []  # the version would need `rke2 --version`: not asked for
+    assert (results["rke2-unit"].status, results["rke2-version"].status) == (P, S)
