@@ -1,4 +1,4 @@
-# The guard image: the CronJob, and the evidence and conformance Jobs (nsenter from util-linux;
+# The guard image: the CronJob, the evidence and conformance Jobs and the node agent (nsenter from util-linux;
 # journalctl and lspci are the host's, reached through `nsenter -t 1 -m`).
 FROM python:3.11-slim-bookworm
 

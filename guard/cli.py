@@ -121,6 +121,7 @@ class LazyGroup(click.Group):
         "ledger": "guard.evidence.cli:ledger",
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
+        "agent": "guard.agent.cli:agent",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

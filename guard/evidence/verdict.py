@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from guard.evidence.catalog import Verdict, XidClasses
+from guard.evidence.catalog import Repair, XidClasses
 
 RECOVERY_ACTION_XID = 154
-_ORDER = (Verdict.POWER_CYCLE, Verdict.RMA, Verdict.RESET)
+_ORDER = (Repair.POWER_CYCLE, Repair.RMA, Repair.RESET)
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: Verdict
+    verdict: Repair
     reasons: tuple[str, ...]  # why, one short phrase each, strongest first
 
 
@@ -38,30 +38,30 @@ def decide(
 ) -> Decision:
     """Decide; `config_all_ff` is None when config space was not read.
 
-    >>> classes = XidClasses({79: Verdict.POWER_CYCLE, 48: Verdict.RESET, 143: Verdict.RMA})
+    >>> classes = XidClasses({79: Repair.POWER_CYCLE, 48: Repair.RESET, 143: Repair.RMA})
     >>> decide([48], False, True, classes)
-    Decision(verdict=<Verdict.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
+    Decision(verdict=<Repair.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
     >>> decide([48, 143], False, False, classes).verdict.value
     'rma'
     >>> decide([154], False, False, classes).verdict.value
     'human'
     """
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
-    by_class: dict[Verdict, list[str]] = {v: [] for v in _ORDER}
+    by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}
     for code in wanted:
         kind = classes.verdict_of(code)
         if kind in by_class:
             by_class[kind].append(f"Xid {code}")
     if fallen_off:
-        by_class[Verdict.POWER_CYCLE].append("fallen-off-the-bus record")
+        by_class[Repair.POWER_CYCLE].append("fallen-off-the-bus record")
     if config_all_ff:
-        by_class[Verdict.POWER_CYCLE].append("config space reads all ff")
+        by_class[Repair.POWER_CYCLE].append("config space reads all ff")
     for verdict in _ORDER:
         if by_class[verdict]:
             reasons = list(by_class[verdict])
-            if verdict is Verdict.RESET and config_all_ff is None:
+            if verdict is Repair.RESET and config_all_ff is None:
                 reasons.append("config space not read")
             return Decision(verdict, tuple(reasons))
     if wanted:
-        return Decision(Verdict.HUMAN, tuple(f"Xid {c}" for c in wanted))
-    return Decision(Verdict.HUMAN, ("no Xid or fallen-off record for this GPU",))
+        return Decision(Repair.HUMAN, tuple(f"Xid {c}" for c in wanted))
+    return Decision(Repair.HUMAN, ("no Xid or fallen-off record for this GPU",))

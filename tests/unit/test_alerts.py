@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from guard import alert_queries, alerts, metric_names, queries
 from guard.settings import Settings
+from tests.unit.test_node_alerts import NODE_ALERT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*.test.yaml"))
@@ -27,6 +28,7 @@ ALERT_NAMES = [
     "GPUNodeGuardJobFailed",
     "GPUNodeGuardCordoned",
     "GPUNodeGuardReturned",
+    *NODE_ALERT_NAMES,
 ]
 
 

@@ -8,11 +8,11 @@ other way round.
 
 from __future__ import annotations
 
-from guard.evidence.catalog import Verdict, load_classes
+from guard.evidence.catalog import Repair, load_classes
 from guard.settings import Settings
 
 
 def test_default_reset_class_xids_are_the_reset_rows_of_the_verdict_table() -> None:
     table = load_classes()
-    reset_rows = sorted(code for code, verdict in table.classes.items() if verdict is Verdict.RESET)
+    reset_rows = sorted(code for code, verdict in table.classes.items() if verdict is Repair.RESET)
     assert sorted(Settings().reset_class_xids) == reset_rows
