@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Value of the app.kubernetes.io/name label on everything the guard makes or ships.
+APP_NAME = "gpu-node-guard"
 GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
 MANUAL_RECORDER = "manual"
@@ -51,6 +53,16 @@ class Annotations:
     @property
     def conformance_result(self) -> str:
         return f"{self.prefix}conformance-result"
+
+    @property
+    def cancelled(self) -> str:
+        """`<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident."""
+        return f"{self.prefix}cancelled"
+
+    @property
+    def returned(self) -> str:
+        """`<RFC3339> job/<name>`: the node came back after a passed load test."""
+        return f"{self.prefix}returned"
 
     @property
     def hold(self) -> str:

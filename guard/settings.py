@@ -8,8 +8,14 @@ hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+# Upper bounds of the guard's Jobs, written into the admission policies (guard/policies): a Job
+# asking for longer is refused, so a setting beyond them is a usage error at start.
+MAX_ACTIVE_DEADLINE_S = 3600
+MAX_TTL_S = 30 * 86400
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -52,11 +58,20 @@ class Settings:
     conformance_allowed_dns: str = _opt(
         "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
     )
-    # Names.
+    # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
-    namespace: str = _opt("gpu-node-guard", "Namespace of the guard, its Jobs and its ledger")
+    namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
+    jobs_namespace: str = _opt(
+        "gpu-node-guard-jobs", "Namespace of the guard's privileged Jobs (evidence, conformance)"
+    )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
-    job_service_account: str = _opt("gpu-node-guard-job", "ServiceAccount of the guard's Jobs")
+    job_service_account: str = _opt(
+        "gpu-node-guard-job", "ServiceAccount of the guard's Jobs (in the jobs namespace)"
+    )
+    gpu_node_label: str = _opt(
+        "nvidia.com/gpu.present=true",
+        "key=value label every GPU node carries; the guard's Jobs require it (nodeSelector)",
+    )
     # Jobs.
     image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
@@ -75,6 +90,12 @@ class Settings:
         problems = _problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def gpu_node_selector(self) -> tuple[str, str]:
+        """`gpu_node_label` as (key, value), the nodeSelector of every guard Job."""
+        key, _, value = self.gpu_node_label.partition("=")
+        return key, value
 
     def as_log_pairs(self) -> list[tuple[str, str]]:
         """Sorted key=value pairs for the one `settings` log line."""
@@ -99,8 +120,42 @@ def _problems(s: Settings) -> list[str]:
         (s.prometheus_timeout_s > 0, "prometheus_timeout_s must be positive"),
         (s.annotation_prefix.endswith("/"), "annotation_prefix must end with '/'"),
         (not set(s.fast_path_xids) & set(s.user_code_xids), "a fast-path Xid is a user-code Xid"),
+        *_name_problems(s),
     ]
     return [message for ok, message in checks if not ok]
+
+
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _name_problems(s: Settings) -> list[tuple[bool, str]]:
+    key, sep, value = s.gpu_node_label.partition("=")
+    return [
+        (bool(_PREFIX.match(s.annotation_prefix)), "annotation_prefix must be a DNS name and '/'"),
+        (bool(_DNS_LABEL.match(s.namespace)), "namespace must be a DNS-1123 label"),
+        (bool(_DNS_LABEL.match(s.jobs_namespace)), "jobs_namespace must be a DNS-1123 label"),
+        (s.jobs_namespace != s.namespace, "jobs_namespace must differ from namespace"),
+        (
+            bool(sep and _LABEL_KEY.match(key) and _LABEL_VALUE.match(value)),
+            "gpu_node_label must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)",
+        ),
+        (
+            0 < min(s.evidence_deadline_s, s.loadtest_deadline_s)
+            and max(s.evidence_deadline_s, s.loadtest_deadline_s) <= MAX_ACTIVE_DEADLINE_S,
+            f"Job deadlines must be in [1, {MAX_ACTIVE_DEADLINE_S}] s (the admission policy's bound)",
+        ),
+        (0 < s.job_ttl_s <= MAX_TTL_S, f"job_ttl_s must be in [1, {MAX_TTL_S}] s"),
+    ]
+
+
+def setting_default(name: str) -> Any:
+    """The default of one setting, for commands that run without a Settings (inside Jobs)."""
+    return next(f.default for f in fields(Settings) if f.name == name)
 
 
 def setting_fields() -> tuple[Any, ...]:
