@@ -116,10 +116,10 @@ def test_environment_variables_set_the_options(tmp_path: Path) -> None:
 
 
 def test_every_option_reads_its_documented_environment_variable() -> None:
-    # docs/conformance.md: every option also reads GUARD_CONFORMANCE_<OPTION>.
+    # docs/conformance.md: every option but --fix also reads GUARD_CONFORMANCE_<OPTION>.
     assert {p.name: p.envvar for p in conformance.params} == {
         "root": "GUARD_CONFORMANCE_ROOT",
-        "fix": "GUARD_CONFORMANCE_FIX",
+        "fix": None,
         "role": "GUARD_CONFORMANCE_ROLE",
         "control_plane_version": "GUARD_CONFORMANCE_CONTROL_PLANE_VERSION",
         "allowed_dns": "GUARD_CONFORMANCE_ALLOWED_DNS",
@@ -127,6 +127,16 @@ def test_every_option_reads_its_documented_environment_variable() -> None:
         "timeout_s": "GUARD_CONFORMANCE_TIMEOUT_S",
         "nsenter": "GUARD_CONFORMANCE_NSENTER",
     }
+
+
+def test_the_environment_cannot_turn_on_the_host_write(tmp_path: Path) -> None:
+    """A host write is asked for on the command line only, where the admission policy sees it."""
+    env = {"GUARD_CONFORMANCE_FIX": "1", "GUARD_CONFORMANCE_OUTPUT": "json"}
+    root = build_host(tmp_path, {PERSIST: None})
+    result = CliRunner().invoke(conformance, ["--root", str(root), *CHECKED], env=env)
+    report = json.loads(result.output)
+    assert (report["fix"], summary(report)) == (False, (False, ("ipvs-persist",)))
+    assert not (root / PERSIST.lstrip("/")).exists()
 
 
 def test_the_report_is_found_in_a_job_log(tmp_path: Path) -> None:
