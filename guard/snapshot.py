@@ -151,8 +151,8 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     keys = Annotations(s.annotation_prefix)
     try:
         nodes = tuple(sorted((node_info(n, keys) for n in objs.nodes), key=lambda n: n.name))
-        jobs = tuple(j for j in (job_info(o, keys, s.namespace) for o in objs.jobs) if j)
-        pods = tuple(p for p in (gpu_pod(o, s.namespace) for o in objs.pods) if p)
+        jobs = tuple(j for j in (job_info(o, keys, s.jobs_namespace) for o in objs.jobs) if j)
+        pods = tuple(p for p in (gpu_pod(o, s.jobs_namespace) for o in objs.pods) if p)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
     data = (objs.ledger or {}).get("data") or {}
@@ -268,7 +268,7 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     return ClusterObjects(
         nodes=nodes,
         pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
-        jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
+        jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}=gpu-node-guard")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
     )
 

@@ -228,7 +228,7 @@ def _job_gate(
                 f"{kind}-failed",
                 node.resource_version,
                 ((result_key, value),),
-                f"stays cordoned; kubectl -n {s.namespace} logs job/{job.name}",
+                f"stays cordoned; kubectl -n {s.jobs_namespace} logs job/{job.name}",
             ),
             EmitEvent(
                 node.name,
