@@ -13,7 +13,6 @@ from guard.model import Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 
-
 # The GPU of `gpu-node-guard render evidence` (a first incident on this card).
 EXAMPLE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -124,8 +123,9 @@ def conformance_args(s: Settings) -> tuple[str, ...]:
     args = ["conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker"]
     if s.conformance_control_plane_version:
         args += ["--control-plane-version", s.conformance_control_plane_version]
-    if s.conformance_allowed_dns:
-        args += ["--allowed-dns", s.conformance_allowed_dns]
+    if s.conformance_allowed_dns:  # one word, no spaces: the policy matches it as a CIDR list
+        cidrs = (part.strip() for part in s.conformance_allowed_dns.split(","))
+        args += ["--allowed-dns", ",".join(c for c in cidrs if c)]
     return (*args, "--output", "json")
 
 
