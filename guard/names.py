@@ -84,6 +84,6 @@ class Annotations:
 
     @property
     def guard_keys(self) -> tuple[str, ...]:
-        """Every key the guard itself may remove (never `hold` or `reset-done` set by a person
-        unless the node returns, when `reset-done` has served its purpose)."""
-        return (*self.cordon_keys, self.loadtest_result, self.conformance_result, self.reset_done)
+        """Every key the guard itself may remove; never `hold` or `reset-done`, a person's keys
+        (the node-scope admission policy refuses the guard any change to them)."""
+        return (*self.cordon_keys, self.loadtest_result, self.conformance_result)
