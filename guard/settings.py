@@ -135,6 +135,7 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 def _name_problems(s: Settings) -> list[tuple[bool, str]]:
     key, sep, value = s.gpu_node_label.partition("=")
+    deadlines = (s.evidence_deadline_s, s.loadtest_deadline_s)
     return [
         (bool(_PREFIX.match(s.annotation_prefix)), "annotation_prefix must be a DNS name and '/'"),
         (bool(_DNS_LABEL.match(s.namespace)), "namespace must be a DNS-1123 label"),
@@ -145,9 +146,8 @@ def _name_problems(s: Settings) -> list[tuple[bool, str]]:
             "gpu_node_label must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)",
         ),
         (
-            0 < min(s.evidence_deadline_s, s.loadtest_deadline_s)
-            and max(s.evidence_deadline_s, s.loadtest_deadline_s) <= MAX_ACTIVE_DEADLINE_S,
-            f"Job deadlines must be in [1, {MAX_ACTIVE_DEADLINE_S}] s (the admission policy's bound)",
+            all(0 < d <= MAX_ACTIVE_DEADLINE_S for d in deadlines),
+            f"Job deadlines must be in [1, {MAX_ACTIVE_DEADLINE_S}] s (the policies' bound)",
         ),
         (0 < s.job_ttl_s <= MAX_TTL_S, f"job_ttl_s must be in [1, {MAX_TTL_S}] s"),
     ]

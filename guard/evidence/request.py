@@ -48,7 +48,8 @@ def load_template(loader: jinja2.BaseLoader | None = None) -> jinja2.Template:
     except jinja2.TemplateNotFound:
         raise TemplateError(f"request template {TEMPLATE_NAME} not found") from None
     except jinja2.TemplateSyntaxError as err:
-        raise TemplateError(f"request template {TEMPLATE_NAME}:{err.lineno}: {err.message}") from err
+        where = f"request template {TEMPLATE_NAME}:{err.lineno}"
+        raise TemplateError(f"{where}: {err.message}") from err
 
 
 def context(a: Assessment, tables: Tables, node: str, history: str | None) -> dict[str, Any]:

@@ -14,9 +14,10 @@ import jinja2
 import pytest
 from click.testing import CliRunner
 
+from guard.evidence import request
 from guard.evidence.assess import assess
-from guard.evidence.catalog import load_classes
-from guard.evidence.cli import JSON_MARK, evidence, ledger
+from guard.evidence.catalog import load_catalog, load_classes
+from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import (
     PREVIOUS_BOOT,
     CommandResult,
@@ -25,9 +26,6 @@ from guard.evidence.collect import (
     run_command,
     upstream_ports,
 )
-from guard.evidence import request
-from guard.evidence.catalog import load_catalog
-from guard.evidence.cli import Target, emit_collected
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables
 from guard.hostexec import NSENTER_PREFIX
@@ -372,8 +370,11 @@ def _context_with_message(message: str) -> dict[str, object]:
         pytest.param(["--uuid", "GPU-{{7*7}}"], "is not a GPU UUID", id="bad-uuid"),
         pytest.param(["--node", "n;id"], "is not a node name", id="bad-node"),
         pytest.param(["--card-incidents", "2"], "give both --card-incidents and", id="half-counts"),
-        pytest.param(["--card-incidents", "x", "--slot-incidents", "1"], "--card-incidents",
-                     id="count-not-a-number"),
+        pytest.param(
+            ["--card-incidents", "x", "--slot-incidents", "1"],
+            "--card-incidents",
+            id="count-not-a-number",
+        ),
     ],
 )
 def test_collect_bad_arguments_exit_non_zero(tmp_path: Path, args: list[str], message: str) -> None:
