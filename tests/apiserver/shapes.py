@@ -93,6 +93,7 @@ class Case:
     pod_too: bool = True  # a PodSpec change: also tried as the Job controller's Pod
     privileged: bool = False  # asks for more than Pod Security `restricted`
     pod_says: str | None = None  # the Pod's refusal, where it differs from the Job's
+    pod_gate: bool = False  # the Pod (not the Job) is refused by the gate
 
     @property
     def beyond_restricted(self) -> bool:
@@ -427,7 +428,8 @@ CASES: list[Case] = [
          '[app.kubernetes.io/component] must be exactly "evidence"', pod_too=False),
     Case("pod-component-unknown", "loadtest",
          put(("spec", "template", "metadata", "labels", "app.kubernetes.io/component"), "debug"),
-         'the app.kubernetes.io/component label must name a guard kind', gate=True),
+         '[app.kubernetes.io/component] must be exactly "loadtest"', pod_gate=True,
+         pod_says="the app.kubernetes.io/component label must name a guard kind"),
     Case("job-node-annotation-differs", "evidence",
          put(("metadata", "annotations", "gpu-node-guard.io/node"), "control-plane-1"),
          "metadata.annotations[gpu-node-guard.io/node] must be the pod's nodeName",

@@ -60,7 +60,9 @@ def pod_of(jobs: dict[str, dict[str, Any]], case: Case) -> dict[str, Any]:
 
 
 def policy_of(case: Case) -> str:
-    return GATE if case.gate else f"ValidatingAdmissionPolicy 'gpu-node-guard-{case.kind}-pod'"
+    if case.gate or case.pod_gate:
+        return GATE
+    return f"ValidatingAdmissionPolicy 'gpu-node-guard-{case.kind}-pod'"
 
 
 @pytest.mark.parametrize("case", POD_CASES, ids=lambda c: c.id)
