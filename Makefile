@@ -6,7 +6,7 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test pytest envtest bench render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest bench render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -51,6 +51,14 @@ rules-test: install system-deps
 	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
 	cd tests/rules && promtool test rules *.test.yaml
 
+# The admission policies in policies/ are generated from guard/policies and the settings; CI fails
+# when they drift (docs/security.md).
+policies: install
+	$(PY) -m guard.policies write
+
+policies-check: install
+	$(PY) -m guard.policies check
+
 envtest:
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
 
@@ -61,7 +69,7 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest lint typecheck rules-test wheel-check
+test: install system-deps envtest lint typecheck rules-test policies-check wheel-check
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
-APP_LABEL_VALUE = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes
+APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
 COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
@@ -37,6 +37,23 @@ def is_dns_subdomain(name: str, longest: int = 253) -> bool:
     (True, False, False)
     """
     return len(name) <= longest and bool(_DNS_SUBDOMAIN.match(name))
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    re.ASCII,
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$", re.ASCII)
+
+
+def is_label_pair(pair: str) -> bool:
+    """`key=value` with a valid label key and value (a nodeSelector of one label).
+
+    >>> is_label_pair("nvidia.com/gpu.present=true"), is_label_pair("gpu"), is_label_pair("a=b c")
+    (True, False, False)
+    """
+    key, sep, value = pair.partition("=")
+    return bool(sep and _LABEL_KEY.match(key) and _LABEL_VALUE.match(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,22 +95,22 @@ class Annotations:
         return f"{self.prefix}conformance-result"
 
     @property
+    def cancelled(self) -> str:
+        """`<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident."""
+        return f"{self.prefix}cancelled"
+
+    @property
+    def returned(self) -> str:
+        """`<RFC3339> job/<name>`: the node came back after a passed load test."""
+        return f"{self.prefix}returned"
+
+    @property
     def hold(self) -> str:
         return f"{self.prefix}hold"
 
     @property
     def reset_done(self) -> str:
         return f"{self.prefix}reset-done"
-
-    @property
-    def cancelled(self) -> str:
-        """A person's uncordon, recorded: ``<bootID> <GPU-UUID> xid-<n> <RFC 3339 time>``."""
-        return f"{self.prefix}cancelled"
-
-    @property
-    def returned(self) -> str:
-        """The return after a passed load test: ``<RFC 3339 time> job/<name>``."""
-        return f"{self.prefix}returned"
 
     @property
     def node_label(self) -> str:

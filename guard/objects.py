@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guard.model import JobInfo, JobStatus, NodeInfo
-from guard.names import APP_LABEL, APP_LABEL_VALUE, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
 from guard.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
 _SHOWN = 120  # characters of a bad value repeated in a log line
@@ -132,9 +132,7 @@ def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
 def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
     meta = _mapping(obj.get("metadata"))
     labels = _mapping(meta.get("labels"))
-    return (
-        labels.get(APP_LABEL) == APP_LABEL_VALUE and meta.get("namespace", namespace) == namespace
-    )
+    return labels.get(APP_LABEL) == APP_NAME and meta.get("namespace", namespace) == namespace
 
 
 def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.names import is_dns_label, is_dns_subdomain
+from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
 # a setting outside them would cordon a node and then have its evidence Job refused.
@@ -79,11 +79,20 @@ class Settings:
     conformance_allowed_dns: str = _opt(
         "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
     )
-    # Names.
+    # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
-    namespace: str = _opt("gpu-node-guard", "Namespace of the guard, its Jobs and its ledger")
+    namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
+    jobs_namespace: str = _opt(
+        "gpu-node-guard-jobs", "Namespace of the guard's privileged Jobs (evidence, conformance)"
+    )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
-    job_service_account: str = _opt("gpu-node-guard-job", "ServiceAccount of the guard's Jobs")
+    job_service_account: str = _opt(
+        "gpu-node-guard-job", "ServiceAccount of the guard's Jobs (in the jobs namespace)"
+    )
+    gpu_node_label: str = _opt(
+        "nvidia.com/gpu.present=true",
+        "key=value label every GPU node carries; the guard's Jobs require it (nodeSelector)",
+    )
     # Jobs.
     image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
@@ -102,6 +111,12 @@ class Settings:
         problems = _problems(self)
         if problems:
             raise SettingsError(tuple(problems))
+
+    @property
+    def gpu_node_selector(self) -> tuple[str, str]:
+        """`gpu_node_label` as (key, value), the nodeSelector of every guard Job."""
+        key, _, value = self.gpu_node_label.partition("=")
+        return key, value
 
     def as_log_pairs(self) -> list[tuple[str, str]]:
         """Sorted key=value pairs for the one `settings` log line."""
@@ -162,6 +177,10 @@ def _names(s: Settings) -> list[Check]:
          f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters"),
         (is_dns_subdomain(s.job_service_account), "job_service_account",
          "must be a DNS-1123 subdomain (a-z, 0-9, -, .)"),
+        (is_dns_label(s.jobs_namespace), "jobs_namespace", label),
+        (s.jobs_namespace != s.namespace, "jobs_namespace", "must differ from namespace"),
+        (is_label_pair(s.gpu_node_label), "gpu_node_label",
+         "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)"),
     ]  # fmt: skip
 
 
@@ -183,6 +202,11 @@ def _jobs(s: Settings) -> list[Check]:
          "must be in 1..65536"),
         (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
     ]  # fmt: skip
+
+
+def setting_default(name: str) -> Any:
+    """The default of one setting, for commands that run without a Settings (inside Jobs)."""
+    return next(f.default for f in fields(Settings) if f.name == name)
 
 
 def setting_fields() -> tuple[Any, ...]:

@@ -19,7 +19,7 @@ from guard import queries
 from guard.kube import Kube
 from guard.ledger import parse_ledger
 from guard.model import GpuPod, GpuSample, PromView, Snapshot
-from guard.names import APP_LABEL, APP_LABEL_VALUE, GPU_RESOURCE, Annotations
+from guard.names import APP_LABEL, APP_NAME, GPU_RESOURCE, Annotations
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.pci import PciAddressError, normalize_pci
@@ -164,13 +164,13 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         except NamelessObject as exc:
             ignored.append(str(exc))
     jobs = []
-    for obj in (o for o in objs.jobs if is_guard_job(o, s.namespace)):
+    for obj in (o for o in objs.jobs if is_guard_job(o, s.jobs_namespace)):
         try:
             jobs.append(job_info(obj, keys))
         except NamelessObject as exc:
             ignored.append(f"guard {exc}")
     try:
-        pods = tuple(p for p in (gpu_pod(o, s.namespace) for o in objs.pods) if p)
+        pods = tuple(p for p in (gpu_pod(o, s.jobs_namespace) for o in objs.pods) if p)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
     data = (objs.ledger or {}).get("data") or {}
@@ -193,7 +193,7 @@ def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
         return None
     if (
         meta.get("namespace") == guard_namespace
-        and (meta.get("labels") or {}).get(APP_LABEL) == APP_LABEL_VALUE
+        and (meta.get("labels") or {}).get(APP_LABEL) == APP_NAME
     ):
         return None  # the guard's own load test holds the GPUs on purpose
     gpus = 0
@@ -234,7 +234,7 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     return ClusterObjects(
         nodes=nodes,
         pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
-        jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}={APP_LABEL_VALUE}")),
+        jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
     )
 

@@ -57,7 +57,9 @@ _option = env_option("GUARD_CONFORMANCE_")
     default="/",
     help="Host root to read; /proc/1/root inside a hostPID Job",
 )
-@_option(
+# Never from the environment: a host write must be asked for on the command line, where the
+# admission policies see it (they refuse --fix in every guard Job, and refuse env altogether).
+@click.option(
     "--fix",
     is_flag=True,
     help="Repair ip_vs only: modprobe it; write /etc/modules-load.d/ipvs.conf when none lists it",

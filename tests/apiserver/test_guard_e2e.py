@@ -32,7 +32,7 @@ from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
-from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH, ControlPlane
 from tests.builders import TEMPLATES
 from tests.tiers import unavailable
 
@@ -124,7 +124,7 @@ def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
 
 
 def guard_jobs(admin: client.ApiClient, node: str) -> list[Any]:
-    jobs = client.BatchV1Api(admin).list_namespaced_job(NS).items
+    jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
     return [j for j in jobs if j.metadata.annotations.get(KEYS.node_label) == node]
 
 
@@ -282,7 +282,7 @@ def complete(admin: client.ApiClient, name: str) -> None:
               "conditions": [
                   {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
                   {"type": "Complete", "status": "True", "lastTransitionTime": at}]}  # fmt: skip
-    client.BatchV1Api(admin).patch_namespaced_job_status(name, NS, {"status": status},
+    client.BatchV1Api(admin).patch_namespaced_job_status(name, JOBS_NS, {"status": status},
                                                          _content_type=MERGE_PATCH)  # fmt: skip
 
 

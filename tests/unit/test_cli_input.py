@@ -202,14 +202,13 @@ def test_unusable_snapshot_file_aborts_before_anything(tmp_path, content, messag
     assert message in aborts[0]
 
 
-def test_a_missing_shipped_file_stops_run_at_start(monkeypatch, tmp_path):
+def test_a_missing_shipped_file_stops_run_at_start(monkeypatch):
     """Before any query: the evidence Job of the next fault would need the same file."""
     import guard.evidence.request
 
-    missing = tmp_path / "request.md.j2"
-    monkeypatch.setattr(guard.evidence.request, "DEFAULT_TEMPLATE", missing)
+    monkeypatch.setattr(guard.evidence.request, "TEMPLATE_NAME", "missing-request.md.j2")
     result = CliRunner().invoke(cli, BASE)  # Prometheus at a closed port: never asked
     assert result.exit_code == 1
     aborts = [line for line in result.output.splitlines() if " ERROR abort " in line]
     assert len(aborts) == 1
-    assert f"package data: request template {missing}: cannot read" in aborts[0]
+    assert "package data: request template missing-request.md.j2 not found" in aborts[0]

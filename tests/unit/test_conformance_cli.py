@@ -144,10 +144,10 @@ def test_environment_variables_set_the_options(tmp_path: Path) -> None:
 
 
 def test_every_option_reads_its_documented_environment_variable() -> None:
-    # docs/conformance.md: every option also reads GUARD_CONFORMANCE_<OPTION>.
+    # docs/conformance.md: every option but --fix also reads GUARD_CONFORMANCE_<OPTION>.
     assert {p.name: p.envvar for p in conformance.params} == {
         "root": "GUARD_CONFORMANCE_ROOT",
-        "fix": "GUARD_CONFORMANCE_FIX",
+        "fix": None,
         "role": "GUARD_CONFORMANCE_ROLE",
         "control_plane_version": "GUARD_CONFORMANCE_CONTROL_PLANE_VERSION",
         "allowed_dns": "GUARD_CONFORMANCE_ALLOWED_DNS",
@@ -198,3 +198,13 @@ def test_no_termination_log_is_created_where_none_exists(tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     assert list((tmp_path / "dev").iterdir()) == []
+
+
+def test_the_environment_cannot_turn_on_the_host_write(tmp_path: Path) -> None:
+    """A host write is asked for on the command line only, where the admission policy sees it."""
+    env = {"GUARD_CONFORMANCE_FIX": "1", "GUARD_CONFORMANCE_OUTPUT": "json"}
+    root = build_host(tmp_path, {PERSIST: None})
+    result = CliRunner().invoke(conformance, ["--root", str(root), *CHECKED], env=env)
+    report = json.loads(result.output.splitlines()[0])
+    assert report["fix"] is False
+    assert not (root / PERSIST.lstrip("/")).exists()

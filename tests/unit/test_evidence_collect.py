@@ -9,13 +9,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
+import jinja2
 import pytest
 from click.testing import CliRunner
 
+from guard.evidence import request
 from guard.evidence.assess import assess
-from guard.evidence.catalog import load_classes
-from guard.evidence.cli import JSON_MARK, evidence, ledger
+from guard.evidence.catalog import load_catalog, load_classes
+from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import PREVIOUS_BOOT, Host, gather, upstream_ports
+from guard.evidence.offline import SavedFiles, offline_inputs
+from guard.evidence.report import Tables
 from guard.hostexec import CommandResult, run_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -26,6 +31,7 @@ JOURNAL_0 = "journalctl -k -b 0 --no-pager -o short-iso-precise"
 JOURNAL_1 = "journalctl -k -b -1 --no-pager -o short-iso-precise"
 TIMEOUT = "timeout"
 CLASSES = load_classes()
+COUNTS_FIRST = ("--card-incidents", "1", "--slot-incidents", "1")
 
 
 def _fixture(*parts: str) -> str:
@@ -266,14 +272,14 @@ def _collect(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> 
 
 
 def test_collect_prints_report_request_and_one_json_line(tmp_path: Path, fake_bin: Path) -> None:
-    code, output = _collect(tmp_path, "--history", "First recorded incident for this card.")
+    code, output = _collect(tmp_path, *COUNTS_FIRST)
     assert code == 0, output
     lines = output.splitlines()
     assert lines[0] == f"== gpu-node-guard evidence: node gpu-node-b, GPU {GPU} =="
     assert lines[1].startswith("verdict: power-cycle (")
     assert f"  lspci -vvv -s {ROOT_PORT}: timed out after 0.5s" in lines
     assert "-- request draft --" in lines
-    assert "History: First recorded incident for this card." in lines
+    assert "History: First recorded incident for this card and slot." in lines
     assert lines[-1].startswith(JSON_MARK)
     assert sum(line.startswith(JSON_MARK) for line in lines) == 1
     record = json.loads(lines[-1].removeprefix(JSON_MARK))
@@ -284,45 +290,76 @@ def test_collect_prints_report_request_and_one_json_line(tmp_path: Path, fake_bi
     assert record["request"].startswith("Subject: gpu-node-b: GPU 0000:99:00.0 needs cold power")
 
 
-@pytest.mark.parametrize("how", ["option", "environment"])
-def test_request_template_can_be_overridden(tmp_path: Path, fake_bin: Path, how: str) -> None:
-    template = tmp_path / "ours.j2"
-    template.write_text("ticket for {{ node }} slot {{ pci }}: {{ verdict }}\n")
-    if how == "option":
-        code, output = _collect(tmp_path, "--request-template", str(template))
-    else:
-        code, output = _collect(tmp_path, env={"GUARD_REQUEST_TEMPLATE": str(template)})
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param(("--request-template", "/proc/self/cmdline"), id="option-is-gone"),
+        pytest.param(("--history", "{{ 7*7 }}"), id="free-text-history-is-gone"),
+    ],
+)
+def test_no_argument_can_name_or_carry_a_template(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    code, output = _collect(tmp_path, *extra)
+    assert code == 2
+    assert f"No such option '{extra[0]}'" in output
+
+
+def test_the_environment_cannot_choose_the_template(tmp_path: Path, fake_bin: Path) -> None:
+    ours = tmp_path / "ours.j2"
+    ours.write_text("{{ cycler.__init__.__globals__.os.popen('id').read() }}\n")
+    code, output = _collect(tmp_path, env={"GUARD_REQUEST_TEMPLATE": str(ours)})
     assert code == 0, output
-    assert "ticket for gpu-node-b slot 0000:99:00.0: power-cycle" in output.splitlines()
+    assert "Subject: gpu-node-b: GPU 0000:99:00.0 needs cold power cycle" in output.splitlines()
 
 
-def test_missing_template_is_a_bad_argument_before_any_command(tmp_path: Path) -> None:
-    code, output = _collect(tmp_path, "--request-template", str(tmp_path / "nope.j2"))
-    assert code == 2
-    assert "does not exist" in output
-    assert "verdict" not in output
-
-
-def test_broken_template_syntax_names_file_and_line(tmp_path: Path) -> None:
-    template = tmp_path / "broken.j2"
-    template.write_text("line one\n{% if node %}\nno endif\n")
-    code, output = _collect(tmp_path, "--request-template", str(template))
-    assert code == 2
-    assert f"request template {template}:" in output
-    assert "verdict" not in output
+def _emit(tmp_path: Path, template: object, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    host_tree(tmp_path / "host")
+    runner = FakeRunner(incident_answers())
+    inputs = gather(Host(root=tmp_path / "host", runner=runner), GPU, 79)
+    tables = Tables(CLASSES, load_catalog())
+    target = Target("gpu-node-b", GPU, None, None)
+    with pytest.raises(click.ClickException) as failed:
+        emit_collected(inputs, tables, template, target)  # type: ignore[arg-type]
+    return [*capsys.readouterr().out.splitlines(), failed.value.message]
 
 
 def test_undefined_name_in_template_fails_after_the_evidence(
-    tmp_path: Path, fake_bin: Path
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    template = tmp_path / "typo.j2"
-    template.write_text("{{ nodename }}\n")
-    code, output = _collect(tmp_path, "--request-template", str(template))
-    lines = output.splitlines()
-    assert code == 1
+    template = request.load_template(jinja2.DictLoader({"request.md.j2": "{{ nodename }}\n"}))
+    lines = _emit(tmp_path, template, capsys)
     assert lines[1].startswith("verdict: power-cycle")
     assert any(line.startswith(JSON_MARK) for line in lines)
-    assert lines[-1] == "Error: request template: 'nodename' is undefined"
+    assert lines[-1] == "request template: 'nodename' is undefined"
+
+
+def test_the_template_runs_sandboxed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Even a hostile template (a broken image) cannot reach Python: the sandbox refuses."""
+    source = "{{ cycler.__init__.__globals__.os.popen('id').read() }}"
+    template = request.load_template(jinja2.DictLoader({"request.md.j2": source}))
+    lines = _emit(tmp_path, template, capsys)
+    assert lines[-1].startswith("request template: access to attribute '__init__'")
+    assert lines[-1].endswith("is unsafe.")
+
+
+def test_kernel_log_text_is_quoted_never_evaluated() -> None:
+    """A template-looking Xid message (a workload can influence the kernel log) stays text."""
+    draft = request.render(request.load_template(), _context_with_message("{{ 7*7 }} {% raw %}"))
+    assert "{{ 7*7 }} {% raw %}" in draft
+
+
+def _context_with_message(message: str) -> dict[str, object]:
+    files = SavedFiles(
+        kernel_log=(
+            "2026-09-21T05:52:44.100224+0000 gpu-node-b kernel: NVRM: Xid (PCI:0000:99:00): 79, "
+            f"pid=1, name=x, {message}\n"
+        ),
+        kernel_log_source="test",
+        gpu_lspci=None,
+        aer="",
+    )
+    tables = Tables(CLASSES, load_catalog())
+    found = assess(offline_inputs(files, GPU, None), GPU, CLASSES)
+    return request.context(found, tables, "gpu-node-b", None)
 
 
 @pytest.mark.parametrize(
@@ -331,6 +368,14 @@ def test_undefined_name_in_template_fails_after_the_evidence(
         pytest.param(["--pci", "gpu0"], "not a PCI address", id="bad-pci"),
         pytest.param(["--timeout-s", "0"], "--timeout-s", id="zero-timeout"),
         pytest.param(["--xid", "-1"], "--xid", id="negative-xid"),
+        pytest.param(["--uuid", "GPU-{{7*7}}"], "is not a GPU UUID", id="bad-uuid"),
+        pytest.param(["--node", "n;id"], "is not a node name", id="bad-node"),
+        pytest.param(["--card-incidents", "2"], "give both --card-incidents and", id="half-counts"),
+        pytest.param(
+            ["--card-incidents", "x", "--slot-incidents", "1"],
+            "--card-incidents",
+            id="count-not-a-number",
+        ),
     ],
 )
 def test_collect_bad_arguments_exit_non_zero(tmp_path: Path, args: list[str], message: str) -> None:
@@ -377,7 +422,9 @@ def test_seed_ledger_history_reaches_the_request(
     history = summary["next_sentence"]
     assert summary["next_history"] == asked
     assert all(phrase in history for phrase in phrases)
-    code, output = _collect(tmp_path, "--history", history)
+    counts = ("--card-incidents", str(summary["same_card"] + 1),
+              "--slot-incidents", str(summary["same_slot"] + 1))  # fmt: skip
+    code, output = _collect(tmp_path, "--uuid", uuid, *counts)
     assert code == 0, output
     record = json.loads(output.splitlines()[-1].removeprefix(JSON_MARK))
     assert f"History: {history}\n" in record["request"]
