@@ -6,7 +6,6 @@ import functools
 import importlib
 import json
 import os
-import re
 import socket
 import sys
 import time
@@ -21,16 +20,19 @@ import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
-from guard.jobs import JobTemplates, TemplateLoadError
+from guard.bundle import BundleError, load_bundle
+from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
 from guard.log import Log, Value
+from guard.names import is_dns_subdomain
 from guard.outcome import Outcome, failed, tally
+from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.prom import PromClient, PromError
 from guard.retry import Backoff
-from guard.settings import Settings, setting_fields
+from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
     SnapshotError,
     build_snapshot,
@@ -38,8 +40,6 @@ from guard.snapshot import (
     read_cluster,
     read_prom,
 )
-
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -60,9 +60,10 @@ class Rfc3339(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
         if isinstance(value, datetime):
             return value
-        if not _RFC3339.match(str(value)):
-            self.fail(f"{value!r} is not RFC 3339 (e.g. 2026-09-21T05:55:00Z)", param, ctx)
-        return parse_time(str(value))
+        try:
+            return parse_time(str(value))
+        except ValueError as exc:  # impossible dates and overflow included
+            self.fail(f"{value!r}: {exc}", param, ctx)
 
 
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
@@ -101,11 +102,18 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def build_settings(options: dict[str, Any]) -> Settings:
+    """The Settings from click's values; a refused value is one usage line naming its flag."""
     names = {f.name for f in setting_fields()}
     try:
         return Settings(**{k: v for k, v in options.items() if k in names})
-    except ValueError as exc:
-        raise click.UsageError(f"bad setting: {exc}") from None
+    except SettingsError as exc:
+        problems = "; ".join(f"{_flag(name)} {text}" for name, text in exc.problems)
+        raise click.UsageError(f"bad setting: {problems}") from None
+
+
+def _flag(name: str) -> str:
+    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`."""
+    return f"--{name.replace('_', '-')} (GUARD_{name.upper()})"
 
 
 class LazyGroup(click.Group):
@@ -117,6 +125,7 @@ class LazyGroup(click.Group):
         "ledger": "guard.evidence.cli:ledger",
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
+        "agent": "guard.agent.cli:agent",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -132,10 +141,34 @@ class LazyGroup(click.Group):
 
 @click.group(
     cls=LazyGroup,
+    invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-def cli() -> None:
+@click.version_option(package_name="gpu-node-guard", prog_name="gpu-node-guard")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Keeps a Kubernetes GPU node pool healthy: isolate faulted nodes, return repaired ones."""
+    if ctx.invoked_subcommand is None:  # bare `gpu-node-guard`: the help, and success
+        click.echo(ctx.get_help())
+
+
+def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[tuple[str, ...]]:
+    """Every command under `group`, as the words a person types (for help and packaging checks).
+
+    >>> ("render",) in command_paths(cli) and ("evidence", "classify") in command_paths(cli)
+    True
+    """
+    ctx = ctx or click.Context(group, info_name="gpu-node-guard")
+    out: list[tuple[str, ...]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None:
+            continue
+        out.append((name,))
+        if isinstance(command, click.Group):
+            sub = click.Context(command, info_name=name, parent=ctx)
+            out.extend((name, *path) for path in command_paths(command, sub))
+    return out
 
 
 @cli.command()
@@ -179,9 +212,9 @@ def run(
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
     try:
-        templates = JobTemplates.load()
+        templates = load_bundle().templates  # every shipped file checked before anything runs
         result = _cycle(s, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
-    except (PromError, KubeError, SnapshotError, TemplateLoadError) as exc:
+    except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
@@ -290,20 +323,45 @@ def _cycle(s: Settings, templates: JobTemplates, log: Log, inputs: Inputs) -> Cy
     return CycleResult(inputs.dry_run, actions, outcomes, counts)
 
 
+def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise click.BadParameter(f"{value!r} is not a node name (a DNS-1123 subdomain)")
+    return value
+
+
+def _pci(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return normalize_pci(value)
+    except PciAddressError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @cli.command()
-@click.argument("kind", type=click.Choice(["evidence", "loadtest", "conformance"]))
-@click.option("--node", required=True, help="Node the Job is pinned to.")
-@click.option("--pci", default="0000:00:00.0", show_default=True, help="Faulted GPU (evidence).")
-@click.option("--xid", type=int, default=79, show_default=True)
-@click.option("--gpus", type=int, default=8, show_default=True, help="GPUs of the node (loadtest).")
+@click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
+@click.option("--node", required=True, callback=_node_name, help="Node the Job is pinned to.")
+@click.option(
+    "--pci",
+    default="0000:00:00.0",
+    show_default=True,
+    callback=_pci,
+    help="Faulted GPU (evidence).",
+)
+@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
+@click.option(
+    "--gpus",
+    type=click.IntRange(0, 1024),
+    default=8,
+    show_default=True,
+    help="GPUs of the node (loadtest).",
+)
 @settings_options
 def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:
     """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
     s = build_settings(options)
     try:
-        templates = JobTemplates.load()
+        templates = load_bundle().templates
         manifest = render_example_job(s, templates, kind, (node, pci, xid, gpus))  # type: ignore[arg-type]
-    except TemplateLoadError as exc:
+    except (TemplateLoadError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 

@@ -17,8 +17,8 @@ import yaml
 
 from guard import ledger_store, queries
 from guard.kube import Kube
-from guard.ledger import parse_ledger
-from guard.model import GpuPod, GpuSample, GuardEvent, JobInfo, NodeInfo, PromView, Snapshot
+from guard.ledger import LedgerLine, parse_ledger
+from guard.model import GpuPod, GpuSample, GuardEvent, PromView, Snapshot
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -27,6 +27,8 @@ from guard.names import (
     NODE_EVENT_NAMESPACE,
     Annotations,
 )
+from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
+from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.pci import PciAddressError, normalize_pci
 from guard.prom import PromClient, PromError, Sample
 from guard.settings import Settings
@@ -131,7 +133,12 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
             continue
         if not isinstance(doc, dict):
             raise SnapshotError(f"cluster snapshot {path}: a document is not an object")
-        items.extend(doc.get("items") or [] if doc.get("kind", "").endswith("List") else [doc])
+        if not str(doc.get("kind", "")).endswith("List"):
+            items.append(doc)
+        elif isinstance(doc.get("items") or [], list):
+            items.extend(doc.get("items") or [])
+        else:
+            raise SnapshotError(f"cluster snapshot {path}: `items` of a List is not a list")
     return _classify(items, s, str(path))
 
 
@@ -161,79 +168,50 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
 
 
 def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
+    """Parse every object on its own: a bad value marks its object, never the whole cycle."""
     keys = Annotations(s.annotation_prefix)
+    nodes, ignored = [], []
+    for obj in objs.nodes:
+        try:
+            nodes.append(node_info(obj, keys))
+        except NamelessObject as exc:
+            ignored.append(str(exc))
+    jobs = []
+    for obj in (o for o in objs.jobs if is_guard_job(o, s.jobs_namespace)):
+        try:
+            jobs.append(job_info(obj, keys))
+        except NamelessObject as exc:
+            ignored.append(f"guard {exc}")
     try:
-        nodes = tuple(sorted((node_info(n, keys) for n in objs.nodes), key=lambda n: n.name))
-        jobs = tuple(j for j in (job_info(o, keys, s.namespace) for o in objs.jobs) if j)
-        pods = tuple(p for p in (gpu_pod(o, s.namespace) for o in objs.pods) if p)
+        pods = tuple(p for p in (gpu_pod(o, s.jobs_namespace) for o in objs.pods) if p)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
     data = (objs.ledger or {}).get("data") or {}
-    if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
-        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap} has non-text data")
-    rv = _meta(objs.ledger, "resourceVersion") if objs.ledger else ""
-    lines = parse_ledger(ledger_store.merged(data, objs.ledger_archives))
-    return Snapshot(now, nodes, jobs, pods, lines, rv, prom, guard_events(objs.events))
-
-
-def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
-    """The few fields of a Node the guard reads; a full Node is ~10 kB, 5,000 of them ~300 MB.
-
-    >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
-    ...           Annotations("gpu-node-guard.io/"))["metadata"]
-    {'name': 'n', 'uid': '', 'resourceVersion': '', 'annotations': {}}
-    """
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.prefix)}
-    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    return {
-        "kind": "Node",
-        "metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
-                     "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
-        "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable", False))},
-        "status": {
-            "conditions": ready,
-            "nodeInfo": {"bootID": (status.get("nodeInfo") or {}).get("bootID", "")},
-            "capacity": {GPU_RESOURCE: (status.get("capacity") or {}).get(GPU_RESOURCE)},
-            "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE)},
-        },
-    }  # fmt: skip
-
-
-def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
-    status = obj.get("status") or {}
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    own = tuple(sorted((k, str(v)) for k, v in annotations.items() if k.startswith(keys.prefix)))
-    return NodeInfo(
-        name=_meta(obj, "name"),
-        resource_version=_meta(obj, "resourceVersion"),
-        unschedulable=bool((obj.get("spec") or {}).get("unschedulable", False)),
-        ready=ready,
-        boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
-        gpu_capacity=_gpus((status.get("capacity") or {}).get(GPU_RESOURCE)),
-        gpu_allocatable=_gpus((status.get("allocatable") or {}).get(GPU_RESOURCE)),
-        annotations=own,
-        uid=_meta(obj, "uid"),
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
+    return Snapshot(
+        now,
+        tuple(sorted(nodes, key=lambda n: n.name)),
+        tuple(jobs),
+        pods,
+        _ledger_lines(data, objs.ledger_archives),
+        prom,
+        guard_events(objs.events),
+        tuple(ignored),
     )
 
 
-def job_info(obj: Mapping[str, Any], keys: Annotations, namespace: str) -> JobInfo | None:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(APP_LABEL) != "gpu-node-guard" or meta.get("namespace", namespace) != namespace:
-        return None
-    status = obj.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    if status.get("succeeded") or conditions.get("Complete") == "True":
-        state = "succeeded"
-    elif status.get("failed") or conditions.get("Failed") == "True":
-        state = "failed"
-    else:
-        state = "running"
-    node = (meta.get("annotations") or {}).get(keys.node_label) or labels.get(keys.node_label, "")
-    return JobInfo(meta["name"], labels.get(COMPONENT_LABEL, ""), node, state)  # type: ignore[arg-type]
+def _ledger_lines(
+    data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
+) -> tuple[LedgerLine, ...]:
+    """The ledger's lines with its archives' (oldest first, a line stored twice counted once).
+
+    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
+    """
+    text = {str(k): v for k, v in data.items() if isinstance(v, str)}
+    odd = {k: v for k, v in data.items() if not isinstance(v, str)}
+    lines = parse_ledger(ledger_store.merged(text, archives)) + parse_ledger(odd)
+    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
 def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
@@ -242,7 +220,7 @@ def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
         return None
     if (
         meta.get("namespace") == guard_namespace
-        and (meta.get("labels") or {}).get(APP_LABEL) == "gpu-node-guard"
+        and (meta.get("labels") or {}).get(APP_LABEL) == APP_NAME
     ):
         return None  # the guard's own load test holds the GPUs on purpose
     gpus = 0
@@ -283,7 +261,7 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     return ClusterObjects(
         nodes=nodes,
         pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
-        jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
+        jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -12,3 +13,12 @@ def unavailable(tier: str, reason: str, how: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{tier} tier required under CI=true: {reason}", pytrace=False)
     pytest.skip(message)
+
+
+def tool(name: str, tier: str, how: str) -> str:
+    """The path of a binary a tier needs, or `unavailable` (skip; fail under CI=true)."""
+    path = shutil.which(name)
+    if path is None:
+        unavailable(tier, f"{name} not found", how)
+        raise AssertionError("unreachable: unavailable() skips or fails")
+    return path

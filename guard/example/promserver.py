@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import requests
 
 from guard.example.scenario import Scenario, write_openmetrics
+from guard.ports import free_port
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -34,12 +34,6 @@ def binaries() -> tuple[str, str]:
             "prometheus and promtool not found: install the Debian package `prometheus`"
         )
     return prom, tool
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_tsdb(scenario: Scenario, data_dir: Path) -> int:

@@ -24,7 +24,7 @@ from guard.example.promserver import (
 )
 from guard.example.scenario import NodeTimeline, Scenario
 from guard.names import Annotations
-from tests.apiserver.kube import MERGE_PATCH
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.tiers import unavailable
 
 T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
@@ -137,7 +137,7 @@ def outcomes(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
 
 
 def guard_jobs(admin: client.ApiClient, node: str) -> list[Any]:
-    jobs = client.BatchV1Api(admin).list_namespaced_job(NS).items
+    jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
     return [j for j in jobs if j.metadata.annotations.get(KEYS.node_label) == node]
 
 
@@ -160,7 +160,9 @@ def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
     starts clean. Jobs go with propagation Background: the default (orphan) leaves them behind a
     finalizer that only the absent garbage collector would clear."""
     client.BatchV1Api(admin).delete_collection_namespaced_job(
-        NS, label_selector="app.kubernetes.io/name=gpu-node-guard", propagation_policy="Background"
+        JOBS_NS,
+        label_selector="app.kubernetes.io/name=gpu-node-guard",
+        propagation_policy="Background",
     )
     for cm in core.list_namespaced_config_map(NS).items:
         if cm.metadata.name.startswith(LEDGER):

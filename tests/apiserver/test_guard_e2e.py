@@ -39,7 +39,7 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH, ControlPlane
 from tests.builders import TEMPLATES
 
 pytestmark = pytest.mark.apiserver
@@ -111,7 +111,11 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
                                                                 "collect"]  # fmt: skip
 
     again = run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan
-    assert mine(again, node) == [("skip", "same-boot"), ("skip", "already-cordoned")]
+    assert mine(again, node) == [
+        ("skip", "same-boot"),
+        ("event", "same-boot"),
+        ("skip", "already-cordoned"),
+    ]
     assert len(guard_jobs(admin, node)) == 1
     assert ledger_text(core, node).count("\n") == 1
 
@@ -237,7 +241,7 @@ def complete(admin: client.ApiClient, name: str) -> None:
               "conditions": [
                   {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
                   {"type": "Complete", "status": "True", "lastTransitionTime": at}]}  # fmt: skip
-    client.BatchV1Api(admin).patch_namespaced_job_status(name, NS, {"status": status},
+    client.BatchV1Api(admin).patch_namespaced_job_status(name, JOBS_NS, {"status": status},
                                                          _content_type=MERGE_PATCH)  # fmt: skip
 
 
@@ -260,7 +264,9 @@ def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
-    assert not any(k.startswith("gpu-node-guard.io/") for k in (found.metadata.annotations or {}))
+    notes = {k: v for k, v in (found.metadata.annotations or {}).items()
+             if k.startswith("gpu-node-guard.io/")}  # fmt: skip
+    assert notes == {KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"}
 
 
 def test_dry_run_against_the_api_writes_nothing(prom, guard_kubeconfig, gpu_node, core, admin):

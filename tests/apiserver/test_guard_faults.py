@@ -27,6 +27,7 @@ from guard.kube import Kube
 from guard.log import Log
 from guard.outcome import Outcome
 from guard.plan import plan_cycle
+from guard.ports import free_port
 from guard.prom import PromClient
 from guard.retry import Backoff
 from guard.settings import Settings
@@ -60,7 +61,6 @@ from tests.apiserver.kube import (
     create_all,
     directory_documents,
     etcd_argv,
-    free_port,
     http_ok,
     kustomize_documents,
     wait_until,
