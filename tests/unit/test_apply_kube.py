@@ -26,17 +26,18 @@ from guard.log import Log
 from guard.model import JobInfo, NodeInfo
 from guard.outcome import tally
 from guard.plan import plan_cycle
+from guard.plan.return_jobs import job_key
 from guard.retry import Backoff
 from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
 
 API = "https://api.test"
 NODES = f"{API}/api/v1/nodes"
-JOBS = f"{API}/apis/batch/v1/namespaces/gpu-node-guard/jobs"
+JOBS = f"{API}/apis/batch/v1/namespaces/gpu-node-guard-jobs/jobs"  # the jobs namespace
 CMS = f"{API}/api/v1/namespaces/gpu-node-guard/configmaps"
 EVENTS = f"{API}/apis/events.k8s.io/v1/namespaces/default/events"
 DENIED = (
-    "ValidatingAdmissionPolicy 'gpu-node-guard-job-shape' with binding "
-    "'gpu-node-guard-job-shape' denied request: Job refused: activeDeadlineSeconds must be > 0"
+    "ValidatingAdmissionPolicy 'gpu-node-guard-loadtest-job' with binding "
+    "'gpu-node-guard-loadtest-job' denied request: Job refused: activeDeadlineSeconds must be > 0"
 )
 
 
@@ -173,16 +174,15 @@ def test_existing_job_is_one_already_done_line_not_a_skip_and_a_created():
     assert [line for line in text if "job" in line.split()[1]] == []
     assert text[3] == (
         f'INFO skip node=a reason=job-exists detail="create-job: job/{job.name} exists" '  # type: ignore[union-attr]
-        f'next="kubectl -n gpu-node-guard logs job/{job.name}"'  # type: ignore[union-attr]
+        f'next="kubectl -n gpu-node-guard-jobs logs job/{job.name}"'  # type: ignore[union-attr]
     )
 
 
 def returning_and_cordon_plan():
     """Node r passed its load test (return check); node c has Xid 79 (isolation), one cycle."""
-    boot_key = "boot-2\0"
     back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
     faulted = with_uid(node("c", allocatable=7))
-    passed = JobInfo(job_name("loadtest", "r", boot_key), "loadtest", "r", "succeeded")
+    passed = JobInfo(job_name("loadtest", "r", job_key(back)), "loadtest", "r", "succeeded")
     snap = snapshot(back, faulted, candidates=(gpu("c", 79),), jobs=(passed,))
     return plan_cycle(snap, settings(), TEMPLATES), (back, faulted)
 
