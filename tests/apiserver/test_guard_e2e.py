@@ -23,7 +23,6 @@ from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
-from tests.apiserver.guard_access import grant_pending_access
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
@@ -55,8 +54,7 @@ def prom() -> Iterator[LocalPrometheus]:
 
 
 @pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane, admin: client.ApiClient) -> Path:
-    grant_pending_access(deployed, admin)
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
     return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
 
 

@@ -18,7 +18,6 @@ import pytest
 from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus
-from tests.apiserver.guard_access import grant_pending_access
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
@@ -56,8 +55,7 @@ def kubectl() -> Path:
 
 
 @pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane, admin: client.ApiClient) -> Path:
-    grant_pending_access(deployed, admin)
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
     return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
 
 

@@ -33,7 +33,6 @@ from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.conftest import REPO, wait_for_enforcement
-from tests.apiserver.guard_access import grant_pending_access
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
@@ -138,7 +137,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPla
             create_all(admin, kustomize_documents(REPO / "manifests"))
             create_all(admin, directory_documents(REPO / "policies"))
             wait_for_enforcement(plane, admin)
-            grant_pending_access(plane, admin)
         yield plane, server
 
 

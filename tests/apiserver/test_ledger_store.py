@@ -25,7 +25,6 @@ from guard.model import PromView
 from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster
-from tests.apiserver.guard_access import grant_pending_access
 from tests.apiserver.guard_run import LEDGER, NS, forget_guard_state, node_events
 from tests.apiserver.kube import ControlPlane
 
@@ -42,8 +41,7 @@ def line(writer: int, n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane, admin: client.ApiClient) -> Path:
-    grant_pending_access(deployed, admin)
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
     return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
 
 
