@@ -259,4 +259,11 @@ def _hint(cm: Mapping[str, object] | None, node: str) -> str:
             f"; binaryData already holds key {node}: move it into data "
             "(the ledger is text only); while the node stays cordoned the guard adds the line again"
         )
+    if isinstance(binary, Mapping) and binary:  # policies/ledger.yaml refuses every change then
+        keys = ", ".join(sorted(map(str, binary)))
+        return (
+            f"; the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
+            "every change: move it into data; while the node stays cordoned the guard adds the "
+            "line again"
+        )
     return ""

@@ -6,6 +6,7 @@ Writers run as the guard's ServiceAccount, so RBAC and the ConfigMap policy appl
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from guard import ledger_store
 from guard.actions import AppendLedgerLine
@@ -25,8 +27,9 @@ from guard.model import PromView
 from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster
+from tests.apiserver.conftest import REPO, wait_for_enforcement
 from tests.apiserver.guard_run import LEDGER, NS, forget_guard_state, node_events
-from tests.apiserver.kube import ControlPlane
+from tests.apiserver.kube import ControlPlane, create, yaml_documents
 
 pytestmark = pytest.mark.apiserver
 
@@ -160,31 +163,57 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     assert [o.status for o in ex.outcomes] == ["applied", "applied"]  # the line, the Event
 
 
+def made_before_the_ledger_policy(
+    deployed: ControlPlane, admin: client.ApiClient, body: dict[str, Any]
+) -> None:
+    """Create the ledger `body` as one made before policies/ledger.yaml was applied (an upgrade):
+    the policy's binding is taken away, the ledger created, the binding put back and enforcing."""
+    (binding,) = [d for d in yaml_documents(REPO / "policies" / "ledger.yaml")
+                  if d["kind"] == "ValidatingAdmissionPolicyBinding"]  # fmt: skip
+    name = binding["metadata"]["name"]
+    client.AdmissionregistrationV1Api(admin).delete_validating_admission_policy_binding(name)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the binding's removal reaches admission by informer
+            try:
+                client.CoreV1Api(admin).create_namespaced_config_map(NS, body)
+                return
+            except ApiException as exc:
+                if exc.status != 422 or name not in str(exc.body) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    finally:
+        create(admin, binding)
+        wait_for_enforcement(deployed, admin)
+
+
 @pytest.mark.parametrize(
-    ("extra", "message", "hint"),
+    ("extra", "message", "hint", "other_hint"),
     [
         pytest.param({"immutable": True}, "field is immutable", "the ledger ConfigMap is immutable",
-                     id="immutable"),
+                     "the ledger ConfigMap is immutable", id="immutable"),
         pytest.param({"binaryData": {"NODE": "AAEC"}}, "binaryData", "binaryData already holds",
-                     id="binarydata-clash"),
+                     "the ledger carries binaryData", id="binarydata-clash"),
     ],
 )  # fmt: skip
-def test_a_ledger_the_api_will_not_change_is_a_write_error_of_that_node_only(
-    guard_kubeconfig, core, make_node, extra, message, hint
+def test_a_ledger_the_api_will_not_change_is_one_write_error_per_line_with_the_fix(
+    guard_kubeconfig, core, admin, deployed, make_node, extra, message, hint, other_hint
 ):
+    """The policies refuse making such a ledger; one made before them still jams every write,
+    and each refused line says what a person does about it."""
     node, other = make_node(), make_node()
     if "binaryData" in extra:
         extra = {"binaryData": {node: "AAEC"}}
-    core.create_namespaced_config_map(
-        NS, {"metadata": {"name": LEDGER}, "data": {"gpu-x": line(1, 1) + "\n"}, **extra}
+    data = {"gpu-x": line(1, 1) + "\n"}
+    made_before_the_ledger_policy(
+        deployed, admin, {"metadata": {"name": LEDGER}, "data": data, **extra}
     )
     ex, _ = executor(guard_kubeconfig, node)
     refused = ex.apply(AppendLedgerLine(node, "xid-79", line(2, 2), LEDGER))
     assert refused.status == "failed"
     assert "HTTP 422" in refused.detail and message in refused.detail and hint in refused.detail
-    landed = ex.apply(AppendLedgerLine(other, "xid-79", line(3, 3), LEDGER))
-    if "immutable" in extra:
-        assert landed.status == "failed"  # nothing can change an immutable ledger
-    else:
-        assert landed.status == "applied"
-        assert line(3, 3) in core.read_namespaced_config_map(LEDGER, NS).data[other]
+    # Nothing changes an immutable ledger; the ledger policy refuses any change to one with
+    # binaryData (policies/ledger.yaml), so the other node's line is refused too, with its fix.
+    also = ex.apply(AppendLedgerLine(other, "xid-79", line(3, 3), LEDGER))
+    assert also.status == "failed" and "HTTP 422" in also.detail and other_hint in also.detail
+    assert core.read_namespaced_config_map(LEDGER, NS).data == data
