@@ -19,7 +19,7 @@ from typing import Any
 
 from guard import ledger
 from guard.kube import AlreadyExists, Conflict, Kube, KubeError, Refused
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, ledger_archive_pattern
 
 OBJECT_LIMIT_BYTES = 1 << 20  # ConfigMap data limit (validation: "must be less than 1048576")
 ARCHIVE_COMPONENT = "ledger-archive"
@@ -43,8 +43,9 @@ def archive_index(ledger_name: str, name: str) -> int | None:
     >>> archive_index("gpu-fault-ledger", "other-archive-1") is None
     True
     """
-    found = re.fullmatch(re.escape(ledger_name) + r"-archive-([1-9][0-9]{0,5})", name)
-    return int(found[1]) if found else None
+    if not re.fullmatch(ledger_archive_pattern(ledger_name), name):
+        return None
+    return int(name.rsplit("-", 1)[1])
 
 
 def size_of(data: Mapping[str, str]) -> int:
