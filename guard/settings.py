@@ -24,7 +24,7 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
 MAX_XID = 999_999  # the reason annotation carries at most six digits
-LEDGER_NAME_MAX = 240  # a ConfigMap name (253) with room for `-archive-<n>`
+LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
 _IMAGE = re.compile(r"^[!-~]+$", re.ASCII)  # non-empty, printable, no whitespace
 
