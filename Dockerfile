@@ -1,4 +1,4 @@
-# The guard image: the CronJob, and the evidence and conformance Jobs (nsenter from util-linux;
+# The guard image: the CronJob, the evidence and conformance Jobs and the node agent (nsenter from util-linux;
 # journalctl and lspci are the host's, reached through `nsenter -t 1 -m`).
 FROM python:3.11-slim-bookworm
 
@@ -9,8 +9,10 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY guard ./guard
+# The templates and Xid tables are package data; rendering a Job proves they are in the image.
 RUN pip install --no-cache-dir . \
- && python -c "import guard.cli"
+ && gpu-node-guard --version \
+ && gpu-node-guard render evidence --node image-build-check >/dev/null
 
 ENV PYTHONUNBUFFERED=1
 

@@ -6,11 +6,11 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test pytest envtest engines bench render clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest engines bench render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
-	@echo "make test      # lint, types, alert-rule tests, unit + prometheus + apiserver tiers"
+	@echo "make test      # lint, types, alert-rule tests, the wheel check, unit + prometheus + apiserver tiers"
 	@echo "make bench     # time-to-isolate and cost-of-one-cycle benchmarks"
 
 $(VENV)/.installed: pyproject.toml
@@ -52,8 +52,16 @@ rules-test: install system-deps
 	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
 	cd tests/rules && promtool test rules *.test.yaml
 
+# The admission policies in policies/ are generated from guard/policies and the settings; CI fails
+# when they drift (docs/security.md).
+policies: install
+	$(PY) -m guard.policies write
+
+policies-check: install
+	$(PY) -m guard.policies check
+
 envtest:
-	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl
 
 # Prometheus 3 and Thanos for the engines tier, built once from the Go module proxy and cached.
 engines:
@@ -62,7 +70,11 @@ engines:
 pytest: install system-deps
 	$(PY) -m pytest
 
-test: install system-deps envtest engines lint typecheck rules-test
+# The wheel alone in a fresh venv, run from outside the checkout: every --help, render, the example.
+wheel-check: install system-deps
+	hack/wheel-check.sh $(PY)
+
+test: install system-deps envtest engines lint typecheck rules-test policies-check wheel-check
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest engines

@@ -11,10 +11,17 @@ short change, the cost is one range read per series, and a series that changed i
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
+from typing import Literal
 
+from guard import metric_names, runbook
+from guard.agent.metrics import CHECK_OK, CHECK_STATUS, LAST_RUN
+from guard.conformance.model import parse_allowed_dns
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
+    CAPACITY_METRIC,
     XID_COUNT_METRIC,
     XID_METRIC,
     duration,
@@ -25,6 +32,8 @@ from guard.queries import (
     with_node_label,
 )
 from guard.settings import Settings
+
+NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,12 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
+    # Notifications, GPUNodeGuardNotRunning's source, runbook links (docs/alerts.md, runbook.md).
+    notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
+    notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
+    notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
+    not_running_source: NotRunningSource = "kube-state-metrics"  # or "pushgateway"
+    runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
 GPU_KEY = "node, gpu, UUID, pci_bus_id"
@@ -143,3 +158,260 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"max by (namespace, job_name, node, component) {_block(labels)}\n"
         f"or on (namespace, job_name) {_block(failed)}"
     )
+
+
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
+# The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
+# one `kube_node_annotations` series per node, carrying a label only for annotations it has.
+
+
+def _changed_within(label: str, window_s: int) -> str:
+    """Nodes whose `label` took more than one value (absent is one) within the window.
+
+    Grouping by node drops `instance`, so a kube-state-metrics restart changes nothing; a node
+    first seen with the label already set has one value, so a new Prometheus announces nothing.
+    """
+    seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
+    return f"count by (node) {_block(seen)} > 1"
+
+
+def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
+    """Nodes that gained the guard's reason annotation within the window; `reason`, `pci`, `UUID`.
+
+    `auto-cordon-gpu` is `<PCI address> <GPU UUID>`; without it in the allowlist the two GPU
+    labels are simply missing.
+    """
+    names = Annotations(s.annotation_prefix)
+    reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
+    now = f'kube_node_annotations{{{reason}!=""}}'
+    now = f'label_replace({now}, "reason", "$1", "{reason}", "(.+)")'
+    now = f'label_replace({now}, "pci", "$1", "{gpu}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "UUID", "$1", "{gpu}", "[^ ]+ (.+)")'
+    return (
+        f"max by (node, reason, pci, UUID) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(reason, p.notify_window_s))}"
+    )
+
+
+def alert_guard_returned(s: Settings, p: AlertParams) -> str:
+    """Nodes whose `returned` annotation changed to its current value within the window.
+
+    Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
+    `cancelled` and leaves `returned` alone, so it can never announce a return.
+    """
+    returned = ksm_label("annotation", Annotations(s.annotation_prefix).returned)
+    now = f'kube_node_annotations{{{returned}!=""}}'
+    now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'
+    return (
+        f"max by (node, returned_at, job_name) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
+    )
+
+
+def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
+    """The guard's pushed last success older than the limit, or no success seen that long.
+
+    The Pushgateway serves the last push until the group is deleted, so a guard that stopped
+    still shows its old success time; absent means never succeeded, Pushgateway wiped or not
+    scraped (scrape it with honor_labels: true so `namespace` is the guard's).
+    """
+    sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return (
+        f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
+        f"or absent_over_time({sel}[{duration(p.not_running_after_s)}])"
+    )
+
+
+def last_run_age(s: Settings) -> str:
+    """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
+    sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return f"time() - max({sel})"
+
+
+# ── Node lifecycle alerts ───────────────────────────────────────────────────────────────────────
+# Row remapping, service network, CoreDNS upstreams, gpu-feature-discovery and the node agent's
+# checks (docs/alerts.md "Node lifecycle alerts"; the rules are alerts.node_rules).
+
+REMAP_UNCORRECTABLE_METRIC = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # a counter
+REMAP_FAILURE_METRIC = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # 1 = remapping failed
+# CoreDNS's forward plugin: up to 1.10 its own histogram; from 1.11 the shared proxy package's, with
+# proxy_name="forward" (coredns/coredns: plugin/forward/metrics.go, plugin/pkg/proxy/metrics.go).
+COREDNS_FORWARD_METRICS = (
+    'coredns_proxy_request_duration_seconds_count{proxy_name="forward"',
+    "coredns_forward_request_duration_seconds_count{",
+)
+# Upstreams counted as internal when Settings.conformance_allowed_dns is empty: private, shared
+# (CGNAT), link-local and loopback IPv4. The incident's resolver was a public one.
+INTERNAL_UPSTREAMS = (
+    "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,169.254.0.0/16,127.0.0.0/8"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAlertParams:
+    """Knobs of the node lifecycle alerts; the allowed upstreams come from Settings."""
+
+    remap_window_s: int = 3600  # an uncorrectable remap alerts this long after it happened
+    # kube-proxy (RKE2's static pod, kubeadm's DaemonSet) and the CNI DaemonSets, by
+    # kube-state-metrics' kube_pod_info labels.
+    service_network_pods: tuple[str, ...] = (
+        'namespace="kube-system", pod=~"kube-proxy-.+"',
+        'created_by_kind="DaemonSet", created_by_name=~"rke2-canal|canal|calico-node|cilium"',
+    )
+    service_network_for_s: int = 300
+    coredns_window_s: int = 600
+    gfd_container: str = "gpu-feature-discovery"
+    gfd_window_s: int = 1800
+    gfd_restarts: int = 3
+    agent_failed_for_s: int = 600  # nvidia-match also feeds the guard's nvml-mismatch cordon
+    agent_unknown_for_s: int = 1800
+    agent_stale_after_s: int = 900  # no agent run this long on a GPU node: the agent is missing
+
+
+def _fixed_width(lo: int, hi: int, width: int) -> list[str]:
+    """Patterns for the `width`-digit strings lo..hi (leading zeros are digits here)."""
+    if width == 1:
+        return [str(lo) if lo == hi else f"[{lo}-{hi}]"]
+    size = 10 ** (width - 1)
+    (lo_head, lo_rest), (hi_head, hi_rest) = divmod(lo, size), divmod(hi, size)
+    if lo_head == hi_head:
+        return [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, hi_rest, width - 1)]
+    out, tail = [], []
+    if lo_rest:
+        out = [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, size - 1, width - 1)]
+        lo_head += 1
+    if hi_rest != size - 1:
+        tail = [f"{hi_head}{rest}" for rest in _fixed_width(0, hi_rest, width - 1)]
+        hi_head -= 1
+    if lo_head <= hi_head:
+        head = str(lo_head) if lo_head == hi_head else f"[{lo_head}-{hi_head}]"
+        out.append(head + "[0-9]" * (width - 1))
+    return out + tail
+
+
+def octet_range(lo: int, hi: int) -> str:
+    """A regex for the decimal octets lo..hi, as an address prints them (no leading zeros).
+
+    >>> octet_range(64, 127), octet_range(10, 10), octet_range(0, 255)
+    ('(6[4-9]|[7-9][0-9]|1[0-1][0-9]|12[0-7])', '10', '[0-9]{1,3}')
+    """
+    if (lo, hi) == (0, 255):
+        return "[0-9]{1,3}"
+    patterns = []
+    for width, (first, last) in enumerate(((0, 9), (10, 99), (100, 255)), start=1):
+        if lo <= last and hi >= first:
+            patterns += _fixed_width(max(lo, first), min(hi, last), width)
+    return patterns[0] if len(patterns) == 1 else "(" + "|".join(patterns) + ")"
+
+
+def _ipv4_regex(net: ipaddress.IPv4Network) -> str:
+    """
+    >>> _ipv4_regex(ipaddress.IPv4Network("172.16.0.0/12"))
+    '172[.](1[6-9]|2[0-9]|3[0-1])[.][0-9]{1,3}[.][0-9]{1,3}'
+    >>> _ipv4_regex(ipaddress.IPv4Network("10.20.0.53/32"))
+    '10[.]20[.]0[.]53'
+    """
+    octets, parts = net.network_address.packed, []
+    for i in range(4):
+        bits = min(max(net.prefixlen - 8 * i, 0), 8)
+        low = octets[i] & (0xFF << (8 - bits)) & 0xFF
+        parts.append(octet_range(low, low + (1 << (8 - bits)) - 1))
+    return "[.]".join(parts)
+
+
+def _ipv6_regex(net: ipaddress.IPv6Network) -> str:
+    """An address in the network in its canonical (compressed, lower-case) form, as Go prints it;
+    only /128 or a multiple of 16 bits can be matched this way."""
+    if net.prefixlen == 128:
+        return re.escape(str(net.network_address))
+    if net.prefixlen % 16:
+        raise ValueError(f"IPv6 {net} cannot be matched in PromQL: use a /16-multiple or addresses")
+    groups = net.network_address.exploded.split(":")[: net.prefixlen // 16]
+    return ":".join(g.lstrip("0") or "0" for g in groups) + ":[0-9a-f:]*"
+
+
+def upstream_regex(networks: str) -> str:
+    """A regex for CoreDNS's `to` label (``host:port``, IPv6 in brackets) inside the networks.
+
+    >>> print(upstream_regex("10.20.0.0/16, 2001:db8::53"))
+    (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+|\\[(2001:db8::53)\\]:[0-9]+
+    """
+    v4, v6 = [], []
+    for net in parse_allowed_dns(networks):
+        if isinstance(net, ipaddress.IPv4Network):
+            v4.append(_ipv4_regex(net))
+        else:
+            v6.append(_ipv6_regex(net))
+    alternatives = []
+    if v4:
+        alternatives.append(f"({'|'.join(v4)}):[0-9]+")
+    if v6:
+        alternatives.append(f"\\[({'|'.join(v6)})\\]:[0-9]+")
+    return "|".join(alternatives)
+
+
+def _pod_node(selector: str) -> str:
+    """namespace, pod → node of the pods kube_pod_info selects."""
+    return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
+
+
+def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
+    window = f"{REMAP_UNCORRECTABLE_METRIC}[{duration(p.remap_window_s)}]"
+    return f"{_per_gpu(with_node_label(f'increase({window})'))} > 0"
+
+
+def alert_row_remap_failed() -> str:
+    return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
+
+
+def alert_service_network_down(p: NodeAlertParams) -> str:
+    """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node."""
+    pods = "\nor ".join(f"kube_pod_info{{{sel}}}" for sel in p.service_network_pods)
+    not_ready = 'max by (namespace, pod) (kube_pod_status_ready{condition=~"false|unknown"}) == 1'
+    ready_node = 'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1'
+    return (
+        f"{_block(not_ready)}\n* on (namespace, pod) group_left (node)\n"
+        f"max by (namespace, pod, node) {_block(pods)}\n"
+        f"and on (node) {_block(ready_node)}"
+    )
+
+
+def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
+    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name."""
+    allowed = upstream_regex(s.conformance_allowed_dns or INTERNAL_UPSTREAMS).replace("\\", "\\\\")
+    w = duration(p.coredns_window_s)
+    parts = []
+    for metric in COREDNS_FORWARD_METRICS:
+        selector = metric + ("" if metric.endswith("{") else ", ") + f'to!~"{allowed}"}}'
+        parts.append(f"sum by (namespace, pod, to) (increase({selector}[{w}])) > 0")
+    return "\nor\n".join(parts)
+
+
+def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
+    c, w = p.gfd_container, duration(p.gfd_window_s)
+    restarts = (
+        "sum by (namespace, pod) "
+        f'(increase(kube_pod_container_status_restarts_total{{container="{c}"}}[{w}]))'
+        f" >= {p.gfd_restarts}"
+    )
+    pods = _pod_node(f'pod=~"{c}-.+"')
+    return (
+        f"{_block(restarts)}\n* on (namespace, pod) group_left (node)\n{pods}\n"
+        f"and on (node) {not_cordoned()}"
+    )
+
+
+def alert_agent_check_failed(check: str, cordoned_too: bool) -> str:
+    expr = f'max by (node, check) ({CHECK_OK}{{check="{check}"}}) == 0'
+    return expr if cordoned_too else f"{expr}\nand on (node) {not_cordoned()}"
+
+
+def alert_agent_check_unknown() -> str:
+    return f'max by (node, check) ({CHECK_STATUS}{{status="UNKNOWN"}}) == 1'
+
+
+def alert_agent_missing(p: NodeAlertParams) -> str:
+    """GPU nodes without a recent agent run: no pod, no scrape, or a stuck loop."""
+    fresh = f"time() - max by (node) ({LAST_RUN}) < {p.agent_stale_after_s}"
+    return f"max by (node) ({CAPACITY_METRIC}) > 0\nunless on (node) {_block(fresh)}"

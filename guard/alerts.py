@@ -15,7 +15,7 @@ from typing import Any
 import click
 import yaml
 
-from guard import alert_queries, queries
+from guard import alert_queries, queries, runbook
 from guard.names import APP_LABEL, COMPONENT_LABEL, Annotations
 from guard.queries import duration as dur
 from guard.settings import Settings
@@ -36,13 +36,19 @@ class Rule:
     summary: str
     description: str
     for_s: int = 0
+    labels: tuple[tuple[str, str], ...] = ()  # besides severity, e.g. the notification route's
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, runbook_base_url: str) -> dict[str, Any]:
+        """The rule as written; `runbook_url` links the alert's section of docs/runbook.md."""
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
         if self.for_s:
             rule["for"] = queries.duration(self.for_s)
-        rule["labels"] = {"severity": self.severity}
-        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        rule["labels"] = {"severity": self.severity, **dict(self.labels)}
+        rule["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": runbook.url(runbook_base_url, runbook.alert_anchor(self.alert)),
+        }
         return rule
 
 
@@ -142,12 +148,219 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
+
+
+def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
+    """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
+    names = Annotations(s.annotation_prefix)
+    returned = Annotations(s.annotation_prefix).returned
+    return (
+        Rule(
+            "GPUNodeGuardCordoned",
+            alert_queries.alert_guard_cordoned(s, p),
+            "info",
+            "gpu-node-guard cordoned {{ $labels.node }}: {{ $labels.reason }}"
+            "{{ with $labels.pci }} on GPU {{ . }}{{ end }}"
+            "{{ with $labels.UUID }} ({{ . }}){{ end }}",
+            "No new pods land on the node; running pods keep running (the guard never drains). The"
+            " guard collects evidence in a Job and returns the node by itself once it is repaired"
+            f" (power cycle; after a reset-class Xid a GPU reset and {names.reset_done}) and a load"
+            " test passed. Nothing to do unless a page follows; to keep the node out after the"
+            f" repair, set {names.hold}.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+        Rule(
+            "GPUNodeGuardReturned",
+            alert_queries.alert_guard_returned(s, p),
+            "info",
+            "{{ $labels.node }} returned to service: load test"
+            "{{ with $labels.job_name }} job/{{ . }}{{ end }} passed",
+            "The guard uncordoned the node{{ with $labels.returned_at }} at {{ . }}{{ end }} after"
+            " the repair and a passed load test; pods can land on it again. The node keeps"
+            f" {returned} until its next cordon, and the fault stays in the ledger"
+            f" ({s.ledger_configmap}): another incident on the same card holds the node for a"
+            " person.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+    )
+
+
+# ── Node lifecycle rules: row remapping, service network, CoreDNS, gpu-feature-discovery, agent ──
+
+AGENT_NAMESPACE = "gpu-node-guard-jobs"  # manifests/agent/
+_AGENT_INFO = 'gpu_node_guard_agent_check_info{node="{{ $labels.node }}", check="%s"}'
+
+
+def node_rules(s: Settings, p: alert_queries.NodeAlertParams | None = None) -> tuple[Rule, ...]:
+    p = p or alert_queries.NodeAlertParams()
+    q, remap_w = alert_queries, dur(p.remap_window_s)
+    allowed = s.conformance_allowed_dns or "private, shared, link-local and loopback IPv4"
+    agent_pods = (
+        f"`kubectl -n {AGENT_NAMESPACE} get pods -l app.kubernetes.io/component=agent -o wide`"
+    )
+    return (
+        Rule(
+            "GPURowRemapUncorrectable",
+            q.alert_row_remap_uncorrectable(p),
+            "critical",
+            f'{{{{ $value | printf "%.0f" }}}} uncorrectable row remap(s) on {_GPU} in {remap_w}',
+            "The GPU's memory had an uncorrectable (double-bit) error and retired the row to a"
+            " spare; the job on that GPU has likely died. Cordon the node (`kubectl cordon"
+            " {{ $labels.node }}`) so no new work lands on the GPU; once its jobs have ended, reset"
+            " the GPU so the remap takes effect, and record the card (UUID) in the fault ledger."
+            " Repeated remaps on the same card mean a replacement (RMA)."
+            f" It ends {remap_w} after the last remap: resolved is quiet, not repaired.",
+        ),
+        Rule(
+            "GPURowRemapFailed",
+            q.alert_row_remap_failed(),
+            "critical",
+            f"Row remapping failed on {_GPU}",
+            "The card has no spare row left for an uncorrectable memory error and keeps faulting."
+            " Cordon the node and request a card replacement (RMA) with the UUID. Silent once the"
+            " node is cordoned (NodeCordonedTooLong follows up).",
+        ),
+        Rule(
+            "NodeServiceNetworkDown",
+            q.alert_service_network_down(p),
+            "critical",
+            "{{ $labels.namespace }}/{{ $labels.pod }} not Ready on {{ $labels.node }}:"
+            " the node's service network is down",
+            "kube-proxy or the CNI pod on this Ready node is not Ready, so pods there cannot reach"
+            " Services. `kubectl -n {{ $labels.namespace }} describe pod {{ $labels.pod }}` and its"
+            " logs. kube-proxy in IPVS mode exiting with 'Ipvs not supported' means ip_vs is not"
+            " loaded (GPUNodeIpvsNotLoaded): `modprobe ip_vs` on the node and make it persistent"
+            " (`gpu-node-guard conformance --fix`). Nodes that are not Ready are left to the node"
+            " alerts.",
+            p.service_network_for_s,
+        ),
+        Rule(
+            "CoreDNSForwardNotAllowed",
+            q.alert_coredns_forward_not_allowed(s, p),
+            "warning",
+            "CoreDNS {{ $labels.namespace }}/{{ $labels.pod }} forwarded {{ $value | printf"
+            f' "%.0f" }}}} queries to {{{{ $labels.to }}}} in {dur(p.coredns_window_s)},'
+            " outside the allowed upstreams",
+            f"Allowed upstreams: {allowed}. A resolver outside them can answer internal names"
+            " with public records. CoreDNS inherits the upstream list of the node it runs on:"
+            " `kubectl -n {{ $labels.namespace }} get pod {{ $labels.pod }} -o wide`, run"
+            " `gpu-node-guard conformance --allowed-dns …` on that node (dns-upstream names the"
+            " file and the address), fix the node's resolver source (netplan, systemd-resolved),"
+            " then delete that CoreDNS pod so it restarts with the fixed list.",
+        ),
+        Rule(
+            "GPUFeatureDiscoveryRestartLoop",
+            q.alert_gfd_restart_loop(p),
+            "warning",
+            f'{p.gfd_container} restarted {{{{ $value | printf "%.0f" }}}} times in'
+            f" {dur(p.gfd_window_s)} on {{{{ $labels.node }}}}",
+            f"{p.gfd_container} cannot initialise NVML on this uncordoned node, usually because a"
+            " GPU is gone or the driver is broken. Look for GPUHardwareXid, GPUCountDropped and"
+            " GPUNodeDriverMismatch on the node, and `kubectl -n {{ $labels.namespace }} logs"
+            " {{ $labels.pod }} --previous`. Silent once the node is cordoned.",
+        ),
+        Rule(
+            "GPUNodeDriverMismatch",
+            q.alert_agent_check_failed("nvidia-match", cordoned_too=False),
+            "critical",
+            "{{ $labels.node }}: NVIDIA kernel module and NVML library differ",
+            "The driver was upgraded on disk without a reboot: every new CUDA or NVML process on"
+            " this node fails while the node stays Ready. Both versions:"
+            f" `{_AGENT_INFO % 'nvidia-match'}`. Cordon the node, let its GPU jobs end, reboot it"
+            " into the new driver, then hold the driver packages (conformance package-hold)."
+            " Silent once the node is cordoned.",
+            p.agent_failed_for_s,
+        ),
+        Rule(
+            "GPUNodeIpvsNotLoaded",
+            q.alert_agent_check_failed("ipvs-loaded", cordoned_too=True),
+            "critical",
+            "{{ $labels.node }}: ip_vs is not loaded but kube-proxy runs in IPVS mode",
+            "kube-proxy exits with 'Ipvs not supported' and the node's pods lose Services. On the"
+            " node: `modprobe ip_vs` (or `gpu-node-guard conformance --fix`, which also writes"
+            " /etc/modules-load.d/ipvs.conf so the next reboot keeps it), then check kube-proxy.",
+            p.agent_failed_for_s // 2,
+        ),
+        Rule(
+            "GPUNodeDnsUpstreamNotAllowed",
+            q.alert_agent_check_failed("dns-upstream", cordoned_too=True),
+            "warning",
+            "{{ $labels.node }}: pods get a resolver outside the allowed upstreams",
+            "The resolv.conf kubelet hands pods lists a resolver outside the agent's --allowed-dns;"
+            " CoreDNS pods on this node forward to it. The file and the address:"
+            f" `{_AGENT_INFO % 'dns-upstream'}`. Fix the node's resolver source (netplan,"
+            " systemd-resolved), restart kubelet (rke2-agent on RKE2), then delete the CoreDNS pods"
+            " on the node.",
+            p.agent_failed_for_s,
+        ),
+        Rule(
+            "GPUNodeAgentCheckUnknown",
+            q.alert_agent_check_unknown(),
+            "warning",
+            "{{ $labels.node }}: the node agent cannot read what {{ $labels.check }} needs",
+            "The check is blind on this node (a host path not mounted, a file it may not read), so"
+            " a fault there goes unseen. What failed:"
+            ' `gpu_node_guard_agent_check_info{node="{{ $labels.node }}",'
+            ' check="{{ $labels.check }}"}`; the agent pod\'s log on the node: ' + agent_pods + ".",
+            p.agent_unknown_for_s,
+        ),
+        Rule(
+            "GPUNodeAgentMissing",
+            q.alert_agent_missing(p),
+            "warning",
+            f"No node agent result from GPU node {{{{ $labels.node }}}} in the last"
+            f" {dur(p.agent_stale_after_s)}",
+            "Driver/NVML mismatches, ip_vs and DNS on this node go unseen: no agent pod there, a"
+            " pod that does not start (a host path missing), no scrape (PodMonitor not selected),"
+            " or a stuck loop. " + agent_pods + ".",
+            p.agent_stale_after_s,
+        ),
+    )
+
+
+def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
+    """GPUNodeGuardNotRunning from the guard's own pushes (AlertParams.not_running_source)."""
+    ns, after = s.namespace, dur(p.not_running_after_s)
+    age = alert_queries.last_run_age(s)
+    return Rule(
+        "GPUNodeGuardNotRunning",
+        alert_queries.alert_guard_not_running_pushed(s, p),
+        "warning",
+        f"The guard in namespace {ns} pushed no successful run for {after}"
+        " (no node or GPU is being isolated)",
+        f"Faulted GPU nodes are not cordoned meanwhile. {{{{ with query `{age}` }}}}The last run"
+        " of any result ended {{ . | first | value | humanizeDuration }} ago: recent means runs"
+        f" fail (the latest Job's log in {ns} ends in one `abort reason=` line), old means none"
+        f" runs (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees"
+        " no run at all: none pushed (check the CronJob and its --pushgateway-url), the"
+        " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
+        " it with honor_labels: true).{{ end }}",
+    )
+
+
+def _not_running_from(
+    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule, ...]
+) -> tuple[Rule, ...]:
+    if p.not_running_source == "kube-state-metrics":
+        return rules
+    return tuple(
+        not_running_pushed_rule(s, p) if r.alert == "GPUNodeGuardNotRunning" else r for r in rules
+    )
+
+
 def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any]]:
     """The rule groups shipped in both files."""
-    return [
-        {"name": "gpu-node-guard.gpu", "rules": [r.as_dict() for r in gpu_rules(s, p)]},
-        {"name": "gpu-node-guard.guard", "rules": [r.as_dict() for r in guard_rules(s, p)]},
-    ]
+    groups = (
+        ("gpu-node-guard.gpu", gpu_rules(s, p)),
+        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p))),
+        ("gpu-node-guard.notify", notify_rules(s, p)),
+        ("gpu-node-guard.node", node_rules(s)),
+    )
+    url = p.runbook_base_url
+    return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
 
 
 # ── Files ───────────────────────────────────────────────────────────────────────────────────────
@@ -186,7 +399,8 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
     names = Annotations(s.annotation_prefix)
     return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason}]",
+        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},"
+        f"{Annotations(s.annotation_prefix).returned}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 

@@ -6,10 +6,11 @@ import functools
 import importlib
 import json
 import os
-import re
+import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,17 +20,21 @@ import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
-from guard.jobs import JobTemplates, TemplateLoadError
+from guard.bundle import BundleError, load_bundle
+from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
-from guard.log import Log
-from guard.names import Annotations
+from guard.log import Log, Value
+from guard.names import is_dns_subdomain
+from guard.outcome import Outcome, failed, tally
+from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
-from guard.settings import Settings, setting_fields
+from guard.retry import Backoff
+from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
     SnapshotError,
     build_snapshot,
@@ -37,8 +42,6 @@ from guard.snapshot import (
     read_cluster,
     read_prom,
 )
-
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -59,9 +62,10 @@ class Rfc3339(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
         if isinstance(value, datetime):
             return value
-        if not _RFC3339.match(str(value)):
-            self.fail(f"{value!r} is not RFC 3339 (e.g. 2026-09-21T05:55:00Z)", param, ctx)
-        return parse_time(str(value))
+        try:
+            return parse_time(str(value))
+        except ValueError as exc:  # impossible dates and overflow included
+            self.fail(f"{value!r}: {exc}", param, ctx)
 
 
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
@@ -100,11 +104,18 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def build_settings(options: dict[str, Any]) -> Settings:
+    """The Settings from click's values; a refused value is one usage line naming its flag."""
     names = {f.name for f in setting_fields()}
     try:
         return Settings(**{k: v for k, v in options.items() if k in names})
-    except ValueError as exc:
-        raise click.UsageError(f"bad setting: {exc}") from None
+    except SettingsError as exc:
+        problems = "; ".join(f"{_flag(name)} {text}" for name, text in exc.problems)
+        raise click.UsageError(f"bad setting: {problems}") from None
+
+
+def _flag(name: str) -> str:
+    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`."""
+    return f"--{name.replace('_', '-')} (GUARD_{name.upper()})"
 
 
 class LazyGroup(click.Group):
@@ -116,6 +127,7 @@ class LazyGroup(click.Group):
         "ledger": "guard.evidence.cli:ledger",
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
+        "agent": "guard.agent.cli:agent",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -131,10 +143,34 @@ class LazyGroup(click.Group):
 
 @click.group(
     cls=LazyGroup,
+    invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-def cli() -> None:
+@click.version_option(package_name="gpu-node-guard", prog_name="gpu-node-guard")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Keeps a Kubernetes GPU node pool healthy: isolate faulted nodes, return repaired ones."""
+    if ctx.invoked_subcommand is None:  # bare `gpu-node-guard`: the help, and success
+        click.echo(ctx.get_help())
+
+
+def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[tuple[str, ...]]:
+    """Every command under `group`, as the words a person types (for help and packaging checks).
+
+    >>> ("render",) in command_paths(cli) and ("evidence", "classify") in command_paths(cli)
+    True
+    """
+    ctx = ctx or click.Context(group, info_name="gpu-node-guard")
+    out: list[tuple[str, ...]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None:
+            continue
+        out.append((name,))
+        if isinstance(command, click.Group):
+            sub = click.Context(command, info_name=name, parent=ctx)
+            out.extend((name, *path) for path in command_paths(command, sub))
+    return out
 
 
 @cli.command()
@@ -180,13 +216,11 @@ def run(
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
-    log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
+    log.emit("settings", _settings_fields(s))
     try:
-        templates = JobTemplates.load()
-        actions, _executor, counters = _cycle(
-            s, prom, templates, log, dry_run, at, cluster_snapshot, output
-        )
-    except (PromError, KubeError, SnapshotError, TemplateLoadError) as exc:
+        templates = load_bundle().templates  # every shipped file checked before anything runs
+        result = _cycle(s, prom, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
+    except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
@@ -199,95 +233,141 @@ def run(
         )
         sys.exit(1)
     if output == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "at": counters["at"],
-                    "dry_run": dry_run,
-                    "actions": [_json_action(a) for a in actions],
-                    "counts": counters,
-                },
-                sort_keys=False,
-            )
-        )
+        click.echo(json.dumps(result.to_json(), sort_keys=False))
+    if failed(result.outcomes):
+        sys.exit(1)
+
+
+def _settings_fields(s: Settings) -> dict[str, Value]:
+    """The one `settings` line, sorted, values typed (lists comma-joined); no kubeconfig path."""
+    out: dict[str, Value] = {}
+    for f in sorted(setting_fields(), key=lambda f: f.name):
+        value = getattr(s, f.name)
+        if f.name != "kubeconfig":
+            out[f.name] = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """How `run` was asked to read and what to do with the plan."""
+
+    dry_run: bool
+    at: datetime | None
+    snapshot_file: Path | None
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one cycle did: the plan, what became of each action, and the counts built from that."""
+
+    dry_run: bool
+    actions: tuple[Action, ...]
+    outcomes: tuple[Outcome, ...]
+    counts: dict[str, Value]
+
+    def to_json(self) -> dict[str, Any]:
+        """``--output json``: every action with its outcome, and the `done` line's counts."""
+        rows = []
+        for o in self.outcomes:
+            row = to_json(o.action)
+            row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
+            rows.append(row)
+        return {"at": self.counts["at"], "dry_run": self.dry_run, "actions": rows,
+                "counts": self.counts}  # fmt: skip
 
 
 def _cycle(
-    s: Settings,
-    prom: PromClient,
-    templates: JobTemplates,
-    log: Log,
-    dry_run: bool,
-    at: datetime | None,
-    snapshot_file: Path | None,
-    output: str,
-) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
+    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs
+) -> CycleResult:
     started = time.monotonic()
-    now = at or datetime.now(UTC).replace(microsecond=0)
+    backoff = Backoff(started + s.cycle_deadline_s)
+    now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = None
-    if snapshot_file is not None:  # a bad file is reported before any query runs
-        objs = load_cluster_file(snapshot_file, s)
+    # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
+    if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
+        objs = load_cluster_file(inputs.snapshot_file, s)
     else:
-        kube = Kube.connect(
-            s.kubeconfig, in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        )
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
         objs = read_cluster(kube, s)
-    # The Node names join dcgm-exporter's series to Nodes (guard.prom_view).
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
     snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
     if missing:
-        log.event("dcgm-missing", "WARN", **coverage_pairs(missing))
+        log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
-    if dry_run:
-        stream = sys.stderr if output == "json" else sys.stdout
-        executor: Any = PrintExecutor(Log(log.fmt, stream), show_manifests=output == "text")
+    executor: PrintExecutor | KubeExecutor
+    if inputs.dry_run:
+        stream = sys.stderr if inputs.output == "json" else sys.stdout
+        printer_log = Log(log.fmt, stream, log.clock)
+        executor = PrintExecutor(printer_log, show_manifests=inputs.output == "text")
     else:
         assert kube is not None
-        executor = KubeExecutor(kube, log, Annotations(s.annotation_prefix), s.namespace)
+        executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
     for action in actions:
         executor.apply(action)
-    counts = _counts(actions)
-    counters = {
+    executor.log.summarise()
+    outcomes = tuple(executor.outcomes)
+    counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
         "candidates": len({c.node for c in view.candidates}),
-        **counts,
+        **tally(outcomes),
         "prometheus_requests": prom.requests_made,
         "api_requests": kube.requests_made if kube else 0,
+        "api_retries": backoff.waits,
         "elapsed_s": round(time.monotonic() - started, 3),
     }
-    log.event("done", **{k: v for k, v in counters.items() if k != "at"})
-    return actions, executor, counters
+    bad = len(failed(outcomes))
+    done = {k: v for k, v in counts.items() if k != "at"}
+    if bad:
+        done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
+    log.emit("done", done, "ERROR" if bad else "INFO")
+    return CycleResult(inputs.dry_run, actions, outcomes, counts)
 
 
-def _counts(actions: tuple[Action, ...]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for a in actions:
-        word = to_json(a)["type"].replace("-", "_")
-        counts[word] = counts.get(word, 0) + 1
-    return counts
+def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise click.BadParameter(f"{value!r} is not a node name (a DNS-1123 subdomain)")
+    return value
 
 
-def _json_action(action: Action) -> dict[str, Any]:
-    return to_json(action)
+def _pci(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return normalize_pci(value)
+    except PciAddressError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["evidence", "loadtest", "conformance"]))
-@click.option("--node", required=True, help="Node the Job is pinned to.")
-@click.option("--pci", default="0000:00:00.0", show_default=True, help="Faulted GPU (evidence).")
-@click.option("--xid", type=int, default=79, show_default=True)
-@click.option("--gpus", type=int, default=8, show_default=True, help="GPUs of the node (loadtest).")
+@click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
+@click.option("--node", required=True, callback=_node_name, help="Node the Job is pinned to.")
+@click.option(
+    "--pci",
+    default="0000:00:00.0",
+    show_default=True,
+    callback=_pci,
+    help="Faulted GPU (evidence).",
+)
+@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
+@click.option(
+    "--gpus",
+    type=click.IntRange(0, 1024),
+    default=8,
+    show_default=True,
+    help="GPUs of the node (loadtest).",
+)
 @settings_options
 def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:
     """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
     s = build_settings(options)
     try:
-        templates = JobTemplates.load()
+        templates = load_bundle().templates
         manifest = render_example_job(s, templates, kind, (node, pci, xid, gpus))  # type: ignore[arg-type]
-    except TemplateLoadError as exc:
+    except (TemplateLoadError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 

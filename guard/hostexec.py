@@ -1,10 +1,15 @@
 """The one door to host commands: every process the guard's host checks start goes through `run`.
 
 `run` is bounded in time and never raises: a command that cannot start, or runs past its timeout,
-comes back as a value, and each caller words it for its own report. Every command runs in its own
-process group with stdin closed, so a timeout kills the whole group, children included. Inside a
-Job, callers prefix ``NSENTER_PREFIX`` so commands see the host's mount namespace (its modprobe,
-journalctl, lspci, /lib/modules and rke2 binary).
+comes back as a value. Every command runs in its own process group with stdin closed, so a timeout
+kills the whole group, children included. Inside a Job, callers prefix ``NSENTER_PREFIX`` so
+commands see the host's mount namespace (its modprobe, journalctl, lspci, /lib/modules and rke2
+binary).
+
+On top of `run`, the values every host check shares: `CommandResult` (one command's outcome,
+worded in one line by `why`), `Unknown` (a host fact, from a command or a file, that could not be
+established) and `Runner` / `HostRunner` (what the evidence and conformance programs are given, so
+tests can answer commands from a table).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 # PID 1's mount namespace; the Job has hostPID and CAP_SYS_ADMIN.
 NSENTER_PREFIX = ("nsenter", "-t", "1", "-m", "--")
@@ -82,3 +88,88 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             if stream is not None:
                 stream.close()
     proc.poll()
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A host fact that could not be established: `what` was read, `why` it failed (one line each).
+
+    Reported, never fatal: the rest of the host is still read.
+
+    >>> str(Unknown("journalctl -k -b 0", "timed out after 20s"))
+    'journalctl -k -b 0: timed out after 20s'
+    """
+
+    what: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """One host command's outcome. `argv` is the command as asked, without the runner's prefix;
+    `returncode` is None when it did not start or timed out, and then `error` says which."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.returncode == 0
+
+    @property
+    def missing(self) -> bool:
+        """The program does not exist (127 is how nsenter and shells report it)."""
+        return self.returncode == 127 or "No such file or directory" in self.error
+
+    @property
+    def why(self) -> str:
+        """ "" when ok; else one line: the error, or the exit status and the last stderr line."""
+        if self.ok:
+            return ""
+        if self.error:
+            return self.error
+        lines = self.stderr.strip().splitlines()
+        return f"exit {self.returncode}: {lines[-1] if lines else 'no message'}"
+
+    def as_unknown(self) -> Unknown:
+        return Unknown(" ".join(self.argv), self.why)
+
+
+def run_command(argv: Sequence[str], timeout_s: float, prefix: Sequence[str] = ()) -> CommandResult:
+    """`run` of ``prefix + argv``, as a `CommandResult` about `argv`; never raises.
+
+    >>> run_command(["sh", "-c", "echo 'FATAL: Module ip_vs not found' >&2; exit 1"], 5).why
+    'exit 1: FATAL: Module ip_vs not found'
+    """
+    args = tuple(argv)
+    match run((*prefix, *args), timeout_s):
+        case Exited(returncode, stdout, stderr):
+            return CommandResult(args, returncode, stdout, stderr)
+        case NotStarted(strerror):
+            return CommandResult(args, None, "", "", f"cannot start {args[0]}: {strerror}")
+        case TimedOut():
+            return CommandResult(args, None, "", "", f"timed out after {timeout_s:g}s")
+
+
+class Runner(Protocol):
+    """Runs one host command; `HostRunner` for real, a table of answers in tests."""
+
+    def run(self, argv: tuple[str, ...]) -> CommandResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HostRunner:
+    """Real commands, each limited to `timeout_s`; `prefix` (e.g. NSENTER_PREFIX) runs before
+    each and is left out of the result."""
+
+    timeout_s: float
+    prefix: tuple[str, ...] = ()
+
+    def run(self, argv: tuple[str, ...]) -> CommandResult:
+        return run_command(argv, self.timeout_s, self.prefix)

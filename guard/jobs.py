@@ -47,6 +47,9 @@ class JobSpec:
     ttl_s: int
     workload_service_account: str
     gpus: int = 0
+    # The pod's nodeSelector, (key, value) pairs: the GPU-node label the kubelet checks even
+    # though nodeName bypasses the scheduler (so a Job cannot run on a CPU or control-plane node).
+    node_selector: tuple[tuple[str, str], ...] = ()
 
     @property
     def node_label(self) -> str:

@@ -20,9 +20,20 @@ from guard.pci import PciAddressError, normalize_pci
 
 UNKNOWN_PCI = "unknown"  # older dcgm-exporters carry no pci_bus_id label
 
+# The shape of an incident line; each field is then checked on its own, ASCII only (`\d` and
+# str.isdigit() also accept other scripts' digits and superscripts).
 _LINE = re.compile(
-    r"^(?P<at>\S+)\s+xid-(?P<xid>\d+)\s+(?P<pci>\S+)\s+(?P<uuid>GPU-[0-9A-Fa-f-]+)\s+(?P<rec>\S+)\s*$"
+    r"^(?P<at>\S+)\s+xid-(?P<xid>\S+)\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*$"
 )
+_XID = re.compile(r"^[0-9]{1,6}$", re.ASCII)
+_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]+$", re.ASCII)
+_RFC3339 = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$",
+    re.ASCII,
+)
+# Times outside these years are typing errors, and near year 1 or 9999 a zone offset overflows.
+_YEARS = range(1970, 9999)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +55,18 @@ class LedgerEntry:
         return f"{format_time(self.at)} xid-{self.xid} {self.pci} {self.uuid} {self.recorder}"
 
 
+NOT_A_LINE = "not a ledger line"  # the `problem` of a hand note: kept, never counted
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerLine:
-    """One non-blank line of a node's ledger text; `entry` is None when it did not parse."""
+    """One non-blank line of a node's ledger text; `entry` is None when it did not parse, and
+    `problem` then says why (`NOT_A_LINE` for text that does not look like an incident)."""
 
     node: str
     raw: str
     entry: LedgerEntry | None
+    problem: str = ""
 
 
 def format_time(at: datetime) -> str:
@@ -59,11 +75,34 @@ def format_time(at: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """Parse RFC 3339 (``Z`` or offset); raises ValueError otherwise."""
-    parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    if parsed.tzinfo is None:
-        raise ValueError(f"time without a zone: {text!r}")
-    return parsed.astimezone(UTC)
+    """Parse RFC 3339 (``Z`` or an offset) into UTC; ValueError for anything else.
+
+    Out-of-range dates are ValueError too, never OverflowError. The message does not repeat
+    `text`; callers name the value and where it came from.
+
+    >>> parse_time("2026-09-21T14:52:44+09:00")
+    datetime.datetime(2026, 9, 21, 5, 52, 44, tzinfo=datetime.timezone.utc)
+    >>> parse_time("9999-12-31T23:59:59-23:59")
+    Traceback (most recent call last):
+    ValueError: time out of range (years 1970-9998)
+    >>> parse_time("2026-13-45T99:00:00Z")
+    Traceback (most recent call last):
+    ValueError: not a valid time (month must be in 1..12)
+    """
+    if not _RFC3339.match(text):
+        raise ValueError("not RFC 3339 (e.g. 2026-09-21T05:55:00Z)")
+    iso = text[:10] + "T" + text[11:]
+    iso = iso[:-1] + "+00:00" if iso[-1] in "Zz" else iso
+    out_of_range = f"time out of range (years {_YEARS.start}-{_YEARS.stop - 1})"
+    try:
+        parsed = datetime.fromisoformat(iso).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(out_of_range) from None
+    except ValueError as exc:
+        raise ValueError(f"not a valid time ({exc})") from None
+    if parsed.year not in _YEARS:
+        raise ValueError(out_of_range)
+    return parsed
 
 
 def parse_line(node: str, raw: str) -> LedgerLine:
@@ -71,12 +110,21 @@ def parse_line(node: str, raw: str) -> LedgerLine:
 
     >>> parse_line("b", "2026-09-10T13:03:59Z xid-79 0000:99:00.0 GPU-1a2b manual").entry.xid
     79
-    >>> parse_line("b", "power cycled by infra 9/22").entry is None
-    True
+    >>> parse_line("b", "power cycled by infra 9/22").problem
+    'not a ledger line'
+    >>> parse_line("b", "0001-01-01T00:00:00+01:00 xid-79 0000:99:00.0 GPU-1a2b manual").problem
+    'time out of range (years 1970-9998)'
+    >>> parse_line("b", "2026-09-10T13:03:59Z xid-٧٩ 0000:99:00.0 GPU-1a2b manual").problem
+    "Xid '٧٩' is not an ASCII number"
+
     """
     match = _LINE.match(raw.strip())
     if match is None:
-        return LedgerLine(node, raw, None)
+        return LedgerLine(node, raw, None, NOT_A_LINE)
+    if not _XID.match(match["xid"]):
+        return LedgerLine(node, raw, None, f"Xid {match['xid']!r} is not an ASCII number")
+    if not _UUID.match(match["uuid"]):
+        return LedgerLine(node, raw, None, f"{match['uuid']!r} is not a GPU UUID")
     try:
         entry = LedgerEntry(
             node=node,
@@ -86,19 +134,27 @@ def parse_line(node: str, raw: str) -> LedgerLine:
             uuid=match["uuid"],
             recorder=match["rec"],
         )
-    except (ValueError, PciAddressError):
-        return LedgerLine(node, raw, None)
+    except ValueError as exc:  # PciAddressError is one
+        return LedgerLine(node, raw, None, str(exc))
     return LedgerLine(node, raw, entry)
 
 
-def parse_ledger(data: Mapping[str, str]) -> tuple[LedgerLine, ...]:
-    """All lines of a ledger ConfigMap's `data`, node keys in sorted order, file order within."""
-    return tuple(
-        parse_line(node, raw)
-        for node in sorted(data)
-        for raw in data[node].splitlines()
-        if raw.strip()
-    )
+def parse_ledger(data: Mapping[str, object]) -> tuple[LedgerLine, ...]:
+    """All lines of a ledger ConfigMap's `data`, node keys in sorted order, file order within.
+
+    A value that is not text (only a hand-made file has one) is one unreadable line of its key.
+
+    >>> [(ln.node, ln.problem) for ln in parse_ledger({"b": 7})]
+    [('b', 'value is not text')]
+    """
+    out: list[LedgerLine] = []
+    for node in sorted(data, key=str):
+        text = data[node]
+        if not isinstance(text, str):
+            out.append(LedgerLine(str(node), repr(text), None, "value is not text"))
+            continue
+        out.extend(parse_line(str(node), raw) for raw in text.splitlines() if raw.strip())
+    return tuple(out)
 
 
 def entries(lines: Iterable[LedgerLine]) -> tuple[LedgerEntry, ...]:
@@ -131,7 +187,10 @@ def count(lines: Iterable[LedgerLine], uuid: str | None, node: str, pci: str | N
     The card count is the primary key so a card's history follows it to another slot or node.
     """
     found = entries(lines)
-    slot = normalize_pci(pci) if pci and pci != UNKNOWN_PCI else None
+    try:
+        slot = normalize_pci(pci) if pci and pci != UNKNOWN_PCI else None
+    except PciAddressError:
+        slot = None
     card_hits = [e for e in found if uuid and e.uuid.lower() == uuid.lower()]
     slot_hits = [e for e in found if slot and e.node == node and e.pci == slot]
     last = max((e.at for e in card_hits), default=None)

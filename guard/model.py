@@ -15,11 +15,70 @@ from typing import Any, Literal
 
 from guard.ledger import LedgerLine
 
-JobStatus = Literal["running", "succeeded", "failed"]
+JobStatus = Literal["running", "succeeded", "failed", "unreadable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A value the guard could not read: where it sits, what it says, why, and the fix."""
+
+    where: str  # an annotation key, or a field path such as status.capacity[nvidia.com/gpu]
+    value: str
+    why: str
+    fix: str  # what a person does about it, one sentence
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRef:
+    """The faulted GPU of a cordon: ``<pci> <uuid>`` (either may be `unknown`)."""
+
+    pci: str
+    uuid: str
+
+    def __str__(self) -> str:
+        return f"{self.pci} {self.uuid}"
+
+
+@dataclass(frozen=True, slots=True)
+class CordonRecord:
+    """The guard's ``auto-cordon-*`` annotations of a node, parsed; None where a key is absent."""
+
+    reason: str  # xid-79, or another reason word (conformance-…)
+    xid: int | None
+    at: datetime | None
+    boot_id: str  # "" when absent or empty: then no reboot can be proven
+    gpu_capacity: int | None
+    gpu: GpuRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRecord:
+    """A person's uncordon of a guard cordon: that incident (boot, GPU, Xid) is not cordoned
+    again."""
+
+    boot_id: str  # "" when the guard knew no boot id
+    uuid: str
+    xid: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnRecord:
+    """The last return after a passed load test."""
+
+    at: datetime
+    job: str  # job/<name>
 
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
+    """One Node, every value the guard reads parsed once (`guard.objects.node_info`).
+
+    `annotations` are the raw values of the guard's own keys, kept for presence checks and the
+    executor's re-checks; planners read the typed fields. A node with `unreadable` entries is
+    reported and otherwise left alone.
+    """
+
     name: str
     resource_version: str
     unschedulable: bool
@@ -28,9 +87,31 @@ class NodeInfo:
     gpu_capacity: int
     gpu_allocatable: int
     annotations: tuple[tuple[str, str], ...] = ()
+    uid: str = ""  # metadata.uid: Events name the node by it (kubectl describe matches it)
+    cordon: CordonRecord | None = None
+    hold: str | None = None
+    reset_done: str | None = None
+    reset_done_at: datetime | None = None  # the leading RFC 3339 time of reset-done, if any
+    loadtest_result: str = ""
+    conformance_result: str = ""
+    cancelled: CancelRecord | None = None
+    returned: ReturnRecord | None = None
+    unreadable: tuple[Unreadable, ...] = ()
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)
+
+    def has(self, key: str) -> bool:
+        return any(k == key for k, _ in self.annotations)
+
+
+def rebooted(before: str, now: str) -> bool:
+    """A reboot is proven only by two known boot ids that differ; a missing one proves nothing.
+
+    >>> rebooted("boot-1", "boot-2"), rebooted("", "boot-2"), rebooted("boot-1", "")
+    (True, False, False)
+    """
+    return bool(before) and bool(now) and before != now
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +120,7 @@ class JobInfo:
     kind: str
     node: str
     status: JobStatus
+    problem: str = ""  # why the status is unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +172,27 @@ class PromView:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardEvent:
+    """One of the guard's own Events (label-selected in `default`), by its deterministic name."""
+
+    name: str
+    node: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[NodeInfo, ...]
     jobs: tuple[JobInfo, ...]
     gpu_pods: tuple[GpuPod, ...]
     ledger: tuple[LedgerLine, ...]
-    ledger_resource_version: str
     prom: PromView
+    events: tuple[GuardEvent, ...] = ()
+    # Objects the guard could not even name (a Node or guard Job without a name, only possible
+    # in a hand-made file): one line each, reported and otherwise ignored.
+    ignored: tuple[str, ...] = ()
 
     def node(self, name: str) -> NodeInfo | None:
         return next((n for n in self.nodes if n.name == name), None)

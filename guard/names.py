@@ -2,16 +2,71 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
-MANUAL_RECORDER = "manual"
 APP_LABEL = "app.kubernetes.io/name"
+APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
 COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
+# events.k8s.io/v1 `reportingController` (a qualified name, like `kubernetes.io/kubelet`).
+REPORTING_CONTROLLER = "gpu-node-guard.io/gpu-node-guard"
+
+
+def ledger_archive_pattern(ledger: str) -> str:
+    """The names of the ledger's archives, ``<ledger>-archive-<n>`` with n = 1..999999: what the
+    guard creates (guard.ledger_store) and all that the ledger policies let it create.
+
+    >>> ledger_archive_pattern("ledger")
+    '^ledger-archive-[1-9][0-9]{0,5}$'
+    """
+    return f"^{re.escape(ledger)}-archive-[1-9][0-9]{{0,5}}$"
+
+
+# Kubernetes object names (apimachinery validation: IsDNS1123Label, IsDNS1123Subdomain).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII
+)
+
+
+def is_dns_label(name: str) -> bool:
+    """A namespace name: a-z, 0-9 and -, at most 63.
+
+    >>> is_dns_label("gpu-node-guard"), is_dns_label("Bad_NS"), is_dns_label("a" * 64)
+    (True, False, False)
+    """
+    return bool(_DNS_LABEL.match(name))
+
+
+def is_dns_subdomain(name: str, longest: int = 253) -> bool:
+    """A ConfigMap, ServiceAccount or Node name: dot-separated DNS labels, at most `longest`.
+
+    >>> is_dns_subdomain("gpu-node-guard.io"), is_dns_subdomain("gpu_node"), is_dns_subdomain("")
+    (True, False, False)
+    """
+    return len(name) <= longest and bool(_DNS_SUBDOMAIN.match(name))
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    re.ASCII,
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$", re.ASCII)
+
+
+def is_label_pair(pair: str) -> bool:
+    """`key=value` with a valid label key and value (a nodeSelector of one label).
+
+    >>> is_label_pair("nvidia.com/gpu.present=true"), is_label_pair("gpu"), is_label_pair("a=b c")
+    (True, False, False)
+    """
+    key, sep, value = pair.partition("=")
+    return bool(sep and _LABEL_KEY.match(key) and _LABEL_VALUE.match(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +108,16 @@ class Annotations:
         return f"{self.prefix}conformance-result"
 
     @property
+    def cancelled(self) -> str:
+        """`<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident."""
+        return f"{self.prefix}cancelled"
+
+    @property
+    def returned(self) -> str:
+        """`<RFC3339> job/<name>`: the node came back after a passed load test."""
+        return f"{self.prefix}returned"
+
+    @property
     def hold(self) -> str:
         return f"{self.prefix}hold"
 
@@ -72,6 +137,27 @@ class Annotations:
 
     @property
     def guard_keys(self) -> tuple[str, ...]:
-        """Every key the guard itself may remove (never `hold` or `reset-done` set by a person
-        unless the node returns, when `reset-done` has served its purpose)."""
-        return (*self.cordon_keys, self.loadtest_result, self.conformance_result, self.reset_done)
+        """Keys the guard removes when a node leaves its care (return or a person's uncordon).
+
+        Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
+        """
+        return (*self.cordon_keys, self.loadtest_result, self.conformance_result)
+
+    @property
+    def record_keys(self) -> tuple[str, ...]:
+        """Kept after a node leaves the guard's care; removed by its next cordon."""
+        return (self.cancelled, self.returned)
+
+    @property
+    def written_keys(self) -> tuple[str, ...]:
+        """Every key the guard itself writes (`hold` only ever added, never changed or removed).
+
+        >>> [k.removeprefix("p/") for k in Annotations("p/").written_keys][-3:]
+        ['cancelled', 'returned', 'hold']
+        """
+        return (*self.guard_keys, *self.record_keys, self.hold)
+
+    @property
+    def person_keys(self) -> tuple[str, ...]:
+        """Keys only a person writes; the guard reads them and never changes or removes them."""
+        return (self.reset_done,)

@@ -36,12 +36,3 @@ def normalize_pci(text: str) -> str:
     if domain > 0xFFFF:
         raise PciAddressError(f"PCI domain out of range: {text!r}")
     return f"{domain:04x}:{match['bus']}:{match['dev']}.{match['fn'] or '0'}"
-
-
-def is_pci(text: str) -> bool:
-    """True when `text` is a PCI address in any accepted spelling."""
-    try:
-        normalize_pci(text)
-    except PciAddressError:
-        return False
-    return True

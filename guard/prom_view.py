@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from guard import queries
+from guard.log import Value
 from guard.model import GpuPod, GpuSample, HostLabels, NodeInfo, PromView
 from guard.pci import PciAddressError, normalize_pci
 from guard.prom import PromClient, PromError, Sample, Series
@@ -152,8 +153,8 @@ def check_join(view: PromView, nodes: Iterable[NodeInfo]) -> tuple[str, ...]:
     return tuple(sorted(n.name for n in nodes if n.gpu_capacity > 0 and n.name not in covered))
 
 
-def coverage_pairs(missing: tuple[str, ...]) -> dict[str, object]:
-    """The key=value pairs of the one WARN line about GPU nodes without dcgm-exporter series."""
+def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
+    """The fields of the one `dcgm-missing` WARN line: GPU nodes without dcgm-exporter series."""
     shown = ",".join(missing[:COVERAGE_NAMES]) + (",…" if len(missing) > COVERAGE_NAMES else "")
     return {
         "missing": len(missing),

@@ -12,9 +12,33 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+
+# Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
+# a setting outside them would cordon a node and then have its evidence Job refused.
+JOB_DEADLINE_MIN_S = 1
+JOB_DEADLINE_MAX_S = 3600
+JOB_TTL_MIN_S = 1
+JOB_TTL_MAX_S = 2_592_000  # 30 days
+# Other bounds: no setting is meant to go near them; they turn typing errors and overflow
+# (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
+MAX_DURATION_S = 86_400
+MAX_XID = 999_999  # the reason annotation carries at most six digits
+LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
+
+_IMAGE = re.compile(r"^[!-~]+$", re.ASCII)  # non-empty, printable, no whitespace
+
 
 def _opt(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
+
+
+class SettingsError(ValueError):
+    """Settings that the guard refuses; `problems` is (field, what is wrong) for each."""
+
+    def __init__(self, problems: tuple[tuple[str, str], ...]) -> None:
+        super().__init__("; ".join(f"{name}: {text}" for name, text in problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +74,9 @@ class Settings:
     )
     kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
     # Detection.
-    cadence_s: int = _opt(300, "How often the CronJob runs (used for the worst-case log line)")
+    cadence_s: int = _opt(
+        300, "How often the CronJob runs; a missing evidence Job is recreated within two cycles"
+    )
     hold_window_s: int = _opt(600, "GPU loss must hold this long before a cordon")
     fast_hold_window_s: int = _opt(120, "Shorter hold for hardware-certain Xids (fast path)")
     fast_path_xids: tuple[int, ...] = _opt((79,), "Hardware-certain Xids that use the short hold")
@@ -78,14 +104,21 @@ class Settings:
     conformance_allowed_dns: str = _opt(
         "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
     )
-    # Names.
+    # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
-    namespace: str = _opt("gpu-node-guard", "Namespace of the guard, its Jobs and its ledger")
+    namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
     jobs_namespace: str = _opt(
-        "gpu-node-guard-jobs", "Namespace of the guard's privileged Jobs; its pods never count"
+        "gpu-node-guard-jobs",
+        "Namespace of the guard's privileged Jobs (evidence, conformance); its pods never count",
     )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
-    job_service_account: str = _opt("gpu-node-guard-job", "ServiceAccount of the guard's Jobs")
+    job_service_account: str = _opt(
+        "gpu-node-guard-job", "ServiceAccount of the guard's Jobs (in the jobs namespace)"
+    )
+    gpu_node_label: str = _opt(
+        "nvidia.com/gpu.present=true",
+        "key=value label every GPU node carries; the guard's Jobs require it (nodeSelector)",
+    )
     # Jobs.
     image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
@@ -99,11 +132,29 @@ class Settings:
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
     loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
     loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # Writes (the executor, the API door, the ledger's storage).
+    cycle_deadline_s: int = _opt(
+        200,
+        "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
+        "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
+    )
+    api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    ledger_archive_bytes: int = _opt(
+        768 * 1024,
+        "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
+        "(the object limit is 1 MiB)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise SettingsError(tuple(problems))
+
+    @property
+    def gpu_node_selector(self) -> tuple[str, str]:
+        """`gpu_node_label` as (key, value), the nodeSelector of every guard Job."""
+        key, _, value = self.gpu_node_label.partition("=")
+        return key, value
 
     @property
     def dcgm_node_label_names(self) -> tuple[str, ...]:
@@ -126,58 +177,123 @@ class Settings:
         return sorted(out)
 
 
-def _problems(s: Settings) -> list[str]:
-    checks = [
-        (s.hold_window_s >= 60, "hold_window_s must be at least 60"),
-        (0 < s.fast_hold_window_s <= s.hold_window_s, "fast_hold_window_s must be in (0, hold]"),
-        (0 < s.query_step_s <= s.fast_hold_window_s, "query_step_s must be in (0, fast hold]"),
-        (s.breaker_max_nodes >= 1, "breaker_max_nodes must be at least 1"),
-        (0.0 <= s.breaker_max_fraction <= 1.0, "breaker_max_fraction must be in [0, 1]"),
-        (s.repeat_fault_limit >= 1, "repeat_fault_limit must be at least 1"),
-        (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio must be in (0, 1]"),
-        *_prometheus_problems(s),
-        (s.annotation_prefix.endswith("/"), "annotation_prefix must end with '/'"),
-        (not set(s.fast_path_xids) & set(s.user_code_xids), "a fast-path Xid is a user-code Xid"),
-    ]
-    return [message for ok, message in checks if not ok]
+Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
+
+
+def _problems(s: Settings) -> list[tuple[str, str]]:
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s)]
+    return [(name, message) for ok, name, message in checks if not ok]
+
+
+def _within(value: float, low: float, high: float) -> bool:
+    return low <= value <= high
+
+
+def _detection(s: Settings) -> list[Check]:
+    lists = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
+    xids: list[Check] = [
+        (all(_within(x, 1, MAX_XID) for x in getattr(s, name)), name,
+         f"must list Xids in 1..{MAX_XID}")
+        for name in lists
+    ]  # fmt: skip
+    return [
+        *xids,
+        (_within(s.cadence_s, 1, MAX_DURATION_S), "cadence_s", f"must be in 1..{MAX_DURATION_S}"),
+        (_within(s.hold_window_s, 60, MAX_DURATION_S), "hold_window_s",
+         f"must be at least 60 (and at most {MAX_DURATION_S})"),
+        (0 < s.fast_hold_window_s <= s.hold_window_s, "fast_hold_window_s",
+         "must be in (0, hold_window_s]"),
+        (0 < s.query_step_s <= s.fast_hold_window_s, "query_step_s",
+         "must be in (0, fast_hold_window_s]"),
+        (_within(s.breaker_max_nodes, 1, 10**6), "breaker_max_nodes", "must be at least 1"),
+        (_within(s.breaker_max_fraction, 0.0, 1.0), "breaker_max_fraction", "must be in [0, 1]"),
+        (_within(s.repeat_fault_limit, 1, 10**6), "repeat_fault_limit", "must be at least 1"),
+        (not set(s.fast_path_xids) & set(s.user_code_xids), "fast_path_xids",
+         "a fast-path Xid is a user-code Xid"),
+    ]  # fmt: skip
+
+
+def _names(s: Settings) -> list[Check]:
+    label = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
+    prefix = s.annotation_prefix.removesuffix("/")
+    return [
+        (s.annotation_prefix.endswith("/") and is_dns_subdomain(prefix), "annotation_prefix",
+         "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/"),
+        (is_dns_label(s.namespace), "namespace", label),
+        (is_dns_subdomain(s.ledger_configmap, LEDGER_NAME_MAX), "ledger_configmap",
+         f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters"),
+        (is_dns_subdomain(s.job_service_account), "job_service_account",
+         "must be a DNS-1123 subdomain (a-z, 0-9, -, .)"),
+        (is_dns_label(s.jobs_namespace), "jobs_namespace", label),
+        (s.jobs_namespace != s.namespace, "jobs_namespace", "must differ from namespace"),
+        (is_label_pair(s.gpu_node_label), "gpu_node_label",
+         "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)"),
+    ]  # fmt: skip
+
+
+def _jobs(s: Settings) -> list[Check]:
+    deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
+    return [
+        (bool(_IMAGE.match(s.image)), "image", "must be an image reference without spaces"),
+        (bool(_IMAGE.match(s.loadtest_image)), "loadtest_image",
+         "must be an image reference without spaces"),
+        (_within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+         "evidence_deadline_s", deadline),
+        (_within(s.loadtest_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+         "loadtest_deadline_s", deadline),
+        (_within(s.job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S), "job_ttl_s",
+         f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)"),
+        (0 < s.loadtest_duration_s < s.loadtest_deadline_s, "loadtest_duration_s",
+         "must be positive and shorter than loadtest_deadline_s"),
+        (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size",
+         "must be in 1..65536"),
+        (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
+    ]  # fmt: skip
+
+
+def _writes(s: Settings) -> list[Check]:
+    return [
+        (_within(s.cycle_deadline_s, 1, 230), "cycle_deadline_s",
+         "must be in 1..230 (below the CronJob's activeDeadlineSeconds, 240)"),
+        (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
+        (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
+         "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
+    ]  # fmt: skip
+
+
+def setting_default(name: str) -> Any:
+    """The default of one setting, for commands that run without a Settings (inside Jobs)."""
+    return next(f.default for f in fields(Settings) if f.name == name)
 
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-def _prometheus_problems(s: Settings) -> list[tuple[bool, str]]:
+def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
+    headers = s.prometheus_header_pairs
     return [
-        (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s must be in (0, 600]"),
-        (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes must be ≥ 65536"),
-        (s.prometheus_max_series >= 100, "prometheus_max_series must be at least 100"),
-        (
-            bool(labels) and all(_LABEL_NAME.match(v) for v in labels),
-            "dcgm_node_labels must be comma-separated Prometheus label names",
-        ),
-        (
-            all(_HEADER_NAME.match(n) and v for n, v in s.prometheus_header_pairs),
-            "prometheus_headers must be comma-separated Name=value with a valid header name",
-        ),
-        (
-            all(n.lower() != "authorization" for n, _ in s.prometheus_header_pairs),
-            "prometheus_headers must not set Authorization (it is logged): use a token file",
-        ),
-        (
-            bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
-            "prometheus_basic_auth_user and prometheus_basic_auth_password_file go together",
-        ),
-        (
-            bool(s.prometheus_cert_file) == bool(s.prometheus_key_file),
-            "prometheus_cert_file and prometheus_key_file go together",
-        ),
-        (
-            sum((bool(s.prometheus_bearer_token_file), s.prometheus_service_account_token,
-                 bool(s.prometheus_basic_auth_user))) <= 1,
-            "choose one of prometheus_bearer_token_file, prometheus_service_account_token and"
-            " prometheus_basic_auth_user",
-        ),
+        (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
+        (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
+         "must be at least 65536"),
+        (s.prometheus_max_series >= 100, "prometheus_max_series",
+         "must be at least 100"),
+        (bool(labels) and all(_LABEL_NAME.match(v) for v in labels), "dcgm_node_labels",
+         "must be comma-separated Prometheus label names"),
+        (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
+         "must be comma-separated Name=value with a valid header name"),
+        (all(n.lower() != "authorization" for n, _ in headers), "prometheus_headers",
+         "must not set Authorization (it is logged): use a token file"),
+        (bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
+         "prometheus_basic_auth_user",
+         "goes together with prometheus_basic_auth_password_file (both or neither)"),
+        (bool(s.prometheus_cert_file) == bool(s.prometheus_key_file), "prometheus_cert_file",
+         "goes together with prometheus_key_file (both or neither)"),
+        (sum((bool(s.prometheus_bearer_token_file), s.prometheus_service_account_token,
+              bool(s.prometheus_basic_auth_user))) <= 1, "prometheus_bearer_token_file",
+         "is one credential of three: set at most one of prometheus_bearer_token_file,"
+         " prometheus_service_account_token and prometheus_basic_auth_user"),
     ]  # fmt: skip
 
 

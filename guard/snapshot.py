@@ -7,7 +7,7 @@ both arrive here as plain dicts and are converted by the same functions.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,10 +15,13 @@ from typing import Any
 
 import yaml
 
+from guard import ledger_store
 from guard.kube import Kube
-from guard.ledger import parse_ledger
-from guard.model import GpuPod, JobInfo, NodeInfo, PromView, Snapshot
-from guard.names import APP_LABEL, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.ledger import LedgerLine, parse_ledger
+from guard.model import GuardEvent, PromView, Snapshot
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, NODE_EVENT_NAMESPACE, Annotations
+from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
+from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.prom_view import read_prom as read_prom
 from guard.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.settings import Settings
@@ -31,16 +34,20 @@ class SnapshotError(Exception):
 @dataclass(frozen=True, slots=True)
 class ClusterObjects:
     nodes: tuple[dict[str, Any], ...]
-    pods: tuple[dict[str, Any], ...]
     jobs: tuple[dict[str, Any], ...]
     ledger: dict[str, Any] | None
+    ledger_archives: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
 
 
 # ---- Cluster objects ------------------------------------------------------------------------
 
 
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
-    """Read a ``kubectl get nodes,pods,jobs,configmaps -o yaml|json`` style List (or documents)."""
+    """Read a ``kubectl get nodes,jobs,configmaps,events -o yaml|json`` style List (or documents).
+
+    Pods in the file are not read: GPU pods come from kube-state-metrics (`PromView.gpu_pods`).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -59,12 +66,19 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
             continue
         if not isinstance(doc, dict):
             raise SnapshotError(f"cluster snapshot {path}: a document is not an object")
-        items.extend(doc.get("items") or [] if doc.get("kind", "").endswith("List") else [doc])
+        if not str(doc.get("kind", "")).endswith("List"):
+            items.append(doc)
+        elif isinstance(doc.get("items") or [], list):
+            items.extend(doc.get("items") or [])
+        else:
+            raise SnapshotError(f"cluster snapshot {path}: `items` of a List is not a list")
     return _classify(items, s, str(path))
 
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
-    by_kind: dict[str, list[dict[str, Any]]] = {"Node": [], "Pod": [], "Job": [], "ConfigMap": []}
+    by_kind: dict[str, list[dict[str, Any]]] = {
+        "Node": [], "Job": [], "ConfigMap": [], "Event": []
+    }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
         if kind in by_kind:
@@ -78,109 +92,54 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
     ]
     return ClusterObjects(
         tuple(by_kind["Node"]),
-        tuple(by_kind["Pod"]),
         tuple(by_kind["Job"]),
         ledgers[0] if ledgers else None,
+        tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
+        tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
     )
 
 
 def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
+    """Parse every object on its own: a bad value marks its object, never the whole cycle."""
     keys = Annotations(s.annotation_prefix)
-    try:
-        nodes = tuple(sorted((node_info(n, keys) for n in objs.nodes), key=lambda n: n.name))
-        jobs = tuple(j for j in (job_info(o, keys, s.namespace) for o in objs.jobs) if j)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
+    nodes, ignored = [], []
+    for obj in objs.nodes:
+        try:
+            nodes.append(node_info(obj, keys))
+        except NamelessObject as exc:
+            ignored.append(str(exc))
+    jobs = []
+    for obj in (o for o in objs.jobs if is_guard_job(o, s.jobs_namespace)):
+        try:
+            jobs.append(job_info(obj, keys))
+        except NamelessObject as exc:
+            ignored.append(f"guard {exc}")
     data = (objs.ledger or {}).get("data") or {}
-    if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
-        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap} has non-text data")
-    rv = _meta(objs.ledger, "resourceVersion") if objs.ledger else ""
-    # GPU pods come from kube-state-metrics through Prometheus, for the API and for a file alike.
-    return Snapshot(now, nodes, jobs, prom.gpu_pods, parse_ledger(data), rv, prom)
-
-
-def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
-    """The few fields of a Node the guard reads; a full Node is ~10 kB, 5,000 of them ~300 MB.
-
-    >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
-    ...           Annotations("gpu-node-guard.io/"))["metadata"]
-    {'name': 'n', 'resourceVersion': '', 'annotations': {}}
-    """
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.prefix)}
-    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    return {
-        "kind": "Node",
-        "metadata": {"name": meta.get("name", ""),
-                     "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
-        "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable", False))},
-        "status": {
-            "conditions": ready,
-            "nodeInfo": {"bootID": (status.get("nodeInfo") or {}).get("bootID", "")},
-            "capacity": {GPU_RESOURCE: (status.get("capacity") or {}).get(GPU_RESOURCE)},
-            "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE)},
-        },
-    }  # fmt: skip
-
-
-def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
-    status = obj.get("status") or {}
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    own = tuple(sorted((k, str(v)) for k, v in annotations.items() if k.startswith(keys.prefix)))
-    return NodeInfo(
-        name=_meta(obj, "name"),
-        resource_version=_meta(obj, "resourceVersion"),
-        unschedulable=bool((obj.get("spec") or {}).get("unschedulable", False)),
-        ready=ready,
-        boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
-        gpu_capacity=_gpus((status.get("capacity") or {}).get(GPU_RESOURCE)),
-        gpu_allocatable=_gpus((status.get("allocatable") or {}).get(GPU_RESOURCE)),
-        annotations=own,
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
+    return Snapshot(
+        now,
+        tuple(sorted(nodes, key=lambda n: n.name)),
+        tuple(jobs),
+        prom.gpu_pods,  # from kube-state-metrics through Prometheus, for the API and a file alike
+        _ledger_lines(data, objs.ledger_archives),
+        prom,
+        guard_events(objs.events),
+        tuple(ignored),
     )
 
 
-def job_info(obj: Mapping[str, Any], keys: Annotations, namespace: str) -> JobInfo | None:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(APP_LABEL) != "gpu-node-guard" or meta.get("namespace", namespace) != namespace:
-        return None
-    status = obj.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    if status.get("succeeded") or conditions.get("Complete") == "True":
-        state = "succeeded"
-    elif status.get("failed") or conditions.get("Failed") == "True":
-        state = "failed"
-    else:
-        state = "running"
-    node = (meta.get("annotations") or {}).get(keys.node_label) or labels.get(keys.node_label, "")
-    return JobInfo(meta["name"], labels.get(COMPONENT_LABEL, ""), node, state)  # type: ignore[arg-type]
+def _ledger_lines(
+    data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
+) -> tuple[LedgerLine, ...]:
+    """The ledger's lines with its archives' (oldest first, a line stored twice counted once).
 
-
-def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if (obj.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
-        return None
-    if (
-        meta.get("namespace") == guard_namespace
-        and (meta.get("labels") or {}).get(APP_LABEL) == "gpu-node-guard"
-    ):
-        return None  # the guard's own load test holds the GPUs on purpose
-    gpus = 0
-    for c in spec.get("containers") or []:
-        resources = c.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-            resources.get("requests") or {}
-        ).get(GPU_RESOURCE)
-        gpus += _gpus(amount)
-    if gpus == 0:
-        return None
-    return GpuPod(meta.get("namespace", ""), meta["name"], spec["nodeName"], gpus)
-
-
-def _gpus(value: Any) -> int:
-    return 0 if value in (None, "") else int(str(value))
+    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
+    """
+    text = {str(k): v for k, v in data.items() if isinstance(v, str)}
+    odd = {k: v for k, v in data.items() if not isinstance(v, str)}
+    lines = parse_ledger(ledger_store.merged(text, archives)) + parse_ledger(odd)
+    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
 def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
@@ -193,12 +152,51 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), the guard's Jobs and the ledger. Pods are not read from the API: GPU
-    pods come from kube-state-metrics (`PromView.gpu_pods`), so the guard needs no pods RBAC."""
+    """Nodes (paginated), the guard's Jobs, the ledger with its archives, the guard's Events.
+
+    Pods are not read from the API: GPU pods come from kube-state-metrics (`PromView.gpu_pods`),
+    so the guard needs no cluster-wide pods RBAC.
+    """
     keys = Annotations(s.annotation_prefix)
     return ClusterObjects(
         nodes=tuple(slim_node(n, keys) for n in kube.nodes()),
-        pods=(),
-        jobs=tuple(kube.jobs(s.namespace, f"{APP_LABEL}=gpu-node-guard")),
+        jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
+        ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
+        events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),
     )
+
+
+# ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------
+
+
+def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
+    labels = (cm.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(COMPONENT_LABEL) == ledger_store.ARCHIVE_COMPONENT
+        and ledger_store.archive_index(s.ledger_configmap, _meta(cm, "name")) is not None
+        and _meta(cm, "namespace") in ("", s.namespace)
+    )
+
+
+def _is_guard_event(event: Mapping[str, Any]) -> bool:
+    labels = (event.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(APP_LABEL) == APP_NAME)
+
+
+def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
+    """The guard's Events about nodes (events.k8s.io/v1 ``regarding`` or core ``involvedObject``).
+
+    >>> guard_events([{"metadata": {"name": "n.gng-1"}, "reason": "GuardCordoned",
+    ...                "regarding": {"kind": "Node", "name": "n"}, "series": {"count": 3}}])
+    (GuardEvent(name='n.gng-1', node='n', reason='GuardCordoned', count=3),)
+    """
+    out = []
+    for e in found:
+        about = e.get("regarding") or e.get("involvedObject") or {}
+        if about.get("kind") != "Node":
+            continue
+        count = (e.get("series") or {}).get("count") or e.get("count") or 1
+        out.append(GuardEvent(_meta(e, "name"), str(about.get("name", "")),
+                              str(e.get("reason", "")), int(count)))  # fmt: skip
+    return tuple(sorted(out, key=lambda g: g.name))

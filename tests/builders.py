@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
+from guard.actions import Action, to_json
 from guard.jobs import JobTemplates
 from guard.ledger import parse_ledger
 from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import Annotations
+from guard.objects import node_info
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
@@ -29,39 +33,58 @@ def node(
     ready: bool = True,
     boot: str = "boot-1",
     guarded_xid: int | None = None,
-    cordon_boot: str = "boot-1",
+    cordon_boot: str | None = "boot-1",
     capacity_at_cordon: int | None = None,
     hold: str | None = None,
     reset_done: str | None = None,
     extra: dict[str, str] | None = None,
     rv: str = "100",
+    patch: dict[str, Any] | None = None,
 ) -> NodeInfo:
+    """A Node as the API would return it, parsed by the guard's own reader.
+
+    `cordon_boot=None` leaves the recorded boot id out; `extra` adds or overrides annotations;
+    `patch` is merged into the raw object (for values the API types would not allow).
+    """
     notes: dict[str, str] = {}
     if guarded_xid is not None:
         notes.update(
             {
                 KEYS.reason: f"xid-{guarded_xid}",
                 KEYS.at: CORDON_AT,
-                KEYS.boot_id: cordon_boot,
                 KEYS.gpu_capacity: str(capacity_at_cordon or gpus),
                 KEYS.gpu: f"{PCI} {UUID}",
             }
         )
+        if cordon_boot is not None:
+            notes[KEYS.boot_id] = cordon_boot
     if hold is not None:
         notes[KEYS.hold] = hold
     if reset_done is not None:
         notes[KEYS.reset_done] = reset_done
     notes.update(extra or {})
-    return NodeInfo(
-        name,
-        rv,
-        cordoned,
-        ready,
-        boot,
-        gpus,
-        gpus if allocatable is None else allocatable,
-        tuple(sorted(notes.items())),
-    )
+    free = gpus if allocatable is None else allocatable
+    raw = {
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": rv,
+                     "annotations": notes},
+        "spec": {"unschedulable": cordoned},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "nodeInfo": {"bootID": boot},
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "allocatable": {"nvidia.com/gpu": str(free)},
+        },
+    }  # fmt: skip
+    return node_info(_merged(raw, patch or {}), KEYS)
+
+
+def _merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in patch.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
 
 
 def gpu(node_name: str, xid: int, index: int = 4, uuid: str = UUID, pci: str = PCI) -> GpuSample:
@@ -80,21 +103,20 @@ def snapshot(
 ) -> Snapshot:
     if ledger is None:  # a guard-cordoned node has its ledger line unless a test says otherwise
         ledger = {
-            n.name: f"{CORDON_AT} {n.annotation(KEYS.reason)} {PCI} {UUID} gpu-node-guard\n"
+            n.name: f"{CORDON_AT} {n.cordon.reason} {PCI} {UUID} gpu-node-guard\n"
             for n in nodes
-            if n.annotation(KEYS.reason)
+            if n.cordon is not None
         }
     view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())))
     return Snapshot(
-        NOW,
-        tuple(sorted(nodes, key=lambda n: n.name)),
-        jobs,
-        pods,
-        parse_ledger(ledger or {}),
-        "1",
-        view,
+        NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view
     )
 
 
 def settings(**changes: object) -> Settings:
     return replace(S, **changes)  # type: ignore[arg-type]
+
+
+def brief(actions: Iterable[Action]) -> list[tuple[str, str, str]]:
+    """(type, node, reason) of each action: the shape of a plan, for whole-plan comparisons."""
+    return [(to_json(a)["type"], a.node, a.reason) for a in actions]

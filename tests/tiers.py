@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -22,3 +23,12 @@ def require_engine(engine: str) -> None:
         binaries(engine)  # type: ignore[arg-type]
     except PrometheusUnavailable as exc:
         unavailable(f"prometheus ({engine})", str(exc), exc.how)
+
+
+def tool(name: str, tier: str, how: str) -> str:
+    """The path of a binary a tier needs, or `unavailable` (skip; fail under CI=true)."""
+    path = shutil.which(name)
+    if path is None:
+        unavailable(tier, f"{name} not found", how)
+        raise AssertionError("unreachable: unavailable() skips or fails")
+    return path

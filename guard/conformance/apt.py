@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from guard.conformance.aptconf import AptEntry, items, read_apt_conf, scalar
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.conformance.platform import DPKG_STATUS
+from guard.hostexec import Unknown
 
-DPKG_STATUS = "/var/lib/dpkg/status"
 BLACKLIST_KEY = "Unattended-Upgrade::Package-Blacklist"
 PERIODIC_KEY = "APT::Periodic::Unattended-Upgrade"
 # Packages whose unattended upgrade changes the running kernel or the GPU driver.

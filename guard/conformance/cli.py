@@ -1,24 +1,24 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
 
-Exit status: 0 when no item FAILed (WARN and UNKNOWN do not fail the run), 1 when any did, 2 on
-bad arguments.
+Exit status: 0 when no item FAILed (WARN, UNKNOWN and SKIP do not fail the run), 1 when any did, 2
+on bad arguments. The summary for the guard goes to the container's termination message file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
 from guard.conformance.checks import run_conformance
+from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, IpNetwork, Role, parse_allowed_dns
-from guard.conformance.report import exit_code, render_json, render_text
+from guard.conformance.model import Config, IpNetwork, Role
+from guard.conformance.platform import PlatformChoice, ProxyChoice
+from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
-from guard.conformance.runner import SubprocessRunner
-from guard.hostexec import NSENTER_PREFIX
+from guard.hostexec import NSENTER_PREFIX, HostRunner
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -27,24 +27,27 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-def _cidrs(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> tuple[IpNetwork, ...] | None:
-    if value is None:
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def write_termination_message(path: str, text: str) -> str | None:
+    """Write `text` to a termination message file that already exists (kubelet creates it in the
+    container); never create one, so a run by hand on a host writes nothing there. Returns a
+    one-line note when an existing file cannot be written, None otherwise."""
+    if not path:
         return None
     try:
-        return parse_allowed_dns(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"termination message not written to {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return None
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
-    """`name`, also read from GUARD_CONFORMANCE_<NAME>, with its default shown in --help."""
-    env = "GUARD_CONFORMANCE_" + name.removeprefix("--").replace("-", "_").upper()
-    return click.option(name, envvar=env, show_default=True, **kwargs)
+_option = env_option("GUARD_CONFORMANCE_")
 
 
 @click.command()
@@ -54,7 +57,9 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
     default="/",
     help="Host root to read; /proc/1/root inside a hostPID Job",
 )
-@_option(
+# Never from the environment: a host write must be asked for on the command line, where the
+# admission policies see it (they refuse --fix in every guard Job, and refuse env altogether).
+@click.option(
     "--fix",
     is_flag=True,
     help="Repair ip_vs only: modprobe it; write /etc/modules-load.d/ipvs.conf when none lists it",
@@ -68,13 +73,9 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
 @_option(
     "--control-plane-version",
     callback=_version,
-    help="e.g. v1.34.3+rke2r1; minor differs: FAIL, patch only: WARN (unset: WARN, not compared)",
+    help="e.g. v1.34.3+rke2r1; minor differs: FAIL, patch only: WARN (unset: SKIP, not compared)",
 )
-@_option(
-    "--allowed-dns",
-    callback=_cidrs,
-    help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: WARN)",
-)
+@node_options(_option)
 @_option("--output", type=click.Choice(["text", "json"]), default="text")
 @_option(
     "--timeout-s",
@@ -87,23 +88,38 @@ def _option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
     is_flag=True,
     help="Run host commands in PID 1's mount namespace (nsenter -t 1 -m --), for the Job",
 )
+@_option(
+    "--termination-log",
+    default=TERMINATION_LOG,
+    help="Where the summary for the guard goes, if that file exists ('' = nowhere)",
+)
 def conformance(
     root: Path,
     fix: bool,
     role: Role,
     control_plane_version: str | None,
     allowed_dns: tuple[IpNetwork, ...] | None,
+    platform: PlatformChoice,
+    kube_proxy_mode: ProxyChoice,
+    resolv_conf: str | None,
     output: str,
     timeout_s: float,
     nsenter: bool,
+    termination_log: str,
 ) -> None:
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
-    unattended upgrades, package holds and the pods' DNS upstreams."""
-    config = Config(role, control_plane_version, allowed_dns)
-    runner = SubprocessRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
-    results = run_conformance(HostFS(root), runner, config, fix)
+    unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
+    the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
+    config = Config(
+        role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
+    )
+    runner = HostRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
+    run = run_conformance(HostFS(root), runner, config, fix)
     if output == "json":
-        click.echo(render_json(results, config, str(root), fix))
+        click.echo(render_json(run, config, str(root), fix))
     else:
-        click.echo(render_text(results))
-    raise SystemExit(exit_code(results))
+        click.echo(render_text(run))
+    note = write_termination_message(termination_log, render_summary(summarize(run.results)))
+    if note:
+        click.echo(note, err=True)
+    raise SystemExit(exit_code(run.results))

@@ -1,11 +1,17 @@
 """dns-upstream: the resolv.conf that kubelet hands pods lists only allowed resolvers.
 
 CoreDNS runs with dnsPolicy: Default, so it forwards to whatever this file lists; one public
-resolver in it answered internal registry names with public records. The file is RKE2's choice
-(k3s pkg/agent/config `locateOrGenerateResolvConf`): `resolv-conf` from the RKE2 config if set;
-else /etc/resolv.conf when every nameserver in it is a global unicast address; else
-/run/systemd/resolve/resolv.conf under the same rule; else a generated file with 8.8.8.8. A
-systemd-resolved stub (127.0.0.53) therefore sends the check to the second file.
+resolver in it answered internal registry names with public records. Which file:
+  * `--resolv-conf`, when given;
+  * on an RKE2 node, RKE2's choice (k3s pkg/agent/config `locateOrGenerateResolvConf`):
+    `resolv-conf` from the RKE2 config if set; else /etc/resolv.conf when every nameserver in it is
+    a global unicast address; else /run/systemd/resolve/resolv.conf under the same rule; else a
+    generated file with 8.8.8.8. A systemd-resolved stub (127.0.0.53) therefore sends the check to
+    the second file;
+  * elsewhere, kubelet's own setting: ``--resolv-conf=`` in /var/lib/kubelet/kubeadm-flags.env,
+    else ``resolvConf`` in /var/lib/kubelet/config.yaml (kubeadm writes
+    /run/systemd/resolve/resolv.conf there on systemd-resolved hosts), else kubelet's default
+    /etc/resolv.conf.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from dataclasses import dataclass
 import yaml
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import IpNetwork, ItemResult, Status, Unknown, unknown_result
+from guard.conformance.model import IpNetwork, ItemResult, Status, unknown_result
+from guard.conformance.platform import rke2_configs
+from guard.hostexec import Unknown
 
 NAME = "dns-upstream"
 ETC_RESOLV = "/etc/resolv.conf"
@@ -25,14 +33,15 @@ SYSTEMD_RESOLV = "/run/systemd/resolve/resolv.conf"
 CANDIDATES = (ETC_RESOLV, SYSTEMD_RESOLV)
 FALLBACK = "/var/lib/rancher/rke2/agent/etc/resolv.conf"
 FALLBACK_SERVERS = ("8.8.8.8",)
-RKE2_CONFIG = "/etc/rancher/rke2/config.yaml"
-RKE2_CONFIG_D = "/etc/rancher/rke2/config.yaml.d"
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+KUBEADM_FLAGS = "/var/lib/kubelet/kubeadm-flags.env"
 _NAMESERVER = re.compile(r"^nameserver\s+(\S*)", re.M)  # the same pattern as RKE2's check
 
 
 @dataclass(frozen=True, slots=True)
 class DnsFacts:
-    override: str | Unknown | None  # resolv-conf from the RKE2 configuration
+    rke2: bool  # RKE2's rule picks the file; else kubelet's default
+    override: str | Unknown | None  # the file set by --resolv-conf, RKE2's or kubelet's config
     texts: tuple[tuple[str, str | None], ...] | Unknown  # (path, contents or None when missing)
 
 
@@ -60,15 +69,21 @@ def is_usable(text: str) -> bool:
     return bool(servers) and all(is_global_unicast(s) for s in servers)
 
 
-def choose(override: str | None, texts: dict[str, str | None]) -> tuple[str, tuple[str, ...]]:
-    """(path, nameservers) of the file RKE2 gives kubelet.
+def choose(
+    override: str | None, texts: dict[str, str | None], rke2: bool = True
+) -> tuple[str, tuple[str, ...]]:
+    """(path, nameservers) of the file kubelet hands pods.
 
     >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n",
     ...               SYSTEMD_RESOLV: "nameserver 10.0.0.2\\nnameserver 8.8.8.8\\n"})
     ('/run/systemd/resolve/resolv.conf', ('10.0.0.2', '8.8.8.8'))
+    >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n"}, rke2=False)
+    ('/etc/resolv.conf', ('127.0.0.53',))
     """
     if override:
         return override, nameservers(texts.get(override) or "")
+    if not rke2:
+        return ETC_RESOLV, nameservers(texts.get(ETC_RESOLV) or "")
     for path in CANDIDATES:
         text = texts.get(path)
         if text is not None and is_usable(text):
@@ -96,54 +111,64 @@ def override_of(configs: list[dict[str, object]]) -> str | None:
     return arg_value or key_value
 
 
-def _read_override(fs: HostFS) -> str | Unknown | None:
-    paths = [RKE2_CONFIG] + [
-        f"{RKE2_CONFIG_D}/{n}" for n in fs.listdir(RKE2_CONFIG_D) if n.endswith(".yaml")
-    ]
-    configs = []
-    for path in paths:
-        text = fs.read_text(path)
-        try:
-            loaded = yaml.safe_load(text) if text else None
-        except yaml.YAMLError as exc:
-            return Unknown(f"{path} is not YAML: {str(exc).splitlines()[0]}")
-        if isinstance(loaded, dict):
-            configs.append(loaded)
-    return override_of(configs)
+def kubelet_override(config_text: str | None, flags_text: str | None) -> str | None:
+    """kubelet's resolv.conf setting: the flag in kubeadm-flags.env wins over the config file.
+
+    >>> kubelet_override("resolvConf: /run/systemd/resolve/resolv.conf\\n", None)
+    '/run/systemd/resolve/resolv.conf'
+    >>> kubelet_override("resolvConf: /a\\n", 'KUBELET_KUBEADM_ARGS="--resolv-conf=/b --v=2"\\n')
+    '/b'
+    """
+    m = re.search(r"--resolv-conf=([^\s\"']+)", flags_text or "")
+    if m:
+        return m.group(1)
+    config = yaml.safe_load(config_text) if config_text else None
+    value = config.get("resolvConf") if isinstance(config, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
-def read_dns(fs: HostFS) -> DnsFacts:
-    override = guarded(lambda: _read_override(fs), RKE2_CONFIG)
+def _read_override(fs: HostFS, rke2: bool) -> str | Unknown | None:
+    try:
+        if rke2:
+            return override_of(rke2_configs(fs))
+        return kubelet_override(fs.read_text(KUBELET_CONFIG), fs.read_text(KUBEADM_FLAGS))
+    except yaml.YAMLError as exc:
+        where = "the RKE2 configuration" if rke2 else KUBELET_CONFIG
+        return Unknown(where, str(exc).splitlines()[0])
+
+
+def read_dns(fs: HostFS, rke2: bool, resolv_conf: str | None = None) -> DnsFacts:
+    override: str | Unknown | None = resolv_conf
+    if override is None:
+        override = guarded(lambda: _read_override(fs, rke2), "the resolv.conf setting")
     paths = [*CANDIDATES, *([override] if isinstance(override, str) else [])]
     texts = guarded(lambda: tuple((p, fs.read_text(p)) for p in paths), "resolv.conf")
-    return DnsFacts(override, texts)
+    return DnsFacts(rke2, override, texts)
 
 
-# Cases: --allowed-dns not given → WARN (not checked); a nameserver outside every allowed CIDR
-# → FAIL; the file lists none → WARN; all inside → PASS.
-def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...] | None) -> ItemResult:
+# Cases (only when allowed upstreams are given; otherwise the item is SKIP): a nameserver outside
+# every allowed CIDR → FAIL; the file lists none → WARN; all inside → PASS.
+def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...]) -> ItemResult:
     override, texts = facts.override, facts.texts
     if isinstance(override, Unknown):
         return unknown_result(NAME, override)
     if isinstance(texts, Unknown):
         return unknown_result(NAME, texts)
-    path, servers = choose(override, dict(texts))
+    path, servers = choose(override, dict(texts), facts.rke2)
     where = path + (" (RKE2 fallback: no usable resolv.conf)" if path == FALLBACK else "")
     listed = ", ".join(servers)
-    if allowed is None:
-        seen = f"not checked: {where} lists {listed}"
-        return ItemResult(NAME, Status.WARN, seen, "pass --allowed-dns")
     if not servers:
         seen = f"{where} lists no nameserver"
         return ItemResult(NAME, Status.WARN, seen, "fix the node's resolver")
     outside = [s for s in servers if not _inside(s, allowed)]
     if outside:
+        service = "rke2-agent" if facts.rke2 else "kubelet"
         return ItemResult(
             NAME,
             Status.FAIL,
             f"{where} lists {', '.join(outside)} outside --allowed-dns (all: {listed})",
             "fix the resolver source (netplan, systemd-resolved), not the stub file; then restart "
-            "rke2-agent and the CoreDNS pods on this node",
+            f"{service} and the CoreDNS pods on this node",
         )
     return ItemResult(NAME, Status.PASS, f"{where}: {listed}")
 

@@ -12,8 +12,8 @@ from typing import assert_never
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.ipvs import MODULE, PERSIST_FILE, read_loaded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
-from guard.conformance.runner import Runner
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.hostexec import Runner, Unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +45,9 @@ def plan_fixes(results: tuple[ItemResult, ...]) -> tuple[FixAction, ...]:
 def _load(action: LoadModule, fs: HostFS, runner: Runner) -> ItemResult:
     result = runner.run(("modprobe", MODULE))
     if result.error:
-        return ItemResult(
-            action.item, Status.UNKNOWN, result.describe_failure(), "modprobe by hand"
-        )
+        return ItemResult(action.item, Status.UNKNOWN, str(result.as_unknown()), "modprobe by hand")
     if result.returncode != 0:
-        seen = f"{MODULE} not loaded; {result.describe_failure()}"
+        seen = f"{MODULE} not loaded; {result.as_unknown()}"
         return ItemResult(action.item, Status.FAIL, seen, "see ipvs-resolvable; modprobe by hand")
     loaded = guarded(lambda: read_loaded(fs), "/proc/modules")
     if isinstance(loaded, Unknown):

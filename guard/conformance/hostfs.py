@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from guard.conformance.model import Unknown
+from guard.hostexec import Unknown
 
 T = TypeVar("T")
 
@@ -94,4 +94,4 @@ def guarded(read: Callable[[], T], what: str) -> T | Unknown:
     try:
         return read()
     except OSError as exc:
-        return Unknown(f"cannot read {what}: {exc.strerror or exc}")
+        return Unknown(f"reading {what}", str(exc.strerror or exc))

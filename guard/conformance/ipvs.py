@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
-from guard.conformance.runner import Runner
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.hostexec import Runner, Unknown
 
 MODULE = "ip_vs"
 PERSIST_FILE = "/etc/modules-load.d/ipvs.conf"
@@ -103,7 +103,7 @@ def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:
     if text is not None and text.strip():
         return text.strip()
     result = runner.run(("uname", "-r"))
-    return result.stdout.strip() if result.ok else Unknown(result.describe_failure())
+    return result.stdout.strip() if result.ok else result.as_unknown()
 
 
 def lookup_index(fs: HostFS, kernel: str) -> IndexLookup:
@@ -142,10 +142,17 @@ def persist_files(fs: HostFS) -> tuple[str, ...]:
 
 
 def read_loaded(fs: HostFS) -> bool | Unknown:
+    """Loaded (or built in): /sys/module/ip_vs exists (it does for a loaded module, and for a
+    built-in one since ip_vs has parameters), or /proc/modules lists it. Either source alone
+    answers, so the node agent needs only /sys/module mounted."""
+    if fs.exists(f"/sys/module/{MODULE}"):
+        return True
     text = fs.read_text("/proc/modules")
-    if text is None:
-        return Unknown("no /proc/modules under the root")
-    return MODULE in loaded_modules(text) or fs.exists(f"/sys/module/{MODULE}")
+    if text is not None:
+        return MODULE in loaded_modules(text)
+    if fs.exists("/sys/module"):
+        return False
+    return Unknown("ip_vs state", "neither /proc/modules nor /sys/module under the root")
 
 
 def read_ipvs(fs: HostFS, runner: Runner) -> IpvsFacts:
@@ -195,11 +202,12 @@ def judge_persist(facts: IpvsFacts) -> ItemResult:
     )
 
 
-def judge_loaded(facts: IpvsFacts) -> ItemResult:
+def judge_loaded(loaded: bool | Unknown) -> ItemResult:
+    """From `read_loaded` alone, so the node agent judges it without the rest of IpvsFacts."""
     name = "ipvs-loaded"
-    if isinstance(facts.loaded, Unknown):
-        return unknown_result(name, facts.loaded)
-    if facts.loaded:
+    if isinstance(loaded, Unknown):
+        return unknown_result(name, loaded)
+    if loaded:
         return ItemResult(name, Status.PASS, "ip_vs loaded")
     return ItemResult(
         name,

@@ -1,6 +1,7 @@
-"""Values shared by every conformance item: the result of one item, the run's configuration, and
-`Unknown`, the stand-in for a fact that could not be read (a command hung or failed, a file could
-not be opened).
+"""Values shared by every conformance item: the result of one item and the run's configuration.
+
+A fact that could not be read (a command hung or failed, a file could not be opened) is a
+`guard.hostexec.Unknown`, and its item reports UNKNOWN.
 """
 
 from __future__ import annotations
@@ -10,18 +11,23 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from guard.conformance.platform import PlatformChoice, ProxyChoice
+from guard.hostexec import Unknown
+
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Role = Literal["worker", "server"]
 
 
 class Status(StrEnum):
-    """Outcome of one item. Only FAIL fails the run; WARN and UNKNOWN are reported, not fatal."""
+    """Outcome of one item. Only FAIL fails the run; WARN and UNKNOWN are reported, not fatal.
+    SKIP: the item does not apply to this node (its `observed` says why)."""
 
     PASS = "PASS"
     WARN = "WARN"
     FAIL = "FAIL"
     FIXED = "FIXED"
     UNKNOWN = "UNKNOWN"
+    SKIP = "SKIP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,24 +40,23 @@ class ItemResult:
     action: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A fact that could not be established; `reason` says why (timeout, exit status, I/O)."""
-
-    reason: str
-
-
 def unknown_result(name: str, fact: Unknown) -> ItemResult:
-    return ItemResult(name, Status.UNKNOWN, fact.reason, "re-run; check the node by hand")
+    return ItemResult(name, Status.UNKNOWN, str(fact), "re-run; check the node by hand")
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """What the node is expected to be. `None` is "not given": the item says it was not checked."""
+    """What the node is expected to be. `None` is "not given": the item that needs it is SKIP.
+
+    `platform` and `kube_proxy_mode` replace what `guard.conformance.platform` reads from the
+    node ("auto": read it); `resolv_conf` replaces the file kubelet is found to hand pods."""
 
     role: Role = "worker"
     control_plane_version: str | None = None
     allowed_dns: tuple[IpNetwork, ...] | None = None
+    platform: PlatformChoice = "auto"
+    kube_proxy_mode: ProxyChoice = "auto"
+    resolv_conf: str | None = None
 
 
 def parse_allowed_dns(text: str) -> tuple[IpNetwork, ...]:

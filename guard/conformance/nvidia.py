@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Status, Unknown, unknown_result
+from guard.conformance.model import ItemResult, Status, unknown_result
+from guard.hostexec import Unknown
 
 NAME = "nvidia-match"
 MODULE_VERSION_FILE = "/sys/module/nvidia/version"
@@ -90,7 +91,7 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     return NvidiaFacts(module, nvml[0], nvml[1])
 
 
-# Cases: no module and no library → PASS (a node without GPUs); only one of them → WARN (nothing
+# Cases: no module and no library → SKIP (a node without GPUs); only one of them → WARN (nothing
 # to compare; a GPU node in this state runs no GPU work); both and equal → PASS; different → FAIL.
 def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     module, nvml = facts.module_version, facts.nvml_version
@@ -99,7 +100,7 @@ def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     if isinstance(nvml, Unknown):
         return unknown_result(NAME, nvml)
     if module is None and nvml is None:
-        return ItemResult(NAME, Status.PASS, "no NVIDIA module and no NVML library: not a GPU node")
+        return ItemResult(NAME, Status.SKIP, "no NVIDIA module and no NVML library: not a GPU node")
     if module is None:
         return ItemResult(
             NAME,

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import ItemResult, Role, Status, Unknown, unknown_result
-from guard.conformance.runner import Runner
+from guard.conformance.model import ItemResult, Role, Status, unknown_result
+from guard.hostexec import Runner, Unknown
 
 UNITS = ("rke2-agent", "rke2-server")
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -60,7 +60,7 @@ def enabled_units(fs: HostFS) -> frozenset[str] | Unknown:
     """RKE2 units enabled the way `systemctl enable` does it: a *.wants/ or *.requires/ link in
     /etc/systemd/system that leads to an existing unit file, and the unit not masked."""
     if not fs.exists(SYSTEMD_DIR):
-        return Unknown(f"no {SYSTEMD_DIR} under the root")
+        return Unknown(SYSTEMD_DIR, "not under the root")
     enabled = set()
     for entry in fs.listdir(SYSTEMD_DIR):
         if not entry.endswith((".wants", ".requires")):
@@ -83,11 +83,14 @@ def read_version(fs: HostFS, runner: Runner) -> tuple[str | Unknown | None, str]
         return (result.stdout.strip().splitlines() or [""])[0], "rke2 --version"
     if result.missing:
         return None, ""
-    return Unknown(result.describe_failure()), "rke2 --version"
+    return result.as_unknown(), "rke2 --version"
 
 
-def read_rke2(fs: HostFS, runner: Runner) -> Rke2Facts:
+def read_rke2(fs: HostFS, runner: Runner, with_version: bool = True) -> Rke2Facts:
+    """`with_version=False` when rke2-version does not apply: no `rke2 --version` for nothing."""
     enabled = guarded(lambda: enabled_units(fs), SYSTEMD_DIR)
+    if not with_version:
+        return Rke2Facts(enabled, None)
     version = guarded(lambda: read_version(fs, runner), BIN_LINK)
     if isinstance(version, Unknown):
         return Rke2Facts(enabled, version)
@@ -119,9 +122,9 @@ def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
     )
 
 
-# Cases: no control-plane version given → WARN (not checked); major or minor differs → FAIL;
-# patch or RKE2 release differs → WARN; equal → PASS. No RKE2 at all → FAIL.
-def judge_version(facts: Rke2Facts, control_plane: str | None) -> ItemResult:
+# Cases (only with a control-plane version; otherwise the item is SKIP): major or minor differs →
+# FAIL; patch or RKE2 release differs → WARN; equal → PASS. No RKE2 version found → FAIL.
+def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
     name = "rke2-version"
     raw = facts.version
     if isinstance(raw, Unknown):
@@ -133,11 +136,9 @@ def judge_version(facts: Rke2Facts, control_plane: str | None) -> ItemResult:
     node = parse_version(raw)
     if node is None:
         return ItemResult(name, Status.UNKNOWN, f"no version in {raw!r} ({facts.version_source})")
-    want = parse_version(control_plane) if control_plane else None
+    want = parse_version(control_plane)
     if want is None:
-        return ItemResult(
-            name, Status.WARN, f"node {node}; not compared", "pass --control-plane-version"
-        )
+        return ItemResult(name, Status.UNKNOWN, f"no version in {control_plane!r} (control plane)")
     seen = f"node {node}, control plane {want}"
     pin = f"reinstall RKE2 pinned to {want} (INSTALL_RKE2_VERSION); unpinned installs take latest"
     if (node.major, node.minor) != (want.major, want.minor):

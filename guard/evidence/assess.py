@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from guard.evidence import aer
-from guard.evidence.catalog import Verdict, XidClasses
+from guard.evidence.catalog import Repair, XidClasses
 from guard.evidence.kernel_log import (
     FallenOff,
     KernelLog,
@@ -19,16 +19,9 @@ from guard.evidence.kernel_log import (
 )
 from guard.evidence.lspci import ConfigSpace, PortStatus, config_space, port_status
 from guard.evidence.verdict import decide
+from guard.hostexec import Unknown
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A piece of evidence that could not be read, and why; reported, never fatal."""
-
-    what: str
-    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +55,7 @@ class PortEvidence:
 @dataclass(frozen=True, slots=True)
 class Assessment:
     pci: str | None
-    verdict: Verdict
+    verdict: Repair
     reasons: tuple[str, ...]
     xids: tuple[XidRecord, ...]
     fallen_off: tuple[FallenOff, ...]
@@ -119,7 +112,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     codes = [x.code for x in mine.xids]
     if inputs.reported_xid is not None:
         codes.append(inputs.reported_xid)
-    config = config_space(inputs.gpu_lspci) if inputs.gpu_lspci is not None else None
+    config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
     decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
     ports = _ports(inputs)
     events = aer.parse_aer_lines(inputs.kernel_log or "") + aer.parse_aer_lines(inputs.aer_text)

@@ -16,8 +16,10 @@ CLASSES_FILE = DATA_DIR / "xid-classes.tsv"
 CATALOG_FILE = DATA_DIR / "xid-catalog.tsv"
 
 
-class Verdict(StrEnum):
-    """What on-call asks for, in precedence order (first wins)."""
+class Repair(StrEnum):
+    """The evidence verdict: the repair on-call asks for, in precedence order (first wins).
+
+    Not the load test's `guard.loadtest.verdict.Verdict`, which is a pass or fail."""
 
     POWER_CYCLE = "power-cycle"
     RMA = "rma"
@@ -42,14 +44,14 @@ class CatalogEntry:
 class XidClasses:
     """Code → verdict; codes not listed are `human`."""
 
-    classes: Mapping[int, Verdict]
+    classes: Mapping[int, Repair]
 
-    def verdict_of(self, code: int) -> Verdict:
+    def verdict_of(self, code: int) -> Repair:
         """
-        >>> XidClasses({79: Verdict.POWER_CYCLE}).verdict_of(13).value
+        >>> XidClasses({79: Repair.POWER_CYCLE}).verdict_of(13).value
         'human'
         """
-        return self.classes.get(code, Verdict.HUMAN)
+        return self.classes.get(code, Repair.HUMAN)
 
 
 def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -90,13 +92,13 @@ def _code(path: Path, number: int, text: str, seen: set[int]) -> int:
 
 def load_classes(path: Path = CLASSES_FILE) -> XidClasses:
     """Read the verdict mapping; raises DataFileError with file:line on any problem."""
-    allowed = ", ".join(v.value for v in Verdict)
+    allowed = ", ".join(v.value for v in Repair)
     seen: set[int] = set()
-    classes: dict[int, Verdict] = {}
+    classes: dict[int, Repair] = {}
     for number, row in _rows(path, ("xid", "verdict")):
         code = _code(path, number, row["xid"], seen)
         try:
-            classes[code] = Verdict(row["verdict"].strip())
+            classes[code] = Repair(row["verdict"].strip())
         except ValueError:
             raise DataFileError(
                 f"{path}:{number}: unknown verdict {row['verdict']!r} (expected one of {allowed})"

@@ -14,13 +14,14 @@ from typing import Any
 import click
 import jinja2
 
+from guard import ledger as fault_ledger
 from guard.evidence import request
 from guard.evidence.assess import Inputs, assess
 from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.ledger_cli import count
 from guard.evidence.offline import SavedFiles, offline_inputs
-from guard.evidence.options import FILE, OUTPUT, pci_callback
+from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence.report import Tables, to_json, to_text
 
 JSON_MARK = "EVIDENCE-JSON "
@@ -65,10 +66,20 @@ ledger.add_command(count)
 
 
 @evidence.command()
-@click.option("--node", required=True, help="Node name (for the report and the request).")
+@click.option("--node", required=True, callback=node_callback, help="Node name (DNS-1123).")
 @click.option("--pci", required=True, callback=pci_callback, help="The faulted GPU (any spelling).")
 @click.option("--xid", type=click.IntRange(min=0), help="Xid the guard saw on the metric.")
-@click.option("--history", help="History sentence from the fault ledger.")
+@click.option("--uuid", callback=uuid_callback, help="GPU UUID the ledger counts (GPU-…).")
+@click.option(
+    "--card-incidents",
+    type=click.IntRange(min=1),
+    help="Ledger incidents of this card, this one included (with --slot-incidents).",
+)
+@click.option(
+    "--slot-incidents",
+    type=click.IntRange(min=1),
+    help="Ledger incidents in this slot of this node, this one included.",
+)
 @click.option(
     "--host-root",
     type=click.Path(file_okay=False, path_type=Path),
@@ -83,34 +94,50 @@ ledger.add_command(count)
     show_default=True,
     help="Time limit of each host command.",
 )
-@click.option(
-    "--request-template",
-    type=FILE,
-    envvar="GUARD_REQUEST_TEMPLATE",
-    help="Jinja template of the request draft (default: the bundled one).",
-)
 @_classes_option
 def collect(**opts: Any) -> None:
-    """Read the host's kernel log, lspci and AER, print the report, the request and JSON."""
+    """Read the host's kernel log, lspci and AER, print the report, the request and JSON.
+
+    The history sentence of the request is chosen from the ledger counts (a closed set of
+    sentences); no text given on the command line is ever rendered as a template.
+    """
+    counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
-    template = _template(opts["request_template"])
+    template = _template()
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
     inputs = gather(host, opts["pci"], opts["xid"])
-    emit_collected(inputs, tables, template, Target(opts["node"], opts["pci"], opts["history"]))
+    target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
+    emit_collected(inputs, tables, template, target)
 
 
-def _template(path: Path | None) -> jinja2.Template:
+def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
+    if (card is None) != (slot is None):
+        raise click.UsageError("give both --card-incidents and --slot-incidents, or neither")
+    return None if card is None or slot is None else fault_ledger.Counts(card, slot, None)
+
+
+def _template() -> jinja2.Template:
     try:
-        return request.load_template(path)
+        return request.load_template()
     except request.TemplateError as err:
-        raise click.BadParameter(str(err), param_hint="--request-template") from err
+        raise click.ClickException(str(err)) from err
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """The GPU the Job was started for, and its ledger counts (None: not given)."""
+
     node: str
     pci: str
-    history: str | None
+    uuid: str | None
+    counts: fault_ledger.Counts | None
+
+    def history(self, found_uuid: str | None) -> str | None:
+        """The request's history sentence, from the closed set in guard.ledger."""
+        if self.counts is None:
+            return None
+        uuid = self.uuid or found_uuid or "unknown"
+        return fault_ledger.history_sentence(self.counts, uuid, self.node, self.pci)
 
 
 def emit_collected(
@@ -120,9 +147,10 @@ def emit_collected(
     found = assess(inputs, target.pci, tables.classes)
     title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"
     click.echo(to_text(found, tables, title))
+    history = target.history(found.uuid)
     error = None
     try:
-        values = request.context(found, tables, target.node, target.history)
+        values = request.context(found, tables, target.node, history)
         draft = request.render(template, values)
     except request.TemplateError as err:
         draft, error = "", str(err)
@@ -131,7 +159,7 @@ def emit_collected(
     record = {
         "node": target.node,
         **to_json(found, tables),
-        "history": target.history,
+        "history": history,
         "request": draft,
     }
     click.echo(JSON_MARK + json.dumps(record, separators=(",", ":")))

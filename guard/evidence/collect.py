@@ -3,22 +3,24 @@
 Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
 CAP_SYS_ADMIN) so they are the host's own ``journalctl`` and ``lspci``. Sysfs is read as files under
 a root directory, by default ``/proc/1/root`` (the host's root through hostPID, which needs
-CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout; a command that hangs or
-fails becomes an `Unknown` and the rest of the evidence is still read.
+CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout kills the
+command's process group; a process stuck in the kernel, such as a config read of a dead GPU, is left
+behind rather than holding up the rest); a command that hangs or fails becomes an `Unknown` and the
+rest of the evidence is still read.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from guard import hostexec
 from guard.evidence.aer import parse_counters
-from guard.evidence.assess import Counters, Inputs, PortInput, Unknown
+from guard.evidence.assess import Counters, Inputs, PortInput
 from guard.evidence.kernel_log import for_gpu, parse_kernel_log
+from guard.hostexec import CommandResult, Unknown
 
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
@@ -35,47 +37,17 @@ _AER_FILES = (
 
 
 @dataclass(frozen=True, slots=True)
-class CommandResult:
-    argv: tuple[str, ...]
-    ok: bool
-    stdout: str
-    why: str = ""  # "" when ok, else one line: "timed out after 20s", "exit 1: …"
-
-
-Runner = Callable[[Sequence[str], float], CommandResult]
-
-
-def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
-    """A host command through `guard.hostexec`: bounded in time, never raises.
-
-    A timeout kills the command's whole process group; a process stuck in the kernel (a config
-    read of a dead GPU) is left behind rather than holding up the rest of the evidence.
-    """
-    args = tuple(argv)
-    match hostexec.run(args, timeout_s):
-        case hostexec.Exited(0, stdout, _):
-            return CommandResult(args, True, stdout)
-        case hostexec.Exited(returncode, stdout, stderr):
-            lines = stderr.strip().splitlines()
-            why = f"exit {returncode}: {lines[-1] if lines else 'no message'}"
-            return CommandResult(args, False, stdout, why)
-        case hostexec.NotStarted(strerror):
-            return CommandResult(args, False, "", f"cannot start {args[0]}: {strerror}")
-        case hostexec.TimedOut():
-            return CommandResult(args, False, "", f"timed out after {timeout_s:g}s")
-
-
-@dataclass(frozen=True, slots=True)
 class Host:
-    """How to reach the host: a runner, a prefix for its commands, a root for its files."""
+    """How to reach the host: a root for its files, and for its commands a timeout and a prefix,
+    or a `runner` that answers them instead (tests)."""
 
-    runner: Runner = run_command
     root: Path = DEFAULT_HOST_ROOT
     timeout_s: float = DEFAULT_TIMEOUT_S
     prefix: tuple[str, ...] = hostexec.NSENTER_PREFIX
+    runner: hostexec.Runner | None = None  # None: real commands, through guard.hostexec
 
     def run(self, *argv: str) -> CommandResult:
-        return self.runner((*self.prefix, *argv), self.timeout_s)
+        return (self.runner or hostexec.HostRunner(self.timeout_s, self.prefix)).run(argv)
 
     def sysfs_device(self, pci: str) -> Path:
         return self.root / "sys" / "bus" / "pci" / "devices" / pci
@@ -133,7 +105,7 @@ def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ..
         current = host.run("dmesg", "--time-format", "iso")
         if not current.ok:
             unknowns.append(Unknown("dmesg --time-format iso", current.why))
-    label = " ".join(current.argv[len(host.prefix) :])
+    label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):
         return current.stdout, label, tuple(unknowns)
     previous = _journal(host, "-1")

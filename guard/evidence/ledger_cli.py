@@ -12,6 +12,7 @@ import click
 from guard import ledger as fault_ledger
 from guard.evidence.ledger_source import LedgerSourceError, read_cluster, read_file
 from guard.evidence.options import FILE, OUTPUT, pci_callback
+from guard.settings import setting_default
 
 
 def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
@@ -64,9 +65,14 @@ def _text(s: dict[str, Any]) -> str:
 @click.option("--ledger", "ledger_file", type=FILE, help="ConfigMap YAML/JSON or node: text map.")
 @click.option("--from-cluster", is_flag=True, help="Read the ledger ConfigMap from the cluster.")
 @click.option("--kubeconfig", default="", envvar="GUARD_KUBECONFIG", help="Kubeconfig path.")
-@click.option("--namespace", default="gpu-node-guard", envvar="GUARD_NAMESPACE", show_default=True)
 @click.option(
-    "--configmap", default="gpu-fault-ledger", envvar="GUARD_LEDGER_CONFIGMAP", show_default=True
+    "--namespace", default=setting_default("namespace"), envvar="GUARD_NAMESPACE", show_default=True
+)
+@click.option(
+    "--configmap",
+    default=setting_default("ledger_configmap"),
+    envvar="GUARD_LEDGER_CONFIGMAP",
+    show_default=True,
 )
 @click.option("--output", type=OUTPUT, default="text", show_default=True)
 def count(**opts: Any) -> None:

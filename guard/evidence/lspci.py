@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from guard.pci import PciAddressError, normalize_pci
+
 _DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*$")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
 _FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])$")
@@ -25,8 +27,12 @@ class ConfigSpace:
     header: str  # the device line lspci printed, or "" when it printed none
 
 
-def config_space(text: str) -> ConfigSpace:
-    """Judge the first device block of ``lspci -xxx -s <gpu>``.
+def config_space(text: str, pci: str | None = None) -> ConfigSpace:
+    """Judge the device block of `pci` (sysfs form) in ``lspci -xxx`` output, or the first
+    block when `pci` is None; a listing without that device proves nothing.
+
+    Only that block counts: in ``lspci -xxx -d 10de:`` of a node, a dead neighbour's
+    ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for.
 
     >>> config_space("99:00.0 3D controller: NVIDIA Device 2330 (rev ff) (prog-if ff)\\n"
     ...              "\\t!!! Unknown header type 7f\\n00: ff ff ff ff\\n")
@@ -36,26 +42,54 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
     False
     >>> config_space("").all_ff is None
     True
+    >>> two = "18:00.0 3D (rev a1)\\n00: de 10\\n\\n2a:00.0 3D (rev ff)\\n00: ff ff\\n"
+    >>> config_space(two, "0000:18:00.0").all_ff, config_space(two, "0000:2a:00.0").all_ff
+    (False, True)
+    >>> config_space(two, "0000:99:00.0").all_ff is None
+    True
     """
-    header = ""
+    block = _device_block(text, pci)
+    header = block[0].strip() if block else ""
     data: list[int] = []
-    for line in text.splitlines():
+    for line in block[1:]:
         dump = _DUMP.match(line.strip())
         if dump:
             data.extend(int(b, 16) for b in dump.group(2).split())
-        elif line and not line[0].isspace():
-            if header:
-                break  # the next device's block
-            header = line.strip()
     all_ff: bool | None = None  # a header with no dump and no dead marks proves nothing
     if data:
         all_ff = all(b == 0xFF for b in data)
-    elif any(mark in text for mark in _DEAD_HEADER):
+    elif any(mark in line for line in block for mark in _DEAD_HEADER):
         all_ff = True
     vendor = None
     if len(data) >= 4 and not all(b == 0xFF for b in data[:4]):
         vendor = f"{data[1]:02x}{data[0]:02x}:{data[3]:02x}{data[2]:02x}"
     return ConfigSpace(all_ff, len(data), vendor, header)
+
+
+def _device_block(text: str, pci: str | None) -> list[str]:
+    """The header line and the lines under it of one device: `pci`'s, or the first one.
+
+    Text without any device line (a bare dump) can only be about the device asked for.
+    """
+    blocks: list[list[str]] = []
+    lines = text.splitlines()
+    for line in lines:
+        if line and not line[0].isspace() and not _DUMP.match(line.strip()):
+            blocks.append([line])  # a device line starts each block
+        elif blocks:
+            blocks[-1].append(line)
+    if not blocks:
+        return ["", *lines] if lines else []
+    if pci is None:
+        return blocks[0]
+    return next((b for b in blocks if _address(b[0]) == pci), [])
+
+
+def _address(header: str) -> str | None:
+    try:
+        return normalize_pci(header.split(maxsplit=1)[0])
+    except PciAddressError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

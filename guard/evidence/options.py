@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -20,3 +21,22 @@ def pci_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
         return normalize_pci(value)
     except PciAddressError as err:
         raise click.BadParameter(str(err), ctx=ctx, param=param) from err
+
+
+# The shapes the admission policies accept for these values in a guard Job's argv.
+_NODE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+
+
+def node_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes node name (DNS-1123 subdomain, at most 253 characters)."""
+    if value is not None and (len(value) > 253 or not _NODE.match(value)):
+        raise click.BadParameter(f"{value!r} is not a node name (DNS-1123)", ctx=ctx, param=param)
+    return value
+
+
+def uuid_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A GPU UUID as nvidia-smi and dcgm-exporter print it, or ``unknown``."""
+    if value is not None and value != "unknown" and not _UUID.match(value):
+        raise click.BadParameter(f"{value!r} is not a GPU UUID (GPU-…)", ctx=ctx, param=param)
+    return value

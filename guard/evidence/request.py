@@ -1,16 +1,18 @@
 """The request draft on-call pastes to the infrastructure team, rendered from a Jinja template.
 
-The bundled template is ``guard/templates/request.md.j2``; a team rewords it by pointing
-``--request-template`` (or ``GUARD_REQUEST_TEMPLATE``) at its own file. Undefined names are errors
-(StrictUndefined), so a typo in a template fails loudly instead of printing a blank.
+The template is ``guard/templates/request.md.j2`` inside the package, and only that file: no
+option or environment variable of a guard Job can name another one, so nothing that reaches the
+Job's argv can become template source. It is rendered in Jinja's immutable sandbox from plain data
+(strings, numbers, lists): the kernel-log text it quotes is a value, never evaluated. Undefined
+names are errors (StrictUndefined), so a typo fails loudly instead of printing a blank.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from guard.evidence.assess import Assessment
 from guard.evidence.report import (
@@ -21,21 +23,20 @@ from guard.evidence.report import (
     xid_dict,
 )
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "request.md.j2"
+TEMPLATE_NAME = "request.md.j2"
 
 
 class TemplateError(ValueError):
     """The request template is missing or broken; one line with the file name."""
 
 
-def load_template(path: Path | None) -> jinja2.Template:
-    """Read and compile the template now, so a bad path fails before any evidence is read."""
-    path = path or DEFAULT_TEMPLATE
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TemplateError(f"request template {path}: cannot read: {err}") from err
-    env = jinja2.Environment(
+def load_template(loader: jinja2.BaseLoader | None = None) -> jinja2.Template:
+    """Compile the packaged template now, so a broken install fails before any evidence is read.
+
+    `loader` is for tests; the command line never passes one.
+    """
+    env = ImmutableSandboxedEnvironment(
+        loader=loader or jinja2.PackageLoader("guard", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -43,9 +44,12 @@ def load_template(path: Path | None) -> jinja2.Template:
         autoescape=False,  # plain text for a ticket, not HTML
     )
     try:
-        return env.from_string(source)
+        return env.get_template(TEMPLATE_NAME)
+    except jinja2.TemplateNotFound:
+        raise TemplateError(f"request template {TEMPLATE_NAME} not found") from None
     except jinja2.TemplateSyntaxError as err:
-        raise TemplateError(f"request template {path}:{err.lineno}: {err.message}") from err
+        where = f"request template {TEMPLATE_NAME}:{err.lineno}"
+        raise TemplateError(f"{where}: {err.message}") from err
 
 
 def context(a: Assessment, tables: Tables, node: str, history: str | None) -> dict[str, Any]:
@@ -73,5 +77,5 @@ def context(a: Assessment, tables: Tables, node: str, history: str | None) -> di
 def render(template: jinja2.Template, values: dict[str, Any]) -> str:
     try:
         return template.render(**values)
-    except jinja2.TemplateError as err:
+    except jinja2.TemplateError as err:  # SecurityError (sandbox) is one of them
         raise TemplateError(f"request template: {err}") from err

@@ -7,7 +7,6 @@ OpenMetrics samples through its import API. Every server stops when its context 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from guard.example.engines import (
     debian_prometheus,
 )
 from guard.example.scenario import Scenario, write_openmetrics
+from guard.ports import free_port
 
 __all__ = ["LocalPrometheus", "PrometheusUnavailable", "binaries", "scenario_server", "serve"]
 OPENMETRICS = "scenario.om"
@@ -37,12 +37,6 @@ class LocalPrometheus:
     url: str
     data_dir: Path
     engine: Engine = "prometheus2"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_tsdb(scenario: Scenario, data_dir: Path, engine: Engine = "prometheus2") -> int:

@@ -1,9 +1,13 @@
-"""The compute backend seen by the orchestration: PyTorch CUDA in the Job, NumPy in CI."""
+"""The compute backend seen by the orchestration: PyTorch CUDA in the Job, NumPy in CI.
+
+Both run the same all-reduce orchestration (`ranks.py`): NCCL on CUDA, gloo on the CPU.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from guard.loadtest.collective import AllreduceSpec
 from guard.loadtest.model import BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 
@@ -27,4 +31,8 @@ class Backend(Protocol):
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
         """Current and maximum PCIe link of every GPU, keyed by PCI address."""
+        ...
+
+    def allreduce_spec(self) -> AllreduceSpec:
+        """How this backend's all-reduce ranks run: transport, device, sizes, iterations."""
         ...

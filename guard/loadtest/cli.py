@@ -6,6 +6,7 @@ Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -13,17 +14,21 @@ import click
 
 from guard.loadtest import report
 from guard.loadtest.backend import Backend
-from guard.loadtest.model import MemoryPlan, RunPlan
-from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
+from guard.loadtest.collective import AllreduceLimits
+from guard.loadtest.model import ExpectedLink, MemoryPlan, RunPlan
+from guard.loadtest.pcie import parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
-from guard.loadtest.verdict import Criteria, judge
+from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.pci import PciAddressError, normalize_pci
 from guard.settings import Settings
 
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
+# Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
+_ALLREDUCE_START_TIMEOUT_S = 300.0
+TERMINATION_LOG = "/dev/termination-log"
 
 
 def _default(name: str) -> Any:
@@ -52,8 +57,29 @@ def _pci(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
         raise click.BadParameter(str(exc)) from None
 
 
+def _links(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[ExpectedLink, ...]:
+    links: dict[str, ExpectedLink] = {}
+    for value in values:
+        try:
+            link = parse_expected_link(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        if link.pci in links:
+            raise click.BadParameter(f"{link.pci} is given twice")
+        links[link.pci] = link
+    return tuple(links.values())
+
+
 class _LineError(click.ClickException):
     exit_code = 2
+
+
+class _MissingLibrary(click.ClickException):
+    """The chosen backend's library is not installed: the run cannot start (exit 1, one line)."""
+
+    exit_code = 1
 
 
 class _OneLineErrors(click.Command):
@@ -124,6 +150,36 @@ def loadtest() -> None:
     help="GPU for the memory test (any PCI spelling); all GPUs when not given.",
 )
 @click.option(
+    "--allreduce/--no-allreduce",
+    default=True,
+    show_default=True,
+    help="All-reduce across every GPU, one process per GPU (NCCL; gloo on the numpy backend).",
+)
+@click.option(
+    "--allreduce-min-ratio",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=ALLREDUCE_MIN_RATIO,
+    show_default=True,
+    help="Pass when every GPU's all-reduce bandwidth reaches this fraction of the best GPU's.",
+)
+@click.option(
+    "--allreduce-timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help=f"A rank silent this long while the others wait is hung"
+    f" ({_ALLREDUCE_START_TIMEOUT_S:g} s until all are ready).",
+)
+@click.option(
+    "--expect-link",
+    "expected_links",
+    multiple=True,
+    callback=_links,
+    metavar="PCI=NGT/s,xW",
+    help="PCIe link recorded at cordon time, e.g. 0000:99:00.0=16GT/s,x16; repeatable. The link"
+    " under load must not be below it.",
+)
+@click.option(
     "--backend",
     "backend_name",
     type=click.Choice(["auto", "torch", "numpy"]),
@@ -139,6 +195,12 @@ def loadtest() -> None:
     help="GPUs the numpy backend simulates with CPU threads.",
 )
 @click.option(
+    "--termination-log",
+    default=TERMINATION_LOG,
+    show_default=True,
+    help="Where the compact summary for the guard goes, if that file exists ('' = nowhere).",
+)
+@click.option(
     "--output",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -148,7 +210,12 @@ def loadtest() -> None:
 @click.pass_context
 def run_command(ctx: click.Context, /, **options: Any) -> None:
     """Burn every GPU, judge, print; exit 0 on pass, 1 on fail."""
-    criteria = Criteria(options["expected_gpus"], options["min_ratio"])
+    criteria = Criteria(
+        options["expected_gpus"],
+        options["min_ratio"],
+        allreduce_min_ratio=options["allreduce_min_ratio"],
+        expected_links=options["expected_links"],
+    )
     xid = options["xid"]
     memory = MemoryPlan(
         required=xid is not None and xid in options["memory_class_xids"],
@@ -160,6 +227,11 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         memory=memory,
         burn_timeout_s=options["duration_s"] + _STARTUP_GRACE_S,
         memory_timeout_s=_MEMORY_TIMEOUT_S,
+        allreduce=(
+            AllreduceLimits(_ALLREDUCE_START_TIMEOUT_S, options["allreduce_timeout_s"])
+            if options["allreduce"]
+            else None
+        ),
     )
     override = ctx.find_object(BackendOverride)
     backend = override.backend if override else _backend(options)
@@ -169,18 +241,60 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         click.echo(report.json_line(criteria, result, verdict))
     else:
         click.echo(report.text(criteria, result, verdict))
+    problem = write_termination_message(
+        options["termination_log"], report.summary(criteria, result, verdict)
+    )
+    if problem:
+        click.echo(f"note: {problem}", err=True)
     ctx.exit(0 if verdict.passed else 1)
 
 
+def write_termination_message(path: str, text: str) -> str | None:
+    """Write `text` to a termination message file that already exists (the kubelet creates it in
+    the container); never create one, so a run by hand writes nothing there. Returns a one-line
+    note when an existing file cannot be written, None otherwise."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"termination message not written to {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return None
+
+
 def _backend(options: dict[str, Any]) -> Backend:
+    # numpy and torch are imported here, by the backend that needs them, so that `--help` and
+    # every other subcommand work on a base install without either.
     name = options["backend_name"]
     if name == "auto":
-        name = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+        name = "torch" if _installed("torch") else "numpy"
     if name == "numpy":
+        _require("numpy", "the numpy backend", "gpu-node-guard[cpu]")
+        from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
+
         if options["size"] > MAX_SIZE:
             raise _LineError(
                 f"--size {options['size']} is too large for the numpy backend, which simulates"
                 f" GPUs on the CPU; use at most {MAX_SIZE}"
             )
+        if options["allreduce"]:
+            _require("torch", "the all-reduce test (gloo)", "torch, or pass --no-allreduce")
         return NumpyBackend(devices=options["numpy_devices"])
+    _require("torch", "the torch backend", "torch (the load-test image has it)")
     return TorchBackend()
+
+
+def _installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def _require(package: str, what: str, install: str) -> None:
+    if not _installed(package):
+        raise _MissingLibrary(
+            f"{what} needs the Python package {package!r}, which is not installed;"
+            f" install {install}"
+        )

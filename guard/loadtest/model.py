@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guard.loadtest.collective import AllreduceLimits, AllreduceResult
+
 # 64-bit words written over the whole test area, each verified before the next: all zeros, all
 # ones, 1010…, 0101… (every bit both ways), then each word's own index (address-line faults).
 CONSTANT_PATTERNS: tuple[int, ...] = (
@@ -123,6 +125,15 @@ class PcieLink:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpectedLink:
+    """The link a GPU had when its node was cordoned (`--expect-link`); it must not be lower now."""
+
+    pci: str
+    gen: int
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryPlan:
     """Whether the memory pattern test runs, and on which GPU (`pci`; None: every GPU)."""
 
@@ -132,13 +143,18 @@ class MemoryPlan:
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns."""
+    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns.
+
+    allreduce: the all-reduce across every GPU runs after the burn and memory test, within these
+    limits; None: not run.
+    """
 
     size: int
     duration_s: float
     memory: MemoryPlan
     burn_timeout_s: float
     memory_timeout_s: float
+    allreduce: AllreduceLimits | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +169,9 @@ class RunResult:
     pcie: tuple[PcieLink, ...] = ()
     backend_error: str | None = None
     pcie_error: str | None = None
+    allreduce: AllreduceResult | None = None
+    allreduce_skipped: str | None = None  # why a planned all-reduce did not run
+    dev_shm_bytes: int | None = None  # size of /dev/shm where NCCL ranks ran (None: unknown)
 
 
 def memory_targets(devices: tuple[DeviceInfo, ...], plan: MemoryPlan) -> tuple[DeviceInfo, ...]:

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from guard.loadtest.collective import AllreduceSpec, RankFaults
 from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 MAX_SIZE = 256  # one fp16 matmul of this size takes about 0.2 s on one core
+# gloo over loopback between CPU processes: small tensors, the orchestration is what is tested.
+ALLREDUCE_SIZES = (4 << 10, 64 << 10, 256 << 10)
 _PCI_BUS_BASE = 0x18  # simulated GPUs sit at 0000:18:00.0, 0000:19:00.0, …
 _STUCK_STRIDE = 4099  # every n-th word of a faulty simulated GPU has bit 0 stuck at 0
 
@@ -31,12 +34,14 @@ class NumpyFaults:
     stall: the burn returns having done nothing (the gpu-burn trap).
     stuck_words: this many words keep bit 0 at zero whatever is written (a bad memory cell).
     downtrained: the PCIe link reports gen 1 x8 against gen 4 x16.
+    ranks: failures of the all-reduce ranks (gloo processes), see `RankFaults`.
     """
 
     fail: Mapping[int, str] = field(default_factory=dict)
     stall: frozenset[int] = frozenset()
     stuck_words: Mapping[int, int] = field(default_factory=dict)
     downtrained: frozenset[int] = frozenset()
+    ranks: RankFaults = field(default_factory=RankFaults)
 
 
 class NumpyBackend:
@@ -101,6 +106,9 @@ class NumpyBackend:
             return PcieLink(_pci(i), 4, 4, 16, 16)
 
         return tuple(link(i) for i in range(self._count))
+
+    def allreduce_spec(self) -> AllreduceSpec:
+        return AllreduceSpec("gloo", "cpu", ALLREDUCE_SIZES, 1, 3, self._faults.ranks)
 
     def _stuck_offsets(self, index: int) -> npt.NDArray[np.int64]:
         count = self._faults.stuck_words.get(index, 0)

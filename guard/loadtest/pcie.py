@@ -7,10 +7,11 @@ trains down to a lower generation to save power.
 
 from __future__ import annotations
 
-import subprocess
+import re
 from typing import Any
 
-from guard.loadtest.model import PcieLink
+from guard import hostexec
+from guard.loadtest.model import ExpectedLink, PcieLink
 from guard.pci import PciAddressError, normalize_pci
 
 SMI_QUERY = (
@@ -21,13 +22,57 @@ SMI_QUERY = (
 )
 
 
+# Transfer rate per PCIe generation, as lspci (LnkSta) and sysfs (current_link_speed) print it.
+GEN_SPEED = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
+_SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
+_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)$")
+
+
+def parse_expected_link(text: str) -> ExpectedLink:
+    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise.
+
+    >>> parse_expected_link("00000000:99:00.0=16GT/s,x16")
+    ExpectedLink(pci='0000:99:00.0', gen=4, width=16)
+    >>> parse_expected_link("0000:18:00=2.5GT/s,x8")
+    ExpectedLink(pci='0000:18:00.0', gen=1, width=8)
+    """
+    match = _EXPECTED.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
+        )
+    try:
+        pci = normalize_pci(match["pci"])
+    except PciAddressError as exc:
+        raise ValueError(str(exc)) from None
+    gen = _SPEED_GEN.get(float(match["speed"]))
+    if gen is None:
+        speeds = ", ".join(f"{s}GT/s" for s in GEN_SPEED.values())
+        raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
+    width = int(match["width"])
+    if width not in _WIDTHS:
+        raise ValueError(f"x{width} is no PCIe link width; one of {', '.join(map(str, _WIDTHS))}")
+    return ExpectedLink(pci, gen, width)
+
+
+def link_text(gen: int | None, width: int | None) -> str:
+    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read.
+
+    >>> link_text(4, 16), link_text(None, 8)
+    ('16GT/s,x16', '?GT/s,x8')
+    """
+    speed = "?" if gen is None else GEN_SPEED.get(gen, f"gen{gen}")
+    return f"{speed}GT/s,x{'?' if width is None else width}"
+
+
 def read_links(smi_timeout_s: float) -> tuple[PcieLink, ...]:
     """Links of every GPU this process can see; raises RuntimeError when neither source works."""
     try:
         return _nvml_links()
     except Exception as nvml_exc:  # ImportError, or NVMLError when the library is not mounted
         try:
-            return _smi_links(smi_timeout_s)
+            return smi_links(smi_timeout_s)
         except Exception as smi_exc:
             raise RuntimeError(f"NVML: {nvml_exc}; nvidia-smi: {smi_exc}") from smi_exc
 
@@ -60,12 +105,21 @@ def _count(cell: str) -> int | None:
     return int(cell) if cell.isdigit() else None  # "[N/A]", "[Not Supported]"
 
 
-def _smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
-    done = subprocess.run(SMI_QUERY, capture_output=True, text=True, timeout=timeout_s, check=False)
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        raise RuntimeError(f"exit {done.returncode}: {detail[0] if detail else ''}".strip())
-    return parse_smi(done.stdout)
+def smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
+    """Ask nvidia-smi (inside the container, no nsenter); RuntimeError with one line on failure.
+
+    Through `guard.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
+    and the wait ends, instead of blocking the load test after the timeout.
+    """
+    outcome = hostexec.run(SMI_QUERY, timeout_s)
+    if isinstance(outcome, hostexec.NotStarted):
+        raise RuntimeError(f"cannot start nvidia-smi: {outcome.strerror}")
+    if isinstance(outcome, hostexec.TimedOut):
+        raise RuntimeError(f"nvidia-smi timed out after {timeout_s:g}s")
+    if outcome.returncode != 0:
+        detail = (outcome.stderr or outcome.stdout).strip().splitlines()
+        raise RuntimeError(f"exit {outcome.returncode}: {detail[0] if detail else ''}".strip())
+    return parse_smi(outcome.stdout)
 
 
 def _nvml_links() -> tuple[PcieLink, ...]:

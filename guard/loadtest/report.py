@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from guard.loadtest.collective import AllreduceResult, size_label
 from guard.loadtest.model import BurnResult, MemoryResult, PcieLink, RunResult, memory_targets
-from guard.loadtest.verdict import Criteria, Verdict, throughput_ratios
+from guard.loadtest.verdict import Criteria, Verdict, allreduce_ratios, throughput_ratios
 
 JSON_PREFIX = "LOADTEST-JSON "
-_HEADER = ("GPU", "PCI", "NAME", "ITER", "TFLOPS", "RATIO", "PCIE GEN", "PCIE WIDTH", "MEMTEST")
+_HEADER = (
+    "GPU", "PCI", "NAME", "ITER", "TFLOPS", "RATIO", "PCIE GEN", "PCIE WIDTH", "MEMTEST",
+    "ALLREDUCE",
+)  # fmt: skip
 
 
 def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, Any]:
@@ -31,6 +35,7 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
             "pcie": _pcie_dict(links.get(d.pci)),
             "memory_target": d.index in targets,
             "memory": _memory_dict(memory.get(d.index)),
+            "allreduce": _rank_dict(run.allreduce, d.index),
         }
         for d in run.devices
     ]
@@ -48,12 +53,44 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
         "size": run.plan.size,
         "duration_s": run.plan.duration_s,
         "memory_test": {"required": run.plan.memory.required, "pci": run.plan.memory.pci},
+        "allreduce": _allreduce_dict(criteria, run),
         "gpus": gpus,
     }
 
 
 def json_line(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
     return json.dumps(as_dict(criteria, run, verdict), sort_keys=True)
+
+
+# Kubernetes keeps at most 4096 bytes of a container's termination message.
+SUMMARY_LIMIT = 4096
+
+
+def summary(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
+    """The compact JSON for the termination message: verdict, counts and as many reasons as fit.
+
+    Reasons and notes left out for size are counted in `left_off`.
+    """
+    figures = run.allreduce.sizes if run.allreduce else ()
+    largest = max(figures, key=lambda f: f.size_bytes, default=None)
+    doc: dict[str, Any] = {
+        "kind": "loadtest",
+        "verdict": "pass" if verdict.passed else "fail",
+        "expected_gpus": criteria.expected_gpus,
+        "visible_gpus": len(run.devices),
+        "ratio": verdict.ratio,
+        "allreduce_busbw_gbps": largest.busbw_gbps if largest else None,
+        "reasons": [],
+        "notes": [],
+        "left_off": 0,
+    }
+    pending = [("reasons", r) for r in verdict.reasons] + [("notes", n) for n in verdict.notes]
+    for key, line in pending:
+        doc[key].append(line)
+        if len(json.dumps(doc, sort_keys=True).encode()) > SUMMARY_LIMIT:
+            doc[key].pop()
+            doc["left_off"] += 1
+    return json.dumps(doc, sort_keys=True)
 
 
 def text(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
@@ -71,6 +108,7 @@ def text(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
         f" visible_gpus={len(run.devices)} ratio={ratio} min_ratio={criteria.min_ratio}"
         f" backend={run.backend} size={run.plan.size} duration_s={run.plan.duration_s:g}"
     )
+    lines += _allreduce_lines(doc["allreduce"])
     lines += [f"  fail: {reason}" for reason in verdict.reasons]
     lines += [f"  note: {note}" for note in verdict.notes]
     lines.append(JSON_PREFIX + json.dumps(doc, sort_keys=True))
@@ -89,7 +127,70 @@ def _row(gpu: dict[str, Any]) -> tuple[str, ...]:
     gen = "-" if link is None else f"{_n(link['gen_current'])}/{_n(link['gen_max'])}"
     width = "-" if link is None else f"x{_n(link['width_current'])}/x{_n(link['width_max'])}"
     memtest = _mem(mem, gpu["memory_target"])
-    return (str(gpu["index"]), gpu["pci"], gpu["name"], iters, tflops, ratio, gen, width, memtest)
+    allreduce = _allreduce_cell(gpu["allreduce"])
+    row = (gpu["pci"], gpu["name"], iters, tflops, ratio, gen, width, memtest, allreduce)
+    return (str(gpu["index"]), *row)
+
+
+def _allreduce_cell(rank: dict[str, Any] | None) -> str:
+    if rank is None:
+        return "-"
+    if rank["status"] != "ok":
+        return str(rank["status"])
+    if rank["bus_gbps"] is None:
+        return "ok"
+    ratio = "" if rank["ratio"] is None else f" {rank['ratio']:.3f}"
+    return f"ok {rank['bus_gbps']:.4g} GB/s{ratio}"
+
+
+def _allreduce_lines(doc: dict[str, Any] | None) -> list[str]:
+    """One line per size, as nccl-tests prints a row: time, algbw, busbw."""
+    if doc is None or doc["sizes"] is None:
+        return []
+    head = f"allreduce transport={doc['transport']} world={doc['world']}"
+    return [
+        f"{head} size={size_label(s['bytes'])} time_us={s['seconds'] * 1e6:.1f}"
+        f" algbw_gbps={s['algbw_gbps']:.4g} busbw_gbps={s['busbw_gbps']:.4g}"
+        for s in doc["sizes"]
+    ]
+
+
+def _allreduce_dict(criteria: Criteria, run: RunResult) -> dict[str, Any] | None:
+    result = run.allreduce
+    if result is None:
+        skipped = run.allreduce_skipped
+        return None if skipped is None else {"skipped": skipped, "sizes": None}
+    return {
+        "skipped": None,
+        "transport": result.transport,
+        "world": result.world,
+        "completed": result.completed,
+        "error": result.error,
+        "min_ratio": criteria.allreduce_min_ratio,
+        "sizes": [
+            {
+                "bytes": f.size_bytes,
+                "seconds": f.seconds,
+                "algbw_gbps": f.algbw_gbps,
+                "busbw_gbps": f.busbw_gbps,
+            }
+            for f in result.sizes
+        ],
+    }
+
+
+def _rank_dict(result: AllreduceResult | None, index: int) -> dict[str, Any] | None:
+    outcome = next((o for o in result.outcomes if o.rank == index), None) if result else None
+    if result is None or outcome is None:
+        return None
+    known = index < len(result.gpu_busbw_gbps)
+    return {
+        "status": outcome.status,
+        "stage": outcome.stage,
+        "detail": outcome.detail,
+        "bus_gbps": result.gpu_busbw_gbps[index] if known else None,
+        "ratio": allreduce_ratios(result).get(index),
+    }
 
 
 def _mem(mem: dict[str, Any] | None, is_target: bool) -> str:

@@ -1,4 +1,5 @@
-"""Run the burn on every GPU at once, sample PCIe under load, then the memory test; collect.
+"""Run the burn on every GPU at once, sample PCIe under load, the memory test, then the
+all-reduce across every GPU (one process per GPU, `ranks.py`); collect.
 
 One daemon thread per GPU. An exception becomes that GPU's error; a thread still busy at its
 timeout (a hung GPU, a driver stuck in a call) leaves no result, which the verdict fails on.
@@ -7,12 +8,15 @@ Daemon threads let the process exit and report even with such a thread left behi
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from guard.loadtest.backend import Backend
+from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec
 from guard.loadtest.model import (
     BurnResult,
     DeviceInfo,
@@ -24,6 +28,7 @@ from guard.loadtest.model import (
     memory_targets,
     one_line,
 )
+from guard.loadtest.ranks import run_allreduce
 
 T = TypeVar("T")
 
@@ -73,7 +78,35 @@ def run(backend: Backend, plan: RunPlan) -> RunResult:
     # A GPU whose burn never returned is left alone: its thread may still hold the device.
     targets = [d.index for d in memory_targets(devices, plan.memory) if d.index in answered]
     memory = _PerDevice(targets, backend.memory_test, _memory_error).wait(plan.memory_timeout_s)
-    return RunResult(backend.name, plan, devices, burns, memory, pcie, pcie_error=pcie_error)
+    result = RunResult(backend.name, plan, devices, burns, memory, pcie, pcie_error=pcie_error)
+    if plan.allreduce is None or not devices:
+        return result
+    if len(answered) < len(devices):
+        # A hung GPU would hang its rank too; its burn already fails the run.
+        return replace(result, allreduce_skipped="burn-no-result")
+    spec = backend.allreduce_spec()
+    shm = _dev_shm_bytes() if spec.transport == "nccl" else None
+    return replace(result, allreduce=_allreduce(spec, len(devices), plan), dev_shm_bytes=shm)
+
+
+def _dev_shm_bytes() -> int | None:
+    """Size of /dev/shm, which NCCL uses between the rank processes (64 MiB in a bare pod)."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stat.f_frsize * stat.f_blocks
+
+
+def _allreduce(spec: AllreduceSpec, world: int, plan: RunPlan) -> AllreduceResult:
+    assert plan.allreduce is not None
+    limits = plan.allreduce
+    try:
+        return run_allreduce(
+            AllreducePlan(spec, world, limits.start_timeout_s, limits.step_timeout_s)
+        )
+    except Exception as exc:  # recorded like a GPU's exception; the verdict fails on it
+        return AllreduceResult(spec.transport, world, (), error=one_line(exc))
 
 
 def _burn_all(

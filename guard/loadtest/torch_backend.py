@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from guard.loadtest import pcie
+from guard.loadtest.collective import AllreduceSpec
 from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 _WARMUP_ITERATIONS = 10
@@ -22,6 +23,10 @@ _BATCH = 20  # matmuls enqueued between checks of the wall clock
 _MEMORY_FRACTION = 0.9  # of free memory; the rest leaves room for the verify temporaries
 _CHUNK_WORDS = 1 << 27  # 1 GiB of int64 per allocation
 _BLOCK_WORDS = 1 << 24  # 128 MiB slices for the address pattern and its check
+# NCCL all-reduce sizes: latency-bound, middle, and bandwidth-bound (the per-GPU pairs use it).
+ALLREDUCE_SIZES = (8 << 20, 64 << 20, 256 << 20)
+_ALLREDUCE_WARMUP = 5
+_ALLREDUCE_ITERATIONS = 20
 
 
 def _torch() -> Any:
@@ -84,6 +89,11 @@ class TorchBackend:
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
         return pcie.read_links(self._smi_timeout_s)
+
+    def allreduce_spec(self) -> AllreduceSpec:
+        return AllreduceSpec(
+            "nccl", "cuda", ALLREDUCE_SIZES, _ALLREDUCE_WARMUP, _ALLREDUCE_ITERATIONS
+        )
 
 
 def _device(torch: Any, index: int) -> DeviceInfo:

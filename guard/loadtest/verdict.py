@@ -8,15 +8,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guard.loadtest.model import BurnResult, RunResult, memory_targets
+from guard.loadtest.collective import AllreduceResult
+from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, memory_targets
+from guard.loadtest.pcie import link_text
+
+SMALL_DEV_SHM_BYTES = 1 << 30
+# A card at half the best GPU's bandwidth (a PCIe-bound pair on a link at half width or one
+# generation lower) is below it; the spread of a healthy node is unmeasured (docs/loadtest.md).
+ALLREDUCE_MIN_RATIO = 0.7
 
 
 @dataclass(frozen=True, slots=True)
 class Criteria:
-    """expected_gpus: the node's recorded GPU count; min_ratio: slowest/fastest at least this."""
+    """expected_gpus: the node's recorded GPU count; min_ratio: slowest/fastest at least this.
+
+    allreduce_min_ratio: each GPU's all-reduce bandwidth at least this fraction of the best GPU's.
+    expected_links: links recorded at cordon time; the links now must not be below them.
+    """
 
     expected_gpus: int
     min_ratio: float
+    allreduce_min_ratio: float = ALLREDUCE_MIN_RATIO
+    expected_links: tuple[ExpectedLink, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +72,22 @@ def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
 #   no-gpu-ran             not one GPU completed an iteration
 #   slow                   a GPU below min_ratio of the fastest
 #   memory-*               the required memory test: target missing, not run, raised, or errors
-# Never failing, reported as notes: PCIe links below their maximum, links unreadable.
+#   allreduce-unavailable  the ranks could not be started
+#   allreduce-died         a rank exited or was killed before it was done (the cause; the others'
+#                          errors follow from it and are not listed)
+#   allreduce-error        without a dead rank: the first rank that raised
+#   allreduce-hung         silent past the limit while the others waited (the laggards, or all
+#                          ranks when all stand in the same collective)
+#   allreduce-wrong        a reduced tensor had elements off the known sum
+#   allreduce-slow         a GPU's bandwidth (its best ring pair) below allreduce_min_ratio of the
+#                          best GPU's; judged only when every rank finished
+#   pcie-below-max         a link below the generation or width its GPU and slot allow, read
+#                          under load (an idle link trains down; a loaded one should not)
+#   pcie-below-recorded    a link below the one recorded at cordon time (--expect-link)
+#   pcie-recorded-unchecked  a recorded link whose GPU's link cannot be read now
+# Never failing, reported as notes: links unreadable (nothing recorded), all-reduce skipped,
+# NCCL ranks run with a /dev/shm under 1 GiB (the container default is 64 MiB; NCCL's shared
+# memory between processes lives there, so a failing all-reduce may come from it).
 def judge(criteria: Criteria, run: RunResult) -> Verdict:
     reasons = [*_count_reasons(criteria, run), *_burn_reasons(run)]
     ratios = throughput_ratios(run.burns)
@@ -69,11 +97,14 @@ def judge(criteria: Criteria, run: RunResult) -> Verdict:
         if r < criteria.min_ratio
     ]
     reasons += _memory_reasons(run)
+    if run.allreduce is not None:
+        reasons += _allreduce_reasons(criteria, run, run.allreduce)
+    reasons += _pcie_reasons(criteria, run)
     tflops = [b.tflops for b in run.burns if b.has_run]
     return Verdict(
         passed=not reasons,
         reasons=tuple(reasons),
-        notes=_pcie_notes(run),
+        notes=_notes(run),
         min_tflops=min(tflops) if tflops else None,
         max_tflops=max(tflops) if tflops else None,
     )
@@ -130,14 +161,75 @@ def _memory_reasons(run: RunResult) -> list[str]:
     return reasons
 
 
-def _pcie_notes(run: RunResult) -> tuple[str, ...]:
-    if run.pcie_error is not None:
-        return (f"pcie-unknown error={run.pcie_error!r}",)
-    notes = []
-    for link in run.pcie:
-        if link.is_below_max:
-            notes.append(
-                f"pcie-below-max pci={link.pci} gen={link.gen_current}/{link.gen_max}"
-                f" width={link.width_current}/{link.width_max}"
+def allreduce_ratios(result: AllreduceResult) -> dict[int, float]:
+    """Each GPU's all-reduce bandwidth as a fraction of the best GPU's (ranks that have one)."""
+    known = {i: bw for i, bw in enumerate(result.gpu_busbw_gbps) if bw is not None}
+    best = max(known.values(), default=0.0)
+    return {i: bw / best for i, bw in known.items()} if best > 0 else {}
+
+
+def _allreduce_reasons(criteria: Criteria, run: RunResult, result: AllreduceResult) -> list[str]:
+    if result.error is not None:
+        return [f"allreduce-unavailable transport={result.transport} error={result.error!r}"]
+    pci = {d.index: d.pci for d in run.devices}
+    reasons = []
+    for o in result.outcomes:
+        where = f"rank={o.rank} pci={pci.get(o.rank, 'unknown')} at={o.stage}"
+        if o.status == "died":
+            reasons.append(f"allreduce-died {where} {o.detail}")
+        elif o.status == "error":
+            reasons.append(f"allreduce-error {where} error={o.detail!r}")
+        elif o.status == "hung":
+            reasons.append(f"allreduce-hung {where} silent_s={result.hung_after_s:g}")
+    reasons += [
+        f"allreduce-wrong rank={m.rank} pci={pci.get(m.rank, 'unknown')} at={m.step}"
+        f" mismatches={m.count}"
+        for m in result.mismatches
+    ]
+    if result.completed:
+        reasons += [
+            f"allreduce-slow rank={rank} pci={pci.get(rank, 'unknown')}"
+            f" bus_gbps={result.gpu_busbw_gbps[rank]:.4g} ratio={ratio:.3f}"
+            f" min_ratio={criteria.allreduce_min_ratio}"
+            for rank, ratio in sorted(allreduce_ratios(result).items())
+            if ratio < criteria.allreduce_min_ratio
+        ]
+    return reasons
+
+
+def _pcie_reasons(criteria: Criteria, run: RunResult) -> list[str]:
+    reasons = [
+        f"pcie-below-max pci={link.pci} gen={link.gen_current}/{link.gen_max}"
+        f" width={link.width_current}/{link.width_max}"
+        for link in run.pcie
+        if link.is_below_max
+    ]
+    links = {link.pci: link for link in run.pcie}
+    for expected in criteria.expected_links:
+        recorded = link_text(expected.gen, expected.width)
+        link = links.get(expected.pci)
+        if link is None:
+            now = "unreadable" if run.pcie_error is not None else "absent"
+            reasons.append(
+                f"pcie-recorded-unchecked pci={expected.pci} recorded={recorded} now={now}"
             )
+        elif link.gen_current is None or link.width_current is None:
+            now = link_text(link.gen_current, link.width_current)
+            reasons.append(
+                f"pcie-recorded-unchecked pci={expected.pci} recorded={recorded} now={now}"
+            )
+        elif link.gen_current < expected.gen or link.width_current < expected.width:
+            now = link_text(link.gen_current, link.width_current)
+            reasons.append(f"pcie-below-recorded pci={expected.pci} now={now} recorded={recorded}")
+    return reasons
+
+
+def _notes(run: RunResult) -> tuple[str, ...]:
+    notes = []
+    if run.pcie_error is not None:
+        notes.append(f"pcie-unknown error={run.pcie_error!r}")
+    if run.allreduce_skipped is not None:
+        notes.append(f"allreduce-skipped reason={run.allreduce_skipped}")
+    if run.dev_shm_bytes is not None and run.dev_shm_bytes < SMALL_DEV_SHM_BYTES:
+        notes.append(f"dev-shm-small size_mib={run.dev_shm_bytes >> 20}")
     return tuple(notes)

@@ -1,4 +1,4 @@
-"""The planners: pure functions from a Snapshot and the Settings to actions."""
+"""The planners: pure functions from a Snapshot, the Settings and the Job templates to actions."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
+from guard.plan.unreadable import plan_unreadable
 from guard.settings import Settings
 
 
 def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
-    """Return check first (breaker or not), then isolation; `t` renders the Jobs.
+    """What could not be read (reported once), the return check (breaker or not), then isolation.
 
     Nodes the return check releases this cycle no longer count against the circuit breaker.
     """
@@ -19,4 +20,4 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     released = frozenset(
         a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations)
     )
-    return returning + plan_isolation(snap, s, t, released)
+    return plan_unreadable(snap, s) + returning + plan_isolation(snap, s, t, released)

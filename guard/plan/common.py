@@ -3,36 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from guard import ledger
 from guard.actions import AppendLedgerLine, CreateJob
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name
-from guard.model import Snapshot
+from guard.model import NodeInfo, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
+
+# The GPU of `gpu-node-guard render evidence` (a first incident on this card).
+EXAMPLE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
 
 def keys(s: Settings) -> Annotations:
     return Annotations(s.annotation_prefix)
 
 
-def xid_of(reason: str | None) -> int | None:
-    """The Xid in a reason annotation such as ``xid-79``; None when it is not one.
-
-    >>> xid_of("xid-79"), xid_of("manual")
-    (79, None)
-    """
-    if reason and reason.startswith("xid-") and reason[4:].isdigit():
-        return int(reason[4:])
-    return None
-
-
 def guarded_nodes(snap: Snapshot, s: Settings) -> tuple[str, ...]:
-    """Nodes carrying the guard's reason annotation (what the circuit breaker counts)."""
+    """Nodes carrying the guard's reason annotation (what the circuit breaker counts), readable
+    or not: a node the guard cannot read still holds its place under the breaker."""
     key = keys(s).reason
-    return tuple(n.name for n in snap.nodes if n.annotation(key) is not None)
+    return tuple(n.name for n in snap.nodes if n.has(key))
+
+
+def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys among `candidates` that the node carries (what a patch may remove)."""
+    return tuple(key for key in candidates if node.has(key))
 
 
 def job_spec(
@@ -44,12 +42,13 @@ def job_spec(
     args: tuple[str, ...],
     gpus: int = 0,
 ) -> JobSpec:
+    """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape)."""
     image = s.loadtest_image if kind == "loadtest" else s.image
     deadline = s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s
     return JobSpec(
         kind=kind,
         name=job_name(kind, node, key),
-        namespace=s.namespace,
+        namespace=s.jobs_namespace,
         node=node,
         reason=reason,
         prefix=s.annotation_prefix,
@@ -59,6 +58,7 @@ def job_spec(
         ttl_s=s.job_ttl_s,
         workload_service_account=s.job_service_account,
         gpus=gpus,
+        node_selector=(s.gpu_node_selector,),
     )
 
 
@@ -99,26 +99,28 @@ def evidence_job(
     snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: str
 ) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
-    sentence = ledger.history_sentence(
-        incident_counts(snap, incident), incident.uuid, incident.node, incident.pci
-    )
-    args = evidence_args(incident.node, incident.pci, incident.xid, sentence)
+    args = evidence_args(incident, incident_counts(snap, incident))
     at = ledger.format_time(incident.at)
     spec = job_spec(s, "evidence", incident.node, at, reason, args)
     return CreateJob(incident.node, reason, "evidence", spec.name, t.render(spec))
 
 
-def evidence_args(node: str, pci: str, xid: int, history: str) -> tuple[str, ...]:
-    return ("evidence", "collect", "--node", node, "--pci", pci, "--xid", str(xid),
-            "--history", history)  # fmt: skip
+def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
+    """Every value is a name, an address or a number the admission policy can match: the
+    evidence program builds the history sentence from the counts (no free text in argv)."""
+    return ("evidence", "collect", "--node", incident.node, "--pci", incident.pci,
+            "--xid", str(incident.xid), "--uuid", incident.uuid,
+            "--card-incidents", str(counts.same_card),
+            "--slot-incidents", str(counts.same_slot))  # fmt: skip
 
 
 def conformance_args(s: Settings) -> tuple[str, ...]:
     args = ["conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker"]
     if s.conformance_control_plane_version:
         args += ["--control-plane-version", s.conformance_control_plane_version]
-    if s.conformance_allowed_dns:
-        args += ["--allowed-dns", s.conformance_allowed_dns]
+    if s.conformance_allowed_dns:  # one word, no spaces: the policy matches it as a CIDR list
+        cidrs = (part.strip() for part in s.conformance_allowed_dns.split(","))
+        args += ["--allowed-dns", ",".join(c for c in cidrs if c)]
     return (*args, "--output", "json")
 
 
@@ -145,8 +147,9 @@ def render_example_job(
     `example` is (node, faulted PCI address, Xid, GPUs of the node).
     """
     node, pci, xid, gpus = example
+    incident = Incident(node, datetime(2026, 1, 1, tzinfo=UTC), xid, pci, EXAMPLE_UUID)
     builders = {
-        "evidence": lambda: evidence_args(node, pci, xid, "First recorded incident."),
+        "evidence": lambda: evidence_args(incident, ledger.Counts(1, 1, None)),
         "loadtest": lambda: loadtest_args(s, gpus, xid, pci),
         "conformance": lambda: conformance_args(s),
     }

@@ -2,10 +2,14 @@
 
 Case list, for each node Prometheus names (query: hardware Xid AND loss held AND not cordoned):
   node unknown to the API             → skip not-in-api
+  node the guard cannot read          → nothing here (reported once by the unreadable check)
   node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
-  node carries the guard's annotation → skip already-guarded
   node carries hold                   → skip hold
-  breaker open (guarded ≥ limit)      → skip breaker-open + Warning Event, no cordon
+  node carries the guard's annotation → skip already-guarded
+  every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
+                                      → skip cancelled; a new boot, GPU or Xid re-arms
+  breaker open (guarded ≥ limit)      → WARN skip breaker-open + Warning Event for EVERY
+                                        candidate, no cordon
   otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle.
 """
 
@@ -17,32 +21,25 @@ from itertools import groupby
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
-from guard.model import GpuSample, NodeInfo, Snapshot
-from guard.plan.common import Incident, evidence_job, guarded_nodes, keys, ledger_append
+from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
+from guard.plan.common import (
+    Incident,
+    evidence_job,
+    guarded_nodes,
+    keys,
+    ledger_append,
+    present,
+)
 from guard.settings import Settings
+
+NOTHING = "nothing to do for this node"
 
 
 def plan_isolation(
     snap: Snapshot, s: Settings, t: JobTemplates, released: frozenset[str] = frozenset()
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle."""
-    actions: list[Action] = []
-    eligible: list[tuple[NodeInfo, GpuSample]] = []
-    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
-        sample = _primary(tuple(group), s)
-        node = snap.node(node_name)
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            actions.append(
-                Skip(
-                    node_name,
-                    reason or "not-in-api",
-                    _detail(reason, sample),
-                    "nothing to do for this node",
-                )
-            )
-            continue
-        eligible.append((node, sample))
+    actions, eligible = _screen(snap, s)
     if not eligible:
         return tuple(actions)
     eligible.sort(
@@ -70,6 +67,28 @@ def plan_isolation(
     return tuple(actions)
 
 
+def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[tuple[NodeInfo, GpuSample]]]:
+    """Skips for candidates that are not eligible, and (node, primary GPU) for those that are."""
+    actions: list[Action] = []
+    eligible: list[tuple[NodeInfo, GpuSample]] = []
+    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
+        samples = tuple(group)
+        node = snap.node(node_name)
+        if node is not None and node.unreadable:
+            continue
+        reason = _ineligible(node, s)
+        if node is None or reason:
+            detail = _detail(reason or "not-in-api", _primary(samples, s))
+            actions.append(Skip(node_name, reason or "not-in-api", detail, NOTHING))
+            continue
+        armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
+        if not armed:
+            actions.append(_skip_cancelled(node, _primary(samples, s)))
+            continue
+        eligible.append((node, _primary(armed, s)))
+    return actions, eligible
+
+
 def breaker_limit(snap: Snapshot, s: Settings) -> int:
     """Absolute limit, lowered by the optional fraction of GPU nodes (never below one)."""
     if s.breaker_max_fraction <= 0:
@@ -89,37 +108,63 @@ def _ineligible(node: NodeInfo | None, s: Settings) -> str:
         return "not-in-api"
     if node.unschedulable:
         return "already-cordoned"
-    if node.annotation(k.hold) is not None:
+    if node.hold is not None:
         return "hold"
-    if node.annotation(k.reason) is not None:
+    if node.has(k.reason):
         return "already-guarded"
     return ""
 
 
+def _cancelled(node: NodeInfo, cancel: CancelRecord | None, g: GpuSample) -> bool:
+    """The same incident a person cancelled: same boot (no proven reboot), GPU UUID and Xid."""
+    if cancel is None or rebooted(cancel.boot_id, node.boot_id):
+        return False
+    return cancel.uuid.lower() == g.uuid.lower() and cancel.xid == g.value
+
+
+def _skip_cancelled(node: NodeInfo, g: GpuSample) -> Skip:
+    assert node.cancelled is not None
+    when = ledger.format_time(node.cancelled.at)
+    return Skip(
+        node.name,
+        "cancelled",
+        f"xid-{g.value} on {g.uuid}: a person uncordoned this incident at {when}",
+        "re-arms on a new boot, another GPU or another Xid",
+    )
+
+
 def _detail(reason: str, sample: GpuSample) -> str:
-    return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason or 'unknown'})"
+    return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason})"
 
 
 def _breaker_open(
     eligible: list[tuple[NodeInfo, GpuSample]], guarded: int, limit: int
 ) -> tuple[Action, ...]:
-    node, sample = eligible[0]
-    detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); xid-{sample.value} waits"
-    return (
-        Skip(
-            node.name,
-            "breaker-open",
-            detail,
-            "cordon by hand if the fault is real; the breaker closes when nodes return",
-        ),
-        EmitEvent(
-            node.name,
-            "breaker-open",
-            "Warning",
-            "GuardBreakerOpen",
-            f"gpu-node-guard did not cordon: {detail}",
-        ),
-    )
+    """Every blocked candidate, each named in its own WARN line and Event."""
+    out: list[Action] = []
+    for node, sample in eligible:
+        detail = (
+            f"{guarded} nodes carry the guard's cordon (limit {limit}); xid-{sample.value} waits"
+        )
+        out.append(
+            Skip(
+                node.name,
+                "breaker-open",
+                detail,
+                "cordon by hand if the fault is real; the breaker closes when nodes return",
+                "WARN",
+            )
+        )
+        out.append(
+            EmitEvent(
+                node.name,
+                "breaker-open",
+                "Warning",
+                "GuardBreakerOpen",
+                f"gpu-node-guard did not cordon: {detail}",
+            )
+        )
+    return tuple(out)
 
 
 def _cordon(
@@ -139,8 +184,8 @@ def _cordon(
     )
     return (
         Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
-               f"job/{job.name}"),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message),
+               f"job/{job.name}", present(node, k.record_keys)),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
         ledger_append(s, incident, reason),
         job,
     )  # fmt: skip

@@ -1,180 +1,252 @@
 """Return check: bring a node the guard cordoned back only after it proved itself.
 
-Conditions, in order, for each node with the guard's reason annotation (first failure wins):
-  1. still cordoned, else a person uncordoned it → clear the guard's annotations (no load test);
+Conditions, in order, for each readable node with the guard's cordon record (first failure wins):
+  1. still cordoned, else a person uncordoned it → clear the guard's annotations (no load test)
+     and record the cancel (`cancelled`: boot, GPU, Xid) so that incident is not cordoned again;
      a `hold` annotation stops here
-  2. new bootID — or, for reset-class Xids, the `reset-done` annotation a person adds
+  2. a proven reboot: both the recorded and the current bootID known, and different — or, for
+     reset-class Xids and where a bootID is missing, a `reset-done` note from after the cordon
   3. Ready, GPU capacity == recorded capacity == allocatable
   4. no hardware Xid on the node now; row remapping neither pending nor failed
   5. no Running pod holds a GPU on the node
   6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
   (7. optional: the conformance Job passed)
-Then one load-test Job per node per boot: running → wait; succeeded → uncordon; failed → stay
-cordoned and record it once.
+Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
+record `returned`; failed → stay cordoned and record it once.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from guard import ledger
 from guard.actions import (
     Action,
-    Annotate,
     ClearGuardAnnotations,
-    CreateJob,
     EmitEvent,
     SetHold,
     Skip,
-    Uncordon,
 )
-from guard.jobs import JobSpec, JobTemplates
-from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.jobs import JobTemplates
+from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
 from guard.plan.common import (
     Incident,
-    conformance_args,
     evidence_job,
     has_ledger_line,
-    job_spec,
     keys,
     ledger_append,
-    loadtest_args,
-    xid_of,
+    present,
 )
+from guard.plan.return_jobs import WAIT, job_gate
+from guard.records import cancel_value
 from guard.settings import Settings
-
-WAIT = "checked again next cycle"
 
 
 def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
-    k = keys(s)
     actions: list[Action] = []
     for node in snap.nodes:
-        if node.annotation(k.reason) is not None:
-            actions.extend(_node(snap, s, t, node))
+        if node.cordon is not None and not node.unreadable:
+            actions.extend(_node(snap, s, t, node, node.cordon))
     return tuple(actions)
 
 
-def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
-    k = keys(s)
+def _node(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
+) -> tuple[Action, ...]:
     if not node.unschedulable:
-        return (
-            ClearGuardAnnotations(
-                node.name, "human-uncordon", node.resource_version, _present(node, k.guard_keys)
-            ),
-            EmitEvent(
-                node.name,
-                "human-uncordon",
-                "Normal",
-                "GuardCancelled",
-                "node was uncordoned by a person; gpu-node-guard cleared its annotations "
-                "without a load test",
-            ),
-        )
-    return _repairs(snap, s, t, node) + _progress(snap, s, t, node)
+        return _cancel(snap, s, node, c)
+    return _repairs(snap, s, t, node, c) + _progress(snap, s, t, node, c)
 
 
-def _progress(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
-    blocked = _blocked(snap, s, node)
-    if blocked is not None:
-        return (blocked,)
-    repeat = _repeat_fault(snap, s, node)
+def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+    """A person's uncordon: clear the guard's keys and record the incident it cancels."""
+    k = keys(s)
+    record: tuple[tuple[str, str], ...] = ()
+    sticks = ""
+    if c.xid is not None and c.gpu is not None:
+        boot = node.boot_id or c.boot_id
+        at = ledger.format_time(snap.now)
+        record = ((k.cancelled, cancel_value(boot, c.gpu.uuid, c.xid, at)),)
+        sticks = f"; it will not cordon it again for xid-{c.xid} on {c.gpu.uuid} in this boot"
+    return (
+        ClearGuardAnnotations(
+            node.name,
+            "human-uncordon",
+            node.resource_version,
+            present(node, (*k.guard_keys, k.returned)),
+            record,
+        ),
+        EmitEvent(
+            node.name,
+            "human-uncordon",
+            "Normal",
+            "GuardCancelled",
+            "node was uncordoned by a person; gpu-node-guard cleared its annotations "
+            f"without a load test{sticks}",
+        ),
+    )
+
+
+def _progress(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
+) -> tuple[Action, ...]:
+    blocked = _blocked(snap, s, node, c)
+    if blocked:
+        return blocked
+    repeat = _repeat_fault(snap, s, node, c)
     if repeat:
         return repeat
-    boot_key = _boot_key(s, node)
     if s.return_conformance:
-        gate = _job_gate(snap, s, t, node, "conformance", boot_key)
+        gate = job_gate(snap, s, t, node, "conformance")
         if gate is not None:
             return gate
-    return _job_gate(snap, s, t, node, "loadtest", boot_key) or ()
+    return job_gate(snap, s, t, node, "loadtest") or ()
 
 
-def _repairs(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
-    """Finish a cordon whose later writes failed: the ledger line, then a fresh evidence Job.
+def _repairs(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
+) -> tuple[Action, ...]:
+    """Finish a cordon whose later writes failed: the ledger line, a fresh evidence Job, the
+    cordon Event.
 
     The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
-    deleted later, or that expired, is not resurrected.
+    deleted later, or that expired, is not resurrected; after that, while the cordon Event would
+    still be alive, a WARN says the Job is missing. The cordon Event is re-emitted (same name as
+    the lost one) while younger than `EVENT_REPAIR_S`.
     """
-    incident = _incident(s, node)
-    if incident is None:
+    if c.xid is None or c.gpu is None or c.at is None:
         return ()
+    incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     out: list[Action] = []
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, "repair-ledger"))
     job = evidence_job(snap, s, t, incident, "repair-evidence")
-    fresh = (snap.now - incident.at).total_seconds() <= 2 * s.cadence_s
-    if fresh and all(j.name != job.name for j in snap.jobs):
-        out.append(job)
+    age_s = (snap.now - incident.at).total_seconds()
+    if all(j.name != job.name for j in snap.jobs):
+        if age_s <= 2 * s.cadence_s:
+            out.append(job)
+        elif age_s <= EVENT_REPAIR_S:
+            out.append(_evidence_missing(node, job.name, age_s, s))
+    event = _cordon_event(incident, job.name)
+    if age_s <= EVENT_REPAIR_S and all(e.name != event.name for e in snap.events):
+        out.append(event)
     return tuple(out)
 
 
-def _incident(s: Settings, node: NodeInfo) -> Incident | None:
-    k = keys(s)
-    xid = xid_of(node.annotation(k.reason))
-    pci, _, uuid = (node.annotation(k.gpu) or "").partition(" ")
-    try:
-        at = ledger.parse_time(node.annotation(k.at) or "")
-    except ValueError:
-        return None
-    if xid is None or not pci or not uuid:
-        return None
-    return Incident(node.name, at, xid, pci, uuid)
+# The API server keeps an Event 1 h after its last write (--event-ttl); re-emitting a cordon Event
+# later than this could recreate one that simply expired.
+EVENT_REPAIR_S = 50 * 60
 
 
-def _blocked(snap: Snapshot, s: Settings, node: NodeInfo) -> Skip | None:
-    """Conditions 1–5 as (reason, observed) checks; the first failing one becomes a Skip."""
+def _cordon_event(incident: Incident, job: str) -> EmitEvent:
+    at = ledger.format_time(incident.at)
+    return EmitEvent(
+        incident.node,
+        "repair-event",
+        "Warning",
+        "GuardCordoned",
+        f"cordoned by gpu-node-guard at {at}: Xid {incident.xid} on GPU {incident.pci} "
+        f"{incident.uuid}; evidence job/{job} (Event written late: its first write failed)",
+        incident=at,
+    )
+
+
+def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Skip:
+    return Skip(
+        node.name,
+        "evidence-missing",
+        f"job/{job} does not exist and the cordon is {int(age_s)}s old; evidence Jobs are "
+        f"created only within {2 * s.cadence_s}s of the cordon (the node may have rebooted since)",
+        f"collect by hand if still useful: gpu-node-guard render evidence --node {node.name}",
+        level="WARN",
+    )
+
+
+def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+    """Conditions 1–5 as (reason, observed) checks; the first failing one is returned."""
     k = keys(s)
-    hold = node.annotation(k.hold)
-    if hold is not None:
-        return Skip(node.name, "hold", f"hold={hold!r}", f"a person removes {k.hold}")
-    xid = xid_of(node.annotation(k.reason))
-    if xid in s.reset_class_xids:
-        if node.annotation(k.reset_done) is None:
-            return Skip(
-                node.name,
-                "waiting-reset",
-                f"xid-{xid} is reset-class; no {k.reset_done}",
-                f"after the GPU reset, annotate {k.reset_done}",
-            )
-    elif node.boot_id == node.annotation(k.boot_id):
-        return Skip(
+    if node.hold is not None:
+        return (Skip(node.name, "hold", f"hold={node.hold!r}", f"a person removes {k.hold}"),)
+    booted = _boot_gate(s, node, c)
+    if booted:
+        return booted
+    recorded = "?" if c.gpu_capacity is None else str(c.gpu_capacity)
+    if not node.ready:
+        return (Skip(node.name, "not-ready", "node Ready condition is not True", WAIT),)
+    if not (c.gpu_capacity == node.gpu_capacity == node.gpu_allocatable):
+        observed = (
+            f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
+        )
+        return (Skip(node.name, "gpu-count", observed, WAIT),)
+    return _health(snap, node)
+
+
+def _boot_gate(s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+    """Condition 2. A missing bootID never proves a reboot; then a person's reset-done does."""
+    k = keys(s)
+    if c.xid in s.reset_class_xids:
+        return _reset_gate(s, node, c, "waiting-reset", f"xid-{c.xid} is reset-class")
+    if rebooted(c.boot_id, node.boot_id):
+        return ()
+    if not c.boot_id or not node.boot_id:
+        missing = "node reports no bootID" if c.boot_id else f"no recorded bootID in {k.boot_id}"
+        return _reset_gate(s, node, c, "boot-unknown", f"{missing}: a reboot cannot be proven")
+    detail = f"bootID {node.boot_id} unchanged since cordon"
+    gpu = f" on GPU {c.gpu}" if c.gpu else ""
+    return (
+        Skip(node.name, "same-boot", detail, "waiting for the power cycle"),
+        EmitEvent(
             node.name,
             "same-boot",
-            f"bootID {node.boot_id} unchanged since cordon",
-            "waiting for the power cycle",
+            "Normal",
+            "GuardWaitingPowerCycle",
+            f"gpu-node-guard waits for a power cycle ({c.reason}{gpu}): {detail}",
+        ),
+    )
+
+
+def _reset_gate(
+    s: Settings, node: NodeInfo, c: CordonRecord, reason: str, why: str
+) -> tuple[Action, ...]:
+    """Passes with a reset-done note written after the cordon (a leading time says when)."""
+    k = keys(s)
+    level: Literal["INFO", "WARN"] = "WARN" if reason == "boot-unknown" else "INFO"
+    fix = f'after the GPU reset or power cycle, annotate {k.reset_done}="$(date -u +%FT%TZ) …"'
+    if node.reset_done is None:
+        return (Skip(node.name, reason, f"{why}; no {k.reset_done}", fix, level),)
+    done_at, cordon_at = node.reset_done_at, c.at
+    if done_at is not None and cordon_at is not None and done_at <= cordon_at:
+        stale = (
+            f"{why}; {k.reset_done}={node.reset_done!r} is from before the cordon at "
+            f"{ledger.format_time(cordon_at)}"
         )
-    recorded = node.annotation(k.gpu_capacity) or "?"
-    if not node.ready:
-        return Skip(node.name, "not-ready", "node Ready condition is not True", WAIT)
-    if not (str(node.gpu_capacity) == recorded and node.gpu_capacity == node.gpu_allocatable):
-        return Skip(
-            node.name,
-            "gpu-count",
-            f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}",
-            WAIT,
-        )
+        return (Skip(node.name, reason, stale, fix, level),)
+    return ()
+
+
+def _health(snap: Snapshot, node: NodeInfo) -> tuple[Action, ...]:
+    """Conditions 4 and 5: what Prometheus and the pods say about the node now."""
     xids = [g for g in snap.prom.hardware_xids if g.node == node.name]
     if xids:
-        return Skip(
-            node.name, "xid-present", ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids), WAIT
-        )
+        found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
+        return (Skip(node.name, "xid-present", found, WAIT),)
     remap = [g for g in snap.prom.row_remap if g.node == node.name]
     if remap:
-        return Skip(
-            node.name,
-            "row-remap",
-            ", ".join(f"gpu{g.gpu}={g.value}" for g in remap),
-            "row remap pending/failed: reset or replace the GPU",
-        )
+        found = ", ".join(f"gpu{g.gpu}={g.value}" for g in remap)
+        return (Skip(node.name, "row-remap", found, "row remap pending/failed: reset or replace"),)
     pods = [p for p in snap.gpu_pods if p.node == node.name]
     if pods:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
-        return Skip(node.name, "gpu-pods-running", f"{len(pods)} pods hold GPUs: {names}", WAIT)
-    return None
+        return (Skip(node.name, "gpu-pods-running", f"{len(pods)} pods hold GPUs: {names}", WAIT),)
+    return ()
 
 
-def _repeat_fault(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+def _repeat_fault(
+    snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord
+) -> tuple[Action, ...]:
     k = keys(s)
-    pci, _, uuid = (node.annotation(k.gpu) or "").partition(" ")
-    counts = ledger.count(snap.ledger, uuid or None, node.name, pci or None)
+    uuid, pci = (c.gpu.uuid, c.gpu.pci) if c.gpu else (None, None)
+    counts = ledger.count(snap.ledger, uuid, node.name, pci)
     if counts.same_card < s.repeat_fault_limit:
         return ()
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
@@ -189,93 +261,3 @@ def _repeat_fault(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, 
             f"gpu-node-guard will not return this node: {text}; a person decides",
         ),
     )
-
-
-def _boot_key(s: Settings, node: NodeInfo) -> str:
-    """One Job per boot; a GPU reset keeps the bootID, so its reset-done note joins the key."""
-    k = keys(s)
-    return f"{node.boot_id}\0{node.annotation(k.reset_done) or ''}"
-
-
-def _job_gate(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str, boot_key: str
-) -> tuple[Action, ...] | None:
-    """None when this gate passed; otherwise the actions for this cycle."""
-    spec = _spec(s, node, kind, boot_key)
-    job = next((j for j in snap.jobs if j.name == spec.name), None)
-    result_key = keys(s).loadtest_result if kind == "loadtest" else keys(s).conformance_result
-    recorded = node.annotation(result_key) or ""
-    if job is None and spec.name in recorded:
-        job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
-    if job is None:
-        return (CreateJob(node.name, "conditions-met", kind, spec.name, t.render(spec)),)
-    if job.status == "running":
-        return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
-    if job.status == "failed":
-        if spec.name in recorded:
-            return (
-                Skip(
-                    node.name,
-                    f"{kind}-failed",
-                    f"job/{job.name} failed on this boot",
-                    "stays cordoned; read the job log, fix, reboot or reset",
-                ),
-            )
-        value = f"failed job/{job.name} at {ledger.format_time(snap.now)}"
-        return (
-            Annotate(
-                node.name,
-                f"{kind}-failed",
-                node.resource_version,
-                ((result_key, value),),
-                f"stays cordoned; kubectl -n {s.namespace} logs job/{job.name}",
-            ),
-            EmitEvent(
-                node.name,
-                f"{kind}-failed",
-                "Warning",
-                "GuardCheckFailed",
-                f"{kind} job/{job.name} failed; node stays cordoned",
-            ),
-        )
-    if kind == "conformance":
-        return None
-    return (
-        Uncordon(
-            node.name,
-            "loadtest-passed",
-            node.resource_version,
-            _present(node, keys(s).guard_keys),
-            f"job/{job.name} succeeded",
-        ),
-        EmitEvent(
-            node.name,
-            "returned",
-            "Normal",
-            "GuardReturned",
-            f"gpu-node-guard returned the node: job/{job.name} passed",
-        ),
-    )
-
-
-def _spec(s: Settings, node: NodeInfo, kind: str, boot_key: str) -> JobSpec:
-    reason = node.annotation(keys(s).reason) or ""
-    if kind == "conformance":
-        return job_spec(s, "conformance", node.name, boot_key, reason, conformance_args(s))
-    return job_spec(
-        s,
-        "loadtest",
-        node.name,
-        boot_key,
-        reason,
-        loadtest_args(s, node.gpu_capacity, xid_of(reason), _faulted_pci(s, node)),
-        gpus=node.gpu_capacity,
-    )
-
-
-def _faulted_pci(s: Settings, node: NodeInfo) -> str:
-    return (node.annotation(keys(s).gpu) or "").partition(" ")[0]
-
-
-def _present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(key for key in candidates if node.annotation(key) is not None)

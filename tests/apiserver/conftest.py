@@ -7,26 +7,34 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests.apiserver import tally
 from tests.apiserver.kube import (
+    GUARD_NS,
     GUARD_USER,
     HOW_TO_ENABLE,
+    JOB_CONTROLLER,
+    JOBS_NS,
     MERGE_PATCH,
     ControlPlane,
     api_error,
+    as_dict,
     assets_dir,
     control_plane,
+    controller_pod,
     create,
     create_all,
     directory_documents,
     guard_job,
     kustomize_documents,
+    write_kubeconfig,
 )
 from tests.tiers import unavailable
 
@@ -52,6 +60,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"apiserver tier: etcd + kube-apiserver ready in {seconds:.1f} s"
         )
+    for line in tally.lines():
+        terminalreporter.write_line(f"apiserver tier: {line}")
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +73,80 @@ def admin(apiserver: ControlPlane) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="session")
 def deployed(apiserver: ControlPlane, admin: client.ApiClient) -> ControlPlane:
     """manifests/ and policies/ applied, and every policy enforcing."""
+    aggregate_cluster_roles(admin)
     create_all(admin, kustomize_documents(REPO / "manifests"))
     create_all(admin, directory_documents(REPO / "policies"))
     wait_for_enforcement(apiserver, admin)
     return apiserver
+
+
+def aggregate_cluster_roles(admin: client.ApiClient) -> None:
+    """Fill `admin`, `edit` and `view` as kube-controller-manager's aggregation controller does
+    (absent here): the rules of every ClusterRole labelled aggregate-to-<name>."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    for name in ("view", "edit", "admin"):  # each is labelled to aggregate into the next
+        label = f"rbac.authorization.k8s.io/aggregate-to-{name}=true"
+        parts = rbac.list_cluster_role(label_selector=label).items
+        rules = [r for part in parts for r in admin.sanitize_for_serialization(part.rules or [])]
+        rbac.patch_cluster_role(name, {"rules": rules})
+
+
+@pytest.fixture(scope="session")
+def runtime_class(deployed: ControlPlane, admin: client.ApiClient) -> str:
+    """The RuntimeClass one row asks for, so RuntimeClass admission lets the policies decide."""
+    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "runc-privileged"}, "handler": "runc"}  # fmt: skip
+    create(admin, body)
+    return "runc-privileged"
+
+
+@dataclass(frozen=True, slots=True)
+class Identities:
+    """Who tries the out-of-shape objects: the guard's real token, minted (TokenRequest) by the
+    guard namespace's admin, and an admin (the aggregated `admin` role) of each namespace."""
+
+    guard_token: client.ApiClient
+    guard_ns_admin: client.ApiClient
+    jobs_ns_admin: client.ApiClient
+
+
+GUARD_NS_ADMIN = "alice-guard-ns-admin"
+JOBS_NS_ADMIN = "bob-jobs-ns-admin"
+
+
+@pytest.fixture(scope="session")
+def identities(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[Identities]:
+    rbac = client.RbacAuthorizationV1Api(admin)
+    for user, ns in ((GUARD_NS_ADMIN, GUARD_NS), (JOBS_NS_ADMIN, JOBS_NS)):
+        rbac.create_namespaced_role_binding(ns, {
+            "metadata": {"name": f"admin-{user}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        })  # fmt: skip
+    with deployed.impersonating(GUARD_NS_ADMIN) as alice:
+        _wait_until_allowed(lambda: client.CoreV1Api(alice).list_namespaced_pod(GUARD_NS))
+        request = {"spec": {"expirationSeconds": 3600}}
+        token = client.CoreV1Api(alice).create_namespaced_service_account_token(
+            "gpu-node-guard", GUARD_NS, request
+        )
+    path = deployed.workdir / "kubeconfig-minted-guard"
+    write_kubeconfig(path, deployed.url, deployed.ca_file, token.status.token)
+    with (
+        config.new_client_from_config(config_file=str(path)) as guard_api,
+        deployed.impersonating(GUARD_NS_ADMIN) as alice,
+        deployed.impersonating(JOBS_NS_ADMIN) as bob,
+    ):
+        _wait_until_allowed(lambda: client.CoreV1Api(bob).list_namespaced_pod(JOBS_NS))
+        yield Identities(guard_api, alice, bob)
+
+
+def _wait_until_allowed(call: Callable[[], object]) -> None:
+    deadline = time.monotonic() + _ENFORCE_TIMEOUT_S
+    while not succeeds(call):  # a new RoleBinding reaches the authorizer by informer
+        if time.monotonic() > deadline:
+            raise RuntimeError("RoleBinding not in effect")
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -88,28 +168,41 @@ def namespace(admin: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture
 def make_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
-    """Create nodes by hand (no kubelet). Afterwards each node is deleted, with the guard Jobs
-    made for it, so later tests (and the guard's own snapshots) start from a clean namespace."""
+    """Create GPU nodes by hand (no kubelet): the GPU-node label and `gpus` of nvidia.com/gpu
+    capacity (0: a CPU node). Afterwards each node is deleted, with the guard Jobs and Pods made
+    for it, so later tests (and the guard's own snapshots) start from a clean namespace."""
     core, batch, made = client.CoreV1Api(admin), client.BatchV1Api(admin), []
 
-    def make(*, unschedulable: bool = False, annotations: dict[str, str] | None = None) -> str:
+    def make(
+        *,
+        unschedulable: bool = False,
+        annotations: dict[str, str] | None = None,
+        gpus: int = 8,
+        labels: dict[str, str] | None = None,
+    ) -> str:
         name = f"gpu-{uuid.uuid4().hex[:10]}"
+        default_labels = {"nvidia.com/gpu.present": "true"} if gpus else {}
         body = {
             "metadata": {
                 "name": name,
-                "labels": {"nvidia.com/gpu.present": "true"},
+                "labels": default_labels if labels is None else labels,
                 "annotations": annotations or {},
             },
             "spec": {"unschedulable": unschedulable},
         }
         core.create_node(body)
         made.append(name)
+        if gpus:
+            status = {"capacity": {"nvidia.com/gpu": str(gpus)},
+                      "allocatable": {"nvidia.com/gpu": str(gpus)}}  # fmt: skip
+            core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
         return name
 
     yield make
     for name in made:
         selector = f"gpu-node-guard.io/node={name}"
-        batch.delete_collection_namespaced_job("gpu-node-guard", label_selector=selector)
+        batch.delete_collection_namespaced_job(JOBS_NS, label_selector=selector)
+        core.delete_collection_namespaced_pod(JOBS_NS, label_selector=selector)
         core.delete_node(name)
 
 
@@ -140,8 +233,11 @@ def wait_for_enforcement(plane: ControlPlane, admin: client.ApiClient) -> None:
     core.create_node(
         {"metadata": {"name": probe_node, "annotations": hold}, "spec": {"unschedulable": True}}
     )
-    with plane.impersonating(GUARD_USER) as guard_api:
-        probes = _probes(admin, guard_api, probe_node)
+    with (
+        plane.impersonating(GUARD_USER) as guard_api,
+        plane.impersonating(JOB_CONTROLLER) as controller,
+    ):
+        probes = _probes(admin, guard_api, controller, probe_node)
         deadline = time.monotonic() + _ENFORCE_TIMEOUT_S
         while waiting := [name for name, probe in probes.items() if not probe()]:
             if time.monotonic() > deadline:
@@ -151,33 +247,79 @@ def wait_for_enforcement(plane: ControlPlane, admin: client.ApiClient) -> None:
 
 
 def _probes(
-    admin: client.ApiClient, guard_api: client.ApiClient, node: str
+    admin: client.ApiClient, guard_api: client.ApiClient, controller: client.ApiClient, node: str
 ) -> dict[str, Callable[[], bool]]:
     guard_core = client.CoreV1Api(guard_api)
-    admin_core, ns, dry = client.CoreV1Api(admin), "gpu-node-guard", "All"
-    good_job = guard_job("evidence", node, "probe")
-    bad_job = guard_job("evidence", node, "probe-bad")
-    bad_job["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
-    cordon_off = {"spec": {"unschedulable": False}}
-    relabel = {"metadata": {"labels": {"probe": "x"}}}
-    return {
+    admin_core, dry = client.CoreV1Api(admin), "All"
+    probes: dict[str, Callable[[], bool]] = {
         "rbac": lambda: succeeds(lambda: guard_core.list_node(limit=1)),
-        "job-shape accepts": lambda: succeeds(lambda: create(guard_api, good_job, dry_run=True)),
-        "job-shape refuses": lambda: refused_by(
-            "gpu-node-guard-job-shape", lambda: create(guard_api, bad_job, dry_run=True)
-        ),
-        "configmaps": lambda: refused_by(
-            "gpu-node-guard-configmaps",
+        "guard-scope": lambda: refused_by(
+            "gpu-node-guard-guard-scope",
             lambda: guard_core.create_namespaced_config_map(
-                ns, {"metadata": {"name": "probe"}}, dry_run=dry
+                GUARD_NS, {"metadata": {"name": "probe"}}, dry_run=dry
+            ),
+        ),
+        "ledger": lambda: refused_by(
+            "gpu-node-guard-ledger",
+            lambda: admin_core.create_namespaced_config_map(
+                GUARD_NS,
+                {"metadata": {"name": "gpu-fault-ledger"}, "binaryData": {"x": "AA=="}},
+                dry_run=dry,
             ),
         ),
         "hold": lambda: refused_by(
             "gpu-node-guard-hold",
-            lambda: admin_core.patch_node(node, cordon_off, dry_run=dry, _content_type=MERGE_PATCH),
+            lambda: admin_core.patch_node(
+                node, {"spec": {"unschedulable": False}}, dry_run=dry, _content_type=MERGE_PATCH
+            ),
         ),
         "node-scope": lambda: refused_by(
             "gpu-node-guard-node-scope",
-            lambda: guard_core.patch_node(node, relabel, dry_run=dry, _content_type=MERGE_PATCH),
+            lambda: guard_core.patch_node(
+                node, {"metadata": {"labels": {"probe": "x"}}}, dry_run=dry,
+                _content_type=MERGE_PATCH,
+            ),
         ),
+        "jobs-namespace": lambda: refused_by(
+            "gpu-node-guard-jobs-namespace", lambda: create(admin, _cronjob(), dry_run=True)
+        ),
+    }  # fmt: skip
+    for kind in ("evidence", "loadtest", "conformance"):
+        probes |= _kind_probes(kind, admin, guard_api, controller, node)
+    return probes
+
+
+def _cronjob() -> dict[str, Any]:
+    job = guard_job("evidence", "probe", "cron")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "probe", "namespace": JOBS_NS},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job["spec"]}},
+    }
+
+
+def _kind_probes(
+    kind: str,
+    admin: client.ApiClient,
+    guard_api: client.ApiClient,
+    controller: client.ApiClient,
+    node: str,
+) -> dict[str, Callable[[], bool]]:
+    good = guard_job(kind, node, "probe")  # type: ignore[arg-type]
+    bad = guard_job(kind, node, "probe-bad")  # type: ignore[arg-type]
+    bad["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
+
+    def bad_pod() -> object:
+        stored = as_dict(create(admin, good, dry_run=True))
+        pod = controller_pod(stored)
+        pod["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
+        return create(controller, pod, dry_run=True)
+
+    return {
+        f"{kind}-job accepts": lambda: succeeds(lambda: create(guard_api, good, dry_run=True)),
+        f"{kind}-job refuses": lambda: refused_by(
+            f"gpu-node-guard-{kind}-job", lambda: create(guard_api, bad, dry_run=True)
+        ),
+        f"{kind}-pod refuses": lambda: refused_by(f"gpu-node-guard-{kind}-pod", bad_pod),
     }

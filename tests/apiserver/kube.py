@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,12 +28,18 @@ from kubernetes.dynamic import DynamicClient
 from guard.example.promserver import stop
 from guard.jobs import JobKind, JobTemplates
 from guard.plan.common import render_example_job
+from guard.ports import free_port
 from guard.settings import Settings
 
 ENVTEST_VERSION = "v1.34.4"
 HOW_TO_ENABLE = "run `make envtest` (or set KUBEBUILDER_ASSETS)"
-GUARD_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard"
-JOB_USER = "system:serviceaccount:gpu-node-guard:gpu-node-guard-job"
+GUARD_NS = "gpu-node-guard"
+JOBS_NS = "gpu-node-guard-jobs"
+GUARD_USER = f"system:serviceaccount:{GUARD_NS}:gpu-node-guard"
+JOB_USER = f"system:serviceaccount:{JOBS_NS}:gpu-node-guard-job"
+# Who creates a Job's Pods (kube-controller-manager --use-service-account-credentials); there is
+# no controller-manager here, so tests create those Pods themselves under this name.
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 ADMIN_TOKEN = "gpu-node-guard-tests-admin"  # test-only credential of a throwaway server
 MERGE_PATCH = "application/merge-patch+json"
 _START_TIMEOUT_S = 90.0
@@ -51,13 +56,6 @@ def assets_dir(env: Mapping[str, str]) -> Path | None:
         if all(os.access(path / name, os.X_OK) for name in ("etcd", "kube-apiserver")):
             return path
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_signing_key(path: Path) -> None:
@@ -242,6 +240,30 @@ def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
     return render_example_job(
         Settings(), JobTemplates.load(), kind, (node, "0000:99:00.0", 79, 8), key=key
     )
+
+
+def controller_pod(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod the Job controller makes from a stored Job (pkg/controller/job: the template's
+    labels, annotations and spec, the Job as controlling owner, the job-tracking finalizer)."""
+    meta, template = job["metadata"], job["spec"]["template"]
+    pod_meta: dict[str, Any] = {
+        "generateName": meta["name"] + "-",
+        "namespace": meta["namespace"],
+        "labels": dict(template["metadata"].get("labels") or {}),
+        "finalizers": ["batch.kubernetes.io/job-tracking"],
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                             "uid": meta["uid"], "controller": True,
+                             "blockOwnerDeletion": True}],
+    }  # fmt: skip
+    if template["metadata"].get("annotations"):
+        pod_meta["annotations"] = dict(template["metadata"]["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
+            "spec": json.loads(json.dumps(template["spec"]))}  # fmt: skip
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A dynamic-client answer as plain JSON data."""
+    return dict(json.loads(json.dumps(obj.to_dict())))
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:

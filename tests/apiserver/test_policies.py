@@ -1,207 +1,175 @@
-"""The admission policies in policies/, on a real kube-apiserver, against the guard's real Jobs."""
+"""The generated policies on a real kube-apiserver: the guard's ConfigMap scope, the ledger's
+text-only rule, and the images written in the policies agreeing with the CronJob and Settings."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from guard.jobs import JobKind
 from guard.settings import Settings
-from tests.apiserver.kube import create, guard_job, kustomize_documents, refusal
+from tests.apiserver.kube import GUARD_NS, directory_documents, kustomize_documents, refusal
 
 pytestmark = pytest.mark.apiserver
 
 REPO = Path(__file__).resolve().parents[2]
-NS = "gpu-node-guard"
-JOB_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-job-shape'"
-POD = ("spec", "template", "spec")
-C0 = (*POD, "containers", 0)
-COMPONENT = "app.kubernetes.io/component"
-DELETE = object()
-GUARD_IMAGE = Settings().image
-OTHER = {
-    "name": "extra",
-    "image": GUARD_IMAGE,
-    "command": ["gpu-node-guard", "evidence", "collect"],
-}
+LEDGER = "gpu-fault-ledger"
+SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-guard-scope'"
+LEDGER_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-ledger'"
+LINE = "2026-03-02T04:10:00Z xid-79 0000:99:00.0 GPU-5f1c gpu-node-guard\n"
 
 
-def set_path(doc: Any, path: tuple[str | int, ...], value: object) -> None:
-    """Set (or with DELETE remove) doc[path]; a list index one past the end appends."""
-    for key in path[:-1]:
-        doc = doc.setdefault(key, {}) if isinstance(key, str) else doc[key]
-    last = path[-1]
-    if value is DELETE:
-        del doc[last]
-    elif isinstance(last, int) and last == len(doc):
-        doc.append(value)
-    else:
-        doc[last] = value
-
-
-def unique() -> str:
-    return uuid.uuid4().hex[:8]
-
-
-@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
-def test_every_rendered_job_is_accepted(
-    guard: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str], kind: JobKind
-) -> None:
-    node = make_node(unschedulable=True)
-    job = guard_job(kind, node, unique())
-    create(guard, job)
-    stored = client.BatchV1Api(admin).read_namespaced_job(job["metadata"]["name"], NS)
-    container = stored.spec.template.spec.containers[0]
-    assert stored.spec.template.spec.node_name == node
-    assert container.command == job["spec"]["template"]["spec"]["containers"][0]["command"]
+@pytest.fixture
+def no_ledger(admin: client.ApiClient) -> Iterator[None]:
+    """The ledger and archives are shared state of the session's guard namespace."""
+    yield
+    core = client.CoreV1Api(admin)
+    for cm in core.list_namespaced_config_map(GUARD_NS).items:
+        if cm.metadata.name.startswith(LEDGER):
+            core.delete_namespaced_config_map(cm.metadata.name, GUARD_NS)
 
 
 @pytest.mark.parametrize(
-    ("kind", "path", "value", "expected"),
+    "name", ["gpu-node-guard-policy-params", "anything", f"{LEDGER}-archive-x", f"{LEDGER}-2"]
+)
+def test_guard_writes_no_configmap_but_its_ledger_and_archives(
+    guard: client.ApiClient, name: str
+) -> None:
+    body = {"metadata": {"name": name}, "data": {"gpu-a": LINE}}
+    status, message = refusal(
+        lambda: client.CoreV1Api(guard).create_namespaced_config_map(GUARD_NS, body)
+    )
+    assert (status, SCOPE in message) == (422, True), message
+    assert (
+        "refused: the guard writes only its ledger ConfigMap gpu-fault-ledger and its archives "
+        "gpu-fault-ledger-archive-<n>, in namespace gpu-node-guard"
+    ) in message
+
+
+@pytest.mark.parametrize("name", [LEDGER, f"{LEDGER}-archive-1", f"{LEDGER}-archive-12"])
+def test_guard_keeps_its_ledger_and_archives(
+    guard: client.ApiClient, admin: client.ApiClient, name: str, no_ledger: None
+) -> None:
+    core = client.CoreV1Api(guard)
+    core.create_namespaced_config_map(GUARD_NS, {"metadata": {"name": name}, "data": {}})
+    stored = core.read_namespaced_config_map(name, GUARD_NS)
+    stored.data = {"gpu-a.rack-1": LINE}
+    core.replace_namespaced_config_map(name, GUARD_NS, stored)
+    found = client.CoreV1Api(admin).read_namespaced_config_map(name, GUARD_NS)
+    assert found.data == {"gpu-a.rack-1": LINE}
+
+
+@pytest.mark.parametrize("who", ["guard", "admin"])
+@pytest.mark.parametrize(
+    ("body", "says"),
     [
-        pytest.param("evidence", (*C0, "securityContext", "privileged"), True,
-                     "privileged containers are never allowed", id="privileged"),
-        pytest.param("evidence", (*C0, "securityContext", "capabilities", "add"),
-                     ["SYS_ADMIN", "NET_ADMIN"],
-                     "capabilities add [SYS_ADMIN, NET_ADMIN] goes beyond", id="extra-capability"),
-        pytest.param("loadtest", (*C0, "securityContext", "capabilities", "add"), ["SYS_PTRACE"],
-                     "a loadtest Job may not add capabilities", id="capability-on-loadtest"),
-        pytest.param("evidence", (*POD, "volumes"), [{"name": "host", "hostPath": {"path": "/"}}],
-                     "hostPath volume(s) host not allowed", id="hostpath-volume"),
-        pytest.param("evidence", (*C0, "image"), "docker.io/library/busybox:1.36",
-                     "image docker.io/library/busybox:1.36 is not one of the allowed images",
-                     id="other-image"),
-        pytest.param("evidence", (*POD, "nodeName"), DELETE,
-                     "nodeName must name the node the Job inspects", id="no-node-name"),
-        pytest.param("loadtest", (*POD, "hostPID"), True,
-                     "hostPID is allowed only for evidence and conformance Jobs, not for a "
-                     "loadtest", id="hostpid-on-loadtest"),
-        pytest.param("evidence", ("spec", "activeDeadlineSeconds"), DELETE,
-                     "activeDeadlineSeconds must be set, between 1 and 3600 (got 0)",
-                     id="missing-deadline"),
-        pytest.param("loadtest", ("spec", "activeDeadlineSeconds"), 86400,
-                     "activeDeadlineSeconds must be set, between 1 and 3600 (got 86400)",
-                     id="deadline-too-long"),
-        pytest.param("evidence", ("spec", "ttlSecondsAfterFinished"), DELETE,
-                     "ttlSecondsAfterFinished must be set, between 1 and 2592000 (got 0)",
-                     id="missing-ttl"),
-        pytest.param("evidence", (*POD, "containers", 1), OTHER,
-                     "exactly one container and no init or ephemeral containers allowed "
-                     "(got 2 container(s), 0 init container(s))", id="extra-container"),
-        pytest.param("evidence", (*POD, "initContainers"), [OTHER],
-                     "(got 1 container(s), 1 init container(s))", id="init-container"),
-        pytest.param("evidence", (*C0, "command"), ["sh", "-c", "cat /proc/1/root/etc/shadow"],
-                     'component evidence must run "gpu-node-guard evidence collect ..." '
-                     '(got "sh -c cat /proc/1/root/etc/shadow")', id="different-command"),
-        pytest.param("loadtest", (*C0, "command"), ["gpu-node-guard", "evidence", "collect"],
-                     'component loadtest must run "gpu-node-guard loadtest run ..." '
-                     '(got "gpu-node-guard evidence collect")',
-                     id="command-of-another-component"),
-        pytest.param("evidence", (*POD, "hostNetwork"), True,
-                     "hostNetwork and hostIPC are never allowed", id="host-network"),
-        pytest.param("conformance", (*POD, "hostIPC"), True,
-                     "hostNetwork and hostIPC are never allowed", id="host-ipc"),
-        pytest.param("evidence", ("metadata", "labels", COMPONENT), "debug",
-                     'app.kubernetes.io/component=evidence, loadtest or conformance '
-                     '(got component "debug")', id="unknown-component-label"),
-        pytest.param("evidence", ("spec", "template", "metadata", "labels", COMPONENT), "loadtest",
-                     "the Job and its pod template must be labelled", id="pod-label-disagrees"),
-        pytest.param("conformance", ("metadata", "labels", "app.kubernetes.io/name"), DELETE,
-                     "must be labelled app.kubernetes.io/name=gpu-node-guard",
-                     id="missing-name-label"),
-        pytest.param("evidence", (*POD, "serviceAccountName"), "gpu-node-guard",
-                     "must run as ServiceAccount gpu-node-guard-job with "
-                     'automountServiceAccountToken: false (got "gpu-node-guard")',
-                     id="runs-as-the-guard"),
-        pytest.param("loadtest", (*POD, "automountServiceAccountToken"), True,
-                     "with automountServiceAccountToken: false", id="mounts-a-token"),
+        pytest.param({"binaryData": {"gpu-node-guard": "f0VMRgIBAQ=="}},
+                     "the ledger holds text only: no binaryData", id="binary-data"),
+        pytest.param({"data": {"__init__.py": "import os\n"}},
+                     "every ledger key is a node name; not: __init__.py", id="python-file"),
+        pytest.param({"data": {"Gpu_A": LINE}}, "every ledger key is a node name; not: Gpu_A",
+                     id="not-dns-1123"),
+        pytest.param({"data": {"gpu-a": LINE}, "immutable": True},
+                     "the ledger must stay writable", id="immutable"),
     ],
 )  # fmt: skip
-def test_out_of_shape_job_is_refused(
-    guard: client.ApiClient,
-    admin: client.ApiClient,
-    make_node: Callable[..., str],
-    kind: JobKind,
-    path: tuple[str | int, ...],
-    value: object,
-    expected: str,
-) -> None:
-    job = guard_job(kind, make_node(unschedulable=True), unique())
-    set_path(job, path, value)
-    name = job["metadata"]["name"]
-    status, message = refusal(lambda: create(guard, job))
-    assert (status, JOB_POLICY in message) == (422, True), message
-    assert f"Job gpu-node-guard/{name}: refused: " in message
-    assert expected in message
-    assert refusal(lambda: client.BatchV1Api(admin).read_namespaced_job(name, NS))[0] == 404
-
-
-def test_job_in_another_namespace_is_refused_even_with_rbac(
-    guard: client.ApiClient, admin: client.ApiClient, namespace: str
-) -> None:
-    """A mistaken RoleBinding elsewhere still does not let the guard run Jobs there."""
-    rbac = client.RbacAuthorizationV1Api(admin)
-    rule = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "jobs"}, "rules": [rule]})
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "jobs"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": "gpu-node-guard"}
-            ],
-        },
-    )
-    job = guard_job("evidence", "gpu-node-a", unique())
-    job["metadata"]["namespace"] = namespace
-    status, message = 403, ""
-    deadline = time.monotonic() + 30
-    while status == 403 and time.monotonic() < deadline:  # the grant reaches RBAC by informer
-        status, message = refusal(lambda: create(guard, job, dry_run=True))
-        time.sleep(0.1)
-    assert status == 422 and JOB_POLICY in message, message
-    assert "refused: the guard creates Jobs only in namespace gpu-node-guard" in message
-
-
-def test_other_users_jobs_are_not_shape_locked(
-    admin: client.ApiClient, namespace: str, deployed: object
-) -> None:
-    job = guard_job("evidence", "gpu-node-a", unique())
-    job["metadata"]["namespace"] = namespace
-    set_path(job, (*C0, "securityContext", "privileged"), True)
-    create(admin, job)
-    stored = client.BatchV1Api(admin).read_namespaced_job(job["metadata"]["name"], namespace)
-    assert stored.spec.template.spec.containers[0].security_context.privileged is True
-
-
-@pytest.mark.parametrize("name", ["gpu-node-guard-policy-params-2", "anything"])
-def test_guard_writes_no_configmap_but_its_ledger(guard: client.ApiClient, name: str) -> None:
-    body = {"metadata": {"name": name}, "data": {"images": "registry.invalid/mine:1"}}
+@pytest.mark.parametrize("name", [LEDGER, f"{LEDGER}-archive-3"])
+def test_the_ledger_holds_only_text_keyed_by_node(
+    request: pytest.FixtureRequest, who: str, body: dict[str, object], says: str, name: str,
+    no_ledger: None,
+) -> None:  # fmt: skip
+    api: client.ApiClient = request.getfixturevalue(who)
+    doc = {"metadata": {"name": name}, **body}
     status, message = refusal(
-        lambda: client.CoreV1Api(guard).create_namespaced_config_map("gpu-node-guard", body)
+        lambda: client.CoreV1Api(api).create_namespaced_config_map(GUARD_NS, doc)
     )
-    assert status == 422
-    assert "may write only its ledger ConfigMap gpu-fault-ledger" in message
+    assert (status, LEDGER_POLICY in message) == (422, True), message
+    assert f"ConfigMap {GUARD_NS}/{name}: refused: {says}" in message
 
 
-def test_policy_params_list_the_images_the_guard_renders() -> None:
-    """The params object, the CronJob's image settings and the guard's defaults agree."""
-    params = yaml.safe_load((REPO / "policies" / "params.yaml").read_text())
+def test_the_ledger_cannot_become_binary_on_update(
+    guard: client.ApiClient, no_ledger: None
+) -> None:
+    core = client.CoreV1Api(guard)
+    core.create_namespaced_config_map(GUARD_NS, {"metadata": {"name": LEDGER}, "data": {}})
+    stored = core.read_namespaced_config_map(LEDGER, GUARD_NS)
+    stored.binary_data = {"x": "AA=="}
+    status, message = refusal(lambda: core.replace_namespaced_config_map(LEDGER, GUARD_NS, stored))
+    assert (status, LEDGER_POLICY in message) == (422, True), message
+
+
+def test_other_configmaps_of_people_are_not_the_ledgers_business(
+    admin: client.ApiClient, deployed: object
+) -> None:
+    name = f"notes-{uuid.uuid4().hex[:6]}"
+    doc = {"metadata": {"name": name}, "binaryData": {"x": "AA=="}}
+    core = client.CoreV1Api(admin)
+    core.create_namespaced_config_map(GUARD_NS, doc)
+    assert core.read_namespaced_config_map(name, GUARD_NS).binary_data == {"x": "AA=="}
+    core.delete_namespaced_config_map(name, GUARD_NS)
+
+
+def test_images_are_written_in_the_policies_as_the_cronjob_sets_them() -> None:
+    """One image per kind, as a quoted string in the policy variable `image` (where a kustomize
+    replacement can rewrite it), equal to Settings and to the CronJob's GUARD_*IMAGE."""
+    docs = directory_documents(REPO / "policies")
+    images = {
+        d["metadata"]["name"]: v["expression"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        for v in d["spec"].get("variables", [])
+        if v["name"] == "image"
+    }
+    s = Settings()
+    guard, loadtest = f"'{s.image}'", f"'{s.loadtest_image}'"
+    assert images == {
+        "gpu-node-guard-evidence-job": guard,
+        "gpu-node-guard-evidence-pod": guard,
+        "gpu-node-guard-conformance-job": guard,
+        "gpu-node-guard-conformance-pod": guard,
+        "gpu-node-guard-loadtest-job": loadtest,
+        "gpu-node-guard-loadtest-pod": loadtest,
+    }
     cronjob = next(d for d in kustomize_documents(REPO / "manifests") if d["kind"] == "CronJob")
     env = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
-    settings = Settings()
-    allowed = set(params["data"]["images"].split(","))
-    assert allowed == {settings.image, settings.loadtest_image}
-    assert {
-        e["value"] for e in env if e["name"] in {"GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}
-    } == allowed
-    assert params["data"]["jobServiceAccount"] == settings.job_service_account
-    assert params["data"]["namespace"] == settings.namespace
+    values = {e["name"]: e.get("value") for e in env}
+    assert (values["GUARD_IMAGE"], values["GUARD_LOADTEST_IMAGE"]) == (s.image, s.loadtest_image)
+    assert values["GUARD_JOBS_NAMESPACE"] == s.jobs_namespace
+
+
+def test_no_policy_reads_a_parameter_object() -> None:
+    """A params ConfigMap is editable by a namespace admin: the policies carry their values."""
+    for doc in directory_documents(REPO / "policies"):
+        assert "paramKind" not in doc["spec"] and "paramRef" not in doc["spec"], doc["metadata"]
+    text = "\n".join(p.read_text() for p in (REPO / "policies").glob("*.yaml"))
+    assert "params." not in text
+
+
+def test_server_side_reapply_of_the_policies_changes_nothing(
+    admin: client.ApiClient, deployed: object
+) -> None:
+    """What a GitOps sync does every few minutes: the stored objects do not move."""
+    custom = client.CustomObjectsApi(admin)
+    for doc in directory_documents(REPO / "policies"):
+        plural = (
+            "validatingadmissionpolicies"
+            if doc["kind"] == "ValidatingAdmissionPolicy"
+            else "validatingadmissionpolicybindings"
+        )
+        name = doc["metadata"]["name"]
+        group, version = "admissionregistration.k8s.io", "v1"
+        before = custom.get_cluster_custom_object(group, version, plural, name)
+        try:
+            after = custom.patch_cluster_custom_object(
+                group, version, plural, name, yaml.safe_load(yaml.safe_dump(doc)),
+                field_manager="gitops", force=True,
+                _content_type="application/apply-patch+yaml",
+            )  # fmt: skip
+        except ApiException as exc:  # pragma: no cover - the message is the point
+            pytest.fail(f"apply of {name}: {exc.body}")
+        assert after["metadata"]["generation"] == before["metadata"]["generation"], name

@@ -58,6 +58,8 @@ def test_example_text_plan_reads_as_the_incident():
     assert "dry-run would cordon node=gpu-node-b reason=xid-79" in out
     assert "dry-run would ledger-append node=gpu-node-b" in out
     assert "nodeName: gpu-node-b" in out
-    assert "2nd incident on this card" in out  # the 10 September line is in the bundled ledger
+    # The 10 September line is in the bundled ledger: the 2nd incident of this card, which the
+    # evidence program words as "This is the 2nd incident on this card …".
+    assert "- --card-incidents\n            - '2'\n" in out
     for quiet in ("gpu-node-a", "gpu-node-c", "gpu-node-d", "gpu-node-e"):
         assert f"node={quiet}" not in out

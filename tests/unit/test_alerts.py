@@ -6,13 +6,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import alert_queries, alerts, queries
+from guard import alert_queries, alerts, metric_names, queries
 from guard.settings import Settings
+from tests.unit.test_node_alerts import NODE_ALERT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*.test.yaml"))
@@ -24,6 +26,9 @@ ALERT_NAMES = [
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
     "GPUNodeGuardJobFailed",
+    "GPUNodeGuardCordoned",
+    "GPUNodeGuardReturned",
+    *NODE_ALERT_NAMES,
 ]
 
 
@@ -63,7 +68,7 @@ def test_every_alert_has_severity_summary_and_description() -> None:
     ]
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:
-        assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
 
 
@@ -109,6 +114,71 @@ def test_settings_reach_the_expressions() -> None:
     assert '"label_example_com_node"' in rules["GPUNodeGuardJobFailed"]
 
 
+# ── Notifications, the pushgateway variant, runbook links ───────────────────────────────────────
+
+
+def _rules(p: alert_queries.AlertParams, s: Settings | None = None) -> dict[str, dict[str, Any]]:
+    groups = alerts.rule_groups(s or Settings(), p)
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+def test_only_the_notification_pair_is_info_and_carries_the_route_label() -> None:
+    rules = _rules(alert_queries.AlertParams())
+    notify = {name for name, r in rules.items() if "notify" in r["labels"]}
+    info = {name for name, r in rules.items() if r["labels"]["severity"] == "info"}
+    assert notify == info == {"GPUNodeGuardCordoned", "GPUNodeGuardReturned"}
+    for name in notify:
+        assert rules[name]["labels"] == {"severity": "info", "notify": "gpu-node-guard"}
+        assert rules[name]["for"] == "1m"
+
+
+def test_every_alert_links_its_runbook_section_under_the_configured_base() -> None:
+    base = "https://git.example.com/ops/gpu-node-guard/-/blob/main/docs/runbook.md"
+    for p, prefix in (
+        (alert_queries.AlertParams(), "docs/runbook.md"),
+        (alert_queries.AlertParams(runbook_base_url=base), base),
+    ):
+        for name, rule in _rules(p).items():
+            assert rule["annotations"]["runbook_url"] == f"{prefix}#{name.lower()}"
+
+
+def test_the_pushgateway_variant_changes_only_the_not_running_rule() -> None:
+    kube = _rules(alert_queries.AlertParams())
+    pushed = _rules(alert_queries.AlertParams(not_running_source="pushgateway"))
+    assert list(pushed) == list(kube)
+    changed = {name for name in kube if kube[name] != pushed[name]}
+    assert changed == {"GPUNodeGuardNotRunning"}
+    expr = pushed["GPUNodeGuardNotRunning"]["expr"]
+    assert f'{metric_names.LAST_SUCCESS.name}{{namespace="gpu-node-guard"}}' in expr
+    assert "kube_cronjob" not in expr
+    assert pushed["GPUNodeGuardNotRunning"]["labels"] == kube["GPUNodeGuardNotRunning"]["labels"]
+
+
+def test_the_annotation_prefix_reaches_the_notification_pair() -> None:
+    rules = _rules(alert_queries.AlertParams(), Settings(annotation_prefix="example.com/"))
+    assert (
+        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""}'
+        in (rules["GPUNodeGuardCordoned"]["expr"])
+    )
+    assert (
+        'kube_node_annotations{annotation_example_com_returned!=""}'
+        in (rules["GPUNodeGuardReturned"]["expr"])
+    )
+    assert "example.com/returned" in alerts.ksm_flags(Settings(annotation_prefix="example.com/"))[0]
+
+
+@pytest.mark.prometheus
+def test_promtool_proves_the_pushgateway_variant(promtool: str, tmp_path: Path) -> None:
+    """tests/rules/pushgateway/ runs beside the variant rendered as gpu-node-guard.rules.yaml."""
+    p = alert_queries.AlertParams(not_running_source="pushgateway")
+    rules = alerts.render(Settings(), p)[alerts.RULES_FILE]
+    (tmp_path / "gpu-node-guard.rules.yaml").write_text(rules, encoding="utf-8")
+    for test_file in sorted((ROOT / "tests" / "rules" / "pushgateway").glob("*.test.yaml")):
+        shutil.copy(test_file, tmp_path / test_file.name)
+        result = _run([promtool, "test", "rules", test_file.name], tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
     docs = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
     for needle in (*ALERT_NAMES, *alerts.ksm_flags(Settings())):
@@ -142,7 +212,7 @@ def test_a_root_without_manifests_is_one_usage_line(tmp_path: Path) -> None:
 def test_promtool_accepts_the_shipped_rules(promtool: str) -> None:
     result = _run([promtool, "check", "rules", str(alerts.RULES_FILE)], ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in result.stdout
 
 
 @pytest.mark.prometheus

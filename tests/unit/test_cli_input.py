@@ -17,15 +17,37 @@ BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
     ("args", "env", "code", "message"),
     [
         pytest.param(["--output", "yaml"], {}, 2, "Invalid value for '--output'", id="bad-output"),
-        pytest.param(["--at", "yesterday"], {}, 2, "is not RFC 3339", id="at-not-rfc3339"),
+        pytest.param(["--at", "yesterday"], {}, 2, "not RFC 3339", id="at-not-rfc3339"),
+        pytest.param(["--at", "2026-09-21T05:55:00"], {}, 2, "not RFC 3339", id="at-without-zone"),
         pytest.param(
-            ["--at", "2026-09-21T05:55:00"], {}, 2, "is not RFC 3339", id="at-without-zone"
+            ["--at", "2026-13-45T99:00:00Z"],
+            {},
+            2,
+            "Invalid value for '--at': '2026-13-45T99:00:00Z': not a valid time",
+            id="at-impossible-date",
+        ),
+        pytest.param(
+            ["--at", "9999-12-31T23:59:59-23:59"],
+            {},
+            2,
+            "Invalid value for '--at': '9999-12-31T23:59:59-23:59': time out of range",
+            id="at-overflows-past-9999",
+        ),
+        pytest.param(
+            ["--at", "0001-01-01T00:00:00+01:00"],
+            {},
+            2,
+            "time out of range",
+            id="at-overflows-before-year-1",
+        ),
+        pytest.param(
+            ["--at", "２０２６-09-21T05:55:00Z"], {}, 2, "not RFC 3339", id="at-fullwidth-digits"
         ),
         pytest.param(
             ["--hold-window-s", "5"],
             {},
             2,
-            "hold_window_s must be at least 60",
+            "--hold-window-s (GUARD_HOLD_WINDOW_S) must be at least 60",
             id="bad-setting-value",
         ),
         pytest.param(
@@ -66,6 +88,93 @@ def test_bad_input_is_one_line(args, env, code, message):
     assert isinstance(result.exception, SystemExit | type(None))
 
 
+# Each of these was accepted once and then failed in the middle of a cordon (a Job refused by the
+# job-shape policy after the node was cordoned and its ledger line written).
+@pytest.mark.parametrize(
+    ("env", "flag", "message"),
+    [
+        pytest.param({"GUARD_EVIDENCE_DEADLINE_S": "0"}, "--evidence-deadline-s",
+                     "must be in 1..3600", id="evidence-deadline-zero"),
+        pytest.param({"GUARD_LOADTEST_DEADLINE_S": "3601"}, "--loadtest-deadline-s",
+                     "must be in 1..3600", id="loadtest-deadline-above-policy"),
+        pytest.param({"GUARD_JOB_TTL_S": "-1"}, "--job-ttl-s", "must be in 1..2592000",
+                     id="ttl-negative"),
+        pytest.param({"GUARD_JOB_TTL_S": "2592001"}, "--job-ttl-s", "must be in 1..2592000",
+                     id="ttl-above-policy"),
+        pytest.param({"GUARD_CADENCE_S": "-5"}, "--cadence-s", "must be in 1..86400",
+                     id="cadence-negative"),
+        pytest.param({"GUARD_CADENCE_S": "9" * 30}, "--cadence-s", "must be in 1..86400",
+                     id="cadence-overflow"),
+        pytest.param({"GUARD_LOADTEST_DURATION_S": "0"}, "--loadtest-duration-s",
+                     "must be positive", id="load-test-duration-zero"),
+        pytest.param({"GUARD_LOADTEST_DURATION_S": "1800"}, "--loadtest-duration-s",
+                     "shorter than loadtest_deadline_s", id="load-test-longer-than-deadline"),
+        pytest.param({"GUARD_HOLD_WINDOW_S": "9" * 30}, "--hold-window-s", "at most 86400",
+                     id="hold-window-overflow"),
+        pytest.param({"GUARD_NAMESPACE": "Bad_NS"}, "--namespace", "DNS-1123 label",
+                     id="namespace-not-dns"),
+        pytest.param({"GUARD_LEDGER_CONFIGMAP": "ledger/x"}, "--ledger-configmap",
+                     "DNS-1123 subdomain", id="ledger-name-not-dns"),
+        pytest.param({"GUARD_JOB_SERVICE_ACCOUNT": "Job SA"}, "--job-service-account",
+                     "DNS-1123 subdomain", id="service-account-not-dns"),
+        pytest.param({"GUARD_ANNOTATION_PREFIX": "Guard/"}, "--annotation-prefix",
+                     "DNS subdomain followed by '/'", id="prefix-not-dns"),
+        pytest.param({"GUARD_IMAGE": " "}, "--image", "image reference", id="image-blank"),
+        pytest.param({"GUARD_LOADTEST_IMAGE": "a b"}, "--loadtest-image", "image reference",
+                     id="image-with-space"),
+        pytest.param({"GUARD_RESET_CLASS_XIDS": "48,-1"}, "--reset-class-xids",
+                     "must list Xids in 1..999999", id="negative-xid"),
+        pytest.param({"GUARD_BREAKER_MAX_FRACTION": "nan"}, "--breaker-max-fraction",
+                     "must be in [0, 1]", id="fraction-nan"),
+        pytest.param({"GUARD_LOADTEST_MIN_RATIO": "inf"}, "--loadtest-min-ratio",
+                     "must be in (0, 1]", id="ratio-inf"),
+        pytest.param({"GUARD_CYCLE_DEADLINE_S": "231"}, "--cycle-deadline-s",
+                     "must be in 1..230", id="deadline-past-the-cronjob"),
+        pytest.param({"GUARD_API_TIMEOUT_S": "nan"}, "--api-timeout-s", "must be in (0, 60]",
+                     id="api-timeout-nan"),
+        pytest.param({"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"}, "--ledger-archive-bytes",
+                     "must be in 4096..1000000", id="archive-threshold-at-the-object-limit"),
+    ],
+)  # fmt: skip
+def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message):
+    result = CliRunner().invoke(cli, BASE, env=env)
+    assert result.exit_code == 2
+    (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    variable = "GUARD_" + flag[2:].replace("-", "_").upper()
+    assert f"{flag} ({variable}) must" in error and message in error
+    assert "Traceback" not in result.output and "please report" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--node", "Bad Node"], "is not a node name", id="node-not-dns"),
+        pytest.param(["--node", "n", "--pci", "bus-99"], "not a PCI address", id="bad-pci"),
+        pytest.param(["--node", "n", "--xid", "-1"], "'--xid'", id="negative-xid"),
+        pytest.param(["--node", "n", "--gpus", "-8"], "'--gpus'", id="negative-gpus"),
+    ],
+)
+def test_render_refuses_values_that_cannot_make_a_job(args, message):
+    result = CliRunner().invoke(cli, ["render", "evidence", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_bare_command_prints_the_help_and_succeeds():
+    result = CliRunner().invoke(cli, [])
+    assert result.exit_code == 0
+    assert result.output.startswith("Usage: ")
+    assert "  run " in result.output and "  render " in result.output
+
+
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"gpu-node-guard, version {version('gpu-node-guard')}\n"
+
+
 def test_prometheus_url_is_required():
     result = CliRunner().invoke(cli, ["run", "--dry-run"], env={"GUARD_PROMETHEUS_URL": ""})
     assert result.exit_code == 2
@@ -97,3 +206,15 @@ def test_unusable_snapshot_file_aborts_before_anything(tmp_path, content, messag
     aborts = [line for line in proc.stderr.splitlines() if " ERROR abort " in line]
     assert len(aborts) == 1
     assert message in aborts[0]
+
+
+def test_a_missing_shipped_file_stops_run_at_start(monkeypatch):
+    """Before any query: the evidence Job of the next fault would need the same file."""
+    import guard.evidence.request
+
+    monkeypatch.setattr(guard.evidence.request, "TEMPLATE_NAME", "missing-request.md.j2")
+    result = CliRunner().invoke(cli, BASE)  # Prometheus at a closed port: never asked
+    assert result.exit_code == 1
+    aborts = [line for line in result.output.splitlines() if " ERROR abort " in line]
+    assert len(aborts) == 1
+    assert "package data: request template missing-request.md.j2 not found" in aborts[0]

@@ -1,4 +1,5 @@
-"""`gpu-node-guard conformance` through click: exit codes, the JSON report, bad arguments."""
+"""`gpu-node-guard conformance` through click: exit codes, the JSON report, the summary in the
+termination message, bad arguments."""
 
 from __future__ import annotations
 
@@ -10,31 +11,28 @@ from click.testing import CliRunner
 
 from guard.conformance.checks import ITEMS
 from guard.conformance.cli import conformance
-from guard.conformance.report import SCHEMA, parse_report, summary
-from tests.fixtures.hosts.hosttree import ALLOWED_DNS, CONTROL_PLANE, build_host
+from guard.conformance.report import SCHEMA, parse_summary
+from tests.fixtures.hosts.hosttree import ALLOWED_DNS, CONTROL_PLANE, KUBEADM, build_host
 
 CHECKED = ["--control-plane-version", CONTROL_PLANE, "--allowed-dns", ALLOWED_DNS]
 PERSIST = "etc/modules-load.d/ipvs.conf"
 
 
 def invoke(root: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(conformance, ["--root", str(root), *args])
+    # The termination message is written only to a file that exists: none here.
+    argv = ["--root", str(root), "--termination-log", str(root / "no-such-file"), *args]
+    result = CliRunner().invoke(conformance, argv)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result.exit_code, result.output
 
 
 @pytest.mark.parametrize(
-    ("changes", "args", "code", "failed", "warned"),
+    ("changes", "args", "code", "failed", "skipped"),
     [
         pytest.param({}, CHECKED, 0, (), (), id="healthy-exits-0"),
         pytest.param({PERSIST: None}, CHECKED, 1, ("ipvs-persist",), (), id="fail-exits-1"),
         pytest.param(
-            {},
-            [],
-            0,
-            (),
-            ("rke2-version", "dns-upstream"),
-            id="warn-only-exits-0",
+            {}, [], 0, (), ("rke2-version", "dns-upstream"), id="unset-expectations-skip-exit-0"
         ),
         pytest.param(
             {"proc/modules": "nvidia 1 0 - Live 0x0\n", PERSIST: None},
@@ -44,39 +42,60 @@ def invoke(root: Path, *args: str) -> tuple[int, str]:
             (),
             id="several-failures-listed-in-order",
         ),
+        pytest.param(
+            {**KUBEADM, PERSIST: None},
+            CHECKED,
+            0,
+            (),
+            ("ipvs-resolvable", "ipvs-persist", "ipvs-loaded", "rke2-unit", "rke2-version"),
+            id="kubeadm-iptables-node-skips-rke2-and-ip-vs",
+        ),
     ],
 )
-def test_json_report(
+def test_json_report_and_summary(
     tmp_path: Path,
     changes: dict[str, None],
     args: list[str],
     code: int,
     failed: tuple[str, ...],
-    warned: tuple[str, ...],
+    skipped: tuple[str, ...],
 ) -> None:
-    exit_code, output = invoke(build_host(tmp_path, changes), "--output", "json", *args)
-    report = json.loads(output)
-    assert exit_code == code
+    root = build_host(tmp_path / "host", changes)
+    log = tmp_path / "termination-log"
+    log.write_text("")  # kubelet creates the file before the container starts
+    result = CliRunner().invoke(
+        conformance,
+        ["--root", str(root), "--output", "json", "--termination-log", str(log), *args],
+    )
+    report = json.loads(result.stdout)
+    assert result.exit_code == code
     assert (report["schema"], report["ok"], tuple(report["failed"])) == (SCHEMA, not failed, failed)
     assert [i["name"] for i in report["items"]] == list(ITEMS)
     assert all(set(i) == {"name", "status", "observed", "action"} for i in report["items"])
-    assert tuple(i["name"] for i in report["items"] if i["status"] == "WARN") == warned
+    assert tuple(i["name"] for i in report["items"] if i["status"] == "SKIP") == skipped
     assert report["counts"]["FAIL"] == len(failed)
-    assert summary(report) == (not failed, failed)
+    summary = parse_summary(log.read_text())
+    assert (summary.ok, summary.failed_items) == (not failed, failed)
+    assert tuple(f.item for f in summary.skipped) == skipped
+    assert result.stderr == ""
 
 
 def test_text_report_is_a_table_with_a_result_line(tmp_path: Path) -> None:
     exit_code, output = invoke(build_host(tmp_path, {PERSIST: None}), *CHECKED)
     lines = output.splitlines()
     assert exit_code == 1
-    assert lines[0].split() == ["ITEM", "STATUS", "OBSERVED", "/", "ACTION"]
-    rows = {line.split()[0]: line.split()[1] for line in lines[1:-1] if not line.startswith(" ")}
+    assert lines[0] == (
+        "node: RKE2 (found /var/lib/rancher/rke2); kube-proxy ipvs"
+        " (/var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml)"
+    )
+    assert lines[1].split() == ["ITEM", "STATUS", "OBSERVED", "/", "ACTION"]
+    rows = {line.split()[0]: line.split()[1] for line in lines[2:-1] if not line.startswith(" ")}
     assert rows == dict.fromkeys(ITEMS, "PASS") | {"ipvs-persist": "FAIL"}
     assert any(
         line.strip() == "-> echo ip_vs > /etc/modules-load.d/ipvs.conf (or run with --fix)"
         for line in lines
     )
-    assert lines[-1].startswith("result: FAIL pass=8 warn=0 fail=1 fixed=0 unknown=0")
+    assert lines[-1].startswith("result: FAIL pass=8 warn=0 fail=1 fixed=0 unknown=0 skip=0")
 
 
 @pytest.mark.parametrize(
@@ -90,6 +109,12 @@ def test_text_report_is_a_table_with_a_result_line(tmp_path: Path) -> None:
         pytest.param(["--role", "gpu"], "Invalid value for '--role'", id="bad-role"),
         pytest.param(["--timeout-s", "0"], "Invalid value for '--timeout-s'", id="zero-timeout"),
         pytest.param(["--output", "yaml"], "Invalid value for '--output'", id="bad-output"),
+        pytest.param(["--platform", "k3s"], "Invalid value for '--platform'", id="bad-platform"),
+        pytest.param(
+            ["--kube-proxy-mode", "userspace"],
+            "Invalid value for '--kube-proxy-mode'",
+            id="bad-proxy-mode",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_error_line(
@@ -110,26 +135,76 @@ def test_missing_root_is_a_bad_argument(tmp_path: Path) -> None:
 
 def test_environment_variables_set_the_options(tmp_path: Path) -> None:
     env = {"GUARD_CONFORMANCE_ALLOWED_DNS": "192.0.2.0/24", "GUARD_CONFORMANCE_OUTPUT": "json"}
-    result = CliRunner().invoke(conformance, ["--root", str(build_host(tmp_path))], env=env)
+    root = build_host(tmp_path)
+    result = CliRunner().invoke(
+        conformance, ["--root", str(root), "--termination-log", ""], env=env
+    )
     assert result.exit_code == 1
-    assert summary(json.loads(result.output)) == (False, ("dns-upstream",))
+    assert json.loads(result.output)["failed"] == ["dns-upstream"]
 
 
 def test_every_option_reads_its_documented_environment_variable() -> None:
-    # docs/conformance.md: every option also reads GUARD_CONFORMANCE_<OPTION>.
+    # docs/conformance.md: every option but --fix also reads GUARD_CONFORMANCE_<OPTION>.
     assert {p.name: p.envvar for p in conformance.params} == {
         "root": "GUARD_CONFORMANCE_ROOT",
-        "fix": "GUARD_CONFORMANCE_FIX",
+        "fix": None,
         "role": "GUARD_CONFORMANCE_ROLE",
         "control_plane_version": "GUARD_CONFORMANCE_CONTROL_PLANE_VERSION",
         "allowed_dns": "GUARD_CONFORMANCE_ALLOWED_DNS",
+        "platform": "GUARD_CONFORMANCE_PLATFORM",
+        "kube_proxy_mode": "GUARD_CONFORMANCE_KUBE_PROXY_MODE",
+        "resolv_conf": "GUARD_CONFORMANCE_RESOLV_CONF",
         "output": "GUARD_CONFORMANCE_OUTPUT",
         "timeout_s": "GUARD_CONFORMANCE_TIMEOUT_S",
         "nsenter": "GUARD_CONFORMANCE_NSENTER",
+        "termination_log": "GUARD_CONFORMANCE_TERMINATION_LOG",
     }
 
 
-def test_the_report_is_found_in_a_job_log(tmp_path: Path) -> None:
-    _, output = invoke(build_host(tmp_path, {PERSIST: None}), "--output", "json", *CHECKED)
-    log = "W1129 nsenter: noise before\n" + output + "trailing line\n"
-    assert summary(parse_report(log)) == (False, ("ipvs-persist",))
+@pytest.mark.parametrize(
+    ("args", "kube_proxy"),
+    [
+        pytest.param([], "ipvs", id="read-from-the-node"),
+        pytest.param(["--kube-proxy-mode", "iptables"], "iptables", id="set"),
+    ],
+)
+def test_platform_is_in_the_json_report(tmp_path: Path, args: list[str], kube_proxy: str) -> None:
+    _, output = invoke(build_host(tmp_path), "--output", "json", *args)
+    platform = json.loads(output.splitlines()[0])["platform"]
+    assert (platform["rke2"], platform["kube_proxy_mode"], platform["dpkg"]) == (
+        True,
+        kube_proxy,
+        True,
+    )
+
+
+def test_an_unwritable_termination_log_is_one_note_not_a_failure(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.mkdir()  # exists but cannot be written, even by root
+    root = build_host(tmp_path / "host")
+    result = CliRunner().invoke(
+        conformance, ["--root", str(root), *CHECKED, "--termination-log", str(log)]
+    )
+    assert result.exit_code == 0
+    assert result.stderr == f"termination message not written to {log}: Is a directory\n"
+
+
+def test_no_termination_log_is_created_where_none_exists(tmp_path: Path) -> None:
+    root = build_host(tmp_path / "host")
+    missing = tmp_path / "dev" / "termination-log"
+    (tmp_path / "dev").mkdir()
+    result = CliRunner().invoke(
+        conformance, ["--root", str(root), "--termination-log", str(missing)]
+    )
+    assert result.exit_code == 0, result.output
+    assert list((tmp_path / "dev").iterdir()) == []
+
+
+def test_the_environment_cannot_turn_on_the_host_write(tmp_path: Path) -> None:
+    """A host write is asked for on the command line only, where the admission policy sees it."""
+    env = {"GUARD_CONFORMANCE_FIX": "1", "GUARD_CONFORMANCE_OUTPUT": "json"}
+    root = build_host(tmp_path, {PERSIST: None})
+    result = CliRunner().invoke(conformance, ["--root", str(root), *CHECKED], env=env)
+    report = json.loads(result.output.splitlines()[0])
+    assert report["fix"] is False
+    assert not (root / PERSIST.lstrip("/")).exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guard.conformance.model import Config, Status
-from guard.conformance.runner import CommandResult
+from guard.hostexec import CommandResult
 from tests.fixtures.hosts.hosttree import (
     CONFIG,
     DRIVER,
@@ -29,7 +29,7 @@ from tests.fixtures.hosts.hosttree import (
     timed_out,
 )
 
-P, W, F, U = Status.PASS, Status.WARN, Status.FAIL, Status.UNKNOWN
+P, W, F, U, S = Status.PASS, Status.WARN, Status.FAIL, Status.UNKNOWN, Status.SKIP
 IPVS_KO = f"{MODDIR}/kernel/net/netfilter/ipvs/ip_vs.ko"
 PERSIST = "etc/modules-load.d/ipvs.conf"
 NO_IP_VS = "ip_vs_rr 16384 0 - Live 0x0000000000000000\nnvidia 56807424 0 - Live 0x0\n"
@@ -181,7 +181,27 @@ ROWS = [
         "loaded",
         id="loaded-builtin-in-sysfs",
     ),
-    pytest.param({"proc/modules": None}, None, {}, "ipvs-loaded", U, "", id="no-proc-modules"),
+    pytest.param(
+        {"proc/modules": None, "sys/module/ip_vs/refcnt": "3\n"},
+        None,
+        {},
+        "ipvs-loaded",
+        P,
+        "loaded",
+        id="loaded-from-sys-module-alone",
+    ),
+    pytest.param(
+        {"proc/modules": None}, None, {}, "ipvs-loaded", F, "Ipvs", id="not-in-sys-module-alone"
+    ),
+    pytest.param(
+        {"proc/modules": None, "sys/module/nvidia/version": None},
+        None,
+        {},
+        "ipvs-loaded",
+        U,
+        "neither /proc/modules nor /sys/module",
+        id="no-proc-modules-no-sys-module",
+    ),
     # nvidia-match
     pytest.param({}, None, {}, "nvidia-match", P, f"module {DRIVER} = NVML {DRIVER}", id="nvml"),
     pytest.param(
@@ -224,7 +244,7 @@ ROWS = [
         None,
         {},
         "nvidia-match",
-        P,
+        S,
         "not a GPU node",
         id="nvml-no-driver-no-gpu",
     ),
@@ -345,7 +365,7 @@ ROWS = [
         id="version-rke2-release-differs",
     ),
     pytest.param(
-        {}, Config(), {}, "rke2-version", W, "not compared", id="version-no-control-plane-given"
+        {}, Config(), {}, "rke2-version", S, "not compared", id="version-no-control-plane-given"
     ),
     pytest.param(
         {"var/lib/rancher/rke2/bin": None},
@@ -480,7 +500,7 @@ ROWS = [
         id="hold-blacklist-cleared-later",
     ),
     pytest.param(
-        {"var/lib/dpkg/status": None}, None, {}, "package-hold", W, "not checked", id="no-dpkg"
+        {"var/lib/dpkg/status": None}, None, {}, "package-hold", S, "not a Debian", id="no-dpkg"
     ),
     # dns-upstream
     pytest.param(
@@ -554,7 +574,7 @@ ROWS = [
         id="dns-rke2-config-unreadable",
     ),
     pytest.param(
-        {}, Config(), {}, "dns-upstream", W, "not checked", id="dns-no-allowed-list-given"
+        {}, Config(), {}, "dns-upstream", S, "not checked", id="dns-no-allowed-list-given"
     ),
 ]
 

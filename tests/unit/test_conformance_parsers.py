@@ -1,5 +1,5 @@
 """The pure readers behind the items: APT configuration, dpkg status, versions, resolv.conf choice,
-the report summary, and path resolution inside the host root."""
+and path resolution inside the host root."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from guard.conformance.apt import parse_dpkg_status
 from guard.conformance.aptconf import items, parse_apt_conf, scalar
 from guard.conformance.dns import FALLBACK, choose, is_usable
 from guard.conformance.hostfs import HostFS
-from guard.conformance.report import SCHEMA, ReportError, parse_report, summary
 from guard.conformance.rke2 import Version, parse_version
 
 BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
@@ -163,43 +162,6 @@ def test_rke2_resolv_conf_choice(
     texts = {"/etc/resolv.conf": etc, "/run/systemd/resolve/resolv.conf": systemd}
     assert choose(None, texts) == expected
     assert is_usable(etc) == (expected[0] == "/etc/resolv.conf")
-
-
-@pytest.mark.parametrize(
-    ("report", "message"),
-    [
-        pytest.param(
-            {"schema": "other/v9", "items": []}, "schema is 'other/v9'", id="foreign-schema"
-        ),
-        pytest.param({"schema": SCHEMA, "items": []}, "no items", id="no-items"),
-        pytest.param(
-            {"schema": SCHEMA, "items": [{"status": "PASS"}]}, "without a name", id="no-name"
-        ),
-        pytest.param(
-            {"schema": SCHEMA, "items": [{"name": "ipvs-loaded", "status": "OK"}]},
-            "status 'OK'",
-            id="unknown-status",
-        ),
-    ],
-)
-def test_summary_rejects_foreign_reports(report: dict[str, object], message: str) -> None:
-    with pytest.raises(ReportError, match=message):
-        summary(report)
-
-
-def test_unknown_and_warn_do_not_fail_the_summary() -> None:
-    items_ = [
-        {"name": n, "status": s} for n, s in (("a", "WARN"), ("b", "UNKNOWN"), ("c", "FIXED"))
-    ]
-    assert summary({"schema": SCHEMA, "items": items_}) == (True, ())
-
-
-@pytest.mark.parametrize(
-    "log", [pytest.param("", id="empty"), pytest.param("{not json\n", id="broken-json")]
-)
-def test_parse_report_errors(log: str) -> None:
-    with pytest.raises(ReportError):
-        parse_report(log)
 
 
 def test_absolute_links_resolve_inside_the_root(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from guard.conformance.checks import ITEMS, run_conformance
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import ItemResult, Status
-from guard.conformance.runner import CommandResult, SubprocessRunner
+from guard.hostexec import CommandResult, HostRunner
 from tests.fixtures.hosts.hosttree import (
     CONFIG,
     PROC_MODULES,
@@ -49,7 +49,7 @@ def test_fix_loads_and_persists_ip_vs(tmp_path: Path) -> None:
         return CommandResult(argv, 0, "", "")
 
     runner = FakeRunner({("modprobe", "ip_vs"): modprobe})
-    fixed = run_conformance(HostFS(root), runner, CONFIG, fix=True)
+    fixed = run_conformance(HostFS(root), runner, CONFIG, fix=True).results
 
     assert {r.name: r.status for r in fixed if r.status is not Status.PASS} == {
         "ipvs-persist": Status.FIXED,
@@ -58,7 +58,7 @@ def test_fix_loads_and_persists_ip_vs(tmp_path: Path) -> None:
     assert runner.calls == [("modprobe", "ip_vs")]
     lines = (root / PERSIST).read_text().splitlines()
     assert [line for line in lines if not line.startswith("#")] == ["ip_vs"]
-    again = run_conformance(HostFS(root), FakeRunner(), CONFIG)
+    again = run_conformance(HostFS(root), FakeRunner(), CONFIG).results
     assert {r.status for r in again} == {Status.PASS}
 
 
@@ -74,13 +74,13 @@ def test_hanging_command_is_unknown_and_the_run_goes_on(tmp_path: Path) -> None:
     root = build_host(
         tmp_path, {"proc/sys/kernel/osrelease": None, "var/lib/rancher/rke2/bin": None}
     )
-    hanging = SubprocessRunner(timeout_s=0.2, prefix=("sh", "-c", "exec sleep 30", "sh"))
+    hanging = HostRunner(timeout_s=0.2, prefix=("sh", "-c", "exec sleep 30", "sh"))
 
-    results = {r.name: r for r in run_conformance(HostFS(root), hanging, CONFIG)}
+    results = {r.name: r for r in run_conformance(HostFS(root), hanging, CONFIG).results}
 
     assert statuses(results) == dict.fromkeys(ITEMS, Status.PASS) | {
         "ipvs-resolvable": Status.UNKNOWN,
         "rke2-version": Status.UNKNOWN,
     }
-    assert results["ipvs-resolvable"].observed == "`uname -r` timed out after 0.2 s"
-    assert results["rke2-version"].observed == "`rke2 --version` timed out after 0.2 s"
+    assert results["ipvs-resolvable"].observed == "uname -r: timed out after 0.2s"
+    assert results["rke2-version"].observed == "rke2 --version: timed out after 0.2s"

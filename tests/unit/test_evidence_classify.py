@@ -55,15 +55,20 @@ CASES = [
         id="legacy-fallen-off-one-liner",
     ),
     pytest.param(
-        [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", str(LSPCI / "gpu-normal.txt")],
+        [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", "03:00.0@gpu-normal.txt"],
         {"verdict": "reset", "recovery_action": "Drain and Reset", "config_space_all_ff": False,
          "codes": [48, 63, 154, 45]},
         id="xid48-dbe-config-normal-reset",
     ),
     pytest.param(
-        [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", str(LSPCI / "gpu-all-ff.txt")],
+        [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", "03:00.0@gpu-all-ff.txt"],
         {"verdict": "power-cycle", "config_space_all_ff": True},
         id="xid48-but-config-all-ff-power-cycle",
+    ),
+    pytest.param(
+        [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", str(LSPCI / "gpu-all-ff.txt")],
+        {"verdict": "reset", "config_space_all_ff": None},
+        id="lspci-of-another-device-proves-nothing",
     ),
     pytest.param(
         [*_log("xid94-mig.log"), "--pci", "0000:01:00.0"],
@@ -116,9 +121,27 @@ CASES = [
     ),
     pytest.param(
         [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
-         "--lspci", str(LSPCI / "gpu-rev-ff-header-only.txt")],
+         "--lspci", "99:00.0@gpu-rev-ff-header-only.txt"],
         {"verdict": "power-cycle", "config_space_all_ff": True},
         id="rev-ff-header-power-cycle",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:2a:00.0",
+         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        {"verdict": "power-cycle", "config_space_all_ff": True},
+        id="four-gpu-listing-the-dead-one-is-power-cycle",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:3a:00.0",
+         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        {"verdict": "human", "config_space_all_ff": False},
+        id="four-gpu-listing-the-dead-neighbour-does-not-count",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:18:00.0",
+         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        {"verdict": "human", "config_space_all_ff": False},
+        id="four-gpu-listing-first-gpu-live-before-a-dead-one",
     ),
     pytest.param(
         [*_log("nvlink-gb200.log"), "--pci", "0009:01:00.0"],
@@ -165,9 +188,22 @@ CASES = [
 ]  # fmt: skip
 
 
+def _readdressed(args: list[str], tmp: Path) -> list[str]:
+    """``ADDRESS@fixture``: the single-device lspci fixture as if lspci -s ADDRESS printed it."""
+    out = []
+    for arg in args:
+        if "@" in arg:
+            address, name = arg.split("@")
+            text = (LSPCI / name).read_text(encoding="utf-8")
+            arg = str(tmp / name)
+            Path(arg).write_text(address + text[text.index(" ") :], encoding="utf-8")
+        out.append(arg)
+    return out
+
+
 @pytest.mark.parametrize(("args", "expected"), CASES)
-def test_classify_fixture(args: list[str], expected: dict[str, Any]) -> None:
-    out = classify(*args)
+def test_classify_fixture(args: list[str], expected: dict[str, Any], tmp_path: Path) -> None:
+    out = classify(*_readdressed(args, tmp_path))
     for key in ("verdict", "uuid", "recovery_action", "config_space_all_ff", "pci"):
         if key in expected:
             assert out[key] == expected[key], key

@@ -47,9 +47,36 @@ def test_one_live_byte_means_config_space_is_not_all_ff() -> None:
     assert config_space(text).all_ff is False
 
 
-def test_only_the_first_device_block_counts() -> None:
+def test_without_an_address_only_the_first_device_block_counts() -> None:
     text = _read("lspci", "gpu-normal.txt") + _read("lspci", "gpu-all-ff.txt")
     assert config_space(text).all_ff is False
+
+
+@pytest.mark.parametrize(
+    ("pci", "all_ff", "header"),
+    [
+        pytest.param("0000:18:00.0", False, "18:00.0 3D controller", id="first-gpu-live"),
+        pytest.param("0000:2a:00.0", True, "2a:00.0 3D controller", id="second-gpu-dead"),
+        pytest.param("0000:3a:00.0", False, "3a:00.0 3D controller", id="after-the-dead-one"),
+        pytest.param("0000:5d:00.0", False, "5d:00.0 3D controller", id="last-gpu-live"),
+        pytest.param("0000:99:00.0", None, "", id="gpu-not-in-the-listing"),
+    ],
+)
+def test_each_gpu_of_a_multi_gpu_listing_is_judged_by_its_own_block(
+    pci: str, all_ff: bool | None, header: str
+) -> None:
+    found = config_space(_read("lspci", "gpus-dgx-one-dead.txt"), pci)
+    assert (found.all_ff, found.header.startswith(header)) == (all_ff, True)
+    assert found.bytes_read == (256 if header else 0)
+
+
+def test_a_dead_neighbour_in_plain_lspci_says_nothing_about_the_gpu() -> None:
+    """Plain ``lspci`` (no dump): `(rev ff)` on another device's line is not this GPU's."""
+    text = "18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n" + _read(
+        "lspci", "gpu-rev-ff-header-only.txt"
+    )
+    assert config_space(text, "0000:18:00.0").all_ff is None
+    assert config_space(text, "0000:c2:00.0").all_ff is True
 
 
 @pytest.mark.parametrize(

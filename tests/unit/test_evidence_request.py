@@ -24,7 +24,7 @@ def draft(log: str, pci: str, lspci: str | None = None, history: str | None = No
         aer=(FIXTURES / "lspci" / "rootport-sdes-new.txt").read_text(encoding="utf-8"),
     )
     found = assess(offline_inputs(files, pci, None), pci, TABLES.classes)
-    template = request.load_template(None)
+    template = request.load_template()
     return request.render(template, request.context(found, TABLES, "gpu-node-b", history))
 
 

@@ -13,7 +13,7 @@ from guard.evidence.catalog import (
     CLASSES_FILE,
     DATA_DIR,
     DataFileError,
-    Verdict,
+    Repair,
     load_catalog,
     load_classes,
 )
@@ -25,27 +25,27 @@ CLASSES = load_classes()
 @pytest.mark.parametrize(
     ("codes", "fallen_off", "all_ff", "verdict"),
     [
-        pytest.param([79], False, None, Verdict.POWER_CYCLE, id="xid79-power-cycle"),
-        pytest.param([], True, None, Verdict.POWER_CYCLE, id="fallen-off-record-power-cycle"),
-        pytest.param([], False, True, Verdict.POWER_CYCLE, id="config-all-ff-power-cycle"),
-        pytest.param([48], False, True, Verdict.POWER_CYCLE, id="reset-class-but-all-ff"),
-        pytest.param([143, 79], False, False, Verdict.POWER_CYCLE, id="power-cycle-beats-rma"),
-        pytest.param([143], False, False, Verdict.RMA, id="xid143-rma"),
-        pytest.param([143, 95], False, False, Verdict.RMA, id="rma-beats-reset"),
-        pytest.param([48], False, False, Verdict.RESET, id="xid48-reset"),
-        pytest.param([94], False, False, Verdict.RESET, id="xid94-reset"),
-        pytest.param([95], False, False, Verdict.RESET, id="xid95-reset"),
-        pytest.param([119], False, False, Verdict.RESET, id="xid119-reset"),
-        pytest.param([120], False, None, Verdict.RESET, id="xid120-reset-config-unread"),
-        pytest.param([13, 31, 43], False, False, Verdict.HUMAN, id="user-code-human"),
-        pytest.param([140], False, False, Verdict.HUMAN, id="xid140-not-in-table-human"),
-        pytest.param([], False, None, Verdict.HUMAN, id="nothing-human"),
-        pytest.param([154], False, False, Verdict.HUMAN, id="xid154-alone-human"),
-        pytest.param([154, 48], False, False, Verdict.RESET, id="xid154-does-not-change-reset"),
+        pytest.param([79], False, None, Repair.POWER_CYCLE, id="xid79-power-cycle"),
+        pytest.param([], True, None, Repair.POWER_CYCLE, id="fallen-off-record-power-cycle"),
+        pytest.param([], False, True, Repair.POWER_CYCLE, id="config-all-ff-power-cycle"),
+        pytest.param([48], False, True, Repair.POWER_CYCLE, id="reset-class-but-all-ff"),
+        pytest.param([143, 79], False, False, Repair.POWER_CYCLE, id="power-cycle-beats-rma"),
+        pytest.param([143], False, False, Repair.RMA, id="xid143-rma"),
+        pytest.param([143, 95], False, False, Repair.RMA, id="rma-beats-reset"),
+        pytest.param([48], False, False, Repair.RESET, id="xid48-reset"),
+        pytest.param([94], False, False, Repair.RESET, id="xid94-reset"),
+        pytest.param([95], False, False, Repair.RESET, id="xid95-reset"),
+        pytest.param([119], False, False, Repair.RESET, id="xid119-reset"),
+        pytest.param([120], False, None, Repair.RESET, id="xid120-reset-config-unread"),
+        pytest.param([13, 31, 43], False, False, Repair.HUMAN, id="user-code-human"),
+        pytest.param([140], False, False, Repair.HUMAN, id="xid140-not-in-table-human"),
+        pytest.param([], False, None, Repair.HUMAN, id="nothing-human"),
+        pytest.param([154], False, False, Repair.HUMAN, id="xid154-alone-human"),
+        pytest.param([154, 48], False, False, Repair.RESET, id="xid154-does-not-change-reset"),
     ],
 )
 def test_verdict_table_and_precedence(
-    codes: list[int], fallen_off: bool, all_ff: bool | None, verdict: Verdict
+    codes: list[int], fallen_off: bool, all_ff: bool | None, verdict: Repair
 ) -> None:
     assert decide(codes, fallen_off, all_ff, CLASSES).verdict is verdict
 
@@ -63,7 +63,7 @@ def test_reasons_say_why_and_mention_an_unread_config_space() -> None:
 def test_xid154_never_counts_even_if_the_mapping_gives_it_a_class(tmp_path: Path) -> None:
     mapping = tmp_path / "classes.tsv"
     mapping.write_text("xid\tverdict\n154\treset\n")
-    assert decide([154], False, False, load_classes(mapping)).verdict is Verdict.HUMAN
+    assert decide([154], False, False, load_classes(mapping)).verdict is Repair.HUMAN
 
 
 def test_bundled_mapping_is_the_design_table() -> None:

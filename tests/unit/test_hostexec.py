@@ -1,8 +1,6 @@
-"""The one host-command runner with real processes: outcomes, group kill, and escaped children.
-
-How each caller words these outcomes is tested with the caller (conformance runner, evidence
-collect); here only what the process did.
-"""
+"""The one host-command runner with real processes: outcomes, group kill, escaped children, and
+how a `CommandResult` words each outcome in one line (what the evidence and conformance reports
+print)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.hostexec import Exited, NotStarted, Outcome, TimedOut, run
+from guard.hostexec import Exited, HostRunner, NotStarted, Outcome, TimedOut, run
 
 
 @pytest.mark.parametrize(
@@ -88,3 +86,40 @@ def test_child_that_escapes_the_kill_does_not_hang_the_run(tmp_path: Path) -> No
     finally:
         with contextlib.suppress(ValueError, OSError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("argv", "ok", "missing", "why"),
+    [
+        pytest.param(("sh", "-c", "echo 5.15.0-179-generic"), True, False, "", id="success"),
+        pytest.param(
+            ("sh", "-c", "echo first >&2; echo 'FATAL: Module ip_vs not found' >&2; exit 1"),
+            False,
+            False,
+            "exit 1: FATAL: Module ip_vs not found",
+            id="non-zero-exit-names-last-stderr-line",
+        ),
+        pytest.param(("sh", "-c", "exit 2"), False, False, "exit 2: no message", id="silent-exit"),
+        pytest.param(
+            ("no-such-program-here", "--version"),
+            False,
+            True,
+            "cannot start no-such-program-here: No such file or directory",
+            id="missing-program",
+        ),
+        pytest.param(("sh", "-c", "exit 127"), False, True, "exit 127: no message", id="exit-127"),
+        pytest.param(("sleep", "30"), False, False, "timed out after 0.3s", id="hang"),
+    ],
+)
+def test_result_words_each_outcome_in_one_line(
+    argv: tuple[str, ...], ok: bool, missing: bool, why: str
+) -> None:
+    result = HostRunner(timeout_s=0.3).run(argv)
+    assert (result.ok, result.missing, result.why, result.argv) == (ok, missing, why, argv)
+    assert str(result.as_unknown()) == f"{' '.join(argv)}: {why}"
+
+
+def test_prefix_runs_before_the_command_and_is_not_reported() -> None:
+    argv = ("sh", "-c", "echo $CHECK")
+    result = HostRunner(5.0, prefix=("env", "CHECK=prefixed")).run(argv)
+    assert (result.ok, result.stdout, result.argv) == (True, "prefixed\n", argv)

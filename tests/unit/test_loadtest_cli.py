@@ -7,16 +7,19 @@ use a low --min-ratio: they check the orchestration, the verdict table checks th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from guard.loadtest.cli import BackendOverride, loadtest
+from guard.loadtest.model import MemoryPlan, RunPlan, RunResult
 from guard.loadtest.numpy_backend import NumpyBackend, NumpyFaults
-from guard.loadtest.report import JSON_PREFIX
+from guard.loadtest.report import JSON_PREFIX, SUMMARY_LIMIT, summary
+from guard.loadtest.verdict import Criteria, Verdict
 
-FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05"]
+FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce"]
 
 
 def invoke(args: list[str], backend: Any = None) -> Result:
@@ -163,3 +166,41 @@ def test_bad_arguments_print_one_line_and_exit_2(args: list[str], message: str) 
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], lines
+
+
+def test_summary_for_the_guard_goes_to_an_existing_termination_log(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.write_text("")  # the kubelet creates the file; the command only writes it
+    args = [*FAST, "--expected-gpus", "3", "--duration-s", "0.1", "--termination-log", str(log)]
+    result = invoke(args)
+    assert result.exit_code == 1, result.output
+    assert json.loads(log.read_text()) == {
+        "kind": "loadtest",
+        "verdict": "fail",
+        "expected_gpus": 3,
+        "visible_gpus": 2,
+        "ratio": json_of(result)["ratio"],
+        "allreduce_busbw_gbps": None,
+        "reasons": ["gpu-count expected=3 visible=2"],
+        "notes": [],
+        "left_off": 0,
+    }
+
+
+def test_no_termination_log_is_created_outside_a_container(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    args = [*FAST, "--expected-gpus", "2", "--duration-s", "0.1", "--termination-log", str(log)]
+    assert invoke(args).exit_code == 0
+    assert not log.exists()
+
+
+def test_summary_keeps_under_the_kubernetes_limit() -> None:
+    plan = RunPlan(32, 0.1, MemoryPlan(False), 10.0, 10.0)
+    run = RunResult("torch", plan, (), ())
+    reasons = tuple(f"exception gpu={i} error='{'x' * 180}'" for i in range(40))
+    verdict = Verdict(False, reasons, ("pcie-unknown error='y'",), None, None)
+    text = summary(Criteria(40, 0.8), run, verdict)
+    doc = json.loads(text)
+    assert len(text.encode()) <= SUMMARY_LIMIT
+    assert doc["reasons"] == list(reasons[: len(doc["reasons"])])
+    assert doc["left_off"] == 41 - len(doc["reasons"]) - len(doc["notes"]) > 0

@@ -1,11 +1,15 @@
-"""Parsing `nvidia-smi --query-gpu` PCIe answers (the fallback when NVML is not importable)."""
+"""`nvidia-smi --query-gpu` PCIe answers (the fallback when NVML is not importable): parsing, and a
+real process for the failures (driver gone, hung, missing)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
 from guard.loadtest.model import PcieLink
-from guard.loadtest.pcie import parse_smi
+from guard.loadtest.pcie import parse_smi, smi_links
 
 # Shape of `nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,
 # pcie.link.width.current,pcie.link.width.max --format=csv,noheader,nounits` on an 8-GPU node.
@@ -51,3 +55,46 @@ def test_parse_smi_eight_gpus_in_sysfs_form() -> None:
 def test_parse_smi_rejects_unexpected_lines(text: str) -> None:
     with pytest.raises(ValueError):
         parse_smi(text)
+
+
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """Put an executable `nvidia-smi` running `script` first on PATH."""
+    binary = tmp_path / "nvidia-smi"
+    binary.write_text(f"#!/bin/sh\n{script}\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def test_smi_answer_is_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_smi(tmp_path, monkeypatch, "echo '00000000:99:00.0, 4, 5, 16, 16'")
+    assert smi_links(10.0) == (PcieLink("0000:99:00.0", 4, 5, 16, 16),)
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        pytest.param(
+            "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'"
+            " >&2; exit 9",
+            "exit 9: NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver",
+            id="driver-gone",
+        ),
+        # Stuck on a dead GPU, with a child holding the output pipe: the whole group is killed and
+        # the read returns, instead of waiting for the child after the timeout.
+        pytest.param("sleep 300 & sleep 300", "nvidia-smi timed out after 0.5s", id="hangs"),
+    ],
+)
+def test_smi_failure_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, message: str
+) -> None:
+    fake_smi(tmp_path, monkeypatch, script)
+    with pytest.raises(RuntimeError) as raised:
+        smi_links(0.5)
+    assert str(raised.value) == message
+
+
+def test_smi_missing_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError) as raised:
+        smi_links(1.0)
+    assert str(raised.value) == "cannot start nvidia-smi: No such file or directory"

@@ -63,10 +63,10 @@ def test_unreadable_pcie_is_noted_and_the_run_still_judged() -> None:
     assert verdict.notes == ("pcie-unknown error='FileNotFoundError: nvidia-smi'",)
 
 
-def test_downtrained_simulated_link_is_reported() -> None:
+def test_downtrained_simulated_link_fails() -> None:
     backend = NumpyBackend(devices=2, faults=NumpyFaults(downtrained=frozenset({1})))
     verdict = judge(Criteria(2, 0.05), run(backend, plan()))
-    assert verdict.notes == ("pcie-below-max pci=0000:19:00.0 gen=1/4 width=8/16",)
+    assert verdict.reasons == ("pcie-below-max pci=0000:19:00.0 gen=1/4 width=8/16",)
 
 
 @pytest.mark.parametrize(

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from guard.actions import AppendLedgerLine, Cordon, CreateJob, Skip, to_json
+from guard.actions import AppendLedgerLine, Cordon, CreateJob, EmitEvent, Skip
 from guard.plan.isolation import breaker_limit, plan_isolation
-from tests.builders import KEYS, NOW, PCI, TEMPLATES, UUID, gpu, node, settings, snapshot
-
-
-def brief(actions):
-    return [(to_json(a)["type"], a.node, a.reason) for a in actions]
-
+from tests.builders import (
+    CORDON_AT,
+    KEYS,
+    NOW,
+    PCI,
+    TEMPLATES,
+    UUID,
+    brief,
+    gpu,
+    node,
+    settings,
+    snapshot,
+)
 
 CORDON_B = [
     ("cordon", "b", "xid-79"),
@@ -121,6 +130,38 @@ def test_breaker(already, limit, expect_cordon):
         assert f"{already} nodes carry the guard's cordon (limit {limit})" in actions[0].detail
 
 
+def test_breaker_open_names_every_blocked_candidate_at_warn():
+    snap = snapshot(
+        node("a"),
+        node("b"),
+        node("c", hold="vendor"),
+        *guarded(5),
+        candidates=(gpu("a", 48), gpu("b", 79), gpu("c", 79)),
+        held={"a": 900, "b": 120},
+    )
+    detail = "5 nodes carry the guard's cordon (limit 5); xid-{} waits"
+    advice = "cordon by hand if the fault is real; the breaker closes when nodes return"
+
+    def blocked(name: str, xid: int) -> tuple[Skip, EmitEvent]:
+        text = detail.format(xid)
+        return (
+            Skip(name, "breaker-open", text, advice, "WARN"),
+            EmitEvent(
+                name,
+                "breaker-open",
+                "Warning",
+                "GuardBreakerOpen",
+                f"gpu-node-guard did not cordon: {text}",
+            ),
+        )
+
+    assert plan_isolation(snap, settings(), TEMPLATES) == (
+        Skip("c", "hold", f"xid-79 gpu={PCI} uuid={UUID} (hold)", "nothing to do for this node"),
+        *blocked("b", 79),  # fast path first, as it would be cordoned first
+        *blocked("a", 48),
+    )
+
+
 def test_human_cordon_without_annotations_does_not_count_for_breaker():
     humans = tuple(node(f"h{i}", cordoned=True) for i in range(9))
     actions = plan_isolation(
@@ -180,7 +221,9 @@ def test_cordon_carries_annotations_ledger_line_and_evidence_job():
         "--pci",
         PCI,
     ]
-    assert "2nd incident on this card" in command[-1]
+    # The 2nd incident of this card: the evidence program words it from the counts.
+    assert command[7:] == ["--xid", "79", "--uuid", UUID, "--card-incidents", "2",
+                           "--slot-incidents", "2"]  # fmt: skip
     assert job.manifest["spec"]["activeDeadlineSeconds"] > 0
     assert job.manifest["spec"]["ttlSecondsAfterFinished"] > 0
 
@@ -189,20 +232,31 @@ def test_third_incident_on_card_asks_for_replacement():
     history = "".join(f"2026-09-{d}T00:00:00Z xid-79 {PCI} {UUID} manual\n" for d in (10, 21))
     snap = snapshot(node("b"), candidates=(gpu("b", 79),), ledger={"b": history})
     job = plan_isolation(snap, settings(), TEMPLATES)[3]
-    assert (
-        "incident #3 on this card"
-        in job.manifest["spec"]["template"]["spec"]["containers"][0]["command"][-1]
-    )
+    command = job.manifest["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-4:] == ["--card-incidents", "3", "--slot-incidents", "3"]
 
 
-def test_evidence_job_name_is_deterministic_per_cordon():
-    snap = snapshot(node("b"), candidates=(gpu("b", 79),))
-    first, second = (
-        plan_isolation(snap, settings(), TEMPLATES),
-        plan_isolation(snap, settings(), TEMPLATES),
-    )
-    assert first == second
-    assert first[3].name.startswith("gng-ev-b-")
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        pytest.param({"held": {"b": 900}}, True, id="held-time-is-not-the-key"),
+        pytest.param({"rv": "555"}, True, id="resource-version-is-not-the-key"),
+        pytest.param(
+            {"ledger": {"b": f"2026-09-10T13:03:59Z xid-79 {PCI} {UUID} manual\n"}},
+            True,
+            id="history-is-not-the-key",
+        ),
+        pytest.param({"now": NOW.replace(minute=56)}, False, id="another-cordon-time-another-job"),
+    ],
+)
+def test_evidence_job_name_depends_on_node_and_cordon_time_only(other, same):
+    def job(rv: str = "100", now=NOW, **snap_kw):
+        snap = replace(snapshot(node("b", rv=rv), candidates=(gpu("b", 79),), **snap_kw), now=now)
+        return plan_isolation(snap, settings(), TEMPLATES)[3]
+
+    first = job()
+    assert first.name.startswith("gng-ev-b-")
+    assert (job(**other).name == first.name) is same
 
 
 def test_skip_lines_say_why_and_next():
@@ -232,6 +286,94 @@ def test_node_returned_this_cycle_frees_a_breaker_slot():
     assert ("clear-annotations", "g0", "human-uncordon") in kinds
     assert ("cordon", "b", "xid-79") in kinds
     # without the release the breaker is open
-    still = snapshot(node("b"), node("g0", cordoned=True, guarded_xid=79), *full[1:],
-                     candidates=(gpu("b", 79),))  # fmt: skip
+    still = snapshot(
+        node("b"), node("g0", cordoned=True, guarded_xid=79), *full[1:], candidates=(gpu("b", 79),)
+    )
     assert ("skip", "b", "breaker-open") in brief(plan_cycle(still, settings(), TEMPLATES))
+
+
+CORDON_B_48 = [(t, "b", "xid-48") for t in ("cordon", "event", "append-ledger", "create-job")]
+CANCEL = {KEYS.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:10:00Z"}
+OTHER_UUID = "GPU-99999999-8888-7777-6666-555555555555"
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        pytest.param(
+            snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 79),)),
+            [("skip", "b", "cancelled")],
+            id="same-boot-gpu-xid-stays-cancelled",
+        ),
+        pytest.param(
+            snapshot(node("b", boot="boot-2", extra=CANCEL), candidates=(gpu("b", 79),)),
+            CORDON_B,
+            id="new-boot-re-arms",
+        ),
+        pytest.param(
+            snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 79, index=5, uuid=OTHER_UUID),)),
+            CORDON_B,
+            id="another-gpu-re-arms",
+        ),
+        pytest.param(
+            snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 48),)),
+            [
+                ("cordon", "b", "xid-48"),
+                ("event", "b", "xid-48"),
+                ("append-ledger", "b", "xid-48"),
+                ("create-job", "b", "xid-48"),
+            ],
+            id="another-xid-re-arms",
+        ),
+        pytest.param(
+            snapshot(
+                node("b", extra=CANCEL),
+                candidates=(gpu("b", 79), gpu("b", 48, index=6, uuid=OTHER_UUID)),
+            ),
+            [
+                ("cordon", "b", "xid-48"),
+                ("event", "b", "xid-48"),
+                ("append-ledger", "b", "xid-48"),
+                ("create-job", "b", "xid-48"),
+            ],
+            id="a-second-faulted-gpu-is-cordoned-for",
+        ),
+        pytest.param(
+            snapshot(
+                node("b", boot="", extra={KEYS.cancelled: f"unknown {UUID} xid-79 {CORDON_AT}"}),
+                candidates=(gpu("b", 79),),
+            ),
+            [("skip", "b", "cancelled")],
+            id="unknown-boot-is-never-a-reboot",
+        ),
+    ],
+)
+def test_a_persons_cancel_sticks_for_the_same_incident(snap, expected):
+    """No cordon, so no ledger line either, while boot, GPU and Xid are the cancelled ones."""
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == expected
+
+
+def test_cancelled_skip_says_when_and_what_re_arms():
+    snap = snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 79),))
+    assert plan_isolation(snap, settings(), TEMPLATES) == (
+        Skip(
+            "b",
+            "cancelled",
+            f"xid-79 on {UUID}: a person uncordoned this incident at 2026-09-21T05:10:00Z",
+            "re-arms on a new boot, another GPU or another Xid",
+        ),
+    )
+
+
+def test_a_new_cordon_removes_the_records_of_the_last_incident():
+    records = {**CANCEL, KEYS.returned: "2026-09-01T00:00:00Z job/gng-lt-b-1"}
+    snap = snapshot(node("b", boot="boot-2", extra=records), candidates=(gpu("b", 79),))
+    cordon = plan_isolation(snap, settings(), TEMPLATES)[0]
+    assert isinstance(cordon, Cordon)
+    assert cordon.clear_keys == (KEYS.cancelled, KEYS.returned)
+    assert (
+        plan_isolation(snapshot(node("b"), candidates=(gpu("b", 79),)), settings(), TEMPLATES)[
+            0
+        ].clear_keys
+        == ()
+    )

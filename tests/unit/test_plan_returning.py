@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from guard.actions import Annotate, CreateJob, SetHold, Skip, Uncordon, to_json
-from guard.jobs import job_name
-from guard.model import GpuPod, JobInfo
+from guard.actions import (
+    Annotate,
+    ClearGuardAnnotations,
+    CreateJob,
+    EmitEvent,
+    SetHold,
+    Skip,
+    Uncordon,
+)
+from guard.model import GpuPod, GuardEvent, JobInfo, Snapshot
+from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
-from tests.builders import CORDON_AT, KEYS, NOW, PCI, TEMPLATES, UUID, gpu, node, settings, snapshot
-
-
-def brief(actions):
-    return [(to_json(a)["type"], a.node, a.reason) for a in actions]
+from tests.builders import (
+    CORDON_AT,
+    KEYS,
+    NOW,
+    PCI,
+    TEMPLATES,
+    UUID,
+    brief,
+    gpu,
+    node,
+    settings,
+    snapshot,
+)
 
 
 def back(**kw):
@@ -23,10 +40,14 @@ def back(**kw):
     return node("b", **{**defaults, **kw})
 
 
-def lt_name(boot="boot-2", reset=""):
-    return job_name("loadtest", "b", f"{boot}\0{reset}")
+def created(snap: Snapshot, kind: str = "loadtest", **changes: object) -> str:
+    """The name of the `kind` Job the planner creates for `snap`: the Job a later cycle finds."""
+    actions = plan_return(snap, settings(**changes), TEMPLATES)
+    (job,) = [a for a in actions if isinstance(a, CreateJob) and a.job_kind == kind]
+    return job.name
 
 
+LT = created(snapshot(back()))
 LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
 
 
@@ -34,16 +55,11 @@ LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
     ("snap", "expected"),
     [
         pytest.param(
-            snapshot(node("b", guarded_xid=79)),
-            [("clear-annotations", "b", "human-uncordon"), ("event", "b", "human-uncordon")],
-            id="human-uncordon-cancels",
-        ),
-        pytest.param(
             snapshot(back(hold="waiting for vendor")), [("skip", "b", "hold")], id="hold-stops"
         ),
         pytest.param(
             snapshot(back(boot="boot-1")),
-            [("skip", "b", "same-boot")],
+            [("skip", "b", "same-boot"), ("event", "b", "same-boot")],
             id="same-boot-waits-for-power-cycle",
         ),
         pytest.param(
@@ -91,35 +107,40 @@ LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
             id="first-fault-load-test",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(lt_name(), "loadtest", "b", "running"),)),
+            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "running"),)),
             [("skip", "b", "loadtest-running")],
             id="load-test-running-waits",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(lt_name(), "loadtest", "b", "succeeded"),)),
+            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
             [("uncordon", "b", "loadtest-passed"), ("event", "b", "returned")],
             id="load-test-passed-uncordons",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(lt_name(), "loadtest", "b", "failed"),)),
+            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
             [("annotate", "b", "loadtest-failed"), ("event", "b", "loadtest-failed")],
             id="load-test-failed-recorded",
         ),
         pytest.param(
+            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "unreadable", "status.x"),)),
+            [("skip", "b", "loadtest-unreadable")],
+            id="unreadable-load-test-job-waits",
+        ),
+        pytest.param(
             snapshot(
-                back(extra={KEYS.loadtest_result: f"failed job/{lt_name()} at x"}),
-                jobs=(JobInfo(lt_name(), "loadtest", "b", "failed"),),
+                back(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
+                jobs=(JobInfo(LT, "loadtest", "b", "failed"),),
             ),
             [("skip", "b", "loadtest-failed")],
             id="second-cycle-after-failure-creates-nothing",
         ),
         pytest.param(
-            snapshot(back(extra={KEYS.loadtest_result: f"failed job/{lt_name()} at x"})),
+            snapshot(back(extra={KEYS.loadtest_result: f"failed job/{LT} at x"})),
             [("skip", "b", "loadtest-failed")],
             id="expired-failed-job-not-recreated",
         ),
         pytest.param(
-            snapshot(back(boot="boot-3", extra={KEYS.loadtest_result: f"failed job/{lt_name()}"})),
+            snapshot(back(boot="boot-3", extra={KEYS.loadtest_result: f"failed job/{LT}"})),
             [("create-job", "b", "conditions-met")],
             id="new-boot-after-failure-tests-again",
         ),
@@ -130,21 +151,194 @@ def test_return_plan(snap, expected):
     assert brief(plan_return(snap, settings(), TEMPLATES)) == expected
 
 
-def test_uncordon_clears_only_guard_keys_present():
-    snap = snapshot(
-        back(reset_done=None, extra={"ops/owner": "x"}),
-        jobs=(JobInfo(lt_name(), "loadtest", "b", "succeeded"),),
+CANCEL_EVENT = (
+    "node was uncordoned by a person; gpu-node-guard cleared its annotations without a load "
+    f"test; it will not cordon it again for xid-79 on {UUID} in this boot"
+)
+CORDON_KEYS = (KEYS.reason, KEYS.at, KEYS.boot_id, KEYS.gpu_capacity, KEYS.gpu)
+
+
+def cleared(record: str, keys: tuple[str, ...] = CORDON_KEYS, event: str = CANCEL_EVENT):
+    return (
+        ClearGuardAnnotations("b", "human-uncordon", "100", keys, ((KEYS.cancelled, record),)),
+        EmitEvent("b", "human-uncordon", "Normal", "GuardCancelled", event),
     )
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        pytest.param(
+            snapshot(node("b", guarded_xid=79)),
+            cleared(f"boot-1 {UUID} xid-79 2026-09-21T05:55:00Z"),
+            id="human-uncordon-records-boot-gpu-xid",
+        ),
+        pytest.param(
+            snapshot(node("b", guarded_xid=79, boot="boot-2")),
+            cleared(f"boot-2 {UUID} xid-79 2026-09-21T05:55:00Z"),
+            id="cancel-after-a-reboot-records-the-boot-the-person-accepted",
+        ),
+        pytest.param(
+            snapshot(node("b", guarded_xid=79, boot="", cordon_boot="boot-1")),
+            cleared(f"boot-1 {UUID} xid-79 2026-09-21T05:55:00Z"),
+            id="node-reports-no-boot-cancel-keeps-the-recorded-one",
+        ),
+        pytest.param(
+            snapshot(node("b", guarded_xid=79, boot="", cordon_boot=None)),
+            cleared(
+                f"unknown {UUID} xid-79 2026-09-21T05:55:00Z",
+                (KEYS.reason, KEYS.at, KEYS.gpu_capacity, KEYS.gpu),
+            ),
+            id="no-boot-known-cancel-says-unknown",
+        ),
+        pytest.param(
+            snapshot(
+                node("b", extra={KEYS.reason: "conformance-dns", KEYS.at: CORDON_AT}), ledger={}
+            ),
+            (
+                ClearGuardAnnotations("b", "human-uncordon", "100", (KEYS.reason, KEYS.at)),
+                EmitEvent(
+                    "b",
+                    "human-uncordon",
+                    "Normal",
+                    "GuardCancelled",
+                    "node was uncordoned by a person; gpu-node-guard cleared its annotations "
+                    "without a load test",
+                ),
+            ),
+            id="non-xid-cordon-cleared-without-a-cancel-record",
+        ),
+        pytest.param(
+            snapshot(
+                node("b", guarded_xid=79, reset_done="done", extra={KEYS.loadtest_result: "x"})
+            ),
+            cleared(
+                f"boot-1 {UUID} xid-79 2026-09-21T05:55:00Z", (*CORDON_KEYS, KEYS.loadtest_result)
+            ),
+            id="cancel-clears-results-never-reset-done",
+        ),
+    ],
+)
+def test_human_uncordon_is_a_recorded_cancel(snap, expected):
+    assert plan_return(snap, settings(), TEMPLATES) == expected
+
+
+RESET_FIX = f'after the GPU reset or power cycle, annotate {KEYS.reset_done}="$(date -u +%FT%TZ) …"'
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        pytest.param(
+            snapshot(back(cordon_boot=None)),
+            (
+                Skip(
+                    "b",
+                    "boot-unknown",
+                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
+                    f"no {KEYS.reset_done}",
+                    RESET_FIX,
+                    "WARN",
+                ),
+            ),
+            id="missing-recorded-boot-id-is-not-a-reboot",
+        ),
+        pytest.param(
+            snapshot(back(cordon_boot="")),
+            (
+                Skip(
+                    "b",
+                    "boot-unknown",
+                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
+                    f"no {KEYS.reset_done}",
+                    RESET_FIX,
+                    "WARN",
+                ),
+            ),
+            id="empty-recorded-boot-id-is-not-a-reboot",
+        ),
+        pytest.param(
+            snapshot(back(boot="")),
+            (
+                Skip(
+                    "b",
+                    "boot-unknown",
+                    f"node reports no bootID: a reboot cannot be proven; no {KEYS.reset_done}",
+                    RESET_FIX,
+                    "WARN",
+                ),
+            ),
+            id="node-without-boot-id-is-not-a-reboot",
+        ),
+        pytest.param(
+            snapshot(back(cordon_boot=None, reset_done="2026-09-21T04:40:00Z by alice")),
+            (
+                Skip(
+                    "b",
+                    "boot-unknown",
+                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
+                    f"{KEYS.reset_done}='2026-09-21T04:40:00Z by alice' is from before the "
+                    f"cordon at {CORDON_AT}",
+                    RESET_FIX,
+                    "WARN",
+                ),
+            ),
+            id="missing-boot-id-and-reset-done-from-before-the-cordon",
+        ),
+    ],
+)
+def test_missing_boot_id_never_counts_as_a_reboot(snap, expected):
+    assert plan_return(snap, settings(), TEMPLATES) == expected
+
+
+def test_missing_boot_id_with_a_fresh_reset_done_goes_on_to_the_load_test():
+    snap = snapshot(back(cordon_boot=None, reset_done="2026-09-21T05:50:00Z by alice"))
+    assert brief(plan_return(snap, settings(), TEMPLATES)) == [
+        ("create-job", "b", "conditions-met")
+    ]
+
+
+def test_reset_done_from_an_earlier_incident_does_not_pass_a_new_cordon():
+    stale = back(guarded_xid=48, boot="boot-1", reset_done="2026-09-20T10:00:00Z by alice")
+    (skip,) = plan_return(snapshot(stale), settings(), TEMPLATES)
+    assert (skip.reason, skip.detail) == (
+        "waiting-reset",
+        f"xid-48 is reset-class; {KEYS.reset_done}='2026-09-20T10:00:00Z by alice' is from "
+        f"before the cordon at {CORDON_AT}",
+    )
+
+
+def test_same_boot_emits_a_stable_waiting_event_each_cycle():
+    waiting = snapshot(back(boot="boot-1"))
+    first = plan_return(waiting, settings(), TEMPLATES)
+    later = plan_return(replace(waiting, now=NOW + timedelta(minutes=5)), settings(), TEMPLATES)
+    event = EmitEvent(
+        "b",
+        "same-boot",
+        "Normal",
+        "GuardWaitingPowerCycle",
+        f"gpu-node-guard waits for a power cycle (xid-79 on GPU {PCI} {UUID}): "
+        "bootID boot-1 unchanged since cordon",
+    )
+    assert first[1] == event == later[1]
+
+
+def test_uncordon_clears_only_guard_keys_present_and_records_the_return():
+    passed = back(reset_done="2026-09-21T05:50:00Z", extra={"ops/owner": "x"})
+    name = created(snapshot(passed))
+    snap = snapshot(passed, jobs=(JobInfo(name, "loadtest", "b", "succeeded"),))
     uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(uncordon, Uncordon)
-    assert set(uncordon.clear_keys) == {
-        KEYS.reason,
-        KEYS.at,
-        KEYS.boot_id,
-        KEYS.gpu_capacity,
-        KEYS.gpu,
-    }
+    assert uncordon.clear_keys == CORDON_KEYS  # never reset-done: only a person removes it
+    assert dict(uncordon.annotations) == {KEYS.returned: f"2026-09-21T05:55:00Z job/{name}"}
     assert uncordon.resource_version == "100"
+
+
+def test_uncordon_also_clears_an_earlier_cancel_record():
+    earlier = {KEYS.cancelled: f"boot-0 {UUID} xid-48 2026-09-01T00:00:00Z"}
+    snap = snapshot(back(extra=earlier), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),))
+    uncordon = plan_return(snap, settings(), TEMPLATES)[0]
+    assert uncordon.clear_keys == (*CORDON_KEYS, KEYS.cancelled)
 
 
 def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
@@ -166,7 +360,22 @@ def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
     ]
     assert command[command.index("--xid") + 1] == "48"
     assert command[command.index("--memory-test-pci") + 1] == PCI
-    assert job.name == lt_name(boot="boot-1", reset="done")
+
+
+@pytest.mark.parametrize(
+    ("changed", "same"),
+    [
+        pytest.param({}, True, id="same-boot-same-cordon-same-job"),
+        pytest.param({"boot": "boot-3"}, False, id="new-boot-new-job"),
+        pytest.param({"reset_done": "again"}, False, id="new-reset-done-new-job"),
+        pytest.param({"extra": {KEYS.at: "2026-09-21T05:30:00Z"}}, False, id="new-cordon-new-job"),
+        pytest.param({"rv": "999", "hold": None}, True, id="resource-version-is-not-the-key"),
+    ],
+)
+def test_one_load_test_job_per_boot_and_cordon(changed, same):
+    base = created(snapshot(back(reset_done="done")))
+    other = created(snapshot(back(**{"reset_done": "done", **changed})))
+    assert (base == other) is same
 
 
 def test_repeat_fault_hold_text_names_card_count_and_last():
@@ -179,11 +388,22 @@ def test_repeat_fault_hold_text_names_card_count_and_last():
     assert hold.key == KEYS.hold
 
 
+def test_unreadable_ledger_lines_do_not_count_towards_a_repeat_fault():
+    bad = f"0001-01-01T00:00:00+01:00 xid-79 {PCI} {UUID} manual\n"
+    snap = snapshot(back(), ledger={"b": LEDGER_ONE["b"] + bad})
+    assert brief(plan_return(snap, settings(), TEMPLATES)) == [
+        ("create-job", "b", "conditions-met")
+    ]
+
+
 def test_repeat_fault_limit_is_a_setting():
     snap = snapshot(back(), ledger={"b": LEDGER_ONE["b"] * 2})
     assert brief(plan_return(snap, settings(repeat_fault_limit=3), TEMPLATES)) == [
         ("create-job", "b", "conditions-met")
     ]
+
+
+CF = created(snapshot(back()), "conformance", return_conformance=True)
 
 
 @pytest.mark.parametrize(
@@ -192,11 +412,6 @@ def test_repeat_fault_limit_is_a_setting():
         pytest.param(None, [("create-job", "b", "conditions-met")], id="conformance-first"),
         pytest.param("running", [("skip", "b", "conformance-running")], id="conformance-running"),
         pytest.param(
-            "failed",
-            [("annotate", "b", "conformance-failed"), ("event", "b", "conformance-failed")],
-            id="conformance-fail-holds",
-        ),
-        pytest.param(
             "succeeded",
             [("create-job", "b", "conditions-met")],
             id="conformance-pass-then-load-test",
@@ -204,8 +419,7 @@ def test_repeat_fault_limit_is_a_setting():
     ],
 )
 def test_return_path_conformance(status, expected):
-    name = job_name("conformance", "b", "boot-2\0")
-    jobs = () if status is None else (JobInfo(name, "conformance", "b", status),)
+    jobs = () if status is None else (JobInfo(CF, "conformance", "b", status),)
     actions = plan_return(snapshot(back(), jobs=jobs), settings(return_conformance=True), TEMPLATES)
     assert brief(actions) == expected
     if status is None:
@@ -214,11 +428,27 @@ def test_return_path_conformance(status, expected):
         assert actions[0].job_kind == "loadtest"
 
 
+def test_failed_conformance_keeps_the_node_cordoned_and_no_load_test_follows():
+    s = settings(return_conformance=True)
+    failed = (JobInfo(CF, "conformance", "b", "failed"),)
+    first = plan_return(snapshot(back(), jobs=failed), s, TEMPLATES)
+    annotate = first[0]
+    assert isinstance(annotate, Annotate)
+    assert dict(annotate.annotations)[KEYS.conformance_result].startswith(f"failed job/{CF} at ")
+    # The next cycle reads what this one wrote: the node stays, and no load test is created,
+    # even with the Job itself gone (expired).
+    recorded = back(extra=dict(annotate.annotations))
+    for jobs in (failed, ()):
+        later = plan_return(snapshot(recorded, jobs=jobs), s, TEMPLATES)
+        assert brief(later) == [("skip", "b", "conformance-failed")]
+    assert not any(isinstance(a, Uncordon | CreateJob) for a in first)
+
+
 def test_failure_annotation_names_the_job():
-    snap = snapshot(back(), jobs=(JobInfo(lt_name(), "loadtest", "b", "failed"),))
+    snap = snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),))
     annotate = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(annotate, Annotate)
-    assert dict(annotate.annotations)[KEYS.loadtest_result].startswith(f"failed job/{lt_name()}")
+    assert dict(annotate.annotations)[KEYS.loadtest_result].startswith(f"failed job/{LT}")
 
 
 def test_every_failed_condition_is_one_skip_line_with_observed_value():
@@ -234,7 +464,11 @@ def test_missing_ledger_line_of_a_cordon_is_repaired_first():
     actions = plan_return(
         snapshot(back(boot="boot-1"), ledger={"b": "a note\n"}), settings(), TEMPLATES
     )
-    assert brief(actions) == [("append-ledger", "b", "repair-ledger"), ("skip", "b", "same-boot")]
+    assert brief(actions) == [
+        ("append-ledger", "b", "repair-ledger"),
+        ("skip", "b", "same-boot"),
+        ("event", "b", "same-boot"),
+    ]
     assert actions[0].line == f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard"
 
 
@@ -247,13 +481,22 @@ def test_missing_ledger_line_of_a_cordon_is_repaired_first():
     ],
 )
 def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
-    at = (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    n = back(boot="boot-1", extra={KEYS.at: at})
-    name = job_name("evidence", "b", at)
-    jobs = (JobInfo(name, "evidence", "b", "running"),) if job_exists else ()
-    ledger = {"b": f"{at} xid-79 {PCI} {UUID} gpu-node-guard\n"}
-    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings(), TEMPLATES)
+    at = NOW - timedelta(minutes=minutes_ago)
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # The evidence Job and the Event the cordon at `at` created are the ones the repair must find.
+    cordon = plan_isolation(replace(snapshot(node("b"), candidates=(gpu("b", 79),)), now=at),
+                            settings(), TEMPLATES)  # fmt: skip
+    (made,) = [a for a in cordon if isinstance(a, CreateJob)]
+    (told,) = [a for a in cordon if isinstance(a, EmitEvent)]
+    n = back(boot="boot-1", extra={KEYS.at: stamp})
+    jobs = (JobInfo(made.name, "evidence", "b", "running"),) if job_exists else ()
+    ledger = {"b": f"{stamp} xid-79 {PCI} {UUID} gpu-node-guard\n"}
+    cordon_event = GuardEvent(told.name, "b", "GuardCordoned", 1)
+    snap = replace(snapshot(n, jobs=jobs, ledger=ledger), events=(cordon_event,))
+    actions = plan_return(snap, settings(), TEMPLATES)
     expected = [("create-job", "b", "repair-evidence")] if repaired else []
-    assert brief(actions) == [*expected, ("skip", "b", "same-boot")]
+    if not repaired and not job_exists:  # too late to create it: a WARN says so
+        expected = [("skip", "b", "evidence-missing")]
+    assert brief(actions) == [*expected, ("skip", "b", "same-boot"), ("event", "b", "same-boot")]
     if repaired:
-        assert actions[0].name == name
+        assert actions[0].name == made.name

@@ -17,7 +17,7 @@ import responses
 
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccess
-from guard.settings import Settings
+from guard.settings import Settings, SettingsError
 
 URL = "http://prom.test:9090"
 QUERY = f"{URL}/api/v1/query"
@@ -336,9 +336,60 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
     assert "Traceback" not in result.output
 
 
-def test_a_cert_without_its_key_is_a_setting_error():
-    with pytest.raises(ValueError, match="prometheus_cert_file and prometheus_key_file"):
-        Settings(prometheus_cert_file="/c.pem")
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        pytest.param({"prometheus_cert_file": "/c.pem"},
+                     ("prometheus_cert_file", "goes together with prometheus_key_file"),
+                     id="cert-without-key"),
+        pytest.param({"prometheus_basic_auth_user": "guard"},
+                     ("prometheus_basic_auth_user",
+                      "goes together with prometheus_basic_auth_password_file"),
+                     id="user-without-password"),
+        pytest.param({"prometheus_bearer_token_file": "/t",
+                      "prometheus_service_account_token": True},
+                     ("prometheus_bearer_token_file", "is one credential of three"),
+                     id="two-credentials"),
+        pytest.param({"prometheus_headers": "Authorization=Bearer x"},
+                     ("prometheus_headers", "must not set Authorization"),
+                     id="authorization-header"),
+        pytest.param({"prometheus_headers": "X-Scope-OrgID"},
+                     ("prometheus_headers", "must be comma-separated Name=value"),
+                     id="header-without-value"),
+        pytest.param({"dcgm_node_labels": "Host name"},
+                     ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
+                     id="label-with-space"),
+        pytest.param({"dcgm_node_labels": " , "}, ("dcgm_node_labels", "must be"),
+                     id="no-label"),
+        pytest.param({"prometheus_timeout_s": 0.0}, ("prometheus_timeout_s", "must be in (0, 600]"),
+                     id="no-timeout"),
+        pytest.param({"prometheus_max_answer_bytes": 1024},
+                     ("prometheus_max_answer_bytes", "must be at least 65536"),
+                     id="tiny-answer-cap"),
+        pytest.param({"prometheus_max_series": 10},
+                     ("prometheus_max_series", "must be at least 100"), id="tiny-series-cap"),
+    ],
+)  # fmt: skip
+def test_a_bad_prometheus_setting_is_refused_naming_its_field(overrides, problem):
+    with pytest.raises(SettingsError) as refused:
+        Settings(**overrides)
+    ((field, message),) = refused.value.problems
+    assert field == problem[0] and message.startswith(problem[1])
+
+
+def test_a_bad_prometheus_setting_is_one_usage_line_naming_its_flag():
+    from click.testing import CliRunner
+
+    from guard.cli import cli
+
+    args = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run",
+            "--prometheus-cert-file", "/c.pem"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "bad setting: --prometheus-cert-file (GUARD_PROMETHEUS_CERT_FILE) goes together" in (
+        result.output
+    )
+    assert "Traceback" not in result.output
 
 
 def test_access_headers_and_basic_auth_reach_the_server(tmp_path):

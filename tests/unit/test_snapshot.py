@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 
 from guard.example import __file__ as example_init
-from guard.model import PromView, Snapshot
+from guard.model import CordonRecord, GpuRef, PromView, Snapshot
 from guard.names import Annotations
-from guard.snapshot import (
-    SnapshotError,
-    build_snapshot,
-    gpu_pod,
-    job_info,
-    load_cluster_file,
-    node_info,
-)
+from guard.objects import is_guard_job, job_info, node_info
+from guard.snapshot import ClusterObjects, SnapshotError, build_snapshot, load_cluster_file
 from tests.builders import NOW, S
 
 KEYS = Annotations("gpu-node-guard.io/")
@@ -34,7 +28,7 @@ def test_bundled_snapshot_loads():
     assert a.unschedulable and a.annotations == ()  # foreign annotations are not the guard's
     assert snap.gpu_pods == ()  # the file's Pods are not read: GPU pods come from PromView
     assert len(snap.ledger) == 1 and snap.ledger[0].entry.recorder == "manual"
-    assert snap.ledger_resource_version == "880012"
+    assert all(not n.unreadable for n in snap.nodes)
 
 
 def test_json_list_file_equals_yaml(tmp_path):
@@ -49,68 +43,6 @@ def test_json_list_file_equals_yaml(tmp_path):
 def test_snapshot_round_trips_through_json():
     snap = build_snapshot(NOW, load_cluster_file(EXAMPLE, S), PromView(), S)
     assert Snapshot.from_json(snap.to_json()) == snap
-
-
-@pytest.mark.parametrize(
-    ("pod", "gpus"),
-    [
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {"name": "p", "namespace": "x"},
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [
-                        {"resources": {"limits": {"nvidia.com/gpu": "2"}}},
-                        {"resources": {"requests": {"nvidia.com/gpu": 1}}},
-                    ],
-                },
-            },
-            3,
-            id="limits-and-requests-summed",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Succeeded"},
-                "metadata": {"name": "p"},
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
-                },
-            },
-            None,
-            id="finished-pod-ignored",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {"name": "p"},
-                "spec": {"nodeName": "n", "containers": [{"resources": {}}]},
-            },
-            None,
-            id="cpu-pod-ignored",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {
-                    "name": "lt",
-                    "namespace": "gpu-node-guard",
-                    "labels": {"app.kubernetes.io/name": "gpu-node-guard"},
-                },
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-                },
-            },
-            None,
-            id="guard-load-test-pod-ignored",
-        ),
-    ],
-)
-def test_gpu_pods(pod, gpus):
-    found = gpu_pod(pod, "gpu-node-guard")
-    assert (found.gpus if found else None) == gpus
 
 
 @pytest.mark.parametrize(
@@ -140,23 +72,98 @@ def test_job_status(status, state):
         },
         "status": status,
     }
-    info = job_info(job, KEYS, "gpu-node-guard")
-    assert (info.status, info.node, info.kind) == (state, "b", "loadtest")
+    assert is_guard_job(job, "gpu-node-guard")
+    info = job_info(job, KEYS)
+    assert (info.status, info.node, info.kind, info.problem) == (state, "b", "loadtest", "")
+
+
+@pytest.mark.parametrize(
+    ("status", "problem"),
+    [
+        pytest.param("Complete", "status is not an object: 'Complete'", id="status-a-string"),
+        pytest.param({"succeeded": "1"}, "status.succeeded is not a number: '1'",
+                     id="counter-a-string"),
+        pytest.param({"conditions": {"type": "Failed"}}, "status.conditions is not a list",
+                     id="conditions-not-a-list"),
+    ],
+)  # fmt: skip
+def test_malformed_job_is_unreadable_not_fatal(status, problem):
+    job = {"metadata": {"name": "j", "labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
+           "status": status}  # fmt: skip
+    info = job_info(job, KEYS)
+    assert info.status == "unreadable"
+    assert info.problem.startswith(problem)
 
 
 def test_foreign_jobs_are_not_the_guards():
     job = {"metadata": {"name": "j", "namespace": "gpu-node-guard", "labels": {}}}
-    assert job_info(job, KEYS, "gpu-node-guard") is None
+    assert not is_guard_job(job, "gpu-node-guard")
+    assert not is_guard_job({"metadata": {"labels": ["x"]}}, "gpu-node-guard")
 
 
 def test_node_without_gpu_resources_has_zero():
     info = node_info({"metadata": {"name": "cpu", "resourceVersion": "1"}, "status": {}}, KEYS)
     assert (info.gpu_capacity, info.gpu_allocatable, info.ready) == (0, 0, False)
+    assert info.unreadable == ()
 
 
-def test_malformed_ledger_data_is_rejected():
-    from guard.snapshot import ClusterObjects
+def test_guard_annotations_become_typed_fields_once():
+    notes = {
+        KEYS.reason: "xid-79",
+        KEYS.at: "2026-09-21T14:55:00+09:00",
+        KEYS.boot_id: "boot-1",
+        KEYS.gpu_capacity: "8",
+        KEYS.gpu: "00000000:99:00.0 GPU-1a2b",
+        "ops/other": "x",
+    }
+    info = node_info({"metadata": {"name": "b", "uid": "u-1", "annotations": notes}}, KEYS)
+    assert info.cordon == CordonRecord(
+        "xid-79", 79, NOW, "boot-1", 8, GpuRef("0000:99:00.0", "GPU-1a2b")
+    )
+    assert info.uid == "u-1"
+    assert dict(info.annotations) == {k: v for k, v in notes.items() if k != "ops/other"}
 
-    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), (), {"data": {"n": 5}})
-    with pytest.raises(SnapshotError, match="non-text data"):
+
+def test_nodes_and_jobs_without_a_name_are_reported_and_the_rest_read():
+    guard_job = {
+        "kind": "Job",
+        "metadata": {"labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
+    }
+    objs = ClusterObjects(
+        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), (guard_job,), None
+    )
+    snap = build_snapshot(NOW, objs, PromView(), S)
+    assert [n.name for n in snap.nodes] == ["n"]
+    assert snap.ignored == ("Node without metadata.name", "guard Job without metadata.name")
+
+
+def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
+    objs = ClusterObjects(
+        ({"metadata": {"name": "n"}},), (), {"data": {"n": 5, "m": "power cycled\n"}}
+    )
+    snap = build_snapshot(NOW, objs, PromView(), S)
+    assert [(ln.node, ln.problem) for ln in snap.ledger] == [
+        ("m", "not a ledger line"),
+        ("n", "value is not text"),
+    ]
+
+
+def test_ledger_data_that_is_not_a_mapping_is_rejected():
+    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), {"data": ["n"]})
+    with pytest.raises(SnapshotError, match="data is not a mapping"):
         build_snapshot(NOW, objs, PromView(), S)
+
+
+def test_typed_records_and_unreadable_values_round_trip_through_json():
+    from tests.builders import KEYS as K
+    from tests.builders import UUID, node, snapshot
+
+    records = {K.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:10:00Z",
+               K.returned: "2026-09-01T00:00:00Z job/gng-lt-b-1",
+               K.reset_done: "2026-09-21T05:20:00Z by alice"}  # fmt: skip
+    snap = snapshot(
+        node("b", cordoned=True, guarded_xid=79, extra=records),
+        node("bad", guarded_xid=79, extra={K.at: "9999-12-31T23:59:59-23:59"}),
+    )
+    assert snap.node("b").cancelled is not None and snap.node("bad").unreadable
+    assert Snapshot.from_json(snap.to_json()) == snap

@@ -1,0 +1,78 @@
+"""`gpu-node-guard agent`: the node agent of the DaemonSet (docs/agent.md).
+
+Runs the read-only file checks every `--interval-s` and serves them on `--listen` at /metrics;
+`--once` prints one page and exits. Bad arguments: one `Error:` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from guard.agent.checks import run_checks
+from guard.agent.metrics import render
+from guard.agent.server import Agent
+from guard.conformance.flags import env_option, node_options
+from guard.conformance.hostfs import HostFS
+from guard.conformance.model import Config, IpNetwork
+from guard.conformance.platform import PlatformChoice, ProxyChoice
+from guard.log import Log
+
+DEFAULT_PORT = 9842
+
+_option = env_option("GUARD_AGENT_")
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@click.command()
+@_option(
+    "--root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default="/host",
+    help="Where the host paths are mounted (read-only) in the agent's container",
+)
+@_option(
+    "--node", required=True, help="This node's name (the DaemonSet sets it from spec.nodeName)"
+)
+@_option(
+    "--listen", default=f"0.0.0.0:{DEFAULT_PORT}", callback=_listen, help="HOST:PORT for /metrics"
+)
+@_option(
+    "--interval-s",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    help="Seconds between two runs of the checks",
+)
+@node_options(_option)
+@_option("--once", is_flag=True, help="Print one /metrics page and exit")
+def agent(
+    root: Path,
+    node: str,
+    listen: tuple[str, int],
+    interval_s: float,
+    allowed_dns: tuple[IpNetwork, ...] | None,
+    platform: PlatformChoice,
+    kube_proxy_mode: ProxyChoice,
+    resolv_conf: str | None,
+    once: bool,
+) -> None:
+    """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
+    config = Config(
+        allowed_dns=allowed_dns,
+        platform=platform,
+        kube_proxy_mode=kube_proxy_mode,
+        resolv_conf=resolv_conf or None,
+    )
+    fs = HostFS(root)
+    if once:
+        click.echo(render(node, run_checks(fs, config), time.time(), interval_s), nl=False)
+        return
+    Agent(node, interval_s, lambda: run_checks(fs, config), Log()).serve(*listen)

@@ -1,0 +1,297 @@
+"""All-reduce across every GPU of the node: the plan, what each rank reported, and the figures.
+
+One process per GPU (rank r drives GPU r), started by the load test itself (`ranks.py`), each
+running `torch.distributed`: NCCL on the GPUs, gloo on the CPU backend in CI, one orchestration.
+Every rank goes through the same steps, in order:
+
+  allreduce-<size>  all ranks at once: one all-reduce of a known integer pattern, checked element
+                    by element, then warm-up and timed all-reduces (the node's bus bandwidth)
+  pairs-<n>         ring neighbours two by two at the largest size: each GPU's own bandwidth is
+                    the best of its two pairs, so a card on a degraded link is the one left slow
+
+Bandwidth as nccl-tests reports it (its doc/PERFORMANCE.md): the time of one all-reduce is the
+mean over the ranks, algbw = bytes / time, busbw = algbw · 2(n−1)/n.
+
+A rank's progress is a position: -1 spawned, 0 started (torch imported), 1 ready (process group
+up, first all-reduce exact), then 2+2k / 3+2k at the begin / end of step k, and done after all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Transport = Literal["nccl", "gloo"]
+Status = Literal["ok", "died", "error", "hung", "stopped"]
+
+SPAWNED, STARTED, READY = -1, 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class RankFaults:
+    """Simulated rank failures for tests, by rank; `die`, `hang`, `fail`, `corrupt` name a step.
+
+    die: the rank kills itself (SIGKILL) at the start of that step, like an OOM kill.
+    hang: the rank blocks for good before that step, like a GPU stuck in a call.
+    fail: the rank raises at the start of that step, like a CUDA or NCCL error.
+    corrupt: one element of that step's checked all-reduce is off by one on that rank.
+    slow: the rank's timed seconds are multiplied by this factor, like a card on a degraded link.
+    """
+
+    die: Mapping[int, int] = field(default_factory=dict)
+    hang: Mapping[int, int] = field(default_factory=dict)
+    fail: Mapping[int, int] = field(default_factory=dict)
+    corrupt: Mapping[int, int] = field(default_factory=dict)
+    slow: Mapping[int, float] = field(default_factory=dict)
+
+    def for_rank(self, rank: int) -> dict[str, Any]:
+        """The faults of one rank as JSON for its command line."""
+        names = ("die", "hang", "fail", "corrupt", "slow")
+        return {name: getattr(self, name)[rank] for name in names if rank in getattr(self, name)}
+
+
+@dataclass(frozen=True, slots=True)
+class AllreduceSpec:
+    """What a backend runs: transport, tensor device, sizes, warm-up and timed iterations."""
+
+    transport: Transport
+    device: Literal["cuda", "cpu"]
+    sizes_bytes: tuple[int, ...]
+    warmup: int
+    iterations: int
+    faults: RankFaults = RankFaults()
+
+
+@dataclass(frozen=True, slots=True)
+class AllreduceLimits:
+    """How long ranks may be silent: until all are ready, and between reports afterwards."""
+
+    start_timeout_s: float
+    step_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllreducePlan:
+    """One run: `world` ranks; a rank silent past a timeout while others report is hung."""
+
+    spec: AllreduceSpec
+    world: int
+    start_timeout_s: float  # until every rank is ready: imports, CUDA and communicator set-up
+    step_timeout_s: float  # afterwards: no report from any rank for this long
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step: every rank together (`pairs` empty) or the listed pairs side by side."""
+
+    name: str
+    size_bytes: int
+    pairs: tuple[tuple[int, int], ...] = ()
+
+    def group_of(self, rank: int) -> tuple[int, ...] | None:
+        """The ranks `rank` reduces with in this step (all: empty tuple); None when idle."""
+        if not self.pairs:
+            return ()
+        return next((tuple(sorted(p)) for p in self.pairs if rank in p), None)
+
+
+def size_label(n_bytes: int) -> str:
+    """
+    >>> size_label(256 << 20), size_label(64 << 10), size_label(1000)
+    ('256MiB', '64KiB', '1000B')
+    """
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n_bytes >= 1 << shift and n_bytes % (1 << shift) == 0:
+            return f"{n_bytes >> shift}{unit}"
+    return f"{n_bytes}B"
+
+
+def pair_rounds(world: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Ring neighbours (i, i+1 mod n) in rounds where no rank appears twice; none below 3 ranks.
+
+    >>> pair_rounds(4)
+    (((0, 1), (2, 3)), ((1, 2), (3, 0)))
+    >>> pair_rounds(3)
+    (((0, 1),), ((1, 2),), ((2, 0),))
+    >>> pair_rounds(2)
+    ()
+    """
+    if world < 3:
+        return ()
+    left = [(i, (i + 1) % world) for i in range(world)]
+    rounds = []
+    while left:
+        used: set[int] = set()
+        this, rest = [], []
+        for a, b in left:
+            if a in used or b in used:
+                rest.append((a, b))
+            else:
+                this.append((a, b))
+                used |= {a, b}
+        rounds.append(tuple(this))
+        left = rest
+    return tuple(rounds)
+
+
+def steps(spec: AllreduceSpec, world: int) -> tuple[Step, ...]:
+    together = tuple(Step(f"allreduce-{size_label(s)}", s) for s in spec.sizes_bytes)
+    largest = max(spec.sizes_bytes)
+    rounds = pair_rounds(world)
+    return together + tuple(Step(f"pairs-{i + 1}", largest, r) for i, r in enumerate(rounds))
+
+
+def steps_to_json(all_steps: Sequence[Step]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "size_bytes": s.size_bytes, "pairs": s.pairs} for s in all_steps]
+
+
+def steps_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[Step, ...]:
+    """The steps as a rank receives them.
+
+    >>> steps_from_json(steps_to_json((Step("pairs-1", 8, ((0, 1),)),)))
+    (Step(name='pairs-1', size_bytes=8, pairs=((0, 1),)),)
+    """
+    return tuple(
+        Step(str(i["name"]), int(i["size_bytes"]), tuple((int(a), int(b)) for a, b in i["pairs"]))
+        for i in items
+    )
+
+
+def rank_config(plan: AllreducePlan, all_steps: Sequence[Step], rank: int, parent: int) -> str:
+    """The JSON command-line argument of one rank (`guard.loadtest.rank`); `parent`: its pid."""
+    spec = plan.spec
+    # The ranks' own collective timeout stays far above the parent's, which names the rank first.
+    timeout_s = plan.start_timeout_s + plan.step_timeout_s * (len(all_steps) + 2)
+    config = {
+        "parent": parent,
+        "rank": rank,
+        "world": plan.world,
+        "transport": spec.transport,
+        "device": spec.device,
+        "warmup": spec.warmup,
+        "iterations": spec.iterations,
+        "timeout_s": 2 * timeout_s,
+        "faults": spec.faults.for_rank(rank),
+        "steps": steps_to_json(all_steps),
+    }
+    return json.dumps(config, sort_keys=True)
+
+
+def done_position(n_steps: int) -> int:
+    return 2 + 2 * n_steps
+
+
+def stage(position: int, all_steps: Sequence[Step]) -> str:
+    """What a rank at `position` is doing or about to do: the stage where it stopped.
+
+    >>> s = (Step("allreduce-4KiB", 4096), Step("allreduce-64KiB", 65536))
+    >>> [stage(p, s) for p in (-1, 0, 1, 2, 3, 5, 6)]
+    ['start', 'init', 'allreduce-4KiB', 'allreduce-4KiB', 'allreduce-64KiB', 'finish', 'done']
+    """
+    if position == SPAWNED:
+        return "start"
+    if position == STARTED:
+        return "init"
+    if position >= done_position(len(all_steps)):
+        return "done"
+    index = (position - 1) // 2  # ready and begin k are in step k; end k heads into step k+1
+    return all_steps[index].name if index < len(all_steps) else "finish"
+
+
+def bus_factor(ranks: int) -> float:
+    """nccl-tests' all-reduce bus factor 2(n−1)/n: 0 for one rank, 1 for two, 1.75 for eight."""
+    return 2.0 * (ranks - 1) / ranks
+
+
+def silence_limit_s(positions: Sequence[int], plan: AllreducePlan) -> float:
+    """The start-up limit until every rank is ready, the step limit afterwards."""
+    return plan.start_timeout_s if min(positions) < READY else plan.step_timeout_s
+
+
+def hung_ranks(positions: Sequence[int], quiet_s: float, plan: AllreducePlan) -> tuple[int, ...]:
+    """Ranks to call hung when no rank has reported for `quiet_s`; empty while within limits.
+
+    The laggards are hung (the others wait for them inside a collective); when all stand at the
+    same place, the collective itself hangs and every rank is named.
+
+    >>> plan = AllreducePlan(AllreduceSpec("gloo", "cpu", (4096,), 1, 1), 3, 60.0, 5.0)
+    >>> hung_ranks([4, 3, 4], 5.0, plan), hung_ranks([4, 4, 4], 5.0, plan)
+    ((1,), (0, 1, 2))
+    >>> hung_ranks([4, 3, 4], 4.9, plan), hung_ranks([1, 0, 1], 30.0, plan)
+    ((), ())
+    """
+    if quiet_s < silence_limit_s(positions, plan):
+        return ()
+    front = max(positions)
+    behind = tuple(rank for rank, pos in enumerate(positions) if pos < front)
+    return behind or tuple(range(len(positions)))
+
+
+@dataclass(frozen=True, slots=True)
+class RankReport:
+    """What the parent saw of one rank: its position, its figures, its end.
+
+    seconds: one timed all-reduce, by step index (None: idle in that step).
+    error: the exception it reported, with `error_seq`, its place among all ranks' reports.
+    exit: its exit status (negative: signal), None while it still ran; `killed`: by the parent.
+    """
+
+    rank: int
+    position: int
+    seconds: Mapping[int, float | None] = field(default_factory=dict)
+    mismatches: Mapping[int, int] = field(default_factory=dict)
+    error: str | None = None
+    error_seq: int = 0
+    exit: int | None = None
+    killed: bool = False
+    log_tail: str = ""
+
+    def is_done(self, n_steps: int) -> bool:
+        return self.position >= done_position(n_steps)
+
+
+@dataclass(frozen=True, slots=True)
+class RankOutcome:
+    """One rank's end: `stage` where it stopped, `detail` the exit, signal or error."""
+
+    rank: int
+    status: Status
+    stage: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SizeFigure:
+    """All ranks at one size: mean seconds of one all-reduce, algbw and busbw in GB/s (10⁹)."""
+
+    size_bytes: int
+    seconds: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    rank: int
+    step: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllreduceResult:
+    """The run: one outcome per rank, the node's figures, each GPU's bandwidth (None: unknown)."""
+
+    transport: Transport
+    world: int
+    outcomes: tuple[RankOutcome, ...]
+    sizes: tuple[SizeFigure, ...] = ()
+    gpu_busbw_gbps: tuple[float | None, ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
+    hung_after_s: float | None = None  # the silence limit the hung ranks ran past
+    error: str | None = None  # the ranks could not be started at all
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None and all(o.status == "ok" for o in self.outcomes)

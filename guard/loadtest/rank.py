@@ -1,0 +1,182 @@
+"""One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
+
+Started by `ranks.py`, one per GPU. It reports each stage as one JSON line written with a single
+`os.write` to the pipe `REPORT_FD`, shared by all ranks: a line is under PIPE_BUF, so lines never
+interleave and their order in the pipe is the order they were written. Rank 0 opens the
+rendezvous store on a free port of 127.0.0.1 and reports the port; the parent hands it to the
+other ranks on their standard input. torch is imported here and nowhere else on this path.
+
+Checked all-reduce: rank r holds x[i] = (i mod 251) + r, so the sum over a group G is
+|G|·(i mod 251) + ΣG, exact in float32 (integers far below 2²⁴); every element is compared.
+Timed all-reduces run on zeros, which stay zero (checked too), so iterations do not overflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from guard.loadtest.collective import Step, steps_from_json
+from guard.loadtest.model import one_line
+
+_PATTERN_PERIOD = 251
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_EVENT_LIMIT = 4000  # bytes; a pipe write up to PIPE_BUF (4096 on Linux) is atomic
+
+
+class Reporter:
+    def __init__(self, fd: int, rank: int) -> None:
+        self._fd = fd
+        self._rank = rank
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"rank": self._rank, "ev": event, **fields}) + "\n"
+        data = line.encode()
+        if len(data) > _EVENT_LIMIT:
+            data = (json.dumps({"rank": self._rank, "ev": event}) + "\n").encode()
+        os.write(self._fd, data)
+
+
+def main(argv: Sequence[str]) -> int:
+    config: dict[str, Any] = json.loads(argv[0])
+    die_with_parent(int(config["parent"]))
+    report = Reporter(int(argv[1]), int(config["rank"]))
+    all_steps = steps_from_json(config["steps"])
+    step = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        report("start")
+        _init(torch, dist, config, report)
+        groups = _groups(dist, all_steps)
+        report("ready")
+        for step, spec in enumerate(all_steps):
+            _fault_before(config, step)
+            report("begin", step=step)
+            _fault_at(config, step)
+            seconds, mismatches = _run_step(torch, dist, config, step, spec, groups)
+            report("end", step=step, seconds=seconds, mismatches=mismatches)
+        report("done")
+        with contextlib.suppress(Exception):  # the measurement is complete; teardown is not
+            dist.destroy_process_group()
+    except Exception as exc:  # reported to the parent, which names the rank
+        report("error", step=step, error=one_line(exc, 300))
+        return 1
+    return 0
+
+
+def die_with_parent(parent: int) -> None:
+    """A parent killed without its cleanup (SIGTERM at the Job's deadline) takes the rank along.
+
+    Linux PR_SET_PDEATHSIG; elsewhere, or where prctl is refused, the parent's own cleanup ends
+    the ranks. A parent already gone before the call is caught by comparing the parent pid.
+    """
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _init(torch: Any, dist: Any, config: dict[str, Any], report: Reporter) -> None:
+    rank, world = int(config["rank"]), int(config["world"])
+    timeout = timedelta(seconds=float(config["timeout_s"]))
+    if config["device"] == "cuda":
+        torch.cuda.set_device(rank)
+    if rank == 0:
+        store = dist.TCPStore(
+            "127.0.0.1", 0, world_size=world, is_master=True, timeout=timeout,
+            wait_for_workers=False,
+        )  # fmt: skip
+        report("store", port=int(store.port))
+    else:
+        port = int(sys.stdin.readline())
+        store = dist.TCPStore("127.0.0.1", port, world_size=world, is_master=False, timeout=timeout)
+    dist.init_process_group(
+        config["transport"], store=store, rank=rank, world_size=world, timeout=timeout
+    )
+    # The first collective sets up the communicators (NCCL does so lazily): part of start-up.
+    one = torch.ones(1, device=_device(config))
+    dist.all_reduce(one)
+    if int(one.item()) != world:
+        raise RuntimeError(f"first all-reduce gave {one.item()}, want {world}")
+
+
+def _groups(dist: Any, all_steps: Sequence[Step]) -> dict[tuple[int, ...], Any]:
+    """Every pair's process group, created by every rank in the same order, as torch requires."""
+    groups: dict[tuple[int, ...], Any] = {(): None}  # None: the default group, every rank
+    for spec in all_steps:
+        for pair in spec.pairs:
+            key = tuple(sorted(pair))
+            if key not in groups:
+                groups[key] = dist.new_group(list(key))
+    return groups
+
+
+def _run_step(
+    torch: Any, dist: Any, config: dict[str, Any], step: int, spec: Step, groups: dict[Any, Any]
+) -> tuple[float | None, int]:
+    """One checked all-reduce, then the timed ones: (seconds of one, mismatched elements)."""
+    rank, world = int(config["rank"]), int(config["world"])
+    key = spec.group_of(rank)
+    if key is None:
+        return None, 0  # idle in this round of pairs
+    members = key or tuple(range(world))
+    group = groups[key]
+    device = _device(config)
+    ramp = torch.arange(max(1, spec.size_bytes // 4), dtype=torch.int32, device=device)
+    ramp %= _PATTERN_PERIOD
+    buf = (ramp + rank).to(torch.float32)
+    dist.all_reduce(buf, group=group)
+    if config["faults"].get("corrupt") == step:
+        buf[0] += 1
+    expected = (ramp * len(members) + sum(members)).to(torch.float32)
+    mismatches = int(torch.ne(buf, expected).sum().item())
+    del ramp, expected
+    buf.zero_()
+    for _ in range(int(config["warmup"])):
+        dist.all_reduce(buf, group=group)
+    _sync(torch, config)
+    start = time.perf_counter()
+    for _ in range(int(config["iterations"])):
+        dist.all_reduce(buf, group=group)
+    _sync(torch, config)
+    seconds = (time.perf_counter() - start) / int(config["iterations"])
+    mismatches += int(torch.count_nonzero(buf).item())
+    return seconds * float(config["faults"].get("slow", 1.0)), mismatches
+
+
+def _device(config: dict[str, Any]) -> str:
+    return f"cuda:{config['rank']}" if config["device"] == "cuda" else "cpu"
+
+
+def _sync(torch: Any, config: dict[str, Any]) -> None:
+    if config["device"] == "cuda":
+        torch.cuda.synchronize()
+
+
+def _fault_before(config: dict[str, Any], step: int) -> None:
+    if config["faults"].get("hang") == step:
+        threading.Event().wait()  # never set: the rank stays silent until the parent ends it
+
+
+def _fault_at(config: dict[str, Any], step: int) -> None:
+    faults = config["faults"]
+    if faults.get("die") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if faults.get("fail") == step:
+        raise RuntimeError(f"injected fault at step {step}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

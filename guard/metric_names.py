@@ -1,0 +1,78 @@
+"""The metrics a guard run pushes to a Pushgateway at the end of its cycle: names, labels, help.
+
+One place for the names: the push (`--pushgateway-url`, prometheus-client's push API) builds its
+gauges from `PUSHED`, the pushgateway variant of GPUNodeGuardNotRunning reads `LAST_SUCCESS` and
+`LAST_RUN`, and docs/metrics.md lists them (a unit test holds the two together).
+
+Every metric is a gauge describing the last run: a CronJob process lives for one cycle, so a
+per-run count is replaced by the next push, never added to (hence no ``_total`` suffix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The push's `job` and its grouping key: {job="gpu-node-guard", namespace=<Settings.namespace>}.
+PUSH_JOB = "gpu-node-guard"
+GROUPING_LABEL = "namespace"
+
+
+@dataclass(frozen=True, slots=True)
+class PushedMetric:
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+LAST_RUN = PushedMetric(
+    "gpu_node_guard_last_run_timestamp_seconds", "Unix time the last run ended, whatever its result"
+)
+LAST_SUCCESS = PushedMetric(
+    "gpu_node_guard_last_success_timestamp_seconds",
+    "Unix time the last run that exited 0 ended; pushed by such runs only",
+)
+LAST_RUN_EXIT_CODE = PushedMetric(
+    "gpu_node_guard_last_run_exit_code", "Exit code of the last run (0 ok, 1 abort or failed write)"
+)
+LAST_RUN_DURATION = PushedMetric(
+    "gpu_node_guard_last_run_duration_seconds", "Wall time of the last run, start to push"
+)
+LAST_RUN_ACTIONS = PushedMetric(
+    "gpu_node_guard_last_run_actions",
+    "Writes of the last run by action type (cordon, uncordon, …) and outcome (applied, failed)",
+    ("type", "outcome"),
+)
+PENDING_CANDIDATES = PushedMetric(
+    "gpu_node_guard_pending_candidates",
+    "GPUs with a hardware Xid whose GPU loss has not held long enough yet (not cordoned)",
+)
+NODES = PushedMetric(
+    "gpu_node_guard_nodes",
+    "Nodes the guard holds or watches, by state (the node-state anchors of docs/runbook.md)",
+    ("state",),
+)
+BREAKER_LIMIT = PushedMetric(
+    "gpu_node_guard_breaker_limit_nodes", "Guard-cordoned nodes at which the breaker opens"
+)
+BREAKER_HEADROOM = PushedMetric(
+    "gpu_node_guard_breaker_headroom_nodes",
+    "Cordons left before the breaker opens: limit minus guard-cordoned nodes (<= 0: open)",
+)
+LAST_RUN_REQUESTS = PushedMetric(
+    "gpu_node_guard_last_run_requests",
+    "Requests of the last run by target (kubernetes, prometheus) and HTTP code (or error)",
+    ("target", "code"),
+)
+
+PUSHED = (
+    LAST_RUN,
+    LAST_SUCCESS,
+    LAST_RUN_EXIT_CODE,
+    LAST_RUN_DURATION,
+    LAST_RUN_ACTIONS,
+    PENDING_CANDIDATES,
+    NODES,
+    BREAKER_LIMIT,
+    BREAKER_HEADROOM,
+    LAST_RUN_REQUESTS,
+)

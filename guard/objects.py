@@ -1,0 +1,169 @@
+"""Cluster objects (plain dicts from the API or a List file) → model values, one object at a time.
+
+Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations by
+`guard.records`), once, into a typed field. A value that does not parse becomes an `Unreadable`
+on its object (or a `problem` on a Job) and never an exception, so one bad object cannot stop the
+cycle for the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guard.model import JobInfo, JobStatus, NodeInfo
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.records import COUNT, Problems, cordon_record, incident_records, leading_time
+
+_SHOWN = 120  # characters of a bad value repeated in a log line
+
+
+class NamelessObject(ValueError):
+    """An object without a usable metadata.name: it cannot be attributed, only reported."""
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    """metadata.name; raises NamelessObject when there is none."""
+    name = _mapping(obj.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        raise NamelessObject(f"{obj.get('kind', 'object')} without metadata.name")
+    return name
+
+
+# ---- Nodes ----------------------------------------------------------------------------------
+
+
+def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
+    """Parse one Node; raises NamelessObject only when it has no name."""
+    name = object_name(obj)
+    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    problems = Problems(name)
+    raw = _mapping(meta.get("annotations"))
+    own = tuple(sorted((k, str(v)) for k, v in raw.items() if str(k).startswith(keys.prefix)))
+    notes = dict(own)
+    unschedulable = _mapping(obj.get("spec")).get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        problems.status("spec.unschedulable", unschedulable, "not true or false")
+        unschedulable = False
+    boot = _mapping(status.get("nodeInfo")).get("bootID", "")
+    if not isinstance(boot, str):
+        problems.status("status.nodeInfo.bootID", boot, "not text")
+        boot = ""
+    cancelled, returned = incident_records(notes, keys, problems)
+    reset_done = notes.get(keys.reset_done)
+    return NodeInfo(
+        name=name,
+        resource_version=str(meta.get("resourceVersion", "")),
+        unschedulable=unschedulable,
+        ready=_ready(status.get("conditions"), problems),
+        boot_id=boot,
+        gpu_capacity=_gpus(status, "capacity", problems),
+        gpu_allocatable=_gpus(status, "allocatable", problems),
+        annotations=own,
+        uid=str(meta.get("uid", "")),
+        cordon=cordon_record(notes, keys, problems),
+        hold=notes.get(keys.hold),
+        reset_done=reset_done,
+        reset_done_at=leading_time(reset_done),
+        loadtest_result=notes.get(keys.loadtest_result, ""),
+        conformance_result=notes.get(keys.conformance_result, ""),
+        cancelled=cancelled,
+        returned=returned,
+        unreadable=tuple(problems.found),
+    )
+
+
+def _ready(conditions: object, problems: Problems) -> bool:
+    if conditions is None:
+        return False
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        problems.status("status.conditions", conditions, "not a list of conditions")
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
+    value = _mapping(status.get(part)).get(GPU_RESOURCE)
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return value
+    if isinstance(value, str) and COUNT.match(value):
+        return int(value)
+    problems.status(f"status.{part}[{GPU_RESOURCE}]", value, "not a whole number of GPUs")
+    return 0
+
+
+def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
+    """The few fields of a Node the guard reads; a full Node is ~10 kB, 5,000 of them ~300 MB.
+
+    >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
+    ...           Annotations("gpu-node-guard.io/"))["metadata"]
+    {'name': 'n', 'uid': '', 'resourceVersion': '', 'annotations': {}}
+    """
+    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    notes = {
+        k: v for k, v in _mapping(meta.get("annotations")).items() if k.startswith(keys.prefix)
+    }
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        conditions = [c for c in conditions if _mapping(c).get("type") == "Ready"]
+    return {
+        "kind": "Node",
+        "metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
+                     "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
+        "spec": {"unschedulable": _mapping(obj.get("spec")).get("unschedulable", False)},
+        "status": {
+            "conditions": conditions,
+            "nodeInfo": {"bootID": _mapping(status.get("nodeInfo")).get("bootID", "")},
+            "capacity": {GPU_RESOURCE: _mapping(status.get("capacity")).get(GPU_RESOURCE)},
+            "allocatable": {GPU_RESOURCE: _mapping(status.get("allocatable")).get(GPU_RESOURCE)},
+        },
+    }  # fmt: skip
+
+
+# ---- Jobs -----------------------------------------------------------------------------------
+
+
+def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    return labels.get(APP_LABEL) == APP_NAME and meta.get("namespace", namespace) == namespace
+
+
+def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
+    """Parse one of the guard's Jobs; a status it cannot read is ``unreadable`` with a problem.
+
+    Raises NamelessObject only when the Job has no name.
+    """
+    name = object_name(obj)
+    meta = _mapping(obj.get("metadata"))
+    labels, notes = _mapping(meta.get("labels")), _mapping(meta.get("annotations"))
+    node = notes.get(keys.node_label) or labels.get(keys.node_label, "")
+    kind = labels.get(COMPONENT_LABEL, "")
+    state, problem = _job_status(obj.get("status"))
+    return JobInfo(name, str(kind), str(node), state, problem)
+
+
+def _job_status(status: object) -> tuple[JobStatus, str]:
+    if status is None:
+        return "running", ""
+    if not isinstance(status, Mapping):
+        return "unreadable", f"status is not an object: {status!r}"[:_SHOWN]
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        return "unreadable", f"status.conditions is not a list: {conditions!r}"[:_SHOWN]
+    for counter in ("succeeded", "failed", "active"):
+        value = status.get(counter, 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "unreadable", f"status.{counter} is not a number: {value!r}"[:_SHOWN]
+    by_type = {c.get("type"): c.get("status") for c in conditions}
+    if status.get("succeeded") or by_type.get("Complete") == "True":
+        return "succeeded", ""
+    if status.get("failed") or by_type.get("Failed") == "True":
+        return "failed", ""
+    return "running", ""

@@ -1,0 +1,128 @@
+"""The argv of each guard Job kind, as the admission policy accepts it: literal words and values
+matched one by one, in a fixed order, for a closed set of layouts.
+
+guard/plan/common.py builds these argvs; tests/unit/test_policies.py checks that every argv the
+planners build matches a layout here (the same check, in Python, that the policy makes in CEL).
+No layout has room for free text: a value is a node name, a PCI address, a number, a GPU UUID, a
+version or a CIDR list, each matched by its own pattern.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from guard.policies.cel import lit, regex
+
+# DNS-1123 subdomain that also fits a label value (the Jobs label their pods with the node).
+NODE = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
+PCI = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
+XID = r"^[0-9]{1,4}$"
+UUID = r"^(GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}|unknown)$"
+COUNT = r"^[1-9][0-9]{0,4}$"
+GPUS = r"^[1-9][0-9]?$"
+SECONDS = r"^[1-9][0-9]{0,3}$"  # at most 9999 s; the Job's deadline is lower still
+SIZE = r"^[1-9][0-9]{0,5}$"
+RATIO = r"^(0\.[0-9]{1,6}|1)$"
+XID_LIST = r"^[0-9]{1,4}(,[0-9]{1,4}){0,63}$"
+VERSION = r"^v?[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}([+-]rke2r[0-9]{1,3})?$"
+# RE2 refuses nested repeats over 1000 ({2,39} inside {0,31}): the address part is `+`.
+CIDRS = r"^[0-9a-fA-F.:]+(/[0-9]{1,3})?(,[0-9a-fA-F.:]+(/[0-9]{1,3})?){0,31}$"
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """One argument value: matches `pattern`; with `is_node`, also equals the pod's nodeName."""
+
+    pattern: str
+    is_node: bool = False
+
+
+Token = str | Value
+Layout = tuple[Token, ...]
+
+
+def _flags(*pairs: tuple[str, Token]) -> Layout:
+    return tuple(t for pair in pairs for t in pair)
+
+
+def evidence() -> tuple[Layout, ...]:
+    return (
+        ("gpu-node-guard", "evidence", "collect",
+         *_flags(("--node", Value(NODE, is_node=True)), ("--pci", Value(PCI)),
+                 ("--xid", Value(XID)), ("--uuid", Value(UUID)),
+                 ("--card-incidents", Value(COUNT)), ("--slot-incidents", Value(COUNT)))),
+    )  # fmt: skip
+
+
+def conformance() -> tuple[Layout, ...]:
+    """--fix (a host write) is in no layout; the optional checks come from the settings."""
+    head = ("gpu-node-guard", "conformance", "--root", "/proc/1/root", "--nsenter",
+            "--role", "worker")  # fmt: skip
+    version, dns = ("--control-plane-version", Value(VERSION)), ("--allowed-dns", Value(CIDRS))
+    tail = ("--output", "json")
+    return tuple(
+        (*head, *_flags(*middle), *tail) for middle in ((), (version,), (dns,), (version, dns))
+    )
+
+
+def loadtest() -> tuple[Layout, ...]:
+    base = ("gpu-node-guard", "loadtest", "run", "--backend", "torch",
+            *_flags(("--expected-gpus", Value(GPUS)), ("--duration-s", Value(SECONDS)),
+                    ("--size", Value(SIZE)), ("--min-ratio", Value(RATIO))))  # fmt: skip
+    memory = _flags(("--xid", Value(XID)), ("--memory-class-xids", Value(XID_LIST)))
+    pci = ("--memory-test-pci", Value(PCI))
+    return (base, (*base, *memory), (*base, *memory, *pci))
+
+
+def matches(layouts: Sequence[Layout], argv: Sequence[str], node: str) -> bool:
+    """The policy's check in Python (for the planners' tests).
+
+    >>> matches(loadtest(), ["gpu-node-guard", "loadtest", "run", "--backend", "torch",
+    ...     "--expected-gpus", "8", "--duration-s", "90", "--size", "8192", "--min-ratio", "0.8"],
+    ...     "gpu-a")
+    True
+    """
+    return any(_one(layout, argv, node) for layout in layouts)
+
+
+def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
+    if len(layout) != len(argv):
+        return False
+    for token, arg in zip(layout, argv, strict=True):
+        if isinstance(token, str):
+            if arg != token:
+                return False
+        elif not re.fullmatch(token.pattern[1:-1], arg) or (token.is_node and arg != node):
+            return False
+    return True
+
+
+def cel(layouts: Sequence[Layout], v: str, node: str) -> str:
+    """CEL: the list `v` is one of `layouts`; `node` is the CEL expression of the nodeName."""
+    return " || ".join(f"({_cel_one(layout, v, node)})" for layout in layouts)
+
+
+def _cel_one(layout: Layout, v: str, node: str) -> str:
+    terms = [f"size({v}) == {len(layout)}"]
+    for i, token in enumerate(layout):
+        if isinstance(token, str):
+            terms.append(f"{v}[{i}] == {lit(token)}")
+        else:
+            terms.append(f"{v}[{i}].matches({regex(token.pattern)})")
+            if token.is_node:
+                terms.append(f"{v}[{i}] == {node}")
+    return " && ".join(terms)
+
+
+def describe(layouts: Sequence[Layout]) -> str:
+    """The layouts as a refusal message shows them: values by their pattern's name."""
+    names = {NODE: "<node>", PCI: "<pci>", XID: "<xid>", UUID: "<uuid>", COUNT: "<n>",
+             GPUS: "<gpus>", SECONDS: "<s>", SIZE: "<size>", RATIO: "<ratio>",
+             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>"}  # fmt: skip
+    shown = [
+        " ".join(t if isinstance(t, str) else names[t.pattern] for t in layout)
+        for layout in layouts
+    ]
+    return " | ".join(shown)

@@ -1,0 +1,58 @@
+"""Pieces every generated policy shares: the document skeleton and its binding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from guard.names import APP_LABEL, APP_NAME
+from guard.policies.cel import Validation
+from guard.settings import Settings
+
+POLICY_API = "admissionregistration.k8s.io/v1"
+PREFIX = "gpu-node-guard"  # of every policy name
+
+
+def guard_user(s: Settings) -> str:
+    """The username of the guard's ServiceAccount (the CronJob's pods)."""
+    return f"system:serviceaccount:{s.namespace}:{PREFIX}"
+
+
+def rule(group: str, resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]:
+    return {
+        "apiGroups": [group],
+        "apiVersions": ["v1"],
+        "resources": list(resources),
+        "operations": list(operations),
+        # What the API server fills in, written out so a server-side apply is a no-op.
+        "scope": "*",
+    }
+
+
+def in_namespace(namespace: str) -> dict[str, Any]:
+    """Match objects of one namespace (the label the API server sets on every namespace)."""
+    return {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+
+
+def policy(
+    name: str,
+    constraints: dict[str, Any],
+    variables: Sequence[tuple[str, str]],
+    validations: Sequence[Validation],
+    conditions: Sequence[tuple[str, str]] = (),
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (fail closed) and its Deny binding."""
+    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": constraints}
+    if conditions:
+        spec["matchConditions"] = [{"name": n, "expression": e} for n, e in conditions]
+    spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
+    spec["validations"] = [v.as_dict("variables.who") for v in validations]
+    meta = {"name": name, "labels": {APP_LABEL: APP_NAME}}
+    binding = {
+        "apiVersion": POLICY_API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": dict(meta),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [{"apiVersion": POLICY_API, "kind": "ValidatingAdmissionPolicy",
+             "metadata": meta, "spec": spec}, binding]  # fmt: skip

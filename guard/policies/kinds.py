@@ -1,0 +1,323 @@
+"""The exact shape of each guard Job kind (evidence, load test, conformance) and of its Pods.
+
+One `Kind` per component label value. Its Job shape is what guard/templates renders, with the
+fields the API server fills in on create (defaults, the generated selector and controller
+labels); its Pod shape is that template as the Job controller creates it (ownerReference,
+job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). To add a
+kind (the node agent's DaemonSet is next), add a `Kind` with its workload and controllers; the
+namespace gate (guard/policies/workloads.py) then admits its Pods from that controller only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.policies import argv
+from guard.policies.cel import lit
+from guard.policies.refused import (
+    CONTAINER_REFUSED,
+    JOB_SPEC_REFUSED,
+    META_REFUSED,
+    POD_REFUSED,
+    TEMPLATE_META_REFUSED,
+)
+from guard.policies.shape import SYSTEM, Exact, Expr, Field, IntIn, Match, Obj, One, opt
+from guard.settings import (
+    JOB_DEADLINE_MAX_S,
+    JOB_DEADLINE_MIN_S,
+    JOB_TTL_MAX_S,
+    JOB_TTL_MIN_S,
+    Settings,
+)
+
+JOB_CONTROLLERS = (
+    # kube-controller-manager --use-service-account-credentials (kubeadm, RKE2, most installs)
+    "system:serviceaccount:kube-system:job-controller",
+    # kube-controller-manager running on its own credentials
+    "system:kube-controller-manager",
+)
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+REASON = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
+UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+                 "effect": "NoSchedule"}  # fmt: skip
+# DefaultTolerationSeconds admission adds these to every Pod (300 s unless the API server's
+# --default-{not-ready,unreachable}-toleration-seconds say otherwise).
+ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+HOST_READER_CAPABILITIES = ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of guard workload, named by its app.kubernetes.io/component label."""
+
+    name: str
+    job_prefix: str  # guard.jobs.job_name: gng-<short>-<node>-<digest>
+    image: Literal["image", "loadtest_image"]
+    layouts: Callable[[], tuple[argv.Layout, ...]]
+    host_pid: bool
+    security_context: dict[str, Any]
+    env: tuple[dict[str, Any], ...] = ()
+    mounts: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+    gpus: bool = False
+    # The workload that owns its Pods and the users its controller creates them as. The node
+    # agent will be the first DaemonSet kind (controller
+    # system:serviceaccount:kube-system:daemon-set-controller); its Pod shape then needs the
+    # DaemonSet controller's labels and owner instead of pod_shape's Job ones.
+    workload: Literal["Job", "DaemonSet"] = "Job"
+    controllers: tuple[str, ...] = JOB_CONTROLLERS
+
+
+_HOST_READER = {
+    "privileged": False,
+    "runAsUser": 0,
+    "readOnlyRootFilesystem": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "capabilities": {"drop": ["ALL"], "add": HOST_READER_CAPABILITIES},
+}
+
+KINDS = (
+    Kind("evidence", "gng-ev-", "image", argv.evidence, True, _HOST_READER),
+    Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
+    Kind(
+        "loadtest",
+        "gng-lt-",
+        "loadtest_image",
+        argv.loadtest,
+        False,
+        {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "capabilities": {"drop": ["ALL"]},
+        },
+        env=({"name": "HOME", "value": "/tmp"},),
+        mounts=({"name": "tmp", "mountPath": "/tmp"},),
+        volumes=({"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},),
+        gpus=True,
+    ),
+)
+
+
+# ── Shapes ───────────────────────────────────────────────────────────────────────────────────
+
+
+def _container(kind: Kind, s: Settings) -> Obj:
+    fields: dict[str, Field] = {
+        "name": Field(Exact(kind.name)),
+        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
+        "imagePullPolicy": Field(Exact("IfNotPresent")),
+        "command": Field(
+            Expr(argv.cel(kind.layouts(), "{v}", "variables.node"), argv.describe(kind.layouts()))
+        ),
+        "securityContext": Field(Exact(kind.security_context)),
+        "resources": Field(_resources(kind)),
+        "terminationMessagePath": Field(Exact("/dev/termination-log")),
+        "terminationMessagePolicy": Field(Exact("File")),
+    }
+    refused = dict(CONTAINER_REFUSED)
+    for name, value in (("env", kind.env), ("volumeMounts", kind.mounts)):
+        if value:
+            fields[name] = Field(Exact(list(value)))
+        else:
+            refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
+    return Obj(fields, refused)
+
+
+def _resources(kind: Kind) -> Exact | Obj:
+    if not kind.gpus:
+        return Exact({"requests": {"cpu": "50m", "memory": "64Mi"},
+                      "limits": {"cpu": "500m", "memory": "256Mi"}})  # fmt: skip
+    # Every GPU of the node, as many as the argv's --expected-gpus (argv word 6).
+    gpus = Field(Expr(
+        "size(variables.container.command) > 6 && {v} == variables.container.command[6]",
+        "the --expected-gpus count",
+    ))  # fmt: skip
+    return Obj(
+        {
+            "requests": Field(Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")),
+                                   GPU_RESOURCE: gpus})),
+            "limits": Field(Obj({"memory": Field(Exact("32Gi")), GPU_RESOURCE: gpus})),
+        },
+        {"claims": "no dynamic resources"},
+    )  # fmt: skip
+
+
+def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
+    """The PodSpec of a kind: in the Job's template (`pod=False`) or of a created Pod."""
+    key, value = s.gpu_node_selector
+    fields: dict[str, Field] = {
+        "containers": Field(One(_container(kind, s))),
+        "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 63 characters)")),
+        "nodeSelector": Field(Exact({key: value})),
+        "restartPolicy": Field(Exact("Never")),
+        "serviceAccountName": Field(Exact(s.job_service_account)),
+        "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
+        "automountServiceAccountToken": Field(Exact(False)),
+        "enableServiceLinks": Field(Exact(False)),
+        "tolerations": Field(_pod_tolerations() if pod else Exact([UNSCHEDULABLE])),
+        "terminationGracePeriodSeconds": Field(Exact(30)),
+        "dnsPolicy": Field(Exact("ClusterFirst")),
+        "schedulerName": Field(Exact("default-scheduler")),
+        "securityContext": Field(Exact({})),
+    }
+    refused = dict(POD_REFUSED)
+    if kind.host_pid:
+        fields["hostPID"] = Field(Exact(True))
+    else:
+        refused["hostPID"] = "only the host-reading kinds (evidence, conformance)"
+    if kind.volumes:
+        fields["volumes"] = Field(Exact(list(kind.volumes)))
+    else:
+        refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
+    if pod:  # filled in by the Priority admission plugin
+        fields["priority"] = opt(Exact(0))
+        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+    else:
+        refused["priority"] = "set by admission from priorityClassName (refused)"
+        refused["preemptionPolicy"] = "set by admission"
+    return Obj(fields, refused)
+
+
+def _pod_tolerations() -> Expr:
+    extra = lit(list(ADMISSION_TOLERATIONS))
+    added = (
+        f"t.all(k, k in ['key', 'operator', 'effect', 'tolerationSeconds']) && "
+        f"t.?key.orValue('') in {extra} && t.?operator.orValue('') == 'Exists' && "
+        f"t.?effect.orValue('') == 'NoExecute' && "
+        f"t.?tolerationSeconds.orValue(-1) >= 0 && t.?tolerationSeconds.orValue(-1) <= 3600"
+    )
+    unschedulable = lit(UNSCHEDULABLE)
+    return Expr(
+        f"{unschedulable} in {{v}} && {{v}}.all(t, t == {unschedulable} || ({added}))",
+        f"the template's {lit([UNSCHEDULABLE])} plus the admission defaults for {extra}",
+    )
+
+
+def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
+    node = Annotations(s.annotation_prefix).node_label
+    fields = {
+        APP_LABEL: Field(Exact(APP_NAME)),
+        COMPONENT_LABEL: Field(Exact(kind.name)),
+        node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+    }
+    for name in JOB_NAME_LABELS:
+        fields[name] = Field(Expr(f"{{v}} == {job_name}", "the Job's name"))
+    for name in JOB_UID_LABELS:
+        fields[name] = Field(Expr(f"{{v}} == {job_uid}", "the Job's uid"))
+    return Obj(fields)
+
+
+def job_shape(kind: Kind, s: Settings) -> Obj:
+    """The whole Job as the API server hands it to admission on create."""
+    node = Annotations(s.annotation_prefix).node_label
+    reason = f"{s.annotation_prefix}reason"  # the templates' annotation (guard/templates)
+    template = Obj(
+        {"metadata": Field(Obj({"labels": Field(
+            _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid"))},
+            TEMPLATE_META_REFUSED)),
+         "spec": Field(pod_spec(kind, s, pod=False))},
+    )  # fmt: skip
+    metadata = Obj(
+        {
+            "name": Field(_job_name(kind)),
+            "namespace": Field(Exact(s.jobs_namespace)),
+            "labels": Field(Obj({
+                APP_LABEL: Field(Exact(APP_NAME)),
+                "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
+                COMPONENT_LABEL: Field(Exact(kind.name)),
+                node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+            })),
+            "annotations": Field(Obj({
+                node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+                reason: Field(Match(REASON, "a reason word such as xid-79")),
+            }), create_only=True),
+            "finalizers": opt(Expr("{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
+                                   "only the API server's deletion finalizers")),
+            **_system_meta(),
+        },
+        META_REFUSED,
+    )  # fmt: skip
+    spec = Obj(
+        {
+            "template": Field(template),
+            "backoffLimit": Field(Exact(0)),
+            "activeDeadlineSeconds": Field(IntIn(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S)),
+            "ttlSecondsAfterFinished": Field(IntIn(JOB_TTL_MIN_S, JOB_TTL_MAX_S)),
+            "parallelism": Field(Exact(1)),
+            "completions": Field(Exact(1)),
+            "completionMode": Field(Exact("NonIndexed")),
+            "suspend": Field(Exact(False)),
+            "manualSelector": opt(Exact(False)),
+            "podReplacementPolicy": opt(Exact("TerminatingOrFailed")),
+            "selector": Field(Expr(
+                "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
+                "object.metadata.uid}}", "the selector the API server generates")),
+        },
+        JOB_SPEC_REFUSED,
+    )  # fmt: skip
+    return _root(metadata, spec)
+
+
+def pod_shape(kind: Kind, s: Settings) -> Obj:
+    """A Pod of the kind as its controller creates it (defaults and admission additions in)."""
+    owner = (
+        f"{{'apiVersion': dyn('batch/v1'), 'kind': dyn({lit(kind.workload)}), "
+        "'name': dyn(variables.jobName), 'uid': dyn(variables.jobUid), "
+        "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}"
+    )
+    metadata = Obj(
+        {
+            "name": Field(Expr("{v}.startsWith(variables.jobName + '-')",
+                               "the Job's name and a generated suffix")),
+            "generateName": Field(Expr("{v} == variables.jobName + '-'", "the Job's name and '-'")),
+            "namespace": Field(Exact(s.jobs_namespace)),
+            "labels": Field(_labels(kind, s, job_name="variables.jobName",
+                                    job_uid="variables.jobUid")),
+            "ownerReferences": Field(Expr(f"{{v}} == [{owner}]", "the one Job that owns it"),
+                                     create_only=True),
+            "annotations": opt(Expr(f"!({_CREATE})", "absent when the Pod is created")),
+            "finalizers": opt(Expr("{v}.all(f, f == 'batch.kubernetes.io/job-tracking')",
+                                   "only the Job controller's job-tracking finalizer")),
+            **_system_meta(),
+        },
+        {"selfLink": "deprecated, never set"},
+    )  # fmt: skip
+    return _root(metadata, pod_spec(kind, s, pod=True))
+
+
+_CREATE = "request.operation == 'CREATE'"
+
+
+def job_name_pattern(kind: Kind) -> str:
+    """guard.jobs.job_name: the prefix, up to 47 characters of the node, '-', 8 hex digits."""
+    return f"^{kind.job_prefix}([a-z0-9-]{{0,47}}-)?[0-9a-f]{{8}}$"
+
+
+def _job_name(kind: Kind) -> Match:
+    return Match(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
+
+
+def _system_meta() -> dict[str, Field]:
+    names = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
+             "deletionTimestamp", "deletionGracePeriodSeconds")  # fmt: skip
+    return {name: opt(SYSTEM) for name in names}
+
+
+def _root(metadata: Obj, spec: Obj) -> Obj:
+    return Obj(
+        {
+            "apiVersion": opt(SYSTEM),
+            "kind": opt(SYSTEM),
+            "metadata": Field(metadata),
+            "spec": Field(spec),
+            "status": opt(SYSTEM),
+        }
+    )

@@ -1,0 +1,59 @@
+"""The fault ledger and its archives: text keyed by node name, whoever writes them.
+
+Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's namespace):
+  binaryData                      → refused (the ledger is text; nothing executable to mount)
+  a data key that is not a node name → refused
+  immutable: true                 → refused (an immutable ledger could never be appended to)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.names import ledger_archive_pattern
+from guard.policies.cel import Validation, quote, regex
+from guard.policies.common import PREFIX, in_namespace, policy, rule
+from guard.settings import Settings
+
+# A node name: DNS-1123 subdomain, at most 253 characters.
+NODE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def archive_pattern(s: Settings) -> str:
+    """`<ledger>-archive-<n>`, n = 1..999999: the archives guard.ledger_store creates."""
+    return ledger_archive_pattern(s.ledger_configmap)
+
+
+def is_ledger(s: Settings) -> str:
+    """CEL: the request's object is the ledger or one of its archives."""
+    return (
+        f"object.metadata.?name.orValue('') == {quote(s.ledger_configmap)} || "
+        f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"
+    )
+
+
+def ledger_policy(s: Settings) -> list[dict[str, Any]]:
+    constraints = {
+        "namespaceSelector": in_namespace(s.namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+        "resourceRules": [rule("", ["configmaps"], ["CREATE", "UPDATE"])],
+    }
+    data = "object.?data.orValue({})"
+    checks = [
+        Validation(
+            "size(object.?binaryData.orValue({})) == 0",
+            "the ledger holds text only: no binaryData",
+        ),
+        Validation(
+            f"{data}.all(k, size(k) <= 253 && k.matches({regex(NODE_NAME)}))",
+            "every ledger key is a node name; not: ",
+            f"{data}.filter(k, size(k) > 253 || !k.matches({regex(NODE_NAME)})).join(', ')",
+        ),
+        Validation(
+            "!object.?immutable.orValue(false)",
+            "the ledger must stay writable (immutable: true would jam it)",
+        ),
+    ]
+    variables = [("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name")]
+    return policy(f"{PREFIX}-ledger", constraints, variables, checks, [("is-ledger", is_ledger(s))])

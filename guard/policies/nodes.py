@@ -1,0 +1,168 @@
+"""Node policies, generated from guard.names.Annotations.
+
+`hold` (everyone): an uncordon of a node that carries the hold annotation is refused, whoever
+sends it; removing the hold is the deliberate first step, the uncordon the second.
+
+Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
+  labels, finalizers, ownerReferences or any other metadata   → refused
+  taints or any spec field but unschedulable                  → refused (see GATE_TAINT)
+  annotations of others (outside the prefix)                  → refused
+  person-only keys under the prefix (reset-done, unknown ones) → refused
+  hold present before                                         → must stay exactly as it was
+  cordon (unschedulable false → true)  → only on a node with a GPU resource, not carrying the
+                                         guard's reason before and carrying it after
+  uncordon (true → false)              → only where the old node carries the guard's reason and
+                                         no hold
+  the guard's cordon keys (reason, at, boot-id, …) added or changed
+                                       → only in the cordon itself
+  the guard's cordon keys removed      → only when the node is schedulable afterwards
+  other guard keys (results, cancelled, returned) → free
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.names import GPU_RESOURCE, Annotations
+from guard.policies.cel import Validation, lit, quote
+from guard.policies.common import PREFIX, guard_user, policy, rule
+from guard.settings import Settings
+
+# The one exception to "the guard never changes taints", reserved for the onboarding gate
+# (lifecycle): when it lands, a taint key here may be REMOVED by the guard, alone, nothing else
+# in spec changing. None: the guard changes no taint at all.
+GATE_TAINT: str | None = None
+
+# Annotations properties that are not guard-written node keys.
+_NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix"}
+_NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
+_SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+
+
+def guard_keys(keys: Annotations) -> list[str]:
+    """Every node annotation key the guard itself writes: each str property of Annotations
+    except the person-only ones (hold is added, never changed: a rule of its own)."""
+    names = [n for n, v in vars(Annotations).items() if isinstance(v, property)]
+    values = [getattr(keys, n) for n in sorted(names) if n not in _NOT_GUARD_KEYS]
+    return sorted(v for v in values if isinstance(v, str))
+
+
+def hold_policy(s: Settings) -> list[dict[str, Any]]:
+    key = Annotations(s.annotation_prefix).hold
+    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+                   "resourceRules": _NODE_RULES}  # fmt: skip
+    uncordon = (
+        "oldObject.spec.?unschedulable.orValue(false) && !object.spec.?unschedulable.orValue(false)"
+    )
+    variables = [
+        ("who", "'node ' + object.metadata.name"),
+        ("hold", f"object.metadata.?annotations[?{quote(key)}].or("
+                 f"oldObject.metadata.?annotations[?{quote(key)}])"),
+    ]  # fmt: skip
+    check = Validation(
+        "!variables.hold.hasValue()",
+        f"uncordon while annotation {key} is set (",
+        f"'\"' + variables.hold.value() + '\"). Remove the annotation first (kubectl annotate "
+        f"node ' + object.metadata.name + ' {key}-), then uncordon.'",
+    )
+    return policy(f"{PREFIX}-hold", constraints, variables, [check], [("is-uncordon", uncordon)])
+
+
+def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
+    keys = Annotations(s.annotation_prefix)
+    mine, cordon_keys = guard_keys(keys), list(keys.cordon_keys)
+    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+                   "resourceRules": _NODE_RULES}  # fmt: skip
+    old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
+    variables = [
+        ("who", "'node ' + object.metadata.name"),
+        ("oldNotes", "oldObject.metadata.?annotations.orValue({})"),
+        ("newNotes", "object.metadata.?annotations.orValue({})"),
+        # Keys whose value differs (added, changed or removed) between old and new.
+        ("changed", f"{new_notes}.filter(k, !(k in {old_notes}) || {old_notes}[k] != "
+                    f"{new_notes}[k]) + {old_notes}.filter(k, !(k in {new_notes}))"),
+        ("wasCordoned", "oldObject.spec.?unschedulable.orValue(false)"),
+        ("isCordoned", "object.spec.?unschedulable.orValue(false)"),
+        ("oldReason", f"{old_notes}[?{quote(keys.reason)}]"),
+        ("newReason", f"{new_notes}[?{quote(keys.reason)}]"),
+        ("gpus", f"oldObject.status.?capacity[?{quote(GPU_RESOURCE)}].orValue('0')"),
+    ]  # fmt: skip
+    return policy(
+        f"{PREFIX}-node-scope",
+        constraints,
+        variables,
+        [*_unchanged(), *_annotation_rules(keys, mine, cordon_keys)],
+        [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")],
+    )
+
+
+def _same(part: str, skip: list[str]) -> tuple[str, str]:
+    """CEL: every key of object.<part> but `skip` is as in oldObject; and the changed keys."""
+    new, old, skipped = f"object.{part}", f"oldObject.{part}", lit(skip)
+    changed = (
+        f"({new}.filter(k, !(k in {skipped}) && (!(k in {old}) || {old}[k] != {new}[k])) + "
+        f"{old}.filter(k, !(k in {skipped}) && !(k in {new})))"
+    )
+    return f"size({changed}) == 0", f"{changed}.join(', ')"
+
+
+def _unchanged() -> list[Validation]:
+    meta, meta_changed = _same("metadata", _SYSTEM_META)
+    spec_skip = ["unschedulable"]
+    spec, spec_changed = _same("spec", [*spec_skip, "taints"] if GATE_TAINT else spec_skip)
+    out = [
+        Validation(meta, "the guard changes no node metadata but its annotations (changed: ",
+                   f"{meta_changed} + ')'"),
+        Validation(spec, "the guard changes nothing in a node's spec but unschedulable "
+                   "(changed: ", f"{spec_changed} + ')'"),
+    ]  # fmt: skip
+    if GATE_TAINT:  # removing exactly the onboarding gate taint, nothing else
+        gate = quote(GATE_TAINT)
+        new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
+        out.append(Validation(
+            f"{new} == {old} || {new} == {old}.filter(t, t.key != {gate})",
+            f"the guard only removes its own gate taint {GATE_TAINT}",
+        ))  # fmt: skip
+    return out
+
+
+def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> list[Validation]:
+    prefix, hold, allowed = quote(keys.prefix), quote(keys.hold), lit([*mine, keys.hold])
+    cordon_now = "!variables.wasCordoned && variables.isCordoned"
+    return [
+        Validation(
+            f"variables.changed.all(k, k.startsWith({prefix}))",
+            f"annotations outside {keys.prefix} belong to others; changed: ",
+            f"variables.changed.filter(k, !k.startsWith({prefix})).join(', ')",
+        ),
+        Validation(
+            f"variables.changed.all(k, !k.startsWith({prefix}) || k in {allowed})",
+            f"the guard writes only its own keys under {keys.prefix} "
+            f"({', '.join(k.removeprefix(keys.prefix) for k in mine)}; and adds hold); not ",
+            f"variables.changed.filter(k, k.startsWith({prefix}) && !(k in {allowed})).join(', ')",
+        ),
+        Validation(
+            f"!({hold} in variables.oldNotes) || "
+            f"variables.newNotes[?{hold}] == variables.oldNotes[?{hold}]",
+            f"the guard may add {keys.hold} but never change or remove one already set",
+        ),
+        Validation(
+            f"!({cordon_now}) || (!variables.oldReason.hasValue() && "
+            f"variables.newReason.hasValue() && variables.gpus != '0')",
+            f"a cordon by the guard must add its reason {keys.reason} in the same request, "
+            f"on a node with {GPU_RESOURCE} capacity, not yet carrying the reason",
+        ),
+        Validation(
+            "!(variables.wasCordoned && !variables.isCordoned) || "
+            f"(variables.oldReason.hasValue() && !({hold} in variables.oldNotes))",
+            f"the guard uncordons only nodes it cordoned (carrying {keys.reason}) and without "
+            f"{keys.hold}",
+        ),
+        Validation(
+            f"variables.changed.all(k, !(k in {lit(cordon)}) || ({cordon_now}) || "
+            f"(!(k in variables.newNotes) && !variables.isCordoned))",
+            f"the guard's cordon annotations ({', '.join(cordon)}) are written only with the "
+            "cordon and removed only when the node is schedulable; changed: ",
+            f"variables.changed.filter(k, k in {lit(cordon)}).join(', ')",
+        ),
+    ]

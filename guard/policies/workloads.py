@@ -1,0 +1,176 @@
+"""Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
+Pods, a gate in front of them, and the guard's own scope.
+
+Case list (every request in the jobs namespace, whoever sends it):
+  CronJob, Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController, PodTemplate
+                                          → refused (the gate): only the guard's kinds run here
+  exec, attach, port-forward into a pod   → refused (the gate): no shell in a privileged pod
+  ephemeral containers                    → refused (the gate)
+  a Job or Pod without a known component  → refused (the gate)
+  a Pod not created by its kind's controller (the Job controller)
+                                          → refused (the gate): no bare Pods
+  a Job or Pod of a kind                  → its exact shape (policies/<kind>.yaml)
+The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
+ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.names import COMPONENT_LABEL
+from guard.policies import ledger
+from guard.policies.cel import Validation, lit, quote, regex
+from guard.policies.common import PREFIX, guard_user, in_namespace, policy, rule
+from guard.policies.kinds import KINDS, Kind, job_name_pattern, job_shape, pod_shape
+from guard.policies.shape import validations
+from guard.settings import Settings
+
+# Workload resources that would make Pods or Jobs by another controller, in group order.
+OTHER_WORKLOADS = (
+    ("batch", ("cronjobs",)),
+    ("apps", ("deployments", "replicasets", "statefulsets", "daemonsets")),
+    ("", ("replicationcontrollers", "podtemplates")),
+)
+INTERACTIVE = ("exec", "attach", "portforward")
+_COMPONENT = f"object.metadata.?labels[?{quote(COMPONENT_LABEL)}].orValue('')"
+
+
+def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
+    """The Job policy and the Pod policy of one kind."""
+    image = getattr(s, kind.image)
+    is_kind = [("is-" + kind.name, f"{_COMPONENT} == {quote(kind.name)}")]
+    job_vars = [
+        ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
+        # The one image this kind runs. A kustomize replacement may rewrite the quoted text.
+        ("image", quote(image)),
+        ("pod", "object.spec.template.spec"),
+        ("container", "variables.pod.containers[0]"),
+        ("node", "variables.pod.?nodeName.orValue('')"),
+    ]
+    labels = "object.metadata.?labels.orValue({})"
+    pod_vars = [
+        ("who", "'Pod ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
+        ("image", quote(image)),
+        ("pod", "object.spec"),
+        ("container", "variables.pod.containers[0]"),
+        ("node", "variables.pod.?nodeName.orValue('')"),
+        ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
+        ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
+    ]
+    owner_name = Validation(
+        "variables.jobName.matches(" + regex(job_name_pattern(kind)) + ")",
+        f"the owning Job must be a guard {kind.name} Job ({kind.job_prefix}…), got ",
+        "variables.jobName",
+    )
+    scope = {
+        "namespaceSelector": in_namespace(s.jobs_namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+    }
+    jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
+    pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
+    return [
+        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars,
+                validations(job_shape(kind, s), "object", ""), is_kind),
+        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars,
+                [owner_name, *validations(pod_shape(kind, s), "object", "")], is_kind),
+    ]  # fmt: skip
+
+
+def gate_policy(s: Settings) -> list[dict[str, Any]]:
+    """Everything in the jobs namespace that is not a Job or Pod of a kind is refused."""
+    ns = s.jobs_namespace
+    kinds_of = {"jobs": [k.name for k in KINDS if k.workload == "Job"]}
+    if daemon_sets := [k.name for k in KINDS if k.workload == "DaemonSet"]:
+        kinds_of["daemonsets"] = daemon_sets
+    kinds_of["pods"] = [k.name for k in KINDS]
+    controllers = {k.name: list(k.controllers) for k in KINDS}
+    # A DaemonSet is refused until a kind is one (the node agent); then its own shape applies.
+    refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
+    constraints = {
+        "namespaceSelector": in_namespace(ns),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+        "resourceRules": [
+            rule("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]),
+            rule("apps", [r for g, rs in OTHER_WORKLOADS if g == "apps" for r in rs],
+                 ["CREATE", "UPDATE"]),
+            rule("", ["pods", "replicationcontrollers", "podtemplates"], ["CREATE", "UPDATE"]),
+            rule("", [f"pods/{sub}" for sub in INTERACTIVE], ["CONNECT"]),
+            rule("", ["pods/ephemeralcontainers"], ["UPDATE"]),
+        ],
+    }  # fmt: skip
+    variables = [
+        ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
+        ("resource", "request.resource.resource"),
+        ("sub", "request.?subResource.orValue('')"),
+        ("mainResource", "variables.sub == ''"),
+        ("component", f"variables.mainResource ? {_COMPONENT} : ''"),
+    ]
+    checks = [
+        Validation(
+            f"!(variables.resource in {lit(refused)})",
+            f"namespace {ns} runs only the guard's Jobs and their Pods; no ",
+            "request.kind.kind + ' objects here'",
+        ),
+        Validation(
+            f"!(variables.sub in {lit(list(INTERACTIVE))})",
+            "no exec, attach or port-forward into the guard's privileged pods (",
+            "variables.sub + ')'",
+        ),
+        Validation(
+            "variables.sub != 'ephemeralcontainers'",
+            "no ephemeral (debug) containers in the guard's privileged pods",
+        ),
+        Validation(
+            f"!variables.mainResource || !(variables.resource in {lit(list(kinds_of))}) || "
+            f"variables.component in {lit(kinds_of)}[variables.resource]",
+            f"the {COMPONENT_LABEL} label must name a guard kind "
+            f"({', '.join(kinds_of['pods'])}); got ",
+            "'\"' + variables.component + '\"'",
+        ),
+        Validation(
+            "variables.resource != 'pods' || !variables.mainResource || "
+            "request.operation != 'CREATE' || "
+            f"request.userInfo.username in {lit(controllers)}[?variables.component].orValue([])",
+            "Pods here are created only by the controller of their kind (the Job controller), "
+            "never directly; sent by ",
+            "request.userInfo.username",
+        ),
+    ]
+    return policy(f"{PREFIX}-jobs-namespace", constraints, variables, checks)
+
+
+def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
+    """Where the guard's ServiceAccount may create Jobs and which ConfigMaps it may write."""
+    constraints = {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": [
+            rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
+            rule("", ["configmaps"], ["CREATE", "UPDATE"]),
+        ],
+    }
+    variables = [
+        ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
+        ("name", "object.metadata.?name.orValue('')"),
+    ]
+    name = s.ledger_configmap
+    checks = [
+        Validation(
+            "request.resource.resource != 'jobs' || "
+            f"request.namespace == {quote(s.jobs_namespace)}",
+            f"the guard creates Jobs only in namespace {s.jobs_namespace}",
+        ),
+        Validation(
+            "request.resource.resource != 'configmaps' || "
+            f"(request.namespace == {quote(s.namespace)} && (variables.name == {quote(name)} || "
+            f"variables.name.matches({regex(ledger.archive_pattern(s))})))",
+            f"the guard writes only its ledger ConfigMap {name} and its archives "
+            f"{name}-archive-<n>, in namespace {s.namespace}",
+        ),
+    ]
+    sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
+    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, sent_by_guard)

@@ -1,0 +1,194 @@
+"""The guard's own node annotations: their formats, their parsers, and the cancel value.
+
+Each parser reads one annotation value into a typed record or notes an `Unreadable` (key, value,
+why, the fix) in `Problems`; nothing here raises on a bad value. ASCII only: ``str.isdigit`` and
+``\\d`` also accept superscripts and other scripts' digits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from guard.ledger import UNKNOWN_PCI, parse_time
+from guard.model import CancelRecord, CordonRecord, GpuRef, ReturnRecord, Unreadable
+from guard.names import Annotations
+from guard.pci import PciAddressError, normalize_pci
+
+_XID = re.compile(r"^xid-([0-9]{1,6})$", re.ASCII)
+_REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
+COUNT = re.compile(r"^[0-9]{1,6}$", re.ASCII)
+_TOKEN = re.compile(r"^[!-~]+$", re.ASCII)  # printable ASCII, no space
+_JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", re.ASCII)
+SHOWN = 120  # characters of a bad value repeated in a log line
+
+UNKNOWN_BOOT = "unknown"  # the boot id written into `cancelled` when the guard knew none
+
+# The format of each guard annotation, as a person would write it.
+FORMATS = {
+    "auto-cordon-reason": "xid-<n> (e.g. xid-79) or a reason word of a-z, 0-9 and -",
+    "auto-cordon-at": "an RFC 3339 time such as 2026-09-21T05:55:00Z",
+    "auto-cordon-gpu-capacity": "a whole number of GPUs",
+    "auto-cordon-gpu": "<pci 0000:99:00.0> <GPU-uuid>",
+    "cancelled": "<bootID> <GPU-uuid> xid-<n> <RFC 3339 time>",
+    "returned": "<RFC 3339 time> job/<name>",
+}
+
+
+@dataclass
+class Problems:
+    """Collects what did not parse on one object."""
+
+    node: str
+    found: list[Unreadable] = field(default_factory=list)
+
+    def annotation(self, key: str, suffix: str, value: str, why: str) -> None:
+        fix = (
+            f"write {FORMATS[suffix]} (kubectl annotate node {self.node} {key}=… --overwrite), "
+            f"or remove it ({key}-); the guard leaves this node alone until then"
+        )
+        self.found.append(Unreadable(key, value[:SHOWN], why, fix))
+
+    def status(self, where: str, value: object, why: str) -> None:
+        fix = f"check what the kubelet reports (kubectl get node {self.node} -o yaml)"
+        self.found.append(Unreadable(where, repr(value)[:SHOWN], why, fix))
+
+
+def cordon_record(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> CordonRecord | None:
+    reason = notes.get(k.reason)
+    if reason is None:
+        return None
+    bad = len(problems.found)
+    xid = _reason_xid(k.reason, reason, problems)
+    at = _time(notes, k.at, "auto-cordon-at", problems)
+    capacity = notes.get(k.gpu_capacity)
+    if capacity is not None and not COUNT.match(capacity):
+        problems.annotation(k.gpu_capacity, "auto-cordon-gpu-capacity", capacity,
+                            "not a whole number")  # fmt: skip
+        capacity = None
+    gpu = _gpu_ref(notes.get(k.gpu), k.gpu, problems)
+    if len(problems.found) > bad:
+        return None
+    return CordonRecord(
+        reason=reason,
+        xid=xid,
+        at=at,
+        boot_id=notes.get(k.boot_id, ""),
+        gpu_capacity=int(capacity) if capacity is not None else None,
+        gpu=gpu,
+    )
+
+
+def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
+    found = _XID.match(reason)
+    if found:
+        return int(found[1])
+    if reason.startswith("xid-"):
+        problems.annotation(key, "auto-cordon-reason", reason, "the Xid is not an ASCII number")
+    elif not _REASON_WORD.match(reason):
+        problems.annotation(key, "auto-cordon-reason", reason, "not a reason word")
+    return None
+
+
+def _time(notes: Mapping[str, str], key: str, suffix: str, problems: Problems) -> datetime | None:
+    text = notes.get(key)
+    if text is None:
+        return None
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        problems.annotation(key, suffix, text, str(exc))
+        return None
+
+
+def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
+    if text is None:
+        return None
+    parts = text.split(" ")
+    why = ""
+    if len(parts) != 2 or not all(_TOKEN.match(p) for p in parts):
+        why = "not two fields separated by one space"
+    else:
+        try:
+            pci = parts[0] if parts[0] == UNKNOWN_PCI else normalize_pci(parts[0])
+        except PciAddressError as exc:
+            why = str(exc)
+        else:
+            return GpuRef(pci, parts[1])
+    problems.annotation(key, "auto-cordon-gpu", text, why)
+    return None
+
+
+def incident_records(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> tuple[CancelRecord | None, ReturnRecord | None]:
+    cancelled: CancelRecord | None = None
+    returned: ReturnRecord | None = None
+    if (text := notes.get(k.cancelled)) is not None:
+        parsed_cancel = _cancel(text)
+        if isinstance(parsed_cancel, str):
+            problems.annotation(k.cancelled, "cancelled", text, parsed_cancel)
+        else:
+            cancelled = parsed_cancel
+    if (text := notes.get(k.returned)) is not None:
+        parsed_return = _return(text)
+        if isinstance(parsed_return, str):
+            problems.annotation(k.returned, "returned", text, parsed_return)
+        else:
+            returned = parsed_return
+    return cancelled, returned
+
+
+def _cancel(text: str) -> CancelRecord | str:
+    """The record, or why it does not parse."""
+    parts = text.split(" ")
+    if len(parts) != 4 or not all(_TOKEN.match(p) for p in parts):
+        return "not four fields separated by one space"
+    boot, uuid, reason, at = parts
+    xid = _XID.match(reason)
+    if xid is None:
+        return f"third field {reason!r} is not xid-<n>"
+    try:
+        when = parse_time(at)
+    except ValueError as exc:
+        return str(exc)
+    return CancelRecord("" if boot == UNKNOWN_BOOT else boot, uuid, int(xid[1]), when)
+
+
+def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
+    """The `cancelled` annotation value (inverse of the parser above).
+
+    >>> cancel_value("", "GPU-1a", 79, "2026-09-21T06:00:00Z")
+    'unknown GPU-1a xid-79 2026-09-21T06:00:00Z'
+    """
+    return f"{boot_id or UNKNOWN_BOOT} {uuid} xid-{xid} {at}"
+
+
+def _return(text: str) -> ReturnRecord | str:
+    parts = text.split(" ")
+    if len(parts) != 2 or not _JOB_REF.match(parts[1]):
+        return "not '<time> job/<name>'"
+    try:
+        return ReturnRecord(parse_time(parts[0]), parts[1])
+    except ValueError as exc:
+        return str(exc)
+
+
+def leading_time(text: str | None) -> datetime | None:
+    """The RFC 3339 time a reset-done note starts with (``<time> by alice``), if it does.
+
+    >>> leading_time("2026-09-22T01:00:00Z by alice").isoformat()
+    '2026-09-22T01:00:00+00:00'
+    >>> leading_time("done") is None
+    True
+    """
+    if not text:
+        return None
+    try:
+        return parse_time(text.split(" ", 1)[0])
+    except ValueError:
+        return None

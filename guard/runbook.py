@@ -1,0 +1,45 @@
+"""Sections of docs/runbook.md: one per guard state, one per alert, at anchors that never change.
+
+The anchors are a contract. Alert rules link them in `runbook_url`, log lines can link them in
+`next=`, and notifications and chat threads keep old links for years: add sections, never rename
+or remove one. Each anchor is the GitHub slug of its heading (lower case, spaces → ``-``,
+punctuation dropped); tests/unit/test_runbook.py checks that docs/runbook.md has every one.
+
+>>> url("docs/runbook.md", Section.BREAKER_OPEN)
+'docs/runbook.md#breaker-open'
+>>> url("https://git.example.com/ops/guard/docs/runbook.md", "gpunodeguardnotrunning")
+'https://git.example.com/ops/guard/docs/runbook.md#gpunodeguardnotrunning'
+>>> alert_anchor("GPUNodeGuardReturned")
+'gpunodeguardreturned'
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# Relative to the repository root; a site points AlertParams.runbook_base_url at its own copy.
+DEFAULT_BASE_URL = "docs/runbook.md"
+
+
+class Section(StrEnum):
+    """A node state (the words `gpu-node-guard status` shows) or a cycle condition."""
+
+    WAITING_FOR_POWER_CYCLE = "isolated-waiting-for-power-cycle"
+    WAITING_FOR_RESET_DONE = "waiting-for-reset-done"
+    LOAD_TEST_RUNNING = "load-test-running"
+    LOAD_TEST_FAILED = "load-test-failed"
+    HELD_BY_A_PERSON = "held-by-a-person"
+    REPEAT_FAULT_HOLD = "repeat-fault-hold"
+    CANCELLED_BY_A_PERSON = "cancelled-by-a-person"
+    RETURNED_RECENTLY = "returned-in-the-last-24-h"
+    BREAKER_OPEN = "breaker-open"
+    UNREADABLE_ANNOTATIONS = "unreadable-annotations"
+
+
+def alert_anchor(alert: str) -> str:
+    """An alert's section is its name as a heading: `## GPUHardwareXid` → ``gpuhardwarexid``."""
+    return alert.lower()
+
+
+def url(base: str, anchor: str) -> str:
+    return f"{base}#{anchor}"

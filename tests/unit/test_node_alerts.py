@@ -1,0 +1,152 @@
+"""The node lifecycle alerts' building blocks: the allowed-upstream regex against ipaddress, the
+settings that reach the rules, and one alert per agent check (promtool cases: node.test.yaml)."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from guard import alert_queries, alerts
+from guard.agent.checks import CHECKS
+from guard.settings import Settings
+from tests.tiers import tool
+
+NODE_ALERT_NAMES = [
+    "GPURowRemapUncorrectable",
+    "GPURowRemapFailed",
+    "NodeServiceNetworkDown",
+    "CoreDNSForwardNotAllowed",
+    "GPUFeatureDiscoveryRestartLoop",
+    "GPUNodeDriverMismatch",
+    "GPUNodeIpvsNotLoaded",
+    "GPUNodeDnsUpstreamNotAllowed",
+    "GPUNodeAgentCheckUnknown",
+    "GPUNodeAgentMissing",
+]
+
+
+def test_the_node_group_ships_these_alerts_in_this_order() -> None:
+    assert [r.alert for r in alerts.node_rules(Settings())] == NODE_ALERT_NAMES
+
+
+@pytest.mark.parametrize("prefix", range(33))
+def test_octet_ranges_match_exactly_their_values(prefix: int) -> None:
+    # Every aligned range an IPv4 prefix can cut out of one octet, against all 256 values.
+    bits = min(prefix, 8)
+    size = 1 << (8 - bits)
+    for low in range(0, 256, size):
+        pattern = re.compile(alert_queries.octet_range(low, low + size - 1))
+        assert [n for n in range(256) if pattern.fullmatch(str(n))] == list(
+            range(low, low + size)
+        ), (low, size)
+
+
+@pytest.mark.parametrize(
+    "networks",
+    [
+        alert_queries.INTERNAL_UPSTREAMS,
+        "10.20.0.0/16,192.0.2.53",
+        "100.64.0.0/10,198.18.0.0/15,203.0.113.128/25",
+        "2001:db8::/32,fd00::53",
+    ],
+)
+def test_the_upstream_regex_agrees_with_ipaddress(networks: str) -> None:
+    allowed = [ipaddress.ip_network(n.strip()) for n in networks.split(",")]
+    pattern = re.compile(alert_queries.upstream_regex(networks))
+    rng = random.Random(networks)
+    addresses = [ipaddress.ip_address(rng.getrandbits(32)) for _ in range(3000)]
+    for net in allowed:  # inside, on the edges, and just outside each network
+        addresses += [net.network_address, net.broadcast_address]
+        if net.version == 4:
+            addresses += [net.network_address - 1, net.broadcast_address + 1]
+            addresses += [net.network_address + rng.randrange(net.num_addresses) for _ in range(50)]
+        else:
+            addresses += [net.network_address + rng.getrandbits(16) for _ in range(50)]
+    for address in addresses:
+        to = f"[{address}]:53" if address.version == 6 else f"{address}:53"
+        inside = any(address in net for net in allowed if net.version == address.version)
+        assert bool(pattern.fullmatch(to)) == inside, to
+
+
+def test_an_ipv6_prefix_that_cannot_be_matched_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"^IPv6 fc00::/7 cannot be matched in PromQL"):
+        alert_queries.upstream_regex("fc00::/7")
+
+
+def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule() -> None:
+    custom = Settings(conformance_allowed_dns="10.20.0.0/16")
+    rules = {r.alert: r for r in alerts.node_rules(custom)}
+    expr = rules["CoreDNSForwardNotAllowed"].expr
+    assert 'to!~"(10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+"' in expr
+    assert expr.count("to!~") == 2  # both metric names
+    assert "Allowed upstreams: 10.20.0.0/16." in rules["CoreDNSForwardNotAllowed"].description
+    default = {r.alert: r.expr for r in alerts.node_rules(Settings())}
+    assert "192[.]168[.]" in default["CoreDNSForwardNotAllowed"]
+
+
+def test_every_agent_check_has_its_alert() -> None:
+    exprs = [r.expr for r in alerts.node_rules(Settings())]
+    alerted = {c for c in CHECKS for e in exprs if f'check="{c}"' in e}
+    assert alerted == set(CHECKS)
+
+
+def test_params_reach_the_expressions() -> None:
+    p = alert_queries.NodeAlertParams(
+        service_network_pods=('namespace="kube-flannel", pod=~"kube-flannel-ds-.+"',),
+        gfd_restarts=5,
+        agent_stale_after_s=300,
+    )
+    rules = {r.alert: r for r in alerts.node_rules(Settings(), p)}
+    assert 'kube_pod_info{namespace="kube-flannel", pod=~"kube-flannel-ds-.+"}' in (
+        rules["NodeServiceNetworkDown"].expr
+    )
+    assert "kube-proxy" not in rules["NodeServiceNetworkDown"].expr
+    assert ">= 5" in rules["GPUFeatureDiscoveryRestartLoop"].expr
+    assert rules["GPUNodeAgentMissing"].expr.endswith("< 300\n)")
+    assert rules["GPUNodeAgentMissing"].for_s == 300
+
+
+@pytest.mark.prometheus
+def test_promtool_matches_allowed_ipv4_and_ipv6_upstreams_as_python_does(tmp_path: Path) -> None:
+    promtool = tool("promtool", "prometheus", "install the Debian package `prometheus`")
+    custom = Settings(conformance_allowed_dns="10.20.0.0/16,2001:db8::/32")
+    expr = alert_queries.alert_coredns_forward_not_allowed(custom, alert_queries.NodeAlertParams())
+    ups = ("10.20.9.9:53", "10.21.0.1:53", "[2001:db8::53]:53", "[2001:4860:4860::8888]:53")
+    metric = "coredns_proxy_request_duration_seconds_count"
+    scenario = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'{metric}{{proxy_name="forward", to="{to}", pod="p"}}',
+                        "values": "0+1x20",
+                    }
+                    for to in ups
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": "15m",
+                        "exp_samples": [
+                            {"labels": f'{{pod="p", to="{to}"}}', "value": 10}
+                            for to in ("10.21.0.1:53", "[2001:4860:4860::8888]:53")
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "upstreams.test.yaml"
+    test_file.write_text(yaml.safe_dump(scenario, width=10_000), encoding="utf-8")
+    result = subprocess.run(
+        [promtool, "test", "rules", test_file.name], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

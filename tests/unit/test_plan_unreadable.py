@@ -1,0 +1,188 @@
+"""A value the guard cannot read stops its own object only: one WARN line and Event, and every
+other node is planned as usual in the same cycle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from guard.actions import EmitEvent, Skip
+from guard.plan import plan_cycle
+from tests.builders import (
+    CORDON_AT,
+    KEYS,
+    PCI,
+    TEMPLATES,
+    UUID,
+    brief,
+    gpu,
+    node,
+    settings,
+    snapshot,
+)
+
+CORDON_B = [
+    ("cordon", "b", "xid-79"),
+    ("event", "b", "xid-79"),
+    ("append-ledger", "b", "xid-79"),
+    ("create-job", "b", "xid-79"),
+]
+
+
+def guarded(**extra: str) -> dict[str, object]:
+    """Node `bad`, cordoned by the guard, with one of its annotations replaced."""
+    return {"cordoned": True, "guarded_xid": 79, "extra": extra}
+
+
+CASES = [
+    pytest.param(guarded(**{KEYS.at: "9999-12-31T23:59:59-23:59"}), KEYS.at,
+                 "9999-12-31T23:59:59-23:59", id="cordon-time-overflows-past-9999"),
+    pytest.param(guarded(**{KEYS.at: "0001-01-01T00:00:00+01:00"}), KEYS.at,
+                 "0001-01-01T00:00:00+01:00", id="cordon-time-overflows-before-year-1"),
+    pytest.param(guarded(**{KEYS.at: "2026-13-45T99:00:00Z"}), KEYS.at, "2026-13-45T99:00:00Z",
+                 id="cordon-time-impossible-date"),
+    pytest.param(guarded(**{KEYS.reason: "xid-²"}), KEYS.reason, "xid-²",
+                 id="reason-superscript-digit"),
+    pytest.param(guarded(**{KEYS.reason: "xid-٧٩"}), KEYS.reason, "xid-٧٩",
+                 id="reason-arabic-indic-digits"),
+    pytest.param(guarded(**{KEYS.reason: ""}), KEYS.reason, "", id="reason-empty"),
+    pytest.param(guarded(**{KEYS.gpu: PCI}), KEYS.gpu, PCI, id="gpu-field-without-uuid"),
+    pytest.param(guarded(**{KEYS.gpu: f"bus-99 {UUID}"}), KEYS.gpu, f"bus-99 {UUID}",
+                 id="gpu-field-not-a-pci-address"),
+    pytest.param(guarded(**{KEYS.gpu: f"{PCI}  {UUID}"}), KEYS.gpu, f"{PCI}  {UUID}",
+                 id="gpu-field-two-spaces"),
+    pytest.param(guarded(**{KEYS.gpu_capacity: "8x"}), KEYS.gpu_capacity, "8x",
+                 id="capacity-annotation-not-a-number"),
+    pytest.param(guarded(**{KEYS.gpu_capacity: "٨"}), KEYS.gpu_capacity, "٨",
+                 id="capacity-annotation-non-ascii-digit"),
+    pytest.param({"extra": {KEYS.cancelled: "alice said so"}}, KEYS.cancelled, "alice said so",
+                 id="cancel-record-garbage"),
+    pytest.param({"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59"}},
+                 KEYS.cancelled, f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59",
+                 id="cancel-record-time-overflows"),
+    pytest.param({"extra": {KEYS.returned: "yesterday job/gng-lt-x"}}, KEYS.returned,
+                 "yesterday job/gng-lt-x", id="return-record-bad-time"),
+    pytest.param({"patch": {"status": {"capacity": {"nvidia.com/gpu": "eight"}}}},
+                 "status.capacity[nvidia.com/gpu]", "'eight'", id="status-capacity-not-a-number"),
+    pytest.param({"patch": {"status": {"allocatable": {"nvidia.com/gpu": "7.5"}}}},
+                 "status.allocatable[nvidia.com/gpu]", "'7.5'", id="status-allocatable-fraction"),
+    pytest.param({"patch": {"spec": {"unschedulable": "yes"}}}, "spec.unschedulable", "'yes'",
+                 id="unschedulable-not-a-boolean"),
+    pytest.param({"patch": {"status": {"conditions": "Ready"}}}, "status.conditions", "'Ready'",
+                 id="conditions-not-a-list"),
+    pytest.param({"patch": {"status": {"nodeInfo": {"bootID": 42}}}}, "status.nodeInfo.bootID",
+                 "42", id="boot-id-not-text"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bad", "where", "value"), CASES)
+def test_unreadable_node_is_skipped_and_its_faulted_neighbour_cordoned(bad, where, value):
+    snap = snapshot(
+        node("bad", **bad),
+        node("b"),
+        # `bad` is a candidate too, and would go first (held longer, name after `b` only by tie)
+        candidates=(gpu("b", 79), gpu("bad", 79)),
+        held={"bad": 900, "b": 120},
+        ledger={},
+    )
+    actions = plan_cycle(snap, settings(), TEMPLATES)
+    assert brief(actions) == [
+        ("skip", "bad", "unreadable"),
+        ("event", "bad", "unreadable"),
+        *CORDON_B,
+    ]
+    skip, event = actions[:2]
+    assert isinstance(skip, Skip) and isinstance(event, EmitEvent)
+    assert skip.level == "WARN"
+    assert skip.detail.startswith(f"{where}={value!r}: ")
+    assert (event.event_type, event.event_reason) == ("Warning", "GuardUnreadable")
+
+
+def test_unreadable_line_names_node_key_value_and_the_fix():
+    bad = node("gpu-7", **guarded(**{KEYS.at: "9999-12-31T23:59:59-23:59"}))
+    skip, event = plan_cycle(snapshot(bad, ledger={}), settings(), TEMPLATES)
+    fix = (
+        f"write an RFC 3339 time such as 2026-09-21T05:55:00Z (kubectl annotate node gpu-7 "
+        f"{KEYS.at}=… --overwrite), or remove it ({KEYS.at}-); the guard leaves this node alone "
+        "until then"
+    )
+    assert skip == Skip(
+        "gpu-7",
+        "unreadable",
+        f"{KEYS.at}='9999-12-31T23:59:59-23:59': time out of range (years 1970-9998)",
+        fix,
+        "WARN",
+    )
+    assert str(skip) == (
+        f"skip node=gpu-7 reason=unreadable detail=\"{KEYS.at}='9999-12-31T23:59:59-23:59': "
+        f'time out of range (years 1970-9998)" next="{fix}"'
+    )
+    assert event == EmitEvent(
+        "gpu-7",
+        "unreadable",
+        "Warning",
+        "GuardUnreadable",
+        f"gpu-node-guard cannot read {KEYS.at}='9999-12-31T23:59:59-23:59' (time out of range "
+        f"(years 1970-9998)) and leaves this node alone: {fix}",
+    )
+
+
+def test_several_bad_values_on_one_node_are_still_one_line():
+    bad = node("bad", **guarded(**{KEYS.at: "soon", KEYS.gpu_capacity: "many"}))
+    actions = plan_cycle(snapshot(bad, ledger={}), settings(), TEMPLATES)
+    assert brief(actions) == [("skip", "bad", "unreadable"), ("event", "bad", "unreadable")]
+    assert actions[0].detail.count("; ") == 1
+    assert "(and 1 more)" in actions[1].message
+
+
+def test_an_unreadable_guarded_node_still_counts_for_the_breaker():
+    bad = node("bad", **guarded(**{KEYS.at: "soon"}))
+    snap = snapshot(bad, node("b"), candidates=(gpu("b", 79),), ledger={})
+    actions = plan_cycle(snap, settings(breaker_max_nodes=1), TEMPLATES)
+    assert ("skip", "b", "breaker-open") in brief(actions)
+
+
+def test_a_readable_node_has_no_unreadable_line():
+    snap = snapshot(node("b", cordoned=True, guarded_xid=79, boot="boot-1"))
+    assert "unreadable" not in {a.reason for a in plan_cycle(snap, settings(), TEMPLATES)}
+
+
+INCIDENT = f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard"
+
+
+@pytest.mark.parametrize(
+    ("text", "level", "first"),
+    [
+        pytest.param(f"{INCIDENT}\n0001-01-01T00:00:00+01:00 xid-79 {PCI} {UUID} manual\n",
+                     "WARN", "0001-01-01T00:00:00+01:00", id="incident-with-overflowing-time"),
+        pytest.param(f"{INCIDENT}\n2026-09-10T13:03:59Z xid-² {PCI} {UUID} manual\n", "WARN",
+                     "xid-²", id="incident-with-superscript-xid"),
+        pytest.param(f"{INCIDENT}\npower cycled by infra 9/15\n", "INFO", "power cycled",
+                     id="hand-note"),
+    ],
+)  # fmt: skip
+def test_unreadable_ledger_lines_are_reported_once_per_cycle(text, level, first):
+    snap = snapshot(node("b", cordoned=True, guarded_xid=79, boot="boot-2"), ledger={"b": text})
+    actions = plan_cycle(snap, settings(), TEMPLATES)
+    reports = [a for a in actions if a.reason == "ledger-unreadable"]
+    assert len(reports) == 1
+    (report,) = reports
+    assert (report.node, report.level) == ("b", level)
+    assert report.detail.startswith("1 line(s) of configmap/gpu-fault-ledger not counted, first")
+    assert first in report.detail
+    # and the line is not counted: one incident, so no repeat-fault hold
+    assert ("create-job", "b", "conditions-met") in brief(actions)
+
+
+def test_an_object_without_a_name_is_reported_not_fatal():
+    snap = replace(snapshot(node("b"), candidates=(gpu("b", 79),)), ignored=("Node without name",))
+    actions = plan_cycle(snap, settings(), TEMPLATES)
+    assert actions[0] == Skip(
+        "",
+        "object-unreadable",
+        "Node without name",
+        "fix or remove it in the snapshot file",
+        "WARN",
+    )
+    assert brief(actions[1:]) == CORDON_B
