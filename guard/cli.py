@@ -186,7 +186,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     "--cluster-snapshot",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Read Nodes, Pods, Jobs and the ledger from a List file (implies --dry-run).",
+    help="Read Nodes, Jobs and the ledger from a List file (implies --dry-run).",
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(

@@ -1,10 +1,10 @@
 """RBAC of manifests/ on a real kube-apiserver: every call a guard cycle makes succeeds as the
 guard's ServiceAccount, every other one is refused with 403.
 
-manifests/rbac.yaml is the least privilege a cycle needs; manifests/rbac-transition.yaml adds the
-one grant that code not yet changed still uses (see its header). The refusals below are checked
-on an identity bound exactly as rbac.yaml binds the guard, so they hold for the target, and
-`test_transition_grants_are_still_needed` fails the day the transition file can go.
+manifests/rbac.yaml is the least privilege a cycle needs and the only RBAC the kustomization
+applies: no pods anywhere but the guard's Jobs' own (GPU pods come from kube-state-metrics). The
+refusals below are checked both on an identity bound exactly as rbac.yaml binds the guard and on
+the deployed ServiceAccount.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.kube import Kube
 from tests.apiserver.kube import (
     GUARD_NS,
     GUARD_USER,
@@ -62,7 +61,7 @@ def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
 
 @pytest.fixture(scope="module")
 def target(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.ApiClient]:
-    """rbac.yaml's bindings, re-made for the user TARGET (nothing from rbac-transition.yaml)."""
+    """rbac.yaml's bindings, re-made for the user TARGET."""
     bindings = []
     for doc in yaml_documents(REPO / "manifests" / "rbac.yaml"):
         if doc["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
@@ -248,24 +247,14 @@ def test_no_call_a_cycle_does_not_make(as_target: Calls, call: Callable[[Calls],
     assert f'User "{TARGET}" cannot' in message
 
 
-TRANSITION = {"list-pods-cluster-wide", "list-pods-elsewhere"}
-
-
-@pytest.mark.parametrize("call", [p for p in NEVER if p.id not in TRANSITION])
+@pytest.mark.parametrize("call", NEVER)
 def test_the_deployed_guard_is_refused_the_same(
     as_guard: Calls, call: Callable[[Calls], object]
 ) -> None:
-    """The same refusals for the real ServiceAccount, but for the transition grant (list pods)."""
+    """The same refusals for the real ServiceAccount, as manifests/ deploys it."""
     status, message = refusal(lambda: call(as_guard))
     assert status == 403, message
     assert f'User "{GUARD_USER}" cannot' in message
-
-
-def test_transition_grants_are_still_needed() -> None:
-    """Delete manifests/rbac-transition.yaml (and this test) when this fails."""
-    assert hasattr(Kube, "running_pods_on"), (
-        "the snapshot no longer lists pods: delete manifests/rbac-transition.yaml (`list pods`)"
-    )
 
 
 def _rules(path: Path) -> set[tuple[str, str, str, str]]:
@@ -296,7 +285,19 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
     }  # fmt: skip
-    assert _rules(REPO / "manifests" / "rbac-transition.yaml") == {("*", "", "pods", "list")}
+
+
+def test_rbac_yaml_is_the_only_rbac_the_kustomization_applies() -> None:
+    """No other file in manifests/ grants the guard anything (the cluster-wide `list pods` of the
+    pod-listing return check is gone with it)."""
+    kustomization = yaml_documents(REPO / "manifests" / "kustomization.yaml")[0]
+    files = [REPO / "manifests" / name for name in kustomization["resources"]]
+    assert [f.name for f in files if _rules(f) or _bindings(f)] == ["rbac.yaml"]
+
+
+def _bindings(path: Path) -> list[str]:
+    kinds = {"RoleBinding", "ClusterRoleBinding"}
+    return [d["metadata"]["name"] for d in yaml_documents(path) if d["kind"] in kinds]
 
 
 @pytest.mark.parametrize(
