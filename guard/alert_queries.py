@@ -356,9 +356,22 @@ def _pod_node(selector: str) -> str:
     return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
 
 
+def grown_by(metric: str, window_s: int) -> str:
+    """How much a counter grew in the window: now less its lowest sample there.
+
+    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
+    small, so a card with old remaps would alert after every exporter restart (new labels), and
+    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
+
+    >>> grown_by("m", 1800)
+    '(m - min_over_time(m[30m]))'
+    """
+    return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
+
+
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
-    window = f"{REMAP_UNCORRECTABLE_METRIC}[{duration(p.remap_window_s)}]"
-    return f"{_per_gpu(with_node_label(f'increase({window})'))} > 0"
+    grown = grown_by(REMAP_UNCORRECTABLE_METRIC, p.remap_window_s)
+    return f"{_per_gpu(with_node_label(grown))} > 0"
 
 
 def alert_row_remap_failed() -> str:
@@ -389,12 +402,9 @@ def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
 
 
 def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
-    c, w = p.gfd_container, duration(p.gfd_window_s)
-    restarts = (
-        "sum by (namespace, pod) "
-        f'(increase(kube_pod_container_status_restarts_total{{container="{c}"}}[{w}]))'
-        f" >= {p.gfd_restarts}"
-    )
+    c = p.gfd_container
+    grown = grown_by(f'kube_pod_container_status_restarts_total{{container="{c}"}}', p.gfd_window_s)
+    restarts = f"sum by (namespace, pod) {grown} >= {p.gfd_restarts}"
     pods = _pod_node(f'pod=~"{c}-.+"')
     return (
         f"{_block(restarts)}\n* on (namespace, pod) group_left (node)\n{pods}\n"

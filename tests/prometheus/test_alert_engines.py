@@ -58,17 +58,27 @@ def seconds(text: str) -> int:
     return sum(int(n) * STEP_UNITS[u] for n, u in parts)
 
 
+_STEPS = re.compile(r"^(-?[0-9.e]+)(?:([+-])([0-9.e]+))?x([0-9]+)$")
+
+
 def expand(values: str) -> list[float | None]:
-    """promtool's series notation: ``axN`` is N+1 values, ``_xN`` N gaps, ``stale`` one gap."""
+    """promtool's series notation: ``axN`` is N+1 values, ``a+bxN`` (``a-bxN``) N+1 values from
+    a in steps of b, ``_xN`` N gaps, ``stale`` one gap.
+
+    >>> expand("1x2 _x2 0+2x3 5-1x1 stale 7")
+    [1.0, 1.0, 1.0, None, None, 0.0, 2.0, 4.0, 6.0, 5.0, 4.0, None, 7.0]
+    """
     out: list[float | None] = []
     for token in values.split():
+        steps = _STEPS.match(token)
         if token in ("_", "stale"):
             out.append(None)
         elif token.startswith("_x"):
             out.extend([None] * int(token[2:]))
-        elif "x" in token:
-            value, count = token.split("x")
-            out.extend([float(value)] * (int(count) + 1))
+        elif steps:
+            start, sign, step, count = steps.groups()
+            delta = float(step or 0) * (-1 if sign == "-" else 1)
+            out.extend(float(start) + i * delta for i in range(int(count) + 1))
         else:
             out.append(float(token))
     return out
@@ -151,9 +161,11 @@ def rule_data() -> Iterator[tuple[list[RuleTest], dict[Engine, LocalPrometheus]]
 
 
 def answers(server: LocalPrometheus, expr: str, at: datetime) -> list[tuple[str, float]]:
+    """(labels, value) of each series; a label with an empty value is no label (Prometheus' data
+    model; VictoriaMetrics 1.79 shows `max by` labels that no series has as empty ones)."""
     found = PromClient(server.url).vector("alert", expr, at)
     labelled = (
-        (",".join(f"{k}={v}" for k, v in s.labels if k != "__name__"), round(s.value, 6))
+        (",".join(f"{k}={v}" for k, v in s.labels if k != "__name__" and v), round(s.value, 6))
         for s in found
     )
     return sorted(labelled)
