@@ -6,7 +6,6 @@ on bad arguments. The summary for the guard goes to the container's termination 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -19,32 +18,14 @@ from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
 from guard.hostexec import NSENTER_PREFIX, HostRunner
+from guard.termination import TERMINATION_LOG as TERMINATION_LOG
+from guard.termination import write_termination_message as write_termination_message
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and parse_exact(value) is None:
         raise click.BadParameter(f"{value!r} is not a version like v1.34.3+rke2r1")
     return value
-
-
-TERMINATION_LOG = "/dev/termination-log"
-
-
-def write_termination_message(path: str, text: str) -> str | None:
-    """Write `text` to a termination message file that already exists (kubelet creates it in the
-    container); never create one, so a run by hand on a host writes nothing there. Returns a
-    one-line note when an existing file cannot be written, None otherwise."""
-    if not path:
-        return None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"termination message not written to {path}: {exc.strerror or exc}"
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return None
 
 
 _option = env_option("GUARD_CONFORMANCE_")

@@ -6,7 +6,6 @@ Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -22,13 +21,14 @@ from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.pci import PciAddressError, normalize_pci
 from guard.settings import Settings
+from guard.termination import TERMINATION_LOG as TERMINATION_LOG
+from guard.termination import write_termination_message as write_termination_message
 
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
 # Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
 _ALLREDUCE_START_TIMEOUT_S = 300.0
-TERMINATION_LOG = "/dev/termination-log"
 
 
 def _default(name: str) -> Any:
@@ -247,23 +247,6 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
     if problem:
         click.echo(f"note: {problem}", err=True)
     ctx.exit(0 if verdict.passed else 1)
-
-
-def write_termination_message(path: str, text: str) -> str | None:
-    """Write `text` to a termination message file that already exists (the kubelet creates it in
-    the container); never create one, so a run by hand writes nothing there. Returns a one-line
-    note when an existing file cannot be written, None otherwise."""
-    if not path:
-        return None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"termination message not written to {path}: {exc.strerror or exc}"
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return None
 
 
 def _backend(options: dict[str, Any]) -> Backend:
