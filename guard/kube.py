@@ -186,6 +186,14 @@ class Kube:
         jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)
         return [_kinded(j, "Job") for j in jobs]
 
+    def pods(self, namespace: str, selector: str, field_selector: str) -> Iterator[dict[str, Any]]:
+        """Pods of one namespace, page by page (the guard's Job Pods: their results)."""
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods"
+        found = self.list_all(
+            path, f"list pods in {namespace}", labelSelector=selector, fieldSelector=field_selector
+        )
+        return (_kinded(p, "Pod") for p in found)
+
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self._get(_cm(namespace, name), f"get configmap {namespace}/{name}")
         return None if found is None else _kinded(found, "ConfigMap")

@@ -71,6 +71,41 @@ class ReturnRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """One of the node's taints, every field kept: removing the onboarding gate rewrites the list,
+    and the node-scope policy admits only the old list minus exactly that taint."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+    time_added: str = ""  # timeAdded as the API wrote it (NoExecute taints), "" when absent
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"key": self.key, "value": self.value, "effect": self.effect}
+        if self.time_added:
+            out["timeAdded"] = self.time_added
+        return {k: v for k, v in out.items() if v or k == "key"}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedBoot:
+    """``checked-boot``: the last boot whose conformance passed (or a person accepted)."""
+
+    boot_id: str
+    at: datetime
+    by: str  # job/<name> of the passed conformance Job, or `uncordon` (a person's uncordon)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCheck:
+    """``conformance-failed`` / ``onboarding-failed``: which Job failed, when, on which items."""
+
+    at: datetime
+    job: str  # job/<name>
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One Node, every value the guard reads parsed once (`guard.objects.node_info`).
 
@@ -96,6 +131,12 @@ class NodeInfo:
     conformance_result: str = ""
     cancelled: CancelRecord | None = None
     returned: ReturnRecord | None = None
+    # The lifecycle checks (guard/plan/boot_check.py, onboarding.py).
+    taints: tuple[Taint, ...] = ()
+    checked_boot: CheckedBoot | None = None
+    pcie_links: tuple[RecordedLink, ...] = ()  # recorded from the evidence Job at the cordon
+    conformance_failed: FailedCheck | None = None
+    onboarding_failed: FailedCheck | None = None
     unreadable: tuple[Unreadable, ...] = ()
 
     def annotation(self, key: str) -> str | None:
@@ -115,12 +156,45 @@ def rebooted(before: str, now: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Finding:
+    """One item a guard Job found wrong: a conformance item or a load-test reason word, and why."""
+
+    item: str
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedLink:
+    """A GPU's PCIe link as the evidence Job read it: ``0000:18:00.0`` and ``16GT/s,x16``."""
+
+    pci: str
+    link: str
+
+    def __str__(self) -> str:
+        return f"{self.pci}={self.link}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """The summary a finished guard Job's Pod left in its termination message, validated
+    (guard.job_results). `unreadable`: no summary, or not one of the documented shape; `problem`
+    says why, and the planners never treat it as a pass."""
+
+    state: Literal["read", "unreadable"]
+    problem: str = ""
+    passed: bool = False  # conformance PASS / load-test pass; evidence: always False
+    failed: tuple[Finding, ...] = ()  # FAIL items (conformance) or failing reasons (load test)
+    links: tuple[RecordedLink, ...] = ()  # evidence: the node's GPU links at cordon time
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     name: str
     kind: str
     node: str
     status: JobStatus
     problem: str = ""  # why the status is unreadable
+    result: JobResult | None = None  # None: no finished Pod of this Job was read
 
 
 @dataclass(frozen=True, slots=True)

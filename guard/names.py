@@ -117,6 +117,27 @@ class Annotations:
         """`<RFC3339> job/<name>`: the node came back after a passed load test."""
         return f"{self.prefix}returned"
 
+    # The lifecycle checks (docs/lifecycle.md, docs/onboarding.md).
+    @property
+    def checked_boot(self) -> str:
+        """`<bootID> <RFC3339> job/<name>|uncordon`: the last boot whose conformance passed."""
+        return f"{self.prefix}checked-boot"
+
+    @property
+    def pcie_links(self) -> str:
+        """`<pci>=<speed>GT/s,x<width> …`: the GPUs' links read by the cordon's evidence Job."""
+        return f"{self.prefix}auto-cordon-pcie-links"
+
+    @property
+    def conformance_failed(self) -> str:
+        """`<RFC3339> job/<name> <item>[,<item>…]`: the conformance items that failed."""
+        return f"{self.prefix}conformance-failed"
+
+    @property
+    def onboarding_failed(self) -> str:
+        """`<RFC3339> job/<name> <item>[,<item>…]`: why the onboarding gate stays closed."""
+        return f"{self.prefix}onboarding-failed"
+
     @property
     def hold(self) -> str:
         return f"{self.prefix}hold"
@@ -141,7 +162,8 @@ class Annotations:
 
         Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
         """
-        return (*self.cordon_keys, self.loadtest_result, self.conformance_result)
+        return (*self.cordon_keys, self.loadtest_result, self.conformance_result,
+                self.pcie_links, self.conformance_failed)  # fmt: skip
 
     @property
     def record_keys(self) -> tuple[str, ...]:
@@ -153,9 +175,15 @@ class Annotations:
         """Every key the guard itself writes (`hold` only ever added, never changed or removed).
 
         >>> [k.removeprefix("p/") for k in Annotations("p/").written_keys][-3:]
-        ['cancelled', 'returned', 'hold']
+        ['checked-boot', 'onboarding-failed', 'hold']
         """
-        return (*self.guard_keys, *self.record_keys, self.hold)
+        return (*self.guard_keys, *self.record_keys, *self.lifecycle_keys, self.hold)
+
+    @property
+    def lifecycle_keys(self) -> tuple[str, ...]:
+        """Kept across cordons: the checked boot (replaced by the next check that passes) and
+        the onboarding gate's failure (removed when the gate passes)."""
+        return (self.checked_boot, self.onboarding_failed)
 
     @property
     def person_keys(self) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guard.model import JobInfo, JobStatus, NodeInfo
+from guard.check_records import lifecycle_records
+from guard.model import JobInfo, JobStatus, NodeInfo, Taint
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
 from guard.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
@@ -54,6 +55,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         problems.status("status.nodeInfo.bootID", boot, "not text")
         boot = ""
     cancelled, returned = incident_records(notes, keys, problems)
+    checked, links, conformance_failed, onboarding_failed = lifecycle_records(notes, keys, problems)
     reset_done = notes.get(keys.reset_done)
     return NodeInfo(
         name=name,
@@ -73,8 +75,26 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         conformance_result=notes.get(keys.conformance_result, ""),
         cancelled=cancelled,
         returned=returned,
+        taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
+        checked_boot=checked,
+        pcie_links=links,
+        conformance_failed=conformance_failed,
+        onboarding_failed=onboarding_failed,
         unreadable=tuple(problems.found),
     )
+
+
+def _taints(value: object, problems: Problems) -> tuple[Taint, ...]:
+    if value is None:
+        return ()
+    fields = ("key", "value", "effect", "timeAdded")
+    if not isinstance(value, list) or not all(
+        isinstance(t, Mapping) and all(isinstance(t.get(f, ""), str) for f in fields) for t in value
+    ):
+        problems.status("spec.taints", value, "not a list of taints")
+        return ()
+    return tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""),
+                       t.get("timeAdded", "")) for t in value)  # fmt: skip
 
 
 def _ready(conditions: object, problems: Problems) -> bool:
@@ -116,7 +136,8 @@ def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
                      "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
-        "spec": {"unschedulable": _mapping(obj.get("spec")).get("unschedulable", False)},
+        "spec": {"unschedulable": _mapping(obj.get("spec")).get("unschedulable", False),
+                 "taints": _mapping(obj.get("spec")).get("taints")},
         "status": {
             "conditions": conditions,
             "nodeInfo": {"bootID": _mapping(status.get("nodeInfo")).get("bootID", "")},

@@ -36,3 +36,25 @@ def normalize_pci(text: str) -> str:
     if domain > 0xFFFF:
         raise PciAddressError(f"PCI domain out of range: {text!r}")
     return f"{domain:04x}:{match['bus']}:{match['dev']}.{match['fn'] or '0'}"
+
+
+# A PCIe link as the guard records it and the load test's --expect-link reads it
+# (docs/loadtest.md, "PCIe links"): the speed as lspci prints it, the width as its number.
+LINK_SPEEDS = ("2.5", "5", "8", "16", "32", "64")  # GT/s of PCIe gen 1..6
+LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+SYSFS_PCI = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+LINK = (
+    rf"({'|'.join(s.replace('.', chr(92) + '.') for s in LINK_SPEEDS)})GT/s,"
+    rf"x({'|'.join(map(str, LINK_WIDTHS))})"
+)
+_LINK_RECORD = re.compile(rf"^({SYSFS_PCI})=({LINK})$", re.ASCII)
+
+
+def link_record(text: str) -> tuple[str, str] | None:
+    """``0000:18:00.0=16GT/s,x16`` as (pci, link); None for anything else (sysfs form only).
+
+    >>> link_record("0000:18:00.0=16GT/s,x16"), link_record("0000:18:00.0=3GT/s,x16")
+    (('0000:18:00.0', '16GT/s,x16'), None)
+    """
+    match = _LINK_RECORD.match(text)
+    return (match[1], match[2]) if match else None

@@ -20,8 +20,8 @@ from guard.pci import PciAddressError, normalize_pci
 _XID = re.compile(r"^xid-([0-9]{1,6})$", re.ASCII)
 _REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
 COUNT = re.compile(r"^[0-9]{1,6}$", re.ASCII)
-_TOKEN = re.compile(r"^[!-~]+$", re.ASCII)  # printable ASCII, no space
-_JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", re.ASCII)
+TOKEN = re.compile(r"^[!-~]+$", re.ASCII)  # printable ASCII, no space
+JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", re.ASCII)
 SHOWN = 120  # characters of a bad value repeated in a log line
 
 UNKNOWN_BOOT = "unknown"  # the boot id written into `cancelled` when the guard knew none
@@ -34,6 +34,10 @@ FORMATS = {
     "auto-cordon-gpu": "<pci 0000:99:00.0> <GPU-uuid>",
     "cancelled": "<bootID> <GPU-uuid> xid-<n> <RFC 3339 time>",
     "returned": "<RFC 3339 time> job/<name>",
+    "checked-boot": "<bootID> <RFC 3339 time> job/<name> (or uncordon)",
+    "auto-cordon-pcie-links": "<pci>=<speed>GT/s,x<width> separated by spaces",
+    "conformance-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
+    "onboarding-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
 }
 
 
@@ -110,7 +114,7 @@ def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
         return None
     parts = text.split(" ")
     why = ""
-    if len(parts) != 2 or not all(_TOKEN.match(p) for p in parts):
+    if len(parts) != 2 or not all(TOKEN.match(p) for p in parts):
         why = "not two fields separated by one space"
     else:
         try:
@@ -146,7 +150,7 @@ def incident_records(
 def _cancel(text: str) -> CancelRecord | str:
     """The record, or why it does not parse."""
     parts = text.split(" ")
-    if len(parts) != 4 or not all(_TOKEN.match(p) for p in parts):
+    if len(parts) != 4 or not all(TOKEN.match(p) for p in parts):
         return "not four fields separated by one space"
     boot, uuid, reason, at = parts
     xid = _XID.match(reason)
@@ -170,7 +174,7 @@ def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
 
 def _return(text: str) -> ReturnRecord | str:
     parts = text.split(" ")
-    if len(parts) != 2 or not _JOB_REF.match(parts[1]):
+    if len(parts) != 2 or not JOB_REF.match(parts[1]):
         return "not '<time> job/<name>'"
     try:
         return ReturnRecord(parse_time(parts[0]), parts[1])

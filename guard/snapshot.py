@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from guard import ledger_store
+from guard.job_results import FINISHED, attach, slim_pod
 from guard.kube import Kube
 from guard.ledger import LedgerLine, parse_ledger
 from guard.model import GuardEvent, PromView, Snapshot
@@ -38,15 +39,17 @@ class ClusterObjects:
     ledger: dict[str, Any] | None
     ledger_archives: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+    pods: tuple[dict[str, Any], ...] = ()  # finished Pods of the guard's Jobs (their results)
 
 
 # ---- Cluster objects ------------------------------------------------------------------------
 
 
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
-    """Read a ``kubectl get nodes,jobs,configmaps,events -o yaml|json`` style List (or documents).
+    """Read a ``kubectl get nodes,jobs,configmaps,events,pods -o yaml|json`` style List.
 
-    Pods in the file are not read: GPU pods come from kube-state-metrics (`PromView.gpu_pods`).
+    Of the file's Pods only those of the guard's Jobs are read, for their results: GPU pods come
+    from kube-state-metrics (`PromView.gpu_pods`).
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -77,7 +80,7 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
     by_kind: dict[str, list[dict[str, Any]]] = {
-        "Node": [], "Job": [], "ConfigMap": [], "Event": []
+        "Node": [], "Job": [], "ConfigMap": [], "Event": [], "Pod": []
     }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
@@ -96,6 +99,7 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
         ledgers[0] if ledgers else None,
         tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
         tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
+        tuple(slim_pod(p) for p in by_kind["Pod"] if is_guard_job(p, s.jobs_namespace)),
     )
 
 
@@ -120,7 +124,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     return Snapshot(
         now,
         tuple(sorted(nodes, key=lambda n: n.name)),
-        tuple(jobs),
+        attach(jobs, objs.pods),
         prom.gpu_pods,  # from kube-state-metrics through Prometheus, for the API and a file alike
         _ledger_lines(data, objs.ledger_archives),
         prom,
@@ -152,18 +156,22 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), the guard's Jobs, the ledger with its archives, the guard's Events.
+    """Nodes (paginated), the guard's Jobs and their finished Pods, the ledger with its
+    archives, the guard's Events.
 
-    Pods are not read from the API: GPU pods come from kube-state-metrics (`PromView.gpu_pods`),
-    so the guard needs no cluster-wide pods RBAC.
+    Pods are read only in the jobs namespace, where every Pod is the guard's own (one list,
+    label- and field-selected, after the Jobs: a Job read as finished has its Pod finished too).
+    GPU pods come from kube-state-metrics (`PromView.gpu_pods`): no cluster-wide pods RBAC.
     """
     keys = Annotations(s.annotation_prefix)
+    mine = f"{APP_LABEL}={APP_NAME}"
     return ClusterObjects(
         nodes=tuple(slim_node(n, keys) for n in kube.nodes()),
-        jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
+        jobs=tuple(kube.jobs(s.jobs_namespace, mine)),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
-        events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),
+        events=tuple(kube.events(NODE_EVENT_NAMESPACE, mine)),
+        pods=tuple(slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)),
     )
 
 

@@ -20,9 +20,12 @@ from guard.evidence.assess import Inputs, assess
 from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.ledger_cli import count
+from guard.evidence.links import node_links
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence.report import Tables, to_json, to_text
+from guard.evidence.summary import EvidenceSummary, render_summary
+from guard.termination import TERMINATION_LOG, write_termination_message
 
 JSON_MARK = "EVIDENCE-JSON "
 
@@ -95,11 +98,18 @@ ledger.add_command(count)
     help="Time limit of each host command.",
 )
 @_classes_option
+@click.option(
+    "--termination-log",
+    default=TERMINATION_LOG,
+    show_default=True,
+    help="Where the summary for the guard (verdict, GPU links) goes, if that file exists.",
+)
 def collect(**opts: Any) -> None:
     """Read the host's kernel log, lspci and AER, print the report, the request and JSON.
 
     The history sentence of the request is chosen from the ledger counts (a closed set of
-    sentences); no text given on the command line is ever rendered as a template.
+    sentences); no text given on the command line is ever rendered as a template. Every GPU's
+    PCIe link goes into the summary for the guard (guard.evidence.links).
     """
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
@@ -107,7 +117,8 @@ def collect(**opts: Any) -> None:
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
     inputs = gather(host, opts["pci"], opts["xid"])
     target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
-    emit_collected(inputs, tables, template, target)
+    links = node_links(host)
+    emit_collected(inputs, tables, template, target, (links, opts["termination_log"]))
 
 
 def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
@@ -141,10 +152,20 @@ class Target:
 
 
 def emit_collected(
-    inputs: Inputs, tables: Tables, template: jinja2.Template, target: Target
+    inputs: Inputs,
+    tables: Tables,
+    template: jinja2.Template,
+    target: Target,
+    summary: tuple[tuple[tuple[str, str], ...], str] = ((), ""),
 ) -> None:
-    """Print report, draft and the JSON line; a template that fails to render exits 1 last."""
+    """Print report, draft and the JSON line, and write the summary (links, termination-log
+    path) for the guard; a template that fails to render exits 1 last."""
     found = assess(inputs, target.pci, tables.classes)
+    links, termination_log = summary
+    text = render_summary(EvidenceSummary(target.pci, found.verdict.value, links))
+    note = write_termination_message(termination_log, text)
+    if note:
+        click.echo(note, err=True)
     title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"
     click.echo(to_text(found, tables, title))
     history = target.history(found.uuid)
@@ -161,6 +182,7 @@ def emit_collected(
         **to_json(found, tables),
         "history": history,
         "request": draft,
+        "links": [{"pci": pci, "link": link} for pci, link in links],
     }
     click.echo(JSON_MARK + json.dumps(record, separators=(",", ":")))
     if error:

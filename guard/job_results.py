@@ -1,0 +1,177 @@
+"""Job results the guard reads: the summary each finished Pod of its Jobs left in its container's
+termination message, parsed once into a typed `JobResult` (docs/lifecycle.md, "Job results").
+
+The snapshot lists the Pods of the jobs namespace once per cycle (label-selected, finished ones
+only) and keeps a few fields of each (`slim_pod`). Per Job the newest finished Pod counts. Case
+list of one Pod (first match wins):
+  not a mapping, no job-name label           → ignored (not a Pod of a guard Job)
+  its container never terminated             → unreadable: the Pod failed before it ran
+                                               (NodeAffinity, deadline, eviction), with why
+  empty message                              → unreadable: the program did not finish
+  a summary of another shape                 → unreadable, the parser's one line
+  otherwise                                  → read: pass/fail, failed items, recorded links
+A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too: the
+planners never act on a result they cannot trust.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from guard.check_records import is_item
+from guard.conformance.report import ReportError
+from guard.conformance.report import parse_summary as parse_conformance
+from guard.evidence.summary import SummaryError
+from guard.evidence.summary import parse_summary as parse_evidence
+from guard.model import Finding, JobInfo, JobResult, RecordedLink
+
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
+FINISHED = "status.phase!=Pending,status.phase!=Running"
+WHY_MAX = 160  # characters of a load-test reason kept as the finding's `why`
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
+
+    >>> slim_pod({"metadata": {"name": "p", "labels": {"job-name": "j"}}, "spec": {"x": 1}})
+    {'kind': 'Pod', 'metadata': {'name': 'p', 'creationTimestamp': '', 'labels': {'job-name': \
+'j'}}, 'status': {'phase': '', 'reason': '', 'message': '', 'containerStatuses': []}}
+    """
+    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    labels = _mapping(meta.get("labels"))
+    statuses = status.get("containerStatuses")
+    return {
+        "kind": "Pod",
+        "metadata": {"name": meta.get("name", ""),
+                     "creationTimestamp": meta.get("creationTimestamp", ""),
+                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS}},
+        "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
+                   "message": status.get("message", ""),
+                   "containerStatuses": [
+                       {"name": _mapping(c).get("name"),
+                        "state": {"terminated": _mapping(_mapping(c).get("state")).get(
+                            "terminated")}}
+                       for c in (statuses if isinstance(statuses, list) else [])]},
+    }  # fmt: skip
+
+
+def _job_of(pod: Mapping[str, Any]) -> str:
+    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    return next((str(labels[k]) for k in JOB_NAME_LABELS if isinstance(labels.get(k), str)), "")
+
+
+def attach(jobs: Iterable[JobInfo], pods: Iterable[Mapping[str, Any]]) -> tuple[JobInfo, ...]:
+    """Each Job with the result of its newest finished Pod (None when there is none)."""
+    newest: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        job = _job_of(pod) if isinstance(pod, Mapping) else ""
+        if job and _phase(pod) in ("Succeeded", "Failed"):
+            seen = newest.get(job)
+            if seen is None or _age_key(pod) > _age_key(seen):
+                newest[job] = pod
+    return tuple(
+        replace(j, result=_checked(j, result(j.kind, newest[j.name]))) if j.name in newest else j
+        for j in jobs
+    )
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str(_mapping(pod.get("status")).get("phase", ""))
+
+
+def _age_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _mapping(pod.get("metadata"))
+    return str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
+
+
+def _checked(job: JobInfo, found: JobResult) -> JobResult:
+    """A result whose verdict contradicts the Job's own status is not trusted."""
+    if found.state != "read" or job.kind == "evidence" or job.status not in ("succeeded", "failed"):
+        return found
+    if (job.status == "succeeded") != found.passed:
+        said = "passed" if found.passed else "failed"
+        return JobResult("unreadable", f"job {job.status} but its summary says it {said}")
+    return found
+
+
+def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
+    """The result of one finished Pod of a Job of `kind`; never raises."""
+    name = str(_mapping(pod.get("metadata")).get("name", "")) or "(no name)"
+    status = _mapping(pod.get("status"))
+    statuses = status.get("containerStatuses")
+    mine = [
+        _mapping(c)
+        for c in (statuses if isinstance(statuses, list) else [])
+        if _mapping(c).get("name") == kind
+    ]
+    ended = _mapping(_mapping(mine[0].get("state")).get("terminated")) if mine else {}
+    if not ended:
+        why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
+        return JobResult(
+            "unreadable",
+            f"pod {name} {_phase(pod) or 'finished'} before its {kind} container ended"
+            + (f" ({why})" if why else ""),
+        )
+    message = ended.get("message", "")
+    if not isinstance(message, str):
+        return JobResult("unreadable", f"pod {name}: termination message is not text")
+    try:
+        return _PARSERS.get(kind, _unknown_kind)(message)
+    except ValueError as exc:  # ReportError, SummaryError and the load test's
+        return JobResult("unreadable", f"pod {name}: {_first(exc)}")
+
+
+def _conformance(message: str) -> JobResult:
+    summary = parse_conformance(message)
+    bad = [f.item for f in summary.failed if not is_item(f.item)]
+    if bad:
+        raise ReportError(f"conformance summary names a failed item that is no word: {bad[0]!r}")
+    found = tuple(Finding(f.item, f.why) for f in summary.failed)
+    return JobResult("read", passed=summary.ok, failed=found)
+
+
+def _evidence(message: str) -> JobResult:
+    summary = parse_evidence(message)
+    return JobResult("read", links=tuple(RecordedLink(pci, link) for pci, link in summary.links))
+
+
+def _loadtest(message: str) -> JobResult:
+    """guard/loadtest/report.py `summary`: `verdict` pass/fail, `reasons` as `word key=value…`."""
+    if not message.strip():
+        raise SummaryError("empty termination message: the load test did not finish")
+    try:
+        doc = json.loads(message)
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"load-test summary is not JSON: {exc}") from None
+    doc = _mapping(doc)
+    verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
+    if doc.get("kind") != "loadtest" or verdict not in ("pass", "fail"):
+        kind = doc.get("kind")
+        raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")
+    if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
+        raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
+    words = [r.split(" ", 1)[0] for r in reasons]
+    if not all(is_item(w) for w in words):
+        raise SummaryError(f"load-test summary reason {reasons[0]!r} does not start with a word")
+    found = tuple(Finding(w, r[:WHY_MAX]) for w, r in zip(words, reasons, strict=True))
+    return JobResult("read", passed=verdict == "pass", failed=found)
+
+
+def _unknown_kind(message: str) -> JobResult:
+    raise SummaryError("no summary is read for this kind of Job")
+
+
+_PARSERS = {"conformance": _conformance, "evidence": _evidence, "loadtest": _loadtest}
+
+
+def _first(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

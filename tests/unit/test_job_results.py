@@ -1,0 +1,152 @@
+"""Job results: each finished Pod's termination message → a typed JobResult on its JobInfo, an
+explicit `unreadable` for anything else, never an exception."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from guard.conformance.report import Finding as ConformanceFinding
+from guard.conformance.report import Summary, render_summary
+from guard.job_results import attach, result, slim_pod
+from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink, Snapshot
+from guard.snapshot import ClusterObjects, build_snapshot
+from tests.builders import NOW, S
+
+FAILED = (
+    ConformanceFinding("ipvs-loaded", "ip_vs is not loaded"),
+    ConformanceFinding("ipvs-persist", "no modules-load.d file"),
+)
+FAIL = render_summary(Summary(False, failed=FAILED))
+PASS = render_summary(Summary(True))
+REASONS = [
+    "slow gpu=3 ratio=0.61 min_ratio=0.8",
+    "pcie-below-recorded pci=0000:2a:00.0 now=16GT/s,x8 recorded=16GT/s,x16",
+]
+LOADTEST_FAIL = json.dumps(
+    {"kind": "loadtest", "verdict": "fail", "expected_gpus": 8, "reasons": REASONS}
+)
+EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:99:00.0",
+                       "verdict": "power-cycle",
+                       "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"}]})  # fmt: skip
+
+
+def pod(
+    job: str,
+    kind: str,
+    message: str | None,
+    phase: str = "Failed",
+    created: str = "2026-09-21T05:00:00Z",
+    name: str = "",
+    why: tuple[str, str] = ("", ""),
+) -> dict[str, Any]:
+    """A finished Pod of `job` as the API lists it (a terminated container unless message None)."""
+    container: dict[str, Any] = {"name": kind, "state": {}}
+    if message is not None:
+        exit_code = 0 if phase == "Succeeded" else 1
+        container["state"] = {"terminated": {"exitCode": exit_code, "reason": "Completed",
+                                             "message": message}}  # fmt: skip
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name or f"{job}-abcde", "namespace": "gpu-node-guard-jobs",
+                     "creationTimestamp": created,
+                     "labels": {"app.kubernetes.io/name": "gpu-node-guard",
+                                "app.kubernetes.io/component": kind,
+                                "batch.kubernetes.io/job-name": job, "job-name": job}},
+        "spec": {"nodeName": "b"},
+        "status": {"phase": phase, "containerStatuses": [container],
+                   **({"reason": why[0], "message": why[1]} if why[0] else {})},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "the_pod", "expected"),
+    [
+        pytest.param("conformance", pod("j", "conformance", FAIL),
+                     JobResult("read", failed=(Finding("ipvs-loaded", "ip_vs is not loaded"),
+                                               Finding("ipvs-persist", "no modules-load.d file"))),
+                     id="conformance-fail-names-its-items"),
+        pytest.param("conformance", pod("j", "conformance", PASS, "Succeeded"),
+                     JobResult("read", passed=True), id="conformance-pass"),
+        pytest.param("conformance", pod("j", "conformance", ""),
+                     JobResult("unreadable", "pod j-abcde: empty termination message: the "
+                               "conformance program did not finish"), id="killed-no-message"),
+        pytest.param("conformance", pod("j", "conformance", '{"schema":"x"}'),
+                     JobResult("unreadable", "pod j-abcde: conformance summary schema is 'x', "
+                               "not 'gpu-node-guard/conformance-summary/v1'"), id="other-schema"),
+        pytest.param("conformance", pod("j", "conformance", FAIL.replace("ipvs-loaded", "IPVS!")),
+                     JobResult("unreadable", "pod j-abcde: conformance summary names a failed item "
+                               "that is no word: 'IPVS!'"), id="item-is-no-reason-word"),
+        pytest.param("conformance", pod("j", "conformance", None,
+                                        why=("NodeAffinity", "Predicate NodeAffinity failed")),
+                     JobResult("unreadable", "pod j-abcde Failed before its conformance container "
+                               "ended (NodeAffinity: Predicate NodeAffinity failed)"),
+                     id="pod-refused-by-the-kubelet"),
+        pytest.param("loadtest", pod("j", "loadtest", LOADTEST_FAIL),
+                     JobResult("read", failed=(
+                         Finding("slow", "slow gpu=3 ratio=0.61 min_ratio=0.8"),
+                         Finding("pcie-below-recorded", "pcie-below-recorded pci=0000:2a:00.0 "
+                                 "now=16GT/s,x8 recorded=16GT/s,x16"))), id="loadtest-reasons"),
+        pytest.param("loadtest", pod("j", "loadtest", '{"kind":"loadtest","verdict":"maybe"}'),
+                     JobResult("unreadable", "pod j-abcde: not a load-test summary (kind "
+                               "'loadtest', verdict 'maybe')"), id="loadtest-bad-verdict"),
+        pytest.param("evidence", pod("j", "evidence", EVIDENCE, "Succeeded"),
+                     JobResult("read", links=(RecordedLink("0000:18:00.0", "16GT/s,x16"),)),
+                     id="evidence-links"),
+        pytest.param("evidence", {"metadata": "x", "status": ["odd"]},
+                     JobResult("unreadable", "pod (no name) finished before its evidence container "
+                               "ended"),
+                     id="malformed-pod-never-raises"),
+    ],
+)  # fmt: skip
+def test_a_finished_pod_becomes_one_result(kind: str, the_pod: Any, expected: JobResult) -> None:
+    assert result(kind, the_pod) == expected
+    assert result(kind, slim_pod(the_pod) if isinstance(the_pod["metadata"], dict) else the_pod) \
+        == expected  # fmt: skip
+
+
+def job(name: str, kind: str = "conformance", status: str = "failed") -> JobInfo:
+    return JobInfo(name, kind, "b", status)  # type: ignore[arg-type]
+
+
+def test_the_newest_finished_pod_of_each_job_counts() -> None:
+    pods = [
+        pod("a", "conformance", FAIL, created="2026-09-21T05:00:00Z", name="a-1"),
+        pod("a", "conformance", "", created="2026-09-21T05:01:00Z", name="a-2"),
+        pod("b", "conformance", PASS, "Succeeded"),
+        {"metadata": {"name": "agent-x", "labels": {}}, "status": {"phase": "Failed"}},
+    ]
+    jobs = attach([job("a"), job("b", status="succeeded"), job("c")], pods)
+    assert [(j.name, j.result and j.result.state) for j in jobs] == [
+        ("a", "unreadable"), ("b", "read"), ("c", None)]  # fmt: skip
+    assert jobs[0].result and "pod a-2" in jobs[0].result.problem
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "problem"),
+    [
+        ("succeeded", FAIL, "job succeeded but its summary says it failed"),
+        ("failed", PASS, "job failed but its summary says it passed"),
+    ],
+)
+def test_a_summary_that_contradicts_its_job_is_not_trusted(
+    status: str, message: str, problem: str
+) -> None:
+    (found,) = attach([job("a", status=status)], [pod("a", "conformance", message)])
+    assert found.result == JobResult("unreadable", problem)
+
+
+def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
+    s = S
+    labels = {"app.kubernetes.io/name": "gpu-node-guard",
+              "app.kubernetes.io/component": "conformance"}  # fmt: skip
+    meta = {"name": "a", "namespace": s.jobs_namespace, "labels": labels,
+            "annotations": {"gpu-node-guard.io/node": "b"}}  # fmt: skip
+    jobs = ({"kind": "Job", "metadata": meta, "status": {"failed": 1}},)
+    node = {"kind": "Node", "metadata": {"name": "b"}, "status": {}}
+    objs = ClusterObjects((node,), jobs, None, pods=(slim_pod(pod("a", "conformance", FAIL)),))
+    snap = build_snapshot(NOW, objs, PromView(), s)
+    assert snap.jobs[0].result and snap.jobs[0].result.failed[0].item == "ipvs-loaded"
+    assert Snapshot.from_json(snap.to_json()) == snap
