@@ -50,6 +50,9 @@ class JobSpec:
     # The pod's nodeSelector, (key, value) pairs: the GPU-node label the kubelet checks even
     # though nodeName bypasses the scheduler (so a Job cannot run on a CPU or control-plane node).
     node_selector: tuple[tuple[str, str], ...] = ()
+    # Tolerations beside the cordon's, (key, value, effect): the onboarding gate's taint, so the
+    # conformance and burn-in Jobs run on a node that is not admitted yet ("" value: Exists).
+    tolerations: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def node_label(self) -> str:

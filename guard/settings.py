@@ -132,6 +132,39 @@ class Settings:
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
     loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
     loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # Lifecycle checks (after every reboot, the onboarding gate, the load test's all-reduce and
+    # recorded links: docs/lifecycle.md, docs/onboarding.md).
+    boot_check: bool = _opt(
+        True,
+        "Run the conformance Job on a GPU node after every new boot (a bootID not yet checked);"
+        " a FAIL cordons it conformance-<item>",
+    )
+    boot_check_max_jobs: int = _opt(
+        20,
+        "At most this many after-reboot and onboarding conformance Jobs run at once; a cycle"
+        " starts new ones only below it (a first deployment's backlog drains this many per cycle)",
+    )
+    boot_check_job_ttl_s: int = _opt(
+        21_600, "ttlSecondsAfterFinished of the after-reboot conformance Jobs (read within a cycle)"
+    )
+    boot_check_return_loadtest: bool = _opt(
+        False, "A node cordoned for conformance also passes the load test before it returns"
+    )
+    onboarding_taint: str = _opt(
+        "gpu-node-guard.io/onboarding=pending:NoSchedule",
+        "key=value:effect a new node registers with; removed once conformance and the burn-in"
+        " pass (empty: no onboarding gate)",
+    )
+    onboarding_burnin_s: int = _opt(
+        900, "Burn time of the onboarding load test (longer than loadtest_duration_s)"
+    )
+    loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
+    loadtest_allreduce_min_ratio: float = _opt(
+        0.7, "Every GPU's all-reduce bandwidth must reach this fraction of the best GPU's"
+    )
+    loadtest_allreduce_timeout_s: int = _opt(
+        60, "An all-reduce rank silent this long while the others wait is hung"
+    )
     # Writes (the executor, the API door, the ledger's storage).
     cycle_deadline_s: int = _opt(
         200,
@@ -155,6 +188,15 @@ class Settings:
         """`gpu_node_label` as (key, value), the nodeSelector of every guard Job."""
         key, _, value = self.gpu_node_label.partition("=")
         return key, value
+
+    @property
+    def onboarding_gate(self) -> tuple[str, str, str] | None:
+        """`onboarding_taint` as (key, value, effect); None when there is no gate.
+
+        >>> Settings().onboarding_gate
+        ('gpu-node-guard.io/onboarding', 'pending', 'NoSchedule')
+        """
+        return parse_taint(self.onboarding_taint) if self.onboarding_taint else None
 
     @property
     def dcgm_node_label_names(self) -> tuple[str, ...]:
@@ -181,7 +223,7 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s)]
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_lifecycle(s)]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -258,6 +300,41 @@ def _writes(s: Settings) -> list[Check]:
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
+    ]  # fmt: skip
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_taint(text: str) -> tuple[str, str, str] | None:
+    """``key[=value]:effect`` as kubelet's --register-with-taints and RKE2's node-taint write it;
+    None when it is not one (a valid label key and value, a known effect).
+
+    >>> parse_taint("example.com/gate:NoExecute"), parse_taint("gate=a b:NoSchedule")
+    (('example.com/gate', '', 'NoExecute'), None)
+    """
+    pair, sep, effect = text.rpartition(":")
+    key, _, value = pair.partition("=")
+    if not sep or effect not in TAINT_EFFECTS or not is_label_pair(f"{key}={value}"):
+        return None
+    return key, value, effect
+
+
+def _lifecycle(s: Settings) -> list[Check]:
+    return [
+        (_within(s.boot_check_max_jobs, 1, 1000), "boot_check_max_jobs", "must be in 1..1000"),
+        (_within(s.boot_check_job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S), "boot_check_job_ttl_s",
+         f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)"),
+        (not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
+         "onboarding_taint", "must be key=value:effect (effect " + ", ".join(TAINT_EFFECTS)
+         + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty"),
+        (s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s,
+         "onboarding_burnin_s", "must be longer than loadtest_duration_s and shorter than "
+         "loadtest_deadline_s"),
+        (0.0 < s.loadtest_allreduce_min_ratio <= 1.0, "loadtest_allreduce_min_ratio",
+         "must be in (0, 1]"),
+        (_within(s.loadtest_allreduce_timeout_s, 1, 3600), "loadtest_allreduce_timeout_s",
+         "must be in 1..3600"),
     ]  # fmt: skip
 
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 from guard import ledger
 from guard.actions import AppendLedgerLine, CreateJob
+from guard.check_records import MAX_LINKS
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name
-from guard.model import NodeInfo, Snapshot
+from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 
@@ -41,10 +42,14 @@ def job_spec(
     reason: str,
     args: tuple[str, ...],
     gpus: int = 0,
+    ttl_s: int | None = None,
 ) -> JobSpec:
-    """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape)."""
+    """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape).
+
+    `ttl_s`: ttlSecondsAfterFinished when not `job_ttl_s` (the after-reboot checks')."""
     image = s.loadtest_image if kind == "loadtest" else s.image
     deadline = s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s
+    gate = s.onboarding_gate
     return JobSpec(
         kind=kind,
         name=job_name(kind, node, key),
@@ -55,10 +60,11 @@ def job_spec(
         image=image,
         command=("gpu-node-guard", *args),
         deadline_s=deadline,
-        ttl_s=s.job_ttl_s,
+        ttl_s=s.job_ttl_s if ttl_s is None else ttl_s,
         workload_service_account=s.job_service_account,
         gpus=gpus,
         node_selector=(s.gpu_node_selector,),
+        tolerations=(gate,) if gate else (),
     )
 
 
@@ -124,14 +130,30 @@ def conformance_args(s: Settings) -> tuple[str, ...]:
     return (*args, "--output", "json")
 
 
-def loadtest_args(s: Settings, gpus: int, xid: int | None, pci: str) -> tuple[str, ...]:
+def loadtest_args(
+    s: Settings,
+    gpus: int,
+    xid: int | None,
+    pci: str,
+    links: tuple[RecordedLink, ...] = (),
+    duration_s: int | None = None,
+) -> tuple[str, ...]:
+    """The load test's argv: the burn, the all-reduce (stated, never left to defaults), the
+    memory test for a memory-class Xid, then one ``--expect-link`` per GPU whose link the
+    cordon's evidence Job recorded (guard/policies/argv.py pins this order)."""
+    duration = s.loadtest_duration_s if duration_s is None else duration_s
     args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
-    args += ["--duration-s", str(s.loadtest_duration_s), "--size", str(s.loadtest_matrix_size)]
+    args += ["--duration-s", str(duration), "--size", str(s.loadtest_matrix_size)]
     args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
+    args += ["--allreduce" if s.loadtest_allreduce else "--no-allreduce",
+             "--allreduce-min-ratio", f"{s.loadtest_allreduce_min_ratio:g}",
+             "--allreduce-timeout-s", str(s.loadtest_allreduce_timeout_s)]  # fmt: skip
     if xid is not None:
         args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
         if pci and pci != ledger.UNKNOWN_PCI:
             args += ["--memory-test-pci", pci]
+    for link in sorted(links, key=lambda link: link.pci)[:MAX_LINKS]:
+        args += ["--expect-link", str(link)]
     return tuple(args)
 
 

@@ -13,6 +13,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from guard.check_records import MAX_LINKS
+from guard.pci import LINK as LINK_SPEEDS
+from guard.pci import SYSFS_PCI
 from guard.policies.cel import lit, regex
 
 # DNS-1123 subdomain that also fits a label value (the Jobs label their pods with the node).
@@ -29,6 +32,9 @@ XID_LIST = r"^[0-9]{1,4}(,[0-9]{1,4}){0,63}$"
 VERSION = r"^v?[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}([+-]rke2r[0-9]{1,3})?$"
 # RE2 refuses nested repeats over 1000 ({2,39} inside {0,31}): the address part is `+`.
 CIDRS = r"^[0-9a-fA-F.:]+(/[0-9]{1,3})?(,[0-9a-fA-F.:]+(/[0-9]{1,3})?){0,31}$"
+ALLREDUCE = r"^--(no-)?allreduce$"
+# A recorded link, as docs/loadtest.md's contract pins it: <pci>=<speed>GT/s,x<width>.
+LINK = rf"^{SYSFS_PCI}={LINK_SPEEDS}$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,18 @@ class Value:
     is_node: bool = False
 
 
-Token = str | Value
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """The rest of the argv: `group` (e.g. ``--expect-link <link>``) repeated 0..`most` times.
+
+    Only as the last token of a layout, so every word before it keeps its position.
+    """
+
+    group: tuple[str | Value, ...]
+    most: int
+
+
+Token = str | Value | Repeat
 Layout = tuple[Token, ...]
 
 
@@ -68,29 +85,50 @@ def conformance() -> tuple[Layout, ...]:
 
 
 def loadtest() -> tuple[Layout, ...]:
+    """The burn and the all-reduce always stated; the memory test optional; then the links the
+    cordon recorded (guard/plan/common.py `loadtest_args`)."""
     base = ("gpu-node-guard", "loadtest", "run", "--backend", "torch",
             *_flags(("--expected-gpus", Value(GPUS)), ("--duration-s", Value(SECONDS)),
-                    ("--size", Value(SIZE)), ("--min-ratio", Value(RATIO))))  # fmt: skip
+                    ("--size", Value(SIZE)), ("--min-ratio", Value(RATIO))),
+            Value(ALLREDUCE), *_flags(("--allreduce-min-ratio", Value(RATIO)),
+                                      ("--allreduce-timeout-s", Value(SECONDS))))  # fmt: skip
     memory = _flags(("--xid", Value(XID)), ("--memory-class-xids", Value(XID_LIST)))
     pci = ("--memory-test-pci", Value(PCI))
-    return (base, (*base, *memory), (*base, *memory, *pci))
+    links = Repeat(("--expect-link", Value(LINK)), MAX_LINKS)
+    return ((*base, links), (*base, *memory, links), (*base, *memory, *pci, links))
 
 
 def matches(layouts: Sequence[Layout], argv: Sequence[str], node: str) -> bool:
     """The policy's check in Python (for the planners' tests).
 
-    >>> matches(loadtest(), ["gpu-node-guard", "loadtest", "run", "--backend", "torch",
-    ...     "--expected-gpus", "8", "--duration-s", "90", "--size", "8192", "--min-ratio", "0.8"],
-    ...     "gpu-a")
+    >>> base = ["gpu-node-guard", "loadtest", "run", "--backend", "torch", "--expected-gpus", "8",
+    ...     "--duration-s", "90", "--size", "8192", "--min-ratio", "0.8", "--allreduce",
+    ...     "--allreduce-min-ratio", "0.7", "--allreduce-timeout-s", "60"]
+    >>> matches(loadtest(), base, "gpu-a")
     True
+    >>> matches(loadtest(), [*base, "--expect-link", "0000:18:00.0=16GT/s,x16"], "gpu-a")
+    True
+    >>> matches(loadtest(), [*base, "--expect-link"], "gpu-a")
+    False
     """
     return any(_one(layout, argv, node) for layout in layouts)
 
 
 def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
+    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
+    if tail is not None:
+        fixed, rest = layout[:-1], argv[len(layout) - 1 :]
+        width = len(tail.group)
+        if len(argv) < len(fixed) or len(rest) % width or len(rest) > width * tail.most:
+            return False
+        return _one(fixed, argv[: len(fixed)], node) and _one(
+            tail.group * (len(rest) // width), rest, node
+        )
     if len(layout) != len(argv):
         return False
     for token, arg in zip(layout, argv, strict=True):
+        if isinstance(token, Repeat):
+            return False
         if isinstance(token, str):
             if arg != token:
                 return False
@@ -105,24 +143,42 @@ def cel(layouts: Sequence[Layout], v: str, node: str) -> str:
 
 
 def _cel_one(layout: Layout, v: str, node: str) -> str:
-    terms = [f"size({v}) == {len(layout)}"]
-    for i, token in enumerate(layout):
-        if isinstance(token, str):
-            terms.append(f"{v}[{i}] == {lit(token)}")
-        else:
-            terms.append(f"{v}[{i}].matches({regex(token.pattern)})")
-            if token.is_node:
-                terms.append(f"{v}[{i}] == {node}")
+    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
+    fixed = layout[:-1] if tail is not None else layout
+    if tail is None:
+        terms = [f"size({v}) == {len(fixed)}"]
+    else:
+        width, n = len(tail.group), len(fixed)
+        terms = [f"size({v}) >= {n}", f"size({v}) <= {n + width * tail.most}",
+                 f"(size({v}) - {n}) % {width} == 0"]  # fmt: skip
+    for i, token in enumerate(fixed):
+        terms.append(_cel_word(token, f"{v}[{i}]", node))
+    if tail is not None:  # each optional word checked only where the argv reaches it
+        for j in range(len(tail.group) * tail.most):
+            word = _cel_word(tail.group[j % len(tail.group)], f"{v}[{len(fixed) + j}]", node)
+            terms.append(f"(size({v}) <= {len(fixed) + j} || {word})")
     return " && ".join(terms)
+
+
+def _cel_word(token: Token, at: str, node: str) -> str:
+    if isinstance(token, Repeat):
+        raise ValueError("a Repeat is only the last token of a layout")
+    if isinstance(token, str):
+        return f"{at} == {lit(token)}"
+    check = f"{at}.matches({regex(token.pattern)})"
+    return f"{check} && {at} == {node}" if token.is_node else check
 
 
 def describe(layouts: Sequence[Layout]) -> str:
     """The layouts as a refusal message shows them: values by their pattern's name."""
     names = {NODE: "<node>", PCI: "<pci>", XID: "<xid>", UUID: "<uuid>", COUNT: "<n>",
              GPUS: "<gpus>", SECONDS: "<s>", SIZE: "<size>", RATIO: "<ratio>",
-             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>"}  # fmt: skip
-    shown = [
-        " ".join(t if isinstance(t, str) else names[t.pattern] for t in layout)
-        for layout in layouts
-    ]
-    return " | ".join(shown)
+             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>",
+             ALLREDUCE: "--[no-]allreduce", LINK: "<pci>=<speed>GT/s,x<width>"}  # fmt: skip
+
+    def word(t: Token) -> str:
+        if isinstance(t, Repeat):
+            return f"[{' '.join(word(g) for g in t.group)}]*{t.most}"
+        return t if isinstance(t, str) else names[t.pattern]
+
+    return " | ".join(" ".join(word(t) for t in layout) for layout in layouts)

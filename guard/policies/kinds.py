@@ -99,8 +99,12 @@ KINDS = (
             "capabilities": {"drop": ["ALL"]},
         },
         env=({"name": "HOME", "value": "/tmp"},),
-        mounts=({"name": "tmp", "mountPath": "/tmp"},),
-        volumes=({"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},),
+        mounts=({"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}),
+        # /dev/shm in memory for NCCL between the all-reduce ranks (docs/loadtest.md, "Pod").
+        volumes=(
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+        ),
         gpus=True,
     ),
 )
@@ -162,7 +166,7 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
         "automountServiceAccountToken": Field(Exact(False)),
         "enableServiceLinks": Field(Exact(False)),
-        "tolerations": Field(_pod_tolerations() if pod else Exact([UNSCHEDULABLE])),
+        "tolerations": Field(_pod_tolerations(s) if pod else Exact(job_tolerations(s))),
         "terminationGracePeriodSeconds": Field(Exact(30)),
         "dnsPolicy": Field(Exact("ClusterFirst")),
         "schedulerName": Field(Exact("default-scheduler")),
@@ -186,7 +190,18 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     return Obj(fields, refused)
 
 
-def _pod_tolerations() -> Expr:
+def job_tolerations(s: Settings) -> list[dict[str, str]]:
+    """The template's tolerations: the cordon's, and the onboarding gate's taint when there is
+    a gate (guard/templates/_macros.j2; the gate's Jobs run before the node is admitted)."""
+    gate = s.onboarding_gate
+    if gate is None:
+        return [UNSCHEDULABLE]
+    key, value, effect = gate
+    own = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return [UNSCHEDULABLE, own if value else {"key": key, "operator": "Exists", "effect": effect}]
+
+
+def _pod_tolerations(s: Settings) -> Expr:
     extra = lit(list(ADMISSION_TOLERATIONS))
     added = (
         f"t.all(k, k in ['key', 'operator', 'effect', 'tolerationSeconds']) && "
@@ -194,10 +209,12 @@ def _pod_tolerations() -> Expr:
         f"t.?effect.orValue('') == 'NoExecute' && "
         f"t.?tolerationSeconds.orValue(-1) >= 0 && t.?tolerationSeconds.orValue(-1) <= 3600"
     )
-    unschedulable = lit(UNSCHEDULABLE)
+    own = [lit(t) for t in job_tolerations(s)]
+    present = " && ".join(f"{t} in {{v}}" for t in own)
+    mine = " || ".join(f"t == {t}" for t in own)
     return Expr(
-        f"{unschedulable} in {{v}} && {{v}}.all(t, t == {unschedulable} || ({added}))",
-        f"the template's {lit([UNSCHEDULABLE])} plus the admission defaults for {extra}",
+        f"{present} && {{v}}.all(t, {mine} || ({added}))",
+        f"the template's {lit(job_tolerations(s))} plus the admission defaults for {extra}",
     )
 
 

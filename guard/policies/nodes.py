@@ -5,7 +5,10 @@ sends it; removing the hold is the deliberate first step, the uncordon the secon
 
 Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
   labels, finalizers, ownerReferences or any other metadata   → refused
-  taints or any spec field but unschedulable                  → refused (see GATE_TAINT)
+  any spec field but unschedulable and taints                 → refused
+  taints                               → unchanged, or exactly the onboarding gate's taint
+                                         (`onboarding_taint`: key, value and effect) removed
+                                         and every other taint as it was; no gate: unchanged
   annotations of others (outside the prefix)                  → refused
   person-only keys under the prefix (reset-done, unknown ones) → refused
   hold present before                                         → must stay exactly as it was
@@ -16,7 +19,12 @@ Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole No
   the guard's cordon keys (reason, at, boot-id, …) added or changed
                                        → only in the cordon itself
   the guard's cordon keys removed      → only when the node is schedulable afterwards
-  other guard keys (results, cancelled, returned) → free
+  checked-boot set or changed          → only on a node with a GPU resource that is
+                                         schedulable afterwards and carries no guard reason
+                                         (never removed by the guard)
+  auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
+                                         before and after); removed only when schedulable
+  other guard keys (results, cancelled, returned, conformance-failed, onboarding-failed) → free
 """
 
 from __future__ import annotations
@@ -27,11 +35,6 @@ from guard.names import GPU_RESOURCE, Annotations
 from guard.policies.cel import Validation, lit, quote
 from guard.policies.common import PREFIX, guard_user, policy, rule
 from guard.settings import Settings
-
-# The one exception to "the guard never changes taints", reserved for the onboarding gate
-# (lifecycle): when it lands, a taint key here may be REMOVED by the guard, alone, nothing else
-# in spec changing. None: the guard changes no taint at all.
-GATE_TAINT: str | None = None
 
 # Annotations properties that are not guard-written node keys.
 _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix"}
@@ -91,7 +94,11 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
         f"{PREFIX}-node-scope",
         constraints,
         variables,
-        [*_unchanged(), *_annotation_rules(keys, mine, cordon_keys)],
+        [
+            *_unchanged(s.onboarding_gate),
+            *_annotation_rules(keys, mine, cordon_keys),
+            *_lifecycle_rules(keys),
+        ],
         [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")],
     )
 
@@ -106,24 +113,54 @@ def _same(part: str, skip: list[str]) -> tuple[str, str]:
     return f"size({changed}) == 0", f"{changed}.join(', ')"
 
 
-def _unchanged() -> list[Validation]:
+def _unchanged(gate: tuple[str, str, str] | None) -> list[Validation]:
+    """No metadata but annotations, no spec but unschedulable and the one gate taint removed.
+
+    `gate`: the onboarding gate's (key, value, effect); the one exception to "the guard never
+    changes taints": that taint may be REMOVED, every other taint staying exactly as it was.
+    """
     meta, meta_changed = _same("metadata", _SYSTEM_META)
     spec_skip = ["unschedulable"]
-    spec, spec_changed = _same("spec", [*spec_skip, "taints"] if GATE_TAINT else spec_skip)
+    spec, spec_changed = _same("spec", [*spec_skip, "taints"] if gate else spec_skip)
     out = [
         Validation(meta, "the guard changes no node metadata but its annotations (changed: ",
                    f"{meta_changed} + ')'"),
         Validation(spec, "the guard changes nothing in a node's spec but unschedulable "
                    "(changed: ", f"{spec_changed} + ')'"),
     ]  # fmt: skip
-    if GATE_TAINT:  # removing exactly the onboarding gate taint, nothing else
-        gate = quote(GATE_TAINT)
+    if gate:
+        key, value, effect = gate
         new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
+        is_gate = (f"t.key == {quote(key)} && t.?value.orValue('') == {quote(value)} && "
+                   f"t.effect == {quote(effect)}")  # fmt: skip
+        shown = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
         out.append(Validation(
-            f"{new} == {old} || {new} == {old}.filter(t, t.key != {gate})",
-            f"the guard only removes its own gate taint {GATE_TAINT}",
+            f"{new} == {old} || {new} == {old}.filter(t, !({is_gate}))",
+            f"the guard changes no taint but removing the onboarding gate {shown}, alone",
         ))  # fmt: skip
     return out
+
+
+def _lifecycle_rules(keys: Annotations) -> list[Validation]:
+    """checked-boot: on a schedulable GPU node outside the guard's cordon; the PCIe links: while
+    the guard keeps the node cordoned (its evidence Job reads them after the cordon)."""
+    checked, links = quote(keys.checked_boot), quote(keys.pcie_links)
+    held = ("variables.oldReason.hasValue() && variables.newReason.hasValue() && "
+            "variables.wasCordoned && variables.isCordoned")  # fmt: skip
+    return [
+        Validation(
+            f"!({checked} in variables.changed) || ({checked} in variables.newNotes && "
+            "!variables.isCordoned && !variables.newReason.hasValue() && variables.gpus != '0')",
+            f"{keys.checked_boot} is written only on a schedulable node with {GPU_RESOURCE} "
+            f"capacity that carries no {keys.reason}, and never removed",
+        ),
+        Validation(
+            f"!({links} in variables.changed) || ({links} in variables.newNotes ? ({held}) : "
+            "!variables.isCordoned)",
+            f"{keys.pcie_links} is written only while the guard keeps the node cordoned "
+            "and removed only when the node is schedulable",
+        ),
+    ]
 
 
 def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> list[Validation]:

@@ -212,7 +212,7 @@ REFUSED = [
         id="add-owner-reference"),
     pytest.param({}, {"spec": {"unschedulable": True, "taints": [TAINT]},
                       "metadata": {"annotations": GUARD_CORDON}},
-                 "nothing in a node's spec but unschedulable (changed: taints)",
+                 "the guard changes no taint but removing the onboarding gate",
                  id="cordon-with-taint"),
     pytest.param({}, {"spec": {"providerID": "guard://gpu-node"}},
                  "nothing in a node's spec but unschedulable (changed: providerID)",

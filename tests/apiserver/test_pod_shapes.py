@@ -242,7 +242,8 @@ def test_the_guards_own_pods_are_accepted(
         stored.spec.containers[0].command
         == (jobs[kind]["spec"]["template"]["spec"]["containers"][0]["command"])
     )
-    assert stored.spec.priority == 0 and len(stored.spec.tolerations) == 3  # admission added
+    # the template's two (the cordon, the onboarding gate) and the two admission adds
+    assert stored.spec.priority == 0 and len(stored.spec.tolerations) == 4
     client.CoreV1Api(admin).delete_namespaced_pod(stored.metadata.name, JOBS_NS)
 
 

@@ -84,12 +84,15 @@ def test_the_settings_drive_every_name_in_the_policies() -> None:
         gpu_node_label="example.com/accelerator=h200",
         image="registry.example/guard@sha256:" + "a" * 64,
         loadtest_image="registry.example/burn:7",
+        onboarding_taint="ops.example.com/admitted=no:NoExecute",
     )
     text = "\n".join(render(s).values())
     for value in ("ops.example.com/auto-cordon-reason", "'guardian-jobs'",
                   "system:serviceaccount:guardian:gpu-node-guard", "faults-archive-",
                   "guardian-runner", "'example.com/accelerator': 'h200'",
-                  f"'{s.image}'", "'registry.example/burn:7'"):  # fmt: skip
+                  f"'{s.image}'", "'registry.example/burn:7'",
+                  "'key': 'ops.example.com/admitted', 'operator': 'Equal', 'value': 'no', "
+                  "'effect': 'NoExecute'"):  # fmt: skip
         assert value in text, value
     for default in ("gpu-node-guard.io/", "'gpu-node-guard-jobs'", "gpu-fault-ledger",
                     "metadata.name: gpu-node-guard-jobs\n", "namespace == 'gpu-node-guard'",
