@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from guard.log import Value, format_line
+from guard.model import Taint
 
 Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
@@ -128,6 +129,43 @@ class Annotate(_Logged):
 
 
 @dataclass(frozen=True, slots=True)
+class RecordBoot(_Logged):
+    """Record that this boot of the node passed its conformance check (`checked-boot`, guard keys
+    only), resourceVersion-guarded; void if the node rebooted or was cordoned meanwhile."""
+
+    node: str
+    reason: str
+    resource_version: str
+    boot_id: str
+    annotations: Mapping
+    next: str
+
+    def log_line(self) -> Line:
+        return _line("record-boot", node=self.node, reason=self.reason, boot=self.boot_id,
+                     next=self.next)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTaint(_Logged):
+    """The onboarding gate passed: remove exactly that taint (every other taint kept as it is)
+    and record the boot, in one patch guarded by the node's resourceVersion."""
+
+    node: str
+    reason: str
+    resource_version: str
+    taint: Taint
+    keep: tuple[Taint, ...]  # the node's other taints as read; re-read on a conflict
+    boot_id: str
+    annotations: Mapping = ()
+    clear_keys: tuple[str, ...] = ()
+
+    def log_line(self) -> Line:
+        shown = f"{self.taint.key}={self.taint.value}:{self.taint.effect}"
+        return _line("remove-taint", node=self.node, reason=self.reason, taint=shown,
+                     next="node schedulable for everyone")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class CreateJob(_Logged):
     node: str
     reason: str
@@ -227,6 +265,8 @@ Action = (
     | ClearGuardAnnotations
     | SetHold
     | Annotate
+    | RecordBoot
+    | RemoveTaint
     | CreateJob
     | AppendLedgerLine
     | EmitEvent
@@ -239,6 +279,8 @@ TYPE_WORDS: dict[type, str] = {
     ClearGuardAnnotations: "clear-annotations",
     SetHold: "set-hold",
     Annotate: "annotate",
+    RecordBoot: "record-boot",
+    RemoveTaint: "remove-taint",
     CreateJob: "create-job",
     AppendLedgerLine: "append-ledger",
     EmitEvent: "event",
@@ -253,6 +295,10 @@ def to_json(action: Action) -> dict[str, Any]:
         value = getattr(action, name)
         if isinstance(value, tuple) and value and isinstance(value[0], tuple):
             value = dict(value)
+        elif isinstance(value, Taint):
+            value = value.as_dict()
+        elif isinstance(value, tuple) and value and isinstance(value[0], Taint):
+            value = [t.as_dict() for t in value]
         out[name] = value
     out["log"] = str(action)
     return out

@@ -31,6 +31,8 @@ from guard.actions import (
     Cordon,
     CreateJob,
     EmitEvent,
+    RecordBoot,
+    RemoveTaint,
     SetHold,
     Skip,
     Uncordon,
@@ -115,7 +117,10 @@ class KubeExecutor:
 
     def _write(self, action: Action) -> Outcome:
         match action:
-            case Cordon() | Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate():
+            case (
+                Cordon() | Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate()
+                | RecordBoot() | RemoveTaint()
+            ):  # fmt: skip
                 patched = node_patch.patch(self.kube, self.keys, action)
                 if patched.node is not None:
                     self._remember(patched.node)

@@ -14,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from guard.actions import Annotate, ClearGuardAnnotations, Cordon, SetHold, Uncordon
+from guard.actions import (
+    Annotate,
+    ClearGuardAnnotations,
+    Cordon,
+    RecordBoot,
+    RemoveTaint,
+    SetHold,
+    Uncordon,
+)
 from guard.kube import Conflict, Kube, KubeError
 from guard.model import NodeInfo
 from guard.names import Annotations
@@ -22,7 +30,9 @@ from guard.outcome import Outcome
 from guard.snapshot import node_info
 
 PATCH_TRIES = 3
-NodePatch = Cordon | Uncordon | ClearGuardAnnotations | SetHold | Annotate
+NodePatch = (
+    Cordon | Uncordon | ClearGuardAnnotations | SetHold | Annotate | RecordBoot | RemoveTaint
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +74,12 @@ def holds(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> bool:
             return _landed(fresh, action.clear_keys, action.annotations)
         case SetHold():
             return fresh.annotation(action.key) == action.text
-        case Annotate():
+        case Annotate() | RecordBoot():
             return all(fresh.annotation(key) == value for key, value in action.annotations)
+        case RemoveTaint():
+            return action.taint not in fresh.taints and _landed(
+                fresh, action.clear_keys, action.annotations
+            )
         case _:
             assert_never(action)
 
@@ -80,6 +94,12 @@ def _changed(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> str:
         if fresh.annotation(keys.reason) is not None:
             return "node already carries the guard's cordon"
         return ""
+    if isinstance(action, RecordBoot | RemoveTaint):
+        return _lifecycle_changed(keys, action, fresh)
+    if isinstance(action, Annotate) and all(
+        k in keys.lifecycle_keys for k, _ in action.annotations
+    ):
+        return ""  # the onboarding gate's record: it depends on no cordon
     if fresh.annotation(keys.reason) is None:
         return "guard annotations are gone"
     if isinstance(action, Uncordon):
@@ -89,6 +109,17 @@ def _changed(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> str:
             return "node now carries hold"
     if isinstance(action, ClearGuardAnnotations) and fresh.unschedulable:
         return "node was cordoned again"
+    return ""
+
+
+def _lifecycle_changed(keys: Annotations, action: RecordBoot | RemoveTaint, fresh: NodeInfo) -> str:
+    """A passed check belongs to the boot it ran on, and is recorded only outside a cordon."""
+    if fresh.boot_id != action.boot_id:
+        return f"node rebooted meanwhile (bootID {fresh.boot_id or 'unknown'})"
+    if isinstance(action, RecordBoot) and fresh.unschedulable:
+        return "node was cordoned meanwhile"
+    if isinstance(action, RemoveTaint) and action.taint not in fresh.taints:
+        return "the gate taint is gone"
     return ""
 
 
@@ -109,8 +140,15 @@ def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[
             return {"metadata": {"annotations": cleared}}
         case SetHold():
             return {"metadata": {"annotations": {action.key: action.text}}}
-        case Annotate():
+        case Annotate() | RecordBoot():
             return {"metadata": {"annotations": dict(action.annotations)}}
+        case RemoveTaint():
+            taints = (
+                action.keep if fresh is None else (t for t in fresh.taints if t != action.taint)
+            )
+            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
+            return {"metadata": {"annotations": cleared},
+                    "spec": {"taints": [t.as_dict() for t in taints]}}  # fmt: skip
         case _:
             assert_never(action)
 
