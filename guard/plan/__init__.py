@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from guard.actions import Action, ClearGuardAnnotations, Uncordon
+from guard.actions import Action, ClearGuardAnnotations, Cordon, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
+from guard.plan.checks import plan_checks
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.plan.unreadable import plan_unreadable
@@ -12,12 +13,18 @@ from guard.settings import Settings
 
 
 def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
-    """What could not be read (reported once), the return check (breaker or not), then isolation.
+    """What could not be read (reported once), the return check (breaker or not), isolation,
+    then the lifecycle checks (onboarding gate, after-reboot conformance).
 
-    Nodes the return check releases this cycle no longer count against the circuit breaker.
+    Nodes the return check releases this cycle no longer count against the circuit breaker; a
+    cycle cordons at most one node, a hardware fault before a conformance failure.
     """
     returning = plan_return(snap, s, t)
     released = frozenset(
         a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations)
     )
-    return plan_unreadable(snap, s) + returning + plan_isolation(snap, s, t, released)
+    isolating = plan_isolation(snap, s, t, released)
+    isolated = frozenset(a.node for a in isolating)
+    cordoned = any(isinstance(a, Cordon) for a in isolating)
+    checks = plan_checks(snap, s, t, released | isolated, cordoned)
+    return plan_unreadable(snap, s) + returning + isolating + checks

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from guard import ledger
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
+from guard.check_records import checked_boot_value, failed_value
 from guard.jobs import JobSpec, JobTemplates
-from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
+from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import conformance_args, job_spec, keys, loadtest_args, present
+from guard.plan.links import recorded_links
 from guard.settings import Settings
 
 WAIT = "checked again next cycle"
@@ -29,9 +32,8 @@ def job_gate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str
 ) -> tuple[Action, ...] | None:
     """None when this gate passed; otherwise the actions for this cycle."""
-    spec = _spec(s, node, kind)
+    spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
     job = next((j for j in snap.jobs if j.name == spec.name), None)
-    result_key = keys(s).loadtest_result if kind == "loadtest" else keys(s).conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
@@ -44,16 +46,37 @@ def job_gate(
         return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix,
                      "WARN"),)  # fmt: skip
     if job.status == "failed":
-        return _failed(snap, node, kind, spec, result_key)
+        return _failed(snap, s, node, job, spec)
     if kind == "conformance":
         return None
     return _uncordon(snap, s, node, job)
 
 
+def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
+    """A conformance cordon waits for a new boot: its items are fixed on the host, then the
+    reboot proves they hold (ip_vs persistent across it)."""
+    items = ",".join(node.conformance_failed.items) if node.conformance_failed else c.reason
+    return Skip(
+        node.name,
+        "conformance-same-boot",
+        f"bootID {node.boot_id} unchanged since the {c.reason} cordon",
+        f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)",
+    )
+
+
+def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+    """A conformance cordon whose conformance Job passed on a new boot returns (no load test)."""
+    job = next(j for j in snap.jobs if j.name == _spec(s, node, "conformance").name)
+    return _uncordon(snap, s, node, job)
+
+
 def _failed(
-    snap: Snapshot, node: NodeInfo, kind: str, spec: JobSpec, result_key: str
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, spec: JobSpec
 ) -> tuple[Action, ...]:
-    """Record the failure on the node once; later cycles only say so."""
+    """Record the failure on the node once (and a conformance Job's failed items, when its
+    summary was read); later cycles only say so."""
+    kind, k = job.kind, keys(s)
+    result_key = k.loadtest_result if kind == "loadtest" else k.conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if spec.name in recorded:
         return (
@@ -64,13 +87,18 @@ def _failed(
                 "stays cordoned; read the job log, fix, reboot or reset",
             ),
         )
-    value = f"failed job/{spec.name} at {ledger.format_time(snap.now)}"
+    at = ledger.format_time(snap.now)
+    notes: tuple[tuple[str, str], ...] = ((result_key, f"failed job/{spec.name} at {at}"),)
+    items = tuple(f.item for f in job.result.failed) if job.result else ()
+    if kind == "conformance" and items:
+        notes += ((k.conformance_failed, failed_value(at, spec.name, items)),)
+    on = f" on {','.join(items)}" if items else ""
     return (
         Annotate(
             node.name,
             f"{kind}-failed",
             node.resource_version,
-            ((result_key, value),),
+            notes,
             f"stays cordoned; kubectl -n {spec.namespace} logs job/{spec.name}",
         ),
         EmitEvent(
@@ -78,22 +106,25 @@ def _failed(
             f"{kind}-failed",
             "Warning",
             "GuardCheckFailed",
-            f"{kind} job/{spec.name} failed; node stays cordoned",
+            f"{kind} job/{spec.name} failed{on}; node stays cordoned",
         ),
     )
 
 
 def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tuple[Action, ...]:
-    k = keys(s)
-    returned = f"{ledger.format_time(snap.now)} job/{job.name}"
+    k, at = keys(s), ledger.format_time(snap.now)
+    notes: tuple[tuple[str, str], ...] = ((k.returned, f"{at} job/{job.name}"),)
+    if s.return_conformance or is_conformance_cordon(node.cordon):  # this boot passed it
+        checked = f"job/{_spec(s, node, 'conformance').name}"
+        notes += ((k.checked_boot, checked_boot_value(node.boot_id, at, checked)),)
     return (
         Uncordon(
             node.name,
-            "loadtest-passed",
+            f"{job.kind}-passed",
             node.resource_version,
             present(node, (*k.guard_keys, k.cancelled)),
             f"job/{job.name} succeeded",
-            ((k.returned, returned),),
+            notes,
         ),
         EmitEvent(
             node.name,
@@ -105,7 +136,7 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
     )
 
 
-def _spec(s: Settings, node: NodeInfo, kind: str) -> JobSpec:
+def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...] = ()) -> JobSpec:
     c = node.cordon
     assert c is not None  # only cordoned nodes reach the Job gates
     key = job_key(node)
@@ -118,6 +149,6 @@ def _spec(s: Settings, node: NodeInfo, kind: str) -> JobSpec:
         node.name,
         key,
         c.reason,
-        loadtest_args(s, node.gpu_capacity, c.xid, pci),
+        loadtest_args(s, node.gpu_capacity, c.xid, pci, links),
         gpus=node.gpu_capacity,
     )

@@ -10,9 +10,13 @@ Conditions, in order, for each readable node with the guard's cordon record (fir
   4. no hardware Xid on the node now; row remapping neither pending nor failed
   5. no Running pod holds a GPU on the node
   6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
-  (7. optional: the conformance Job passed)
+  (7. optional: the conformance Job passed; always for a `conformance-<item>` cordon)
 Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
-record `returned`; failed → stay cordoned and record it once.
+record `returned`; failed → stay cordoned and record it once. The load test waits for the
+cordon's evidence Job and checks the PCIe links it recorded (guard.plan.links). A conformance
+cordon needs a new boot (no power-cycle Event) and returns after its conformance Job passes,
+with the load test only when `boot_check_return_loadtest` is set; a person's uncordon of it
+records the boot as checked (`checked-boot … uncordon`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from guard.actions import (
     SetHold,
     Skip,
 )
+from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
     evidence_job,
@@ -37,7 +43,8 @@ from guard.plan.common import (
     ledger_append,
     present,
 )
-from guard.plan.return_jobs import WAIT, job_gate
+from guard.plan.links import evidence_running, record_links
+from guard.plan.return_jobs import WAIT, conformance_return, conformance_same_boot, job_gate
 from guard.records import cancel_value
 from guard.settings import Settings
 
@@ -68,6 +75,10 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         at = ledger.format_time(snap.now)
         record = ((k.cancelled, cancel_value(boot, c.gpu.uuid, c.xid, at)),)
         sticks = f"; it will not cordon it again for xid-{c.xid} on {c.gpu.uuid} in this boot"
+    elif is_conformance_cordon(c) and node.boot_id:  # the person accepted this boot as it is
+        at = ledger.format_time(snap.now)
+        record = ((k.checked_boot, checked_boot_value(node.boot_id, at, UNCORDON)),)
+        sticks = "; it records this boot as checked: no conformance Job until the next reboot"
     return (
         ClearGuardAnnotations(
             node.name,
@@ -96,11 +107,13 @@ def _progress(
     repeat = _repeat_fault(snap, s, node, c)
     if repeat:
         return repeat
-    if s.return_conformance:
+    if s.return_conformance or is_conformance_cordon(c):
         gate = job_gate(snap, s, t, node, "conformance")
         if gate is not None:
             return gate
-    return job_gate(snap, s, t, node, "loadtest") or ()
+    if is_conformance_cordon(c) and not s.boot_check_return_loadtest:
+        return conformance_return(snap, s, node)
+    return evidence_running(snap, s, node) or job_gate(snap, s, t, node, "loadtest") or ()
 
 
 def _repairs(
@@ -117,7 +130,7 @@ def _repairs(
     if c.xid is None or c.gpu is None or c.at is None:
         return ()
     incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
-    out: list[Action] = []
+    out: list[Action] = [*record_links(snap, s, node)]
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, "repair-ledger"))
     job = evidence_job(snap, s, t, incident, "repair-evidence")
@@ -191,6 +204,8 @@ def _boot_gate(s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ..
     if not c.boot_id or not node.boot_id:
         missing = "node reports no bootID" if c.boot_id else f"no recorded bootID in {k.boot_id}"
         return _reset_gate(s, node, c, "boot-unknown", f"{missing}: a reboot cannot be proven")
+    if is_conformance_cordon(c):
+        return (conformance_same_boot(node, c),)
     detail = f"bootID {node.boot_id} unchanged since cordon"
     gpu = f" on GPU {c.gpu}" if c.gpu else ""
     return (

@@ -196,17 +196,24 @@ def cleared(record: str, keys: tuple[str, ...] = CORDON_KEYS, event: str = CANCE
                 node("b", extra={KEYS.reason: "conformance-dns", KEYS.at: CORDON_AT}), ledger={}
             ),
             (
-                ClearGuardAnnotations("b", "human-uncordon", "100", (KEYS.reason, KEYS.at)),
+                ClearGuardAnnotations(
+                    "b",
+                    "human-uncordon",
+                    "100",
+                    (KEYS.reason, KEYS.at),
+                    ((KEYS.checked_boot, "boot-1 2026-09-21T05:55:00Z uncordon"),),
+                ),
                 EmitEvent(
                     "b",
                     "human-uncordon",
                     "Normal",
                     "GuardCancelled",
                     "node was uncordoned by a person; gpu-node-guard cleared its annotations "
-                    "without a load test",
+                    "without a load test; it records this boot as checked: no conformance Job "
+                    "until the next reboot",
                 ),
             ),
-            id="non-xid-cordon-cleared-without-a-cancel-record",
+            id="conformance-cordon-uncordoned-records-the-boot-as-checked",
         ),
         pytest.param(
             snapshot(

@@ -1,0 +1,169 @@
+"""After every reboot (serving → check): conformance on each new boot of a GPU node; a FAIL
+cordons it `conformance-<item>` under the isolation check's breaker and one-cordon rule.
+
+Case list, each readable GPU node outside the guard's cordon and the onboarding gate (in order):
+  checked-boot names the node's current bootID        → nothing (this boot passed)
+  no bootID                                           → skip boot-check-no-boot-id
+  no Job for this boot yet:
+    cordoned by someone else                          → skip boot-check-waits (after the uncordon)
+    a hardware Xid on the node now                    → skip boot-check-deferred: the isolation
+                                                        check decides first (its cordon brings
+                                                        the evidence Job and the ledger line)
+    otherwise                                         → wants a Job (REBOOTED when a boot was
+                                                        checked before, else NEVER_CHECKED)
+  Job running                                         → skip boot-check-running
+  Job status or result unreadable                     → WARN skip boot-check-unreadable
+  Job passed (or succeeded with its Pod gone)         → record-boot (checked-boot)
+  Job failed on items                                 → a cordon candidate
+Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
+running); the rest wait, in one line. Candidates: at most one cordon per cycle, none when the
+isolation check cordoned this cycle or the breaker is open (a WARN skip and an Event each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard import ledger
+from guard.actions import Action, Cordon, CreateJob, EmitEvent, RecordBoot, Skip
+from guard.check_records import checked_boot_value, failed_value
+from guard.jobs import JobTemplates
+from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.plan.check_jobs import (
+    CONFORMANCE_REASON,
+    NEVER_CHECKED,
+    REBOOTED,
+    Wanted,
+    boot_key,
+    conformance_job,
+    find_job,
+    gate_taint,
+    hardware_xid,
+    is_gpu_node,
+    passed,
+)
+from guard.plan.common import keys, present
+from guard.plan.return_jobs import WAIT
+from guard.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A node whose conformance Job failed on `job.result.failed`: a cordon candidate."""
+
+    node: NodeInfo
+    job: JobInfo
+
+
+@dataclass(slots=True)
+class BootChecks:
+    """What one cycle's scan found (filled node by node; the plan is built from it after)."""
+
+    actions: dict[str, list[Action]] = field(default_factory=dict)  # per node, in node order
+    wanted: dict[str, Wanted] = field(default_factory=dict)
+    running: int = 0
+    failed: list[Failed] = field(default_factory=list)
+
+
+def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> BootChecks:
+    """Every node's decision; Jobs and cordons are handed out by `guard.plan.checks`.
+    `decided`: nodes the return or isolation check acted on this cycle, left to them."""
+    out = BootChecks()
+    if not s.boot_check:
+        return out
+    k = keys(s)
+    for node in snap.nodes:
+        if node.unreadable or not is_gpu_node(node) or node.has(k.reason) or node.name in decided:
+            continue
+        if gate_taint(node, s) is not None:
+            continue  # the onboarding gate checks this node (guard.plan.onboarding)
+        if node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id:
+            continue
+        found = _node(snap, s, t, node, out)
+        if found:
+            out.actions[node.name] = found
+    return out
+
+
+def _node(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, out: BootChecks
+) -> list[Action]:
+    if not node.boot_id:
+        detail = "the node reports no status.nodeInfo.bootID: no boot to check"
+        return [Skip(node.name, "boot-check-no-boot-id", detail, WAIT)]
+    priority = REBOOTED if node.checked_boot is not None else NEVER_CHECKED
+    want = conformance_job(s, t, node, boot_key(node), priority)
+    job = find_job(snap, want.name)
+    if job is None:
+        return _unstarted(snap, node, want, priority, out)
+    if job.status == "running":
+        out.running += 1
+        return [Skip(node.name, "boot-check-running", f"job/{job.name} on {_boot(node)}", WAIT)]
+    verdict = passed(job) if job.status != "unreadable" else None
+    if verdict is None:
+        return [_unreadable(s, node, job)]
+    if not verdict:
+        out.failed.append(Failed(node, job))
+        return []
+    return [_record(snap, s, node, job)]
+
+
+def _unstarted(
+    snap: Snapshot, node: NodeInfo, want: CreateJob, priority: int, out: BootChecks
+) -> list[Action]:
+    if node.unschedulable:
+        detail = f"{_boot(node)} not checked; cordoned by someone else"
+        return [Skip(node.name, "boot-check-waits", detail, "checked after the uncordon")]
+    xid = hardware_xid(snap, node)
+    if xid:
+        detail = f"{_boot(node)} not checked; {xid}: the isolation check decides first"
+        return [Skip(node.name, "boot-check-deferred", detail, WAIT)]
+    out.wanted[node.name] = Wanted(priority, want)
+    return []
+
+
+def _boot(node: NodeInfo) -> str:
+    before = f" (checked: {node.checked_boot.boot_id})" if node.checked_boot else " (never checked)"
+    return f"boot {node.boot_id}{before}"
+
+
+def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
+    why = job.problem or (job.result.problem if job.result else "") or "no summary was read"
+    fix = f"kubectl -n {s.jobs_namespace} logs job/{job.name}; delete the Job to check again"
+    detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
+    return Skip(node.name, "boot-check-unreadable", detail, fix, "WARN")
+
+
+def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Action:
+    if node.unschedulable:  # a person cordoned it since; the record waits for the uncordon
+        detail = f"job/{job.name} passed on {_boot(node)}; cordoned by someone else"
+        return Skip(node.name, "boot-check-waits", detail, "recorded after the uncordon")
+    value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
+    record = ((keys(s).checked_boot, value),)
+    return RecordBoot(
+        node.name, "boot-check-passed", node.resource_version, node.boot_id, record,
+        "checked again after the next reboot",
+    )  # fmt: skip
+
+
+def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:
+    """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
+    k, node, at = keys(s), f.node, ledger.format_time(snap.now)
+    assert f.job.result is not None  # a candidate failed on items it names
+    items = tuple(x.item for x in f.job.result.failed)
+    reason = f"{CONFORMANCE_REASON}{items[0]}"
+    annotations = (
+        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)),
+        (k.conformance_failed, failed_value(at, f.job.name, items)),
+    )  # fmt: skip
+    found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
+    message = (
+        f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
+        f"job/{f.job.name}"
+    )
+    return (
+        Cordon(node.name, reason, node.resource_version, annotations, "-", 0,
+               f"fix {','.join(items)}, then reboot", present(node, k.record_keys)),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
+    )  # fmt: skip

@@ -1,0 +1,154 @@
+"""The onboarding gate (onboard → serving): a node that registered with the gate taint serves
+only after conformance (the DNS check among its items) and a burn-in load test passed on this
+boot; then the guard removes exactly that taint. docs/onboarding.md.
+
+Case list, each readable node carrying the gate taint (key, value and effect), in order:
+  under the guard's cordon                       → skip onboarding-waiting (the return check)
+  no bootID                                      → WARN skip boot-unknown
+  not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
+  a hardware Xid on the node now                 → skip onboarding-waiting
+  this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
+  conformance Job: none → wanted (the shared budget); running → skip onboarding-running
+  load-test Job (after conformance passed): none → create; running → skip onboarding-running
+  a Job status or a passed Job's result unreadable → WARN skip onboarding-unreadable
+  a Job failed → record onboarding-failed (the failed items, `unknown` when unread) and a
+                 Warning Event, once; the taint stays
+  both passed  → remove-taint, record checked-boot, clear onboarding-failed, one Event
+A new boot starts the gate again (new Jobs); so does deleting the failed Job and the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard import ledger
+from guard.actions import Action, Annotate, EmitEvent, RemoveTaint, Skip
+from guard.check_records import checked_boot_value, failed_value
+from guard.jobs import JobTemplates
+from guard.model import JobInfo, NodeInfo, Snapshot, Taint
+from guard.plan.check_jobs import (
+    ONBOARDING,
+    Wanted,
+    burnin_job,
+    conformance_job,
+    find_job,
+    gate_key,
+    gate_taint,
+    hardware_xid,
+    passed,
+)
+from guard.plan.common import keys, present
+from guard.plan.return_jobs import WAIT
+from guard.settings import Settings
+
+STAYS = "the onboarding taint stays"
+
+
+@dataclass(slots=True)
+class Gates:
+    actions: dict[str, list[Action]] = field(default_factory=dict)
+    wanted: dict[str, Wanted] = field(default_factory=dict)
+    running: int = 0  # conformance Jobs of the gate that run now (the shared budget)
+
+
+def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> Gates:
+    """`decided`: nodes the return or isolation check acted on this cycle, left to them."""
+    out = Gates()
+    for node in snap.nodes:
+        taint = None if node.unreadable or node.name in decided else gate_taint(node, s)
+        if taint is not None:
+            found = _node(snap, s, t, node, taint, out)
+            if found:
+                out.actions[node.name] = found
+    return out
+
+
+def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
+    k = keys(s)
+    why = ""
+    if node.has(k.reason):
+        why = f"under the guard's cordon ({node.annotation(k.reason)}): the return check first"
+    elif not node.ready:
+        why = "node Ready condition is not True"
+    elif node.gpu_capacity == 0 or node.gpu_allocatable != node.gpu_capacity:
+        why = f"GPUs not all advertised yet (capacity={node.gpu_capacity} " \
+              f"allocatable={node.gpu_allocatable})"  # fmt: skip
+    elif xid := hardware_xid(snap, node):
+        why = f"{xid} on the node"
+    return Skip(node.name, "onboarding-waiting", why, WAIT) if why else None
+
+
+def _node(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, taint: Taint, out: Gates
+) -> list[Action]:
+    if not node.boot_id:
+        detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
+        return [Skip(node.name, "boot-unknown", detail, STAYS, "WARN")]
+    waiting = _waiting(node, s, snap)
+    if waiting is not None:
+        return [waiting]
+    check, burn = conformance_job(s, t, node, gate_key(node), ONBOARDING), burnin_job(s, t, node)
+    failed = node.onboarding_failed
+    if failed is not None and failed.job in (f"job/{check.name}", f"job/{burn.name}"):
+        detail = f"{failed.job} failed on {','.join(failed.items)} (boot {node.boot_id})"
+        fix = f"fix, then reboot; or delete {failed.job} and remove {keys(s).onboarding_failed}"
+        return [Skip(node.name, "onboarding-failed", detail, f"{STAYS}; {fix}")]
+    for want in (check, burn):
+        job = find_job(snap, want.name)
+        if job is None:
+            if want is check:
+                out.wanted[node.name] = Wanted(ONBOARDING, check)
+                return []
+            return [burn]
+        if job.status == "running":
+            out.running += want is check
+            return [Skip(node.name, "onboarding-running", f"job/{job.name}", WAIT)]
+        verdict = passed(job) if job.status != "unreadable" else None
+        if job.status != "failed" and verdict is None:
+            return [_unreadable(s, node, job)]
+        if not verdict:
+            return _fail(snap, s, node, job)
+    return _admit(snap, s, node, taint, check.name)
+
+
+def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
+    why = job.problem or (job.result.problem if job.result else "")
+    fix = f"kubectl -n {s.jobs_namespace} logs job/{job.name}; delete the Job to run it again"
+    return Skip(node.name, "onboarding-unreadable", f"job/{job.name}: {why}",
+                f"{STAYS}; {fix}", "WARN")  # fmt: skip
+
+
+def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Action]:
+    r = job.result
+    findings = r.failed if r is not None and r.state == "read" else ()
+    items = tuple(f.item for f in findings)
+    unread = f" (its result: {r.problem})" if r and r.state == "unreadable" else ""
+    value = failed_value(ledger.format_time(snap.now), job.name, items or ("unknown",))
+    found = "; ".join(f"{f.item} ({f.why})" if f.why else f.item for f in findings)
+    message = (
+        f"gpu-node-guard keeps the onboarding taint: {job.kind} job/{job.name} failed"
+        f"{': ' + found if found else unread} (boot {node.boot_id})"
+    )
+    return [
+        Annotate(node.name, "onboarding-failed", node.resource_version,
+                 ((keys(s).onboarding_failed, value),),
+                 f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}"),
+        EmitEvent(node.name, "onboarding-failed", "Warning", "GuardOnboardingFailed", message,
+                  incident=job.name),
+    ]  # fmt: skip
+
+
+def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str) -> list[Action]:
+    k = keys(s)
+    record = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{check}")
+    keep = tuple(x for x in node.taints if x != taint)
+    dns = "" if s.conformance_allowed_dns else "; DNS upstreams not checked (no allowed list set)"
+    return [
+        RemoveTaint(node.name, "onboarding-passed", node.resource_version, taint, keep,
+                    node.boot_id, ((k.checked_boot, record),),
+                    present(node, (k.onboarding_failed,))),
+        EmitEvent(node.name, "onboarded", "Normal", "GuardOnboarded",
+                  f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
+                  f"conformance and the burn-in passed on boot {node.boot_id}{dns}",
+                  incident=node.boot_id),
+    ]  # fmt: skip
