@@ -1,0 +1,444 @@
+"""The lifecycle checks end to end on a real kube-apiserver (RBAC and the generated policies) and a
+real Prometheus: a reboot into a missing ip_vs, an onboarding node, the PCIe links of a cordon,
+and the node-scope rules behind them.
+
+There is no kubelet and no Job controller here, so each test plays them: it creates the Job's Pod
+as the Job controller would (admitted by the kind's Pod policy), writes the container's
+termination message into its status the way the kubelet does, and marks the Job finished.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from guard.conformance.report import Finding, Summary, render_summary
+from guard.example.promserver import LocalPrometheus
+from guard.jobs import JobTemplates
+from guard.names import Annotations
+from guard.plan.common import render_example_job
+from guard.settings import Settings
+from tests.apiserver.guard_run import (
+    CYCLE,
+    ISOLATE_AT,
+    KEYS,
+    NS,
+    RETURN_AT,
+    faulted,
+    forget_guard_state,
+    guard_cordoned,
+    guard_jobs,
+    healthy,
+    mine,
+    node_events,
+    run_guard,
+    scenario_prometheus,
+    set_status,
+)
+from tests.apiserver.kube import (
+    JOB_CONTROLLER,
+    JOBS_NS,
+    MERGE_PATCH,
+    ControlPlane,
+    controller_pod,
+    create,
+    refusal,
+)
+
+pytestmark = pytest.mark.apiserver
+
+REBOOT, GATE, GATE_FAIL, LINKS = "lc-reboot", "lc-gate", "lc-gate-fail", "lc-links"
+GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
+SITE_TAINT = {"key": "example.com/reserved", "value": "ml", "effect": "NoSchedule"}
+NO_IPVS = render_summary(Summary(False, failed=(Finding(
+    "ipvs-loaded", "ip_vs is not loaded: kube-proxy in IPVS mode exits"),)))  # fmt: skip
+PASS = render_summary(Summary(True))
+LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
+EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:58:00.0",
+                       "verdict": "power-cycle",
+                       "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"},
+                                 {"pci": "0000:2a:00.0", "link": "32GT/s,x16"}]})  # fmt: skip
+SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
+
+
+@pytest.fixture(scope="module")
+def prom() -> Iterator[LocalPrometheus]:
+    with scenario_prometheus(healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL),
+                             faulted(LINKS)) as server:  # fmt: skip
+        yield server
+
+
+@pytest.fixture(scope="module")
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
+    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
+
+
+@pytest.fixture
+def core(admin: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(admin)
+
+
+@pytest.fixture
+def lifecycle_node(
+    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
+) -> Iterator[Callable[..., str]]:
+    """A Ready GPU node with 8 of 8 GPUs, its annotations and taints; removed afterwards with
+    the Pods this test made for its Jobs (no finalizers, grace 0: no kubelet ends them)."""
+    made: list[str] = []
+
+    def make(name: str, *, boot: str, annotations: dict[str, str] | None = None,
+             taints: list[dict[str, str]] | None = None, allocatable: int = 8) -> str:  # fmt: skip
+        spec: dict[str, Any] = {"taints": taints} if taints else {}
+        core.create_node({"metadata": {"name": name, "annotations": annotations or {},
+                                       "labels": {"nvidia.com/gpu.present": "true"}},
+                          "spec": spec})  # fmt: skip
+        made.append(name)
+        set_status(core, name, boot=boot, allocatable=allocatable)
+        return name
+
+    yield make
+    for name in made:
+        core.delete_collection_namespaced_pod(
+            JOBS_NS, label_selector=f"{KEYS.node_label}={name}", grace_period_seconds=0
+        )
+        core.delete_node(name)
+    forget_guard_state(core, admin)
+
+
+def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
+    """The one guard Job of `kind` on `node`, as stored (plain JSON)."""
+    (job,) = [j for j in guard_jobs(admin, node)
+              if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
+    raw = client.BatchV1Api(admin).read_namespaced_job(job.metadata.name, JOBS_NS,
+                                                       _preload_content=False)  # fmt: skip
+    return dict(json.loads(raw.data))
+
+
+def finish(
+    deployed: ControlPlane, admin: client.ApiClient, job: dict[str, Any], message: str, ok: bool
+) -> None:
+    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end."""
+    pod = controller_pod(job)
+    del pod["metadata"]["finalizers"]  # no controller here would remove it
+    with deployed.impersonating(JOB_CONTROLLER) as controller:
+        made = create(controller, pod)
+    name, kind, at = made.metadata.name, job["metadata"]["labels"][
+        "app.kubernetes.io/component"], "2026-09-21T06:00:00Z"  # fmt: skip
+    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
+             "message": message, "startedAt": at, "finishedAt": at}  # fmt: skip
+    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
+        {"name": kind, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
+    core = client.CoreV1Api(admin)
+    core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
+    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
+    job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
+                                      {"failed": 1}),
+                  "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,
+                                  **({} if ok else {"reason": "BackoffLimitExceeded"})}
+                                 for c in done]}  # fmt: skip
+    client.BatchV1Api(admin).patch_namespaced_job_status(
+        job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
+    )
+
+
+def notes(core: client.CoreV1Api, node: str) -> dict[str, str]:
+    found = core.read_node(node).metadata.annotations or {}
+    return {k: v for k, v in found.items() if k.startswith(KEYS.prefix)}
+
+
+def command(job: dict[str, Any]) -> list[str]:
+    return list(job["spec"]["template"]["spec"]["containers"][0]["command"])
+
+
+def _names(admin: client.ApiClient, node: str, kind: str) -> list[str]:
+    return [j.metadata.name for j in guard_jobs(admin, node)
+            if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
+
+
+def the_job_named(admin: client.ApiClient, name: str) -> dict[str, Any]:
+    raw = client.BatchV1Api(admin).read_namespaced_job(name, JOBS_NS, _preload_content=False)
+    return dict(json.loads(raw.data))
+
+
+# ── After every reboot ──────────────────────────────────────────────────────────────────────
+
+
+def test_a_reboot_into_a_missing_ip_vs_is_cordoned_within_one_cycle_of_its_conformance_job(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    checked = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-lc-reboot-00000000"}
+    node = lifecycle_node(REBOOT, boot="boot-2", annotations=checked)  # rebooted since
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert mine(first, node) == [("create-job", "new-boot")]
+    job = the_job(admin, node, "conformance")
+    assert command(job)[:3] == ["gpu-node-guard", "conformance", "--root"]
+    finish(deployed, admin, job, NO_IPVS, ok=False)
+
+    cordoned = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
+    assert mine(cordoned, node) == [("cordon", "conformance-ipvs-loaded"),
+                                    ("event", "conformance-ipvs-loaded")]  # fmt: skip
+    assert core.read_node(node).spec.unschedulable is True
+    at = f"{RETURN_AT + CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    name = job["metadata"]["name"]
+    assert notes(core, node) == {
+        **checked, KEYS.reason: "conformance-ipvs-loaded", KEYS.at: at, KEYS.boot_id: "boot-2",
+        KEYS.gpu_capacity: "8", KEYS.conformance_failed: f"{at} job/{name} ipvs-loaded",
+    }  # fmt: skip
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
+    assert event["type"] == "Warning" and "ipvs-loaded (ip_vs is not loaded" in event["note"]
+
+    # Fixed on the host and rebooted: the next boot passes and the node returns.
+    set_status(core, node, boot="boot-3", allocatable=8)
+    again = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
+    assert mine(again, node) == [("create-job", "conditions-met")]
+    recheck = next(j for j in (the_job_named(admin, j) for j in _names(admin, node, "conformance"))
+                   if j["metadata"]["name"] != name)  # fmt: skip
+    finish(deployed, admin, recheck, PASS, ok=True)
+    back = run_guard(prom, guard_kubeconfig, RETURN_AT + 3 * CYCLE).plan
+    assert mine(back, node) == [("uncordon", "conformance-passed"), ("event", "returned")]
+    found = core.read_node(node)
+    assert not found.spec.unschedulable
+    when = f"{RETURN_AT + 3 * CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    assert notes(core, node) == {
+        KEYS.checked_boot: f"boot-3 {when} job/{recheck['metadata']['name']}",
+        KEYS.returned: f"{when} job/{recheck['metadata']['name']}",
+    }
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 4 * CYCLE).plan, node) == []
+
+
+def test_a_passing_boot_is_recorded_and_not_checked_again(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node = lifecycle_node(REBOOT, boot="boot-7")  # never checked: the first deployment
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("create-job", "never-checked")
+    ]
+    job = the_job(admin, node, "conformance")
+    assert job["spec"]["ttlSecondsAfterFinished"] == Settings().boot_check_job_ttl_s
+    finish(deployed, admin, job, PASS, ok=True)
+    recorded = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
+    assert mine(recorded, node) == [("record-boot", "boot-check-passed")]
+    assert notes(core, node) == {
+        KEYS.checked_boot: f"boot-7 {RETURN_AT + CYCLE:%Y-%m-%dT%H:%M:%SZ} job/"
+        f"{job['metadata']['name']}"
+    }
+    assert core.read_node(node).spec.unschedulable is not True
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan, node) == []
+
+
+# ── The onboarding gate ─────────────────────────────────────────────────────────────────────
+
+
+def test_a_gated_node_serves_only_after_conformance_and_the_burn_in(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node = lifecycle_node(GATE, boot="boot-1", taints=[SITE_TAINT, GATE_TAINT])
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("create-job", "onboarding")
+    ]
+    check = the_job(admin, node, "conformance")
+    tolerations = check["spec"]["template"]["spec"]["tolerations"]
+    assert {**GATE_TAINT, "operator": "Equal"} in tolerations
+    finish(deployed, admin, check, PASS, ok=True)
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan, node) == [
+        ("create-job", "onboarding")
+    ]
+    burn = the_job(admin, node, "loadtest")
+    words = command(burn)
+    assert words[words.index("--duration-s") + 1] == str(Settings().onboarding_burnin_s)
+    # the API server's TaintNodesByCondition added node.kubernetes.io/not-ready at creation
+    before = [(t.key, t.value, t.effect, t.time_added) for t in core.read_node(node).spec.taints]
+    assert (GATE_TAINT["key"], "pending", "NoSchedule", None) in before and len(before) == 3
+    finish(deployed, admin, burn, LOADTEST_PASS, ok=True)
+
+    admitted = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
+    assert mine(admitted, node) == [("remove-taint", "onboarding-passed"), ("event", "onboarded")]
+    stored = core.read_node(node)
+    after = [(t.key, t.value, t.effect, t.time_added) for t in stored.spec.taints]
+    assert after == [t for t in before if t[0] != GATE_TAINT["key"]]
+    at = f"{RETURN_AT + 2 * CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    assert notes(core, node) == {KEYS.checked_boot: f"boot-1 {at} job/{check['metadata']['name']}"}
+    assert [e["reason"] for e in node_events(admin, node)] == ["GuardOnboarded"]
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 3 * CYCLE).plan, node) == []
+
+
+def test_a_gated_node_that_fails_keeps_its_taint_with_the_failed_items(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node = lifecycle_node(GATE_FAIL, boot="boot-1", taints=[GATE_TAINT])
+    run_guard(prom, guard_kubeconfig, RETURN_AT)
+    check = the_job(admin, node, "conformance")
+    public = render_summary(Summary(False, failed=(Finding(
+        "dns-upstream", "nameserver 8.8.8.8 is outside 10.0.0.0/8"),)))  # fmt: skip
+    finish(deployed, admin, check, public, ok=False)
+    failed = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
+    assert mine(failed, node) == [("annotate", "onboarding-failed"), ("event", "onboarding-failed")]
+    at = f"{RETURN_AT + CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    assert notes(core, node) == {
+        KEYS.onboarding_failed: f"{at} job/{check['metadata']['name']} dns-upstream"
+    }
+    assert GATE_TAINT["key"] in [t.key for t in core.read_node(node).spec.taints]
+    (event,) = node_events(admin, node)
+    assert event["type"] == "Warning" and "8.8.8.8" in event["note"]
+    later = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
+    assert mine(later, node) == [("skip", "onboarding-failed")]
+    assert guard_jobs(admin, node) and len(guard_jobs(admin, node)) == 1  # no burn-in
+
+
+# ── PCIe links of a cordon ──────────────────────────────────────────────────────────────────
+
+
+def test_the_links_the_evidence_job_read_reach_the_load_test_as_expect_link(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node = lifecycle_node(LINKS, boot="boot-1", allocatable=7)
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
+    finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
+    set_status(core, node, boot="boot-2", allocatable=8)  # power-cycled
+    plan = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert mine(plan, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
+    assert notes(core, node)[KEYS.pcie_links] == "0000:18:00.0=16GT/s,x16 0000:2a:00.0=32GT/s,x16"
+    words = command(the_job(admin, node, "loadtest"))
+    assert words[-4:] == ["--expect-link", "0000:18:00.0=16GT/s,x16",
+                          "--expect-link", "0000:2a:00.0=32GT/s,x16"]  # fmt: skip
+    assert "--allreduce" in words
+    volumes = the_job(admin, node, "loadtest")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in volumes
+
+
+def loadtest_with_links(node: str, count: int) -> dict[str, Any]:
+    job = render_example_job(Settings(), JobTemplates.load(), "loadtest",
+                             (node, "0000:99:00.0", 79, 8), key=f"links-{count}")  # fmt: skip
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    for i in range(count):
+        container["command"] += ["--expect-link", f"0000:{0x10 + i:02x}:00.0=32GT/s,x16"]
+    return job
+
+
+@pytest.mark.parametrize(("count", "admitted"), [(16, True), (17, False)])
+def test_the_loadtest_policy_takes_up_to_sixteen_recorded_links(
+    guard: client.ApiClient, make_node: Callable[..., str], count: int, admitted: bool
+) -> None:
+    job = loadtest_with_links(make_node(), count)
+    if admitted:
+        create(guard, job, dry_run=True)
+        return
+    status, message = refusal(lambda: create(guard, job, dry_run=True))
+    assert status == 422 and "'gpu-node-guard-loadtest-job'" in message, message
+    assert "[--expect-link <pci>=<speed>GT/s,x<width>]*16" in message
+
+
+# ── Node scope: exactly the gate taint, the checked boot, the links ─────────────────────────
+
+K = Annotations("gpu-node-guard.io/")
+OTHER = {"key": "example.com/maintenance", "effect": "NoExecute"}
+
+
+def patch(api: client.ApiClient, node: str, body: dict[str, Any]) -> Any:
+    return client.CoreV1Api(api).patch_node(node, body, _content_type=MERGE_PATCH)
+
+
+def test_the_guard_removes_exactly_the_gate_taint(
+    guard: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str]
+) -> None:
+    node = make_node()
+    patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT, OTHER]}})
+    patch(guard, node, {"spec": {"taints": [SITE_TAINT, OTHER]}})
+    assert [t.key for t in client.CoreV1Api(admin).read_node(node).spec.taints] == [
+        SITE_TAINT["key"], OTHER["key"]]  # fmt: skip
+
+
+REFUSED_TAINTS = [
+    pytest.param([SITE_TAINT, GATE_TAINT, OTHER, {"key": "gpu-node-guard.io/x",
+                                                  "effect": "NoSchedule"}], id="add-a-taint"),
+    pytest.param([GATE_TAINT, OTHER], id="remove-another-taint"),
+    pytest.param([OTHER], id="remove-the-gate-and-another"),
+    pytest.param([SITE_TAINT, {**GATE_TAINT, "value": "done"}, OTHER], id="change-the-gate-value"),
+    pytest.param([SITE_TAINT, {**GATE_TAINT, "effect": "PreferNoSchedule"}, OTHER],
+                 id="change-the-gate-effect"),
+    pytest.param([SITE_TAINT, {**OTHER, "effect": "NoSchedule"}], id="gate-gone-another-changed"),
+    pytest.param([OTHER, SITE_TAINT, GATE_TAINT], id="reorder"),
+    pytest.param([], id="remove-every-taint"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("taints", REFUSED_TAINTS)
+def test_the_guard_changes_no_other_taint(
+    guard: client.ApiClient,
+    admin: client.ApiClient,
+    make_node: Callable[..., str],
+    taints: list[dict[str, str]],
+) -> None:
+    node = make_node()
+    patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT, OTHER]}})
+    before = client.CoreV1Api(admin).read_node(node).metadata.resource_version
+    status, message = refusal(lambda: patch(guard, node, {"spec": {"taints": taints}}))
+    assert (status, SCOPE in message) == (422, True), message
+    assert "the guard changes no taint but removing the onboarding gate" in message
+    assert client.CoreV1Api(admin).read_node(node).metadata.resource_version == before
+
+
+CHECKED = "boot-1 2026-09-21T06:00:00Z job/gng-cf-x-00000000"
+LINKS_VALUE = "0000:18:00.0=16GT/s,x16"
+CORDON = guard_cordoned(ISOLATE_AT)
+
+
+@pytest.mark.parametrize(
+    ("node_args", "change", "says"),
+    [
+        pytest.param({"unschedulable": True}, {K.checked_boot: CHECKED},
+                     "checked-boot is written only on a schedulable node", id="boot-on-a-cordon"),
+        pytest.param({"unschedulable": True, "annotations": CORDON}, {K.checked_boot: CHECKED},
+                     "checked-boot is written only", id="boot-under-the-guards-cordon"),
+        pytest.param({"gpus": 0}, {K.checked_boot: CHECKED}, "checked-boot is written only",
+                     id="boot-on-a-cpu-node"),
+        pytest.param({"annotations": {K.checked_boot: CHECKED}}, {K.checked_boot: None},
+                     "and never removed", id="boot-removed"),
+        pytest.param({}, {K.pcie_links: LINKS_VALUE}, "auto-cordon-pcie-links is written only",
+                     id="links-without-a-cordon"),
+        pytest.param({"unschedulable": True}, {K.pcie_links: LINKS_VALUE},
+                     "auto-cordon-pcie-links is written only", id="links-on-a-persons-cordon"),
+        pytest.param({"unschedulable": True, "annotations": {**CORDON, K.pcie_links: LINKS_VALUE}},
+                     {K.pcie_links: None}, "removed only when the node is schedulable",
+                     id="links-cleared-still-cordoned"),
+    ],
+)  # fmt: skip
+def test_the_new_records_are_written_only_where_they_belong(
+    guard: client.ApiClient,
+    admin: client.ApiClient,
+    make_node: Callable[..., str],
+    node_args: dict[str, Any],
+    change: dict[str, Any],
+    says: str,
+) -> None:
+    node = make_node(**node_args)
+    status, message = refusal(lambda: patch(guard, node, {"metadata": {"annotations": change}}))
+    assert (status, SCOPE in message) == (422, True), message
+    assert says in message, message
+
+
+def test_the_guard_writes_the_new_records_where_they_belong(
+    guard: client.ApiClient, admin: client.ApiClient, make_node: Callable[..., str]
+) -> None:
+    serving = make_node()
+    patch(guard, serving, {"metadata": {"annotations": {K.checked_boot: CHECKED}}})
+    held = make_node(unschedulable=True, annotations=CORDON)
+    patch(guard, held, {"metadata": {"annotations": {K.pcie_links: LINKS_VALUE}}})
+    back = {**dict.fromkeys(CORDON), K.pcie_links: None, K.checked_boot: CHECKED}
+    patch(guard, held, {"metadata": {"annotations": back}, "spec": {"unschedulable": False}})
+    stored = client.CoreV1Api(admin).read_node(held).metadata.annotations
+    assert stored == {K.checked_boot: CHECKED}
+    with pytest.raises(ApiException):  # and a cordon for conformance is an ordinary cordon
+        patch(guard, serving, {"spec": {"unschedulable": True}})
+    cordon = {K.reason: "conformance-ipvs-loaded", K.at: "2026-09-21T06:05:00Z",
+              K.boot_id: "boot-1", K.gpu_capacity: "8",
+              K.conformance_failed: "2026-09-21T06:05:00Z job/gng-cf-x-0 ipvs-loaded"}  # fmt: skip
+    patch(guard, serving, {"metadata": {"annotations": cordon}, "spec": {"unschedulable": True}})
+    assert client.CoreV1Api(admin).read_node(serving).spec.unschedulable is True
