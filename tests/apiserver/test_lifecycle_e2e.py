@@ -18,10 +18,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard import node_patch
+from guard.actions import RemoveTaint
 from guard.conformance.report import Finding, Summary, render_summary
 from guard.example.promserver import LocalPrometheus
 from guard.jobs import JobTemplates
+from guard.kube import Kube
 from guard.names import Annotations
+from guard.objects import node_info
 from guard.plan.common import render_example_job
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -442,3 +446,24 @@ def test_the_guard_writes_the_new_records_where_they_belong(
               K.conformance_failed: "2026-09-21T06:05:00Z job/gng-cf-x-0 ipvs-loaded"}  # fmt: skip
     patch(guard, serving, {"metadata": {"annotations": cordon}, "spec": {"unschedulable": True}})
     assert client.CoreV1Api(admin).read_node(serving).spec.unschedulable is True
+
+
+def test_a_taint_added_while_the_gate_is_removed_is_kept(
+    guard_kubeconfig: Path, admin: client.ApiClient, make_node: Callable[..., str]
+) -> None:
+    """The removal is guarded by the node's resourceVersion: a taint someone adds between the
+    guard's read and its patch makes a 409; the guard re-reads and removes only the gate."""
+    node = make_node()
+    patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT]}})
+    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+    read = node_info(kube.node(node), K)
+    gate = next(t for t in read.taints if t.key == GATE_TAINT["key"])
+    action = RemoveTaint(node, "onboarding-passed", read.resource_version, gate,
+                         tuple(t for t in read.taints if t != gate), read.boot_id,
+                         ((K.checked_boot, CHECKED),))  # fmt: skip
+    patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT, OTHER]}})  # the race
+    done = node_patch.patch(kube, K, action)
+    assert done.outcome.status == "applied"
+    stored = client.CoreV1Api(admin).read_node(node)
+    assert [t.key for t in stored.spec.taints] == [SITE_TAINT["key"], OTHER["key"]]
+    assert stored.metadata.annotations[K.checked_boot] == CHECKED
