@@ -34,6 +34,13 @@ class Section(StrEnum):
     RETURNED_RECENTLY = "returned-in-the-last-24-h"
     BREAKER_OPEN = "breaker-open"
     UNREADABLE_ANNOTATIONS = "unreadable-annotations"
+    # The lifecycle checks (docs/lifecycle.md, docs/onboarding.md).
+    AFTER_REBOOT_CHECK_RUNNING = "after-reboot-check-running"
+    CORDONED_FOR_CONFORMANCE = "cordoned-for-conformance"
+    ONBOARDING_PENDING = "onboarding-pending"
+    ONBOARDING_FAILED = "onboarding-failed"
+    AFTER_REBOOT_CHECKS_QUEUED = "after-reboot-checks-queued"
+    JOB_RESULT_UNREADABLE = "job-result-unreadable"
 
 
 def alert_anchor(alert: str) -> str:
