@@ -43,6 +43,8 @@ ACTIONS = {
     "GuardWaitingPowerCycle": "WaitPowerCycle",
     "GuardUnreadable": "SkipNode",
     "GuardLedgerArchived": "ArchiveLedger",
+    "GuardOnboarded": "RemoveTaint",
+    "GuardOnboardingFailed": "KeepTaint",
 }  # any other reason: "Observe"
 
 
