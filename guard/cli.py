@@ -30,6 +30,7 @@ from guard.outcome import Outcome, failed, tally
 from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
+from guard.plan.pending import Pending, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
@@ -266,15 +267,18 @@ class CycleResult:
     actions: tuple[Action, ...]
     outcomes: tuple[Outcome, ...]
     counts: dict[str, Value]
+    pending: tuple[Pending, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``--output json``: every action with its outcome, and the `done` line's counts."""
+        """``--output json``: every action with its outcome, the pending candidates, and the
+        `done` line's counts."""
         rows = []
         for o in self.outcomes:
             row = to_json(o.action)
             row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
             rows.append(row)
         return {"at": self.counts["at"], "dry_run": self.dry_run, "actions": rows,
+                "pending": [p.to_json() for p in self.pending],
                 "counts": self.counts}  # fmt: skip
 
 
@@ -309,12 +313,16 @@ def _cycle(
         executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
     for action in actions:
         executor.apply(action)
+    waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
+    for p in waiting:
+        executor.log.decision(*p.log_line())
     executor.log.summarise()
     outcomes = tuple(executor.outcomes)
     counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
         "candidates": len({c.node for c in view.candidates}),
+        "pending": len(waiting),
         **tally(outcomes),
         "prometheus_requests": prom.requests_made,
         "api_requests": kube.requests_made if kube else 0,
@@ -326,7 +334,7 @@ def _cycle(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
-    return CycleResult(inputs.dry_run, actions, outcomes, counts)
+    return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
 
 def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
