@@ -129,6 +129,7 @@ class LazyGroup(click.Group):
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
         "agent": "guard.agent.cli:agent",
+        "status": "guard.status.cli:status",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
