@@ -34,6 +34,7 @@ from guard.plan.pending import Pending, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
+from guard.push import RunTrace, metrics, push
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
@@ -217,14 +218,24 @@ def run(
         raise click.UsageError(str(exc)) from None
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
+    started = time.monotonic()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
+    trace = RunTrace(prom)
+    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
+    if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
+        push(s, metrics(s, trace, code, time.time(), time.monotonic() - started), log)
+    sys.exit(code)
+
+
+def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
+    """The cycle and its exit code: 1 after an abort (one line) or a failed write, else 0."""
     try:
-        templates = load_bundle().templates  # every shipped file checked before anything runs
-        result = _cycle(s, prom, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
+        trace.templates = load_bundle().templates  # every shipped file checked before anything
+        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace)
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
-        sys.exit(1)
+        return 1
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
         first = (str(exc).strip().splitlines() or [""])[0]
         log.event(
@@ -233,11 +244,10 @@ def run(
             reason=f"unexpected {type(exc).__name__}: {first}",
             next="no writes after this; exit 1; please report",
         )
-        sys.exit(1)
-    if output == "json":
+        return 1
+    if inputs.output == "json":
         click.echo(json.dumps(result.to_json(), sort_keys=False))
-    if failed(result.outcomes):
-        sys.exit(1)
+    return 1 if failed(result.outcomes) else 0
 
 
 def _settings_fields(s: Settings) -> dict[str, Value]:
@@ -284,8 +294,9 @@ class CycleResult:
 
 
 def _cycle(
-    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs
-) -> CycleResult:
+    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
+    trace: RunTrace,
+) -> CycleResult:  # fmt: skip
     started = time.monotonic()
     backoff = Backoff(started + s.cycle_deadline_s)
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
@@ -295,11 +306,11 @@ def _cycle(
         objs = load_cluster_file(inputs.snapshot_file, s)
     else:
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
+        kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
         objs = read_cluster(kube, s)
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
-    snap = build_snapshot(now, objs, view, s)
+    snap = trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
@@ -312,6 +323,7 @@ def _cycle(
     else:
         assert kube is not None
         executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
+    trace.outcomes = executor.outcomes  # the same list: a later abort still counts the writes
     for action in actions:
         executor.apply(action)
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions

@@ -144,6 +144,12 @@ class Settings:
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
     )
+    # Metrics (the push at the end of a run; docs/metrics.md).
+    pushgateway_url: str = _opt(
+        "",
+        "Pushgateway base URL (http:// or https://, no credentials): every run that is not a dry "
+        "run pushes its gpu_node_guard_* metrics there at the end (empty: no push)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -181,7 +187,7 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s)]
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_metrics(s)]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -258,6 +264,16 @@ def _writes(s: Settings) -> list[Check]:
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
+    ]  # fmt: skip
+
+
+_PUSH_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+
+
+def _metrics(s: Settings) -> list[Check]:
+    return [
+        (not s.pushgateway_url or bool(_PUSH_URL.match(s.pushgateway_url)), "pushgateway_url",
+         "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
 

@@ -87,6 +87,13 @@ def _merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def back_node(name: str, **kw: Any) -> NodeInfo:
+    """A guard-cordoned node (Xid 79) that rebooted and looks healthy; `kw` changes any of it."""
+    defaults: dict[str, Any] = dict(cordoned=True, guarded_xid=79, boot="boot-2",
+                                    cordon_boot="boot-1")  # fmt: skip
+    return node(name, **{**defaults, **kw})
+
+
 def gpu(node_name: str, xid: int, index: int = 4, uuid: str = UUID, pci: str = PCI) -> GpuSample:
     return GpuSample(node_name, str(index), uuid, pci, xid)
 
