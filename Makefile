@@ -60,7 +60,7 @@ policies-check: install
 	$(PY) -m guard.policies check
 
 envtest:
-	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl
 
 pytest: install system-deps
 	$(PY) -m pytest

@@ -1,31 +1,39 @@
 """Typed actions: what a planner decided, with everything the write needs.
 
-`str(action)` is its one log line (``<event> key=value …``: what, why, next); `to_json()` is the
-same object for ``--output json``.
+`action.log_line()` is its one log line as an event word and ordered fields (what, why, next);
+`str(action)` is the same line as text, and `to_json()` the same object for ``--output json``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from guard.log import Value, format_line
+
 Mapping = tuple[tuple[str, str], ...]
+Line = tuple[str, dict[str, Value]]
 
 
-def _kv(event: str, /, **pairs: object) -> str:
-    parts = [event]
-    for key, value in pairs.items():
-        if value is None or value == "":
-            continue
-        text = str(value)
-        if any(ch.isspace() for ch in text) or '"' in text:
-            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        parts.append(f"{key}={text}")
-    return " ".join(parts)
+def _line(event: str, /, **pairs: Value) -> Line:
+    return event, pairs
+
+
+class _Logged:
+    """`str(action)` is the text form of `action.log_line()`."""
+
+    __slots__ = ()
+
+    def log_line(self) -> Line:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return format_line(*self.log_line())
 
 
 @dataclass(frozen=True, slots=True)
-class Cordon:
+class Cordon(_Logged):
     """spec.unschedulable=true plus the guard's annotations, one patch, resourceVersion-guarded."""
 
     node: str
@@ -37,8 +45,8 @@ class Cordon:
     next: str
     clear_keys: tuple[str, ...] = ()  # records of the node's last incident (cancelled, returned)
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "cordon",
             node=self.node,
             reason=self.reason,
@@ -49,7 +57,7 @@ class Cordon:
 
 
 @dataclass(frozen=True, slots=True)
-class Uncordon:
+class Uncordon(_Logged):
     """spec.unschedulable=false and the guard's annotations removed, one guarded patch."""
 
     node: str
@@ -59,8 +67,8 @@ class Uncordon:
     detail: str
     annotations: Mapping = ()  # set in the same patch (the `returned` record)
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "uncordon",
             node=self.node,
             reason=self.reason,
@@ -70,15 +78,15 @@ class Uncordon:
 
 
 @dataclass(frozen=True, slots=True)
-class ClearGuardAnnotations:
+class ClearGuardAnnotations(_Logged):
     node: str
     reason: str
     resource_version: str
     clear_keys: tuple[str, ...]
     annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "clear-annotations",
             node=self.node,
             reason=self.reason,
@@ -87,15 +95,15 @@ class ClearGuardAnnotations:
 
 
 @dataclass(frozen=True, slots=True)
-class SetHold:
+class SetHold(_Logged):
     node: str
     reason: str
     resource_version: str
     key: str
     text: str
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "set-hold",
             node=self.node,
             reason=self.reason,
@@ -105,7 +113,7 @@ class SetHold:
 
 
 @dataclass(frozen=True, slots=True)
-class Annotate:
+class Annotate(_Logged):
     """Record a result on the node (guard keys only), resourceVersion-guarded."""
 
     node: str
@@ -114,21 +122,21 @@ class Annotate:
     annotations: Mapping
     next: str
 
-    def __str__(self) -> str:
+    def log_line(self) -> Line:
         values = " ".join(v for _, v in self.annotations)
-        return _kv("annotate", node=self.node, reason=self.reason, value=values, next=self.next)
+        return _line("annotate", node=self.node, reason=self.reason, value=values, next=self.next)
 
 
 @dataclass(frozen=True, slots=True)
-class CreateJob:
+class CreateJob(_Logged):
     node: str
     reason: str
     job_kind: str
     name: str
     manifest: dict[str, Any]
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "job-created",
             node=self.node,
             reason=self.reason,
@@ -143,14 +151,14 @@ class CreateJob:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendLedgerLine:
+class AppendLedgerLine(_Logged):
     node: str
     reason: str
     line: str
     configmap: str
 
-    def __str__(self) -> str:
-        return _kv(
+    def log_line(self) -> Line:
+        return _line(
             "ledger-append",
             node=self.node,
             reason=self.reason,
@@ -159,28 +167,49 @@ class AppendLedgerLine:
         )
 
 
+def event_name(node: str, event_reason: str, key: str) -> str:
+    """The Event's name: a DNS subdomain that depends only on node, reason and incident, so every
+    cycle, a second guard run and a retried create reach the same object.
+
+    >>> event_name("gpu-17", "GuardCordoned", "2026-09-21T05:55:00Z")
+    'gpu-17.gng-edbda522588496fc'
+    """
+    digest = hashlib.sha256(f"{node}\0{event_reason}\0{key}".encode()).hexdigest()[:16]
+    return f"{node[:200].rstrip('.-')}.gng-{digest}"
+
+
 @dataclass(frozen=True, slots=True)
-class EmitEvent:
+class EmitEvent(_Logged):
+    """An events.k8s.io Event about the node. One Event per (node, event_reason, incident): when
+    the same condition is seen again (every cycle while it lasts) its series is counted up.
+    `incident` names what the Event is about (the cordon's time for a cordon); empty means the
+    message itself identifies it."""
+
     node: str
     reason: str
     event_type: Literal["Normal", "Warning"]
     event_reason: str
     message: str
+    incident: str = ""
 
-    def __str__(self) -> str:
-        return _kv(
+    @property
+    def name(self) -> str:
+        return event_name(self.node, self.event_reason, self.incident or self.message)
+
+    def log_line(self) -> Line:
+        return _line(
             "event",
             node=self.node,
             reason=self.reason,
             type=self.event_type,
-            event=self.event_reason,
+            event_reason=self.event_reason,
             message=self.message,
         )
 
 
 @dataclass(frozen=True, slots=True)
-class Skip:
-    """A decision not to act, with why and what happens next."""
+class Skip(_Logged):
+    """A decision not to act, with why and what happens next; WARN when a person should look."""
 
     node: str
     reason: str
@@ -188,8 +217,8 @@ class Skip:
     next: str
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
-    def __str__(self) -> str:
-        return _kv("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)
+    def log_line(self) -> Line:
+        return _line("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)
 
 
 Action = (
@@ -227,7 +256,3 @@ def to_json(action: Action) -> dict[str, Any]:
         out[name] = value
     out["log"] = str(action)
     return out
-
-
-def is_write(action: Action) -> bool:
-    return not isinstance(action, Skip)

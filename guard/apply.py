@@ -1,20 +1,28 @@
 """Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
 
-Both share `apply(action)`; the CLI picks one, so no `dry_run` flag exists below it. Every write
-logs exactly one line (the action's own line). Node patches carry a resourceVersion precondition;
-on 409 the node is re-read, the action's precondition re-checked, and the patch re-sent with the new
-version — never the old one.
+Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
+Each action gets exactly one log line, written here from its outcome:
+
+  applied        the action's own line (``cordon node=… reason=… next=…``)
+  already-done   ``skip reason=<why> …``: the cluster already holds it (a Job of that name, a
+                 cordon whose answer was lost, an Event counted this instant)
+  skipped        ``skip reason=changed-under-us|earlier-write-failed …``
+  failed         ``write-failed … error=<the API's message>`` at ERROR; the run exits 1 at the end
+
+A node patch that did not land (failed, or given up because the node changed) stops every later
+write on that node in this cycle: they were planned from the node as read (no evidence Job, ledger
+line or cordon Event without its cordon). Writes on other nodes go on. How a node patch meets a
+changed node: guard.node_patch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 import yaml
 
-from guard import ledger
+from guard import events, ledger_store, node_patch
 from guard.actions import (
     Action,
     Annotate,
@@ -27,213 +35,199 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.kube import Conflict, Kube, KubeError
-from guard.log import Log
-from guard.model import NodeInfo
-from guard.names import NODE_EVENT_NAMESPACE, Annotations
-from guard.snapshot import node_info
+from guard.kube import Conflict, Kube, KubeError, NotFound
+from guard.log import Level, Log, Value
+from guard.model import Snapshot
+from guard.names import Annotations
+from guard.outcome import Outcome
+from guard.settings import Settings
 
-PATCH_TRIES = 3
-LEDGER_TRIES = 8
-
-
-class Executor(Protocol):
-    applied: list[Action]
-
-    def apply(self, action: Action) -> None: ...
+NodePatch = node_patch.NodePatch
 
 
 @dataclass
 class PrintExecutor:
-    """Dry run: the same lines the real run logs, prefixed ``dry-run would``."""
+    """Dry run: the same lines the real run logs, as ``dry-run would …``; writes nothing."""
 
     log: Log
     show_manifests: bool = True
-    applied: list[Action] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
 
-    def apply(self, action: Action) -> None:
-        self.applied.append(action)
+    def apply(self, action: Action) -> Outcome:
         if isinstance(action, Skip):
-            self.log.line(str(action), action.level)
-            return
-        self.log.line(f"dry-run would {action}")
-        if isinstance(action, CreateJob) and self.show_manifests:
-            body = yaml.safe_dump(action.manifest, sort_keys=False, width=100)
-            self.log.stream.write("".join(f"    {row}\n" for row in body.splitlines()))
+            outcome = Outcome(action, "noted")
+            self.log.decision(*action.log_line(), action.level)
+        else:
+            outcome = Outcome(action, "would-apply")
+            self.log.emit(*action.log_line(), dry_run=True)
+            if isinstance(action, CreateJob) and self.show_manifests:
+                manifest = yaml.safe_dump(action.manifest, sort_keys=False, width=100)
+                self.log.stream.write("".join(f"    {row}\n" for row in manifest.splitlines()))
+        self.outcomes.append(outcome)
+        return outcome
+
+    @property
+    def received(self) -> list[Action]:
+        return [o.action for o in self.outcomes]
 
 
 @dataclass
 class KubeExecutor:
     kube: Kube
     log: Log
-    keys: Annotations
-    namespace: str
-    applied: list[Action] = field(default_factory=list)
-    abandoned: set[str] = field(default_factory=set)
+    s: Settings
+    snap: Snapshot  # the nodes as read (uid, resourceVersion for Events); `now` for Event times
+    instance: str = ""  # Events' reportingInstance: the guard pod's name
+    outcomes: list[Outcome] = field(default_factory=list)
+    _blocked: dict[str, str] = field(default_factory=dict, repr=False)
+    _refs: dict[str, events.NodeRef] = field(default_factory=dict, repr=False)
 
-    def apply(self, action: Action) -> None:
-        if action.node in self.abandoned and not isinstance(action, Skip):
-            self.log.event(
-                "skip",
-                node=action.node,
-                reason="changed-under-us",
-                detail=f"not doing {type(action).__name__}",
-                next="next cycle re-reads",
-            )
-            return
+    def __post_init__(self) -> None:
+        self.keys = Annotations(self.s.annotation_prefix)
+        for n in self.snap.nodes:
+            self._refs[n.name] = events.NodeRef(n.name, n.uid, n.resource_version)
+
+    @property
+    def received(self) -> list[Action]:
+        return [o.action for o in self.outcomes]
+
+    def apply(self, action: Action) -> Outcome:
+        outcome = self._outcome(action)
+        self._log(outcome)
+        self.outcomes.append(outcome)
+        if isinstance(action, AppendLedgerLine) and outcome.detail.startswith("moved"):
+            self.apply(_archived_event(action, outcome.detail))
+        return outcome
+
+    def _outcome(self, action: Action) -> Outcome:
+        if isinstance(action, Skip):
+            return Outcome(action, "noted")
+        if action.node in self._blocked:
+            return Outcome(action, "skipped", "earlier-write-failed", self._blocked[action.node])
+        try:
+            outcome = self._write(action)
+        except KubeError as exc:
+            outcome = Outcome(action, "failed", detail=str(exc))
+        if isinstance(action, NodePatch) and outcome.status in ("failed", "skipped"):
+            word = outcome.type_word
+            self._blocked[action.node] = f"{word} of this node did not land: {outcome.detail}"
+        return outcome
+
+    def _write(self, action: Action) -> Outcome:
         match action:
-            case Skip():
-                pass
-            case Cordon():
-                self._patch(action, self._cordon_body, self._may_cordon)
-            case Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate():
-                self._patch(action, _body, self._may_touch(action))
+            case Cordon() | Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate():
+                patched = node_patch.patch(self.kube, self.keys, action)
+                if patched.node is not None:
+                    self._remember(patched.node)
+                return patched.outcome
             case CreateJob():
-                self._create_job(action)
+                return self._create_job(action)
             case AppendLedgerLine():
-                self._append_ledger(action)
+                return self._append_ledger(action)
             case EmitEvent():
-                self._event(action)
-                return
+                return self._event(action)
+            case Skip():
+                return Outcome(action, "noted")
             case _:
                 assert_never(action)
-        if action.node not in self.abandoned:
-            self.log.line(str(action), action.level if isinstance(action, Skip) else "INFO")
-            self.applied.append(action)
 
-    # -- node patches ---------------------------------------------------------------------------
-    def _patch(
-        self,
-        action: Any,
-        body: Callable[[Any, NodeInfo | None], dict[str, Any]],
-        may: Callable[[NodeInfo], str],
-    ) -> None:
-        rv, fresh = action.resource_version, None
-        for _ in range(PATCH_TRIES):
-            patch = body(action, fresh)
-            patch.setdefault("metadata", {})["resourceVersion"] = rv
-            try:
-                self.kube.patch_node(action.node, patch)
-                return
-            except Conflict:
-                fresh = node_info(self.kube.node(action.node), self.keys)
-                why = may(fresh)
-                if why:
-                    self.abandoned.add(action.node)
-                    self.log.event(
-                        "skip",
-                        node=action.node,
-                        reason="changed-under-us",
-                        detail=why,
-                        next="next cycle re-reads the node",
-                    )
-                    return
-                rv = fresh.resource_version
-        raise KubeError(f"patch node {action.node}: still conflicting after {PATCH_TRIES} tries")
-
-    def _cordon_body(self, action: Cordon, fresh: NodeInfo | None) -> dict[str, Any]:
-        notes: dict[str, str | None] = dict.fromkeys(action.clear_keys)
-        notes.update(action.annotations)
-        if fresh is not None:  # the node moved on: record what it is now
-            notes[self.keys.boot_id] = fresh.boot_id
-            notes[self.keys.gpu_capacity] = str(fresh.gpu_capacity)
-        return {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
-
-    def _may_cordon(self, fresh: NodeInfo) -> str:
-        if fresh.unschedulable:
-            return "node was cordoned by someone else"
-        if fresh.annotation(self.keys.hold) is not None:
-            return "node now carries hold"
-        if fresh.annotation(self.keys.reason) is not None:
-            return "node already carries the guard's cordon"
-        return ""
-
-    def _may_touch(self, action: Action) -> Callable[[NodeInfo], str]:
-        def check(fresh: NodeInfo) -> str:
-            if fresh.annotation(self.keys.reason) is None:
-                return "guard annotations are gone"
-            if isinstance(action, Uncordon):
-                if not fresh.unschedulable:
-                    return "node was uncordoned meanwhile"
-                if fresh.annotation(self.keys.hold) is not None:
-                    return "node now carries hold"
-            if isinstance(action, ClearGuardAnnotations) and fresh.unschedulable:
-                return "node was cordoned again"
-            return ""
-
-        return check
+    # -- one line per outcome -------------------------------------------------------------------
+    def _log(self, o: Outcome) -> None:
+        a = o.action
+        match o.status:
+            case "noted":
+                assert isinstance(a, Skip)
+                self.log.decision(*a.log_line(), a.level)
+            case "applied":
+                event, fields = a.log_line()
+                self.log.emit(event, {**fields, "result": o.detail} if o.detail else fields)
+            case "already-done" | "skipped":
+                level: Level = "WARN" if o.reason == "earlier-write-failed" else "INFO"
+                detail = f"{o.type_word}: {o.detail}"
+                self.log.emit("skip", _skip_fields(a, o.reason, detail), level)
+            case "failed":
+                self.log.emit("write-failed", _failed_fields(o), "ERROR")
+            case "would-apply":
+                raise AssertionError("only the dry run prints")
+            case _:
+                assert_never(o.status)
 
     # -- other writes ---------------------------------------------------------------------------
-    def _create_job(self, action: CreateJob) -> None:
-        try:
-            self.kube.create_job(action.namespace, action.manifest)
-        except Conflict:
-            self.log.event(
-                "skip",
-                node=action.node,
-                reason="job-exists",
-                detail=action.name,
-                next="observed next cycle",
+    def _remember(self, node: dict[str, Any]) -> None:
+        """The node's uid and version for the Events about it (after a patch: the new one)."""
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if name:
+            self._refs[name] = events.NodeRef(
+                name, str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
             )
 
-    def _append_ledger(self, action: AppendLedgerLine) -> None:
-        for _ in range(LEDGER_TRIES):
-            cm = self.kube.configmap(self.namespace, action.configmap)
-            try:
-                if cm is None:
-                    self.kube.create_configmap(
-                        self.namespace,
-                        {
-                            "metadata": {
-                                "name": action.configmap,
-                                "namespace": self.namespace,
-                                "labels": {"app.kubernetes.io/name": "gpu-node-guard"},
-                            },
-                            "data": {action.node: ledger.append_to_text("", action.line)},
-                        },
-                    )
-                    return
-                data = dict(cm.get("data") or {})
-                text = data.get(action.node, "")
-                if action.line in text.splitlines():
-                    return  # an earlier try landed
-                data[action.node] = ledger.append_to_text(text, action.line)
-                cm["data"] = data
-                self.kube.replace_configmap(self.namespace, action.configmap, cm)
-                return
-            except Conflict:
-                continue
-        raise KubeError(f"ledger {action.configmap}: still conflicting after {LEDGER_TRIES} tries")
-
-    def _event(self, action: EmitEvent) -> None:
-        body = {
-            "metadata": {"generateName": f"{action.node}.gng-", "namespace": NODE_EVENT_NAMESPACE},
-            "involvedObject": {"kind": "Node", "name": action.node, "apiVersion": "v1"},
-            "reason": action.event_reason,
-            "message": action.message[:1024],
-            "type": action.event_type,
-            "source": {"component": "gpu-node-guard"},
-            "reportingComponent": "gpu-node-guard",
-        }
+    def _create_job(self, action: CreateJob) -> Outcome:
         try:
-            self.kube.create_event(NODE_EVENT_NAMESPACE, body)
-        except KubeError as exc:  # an Event is a courtesy; the node write already happened
-            self.log.event("event-failed", "WARN", node=action.node, error=str(exc))
-            return
-        self.log.line(str(action))
-        self.applied.append(action)
+            self.kube.create_job(action.namespace, action.manifest)
+        except Conflict:  # a retried create whose first try landed, or another guard run
+            return Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
+        return Outcome(action, "applied")
+
+    def _append_ledger(self, action: AppendLedgerLine) -> Outcome:
+        target = ledger_store.LedgerTarget(
+            self.s.namespace, action.configmap, self.s.ledger_archive_bytes
+        )
+        done = ledger_store.append(self.kube, target, action.node, action.line)
+        if done.already:
+            return Outcome(action, "already-done", "line-present", "the ledger has this line")
+        detail = ""
+        if done.archive:
+            detail = f"moved {done.moved_lines} oldest lines to configmap/{done.archive}"
+        return Outcome(action, "applied", detail=detail)
+
+    def _event(self, action: EmitEvent) -> Outcome:
+        ref = self._refs.get(action.node)
+        if ref is None or not ref.uid:
+            try:
+                found = self.kube.node(action.node)
+            except NotFound:
+                found = {"metadata": {"name": action.node}}  # still recorded, by name only
+            self._remember(found)
+            ref = self._refs.get(action.node) or events.NodeRef(action.node, "", "")
+        done = events.emit(self.kube, action, ref, events.Reporter(self.instance, self.snap.now))
+        if done.already:
+            return Outcome(action, "already-done", "event-counted", "this observation is counted")
+        return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")
 
 
-def _body(action: Any, _fresh: NodeInfo | None) -> dict[str, Any]:
-    match action:
-        case Uncordon():
-            notes = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": notes}, "spec": {"unschedulable": False}}
-        case ClearGuardAnnotations():
-            notes = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": notes}}
-        case SetHold():
-            return {"metadata": {"annotations": {action.key: action.text}}}
-        case Annotate():
-            return {"metadata": {"annotations": dict(action.annotations)}}
-    raise TypeError(f"no patch body for {action!r}")
+def _skip_fields(action: Action, why: str, detail: str) -> dict[str, Value]:
+    nexts = {
+        "earlier-write-failed": "next cycle re-reads the node and plans again",
+        "changed-under-us": "next cycle re-reads the node",
+    }
+    planned = action.log_line()[1].get("next")  # already done: what the write itself pointed to
+    return {
+        "node": action.node,
+        "reason": why,
+        "detail": detail,
+        "next": nexts.get(why) or planned or "nothing to do",
+    }
+
+
+def _failed_fields(o: Outcome) -> dict[str, Value]:
+    later = "later writes on this node are skipped; " if isinstance(o.action, NodePatch) else ""
+    return {
+        "node": o.action.node,
+        "action": o.type_word,
+        "reason": o.action.reason,
+        "error": o.detail,
+        "next": f"{later}the run exits 1; the next cycle reads the cluster again",
+    }
+
+
+def _archived_event(action: AppendLedgerLine, detail: str) -> EmitEvent:
+    return EmitEvent(
+        action.node,
+        "ledger-archived",
+        "Normal",
+        "GuardLedgerArchived",
+        f"gpu-node-guard {detail} (ledger {action.configmap} near its size limit); "
+        "card and slot counts still read the archive",
+        incident=detail,
+    )

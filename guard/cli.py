@@ -6,9 +6,11 @@ import functools
 import importlib
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,12 +24,14 @@ from guard.bundle import BundleError, load_bundle
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
-from guard.log import Log
-from guard.names import Annotations, is_dns_subdomain
+from guard.log import Log, Value
+from guard.names import is_dns_subdomain
+from guard.outcome import Outcome, failed, tally
 from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.prom import PromClient, PromError
+from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
     SnapshotError,
@@ -206,12 +210,10 @@ def run(
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
-    log.line("settings " + " ".join(f"{k}={v}" for k, v in s.as_log_pairs() if k != "kubeconfig"))
+    log.emit("settings", _settings_fields(s))
     try:
         templates = load_bundle().templates  # every shipped file checked before anything runs
-        actions, _executor, counters = _cycle(
-            s, templates, log, dry_run, at, cluster_snapshot, output
-        )
+        result = _cycle(s, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
@@ -225,30 +227,55 @@ def run(
         )
         sys.exit(1)
     if output == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "at": counters["at"],
-                    "dry_run": dry_run,
-                    "actions": [_json_action(a) for a in actions],
-                    "counts": counters,
-                },
-                sort_keys=False,
-            )
-        )
+        click.echo(json.dumps(result.to_json(), sort_keys=False))
+    if failed(result.outcomes):
+        sys.exit(1)
 
 
-def _cycle(
-    s: Settings,
-    templates: JobTemplates,
-    log: Log,
-    dry_run: bool,
-    at: datetime | None,
-    snapshot_file: Path | None,
-    output: str,
-) -> tuple[tuple[Action, ...], Any, dict[str, Any]]:
+def _settings_fields(s: Settings) -> dict[str, Value]:
+    """The one `settings` line, sorted, values typed (lists comma-joined); no kubeconfig path."""
+    out: dict[str, Value] = {}
+    for f in sorted(setting_fields(), key=lambda f: f.name):
+        value = getattr(s, f.name)
+        if f.name != "kubeconfig":
+            out[f.name] = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """How `run` was asked to read and what to do with the plan."""
+
+    dry_run: bool
+    at: datetime | None
+    snapshot_file: Path | None
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one cycle did: the plan, what became of each action, and the counts built from that."""
+
+    dry_run: bool
+    actions: tuple[Action, ...]
+    outcomes: tuple[Outcome, ...]
+    counts: dict[str, Value]
+
+    def to_json(self) -> dict[str, Any]:
+        """``--output json``: every action with its outcome, and the `done` line's counts."""
+        rows = []
+        for o in self.outcomes:
+            row = to_json(o.action)
+            row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
+            rows.append(row)
+        return {"at": self.counts["at"], "dry_run": self.dry_run, "actions": rows,
+                "counts": self.counts}  # fmt: skip
+
+
+def _cycle(s: Settings, templates: JobTemplates, log: Log, inputs: Inputs) -> CycleResult:
     started = time.monotonic()
-    now = at or datetime.now(UTC).replace(microsecond=0)
+    backoff = Backoff(started + s.cycle_deadline_s)
+    now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     token = (
         Path(s.prometheus_bearer_token_file).read_text().strip()
         if s.prometheus_bearer_token_file
@@ -256,49 +283,44 @@ def _cycle(
     )
     prom = PromClient(s.prometheus_url, s.prometheus_timeout_s, token)
     kube = None
-    if snapshot_file is not None:  # a bad file is reported before any query runs
-        objs = load_cluster_file(snapshot_file, s)
+    if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
+        objs = load_cluster_file(inputs.snapshot_file, s)
         view = read_prom(prom, s, now)
     else:
         view = read_prom(prom, s, now)
-        kube = Kube.connect(
-            s.kubeconfig, in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        )
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
         objs = read_cluster(kube, s)
     snap = build_snapshot(now, objs, view, s)
     actions = plan_cycle(snap, s, templates)
-    if dry_run:
-        stream = sys.stderr if output == "json" else sys.stdout
-        executor: Any = PrintExecutor(Log(log.fmt, stream), show_manifests=output == "text")
+    executor: PrintExecutor | KubeExecutor
+    if inputs.dry_run:
+        stream = sys.stderr if inputs.output == "json" else sys.stdout
+        printer_log = Log(log.fmt, stream, log.clock)
+        executor = PrintExecutor(printer_log, show_manifests=inputs.output == "text")
     else:
         assert kube is not None
-        executor = KubeExecutor(kube, log, Annotations(s.annotation_prefix), s.namespace)
+        executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
     for action in actions:
         executor.apply(action)
-    counts = _counts(actions)
-    counters = {
+    executor.log.summarise()
+    outcomes = tuple(executor.outcomes)
+    counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
         "candidates": len({c.node for c in view.candidates}),
-        **counts,
+        **tally(outcomes),
         "prometheus_requests": prom.requests_made,
         "api_requests": kube.requests_made if kube else 0,
+        "api_retries": backoff.waits,
         "elapsed_s": round(time.monotonic() - started, 3),
     }
-    log.event("done", **{k: v for k, v in counters.items() if k != "at"})
-    return actions, executor, counters
-
-
-def _counts(actions: tuple[Action, ...]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for a in actions:
-        word = to_json(a)["type"].replace("-", "_")
-        counts[word] = counts.get(word, 0) + 1
-    return counts
-
-
-def _json_action(action: Action) -> dict[str, Any]:
-    return to_json(action)
+    bad = len(failed(outcomes))
+    done = {k: v for k, v in counts.items() if k != "at"}
+    if bad:
+        done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
+    log.emit("done", done, "ERROR" if bad else "INFO")
+    return CycleResult(inputs.dry_run, actions, outcomes, counts)
 
 
 def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

@@ -1,7 +1,11 @@
-"""The one door to the Kubernetes API: raw JSON in and out, typed errors, a request counter.
+"""The one door to the Kubernetes API: raw JSON in and out over HTTP, typed errors, retries.
 
-Responses are read as plain dicts (``_preload_content=False``) so the snapshot code sees the same
-shape as a ``kubectl get -o json`` file, and 5,000 nodes do not become 5,000 model objects.
+Requests go out with `requests` (the kubernetes package only loads the kubeconfig or the pod's
+ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -o json`` file,
+and 5,000 nodes never become 5,000 model objects.
+
+Errors are typed (guard.kube_errors); 429, 5xx, connection resets and refusals and timeouts
+are retried with jittered backoff until the cycle's deadline (guard.retry), then `Unavailable`.
 """
 
 from __future__ import annotations
@@ -10,82 +14,150 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from urllib3.exceptions import HTTPError
+import requests
+
+from guard.kube_errors import AlreadyExists as AlreadyExists
+from guard.kube_errors import Conflict as Conflict
+from guard.kube_errors import Forbidden as Forbidden
+from guard.kube_errors import KubeError as KubeError
+from guard.kube_errors import NotFound as NotFound
+from guard.kube_errors import Refused as Refused
+from guard.kube_errors import Unavailable as Unavailable
+from guard.kube_errors import decode, first_line, socket_reason, status_text, typed
+from guard.names import FIELD_MANAGER
+from guard.retry import Backoff
 
 if TYPE_CHECKING:
-    from kubernetes import client
+    from kubernetes.client import Configuration
 
 PAGE = 500
-
-
-class KubeError(Exception):
-    """An API call failed; the message is one line."""
-
-
-class Conflict(KubeError):
-    """409: the object changed since it was read."""
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Forbidden(KubeError):
-    pass
+MERGE_PATCH = "application/merge-patch+json"
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+CONNECT_TIMEOUT_S = 5.0
+EVENTS = "/apis/events.k8s.io/v1"
 
 
 @dataclass
 class Kube:
-    api: client.ApiClient  # the kubernetes package is imported on first use: it costs ~0.4 s
+    session: requests.Session
+    base_url: str
+    backoff: Backoff = field(default_factory=lambda: Backoff.for_seconds(60.0))
+    request_timeout_s: float = 10.0
     requests_made: int = 0
-    _core: Any = field(init=False, repr=False)
-    _batch: Any = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        from kubernetes import client
-
-        self._core = client.CoreV1Api(self.api)
-        self._batch = client.BatchV1Api(self.api)
+    refresh: Any = field(default=None, repr=False)  # re-reads an expiring token (exec, in-cluster)
 
     @classmethod
-    def connect(cls, kubeconfig: str, in_cluster: bool = True) -> Kube:
+    def connect(
+        cls,
+        kubeconfig: str,
+        in_cluster: bool = True,
+        backoff: Backoff | None = None,
+        request_timeout_s: float = 10.0,
+    ) -> Kube:
         """`kubeconfig` when given; else the pod's ServiceAccount inside a cluster, else the
         user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does."""
         from kubernetes import client, config
 
+        cfg = client.Configuration()
         try:
             if kubeconfig or not in_cluster:
-                api = config.new_client_from_config(config_file=kubeconfig or None)
+                config.load_kube_config(config_file=kubeconfig or None, client_configuration=cfg)
             else:
-                config.load_incluster_config()
-                api = client.ApiClient()
+                config.load_incluster_config(client_configuration=cfg)
         except (config.ConfigException, OSError, TypeError, ValueError) as exc:
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
-            raise KubeError(f"cannot load Kubernetes config from {where}: {exc}") from None
-        return cls(api)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None
+        kube = cls.from_configuration(cfg, backoff or Backoff.for_seconds(60.0))
+        kube.request_timeout_s = request_timeout_s
+        return kube
 
-    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Every request goes through here: counted, JSON-decoded, errors typed."""
-        from kubernetes.client.rest import ApiException
+    @classmethod
+    def from_configuration(cls, cfg: Configuration, backoff: Backoff) -> Kube:
+        session = requests.Session()
+        # The kubeconfig decides trust, proxy and credentials, not the environment: with
+        # trust_env, REQUESTS_CA_BUNDLE would replace the cluster's CA (psf/requests#3829) and a
+        # ~/.netrc entry the bearer token.
+        session.trust_env = False
+        session.verify = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
+        if cfg.cert_file:
+            session.cert = (cfg.cert_file, cfg.key_file)
+        if cfg.proxy:
+            session.proxies = {"https": cfg.proxy, "http": cfg.proxy}
+        kube = cls(session, cfg.host.rstrip("/"), backoff)
+        kube.refresh = lambda: _authorize(session, cfg)
+        kube.refresh()
+        return kube
 
+    # The door ---------------------------------------------------------------------------------
+    def call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Every request goes through here: counted, retried while transient, errors typed."""
+        attempt = 0
+        while True:
+            attempt += 1
+            problem = self._send(method, path, what, params, body, content_type)
+            if isinstance(problem, dict):
+                return problem
+            if not self.backoff.wait(attempt):
+                tries = "1 try" if attempt == 1 else f"{attempt} tries"
+                raise Unavailable(f"{what}: {problem} (gave up after {tries})")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        params: dict[str, Any] | None,
+        body: dict[str, Any] | None,
+        content_type: str,
+    ) -> dict[str, Any] | str:
+        """The decoded answer, or the reason a retry may help; raises when it cannot."""
+        remaining = self.backoff.remaining_s()
+        if remaining <= 0:
+            return "the cycle's deadline has passed"
+        if self.refresh is not None:
+            self.refresh()
         self.requests_made += 1
+        timeout = (min(CONNECT_TIMEOUT_S, remaining), min(self.request_timeout_s, remaining))
         try:
-            response = fn(*args, _preload_content=False, **kwargs)
-        except ApiException as exc:
-            raise _typed(what, exc) from None
-        except (HTTPError, OSError) as exc:
-            raise KubeError(f"{what}: cannot reach the API server: {exc}") from None
-        except ValueError as exc:  # the client validates bodies locally (pydantic) before sending
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise KubeError(f"{what}: request refused by the client: {first}") from None
-        data = response.data
-        return json.loads(data) if data else {}
+            answer = self.session.request(
+                method,
+                self.base_url + path,
+                params={k: v for k, v in (params or {}).items() if v not in (None, "")},
+                data=None if body is None else json.dumps(body),
+                headers={"Content-Type": content_type, "Accept": "application/json"},
+                timeout=timeout,
+            )
+            content = answer.content
+        except requests.Timeout:
+            return f"no answer within {timeout[1]:g} s"
+        except (requests.exceptions.SSLError, requests.exceptions.InvalidURL) as exc:
+            raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused, cut off
+        except requests.RequestException as exc:
+            raise KubeError(f"{what}: {first_line(exc)}") from None
+        if answer.status_code in TRANSIENT:
+            return status_text(answer.status_code, answer.reason, content)
+        if answer.status_code >= 400:
+            raise typed(what, answer.status_code, answer.reason, content)
+        return decode(what, content)
 
-    def list_all(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def list_all(self, path: str, what: str, **params: Any) -> Iterator[dict[str, Any]]:
         token = None
         while True:
-            page = self.call(what, fn, *args, limit=PAGE, _continue=token, **kwargs)
+            page = self.call("GET", path, what, params={**params, "limit": PAGE, "continue": token})
             items: list[dict[str, Any]] = page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             del page  # hand items out one by one and let each go: at most one page is alive
@@ -95,98 +167,112 @@ class Kube:
             if not token:
                 return
 
+    def _get(self, path: str, what: str) -> dict[str, Any] | None:
+        try:
+            return self.call("GET", path, what)
+        except NotFound:
+            return None
+
     # Reads ------------------------------------------------------------------------------------
     def nodes(self) -> Iterator[dict[str, Any]]:
         """Every Node, page by page, so a caller can keep only what it needs of each."""
-        return (_kinded(n, "Node") for n in self.list_all("list nodes", self._core.list_node))
+        return (_kinded(n, "Node") for n in self.list_all("/api/v1/nodes", "list nodes"))
 
     def node(self, name: str) -> dict[str, Any]:
-        return _kinded(self.call(f"get node {name}", self._core.read_node, name), "Node")
+        return _kinded(self.call("GET", f"/api/v1/nodes/{_q(name)}", f"get node {name}"), "Node")
 
     def running_pods_on(self, node: str) -> list[dict[str, Any]]:
         """Running pods of one node (asked only for the few nodes the guard cordoned)."""
         pods = self.list_all(
+            "/api/v1/pods",
             f"list pods on {node}",
-            self._core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node},status.phase=Running",
+            fieldSelector=f"spec.nodeName={node},status.phase=Running",
         )
         return [_kinded(p, "Pod") for p in pods]
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        jobs = self.list_all(
-            f"list jobs in {namespace}",
-            self._batch.list_namespaced_job,
-            namespace,
-            label_selector=selector,
-        )
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+        jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)
         return [_kinded(j, "Job") for j in jobs]
 
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found = self.call(
-                f"get configmap {namespace}/{name}",
-                self._core.read_namespaced_config_map,
-                name,
-                namespace,
-            )
-        except NotFound:
-            return None
-        return _kinded(found, "ConfigMap")
+        found = self._get(_cm(namespace, name), f"get configmap {namespace}/{name}")
+        return None if found is None else _kinded(found, "ConfigMap")
+
+    def configmaps(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        found = self.list_all(
+            _cm(namespace), f"list configmaps in {namespace}", labelSelector=selector
+        )
+        return [_kinded(c, "ConfigMap") for c in found]
+
+    def events(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
+        found = self.list_all(path, f"list events in {namespace}", labelSelector=selector)
+        return [_kinded(e, "Event") for e in found]
+
+    def event(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(_event(namespace, name), f"get event {namespace}/{name}")
 
     # Writes -----------------------------------------------------------------------------------
     def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(
-            self.call(
-                f"patch node {name}",
-                self._core.patch_node,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
-                field_manager="gpu-node-guard",
-            )
+        return self._write("PATCH", f"/api/v1/nodes/{_q(name)}", f"patch node {name}", body)
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+        what = f"create job {namespace}/{manifest['metadata']['name']}"
+        return self._write("POST", path, what, manifest)
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create configmap {namespace}/{body['metadata']['name']}"
+        return self._write("POST", _cm(namespace), what, body)
+
+    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write(
+            "PUT", _cm(namespace, name), f"update configmap {namespace}/{name}", body
         )
 
-    def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
-        self.call(
-            f"create job {namespace}/{manifest['metadata']['name']}",
-            self._batch.create_namespaced_job,
-            namespace,
-            manifest,
-            field_manager="gpu-node-guard",
+    def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
+        return self._write("POST", path, f"create event {body['metadata']['name']}", body)
+
+    def patch_event(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write("PATCH", _event(namespace, name), f"patch event {name}", body)
+
+    def _write(self, method: str, path: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(
+            method,
+            path,
+            what,
+            params={"fieldManager": FIELD_MANAGER},
+            body=body,
+            content_type=MERGE_PATCH if method == "PATCH" else "application/json",
         )
 
-    def create_configmap(self, namespace: str, body: dict[str, Any]) -> None:
-        self.call(
-            f"create configmap {namespace}/{body['metadata']['name']}",
-            self._core.create_namespaced_config_map,
-            namespace,
-            body,
-        )
 
-    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self.call(
-            f"update configmap {namespace}/{name}",
-            self._core.replace_namespaced_config_map,
-            name,
-            namespace,
-            body,
-        )
+def _authorize(session: requests.Session, cfg: Configuration) -> None:
+    """The kubeconfig user's or ServiceAccount's credentials as the client would send them
+    (bearer token, or basic auth), refreshed when they expire (exec plugins, projected tokens)."""
+    if cfg.refresh_api_key_hook is not None:
+        cfg.refresh_api_key_hook(cfg)
+    for auth in cfg.auth_settings().values():
+        if auth.get("in") == "header" and str(auth.get("value") or "").strip():
+            # A token file may end in a newline; a header value must not (requests refuses it).
+            session.headers[str(auth["key"])] = str(auth["value"]).strip()
 
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.call("create event", self._core.create_namespaced_event, namespace, body)
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _cm(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{_q(namespace)}/configmaps"
+    return f"{base}/{_q(name)}" if name else base
+
+
+def _event(namespace: str, name: str) -> str:
+    return f"{EVENTS}/namespaces/{_q(namespace)}/events/{_q(name)}"
 
 
 def _kinded(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     obj.setdefault("kind", kind)  # list items carry no kind
     return obj
-
-
-def _typed(what: str, exc: Any) -> KubeError:
-    message = ""
-    try:
-        message = json.loads(exc.body or "{}").get("message", "")
-    except (ValueError, AttributeError):
-        message = ""
-    text = f"{what}: HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
-    kinds = {409: Conflict, 404: NotFound, 403: Forbidden}
-    return kinds.get(exc.status or 0, KubeError)(text.splitlines()[0] if text else what)

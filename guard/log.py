@@ -1,65 +1,120 @@
-"""On-call log lines: ``<UTC time> <LEVEL> <event> key=value …`` or the same keys as JSON."""
+"""On-call log lines: ``<UTC time> <LEVEL> <event> key=value …`` or the same fields as JSON.
+
+Both formats are built from one list of fields, so a JSON line carries the values' own types
+(``held_s`` is a number, ``dry_run`` a boolean) and never a key twice. Decision lines (a skip, a
+pending candidate) are bounded per kind in a cycle: after `DECISION_LINES` of one kind the rest
+are counted and summarised in one line by `summarise()`.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TextIO
 
-from guard.actions import _kv
-
 LogFormat = Literal["text", "json"]
+Level = str  # INFO, WARN or ERROR for the guard's own lines
+Value = str | int | float | bool | None
+Fields = Mapping[str, Value]
+
+# Keys every line has (or may have) of its own; no field may reuse one.
+RESERVED = frozenset({"time", "level", "event", "dry_run"})
+DECISION_LINES = 20
+
+
+def format_value(value: Value) -> str:
+    """A value as the text line shows it: quoted when it holds spaces or quotes.
+
+    >>> format_value("a b"), format_value(600), format_value(True), format_value('x"y')
+    ('"a b"', '600', 'true', '"x\\\\"y"')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    if not text or any(ch.isspace() for ch in text) or '"' in text:
+        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def shown(fields: Fields) -> dict[str, Value]:
+    """The fields a line carries: empty values (None, "") are left out of both formats."""
+    return {k: v for k, v in fields.items() if v is not None and v != ""}
+
+
+def format_line(event: str, fields: Fields) -> str:
+    """``event key=value …``, the text form of one line (without time and level).
+
+    >>> format_line("skip", {"node": "gpu-17", "reason": "hold", "detail": None, "held_s": 60})
+    'skip node=gpu-17 reason=hold held_s=60'
+    """
+    return " ".join([event, *(f"{k}={format_value(v)}" for k, v in shown(fields).items())])
 
 
 @dataclass
 class Log:
     fmt: LogFormat = "text"
     stream: TextIO = field(default_factory=lambda: sys.stderr)
-    clock: object = None  # tests pass a fixed datetime; None means wall clock
+    clock: datetime | None = None  # tests pass a fixed instant; None means the wall clock
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    _examples: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
 
     def _now(self) -> str:
-        now = self.clock if isinstance(self.clock, datetime) else datetime.now(UTC)
+        now = self.clock or datetime.now(UTC)
         return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def line(self, text: str, level: str = "INFO") -> None:
-        """Write one preformatted ``event key=value`` line."""
+    def emit(
+        self, event: str, fields: Fields, level: Level = "INFO", *, dry_run: bool = False
+    ) -> None:
+        """Write one line. A dry run's write lines read ``dry-run would <event> …`` in text and
+        carry ``"dry_run": true`` in JSON."""
+        clash = RESERVED & set(fields)
+        if clash:
+            raise ValueError(f"log field {sorted(clash)} is reserved (event {event})")
         if self.fmt == "json":
-            event, _, rest = text.partition(" ")
-            record = {"time": self._now(), "level": level, "event": event, **_pairs(rest)}
-            self.stream.write(json.dumps(record, sort_keys=False) + "\n")
+            record: dict[str, Value] = {"time": self._now(), "level": level, "event": event}
+            if dry_run:
+                record["dry_run"] = True
+            record.update(shown(fields))
+            self.stream.write(json.dumps(record) + "\n")
         else:
-            self.stream.write(f"{self._now()} {level} {text}\n")
+            prefix = "dry-run would " if dry_run else ""
+            self.stream.write(f"{self._now()} {level} {prefix}{format_line(event, fields)}\n")
         self.stream.flush()
 
-    def event(self, event: str, level: str = "INFO", /, **pairs: object) -> None:
-        self.line(_kv(event, **pairs), level)
+    def event(self, event: str, level: Level = "INFO", /, **fields: Value) -> None:
+        self.emit(event, fields, level)
 
+    def decision(self, event: str, fields: Fields, level: Level = "INFO") -> None:
+        """A decision line (skip, pending): the first `DECISION_LINES` of each (event, reason)
+        are written, the rest counted for `summarise()`. WARN and ERROR lines always print."""
+        if level in ("WARN", "ERROR"):
+            self.emit(event, fields, level)
+            return
+        kind = (event, str(fields.get("reason", "")))
+        seen = self._seen.get(kind, 0) + 1
+        self._seen[kind] = seen
+        if seen <= DECISION_LINES:
+            self.emit(event, fields, level)
+        elif seen == DECISION_LINES + 1:
+            self._examples[kind] = str(fields.get("node", ""))
 
-def _pairs(rest: str) -> dict[str, str]:
-    """Split ``k=v k2="quoted v"`` back into a dict (inverse of actions._kv)."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(rest):
-        while i < len(rest) and rest[i] == " ":
-            i += 1
-        eq = rest.find("=", i)
-        if eq < 0:
-            break
-        key, i = rest[i:eq], eq + 1
-        if i < len(rest) and rest[i] == '"':
-            i += 1
-            value = []
-            while i < len(rest) and rest[i] != '"':
-                if rest[i] == "\\" and i + 1 < len(rest):
-                    i += 1
-                value.append(rest[i])
-                i += 1
-            out[key] = "".join(value)
-            i += 1
-        else:
-            end = rest.find(" ", i)
-            end = len(rest) if end < 0 else end
-            out[key], i = rest[i:end], end
-    return out
+    def summarise(self) -> None:
+        """One line per kind of decision that had more lines than were written."""
+        for (event, reason), seen in sorted(self._seen.items()):
+            if seen > DECISION_LINES:
+                self.emit(
+                    "summary",
+                    {
+                        "of": event,
+                        "reason": reason,
+                        "shown": DECISION_LINES,
+                        "more": seen - DECISION_LINES,
+                        "first_not_shown": self._examples.get((event, reason), ""),
+                        "next": "--output json lists every decision",
+                    },
+                )
+        self._seen.clear()
+        self._examples.clear()

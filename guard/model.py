@@ -87,7 +87,7 @@ class NodeInfo:
     gpu_capacity: int
     gpu_allocatable: int
     annotations: tuple[tuple[str, str], ...] = ()
-    uid: str = ""
+    uid: str = ""  # metadata.uid: Events name the node by it (kubectl describe matches it)
     cordon: CordonRecord | None = None
     hold: str | None = None
     reset_done: str | None = None
@@ -158,6 +158,16 @@ class PromView:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardEvent:
+    """One of the guard's own Events (label-selected in `default`), by its deterministic name."""
+
+    name: str
+    node: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[NodeInfo, ...]
@@ -165,6 +175,7 @@ class Snapshot:
     gpu_pods: tuple[GpuPod, ...]
     ledger: tuple[LedgerLine, ...]
     prom: PromView
+    events: tuple[GuardEvent, ...] = ()
     # Objects the guard could not even name (a Node or guard Job without a name, only possible
     # in a hand-made file): one line each, reported and otherwise ignored.
     ignored: tuple[str, ...] = ()

@@ -13,6 +13,19 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
+# events.k8s.io/v1 `reportingController` (a qualified name, like `kubernetes.io/kubelet`).
+REPORTING_CONTROLLER = "gpu-node-guard.io/gpu-node-guard"
+
+
+def ledger_archive_pattern(ledger: str) -> str:
+    """The names of the ledger's archives, ``<ledger>-archive-<n>`` with n = 1..999999: what the
+    guard creates (guard.ledger_store) and all that the ledger policies let it create.
+
+    >>> ledger_archive_pattern("ledger")
+    '^ledger-archive-[1-9][0-9]{0,5}$'
+    """
+    return f"^{re.escape(ledger)}-archive-[1-9][0-9]{{0,5}}$"
+
 
 # Kubernetes object names (apimachinery validation: IsDNS1123Label, IsDNS1123Subdomain).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)

@@ -24,7 +24,7 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
 MAX_XID = 999_999  # the reason annotation carries at most six digits
-LEDGER_NAME_MAX = 240  # a ConfigMap name (253) with room for `-archive-<n>`
+LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
 _IMAGE = re.compile(r"^[!-~]+$", re.ASCII)  # non-empty, printable, no whitespace
 
@@ -106,6 +106,18 @@ class Settings:
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
     loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
     loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # Writes (the executor, the API door, the ledger's storage).
+    cycle_deadline_s: int = _opt(
+        200,
+        "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
+        "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
+    )
+    api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    ledger_archive_bytes: int = _opt(
+        768 * 1024,
+        "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
+        "(the object limit is 1 MiB)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -133,7 +145,7 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_detection(s), *_names(s), *_jobs(s)]
+    checks = [*_detection(s), *_names(s), *_jobs(s), *_writes(s)]
     checks.append((s.prometheus_timeout_s > 0, "prometheus_timeout_s", "must be positive"))
     return [(name, message) for ok, name, message in checks if not ok]
 
@@ -201,6 +213,16 @@ def _jobs(s: Settings) -> list[Check]:
         (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size",
          "must be in 1..65536"),
         (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
+    ]  # fmt: skip
+
+
+def _writes(s: Settings) -> list[Check]:
+    return [
+        (_within(s.cycle_deadline_s, 1, 230), "cycle_deadline_s",
+         "must be in 1..230 (below the CronJob's activeDeadlineSeconds, 240)"),
+        (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
+        (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
+         "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
     ]  # fmt: skip
 
 

@@ -15,11 +15,18 @@ from typing import Any
 
 import yaml
 
-from guard import queries
+from guard import ledger_store, queries
 from guard.kube import Kube
-from guard.ledger import parse_ledger
-from guard.model import GpuPod, GpuSample, PromView, Snapshot
-from guard.names import APP_LABEL, APP_NAME, GPU_RESOURCE, Annotations
+from guard.ledger import LedgerLine, parse_ledger
+from guard.model import GpuPod, GpuSample, GuardEvent, PromView, Snapshot
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    NODE_EVENT_NAMESPACE,
+    Annotations,
+)
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.pci import PciAddressError, normalize_pci
@@ -41,6 +48,8 @@ class ClusterObjects:
     pods: tuple[dict[str, Any], ...]
     jobs: tuple[dict[str, Any], ...]
     ledger: dict[str, Any] | None
+    ledger_archives: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
 
 
 # ---- Prometheus -----------------------------------------------------------------------------
@@ -134,7 +143,9 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
 
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
-    by_kind: dict[str, list[dict[str, Any]]] = {"Node": [], "Pod": [], "Job": [], "ConfigMap": []}
+    by_kind: dict[str, list[dict[str, Any]]] = {
+        "Node": [], "Pod": [], "Job": [], "ConfigMap": [], "Event": []
+    }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
         if kind in by_kind:
@@ -151,6 +162,8 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
         tuple(by_kind["Pod"]),
         tuple(by_kind["Job"]),
         ledgers[0] if ledgers else None,
+        tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
+        tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
     )
 
 
@@ -181,10 +194,24 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         tuple(sorted(nodes, key=lambda n: n.name)),
         tuple(jobs),
         pods,
-        parse_ledger(data),
+        _ledger_lines(data, objs.ledger_archives),
         prom,
+        guard_events(objs.events),
         tuple(ignored),
     )
+
+
+def _ledger_lines(
+    data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
+) -> tuple[LedgerLine, ...]:
+    """The ledger's lines with its archives' (oldest first, a line stored twice counted once).
+
+    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
+    """
+    text = {str(k): v for k, v in data.items() if isinstance(v, str)}
+    odd = {k: v for k, v in data.items() if not isinstance(v, str)}
+    lines = parse_ledger(ledger_store.merged(text, archives)) + parse_ledger(odd)
+    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
 def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
@@ -236,8 +263,45 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
         pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
         jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
+        ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
+        events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),
     )
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+# ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------
+
+
+def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
+    labels = (cm.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(COMPONENT_LABEL) == ledger_store.ARCHIVE_COMPONENT
+        and ledger_store.archive_index(s.ledger_configmap, _meta(cm, "name")) is not None
+        and _meta(cm, "namespace") in ("", s.namespace)
+    )
+
+
+def _is_guard_event(event: Mapping[str, Any]) -> bool:
+    labels = (event.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(APP_LABEL) == APP_NAME)
+
+
+def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
+    """The guard's Events about nodes (events.k8s.io/v1 ``regarding`` or core ``involvedObject``).
+
+    >>> guard_events([{"metadata": {"name": "n.gng-1"}, "reason": "GuardCordoned",
+    ...                "regarding": {"kind": "Node", "name": "n"}, "series": {"count": 3}}])
+    (GuardEvent(name='n.gng-1', node='n', reason='GuardCordoned', count=3),)
+    """
+    out = []
+    for e in found:
+        about = e.get("regarding") or e.get("involvedObject") or {}
+        if about.get("kind") != "Node":
+            continue
+        count = (e.get("series") or {}).get("count") or e.get("count") or 1
+        out.append(GuardEvent(_meta(e, "name"), str(about.get("name", "")),
+                              str(e.get("reason", "")), int(count)))  # fmt: skip
+    return tuple(sorted(out, key=lambda g: g.name))

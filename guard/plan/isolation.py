@@ -185,7 +185,7 @@ def _cordon(
     return (
         Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
                f"job/{job.name}", present(node, k.record_keys)),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
         ledger_append(s, incident, reason),
         job,
     )  # fmt: skip

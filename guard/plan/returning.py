@@ -106,10 +106,13 @@ def _progress(
 def _repairs(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
 ) -> tuple[Action, ...]:
-    """Finish a cordon whose later writes failed: the ledger line, then a fresh evidence Job.
+    """Finish a cordon whose later writes failed: the ledger line, a fresh evidence Job, the
+    cordon Event.
 
     The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
-    deleted later, or that expired, is not resurrected.
+    deleted later, or that expired, is not resurrected; after that, while the cordon Event would
+    still be alive, a WARN says the Job is missing. The cordon Event is re-emitted (same name as
+    the lost one) while younger than `EVENT_REPAIR_S`.
     """
     if c.xid is None or c.gpu is None or c.at is None:
         return ()
@@ -118,10 +121,45 @@ def _repairs(
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, "repair-ledger"))
     job = evidence_job(snap, s, t, incident, "repair-evidence")
-    fresh = (snap.now - incident.at).total_seconds() <= 2 * s.cadence_s
-    if fresh and all(j.name != job.name for j in snap.jobs):
-        out.append(job)
+    age_s = (snap.now - incident.at).total_seconds()
+    if all(j.name != job.name for j in snap.jobs):
+        if age_s <= 2 * s.cadence_s:
+            out.append(job)
+        elif age_s <= EVENT_REPAIR_S:
+            out.append(_evidence_missing(node, job.name, age_s, s))
+    event = _cordon_event(incident, job.name)
+    if age_s <= EVENT_REPAIR_S and all(e.name != event.name for e in snap.events):
+        out.append(event)
     return tuple(out)
+
+
+# The API server keeps an Event 1 h after its last write (--event-ttl); re-emitting a cordon Event
+# later than this could recreate one that simply expired.
+EVENT_REPAIR_S = 50 * 60
+
+
+def _cordon_event(incident: Incident, job: str) -> EmitEvent:
+    at = ledger.format_time(incident.at)
+    return EmitEvent(
+        incident.node,
+        "repair-event",
+        "Warning",
+        "GuardCordoned",
+        f"cordoned by gpu-node-guard at {at}: Xid {incident.xid} on GPU {incident.pci} "
+        f"{incident.uuid}; evidence job/{job} (Event written late: its first write failed)",
+        incident=at,
+    )
+
+
+def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Skip:
+    return Skip(
+        node.name,
+        "evidence-missing",
+        f"job/{job} does not exist and the cordon is {int(age_s)}s old; evidence Jobs are "
+        f"created only within {2 * s.cadence_s}s of the cordon (the node may have rebooted since)",
+        f"collect by hand if still useful: gpu-node-guard render evidence --node {node.name}",
+        level="WARN",
+    )
 
 
 def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:

@@ -8,9 +8,9 @@ Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's name
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from guard.names import ledger_archive_pattern
 from guard.policies.cel import Validation, quote, regex
 from guard.policies.common import PREFIX, in_namespace, policy, rule
 from guard.settings import Settings
@@ -20,8 +20,8 @@ NODE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 def archive_pattern(s: Settings) -> str:
-    """`<ledger>-archive-<n>`, n = 1, 2, … (the archives core-write creates)."""
-    return f"^{re.escape(s.ledger_configmap)}-archive-[1-9][0-9]{{0,5}}$"
+    """`<ledger>-archive-<n>`, n = 1..999999: the archives guard.ledger_store creates."""
+    return ledger_archive_pattern(s.ledger_configmap)
 
 
 def is_ledger(s: Settings) -> str:

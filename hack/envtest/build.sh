@@ -5,7 +5,11 @@
 #   hack/envtest/build.sh                   build (or reuse) and report the directory on stderr
 #   hack/envtest/build.sh --print-path      print only the directory holding both binaries
 #   hack/envtest/build.sh --update-modules  build, then write the resolved go.mod/go.sum back
-#                                           into hack/envtest/{kube,etcd}/
+#                                           into hack/envtest/{kube,etcd}/ (and kubectl/ with
+#                                           --kubectl)
+#   hack/envtest/build.sh --kubectl         also build (or reuse) kubectl of the same version
+#   hack/envtest/build.sh --print-kubectl   print only the path of that kubectl (nothing is built;
+#                                           exit 1 when it is not there yet)
 #
 # Environment: ENVTEST_VERSION (default v1.34.4), ETCD_VERSION (default v3.6.16),
 # KUBEBUILDER_ASSETS (a directory that already holds kube-apiserver and etcd: nothing is built),
@@ -32,9 +36,15 @@ assets_dir() {
 }
 
 # The cached binary counts only if it reports the version asked for (stamped by -ldflags).
+# Arguments after the wanted text ask for the version (default --version). The answer is read
+# whole first: `grep -q` in a pipe may close it early, and pipefail then reports the binary's
+# SIGPIPE as "not current" (a needless rebuild of etcd, which prints four lines).
 is_current() {
-  local bin=$1 want=$2
-  [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -qF "$want"
+  local bin=$1 want=$2 answer
+  shift 2
+  [[ -x "$bin" ]] || return 1
+  answer="$("$bin" "${@:---version}" 2>/dev/null)" || return 1
+  grep -qF "$want" <<<"$answer"
 }
 
 go_env() {
@@ -74,21 +84,40 @@ prepare_kube_module() {
   go_env mod tidy
 }
 
-build_kube() {
-  local work=$1 minor=${ENVTEST_VERSION#v1.} ldflags="-s -w" pkg
+# Without the stamp, `--version` and /version report a placeholder.
+version_ldflags() {
+  local minor=${ENVTEST_VERSION#v1.} ldflags="-s -w" pkg
   minor=${minor%%.*}
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X ${pkg}.gitVersion=${ENVTEST_VERSION} -X ${pkg}.gitMajor=1"
     ldflags+=" -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
   done
+  echo "$ldflags"
+}
+
+build_kube() {
+  local work=$1
   copy_module kube "$work"
   (
     cd "$work"
     prepare_kube_module
-    go_env build -trimpath -ldflags "$ldflags" -o "$CACHE_DIR/kube-apiserver.tmp" \
+    go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/kube-apiserver.tmp" \
       k8s.io/kubernetes/cmd/kube-apiserver
   )
   mv "$CACHE_DIR/kube-apiserver.tmp" "$CACHE_DIR/kube-apiserver"
+}
+
+# kubectl: same wrapper shape and staging replaces as kube-apiserver, same version stamp.
+build_kubectl() {
+  local work=$1
+  copy_module kubectl "$work"
+  (
+    cd "$work"
+    prepare_kube_module
+    go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/kubectl.tmp" \
+      k8s.io/kubernetes/cmd/kubectl
+  )
+  mv "$CACHE_DIR/kubectl.tmp" "$CACHE_DIR/kubectl"
 }
 
 build_etcd() {
@@ -112,23 +141,40 @@ timed_build() {
   "$fn" "$work"
   say "built $name in $((SECONDS - start)) s, $(du -m "$CACHE_DIR/$name" | cut -f1) MiB"
   if [[ "$UPDATE_MODULES" == 1 ]]; then
-    cp "$work/go.mod" "$work/go.sum" "$HERE/${name/kube-apiserver/kube}/"
+    local module=${name/kube-apiserver/kube}
+    cp "$work/go.mod" "$work/go.sum" "$HERE/$module/"
   fi
 }
 
+# kubectl next to the other binaries: in KUBEBUILDER_ASSETS when it holds one, else the cache.
+kubectl_path() {
+  local dir
+  dir="$(assets_dir)"
+  if [[ -x "$dir/kubectl" ]]; then echo "$dir/kubectl"; else echo "$CACHE_DIR/kubectl"; fi
+}
+
 main() {
-  UPDATE_MODULES=0
-  case "${1:-}" in
-    --print-path) assets_dir; return ;;
-    --update-modules) UPDATE_MODULES=1 ;;
-    "") ;;
-    *) die "unknown argument '$1' (use --print-path or --update-modules)" ;;
-  esac
+  UPDATE_MODULES=0 KUBECTL=0
+  for arg in "$@"; do
+    case "$arg" in
+      --print-path) assets_dir; return ;;
+      --print-kubectl)
+        [[ -x "$(kubectl_path)" ]] || die "no kubectl yet: run hack/envtest/build.sh --kubectl"
+        kubectl_path
+        return
+        ;;
+      --update-modules) UPDATE_MODULES=1 ;;
+      --kubectl) KUBECTL=1 ;;
+      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl or --update-modules)" ;;
+    esac
+  done
   [[ "$ENVTEST_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "ENVTEST_VERSION must look like v1.34.4"
   [[ "$ETCD_VERSION" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || die "ETCD_VERSION must look like v3.6.16"
+  local servers=1
   if [[ "$UPDATE_MODULES" == 0 && "$(assets_dir)" != "$CACHE_DIR" ]]; then
     say "using KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS}"
-    return
+    servers=0
+    if [[ "$KUBECTL" == 0 || -x "${KUBEBUILDER_ASSETS}/kubectl" ]]; then return; fi
   fi
   GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
   [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
@@ -136,13 +182,22 @@ main() {
   SCRATCH="$(mktemp -d)"
   trap 'rm -rf "$SCRATCH"' EXIT
   if command -v flock >/dev/null; then exec 9>"$CACHE_DIR/.lock" && flock 9; fi
-  if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-apiserver" "Kubernetes ${ENVTEST_VERSION}"; then
-    timed_build kube-apiserver build_kube
+  if [[ "$servers" == 1 ]]; then
+    if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-apiserver" "Kubernetes ${ENVTEST_VERSION}"; then
+      timed_build kube-apiserver build_kube
+    fi
+    if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/etcd" "etcd Version: ${ETCD_VERSION#v}"; then
+      timed_build etcd build_etcd
+    fi
+    say "kube-apiserver and etcd ready in ${CACHE_DIR}"
   fi
-  if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/etcd" "etcd Version: ${ETCD_VERSION#v}"; then
-    timed_build etcd build_etcd
+  if [[ "$KUBECTL" == 1 ]]; then
+    if [[ "$UPDATE_MODULES" == 1 ]] ||
+      ! is_current "$CACHE_DIR/kubectl" "Client Version: ${ENVTEST_VERSION}" version --client; then
+      timed_build kubectl build_kubectl
+    fi
+    say "kubectl ready: $CACHE_DIR/kubectl"
   fi
-  say "kube-apiserver and etcd ready in ${CACHE_DIR}"
 }
 
 main "$@"

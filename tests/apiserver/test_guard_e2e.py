@@ -6,11 +6,9 @@ CronJob does in a cluster. Each scenario owns one node name that exists in both 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,50 +16,40 @@ import pytest
 from kubernetes import client, watch
 
 from guard.apply import KubeExecutor, PrintExecutor
-from guard.example.promserver import (
-    LocalPrometheus,
-    PrometheusUnavailable,
-    binaries,
-    scenario_server,
-)
-from guard.example.scenario import NodeTimeline, Scenario
+from guard.example.promserver import LocalPrometheus
 from guard.kube import Kube
 from guard.log import Log
-from guard.names import Annotations
 from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
+from tests.apiserver.guard_run import (
+    ISOLATE_AT,
+    KEYS,
+    NS,
+    RETURN_AT,
+    faulted,
+    forget_guard_state,
+    guard_jobs,
+    ledger_text,
+    make_gpu_node,
+    mine,
+    run_guard,
+    scenario_prometheus,
+    set_status,
+)
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH, ControlPlane
 from tests.builders import TEMPLATES
-from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
 
-T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
-ONSET_S = 30 * 60
-ISOLATE_AT = T0 + timedelta(seconds=ONSET_S + 180)  # Xid 79 and 1 GPU lost for 3 minutes
-RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: Xid gone, 8/8
-KEYS = Annotations("gpu-node-guard.io/")
-NS = "gpu-node-guard"
 SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
                   "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
 
 
-def _faulted(name: str) -> NodeTimeline:
-    recovered = ONSET_S + 20 * 60  # power cycle: dcgm-exporter restarts, all 8 GPUs back
-    return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
-                        allocatable=((ONSET_S, 7), (recovered, 8)))  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    try:
-        binaries()
-    except PrometheusUnavailable as exc:
-        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
-    nodes = tuple(_faulted(n) for n in SCENARIO_NODES)
-    with scenario_server(Scenario(start=T0, duration_s=90 * 60, nodes=nodes)) as server:
+    with scenario_prometheus(*(faulted(n) for n in SCENARIO_NODES)) as server:
         yield server
 
 
@@ -76,61 +64,19 @@ def core(admin: client.ApiClient) -> client.CoreV1Api:
 
 
 @pytest.fixture
-def gpu_node(core: client.CoreV1Api, deployed: ControlPlane) -> Iterator[Any]:
+def gpu_node(
+    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
+) -> Iterator[Any]:
     made: list[str] = []
 
     def make(name: str, *, boot: str = "boot-1", allocatable: int = 7) -> str:
-        core.create_node({"metadata": {"name": name}, "spec": {}})
-        made.append(name)
-        set_status(core, name, boot=boot, allocatable=allocatable)
+        made.append(make_gpu_node(core, name, boot=boot, allocatable=allocatable))
         return name
 
     yield make
     for name in made:
         core.delete_node(name)
-    for cm in core.list_namespaced_config_map(NS).items:
-        if cm.metadata.name == "gpu-fault-ledger":
-            core.delete_namespaced_config_map("gpu-fault-ledger", NS)
-
-
-def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int) -> None:
-    status = {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "ok", "lastHeartbeatTime": "2026-09-21T05:00:00Z",
-                        "lastTransitionTime": "2026-09-21T05:00:00Z"}],
-        "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s", "kernelVersion": "6.8",
-                     "osImage": "Ubuntu", "containerRuntimeVersion": "containerd://2",
-                     "kubeletVersion": "v1.34.4", "kubeProxyVersion": "",
-                     "operatingSystem": "linux", "architecture": "amd64"},
-        "capacity": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
-        "allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "64", "memory": "512Gi",
-                        "pods": "110"},
-    }  # fmt: skip
-    core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
-
-
-def run_guard(prom: LocalPrometheus, kubeconfig: Path, at: datetime, *extra: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--at", at.isoformat(), "--output", "json", *extra],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout))
-
-
-def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
-    return [(a["type"], a["reason"]) for a in plan["actions"] if a["node"] == node]
-
-
-def guard_jobs(admin: client.ApiClient, node: str) -> list[Any]:
-    jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
-    return [j for j in jobs if j.metadata.annotations.get(KEYS.node_label) == node]
-
-
-def ledger_text(core: client.CoreV1Api, node: str) -> str:
-    cm = core.read_namespaced_config_map("gpu-fault-ledger", NS)
-    return str((cm.data or {}).get(node, ""))
+    forget_guard_state(core, admin)
 
 
 def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
@@ -138,9 +84,12 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
 ):
     node = gpu_node("e2e-cordon", boot="boot-1")
     before = core.read_node(node).metadata.resource_version
-    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT)
+    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan
     assert mine(plan, node) == [("cordon", "xid-79"), ("event", "xid-79"),
                                 ("append-ledger", "xid-79"), ("create-job", "xid-79")]  # fmt: skip
+    counted = ("applied", "failed", "applied_cordon", "applied_event", "applied_append_ledger",
+               "applied_create_job")  # fmt: skip
+    assert [plan["counts"][k] for k in counted] == [4, 0, 1, 1, 1, 1]
     changes = list(watch.Watch().stream(core.list_node, field_selector=f"metadata.name={node}",
                                         resource_version=before, timeout_seconds=1))  # fmt: skip
     modified = [c["object"] for c in changes if c["type"] == "MODIFIED"]
@@ -159,7 +108,7 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     assert job.spec.template.spec.containers[0].command[:3] == ["gpu-node-guard", "evidence",
                                                                 "collect"]  # fmt: skip
 
-    again = run_guard(prom, guard_kubeconfig, ISOLATE_AT)
+    again = run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan
     assert mine(again, node) == [
         ("skip", "same-boot"),
         ("event", "same-boot"),
@@ -169,12 +118,16 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     assert ledger_text(core, node).count("\n") == 1
 
 
+@dataclass
 class RacingKube(Kube):
     """A real client whose first write is preceded by someone else's write to the same object."""
 
-    def __init__(self, api: client.ApiClient, race: Any) -> None:
-        super().__init__(api)
-        self.race, self.raced = race, False
+    race: Callable[[], None] = lambda: None
+    raced: bool = False
+
+    @classmethod
+    def around(cls, base: Kube, race: Callable[[], None]) -> RacingKube:
+        return cls(base.session, base.base_url, base.backoff, refresh=base.refresh, race=race)
 
     def _once(self) -> None:
         if not self.raced:
@@ -185,19 +138,23 @@ class RacingKube(Kube):
         self._once()
         return super().patch_node(name, body)
 
-    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         self._once()
-        super().replace_configmap(namespace, name, body)
+        return super().replace_configmap(namespace, name, body)
 
 
-def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime, executor: Any = None) -> list[Any]:
+def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Any]:
+    """One cycle in process; the actions whose writes landed."""
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    actions = plan_cycle(snap, s, TEMPLATES)
-    executor = executor or KubeExecutor(kube, Log("text"), KEYS, NS)
-    for action in actions:
+    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
+    for action in plan_cycle(snap, s, TEMPLATES):
         executor.apply(action)
-    return list(executor.applied)
+    return [o.action for o in executor.outcomes if o.status == "applied"]
+
+
+def guard_kube(kubeconfig: Path) -> Kube:
+    return Kube.connect(str(kubeconfig), in_cluster=False)
 
 
 def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig, gpu_node, core):
@@ -207,7 +164,7 @@ def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig
         core.patch_node(node, {"metadata": {"labels": {"owner": "alice"}}},
                         _content_type=MERGE_PATCH)  # fmt: skip
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, human)
+    kube = RacingKube.around(guard_kube(guard_kubeconfig), human)
     one_cycle(kube, prom, ISOLATE_AT)
     found = core.read_node(node)
     assert kube.raced
@@ -224,7 +181,7 @@ def test_cordon_racing_a_human_cordon_backs_off(prom, guard_kubeconfig, gpu_node
                                "metadata": {"annotations": {"ops/why": "smoke test"}}},
                         _content_type=MERGE_PATCH)  # fmt: skip
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, human)
+    kube = RacingKube.around(guard_kube(guard_kubeconfig), human)
     applied = one_cycle(kube, prom, ISOLATE_AT)
     found = core.read_node(node)
     assert found.metadata.annotations == {"ops/why": "smoke test"}
@@ -250,7 +207,7 @@ def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, c
         cm.data["gpu-node-z"] += other + "\n"
         core.replace_namespaced_config_map("gpu-fault-ledger", NS, cm)
 
-    kube = RacingKube(Kube.connect(str(guard_kubeconfig), in_cluster=False).api, writer)
+    kube = RacingKube.around(guard_kube(guard_kubeconfig), writer)
     # Only the ledger write races here: cordon first with a plain client, then the append.
     applied = one_cycle(kube, prom, ISOLATE_AT)
     assert kube.raced
@@ -262,18 +219,18 @@ def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, c
 
 def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconfig, gpu_node):
     gpu_node("e2e-executors")
-    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+    kube = guard_kube(guard_kubeconfig)
     s = Settings(prometheus_url=prom.url)
     snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
                           read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
     actions = plan_cycle(snap, s, TEMPLATES)
     printer = PrintExecutor(Log("text"), show_manifests=False)
-    real = KubeExecutor(kube, Log("text"), KEYS, NS)
+    real = KubeExecutor(kube, Log("text"), s, snap, "test")
     for action in actions:
         printer.apply(action)
         real.apply(action)
-    assert printer.applied == real.applied
-    assert any(type(a).__name__ == "Cordon" for a in real.applied)
+    assert printer.received == real.received == list(actions)
+    assert [o.status for o in real.outcomes if type(o.action).__name__ == "Cordon"] == ["applied"]
 
 
 def complete(admin: client.ApiClient, name: str) -> None:
@@ -288,20 +245,20 @@ def complete(admin: client.ApiClient, name: str) -> None:
 
 def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node, core, admin):
     node = gpu_node("e2e-return", boot="boot-1")
-    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT), node)[0] == ("cordon", "xid-79")
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
-    first = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(first, node) == [("create-job", "conditions-met")]
     (loadtest,) = [
         j
         for j in guard_jobs(admin, node)
         if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"
     ]
-    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT), node) == [
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
         ("skip", "loadtest-running")
     ]
     complete(admin, loadtest.metadata.name)
-    done = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
@@ -313,7 +270,7 @@ def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node
 def test_dry_run_against_the_api_writes_nothing(prom, guard_kubeconfig, gpu_node, core, admin):
     node = gpu_node("e2e-dry-run")
     before = core.read_node(node)
-    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--dry-run")
+    plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--dry-run").plan
     assert plan["dry_run"] is True
     assert mine(plan, node)[0] == ("cordon", "xid-79")
     after = core.read_node(node)
@@ -331,7 +288,7 @@ def test_gpu_pod_on_the_repaired_node_blocks_the_return(
     prom, guard_kubeconfig, gpu_node, core, namespace
 ):
     node = gpu_node("e2e-busy", boot="boot-1")
-    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT), node)[0] == ("cordon", "xid-79")
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)
     pod = {
         "metadata": {"name": "train-0"},
@@ -345,7 +302,7 @@ def test_gpu_pod_on_the_repaired_node_blocks_the_return(
     core.create_namespaced_pod(namespace, pod)
     core.patch_namespaced_pod_status("train-0", namespace, {"status": {"phase": "Running"}},
                                      _content_type=MERGE_PATCH)  # fmt: skip
-    plan = run_guard(prom, guard_kubeconfig, RETURN_AT)
+    plan = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(plan, node) == [("skip", "gpu-pods-running")]
     (skip,) = [a for a in plan["actions"] if a["node"] == node]
     assert f"{namespace}/train-0" in skip["detail"]
@@ -357,7 +314,7 @@ def test_node_list_follows_continue_tokens(monkeypatch, guard_kubeconfig, make_n
 
     made = {make_node() for _ in range(5)}
     monkeypatch.setattr(guard.kube, "PAGE", 2)
-    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+    kube = guard_kube(guard_kubeconfig)
     names = {n["metadata"]["name"] for n in kube.nodes()}
     assert made <= names
     assert kube.requests_made == -(-len(names) // 2)  # one request per page of two

@@ -1,16 +1,15 @@
 """RBAC of manifests/ on a real kube-apiserver: every call a guard cycle makes succeeds as the
 guard's ServiceAccount, every other one is refused with 403.
 
-manifests/rbac.yaml is the least privilege a cycle needs; manifests/rbac-transition.yaml adds two
-grants that code not yet changed still uses (see its header). The refusals below are checked on
-an identity bound exactly as rbac.yaml binds the guard, so they hold for the target, and
+manifests/rbac.yaml is the least privilege a cycle needs; manifests/rbac-transition.yaml adds the
+one grant that code not yet changed still uses (see its header). The refusals below are checked
+on an identity bound exactly as rbac.yaml binds the guard, so they hold for the target, and
 `test_transition_grants_are_still_needed` fails the day the transition file can go.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -249,26 +248,23 @@ def test_no_call_a_cycle_does_not_make(as_target: Calls, call: Callable[[Calls],
     assert f'User "{TARGET}" cannot' in message
 
 
-TRANSITION = {"list-pods-cluster-wide", "list-pods-elsewhere", "core-event-create"}
+TRANSITION = {"list-pods-cluster-wide", "list-pods-elsewhere"}
 
 
 @pytest.mark.parametrize("call", [p for p in NEVER if p.id not in TRANSITION])
 def test_the_deployed_guard_is_refused_the_same(
     as_guard: Calls, call: Callable[[Calls], object]
 ) -> None:
-    """The same refusals for the real ServiceAccount, but for the two transition grants."""
+    """The same refusals for the real ServiceAccount, but for the transition grant (list pods)."""
     status, message = refusal(lambda: call(as_guard))
     assert status == 403, message
     assert f'User "{GUARD_USER}" cannot' in message
 
 
 def test_transition_grants_are_still_needed() -> None:
-    """Delete manifests/rbac-transition.yaml (and this test) when both of these fail."""
+    """Delete manifests/rbac-transition.yaml (and this test) when this fails."""
     assert hasattr(Kube, "running_pods_on"), (
-        "the snapshot no longer lists pods: drop `list pods` from manifests/rbac-transition.yaml"
-    )
-    assert "create_namespaced_event" in inspect.getsource(Kube.create_event), (
-        "Events are events.k8s.io/v1 now: drop core `events` from manifests/rbac-transition.yaml"
+        "the snapshot no longer lists pods: delete manifests/rbac-transition.yaml (`list pods`)"
     )
 
 
@@ -300,9 +296,7 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
     }  # fmt: skip
-    assert _rules(REPO / "manifests" / "rbac-transition.yaml") == {
-        ("*", "", "pods", "list"), ("default", "", "events", "create"),
-    }  # fmt: skip
+    assert _rules(REPO / "manifests" / "rbac-transition.yaml") == {("*", "", "pods", "list")}
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,16 @@ from guard.example.promserver import (
     scenario_server,
 )
 from guard.example.scenario import Scenario
+from tests.apiserver.guard_run import (
+    ISOLATE_AT,
+    KEYS,
+    NS,
+    T0,
+    faulted,
+    forget_guard_state,
+    set_status,
+)
 from tests.apiserver.kube import MERGE_PATCH, ControlPlane
-from tests.apiserver.test_guard_e2e import ISOLATE_AT, KEYS, NS, T0, _faulted, set_status
 from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
@@ -74,7 +82,7 @@ def prom() -> Iterator[LocalPrometheus]:
     except PrometheusUnavailable as exc:
         unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
     names = (FAULTED, CANCEL_NODE, *(c.node for c in CASES))
-    scenario = Scenario(start=T0, duration_s=90 * 60, nodes=tuple(_faulted(n) for n in names))
+    scenario = Scenario(start=T0, duration_s=90 * 60, nodes=tuple(faulted(n) for n in names))
     with scenario_server(scenario) as server:
         yield server
 
@@ -86,7 +94,7 @@ def kubeconfig(deployed: ControlPlane) -> Path:
 
 @pytest.fixture
 def nodes(admin: client.ApiClient) -> Iterator[Any]:
-    core, batch, made = client.CoreV1Api(admin), client.BatchV1Api(admin), []
+    core, made = client.CoreV1Api(admin), []
 
     def make(name: str, *, unschedulable: bool = False, annotations: dict[str, str] | None = None):
         core.create_node({"metadata": {"name": name, "annotations": annotations or {}},
@@ -97,12 +105,8 @@ def nodes(admin: client.ApiClient) -> Iterator[Any]:
 
     yield make
     for name in made:
-        batch.delete_collection_namespaced_job(NS, label_selector=f"{KEYS.node_label}={name}")
         core.delete_node(name)
-    if any(
-        cm.metadata.name == "gpu-fault-ledger" for cm in core.list_namespaced_config_map(NS).items
-    ):
-        core.delete_namespaced_config_map("gpu-fault-ledger", NS)
+    forget_guard_state(core, admin)  # the guard's Jobs (jobs namespace), ledger and Events
 
 
 def guard_run(prom: LocalPrometheus, kubeconfig: Path, at: datetime) -> tuple[dict[str, Any], str]:

@@ -128,6 +128,12 @@ def test_bad_input_is_one_line(args, env, code, message):
                      "must be in [0, 1]", id="fraction-nan"),
         pytest.param({"GUARD_LOADTEST_MIN_RATIO": "inf"}, "--loadtest-min-ratio",
                      "must be in (0, 1]", id="ratio-inf"),
+        pytest.param({"GUARD_CYCLE_DEADLINE_S": "231"}, "--cycle-deadline-s",
+                     "must be in 1..230", id="deadline-past-the-cronjob"),
+        pytest.param({"GUARD_API_TIMEOUT_S": "nan"}, "--api-timeout-s", "must be in (0, 60]",
+                     id="api-timeout-nan"),
+        pytest.param({"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"}, "--ledger-archive-bytes",
+                     "must be in 4096..1000000", id="archive-threshold-at-the-object-limit"),
     ],
 )  # fmt: skip
 def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message):

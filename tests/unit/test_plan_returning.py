@@ -16,7 +16,7 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.model import GpuPod, JobInfo, Snapshot
+from guard.model import GpuPod, GuardEvent, JobInfo, Snapshot
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from tests.builders import (
@@ -483,15 +483,20 @@ def test_missing_ledger_line_of_a_cordon_is_repaired_first():
 def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
     at = NOW - timedelta(minutes=minutes_ago)
     stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    # The evidence Job the cordon at `at` created is the one the repair must find.
+    # The evidence Job and the Event the cordon at `at` created are the ones the repair must find.
     cordon = plan_isolation(replace(snapshot(node("b"), candidates=(gpu("b", 79),)), now=at),
                             settings(), TEMPLATES)  # fmt: skip
     (made,) = [a for a in cordon if isinstance(a, CreateJob)]
+    (told,) = [a for a in cordon if isinstance(a, EmitEvent)]
     n = back(boot="boot-1", extra={KEYS.at: stamp})
     jobs = (JobInfo(made.name, "evidence", "b", "running"),) if job_exists else ()
     ledger = {"b": f"{stamp} xid-79 {PCI} {UUID} gpu-node-guard\n"}
-    actions = plan_return(snapshot(n, jobs=jobs, ledger=ledger), settings(), TEMPLATES)
+    cordon_event = GuardEvent(told.name, "b", "GuardCordoned", 1)
+    snap = replace(snapshot(n, jobs=jobs, ledger=ledger), events=(cordon_event,))
+    actions = plan_return(snap, settings(), TEMPLATES)
     expected = [("create-job", "b", "repair-evidence")] if repaired else []
+    if not repaired and not job_exists:  # too late to create it: a WARN says so
+        expected = [("skip", "b", "evidence-missing")]
     assert brief(actions) == [*expected, ("skip", "b", "same-boot"), ("event", "b", "same-boot")]
     if repaired:
         assert actions[0].name == made.name

@@ -6,7 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
-from guard.settings import JOB_DEADLINE_MAX_S, Settings
+from guard.ledger_store import archive_index, archive_name
+from guard.names import is_dns_subdomain
+from guard.settings import JOB_DEADLINE_MAX_S, LEDGER_NAME_MAX, Settings
 
 
 @pytest.mark.parametrize(
@@ -45,3 +47,11 @@ def test_a_bad_name_setting_is_one_usage_line_at_the_command_line() -> None:
     assert result.exit_code == 2
     assert "bad setting: --gpu-node-label (GUARD_GPU_NODE_LABEL) must be key=value" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_longest_ledger_name_leaves_room_for_its_last_archive() -> None:
+    longest = "l" * LEDGER_NAME_MAX
+    last = archive_name(Settings(ledger_configmap=longest).ledger_configmap, 999_999)
+    assert is_dns_subdomain(last) and archive_index(longest, last) == 999_999
+    with pytest.raises(ValueError, match="ledger_configmap: must be a DNS-1123 subdomain"):
+        Settings(ledger_configmap=longest + "l")

@@ -1,0 +1,108 @@
+"""The Kubernetes door's typed errors, and how an HTTP answer or a socket error becomes one.
+
+409                        → `Conflict` (`AlreadyExists` when a create found the name taken)
+404                        → `NotFound`
+403, 422 and other 4xx     → `Refused` (`Forbidden` for 403), carrying the API's message
+still unreachable (429, 5xx, reset, refused, timeout) at the cycle's deadline
+                           → `Unavailable`
+an answer that is not JSON → `KubeError`
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+
+class KubeError(Exception):
+    """An API call failed; the message is one line."""
+
+
+class Conflict(KubeError):
+    """409: the object changed since it was read."""
+
+
+class AlreadyExists(Conflict):
+    """409 on create: an object of that name exists."""
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Refused(KubeError):
+    """The API refused the request for good (admission, validation, RBAC): retrying won't help."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Forbidden(Refused):
+    pass
+
+
+class Unavailable(KubeError):
+    """The API server stayed unreachable or overloaded until the cycle's deadline."""
+
+
+def decode(what: str, content: bytes) -> dict[str, Any]:
+    if not content:
+        return {}
+    try:
+        decoded = json.loads(content)
+    except ValueError:
+        snippet = content[:60].decode("utf-8", "replace").replace("\n", " ")
+        raise KubeError(
+            f"{what}: the answer is not JSON ({len(content)} bytes: {snippet!r})"
+        ) from None
+    if not isinstance(decoded, dict):
+        raise KubeError(f"{what}: the answer is not a JSON object")
+    return decoded
+
+
+def _status(content: bytes) -> tuple[str, str]:
+    """(reason, message) of a `Status` answer; empty when the body is not one."""
+    try:
+        found = json.loads(content or b"{}")
+    except ValueError:
+        return "", ""
+    if not isinstance(found, dict):
+        return "", ""
+    return str(found.get("reason") or ""), str(found.get("message") or "")
+
+
+def status_text(code: int, reason: str, content: bytes) -> str:
+    message = _status(content)[1]
+    return f"HTTP {code} {reason}" + (f": {first_line(message)}" if message else "")
+
+
+def typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
+    text = f"{what}: {status_text(code, reason, content)}"
+    if code == 409:
+        exists = _status(content)[0] == "AlreadyExists"
+        return AlreadyExists(text) if exists else Conflict(text)
+    if code == 404:
+        return NotFound(text)
+    if code == 403:
+        return Forbidden(text, code)
+    return Refused(text, code)
+
+
+def socket_reason(exc: Exception) -> str:
+    """The OS's words under urllib3's wrapping ("[Errno 111] Connection refused").
+
+    >>> socket_reason(OSError("HTTPSConnectionPool(host='h', port=1): Max retries exceeded "
+    ...     "(Caused by NewConnectionError('<c>: Failed to establish a new connection: "
+    ...     "[Errno 111] Connection refused'))"))
+    '[Errno 111] Connection refused'
+    """
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", text)
+    return found[0].strip() if found else first_line(text)
+
+
+def first_line(value: object) -> str:
+    lines = str(value).strip().splitlines()
+    return lines[0][:400] if lines else type(value).__name__

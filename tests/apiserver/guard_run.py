@@ -1,0 +1,177 @@
+"""Running the guard against the apiserver tier: a scenario Prometheus, GPU nodes made by hand,
+`gpu-node-guard run` as a process, and reading back what it wrote (Jobs, ledger, Events)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from guard.example.promserver import (
+    LocalPrometheus,
+    PrometheusUnavailable,
+    binaries,
+    scenario_server,
+)
+from guard.example.scenario import NodeTimeline, Scenario
+from guard.names import Annotations
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
+from tests.tiers import unavailable
+
+T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
+ONSET_S = 30 * 60
+ISOLATE_AT = T0 + timedelta(seconds=ONSET_S + 180)  # Xid 79 and 1 GPU lost for 3 minutes
+RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: Xid gone, 8/8
+CYCLE = timedelta(minutes=5)
+KEYS = Annotations("gpu-node-guard.io/")
+NS = "gpu-node-guard"
+LEDGER = "gpu-fault-ledger"
+
+
+def faulted(name: str) -> NodeTimeline:
+    """Xid 79 on GPU 4 and 7/8 GPUs from ONSET_S; power-cycled (8/8, no Xid) 20 minutes later."""
+    recovered = ONSET_S + 20 * 60
+    return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
+                        allocatable=((ONSET_S, 7), (recovered, 8)))  # fmt: skip
+
+
+def healthy(name: str) -> NodeTimeline:
+    return NodeTimeline(name, gpus=8)
+
+
+@contextmanager
+def scenario_prometheus(*nodes: NodeTimeline) -> Iterator[LocalPrometheus]:
+    try:
+        binaries()
+    except PrometheusUnavailable as exc:
+        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
+    with scenario_server(Scenario(start=T0, duration_s=90 * 60, nodes=nodes)) as server:
+        yield server
+
+
+def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int) -> None:
+    status = {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "ok", "lastHeartbeatTime": "2026-09-21T05:00:00Z",
+                        "lastTransitionTime": "2026-09-21T05:00:00Z"}],
+        "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s", "kernelVersion": "6.8",
+                     "osImage": "Ubuntu", "containerRuntimeVersion": "containerd://2",
+                     "kubeletVersion": "v1.34.4", "kubeProxyVersion": "",
+                     "operatingSystem": "linux", "architecture": "amd64"},
+        "capacity": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+        "allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "64", "memory": "512Gi",
+                        "pods": "110"},
+    }  # fmt: skip
+    core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
+
+
+def make_gpu_node(
+    core: client.CoreV1Api,
+    name: str,
+    *,
+    boot: str = "boot-1",
+    allocatable: int = 7,
+    annotations: dict[str, str] | None = None,
+) -> str:
+    body = {"metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"unschedulable": bool(annotations)}}  # fmt: skip
+    core.create_node(body)
+    set_status(core, name, boot=boot, allocatable=allocatable)
+    return name
+
+
+def guard_cordoned(at: datetime, xid: int = 79, boot: str = "boot-1") -> dict[str, str]:
+    """The annotations of a cordon the guard made at `at` (GPU 4 of a `faulted` node)."""
+    return {
+        KEYS.reason: f"xid-{xid}",
+        KEYS.at: at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        KEYS.boot_id: boot,
+        KEYS.gpu_capacity: "8",
+        KEYS.gpu: "0000:58:00.0 GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class GuardRun:
+    rc: int
+    plan: dict[str, Any]
+    log: list[dict[str, Any]]  # the JSON log lines
+
+    def lines(self, event: str) -> list[dict[str, Any]]:
+        return [line for line in self.log if line.get("event") == event]
+
+
+def run_guard(
+    prom: LocalPrometheus, kubeconfig: Path, at: datetime, *extra: str, ok: bool = True
+) -> GuardRun:
+    """`gpu-node-guard run --output json --log-format json` as the CronJob runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
+         str(kubeconfig), "--at", at.isoformat(), "--output", "json", "--log-format", "json",
+         *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    log = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    plan = dict(json.loads(proc.stdout)) if proc.stdout.strip() else {}
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+        assert plan["counts"]["failed"] == 0, proc.stderr
+    return GuardRun(proc.returncode, plan, log)
+
+
+def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
+    return [(a["type"], a["reason"]) for a in plan["actions"] if a["node"] == node]
+
+
+def outcomes(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
+    return [(a["type"], a["outcome"]["status"]) for a in plan["actions"] if a["node"] == node]
+
+
+def guard_jobs(admin: client.ApiClient, node: str) -> list[Any]:
+    jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
+    return [j for j in jobs if j.metadata.annotations.get(KEYS.node_label) == node]
+
+
+def ledger_text(core: client.CoreV1Api, node: str) -> str:
+    cm = core.read_namespaced_config_map(LEDGER, NS)
+    return str((cm.data or {}).get(node, ""))
+
+
+def node_events(admin: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """The guard's events.k8s.io Events about `node`, as plain dicts."""
+    answer = client.EventsV1Api(admin).list_namespaced_event(
+        "default", label_selector="app.kubernetes.io/name=gpu-node-guard", _preload_content=False
+    )
+    items = json.loads(answer.data)["items"]
+    return [e for e in items if e["regarding"]["name"] == node]
+
+
+def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
+    """Remove the guard's Jobs, the ledger, its archives and the guard's Events, so the next test
+    starts clean. Jobs go with propagation Background: the default (orphan) leaves them behind a
+    finalizer that only the absent garbage collector would clear."""
+    client.BatchV1Api(admin).delete_collection_namespaced_job(
+        JOBS_NS,
+        label_selector="app.kubernetes.io/name=gpu-node-guard",
+        propagation_policy="Background",
+    )
+    for cm in core.list_namespaced_config_map(NS).items:
+        if cm.metadata.name.startswith(LEDGER):
+            core.delete_namespaced_config_map(cm.metadata.name, NS)
+    events = client.EventsV1Api(admin)
+    try:
+        events.delete_collection_namespaced_event(
+            "default", label_selector="app.kubernetes.io/name=gpu-node-guard"
+        )
+    except ApiException as exc:  # nothing to delete is fine
+        if exc.status != 404:
+            raise

@@ -1,0 +1,312 @@
+"""KubeExecutor over HTTP failures a real API server will not give on demand (`responses`).
+
+Real behaviour (409 on a changed node, admission, Events, the ledger under concurrency) is tested
+against a real kube-apiserver in tests/apiserver/. Here: 500s, resets, timeouts, garbage, and the
+blast radius of one refused write, on plans made by the real planners.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import requests
+import responses
+
+from guard.actions import Action, Cordon, Uncordon
+from guard.apply import KubeExecutor
+from guard.jobs import job_name
+from guard.kube import Kube
+from guard.log import Log
+from guard.model import JobInfo, NodeInfo
+from guard.outcome import tally
+from guard.plan import plan_cycle
+from guard.plan.return_jobs import job_key
+from guard.retry import Backoff
+from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
+
+API = "https://api.test"
+NODES = f"{API}/api/v1/nodes"
+JOBS = f"{API}/apis/batch/v1/namespaces/gpu-node-guard-jobs/jobs"  # the jobs namespace
+CMS = f"{API}/api/v1/namespaces/gpu-node-guard/configmaps"
+EVENTS = f"{API}/apis/events.k8s.io/v1/namespaces/default/events"
+DENIED = (
+    "ValidatingAdmissionPolicy 'gpu-node-guard-loadtest-job' with binding "
+    "'gpu-node-guard-loadtest-job' denied request: Job refused: activeDeadlineSeconds must be > 0"
+)
+
+
+class Clock:
+    """A monotonic clock that moves only when the code sleeps; records each sleep."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 1000.0, []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+            "reason": reason, "code": code}  # fmt: skip
+
+
+def node_json(name: str, rv: str = "101", **annotations: str) -> dict[str, Any]:
+    meta = {"name": name, "uid": f"uid-{name}", "resourceVersion": rv, "annotations": annotations}
+    return {"kind": "Node", "metadata": meta, "spec": {"unschedulable": bool(annotations)}}
+
+
+def run(actions: tuple[Action, ...], nodes: tuple[NodeInfo, ...], deadline_s: float = 30):
+    clock = Clock()
+    backoff = Backoff(clock.now + deadline_s, clock=clock.time, sleep=clock.sleep,
+                      rng=random.Random(1))  # fmt: skip
+    kube = Kube(requests.Session(), API, backoff)
+    out = io.StringIO()
+    executor = KubeExecutor(kube, Log("text", out, NOW), settings(), snapshot(*nodes), "pod-1")
+    outcomes = [executor.apply(a) for a in actions]
+    text = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]  # without the time
+    return outcomes, text, clock, kube
+
+
+def with_uid(n: NodeInfo) -> NodeInfo:
+    return replace(n, uid=f"uid-{n.name}")
+
+
+def cordon_plan(name: str = "a") -> tuple[tuple[Action, ...], tuple[NodeInfo, ...]]:
+    nodes = (with_uid(node(name, allocatable=7)),)
+    return plan_cycle(snapshot(*nodes, candidates=(gpu(name, 79),)), settings(), TEMPLATES), nodes
+
+
+def fresh_writes_succeed(rsps: responses.RequestsMock) -> None:
+    """Event, ledger and Job writes answered as a healthy server answers them."""
+    rsps.add(responses.GET, re.compile(f"{EVENTS}/.+"), status=404,
+             json=status(404, "NotFound", "not found"))  # fmt: skip
+    rsps.add(responses.POST, EVENTS, status=201, json={"metadata": {"name": "e"}})
+    rsps.add(responses.GET, f"{CMS}/gpu-fault-ledger", status=404,
+             json=status(404, "NotFound", "not found"))  # fmt: skip
+    rsps.add(responses.POST, CMS, status=201, json={"metadata": {"name": "gpu-fault-ledger"}})
+    rsps.add(responses.POST, JOBS, status=201, json={"metadata": {"name": "j"}})
+
+
+@responses.activate
+def test_500_and_a_reset_are_retried_with_backoff_until_the_cordon_lands():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", status=500, body="etcdserver: leader changed")
+    responses.add(responses.PATCH, f"{NODES}/a",
+                  body=requests.ConnectionError("Connection reset by peer"))  # fmt: skip
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a", **{KEYS.reason: "xid-79"}))
+    fresh_writes_succeed(responses.mock)
+    outcomes, text, clock, _ = run(actions, nodes)
+    assert [o.status for o in outcomes] == ["applied"] * 4
+    assert len(clock.slept) == 2 and all(0 <= s <= 2.0 for s in clock.slept)
+    assert text[0].startswith("INFO cordon node=a reason=xid-79 gpu=0000:99:00.0 ")
+    assert len(text) == 4, "one line per action, none for the retries"
+
+
+@responses.activate
+def test_api_server_unreachable_until_the_deadline_fails_that_write_with_the_reason():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", body=requests.ReadTimeout("read timed out"))
+    outcomes, text, clock, _ = run(actions, nodes, deadline_s=5)
+    assert [o.status for o in outcomes] == ["failed", "skipped", "skipped", "skipped"]
+    assert clock.now - 1000.0 < 5, "never sleeps past the cycle's deadline"
+    assert "no answer within" in outcomes[0].detail and "gave up after" in outcomes[0].detail
+    assert text[0].startswith("ERROR write-failed node=a action=cordon reason=xid-79 error=")
+    assert text[1] == (
+        'WARN skip node=a reason=earlier-write-failed detail="event: cordon of this node did not '
+        "land: " + outcomes[0].detail.replace('"', '\\"') + '" '
+        'next="next cycle re-reads the node and plans again"'
+    )
+
+
+@responses.activate
+def test_an_answer_that_is_not_json_fails_the_write_and_is_not_resent():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a"))
+    fresh_writes_succeed(responses.mock)
+    responses.replace(responses.POST, JOBS, body="<html>proxy error</html>", status=200)
+    outcomes, _, _, _ = run(actions, nodes)
+    assert [o.status for o in outcomes] == ["applied", "applied", "applied", "failed"]
+    assert "the answer is not JSON (24 bytes: '<html>proxy error</html>')" in outcomes[3].detail
+    assert [c.request.method for c in responses.calls if c.request.url.startswith(JOBS)] == ["POST"]
+
+
+@responses.activate
+def test_a_lost_answer_to_the_cordon_is_already_done_and_the_rest_goes_on():
+    """The first PATCH landed but its answer was lost; the retry meets 409, the node holds it."""
+    actions, nodes = cordon_plan()
+    cordon = actions[0]
+    mine = dict(cordon.annotations)  # type: ignore[union-attr]
+    responses.add(responses.PATCH, f"{NODES}/a",
+                  body=requests.ConnectionError("Connection aborted"))  # fmt: skip
+    responses.add(responses.PATCH, f"{NODES}/a", status=409,
+                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    held = node_json("a", "102", **{KEYS.reason: mine[KEYS.reason], KEYS.at: mine[KEYS.at]})
+    responses.add(responses.GET, f"{NODES}/a", json=held)
+    fresh_writes_succeed(responses.mock)
+    outcomes, text, _, _ = run(actions, nodes)
+    assert [o.status for o in outcomes] == ["already-done", "applied", "applied", "applied"]
+    assert text[0] == (
+        'INFO skip node=a reason=already-done detail="cordon: the node holds it" '
+        f"next=job/{cordon.next.split('/')[1]}"  # type: ignore[union-attr]
+    )
+
+
+@responses.activate
+def test_existing_job_is_one_already_done_line_not_a_skip_and_a_created():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a"))
+    fresh_writes_succeed(responses.mock)
+    exists = status(409, "AlreadyExists", 'jobs.batch "j" already exists')
+    responses.replace(responses.POST, JOBS, status=409, json=exists)
+    outcomes, text, _, _ = run(actions, nodes)
+    job = actions[3]
+    assert outcomes[3].status == "already-done"
+    assert [line for line in text if "job" in line.split()[1]] == []
+    assert text[3] == (
+        f'INFO skip node=a reason=job-exists detail="create-job: job/{job.name} exists" '  # type: ignore[union-attr]
+        f'next="kubectl -n gpu-node-guard-jobs logs job/{job.name}"'  # type: ignore[union-attr]
+    )
+
+
+def returning_and_cordon_plan():
+    """Node r passed its load test (return check); node c has Xid 79 (isolation), one cycle."""
+    back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
+    faulted = with_uid(node("c", allocatable=7))
+    passed = JobInfo(job_name("loadtest", "r", job_key(back)), "loadtest", "r", "succeeded")
+    snap = snapshot(back, faulted, candidates=(gpu("c", 79),), jobs=(passed,))
+    return plan_cycle(snap, settings(), TEMPLATES), (back, faulted)
+
+
+@responses.activate
+def test_a_refused_uncordon_skips_its_event_while_the_other_nodes_cordon_lands():
+    actions, nodes = returning_and_cordon_plan()
+    assert [(type(a).__name__, a.node) for a in actions] == [
+        ("Uncordon", "r"), ("EmitEvent", "r"),
+        ("Cordon", "c"), ("EmitEvent", "c"), ("AppendLedgerLine", "c"), ("CreateJob", "c"),
+    ]  # fmt: skip
+    refusal = "nodes \"r\" is forbidden: ValidatingAdmissionPolicy 'gpu-node-guard-hold' denied"
+    responses.add(responses.PATCH, f"{NODES}/r", status=422, json=status(422, "Invalid", refusal))
+    responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c", **{KEYS.reason: "xid-79"}))
+    fresh_writes_succeed(responses.mock)
+    outcomes, text, _, _ = run(actions, nodes)
+    assert [o.status for o in outcomes] == [
+        "failed", "skipped", "applied", "applied", "applied", "applied"
+    ]  # fmt: skip
+    quoted = refusal.replace('"', '\\"')
+    assert text[0] == (
+        "ERROR write-failed node=r action=uncordon reason=loadtest-passed "
+        f'error="patch node r: HTTP 422 Unprocessable Entity: {quoted}" '
+        'next="later writes on this node are skipped; the run exits 1; the next cycle reads '
+        'the cluster again"'
+    )
+    counts = tally(outcomes)
+    assert counts["applied"] == 4 and counts["failed"] == 1 and counts["skipped"] == 1
+    assert counts["failed_uncordon"] == 1 and counts["applied_cordon"] == 1
+    assert "applied_uncordon" not in counts
+
+
+@responses.activate
+def test_a_load_test_job_refused_by_a_policy_does_not_stop_the_cordon_after_it():
+    """Issue 11: a 422 on one node's Job used to abort the apply loop before every cordon."""
+    back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
+    faulted = with_uid(node("c", allocatable=7))
+    snap = snapshot(back, faulted, candidates=(gpu("c", 79),))
+    actions = plan_cycle(snap, settings(), TEMPLATES)
+    assert [(type(a).__name__, a.node) for a in actions][:2] == [("CreateJob", "r"),
+                                                                  ("Cordon", "c")]  # fmt: skip
+
+    def job(request: Any) -> tuple[int, dict[str, str], str]:
+        name = json.loads(request.body)["metadata"]["name"]
+        if name.startswith("gng-lt-"):
+            return 422, {}, json.dumps(status(422, "Invalid", DENIED))
+        return 201, {}, json.dumps({"metadata": {"name": name}})
+
+    responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c", **{KEYS.reason: "xid-79"}))
+    fresh_writes_succeed(responses.mock)
+    responses.replace(responses.CallbackResponse(responses.POST, JOBS, callback=job))
+    outcomes, text, _, _ = run(actions, (back, faulted))
+    assert [o.status for o in outcomes] == ["failed", "applied", "applied", "applied", "applied"]
+    assert DENIED in outcomes[0].detail and DENIED in text[0]
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        pytest.param([{"status": 503, "body": "overloaded"}] * 2, 2, id="503-twice"),
+        pytest.param(
+            [{"status": 429, "json": status(429, "TooManyRequests", "slow down")}], 1, id="429"
+        ),
+        pytest.param(
+            [{"body": requests.ConnectionError("[Errno 111] Connection refused")}], 1, id="refused"
+        ),
+    ],
+)
+@responses.activate
+def test_transient_answers_to_the_ledger_write_are_retried(answers, expected):
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a"))
+    fresh_writes_succeed(responses.mock)
+    responses.remove(responses.POST, CMS)
+    for answer in answers:
+        responses.add(responses.POST, CMS, **answer)
+    responses.add(responses.POST, CMS, status=201, json={"metadata": {"name": "gpu-fault-ledger"}})
+    outcomes, _, clock, kube = run(actions, nodes)
+    assert outcomes[2].status == "applied"
+    assert len(clock.slept) == expected == kube.backoff.waits
+
+
+@responses.activate
+def test_ledger_conflicts_are_retried_after_reading_again():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a"))
+    fresh_writes_succeed(responses.mock)
+    ledger = {"metadata": {"name": "gpu-fault-ledger", "resourceVersion": "5"},
+              "data": {"z": "someone else's line\n"}}  # fmt: skip
+    responses.replace(responses.GET, f"{CMS}/gpu-fault-ledger", json=ledger)
+    responses.add(responses.PUT, f"{CMS}/gpu-fault-ledger", status=409,
+                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    responses.add(responses.PUT, f"{CMS}/gpu-fault-ledger", json=ledger)
+    outcomes, _, clock, _ = run(actions, nodes)
+    assert outcomes[2].status == "applied" and len(clock.slept) == 1
+    puts = [json.loads(c.request.body) for c in responses.calls if c.request.method == "PUT"]
+    assert len(puts) == 2
+    for put in puts:  # each write is built from the ledger as read, never a stale copy
+        assert put["metadata"]["resourceVersion"] == "5"
+        assert put["data"]["z"] == "someone else's line\n"
+        assert put["data"]["a"].endswith("xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-"
+                                         "1e2f3a4b5c6d gpu-node-guard\n")  # fmt: skip
+
+
+@responses.activate
+def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already_done():
+    """The uncordon clears the guard's keys and writes its `returned` record in the same patch;
+    when its answer is lost, the re-read node (record there, keys gone) means it landed."""
+    record = ((f"{KEYS.prefix}returned", "2026-09-21T06:15:00Z job/gng-lt-r"),)
+    uncordon = Uncordon("r", "loadtest-passed", "7", (KEYS.reason, KEYS.at), "passed", record)
+    cordon = Cordon("c", "xid-79", "8", ((KEYS.reason, "xid-79"),), "0000:99:00.0", 0, "job/e",
+                    clear_keys=(f"{KEYS.prefix}returned",))  # fmt: skip
+    responses.add(responses.PATCH, f"{NODES}/r", body=requests.ConnectionError("reset"))
+    responses.add(responses.PATCH, f"{NODES}/r", status=409,
+                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    returned = node_json("r", "9", **dict(record))
+    returned["spec"]["unschedulable"] = False
+    responses.add(responses.GET, f"{NODES}/r", json=returned)
+    responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c"))
+    outcomes, _, _, _ = run((uncordon, cordon), (with_uid(node("r")), with_uid(node("c"))))
+    assert [o.status for o in outcomes] == ["already-done", "applied"]
+    bodies = [json.loads(c.request.body) for c in responses.calls if c.request.method == "PATCH"]
+    assert bodies[0]["metadata"]["annotations"] == {KEYS.reason: None, KEYS.at: None,
+                                                    **dict(record)}  # fmt: skip
+    assert bodies[0]["spec"] == {"unschedulable": False}
+    assert bodies[2]["metadata"]["annotations"] == {f"{KEYS.prefix}returned": None,
+                                                    KEYS.reason: "xid-79"}  # fmt: skip
