@@ -1,7 +1,7 @@
-"""RBAC of manifests/ on a real kube-apiserver: every call a guard cycle makes succeeds as the
-guard's ServiceAccount, every other one is refused with 403.
+"""RBAC of manifests/base on a real kube-apiserver: every call a guard cycle makes succeeds as
+the guard's ServiceAccount, every other one is refused with 403.
 
-manifests/rbac.yaml is the least privilege a cycle needs; manifests/rbac-transition.yaml adds the
+manifests/base/rbac.yaml is the least privilege a cycle needs; rbac-transition.yaml adds the
 one grant that code not yet changed still uses (see its header). The refusals below are checked
 on an identity bound exactly as rbac.yaml binds the guard, so they hold for the target, and
 `test_transition_grants_are_still_needed` fails the day the transition file can go.
@@ -64,7 +64,7 @@ def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
 def target(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.ApiClient]:
     """rbac.yaml's bindings, re-made for the user TARGET (nothing from rbac-transition.yaml)."""
     bindings = []
-    for doc in yaml_documents(REPO / "manifests" / "rbac.yaml"):
+    for doc in yaml_documents(REPO / "manifests" / "base" / "rbac.yaml"):
         if doc["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
             made = copy.deepcopy(doc)
             made["metadata"]["name"] = f"{doc['metadata']['name']}-{TARGET}"
@@ -262,9 +262,9 @@ def test_the_deployed_guard_is_refused_the_same(
 
 
 def test_transition_grants_are_still_needed() -> None:
-    """Delete manifests/rbac-transition.yaml (and this test) when this fails."""
+    """Delete manifests/base/rbac-transition.yaml (and this test) when this fails."""
     assert hasattr(Kube, "running_pods_on"), (
-        "the snapshot no longer lists pods: delete manifests/rbac-transition.yaml (`list pods`)"
+        "the snapshot no longer lists pods: delete manifests/base/rbac-transition.yaml"
     )
 
 
@@ -284,7 +284,7 @@ def _rules(path: Path) -> set[tuple[str, str, str, str]]:
 
 def test_the_grants_are_exactly_the_cycles() -> None:
     """The whole of rbac.yaml, spelled out: a new verb needs a line here and a reason there."""
-    assert _rules(REPO / "manifests" / "rbac.yaml") == {
+    assert _rules(REPO / "manifests" / "base" / "rbac.yaml") == {
         ("*", "", "nodes", "get"), ("*", "", "nodes", "list"), ("*", "", "nodes", "patch"),
         (GUARD_NS, "", "configmaps", "get"), (GUARD_NS, "", "configmaps", "list"),
         (GUARD_NS, "", "configmaps", "create"), (GUARD_NS, "", "configmaps", "update"),
@@ -296,7 +296,9 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
     }  # fmt: skip
-    assert _rules(REPO / "manifests" / "rbac-transition.yaml") == {("*", "", "pods", "list")}
+    assert _rules(REPO / "manifests" / "base" / "rbac-transition.yaml") == {
+        ("*", "", "pods", "list")
+    }
 
 
 @pytest.mark.parametrize(
