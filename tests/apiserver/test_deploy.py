@@ -368,3 +368,19 @@ def test_the_guard_run_with_the_overlays_settings_makes_jobs_its_policies_admit(
             time.sleep(0.2)  # a new policy reaches admission by informer
         assert "containers[0].image must be the image in this policy's `image`" in refused
         assert refused_by_its_policy(guard, job) == ""
+
+
+def test_uninstall_removes_the_policies_last(site: Kubectl) -> None:
+    """docs/operations.md, "Uninstall", step 4 (last in this module: it takes the deploy away).
+    `--wait=false`: without a namespace controller the namespaces stay Terminating here."""
+    site.apply(BASE)
+    site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component!=admission-policy",
+             "--ignore-not-found", "--wait=false")  # fmt: skip
+    left = site.run("get", "-k", str(BASE), "-o", "name", "--ignore-not-found", ok=(0, 1))
+    kinds = {line.split("/")[0] for line in left.stdout.split()}
+    assert kinds <= {"namespace", "validatingadmissionpolicy.admissionregistration.k8s.io",
+                     "validatingadmissionpolicybinding.admissionregistration.k8s.io"}, kinds
+    site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component=admission-policy",
+             "--wait=false")  # fmt: skip
+    policies = site.run("get", "validatingadmissionpolicies", "-o", "name").stdout
+    assert "gpu-node-guard" not in policies
