@@ -378,8 +378,11 @@ def test_uninstall_removes_the_policies_last(site: Kubectl) -> None:
              "--ignore-not-found", "--wait=false")  # fmt: skip
     left = site.run("get", "-k", str(BASE), "-o", "name", "--ignore-not-found", ok=(0, 1))
     kinds = {line.split("/")[0] for line in left.stdout.split()}
-    assert kinds <= {"namespace", "validatingadmissionpolicy.admissionregistration.k8s.io",
-                     "validatingadmissionpolicybinding.admissionregistration.k8s.io"}, kinds
+    assert kinds <= {
+        "namespace",
+        "validatingadmissionpolicy.admissionregistration.k8s.io",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io",
+    }, kinds
     site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component=admission-policy",
              "--wait=false")  # fmt: skip
     policies = site.run("get", "validatingadmissionpolicies", "-o", "name").stdout
