@@ -284,7 +284,7 @@ def assert_reapply_changes_nothing(site: Kubectl, path: Path) -> int:
 
 
 def test_the_base_applies_and_a_second_apply_changes_nothing(site: Kubectl) -> None:
-    out = site.apply(BASE)
+    out = site.upgrade(BASE)  # a fresh server: the same as one apply, policies first
     assert "error" not in out.lower(), out
     assert assert_reapply_changes_nothing(site, BASE) == len(site.build(BASE))
 
@@ -376,7 +376,7 @@ def test_the_guard_run_with_the_overlays_settings_makes_jobs_its_policies_admit(
 def test_uninstall_removes_the_policies_last(site: Kubectl) -> None:
     """docs/operations.md, "Uninstall", step 4 (last in this module: it takes the deploy away).
     `--wait=false`: without a namespace controller the namespaces stay Terminating here."""
-    site.apply(BASE)
+    site.upgrade(BASE)  # back from the example's images: the policies first
     site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component!=admission-policy",
              "--ignore-not-found", "--wait=false")  # fmt: skip
     left = site.run("get", "-k", str(BASE), "-o", "name", "--ignore-not-found", ok=(0, 1))
