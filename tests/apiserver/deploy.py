@@ -80,15 +80,14 @@ class Kubectl:
         return self.run("apply", "--server-side", "-k", str(path)).stdout
 
     def upgrade(self, path: Path, timeout_s: float = 60.0) -> str:
-        """docs/deploy.md, "Upgrade": the policies first (a new image is refused until the policy
-        naming it is in place), then, once a server-side dry run of the whole passes, all of it."""
+        """docs/operations.md, "Upgrade": the policies first (a new image is refused until the
+        policy naming it has reached admission), then all of it, again until it passes."""
         self.run("apply", "--server-side", "-k", str(path), "-l", POLICIES)
         deadline = time.monotonic() + timeout_s
-        while (dry := self.run("apply", "--server-side", "--dry-run=server", "-k", str(path),
-                               ok=(0, 1))).returncode:  # fmt: skip
-            assert time.monotonic() < deadline, f"the new policies do not take effect: {dry.stderr}"
-            time.sleep(0.5)  # a policy reaches admission by informer, within a second or so
-        return self.apply(path)
+        while (done := self.run("apply", "--server-side", "-k", str(path), ok=(0, 1))).returncode:
+            assert time.monotonic() < deadline, f"the new policies do not take effect: {done.stderr}"
+            time.sleep(1)  # a policy reaches admission by informer, within a second or so
+        return done.stdout
 
     def diff(self, path: Path) -> str:
         """`kubectl diff --server-side -k path`: what an apply would change ('' when nothing)."""
