@@ -85,7 +85,9 @@ class Kubectl:
         self.run("apply", "--server-side", "-k", str(path), "-l", POLICIES)
         deadline = time.monotonic() + timeout_s
         while (done := self.run("apply", "--server-side", "-k", str(path), ok=(0, 1))).returncode:
-            assert time.monotonic() < deadline, f"the new policies do not take effect: {done.stderr}"
+            assert time.monotonic() < deadline, (
+                f"the new policies do not take effect: {done.stderr}"
+            )
             time.sleep(1)  # a policy reaches admission by informer, within a second or so
         return done.stdout
 
