@@ -6,7 +6,7 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest image bench render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest engines image bench render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -22,12 +22,13 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# Prometheus and promtool come from Debian's `prometheus` package; nsenter and lspci for the evidence tools.
+# Prometheus and promtool come from Debian's `prometheus` package, VictoriaMetrics from
+# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools.
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  echo "installing the Debian package prometheus (server and promtool)"; \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v victoria-metrics >/dev/null || { \
+	  echo "installing the Debian packages prometheus (server and promtool) and victoria-metrics"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus victoria-metrics >/dev/null; }
 
 dry-run: install system-deps
 ifeq ($(strip $(PROM_URL)),)
@@ -68,6 +69,10 @@ envtest:
 deploytest:
 	@hack/deploytest/build.sh
 
+# Prometheus 3 and Thanos for the engines tier, built once from the Go module proxy and cached.
+engines:
+	@hack/engines/build.sh
+
 # Both images, with whichever OCI builder answers (docker, podman, buildah); one line and a skip
 # without one. IMAGE=… LOADTEST_IMAGE=… choose other tags (default: manifests/base/images.yaml).
 image:
@@ -80,10 +85,10 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest deploytest lint typecheck rules-test policies-check wheel-check
+test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check wheel-check
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
-bench: install system-deps envtest
+bench: install system-deps envtest engines
 	$(PY) -m bench
 
 render: install

@@ -15,6 +15,7 @@ from bench import isolate, report
 from bench.apimode import unavailable
 from bench.machine import describe
 from bench.scale import Plan, SizeResult, measure_size
+from guard.example.engines import ENGINES, Engine
 from guard.example.promserver import PrometheusUnavailable, binaries
 
 _STARTED = time.monotonic()
@@ -46,6 +47,12 @@ def _sizes(text: str) -> tuple[int, ...]:
     show_default=True,
     help="Profile time and memory of one cycle at the largest size.",
 )
+@click.option(
+    "--engines",
+    default="prometheus2,prometheus3",
+    show_default=True,
+    help="Engines for the time-to-isolate bench (guard.example.engines.ENGINES).",
+)
 @click.option("--only", type=click.Choice(["all", "isolate", "cycle"]), default="all")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write here.")
 def main(
@@ -55,6 +62,7 @@ def main(
     phase_step: int,
     api: bool,
     profile: bool,
+    engines: str,
     only: str,
     save: Path | None,
 ) -> None:
@@ -67,10 +75,21 @@ def main(
     node_counts = (100,) if quick else _sizes(sizes)
     reps, phase_step = (1, 60) if quick else (max(1, reps), phase_step)
     isolate.phases(phase_step)  # a bad step is a usage error before any work
+    chosen = tuple(e.strip() for e in engines.split(",") if e.strip())
+    unknown = [e for e in chosen if e not in ENGINES]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown engine {unknown}; choose from {', '.join(ENGINES)}")
+    if only in ("all", "isolate"):
+        for engine in chosen:
+            try:
+                binaries(engine)  # type: ignore[arg-type]
+            except PrometheusUnavailable as exc:
+                raise click.ClickException(f"{engine}: {exc}; {exc.how}") from None
     lines = ["## Machine", "", *report.table(["", ""], describe()), ""]
     try:
         if only in ("all", "isolate"):
-            lines += _isolation(phase_step)
+            for engine in chosen:
+                lines += _isolation(phase_step, engine)  # type: ignore[arg-type]
         if only in ("all", "cycle"):
             lines += _cycles(node_counts, reps, api, profile)
     except (PrometheusUnavailable, RuntimeError, OSError) as exc:
@@ -86,18 +105,18 @@ def main(
         save.write_text(text, encoding="utf-8")
 
 
-def _isolation(step_s: int) -> list[str]:
-    _say(f"time to isolate: phases every {step_s} s …")
+def _isolation(step_s: int, engine: Engine) -> list[str]:
+    _say(f"time to isolate on {engine}: phases every {step_s} s …")
     started = time.monotonic()
-    summaries = isolate.time_to_isolate(step_s)
+    summaries = isolate.time_to_isolate(step_s, engine)
     took = time.monotonic() - started
     return [
-        "## Time to isolate",
+        f"## Time to isolate ({engine})",
         "",
         *report.isolation(summaries, step_s),
         "",
-        f"({took:.0f} s: one Prometheus, {sum(len(s.results) for s in summaries)} phases, "
-        f"{sum(r.ticks for s in summaries for r in s.results)} guard cycles.)",
+        f"({took:.0f} s: one {engine}, {sum(len(s.results) for s in summaries)} phase × start"
+        f" delay replays, {sum(r.ticks for s in summaries for r in s.results)} guard cycles.)",
         "",
     ]
 

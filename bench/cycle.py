@@ -18,7 +18,6 @@ from datetime import datetime
 
 from bench.proc import Measured, measure
 from guard.kube import PAGE
-from guard.snapshot import HELD_LOOKBACK_S
 
 RUN_TIMEOUT_S = 1200
 LONG_QUERY_TIMEOUT = ("--prometheus-timeout-s", "600")
@@ -90,8 +89,6 @@ def run_floor(t: Target) -> Run:
         "bench.floor",
         "--prometheus-url",
         t.prometheus_url,
-        "--lookback-s",
-        str(HELD_LOOKBACK_S),
         "--page",
         str(PAGE),
         "--at",

@@ -1,11 +1,11 @@
 """The floor of one cycle: the guard's own PromQL and one read of the cluster, with plain requests.
 
 Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
-object. The PromQL strings come from `guard.queries` with the guard's settings, in the order
-`guard.snapshot.read_prom` sends them; the cluster read is either a plain read + ``json.loads`` of
-the List file, or one paginated node list that keeps only a count. The page size and the history
-lookback come from the parent (`guard.kube.PAGE`, `guard.snapshot.HELD_LOOKBACK_S`): importing
-those modules here would load the Kubernetes client, which the floor does not need.
+object. The requests are `guard.queries.guard_queries` with the guard's settings — the list
+`guard.prom_view.read_prom` sends, at the same instants; the cluster read is either a plain read
++ ``json.loads`` of the List file, or one paginated node list that keeps only a count. The page
+size comes from the parent (`guard.kube.PAGE`): importing that module here would load the
+Kubernetes client, which the floor does not need.
 """
 
 from __future__ import annotations
@@ -21,36 +21,21 @@ import click
 import requests
 
 from guard import queries
+from guard.prom_view import on_step
 from guard.settings import Settings
 
 
-def guard_queries(s: Settings, lookback_s: int) -> list[tuple[str, str]]:
-    """Every query of one cycle, built by `guard.queries` exactly as `read_prom` builds them."""
-    params = queries.IsolationParams(
-        s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
-    )
-    return [
-        *queries.REQUIRED_INPUTS,
-        ("isolation-candidates", queries.isolation_candidates(params)),
-        ("hardware-xid", queries.hardware_xid(s.user_code_xids)),
-        ("row-remap", queries.row_remap_nonzero()),
-        (
-            "loss-history",
-            queries.loss_history(s.user_code_xids, lookback_s, s.query_step_s),
-        ),
-    ]
-
-
-def run_queries(url: str, at: datetime, lookback_s: int) -> dict[str, float]:
+def run_queries(url: str, at: datetime) -> dict[str, float]:
     """Seconds per query, in order; any answer other than success stops the run."""
-    session, took = requests.Session(), {}
-    for name, promql in guard_queries(Settings(), lookback_s):
-        form = {"query": promql, "time": f"{at.timestamp():.3f}"}
+    s, session, took = Settings(), requests.Session(), {}
+    for q in queries.guard_queries(s):
+        when = on_step(at, s.query_step_s) if q.on_step else at
+        form = {"query": q.promql, "time": f"{when.timestamp():.3f}"}
         started = time.monotonic()
         response = session.post(f"{url.rstrip('/')}/api/v1/query", data=form, timeout=600)
         if response.json().get("status") != "success":
-            raise click.ClickException(f"query {name}: {response.text[:200]}")
-        took[name] = round(time.monotonic() - started, 3)
+            raise click.ClickException(f"query {q.name}: {response.text[:200]}")
+        took[q.name] = round(time.monotonic() - started, 3)
     return took
 
 
@@ -83,7 +68,6 @@ def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[i
 @click.command()
 @click.option("--prometheus-url", required=True)
 @click.option("--at", "at_text", required=True, help="RFC 3339 instant, as --at of the guard")
-@click.option("--lookback-s", type=int, required=True, help="guard.snapshot.HELD_LOOKBACK_S")
 @click.option("--page", type=int, required=True, help="guard.kube.PAGE")
 @click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--api-server", default="", help="https://host:port (API mode)")
@@ -92,7 +76,6 @@ def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[i
 def main(
     prometheus_url: str,
     at_text: str,
-    lookback_s: int,
     page: int,
     snapshot: Path | None,
     api_server: str,
@@ -101,7 +84,7 @@ def main(
 ) -> None:
     at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
     started = time.monotonic()
-    query_s = run_queries(prometheus_url, at, lookback_s)
+    query_s = run_queries(prometheus_url, at)
     api_requests, objects = 0, 0
     if api_server and token_file is not None:
         token = token_file.read_text().strip()

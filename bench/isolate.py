@@ -1,16 +1,18 @@
-"""Time to isolate: from the Xid to the first cron tick whose plan cordons the node.
+"""Time to isolate: from the Xid to the first guard run whose plan cordons the node.
 
-The CronJob runs on the wall-clock grid (*/5: :00, :05, …), and Prometheus aligns the subquery
-steps of the hold window to that same grid, so the ticks stay on it and the *Xid* moves: for
-phase p the Xid lands p seconds after a tick, i.e. the ticks are onset − p + k·300 s. Phases are
-p ≡ 164 (mod step) — 164 s is the 21 September incident itself (Xid at 05:52:44Z, tick 05:50:00Z)
-— so every Xid lands 1 s before a 15 s scrape, as it did then.
+The CronJob runs on the wall-clock grid (*/5: :00, :05, …), so the ticks stay on it and the *Xid*
+moves: for phase p the Xid lands p seconds after a tick, i.e. the ticks are onset − p + k·300 s.
+Phases are p ≡ 164 (mod step) — 164 s is the 21 September incident itself (Xid at 05:52:44Z, tick
+05:50:00Z) — so every Xid lands 1 s before a 15 s scrape, as it did then. The CronJob's pod never
+starts exactly on the tick: each slot is also replayed with the guard starting `delay` seconds
+after every tick (`DELAYS_S`: 0 and seconds 1–59 past the minute), and the lag is measured to
+that start. The hold may never be shorter than the setting: the minimum lag must be ≥ the hold.
 
-One Prometheus holds every (case, phase) in its own 30-minute slot on its own node: the Xid and the
-GPU loss (8 → 7 allocatable) start at the onset and clear 60 s before the slot ends, so no two
-faults overlap and the guard's one-cordon-per-cycle rule never hides one. Slot 0 is the incident
-at its real time. Each tick runs the real CLI in-process:
-``gpu-node-guard run --dry-run --cluster-snapshot … --at <tick> --output json``.
+One engine (Prometheus 2 or 3, …) holds every (case, phase) in its own 30-minute slot on its own
+node: the Xid and the GPU loss (8 → 7 allocatable) start at the onset and clear 60 s before the
+slot ends, so no two faults overlap and the guard's one-cordon-per-cycle rule never hides one.
+Slot 0 is the incident at its real time. Each run is the real CLI in-process:
+``gpu-node-guard run --dry-run --cluster-snapshot … --at <tick + delay> --output json``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import click
 from bench.openmetrics import check_matches_guard_writer, scenario_families, stamps
 from bench.tsdb import build_blocks
 from guard.cli import cli
+from guard.example.engines import Engine
 from guard.example.incident import incident
 from guard.example.promserver import serve
 from guard.example.scenario import NodeTimeline, Scenario
+from guard.settings import Settings
 
 TICK_S = 300  # the CronJob's */5 schedule (Settings.cadence_s)
 INCIDENT_TICK = datetime(2026, 9, 21, 5, 50, 0, tzinfo=UTC)
@@ -44,18 +48,23 @@ CLEAR_BEFORE_END_S = 60
 SEED_MEASURED_S = 12 * 60 + 26  # the write-up's guard: 14:52:44 → 15:05:10 KST
 
 
+DELAYS_S = (0, 1, 4, 17, 31, 46, 59)  # the guard's start after the tick; 4 s as on 07:18:04
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     key: str
     title: str
     xid: int
+    hold_s: int  # the setting: no lag may be shorter
     worst_target_s: int
     median_target_s: int | None
 
 
+_S = Settings()
 CASES = (
-    Case("xid79", "Xid 79 (fast path)", 79, 450, 300),
-    Case("xid48", "Xid 48 + GPU loss (full hold window)", 48, 930, None),
+    Case("xid79", "Xid 79 (fast path)", 79, _S.fast_hold_window_s, 450 + 59, 300 + 59),
+    Case("xid48", "Xid 48 + GPU loss (full hold window)", 48, _S.hold_window_s, 930 + 59, None),
 )
 
 
@@ -77,6 +86,7 @@ class Slot:
 @dataclass(frozen=True, slots=True)
 class PhaseResult:
     slot: Slot
+    delay_s: int  # the guard started this long after each tick
     decision: datetime | None  # None: no cordon within the slot's ticks
     ticks: int
 
@@ -188,21 +198,23 @@ def plan_at(prometheus_url: str, snapshot: Path, at: datetime) -> list[dict[str,
     return actions
 
 
-def decide(prometheus_url: str, snapshot: Path, slot: Slot) -> PhaseResult:
+def decide(prometheus_url: str, snapshot: Path, slot: Slot, delay_s: int) -> PhaseResult:
     last_k = (SLOT_S - CLEAR_BEFORE_END_S) // TICK_S
     for k in range(1, last_k + 1):
-        tick = slot.start + timedelta(seconds=k * TICK_S)
+        run = slot.start + timedelta(seconds=k * TICK_S + delay_s)
         cordons = [
-            a["node"] for a in plan_at(prometheus_url, snapshot, tick) if a["type"] == "cordon"
+            a["node"] for a in plan_at(prometheus_url, snapshot, run) if a["type"] == "cordon"
         ]
         if any(node != slot.node for node in cordons):
-            raise RuntimeError(f"slot {slot.node}: the plan at {tick} cordons {cordons}")
+            raise RuntimeError(f"slot {slot.node}: the plan at {run} cordons {cordons}")
         if cordons:
-            return PhaseResult(slot, tick, k)
-    return PhaseResult(slot, None, last_k)
+            return PhaseResult(slot, delay_s, run, k)
+    return PhaseResult(slot, delay_s, None, last_k)
 
 
-def time_to_isolate(step_s: int) -> tuple[CaseSummary, ...]:
+def time_to_isolate(
+    step_s: int, engine: Engine = "prometheus2", delays: tuple[int, ...] = DELAYS_S
+) -> tuple[CaseSummary, ...]:
     all_slots = slots(step_s)
     sc = scenario(all_slots)
     check_matches_guard_writer(incident())
@@ -210,19 +222,20 @@ def time_to_isolate(step_s: int) -> tuple[CaseSummary, ...]:
     with tempfile.TemporaryDirectory(prefix="gng-isolate-") as tmp:
         workdir = Path(tmp)
         offsets, texts = stamps(sc.start.timestamp(), sc.duration_s, sc.scrape_s)
-        build_blocks(scenario_families(sc), offsets, texts, workdir)
+        build_blocks(scenario_families(sc), offsets, texts, workdir, engine)
         snapshot = workdir / "cluster.json"
         snapshot.write_text(json.dumps(snapshot_list(sc)), encoding="utf-8")
-        with serve(workdir) as prom:
-            results = [decide(prom.url, snapshot, slot) for slot in all_slots]
+        end = sc.start + timedelta(seconds=sc.duration_s)
+        with serve(workdir, engine, ready_at=end) as prom:
+            results = [decide(prom.url, snapshot, s, d) for s in all_slots for d in delays]
     return tuple(
         CaseSummary(c, tuple(sorted((r for r in results if r.slot.case == c), key=_phase)))
         for c in CASES
     )
 
 
-def _phase(r: PhaseResult) -> int:
-    return r.slot.phase_s
+def _phase(r: PhaseResult) -> tuple[int, int]:
+    return r.slot.phase_s, r.delay_s
 
 
 def median_s(summary: CaseSummary) -> float:

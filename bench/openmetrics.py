@@ -14,7 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from guard.example.scenario import Scenario, Steps, value_at, write_openmetrics
+from guard.example.scenario import (
+    POD_PHASES,
+    Scenario,
+    Steps,
+    gpu_labels,
+    value_at,
+    write_openmetrics,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +81,33 @@ def _runs(series: SeriesSpec, offsets: list[int]) -> Iterable[tuple[int, int, in
 def scenario_families(sc: Scenario) -> list[Family]:
     """The same families, labels and order as `guard.example.scenario.write_openmetrics`."""
     xids = []
-    for node in sc.nodes:
+    for node in (n for n in sc.nodes if n.xid_gauge):
         for gpu in range(node.gpus):
-            labels = (
-                f'gpu="{gpu}",UUID="{sc.uuid(node, gpu)}",pci_bus_id="{sc.pci(node, gpu)}",'
-                f'device="nvidia{gpu}",modelName="NVIDIA GeForce RTX 5090",'
-                f'{node.host_label}="{node.name}"'
-            )
+            labels = gpu_labels(sc, node, gpu)
             steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
             xids.append(SeriesSpec(labels, steps, 0))
     gpu_extra = ',resource="nvidia_com_gpu",unit="integer"'
+    if any(n.gpu_temp or n.xid_counts or n.first_s or n.scrape_offset_s for n in sc.nodes):
+        raise ValueError("the bench writer covers the guard writer's defaults only")
+    phases = [
+        SeriesSpec(
+            f'namespace="{p.namespace}",pod="{p.name}",uid="{p.uid}",phase="{phase}"',
+            p.phase_steps(phase),
+            0,
+        )
+        for p in sc.pods
+        for phase in POD_PHASES
+    ]
+    requests = [
+        SeriesSpec(
+            f'namespace="{p.namespace}",pod="{p.name}",uid="{p.uid}",container="main",'
+            f'node="{p.node}"{gpu_extra}',
+            (),
+            p.gpus,
+        )
+        for p in sc.pods
+        if p.gpus
+    ]
     return [
         Family(
             "DCGM_FI_DEV_XID_ERRORS",
@@ -105,6 +129,8 @@ def scenario_families(sc: Scenario) -> list[Family]:
             "",
             [SeriesSpec(f'node="{n.name}"', n.unschedulable, 0) for n in sc.nodes],
         ),
+        Family("kube_pod_status_phase", "", phases),
+        *([Family("kube_pod_container_resource_requests", "", requests)] if requests else []),
     ]
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.openmetrics import Family, write_families
-from guard.example.promserver import import_openmetrics
+from guard.example.engines import Engine
+from guard.example.promserver import load_openmetrics, openmetrics_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,16 +22,21 @@ class BuiltTsdb:
 
 
 def build_blocks(
-    families: Iterable[Family], offsets: list[int], texts: list[str], data_dir: Path
+    families: Iterable[Family],
+    offsets: list[int],
+    texts: list[str],
+    data_dir: Path,
+    engine: Engine = "prometheus2",
 ) -> BuiltTsdb:
-    """Write OpenMetrics to `data_dir`, import it into `data_dir/tsdb`, delete the text."""
-    source = data_dir / "series.om"
+    """Write OpenMetrics to `data_dir` and load it for `engine` (TSDB blocks, or the file that
+    VictoriaMetrics imports when `serve` starts it)."""
+    source = openmetrics_file(data_dir)
     started = time.monotonic()
     family_list = list(families)
     with source.open("w", encoding="utf-8") as out:
         samples = write_families(family_list, offsets, texts, out)
     size = source.stat().st_size
     written = time.monotonic()
-    import_openmetrics(source, data_dir)
+    load_openmetrics(data_dir, engine)
     series = sum(len(f.series) for f in family_list)
     return BuiltTsdb(samples, series, size, written - started, time.monotonic() - written)

@@ -123,12 +123,18 @@ def alert_breaker_open(s: Settings) -> str:
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
-    """Seconds since the later of the last success and the CronJob's creation; absent = alert."""
+    """Seconds since the later of the last success and the CronJob's creation; absent = alert.
+
+    The absence window is one second longer than the setting: Prometheus 3 leaves a sample that
+    sits exactly at a range's start out (left-open ranges), 2.x keeps it, so with the plain
+    window the two fired one evaluation apart (docs/engines.md). With it both fire once the
+    CronJob's last sample is older than the setting.
+    """
     sel = f'{{namespace="{s.namespace}", cronjob="{p.cronjob_name}"}}'
     since = f"kube_cronjob_status_last_successful_time{sel}\nor kube_cronjob_created{sel}"
     return (
         f"time() - max by (namespace, cronjob) {_block(since)} > {p.not_running_after_s}\n"
-        f"or absent_over_time(kube_cronjob_created{sel}[{duration(p.not_running_after_s)}])"
+        f"or absent_over_time(kube_cronjob_created{sel}[{p.not_running_after_s + 1}s])"
     )
 
 
@@ -349,9 +355,22 @@ def _pod_node(selector: str) -> str:
     return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
 
 
+def grown_by(metric: str, window_s: int) -> str:
+    """How much a counter grew in the window: now less its lowest sample there.
+
+    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
+    small, so a card with old remaps would alert after every exporter restart (new labels), and
+    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
+
+    >>> grown_by("m", 1800)
+    '(m - min_over_time(m[30m]))'
+    """
+    return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
+
+
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
-    window = f"{REMAP_UNCORRECTABLE_METRIC}[{duration(p.remap_window_s)}]"
-    return f"{_per_gpu(with_node_label(f'increase({window})'))} > 0"
+    grown = grown_by(REMAP_UNCORRECTABLE_METRIC, p.remap_window_s)
+    return f"{_per_gpu(with_node_label(grown))} > 0"
 
 
 def alert_row_remap_failed() -> str:
@@ -382,12 +401,9 @@ def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
 
 
 def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
-    c, w = p.gfd_container, duration(p.gfd_window_s)
-    restarts = (
-        "sum by (namespace, pod) "
-        f'(increase(kube_pod_container_status_restarts_total{{container="{c}"}}[{w}]))'
-        f" >= {p.gfd_restarts}"
-    )
+    c = p.gfd_container
+    grown = grown_by(f'kube_pod_container_status_restarts_total{{container="{c}"}}', p.gfd_window_s)
+    restarts = f"sum by (namespace, pod) {grown} >= {p.gfd_restarts}"
     pods = _pod_node(f'pod=~"{c}-.+"')
     return (
         f"{_block(restarts)}\n* on (namespace, pod) group_left (node)\n{pods}\n"

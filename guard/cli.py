@@ -31,6 +31,8 @@ from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.prom import PromClient, PromError
+from guard.prom_access import PromAccessError
+from guard.prom_view import check_join, coverage_pairs
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
@@ -184,7 +186,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     "--cluster-snapshot",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Read Nodes, Pods, Jobs and the ledger from a List file (implies --dry-run).",
+    help="Read Nodes, Jobs and the ledger from a List file (implies --dry-run).",
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
@@ -207,13 +209,17 @@ def run(
     s = build_settings(options)
     if not s.prometheus_url:
         raise click.UsageError("--prometheus-url (or GUARD_PROMETHEUS_URL) is required")
+    try:
+        prom = PromClient.from_settings(s)
+    except PromAccessError as exc:
+        raise click.UsageError(str(exc)) from None
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
     try:
         templates = load_bundle().templates  # every shipped file checked before anything runs
-        result = _cycle(s, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
+        result = _cycle(s, prom, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         sys.exit(1)
@@ -272,26 +278,26 @@ class CycleResult:
                 "counts": self.counts}  # fmt: skip
 
 
-def _cycle(s: Settings, templates: JobTemplates, log: Log, inputs: Inputs) -> CycleResult:
+def _cycle(
+    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs
+) -> CycleResult:
     started = time.monotonic()
     backoff = Backoff(started + s.cycle_deadline_s)
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
-    token = (
-        Path(s.prometheus_bearer_token_file).read_text().strip()
-        if s.prometheus_bearer_token_file
-        else ""
-    )
-    prom = PromClient(s.prometheus_url, s.prometheus_timeout_s, token)
     kube = None
+    # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
-        view = read_prom(prom, s, now)
     else:
-        view = read_prom(prom, s, now)
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
         objs = read_cluster(kube, s)
+    names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
+    view = read_prom(prom, s, now, names)
     snap = build_snapshot(now, objs, view, s)
+    missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
+    if missing:
+        log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
     executor: PrintExecutor | KubeExecutor
     if inputs.dry_run:

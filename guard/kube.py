@@ -181,15 +181,6 @@ class Kube:
     def node(self, name: str) -> dict[str, Any]:
         return _kinded(self.call("GET", f"/api/v1/nodes/{_q(name)}", f"get node {name}"), "Node")
 
-    def running_pods_on(self, node: str) -> list[dict[str, Any]]:
-        """Running pods of one node (asked only for the few nodes the guard cordoned)."""
-        pods = self.list_all(
-            "/api/v1/pods",
-            f"list pods on {node}",
-            fieldSelector=f"spec.nodeName={node},status.phase=Running",
-        )
-        return [_kinded(p, "Pod") for p in pods]
-
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
         jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)

@@ -144,14 +144,28 @@ class GpuSample:
     value: int
 
 
+# The node-naming labels of one dcgm-exporter series that are set: (("node", "gpu-1"), …).
+HostLabels = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class PromView:
-    """Validated Prometheus answers at `Snapshot.now`."""
+    """Validated Prometheus answers at `Snapshot.now` (built by `guard.prom_view.read_prom`).
+
+    `candidates` and `loss_held_s` are derived there at `now` from the facts below them
+    (`guard.prom_view.held_candidates`, `held_s`): hardware Xid ∧ loss held ∧ not cordoned.
+    """
 
     candidates: tuple[GpuSample, ...] = ()
-    hardware_xids: tuple[GpuSample, ...] = ()
+    hardware_xids: tuple[GpuSample, ...] = ()  # gauge and windowed counter, one per GPU and Xid
     row_remap: tuple[GpuSample, ...] = ()
     loss_held_s: tuple[tuple[str, int], ...] = ()
+    # Per node with GPU loss now: when the run of observed loss began (see prom_view).
+    loss_since: tuple[tuple[str, datetime], ...] = ()
+    cordoned: tuple[str, ...] = ()  # nodes kube-state-metrics reports unschedulable
+    gpu_pods: tuple[GpuPod, ...] = ()  # Running, on unschedulable nodes (kube-state-metrics)
+    xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series
+    exporter_hosts: tuple[HostLabels, ...] = ()  # … of every dcgm-exporter (GPU_TEMP or Xid)
 
     def held_s(self, node: str) -> int:
         return dict(self.loss_held_s).get(node, 0)

@@ -1,15 +1,18 @@
 """Every PromQL string the guard runs, and the building blocks the alert rules share with it.
 
-Tests in tests/prometheus evaluate these exact strings against a real Prometheus, so a change
-here is a change to what the guard decides. The alert expressions live in
-`guard.alert_queries`, built from the same blocks (metric names, the host-label join, the
-hardware-Xid filter, GPU loss, "not cordoned"), so alerts and guard agree on what a fault is.
+Tests in tests/prometheus evaluate these exact strings against real engines (Prometheus 2 and
+3, VictoriaMetrics, Thanos Query), so a change here is a change to what the guard decides. The
+alert expressions live in `guard.alert_queries`, built from the same blocks (metric names, the
+host-label join, the hardware-Xid filter, GPU loss, "not cordoned"), so alerts and guard agree
+on what a fault is.
 
 Inputs:
   * dcgm-exporter ``DCGM_FI_DEV_XID_ERRORS`` — a gauge holding the *last* Xid of each GPU
-    (0 = none). Its host label is ``Hostname``; newer exporters say ``hostname``.
+    (0 = none) — and, where enabled, ``DCGM_EXP_XID_ERRORS_COUNT`` (per GPU and ``xid``).
+    Its host label is ``Hostname``; newer exporters say ``hostname``.
   * kube-state-metrics ``kube_node_status_capacity`` / ``_allocatable`` with
-    ``resource="nvidia_com_gpu"`` and ``kube_node_spec_unschedulable``, keyed by ``node``.
+    ``resource="nvidia_com_gpu"`` and ``kube_node_spec_unschedulable``, keyed by ``node``;
+    ``kube_pod_container_resource_requests`` and ``kube_pod_status_phase`` for GPU pods.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
+
+from guard.settings import Settings
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -24,8 +30,15 @@ CAPACITY_METRIC = 'kube_node_status_capacity{resource="nvidia_com_gpu"}'
 ALLOCATABLE_METRIC = 'kube_node_status_allocatable{resource="nvidia_com_gpu"}'
 UNSCHEDULABLE_METRIC = "kube_node_spec_unschedulable"
 ROW_REMAP_METRICS = ("DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE")
+# A GPU that never logged an Xid may lack the Xid gauge; every GPU exports its temperature.
+EXPORTER_METRICS = '{__name__=~"DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_XID_ERRORS"}'
+POD_REQUESTS_METRIC = 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}'
+POD_PHASE_METRIC = "kube_pod_status_phase"
 NODE_LABEL = "node"
 HOST_LABELS = ("Hostname", "hostname")
+# How far back the loss history looks: three default hold windows (longer when the hold window
+# needs it, `loss_lookback_s`); loss older than that orders candidates by name.
+HELD_LOOKBACK_S = 1800
 
 
 def with_node_label(metric: str) -> str:
@@ -44,10 +57,10 @@ def hardware_xid(user_code_xids: Iterable[int]) -> str:
     """Per-GPU series whose last Xid is set and is not caused by user code; value = Xid.
 
     Filter first, relabel after: comparisons keep every label, and relabelling only the few
-    faulted GPUs instead of all of them makes the loss-history subquery ~3× cheaper at 5,000 nodes.
+    faulted GPUs instead of all of them is ~3× cheaper at 5,000 nodes. (Alerts; the guard joins
+    its own answers to Nodes in `guard.prom_view`.)
     """
-    filters = "".join(f" != {code}" for code in sorted(set(user_code_xids)))
-    return with_node_label(f"{XID_METRIC} > 0{filters}")
+    return with_node_label(hardware_xid_now(user_code_xids))
 
 
 def gpu_loss() -> str:
@@ -58,55 +71,100 @@ def gpu_loss() -> str:
     )
 
 
-def loss_held(window_s: int, step_s: int) -> str:
-    """Nodes whose GPU loss stayed above zero at every step of the window (filters brief dips)."""
-    return f"(min_over_time({gpu_loss()}[{window_s}s:{step_s}s]) > 0)"
-
-
 def not_cordoned() -> str:
     return f"(max by ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC}) == 0)"
 
 
+# ---- The guard's own queries ---------------------------------------------------------------
+#
+# They return dcgm-exporter's own labels: which label names the Node (`node`, `Hostname`,
+# `hostname` or a configured one) is decided in `guard.prom_view` against the API's Node names,
+# so a relabelled `node` that names a Node is kept and a pod-name `Hostname` is caught loudly.
+# The hold window is decided there too, from the loss history, the same way on every engine.
+
+
 @dataclass(frozen=True, slots=True)
-class IsolationParams:
-    user_code_xids: tuple[int, ...]
-    fast_path_xids: tuple[int, ...]
-    hold_window_s: int
-    fast_hold_window_s: int
-    step_s: int
+class Query:
+    """One request of a cycle: `kind` is the result type the answer must have."""
+
+    name: str
+    promql: str
+    kind: Literal["vector", "matrix"] = "vector"
+    required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
+    # Evaluated at the last multiple of the step at or before now, so that every engine steps
+    # on the same grid: Prometheus aligns subquery steps to the epoch, VictoriaMetrics to the
+    # evaluation time (docs/engines.md).
+    on_step: bool = False
 
 
-def isolation_candidates(p: IsolationParams) -> str:
-    """Per-GPU hardware-Xid series on uncordoned nodes whose GPU loss held long enough.
-
-    Hardware-certain Xids (fast path, default 79) need the short hold; every other hardware Xid
-    needs the full window. ``or`` keeps the fast-path series when both sides match.
+def user_code_filter(user_code_xids: Iterable[int]) -> str:
     """
-    hw = hardware_xid(p.user_code_xids)
-    slow = f"(({hw}) and on ({NODE_LABEL}) {loss_held(p.hold_window_s, p.step_s)})"
-    if p.fast_path_xids:
-        fast_filter = " or ".join(f"({hw}) == {code}" for code in sorted(set(p.fast_path_xids)))
-        fast = (
-            f"(({fast_filter}) and on ({NODE_LABEL}) {loss_held(p.fast_hold_window_s, p.step_s)})"
-        )
-        selected = f"({fast} or {slow})"
-    else:
-        selected = slow
-    return f"{selected} and on ({NODE_LABEL}) {not_cordoned()}"
-
-
-def loss_history(user_code_xids: Iterable[int], lookback_s: int, step_s: int) -> str:
-    """GPU loss over the lookback for nodes with a hardware Xid (a matrix; few nodes by design).
-
-    Used to order candidates by how long the loss has held and to log it.
+    >>> user_code_filter((43, 13))
+    ' != 13 != 43'
     """
-    hw_nodes = f"max by ({NODE_LABEL}) ({hardware_xid(user_code_xids)})"
-    return f"({gpu_loss()} and on ({NODE_LABEL}) {hw_nodes})[{lookback_s}s:{step_s}s]"
+    return "".join(f" != {code}" for code in sorted(set(user_code_xids)))
+
+
+def hardware_xid_now(user_code_xids: Iterable[int]) -> str:
+    """Per-GPU series whose last Xid is set and not caused by user code; value = the Xid."""
+    return f"{XID_METRIC} > 0{user_code_filter(user_code_xids)}"
+
+
+def hardware_xid_counted(user_code_xids: Iterable[int], lookback_s: int) -> str:
+    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`).
+
+    The gauge keeps only the *last* Xid, so a user-code Xid after a hardware one hides it
+    (NVIDIA/DCGM#235); the windowed counter keeps each code apart. It counts a 5-minute window
+    and falls back to 0, so the lookback (longer than any hold) keeps the Xid that began the loss.
+    Absent (empty answer) unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``.
+    """
+    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
+    return f'max_over_time({XID_COUNT_METRIC}{{xid!~"{codes}"}}[{lookback_s}s]) > 0'
 
 
 def row_remap_nonzero() -> str:
     """GPUs whose row remapping is pending or failed (ECC models only; absent elsewhere)."""
-    return " or ".join(with_node_label(f"{m} > 0") for m in ROW_REMAP_METRICS)
+    return " or ".join(f"{m} > 0" for m in ROW_REMAP_METRICS)
+
+
+def loss_history(lookback_s: int, step_s: int) -> str:
+    """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
+
+    Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
+    value was 0 or there was no data; `guard.prom_view.loss_since` turns that into the start of
+    the loss that is still going on. Every step's value is the latest scrape at or before it, so
+    a loss first seen at a step was scraped no later than that step.
+    """
+    return f"({gpu_loss()} > 0)[{lookback_s}s:{step_s}s]"
+
+
+def cordoned_nodes() -> str:
+    """Nodes kube-state-metrics reports unschedulable (candidates exclude them: the API agrees
+    once Prometheus catches up, and a person's cordon is not the guard's business)."""
+    return f"max by ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC}) > 0"
+
+
+def gpu_pods(jobs_namespace: str) -> str:
+    """Running pods requesting GPUs on unschedulable nodes (the return check's only concern),
+    outside the guard's jobs namespace; value = GPUs requested. One series per pod.
+
+    Requests, not limits: Kubernetes requires them equal for extended resources. `max by`
+    first collapses duplicate kube-state-metrics replicas, then `sum` adds up the containers.
+    """
+    requests = f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}'
+    per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
+    running = f'({POD_PHASE_METRIC}{{phase="Running"}} == 1)'
+    return (
+        f"sum by (namespace, pod, uid, node) ({per_container}) > 0"
+        f" and on (namespace, pod, uid) {running}"
+        f" and on ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC} == 1)"
+    )
+
+
+def host_labels(metric: str, labels: Iterable[str]) -> str:
+    """One series per distinct set of node-naming labels of `metric` (≈ one per exporter)."""
+    by = ", ".join(dict.fromkeys((NODE_LABEL, *labels)))
+    return f"count by ({by}) ({metric})"
 
 
 # A broken scrape must not look like a healthy cluster: each input must have at least one series.
@@ -114,7 +172,39 @@ REQUIRED_INPUTS: tuple[tuple[str, str], ...] = (
     ("kube_node_spec_unschedulable", f"count({UNSCHEDULABLE_METRIC})"),
     ("DCGM_FI_DEV_XID_ERRORS", f"count({XID_METRIC})"),
     ("kube_node_status_capacity{resource=nvidia_com_gpu}", f"count({CAPACITY_METRIC})"),
+    ("kube_pod_status_phase", f"count({POD_PHASE_METRIC})"),
 )
+
+
+def required_input_name(metric: str) -> str:
+    return f"input-{metric.split('{')[0]}"
+
+
+def loss_lookback_s(s: Settings) -> int:
+    """The loss history's range: `HELD_LOOKBACK_S`, or longer when the hold window needs it."""
+    return max(HELD_LOOKBACK_S, s.hold_window_s + 2 * s.query_step_s)
+
+
+def guard_queries(s: Settings) -> tuple[Query, ...]:
+    """Every request of one cycle, in the order `guard.prom_view.read_prom` sends them."""
+    codes, labels, lookback = s.user_code_xids, s.dcgm_node_label_names, loss_lookback_s(s)
+    return (
+        *(Query(required_input_name(metric), promql) for metric, promql in REQUIRED_INPUTS),
+        Query("hardware-xid", hardware_xid_now(codes)),
+        Query("hardware-xid-counted", hardware_xid_counted(codes, lookback), required=("xid",)),
+        Query("row-remap", row_remap_nonzero()),
+        Query(
+            "loss-history",
+            loss_history(lookback, s.query_step_s),
+            "matrix",
+            (NODE_LABEL,),
+            on_step=True,
+        ),
+        Query("cordoned", cordoned_nodes(), required=(NODE_LABEL,)),
+        Query("gpu-pods", gpu_pods(s.jobs_namespace), required=("namespace", "pod", NODE_LABEL)),
+        Query("xid-hosts", host_labels(XID_METRIC, labels)),
+        Query("exporter-hosts", host_labels(EXPORTER_METRICS, labels)),
+    )
 
 
 def duration(seconds: int) -> str:

@@ -44,9 +44,34 @@ class SettingsError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Settings:
     # Where to read.
-    prometheus_url: str = _opt("", "Prometheus base URL, e.g. http://prometheus:9090")
-    prometheus_timeout_s: float = _opt(10.0, "Timeout of one Prometheus request")
-    prometheus_bearer_token_file: str = _opt("", "File with a bearer token for Prometheus")
+    prometheus_url: str = _opt(
+        "", "Prometheus base URL with any path prefix, e.g. http://thanos-query:9090/prometheus"
+    )
+    prometheus_timeout_s: float = _opt(
+        10.0, "Total time one Prometheus request may take, whole answer included"
+    )
+    prometheus_bearer_token_file: str = _opt(
+        "", "File with a bearer token for Prometheus (e.g. a mounted Secret); read at start"
+    )
+    prometheus_service_account_token: bool = _opt(
+        False, "Send the pod's own ServiceAccount token (kube-rbac-proxy in front of Prometheus)"
+    )
+    prometheus_basic_auth_user: str = _opt("", "Basic-auth user name for Prometheus")
+    prometheus_basic_auth_password_file: str = _opt("", "File with the basic-auth password")
+    prometheus_ca_file: str = _opt("", "CA bundle that signs Prometheus's certificate")
+    prometheus_cert_file: str = _opt("", "Client certificate for mutual TLS (with the key file)")
+    prometheus_key_file: str = _opt("", "Private key of the client certificate")
+    prometheus_headers: str = _opt(
+        "", "Extra request headers, comma-separated Name=value (e.g. X-Scope-OrgID=team-a)"
+    )
+    prometheus_max_answer_bytes: int = _opt(
+        16 * 1024 * 1024, "Abort when one answer is larger than this (decoded bytes)"
+    )
+    prometheus_max_series: int = _opt(20000, "Abort when one answer has more series than this")
+    dcgm_node_labels: str = _opt(
+        "Hostname,hostname",
+        "dcgm-exporter labels that name the Node, in order; a `node` label naming a Node wins",
+    )
     kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
     # Detection.
     cadence_s: int = _opt(
@@ -83,7 +108,8 @@ class Settings:
     annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
     namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
     jobs_namespace: str = _opt(
-        "gpu-node-guard-jobs", "Namespace of the guard's privileged Jobs (evidence, conformance)"
+        "gpu-node-guard-jobs",
+        "Namespace of the guard's privileged Jobs (evidence, conformance); its pods never count",
     )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
     job_service_account: str = _opt(
@@ -130,6 +156,16 @@ class Settings:
         key, _, value = self.gpu_node_label.partition("=")
         return key, value
 
+    @property
+    def dcgm_node_label_names(self) -> tuple[str, ...]:
+        return tuple(v.strip() for v in self.dcgm_node_labels.split(",") if v.strip())
+
+    @property
+    def prometheus_header_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``Name=value`` entries of `prometheus_headers`, in order."""
+        pairs = (e.partition("=") for e in self.prometheus_headers.split(",") if e.strip())
+        return tuple((name.strip(), value.strip()) for name, _, value in pairs)
+
     def as_log_pairs(self) -> list[tuple[str, str]]:
         """Sorted key=value pairs for the one `settings` log line."""
         out = []
@@ -145,8 +181,7 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_detection(s), *_names(s), *_jobs(s), *_writes(s)]
-    checks.append((s.prometheus_timeout_s > 0, "prometheus_timeout_s", "must be positive"))
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s)]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -229,6 +264,37 @@ def _writes(s: Settings) -> list[Check]:
 def setting_default(name: str) -> Any:
     """The default of one setting, for commands that run without a Settings (inside Jobs)."""
     return next(f.default for f in fields(Settings) if f.name == name)
+
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _reading(s: Settings) -> list[Check]:
+    labels = s.dcgm_node_label_names
+    headers = s.prometheus_header_pairs
+    return [
+        (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
+        (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
+         "must be at least 65536"),
+        (s.prometheus_max_series >= 100, "prometheus_max_series",
+         "must be at least 100"),
+        (bool(labels) and all(_LABEL_NAME.match(v) for v in labels), "dcgm_node_labels",
+         "must be comma-separated Prometheus label names"),
+        (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
+         "must be comma-separated Name=value with a valid header name"),
+        (all(n.lower() != "authorization" for n, _ in headers), "prometheus_headers",
+         "must not set Authorization (it is logged): use a token file"),
+        (bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
+         "prometheus_basic_auth_user",
+         "goes together with prometheus_basic_auth_password_file (both or neither)"),
+        (bool(s.prometheus_cert_file) == bool(s.prometheus_key_file), "prometheus_cert_file",
+         "goes together with prometheus_key_file (both or neither)"),
+        (sum((bool(s.prometheus_bearer_token_file), s.prometheus_service_account_token,
+              bool(s.prometheus_basic_auth_user))) <= 1, "prometheus_bearer_token_file",
+         "is one credential of three: set at most one of prometheus_bearer_token_file,"
+         " prometheus_service_account_token and prometheus_basic_auth_user"),
+    ]  # fmt: skip
 
 
 def setting_fields() -> tuple[Any, ...]:

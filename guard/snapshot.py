@@ -15,27 +15,16 @@ from typing import Any
 
 import yaml
 
-from guard import ledger_store, queries
+from guard import ledger_store
 from guard.kube import Kube
 from guard.ledger import LedgerLine, parse_ledger
-from guard.model import GpuPod, GpuSample, GuardEvent, PromView, Snapshot
-from guard.names import (
-    APP_LABEL,
-    APP_NAME,
-    COMPONENT_LABEL,
-    GPU_RESOURCE,
-    NODE_EVENT_NAMESPACE,
-    Annotations,
-)
+from guard.model import GuardEvent, PromView, Snapshot
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, NODE_EVENT_NAMESPACE, Annotations
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
-from guard.pci import PciAddressError, normalize_pci
-from guard.prom import PromClient, PromError, Sample
+from guard.prom_view import read_prom as read_prom
+from guard.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.settings import Settings
-
-# How far back the loss history looks to order candidates by how long their loss has held:
-# three default hold windows. Loss older than that orders by name; the cost is one step per minute.
-HELD_LOOKBACK_S = 1800
 
 
 class SnapshotError(Exception):
@@ -45,76 +34,20 @@ class SnapshotError(Exception):
 @dataclass(frozen=True, slots=True)
 class ClusterObjects:
     nodes: tuple[dict[str, Any], ...]
-    pods: tuple[dict[str, Any], ...]
     jobs: tuple[dict[str, Any], ...]
     ledger: dict[str, Any] | None
     ledger_archives: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
 
 
-# ---- Prometheus -----------------------------------------------------------------------------
-
-
-def read_prom(client: PromClient, s: Settings, now: datetime) -> PromView:
-    """Run every query at `now`; missing inputs or a bad answer raise `PromError`."""
-    for metric, promql in queries.REQUIRED_INPUTS:
-        found = client.vector(f"input-{metric.split('{')[0]}", promql, now)
-        if not found or found[0].value < 1:
-            raise PromError(f"input metric {metric} has no series: check the exporter and scrape")
-    params = queries.IsolationParams(
-        s.user_code_xids, s.fast_path_xids, s.hold_window_s, s.fast_hold_window_s, s.query_step_s
-    )
-    gpu_labels = (queries.NODE_LABEL,)
-    candidates = client.vector(
-        "isolation-candidates", queries.isolation_candidates(params), now, gpu_labels
-    )
-    hardware = client.vector(
-        "hardware-xid", queries.hardware_xid(s.user_code_xids), now, gpu_labels
-    )
-    remap = client.vector("row-remap", queries.row_remap_nonzero(), now, gpu_labels)
-    history = client.matrix(
-        "loss-history",
-        queries.loss_history(s.user_code_xids, HELD_LOOKBACK_S, s.query_step_s),
-        now,
-        gpu_labels,
-    )
-    held = tuple(sorted((h.label(queries.NODE_LABEL), _held_s(h.points, now)) for h in history))
-    return PromView(
-        candidates=_gpu_samples(candidates),
-        hardware_xids=_gpu_samples(hardware),
-        row_remap=_gpu_samples(remap),
-        loss_held_s=held,
-    )
-
-
-def _held_s(points: tuple[tuple[float, float], ...], now: datetime) -> int:
-    """Seconds since the start of the trailing run of points with GPU loss > 0."""
-    start = None
-    for stamp, value in reversed(points):
-        if value <= 0:
-            break
-        start = stamp
-    return 0 if start is None else max(0, round(now.timestamp() - start))
-
-
-def _gpu_samples(samples: Iterable[Sample]) -> tuple[GpuSample, ...]:
-    out = []
-    for s in samples:
-        pci = s.label("pci_bus_id")
-        try:
-            pci = normalize_pci(pci) if pci else "unknown"
-        except PciAddressError as exc:
-            raise PromError(f"dcgm-exporter label pci_bus_id: {exc}") from None
-        uuid = s.label("UUID") or s.label("uuid") or "unknown"
-        out.append(GpuSample(s.label(queries.NODE_LABEL), s.label("gpu"), uuid, pci, int(s.value)))
-    return tuple(sorted(out, key=lambda g: (g.node, g.gpu.zfill(4), g.uuid)))
-
-
 # ---- Cluster objects ------------------------------------------------------------------------
 
 
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
-    """Read a ``kubectl get nodes,pods,jobs,configmaps -o yaml|json`` style List (or documents)."""
+    """Read a ``kubectl get nodes,jobs,configmaps,events -o yaml|json`` style List (or documents).
+
+    Pods in the file are not read: GPU pods come from kube-state-metrics (`PromView.gpu_pods`).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -144,7 +77,7 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
     by_kind: dict[str, list[dict[str, Any]]] = {
-        "Node": [], "Pod": [], "Job": [], "ConfigMap": [], "Event": []
+        "Node": [], "Job": [], "ConfigMap": [], "Event": []
     }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
@@ -159,7 +92,6 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
     ]
     return ClusterObjects(
         tuple(by_kind["Node"]),
-        tuple(by_kind["Pod"]),
         tuple(by_kind["Job"]),
         ledgers[0] if ledgers else None,
         tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
@@ -182,10 +114,6 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
             jobs.append(job_info(obj, keys))
         except NamelessObject as exc:
             ignored.append(f"guard {exc}")
-    try:
-        pods = tuple(p for p in (gpu_pod(o, s.jobs_namespace) for o in objs.pods) if p)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SnapshotError(f"malformed cluster object: {_reason(exc)}") from None
     data = (objs.ledger or {}).get("data") or {}
     if not isinstance(data, Mapping):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
@@ -193,7 +121,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         now,
         tuple(sorted(nodes, key=lambda n: n.name)),
         tuple(jobs),
-        pods,
+        prom.gpu_pods,  # from kube-state-metrics through Prometheus, for the API and a file alike
         _ledger_lines(data, objs.ledger_archives),
         prom,
         guard_events(objs.events),
@@ -214,31 +142,6 @@ def _ledger_lines(
     return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
-def gpu_pod(obj: Mapping[str, Any], guard_namespace: str) -> GpuPod | None:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if (obj.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
-        return None
-    if (
-        meta.get("namespace") == guard_namespace
-        and (meta.get("labels") or {}).get(APP_LABEL) == APP_NAME
-    ):
-        return None  # the guard's own load test holds the GPUs on purpose
-    gpus = 0
-    for c in spec.get("containers") or []:
-        resources = c.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-            resources.get("requests") or {}
-        ).get(GPU_RESOURCE)
-        gpus += _gpus(amount)
-    if gpus == 0:
-        return None
-    return GpuPod(meta.get("namespace", ""), meta["name"], spec["nodeName"], gpus)
-
-
-def _gpus(value: Any) -> int:
-    return 0 if value in (None, "") else int(str(value))
-
-
 def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
     return str(((obj or {}).get("metadata") or {}).get(key, ""))
 
@@ -249,27 +152,19 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), the guard's Jobs, the ledger, and Running pods of guard-cordoned nodes.
+    """Nodes (paginated), the guard's Jobs, the ledger with its archives, the guard's Events.
 
-    Only the return check looks at pods, and only on nodes carrying the guard's reason, so pods
-    are listed per such node (bounded by the breaker), never for the whole cluster.
+    Pods are not read from the API: GPU pods come from kube-state-metrics (`PromView.gpu_pods`),
+    so the guard needs no cluster-wide pods RBAC.
     """
     keys = Annotations(s.annotation_prefix)
-    nodes = tuple(slim_node(n, keys) for n in kube.nodes())
-    reason = keys.reason
-    guarded = sorted(_meta(n, "name") for n in nodes if reason in _annotations(n))
     return ClusterObjects(
-        nodes=nodes,
-        pods=tuple(pod for name in guarded for pod in kube.running_pods_on(name)),
+        nodes=tuple(slim_node(n, keys) for n in kube.nodes()),
         jobs=tuple(kube.jobs(s.jobs_namespace, f"{APP_LABEL}={APP_NAME}")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, f"{APP_LABEL}={APP_NAME}")),
     )
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 # ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------

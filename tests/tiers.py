@@ -15,6 +15,16 @@ def unavailable(tier: str, reason: str, how: str) -> None:
     pytest.skip(message)
 
 
+def require_engine(engine: str) -> None:
+    """The one skip of the prometheus tier: `engine`'s binaries, or skip (fail under CI=true)."""
+    from guard.example.engines import PrometheusUnavailable, binaries
+
+    try:
+        binaries(engine)  # type: ignore[arg-type]
+    except PrometheusUnavailable as exc:
+        unavailable(f"prometheus ({engine})", str(exc), exc.how)
+
+
 def tool(name: str, tier: str, how: str) -> str:
     """The path of a binary a tier needs, or `unavailable` (skip; fail under CI=true)."""
     path = shutil.which(name)

@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import TextIO
 
 Steps = tuple[tuple[int, int], ...]  # (offset_s, value from then on)
+XID = "DCGM_FI_DEV_XID_ERRORS"
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,22 @@ class NodeTimeline:
     allocatable: Steps = ()  # default: all GPUs allocatable
     unschedulable: Steps = ()  # default: schedulable
     pci_base: int = 0x18
+    # dcgm-exporter's side: the host label's value (default: the node name; an old exporter
+    # without NODE_NAME says its pod name), a `node` label put there by a scrape relabel,
+    # which metrics it exports, and DCGM_EXP_XID_ERRORS_COUNT steps
+    # (offset_s, gpu index, xid, count from then on).
+    host_value: str = ""
+    node_label: str = ""
+    xid_gauge: bool = True
+    gpu_temp: bool = False
+    xid_counts: tuple[tuple[int, int, int, int], ...] = ()
+    # Series start at `first_s` (a node that joined, or a Prometheus without older data) and
+    # are scraped `scrape_offset_s` after the scenario's grid (pods never start on the minute).
+    first_s: int = 0
+    scrape_offset_s: int = 0
+
+    def host(self) -> str:
+        return self.host_value or self.name
 
     def gpu_uuid(self, index: int) -> str:
         digest = hashlib.sha256(f"{self.name}/{index}".encode()).hexdigest()
@@ -35,11 +53,40 @@ class NodeTimeline:
 
 
 @dataclass(frozen=True, slots=True)
+class PodTimeline:
+    """A pod as kube-state-metrics reports it: phase series and, with GPUs, its requests."""
+
+    namespace: str
+    name: str
+    node: str
+    gpus: int = 0
+    running: Steps = ((0, 1),)  # 1: phase Running from then on; 0: Succeeded
+
+    def phase_steps(self, phase: str) -> Steps:
+        """kube_pod_status_phase{phase=…}: Running while `running` is 1, then Succeeded."""
+        if phase == "Running":
+            return self.running
+        if phase == "Succeeded":
+            return tuple((t, 1 - v) for t, v in self.running)
+        return ()
+
+    @property
+    def uid(self) -> str:
+        digest = hashlib.sha256(f"{self.namespace}/{self.name}".encode()).hexdigest()
+        return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+# kube-state-metrics reports its own pod, so a real cluster never has an empty phase family.
+KSM_POD = PodTimeline("monitoring", "kube-state-metrics-0", "control-plane-1")
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     start: datetime
     duration_s: int
     nodes: tuple[NodeTimeline, ...]
     scrape_s: int = 15
+    pods: tuple[PodTimeline, ...] = (KSM_POD,)
     extra_uuids: dict[tuple[str, int], str] = field(default_factory=dict)
     extra_pci: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -63,50 +110,82 @@ def value_at(steps: Steps, offset_s: int, default: int) -> int:
     return value
 
 
-def _stamps(sc: Scenario) -> Iterator[tuple[int, float]]:
+def _stamps(sc: Scenario, node: NodeTimeline | None = None) -> Iterator[tuple[int, float]]:
+    """(offset_s, timestamp) of every scrape of a node's series (of the scenario's by default)."""
     base = sc.start.timestamp()
-    for offset in range(0, sc.duration_s + 1, sc.scrape_s):
-        yield offset, base + offset
+    shift, first = (node.scrape_offset_s, node.first_s) if node else (0, 0)
+    for offset in range(shift, sc.duration_s + 1, sc.scrape_s):
+        if offset >= first:
+            yield offset, base + offset
+
+
+def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
+    """dcgm-exporter's labels of one GPU, in the exporter's order."""
+    labels = (
+        f'gpu="{gpu}",UUID="{sc.uuid(node, gpu)}",pci_bus_id="{sc.pci(node, gpu)}",'
+        f'device="nvidia{gpu}",modelName="NVIDIA GeForce RTX 5090",'
+        f'{node.host_label}="{node.host()}"'
+    )
+    return labels + (f',node="{node.node_label}"' if node.node_label else "")
+
+
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 def write_openmetrics(sc: Scenario, out: TextIO) -> int:
     """Write the scenario; returns the number of samples."""
     written = 0
+
+    def series(
+        name: str, labels: str, steps: Steps, default: int, node: NodeTimeline | None = None
+    ) -> None:
+        nonlocal written
+        for offset, stamp in _stamps(sc, node):
+            out.write(f"{name}{{{labels}}} {value_at(steps, offset, default)} {stamp:.3f}\n")
+            written += 1
+
     out.write("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n")
     out.write("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n")
-    for node in sc.nodes:
+    for node in (n for n in sc.nodes if n.xid_gauge):
         for gpu in range(node.gpus):
             steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
-            labels = (
-                f'gpu="{gpu}",UUID="{sc.uuid(node, gpu)}",pci_bus_id="{sc.pci(node, gpu)}",'
-                f'device="nvidia{gpu}",modelName="NVIDIA GeForce RTX 5090",'
-                f'{node.host_label}="{node.name}"'
-            )
-            for offset, stamp in _stamps(sc):
-                out.write(
-                    f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {value_at(steps, offset, 0)} {stamp:.3f}\n"
-                )
-                written += 1
-    families = (
-        (
-            "kube_node_status_capacity",
-            lambda n, o: n.gpus,
-            ',resource="nvidia_com_gpu",unit="integer"',
-        ),
-        (
-            "kube_node_status_allocatable",
-            lambda n, o: value_at(n.allocatable, o, n.gpus),
-            ',resource="nvidia_com_gpu",unit="integer"',
-        ),
-        ("kube_node_spec_unschedulable", lambda n, o: value_at(n.unschedulable, o, 0), ""),
-    )
-    for name, value, extra in families:
-        out.write(f"# TYPE {name} gauge\n")
+            series(XID, gpu_labels(sc, node, gpu), steps, 0, node)
+    if any(n.gpu_temp for n in sc.nodes):
+        out.write("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
+        for node in (n for n in sc.nodes if n.gpu_temp):
+            for gpu in range(node.gpus):
+                series("DCGM_FI_DEV_GPU_TEMP", gpu_labels(sc, node, gpu), (), 41, node)
+    if any(n.xid_counts for n in sc.nodes):
+        out.write("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n")
         for node in sc.nodes:
-            for offset, stamp in _stamps(sc):
-                out.write(
-                    f'{name}{{node="{node.name}"{extra}}} {value(node, offset)} {stamp:.3f}\n'
-                )
-                written += 1
+            for gpu, xid in sorted({(g, x) for _, g, x, _ in node.xid_counts}):
+                steps = tuple((t, c) for t, g, x, c in node.xid_counts if (g, x) == (gpu, xid))
+                labels = f'{gpu_labels(sc, node, gpu)},window_size_in_ms="300000",xid="{xid}"'
+                series(XID_COUNT, labels, steps, 0, node)
+    gpus = ',resource="nvidia_com_gpu",unit="integer"'
+    out.write("# TYPE kube_node_status_capacity gauge\n")
+    for node in sc.nodes:
+        series("kube_node_status_capacity", f'node="{node.name}"{gpus}', (), node.gpus, node)
+    out.write("# TYPE kube_node_status_allocatable gauge\n")
+    for node in sc.nodes:
+        labels = f'node="{node.name}"{gpus}'
+        series("kube_node_status_allocatable", labels, node.allocatable, node.gpus, node)
+    out.write("# TYPE kube_node_spec_unschedulable gauge\n")
+    for node in sc.nodes:
+        labels = f'node="{node.name}"'
+        series("kube_node_spec_unschedulable", labels, node.unschedulable, 0, node)
+    out.write("# TYPE kube_pod_status_phase gauge\n")
+    for pod in sc.pods:
+        for phase in POD_PHASES:
+            labels = f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",phase="{phase}"'
+            series("kube_pod_status_phase", labels, pod.phase_steps(phase), 0)
+    if any(p.gpus for p in sc.pods):
+        out.write("# TYPE kube_pod_container_resource_requests gauge\n")
+        for pod in (p for p in sc.pods if p.gpus):
+            labels = (
+                f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",container="main",'
+                f'node="{pod.node}"{gpus}'
+            )
+            series("kube_pod_container_resource_requests", labels, (), pod.gpus)
     out.write("# EOF\n")
     return written

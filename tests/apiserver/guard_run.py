@@ -16,16 +16,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.example.promserver import (
-    LocalPrometheus,
-    PrometheusUnavailable,
-    binaries,
-    scenario_server,
-)
-from guard.example.scenario import NodeTimeline, Scenario
+from guard.example.promserver import LocalPrometheus, scenario_server
+from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
 from guard.names import Annotations
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
-from tests.tiers import unavailable
+from tests.tiers import require_engine
 
 T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
 ONSET_S = 30 * 60
@@ -37,11 +32,15 @@ NS = "gpu-node-guard"
 LEDGER = "gpu-fault-ledger"
 
 
-def faulted(name: str) -> NodeTimeline:
-    """Xid 79 on GPU 4 and 7/8 GPUs from ONSET_S; power-cycled (8/8, no Xid) 20 minutes later."""
+def faulted(name: str, unschedulable: Steps = ()) -> NodeTimeline:
+    """Xid 79 on GPU 4 and 7/8 GPUs from ONSET_S; power-cycled (8/8, no Xid) 20 minutes later.
+
+    `unschedulable`: kube-state-metrics' view of the cordon (its GPU pods are read only there).
+    """
     recovered = ONSET_S + 20 * 60
     return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
-                        allocatable=((ONSET_S, 7), (recovered, 8)))  # fmt: skip
+                        allocatable=((ONSET_S, 7), (recovered, 8)),
+                        unschedulable=unschedulable)  # fmt: skip
 
 
 def healthy(name: str) -> NodeTimeline:
@@ -49,12 +48,13 @@ def healthy(name: str) -> NodeTimeline:
 
 
 @contextmanager
-def scenario_prometheus(*nodes: NodeTimeline) -> Iterator[LocalPrometheus]:
-    try:
-        binaries()
-    except PrometheusUnavailable as exc:
-        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
-    with scenario_server(Scenario(start=T0, duration_s=90 * 60, nodes=nodes)) as server:
+def scenario_prometheus(
+    *nodes: NodeTimeline, pods: tuple[PodTimeline, ...] = ()
+) -> Iterator[LocalPrometheus]:
+    """Prometheus 2 over `nodes` and `pods` (kube-state-metrics' own pod always among them)."""
+    require_engine("prometheus2")
+    scenario = Scenario(start=T0, duration_s=90 * 60, nodes=nodes, pods=(KSM_POD, *pods))
+    with scenario_server(scenario) as server:
         yield server
 
 

@@ -17,6 +17,7 @@ from kubernetes import client, watch
 
 from guard.apply import KubeExecutor, PrintExecutor
 from guard.example.promserver import LocalPrometheus
+from guard.example.scenario import PodTimeline
 from guard.kube import Kube
 from guard.log import Log
 from guard.plan import plan_cycle
@@ -28,6 +29,7 @@ from tests.apiserver.guard_run import (
     KEYS,
     NS,
     RETURN_AT,
+    T0,
     faulted,
     forget_guard_state,
     guard_jobs,
@@ -47,9 +49,16 @@ SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger
                   "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
 
 
+# kube-state-metrics' view of e2e-busy: cordoned at its next scrape after the guard's cordon,
+# and a Running training pod holding one of its GPUs when the return check looks.
+BUSY_POD = PodTimeline("research", "train-0", "e2e-busy", gpus=1)
+CORDONED_S = int((ISOLATE_AT - T0).total_seconds()) + 15
+
+
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    with scenario_prometheus(*(faulted(n) for n in SCENARIO_NODES)) as server:
+    nodes = (faulted(n, ((CORDONED_S, 1),) if n == BUSY_POD.node else ()) for n in SCENARIO_NODES)
+    with scenario_prometheus(*nodes, pods=(BUSY_POD,)) as server:
         yield server
 
 
@@ -284,29 +293,15 @@ def ledger_text_or_empty(core: client.CoreV1Api) -> dict[str, str]:
     return dict(core.read_namespaced_config_map("gpu-fault-ledger", NS).data or {})
 
 
-def test_gpu_pod_on_the_repaired_node_blocks_the_return(
-    prom, guard_kubeconfig, gpu_node, core, namespace
-):
-    node = gpu_node("e2e-busy", boot="boot-1")
+def test_gpu_pod_on_the_repaired_node_blocks_the_return(prom, guard_kubeconfig, gpu_node, core):
+    # The pod reaches the guard as kube-state-metrics series through Prometheus (BUSY_POD).
+    node = gpu_node(BUSY_POD.node, boot="boot-1")
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)
-    pod = {
-        "metadata": {"name": "train-0"},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "t", "image": "train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ],
-        },
-    }
-    core.create_namespaced_pod(namespace, pod)
-    core.patch_namespaced_pod_status("train-0", namespace, {"status": {"phase": "Running"}},
-                                     _content_type=MERGE_PATCH)  # fmt: skip
     plan = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(plan, node) == [("skip", "gpu-pods-running")]
     (skip,) = [a for a in plan["actions"] if a["node"] == node]
-    assert f"{namespace}/train-0" in skip["detail"]
-    core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
+    assert f"{BUSY_POD.namespace}/{BUSY_POD.name}" in skip["detail"]
 
 
 def test_node_list_follows_continue_tokens(monkeypatch, guard_kubeconfig, make_node):

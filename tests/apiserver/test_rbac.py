@@ -1,10 +1,10 @@
 """RBAC of manifests/base on a real kube-apiserver: every call a guard cycle makes succeeds as
 the guard's ServiceAccount, every other one is refused with 403.
 
-manifests/base/rbac.yaml is the least privilege a cycle needs; rbac-transition.yaml adds the
-one grant that code not yet changed still uses (see its header). The refusals below are checked
-on an identity bound exactly as rbac.yaml binds the guard, so they hold for the target, and
-`test_transition_grants_are_still_needed` fails the day the transition file can go.
+manifests/base/rbac.yaml is the least privilege a cycle needs and the only RBAC the layout
+applies: no pods anywhere but the guard's Jobs' own (GPU pods come from kube-state-metrics). The
+refusals below are checked both on an identity bound exactly as rbac.yaml binds the guard and on
+the deployed ServiceAccount.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.kube import Kube
+from tests.apiserver.deploy import BASE, EXAMPLE, Kubectl, key
 from tests.apiserver.kube import (
     GUARD_NS,
     GUARD_USER,
@@ -62,9 +62,9 @@ def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
 
 @pytest.fixture(scope="module")
 def target(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.ApiClient]:
-    """rbac.yaml's bindings, re-made for the user TARGET (nothing from rbac-transition.yaml)."""
+    """rbac.yaml's bindings, re-made for the user TARGET."""
     bindings = []
-    for doc in yaml_documents(REPO / "manifests" / "base" / "rbac.yaml"):
+    for doc in yaml_documents(BASE / "rbac.yaml"):
         if doc["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
             made = copy.deepcopy(doc)
             made["metadata"]["name"] = f"{doc['metadata']['name']}-{TARGET}"
@@ -248,24 +248,14 @@ def test_no_call_a_cycle_does_not_make(as_target: Calls, call: Callable[[Calls],
     assert f'User "{TARGET}" cannot' in message
 
 
-TRANSITION = {"list-pods-cluster-wide", "list-pods-elsewhere"}
-
-
-@pytest.mark.parametrize("call", [p for p in NEVER if p.id not in TRANSITION])
+@pytest.mark.parametrize("call", NEVER)
 def test_the_deployed_guard_is_refused_the_same(
     as_guard: Calls, call: Callable[[Calls], object]
 ) -> None:
-    """The same refusals for the real ServiceAccount, but for the transition grant (list pods)."""
+    """The same refusals for the real ServiceAccount, as manifests/ deploys it."""
     status, message = refusal(lambda: call(as_guard))
     assert status == 403, message
     assert f'User "{GUARD_USER}" cannot' in message
-
-
-def test_transition_grants_are_still_needed() -> None:
-    """Delete manifests/base/rbac-transition.yaml (and this test) when this fails."""
-    assert hasattr(Kube, "running_pods_on"), (
-        "the snapshot no longer lists pods: delete manifests/base/rbac-transition.yaml"
-    )
 
 
 def _rules(path: Path) -> set[tuple[str, str, str, str]]:
@@ -284,7 +274,7 @@ def _rules(path: Path) -> set[tuple[str, str, str, str]]:
 
 def test_the_grants_are_exactly_the_cycles() -> None:
     """The whole of rbac.yaml, spelled out: a new verb needs a line here and a reason there."""
-    assert _rules(REPO / "manifests" / "base" / "rbac.yaml") == {
+    assert _rules(BASE / "rbac.yaml") == {
         ("*", "", "nodes", "get"), ("*", "", "nodes", "list"), ("*", "", "nodes", "patch"),
         (GUARD_NS, "", "configmaps", "get"), (GUARD_NS, "", "configmaps", "list"),
         (GUARD_NS, "", "configmaps", "create"), (GUARD_NS, "", "configmaps", "update"),
@@ -296,9 +286,15 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
     }  # fmt: skip
-    assert _rules(REPO / "manifests" / "base" / "rbac-transition.yaml") == {
-        ("*", "", "pods", "list")
-    }
+
+
+@pytest.mark.parametrize("where", [BASE, EXAMPLE], ids=["base", "example"])
+def test_rbac_yaml_is_the_only_rbac_the_layout_applies(kubectl_binary: Path, where: Path) -> None:
+    """Nothing else the base or the example overlay builds (the agent, the policies, the
+    components, the site's patches) grants anything."""
+    kinds = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+    built = {key(d) for d in Kubectl(kubectl_binary).build(where) if d["kind"] in kinds}
+    assert built == {key(d) for d in yaml_documents(BASE / "rbac.yaml")}
 
 
 @pytest.mark.parametrize(

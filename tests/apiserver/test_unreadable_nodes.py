@@ -20,12 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from guard.example.promserver import (
-    LocalPrometheus,
-    PrometheusUnavailable,
-    binaries,
-    scenario_server,
-)
+from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import Scenario
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
@@ -37,7 +32,7 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import MERGE_PATCH, ControlPlane
-from tests.tiers import unavailable
+from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver
 
@@ -77,10 +72,7 @@ CANCEL_NODE = "cancel-sticks"
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    try:
-        binaries()
-    except PrometheusUnavailable as exc:
-        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
+    require_engine("prometheus2")
     names = (FAULTED, CANCEL_NODE, *(c.node for c in CASES))
     scenario = Scenario(start=T0, duration_s=90 * 60, nodes=tuple(faulted(n) for n in names))
     with scenario_server(scenario) as server:

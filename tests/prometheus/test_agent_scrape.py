@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import requests
 
-from guard.example.promserver import PrometheusUnavailable, binaries, free_port, stop
+from guard.example.promserver import binaries, stop
+from guard.ports import free_port
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, DRIVER, LIBDIR, build_host
-from tests.tiers import unavailable
+from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus
 NODE = "gpu-worker-1"
@@ -36,10 +37,8 @@ def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 30) -> Any:
 @pytest.fixture
 def scraped_agent(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """(Prometheus URL, host root): an agent every second, scraped every second."""
-    try:
-        prometheus, _ = binaries()
-    except PrometheusUnavailable as exc:
-        unavailable("prometheus", str(exc), "install the Debian package `prometheus`")
+    require_engine("prometheus2")
+    prometheus = binaries("prometheus2").server
     root = build_host(tmp_path / "host")
     agent_port, prom_port = free_port(), free_port()
     agent_log = (tmp_path / "agent.log").open("w")

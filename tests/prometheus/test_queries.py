@@ -1,83 +1,212 @@
-"""The exact PromQL of guard/queries.py, evaluated by a real Prometheus over known scenarios."""
+"""The exact PromQL of guard/queries.py on every engine, read the way the guard reads it.
+
+Each test runs once per engine (Prometheus 2 and 3, VictoriaMetrics, Thanos Query); the last one
+compares the whole view the guard builds across engines at many instants.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
 
 import pytest
 
-from guard import queries
+from guard.model import GpuPod, NodeInfo, PromView
 from guard.prom import PromClient, PromError
+from guard.prom_view import JoinError, check_join, read_prom
 from guard.settings import Settings
-from guard.snapshot import read_prom
-from tests.prometheus.conftest import ONSET, T0
+from tests.prometheus.conftest import JOBS_NS, NODE_NAMES, ONSET, SCENARIO_NODES, T0
 
 pytestmark = pytest.mark.prometheus
-S = Settings(prometheus_url="unused")
-PARAMS = queries.IsolationParams(
-    S.user_code_xids, S.fast_path_xids, S.hold_window_s, S.fast_hold_window_s, S.query_step_s
-)
+S = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS)
+HOLD, FAST = S.hold_window_s, S.fast_hold_window_s
 
 
-def selected(prom, after: timedelta) -> set[str]:
-    client = PromClient(prom.url)
-    found = client.vector(
-        "isolation-candidates", queries.isolation_candidates(PARAMS), ONSET + after, ("node",)
-    )
-    return {s.label("node") for s in found}
+def view(prom, at: datetime, s: Settings = S) -> PromView:
+    return read_prom(PromClient(prom.url), s, at, NODE_NAMES)
+
+
+def selected(prom, at: datetime, s: Settings = S) -> set[str]:
+    return {c.node for c in view(prom, at, s).candidates}
+
+
+def minutes(m: float) -> datetime:
+    return ONSET + timedelta(seconds=round(m * 60))
 
 
 @pytest.mark.parametrize(
     ("node", "after", "expected"),
     [
-        pytest.param("fast79", timedelta(minutes=2, seconds=30), True, id="xid79-loss-2m-selected"),
-        pytest.param("fast79", timedelta(minutes=1), False, id="xid79-loss-1m-not-yet"),
-        pytest.param("slow48", timedelta(minutes=5), False, id="xid48-loss-5m-not-yet"),
-        pytest.param("slow48", timedelta(minutes=11), True, id="xid48-loss-11m-selected"),
-        pytest.param("dip48", timedelta(minutes=11), False, id="dip-recovering-in-window-never"),
-        pytest.param("dip48", timedelta(minutes=30), False, id="dip-recovered-never"),
-        pytest.param("dip79", timedelta(minutes=3), False, id="xid79-short-dip-never"),
-        pytest.param("user13", timedelta(minutes=30), False, id="user-code-xid-never"),
-        pytest.param("cordoned79", timedelta(minutes=30), False, id="already-cordoned-never"),
-        pytest.param("lower79", timedelta(minutes=3), True, id="hostname-label-works"),
-        pytest.param("healthy", timedelta(minutes=30), False, id="healthy-never"),
+        pytest.param("fast79", 2.5, True, id="xid79-loss-2m-selected"),
+        pytest.param("fast79", 1, False, id="xid79-loss-1m-not-yet"),
+        pytest.param("slow48", 5, False, id="xid48-loss-5m-not-yet"),
+        pytest.param("slow48", 11, True, id="xid48-loss-11m-selected"),
+        pytest.param("dip48", 11, False, id="dip-recovering-in-window-never"),
+        pytest.param("dip48", 30, False, id="dip-recovered-never"),
+        pytest.param("dip79", 3, False, id="xid79-short-dip-never"),
+        pytest.param("user13", 30, False, id="user-code-xid-never"),
+        pytest.param("cordoned79", 30, False, id="already-cordoned-never"),
+        pytest.param("lower79", 3, True, id="hostname-label-works"),
+        pytest.param("healthy", 30, False, id="healthy-never"),
+        pytest.param("young48", 0.6, False, id="young-series-35s-not-a-candidate"),
+        pytest.param("young48", 9.9, False, id="young-series-not-before-the-window"),
+        pytest.param("young48", 10, True, id="young-series-after-the-whole-window"),
+        pytest.param("young79", 1.9, False, id="young-series-fast-path-waits-too"),
+        pytest.param("young79", 2, True, id="young-series-fast-path-after-its-window"),
+        pytest.param("hidden48", 11, True, id="counted-xid-48-under-a-later-13"),
+        pytest.param("counted13", 30, False, id="counted-user-code-xid-never"),
+        pytest.param("relabel79", 3, True, id="relabelled-node-label-joins"),
     ],
 )
-def test_isolation_query(prom, node, after, expected):
-    assert (node in selected(prom, after)) is expected
+def test_isolation_decision(prom, node, after, expected):
+    assert (node in selected(prom, minutes(after))) is expected
 
 
-def test_candidate_series_carry_gpu_identity(prom):
-    client = PromClient(prom.url)
-    found = client.vector("c", queries.isolation_candidates(PARAMS), ONSET + timedelta(minutes=3))
-    (fast,) = [s for s in found if s.label("node") == "fast79"]
-    assert fast.value == 79
-    assert fast.label("gpu") == "4"
-    assert fast.label("UUID").startswith("GPU-")
-    assert fast.label("pci_bus_id").startswith("00000000:")
+# (node, first scrape that showed the loss): scraped off the minute, and a loss that began
+# between two scrapes; instants at every second past the minute around the hold's end.
+OFF_GRID = [
+    pytest.param("offgrid79", ONSET + timedelta(seconds=48), id="loss-scraped-at-48s"),
+    pytest.param("between79", ONSET + timedelta(seconds=60), id="loss-began-between-scrapes"),
+]
+
+
+@pytest.mark.parametrize(("node", "first_seen"), OFF_GRID)
+def test_hold_is_never_shorter_than_the_setting_at_any_second(prom, node, first_seen):
+    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, hold_window_s=600)
+    seen = []
+    for offset in range(FAST - 30, FAST + s.query_step_s + 31):
+        at = first_seen + timedelta(seconds=offset)
+        if node in selected(prom, at, s):
+            seen.append(offset)
+            assert (at - first_seen).total_seconds() >= FAST, f"cordon after {offset}s"
+    # and it is not held back by more than one query step
+    assert seen and seen[0] <= FAST + s.query_step_s
+    assert seen == list(range(seen[0], FAST + s.query_step_s + 31))
+
+
+def test_candidates_carry_gpu_identity(prom):
+    found = [c for c in view(prom, minutes(3)).candidates if c.node == "fast79"]
+    assert [(c.gpu, c.pci, c.value) for c in found] == [("4", "0000:58:00.0", 79)]
+    assert found[0].uuid.startswith("GPU-")
 
 
 def test_read_prom_builds_the_view(prom):
-    view = read_prom(PromClient(prom.url), S, ONSET + timedelta(minutes=12))
-    assert {c.node for c in view.candidates} == {"fast79", "slow48", "lower79"}
-    assert {g.node for g in view.hardware_xids} >= {"fast79", "slow48", "dip48", "cordoned79"}
-    assert "user13" not in {g.node for g in view.hardware_xids}
-    # loss began at the onset scrape; held is measured at the query step (60 s)
-    assert 11 * 60 <= view.held_s("slow48") <= 12 * 60
-    assert view.held_s("dip48") == 0
-    assert view.row_remap == ()
+    v = view(prom, minutes(12))
+    assert {c.node for c in v.candidates} == {
+        "fast79", "slow48", "lower79", "young48", "young79", "offgrid79", "between79",
+        "hidden48", "relabel79",
+    }  # fmt: skip
+    assert {g.node for g in v.hardware_xids} >= {"fast79", "slow48", "dip48", "cordoned79"}
+    assert not {"user13", "counted13"} & {g.node for g in v.hardware_xids}
+    # loss began at the onset scrape, which is on the minute: held 12 minutes exactly
+    assert v.held_s("slow48") == 12 * 60
+    assert v.held_s("dip48") == 0
+    assert v.cordoned == ("cordoned79",)
+    assert v.row_remap == ()
 
 
-def test_missing_dcgm_series_is_abnormal(prom_without_dcgm):
+def test_held_is_capped_the_same_way_on_every_engine(prom):
+    # the loss is older than the 30-minute history: reported as 29 minutes on every engine
+    assert view(prom, minutes(45)).held_s("slow48") == 29 * 60
+
+
+def test_counted_xid_is_reported_beside_the_gauge(prom):
+    hidden = [(g.value, g.gpu) for g in view(prom, minutes(11)).hardware_xids
+              if g.node == "hidden48"]  # fmt: skip
+    assert hidden == [(48, "4")]  # the gauge says 13 (user code); the counter kept the 48
+
+
+def test_node_label_wins_only_when_it_names_a_node(prom):
+    v = read_prom(PromClient(prom.url), S, minutes(3), NODE_NAMES)
+    relabel = [g for g in v.candidates if g.gpu == "4" and "relabel" in g.node]
+    assert [g.node for g in relabel] == ["relabel79"]
+    # with the Node named differently, the host label is tried next (the exporter's pod name)
+    other = read_prom(PromClient(prom.url), S, minutes(3), NODE_NAMES - {"relabel79"})
+    assert "relabel79" in {g.node for g in other.hardware_xids}  # first value when none matches
+
+
+def test_gpu_pods_come_from_kube_state_metrics(prom):
+    # only Running pods requesting GPUs, on unschedulable nodes, outside the guard's namespace
+    assert view(prom, minutes(12)).gpu_pods == (GpuPod("research", "train-0", "cordoned79", 2),)
+
+
+def _node_infos() -> tuple[NodeInfo, ...]:
+    return tuple(NodeInfo(n.name, "1", False, True, "b", n.gpus, n.gpus) for n in SCENARIO_NODES)
+
+
+def test_gpu_nodes_without_exporter_series_are_named(prom):
+    assert check_join(view(prom, minutes(12)), _node_infos()) == ("no-exporter",)
+
+
+def test_missing_dcgm_series_is_abnormal(prom_misconfigured):
     with pytest.raises(PromError, match="DCGM_FI_DEV_XID_ERRORS has no series"):
-        read_prom(PromClient(prom_without_dcgm.url), S, T0 + timedelta(minutes=10))
+        read_prom(PromClient(prom_misconfigured.url), S, T0 + timedelta(minutes=10))
 
 
-def test_query_syntax_is_accepted_for_every_settings_shape(prom):
-    shapes = [
-        S,
-        Settings(prometheus_url="x", fast_path_xids=()),
-        Settings(prometheus_url="x", fast_path_xids=(79, 74), user_code_xids=()),
-    ]
-    for s in shapes:
-        read_prom(PromClient(prom.url), s, ONSET)
+def test_xid_series_naming_no_node_abort_with_the_fix(prom_misconfigured):
+    names = {"cpu-only", "gpu-a"}
+    v = read_prom(PromClient(prom_misconfigured.url), S, T0 + timedelta(minutes=50), names)
+    nodes = (NodeInfo("gpu-a", "1", False, True, "b", 8, 8),)
+    with pytest.raises(JoinError) as err:
+        check_join(v, nodes)
+    assert 'Hostname="nvidia-dcgm-exporter-cwbcm"' in str(err.value)
+    assert "NODE_NAME" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "node", "after", "expected"),
+    [
+        pytest.param({}, "fast79", 2.5, True, id="defaults-fast-path"),
+        pytest.param({"fast_path_xids": ()}, "fast79", 2.5, False, id="no-fast-path-full-hold"),
+        pytest.param({"fast_path_xids": ()}, "fast79", 10, True, id="no-fast-path-after-hold"),
+        pytest.param({"user_code_xids": ()}, "user13", 10, True, id="no-user-code-xids"),
+        pytest.param({"fast_path_xids": (79, 48)}, "slow48", 2.5, True, id="two-fast-xids"),
+        pytest.param({"dcgm_node_labels": "hostname"}, "fast79", 3, False, id="label-choice"),
+    ],
+)
+def test_settings_shape_the_queries(prom, changes, node, after, expected):
+    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, **changes)
+    assert (node in selected(prom, minutes(after), s)) is expected
+
+
+def test_every_engine_gives_the_same_view(every_engine):
+    """The guard's whole input, compared at on- and off-minute instants through the faults."""
+    reference = every_engine["prometheus2"]
+    instants = [ONSET + timedelta(seconds=s) for s in range(-60, 20 * 60, 53)]
+    for at in instants:
+        want = view(reference, at)
+        for engine, server in every_engine.items():
+            assert view(server, at) == want, f"{engine} differs from prometheus2 at {at:%H:%M:%S}"
+
+
+def run_guard(prom, nodes: list[tuple[str, int]], at: datetime, tmp_path):
+    items = [{"kind": "Node", "metadata": {"name": name, "resourceVersion": "1"},
+              "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                         "capacity": {"nvidia.com/gpu": str(gpus)},
+                         "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+             for name, gpus in nodes]  # fmt: skip
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"kind": "List", "items": items}))
+    return subprocess.run(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--cluster-snapshot",
+         str(cluster), "--at", at.isoformat(), "--jobs-namespace", JOBS_NS],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_a_run_warns_once_about_gpu_nodes_without_an_exporter(prom, tmp_path):
+    proc = run_guard(prom, [(n.name, n.gpus) for n in SCENARIO_NODES], minutes(12), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if " dcgm-missing " in line]
+    assert len(warned) == 1
+    assert "WARN dcgm-missing missing=1 nodes=no-exporter" in warned[0]
+
+
+def test_a_run_whose_xid_series_name_no_node_aborts(prom_misconfigured, tmp_path):
+    proc = run_guard(prom_misconfigured, [("gpu-a", 8)], T0 + timedelta(minutes=50), tmp_path)
+    assert proc.returncode == 1
+    (abort,) = [line for line in proc.stderr.splitlines() if " abort " in line]
+    assert 'e.g. {Hostname=\\"nvidia-dcgm-exporter-cwbcm\\"}, none of 1 Nodes' in abort
+    assert "set NODE_NAME in dcgm-exporter" in abort

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import gzip
 import json
+import socketserver
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -10,6 +16,8 @@ import requests
 import responses
 
 from guard.prom import PromClient, PromError
+from guard.prom_access import PromAccess
+from guard.settings import Settings, SettingsError
 
 URL = "http://prom.test:9090"
 QUERY = f"{URL}/api/v1/query"
@@ -143,3 +151,267 @@ def test_error_bodies_are_never_json_dumped_raw():
         with pytest.raises(PromError) as err:
             PromClient(URL).vector("q", "up", None)
     assert str(err.value) == "query q: HTTP 422, line one"
+
+
+# ---- bounded answers, against a loopback server this test controls ---------------------------
+
+
+class Answer:
+    """What the loopback server sends: raw header lines and body chunks with pauses between."""
+
+    def __init__(
+        self,
+        body: bytes,
+        *,
+        pause_s: float = 0.0,
+        headers: dict[str, str] | None = None,
+        status: int = 200,
+        chunk: int = 65536,
+        trickle_headers: bool = False,
+    ) -> None:
+        self.body, self.pause_s, self.status, self.chunk = body, pause_s, status, chunk
+        self.headers = {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            **(headers or {}),
+        }
+        self.trickle_headers = trickle_headers
+
+    def send(self, wfile) -> None:
+        head = (
+            f"HTTP/1.1 {self.status} X\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+            + "Connection: close\r\n\r\n"
+        )
+        parts = [head.encode()] if not self.trickle_headers else [bytes([b]) for b in head.encode()]
+        parts += [self.body[i : i + self.chunk] for i in range(0, len(self.body), self.chunk)]
+        for part in parts:
+            wfile.write(part)
+            wfile.flush()
+            if self.pause_s:
+                time.sleep(self.pause_s)
+
+
+@pytest.fixture
+def loopback():
+    """A real HTTP server on 127.0.0.1 that sends `server.answer` to every request."""
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            length = 0
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.rfile.read(length)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                server.answer.send(self.wfile)  # or the client gave up, as it should
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.answer = Answer(json.dumps(vector()).encode())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def client_for(server, **kwargs) -> PromClient:
+    return PromClient(f"http://127.0.0.1:{server.server_address[1]}", **kwargs)
+
+
+def series_body(count: int) -> bytes:
+    items = [sample(node=f"gpu-{i:06d}", gpu="0", Hostname=f"gpu-{i:06d}") for i in range(count)]
+    return json.dumps(vector(*items)).encode()
+
+
+@pytest.mark.parametrize(
+    "trickle_headers", [pytest.param(False, id="body"), pytest.param(True, id="headers")]
+)
+def test_a_trickled_answer_ends_at_the_total_deadline(loopback, trickle_headers):
+    # 400 bytes, one every 0.05 s: each read is far inside the 1 s timeout, the whole takes 20 s
+    body = json.dumps(vector(*[sample() for _ in range(1)])).encode().ljust(400)
+    loopback.answer = Answer(body, pause_s=0.05, chunk=1, trickle_headers=trickle_headers)
+    with pytest.raises(PromError, match=r"no complete answer .* within 1s \(total deadline"):
+        client_for(loopback, timeout_s=1).vector("hardware-xid", "up", None)
+
+
+def test_the_same_answer_sent_at_once_is_accepted(loopback):
+    loopback.answer = Answer(json.dumps(vector(sample())).encode().ljust(400))
+    assert len(client_for(loopback, timeout_s=1).vector("hardware-xid", "up", None)) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "declared"),
+    [pytest.param({}, True, id="content-length"),
+     pytest.param({"Transfer-Encoding": "chunked"}, False, id="no-length")],
+)  # fmt: skip
+def test_an_answer_over_the_byte_cap_aborts_before_parsing(loopback, headers, declared):
+    body = series_body(3000)  # ~250 kB
+    if not declared:
+        chunked = b"".join(
+            b"%x\r\n%s\r\n" % (len(c), c)
+            for c in (body[i : i + 8192] for i in range(0, len(body), 8192))
+        )
+        loopback.answer = Answer(chunked + b"0\r\n\r\n", headers=headers)
+        loopback.answer.headers.pop("Content-Length")
+    else:
+        loopback.answer = Answer(body)
+    with pytest.raises(PromError, match=r"over 65536 \(--prometheus-max-answer-bytes"):
+        client_for(loopback, max_answer_bytes=65536).vector("exporter-hosts", "up", None)
+
+
+def test_a_compressed_answer_is_capped_by_its_decoded_size(loopback):
+    body = series_body(3000)
+    loopback.answer = Answer(gzip.compress(body), headers={"Content-Encoding": "gzip"})
+    assert len(gzip.compress(body)) < 65536 < len(body)
+    with pytest.raises(
+        PromError, match=r"over 65536 \(--prometheus-max-answer-bytes\); nothing was parsed"
+    ):
+        client_for(loopback, max_answer_bytes=65536).vector("exporter-hosts", "up", None)
+
+
+def test_too_many_series_abort_with_the_count(loopback):
+    loopback.answer = Answer(series_body(250))
+    with pytest.raises(
+        PromError, match=r"has 250 series, more than 200 \(--prometheus-max-series\)"
+    ):
+        client_for(loopback, max_series=200).vector("exporter-hosts", "up", None)
+    assert len(client_for(loopback, max_series=250).vector("exporter-hosts", "up", None)) == 250
+
+
+def test_a_label_named_metric_is_not_counted_as_a_series(loopback):
+    items = [sample(metric="x", node=f"n{i}") for i in range(150)]
+    loopback.answer = Answer(json.dumps(vector(*items)).encode())
+    assert len(client_for(loopback, max_series=150).vector("q", "up", None)) == 150
+
+
+def test_404_says_to_check_the_path_prefix(loopback):
+    loopback.answer = Answer(b"404 page not found\n", status=404,
+                             headers={"Content-Type": "text/plain"})  # fmt: skip
+    with pytest.raises(PromError) as err:
+        client_for(loopback).vector("q", "up", None)
+    assert "HTTP 404" in str(err.value) and "check the path prefix of --prometheus-url" in str(
+        err.value
+    )
+
+
+def test_a_path_prefix_is_kept():
+    with responses.RequestsMock() as rsps:
+        rsps.add(responses.POST, "http://thanos.test/prometheus/api/v1/query", json=vector())
+        PromClient("http://thanos.test/prometheus/").vector("q", "up", None)
+        seen = [c.request.url for c in rsps.calls]
+    assert seen == ["http://thanos.test/prometheus/api/v1/query"]
+
+
+# ---- access settings: read at start, a bad file is a usage error naming the flag -------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        pytest.param("--prometheus-bearer-token-file", "/nonexistent/token",
+                     "--prometheus-bearer-token-file /nonexistent/token: cannot read it: No such"
+                     " file or directory", id="missing-token-file"),
+        pytest.param("--prometheus-ca-file", "/nonexistent/ca.pem",
+                     "--prometheus-ca-file /nonexistent/ca.pem: cannot read it", id="missing-ca"),
+        pytest.param("--prometheus-ca-file", "EMPTY", "not a PEM CA bundle", id="ca-not-pem"),
+        pytest.param("--prometheus-bearer-token-file", "EMPTY", "the file is empty",
+                     id="empty-token-file"),
+    ],
+)  # fmt: skip
+def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
+    from click.testing import CliRunner
+
+    from guard.cli import cli
+
+    if value == "EMPTY":
+        value = str(tmp_path / "empty")
+        (tmp_path / "empty").write_text("")
+        message = f"{flag} {value}: {message}"
+    args = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run", flag, value]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        pytest.param({"prometheus_cert_file": "/c.pem"},
+                     ("prometheus_cert_file", "goes together with prometheus_key_file"),
+                     id="cert-without-key"),
+        pytest.param({"prometheus_basic_auth_user": "guard"},
+                     ("prometheus_basic_auth_user",
+                      "goes together with prometheus_basic_auth_password_file"),
+                     id="user-without-password"),
+        pytest.param({"prometheus_bearer_token_file": "/t",
+                      "prometheus_service_account_token": True},
+                     ("prometheus_bearer_token_file", "is one credential of three"),
+                     id="two-credentials"),
+        pytest.param({"prometheus_headers": "Authorization=Bearer x"},
+                     ("prometheus_headers", "must not set Authorization"),
+                     id="authorization-header"),
+        pytest.param({"prometheus_headers": "X-Scope-OrgID"},
+                     ("prometheus_headers", "must be comma-separated Name=value"),
+                     id="header-without-value"),
+        pytest.param({"dcgm_node_labels": "Host name"},
+                     ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
+                     id="label-with-space"),
+        pytest.param({"dcgm_node_labels": " , "}, ("dcgm_node_labels", "must be"),
+                     id="no-label"),
+        pytest.param({"prometheus_timeout_s": 0.0}, ("prometheus_timeout_s", "must be in (0, 600]"),
+                     id="no-timeout"),
+        pytest.param({"prometheus_max_answer_bytes": 1024},
+                     ("prometheus_max_answer_bytes", "must be at least 65536"),
+                     id="tiny-answer-cap"),
+        pytest.param({"prometheus_max_series": 10},
+                     ("prometheus_max_series", "must be at least 100"), id="tiny-series-cap"),
+    ],
+)  # fmt: skip
+def test_a_bad_prometheus_setting_is_refused_naming_its_field(overrides, problem):
+    with pytest.raises(SettingsError) as refused:
+        Settings(**overrides)
+    ((field, message),) = refused.value.problems
+    assert field == problem[0] and message.startswith(problem[1])
+
+
+def test_a_bad_prometheus_setting_is_one_usage_line_naming_its_flag():
+    from click.testing import CliRunner
+
+    from guard.cli import cli
+
+    args = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run",
+            "--prometheus-cert-file", "/c.pem"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "bad setting: --prometheus-cert-file (GUARD_PROMETHEUS_CERT_FILE) goes together" in (
+        result.output
+    )
+    assert "Traceback" not in result.output
+
+
+def test_access_headers_and_basic_auth_reach_the_server(tmp_path):
+    password = tmp_path / "password"
+    password.write_text("s3cret\n")
+    s = Settings(
+        prometheus_url=URL,
+        prometheus_basic_auth_user="guard",
+        prometheus_basic_auth_password_file=str(password),
+        prometheus_headers="X-Scope-OrgID=team-a",
+    )
+    with responses.RequestsMock() as rsps:
+        rsps.add(responses.POST, QUERY, json=vector())
+        PromClient.from_settings(s).vector("q", "up", None)
+        headers = rsps.calls[0].request.headers
+    assert headers["X-Scope-OrgID"] == "team-a"
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"guard:s3cret").decode()
+
+
+def test_service_account_token_is_read_from_its_mount(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("eyJhbGciOi.sa.token")
+    s = Settings(prometheus_url=URL, prometheus_service_account_token=True)
+    access = PromAccess.from_settings(s, service_account_token=token)
+    assert ("Authorization", "Bearer eyJhbGciOi.sa.token") in access.headers

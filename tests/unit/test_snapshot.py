@@ -11,7 +11,7 @@ from guard.example import __file__ as example_init
 from guard.model import CordonRecord, GpuRef, PromView, Snapshot
 from guard.names import Annotations
 from guard.objects import is_guard_job, job_info, node_info
-from guard.snapshot import ClusterObjects, SnapshotError, build_snapshot, gpu_pod, load_cluster_file
+from guard.snapshot import ClusterObjects, SnapshotError, build_snapshot, load_cluster_file
 from tests.builders import NOW, S
 
 KEYS = Annotations("gpu-node-guard.io/")
@@ -26,7 +26,7 @@ def test_bundled_snapshot_loads():
     assert (b.gpu_capacity, b.gpu_allocatable, b.unschedulable, b.ready) == (8, 7, False, True)
     a = snap.node("gpu-node-a")
     assert a.unschedulable and a.annotations == ()  # foreign annotations are not the guard's
-    assert [p.name for p in snap.gpu_pods] == ["train-llm-worker-0"]
+    assert snap.gpu_pods == ()  # the file's Pods are not read: GPU pods come from PromView
     assert len(snap.ledger) == 1 and snap.ledger[0].entry.recorder == "manual"
     assert all(not n.unreadable for n in snap.nodes)
 
@@ -43,68 +43,6 @@ def test_json_list_file_equals_yaml(tmp_path):
 def test_snapshot_round_trips_through_json():
     snap = build_snapshot(NOW, load_cluster_file(EXAMPLE, S), PromView(), S)
     assert Snapshot.from_json(snap.to_json()) == snap
-
-
-@pytest.mark.parametrize(
-    ("pod", "gpus"),
-    [
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {"name": "p", "namespace": "x"},
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [
-                        {"resources": {"limits": {"nvidia.com/gpu": "2"}}},
-                        {"resources": {"requests": {"nvidia.com/gpu": 1}}},
-                    ],
-                },
-            },
-            3,
-            id="limits-and-requests-summed",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Succeeded"},
-                "metadata": {"name": "p"},
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
-                },
-            },
-            None,
-            id="finished-pod-ignored",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {"name": "p"},
-                "spec": {"nodeName": "n", "containers": [{"resources": {}}]},
-            },
-            None,
-            id="cpu-pod-ignored",
-        ),
-        pytest.param(
-            {
-                "status": {"phase": "Running"},
-                "metadata": {
-                    "name": "lt",
-                    "namespace": "gpu-node-guard",
-                    "labels": {"app.kubernetes.io/name": "gpu-node-guard"},
-                },
-                "spec": {
-                    "nodeName": "n",
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-                },
-            },
-            None,
-            id="guard-load-test-pod-ignored",
-        ),
-    ],
-)
-def test_gpu_pods(pod, gpus):
-    found = gpu_pod(pod, "gpu-node-guard")
-    assert (found.gpus if found else None) == gpus
 
 
 @pytest.mark.parametrize(
@@ -192,7 +130,7 @@ def test_nodes_and_jobs_without_a_name_are_reported_and_the_rest_read():
         "metadata": {"labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
     }
     objs = ClusterObjects(
-        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), (), (guard_job,), None
+        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), (guard_job,), None
     )
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [n.name for n in snap.nodes] == ["n"]
@@ -201,7 +139,7 @@ def test_nodes_and_jobs_without_a_name_are_reported_and_the_rest_read():
 
 def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
     objs = ClusterObjects(
-        ({"metadata": {"name": "n"}},), (), (), {"data": {"n": 5, "m": "power cycled\n"}}
+        ({"metadata": {"name": "n"}},), (), {"data": {"n": 5, "m": "power cycled\n"}}
     )
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [(ln.node, ln.problem) for ln in snap.ledger] == [
@@ -211,7 +149,7 @@ def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
 
 
 def test_ledger_data_that_is_not_a_mapping_is_rejected():
-    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), (), {"data": ["n"]})
+    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), {"data": ["n"]})
     with pytest.raises(SnapshotError, match="data is not a mapping"):
         build_snapshot(NOW, objs, PromView(), S)
 

@@ -1,0 +1,114 @@
+"""How the guard reaches a production Prometheus: credentials, TLS and headers, read once at start.
+
+Bearer token from a file (a mounted Secret is a file) or the pod's own ServiceAccount token (for
+kube-rbac-proxy in front of Prometheus), basic auth with the password in a file, a CA bundle, a
+client certificate and key (mutual TLS), and extra headers such as ``X-Scope-OrgID`` for
+Mimir, Cortex and Thanos tenants. A file that is missing, unreadable or not what its flag says
+is a `PromAccessError` naming the flag: the CLI makes it a usage error (exit 2) before any query.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from guard.settings import Settings
+
+# Where the kubelet mounts the pod's projected ServiceAccount token.
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+class PromAccessError(Exception):
+    """A Prometheus access setting that cannot be used; one line naming the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromAccess:
+    headers: tuple[tuple[str, str], ...] = ()
+    verify: str | bool = True  # a CA bundle path, or the system's trust store
+    cert: tuple[str, str] | None = None  # (certificate, key) for mutual TLS
+
+    def apply(self, session: requests.Session) -> None:
+        session.headers.update(dict(self.headers))
+        session.verify = self.verify
+        session.cert = self.cert
+
+    @classmethod
+    def from_settings(
+        cls, s: Settings, service_account_token: Path = SERVICE_ACCOUNT_TOKEN
+    ) -> PromAccess:
+        headers = list(s.prometheus_header_pairs)
+        if s.prometheus_bearer_token_file:
+            token = _secret(s.prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+            headers.append(("Authorization", f"Bearer {token}"))
+        elif s.prometheus_service_account_token:
+            token = _secret(str(service_account_token), "--prometheus-service-account-token")
+            headers.append(("Authorization", f"Bearer {token}"))
+        elif s.prometheus_basic_auth_user:
+            password = _secret(
+                s.prometheus_basic_auth_password_file, "--prometheus-basic-auth-password-file"
+            )
+            pair = f"{s.prometheus_basic_auth_user}:{password}".encode()
+            headers.append(("Authorization", f"Basic {base64.b64encode(pair).decode()}"))
+        verify: str | bool = True
+        if s.prometheus_ca_file:
+            _check_ca(s.prometheus_ca_file)
+            verify = s.prometheus_ca_file
+        cert = None
+        if s.prometheus_cert_file:
+            _check_pair(s.prometheus_cert_file, s.prometheus_key_file)
+            cert = (s.prometheus_cert_file, s.prometheus_key_file)
+        return cls(tuple(headers), verify, cert)
+
+
+def _secret(path: str, flag: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromAccessError(f"{flag} {path}: cannot read it: {_reason(exc)}") from None
+    if not text:
+        raise PromAccessError(f"{flag} {path}: the file is empty")
+    if "\n" in text:
+        raise PromAccessError(f"{flag} {path}: more than one line; a token is one line")
+    return text
+
+
+def _check_ca(path: str) -> None:
+    _readable(path, "--prometheus-ca-file")
+    try:
+        ssl.create_default_context(cafile=path)
+    except (ssl.SSLError, ValueError) as exc:
+        raise PromAccessError(
+            f"--prometheus-ca-file {path}: not a PEM CA bundle ({_reason(exc)})"
+        ) from None
+
+
+def _check_pair(cert: str, key: str) -> None:
+    _readable(cert, "--prometheus-cert-file")
+    _readable(key, "--prometheus-key-file")
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as exc:
+        raise PromAccessError(
+            f"--prometheus-cert-file {cert} with --prometheus-key-file {key}: not a PEM"
+            f" certificate and its key ({_reason(exc)})"
+        ) from None
+
+
+def _readable(path: str, flag: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise PromAccessError(f"{flag} {path}: cannot read it: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
