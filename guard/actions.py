@@ -2,6 +2,7 @@
 
 `action.log_line()` is its one log line as an event word and ordered fields (what, why, next);
 `str(action)` is the same line as text, and `to_json()` the same object for ``--output json``.
+A decision with a runbook state (`guard.states`) ends its ``next=`` with the section's link.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Literal
 
 from guard.log import Value, format_line
 from guard.model import Taint
+from guard.states import anchored
 
 Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
@@ -91,7 +93,7 @@ class ClearGuardAnnotations(_Logged):
             "clear-annotations",
             node=self.node,
             reason=self.reason,
-            next="guard no longer tracks this node",
+            next=anchored("guard no longer tracks this node", self.reason),
         )
 
 
@@ -109,8 +111,9 @@ class SetHold(_Logged):
             node=self.node,
             reason=self.reason,
             hold=self.text,
-            next=f"a person decides; remove {self.key} to let the guard continue",
-        )
+            next=anchored(f"a person decides; remove {self.key} to let the guard continue",
+                          self.reason),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,8 @@ class Annotate(_Logged):
 
     def log_line(self) -> Line:
         values = " ".join(v for _, v in self.annotations)
-        return _line("annotate", node=self.node, reason=self.reason, value=values, next=self.next)
+        return _line("annotate", node=self.node, reason=self.reason, value=values,
+                     next=anchored(self.next, self.reason))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +260,8 @@ class Skip(_Logged):
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def log_line(self) -> Line:
-        return _line("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)
+        return _line("skip", node=self.node, reason=self.reason, detail=self.detail,
+                     next=anchored(self.next, self.reason))  # fmt: skip
 
 
 Action = (

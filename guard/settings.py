@@ -177,6 +177,12 @@ class Settings:
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
     )
+    # Metrics (the push at the end of a run; docs/metrics.md).
+    pushgateway_url: str = _opt(
+        "",
+        "Pushgateway base URL (http:// or https://, no credentials): every run that is not a dry "
+        "run pushes its gpu_node_guard_* metrics there at the end (empty: no push)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -223,7 +229,8 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_lifecycle(s)]
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_metrics(s),
+              *_lifecycle(s)]  # fmt: skip
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -335,6 +342,16 @@ def _lifecycle(s: Settings) -> list[Check]:
          "must be in (0, 1]"),
         (_within(s.loadtest_allreduce_timeout_s, 1, 3600), "loadtest_allreduce_timeout_s",
          "must be in 1..3600"),
+    ]  # fmt: skip
+
+
+_PUSH_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+
+
+def _metrics(s: Settings) -> list[Check]:
+    return [
+        (not s.pushgateway_url or bool(_PUSH_URL.match(s.pushgateway_url)), "pushgateway_url",
+         "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from guard.actions import Action, ClearGuardAnnotations, Cordon, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
@@ -20,11 +22,14 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     cycle cordons at most one node, a hardware fault before a conformance failure.
     """
     returning = plan_return(snap, s, t)
-    released = frozenset(
-        a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations)
-    )
-    isolating = plan_isolation(snap, s, t, released)
+    let_go = released(returning)
+    isolating = plan_isolation(snap, s, t, let_go)
     isolated = frozenset(a.node for a in isolating)
     cordoned = any(isinstance(a, Cordon) for a in isolating)
-    checks = plan_checks(snap, s, t, released | isolated, cordoned)
+    checks = plan_checks(snap, s, t, let_go | isolated, cordoned)
     return plan_unreadable(snap, s) + returning + isolating + checks
+
+
+def released(returning: Iterable[Action]) -> frozenset[str]:
+    """Nodes the return check uncordons or lets go of (a person's uncordon) in this cycle."""
+    return frozenset(a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations))
