@@ -146,7 +146,7 @@ class RecordBoot(_Logged):
 
     def log_line(self) -> Line:
         return _line("record-boot", node=self.node, reason=self.reason, boot=self.boot_id,
-                     next=self.next)  # fmt: skip
+                     next=anchored(self.next, self.reason))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,7 @@ class RemoveTaint(_Logged):
     def log_line(self) -> Line:
         shown = f"{self.taint.key}={self.taint.value}:{self.taint.effect}"
         return _line("remove-taint", node=self.node, reason=self.reason, taint=shown,
-                     next="node schedulable for everyone")  # fmt: skip
+                     next=anchored("node schedulable for everyone", self.reason))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

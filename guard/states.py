@@ -50,7 +50,26 @@ STATES: dict[str, Section] = {
     "breaker-open": S.BREAKER_OPEN,
     # What the guard cannot read (guard/plan/unreadable.py).
     "unreadable": S.UNREADABLE_ANNOTATIONS,
+    # The lifecycle checks (guard/plan/boot_check.py, onboarding.py, returning.py).
+    "boot-check-running": S.AFTER_REBOOT_CHECK_RUNNING,
+    "boot-check-passed": S.AFTER_REBOOT_CHECK_RUNNING,  # the next cycle records the boot
+    "boot-check-unreadable": S.JOB_RESULT_UNREADABLE,
+    "boot-check-queued": S.AFTER_REBOOT_CHECKS_QUEUED,
+    "conformance-same-boot": S.CORDONED_FOR_CONFORMANCE,
+    "onboarding-starting": S.ONBOARDING_PENDING,  # the next cycle creates a gate Job
+    "onboarding-waiting": S.ONBOARDING_PENDING,
+    "onboarding-running": S.ONBOARDING_PENDING,
+    "onboarding-no-boot-id": S.ONBOARDING_PENDING,
+    "onboarding-passed": S.ONBOARDING_PENDING,  # the next cycle removes the taint
+    "onboarding-failed": S.ONBOARDING_FAILED,
+    "onboarding-unreadable": S.JOB_RESULT_UNREADABLE,
 }
+# The lifecycle checks' words that give a node without the guard's cordon a row of its own.
+LIFECYCLE_ROWS = frozenset(
+    w for w, state in STATES.items()
+    if state in (S.AFTER_REBOOT_CHECK_RUNNING, S.JOB_RESULT_UNREADABLE, S.ONBOARDING_PENDING,
+                 S.ONBOARDING_FAILED)
+)  # fmt: skip
 
 # Node states (everything but the cycle conditions), in runbook order: the push's `state` values.
 CYCLE_CONDITIONS = (Section.BREAKER_OPEN, Section.AFTER_REBOOT_CHECKS_QUEUED)

@@ -4,7 +4,7 @@ boot; then the guard removes exactly that taint. docs/onboarding.md.
 
 Case list, each readable node carrying the gate taint (key, value and effect), in order:
   under the guard's cordon                       → skip onboarding-waiting (the return check)
-  no bootID                                      → WARN skip boot-unknown
+  no bootID                                      → WARN skip onboarding-no-boot-id
   not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
   a hardware Xid on the node now                 → skip onboarding-waiting
   this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
@@ -83,7 +83,7 @@ def _node(
 ) -> list[Action]:
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
-        return [Skip(node.name, "boot-unknown", detail, STAYS, "WARN")]
+        return [Skip(node.name, "onboarding-no-boot-id", detail, STAYS, "WARN")]
     waiting = _waiting(node, s, snap)
     if waiting is not None:
         return [waiting]

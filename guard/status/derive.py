@@ -8,7 +8,10 @@ Which nodes get a row (first case wins):
   a `hold`, no cordon record                → held-by-a-person (repeat-fault-hold: the guard's)
   `cancelled` still in force (no new boot)  → cancelled-by-a-person
   `returned` within 24 h                    → returned-in-the-last-24-h
-Every other node is not the guard's business right now and gets no row.
+  a lifecycle check's decision (guard.plan.checks): its conformance Job runs, the onboarding
+  gate holds the node or failed, a Job's result is unreadable → that state
+Every other node is not the guard's business right now and gets no row (a boot check not
+started yet, or one waiting for a person's uncordon, neither).
 
 Candidates (GPUs with a hardware Xid and GPU loss now) are listed above the table: pending ones
 (`guard.plan.pending`) and those whose loss held, with the isolation check's decision.
@@ -42,6 +45,7 @@ from guard.actions import (
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
 from guard.plan import released
+from guard.plan.checks import plan_checks
 from guard.plan.common import guarded_nodes, keys
 from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import pending
@@ -50,7 +54,7 @@ from guard.plan.unreadable import plan_unreadable
 from guard.prom_view import hold_window_s
 from guard.runbook import DEFAULT_BASE_URL, url
 from guard.settings import Settings
-from guard.states import state_of
+from guard.states import LIFECYCLE_ROWS, state_of
 from guard.status.model import Blocked, Breaker, Candidate, Gpu, NodeRow, Report, Sight
 
 RETURNED_SHOWN = timedelta(hours=24)
@@ -60,7 +64,8 @@ NOT_SEEN = Blocked(
 
 
 def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report:
-    ctx = _Context(snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s))
+    ctx = _Context(snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s),
+                   _lifecycle(snap, s, t))  # fmt: skip
     rows = tuple(row for n in snap.nodes if (row := _row(ctx, n)))
     freed = released(a for acts in ctx.decisions.values() for a in acts)
     return Report(
@@ -77,7 +82,11 @@ def decision_word(action: Action) -> str:
     """The word `guard.states` maps to a state: a Skip's reason, ``<kind>-starting`` for the Job
     the return check would create, else the action's reason."""
     if isinstance(action, CreateJob):
-        return f"{action.job_kind}-starting"
+        return (
+            "onboarding-starting"
+            if action.reason == "onboarding"
+            else f"{action.job_kind}-starting"
+        )
     return action.reason
 
 
@@ -89,6 +98,7 @@ class _Context:
     sight: Sight
     decisions: dict[str, tuple[Action, ...]]  # the return check's, per guard-cordoned node
     unreadable: dict[str, Skip]  # the unreadable check's skip, per node
+    lifecycle: dict[str, Action]  # the lifecycle checks' first decision, per node with a row
 
 
 def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[Action, ...]]:
@@ -97,6 +107,13 @@ def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[
         for n in snap.nodes
         if n.cordon is not None and not n.unreadable
     }
+
+
+def _lifecycle(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, Action]:
+    first: dict[str, Action] = {}
+    for action in plan_checks(snap, s, t, frozenset(), False):
+        first.setdefault(action.node, action)
+    return {n: a for n, a in first.items() if n and decision_word(a) in LIFECYCLE_ROWS}
 
 
 def _unreadable(snap: Snapshot, s: Settings) -> dict[str, Skip]:
@@ -115,7 +132,12 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
             return replace(row, blocked=NOT_SEEN)
         return row
-    return _record_row(snap, s, node)
+    recorded = _record_row(snap, s, node)
+    if recorded is None and node.name in ctx.lifecycle:
+        action = ctx.lifecycle[node.name]
+        why = "onboarding" if decision_word(action).startswith("onboarding") else "boot-check"
+        return _decided(snap, node, action, why)
+    return recorded
 
 
 @dataclass(frozen=True, slots=True)
