@@ -4,8 +4,10 @@ cordons it `conformance-<item>` under the isolation check's breaker and one-cord
 Case list, each readable GPU node outside the guard's cordon and the onboarding gate (in order):
   checked-boot names the node's current bootID        → nothing (this boot passed)
   no bootID                                           → skip boot-check-no-boot-id
+  cordoned by someone else, and no Job running      → nothing: not the guard's node now; its boot
+                                                        is checked (or a pass recorded) after the
+                                                        person's uncordon
   no Job for this boot yet:
-    cordoned by someone else                          → skip boot-check-waits (after the uncordon)
     a hardware Xid on the node now                    → skip boot-check-deferred: the isolation
                                                         check decides first (its cordon brings
                                                         the evidence Job and the ledger line)
@@ -105,15 +107,15 @@ def _node(
     if not verdict:
         out.failed.append(Failed(node, job))
         return []
-    return [_record(snap, s, node, job)]
+    record = _record(snap, s, node, job)
+    return [record] if record is not None else []
 
 
 def _unstarted(
     snap: Snapshot, node: NodeInfo, want: CreateJob, priority: int, out: BootChecks
 ) -> list[Action]:
-    if node.unschedulable:
-        detail = f"{_boot(node)} not checked; cordoned by someone else"
-        return [Skip(node.name, "boot-check-waits", detail, "checked after the uncordon")]
+    if node.unschedulable:  # a person's cordon: checked after the uncordon
+        return []
     xid = hardware_xid(snap, node)
     if xid:
         detail = f"{_boot(node)} not checked; {xid}: the isolation check decides first"
@@ -134,10 +136,9 @@ def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     return Skip(node.name, "boot-check-unreadable", detail, fix, "WARN")
 
 
-def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Action:
-    if node.unschedulable:  # a person cordoned it since; the record waits for the uncordon
-        detail = f"job/{job.name} passed on {_boot(node)}; cordoned by someone else"
-        return Skip(node.name, "boot-check-waits", detail, "recorded after the uncordon")
+def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> RecordBoot | None:
+    if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
+        return None
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
     record = ((keys(s).checked_boot, value),)
     return RecordBoot(
