@@ -63,6 +63,7 @@ STATES: dict[str, Section] = {
     "onboarding-passed": S.ONBOARDING_PENDING,  # the next cycle removes the taint
     "onboarding-failed": S.ONBOARDING_FAILED,
     "onboarding-unreadable": S.JOB_RESULT_UNREADABLE,
+    "conformance-unreadable": S.JOB_RESULT_UNREADABLE,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(

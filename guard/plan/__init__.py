@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from guard.actions import Action, ClearGuardAnnotations, Cordon, Uncordon
+from guard.actions import Action, ClearGuardAnnotations, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.checks import plan_checks
@@ -24,9 +24,7 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     returning = plan_return(snap, s, t)
     let_go = released(returning)
     isolating = plan_isolation(snap, s, t, let_go)
-    isolated = frozenset(a.node for a in isolating)
-    cordoned = any(isinstance(a, Cordon) for a in isolating)
-    checks = plan_checks(snap, s, t, let_go | isolated, cordoned)
+    checks = plan_checks(snap, s, t, let_go, isolating)
     return plan_unreadable(snap, s) + returning + isolating + checks
 
 

@@ -9,7 +9,7 @@ breaker, and not at all in a cycle where it cordoned (one cordon per cycle, hard
 
 from __future__ import annotations
 
-from guard.actions import Action, EmitEvent, Skip
+from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan import boot_check, onboarding
@@ -20,11 +20,17 @@ from guard.settings import Settings
 
 
 def plan_checks(
-    snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str], cordoned: bool
+    snap: Snapshot,
+    s: Settings,
+    t: JobTemplates,
+    released: frozenset[str] = frozenset(),
+    isolating: tuple[Action, ...] = (),
 ) -> tuple[Action, ...]:
-    """`decided`: nodes the return or the isolation check acted on this cycle (left to them, and
-    a node the return check lets go no longer counts for the breaker); `cordoned`: the
-    isolation check cordoned a node this cycle."""
+    """`released`: nodes the return check lets go this cycle (they no longer count for the
+    breaker); `isolating`: the isolation check's actions this cycle. Nodes either acted on are
+    left to them this cycle."""
+    decided = released | frozenset(a.node for a in isolating)
+    cordoned = any(isinstance(a, Cordon) for a in isolating)
     gates, boots = onboarding.scan(snap, s, t, decided), boot_check.scan(snap, s, t, decided)
     per_node: dict[str, list[Action]] = {}
     for found in (gates.actions, boots.actions):
@@ -36,7 +42,7 @@ def plan_checks(
     room = max(0, s.boot_check_max_jobs - gates.running - boots.running)
     for node, want in wanted[:room]:
         per_node.setdefault(node, []).append(want.job)
-    cordons = _cordons(snap, s, boots.failed, decided, cordoned)
+    cordons = _cordons(snap, s, boots.failed, released, cordoned)
     for node, actions in cordons.items():
         per_node.setdefault(node, []).extend(actions)
     out = [a for node in sorted(per_node) for a in per_node[node]]

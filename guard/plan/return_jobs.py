@@ -48,6 +48,10 @@ def job_gate(
     if job.status == "failed":
         return _failed(snap, s, node, job, spec)
     if kind == "conformance":
+        if job.result is not None and job.result.state == "unreadable":  # succeeded, untrusted
+            fix = f"kubectl -n {spec.namespace} logs job/{job.name}; delete it to run again"
+            return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.result.problem}",
+                         fix, "WARN"),)  # fmt: skip
         return None
     return _uncordon(snap, s, node, job)
 

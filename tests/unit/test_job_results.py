@@ -4,6 +4,7 @@ explicit `unreadable` for anything else, never an exception."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +151,28 @@ def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
     snap = build_snapshot(NOW, objs, PromView(), s)
     assert snap.jobs[0].result and snap.jobs[0].result.failed[0].item == "ipvs-loaded"
     assert Snapshot.from_json(snap.to_json()) == snap
+
+
+@pytest.mark.parametrize(
+    ("expected_gpus", "passes"),
+    [(2, True), (3, False)],  # the numpy backend shows 2 GPUs
+)
+def test_the_load_tests_own_termination_message_is_what_the_guard_reads(
+    tmp_path: Path, expected_gpus: int, passes: bool
+) -> None:
+    """The contract from both sides: `loadtest run` writes it, guard.job_results reads it."""
+    from click.testing import CliRunner
+
+    from guard.loadtest.cli import loadtest
+
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    args = ["run", "--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce",
+            "--expected-gpus", str(expected_gpus), "--duration-s", "0.1",
+            "--termination-log", str(log)]  # fmt: skip
+    run = CliRunner().invoke(loadtest, args)
+    assert run.exit_code == (0 if passes else 1), run.output
+    found = result("loadtest", pod("j", "loadtest", log.read_text(),
+                                   "Succeeded" if passes else "Failed"))  # fmt: skip
+    assert (found.state, found.passed) == ("read", passes)
+    assert [f.item for f in found.failed] == ([] if passes else ["gpu-count"])

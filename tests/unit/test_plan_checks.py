@@ -26,7 +26,7 @@ def serving(name: str = "b", boot: str = "boot-2", **kw: object) -> object:
 
 
 def checks(snap: Snapshot, **changes: object) -> tuple:
-    return plan_checks(snap, settings(**changes), TEMPLATES, frozenset(), False)
+    return plan_checks(snap, settings(**changes), TEMPLATES)
 
 
 def job_of(snap: Snapshot, node_name: str = "b", kind: str = "conformance", **changes) -> str:
@@ -234,6 +234,10 @@ RCF = next(a.name for a in returns(snapshot(cordoned_for_conformance(), ledger={
                      {"boot_check_return_loadtest": True}, [("create-job", "b", "conditions-met")],
                      id="with-the-load-test-configured-it-runs-next"),
         pytest.param(snapshot(cordoned_for_conformance(), ledger={},
+                              jobs=(done(RCF, "succeeded", UNREAD),)), {},
+                     [("skip", "b", "conformance-unreadable")],
+                     id="a-pass-whose-summary-contradicts-it-does-not-return-the-node"),
+        pytest.param(snapshot(cordoned_for_conformance(), ledger={},
                               jobs=(done(RCF, "failed", FAILED),)), {},
                      [("annotate", "b", "conformance-failed"),
                       ("event", "b", "conformance-failed")],
@@ -273,3 +277,16 @@ def test_after_the_return_the_next_cycle_does_not_check_the_same_boot_again() ->
 
 def test_cycle_time_is_the_snapshot_now() -> None:
     assert NOW.isoformat() == "2026-09-21T05:55:00+00:00"
+
+
+def test_a_guarded_node_the_isolation_check_skips_still_counts_for_the_breaker() -> None:
+    """Five guard-cordoned nodes that Prometheus still names: the isolation check skips them
+    (already-cordoned); they hold their places under the breaker, so a conformance failure is
+    not cordoned."""
+    guarded = [node(f"g{i}", cordoned=True, guarded_xid=79, allocatable=7) for i in range(5)]
+    snap = fails("b")
+    xids = tuple(gpu(n.name, 79) for n in guarded)
+    snap = replace(snap, nodes=tuple(sorted((*snap.nodes, *guarded), key=lambda n: n.name)),
+                   prom=replace(snap.prom, candidates=xids, hardware_xids=xids))  # fmt: skip
+    plan = brief(plan_cycle(snap, settings(), TEMPLATES))
+    assert ("skip", "b", "breaker-open") in plan

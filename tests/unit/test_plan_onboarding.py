@@ -25,7 +25,7 @@ def gated(taints: list[dict[str, str]] | None = None, **kw: object) -> object:
 
 
 def checks(snap: Snapshot, **changes: object) -> tuple:
-    return plan_checks(snap, settings(**changes), TEMPLATES, frozenset(), False)
+    return plan_checks(snap, settings(**changes), TEMPLATES)
 
 
 def created(snap: Snapshot, kind: str) -> CreateJob:
