@@ -132,6 +132,32 @@ class Settings:
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
     loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
     loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # Node signals (issue 14): the node agent's driver/NVML mismatch cordons, and the service
+    # network a node needs before it returns (also NodeServiceNetworkDown's pods).
+    nvml_mismatch_cordon: bool = _opt(
+        True,
+        "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
+        "(reason nvml-mismatch)",
+    )
+    nvml_mismatch_hold_s: int = _opt(
+        0, "How long nvidia-match must have failed before that cordon (0: hold_window_s)"
+    )
+    service_network_kube_proxy_namespace: str = _opt(
+        "kube-system", "Namespace of the kube-proxy pods (empty: any namespace)"
+    )
+    service_network_kube_proxy_pods: str = _opt(
+        "kube-proxy-.+",
+        "Regex of kube-proxy pod names (RKE2's static pod kube-proxy-<node>, kubeadm's DaemonSet "
+        "pods) that must be Ready on a node before it returns; empty: no kube-proxy condition",
+    )
+    service_network_cni_namespace: str = _opt(
+        "", "Namespace of the CNI DaemonSets (empty: any, e.g. Calico's calico-system)"
+    )
+    service_network_cni_daemonsets: str = _opt(
+        "rke2-canal|canal|calico-node|cilium",
+        "Regex of the CNI DaemonSet names whose pod must be Ready on a node before it returns; "
+        "empty: no CNI condition",
+    )
     # Writes (the executor, the API door, the ledger's storage).
     cycle_deadline_s: int = _opt(
         200,
@@ -155,6 +181,11 @@ class Settings:
         """`gpu_node_label` as (key, value), the nodeSelector of every guard Job."""
         key, _, value = self.gpu_node_label.partition("=")
         return key, value
+
+    @property
+    def nvml_hold_s(self) -> int:
+        """How long a driver/NVML mismatch must hold: `nvml_mismatch_hold_s`, else the hold."""
+        return self.nvml_mismatch_hold_s or self.hold_window_s
 
     @property
     def dcgm_node_label_names(self) -> tuple[str, ...]:
@@ -181,7 +212,7 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s)]
+    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_signals(s)]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -258,6 +289,44 @@ def _writes(s: Settings) -> list[Check]:
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
+    ]  # fmt: skip
+
+
+# Pod and DaemonSet name patterns go into PromQL strings as RE2: names' own characters and the
+# regex operators, nothing that needs escaping (no quote, no backslash).
+_NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+$", re.ASCII)
+
+
+def _is_name_pattern(text: str) -> bool:
+    if not _NAME_PATTERN.match(text):
+        return False
+    try:
+        re.compile(text)
+    except re.error:
+        return False
+    return True
+
+
+def _signals(s: Settings) -> list[Check]:
+    pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
+    namespace = "must be empty (any) or a DNS-1123 label"
+    return [
+        (s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
+         "nvml_mismatch_hold_s", f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}"),
+        (not s.service_network_kube_proxy_namespace
+         or is_dns_label(s.service_network_kube_proxy_namespace),
+         "service_network_kube_proxy_namespace", namespace),
+        (not s.service_network_cni_namespace or is_dns_label(s.service_network_cni_namespace),
+         "service_network_cni_namespace", namespace),
+        (not s.service_network_kube_proxy_pods
+         or _is_name_pattern(s.service_network_kube_proxy_pods),
+         "service_network_kube_proxy_pods", pattern),
+        (not s.service_network_cni_daemonsets
+         or _is_name_pattern(s.service_network_cni_daemonsets),
+         "service_network_cni_daemonsets", pattern),
+        (bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
+         "service_network_cni_daemonsets",
+         "may be empty only while service_network_kube_proxy_pods is set"),
     ]  # fmt: skip
 
 
