@@ -8,7 +8,9 @@ Conditions, in order, for each readable node with the guard's cordon record (fir
      reset-class Xids and where a bootID is missing, a `reset-done` note from after the cordon
   3. Ready, GPU capacity == recorded capacity == allocatable
   4. no hardware Xid on the node now; row remapping neither pending nor failed
-  5. no Running pod holds a GPU on the node
+  5. no Running pod holds a GPU on the node; the node agent does not report a driver/NVML
+     mismatch (an nvml-mismatch cordon needs it to report a match); the node's kube-proxy and
+     CNI pods are Ready (guard.plan.mismatch, guard.plan.service_network)
   6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
   (7. optional: the conformance Job passed)
 Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
@@ -29,6 +31,7 @@ from guard.actions import (
 )
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.plan import mismatch, service_network
 from guard.plan.common import (
     Incident,
     evidence_job,
@@ -38,7 +41,7 @@ from guard.plan.common import (
     present,
 )
 from guard.plan.return_jobs import WAIT, job_gate
-from guard.records import cancel_value
+from guard.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
 
 
@@ -47,6 +50,8 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
     for node in snap.nodes:
         if node.cordon is not None and not node.unreadable:
             actions.extend(_node(snap, s, t, node, node.cordon))
+    if any(n.cordon is not None and n.unschedulable and not n.unreadable for n in snap.nodes):
+        actions[:0] = service_network.not_applicable(snap, s)  # one line per cycle
     return tuple(actions)
 
 
@@ -68,6 +73,10 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         at = ledger.format_time(snap.now)
         record = ((k.cancelled, cancel_value(boot, c.gpu.uuid, c.xid, at)),)
         sticks = f"; it will not cordon it again for xid-{c.xid} on {c.gpu.uuid} in this boot"
+    elif c.reason == mismatch.NVML_MISMATCH:  # no GPU: the incident is its boot and reason
+        boot = node.boot_id or c.boot_id
+        record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
+        sticks = f"; it will not cordon it again for {c.reason} in this boot"
     return (
         ClearGuardAnnotations(
             node.name,
@@ -178,7 +187,11 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
             f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
         )
         return (Skip(node.name, "gpu-count", observed, WAIT),)
-    return _health(snap, node)
+    return (
+        _health(snap, node)
+        or mismatch.return_gate(s, snap, node, c)
+        or service_network.gate(snap, node)
+    )
 
 
 def _boot_gate(s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
