@@ -326,7 +326,7 @@ def _signals(s: Settings) -> list[Check]:
          "service_network_cni_daemonsets", pattern),
         (bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
          "service_network_cni_daemonsets",
-         "may be empty only while service_network_kube_proxy_pods is set"),
+         "must not be empty when service_network_kube_proxy_pods is empty too"),
     ]  # fmt: skip
 
 
