@@ -190,7 +190,7 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
     return (
         _health(snap, node)
         or mismatch.return_gate(s, snap, node, c)
-        or service_network.gate(snap, node)
+        or service_network.gate(snap, s, node)
     )
 
 

@@ -24,11 +24,14 @@ from guard.settings import Settings
 NOT_READY = "service-network-not-ready"
 
 
-def gate(snap: Snapshot, node: NodeInfo) -> tuple[Action, ...]:
+def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     seen = dict(snap.prom.service_seen)
     problems: list[str] = []
     fixes: list[str] = []
-    for selector, count in seen.items():
+    for selector, _ in service_network_selectors(s):
+        if selector not in seen:
+            continue  # no such pod in the cluster: `not_applicable` says so once
+        count = seen[selector]
         pods = [p for p in snap.prom.service_pods if p.node == node.name and p.selector == selector]
         if not pods:
             problems.append(f"no {selector} pod on the node ({count} in the cluster)")
