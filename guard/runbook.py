@@ -34,6 +34,11 @@ class Section(StrEnum):
     RETURNED_RECENTLY = "returned-in-the-last-24-h"
     BREAKER_OPEN = "breaker-open"
     UNREADABLE_ANNOTATIONS = "unreadable-annotations"
+    # Node signals (issue 14): a driver/NVML mismatch cordon, a return waiting for kube-proxy
+    # or the CNI, and the cycle line when the cluster runs none of the selected pods.
+    ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"
+    WAITING_FOR_SERVICE_NETWORK = "waiting-for-the-service-network"
+    SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
 
 
 def alert_anchor(alert: str) -> str:
