@@ -6,12 +6,13 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest engines bench render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest engines image bench render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
 	@echo "make test      # lint, types, alert-rule tests, the wheel check, unit + prometheus + apiserver tiers"
 	@echo "make bench     # time-to-isolate and cost-of-one-cycle benchmarks"
+	@echo "make image     # both images (docker, podman or buildah), tagged as manifests/base deploys them"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,8 +53,8 @@ rules-test: install system-deps
 	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
 	cd tests/rules && promtool test rules *.test.yaml
 
-# The admission policies in policies/ are generated from guard/policies and the settings; CI fails
-# when they drift (docs/security.md).
+# The admission policies in policies/ (and its kustomization.yaml) are generated from guard/policies
+# and the settings; CI fails when they drift (docs/security.md).
 policies: install
 	$(PY) -m guard.policies write
 
@@ -63,9 +64,19 @@ policies-check: install
 envtest:
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl
 
+# kustomize (for `kustomize edit set image`, as ArgoCD runs it) and the prometheus-operator CRDs,
+# for tests/apiserver/test_deploy.py.
+deploytest:
+	@hack/deploytest/build.sh
+
 # Prometheus 3 and Thanos for the engines tier, built once from the Go module proxy and cached.
 engines:
 	@hack/engines/build.sh
+
+# Both images, with whichever OCI builder answers (docker, podman, buildah); one line and a skip
+# without one. IMAGE=… LOADTEST_IMAGE=… choose other tags (default: manifests/base/images.yaml).
+image:
+	@hack/build-images.sh
 
 pytest: install system-deps
 	$(PY) -m pytest
@@ -74,7 +85,7 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest engines lint typecheck rules-test policies-check wheel-check
+test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check wheel-check
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest engines

@@ -140,17 +140,16 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
 
 
 def alert_guard_job_failed(s: Settings) -> str:
-    """Failed Jobs the guard created (its namespace, not the CronJob's runs), node from labels.
+    """Failed Jobs in the jobs namespace, node and kind from their labels.
 
+    Every Job there is the guard's: the namespace gate admits no other (docs/security.md). The
+    CronJob's own runs live in the guard namespace; a failed run is GPUNodeGuardNotRunning's.
     Without the kube-state-metrics label allowlist the join finds nothing; `or on` then keeps
     the alert, only without `node` and `component`, so a missing flag never silences it.
     """
-    ns, node = s.namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
+    ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
     component = ksm_label("label", COMPONENT_LABEL)
-    failed = (
-        f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0\n'
-        f'unless on (namespace, job_name) kube_job_owner{{namespace="{ns}", owner_kind="CronJob"}}'
-    )
+    failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
     labels = f'kube_job_labels{{namespace="{ns}"}}'
     labels = f'label_replace({labels}, "node", "$1", "{node}", "(.*)")'
     labels = f'label_replace({labels}, "component", "$1", "{component}", "(.*)")'

@@ -1,7 +1,8 @@
 """The admission policies in policies/, generated from the settings (like the alert rules).
 
-`python -m guard.policies write` writes them; `python -m guard.policies check` exits 1 when a
-file on disk differs (the CI drift check, `make policies-check`). docs/security.md says what each
+`python -m guard.policies write` writes them and the kustomization.yaml that lists them;
+`python -m guard.policies check` exits 1 when a file on disk differs (the CI drift check,
+`make policies-check`). docs/security.md says what each
 policy refuses and which test proves it.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from guard.policies import ledger, nodes, workloads
+from guard.policies import agent, ledger, nodes, workloads
 from guard.policies.kinds import KINDS
 from guard.settings import Settings
 
@@ -26,6 +27,7 @@ HEADER = (
 def documents(s: Settings) -> dict[str, list[dict[str, Any]]]:
     """File name → the policy documents it holds."""
     files = {f"job-{k.name}.yaml": workloads.kind_policies(k, s) for k in KINDS}
+    files["agent.yaml"] = agent.policies(s)
     files["jobs-namespace.yaml"] = workloads.gate_policy(s)
     files["guard-scope.yaml"] = workloads.guard_scope_policy(s)
     files["ledger.yaml"] = ledger.ledger_policy(s)
@@ -35,8 +37,23 @@ def documents(s: Settings) -> dict[str, list[dict[str, Any]]]:
 
 
 def render(s: Settings) -> dict[Path, str]:
-    """Path (relative to the checkout) → file text."""
-    return {POLICY_DIR / name: HEADER + _dump(docs) for name, docs in documents(s).items()}
+    """Path (relative to the checkout) → file text, with the kustomization that lists the files
+    (manifests/base includes the directory; kustomize replacements rewrite the images)."""
+    files = documents(s)
+    out = {POLICY_DIR / name: HEADER + _dump(docs) for name, docs in files.items()}
+    out[POLICY_DIR / KUSTOMIZATION] = HEADER + _dump([kustomization(list(files))])
+    return out
+
+
+KUSTOMIZATION = "kustomization.yaml"
+
+
+def kustomization(resources: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": resources,
+    }
 
 
 class _Dumper(yaml.SafeDumper):

@@ -29,6 +29,13 @@ XID_LIST = r"^[0-9]{1,4}(,[0-9]{1,4}){0,63}$"
 VERSION = r"^v?[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}([+-]rke2r[0-9]{1,3})?$"
 # RE2 refuses nested repeats over 1000 ({2,39} inside {0,31}): the address part is `+`.
 CIDRS = r"^[0-9a-fA-F.:]+(/[0-9]{1,3})?(,[0-9a-fA-F.:]+(/[0-9]{1,3})?){0,31}$"
+# The node agent's words are `--flag=value` (manifests/agent/daemonset.yaml), one pattern each.
+AGENT_INTERVAL = r"^--interval-s=[1-9][0-9]{0,4}$"
+AGENT_PLATFORM = r"^--platform=(rke2|other|auto)$"
+AGENT_PROXY = r"^--kube-proxy-mode=(ipvs|iptables|nftables|none|auto)$"
+AGENT_DNS = "^--allowed-dns=" + CIDRS[1:]
+# Only files under the agent's read-only host mounts (docs/agent.md, "Host paths").
+AGENT_RESOLV = r"^--resolv-conf=(/etc/resolv\.conf|/run/systemd/resolve/(stub-)?resolv\.conf)$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,15 @@ def loadtest() -> tuple[Layout, ...]:
     return (base, (*base, *memory), (*base, *memory, *pci))
 
 
+def agent(port: int) -> tuple[Layout, ...]:
+    """The agent's argv: root and listen address fixed (the mounts, the probed port), the site
+    flags of docs/agent.md in their order; --once (one page, then exit) is in no layout."""
+    head = ("gpu-node-guard", "agent", "--root=/host", f"--listen=0.0.0.0:{port}",
+            Value(AGENT_INTERVAL), Value(AGENT_PLATFORM), Value(AGENT_PROXY))  # fmt: skip
+    dns, resolv = Value(AGENT_DNS), Value(AGENT_RESOLV)
+    return (head, (*head, dns), (*head, resolv), (*head, dns, resolv))
+
+
 def matches(layouts: Sequence[Layout], argv: Sequence[str], node: str) -> bool:
     """The policy's check in Python (for the planners' tests).
 
@@ -120,7 +136,10 @@ def describe(layouts: Sequence[Layout]) -> str:
     """The layouts as a refusal message shows them: values by their pattern's name."""
     names = {NODE: "<node>", PCI: "<pci>", XID: "<xid>", UUID: "<uuid>", COUNT: "<n>",
              GPUS: "<gpus>", SECONDS: "<s>", SIZE: "<size>", RATIO: "<ratio>",
-             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>"}  # fmt: skip
+             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>",
+             AGENT_INTERVAL: "--interval-s=<s>", AGENT_PLATFORM: "--platform=rke2|other|auto",
+             AGENT_PROXY: "--kube-proxy-mode=ipvs|iptables|nftables|none|auto",
+             AGENT_DNS: "--allowed-dns=<cidrs>", AGENT_RESOLV: "--resolv-conf=<file>"}  # fmt: skip
     shown = [
         " ".join(t if isinstance(t, str) else names[t.pattern] for t in layout)
         for layout in layouts

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from guard.names import APP_LABEL, APP_NAME
-from guard.policies.cel import Validation
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
+from guard.policies.cel import Validation, quote
 from guard.settings import Settings
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 PREFIX = "gpu-node-guard"  # of every policy name
+POLICY_COMPONENT = "admission-policy"
+# The kind an object in the jobs namespace claims to be (its component label; '' without one).
+COMPONENT_OF = f"object.metadata.?labels[?{quote(COMPONENT_LABEL)}].orValue('')"
 
 
 def guard_user(s: Settings) -> str:
@@ -47,12 +50,22 @@ def policy(
         spec["matchConditions"] = [{"name": n, "expression": e} for n, e in conditions]
     spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
     spec["validations"] = [v.as_dict("variables.who") for v in validations]
-    meta = {"name": name, "labels": {APP_LABEL: APP_NAME}}
+
+    # The policies go first: a Job, Pod or DaemonSet with a new image is refused until the policy
+    # naming that image is in place (docs/deploy.md, "Upgrade"). ArgoCD syncs them a wave ahead;
+    # with kubectl, the label selects them: `kubectl apply -k … -l <component label>`.
+    def meta() -> dict[str, Any]:
+        return {
+            "name": name,
+            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: POLICY_COMPONENT},
+            "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
+        }
+
     binding = {
         "apiVersion": POLICY_API,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": dict(meta),
+        "metadata": meta(),
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [{"apiVersion": POLICY_API, "kind": "ValidatingAdmissionPolicy",
-             "metadata": meta, "spec": spec}, binding]  # fmt: skip
+             "metadata": meta(), "spec": spec}, binding]  # fmt: skip

@@ -3,9 +3,9 @@
 One `Kind` per component label value. Its Job shape is what guard/templates renders, with the
 fields the API server fills in on create (defaults, the generated selector and controller
 labels); its Pod shape is that template as the Job controller creates it (ownerReference,
-job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). To add a
-kind (the node agent's DaemonSet is next), add a `Kind` with its workload and controllers; the
-namespace gate (guard/policies/workloads.py) then admits its Pods from that controller only.
+job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). The node
+agent, a DaemonSet, has shapes of its own (guard/policies/agent.py); the namespace gate
+(guard/policies/workloads.py) admits each kind's Pods from its controller only.
 """
 
 from __future__ import annotations
@@ -64,11 +64,7 @@ class Kind:
     mounts: tuple[dict[str, Any], ...] = ()
     volumes: tuple[dict[str, Any], ...] = ()
     gpus: bool = False
-    # The workload that owns its Pods and the users its controller creates them as. The node
-    # agent will be the first DaemonSet kind (controller
-    # system:serviceaccount:kube-system:daemon-set-controller); its Pod shape then needs the
-    # DaemonSet controller's labels and owner instead of pod_shape's Job ones.
-    workload: Literal["Job", "DaemonSet"] = "Job"
+    # The users the Job controller creates the kind's Pods as.
     controllers: tuple[str, ...] = JOB_CONTROLLERS
 
 
@@ -241,7 +237,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
             }), create_only=True),
             "finalizers": opt(Expr("{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
                                    "only the API server's deletion finalizers")),
-            **_system_meta(),
+            **system_meta(),
         },
         META_REFUSED,
     )  # fmt: skip
@@ -263,13 +259,13 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
         },
         JOB_SPEC_REFUSED,
     )  # fmt: skip
-    return _root(metadata, spec)
+    return root(metadata, spec)
 
 
 def pod_shape(kind: Kind, s: Settings) -> Obj:
     """A Pod of the kind as its controller creates it (defaults and admission additions in)."""
     owner = (
-        f"{{'apiVersion': dyn('batch/v1'), 'kind': dyn({lit(kind.workload)}), "
+        "{'apiVersion': dyn('batch/v1'), 'kind': dyn('Job'), "
         "'name': dyn(variables.jobName), 'uid': dyn(variables.jobUid), "
         "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}"
     )
@@ -286,11 +282,11 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
             "annotations": opt(Expr(f"!({_CREATE})", "absent when the Pod is created")),
             "finalizers": opt(Expr("{v}.all(f, f == 'batch.kubernetes.io/job-tracking')",
                                    "only the Job controller's job-tracking finalizer")),
-            **_system_meta(),
+            **system_meta(),
         },
         {"selfLink": "deprecated, never set"},
     )  # fmt: skip
-    return _root(metadata, pod_spec(kind, s, pod=True))
+    return root(metadata, pod_spec(kind, s, pod=True))
 
 
 _CREATE = "request.operation == 'CREATE'"
@@ -305,13 +301,13 @@ def _job_name(kind: Kind) -> Match:
     return Match(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
 
 
-def _system_meta() -> dict[str, Field]:
+def system_meta() -> dict[str, Field]:
     names = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
              "deletionTimestamp", "deletionGracePeriodSeconds")  # fmt: skip
     return {name: opt(SYSTEM) for name in names}
 
 
-def _root(metadata: Obj, spec: Obj) -> Obj:
+def root(metadata: Obj, spec: Obj) -> Obj:
     return Obj(
         {
             "apiVersion": opt(SYSTEM),

@@ -7,9 +7,11 @@ Case list (every request in the jobs namespace, whoever sends it):
   exec, attach, port-forward into a pod   → refused (the gate): no shell in a privileged pod
   ephemeral containers                    → refused (the gate)
   a Job or Pod without a known component  → refused (the gate)
-  a Pod not created by its kind's controller (the Job controller)
-                                          → refused (the gate): no bare Pods
-  a Job or Pod of a kind                  → its exact shape (policies/<kind>.yaml)
+  a DaemonSet that is not the node agent  → refused (the gate)
+  a Pod not created by its kind's controller (the Job controller; the DaemonSet controller
+  for the agent)                          → refused (the gate): no bare Pods
+  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml)
+  the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
 The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
 ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name).
 """
@@ -19,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from guard.names import COMPONENT_LABEL
-from guard.policies import ledger
+from guard.policies import agent, ledger
 from guard.policies.cel import Validation, lit, quote, regex
-from guard.policies.common import PREFIX, guard_user, in_namespace, policy, rule
+from guard.policies.common import COMPONENT_OF, PREFIX, guard_user, in_namespace, policy, rule
 from guard.policies.kinds import KINDS, Kind, job_name_pattern, job_shape, pod_shape
 from guard.policies.shape import validations
 from guard.settings import Settings
@@ -33,13 +35,12 @@ OTHER_WORKLOADS = (
     ("", ("replicationcontrollers", "podtemplates")),
 )
 INTERACTIVE = ("exec", "attach", "portforward")
-_COMPONENT = f"object.metadata.?labels[?{quote(COMPONENT_LABEL)}].orValue('')"
 
 
 def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     """The Job policy and the Pod policy of one kind."""
     image = getattr(s, kind.image)
-    is_kind = [("is-" + kind.name, f"{_COMPONENT} == {quote(kind.name)}")]
+    is_kind = [("is-" + kind.name, f"{COMPONENT_OF} == {quote(kind.name)}")]
     job_vars = [
         ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
         # The one image this kind runs. A kustomize replacement may rewrite the quoted text.
@@ -81,12 +82,14 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
     """Everything in the jobs namespace that is not a Job or Pod of a kind is refused."""
     ns = s.jobs_namespace
-    kinds_of = {"jobs": [k.name for k in KINDS if k.workload == "Job"]}
-    if daemon_sets := [k.name for k in KINDS if k.workload == "DaemonSet"]:
-        kinds_of["daemonsets"] = daemon_sets
-    kinds_of["pods"] = [k.name for k in KINDS]
+    kinds_of = {
+        "jobs": [k.name for k in KINDS],
+        "daemonsets": [agent.COMPONENT],
+        "pods": [*(k.name for k in KINDS), agent.COMPONENT],
+    }
     controllers = {k.name: list(k.controllers) for k in KINDS}
-    # A DaemonSet is refused until a kind is one (the node agent); then its own shape applies.
+    controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
+    # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
     constraints = {
         "namespaceSelector": in_namespace(ns),
@@ -106,7 +109,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         ("resource", "request.resource.resource"),
         ("sub", "request.?subResource.orValue('')"),
         ("mainResource", "variables.sub == ''"),
-        ("component", f"variables.mainResource ? {_COMPONENT} : ''"),
+        ("component", f"variables.mainResource ? {COMPONENT_OF} : ''"),
     ]
     checks = [
         Validation(
@@ -134,8 +137,8 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
             "variables.resource != 'pods' || !variables.mainResource || "
             "request.operation != 'CREATE' || "
             f"request.userInfo.username in {lit(controllers)}[?variables.component].orValue([])",
-            "Pods here are created only by the controller of their kind (the Job controller), "
-            "never directly; sent by ",
+            "Pods here are created only by the controller of their kind (the Job controller; "
+            "the DaemonSet controller for the agent), never directly; sent by ",
             "request.userInfo.username",
         ),
     ]

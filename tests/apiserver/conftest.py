@@ -16,7 +16,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests.apiserver import tally
+from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
 from tests.apiserver.kube import (
+    DAEMONSET_CONTROLLER,
     GUARD_NS,
     GUARD_USER,
     HOW_TO_ENABLE,
@@ -30,16 +32,15 @@ from tests.apiserver.kube import (
     control_plane,
     controller_pod,
     create,
-    create_all,
-    directory_documents,
+    daemonset_pod,
     guard_job,
-    kustomize_documents,
     write_kubeconfig,
 )
 from tests.tiers import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 _ENFORCE_TIMEOUT_S = 60.0
+AGENT = "gpu-node-guard-agent"
 _started_in_s: list[float] = []
 
 
@@ -71,11 +72,19 @@ def admin(apiserver: ControlPlane) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture(scope="session")
-def deployed(apiserver: ControlPlane, admin: client.ApiClient) -> ControlPlane:
-    """manifests/ and policies/ applied, and every policy enforcing."""
+def kubectl_binary() -> Path:
+    """The real kubectl v1.34.4 (hack/envtest/build.sh --kubectl)."""
+    return kubectl_or_skip()
+
+
+@pytest.fixture(scope="session")
+def deployed(
+    apiserver: ControlPlane, admin: client.ApiClient, kubectl_binary: Path
+) -> ControlPlane:
+    """manifests/base applied as a site does (`kubectl apply --server-side -k`), every policy
+    enforcing."""
     aggregate_cluster_roles(admin)
-    create_all(admin, kustomize_documents(REPO / "manifests"))
-    create_all(admin, directory_documents(REPO / "policies"))
+    Kubectl(kubectl_binary, apiserver.kubeconfig).apply(BASE)
     wait_for_enforcement(apiserver, admin)
     return apiserver
 
@@ -236,8 +245,10 @@ def wait_for_enforcement(plane: ControlPlane, admin: client.ApiClient) -> None:
     with (
         plane.impersonating(GUARD_USER) as guard_api,
         plane.impersonating(JOB_CONTROLLER) as controller,
+        plane.impersonating(DAEMONSET_CONTROLLER) as ds_controller,
     ):
         probes = _probes(admin, guard_api, controller, probe_node)
+        probes |= _agent_probes(admin, ds_controller)
         deadline = time.monotonic() + _ENFORCE_TIMEOUT_S
         while waiting := [name for name, probe in probes.items() if not probe()]:
             if time.monotonic() > deadline:
@@ -287,6 +298,29 @@ def _probes(
     for kind in ("evidence", "loadtest", "conformance"):
         probes |= _kind_probes(kind, admin, guard_api, controller, node)
     return probes
+
+
+def _agent_probes(
+    admin: client.ApiClient, ds_controller: client.ApiClient
+) -> dict[str, Callable[[], bool]]:
+    stored = client.AppsV1Api(admin).read_namespaced_daemon_set(AGENT, JOBS_NS)
+    daemonset = admin.sanitize_for_serialization(stored)
+    good = daemonset_pod(daemonset, "policy-probe")
+    bad = daemonset_pod(daemonset, "policy-probe")
+    bad["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
+    bad_daemonset = {k: daemonset[k] for k in ("apiVersion", "kind", "spec")}
+    bad_daemonset["metadata"] = {"name": AGENT, "namespace": JOBS_NS,
+                                 "labels": daemonset["metadata"]["labels"]}  # fmt: skip
+    bad_daemonset["spec"]["template"]["spec"]["hostPID"] = True
+    return {
+        "agent-pod accepts": lambda: succeeds(lambda: create(ds_controller, good, dry_run=True)),
+        "agent-pod refuses": lambda: refused_by(
+            "gpu-node-guard-agent-pod", lambda: create(ds_controller, bad, dry_run=True)
+        ),
+        "agent-daemonset refuses": lambda: refused_by(
+            "gpu-node-guard-agent-daemonset", lambda: create(admin, bad_daemonset, dry_run=True)
+        ),
+    }
 
 
 def _cronjob() -> dict[str, Any]:

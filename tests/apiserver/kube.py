@@ -40,6 +40,8 @@ JOB_USER = f"system:serviceaccount:{JOBS_NS}:gpu-node-guard-job"
 # Who creates a Job's Pods (kube-controller-manager --use-service-account-credentials); there is
 # no controller-manager here, so tests create those Pods themselves under this name.
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+# Who creates the node agent's Pods; tests create them under this name, as for the Job controller.
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 ADMIN_TOKEN = "gpu-node-guard-tests-admin"  # test-only credential of a throwaway server
 MERGE_PATCH = "application/merge-patch+json"
 _START_TIMEOUT_S = 90.0
@@ -261,6 +263,48 @@ def controller_pod(job: Mapping[str, Any]) -> dict[str, Any]:
             "spec": json.loads(json.dumps(template["spec"]))}  # fmt: skip
 
 
+# pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations (no hostNetwork: no
+# network-unavailable).
+DAEMONSET_TOLERATIONS = (
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+)
+
+
+def daemonset_pod(daemonset: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """The Pod the DaemonSet controller makes from a stored DaemonSet for `node`
+    (pkg/controller/daemon: CreatePodTemplate adds pod-template-generation and
+    controller-revision-hash and its tolerations, syncNodes the one-node affinity,
+    GetPodFromTemplate the controlling owner and the generated name)."""
+    meta, template = daemonset["metadata"], daemonset["spec"]["template"]
+    spec = json.loads(json.dumps(template["spec"]))
+    tolerations = spec.setdefault("tolerations", [])
+    for key, effect in DAEMONSET_TOLERATIONS:
+        tolerations[:] = [t for t in tolerations if t.get("key") != key]
+        tolerations.append({"key": key, "operator": "Exists", "effect": effect})
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    labels = dict(template["metadata"].get("labels") or {})
+    labels["pod-template-generation"] = str(meta.get("generation", 1))
+    labels["controller-revision-hash"] = "5d8f6b7c9d"
+    pod_meta: dict[str, Any] = {
+        "generateName": meta["name"] + "-",
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
+                             "uid": meta["uid"], "controller": True,
+                             "blockOwnerDeletion": True}],
+    }  # fmt: skip
+    if template["metadata"].get("annotations"):
+        pod_meta["annotations"] = dict(template["metadata"]["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+
+
 def as_dict(obj: Any) -> dict[str, Any]:
     """A dynamic-client answer as plain JSON data."""
     return dict(json.loads(json.dumps(obj.to_dict())))
@@ -271,11 +315,9 @@ def yaml_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def kustomize_documents(root: Path) -> list[dict[str, Any]]:
-    """What `kubectl kustomize root` emits for a kustomization that only lists resources.
-
-    kubectl is not on a fresh machine, so the tests read the kustomization themselves and
-    refuse any feature they would not reproduce (patches, namespace, name prefixes, …).
-    """
+    """What `kubectl kustomize root` emits for a kustomization that only lists resources (the
+    generated policies/). Anything more (manifests/base: generators, replacements) is built by
+    the real kubectl: tests/apiserver/deploy.py."""
     kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
     unsupported = sorted(set(kustomization) - {"apiVersion", "kind", "resources"})
     if unsupported:
@@ -285,12 +327,6 @@ def kustomize_documents(root: Path) -> list[dict[str, Any]]:
         path = root / entry
         docs += kustomize_documents(path) if path.is_dir() else yaml_documents(path)
     return docs
-
-
-def directory_documents(root: Path) -> list[dict[str, Any]]:
-    """What `kubectl apply -f root/` reads: every .yaml, .yml and .json file, by name."""
-    files = sorted(p for p in root.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
-    return [doc for path in files for doc in yaml_documents(path)]
 
 
 def create(api: client.ApiClient, doc: dict[str, Any], dry_run: bool = False) -> Any:

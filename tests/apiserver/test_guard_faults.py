@@ -32,7 +32,8 @@ from guard.prom import PromClient
 from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
-from tests.apiserver.conftest import REPO, wait_for_enforcement
+from tests.apiserver.conftest import wait_for_enforcement
+from tests.apiserver.deploy import BASE, Kubectl
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
@@ -57,11 +58,8 @@ from tests.apiserver.kube import (
     ControlPlane,
     apiserver_argv,
     assets_dir,
-    create_all,
-    directory_documents,
     etcd_argv,
     http_ok,
-    kustomize_documents,
     wait_until,
     write_kubeconfig,
     write_signing_key,
@@ -131,11 +129,12 @@ def restartable_plane(tmp: Path) -> Iterator[tuple[ControlPlane, Restartable]]:
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Restartable]]:
+def plane(
+    tmp_path_factory: pytest.TempPathFactory, kubectl_binary: Path
+) -> Iterator[tuple[ControlPlane, Restartable]]:
     with restartable_plane(tmp_path_factory.mktemp("faults")) as (plane, server):
+        Kubectl(kubectl_binary, plane.kubeconfig).apply(BASE)
         with plane.admin_client() as admin:
-            create_all(admin, kustomize_documents(REPO / "manifests"))
-            create_all(admin, directory_documents(REPO / "policies"))
             wait_for_enforcement(plane, admin)
         yield plane, server
 

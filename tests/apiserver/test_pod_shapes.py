@@ -36,7 +36,10 @@ pytestmark = pytest.mark.apiserver
 NODE = "gpu-shape-b"
 KINDS: list[JobKind] = ["evidence", "loadtest", "conformance"]
 GATE = "ValidatingAdmissionPolicy 'gpu-node-guard-jobs-namespace'"
-NOT_DIRECT = "Pods here are created only by the controller of their kind (the Job controller)"
+NOT_DIRECT = (
+    "Pods here are created only by the controller of their kind (the Job controller; "
+    "the DaemonSet controller for the agent)"
+)
 POD_CASES = [c for c in CASES if c.pod_too]
 
 
@@ -368,14 +371,14 @@ def _workload(kind: str, pod_template: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "kind",
-    ["CronJob", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController",
-     "PodTemplate"],
-)  # fmt: skip
+    ["CronJob", "Deployment", "ReplicaSet", "StatefulSet", "ReplicationController", "PodTemplate"],
+)
 def test_no_other_workload_lives_in_the_jobs_namespace(
     identities: Identities, admin: client.ApiClient, kind: str
 ) -> None:
-    """A privileged CronJob or DaemonSet would make Pods by another controller. (The `admin`
-    role grants no PodTemplates: RBAC refuses the namespace admin those, the gate everyone.)"""
+    """A privileged CronJob or Deployment would make Pods by another controller. (The `admin`
+    role grants no PodTemplates: RBAC refuses the namespace admin those, the gate everyone.)
+    DaemonSets are the node agent's: tests/apiserver/test_agent_policies.py."""
     template = copy.deepcopy(guard_job("evidence", NODE, "w")["spec"]["template"])
     template["spec"]["restartPolicy"] = "OnFailure" if kind == "CronJob" else "Always"
     template["spec"]["containers"][0]["command"] = SHELL

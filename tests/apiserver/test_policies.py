@@ -13,7 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.settings import Settings
-from tests.apiserver.kube import GUARD_NS, directory_documents, kustomize_documents, refusal
+from tests.apiserver.deploy import BASE, Kubectl
+from tests.apiserver.kube import GUARD_NS, kustomize_documents, refusal
 
 pytestmark = pytest.mark.apiserver
 
@@ -114,10 +115,10 @@ def test_other_configmaps_of_people_are_not_the_ledgers_business(
     core.delete_namespaced_config_map(name, GUARD_NS)
 
 
-def test_images_are_written_in_the_policies_as_the_cronjob_sets_them() -> None:
+def test_images_are_written_in_the_policies_as_the_cronjob_sets_them(kubectl_binary: Path) -> None:
     """One image per kind, as a quoted string in the policy variable `image` (where a kustomize
     replacement can rewrite it), equal to Settings and to the CronJob's GUARD_*IMAGE."""
-    docs = directory_documents(REPO / "policies")
+    docs = kustomize_documents(REPO / "policies")
     images = {
         d["metadata"]["name"]: v["expression"]
         for d in docs
@@ -134,17 +135,19 @@ def test_images_are_written_in_the_policies_as_the_cronjob_sets_them() -> None:
         "gpu-node-guard-conformance-pod": guard,
         "gpu-node-guard-loadtest-job": loadtest,
         "gpu-node-guard-loadtest-pod": loadtest,
+        "gpu-node-guard-agent-daemonset": guard,
+        "gpu-node-guard-agent-pod": guard,
     }
-    cronjob = next(d for d in kustomize_documents(REPO / "manifests") if d["kind"] == "CronJob")
+    built = Kubectl(kubectl_binary).build(BASE)
+    cronjob = next(d for d in built if d["kind"] == "CronJob")
     env = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
     values = {e["name"]: e.get("value") for e in env}
     assert (values["GUARD_IMAGE"], values["GUARD_LOADTEST_IMAGE"]) == (s.image, s.loadtest_image)
-    assert values["GUARD_JOBS_NAMESPACE"] == s.jobs_namespace
 
 
 def test_no_policy_reads_a_parameter_object() -> None:
     """A params ConfigMap is editable by a namespace admin: the policies carry their values."""
-    for doc in directory_documents(REPO / "policies"):
+    for doc in kustomize_documents(REPO / "policies"):
         assert "paramKind" not in doc["spec"] and "paramRef" not in doc["spec"], doc["metadata"]
     text = "\n".join(p.read_text() for p in (REPO / "policies").glob("*.yaml"))
     assert "params." not in text
@@ -155,7 +158,7 @@ def test_server_side_reapply_of_the_policies_changes_nothing(
 ) -> None:
     """What a GitOps sync does every few minutes: the stored objects do not move."""
     custom = client.CustomObjectsApi(admin)
-    for doc in directory_documents(REPO / "policies"):
+    for doc in kustomize_documents(REPO / "policies"):
         plural = (
             "validatingadmissionpolicies"
             if doc["kind"] == "ValidatingAdmissionPolicy"

@@ -1,7 +1,8 @@
-"""The Job and Pod allowlists against the real API server's OpenAPI v3 schema: every field of a
-Job (its spec, pod template, PodSpec, Container, SecurityContext…) and of a Pod, recursively, is
-either allowed with a pinned shape or refused with a reason in guard/policies/kinds.py. A field a
-future Kubernetes adds fails this test until someone decides on it."""
+"""The Job, DaemonSet and Pod allowlists against the real API server's OpenAPI v3 schema: every
+field of a Job (its spec, pod template, PodSpec, Container, SecurityContext…), of the node
+agent's DaemonSet and of a Pod, recursively, is either allowed with a pinned shape or refused
+with a reason in guard/policies/kinds.py and agent.py. A field a future Kubernetes adds fails
+this test until someone decides on it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import requests
 
+from guard.policies import agent
 from guard.policies.kinds import KINDS, Kind, job_shape, pod_shape
 from guard.policies.shape import Obj, One
 from guard.settings import Settings
@@ -97,6 +99,26 @@ def test_every_pod_field_is_decided(core: Schemas, kind: Kind) -> None:
     shape = pod_shape(kind, Settings())
     assert undecided(shape, "io.k8s.api.core.v1.Pod", core, "Pod") == []
     assert "io.k8s.api.core.v1.PodSpec" in walked(shape, "io.k8s.api.core.v1.Pod", core)
+
+
+@pytest.fixture(scope="module")
+def apps(apiserver: ControlPlane) -> Schemas:
+    return openapi(apiserver, "apis/apps/v1")
+
+
+def test_every_agent_daemonset_field_is_decided(apps: Schemas) -> None:
+    shape = agent.daemonset_shape(Settings())
+    assert undecided(shape, "io.k8s.api.apps.v1.DaemonSet", apps, "DaemonSet") == []
+    reached = walked(shape, "io.k8s.api.apps.v1.DaemonSet", apps)
+    assert {"io.k8s.api.apps.v1.DaemonSetSpec", "io.k8s.api.apps.v1.DaemonSetUpdateStrategy",
+            "io.k8s.api.core.v1.PodSpec", "io.k8s.api.core.v1.Container",
+            "io.k8s.api.core.v1.Probe", "io.k8s.api.core.v1.HTTPGetAction"} <= reached  # fmt: skip
+
+
+def test_every_agent_pod_field_is_decided(core: Schemas) -> None:
+    shape = agent.pod_shape(Settings())
+    assert undecided(shape, "io.k8s.api.core.v1.Pod", core, "Pod") == []
+    assert "io.k8s.api.core.v1.Probe" in walked(shape, "io.k8s.api.core.v1.Pod", core)
 
 
 def test_the_check_finds_a_field_nobody_decided_on(batch: Schemas) -> None:

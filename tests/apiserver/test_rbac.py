@@ -1,7 +1,7 @@
-"""RBAC of manifests/ on a real kube-apiserver: every call a guard cycle makes succeeds as the
-guard's ServiceAccount, every other one is refused with 403.
+"""RBAC of manifests/base on a real kube-apiserver: every call a guard cycle makes succeeds as
+the guard's ServiceAccount, every other one is refused with 403.
 
-manifests/rbac.yaml is the least privilege a cycle needs and the only RBAC the kustomization
+manifests/base/rbac.yaml is the least privilege a cycle needs and the only RBAC the layout
 applies: no pods anywhere but the guard's Jobs' own (GPU pods come from kube-state-metrics). The
 refusals below are checked both on an identity bound exactly as rbac.yaml binds the guard and on
 the deployed ServiceAccount.
@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.apiserver.deploy import BASE, EXAMPLE, Kubectl, key
 from tests.apiserver.kube import (
     GUARD_NS,
     GUARD_USER,
@@ -63,7 +64,7 @@ def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
 def target(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.ApiClient]:
     """rbac.yaml's bindings, re-made for the user TARGET."""
     bindings = []
-    for doc in yaml_documents(REPO / "manifests" / "rbac.yaml"):
+    for doc in yaml_documents(BASE / "rbac.yaml"):
         if doc["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
             made = copy.deepcopy(doc)
             made["metadata"]["name"] = f"{doc['metadata']['name']}-{TARGET}"
@@ -273,7 +274,7 @@ def _rules(path: Path) -> set[tuple[str, str, str, str]]:
 
 def test_the_grants_are_exactly_the_cycles() -> None:
     """The whole of rbac.yaml, spelled out: a new verb needs a line here and a reason there."""
-    assert _rules(REPO / "manifests" / "rbac.yaml") == {
+    assert _rules(BASE / "rbac.yaml") == {
         ("*", "", "nodes", "get"), ("*", "", "nodes", "list"), ("*", "", "nodes", "patch"),
         (GUARD_NS, "", "configmaps", "get"), (GUARD_NS, "", "configmaps", "list"),
         (GUARD_NS, "", "configmaps", "create"), (GUARD_NS, "", "configmaps", "update"),
@@ -287,17 +288,13 @@ def test_the_grants_are_exactly_the_cycles() -> None:
     }  # fmt: skip
 
 
-def test_rbac_yaml_is_the_only_rbac_the_kustomization_applies() -> None:
-    """No other file in manifests/ grants the guard anything (the cluster-wide `list pods` of the
-    pod-listing return check is gone with it)."""
-    kustomization = yaml_documents(REPO / "manifests" / "kustomization.yaml")[0]
-    files = [REPO / "manifests" / name for name in kustomization["resources"]]
-    assert [f.name for f in files if _rules(f) or _bindings(f)] == ["rbac.yaml"]
-
-
-def _bindings(path: Path) -> list[str]:
-    kinds = {"RoleBinding", "ClusterRoleBinding"}
-    return [d["metadata"]["name"] for d in yaml_documents(path) if d["kind"] in kinds]
+@pytest.mark.parametrize("where", [BASE, EXAMPLE], ids=["base", "example"])
+def test_rbac_yaml_is_the_only_rbac_the_layout_applies(kubectl_binary: Path, where: Path) -> None:
+    """Nothing else the base or the example overlay builds (the agent, the policies, the
+    components, the site's patches) grants anything."""
+    kinds = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+    built = {key(d) for d in Kubectl(kubectl_binary).build(where) if d["kind"] in kinds}
+    assert built == {key(d) for d in yaml_documents(BASE / "rbac.yaml")}
 
 
 @pytest.mark.parametrize(

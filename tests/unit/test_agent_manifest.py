@@ -11,12 +11,15 @@ import yaml
 from guard.agent.cli import DEFAULT_PORT
 from guard.settings import Settings
 
-AGENT = Path(__file__).resolve().parents[2] / "manifests" / "agent"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+AGENT = MANIFESTS / "agent"
+PODMONITOR = MANIFESTS / "components" / "agent-podmonitor" / "podmonitor.yaml"
 JOBS_NAMESPACE = "gpu-node-guard-jobs"
 
 
 def load(name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load((AGENT / name).read_text(encoding="utf-8"))
+    path = PODMONITOR if name == PODMONITOR.name else AGENT / name
+    doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return doc
 
 

@@ -186,7 +186,8 @@ def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
 
 
 def test_check_passes_after_write_and_names_the_stale_file(tmp_path: Path) -> None:
-    (tmp_path / alerts.RULES_FILE.parent).mkdir(parents=True)
+    for path in (alerts.RULES_FILE, alerts.PROMETHEUS_RULE_FILE):
+        (tmp_path / path.parent).mkdir(parents=True, exist_ok=True)
     runner = CliRunner()
     assert runner.invoke(alerts.main, ["--root", str(tmp_path), "check"]).exit_code == 1
     assert runner.invoke(alerts.main, ["--root", str(tmp_path), "write"]).exit_code == 0
@@ -195,7 +196,7 @@ def test_check_passes_after_write_and_names_the_stale_file(tmp_path: Path) -> No
     result = runner.invoke(alerts.main, ["--root", str(tmp_path), "check"])
     assert result.exit_code == 1
     assert result.output == (
-        "Error: manifests/prometheus/prometheusrule.yaml differs from guard/alerts.py;"
+        "Error: manifests/components/alerts/prometheusrule.yaml differs from guard/alerts.py;"
         " run `python -m guard.alerts write`\n"
     )
 
