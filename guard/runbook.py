@@ -41,6 +41,11 @@ class Section(StrEnum):
     SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
 
 
+# Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`
+# has every other section).
+CYCLE_CONDITIONS = frozenset({Section.BREAKER_OPEN, Section.SERVICE_NETWORK_NOT_APPLICABLE})
+
+
 def alert_anchor(alert: str) -> str:
     """An alert's section is its name as a heading: `## GPUHardwareXid` → ``gpuhardwarexid``."""
     return alert.lower()

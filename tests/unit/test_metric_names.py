@@ -11,7 +11,7 @@ from guard import metric_names, runbook
 from guard.metric_names import PUSHED, PushedMetric
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-NODE_STATES = [s for s in runbook.Section if s is not runbook.Section.BREAKER_OPEN]
+NODE_STATES = [s for s in runbook.Section if s not in runbook.CYCLE_CONDITIONS]
 
 
 def _docs_row(name: str) -> list[str]:
