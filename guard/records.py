@@ -151,7 +151,9 @@ def _cancel(text: str) -> CancelRecord | str:
         return "not four fields separated by one space"
     boot, uuid, reason, at = parts
     xid = _XID.match(reason)
-    without_gpu = uuid == NO_GPU and not reason.startswith("xid-") and _REASON_WORD.match(reason)
+    without_gpu = (
+        uuid == NO_GPU and not reason.startswith("xid-") and bool(_REASON_WORD.match(reason))
+    )
     if xid is None and not without_gpu:
         return f"third field {reason!r} is not xid-<n> (or a reason word after a GPU field '-')"
     try:

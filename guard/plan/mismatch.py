@@ -81,7 +81,7 @@ def skip_cancelled(node: NodeInfo, held_s: int) -> Skip:
     )
 
 
-def return_gate(s: Settings, snap: Snapshot, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     checks = snap.prom.agent(node.name)
     failed = [a for a in checks if a.status == "FAIL"]
     if failed:

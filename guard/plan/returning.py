@@ -189,7 +189,7 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
         return (Skip(node.name, "gpu-count", observed, WAIT),)
     return (
         _health(snap, node)
-        or mismatch.return_gate(s, snap, node, c)
+        or mismatch.return_gate(snap, s, node, c)
         or service_network.gate(snap, s, node)
     )
 
