@@ -2,6 +2,7 @@
 
 `action.log_line()` is its one log line as an event word and ordered fields (what, why, next);
 `str(action)` is the same line as text, and `to_json()` the same object for ``--output json``.
+A decision with a runbook state (`guard.states`) ends its ``next=`` with the section's link.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from guard.log import Value, format_line
+from guard.states import anchored
 
 Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
@@ -92,7 +94,7 @@ class ClearGuardAnnotations(_Logged):
             "clear-annotations",
             node=self.node,
             reason=self.reason,
-            next="guard no longer tracks this node",
+            next=anchored("guard no longer tracks this node", self.reason),
         )
 
 
@@ -110,8 +112,9 @@ class SetHold(_Logged):
             node=self.node,
             reason=self.reason,
             hold=self.text,
-            next=f"a person decides; remove {self.key} to let the guard continue",
-        )
+            next=anchored(f"a person decides; remove {self.key} to let the guard continue",
+                          self.reason),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,8 @@ class Annotate(_Logged):
 
     def log_line(self) -> Line:
         values = " ".join(v for _, v in self.annotations)
-        return _line("annotate", node=self.node, reason=self.reason, value=values, next=self.next)
+        return _line("annotate", node=self.node, reason=self.reason, value=values,
+                     next=anchored(self.next, self.reason))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +224,8 @@ class Skip(_Logged):
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def log_line(self) -> Line:
-        return _line("skip", node=self.node, reason=self.reason, detail=self.detail, next=self.next)
+        return _line("skip", node=self.node, reason=self.reason, detail=self.detail,
+                     next=anchored(self.next, self.reason))  # fmt: skip
 
 
 Action = (

@@ -30,9 +30,11 @@ from guard.outcome import Outcome, failed, tally
 from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
+from guard.plan.pending import Pending, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
+from guard.push import RunTrace, metrics, push
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
 from guard.snapshot import (
@@ -128,6 +130,7 @@ class LazyGroup(click.Group):
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
         "agent": "guard.agent.cli:agent",
+        "status": "guard.status.cli:status",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -215,14 +218,24 @@ def run(
         raise click.UsageError(str(exc)) from None
     log = Log(log_format)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
+    started = time.monotonic()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
+    trace = RunTrace(prom)
+    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
+    if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
+        push(s, metrics(s, trace, code, time.time(), time.monotonic() - started), log)
+    sys.exit(code)
+
+
+def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
+    """The cycle and its exit code: 1 after an abort (one line) or a failed write, else 0."""
     try:
-        templates = load_bundle().templates  # every shipped file checked before anything runs
-        result = _cycle(s, prom, templates, log, Inputs(dry_run, at, cluster_snapshot, output))
+        trace.templates = load_bundle().templates  # every shipped file checked before anything
+        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace)
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
-        sys.exit(1)
+        return 1
     except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
         first = (str(exc).strip().splitlines() or [""])[0]
         log.event(
@@ -231,11 +244,10 @@ def run(
             reason=f"unexpected {type(exc).__name__}: {first}",
             next="no writes after this; exit 1; please report",
         )
-        sys.exit(1)
-    if output == "json":
+        return 1
+    if inputs.output == "json":
         click.echo(json.dumps(result.to_json(), sort_keys=False))
-    if failed(result.outcomes):
-        sys.exit(1)
+    return 1 if failed(result.outcomes) else 0
 
 
 def _settings_fields(s: Settings) -> dict[str, Value]:
@@ -266,21 +278,25 @@ class CycleResult:
     actions: tuple[Action, ...]
     outcomes: tuple[Outcome, ...]
     counts: dict[str, Value]
+    pending: tuple[Pending, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``--output json``: every action with its outcome, and the `done` line's counts."""
+        """``--output json``: every action with its outcome, the pending candidates, and the
+        `done` line's counts."""
         rows = []
         for o in self.outcomes:
             row = to_json(o.action)
             row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
             rows.append(row)
         return {"at": self.counts["at"], "dry_run": self.dry_run, "actions": rows,
+                "pending": [p.to_json() for p in self.pending],
                 "counts": self.counts}  # fmt: skip
 
 
 def _cycle(
-    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs
-) -> CycleResult:
+    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
+    trace: RunTrace,
+) -> CycleResult:  # fmt: skip
     started = time.monotonic()
     backoff = Backoff(started + s.cycle_deadline_s)
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
@@ -290,11 +306,11 @@ def _cycle(
         objs = load_cluster_file(inputs.snapshot_file, s)
     else:
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
+        kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
         objs = read_cluster(kube, s)
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
-    snap = build_snapshot(now, objs, view, s)
+    snap = trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
@@ -307,14 +323,19 @@ def _cycle(
     else:
         assert kube is not None
         executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
+    trace.outcomes = executor.outcomes  # the same list: a later abort still counts the writes
     for action in actions:
         executor.apply(action)
+    waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
+    for p in waiting:
+        executor.log.decision(*p.log_line())
     executor.log.summarise()
     outcomes = tuple(executor.outcomes)
     counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
         "candidates": len({c.node for c in view.candidates}),
+        "pending": len(waiting),
         **tally(outcomes),
         "prometheus_requests": prom.requests_made,
         "api_requests": kube.requests_made if kube else 0,
@@ -326,7 +347,7 @@ def _cycle(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
-    return CycleResult(inputs.dry_run, actions, outcomes, counts)
+    return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
 
 def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

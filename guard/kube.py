@@ -11,6 +11,7 @@ are retried with jittered backoff until the cycle's deadline (guard.retry), then
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,9 @@ class Kube:
     backoff: Backoff = field(default_factory=lambda: Backoff.for_seconds(60.0))
     request_timeout_s: float = 10.0
     requests_made: int = 0
+    # Requests by HTTP status ("200", "409", …), "error" where no answer came (the pushed
+    # gpu_node_guard_last_run_requests, docs/metrics.md).
+    codes: Counter[str] = field(default_factory=Counter)
     refresh: Any = field(default=None, repr=False)  # re-reads an expiring token (exec, in-cluster)
 
     @classmethod
@@ -55,15 +59,20 @@ class Kube:
         in_cluster: bool = True,
         backoff: Backoff | None = None,
         request_timeout_s: float = 10.0,
+        context: str = "",
     ) -> Kube:
         """`kubeconfig` when given; else the pod's ServiceAccount inside a cluster, else the
-        user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does."""
+        user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does.
+        `context` picks a kubeconfig context other than the current one (kubectl --context)."""
         from kubernetes import client, config
 
         cfg = client.Configuration()
         try:
-            if kubeconfig or not in_cluster:
-                config.load_kube_config(config_file=kubeconfig or None, client_configuration=cfg)
+            if kubeconfig or context or not in_cluster:
+                config.load_kube_config(
+                    config_file=kubeconfig or None, context=context or None,
+                    client_configuration=cfg,
+                )  # fmt: skip
             else:
                 config.load_incluster_config(client_configuration=cfg)
         except (config.ConfigException, OSError, TypeError, ValueError) as exc:
@@ -141,13 +150,18 @@ class Kube:
             )
             content = answer.content
         except requests.Timeout:
+            self.codes["error"] += 1
             return f"no answer within {timeout[1]:g} s"
         except (requests.exceptions.SSLError, requests.exceptions.InvalidURL) as exc:
+            self.codes["error"] += 1
             raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            self.codes["error"] += 1
             return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused, cut off
         except requests.RequestException as exc:
+            self.codes["error"] += 1
             raise KubeError(f"{what}: {first_line(exc)}") from None
+        self.codes[str(answer.status_code)] += 1
         if answer.status_code in TRANSIENT:
             return status_text(answer.status_code, answer.reason, content)
         if answer.status_code >= 400:

@@ -13,6 +13,7 @@ import math
 import re
 import socket
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,6 +73,9 @@ class PromClient:
     max_series: int = DEFAULT_MAX_SERIES
     access: PromAccess = field(default_factory=PromAccess)
     requests_made: int = 0
+    # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
+    # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
+    codes: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.access.apply(self.session)
@@ -111,7 +115,12 @@ class PromClient:
             form["time"] = f"{at.timestamp():.3f}"
         url = f"{self.base_url.rstrip('/')}/api/v1/query"
         self.requests_made += 1
-        answer = self._post(name, url, form)
+        try:
+            answer = self._post(name, url, form)
+        except PromError:
+            self.codes["error"] += 1
+            raise
+        self.codes[str(answer.status)] += 1
         found = len(_RESULT_OBJECT.findall(answer.body))
         if found > self.max_series:  # counted before parsing: a huge answer never becomes dicts
             raise PromError(

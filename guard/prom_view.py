@@ -132,10 +132,14 @@ def held_candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSamp
         start = since.get(g.node)
         if start is None or g.node in cordoned:
             continue
-        window = s.fast_hold_window_s if g.value in s.fast_path_xids else s.hold_window_s
-        if (now - start).total_seconds() >= window:
+        if (now - start).total_seconds() >= hold_window_s(g.value, s):
             out.append(g)
     return tuple(out)
+
+
+def hold_window_s(xid: int, s: Settings) -> int:
+    """How long GPU loss must hold before a cordon for this Xid: the fast hold on the fast path."""
+    return s.fast_hold_window_s if xid in s.fast_path_xids else s.hold_window_s
 
 
 def loss_since(

@@ -170,6 +170,12 @@ class Settings:
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
     )
+    # Metrics (the push at the end of a run; docs/metrics.md).
+    pushgateway_url: str = _opt(
+        "",
+        "Pushgateway base URL (http:// or https://, no credentials): every run that is not a dry "
+        "run pushes its gpu_node_guard_* metrics there at the end (empty: no push)",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -212,7 +218,15 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_signals(s)]
+    checks = [
+        *_reading(s),
+        *_detection(s),
+        *_names(s),
+        *_jobs(s),
+        *_writes(s),
+        *_metrics(s),
+        *_signals(s),
+    ]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -327,6 +341,16 @@ def _signals(s: Settings) -> list[Check]:
         (bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
          "service_network_cni_daemonsets",
          "must not be empty when service_network_kube_proxy_pods is empty too"),
+    ]  # fmt: skip
+
+
+_PUSH_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+
+
+def _metrics(s: Settings) -> list[Check]:
+    return [
+        (not s.pushgateway_url or bool(_PUSH_URL.match(s.pushgateway_url)), "pushgateway_url",
+         "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
 

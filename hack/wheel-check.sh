@@ -3,7 +3,8 @@
 # torch, no checkout on the path) into a fresh venv, and from a directory outside the checkout
 # run what a user runs first:
 #   --version, bare `gpu-node-guard`, `--help` of every subcommand (found by walking the click
-#   group, so a new command is checked without editing this file), `render` of every Job kind,
+#   group, so a new command is checked without editing this file), the kubectl plugin's
+#   `--help`, `render` of every Job kind,
 #   the built-in example (`python -m guard.example`, needs the Debian `prometheus` package),
 #   and a shipped data file removed: `run` must stop at start with one line naming it.
 # Usage: hack/wheel-check.sh [PYTHON]   (default python3; CI=true turns skips into failures)
@@ -59,6 +60,9 @@ while read -r path; do
   count=$((count + 1))
 done <<<"$paths"
 say "--help of $count commands: ok"
+run "kubectl-gpu_guard --help (the kubectl plugin)" "$work/venv/bin/kubectl-gpu_guard" --help
+grep -q "^Usage: kubectl gpu-guard" "$work/out" || fail "the kubectl plugin printed: $(head -1 "$work/out")"
+say "the kubectl plugin kubectl-gpu_guard: ok"
 
 kinds="$("$py" -c 'from guard.cli import cli
 print(*cli.commands["render"].params[0].type.choices)')"

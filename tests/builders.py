@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from guard.actions import Action, to_json
@@ -97,6 +97,13 @@ def _merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def back_node(name: str, **kw: Any) -> NodeInfo:
+    """A guard-cordoned node (Xid 79) that rebooted and looks healthy; `kw` changes any of it."""
+    defaults: dict[str, Any] = dict(cordoned=True, guarded_xid=79, boot="boot-2",
+                                    cordon_boot="boot-1")  # fmt: skip
+    return node(name, **{**defaults, **kw})
+
+
 def gpu(node_name: str, xid: int, index: int = 4, uuid: str = UUID, pci: str = PCI) -> GpuSample:
     return GpuSample(node_name, str(index), uuid, pci, xid)
 
@@ -110,15 +117,21 @@ def snapshot(
     jobs: tuple[JobInfo, ...] = (),
     pods: tuple[GpuPod, ...] = (),
     ledger: dict[str, str] | None = None,
+    loss: dict[str, int] | None = None,
+    cordoned: tuple[str, ...] = (),
     signals: Signals | None = None,
 ) -> Snapshot:
+    """`loss`: per node, seconds of GPU loss observed up to NOW (`PromView.loss_since`);
+    `cordoned`: nodes kube-state-metrics reports unschedulable."""
     if ledger is None:  # a guard-cordoned node has its ledger line unless a test says otherwise
         ledger = {
             n.name: f"{CORDON_AT} {n.cordon.reason} {PCI} {UUID} gpu-node-guard\n"
             for n in nodes
             if n.cordon is not None
         }
-    view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())))
+    view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())),
+                    tuple(sorted((n, NOW - timedelta(seconds=s)) for n, s in (loss or {}).items())),
+                    cordoned)  # fmt: skip
     view = (signals or Signals()).apply(view, nodes)
     return Snapshot(
         NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view

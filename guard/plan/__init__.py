@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from guard.actions import Action, ClearGuardAnnotations, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
@@ -17,7 +19,9 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     Nodes the return check releases this cycle no longer count against the circuit breaker.
     """
     returning = plan_return(snap, s, t)
-    released = frozenset(
-        a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations)
-    )
-    return plan_unreadable(snap, s) + returning + plan_isolation(snap, s, t, released)
+    return plan_unreadable(snap, s) + returning + plan_isolation(snap, s, t, released(returning))
+
+
+def released(returning: Iterable[Action]) -> frozenset[str]:
+    """Nodes the return check uncordons or lets go of (a person's uncordon) in this cycle."""
+    return frozenset(a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations))

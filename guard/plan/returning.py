@@ -63,6 +63,15 @@ def _node(
     return _repairs(snap, s, t, node, c) + _progress(snap, s, t, node, c)
 
 
+def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    """What this check decides about one readable guard-cordoned node, its repairs aside: the
+    first action is the node's state (`gpu-node-guard status`, the pushed node counts)."""
+    assert node.cordon is not None and not node.unreadable
+    if not node.unschedulable:
+        return _cancel(snap, s, node, node.cordon)
+    return _progress(snap, s, t, node, node.cordon)
+
+
 def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     """A person's uncordon: clear the guard's keys and record the incident it cancels."""
     k = keys(s)
@@ -175,7 +184,8 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
     """Conditions 1–5 as (reason, observed) checks; the first failing one is returned."""
     k = keys(s)
     if node.hold is not None:
-        return (Skip(node.name, "hold", f"hold={node.hold!r}", f"a person removes {k.hold}"),)
+        reason = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
+        return (Skip(node.name, reason, f"hold={node.hold!r}", f"a person removes {k.hold}"),)
     booted = _boot_gate(s, node, c)
     if booted:
         return booted
@@ -254,6 +264,14 @@ def _health(snap: Snapshot, node: NodeInfo) -> tuple[Action, ...]:
     return ()
 
 
+# How the `hold` the guard sets itself begins; a person's hold is any other text.
+REPEAT_FAULT_HOLD = "repeat fault: "
+
+
+def is_repeat_fault_hold(text: str) -> bool:
+    return text.startswith(REPEAT_FAULT_HOLD)
+
+
 def _repeat_fault(
     snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord
 ) -> tuple[Action, ...]:
@@ -263,7 +281,7 @@ def _repeat_fault(
     if counts.same_card < s.repeat_fault_limit:
         return ()
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
-    text = f"repeat fault: {uuid} {counts.same_card} incidents, last {last}"
+    text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
     return (
         SetHold(node.name, "repeat-fault", node.resource_version, k.hold, text),
         EmitEvent(

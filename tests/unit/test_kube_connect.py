@@ -53,3 +53,53 @@ def test_kubeconfig_token_user(tmp_path: Path):
 def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path):
     with pytest.raises(KubeError, match=r"^cannot load Kubernetes config from .*/nope: "):
         Kube.connect(str(tmp_path / "nope"), in_cluster=False)
+
+
+INSECURE = {"insecure-skip-tls-verify": True}
+
+
+@responses.activate
+def test_context_picks_another_kubeconfig_context_like_kubectl(tmp_path: Path):
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "staging",
+        "clusters": [
+            {"name": "s", "cluster": {"server": "https://staging.test", **INSECURE}},
+            {"name": "p", "cluster": {"server": "https://prod.test", **INSECURE}},
+        ],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "staging", "context": {"cluster": "s", "user": "u"}},
+                     {"name": "prod", "context": {"cluster": "p", "user": "u"}}],
+    }  # fmt: skip
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    responses.add(responses.GET, "https://prod.test/api/v1/nodes/n", json={"metadata": {}})
+    kube = Kube.connect(str(path), in_cluster=True, context="prod")  # a flag beats in-cluster
+    assert kube.base_url == "https://prod.test"
+    kube.node("n")
+    with pytest.raises(KubeError, match=r"cannot load Kubernetes config .*nope"):
+        Kube.connect(str(path), in_cluster=False, context="nope")
+
+
+@responses.activate
+def test_requests_are_counted_by_status_code_and_error():
+    import random
+
+    import requests as http
+
+    from guard.retry import Backoff
+
+    responses.add(responses.GET, "https://api.test/api/v1/nodes/a", json={"metadata": {}})
+    responses.add(responses.GET, "https://api.test/api/v1/nodes/b", status=404,
+                  json={"kind": "Status", "code": 404, "message": "not found"})  # fmt: skip
+    responses.add(responses.GET, "https://api.test/api/v1/nodes/c",
+                  body=http.ConnectionError("refused"))  # fmt: skip
+    # 1 ms left and a first delay of 134 ms: no retry, the refusal is the last answer.
+    no_retry = Backoff(0.001, base_s=1.0, clock=lambda: 0.0, rng=random.Random(1))
+    kube = Kube(http.Session(), "https://api.test", no_retry)
+    kube.node("a")
+    with pytest.raises(KubeError):
+        kube.node("b")
+    with pytest.raises(KubeError):
+        kube.node("c")
+    assert dict(kube.codes) == {"200": 1, "404": 1, "error": 1}
+    assert kube.requests_made == 3

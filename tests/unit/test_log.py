@@ -24,7 +24,8 @@ def test_text_and_json_lines_agree():
     skip = Skip("gpu-node-b", "hold", 'card "swap" pending', "a person removes hold")
     assert lines("text", lambda log: log.emit(*skip.log_line())) == [
         "2026-09-21T05:55:00Z INFO skip node=gpu-node-b reason=hold "
-        'detail="card \\"swap\\" pending" next="a person removes hold"'
+        'detail="card \\"swap\\" pending" next="a person removes hold '
+        '(docs/runbook.md#held-by-a-person)"'
     ]
     (js,) = lines("json", lambda log: log.emit(*skip.log_line()))
     assert json.loads(js) == {
@@ -34,7 +35,7 @@ def test_text_and_json_lines_agree():
         "node": "gpu-node-b",
         "reason": "hold",
         "detail": 'card "swap" pending',
-        "next": "a person removes hold",
+        "next": "a person removes hold (docs/runbook.md#held-by-a-person)",
     }
 
 

@@ -58,6 +58,11 @@ LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
             snapshot(back(hold="waiting for vendor")), [("skip", "b", "hold")], id="hold-stops"
         ),
         pytest.param(
+            snapshot(back(hold=f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}")),
+            [("skip", "b", "repeat-fault-hold")],
+            id="the-guards-own-hold-says-repeat-fault",
+        ),
+        pytest.param(
             snapshot(back(boot="boot-1")),
             [("skip", "b", "same-boot"), ("event", "b", "same-boot")],
             id="same-boot-waits-for-power-cycle",
@@ -456,7 +461,7 @@ def test_every_failed_condition_is_one_skip_line_with_observed_value():
     assert isinstance(skip, Skip)
     assert str(skip) == (
         'skip node=b reason=gpu-count detail="capacity=8 recorded=8 '
-        'allocatable=7" next="checked again next cycle"'
+        'allocatable=7" next="checked again next cycle (docs/runbook.md#return-condition-not-met)"'
     )
 
 

@@ -134,6 +134,19 @@ def test_bearer_token_is_sent():
     assert responses.calls[0].request.headers["Authorization"] == "Bearer s3cret"
 
 
+@responses.activate
+def test_queries_are_counted_by_the_answers_status_and_error():
+    responses.add(responses.POST, QUERY, json=vector())
+    responses.add(responses.POST, QUERY, status=400, json={"status": "error", "error": "bad"})
+    responses.add(responses.POST, QUERY, body=requests.ConnectionError("refused"))
+    client = PromClient(URL, timeout_s=1)
+    client.vector("q", "up", None)
+    for _ in range(2):
+        with pytest.raises(PromError):
+            client.vector("q", "up", None)
+    assert dict(client.codes) == {"200": 1, "400": 1, "error": 1}
+
+
 def test_real_closed_port_is_connection_error():
     with pytest.raises(PromError, match="cannot reach"):
         PromClient("http://127.0.0.1:9", timeout_s=1).vector("q", "up", None)

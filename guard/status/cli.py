@@ -1,0 +1,119 @@
+"""``gpu-node-guard status`` (and the kubectl plugin ``kubectl gpu-guard``): it reads, never writes.
+
+Reads what a guard run reads (Nodes, the guard's Jobs, the ledger with its archives, the guard's
+Events; Prometheus when given), then plans as the run would and shows the decisions; no executor
+exists here. Exit 0 with the report; 1 when the cluster cannot be read (one line) or a given
+Prometheus failed (the report is still printed, as without Prometheus); 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from guard.cli import Rfc3339, build_settings, settings_options
+from guard.jobs import JobTemplates, TemplateLoadError
+from guard.kube import Kube, KubeError
+from guard.model import PromView
+from guard.prom import PromClient, PromError
+from guard.prom_access import PromAccessError
+from guard.retry import Backoff
+from guard.settings import Settings
+from guard.snapshot import (
+    ClusterObjects,
+    SnapshotError,
+    build_snapshot,
+    load_cluster_file,
+    read_cluster,
+    read_prom,
+)
+from guard.status.derive import report
+from guard.status.model import Report, Sight
+from guard.status.render import render
+
+READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers, retries included
+
+
+@click.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "wide", "json"]),
+    default="text",
+    show_default=True,
+    help="wide: whole texts, GPU UUIDs and runbook links; json: the stable document.",
+)
+@click.option("--context", default="", help="The kubeconfig context to use (like kubectl).")
+@click.option(
+    "--at", "at", type=Rfc3339(), default=None, help="Evaluate every query at this instant."
+)
+@click.option(
+    "--cluster-snapshot",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read Nodes, Jobs and the ledger from a List file instead of the API server.",
+)
+@settings_options
+def status(
+    output: str, context: str, at: datetime | None, cluster_snapshot: Path | None, **options: Any
+) -> None:
+    """Every GPU node the guard holds or watches: state, why, and what a person does next.
+
+    Give the CronJob's settings (the same flags or GUARD_* variables) so the decisions match its
+    own; without --prometheus-url the table says what it could not see.
+    """
+    s = build_settings(options)
+    now = at or datetime.now(UTC).replace(microsecond=0)
+    try:
+        templates = JobTemplates.load()
+        objs = _cluster(s, context, cluster_snapshot)
+    except (KubeError, SnapshotError, TemplateLoadError) as exc:
+        raise click.ClickException(str(exc)) from None
+    names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
+    view, sight = _prometheus(s, now, names)
+    try:
+        snap = build_snapshot(now, objs, view, s)
+    except SnapshotError as exc:
+        raise click.ClickException(str(exc)) from None
+    result = report(snap, s, templates, sight)
+    _print(result, output)
+    if sight.error:
+        raise SystemExit(1)
+
+
+def _cluster(s: Settings, context: str, snapshot_file: Path | None) -> ClusterObjects:
+    if snapshot_file is not None:
+        return load_cluster_file(snapshot_file, s)
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
+    kube = Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
+    return read_cluster(kube, s)
+
+
+def _prometheus(s: Settings, now: datetime, names: set[str]) -> tuple[PromView, Sight]:
+    if not s.prometheus_url:
+        return PromView(), Sight()
+    try:
+        view = read_prom(PromClient.from_settings(s), s, now, names)
+    except PromAccessError as exc:
+        raise click.UsageError(str(exc)) from None
+    except PromError as exc:
+        return PromView(), Sight(s.prometheus_url, str(exc))
+    return view, Sight(s.prometheus_url)
+
+
+def _print(result: Report, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(result.to_json()))
+    else:
+        click.echo(render(result, wide=output == "wide"), nl=False)
+
+
+def plugin() -> None:
+    """The kubectl plugin: ``kubectl gpu-guard [-o wide] [--context C]`` is this command."""
+    status(prog_name="kubectl gpu-guard")

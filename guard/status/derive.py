@@ -1,0 +1,244 @@
+"""The status report from a Snapshot: the planners' own decisions, read, never a second copy.
+
+Which nodes get a row (first case wins):
+  a guard value on the node does not read   → the unreadable check's skip  (unreadable-annotations)
+  the guard's cordon record                 → the return check's `decision()` for the node: its
+                                              first action is the state, its detail the observed
+                                              value of the condition that blocks (guard.states)
+  a `hold`, no cordon record                → held-by-a-person (repeat-fault-hold: the guard's)
+  `cancelled` still in force (no new boot)  → cancelled-by-a-person
+  `returned` within 24 h                    → returned-in-the-last-24-h
+Every other node is not the guard's business right now and gets no row.
+
+Candidates (GPUs with a hardware Xid and GPU loss now) are listed above the table: pending ones
+(`guard.plan.pending`) and those whose loss held, with the isolation check's decision.
+
+Without Prometheus the return check runs a second time on a view where the node has an Xid of
+unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
+(Xid, row remap, GPU pods) were not seen, which its row says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import assert_never
+
+from guard import ledger
+from guard.actions import (
+    Action,
+    Annotate,
+    AppendLedgerLine,
+    ClearGuardAnnotations,
+    Cordon,
+    CreateJob,
+    EmitEvent,
+    SetHold,
+    Skip,
+    Uncordon,
+)
+from guard.jobs import JobTemplates
+from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
+from guard.plan import released
+from guard.plan.common import guarded_nodes, keys
+from guard.plan.isolation import breaker_limit, plan_isolation
+from guard.plan.pending import pending
+from guard.plan.returning import decision, is_repeat_fault_hold
+from guard.plan.unreadable import plan_unreadable
+from guard.prom_view import hold_window_s
+from guard.runbook import DEFAULT_BASE_URL, url
+from guard.settings import Settings
+from guard.states import state_of
+from guard.status.model import Blocked, Breaker, Candidate, Gpu, NodeRow, Report, Sight
+
+RETURNED_SHOWN = timedelta(hours=24)
+NOT_SEEN = Blocked(
+    "not-seen", "hardware Xid, row remap and GPU pods need Prometheus (no --prometheus-url)"
+)
+
+
+def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report:
+    ctx = _Context(snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s))
+    rows = tuple(row for n in snap.nodes if (row := _row(ctx, n)))
+    freed = released(a for acts in ctx.decisions.values() for a in acts)
+    return Report(
+        snap.now,
+        s.namespace,
+        sight,
+        Breaker(len(guarded_nodes(snap, s)), breaker_limit(snap, s)),
+        _candidates(snap, s, t, freed) if sight.seen else None,
+        rows,
+    )
+
+
+def decision_word(action: Action) -> str:
+    """The word `guard.states` maps to a state: a Skip's reason, ``<kind>-starting`` for the Job
+    the return check would create, else the action's reason."""
+    if isinstance(action, CreateJob):
+        return f"{action.job_kind}-starting"
+    return action.reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    snap: Snapshot
+    s: Settings
+    t: JobTemplates
+    sight: Sight
+    decisions: dict[str, tuple[Action, ...]]  # the return check's, per guard-cordoned node
+    unreadable: dict[str, Skip]  # the unreadable check's skip, per node
+
+
+def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[Action, ...]]:
+    return {
+        n.name: decision(snap, s, t, n)
+        for n in snap.nodes
+        if n.cordon is not None and not n.unreadable
+    }
+
+
+def _unreadable(snap: Snapshot, s: Settings) -> dict[str, Skip]:
+    skips = (a for a in plan_unreadable(snap, s) if isinstance(a, Skip))
+    return {a.node: a for a in skips if a.reason == "unreadable"}
+
+
+def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
+    snap, s = ctx.snap, ctx.s
+    if node.unreadable:
+        return _decided(
+            snap, node, ctx.unreadable[node.name], node.annotation(keys(s).reason) or ""
+        )
+    if node.cordon is not None:
+        row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason)
+        if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
+            return replace(row, blocked=NOT_SEEN)
+        return row
+    return _record_row(snap, s, node)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a row says before the ledger's counts are added."""
+
+    word: str  # the decision word (guard.states)
+    reason: str
+    since: datetime | None
+    gpu: Gpu | None
+    blocked: Blocked | None
+    next: str
+
+
+def _decided(snap: Snapshot, node: NodeInfo, action: Action, reason: str) -> NodeRow:
+    """A row from the planner's decision about the node (the first action it plans)."""
+    blocked, step = _meaning(action)
+    c = node.cordon
+    gpu = Gpu(c.gpu.pci, c.gpu.uuid) if c is not None and c.gpu is not None else None
+    seen = _Seen(decision_word(action), reason, c.at if c else None, gpu, blocked, step)
+    return _with_history(snap, node.name, seen)
+
+
+def _meaning(action: Action) -> tuple[Blocked | None, str]:
+    """What blocks the node (with the value seen) and what comes next, as the planner said it."""
+    match action:
+        case Skip():
+            return Blocked(action.reason, action.detail), action.next
+        case SetHold():
+            return Blocked(action.reason, action.text), "the next cycle sets hold; a person decides"
+        case Annotate():
+            return Blocked(action.reason, " ".join(v for _, v in action.annotations)), action.next
+        case CreateJob():
+            return None, f"the next cycle creates job/{action.name}"
+        case Uncordon():
+            return None, f"{action.detail}; the next cycle uncordons the node"
+        case ClearGuardAnnotations():
+            observed = "the node is schedulable: a person uncordoned it"
+            return Blocked(action.reason, observed), "the next cycle records the cancel"
+        case Cordon() | AppendLedgerLine() | EmitEvent():
+            return None, str(action)
+        case _:
+            assert_never(action)
+
+
+def _reaches_prometheus(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> bool:
+    """Would an Xid block this node? Then it passed every condition the API alone decides."""
+    unknown = PromView(hardware_xids=(GpuSample(node.name, "?", "?", "?", 0),))
+    probe = decision(replace(snap, prom=unknown), s, t, node)[0]
+    return isinstance(probe, Skip) and probe.reason == "xid-present"
+
+
+def _record_row(snap: Snapshot, s: Settings, node: NodeInfo) -> NodeRow | None:
+    """A node without the guard's cordon whose annotations still say something."""
+    return _with_history(snap, node.name, seen) if (seen := _record(snap, s, node)) else None
+
+
+def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
+    if node.hold is not None:
+        word = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
+        blocked = Blocked(word, f"hold={node.hold!r}")
+        step = f"a person removes {keys(s).hold}"
+        return _Seen(word, "", None, _last_incident(snap, node.name), blocked, step)
+    cancel = node.cancelled
+    if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
+        last = _last_incident(snap, node.name, cancel.uuid)
+        gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
+        return _Seen("cancelled", f"xid-{cancel.xid}", cancel.at, gpu, None,
+                     "re-arms on a new boot, another GPU or another Xid")  # fmt: skip
+    back = node.returned
+    if back is not None and snap.now - back.at <= RETURNED_SHOWN:
+        return _Seen("returned", _last_reason(snap, node.name), back.at,
+                     _last_incident(snap, node.name), None,
+                     f"nothing: {back.job} passed; the node serves again")  # fmt: skip
+    return None
+
+
+def _with_history(snap: Snapshot, node: str, seen: _Seen) -> NodeRow:
+    """The row, with the ledger's incidents of the card and of the slot (archives included)."""
+    state = state_of(seen.word)
+    card = slot = None
+    if seen.gpu is not None:
+        counts = ledger.count(snap.ledger, seen.gpu.uuid, node, seen.gpu.pci)
+        card, slot = counts.same_card, counts.same_slot
+    return NodeRow(
+        node=node,
+        state=state.value if state is not None else seen.word,
+        runbook=url(DEFAULT_BASE_URL, state) if state is not None else "",
+        reason=seen.reason,
+        since=seen.since,
+        gpu=seen.gpu,
+        card_incidents=card,
+        slot_incidents=slot,
+        blocked=seen.blocked,
+        next=seen.next,
+    )
+
+
+def _entries(snap: Snapshot, node: str) -> list[ledger.LedgerEntry]:
+    return [e for e in ledger.entries(snap.ledger) if e.node == node]
+
+
+def _last_incident(snap: Snapshot, node: str, uuid: str = "") -> Gpu | None:
+    found = [e for e in _entries(snap, node) if not uuid or e.uuid.lower() == uuid.lower()]
+    last = max(found, key=lambda e: e.at, default=None)
+    return Gpu(last.pci, last.uuid) if last else None
+
+
+def _last_reason(snap: Snapshot, node: str) -> str:
+    last = max(_entries(snap, node), key=lambda e: e.at, default=None)
+    return f"xid-{last.xid}" if last else ""
+
+
+def _candidates(
+    snap: Snapshot, s: Settings, t: JobTemplates, freed: frozenset[str]
+) -> tuple[Candidate, ...]:
+    waiting = [Candidate(p.node, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s, "pending")
+               for p in pending(snap, s)]  # fmt: skip
+    decided: dict[str, str] = {}
+    for a in plan_isolation(snap, s, t, freed):
+        if not isinstance(a, EmitEvent):
+            decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
+    held = [
+        Candidate(g.node, g.value, g.gpu, g.pci, g.uuid, snap.prom.held_s(g.node),
+                  hold_window_s(g.value, s), decided.get(g.node, "unreadable"))
+        for g in snap.prom.candidates
+    ]  # fmt: skip
+    return tuple(sorted([*waiting, *held], key=lambda c: (c.node, c.gpu.zfill(4), c.xid)))

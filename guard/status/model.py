@@ -1,0 +1,149 @@
+"""The status report as frozen values; `Report.to_json()` is the stable ``-o json`` document.
+
+JSON shape (every key always present; `null` where a value is unknown or does not apply):
+
+  at                 RFC 3339 time the report describes (``--at``, or now)
+  namespace          the guard's namespace
+  prometheus         {"url": str, "seen": bool, "error": str}
+  breaker            {"guarded": int, "limit": int, "open": bool, "headroom": int}
+  candidates         null without Prometheus; else a list of
+                     {"node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s",
+                      "decision"}; decision "pending" (loss not held long enough yet) or the
+                     isolation check's word (cordon, breaker-open, one-per-cycle, …)
+  nodes              a list of
+                     {"node", "state", "runbook", "reason", "since", "gpu", "incidents",
+                      "blocked_by", "next"}; gpu {"pci", "uuid"} or null, incidents
+                     {"card": int, "slot": int} or null, blocked_by {"condition", "observed"}
+                     or null, runbook "docs/runbook.md#<state>" or "" for a state the runbook
+                     has no section for yet (shown verbatim)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from guard.ledger import format_time
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    pci: str
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The first return condition that holds the node back, with the value the guard saw."""
+
+    condition: str  # the planner's word: same-boot, gpu-count, loadtest-running, …
+    observed: str  # its detail: "bootID boot-1 unchanged since cordon", …
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node: str
+    state: str  # a guard.runbook.Section value, or the planner's word for a state without one
+    runbook: str  # docs/runbook.md#<state>, "" when the runbook has no section for the state
+    reason: str  # the cordon's reason (xid-79, conformance-dns, …), "" when there is none
+    since: datetime | None
+    gpu: Gpu | None
+    card_incidents: int | None  # ledger lines (archives included) with the card's UUID
+    slot_incidents: int | None  # … with the slot's PCI address on this node
+    blocked: Blocked | None
+    next: str  # what happens next, or what a person does
+
+    def to_json(self) -> dict[str, Any]:
+        incidents = None
+        if self.card_incidents is not None and self.slot_incidents is not None:
+            incidents = {"card": self.card_incidents, "slot": self.slot_incidents}
+        return {
+            "node": self.node,
+            "state": self.state,
+            "runbook": self.runbook,
+            "reason": self.reason,
+            "since": format_time(self.since) if self.since else None,
+            "gpu": {"pci": self.gpu.pci, "uuid": self.gpu.uuid} if self.gpu else None,
+            "incidents": incidents,
+            "blocked_by": (
+                {"condition": self.blocked.condition, "observed": self.blocked.observed}
+                if self.blocked
+                else None
+            ),
+            "next": self.next,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A GPU with a hardware Xid and GPU loss on its node: pending, or decided this cycle."""
+
+    node: str
+    xid: int
+    gpu: str
+    pci: str
+    uuid: str
+    held_s: int
+    needs_s: int
+    decision: str  # "pending", or the isolation check's word for the node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "reason": f"xid-{self.xid}", "xid": self.xid, "gpu": self.gpu,
+                "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
+                "needs_s": self.needs_s, "decision": self.decision}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    guarded: int  # nodes carrying the guard's reason annotation, readable or not
+    limit: int
+
+    @property
+    def open(self) -> bool:
+        return self.guarded >= self.limit
+
+    @property
+    def headroom(self) -> int:
+        return self.limit - self.guarded
+
+
+@dataclass(frozen=True, slots=True)
+class Sight:
+    """What the report could see of Prometheus: its URL ("" when none was given) and the
+    reason it failed, if it did."""
+
+    url: str = ""
+    error: str = ""
+
+    @property
+    def seen(self) -> bool:
+        return bool(self.url) and not self.error
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    at: datetime
+    namespace: str
+    prometheus: Sight
+    breaker: Breaker
+    candidates: tuple[Candidate, ...] | None  # None: unknown (Prometheus not seen)
+    nodes: tuple[NodeRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        p, b = self.prometheus, self.breaker
+        return {
+            "at": format_time(self.at),
+            "namespace": self.namespace,
+            "prometheus": {"url": p.url, "seen": p.seen, "error": p.error},
+            "breaker": {
+                "guarded": b.guarded,
+                "limit": b.limit,
+                "open": b.open,
+                "headroom": b.headroom,
+            },
+            "candidates": (
+                None if self.candidates is None else [c.to_json() for c in self.candidates]
+            ),
+            "nodes": [n.to_json() for n in self.nodes],
+        }

@@ -1,0 +1,116 @@
+"""Real guard runs push to a real Pushgateway; a real Prometheus scraping it reads them back.
+
+A run here has no API server, so it aborts: the push of a failed run, the input of the
+Pushgateway variant of GPUNodeGuardNotRunning, and a Pushgateway that is down. The push of a run
+that cordons is read back in tests/apiserver/test_status_apiserver.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from guard import alert_queries, metric_names
+from guard.example.promserver import free_port
+from guard.settings import Settings
+from tests.alerting.conftest import PUSH_SCRAPE_S, PushStack
+from tests.alerting.servers import query, wait_until
+
+READ_BACK_S = 30 * PUSH_SCRAPE_S
+
+
+def unreachable_cluster(tmp_path: Path) -> Path:
+    """A kubeconfig whose API server refuses every connection."""
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }  # fmt: skip
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str):
+    return subprocess.run(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", stack.prometheus_url,
+         "--kubeconfig", str(unreachable_cluster(tmp_path)), "--cycle-deadline-s", "1",
+         "--namespace", namespace, "--pushgateway-url", gateway, "--log-format", "json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def pushed(stack: PushStack, namespace: str) -> dict[str, dict[str, float]]:
+    """Every gpu_node_guard_ series of `namespace` by name, then by its other labels."""
+    found = query(
+        stack.prometheus_url, f'{{__name__=~"gpu_node_guard_.+", namespace="{namespace}"}}'
+    )
+    out: dict[str, dict[str, float]] = {}
+    for r in found:
+        labels = {k: v for k, v in r["metric"].items() if k not in ("__name__", "job", "namespace")}
+        key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        out.setdefault(r["metric"]["__name__"], {})[key] = float(r["value"][1])
+        assert r["metric"]["job"] == metric_names.PUSH_JOB
+    return out
+
+
+def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
+    before = time.time()
+    proc = guard_run(push_stack, tmp_path, "gng-abort", push_stack.pushgateway_url)
+    assert proc.returncode == 1
+    log = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [line["event"] for line in log] == ["start", "settings", "abort"]  # no push-failed
+    series = wait_until(
+        lambda: pushed(push_stack, "gng-abort") or None,
+        READ_BACK_S,
+        "the aborted run's push never reached Prometheus",
+    )
+    assert set(series) == {
+        metric_names.LAST_RUN.name, metric_names.LAST_RUN_EXIT_CODE.name,
+        metric_names.LAST_RUN_DURATION.name, metric_names.LAST_RUN_ACTIONS.name,
+        metric_names.LAST_RUN_REQUESTS.name,
+    }  # fmt: skip
+    assert before <= series[metric_names.LAST_RUN.name][""] <= time.time()
+    assert series[metric_names.LAST_RUN_EXIT_CODE.name] == {"": 1}
+    assert 0 < series[metric_names.LAST_RUN_DURATION.name][""] < 60
+    actions = series[metric_names.LAST_RUN_ACTIONS.name]
+    assert len(actions) == 16 and set(actions.values()) == {0}
+    assert "outcome=failed,type=cordon" in actions
+    requests = series[metric_names.LAST_RUN_REQUESTS.name]
+    assert list(requests) == ["code=error,target=kubernetes"]  # refused until the deadline
+    assert requests["code=error,target=kubernetes"] >= 1
+
+
+def test_the_not_running_variant_reads_the_push(push_stack, tmp_path):
+    """Its input: no success pushed → the alert's expression holds; the description's age of
+    the last run of any result is seconds."""
+    assert guard_run(push_stack, tmp_path, "gng-never", push_stack.pushgateway_url).returncode == 1
+    s = Settings(namespace="gng-never")
+    wait_until(
+        lambda: query(push_stack.prometheus_url, alert_queries.last_run_age(s)) or None,
+        READ_BACK_S,
+        "the failed run's last_run never reached Prometheus",
+    )
+    (age,) = query(push_stack.prometheus_url, alert_queries.last_run_age(s))
+    assert 0 <= float(age["value"][1]) < READ_BACK_S + 30
+    expr = alert_queries.alert_guard_not_running_pushed(s, alert_queries.AlertParams())
+    (firing,) = query(push_stack.prometheus_url, expr)
+    assert firing["metric"] == {"namespace": "gng-never"}
+
+
+def test_a_pushgateway_that_is_down_is_one_warn_line_and_the_exit_code_stays(push_stack, tmp_path):
+    down = f"http://127.0.0.1:{free_port()}"
+    proc = guard_run(push_stack, tmp_path, "gng-down", down)
+    assert proc.returncode == 1  # the abort's, not the push's
+    log = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [(line["event"], line["level"]) for line in log[-2:]] == [
+        ("abort", "ERROR"), ("push-failed", "WARN")
+    ]  # fmt: skip
+    assert log[-1]["url"] == down and "Connection refused" in log[-1]["reason"]
