@@ -11,6 +11,8 @@ from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.policies import argv
+from guard.status.derive import report
+from guard.status.model import Sight
 from tests.builders import (
     CORDON_AT,
     KEYS,
@@ -432,3 +434,39 @@ def test_cancelled_values_read_back(value, reads):
     else:
         c = n.cancelled
         assert c is not None and (c.boot_id, c.uuid, c.xid, c.reason) == reads
+
+
+# ---- what `gpu-node-guard status` shows (guard.states) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        pytest.param(
+            returning(nvml_cordoned(), agent=(FAIL,)),
+            ("isolated-for-a-driver-mismatch", "nvml-mismatch", "nvml-mismatch"),
+            id="rebooted-still-mismatched",
+        ),
+        pytest.param(
+            returning(nvml_cordoned()),
+            ("isolated-for-a-driver-mismatch", "nvml-mismatch", "nvml-unconfirmed"),
+            id="waiting-for-the-agent",
+        ),
+        pytest.param(
+            returning(xid_back(), pods=network_pods("b", kube_proxy=False)),
+            ("waiting-for-the-service-network", "xid-79", "service-network-not-ready"),
+            id="kube-proxy-not-ready",
+        ),
+        pytest.param(
+            returning(node("b", extra={KEYS.cancelled: f"boot-1 - nvml-mismatch {AT}"})),
+            ("cancelled-by-a-person", "nvml-mismatch", "-"),
+            id="a-cancelled-mismatch-names-no-gpu",
+        ),
+    ],
+)
+def test_status_states_of_the_node_signals(snap, expected):
+    (row,) = report(snap, settings(), TEMPLATES, Sight("http://prom.test:9090")).nodes
+    assert (row.state, row.reason, row.blocked.condition if row.blocked else "-") == expected
+    assert row.runbook == f"docs/runbook.md#{expected[0]}"
+    if expected[0] == "cancelled-by-a-person":
+        assert row.gpu is None and row.next == "re-arms on a new boot"
