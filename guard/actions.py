@@ -47,12 +47,14 @@ class Cordon(_Logged):
     held_s: int
     next: str
     clear_keys: tuple[str, ...] = ()  # records of the node's last incident (cancelled, returned)
+    detail: str = ""  # what was seen, where no GPU names the cordon (nvml-mismatch)
 
     def log_line(self) -> Line:
         return _line(
             "cordon",
             node=self.node,
             reason=self.reason,
+            detail=self.detail,
             gpu=self.gpu,
             held_s=self.held_s,
             next=self.next,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guard import metric_names, runbook
-from guard.agent.metrics import CHECK_OK, CHECK_STATUS, LAST_RUN
+from guard.agent.names import CHECK_OK, CHECK_STATUS, LAST_RUN
 from guard.conformance.model import parse_allowed_dns
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
@@ -29,6 +29,7 @@ from guard.queries import (
     hardware_xid,
     ksm_label,
     not_cordoned,
+    service_network_selectors,
     with_node_label,
 )
 from guard.settings import Settings
@@ -252,12 +253,8 @@ class NodeAlertParams:
     """Knobs of the node lifecycle alerts; the allowed upstreams come from Settings."""
 
     remap_window_s: int = 3600  # an uncorrectable remap alerts this long after it happened
-    # kube-proxy (RKE2's static pod, kubeadm's DaemonSet) and the CNI DaemonSets, by
-    # kube-state-metrics' kube_pod_info labels.
-    service_network_pods: tuple[str, ...] = (
-        'namespace="kube-system", pod=~"kube-proxy-.+"',
-        'created_by_kind="DaemonSet", created_by_name=~"rke2-canal|canal|calico-node|cilium"',
-    )
+    # The kube-proxy and CNI pods are the guard's return-condition selectors, from Settings
+    # (guard.queries.service_network_selectors): one fact for the alert and the return check.
     service_network_for_s: int = 300
     coredns_window_s: int = 600
     gfd_container: str = "gpu-feature-discovery"
@@ -377,9 +374,10 @@ def alert_row_remap_failed() -> str:
     return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
 
 
-def alert_service_network_down(p: NodeAlertParams) -> str:
+def alert_service_network_down(s: Settings) -> str:
     """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node."""
-    pods = "\nor ".join(f"kube_pod_info{{{sel}}}" for sel in p.service_network_pods)
+    selectors = service_network_selectors(s)
+    pods = "\nor ".join(f"kube_pod_info{{{matchers}}}" for _, matchers in selectors)
     not_ready = 'max by (namespace, pod) (kube_pod_status_ready{condition=~"false|unknown"}) == 1'
     ready_node = 'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1'
     return (

@@ -225,7 +225,7 @@ def node_rules(s: Settings, p: alert_queries.NodeAlertParams | None = None) -> t
         ),
         Rule(
             "NodeServiceNetworkDown",
-            q.alert_service_network_down(p),
+            q.alert_service_network_down(s),
             "critical",
             "{{ $labels.namespace }}/{{ $labels.pod }} not Ready on {{ $labels.node }}:"
             " the node's service network is down",

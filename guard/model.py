@@ -54,12 +54,13 @@ class CordonRecord:
 @dataclass(frozen=True, slots=True)
 class CancelRecord:
     """A person's uncordon of a guard cordon: that incident (boot, GPU, Xid) is not cordoned
-    again."""
+    again; for a cordon without a GPU (nvml-mismatch) the incident is (boot, reason)."""
 
     boot_id: str  # "" when the guard knew no boot id
-    uuid: str
-    xid: int
+    uuid: str  # "" for a cordon without a GPU
+    xid: int | None  # None for a cordon without a GPU
     at: datetime
+    reason: str = ""  # the cancelled cordon's reason: xid-79, nvml-mismatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +219,31 @@ class GpuSample:
     value: int
 
 
+@dataclass(frozen=True, slots=True)
+class AgentCheck:
+    """The node agent's nvidia-match result on a node now (one per agent series)."""
+
+    node: str
+    status: str  # PASS, WARN, FAIL, UNKNOWN or SKIP (docs/agent.md)
+    detail: str  # what the check saw, e.g. "module 580.126.09 != NVML 580.159.03 (…)"
+
+    @property
+    def ok(self) -> bool:
+        """The agent's check_ok is 1 for these two (docs/agent.md)."""
+        return self.status in ("PASS", "WARN")
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePod:
+    """A kube-proxy or CNI pod on an unschedulable node, as kube-state-metrics reports it."""
+
+    selector: str  # the selector that picked it: kube-proxy or cni (guard.queries)
+    namespace: str
+    name: str
+    node: str
+    ready: bool
+
+
 # The node-naming labels of one dcgm-exporter series that are set: (("node", "gpu-1"), …).
 HostLabels = tuple[tuple[str, str], ...]
 
@@ -240,9 +266,24 @@ class PromView:
     gpu_pods: tuple[GpuPod, ...] = ()  # Running, on unschedulable nodes (kube-state-metrics)
     xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series
     exporter_hosts: tuple[HostLabels, ...] = ()  # … of every dcgm-exporter (GPU_TEMP or Xid)
+    # Node signals (issue 14). Nodes whose agent says nvidia-match FAILed at every step since
+    # `nvml_since`, up to now (the same hold as GPU loss); those held for Settings.nvml_hold_s
+    # and not cordoned are `nvml_candidates`.
+    nvml_since: tuple[tuple[str, datetime], ...] = ()
+    nvml_held_s: tuple[tuple[str, int], ...] = ()
+    nvml_candidates: tuple[str, ...] = ()
+    nvml_status: tuple[AgentCheck, ...] = ()  # now, on nodes failing it or unschedulable
+    service_pods: tuple[ServicePod, ...] = ()  # the selected pods on unschedulable nodes
+    service_seen: tuple[tuple[str, int], ...] = ()  # selector → pods it selects in the cluster
 
     def held_s(self, node: str) -> int:
         return dict(self.loss_held_s).get(node, 0)
+
+    def nvml_held(self, node: str) -> int:
+        return dict(self.nvml_held_s).get(node, 0)
+
+    def agent(self, node: str) -> tuple[AgentCheck, ...]:
+        return tuple(a for a in self.nvml_status if a.node == node)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,15 @@ from datetime import UTC, datetime
 
 from guard import queries
 from guard.log import Value
-from guard.model import GpuPod, GpuSample, HostLabels, NodeInfo, PromView
+from guard.model import (
+    AgentCheck,
+    GpuPod,
+    GpuSample,
+    HostLabels,
+    NodeInfo,
+    PromView,
+    ServicePod,
+)
 from guard.pci import PciAddressError, normalize_pci
 from guard.prom import PromClient, PromError, Sample, Series
 from guard.settings import Settings
@@ -74,7 +82,46 @@ def read_prom(
         xid_hosts=_hosts(vectors["xid-hosts"], join),
         exporter_hosts=_hosts(vectors["exporter-hosts"], join),
     )
-    return replace(view, candidates=held_candidates(view, now, s))
+    view = _with_signals(view, vectors, matrices, now, s)
+    return replace(
+        view, candidates=held_candidates(view, now, s), nvml_candidates=held_nvml(view, now, s)
+    )
+
+
+def _with_signals(
+    view: PromView,
+    vectors: dict[str, tuple[Sample, ...]],
+    matrices: dict[str, tuple[Series, ...]],
+    now: datetime,
+    s: Settings,
+) -> PromView:
+    """The node agent's nvidia-match and the service network's pods (issue 14)."""
+    lookback = queries.nvml_lookback_s(s)
+    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
+    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
+    status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
+              for x in vectors["nvml-status"]}  # fmt: skip
+    pods = (ServicePod(x.label(selector), x.label("namespace"), x.label("pod"), x.label(node),
+                       x.value >= 1) for x in vectors["service-network-pods"])  # fmt: skip
+    seen = ((x.label(selector), int(x.value)) for x in vectors["service-network-seen"])
+    return replace(
+        view,
+        nvml_since=since,
+        nvml_held_s=tuple((n, held_s(at, now)) for n, at in since),
+        nvml_status=tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
+        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
+        service_seen=tuple(sorted(seen)),
+    )
+
+
+def held_nvml(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
+    """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned."""
+    cordoned = set(view.cordoned)
+    return tuple(
+        node
+        for node, start in view.nvml_since
+        if node not in cordoned and (now - start).total_seconds() >= s.nvml_hold_s
+    )
 
 
 def held_candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:

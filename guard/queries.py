@@ -12,7 +12,10 @@ Inputs:
     Its host label is ``Hostname``; newer exporters say ``hostname``.
   * kube-state-metrics ``kube_node_status_capacity`` / ``_allocatable`` with
     ``resource="nvidia_com_gpu"`` and ``kube_node_spec_unschedulable``, keyed by ``node``;
-    ``kube_pod_container_resource_requests`` and ``kube_pod_status_phase`` for GPU pods.
+    ``kube_pod_container_resource_requests`` and ``kube_pod_status_phase`` for GPU pods;
+    ``kube_pod_info`` and ``kube_pod_status_ready`` for the kube-proxy and CNI pods of a node.
+  * the guard's node agent (docs/agent.md): ``gpu_node_guard_agent_check_ok`` and
+    ``_check_info`` of the ``nvidia-match`` check, keyed by ``node``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from guard.agent.names import CHECK_INFO, CHECK_OK, NVIDIA_MATCH
 from guard.settings import Settings
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
@@ -204,6 +208,107 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
         Query("gpu-pods", gpu_pods(s.jobs_namespace), required=("namespace", "pod", NODE_LABEL)),
         Query("xid-hosts", host_labels(XID_METRIC, labels)),
         Query("exporter-hosts", host_labels(EXPORTER_METRICS, labels)),
+        *signal_queries(s),
+    )
+
+
+# ---- Node signals: the agent's nvidia-match and the node's service network (issue 14) -------
+#
+# Absence is never a verdict here: a node without agent series is neither mismatched nor fine
+# (the return of an `nvml-mismatch` cordon needs the agent to say PASS), and a selector that
+# matches no pod in the whole cluster does not apply (Cilium without kube-proxy).
+
+POD_INFO_METRIC = "kube_pod_info"
+POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
+SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
+
+
+def nvml_mismatch() -> str:
+    """Per node, 1 while every agent series of the node says nvidia-match failed (`check_ok` 0).
+
+    Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
+    scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
+    """
+    return f'(1 - max by ({NODE_LABEL}) ({CHECK_OK}{{check="{NVIDIA_MATCH}"}})) > 0'
+
+
+def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
+    """Per node, the steps of the lookback at which the mismatch was observed (a matrix).
+
+    The hold is decided from it in `guard.prom_view` exactly as for GPU loss (`loss_since`): a
+    step without a failing sample — passed, SKIP, UNKNOWN, no agent — breaks the run. Never
+    `min_over_time` of a subquery, which skips the steps without data and so would count a
+    failure seen before and after a gap as held across it.
+    """
+    return f"({nvml_mismatch()})[{lookback_s}s:{step_s}s]"
+
+
+def nvml_status() -> str:
+    """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable
+    (the isolation check's message, the return check's "the agent says PASS again")."""
+    info = f'max by ({NODE_LABEL}, status, detail) ({CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
+    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes()})"
+
+
+def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
+    """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
+    by pod name (RKE2's static pod, kubeadm's DaemonSet), the CNI by its DaemonSet (any
+    namespace by default). The return condition and `NodeServiceNetworkDown` both read these.
+
+    >>> service_network_selectors(Settings())[0]
+    ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
+    """
+    out = []
+    if s.service_network_kube_proxy_pods:
+        pods = f'pod=~"{s.service_network_kube_proxy_pods}"'
+        out.append(("kube-proxy", _in_namespace(s.service_network_kube_proxy_namespace, pods)))
+    if s.service_network_cni_daemonsets:
+        names = s.service_network_cni_daemonsets
+        owner = f'created_by_kind="DaemonSet", created_by_name=~"{names}"'
+        out.append(("cni", _in_namespace(s.service_network_cni_namespace, owner)))
+    return tuple(out)
+
+
+def _in_namespace(namespace: str, matchers: str) -> str:
+    return f'namespace="{namespace}", {matchers}' if namespace else matchers
+
+
+def _service_network_selected(s: Settings) -> str:
+    """Every selected pod with its node, labelled with the selector that picked it."""
+    parts = (
+        f'label_replace({POD_INFO_METRIC}{{{matchers}}}, "{SELECTOR_LABEL}", "{name}", "", "")'
+        for name, matchers in service_network_selectors(s)
+    )
+    return f"max by (namespace, pod, {NODE_LABEL}, {SELECTOR_LABEL}) ({' or '.join(parts)})"
+
+
+def service_network_pods(s: Settings) -> str:
+    """The selected pods on unschedulable nodes; value = Ready (1) or not (0). One per pod."""
+    ready = f"max by (namespace, pod) ({POD_READY_METRIC})"
+    return (
+        f"{_service_network_selected(s)} * on (namespace, pod) group_left () {ready}"
+        f" and on ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC} == 1)"
+    )
+
+
+def service_network_seen(s: Settings) -> str:
+    """Per selector, the pods it selects in the whole cluster (absent: it does not apply)."""
+    return f"count by ({SELECTOR_LABEL}) ({_service_network_selected(s)})"
+
+
+def nvml_lookback_s(s: Settings) -> int:
+    """The mismatch history's range: `HELD_LOOKBACK_S`, or longer when its hold needs it."""
+    return max(HELD_LOOKBACK_S, s.nvml_hold_s + 2 * s.query_step_s)
+
+
+def signal_queries(s: Settings) -> tuple[Query, ...]:
+    pods = ("namespace", "pod", NODE_LABEL, SELECTOR_LABEL)
+    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s)
+    return (
+        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
+        Query("nvml-status", nvml_status(), required=(NODE_LABEL, "status")),
+        Query("service-network-pods", service_network_pods(s), required=pods),
+        Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
     )
 
 

@@ -25,6 +25,7 @@ JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", re.ASCII)
 SHOWN = 120  # characters of a bad value repeated in a log line
 
 UNKNOWN_BOOT = "unknown"  # the boot id written into `cancelled` when the guard knew none
+NO_GPU = "-"  # the GPU field of `cancelled` for a cordon without a GPU (nvml-mismatch)
 
 # The format of each guard annotation, as a person would write it.
 FORMATS = {
@@ -32,7 +33,7 @@ FORMATS = {
     "auto-cordon-at": "an RFC 3339 time such as 2026-09-21T05:55:00Z",
     "auto-cordon-gpu-capacity": "a whole number of GPUs",
     "auto-cordon-gpu": "<pci 0000:99:00.0> <GPU-uuid>",
-    "cancelled": "<bootID> <GPU-uuid> xid-<n> <RFC 3339 time>",
+    "cancelled": "<bootID> <GPU-uuid> xid-<n> <RFC 3339 time>, or <bootID> - <reason> <time>",
     "returned": "<RFC 3339 time> job/<name>",
     "checked-boot": "<bootID> <RFC 3339 time> job/<name> (or uncordon)",
     "auto-cordon-pcie-links": "<pci>=<speed>GT/s,x<width> separated by spaces",
@@ -154,13 +155,19 @@ def _cancel(text: str) -> CancelRecord | str:
         return "not four fields separated by one space"
     boot, uuid, reason, at = parts
     xid = _XID.match(reason)
-    if xid is None:
-        return f"third field {reason!r} is not xid-<n>"
+    without_gpu = (
+        uuid == NO_GPU and not reason.startswith("xid-") and bool(_REASON_WORD.match(reason))
+    )
+    if xid is None and not without_gpu:
+        return f"third field {reason!r} is not xid-<n> (or a reason word after a GPU field '-')"
     try:
         when = parse_time(at)
     except ValueError as exc:
         return str(exc)
-    return CancelRecord("" if boot == UNKNOWN_BOOT else boot, uuid, int(xid[1]), when)
+    boot = "" if boot == UNKNOWN_BOOT else boot
+    if xid is None:
+        return CancelRecord(boot, "", None, when, reason)
+    return CancelRecord(boot, uuid, int(xid[1]), when, reason)
 
 
 def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
@@ -170,6 +177,15 @@ def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
     'unknown GPU-1a xid-79 2026-09-21T06:00:00Z'
     """
     return f"{boot_id or UNKNOWN_BOOT} {uuid} xid-{xid} {at}"
+
+
+def reason_cancel_value(boot_id: str, reason: str, at: str) -> str:
+    """The `cancelled` value for a cordon without a GPU: the incident is its boot and reason.
+
+    >>> reason_cancel_value("boot-2", "nvml-mismatch", "2026-09-21T06:00:00Z")
+    'boot-2 - nvml-mismatch 2026-09-21T06:00:00Z'
+    """
+    return f"{boot_id or UNKNOWN_BOOT} {NO_GPU} {reason} {at}"
 
 
 def _return(text: str) -> ReturnRecord | str:

@@ -42,6 +42,22 @@ class Section(StrEnum):
     ONBOARDING_FAILED = "onboarding-failed"
     AFTER_REBOOT_CHECKS_QUEUED = "after-reboot-checks-queued"
     JOB_RESULT_UNREADABLE = "job-result-unreadable"
+    # Node signals: a driver/NVML mismatch cordon, a return waiting for kube-proxy
+    # or the CNI, and the cycle line when the cluster runs none of the selected pods.
+    ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"
+    WAITING_FOR_SERVICE_NETWORK = "waiting-for-the-service-network"
+    SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
+
+
+# Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`
+# has every other section).
+CYCLE_CONDITIONS = frozenset(
+    {
+        Section.BREAKER_OPEN,
+        Section.SERVICE_NETWORK_NOT_APPLICABLE,
+        Section.AFTER_REBOOT_CHECKS_QUEUED,
+    }
+)
 
 
 def alert_anchor(alert: str) -> str:

@@ -165,6 +165,32 @@ class Settings:
     loadtest_allreduce_timeout_s: int = _opt(
         60, "An all-reduce rank silent this long while the others wait is hung"
     )
+    # Node signals: the node agent's driver/NVML mismatch cordons, and the service
+    # network a node needs before it returns (also NodeServiceNetworkDown's pods).
+    nvml_mismatch_cordon: bool = _opt(
+        True,
+        "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
+        "(reason nvml-mismatch)",
+    )
+    nvml_mismatch_hold_s: int = _opt(
+        0, "How long nvidia-match must have failed before that cordon (0: hold_window_s)"
+    )
+    service_network_kube_proxy_namespace: str = _opt(
+        "kube-system", "Namespace of the kube-proxy pods (empty: any namespace)"
+    )
+    service_network_kube_proxy_pods: str = _opt(
+        "kube-proxy-.+",
+        "Regex of kube-proxy pod names (RKE2's static pod kube-proxy-<node>, kubeadm's DaemonSet "
+        "pods) that must be Ready on a node before it returns; empty: no kube-proxy condition",
+    )
+    service_network_cni_namespace: str = _opt(
+        "", "Namespace of the CNI DaemonSets (empty: any, e.g. Calico's calico-system)"
+    )
+    service_network_cni_daemonsets: str = _opt(
+        "rke2-canal|canal|calico-node|cilium",
+        "Regex of the CNI DaemonSet names whose pod must be Ready on a node before it returns; "
+        "empty: no CNI condition",
+    )
     # Writes (the executor, the API door, the ledger's storage).
     cycle_deadline_s: int = _opt(
         200,
@@ -205,6 +231,11 @@ class Settings:
         return parse_taint(self.onboarding_taint) if self.onboarding_taint else None
 
     @property
+    def nvml_hold_s(self) -> int:
+        """How long a driver/NVML mismatch must hold: `nvml_mismatch_hold_s`, else the hold."""
+        return self.nvml_mismatch_hold_s or self.hold_window_s
+
+    @property
     def dcgm_node_label_names(self) -> tuple[str, ...]:
         return tuple(v.strip() for v in self.dcgm_node_labels.split(",") if v.strip())
 
@@ -229,8 +260,16 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [*_reading(s), *_detection(s), *_names(s), *_jobs(s), *_writes(s), *_metrics(s),
-              *_lifecycle(s)]  # fmt: skip
+    checks = [
+        *_reading(s),
+        *_detection(s),
+        *_names(s),
+        *_jobs(s),
+        *_writes(s),
+        *_metrics(s),
+        *_signals(s),
+        *_lifecycle(s),
+    ]
     return [(name, message) for ok, name, message in checks if not ok]
 
 
@@ -342,6 +381,44 @@ def _lifecycle(s: Settings) -> list[Check]:
          "must be in (0, 1]"),
         (_within(s.loadtest_allreduce_timeout_s, 1, 3600), "loadtest_allreduce_timeout_s",
          "must be in 1..3600"),
+    ]  # fmt: skip
+
+
+# Pod and DaemonSet name patterns go into PromQL strings as RE2: names' own characters and the
+# regex operators, nothing that needs escaping (no quote, no backslash).
+_NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+$", re.ASCII)
+
+
+def _is_name_pattern(text: str) -> bool:
+    if not _NAME_PATTERN.match(text):
+        return False
+    try:
+        re.compile(text)
+    except re.error:
+        return False
+    return True
+
+
+def _signals(s: Settings) -> list[Check]:
+    pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
+    namespace = "must be empty (any) or a DNS-1123 label"
+    return [
+        (s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
+         "nvml_mismatch_hold_s", f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}"),
+        (not s.service_network_kube_proxy_namespace
+         or is_dns_label(s.service_network_kube_proxy_namespace),
+         "service_network_kube_proxy_namespace", namespace),
+        (not s.service_network_cni_namespace or is_dns_label(s.service_network_cni_namespace),
+         "service_network_cni_namespace", namespace),
+        (not s.service_network_kube_proxy_pods
+         or _is_name_pattern(s.service_network_kube_proxy_pods),
+         "service_network_kube_proxy_pods", pattern),
+        (not s.service_network_cni_daemonsets
+         or _is_name_pattern(s.service_network_cni_daemonsets),
+         "service_network_cni_daemonsets", pattern),
+        (bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
+         "service_network_cni_daemonsets",
+         "must not be empty when service_network_kube_proxy_pods is empty too"),
     ]  # fmt: skip
 
 

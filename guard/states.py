@@ -23,7 +23,7 @@ detail and next step), the push counts it under that word, and its log line has 
 
 from __future__ import annotations
 
-from guard.runbook import DEFAULT_BASE_URL, Section, url
+from guard.runbook import CYCLE_CONDITIONS, DEFAULT_BASE_URL, Section, url
 
 S = Section
 STATES: dict[str, Section] = {
@@ -38,6 +38,9 @@ STATES: dict[str, Section] = {
     "xid-present": S.RETURN_CONDITION_NOT_MET,
     "row-remap": S.RETURN_CONDITION_NOT_MET,
     "gpu-pods-running": S.RETURN_CONDITION_NOT_MET,
+    "nvml-mismatch": S.ISOLATED_DRIVER_MISMATCH,  # the agent says FAIL (guard/plan/mismatch.py)
+    "nvml-unconfirmed": S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
+    "service-network-not-ready": S.WAITING_FOR_SERVICE_NETWORK,
     "repeat-fault": S.REPEAT_FAULT_HOLD,  # the SetHold it plans
     "loadtest-starting": S.LOAD_TEST_RUNNING,  # conditions met: the next cycle creates the Job
     "loadtest-running": S.LOAD_TEST_RUNNING,
@@ -48,6 +51,7 @@ STATES: dict[str, Section] = {
     "cancelled": S.CANCELLED_BY_A_PERSON,
     "returned": S.RETURNED_RECENTLY,
     "breaker-open": S.BREAKER_OPEN,
+    "service-network-not-applicable": S.SERVICE_NETWORK_NOT_APPLICABLE,
     # What the guard cannot read (guard/plan/unreadable.py).
     "unreadable": S.UNREADABLE_ANNOTATIONS,
     # The lifecycle checks (guard/plan/boot_check.py, onboarding.py, returning.py).
@@ -73,7 +77,6 @@ LIFECYCLE_ROWS = frozenset(
 )  # fmt: skip
 
 # Node states (everything but the cycle conditions), in runbook order: the push's `state` values.
-CYCLE_CONDITIONS = (Section.BREAKER_OPEN, Section.AFTER_REBOOT_CHECKS_QUEUED)
 NODE_STATES = tuple(s for s in Section if s not in CYCLE_CONDITIONS)
 
 

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from guard.actions import Action, to_json
 from guard.jobs import JobTemplates
 from guard.ledger import parse_ledger
-from guard.model import GpuPod, GpuSample, JobInfo, NodeInfo, PromView, Snapshot
+from guard.model import (
+    AgentCheck,
+    GpuPod,
+    GpuSample,
+    JobInfo,
+    NodeInfo,
+    PromView,
+    ServicePod,
+    Snapshot,
+)
 from guard.names import Annotations
 from guard.objects import node_info
 from guard.settings import Settings
@@ -109,6 +119,7 @@ def snapshot(
     ledger: dict[str, str] | None = None,
     loss: dict[str, int] | None = None,
     cordoned: tuple[str, ...] = (),
+    signals: Signals | None = None,
 ) -> Snapshot:
     """`loss`: per node, seconds of GPU loss observed up to NOW (`PromView.loss_since`);
     `cordoned`: nodes kube-state-metrics reports unschedulable."""
@@ -121,8 +132,43 @@ def snapshot(
     view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())),
                     tuple(sorted((n, NOW - timedelta(seconds=s)) for n, s in (loss or {}).items())),
                     cordoned)  # fmt: skip
+    view = (signals or Signals()).apply(view, nodes)
     return Snapshot(
         NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view
+    )
+
+
+@dataclass(frozen=True)
+class Signals:
+    """The node agent's and the service network's part of the view (guard.plan.mismatch,
+    guard.plan.service_network). By default every node has a Ready kube-proxy and CNI pod and
+    the agent reports nothing; `service_pods` replaces those pods (`seen` then counts them,
+    unless given); `nvml` is {node: seconds a held mismatch has lasted} for the candidates."""
+
+    nvml: dict[str, int] = field(default_factory=dict)
+    agent: tuple[AgentCheck, ...] = ()
+    service_pods: tuple[ServicePod, ...] | None = None
+    seen: tuple[tuple[str, int], ...] | None = None
+
+    def apply(self, view: PromView, nodes: Iterable[NodeInfo]) -> PromView:
+        pods = self.service_pods
+        if pods is None:
+            pods = tuple(p for n in nodes for p in network_pods(n.name))
+        seen = self.seen
+        if seen is None:
+            seen = tuple(sorted(Counter(p.selector for p in pods).items()))
+        nvml = tuple(sorted(self.nvml.items()))
+        return replace(view, nvml_held_s=nvml, nvml_candidates=tuple(n for n, _ in nvml),
+                       nvml_status=self.agent, service_pods=pods, service_seen=seen)  # fmt: skip
+
+
+def network_pods(
+    node_name: str, *, kube_proxy: bool = True, cni: bool = True
+) -> tuple[ServicePod, ...]:
+    """RKE2's kube-proxy static pod and a canal pod on the node, Ready unless told otherwise."""
+    return (
+        ServicePod("kube-proxy", "kube-system", f"kube-proxy-{node_name}", node_name, kube_proxy),
+        ServicePod("cni", "kube-system", f"rke2-canal-{node_name[-5:]}", node_name, cni),
     )
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from guard.agent.checks import AgentRun
+from guard.agent.names import (
+    CHECK_INFO,
+    CHECK_OK,
+    CHECK_STATUS,
+    INTERVAL,
+    LAST_RUN,
+    NVIDIA_INFO,
+)
 from guard.conformance.model import Status
 
-PREFIX = "gpu_node_guard_agent_"
-CHECK_OK = PREFIX + "check_ok"
-CHECK_STATUS = PREFIX + "check_status"
-CHECK_INFO = PREFIX + "check_info"
-NVIDIA_INFO = PREFIX + "nvidia_info"
-LAST_RUN = PREFIX + "last_run_timestamp_seconds"
-INTERVAL = PREFIX + "interval_seconds"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DETAIL_MAX_CHARS = 200
 OK_VALUE = {Status.PASS: 1, Status.WARN: 1, Status.FAIL: 0}

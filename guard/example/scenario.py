@@ -40,6 +40,10 @@ class NodeTimeline:
     # are scraped `scrape_offset_s` after the scenario's grid (pods never start on the minute).
     first_s: int = 0
     scrape_offset_s: int = 0
+    # The node agent's nvidia-match (docs/agent.md), scraped with the node's series: steps of
+    # AGENT_PASS, AGENT_FAIL, AGENT_UNKNOWN (no check_ok, check_info says UNKNOWN) or AGENT_GONE
+    # (no series: pod gone, scrape failing); empty: no agent on the node.
+    agent: Steps = ()
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -52,15 +56,26 @@ class NodeTimeline:
         return f"00000000:{self.pci_base + index * 0x10:02X}:00.0"
 
 
+AGENT_PASS, AGENT_FAIL, AGENT_UNKNOWN, AGENT_GONE = 1, 0, -1, -2
+AGENT_DETAIL = {
+    AGENT_PASS: ("PASS", "module 580.159.03 == NVML 580.159.03 (/usr/lib/x86_64-linux-gnu)"),
+    AGENT_FAIL: ("FAIL", "module 580.126.09 != NVML 580.159.03 (/usr/lib/x86_64-linux-gnu)"),
+    AGENT_UNKNOWN: ("UNKNOWN", "/sys/module/nvidia/version: permission denied"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class PodTimeline:
-    """A pod as kube-state-metrics reports it: phase series and, with GPUs, its requests."""
+    """A pod as kube-state-metrics reports it: phase series, `kube_pod_info` with its owner,
+    with GPUs its requests, and where `ready` is given its Ready condition."""
 
     namespace: str
     name: str
     node: str
     gpus: int = 0
     running: Steps = ((0, 1),)  # 1: phase Running from then on; 0: Succeeded
+    created_by: tuple[str, str] = ("", "")  # kube_pod_info's created_by_kind, created_by_name
+    ready: Steps = ()  # kube_pod_status_ready: 1 Ready (condition true) from then on, 0 not
 
     def phase_steps(self, phase: str) -> Steps:
         """kube_pod_status_phase{phase=…}: Running while `running` is 1, then Succeeded."""
@@ -69,6 +84,9 @@ class PodTimeline:
         if phase == "Succeeded":
             return tuple((t, 1 - v) for t, v in self.running)
         return ()
+
+    def labels(self) -> str:
+        return f'namespace="{self.namespace}",pod="{self.name}",uid="{self.uid}"'
 
     @property
     def uid(self) -> str:
@@ -174,6 +192,8 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
     for node in sc.nodes:
         labels = f'node="{node.name}"'
         series("kube_node_spec_unschedulable", labels, node.unschedulable, 0, node)
+    written += _write_agent(sc, out)
+    written += _write_pod_state(sc, out)
     out.write("# TYPE kube_pod_status_phase gauge\n")
     for pod in sc.pods:
         for phase in POD_PHASES:
@@ -188,4 +208,60 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
             )
             series("kube_pod_container_resource_requests", labels, (), pod.gpus)
     out.write("# EOF\n")
+    return written
+
+
+def _write_agent(sc: Scenario, out: TextIO) -> int:
+    """The agent's check_ok and check_info of nvidia-match (a sample only where it exists)."""
+    agents = [n for n in sc.nodes if n.agent]
+    if not agents:
+        return 0
+    written = 0
+
+    def labels(node: NodeTimeline) -> str:
+        pod = f"gpu-node-guard-agent-{node.gpu_uuid(0)[4:9]}"
+        return (f'node="{node.name}",check="nvidia-match",namespace="gpu-node-guard-jobs",'
+                f'pod="{pod}"')  # fmt: skip
+
+    out.write("# TYPE gpu_node_guard_agent_check_ok gauge\n")
+    for node in agents:
+        for offset, stamp in _stamps(sc, node):
+            state = value_at(node.agent, offset, AGENT_GONE)
+            if state in (AGENT_PASS, AGENT_FAIL):
+                out.write(f"gpu_node_guard_agent_check_ok{{{labels(node)}}} {state} {stamp:.3f}\n")
+                written += 1
+    out.write("# TYPE gpu_node_guard_agent_check_info gauge\n")
+    for node in agents:
+        for state, (status, detail) in AGENT_DETAIL.items():
+            info = f'{labels(node)},status="{status}",detail="{detail}"'
+            for offset, stamp in _stamps(sc, node):
+                if value_at(node.agent, offset, AGENT_GONE) == state:
+                    out.write(f"gpu_node_guard_agent_check_info{{{info}}} 1 {stamp:.3f}\n")
+                    written += 1
+    return written
+
+
+def _write_pod_state(sc: Scenario, out: TextIO) -> int:
+    """kube_pod_info of every pod; kube_pod_status_ready of those with `ready` steps."""
+    written = 0
+    out.write("# TYPE kube_pod_info gauge\n")
+    for pod in sc.pods:
+        kind, owner = pod.created_by
+        labels = (
+            f'{pod.labels()},node="{pod.node}",created_by_kind="{kind}",created_by_name="{owner}"'
+        )
+        for _, stamp in _stamps(sc):
+            out.write(f"kube_pod_info{{{labels}}} 1 {stamp:.3f}\n")
+            written += 1
+    if not any(p.ready for p in sc.pods):
+        return written
+    out.write("# TYPE kube_pod_status_ready gauge\n")
+    for pod in (p for p in sc.pods if p.ready):
+        for condition in ("true", "false", "unknown"):
+            labels = f'{pod.labels()},condition="{condition}"'
+            for offset, stamp in _stamps(sc):
+                ready = value_at(pod.ready, offset, 0)
+                value = ready if condition == "true" else (1 - ready if condition == "false" else 0)
+                out.write(f"kube_pod_status_ready{{{labels}}} {value} {stamp:.3f}\n")
+                written += 1
     return written

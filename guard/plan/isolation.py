@@ -11,17 +11,21 @@ Case list, for each node Prometheus names (query: hardware Xid AND loss held AND
   breaker open (guarded ≥ limit)      → WARN skip breaker-open + Warning Event for EVERY
                                         candidate, no cordon
   otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle.
+Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
+and one cordon per cycle, after every hardware-Xid node.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import groupby
 
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
+from guard.plan import mismatch
 from guard.plan.common import (
     Incident,
     evidence_job,
@@ -35,42 +39,53 @@ from guard.settings import Settings
 NOTHING = "nothing to do for this node"
 
 
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """An eligible candidate: ordered by (rank, longest held, name); `gpu` names an Xid's GPU."""
+
+    node: NodeInfo
+    reason: str  # xid-79, nvml-mismatch
+    rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 driver/NVML mismatch
+    held_s: int
+    gpu: GpuSample | None = None
+
+
 def plan_isolation(
     snap: Snapshot, s: Settings, t: JobTemplates, released: frozenset[str] = frozenset()
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle."""
     actions, eligible = _screen(snap, s)
+    more, nvml = _screen_nvml(snap, s)
+    actions.extend(more)
+    eligible.extend(nvml)
     if not eligible:
         return tuple(actions)
-    eligible.sort(
-        key=lambda ns: (
-            ns[1].value not in s.fast_path_xids,
-            -snap.prom.held_s(ns[0].name),
-            ns[0].name,
-        )
-    )
+    eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
     limit = breaker_limit(snap, s)
     guarded = len(set(guarded_nodes(snap, s)) - released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
-    node, sample = eligible[0]
-    actions.extend(_cordon(snap, s, t, node, sample))
+    first = eligible[0]
+    if first.gpu is None:
+        actions.extend(mismatch.cordon(snap, s, first.node))
+    else:
+        actions.extend(_cordon(snap, s, t, first.node, first.gpu))
     actions.extend(
         Skip(
-            n.name,
+            p.node.name,
             "one-per-cycle",
-            f"xid-{g.value} waits behind {node.name}",
+            f"{p.reason} waits behind {first.node.name}",
             "considered again next cycle",
         )
-        for n, g in eligible[1:]
+        for p in eligible[1:]
     )
     return tuple(actions)
 
 
-def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[tuple[NodeInfo, GpuSample]]]:
-    """Skips for candidates that are not eligible, and (node, primary GPU) for those that are."""
+def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
+    """Skips for Xid candidates that are not eligible, and a `Pick` for each that is."""
     actions: list[Action] = []
-    eligible: list[tuple[NodeInfo, GpuSample]] = []
+    eligible: list[Pick] = []
     for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
         samples = tuple(group)
         node = snap.node(node_name)
@@ -85,7 +100,32 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[tuple[NodeI
         if not armed:
             actions.append(_skip_cancelled(node, _primary(samples, s)))
             continue
-        eligible.append((node, _primary(armed, s)))
+        g = _primary(armed, s)
+        rank = 0 if g.value in s.fast_path_xids else 1
+        eligible.append(Pick(node, f"xid-{g.value}", rank, snap.prom.held_s(node_name), g))
+    return actions, eligible
+
+
+def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
+    """The same screen for held driver/NVML mismatches (guard.plan.mismatch)."""
+    if not s.nvml_mismatch_cordon:
+        return [], []
+    actions: list[Action] = []
+    eligible: list[Pick] = []
+    xid_nodes = {g.node for g in snap.prom.candidates}
+    for name in snap.prom.nvml_candidates:
+        node, held = snap.node(name), snap.prom.nvml_held(name)
+        if name in xid_nodes or (node is not None and node.unreadable):
+            continue
+        reason = _ineligible(node, s)
+        if node is None or reason:
+            why = reason or "not-in-api"
+            actions.append(Skip(name, why, f"{mismatch.NVML_MISMATCH} held {held}s ({why})",
+                                NOTHING))  # fmt: skip
+        elif mismatch.cancelled(node):
+            actions.append(mismatch.skip_cancelled(node, held))
+        else:
+            eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
     return actions, eligible
 
 
@@ -137,15 +177,12 @@ def _detail(reason: str, sample: GpuSample) -> str:
     return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason})"
 
 
-def _breaker_open(
-    eligible: list[tuple[NodeInfo, GpuSample]], guarded: int, limit: int
-) -> tuple[Action, ...]:
+def _breaker_open(eligible: list[Pick], guarded: int, limit: int) -> tuple[Action, ...]:
     """Every blocked candidate, each named in its own WARN line and Event."""
     out: list[Action] = []
-    for node, sample in eligible:
-        detail = (
-            f"{guarded} nodes carry the guard's cordon (limit {limit}); xid-{sample.value} waits"
-        )
+    for pick in eligible:
+        node = pick.node
+        detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {pick.reason} waits"
         out.append(
             Skip(
                 node.name,

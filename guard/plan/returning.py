@@ -8,7 +8,9 @@ Conditions, in order, for each readable node with the guard's cordon record (fir
      reset-class Xids and where a bootID is missing, a `reset-done` note from after the cordon
   3. Ready, GPU capacity == recorded capacity == allocatable
   4. no hardware Xid on the node now; row remapping neither pending nor failed
-  5. no Running pod holds a GPU on the node
+  5. no Running pod holds a GPU on the node; the node agent does not report a driver/NVML
+     mismatch (an nvml-mismatch cordon needs it to report a match); the node's kube-proxy and
+     CNI pods are Ready (guard.plan.mismatch, guard.plan.service_network)
   6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
   (7. optional: the conformance Job passed; always for a `conformance-<item>` cordon)
 Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
@@ -34,6 +36,7 @@ from guard.actions import (
 from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.plan import mismatch, service_network
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
@@ -45,7 +48,7 @@ from guard.plan.common import (
 )
 from guard.plan.links import evidence_running, record_links
 from guard.plan.return_jobs import WAIT, conformance_return, conformance_same_boot, job_gate
-from guard.records import cancel_value
+from guard.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
 
 
@@ -54,6 +57,8 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
     for node in snap.nodes:
         if node.cordon is not None and not node.unreadable:
             actions.extend(_node(snap, s, t, node, node.cordon))
+    if any(n.cordon is not None and n.unschedulable and not n.unreadable for n in snap.nodes):
+        actions[:0] = service_network.not_applicable(snap, s)  # one line per cycle
     return tuple(actions)
 
 
@@ -88,6 +93,10 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         at = ledger.format_time(snap.now)
         record = ((k.checked_boot, checked_boot_value(node.boot_id, at, UNCORDON)),)
         sticks = "; it records this boot as checked: no conformance Job until the next reboot"
+    elif c.reason == mismatch.NVML_MISMATCH:  # no GPU: the incident is its boot and reason
+        boot = node.boot_id or c.boot_id
+        record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
+        sticks = f"; it will not cordon it again for {c.reason} in this boot"
     return (
         ClearGuardAnnotations(
             node.name,
@@ -201,7 +210,11 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
             f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
         )
         return (Skip(node.name, "gpu-count", observed, WAIT),)
-    return _health(snap, node)
+    return (
+        _health(snap, node)
+        or mismatch.return_gate(snap, s, node, c)
+        or service_network.gate(snap, s, node)
+    )
 
 
 def _boot_gate(s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:

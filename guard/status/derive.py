@@ -202,6 +202,9 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         step = f"a person removes {keys(s).hold}"
         return _Seen(word, "", None, _last_incident(snap, node.name), blocked, step)
     cancel = node.cancelled
+    if cancel is not None and not rebooted(cancel.boot_id, node.boot_id) and not cancel.uuid:
+        # a cordon without a GPU (nvml-mismatch): the incident is the boot
+        return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
         last = _last_incident(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)

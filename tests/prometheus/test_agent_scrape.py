@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import requests
 
+from guard import queries
 from guard.example.promserver import binaries, stop
 from guard.ports import free_port
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, DRIVER, LIBDIR, build_host
@@ -118,8 +119,10 @@ def test_prometheus_ingests_the_page_and_sees_a_mismatch(scraped_agent: tuple[st
     assert [r["metric"]["status"] for r in failed] == ["FAIL"]
     detail = query(url, 'gpu_node_guard_agent_check_info{check="nvidia-match"}')[0]["metric"]
     assert detail["detail"].startswith(f"module {DRIVER} != NVML {NEW_DRIVER}")
-    # The held form the isolation check uses (docs/agent.md), here over 3 s of samples.
-    check_ok = 'gpu_node_guard_agent_check_ok{check="nvidia-match"}'
-    held = f"max by (node) (max_over_time({check_ok}[3s])) == 0"
-    assert wait_for("the mismatch to hold", lambda: query(url, held))[0]["metric"] == {"node": NODE}
+    # The guard's own queries on the real page (docs/node-signals.md): the failure its hold
+    # history steps over, and the status and detail its cordon and return check read.
+    failing = wait_for("the guard to see it", lambda: query(url, queries.nvml_mismatch()))
+    assert [(r["metric"], r["value"][1]) for r in failing] == [({"node": NODE}, "1")]
+    (status,) = query(url, queries.nvml_status())
+    assert status["metric"] == {"node": NODE, "status": "FAIL", "detail": detail["detail"]}
     assert values(url, ok)["ipvs-loaded"] == "1"

@@ -134,6 +134,16 @@ def test_bad_input_is_one_line(args, env, code, message):
                      id="api-timeout-nan"),
         pytest.param({"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"}, "--ledger-archive-bytes",
                      "must be in 4096..1000000", id="archive-threshold-at-the-object-limit"),
+        pytest.param({"GUARD_NVML_MISMATCH_HOLD_S": "30"}, "--nvml-mismatch-hold-s",
+                     "must be 0 (the hold window) or in 60..86400", id="mismatch-hold-too-short"),
+        pytest.param({"GUARD_SERVICE_NETWORK_KUBE_PROXY_PODS": 'kube-proxy"}'},
+                     "--service-network-kube-proxy-pods", "must be empty or a regex",
+                     id="pod-pattern-breaking-out-of-the-promql-string"),
+        pytest.param({"GUARD_SERVICE_NETWORK_CNI_DAEMONSETS": "(calico"},
+                     "--service-network-cni-daemonsets", "must be empty or a regex",
+                     id="daemonset-pattern-not-a-regex"),
+        pytest.param({"GUARD_SERVICE_NETWORK_CNI_NAMESPACE": "Calico System"},
+                     "--service-network-cni-namespace", "DNS-1123 label", id="cni-namespace-bad"),
     ],
 )  # fmt: skip
 def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message):
@@ -143,6 +153,17 @@ def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message
     variable = "GUARD_" + flag[2:].replace("-", "_").upper()
     assert f"{flag} ({variable}) must" in error and message in error
     assert "Traceback" not in result.output and "please report" not in result.output
+
+
+def test_no_service_network_selector_at_all_is_refused():
+    args = [*BASE, "--service-network-kube-proxy-pods=", "--service-network-cni-daemonsets="]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert (
+        "--service-network-cni-daemonsets (GUARD_SERVICE_NETWORK_CNI_DAEMONSETS) must not be"
+        " empty when service_network_kube_proxy_pods is empty too" in error
+    )
 
 
 @pytest.mark.parametrize(

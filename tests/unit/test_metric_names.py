@@ -11,8 +11,7 @@ from guard import metric_names, runbook
 from guard.metric_names import PUSHED, PushedMetric
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-CYCLE_CONDITIONS = (runbook.Section.BREAKER_OPEN, runbook.Section.AFTER_REBOOT_CHECKS_QUEUED)
-NODE_STATES = [s for s in runbook.Section if s not in CYCLE_CONDITIONS]
+NODE_STATES = [s for s in runbook.Section if s not in runbook.CYCLE_CONDITIONS]
 
 
 def _docs_row(name: str) -> list[str]:

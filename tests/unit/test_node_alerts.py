@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard import alert_queries, alerts
+from guard import alert_queries, alerts, queries
 from guard.agent.checks import CHECKS
 from guard.settings import Settings
 from tests.tiers import tool
@@ -97,19 +97,30 @@ def test_every_agent_check_has_its_alert() -> None:
 
 
 def test_params_reach_the_expressions() -> None:
-    p = alert_queries.NodeAlertParams(
-        service_network_pods=('namespace="kube-flannel", pod=~"kube-flannel-ds-.+"',),
-        gfd_restarts=5,
-        agent_stale_after_s=300,
-    )
+    p = alert_queries.NodeAlertParams(gfd_restarts=5, agent_stale_after_s=300)
     rules = {r.alert: r for r in alerts.node_rules(Settings(), p)}
-    assert 'kube_pod_info{namespace="kube-flannel", pod=~"kube-flannel-ds-.+"}' in (
-        rules["NodeServiceNetworkDown"].expr
-    )
-    assert "kube-proxy" not in rules["NodeServiceNetworkDown"].expr
     assert ">= 5" in rules["GPUFeatureDiscoveryRestartLoop"].expr
     assert rules["GPUNodeAgentMissing"].expr.endswith("< 300\n)")
     assert rules["GPUNodeAgentMissing"].for_s == 300
+
+
+def test_service_network_pods_are_the_return_conditions_selectors() -> None:
+    """One fact: the guard's settings choose the pods of the alert and of the return check."""
+    flannel = Settings(
+        service_network_kube_proxy_pods="",
+        service_network_cni_namespace="kube-flannel",
+        service_network_cni_daemonsets="kube-flannel-ds",
+    )
+    rule = {r.alert: r for r in alerts.node_rules(flannel)}["NodeServiceNetworkDown"]
+    flannel_pods = (
+        'kube_pod_info{namespace="kube-flannel", created_by_kind="DaemonSet",'
+        ' created_by_name=~"kube-flannel-ds"}'
+    )
+    assert flannel_pods in rule.expr
+    assert "kube-proxy" not in rule.expr
+    (matchers,) = (m for _, m in queries.service_network_selectors(flannel))
+    assert f"kube_pod_info{{{matchers}}}" in rule.expr
+    assert matchers in queries.service_network_pods(flannel)
 
 
 @pytest.mark.prometheus

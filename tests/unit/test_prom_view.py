@@ -13,6 +13,7 @@ from guard.prom_view import (
     check_join,
     coverage_pairs,
     held_candidates,
+    held_nvml,
     loss_since,
 )
 from guard.settings import Settings
@@ -67,6 +68,34 @@ def test_held_candidates(xid, held, cordoned, expected):
         cordoned=("n",) if cordoned else (),
     )
     assert (held_candidates(view, NOW, S) == (gpu("n", xid),)) is expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "held", "cordoned", "expected"),
+    [
+        pytest.param({}, 600, False, True, id="mismatch-at-the-hold-window"),
+        pytest.param({}, 599, False, False, id="mismatch-1s-short"),
+        pytest.param({"nvml_mismatch_hold_s": 1800}, 1200, False, False, id="own-hold-longer"),
+        pytest.param({"nvml_mismatch_hold_s": 300}, 300, False, True, id="own-hold-shorter"),
+        pytest.param({"hold_window_s": 900}, 600, False, False, id="default-follows-the-hold"),
+        pytest.param({}, 900, True, False, id="cordoned-in-kube-state-metrics"),
+    ],
+)
+def test_held_nvml(changes, held, cordoned, expected):
+    view = PromView(nvml_since=(("n", ago(held)),), cordoned=("n",) if cordoned else ())
+    s = Settings(prometheus_url="unused", **changes)
+    assert (held_nvml(view, NOW, s) == ("n",)) is expected
+
+
+def test_a_mismatch_seen_before_and_after_a_gap_is_held_only_since_the_gap():
+    """The agent's series went away for two steps (SKIP, UNKNOWN, no scrape): absent is not a
+    mismatch, so the hold starts again where the failure is seen again."""
+    history = steps(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+    since = dict(loss_since([history], NOW, 60, 1800))
+    assert since == {"n": ago(8 * 60)}
+    view = PromView(nvml_since=tuple(since.items()))
+    assert held_nvml(view, NOW, S) == ()  # 8 minutes, not 20
+    assert held_nvml(view, NOW + timedelta(minutes=2), S) == ("n",)
 
 
 def node(name: str, gpus: int = 8) -> NodeInfo:

@@ -1,0 +1,70 @@
+"""The node's service network before its return: its kube-proxy and CNI pods Ready (issue 14).
+
+From kube-state-metrics through Prometheus (`PromView.service_pods`, `service_seen`; the guard
+reads no pods from the API); the selectors are the `service_network_*` settings
+(guard.queries.service_network_selectors), the same pods NodeServiceNetworkDown watches.
+Case list, for each guard-cordoned node that passed the earlier return conditions, per selector:
+  the selector matches no pod in the whole cluster (Cilium without kube-proxy)
+                                   → does not apply; the return check says so in ONE line per
+                                     cycle (`not_applicable`), not once per node
+  no pod of the selector on the node (it did not come back after the reboot)
+                                   → skip service-network-not-ready
+  a pod of the selector on the node is not Ready
+                                   → skip service-network-not-ready naming the pod
+Checked before the conformance Job and the load test.
+"""
+
+from __future__ import annotations
+
+from guard.actions import Action, Skip
+from guard.model import NodeInfo, Snapshot
+from guard.queries import service_network_selectors
+from guard.settings import Settings
+
+NOT_READY = "service-network-not-ready"
+
+
+def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+    seen = dict(snap.prom.service_seen)
+    problems: list[str] = []
+    fixes: list[str] = []
+    for selector, _ in service_network_selectors(s):
+        if selector not in seen:
+            continue  # no such pod in the cluster: `not_applicable` says so once
+        count = seen[selector]
+        pods = [p for p in snap.prom.service_pods if p.node == node.name and p.selector == selector]
+        if not pods:
+            problems.append(f"no {selector} pod on the node ({count} in the cluster)")
+            fixes.append(f"kubectl get pods -A -o wide --field-selector spec.nodeName={node.name}")
+        for p in (p for p in pods if not p.ready):
+            problems.append(f"{selector} pod {p.namespace}/{p.name} not Ready")
+            fixes.append(f"kubectl -n {p.namespace} describe pod {p.name}")
+    if not problems:
+        return ()
+    return (
+        Skip(
+            node.name,
+            NOT_READY,
+            "; ".join(problems),
+            f"{fixes[0]}; the load test waits until the node's service network is Ready",
+        ),
+    )
+
+
+def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
+    """One line for the cycle: the selectors that match no pod in the cluster at all."""
+    seen = dict(snap.prom.service_seen)
+    missing = [(name, m) for name, m in service_network_selectors(s) if name not in seen]
+    if not missing:
+        return ()
+    what = "; ".join(f"{name} {{{m}}}" for name, m in missing)
+    return (
+        Skip(
+            "",
+            "service-network-not-applicable",
+            f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on "
+            "without it",
+            "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "
+            "--service-network-* selectors",
+        ),
+    )

@@ -1,0 +1,177 @@
+"""A driver/NVML mismatch end to end: a real kube-apiserver with the guard's RBAC and admission
+policies, a real Prometheus with the node agent's and kube-state-metrics' series, the guard run
+as its own ServiceAccount. The node is isolated without a reboot, comes back only after one,
+with its kube-proxy and CNI pods Ready and a passed load test; a person's uncordon sticks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from guard.example.promserver import LocalPrometheus
+from guard.example.scenario import (
+    AGENT_DETAIL,
+    AGENT_FAIL,
+    AGENT_PASS,
+    NodeTimeline,
+    PodTimeline,
+)
+from tests.apiserver.guard_run import (
+    KEYS,
+    NS,
+    ONSET_S,
+    T0,
+    forget_guard_state,
+    guard_jobs,
+    make_gpu_node,
+    mine,
+    node_events,
+    run_guard,
+    scenario_prometheus,
+    set_status,
+)
+from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.test_guard_e2e import complete
+
+pytestmark = pytest.mark.apiserver
+
+NODE, CANCEL = "e2e-mismatch", "e2e-mismatch-cancel"
+ONSET = T0 + timedelta(seconds=ONSET_S)
+HELD_AT = ONSET + timedelta(minutes=10)  # the default hold window after the driver changed
+CORDONED_S = ONSET_S + 10 * 60 + 15  # kube-state-metrics' first scrape after the cordon
+REBOOTED_S = ONSET_S + 20 * 60  # the agent reports the match from the new boot
+PROXY_READY_S = ONSET_S + 35 * 60  # kube-proxy came up late after the reboot
+RETURN_AT = ONSET + timedelta(minutes=40)
+FAILED = AGENT_DETAIL[AGENT_FAIL][1]
+
+
+def pods() -> tuple[PodTimeline, ...]:
+    proxy = PodTimeline("kube-system", f"kube-proxy-{NODE}", NODE, created_by=("Node", NODE),
+                        ready=((0, 1), (REBOOTED_S, 0), (PROXY_READY_S, 1)))  # fmt: skip
+    canal = PodTimeline("kube-system", "rke2-canal-m4x7q", NODE,
+                        created_by=("DaemonSet", "rke2-canal"), ready=((0, 1),))  # fmt: skip
+    return proxy, canal
+
+
+@pytest.fixture(scope="module")
+def prom() -> Iterator[LocalPrometheus]:
+    mismatched = NodeTimeline(NODE, agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL),
+                                           (REBOOTED_S, AGENT_PASS)),
+                              unschedulable=((CORDONED_S, 1),))  # fmt: skip
+    # kube-state-metrics sees the cordon, then the person's uncordon five minutes later
+    cancelled = NodeTimeline(CANCEL, agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL)),
+                             unschedulable=((CORDONED_S, 1), (CORDONED_S + 300, 0)))  # fmt: skip
+    with scenario_prometheus(mismatched, cancelled, pods=pods()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
+    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
+
+
+@pytest.fixture
+def core(admin: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(admin)
+
+
+@pytest.fixture
+def gpu_node(
+    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
+) -> Iterator[Callable[[str], str]]:
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        made.append(make_gpu_node(core, name, boot="boot-1", allocatable=8))
+        return name
+
+    yield make
+    for name in made:
+        core.delete_node(name)
+    forget_guard_state(core, admin)
+
+
+def ledger_keys(core: client.CoreV1Api) -> set[str]:
+    ledgers = core.list_namespaced_config_map(NS, field_selector="metadata.name=gpu-fault-ledger")
+    return {key for cm in ledgers.items for key in (cm.data or {})}
+
+
+def guard_notes(found: Any) -> dict[str, str]:
+    notes = found.metadata.annotations or {}
+    return {k: v for k, v in notes.items() if k.startswith(KEYS.prefix)}
+
+
+def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
+    prom, guard_kubeconfig, gpu_node, core, admin
+):
+    node = gpu_node(NODE)
+    early = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1)).plan
+    assert mine(early, node) == []  # failing for 9 minutes: not held yet
+    plan = run_guard(prom, guard_kubeconfig, HELD_AT).plan
+    assert mine(plan, node) == [("cordon", "nvml-mismatch"), ("event", "nvml-mismatch")]
+    found = core.read_node(node)
+    assert found.spec.unschedulable is True
+    assert guard_notes(found) == {
+        KEYS.reason: "nvml-mismatch",
+        KEYS.at: f"{HELD_AT:%Y-%m-%dT%H:%M:%SZ}",
+        KEYS.boot_id: "boot-1",  # the boot it had: isolated without a reboot
+        KEYS.gpu_capacity: "8",
+    }
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
+    assert event["type"] == "Warning" and FAILED in event["note"]
+    assert ledger_keys(core) == set() and guard_jobs(admin, node) == []  # no card fault
+
+    again = run_guard(prom, guard_kubeconfig, HELD_AT).plan
+    assert mine(again, node) == [
+        ("skip", "same-boot"),
+        ("event", "same-boot"),
+        ("skip", "already-cordoned"),
+    ]
+
+    set_status(core, node, boot="boot-2", allocatable=8)  # rebooted into the installed driver
+    waiting = run_guard(prom, guard_kubeconfig, RETURN_AT - timedelta(minutes=8)).plan
+    assert mine(waiting, node) == [("skip", "service-network-not-ready")]
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert mine(first, node) == [
+        ("create-job", "conditions-met")
+    ]  # the loadtest-job policy took it
+    (loadtest,) = guard_jobs(admin, node)
+    assert "--xid" not in loadtest.spec.template.spec.containers[0].command
+    complete(admin, loadtest.metadata.name)
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
+    found = core.read_node(node)
+    assert not found.spec.unschedulable
+    assert guard_notes(found) == {
+        KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"
+    }
+
+
+def test_a_persons_uncordon_of_a_mismatch_cordon_sticks_in_that_boot(
+    prom, guard_kubeconfig, gpu_node, core
+):
+    node = gpu_node(CANCEL)
+    assert mine(run_guard(prom, guard_kubeconfig, HELD_AT).plan, node)[0] == (
+        "cordon",
+        "nvml-mismatch",
+    )
+    core.patch_node(node, {"spec": {"unschedulable": False}}, _content_type=MERGE_PATCH)
+    later = HELD_AT + timedelta(minutes=10)
+    cleared = run_guard(prom, guard_kubeconfig, later).plan
+    assert mine(cleared, node) == [
+        ("clear-annotations", "human-uncordon"),
+        ("event", "human-uncordon"),
+        ("skip", "already-guarded"),  # this cycle's snapshot still has the cordon's reason
+    ]
+    assert guard_notes(core.read_node(node)) == {
+        KEYS.cancelled: f"boot-1 - nvml-mismatch {later:%Y-%m-%dT%H:%M:%SZ}"
+    }
+    still = run_guard(prom, guard_kubeconfig, later + timedelta(minutes=5)).plan
+    assert mine(still, node) == [("skip", "cancelled")]
+    assert not core.read_node(node).spec.unschedulable
