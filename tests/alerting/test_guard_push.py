@@ -17,6 +17,7 @@ import yaml
 
 from guard import alert_queries, metric_names
 from guard.example.promserver import free_port
+from guard.push import OUTCOMES, WRITE_TYPES
 from guard.settings import Settings
 from tests.alerting.conftest import PUSH_SCRAPE_S, PushStack
 from tests.alerting.servers import query, wait_until
@@ -81,7 +82,9 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
     assert series[metric_names.LAST_RUN_EXIT_CODE.name] == {"": 1}
     assert 0 < series[metric_names.LAST_RUN_DURATION.name][""] < 60
     actions = series[metric_names.LAST_RUN_ACTIONS.name]
-    assert len(actions) == 16 and set(actions.values()) == {0}
+    # every write type and outcome reaches Prometheus, as zero: the refused cordon was not applied
+    assert set(actions) == {f"outcome={o},type={t}" for t in WRITE_TYPES for o in OUTCOMES}
+    assert set(actions.values()) == {0}
     assert "outcome=failed,type=cordon" in actions
     requests = series[metric_names.LAST_RUN_REQUESTS.name]
     assert list(requests) == ["code=error,target=kubernetes"]  # refused until the deadline

@@ -226,10 +226,15 @@ def test_every_engine_gives_the_same_signals(every_engine_signals):
 # ---- a real run: isolates without a reboot, while the alert fires ------------------------------
 
 
-def node_object(name: str, boot: str, notes: dict[str, str] | None = None) -> dict[str, Any]:
+def node_object(
+    name: str, boot: str, notes: dict[str, str] | None = None, *, checked: bool = False
+) -> dict[str, Any]:
+    """`checked`: the boot passed its after-reboot conformance check (no Job for it now)."""
+    records = {"gpu-node-guard.io/checked-boot": f"{boot} 2026-09-14T03:00:00Z job/gng-cf-{name}-0"}
     return {
         "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "1", "annotations": notes or {}},
+        "metadata": {"name": name, "resourceVersion": "1",
+                     "annotations": (notes or {}) | (records if checked else {})},
         "spec": {"unschedulable": bool(notes)},
         "status": {"conditions": [{"type": "Ready", "status": "True"}],
                    "nodeInfo": {"bootID": boot},
@@ -268,7 +273,9 @@ def test_a_driver_mismatch_alerts_and_isolates_without_a_reboot(prom_signals, tm
         firing = client.vector("alert", rule.expr, ONSET + timedelta(seconds=second))
         assert "drv-mismatch" in {x.label("node") for x in firing}, second
     # the guard's cycle at that minute, on the same data, cordons the same node in its boot
-    objects = [node_object(n.name, "boot-1") for n in SIGNAL_NODES if not n.unschedulable]
+    # every node's boot was checked after its last reboot: the plan is the mismatch's alone
+    objects = [node_object(n.name, "boot-1", checked=True) for n in SIGNAL_NODES
+               if not n.unschedulable]  # fmt: skip
     plan = run_guard(prom_signals, objects, ONSET + timedelta(seconds=rule.for_s), tmp_path)
     (cordon,) = [a for a in plan["actions"] if a["type"] == "cordon"]
     assert (cordon["node"], cordon["reason"]) == ("drv-mismatch", "nvml-mismatch")
