@@ -27,8 +27,8 @@ from guard.conformance.report import parse_summary as parse_conformance
 from guard.evidence.summary import SummaryError
 from guard.evidence.summary import parse_summary as parse_evidence
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
+from guard.names import JOB_NAME_LABELS
 
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 # Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
 FINISHED = "status.phase!=Pending,status.phase!=Running"
 WHY_MAX = 160  # characters of a load-test reason kept as the finding's `why`

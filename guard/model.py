@@ -266,7 +266,7 @@ class PromView:
     gpu_pods: tuple[GpuPod, ...] = ()  # Running, on unschedulable nodes (kube-state-metrics)
     xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series
     exporter_hosts: tuple[HostLabels, ...] = ()  # … of every dcgm-exporter (GPU_TEMP or Xid)
-    # Node signals (issue 14). Nodes whose agent says nvidia-match FAILed at every step since
+    # Node signals. Nodes whose agent says nvidia-match FAILed at every step since
     # `nvml_since`, up to now (the same hold as GPU loss); those held for Settings.nvml_hold_s
     # and not cordoned are `nvml_candidates`.
     nvml_since: tuple[tuple[str, datetime], ...] = ()

@@ -10,6 +10,8 @@ RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
 COMPONENT_LABEL = "app.kubernetes.io/component"
+# The Job controller labels its Pods with the Job name under both keys (the short one is legacy).
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
@@ -169,15 +171,6 @@ class Annotations:
     def record_keys(self) -> tuple[str, ...]:
         """Kept after a node leaves the guard's care; removed by its next cordon."""
         return (self.cancelled, self.returned)
-
-    @property
-    def written_keys(self) -> tuple[str, ...]:
-        """Every key the guard itself writes (`hold` only ever added, never changed or removed).
-
-        >>> [k.removeprefix("p/") for k in Annotations("p/").written_keys][-3:]
-        ['checked-boot', 'onboarding-failed', 'hold']
-        """
-        return (*self.guard_keys, *self.record_keys, *self.lifecycle_keys, self.hold)
 
     @property
     def lifecycle_keys(self) -> tuple[str, ...]:

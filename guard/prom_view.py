@@ -95,7 +95,7 @@ def _with_signals(
     now: datetime,
     s: Settings,
 ) -> PromView:
-    """The node agent's nvidia-match and the service network's pods (issue 14)."""
+    """The node agent's nvidia-match and the service network's pods."""
     lookback = queries.nvml_lookback_s(s)
     since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL

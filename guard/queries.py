@@ -212,7 +212,7 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
     )
 
 
-# ---- Node signals: the agent's nvidia-match and the node's service network (issue 14) -------
+# ---- Node signals: the agent's nvidia-match and the node's service network ---------------
 #
 # Absence is never a verdict here: a node without agent series is neither mismatched nor fine
 # (the return of an `nvml-mismatch` cordon needs the agent to say PASS), and a selector that

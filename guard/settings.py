@@ -109,7 +109,7 @@ class Settings:
     namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
     jobs_namespace: str = _opt(
         "gpu-node-guard-jobs",
-        "Namespace of the guard's privileged Jobs (evidence, conformance); its pods never count",
+        "Namespace of the guard's Jobs (evidence, conformance, load test); its pods never count",
     )
     ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
     job_service_account: str = _opt(
@@ -126,7 +126,9 @@ class Settings:
     loadtest_image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0", "Image of the load-test Job"
     )
-    evidence_deadline_s: int = _opt(600, "activeDeadlineSeconds of the evidence Job")
+    evidence_deadline_s: int = _opt(
+        600, "activeDeadlineSeconds of the evidence and conformance Jobs"
+    )
     loadtest_deadline_s: int = _opt(1800, "activeDeadlineSeconds of the load-test Job")
     job_ttl_s: int = _opt(7 * 86400, "ttlSecondsAfterFinished of every guard Job")
     loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")

@@ -1,4 +1,4 @@
-"""The node's service network before its return: its kube-proxy and CNI pods Ready (issue 14).
+"""The node's service network before its return: its kube-proxy and CNI pods Ready.
 
 From kube-state-metrics through Prometheus (`PromView.service_pods`, `service_seen`; the guard
 reads no pods from the API); the selectors are the `service_network_*` settings

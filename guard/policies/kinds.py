@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    JOB_NAME_LABELS,
+    Annotations,
+)
 from guard.policies import argv
 from guard.policies.cel import lit
 from guard.policies.refused import (
@@ -39,7 +46,6 @@ JOB_CONTROLLERS = (
     # kube-controller-manager running on its own credentials
     "system:kube-controller-manager",
 )
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 REASON = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",

@@ -110,7 +110,7 @@ MISCONFIGURED = Scenario(
         NodeTimeline("gpu-a", host_value="nvidia-dcgm-exporter-cwbcm", first_s=ONSET_S),
     ),
 )
-# The node signals (issue 14): the agent's nvidia-match and the kube-proxy / CNI pods. An agent
+# The node signals: the agent's nvidia-match and the kube-proxy / CNI pods. An agent
 # series that stops (gone, UNKNOWN) is seen for 5 more minutes by Prometheus' subquery steps
 # and about one step by VictoriaMetrics' in backfilled data (no staleness markers): every gap
 # here lasts longer than that, and the engines are compared away from it (docs/engines.md).

@@ -1,6 +1,6 @@
 """The node signals' PromQL on every engine: the agent's nvidia-match hold and status, the
 kube-proxy and CNI pods of a node, and a guard run that isolates a driver mismatch without a
-reboot while its alert fires (issue 14).
+reboot while its alert fires.
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def test_a_refused_uncordon_skips_its_event_while_the_other_nodes_cordon_lands()
 
 @responses.activate
 def test_a_load_test_job_refused_by_a_policy_does_not_stop_the_cordon_after_it():
-    """Issue 11: a 422 on one node's Job used to abort the apply loop before every cordon."""
+    """A 422 on one node's Job used to abort the apply loop before every cordon."""
     back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
     faulted = with_uid(node("c", allocatable=7))
     snap = snapshot(back, faulted, candidates=(gpu("c", 79),))

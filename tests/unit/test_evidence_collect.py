@@ -385,7 +385,7 @@ def test_collect_bad_arguments_exit_non_zero(tmp_path: Path, args: list[str], me
     assert message in result.output
 
 
-# --- done when: the seed's ledger changes the request's history sentence ------------------
+# --- done when: the write-up's ledger changes the request's history sentence ------------------
 
 CARD_B = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 NEW_CARD = "GPU-0badcafe-0000-4000-8000-000000000001"

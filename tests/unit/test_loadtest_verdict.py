@@ -28,7 +28,7 @@ from guard.loadtest.model import (
 from guard.loadtest.verdict import Criteria, judge
 
 FLOPS = matmul_flops(8192)
-# Per-GPU throughput of the seed's real return run: 8 × RTX 5090, 203.6–212.7 TFLOPS.
+# Per-GPU throughput of the incident write-up's real return run: 8 × RTX 5090, 203.6–212.7 TFLOPS.
 SEED_TFLOPS = (212.7, 208.1, 203.6, 210.4, 206.9, 211.8, 205.2, 209.3)
 
 
@@ -53,7 +53,7 @@ def node(
     memory_results: tuple[MemoryResult, ...] = (),
     pcie: tuple[PcieLink, ...] = (),
 ) -> RunResult:
-    """A run on `visible` GPUs at the seed's speeds; `tflops`/`burns` override, `drop` removes."""
+    """A run on `visible` GPUs at the write-up's speeds; `tflops`/`burns` override, `drop` drops."""
     speeds = {i: SEED_TFLOPS[i % 8] for i in range(visible)} | dict(tflops or {})
     results = {i: burn(i, t) for i, t in speeds.items()} | dict(burns or {})
     devices = tuple(DeviceInfo(i, pci(i), "NVIDIA GeForce RTX 5090", f"GPU-{i}") for i in speeds)
