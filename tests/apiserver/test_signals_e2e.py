@@ -1,7 +1,8 @@
 """A driver/NVML mismatch end to end: a real kube-apiserver with the guard's RBAC and admission
 policies, a real Prometheus with the node agent's and kube-state-metrics' series, the guard run
 as its own ServiceAccount. The node is isolated without a reboot, comes back only after one,
-with its kube-proxy and CNI pods Ready and a passed load test; a person's uncordon sticks.
+with its kube-proxy and CNI pods Ready and a passed load test; a lost cordon Event is written
+again; a person's uncordon sticks.
 """
 
 from __future__ import annotations
@@ -138,6 +139,14 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
         ("event", "same-boot"),
         ("skip", "already-cordoned"),
     ]
+    # The cordon Event lost (the API server went away right after the cordon): the next cycle
+    # writes it again under the same name, though the cordon names no GPU.
+    client.EventsV1Api(admin).delete_namespaced_event(event["metadata"]["name"], "default")
+    repaired = run_guard(prom, guard_kubeconfig, HELD_AT + timedelta(minutes=5)).plan
+    assert ("event", "repair-event") in mine(repaired, node)
+    (back,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
+    assert back["metadata"]["name"] == event["metadata"]["name"]
+    assert back["type"] == "Warning" and "written late" in back["note"]
 
     set_status(core, node, boot="boot-2", allocatable=8)  # rebooted into the installed driver
     waiting = run_guard(prom, guard_kubeconfig, RETURN_AT - timedelta(minutes=8)).plan

@@ -3,10 +3,13 @@ returns only with its agent's match and its kube-proxy and CNI pods Ready (retur
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
+
 import pytest
 
 from guard.actions import ClearGuardAnnotations, Cordon, CreateJob, EmitEvent, Skip
-from guard.model import AgentCheck, JobInfo, ServicePod, Snapshot
+from guard.model import AgentCheck, GuardEvent, JobInfo, ServicePod, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
@@ -19,6 +22,7 @@ from guard.status.render import render
 from tests.builders import (
     CORDON_AT,
     KEYS,
+    NOW,
     TEMPLATES,
     Signals,
     brief,
@@ -203,6 +207,38 @@ def test_a_mismatch_waiting_behind_an_xid_says_so():
     skip = plan_isolation(snap, settings(), TEMPLATES)[-1]
     assert skip == Skip("b", "one-per-cycle", "nvml-mismatch waits behind a",
                         "considered again next cycle")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("minutes_later", "kept", "rewritten"),
+    [
+        pytest.param(10, False, True, id="lost-event-written-again-under-its-name"),
+        pytest.param(10, True, False, id="event-there-nothing"),
+        pytest.param(55, False, False, id="too-old-it-may-have-expired"),
+    ],
+)
+def test_a_lost_mismatch_cordon_event_is_written_again(minutes_later, kept, rewritten):
+    """The Event the cordon wrote is missing from the next cycle's snapshot: the return check
+    writes it again under the same name (the API server keeps Events 1 h)."""
+    cordon, event = plan_isolation(mismatched(node("b")), settings(), TEMPLATES)
+    assert isinstance(cordon, Cordon) and isinstance(event, EmitEvent)
+    n = node("b", cordoned=True, extra=dict(cordon.annotations))
+    events = (GuardEvent(event.name, "b", "GuardCordoned", 1),) if kept else ()
+    later = replace(returning(n), now=NOW + timedelta(minutes=minutes_later), events=events)
+    plan = plan_return(later, settings(), TEMPLATES)
+    repairs = [a for a in plan if isinstance(a, EmitEvent) and a.reason == "repair-event"]
+    assert len(repairs) == rewritten
+    if rewritten:
+        (again,) = repairs
+        assert (again.name, again.event_reason, again.event_type) == (
+            event.name, "GuardCordoned", "Warning",
+        )  # fmt: skip
+        assert again.message == (
+            "cordoned by gpu-node-guard at 2026-09-21T05:55:00Z: the NVIDIA kernel module and "
+            "the NVML library differ, so new CUDA and NVML processes fail here; let its GPU jobs "
+            "end, reboot it into the installed driver; it returns after the load test (Event "
+            "written late: its first write failed)"
+        )
 
 
 # ---- return ---------------------------------------------------------------------------------
