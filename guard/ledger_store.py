@@ -20,10 +20,16 @@ from typing import Any
 
 from guard import ledger
 from guard.kube import AlreadyExists, Conflict, Kube, KubeError, Refused
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, ledger_archive_pattern
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    ledger_archive_pattern,
+)
 
 OBJECT_LIMIT_BYTES = 1 << 20  # ConfigMap data limit (validation: "must be less than 1048576")
-ARCHIVE_COMPONENT = "ledger-archive"
+ARCHIVE_COMPONENT = LEDGER_ARCHIVE_COMPONENT
 ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={ARCHIVE_COMPONENT}"
 _OLDEST = datetime.min.replace(tzinfo=UTC)
 

@@ -10,6 +10,9 @@ RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
 COMPONENT_LABEL = "app.kubernetes.io/component"
+# COMPONENT_LABEL of the ledger's archives (with APP_LABEL=APP_NAME): how readers find them, and
+# what the guard-scope policy requires of an archive's name (guard.policies.ledger).
+LEDGER_ARCHIVE_COMPONENT = "ledger-archive"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"
