@@ -269,6 +269,10 @@ def test_a_driver_mismatch_alerts_and_isolates_without_a_reboot(prom_signals, tm
         assert "drv-mismatch" in {x.label("node") for x in firing}, second
     # the guard's cycle at that minute, on the same data, cordons the same node in its boot
     objects = [node_object(n.name, "boot-1") for n in SIGNAL_NODES if not n.unschedulable]
+    for o in objects:  # their boot passed the after-reboot check: no conformance Job to start
+        o["metadata"]["annotations"]["gpu-node-guard.io/checked-boot"] = (
+            "boot-1 2026-09-20T00:00:00Z job/gng-cf-signals-00000000"
+        )
     plan = run_guard(prom_signals, objects, ONSET + timedelta(seconds=rule.for_s), tmp_path)
     (cordon,) = [a for a in plan["actions"] if a["type"] == "cordon"]
     assert (cordon["node"], cordon["reason"]) == ("drv-mismatch", "nvml-mismatch")
