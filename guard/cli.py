@@ -30,7 +30,7 @@ from guard.outcome import Outcome, failed, tally
 from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
-from guard.plan.pending import Pending, pending
+from guard.plan.pending import Waiting, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
@@ -278,7 +278,7 @@ class CycleResult:
     actions: tuple[Action, ...]
     outcomes: tuple[Outcome, ...]
     counts: dict[str, Value]
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[Waiting, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """``--output json``: every action with its outcome, the pending candidates, and the

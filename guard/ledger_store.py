@@ -6,7 +6,8 @@ on 409 read again (jittered backoff within the cycle's deadline). Before a write
 ``<ledger>-archive-<n>`` (labelled ``app.kubernetes.io/component=ledger-archive``, found by label);
 the archive is written first, then the ledger without those lines. A run that stops in between
 leaves a line in both places, never in neither: readers merge archives and ledger and count a
-line that appears twice once (`merged`).
+line that appears twice once (`merged`). `ledger_lines` is what every reader counts: the guard's
+snapshot and `gpu-node-guard ledger count` alike.
 """
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ from typing import Any
 
 from guard import ledger
 from guard.kube import AlreadyExists, Conflict, Kube, KubeError, Refused
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, ledger_archive_pattern
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    ledger_archive_pattern,
+)
 
 OBJECT_LIMIT_BYTES = 1 << 20  # ConfigMap data limit (validation: "must be less than 1048576")
-ARCHIVE_COMPONENT = "ledger-archive"
+ARCHIVE_COMPONENT = LEDGER_ARCHIVE_COMPONENT
 ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={ARCHIVE_COMPONENT}"
 _OLDEST = datetime.min.replace(tzinfo=UTC)
 
@@ -125,6 +132,37 @@ def merged(
     return {node: "".join(f"{raw}\n" for raw in lines) for node, lines in out.items()}
 
 
+def ledger_lines(
+    ledger_data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
+) -> tuple[ledger.LedgerLine, ...]:
+    """The ledger's lines with its archives' (oldest first, a line stored twice counted once),
+    sorted by node, file order within a node: the incidents the guard counts.
+
+    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
+
+    >>> archive = {"metadata": {"name": "l-archive-1"},
+    ...            "data": {"a": "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual\\n"}}
+    >>> [ln.raw for ln in ledger_lines({"a": "note\\n"}, [archive])]
+    ['2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual', 'note']
+    """
+    text = {str(k): v for k, v in ledger_data.items() if isinstance(v, str)}
+    odd = {k: v for k, v in ledger_data.items() if not isinstance(v, str)}
+    lines = ledger.parse_ledger(merged(text, archives)) + ledger.parse_ledger(odd)
+    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
+
+
+def is_archive(cm: Mapping[str, Any], ledger_name: str) -> bool:
+    """One of the ledger's archives: both labels of `ARCHIVE_SELECTOR` and the name
+    ``<ledger>-archive-<n>`` (a ConfigMap with only one of them is not)."""
+    meta = cm.get("metadata")
+    labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
+    return (
+        labels.get(APP_LABEL) == APP_NAME
+        and labels.get(COMPONENT_LABEL) == ARCHIVE_COMPONENT
+        and archive_index(ledger_name, _name(cm)) is not None
+    )
+
+
 def _text_data(cm: Mapping[str, object]) -> dict[str, str]:
     data = cm.get("data")
     if not isinstance(data, Mapping):
@@ -142,7 +180,7 @@ def _index_of(cm: Mapping[str, object]) -> int:
 def read_archives(kube: Kube, namespace: str, ledger_name: str) -> list[dict[str, Any]]:
     """The ledger's archive ConfigMaps (by label, then by name), oldest first."""
     found = kube.configmaps(namespace, ARCHIVE_SELECTOR)
-    mine = [cm for cm in found if archive_index(ledger_name, _name(cm)) is not None]
+    mine = [cm for cm in found if is_archive(cm, ledger_name)]
     return sorted(mine, key=_index_of)
 
 

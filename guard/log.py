@@ -13,10 +13,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, TextIO
+from typing import Literal, TextIO, get_args
 
 LogFormat = Literal["text", "json"]
-Level = str  # INFO, WARN or ERROR for the guard's own lines
+Level = Literal["INFO", "WARN", "ERROR"]  # every program's lines: one word each, never WARNING
+LEVELS: frozenset[str] = frozenset(get_args(Level))
 Value = str | int | float | bool | None
 Fields = Mapping[str, Value]
 
@@ -73,6 +74,8 @@ class Log:
         clash = RESERVED & set(fields)
         if clash:
             raise ValueError(f"log field {sorted(clash)} is reserved (event {event})")
+        if level not in LEVELS:  # a caller without types (or with Any) still gets one word
+            raise ValueError(f"log level {level!r} is not one of {', '.join(sorted(LEVELS))}")
         if self.fmt == "json":
             record: dict[str, Value] = {"time": self._now(), "level": level, "event": event}
             if dry_run:

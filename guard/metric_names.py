@@ -44,7 +44,8 @@ LAST_RUN_ACTIONS = PushedMetric(
 )
 PENDING_CANDIDATES = PushedMetric(
     "gpu_node_guard_pending_candidates",
-    "GPUs with a hardware Xid whose GPU loss has not held long enough yet (not cordoned)",
+    "GPUs with a hardware Xid whose GPU loss, and nodes whose driver/NVML mismatch, has not held"
+    " long enough yet (not cordoned)",
 )
 NODES = PushedMetric(
     "gpu_node_guard_nodes",

@@ -12,6 +12,9 @@ APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard ma
 COMPONENT_LABEL = "app.kubernetes.io/component"
 # The Job controller labels its Pods with the Job name under both keys (the short one is legacy).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# COMPONENT_LABEL of the ledger's archives (with APP_LABEL=APP_NAME): how readers find them, and
+# what the guard-scope policy requires of an archive's name (guard.policies.ledger).
+LEDGER_ARCHIVE_COMPONENT = "ledger-archive"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
 NODE_EVENT_NAMESPACE = "default"

@@ -18,9 +18,8 @@ import yaml
 from guard import ledger_store
 from guard.job_results import FINISHED, attach, slim_pod
 from guard.kube import Kube
-from guard.ledger import LedgerLine, parse_ledger
 from guard.model import GuardEvent, PromView, Snapshot
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, NODE_EVENT_NAMESPACE, Annotations
+from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, Annotations
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.prom_view import read_prom as read_prom
@@ -126,24 +125,11 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         tuple(sorted(nodes, key=lambda n: n.name)),
         attach(jobs, objs.pods),
         prom.gpu_pods,  # from kube-state-metrics through Prometheus, for the API and a file alike
-        _ledger_lines(data, objs.ledger_archives),
+        ledger_store.ledger_lines(data, objs.ledger_archives),
         prom,
         guard_events(objs.events),
         tuple(ignored),
     )
-
-
-def _ledger_lines(
-    data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
-) -> tuple[LedgerLine, ...]:
-    """The ledger's lines with its archives' (oldest first, a line stored twice counted once).
-
-    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
-    """
-    text = {str(k): v for k, v in data.items() if isinstance(v, str)}
-    odd = {k: v for k, v in data.items() if not isinstance(v, str)}
-    lines = parse_ledger(ledger_store.merged(text, archives)) + parse_ledger(odd)
-    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
 def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
@@ -179,12 +165,8 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
 
 
 def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
-    labels = (cm.get("metadata") or {}).get("labels") or {}
-    return (
-        labels.get(COMPONENT_LABEL) == ledger_store.ARCHIVE_COMPONENT
-        and ledger_store.archive_index(s.ledger_configmap, _meta(cm, "name")) is not None
-        and _meta(cm, "namespace") in ("", s.namespace)
-    )
+    here = _meta(cm, "namespace") in ("", s.namespace)
+    return here and ledger_store.is_archive(cm, s.ledger_configmap)
 
 
 def _is_guard_event(event: Mapping[str, Any]) -> bool:

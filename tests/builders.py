@@ -143,9 +143,11 @@ class Signals:
     """The node agent's and the service network's part of the view (guard.plan.mismatch,
     guard.plan.service_network). By default every node has a Ready kube-proxy and CNI pod and
     the agent reports nothing; `service_pods` replaces those pods (`seen` then counts them,
-    unless given); `nvml` is {node: seconds a held mismatch has lasted} for the candidates."""
+    unless given); `nvml` is {node: seconds a held mismatch has lasted} for the candidates,
+    `failing` the same for mismatches seen but not held long enough (not candidates)."""
 
     nvml: dict[str, int] = field(default_factory=dict)
+    failing: dict[str, int] = field(default_factory=dict)
     agent: tuple[AgentCheck, ...] = ()
     service_pods: tuple[ServicePod, ...] | None = None
     seen: tuple[tuple[str, int], ...] | None = None
@@ -157,9 +159,11 @@ class Signals:
         seen = self.seen
         if seen is None:
             seen = tuple(sorted(Counter(p.selector for p in pods).items()))
-        nvml = tuple(sorted(self.nvml.items()))
-        return replace(view, nvml_held_s=nvml, nvml_candidates=tuple(n for n, _ in nvml),
-                       nvml_status=self.agent, service_pods=pods, service_seen=seen)  # fmt: skip
+        nvml = tuple(sorted({**self.failing, **self.nvml}.items()))
+        since = tuple((n, NOW - timedelta(seconds=held)) for n, held in nvml)
+        return replace(view, nvml_since=since, nvml_held_s=nvml,
+                       nvml_candidates=tuple(sorted(self.nvml)), nvml_status=self.agent,
+                       service_pods=pods, service_seen=seen)  # fmt: skip
 
 
 def network_pods(

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from guard.agent.checks import CHECKS, AgentRun
 from guard.agent.metrics import CONTENT_TYPE, render
-from guard.log import Log
+from guard.log import Level, Log
 
 STALE_AFTER_INTERVALS = 3
 
@@ -82,7 +82,7 @@ class Agent:
         page.set(render(self.node, run, finished, self.interval_s), finished)
         for r in run.results:
             if self.last.get(r.name) != r.status.value:
-                level = "WARNING" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"
+                level: Level = "WARN" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"
                 self.log.event(
                     "agent-check", level, node=self.node, check=r.name, status=r.status.value,
                     observed=r.observed,

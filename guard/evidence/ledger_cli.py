@@ -1,5 +1,7 @@
 """`gpu-node-guard ledger count`: how often a card and a slot have failed, and what the next
-request would say about it. Read-only; lines the ledger cannot parse are listed, never dropped."""
+request would say about it. It counts what the guard counts: the ledger with its archives
+(guard.evidence.ledger_source). Read-only; lines the ledger cannot parse are listed, never
+dropped."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import click
 
 from guard import ledger as fault_ledger
-from guard.evidence.ledger_source import LedgerSourceError, read_cluster, read_file
+from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
 from guard.evidence.options import FILE, OUTPUT, pci_callback
 from guard.settings import setting_default
 
@@ -26,9 +28,9 @@ def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
     return fault_ledger.Counts(card, slot, counts.last_card_incident)
 
 
-def summary(data: dict[str, str], uuid: str, node: str, pci: str) -> dict[str, Any]:
+def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
     """The counts of the ledger as it is, plus the history of a next incident."""
-    lines = fault_ledger.parse_ledger(data)
+    lines = read.lines
     counts = fault_ledger.count(lines, uuid, node, pci)
     upcoming = next_incident(counts)
     last = counts.last_card_incident
@@ -43,6 +45,7 @@ def summary(data: dict[str, str], uuid: str, node: str, pci: str) -> dict[str, A
         "next_sentence": fault_ledger.history_sentence(upcoming, uuid, node, pci),
         "parsed_lines": len(fault_ledger.entries(lines)),
         "unparsed": [{"node": u.node, "line": u.raw} for u in fault_ledger.unparsed(lines)],
+        "archives": list(read.archives),
     }
 
 
@@ -55,6 +58,8 @@ def _text(s: dict[str, Any]) -> str:
         f"lines: {s['parsed_lines']} parsed, {len(s['unparsed'])} not parsed (kept as they are)",
     ]
     out.extend(f"  not parsed [{u['node']}]: {u['line']}" for u in s["unparsed"])
+    if s["archives"]:
+        out.append(f"archives counted with the ledger: {', '.join(s['archives'])}")
     return "\n".join(out)
 
 
@@ -63,7 +68,11 @@ def _text(s: dict[str, Any]) -> str:
 @click.option("--node", required=True, help="Node name: the ledger key of the slot.")
 @click.option("--pci", required=True, callback=pci_callback, help="PCI address of the slot.")
 @click.option("--ledger", "ledger_file", type=FILE, help="ConfigMap YAML/JSON or node: text map.")
-@click.option("--from-cluster", is_flag=True, help="Read the ledger ConfigMap from the cluster.")
+@click.option(
+    "--from-cluster",
+    is_flag=True,
+    help="Read the ledger ConfigMap and its archives from the cluster.",
+)
 @click.option("--kubeconfig", default="", envvar="GUARD_KUBECONFIG", help="Kubeconfig path.")
 @click.option(
     "--namespace", default=setting_default("namespace"), envvar="GUARD_NAMESPACE", show_default=True
@@ -82,12 +91,12 @@ def count(**opts: Any) -> None:
         raise click.UsageError("give exactly one of --ledger FILE and --from-cluster")
     try:
         if ledger_file is not None:
-            data = read_file(ledger_file)
+            read = read_file(ledger_file, opts["configmap"])
         else:
-            data = read_cluster(opts["kubeconfig"], opts["namespace"], opts["configmap"])
+            read = read_cluster(opts["kubeconfig"], opts["namespace"], opts["configmap"])
     except LedgerSourceError as err:
         raise click.ClickException(str(err)) from err
-    result = summary(data, opts["uuid"], opts["node"], opts["pci"])
+    result = summary(read, opts["uuid"], opts["node"], opts["pci"])
     if opts["output"] == "json":
         click.echo(json.dumps(result, indent=2))
     else:

@@ -1,15 +1,24 @@
-"""Where `ledger count` reads the fault ledger from: a file or the cluster's ConfigMap.
+"""Where `ledger count` reads the fault ledger from: a file or the cluster's ConfigMaps.
 
-A file may be a ConfigMap (YAML or JSON, e.g. ``kubectl get cm gpu-fault-ledger -o yaml``) or its
-bare ``data`` mapping (``gpu-node-b: |`` …). Reading never changes the ledger.
+The lines counted are the guard's own (`guard.ledger_store.ledger_lines`): the ledger ConfigMap
+and its archives ``<ledger>-archive-<n>`` (both labels of `ARCHIVE_SELECTOR`), a line stored in
+two places counted once. From the cluster: the ledger and the archives found by label. A file may
+be a ConfigMap (YAML or JSON, e.g. ``kubectl get cm gpu-fault-ledger -o yaml``), its bare
+``data`` mapping (``gpu-node-b: |`` …), or a List (``kubectl -n gpu-node-guard get cm -o yaml``):
+then the ledger by name and its archives. Reading never changes the ledger.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from guard import ledger_store
+from guard.ledger import LedgerLine
 
 
 class LedgerSourceError(ValueError):
@@ -40,7 +49,16 @@ def data_of(document: Any, where: str) -> dict[str, str]:
     return {str(k): v for k, v in document.items()}
 
 
-def read_file(path: Path) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class LedgerRead:
+    """The lines to count and the archives they include (names, oldest first)."""
+
+    lines: tuple[LedgerLine, ...]
+    archives: tuple[str, ...] = ()
+
+
+def read_file(path: Path, name: str) -> LedgerRead:
+    """`name`: the ledger ConfigMap's name, to find it and its archives in a List."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
@@ -49,18 +67,46 @@ def read_file(path: Path) -> dict[str, str]:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}" if mark is not None else ""
         raise LedgerSourceError(f"{path}{at}: not YAML or JSON") from err
-    return data_of(document, str(path))
+    if isinstance(document, dict) and document.get("kind") == "List":
+        return _from_list(document.get("items"), name, str(path))
+    return LedgerRead(ledger_store.ledger_lines(data_of(document, str(path)), ()))
 
 
-def read_cluster(kubeconfig: str, namespace: str, name: str) -> dict[str, str]:
-    """Read the ConfigMap through the guard's one API door (kubeconfig file, else in-cluster)."""
+def _from_list(items: Any, name: str, where: str) -> LedgerRead:
+    found = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    ledgers = [i for i in found if i.get("kind") == "ConfigMap" and _name(i) == name]
+    archives = [i for i in found if ledger_store.is_archive(i, name)]
+    if not ledgers and not archives:
+        raise LedgerSourceError(f"{where}: a List without ConfigMap {name} or its archives")
+    data = data_of(ledgers[0], where) if ledgers else {}
+    return _read(data, archives, name, where)
+
+
+def _read(
+    data: dict[str, str], archives: list[dict[str, Any]], name: str, where: str
+) -> LedgerRead:
+    for cm in archives:
+        data_of(cm, f"{where}: configmap {_name(cm)}")  # text values only, as the ledger's
+    ordered = sorted(archives, key=lambda cm: ledger_store.archive_index(name, _name(cm)) or 0)
+    return LedgerRead(ledger_store.ledger_lines(data, ordered), tuple(map(_name, ordered)))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
+    """Read the ledger and its archives through the guard's one API door (kubeconfig file, else
+    in-cluster)."""
     from guard.kube import Kube, KubeError  # the client is only needed for this path
 
     where = f"configmap {namespace}/{name}"
     try:
-        found = Kube.connect(kubeconfig).configmap(namespace, name)
+        kube = Kube.connect(kubeconfig)
+        found = kube.configmap(namespace, name)
+        archives = ledger_store.read_archives(kube, namespace, name)
     except KubeError as err:
         raise LedgerSourceError(str(err)) from err
-    if found is None:
+    if found is None and not archives:
         raise LedgerSourceError(f"{where}: not found")
-    return data_of(found, where)
+    return _read(data_of(found, where) if found else {}, archives, name, where)

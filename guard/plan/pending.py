@@ -1,4 +1,4 @@
-"""Pending candidates: GPUs on their way to a cordon whose GPU loss has not held long enough yet.
+"""Pending candidates: on their way to a cordon, but their fault has not held long enough yet.
 
 Case list, for each GPU with a hardware Xid now (`PromView.hardware_xids`):
   no GPU loss on its node now (no `loss_since`)          → not pending (no candidate at all)
@@ -6,8 +6,16 @@ Case list, for each GPU with a hardware Xid now (`PromView.hardware_xids`):
   loss held ≥ the Xid's window (`hold_window_s`)         → not pending: a candidate, decided by
                                                            the isolation check
   otherwise                                              → pending: held_s of needs_s
-One line per pending GPU each cycle, so a tired reader sees a node before it is cordoned:
-``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600 next=…``.
+and for each node whose node agent says nvidia-match FAIL at every step since `nvml_since`
+(guard.plan.mismatch):
+  the mismatch cordon is off (--no-nvml-mismatch-cordon) → not pending (no cordon will come)
+  node cordoned (kube-state-metrics or the API)          → not pending
+  held ≥ `Settings.nvml_hold_s`                          → not pending: a candidate
+  otherwise                                              → pending: held_s of needs_s, with
+                                                           the agent's detail
+One line per pending GPU or node each cycle, so a tired reader sees a node before it is cordoned:
+``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600 next=…``,
+``pending node=gpu-5 reason=nvml-mismatch detail="module … != NVML …" held_s=60 needs_s=600 …``.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass
 
 from guard.log import Value
 from guard.model import Snapshot
+from guard.plan import mismatch
 from guard.prom_view import held_s, hold_window_s
 from guard.settings import Settings
 
@@ -34,6 +43,10 @@ class Pending:
     def reason(self) -> str:
         return f"xid-{self.xid}"
 
+    @property
+    def order(self) -> tuple[str, int, str, int]:
+        return self.node, 0, self.gpu.zfill(4), self.xid
+
     def log_line(self) -> tuple[str, dict[str, Value]]:
         more = self.needs_s - self.held_s
         return "pending", {
@@ -48,14 +61,52 @@ class Pending:
     def to_json(self) -> dict[str, Value]:
         return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
                 "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
-                "needs_s": self.needs_s}  # fmt: skip
+                "needs_s": self.needs_s, "detail": None}  # fmt: skip
 
 
-def pending(snap: Snapshot, s: Settings) -> tuple[Pending, ...]:
-    """Every pending GPU (the case list above), sorted by node, GPU and Xid."""
+@dataclass(frozen=True, slots=True)
+class PendingMismatch:
+    """A node whose driver/NVML mismatch has not held for `Settings.nvml_hold_s` yet."""
+
+    node: str
+    detail: str  # what the agent saw (guard.plan.mismatch.seen)
+    held_s: int
+    needs_s: int
+
+    @property
+    def reason(self) -> str:
+        return mismatch.NVML_MISMATCH
+
+    @property
+    def order(self) -> tuple[str, int, str, int]:
+        return self.node, 1, "", 0  # after the node's Xid GPUs, as the isolation check ranks
+
+    def log_line(self) -> tuple[str, dict[str, Value]]:
+        more = self.needs_s - self.held_s
+        return "pending", {
+            "node": self.node,
+            "reason": self.reason,
+            "detail": self.detail,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "next": f"cordon candidate if the mismatch holds {more}s more",
+        }
+
+    def to_json(self) -> dict[str, Value]:
+        return {"node": self.node, "reason": self.reason, "xid": None, "gpu": None, "pci": None,
+                "uuid": None, "held_s": self.held_s, "needs_s": self.needs_s,
+                "detail": self.detail}  # fmt: skip
+
+
+Waiting = Pending | PendingMismatch
+
+
+def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
+    """Every pending GPU and mismatch (the case list above), sorted by node, then GPU and Xid,
+    a node's mismatch after its GPUs."""
     since = dict(snap.prom.loss_since)
     cordoned = set(snap.prom.cordoned) | {n.name for n in snap.nodes if n.unschedulable}
-    out = []
+    out: list[Waiting] = []
     for g in snap.prom.hardware_xids:
         start = since.get(g.node)
         if start is None or g.node in cordoned:
@@ -63,4 +114,10 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Pending, ...]:
         held, needs = held_s(start, snap.now), hold_window_s(g.value, s)
         if held < needs:
             out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs))
-    return tuple(sorted(out, key=lambda p: (p.node, p.gpu.zfill(4), p.xid)))
+    if s.nvml_mismatch_cordon:
+        out.extend(
+            PendingMismatch(node, mismatch.seen(snap, node), held, s.nvml_hold_s)
+            for node, held in snap.prom.nvml_held_s
+            if node not in cordoned and held < s.nvml_hold_s
+        )
+    return tuple(sorted(out, key=lambda p: p.order))

@@ -36,7 +36,7 @@ from guard.actions import (
 from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import mismatch, service_network
+from guard.plan import cordon_event, mismatch, service_network
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
@@ -143,10 +143,13 @@ def _repairs(
     The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
     deleted later, or that expired, is not resurrected; after that, while the cordon Event would
     still be alive, a WARN says the Job is missing. The cordon Event is re-emitted (same name as
-    the lost one) while younger than `EVENT_REPAIR_S`.
+    the lost one) while younger than `EVENT_REPAIR_S` (guard.plan.cordon_event), for a cordon
+    without a GPU (nvml-mismatch, conformance-<item>) too: it has no ledger line or evidence Job.
     """
-    if c.xid is None or c.gpu is None or c.at is None:
+    if c.at is None:
         return ()
+    if c.xid is None or c.gpu is None:
+        return cordon_event.if_lost(snap, cordon_event.gpuless_event(node, c), c)
     incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     out: list[Action] = [*record_links(snap, s, node)]
     if not has_ledger_line(snap, incident):
@@ -156,30 +159,10 @@ def _repairs(
     if all(j.name != job.name for j in snap.jobs):
         if age_s <= 2 * s.cadence_s:
             out.append(job)
-        elif age_s <= EVENT_REPAIR_S:
+        elif age_s <= cordon_event.EVENT_REPAIR_S:
             out.append(_evidence_missing(node, job.name, age_s, s))
-    event = _cordon_event(incident, job.name)
-    if age_s <= EVENT_REPAIR_S and all(e.name != event.name for e in snap.events):
-        out.append(event)
+    out.extend(cordon_event.if_lost(snap, cordon_event.xid_event(node.name, c, job.name), c))
     return tuple(out)
-
-
-# The API server keeps an Event 1 h after its last write (--event-ttl); re-emitting a cordon Event
-# later than this could recreate one that simply expired.
-EVENT_REPAIR_S = 50 * 60
-
-
-def _cordon_event(incident: Incident, job: str) -> EmitEvent:
-    at = ledger.format_time(incident.at)
-    return EmitEvent(
-        incident.node,
-        "repair-event",
-        "Warning",
-        "GuardCordoned",
-        f"cordoned by gpu-node-guard at {at}: Xid {incident.xid} on GPU {incident.pci} "
-        f"{incident.uuid}; evidence job/{job} (Event written late: its first write failed)",
-        incident=at,
-    )
 
 
 def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Skip:

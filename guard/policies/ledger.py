@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.names import ledger_archive_pattern
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    ledger_archive_pattern,
+)
 from guard.policies.cel import Validation, quote, regex
 from guard.policies.common import PREFIX, in_namespace, policy, rule
 from guard.settings import Settings
@@ -22,6 +28,23 @@ NODE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 def archive_pattern(s: Settings) -> str:
     """`<ledger>-archive-<n>`, n = 1..999999: the archives guard.ledger_store creates."""
     return ledger_archive_pattern(s.ledger_configmap)
+
+
+def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
+    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` carries both archive labels (APP_LABEL and
+    COMPONENT_LABEL=ledger-archive, how readers find it), and no other carries that component.
+
+    `name`, `labels`: CEL for the object's name and its labels map. Without the label an archive
+    would be written and never counted; with it under another name a ConfigMap would be passed
+    off as the guard's.
+    """
+    component = f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('')"
+    app = f"{labels}[?{quote(APP_LABEL)}].orValue('')"
+    archive = quote(LEDGER_ARCHIVE_COMPONENT)
+    return (  # parenthesised: a ternary binds weaker than the `||` it is joined with
+        f"({name}.matches({regex(archive_pattern(s))}) ? "
+        f"({component} == {archive} && {app} == {quote(APP_NAME)}) : {component} != {archive})"
+    )
 
 
 def is_ledger(s: Settings) -> str:

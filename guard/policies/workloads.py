@@ -13,14 +13,16 @@ Case list (every request in the jobs namespace, whoever sends it):
   a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml)
   the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
 The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
-ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name).
+ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
+archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
+gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from guard.names import COMPONENT_LABEL
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, LEDGER_ARCHIVE_COMPONENT
 from guard.policies import agent, ledger
 from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.common import COMPONENT_OF, PREFIX, guard_user, in_namespace, policy, rule
@@ -159,6 +161,7 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
     variables = [
         ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
         ("name", "object.metadata.?name.orValue('')"),
+        ("labels", "object.metadata.?labels.orValue({})"),
     ]
     name = s.ledger_configmap
     checks = [
@@ -173,6 +176,13 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             f"variables.name.matches({regex(ledger.archive_pattern(s))})))",
             f"the guard writes only its ledger ConfigMap {name} and its archives "
             f"{name}-archive-<n>, in namespace {s.namespace}",
+        ),
+        Validation(
+            "request.resource.resource != 'configmaps' || "
+            + ledger.archive_labelled_as_named(s, "variables.name", "variables.labels"),
+            f"the guard's archives are named {name}-archive-<n> and labelled "
+            f"{APP_LABEL}={APP_NAME} and {COMPONENT_LABEL}={LEDGER_ARCHIVE_COMPONENT}; "
+            "no other ConfigMap carries that component label",
         ),
     ]
     sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]

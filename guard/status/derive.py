@@ -13,8 +13,9 @@ Which nodes get a row (first case wins):
 Every other node is not the guard's business right now and gets no row (a boot check not
 started yet, or one waiting for a person's uncordon, neither).
 
-Candidates (GPUs with a hardware Xid and GPU loss now) are listed above the table: pending ones
-(`guard.plan.pending`) and those whose loss held, with the isolation check's decision.
+Candidates (GPUs with a hardware Xid and GPU loss now, nodes whose driver/NVML mismatch the
+isolation check would cordon) are listed above the table: pending ones (`guard.plan.pending`) and
+those whose fault held, with the isolation check's decision; a mismatch with its agent's detail.
 
 Without Prometheus the return check runs a second time on a view where the node has an Xid of
 unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
@@ -44,11 +45,11 @@ from guard.actions import (
 )
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import released
+from guard.plan import mismatch, released
 from guard.plan.checks import plan_checks
 from guard.plan.common import guarded_nodes, keys
 from guard.plan.isolation import breaker_limit, plan_isolation
-from guard.plan.pending import pending
+from guard.plan.pending import PendingMismatch, Waiting, pending
 from guard.plan.returning import decision, is_repeat_fault_hold
 from guard.plan.unreadable import plan_unreadable
 from guard.prom_view import hold_window_s
@@ -257,15 +258,38 @@ def _last_reason(snap: Snapshot, node: str) -> str:
 def _candidates(
     snap: Snapshot, s: Settings, t: JobTemplates, freed: frozenset[str]
 ) -> tuple[Candidate, ...]:
-    waiting = [Candidate(p.node, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s, "pending")
-               for p in pending(snap, s)]  # fmt: skip
+    waiting = [_waiting(p) for p in pending(snap, s)]
     decided: dict[str, str] = {}
     for a in plan_isolation(snap, s, t, freed):
         if not isinstance(a, EmitEvent):
             decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
     held = [
-        Candidate(g.node, g.value, g.gpu, g.pci, g.uuid, snap.prom.held_s(g.node),
-                  hold_window_s(g.value, s), decided.get(g.node, "unreadable"))
+        Candidate(g.node, f"xid-{g.value}", g.value, g.gpu, g.pci, g.uuid,
+                  snap.prom.held_s(g.node), hold_window_s(g.value, s),
+                  decided.get(g.node, "unreadable"))
         for g in snap.prom.candidates
     ]  # fmt: skip
-    return tuple(sorted([*waiting, *held], key=lambda c: (c.node, c.gpu.zfill(4), c.xid)))
+    xid_nodes = {g.node for g in snap.prom.candidates}  # the Xid path decides those
+    if s.nvml_mismatch_cordon:
+        held += [
+            Candidate(n, mismatch.NVML_MISMATCH, None, None, None, None, snap.prom.nvml_held(n),
+                      s.nvml_hold_s, decided.get(n, "unreadable"), mismatch.seen(snap, n))
+            for n in snap.prom.nvml_candidates
+            if n not in xid_nodes
+        ]  # fmt: skip
+    return tuple(sorted([*waiting, *held], key=_order))
+
+
+def _waiting(p: Waiting) -> Candidate:
+    if isinstance(p, PendingMismatch):
+        return Candidate(p.node, p.reason, None, None, None, None, p.held_s, p.needs_s,
+                         "pending", p.detail)  # fmt: skip
+    return Candidate(p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s,
+                     "pending")  # fmt: skip
+
+
+def _order(c: Candidate) -> tuple[str, int, str, int]:
+    """By node, then GPU and Xid; a node's mismatch after its GPUs (as `pending` sorts)."""
+    if c.xid is None:
+        return c.node, 1, "", 0
+    return c.node, 0, (c.gpu or "").zfill(4), c.xid

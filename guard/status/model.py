@@ -8,8 +8,10 @@ JSON shape (every key always present; `null` where a value is unknown or does no
   breaker            {"guarded": int, "limit": int, "open": bool, "headroom": int}
   candidates         null without Prometheus; else a list of
                      {"node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s",
-                      "decision"}; decision "pending" (loss not held long enough yet) or the
-                     isolation check's word (cordon, breaker-open, one-per-cycle, …)
+                      "decision", "detail"}; decision "pending" (not held long enough yet) or
+                     the isolation check's word (cordon, breaker-open, one-per-cycle, …); a
+                     driver/NVML mismatch (reason nvml-mismatch) has xid, gpu, pci and uuid
+                     null and its agent's detail, an Xid a null detail
   nodes              a list of
                      {"node", "state", "runbook", "reason", "since", "gpu", "incidents",
                       "blocked_by", "next"}; gpu {"pci", "uuid"} or null, incidents
@@ -77,21 +79,26 @@ class NodeRow:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A GPU with a hardware Xid and GPU loss on its node: pending, or decided this cycle."""
+    """A GPU with a hardware Xid and GPU loss on its node, or a node with a driver/NVML
+    mismatch (no GPU, no Xid: `detail` says what its agent saw): pending, or decided this
+    cycle."""
 
     node: str
-    xid: int
-    gpu: str
-    pci: str
-    uuid: str
+    reason: str  # xid-48, nvml-mismatch
+    xid: int | None
+    gpu: str | None
+    pci: str | None
+    uuid: str | None
     held_s: int
     needs_s: int
     decision: str  # "pending", or the isolation check's word for the node
+    detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "reason": f"xid-{self.xid}", "xid": self.xid, "gpu": self.gpu,
+        return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
                 "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
-                "needs_s": self.needs_s, "decision": self.decision}  # fmt: skip
+                "needs_s": self.needs_s, "decision": self.decision,
+                "detail": self.detail}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ CANDIDATES_SHOWN = 20
 
 
 def render(r: Report, wide: bool = False) -> str:
-    lines = [*_prometheus(r), _breaker(r), *_candidates(r)]
+    lines = [*_prometheus(r), _breaker(r), *_candidates(r, wide)]
     if r.nodes:
         lines += ["", *_table(r, wide)]
         if not wide:
@@ -79,7 +79,7 @@ def _breaker(r: Report) -> str:
     return f"breaker: closed, {counted} ({more} allowed)"
 
 
-def _candidates(r: Report) -> list[str]:
+def _candidates(r: Report, wide: bool) -> list[str]:
     if r.candidates is None:
         why = "no --prometheus-url" if not r.prometheus.url else "Prometheus failed"
         return [f"pending candidates: unknown ({why})"]
@@ -89,20 +89,28 @@ def _candidates(r: Report) -> list[str]:
     held = len(r.candidates) - waiting
     head = f"pending candidates: {waiting}" + (f", {held} held long enough" if held else "")
     shown = r.candidates[:CANDIDATES_SHOWN]
-    rows = [[c.node, f"xid-{c.xid}", c.pci, f"loss held {c.held_s} of {c.needs_s} s",
-             _decided(c)] for c in shown]  # fmt: skip
+    rows = [[c.node, c.reason, c.pci or "-", f"{_held(c)} {c.held_s} of {c.needs_s} s",
+             _decided(c, wide)] for c in shown]  # fmt: skip
     out = [head, *("  " + line for line in _columns(None, rows))]
     if len(r.candidates) > len(shown):
         out.append(f"  … and {len(r.candidates) - len(shown)} more (-o json lists every one)")
     return out
 
 
-def _decided(c: Candidate) -> str:
+def _held(c: Candidate) -> str:
+    return "loss held" if c.xid is not None else "mismatch held"
+
+
+def _decided(c: Candidate, wide: bool) -> str:
     if c.decision == "pending":
-        return "pending"
-    if c.decision == "cordon":
-        return "held: the next cycle cordons it"
-    return f"held: {c.decision}"
+        word = "pending"
+    elif c.decision == "cordon":
+        word = "held: the next cycle cordons it"
+    else:
+        word = f"held: {c.decision}"
+    if c.detail is None:
+        return word
+    return f"{word}; {c.detail if wide else cut(c.detail)}"
 
 
 def _table(r: Report, wide: bool) -> list[str]:

@@ -1,10 +1,12 @@
-"""The fault ledger on a real kube-apiserver: concurrent writers, the 1 MiB limit, refusals.
+"""The fault ledger on a real kube-apiserver: concurrent writers, the 1 MiB limit, refusals, and
+`ledger count --from-cluster` counting what the guard counts.
 
 Writers run as the guard's ServiceAccount, so RBAC and the ConfigMap policy apply.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -14,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard import ledger_store
 from guard.actions import AppendLedgerLine
 from guard.apply import KubeExecutor
+from guard.evidence.cli import ledger as ledger_cli
 from guard.kube import Kube
 from guard.ledger import count, parse_ledger
 from guard.log import Log
@@ -161,6 +166,35 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     (event,) = node_events(admin, node)
     assert event["reason"] == "GuardLedgerArchived" and f"{LEDGER}-archive-1" in event["note"]
     assert [o.status for o in ex.outcomes] == ["applied", "applied"]  # the line, the Event
+
+
+WITH_ARCHIVES = REPO / "tests" / "fixtures" / "ledger" / "with-archives.yaml"
+
+
+def test_ledger_count_from_the_cluster_counts_the_archives_as_the_guard_does(
+    guard_kubeconfig, core, admin
+):
+    """The ledger, its archive (a line in both) and a look-alike without the archive label:
+    `ledger count --from-cluster`, run with the guard's own access, says what the guard's
+    snapshot counts."""
+    items = yaml.safe_load(WITH_ARCHIVES.read_text())["items"]
+    for cm in (i for i in items if i["kind"] == "ConfigMap"):
+        create(admin, cm)
+    card, node, pci = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d", "gpu-node-b", "0000:99:00.0"
+    result = CliRunner().invoke(ledger_cli, [
+        "count", "--uuid", card, "--node", node, "--pci", pci, "--from-cluster",
+        "--kubeconfig", str(guard_kubeconfig), "--namespace", NS, "--output", "json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert (out["same_card"], out["same_slot"], out.get("archives")) == (
+        4, 4, [f"{LEDGER}-archive-1"],
+    )  # fmt: skip
+    s = Settings(prometheus_url="http://127.0.0.1:9")
+    kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
+    snap = build_snapshot(START, read_cluster(kube, s), PromView(), s)
+    guard = count(snap.ledger, card, node, pci)
+    assert (guard.same_card, guard.same_slot) == (out["same_card"], out["same_slot"])
 
 
 def made_before_the_ledger_policy(

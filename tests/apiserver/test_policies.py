@@ -13,8 +13,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.settings import Settings
+from tests.apiserver import tally
 from tests.apiserver.deploy import BASE, Kubectl
-from tests.apiserver.kube import GUARD_NS, kustomize_documents, refusal
+from tests.apiserver.kube import GUARD_NS, api_error, kustomize_documents, refusal
 
 pytestmark = pytest.mark.apiserver
 
@@ -23,6 +24,13 @@ LEDGER = "gpu-fault-ledger"
 SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-guard-scope'"
 LEDGER_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-ledger'"
 LINE = "2026-03-02T04:10:00Z xid-79 0000:99:00.0 GPU-5f1c gpu-node-guard\n"
+APP = {"app.kubernetes.io/name": "gpu-node-guard"}
+ARCHIVE = {**APP, "app.kubernetes.io/component": "ledger-archive"}  # what ledger_store writes
+
+
+def labels_of(name: str) -> dict[str, str]:
+    """The labels the guard gives the ledger (`name` == LEDGER) or an archive."""
+    return APP if name == LEDGER else ARCHIVE
 
 
 @pytest.fixture
@@ -57,7 +65,8 @@ def test_guard_keeps_its_ledger_and_archives(
     guard: client.ApiClient, admin: client.ApiClient, name: str, no_ledger: None
 ) -> None:
     core = client.CoreV1Api(guard)
-    core.create_namespaced_config_map(GUARD_NS, {"metadata": {"name": name}, "data": {}})
+    meta = {"name": name, "labels": labels_of(name)}
+    core.create_namespaced_config_map(GUARD_NS, {"metadata": meta, "data": {}})
     stored = core.read_namespaced_config_map(name, GUARD_NS)
     stored.data = {"gpu-a.rack-1": LINE}
     core.replace_namespaced_config_map(name, GUARD_NS, stored)
@@ -85,12 +94,71 @@ def test_the_ledger_holds_only_text_keyed_by_node(
     no_ledger: None,
 ) -> None:  # fmt: skip
     api: client.ApiClient = request.getfixturevalue(who)
-    doc = {"metadata": {"name": name}, **body}
+    doc = {"metadata": {"name": name, "labels": labels_of(name)}, **body}
     status, message = refusal(
         lambda: client.CoreV1Api(api).create_namespaced_config_map(GUARD_NS, doc)
     )
     assert (status, LEDGER_POLICY in message) == (422, True), message
     assert f"ConfigMap {GUARD_NS}/{name}: refused: {says}" in message
+
+
+NAMED = "refused: the guard writes only its ledger ConfigMap"
+LABELLED = (
+    "refused: the guard's archives are named gpu-fault-ledger-archive-<n> and labelled "
+    "app.kubernetes.io/name=gpu-node-guard and app.kubernetes.io/component=ledger-archive; "
+    "no other ConfigMap carries that component label"
+)
+OTHER = {**APP, "app.kubernetes.io/component": "ledger"}
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "says"),
+    [
+        pytest.param(f"{LEDGER}-archive-1", {}, LABELLED, id="archive-without-labels"),
+        pytest.param(f"{LEDGER}-archive-2", APP, LABELLED, id="archive-without-the-component"),
+        pytest.param(f"{LEDGER}-archive-3", {"app.kubernetes.io/component": "ledger-archive"},
+                     LABELLED, id="archive-without-the-app-label"),
+        pytest.param(f"{LEDGER}-archive-4", OTHER, LABELLED, id="archive-of-another-component"),
+        pytest.param(LEDGER, ARCHIVE, LABELLED, id="the-ledger-labelled-as-an-archive"),
+        pytest.param(f"{LEDGER}-archive-0", ARCHIVE, NAMED, id="labelled-under-an-archive-n-0"),
+        pytest.param(f"{LEDGER}-archive-x", ARCHIVE, NAMED, id="labelled-under-another-name"),
+        pytest.param("gpu-node-guard-notes", ARCHIVE, NAMED, id="labelled-any-configmap"),
+    ],
+)  # fmt: skip
+def test_an_archive_needs_its_name_and_its_labels_together(
+    guard: client.ApiClient, name: str, labels: dict[str, str], says: str, no_ledger: None
+) -> None:
+    """A stolen guard token cannot write a ConfigMap the readers would take for an archive, or
+    an archive they would never find."""
+    doc = {"metadata": {"name": name, "labels": labels}, "data": {"gpu-a": LINE}}
+    status, message = refusal(
+        lambda: client.CoreV1Api(guard).create_namespaced_config_map(GUARD_NS, doc)
+    )
+    tally.record("guard", "ledger ConfigMaps", status == 422 and SCOPE in message)
+    assert (status, SCOPE in message) == (422, True), message
+    assert f"ConfigMap {GUARD_NS}/{name}: {says}" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "labels"),
+    [pytest.param(f"{LEDGER}-archive-5", APP, id="an-archive-loses-its-component"),
+     pytest.param(LEDGER, ARCHIVE, id="the-ledger-takes-the-archive-label")],
+)  # fmt: skip
+def test_an_update_keeps_name_and_labels_together(
+    guard: client.ApiClient, name: str, labels: dict[str, str], no_ledger: None
+) -> None:
+    core = client.CoreV1Api(guard)
+    meta = {"name": name, "labels": labels_of(name)}
+    core.create_namespaced_config_map(GUARD_NS, {"metadata": meta, "data": {}})
+    stored = core.read_namespaced_config_map(name, GUARD_NS)
+    stored.metadata.labels = labels
+    try:
+        core.replace_namespaced_config_map(name, GUARD_NS, stored)
+        status, message = 200, ""
+    except ApiException as exc:
+        status, message = api_error(exc)
+    tally.record("guard", "ledger ConfigMaps", status == 422 and SCOPE in message)
+    assert (status, LABELLED in message) == (422, True), message
 
 
 def test_the_ledger_cannot_become_binary_on_update(

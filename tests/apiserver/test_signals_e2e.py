@@ -1,7 +1,8 @@
 """A driver/NVML mismatch end to end: a real kube-apiserver with the guard's RBAC and admission
 policies, a real Prometheus with the node agent's and kube-state-metrics' series, the guard run
 as its own ServiceAccount. The node is isolated without a reboot, comes back only after one,
-with its kube-proxy and CNI pods Ready and a passed load test; a person's uncordon sticks.
+with its kube-proxy and CNI pods Ready and a passed load test; a lost cordon Event is written
+again; a person's uncordon sticks.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ REBOOTED_S = ONSET_S + 20 * 60  # the agent reports the match from the new boot
 PROXY_READY_S = ONSET_S + 35 * 60  # kube-proxy came up late after the reboot
 RETURN_AT = ONSET + timedelta(minutes=40)
 FAILED = AGENT_DETAIL[AGENT_FAIL][1]
+CHECKED = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-mismatch-00000000"}
 
 
 def pods() -> tuple[PodTimeline, ...]:
@@ -89,6 +91,9 @@ def gpu_node(
 
     def make(name: str) -> str:
         made.append(make_gpu_node(core, name, boot="boot-1", allocatable=8))
+        # its boot passed the after-reboot check: the plan is the mismatch's alone
+        checked = {"metadata": {"annotations": CHECKED}}
+        core.patch_node(name, checked, _content_type=MERGE_PATCH)
         return name
 
     yield make
@@ -118,6 +123,7 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     found = core.read_node(node)
     assert found.spec.unschedulable is True
     assert guard_notes(found) == {
+        **CHECKED,
         KEYS.reason: "nvml-mismatch",
         KEYS.at: f"{HELD_AT:%Y-%m-%dT%H:%M:%SZ}",
         KEYS.boot_id: "boot-1",  # the boot it had: isolated without a reboot
@@ -133,6 +139,14 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
         ("event", "same-boot"),
         ("skip", "already-cordoned"),
     ]
+    # The cordon Event lost (the API server went away right after the cordon): the next cycle
+    # writes it again under the same name, though the cordon names no GPU.
+    client.EventsV1Api(admin).delete_namespaced_event(event["metadata"]["name"], "default")
+    repaired = run_guard(prom, guard_kubeconfig, HELD_AT + timedelta(minutes=5)).plan
+    assert ("event", "repair-event") in mine(repaired, node)
+    (back,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
+    assert back["metadata"]["name"] == event["metadata"]["name"]
+    assert back["type"] == "Warning" and "written late" in back["note"]
 
     set_status(core, node, boot="boot-2", allocatable=8)  # rebooted into the installed driver
     waiting = run_guard(prom, guard_kubeconfig, RETURN_AT - timedelta(minutes=8)).plan
@@ -149,7 +163,8 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     found = core.read_node(node)
     assert not found.spec.unschedulable
     assert guard_notes(found) == {
-        KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"
+        **CHECKED,
+        KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}",
     }
 
 
@@ -170,7 +185,8 @@ def test_a_persons_uncordon_of_a_mismatch_cordon_sticks_in_that_boot(
         ("skip", "already-guarded"),  # this cycle's snapshot still has the cordon's reason
     ]
     assert guard_notes(core.read_node(node)) == {
-        KEYS.cancelled: f"boot-1 - nvml-mismatch {later:%Y-%m-%dT%H:%M:%SZ}"
+        **CHECKED,
+        KEYS.cancelled: f"boot-1 - nvml-mismatch {later:%Y-%m-%dT%H:%M:%SZ}",
     }
     still = run_guard(prom, guard_kubeconfig, later + timedelta(minutes=5)).plan
     assert mine(still, node) == [("skip", "cancelled")]

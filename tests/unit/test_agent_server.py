@@ -77,7 +77,7 @@ def test_status_changes_are_logged_once_each(tmp_path: Path) -> None:
         ["INFO", "agent-check", "node=n", "check=nvidia-match"],
         ["INFO", "agent-check", "node=n", "check=ipvs-loaded"],
         ["INFO", "agent-check", "node=n", "check=dns-upstream"],
-        ["WARNING", "agent-check", "node=n", "check=nvidia-match"],
+        ["WARN", "agent-check", "node=n", "check=nvidia-match"],
     ]
     assert "status=FAIL" in lines[-1] and 'check="nvidia-match"} 0' in page.get()[0]
 

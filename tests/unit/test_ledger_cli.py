@@ -10,7 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from guard.evidence.cli import ledger
+from guard.ledger import count as ledger_count
+from guard.model import PromView
 from guard.ports import free_port
+from guard.settings import Settings
+from guard.snapshot import build_snapshot, load_cluster_file
+from tests.builders import NOW
 
 LEDGERS = Path(__file__).resolve().parents[1] / "fixtures" / "ledger"
 CARD_B = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -66,6 +71,23 @@ def test_manual_lines_count_and_unparsed_lines_are_reported_not_dropped() -> Non
     assert out["last_card_incident"] == "2026-09-21T05:52:44Z"
 
 
+def test_a_list_counts_the_archives_as_the_guard_does() -> None:
+    """The ledger, its archive (a line in both counted once), not the unlabelled look-alike: the
+    count the guard's own snapshot of the same file makes."""
+    out = count_json(CARD_B, "gpu-node-b", "0000:99:00.0", "with-archives.yaml")
+    assert (out["same_card"], out["same_slot"], out["parsed_lines"]) == (4, 4, 4)
+    assert out["archives"] == ["gpu-fault-ledger-archive-1"]
+    assert out["last_card_incident"] == "2026-09-21T05:52:44Z"
+    s = Settings(prometheus_url="http://127.0.0.1:9")
+    snap = build_snapshot(NOW, load_cluster_file(LEDGERS / "with-archives.yaml", s), PromView(), s)
+    guard = ledger_count(snap.ledger, CARD_B, "gpu-node-b", "0000:99:00.0")
+    assert (guard.same_card, guard.same_slot) == (out["same_card"], out["same_slot"])
+    code, text = count("--uuid", CARD_B, "--node", "gpu-node-b", "--pci", "0000:99:00.0",
+                       "--ledger", str(LEDGERS / "with-archives.yaml"))  # fmt: skip
+    assert code == 0
+    assert text.splitlines()[-1] == "archives counted with the ledger: gpu-fault-ledger-archive-1"
+
+
 def test_text_output() -> None:
     code, output = count(
         "--uuid", CARD_B, "--node", "gpu-node-b", "--pci", "0000:99:00.0",
@@ -96,6 +118,9 @@ def test_text_output() -> None:
                      "broken.yaml:3: not YAML or JSON", id="broken-yaml"),
         pytest.param(["--ledger", str(LEDGERS / "missing.yaml")], 2, "does not exist",
                      id="missing-file"),
+        pytest.param(["--ledger", str(LEDGERS / "with-archives.yaml"), "--configmap", "other"], 1,
+                     "with-archives.yaml: a List without ConfigMap other or its archives",
+                     id="list-without-the-ledger"),
     ],
 )  # fmt: skip
 def test_bad_ledger_input_is_one_line(args: list[str], code: int, message: str) -> None:

@@ -76,6 +76,14 @@ def test_a_field_may_not_take_a_key_the_line_owns(key):
         lines("json", lambda log: log.emit("skip", {key: "x"}))
 
 
+@pytest.mark.parametrize("level", ["WARNING", "warn", "DEBUG"])
+def test_a_line_has_one_of_three_level_words(level):
+    """INFO, WARN, ERROR in every program (the guard, its Jobs, the node agent): a grep for
+    ``WARN`` finds every warning."""
+    with pytest.raises(ValueError, match="not one of ERROR, INFO, WARN"):
+        lines("text", lambda log: log.emit("agent-check", {"node": "n"}, level))
+
+
 def test_decisions_beyond_the_first_of_their_kind_become_one_summary_line():
     def write(log: Log) -> None:
         for i in range(DECISION_LINES + 5):

@@ -5,11 +5,12 @@ cycle, the return of a conformance cordon, and the unreadable results in between
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
 from guard.actions import Cordon, CreateJob, EmitEvent, RecordBoot, Skip, Uncordon
-from guard.model import Finding, JobInfo, JobResult, Snapshot
+from guard.model import Finding, GuardEvent, JobInfo, JobResult, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.checks import plan_checks
 from guard.plan.returning import plan_return
@@ -246,6 +247,35 @@ RCF = next(a.name for a in returns(snapshot(cordoned_for_conformance(), ledger={
 )  # fmt: skip
 def test_conformance_cordon_return(snap: Snapshot, changes: dict, expected: list) -> None:
     assert brief(returns(snap, **changes)) == expected
+
+
+@pytest.mark.parametrize(
+    ("minutes_later", "kept", "rewritten"),
+    [
+        pytest.param(10, False, True, id="lost-event-written-again-under-its-name"),
+        pytest.param(10, True, False, id="event-there-nothing"),
+        pytest.param(55, False, False, id="too-old-it-may-have-expired"),
+    ],
+)
+def test_a_lost_conformance_cordon_event_is_written_again(minutes_later, kept, rewritten) -> None:
+    """The Event the cordon wrote is missing from the next cycle's snapshot: the return check
+    writes it again under the same name (the API server keeps Events 1 h)."""
+    cordon, event = checks(snapshot(serving(), jobs=(done(CF, "failed", FAILED),)))
+    n = node("b", cordoned=True, boot="boot-2", extra=dict(cordon.annotations))
+    events = (GuardEvent(event.name, "b", "GuardCordoned", 1),) if kept else ()
+    later = replace(snapshot(n, ledger={}), now=NOW + timedelta(minutes=minutes_later),
+                    events=events)  # fmt: skip
+    repairs = [a for a in returns(later) if isinstance(a, EmitEvent) and a.reason == "repair-event"]
+    assert len(repairs) == rewritten
+    if rewritten:
+        (again,) = repairs
+        assert (again.name, again.event_reason, again.event_type) == (
+            event.name, "GuardCordoned", "Warning",
+        )  # fmt: skip
+        assert again.message == (
+            f"cordoned by gpu-node-guard at {NOW_S}: conformance failed on boot boot-2: "
+            f"ipvs-loaded, ipvs-persist; job/{CF} (Event written late: its first write failed)"
+        )
 
 
 def test_the_return_records_the_boot_that_passed() -> None:

@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 
 from guard.log import format_line
-from guard.plan.pending import Pending, pending
-from tests.builders import PCI, UUID, gpu, node, settings, snapshot
+from guard.model import AgentCheck
+from guard.plan.pending import Pending, PendingMismatch, pending
+from tests.builders import PCI, UUID, Signals, gpu, node, settings, snapshot
 
 S = settings()  # hold 600 s, fast hold 120 s for Xid 79
+SEEN = "module 580.126.09 != NVML 580.159.03 (/usr/lib/x86_64-linux-gnu)"
+
+
+def failing(*nodes, seconds: int, **kw):
+    """Node "b"'s agent says nvidia-match FAIL, seen at every step for `seconds`."""
+    agent = (AgentCheck("b", "FAIL", SEEN),)
+    return snapshot(*nodes, signals=Signals(failing={"b": seconds}, agent=agent), **kw)
 
 
 @pytest.mark.parametrize(
@@ -62,9 +70,56 @@ def test_pending_candidates(snap, expected):
     assert list(pending(snap, S)) == expected
 
 
+@pytest.mark.parametrize(
+    ("snap", "changes", "expected"),
+    [
+        pytest.param(
+            failing(node("b"), seconds=120), {}, [PendingMismatch("b", SEEN, 120, 600)],
+            id="mismatch-held-2-of-10-minutes",
+        ),
+        pytest.param(
+            failing(node("b"), seconds=120), {"nvml_mismatch_hold_s": 1800},
+            [PendingMismatch("b", SEEN, 120, 1800)], id="its-own-hold-setting",
+        ),
+        pytest.param(
+            failing(node("b"), seconds=600), {}, [], id="held-for-the-whole-hold-is-a-candidate"
+        ),
+        pytest.param(
+            failing(node("b"), seconds=120), {"nvml_mismatch_cordon": False}, [],
+            id="no-cordon-to-wait-for-when-the-mismatch-cordon-is-off",
+        ),
+        pytest.param(
+            failing(node("b", cordoned=True), seconds=120), {}, [], id="cordoned-per-the-api"
+        ),
+        pytest.param(
+            failing(node("b"), seconds=120, cordoned=("b",)), {}, [],
+            id="cordoned-per-kube-state-metrics",
+        ),
+        pytest.param(
+            failing(node("b"), seconds=120, hardware=(gpu("b", 48),), loss={"b": 60}), {},
+            [Pending("b", 48, "4", PCI, UUID, 60, 600), PendingMismatch("b", SEEN, 120, 600)],
+            id="a-nodes-mismatch-after-its-gpus",
+        ),
+    ],
+)  # fmt: skip
+def test_pending_mismatches(snap, changes, expected):
+    assert list(pending(snap, settings(**changes))) == expected
+
+
 def test_the_pending_line_says_held_and_needed_seconds():
     (p,) = pending(snapshot(node("gpu-3"), hardware=(gpu("gpu-3", 48),), loss={"gpu-3": 360}), S)
     assert format_line(*p.log_line()) == (
         f"pending node=gpu-3 reason=xid-48 gpu={PCI} held_s=360 needs_s=600 "
         'next="cordon candidate if the GPU loss holds 240s more"'
     )
+
+
+def test_the_pending_line_of_a_mismatch_says_what_the_agent_saw():
+    (p,) = pending(failing(node("b"), seconds=120), S)
+    assert format_line(*p.log_line()) == (
+        f'pending node=b reason=nvml-mismatch detail="{SEEN}" held_s=120 needs_s=600 '
+        'next="cordon candidate if the mismatch holds 480s more"'
+    )
+    assert p.to_json() == {"node": "b", "reason": "nvml-mismatch", "xid": None, "gpu": None,
+                           "pci": None, "uuid": None, "held_s": 120, "needs_s": 600,
+                           "detail": SEEN}  # fmt: skip

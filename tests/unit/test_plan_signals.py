@@ -3,19 +3,26 @@ returns only with its agent's match and its kube-proxy and CNI pods Ready (retur
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
+
 import pytest
 
 from guard.actions import ClearGuardAnnotations, Cordon, CreateJob, EmitEvent, Skip
-from guard.model import AgentCheck, JobInfo, ServicePod, Snapshot
+from guard.model import AgentCheck, GuardEvent, JobInfo, ServicePod, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.policies import argv
+from guard.runbook import Section
+from guard.states import state_of
 from guard.status.derive import report
 from guard.status.model import Sight
+from guard.status.render import render
 from tests.builders import (
     CORDON_AT,
     KEYS,
+    NOW,
     TEMPLATES,
     Signals,
     brief,
@@ -200,6 +207,38 @@ def test_a_mismatch_waiting_behind_an_xid_says_so():
     skip = plan_isolation(snap, settings(), TEMPLATES)[-1]
     assert skip == Skip("b", "one-per-cycle", "nvml-mismatch waits behind a",
                         "considered again next cycle")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("minutes_later", "kept", "rewritten"),
+    [
+        pytest.param(10, False, True, id="lost-event-written-again-under-its-name"),
+        pytest.param(10, True, False, id="event-there-nothing"),
+        pytest.param(55, False, False, id="too-old-it-may-have-expired"),
+    ],
+)
+def test_a_lost_mismatch_cordon_event_is_written_again(minutes_later, kept, rewritten):
+    """The Event the cordon wrote is missing from the next cycle's snapshot: the return check
+    writes it again under the same name (the API server keeps Events 1 h)."""
+    cordon, event = plan_isolation(mismatched(node("b")), settings(), TEMPLATES)
+    assert isinstance(cordon, Cordon) and isinstance(event, EmitEvent)
+    n = node("b", cordoned=True, extra=dict(cordon.annotations))
+    events = (GuardEvent(event.name, "b", "GuardCordoned", 1),) if kept else ()
+    later = replace(returning(n), now=NOW + timedelta(minutes=minutes_later), events=events)
+    plan = plan_return(later, settings(), TEMPLATES)
+    repairs = [a for a in plan if isinstance(a, EmitEvent) and a.reason == "repair-event"]
+    assert len(repairs) == rewritten
+    if rewritten:
+        (again,) = repairs
+        assert (again.name, again.event_reason, again.event_type) == (
+            event.name, "GuardCordoned", "Warning",
+        )  # fmt: skip
+        assert again.message == (
+            "cordoned by gpu-node-guard at 2026-09-21T05:55:00Z: the NVIDIA kernel module and "
+            "the NVML library differ, so new CUDA and NVML processes fail here; let its GPU jobs "
+            "end, reboot it into the installed driver; it returns after the load test (Event "
+            "written late: its first write failed)"
+        )
 
 
 # ---- return ---------------------------------------------------------------------------------
@@ -471,3 +510,51 @@ def test_status_states_of_the_node_signals(snap, expected):
     assert row.runbook == f"docs/runbook.md#{expected[0]}"
     if expected[0] == "cancelled-by-a-person":
         assert row.gpu is None and row.next == "re-arms on a new boot"
+
+
+def candidates(snap: Snapshot, **changes):
+    r = report(snap, settings(**changes), TEMPLATES, Sight("http://prom.test:9090"))
+    assert r.candidates is not None
+    return [(c.node, c.reason, c.xid, c.pci, c.held_s, c.needs_s, c.decision, c.detail)
+            for c in r.candidates]  # fmt: skip
+
+
+def test_status_lists_a_held_mismatch_with_the_isolation_checks_word_and_the_agents_detail():
+    behind_breaker = mismatched(*guarded(5), node("b"))
+    assert candidates(behind_breaker) == [
+        ("b", "nvml-mismatch", None, None, 660, 600, "breaker-open", SEEN)
+    ]
+    assert state_of("breaker-open") is Section.BREAKER_OPEN
+    behind_xid = snapshot(
+        node("a"), node("b"), candidates=(gpu("a", 79, index=0),), held={"a": 300},
+        loss={"a": 300}, signals=Signals(nvml={"b": 660}, agent=(FAIL,)),
+    )  # fmt: skip
+    assert candidates(behind_xid) == [
+        ("a", "xid-79", 79, "0000:99:00.0", 300, 120, "cordon", None),
+        ("b", "nvml-mismatch", None, None, 660, 600, "one-per-cycle", SEEN),
+    ]
+    assert candidates(mismatched(node("b"))) == [
+        ("b", "nvml-mismatch", None, None, 660, 600, "cordon", SEEN)
+    ]
+    assert candidates(mismatched(node("b")), nvml_mismatch_cordon=False) == []
+
+
+def test_status_lists_a_mismatch_not_held_yet_as_pending():
+    snap = snapshot(node("b"), signals=Signals(failing={"b": 120}, agent=(FAIL,)))
+    assert candidates(snap) == [("b", "nvml-mismatch", None, None, 120, 600, "pending", SEEN)]
+
+
+def test_status_text_and_json_of_a_mismatch_candidate():
+    r = report(mismatched(*guarded(5), node("b")), settings(), TEMPLATES,
+               Sight("http://prom.test:9090"))  # fmt: skip
+    lines = render(r).splitlines()
+    assert lines[1:3] == [
+        "pending candidates: 0, 1 held long enough",
+        "  b  nvml-mismatch  -  mismatch held 660 of 600 s  "
+        "held: breaker-open; module 580.126.09 != NVML 580.159.03 (/usr/lib/…",
+    ]
+    assert f"held: breaker-open; {SEEN}" in render(r, wide=True)
+    assert r.to_json()["candidates"] == [
+        {"node": "b", "reason": "nvml-mismatch", "xid": None, "gpu": None, "pci": None,
+         "uuid": None, "held_s": 660, "needs_s": 600, "decision": "breaker-open", "detail": SEEN}
+    ]  # fmt: skip

@@ -325,7 +325,7 @@ def test_json_is_typed_and_stable():
     assert doc["breaker"] == {"guarded": 3, "limit": 5, "open": False, "headroom": 2}
     assert doc["candidates"] == [
         {"node": "gpu-node-d", "reason": "xid-48", "xid": 48, "gpu": "2", "pci": PCI,
-         "uuid": UUID, "held_s": 360, "needs_s": 600, "decision": "pending"}
+         "uuid": UUID, "held_s": 360, "needs_s": 600, "decision": "pending", "detail": None}
     ]  # fmt: skip
     assert doc["nodes"][0] == {
         "node": "gpu-node-a",

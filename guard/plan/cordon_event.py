@@ -1,0 +1,62 @@
+"""The cordon's `GuardCordoned` Event, written again when the cycle that cordoned lost it.
+
+The Event's name is ``<node>.gng-<digest of node, GuardCordoned, cordon time>`` (guard.events),
+and the cordon time is on the node (`auto-cordon-at`), so a later cycle knows the name of the
+Event every cordon wrote, whatever its reason. Case list, for a guard-cordoned node:
+  no cordon time recorded                     → nothing (no name to look for)
+  the snapshot lists an Event of that name    → nothing
+  the cordon is older than `EVENT_REPAIR_S`   → nothing: the Event may simply have expired
+  otherwise                                   → the Event again, same name, its message said
+                                                from the node's records:
+    an Xid cordon                             → the Xid, the GPU and the evidence Job
+    nvml-mismatch                             → the mismatch and the next step (the agent's
+                                                detail is today's, not the cordon's: left out)
+    conformance-<item>                        → the boot and the items of `conformance-failed`
+    another reason                            → the reason
+"""
+
+from __future__ import annotations
+
+from guard import ledger
+from guard.actions import EmitEvent
+from guard.model import CordonRecord, NodeInfo, Snapshot
+from guard.plan import mismatch
+from guard.plan.check_jobs import is_conformance_cordon
+
+# The API server keeps an Event 1 h after its last write (--event-ttl); re-emitting a cordon Event
+# later than this could recreate one that simply expired.
+EVENT_REPAIR_S = 50 * 60
+LATE = "(Event written late: its first write failed)"
+
+
+def if_lost(snap: Snapshot, event: EmitEvent, c: CordonRecord) -> tuple[EmitEvent, ...]:
+    """`event` when the cordon's Event is missing and young enough to be lost, not expired."""
+    if c.at is None or (snap.now - c.at).total_seconds() > EVENT_REPAIR_S:
+        return ()
+    return () if any(e.name == event.name for e in snap.events) else (event,)
+
+
+def xid_event(node: str, c: CordonRecord, job: str) -> EmitEvent:
+    assert c.at is not None and c.gpu is not None
+    return _event(node, c, f"Xid {c.xid} on GPU {c.gpu.pci} {c.gpu.uuid}; evidence job/{job}")
+
+
+def gpuless_event(node: NodeInfo, c: CordonRecord) -> EmitEvent:
+    """A cordon without a GPU: nvml-mismatch, conformance-<item>, another reason word."""
+    what = c.reason
+    if c.reason == mismatch.NVML_MISMATCH:
+        what = (
+            "the NVIDIA kernel module and the NVML library differ, so new CUDA and NVML "
+            f"processes fail here; {mismatch.CORDON_NEXT}"
+        )
+    elif is_conformance_cordon(c) and node.conformance_failed is not None:
+        f = node.conformance_failed
+        what = f"conformance failed on boot {c.boot_id}: {', '.join(f.items)}; {f.job}"
+    return _event(node.name, c, what)
+
+
+def _event(node: str, c: CordonRecord, what: str) -> EmitEvent:
+    assert c.at is not None
+    at = ledger.format_time(c.at)
+    return EmitEvent(node, "repair-event", "Warning", "GuardCordoned",
+                     f"cordoned by gpu-node-guard at {at}: {what} {LATE}", incident=at)  # fmt: skip
