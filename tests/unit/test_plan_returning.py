@@ -226,70 +226,38 @@ def test_human_uncordon_is_a_recorded_cancel(snap, expected):
 
 
 RESET_FIX = f'after the GPU reset or power cycle, annotate {KEYS.reset_done}="$(date -u +%FT%TZ) …"'
+NO_RECORDED_BOOT = f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
 
 
 @pytest.mark.parametrize(
-    ("snap", "expected"),
+    ("snap", "detail"),
     [
         pytest.param(
             snapshot(back_node(cordon_boot=None)),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            f"{NO_RECORDED_BOOT}no {KEYS.reset_done}",
             id="missing-recorded-boot-id-is-not-a-reboot",
         ),
         pytest.param(
             snapshot(back_node(cordon_boot="")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            f"{NO_RECORDED_BOOT}no {KEYS.reset_done}",
             id="empty-recorded-boot-id-is-not-a-reboot",
         ),
         pytest.param(
             snapshot(back_node(boot="")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"node reports no bootID: a reboot cannot be proven; no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            f"node reports no bootID: a reboot cannot be proven; no {KEYS.reset_done}",
             id="node-without-boot-id-is-not-a-reboot",
         ),
         pytest.param(
             snapshot(back_node(cordon_boot=None, reset_done="2026-09-21T04:40:00Z by alice")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"{KEYS.reset_done}='2026-09-21T04:40:00Z by alice' is from before the "
-                    f"cordon at {CORDON_AT}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            f"{NO_RECORDED_BOOT}{KEYS.reset_done}='2026-09-21T04:40:00Z by alice' is from before "
+            f"the cordon at {CORDON_AT}",
             id="missing-boot-id-and-reset-done-from-before-the-cordon",
         ),
     ],
 )
-def test_missing_boot_id_never_counts_as_a_reboot(snap, expected):
+def test_missing_boot_id_never_counts_as_a_reboot(snap, detail):
+    """The whole plan is one WARN skip saying what is missing and how to go on."""
+    expected = (Skip("b", "boot-unknown", detail, RESET_FIX, "WARN"),)
     assert plan_return(snap, settings(), TEMPLATES) == expected
 
 
