@@ -31,16 +31,14 @@ from tests.apiserver.guard_run import (
     RETURN_AT,
     T0,
     faulted,
-    forget_guard_state,
     guard_jobs,
     ledger_text,
-    make_gpu_node,
     mine,
     run_guard,
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import JOBS_NS, MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.builders import TEMPLATES
 
 pytestmark = pytest.mark.apiserver
@@ -60,32 +58,6 @@ def prom() -> Iterator[LocalPrometheus]:
     nodes = (faulted(n, ((CORDONED_S, 1),) if n == BUSY_POD.node else ()) for n in SCENARIO_NODES)
     with scenario_prometheus(*nodes, pods=(BUSY_POD,)) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
-
-
-@pytest.fixture
-def gpu_node(
-    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
-) -> Iterator[Any]:
-    made: list[str] = []
-
-    def make(name: str, *, boot: str = "boot-1", allocatable: int = 7) -> str:
-        made.append(make_gpu_node(core, name, boot=boot, allocatable=allocatable))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
 
 
 def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(

@@ -21,18 +21,14 @@ from guard.example.promserver import LocalPrometheus
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
-    NS,
     T0,
     faulted,
-    forget_guard_state,
     guard_cordoned,
-    make_gpu_node,
     mine,
     node_events,
     run_guard,
     scenario_prometheus,
 )
-from tests.apiserver.kube import ControlPlane
 from tests.apiserver.kubectl import HOW_TO_BUILD, find_kubectl, run_kubectl
 from tests.tiers import unavailable
 
@@ -54,25 +50,6 @@ def kubectl() -> Path:
     return found
 
 
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def nodes(admin: client.ApiClient, deployed: ControlPlane) -> Iterator[Any]:
-    core, made = client.CoreV1Api(admin), []
-
-    def make(name: str, **kw: Any) -> str:
-        made.append(make_gpu_node(core, name, **kw))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
-
-
 def events_section(describe: str) -> list[str]:
     """The rows under ``Events:`` of `kubectl describe`, header and rule left out."""
     rows = describe.split("\nEvents:", 1)[1].splitlines()
@@ -80,9 +57,9 @@ def events_section(describe: str) -> list[str]:
 
 
 def test_kubectl_describe_node_and_kubectl_events_show_the_cordon(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl
 ):
-    node = nodes("ev-cordon")
+    node = gpu_node("ev-cordon")
     run_guard(prom, guard_kubeconfig, ISOLATE_AT)
     (event,) = node_events(admin, node)
     assert event["regarding"]["uid"] == client.CoreV1Api(admin).read_node(node).metadata.uid
@@ -102,12 +79,12 @@ def test_kubectl_describe_node_and_kubectl_events_show_the_cordon(
 
 
 def test_a_condition_seen_every_cycle_is_one_event_whose_series_counts_up(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl
 ):
     # One node already carries the guard's cordon (an hour ago): with a limit of one the breaker
     # is open, and the faulted neighbour's GuardBreakerOpen Event repeats every cycle.
-    nodes("ev-held", allocatable=8, annotations=guard_cordoned(T0 - timedelta(hours=1)))
-    node = nodes("ev-breaker")
+    gpu_node("ev-held", allocatable=8, annotations=guard_cordoned(T0 - timedelta(hours=1)))
+    node = gpu_node("ev-breaker")
     cycles = [ISOLATE_AT + n * CYCLE for n in range(3)]
     for at in [*cycles, cycles[-1]]:  # the last instant twice: a second run at the same time
         plan = run_guard(prom, guard_kubeconfig, at, "--breaker-max-nodes", "1").plan
@@ -124,9 +101,9 @@ def test_a_condition_seen_every_cycle_is_one_event_whose_series_counts_up(
 
 
 def test_a_lost_cordon_event_is_written_again_by_the_next_cycle(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl
 ):
-    node = nodes("ev-lost")
+    node = gpu_node("ev-lost")
     run_guard(prom, guard_kubeconfig, ISOLATE_AT)
     (lost,) = node_events(admin, node)
     client.EventsV1Api(admin).delete_namespaced_event(lost["metadata"]["name"], "default")

@@ -42,11 +42,9 @@ from tests.apiserver.guard_run import (
     NS,
     T0,
     faulted,
-    forget_guard_state,
     guard_cordoned,
     guard_jobs,
     healthy,
-    make_gpu_node,
     mine,
     node_events,
     outcomes,
@@ -157,20 +155,6 @@ def admin(plane: tuple[ControlPlane, Restartable]) -> Iterator[client.ApiClient]
         yield api
 
 
-@pytest.fixture
-def nodes(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
-    core, made = client.CoreV1Api(admin), []
-
-    def make(name: str, **kw: Any) -> str:
-        made.append(make_gpu_node(core, name, **kw))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
-
-
 @dataclass
 class DownAfter(Kube):
     """A real client that stops the API server right after one kind of write returns."""
@@ -227,9 +211,9 @@ def back_up(plane: tuple[ControlPlane, Restartable], admin: client.ApiClient) ->
 
 
 def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once(
-    plane, prom, guard_kubeconfig, nodes, admin
+    plane, prom, guard_kubeconfig, gpu_node, admin
 ):
-    node = nodes("f-cordon")
+    node = gpu_node("f-cordon")
     kube = DownAfter.around(Kube.connect(str(guard_kubeconfig), in_cluster=False), "cordon",
                             plane[1].stop)  # fmt: skip
     first = cycle_in_process(kube, prom, ISOLATE_AT)
@@ -275,9 +259,9 @@ def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once
 
 
 def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created_once(
-    plane, prom, guard_kubeconfig, nodes, admin
+    plane, prom, guard_kubeconfig, gpu_node, admin
 ):
-    node = nodes("f-ledger")
+    node = gpu_node("f-ledger")
     kube = DownAfter.around(Kube.connect(str(guard_kubeconfig), in_cluster=False), "ledger",
                             plane[1].stop)  # fmt: skip
     first = cycle_in_process(kube, prom, ISOLATE_AT)
@@ -305,9 +289,9 @@ def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created
 
 @pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
 def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
-    prom, guard_kubeconfig, nodes, admin, apart_s
+    prom, guard_kubeconfig, gpu_node, admin, apart_s
 ):
-    a, b = nodes("f-race-a"), nodes("f-race-b")
+    a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
 
     def argv(at: Any) -> list[str]:
         return [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url,
@@ -337,10 +321,10 @@ def one_per_cordon(admin: client.ApiClient, nodes: tuple[str, ...]) -> str:
 
 @pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
 def test_two_runs_planned_from_one_read_and_written_in_lockstep_cordon_once(
-    prom, guard_kubeconfig, nodes, admin, apart_s
+    prom, guard_kubeconfig, gpu_node, admin, apart_s
 ):
     """The worst interleaving, forced: both runs read before either writes, then alternate."""
-    a, b = nodes("f-race-a"), nodes("f-race-b")
+    a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
     s = Settings(prometheus_url=prom.url, breaker_max_nodes=1)
     executors, plans = [], []
     for at in (ISOLATE_AT, ISOLATE_AT + timedelta(seconds=apart_s)):
@@ -362,16 +346,16 @@ def test_two_runs_planned_from_one_read_and_written_in_lockstep_cordon_once(
 
 
 def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
-    prom, guard_kubeconfig, nodes, admin
+    prom, guard_kubeconfig, gpu_node, admin
 ):
     # f-return passed the checks for its load test; the loadtest-job policy refuses the Job's image.
-    returning = nodes(
+    returning = gpu_node(
         "f-return",
         boot="boot-2",
         allocatable=8,
         annotations=guard_cordoned(T0 - timedelta(hours=1), boot="boot-1"),
     )
-    victim = nodes("f-faulted")
+    victim = gpu_node("f-faulted")
     run = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--loadtest-image",
                     "registry.invalid/loadtest:0", ok=False)  # fmt: skip
     assert run.rc == 1

@@ -32,7 +32,6 @@ from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
     KEYS,
-    NS,
     RETURN_AT,
     faulted,
     forget_guard_state,
@@ -76,16 +75,6 @@ def prom() -> Iterator[LocalPrometheus]:
     with scenario_prometheus(healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL),
                              faulted(LINKS)) as server:  # fmt: skip
         yield server
-
-
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
 
 
 @pytest.fixture

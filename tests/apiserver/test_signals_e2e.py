@@ -6,9 +6,8 @@ with its kube-proxy and CNI pods Ready and a passed load test; a person's uncord
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,16 +26,14 @@ from tests.apiserver.guard_run import (
     NS,
     ONSET_S,
     T0,
-    forget_guard_state,
     guard_jobs,
-    make_gpu_node,
     mine,
     node_events,
     run_guard,
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import MERGE_PATCH
 from tests.apiserver.test_guard_e2e import complete
 
 pytestmark = pytest.mark.apiserver
@@ -71,32 +68,6 @@ def prom() -> Iterator[LocalPrometheus]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
-
-
-@pytest.fixture
-def gpu_node(
-    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
-) -> Iterator[Callable[[str], str]]:
-    made: list[str] = []
-
-    def make(name: str) -> str:
-        made.append(make_gpu_node(core, name, boot="boot-1", allocatable=8))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
-
-
 def ledger_keys(core: client.CoreV1Api) -> set[str]:
     ledgers = core.list_namespaced_config_map(NS, field_selector="metadata.name=gpu-fault-ledger")
     return {key for cm in ledgers.items for key in (cm.data or {})}
@@ -110,7 +81,7 @@ def guard_notes(found: Any) -> dict[str, str]:
 def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     prom, guard_kubeconfig, gpu_node, core, admin
 ):
-    node = gpu_node(NODE)
+    node = gpu_node(NODE, allocatable=8)
     early = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1)).plan
     assert mine(early, node) == []  # failing for 9 minutes: not held yet
     plan = run_guard(prom, guard_kubeconfig, HELD_AT).plan
@@ -156,7 +127,7 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
 def test_a_persons_uncordon_of_a_mismatch_cordon_sticks_in_that_boot(
     prom, guard_kubeconfig, gpu_node, core
 ):
-    node = gpu_node(CANCEL)
+    node = gpu_node(CANCEL, allocatable=8)
     assert mine(run_guard(prom, guard_kubeconfig, HELD_AT).plan, node)[0] == (
         "cordon",
         "nvml-mismatch",
