@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,26 +19,25 @@ from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import PodTimeline
 from guard.kube import Kube
 from guard.log import Log
-from guard.plan import plan_cycle
-from guard.prom import PromClient
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
     NS,
     RETURN_AT,
     T0,
+    cycle_in_process,
     faulted,
     guard_jobs,
+    guard_kube,
     ledger_text,
     mine,
+    read_and_plan,
     run_guard,
     scenario_prometheus,
     set_status,
 )
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
-from tests.builders import TEMPLATES
 
 pytestmark = pytest.mark.apiserver
 
@@ -126,16 +124,7 @@ class RacingKube(Kube):
 
 def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Any]:
     """One cycle in process; the actions whose writes landed."""
-    s = Settings(prometheus_url=prom.url)
-    snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
-    for action in plan_cycle(snap, s, TEMPLATES):
-        executor.apply(action)
-    return [o.action for o in executor.outcomes if o.status == "applied"]
-
-
-def guard_kube(kubeconfig: Path) -> Kube:
-    return Kube.connect(str(kubeconfig), in_cluster=False)
+    return [o.action for o in cycle_in_process(kube, prom, at) if o.status == "applied"]
 
 
 def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig, gpu_node, core):
@@ -202,9 +191,7 @@ def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconf
     gpu_node("e2e-executors")
     kube = guard_kube(guard_kubeconfig)
     s = Settings(prometheus_url=prom.url)
-    snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
-                          read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
-    actions = plan_cycle(snap, s, TEMPLATES)
+    snap, actions = read_and_plan(kube, prom, ISOLATE_AT, s)
     printer = PrintExecutor(Log("text"), show_manifests=False)
     real = KubeExecutor(kube, Log("text"), s, snap, "test")
     for action in actions:
