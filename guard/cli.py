@@ -21,13 +21,12 @@ import yaml
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
 from guard.bundle import BundleError, load_bundle
+from guard.evidence.options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.ledger import parse_time
 from guard.log import Log, Value
-from guard.names import is_dns_subdomain
 from guard.outcome import Outcome, failed, tally
-from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.plan.pending import Pending, pending
@@ -350,27 +349,14 @@ def _cycle(
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
 
-def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    if not is_dns_subdomain(value):
-        raise click.BadParameter(f"{value!r} is not a node name (a DNS-1123 subdomain)")
-    return value
-
-
-def _pci(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    try:
-        return normalize_pci(value)
-    except PciAddressError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @cli.command()
 @click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
-@click.option("--node", required=True, callback=_node_name, help="Node the Job is pinned to.")
+@click.option("--node", required=True, callback=node_callback, help="Node the Job is pinned to.")
 @click.option(
     "--pci",
     default="0000:00:00.0",
     show_default=True,
-    callback=_pci,
+    callback=pci_callback,
     help="Faulted GPU (evidence).",
 )
 @click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
