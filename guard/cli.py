@@ -9,7 +9,6 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,13 +20,11 @@ import yaml
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
 from guard.bundle import BundleError, load_bundle
+from guard.evidence.options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
-from guard.ledger import parse_time
 from guard.log import Log, Value
-from guard.names import is_dns_subdomain
 from guard.outcome import Outcome, failed, tally
-from guard.pci import PciAddressError, normalize_pci
 from guard.plan import plan_cycle
 from guard.plan.common import render_example_job
 from guard.plan.pending import Waiting, pending
@@ -36,7 +33,8 @@ from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
 from guard.push import RunTrace, metrics, push
 from guard.retry import Backoff
-from guard.settings import MAX_XID, Settings, SettingsError, setting_fields
+from guard.settings import MAX_XID, Settings, setting_fields
+from guard.settings_flags import Rfc3339, build_settings, settings_options
 from guard.snapshot import (
     SnapshotError,
     build_snapshot,
@@ -44,80 +42,6 @@ from guard.snapshot import (
     read_cluster,
     read_prom,
 )
-
-
-class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    name = "INT,INT,…"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, ...]:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return tuple(int(v) for v in str(value).split(",") if v.strip())
-        except ValueError:
-            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
-
-
-class Rfc3339(click.ParamType):  # type: ignore[type-arg]
-    name = "RFC3339"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return parse_time(str(value))
-        except ValueError as exc:  # impossible dates and overflow included
-            self.fail(f"{value!r}: {exc}", param, ctx)
-
-
-_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
-
-
-def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """One click option per Settings field, with its GUARD_* environment variable."""
-    for f in reversed(setting_fields()):
-        flag = "--" + f.name.replace("_", "-")
-        env = "GUARD_" + f.name.upper()
-        help_text = f.metadata["help"]
-        if f.type == "bool":
-            option = click.option(
-                f"{flag}/--no-{flag[2:]}",
-                f.name,
-                default=f.default,
-                envvar=env,
-                show_default=True,
-                help=help_text,
-            )
-        else:
-            default = f.default
-            if isinstance(default, tuple):
-                default = ",".join(str(v) for v in default)
-            option = click.option(
-                flag,
-                f.name,
-                type=_TYPES[str(f.type)],
-                default=default,
-                envvar=env,
-                show_default=True,
-                help=help_text,
-            )
-        command = option(command)
-    return command
-
-
-def build_settings(options: dict[str, Any]) -> Settings:
-    """The Settings from click's values; a refused value is one usage line naming its flag."""
-    names = {f.name for f in setting_fields()}
-    try:
-        return Settings(**{k: v for k, v in options.items() if k in names})
-    except SettingsError as exc:
-        problems = "; ".join(f"{_flag(name)} {text}" for name, text in exc.problems)
-        raise click.UsageError(f"bad setting: {problems}") from None
-
-
-def _flag(name: str) -> str:
-    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`."""
-    return f"--{name.replace('_', '-')} (GUARD_{name.upper()})"
 
 
 class LazyGroup(click.Group):
@@ -350,27 +274,14 @@ def _cycle(
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
 
-def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    if not is_dns_subdomain(value):
-        raise click.BadParameter(f"{value!r} is not a node name (a DNS-1123 subdomain)")
-    return value
-
-
-def _pci(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    try:
-        return normalize_pci(value)
-    except PciAddressError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @cli.command()
 @click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
-@click.option("--node", required=True, callback=_node_name, help="Node the Job is pinned to.")
+@click.option("--node", required=True, callback=node_callback, help="Node the Job is pinned to.")
 @click.option(
     "--pci",
     default="0000:00:00.0",
     show_default=True,
-    callback=_pci,
+    callback=pci_callback,
     help="Faulted GPU (evidence).",
 )
 @click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)

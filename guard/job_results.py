@@ -16,7 +16,6 @@ planners never act on a result they cannot trust.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -28,6 +27,7 @@ from guard.evidence.summary import SummaryError
 from guard.evidence.summary import parse_summary as parse_evidence
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
+from guard.termination import summary_doc
 
 # Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
 FINISHED = "status.phase!=Pending,status.phase!=Running"
@@ -145,13 +145,8 @@ def _evidence(message: str) -> JobResult:
 
 def _loadtest(message: str) -> JobResult:
     """guard/loadtest/report.py `summary`: `verdict` pass/fail, `reasons` as `word key=value…`."""
-    if not message.strip():
-        raise SummaryError("empty termination message: the load test did not finish")
-    try:
-        doc = json.loads(message)
-    except json.JSONDecodeError as exc:
-        raise SummaryError(f"load-test summary is not JSON: {exc}") from None
-    doc = _mapping(doc)
+    doc = summary_doc(message, None, program="the load test", name="load-test summary",
+                      error=SummaryError)  # fmt: skip
     verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
     if doc.get("kind") != "loadtest" or verdict not in ("pass", "fail"):
         kind = doc.get("kind")

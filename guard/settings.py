@@ -247,16 +247,6 @@ class Settings:
         pairs = (e.partition("=") for e in self.prometheus_headers.split(",") if e.strip())
         return tuple((name.strip(), value.strip()) for name, _, value in pairs)
 
-    def as_log_pairs(self) -> list[tuple[str, str]]:
-        """Sorted key=value pairs for the one `settings` log line."""
-        out = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                value = ",".join(str(v) for v in value)
-            out.append((f.name, str(value)))
-        return sorted(out)
-
 
 Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from guard.actions import Action, to_json
+from guard.actions import Action, CreateJob, to_json
 from guard.jobs import JobTemplates
 from guard.ledger import parse_ledger
 from guard.model import (
@@ -23,6 +23,7 @@ from guard.model import (
 )
 from guard.names import Annotations
 from guard.objects import node_info
+from guard.plan.returning import plan_return
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
@@ -32,6 +33,7 @@ S = Settings(prometheus_url="http://127.0.0.1:9")
 TEMPLATES = JobTemplates.load()
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 PCI = "0000:99:00.0"
+LEDGER_LINE = f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"  # the one of back_node's cordon
 
 
 def node(
@@ -97,11 +99,29 @@ def _merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def back_node(name: str, **kw: Any) -> NodeInfo:
-    """A guard-cordoned node (Xid 79) that rebooted and looks healthy; `kw` changes any of it."""
+def back_node(name: str = "b", *, card: str = UUID, **kw: Any) -> NodeInfo:
+    """A guard-cordoned node (Xid 79) that rebooted and looks healthy; `card` is the faulted GPU,
+    `kw` changes any of it."""
     defaults: dict[str, Any] = dict(cordoned=True, guarded_xid=79, boot="boot-2",
                                     cordon_boot="boot-1")  # fmt: skip
+    if card != UUID:
+        defaults["extra"] = {KEYS.gpu: f"{PCI} {card}"}
     return node(name, **{**defaults, **kw})
+
+
+def xid_cordon(name: str = "b", xid: int = 79) -> list[tuple[str, str, str]]:
+    """`brief` of one Xid cordon: the cordon, its Event, its ledger line and its evidence Job."""
+    return [
+        (kind, name, f"xid-{xid}") for kind in ("cordon", "event", "append-ledger", "create-job")
+    ]
+
+
+def return_job(snap: Snapshot, kind: str = "loadtest", **changes: object) -> str:
+    """The name of the `kind` Job the return check creates for `snap`: the Job a later cycle
+    finds."""
+    actions = plan_return(snap, settings(**changes), TEMPLATES)
+    (job,) = [a for a in actions if isinstance(a, CreateJob) and a.job_kind == kind]
+    return job.name
 
 
 def gpu(node_name: str, xid: int, index: int = 4, uuid: str = UUID, pci: str = PCI) -> GpuSample:

@@ -16,6 +16,7 @@ from typing import Any
 
 from guard.conformance.checks import Run
 from guard.conformance.model import Config, ItemResult, Status
+from guard.termination import summary_doc
 
 SCHEMA = "gpu-node-guard/conformance/v2"
 SUMMARY_SCHEMA = "gpu-node-guard/conformance-summary/v1"
@@ -162,15 +163,8 @@ def parse_summary(text: str) -> Summary:
     Summary(ok=False, failed=(Finding(item='ipvs-persist', why='…'),), unknown=(), warned=(),
             skipped=(), fixed=())
     """
-    if not text.strip():
-        raise ReportError("empty termination message: the conformance program did not finish")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"conformance summary is not JSON: {exc}") from None
-    if not isinstance(doc, Mapping) or doc.get("schema") != SUMMARY_SCHEMA:
-        got = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
-        raise ReportError(f"conformance summary schema is {got!r}, not {SUMMARY_SCHEMA!r}")
+    doc = summary_doc(text, SUMMARY_SCHEMA, program="the conformance program",
+                      name="conformance summary", error=ReportError)  # fmt: skip
     status = doc.get("status")
     if status not in ("PASS", "FAIL"):
         raise ReportError(f"conformance summary status is {status!r}, not PASS or FAIL")

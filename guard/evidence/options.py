@@ -1,4 +1,5 @@
-"""Click pieces shared by the evidence and ledger commands."""
+"""Click pieces shared by the guard's commands (evidence, ledger, render, the load test): the
+one check of a PCI address, a node name and a GPU UUID given on a command line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from guard.names import is_dns_subdomain
 from guard.pci import PciAddressError, normalize_pci
 
 OUTPUT = click.Choice(["text", "json"])
@@ -23,15 +25,15 @@ def pci_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise click.BadParameter(str(err), ctx=ctx, param=param) from err
 
 
-# The shapes the admission policies accept for these values in a guard Job's argv.
-_NODE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The shape the admission policies accept for a GPU UUID in a guard Job's argv.
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 
 
 def node_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A Kubernetes node name (DNS-1123 subdomain, at most 253 characters)."""
-    if value is not None and (len(value) > 253 or not _NODE.match(value)):
-        raise click.BadParameter(f"{value!r} is not a node name (DNS-1123)", ctx=ctx, param=param)
+    if value is not None and not is_dns_subdomain(value):
+        message = f"{value!r} is not a node name (a DNS-1123 subdomain)"
+        raise click.BadParameter(message, ctx=ctx, param=param)
     return value
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.pci import link_record
+from guard.termination import summary_doc
 
 SCHEMA = "gpu-node-guard/evidence-summary/v1"
 MAX_BYTES = 4000
@@ -67,15 +68,8 @@ def parse_summary(text: str) -> EvidenceSummary:
     guard.evidence.summary.SummaryError: evidence summary link {'pci': '0000:18:00.0', \
 'link': '3GT/s,x16'} is not {pci: 0000:bb:dd.f, link: <speed>GT/s,x<width>}
     """
-    if not text.strip():
-        raise SummaryError("empty termination message: the evidence program did not finish")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SummaryError(f"evidence summary is not JSON: {exc}") from None
-    if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
-        got = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
-        raise SummaryError(f"evidence summary schema is {got!r}, not {SCHEMA!r}")
+    doc = summary_doc(text, SCHEMA, program="the evidence program", name="evidence summary",
+                      error=SummaryError)  # fmt: skip
     pci, verdict = doc.get("pci"), doc.get("verdict")
     if not isinstance(pci, str) or not isinstance(verdict, str):
         raise SummaryError("evidence summary has no pci or verdict text")

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from guard.evidence.options import pci_callback
 from guard.loadtest import report
 from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreduceLimits
@@ -19,7 +20,6 @@ from guard.loadtest.pcie import parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
-from guard.pci import PciAddressError, normalize_pci
 from guard.settings import Settings
 from guard.termination import TERMINATION_LOG as TERMINATION_LOG
 from guard.termination import write_termination_message as write_termination_message
@@ -48,13 +48,6 @@ def _xid_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
         return tuple(int(part) for part in value.split(",") if part.strip())
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
-
-
-def _pci(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    try:
-        return None if value is None else normalize_pci(value)
-    except PciAddressError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _links(
@@ -145,7 +138,7 @@ def loadtest() -> None:
 )
 @click.option(
     "--memory-test-pci",
-    callback=_pci,
+    callback=pci_callback,
     default=None,
     help="GPU for the memory test (any PCI spelling); all GPUs when not given.",
 )

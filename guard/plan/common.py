@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from guard import ledger
-from guard.actions import AppendLedgerLine, CreateJob
+from guard.actions import AppendLedgerLine, CreateJob, Skip
 from guard.check_records import MAX_LINKS
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name
@@ -32,6 +32,15 @@ def guarded_nodes(snap: Snapshot, s: Settings) -> tuple[str, ...]:
 def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
     """The keys among `candidates` that the node carries (what a patch may remove)."""
     return tuple(key for key in candidates if node.has(key))
+
+
+def skip_cancelled(node: NodeInfo, incident: str, rearms: str) -> Skip:
+    """The skip of a candidate whose `incident` a person cancelled by uncordoning it, and what
+    re-arms the check."""
+    assert node.cancelled is not None
+    when = ledger.format_time(node.cancelled.at)
+    detail = f"{incident}: a person uncordoned this incident at {when}"
+    return Skip(node.name, "cancelled", detail, rearms)
 
 
 def job_spec(

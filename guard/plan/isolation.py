@@ -33,10 +33,12 @@ from guard.plan.common import (
     keys,
     ledger_append,
     present,
+    skip_cancelled,
 )
 from guard.settings import Settings
 
 NOTHING = "nothing to do for this node"
+XID_REARMS = "re-arms on a new boot, another GPU or another Xid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,8 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             continue
         armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
         if not armed:
-            actions.append(_skip_cancelled(node, _primary(samples, s)))
+            g = _primary(samples, s)
+            actions.append(skip_cancelled(node, f"xid-{g.value} on {g.uuid}", XID_REARMS))
             continue
         g = _primary(armed, s)
         rank = 0 if g.value in s.fast_path_xids else 1
@@ -160,17 +163,6 @@ def _cancelled(node: NodeInfo, cancel: CancelRecord | None, g: GpuSample) -> boo
     if cancel is None or rebooted(cancel.boot_id, node.boot_id):
         return False
     return cancel.uuid.lower() == g.uuid.lower() and cancel.xid == g.value
-
-
-def _skip_cancelled(node: NodeInfo, g: GpuSample) -> Skip:
-    assert node.cancelled is not None
-    when = ledger.format_time(node.cancelled.at)
-    return Skip(
-        node.name,
-        "cancelled",
-        f"xid-{g.value} on {g.uuid}: a person uncordoned this incident at {when}",
-        "re-arms on a new boot, another GPU or another Xid",
-    )
 
 
 def _detail(reason: str, sample: GpuSample) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.plan import common
 from guard.plan.common import keys, present
 from guard.settings import Settings
 
@@ -71,14 +72,7 @@ def cancelled(node: NodeInfo) -> bool:
 
 
 def skip_cancelled(node: NodeInfo, held_s: int) -> Skip:
-    assert node.cancelled is not None
-    when = ledger.format_time(node.cancelled.at)
-    return Skip(
-        node.name,
-        "cancelled",
-        f"nvml-mismatch held {held_s}s: a person uncordoned this incident at {when}",
-        "re-arms on a new boot",
-    )
+    return common.skip_cancelled(node, f"{NVML_MISMATCH} held {held_s}s", "re-arms on a new boot")
 
 
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:

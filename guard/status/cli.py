@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from guard.cli import Rfc3339, build_settings, settings_options
 from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.model import PromView
@@ -24,6 +23,7 @@ from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.retry import Backoff
 from guard.settings import Settings
+from guard.settings_flags import Rfc3339, build_settings, settings_options
 from guard.snapshot import (
     ClusterObjects,
     SnapshotError,

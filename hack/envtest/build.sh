@@ -65,6 +65,9 @@ staging_replaces() {
     awk -v v="$staging_version" '{printf "-replace=%s=%s@%s\n", $1, $1, v}'
 }
 
+# The directory under hack/envtest/ of each binary's wrapper module.
+module_of() { echo "${1/kube-apiserver/kube}"; }
+
 copy_module() {
   cp "$HERE/$1/go.mod" "$2/"
   if [[ -f "$HERE/$1/go.sum" ]]; then cp "$HERE/$1/go.sum" "$2/"; fi
@@ -95,33 +98,22 @@ version_ldflags() {
   echo "$ldflags"
 }
 
-build_kube() {
-  local work=$1
-  copy_module kube "$work"
+# kube-apiserver and kubectl: a wrapper module each (kube/, kubectl/), the same staging replaces
+# and the same version stamp.
+build_kube_command() {
+  local work=$1 cmd=$2
+  copy_module "$(module_of "$cmd")" "$work"
   (
     cd "$work"
     prepare_kube_module
-    go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/kube-apiserver.tmp" \
-      k8s.io/kubernetes/cmd/kube-apiserver
+    go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/$cmd.tmp" \
+      "k8s.io/kubernetes/cmd/$cmd"
   )
-  mv "$CACHE_DIR/kube-apiserver.tmp" "$CACHE_DIR/kube-apiserver"
-}
-
-# kubectl: same wrapper shape and staging replaces as kube-apiserver, same version stamp.
-build_kubectl() {
-  local work=$1
-  copy_module kubectl "$work"
-  (
-    cd "$work"
-    prepare_kube_module
-    go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/kubectl.tmp" \
-      k8s.io/kubernetes/cmd/kubectl
-  )
-  mv "$CACHE_DIR/kubectl.tmp" "$CACHE_DIR/kubectl"
+  mv "$CACHE_DIR/$cmd.tmp" "$CACHE_DIR/$cmd"
 }
 
 build_etcd() {
-  local work=$1
+  local work=$1  # $2: the name, always etcd
   copy_module etcd "$work"
   (
     cd "$work"
@@ -132,17 +124,16 @@ build_etcd() {
   mv "$CACHE_DIR/etcd.tmp" "$CACHE_DIR/etcd"
 }
 
-# Runs one build step in a scratch module directory and reports its wall time and size.
+# Runs one build step (`fn <scratch module directory> <name>`) and reports its wall time and size.
 timed_build() {
   local name=$1 fn=$2 work="$SCRATCH/$1" start
   mkdir -p "$work"
   start=$SECONDS
   say "building $name (first build: minutes; later runs reuse ${CACHE_DIR})"
-  "$fn" "$work"
+  "$fn" "$work" "$name"
   say "built $name in $((SECONDS - start)) s, $(du -m "$CACHE_DIR/$name" | cut -f1) MiB"
   if [[ "$UPDATE_MODULES" == 1 ]]; then
-    local module=${name/kube-apiserver/kube}
-    cp "$work/go.mod" "$work/go.sum" "$HERE/$module/"
+    cp "$work/go.mod" "$work/go.sum" "$HERE/$(module_of "$name")/"
   fi
 }
 
@@ -184,7 +175,7 @@ main() {
   if command -v flock >/dev/null; then exec 9>"$CACHE_DIR/.lock" && flock 9; fi
   if [[ "$servers" == 1 ]]; then
     if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-apiserver" "Kubernetes ${ENVTEST_VERSION}"; then
-      timed_build kube-apiserver build_kube
+      timed_build kube-apiserver build_kube_command
     fi
     if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/etcd" "etcd Version: ${ETCD_VERSION#v}"; then
       timed_build etcd build_etcd
@@ -194,7 +185,7 @@ main() {
   if [[ "$KUBECTL" == 1 ]]; then
     if [[ "$UPDATE_MODULES" == 1 ]] ||
       ! is_current "$CACHE_DIR/kubectl" "Client Version: ${ENVTEST_VERSION}" version --client; then
-      timed_build kubectl build_kubectl
+      timed_build kubectl build_kube_command
     fi
     say "kubectl ready: $CACHE_DIR/kubectl"
   fi

@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -91,49 +91,33 @@ def _ready(url: str) -> bool:
 
 
 @contextmanager
-def prometheus(config: dict[str, Any], workdir: Path) -> Iterator[str]:
+def _server(name: str, config: dict[str, Any] | None, workdir: Path, *flags: str) -> Iterator[str]:
+    """`name` on a free loopback port, with `config` (as <name>.yml in `workdir`) and `flags`."""
+    binary = find(name)
+    assert binary, "checked by the fixture"
+    port = free_port()
+    argv = [binary, *flags, f"--web.listen-address=127.0.0.1:{port}"]
+    if config is not None:
+        (workdir / f"{name}.yml").write_text(json.dumps(config), encoding="utf-8")
+        argv.append(f"--config.file={workdir / f'{name}.yml'}")
+    with _process(name, argv, f"http://127.0.0.1:{port}", workdir) as url:
+        yield url
+
+
+def prometheus(config: dict[str, Any], workdir: Path) -> AbstractContextManager[str]:
     """Prometheus with `config` (prometheus.yml as a dict) over an empty TSDB in `workdir`."""
-    binary = find("prometheus")
-    assert binary, "checked by the fixture"
-    (workdir / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")
-    port = free_port()
-    argv = [
-        binary,
-        f"--config.file={workdir / 'prometheus.yml'}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with _process("prometheus", argv, f"http://127.0.0.1:{port}", workdir) as url:
-        yield url
+    return _server("prometheus", config, workdir, f"--storage.tsdb.path={workdir / 'tsdb'}")
 
 
-@contextmanager
-def alertmanager(config: dict[str, Any], workdir: Path) -> Iterator[str]:
+def alertmanager(config: dict[str, Any], workdir: Path) -> AbstractContextManager[str]:
     """Alertmanager with `config`, clustering off (it would listen on 0.0.0.0:9094)."""
-    binary = find("alertmanager")
-    assert binary, "checked by the fixture"
-    (workdir / "alertmanager.yml").write_text(json.dumps(config), encoding="utf-8")
-    port = free_port()
-    argv = [
-        binary,
-        f"--config.file={workdir / 'alertmanager.yml'}",
-        f"--storage.path={workdir / 'alertmanager'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    with _process("alertmanager", argv, f"http://127.0.0.1:{port}", workdir) as url:
-        yield url
+    return _server("alertmanager", config, workdir, f"--storage.path={workdir / 'alertmanager'}",
+                   "--cluster.listen-address=")  # fmt: skip
 
 
-@contextmanager
-def pushgateway(workdir: Path) -> Iterator[str]:
+def pushgateway(workdir: Path) -> AbstractContextManager[str]:
     """Pushgateway without persistence (Debian's default file is under /var/lib)."""
-    binary = find("pushgateway")
-    assert binary, "checked by the fixture"
-    port = free_port()
-    argv = [binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="]
-    with _process("pushgateway", argv, f"http://127.0.0.1:{port}", workdir) as url:
-        yield url
+    return _server("pushgateway", None, workdir, "--persistence.file=")
 
 
 def query(prom_url: str, promql: str) -> list[dict[str, Any]]:

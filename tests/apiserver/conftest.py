@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.apiserver import tally
 from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
+from tests.apiserver.guard_run import forget_guard_state, make_gpu_node
 from tests.apiserver.kube import (
     DAEMONSET_CONTROLLER,
     GUARD_NS,
@@ -163,6 +164,34 @@ def guard(deployed: ControlPlane) -> Iterator[client.ApiClient]:
     """The admin's client impersonating the guard's ServiceAccount."""
     with deployed.impersonating(GUARD_USER) as api:
         yield api
+
+
+@pytest.fixture(scope="module")
+def guard_kubeconfig(deployed: ControlPlane) -> Path:
+    """A kubeconfig with a token of the guard's own ServiceAccount, as the CronJob runs."""
+    return deployed.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
+
+
+@pytest.fixture
+def core(admin: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(admin)
+
+
+@pytest.fixture
+def gpu_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
+    """Create named GPU nodes as `guard_run.make_gpu_node` does (Ready, `allocatable` of 8 GPUs,
+    cordoned when annotated). Afterwards each node is deleted and the guard's Jobs, ledger and
+    Events are forgotten, so the next test starts clean."""
+    core, made = client.CoreV1Api(admin), []
+
+    def make(name: str, **kw: Any) -> str:
+        made.append(make_gpu_node(core, name, **kw))
+        return name
+
+    yield make
+    for name in made:
+        core.delete_node(name)
+    forget_guard_state(core, admin)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Running the guard against the apiserver tier: a scenario Prometheus, GPU nodes made by hand,
-`gpu-node-guard run` as a process, and reading back what it wrote (Jobs, ledger, Events)."""
+`gpu-node-guard run` as a process (or one cycle in this process, through a test's own client), and
+reading back what it wrote (Jobs, ledger, Events)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,21 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard.actions import Action
+from guard.apply import KubeExecutor
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
+from guard.kube import Kube
+from guard.log import Log
+from guard.model import Snapshot
 from guard.names import Annotations
+from guard.outcome import Outcome
+from guard.plan import plan_cycle
+from guard.prom import PromClient
+from guard.settings import Settings
+from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
+from tests.builders import TEMPLATES
 from tests.tiers import require_engine
 
 T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
@@ -175,3 +187,26 @@ def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
     except ApiException as exc:  # nothing to delete is fine
         if exc.status != 404:
             raise
+
+
+def guard_kube(kubeconfig: Path) -> Kube:
+    """The guard's own client, from the guard's kubeconfig."""
+    return Kube.connect(str(kubeconfig), in_cluster=False)
+
+
+def read_and_plan(
+    kube: Kube, prom: LocalPrometheus, at: datetime, s: Settings
+) -> tuple[Snapshot, tuple[Action, ...]]:
+    """One cycle's read (the cluster through `kube`, then `prom`) and its plan, in this process."""
+    snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
+    return snap, plan_cycle(snap, s, TEMPLATES)
+
+
+def cycle_in_process(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Outcome]:
+    """One whole cycle in this process, written through `kube`; the outcome of every action."""
+    s = Settings(prometheus_url=prom.url)
+    snap, plan = read_and_plan(kube, prom, at, s)
+    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
+    for action in plan:
+        executor.apply(action)
+    return executor.outcomes

@@ -247,20 +247,37 @@ def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
 def controller_pod(job: Mapping[str, Any]) -> dict[str, Any]:
     """The Pod the Job controller makes from a stored Job (pkg/controller/job: the template's
     labels, annotations and spec, the Job as controlling owner, the job-tracking finalizer)."""
-    meta, template = job["metadata"], job["spec"]["template"]
+    template = job["spec"]["template"]
+    labels = dict(template["metadata"].get("labels") or {})
+    spec = json.loads(json.dumps(template["spec"]))
+    finalizers = ["batch.kubernetes.io/job-tracking"]
+    return _pod_from_template(job, ("batch/v1", "Job"), labels, spec, finalizers)
+
+
+def _pod_from_template(
+    owner: Mapping[str, Any],
+    kind: tuple[str, str],
+    labels: dict[str, str],
+    spec: dict[str, Any],
+    finalizers: list[str] | None = None,
+) -> dict[str, Any]:
+    """pkg/controller GetPodFromTemplate, which both controllers use: a name generated from the
+    owner's, its namespace, the template's annotations, the owner (`kind`: apiVersion, kind) as
+    controlling owner; `labels` and `spec` as the controller made them."""
+    meta, template = owner["metadata"], owner["spec"]["template"]
     pod_meta: dict[str, Any] = {
         "generateName": meta["name"] + "-",
         "namespace": meta["namespace"],
-        "labels": dict(template["metadata"].get("labels") or {}),
-        "finalizers": ["batch.kubernetes.io/job-tracking"],
-        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+        "labels": labels,
+        "ownerReferences": [{"apiVersion": kind[0], "kind": kind[1], "name": meta["name"],
                              "uid": meta["uid"], "controller": True,
                              "blockOwnerDeletion": True}],
     }  # fmt: skip
+    if finalizers:
+        pod_meta["finalizers"] = finalizers
     if template["metadata"].get("annotations"):
         pod_meta["annotations"] = dict(template["metadata"]["annotations"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
-            "spec": json.loads(json.dumps(template["spec"]))}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
 # pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations (no hostNetwork: no
@@ -292,17 +309,7 @@ def daemonset_pod(daemonset: Mapping[str, Any], node: str) -> dict[str, Any]:
     labels = dict(template["metadata"].get("labels") or {})
     labels["pod-template-generation"] = str(meta.get("generation", 1))
     labels["controller-revision-hash"] = "5d8f6b7c9d"
-    pod_meta: dict[str, Any] = {
-        "generateName": meta["name"] + "-",
-        "namespace": meta["namespace"],
-        "labels": labels,
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
-                             "uid": meta["uid"], "controller": True,
-                             "blockOwnerDeletion": True}],
-    }  # fmt: skip
-    if template["metadata"].get("annotations"):
-        pod_meta["annotations"] = dict(template["metadata"]["annotations"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+    return _pod_from_template(daemonset, ("apps/v1", "DaemonSet"), labels, spec)
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from tests.apiserver.kube import (
     daemonset_pod,
     refusal,
 )
-from tests.apiserver.shapes import SHELL, add, both, drop, pod_view, put
+from tests.apiserver.shapes import C0, CMD, POD, SC, SHELL, add, both, drop, pod_view, put
 
 pytestmark = pytest.mark.apiserver
 
@@ -41,10 +41,6 @@ DS_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-agent-daemonset'"
 POD_POLICY = "ValidatingAdmissionPolicy 'gpu-node-guard-agent-pod'"
 GATE = "ValidatingAdmissionPolicy 'gpu-node-guard-jobs-namespace'"
 NODE = "gpu-agent-a"
-POD = ("spec", "template", "spec")
-C0 = (*POD, "containers", 0)
-SC = (*C0, "securityContext")
-CMD = (*C0, "command")
 IN_POD = "{pod} may not hold field(s) "
 IN_C0 = "{pod}.containers[0] may not hold field(s) "
 MOUNTS = "{pod}.containers[0].volumeMounts must be exactly "

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,28 +19,25 @@ from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import PodTimeline
 from guard.kube import Kube
 from guard.log import Log
-from guard.plan import plan_cycle
-from guard.prom import PromClient
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
     NS,
     RETURN_AT,
     T0,
+    cycle_in_process,
     faulted,
-    forget_guard_state,
     guard_jobs,
+    guard_kube,
     ledger_text,
-    make_gpu_node,
     mine,
+    read_and_plan,
     run_guard,
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import JOBS_NS, MERGE_PATCH, ControlPlane
-from tests.builders import TEMPLATES
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 
 pytestmark = pytest.mark.apiserver
 
@@ -60,32 +56,6 @@ def prom() -> Iterator[LocalPrometheus]:
     nodes = (faulted(n, ((CORDONED_S, 1),) if n == BUSY_POD.node else ()) for n in SCENARIO_NODES)
     with scenario_prometheus(*nodes, pods=(BUSY_POD,)) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
-
-
-@pytest.fixture
-def gpu_node(
-    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
-) -> Iterator[Any]:
-    made: list[str] = []
-
-    def make(name: str, *, boot: str = "boot-1", allocatable: int = 7) -> str:
-        made.append(make_gpu_node(core, name, boot=boot, allocatable=allocatable))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
 
 
 def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
@@ -154,16 +124,7 @@ class RacingKube(Kube):
 
 def one_cycle(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Any]:
     """One cycle in process; the actions whose writes landed."""
-    s = Settings(prometheus_url=prom.url)
-    snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
-    for action in plan_cycle(snap, s, TEMPLATES):
-        executor.apply(action)
-    return [o.action for o in executor.outcomes if o.status == "applied"]
-
-
-def guard_kube(kubeconfig: Path) -> Kube:
-    return Kube.connect(str(kubeconfig), in_cluster=False)
+    return [o.action for o in cycle_in_process(kube, prom, at) if o.status == "applied"]
 
 
 def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig, gpu_node, core):
@@ -230,9 +191,7 @@ def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconf
     gpu_node("e2e-executors")
     kube = guard_kube(guard_kubeconfig)
     s = Settings(prometheus_url=prom.url)
-    snap = build_snapshot(ISOLATE_AT, read_cluster(kube, s),
-                          read_prom(PromClient(prom.url), s, ISOLATE_AT), s)  # fmt: skip
-    actions = plan_cycle(snap, s, TEMPLATES)
+    snap, actions = read_and_plan(kube, prom, ISOLATE_AT, s)
     printer = PrintExecutor(Log("text"), show_manifests=False)
     real = KubeExecutor(kube, Log("text"), s, snap, "test")
     for action in actions:

@@ -7,7 +7,6 @@ series counts up; a cordon Event lost on the way is written by the next cycle.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -21,20 +20,15 @@ from guard.example.promserver import LocalPrometheus
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
-    NS,
     T0,
     faulted,
-    forget_guard_state,
     guard_cordoned,
-    make_gpu_node,
     mine,
     node_events,
     run_guard,
     scenario_prometheus,
 )
-from tests.apiserver.kube import ControlPlane
-from tests.apiserver.kubectl import HOW_TO_BUILD, find_kubectl, run_kubectl
-from tests.tiers import unavailable
+from tests.apiserver.kubectl import run_kubectl
 
 pytestmark = pytest.mark.apiserver
 
@@ -45,69 +39,42 @@ def prom() -> Iterator[LocalPrometheus]:
         yield p
 
 
-@pytest.fixture(scope="module")
-def kubectl() -> Path:
-    found = find_kubectl(os.environ)
-    if found is None:
-        unavailable("apiserver", "kubectl v1.34.4 not built", HOW_TO_BUILD)
-        raise AssertionError("unreachable")
-    return found
-
-
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def nodes(admin: client.ApiClient, deployed: ControlPlane) -> Iterator[Any]:
-    core, made = client.CoreV1Api(admin), []
-
-    def make(name: str, **kw: Any) -> str:
-        made.append(make_gpu_node(core, name, **kw))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
-
-
-def events_section(describe: str) -> list[str]:
-    """The rows under ``Events:`` of `kubectl describe`, header and rule left out."""
+def described_events(kubectl: Path, kubeconfig: Path, node: str) -> list[str]:
+    """The rows under ``Events:`` of `kubectl describe node`, header and rule left out."""
+    describe = run_kubectl(kubectl, kubeconfig, "describe", "node", node)
     rows = describe.split("\nEvents:", 1)[1].splitlines()
     return [r.strip() for r in rows if r.strip() and not r.strip().startswith(("Type", "----"))]
 
 
 def test_kubectl_describe_node_and_kubectl_events_show_the_cordon(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl_binary
 ):
-    node = nodes("ev-cordon")
+    node = gpu_node("ev-cordon")
     run_guard(prom, guard_kubeconfig, ISOLATE_AT)
     (event,) = node_events(admin, node)
     assert event["regarding"]["uid"] == client.CoreV1Api(admin).read_node(node).metadata.uid
 
-    rows = events_section(run_kubectl(kubectl, deployed.kubeconfig, "describe", "node", node))
+    rows = described_events(kubectl_binary, deployed.kubeconfig, node)
     assert len(rows) == 1, rows
     expected = (r"Warning\s+GuardCordoned\s+\S+\s+gpu-node-guard\.io/gpu-node-guard\s+"
                 r"cordoned by gpu-node-guard: Xid 79 on GPU 4 \(0000:58:00\.0 GPU-")  # fmt: skip
     assert re.match(expected, rows[0]), rows
 
-    listed = run_kubectl(kubectl, deployed.kubeconfig, "events", "--for", f"node/{node}")
+    listed = run_kubectl(kubectl_binary, deployed.kubeconfig, "events", "--for", f"node/{node}")
     (row,) = [r for r in listed.splitlines()[1:] if r.strip()]
     assert re.match(r"\S+\s+Warning\s+GuardCordoned\s+Node/ev-cordon\s+cordoned by", row), row
-    table = run_kubectl(kubectl, deployed.kubeconfig, "get", "events", "-n", "default",
+    table = run_kubectl(kubectl_binary, deployed.kubeconfig, "get", "events", "-n", "default",
                         "--field-selector", f"involvedObject.name={node}")  # fmt: skip
     assert "<unknown>" not in table and "GuardCordoned" in table
 
 
 def test_a_condition_seen_every_cycle_is_one_event_whose_series_counts_up(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl_binary
 ):
     # One node already carries the guard's cordon (an hour ago): with a limit of one the breaker
     # is open, and the faulted neighbour's GuardBreakerOpen Event repeats every cycle.
-    nodes("ev-held", allocatable=8, annotations=guard_cordoned(T0 - timedelta(hours=1)))
-    node = nodes("ev-breaker")
+    gpu_node("ev-held", allocatable=8, annotations=guard_cordoned(T0 - timedelta(hours=1)))
+    node = gpu_node("ev-breaker")
     cycles = [ISOLATE_AT + n * CYCLE for n in range(3)]
     for at in [*cycles, cycles[-1]]:  # the last instant twice: a second run at the same time
         plan = run_guard(prom, guard_kubeconfig, at, "--breaker-max-nodes", "1").plan
@@ -118,15 +85,15 @@ def test_a_condition_seen_every_cycle_is_one_event_whose_series_counts_up(
     assert event["series"]["lastObservedTime"] == cycles[-1].strftime("%Y-%m-%dT%H:%M:%S.000000Z")
     assert event["eventTime"] == cycles[0].strftime("%Y-%m-%dT%H:%M:%S.000000Z")
 
-    rows = events_section(run_kubectl(kubectl, deployed.kubeconfig, "describe", "node", node))
+    rows = described_events(kubectl_binary, deployed.kubeconfig, node)
     (row,) = rows
     assert re.match(r"Warning\s+GuardBreakerOpen\s+\S+ \(x3 over \S+\)\s+gpu-node-guard", row), row
 
 
 def test_a_lost_cordon_event_is_written_again_by_the_next_cycle(
-    prom, guard_kubeconfig, nodes, admin, deployed, kubectl
+    prom, guard_kubeconfig, gpu_node, admin, deployed, kubectl_binary
 ):
-    node = nodes("ev-lost")
+    node = gpu_node("ev-lost")
     run_guard(prom, guard_kubeconfig, ISOLATE_AT)
     (lost,) = node_events(admin, node)
     client.EventsV1Api(admin).delete_namespaced_event(lost["metadata"]["name"], "default")
@@ -137,7 +104,7 @@ def test_a_lost_cordon_event_is_written_again_by_the_next_cycle(
     (again,) = cordon_events(admin, node)
     assert again["metadata"]["name"] == lost["metadata"]["name"]  # the same incident's Event
     assert "written late" in again["note"]
-    rows = events_section(run_kubectl(kubectl, deployed.kubeconfig, "describe", "node", node))
+    rows = described_events(kubectl_binary, deployed.kubeconfig, node)
     assert sorted(r.split()[1] for r in rows) == ["GuardCordoned", "GuardWaitingPowerCycle"]
 
     later = run_guard(prom, guard_kubeconfig, ISOLATE_AT + 2 * CYCLE).plan

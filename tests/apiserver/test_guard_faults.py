@@ -26,12 +26,9 @@ from guard.example.promserver import LocalPrometheus, stop
 from guard.kube import Kube
 from guard.log import Log
 from guard.outcome import Outcome
-from guard.plan import plan_cycle
 from guard.ports import free_port
-from guard.prom import PromClient
 from guard.retry import Backoff
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster, read_prom
 from tests.apiserver.conftest import wait_for_enforcement
 from tests.apiserver.deploy import BASE, Kubectl
 from tests.apiserver.guard_run import (
@@ -41,15 +38,16 @@ from tests.apiserver.guard_run import (
     LEDGER,
     NS,
     T0,
+    cycle_in_process,
     faulted,
-    forget_guard_state,
     guard_cordoned,
     guard_jobs,
+    guard_kube,
     healthy,
-    make_gpu_node,
     mine,
     node_events,
     outcomes,
+    read_and_plan,
     run_guard,
     scenario_prometheus,
 )
@@ -64,7 +62,6 @@ from tests.apiserver.kube import (
     write_kubeconfig,
     write_signing_key,
 )
-from tests.builders import TEMPLATES
 from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
@@ -157,20 +154,6 @@ def admin(plane: tuple[ControlPlane, Restartable]) -> Iterator[client.ApiClient]
         yield api
 
 
-@pytest.fixture
-def nodes(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
-    core, made = client.CoreV1Api(admin), []
-
-    def make(name: str, **kw: Any) -> str:
-        made.append(make_gpu_node(core, name, **kw))
-        return name
-
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
-
-
 @dataclass
 class DownAfter(Kube):
     """A real client that stops the API server right after one kind of write returns."""
@@ -197,17 +180,15 @@ class DownAfter(Kube):
         return answer
 
 
-def cycle_in_process(kube: Kube, prom: LocalPrometheus, at: Any) -> list[Outcome]:
-    s = Settings(prometheus_url=prom.url)
-    snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
-    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
-    for action in plan_cycle(snap, s, TEMPLATES):
-        executor.apply(action)
-    return executor.outcomes
-
-
 def statuses(found: list[Outcome], node: str) -> list[tuple[str, str]]:
     return [(o.type_word, o.status) for o in found if o.action.node == node]
+
+
+def cordon_writes(*status: str) -> list[tuple[str, str]]:
+    """The writes of one cordon in order (the cordon, its Event, its ledger line, its evidence
+    Job), each with its outcome's status."""
+    kinds = ("cordon", "event", "append-ledger", "create-job")
+    return list(zip(kinds, status, strict=True))
 
 
 def ledger_lines(admin: client.ApiClient, node: str) -> list[str]:
@@ -221,24 +202,25 @@ def cordon_events(admin: client.ApiClient, node: str) -> list[dict[str, Any]]:
     return [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
 
 
+def cycle_then_down(
+    plane: tuple[ControlPlane, Restartable], prom: LocalPrometheus, kubeconfig: Path, after: str
+) -> list[Outcome]:
+    """One cycle in process whose API server stops right after its first `after` write returns."""
+    kube = DownAfter.around(guard_kube(kubeconfig), after, plane[1].stop)
+    return cycle_in_process(kube, prom, ISOLATE_AT)
+
+
 def back_up(plane: tuple[ControlPlane, Restartable], admin: client.ApiClient) -> None:
     plane[1].start()
     wait_for_enforcement(plane[0], admin)
 
 
 def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once(
-    plane, prom, guard_kubeconfig, nodes, admin
+    plane, prom, guard_kubeconfig, gpu_node, admin
 ):
-    node = nodes("f-cordon")
-    kube = DownAfter.around(Kube.connect(str(guard_kubeconfig), in_cluster=False), "cordon",
-                            plane[1].stop)  # fmt: skip
-    first = cycle_in_process(kube, prom, ISOLATE_AT)
-    assert statuses(first, node) == [
-        ("cordon", "applied"),
-        ("event", "failed"),
-        ("append-ledger", "failed"),
-        ("create-job", "failed"),
-    ]
+    node = gpu_node("f-cordon")
+    first = cycle_then_down(plane, prom, guard_kubeconfig, "cordon")
+    assert statuses(first, node) == cordon_writes("applied", "failed", "failed", "failed")
     failed = [o.detail for o in first if o.status == "failed"]
     assert failed and all("cannot reach the API server: [Errno 111]" in d for d in failed)
     for n in (1, 2):  # two more cycles while it is down: each stops at its first read, exit 1
@@ -275,18 +257,11 @@ def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once
 
 
 def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created_once(
-    plane, prom, guard_kubeconfig, nodes, admin
+    plane, prom, guard_kubeconfig, gpu_node, admin
 ):
-    node = nodes("f-ledger")
-    kube = DownAfter.around(Kube.connect(str(guard_kubeconfig), in_cluster=False), "ledger",
-                            plane[1].stop)  # fmt: skip
-    first = cycle_in_process(kube, prom, ISOLATE_AT)
-    assert statuses(first, node) == [
-        ("cordon", "applied"),
-        ("event", "applied"),
-        ("append-ledger", "applied"),
-        ("create-job", "failed"),
-    ]
+    node = gpu_node("f-ledger")
+    first = cycle_then_down(plane, prom, guard_kubeconfig, "ledger")
+    assert statuses(first, node) == cordon_writes("applied", "applied", "applied", "failed")
     back_up(plane, admin)
 
     repaired = run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE)
@@ -305,9 +280,9 @@ def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created
 
 @pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
 def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
-    prom, guard_kubeconfig, nodes, admin, apart_s
+    prom, guard_kubeconfig, gpu_node, admin, apart_s
 ):
-    a, b = nodes("f-race-a"), nodes("f-race-b")
+    a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
 
     def argv(at: Any) -> list[str]:
         return [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url,
@@ -337,17 +312,17 @@ def one_per_cordon(admin: client.ApiClient, nodes: tuple[str, ...]) -> str:
 
 @pytest.mark.parametrize("apart_s", [0, 1], ids=["same-instant", "one-second-apart"])
 def test_two_runs_planned_from_one_read_and_written_in_lockstep_cordon_once(
-    prom, guard_kubeconfig, nodes, admin, apart_s
+    prom, guard_kubeconfig, gpu_node, admin, apart_s
 ):
     """The worst interleaving, forced: both runs read before either writes, then alternate."""
-    a, b = nodes("f-race-a"), nodes("f-race-b")
+    a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
     s = Settings(prometheus_url=prom.url, breaker_max_nodes=1)
     executors, plans = [], []
     for at in (ISOLATE_AT, ISOLATE_AT + timedelta(seconds=apart_s)):
-        kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
-        snap = build_snapshot(at, read_cluster(kube, s), read_prom(PromClient(prom.url), s, at), s)
+        kube = guard_kube(guard_kubeconfig)
+        snap, plan = read_and_plan(kube, prom, at, s)
         executors.append(KubeExecutor(kube, Log("text"), s, snap, "test"))
-        plans.append(plan_cycle(snap, s, TEMPLATES))
+        plans.append(plan)
     assert [type(x).__name__ for x in plans[0]] == [type(x).__name__ for x in plans[1]]
     for first, second in zip(*plans, strict=True):
         executors[0].apply(first)
@@ -355,35 +330,29 @@ def test_two_runs_planned_from_one_read_and_written_in_lockstep_cordon_once(
     node = one_per_cordon(admin, (a, b))
     late = [(o.type_word, o.status) for o in executors[1].outcomes if o.action.node == node]
     if apart_s:  # its own cordon (another time) met ours: it backs off, and so does the rest
-        assert late == [("cordon", "skipped"), ("event", "skipped"), ("append-ledger", "skipped"),
-                        ("create-job", "skipped")]  # fmt: skip
+        assert late == cordon_writes("skipped", "skipped", "skipped", "skipped")
     else:  # the very same cordon: each of its writes finds it done
         assert {status for _, status in late} == {"already-done"}
 
 
 def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
-    prom, guard_kubeconfig, nodes, admin
+    prom, guard_kubeconfig, gpu_node, admin
 ):
     # f-return passed the checks for its load test; the loadtest-job policy refuses the Job's image.
-    returning = nodes(
+    returning = gpu_node(
         "f-return",
         boot="boot-2",
         allocatable=8,
         annotations=guard_cordoned(T0 - timedelta(hours=1), boot="boot-1"),
     )
-    victim = nodes("f-faulted")
+    victim = gpu_node("f-faulted")
     run = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--loadtest-image",
                     "registry.invalid/loadtest:0", ok=False)  # fmt: skip
     assert run.rc == 1
     (failed,) = run.lines("write-failed")
     assert (failed["node"], failed["action"], failed["level"]) == (returning, "create-job", "ERROR")
     assert "HTTP 422" in failed["error"] and "gpu-node-guard-loadtest-job" in failed["error"]
-    assert outcomes(run.plan, victim) == [
-        ("cordon", "applied"),
-        ("event", "applied"),
-        ("append-ledger", "applied"),
-        ("create-job", "applied"),
-    ]
+    assert outcomes(run.plan, victim) == cordon_writes("applied", "applied", "applied", "applied")
     (done,) = run.lines("done")
     assert (done["level"], done["failed"], done["failed_create_job"]) == ("ERROR", 1, 1)
     assert done["applied_cordon"] == 1

@@ -48,11 +48,6 @@ def line(writer: int, n: int) -> str:
     return f"{at} xid-79 0000:99:00.0 GPU-{writer:08x}-0000-0000-0000-{n:012x} gpu-node-guard"
 
 
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
 @pytest.fixture
 def core(admin: client.ApiClient) -> Iterator[client.CoreV1Api]:
     core = client.CoreV1Api(admin)

@@ -32,7 +32,6 @@ from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
     KEYS,
-    NS,
     RETURN_AT,
     faulted,
     forget_guard_state,
@@ -76,16 +75,6 @@ def prom() -> Iterator[LocalPrometheus]:
     with scenario_prometheus(healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL),
                              faulted(LINKS)) as server:  # fmt: skip
         yield server
-
-
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
-@pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
 
 
 @pytest.fixture
@@ -392,40 +381,6 @@ def test_the_guard_changes_no_other_taint(
 CHECKED = "boot-1 2026-09-21T06:00:00Z job/gng-cf-x-00000000"
 LINKS_VALUE = "0000:18:00.0=16GT/s,x16"
 CORDON = guard_cordoned(ISOLATE_AT)
-
-
-@pytest.mark.parametrize(
-    ("node_args", "change", "says"),
-    [
-        pytest.param({"unschedulable": True}, {K.checked_boot: CHECKED},
-                     "checked-boot is written only on a schedulable node", id="boot-on-a-cordon"),
-        pytest.param({"unschedulable": True, "annotations": CORDON}, {K.checked_boot: CHECKED},
-                     "checked-boot is written only", id="boot-under-the-guards-cordon"),
-        pytest.param({"gpus": 0}, {K.checked_boot: CHECKED}, "checked-boot is written only",
-                     id="boot-on-a-cpu-node"),
-        pytest.param({"annotations": {K.checked_boot: CHECKED}}, {K.checked_boot: None},
-                     "and never removed", id="boot-removed"),
-        pytest.param({}, {K.pcie_links: LINKS_VALUE}, "auto-cordon-pcie-links is written only",
-                     id="links-without-a-cordon"),
-        pytest.param({"unschedulable": True}, {K.pcie_links: LINKS_VALUE},
-                     "auto-cordon-pcie-links is written only", id="links-on-a-persons-cordon"),
-        pytest.param({"unschedulable": True, "annotations": {**CORDON, K.pcie_links: LINKS_VALUE}},
-                     {K.pcie_links: None}, "removed only when the node is schedulable",
-                     id="links-cleared-still-cordoned"),
-    ],
-)  # fmt: skip
-def test_the_new_records_are_written_only_where_they_belong(
-    guard: client.ApiClient,
-    admin: client.ApiClient,
-    make_node: Callable[..., str],
-    node_args: dict[str, Any],
-    change: dict[str, Any],
-    says: str,
-) -> None:
-    node = make_node(**node_args)
-    status, message = refusal(lambda: patch(guard, node, {"metadata": {"annotations": change}}))
-    assert (status, SCOPE in message) == (422, True), message
-    assert says in message, message
 
 
 def test_the_guard_writes_the_new_records_where_they_belong(

@@ -29,6 +29,8 @@ GUARD_CORDON = {
     K.gpu: "0000:99:00.0 GPU-5f1c",
 }
 CLEARED = dict.fromkeys(GUARD_CORDON)
+CHECKED = "boot-1 2026-03-02T06:00:00Z job/gng-cf-x-00000000"
+LINKS = "0000:18:00.0=16GT/s,x16"
 
 
 def patch(api: client.ApiClient, node: str, body: Any, kind: str = MERGE_PATCH) -> client.V1Node:
@@ -196,6 +198,24 @@ REFUSED = [
                  "and adds hold); not gpu-node-guard.io/reset-done", id="remove-reset-done"),
     pytest.param({}, {"metadata": {"annotations": {"gpu-node-guard.io/owner": "guard"}}},
                  "not gpu-node-guard.io/owner", id="unknown-key-under-the-prefix"),
+    # the lifecycle records: the checked boot and the PCIe links
+    pytest.param({"unschedulable": True}, {"metadata": {"annotations": {K.checked_boot: CHECKED}}},
+                 "checked-boot is written only on a schedulable node", id="boot-on-a-cordon"),
+    pytest.param({"unschedulable": True, "annotations": GUARD_CORDON},
+                 {"metadata": {"annotations": {K.checked_boot: CHECKED}}},
+                 "checked-boot is written only", id="boot-under-the-guards-cordon"),
+    pytest.param({"gpus": 0}, {"metadata": {"annotations": {K.checked_boot: CHECKED}}},
+                 "checked-boot is written only", id="boot-on-a-cpu-node"),
+    pytest.param({"annotations": {K.checked_boot: CHECKED}},
+                 {"metadata": {"annotations": {K.checked_boot: None}}},
+                 "and never removed", id="boot-removed"),
+    pytest.param({}, {"metadata": {"annotations": {K.pcie_links: LINKS}}},
+                 "auto-cordon-pcie-links is written only", id="links-without-a-cordon"),
+    pytest.param({"unschedulable": True}, {"metadata": {"annotations": {K.pcie_links: LINKS}}},
+                 "auto-cordon-pcie-links is written only", id="links-on-a-persons-cordon"),
+    pytest.param({"unschedulable": True, "annotations": {**GUARD_CORDON, K.pcie_links: LINKS}},
+                 {"metadata": {"annotations": {K.pcie_links: None}}},
+                 "removed only when the node is schedulable", id="links-cleared-still-cordoned"),
     # the rest of the node
     pytest.param({}, {"metadata": {"labels": {"gpu-node-guard.io/faulty": "true"}}},
                  "changes no node metadata but its annotations (changed: labels)",

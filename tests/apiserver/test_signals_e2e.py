@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,16 +27,14 @@ from tests.apiserver.guard_run import (
     NS,
     ONSET_S,
     T0,
-    forget_guard_state,
     guard_jobs,
-    make_gpu_node,
     mine,
     node_events,
     run_guard,
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import MERGE_PATCH
 from tests.apiserver.test_guard_e2e import complete
 
 pytestmark = pytest.mark.apiserver
@@ -73,33 +70,16 @@ def prom() -> Iterator[LocalPrometheus]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def guard_kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
 @pytest.fixture
-def core(admin: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(admin)
+def checked_gpu_node(gpu_node: Callable[..., str], core: client.CoreV1Api) -> Callable[..., str]:
+    """A GPU node whose boot passed the after-reboot check: the plan is the mismatch's alone."""
 
-
-@pytest.fixture
-def gpu_node(
-    core: client.CoreV1Api, admin: client.ApiClient, deployed: ControlPlane
-) -> Iterator[Callable[[str], str]]:
-    made: list[str] = []
-
-    def make(name: str) -> str:
-        made.append(make_gpu_node(core, name, boot="boot-1", allocatable=8))
-        # its boot passed the after-reboot check: the plan is the mismatch's alone
-        checked = {"metadata": {"annotations": CHECKED}}
-        core.patch_node(name, checked, _content_type=MERGE_PATCH)
+    def make(name: str, **kw: Any) -> str:
+        gpu_node(name, **kw)
+        core.patch_node(name, {"metadata": {"annotations": CHECKED}}, _content_type=MERGE_PATCH)
         return name
 
-    yield make
-    for name in made:
-        core.delete_node(name)
-    forget_guard_state(core, admin)
+    return make
 
 
 def ledger_keys(core: client.CoreV1Api) -> set[str]:
@@ -113,9 +93,9 @@ def guard_notes(found: Any) -> dict[str, str]:
 
 
 def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
-    prom, guard_kubeconfig, gpu_node, core, admin
+    prom, guard_kubeconfig, checked_gpu_node, core, admin
 ):
-    node = gpu_node(NODE)
+    node = checked_gpu_node(NODE, allocatable=8)
     early = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1)).plan
     assert mine(early, node) == []  # failing for 9 minutes: not held yet
     plan = run_guard(prom, guard_kubeconfig, HELD_AT).plan
@@ -169,9 +149,9 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
 
 
 def test_a_persons_uncordon_of_a_mismatch_cordon_sticks_in_that_boot(
-    prom, guard_kubeconfig, gpu_node, core
+    prom, guard_kubeconfig, checked_gpu_node, core
 ):
-    node = gpu_node(CANCEL)
+    node = checked_gpu_node(CANCEL, allocatable=8)
     assert mine(run_guard(prom, guard_kubeconfig, HELD_AT).plan, node)[0] == (
         "cordon",
         "nvml-mismatch",

@@ -152,11 +152,12 @@ def _pushed(stack: PushStack, name: str) -> dict[str, float]:
 
 
 def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
-    prom, stack, cluster, reader, deployed, admin
+    prom, stack, cluster, reader, guard_kubeconfig, admin
 ):
-    guard = deployed.service_account_kubeconfig(NS, "gpu-node-guard")
     before_push = time.time()
-    cycle = run_guard(prom, guard, ISOLATE_AT, "--pushgateway-url", stack.pushgateway_url)
+    cycle = run_guard(
+        prom, guard_kubeconfig, ISOLATE_AT, "--pushgateway-url", stack.pushgateway_url
+    )
     assert [p["node"] for p in cycle.plan["pending"]] == ["st-pending"]
     assert not cycle.lines("push-failed")
 
@@ -230,10 +231,11 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
     assert _versions(cluster, admin) == watched
 
 
-def test_a_push_that_fails_leaves_a_successful_cycle_at_exit_0(prom, cluster, deployed):
-    guard = deployed.service_account_kubeconfig(NS, "gpu-node-guard")
+def test_a_push_that_fails_leaves_a_successful_cycle_at_exit_0(prom, cluster, guard_kubeconfig):
     down = f"http://127.0.0.1:{free_port()}"
-    cycle = run_guard(prom, guard, ISOLATE_AT, "--pushgateway-url", down)  # asserts exit 0
+    cycle = run_guard(
+        prom, guard_kubeconfig, ISOLATE_AT, "--pushgateway-url", down
+    )  # asserts exit 0
     (failed,) = cycle.lines("push-failed")
     assert (failed["level"], failed["url"]) == ("WARN", down)
     assert cycle.log[-1] is failed  # after the done line

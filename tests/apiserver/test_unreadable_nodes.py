@@ -29,9 +29,11 @@ from tests.apiserver.guard_run import (
     T0,
     faulted,
     forget_guard_state,
+    ledger_text,
+    mine,
     set_status,
 )
-from tests.apiserver.kube import MERGE_PATCH, ControlPlane
+from tests.apiserver.kube import MERGE_PATCH
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver
@@ -79,11 +81,6 @@ def prom() -> Iterator[LocalPrometheus]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def kubeconfig(deployed: ControlPlane) -> Path:
-    return deployed.service_account_kubeconfig(NS, "gpu-node-guard")
-
-
 @pytest.fixture
 def nodes(admin: client.ApiClient) -> Iterator[Any]:
     core, made = client.CoreV1Api(admin), []
@@ -111,27 +108,19 @@ def guard_run(prom: LocalPrometheus, kubeconfig: Path, at: datetime) -> tuple[di
     return dict(json.loads(proc.stdout)), proc.stderr
 
 
-def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:
-    return [(a["type"], a["reason"]) for a in plan["actions"] if a["node"] == node]
-
-
-def ledger(core: client.CoreV1Api) -> dict[str, str]:
-    return dict(core.read_namespaced_config_map("gpu-fault-ledger", NS).data or {})
-
-
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_bad_value_on_one_node_and_its_faulted_neighbour_is_cordoned(
-    case: Case, prom, kubeconfig, nodes, admin
+    case: Case, prom, guard_kubeconfig, nodes, admin
 ):
     core = client.CoreV1Api(admin)
     before = nodes(case.node, unschedulable=case.cordoned, annotations=case.annotations)
     nodes(FAULTED)
-    plan, log = guard_run(prom, kubeconfig, ISOLATE_AT)
+    plan, log = guard_run(prom, guard_kubeconfig, ISOLATE_AT)
 
     assert mine(plan, FAULTED)[0] == ("cordon", "xid-79")
     faulted = core.read_node(FAULTED)
     assert faulted.spec.unschedulable and faulted.metadata.annotations[KEYS.reason] == "xid-79"
-    assert "xid-79" in ledger(core)[FAULTED]
+    assert "xid-79" in ledger_text(core, FAULTED)
 
     assert mine(plan, case.node) == [("skip", "unreadable"), ("event", "unreadable")]
     warn = [line for line in log.splitlines() if f"skip node={case.node} " in line]
@@ -145,41 +134,46 @@ def test_bad_value_on_one_node_and_its_faulted_neighbour_is_cordoned(
     assert [(e.type, e.reason) for e in events] == [("Warning", "GuardUnreadable")]
 
 
-def test_unreadable_ledger_line_is_kept_and_the_cordon_goes_on(prom, kubeconfig, nodes, admin):
+def test_unreadable_ledger_line_is_kept_and_the_cordon_goes_on(
+    prom, guard_kubeconfig, nodes, admin
+):
     core = client.CoreV1Api(admin)
     bad = f"0001-01-01T00:00:00+01:00 xid-79 0000:58:00.0 {UUID} manual\n"
     core.create_namespaced_config_map(
         NS, {"metadata": {"name": "gpu-fault-ledger"}, "data": {FAULTED: bad}}
     )
     nodes(FAULTED)
-    plan, log = guard_run(prom, kubeconfig, ISOLATE_AT)
+    plan, log = guard_run(prom, guard_kubeconfig, ISOLATE_AT)
     assert mine(plan, FAULTED)[:2] == [("skip", "ledger-unreadable"), ("cordon", "xid-79")]
     assert f" WARN skip node={FAULTED} reason=ledger-unreadable " in log
-    text = ledger(core)[FAULTED]
+    text = ledger_text(core, FAULTED)
     assert text.startswith(bad) and text.count("\n") == 2  # kept verbatim, one line added
 
 
-def test_a_persons_uncordon_sticks_until_a_new_boot(prom, kubeconfig, nodes, admin):
+def test_a_persons_uncordon_sticks_until_a_new_boot(prom, guard_kubeconfig, nodes, admin):
     core = client.CoreV1Api(admin)
     nodes(CANCEL_NODE)
-    assert mine(guard_run(prom, kubeconfig, ISOLATE_AT)[0], CANCEL_NODE)[0] == ("cordon", "xid-79")
+    assert mine(guard_run(prom, guard_kubeconfig, ISOLATE_AT)[0], CANCEL_NODE)[0] == (
+        "cordon",
+        "xid-79",
+    )
     core.patch_node(CANCEL_NODE, {"spec": {"unschedulable": False}}, _content_type=MERGE_PATCH)
 
     later = ISOLATE_AT + timedelta(minutes=5)  # the GPU is still lost in Prometheus
-    plan, _ = guard_run(prom, kubeconfig, later)
+    plan, _ = guard_run(prom, guard_kubeconfig, later)
     assert mine(plan, CANCEL_NODE)[0] == ("clear-annotations", "human-uncordon")
     notes = core.read_node(CANCEL_NODE).metadata.annotations
     cancel = notes[KEYS.cancelled].split(" ")
     assert cancel[0] == "boot-1" and cancel[2:] == ["xid-79", f"{later:%Y-%m-%dT%H:%M:%SZ}"]
     assert not any(k in notes for k in KEYS.cordon_keys)
 
-    plan, _ = guard_run(prom, kubeconfig, later + timedelta(minutes=5))
+    plan, _ = guard_run(prom, guard_kubeconfig, later + timedelta(minutes=5))
     assert mine(plan, CANCEL_NODE) == [("skip", "cancelled")]
     assert not core.read_node(CANCEL_NODE).spec.unschedulable
-    assert ledger(core)[CANCEL_NODE].count("\n") == 1  # no second line for the same incident
+    assert ledger_text(core, CANCEL_NODE).count("\n") == 1  # no second line for the same incident
 
     set_status(core, CANCEL_NODE, boot="boot-2", allocatable=7)  # rebooted, GPU still lost
-    plan, _ = guard_run(prom, kubeconfig, later + timedelta(minutes=10))
+    plan, _ = guard_run(prom, guard_kubeconfig, later + timedelta(minutes=10))
     assert mine(plan, CANCEL_NODE)[0] == ("cordon", "xid-79")
     notes = core.read_node(CANCEL_NODE).metadata.annotations
     assert KEYS.cancelled not in notes and notes[KEYS.boot_id] == "boot-2"

@@ -8,7 +8,7 @@ an engine that is missing (a failure under CI=true, `tests.tiers.require_engine`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
@@ -33,6 +33,26 @@ T0 = datetime(2026, 9, 21, 0, 0, 0, tzinfo=UTC)
 ONSET_S = 30 * 60  # every fault starts 30 minutes in
 ONSET = T0 + timedelta(seconds=ONSET_S)
 JOBS_NS = "gpu-node-guard-jobs"
+
+
+def minutes(m: float) -> datetime:
+    """`m` minutes after the faults' onset, to the second."""
+    return ONSET + timedelta(seconds=round(m * 60))
+
+
+def assert_held_at_every_second(
+    selected: Callable[[datetime], bool], first_seen: datetime, hold_s: int, step_s: int
+) -> None:
+    """Every second from 30 s before the hold's end to 30 s after one query step past it: the
+    node is never `selected` before it was seen for `hold_s`, and from its first selection (held
+    back by at most one query step) at every instant."""
+    seen = []
+    for offset in range(hold_s - 30, hold_s + step_s + 31):
+        if selected(first_seen + timedelta(seconds=offset)):
+            seen.append(offset)
+            assert offset >= hold_s, f"cordon after {offset}s"
+    assert seen and seen[0] <= hold_s + step_s
+    assert seen == list(range(seen[0], hold_s + step_s + 31))
 
 
 def _fault(

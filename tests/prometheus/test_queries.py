@@ -17,7 +17,15 @@ from guard.model import GpuPod, NodeInfo, PromView
 from guard.prom import PromClient, PromError
 from guard.prom_view import JoinError, check_join, read_prom
 from guard.settings import Settings
-from tests.prometheus.conftest import JOBS_NS, NODE_NAMES, ONSET, SCENARIO_NODES, T0
+from tests.prometheus.conftest import (
+    JOBS_NS,
+    NODE_NAMES,
+    ONSET,
+    SCENARIO_NODES,
+    T0,
+    assert_held_at_every_second,
+    minutes,
+)
 
 pytestmark = pytest.mark.prometheus
 S = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS)
@@ -30,10 +38,6 @@ def view(prom, at: datetime, s: Settings = S) -> PromView:
 
 def selected(prom, at: datetime, s: Settings = S) -> set[str]:
     return {c.node for c in view(prom, at, s).candidates}
-
-
-def minutes(m: float) -> datetime:
-    return ONSET + timedelta(seconds=round(m * 60))
 
 
 @pytest.mark.parametrize(
@@ -75,15 +79,9 @@ OFF_GRID = [
 @pytest.mark.parametrize(("node", "first_seen"), OFF_GRID)
 def test_hold_is_never_shorter_than_the_setting_at_any_second(prom, node, first_seen):
     s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, hold_window_s=600)
-    seen = []
-    for offset in range(FAST - 30, FAST + s.query_step_s + 31):
-        at = first_seen + timedelta(seconds=offset)
-        if node in selected(prom, at, s):
-            seen.append(offset)
-            assert (at - first_seen).total_seconds() >= FAST, f"cordon after {offset}s"
-    # and it is not held back by more than one query step
-    assert seen and seen[0] <= FAST + s.query_step_s
-    assert seen == list(range(seen[0], FAST + s.query_step_s + 31))
+    assert_held_at_every_second(
+        lambda at: node in selected(prom, at, s), first_seen, FAST, s.query_step_s
+    )
 
 
 def test_candidates_carry_gpu_identity(prom):

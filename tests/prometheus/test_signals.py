@@ -29,6 +29,8 @@ from tests.prometheus.conftest import (
     SIGNAL_NODE_NAMES,
     SIGNAL_NODES,
     T0,
+    assert_held_at_every_second,
+    minutes,
 )
 
 pytestmark = pytest.mark.prometheus
@@ -38,10 +40,6 @@ HOLD = S.nvml_hold_s
 
 def view(prom, at: datetime, s: Settings = S) -> PromView:
     return read_prom(PromClient(prom.url), s, at, SIGNAL_NODE_NAMES)
-
-
-def minutes(m: float) -> datetime:
-    return ONSET + timedelta(seconds=round(m * 60))
 
 
 def agent(node: str, state: int) -> AgentCheck:
@@ -77,15 +75,12 @@ def test_mismatch_decision(prom_signals, node, after, expected):
 def test_mismatch_hold_is_never_shorter_than_the_setting_at_any_second(prom_signals):
     """Scraped 3 s past the minute, first seen failing at ONSET + 48 s: every instant around
     the hold's end, on the minute and off it."""
-    first_seen, step = ONSET + timedelta(seconds=48), S.query_step_s
-    seen = []
-    for offset in range(HOLD - 30, HOLD + step + 31):
-        at = first_seen + timedelta(seconds=offset)
-        if "drv-offgrid" in view(prom_signals, at).nvml_candidates:
-            seen.append(offset)
-            assert (at - first_seen).total_seconds() >= HOLD, f"cordon after {offset}s"
-    assert seen and seen[0] <= HOLD + step  # held back by at most one step
-    assert seen == list(range(seen[0], HOLD + step + 31))
+    assert_held_at_every_second(
+        lambda at: "drv-offgrid" in view(prom_signals, at).nvml_candidates,
+        ONSET + timedelta(seconds=48),
+        HOLD,
+        S.query_step_s,
+    )
 
 
 @pytest.mark.parametrize(

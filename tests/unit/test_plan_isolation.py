@@ -20,14 +20,8 @@ from tests.builders import (
     node,
     settings,
     snapshot,
+    xid_cordon,
 )
-
-CORDON_B = [
-    ("cordon", "b", "xid-79"),
-    ("event", "b", "xid-79"),
-    ("append-ledger", "b", "xid-79"),
-    ("create-job", "b", "xid-79"),
-]
 
 
 @pytest.mark.parametrize(
@@ -35,7 +29,7 @@ CORDON_B = [
     [
         pytest.param(
             snapshot(node("b", allocatable=7), candidates=(gpu("b", 79),)),
-            CORDON_B,
+            xid_cordon("b", 79),
             id="xid79-cordons",
         ),
         pytest.param(snapshot(node("b")), [], id="no-candidates-no-actions"),
@@ -66,7 +60,7 @@ CORDON_B = [
                 candidates=(gpu("a", 48), gpu("b", 79)),
                 held={"a": 900, "b": 120},
             ),
-            [*CORDON_B, ("skip", "a", "one-per-cycle")],
+            [*xid_cordon("b", 79), ("skip", "a", "one-per-cycle")],
             id="fast-path-first",
         ),
         pytest.param(
@@ -77,10 +71,7 @@ CORDON_B = [
                 held={"a": 660, "b": 900},
             ),
             [
-                ("cordon", "b", "xid-48"),
-                ("event", "b", "xid-48"),
-                ("append-ledger", "b", "xid-48"),
-                ("create-job", "b", "xid-48"),
+                *xid_cordon("b", 48),
                 ("skip", "a", "one-per-cycle"),
             ],
             id="longest-held-next",
@@ -93,10 +84,7 @@ CORDON_B = [
                 held={"a": 660, "b": 660},
             ),
             [
-                ("cordon", "a", "xid-48"),
-                ("event", "a", "xid-48"),
-                ("append-ledger", "a", "xid-48"),
-                ("create-job", "a", "xid-48"),
+                *xid_cordon("a", 48),
                 ("skip", "b", "one-per-cycle"),
             ],
             id="name-breaks-ties",
@@ -292,7 +280,6 @@ def test_node_returned_this_cycle_frees_a_breaker_slot():
     assert ("skip", "b", "breaker-open") in brief(plan_cycle(still, settings(), TEMPLATES))
 
 
-CORDON_B_48 = [(t, "b", "xid-48") for t in ("cordon", "event", "append-ledger", "create-job")]
 CANCEL = {KEYS.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:10:00Z"}
 OTHER_UUID = "GPU-99999999-8888-7777-6666-555555555555"
 
@@ -307,22 +294,17 @@ OTHER_UUID = "GPU-99999999-8888-7777-6666-555555555555"
         ),
         pytest.param(
             snapshot(node("b", boot="boot-2", extra=CANCEL), candidates=(gpu("b", 79),)),
-            CORDON_B,
+            xid_cordon("b", 79),
             id="new-boot-re-arms",
         ),
         pytest.param(
             snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 79, index=5, uuid=OTHER_UUID),)),
-            CORDON_B,
+            xid_cordon("b", 79),
             id="another-gpu-re-arms",
         ),
         pytest.param(
             snapshot(node("b", extra=CANCEL), candidates=(gpu("b", 48),)),
-            [
-                ("cordon", "b", "xid-48"),
-                ("event", "b", "xid-48"),
-                ("append-ledger", "b", "xid-48"),
-                ("create-job", "b", "xid-48"),
-            ],
+            xid_cordon("b", 48),
             id="another-xid-re-arms",
         ),
         pytest.param(
@@ -330,12 +312,7 @@ OTHER_UUID = "GPU-99999999-8888-7777-6666-555555555555"
                 node("b", extra=CANCEL),
                 candidates=(gpu("b", 79), gpu("b", 48, index=6, uuid=OTHER_UUID)),
             ),
-            [
-                ("cordon", "b", "xid-48"),
-                ("event", "b", "xid-48"),
-                ("append-ledger", "b", "xid-48"),
-                ("create-job", "b", "xid-48"),
-            ],
+            xid_cordon("b", 48),
             id="a-second-faulted-gpu-is-cordoned-for",
         ),
         pytest.param(

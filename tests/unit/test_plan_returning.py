@@ -16,136 +16,126 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.model import GpuPod, GuardEvent, JobInfo, Snapshot
+from guard.model import GpuPod, GuardEvent, JobInfo
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from tests.builders import (
     CORDON_AT,
     KEYS,
+    LEDGER_LINE,
     NOW,
     PCI,
     TEMPLATES,
     UUID,
+    back_node,
     brief,
     gpu,
     node,
+    return_job,
     settings,
     snapshot,
 )
 
-
-def back(**kw):
-    """A guard-cordoned node that rebooted and looks healthy."""
-    defaults = dict(cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1")
-    return node("b", **{**defaults, **kw})
-
-
-def created(snap: Snapshot, kind: str = "loadtest", **changes: object) -> str:
-    """The name of the `kind` Job the planner creates for `snap`: the Job a later cycle finds."""
-    actions = plan_return(snap, settings(**changes), TEMPLATES)
-    (job,) = [a for a in actions if isinstance(a, CreateJob) and a.job_kind == kind]
-    return job.name
-
-
-LT = created(snapshot(back()))
-LEDGER_ONE = {"b": f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"}
+LT = return_job(snapshot(back_node()))
 
 
 @pytest.mark.parametrize(
     ("snap", "expected"),
     [
         pytest.param(
-            snapshot(back(hold="waiting for vendor")), [("skip", "b", "hold")], id="hold-stops"
+            snapshot(back_node(hold="waiting for vendor")), [("skip", "b", "hold")], id="hold-stops"
         ),
         pytest.param(
-            snapshot(back(hold=f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}")),
+            snapshot(back_node(hold=f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}")),
             [("skip", "b", "repeat-fault-hold")],
             id="the-guards-own-hold-says-repeat-fault",
         ),
         pytest.param(
-            snapshot(back(boot="boot-1")),
+            snapshot(back_node(boot="boot-1")),
             [("skip", "b", "same-boot"), ("event", "b", "same-boot")],
             id="same-boot-waits-for-power-cycle",
         ),
         pytest.param(
-            snapshot(back(guarded_xid=48, boot="boot-1")),
+            snapshot(back_node(guarded_xid=48, boot="boot-1")),
             [("skip", "b", "waiting-reset")],
             id="reset-class-needs-reset-done",
         ),
         pytest.param(
-            snapshot(back(guarded_xid=48, boot="boot-1", reset_done="2026-09-22")),
+            snapshot(back_node(guarded_xid=48, boot="boot-1", reset_done="2026-09-22")),
             [("create-job", "b", "conditions-met")],
             id="reset-class-with-reset-done",
         ),
-        pytest.param(snapshot(back(ready=False)), [("skip", "b", "not-ready")], id="not-ready"),
         pytest.param(
-            snapshot(back(gpus=7, capacity_at_cordon=8)),
+            snapshot(back_node(ready=False)), [("skip", "b", "not-ready")], id="not-ready"
+        ),
+        pytest.param(
+            snapshot(back_node(gpus=7, capacity_at_cordon=8)),
             [("skip", "b", "gpu-count")],
             id="card-gone-for-good-7-of-7",
         ),
         pytest.param(
-            snapshot(back(allocatable=7)), [("skip", "b", "gpu-count")], id="allocatable-short"
+            snapshot(back_node(allocatable=7)), [("skip", "b", "gpu-count")], id="allocatable-short"
         ),
         pytest.param(
-            snapshot(back(), hardware=(gpu("b", 79),)),
+            snapshot(back_node(), hardware=(gpu("b", 79),)),
             [("skip", "b", "xid-present")],
             id="hardware-xid-still-there",
         ),
         pytest.param(
-            snapshot(back(), remap=(gpu("b", 1),)),
+            snapshot(back_node(), remap=(gpu("b", 1),)),
             [("skip", "b", "row-remap")],
             id="row-remap-pending",
         ),
         pytest.param(
-            snapshot(back(), pods=(GpuPod("research", "train-0", "b", 1),)),
+            snapshot(back_node(), pods=(GpuPod("research", "train-0", "b", 1),)),
             [("skip", "b", "gpu-pods-running")],
             id="gpu-pod-running",
         ),
         pytest.param(
-            snapshot(back(), ledger={"b": LEDGER_ONE["b"] * 2}),
+            snapshot(back_node(), ledger={"b": LEDGER_LINE * 2}),
             [("set-hold", "b", "repeat-fault"), ("event", "b", "repeat-fault")],
             id="repeat-fault-holds",
         ),
         pytest.param(
-            snapshot(back(), ledger=LEDGER_ONE),
+            snapshot(back_node(), ledger={"b": LEDGER_LINE}),
             [("create-job", "b", "conditions-met")],
             id="first-fault-load-test",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "running"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "running"),)),
             [("skip", "b", "loadtest-running")],
             id="load-test-running-waits",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
             [("uncordon", "b", "loadtest-passed"), ("event", "b", "returned")],
             id="load-test-passed-uncordons",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
             [("annotate", "b", "loadtest-failed"), ("event", "b", "loadtest-failed")],
             id="load-test-failed-recorded",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "unreadable", "status.x"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "unreadable", "status.x"),)),
             [("skip", "b", "loadtest-unreadable")],
             id="unreadable-load-test-job-waits",
         ),
         pytest.param(
             snapshot(
-                back(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
+                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
                 jobs=(JobInfo(LT, "loadtest", "b", "failed"),),
             ),
             [("skip", "b", "loadtest-failed")],
             id="second-cycle-after-failure-creates-nothing",
         ),
         pytest.param(
-            snapshot(back(extra={KEYS.loadtest_result: f"failed job/{LT} at x"})),
+            snapshot(back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"})),
             [("skip", "b", "loadtest-failed")],
             id="expired-failed-job-not-recreated",
         ),
         pytest.param(
-            snapshot(back(boot="boot-3", extra={KEYS.loadtest_result: f"failed job/{LT}"})),
+            snapshot(back_node(boot="boot-3", extra={KEYS.loadtest_result: f"failed job/{LT}"})),
             [("create-job", "b", "conditions-met")],
             id="new-boot-after-failure-tests-again",
         ),
@@ -236,82 +226,50 @@ def test_human_uncordon_is_a_recorded_cancel(snap, expected):
 
 
 RESET_FIX = f'after the GPU reset or power cycle, annotate {KEYS.reset_done}="$(date -u +%FT%TZ) …"'
+NO_RECORDED_BOOT = f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
 
 
 @pytest.mark.parametrize(
-    ("snap", "expected"),
+    ("snap", "detail"),
     [
         pytest.param(
-            snapshot(back(cordon_boot=None)),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            snapshot(back_node(cordon_boot=None)),
+            f"{NO_RECORDED_BOOT}no {KEYS.reset_done}",
             id="missing-recorded-boot-id-is-not-a-reboot",
         ),
         pytest.param(
-            snapshot(back(cordon_boot="")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            snapshot(back_node(cordon_boot="")),
+            f"{NO_RECORDED_BOOT}no {KEYS.reset_done}",
             id="empty-recorded-boot-id-is-not-a-reboot",
         ),
         pytest.param(
-            snapshot(back(boot="")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"node reports no bootID: a reboot cannot be proven; no {KEYS.reset_done}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            snapshot(back_node(boot="")),
+            f"node reports no bootID: a reboot cannot be proven; no {KEYS.reset_done}",
             id="node-without-boot-id-is-not-a-reboot",
         ),
         pytest.param(
-            snapshot(back(cordon_boot=None, reset_done="2026-09-21T04:40:00Z by alice")),
-            (
-                Skip(
-                    "b",
-                    "boot-unknown",
-                    f"no recorded bootID in {KEYS.boot_id}: a reboot cannot be proven; "
-                    f"{KEYS.reset_done}='2026-09-21T04:40:00Z by alice' is from before the "
-                    f"cordon at {CORDON_AT}",
-                    RESET_FIX,
-                    "WARN",
-                ),
-            ),
+            snapshot(back_node(cordon_boot=None, reset_done="2026-09-21T04:40:00Z by alice")),
+            f"{NO_RECORDED_BOOT}{KEYS.reset_done}='2026-09-21T04:40:00Z by alice' is from before "
+            f"the cordon at {CORDON_AT}",
             id="missing-boot-id-and-reset-done-from-before-the-cordon",
         ),
     ],
 )
-def test_missing_boot_id_never_counts_as_a_reboot(snap, expected):
+def test_missing_boot_id_never_counts_as_a_reboot(snap, detail):
+    """The whole plan is one WARN skip saying what is missing and how to go on."""
+    expected = (Skip("b", "boot-unknown", detail, RESET_FIX, "WARN"),)
     assert plan_return(snap, settings(), TEMPLATES) == expected
 
 
 def test_missing_boot_id_with_a_fresh_reset_done_goes_on_to_the_load_test():
-    snap = snapshot(back(cordon_boot=None, reset_done="2026-09-21T05:50:00Z by alice"))
+    snap = snapshot(back_node(cordon_boot=None, reset_done="2026-09-21T05:50:00Z by alice"))
     assert brief(plan_return(snap, settings(), TEMPLATES)) == [
         ("create-job", "b", "conditions-met")
     ]
 
 
 def test_reset_done_from_an_earlier_incident_does_not_pass_a_new_cordon():
-    stale = back(guarded_xid=48, boot="boot-1", reset_done="2026-09-20T10:00:00Z by alice")
+    stale = back_node(guarded_xid=48, boot="boot-1", reset_done="2026-09-20T10:00:00Z by alice")
     (skip,) = plan_return(snapshot(stale), settings(), TEMPLATES)
     assert (skip.reason, skip.detail) == (
         "waiting-reset",
@@ -321,7 +279,7 @@ def test_reset_done_from_an_earlier_incident_does_not_pass_a_new_cordon():
 
 
 def test_same_boot_emits_a_stable_waiting_event_each_cycle():
-    waiting = snapshot(back(boot="boot-1"))
+    waiting = snapshot(back_node(boot="boot-1"))
     first = plan_return(waiting, settings(), TEMPLATES)
     later = plan_return(replace(waiting, now=NOW + timedelta(minutes=5)), settings(), TEMPLATES)
     event = EmitEvent(
@@ -336,8 +294,8 @@ def test_same_boot_emits_a_stable_waiting_event_each_cycle():
 
 
 def test_uncordon_clears_only_guard_keys_present_and_records_the_return():
-    passed = back(reset_done="2026-09-21T05:50:00Z", extra={"ops/owner": "x"})
-    name = created(snapshot(passed))
+    passed = back_node(reset_done="2026-09-21T05:50:00Z", extra={"ops/owner": "x"})
+    name = return_job(snapshot(passed))
     snap = snapshot(passed, jobs=(JobInfo(name, "loadtest", "b", "succeeded"),))
     uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(uncordon, Uncordon)
@@ -348,13 +306,13 @@ def test_uncordon_clears_only_guard_keys_present_and_records_the_return():
 
 def test_uncordon_also_clears_an_earlier_cancel_record():
     earlier = {KEYS.cancelled: f"boot-0 {UUID} xid-48 2026-09-01T00:00:00Z"}
-    snap = snapshot(back(extra=earlier), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),))
+    snap = snapshot(back_node(extra=earlier), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),))
     uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert uncordon.clear_keys == (*CORDON_KEYS, KEYS.cancelled)
 
 
 def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
-    snap = snapshot(back(guarded_xid=48, boot="boot-1", reset_done="done"))
+    snap = snapshot(back_node(guarded_xid=48, boot="boot-1", reset_done="done"))
     (job,) = plan_return(snap, settings(), TEMPLATES)
     assert isinstance(job, CreateJob) and job.job_kind == "loadtest"
     pod = job.manifest["spec"]["template"]["spec"]
@@ -385,15 +343,13 @@ def test_load_test_job_requests_every_gpu_and_memory_test_for_memory_xid():
     ],
 )
 def test_one_load_test_job_per_boot_and_cordon(changed, same):
-    base = created(snapshot(back(reset_done="done")))
-    other = created(snapshot(back(**{"reset_done": "done", **changed})))
+    base = return_job(snapshot(back_node(reset_done="done")))
+    other = return_job(snapshot(back_node(**{"reset_done": "done", **changed})))
     assert (base == other) is same
 
 
 def test_repeat_fault_hold_text_names_card_count_and_last():
-    snap = snapshot(
-        back(), ledger={"b": LEDGER_ONE["b"] + LEDGER_ONE["b"].replace("09-21", "09-10")}
-    )
+    snap = snapshot(back_node(), ledger={"b": LEDGER_LINE + LEDGER_LINE.replace("09-21", "09-10")})
     hold = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(hold, SetHold)
     assert hold.text == f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}"
@@ -402,20 +358,20 @@ def test_repeat_fault_hold_text_names_card_count_and_last():
 
 def test_unreadable_ledger_lines_do_not_count_towards_a_repeat_fault():
     bad = f"0001-01-01T00:00:00+01:00 xid-79 {PCI} {UUID} manual\n"
-    snap = snapshot(back(), ledger={"b": LEDGER_ONE["b"] + bad})
+    snap = snapshot(back_node(), ledger={"b": LEDGER_LINE + bad})
     assert brief(plan_return(snap, settings(), TEMPLATES)) == [
         ("create-job", "b", "conditions-met")
     ]
 
 
 def test_repeat_fault_limit_is_a_setting():
-    snap = snapshot(back(), ledger={"b": LEDGER_ONE["b"] * 2})
+    snap = snapshot(back_node(), ledger={"b": LEDGER_LINE * 2})
     assert brief(plan_return(snap, settings(repeat_fault_limit=3), TEMPLATES)) == [
         ("create-job", "b", "conditions-met")
     ]
 
 
-CF = created(snapshot(back()), "conformance", return_conformance=True)
+CF = return_job(snapshot(back_node()), "conformance", return_conformance=True)
 
 
 @pytest.mark.parametrize(
@@ -432,7 +388,9 @@ CF = created(snapshot(back()), "conformance", return_conformance=True)
 )
 def test_return_path_conformance(status, expected):
     jobs = () if status is None else (JobInfo(CF, "conformance", "b", status),)
-    actions = plan_return(snapshot(back(), jobs=jobs), settings(return_conformance=True), TEMPLATES)
+    actions = plan_return(
+        snapshot(back_node(), jobs=jobs), settings(return_conformance=True), TEMPLATES
+    )
     assert brief(actions) == expected
     if status is None:
         assert actions[0].job_kind == "conformance"
@@ -443,13 +401,13 @@ def test_return_path_conformance(status, expected):
 def test_failed_conformance_keeps_the_node_cordoned_and_no_load_test_follows():
     s = settings(return_conformance=True)
     failed = (JobInfo(CF, "conformance", "b", "failed"),)
-    first = plan_return(snapshot(back(), jobs=failed), s, TEMPLATES)
+    first = plan_return(snapshot(back_node(), jobs=failed), s, TEMPLATES)
     annotate = first[0]
     assert isinstance(annotate, Annotate)
     assert dict(annotate.annotations)[KEYS.conformance_result].startswith(f"failed job/{CF} at ")
     # The next cycle reads what this one wrote: the node stays, and no load test is created,
     # even with the Job itself gone (expired).
-    recorded = back(extra=dict(annotate.annotations))
+    recorded = back_node(extra=dict(annotate.annotations))
     for jobs in (failed, ()):
         later = plan_return(snapshot(recorded, jobs=jobs), s, TEMPLATES)
         assert brief(later) == [("skip", "b", "conformance-failed")]
@@ -457,14 +415,14 @@ def test_failed_conformance_keeps_the_node_cordoned_and_no_load_test_follows():
 
 
 def test_failure_annotation_names_the_job():
-    snap = snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),))
+    snap = snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),))
     annotate = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(annotate, Annotate)
     assert dict(annotate.annotations)[KEYS.loadtest_result].startswith(f"failed job/{LT}")
 
 
 def test_every_failed_condition_is_one_skip_line_with_observed_value():
-    skip = plan_return(snapshot(back(allocatable=7)), settings(), TEMPLATES)[0]
+    skip = plan_return(snapshot(back_node(allocatable=7)), settings(), TEMPLATES)[0]
     assert isinstance(skip, Skip)
     assert str(skip) == (
         'skip node=b reason=gpu-count detail="capacity=8 recorded=8 '
@@ -474,7 +432,7 @@ def test_every_failed_condition_is_one_skip_line_with_observed_value():
 
 def test_missing_ledger_line_of_a_cordon_is_repaired_first():
     actions = plan_return(
-        snapshot(back(boot="boot-1"), ledger={"b": "a note\n"}), settings(), TEMPLATES
+        snapshot(back_node(boot="boot-1"), ledger={"b": "a note\n"}), settings(), TEMPLATES
     )
     assert brief(actions) == [
         ("append-ledger", "b", "repair-ledger"),
@@ -500,7 +458,7 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
                             settings(), TEMPLATES)  # fmt: skip
     (made,) = [a for a in cordon if isinstance(a, CreateJob)]
     (told,) = [a for a in cordon if isinstance(a, EmitEvent)]
-    n = back(boot="boot-1", extra={KEYS.at: stamp})
+    n = back_node(boot="boot-1", extra={KEYS.at: stamp})
     jobs = (JobInfo(made.name, "evidence", "b", "running"),) if job_exists else ()
     ledger = {"b": f"{stamp} xid-79 {PCI} {UUID} gpu-node-guard\n"}
     cordon_event = GuardEvent(told.name, "b", "GuardCordoned", 1)

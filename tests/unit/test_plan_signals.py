@@ -31,6 +31,7 @@ from tests.builders import (
     node,
     settings,
     snapshot,
+    xid_cordon,
 )
 
 SEEN = "module 580.126.09 != NVML 580.159.03 (/usr/lib/x86_64-linux-gnu)"
@@ -112,10 +113,7 @@ def guarded(n: int):
             mismatched(node("a"), node("b"), candidates=(gpu("a", 48),), held={"b": 3000}),
             {},
             [
-                ("cordon", "a", "xid-48"),
-                ("event", "a", "xid-48"),
-                ("append-ledger", "a", "xid-48"),
-                ("create-job", "a", "xid-48"),
+                *xid_cordon("a", 48),
                 ("skip", "b", "one-per-cycle"),
             ],
             id="hardware-xid-before-any-mismatch",
@@ -123,12 +121,7 @@ def guarded(n: int):
         pytest.param(
             mismatched(node("b"), candidates=(gpu("b", 79),), held={"b": 3000}),
             {},
-            [
-                ("cordon", "b", "xid-79"),
-                ("event", "b", "xid-79"),
-                ("append-ledger", "b", "xid-79"),
-                ("create-job", "b", "xid-79"),
-            ],
+            xid_cordon("b", 79),
             id="xid-and-mismatch-on-one-node-is-the-xid-cordon",
         ),
         pytest.param(

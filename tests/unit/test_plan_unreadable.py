@@ -20,14 +20,8 @@ from tests.builders import (
     node,
     settings,
     snapshot,
+    xid_cordon,
 )
-
-CORDON_B = [
-    ("cordon", "b", "xid-79"),
-    ("event", "b", "xid-79"),
-    ("append-ledger", "b", "xid-79"),
-    ("create-job", "b", "xid-79"),
-]
 
 
 def guarded(**extra: str) -> dict[str, object]:
@@ -90,7 +84,7 @@ def test_unreadable_node_is_skipped_and_its_faulted_neighbour_cordoned(bad, wher
     assert brief(actions) == [
         ("skip", "bad", "unreadable"),
         ("event", "bad", "unreadable"),
-        *CORDON_B,
+        *xid_cordon("b", 79),
     ]
     skip, event = actions[:2]
     assert isinstance(skip, Skip) and isinstance(event, EmitEvent)
@@ -186,4 +180,4 @@ def test_an_object_without_a_name_is_reported_not_fatal():
         "fix or remove it in the snapshot file",
         "WARN",
     )
-    assert brief(actions[1:]) == CORDON_B
+    assert brief(actions[1:]) == xid_cordon("b", 79)

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from guard.actions import CreateJob
 from guard.model import GpuPod, JobInfo, Snapshot
 from guard.plan.returning import plan_return
 from guard.status.derive import report
@@ -16,26 +15,20 @@ from guard.status.render import render
 from tests.builders import (
     CORDON_AT,
     KEYS,
+    LEDGER_LINE,
     NOW,
     PCI,
     TEMPLATES,
     UUID,
+    back_node,
     gpu,
     node,
+    return_job,
     settings,
     snapshot,
 )
 
 SEEN = Sight("http://prom.test:9090")
-LEDGER_ONE = f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard\n"
-
-
-def back(name: str = "b", *, card: str = UUID, **kw):
-    """A guard-cordoned node that rebooted and looks healthy; `card` is the faulted GPU."""
-    defaults = dict(cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1")
-    if card != UUID:
-        defaults["extra"] = {KEYS.gpu: f"{PCI} {card}"}
-    return node(name, **{**defaults, **kw})
 
 
 def card(n: int) -> str:
@@ -51,15 +44,8 @@ def first_incidents(*nodes) -> dict[str, str]:
     }
 
 
-def job_of(snap: Snapshot, kind: str = "loadtest", **changes: object) -> str:
-    """The name of the Job the return check creates for `snap`: the Job a later cycle finds."""
-    actions = plan_return(snap, settings(**changes), TEMPLATES)
-    (job,) = [a for a in actions if isinstance(a, CreateJob) and a.job_kind == kind]
-    return job.name
-
-
-LT = job_of(snapshot(back()))
-CF = job_of(snapshot(back()), "conformance", return_conformance=True)
+LT = return_job(snapshot(back_node()))
+CF = return_job(snapshot(back_node()), "conformance", return_conformance=True)
 
 
 def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple[str, str, str]]:
@@ -72,83 +58,85 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
     ("snap", "expected"),
     [
         pytest.param(
-            snapshot(back(boot="boot-1")),
+            snapshot(back_node(boot="boot-1")),
             [("b", "isolated-waiting-for-power-cycle", "same-boot")],
             id="same-boot-waits-for-the-power-cycle",
         ),
         pytest.param(
-            snapshot(back(guarded_xid=48, boot="boot-1")),
+            snapshot(back_node(guarded_xid=48, boot="boot-1")),
             [("b", "waiting-for-reset-done", "waiting-reset")],
             id="reset-class-xid-waits-for-reset-done",
         ),
         pytest.param(
-            snapshot(back(cordon_boot=None)),
+            snapshot(back_node(cordon_boot=None)),
             [("b", "waiting-for-reset-done", "boot-unknown")],
             id="no-recorded-boot-id-waits-for-reset-done",
         ),
         pytest.param(
-            snapshot(back(ready=False)),
+            snapshot(back_node(ready=False)),
             [("b", "return-condition-not-met", "not-ready")],
             id="rebooted-but-not-ready",
         ),
         pytest.param(
-            snapshot(back(allocatable=7)),
+            snapshot(back_node(allocatable=7)),
             [("b", "return-condition-not-met", "gpu-count")],
             id="rebooted-but-a-gpu-is-missing",
         ),
         pytest.param(
-            snapshot(back(), hardware=(gpu("b", 79),)),
+            snapshot(back_node(), hardware=(gpu("b", 79),)),
             [("b", "return-condition-not-met", "xid-present")],
             id="rebooted-but-the-xid-is-still-there",
         ),
         pytest.param(
-            snapshot(back(), pods=(GpuPod("research", "train-0", "b", 1),)),
+            snapshot(back_node(), pods=(GpuPod("research", "train-0", "b", 1),)),
             [("b", "return-condition-not-met", "gpu-pods-running")],
             id="rebooted-but-a-pod-holds-a-gpu",
         ),
         pytest.param(
-            snapshot(back()), [("b", "load-test-running", "-")], id="conditions-met-test-starts"
+            snapshot(back_node()),
+            [("b", "load-test-running", "-")],
+            id="conditions-met-test-starts",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "running"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "running"),)),
             [("b", "load-test-running", "loadtest-running")],
             id="load-test-running",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
             [("b", "load-test-running", "-")],
             id="load-test-passed-returns-next-cycle",
         ),
         pytest.param(
-            snapshot(back(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
+            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
             [("b", "load-test-failed", "loadtest-failed")],
             id="load-test-failed-first-seen",
         ),
         pytest.param(
             snapshot(
-                back(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
+                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
                 jobs=(JobInfo(LT, "loadtest", "b", "failed"),),
             ),
             [("b", "load-test-failed", "loadtest-failed")],
             id="load-test-failed-recorded",
         ),
         pytest.param(
-            snapshot(back(hold="RMA 4711")),
+            snapshot(back_node(hold="RMA 4711")),
             [("b", "held-by-a-person", "hold")],
             id="guard-cordoned-and-held-by-a-person",
         ),
         pytest.param(
-            snapshot(back(), ledger={"b": LEDGER_ONE * 2}),
+            snapshot(back_node(), ledger={"b": LEDGER_LINE * 2}),
             [("b", "repeat-fault-hold", "repeat-fault")],
             id="second-incident-of-the-card-the-guard-sets-hold",
         ),
         pytest.param(
-            snapshot(back(hold=f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}")),
+            snapshot(back_node(hold=f"repeat fault: {UUID} 2 incidents, last {CORDON_AT}")),
             [("b", "repeat-fault-hold", "repeat-fault-hold")],
             id="the-guards-own-hold",
         ),
         pytest.param(
-            snapshot(back(cordoned=False)),
+            snapshot(back_node(cordoned=False)),
             [("b", "cancelled-by-a-person", "human-uncordon")],
             id="uncordoned-by-a-person-before-the-guard-noticed",
         ),
@@ -181,7 +169,7 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
             id="returned-over-24-h-ago-is-history",
         ),
         pytest.param(
-            snapshot(back(extra={KEYS.at: "9999-12-31T23:59:59-23:59"}), ledger={}),
+            snapshot(back_node(extra={KEYS.at: "9999-12-31T23:59:59-23:59"}), ledger={}),
             [("b", "unreadable-annotations", "unreadable")],
             id="unreadable-cordon-time",
         ),
@@ -201,7 +189,7 @@ def test_every_state_from_the_planners_decision(snap, expected):
 
 
 def test_a_decision_without_a_runbook_section_is_shown_verbatim():
-    snap = snapshot(back(), jobs=(JobInfo(CF, "conformance", "b", "running"),))
+    snap = snapshot(back_node(), jobs=(JobInfo(CF, "conformance", "b", "running"),))
     (row,) = report(snap, settings(return_conformance=True), TEMPLATES, SEEN).nodes
     assert (row.state, row.runbook) == ("conformance-running", "")
     assert row.blocked == Blocked("conformance-running", f"job/{CF}")
@@ -209,8 +197,10 @@ def test_a_decision_without_a_runbook_section_is_shown_verbatim():
 
 
 def test_a_row_says_reason_since_gpu_incidents_blocking_value_and_next_step():
-    ledger = {"b": LEDGER_ONE, "c": f"2026-08-01T00:00:00Z xid-48 0000:11:00.0 {UUID} manual\n"}
-    (row,) = report(snapshot(back(boot="boot-1"), ledger=ledger), settings(), TEMPLATES, SEEN).nodes
+    ledger = {"b": LEDGER_LINE, "c": f"2026-08-01T00:00:00Z xid-48 0000:11:00.0 {UUID} manual\n"}
+    (row,) = report(
+        snapshot(back_node(boot="boot-1"), ledger=ledger), settings(), TEMPLATES, SEEN
+    ).nodes
     assert row == NodeRow(
         node="b",
         state="isolated-waiting-for-power-cycle",
@@ -227,7 +217,7 @@ def test_a_row_says_reason_since_gpu_incidents_blocking_value_and_next_step():
 
 def test_without_prometheus_a_node_past_the_api_conditions_says_what_was_not_seen():
     running = (JobInfo(LT, "loadtest", "b", "running"),)
-    nodes = (back(), back("c", boot="boot-1", card=card(3)))
+    nodes = (back_node(), back_node("c", boot="boot-1", card=card(3)))
     snap = snapshot(*nodes, jobs=running, ledger=first_incidents(*nodes))
     rows = {r.node: r for r in report(snap, settings(), TEMPLATES, Sight()).nodes}
     assert rows["b"].state == "load-test-running"
@@ -237,7 +227,7 @@ def test_without_prometheus_a_node_past_the_api_conditions_says_what_was_not_see
 
 def test_breaker_and_candidates_above_the_table():
     snap = snapshot(
-        back("g1", boot="boot-1"),
+        back_node("g1", boot="boot-1"),
         node("p"),
         node("q"),
         candidates=(gpu("q", 79),),
@@ -265,9 +255,9 @@ def test_breaker_and_candidates_above_the_table():
 
 def sample_report() -> Report:
     guarded = (
-        back("gpu-node-a", boot="boot-1"),
-        back("gpu-node-b", guarded_xid=48, boot="boot-1", card=card(2)),
-        back("gpu-node-c", allocatable=7, card=card(3)),
+        back_node("gpu-node-a", boot="boot-1"),
+        back_node("gpu-node-b", guarded_xid=48, boot="boot-1", card=card(2)),
+        back_node("gpu-node-c", allocatable=7, card=card(3)),
     )
     ledger = first_incidents(*guarded)
     ledger["gpu-node-e"] = f"2026-09-21T04:00:00Z xid-79 0000:3b:00.0 {card(5)} gpu-node-guard\n"
@@ -353,7 +343,7 @@ def test_json_is_typed_and_stable():
 def test_status_and_the_plan_agree_on_every_guarded_node():
     """One source of truth: the state's decision is the first thing the real plan does there."""
     snap = replace(
-        snapshot(back("b1", boot="boot-1"), back("b2", allocatable=7), back("b3")),
+        snapshot(back_node("b1", boot="boot-1"), back_node("b2", allocatable=7), back_node("b3")),
         jobs=(),
     )
     plan = plan_return(snap, settings(), TEMPLATES)
