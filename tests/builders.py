@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from guard.actions import Action, CreateJob, to_json
+from guard.actions import Action, CreateJob, EmitEvent, to_json
 from guard.jobs import JobTemplates
 from guard.ledger import parse_ledger
 from guard.model import (
@@ -203,3 +203,19 @@ def settings(**changes: object) -> Settings:
 def brief(actions: Iterable[Action]) -> list[tuple[str, str, str]]:
     """(type, node, reason) of each action: the shape of a plan, for whole-plan comparisons."""
     return [(to_json(a)["type"], a.node, a.reason) for a in actions]
+
+
+def rewritten_event(
+    plan: Iterable[Action], cordon_event: EmitEvent, expected: int
+) -> EmitEvent | None:
+    """The return check's re-write of a lost cordon Event: `expected` (0 or 1) of them, under the
+    name, reason and type of the Event the cordon wrote."""
+    repairs = [a for a in plan if isinstance(a, EmitEvent) and a.reason == "repair-event"]
+    assert len(repairs) == expected
+    if not repairs:
+        return None
+    (again,) = repairs
+    assert (again.name, again.event_reason, again.event_type) == (
+        cordon_event.name, "GuardCordoned", "Warning",
+    )  # fmt: skip
+    return again

@@ -14,7 +14,17 @@ from guard.model import Finding, GuardEvent, JobInfo, JobResult, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.checks import plan_checks
 from guard.plan.returning import plan_return
-from tests.builders import KEYS, NOW, TEMPLATES, brief, gpu, node, settings, snapshot
+from tests.builders import (
+    KEYS,
+    NOW,
+    TEMPLATES,
+    brief,
+    gpu,
+    node,
+    rewritten_event,
+    settings,
+    snapshot,
+)
 
 NOW_S = "2026-09-21T05:55:00Z"
 CHECKED = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-b-00000000"}
@@ -265,13 +275,8 @@ def test_a_lost_conformance_cordon_event_is_written_again(minutes_later, kept, r
     events = (GuardEvent(event.name, "b", "GuardCordoned", 1),) if kept else ()
     later = replace(snapshot(n, ledger={}), now=NOW + timedelta(minutes=minutes_later),
                     events=events)  # fmt: skip
-    repairs = [a for a in returns(later) if isinstance(a, EmitEvent) and a.reason == "repair-event"]
-    assert len(repairs) == rewritten
-    if rewritten:
-        (again,) = repairs
-        assert (again.name, again.event_reason, again.event_type) == (
-            event.name, "GuardCordoned", "Warning",
-        )  # fmt: skip
+    again = rewritten_event(returns(later), event, rewritten)
+    if again:
         assert again.message == (
             f"cordoned by gpu-node-guard at {NOW_S}: conformance failed on boot boot-2: "
             f"ipvs-loaded, ipvs-persist; job/{CF} (Event written late: its first write failed)"
