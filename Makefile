@@ -10,7 +10,7 @@ ENVTEST_VERSION ?= v1.34.4
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
-	@echo "make test      # lint, types, alert-rule tests, the wheel check, unit + prometheus + apiserver tiers"
+	@echo "make test      # lint, types, rule and policy drift, the wheel check, and every test tier"
 	@echo "make bench     # time-to-isolate and cost-of-one-cycle benchmarks"
 	@echo "make image     # both images (docker, podman or buildah), tagged as manifests/base deploys them"
 
