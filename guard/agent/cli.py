@@ -19,6 +19,7 @@ from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
+from guard.settings_flags import FiniteFloatRange
 
 DEFAULT_PORT = 9842
 
@@ -47,7 +48,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @_option(
     "--interval-s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloatRange(min=1),
     default=120.0,
     help="Seconds between two runs of the checks",
 )

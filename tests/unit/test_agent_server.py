@@ -120,6 +120,8 @@ def test_once_prints_one_page(tmp_path: Path) -> None:
         pytest.param(["--listen", "9842"], "is not HOST:PORT", id="port-without-host"),
         pytest.param(["--listen", "0.0.0.0:99999"], "is not HOST:PORT", id="port-out-of-range"),
         pytest.param(["--interval-s", "0"], "Invalid value for '--interval-s'", id="zero"),
+        pytest.param(["--interval-s", "nan"], "not a finite number", id="nan"),
+        pytest.param(["--interval-s", "inf"], "not a finite number", id="never"),
         pytest.param(["--allowed-dns", "10.0.0.0/33"], "not a CIDR", id="bad-cidr"),
         pytest.param(
             ["--kube-proxy-mode", "ipv"], "Invalid value for '--kube-proxy-mode'", id="mode"
