@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -135,6 +136,21 @@ def test_bad_arguments_exit_2_with_one_error_line(
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == 2
     assert len(errors) == 1 and message in errors[0], result.output
+
+
+def test_a_taken_listen_port_is_one_error_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--root", str(tmp_path), "--node", "n", "--listen", f"127.0.0.1:{port}"]
+        result = CliRunner().invoke(agent, args)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 2, result.output
+    assert errors == [
+        f"Error: Invalid value for '--listen': cannot listen on 127.0.0.1:{port}:"
+        " Address already in use"
+    ]
 
 
 def test_the_node_comes_from_the_environment(tmp_path: Path) -> None:
