@@ -414,12 +414,12 @@ def _signals(s: Settings) -> list[Check]:
     ]  # fmt: skip
 
 
-_PUSH_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+_HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
 
 
 def _metrics(s: Settings) -> list[Check]:
     return [
-        (not s.pushgateway_url or bool(_PUSH_URL.match(s.pushgateway_url)), "pushgateway_url",
+        (not s.pushgateway_url or bool(_HTTP_URL.match(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
@@ -437,6 +437,9 @@ def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
     return [
+        (not s.prometheus_url or bool(_HTTP_URL.match(s.prometheus_url)), "prometheus_url",
+         "must be http://host:port or https://host:port with an optional path prefix, no"
+         " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
         (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
          "must be at least 65536"),

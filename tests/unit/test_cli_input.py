@@ -65,6 +65,28 @@ BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
             id="bad-env-var",
         ),
         pytest.param(
+            ["--prometheus-url", "127.0.0.1:9090"],
+            {},
+            2,
+            "--prometheus-url (GUARD_PROMETHEUS_URL) must be http://host:port or https://",
+            id="prometheus-url-without-scheme",
+        ),
+        pytest.param(
+            ["--prometheus-url", "ftp://127.0.0.1:9090"], {}, 2, "must be http://",
+            id="prometheus-url-not-http",
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://admin:secret@127.0.0.1:9090"],
+            {},
+            2,
+            "no credentials (they would be logged",
+            id="prometheus-url-with-credentials",
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://127.0.0.1:9090/ prom"], {}, 2, "must be http://",
+            id="prometheus-url-with-space",
+        ),
+        pytest.param(
             ["--cluster-snapshot", "/nonexistent/snap.yaml"],
             {},
             2,
