@@ -449,6 +449,8 @@ def _reading(s: Settings) -> list[Check]:
          "must be comma-separated Prometheus label names"),
         (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
          "must be comma-separated Name=value with a valid header name"),
+        (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",
+         "values must be printable ASCII (no line breaks)"),
         (all(n.lower() != "authorization" for n, _ in headers), "prometheus_headers",
          "must not set Authorization (it is logged): use a token file"),
         (bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
