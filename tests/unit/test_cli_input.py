@@ -72,7 +72,10 @@ BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
             id="prometheus-url-without-scheme",
         ),
         pytest.param(
-            ["--prometheus-url", "ftp://127.0.0.1:9090"], {}, 2, "must be http://",
+            ["--prometheus-url", "ftp://127.0.0.1:9090"],
+            {},
+            2,
+            "must be http://",
             id="prometheus-url-not-http",
         ),
         pytest.param(
@@ -83,7 +86,10 @@ BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
             id="prometheus-url-with-credentials",
         ),
         pytest.param(
-            ["--prometheus-url", "http://127.0.0.1:9090/ prom"], {}, 2, "must be http://",
+            ["--prometheus-url", "http://127.0.0.1:9090/ prom"],
+            {},
+            2,
+            "must be http://",
             id="prometheus-url-with-space",
         ),
         pytest.param(

@@ -63,7 +63,8 @@ def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path, content, reason):
     path = tmp_path / "kubeconfig"
     if content is not None:
         path.write_bytes(content)
-    with pytest.raises(KubeError, match=r"^cannot load Kubernetes config from .*/kubeconfig: ") as e:
+    refused = r"^cannot load Kubernetes config from .*/kubeconfig: "
+    with pytest.raises(KubeError, match=refused) as e:
         Kube.connect(str(path), in_cluster=False)
     assert reason in str(e.value) and "\n" not in str(e.value)
 
