@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.conformance.model import parse_allowed_dns
+from guard.conformance.rke2 import parse_exact
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
@@ -261,8 +263,28 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
         *_metrics(s),
         *_signals(s),
         *_lifecycle(s),
+        *_conformance(s),
     ]
     return [(name, message) for ok, name, message in checks if not ok]
+
+
+def _conformance(s: Settings) -> list[Check]:
+    """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
+    return [
+        (not s.conformance_control_plane_version
+         or parse_exact(s.conformance_control_plane_version) is not None,
+         "conformance_control_plane_version", "must be empty or a version like v1.34.3+rke2r1"),
+        (not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
+         "conformance_allowed_dns", "must be empty or comma-separated CIDRs"),
+    ]  # fmt: skip
+
+
+def _is_cidr_list(text: str) -> bool:
+    try:
+        parse_allowed_dns(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _within(value: float, low: float, high: float) -> bool:
