@@ -38,7 +38,13 @@ def _sizes(text: str) -> tuple[int, ...]:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--quick", is_flag=True, help="100 nodes, one run each, a 60 s phase step.")
 @click.option("--sizes", default="100,1000,5000", show_default=True, help="Node counts.")
-@click.option("--reps", default=3, show_default=True, help="Runs per figure (median).")
+@click.option(
+    "--reps",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs per figure (median).",
+)
 @click.option("--phase-step", default=15, show_default=True, help="Seconds between phases.")
 @click.option("--api/--no-api", default=True, show_default=True, help="Also the API-server mode.")
 @click.option(

@@ -64,6 +64,7 @@ class Kube:
         """`kubeconfig` when given; else the pod's ServiceAccount inside a cluster, else the
         user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does.
         `context` picks a kubeconfig context other than the current one (kubectl --context)."""
+        import yaml
         from kubernetes import client, config
 
         cfg = client.Configuration()
@@ -75,7 +76,7 @@ class Kube:
                 )  # fmt: skip
             else:
                 config.load_incluster_config(client_configuration=cfg)
-        except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+        except (config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None

@@ -43,10 +43,10 @@ class PromAccess:
     ) -> PromAccess:
         headers = list(s.prometheus_header_pairs)
         if s.prometheus_bearer_token_file:
-            token = _secret(s.prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+            token = _token(s.prometheus_bearer_token_file, "--prometheus-bearer-token-file")
             headers.append(("Authorization", f"Bearer {token}"))
         elif s.prometheus_service_account_token:
-            token = _secret(str(service_account_token), "--prometheus-service-account-token")
+            token = _token(str(service_account_token), "--prometheus-service-account-token")
             headers.append(("Authorization", f"Bearer {token}"))
         elif s.prometheus_basic_auth_user:
             password = _secret(
@@ -74,6 +74,15 @@ def _secret(path: str, flag: str) -> str:
         raise PromAccessError(f"{flag} {path}: the file is empty")
     if "\n" in text:
         raise PromAccessError(f"{flag} {path}: more than one line; a token is one line")
+    return text
+
+
+def _token(path: str, flag: str) -> str:
+    """A bearer token goes into a header as it is: printable ASCII only (requests refuses
+    anything else only at the first query)."""
+    text = _secret(path, flag)
+    if not (text.isascii() and text.isprintable()):
+        raise PromAccessError(f"{flag} {path}: not printable ASCII; a token is")
     return text
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.conformance.model import parse_allowed_dns
+from guard.conformance.rke2 import parse_exact
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
@@ -261,8 +263,28 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
         *_metrics(s),
         *_signals(s),
         *_lifecycle(s),
+        *_conformance(s),
     ]
     return [(name, message) for ok, name, message in checks if not ok]
+
+
+def _conformance(s: Settings) -> list[Check]:
+    """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
+    return [
+        (not s.conformance_control_plane_version
+         or parse_exact(s.conformance_control_plane_version) is not None,
+         "conformance_control_plane_version", "must be empty or a version like v1.34.3+rke2r1"),
+        (not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
+         "conformance_allowed_dns", "must be empty or comma-separated CIDRs"),
+    ]  # fmt: skip
+
+
+def _is_cidr_list(text: str) -> bool:
+    try:
+        parse_allowed_dns(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _within(value: float, low: float, high: float) -> bool:
@@ -414,12 +436,12 @@ def _signals(s: Settings) -> list[Check]:
     ]  # fmt: skip
 
 
-_PUSH_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+_HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
 
 
 def _metrics(s: Settings) -> list[Check]:
     return [
-        (not s.pushgateway_url or bool(_PUSH_URL.match(s.pushgateway_url)), "pushgateway_url",
+        (not s.pushgateway_url or bool(_HTTP_URL.match(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
@@ -437,6 +459,9 @@ def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
     return [
+        (not s.prometheus_url or bool(_HTTP_URL.match(s.prometheus_url)), "prometheus_url",
+         "must be http://host:port or https://host:port with an optional path prefix, no"
+         " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
         (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
          "must be at least 65536"),
@@ -446,6 +471,8 @@ def _reading(s: Settings) -> list[Check]:
          "must be comma-separated Prometheus label names"),
         (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
          "must be comma-separated Name=value with a valid header name"),
+        (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",
+         "values must be printable ASCII (no line breaks)"),
         (all(n.lower() != "authorization" for n, _ in headers), "prometheus_headers",
          "must not set Authorization (it is logged): use a token file"),
         (bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),

@@ -1,10 +1,11 @@
 """The Settings as click options, for every command that takes the guard's settings (`run`,
 `render`, `status`): one flag and one GUARD_* environment variable per field, with its default
 and help from guard/settings.py, built into one Settings; a refused value is one usage line
-naming its flag."""
+naming its flag; and the click types these commands and the node-side ones share."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,16 @@ class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in new
             return tuple(int(v) for v in str(value).split(",") if v.strip())
         except ValueError:
             self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """`click.FloatRange` that also refuses nan and inf: both pass its bound comparisons."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class Rfc3339(click.ParamType):  # type: ignore[type-arg]

@@ -13,12 +13,13 @@ import click
 
 from guard.agent.checks import run_checks
 from guard.agent.metrics import render
-from guard.agent.server import Agent
+from guard.agent.server import Agent, ListenError
 from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
+from guard.settings_flags import FiniteFloatRange
 
 DEFAULT_PORT = 9842
 
@@ -47,7 +48,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @_option(
     "--interval-s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloatRange(min=1),
     default=120.0,
     help="Seconds between two runs of the checks",
 )
@@ -75,4 +76,7 @@ def agent(
     if once:
         click.echo(render(node, run_checks(fs, config), time.time(), interval_s), nl=False)
         return
-    Agent(node, interval_s, lambda: run_checks(fs, config), Log()).serve(*listen)
+    try:
+        Agent(node, interval_s, lambda: run_checks(fs, config), Log()).serve(*listen)
+    except ListenError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--listen'") from None

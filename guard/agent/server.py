@@ -21,6 +21,10 @@ from guard.log import Level, Log
 STALE_AFTER_INTERVALS = 3
 
 
+class ListenError(Exception):
+    """The /metrics address cannot be bound: one line for the command to print."""
+
+
 @dataclass
 class Page:
     """The last rendered /metrics page, shared between the loop and the server threads."""
@@ -97,7 +101,10 @@ class Agent:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
         page = Page()
-        server = ThreadingHTTPServer((host, port), handler(page, self.interval_s, self.clock))
+        try:
+            server = ThreadingHTTPServer((host, port), handler(page, self.interval_s, self.clock))
+        except OSError as exc:  # port taken, address not on this host, no permission
+            raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
         thread.start()
         self.log.event(

@@ -18,6 +18,7 @@ from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
 from guard.hostexec import NSENTER_PREFIX, HostRunner
+from guard.settings_flags import FiniteFloatRange
 from guard.termination import TERMINATION_LOG as TERMINATION_LOG
 from guard.termination import write_termination_message as write_termination_message
 
@@ -60,7 +61,7 @@ _option = env_option("GUARD_CONFORMANCE_")
 @_option("--output", type=click.Choice(["text", "json"]), default="text")
 @_option(
     "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=10.0,
     help="Limit of each host command; a command past it makes its item UNKNOWN",
 )

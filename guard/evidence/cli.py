@@ -25,6 +25,7 @@ from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence.report import Tables, to_json, to_text
 from guard.evidence.summary import EvidenceSummary, render_summary
+from guard.settings_flags import FiniteFloatRange
 from guard.termination import TERMINATION_LOG, write_termination_message
 
 JSON_MARK = "EVIDENCE-JSON "
@@ -92,7 +93,7 @@ ledger.add_command(count)
 )
 @click.option(
     "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
     help="Time limit of each host command.",

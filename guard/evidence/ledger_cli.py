@@ -13,7 +13,8 @@ import click
 
 from guard import ledger as fault_ledger
 from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
-from guard.evidence.options import FILE, OUTPUT, pci_callback
+from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
+from guard.names import is_dns_label, is_dns_subdomain
 from guard.settings import setting_default
 
 
@@ -63,9 +64,23 @@ def _text(s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not is_dns_label(value):
+        raise click.BadParameter(f"{value!r} is not a namespace (a DNS-1123 label)")
+    return value
+
+
+def _configmap(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise click.BadParameter(f"{value!r} is not a ConfigMap name (a DNS-1123 subdomain)")
+    return value
+
+
 @click.command()
-@click.option("--uuid", required=True, help="GPU UUID of the card (GPU-…).")
-@click.option("--node", required=True, help="Node name: the ledger key of the slot.")
+@click.option("--uuid", required=True, callback=uuid_callback, help="GPU UUID of the card (GPU-…).")
+@click.option(
+    "--node", required=True, callback=node_callback, help="Node name: the ledger key of the slot."
+)
 @click.option("--pci", required=True, callback=pci_callback, help="PCI address of the slot.")
 @click.option("--ledger", "ledger_file", type=FILE, help="ConfigMap YAML/JSON or node: text map.")
 @click.option(
@@ -75,13 +90,18 @@ def _text(s: dict[str, Any]) -> str:
 )
 @click.option("--kubeconfig", default="", envvar="GUARD_KUBECONFIG", help="Kubeconfig path.")
 @click.option(
-    "--namespace", default=setting_default("namespace"), envvar="GUARD_NAMESPACE", show_default=True
+    "--namespace",
+    default=setting_default("namespace"),
+    envvar="GUARD_NAMESPACE",
+    show_default=True,
+    callback=_namespace,
 )
 @click.option(
     "--configmap",
     default=setting_default("ledger_configmap"),
     envvar="GUARD_LEDGER_CONFIGMAP",
     show_default=True,
+    callback=_configmap,
 )
 @click.option("--output", type=OUTPUT, default="text", show_default=True)
 def count(**opts: Any) -> None:

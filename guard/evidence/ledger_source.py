@@ -95,14 +95,19 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
+READ_RETRY_S = 10.0  # how long `ledger count --from-cluster` retries an unreachable API server
+
+
 def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
     """Read the ledger and its archives through the guard's one API door (kubeconfig file, else
     in-cluster)."""
     from guard.kube import Kube, KubeError  # the client is only needed for this path
+    from guard.retry import Backoff
 
     where = f"configmap {namespace}/{name}"
     try:
-        kube = Kube.connect(kubeconfig)
+        # A person waits at the prompt: ride out a short blip, not the CronJob's full minute.
+        kube = Kube.connect(kubeconfig, backoff=Backoff.for_seconds(READ_RETRY_S))
         found = kube.configmap(namespace, name)
         archives = ledger_store.read_archives(kube, namespace, name)
     except KubeError as err:

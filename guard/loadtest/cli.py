@@ -21,6 +21,7 @@ from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.settings import Settings
+from guard.settings_flags import FiniteFloatRange
 from guard.termination import TERMINATION_LOG as TERMINATION_LOG
 from guard.termination import write_termination_message as write_termination_message
 
@@ -105,7 +106,7 @@ def loadtest() -> None:
 )
 @click.option(
     "--duration-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=float(_default("loadtest_duration_s")),
     show_default=True,
     help="Burn time per GPU; all GPUs burn at once.",
@@ -119,7 +120,7 @@ def loadtest() -> None:
 )
 @click.option(
     "--min-ratio",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=_default("loadtest_min_ratio"),
     show_default=True,
     help="Pass when every GPU reaches this fraction of the fastest.",
@@ -150,14 +151,14 @@ def loadtest() -> None:
 )
 @click.option(
     "--allreduce-min-ratio",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=ALLREDUCE_MIN_RATIO,
     show_default=True,
     help="Pass when every GPU's all-reduce bandwidth reaches this fraction of the best GPU's.",
 )
 @click.option(
     "--allreduce-timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=60.0,
     show_default=True,
     help=f"A rank silent this long while the others wait is hung"

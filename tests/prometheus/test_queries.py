@@ -28,7 +28,7 @@ from tests.prometheus.conftest import (
 )
 
 pytestmark = pytest.mark.prometheus
-S = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS)
+S = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS)
 HOLD, FAST = S.hold_window_s, S.fast_hold_window_s
 
 
@@ -78,7 +78,7 @@ OFF_GRID = [
 
 @pytest.mark.parametrize(("node", "first_seen"), OFF_GRID)
 def test_hold_is_never_shorter_than_the_setting_at_any_second(prom, node, first_seen):
-    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, hold_window_s=600)
+    s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, hold_window_s=600)
     assert_held_at_every_second(
         lambda at: node in selected(prom, at, s), first_seen, FAST, s.query_step_s
     )
@@ -165,7 +165,7 @@ def test_xid_series_naming_no_node_abort_with_the_fix(prom_misconfigured):
     ],
 )
 def test_settings_shape_the_queries(prom, changes, node, after, expected):
-    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, **changes)
+    s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
     assert (node in selected(prom, minutes(after), s)) is expected
 
 

@@ -34,7 +34,7 @@ from tests.prometheus.conftest import (
 )
 
 pytestmark = pytest.mark.prometheus
-S = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS)
+S = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS)
 HOLD = S.nvml_hold_s
 
 
@@ -95,7 +95,7 @@ def test_mismatch_hold_is_never_shorter_than_the_setting_at_any_second(prom_sign
     ],
 )
 def test_settings_shape_the_mismatch_hold(prom_signals, changes, after, expected):
-    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, **changes)
+    s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
     assert ("drv-mismatch" in view(prom_signals, minutes(after), s).nvml_candidates) is expected
 
 
@@ -194,7 +194,7 @@ def test_readiness_follows_the_scrapes_off_the_minute(prom_signals, second, read
     ],
 )  # fmt: skip
 def test_selectors_are_settings(prom_signals, changes, seen, names):
-    s = Settings(prometheus_url="unused", jobs_namespace=JOBS_NS, **changes)
+    s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
     v = view(prom_signals, minutes(10), s)
     assert v.service_seen == seen
     assert {p.name for p in v.service_pods} == names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -120,6 +121,8 @@ def test_once_prints_one_page(tmp_path: Path) -> None:
         pytest.param(["--listen", "9842"], "is not HOST:PORT", id="port-without-host"),
         pytest.param(["--listen", "0.0.0.0:99999"], "is not HOST:PORT", id="port-out-of-range"),
         pytest.param(["--interval-s", "0"], "Invalid value for '--interval-s'", id="zero"),
+        pytest.param(["--interval-s", "nan"], "not a finite number", id="nan"),
+        pytest.param(["--interval-s", "inf"], "not a finite number", id="never"),
         pytest.param(["--allowed-dns", "10.0.0.0/33"], "not a CIDR", id="bad-cidr"),
         pytest.param(
             ["--kube-proxy-mode", "ipv"], "Invalid value for '--kube-proxy-mode'", id="mode"
@@ -133,6 +136,21 @@ def test_bad_arguments_exit_2_with_one_error_line(
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == 2
     assert len(errors) == 1 and message in errors[0], result.output
+
+
+def test_a_taken_listen_port_is_one_error_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--root", str(tmp_path), "--node", "n", "--listen", f"127.0.0.1:{port}"]
+        result = CliRunner().invoke(agent, args)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 2, result.output
+    assert errors == [
+        f"Error: Invalid value for '--listen': cannot listen on 127.0.0.1:{port}:"
+        " Address already in use"
+    ]
 
 
 def test_the_node_comes_from_the_environment(tmp_path: Path) -> None:

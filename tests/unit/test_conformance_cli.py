@@ -108,6 +108,7 @@ def test_text_report_is_a_table_with_a_result_line(tmp_path: Path) -> None:
         ),
         pytest.param(["--role", "gpu"], "Invalid value for '--role'", id="bad-role"),
         pytest.param(["--timeout-s", "0"], "Invalid value for '--timeout-s'", id="zero-timeout"),
+        pytest.param(["--timeout-s", "nan"], "not a finite number", id="nan-timeout"),
         pytest.param(["--output", "yaml"], "Invalid value for '--output'", id="bad-output"),
         pytest.param(["--platform", "k3s"], "Invalid value for '--platform'", id="bad-platform"),
         pytest.param(

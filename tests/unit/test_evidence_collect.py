@@ -367,6 +367,7 @@ def _context_with_message(message: str) -> dict[str, object]:
     [
         pytest.param(["--pci", "gpu0"], "not a PCI address", id="bad-pci"),
         pytest.param(["--timeout-s", "0"], "--timeout-s", id="zero-timeout"),
+        pytest.param(["--timeout-s", "nan"], "not a finite number", id="nan-timeout"),
         pytest.param(["--xid", "-1"], "--xid", id="negative-xid"),
         pytest.param(["--uuid", "GPU-{{7*7}}"], "is not a GPU UUID", id="bad-uuid"),
         pytest.param(["--node", "n;id"], "is not a node name", id="bad-node"),

@@ -50,9 +50,23 @@ def test_kubeconfig_token_user(tmp_path: Path):
     assert responses.calls[0].request.headers["Authorization"] == "Bearer person-token"
 
 
-def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path):
-    with pytest.raises(KubeError, match=r"^cannot load Kubernetes config from .*/nope: "):
-        Kube.connect(str(tmp_path / "nope"), in_cluster=False)
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        pytest.param(None, "Invalid kube-config file", id="missing"),
+        pytest.param(b"clusters: [unclosed\n", "while parsing a flow sequence", id="broken-yaml"),
+        pytest.param(b"a: b: c\n", "mapping values are not allowed here", id="yaml-scanner"),
+        pytest.param(b"\xff\xfe\x00garbage", "codec can't decode", id="binary"),
+    ],
+)
+def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path, content, reason):
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_bytes(content)
+    refused = r"^cannot load Kubernetes config from .*/kubeconfig: "
+    with pytest.raises(KubeError, match=refused) as e:
+        Kube.connect(str(path), in_cluster=False)
+    assert reason in str(e.value) and "\n" not in str(e.value)
 
 
 INSECURE = {"insecure-skip-tls-verify": True}

@@ -121,6 +121,14 @@ def test_text_output() -> None:
         pytest.param(["--ledger", str(LEDGERS / "with-archives.yaml"), "--configmap", "other"], 1,
                      "with-archives.yaml: a List without ConfigMap other or its archives",
                      id="list-without-the-ledger"),
+        pytest.param(["--from-cluster", "--namespace", "Bad NS"], 2,
+                     "'Bad NS' is not a namespace", id="namespace-not-a-label"),
+        pytest.param(["--from-cluster", "--configmap", "ledger/../x"], 2,
+                     "is not a ConfigMap name", id="configmap-name-with-a-slash"),
+        pytest.param(["--ledger", str(LEDGERS / "seed-configmap.yaml"), "--uuid", "card-7"], 2,
+                     "'card-7' is not a GPU UUID", id="uuid-that-counts-nothing"),
+        pytest.param(["--ledger", str(LEDGERS / "seed-configmap.yaml"), "--node", "Node 7"], 2,
+                     "'Node 7' is not a node name", id="node-that-counts-nothing"),
     ],
 )  # fmt: skip
 def test_bad_ledger_input_is_one_line(args: list[str], code: int, message: str) -> None:

@@ -331,6 +331,8 @@ def test_a_path_prefix_is_kept():
         pytest.param("--prometheus-ca-file", "EMPTY", "not a PEM CA bundle", id="ca-not-pem"),
         pytest.param("--prometheus-bearer-token-file", "EMPTY", "the file is empty",
                      id="empty-token-file"),
+        pytest.param("--prometheus-bearer-token-file", "EURO", "not printable ASCII",
+                     id="token-not-ascii"),
     ],
 )  # fmt: skip
 def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
@@ -341,6 +343,10 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
     if value == "EMPTY":
         value = str(tmp_path / "empty")
         (tmp_path / "empty").write_text("")
+        message = f"{flag} {value}: {message}"
+    if value == "EURO":
+        value = str(tmp_path / "euro")
+        (tmp_path / "euro").write_text("token-\u20ac\n")
         message = f"{flag} {value}: {message}"
     args = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run", flag, value]
     result = CliRunner().invoke(cli, args)
@@ -366,6 +372,12 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
         pytest.param({"prometheus_headers": "Authorization=Bearer x"},
                      ("prometheus_headers", "must not set Authorization"),
                      id="authorization-header"),
+        pytest.param({"prometheus_headers": "X-Scope-OrgID=a\r\nX-Injected=b"},
+                     ("prometheus_headers", "values must be printable ASCII"),
+                     id="header-value-with-line-break"),
+        pytest.param({"prometheus_headers": "X-Scope-OrgID=\u20ac"},
+                     ("prometheus_headers", "values must be printable ASCII"),
+                     id="header-value-not-ascii"),
         pytest.param({"prometheus_headers": "X-Scope-OrgID"},
                      ("prometheus_headers", "must be comma-separated Name=value"),
                      id="header-without-value"),

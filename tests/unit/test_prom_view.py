@@ -19,7 +19,7 @@ from guard.prom_view import (
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
-S = Settings(prometheus_url="unused")
+S = Settings(prometheus_url="http://unused")
 
 
 def steps(*minutes_ago: float, node: str = "n") -> Series:
@@ -83,7 +83,7 @@ def test_held_candidates(xid, held, cordoned, expected):
 )
 def test_held_nvml(changes, held, cordoned, expected):
     view = PromView(nvml_since=(("n", ago(held)),), cordoned=("n",) if cordoned else ())
-    s = Settings(prometheus_url="unused", **changes)
+    s = Settings(prometheus_url="http://unused", **changes)
     assert (held_nvml(view, NOW, s) == ("n",)) is expected
 
 
