@@ -8,6 +8,7 @@ A decision with a runbook state (`guard.states`) ends its ``next=`` with the sec
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,13 +24,13 @@ def _line(event: str, /, **pairs: Value) -> Line:
     return event, pairs
 
 
-class _Logged:
-    """`str(action)` is the text form of `action.log_line()`."""
+class _Logged(ABC):
+    """`str(action)` is the text form of `action.log_line()`, which every action defines."""
 
     __slots__ = ()
 
-    def log_line(self) -> Line:
-        raise NotImplementedError
+    @abstractmethod
+    def log_line(self) -> Line: ...
 
     def __str__(self) -> str:
         return format_line(*self.log_line())
