@@ -13,7 +13,14 @@ import click
 
 from guard import ledger as fault_ledger
 from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
-from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
+from guard.evidence.options import (
+    FILE,
+    OUTPUT,
+    name_callback,
+    node_callback,
+    pci_callback,
+    uuid_callback,
+)
 from guard.names import is_dns_label, is_dns_subdomain
 from guard.settings import setting_default
 
@@ -64,16 +71,8 @@ def _text(s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not is_dns_label(value):
-        raise click.BadParameter(f"{value!r} is not a namespace (a DNS-1123 label)")
-    return value
-
-
-def _configmap(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not is_dns_subdomain(value):
-        raise click.BadParameter(f"{value!r} is not a ConfigMap name (a DNS-1123 subdomain)")
-    return value
+_namespace = name_callback(is_dns_label, "namespace (a DNS-1123 label)")
+_configmap = name_callback(is_dns_subdomain, "ConfigMap name (a DNS-1123 subdomain)")
 
 
 @click.command()

@@ -4,6 +4,7 @@ one check of a PCI address, a node name and a GPU UUID given on a command line."
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -29,12 +30,22 @@ def pci_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 
 
-def node_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A Kubernetes node name (DNS-1123 subdomain, at most 253 characters)."""
-    if value is not None and not is_dns_subdomain(value):
-        message = f"{value!r} is not a node name (a DNS-1123 subdomain)"
-        raise click.BadParameter(message, ctx=ctx, param=param)
-    return value
+Callback = Callable[[click.Context, click.Parameter, "str | None"], "str | None"]
+
+
+def name_callback(is_name: Callable[[str], bool], what: str) -> Callback:
+    """A click callback refusing a value `is_name` rejects: "'x' is not a <what>"."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and not is_name(value):
+            raise click.BadParameter(f"{value!r} is not a {what}", ctx=ctx, param=param)
+        return value
+
+    return check
+
+
+# A Kubernetes node name (DNS-1123 subdomain, at most 253 characters).
+node_callback = name_callback(is_dns_subdomain, "node name (a DNS-1123 subdomain)")
 
 
 def uuid_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
