@@ -62,7 +62,7 @@ policies-check: install
 	$(PY) -m guard.policies check
 
 envtest:
-	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl --controller-manager
 
 # kustomize (for `kustomize edit set image`, as ArgoCD runs it) and the prometheus-operator CRDs,
 # for tests/apiserver/test_deploy.py.

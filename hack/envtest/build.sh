@@ -8,6 +8,8 @@
 #                                           into hack/envtest/{kube,etcd}/ (and kubectl/ with
 #                                           --kubectl)
 #   hack/envtest/build.sh --kubectl         also build (or reuse) kubectl of the same version
+#   hack/envtest/build.sh --controller-manager  also build (or reuse) kube-controller-manager
+#                                           (the Job controller, for Pod ownership and adoption)
 #   hack/envtest/build.sh --print-kubectl   print only the path of that kubectl (nothing is built;
 #                                           exit 1 when it is not there yet)
 #
@@ -66,7 +68,12 @@ staging_replaces() {
 }
 
 # The directory under hack/envtest/ of each binary's wrapper module.
-module_of() { echo "${1/kube-apiserver/kube}"; }
+module_of() {
+  case "$1" in
+    kube-apiserver | kube-controller-manager) echo kube ;;
+    *) echo "$1" ;;
+  esac
+}
 
 copy_module() {
   cp "$HERE/$1/go.mod" "$2/"
@@ -98,7 +105,7 @@ version_ldflags() {
   echo "$ldflags"
 }
 
-# kube-apiserver and kubectl: a wrapper module each (kube/, kubectl/), the same staging replaces
+# kube-apiserver, kube-controller-manager (both from kube/) and kubectl (kubectl/), the same staging replaces
 # and the same version stamp.
 build_kube_command() {
   local work=$1 cmd=$2
@@ -145,7 +152,7 @@ kubectl_path() {
 }
 
 main() {
-  UPDATE_MODULES=0 KUBECTL=0
+  UPDATE_MODULES=0 KUBECTL=0 KCM=0
   for arg in "$@"; do
     case "$arg" in
       --print-path) assets_dir; return ;;
@@ -156,7 +163,8 @@ main() {
         ;;
       --update-modules) UPDATE_MODULES=1 ;;
       --kubectl) KUBECTL=1 ;;
-      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl or --update-modules)" ;;
+      --controller-manager) KCM=1 ;;
+      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl, --controller-manager or --update-modules)" ;;
     esac
   done
   [[ "$ENVTEST_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "ENVTEST_VERSION must look like v1.34.4"
@@ -165,7 +173,8 @@ main() {
   if [[ "$UPDATE_MODULES" == 0 && "$(assets_dir)" != "$CACHE_DIR" ]]; then
     say "using KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS}"
     servers=0
-    if [[ "$KUBECTL" == 0 || -x "${KUBEBUILDER_ASSETS}/kubectl" ]]; then return; fi
+    if [[ ("$KUBECTL" == 0 || -x "${KUBEBUILDER_ASSETS}/kubectl") &&
+      ("$KCM" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-controller-manager") ]]; then return; fi
   fi
   GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
   [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
@@ -188,6 +197,12 @@ main() {
       timed_build kubectl build_kube_command
     fi
     say "kubectl ready: $CACHE_DIR/kubectl"
+  fi
+  if [[ "$KCM" == 1 ]]; then
+    if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-controller-manager" "Kubernetes ${ENVTEST_VERSION}"; then
+      timed_build kube-controller-manager build_kube_command
+    fi
+    say "kube-controller-manager ready: $CACHE_DIR/kube-controller-manager"
   fi
 }
 

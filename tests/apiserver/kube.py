@@ -175,15 +175,25 @@ def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) ->
     ]  # fmt: skip
 
 
-def apiserver_argv(binary: Path, workdir: Path, etcd_port: int, port: int) -> list[str]:
-    """Envtest's flags (controller-runtime pkg/internal/testing/controlplane) with a token admin."""
+def apiserver_argv(
+    binary: Path, workdir: Path, etcd_port: int, port: int, as_clusters_run: bool = False
+) -> list[str]:
+    """Envtest's flags (controller-runtime pkg/internal/testing/controlplane) with a token admin.
+
+    `as_clusters_run`: ServiceAccount admission and NodeRestriction on, as every real cluster
+    runs them (a controller-manager then creates the ServiceAccounts); otherwise ServiceAccount
+    admission is off, since without a controller-manager nothing creates `default`."""
+    admission = (
+        "--enable-admission-plugins=NodeRestriction"
+        if as_clusters_run
+        else "--disable-admission-plugins=ServiceAccount"
+    )
     return [
         str(binary), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
         f"--cert-dir={workdir / 'certs'}", f"--secure-port={port}",
         "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
         "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
-        # Without a controller-manager nothing creates the `default` ServiceAccount.
-        "--disable-admission-plugins=ServiceAccount",
+        admission,
         "--authorization-mode=Node,RBAC",
         f"--token-auth-file={workdir / 'tokens.csv'}",
         f"--service-account-issuer=https://127.0.0.1:{port}/",
@@ -192,9 +202,31 @@ def apiserver_argv(binary: Path, workdir: Path, etcd_port: int, port: int) -> li
     ]  # fmt: skip
 
 
+# The controllers a cluster's own Jobs need: Pods made and adopted by the real Job controller,
+# ServiceAccounts (and their pull secrets) made as a cluster makes them.
+CONTROLLERS = "job-controller,serviceaccount-controller,serviceaccount-token-controller"
+
+
+def controller_manager_argv(binary: Path, plane: ControlPlane) -> list[str]:
+    """kube-controller-manager with only `CONTROLLERS`, each under its own ServiceAccount's
+    credentials (as kubeadm runs it), serving nothing."""
+    return [
+        str(binary), f"--kubeconfig={plane.kubeconfig}", f"--controllers={CONTROLLERS}",
+        "--use-service-account-credentials=true", "--leader-elect=false",
+        f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
+        f"--root-ca-file={plane.ca_file}", "--secure-port=0",
+        "--concurrent-job-syncs=2", "--v=1",
+    ]  # fmt: skip
+
+
 @contextmanager
-def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
-    """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards."""
+def control_plane(
+    assets: Path, workdir: Path, as_clusters_run: bool = False
+) -> Iterator[ControlPlane]:
+    """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards.
+
+    `as_clusters_run`: also kube-controller-manager (`CONTROLLERS`), with ServiceAccount
+    admission and NodeRestriction on; yields once the `default` ServiceAccount exists."""
     started = time.monotonic()
     etcd_port, port = free_port(), free_port()
     (workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
@@ -205,7 +237,7 @@ def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
         etcd = stack.enter_context(process(argv, log))
         wait_until(lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), etcd, log)
         log = workdir / "kube-apiserver.log"
-        argv = apiserver_argv(assets / "kube-apiserver", workdir, etcd_port, port)
+        argv = apiserver_argv(assets / "kube-apiserver", workdir, etcd_port, port, as_clusters_run)
         apiserver = stack.enter_context(process(argv, log))
         url, ca_file = f"https://127.0.0.1:{port}", workdir / "certs" / "apiserver.crt"
         auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -218,7 +250,22 @@ def control_plane(assets: Path, workdir: Path) -> Iterator[ControlPlane]:
         )
         kubeconfig = workdir / "kubeconfig-admin"
         write_kubeconfig(kubeconfig, url, ca_file, ADMIN_TOKEN)
-        yield ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
+        plane = ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
+        if as_clusters_run:
+            log = workdir / "kube-controller-manager.log"
+            argv = controller_manager_argv(assets / "kube-controller-manager", plane)
+            manager = stack.enter_context(process(argv, log))
+            wait_until(lambda: _has_default_account(plane), manager, log)
+        yield plane
+
+
+def _has_default_account(plane: ControlPlane) -> bool:
+    with plane.admin_client() as api:
+        try:
+            client.CoreV1Api(api).read_namespaced_service_account("default", "default")
+        except ApiException:
+            return False
+    return True
 
 
 def refusal(call: Callable[[], object]) -> tuple[int, str]:
