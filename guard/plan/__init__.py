@@ -10,13 +10,14 @@ from guard.model import Snapshot
 from guard.plan.checks import plan_checks
 from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
 from guard.plan.returning import plan_return
-from guard.plan.unreadable import plan_unreadable
+from guard.plan.unreadable import plan_unreadable, unreadable_events
 from guard.settings import Settings
 
 
 def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
     """What could not be read (reported once), the return check (breaker or not), isolation,
-    then the lifecycle checks (onboarding gate, after-reboot conformance).
+    then the lifecycle checks (onboarding gate, after-reboot conformance), then the Events about
+    unreadable nodes (at most guard.plan.unreadable.EVENTS_PER_CYCLE).
 
     Nodes the return check releases this cycle no longer count against the circuit breaker; a
     cycle cordons at most one node, a hardware fault before a conformance failure.
@@ -25,7 +26,8 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     let_go = released(returning)
     isolating = plan_isolation(snap, s, t, let_go)
     checks = plan_checks(snap, s, t, let_go, isolating)
-    return plan_unreadable(snap, s) + returning + isolating + checks
+    # The unreadable nodes' Events last: bounded, and never ahead of a cordon.
+    return plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
 
 
 def released(returning: Iterable[Action]) -> frozenset[str]:
