@@ -429,3 +429,64 @@ def test_plan_fallback_respects_the_breaker():
     snap = snapshot(*guarded(5), node("a"), node("b"),
                     candidates=(gpu("a", 79), gpu("b", 79)))  # fmt: skip
     assert plan_fallback(snap, settings(breaker_max_nodes=5), TEMPLATES, frozenset("a")) == ()
+
+
+class RefusingExecutor:
+    """Refuses the cordon of the nodes in `refuse` (as an admission policy would), else lands."""
+
+    def __init__(self, refuse: set[str], status: str = "failed", reason: str = "refused"):
+        import io
+
+        from guard.log import Log
+
+        self.refuse, self.status, self.reason = refuse, status, reason
+        self.log = Log("text", io.StringIO(), NOW)
+        self.outcomes: list = []
+
+    def apply(self, action):
+        from guard.outcome import Outcome
+
+        if isinstance(action, Cordon) and action.node in self.refuse:
+            outcome = Outcome(action, self.status, self.reason, "HTTP 422: protected")
+        elif action.node in self.refuse:
+            outcome = Outcome(action, "skipped", "earlier-write-failed")
+        else:
+            outcome = Outcome(action, "applied")
+        self.outcomes.append(outcome)
+        return outcome
+
+
+def run_cycle_writes(executor, snap):
+    from guard.cli import _fall_back
+    from guard.plan import plan_cycle
+
+    for action in plan_cycle(snap, settings(), TEMPLATES):
+        executor.apply(action)
+    _fall_back(executor, snap, settings(), TEMPLATES)
+    return [(o.action.node, o.status) for o in executor.outcomes if isinstance(o.action, Cordon)]
+
+
+@pytest.mark.parametrize(
+    ("refuse", "cordons"),
+    [
+        pytest.param(set(), [("a", "applied")], id="first-lands"),
+        pytest.param({"a"}, [("a", "failed"), ("b", "applied")], id="one-refused"),
+        pytest.param({"a", "b"}, [("a", "failed"), ("b", "failed"), ("c", "applied")],
+                     id="two-refused"),
+        pytest.param({"a", "b", "c"}, [("a", "failed"), ("b", "failed"), ("c", "failed")],
+                     id="three-tries-at-most"),
+    ],
+)  # fmt: skip
+def test_a_refused_cordon_is_followed_by_the_next_candidate_once_per_try(refuse, cordons):
+    executor = RefusingExecutor(refuse)
+    assert run_cycle_writes(executor, four_candidates()) == cordons
+    lines = [x for x in executor.log.stream.getvalue().splitlines() if "cordon-fallback" in x]
+    assert len(lines) == len(cordons) - 1
+    for attempt, (line, (node_name, _)) in enumerate(zip(lines, cordons[1:], strict=True), 2):
+        assert f" WARN cordon-fallback node={node_name} " in line
+        assert f"attempt={attempt} tries=3" in line
+
+
+def test_a_cordon_not_refused_but_failed_otherwise_is_not_followed():
+    executor = RefusingExecutor({"a"}, reason="")  # unreachable until the deadline
+    assert run_cycle_writes(executor, four_candidates()) == [("a", "failed")]
