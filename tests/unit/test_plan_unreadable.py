@@ -80,6 +80,8 @@ CASES = [
          f"{CORDON_AT} job/gng-lt-x\n"),
         ({"extra": {KEYS.checked_boot: f"boot-1 {CORDON_AT} job/gng-cf-x\n"}}, KEYS.checked_boot,
          f"boot-1 {CORDON_AT} job/gng-cf-x\n"),
+        ({"extra": {KEYS.pcie_links: "0000:18:00.0=16GT/s,x16\n"}}, KEYS.pcie_links,
+         "0000:18:00.0=16GT/s,x16\n"),
         ({"extra": {KEYS.conformance_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
          KEYS.conformance_failed, f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"),
         ({"extra": {KEYS.onboarding_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
