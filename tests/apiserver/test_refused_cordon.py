@@ -120,6 +120,14 @@ def test_a_refused_cordon_moves_the_cycles_cordon_to_the_next_candidate(
     make_gpu_node(core, B)
     _wait_refused(core)
 
+    # The dry run cannot know of the refusal, but it shows the order a real run tries them in.
+    dry = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--dry-run")
+    assert mine(dry.plan, A)[0] == ("cordon", "xid-79")
+    (waits,) = [a for a in dry.plan["actions"] if a["node"] == B]
+    assert (
+        waits["next"] == f"cordoned in this cycle if the API refuses the cordon of {A} (fallback 1)"
+    )
+
     run = run_guard(prom, guard_kubeconfig, ISOLATE_AT, ok=False)
 
     assert run.rc == 1, "the refused write is a failed write"
