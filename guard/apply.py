@@ -38,6 +38,7 @@ from guard.actions import (
     Uncordon,
 )
 from guard.kube import Conflict, Kube, KubeError, NotFound
+from guard.kube_errors import Refused
 from guard.log import Level, Log, Value
 from guard.model import Snapshot
 from guard.names import Annotations
@@ -45,6 +46,23 @@ from guard.outcome import Outcome
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch
+# Outcome.reason of a write the API refused for good (4xx but 409, 429; 404): not retried, and
+# for a cordon the isolation check's next candidate is tried (refused_cordons).
+REFUSED = "refused"
+
+
+def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
+    """Nodes whose cordon the API refused in this cycle."""
+    return frozenset(
+        o.action.node for o in outcomes
+        if isinstance(o.action, Cordon) and o.status == "failed" and o.reason == REFUSED
+    )  # fmt: skip
+
+
+def cordon_landed(outcomes: list[Outcome]) -> bool:
+    """A cordon landed (or was found landed) in this cycle: no other may follow it."""
+    return any(isinstance(o.action, Cordon) and o.status in ("applied", "already-done",
+               "would-apply") for o in outcomes)  # fmt: skip
 
 
 @dataclass
@@ -108,6 +126,8 @@ class KubeExecutor:
             return Outcome(action, "skipped", "earlier-write-failed", self._blocked[action.node])
         try:
             outcome = self._write(action)
+        except (Refused, NotFound) as exc:  # for good, for this object: another one may go on
+            outcome = Outcome(action, "failed", REFUSED, str(exc))
         except KubeError as exc:
             outcome = Outcome(action, "failed", detail=str(exc))
         if isinstance(action, NodePatch) and outcome.status in ("failed", "skipped"):

@@ -19,7 +19,7 @@ from guard.records import JOB_REF, TOKEN, Problems
 
 # The most GPUs whose links a node records (and the load-test argv takes as --expect-link).
 MAX_LINKS = 16
-_ITEM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?$", re.ASCII)  # fits conformance-<item>
+_ITEM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?\Z", re.ASCII)  # fits conformance-<item>
 UNCORDON = "uncordon"  # `checked-boot` by a person's uncordon of a conformance cordon
 
 

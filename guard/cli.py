@@ -18,15 +18,17 @@ import click
 import yaml
 
 from guard.actions import Action, to_json
-from guard.apply import KubeExecutor, PrintExecutor
+from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.bundle import BundleError, load_bundle
 from guard.evidence.options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.log import Log, Value
+from guard.model import Snapshot
 from guard.outcome import Outcome, failed, tally
-from guard.plan import plan_cycle
+from guard.plan import plan_cycle, plan_fallback
 from guard.plan.common import render_example_job
+from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
@@ -250,6 +252,7 @@ def _cycle(
     trace.outcomes = executor.outcomes  # the same list: a later abort still counts the writes
     for action in actions:
         executor.apply(action)
+    _fall_back(executor, snap, s, templates)
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         executor.log.decision(*p.log_line())
@@ -272,6 +275,32 @@ def _cycle(
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
+
+
+def _fall_back(
+    executor: PrintExecutor | KubeExecutor, snap: Snapshot, s: Settings, t: JobTemplates
+) -> None:
+    """A cordon the API refused for its node (a site policy protects it): the isolation check's
+    next candidate is planned and written, one line per try, until one cordon lands or
+    MAX_CORDON_TRIES were sent (docs/writes.md). A dry run never gets here: nothing is refused."""
+    refused = refused_cordons(executor.outcomes)
+    while refused and not cordon_landed(executor.outcomes):
+        more = plan_fallback(snap, s, t, refused)
+        if not more:
+            return
+        executor.log.emit(
+            "cordon-fallback",
+            {"node": more[0].node, "refused": ",".join(sorted(refused)),
+             "attempt": len(refused) + 1, "tries": MAX_CORDON_TRIES,
+             "next": "the API refused the cordon above; the next candidate is cordoned instead"},
+            "WARN",
+        )  # fmt: skip
+        for action in more:
+            executor.apply(action)
+        now = refused_cordons(executor.outcomes)
+        if now == refused:  # not landed and not refused (changed under us, unreachable): stop
+            return
+        refused = now
 
 
 @cli.command()

@@ -26,8 +26,12 @@ TEMPLATE_FILES: dict[JobKind, str] = {
     "conformance": "conformance-job.yaml.j2",
 }
 
-# Job names become the `job-name` label of their Pods, so they must fit a 63-character label.
+# Label values (the node label) fit 63 characters. Job names become the `job-name` label of
+# their Pods and, with '-', the Pods' generateName, whose base the API server cuts to 58
+# characters: a Job name of at most 57 keeps every Pod named `<job>-<5 random>` (what the Pod
+# policies check), whatever the node name's length.
 _NAME_BUDGET = 63
+_JOB_NAME_BUDGET = 57
 _SHORT = {"evidence": "ev", "loadtest": "lt", "conformance": "cf"}
 
 
@@ -56,22 +60,33 @@ class JobSpec:
 
     @property
     def node_label(self) -> str:
-        return label_safe(self.node)
+        return node_label(self.node)
 
 
-def label_safe(value: str) -> str:
-    """A label value for `value` (≤ 63 chars, alphanumeric ends).
+# A node name is a DNS subdomain of up to 253 characters, a label value at most 63: a longer
+# name keeps its first NODE_LABEL_KEEP characters and a digest of the whole name. The full name
+# is in the Job's annotation and its nodeName; the policies (guard.policies.kinds) check the
+# label against the same rule.
+NODE_LABEL_KEEP = _NAME_BUDGET - 9  # "-" and an 8-digit hex digest
+NODE_LABEL_DIGEST = 8
 
-    >>> label_safe("gpu-node-b")
+
+def node_label(node: str) -> str:
+    """The value of the guard's node label on its Jobs and Pods for `node`: the name itself when
+    it fits a label (≤ 63), else its first 54 characters, '-' and 8 hex digits of its SHA-256.
+
+    >>> node_label("gpu-node-b")
     'gpu-node-b'
-    >>> len(label_safe("n" * 80))
+    >>> long = "n" * 92
+    >>> node_label(long) == "n" * 54 + "-" + hashlib.sha256(long.encode()).hexdigest()[:8]
+    True
+    >>> len(node_label("n" * 253))
     63
     """
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)
-    if len(cleaned) > _NAME_BUDGET:
-        digest = hashlib.sha256(value.encode()).hexdigest()[:8]
-        cleaned = f"{cleaned[: _NAME_BUDGET - 9]}-{digest}"
-    return cleaned.strip("-_.")
+    if len(node) <= _NAME_BUDGET:
+        return node
+    digest = hashlib.sha256(node.encode()).hexdigest()[:NODE_LABEL_DIGEST]
+    return f"{node[:NODE_LABEL_KEEP]}-{digest}"
 
 
 def job_name(kind: JobKind, node: str, key: str) -> str:
@@ -82,7 +97,7 @@ def job_name(kind: JobKind, node: str, key: str) -> str:
     """
     digest = hashlib.sha256(f"{kind}\0{node}\0{key}".encode()).hexdigest()[:8]
     head = f"gng-{_SHORT[kind]}-"
-    room = _NAME_BUDGET - len(head) - len(digest) - 1
+    room = _JOB_NAME_BUDGET - len(head) - len(digest) - 1
     stem = re.sub(r"[^a-z0-9-]", "-", node.lower())[:room].strip("-")
     return f"{head}{stem}-{digest}"
 

@@ -23,13 +23,13 @@ UNKNOWN_PCI = "unknown"  # older dcgm-exporters carry no pci_bus_id label
 # The shape of an incident line; each field is then checked on its own, ASCII only (`\d` and
 # str.isdigit() also accept other scripts' digits and superscripts).
 _LINE = re.compile(
-    r"^(?P<at>\S+)\s+xid-(?P<xid>\S+)\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*$"
+    r"^(?P<at>\S+)\s+xid-(?P<xid>\S+)\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*\Z"
 )
-_XID = re.compile(r"^[0-9]{1,6}$", re.ASCII)
-_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]+$", re.ASCII)
+_XID = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
+_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]+\Z", re.ASCII)
 _RFC3339 = re.compile(
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$",
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})\Z",
     re.ASCII,
 )
 # Times outside these years are typing errors, and near year 1 or 9999 a zone offset overflows.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 _PCI = re.compile(
-    r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.(?P<fn>[0-7]))?$"
+    r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.(?P<fn>[0-7]))?\Z"
 )
 
 
@@ -47,7 +47,7 @@ LINK = (
     rf"({'|'.join(s.replace('.', chr(92) + '.') for s in LINK_SPEEDS)})GT/s,"
     rf"x({'|'.join(map(str, LINK_WIDTHS))})"
 )
-_LINK_RECORD = re.compile(rf"^({SYSFS_PCI})=({LINK})$", re.ASCII)
+_LINK_RECORD = re.compile(rf"^({SYSFS_PCI})=({LINK})\Z", re.ASCII)
 
 
 def link_record(text: str) -> tuple[str, str] | None:

@@ -17,11 +17,11 @@ from guard.model import CancelRecord, CordonRecord, GpuRef, ReturnRecord, Unread
 from guard.names import Annotations
 from guard.pci import PciAddressError, normalize_pci
 
-_XID = re.compile(r"^xid-([0-9]{1,6})$", re.ASCII)
-_REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
-COUNT = re.compile(r"^[0-9]{1,6}$", re.ASCII)
-TOKEN = re.compile(r"^[!-~]+$", re.ASCII)  # printable ASCII, no space
-JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", re.ASCII)
+_XID = re.compile(r"^xid-([0-9]{1,6})\Z", re.ASCII)
+_REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z", re.ASCII)
+COUNT = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
+TOKEN = re.compile(r"^[!-~]+\Z", re.ASCII)  # printable ASCII, no space
+JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z", re.ASCII)
 SHOWN = 120  # characters of a bad value repeated in a log line
 
 UNKNOWN_BOOT = "unknown"  # the boot id written into `cancelled` when the guard knew none

@@ -35,6 +35,7 @@ class Section(StrEnum):
     RETURNED_RECENTLY = "returned-in-the-last-24-h"
     BREAKER_OPEN = "breaker-open"
     UNREADABLE_ANNOTATIONS = "unreadable-annotations"
+    FAULTED_NOT_CORDONABLE = "faulted-but-not-cordonable"
     # The lifecycle checks (docs/lifecycle.md, docs/onboarding.md).
     AFTER_REBOOT_CHECK_RUNNING = "after-reboot-check-running"
     CORDONED_FOR_CONFORMANCE = "cordoned-for-conformance"

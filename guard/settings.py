@@ -28,7 +28,7 @@ MAX_DURATION_S = 86_400
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
-_IMAGE = re.compile(r"^[!-~]+$", re.ASCII)  # non-empty, printable, no whitespace
+_IMAGE = re.compile(r"^[!-~]+\Z", re.ASCII)  # non-empty, printable, no whitespace
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -400,7 +400,7 @@ def _lifecycle(s: Settings) -> list[Check]:
 
 # Pod and DaemonSet name patterns go into PromQL strings as RE2: names' own characters and the
 # regex operators, nothing that needs escaping (no quote, no backslash).
-_NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+$", re.ASCII)
+_NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+\Z", re.ASCII)
 
 
 def _is_name_pattern(text: str) -> bool:
@@ -436,7 +436,8 @@ def _signals(s: Settings) -> list[Check]:
     ]  # fmt: skip
 
 
-_HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:password@ in a logged URL
+# No user:password@ in a logged URL.
+_HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?\Z", re.ASCII)
 
 
 def _metrics(s: Settings) -> list[Check]:
@@ -451,8 +452,8 @@ def setting_default(name: str) -> Any:
     return next(f.default for f in fields(Settings) if f.name == name)
 
 
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 
 
 def _reading(s: Settings) -> list[Check]:

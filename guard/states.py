@@ -51,6 +51,7 @@ STATES: dict[str, Section] = {
     "cancelled": S.CANCELLED_BY_A_PERSON,
     "returned": S.RETURNED_RECENTLY,
     "breaker-open": S.BREAKER_OPEN,
+    "no-gpu-resource": S.FAULTED_NOT_CORDONABLE,  # the API would refuse the guard's cordon
     "service-network-not-applicable": S.SERVICE_NETWORK_NOT_APPLICABLE,
     # What the guard cannot read (guard/plan/unreadable.py).
     "unreadable": S.UNREADABLE_ANNOTATIONS,

@@ -24,7 +24,7 @@ _TOKEN = re.compile(
     r'|(?P<punct>[{};])|(?P<word>[^\s{};"#]+)|\s+',
     re.S,
 )
-_PART_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PART_NAME = re.compile(r"^[A-Za-z0-9_.-]+\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,7 @@ def override_of(configs: list[dict[str, object]]) -> str | None:
         for key in ("kubelet-arg", "kubelet-arg+"):
             args = config.get(key)
             for arg in args if isinstance(args, list) else []:
-                m = re.match(r"^(?:--)?resolv-conf=(.+)$", str(arg))
+                m = re.match(r"^(?:--)?resolv-conf=(.+)\Z", str(arg))
                 if m:
                     arg_value = m.group(1)
     return arg_value or key_value

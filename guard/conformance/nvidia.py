@@ -27,7 +27,7 @@ LIB_DIRS = (
     "/run/nvidia/driver/usr/lib64",
 )
 SONAME = "libnvidia-ml.so.1"
-_VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+(?:\.\d+)+)$")
+_VERSIONED = re.compile(r"^libnvidia-ml\.so\.(\d+(?:\.\d+)+)\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def related(events: Iterable[AerEvent], devices: Iterable[str]) -> tuple[AerEven
     return tuple(e for e in events if e.device in wanted or e.source in wanted)
 
 
-_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d+)$")
+_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d+)\Z")
 _GREP = re.compile(
     r"/(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/(?P<file>aer_\w+):(?P<rest>.*)$"
 )

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from guard.pci import PciAddressError, normalize_pci
 
-_DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*$")
+_DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*\Z")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
-_FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])$")
+_FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])\Z")
 _DEAD_HEADER = ("(rev ff)", "Unknown header type 7f")
 
 

@@ -27,7 +27,7 @@ def pci_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 # The shape the admission policies accept for a GPU UUID in a guard Job's argv.
-_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z")
 
 
 Callback = Callable[[click.Context, click.Parameter, "str | None"], "str | None"]

@@ -26,7 +26,7 @@ SMI_QUERY = (
 GEN_SPEED = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
 _SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
 _WIDTHS = (1, 2, 4, 8, 12, 16, 32)
-_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)$")
+_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)\Z")
 
 
 def parse_expected_link(text: str) -> ExpectedLink:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from guard.actions import Action, ClearGuardAnnotations, Uncordon
+from guard.actions import Action, ClearGuardAnnotations, Cordon, Skip, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.checks import plan_checks
-from guard.plan.isolation import plan_isolation
+from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
 from guard.plan.returning import plan_return
-from guard.plan.unreadable import plan_unreadable
+from guard.plan.unreadable import plan_unreadable, unreadable_events
 from guard.settings import Settings
 
 
 def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
     """What could not be read (reported once), the return check (breaker or not), isolation,
-    then the lifecycle checks (onboarding gate, after-reboot conformance).
+    then the lifecycle checks (onboarding gate, after-reboot conformance), then the Events about
+    unreadable nodes (at most guard.plan.unreadable.EVENTS_PER_CYCLE).
 
     Nodes the return check releases this cycle no longer count against the circuit breaker; a
     cycle cordons at most one node, a hardware fault before a conformance failure.
@@ -25,9 +26,27 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     let_go = released(returning)
     isolating = plan_isolation(snap, s, t, let_go)
     checks = plan_checks(snap, s, t, let_go, isolating)
-    return plan_unreadable(snap, s) + returning + isolating + checks
+    # The unreadable nodes' Events last: bounded, and never ahead of a cordon.
+    return plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
 
 
 def released(returning: Iterable[Action]) -> frozenset[str]:
     """Nodes the return check uncordons or lets go of (a person's uncordon) in this cycle."""
     return frozenset(a.node for a in returning if isinstance(a, Uncordon | ClearGuardAnnotations))
+
+
+def plan_fallback(
+    snap: Snapshot, s: Settings, t: JobTemplates, refused: frozenset[str]
+) -> tuple[Action, ...]:
+    """The isolation check's next pick once the API refused the cordons of `refused` this cycle.
+
+    The same snapshot, planned again without those nodes: only the new pick's writes (its
+    cordon, Event, ledger line and Job; its skip lines were logged with the first plan). Empty
+    when no candidate is left, the breaker is open, or `MAX_CORDON_TRIES` cordons were sent.
+    """
+    if not refused or len(refused) >= MAX_CORDON_TRIES:
+        return ()
+    let_go = released(plan_return(snap, s, t))
+    again = plan_isolation(snap, s, t, let_go, refused)
+    pick = next((a.node for a in again if isinstance(a, Cordon)), None)
+    return tuple(a for a in again if a.node == pick and not isinstance(a, Skip))

@@ -6,11 +6,22 @@ Case list, for each node Prometheus names (query: hardware Xid AND loss held AND
   node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
   node carries hold                   → skip hold
   node carries the guard's annotation → skip already-guarded
+  node without a GPU resource in status.capacity (absent, 0, or no status)
+                                      → WARN skip no-gpu-resource: the node-scope policy
+                                        refuses the guard's cordon of such a node, and a
+                                        refused first pick used to leave the next faulted node
+                                        schedulable (allocatable 0 is not this: it is what a
+                                        lost GPU looks like)
+  node whose cordon the API refused earlier this cycle (`refused`) → not eligible again
   every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
                                       → skip cancelled; a new boot, GPU or Xid re-arms
   breaker open (guarded ≥ limit)      → WARN skip breaker-open + Warning Event for EVERY
                                         candidate, no cordon
-  otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle.
+  otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle,
+  the next `MAX_CORDON_TRIES - 1` of them named as this cycle's fallbacks: when the API refuses
+  the cordon (4xx but 409), the CLI re-plans with that node in `refused` (guard.plan
+  `plan_fallback`) and the next one is tried, so one node the API protects cannot keep every
+  other faulted node schedulable. Still at most one cordon lands per cycle.
 Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
 and one cordon per cycle, after every hardware-Xid node.
 """
@@ -25,6 +36,7 @@ from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
+from guard.names import GPU_RESOURCE
 from guard.plan import mismatch
 from guard.plan.common import (
     Incident,
@@ -38,6 +50,10 @@ from guard.plan.common import (
 from guard.settings import Settings
 
 NOTHING = "nothing to do for this node"
+# Cordons one cycle may send: the first pick and two fallbacks after refusals. Bounded so that a
+# fleet the API refuses wholesale (a site policy on every node) costs three requests, not N.
+MAX_CORDON_TRIES = 3
+NO_GPU_RESOURCE = "no-gpu-resource"
 XID_REARMS = "re-arms on a new boot, another GPU or another Xid"
 
 
@@ -53,13 +69,20 @@ class Pick:
 
 
 def plan_isolation(
-    snap: Snapshot, s: Settings, t: JobTemplates, released: frozenset[str] = frozenset()
+    snap: Snapshot,
+    s: Settings,
+    t: JobTemplates,
+    released: frozenset[str] = frozenset(),
+    refused: frozenset[str] = frozenset(),
 ) -> tuple[Action, ...]:
-    """`released`: nodes the return check uncordons or lets go of in this same cycle."""
+    """`released`: nodes the return check uncordons or lets go of in this same cycle.
+    `refused`: nodes whose cordon the API refused earlier in this cycle (guard.plan
+    `plan_fallback`); they are left out, so the next candidate becomes the pick."""
     actions, eligible = _screen(snap, s)
     more, nvml = _screen_nvml(snap, s)
     actions.extend(more)
     eligible.extend(nvml)
+    eligible = [p for p in eligible if p.node.name not in refused]
     if not eligible:
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
@@ -72,16 +95,24 @@ def plan_isolation(
         actions.extend(mismatch.cordon(snap, s, first.node))
     else:
         actions.extend(_cordon(snap, s, t, first.node, first.gpu))
+    tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(
         Skip(
             p.node.name,
             "one-per-cycle",
             f"{p.reason} waits behind {first.node.name}",
-            "considered again next cycle",
+            _waits(first.node.name, i, tries_left),
         )
-        for p in eligible[1:]
+        for i, p in enumerate(eligible[1:], 1)
     )
     return tuple(actions)
+
+
+def _waits(first: str, place: int, tries_left: int) -> str:
+    """What happens to the `place`-th waiting candidate: the dry run shows the fallback order."""
+    if place <= tries_left:
+        return f"cordoned in this cycle if the API refuses the cordon of {first} (fallback {place})"
+    return "considered again next cycle"
 
 
 def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
@@ -96,7 +127,7 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
         reason = _ineligible(node, s)
         if node is None or reason:
             detail = _detail(reason or "not-in-api", _primary(samples, s))
-            actions.append(Skip(node_name, reason or "not-in-api", detail, NOTHING))
+            actions.append(_ineligible_skip(node_name, reason or "not-in-api", detail))
             continue
         armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
         if not armed:
@@ -123,8 +154,9 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         reason = _ineligible(node, s)
         if node is None or reason:
             why = reason or "not-in-api"
-            actions.append(Skip(name, why, f"{mismatch.NVML_MISMATCH} held {held}s ({why})",
-                                NOTHING))  # fmt: skip
+            actions.append(
+                _ineligible_skip(name, why, f"{mismatch.NVML_MISMATCH} held {held}s ({why})")
+            )
         elif mismatch.cancelled(node):
             actions.append(mismatch.skip_cancelled(node, held))
         else:
@@ -155,7 +187,18 @@ def _ineligible(node: NodeInfo | None, s: Settings) -> str:
         return "hold"
     if node.has(k.reason):
         return "already-guarded"
+    if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.policies.nodes)
+        return NO_GPU_RESOURCE
     return ""
+
+
+def _ineligible_skip(node: str, reason: str, detail: str) -> Skip:
+    """A person should look at a faulted node the API would not let the guard cordon."""
+    if reason == NO_GPU_RESOURCE:
+        fix = ("the API refuses the guard's cordon of a node without a GPU resource; "
+               "check the device plugin, cordon by hand if the fault is real")  # fmt: skip
+        return Skip(node, reason, f"{detail}: status.capacity has no {GPU_RESOURCE}", fix, "WARN")
+    return Skip(node, reason, detail, NOTHING)
 
 
 def _cancelled(node: NodeInfo, cancel: CancelRecord | None, g: GpuSample) -> bool:

@@ -19,7 +19,7 @@ from guard.pci import SYSFS_PCI
 from guard.policies.cel import lit, regex
 
 # DNS-1123 subdomain that also fits a label value (the Jobs label their pods with the node).
-NODE = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
+NODE = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a DNS subdomain: node names reach 253
 PCI = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
 XID = r"^[0-9]{1,4}$"
 UUID = r"^(GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}|unknown)$"

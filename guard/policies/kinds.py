@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from guard.jobs import NODE_LABEL_DIGEST, NODE_LABEL_KEEP
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -54,6 +55,18 @@ UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"
 # --default-{not-ready,unreachable}-toleration-seconds say otherwise).
 ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 HOST_READER_CAPABILITIES = ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]
+# The node label of a guard Job and its Pods: guard.jobs.node_label of the pod's nodeName (the
+# name itself up to 63 characters, else its first 54, '-' and 8 hex digits). CEL has no SHA-256:
+# the digest is checked for its form; the Job's node annotation carries the full name.
+_KEEP, _DIGEST = NODE_LABEL_KEEP, NODE_LABEL_DIGEST
+NODE_LABEL = Expr(
+    f"size(variables.node) <= {_KEEP + _DIGEST + 1} ? {{v}} == variables.node : "
+    f"({{v}}.startsWith(variables.node.substring(0, {_KEEP}) + '-') && "
+    f"size({{v}}) == {_KEEP + _DIGEST + 1} && "
+    f"{{v}}.substring({_KEEP + 1}).matches('^[0-9a-f]{{{_DIGEST}}}$'))",
+    f"the pod's nodeName, or (longer than 63) its first {_KEEP} characters, '-' and "
+    f"{_DIGEST} hex digits of its SHA-256",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +174,7 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     key, value = s.gpu_node_selector
     fields: dict[str, Field] = {
         "containers": Field(One(_container(kind, s))),
-        "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 63 characters)")),
+        "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
         "nodeSelector": Field(Exact({key: value})),
         "restartPolicy": Field(Exact("Never")),
         "serviceAccountName": Field(Exact(s.job_service_account)),
@@ -225,7 +238,7 @@ def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
     fields = {
         APP_LABEL: Field(Exact(APP_NAME)),
         COMPONENT_LABEL: Field(Exact(kind.name)),
-        node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+        node: Field(NODE_LABEL),
     }
     for name in JOB_NAME_LABELS:
         fields[name] = Field(Expr(f"{{v}} == {job_name}", "the Job's name"))
@@ -252,7 +265,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
                 APP_LABEL: Field(Exact(APP_NAME)),
                 "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
                 COMPONENT_LABEL: Field(Exact(kind.name)),
-                node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+                node: Field(NODE_LABEL),
             })),
             "annotations": Field(Obj({
                 node: Field(Expr("{v} == variables.node", "the pod's nodeName")),

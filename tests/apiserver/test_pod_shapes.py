@@ -441,3 +441,44 @@ def test_the_cronjob_pod_passes_the_guard_namespaces_restricted(
         create(admin, pod, dry_run=True)
     except ApiException as exc:  # pragma: no cover - the failure message is the point
         pytest.fail(f"the CronJob's pod is refused in {GUARD_NS}: {exc.body}")
+
+
+def long_node(length: int) -> str:
+    """A node name of `length` characters (a DNS subdomain of 60-character labels)."""
+    name = ("n" * 59 + "." + "a") * 5
+    return name[: length - 1] + "z"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("length", [92, 253])
+def test_a_long_node_names_jobs_and_pods_are_accepted(
+    identities: Identities,
+    admin: client.ApiClient,
+    job_controller: client.ApiClient,
+    runtime_class: str,
+    kind: JobKind,
+    length: int,
+) -> None:
+    """Node names reach 253 characters, label values 63: the label is guard.jobs.node_label of
+    the name and the policies check it by the same rule; nodeName and the annotation are full."""
+    from guard.jobs import node_label
+
+    node = long_node(length)
+    job = as_dict(create(identities.guard_token, guard_job(kind, node, uuid.uuid4().hex)))
+    assert len(job["metadata"]["name"]) <= 57
+    assert job["metadata"]["labels"]["gpu-node-guard.io/node"] == node_label(node)
+    assert job["metadata"]["annotations"]["gpu-node-guard.io/node"] == node
+    pod = as_dict(create(job_controller, controller_pod(job)))
+    assert pod["spec"]["nodeName"] == node
+    assert pod["metadata"]["labels"]["gpu-node-guard.io/node"] == node_label(node)
+    client.CoreV1Api(admin).delete_namespaced_pod(pod["metadata"]["name"], JOBS_NS)
+    client.BatchV1Api(admin).delete_namespaced_job(job["metadata"]["name"], JOBS_NS)
+
+
+def test_a_long_node_names_label_cut_short_is_refused(identities: Identities) -> None:
+    node = long_node(92)
+    job = guard_job("evidence", node, uuid.uuid4().hex)
+    job["metadata"]["labels"]["gpu-node-guard.io/node"] = node[:63].rstrip(".")
+    status, message = refusal(lambda: create(identities.guard_token, job))
+    assert status == 422 and "'gpu-node-guard-evidence-job'" in message, message
+    assert "metadata.labels[gpu-node-guard.io/node] must be the pod's nodeName, or" in message

@@ -177,3 +177,24 @@ def test_a_persons_uncordon_sticks_until_a_new_boot(prom, guard_kubeconfig, node
     assert mine(plan, CANCEL_NODE)[0] == ("cordon", "xid-79")
     notes = core.read_node(CANCEL_NODE).metadata.annotations
     assert KEYS.cancelled not in notes and notes[KEYS.boot_id] == "boot-2"
+
+
+def test_unreadable_nodes_events_are_bounded_and_written_after_the_cordon(
+    prom, guard_kubeconfig, nodes, admin
+):
+    core = client.CoreV1Api(admin)
+    many = [f"unread-many-{i:02}" for i in range(25)]
+    for name in many:
+        nodes(name, annotations={KEYS.cancelled: "alice said so"})
+    nodes(FAULTED)
+    plan, log = guard_run(prom, guard_kubeconfig, ISOLATE_AT)
+
+    kinds = [(a["type"], a["node"], a["reason"]) for a in plan["actions"]]
+    cordon = kinds.index(("cordon", FAULTED, "xid-79"))
+    written = [i for i, (t, _, r) in enumerate(kinds) if (t, r) == ("event", "unreadable")]
+    assert len(written) == 20 and min(written) > cordon
+    assert [r for _, _, r in kinds].count("unreadable") == 25 + 20  # every skip line, 20 Events
+    assert "reason=unreadable-events-later" in log
+    events = [e for e in core.list_namespaced_event("default").items
+              if e.reason == "GuardUnreadable"]  # fmt: skip
+    assert len(events) == 20

@@ -310,3 +310,21 @@ def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already
     assert bodies[0]["spec"] == {"unschedulable": False}
     assert bodies[2]["metadata"]["annotations"] == {f"{KEYS.prefix}returned": None,
                                                     KEYS.reason: "xid-79"}  # fmt: skip
+
+
+@responses.activate
+def test_a_cordon_refused_by_admission_is_failed_with_reason_refused():
+    actions, nodes = cordon_plan()
+    refusal = status(422, "Invalid", "denied: protected by the site")
+    responses.add(responses.PATCH, f"{NODES}/a", json=refusal, status=422)
+    outcomes, _, _, _ = run(actions, nodes)
+    assert (outcomes[0].status, outcomes[0].reason) == ("failed", "refused")
+    assert "protected by the site" in outcomes[0].detail
+
+
+@responses.activate
+def test_an_unreachable_api_is_not_a_refusal():
+    actions, nodes = cordon_plan()
+    responses.add(responses.PATCH, f"{NODES}/a", body=requests.ReadTimeout("read timed out"))
+    outcomes, _, _, _ = run(actions, nodes, deadline_s=5)
+    assert (outcomes[0].status, outcomes[0].reason) == ("failed", "")

@@ -7,7 +7,8 @@ import dataclasses
 import jinja2
 import pytest
 
-from guard.jobs import JobSpec, JobTemplates, TemplateLoadError, job_name, label_safe
+from guard.jobs import JobSpec, JobTemplates, TemplateLoadError, job_name, node_label
+from guard.names import is_label_pair
 
 TEMPLATES = JobTemplates.load()
 
@@ -92,9 +93,35 @@ def test_a_template_that_is_not_a_job_fails_at_load():
 @pytest.mark.parametrize("node", ["gpu-node-b", "n" * 250, "Node.With.Dots_and_CAPS"])
 def test_job_names_fit_a_label_and_are_stable(node):
     name = job_name("loadtest", node, "boot")
-    assert len(name) <= 63
+    assert len(name) <= 57  # + "-" is the Pods' generateName, which the API cuts at 58
     assert name == job_name("loadtest", node, "boot")
     assert name != job_name("loadtest", node, "boot-2")
     assert name[0].isalnum() and name[-1].isalnum()
     assert name == name.lower()
-    assert len(label_safe(node)) <= 63
+    assert len(node_label(node)) <= 63
+
+
+@pytest.mark.parametrize("length", [1, 63, 64, 92, 253])
+def test_node_labels_fit_and_stay_the_name_while_it_fits(length):
+    node = ("g." * 127)[: length - 1] + "z" if length > 1 else "z"
+    label = node_label(node)
+    assert len(label) <= 63 and is_label_pair(f"k={label}")
+    if length <= 63:
+        assert label == node
+    else:
+        assert label.startswith(node[:54] + "-") and label != node_label(node[:-1] + "y")
+
+
+@pytest.mark.parametrize("length", [92, 253])
+def test_a_long_node_names_jobs_carry_the_full_name_where_it_counts(length):
+    node = ("a" * 60 + ".") * 5
+    node = node[: length - 1] + "b"
+    name = job_name("evidence", node, "2026-09-21T05:55:00Z")
+    manifest = TEMPLATES.render(dataclasses.replace(SPEC, node=node, name=name))
+    meta, pod = manifest["metadata"], manifest["spec"]["template"]
+    key = f"{SPEC.prefix}node"
+    assert len(name) <= 57 and len(node) == length
+    assert meta["annotations"][key] == node
+    assert meta["labels"][key] == node_label(node)
+    assert pod["metadata"]["labels"][key] == node_label(node)
+    assert pod["spec"]["nodeName"] == node

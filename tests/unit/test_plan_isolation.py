@@ -15,6 +15,7 @@ from tests.builders import (
     PCI,
     TEMPLATES,
     UUID,
+    Signals,
     brief,
     gpu,
     node,
@@ -354,3 +355,138 @@ def test_a_new_cordon_removes_the_records_of_the_last_incident():
         ].clear_keys
         == ()
     )
+
+
+# ---- candidates the API would refuse, and the fallback after a refused cordon ----------------
+
+
+@pytest.mark.parametrize(
+    "a",
+    [
+        pytest.param(node("a", gpus=0), id="capacity-0"),
+        pytest.param(node("a", patch={"status": {"capacity": {"nvidia.com/gpu": None}}}),
+                     id="no-gpu-resource"),
+        pytest.param(node("a", patch={"status": None}), id="no-status"),
+    ],
+)  # fmt: skip
+def test_a_node_the_api_would_not_let_the_guard_cordon_is_not_eligible(a):
+    snap = snapshot(a, node("b"), candidates=(gpu("a", 79), gpu("b", 48)),
+                    held={"a": 900, "b": 660})  # fmt: skip
+    actions = plan_isolation(snap, settings(), TEMPLATES)
+    assert brief(actions) == [("skip", "a", "no-gpu-resource"), *xid_cordon("b", 48)]
+    skip = actions[0]
+    assert isinstance(skip, Skip) and skip.level == "WARN"
+    assert "status.capacity has no nvidia.com/gpu" in skip.detail
+    assert "cordon by hand" in skip.next
+
+
+def test_allocatable_zero_is_a_lost_gpu_not_an_ineligible_node():
+    snap = snapshot(node("a", allocatable=0), candidates=(gpu("a", 79),))
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == xid_cordon("a", 79)
+
+
+def test_an_nvml_mismatch_without_a_gpu_resource_is_not_eligible():
+    snap = snapshot(node("a", gpus=0), signals=Signals(nvml={"a": 900}))
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == [("skip", "a", "no-gpu-resource")]
+
+
+def four_candidates():
+    names = ("a", "b", "c", "d")
+    return snapshot(*(node(n) for n in names), candidates=tuple(gpu(n, 79) for n in names))
+
+
+def test_the_waiting_candidates_name_the_fallback_order():
+    skips = [a for a in plan_isolation(four_candidates(), settings(), TEMPLATES)
+             if isinstance(a, Skip)]  # fmt: skip
+    assert [(s.node, s.next) for s in skips] == [
+        ("b", "cordoned in this cycle if the API refuses the cordon of a (fallback 1)"),
+        ("c", "cordoned in this cycle if the API refuses the cordon of a (fallback 2)"),
+        ("d", "considered again next cycle"),
+    ]
+
+
+def test_a_refused_node_is_left_out_and_the_next_one_is_picked():
+    actions = plan_isolation(four_candidates(), settings(), TEMPLATES, refused=frozenset("a"))
+    assert brief(actions)[:4] == xid_cordon("b", 79)
+    assert all(a.node != "a" for a in actions)
+
+
+def test_plan_fallback_is_the_next_picks_writes_only_and_is_bounded():
+    from guard.plan import plan_fallback
+    from guard.plan.isolation import MAX_CORDON_TRIES
+
+    snap, s = four_candidates(), settings()
+    assert plan_fallback(snap, s, TEMPLATES, frozenset()) == ()
+    assert brief(plan_fallback(snap, s, TEMPLATES, frozenset("a"))) == xid_cordon("b", 79)
+    assert brief(plan_fallback(snap, s, TEMPLATES, frozenset("ab"))) == xid_cordon("c", 79)
+    assert MAX_CORDON_TRIES == 3
+    assert plan_fallback(snap, s, TEMPLATES, frozenset("abc")) == ()  # three cordons sent
+
+
+def test_plan_fallback_respects_the_breaker():
+    from guard.plan import plan_fallback
+
+    snap = snapshot(*guarded(5), node("a"), node("b"),
+                    candidates=(gpu("a", 79), gpu("b", 79)))  # fmt: skip
+    assert plan_fallback(snap, settings(breaker_max_nodes=5), TEMPLATES, frozenset("a")) == ()
+
+
+class RefusingExecutor:
+    """Refuses the cordon of the nodes in `refuse` (as an admission policy would), else lands."""
+
+    def __init__(self, refuse: set[str], status: str = "failed", reason: str = "refused"):
+        import io
+
+        from guard.log import Log
+
+        self.refuse, self.status, self.reason = refuse, status, reason
+        self.log = Log("text", io.StringIO(), NOW)
+        self.outcomes: list = []
+
+    def apply(self, action):
+        from guard.outcome import Outcome
+
+        if isinstance(action, Cordon) and action.node in self.refuse:
+            outcome = Outcome(action, self.status, self.reason, "HTTP 422: protected")
+        elif action.node in self.refuse:
+            outcome = Outcome(action, "skipped", "earlier-write-failed")
+        else:
+            outcome = Outcome(action, "applied")
+        self.outcomes.append(outcome)
+        return outcome
+
+
+def run_cycle_writes(executor, snap):
+    from guard.cli import _fall_back
+    from guard.plan import plan_cycle
+
+    for action in plan_cycle(snap, settings(), TEMPLATES):
+        executor.apply(action)
+    _fall_back(executor, snap, settings(), TEMPLATES)
+    return [(o.action.node, o.status) for o in executor.outcomes if isinstance(o.action, Cordon)]
+
+
+@pytest.mark.parametrize(
+    ("refuse", "cordons"),
+    [
+        pytest.param(set(), [("a", "applied")], id="first-lands"),
+        pytest.param({"a"}, [("a", "failed"), ("b", "applied")], id="one-refused"),
+        pytest.param({"a", "b"}, [("a", "failed"), ("b", "failed"), ("c", "applied")],
+                     id="two-refused"),
+        pytest.param({"a", "b", "c"}, [("a", "failed"), ("b", "failed"), ("c", "failed")],
+                     id="three-tries-at-most"),
+    ],
+)  # fmt: skip
+def test_a_refused_cordon_is_followed_by_the_next_candidate_once_per_try(refuse, cordons):
+    executor = RefusingExecutor(refuse)
+    assert run_cycle_writes(executor, four_candidates()) == cordons
+    lines = [x for x in executor.log.stream.getvalue().splitlines() if "cordon-fallback" in x]
+    assert len(lines) == len(cordons) - 1
+    for attempt, (line, (node_name, _)) in enumerate(zip(lines, cordons[1:], strict=True), 2):
+        assert f" WARN cordon-fallback node={node_name} " in line
+        assert f"attempt={attempt} tries=3" in line
+
+
+def test_a_cordon_not_refused_but_failed_otherwise_is_not_followed():
+    executor = RefusingExecutor({"a"}, reason="")  # unreachable until the deadline
+    assert run_cycle_writes(executor, four_candidates()) == [("a", "failed")]

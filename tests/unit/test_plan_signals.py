@@ -200,7 +200,8 @@ def test_a_mismatch_waiting_behind_an_xid_says_so():
     snap = mismatched(node("a"), node("b"), candidates=(gpu("a", 48),), held={"b": 3000})
     skip = plan_isolation(snap, settings(), TEMPLATES)[-1]
     assert skip == Skip("b", "one-per-cycle", "nvml-mismatch waits behind a",
-                        "considered again next cycle")  # fmt: skip
+                        "cordoned in this cycle if the API refuses the cordon of a "
+                        "(fallback 1)")  # fmt: skip
 
 
 @pytest.mark.parametrize(

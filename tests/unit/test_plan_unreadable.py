@@ -67,6 +67,33 @@ CASES = [
                  id="conditions-not-a-list"),
     pytest.param({"patch": {"status": {"nodeInfo": {"bootID": 42}}}}, "status.nodeInfo.bootID",
                  "42", id="boot-id-not-text"),
+    # `$` matches before a final newline: every parser matches the whole value.
+    *(pytest.param(*row, id=f"trailing-newline-{row[1].removeprefix(KEYS.prefix)}")
+      for row in [
+        (guarded(**{KEYS.reason: "xid-79\n"}), KEYS.reason, "xid-79\n"),
+        (guarded(**{KEYS.at: f"{CORDON_AT}\n"}), KEYS.at, f"{CORDON_AT}\n"),
+        (guarded(**{KEYS.gpu_capacity: "8\n"}), KEYS.gpu_capacity, "8\n"),
+        (guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}), KEYS.gpu, f"{PCI} {UUID}\n"),
+        ({"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 {CORDON_AT}\n"}}, KEYS.cancelled,
+         f"boot-1 {UUID} xid-79 {CORDON_AT}\n"),
+        ({"extra": {KEYS.returned: f"{CORDON_AT} job/gng-lt-x\n"}}, KEYS.returned,
+         f"{CORDON_AT} job/gng-lt-x\n"),
+        ({"extra": {KEYS.checked_boot: f"boot-1 {CORDON_AT} job/gng-cf-x\n"}}, KEYS.checked_boot,
+         f"boot-1 {CORDON_AT} job/gng-cf-x\n"),
+        ({"extra": {KEYS.pcie_links: "0000:18:00.0=16GT/s,x16\n"}}, KEYS.pcie_links,
+         "0000:18:00.0=16GT/s,x16\n"),
+        ({"extra": {KEYS.conformance_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
+         KEYS.conformance_failed, f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"),
+        ({"extra": {KEYS.onboarding_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
+         KEYS.onboarding_failed, f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"),
+      ]),
+    pytest.param(guarded(**{KEYS.reason: "nvml-mismatch\n"}), KEYS.reason, "nvml-mismatch\n",
+                 id="trailing-newline-reason-word"),
+    pytest.param(guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}), KEYS.gpu, f"{PCI} {UUID}\n",
+                 id="trailing-newline-uuid"),
+    pytest.param({"patch": {"status": {"capacity": {"nvidia.com/gpu": "8\n"}}}},
+                 "status.capacity[nvidia.com/gpu]", "'8\\n'",
+                 id="trailing-newline-status-capacity"),
 ]  # fmt: skip
 
 
@@ -83,10 +110,10 @@ def test_unreadable_node_is_skipped_and_its_faulted_neighbour_cordoned(bad, wher
     actions = plan_cycle(snap, settings(), TEMPLATES)
     assert brief(actions) == [
         ("skip", "bad", "unreadable"),
-        ("event", "bad", "unreadable"),
         *xid_cordon("b", 79),
+        ("event", "bad", "unreadable"),  # after the cordon: bounded, never ahead of it
     ]
-    skip, event = actions[:2]
+    skip, event = actions[0], actions[-1]
     assert isinstance(skip, Skip) and isinstance(event, EmitEvent)
     assert skip.level == "WARN"
     assert skip.detail.startswith(f"{where}={value!r}: ")
@@ -181,3 +208,24 @@ def test_an_object_without_a_name_is_reported_not_fatal():
         "WARN",
     )
     assert brief(actions[1:]) == xid_cordon("b", 79)
+
+
+def test_unreadable_nodes_events_are_bounded_per_cycle_and_new_ones_go_first():
+    from guard.model import GuardEvent
+    from guard.plan.unreadable import EVENTS_PER_CYCLE, unreadable_events
+
+    bad = [node(f"bad-{i:02}", extra={KEYS.cancelled: "alice said so"}) for i in range(25)]
+    old = tuple(GuardEvent(f"bad-0{i}.gng-x", f"bad-0{i}", "GuardUnreadable", 3) for i in range(3))
+    snap = replace(snapshot(*bad, node("b"), candidates=(gpu("b", 79),), ledger={}), events=old)
+    actions = plan_cycle(snap, settings(), TEMPLATES)
+    events = [a for a in actions if isinstance(a, EmitEvent) and a.reason == "unreadable"]
+    assert len(events) == EVENTS_PER_CYCLE == 20
+    assert [e.node for e in events[:2]] == ["bad-03", "bad-04"]  # no Event yet: first
+    cordon = next(i for i, a in enumerate(actions) if a.reason == "xid-79")
+    assert actions.index(events[0]) > cordon
+    (later,) = [a for a in actions if a.reason == "unreadable-events-later"]
+    assert isinstance(later, Skip) and later.level == "INFO"
+    assert later.detail.startswith("5 more unreadable nodes get no GuardUnreadable Event")
+    assert "first not written: bad-23" in later.detail  # then bad-24, and the 3 that have one
+    assert len([a for a in actions if a.reason == "unreadable" and isinstance(a, Skip)]) == 25
+    assert unreadable_events(snapshot(node("b"))) == ()
