@@ -4,6 +4,12 @@ Case list (one cycle; the blast radius of a bad value is its object):
   node with an unreadable guard annotation or status field
         → one WARN skip `unreadable` naming each key, its value and the fix, plus a Warning Event
           `GuardUnreadable`; both checks leave the node alone (it still counts for the breaker)
+  node with a Prometheus series refused at the snapshot boundary (guard.prom_view: a label or
+  value not of its format, NaN, a duplicate)
+        → the same WARN skip naming the query, label and value (escaped, shortened); no Event
+          and nothing on the node: the value came from outside and is never written
+  such a series of a node the API does not know, or naming no node in a valid form
+        → one WARN skip `unreadable` for that name ("" when none)
   ledger key with lines that are not counted
         → one skip `ledger-unreadable` per key: WARN when a line has the shape of an incident
           (its time, Xid, PCI address or UUID is bad), INFO when every such line is a hand note
@@ -17,7 +23,8 @@ from itertools import groupby
 
 from guard.actions import Action, EmitEvent, Skip
 from guard.ledger import NOT_A_LINE
-from guard.model import NodeInfo, Snapshot
+from guard.model import NodeInfo, Snapshot, Unreadable
+from guard.prom_view import PROM_FIX, shown
 from guard.settings import Settings
 
 
@@ -26,6 +33,14 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     for node in snap.nodes:
         if node.unreadable:
             actions.extend(_node(node))
+    known = {n.name for n in snap.nodes}
+    elsewhere = (p for p in snap.prom.unreadable if p.node not in known)
+    for name, refused in groupby(elsewhere, key=lambda p: p.node):
+        found = tuple(
+            Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
+            for p in refused
+        )
+        actions.append(Skip(name, "unreadable", _detail(found), PROM_FIX, "WARN"))
     unread = (line for line in snap.ledger if line.entry is None)
     for key, group in groupby(unread, key=lambda line: line.node):
         lines = tuple(group)
@@ -51,12 +66,16 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
 
 def _node(node: NodeInfo) -> tuple[Action, ...]:
     bad = node.unreadable
-    detail = "; ".join(f"{u.where}={u.value!r}: {u.why}" for u in bad)
     fixes = "; ".join(dict.fromkeys(u.fix for u in bad))
-    first = bad[0]
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    skip = Skip(node.name, "unreadable", _detail(bad), fixes, "WARN")
+    # A refused Prometheus value came from outside: the log shows it escaped, the API never.
+    own = [u for u in bad if u.source == "node"]
+    if not own:
+        return (skip,)
+    first = own[0]
+    more = f" (and {len(own) - 1} more)" if len(own) > 1 else ""
     return (
-        Skip(node.name, "unreadable", detail, fixes, "WARN"),
+        skip,
         EmitEvent(
             node.name,
             "unreadable",
@@ -65,4 +84,12 @@ def _node(node: NodeInfo) -> tuple[Action, ...]:
             f"gpu-node-guard cannot read {first.where}={first.value!r} ({first.why}){more} and "
             f"leaves this node alone: {first.fix}",
         ),
+    )
+
+
+def _detail(bad: tuple[Unreadable, ...]) -> str:
+    """Each value with where it sits and why; a Prometheus value escaped and shortened."""
+    return "; ".join(
+        f"{u.where}={shown(u.value) if u.source == 'prometheus' else repr(u.value)}: {u.why}"
+        for u in bad
     )
