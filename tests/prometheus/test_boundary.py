@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from guard.model import PromUnreadable
-from guard.prom import PromClient
+from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom
 from guard.settings import Settings
 from tests.prometheus.conftest import BOUNDARY_NODES, JOBS_NS, LONG_HOST, ODD_UUID, minutes
@@ -43,3 +43,37 @@ def test_a_run_cordons_the_faulted_node_and_warns_once_per_bad_node(prom_boundar
     assert len(warned) == 2, warned
     assert any("node=odd-uuid" in line and "'GPU-1a2b3c4d 5e6f" in line for line in warned)
     assert any("(300 characters)" in line and "node=" not in line for line in warned)
+
+
+PINNED = Settings(
+    prometheus_url="http://unused",
+    jobs_namespace=JOBS_NS,
+    dcgm_selector='job="nvidia-dcgm-exporter"',
+    ksm_selector='job="kube-state-metrics"',
+)
+
+
+@pytest.mark.parametrize("after", [5, 12, 30])
+def test_the_exporter_pins_read_the_same_view(prom_boundary, after):
+    client = PromClient(prom_boundary.url)
+    pinned = read_prom(client, PINNED, minutes(after), NAMES)
+    assert pinned == read_prom(client, S, minutes(after), NAMES)
+    assert [c.node for c in pinned.candidates] == ["fault79"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"dcgm_selector": 'job="dcgm-exporter"'},
+                     'input metric DCGM_FI_DEV_XID_ERRORS has no series matching --dcgm-selector'
+                     ' job="dcgm-exporter"', id="another-dcgm-job"),
+        pytest.param({"ksm_selector": 'namespace="monitoring"'},
+                     "input metric kube_node_spec_unschedulable has no series matching"
+                     ' --ksm-selector namespace="monitoring"', id="ksm-in-another-namespace"),
+    ],
+)  # fmt: skip
+def test_a_pin_no_series_matches_aborts_naming_it(prom_boundary, changes, message):
+    s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
+    with pytest.raises(PromError) as err:
+        read_prom(PromClient(prom_boundary.url), s, minutes(12), NAMES)
+    assert str(err.value).startswith(message)
