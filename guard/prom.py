@@ -438,7 +438,9 @@ def _split_duplicates(good: list[T], bad: list[BadSeries]) -> Checked[T]:
 
 
 def _brief(metric: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
+    """Labels for an error line, each value escaped as JSON: a line break stays ``\\n``."""
+    shown = (f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(metric.items()))
+    return "{" + ",".join(shown) + "}"
 
 
 def _errno(exc: Exception) -> str:

@@ -34,7 +34,8 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         if node.unreadable:
             actions.extend(_node(node))
     known = {n.name for n in snap.nodes}
-    elsewhere = (p for p in snap.prom.unreadable if p.node not in known)
+    elsewhere = sorted((p for p in snap.prom.unreadable if p.node not in known),
+                       key=lambda p: p.node)  # fmt: skip
     for name, refused in groupby(elsewhere, key=lambda p: p.node):
         found = tuple(
             Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
