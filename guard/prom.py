@@ -76,6 +76,7 @@ class BadSeries:
     labels: Labels
     why: str  # never holds a label value: those may carry anything, line breaks included
     value: str = ""  # the sample's value as sent, where that is what is wrong
+    what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
 
     def label(self, name: str) -> str:
         return dict(self.labels).get(name, "")
@@ -154,11 +155,12 @@ class PromClient:
         good: list[Sample] = []
         bad: list[BadSeries] = []
         for item in result:
-            labels = _labels(name, item, tuple(required))
+            labels = _labels(name, item)
             point = _point(name, item.get("value"), labels, clock)
-            if isinstance(point, BadSeries):
-                bad.append(point)
-            else:
+            wrong = point if isinstance(point, BadSeries) else _lacking(labels, required)
+            if wrong is not None:
+                bad.append(wrong)
+            elif isinstance(point, tuple):
                 good.append(Sample(labels, point[1]))
         return _split_duplicates(good, bad)
 
@@ -176,12 +178,13 @@ class PromClient:
         good: list[Series] = []
         bad: list[BadSeries] = []
         for item in result:
-            labels = _labels(name, item, tuple(required))
+            labels = _labels(name, item)
             values = item.get("values")
             if not isinstance(values, list):
                 raise PromError(f"query {name}: a series has no values list")
             points = [_point(name, pair, labels, clock) for pair in values]
             wrong = next((p for p in points if isinstance(p, BadSeries)), None)
+            wrong = wrong or _lacking(labels, required)
             if wrong is not None:
                 bad.append(wrong)
             else:
@@ -343,16 +346,22 @@ def _status_hint(status: int, url: str) -> str:
     return ""
 
 
-def _labels(name: str, item: Any, required: tuple[str, ...]) -> Labels:
+def _labels(name: str, item: Any) -> Labels:
     metric = item.get("metric") if isinstance(item, dict) else None
     if not isinstance(metric, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metric.items()
     ):
         raise PromError(f"query {name}: a result has no valid metric labels")
-    missing = [label for label in required if not metric.get(label)]
-    if missing:
-        raise PromError(f"query {name}: a series lacks label {missing[0]!r}: {_brief(metric)}")
     return tuple(sorted(metric.items()))
+
+
+def _lacking(labels: Labels, required: Iterable[str]) -> BadSeries | None:
+    """A series without a label the query must have (empty counts as missing)."""
+    present = dict(labels)
+    missing = [label for label in required if not present.get(label)]
+    if not missing:
+        return None
+    return BadSeries(labels, f"a series lacks label {missing[0]!r}", what=missing[0])
 
 
 def _reject_partial(name: str, body: dict[str, Any]) -> None:
@@ -433,7 +442,7 @@ def _split_duplicates(good: list[T], bad: list[BadSeries]) -> Checked[T]:
     """The same label set twice (an engine's failed deduplication): both copies are bad."""
     count = Counter(s.labels for s in good)
     twice = {labels for labels, n in count.items() if n > 1}
-    bad.extend(BadSeries(labels, "duplicate series") for labels in twice)
+    bad.extend(BadSeries(labels, "duplicate series", what="labels") for labels in twice)
     return Checked(tuple(s for s in good if s.labels not in twice), tuple(bad))
 
 

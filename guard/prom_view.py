@@ -25,9 +25,10 @@ Node names (DNS-1123 subdomains), `UUID` (``GPU-`` and the 8-4-4-4-12 hex form),
 catalogue's range, as value or `xid` label), pod and namespace names, the agent's status and
 detail. A series that fails, or that `guard.prom` set apart (a value that is not a finite number,
 a duplicate), is dropped with a `PromUnreadable` naming its node: every fact of that node is left
-out of the view, and the unreadable check reports it (guard/plan/unreadable.py). Only a bad series
-that names no node in a valid form, on a query whose series must name one, is reported with node
-"". What is wrong with an answer as a whole (guard.prom) still aborts the cycle.
+out of the view, and the unreadable check reports it (guard/plan/unreadable.py). A series whose
+naming labels are all malformed is reported with node "" (its node cannot be told); one that
+`guard.prom` set apart and that names no node at all (a NaN count) aborts, as does what is wrong
+with an answer as a whole (guard.prom).
 """
 
 from __future__ import annotations
@@ -407,9 +408,9 @@ class _Intake:
             node = self.node_of(b)
             if not node:  # nothing to blame it on: a whole-answer fault
                 value = f" {b.value}" if b.value else ""
-                raise PromError(f"query {query}: {b.why}{value} of a series naming no node")
+                raise PromError(f"query {query}: {b.why}{value}; the series names no node")
             why = "not a finite number" if b.value else b.why
-            self.refuse(node, query, "value", b.value, why)
+            self.refuse(node, query, b.what, b.value, why)
 
     def samples(
         self, query: str, good: Iterable[Sample], bad: Iterable[BadSeries]

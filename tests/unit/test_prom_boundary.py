@@ -188,7 +188,9 @@ UNREADABLE = [
     pytest.param(counted_xid("²"), "gpu-b", "xid", "'²'", id="xid-label-superscript"),
     pytest.param(counted_xid("-79"), "gpu-b", "xid", "'-79'", id="xid-label-negative"),
     pytest.param(counted_xid("0"), "gpu-b", "xid", "'0'", id="xid-label-zero"),
-    pytest.param(duplicate, "gpu-b", "value", "duplicate series", id="duplicate-series"),
+    pytest.param(duplicate, "gpu-b", "labels", "duplicate series", id="duplicate-series"),
+    pytest.param(lambda a: a.update({"hardware-xid-counted": vector((GPU_B, "1"))}), "gpu-b",
+                 "xid", "lacks label 'xid'", id="counted-series-without-its-xid"),
     pytest.param(disagreeing, "gpu-b", "value", "'48 and 79'", id="two-series-of-one-gpu"),
 ]  # fmt: skip
 
@@ -277,8 +279,12 @@ ABORTS = [
     pytest.param(stamp(T - 86400, "loss-history"),
                  "query loss-history: sample timestamp", id="matrix-stamp-before-the-range"),
     pytest.param(lambda a: a.update({"input-DCGM_FI_DEV_XID_ERRORS": vector(({}, "NaN"))}),
-                 "query input-DCGM_FI_DEV_XID_ERRORS: value NaN of a series naming no node",
+                 "query input-DCGM_FI_DEV_XID_ERRORS: value NaN; the series names no node",
                  id="nan-naming-no-node"),
+    pytest.param(with_answer("loss-history", lambda answer: answer["data"]["result"][1].update(
+        metric={"instance": "10.0.0.8:8080"})),
+                 "query loss-history: a series lacks label 'node'; the series names no node",
+                 id="ksm-series-without-node"),
     pytest.param(lambda a: a.update({"input-kube_pod_status_phase": vector()}),
                  "input metric kube_pod_status_phase has no series", id="an-input-without-series"),
     pytest.param(lambda a: a.update({"hardware-xid": matrix()}),
