@@ -26,6 +26,9 @@ class Unreadable:
     value: str
     why: str
     fix: str  # what a person does about it, one sentence
+    # "prometheus": a series refused at the snapshot boundary (`PromUnreadable`); reported in the
+    # log only, never in an Event or on the node.
+    source: Literal["node", "prometheus"] = "node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,19 @@ class ServicePod:
     ready: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PromUnreadable:
+    """A series dropped at the snapshot boundary (`guard.prom_view`): a label or value that is
+    not of its format. Its node is left alone this cycle; `node` is "" when no label of the
+    series names a node in a valid form."""
+
+    node: str
+    query: str  # the `guard.queries.Query` name
+    label: str  # the label's name, or "value"
+    value: str  # as Prometheus sent it (shown escaped and shortened, never written)
+    why: str
+
+
 # The node-naming labels of one dcgm-exporter series that are set: (("node", "gpu-1"), …).
 HostLabels = tuple[tuple[str, str], ...]
 
@@ -275,6 +291,8 @@ class PromView:
     nvml_status: tuple[AgentCheck, ...] = ()  # now, on nodes failing it or unschedulable
     service_pods: tuple[ServicePod, ...] = ()  # the selected pods on unschedulable nodes
     service_seen: tuple[tuple[str, int], ...] = ()  # selector → pods it selects in the cluster
+    # Series refused at the boundary; every fact of their nodes is left out above.
+    unreadable: tuple[PromUnreadable, ...] = ()
 
     def held_s(self, node: str) -> int:
         return dict(self.loss_held_s).get(node, 0)

@@ -1,8 +1,15 @@
 """The one door to Prometheus: instant queries with strict answer validation.
 
-Anything abnormal raises `PromError` with a one-line reason; it never becomes "no candidates".
-Every answer is bounded: one total deadline per request (connect, headers and the whole body,
-however slowly it trickles in), a cap on its decoded bytes and one on its series.
+Anything abnormal raises `PromError` with a one-line reason naming the query and the offending
+value; it never becomes "no candidates". Every answer is bounded: one total deadline per request
+(connect, headers and the whole body, however slowly it trickles in), a cap on its decoded bytes
+and one on its series.
+
+Two kinds of wrong: the answer as a whole (HTTP error, not JSON, wrong result type, a partial
+answer, a sample time that is not the query's) always raises; one series that is wrong on its own
+(a value that is not a finite number, the same label set twice) is a `BadSeries` of the answer
+(`vector_checked`, `matrix_checked`), so the caller can blame the node it belongs to and no
+other. `vector` and `matrix` raise on the first bad series.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
 
 import requests
 
@@ -30,6 +37,14 @@ DEFAULT_MAX_SERIES = 20000
 _CHUNK = 64 * 1024
 # Each result object starts {"metric":{…}; a label *named* metric has a string value instead.
 _RESULT_OBJECT = re.compile(rb'"metric"\s*:\s*\{')
+# An instant query's samples carry the query's instant (milliseconds on the wire).
+_INSTANT_TOLERANCE_S = 1.0
+# Without an instant the engine's own clock is used: only a time outside these is absurd.
+_EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
+# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
+# `infos`. Neither says the answer is incomplete.
+_INFO_PREFIX = "PromQL info:"
+T = TypeVar("T", "Sample", "Series")
 
 
 class PromError(Exception):
@@ -52,6 +67,34 @@ class Series:
 
     def label(self, name: str) -> str:
         return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class BadSeries:
+    """One series of an answer that failed a check of its own; `why` names the value."""
+
+    labels: Labels
+    why: str  # never holds a label value: those may carry anything, line breaks included
+    value: str = ""  # the sample's value as sent, where that is what is wrong
+    what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Checked(Generic[T]):
+    """An answer split into the series that passed and those that did not."""
+
+    good: tuple[T, ...]
+    bad: tuple[BadSeries, ...] = ()
+
+    def strict(self, name: str) -> tuple[T, ...]:
+        if self.bad:
+            first = self.bad[0]
+            value = f" {first.value}" if first.value else ""
+            raise PromError(f"query {name}: {first.why}{value} for {_brief(dict(first.labels))}")
+        return self.good
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,21 +139,62 @@ class PromClient:
     def vector(
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> tuple[Sample, ...]:
-        result = self._query(name, promql, at, "vector")
-        samples = tuple(_sample(name, item, tuple(required)) for item in result)
-        _reject_duplicates(name, [s.labels for s in samples])
-        return samples
+        return self.vector_checked(name, promql, at, required).strict(name)
 
     def matrix(
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> tuple[Series, ...]:
+        return self.matrix_checked(name, promql, at, required).strict(name)
+
+    def vector_checked(
+        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
+    ) -> Checked[Sample]:
+        """The answer's samples, each series that is wrong on its own set apart."""
+        result = self._query(name, promql, at, "vector")
+        clock = _Clock.vector(name, at)
+        good: list[Sample] = []
+        bad: list[BadSeries] = []
+        for item in result:
+            labels = _labels(name, item)
+            point = _point(name, item.get("value"), labels, clock)
+            wrong = point if isinstance(point, BadSeries) else _lacking(labels, required)
+            if wrong is not None:
+                bad.append(wrong)
+            elif isinstance(point, tuple):
+                good.append(Sample(labels, point[1]))
+        return _split_duplicates(good, bad)
+
+    def matrix_checked(
+        self,
+        name: str,
+        promql: str,
+        at: datetime | None,
+        required: Iterable[str] = (),
+        window_s: float = 31 * 86400,
+    ) -> Checked[Series]:
+        """As `vector_checked`; every point must lie in the `window_s` before the instant."""
         result = self._query(name, promql, at, "matrix")
-        series = tuple(_series(name, item, tuple(required)) for item in result)
-        _reject_duplicates(name, [s.labels for s in series])
-        return series
+        clock = _Clock.matrix(name, at, window_s)
+        good: list[Series] = []
+        bad: list[BadSeries] = []
+        for item in result:
+            labels = _labels(name, item)
+            values = item.get("values")
+            if not isinstance(values, list):
+                raise PromError(f"query {name}: a series has no values list")
+            points = [_point(name, pair, labels, clock) for pair in values]
+            wrong = next((p for p in points if isinstance(p, BadSeries)), None)
+            wrong = wrong or _lacking(labels, required)
+            if wrong is not None:
+                bad.append(wrong)
+            else:
+                good.append(Series(labels, tuple(p for p in points if isinstance(p, tuple))))
+        return _split_duplicates(good, bad)
 
     def _query(self, name: str, promql: str, at: datetime | None, want: str) -> list[Any]:
-        form = {"query": promql}
+        # Thanos Query answers with what the reachable stores have unless told not to; a
+        # smaller answer would read as fewer faults. Prometheus ignores the parameter.
+        form = {"query": promql, "partial_response": "false"}
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
         url = f"{self.base_url.rstrip('/')}/api/v1/query"
@@ -239,6 +323,7 @@ def _result(name: str, answer: _Answer, want: str, url: str) -> list[Any]:
         raise PromError(
             f"query {name}: HTTP {status}, {_first_line(detail)}{_status_hint(status, url)}"
         )
+    _reject_partial(name, body)
     data = body.get("data")
     if not isinstance(data, dict):
         raise PromError(f"query {name}: answer has no data object")
@@ -261,53 +346,110 @@ def _status_hint(status: int, url: str) -> str:
     return ""
 
 
-def _labels(name: str, item: Any, required: tuple[str, ...]) -> Labels:
+def _labels(name: str, item: Any) -> Labels:
     metric = item.get("metric") if isinstance(item, dict) else None
     if not isinstance(metric, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metric.items()
     ):
         raise PromError(f"query {name}: a result has no valid metric labels")
-    missing = [label for label in required if not metric.get(label)]
-    if missing:
-        raise PromError(f"query {name}: a series lacks label {missing[0]!r}: {_brief(metric)}")
     return tuple(sorted(metric.items()))
 
 
-def _number(name: str, pair: Any, labels: Labels) -> tuple[float, float]:
+def _lacking(labels: Labels, required: Iterable[str]) -> BadSeries | None:
+    """A series without a label the query must have (empty counts as missing)."""
+    present = dict(labels)
+    missing = [label for label in required if not present.get(label)]
+    if not missing:
+        return None
+    return BadSeries(labels, f"a series lacks label {missing[0]!r}", what=missing[0])
+
+
+def _reject_partial(name: str, body: dict[str, Any]) -> None:
+    """A partial answer (a store of Thanos or Mimir down, VictoriaMetrics' `isPartial`) is
+    refused: the guard needs the whole truth or none."""
+    warnings = body.get("warnings") or []
+    if not isinstance(warnings, list):
+        warnings = [warnings]
+    real = [w for w in warnings if not str(w).startswith(_INFO_PREFIX)]
+    if real:
+        raise PromError(
+            f"query {name}: partial answer, the engine warns: {_first_line(real[0])}"
+            f"{f' (and {len(real) - 1} more)' if len(real) > 1 else ''}"
+        )
+    if body.get("isPartial") is True:
+        raise PromError(f"query {name}: partial answer (isPartial: true)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Clock:
+    """Which sample times an answer may carry: [earliest, latest] in seconds since the epoch."""
+
+    name: str
+    earliest: float
+    latest: float
+    instant: str  # how the error line names the expected time
+
+    @classmethod
+    def vector(cls, name: str, at: datetime | None) -> _Clock:
+        if at is None:
+            return cls(name, _EPOCH_FIRST, _EPOCH_LAST, "a time between 1970 and 2100")
+        ref = at.timestamp()
+        return cls(name, ref - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, _stamp_text(ref))
+
+    @classmethod
+    def matrix(cls, name: str, at: datetime | None, window_s: float) -> _Clock:
+        if at is None:
+            return cls.vector(name, None)
+        ref = at.timestamp()
+        within = f"within {window_s:g}s up to {_stamp_text(ref)}"
+        return cls(name, ref - window_s - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, within)
+
+    def check(self, raw: Any) -> float:
+        """The time of one sample; PromError for a time the query did not ask about."""
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise PromError(f"query {self.name}: sample timestamp {raw!r} is not a number")
+        if not self.earliest <= raw <= self.latest:
+            raise PromError(
+                f"query {self.name}: sample timestamp {raw!r} ({_stamp_text(raw)}) is not"
+                f" {self.instant}; the engine answered for another time"
+            )
+        return float(raw)
+
+
+def _stamp_text(stamp: float) -> str:
+    try:
+        return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+
+
+def _point(name: str, pair: Any, labels: Labels, clock: _Clock) -> tuple[float, float] | BadSeries:
+    """(time, value) of one sample; a value that is not a finite number is the series' fault."""
     if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
         raise PromError(f"query {name}: malformed value {pair!r} for {_brief(dict(labels))}")
+    stamp = clock.check(pair[0])
+    text = pair[1]
     try:
-        stamp, value = float(pair[0]), float(pair[1])
-    except (TypeError, ValueError):
-        raise PromError(f"query {name}: non-numeric value {pair[1]!r}") from None
+        value = float(text)
+    except ValueError:
+        return BadSeries(labels, "non-numeric value", repr(text[:40]))
     if not math.isfinite(value):
-        raise PromError(f"query {name}: value {pair[1]} for {_brief(dict(labels))}")
+        return BadSeries(labels, "value", text)
     return stamp, value
 
 
-def _sample(name: str, item: Any, required: tuple[str, ...]) -> Sample:
-    labels = _labels(name, item, required)
-    return Sample(labels, _number(name, item.get("value"), labels)[1])
-
-
-def _series(name: str, item: Any, required: tuple[str, ...]) -> Series:
-    labels = _labels(name, item, required)
-    values = item.get("values")
-    if not isinstance(values, list):
-        raise PromError(f"query {name}: a series has no values list")
-    return Series(labels, tuple(_number(name, pair, labels) for pair in values))
-
-
-def _reject_duplicates(name: str, label_sets: list[Labels]) -> None:
-    seen: set[Labels] = set()
-    for labels in label_sets:
-        if labels in seen:
-            raise PromError(f"query {name}: duplicate series {_brief(dict(labels))}")
-        seen.add(labels)
+def _split_duplicates(good: list[T], bad: list[BadSeries]) -> Checked[T]:
+    """The same label set twice (an engine's failed deduplication): both copies are bad."""
+    count = Counter(s.labels for s in good)
+    twice = {labels for labels, n in count.items() if n > 1}
+    bad.extend(BadSeries(labels, "duplicate series", what="labels") for labels in twice)
+    return Checked(tuple(s for s in good if s.labels not in twice), tuple(bad))
 
 
 def _brief(metric: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
+    """Labels for an error line, each value escaped as JSON: a line break stays ``\\n``."""
+    shown = (f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(metric.items()))
+    return "{" + ",".join(shown) + "}"
 
 
 def _errno(exc: Exception) -> str:

@@ -18,15 +18,29 @@ Which label names the Node: a series' `node` when it names a Node, else the firs
 `Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
 Node names at hand, the first non-empty one. `check_join` turns a join that names no Node into
 an abort, and GPU nodes without any dcgm-exporter series into one WARN line.
+
+Every label that reaches a write or a log line is checked here against its format (`_Intake`):
+Node names (DNS-1123 subdomains), `UUID` (``GPU-`` and the 8-4-4-4-12 hex form), `pci_bus_id`
+(``00000000:3B:00.0``, 8- or 4-digit domain), the GPU index, the Xid (an integer of the bundled
+catalogue's range, as value or `xid` label), pod and namespace names, the agent's status and
+detail. A series that fails, or that `guard.prom` set apart (a value that is not a finite number,
+a duplicate), is dropped with a `PromUnreadable` naming its node: every fact of that node is left
+out of the view, and the unreadable check reports it (guard/plan/unreadable.py). A series whose
+naming labels are all malformed is reported with node "" (its node cannot be told); one that
+`guard.prom` set apart and that names no node at all (a NaN count) aborts, as does what is wrong
+with an answer as a whole (guard.prom).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import functools
+import re
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from guard import queries
+from guard.evidence.catalog import load_catalog
 from guard.log import Value
 from guard.model import (
     AgentCheck,
@@ -34,11 +48,13 @@ from guard.model import (
     GpuSample,
     HostLabels,
     NodeInfo,
+    PromUnreadable,
     PromView,
     ServicePod,
+    Unreadable,
 )
-from guard.pci import PciAddressError, normalize_pci
-from guard.prom import PromClient, PromError, Sample, Series
+from guard.pci import normalize_pci
+from guard.prom import BadSeries, PromClient, PromError, Sample, Series
 from guard.settings import Settings
 
 _TOLERANCE_S = 0.001
@@ -52,37 +68,48 @@ class JoinError(PromError):
 def read_prom(
     client: PromClient, s: Settings, now: datetime, node_names: Collection[str] = ()
 ) -> PromView:
-    """Run every query at `now`; missing inputs or a bad answer raise `PromError`."""
+    """Run every query at `now`; missing inputs or a bad answer raise `PromError`, a bad series
+    drops its node (`PromView.unreadable`)."""
+    join = _Join(s.dcgm_node_label_names, frozenset(node_names))
+    intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
+    windows = {"loss-history": queries.loss_lookback_s(s), "nvml-mismatch-history":
+               queries.nvml_lookback_s(s)}  # fmt: skip
     for q in queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
-            matrices[q.name] = client.matrix(q.name, q.promql, at, q.required)
+            window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
+            got = client.matrix_checked(q.name, q.promql, at, q.required, window)
+            matrices[q.name] = intake.series(q.name, got.good, got.bad)
         else:
-            vectors[q.name] = client.vector(q.name, q.promql, at, q.required)
+            answer = client.vector_checked(q.name, q.promql, at, q.required)
+            vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
     for metric, _ in queries.REQUIRED_INPUTS:
         found = vectors[queries.required_input_name(metric)]
         if not found or found[0].value < 1:
-            raise PromError(f"input metric {metric} has no series: check the exporter and scrape")
-    join = _Join(s.dcgm_node_label_names, frozenset(node_names))
+            raise PromError(
+                f"input metric {metric} has no series{queries.selector_hint(metric, s)}: check"
+                " the exporter and scrape"
+            )
     hardware = (
-        *_gpu_samples(vectors["hardware-xid"], join),
-        *_gpu_samples(vectors["hardware-xid-counted"], join, value_label="xid"),
+        *intake.gpus("hardware-xid", vectors["hardware-xid"], xid_value=True),
+        *intake.gpus("hardware-xid-counted", vectors["hardware-xid-counted"], value_label="xid"),
     )
     lookback = queries.loss_lookback_s(s)
     since = loss_since(matrices["loss-history"], now, s.query_step_s, lookback)
     view = PromView(
         hardware_xids=_unique(hardware),
-        row_remap=_unique(_gpu_samples(vectors["row-remap"], join)),
+        row_remap=_unique(intake.gpus("row-remap", vectors["row-remap"])),
         loss_held_s=tuple((node, held_s(at, now)) for node, at in since),
         loss_since=since,
         cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vectors["cordoned"]})),
-        gpu_pods=_gpu_pods(vectors["gpu-pods"]),
+        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vectors["gpu-pods"])),
         xid_hosts=_hosts(vectors["xid-hosts"], join),
         exporter_hosts=_hosts(vectors["exporter-hosts"], join),
     )
-    view = _with_signals(view, vectors, matrices, now, s)
+    view = _with_signals(view, vectors, matrices, now, s, intake)
+    view = _without(view, intake.problems)
     return replace(
         view, candidates=held_candidates(view, now, s), nvml_candidates=held_nvml(view, now, s)
     )
@@ -94,16 +121,20 @@ def _with_signals(
     matrices: dict[str, tuple[Series, ...]],
     now: datetime,
     s: Settings,
+    intake: _Intake,
 ) -> PromView:
     """The node agent's nvidia-match and the service network's pods."""
     lookback = queries.nvml_lookback_s(s)
     since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-              for x in vectors["nvml-status"]}  # fmt: skip
+              for x in intake.agent("nvml-status", vectors["nvml-status"])}  # fmt: skip
     pods = (ServicePod(x.label(selector), x.label("namespace"), x.label("pod"), x.label(node),
-                       x.value >= 1) for x in vectors["service-network-pods"])  # fmt: skip
-    seen = ((x.label(selector), int(x.value)) for x in vectors["service-network-seen"])
+                       x.value >= 1)
+            for x in intake.pods("service-network-pods", vectors["service-network-pods"],
+                                 selector=True))  # fmt: skip
+    counts = intake.selectors("service-network-seen", vectors["service-network-seen"])
+    seen = ((x.label(selector), int(x.value)) for x in counts)
     return replace(
         view,
         nvml_since=since,
@@ -112,6 +143,45 @@ def _with_signals(
         service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
         service_seen=tuple(sorted(seen)),
     )
+
+
+def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
+    """The view without any fact of a node that had a bad series, and the problems kept."""
+    found = tuple(sorted(set(problems), key=lambda p: (p.node, p.query, p.label, p.value)))
+    gone = {p.node for p in found}
+    if not found:
+        return view
+    return replace(
+        view,
+        hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
+        row_remap=tuple(g for g in view.row_remap if g.node not in gone),
+        loss_held_s=tuple(x for x in view.loss_held_s if x[0] not in gone),
+        loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
+        cordoned=tuple(n for n in view.cordoned if n not in gone),
+        gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
+        nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
+        nvml_held_s=tuple(x for x in view.nvml_held_s if x[0] not in gone),
+        nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
+        service_pods=tuple(p for p in view.service_pods if p.node not in gone),
+        unreadable=found,
+    )
+
+
+PROM_FIX = (
+    "fix the series at its exporter (dcgm-exporter, kube-state-metrics, the node agent) or its"
+    " scrape; the guard leaves this node alone while it is wrong"
+)
+
+
+def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
+    """The node marked unreadable for the series of it that were refused, so every planner
+    leaves it alone this cycle (as for an unreadable annotation)."""
+    found = tuple(
+        Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
+        for p in view.unreadable
+        if p.node == node.name
+    )
+    return replace(node, unreadable=node.unreadable + found) if found else node
 
 
 def held_nvml(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
@@ -224,7 +294,7 @@ class _Join:
         self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
         self.names = names
 
-    def hosts(self, sample: Sample) -> HostLabels:
+    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
         return tuple((k, v) for k in self.labels if (v := sample.label(k)))
 
     def node(self, sample: Sample) -> str:
@@ -235,27 +305,6 @@ def _first(hosts: HostLabels, names: Collection[str]) -> str:
     """The first value naming a known Node, else the first value (or "" when none)."""
     values = [v for _, v in hosts]
     return next((v for v in values if v in names), values[0] if values else "")
-
-
-def _gpu_samples(
-    samples: Iterable[Sample], join: _Join, value_label: str = ""
-) -> tuple[GpuSample, ...]:
-    out = []
-    for s in samples:
-        pci = s.label("pci_bus_id")
-        try:
-            pci = normalize_pci(pci) if pci else "unknown"
-        except PciAddressError as exc:
-            raise PromError(f"dcgm-exporter label pci_bus_id: {exc}") from None
-        value = s.value
-        if value_label:
-            text = s.label(value_label)
-            if not text.isdigit():
-                raise PromError(f"dcgm-exporter label {value_label}={text!r} is not an Xid")
-            value = int(text)
-        uuid = s.label("UUID") or s.label("uuid") or "unknown"
-        out.append(GpuSample(join.node(s), s.label("gpu"), uuid, pci, int(value)))
-    return tuple(out)
 
 
 def _unique(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
@@ -271,3 +320,202 @@ def _gpu_pods(samples: Iterable[Sample]) -> tuple[GpuPod, ...]:
 
 def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
     return tuple(sorted({h for h in (join.hosts(x) for x in samples) if h}))
+
+
+# ---- the checks at the boundary ---------------------------------------------------------
+
+# Kubernetes' IsDNS1123Subdomain; fullmatch, so a trailing newline is not a name either.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
+_PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_GPU_INDEX = re.compile(r"[0-9]{1,4}")
+_DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("²") fails
+_AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
+_DETAIL_MAX = 256
+_NAME_MAX = 253
+_SHOWN = 60  # characters of a refused value in the WARN line
+
+
+@functools.cache
+def xid_range() -> tuple[int, int]:
+    """The Xids the bundled catalogue knows: 1 up to its highest code."""
+    return 1, max(load_catalog())
+
+
+def is_node_name(text: str) -> bool:
+    """
+    >>> is_node_name("gpu-node-b"), is_node_name("gpu-node-b\\n"), is_node_name("a" * 254)
+    (True, False, False)
+    """
+    return len(text) <= _NAME_MAX and _SUBDOMAIN.fullmatch(text) is not None
+
+
+def xid_of(value: float) -> int | None:
+    """The Xid a gauge value or an `xid` label's number stands for; None when it is none.
+
+    >>> xid_of(79.0), xid_of(79.9), xid_of(-79.0), xid_of(0.0), xid_of(1e300)
+    (79, None, None, None, None)
+    """
+    low, high = xid_range()
+    if not value.is_integer() or not low <= value <= high:
+        return None
+    return int(value)
+
+
+def shown(value: str) -> str:
+    """A refused value for a log line: escaped (no line breaks), at most `_SHOWN` characters.
+
+    >>> shown("GPU-1\\nforged"), shown("x" * 300)[-17:]
+    ("'GPU-1\\\\nforged'", '…(300 characters)')
+    """
+    if len(value) <= _SHOWN:
+        return repr(value)
+    return f"{value[:_SHOWN]!r}…({len(value)} characters)"
+
+
+def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda value: pattern.fullmatch(value) is not None
+
+
+class _Intake:
+    """Checks each series of one cycle's answers; `problems` collects the refused ones."""
+
+    def __init__(self, join: _Join) -> None:
+        self.join = join
+        self.problems: list[PromUnreadable] = []
+
+    def refuse(self, node: str, query: str, label: str, value: str, why: str) -> None:
+        self.problems.append(PromUnreadable(node, query, label, value, why))
+
+    def node_of(self, labels: Sample | Series | BadSeries) -> str:
+        """The node a series belongs to, from its naming labels that are valid names only."""
+        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_node_name(v))
+        return _first(hosts, self.join.names)
+
+    def _named(self, query: str, item: Sample | Series) -> bool:
+        """Every naming label set on the series is a node name; else the series is refused."""
+        for key, value in self.join.hosts(item):
+            if not is_node_name(value):
+                why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
+                self.refuse(self.node_of(item), query, key, value, why)
+                return False
+        return True
+
+    def _bad(self, query: str, bad: Iterable[BadSeries]) -> None:
+        for b in bad:
+            node = self.node_of(b)
+            if not node:  # nothing to blame it on: a whole-answer fault
+                value = f" {b.value}" if b.value else ""
+                raise PromError(f"query {query}: {b.why}{value}; the series names no node")
+            why = "not a finite number" if b.value else b.why
+            self.refuse(node, query, b.what, b.value, why)
+
+    def samples(
+        self, query: str, good: Iterable[Sample], bad: Iterable[BadSeries]
+    ) -> tuple[Sample, ...]:
+        self._bad(query, bad)
+        return tuple(x for x in good if self._named(query, x))
+
+    def series(
+        self, query: str, good: Iterable[Series], bad: Iterable[BadSeries]
+    ) -> tuple[Series, ...]:
+        self._bad(query, bad)
+        return tuple(x for x in good if self._named(query, x))
+
+    def _check(
+        self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
+    ) -> bool:
+        """(label, valid?, what it must be) for each label; absent labels are not checked."""
+        for label, valid, must in checks:
+            value = x.label(label)
+            if value and not valid(value):
+                self.refuse(self.node_of(x), query, label, value, f"not {must}")
+                return False
+        return True
+
+    def gpus(
+        self, query: str, samples: Iterable[Sample], xid_value: bool = False, value_label: str = ""
+    ) -> tuple[GpuSample, ...]:
+        """dcgm-exporter series as GpuSamples; two series of one GPU that disagree are refused."""
+        uuid_form = "a GPU UUID (GPU-8-4-4-4-12 hex)"
+        checks = (
+            ("UUID", _matches(_GPU_UUID), uuid_form),
+            ("uuid", _matches(_GPU_UUID), uuid_form),
+            ("pci_bus_id", _matches(_PCI_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
+            ("gpu", _matches(_GPU_INDEX), "a GPU index"),
+        )
+        low, high = xid_range()
+        out: dict[tuple[str, ...], GpuSample] = {}
+        for s in samples:
+            if not self._check(query, s, checks):
+                continue
+            node = self.join.node(s)
+            value: int | None = int(s.value) if s.value.is_integer() else None
+            if value_label:
+                text = s.label(value_label)
+                value = xid_of(float(text)) if _DIGITS.fullmatch(text) else None
+                if value is None:
+                    self.refuse(node, query, value_label, text, f"not an Xid (an integer in"
+                                f" {low}..{high})")  # fmt: skip
+                    continue
+            elif xid_value:
+                value = xid_of(s.value)
+            if value is None:
+                self.refuse(node, query, "value", f"{s.value:g}",
+                            f"not an Xid (an integer in {low}..{high})" if xid_value
+                            else "not an integer")  # fmt: skip
+                continue
+            pci = s.label("pci_bus_id")
+            uuid = s.label("UUID") or s.label("uuid") or "unknown"
+            g = GpuSample(node, s.label("gpu"), uuid, normalize_pci(pci) if pci else "unknown",
+                          value)  # fmt: skip
+            key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
+            seen = out.get(key)
+            if seen is not None and seen.value != g.value:
+                self.refuse(node, query, "value", f"{seen.value} and {g.value}",
+                            f"two series of GPU {g.gpu} ({uuid}) disagree")  # fmt: skip
+                continue
+            out[key] = g
+        return tuple(out.values())
+
+    def pods(
+        self, query: str, samples: Iterable[Sample], selector: bool = False
+    ) -> tuple[Sample, ...]:
+        """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
+        checks: list[tuple[str, Callable[[str], bool], str]] = [
+            ("namespace", _matches(_DNS_LABEL), "a namespace name"),
+            ("pod", is_node_name, "a pod name (DNS-1123 subdomain)"),
+        ]
+        if selector:
+            checks.append((queries.SELECTOR_LABEL, lambda v: v in ("kube-proxy", "cni"),
+                           "kube-proxy or cni"))  # fmt: skip
+        out = []
+        for x in samples:
+            if not self._check(query, x, checks):
+                continue
+            if not selector and not (x.value.is_integer() and 0 < x.value <= 10**6):
+                self.refuse(self.node_of(x), query, "value", f"{x.value:g}",
+                            "not a number of GPUs")  # fmt: skip
+                continue
+            out.append(x)
+        return tuple(out)
+
+    def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
+        """The agent's status (a known word) and detail (one printable line: it reaches an
+        Event and the cordon's log line)."""
+        checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
+            ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
+            ("detail", lambda v: len(v) <= _DETAIL_MAX and v.isprintable(),
+             f"one printable line of at most {_DETAIL_MAX} characters"),
+        )  # fmt: skip
+        return tuple(x for x in samples if self._check(query, x, checks))
+
+    def selectors(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
+        """Per selector, a count: a wrong one names no node, so it aborts."""
+        for x in samples:
+            name = x.label(queries.SELECTOR_LABEL)
+            if name not in ("kube-proxy", "cni") or not x.value.is_integer():
+                raise PromError(f"query {query}: series {name!r} = {x.value:g} is not a count")
+        return tuple(samples)

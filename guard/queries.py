@@ -40,6 +40,47 @@ POD_REQUESTS_METRIC = 'kube_pod_container_resource_requests{resource="nvidia_com
 POD_PHASE_METRIC = "kube_pod_status_phase"
 NODE_LABEL = "node"
 HOST_LABELS = ("Hostname", "hostname")
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """Label matchers every series of one exporter must carry (`Settings.dcgm_selector`,
+    `ksm_selector`): another job exporting the same metric names is not read. Empty: any."""
+
+    dcgm_matchers: str = ""
+    ksm_matchers: str = ""
+
+    @classmethod
+    def of(cls, s: Settings) -> Pins:
+        return cls(s.dcgm_selector.strip(), s.ksm_selector.strip())
+
+    def dcgm(self, metric: str) -> str:
+        return pin(metric, self.dcgm_matchers)
+
+    def ksm(self, metric: str) -> str:
+        return pin(metric, self.ksm_matchers)
+
+
+NO_PINS = Pins()
+
+
+def pin(metric: str, matchers: str) -> str:
+    """A metric selector with more matchers.
+
+    >>> pin("kube_node_spec_unschedulable", 'job="kube-state-metrics"')
+    'kube_node_spec_unschedulable{job="kube-state-metrics"}'
+    >>> pin('kube_node_status_capacity{resource="nvidia_com_gpu"}', 'job="ksm"')
+    'kube_node_status_capacity{resource="nvidia_com_gpu", job="ksm"}'
+    >>> pin("up", "")
+    'up'
+    """
+    if not matchers:
+        return metric
+    if metric.endswith("}"):
+        return f"{metric[:-1]}, {matchers}}}"
+    return f"{metric}{{{matchers}}}"
+
+
 # How far back the loss history looks: three default hold windows (longer when the hold window
 # needs it, `loss_lookback_s`); loss older than that orders candidates by name.
 HELD_LOOKBACK_S = 1800
@@ -57,26 +98,26 @@ def with_node_label(metric: str) -> str:
     return expr
 
 
-def hardware_xid(user_code_xids: Iterable[int]) -> str:
+def hardware_xid(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
     """Per-GPU series whose last Xid is set and is not caused by user code; value = Xid.
 
     Filter first, relabel after: comparisons keep every label, and relabelling only the few
     faulted GPUs instead of all of them is ~3× cheaper at 5,000 nodes. (Alerts; the guard joins
     its own answers to Nodes in `guard.prom_view`.)
     """
-    return with_node_label(hardware_xid_now(user_code_xids))
+    return with_node_label(hardware_xid_now(user_code_xids, pins))
 
 
-def gpu_loss() -> str:
+def gpu_loss(pins: Pins = NO_PINS) -> str:
     """Per-node number of GPUs the node advertises but cannot allocate."""
     return (
-        f"(max by ({NODE_LABEL}) ({CAPACITY_METRIC})"
-        f" - max by ({NODE_LABEL}) ({ALLOCATABLE_METRIC}))"
+        f"(max by ({NODE_LABEL}) ({pins.ksm(CAPACITY_METRIC)})"
+        f" - max by ({NODE_LABEL}) ({pins.ksm(ALLOCATABLE_METRIC)}))"
     )
 
 
-def not_cordoned() -> str:
-    return f"(max by ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC}) == 0)"
+def not_cordoned(pins: Pins = NO_PINS) -> str:
+    return f"(max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) == 0)"
 
 
 # ---- The guard's own queries ---------------------------------------------------------------
@@ -109,12 +150,14 @@ def user_code_filter(user_code_xids: Iterable[int]) -> str:
     return "".join(f" != {code}" for code in sorted(set(user_code_xids)))
 
 
-def hardware_xid_now(user_code_xids: Iterable[int]) -> str:
+def hardware_xid_now(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
     """Per-GPU series whose last Xid is set and not caused by user code; value = the Xid."""
-    return f"{XID_METRIC} > 0{user_code_filter(user_code_xids)}"
+    return f"{pins.dcgm(XID_METRIC)} > 0{user_code_filter(user_code_xids)}"
 
 
-def hardware_xid_counted(user_code_xids: Iterable[int], lookback_s: int) -> str:
+def hardware_xid_counted(
+    user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
+) -> str:
     """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`).
 
     The gauge keeps only the *last* Xid, so a user-code Xid after a hardware one hides it
@@ -123,15 +166,16 @@ def hardware_xid_counted(user_code_xids: Iterable[int], lookback_s: int) -> str:
     Absent (empty answer) unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``.
     """
     codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
-    return f'max_over_time({XID_COUNT_METRIC}{{xid!~"{codes}"}}[{lookback_s}s]) > 0'
+    counted = pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
+    return f"max_over_time({counted}[{lookback_s}s]) > 0"
 
 
-def row_remap_nonzero() -> str:
+def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
     """GPUs whose row remapping is pending or failed (ECC models only; absent elsewhere)."""
-    return " or ".join(f"{m} > 0" for m in ROW_REMAP_METRICS)
+    return " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)
 
 
-def loss_history(lookback_s: int, step_s: int) -> str:
+def loss_history(lookback_s: int, step_s: int, pins: Pins = NO_PINS) -> str:
     """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
 
     Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
@@ -139,29 +183,30 @@ def loss_history(lookback_s: int, step_s: int) -> str:
     the loss that is still going on. Every step's value is the latest scrape at or before it, so
     a loss first seen at a step was scraped no later than that step.
     """
-    return f"({gpu_loss()} > 0)[{lookback_s}s:{step_s}s]"
+    return f"({gpu_loss(pins)} > 0)[{lookback_s}s:{step_s}s]"
 
 
-def cordoned_nodes() -> str:
+def cordoned_nodes(pins: Pins = NO_PINS) -> str:
     """Nodes kube-state-metrics reports unschedulable (candidates exclude them: the API agrees
     once Prometheus catches up, and a person's cordon is not the guard's business)."""
-    return f"max by ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC}) > 0"
+    return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
 
 
-def gpu_pods(jobs_namespace: str) -> str:
+def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
     """Running pods requesting GPUs on unschedulable nodes (the return check's only concern),
     outside the guard's jobs namespace; value = GPUs requested. One series per pod.
 
     Requests, not limits: Kubernetes requires them equal for extended resources. `max by`
     first collapses duplicate kube-state-metrics replicas, then `sum` adds up the containers.
     """
-    requests = f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}'
+    requests = pins.ksm(f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}')
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
-    running = f'({POD_PHASE_METRIC}{{phase="Running"}} == 1)'
+    phase = pins.ksm(f'{POD_PHASE_METRIC}{{phase="Running"}}')
+    running = f"({phase} == 1)"
     return (
         f"sum by (namespace, pod, uid, node) ({per_container}) > 0"
         f" and on (namespace, pod, uid) {running}"
-        f" and on ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC} == 1)"
+        f" and on ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
     )
 
 
@@ -171,13 +216,31 @@ def host_labels(metric: str, labels: Iterable[str]) -> str:
     return f"count by ({by}) ({metric})"
 
 
-# A broken scrape must not look like a healthy cluster: each input must have at least one series.
-REQUIRED_INPUTS: tuple[tuple[str, str], ...] = (
-    ("kube_node_spec_unschedulable", f"count({UNSCHEDULABLE_METRIC})"),
-    ("DCGM_FI_DEV_XID_ERRORS", f"count({XID_METRIC})"),
-    ("kube_node_status_capacity{resource=nvidia_com_gpu}", f"count({CAPACITY_METRIC})"),
-    ("kube_pod_status_phase", f"count({POD_PHASE_METRIC})"),
-)
+def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
+    """A broken scrape must not look like a healthy cluster: each input must have at least one
+    series (of the pinned exporter, where one is pinned)."""
+    return (
+        ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
+        ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
+        ("kube_node_status_capacity{resource=nvidia_com_gpu}",
+         f"count({pins.ksm(CAPACITY_METRIC)})"),
+        ("kube_pod_status_phase", f"count({pins.ksm(POD_PHASE_METRIC)})"),
+    )  # fmt: skip
+
+
+REQUIRED_INPUTS = required_inputs()
+
+
+def selector_hint(metric: str, s: Settings) -> str:
+    """The pin an input must match, for the line saying it has no series.
+
+    >>> print(selector_hint("kube_pod_status_phase", Settings(ksm_selector='job="ksm"')))
+     matching --ksm-selector job="ksm"
+    """
+    dcgm = metric.startswith("DCGM_")
+    chosen = s.dcgm_selector if dcgm else s.ksm_selector
+    flag = "--dcgm-selector" if dcgm else "--ksm-selector"
+    return f" matching {flag} {chosen.strip()}" if chosen.strip() else ""
 
 
 def required_input_name(metric: str) -> str:
@@ -192,22 +255,26 @@ def loss_lookback_s(s: Settings) -> int:
 def guard_queries(s: Settings) -> tuple[Query, ...]:
     """Every request of one cycle, in the order `guard.prom_view.read_prom` sends them."""
     codes, labels, lookback = s.user_code_xids, s.dcgm_node_label_names, loss_lookback_s(s)
+    pins = Pins.of(s)
+    inputs = required_inputs(pins)
+    counted = hardware_xid_counted(codes, lookback, pins)
+    pod_labels = ("namespace", "pod", NODE_LABEL)
     return (
-        *(Query(required_input_name(metric), promql) for metric, promql in REQUIRED_INPUTS),
-        Query("hardware-xid", hardware_xid_now(codes)),
-        Query("hardware-xid-counted", hardware_xid_counted(codes, lookback), required=("xid",)),
-        Query("row-remap", row_remap_nonzero()),
+        *(Query(required_input_name(metric), promql) for metric, promql in inputs),
+        Query("hardware-xid", hardware_xid_now(codes, pins)),
+        Query("hardware-xid-counted", counted, required=("xid",)),
+        Query("row-remap", row_remap_nonzero(pins)),
         Query(
             "loss-history",
-            loss_history(lookback, s.query_step_s),
+            loss_history(lookback, s.query_step_s, pins),
             "matrix",
             (NODE_LABEL,),
             on_step=True,
         ),
-        Query("cordoned", cordoned_nodes(), required=(NODE_LABEL,)),
-        Query("gpu-pods", gpu_pods(s.jobs_namespace), required=("namespace", "pod", NODE_LABEL)),
-        Query("xid-hosts", host_labels(XID_METRIC, labels)),
-        Query("exporter-hosts", host_labels(EXPORTER_METRICS, labels)),
+        Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
+        Query("gpu-pods", gpu_pods(s.jobs_namespace, pins), required=pod_labels),
+        Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
+        Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
         *signal_queries(s),
     )
 
@@ -243,11 +310,11 @@ def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
     return f"({nvml_mismatch()})[{lookback_s}s:{step_s}s]"
 
 
-def nvml_status() -> str:
+def nvml_status(pins: Pins = NO_PINS) -> str:
     """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable
     (the isolation check's message, the return check's "the agent says PASS again")."""
     info = f'max by ({NODE_LABEL}, status, detail) ({CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
-    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes()})"
+    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
 
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
@@ -275,8 +342,10 @@ def _in_namespace(namespace: str, matchers: str) -> str:
 
 def _service_network_selected(s: Settings) -> str:
     """Every selected pod with its node, labelled with the selector that picked it."""
+    pins = Pins.of(s)
     parts = (
-        f'label_replace({POD_INFO_METRIC}{{{matchers}}}, "{SELECTOR_LABEL}", "{name}", "", "")'
+        f'label_replace({pins.ksm(f"{POD_INFO_METRIC}{{{matchers}}}")}, "{SELECTOR_LABEL}",'
+        f' "{name}", "", "")'
         for name, matchers in service_network_selectors(s)
     )
     return f"max by (namespace, pod, {NODE_LABEL}, {SELECTOR_LABEL}) ({' or '.join(parts)})"
@@ -284,10 +353,11 @@ def _service_network_selected(s: Settings) -> str:
 
 def service_network_pods(s: Settings) -> str:
     """The selected pods on unschedulable nodes; value = Ready (1) or not (0). One per pod."""
-    ready = f"max by (namespace, pod) ({POD_READY_METRIC})"
+    pins = Pins.of(s)
+    ready = f"max by (namespace, pod) ({pins.ksm(POD_READY_METRIC)})"
     return (
         f"{_service_network_selected(s)} * on (namespace, pod) group_left () {ready}"
-        f" and on ({NODE_LABEL}) ({UNSCHEDULABLE_METRIC} == 1)"
+        f" and on ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
     )
 
 
@@ -306,7 +376,7 @@ def signal_queries(s: Settings) -> tuple[Query, ...]:
     history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s)
     return (
         Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
-        Query("nvml-status", nvml_status(), required=(NODE_LABEL, "status")),
+        Query("nvml-status", nvml_status(Pins.of(s)), required=(NODE_LABEL, "status")),
         Query("service-network-pods", service_network_pods(s), required=pods),
         Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
     )

@@ -74,6 +74,16 @@ class Settings:
         "Hostname,hostname",
         "dcgm-exporter labels that name the Node, in order; a `node` label naming a Node wins",
     )
+    dcgm_selector: str = _opt(
+        "",
+        "PromQL label matchers every dcgm-exporter series must carry, e.g."
+        ' job="nvidia-dcgm-exporter" (the GPU Operator\'s); empty: any job',
+    )
+    ksm_selector: str = _opt(
+        "",
+        "PromQL label matchers every kube-state-metrics series must carry, e.g."
+        ' job="kube-state-metrics" (kube-prometheus-stack\'s); empty: any job',
+    )
     kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
     # Detection.
     cadence_s: int = _opt(
@@ -456,6 +466,26 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 
 
+# One PromQL label matcher: name, operator, a double-quoted value without quotes, backslashes
+# or control characters (it goes into every query of the exporter as written).
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\\x00-\x1f\x7f]*"\s*'
+_MATCHERS = re.compile(rf"{_MATCHER}(,{_MATCHER})*", re.ASCII)
+_MATCHERS_PROBLEM = (
+    'must be empty or comma-separated PromQL label matchers such as job="kube-state-metrics"'
+    " (=, !=, =~ or !~; no quotes or backslashes inside the value)"
+)
+
+
+def _is_matchers(text: str) -> bool:
+    """
+    >>> _is_matchers('job="a", namespace=~"gpu-operator|nvidia"'), _is_matchers('job=a')
+    (True, False)
+    >>> _is_matchers(''), _is_matchers('job="a"}) or vector(1) #'), _is_matchers('job="a\\nb"')
+    (True, False, False)
+    """
+    return not text.strip() or _MATCHERS.fullmatch(text) is not None
+
+
 def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
@@ -468,6 +498,8 @@ def _reading(s: Settings) -> list[Check]:
          "must be at least 65536"),
         (s.prometheus_max_series >= 100, "prometheus_max_series",
          "must be at least 100"),
+        (_is_matchers(s.dcgm_selector), "dcgm_selector", _MATCHERS_PROBLEM),
+        (_is_matchers(s.ksm_selector), "ksm_selector", _MATCHERS_PROBLEM),
         (bool(labels) and all(_LABEL_NAME.match(v) for v in labels), "dcgm_node_labels",
          "must be comma-separated Prometheus label names"),
         (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",

@@ -23,6 +23,7 @@ from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, Annotations
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.prom_view import read_prom as read_prom
+from guard.prom_view import with_prom_unreadable
 from guard.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.settings import Settings
 
@@ -120,6 +121,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     data = (objs.ledger or {}).get("data") or {}
     if not isinstance(data, Mapping):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
+    nodes = [with_prom_unreadable(n, prom) for n in nodes]
     return Snapshot(
         now,
         tuple(sorted(nodes, key=lambda n: n.name)),

@@ -107,12 +107,28 @@ class Scenario:
     pods: tuple[PodTimeline, ...] = (KSM_POD,)
     extra_uuids: dict[tuple[str, int], str] = field(default_factory=dict)
     extra_pci: dict[tuple[str, int], str] = field(default_factory=dict)
+    # The `job` label a scrape gives each exporter's series (`JOBS`), for the exporter pins
+    # (--dcgm-selector, --ksm-selector); off by default, as in promtool's unit-test series.
+    job_labels: bool = False
 
     def uuid(self, node: NodeTimeline, index: int) -> str:
         return self.extra_uuids.get((node.name, index)) or node.gpu_uuid(index)
 
     def pci(self, node: NodeTimeline, index: int) -> str:
         return self.extra_pci.get((node.name, index)) or node.gpu_pci(index)
+
+
+# The jobs of the GPU Operator's dcgm-exporter ServiceMonitor and kube-prometheus-stack's
+# kube-state-metrics, by metric-name prefix.
+JOBS = (("DCGM_", "nvidia-dcgm-exporter"), ("kube_", "kube-state-metrics"))
+
+
+def job_label(sc: Scenario, metric: str) -> str:
+    """``,job="…"`` for a metric of a pinned exporter in a scenario with job labels, else ""."""
+    if not sc.job_labels:
+        return ""
+    job = next((j for prefix, j in JOBS if metric.startswith(prefix)), "")
+    return f',job="{job}"' if job else ""
 
 
 def value_at(steps: Steps, offset_s: int, default: int) -> int:
@@ -158,6 +174,7 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
         name: str, labels: str, steps: Steps, default: int, node: NodeTimeline | None = None
     ) -> None:
         nonlocal written
+        labels += job_label(sc, name)
         for offset, stamp in _stamps(sc, node):
             out.write(f"{name}{{{labels}}} {value_at(steps, offset, default)} {stamp:.3f}\n")
             written += 1
@@ -249,7 +266,7 @@ def _write_pod_state(sc: Scenario, out: TextIO) -> int:
         kind, owner = pod.created_by
         labels = (
             f'{pod.labels()},node="{pod.node}",created_by_kind="{kind}",created_by_name="{owner}"'
-        )
+        ) + job_label(sc, "kube_pod_info")
         for _, stamp in _stamps(sc):
             out.write(f"kube_pod_info{{{labels}}} 1 {stamp:.3f}\n")
             written += 1
@@ -258,7 +275,7 @@ def _write_pod_state(sc: Scenario, out: TextIO) -> int:
     out.write("# TYPE kube_pod_status_ready gauge\n")
     for pod in (p for p in sc.pods if p.ready):
         for condition in ("true", "false", "unknown"):
-            labels = f'{pod.labels()},condition="{condition}"'
+            labels = f'{pod.labels()},condition="{condition}"' + job_label(sc, "kube_pod_")
             for offset, stamp in _stamps(sc):
                 ready = value_at(pod.ready, offset, 0)
                 value = ready if condition == "true" else (1 - ready if condition == "false" else 0)

@@ -8,6 +8,12 @@ Case list (one cycle; the blast radius of a bad value is its object):
           write of the cycle and for at most `EVENTS_PER_CYCLE` nodes, those without one first;
           the rest in one INFO skip `unreadable-events-later` (5,000 such Events took 41-201 s
           of the cycle's 200 s deadline, before the cordon)
+  node with a Prometheus series refused at the snapshot boundary (guard.prom_view: a label or
+  value not of its format, NaN, a duplicate)
+        → the same WARN skip naming the query, label and value (escaped, shortened); no Event
+          and nothing on the node: the value came from outside and is never written
+  such a series of a node the API does not know, or naming no node in a valid form
+        → one WARN skip `unreadable` for that name ("" when none)
   ledger key with lines that are not counted
         → one skip `ledger-unreadable` per key: WARN when a line has the shape of an incident
           (its time, Xid, PCI address or UUID is bad), INFO when every such line is a hand note
@@ -21,7 +27,8 @@ from itertools import groupby
 
 from guard.actions import Action, EmitEvent, Skip
 from guard.ledger import NOT_A_LINE
-from guard.model import NodeInfo, Snapshot
+from guard.model import NodeInfo, Snapshot, Unreadable
+from guard.prom_view import PROM_FIX, shown
 from guard.settings import Settings
 
 # Events about unreadable nodes one cycle writes: a constant, not a setting (the skip lines
@@ -33,6 +40,15 @@ EVENT_REASON = "GuardUnreadable"
 def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     """The skip lines; the Events come from `unreadable_events`, at the end of the plan."""
     actions: list[Action] = [_skip(node) for node in snap.nodes if node.unreadable]
+    known = {n.name for n in snap.nodes}
+    elsewhere = sorted((p for p in snap.prom.unreadable if p.node not in known),
+                       key=lambda p: p.node)  # fmt: skip
+    for name, refused in groupby(elsewhere, key=lambda p: p.node):
+        found = tuple(
+            Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
+            for p in refused
+        )
+        actions.append(Skip(name, "unreadable", _detail(found), PROM_FIX, "WARN"))
     unread = (line for line in snap.ledger if line.entry is None)
     for key, group in groupby(unread, key=lambda line: line.node):
         lines = tuple(group)
@@ -60,7 +76,9 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
     """A Warning Event for at most EVENTS_PER_CYCLE unreadable nodes: first those that have no
     such Event yet (so every node gets one within a few cycles), then by name."""
     seen = {e.node for e in snap.events if e.reason == EVENT_REASON}
-    bad = sorted((n for n in snap.nodes if n.unreadable), key=lambda n: (n.name in seen, n.name))
+    # Only what the node itself holds: a refused Prometheus value is never written anywhere.
+    own = (n for n in snap.nodes if any(u.source == "node" for u in n.unreadable))
+    bad = sorted(own, key=lambda n: (n.name in seen, n.name))
     out: list[Action] = [_event(node) for node in bad[:EVENTS_PER_CYCLE]]
     if len(bad) > EVENTS_PER_CYCLE:
         rest = bad[EVENTS_PER_CYCLE:]
@@ -78,15 +96,15 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
 
 def _skip(node: NodeInfo) -> Skip:
     bad = node.unreadable
-    detail = "; ".join(f"{u.where}={u.value!r}: {u.why}" for u in bad)
     fixes = "; ".join(dict.fromkeys(u.fix for u in bad))
-    return Skip(node.name, "unreadable", detail, fixes, "WARN")
+    return Skip(node.name, "unreadable", _detail(bad), fixes, "WARN")
 
 
 def _event(node: NodeInfo) -> EmitEvent:
-    bad = node.unreadable
-    first = bad[0]
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    # A refused Prometheus value came from outside: the log shows it escaped, the API never.
+    own = [u for u in node.unreadable if u.source == "node"]
+    first = own[0]
+    more = f" (and {len(own) - 1} more)" if len(own) > 1 else ""
     return EmitEvent(
         node.name,
         "unreadable",
@@ -94,4 +112,12 @@ def _event(node: NodeInfo) -> EmitEvent:
         EVENT_REASON,
         f"gpu-node-guard cannot read {first.where}={first.value!r} ({first.why}){more} and "
         f"leaves this node alone: {first.fix}",
+    )
+
+
+def _detail(bad: tuple[Unreadable, ...]) -> str:
+    """Each value with where it sits and why; a Prometheus value escaped and shortened."""
+    return "; ".join(
+        f"{u.where}={shown(u.value) if u.source == 'prometheus' else repr(u.value)}: {u.why}"
+        for u in bad
     )

@@ -181,7 +181,21 @@ SIGNAL_PODS = (
 )
 SIGNALS = Scenario(start=T0, duration_s=90 * 60, nodes=SIGNAL_NODES, pods=SIGNAL_PODS)
 SIGNAL_NODE_NAMES = frozenset(n.name for n in SIGNAL_NODES)
-SCENARIOS = {"scenario": SCENARIO, "misconfigured": MISCONFIGURED, "signals": SIGNALS}
+# One faulted node beside two whose dcgm-exporter labels are not of their format (a UUID with a
+# space, a 300-character host name): guard.prom_view drops those series and only those nodes.
+# Scraped with the default jobs of the GPU Operator and kube-prometheus-stack (the pins' test).
+ODD_UUID = "GPU-1a2b3c4d 5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+LONG_HOST = "g" * 300
+BOUNDARY_NODES = (
+    _fault("fault79", 79),
+    _fault("odd-uuid", 79),
+    _fault("long-host", 48, host_value=LONG_HOST),
+)
+BOUNDARY = Scenario(start=T0, duration_s=60 * 60, nodes=BOUNDARY_NODES,
+                    extra_uuids={("odd-uuid", 4): ODD_UUID}, job_labels=True)  # fmt: skip
+SCENARIOS = {"scenario": SCENARIO, "misconfigured": MISCONFIGURED, "signals": SIGNALS,
+             "boundary": BOUNDARY}  # fmt: skip
+
 
 Servers = dict[tuple[Engine, str], "LocalPrometheus | PrometheusUnavailable"]
 
@@ -222,6 +236,11 @@ def prom(servers: Servers, engine: Engine) -> LocalPrometheus:
 @pytest.fixture
 def prom_misconfigured(servers: Servers, engine: Engine) -> LocalPrometheus:
     return _server(servers, engine, "misconfigured")
+
+
+@pytest.fixture
+def prom_boundary(servers: Servers, engine: Engine) -> LocalPrometheus:
+    return _server(servers, engine, "boundary")
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from guard.actions import EmitEvent, Skip
+from guard.model import NodeInfo, PromUnreadable, Snapshot
 from guard.plan import plan_cycle
+from guard.prom_view import with_prom_unreadable
 from tests.builders import (
     CORDON_AT,
     KEYS,
@@ -229,3 +231,47 @@ def test_unreadable_nodes_events_are_bounded_per_cycle_and_new_ones_go_first():
     assert "first not written: bad-23" in later.detail  # then bad-24, and the 3 that have one
     assert len([a for a in actions if a.reason == "unreadable" and isinstance(a, Skip)]) == 25
     assert unreadable_events(snapshot(node("b"))) == ()
+
+
+# ---- a series Prometheus sent that was refused at the boundary (guard.prom_view) ----------
+
+
+def prom_refused(*problems: PromUnreadable, nodes: tuple[NodeInfo, ...] = ()) -> Snapshot:
+    snap = snapshot(*nodes)
+    view = replace(snap.prom, unreadable=problems)
+    marked = tuple(with_prom_unreadable(n, view) for n in snap.nodes)
+    return replace(snap, nodes=marked, prom=view)
+
+
+FORGED = PromUnreadable("bad", "hardware-xid", "UUID", "GPU-1\nforged line", "not a GPU UUID")
+
+
+def test_a_refused_series_is_one_warn_line_and_no_event():
+    plan = plan_cycle(prom_refused(FORGED, nodes=(node("bad"), node("good"))), settings(),
+                      TEMPLATES)  # fmt: skip
+    (skip,) = [a for a in plan if a.node == "bad"]
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("unreadable", "WARN")
+    assert skip.detail == "prometheus hardware-xid UUID='GPU-1\\nforged line': not a GPU UUID"
+    assert "\n" not in str(skip)
+
+
+def test_beside_an_unreadable_annotation_the_event_names_only_the_annotation():
+    bad = node("bad", **guarded(**{KEYS.at: "2026-13-45T99:00:00Z"}))
+    plan = plan_cycle(prom_refused(FORGED, nodes=(bad,)), settings(), TEMPLATES)
+    skips = [a for a in plan if isinstance(a, Skip) and a.reason == "unreadable"]
+    events = [a for a in plan if isinstance(a, EmitEvent) and a.reason == "unreadable"]
+    assert len(skips) == 1 and "prometheus hardware-xid UUID=" in skips[0].detail
+    assert len(events) == 1 and "forged" not in events[0].message
+
+
+def test_a_refused_series_of_no_known_node_is_reported_by_its_name():
+    far = PromUnreadable("gpu-9", "cordoned", "value", "NaN", "not a finite number")
+    nameless = PromUnreadable("", "xid-hosts", "Hostname", "a b", "not a Node name")
+    plan = plan_cycle(prom_refused(far, nameless), settings(), TEMPLATES)
+    assert [(a.node, a.reason, a.level) for a in plan if isinstance(a, Skip)] == [
+        ("", "unreadable", "WARN"), ("gpu-9", "unreadable", "WARN")]  # fmt: skip
+
+
+def test_the_snapshot_with_refused_series_survives_json():
+    snap = prom_refused(FORGED, nodes=(node("bad"),))
+    assert Snapshot.from_json(snap.to_json()) == snap

@@ -27,9 +27,9 @@ def vector(*samples):
     return {"status": "success", "data": {"resultType": "vector", "result": list(samples)}}
 
 
-def sample(value="79", **labels):
+def sample(value="79", stamp=1789970100.0, **labels):
     labels = labels or {"node": "gpu-node-b", "gpu": "4"}
-    return {"metric": labels, "value": [1758433500.0, value]}
+    return {"metric": labels, "value": [stamp, value]}
 
 
 FAILURES = [
