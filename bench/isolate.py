@@ -190,10 +190,11 @@ def plan_at(prometheus_url: str, snapshot: Path, at: datetime) -> list[dict[str,
     try:
         with redirect_stdout(out), redirect_stderr(err):
             cli.main(args=args, prog_name="gpu-node-guard", standalone_mode=False)
-    except SystemExit as exc:
-        raise RuntimeError(
-            f"guard run at {at:%H:%M:%S} exited {exc.code}: {err.getvalue()}"
-        ) from None
+    except SystemExit as exc:  # the run's own exit; 0 is a finished dry run
+        if exc.code not in (0, None):
+            raise RuntimeError(
+                f"guard run at {at:%H:%M:%S} exited {exc.code}: {err.getvalue()}"
+            ) from None
     actions: list[dict[str, Any]] = json.loads(out.getvalue())["actions"]
     return actions
 

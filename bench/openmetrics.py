@@ -87,8 +87,25 @@ def scenario_families(sc: Scenario) -> list[Family]:
             steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
             xids.append(SeriesSpec(labels, steps, 0))
     gpu_extra = ',resource="nvidia_com_gpu",unit="integer"'
-    if any(n.gpu_temp or n.xid_counts or n.first_s or n.scrape_offset_s for n in sc.nodes):
+    if (
+        any(
+            n.gpu_temp or n.xid_counts or n.first_s or n.scrape_offset_s or n.agent
+            for n in sc.nodes
+        )
+        or sc.job_labels
+        or any(p.ready for p in sc.pods)
+    ):
         raise ValueError("the bench writer covers the guard writer's defaults only")
+    # kube_pod_info of every pod: its owner, for the guard's own Jobs' Pods (no node shift).
+    pod_info = [
+        SeriesSpec(
+            f'{p.labels()},node="{p.node}",created_by_kind="{p.created_by[0]}",'
+            f'created_by_name="{p.created_by[1]}"',
+            (),
+            1,
+        )
+        for p in sc.pods
+    ]
     phases = [
         SeriesSpec(
             f'namespace="{p.namespace}",pod="{p.name}",uid="{p.uid}",phase="{phase}"',
@@ -129,6 +146,7 @@ def scenario_families(sc: Scenario) -> list[Family]:
             "",
             [SeriesSpec(f'node="{n.name}"', n.unschedulable, 0) for n in sc.nodes],
         ),
+        Family("kube_pod_info", "", pod_info),
         Family("kube_pod_status_phase", "", phases),
         *([Family("kube_pod_container_resource_requests", "", requests)] if requests else []),
     ]
