@@ -42,6 +42,7 @@ from guard.log import Level, Log, Value
 from guard.model import Snapshot
 from guard.names import Annotations
 from guard.outcome import Outcome
+from guard.plan.check_jobs import UID
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch
@@ -169,10 +170,33 @@ class KubeExecutor:
 
     def _create_job(self, action: CreateJob) -> Outcome:
         try:
-            self.kube.create_job(action.namespace, action.manifest)
+            made = self.kube.create_job(action.namespace, action.manifest)
         except Conflict:  # a retried create whose first try landed, or another guard run
             return Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
-        return Outcome(action, "applied")
+        if not action.record:
+            return Outcome(action, "applied")
+        uid = str((made.get("metadata") or {}).get("uid", ""))
+        return self._record_job(action, uid)
+
+    def _record_job(self, action: CreateJob, uid: str) -> Outcome:
+        """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
+        cycle takes a result only from this uid. A record that does not land leaves the Job
+        unowned: the next cycle names it (delete it and the guard makes its own again)."""
+        key, value = action.record
+        ref = self._refs.get(action.node)
+        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "",
+                        ((key, value.replace(UID, uid)),), "")  # fmt: skip
+        try:
+            patched = node_patch.patch(self.kube, self.keys, note)
+        except KubeError as exc:
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {exc}")  # fmt: skip
+        if patched.node is not None:
+            self._remember(patched.node)
+        if patched.outcome.status == "skipped":
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {patched.outcome.detail}")  # fmt: skip
+        return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
 
     def _append_ledger(self, action: AppendLedgerLine) -> Outcome:
         target = ledger_store.LedgerTarget(
