@@ -18,6 +18,7 @@ from guard.model import (
     GpuSample,
     JobInfo,
     JobRecord,
+    JobResult,
     NodeInfo,
     PromView,
     ServicePod,
@@ -163,6 +164,14 @@ def snapshot(
     return Snapshot(
         NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view
     )
+
+
+PASSED = JobResult("read", passed=True)  # the Pod's own summary: conformance PASS, verdict pass
+
+
+def passed_job(name: str, kind: str = "loadtest", node_name: str = "b") -> JobInfo:
+    """A succeeded Job whose Pod's summary says pass (the only pass there is)."""
+    return JobInfo(name, kind, node_name, "succeeded", result=PASSED)
 
 
 DIGEST = "0123456789abcdef"  # the spec digest of the Jobs `owned` makes the guard's

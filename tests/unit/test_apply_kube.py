@@ -28,7 +28,7 @@ from guard.outcome import tally
 from guard.plan import plan_cycle
 from guard.plan.return_jobs import job_key
 from guard.retry import Backoff
-from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
+from tests.builders import passed_job, KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
 
 API = "https://api.test"
 NODES = f"{API}/api/v1/nodes"
@@ -182,7 +182,7 @@ def returning_and_cordon_plan():
     """Node r passed its load test (return check); node c has Xid 79 (isolation), one cycle."""
     back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
     faulted = with_uid(node("c", allocatable=7))
-    passed = JobInfo(job_name("loadtest", "r", job_key(back)), "loadtest", "r", "succeeded")
+    passed = passed_job(job_name("loadtest", "r", job_key(back)), "loadtest", "r")
     snap = snapshot(back, faulted, candidates=(gpu("c", 79),), jobs=(passed,))
     return plan_cycle(snap, settings(), TEMPLATES), (back, faulted)
 

@@ -20,6 +20,7 @@ from guard.status.derive import report
 from guard.status.model import Sight
 from guard.status.render import render
 from tests.builders import (
+    passed_job,
     CORDON_AT,
     KEYS,
     NOW,
@@ -399,7 +400,7 @@ def test_mismatch_cordon_returns_after_the_load_test_passed():
     assert "--xid" not in command
     assert argv.matches(argv.loadtest(), command, "b")
     done = returning(
-        nvml_cordoned(), agent=(PASS,), jobs=(JobInfo(job.name, "loadtest", "b", "succeeded"),)
+        nvml_cordoned(), agent=(PASS,), jobs=(passed_job(job.name),)
     )
     assert brief(plan_return(done, settings(), TEMPLATES)) == [
         ("uncordon", "b", "loadtest-passed"),

@@ -13,6 +13,7 @@ from guard.status.derive import report
 from guard.status.model import Blocked, Gpu, NodeRow, Report, Sight
 from guard.status.render import render
 from tests.builders import (
+    passed_job,
     CORDON_AT,
     KEYS,
     LEDGER_LINE,
@@ -103,7 +104,7 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
             id="load-test-running",
         ),
         pytest.param(
-            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
+            snapshot(back_node(), jobs=(passed_job(LT),)),
             [("b", "load-test-running", "-")],
             id="load-test-passed-returns-next-cycle",
         ),
