@@ -26,6 +26,7 @@ from guard.log import Log
 from guard.model import JobInfo, NodeInfo
 from guard.outcome import tally
 from guard.plan import plan_cycle
+from guard.jobs import spec_digest
 from guard.plan.return_jobs import job_key
 from guard.retry import Backoff
 from tests.builders import passed_job, KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
@@ -310,3 +311,42 @@ def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already
     assert bodies[0]["spec"] == {"unschedulable": False}
     assert bodies[2]["metadata"]["annotations"] == {f"{KEYS.prefix}returned": None,
                                                     KEYS.reason: "xid-79"}  # fmt: skip
+
+
+JOB_UID = "0b9c6d1e-0000-4000-8000-000000000001"
+
+
+def load_test_create() -> tuple[Action, NodeInfo]:
+    back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
+    (create,) = plan_cycle(snapshot(back), settings(), TEMPLATES)
+    return create, back
+
+
+@responses.activate
+def test_a_created_load_test_job_is_recorded_on_its_node_with_the_uid_the_api_answered():
+    """What the guard made, written where the next cycle reads it: one node patch with the
+    node's resourceVersion (docs/lifecycle.md, "Job results")."""
+    create, back = load_test_create()
+    responses.add(responses.POST, JOBS, status=201, json={"metadata": {"name": create.name,
+                                                                       "uid": JOB_UID}})
+    responses.add(responses.PATCH, f"{NODES}/r", json=node_json("r", **{KEYS.reason: "xid-79"}))
+    (outcome,), text, _, _ = run((create,), (back,))
+    assert outcome.status == "applied" and JOB_UID in outcome.detail
+    body = json.loads(responses.calls[1].request.body)
+    value = f"{create.name} {JOB_UID} {spec_digest(create.manifest)}"
+    assert body == {"metadata": {"annotations": {KEYS.loadtest_job: value},
+                                 "resourceVersion": back.resource_version}}  # fmt: skip
+    assert f"record={KEYS.loadtest_job}" in text[0]
+
+
+@responses.activate
+def test_a_record_that_cannot_be_written_fails_the_run():
+    """The Job exists but the guard could not record it: the next cycle names it as not the
+    guard's (delete it and the guard makes its own again); this run exits 1."""
+    create, back = load_test_create()
+    responses.add(responses.POST, JOBS, status=201, json={"metadata": {"name": create.name,
+                                                                       "uid": JOB_UID}})
+    responses.add(responses.PATCH, f"{NODES}/r", status=422,
+                  json=status(422, "Invalid", "denied"))  # fmt: skip
+    (outcome,), text, _, _ = run((create,), (back,))
+    assert outcome.status == "failed" and "its record" in outcome.detail
