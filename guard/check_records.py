@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from guard.ledger import parse_time
 from guard.jobs import DIGEST_CHARS
+from guard.ledger import parse_time
 from guard.model import CheckedBoot, FailedCheck, JobRecord, RecordedLink
 from guard.names import Annotations
 from guard.pci import link_record

@@ -141,8 +141,12 @@ def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
     items = ",".join(f.item for f in job.result.failed) if job.result else ""
     detail = (f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
               "but the node is cordoned by someone else: not the guard's to cordon")  # fmt: skip
-    return Skip(node.name, "already-cordoned", detail,
-                "a person's cordon stays theirs; after their uncordon the guard cordons it")
+    return Skip(
+        node.name,
+        "already-cordoned",
+        detail,
+        "a person's cordon stays theirs; after their uncordon the guard cordons it",
+    )
 
 
 def _boot(node: NodeInfo) -> str:

@@ -6,6 +6,7 @@ CronJob does in a cluster. Each scenario owns one node name that exists in both 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,7 @@ from tests.apiserver.guard_run import (
     T0,
     cycle_in_process,
     faulted,
+    finish,
     guard_jobs,
     guard_kube,
     ledger_text,
@@ -211,7 +213,12 @@ def complete(admin: client.ApiClient, name: str) -> None:
                                                          _content_type=MERGE_PATCH)  # fmt: skip
 
 
-def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node, core, admin):
+LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
+
+
+def test_return_cycle_load_tests_then_uncordons(
+    prom, guard_kubeconfig, gpu_node, core, admin, deployed
+):
     node = gpu_node("e2e-return", boot="boot-1")
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
@@ -225,13 +232,21 @@ def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
         ("skip", "loadtest-running")
     ]
-    complete(admin, loadtest.metadata.name)
+    complete(admin, loadtest.metadata.name)  # succeeded, but no Pod said pass: no return
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("skip", "loadtest-unreadable")
+    ]
+    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
+                                                          _preload_content=False)  # fmt: skip
+    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True)  # its Pod's pass
     done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
     notes = {k: v for k, v in (found.metadata.annotations or {}).items()
              if k.startswith("gpu-node-guard.io/")}  # fmt: skip
+    made = f"{loadtest.metadata.name} {loadtest.metadata.uid} "
+    assert notes.pop(KEYS.loadtest_job).startswith(made)  # what the guard made, kept
     assert notes == {KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"}
 
 

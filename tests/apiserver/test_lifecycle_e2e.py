@@ -34,6 +34,7 @@ from tests.apiserver.guard_run import (
     KEYS,
     RETURN_AT,
     faulted,
+    finish,
     forget_guard_state,
     guard_cordoned,
     guard_jobs,
@@ -45,11 +46,9 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import (
-    JOB_CONTROLLER,
     JOBS_NS,
     MERGE_PATCH,
     ControlPlane,
-    controller_pod,
     create,
     refusal,
 )
@@ -112,34 +111,6 @@ def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
     raw = client.BatchV1Api(admin).read_namespaced_job(job.metadata.name, JOBS_NS,
                                                        _preload_content=False)  # fmt: skip
     return dict(json.loads(raw.data))
-
-
-def finish(
-    deployed: ControlPlane, admin: client.ApiClient, job: dict[str, Any], message: str, ok: bool
-) -> None:
-    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end."""
-    pod = controller_pod(job)
-    del pod["metadata"]["finalizers"]  # no controller here would remove it
-    with deployed.impersonating(JOB_CONTROLLER) as controller:
-        made = create(controller, pod)
-    name, kind, at = made.metadata.name, job["metadata"]["labels"][
-        "app.kubernetes.io/component"], "2026-09-21T06:00:00Z"  # fmt: skip
-    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
-             "message": message, "startedAt": at, "finishedAt": at}  # fmt: skip
-    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
-        {"name": kind, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
-    core = client.CoreV1Api(admin)
-    core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
-    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
-    job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
-                                      {"failed": 1}),
-                  "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,
-                                  **({} if ok else {"reason": "BackoffLimitExceeded"})}
-                                 for c in done]}  # fmt: skip
-    client.BatchV1Api(admin).patch_namespaced_job_status(
-        job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
-    )
 
 
 JOB_RECORDS = (KEYS.loadtest_job, KEYS.conformance_job)
@@ -337,7 +308,8 @@ def test_a_replaced_load_test_job_is_no_pass(
                                                           "annotations")},
             "spec": {k: v for k, v in made["spec"].items() if k != "selector"}}  # fmt: skip
     copy["spec"]["template"]["metadata"]["labels"] = {
-        k: v for k, v in copy["spec"]["template"]["metadata"]["labels"].items()
+        k: v
+        for k, v in copy["spec"]["template"]["metadata"]["labels"].items()
         if k not in ("controller-uid", "batch.kubernetes.io/controller-uid")
     }
     create(admin, copy)

@@ -20,16 +20,15 @@ import responses
 
 from guard.actions import Action, Cordon, Uncordon
 from guard.apply import KubeExecutor
-from guard.jobs import job_name
+from guard.jobs import job_name, spec_digest
 from guard.kube import Kube
 from guard.log import Log
-from guard.model import JobInfo, NodeInfo
+from guard.model import NodeInfo
 from guard.outcome import tally
 from guard.plan import plan_cycle
-from guard.jobs import spec_digest
 from guard.plan.return_jobs import job_key
 from guard.retry import Backoff
-from tests.builders import passed_job, KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
+from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, passed_job, settings, snapshot
 
 API = "https://api.test"
 NODES = f"{API}/api/v1/nodes"
@@ -327,8 +326,9 @@ def test_a_created_load_test_job_is_recorded_on_its_node_with_the_uid_the_api_an
     """What the guard made, written where the next cycle reads it: one node patch with the
     node's resourceVersion (docs/lifecycle.md, "Job results")."""
     create, back = load_test_create()
-    responses.add(responses.POST, JOBS, status=201, json={"metadata": {"name": create.name,
-                                                                       "uid": JOB_UID}})
+    responses.add(
+        responses.POST, JOBS, status=201, json={"metadata": {"name": create.name, "uid": JOB_UID}}
+    )
     responses.add(responses.PATCH, f"{NODES}/r", json=node_json("r", **{KEYS.reason: "xid-79"}))
     (outcome,), text, _, _ = run((create,), (back,))
     assert outcome.status == "applied" and JOB_UID in outcome.detail
@@ -344,9 +344,10 @@ def test_a_record_that_cannot_be_written_fails_the_run():
     """The Job exists but the guard could not record it: the next cycle names it as not the
     guard's (delete it and the guard makes its own again); this run exits 1."""
     create, back = load_test_create()
-    responses.add(responses.POST, JOBS, status=201, json={"metadata": {"name": create.name,
-                                                                       "uid": JOB_UID}})
+    responses.add(
+        responses.POST, JOBS, status=201, json={"metadata": {"name": create.name, "uid": JOB_UID}}
+    )
     responses.add(responses.PATCH, f"{NODES}/r", status=422,
                   json=status(422, "Invalid", "denied"))  # fmt: skip
-    (outcome,), text, _, _ = run((create,), (back,))
+    (outcome,), _, _, _ = run((create,), (back,))
     assert outcome.status == "failed" and "its record" in outcome.detail

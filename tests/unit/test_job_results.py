@@ -37,8 +37,11 @@ EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0
 
 def run(kind: str) -> dict[str, Any]:
     """What the Job's template container runs (and so its Pod's)."""
-    return {"name": kind, "image": f"registry.example/gpu-node-guard:{kind}",
-            "command": ["gpu-node-guard", kind, "--termination-log", "/dev/termination-log"]}
+    return {
+        "name": kind,
+        "image": f"registry.example/gpu-node-guard:{kind}",
+        "command": ["gpu-node-guard", kind, "--termination-log", "/dev/termination-log"],
+    }
 
 
 def pod(
@@ -126,8 +129,14 @@ def test_a_finished_pod_becomes_one_result(kind: str, the_pod: Any, expected: Jo
 
 def job(name: str, kind: str = "conformance", status: str = "failed") -> JobInfo:
     """The guard's Job `name`: its uid and what its template runs."""
-    return JobInfo(name, kind, "b", status, uid=job_uid(name),  # type: ignore[arg-type]
-                   run=run_digest({"containers": [run(kind)]}))
+    return JobInfo(
+        name,
+        kind,
+        "b",
+        status,
+        uid=job_uid(name),  # type: ignore[arg-type]
+        run=run_digest({"containers": [run(kind)]}),
+    )
 
 
 def test_the_newest_finished_pod_of_each_job_counts() -> None:

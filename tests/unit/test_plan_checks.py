@@ -171,7 +171,8 @@ def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordo
     a = replace(snap.nodes[0], unschedulable=True)
     assert brief(checks(replace(snap, nodes=(a, snap.nodes[1])))) == [
         ("skip", "a", "already-cordoned"),
-        ("cordon", "b", "conformance-ipvs-loaded"), ("event", "b", "conformance-ipvs-loaded")]  # fmt: skip
+        ("cordon", "b", "conformance-ipvs-loaded"),
+        ("event", "b", "conformance-ipvs-loaded")]  # fmt: skip
 
 
 def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:

@@ -230,16 +230,16 @@ def test_the_cordon_time_keys_the_evidence_job() -> None:
 
 OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
+FOREIGN = [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-foreign")]
 
 
 @pytest.mark.parametrize(
     ("jobs", "own", "expected"),
     [
         pytest.param((replace(done(CF, "conformance", "succeeded", PASSED), uid=OTHER_UID),),
-                     False, [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-foreign")],
+                     False, FOREIGN,
                      id="conformance-job-not-the-guards"),
-        pytest.param((BOTH[0], replace(BOTH[1], uid=OTHER_UID)), False,
-                     [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-foreign")],
+        pytest.param((BOTH[0], replace(BOTH[1], uid=OTHER_UID)), False, FOREIGN,
                      id="burn-in-job-not-the-guards"),
         pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", SLOW)), True,
                      [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-verdict-fail"),
@@ -255,7 +255,9 @@ def test_the_gate_opens_only_on_the_guards_own_jobs_and_their_pods_pass(jobs, ow
     snap = snapshot(gated(), jobs=jobs, own=own)
     if not own:  # the guard made both Jobs (its records); the test replaced one of them
         mine, nodes = owned(tuple(replace(j, uid="") for j in jobs), snap.nodes)
-        kept = tuple(m if not j.uid else replace(m, uid=j.uid) for j, m in zip(jobs, mine))
+        kept = tuple(
+            m if not j.uid else replace(m, uid=j.uid) for j, m in zip(jobs, mine, strict=True)
+        )
         snap = replace(snap, nodes=nodes, jobs=kept)
     actions = checks(snap)
     assert brief(actions) == expected
