@@ -220,9 +220,15 @@ def cycle_in_process(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Ou
 
 
 def finish(
-    deployed: ControlPlane, admin: client.ApiClient, job: dict[str, Any], message: str, ok: bool
+    deployed: ControlPlane,
+    admin: client.ApiClient,
+    job: dict[str, Any],
+    message: str,
+    ok: bool,
+    mark_job: bool = True,
 ) -> None:
-    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end."""
+    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end
+    (`mark_job=False`: the Job already ended; only its Pod is made)."""
     pod = controller_pod(job)
     del pod["metadata"]["finalizers"]  # no controller here would remove it
     with deployed.impersonating(JOB_CONTROLLER) as controller:
@@ -237,6 +243,8 @@ def finish(
     core = client.CoreV1Api(admin)
     core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
     done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
+    if not mark_job:
+        return
     job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
                                       {"failed": 1}),
                   "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,

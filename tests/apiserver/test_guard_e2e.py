@@ -238,7 +238,7 @@ def test_return_cycle_load_tests_then_uncordons(
     ]
     stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
                                                           _preload_content=False)  # fmt: skip
-    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True)  # its Pod's pass
+    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
     done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
