@@ -37,6 +37,7 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
+from guard.jobs import spec_digest
 from guard.kube import Conflict, Kube, KubeError, NotFound
 from guard.log import Level, Log, Value
 from guard.model import Snapshot
@@ -172,11 +173,29 @@ class KubeExecutor:
         try:
             made = self.kube.create_job(action.namespace, action.manifest)
         except Conflict:  # a retried create whose first try landed, or another guard run
-            return Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
+            return self._existing_job(action)
         if not action.record:
             return Outcome(action, "applied")
         uid = str((made.get("metadata") or {}).get("uid", ""))
         return self._record_job(action, uid)
+
+    def _existing_job(self, action: CreateJob) -> Outcome:
+        """A Job of this name exists. When it is exactly what the guard rendered (a retried
+        create whose first answer was lost) and the node has no record of it yet, record it
+        now; otherwise leave it: the next cycle names a Job it did not make."""
+        exists = Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
+        if not action.record:
+            return exists
+        found = self.kube.job(action.namespace, action.name)
+        node = self.snap.node(action.node)
+        recorded = node.job_record(action.job_kind) if node else None
+        if (
+            found is None
+            or spec_digest(found) != spec_digest(action.manifest)
+            or (recorded is not None and recorded.name == action.name)
+        ):
+            return exists
+        return self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
 
     def _record_job(self, action: CreateJob, uid: str) -> Outcome:
         """Write what the guard made on the node (one patch, resourceVersion-guarded): a later

@@ -351,3 +351,26 @@ def test_a_record_that_cannot_be_written_fails_the_run():
                   json=status(422, "Invalid", "denied"))  # fmt: skip
     (outcome,), _, _, _ = run((create,), (back,))
     assert outcome.status == "failed" and "its record" in outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("same_spec", "recorded"),
+    [pytest.param(True, True, id="the-guards-own-retried-create-is-recorded"),
+     pytest.param(False, False, id="another-spec-of-that-name-is-left-unrecorded")],
+)  # fmt: skip
+@responses.activate
+def test_a_create_answered_409_records_the_job_only_when_it_is_what_the_guard_rendered(
+    same_spec, recorded
+):
+    create, back = load_test_create()
+    responses.add(responses.POST, JOBS, status=409, json=status(409, "AlreadyExists", "exists"))
+    found = json.loads(json.dumps(create.manifest))
+    if not same_spec:
+        found["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "1"]
+    found["metadata"]["uid"] = JOB_UID
+    responses.add(responses.GET, f"{JOBS}/{create.name}", json=found)
+    responses.add(responses.PATCH, f"{NODES}/r", json=node_json("r", **{KEYS.reason: "xid-79"}))
+    (outcome,), _, _, _ = run((create,), (back,))
+    patched = [c for c in responses.calls if c.request.method == "PATCH"]
+    assert bool(patched) is recorded
+    assert outcome.status == ("applied" if recorded else "already-done")
