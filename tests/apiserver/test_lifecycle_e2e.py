@@ -184,6 +184,26 @@ def test_a_reboot_into_a_missing_ip_vs_is_cordoned_within_one_cycle_of_its_confo
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 4 * CYCLE).plan, node) == []
 
 
+def test_a_failed_boot_check_on_a_node_a_person_cordoned_meanwhile_is_no_guard_cordon(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """A person's cordon is a person's: the node-scope policy would refuse the guard's cordon of
+    an unschedulable node (422) every cycle, and the run would exit 1. No guard write, one skip
+    line, exit 0."""
+    checked = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-lc-reboot-00000000"}
+    node = lifecycle_node(REBOOT, boot="boot-2", annotations=checked)
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("create-job", "new-boot")
+    ]
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # a person, meanwhile
+    finish(deployed, admin, the_job(admin, node, "conformance"), NO_IPVS, ok=False)
+    before = core.read_node(node).metadata.resource_version
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE)  # asserts exit 0, no failed write
+    assert mine(run.plan, node) == [("skip", "already-cordoned")]
+    assert core.read_node(node).metadata.resource_version == before
+    assert [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"] == []
+
+
 def test_a_passing_boot_is_recorded_and_not_checked_again(
     prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
 ):
