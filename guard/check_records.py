@@ -124,7 +124,7 @@ def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
     return f"{at} job/{job} {','.join(items)}"
 
 
-# ---- What the guard made: ``job-loadtest`` and ``job-conformance`` ------------------------
+# ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
 # `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
 # or second record slips through). A uid is what the API server writes: a lower-case UUID.
 _JOB_RECORD = re.compile(
@@ -140,7 +140,7 @@ def job_records(
 ) -> tuple[JobRecord, ...]:
     """The node's records of the Jobs the guard made, one per kind; a bad one is unreadable."""
     out = []
-    for kind in ("conformance", "loadtest"):
+    for kind in ("conformance", "evidence", "loadtest"):
         key = k.job_record(kind)
         text = notes.get(key) if key else None
         if key is None or text is None:

@@ -154,9 +154,15 @@ class Annotations:
         """`<job name> <uid> <spec digest>`: the last conformance Job the guard created here."""
         return f"{self.prefix}job-conformance"
 
+    @property
+    def evidence_job(self) -> str:
+        """`<job name> <uid> <spec digest>`: the last evidence Job the guard created here."""
+        return f"{self.prefix}job-evidence"
+
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
-        return {"loadtest": self.loadtest_job, "conformance": self.conformance_job}.get(kind)
+        return {"loadtest": self.loadtest_job, "conformance": self.conformance_job,
+                "evidence": self.evidence_job}.get(kind)  # fmt: skip
 
     @property
     def hold(self) -> str:
@@ -196,7 +202,7 @@ class Annotations:
         the onboarding gate's failure (removed when the gate passes) and the records of the Jobs
         the guard made (replaced by its next Job of that kind)."""
         return (self.checked_boot, self.onboarding_failed, self.loadtest_job,
-                self.conformance_job)  # fmt: skip
+                self.conformance_job, self.evidence_job)  # fmt: skip
 
     @property
     def person_keys(self) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ FORMATS = {
     "onboarding-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
     "job-loadtest": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-conformance": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
 }
 
 

@@ -146,9 +146,9 @@ def snapshot(
     own: bool = True,
 ) -> Snapshot:
     """`loss`: per node, seconds of GPU loss observed up to NOW (`PromView.loss_since`);
-    `cordoned`: nodes kube-state-metrics reports unschedulable. `own`: each conformance and
-    load-test Job without a uid is the guard's own (a uid, and its record on its node); a Job
-    given with a uid is left as it is (a test of a Job the guard did not make)."""
+    `cordoned`: nodes kube-state-metrics reports unschedulable. `own`: each conformance,
+    load-test and evidence Job without a uid is the guard's own (a uid, and its record on its
+    node); a Job given with a uid is left as it is (a test of a Job the guard did not make)."""
     if own:
         jobs, nodes = owned(jobs, nodes)
     if ledger is None:  # a guard-cordoned node has its ledger line unless a test says otherwise
@@ -188,7 +188,7 @@ def owned(
     kind per node wins, as the guard's one record per kind does)."""
     out, records = [], {}
     for j in jobs:
-        if not j.uid and j.kind in ("loadtest", "conformance"):
+        if not j.uid and j.kind in ("loadtest", "conformance", "evidence"):
             j = replace(j, uid=job_uid(j.name), digest=DIGEST)
             records[(j.node, j.kind)] = JobRecord(j.kind, j.name, j.uid, DIGEST)
         out.append(j)

@@ -8,14 +8,12 @@ new one and a Job is never made twice for a boot); the gate's burn-in load test 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from guard.actions import CreateJob, EmitEvent, Skip
-from guard.check_records import job_record_value
-from guard.jobs import JobTemplates, spec_digest
+from guard.jobs import JobTemplates
 from guard.model import CordonRecord, JobInfo, NodeInfo, Snapshot, Taint
-from guard.names import Annotations
-from guard.plan.common import conformance_args, job_spec, loadtest_args
+from guard.plan.common import UID as UID
+from guard.plan.common import conformance_args, create_job, job_spec, loadtest_args
 from guard.settings import Settings
 
 # Priority of a conformance Job within the cycle's budget (lower first): a node that rebooted
@@ -24,9 +22,6 @@ from guard.settings import Settings
 REBOOTED, ONBOARDING, NEVER_CHECKED = 0, 1, 2
 JOB_REASONS = {REBOOTED: "new-boot", ONBOARDING: "onboarding", NEVER_CHECKED: "never-checked"}
 
-
-# Stands for the uid in a CreateJob's record until the API answers the create (guard.apply).
-UID = "{uid}"
 
 CONFORMANCE_REASON = "conformance-"  # + the first failed item: the after-reboot check's cordon
 
@@ -50,7 +45,8 @@ def conformance_job(
     ttl = s.boot_check_job_ttl_s if priority != ONBOARDING else None
     reason = "onboarding" if priority == ONBOARDING else "boot-check"
     spec = job_spec(s, "conformance", node.name, key, reason, conformance_args(s), ttl_s=ttl)
-    return create_job(s, node, JOB_REASONS[priority], "conformance", spec.name, t.render(spec))
+    return create_job(s, node.name, JOB_REASONS[priority], "conformance", spec.name,
+                      t.render(spec))  # fmt: skip
 
 
 def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
@@ -58,17 +54,7 @@ def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
     args = loadtest_args(s, node.gpu_capacity, None, "", duration_s=s.onboarding_burnin_s)
     spec = job_spec(s, "loadtest", node.name, gate_key(node), "onboarding", args,
                     gpus=node.gpu_capacity)  # fmt: skip
-    return create_job(s, node, "onboarding", "loadtest", spec.name, t.render(spec))
-
-
-def create_job(
-    s: Settings, node: NodeInfo, reason: str, kind: str, name: str, manifest: dict[str, Any]
-) -> CreateJob:
-    """A Job whose result a gate acts on, with the record of what the guard made: the executor
-    fills in the uid the API answers and writes it on the node (guard.apply)."""
-    key = Annotations(s.annotation_prefix).job_record(kind)
-    record = (key, job_record_value(name, UID, spec_digest(manifest))) if key else ()
-    return CreateJob(node.name, reason, kind, name, manifest, record)
+    return create_job(s, node.name, "onboarding", "loadtest", spec.name, t.render(spec))
 
 
 def foreign(node: NodeInfo, job: JobInfo) -> str:

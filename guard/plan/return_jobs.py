@@ -15,8 +15,8 @@ from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
 from guard.check_records import checked_boot_value, failed_value
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
-from guard.plan.check_jobs import create_job, foreign, foreign_job, is_conformance_cordon, passed
-from guard.plan.common import conformance_args, job_spec, keys, loadtest_args, present
+from guard.plan.check_jobs import foreign, foreign_job, is_conformance_cordon, passed
+from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
 from guard.plan.links import recorded_links
 from guard.settings import Settings
 
@@ -43,7 +43,7 @@ def job_gate(
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
-        return (create_job(s, node, "conditions-met", kind, spec.name, t.render(spec)),)
+        return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "unreadable":

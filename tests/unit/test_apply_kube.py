@@ -94,7 +94,12 @@ def fresh_writes_succeed(rsps: responses.RequestsMock) -> None:
     rsps.add(responses.GET, f"{CMS}/gpu-fault-ledger", status=404,
              json=status(404, "NotFound", "not found"))  # fmt: skip
     rsps.add(responses.POST, CMS, status=201, json={"metadata": {"name": "gpu-fault-ledger"}})
-    rsps.add(responses.POST, JOBS, status=201, json={"metadata": {"name": "j"}})
+    rsps.add(
+        responses.POST,
+        JOBS,
+        status=201,
+        json={"metadata": {"name": "j", "uid": "0b9c6d1e-0000-4000-8000-0000000000e1"}},
+    )
 
 
 @responses.activate
@@ -152,6 +157,7 @@ def test_a_lost_answer_to_the_cordon_is_already_done_and_the_rest_goes_on():
                   json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
     held = node_json("a", "102", **{KEYS.reason: mine[KEYS.reason], KEYS.at: mine[KEYS.at]})
     responses.add(responses.GET, f"{NODES}/a", json=held)
+    responses.add(responses.PATCH, f"{NODES}/a", json=held)  # the evidence Job's record
     fresh_writes_succeed(responses.mock)
     outcomes, text, _, _ = run(actions, nodes)
     assert [o.status for o in outcomes] == ["already-done", "applied", "applied", "applied"]
@@ -168,8 +174,12 @@ def test_existing_job_is_one_already_done_line_not_a_skip_and_a_created():
     fresh_writes_succeed(responses.mock)
     exists = status(409, "AlreadyExists", 'jobs.batch "j" already exists')
     responses.replace(responses.POST, JOBS, status=409, json=exists)
-    outcomes, text, _, _ = run(actions, nodes)
     job = actions[3]
+    uid = "0b9c6d1e-0000-4000-8000-0000000000e2"
+    meta = {"name": job.name, "uid": uid}  # type: ignore[union-attr]
+    other = {"kind": "Job", "metadata": meta, "spec": {}}  # not what the guard rendered
+    responses.add(responses.GET, f"{JOBS}/{job.name}", json=other)  # type: ignore[union-attr]
+    outcomes, text, _, _ = run(actions, nodes)
     assert outcomes[3].status == "already-done"
     assert [line for line in text if "job" in line.split()[1]] == []
     assert text[3] == (

@@ -208,6 +208,15 @@ def test_the_load_test_waits_for_the_evidence_job_until_its_deadline_passed() ->
     assert brief(late) == [("create-job", "b", "conditions-met")]
 
 
+def test_links_of_an_evidence_job_the_guard_did_not_make_are_never_taken() -> None:
+    """A replaced evidence Job could record links of another node: a load test would then pass
+    a link that trained down. Only the recorded evidence Job's links count."""
+    foreign = replace(evidence(), uid="0b9c6d1e-0000-4000-8000-00000000dead")
+    actions = plan_return(snapshot(rebooted(), jobs=(foreign,), own=False), settings(), TEMPLATES)
+    assert brief(actions) == [("create-job", "b", "conditions-met")]
+    assert expect_links(actions) == []
+
+
 def test_no_links_no_expect_link() -> None:
     actions = plan_return(snapshot(rebooted(), jobs=(evidence(links=()),)), settings(), TEMPLATES)
     assert brief(actions) == [("create-job", "b", "conditions-met")]
