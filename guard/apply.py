@@ -195,7 +195,10 @@ class KubeExecutor:
             or (recorded is not None and recorded.name == action.name)
         ):
             return exists
-        return self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        done = self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        if done.status == "failed":
+            return done
+        return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
 
     def _record_job(self, action: CreateJob, uid: str) -> Outcome:
         """Write what the guard made on the node (one patch, resourceVersion-guarded): a later

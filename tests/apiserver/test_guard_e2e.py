@@ -74,8 +74,14 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     changes = list(watch.Watch().stream(core.list_node, field_selector=f"metadata.name={node}",
                                         resource_version=before, timeout_seconds=1))  # fmt: skip
     modified = [c["object"] for c in changes if c["type"] == "MODIFIED"]
-    assert len(modified) == 1, "cordon and annotations must be one write"
-    written = modified[0]
+    # The cordon is one write; the evidence Job's record follows the Job's create, a write of
+    # its own that changes nothing but that record.
+    assert len(modified) == 2, "cordon and annotations must be one write, then the Job's record"
+    written, recorded = modified
+    assert recorded.spec.unschedulable is True
+    assert {k: v for k, v in recorded.metadata.annotations.items()
+            if written.metadata.annotations.get(k) != v} == {
+        KEYS.evidence_job: recorded.metadata.annotations[KEYS.evidence_job]}  # fmt: skip
     assert written.spec.unschedulable is True
     notes = written.metadata.annotations
     assert notes[KEYS.reason] == "xid-79"
@@ -247,6 +253,7 @@ def test_return_cycle_load_tests_then_uncordons(
              if k.startswith("gpu-node-guard.io/")}  # fmt: skip
     made = f"{loadtest.metadata.name} {loadtest.metadata.uid} "
     assert notes.pop(KEYS.loadtest_job).startswith(made)  # what the guard made, kept
+    assert notes.pop(KEYS.evidence_job).startswith("gng-ev-e2e-return-")
     assert notes == {KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"}
 
 

@@ -383,4 +383,5 @@ def test_a_create_answered_409_records_the_job_only_when_it_is_what_the_guard_re
     (outcome,), _, _, _ = run((create,), (back,))
     patched = [c for c in responses.calls if c.request.method == "PATCH"]
     assert bool(patched) is recorded
-    assert outcome.status == ("applied" if recorded else "already-done")
+    assert outcome.status == "already-done"
+    assert ("recorded uid" in outcome.detail) is recorded
