@@ -179,6 +179,10 @@ class CreateJob(_Logged):
     job_kind: str
     name: str
     manifest: dict[str, Any]
+    # (annotation key, value with `{uid}`): what the guard made, written on the node in one
+    # guarded patch once the API answers the create with the Job's uid (guard.apply). Empty for
+    # a Job whose result no gate acts on (evidence).
+    record: tuple[str, ...] = ()
 
     def log_line(self) -> Line:
         return _line(
@@ -187,6 +191,7 @@ class CreateJob(_Logged):
             reason=self.reason,
             kind=self.job_kind,
             job=self.name,
+            record=self.record[0] if self.record else "",
             next=f"kubectl -n {self.namespace} logs job/{self.name}",
         )
 

@@ -37,12 +37,14 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
+from guard.jobs import spec_digest
 from guard.kube import Conflict, Kube, KubeError, NotFound
 from guard.kube_errors import Refused
 from guard.log import Level, Log, Value
 from guard.model import Snapshot
 from guard.names import Annotations
 from guard.outcome import Outcome
+from guard.plan.check_jobs import UID
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch
@@ -189,10 +191,54 @@ class KubeExecutor:
 
     def _create_job(self, action: CreateJob) -> Outcome:
         try:
-            self.kube.create_job(action.namespace, action.manifest)
+            made = self.kube.create_job(action.namespace, action.manifest)
         except Conflict:  # a retried create whose first try landed, or another guard run
-            return Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
-        return Outcome(action, "applied")
+            return self._existing_job(action)
+        if not action.record:
+            return Outcome(action, "applied")
+        uid = str((made.get("metadata") or {}).get("uid", ""))
+        return self._record_job(action, uid)
+
+    def _existing_job(self, action: CreateJob) -> Outcome:
+        """A Job of this name exists. When it is exactly what the guard rendered (a retried
+        create whose first answer was lost) and the node has no record of it yet, record it
+        now; otherwise leave it: the next cycle names a Job it did not make."""
+        exists = Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
+        if not action.record:
+            return exists
+        found = self.kube.job(action.namespace, action.name)
+        node = self.snap.node(action.node)
+        recorded = node.job_record(action.job_kind) if node else None
+        if (
+            found is None
+            or spec_digest(found) != spec_digest(action.manifest)
+            or (recorded is not None and recorded.name == action.name)
+        ):
+            return exists
+        done = self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        if done.status == "failed":
+            return done
+        return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
+
+    def _record_job(self, action: CreateJob, uid: str) -> Outcome:
+        """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
+        cycle takes a result only from this uid. A record that does not land leaves the Job
+        unowned: the next cycle names it (delete it and the guard makes its own again)."""
+        key, value = action.record
+        ref = self._refs.get(action.node)
+        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "",
+                        ((key, value.replace(UID, uid)),), "")  # fmt: skip
+        try:
+            patched = node_patch.patch(self.kube, self.keys, note)
+        except KubeError as exc:
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {exc}")  # fmt: skip
+        if patched.node is not None:
+            self._remember(patched.node)
+        if patched.outcome.status == "skipped":
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {patched.outcome.detail}")  # fmt: skip
+        return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
 
     def _append_ledger(self, action: AppendLedgerLine) -> Outcome:
         target = ledger_store.LedgerTarget(

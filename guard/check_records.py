@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from guard.jobs import DIGEST_CHARS
 from guard.ledger import parse_time
-from guard.model import CheckedBoot, FailedCheck, RecordedLink
+from guard.model import CheckedBoot, FailedCheck, JobRecord, RecordedLink
 from guard.names import Annotations
 from guard.pci import link_record
 from guard.records import JOB_REF, TOKEN, Problems
@@ -121,3 +122,42 @@ def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
     '2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist'
     """
     return f"{at} job/{job} {','.join(items)}"
+
+
+# ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
+# `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
+# or second record slips through). A uid is what the API server writes: a lower-case UUID.
+_JOB_RECORD = re.compile(
+    r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?) "
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) "
+    rf"([0-9a-f]{{{DIGEST_CHARS}}})",
+    re.ASCII,
+)
+
+
+def job_records(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> tuple[JobRecord, ...]:
+    """The node's records of the Jobs the guard made, one per kind; a bad one is unreadable."""
+    out = []
+    for kind in ("conformance", "evidence", "loadtest"):
+        key = k.job_record(kind)
+        text = notes.get(key) if key else None
+        if key is None or text is None:
+            continue
+        found = _JOB_RECORD.fullmatch(text)
+        if found is None:
+            why = f"not '<job name> <uid> <{DIGEST_CHARS} hex digest>'"
+            problems.annotation(key, key.removeprefix(k.prefix), text, why)
+        else:
+            out.append(JobRecord(kind, *found.groups()))
+    return tuple(out)
+
+
+def job_record_value(name: str, uid: str, digest: str) -> str:
+    """The `job-<kind>` value (inverse of its parser).
+
+    >>> job_record_value("gng-lt-b-1a2b3c4d", "0b9c6d1e-0000-4000-8000-000000000001", "0" * 16)
+    'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
+    """
+    return f"{name} {uid} {digest}"

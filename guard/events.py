@@ -45,6 +45,7 @@ ACTIONS = {
     "GuardLedgerArchived": "ArchiveLedger",
     "GuardOnboarded": "RemoveTaint",
     "GuardOnboardingFailed": "KeepTaint",
+    "GuardForeignJob": "IgnoreJob",  # a Job of the guard's name that it did not make
 }  # any other reason: "Observe"
 
 

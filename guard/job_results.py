@@ -10,8 +10,10 @@ list of one Pod (first match wins):
   empty message                              → unreadable: the program did not finish
   a summary of another shape                 → unreadable, the parser's one line
   otherwise                                  → read: pass/fail, failed items, recorded links
-A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too: the
-planners never act on a result they cannot trust.
+A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too, and so is
+a Pod the Job does not control (no controller ownerReference with the Job's uid: a Pod that ran
+elsewhere and was adopted by its labels) or one that runs other containers than the Job's
+template (image, command, args): the planners never act on a result they cannot trust.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from guard.conformance.report import ReportError
 from guard.conformance.report import parse_summary as parse_conformance
 from guard.evidence.summary import SummaryError
 from guard.evidence.summary import parse_summary as parse_evidence
+from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
 from guard.termination import summary_doc
@@ -41,18 +44,31 @@ def _mapping(value: object) -> Mapping[str, Any]:
 def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
 
+    Of its spec only what its containers run (name, image, command, args) and of its owners only
+    the controller's uid: whose Pod it is.
+
     >>> slim_pod({"metadata": {"name": "p", "labels": {"job-name": "j"}}, "spec": {"x": 1}})
     {'kind': 'Pod', 'metadata': {'name': 'p', 'creationTimestamp': '', 'labels': {'job-name': \
-'j'}}, 'status': {'phase': '', 'reason': '', 'message': '', 'containerStatuses': []}}
+'j'}, 'ownerReferences': []}, 'spec': {'containers': []}, 'status': {'phase': '', 'reason': '', \
+'message': '', 'containerStatuses': []}}
     """
     meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
     labels = _mapping(meta.get("labels"))
     statuses = status.get("containerStatuses")
+    owners = meta.get("ownerReferences")
+    containers = _mapping(obj.get("spec")).get("containers")
     return {
         "kind": "Pod",
         "metadata": {"name": meta.get("name", ""),
                      "creationTimestamp": meta.get("creationTimestamp", ""),
-                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS}},
+                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
+                     "ownerReferences": [
+                         {"controller": True, "uid": _mapping(o).get("uid")}
+                         for o in (owners if isinstance(owners, list) else [])
+                         if _mapping(o).get("controller") is True]},
+        "spec": {"containers": [
+            {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
+            for c in (containers if isinstance(containers, list) else [])]},
         "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
                    "message": status.get("message", ""),
                    "containerStatuses": [
@@ -78,9 +94,31 @@ def attach(jobs: Iterable[JobInfo], pods: Iterable[Mapping[str, Any]]) -> tuple[
             if seen is None or _age_key(pod) > _age_key(seen):
                 newest[job] = pod
     return tuple(
-        replace(j, result=_checked(j, result(j.kind, newest[j.name]))) if j.name in newest else j
+        replace(j, result=_checked(j, _owned(j, newest[j.name]) or result(j.kind, newest[j.name])))
+        if j.name in newest
+        else j
         for j in jobs
     )
+
+
+def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
+    """None when the Job controls the Pod and the Pod runs what the Job's template runs; else
+    why its summary is not the Job's (a label is enough to be counted, not to be trusted)."""
+    meta = _mapping(pod.get("metadata"))
+    name = str(meta.get("name", "")) or "(no name)"
+    owners = meta.get("ownerReferences")
+    controllers = [
+        str(_mapping(o).get("uid", ""))
+        for o in (owners if isinstance(owners, list) else [])
+        if _mapping(o).get("controller") is True
+    ]
+    if not job.uid or controllers != [job.uid]:
+        shown = ",".join(controllers) or "none"
+        return JobResult("unreadable", f"pod {name} is not controlled by job/{job.name} "
+                         f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
+    if run_digest(_mapping(pod.get("spec"))) != job.run:
+        return JobResult("unreadable", f"pod {name} runs other containers than job/{job.name}")
+    return None
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

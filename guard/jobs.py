@@ -9,6 +9,7 @@ missing or broken template stops the program at start, not at the first fault.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,3 +159,68 @@ def _probe(kind: JobKind) -> JobSpec:
 def _first(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+# ---- What the guard made: the digests it records and compares (docs/lifecycle.md) ----------
+
+DIGEST_CHARS = 16  # hex characters of sha256 kept: a short value, far beyond a forger's guess
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    found = pod_spec.get("containers")
+    return [_mapping(c) for c in found] if isinstance(found, list) else []
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def run_spec(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What each container runs (name, image, command, args): the part a Pod keeps exactly as its
+    Job's template had it (resources are defaulted on Pods, so they are left to the Job digest)."""
+    return [
+        {"name": str(c.get("name", "")), "image": str(c.get("image", "")),
+         "command": _strings(c.get("command")), "args": _strings(c.get("args"))}
+        for c in _containers(pod_spec)
+    ]  # fmt: skip
+
+
+def _resources(container: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    res = _mapping(container.get("resources"))
+    return {part: {str(k): str(v) for k, v in _mapping(res.get(part)).items()}
+            for part in ("limits", "requests") if _mapping(res.get(part))}  # fmt: skip
+
+
+def _digest(doc: object) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def spec_digest(job: Mapping[str, Any]) -> str:
+    """The digest of a Job's pod template containers: what they run and the resources they get.
+    The same for the manifest the guard renders and the Job the API gives back.
+
+    >>> c = {"name": "loadtest", "image": "i", "command": ["a"], "resources": {"limits": {"x": 1}}}
+    >>> job = {"spec": {"template": {"spec": {"containers": [c]}}}}
+    >>> spec_digest(job) == spec_digest(
+    ...     {"spec": {"template": {"spec": {"containers": [{**c, "imagePullPolicy": "Always"}]}}}})
+    True
+    >>> spec_digest(job) == spec_digest({"spec": {"template": {"spec": {"containers": [
+    ...     {**c, "command": ["b"]}]}}}})
+    False
+    """
+    pod_spec = _mapping(_mapping(_mapping(job.get("spec")).get("template")).get("spec"))
+    runs = run_spec(pod_spec)
+    for run, c in zip(runs, _containers(pod_spec), strict=True):
+        run["resources"] = _resources(c)
+    return _digest(runs)
+
+
+def run_digest(pod_spec: Mapping[str, Any]) -> str:
+    """The digest of what a Pod's (or a Job template's) containers run; "" when there are none."""
+    runs = run_spec(pod_spec)
+    return _digest(runs) if runs else ""

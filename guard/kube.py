@@ -201,6 +201,12 @@ class Kube:
         jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)
         return [_kinded(j, "Job") for j in jobs]
 
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Job, None when there is none (a create answered 409: whose Job is it?)."""
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
+        found = self._get(path, f"get job {namespace}/{name}")
+        return None if found is None else _kinded(found, "Job")
+
     def pods(self, namespace: str, selector: str, field_selector: str) -> Iterator[dict[str, Any]]:
         """Pods of one namespace, page by page (the guard's Job Pods: their results)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods"

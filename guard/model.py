@@ -110,6 +110,17 @@ class FailedCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class JobRecord:
+    """``job-<kind>``: the Job of that kind the guard created for the node, as the API answered
+    the create (its uid) and as the guard rendered it (the digest of its containers)."""
+
+    kind: str  # loadtest or conformance
+    name: str
+    uid: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One Node, every value the guard reads parsed once (`guard.objects.node_info`).
 
@@ -141,6 +152,7 @@ class NodeInfo:
     pcie_links: tuple[RecordedLink, ...] = ()  # recorded from the evidence Job at the cordon
     conformance_failed: FailedCheck | None = None
     onboarding_failed: FailedCheck | None = None
+    job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.check_records)
     unreadable: tuple[Unreadable, ...] = ()
 
     def annotation(self, key: str) -> str | None:
@@ -148,6 +160,9 @@ class NodeInfo:
 
     def has(self, key: str) -> bool:
         return any(k == key for k, _ in self.annotations)
+
+    def job_record(self, kind: str) -> JobRecord | None:
+        return next((r for r in self.job_records if r.kind == kind), None)
 
 
 def rebooted(before: str, now: str) -> bool:
@@ -199,6 +214,9 @@ class JobInfo:
     status: JobStatus
     problem: str = ""  # why the status is unreadable
     result: JobResult | None = None  # None: no finished Pod of this Job was read
+    uid: str = ""  # metadata.uid: compared with the node's record of what the guard made
+    digest: str = ""  # guard.jobs.spec_digest of its pod template (the record holds the rendered)
+    run: str = ""  # guard.jobs.run_digest of its pod template: what its Pods must run
 
 
 @dataclass(frozen=True, slots=True)

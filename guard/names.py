@@ -143,6 +143,27 @@ class Annotations:
         """`<RFC3339> job/<name> <item>[,<item>…]`: why the onboarding gate stays closed."""
         return f"{self.prefix}onboarding-failed"
 
+    # What the guard made (docs/lifecycle.md, "Job results"): a result counts only from that Job.
+    @property
+    def loadtest_job(self) -> str:
+        """`<job name> <uid> <spec digest>`: the last load-test Job the guard created here."""
+        return f"{self.prefix}job-loadtest"
+
+    @property
+    def conformance_job(self) -> str:
+        """`<job name> <uid> <spec digest>`: the last conformance Job the guard created here."""
+        return f"{self.prefix}job-conformance"
+
+    @property
+    def evidence_job(self) -> str:
+        """`<job name> <uid> <spec digest>`: the last evidence Job the guard created here."""
+        return f"{self.prefix}job-evidence"
+
+    def job_record(self, kind: str) -> str | None:
+        """The record key of a Job kind whose result the guard acts on; None for the others."""
+        return {"loadtest": self.loadtest_job, "conformance": self.conformance_job,
+                "evidence": self.evidence_job}.get(kind)  # fmt: skip
+
     @property
     def hold(self) -> str:
         return f"{self.prefix}hold"
@@ -178,8 +199,10 @@ class Annotations:
     @property
     def lifecycle_keys(self) -> tuple[str, ...]:
         """Kept across cordons: the checked boot (replaced by the next check that passes) and
-        the onboarding gate's failure (removed when the gate passes)."""
-        return (self.checked_boot, self.onboarding_failed)
+        the onboarding gate's failure (removed when the gate passes) and the records of the Jobs
+        the guard made (replaced by its next Job of that kind)."""
+        return (self.checked_boot, self.onboarding_failed, self.loadtest_job,
+                self.conformance_job, self.evidence_job)  # fmt: skip
 
     @property
     def person_keys(self) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guard.check_records import lifecycle_records
+from guard.check_records import job_records, lifecycle_records
+from guard.jobs import run_digest, spec_digest
 from guard.model import JobInfo, JobStatus, NodeInfo, Taint
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
 from guard.records import COUNT, Problems, cordon_record, incident_records, leading_time
@@ -80,6 +81,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         pcie_links=links,
         conformance_failed=conformance_failed,
         onboarding_failed=onboarding_failed,
+        job_records=job_records(notes, keys, problems),
         unreadable=tuple(problems.found),
     )
 
@@ -167,7 +169,11 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
     node = notes.get(keys.node_label) or labels.get(keys.node_label, "")
     kind = labels.get(COMPONENT_LABEL, "")
     state, problem = _job_status(obj.get("status"))
-    return JobInfo(name, str(kind), str(node), state, problem)
+    # Who it is, not what it is called: its uid and what its template runs, for the node's record
+    # of what the guard made (a Job of the same name made by someone else differs in one of them).
+    pod_spec = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
+    return JobInfo(name, str(kind), str(node), state, problem, uid=str(meta.get("uid", "")),
+                   digest=spec_digest(obj), run=run_digest(pod_spec))  # fmt: skip
 
 
 def _job_status(status: object) -> tuple[JobStatus, str]:

@@ -39,6 +39,9 @@ FORMATS = {
     "auto-cordon-pcie-links": "<pci>=<speed>GT/s,x<width> separated by spaces",
     "conformance-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
     "onboarding-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
+    "job-loadtest": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "job-conformance": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
 }
 
 

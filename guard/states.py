@@ -46,6 +46,12 @@ STATES: dict[str, Section] = {
     "loadtest-running": S.LOAD_TEST_RUNNING,
     "loadtest-passed": S.LOAD_TEST_RUNNING,  # the Job succeeded: the next cycle uncordons
     "loadtest-failed": S.LOAD_TEST_FAILED,
+    "loadtest-unreadable": S.JOB_RESULT_UNREADABLE,  # succeeded, but no summary saying pass
+    # A Job found by name that the guard did not make (docs/lifecycle.md, "Job results").
+    "loadtest-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
+    "conformance-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
+    "onboarding-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
+    "boot-check-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
     "human-uncordon": S.CANCELLED_BY_A_PERSON,  # the next cycle records the cancel
     # The isolation check and the records a node keeps after the guard let it go.
     "cancelled": S.CANCELLED_BY_A_PERSON,
@@ -74,7 +80,7 @@ STATES: dict[str, Section] = {
 LIFECYCLE_ROWS = frozenset(
     w for w, state in STATES.items()
     if state in (S.AFTER_REBOOT_CHECK_RUNNING, S.JOB_RESULT_UNREADABLE, S.ONBOARDING_PENDING,
-                 S.ONBOARDING_FAILED)
+                 S.ONBOARDING_FAILED, S.JOB_NOT_MADE_BY_THE_GUARD)
 )  # fmt: skip
 
 # Node states (everything but the cycle conditions), in runbook order: the push's `state` values.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,8 @@ from guard.model import (
     GpuPod,
     GpuSample,
     JobInfo,
+    JobRecord,
+    JobResult,
     NodeInfo,
     PromView,
     ServicePod,
@@ -140,9 +143,14 @@ def snapshot(
     loss: dict[str, int] | None = None,
     cordoned: tuple[str, ...] = (),
     signals: Signals | None = None,
+    own: bool = True,
 ) -> Snapshot:
     """`loss`: per node, seconds of GPU loss observed up to NOW (`PromView.loss_since`);
-    `cordoned`: nodes kube-state-metrics reports unschedulable."""
+    `cordoned`: nodes kube-state-metrics reports unschedulable. `own`: each conformance,
+    load-test and evidence Job without a uid is the guard's own (a uid, and its record on its
+    node); a Job given with a uid is left as it is (a test of a Job the guard did not make)."""
+    if own:
+        jobs, nodes = owned(jobs, nodes)
     if ledger is None:  # a guard-cordoned node has its ledger line unless a test says otherwise
         ledger = {
             n.name: f"{CORDON_AT} {n.cordon.reason} {PCI} {UUID} gpu-node-guard\n"
@@ -156,6 +164,40 @@ def snapshot(
     return Snapshot(
         NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view
     )
+
+
+PASSED = JobResult("read", passed=True)  # the Pod's own summary: conformance PASS, verdict pass
+
+
+def passed_job(name: str, kind: str = "loadtest", node_name: str = "b") -> JobInfo:
+    """A succeeded Job whose Pod's summary says pass (the only pass there is)."""
+    return JobInfo(name, kind, node_name, "succeeded", result=PASSED)
+
+
+DIGEST = "0123456789abcdef"  # the spec digest of the Jobs `owned` makes the guard's
+
+
+def job_uid(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+
+
+def owned(
+    jobs: tuple[JobInfo, ...], nodes: tuple[NodeInfo, ...]
+) -> tuple[tuple[JobInfo, ...], tuple[NodeInfo, ...]]:
+    """The Jobs as the guard made them: a uid and its record on the node (the last Job of each
+    kind per node wins, as the guard's one record per kind does)."""
+    out, records = [], {}
+    for j in jobs:
+        if not j.uid and j.kind in ("loadtest", "conformance", "evidence"):
+            j = replace(j, uid=job_uid(j.name), digest=DIGEST)
+            records[(j.node, j.kind)] = JobRecord(j.kind, j.name, j.uid, DIGEST)
+        out.append(j)
+    mine = []
+    for n in nodes:
+        found = {r.kind: r for r in n.job_records}
+        found.update({kind: r for (node, kind), r in records.items() if node == n.name})
+        mine.append(replace(n, job_records=tuple(found[k] for k in sorted(found))))
+    return tuple(out), tuple(mine)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,16 @@ Case list, each readable GPU node outside the guard's cordon and the onboarding 
                                                         the evidence Job and the ledger line)
     otherwise                                         → wants a Job (REBOOTED when a boot was
                                                         checked before, else NEVER_CHECKED)
+  a Job found by name that the guard did not make      → WARN skip boot-check-foreign and a
+    (no record on the node, another uid or spec)        Warning Event; never a result
   Job running                                         → skip boot-check-running
-  Job status or result unreadable                     → WARN skip boot-check-unreadable
-  Job passed (or succeeded with its Pod gone)         → record-boot (checked-boot)
+  Job status or result unreadable, or succeeded
+    without its Pod's summary saying PASS             → WARN skip boot-check-unreadable
+  Job passed (its Pod's summary PASS)                 → record-boot (checked-boot)
+  Job failed on items, the node cordoned by someone
+    else meanwhile                                    → skip already-cordoned: a person's cordon
+                                                        is a person's (no guard write; the
+                                                        failure is still there at the uncordon)
   Job failed on items                                 → a cordon candidate
 Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
 running); the rest wait, in one line. Candidates: at most one cordon per cycle, none when the
@@ -39,6 +46,8 @@ from guard.plan.check_jobs import (
     boot_key,
     conformance_job,
     find_job,
+    foreign,
+    foreign_job,
     gate_taint,
     hardware_xid,
     is_gpu_node,
@@ -96,6 +105,8 @@ def _node(
     priority = REBOOTED if node.checked_boot is not None else NEVER_CHECKED
     want = conformance_job(s, t, node, boot_key(node), priority)
     job = find_job(snap, want.name)
+    if job is not None and (why := foreign(node, job)):
+        return list(foreign_job(s, node, job, "boot-check-foreign", why, "no result is taken"))
     if job is None:
         return _unstarted(snap, node, want, priority, out)
     if job.status == "running":
@@ -105,6 +116,8 @@ def _node(
     if verdict is None:
         return [_unreadable(s, node, job)]
     if not verdict:
+        if node.unschedulable:  # the policy would refuse the cordon (422) every cycle
+            return [_person_cordon(node, job)]
         out.failed.append(Failed(node, job))
         return []
     record = _record(snap, s, node, job)
@@ -122,6 +135,18 @@ def _unstarted(
         return [Skip(node.name, "boot-check-deferred", detail, WAIT)]
     out.wanted[node.name] = Wanted(priority, want)
     return []
+
+
+def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
+    items = ",".join(f.item for f in job.result.failed) if job.result else ""
+    detail = (f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
+              "but the node is cordoned by someone else: not the guard's to cordon")  # fmt: skip
+    return Skip(
+        node.name,
+        "already-cordoned",
+        detail,
+        "a person's cordon stays theirs; after their uncordon the guard cordons it",
+    )
 
 
 def _boot(node: NodeInfo) -> str:

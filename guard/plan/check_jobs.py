@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guard.actions import CreateJob
+from guard.actions import CreateJob, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, JobInfo, NodeInfo, Snapshot, Taint
-from guard.plan.common import conformance_args, job_spec, loadtest_args
+from guard.plan.common import UID as UID
+from guard.plan.common import conformance_args, create_job, job_spec, loadtest_args
 from guard.settings import Settings
 
 # Priority of a conformance Job within the cycle's budget (lower first): a node that rebooted
@@ -44,7 +45,8 @@ def conformance_job(
     ttl = s.boot_check_job_ttl_s if priority != ONBOARDING else None
     reason = "onboarding" if priority == ONBOARDING else "boot-check"
     spec = job_spec(s, "conformance", node.name, key, reason, conformance_args(s), ttl_s=ttl)
-    return CreateJob(node.name, JOB_REASONS[priority], "conformance", spec.name, t.render(spec))
+    return create_job(s, node.name, JOB_REASONS[priority], "conformance", spec.name,
+                      t.render(spec))  # fmt: skip
 
 
 def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
@@ -52,7 +54,38 @@ def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
     args = loadtest_args(s, node.gpu_capacity, None, "", duration_s=s.onboarding_burnin_s)
     spec = job_spec(s, "loadtest", node.name, gate_key(node), "onboarding", args,
                     gpus=node.gpu_capacity)  # fmt: skip
-    return CreateJob(node.name, "onboarding", "loadtest", spec.name, t.render(spec))
+    return create_job(s, node.name, "onboarding", "loadtest", spec.name, t.render(spec))
+
+
+def foreign(node: NodeInfo, job: JobInfo) -> str:
+    """Why `job` is not the Job the guard made for this node ("" when it is): the node's record
+    names another Job, or this name with another uid (deleted and made again by someone else),
+    or its template runs another spec than the guard rendered."""
+    rec = node.job_record(job.kind)
+    if rec is None or rec.name != job.name:
+        made = f"; the guard's last {job.kind} Job here is job/{rec.name}" if rec else ""
+        return f"the node has no record that the guard created job/{job.name}{made}"
+    if job.uid != rec.uid:
+        return (f"job/{job.name} has uid {job.uid or '(none)'} but the guard created uid "
+                f"{rec.uid}: it was replaced")  # fmt: skip
+    if job.digest != rec.digest:
+        return (f"job/{job.name} runs another spec (digest {job.digest or '(none)'}) than the "
+                f"guard rendered ({rec.digest})")  # fmt: skip
+    return ""
+
+
+def foreign_job(s: Settings, node: NodeInfo, job: JobInfo, word: str, why: str,
+                stays: str) -> tuple[Skip, EmitEvent]:  # fmt: skip
+    """A Job found by name that the guard did not make: never a result; one WARN line and one
+    Warning Event (per Job uid) naming it; deleting it lets the guard create its own again."""
+    fix = f"{stays}; kubectl -n {s.jobs_namespace} delete job {job.name} (the guard creates its " \
+          "own again)"  # fmt: skip
+    return (
+        Skip(node.name, word, f"{job.kind} job/{job.name} is not the guard's: {why}", fix, "WARN"),
+        EmitEvent(node.name, word, "Warning", "GuardForeignJob",
+                  f"gpu-node-guard ignores {job.kind} job/{job.name}, which it did not create "
+                  f"({why}); {stays}", incident=f"{job.name} {job.uid}"),
+    )  # fmt: skip
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:
@@ -87,12 +120,13 @@ class Wanted:
 
 def passed(job: JobInfo) -> bool | None:
     """True: passed; False: failed with a summary read; None: finished but not to be trusted
-    (its result unreadable, or failed without a result). Only for finished Jobs.
+    (its result unreadable, or no result at all). Only for finished Jobs.
 
-    A succeeded Job whose Pod is gone (no result) passed: the exit status is the contract
-    (exit 0 exactly when no item FAILed, docs/conformance.md).
+    Job success alone is never a pass: the pass is the Pod's own summary (conformance PASS,
+    load test `verdict: pass`), read from a Pod the Job controls (guard.job_results). A
+    succeeded Job whose Pod is gone, or whose summary says fail or is garbage, is not a pass.
     """
     r = job.result
     if job.status == "succeeded":
-        return True if r is None or (r.state == "read" and r.passed) else None
+        return True if r is not None and r.state == "read" and r.passed else None
     return False if r is not None and r.state == "read" and not r.passed else None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from guard import ledger
 from guard.actions import AppendLedgerLine, CreateJob, Skip
-from guard.check_records import MAX_LINKS
+from guard.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
-from guard.jobs import JobSpec, JobTemplates, job_name
+from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
 from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
@@ -117,7 +118,21 @@ def evidence_job(
     args = evidence_args(incident, incident_counts(snap, incident))
     at = ledger.format_time(incident.at)
     spec = job_spec(s, "evidence", incident.node, at, reason, args)
-    return CreateJob(incident.node, reason, "evidence", spec.name, t.render(spec))
+    return create_job(s, incident.node, reason, "evidence", spec.name, t.render(spec))
+
+
+# Stands for the uid in a CreateJob's record until the API answers the create (guard.apply).
+UID = "{uid}"
+
+
+def create_job(
+    s: Settings, node: str, reason: str, kind: str, name: str, manifest: dict[str, Any]
+) -> CreateJob:
+    """A Job whose result a gate acts on, with the record of what the guard made: the executor
+    fills in the uid the API answers and writes it on the node (guard.apply)."""
+    key = Annotations(s.annotation_prefix).job_record(kind)
+    record = (key, job_record_value(name, UID, spec_digest(manifest))) if key else ()
+    return CreateJob(node, reason, kind, name, manifest, record)
 
 
 def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ Case list, for a node under the guard's Xid cordon:
   links recorded on the node            → those go to the load test
   else the evidence result's links      → those (the annotation may land in this same cycle)
   no result (Job gone, failed, unread)  → no --expect-link: the load test checks only the max
+  an evidence Job the guard did not make (no record of it on the node, another uid or spec)
+                                        → its links are never taken (no --expect-link from it)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from guard.actions import Annotate, Skip
 from guard.check_records import links_value
 from guard.jobs import job_name
 from guard.model import NodeInfo, RecordedLink, Snapshot
+from guard.plan.check_jobs import foreign
 from guard.plan.common import keys
 from guard.settings import Settings
 
@@ -32,7 +35,7 @@ def evidence_job_name(node: NodeInfo) -> str | None:
 def _evidence_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
     name = evidence_job_name(node)
     job = next((j for j in snap.jobs if j.name == name), None)
-    if job is None or job.result is None or job.result.state != "read":
+    if job is None or job.result is None or job.result.state != "read" or foreign(node, job):
         return ()
     return job.result.links
 

@@ -8,9 +8,12 @@ Case list, each readable node carrying the gate taint (key, value and effect), i
   not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
   a hardware Xid on the node now                 → skip onboarding-waiting
   this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
+  a gate Job found by name that the guard did not make (no record on the node, another uid
+    or spec)                                     → WARN skip onboarding-foreign + Warning Event
   conformance Job: none → wanted (the shared budget); running → skip onboarding-running
   load-test Job (after conformance passed): none → create; running → skip onboarding-running
-  a Job status or a passed Job's result unreadable → WARN skip onboarding-unreadable
+  a Job status or result unreadable, or succeeded without its Pod's summary saying pass
+                                                 → WARN skip onboarding-unreadable
   a Job failed → record onboarding-failed (the failed items, `unknown` when unread) and a
                  Warning Event, once; the taint stays
   both passed  → remove-taint, record checked-boot, clear onboarding-failed, one Event
@@ -32,6 +35,8 @@ from guard.plan.check_jobs import (
     burnin_job,
     conformance_job,
     find_job,
+    foreign,
+    foreign_job,
     gate_key,
     gate_taint,
     hardware_xid,
@@ -95,6 +100,8 @@ def _node(
         return [Skip(node.name, "onboarding-failed", detail, f"{STAYS}; {fix}")]
     for want in (check, burn):
         job = find_job(snap, want.name)
+        if job is not None and (why := foreign(node, job)):
+            return list(foreign_job(s, node, job, "onboarding-foreign", why, STAYS))
         if job is None:
             if want is check:
                 out.wanted[node.name] = Wanted(ONBOARDING, check)

@@ -1,19 +1,22 @@
 """The return check's Job gates, in order: conformance (optional), then the load test, then
 the uncordon that records the return.
 
-One Job of each kind per boot and cordon; running → wait; unreadable → wait (WARN); failed →
-record it on the node once and stay cordoned; succeeded → the next gate.
+One Job of each kind per boot and cordon; not the one the guard made (no record on the node, or
+another uid or spec: replaced by someone) → WARN, a Warning Event, stay cordoned; running → wait;
+unreadable → wait (WARN); failed → record it on the node once and stay cordoned; succeeded →
+the next gate only when its Pod's own summary says pass (no summary, fail or garbage → WARN,
+stay cordoned).
 """
 
 from __future__ import annotations
 
 from guard import ledger
-from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
+from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
 from guard.check_records import checked_boot_value, failed_value
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
-from guard.plan.check_jobs import is_conformance_cordon
-from guard.plan.common import conformance_args, job_spec, keys, loadtest_args, present
+from guard.plan.check_jobs import foreign, foreign_job, is_conformance_cordon, passed
+from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
 from guard.plan.links import recorded_links
 from guard.settings import Settings
 
@@ -35,10 +38,12 @@ def job_gate(
     spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
     job = next((j for j in snap.jobs if j.name == spec.name), None)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, f"{kind}-foreign", why, "the node stays cordoned")
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
-        return (CreateJob(node.name, "conditions-met", kind, spec.name, t.render(spec)),)
+        return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "unreadable":
@@ -47,13 +52,18 @@ def job_gate(
                      "WARN"),)  # fmt: skip
     if job.status == "failed":
         return _failed(snap, s, node, job, spec)
+    if not passed(job):  # succeeded, but its Pod's own summary does not say pass
+        return (_untrusted(node, job, spec),)
     if kind == "conformance":
-        if job.result is not None and job.result.state == "unreadable":  # succeeded, untrusted
-            fix = f"kubectl -n {spec.namespace} logs job/{job.name}; delete it to run again"
-            return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.result.problem}",
-                         fix, "WARN"),)  # fmt: skip
         return None
     return _uncordon(snap, s, node, job)
+
+
+def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
+    why = job.result.problem if job.result else "no finished Pod of it left a summary"
+    fix = f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; delete it to run again"
+    return Skip(node.name, f"{job.kind}-unreadable",
+                f"job/{job.name} succeeded but is not a pass: {why}", fix, "WARN")  # fmt: skip
 
 
 def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
@@ -69,7 +79,8 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
 
 
 def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
-    """A conformance cordon whose conformance Job passed on a new boot returns (no load test)."""
+    """A conformance cordon whose conformance Job passed on a new boot returns (no load test);
+    only after `job_gate` passed it (the guard's own Job, its Pod's summary PASS)."""
     job = next(j for j in snap.jobs if j.name == _spec(s, node, "conformance").name)
     return _uncordon(snap, s, node, job)
 

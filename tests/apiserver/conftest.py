@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.apiserver import tally
 from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
-from tests.apiserver.guard_run import forget_guard_state, make_gpu_node
+from tests.apiserver.guard_run import KEYS, forget_guard_state, make_gpu_node
 from tests.apiserver.kube import (
     DAEMONSET_CONTROLLER,
     GUARD_NS,
@@ -190,6 +190,9 @@ def gpu_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
 
     yield make
     for name in made:
+        core.delete_collection_namespaced_pod(  # the Pods a test made for its Jobs (`finish`)
+            JOBS_NS, label_selector=f"{KEYS.node_label}={name}", grace_period_seconds=0
+        )
         core.delete_node(name)
     forget_guard_state(core, admin)
 

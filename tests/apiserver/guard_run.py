@@ -30,7 +30,14 @@ from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
-from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
+from tests.apiserver.kube import (
+    JOB_CONTROLLER,
+    JOBS_NS,
+    MERGE_PATCH,
+    ControlPlane,
+    controller_pod,
+    create,
+)
 from tests.builders import TEMPLATES
 from tests.tiers import require_engine
 
@@ -210,3 +217,39 @@ def cycle_in_process(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Ou
     for action in plan:
         executor.apply(action)
     return executor.outcomes
+
+
+def finish(
+    deployed: ControlPlane,
+    admin: client.ApiClient,
+    job: dict[str, Any],
+    message: str,
+    ok: bool,
+    mark_job: bool = True,
+) -> None:
+    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end
+    (`mark_job=False`: the Job already ended; only its Pod is made)."""
+    pod = controller_pod(job)
+    del pod["metadata"]["finalizers"]  # no controller here would remove it
+    with deployed.impersonating(JOB_CONTROLLER) as controller:
+        made = create(controller, pod)
+    name, kind, at = made.metadata.name, job["metadata"]["labels"][
+        "app.kubernetes.io/component"], "2026-09-21T06:00:00Z"  # fmt: skip
+    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
+             "message": message, "startedAt": at, "finishedAt": at}  # fmt: skip
+    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
+        {"name": kind, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
+         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
+    core = client.CoreV1Api(admin)
+    core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
+    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
+    if not mark_job:
+        return
+    job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
+                                      {"failed": 1}),
+                  "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,
+                                  **({} if ok else {"reason": "BackoffLimitExceeded"})}
+                                 for c in done]}  # fmt: skip
+    client.BatchV1Api(admin).patch_namespaced_job_status(
+        job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
+    )

@@ -6,6 +6,7 @@ CronJob does in a cluster. Each scenario owns one node name that exists in both 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,7 @@ from tests.apiserver.guard_run import (
     T0,
     cycle_in_process,
     faulted,
+    finish,
     guard_jobs,
     guard_kube,
     ledger_text,
@@ -72,8 +74,14 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     changes = list(watch.Watch().stream(core.list_node, field_selector=f"metadata.name={node}",
                                         resource_version=before, timeout_seconds=1))  # fmt: skip
     modified = [c["object"] for c in changes if c["type"] == "MODIFIED"]
-    assert len(modified) == 1, "cordon and annotations must be one write"
-    written = modified[0]
+    # The cordon is one write; the evidence Job's record follows the Job's create, a write of
+    # its own that changes nothing but that record.
+    assert len(modified) == 2, "cordon and annotations must be one write, then the Job's record"
+    written, recorded = modified
+    assert recorded.spec.unschedulable is True
+    assert {k: v for k, v in recorded.metadata.annotations.items()
+            if written.metadata.annotations.get(k) != v} == {
+        KEYS.evidence_job: recorded.metadata.annotations[KEYS.evidence_job]}  # fmt: skip
     assert written.spec.unschedulable is True
     notes = written.metadata.annotations
     assert notes[KEYS.reason] == "xid-79"
@@ -211,7 +219,12 @@ def complete(admin: client.ApiClient, name: str) -> None:
                                                          _content_type=MERGE_PATCH)  # fmt: skip
 
 
-def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node, core, admin):
+LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
+
+
+def test_return_cycle_load_tests_then_uncordons(
+    prom, guard_kubeconfig, gpu_node, core, admin, deployed
+):
     node = gpu_node("e2e-return", boot="boot-1")
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
@@ -225,13 +238,22 @@ def test_return_cycle_load_tests_then_uncordons(prom, guard_kubeconfig, gpu_node
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
         ("skip", "loadtest-running")
     ]
-    complete(admin, loadtest.metadata.name)
+    complete(admin, loadtest.metadata.name)  # succeeded, but no Pod said pass: no return
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("skip", "loadtest-unreadable")
+    ]
+    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
+                                                          _preload_content=False)  # fmt: skip
+    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
     done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
     notes = {k: v for k, v in (found.metadata.annotations or {}).items()
              if k.startswith("gpu-node-guard.io/")}  # fmt: skip
+    made = f"{loadtest.metadata.name} {loadtest.metadata.uid} "
+    assert notes.pop(KEYS.loadtest_job).startswith(made)  # what the guard made, kept
+    assert notes.pop(KEYS.evidence_job).startswith("gng-ev-e2e-return-")
     assert notes == {KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}"}
 
 

@@ -22,7 +22,7 @@ from guard import node_patch
 from guard.actions import RemoveTaint
 from guard.conformance.report import Finding, Summary, render_summary
 from guard.example.promserver import LocalPrometheus
-from guard.jobs import JobTemplates
+from guard.jobs import JobTemplates, spec_digest
 from guard.kube import Kube
 from guard.names import Annotations
 from guard.objects import node_info
@@ -34,6 +34,7 @@ from tests.apiserver.guard_run import (
     KEYS,
     RETURN_AT,
     faulted,
+    finish,
     forget_guard_state,
     guard_cordoned,
     guard_jobs,
@@ -45,11 +46,9 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import (
-    JOB_CONTROLLER,
     JOBS_NS,
     MERGE_PATCH,
     ControlPlane,
-    controller_pod,
     create,
     refusal,
 )
@@ -57,6 +56,7 @@ from tests.apiserver.kube import (
 pytestmark = pytest.mark.apiserver
 
 REBOOT, GATE, GATE_FAIL, LINKS = "lc-reboot", "lc-gate", "lc-gate-fail", "lc-links"
+REPLACED = "lc-replaced"
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 SITE_TAINT = {"key": "example.com/reserved", "value": "ml", "effect": "NoSchedule"}
 NO_IPVS = render_summary(Summary(False, failed=(Finding(
@@ -73,7 +73,7 @@ SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
     with scenario_prometheus(healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL),
-                             faulted(LINKS)) as server:  # fmt: skip
+                             faulted(LINKS), faulted(REPLACED)) as server:  # fmt: skip
         yield server
 
 
@@ -113,37 +113,15 @@ def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
     return dict(json.loads(raw.data))
 
 
-def finish(
-    deployed: ControlPlane, admin: client.ApiClient, job: dict[str, Any], message: str, ok: bool
-) -> None:
-    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end."""
-    pod = controller_pod(job)
-    del pod["metadata"]["finalizers"]  # no controller here would remove it
-    with deployed.impersonating(JOB_CONTROLLER) as controller:
-        made = create(controller, pod)
-    name, kind, at = made.metadata.name, job["metadata"]["labels"][
-        "app.kubernetes.io/component"], "2026-09-21T06:00:00Z"  # fmt: skip
-    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
-             "message": message, "startedAt": at, "finishedAt": at}  # fmt: skip
-    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
-        {"name": kind, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
-    core = client.CoreV1Api(admin)
-    core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
-    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
-    job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
-                                      {"failed": 1}),
-                  "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,
-                                  **({} if ok else {"reason": "BackoffLimitExceeded"})}
-                                 for c in done]}  # fmt: skip
-    client.BatchV1Api(admin).patch_namespaced_job_status(
-        job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
-    )
+JOB_RECORDS = (KEYS.loadtest_job, KEYS.conformance_job)
 
 
-def notes(core: client.CoreV1Api, node: str) -> dict[str, str]:
+def notes(core: client.CoreV1Api, node: str, records: bool = False) -> dict[str, str]:
+    """The guard's annotations of `node`; the records of the Jobs it made only with `records`
+    (test_a_replaced_load_test_job_is_no_pass checks those)."""
     found = core.read_node(node).metadata.annotations or {}
-    return {k: v for k, v in found.items() if k.startswith(KEYS.prefix)}
+    return {k: v for k, v in found.items()
+            if k.startswith(KEYS.prefix) and (records or k not in JOB_RECORDS)}  # fmt: skip
 
 
 def command(job: dict[str, Any]) -> list[str]:
@@ -204,6 +182,26 @@ def test_a_reboot_into_a_missing_ip_vs_is_cordoned_within_one_cycle_of_its_confo
         KEYS.returned: f"{when} job/{recheck['metadata']['name']}",
     }
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 4 * CYCLE).plan, node) == []
+
+
+def test_a_failed_boot_check_on_a_node_a_person_cordoned_meanwhile_is_no_guard_cordon(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """A person's cordon is a person's: the node-scope policy would refuse the guard's cordon of
+    an unschedulable node (422) every cycle, and the run would exit 1. No guard write, one skip
+    line, exit 0."""
+    checked = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-lc-reboot-00000000"}
+    node = lifecycle_node(REBOOT, boot="boot-2", annotations=checked)
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+        ("create-job", "new-boot")
+    ]
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # a person, meanwhile
+    finish(deployed, admin, the_job(admin, node, "conformance"), NO_IPVS, ok=False)
+    before = core.read_node(node).metadata.resource_version
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE)  # asserts exit 0, no failed write
+    assert mine(run.plan, node) == [("skip", "already-cordoned")]
+    assert core.read_node(node).metadata.resource_version == before
+    assert [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"] == []
 
 
 def test_a_passing_boot_is_recorded_and_not_checked_again(
@@ -304,6 +302,49 @@ def test_the_links_the_evidence_job_read_reach_the_load_test_as_expect_link(
     assert "--allreduce" in words
     volumes = the_job(admin, node, "loadtest")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in volumes
+
+
+def test_a_replaced_load_test_job_is_no_pass(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """The replace route (docs/security.md, "Job results"): a namespace admin deletes the
+    guard's load-test Job and makes one of the same name, which succeeds with a passing Pod. The
+    guard took its result from the uid it recorded at the create: the node stays cordoned, one
+    WARN line and a Warning Event name the Job, and the run exits 0."""
+    node = lifecycle_node(REPLACED, boot="boot-1", allocatable=7)
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
+    finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
+    set_status(core, node, boot="boot-2", allocatable=8)  # power-cycled
+    created = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert mine(created, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
+    made = the_job(admin, node, "loadtest")
+    name, uid = made["metadata"]["name"], made["metadata"]["uid"]
+    assert notes(core, node, records=True)[KEYS.loadtest_job] == f"{name} {uid} {spec_digest(made)}"
+
+    batch = client.BatchV1Api(admin)
+    batch.delete_namespaced_job(name, JOBS_NS, propagation_policy="Background")
+    copy = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {k: made["metadata"][k] for k in ("name", "namespace", "labels",
+                                                          "annotations")},
+            "spec": {k: v for k, v in made["spec"].items() if k != "selector"}}  # fmt: skip
+    copy["spec"]["template"]["metadata"]["labels"] = {
+        k: v
+        for k, v in copy["spec"]["template"]["metadata"]["labels"].items()
+        if k not in ("controller-uid", "batch.kubernetes.io/controller-uid")
+    }
+    create(admin, copy)
+    impostor = the_job(admin, node, "loadtest")
+    assert impostor["metadata"]["name"] == name and impostor["metadata"]["uid"] != uid
+    finish(deployed, admin, impostor, LOADTEST_PASS, ok=True)
+
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE)
+    assert mine(run.plan, node) == [("skip", "loadtest-foreign"), ("event", "loadtest-foreign")]
+    assert core.read_node(node).spec.unschedulable is True
+    (warn,) = [a for a in run.plan["actions"] if a["node"] == node and a["type"] == "skip"]
+    assert warn["level"] == "WARN" and "replaced" in warn["detail"]
+    assert f"kubectl -n {JOBS_NS} delete job {name}" in warn["next"]
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardForeignJob"]
+    assert event["type"] == "Warning" and f"job/{name}" in event["note"]
 
 
 def loadtest_with_links(node: str, count: int) -> dict[str, Any]:

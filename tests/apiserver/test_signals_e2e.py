@@ -7,6 +7,7 @@ again; a person's uncordon sticks.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from tests.apiserver.guard_run import (
     NS,
     ONSET_S,
     T0,
+    finish,
     guard_jobs,
     mine,
     node_events,
@@ -34,8 +36,8 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import MERGE_PATCH
-from tests.apiserver.test_guard_e2e import complete
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
+from tests.apiserver.test_guard_e2e import LOADTEST_PASS
 
 pytestmark = pytest.mark.apiserver
 
@@ -93,7 +95,7 @@ def guard_notes(found: Any) -> dict[str, str]:
 
 
 def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
-    prom, guard_kubeconfig, checked_gpu_node, core, admin
+    prom, guard_kubeconfig, checked_gpu_node, core, admin, deployed
 ):
     node = checked_gpu_node(NODE, allocatable=8)
     early = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1)).plan
@@ -137,12 +139,16 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     ]  # the loadtest-job policy took it
     (loadtest,) = guard_jobs(admin, node)
     assert "--xid" not in loadtest.spec.template.spec.containers[0].command
-    complete(admin, loadtest.metadata.name)
+    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
+                                                          _preload_content=False)  # fmt: skip
+    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True)  # its Pod's pass
     done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
-    assert guard_notes(found) == {
+    made = guard_notes(found).pop(KEYS.loadtest_job)
+    assert made.startswith(f"{loadtest.metadata.name} {loadtest.metadata.uid} ")
+    assert {k: v for k, v in guard_notes(found).items() if k != KEYS.loadtest_job} == {
         **CHECKED,
         KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}",
     }

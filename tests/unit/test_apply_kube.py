@@ -20,15 +20,15 @@ import responses
 
 from guard.actions import Action, Cordon, Uncordon
 from guard.apply import KubeExecutor
-from guard.jobs import job_name
+from guard.jobs import job_name, spec_digest
 from guard.kube import Kube
 from guard.log import Log
-from guard.model import JobInfo, NodeInfo
+from guard.model import NodeInfo
 from guard.outcome import tally
 from guard.plan import plan_cycle
 from guard.plan.return_jobs import job_key
 from guard.retry import Backoff
-from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, settings, snapshot
+from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, passed_job, settings, snapshot
 
 API = "https://api.test"
 NODES = f"{API}/api/v1/nodes"
@@ -94,7 +94,12 @@ def fresh_writes_succeed(rsps: responses.RequestsMock) -> None:
     rsps.add(responses.GET, f"{CMS}/gpu-fault-ledger", status=404,
              json=status(404, "NotFound", "not found"))  # fmt: skip
     rsps.add(responses.POST, CMS, status=201, json={"metadata": {"name": "gpu-fault-ledger"}})
-    rsps.add(responses.POST, JOBS, status=201, json={"metadata": {"name": "j"}})
+    rsps.add(
+        responses.POST,
+        JOBS,
+        status=201,
+        json={"metadata": {"name": "j", "uid": "0b9c6d1e-0000-4000-8000-0000000000e1"}},
+    )
 
 
 @responses.activate
@@ -152,6 +157,7 @@ def test_a_lost_answer_to_the_cordon_is_already_done_and_the_rest_goes_on():
                   json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
     held = node_json("a", "102", **{KEYS.reason: mine[KEYS.reason], KEYS.at: mine[KEYS.at]})
     responses.add(responses.GET, f"{NODES}/a", json=held)
+    responses.add(responses.PATCH, f"{NODES}/a", json=held)  # the evidence Job's record
     fresh_writes_succeed(responses.mock)
     outcomes, text, _, _ = run(actions, nodes)
     assert [o.status for o in outcomes] == ["already-done", "applied", "applied", "applied"]
@@ -168,8 +174,12 @@ def test_existing_job_is_one_already_done_line_not_a_skip_and_a_created():
     fresh_writes_succeed(responses.mock)
     exists = status(409, "AlreadyExists", 'jobs.batch "j" already exists')
     responses.replace(responses.POST, JOBS, status=409, json=exists)
-    outcomes, text, _, _ = run(actions, nodes)
     job = actions[3]
+    uid = "0b9c6d1e-0000-4000-8000-0000000000e2"
+    meta = {"name": job.name, "uid": uid}  # type: ignore[union-attr]
+    other = {"kind": "Job", "metadata": meta, "spec": {}}  # not what the guard rendered
+    responses.add(responses.GET, f"{JOBS}/{job.name}", json=other)  # type: ignore[union-attr]
+    outcomes, text, _, _ = run(actions, nodes)
     assert outcomes[3].status == "already-done"
     assert [line for line in text if "job" in line.split()[1]] == []
     assert text[3] == (
@@ -182,7 +192,7 @@ def returning_and_cordon_plan():
     """Node r passed its load test (return check); node c has Xid 79 (isolation), one cycle."""
     back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
     faulted = with_uid(node("c", allocatable=7))
-    passed = JobInfo(job_name("loadtest", "r", job_key(back)), "loadtest", "r", "succeeded")
+    passed = passed_job(job_name("loadtest", "r", job_key(back)), "loadtest", "r")
     snap = snapshot(back, faulted, candidates=(gpu("c", 79),), jobs=(passed,))
     return plan_cycle(snap, settings(), TEMPLATES), (back, faulted)
 
@@ -328,3 +338,68 @@ def test_an_unreachable_api_is_not_a_refusal():
     responses.add(responses.PATCH, f"{NODES}/a", body=requests.ReadTimeout("read timed out"))
     outcomes, _, _, _ = run(actions, nodes, deadline_s=5)
     assert (outcomes[0].status, outcomes[0].reason) == ("failed", "")
+
+
+JOB_UID = "0b9c6d1e-0000-4000-8000-000000000001"
+
+
+def load_test_create() -> tuple[Action, NodeInfo]:
+    back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
+    (create,) = plan_cycle(snapshot(back), settings(), TEMPLATES)
+    return create, back
+
+
+@responses.activate
+def test_a_created_load_test_job_is_recorded_on_its_node_with_the_uid_the_api_answered():
+    """What the guard made, written where the next cycle reads it: one node patch with the
+    node's resourceVersion (docs/lifecycle.md, "Job results")."""
+    create, back = load_test_create()
+    responses.add(
+        responses.POST, JOBS, status=201, json={"metadata": {"name": create.name, "uid": JOB_UID}}
+    )
+    responses.add(responses.PATCH, f"{NODES}/r", json=node_json("r", **{KEYS.reason: "xid-79"}))
+    (outcome,), text, _, _ = run((create,), (back,))
+    assert outcome.status == "applied" and JOB_UID in outcome.detail
+    body = json.loads(responses.calls[1].request.body)
+    value = f"{create.name} {JOB_UID} {spec_digest(create.manifest)}"
+    assert body == {"metadata": {"annotations": {KEYS.loadtest_job: value},
+                                 "resourceVersion": back.resource_version}}  # fmt: skip
+    assert f"record={KEYS.loadtest_job}" in text[0]
+
+
+@responses.activate
+def test_a_record_that_cannot_be_written_fails_the_run():
+    """The Job exists but the guard could not record it: the next cycle names it as not the
+    guard's (delete it and the guard makes its own again); this run exits 1."""
+    create, back = load_test_create()
+    responses.add(
+        responses.POST, JOBS, status=201, json={"metadata": {"name": create.name, "uid": JOB_UID}}
+    )
+    responses.add(responses.PATCH, f"{NODES}/r", status=422,
+                  json=status(422, "Invalid", "denied"))  # fmt: skip
+    (outcome,), _, _, _ = run((create,), (back,))
+    assert outcome.status == "failed" and "its record" in outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("same_spec", "recorded"),
+    [pytest.param(True, True, id="the-guards-own-retried-create-is-recorded"),
+     pytest.param(False, False, id="another-spec-of-that-name-is-left-unrecorded")],
+)  # fmt: skip
+@responses.activate
+def test_a_create_answered_409_records_the_job_only_when_it_is_what_the_guard_rendered(
+    same_spec, recorded
+):
+    create, back = load_test_create()
+    responses.add(responses.POST, JOBS, status=409, json=status(409, "AlreadyExists", "exists"))
+    found = json.loads(json.dumps(create.manifest))
+    if not same_spec:
+        found["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "1"]
+    found["metadata"]["uid"] = JOB_UID
+    responses.add(responses.GET, f"{JOBS}/{create.name}", json=found)
+    responses.add(responses.PATCH, f"{NODES}/r", json=node_json("r", **{KEYS.reason: "xid-79"}))
+    (outcome,), _, _, _ = run((create,), (back,))
+    patched = [c for c in responses.calls if c.request.method == "PATCH"]
+    assert bool(patched) is recorded
+    assert outcome.status == "already-done"
+    assert ("recorded uid" in outcome.detail) is recorded

@@ -12,9 +12,10 @@ import pytest
 from guard.conformance.report import Finding as ConformanceFinding
 from guard.conformance.report import Summary, render_summary
 from guard.job_results import attach, result, slim_pod
+from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink, Snapshot
 from guard.snapshot import ClusterObjects, build_snapshot
-from tests.builders import NOW, S
+from tests.builders import NOW, S, job_uid
 
 FAILED = (
     ConformanceFinding("ipvs-loaded", "ip_vs is not loaded"),
@@ -34,6 +35,15 @@ EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0
                        "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"}]})  # fmt: skip
 
 
+def run(kind: str) -> dict[str, Any]:
+    """What the Job's template container runs (and so its Pod's)."""
+    return {
+        "name": kind,
+        "image": f"registry.example/gpu-node-guard:{kind}",
+        "command": ["gpu-node-guard", kind, "--termination-log", "/dev/termination-log"],
+    }
+
+
 def pod(
     job: str,
     kind: str,
@@ -42,21 +52,30 @@ def pod(
     created: str = "2026-09-21T05:00:00Z",
     name: str = "",
     why: tuple[str, str] = ("", ""),
+    owner: str | None = None,
+    image: str = "",
 ) -> dict[str, Any]:
-    """A finished Pod of `job` as the API lists it (a terminated container unless message None)."""
+    """A finished Pod of `job` as the API lists it (a terminated container unless message None),
+    controlled by the Job (`owner`: another controller uid; "" none) and running its template's
+    container (`image`: another one)."""
     container: dict[str, Any] = {"name": kind, "state": {}}
     if message is not None:
         exit_code = 0 if phase == "Succeeded" else 1
         container["state"] = {"terminated": {"exitCode": exit_code, "reason": "Completed",
                                              "message": message}}  # fmt: skip
+    owner = job_uid(job) if owner is None else owner
     return {
         "kind": "Pod",
         "metadata": {"name": name or f"{job}-abcde", "namespace": "gpu-node-guard-jobs",
                      "creationTimestamp": created,
                      "labels": {"app.kubernetes.io/name": "gpu-node-guard",
                                 "app.kubernetes.io/component": kind,
-                                "batch.kubernetes.io/job-name": job, "job-name": job}},
-        "spec": {"nodeName": "b"},
+                                "batch.kubernetes.io/job-name": job, "job-name": job},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                          "uid": owner, "controller": True}]
+                                        if owner != "" else []},
+        "spec": {"nodeName": "b", "containers": [{**run(kind), "image": image or run(kind)["image"],
+                                                  "resources": {"limits": {"cpu": "1"}}}]},
         "status": {"phase": phase, "containerStatuses": [container],
                    **({"reason": why[0], "message": why[1]} if why[0] else {})},
     }  # fmt: skip
@@ -109,7 +128,15 @@ def test_a_finished_pod_becomes_one_result(kind: str, the_pod: Any, expected: Jo
 
 
 def job(name: str, kind: str = "conformance", status: str = "failed") -> JobInfo:
-    return JobInfo(name, kind, "b", status)  # type: ignore[arg-type]
+    """The guard's Job `name`: its uid and what its template runs."""
+    return JobInfo(
+        name,
+        kind,
+        "b",
+        status,
+        uid=job_uid(name),  # type: ignore[arg-type]
+        run=run_digest({"containers": [run(kind)]}),
+    )
 
 
 def test_the_newest_finished_pod_of_each_job_counts() -> None:
@@ -139,13 +166,58 @@ def test_a_summary_that_contradicts_its_job_is_not_trusted(
     assert found.result == JobResult("unreadable", problem)
 
 
+LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": []})
+NOT_OWNED = "is not controlled by job/a"
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "the_pod", "problem"),
+    [
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_FAIL, "Succeeded"),
+                     "job succeeded but its summary says it failed", id="loadtest-verdict-fail"),
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", "verdict: pass", "Succeeded"),
+                     "pod a-abcde: ", id="loadtest-garbage"),
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_PASS, "Succeeded",
+                                                  owner="0b9c6d1e-0000-4000-8000-00000000dead"),
+                     NOT_OWNED, id="loadtest-pod-of-another-controller"),
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_PASS, "Succeeded",
+                                                  owner=""),
+                     NOT_OWNED, id="loadtest-orphan-pod-no-controller"),
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_PASS, "Succeeded",
+                                                  image="registry.example/easy:1"),
+                     "runs other containers than job/a", id="loadtest-pod-runs-another-image"),
+        pytest.param("conformance", "succeeded", pod("a", "conformance", PASS, "Succeeded",
+                                                     owner="0b9c6d1e-0000-4000-8000-00000000dead"),
+                     NOT_OWNED, id="conformance-pod-of-another-controller"),
+        pytest.param("conformance", "succeeded", pod("a", "conformance", "PASS", "Succeeded"),
+                     "pod a-abcde: ", id="conformance-garbage"),
+    ],
+)  # fmt: skip
+def test_a_result_counts_only_from_a_pod_the_job_controls_and_its_own_pass(
+    kind: str, status: str, the_pod: dict[str, Any], problem: str
+) -> None:
+    """The Job's status alone is never the result: the Pod must be the Job's (controller uid,
+    containers) and its summary must say pass (docs/security.md, "Job results")."""
+    (found,) = attach([job("a", kind, status)], [slim_pod(the_pod)])
+    assert found.result is not None and found.result.state == "unreadable"
+    assert problem in found.result.problem
+
+
+def test_a_pod_the_job_controls_with_a_pass_is_read() -> None:
+    (found,) = attach([job("a", "loadtest", "succeeded")],
+                      [slim_pod(pod("a", "loadtest", LOADTEST_PASS, "Succeeded"))])  # fmt: skip
+    assert found.result == JobResult("read", passed=True)
+
+
 def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
     s = S
     labels = {"app.kubernetes.io/name": "gpu-node-guard",
               "app.kubernetes.io/component": "conformance"}  # fmt: skip
-    meta = {"name": "a", "namespace": s.jobs_namespace, "labels": labels,
+    meta = {"name": "a", "namespace": s.jobs_namespace, "labels": labels, "uid": job_uid("a"),
             "annotations": {"gpu-node-guard.io/node": "b"}}  # fmt: skip
-    jobs = ({"kind": "Job", "metadata": meta, "status": {"failed": 1}},)
+    template = {"spec": {"containers": [run("conformance")]}}
+    jobs = ({"kind": "Job", "metadata": meta, "spec": {"template": template},
+             "status": {"failed": 1}},)  # fmt: skip
     node = {"kind": "Node", "metadata": {"name": "b"}, "status": {}}
     objs = ClusterObjects((node,), jobs, None, pods=(slim_pod(pod("a", "conformance", FAIL)),))
     snap = build_snapshot(NOW, objs, PromView(), s)

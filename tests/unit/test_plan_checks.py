@@ -58,6 +58,7 @@ def done(name: str, status: str, result: JobResult | None, kind: str = "conforma
 CF = job_of(snapshot(serving()))
 FAILED = JobResult("read", failed=IPVS)
 PASSED = JobResult("read", passed=True)
+FOREIGN_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 UNREAD = JobResult("unreadable", "x")
 
 
@@ -80,8 +81,8 @@ def after(status: str, result: JobResult | None) -> Snapshot:
         pytest.param(after("succeeded", PASSED),
                      [("record-boot", "b", "boot-check-passed")], id="pass-records-the-boot"),
         pytest.param(after("succeeded", None),
-                     [("record-boot", "b", "boot-check-passed")],
-                     id="pass-with-its-pod-gone-records-by-exit-status"),
+                     [("skip", "b", "boot-check-unreadable")],
+                     id="succeeded-with-its-pod-gone-is-no-pass"),
         pytest.param(after("failed", FAILED),
                      [("cordon", "b", "conformance-ipvs-loaded"),
                       ("event", "b", "conformance-ipvs-loaded")], id="fail-cordons-on-its-item"),
@@ -98,6 +99,16 @@ def after(status: str, result: JobResult | None) -> Snapshot:
                      id="a-persons-cordon-waits-for-the-uncordon-silently"),
         pytest.param(snapshot(serving(cordoned=True), jobs=(done(CF, "succeeded", PASSED),)), [],
                      id="a-pass-on-a-node-a-person-cordoned-since-waits"),
+        pytest.param(snapshot(serving(cordoned=True), jobs=(done(CF, "failed", FAILED),)),
+                     [("skip", "b", "already-cordoned")],
+                     id="a-fail-on-a-node-a-person-cordoned-since-is-no-guard-cordon"),
+        pytest.param(snapshot(serving(), jobs=(replace(done(CF, "succeeded", PASSED),
+                                                       uid=FOREIGN_UID),)),
+                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+                     id="a-replaced-job-is-no-pass"),
+        pytest.param(snapshot(serving(), jobs=(done(CF, "succeeded", PASSED),), own=False),
+                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+                     id="a-job-without-the-guards-record-is-no-pass"),
         pytest.param(snapshot(serving(), hardware=(gpu("b", 79),)),
                      [("skip", "b", "boot-check-deferred")], id="hardware-xid-isolation-first"),
         pytest.param(snapshot(serving(boot="")), [("skip", "b", "boot-check-no-boot-id")],
@@ -151,6 +162,17 @@ def test_one_conformance_cordon_per_cycle() -> None:
     assert brief(checks(fails("a", "b"))) == [
         ("cordon", "a", "conformance-ipvs-loaded"), ("event", "a", "conformance-ipvs-loaded"),
         ("skip", "b", "one-per-cycle")]  # fmt: skip
+
+
+def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordon() -> None:
+    """Node a failed its after-reboot conformance but a person cordoned it meanwhile: no guard
+    write (the node-scope policy would refuse it, 422, every cycle), and b gets the one cordon."""
+    snap = fails("a", "b")
+    a = replace(snap.nodes[0], unschedulable=True)
+    assert brief(checks(replace(snap, nodes=(a, snap.nodes[1])))) == [
+        ("skip", "a", "already-cordoned"),
+        ("cordon", "b", "conformance-ipvs-loaded"),
+        ("event", "b", "conformance-ipvs-loaded")]  # fmt: skip
 
 
 def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:

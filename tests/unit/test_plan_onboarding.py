@@ -4,6 +4,8 @@ recorded reaching the load test as --expect-link."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from guard.actions import Annotate, CreateJob, EmitEvent, RemoveTaint, Skip
@@ -11,7 +13,17 @@ from guard.model import Finding, JobInfo, JobResult, RecordedLink, Snapshot, Tai
 from guard.plan.checks import plan_checks
 from guard.plan.links import evidence_job_name
 from guard.plan.returning import plan_return
-from tests.builders import CORDON_AT, KEYS, TEMPLATES, brief, gpu, node, settings, snapshot
+from tests.builders import (
+    CORDON_AT,
+    KEYS,
+    TEMPLATES,
+    brief,
+    gpu,
+    node,
+    owned,
+    settings,
+    snapshot,
+)
 
 NOW_S = "2026-09-21T05:55:00Z"
 GATE = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
@@ -196,6 +208,15 @@ def test_the_load_test_waits_for_the_evidence_job_until_its_deadline_passed() ->
     assert brief(late) == [("create-job", "b", "conditions-met")]
 
 
+def test_links_of_an_evidence_job_the_guard_did_not_make_are_never_taken() -> None:
+    """A replaced evidence Job could record links of another node: a load test would then pass
+    a link that trained down. Only the recorded evidence Job's links count."""
+    foreign = replace(evidence(), uid="0b9c6d1e-0000-4000-8000-00000000dead")
+    actions = plan_return(snapshot(rebooted(), jobs=(foreign,), own=False), settings(), TEMPLATES)
+    assert brief(actions) == [("create-job", "b", "conditions-met")]
+    assert expect_links(actions) == []
+
+
 def test_no_links_no_expect_link() -> None:
     actions = plan_return(snapshot(rebooted(), jobs=(evidence(links=()),)), settings(), TEMPLATES)
     assert brief(actions) == [("create-job", "b", "conditions-met")]
@@ -212,3 +233,43 @@ def test_the_cordon_time_keys_the_evidence_job() -> None:
     assert rebooted().cordon.at.strftime("%Y-%m-%dT%H:%M:%SZ") == CORDON_AT
     assert isinstance(plan_return(snapshot(rebooted()), settings(), TEMPLATES)[0], CreateJob)
     assert not isinstance(plan_return(snapshot(rebooted()), settings(), TEMPLATES)[0], Skip)
+
+
+# ---- Results are trusted by identity (docs/security.md, "Job results") --------------------
+
+OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
+GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
+FOREIGN = [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-foreign")]
+
+
+@pytest.mark.parametrize(
+    ("jobs", "own", "expected"),
+    [
+        pytest.param((replace(done(CF, "conformance", "succeeded", PASSED), uid=OTHER_UID),),
+                     False, FOREIGN,
+                     id="conformance-job-not-the-guards"),
+        pytest.param((BOTH[0], replace(BOTH[1], uid=OTHER_UID)), False, FOREIGN,
+                     id="burn-in-job-not-the-guards"),
+        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", SLOW)), True,
+                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-verdict-fail"),
+        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", GARBAGE)), True,
+                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-garbage"),
+        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded")), True,
+                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-no-pod"),
+        pytest.param((done(CF, "conformance", "succeeded"),), True,
+                     [("skip", "n", "onboarding-unreadable")], id="conformance-succeeded-no-pod"),
+    ],
+)  # fmt: skip
+def test_the_gate_opens_only_on_the_guards_own_jobs_and_their_pods_pass(jobs, own, expected):
+    snap = snapshot(gated(), jobs=jobs, own=own)
+    if not own:  # the guard made both Jobs (its records); the test replaced one of them
+        mine, nodes = owned(tuple(replace(j, uid="") for j in jobs), snap.nodes)
+        kept = tuple(
+            m if not j.uid else replace(m, uid=j.uid) for j, m in zip(jobs, mine, strict=True)
+        )
+        snap = replace(snap, nodes=nodes, jobs=kept)
+    actions = checks(snap)
+    assert brief(actions) == expected
+    assert not [a for a in actions if isinstance(a, RemoveTaint)]
+    if own is False:
+        assert actions[0].level == "WARN" and OTHER_UID in actions[0].detail

@@ -16,11 +16,14 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.model import GpuPod, GuardEvent, JobInfo
+from guard.check_records import job_record_value
+from guard.jobs import spec_digest
+from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from tests.builders import (
     CORDON_AT,
+    DIGEST,
     KEYS,
     LEDGER_LINE,
     NOW,
@@ -30,7 +33,9 @@ from tests.builders import (
     back_node,
     brief,
     gpu,
+    job_uid,
     node,
+    passed_job,
     return_job,
     settings,
     snapshot,
@@ -107,7 +112,7 @@ LT = return_job(snapshot(back_node()))
             id="load-test-running-waits",
         ),
         pytest.param(
-            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
+            snapshot(back_node(), jobs=(passed_job(LT),)),
             [("uncordon", "b", "loadtest-passed"), ("event", "b", "returned")],
             id="load-test-passed-uncordons",
         ),
@@ -296,7 +301,7 @@ def test_same_boot_emits_a_stable_waiting_event_each_cycle():
 def test_uncordon_clears_only_guard_keys_present_and_records_the_return():
     passed = back_node(reset_done="2026-09-21T05:50:00Z", extra={"ops/owner": "x"})
     name = return_job(snapshot(passed))
-    snap = snapshot(passed, jobs=(JobInfo(name, "loadtest", "b", "succeeded"),))
+    snap = snapshot(passed, jobs=(passed_job(name),))
     uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert isinstance(uncordon, Uncordon)
     assert uncordon.clear_keys == CORDON_KEYS  # never reset-done: only a person removes it
@@ -306,7 +311,7 @@ def test_uncordon_clears_only_guard_keys_present_and_records_the_return():
 
 def test_uncordon_also_clears_an_earlier_cancel_record():
     earlier = {KEYS.cancelled: f"boot-0 {UUID} xid-48 2026-09-01T00:00:00Z"}
-    snap = snapshot(back_node(extra=earlier), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),))
+    snap = snapshot(back_node(extra=earlier), jobs=(passed_job(LT),))
     uncordon = plan_return(snap, settings(), TEMPLATES)[0]
     assert uncordon.clear_keys == (*CORDON_KEYS, KEYS.cancelled)
 
@@ -388,6 +393,8 @@ CF = return_job(snapshot(back_node()), "conformance", return_conformance=True)
 )
 def test_return_path_conformance(status, expected):
     jobs = () if status is None else (JobInfo(CF, "conformance", "b", status),)
+    if status == "succeeded":
+        jobs = (passed_job(CF, "conformance"),)
     actions = plan_return(
         snapshot(back_node(), jobs=jobs), settings(return_conformance=True), TEMPLATES
     )
@@ -470,3 +477,100 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
     assert brief(actions) == [*expected, ("skip", "b", "same-boot"), ("event", "b", "same-boot")]
     if repaired:
         assert actions[0].name == made.name
+
+
+# ---- Results are trusted by identity (docs/security.md, "Job results") --------------------
+
+OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
+FAIL = JobResult("read", failed=(Finding("slow", "slow gpu=3 ratio=0.6"),))
+GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
+NOT_OWNED = JobResult("unreadable", f"pod x is not controlled by job/{LT} (uid …)")
+
+
+def recorded(kind: str, name: str, uid: str) -> dict[str, str]:
+    """The node's record of the `kind` Job the guard made: `name` with `uid`."""
+    key = KEYS.job_record(kind)
+    assert key is not None
+    return {key: job_record_value(name, uid, DIGEST)}
+
+
+def replaced(kind: str, name: str) -> tuple:
+    """The guard made `name` (uid of its record); someone deleted it and made one of that name."""
+    job = replace(passed_job(name, kind), uid=OTHER_UID, digest=DIGEST)
+    return back_node(extra=recorded(kind, name, job_uid(name))), job
+
+
+def foreign_plan(kind: str, node_: object, job: JobInfo, **changes: object) -> tuple:
+    snap = snapshot(node_, jobs=(job,), own=False)  # type: ignore[arg-type]
+    return plan_return(snap, settings(**changes), TEMPLATES)
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes"),
+    [("loadtest", {}), ("conformance", {"return_conformance": True})],
+)
+def test_a_replaced_job_is_no_pass_the_node_stays_cordoned_with_a_warning(kind, changes):
+    name = LT if kind == "loadtest" else CF
+    actions = foreign_plan(kind, *replaced(kind, name), **changes)
+    assert brief(actions) == [("skip", "b", f"{kind}-foreign"), ("event", "b", f"{kind}-foreign")]
+    warn, event = actions
+    assert warn.level == "WARN" and OTHER_UID in warn.detail and "replaced" in warn.detail
+    assert f"kubectl -n gpu-node-guard-jobs delete job {name}" in warn.next
+    assert (event.event_type, event.event_reason) == ("Warning", "GuardForeignJob")
+    assert f"job/{name}" in event.message
+    assert not [a for a in actions if isinstance(a, Uncordon)]
+
+
+@pytest.mark.parametrize(
+    ("node_", "job", "why"),
+    [
+        pytest.param(back_node(), passed_job(LT), "no record", id="no-record-on-the-node"),
+        pytest.param(back_node(extra=recorded("loadtest", "gng-lt-b-other", job_uid(LT))),
+                     replace(passed_job(LT), uid=job_uid(LT), digest=DIGEST),
+                     "no record", id="the-record-names-another-job"),
+        pytest.param(back_node(extra=recorded("loadtest", LT, job_uid(LT))),
+                     replace(passed_job(LT), uid=job_uid(LT), digest="f" * 16),
+                     "another spec", id="same-uid-another-spec"),
+    ],
+)  # fmt: skip
+def test_a_job_found_by_name_that_the_guard_did_not_make_is_no_pass(node_, job, why):
+    actions = foreign_plan("loadtest", node_, job)
+    assert brief(actions) == [("skip", "b", "loadtest-foreign"), ("event", "b", "loadtest-foreign")]
+    assert why in actions[0].detail
+
+
+@pytest.mark.parametrize(
+    ("kind", "result"),
+    [
+        pytest.param("loadtest", FAIL, id="loadtest-verdict-fail"),
+        pytest.param("loadtest", GARBAGE, id="loadtest-garbage"),
+        pytest.param("loadtest", None, id="loadtest-no-pod"),
+        pytest.param("loadtest", NOT_OWNED, id="loadtest-pod-of-another-controller"),
+        pytest.param("conformance", FAIL, id="conformance-fail"),
+        pytest.param("conformance", GARBAGE, id="conformance-garbage"),
+        pytest.param("conformance", None, id="conformance-no-pod"),
+        pytest.param("conformance", NOT_OWNED, id="conformance-pod-of-another-controller"),
+    ],
+)
+def test_a_succeeded_job_without_its_pods_pass_keeps_the_node_cordoned(kind, result):
+    """Job success alone is never a pass: the Pod's own summary must say it."""
+    name = LT if kind == "loadtest" else CF
+    job = replace(passed_job(name, kind), result=result)
+    snap = snapshot(back_node(), jobs=(job,))
+    actions = plan_return(snap, settings(return_conformance=kind == "conformance"), TEMPLATES)
+    assert brief(actions) == [("skip", "b", f"{kind}-unreadable")]
+    assert actions[0].level == "WARN" and "not a pass" in actions[0].detail
+
+
+def test_the_guards_own_job_with_its_pods_pass_returns_the_node():
+    assert brief(plan_return(snapshot(back_node(), jobs=(passed_job(LT),)), settings(),
+                             TEMPLATES)) == [("uncordon", "b", "loadtest-passed"),
+                                             ("event", "b", "returned")]  # fmt: skip
+
+
+def test_a_created_gate_job_carries_the_record_the_executor_writes():
+    (create,) = plan_return(snapshot(back_node()), settings(), TEMPLATES)
+    assert isinstance(create, CreateJob) and create.record[0] == KEYS.loadtest_job
+    name, uid, digest = create.record[1].split(" ")
+    assert (name, uid, digest) == (create.name, "{uid}", spec_digest(create.manifest))
+    assert create.log_line()[1]["record"] == KEYS.loadtest_job  # the dry run shows it

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from guard.actions import ClearGuardAnnotations, Cordon, CreateJob, EmitEvent, Skip
-from guard.model import AgentCheck, GuardEvent, JobInfo, ServicePod, Snapshot
+from guard.model import AgentCheck, GuardEvent, ServicePod, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
@@ -29,6 +29,7 @@ from tests.builders import (
     gpu,
     network_pods,
     node,
+    passed_job,
     rewritten_event,
     settings,
     snapshot,
@@ -399,9 +400,7 @@ def test_mismatch_cordon_returns_after_the_load_test_passed():
     command = job.manifest["spec"]["template"]["spec"]["containers"][0]["command"]
     assert "--xid" not in command
     assert argv.matches(argv.loadtest(), command, "b")
-    done = returning(
-        nvml_cordoned(), agent=(PASS,), jobs=(JobInfo(job.name, "loadtest", "b", "succeeded"),)
-    )
+    done = returning(nvml_cordoned(), agent=(PASS,), jobs=(passed_job(job.name),))
     assert brief(plan_return(done, settings(), TEMPLATES)) == [
         ("uncordon", "b", "loadtest-passed"),
         ("event", "b", "returned"),

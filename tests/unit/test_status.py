@@ -23,6 +23,7 @@ from tests.builders import (
     back_node,
     gpu,
     node,
+    passed_job,
     return_job,
     settings,
     snapshot,
@@ -103,7 +104,7 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
             id="load-test-running",
         ),
         pytest.param(
-            snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "succeeded"),)),
+            snapshot(back_node(), jobs=(passed_job(LT),)),
             [("b", "load-test-running", "-")],
             id="load-test-passed-returns-next-cycle",
         ),
@@ -111,6 +112,16 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
             snapshot(back_node(), jobs=(JobInfo(LT, "loadtest", "b", "failed"),)),
             [("b", "load-test-failed", "loadtest-failed")],
             id="load-test-failed-first-seen",
+        ),
+        pytest.param(
+            snapshot(back_node(), jobs=(passed_job(LT),), own=False),
+            [("b", "job-not-made-by-the-guard", "loadtest-foreign")],
+            id="load-test-job-not-made-by-the-guard",
+        ),
+        pytest.param(
+            snapshot(back_node(), jobs=(replace(passed_job(LT), result=None),)),
+            [("b", "job-result-unreadable", "loadtest-unreadable")],
+            id="load-test-succeeded-without-its-pods-pass",
         ),
         pytest.param(
             snapshot(
@@ -186,6 +197,14 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
 )
 def test_every_state_from_the_planners_decision(snap, expected):
     assert states(snap) == expected
+
+
+def test_a_job_the_guard_did_not_make_shows_its_next_step():
+    (row,) = report(snapshot(back_node(), jobs=(passed_job(LT),), own=False), settings(),
+                    TEMPLATES, SEEN).nodes  # fmt: skip
+    assert (row.state, row.runbook) == ("job-not-made-by-the-guard",
+                                        "docs/runbook.md#job-not-made-by-the-guard")  # fmt: skip
+    assert f"kubectl -n gpu-node-guard-jobs delete job {LT}" in row.next
 
 
 def test_a_decision_without_a_runbook_section_is_shown_verbatim():
