@@ -344,7 +344,8 @@ def name_binds_node(kind: Kind, name: str, node: str) -> Validation:
     stem = f"{node}.replace('.', '-')"
     mid = f"{name}.substring({head}, size({name}) - 9)"
     return Validation(
-        f"!{name}.matches({regex(job_name_pattern(kind))}) || (size({stem}) <= {room} ? "
+        f"!{name}.matches({regex(job_name_pattern(kind))}) || size({name}) > {head + 9} && "
+        f"(size({stem}) <= {room} ? "
         f"{mid} == {stem} : ({stem}.startsWith({mid}) && !{mid}.endsWith('-') && "
         f"{stem}.substring(size({mid}), {room}).matches(r'^-*$')))",
         f"the Job's name must be made for its node ({kind.job_prefix}<node>-<digest>, "

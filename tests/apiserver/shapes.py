@@ -379,8 +379,8 @@ CASES: list[Case] = [
     Case("evidence-nine-pull-secrets", "evidence",
          put((*POD, "imagePullSecrets"), [{"name": f"regcred-{i}"} for i in range(9)]),
          PULL_SECRETS),
-    Case("conformance-pull-secret-with-more", "conformance",
-         put((*POD, "imagePullSecrets"), [{"name": "regcred", "key": "x"}]), PULL_SECRETS),
+    Case("conformance-pull-secret-not-a-name", "conformance",
+         put((*POD, "imagePullSecrets"), [{"name": "Reg_Cred"}]), PULL_SECRETS),
     # ── identity and containers ─────────────────────────────────────────────────────────────
     Case("evidence-runs-as-the-guard", "evidence",
          both(put((*POD, "serviceAccountName"), "gpu-node-guard"),
