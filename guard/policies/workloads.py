@@ -222,8 +222,8 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             "request.resource.resource != 'events' || "
             "(object.?regarding.?kind.orValue('') == 'Node' && "
             "object.?regarding.?apiVersion.orValue('') == 'v1' && "
-            "object.?regarding.?namespace.orValue('') == '')",
-            "the guard's Events are regarding a Node (v1), nothing else",
+            "object.?regarding.?namespace.orValue('') == '' && !('related' in object))",
+            "the guard's Events are regarding a Node (v1), with no related object",
         ),
         Validation(
             "request.resource.resource != 'events' || "

@@ -548,6 +548,9 @@ def _event_rows() -> list[Row]:
     }  # fmt: skip
     rows = [Row(f"event-about-a-{k}", "guard-token", scope, about, sent(node_event(ref)))
             for k, ref in refs.items()]  # fmt: skip
+    related = {"apiVersion": "v1", "kind": "Secret", "name": "x", "namespace": "default"}
+    rows.append(Row("event-with-a-related-secret", "guard-token", scope, about,
+                    sent(node_event(NODE_REF, related=related))))  # fmt: skip
     for label, controller in (("kubelet", "kubelet"), ("another", "example.com/other")):
         rows.append(
             Row(

@@ -228,3 +228,18 @@ def test_no_policy_expression_is_longer_than_a_reviewer_reads() -> None:
                 seen += 1
                 assert len(expression) <= MAX_EXPRESSION, (name, what, len(expression))
     assert seen > 500
+
+
+def test_the_guards_longest_records_fit_the_node_scope_bound() -> None:
+    """The node-scope policy bounds every guard value at VALUE_MAX_BYTES, printable, one line:
+    the longest records the guard writes (every conformance item failed, 16 PCIe links) fit."""
+    from guard.check_records import MAX_LINKS, failed_value, links_value
+    from guard.conformance.checks import ITEMS
+    from guard.model import RecordedLink
+    from guard.policies.nodes import PRINTABLE, VALUE_MAX_BYTES
+
+    job = "gng-cf-" + "n" * 47 + "-1a2b3c4d"
+    links = tuple(RecordedLink(f"0000:{i:02x}:1f.7", "2.5GT/s,x16") for i in range(MAX_LINKS))
+    for value in (failed_value("2026-09-21T06:00:00Z", job, ITEMS), links_value(links)):
+        assert len(value.encode()) <= VALUE_MAX_BYTES, value
+        assert re.fullmatch(PRINTABLE[1:-1], value), value
