@@ -25,6 +25,9 @@ Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole No
   auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
                                          before and after); removed only when schedulable
   other guard keys (results, cancelled, returned, conformance-failed, onboarding-failed) → free
+  any value the guard writes (every key above, hold included)
+                                       → printable ASCII, one line, at most 1,024 bytes
+  hold added                           → only on a node with a GPU resource
 """
 
 from __future__ import annotations
