@@ -32,7 +32,7 @@ TEMPLATE_FILES: dict[JobKind, str] = {
 # characters: a Job name of at most 57 keeps every Pod named `<job>-<5 random>` (what the Pod
 # policies check), whatever the node name's length.
 _NAME_BUDGET = 63
-_JOB_NAME_BUDGET = 57
+JOB_NAME_BUDGET = 57
 _SHORT = {"evidence": "ev", "loadtest": "lt", "conformance": "cf"}
 
 
@@ -98,7 +98,7 @@ def job_name(kind: JobKind, node: str, key: str) -> str:
     """
     digest = hashlib.sha256(f"{kind}\0{node}\0{key}".encode()).hexdigest()[:8]
     head = f"gng-{_SHORT[kind]}-"
-    room = _JOB_NAME_BUDGET - len(head) - len(digest) - 1
+    room = JOB_NAME_BUDGET - len(head) - len(digest) - 1
     stem = re.sub(r"[^a-z0-9-]", "-", node.lower())[:room].strip("-")
     return f"{head}{stem}-{digest}"
 

@@ -33,6 +33,7 @@ from guard.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, ru
 from guard.policies.kinds import JOB_CONTROLLERS, root, system_meta
 from guard.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.policies.shape import (
+    IMAGE_PULL_SECRETS,
     SYSTEM,
     Exact,
     Expr,
@@ -41,7 +42,9 @@ from guard.policies.shape import (
     Match,
     Obj,
     One,
+    fixed_once_admitted,
     opt,
+    owners_fixed_once_admitted,
     validations,
 )
 from guard.settings import Settings
@@ -131,7 +134,7 @@ def _container() -> Obj:
         "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
         "imagePullPolicy": Field(Match("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
-        "command": Field(Expr(argv.cel(layouts(), "{v}", "''"), argv.describe(layouts()))),
+        "command": Field(Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts()))),
         "env": Field(Exact(ENV)),
         "ports": Field(Exact(PORTS)),
         "readinessProbe": opt(_probe()),
@@ -174,6 +177,7 @@ def pod_spec(s: Settings, *, pod: bool) -> Obj:
         "terminationGracePeriodSeconds": Field(Exact(10)),
         "dnsPolicy": Field(Exact("ClusterFirst")),
         "schedulerName": Field(Exact("default-scheduler")),
+        "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
     if pod:
@@ -305,6 +309,7 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         ("who", f"'{kind} ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
         ("image", quote(s.image)),
         ("pod", "object.spec" if pod else "object.spec.template.spec"),
+        *argv.variables(layouts(), "argv"),
     ]
     if pod:
         path = ("?affinity", "?nodeAffinity", "?requiredDuringSchedulingIgnoredDuringExecution",
@@ -324,5 +329,7 @@ def policies(s: Settings) -> list[dict[str, Any]]:
         *policy(f"{PREFIX}-agent-daemonset", daemonsets, variables(s, pod=False),
                 validations(daemonset_shape(s), "object", ""), is_agent),
         *policy(f"{PREFIX}-agent-pod", pods, variables(s, pod=True),
-                validations(pod_shape(s), "object", ""), is_agent),
+                [*validations(pod_shape(s), "object", ""),
+                 *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
+                 owners_fixed_once_admitted("Pod")], is_agent),
     ]  # fmt: skip

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from guard.check_records import MAX_LINKS
 from guard.pci import LINK as LINK_SPEEDS
 from guard.pci import SYSFS_PCI
-from guard.policies.cel import lit, regex
+from guard.policies.cel import lit
 
 # DNS-1123 subdomain that also fits a label value (the Jobs label their pods with the node).
 NODE = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a DNS subdomain: node names reach 253
@@ -153,36 +153,71 @@ def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
     return True
 
 
-def cel(layouts: Sequence[Layout], v: str, node: str) -> str:
-    """CEL: the list `v` is one of `layouts`; `node` is the CEL expression of the nodeName."""
-    return " || ".join(f"({_cel_one(layout, v, node)})" for layout in layouts)
+def variables(layouts: Sequence[Layout], name: str) -> list[tuple[str, str]]:
+    """The policy variables `cel` reads: per layout, the patterns of its fixed words
+    (`<name><i>`) and, when it ends in a repeated group, that group's (`<name><i>Group`).
+
+    A literal word is the pattern of exactly itself, so one `all` over the positions checks
+    every word; no word is written out once per position it could take.
+    """
+    out = [(f"{name}At", lit(list(range(max(_reach(layout) for layout in layouts)))))]
+    for i, layout in enumerate(layouts):
+        tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
+        fixed = layout[:-1] if tail is not None else layout
+        out.append((f"{name}{i}", lit([_pattern(t) for t in fixed])))
+        if tail is not None:
+            out.append((f"{name}{i}Group", lit([_pattern(t) for t in tail.group])))
+    return out
 
 
-def _cel_one(layout: Layout, v: str, node: str) -> str:
-    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
-    fixed = layout[:-1] if tail is not None else layout
-    if tail is None:
-        terms = [f"size({v}) == {len(fixed)}"]
-    else:
-        width, n = len(tail.group), len(fixed)
-        terms = [f"size({v}) >= {n}", f"size({v}) <= {n + width * tail.most}",
-                 f"(size({v}) - {n}) % {width} == 0"]  # fmt: skip
-    for i, token in enumerate(fixed):
-        terms.append(_cel_word(token, f"{v}[{i}]", node))
-    if tail is not None:  # each optional word checked only where the argv reaches it
-        for j in range(len(tail.group) * tail.most):
-            word = _cel_word(tail.group[j % len(tail.group)], f"{v}[{len(fixed) + j}]", node)
-            terms.append(f"(size({v}) <= {len(fixed) + j} || {word})")
-    return " && ".join(terms)
+def cel(layouts: Sequence[Layout], v: str, node: str, name: str) -> str:
+    """CEL: the list `v` is one of `layouts`; `node` is the CEL expression of the nodeName;
+    `name` the prefix of the variables made by `variables` (which the policy must carry)."""
+    return " || ".join(
+        f"({_cel_one(layout, v, node, f'variables.{name}{i}', f'variables.{name}At')})"
+        for i, layout in enumerate(layouts)
+    )
 
 
-def _cel_word(token: Token, at: str, node: str) -> str:
+def _is_node(token: Token) -> bool:
+    return isinstance(token, Value) and token.is_node
+
+
+def _reach(layout: Layout) -> int:
+    """How many words an argv of `layout` holds at most."""
+    if layout and isinstance(layout[-1], Repeat):
+        return len(layout) - 1 + len(layout[-1].group) * layout[-1].most
+    return len(layout)
+
+
+def _pattern(token: Token) -> str:
     if isinstance(token, Repeat):
         raise ValueError("a Repeat is only the last token of a layout")
     if isinstance(token, str):
-        return f"{at} == {lit(token)}"
-    check = f"{at}.matches({regex(token.pattern)})"
-    return f"{check} && {at} == {node}" if token.is_node else check
+        return "^" + re.escape(token) + "$"
+    return token.pattern
+
+
+def _cel_one(layout: Layout, v: str, node: str, words: str, at: str) -> str:
+    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
+    fixed = layout[:-1] if tail is not None else layout
+    n = len(fixed)
+    nodes = [f"{v}[{i}] == {node}" for i, t in enumerate(fixed) if _is_node(t)]
+    if tail is None:
+        terms = [f"size({v}) == {n}", f"{at}.all(i, i >= {n} || {v}[i].matches({words}[i]))"]
+        return " && ".join([*terms, *nodes])
+    if any(_is_node(t) for t in tail.group):
+        raise ValueError("a repeated group cannot hold the node name")
+    width, most = len(tail.group), len(tail.group) * tail.most
+    # `at` holds every position any layout reaches; each is checked where the argv reaches it.
+    terms = [
+        f"size({v}) >= {n}",
+        f"size({v}) <= {n + most}",
+        f"(size({v}) - {n}) % {width} == 0",
+        f"{at}.all(i, i >= size({v}) || {v}[i].matches("
+        f"i < {n} ? {words}[i] : {words}Group[(i - {n}) % {width}]))",
+    ]
+    return " && ".join([*terms, *nodes])
 
 
 def describe(layouts: Sequence[Layout]) -> str:

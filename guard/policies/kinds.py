@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guard.jobs import NODE_LABEL_DIGEST, NODE_LABEL_KEEP
+from guard.jobs import JOB_NAME_BUDGET, NODE_LABEL_DIGEST, NODE_LABEL_KEEP
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -24,7 +24,7 @@ from guard.names import (
     Annotations,
 )
 from guard.policies import argv
-from guard.policies.cel import lit
+from guard.policies.cel import Validation, lit, regex
 from guard.policies.refused import (
     CONTAINER_REFUSED,
     JOB_SPEC_REFUSED,
@@ -32,7 +32,18 @@ from guard.policies.refused import (
     POD_REFUSED,
     TEMPLATE_META_REFUSED,
 )
-from guard.policies.shape import SYSTEM, Exact, Expr, Field, IntIn, Match, Obj, One, opt
+from guard.policies.shape import (
+    IMAGE_PULL_SECRETS,
+    SYSTEM,
+    Exact,
+    Expr,
+    Field,
+    IntIn,
+    Match,
+    Obj,
+    One,
+    opt,
+)
 from guard.settings import (
     JOB_DEADLINE_MAX_S,
     JOB_DEADLINE_MIN_S,
@@ -134,7 +145,11 @@ def _container(kind: Kind, s: Settings) -> Obj:
         "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
         "imagePullPolicy": Field(Exact("IfNotPresent")),
         "command": Field(
-            Expr(argv.cel(kind.layouts(), "{v}", "variables.node"), argv.describe(kind.layouts()))
+            Expr(
+                # The policy's `container` variable: a short name, repeated in every layout.
+                argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
+                argv.describe(kind.layouts()),
+            )
         ),
         "securityContext": Field(Exact(kind.security_context)),
         "resources": Field(_resources(kind)),
@@ -186,6 +201,7 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "dnsPolicy": Field(Exact("ClusterFirst")),
         "schedulerName": Field(Exact("default-scheduler")),
         "securityContext": Field(Exact({})),
+        "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     refused = dict(POD_REFUSED)
     if kind.host_pid:
@@ -328,9 +344,32 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
 _CREATE = "request.operation == 'CREATE'"
 
 
+def _room(kind: Kind) -> int:
+    """The characters of the node guard.jobs.job_name keeps in a name of `kind` (41)."""
+    return JOB_NAME_BUDGET - len(kind.job_prefix) - 9
+
+
 def job_name_pattern(kind: Kind) -> str:
-    """guard.jobs.job_name: the prefix, up to 47 characters of the node, '-', 8 hex digits."""
-    return f"^{kind.job_prefix}([a-z0-9-]{{0,47}}-)?[0-9a-f]{{8}}$"
+    """guard.jobs.job_name: the prefix, up to 41 characters of the node, '-', 8 hex digits."""
+    return f"^{kind.job_prefix}([a-z0-9-]{{0,{_room(kind)}}}-)?[0-9a-f]{{8}}$"
+
+
+def name_binds_node(kind: Kind, name: str, node: str) -> Validation:
+    """The node part of a guard Job's name (`name`, CEL) is the one guard.jobs.job_name makes of
+    `node` (CEL): dots as dashes, at most 41 characters, no trailing dash. A name made for
+    another node is refused, so a Job's name, node label and nodeName always agree."""
+    head, room = len(kind.job_prefix), _room(kind)
+    stem = f"{node}.replace('.', '-')"
+    mid = f"{name}.substring({head}, size({name}) - 9)"
+    return Validation(
+        f"!{name}.matches({regex(job_name_pattern(kind))}) || size({name}) > {head + 9} && "
+        f"(size({stem}) <= {room} ? "
+        f"{mid} == {stem} : ({stem}.startsWith({mid}) && !{mid}.endsWith('-') && "
+        f"{stem}.substring(size({mid}), {room}).matches(r'^-*$')))",
+        f"the Job's name must be made for its node ({kind.job_prefix}<node>-<digest>, "
+        "the node as guard.jobs.job_name writes it); got ",
+        f"{name} + ' for node ' + {node}",
+    )
 
 
 def _job_name(kind: Kind) -> Match:

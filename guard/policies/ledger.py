@@ -3,6 +3,7 @@
 Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's namespace):
   binaryData                      → refused (the ledger is text; nothing executable to mount)
   a data key that is not a node name → refused
+  an archive over ledger_archive_bytes + 64 KiB → refused (what the guard moves is less)
   immutable: true                 → refused (an immutable ledger could never be appended to)
 """
 
@@ -47,6 +48,15 @@ def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
     )
 
 
+def archive_max_bytes(s: Settings) -> int:
+    """An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
+    (guard.ledger_store.append): at most that much and the line being appended."""
+    return s.ledger_archive_bytes + ARCHIVE_SLACK_BYTES
+
+
+ARCHIVE_SLACK_BYTES = 64 * 1024
+
+
 def is_ledger(s: Settings) -> str:
     """CEL: the request's object is the ledger or one of its archives."""
     return (
@@ -72,6 +82,13 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
             f"{data}.all(k, size(k) <= 253 && k.matches({regex(NODE_NAME)}))",
             "every ledger key is a node name; not: ",
             f"{data}.filter(k, size(k) > 253 || !k.matches({regex(NODE_NAME)})).join(', ')",
+        ),
+        Validation(
+            f"!object.metadata.?name.orValue('').matches({regex(archive_pattern(s))}) || "
+            f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= "
+            f"{archive_max_bytes(s)}",
+            f"an archive holds at most {archive_max_bytes(s)} bytes (what the guard moves out "
+            "of a full ledger)",
         ),
         Validation(
             "!object.?immutable.orValue(false)",

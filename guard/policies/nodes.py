@@ -25,6 +25,9 @@ Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole No
   auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
                                          before and after); removed only when schedulable
   other guard keys (results, cancelled, returned, conformance-failed, onboarding-failed) → free
+  any value the guard writes (every key above, hold included)
+                                       → printable ASCII, one line, at most 1,024 bytes
+  hold added                           → only on a node with a GPU resource
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.names import GPU_RESOURCE, Annotations
-from guard.policies.cel import Validation, lit, quote
+from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.common import PREFIX, guard_user, policy, rule
 from guard.settings import Settings
 
@@ -40,6 +43,10 @@ from guard.settings import Settings
 _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix"}
 _NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
 _SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+# The guard's own values are short, printable, one line (guard/records.py, check_records.py):
+# a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
+VALUE_MAX_BYTES = 1024
+PRINTABLE = r"^[ -~]*$"
 
 
 def guard_keys(keys: Annotations) -> list[str]:
@@ -166,7 +173,21 @@ def _lifecycle_rules(keys: Annotations) -> list[Validation]:
 def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> list[Validation]:
     prefix, hold, allowed = quote(keys.prefix), quote(keys.hold), lit([*mine, keys.hold])
     cordon_now = "!variables.wasCordoned && variables.isCordoned"
+    # Every key the guard may write (all Annotations properties, generically) is bounded alike.
+    written = f"variables.changed.filter(k, k in {allowed} && k in variables.newNotes)"
+    bad = (f"size(bytes(variables.newNotes[k])) > {VALUE_MAX_BYTES} || "
+           f"!variables.newNotes[k].matches({regex(PRINTABLE)})")  # fmt: skip
     return [
+        Validation(
+            f"{written}.all(k, !({bad}))",
+            f"the guard's values are printable ASCII on one line, at most {VALUE_MAX_BYTES} "
+            "bytes; not: ",
+            f"{written}.filter(k, {bad}).join(', ')",
+        ),
+        Validation(
+            f"!({hold} in variables.changed) || variables.gpus != '0'",
+            f"the guard adds {keys.hold} only on a node with {GPU_RESOURCE} capacity",
+        ),
         Validation(
             f"variables.changed.all(k, k.startsWith({prefix}))",
             f"annotations outside {keys.prefix} belong to others; changed: ",

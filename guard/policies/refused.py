@@ -35,7 +35,6 @@ POD_REFUSED = {
     "hostUsers": "the host-reading kinds need the host user namespace; the rest inherit it",
     "hostname": "the pod's own",
     "hostnameOverride": "the pod's own",
-    "imagePullSecrets": "would reference a Secret of the namespace",
     "initContainers": "one container only",
     "os": "Linux, implied",
     "overhead": "set by RuntimeClass admission, which is refused",

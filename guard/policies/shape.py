@@ -156,3 +156,72 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
             if f.required:
                 return [Validation(f"{present} && ({check})", f"{path} must be {f.shape.says()}")]
             return [Validation(f"!({present}) || ({check})", f"{path} must be {f.shape.says()}")]
+
+
+UPDATE = "request.operation == 'UPDATE'"
+# What the API server itself changes in the metadata of an admitted object.
+SYSTEM_META_CHANGES = ("resourceVersion", "generation", "managedFields", "deletionTimestamp",
+                       "deletionGracePeriodSeconds")  # fmt: skip
+GARBAGE_COLLECTORS = (
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+)
+
+
+def changed_keys(part: str, skip: tuple[str, ...]) -> str:
+    """CEL: the keys of `object.<part>` (a map), but `skip`, that differ from `oldObject`'s."""
+    new, old, skipped = f"object.{part}", f"oldObject.{part}", lit(list(skip))
+    return (
+        f"({new}.filter(k, !(k in {skipped}) && (!(k in {old}) || {old}[k] != {new}[k])) + "
+        f"{old}.filter(k, !(k in {skipped}) && !(k in {new})))"
+    )
+
+
+def fixed_once_admitted(what: str, meta_free: tuple[str, ...]) -> list[Validation]:
+    """On UPDATE an admitted object keeps its spec and its metadata, but the API server's own
+    fields and `meta_free` (what its controllers change: finalizers, a CNI's annotations…).
+
+    The shape alone would let an UPDATE pick another allowed value (a TTL of 1 s, another
+    deadline, new annotations); admitted means fixed.
+    """
+    skip = (*SYSTEM_META_CHANGES, *meta_free)
+    meta, spec = changed_keys("metadata", skip), changed_keys("spec", ())
+    return [
+        Validation(
+            f"!({UPDATE}) || size({spec}) == 0",
+            f"an admitted {what}'s spec never changes; changed: spec.",
+            f"{spec}.join(', spec.')",
+        ),
+        Validation(
+            f"!({UPDATE}) || size({meta}) == 0",
+            f"an admitted {what}'s metadata never changes"
+            + (f" (but {', '.join(meta_free)})" if meta_free else "")
+            + "; changed: metadata.",
+            f"{meta}.join(', metadata.')",
+        ),
+    ]
+
+
+def owners_fixed_once_admitted(what: str) -> Validation:
+    """ownerReferences stay as created; only the garbage collector may remove them (orphaning
+    on a `propagationPolicy: Orphan` delete). Without them a Pod could be re-adopted by
+    another Job whose labels it was given."""
+    old = "oldObject.metadata.?ownerReferences.orValue([])"
+    new = "object.metadata.?ownerReferences.orValue([])"
+    return Validation(
+        f"!({UPDATE}) || {new} == {old} || "
+        f"(size({new}) == 0 && request.userInfo.username in {lit(list(GARBAGE_COLLECTORS))})",
+        f"an admitted {what}'s ownerReferences never change (only the garbage collector "
+        "removes them)",
+    )
+
+
+# ServiceAccount admission copies the Jobs' ServiceAccount's imagePullSecrets into every Pod;
+# names only, a few of them (the image itself is pinned, a pull secret cannot change it).
+MAX_PULL_SECRETS = 8
+PULL_SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+IMAGE_PULL_SECRETS = Expr(
+    f"size({{v}}) <= {MAX_PULL_SECRETS} && {{v}}.all(s, s.all(k, k == 'name') && "
+    f"s.?name.orValue('').matches({regex(PULL_SECRET_NAME)}))",
+    f"at most {MAX_PULL_SECRETS} entries, each only a Secret name",
+)

@@ -4,30 +4,48 @@ Pods, a gate in front of them, and the guard's own scope.
 Case list (every request in the jobs namespace, whoever sends it):
   CronJob, Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController, PodTemplate
                                           → refused (the gate): only the guard's kinds run here
-  exec, attach, port-forward into a pod   → refused (the gate): no shell in a privileged pod
+  exec, attach, port-forward, proxy into a pod → refused (the gate): no way into a privileged pod
   ephemeral containers                    → refused (the gate)
   a Job or Pod without a known component  → refused (the gate)
   a DaemonSet that is not the node agent  → refused (the gate)
   a Pod not created by its kind's controller (the Job controller; the DaemonSet controller
   for the agent)                          → refused (the gate): no bare Pods
-  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml)
+  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml), its
+                                            name made for its node, and on UPDATE its spec and
+                                            metadata as admitted (a Pod: but annotations,
+                                            finalizers; owners removed only by the GC)
   the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
 The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
 ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
 archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
-gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name).
+gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name);
+Events only in NODE_EVENT_NAMESPACE, regarding a Node, reported as REPORTING_CONTROLLER.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, LEDGER_ARCHIVE_COMPONENT
-from guard.policies import agent, ledger
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    NODE_EVENT_NAMESPACE,
+    REPORTING_CONTROLLER,
+)
+from guard.policies import agent, argv, ledger
 from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.common import COMPONENT_OF, PREFIX, guard_user, in_namespace, policy, rule
-from guard.policies.kinds import KINDS, Kind, job_name_pattern, job_shape, pod_shape
-from guard.policies.shape import validations
+from guard.policies.kinds import (
+    KINDS,
+    Kind,
+    job_name_pattern,
+    job_shape,
+    name_binds_node,
+    pod_shape,
+)
+from guard.policies.shape import fixed_once_admitted, owners_fixed_once_admitted, validations
 from guard.settings import Settings
 
 # Workload resources that would make Pods or Jobs by another controller, in group order.
@@ -36,7 +54,8 @@ OTHER_WORKLOADS = (
     ("apps", ("deployments", "replicasets", "statefulsets", "daemonsets")),
     ("", ("replicationcontrollers", "podtemplates")),
 )
-INTERACTIVE = ("exec", "attach", "portforward")
+# Ways into a running pod: a shell, its terminal, its ports, its HTTP (pods/proxy).
+INTERACTIVE = ("exec", "attach", "portforward", "proxy")
 
 
 def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
@@ -50,6 +69,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         ("pod", "object.spec.template.spec"),
         ("container", "variables.pod.containers[0]"),
         ("node", "variables.pod.?nodeName.orValue('')"),
+        *argv.variables(kind.layouts(), "argv"),
     ]
     labels = "object.metadata.?labels.orValue({})"
     pod_vars = [
@@ -60,6 +80,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         ("node", "variables.pod.?nodeName.orValue('')"),
         ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
         ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
+        *argv.variables(kind.layouts(), "argv"),
     ]
     owner_name = Validation(
         "variables.jobName.matches(" + regex(job_name_pattern(kind)) + ")",
@@ -73,12 +94,25 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     }
     jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
+    job_checks = [
+        *validations(job_shape(kind, s), "object", ""),
+        name_binds_node(kind, "object.metadata.name", "variables.node"),
+        # The Job controller writes status (a subresource) only; the API server's deletion
+        # finalizers come and go.
+        *fixed_once_admitted("Job", ("finalizers",)),
+    ]
+    pod_checks = [
+        owner_name,
+        *validations(pod_shape(kind, s), "object", ""),
+        name_binds_node(kind, "variables.jobName", "variables.node"),
+        # The Job controller removes its finalizer; CNIs annotate (docs/security.md).
+        *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
+        owners_fixed_once_admitted("Pod"),
+    ]
     return [
-        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars,
-                validations(job_shape(kind, s), "object", ""), is_kind),
-        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars,
-                [owner_name, *validations(pod_shape(kind, s), "object", "")], is_kind),
-    ]  # fmt: skip
+        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars, job_checks, is_kind),
+        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars, pod_checks, is_kind),
+    ]
 
 
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
@@ -121,7 +155,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         ),
         Validation(
             f"!(variables.sub in {lit(list(INTERACTIVE))})",
-            "no exec, attach or port-forward into the guard's privileged pods (",
+            "no exec, attach, port-forward or proxy into the guard's privileged pods (",
             "variables.sub + ')'",
         ),
         Validation(
@@ -156,6 +190,7 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
         "resourceRules": [
             rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
             rule("", ["configmaps"], ["CREATE", "UPDATE"]),
+            rule("events.k8s.io", ["events"], ["CREATE", "UPDATE"]),
         ],
     }
     variables = [
@@ -183,6 +218,25 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             f"the guard's archives are named {name}-archive-<n> and labelled "
             f"{APP_LABEL}={APP_NAME} and {COMPONENT_LABEL}={LEDGER_ARCHIVE_COMPONENT}; "
             "no other ConfigMap carries that component label",
+        ),
+        # guard/events.py: Events about Nodes only, as the guard's controller, in one namespace
+        # (RBAC already limits it to NODE_EVENT_NAMESPACE).
+        Validation(
+            "request.resource.resource != 'events' || "
+            "(object.?regarding.?kind.orValue('') == 'Node' && "
+            "object.?regarding.?apiVersion.orValue('') == 'v1' && "
+            "object.?regarding.?namespace.orValue('') == '' && !('related' in object))",
+            "the guard's Events are regarding a Node (v1), with no related object",
+        ),
+        Validation(
+            "request.resource.resource != 'events' || "
+            f"object.?reportingController.orValue('') == {quote(REPORTING_CONTROLLER)}",
+            f"the guard's Events are reported by {REPORTING_CONTROLLER}",
+        ),
+        Validation(
+            "request.resource.resource != 'events' || "
+            f"request.namespace == {quote(NODE_EVENT_NAMESPACE)}",
+            f"the guard writes Events only in namespace {NODE_EVENT_NAMESPACE}",
         ),
     ]
     sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]

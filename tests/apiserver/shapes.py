@@ -107,6 +107,7 @@ def probe(kind: JobKind, field: str) -> Case:
 
 
 NOT_ALLOWED = "{pod} may not hold field(s) "
+PULL_SECRETS = "{pod}.imagePullSecrets must be at most 8 entries, each only a Secret name"
 IN_C0 = "{pod}.containers[0] may not hold field(s) "
 EV_CMD = "{pod}.containers[0].command must be gpu-node-guard evidence collect --node <node>"
 CF_CMD = "{pod}.containers[0].command must be gpu-node-guard conformance --root /proc/1/root"
@@ -374,9 +375,12 @@ CASES: list[Case] = [
          "{pod}.containers[0].image must be the image in this policy's `image`"),
     Case("loadtest-pull-always", "loadtest", put((*C0, "imagePullPolicy"), "Always"),
          '{pod}.containers[0].imagePullPolicy must be exactly "IfNotPresent"'),
-    Case("evidence-pull-secret", "evidence",
-         put((*POD, "imagePullSecrets"), [{"name": "regcred"}]),
-         NOT_ALLOWED + "imagePullSecrets"),
+    # ServiceAccount admission copies pull secrets into Pods: names only, at most 8 of them.
+    Case("evidence-nine-pull-secrets", "evidence",
+         put((*POD, "imagePullSecrets"), [{"name": f"regcred-{i}"} for i in range(9)]),
+         PULL_SECRETS),
+    Case("conformance-pull-secret-not-a-name", "conformance",
+         put((*POD, "imagePullSecrets"), [{"name": "Reg_Cred"}]), PULL_SECRETS),
     # ── identity and containers ─────────────────────────────────────────────────────────────
     Case("evidence-runs-as-the-guard", "evidence",
          both(put((*POD, "serviceAccountName"), "gpu-node-guard"),

@@ -234,8 +234,9 @@ CASES = [
     Case("host-aliases", put((*POD, "hostAliases"), [{"ip": "203.0.113.1",
                                                       "hostnames": ["prometheus"]}]),
          IN_POD + "hostAliases"),
-    Case("image-pull-secret", put((*POD, "imagePullSecrets"), [{"name": "regcred"}]),
-         IN_POD + "imagePullSecrets"),
+    Case("nine-image-pull-secrets",
+         put((*POD, "imagePullSecrets"), [{"name": f"regcred-{i}"} for i in range(9)]),
+         "{pod}.imagePullSecrets must be at most 8 entries, each only a Secret name"),
     # ── the DaemonSet itself ─────────────────────────────────────────────────────────────────
     Case("template-labelled-otherwise", both(
         put(("spec", "template", "metadata", "labels", "tier"), "debug"),

@@ -328,7 +328,7 @@ def test_no_ephemeral_container_joins_a_privileged_pod(
     assert "no ephemeral (debug) containers in the guard's privileged pods" in message
 
 
-@pytest.mark.parametrize("verb", ["exec", "attach", "portforward"])
+@pytest.mark.parametrize("verb", ["exec", "attach", "portforward", "proxy"])
 def test_no_one_enters_a_privileged_pod(
     identities: Identities, admin: client.ApiClient, running_pod: str, verb: str
 ) -> None:
@@ -336,11 +336,10 @@ def test_no_one_enters_a_privileged_pod(
     node. (Admission runs before the API server dials the kubelet, so no kubelet is needed.)"""
     for who, api in (("jobs-ns-admin", identities.jobs_ns_admin), ("cluster-admin", admin)):
         status, message = refusal(lambda: _enter(client.CoreV1Api(api), verb, running_pod))  # noqa: B023
-        tally.record(who, "exec/attach/port-forward", status == 422 and GATE in message)
+        tally.record(who, "exec/attach/port-forward/proxy", status == 422 and GATE in message)
         assert (status, GATE in message) == (422, True), message
-        assert f"no exec, attach or port-forward into the guard's privileged pods ({verb})" in (
-            message
-        )
+        words = f"no exec, attach, port-forward or proxy into the guard's privileged pods ({verb})"
+        assert words in message
 
 
 def _enter(core: client.CoreV1Api, verb: str, pod: str) -> object:
@@ -348,6 +347,8 @@ def _enter(core: client.CoreV1Api, verb: str, pod: str) -> object:
         return core.connect_post_namespaced_pod_exec(pod, JOBS_NS, command=["sh"], stdout=True)
     if verb == "attach":
         return core.connect_post_namespaced_pod_attach(pod, JOBS_NS, stdout=True)
+    if verb == "proxy":  # the pod's HTTP, through the API server
+        return core.connect_get_namespaced_pod_proxy(pod, JOBS_NS)
     return core.connect_post_namespaced_pod_portforward(pod, JOBS_NS, ports="22")
 
 

@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard.names import REPORTING_CONTROLLER
 from tests.apiserver.deploy import BASE, EXAMPLE, Kubectl, key
 from tests.apiserver.kube import (
     GUARD_NS,
@@ -110,7 +111,7 @@ def event(c: Calls, namespace: str = "default") -> dict[str, Any]:
         "kind": "Event",
         "metadata": {"name": f"{c.node}.{uuid.uuid4().hex[:8]}", "namespace": namespace},
         "eventTime": "2026-03-02T04:10:00.000000Z",
-        "reportingController": "gpu-node-guard.io/guard",
+        "reportingController": REPORTING_CONTROLLER,  # guard-scope admits only the guard's
         "reportingInstance": "gpu-node-guard-1",
         "action": "Cordon",
         "reason": "Xid79",

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from guard import ledger
 from guard.jobs import JobTemplates, job_name
-from guard.names import Annotations
+from guard.names import REPORTING_CONTROLLER, Annotations
 from guard.plan.common import Incident, conformance_args, evidence_args, loadtest_args
 from guard.policies import POLICY_DIR, render
 from guard.policies import argv as layouts
@@ -86,7 +86,8 @@ def test_the_settings_drive_every_name_in_the_policies() -> None:
         loadtest_image="registry.example/burn:7",
         onboarding_taint="ops.example.com/admitted=no:NoExecute",
     )
-    text = "\n".join(render(s).values())
+    # The Events' reportingController is a constant of guard/events.py, not a setting.
+    text = "\n".join(render(s).values()).replace(REPORTING_CONTROLLER, "")
     for value in ("ops.example.com/auto-cordon-reason", "'guardian-jobs'",
                   "system:serviceaccount:guardian:gpu-node-guard", "faults-archive-",
                   "guardian-runner", "'example.com/accelerator': 'h200'",
@@ -196,3 +197,49 @@ def test_cel_literals_cannot_break_out_of_their_quotes(value: object, cel: str) 
 def test_a_control_character_is_refused_not_embedded() -> None:
     with pytest.raises(ValueError, match="control character"):
         quote("line\nbreak")
+
+
+MAX_EXPRESSION = 2000
+
+
+def _expressions(doc: dict[str, object]) -> list[tuple[str, str]]:
+    spec = doc["spec"]
+    assert isinstance(spec, dict)
+    out = [(f"variable {v['name']}", v["expression"]) for v in spec.get("variables", [])]
+    out += [(f"condition {c['name']}", c["expression"]) for c in spec.get("matchConditions", [])]
+    for v in spec["validations"]:
+        out += [(f"validation {v['message'][:60]}", v["expression"]),
+                (f"message of {v['message'][:60]}", v["messageExpression"])]  # fmt: skip
+    return out
+
+
+def test_no_policy_expression_is_longer_than_a_reviewer_reads() -> None:
+    """Every CEL expression of every generated policy (variables, conditions, validations and
+    their messages) is at most 2,000 characters: repeated parts live in variables and list
+    macros, never unrolled."""
+    from guard.policies import documents
+
+    seen = 0
+    for name, docs in documents(Settings()).items():
+        for doc in docs:
+            if doc["kind"] != "ValidatingAdmissionPolicy":
+                continue
+            for what, expression in _expressions(doc):
+                seen += 1
+                assert len(expression) <= MAX_EXPRESSION, (name, what, len(expression))
+    assert seen > 500
+
+
+def test_the_guards_longest_records_fit_the_node_scope_bound() -> None:
+    """The node-scope policy bounds every guard value at VALUE_MAX_BYTES, printable, one line:
+    the longest records the guard writes (every conformance item failed, 16 PCIe links) fit."""
+    from guard.check_records import MAX_LINKS, failed_value, links_value
+    from guard.conformance.checks import ITEMS
+    from guard.model import RecordedLink
+    from guard.policies.nodes import PRINTABLE, VALUE_MAX_BYTES
+
+    job = "gng-cf-" + "n" * 47 + "-1a2b3c4d"
+    links = tuple(RecordedLink(f"0000:{i:02x}:1f.7", "2.5GT/s,x16") for i in range(MAX_LINKS))
+    for value in (failed_value("2026-09-21T06:00:00Z", job, ITEMS), links_value(links)):
+        assert len(value.encode()) <= VALUE_MAX_BYTES, value
+        assert re.fullmatch(PRINTABLE[1:-1], value), value
