@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from guard.jobs import node_label
 from tests.apiserver import tally
 from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
 from tests.apiserver.guard_run import KEYS, forget_guard_state, make_gpu_node
@@ -191,7 +192,7 @@ def gpu_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
     yield make
     for name in made:
         core.delete_collection_namespaced_pod(  # the Pods a test made for its Jobs (`finish`)
-            JOBS_NS, label_selector=f"{KEYS.node_label}={name}", grace_period_seconds=0
+            JOBS_NS, label_selector=f"{KEYS.node_label}={node_label(name)}", grace_period_seconds=0
         )
         core.delete_node(name)
     forget_guard_state(core, admin)
@@ -241,7 +242,7 @@ def make_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
 
     yield make
     for name in made:
-        selector = f"gpu-node-guard.io/node={name}"
+        selector = f"gpu-node-guard.io/node={node_label(name)}"
         batch.delete_collection_namespaced_job(JOBS_NS, label_selector=selector)
         core.delete_collection_namespaced_pod(JOBS_NS, label_selector=selector)
         core.delete_node(name)

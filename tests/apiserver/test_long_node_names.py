@@ -5,9 +5,11 @@ nodeName and the node annotation). Before, such a node was cordoned and never go
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus
 from guard.jobs import node_label
@@ -15,6 +17,7 @@ from tests.apiserver.guard_run import (
     ISOLATE_AT,
     RETURN_AT,
     faulted,
+    finish,
     guard_jobs,
     mine,
     outcomes,
@@ -22,7 +25,8 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.test_guard_e2e import complete
+from tests.apiserver.kube import JOBS_NS
+from tests.apiserver.test_guard_e2e import LOADTEST_PASS, complete
 
 pytestmark = pytest.mark.apiserver
 
@@ -43,7 +47,7 @@ def prom() -> Iterator[LocalPrometheus]:
 
 @pytest.mark.parametrize("length", sorted(NODES))
 def test_a_long_named_node_is_cordoned_gets_its_jobs_and_returns(
-    length, prom, guard_kubeconfig, gpu_node, core, admin
+    length, prom, guard_kubeconfig, gpu_node, core, admin, deployed
 ):
     node = gpu_node(NODES[length], boot="boot-1")
     assert len(node) == length
@@ -62,6 +66,9 @@ def test_a_long_named_node_is_cordoned_gets_its_jobs_and_returns(
                    if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"]  # fmt: skip
     assert len(loadtest.metadata.name) <= 57
     complete(admin, loadtest.metadata.name)
+    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
+                                                          _preload_content=False)  # fmt: skip
+    finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
     done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     assert not core.read_node(node).spec.unschedulable
