@@ -20,6 +20,7 @@ import yaml
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor
 from guard.bundle import BundleError, load_bundle
+from guard.catchall import GuardedGroup
 from guard.evidence.options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
@@ -44,7 +45,7 @@ from guard.snapshot import (
 )
 
 
-class LazyGroup(click.Group):
+class LazyGroup(GuardedGroup):
     """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
     so the CronJob's `run` starts fast."""
 

@@ -39,6 +39,10 @@ class FileInputError(ValueError):
     """A file the guard refuses to read or parse; the message is one line naming it."""
 
 
+class FileSyntaxError(FileInputError):
+    """Not YAML or JSON at all (as opposed to valid but over a bound)."""
+
+
 def _size(n: int) -> str:
     return f"{n / MIB:g} MiB" if n >= MIB else f"{n / KIB:g} KiB"
 
@@ -198,7 +202,7 @@ def load_yaml_all(text: str, what: str, max_depth: int = MAX_DEPTH) -> list[Any]
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or _first(exc)
-        raise FileInputError(f"{what} is not YAML{at}: {problem}") from None
+        raise FileSyntaxError(f"{what} is not YAML{at}: {problem}") from None
     except (ValueError, RecursionError, OverflowError) as exc:  # e.g. an int of 20,000 digits
         raise FileInputError(f"{what}: a value cannot be read: {_first(exc)}") from None
     finally:
@@ -219,7 +223,7 @@ def load_json(text: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FileInputError(f"{what} is not JSON (line {exc.lineno}): {exc.msg}") from None
+        raise FileSyntaxError(f"{what} is not JSON (line {exc.lineno}): {exc.msg}") from None
     except RecursionError:
         raise FileInputError(f"{what}: nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # an integer of more than 4,300 digits

@@ -310,12 +310,16 @@ def _kubeconfig_files(kubeconfig: str) -> list[str]:
 def check_kubeconfig(path: str) -> None:
     """Refuse a kubeconfig that is not a regular file, is over the size limit, nests too deep
     or is an alias bomb, before the client reads it (its merge would expand every alias)."""
-    from guard.files import KUBECONFIG_MAX_BYTES, FileInputError, load_yaml, read_text_bounded
+    from guard import files
 
+    if not os.path.exists(path):
+        return  # the client's own line says so
     try:
-        load_yaml(read_text_bounded(path, KUBECONFIG_MAX_BYTES, "kubeconfig"), f"kubeconfig {path}")
-    except FileInputError as exc:
-        raise ValueError(str(exc)) from None
+        files.load_yaml(files.read_text_bounded(path, files.KUBECONFIG_MAX_BYTES, "file"), "it")
+    except files.FileSyntaxError:
+        return  # not YAML: the client's own line says where
+    except files.FileInputError as exc:
+        raise ValueError(str(exc).replace(f"file {path} ", "it ")) from None
 
 
 def _authorize(session: requests.Session, cfg: Configuration) -> None:

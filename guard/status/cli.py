@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from guard.catchall import GuardedCommand
 from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.model import PromView
@@ -39,7 +40,7 @@ from guard.status.render import render
 READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers, retries included
 
 
-@click.command()
+@click.command(cls=GuardedCommand)
 @click.option(
     "-o",
     "--output",
