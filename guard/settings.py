@@ -25,6 +25,7 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
+CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
@@ -355,8 +356,9 @@ def _jobs(s: Settings) -> list[Check]:
 
 def _writes(s: Settings) -> list[Check]:
     return [
-        (_within(s.cycle_deadline_s, 1, 230), "cycle_deadline_s",
-         "must be in 1..230 (below the CronJob's activeDeadlineSeconds, 240)"),
+        (_within(s.cycle_deadline_s, 1, CRONJOB_DEADLINE_S - 10), "cycle_deadline_s",
+         f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
+         f" {CRONJOB_DEADLINE_S})"),
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
@@ -463,6 +465,9 @@ def _reading(s: Settings) -> list[Check]:
          "must be http://host:port or https://host:port with an optional path prefix, no"
          " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
+        (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < s.cycle_deadline_s,
+         "prometheus_timeout_s", "must be below cycle_deadline_s (itself below the CronJob's "
+         f"activeDeadlineSeconds, {CRONJOB_DEADLINE_S}): a slow answer would outlive the run"),
         (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
          "must be at least 65536"),
         (s.prometheus_max_series >= 100, "prometheus_max_series",
