@@ -23,6 +23,19 @@ def _where(exc: BaseException) -> str:
     return f"{os.path.basename(last.filename)}:{last.lineno}"
 
 
+def _command_path(ctx: click.Context, exc: BaseException) -> str:
+    """The deepest command that was running (`gpu-node-guard evidence classify`, not the
+    group): the last click Context among the traceback's frames."""
+    found = ctx
+    tb = exc.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(local, click.Context):
+            found = local
+        tb = tb.tb_next
+    return found.command_path
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     lines = str(exc).strip().splitlines()
     text = lines[0] if lines else ""
@@ -45,7 +58,7 @@ def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:
         raise click.ClickException(f"{ctx.command_path}: out of memory") from None
     except Exception as exc:
         raise click.ClickException(
-            f"{ctx.command_path}: unexpected {type(exc).__name__} at {_where(exc)}: "
+            f"{_command_path(ctx, exc)}: unexpected {type(exc).__name__} at {_where(exc)}: "
             f"{one_line(exc)} (please report)"
         ) from None
 

@@ -44,7 +44,8 @@ class FileSyntaxError(FileInputError):
 
 
 def _size(n: int) -> str:
-    return f"{n / MIB:g} MiB" if n >= MIB else f"{n / KIB:g} KiB"
+    value, unit = (n / MIB, "MiB") if n >= MIB else (n / KIB, "KiB")
+    return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
 
 
 def open_regular(path: str | os.PathLike[str], limit: int, what: str) -> int:
@@ -60,7 +61,7 @@ def open_regular(path: str | os.PathLike[str], limit: int, what: str) -> int:
             raise FileInputError(f"{what} {path} is not a regular file")
         if info.st_size > limit:
             raise FileInputError(
-                f"{what} {path} is {_size(info.st_size)}, larger than the limit of {_size(limit)}"
+                f"{what} {path} is {info.st_size:,} bytes, larger than the limit of {_size(limit)}"
             )
         os.set_blocking(fd, True)
     except BaseException:

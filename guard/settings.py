@@ -337,8 +337,8 @@ def _names(s: Settings) -> list[Check]:
 def _jobs(s: Settings) -> list[Check]:
     deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
     return [
-        (bool(_IMAGE.match(s.image)), "image", "must be an image reference without spaces"),
-        (bool(_IMAGE.match(s.loadtest_image)), "loadtest_image",
+        (bool(_IMAGE.fullmatch(s.image)), "image", "must be an image reference without spaces"),
+        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image",
          "must be an image reference without spaces"),
         (_within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
          "evidence_deadline_s", deadline),
@@ -406,7 +406,7 @@ _NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+$", re.ASCII)
 
 
 def _is_name_pattern(text: str) -> bool:
-    if not _NAME_PATTERN.match(text):
+    if not _NAME_PATTERN.fullmatch(text):
         return False
     try:
         re.compile(text)
@@ -443,7 +443,7 @@ _HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?$", re.ASCII)  # no user:passw
 
 def _metrics(s: Settings) -> list[Check]:
     return [
-        (not s.pushgateway_url or bool(_HTTP_URL.match(s.pushgateway_url)), "pushgateway_url",
+        (not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
@@ -461,7 +461,7 @@ def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
     return [
-        (not s.prometheus_url or bool(_HTTP_URL.match(s.prometheus_url)), "prometheus_url",
+        (not s.prometheus_url or bool(_HTTP_URL.fullmatch(s.prometheus_url)), "prometheus_url",
          "must be http://host:port or https://host:port with an optional path prefix, no"
          " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
@@ -472,9 +472,9 @@ def _reading(s: Settings) -> list[Check]:
          "must be at least 65536"),
         (s.prometheus_max_series >= 100, "prometheus_max_series",
          "must be at least 100"),
-        (bool(labels) and all(_LABEL_NAME.match(v) for v in labels), "dcgm_node_labels",
+        (bool(labels) and all(_LABEL_NAME.fullmatch(v) for v in labels), "dcgm_node_labels",
          "must be comma-separated Prometheus label names"),
-        (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
+        (all(_HEADER_NAME.fullmatch(n) and v for n, v in headers), "prometheus_headers",
          "must be comma-separated Name=value with a valid header name"),
         (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",
          "values must be printable ASCII (no line breaks)"),
