@@ -195,6 +195,8 @@ def load_yaml_all(text: str, what: str, max_depth: int = MAX_DEPTH) -> list[Any]
     try:
         while loader.check_node():
             node = loader.get_node()
+            if node is None:
+                continue
             _expanded(node)
             docs.append(loader.construct_document(node))
     except FileInputError as exc:

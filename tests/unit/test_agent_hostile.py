@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_slow_clients_leave_a_scrape_its_answer_and_sigterm_ends_it_at_once() ->
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[MetricsServer]:
     page = Page()
     page.set("up 1\n", time.time())
     srv = MetricsServer(page, 60, time.time, max_connections=8, read_timeout_s=0.5)
@@ -62,12 +63,14 @@ def _raw(port: int, data: bytes, wait_s: float = 3.0) -> bytes:
         pytest.param(b"GET /metr", b"", id="half-a-line-times-out"),
     ],
 )  # fmt: skip
-def test_each_request_is_answered_or_closed(server, request_bytes: bytes, status: bytes) -> None:
+def test_each_request_is_answered_or_closed(
+    server: MetricsServer, request_bytes: bytes, status: bytes
+) -> None:
     answer = _raw(server.port, request_bytes)
     assert answer.split(b" ", 2)[1:2] == ([status] if status else [])
 
 
-def test_more_idle_clients_than_the_cap_evict_the_oldest(server) -> None:
+def test_more_idle_clients_than_the_cap_evict_the_oldest(server: MetricsServer) -> None:
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
     try:
         time.sleep(0.2)
@@ -79,7 +82,7 @@ def test_more_idle_clients_than_the_cap_evict_the_oldest(server) -> None:
             s.close()
 
 
-def test_a_client_that_resets_mid_answer_is_not_an_error(server) -> None:
+def test_a_client_that_resets_mid_answer_is_not_an_error(server: MetricsServer) -> None:
     for _ in range(50):
         s = socket.create_connection(("127.0.0.1", server.port))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")

@@ -423,7 +423,9 @@ def _exec_user(script: str) -> dict[str, object]:
         pytest.param("echo '[]'", "no status in its answer", id="not-an-object"),
     ],
 )  # fmt: skip
-def test_exec_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, message: str):
+def test_exec_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, message: str
+) -> None:
     monkeypatch.setattr(kube_exec, "EXEC_TIMEOUT_S", 1.0)
     path = _kubeconfig(tmp_path, _exec_user(script))
     out = invoke(["status", "--kubeconfig", str(path)])
@@ -466,7 +468,7 @@ def test_items_that_are_not_a_list_are_one_error() -> None:
 
 def _cluster_answers(nodes: list[dict[str, object]]) -> None:
     responses.add(responses.GET, NODES, json={"items": nodes})
-    empty = {"items": []}
+    empty: dict[str, list[object]] = {"items": []}
     for path in (
         "/apis/batch/v1/namespaces/gpu-node-guard-jobs/jobs",
         "/apis/events.k8s.io/v1/namespaces/default/events",
@@ -513,7 +515,7 @@ def _boom(*_: object, **__: object) -> None:
 
 
 @pytest.mark.parametrize("prog", ["gpu-node-guard", "kubectl gpu-guard"])
-def test_status_has_a_catch_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prog: str):
+def test_status_has_a_catch_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prog: str) -> None:
     import guard.status.cli as status_cli
 
     monkeypatch.setattr(status_cli, "report", _boom)
