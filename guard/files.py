@@ -240,7 +240,7 @@ def depth(doc: Any) -> int:
     """Nesting depth of plain data, without recursion (a scalar is 0).
 
     >>> depth({"a": [1, {"b": []}]}), depth(3)
-    (3, 0)
+    (4, 0)
     """
     deepest = 0
     stack: list[tuple[Any, int]] = [(doc, 0)]
