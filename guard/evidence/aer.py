@@ -112,7 +112,9 @@ def parse_aer_line(line: str, number: int) -> AerEvent | None:
 
 def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
     """Every AER line in a kernel log (any prefix); other lines are ignored."""
-    events = (_event(line, n) for n, line in enumerate(text.splitlines(), start=1))
+    from guard.evidence.kernel_log import lines_of  # no list of every line of a long log
+
+    events = (_event(line, n) for n, line in enumerate(lines_of(text), start=1))
     return tuple(e for e in events if e is not None)
 
 
