@@ -750,3 +750,21 @@ def test_unknown_variables_warn_once_on_run(tmp_path: Path) -> None:
     warns = [line for line in out.lines() if line.startswith("WARN unknown setting")]
     # click refuses the missing file before the settings are built: no warning yet, exit 2
     assert out.code == 2 and len(warns) <= 1
+
+
+# ---- Host commands ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lines", [10, 10_000])
+def test_a_host_command_keeps_the_tail_of_a_long_output(
+    monkeypatch: pytest.MonkeyPatch, lines: int
+) -> None:
+    from guard import hostexec
+
+    monkeypatch.setattr(hostexec, "MAX_OUTPUT_BYTES", 1000)
+    got = hostexec.run(("seq", "1", str(lines)), 10.0)
+    assert isinstance(got, hostexec.Exited) and got.returncode == 0
+    assert got.stdout.endswith(f"\n{lines}\n")
+    assert len(got.stdout) <= 1000
+    assert (got.dropped > 0) == (lines > 300)
+    assert got.stdout.split("\n", 1)[0].isdigit()  # starts at a whole line
