@@ -465,9 +465,9 @@ def _reading(s: Settings) -> list[Check]:
          "must be http://host:port or https://host:port with an optional path prefix, no"
          " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
-        (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < s.cycle_deadline_s,
-         "prometheus_timeout_s", "must be below cycle_deadline_s (itself below the CronJob's "
-         f"activeDeadlineSeconds, {CRONJOB_DEADLINE_S}): a slow answer would outlive the run"),
+        (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
+         "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
+         f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
         (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
          "must be at least 65536"),
         (s.prometheus_max_series >= 100, "prometheus_max_series",

@@ -732,10 +732,16 @@ def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> 
     assert "X-Scope-OrgID=team-a" in out.stderr or out.code == 2
 
 
-@pytest.mark.parametrize("timeout", ["200", "239", "300", "600"])
-def test_the_prometheus_timeout_stays_below_the_cycle_deadline(timeout: str) -> None:
+@pytest.mark.parametrize("timeout", ["240", "300", "600"])
+def test_the_prometheus_timeout_stays_below_the_cronjob_deadline(timeout: str) -> None:
     code, _, err = _settings({}, "--prometheus-timeout-s", timeout)
-    assert code == 2 and "must be below cycle_deadline_s" in err
+    assert code == 2 and "must be below the CronJob's activeDeadlineSeconds (240)" in err
+
+
+@pytest.mark.parametrize("timeout", ["0.5", "239"])
+def test_a_prometheus_timeout_below_the_cronjob_deadline_is_taken(timeout: str) -> None:
+    code, s, err = _settings({}, "--prometheus-timeout-s", timeout)
+    assert code == 0 and s is not None and s.prometheus_timeout_s == float(timeout), err
 
 
 def test_the_cronjob_deadline_matches_the_manifest() -> None:
