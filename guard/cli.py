@@ -42,6 +42,7 @@ from guard.snapshot import (
     load_cluster_file,
     read_cluster,
     read_prom,
+    require_nodes,
 )
 
 
@@ -232,7 +233,7 @@ def _cycle(
     else:
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
-        objs = read_cluster(kube, s)
+        objs = require_nodes(read_cluster(kube, s))
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
     snap = trace.snap = build_snapshot(now, objs, view, s)

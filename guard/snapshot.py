@@ -152,11 +152,6 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
     nodes = unique([slim_node(n, keys) for n in kube.nodes()], "Node", "the API server")
-    if not nodes:  # not a dcgm-exporter problem, whatever the join would say next
-        raise SnapshotError(
-            "the API server listed no Nodes: check the kubeconfig's cluster and that the "
-            "guard may list nodes"
-        )
     return ClusterObjects(
         nodes=tuple(nodes),
         jobs=tuple(unique(kube.jobs(s.jobs_namespace, mine), "Job", "the API server")),
@@ -165,6 +160,17 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, mine)),
         pods=tuple(slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)),
     )
+
+
+def require_nodes(objs: ClusterObjects) -> ClusterObjects:
+    """`objs` when the API listed at least one Node (`run` and `status`): with none, the
+    Prometheus join would blame dcgm-exporter ("set NODE_NAME"), which is not the problem."""
+    if not objs.nodes:
+        raise SnapshotError(
+            "the API server listed no Nodes: check the kubeconfig's cluster and that the "
+            "guard may list nodes"
+        )
+    return objs
 
 
 def unique(objs: list[dict[str, Any]], kind: str, origin: str) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from guard.kube import MAX_PAGES, Kube, KubeError
 from guard.retry import Backoff
 from guard.settings import CRONJOB_DEADLINE_S, Settings
 from guard.settings_flags import build_settings, settings_options, unknown_env_lines
-from guard.snapshot import SnapshotError, read_cluster
+from guard.snapshot import SnapshotError, read_cluster, require_nodes
 from guard.termination import write_termination_message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -496,7 +496,7 @@ def _cluster_answers(nodes: list[dict[str, object]]) -> None:
 def test_what_the_api_lists_is_checked(nodes: list[dict[str, object]], message: str) -> None:
     _cluster_answers(nodes)
     with pytest.raises(SnapshotError, match=re.escape(message)):
-        read_cluster(_kube(), Settings())
+        require_nodes(read_cluster(_kube(), Settings()))
 
 
 def test_a_snapshot_file_with_a_node_twice_is_refused(tmp_path: Path) -> None:
