@@ -300,18 +300,20 @@ def test_peak_rss_of_an_alias_bomb_snapshot_stays_small(tmp_path: Path) -> None:
     assert _child_maxrss_kib(code) < 150 * 1024
 
 
-def test_peak_rss_of_a_100_mb_kernel_log_stays_small(tmp_path: Path) -> None:
+def test_peak_rss_of_a_60_mb_kernel_log_stays_small(tmp_path: Path) -> None:
+    # Read whole, this log is 60 MB of bytes plus its text and a list of its 400,000 lines;
+    # streamed, one line at a time. The 100 MB measurement is in docs/evidence.md.
     path = tmp_path / "kern.log"
     line = b"[1.0] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=p, Graphics Exception\n"
     with open(path, "wb") as fh:
-        fh.write(b"x" * (40 * 1024 * 1024) + b"\n")  # one 40 MB line
-        fh.write(line * (60 * 1024 * 1024 // len(line)))
+        fh.write(b"x" * (30 * 1024 * 1024) + b"\n")  # one 30 MB line
+        fh.write(line * (30 * 1024 * 1024 // len(line)))
     code = (
         "import sys\nfrom guard.cli import main\n"
         f"sys.argv = ['gpu-node-guard', 'evidence', 'classify', '--kernel-log', {str(path)!r}]\n"
         "main()"
     )
-    assert _child_maxrss_kib(code) < 120 * 1024
+    assert _child_maxrss_kib(code) < 100 * 1024
 
 
 # ---- Kernel log contents --------------------------------------------------------------------
@@ -421,6 +423,8 @@ def _exec_user(script: str) -> dict[str, object]:
         pytest.param("echo '{\"apiVersion\": \"v0\", \"kind\": \"ExecCredential\", "
                      "\"status\": {}}'", "answered apiVersion 'v0'", id="wrong-version"),
         pytest.param("echo '[]'", "no status in its answer", id="not-an-object"),
+        pytest.param("exec yes", "printed over 1 MiB", id="prints-without-end"),
+        pytest.param("exec /nonexistent/plugin", "exited 127", id="plugin-missing"),
     ],
 )  # fmt: skip
 def test_exec_plugin(
