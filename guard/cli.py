@@ -20,6 +20,7 @@ import yaml
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.bundle import BundleError, load_bundle
+from guard.catchall import GuardedGroup
 from guard.evidence.options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
@@ -43,10 +44,11 @@ from guard.snapshot import (
     load_cluster_file,
     read_cluster,
     read_prom,
+    require_nodes,
 )
 
 
-class LazyGroup(click.Group):
+class LazyGroup(GuardedGroup):
     """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
     so the CronJob's `run` starts fast."""
 
@@ -233,7 +235,7 @@ def _cycle(
     else:
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
-        objs = read_cluster(kube, s)
+        objs = require_nodes(read_cluster(kube, s))
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
     snap = trace.snap = build_snapshot(now, objs, view, s)

@@ -14,19 +14,25 @@ tests can answer commands from a table).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from io import BufferedReader
+from typing import IO, Protocol
 
 # PID 1's mount namespace; the Job has hostPID and CAP_SYS_ADMIN.
 NSENTER_PREFIX = ("nsenter", "-t", "1", "-m", "--")
 # After the kill, how long to wait for the pipes to close. A process stuck in the kernel (D state,
 # e.g. a config read of a dead GPU) ignores SIGKILL; the run gives up on it instead of hanging.
 KILL_GRACE_S = 1.0
+MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # the last this many bytes of a command's stdout are kept
+MAX_STDERR_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,7 @@ class Exited:
     returncode: int
     stdout: str
     stderr: str
+    dropped: int = 0  # bytes of stdout left out at its start (over MAX_OUTPUT_BYTES)
 
 
 Outcome = NotStarted | TimedOut | Exited
@@ -65,29 +72,69 @@ def run(argv: Sequence[str], timeout_s: float) -> Outcome:
         )
     except OSError as exc:
         return NotStarted(exc.strerror or str(exc))
+    out, err = _Tail(MAX_OUTPUT_BYTES), _Tail(MAX_STDERR_BYTES)
+    readers = [
+        threading.Thread(target=buf.drain, args=(stream,), daemon=True)
+        for buf, stream in ((out, proc.stdout), (err, proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout_s
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
+        for reader in readers:  # a child that keeps the pipe open counts against the timeout
+            reader.join(max(0.0, deadline - time.monotonic()))
+        if any(reader.is_alive() for reader in readers):
+            raise subprocess.TimeoutExpired(tuple(argv), timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        # Not `_kill_group`: its communicate() and close() would contend with the readers for
+        # the pipes (a BufferedReader's close waits for its read). The readers are daemons; they
+        # end when the last holder of the pipe does.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
         return TimedOut()
-    return Exited(proc.returncode, _text(out), _text(err))
+    return Exited(proc.returncode, _text(out.data()), _text(err.data()), out.dropped)
+
+
+class _Tail:
+    """The last `limit` bytes of a stream, read to its end: a journalctl of a long boot must
+    not hold hundreds of MB in a 256 Mi evidence Job, and the latest records (the fault) are at
+    the end."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.dropped = 0
+
+    def drain(self, stream: BufferedReader | IO[bytes] | None) -> None:
+        if stream is None:
+            return
+        with contextlib.suppress(OSError, ValueError):  # the pipe went away under us
+            read = getattr(stream, "read1", stream.read)  # read1: what has arrived, no more
+            while chunk := read(1 << 16):
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+                while self.size - len(self.chunks[0]) >= self.limit:
+                    first = self.chunks.popleft()
+                    self.size -= len(first)
+                    self.dropped += len(first)
+
+    def data(self) -> bytes:
+        data = b"".join(self.chunks)
+        if len(data) > self.limit:
+            self.dropped += len(data) - self.limit
+            data = data[-self.limit :]
+        if self.dropped:  # start at a whole line
+            cut = data.find(b"\n")
+            data = data[cut + 1 :] if cut >= 0 else data
+        return data
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        # A child outside the group still holds the pipes, or the process is stuck in the kernel.
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-    proc.poll()
 
 
 @dataclass(frozen=True, slots=True)

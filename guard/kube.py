@@ -11,6 +11,7 @@ are retried with jittered backoff until the cycle's deadline (guard.retry), then
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from kubernetes.client import Configuration
 
 PAGE = 500
+# A list longer than this is not a cluster the guard was built for, and an API (or a proxy)
+# that hands out `continue` tokens forever must not grow the guard's memory until it is killed.
+MAX_PAGES = 400
+MAX_LIST_ITEMS = 100_000
 MERGE_PATCH = "application/merge-patch+json"
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 5.0
@@ -67,16 +72,24 @@ class Kube:
         import yaml
         from kubernetes import client, config
 
+        from guard import kube_exec
+
+        kube_exec.install()
         cfg = client.Configuration()
         try:
             if kubeconfig or context or not in_cluster:
+                for path in _kubeconfig_files(kubeconfig):
+                    check_kubeconfig(path)
                 config.load_kube_config(
                     config_file=kubeconfig or None, context=context or None,
                     client_configuration=cfg,
                 )  # fmt: skip
             else:
                 config.load_incluster_config(client_configuration=cfg)
-        except (config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
+        except (
+            config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError, KeyError,
+            AttributeError, kube_exec.ExecPluginFailed,
+        ) as exc:  # fmt: skip
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None
@@ -137,7 +150,12 @@ class Kube:
         if remaining <= 0:
             return "the cycle's deadline has passed"
         if self.refresh is not None:
-            self.refresh()
+            from guard.kube_exec import ExecPluginFailed
+
+            try:
+                self.refresh()
+            except ExecPluginFailed as exc:
+                raise KubeError(f"{what}: {exc}") from None
         self.requests_made += 1
         timeout = (min(CONNECT_TIMEOUT_S, remaining), min(self.request_timeout_s, remaining))
         try:
@@ -170,11 +188,28 @@ class Kube:
         return decode(what, content)
 
     def list_all(self, path: str, what: str, **params: Any) -> Iterator[dict[str, Any]]:
+        """Every item of a list, page by page; KubeError when the pages or the items pass
+        MAX_PAGES or MAX_LIST_ITEMS, or a `continue` token comes back that was already used."""
         token = None
+        pages = count = 0
+        tokens: set[str] = set()
         while True:
             page = self.call("GET", path, what, params={**params, "limit": PAGE, "continue": token})
-            items: list[dict[str, Any]] = page.get("items") or []
+            pages += 1
+            items = page.get("items") or []
+            if not isinstance(items, list):
+                raise KubeError(f"{what}: the answer's items are not a list")
+            count += len(items)
             token = (page.get("metadata") or {}).get("continue")
+            if token and (not isinstance(token, str) or token in tokens):
+                raise KubeError(f"{what}: the API server repeated a continue token (page {pages})")
+            if token and (pages >= MAX_PAGES or count > MAX_LIST_ITEMS):
+                raise KubeError(
+                    f"{what}: more than {MAX_PAGES} pages or {MAX_LIST_ITEMS} items; refusing"
+                    " to read further"
+                )
+            if token:
+                tokens.add(token)
             del page  # hand items out one by one and let each go: at most one page is alive
             items.reverse()
             while items:
@@ -267,6 +302,30 @@ class Kube:
             body=body,
             content_type=MERGE_PATCH if method == "PATCH" else "application/json",
         )
+
+
+def _kubeconfig_files(kubeconfig: str) -> list[str]:
+    """The files the client will read: the given one, else $KUBECONFIG's, else ~/.kube/config."""
+    if kubeconfig:
+        return [kubeconfig]
+    listed = os.environ.get("KUBECONFIG", "")
+    found = [p for p in listed.split(os.pathsep) if p] or [os.path.expanduser("~/.kube/config")]
+    return [p for p in found if os.path.exists(p)]
+
+
+def check_kubeconfig(path: str) -> None:
+    """Refuse a kubeconfig that is not a regular file, is over the size limit, nests too deep
+    or is an alias bomb, before the client reads it (its merge would expand every alias)."""
+    from guard import files
+
+    if not os.path.exists(path):
+        return  # the client's own line says so
+    try:
+        files.load_yaml(files.read_text_bounded(path, files.KUBECONFIG_MAX_BYTES, "file"), "it")
+    except files.FileSyntaxError:
+        return  # not YAML: the client's own line says where
+    except files.FileInputError as exc:
+        raise ValueError(str(exc).replace(f"file {path} ", "it ")) from None
 
 
 def _authorize(session: requests.Session, cfg: Configuration) -> None:

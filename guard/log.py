@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TextIO, get_args
 
+from guard.redact import redact
+
 LogFormat = Literal["text", "json"]
 Level = Literal["INFO", "WARN", "ERROR"]  # every program's lines: one word each, never WARNING
 LEVELS: frozenset[str] = frozenset(get_args(Level))
@@ -41,8 +43,13 @@ def format_value(value: Value) -> str:
 
 
 def shown(fields: Fields) -> dict[str, Value]:
-    """The fields a line carries: empty values (None, "") are left out of both formats."""
-    return {k: v for k, v in fields.items() if v is not None and v != ""}
+    """The fields a line carries: empty values (None, "") are left out of both formats; text
+    values with credentials in them are redacted (guard.redact)."""
+    return {
+        k: redact(v) if isinstance(v, str) else v
+        for k, v in fields.items()
+        if v is not None and v != ""
+    }
 
 
 def format_line(event: str, fields: Fields) -> str:

@@ -45,7 +45,7 @@ def is_dns_label(name: str) -> bool:
     >>> is_dns_label("gpu-node-guard"), is_dns_label("Bad_NS"), is_dns_label("a" * 64)
     (True, False, False)
     """
-    return bool(_DNS_LABEL.match(name))
+    return bool(_DNS_LABEL.fullmatch(name))
 
 
 def is_dns_subdomain(name: str, longest: int = 253) -> bool:
@@ -54,7 +54,7 @@ def is_dns_subdomain(name: str, longest: int = 253) -> bool:
     >>> is_dns_subdomain("gpu-node-guard.io"), is_dns_subdomain("gpu_node"), is_dns_subdomain("")
     (True, False, False)
     """
-    return len(name) <= longest and bool(_DNS_SUBDOMAIN.match(name))
+    return len(name) <= longest and bool(_DNS_SUBDOMAIN.fullmatch(name))
 
 
 _LABEL_KEY = re.compile(
@@ -71,7 +71,7 @@ def is_label_pair(pair: str) -> bool:
     (True, False, False)
     """
     key, sep, value = pair.partition("=")
-    return bool(sep and _LABEL_KEY.match(key) and _LABEL_VALUE.match(value))
+    return bool(sep and _LABEL_KEY.fullmatch(key) and _LABEL_VALUE.fullmatch(value))
 
 
 @dataclass(frozen=True, slots=True)

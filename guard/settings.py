@@ -25,6 +25,7 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
+CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
@@ -346,8 +347,8 @@ def _names(s: Settings) -> list[Check]:
 def _jobs(s: Settings) -> list[Check]:
     deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
     return [
-        (bool(_IMAGE.match(s.image)), "image", "must be an image reference without spaces"),
-        (bool(_IMAGE.match(s.loadtest_image)), "loadtest_image",
+        (bool(_IMAGE.fullmatch(s.image)), "image", "must be an image reference without spaces"),
+        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image",
          "must be an image reference without spaces"),
         (_within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
          "evidence_deadline_s", deadline),
@@ -365,8 +366,9 @@ def _jobs(s: Settings) -> list[Check]:
 
 def _writes(s: Settings) -> list[Check]:
     return [
-        (_within(s.cycle_deadline_s, 1, 230), "cycle_deadline_s",
-         "must be in 1..230 (below the CronJob's activeDeadlineSeconds, 240)"),
+        (_within(s.cycle_deadline_s, 1, CRONJOB_DEADLINE_S - 10), "cycle_deadline_s",
+         f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
+         f" {CRONJOB_DEADLINE_S})"),
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
@@ -414,7 +416,7 @@ _NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+\Z", re.ASCII)
 
 
 def _is_name_pattern(text: str) -> bool:
-    if not _NAME_PATTERN.match(text):
+    if not _NAME_PATTERN.fullmatch(text):
         return False
     try:
         re.compile(text)
@@ -452,7 +454,7 @@ _HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?\Z", re.ASCII)
 
 def _metrics(s: Settings) -> list[Check]:
     return [
-        (not s.pushgateway_url or bool(_HTTP_URL.match(s.pushgateway_url)), "pushgateway_url",
+        (not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
     ]  # fmt: skip
 
@@ -490,19 +492,22 @@ def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
     return [
-        (not s.prometheus_url or bool(_HTTP_URL.match(s.prometheus_url)), "prometheus_url",
+        (not s.prometheus_url or bool(_HTTP_URL.fullmatch(s.prometheus_url)), "prometheus_url",
          "must be http://host:port or https://host:port with an optional path prefix, no"
          " credentials (they would be logged: use --prometheus-basic-auth-user)"),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
+        (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
+         "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
+         f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
         (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
          "must be at least 65536"),
         (s.prometheus_max_series >= 100, "prometheus_max_series",
          "must be at least 100"),
         (_is_matchers(s.dcgm_selector), "dcgm_selector", _MATCHERS_PROBLEM),
         (_is_matchers(s.ksm_selector), "ksm_selector", _MATCHERS_PROBLEM),
-        (bool(labels) and all(_LABEL_NAME.match(v) for v in labels), "dcgm_node_labels",
+        (bool(labels) and all(_LABEL_NAME.fullmatch(v) for v in labels), "dcgm_node_labels",
          "must be comma-separated Prometheus label names"),
-        (all(_HEADER_NAME.match(n) and v for n, v in headers), "prometheus_headers",
+        (all(_HEADER_NAME.fullmatch(n) and v for n, v in headers), "prometheus_headers",
          "must be comma-separated Name=value with a valid header name"),
         (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",
          "values must be printable ASCII (no line breaks)"),

@@ -5,15 +5,37 @@ naming its flag; and the click types these commands and the node-side ones share
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import click
 
 from guard.ledger import parse_time
+from guard.redact import redact
 from guard.settings import Settings, SettingsError, setting_fields
+
+# GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
+# guard/evidence/cli.py, guard/evidence/ledger_cli.py), and the prefixes of the node-side
+# commands' own options (guard/agent/cli.py, guard/conformance/cli.py).
+OTHER_ENV_NAMES = frozenset({"GUARD_LOG_FORMAT", "GUARD_XID_CLASSES"})
+OTHER_ENV_PREFIXES = ("GUARD_AGENT_", "GUARD_CONFORMANCE_")
+
+
+class SettingOption(click.Option):
+    """A settings option whose GUARD_* variable set to the empty string means the empty value
+    (click's own Option treats it as unset and uses the default): GUARD_ONBOARDING_TAINT= turns
+    the onboarding gate off, as docs/onboarding.md says. Only text and list settings: an empty
+    number is no number, and falls back to the default."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        found = super().resolve_envvar_value(ctx)
+        if found is None and isinstance(self.envvar, str) and os.environ.get(self.envvar) == "":
+            return ""
+        return found
 
 
 class IntList(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -72,9 +94,11 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
             default = f.default
             if isinstance(default, tuple):
                 default = ",".join(str(v) for v in default)
+            empty_means_empty = str(f.type) in ("str", "tuple[int, ...]")
             option = click.option(
                 flag,
                 f.name,
+                cls=SettingOption if empty_means_empty else click.Option,
                 type=_TYPES[str(f.type)],
                 default=default,
                 envvar=env,
@@ -88,11 +112,46 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def build_settings(options: dict[str, Any]) -> Settings:
     """The Settings from click's values; a refused value is one usage line naming its flag."""
     names = {f.name for f in setting_fields()}
+    warn_unknown_env()
     try:
         return Settings(**{k: v for k, v in options.items() if k in names})
     except SettingsError as exc:
-        problems = "; ".join(f"{_flag(name)} {text}" for name, text in exc.problems)
+        problems = "; ".join(
+            f"{_flag(name)} {text} (got {_shown(options.get(name))})" for name, text in exc.problems
+        )
         raise click.UsageError(f"bad setting: {problems}") from None
+
+
+def _shown(value: Any) -> str:
+    """The refused value as Python writes it (whitespace and quotes show), credentials out."""
+    if isinstance(value, tuple):
+        value = ",".join(map(str, value))
+    text = redact(repr(value))
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def known_env_names() -> frozenset[str]:
+    return frozenset("GUARD_" + f.name.upper() for f in setting_fields()) | OTHER_ENV_NAMES
+
+
+def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One WARN line per GUARD_* variable no command reads, with the closest known name: a
+    misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
+    environ = os.environ if environ is None else environ
+    known = known_env_names()
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("GUARD_") or name in known or name.startswith(OTHER_ENV_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        out.append(f"WARN unknown setting {name!r} in the environment is ignored{hint}")
+    return out
+
+
+def warn_unknown_env() -> None:
+    for line in unknown_env_lines():
+        click.echo(line, err=True)
 
 
 def _flag(name: str) -> str:

@@ -6,16 +6,20 @@ both arrive here as plain dicts and are converted by the same functions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from guard import ledger_store
+from guard.files import (
+    SNAPSHOT_MAX_BYTES,
+    FileInputError,
+    load_json,
+    load_yaml_all,
+    read_text_bounded,
+)
 from guard.job_results import FINISHED, attach, slim_pod
 from guard.kube import Kube
 from guard.model import GuardEvent, PromView, Snapshot
@@ -51,18 +55,17 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
     Of the file's Pods only those of the guard's Jobs are read, for their results: GPU pods come
     from kube-state-metrics (`PromView.gpu_pods`).
     """
+    what = "cluster snapshot"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"cannot read cluster snapshot {path}: {_reason(exc)}") from None
-    try:
+        text = read_text_bounded(path, SNAPSHOT_MAX_BYTES, what)
+        where = f"{what} {path}"
         docs = (
-            list(yaml.safe_load_all(text))
+            load_yaml_all(text, where)
             if not text.lstrip().startswith("{")
-            else [json.loads(text)]
+            else [load_json(text, where)]
         )
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SnapshotError(f"cluster snapshot {path} is not YAML/JSON: {_reason(exc)}") from None
+    except FileInputError as exc:
+        raise SnapshotError(str(exc)) from None
     items: list[dict[str, Any]] = []
     for doc in docs:
         if doc is None:
@@ -88,6 +91,8 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
             by_kind[kind].append(item)
     if not by_kind["Node"]:
         raise SnapshotError(f"cluster snapshot {origin} holds no Node objects")
+    for kind, found in by_kind.items():
+        unique(found, kind, f"cluster snapshot {origin}")
     ledgers = [
         c
         for c in by_kind["ConfigMap"]
@@ -138,11 +143,6 @@ def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
     return str(((obj or {}).get("metadata") or {}).get(key, ""))
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     """Nodes (paginated), the guard's Jobs and their finished Pods, the ledger with its
     archives, the guard's Events.
@@ -153,14 +153,51 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     """
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
+    nodes = unique([slim_node(n, keys) for n in kube.nodes()], "Node", "the API server")
     return ClusterObjects(
-        nodes=tuple(slim_node(n, keys) for n in kube.nodes()),
-        jobs=tuple(kube.jobs(s.jobs_namespace, mine)),
+        nodes=tuple(nodes),
+        jobs=tuple(unique(kube.jobs(s.jobs_namespace, mine), "Job", "the API server")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, mine)),
         pods=tuple(slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)),
     )
+
+
+def require_nodes(objs: ClusterObjects) -> ClusterObjects:
+    """`objs` when the API listed at least one Node (`run` and `status`): with none, the
+    Prometheus join would blame dcgm-exporter ("set NODE_NAME"), which is not the problem."""
+    if not objs.nodes:
+        raise SnapshotError(
+            "the API server listed no Nodes: check the kubeconfig's cluster and that the "
+            "guard may list nodes"
+        )
+    return objs
+
+
+def unique(objs: list[dict[str, Any]], kind: str, origin: str) -> list[dict[str, Any]]:
+    """`objs` when no two share a namespace/name or a uid; else SnapshotError naming them: an
+    object listed twice would be planned twice (two ledger appends for one Node)."""
+    seen_names: set[str] = set()
+    seen_uids: set[str] = set()
+    twice: list[str] = []
+    for obj in objs:
+        meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+        if not isinstance(meta, dict):
+            continue
+        name = "/".join(str(meta.get(k) or "") for k in ("namespace", "name")).lstrip("/")
+        uid = str(meta.get("uid") or "")
+        if name and name in seen_names:
+            twice.append(repr(name))
+        elif uid and uid in seen_uids:
+            twice.append(f"uid {uid!r}")
+        seen_names.add(name)
+        if uid:
+            seen_uids.add(uid)
+    if twice:
+        shown = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        raise SnapshotError(f"{origin} lists a {kind} more than once: {shown}")
+    return objs
 
 
 # ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------

@@ -24,8 +24,12 @@ _SEVERITY = re.compile(
     _DEVICE + r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
     r"Correct(?:ed|able))"
 )
-_STATUS = re.compile(_DEVICE + r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w+)/")
-_BIT = re.compile(_DEVICE + r"(?:AER: )?\s*\[\s*(?P<bit>\d+)\] (?P<name>.+?)\s*(?:\(First\))?\s*$")
+_STATUS = re.compile(
+    _DEVICE + r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w{1,16})/"
+)
+_BIT = re.compile(
+    _DEVICE + r"(?:AER: )?\s*\[\s*(?P<bit>\d{1,3})\] (?P<name>.+?)\s*(?:\(First\))?\s*$"
+)
 _NO_HANDLER = re.compile(_DEVICE + r"(?:AER: can't recover|device has no AER-aware driver)")
 _FAILED = re.compile(_DEVICE + r"AER: device recovery failed")
 _SURPRISE_DOWN_BIT = 5  # Uncorrectable Error Status bit 5, SDES
@@ -101,9 +105,16 @@ def _event(line: str, number: int) -> AerEvent | None:
     return None
 
 
+def parse_aer_line(line: str, number: int) -> AerEvent | None:
+    """One line's AER event, or None (for a caller that streams the log)."""
+    return _event(line, number)
+
+
 def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
     """Every AER line in a kernel log (any prefix); other lines are ignored."""
-    events = (_event(line, n) for n, line in enumerate(text.splitlines(), start=1))
+    from guard.evidence.kernel_log import lines_of  # no list of every line of a long log
+
+    events = (_event(line, n) for n, line in enumerate(lines_of(text), start=1))
     return tuple(e for e in events if e is not None)
 
 
@@ -113,7 +124,7 @@ def related(events: Iterable[AerEvent], devices: Iterable[str]) -> tuple[AerEven
     return tuple(e for e in events if e.device in wanted or e.source in wanted)
 
 
-_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d+)\Z")
+_COUNTER = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\s+(?P<n>\d{1,20})\Z")
 _GREP = re.compile(
     r"/(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/(?P<file>aer_\w+):(?P<rest>.*)$"
 )
@@ -127,7 +138,7 @@ def parse_counters(text: str) -> dict[str, int]:
     >>> parse_counters("3\\n")
     {'TOTAL': 3}
     """
-    if text.strip().isdigit():
+    if text.strip().isdigit() and len(text.strip()) <= 20:  # no counter has 20 digits
         return {"TOTAL": int(text.strip())}
     out = {}
     for line in text.splitlines():

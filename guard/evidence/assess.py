@@ -12,6 +12,7 @@ from guard.evidence.kernel_log import (
     KernelLog,
     RecoveryChange,
     XidRecord,
+    XidTotal,
     for_gpu,
     gpus,
     parse_kernel_log,
@@ -42,6 +43,10 @@ class Inputs:
     aer_text: str = ""  # extra kernel AER lines (classify --aer)
     reported_xid: int | None = None  # the Xid the guard saw on the metric (collect --xid)
     unknowns: tuple[Unknown, ...] = ()
+    # The kernel log already parsed line by line (classify streams its file): then
+    # `kernel_log` is not parsed again and its AER events are these.
+    parsed_log: KernelLog | None = None
+    log_aer: tuple[aer.AerEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,7 @@ class Assessment:
     reported_xid: int | None
     kernel_log_source: str
     unknowns: tuple[Unknown, ...]
+    xid_totals: tuple[XidTotal, ...] = ()  # every record of the GPU counted, kept or not
 
     @property
     def config_space_all_ff(self) -> bool | None:
@@ -107,15 +113,16 @@ def _surprise_down(events: tuple[aer.AerEvent, ...], ports: tuple[PortEvidence, 
 
 def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     """Judge the GPU at `pci` (sysfs form), or the only GPU in the log when `pci` is None."""
-    log = parse_kernel_log(inputs.kernel_log or "")
+    log = inputs.parsed_log or parse_kernel_log(inputs.kernel_log or "")
     pci, mine, others = _target(log, pci)
-    codes = [x.code for x in mine.xids]
+    codes = [t.code for t in mine.totals]  # every code, also of records not kept
     if inputs.reported_xid is not None:
         codes.append(inputs.reported_xid)
     config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
     decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
     ports = _ports(inputs)
-    events = aer.parse_aer_lines(inputs.kernel_log or "") + aer.parse_aer_lines(inputs.aer_text)
+    from_log = inputs.log_aer if inputs.parsed_log else aer.parse_aer_lines(inputs.kernel_log or "")
+    events = from_log + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:
         events = aer.related(events, [pci, *(p.address for p in ports)])
     recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
@@ -137,4 +144,5 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         reported_xid=inputs.reported_xid,
         kernel_log_source=inputs.kernel_log_source,
         unknowns=inputs.unknowns,
+        xid_totals=mine.totals,
     )

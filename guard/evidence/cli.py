@@ -15,16 +15,24 @@ import click
 import jinja2
 
 from guard import ledger as fault_ledger
-from guard.evidence import request
+from guard.evidence import aer, request
 from guard.evidence.assess import Inputs, assess
 from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
+from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
 from guard.evidence.links import node_links
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence.report import Tables, to_json, to_text
 from guard.evidence.summary import EvidenceSummary, render_summary
+from guard.files import (
+    KERNEL_LOG_MAX_BYTES,
+    SMALL_TEXT_MAX_BYTES,
+    FileInputError,
+    iter_lines,
+    read_bounded,
+)
 from guard.settings_flags import FiniteFloatRange
 from guard.termination import TERMINATION_LOG, write_termination_message
 
@@ -38,12 +46,36 @@ def _tables(classes_file: Path) -> Tables:
         raise click.ClickException(str(err)) from err
 
 
+MAX_LOG_AER_EVENTS = 1000  # AER lines kept from one kernel log (a storm repeats one event)
+
+
 def read_text(path: Path, option: str) -> str:
-    """A text file's content; a binary file is a usage error, not a traceback."""
-    data = path.read_bytes()
+    """A text file's content; a binary, oversized or non-regular file is a usage error (one
+    line), not a traceback or a wait on a FIFO."""
+    try:
+        data = read_bounded(path, SMALL_TEXT_MAX_BYTES, "file")
+    except FileInputError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
     if b"\0" in data:
         raise click.BadParameter(f"{path} is not a text file", param_hint=option)
     return data.decode("utf-8", errors="replace")
+
+
+def scan_kernel_log(path: Path, option: str) -> tuple[KernelLog, tuple[aer.AerEvent, ...]]:
+    """The kernel log parsed line by line as it is read: memory stays flat however long the
+    log (a 100 MB one took 738 MB read whole); a binary file is a usage error."""
+    scan = KernelLogScan()
+    events: list[aer.AerEvent] = []
+    try:
+        for number, line in enumerate(iter_lines(path, KERNEL_LOG_MAX_BYTES, "file"), start=1):
+            if "\0" in line:
+                raise click.BadParameter(f"{path} is not a text file", param_hint=option)
+            scan.add(number, line)
+            if len(events) < MAX_LOG_AER_EVENTS and (event := aer.parse_aer_line(line, number)):
+                events.append(event)
+    except FileInputError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    return scan.result(), tuple(events)
 
 
 _classes_option = click.option(
@@ -202,9 +234,12 @@ def classify(**opts: Any) -> None:
     """Decide offline from saved files; the same parser and verdict as `collect`."""
     tables = _tables(opts["xid_classes"])
     log_path: Path = opts["kernel_log"]
+    parsed, log_aer = scan_kernel_log(log_path, "--kernel-log")
     files = SavedFiles(
-        kernel_log=read_text(log_path, "--kernel-log"),
+        kernel_log="",
         kernel_log_source=str(log_path),
+        parsed_log=parsed,
+        log_aer=log_aer,
         gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
         aer=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
     )

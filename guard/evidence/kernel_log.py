@@ -19,20 +19,30 @@ Only the message text is matched, so any prefix (dmesg, journalctl, syslog) work
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from guard.evidence.prefix import line_time
 from guard.pci import PciAddressError, normalize_pci
 
-_XID = re.compile(r"(?<![A-Za-z])Xid \((?P<attr>[^)]*)\):\s*(?P<code>\d+)\b,?\s*(?P<rest>.*)$")
+# Digit counts are bounded (an Xid has at most 6 digits, a pid 10): a line with a number of
+# twenty million digits is then not a record, instead of an int() that refuses it.
+_XID = re.compile(
+    r"(?<![A-Za-z])Xid \((?P<attr>[^)]{0,200})\):\s*(?P<code>\d{1,7})\b,?\s*(?P<rest>.*)$"
+)
 _PROC = re.compile(
-    r"^(?:pid=(?P<pid>'<unknown>'|\d+),\s*)?(?:name=(?P<name>\S+?),\s*)?(?P<msg>.*)$"
+    r"^(?:pid=(?P<pid>'<unknown>'|\d{1,10}),\s*)?(?:name=(?P<name>\S+?),\s*)?(?P<msg>.*)$"
 )
-_CAUSE = re.compile(r"caused by previous Xid (\d+)")
+_CAUSE = re.compile(r"caused by previous Xid (\d{1,7})\b")
 _ACTION = re.compile(
-    r"recovery action changed from 0x(?P<old>[0-9a-fA-F]+)(?: \((?P<old_text>[^)]*)\))?"
-    r" to 0x(?P<new>[0-9a-fA-F]+)(?: \((?P<new_text>[^)]*)\))?"
+    r"recovery action changed from 0x(?P<old>[0-9a-fA-F]{1,16})(?: \((?P<old_text>[^)]*)\))?"
+    r" to 0x(?P<new>[0-9a-fA-F]{1,16})(?: \((?P<new_text>[^)]*)\))?"
 )
+KEEP_FIRST = 100  # Xid records kept per GPU from the start of the log …
+KEEP_LAST = 100  # … and from its end; every record is still counted in `totals`
+MAX_MESSAGE = 500  # characters of one record's message
 _IDENTITY = re.compile(r"NVRM: GPU at PCI:(?P<addr>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
 _FELL_BESIDE = re.compile(r"NVRM: GPU (?P<addr>[0-9A-Fa-f:.]+): GPU has fallen off the bus")
 _FELL_LEGACY = re.compile(r"NVRM: GPU at (?P<addr>[0-9A-Fa-f:.]+) has fallen off the bus")
@@ -84,10 +94,23 @@ class FallenOff:
 
 
 @dataclass(frozen=True, slots=True)
+class XidTotal:
+    """Every record of one Xid code on one GPU, kept or not: how many, first and last time."""
+
+    pci: str | None
+    code: int
+    count: int
+    first_time: str | None
+    last_time: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLog:
-    xids: tuple[XidRecord, ...]
+    xids: tuple[XidRecord, ...]  # at most KEEP_FIRST + KEEP_LAST per GPU
     fallen_off: tuple[FallenOff, ...]
     uuids: tuple[tuple[str, str], ...]  # (pci, uuid) in log order
+    totals: tuple[XidTotal, ...] = ()  # per (GPU, code), in order of first appearance
+    dropped: int = 0  # Xid records counted in totals but not kept in xids
 
 
 def pci_or_none(text: str) -> str | None:
@@ -145,7 +168,7 @@ def parse_xid(line: str, number: int = 0) -> XidRecord | None:
         code=int(found["code"]),
         pci=pci_or_none(address),
         time=line_time(line[: found.start()]),
-        message=proc["msg"].strip(),
+        message=proc["msg"].strip()[:MAX_MESSAGE],
         line=number,
         pid=int(pid) if pid and pid.isdigit() else None,
         process=name if name and name != "<unknown>" else None,
@@ -173,28 +196,109 @@ def parse_kernel_log(text: str) -> KernelLog:
     >>> log.fallen_off
     (FallenOff(pci='0000:01:00.0', time='9.1', line=1, form='probe'),)
     """
-    xids: list[XidRecord] = []
-    fallen: list[FallenOff] = []
-    uuids: list[tuple[str, str]] = []
-    probe: FallenOff | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
+    scan = KernelLogScan()
+    for number, line in enumerate(lines_of(text), start=1):
+        scan.add(number, line)
+    return scan.result()
+
+
+def lines_of(text: str) -> Iterator[str]:
+    """The lines of `text` one at a time, without a list of all of them (`str.splitlines`
+    doubles a 100 MB log's memory).
+
+    >>> list(lines_of("a\\r\\nb\\n\\nc"))
+    ['a', 'b', '', 'c']
+    """
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        yield text[start:end].rstrip("\r")
+        start = end + 1
+
+
+class KernelLogScan:
+    """The parser fed one line at a time (a 100 MB log is never held): it keeps the first and
+    last Xid records of each GPU and counts all of them, so its memory does not grow with the
+    log's length.
+
+    >>> scan = KernelLogScan()
+    >>> for n in range(1, 1001):
+    ...     scan.add(n, f"[{n}.0] NVRM: Xid (PCI:0000:01:00): 13, pid={n}, name=a, Graphics")
+    >>> log = scan.result()
+    >>> len(log.xids), log.dropped, log.totals[0].count, log.totals[0].last_time
+    (200, 800, 1000, '1000.0')
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str | None, list[XidRecord]] = {}
+        self._last: dict[str | None, deque[XidRecord]] = {}
+        self._totals: dict[tuple[str | None, int], list[Any]] = {}
+        self._fallen: list[FallenOff] = []
+        self._uuids: dict[tuple[str, str], None] = {}  # ordered, each pair once
+        self._probe: FallenOff | None = None
+        self._dropped = 0
+
+    def add(self, number: int, line: str) -> None:
+        probe = self._probe
         if probe is not None and _PROBE_END in line:
-            fallen.append(probe)
-            probe = None
+            self._fell(probe)
+            self._probe = None
         elif probe is not None and number - probe.line >= _PROBE_SPAN:
-            probe = None
+            self._probe = None
+        if "NVRM" not in line and "Xid" not in line:
+            return  # the cheap test first: most lines of a kernel log are not the driver's
         if (record := parse_xid(line, number)) is not None:
-            xids.append(record)
+            self._xid(record)
         elif (one := _fallen_one_line(line, number)) is not None:
-            fallen.append(one)
+            self._fell(one)
         elif (ident := _IDENTITY.search(line)) and (pci := pci_or_none(ident["addr"])):
-            uuids.append((pci, ident["uuid"]))
+            self._uuids.pop((pci, ident["uuid"]), None)
+            self._uuids[(pci, ident["uuid"])] = None
+            while len(self._uuids) > 4 * KEEP_LAST:
+                self._uuids.pop(next(iter(self._uuids)))
         elif (start := _PROBE_START.search(line)) and (pci := pci_or_none(start["addr"])):
-            probe = FallenOff(pci, line_time(line[: start.start()]), number, "probe")
+            self._probe = FallenOff(pci, line_time(line[: start.start()]), number, "probe")
             if _PROBE_END in line:  # the whole record joined on one line
-                fallen.append(probe)
-                probe = None
-    return KernelLog(tuple(xids), tuple(fallen), tuple(uuids))
+                self._fell(self._probe)
+                self._probe = None
+
+    def _xid(self, record: XidRecord) -> None:
+        key = (record.pci, record.code)
+        total = self._totals.get(key)
+        if total is None:
+            self._totals[key] = [1, record.time, record.time]
+        else:
+            total[0] += 1
+            total[2] = record.time or total[2]
+        first = self._first.setdefault(record.pci, [])
+        if len(first) < KEEP_FIRST:
+            first.append(record)
+            return
+        last = self._last.setdefault(record.pci, deque(maxlen=KEEP_LAST))
+        if len(last) == KEEP_LAST:
+            self._dropped += 1
+        last.append(record)
+
+    def _fell(self, record: FallenOff) -> None:
+        if sum(1 for f in self._fallen if f.pci == record.pci) < KEEP_FIRST:
+            self._fallen.append(record)
+
+    def result(self) -> KernelLog:
+        kept = [r for records in self._first.values() for r in records]
+        kept += [r for records in self._last.values() for r in records]
+        totals = tuple(
+            XidTotal(pci, code, count, first, last)
+            for (pci, code), (count, first, last) in self._totals.items()
+        )
+        return KernelLog(
+            tuple(sorted(kept, key=lambda r: r.line)),
+            tuple(self._fallen),
+            tuple(self._uuids),
+            totals,
+            self._dropped,
+        )
 
 
 def same_gpu(a: str | None, b: str) -> bool:
@@ -208,10 +312,14 @@ def same_gpu(a: str | None, b: str) -> bool:
 
 def for_gpu(log: KernelLog, pci: str) -> KernelLog:
     """The records of one GPU (`pci` in sysfs form)."""
+    xids = tuple(x for x in log.xids if same_gpu(x.pci, pci))
+    totals = tuple(t for t in log.totals if same_gpu(t.pci, pci))
     return KernelLog(
-        xids=tuple(x for x in log.xids if same_gpu(x.pci, pci)),
+        xids=xids,
         fallen_off=tuple(f for f in log.fallen_off if same_gpu(f.pci, pci)),
         uuids=tuple(u for u in log.uuids if same_gpu(u[0], pci)),
+        totals=totals,
+        dropped=sum(t.count for t in totals) - len(xids),
     )
 
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from guard import ledger_store
+from guard.files import LEDGER_FILE_MAX_BYTES, FileInputError, load_yaml, read_text_bounded
 from guard.ledger import LedgerLine
 
 
@@ -60,13 +59,10 @@ class LedgerRead:
 def read_file(path: Path, name: str) -> LedgerRead:
     """`name`: the ledger ConfigMap's name, to find it and its archives in a List."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise LedgerSourceError(f"{path}: cannot read: {err}") from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark is not None else ""
-        raise LedgerSourceError(f"{path}{at}: not YAML or JSON") from err
+        text = read_text_bounded(path, LEDGER_FILE_MAX_BYTES, "ledger file")
+        document = load_yaml(text, f"ledger file {path}")  # JSON is YAML
+    except FileInputError as err:
+        raise LedgerSourceError(str(err)) from None
     if isinstance(document, dict) and document.get("kind") == "List":
         return _from_list(document.get("items"), name, str(path))
     return LedgerRead(ledger_store.ledger_lines(data_of(document, str(path)), ()))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from guard.evidence.aer import parse_grep_counters
+from guard.evidence.aer import AerEvent, parse_grep_counters
 from guard.evidence.assess import Inputs, PortInput
+from guard.evidence.kernel_log import KernelLog
 from guard.pci import normalize_pci
 
 _LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
@@ -22,6 +23,8 @@ class SavedFiles:
     kernel_log_source: str
     gpu_lspci: str | None = None
     aer: str = ""
+    parsed_log: KernelLog | None = None  # the kernel log parsed as it was read (classify)
+    log_aer: tuple[AerEvent, ...] = ()
 
 
 def lspci_blocks(text: str) -> dict[str, str]:
@@ -66,4 +69,6 @@ def offline_inputs(files: SavedFiles, pci: str | None, root_port: str | None) ->
         ports=ports,
         gpu_counters=counters.get(pci, {}) if pci else {},
         aer_text=files.aer,
+        parsed_log=files.parsed_log,
+        log_aer=files.log_aer,
     )

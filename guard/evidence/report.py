@@ -210,6 +210,10 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     out.extend(_xid_line(x, tables) for x in a.xids)
     if not a.xids:
         out.append("  none in the kernel log")
+    counted = sum(t.count for t in a.xid_totals)
+    if counted > len(a.xids):  # the parser keeps the first and last records of each GPU
+        per_code = ", ".join(f"Xid {t.code} ×{t.count:,}" for t in a.xid_totals[:20])
+        out.append(f"  {counted - len(a.xids):,} more records not listed; counted: {per_code}")
     if a.reported_xid is not None:
         out.append(f"  reported by the guard's metric: Xid {a.reported_xid}")
     out.extend(f"  {f.time or 'time unknown'}  fallen off the bus ({f.form})" for f in a.fallen_off)

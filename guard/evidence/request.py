@@ -24,6 +24,9 @@ from guard.evidence.report import (
 )
 
 TEMPLATE_NAME = "request.md.j2"
+REPEAT_SHOWN = 3  # records of one Xid code listed one by one; more are one summary line
+MAX_XID_LINES = 30  # Xid lines in a draft, summaries included
+MAX_DRAFT_CHARS = 12_000  # a draft is pasted into a ticket: longer is cut, with a note
 
 
 class TemplateError(ValueError):
@@ -60,7 +63,7 @@ def context(a: Assessment, tables: Tables, node: str, history: str | None) -> di
         "uuid": a.uuid,
         "verdict": a.verdict.value,
         "reasons": list(a.reasons),
-        "xids": [xid_dict(x, tables) for x in a.xids],
+        "xids": xid_lines(a, tables),
         "reported_xid": a.reported_xid,
         "fallen_off": [{"time": f.time, "form": f.form} for f in a.fallen_off],
         "config_space_all_ff": a.config_space_all_ff,
@@ -74,8 +77,38 @@ def context(a: Assessment, tables: Tables, node: str, history: str | None) -> di
     }
 
 
+def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
+    """The draft's Xid lines: a code seen up to REPEAT_SHOWN times, each record; more often, one
+    line with its count, first and last time ("Xid 13 ×1,500"); at most MAX_XID_LINES in all,
+    the last saying how many codes were left out. Each dict is `xid_dict`'s plus `count`,
+    `first_time`, `last_time` (count None for a single record)."""
+    out: list[dict[str, Any]] = []
+    totals = a.xid_totals or ()
+    counted = {t.code: t for t in totals}
+    summarised: set[int] = set()
+    for record in a.xids:
+        total = counted.get(record.code)
+        if total is None or total.count <= REPEAT_SHOWN:
+            out.append({**xid_dict(record, tables), "count": None, "first_time": None,
+                        "last_time": None})  # fmt: skip
+        elif record.code not in summarised:
+            summarised.add(record.code)
+            out.append({**xid_dict(record, tables), "count": f"{total.count:,}",
+                        "first_time": total.first_time, "last_time": total.last_time})  # fmt: skip
+        if len(out) >= MAX_XID_LINES:
+            break
+    left = len({t.code for t in totals} - {x["code"] for x in out})
+    if left:
+        out.append({"code": None, "more_codes": left, "count": None})
+    return out
+
+
 def render(template: jinja2.Template, values: dict[str, Any]) -> str:
     try:
-        return template.render(**values)
+        text = template.render(**values)
     except jinja2.TemplateError as err:  # SecurityError (sandbox) is one of them
         raise TemplateError(f"request template: {err}") from err
+    if len(text) > MAX_DRAFT_CHARS:
+        cut = text.rfind("\n", 0, MAX_DRAFT_CHARS) + 1 or MAX_DRAFT_CHARS
+        text = text[:cut] + f"[draft cut at {cut:,} characters: the report above has the rest]\n"
+    return text

@@ -239,7 +239,7 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         options["termination_log"], report.summary(criteria, result, verdict)
     )
     if problem:
-        click.echo(f"note: {problem}", err=True)
+        click.echo(problem, err=True)
     ctx.exit(0 if verdict.passed else 1)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from guard.catchall import GuardedCommand
 from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.model import PromView
@@ -31,6 +32,7 @@ from guard.snapshot import (
     load_cluster_file,
     read_cluster,
     read_prom,
+    require_nodes,
 )
 from guard.status.derive import report
 from guard.status.model import Report, Sight
@@ -39,7 +41,7 @@ from guard.status.render import render
 READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers, retries included
 
 
-@click.command()
+@click.command(cls=GuardedCommand)
 @click.option(
     "-o",
     "--output",
@@ -92,7 +94,7 @@ def _cluster(s: Settings, context: str, snapshot_file: Path | None) -> ClusterOb
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
     kube = Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
-    return read_cluster(kube, s)
+    return require_nodes(read_cluster(kube, s))
 
 
 def _prometheus(s: Settings, now: datetime, names: set[str]) -> tuple[PromView, Sight]:

@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,12 @@ from click.testing import CliRunner
 
 from guard.agent.checks import run_checks
 from guard.agent.cli import agent
-from guard.agent.server import Agent, Page, handler
+from guard.agent.endpoint import MetricsServer, Page
+from guard.agent.server import Agent
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
-from guard.example.promserver import free_port
 from guard.log import Log
+from guard.ports import free_port
 from tests.fixtures.hosts.hosttree import CONFIG, LIBDIR, build_host
 
 
@@ -94,15 +94,13 @@ def test_status_changes_are_logged_once_each(tmp_path: Path) -> None:
 def test_healthz_follows_the_age_of_the_last_run(text: str, age_s: float, code: int) -> None:
     page = Page()
     page.set(text, 1000.0)
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler(page, 60, lambda: 1000.0 + age_s))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = MetricsServer(page, 60, lambda: 1000.0 + age_s)
+    server.start("127.0.0.1", 0)
     try:
-        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == code
+        got = requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert got.status_code == code
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def test_once_prints_one_page(tmp_path: Path) -> None:

@@ -239,8 +239,8 @@ def test_prometheus_url_is_required():
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        pytest.param(b"\xff\xfe\x00garbage", "cannot read cluster snapshot", id="binary-file"),
-        pytest.param(b"items: [unclosed", "is not YAML/JSON", id="broken-yaml"),
+        pytest.param(b"\xff\xfe\x00garbage", "is not a text file", id="binary-file"),
+        pytest.param(b"items: [unclosed", "is not YAML", id="broken-yaml"),
         pytest.param(b"kind: List\nitems: []\n", "holds no Node objects", id="no-nodes"),
         pytest.param(b"- just\n- a list\n", "a document is not an object", id="not-an-object"),
     ],

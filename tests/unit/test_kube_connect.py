@@ -56,7 +56,7 @@ def test_kubeconfig_token_user(tmp_path: Path):
         pytest.param(None, "Invalid kube-config file", id="missing"),
         pytest.param(b"clusters: [unclosed\n", "while parsing a flow sequence", id="broken-yaml"),
         pytest.param(b"a: b: c\n", "mapping values are not allowed here", id="yaml-scanner"),
-        pytest.param(b"\xff\xfe\x00garbage", "codec can't decode", id="binary"),
+        pytest.param(b"\xff\xfe\x00garbage", "it is not a text file", id="binary"),
     ],
 )
 def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path, content, reason):

@@ -115,7 +115,7 @@ def test_text_output() -> None:
         pytest.param(["--ledger", str(LEDGERS / "value-not-text.yaml")], 1,
                      "node 'gpu-node-b': value is not text", id="value-not-text"),
         pytest.param(["--ledger", str(LEDGERS / "broken.yaml")], 1,
-                     "broken.yaml:3: not YAML or JSON", id="broken-yaml"),
+                     "broken.yaml is not YAML (line 3)", id="broken-yaml"),
         pytest.param(["--ledger", str(LEDGERS / "missing.yaml")], 2, "does not exist",
                      id="missing-file"),
         pytest.param(["--ledger", str(LEDGERS / "with-archives.yaml"), "--configmap", "other"], 1,
