@@ -8,10 +8,16 @@ The driver's shapes (NVIDIA open-gpu-kernel-modules 595.45.04, older drivers whe
     NVRM: Xid (0000:01:00): 13, ...                                         (pre-2015, no PCI:)
     NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (...)
     NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d   (identity)
+    NVRM: GPU at 0000:01:00: GPU-<uuid>                                     (identity, pre-2015)
     NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.                     (beside Xid 79)
     NVRM: GPU at 0000:01:00.0 has fallen off the bus.                       (legacy one-liner)
     NVRM: The NVIDIA GPU 0000:01:00.0 / (PCI ID: 10de:2330) installed in this system has /
           fallen off the bus and is not responding to commands.             (probe time, 3 lines)
+
+Driver records of a dead GPU that carry no Xid number (`DEAD_RECORDS`, their verdicts in
+guard.evidence.verdict): ``RmInitAdapter failed!``, GSP heartbeat and RPC timeouts, FSP boot
+failures and ``GPU lost from the bus`` assertions. Some of them name no GPU (``NVRM: GPU0 …`` is
+the driver's instance number, not a PCI address); those have ``pci=None``.
 
 Only the message text is matched, so any prefix (dmesg, journalctl, syslog) works.
 """
@@ -33,7 +39,10 @@ _ACTION = re.compile(
     r"recovery action changed from 0x(?P<old>[0-9a-fA-F]+)(?: \((?P<old_text>[^)]*)\))?"
     r" to 0x(?P<new>[0-9a-fA-F]+)(?: \((?P<new_text>[^)]*)\))?"
 )
-_IDENTITY = re.compile(r"NVRM: GPU at PCI:(?P<addr>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
+# `PCI:` is absent in drivers before ~2015 (the form NVIDIA's Xid page shows).
+_IDENTITY = re.compile(
+    r"NVRM: GPU at (?:PCI:)?(?P<addr>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)"
+)
 _FELL_BESIDE = re.compile(r"NVRM: GPU (?P<addr>[0-9A-Fa-f:.]+): GPU has fallen off the bus")
 _FELL_LEGACY = re.compile(r"NVRM: GPU at (?P<addr>[0-9A-Fa-f:.]+) has fallen off the bus")
 _PROBE_START = re.compile(r"NVRM: The NVIDIA GPU (?P<addr>[0-9A-Fa-f:.]+)\b")
@@ -84,10 +93,48 @@ class FallenOff:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadRecord:
+    """A driver line saying the GPU is dead or unusable, with no Xid number on it."""
+
+    kind: str  # a key of DEAD_RECORDS
+    pci: str | None  # None: the line names no GPU
+    time: str | None
+    line: int
+    text: str  # the message from NVRM: on, as printed
+
+
+_ADDR = r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+# kind -> message patterns, each with an optional `addr` group. Sources: tests/fixtures/
+# kernel-log/SOURCES.md (real lines), the driver's format strings where no real line was found.
+DEAD_RECORDS: dict[str, tuple[re.Pattern[str], ...]] = {
+    # osinit/osapi: the RM could not initialise the GPU; the device is not attached.
+    "init-failed": (
+        re.compile(rf"NVRM: GPU {_ADDR}: RmInitAdapter failed!"),
+        re.compile(r"NVRM: RmInitAdapter failed!"),  # older drivers: no address
+    ),
+    # kernel_gsp.c: the GSP firmware stopped answering (heartbeat) or RPCs time out.
+    "gsp-timeout": (
+        re.compile(r"NVRM: (?:GPU\d+ )?_kgspIsHeartbeatTimedOut: Heartbeat timed out"),
+        re.compile(r"NVRM: (?:GPU\d+ )?_kgspRpcRecvPoll: GSP RM heartbeat timed out"),
+        re.compile(rf"NVRM: Rate limiting GSP RPC error prints for GPU at PCI:{_ADDR}"),
+    ),
+    # kern_fsp_gh100.c: the FSP (Hopper and later) did not boot; Xid 143 when it is logged.
+    "fsp-boot": (
+        re.compile(rf"NVRM: kfsp\w+: GPU {_ADDR}\s*$"),
+        re.compile(r"NVRM: kfsp\w*: Timed out waiting for FSP"),
+        re.compile(r"while polling for FSP boot complete"),
+    ),
+    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79.
+    "gpu-lost": (re.compile(r"NVRM: (?:GPU\d+ )?nvAssert\w*: Assertion failed: GPU lost from"),),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLog:
     xids: tuple[XidRecord, ...]
     fallen_off: tuple[FallenOff, ...]
     uuids: tuple[tuple[str, str], ...]  # (pci, uuid) in log order
+    dead: tuple[DeadRecord, ...] = ()
 
 
 def pci_or_none(text: str) -> str | None:
@@ -163,6 +210,33 @@ def _fallen_one_line(line: str, number: int) -> FallenOff | None:
     return None
 
 
+def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
+    """A dead-GPU record without an Xid number, or None.
+
+    >>> parse_dead("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)")
+    DeadRecord(kind='init-failed', pci='0000:98:00.0', time='903.6', line=0, \
+text='NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)')
+    >>> parse_dead("NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out").pci is None
+    True
+    """
+    for kind, patterns in DEAD_RECORDS.items():
+        for pattern in patterns:
+            found = pattern.search(line)
+            if found is None:
+                continue
+            addr = found.groupdict().get("addr")
+            start = line.find("NVRM:")
+            start = found.start() if start < 0 else start
+            return DeadRecord(
+                kind=kind,
+                pci=pci_or_none(addr) if addr else None,
+                time=line_time(line[:start]),
+                line=number,
+                text=line[start:].strip(),
+            )
+    return None
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """Every GPU record in `text`; other lines are ignored.
 
@@ -176,6 +250,7 @@ def parse_kernel_log(text: str) -> KernelLog:
     xids: list[XidRecord] = []
     fallen: list[FallenOff] = []
     uuids: list[tuple[str, str]] = []
+    dead: list[DeadRecord] = []
     probe: FallenOff | None = None
     for number, line in enumerate(text.splitlines(), start=1):
         if probe is not None and _PROBE_END in line:
@@ -194,7 +269,9 @@ def parse_kernel_log(text: str) -> KernelLog:
             if _PROBE_END in line:  # the whole record joined on one line
                 fallen.append(probe)
                 probe = None
-    return KernelLog(tuple(xids), tuple(fallen), tuple(uuids))
+        elif (record_dead := parse_dead(line, number)) is not None:
+            dead.append(record_dead)
+    return KernelLog(tuple(xids), tuple(fallen), tuple(uuids), tuple(dead))
 
 
 def same_gpu(a: str | None, b: str) -> bool:
@@ -212,10 +289,23 @@ def for_gpu(log: KernelLog, pci: str) -> KernelLog:
         xids=tuple(x for x in log.xids if same_gpu(x.pci, pci)),
         fallen_off=tuple(f for f in log.fallen_off if same_gpu(f.pci, pci)),
         uuids=tuple(u for u in log.uuids if same_gpu(u[0], pci)),
+        dead=tuple(d for d in log.dead if same_gpu(d.pci, pci)),
     )
 
 
+def unattributed(log: KernelLog) -> tuple[DeadRecord, ...]:
+    """Dead-GPU records whose line names no GPU."""
+    return tuple(d for d in log.dead if d.pci is None)
+
+
+def named_gpus(log: KernelLog) -> tuple[str, ...]:
+    """Every GPU the log names at all: records and identity lines."""
+    found = set(gpus(log)) | {u[0] for u in log.uuids}
+    return tuple(sorted(found))
+
+
 def gpus(log: KernelLog) -> tuple[str, ...]:
-    """Sorted GPU addresses that have an Xid or fallen-off record."""
+    """Sorted GPU addresses that have an Xid, fallen-off or dead-GPU record."""
     found = {x.pci for x in log.xids if x.pci} | {f.pci for f in log.fallen_off}
+    found |= {d.pci for d in log.dead if d.pci}
     return tuple(sorted(found))

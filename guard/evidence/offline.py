@@ -22,6 +22,7 @@ class SavedFiles:
     kernel_log_source: str
     gpu_lspci: str | None = None
     aer: str = ""
+    nvidia_smi: str | None = None
 
 
 def lspci_blocks(text: str) -> dict[str, str]:
@@ -66,4 +67,5 @@ def offline_inputs(files: SavedFiles, pci: str | None, root_port: str | None) ->
         ports=ports,
         gpu_counters=counters.get(pci, {}) if pci else {},
         aer_text=files.aer,
+        nvidia_smi=files.nvidia_smi,
     )

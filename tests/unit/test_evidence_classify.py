@@ -116,8 +116,9 @@ CASES = [
     pytest.param(
         [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
          "--lspci", str(LSPCI / "gpu-normal.txt")],
-        {"verdict": "human", "recovery_action": "GPU Reset Required"},
-        id="xid154-alone-never-a-verdict",
+        {"verdict": "reset", "recovery_action": "GPU Reset Required",
+         "reasons": ["Xid 154: GPU Reset Required"]},
+        id="xid154-alone-follows-its-recovery-action",
     ),
     pytest.param(
         [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
@@ -145,8 +146,8 @@ CASES = [
     ),
     pytest.param(
         [*_log("nvlink-gb200.log"), "--pci", "0009:01:00.0"],
-        {"verdict": "human", "recovery_action": "Drain and Reset", "codes": [149, 154]},
-        id="nvlink5-xid149-human-recovery-reported",
+        {"verdict": "reset", "recovery_action": "Drain and Reset", "codes": [149, 154]},
+        id="nvlink5-xid149-drain-and-reset-from-xid154",
     ),
     pytest.param(
         [*_log("no-gpu-records.log"), "--pci", "0000:06:00.0"],
@@ -204,9 +205,11 @@ def _readdressed(args: list[str], tmp: Path) -> list[str]:
 @pytest.mark.parametrize(("args", "expected"), CASES)
 def test_classify_fixture(args: list[str], expected: dict[str, Any], tmp_path: Path) -> None:
     out = classify(*_readdressed(args, tmp_path))
-    for key in ("verdict", "uuid", "recovery_action", "config_space_all_ff", "pci"):
+    for key in ("verdict", "uuid", "recovery_action", "config_space_all_ff", "pci", "reasons"):
         if key in expected:
             assert out[key] == expected[key], key
+    if "dead" in expected:
+        assert [d["kind"] for d in out["dead_records"]] == expected["dead"]
     if "codes" in expected:
         assert [x["code"] for x in out["xids"]] == expected["codes"]
     if "other_gpus" in expected:
@@ -250,7 +253,7 @@ def test_json_has_the_documented_keys_and_xid_details() -> None:
         "catalog_immediate_action": "RESTART_BM",
         "verdict_class": "power-cycle",
     }
-    assert out["xids"][1]["verdict_class"] is None  # Xid 154 is reported only
+    assert out["xids"][1]["verdict_class"] == "reset"  # Xid 154: the class of its action
     assert out["recovery_action_code"] == 1
 
 
