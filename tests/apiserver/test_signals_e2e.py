@@ -38,6 +38,7 @@ from tests.apiserver.kube import MERGE_PATCH
 from tests.apiserver.test_guard_e2e import complete
 
 pytestmark = pytest.mark.apiserver
+NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 NODE, CANCEL = "e2e-mismatch", "e2e-mismatch-cancel"
 ONSET = T0 + timedelta(seconds=ONSET_S)
@@ -131,14 +132,14 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     set_status(core, node, boot="boot-2", allocatable=8)  # rebooted into the installed driver
     waiting = run_guard(prom, guard_kubeconfig, RETURN_AT - timedelta(minutes=8)).plan
     assert mine(waiting, node) == [("skip", "service-network-not-ready")]
-    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan  # the load-test step alone
     assert mine(first, node) == [
         ("create-job", "conditions-met")
     ]  # the loadtest-job policy took it
     (loadtest,) = guard_jobs(admin, node)
     assert "--xid" not in loadtest.spec.template.spec.containers[0].command
     complete(admin, loadtest.metadata.name)
-    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
