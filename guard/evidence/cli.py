@@ -106,7 +106,7 @@ ledger.add_command(count)
     help="Where the summary for the guard (verdict, GPU links) goes, if that file exists.",
 )
 def collect(**opts: Any) -> None:
-    """Read the host's kernel log, lspci and AER, print the report, the request and JSON.
+    """Read the host (kernel log, lspci, AER, nvidia-smi -q); print the report, request and JSON.
 
     The history sentence of the request is chosen from the ledger counts (a closed set of
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
