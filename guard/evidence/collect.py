@@ -2,11 +2,11 @@
 
 Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
 CAP_SYS_ADMIN) so they are the host's own ``journalctl``, ``lspci`` and ``nvidia-smi``. Sysfs is
-read as files under a root directory, by default ``/proc/1/root`` (the host's root through
-hostPID, which needs CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout kills the
-command's process group; a process stuck in the kernel, such as a config read of a dead GPU, is left
-behind rather than holding up the rest); a command that hangs or fails becomes an `Unknown` and the
-rest of the evidence is still read.
+read as files under a root directory, by default ``/proc/1/root`` (the host's root through hostPID,
+which needs CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout
+kills the command's process group; a process stuck in the kernel, such as a config read of a dead
+GPU, is left behind rather than holding up the rest); a command that hangs or fails becomes an
+`Unknown` and the rest of the evidence is still read.
 """
 
 from __future__ import annotations
