@@ -108,6 +108,9 @@ def _target(log: KernelLog, pci: str | None) -> tuple[str | None, KernelLog, tup
     found = gpus(log)
     if pci is None and len(found) == 1:
         pci = found[0]
+    elif pci is None and not found and unattributed(log) and len(named_gpus(log)) == 1:
+        # Only records that name no GPU, and one GPU named by its identity line: that one.
+        (pci,) = named_gpus(log)
     if pci is None:
         return None, log, ()
     return pci, for_gpu(log, pci), tuple(g for g in found if not same_gpu(g, pci))

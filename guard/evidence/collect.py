@@ -92,7 +92,7 @@ def _journal(host: Host, boot: str) -> CommandResult:
 
 def _has_record(text: str, pci: str) -> bool:
     mine = for_gpu(parse_kernel_log(text), pci)
-    return bool(mine.xids or mine.fallen_off)
+    return bool(mine.xids or mine.fallen_off or mine.dead)
 
 
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:

@@ -483,3 +483,16 @@ def test_text_report_names_the_dead_gpu_record_and_nvidia_smi_facts() -> None:
 def test_times_are_normalised_as_the_log_printed_them() -> None:
     out = classify(*_log("legacy-identity-no-pci.log"), "--pci", "0000:01:00.0")
     assert out["xids"][0]["time"] == "Mon Mar 6 10:21:44 2014"
+
+
+def test_records_naming_no_gpu_go_to_the_one_gpu_the_identity_line_names(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    heartbeat = (LOGS / "gsp-heartbeat.log").read_text(encoding="utf-8")
+    identity = "[ 10.1] NVRM: GPU at PCI:0000:05:00: GPU-509665ad-b600-ac93-3616-d754b23d636d\n"
+    log.write_text(identity + heartbeat, encoding="utf-8")
+    out = classify("--kernel-log", str(log))
+    assert (out["pci"], out["verdict"], out["uuid"]) == (
+        "0000:05:00.0",
+        "reset",
+        "GPU-509665ad-b600-ac93-3616-d754b23d636d",
+    )

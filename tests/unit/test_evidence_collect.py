@@ -135,6 +135,24 @@ def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) ->
     assert found.verdict.value == "power-cycle"
 
 
+def test_a_dead_gpu_record_of_the_current_boot_keeps_the_current_boot(tmp_path: Path) -> None:
+    """After a power cycle the GPU may fail to initialise: that record, not the previous boot's
+    Xid, is the news."""
+    failed = _fixture("kernel-log", "scenarios", "rminit-failed.log").replace("98:00", "99:00")
+    runner = FakeRunner(
+        incident_answers(
+            **{
+                JOURNAL_0: failed,
+                JOURNAL_1: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
+            }
+        )
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, None), GPU, CLASSES)
+    assert found.kernel_log_source == JOURNAL_0
+    assert [d.kind for d in found.dead] == ["init-failed"]
+    assert found.verdict.value == "power-cycle"
+
+
 def test_no_kernel_log_at_all_falls_back_to_the_reported_xid(tmp_path: Path) -> None:
     runner = FakeRunner(
         {f"lspci -vvv -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"), JOURNAL_0: TIMEOUT}
