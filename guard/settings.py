@@ -110,7 +110,9 @@ class Settings:
         (48, 63, 64, 94, 95, 140), "Xids that add a memory pattern test to the load test"
     )
     repeat_fault_limit: int = _opt(2, "Hold the node when the card has this many ledger incidents")
-    return_conformance: bool = _opt(False, "Run the conformance Job before the load test")
+    return_conformance: bool = _opt(
+        True, "Run the conformance Job of the new boot before the load test and the uncordon"
+    )
     conformance_control_plane_version: str = _opt(
         "", "RKE2/Kubernetes version of the control plane for the conformance Job (empty: skip)"
     )

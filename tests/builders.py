@@ -32,7 +32,10 @@ from guard.settings import Settings
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
 CORDON_AT = "2026-09-21T05:00:00Z"  # older than two cycles: no evidence-Job repair
 KEYS = Annotations("gpu-node-guard.io/")
-S = Settings(prometheus_url="http://127.0.0.1:9")
+# The return tables take one step at a time: without the default return conformance a rebooted
+# node goes straight to its load test. The default order (conformance, load test, uncordon) has
+# its own tests (test_plan_returning.py, "return conformance by default").
+S = Settings(prometheus_url="http://127.0.0.1:9", return_conformance=False)
 TEMPLATES = JobTemplates.load()
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 PCI = "0000:99:00.0"

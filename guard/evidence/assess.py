@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from guard.evidence import aer
 from guard.evidence.catalog import Repair, XidClasses
 from guard.evidence.kernel_log import (
+    DeadRecord,
     FallenOff,
     KernelLog,
     RecoveryChange,
@@ -15,11 +16,27 @@ from guard.evidence.kernel_log import (
     XidTotal,
     for_gpu,
     gpus,
+    named_gpus,
     parse_kernel_log,
     same_gpu,
+    unattributed,
 )
-from guard.evidence.lspci import ConfigSpace, PortStatus, config_space, port_status
-from guard.evidence.verdict import decide
+from guard.evidence.lspci import (
+    ConfigSpace,
+    PcieLink,
+    PortStatus,
+    config_space,
+    pcie_links,
+    port_status,
+)
+from guard.evidence.nvidia_smi import SmiGpu, smi_for
+from guard.evidence.verdict import (
+    DEAD_RECORD_CLASSES,
+    DEAD_RECORD_WORDS,
+    RECOVERY_ACTION_CLASSES,
+    Finding,
+    decide,
+)
 from guard.hostexec import Unknown
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
@@ -47,6 +64,7 @@ class Inputs:
     # `kernel_log` is not parsed again and its AER events are these.
     parsed_log: KernelLog | None = None
     log_aer: tuple[aer.AerEvent, ...] = ()
+    nvidia_smi: str | None = None  # `nvidia-smi -q` output (classify --nvidia-smi-q, collect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +94,11 @@ class Assessment:
     kernel_log_source: str
     unknowns: tuple[Unknown, ...]
     xid_totals: tuple[XidTotal, ...] = ()  # every record of the GPU counted, kept or not
+    dead: tuple[DeadRecord, ...] = ()  # dead-GPU records without an Xid, judged for this GPU
+    unattributed: tuple[DeadRecord, ...] = ()  # such records naming no GPU, not judged
+    smi: SmiGpu | None = None
+    links: tuple[PcieLink, ...] = ()  # lspci -vv LnkCap/LnkSta of the GPUs in --lspci
+    smi_read: bool = False  # nvidia-smi -q output was given (smi None: it has no such GPU)
 
     @property
     def config_space_all_ff(self) -> bool | None:
@@ -91,9 +114,41 @@ def _target(log: KernelLog, pci: str | None) -> tuple[str | None, KernelLog, tup
     found = gpus(log)
     if pci is None and len(found) == 1:
         pci = found[0]
+    elif pci is None and not found and unattributed(log) and len(named_gpus(log)) == 1:
+        # Only records that name no GPU, and one GPU named by its identity line: that one.
+        (pci,) = named_gpus(log)
     if pci is None:
         return None, log, ()
     return pci, for_gpu(log, pci), tuple(g for g in found if not same_gpu(g, pci))
+
+
+def _dead_records(
+    log: KernelLog, mine: KernelLog, pci: str | None
+) -> tuple[tuple[DeadRecord, ...], tuple[DeadRecord, ...]]:
+    """(judged, not judged). A record that names no GPU (``NVRM: GPU0 …``: the driver's instance
+    number) is judged only when the log names no GPU besides this one: then it can only be
+    about this GPU."""
+    loose = unattributed(log)
+    if pci is None:
+        return log.dead, ()  # judging the whole log: every record counts
+    alone = all(same_gpu(g, pci) for g in named_gpus(log))
+    return (mine.dead + loose, ()) if alone else (mine.dead, loose)
+
+
+def _findings(
+    dead: tuple[DeadRecord, ...], recovery: RecoveryChange | None, smi: SmiGpu | None
+) -> tuple[Finding, ...]:
+    out: list[Finding] = []
+    for kind in dict.fromkeys(d.kind for d in dead):
+        out.append(Finding(DEAD_RECORD_CLASSES[kind], f"driver record: {DEAD_RECORD_WORDS[kind]}"))
+    if recovery is not None and recovery.new in RECOVERY_ACTION_CLASSES:
+        verdict = RECOVERY_ACTION_CLASSES[recovery.new]
+        out.append(Finding(verdict, f"Xid 154: {recovery.new_text}"))
+    elif recovery is not None:  # 0x0 None, or a value this table does not know
+        out.append(Finding(Repair.HUMAN, f"Xid 154: {recovery.new_text} (nothing to act on)"))
+    if smi is not None:
+        out.extend(smi.findings())
+    return tuple(out)
 
 
 def _ports(inputs: Inputs) -> tuple[PortEvidence, ...]:
@@ -119,21 +174,27 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     if inputs.reported_xid is not None:
         codes.append(inputs.reported_xid)
     config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
-    decision = decide(codes, bool(mine.fallen_off), config.all_ff if config else None, classes)
+    dead, loose = _dead_records(log, mine, pci)
+    recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
+    recovery = recoveries[-1] if recoveries else None  # the driver's latest word counts
+    smi = smi_for(inputs.nvidia_smi, pci) if inputs.nvidia_smi else None
+    findings = _findings(dead, recovery, smi)
+    all_ff = config.all_ff if config else None
+    decision = decide(codes, bool(mine.fallen_off), all_ff, classes, findings)
     ports = _ports(inputs)
     from_log = inputs.log_aer if inputs.parsed_log else aer.parse_aer_lines(inputs.kernel_log or "")
     events = from_log + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:
         events = aer.related(events, [pci, *(p.address for p in ports)])
-    recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
+    uuid = mine.uuids[-1][1] if pci is not None and mine.uuids else None
     return Assessment(
         pci=pci,
         verdict=decision.verdict,
         reasons=decision.reasons,
         xids=mine.xids,
         fallen_off=mine.fallen_off,
-        uuid=mine.uuids[-1][1] if pci is not None and mine.uuids else None,
-        recovery=recoveries[-1] if recoveries else None,
+        uuid=uuid or (smi.uuid if smi else None),
+        recovery=recovery,
         config=config,
         ports=ports,
         aer_events=events,
@@ -145,4 +206,9 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         kernel_log_source=inputs.kernel_log_source,
         unknowns=inputs.unknowns,
         xid_totals=mine.totals,
+        dead=dead,
+        unattributed=loose,
+        smi=smi,
+        smi_read=bool(inputs.nvidia_smi),
+        links=pcie_links(inputs.gpu_lspci) if inputs.gpu_lspci else (),
     )

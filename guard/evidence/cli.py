@@ -138,7 +138,7 @@ ledger.add_command(count)
     help="Where the summary for the guard (verdict, GPU links) goes, if that file exists.",
 )
 def collect(**opts: Any) -> None:
-    """Read the host's kernel log, lspci and AER, print the report, the request and JSON.
+    """Read the host (kernel log, lspci, AER, nvidia-smi -q); print the report, request and JSON.
 
     The history sentence of the request is chosen from the ledger counts (a closed set of
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
@@ -224,8 +224,16 @@ def emit_collected(
 
 @evidence.command()
 @click.option("--kernel-log", type=FILE, required=True, help="journalctl -k / dmesg / syslog.")
-@click.option("--lspci", "lspci_file", type=FILE, help="lspci -xxx -s <gpu> output.")
+@click.option(
+    "--lspci", "lspci_file", type=FILE, help="lspci -xxx or -vv of the GPU (or of all GPUs)."
+)
 @click.option("--aer", "aer_file", type=FILE, help="AER lines, lspci -vvv of a port, counters.")
+@click.option(
+    "--nvidia-smi-q",
+    "smi_file",
+    type=FILE,
+    help="nvidia-smi -q output: row remapping, retired pages, reset status.",
+)
 @click.option("--pci", callback=pci_callback, help="Judge only this GPU (any PCI spelling).")
 @click.option("--root-port", callback=pci_callback, help="The GPU's upstream port, for AER lines.")
 @click.option("--output", type=OUTPUT, default="text", show_default=True)
@@ -242,6 +250,7 @@ def classify(**opts: Any) -> None:
         log_aer=log_aer,
         gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
         aer=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
+        nvidia_smi=read_text(opts["smi_file"], "--nvidia-smi-q") if opts["smi_file"] else None,
     )
     inputs = offline_inputs(files, opts["pci"], opts["root_port"])
     found = assess(inputs, opts["pci"], tables.classes)

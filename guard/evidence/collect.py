@@ -1,12 +1,12 @@
 """Read the host's evidence from inside the evidence Job; never write anything there.
 
 Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
-CAP_SYS_ADMIN) so they are the host's own ``journalctl`` and ``lspci``. Sysfs is read as files under
-a root directory, by default ``/proc/1/root`` (the host's root through hostPID, which needs
-CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout kills the
-command's process group; a process stuck in the kernel, such as a config read of a dead GPU, is left
-behind rather than holding up the rest); a command that hangs or fails becomes an `Unknown` and the
-rest of the evidence is still read.
+CAP_SYS_ADMIN) so they are the host's own ``journalctl``, ``lspci`` and ``nvidia-smi``. Sysfs is
+read as files under a root directory, by default ``/proc/1/root`` (the host's root through hostPID,
+which needs CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout
+kills the command's process group; a process stuck in the kernel, such as a config read of a dead
+GPU, is left behind rather than holding up the rest); a command that hangs or fails becomes an
+`Unknown` and the rest of the evidence is still read.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _journal(host: Host, boot: str) -> CommandResult:
 
 def _has_record(text: str, pci: str) -> bool:
     mine = for_gpu(parse_kernel_log(text), pci)
-    return bool(mine.xids or mine.fallen_off)
+    return bool(mine.xids or mine.fallen_off or mine.dead)
 
 
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
@@ -136,17 +136,41 @@ def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, .
     return tuple(ports), unknowns
 
 
+_NO_HANDLE = "Unable to determine the device handle"
+
+
+def nvidia_smi(host: Host, pci: str) -> tuple[str | None, Unknown | None]:
+    """``nvidia-smi -q`` of the GPU, run last: NVML may block on a lost GPU until the timeout.
+
+    nvidia-smi exits non-zero when it cannot open the GPU; its one line ("GPU is lost", "GPU
+    requires reset") is then the evidence, not a failure to read it.
+    """
+    argv = ("nvidia-smi", "-q", "-i", pci)
+    result = host.run(*argv)
+    if result.ok:
+        return result.stdout, None
+    said = f"{result.stdout}\n{result.stderr}"
+    if _NO_HANDLE in said:
+        return said, None
+    return None, Unknown(" ".join(argv), result.why)
+
+
 def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
     """Everything the verdict and the report need, read once from the host."""
     log, source, unknowns = kernel_log(host, pci)
     found = list(unknowns)
-    dump = host.run("lspci", "-xxx", "-s", pci)
+    # One config read of the GPU gives both the dump (all ff?) and, when it answers, its
+    # decoded capabilities (LnkCap/LnkSta: a link trained down).
+    dump = host.run("lspci", "-vvv", "-xxx", "-s", pci)
     if not dump.ok:
-        found.append(Unknown(f"lspci -xxx -s {pci}", dump.why))
+        found.append(Unknown(f"lspci -vvv -xxx -s {pci}", dump.why))
     chain, missing = _chain(host, pci)
     if missing is not None:
         found.append(missing)
     ports, port_unknowns = _port_inputs(host, chain)
+    smi, smi_unknown = nvidia_smi(host, pci)
+    if smi_unknown is not None:
+        port_unknowns.append(smi_unknown)
     return Inputs(
         kernel_log=log,
         kernel_log_source=source,
@@ -155,4 +179,5 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
         gpu_counters=read_counters(host, pci),
         reported_xid=reported_xid,
         unknowns=(*found, *port_unknowns),
+        nvidia_smi=smi,
     )

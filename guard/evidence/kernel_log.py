@@ -8,10 +8,16 @@ The driver's shapes (NVIDIA open-gpu-kernel-modules 595.45.04, older drivers whe
     NVRM: Xid (0000:01:00): 13, ...                                         (pre-2015, no PCI:)
     NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (...)
     NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d   (identity)
+    NVRM: GPU at 0000:01:00: GPU-<uuid>                                     (identity, pre-2015)
     NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.                     (beside Xid 79)
     NVRM: GPU at 0000:01:00.0 has fallen off the bus.                       (legacy one-liner)
     NVRM: The NVIDIA GPU 0000:01:00.0 / (PCI ID: 10de:2330) installed in this system has /
           fallen off the bus and is not responding to commands.             (probe time, 3 lines)
+
+Driver records of a dead GPU that carry no Xid number (`DEAD_RECORDS`, their verdicts in
+guard.evidence.verdict): ``RmInitAdapter failed!``, GSP heartbeat and RPC timeouts, FSP boot
+failures and ``GPU lost from the bus`` assertions. Some of them name no GPU (``NVRM: GPU0 …`` is
+the driver's instance number, not a PCI address); those have ``pci=None``.
 
 Only the message text is matched, so any prefix (dmesg, journalctl, syslog) works.
 """
@@ -43,7 +49,10 @@ _ACTION = re.compile(
 KEEP_FIRST = 100  # Xid records kept per GPU from the start of the log …
 KEEP_LAST = 100  # … and from its end; every record is still counted in `totals`
 MAX_MESSAGE = 500  # characters of one record's message
-_IDENTITY = re.compile(r"NVRM: GPU at PCI:(?P<addr>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
+# `PCI:` is absent in drivers before ~2015 (the form NVIDIA's Xid page shows).
+_IDENTITY = re.compile(
+    r"NVRM: GPU at (?:PCI:)?(?P<addr>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)"
+)
 _FELL_BESIDE = re.compile(r"NVRM: GPU (?P<addr>[0-9A-Fa-f:.]+): GPU has fallen off the bus")
 _FELL_LEGACY = re.compile(r"NVRM: GPU at (?P<addr>[0-9A-Fa-f:.]+) has fallen off the bus")
 _PROBE_START = re.compile(r"NVRM: The NVIDIA GPU (?P<addr>[0-9A-Fa-f:.]+)\b")
@@ -105,12 +114,50 @@ class XidTotal:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadRecord:
+    """A driver line saying the GPU is dead or unusable, with no Xid number on it."""
+
+    kind: str  # a key of DEAD_RECORDS
+    pci: str | None  # None: the line names no GPU
+    time: str | None
+    line: int
+    text: str  # the message from NVRM: on, as printed
+
+
+_ADDR = r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+# kind -> message patterns, each with an optional `addr` group. Sources: tests/fixtures/
+# kernel-log/SOURCES.md (real lines), the driver's format strings where no real line was found.
+DEAD_RECORDS: dict[str, tuple[re.Pattern[str], ...]] = {
+    # osinit/osapi: the RM could not initialise the GPU; the device is not attached.
+    "init-failed": (
+        re.compile(rf"NVRM: GPU {_ADDR}: RmInitAdapter failed!"),
+        re.compile(r"NVRM: RmInitAdapter failed!"),  # older drivers: no address
+    ),
+    # kernel_gsp.c: the GSP firmware stopped answering (heartbeat) or RPCs time out.
+    "gsp-timeout": (
+        re.compile(r"NVRM: (?:GPU\d+ )?_kgspIsHeartbeatTimedOut: Heartbeat timed out"),
+        re.compile(r"NVRM: (?:GPU\d+ )?_kgspRpcRecvPoll: GSP RM heartbeat timed out"),
+        re.compile(rf"NVRM: Rate limiting GSP RPC error prints for GPU at PCI:{_ADDR}"),
+    ),
+    # kern_fsp_gh100.c: the FSP (Hopper and later) did not boot; Xid 143 when it is logged.
+    "fsp-boot": (
+        re.compile(rf"NVRM: kfsp\w+: GPU {_ADDR}\s*$"),
+        re.compile(r"NVRM: kfsp\w*: Timed out waiting for FSP"),
+        re.compile(r"while polling for FSP boot complete"),
+    ),
+    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79.
+    "gpu-lost": (re.compile(r"NVRM: (?:GPU\d+ )?nvAssert\w*: Assertion failed: GPU lost from"),),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLog:
     xids: tuple[XidRecord, ...]  # at most KEEP_FIRST + KEEP_LAST per GPU
     fallen_off: tuple[FallenOff, ...]
     uuids: tuple[tuple[str, str], ...]  # (pci, uuid) in log order
     totals: tuple[XidTotal, ...] = ()  # per (GPU, code), in order of first appearance
     dropped: int = 0  # Xid records counted in totals but not kept in xids
+    dead: tuple[DeadRecord, ...] = ()
 
 
 def pci_or_none(text: str) -> str | None:
@@ -186,6 +233,33 @@ def _fallen_one_line(line: str, number: int) -> FallenOff | None:
     return None
 
 
+def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
+    """A dead-GPU record without an Xid number, or None.
+
+    >>> parse_dead("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)")
+    DeadRecord(kind='init-failed', pci='0000:98:00.0', time='903.6', line=0, \
+text='NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)')
+    >>> parse_dead("NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out").pci is None
+    True
+    """
+    for kind, patterns in DEAD_RECORDS.items():
+        for pattern in patterns:
+            found = pattern.search(line)
+            if found is None:
+                continue
+            addr = found.groupdict().get("addr")
+            start = line.find("NVRM:")
+            start = found.start() if start < 0 else start
+            return DeadRecord(
+                kind=kind,
+                pci=pci_or_none(addr) if addr else None,
+                time=line_time(line[:start]),
+                line=number,
+                text=line[start:].strip(),
+            )
+    return None
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """Every GPU record in `text`; other lines are ignored.
 
@@ -239,6 +313,7 @@ class KernelLogScan:
         self._uuids: dict[tuple[str, str], None] = {}  # ordered, each pair once
         self._probe: FallenOff | None = None
         self._dropped = 0
+        self._dead: list[DeadRecord] = []
 
     def add(self, number: int, line: str) -> None:
         probe = self._probe
@@ -263,6 +338,8 @@ class KernelLogScan:
             if _PROBE_END in line:  # the whole record joined on one line
                 self._fell(self._probe)
                 self._probe = None
+        elif (dead := parse_dead(line, number)) is not None and len(self._dead) < KEEP_FIRST:
+            self._dead.append(dead)
 
     def _xid(self, record: XidRecord) -> None:
         key = (record.pci, record.code)
@@ -298,6 +375,7 @@ class KernelLogScan:
             tuple(self._uuids),
             totals,
             self._dropped,
+            tuple(self._dead),
         )
 
 
@@ -320,10 +398,23 @@ def for_gpu(log: KernelLog, pci: str) -> KernelLog:
         uuids=tuple(u for u in log.uuids if same_gpu(u[0], pci)),
         totals=totals,
         dropped=sum(t.count for t in totals) - len(xids),
+        dead=tuple(d for d in log.dead if same_gpu(d.pci, pci)),
     )
 
 
+def unattributed(log: KernelLog) -> tuple[DeadRecord, ...]:
+    """Dead-GPU records whose line names no GPU."""
+    return tuple(d for d in log.dead if d.pci is None)
+
+
+def named_gpus(log: KernelLog) -> tuple[str, ...]:
+    """Every GPU the log names at all: records and identity lines."""
+    found = set(gpus(log)) | {u[0] for u in log.uuids}
+    return tuple(sorted(found))
+
+
 def gpus(log: KernelLog) -> tuple[str, ...]:
-    """Sorted GPU addresses that have an Xid or fallen-off record."""
+    """Sorted GPU addresses that have an Xid, fallen-off or dead-GPU record."""
     found = {x.pci for x in log.xids if x.pci} | {f.pci for f in log.fallen_off}
+    found |= {d.pci for d in log.dead if d.pci}
     return tuple(sorted(found))

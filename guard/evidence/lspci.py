@@ -17,6 +17,9 @@ _DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*\Z")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
 _FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])\Z")
 _DEAD_HEADER = ("(rev ff)", "Unknown header type 7f")
+_CAPABILITY = "Capabilities: ["
+_SPEED = re.compile(r"Speed (?P<speed>[0-9.]+GT/s|unknown)", re.IGNORECASE)
+_WIDTH = re.compile(r"Width x(?P<width>\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,9 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
         all_ff = all(b == 0xFF for b in data)
     elif any(mark in line for line in block for mark in _DEAD_HEADER):
         all_ff = True
+    elif any(_CAPABILITY in line for line in block):
+        # `lspci -vv` decodes capabilities from config reads: the GPU answered them.
+        all_ff = False
     vendor = None
     if len(data) >= 4 and not all(b == 0xFF for b in data[:4]):
         vendor = f"{data[1]:02x}{data[0]:02x}:{data[3]:02x}{data[2]:02x}"
@@ -152,3 +158,65 @@ def port_status(text: str) -> PortStatus:
         device_status=set_in("DevSta"),
         link_active=link,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    """A device's PCIe link from ``lspci -vv``: what it can train to (LnkCap) and what it runs
+    at now (LnkSta). Speed in GT/s (None: ``unknown``), width in lanes."""
+
+    pci: str
+    header: str
+    cap_speed: float | None
+    cap_width: int | None
+    speed: float | None
+    width: int | None
+
+    @property
+    def width_downgraded(self) -> bool:
+        return None not in (self.cap_width, self.width) and self.width < self.cap_width  # type: ignore[operator]
+
+    @property
+    def speed_downgraded(self) -> bool:
+        if self.cap_speed is None:
+            return False
+        return self.speed is None or self.speed < self.cap_speed
+
+
+def _speed(text: str) -> float | None:
+    found = _SPEED.search(text)
+    if found is None or found["speed"].lower() == "unknown":
+        return None
+    return float(found["speed"].removesuffix("GT/s"))
+
+
+def _width(text: str) -> int | None:
+    found = _WIDTH.search(text)
+    return int(found["width"]) if found else None
+
+
+def pcie_links(text: str) -> tuple[PcieLink, ...]:
+    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order.
+
+    >>> (l,) = pcie_links("18:00.0 3D controller: NVIDIA (rev a1)\\n"
+    ...                   "  LnkCap: Port #0, Speed 32GT/s, Width x16, ASPM not supported\\n"
+    ...                   "  LnkSta: Speed 16GT/s (downgraded), Width x8 (downgraded)\\n")
+    >>> (l.pci, l.cap_speed, l.speed, l.cap_width, l.width, l.width_downgraded)
+    ('0000:18:00.0', 32.0, 16.0, 16, 8, True)
+    """
+    out: list[PcieLink] = []
+    block: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if (line and not line[0].isspace() and not _DUMP.match(line.strip())) or not line:
+            if block and (address := _address(block[0])):
+                cap = next((ln for ln in block if "LnkCap:" in ln), None)
+                sta = next((ln for ln in block if "LnkSta:" in ln), None)
+                if cap is not None and sta is not None:
+                    out.append(
+                        PcieLink(address, block[0].strip(), _speed(cap), _width(cap),
+                                 _speed(sta), _width(sta))
+                    )  # fmt: skip
+            block = [line] if line else []
+        elif block:
+            block.append(line)
+    return tuple(out)

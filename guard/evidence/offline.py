@@ -25,6 +25,7 @@ class SavedFiles:
     aer: str = ""
     parsed_log: KernelLog | None = None  # the kernel log parsed as it was read (classify)
     log_aer: tuple[AerEvent, ...] = ()
+    nvidia_smi: str | None = None
 
 
 def lspci_blocks(text: str) -> dict[str, str]:
@@ -71,4 +72,5 @@ def offline_inputs(files: SavedFiles, pci: str | None, root_port: str | None) ->
         aer_text=files.aer,
         parsed_log=files.parsed_log,
         log_aer=files.log_aer,
+        nvidia_smi=files.nvidia_smi,
     )

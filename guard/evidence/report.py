@@ -12,8 +12,14 @@ from typing import Any
 from guard.evidence import aer
 from guard.evidence.assess import Assessment, PortEvidence
 from guard.evidence.catalog import CatalogEntry, XidClasses
-from guard.evidence.kernel_log import XidRecord
-from guard.evidence.verdict import RECOVERY_ACTION_XID
+from guard.evidence.kernel_log import DeadRecord, XidRecord
+from guard.evidence.lspci import PcieLink
+from guard.evidence.verdict import (
+    DEAD_RECORD_CLASSES,
+    DEAD_RECORD_WORDS,
+    RECOVERY_ACTION_CLASSES,
+    RECOVERY_ACTION_XID,
+)
 
 Catalog = Mapping[int, CatalogEntry]
 
@@ -26,9 +32,50 @@ class Tables:
     catalog: Catalog
 
 
-def verdict_class(code: int, tables: Tables) -> str | None:
-    """The class the verdict table gives `code`; None for Xid 154, which is only reported."""
-    return None if code == RECOVERY_ACTION_XID else tables.classes.verdict_of(code).value
+def verdict_class(record: XidRecord, tables: Tables) -> str | None:
+    """The class the verdict table gives the record's code; for Xid 154 the class of the
+    recovery action it names (None when it names none or one the table lacks)."""
+    if record.code != RECOVERY_ACTION_XID:
+        return tables.classes.verdict_of(record.code).value
+    if record.recovery is None or record.recovery.new not in RECOVERY_ACTION_CLASSES:
+        return None
+    return RECOVERY_ACTION_CLASSES[record.recovery.new].value
+
+
+def dead_dict(d: DeadRecord) -> dict[str, Any]:
+    return {
+        "kind": d.kind,
+        "pci": d.pci,
+        "time": d.time,
+        "line": d.line,
+        "text": d.text,
+        "what": DEAD_RECORD_WORDS[d.kind],
+        "verdict_class": DEAD_RECORD_CLASSES[d.kind].value,
+    }
+
+
+def link_sentence(link: PcieLink) -> str:
+    """
+    >>> link_sentence(PcieLink("0000:18:00.0", "", 32.0, 16, 32.0, 8))
+    '0000:18:00.0: LnkSta 32GT/s x8 of LnkCap 32GT/s x16: width DOWNGRADED'
+    """
+
+    def gts(v: float | None) -> str:
+        return "unknown" if v is None else f"{v:g}GT/s"
+
+    def width(v: int | None) -> str:
+        return "x?" if v is None else f"x{v}"
+
+    text = (
+        f"{link.pci}: LnkSta {gts(link.speed)} {width(link.width)} of LnkCap "
+        f"{gts(link.cap_speed)} {width(link.cap_width)}"
+    )
+    if link.width_downgraded:
+        return text + ": width DOWNGRADED"
+    if link.speed_downgraded:
+        # An idle GPU lowers its link speed by design; only under load is a low speed a fault.
+        return text + ": speed below its maximum (normal when idle; the load test checks it)"
+    return text + ": full"
 
 
 def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
@@ -45,7 +92,7 @@ def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
         "line": record.line,
         "mnemonic": entry.mnemonic if entry else None,
         "catalog_immediate_action": entry.immediate_action if entry else None,
-        "verdict_class": verdict_class(record.code, tables),
+        "verdict_class": verdict_class(record, tables),
     }
 
 
@@ -67,6 +114,8 @@ def config_sentence(a: Assessment) -> str:
             f"PCI config space reads all ff ({a.config.bytes_read} bytes): "
             "the GPU does not answer config reads."
         )
+    if a.config.bytes_read == 0:
+        return "PCI config space reads normally (lspci -vv decoded the GPU's capabilities)."
     ids = f", vendor:device {a.config.vendor_device}" if a.config.vendor_device else ""
     return f"PCI config space reads normally ({a.config.bytes_read} bytes{ids})."
 
@@ -75,9 +124,34 @@ def recovery_sentence(a: Assessment) -> str:
     if a.recovery is None:
         return "Driver recovery action (Xid 154): none logged."
     r = a.recovery
-    return (
-        f"Driver recovery action (Xid 154): {r.new_text} (0x{r.new:x}, from 0x{r.old:x}); "
-        "reported only, the verdict does not follow it."
+    cls = RECOVERY_ACTION_CLASSES.get(r.new)
+    follows = (
+        f"class {cls.value} (it counts like any other record; config space all ff still wins)"
+        if cls is not None
+        else "nothing to act on"
+    )
+    said = f"{r.new_text} (0x{r.new:x}, from 0x{r.old:x})"
+    return f"Driver recovery action (Xid 154): {said}; {follows}."
+
+
+def dead_sentences(a: Assessment) -> tuple[str, ...]:
+    """The dead-GPU records without an Xid, one line each, judged ones first."""
+    lines = [f"{d.time or 'time unknown'} {DEAD_RECORD_WORDS[d.kind]}: {d.text}" for d in a.dead]
+    lines += [
+        f"{d.time or 'time unknown'} names no GPU, not judged (the log names other GPUs): {d.text}"
+        for d in a.unattributed
+    ]
+    return tuple(lines)
+
+
+def smi_sentences(a: Assessment) -> tuple[str, ...]:
+    if a.smi is None:
+        return ("nvidia-smi -q: no block for this GPU in its output",) if a.smi_read else ()
+    if a.smi.no_handle is not None:
+        return (f"nvidia-smi -q: {a.smi.no_handle}",)
+    shown = [f"{label}: {value}" for label, value in a.smi.shown()]
+    return tuple(f"nvidia-smi -q: {line}" for line in shown) or (
+        "nvidia-smi -q: no row-remapping, page-retirement or reset-status fields for this GPU",
     )
 
 
@@ -170,8 +244,36 @@ def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
             ],
         },
         "other_gpus": list(a.other_gpus),
+        "dead_records": [dead_dict(d) for d in a.dead],
+        "unattributed_records": [dead_dict(d) for d in a.unattributed],
+        "nvidia_smi": _smi_json(a),
+        "pcie_links": [_link_json(link) for link in a.links],
         "kernel_log_source": a.kernel_log_source,
         "unknown": [{"what": u.what, "why": u.why} for u in a.unknowns],
+    }
+
+
+def _smi_json(a: Assessment) -> dict[str, Any] | None:
+    if a.smi is None:
+        return None
+    return {
+        "pci": a.smi.pci,
+        "uuid": a.smi.uuid,
+        "no_handle": a.smi.no_handle,
+        "fields": {label: value for label, value in a.smi.shown()},
+        "findings": [{"verdict": f.verdict.value, "reason": f.reason} for f in a.smi.findings()],
+    }
+
+
+def _link_json(link: PcieLink) -> dict[str, Any]:
+    return {
+        "pci": link.pci,
+        "cap_speed_gts": link.cap_speed,
+        "cap_width": link.cap_width,
+        "speed_gts": link.speed,
+        "width": link.width,
+        "width_downgraded": link.width_downgraded,
+        "speed_downgraded": link.speed_downgraded,
     }
 
 
@@ -194,7 +296,7 @@ def _xid_line(x: XidRecord, tables: Tables) -> str:
     name = entry.mnemonic if entry else "not in NVIDIA's catalog"
     action = entry.immediate_action if entry else "-"
     mig = f" {x.mig}" if x.mig else ""
-    cls = verdict_class(x.code, tables) or "reported only"
+    cls = verdict_class(x, tables) or "reported only"
     return (
         f"  {x.time or 'time unknown'}  Xid {x.code}{mig}  {name}  "
         f"[catalog {action}; guard {cls}]  {x.message}"
@@ -219,7 +321,14 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     out.extend(f"  {f.time or 'time unknown'}  fallen off the bus ({f.form})" for f in a.fallen_off)
     if a.other_gpus:
         out.append(f"  other GPUs with records (not judged): {', '.join(a.other_gpus)}")
+    if a.dead or a.unattributed:
+        out.append("-- driver records without an Xid --")
+        out.extend(f"  {line}" for line in dead_sentences(a))
     out += ["-- PCI config space --", f"  {config_sentence(a)}"]
+    out.extend(f"  PCIe link {link_sentence(link)}" for link in a.links)
+    if a.smi_read:
+        out.append("-- nvidia-smi -q --")
+        out.extend(f"  {line}" for line in smi_sentences(a))
     out += ["-- AER --", *(f"  {s}" for s in aer_sentences(a))]
     out += ["-- recovery action --", f"  {recovery_sentence(a)}"]
     if a.unknowns:

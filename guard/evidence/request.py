@@ -19,7 +19,10 @@ from guard.evidence.report import (
     Tables,
     aer_sentences,
     config_sentence,
+    dead_sentences,
+    link_sentence,
     recovery_sentence,
+    smi_sentences,
     xid_dict,
 )
 
@@ -69,6 +72,9 @@ def context(a: Assessment, tables: Tables, node: str, history: str | None) -> di
         "config_space_all_ff": a.config_space_all_ff,
         "config_sentence": config_sentence(a),
         "recovery_sentence": recovery_sentence(a),
+        "dead_sentences": list(dead_sentences(a)),
+        "link_sentences": [link_sentence(link) for link in a.links],
+        "smi_sentences": list(smi_sentences(a)),
         "aer_sentences": list(aer_sentences(a)),
         "surprise_down": a.surprise_down,
         "root_port": a.root_port,

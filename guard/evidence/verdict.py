@@ -1,16 +1,18 @@
-"""The verdict for one GPU: a pure function of its Xid codes and two hardware facts.
+"""The verdict for one GPU: a pure function of its Xid codes, two hardware facts and the
+findings of the other records (each already given a class by the tables below).
 
 Case list (first match wins; docs/evidence.md "Verdict"). Which Xid has which class is data,
 ``guard/data/xid-classes.tsv``, and is not repeated here:
-  power-cycle  an Xid whose class is power-cycle, a "fallen off the bus" record, or PCI config
-               space that reads all ``ff`` — a reset cannot reach a device that does not
-               answer, whatever the driver's Xid 154 says
-  rma          an Xid whose class is rma
-  reset        an Xid whose class is reset and config space not all ``ff``
+  power-cycle  an Xid whose class is power-cycle, a "fallen off the bus" record, a finding of
+               class power-cycle, or PCI config space that reads all ``ff`` — a reset cannot
+               reach a device that does not answer, whatever the driver's Xid 154 says
+  rma          an Xid or finding whose class is rma
+  reset        an Xid or finding whose class is reset and config space not all ``ff``
   human        anything else, including no record at all
 
-Xid 154 (recovery action changed) is reported but never an input here: the incident of
-2026-09-21 had the driver asking for a reset while config space read ``ff``.
+Xid 154 (recovery action changed) counts by its payload, never by its code: the action the
+driver asks for is a finding (`RECOVERY_ACTION_CLASSES`). It ranks like any other finding, so
+config space all ``ff`` still beats a driver asking for a reset (the incident of 2026-09-21).
 """
 
 from __future__ import annotations
@@ -22,6 +24,50 @@ from guard.evidence.catalog import Repair, XidClasses
 
 RECOVERY_ACTION_XID = 154
 _ORDER = (Repair.POWER_CYCLE, Repair.RMA, Repair.RESET)
+
+# Driver records of a dead GPU without an Xid number (guard.evidence.kernel_log.DEAD_RECORDS).
+# Power cycle first, as for Xid 79 (catalog RESTART_BM); a repeat on the same card is the
+# ledger's history sentence (inspect, then replace the card), as for Xid 79.
+DEAD_RECORD_CLASSES: dict[str, Repair] = {
+    # The RM did not attach the GPU, so `nvidia-smi --gpu-reset` has no device to reset.
+    "init-failed": Repair.POWER_CYCLE,
+    # NV_ERR_GPU_IS_LOST: the same all-ones register read that makes the driver log Xid 79.
+    "gpu-lost": Repair.POWER_CYCLE,
+    # What Xid 143 describes. Xid 143 itself stays rma (our table); the record without the Xid
+    # is weaker evidence, so the first answer is a power cycle, which re-runs the FSP boot.
+    "fsp-boot": Repair.POWER_CYCLE,
+    # Xid 119/120's catalog bucket is RESET_GPU ("a power cycle may be needed if the error
+    # persists"); the driver's own rate-limit line says "The GPU likely needs to be reset".
+    "gsp-timeout": Repair.RESET,
+}
+DEAD_RECORD_WORDS: dict[str, str] = {
+    "init-failed": "RmInitAdapter failed (the driver could not initialise the GPU)",
+    "gpu-lost": "GPU lost from the bus (NV_ERR_GPU_IS_LOST)",
+    "fsp-boot": "FSP boot failure (what Xid 143 describes)",
+    "gsp-timeout": "GSP heartbeat or RPC timeout",
+}
+
+# Xid 154's new action (its hex value; guard.evidence.kernel_log.RECOVERY_ACTIONS names them) ->
+# our class. NVIDIA's catalog bucket XID_154 says "follow the guidance reported by Xid 154".
+# 0x0 None asks nothing; 0x3 Drain P2P, 0x5 Recover IMEX Domain and 0x6 Bus Reset have no
+# automated repair here, so they go to a person.
+RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
+    1: Repair.RESET,  # GPU Reset Required
+    2: Repair.POWER_CYCLE,  # Node Reboot Required: a cold power cycle covers a reboot
+    3: Repair.HUMAN,  # Drain P2P
+    4: Repair.RESET,  # Drain and Reset: the reset draft drains the GPU's pods first
+    5: Repair.HUMAN,  # Recover IMEX Domain
+    6: Repair.HUMAN,  # Bus Reset
+    7: Repair.POWER_CYCLE,  # System Reboot
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One piece of evidence besides the Xid codes, with the class our tables give it."""
+
+    verdict: Repair
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +81,7 @@ def decide(
     fallen_off: bool,
     config_all_ff: bool | None,
     classes: XidClasses,
+    findings: Iterable[Finding] = (),
 ) -> Decision:
     """Decide; `config_all_ff` is None when config space was not read.
 
@@ -45,7 +92,10 @@ def decide(
     'rma'
     >>> decide([154], False, False, classes).verdict.value
     'human'
+    >>> decide([154], False, False, classes, [Finding(Repair.RESET, "Xid 154: Drain and Reset")])
+    Decision(verdict=<Repair.RESET: 'reset'>, reasons=('Xid 154: Drain and Reset',))
     """
+    findings = tuple(findings)
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
     by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}
     for code in wanted:
@@ -54,6 +104,9 @@ def decide(
             by_class[kind].append(f"Xid {code}")
     if fallen_off:
         by_class[Repair.POWER_CYCLE].append("fallen-off-the-bus record")
+    for finding in findings:
+        if finding.verdict in by_class:
+            by_class[finding.verdict].append(finding.reason)
     if config_all_ff:
         by_class[Repair.POWER_CYCLE].append("config space reads all ff")
     for verdict in _ORDER:
@@ -62,6 +115,8 @@ def decide(
             if verdict is Repair.RESET and config_all_ff is None:
                 reasons.append("config space not read")
             return Decision(verdict, tuple(reasons))
-    if wanted:
-        return Decision(Repair.HUMAN, tuple(f"Xid {c}" for c in wanted))
-    return Decision(Repair.HUMAN, ("no Xid or fallen-off record for this GPU",))
+    human = [f"Xid {c}" for c in wanted]
+    human += [f.reason for f in findings if f.verdict is Repair.HUMAN]
+    if human:
+        return Decision(Repair.HUMAN, tuple(human))
+    return Decision(Repair.HUMAN, ("no Xid, fallen-off or dead-GPU record for this GPU",))

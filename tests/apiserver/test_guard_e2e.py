@@ -42,6 +42,7 @@ from tests.apiserver.guard_run import (
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 
 pytestmark = pytest.mark.apiserver
+NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
                   "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
@@ -228,24 +229,26 @@ def test_return_cycle_load_tests_then_uncordons(
     node = gpu_node("e2e-return", boot="boot-1")
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
-    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    # The load-test step alone; the default return conformance before it is
+    # test_lifecycle_e2e.py's test_a_power_cycled_node_passes_the_conformance_…
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(first, node) == [("create-job", "conditions-met")]
     (loadtest,) = [
         j
         for j in guard_jobs(admin, node)
         if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"
     ]
-    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan, node) == [
         ("skip", "loadtest-running")
     ]
     complete(admin, loadtest.metadata.name)  # succeeded, but no Pod said pass: no return
-    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan, node) == [
         ("skip", "loadtest-unreadable")
     ]
     stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
                                                           _preload_content=False)  # fmt: skip
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
-    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable

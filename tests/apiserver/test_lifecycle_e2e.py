@@ -54,9 +54,11 @@ from tests.apiserver.kube import (
 )
 
 pytestmark = pytest.mark.apiserver
+NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 REBOOT, GATE, GATE_FAIL, LINKS = "lc-reboot", "lc-gate", "lc-gate-fail", "lc-links"
 REPLACED = "lc-replaced"
+RETURN, RETURN_FAIL = "lc-return", "lc-return-fail"
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 SITE_TAINT = {"key": "example.com/reserved", "value": "ml", "effect": "NoSchedule"}
 NO_IPVS = render_summary(Summary(False, failed=(Finding(
@@ -72,8 +74,9 @@ SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    with scenario_prometheus(healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL),
-                             faulted(LINKS), faulted(REPLACED)) as server:  # fmt: skip
+    timelines = (healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL), faulted(LINKS),
+                 faulted(REPLACED), faulted(RETURN), faulted(RETURN_FAIL))  # fmt: skip
+    with scenario_prometheus(*timelines) as server:
         yield server
 
 
@@ -224,6 +227,72 @@ def test_a_passing_boot_is_recorded_and_not_checked_again(
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan, node) == []
 
 
+# ── The return of a power-cycled node (return conformance, on by default) ──────────────────
+
+
+def _power_cycled(
+    prom: Any,
+    guard_kubeconfig: Path,
+    lifecycle_node: Callable[..., str],
+    core: Any,
+    admin: client.ApiClient,
+    deployed: ControlPlane,
+    name: str,
+) -> tuple[str, dict[str, Any]]:
+    """An Xid 79 cordon whose evidence Job finished, power-cycled into boot-2; the first return
+    cycle's Job (the conformance Job of boot-2), which runs before any load test."""
+    node = lifecycle_node(name, boot="boot-1", allocatable=7)
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
+    finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
+    set_status(core, node, boot="boot-2", allocatable=8)
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    assert ("create-job", "conditions-met") in mine(first, node)
+    assert _names(admin, node, "loadtest") == []
+    return node, the_job(admin, node, "conformance")
+
+
+def test_a_power_cycled_node_passes_the_conformance_of_its_new_boot_before_it_serves(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node, conformance = _power_cycled(prom, guard_kubeconfig, lifecycle_node, core, admin,
+                                      deployed, RETURN)  # fmt: skip
+    assert command(conformance)[:3] == ["gpu-node-guard", "conformance", "--root"]
+    finish(deployed, admin, conformance, PASS, ok=True)
+    second = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
+    assert mine(second, node) == [("create-job", "conditions-met")]
+    loadtest = the_job(admin, node, "loadtest")
+    assert core.read_node(node).spec.unschedulable is True  # not serving yet
+    finish(deployed, admin, loadtest, LOADTEST_PASS, ok=True)
+    back = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
+    assert mine(back, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
+    assert not core.read_node(node).spec.unschedulable
+    when = f"{RETURN_AT + 2 * CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    found = notes(core, node)
+    # The uncordon records boot-2 as checked, by the conformance Job that ran on it.
+    assert found[KEYS.checked_boot] == f"boot-2 {when} job/{conformance['metadata']['name']}"
+    assert found[KEYS.returned] == f"{when} job/{loadtest['metadata']['name']}"
+    # So the after-reboot check starts no second conformance Job while the node serves.
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT + 3 * CYCLE).plan, node) == []
+
+
+def test_a_failing_conformance_of_the_new_boot_keeps_the_power_cycled_node_cordoned(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    node, conformance = _power_cycled(prom, guard_kubeconfig, lifecycle_node, core, admin,
+                                      deployed, RETURN_FAIL)  # fmt: skip
+    finish(deployed, admin, conformance, NO_IPVS, ok=False)
+    failed = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
+    assert mine(failed, node)[0] == ("annotate", "conformance-failed")
+    found = core.read_node(node)
+    assert found.spec.unschedulable is True
+    kept = notes(core, node)
+    assert kept[KEYS.reason] == "xid-79"  # the cordon keeps its reason
+    assert kept[KEYS.conformance_result].startswith(f"failed job/{conformance['metadata']['name']}")
+    later = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
+    assert mine(later, node) == [("skip", "conformance-failed")]
+    assert _names(admin, node, "loadtest") == []
+
+
 # ── The onboarding gate ─────────────────────────────────────────────────────────────────────
 
 
@@ -293,7 +362,7 @@ def test_the_links_the_evidence_job_read_reach_the_load_test_as_expect_link(
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
     set_status(core, node, boot="boot-2", allocatable=8)  # power-cycled
-    plan = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    plan = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan  # straight to the load test
     assert mine(plan, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
     assert notes(core, node)[KEYS.pcie_links] == "0000:18:00.0=16GT/s,x16 0000:2a:00.0=32GT/s,x16"
     words = command(the_job(admin, node, "loadtest"))
@@ -315,7 +384,7 @@ def test_a_replaced_load_test_job_is_no_pass(
     assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
     finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
     set_status(core, node, boot="boot-2", allocatable=8)  # power-cycled
-    created = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    created = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(created, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
     made = the_job(admin, node, "loadtest")
     name, uid = made["metadata"]["name"], made["metadata"]["uid"]
@@ -337,7 +406,7 @@ def test_a_replaced_load_test_job_is_no_pass(
     assert impostor["metadata"]["name"] == name and impostor["metadata"]["uid"] != uid
     finish(deployed, admin, impostor, LOADTEST_PASS, ok=True)
 
-    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE)
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE, NO_CF)
     assert mine(run.plan, node) == [("skip", "loadtest-foreign"), ("event", "loadtest-foreign")]
     assert core.read_node(node).spec.unschedulable is True
     (warn,) = [a for a in run.plan["actions"] if a["node"] == node and a["type"] == "skip"]

@@ -40,6 +40,7 @@ from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.apiserver.test_guard_e2e import LOADTEST_PASS
 
 pytestmark = pytest.mark.apiserver
+NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 NODE, CANCEL = "e2e-mismatch", "e2e-mismatch-cancel"
 ONSET = T0 + timedelta(seconds=ONSET_S)
@@ -133,7 +134,7 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     set_status(core, node, boot="boot-2", allocatable=8)  # rebooted into the installed driver
     waiting = run_guard(prom, guard_kubeconfig, RETURN_AT - timedelta(minutes=8)).plan
     assert mine(waiting, node) == [("skip", "service-network-not-ready")]
-    first = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    first = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan  # the load-test step alone
     assert mine(first, node) == [
         ("create-job", "conditions-met")
     ]  # the loadtest-job policy took it
@@ -142,7 +143,7 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
                                                           _preload_content=False)  # fmt: skip
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True)  # its Pod's pass
-    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable

@@ -16,6 +16,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "kernel-log" / "scenarios"
 LSPCI = FIXTURES / "lspci"
 AER = FIXTURES / "aer"
+SMI = FIXTURES / "nvidia-smi"
 CARD_B = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 GPU_B = "0000:99:00.0"
 
@@ -116,8 +117,9 @@ CASES = [
     pytest.param(
         [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
          "--lspci", str(LSPCI / "gpu-normal.txt")],
-        {"verdict": "human", "recovery_action": "GPU Reset Required"},
-        id="xid154-alone-never-a-verdict",
+        {"verdict": "reset", "recovery_action": "GPU Reset Required",
+         "reasons": ["Xid 154: GPU Reset Required"]},
+        id="xid154-alone-follows-its-recovery-action",
     ),
     pytest.param(
         [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
@@ -145,8 +147,8 @@ CASES = [
     ),
     pytest.param(
         [*_log("nvlink-gb200.log"), "--pci", "0009:01:00.0"],
-        {"verdict": "human", "recovery_action": "Drain and Reset", "codes": [149, 154]},
-        id="nvlink5-xid149-human-recovery-reported",
+        {"verdict": "reset", "recovery_action": "Drain and Reset", "codes": [149, 154]},
+        id="nvlink5-xid149-drain-and-reset-from-xid154",
     ),
     pytest.param(
         [*_log("no-gpu-records.log"), "--pci", "0000:06:00.0"],
@@ -185,6 +187,114 @@ CASES = [
         {"verdict": "human", "surprise_down": False, "codes": [31]},
         id="aer-from-gpu-then-xid31-human",
     ),
+    # Dead-GPU records without an Xid number (docs/evidence.md "Verdict").
+    pytest.param(
+        [*_log("rminit-failed.log")],
+        {"verdict": "power-cycle", "pci": "0000:98:00.0", "codes": [], "dead": ["init-failed"]},
+        id="rminit-failed-power-cycle",
+    ),
+    pytest.param(
+        [*_log("rminit-failed-syslog.log"), "--pci", "0000:0a:00.0"],
+        {"verdict": "power-cycle", "dead": ["init-failed", "init-failed"]},
+        id="rminit-failed-syslog-repeated",
+    ),
+    pytest.param(
+        [*_log("fsp-boot-no-xid.log")],
+        {"verdict": "power-cycle", "pci": "0000:01:00.0",
+         "dead": ["fsp-boot", "init-failed", "fsp-boot"]},
+        id="fsp-boot-without-xid143-power-cycle-first",
+    ),
+    pytest.param(
+        [*_log("gsp-heartbeat.log"), "--pci", "0000:05:00.0"],
+        {"verdict": "reset", "dead": ["gsp-timeout", "gsp-timeout"]},
+        id="gsp-heartbeat-naming-no-gpu-judged-for-the-only-gpu",
+    ),
+    pytest.param(
+        [*_log("gsp-rpc-rate-limit.log")],
+        {"verdict": "reset", "pci": "0000:9b:00.0",
+         "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d", "dead": ["gsp-timeout"]},
+        id="gsp-rpc-rate-limit-line-reset",
+    ),
+    pytest.param(
+        [*_log("gpu-lost-assert.log"), "--pci", "0000:01:00.0"],
+        {"verdict": "power-cycle", "dead": ["gpu-lost", "gpu-lost"]},
+        id="gpu-lost-assertion-power-cycle",
+    ),
+    pytest.param(
+        [*_log("gpu-lost-other-gpus-named.log"), "--pci", "0000:99:00.0"],
+        {"verdict": "human", "dead": [], "uuid": CARD_B},
+        id="gpu-lost-assertion-not-pinned-when-the-log-names-several-gpus",
+    ),
+    pytest.param(
+        [*_log("legacy-identity-no-pci.log"), "--pci", "0000:01:00.0"],
+        {"verdict": "power-cycle", "uuid": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b",
+         "codes": [79]},
+        id="pre-2015-identity-line-gives-the-uuid",
+    ),
+    # Xid 154 by its payload.
+    pytest.param(
+        [*_log("xid154-node-reboot.log")],
+        {"verdict": "power-cycle", "uuid": CARD_B, "reasons": ["Xid 154: Node Reboot Required"]},
+        id="xid154-node-reboot-required-power-cycle",
+    ),
+    pytest.param(
+        [*_log("xid154-none.log")],
+        {"verdict": "human", "reasons": ["Xid 154: None (nothing to act on)"]},
+        id="xid154-back-to-none-human",
+    ),
+    # nvidia-smi -q.
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:10:1c.0", "--nvidia-smi-q",
+         str(SMI / "a100-remap-pending.txt")],
+        {"verdict": "reset",
+         "reasons": ["nvidia-smi: row remapping pending (takes effect at a GPU reset)",
+                     "config space not read"]},
+        id="smi-row-remap-pending-reset",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
+         str(SMI / "h100-remap-failure.txt")],
+        {"verdict": "rma", "uuid": CARD_B},
+        id="smi-row-remap-failure-rma-uuid-from-smi",
+    ),
+    pytest.param(
+        [*_log("incident-gpu-node-b.log"), "--pci", GPU_B, "--lspci",
+         str(LSPCI / "gpu-all-ff.txt"), "--nvidia-smi-q", str(SMI / "h100-remap-failure.txt")],
+        {"verdict": "power-cycle"},
+        id="smi-row-remap-failure-but-xid79-power-cycle-first",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
+         str(SMI / "h100-reset-required.txt")],
+        {"verdict": "reset"},
+        id="smi-reset-required-reset",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
+         str(SMI / "gpu-requires-reset.txt")],
+        {"verdict": "reset",
+         "reasons": ["nvidia-smi: GPU requires reset", "config space not read"]},
+        id="smi-no-handle-requires-reset",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:02:00.0", "--nvidia-smi-q",
+         str(SMI / "gpu-is-lost.txt")],
+        {"verdict": "power-cycle"},
+        id="smi-gpu-is-lost-power-cycle",
+    ),
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
+         str(SMI / "clean-h100.txt")],
+        {"verdict": "human", "uuid": CARD_B},
+        id="smi-clean-human",
+    ),
+    # lspci -vv: config space read, links per GPU.
+    pytest.param(
+        [*_log("no-gpu-records.log"), "--pci", "0000:18:00.0", "--lspci",
+         str(LSPCI / "gpus-vv-links.txt")],
+        {"verdict": "human", "config_space_all_ff": False},
+        id="lspci-vv-config-space-read",
+    ),
 ]  # fmt: skip
 
 
@@ -204,9 +314,11 @@ def _readdressed(args: list[str], tmp: Path) -> list[str]:
 @pytest.mark.parametrize(("args", "expected"), CASES)
 def test_classify_fixture(args: list[str], expected: dict[str, Any], tmp_path: Path) -> None:
     out = classify(*_readdressed(args, tmp_path))
-    for key in ("verdict", "uuid", "recovery_action", "config_space_all_ff", "pci"):
+    for key in ("verdict", "uuid", "recovery_action", "config_space_all_ff", "pci", "reasons"):
         if key in expected:
             assert out[key] == expected[key], key
+    if "dead" in expected:
+        assert [d["kind"] for d in out["dead_records"]] == expected["dead"]
     if "codes" in expected:
         assert [x["code"] for x in out["xids"]] == expected["codes"]
     if "other_gpus" in expected:
@@ -250,7 +362,7 @@ def test_json_has_the_documented_keys_and_xid_details() -> None:
         "catalog_immediate_action": "RESTART_BM",
         "verdict_class": "power-cycle",
     }
-    assert out["xids"][1]["verdict_class"] is None  # Xid 154 is reported only
+    assert out["xids"][1]["verdict_class"] == "reset"  # Xid 154: the class of its action
     assert out["recovery_action_code"] == 1
 
 
@@ -338,3 +450,49 @@ def test_mapping_is_configurable_data(tmp_path: Path) -> None:
     mapping.write_text("xid\tverdict\n143\treset\n")
     out = classify(*_log("xid143-fsp.log"), "--xid-classes", str(mapping))
     assert out["verdict"] == "reset"
+
+
+def test_lspci_vv_reports_each_gpus_link_and_a_downgraded_width() -> None:
+    out = classify(*_log("no-gpu-records.log"), "--pci", "0000:18:00.0",
+                   "--lspci", str(LSPCI / "gpus-vv-links.txt"))  # fmt: skip
+    links = {link["pci"]: link for link in out["pcie_links"]}
+    assert links["0000:18:00.0"] == {
+        "pci": "0000:18:00.0", "cap_speed_gts": 16.0, "cap_width": 16, "speed_gts": 5.0,
+        "width": 1, "width_downgraded": True, "speed_downgraded": True,
+    }  # fmt: skip
+    # An idle GPU's lower speed is by design: reported, not a downgrade of the width.
+    assert (links["0000:2a:00.0"]["width_downgraded"], links["0000:2a:00.0"]["speed_gts"]) == (
+        False,
+        2.5,
+    )
+
+
+def test_text_report_names_the_dead_gpu_record_and_nvidia_smi_facts() -> None:
+    result = CliRunner().invoke(
+        evidence,
+        ["classify", *_log("rminit-failed.log"), "--nvidia-smi-q",
+         str(SMI / "a100-remap-pending.txt")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "-- driver records without an Xid --" in result.output
+    assert "RmInitAdapter failed! (0x62:0x65:1792)" in result.output
+    # nvidia-smi names another GPU (10:1c.0): said so, not judged.
+    assert "nvidia-smi -q: no block for this GPU in its output" in result.output
+
+
+def test_times_are_normalised_as_the_log_printed_them() -> None:
+    out = classify(*_log("legacy-identity-no-pci.log"), "--pci", "0000:01:00.0")
+    assert out["xids"][0]["time"] == "Mon Mar 6 10:21:44 2014"
+
+
+def test_records_naming_no_gpu_go_to_the_one_gpu_the_identity_line_names(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    heartbeat = (LOGS / "gsp-heartbeat.log").read_text(encoding="utf-8")
+    identity = "[ 10.1] NVRM: GPU at PCI:0000:05:00: GPU-509665ad-b600-ac93-3616-d754b23d636d\n"
+    log.write_text(identity + heartbeat, encoding="utf-8")
+    out = classify("--kernel-log", str(log))
+    assert (out["pci"], out["verdict"], out["uuid"]) == (
+        "0000:05:00.0",
+        "reset",
+        "GPU-509665ad-b600-ac93-3616-d754b23d636d",
+    )

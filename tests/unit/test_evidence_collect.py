@@ -28,6 +28,7 @@ LOGS = FIXTURES / "kernel-log" / "scenarios"
 GPU = "0000:99:00.0"
 ROOT_PORT = "0000:97:01.0"
 JOURNAL_0 = "journalctl -k -b 0 --no-pager -o short-iso-precise"
+SMI = f"nvidia-smi -q -i {GPU}"
 JOURNAL_1 = "journalctl -k -b -1 --no-pager -o short-iso-precise"
 TIMEOUT = "timeout"
 CLASSES = load_classes()
@@ -79,8 +80,9 @@ def host_tree(root: Path, chain: Sequence[str] = (ROOT_PORT,), gpu: str = GPU) -
 def incident_answers(**changes: str) -> dict[str, str]:
     answers = {
         JOURNAL_0: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
-        f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-all-ff.txt"),
+        f"lspci -vvv -xxx -s {GPU}": _fixture("lspci", "gpu-all-ff.txt"),
         f"lspci -vvv -s {ROOT_PORT}": _fixture("lspci", "rootport-sdes-new.txt"),
+        SMI: _fixture("nvidia-smi", "clean-h100.txt"),
     }
     answers.update(changes)
     return answers
@@ -98,8 +100,9 @@ def test_incident_on_fake_host_reads_everything_once(tmp_path: Path) -> None:
     assert found.unknowns == ()
     assert runner.commands == [
         JOURNAL_0,
-        f"lspci -xxx -s {GPU}",
+        f"lspci -vvv -xxx -s {GPU}",
         f"lspci -vvv -s {ROOT_PORT}",
+        SMI,
     ]
 
 
@@ -121,7 +124,7 @@ def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) ->
             **{
                 JOURNAL_0: _fixture("kernel-log", "scenarios", "no-gpu-records.log"),
                 JOURNAL_1: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
-                f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"),
+                f"lspci -vvv -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"),
             }
         )
     )
@@ -132,9 +135,27 @@ def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) ->
     assert found.verdict.value == "power-cycle"
 
 
+def test_a_dead_gpu_record_of_the_current_boot_keeps_the_current_boot(tmp_path: Path) -> None:
+    """After a power cycle the GPU may fail to initialise: that record, not the previous boot's
+    Xid, is the news."""
+    failed = _fixture("kernel-log", "scenarios", "rminit-failed.log").replace("98:00", "99:00")
+    runner = FakeRunner(
+        incident_answers(
+            **{
+                JOURNAL_0: failed,
+                JOURNAL_1: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
+            }
+        )
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, None), GPU, CLASSES)
+    assert found.kernel_log_source == JOURNAL_0
+    assert [d.kind for d in found.dead] == ["init-failed"]
+    assert found.verdict.value == "power-cycle"
+
+
 def test_no_kernel_log_at_all_falls_back_to_the_reported_xid(tmp_path: Path) -> None:
     runner = FakeRunner(
-        {f"lspci -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"), JOURNAL_0: TIMEOUT}
+        {f"lspci -vvv -xxx -s {GPU}": _fixture("lspci", "gpu-normal.txt"), JOURNAL_0: TIMEOUT}
     )
     found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 48), GPU, CLASSES)
     assert found.kernel_log_source == "unknown (no kernel log could be read)"
@@ -143,6 +164,7 @@ def test_no_kernel_log_at_all_falls_back_to_the_reported_xid(tmp_path: Path) -> 
         "dmesg --time-format iso",
         "journalctl -k -b -1",
         f"lspci -vvv -s {ROOT_PORT}",
+        SMI,
     ]
     assert (found.verdict.value, found.reasons) == ("reset", ("Xid 48",))
 
@@ -254,9 +276,12 @@ def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     _script(
         bin_dir / "lspci",
-        f'case "$*" in "-xxx -s {GPU}") cat {FIXTURES / "lspci" / "gpu-all-ff.txt"} ;;'
+        f'case "$*" in "-vvv -xxx -s {GPU}") cat {FIXTURES / "lspci" / "gpu-all-ff.txt"} ;;'
         f' "-vvv -s {ROOT_PORT}") exec sleep 30 ;; esac',
     )
+    # nvidia-smi of a lost GPU: its one line and a non-zero exit are the evidence.
+    lost = FIXTURES / "nvidia-smi" / "gpu-is-lost.txt"
+    _script(bin_dir / "nvidia-smi", f"sed s/0000:02:00.0/{GPU}/ {lost}; exit 15")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return bin_dir
 
@@ -288,6 +313,8 @@ def test_collect_prints_report_request_and_one_json_line(tmp_path: Path, fake_bi
         {"what": f"lspci -vvv -s {ROOT_PORT}", "why": "timed out after 0.5s"}
     ]
     assert record["request"].startswith("Subject: gpu-node-b: GPU 0000:99:00.0 needs cold power")
+    assert record["nvidia_smi"]["no_handle"].startswith("GPU is lost.")
+    assert "nvidia-smi: GPU is lost." in " ".join(record["reasons"])
 
 
 @pytest.mark.parametrize(

@@ -219,3 +219,40 @@ def test_records_are_split_per_gpu_and_identity_follows_the_gpu() -> None:
 def test_nvswitch_sxid_and_unrelated_lines_are_ignored() -> None:
     log = parse_kernel_log((SCENARIOS / "no-gpu-records.log").read_text())
     assert (log.xids, log.fallen_off, log.uuids) == ((), (), ())
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "pci"),
+    [
+        pytest.param("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)",
+                     "init-failed", "0000:98:00.0", id="rminitadapter"),
+        pytest.param("[87669.726564] NVRM: RmInitAdapter failed! (0x26:0xffff:1375)",
+                     "init-failed", None, id="rminitadapter-old-no-address"),
+        pytest.param("Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat "
+                     "timed out",
+                     "gsp-timeout", None, id="gsp-heartbeat-instance-not-address"),
+        pytest.param("[37803.140481] NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out",
+                     "gsp-timeout", None, id="gsp-heartbeat-no-instance"),
+        pytest.param("[  279.949533] NVRM: kfspDumpDebugState_GH100: GPU 0000:01:00",
+                     "fsp-boot", "0000:01:00.0", id="fsp-debug-dump-names-the-gpu"),
+        pytest.param("kernel: NVRM: nvAssertOkFailedNoLog: Assertion failed: GPU lost from the "
+                     "bus [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from rmStatus @ "
+                     "kernel_ce_gv100.c:106",
+                     "gpu-lost", None, id="gpu-lost-assertion"),
+    ],
+)  # fmt: skip
+def test_dead_gpu_records_from_real_lines(line: str, kind: str, pci: str | None) -> None:
+    (record,) = parse_kernel_log(line).dead
+    assert (record.kind, record.pci) == (kind, pci)
+    assert record.text.startswith("NVRM:")
+
+
+def test_an_xid_line_is_never_also_a_dead_record() -> None:
+    line = "NVRM: Xid (PCI:0000:01:00): 143, Error status 0x1 while polling for FSP boot complete"
+    log = parse_kernel_log(line)
+    assert ([x.code for x in log.xids], log.dead) == ([143], ())
+
+
+def test_pre_2015_identity_line_without_pci() -> None:
+    log = parse_kernel_log("NVRM: GPU at 0000:01:00: GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b")
+    assert log.uuids == (("0000:01:00.0", "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"),)

@@ -16,12 +16,20 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TABLES = Tables(load_classes(), load_catalog())
 
 
-def draft(log: str, pci: str, lspci: str | None = None, history: str | None = None) -> str:
+def draft(
+    log: str,
+    pci: str,
+    lspci: str | None = None,
+    history: str | None = None,
+    smi: str | None = None,
+) -> str:
+    smi_text = (FIXTURES / "nvidia-smi" / smi).read_text(encoding="utf-8") if smi else None
     files = SavedFiles(
         kernel_log=(FIXTURES / "kernel-log" / "scenarios" / log).read_text(encoding="utf-8"),
         kernel_log_source=log,
         gpu_lspci=(FIXTURES / "lspci" / lspci).read_text(encoding="utf-8") if lspci else None,
         aer=(FIXTURES / "lspci" / "rootport-sdes-new.txt").read_text(encoding="utf-8"),
+        nvidia_smi=smi_text,
     )
     found = assess(offline_inputs(files, pci, None), pci, TABLES.classes)
     template = request.load_template()
@@ -91,3 +99,31 @@ def test_missing_history_is_said_not_left_blank() -> None:
 def test_no_xid_in_the_log_says_so() -> None:
     text = draft("no-gpu-records.log", "0000:99:00.0")
     assert "- none found in the kernel log" in text.splitlines()
+
+
+def test_draft_says_what_the_log_showed_for_a_dead_gpu_without_an_xid() -> None:
+    text = draft("rminit-failed.log", "0000:98:00.0")
+    lines = text.splitlines()
+    assert lines[0] == "Subject: gpu-node-b: GPU 0000:98:00.0 needs cold power cycle"
+    assert "Driver records without an Xid:" in lines
+    assert any("RmInitAdapter failed! (0x62:0x65:1792)" in line for line in lines)
+    assert any(
+        line.startswith("Verdict: power-cycle (driver record: RmInitAdapter") for line in lines
+    )
+
+
+def test_draft_carries_nvidia_smi_and_the_rma_reason() -> None:
+    text = draft("no-gpu-records.log", "0000:99:00.0", smi="h100-remap-failure.txt")
+    assert (
+        text.splitlines()[0] == "Subject: gpu-node-b: GPU 0000:99:00.0 needs card replacement (RMA)"
+    )
+    assert "nvidia-smi -q: Remapped Rows / Remapping Failure Occurred: Yes" in text.splitlines()
+    assert "please replace the card (nvidia-smi: row remapping failure" in text
+
+
+def test_draft_reports_a_downgraded_link() -> None:
+    text = draft("no-gpu-records.log", "0000:18:00.0", lspci="gpus-vv-links.txt")
+    assert (
+        "PCIe link 0000:18:00.0: LnkSta 5GT/s x1 of LnkCap 16GT/s x16: width DOWNGRADED"
+        in text.splitlines()
+    )

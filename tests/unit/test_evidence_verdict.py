@@ -17,7 +17,13 @@ from guard.evidence.catalog import (
     load_catalog,
     load_classes,
 )
-from guard.evidence.verdict import decide
+from guard.evidence.kernel_log import DEAD_RECORDS, RECOVERY_ACTIONS
+from guard.evidence.verdict import (
+    DEAD_RECORD_CLASSES,
+    RECOVERY_ACTION_CLASSES,
+    Finding,
+    decide,
+)
 
 CLASSES = load_classes()
 
@@ -132,3 +138,56 @@ def test_bundled_data_file_matches_its_hash_and_names_its_source(name: str) -> N
     url = urlparse(row["source_url"])
     assert (url.scheme, bool(url.netloc), bool(url.path)) == ("https", True, True)
     assert row["note"].strip()
+
+
+@pytest.mark.parametrize(
+    ("kind", "verdict"),
+    [
+        pytest.param("init-failed", Repair.POWER_CYCLE, id="rminitadapter-power-cycle"),
+        pytest.param("gpu-lost", Repair.POWER_CYCLE, id="gpu-lost-power-cycle"),
+        pytest.param("fsp-boot", Repair.POWER_CYCLE, id="fsp-boot-power-cycle-first"),
+        pytest.param("gsp-timeout", Repair.RESET, id="gsp-timeout-reset"),
+    ],
+)
+def test_dead_record_table(kind: str, verdict: Repair) -> None:
+    assert DEAD_RECORD_CLASSES[kind] is verdict
+    assert decide([], False, False, CLASSES, [Finding(verdict, kind)]).verdict is verdict
+
+
+def test_every_dead_record_kind_has_a_class() -> None:
+    assert set(DEAD_RECORD_CLASSES) == set(DEAD_RECORDS)
+
+
+@pytest.mark.parametrize(
+    ("action", "verdict"),
+    [
+        pytest.param(1, Repair.RESET, id="gpu-reset-required"),
+        pytest.param(2, Repair.POWER_CYCLE, id="node-reboot-required"),
+        pytest.param(3, Repair.HUMAN, id="drain-p2p"),
+        pytest.param(4, Repair.RESET, id="drain-and-reset"),
+        pytest.param(5, Repair.HUMAN, id="recover-imex-domain"),
+        pytest.param(6, Repair.HUMAN, id="bus-reset"),
+        pytest.param(7, Repair.POWER_CYCLE, id="system-reboot"),
+    ],
+)
+def test_xid154_recovery_action_table(action: int, verdict: Repair) -> None:
+    assert RECOVERY_ACTION_CLASSES[action] is verdict
+    assert set(RECOVERY_ACTION_CLASSES) == set(RECOVERY_ACTIONS) - {0}
+
+
+@pytest.mark.parametrize(
+    ("findings", "all_ff", "verdict"),
+    [
+        pytest.param([Finding(Repair.RESET, "Xid 154: GPU Reset Required")], True,
+                     Repair.POWER_CYCLE, id="driver-asks-reset-config-ff-power-cycle"),
+        pytest.param([Finding(Repair.RMA, "row remap failure"),
+                      Finding(Repair.RESET, "remap pending")], False, Repair.RMA,
+                     id="rma-finding-beats-reset-finding"),
+        pytest.param([Finding(Repair.HUMAN, "Xid 154: Drain P2P")], False, Repair.HUMAN,
+                     id="human-finding-is-a-reason"),
+    ],
+)  # fmt: skip
+def test_findings_rank_like_xids(findings: list[Finding], all_ff: bool, verdict: Repair) -> None:
+    decision = decide([154], False, all_ff, CLASSES, findings)
+    assert decision.verdict is verdict
+    assert "no Xid" not in " ".join(decision.reasons)  # Xid 154 alone is not "no record"

@@ -21,6 +21,7 @@ from guard.jobs import spec_digest
 from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
+from guard.settings import Settings
 from tests.builders import (
     CORDON_AT,
     DIGEST,
@@ -403,6 +404,30 @@ def test_return_path_conformance(status, expected):
         assert actions[0].job_kind == "conformance"
     if status == "succeeded":
         assert actions[0].job_kind == "loadtest"
+
+
+def test_return_conformance_is_on_by_default():
+    assert Settings().return_conformance is True
+
+
+def test_by_default_a_power_cycled_node_passes_conformance_of_its_boot_before_the_uncordon():
+    """conformance of the new boot -> load test -> uncordon, and the uncordon records that boot
+    as checked, so the after-reboot check does not start a second Job while the node serves."""
+    s = settings(return_conformance=Settings().return_conformance)
+    cf = return_job(snapshot(back_node()), "conformance", return_conformance=True)
+    first = plan_return(snapshot(back_node()), s, TEMPLATES)
+    assert [(a.job_kind, a.reason) for a in first if isinstance(a, CreateJob)] == [
+        ("conformance", "conditions-met")
+    ]
+    passed = (JobInfo(cf, "conformance", "b", "succeeded"),)
+    second = plan_return(snapshot(back_node(), jobs=passed), s, TEMPLATES)
+    assert [a.job_kind for a in second if isinstance(a, CreateJob)] == ["loadtest"]
+    both = (*passed, JobInfo(LT, "loadtest", "b", "succeeded"))
+    uncordon = plan_return(snapshot(back_node(), jobs=both), s, TEMPLATES)[0]
+    assert isinstance(uncordon, Uncordon)
+    assert dict(uncordon.annotations)[KEYS.checked_boot] == (
+        f"boot-2 2026-09-21T05:55:00Z job/{cf}"
+    )
 
 
 def test_failed_conformance_keeps_the_node_cordoned_and_no_load_test_follows():

@@ -1,0 +1,152 @@
+"""Facts from ``nvidia-smi -q``: row remapping, retired pages, the reset status, a lost GPU.
+
+The output is one block per GPU (``GPU 00000000:10:1C.0``), sections by indentation and
+``Key : value`` lines. A GPU NVML cannot open prints one line instead, e.g.
+``Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to
+recover this GPU``; a field NVML refuses because the GPU needs a reset reads
+``[GPU requires reset]``. Sources: tests/fixtures/nvidia-smi/SOURCES.md.
+
+Which fact gives which verdict is the table `FLAGS` (docs/evidence.md "Verdict").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from guard.evidence.catalog import Repair
+from guard.evidence.verdict import Finding
+from guard.pci import PciAddressError, normalize_pci
+
+_GPU = re.compile(r"^GPU (?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_KEY = re.compile(r"^(?P<indent>\s*)(?P<key>\S[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
+_NO_HANDLE = re.compile(
+    r"Unable to determine the device handle for GPU\s*(?P<addr>[0-9A-Fa-f:.]+):\s*(?P<why>.+?)\s*$"
+)
+_REQUIRES_RESET = "requires reset"
+
+# (section, key, value that raises it) -> (class, reason). NVIDIA's sources, as quoted in
+# docs/evidence.md: A100/H100 memory error management ("the RMA criteria is met when the
+# row-remapping failure flag is set"; "the GPU must be reset for the remapping to go into
+# effect") and dynamic page retirement (retired pages take effect at the next driver load).
+FLAGS: tuple[tuple[str, str, str, Repair, str], ...] = (
+    ("Remapped Rows", "Remapping Failure Occurred", "Yes", Repair.RMA,
+     "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)"),
+    ("Remapped Rows", "Pending", "Yes", Repair.RESET,
+     "nvidia-smi: row remapping pending (takes effect at a GPU reset)"),
+    ("Retired Pages", "Pending Page Blacklist", "Yes", Repair.RESET,
+     "nvidia-smi: page retirement pending (takes effect at a GPU reset)"),
+    ("Retired Pages", "Pending Page Retirement", "Yes", Repair.RESET,
+     "nvidia-smi: page retirement pending (takes effect at a GPU reset)"),
+    ("GPU Reset Status", "Reset Required", "Yes", Repair.RESET,
+     "nvidia-smi: GPU reset required"),
+    ("GPU Reset Status", "Drain and Reset Recommended", "Yes", Repair.RESET,
+     "nvidia-smi: drain and reset recommended"),
+)  # fmt: skip
+
+# The counters and flags the report lists (section, key), whatever their value.
+SHOWN: tuple[tuple[str, str], ...] = (
+    ("Remapped Rows", "Correctable Error"),
+    ("Remapped Rows", "Uncorrectable Error"),
+    ("Remapped Rows", "Pending"),
+    ("Remapped Rows", "Remapping Failure Occurred"),
+    ("Retired Pages", "Single Bit ECC"),
+    ("Retired Pages", "Double Bit ECC"),
+    ("Retired Pages", "Pending Page Blacklist"),
+    ("Retired Pages", "Pending Page Retirement"),
+    ("GPU Reset Status", "Reset Required"),
+    ("GPU Reset Status", "Drain and Reset Recommended"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SmiGpu:
+    pci: str
+    uuid: str | None = None
+    fields: dict[tuple[str, str], str] = field(default_factory=dict)  # (section, key) -> value
+    no_handle: str | None = None  # why NVML could not open the GPU ("GPU is lost. …")
+
+    def findings(self) -> tuple[Finding, ...]:
+        """The verdict inputs of this GPU, strongest first as the table lists them."""
+        out: list[Finding] = []
+        if self.no_handle is not None:
+            # NVML's error strings: NVML_ERROR_GPU_IS_LOST "GPU is lost", NVML_ERROR_RESET_REQUIRED
+            # "GPU requires reset"; anything else ("Unknown Error") is for a person.
+            if "GPU is lost" in self.no_handle:
+                verdict = Repair.POWER_CYCLE
+            elif _REQUIRES_RESET in self.no_handle.lower():
+                verdict = Repair.RESET
+            else:
+                verdict = Repair.HUMAN
+            out.append(Finding(verdict, f"nvidia-smi: {self.no_handle}"))
+        for section, key, value, verdict, reason in FLAGS:
+            if self.fields.get((section, key), "").lower() == value.lower():
+                out.append(Finding(verdict, reason))
+        refused = sorted(k for (_, k), v in self.fields.items() if _REQUIRES_RESET in v.lower())
+        if refused:
+            out.append(
+                Finding(Repair.RESET, f"nvidia-smi: GPU requires reset ({', '.join(refused)})")
+            )
+        return tuple(dict.fromkeys(out))  # two retirement keys give one reason
+
+    def shown(self) -> tuple[tuple[str, str], ...]:
+        """(label, value) of the listed fields present in the output."""
+        return tuple(
+            (f"{section} / {key}", self.fields[(section, key)])
+            for section, key in SHOWN
+            if (section, key) in self.fields
+        )
+
+
+def _pci(text: str) -> str | None:
+    try:
+        return normalize_pci(text)
+    except PciAddressError:
+        return None
+
+
+def parse_smi(text: str) -> dict[str, SmiGpu]:
+    """GPU (sysfs form) -> its facts.
+
+    >>> out = parse_smi("GPU 00000000:10:1C.0\\n    GPU UUID : GPU-2b41\\n"
+    ...                 "    Remapped Rows\\n        Pending : Yes\\n")
+    >>> gpu = out["0000:10:1c.0"]
+    >>> gpu.uuid, gpu.fields[("Remapped Rows", "Pending")], [f.verdict for f in gpu.findings()]
+    ('GPU-2b41', 'Yes', [<Repair.RESET: 'reset'>])
+    """
+    gpus: dict[str, SmiGpu] = {}
+    current: SmiGpu | None = None
+    sections: list[tuple[int, str]] = []  # (indent, name), innermost last
+    for line in text.splitlines():
+        if (lost := _NO_HANDLE.search(line)) and (pci := _pci(lost["addr"])):
+            gpus[pci] = SmiGpu(pci, no_handle=lost["why"])
+            current = None
+            continue
+        if (head := _GPU.match(line)) and (pci := _pci(head["addr"])):
+            current = gpus.setdefault(pci, SmiGpu(pci))
+            sections = []
+            continue
+        if current is None or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while sections and sections[-1][0] >= indent:
+            sections.pop()
+        pair = _KEY.match(line)
+        if pair is None:  # a section header: no colon
+            sections.append((indent, line.strip()))
+            continue
+        section = sections[-1][1] if sections else ""
+        current.fields[(section, pair["key"])] = pair["value"]
+        if pair["key"] == "GPU UUID" and pair["value"].startswith("GPU-"):
+            gpus[current.pci] = current = SmiGpu(
+                current.pci, pair["value"], current.fields, current.no_handle
+            )
+    return gpus
+
+
+def smi_for(text: str, pci: str | None) -> SmiGpu | None:
+    """The facts of `pci`, or of the only GPU in the output when `pci` is None."""
+    gpus = parse_smi(text)
+    if pci is None:
+        return next(iter(gpus.values())) if len(gpus) == 1 else None
+    return next((g for a, g in gpus.items() if a[:-2] == pci[:-2]), None)
