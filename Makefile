@@ -6,7 +6,7 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest engines image bench render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -85,11 +85,16 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check wheel-check
+test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check wheel-check bench-smoke
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest engines
 	$(PY) -m bench
+
+# Both benchmarks once at 100 nodes (~2 min), so the published tables can be re-run at every
+# revision (docs/benchmarks.md).
+bench-smoke: install system-deps envtest engines
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m bench --quick > /dev/null
 
 render: install
 	$(GUARD) render --help
