@@ -45,6 +45,8 @@ T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
 ONSET_S = 30 * 60
 ISOLATE_AT = T0 + timedelta(seconds=ONSET_S + 180)  # Xid 79 and 1 GPU lost for 3 minutes
 RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: Xid gone, 8/8
+# The return's load-test step alone, without the new boot's conformance Job before it.
+NO_CF = "--no-return-conformance"
 CYCLE = timedelta(minutes=5)
 KEYS = Annotations("gpu-node-guard.io/")
 NS = "gpu-node-guard"

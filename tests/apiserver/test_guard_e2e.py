@@ -24,6 +24,7 @@ from guard.settings import Settings
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
+    NO_CF,
     NS,
     RETURN_AT,
     T0,
@@ -42,7 +43,6 @@ from tests.apiserver.guard_run import (
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 
 pytestmark = pytest.mark.apiserver
-NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
                   "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip

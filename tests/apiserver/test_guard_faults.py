@@ -36,6 +36,7 @@ from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
     LEDGER,
+    NO_CF,
     NS,
     T0,
     cycle_in_process,
@@ -347,7 +348,7 @@ def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
     )
     victim = gpu_node("f-faulted")
     run = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--loadtest-image",
-                    "registry.invalid/loadtest:0", ok=False)  # fmt: skip
+                    "registry.invalid/loadtest:0", NO_CF, ok=False)  # fmt: skip
     assert run.rc == 1
     (failed,) = run.lines("write-failed")
     assert (failed["node"], failed["action"], failed["level"]) == (returning, "create-job", "ERROR")

@@ -32,6 +32,7 @@ from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
     KEYS,
+    NO_CF,
     RETURN_AT,
     faulted,
     finish,
@@ -54,7 +55,6 @@ from tests.apiserver.kube import (
 )
 
 pytestmark = pytest.mark.apiserver
-NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 REBOOT, GATE, GATE_FAIL, LINKS = "lc-reboot", "lc-gate", "lc-gate-fail", "lc-links"
 REPLACED = "lc-replaced"

@@ -15,6 +15,7 @@ from guard.example.promserver import LocalPrometheus
 from guard.jobs import node_label
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
+    NO_CF,
     RETURN_AT,
     faulted,
     finish,
@@ -59,7 +60,7 @@ def test_a_long_named_node_is_cordoned_gets_its_jobs_and_returns(
     assert evidence.spec.template.spec.node_name == node
 
     set_status(core, node, boot="boot-2", allocatable=8)  # power cycled, all GPUs back
-    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT).plan, node) == [
+    assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan, node) == [
         ("create-job", "conditions-met")
     ]
     (loadtest,) = [j for j in guard_jobs(admin, node)
@@ -69,6 +70,6 @@ def test_a_long_named_node_is_cordoned_gets_its_jobs_and_returns(
     stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
                                                           _preload_content=False)  # fmt: skip
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
-    done = run_guard(prom, guard_kubeconfig, RETURN_AT).plan
+    done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     assert not core.read_node(node).spec.unschedulable

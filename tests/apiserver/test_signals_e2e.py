@@ -25,6 +25,7 @@ from guard.example.scenario import (
 )
 from tests.apiserver.guard_run import (
     KEYS,
+    NO_CF,
     NS,
     ONSET_S,
     T0,
@@ -40,7 +41,6 @@ from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.apiserver.test_guard_e2e import LOADTEST_PASS
 
 pytestmark = pytest.mark.apiserver
-NO_CF = "--no-return-conformance"  # the return's load-test step without the conformance before it
 
 NODE, CANCEL = "e2e-mismatch", "e2e-mismatch-cancel"
 ONSET = T0 + timedelta(seconds=ONSET_S)

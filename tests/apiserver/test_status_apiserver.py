@@ -28,6 +28,7 @@ from tests.alerting.servers import query, wait_until
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
+    NO_CF,
     NS,
     T0,
     faulted,
@@ -156,7 +157,7 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
 ):
     before_push = time.time()
     cycle = run_guard(
-        prom, guard_kubeconfig, ISOLATE_AT, "--pushgateway-url", stack.pushgateway_url
+        prom, guard_kubeconfig, ISOLATE_AT, "--pushgateway-url", stack.pushgateway_url, NO_CF
     )
     assert [p["node"] for p in cycle.plan["pending"]] == ["st-pending"]
     assert not cycle.lines("push-failed")
@@ -196,7 +197,7 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
 
     # status as on-call, with an identity that can only read.
     watched = _versions(cluster, admin)
-    proc = _status(reader, prom, "-o", "json")
+    proc = _status(reader, prom, NO_CF, "-o", "json")  # the settings the cycle ran with
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     rows = {r["node"]: r for r in doc["nodes"] if r["node"].startswith("st-")}

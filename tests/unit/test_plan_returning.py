@@ -419,10 +419,10 @@ def test_by_default_a_power_cycled_node_passes_conformance_of_its_boot_before_th
     assert [(a.job_kind, a.reason) for a in first if isinstance(a, CreateJob)] == [
         ("conformance", "conditions-met")
     ]
-    passed = (JobInfo(cf, "conformance", "b", "succeeded"),)
+    passed = (passed_job(cf, "conformance"),)
     second = plan_return(snapshot(back_node(), jobs=passed), s, TEMPLATES)
     assert [a.job_kind for a in second if isinstance(a, CreateJob)] == ["loadtest"]
-    both = (*passed, JobInfo(LT, "loadtest", "b", "succeeded"))
+    both = (*passed, passed_job(LT))
     uncordon = plan_return(snapshot(back_node(), jobs=both), s, TEMPLATES)[0]
     assert isinstance(uncordon, Uncordon)
     assert dict(uncordon.annotations)[KEYS.checked_boot] == (
