@@ -16,6 +16,7 @@ from pathlib import Path
 
 import requests
 
+from guard.files import TOKEN_MAX_BYTES, FileInputError, read_text_bounded
 from guard.settings import Settings
 
 # Where the kubelet mounts the pod's projected ServiceAccount token.
@@ -66,10 +67,11 @@ class PromAccess:
 
 
 def _secret(path: str, flag: str) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromAccessError(f"{flag} {path}: cannot read it: {_reason(exc)}") from None
+    try:  # bounded: a token file is never /dev/zero, a FIFO or a gigabyte
+        text = read_text_bounded(path, TOKEN_MAX_BYTES, flag).strip()
+    except FileInputError as exc:
+        said = str(exc).removeprefix(f"cannot read {flag} {path}: ")
+        raise PromAccessError(f"{flag} {path}: cannot read it: {said}") from None
     if not text:
         raise PromAccessError(f"{flag} {path}: the file is empty")
     if "\n" in text:

@@ -333,6 +333,10 @@ def test_a_path_prefix_is_kept():
                      id="empty-token-file"),
         pytest.param("--prometheus-bearer-token-file", "EURO", "not printable ASCII",
                      id="token-not-ascii"),
+        pytest.param("--prometheus-bearer-token-file", "/dev/zero", "is not a regular file",
+                     id="token-file-dev-zero"),
+        pytest.param("--prometheus-bearer-token-file", "HUGE", "larger than the limit",
+                     id="token-file-over-64-kib"),
     ],
 )  # fmt: skip
 def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
@@ -344,6 +348,9 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
         value = str(tmp_path / "empty")
         (tmp_path / "empty").write_text("")
         message = f"{flag} {value}: {message}"
+    if value == "HUGE":
+        value = str(tmp_path / "huge")
+        (tmp_path / "huge").write_text("t" * (65 * 1024))
     if value == "EURO":
         value = str(tmp_path / "euro")
         (tmp_path / "euro").write_text("token-\u20ac\n")
