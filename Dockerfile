@@ -9,6 +9,7 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY guard ./guard
+COPY jobs ./jobs
 # The templates and Xid tables are package data; rendering a Job proves they are in the image.
 RUN pip install --no-cache-dir . \
  && gpu-node-guard --version \

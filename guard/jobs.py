@@ -1,7 +1,8 @@
 """The guard's Job templates, loaded once at start, and the pure rendering of a Job from them.
 
-The templates ship inside the package (``guard/templates/*.yaml.j2``) and are read through
-importlib.resources, so a wheel installed anywhere renders the same Jobs as a source checkout.
+The templates are the repository's top-level ``jobs/*.yaml.j2``, shipped in the wheel as the
+package ``guard.jobtemplates`` (pyproject.toml) and read through Jinja's PackageLoader, so a
+wheel installed anywhere renders the same Jobs as a source checkout.
 `JobTemplates.load()` compiles every template and renders each once with a probe spec, so a
 missing or broken template stops the program at start, not at the first fault.
 """
@@ -103,6 +104,11 @@ def job_name(kind: JobKind, node: str, key: str) -> str:
     return f"{head}{stem}-{digest}"
 
 
+def shipped_loader() -> jinja2.PackageLoader:
+    """The Job templates as shipped: jobs/ of the repository, guard.jobtemplates in the wheel."""
+    return jinja2.PackageLoader("guard.jobtemplates", ".")
+
+
 class TemplateLoadError(Exception):
     """A Job template is missing or broken; the message is one line naming the file."""
 
@@ -117,7 +123,7 @@ class JobTemplates:
     def load(cls, loader: jinja2.BaseLoader | None = None) -> JobTemplates:
         """Compile and probe every template (default: the ones shipped in the package)."""
         env = jinja2.Environment(
-            loader=loader or jinja2.PackageLoader("guard", "templates"),
+            loader=loader or shipped_loader(),
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
             autoescape=False,  # YAML, not HTML; values are emitted through `tojson`.

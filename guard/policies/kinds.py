@@ -1,6 +1,6 @@
 """The exact shape of each guard Job kind (evidence, load test, conformance) and of its Pods.
 
-One `Kind` per component label value. Its Job shape is what guard/templates renders, with the
+One `Kind` per component label value. Its Job shape is what jobs/ renders, with the
 fields the API server fills in on create (defaults, the generated selector and controller
 labels); its Pod shape is that template as the Job controller creates it (ownerReference,
 job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). The node
@@ -223,7 +223,7 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
 
 def job_tolerations(s: Settings) -> list[dict[str, str]]:
     """The template's tolerations: the cordon's, and the onboarding gate's taint when there is
-    a gate (guard/templates/_macros.j2; the gate's Jobs run before the node is admitted)."""
+    a gate (jobs/_macros.j2; the gate's Jobs run before the node is admitted)."""
     gate = s.onboarding_gate
     if gate is None:
         return [UNSCHEDULABLE]
@@ -266,7 +266,7 @@ def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
 def job_shape(kind: Kind, s: Settings) -> Obj:
     """The whole Job as the API server hands it to admission on create."""
     node = Annotations(s.annotation_prefix).node_label
-    reason = f"{s.annotation_prefix}reason"  # the templates' annotation (guard/templates)
+    reason = f"{s.annotation_prefix}reason"  # the templates' annotation (jobs/)
     template = Obj(
         {"metadata": Field(Obj({"labels": Field(
             _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid"))},

@@ -7,7 +7,14 @@ import dataclasses
 import jinja2
 import pytest
 
-from guard.jobs import JobSpec, JobTemplates, TemplateLoadError, job_name, node_label
+from guard.jobs import (
+    JobSpec,
+    JobTemplates,
+    TemplateLoadError,
+    job_name,
+    node_label,
+    shipped_loader,
+)
 from guard.names import is_label_pair
 
 TEMPLATES = JobTemplates.load()
@@ -62,10 +69,14 @@ def test_command_arguments_survive_verbatim(hostile):
     assert command[-1] == hostile
 
 
+def _templates(loader: jinja2.BaseLoader) -> list[str]:
+    return [n for n in loader.list_templates() if n.endswith(".j2")]  # not the package's .py
+
+
 def _loader(**overrides: str) -> jinja2.BaseLoader:
-    shipped = jinja2.PackageLoader("guard", "templates")
+    shipped = shipped_loader()
     env = jinja2.Environment(loader=shipped)
-    sources = {name: shipped.get_source(env, name)[0] for name in shipped.list_templates()}
+    sources = {name: shipped.get_source(env, name)[0] for name in _templates(shipped)}
     sources.update(overrides)
     return jinja2.DictLoader({k: v for k, v in sources.items() if v is not None})
 
@@ -77,8 +88,8 @@ def test_missing_template_variable_fails_at_load_instead_of_rendering_blank():
 
 
 def test_a_missing_template_fails_at_load_naming_the_file():
-    shipped = jinja2.PackageLoader("guard", "templates")
-    names = [n for n in shipped.list_templates() if n != "loadtest-job.yaml.j2"]
+    shipped = shipped_loader()
+    names = [n for n in _templates(shipped) if n != "loadtest-job.yaml.j2"]
     env = jinja2.Environment(loader=shipped)
     partial = jinja2.DictLoader({n: shipped.get_source(env, n)[0] for n in names})
     with pytest.raises(TemplateLoadError, match=r"loadtest-job\.yaml\.j2 not found"):
