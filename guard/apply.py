@@ -45,6 +45,7 @@ from guard.model import Snapshot
 from guard.names import Annotations
 from guard.outcome import Outcome
 from guard.plan.check_jobs import UID
+from guard.plan.ledger_archive import LEDGER_ARCHIVED
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch
@@ -88,10 +89,6 @@ class PrintExecutor:
         self.outcomes.append(outcome)
         return outcome
 
-    @property
-    def received(self) -> list[Action]:
-        return [o.action for o in self.outcomes]
-
 
 @dataclass
 class KubeExecutor:
@@ -103,22 +100,19 @@ class KubeExecutor:
     outcomes: list[Outcome] = field(default_factory=list)
     _blocked: dict[str, str] = field(default_factory=dict, repr=False)
     _refs: dict[str, events.NodeRef] = field(default_factory=dict, repr=False)
+    _archived: dict[str, str] = field(default_factory=dict, repr=False)  # node → what moved
 
     def __post_init__(self) -> None:
         self.keys = Annotations(self.s.annotation_prefix)
         for n in self.snap.nodes:
             self._refs[n.name] = events.NodeRef(n.name, n.uid, n.resource_version)
 
-    @property
-    def received(self) -> list[Action]:
-        return [o.action for o in self.outcomes]
-
     def apply(self, action: Action) -> Outcome:
         outcome = self._outcome(action)
         self._log(outcome)
         self.outcomes.append(outcome)
         if isinstance(action, AppendLedgerLine) and outcome.detail.startswith("moved"):
-            self.apply(_archived_event(action, outcome.detail))
+            self._archived[action.node] = outcome.detail
         return outcome
 
     def _outcome(self, action: Action) -> Outcome:
@@ -151,6 +145,11 @@ class KubeExecutor:
                 return self._create_job(action)
             case AppendLedgerLine():
                 return self._append_ledger(action)
+            case EmitEvent() if (
+                action.reason == LEDGER_ARCHIVED and action.node not in self._archived
+            ):
+                why = "the ledger append moved no lines (the ledger changed since the read)"
+                return Outcome(action, "skipped", "changed-under-us", why)
             case EmitEvent():
                 return self._event(action)
             case Skip():
@@ -290,15 +289,3 @@ def _failed_fields(o: Outcome) -> dict[str, Value]:
         "error": o.detail,
         "next": f"{later}the run exits 1; the next cycle reads the cluster again",
     }
-
-
-def _archived_event(action: AppendLedgerLine, detail: str) -> EmitEvent:
-    return EmitEvent(
-        action.node,
-        "ledger-archived",
-        "Normal",
-        "GuardLedgerArchived",
-        f"gpu-node-guard {detail} (ledger {action.configmap} near its size limit); "
-        "card and slot counts still read the archive",
-        incident=detail,
-    )

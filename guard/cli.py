@@ -34,7 +34,7 @@ from guard.plan.pending import Waiting, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
-from guard.push import RunTrace, metrics, push
+from guard.push import RunTrace, push_run
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, setting_fields
 from guard.settings_flags import Rfc3339, build_settings, settings_options
@@ -152,7 +152,7 @@ def run(
     trace = RunTrace(prom)
     code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
-        push(s, metrics(s, trace, code, time.time(), time.monotonic() - started), log)
+        push_run(s, trace, code, time.time(), time.monotonic() - started, log)
     sys.exit(code)
 
 

@@ -344,6 +344,7 @@ class Snapshot:
     # Objects the guard could not even name (a Node or guard Job without a name, only possible
     # in a hand-made file): one line each, reported and otherwise ignored.
     ignored: tuple[str, ...] = ()
+    ledger_bytes: int = 0  # the ledger ConfigMap's size as read (guard.ledger_store.size_of)
 
     def node(self, name: str) -> NodeInfo | None:
         return next((n for n in self.nodes if n.name == name), None)

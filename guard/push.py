@@ -13,6 +13,7 @@ Case list:
                                               node, candidate and breaker gauges keep the last
                                               run's values (not pushed: the run did not see them)
   otherwise                                 → every metric; the success time only with exit 0
+  the samples cannot be built (a bug)       → one WARN ``push-failed`` line, nothing pushed
   the push fails                            → one WARN ``push-failed`` line; the exit code stays
                                               the cycle's (the work is done; the Pushgateway
                                               variant of GPUNodeGuardNotRunning notices)
@@ -125,6 +126,20 @@ def registry(samples: Samples) -> CollectorRegistry:
     return reg
 
 
+def push_run(
+    s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float, log: Log
+) -> bool:
+    """Build the samples and push them; neither can raise or change the exit code. Building
+    re-runs the planners for the node states (a bug there is one WARN ``push-failed`` line, and
+    nothing is pushed: a half-built push would mislead the alerts)."""
+    try:
+        samples = metrics(s, trace, exit_code, ended, took_s)
+    except Exception as exc:  # a bug in the status derivation: the cycle's work stands
+        _failed(s, log, exc, "the samples could not be built")
+        return False
+    return push(s, samples, log)
+
+
 def push(s: Settings, samples: Samples, log: Log) -> bool:
     """POST the samples; a failure is one WARN line. True when the Pushgateway took them."""
     try:
@@ -136,14 +151,18 @@ def push(s: Settings, samples: Samples, log: Log) -> bool:
             timeout=PUSH_TIMEOUT_S,
         )
     except Exception as exc:  # urllib's URLError/HTTPError, a timeout, a refused connection
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        log.event(
-            "push-failed",
-            "WARN",
-            url=s.pushgateway_url,
-            reason=f"{type(exc).__name__}: {first}",
-            next="the run's exit code is unchanged; GPUNodeGuardNotRunning (Pushgateway "
-            "variant) fires if pushes keep failing",
-        )
+        _failed(s, log, exc)
         return False
     return True
+
+
+def _failed(s: Settings, log: Log, exc: Exception, what: str = "") -> None:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    log.event(
+        "push-failed",
+        "WARN",
+        url=s.pushgateway_url,
+        reason=f"{what + ': ' if what else ''}{type(exc).__name__}: {first}",
+        next="the run's exit code is unchanged; GPUNodeGuardNotRunning (Pushgateway "
+        "variant) fires if pushes keep failing",
+    )

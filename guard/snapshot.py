@@ -136,6 +136,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         prom,
         guard_events(objs.events),
         tuple(ignored),
+        ledger_store.size_of({str(k): v for k, v in data.items() if isinstance(v, str)}),
     )
 
 

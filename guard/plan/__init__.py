@@ -9,6 +9,7 @@ from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.checks import plan_checks
 from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
+from guard.plan.ledger_archive import with_archive_events
 from guard.plan.returning import plan_return
 from guard.plan.unreadable import plan_unreadable, unreadable_events
 from guard.settings import Settings
@@ -27,7 +28,8 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     isolating = plan_isolation(snap, s, t, let_go)
     checks = plan_checks(snap, s, t, let_go, isolating)
     # The unreadable nodes' Events last: bounded, and never ahead of a cordon.
-    return plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
+    planned = plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
+    return with_archive_events(snap, s, planned)
 
 
 def released(returning: Iterable[Action]) -> frozenset[str]:
@@ -41,7 +43,7 @@ def plan_fallback(
     """The isolation check's next pick once the API refused the cordons of `refused` this cycle.
 
     The same snapshot, planned again without those nodes: only the new pick's writes (its
-    cordon, Event, ledger line and Job; its skip lines were logged with the first plan). Empty
+    cordon, Events, ledger line and Job; its skip lines were logged with the first plan). Empty
     when no candidate is left, the breaker is open, or `MAX_CORDON_TRIES` cordons were sent.
     """
     if not refused or len(refused) >= MAX_CORDON_TRIES:
@@ -49,4 +51,6 @@ def plan_fallback(
     let_go = released(plan_return(snap, s, t))
     again = plan_isolation(snap, s, t, let_go, refused)
     pick = next((a.node for a in again if isinstance(a, Cordon)), None)
-    return tuple(a for a in again if a.node == pick and not isinstance(a, Skip))
+    return with_archive_events(
+        snap, s, (a for a in again if a.node == pick and not isinstance(a, Skip))
+    )

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from guard.actions import Action, AppendLedgerLine, Cordon, CreateJob, EmitEvent
 from guard.apply import KubeExecutor, PrintExecutor
 from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import PodTimeline
 from guard.kube import Kube
 from guard.log import Log
+from guard.outcome import Outcome
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
@@ -35,6 +37,7 @@ from tests.apiserver.guard_run import (
     guard_kube,
     ledger_text,
     mine,
+    node_events,
     read_and_plan,
     run_guard,
     scenario_prometheus,
@@ -44,8 +47,17 @@ from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 
 pytestmark = pytest.mark.apiserver
 
-SCENARIO_NODES = ("e2e-cordon", "e2e-race-label", "e2e-race-cordon", "e2e-ledger", "e2e-return",
-                  "e2e-executors", "e2e-dry-run", "e2e-busy")  # fmt: skip
+SCENARIO_NODES = (
+    "e2e-cordon",
+    "e2e-race-label",
+    "e2e-race-cordon",
+    "e2e-ledger",
+    "e2e-return",
+    "e2e-executors",
+    "e2e-diverging",
+    "e2e-dry-run",
+    "e2e-busy",
+)
 
 
 # kube-state-metrics' view of e2e-busy: cordoned at its next scrape after the guard's cordon,
@@ -196,18 +208,86 @@ def test_ledger_survives_a_concurrent_writer(prom, guard_kubeconfig, gpu_node, c
     assert any(type(a).__name__ == "AppendLedgerLine" for a in applied)
 
 
-def test_dry_run_and_real_executor_receive_the_same_actions(prom, guard_kubeconfig, gpu_node):
-    gpu_node("e2e-executors")
+Write = tuple[str, str]
+
+
+def planned_writes(printed: list[Outcome], node: str) -> set[Write]:
+    """What the dry run said it would write on `node`: the objects and guard annotations."""
+    out: set[Write] = set()
+    for o in printed:
+        a = o.action
+        if a.node != node or o.status != "would-apply":
+            continue
+        match a:
+            case Cordon():
+                out |= {("cordon", node), *(("annotation", k) for k, _ in a.annotations)}
+            case CreateJob():
+                out |= {("job", a.name), *(("annotation", a.record[0]),) * bool(a.record)}
+            case AppendLedgerLine():
+                out.add(("ledger", a.line))
+            case EmitEvent():
+                out.add(("event", f"{a.name} {a.event_reason}"))
+            case _:
+                raise AssertionError(f"no read-back for {type(a).__name__} yet")
+    return out
+
+
+def observed_writes(core: client.CoreV1Api, admin: client.ApiClient, node: str) -> set[Write]:
+    """What the API server holds about `node` that the guard wrote, read back from it."""
+    found = core.read_node(node)
+    notes = found.metadata.annotations or {}
+    ledger = ledger_text_or_empty(core).get(node, "")
+    return {
+        *((("cordon", node),) if found.spec.unschedulable else ()),
+        *(("annotation", k) for k in notes if k.startswith("gpu-node-guard.io/")),
+        *(("job", j.metadata.name) for j in guard_jobs(admin, node)),
+        *(("ledger", line) for line in ledger.splitlines()),
+        *(("event", f"{e['metadata']['name']} {e['reason']}") for e in node_events(admin, node)),
+    }
+
+
+def assert_writes_match(planned: set[Write], observed: set[Write]) -> None:
+    assert planned == observed, (
+        f"planned, not written: {sorted(planned - observed)}; "
+        f"written, not planned: {sorted(observed - planned)}"
+    )
+
+
+class DivergingExecutor(KubeExecutor):
+    """An executor that says it sent the cordon Event but sends nothing: what the comparison
+    below must catch."""
+
+    def _write(self, action: Action) -> Outcome:
+        if isinstance(action, EmitEvent):
+            return Outcome(action, "applied")
+        return super()._write(action)
+
+
+@pytest.mark.parametrize(
+    ("node_name", "executor"),
+    [("e2e-executors", KubeExecutor), ("e2e-diverging", DivergingExecutor)],
+)
+def test_the_dry_run_shows_exactly_the_writes_found_on_the_api_server(
+    prom, guard_kubeconfig, gpu_node, core, admin, node_name, executor
+):
+    node = gpu_node(node_name)
     kube = guard_kube(guard_kubeconfig)
     s = Settings(prometheus_url=prom.url)
     snap, actions = read_and_plan(kube, prom, ISOLATE_AT, s)
     printer = PrintExecutor(Log("text"), show_manifests=False)
-    real = KubeExecutor(kube, Log("text"), s, snap, "test")
     for action in actions:
         printer.apply(action)
+    planned = planned_writes(printer.outcomes, node)
+    assert ("cordon", node) in planned and any(k == "event" for k, _ in planned)
+    real = executor(kube, Log("text"), s, snap, "test")
+    for action in actions:
         real.apply(action)
-    assert printer.received == real.received == list(actions)
-    assert [o.status for o in real.outcomes if type(o.action).__name__ == "Cordon"] == ["applied"]
+    observed = observed_writes(core, admin, node)
+    if executor is KubeExecutor:
+        assert_writes_match(planned, observed)
+    else:
+        with pytest.raises(AssertionError, match=r"planned, not written: \[\('event'"):
+            assert_writes_match(planned, observed)
 
 
 def complete(admin: client.ApiClient, name: str) -> None:

@@ -29,6 +29,7 @@ from guard.kube import Kube
 from guard.ledger import count, parse_ledger
 from guard.log import Log
 from guard.model import PromView
+from guard.plan.ledger_archive import archive_event, with_archive_events
 from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster
@@ -143,7 +144,9 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     assert ledger_store.size_of(before) > 1_036_000
     ex, s = executor(guard_kubeconfig, node)
     new = line(999, 0)
-    outcome = ex.apply(AppendLedgerLine(node, "xid-79", new, LEDGER))
+    planned = with_archive_events(ex.snap, s, (AppendLedgerLine(node, "xid-79", new, LEDGER),))
+    assert [type(a).__name__ for a in planned] == ["AppendLedgerLine", "EmitEvent"]
+    outcome, _ = [ex.apply(a) for a in planned]
     assert outcome.status == "applied"
     assert outcome.detail.startswith(f"moved {outcome.detail.split()[1]} oldest lines to "
                                      f"configmap/{LEDGER}-archive-1")  # fmt: skip
@@ -159,8 +162,11 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     assert count(snap.ledger, oldest_uuid, "gpu-000", "0000:99:00.0").same_card == 1
     assert len(snap.ledger) == len(parse_ledger(found["merged"]))
     (event,) = node_events(admin, node)
-    assert event["reason"] == "GuardLedgerArchived" and f"{LEDGER}-archive-1" in event["note"]
+    assert event["reason"] == "GuardLedgerArchived" and event["note"] == planned[1].message
     assert [o.status for o in ex.outcomes] == ["applied", "applied"]  # the line, the Event
+    # Planned, but this cycle's append on that node moved nothing: no Event about an archive.
+    unmoved = ex.apply(archive_event(AppendLedgerLine("gpu-x", "xid-79", new, LEDGER), 1))
+    assert (unmoved.status, unmoved.reason) == ("skipped", "changed-under-us")
 
 
 WITH_ARCHIVES = REPO / "tests" / "fixtures" / "ledger" / "with-archives.yaml"

@@ -31,7 +31,7 @@ def test_dry_run_prints_would_lines_and_counts_nothing_as_applied():
     counts = tally(outcomes)
     assert (counts["applied"], counts["would_apply"], counts["decisions"]) == (0, 4, 1)
     assert counts["would_apply_cordon"] == 1
-    assert printer.received == list(plan())
+    assert [o.action for o in printer.outcomes] == list(plan())
 
 
 def test_dry_run_json_lines_carry_the_event_and_a_dry_run_flag():

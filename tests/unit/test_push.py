@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from prometheus_client import generate_latest
@@ -12,7 +13,7 @@ from guard.actions import Cordon, CreateJob, EmitEvent, Skip
 from guard.log import Log
 from guard.outcome import Outcome
 from guard.prom import PromClient
-from guard.push import RunTrace, metrics, push, registry
+from guard.push import RunTrace, metrics, push, push_run, registry
 from guard.settings import SettingsError
 from guard.states import NODE_STATES
 from tests.builders import NOW, TEMPLATES, back_node, gpu, node, settings, snapshot
@@ -107,3 +108,16 @@ def test_a_failed_push_is_one_warn_line():
 def test_a_pushgateway_url_must_be_http_without_credentials(url):
     with pytest.raises(SettingsError, match="pushgateway_url"):
         settings(pushgateway_url=url)
+
+
+def test_a_bug_building_the_samples_is_one_warn_line_and_leaves_the_exit_code():
+    """The samples re-run the planners after the cycle; a bug there once escaped `run` as a
+    traceback with exit 1 after a cycle that had exited 0."""
+    broken = trace(snap=replace(snapshot(node("a")), nodes=(None,)), templates=TEMPLATES)
+    with pytest.raises(AttributeError):
+        metrics(S, broken, 0, 1.0, 1.0)
+    out = io.StringIO()
+    assert push_run(S, broken, 0, 1.0, 1.0, Log("text", out, NOW)) is False
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith("2026-09-21T05:55:00Z WARN push-failed url=http://127.0.0.1:9 ")
+    assert 'reason="the samples could not be built: AttributeError' in line
