@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guard import metric_names, runbook
-from guard.agent.names import CHECK_OK, CHECK_STATUS, LAST_RUN
-from guard.conformance.model import parse_allowed_dns
+from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
     CAPACITY_METRIC,
@@ -33,6 +32,7 @@ from guard.queries import (
     with_node_label,
 )
 from guard.settings import Settings
+from guard.wire import parse_allowed_dns
 
 NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
 
@@ -410,15 +410,15 @@ def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
 
 
 def alert_agent_check_failed(check: str, cordoned_too: bool) -> str:
-    expr = f'max by (node, check) ({CHECK_OK}{{check="{check}"}}) == 0'
+    expr = f'max by (node, check) ({AGENT_CHECK_OK}{{check="{check}"}}) == 0'
     return expr if cordoned_too else f"{expr}\nand on (node) {not_cordoned()}"
 
 
 def alert_agent_check_unknown() -> str:
-    return f'max by (node, check) ({CHECK_STATUS}{{status="UNKNOWN"}}) == 1'
+    return f'max by (node, check) ({AGENT_CHECK_STATUS}{{status="UNKNOWN"}}) == 1'
 
 
 def alert_agent_missing(p: NodeAlertParams) -> str:
     """GPU nodes without a recent agent run: no pod, no scrape, or a stuck loop."""
-    fresh = f"time() - max by (node) ({LAST_RUN}) < {p.agent_stale_after_s}"
+    fresh = f"time() - max by (node) ({AGENT_LAST_RUN}) < {p.agent_stale_after_s}"
     return f"max by (node) ({CAPACITY_METRIC}) > 0\nunless on (node) {_block(fresh)}"

@@ -45,7 +45,7 @@ from guard.model import Snapshot
 from guard.names import Annotations
 from guard.outcome import Outcome
 from guard.plan.check_jobs import UID
-from guard.plan.ledger_archive import LEDGER_ARCHIVED
+from guard.plan.common import LEDGER_ARCHIVED
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch

@@ -12,11 +12,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from guard.evidence import request
-from guard.evidence.catalog import CatalogEntry, DataFileError, XidClasses, load_catalog
-from guard.evidence.catalog import load_classes as load_xid_classes
 from guard.jobs import JobTemplates, TemplateLoadError
+from guard.xid_tables import CatalogEntry, DataFileError, XidClasses, load_catalog
+from guard.xid_tables import load_classes as load_xid_classes
+
+TEMPLATE_NAME = "request.md.j2"  # the request draft (guard.evidence.request renders it)
+
+
+class TemplateError(ValueError):
+    """The request template is missing or broken; one line with the file name."""
+
+
+def load_template(loader: jinja2.BaseLoader | None = None) -> jinja2.Template:
+    """Compile the packaged template now, so a broken install fails before any evidence is read.
+
+    `loader` is for tests; the command line never passes one.
+    """
+    env = ImmutableSandboxedEnvironment(
+        loader=loader or jinja2.PackageLoader("guard", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # plain text for a ticket, not HTML
+    )
+    try:
+        return env.get_template(TEMPLATE_NAME)
+    except jinja2.TemplateNotFound:
+        raise TemplateError(f"request template {TEMPLATE_NAME} not found") from None
+    except jinja2.TemplateSyntaxError as err:
+        where = f"request template {TEMPLATE_NAME}:{err.lineno}"
+        raise TemplateError(f"{where}: {err.message}") from err
 
 
 class BundleError(Exception):
@@ -40,7 +68,7 @@ def load_bundle() -> Bundle:
             templates=JobTemplates.load(),
             xid_classes=load_xid_classes(),
             xid_catalog=load_catalog(),
-            request_template=request.load_template(None),
+            request_template=load_template(None),
         )
-    except (TemplateLoadError, DataFileError, request.TemplateError) as exc:
+    except (TemplateLoadError, DataFileError, TemplateError) as exc:
         raise BundleError(f"package data: {exc}") from None

@@ -21,12 +21,12 @@ from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.bundle import BundleError, load_bundle
 from guard.catchall import GuardedGroup
-from guard.evidence.options import node_callback, pci_callback
+from guard.cli_options import node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.log import Log, Value
 from guard.model import Snapshot
-from guard.outcome import Outcome, failed, tally
+from guard.outcome import Outcome, RunTrace, failed, tally
 from guard.plan import plan_cycle, plan_fallback
 from guard.plan.common import render_example_job
 from guard.plan.isolation import MAX_CORDON_TRIES
@@ -34,7 +34,6 @@ from guard.plan.pending import Waiting, pending
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
-from guard.push import RunTrace, push_run
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, setting_fields
 from guard.settings_flags import Rfc3339, build_settings, settings_options
@@ -152,6 +151,8 @@ def run(
     trace = RunTrace(prom)
     code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
+        from guard.push import push_run  # the push's status report is loaded only to push
+
         push_run(s, trace, code, time.time(), time.monotonic() - started, log)
     sys.exit(code)
 

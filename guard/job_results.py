@@ -23,18 +23,19 @@ from dataclasses import replace
 from typing import Any
 
 from guard.check_records import is_item
-from guard.conformance.report import ReportError
-from guard.conformance.report import parse_summary as parse_conformance
-from guard.evidence.summary import SummaryError
-from guard.evidence.summary import parse_summary as parse_evidence
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
-from guard.termination import summary_doc
+from guard.wire import (
+    WHY_MAX_CHARS,
+    SummaryError,
+    parse_evidence_summary,
+    parse_loadtest_summary,
+    parse_summary,
+)
 
 # Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
 FINISHED = "status.phase!=Pending,status.phase!=Running"
-WHY_MAX = 160  # characters of a load-test reason kept as the finding's `why`
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -163,39 +164,34 @@ def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
         return JobResult("unreadable", f"pod {name}: termination message is not text")
     try:
         return _PARSERS.get(kind, _unknown_kind)(message)
-    except ValueError as exc:  # ReportError, SummaryError and the load test's
+    except ValueError as exc:  # SummaryError; never raises
         return JobResult("unreadable", f"pod {name}: {_first(exc)}")
 
 
 def _conformance(message: str) -> JobResult:
-    summary = parse_conformance(message)
+    summary = parse_summary(message)
     bad = [f.item for f in summary.failed if not is_item(f.item)]
     if bad:
-        raise ReportError(f"conformance summary names a failed item that is no word: {bad[0]!r}")
+        raise SummaryError(f"conformance summary names a failed item that is no word: {bad[0]!r}")
     found = tuple(Finding(f.item, f.why) for f in summary.failed)
     return JobResult("read", passed=summary.ok, failed=found)
 
 
 def _evidence(message: str) -> JobResult:
-    summary = parse_evidence(message)
+    summary = parse_evidence_summary(message)
     return JobResult("read", links=tuple(RecordedLink(pci, link) for pci, link in summary.links))
 
 
 def _loadtest(message: str) -> JobResult:
-    """guard/loadtest/report.py `summary`: `verdict` pass/fail, `reasons` as `word key=value…`."""
-    doc = summary_doc(message, None, program="the load test", name="load-test summary",
-                      error=SummaryError)  # fmt: skip
-    verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
-    if doc.get("kind") != "loadtest" or verdict not in ("pass", "fail"):
-        kind = doc.get("kind")
-        raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")
-    if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
-        raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
-    words = [r.split(" ", 1)[0] for r in reasons]
-    if not all(is_item(w) for w in words):
-        raise SummaryError(f"load-test summary reason {reasons[0]!r} does not start with a word")
-    found = tuple(Finding(w, r[:WHY_MAX]) for w, r in zip(words, reasons, strict=True))
-    return JobResult("read", passed=verdict == "pass", failed=found)
+    """Each reason `word key=value…` is a finding named by its word."""
+    summary = parse_loadtest_summary(message)
+    words = [r.split(" ", 1)[0] for r in summary.reasons]
+    bad = [r for r, w in zip(summary.reasons, words, strict=True) if not is_item(w)]
+    if bad:
+        raise SummaryError(f"load-test summary reason {bad[0]!r} does not start with a word")
+    pairs = zip(words, summary.reasons, strict=True)
+    found = tuple(Finding(w, r[:WHY_MAX_CHARS]) for w, r in pairs)
+    return JobResult("read", passed=summary.passed, failed=found)
 
 
 def _unknown_kind(message: str) -> JobResult:

@@ -77,3 +77,16 @@ PUSHED = (
     BREAKER_HEADROOM,
     LAST_RUN_REQUESTS,
 )
+
+
+# ── The node agent's series (docs/agent.md): it exposes them, the guard's queries and alerts
+# read them; names only here, so the guard reads them without importing the agent's checks.
+AGENT_PREFIX = "gpu_node_guard_agent_"
+AGENT_CHECK_OK = AGENT_PREFIX + "check_ok"
+AGENT_CHECK_STATUS = AGENT_PREFIX + "check_status"
+AGENT_CHECK_INFO = AGENT_PREFIX + "check_info"
+AGENT_NVIDIA_INFO = AGENT_PREFIX + "nvidia_info"
+AGENT_LAST_RUN = AGENT_PREFIX + "last_run_timestamp_seconds"
+AGENT_INTERVAL = AGENT_PREFIX + "interval_seconds"
+# The agent check whose held failure makes the guard cordon (reason `nvml-mismatch`).
+NVIDIA_MATCH = "nvidia-match"

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from guard.actions import TYPE_WORDS, Action, Skip
+
+if TYPE_CHECKING:  # types only: `run` loads these anyway, the push need not load them again
+    from guard.jobs import JobTemplates
+    from guard.kube import Kube
+    from guard.model import Snapshot
+    from guard.prom import PromClient
 
 Status = Literal[
     "applied",  # the write landed
@@ -68,3 +74,14 @@ def tally(outcomes: Iterable[Outcome]) -> dict[str, int]:
 
 def failed(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
     return tuple(o for o in outcomes if o.status == "failed")
+
+
+@dataclass
+class RunTrace:
+    """What a run got to, filled in as it goes; read by the push even after an abort."""
+
+    prom: PromClient
+    kube: Kube | None = None
+    snap: Snapshot | None = None
+    templates: JobTemplates | None = None
+    outcomes: list[Outcome] = field(default_factory=list)

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
 from guard import metric_names as m
 from guard.actions import TYPE_WORDS, Skip
 from guard.jobs import JobTemplates
-from guard.kube import Kube
 from guard.log import Log
 from guard.model import Snapshot
-from guard.outcome import Outcome
+from guard.outcome import Outcome, RunTrace
 from guard.plan.pending import pending
-from guard.prom import PromClient
 from guard.settings import Settings
 from guard.states import NODE_STATES
 from guard.status.derive import report
@@ -47,17 +44,6 @@ WRITE_TYPES = tuple(word for kind, word in TYPE_WORDS.items() if kind is not Ski
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[str, dict[Labels, float]]  # metric name → label set → value
-
-
-@dataclass
-class RunTrace:
-    """What a run got to, filled in as it goes; read by the push even after an abort."""
-
-    prom: PromClient
-    kube: Kube | None = None
-    snap: Snapshot | None = None
-    templates: JobTemplates | None = None
-    outcomes: list[Outcome] = field(default_factory=list)
 
 
 def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float) -> Samples:

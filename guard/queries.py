@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from guard.agent.names import CHECK_INFO, CHECK_OK, NVIDIA_MATCH
+from guard.metric_names import AGENT_CHECK_INFO, AGENT_CHECK_OK, NVIDIA_MATCH
 from guard.settings import Settings
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
@@ -296,7 +296,7 @@ def nvml_mismatch() -> str:
     Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
     scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
     """
-    return f'(1 - max by ({NODE_LABEL}) ({CHECK_OK}{{check="{NVIDIA_MATCH}"}})) > 0'
+    return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"}})) > 0'
 
 
 def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
@@ -313,7 +313,7 @@ def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
 def nvml_status(pins: Pins = NO_PINS) -> str:
     """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable
     (the isolation check's message, the return check's "the agent says PASS again")."""
-    info = f'max by ({NODE_LABEL}, status, detail) ({CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
+    info = f'max by ({NODE_LABEL}, status, detail) ({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
     return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
 
 

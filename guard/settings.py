@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.conformance.model import parse_allowed_dns
-from guard.conformance.rke2 import parse_exact
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.wire import parse_allowed_dns, parse_exact
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
 # a setting outside them would cordon a node and then have its evidence Job refused.

@@ -16,10 +16,11 @@ from guard.agent.metrics import render
 from guard.agent.server import Agent, ListenError
 from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, IpNetwork
+from guard.conformance.model import Config
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
 from guard.settings_flags import FiniteFloatRange
+from guard.wire import IpNetwork
 
 DEFAULT_PORT = 9842
 

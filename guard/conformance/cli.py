@@ -13,14 +13,18 @@ import click
 from guard.conformance.checks import run_conformance
 from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, IpNetwork, Role
+from guard.conformance.model import Config, Role
 from guard.conformance.platform import PlatformChoice, ProxyChoice
-from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
-from guard.conformance.rke2 import parse_exact
+from guard.conformance.report import exit_code, render_json, render_text, summarize
 from guard.hostexec import NSENTER_PREFIX, HostRunner
 from guard.settings_flags import FiniteFloatRange
-from guard.termination import TERMINATION_LOG as TERMINATION_LOG
-from guard.termination import write_termination_message as write_termination_message
+from guard.wire import (
+    TERMINATION_LOG,
+    IpNetwork,
+    parse_exact,
+    render_summary,
+    write_termination_message,
+)
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

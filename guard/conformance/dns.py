@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import yaml
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.conformance.model import IpNetwork, ItemResult, Status, unknown_result
+from guard.conformance.model import ItemResult, Status, unknown_result
 from guard.conformance.platform import rke2_configs
 from guard.hostexec import Unknown
+from guard.wire import IpNetwork
 
 NAME = "dns-upstream"
 ETC_RESOLV = "/etc/resolv.conf"

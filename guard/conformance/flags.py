@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
-from guard.conformance.model import IpNetwork, parse_allowed_dns
 from guard.conformance.platform import PLATFORMS, PROXY_MODES
+from guard.wire import IpNetwork, parse_allowed_dns
 
 F = TypeVar("F", bound=Callable[..., Any])
 Option = Callable[..., Callable[[F], F]]

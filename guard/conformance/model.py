@@ -6,15 +6,14 @@ A fact that could not be read (a command hung or failed, a file could not be ope
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.hostexec import Unknown
+from guard.wire import IpNetwork
 
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Role = Literal["worker", "server"]
 
 
@@ -57,27 +56,3 @@ class Config:
     platform: PlatformChoice = "auto"
     kube_proxy_mode: ProxyChoice = "auto"
     resolv_conf: str | None = None
-
-
-def parse_allowed_dns(text: str) -> tuple[IpNetwork, ...]:
-    """Comma-separated CIDRs (a bare address is a /32 or /128); ValueError names the bad entry.
-
-    >>> [str(n) for n in parse_allowed_dns("10.20.0.0/16, 192.0.2.53")]
-    ['10.20.0.0/16', '192.0.2.53/32']
-    >>> parse_allowed_dns("10.0.0.0/33")
-    Traceback (most recent call last):
-    ...
-    ValueError: not a CIDR: '10.0.0.0/33'
-    """
-    networks = []
-    for part in text.split(","):
-        entry = part.strip()
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(f"not a CIDR: {entry!r}") from None
-    if not networks:
-        raise ValueError("no CIDR given")
-    return tuple(networks)

@@ -8,45 +8,17 @@ plane and outside the version-skew policy.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Role, Status, unknown_result
 from guard.hostexec import Runner, Unknown
+from guard.wire import parse_version
 
 UNITS = ("rke2-agent", "rke2-server")
 SYSTEMD_DIR = "/etc/systemd/system"
 # rke2 points this at data/<version>-<hash>/bin of the runtime it started last.
 BIN_LINK = "/var/lib/rancher/rke2/bin"
-_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)(?:[+-]rke2r(\d+))?")
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    major: int
-    minor: int
-    patch: int
-    release: int | None = None
-
-    def __str__(self) -> str:
-        suffix = "" if self.release is None else f"+rke2r{self.release}"
-        return f"v{self.major}.{self.minor}.{self.patch}{suffix}"
-
-
-def parse_version(text: str) -> Version | None:
-    """The first RKE2 / Kubernetes version in `text`.
-
-    >>> str(parse_version("/var/lib/rancher/rke2/data/v1.34.3-rke2r1-1b2872361ec5/bin"))
-    'v1.34.3+rke2r1'
-    >>> str(parse_version("rke2 version v1.35.7+rke2r2 (4c5e2a1f)")), parse_version("latest")
-    ('v1.35.7+rke2r2', None)
-    """
-    m = _VERSION.search(text)
-    if m is None:
-        return None
-    release = int(m.group(4)) if m.group(4) else None
-    return Version(int(m.group(1)), int(m.group(2)), int(m.group(3)), release)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +119,3 @@ def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
     if node.patch != want.patch or not same_release:
         return ItemResult(name, Status.WARN, f"{seen}: patch differs", "align at the next upgrade")
     return ItemResult(name, Status.PASS, seen)
-
-
-def parse_exact(text: str) -> Version | None:
-    """A whole string that is a version, as --control-plane-version takes it.
-
-    >>> str(parse_exact("v1.34.3+rke2r1")), parse_exact("1.34"), str(parse_exact("1.34.3"))
-    ('v1.34.3+rke2r1', None, 'v1.34.3')
-    """
-    m = _VERSION.fullmatch(text.strip())
-    return parse_version(text) if m else None

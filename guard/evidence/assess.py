@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from guard.evidence import aer
-from guard.evidence.catalog import Repair, XidClasses
 from guard.evidence.kernel_log import (
     DeadRecord,
     FallenOff,
@@ -38,6 +37,7 @@ from guard.evidence.verdict import (
     decide,
 )
 from guard.hostexec import Unknown
+from guard.xid_tables import Repair, XidClasses
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
 

@@ -15,17 +15,15 @@ import click
 import jinja2
 
 from guard import ledger as fault_ledger
+from guard.cli_options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence import aer, request
 from guard.evidence.assess import Inputs, assess
-from guard.evidence.catalog import CLASSES_FILE, DataFileError, load_catalog, load_classes
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
 from guard.evidence.links import node_links
 from guard.evidence.offline import SavedFiles, offline_inputs
-from guard.evidence.options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence.report import Tables, to_json, to_text
-from guard.evidence.summary import EvidenceSummary, render_summary
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,
     SMALL_TEXT_MAX_BYTES,
@@ -34,7 +32,13 @@ from guard.files import (
     read_bounded,
 )
 from guard.settings_flags import FiniteFloatRange
-from guard.termination import TERMINATION_LOG, write_termination_message
+from guard.wire import (
+    TERMINATION_LOG,
+    EvidenceSummary,
+    render_evidence_summary,
+    write_termination_message,
+)
+from guard.xid_tables import CLASSES_FILE, DataFileError, load_catalog, load_classes
 
 JSON_MARK = "EVIDENCE-JSON "
 
@@ -195,7 +199,7 @@ def emit_collected(
     path) for the guard; a template that fails to render exits 1 last."""
     found = assess(inputs, target.pci, tables.classes)
     links, termination_log = summary
-    text = render_summary(EvidenceSummary(target.pci, found.verdict.value, links))
+    text = render_evidence_summary(EvidenceSummary(target.pci, found.verdict.value, links))
     note = write_termination_message(termination_log, text)
     if note:
         click.echo(note, err=True)

@@ -12,8 +12,7 @@ from typing import Any
 import click
 
 from guard import ledger as fault_ledger
-from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
-from guard.evidence.options import (
+from guard.cli_options import (
     FILE,
     OUTPUT,
     name_callback,
@@ -21,6 +20,7 @@ from guard.evidence.options import (
     pci_callback,
     uuid_callback,
 )
+from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
 from guard.names import is_dns_label, is_dns_subdomain
 from guard.settings import setting_default
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from guard.evidence import aer
 from guard.evidence.assess import Assessment, PortEvidence
-from guard.evidence.catalog import CatalogEntry, XidClasses
 from guard.evidence.kernel_log import DeadRecord, XidRecord
 from guard.evidence.lspci import PcieLink
 from guard.evidence.verdict import (
@@ -20,6 +19,7 @@ from guard.evidence.verdict import (
     RECOVERY_ACTION_CLASSES,
     RECOVERY_ACTION_XID,
 )
+from guard.xid_tables import CatalogEntry, XidClasses
 
 Catalog = Mapping[int, CatalogEntry]
 
@@ -100,7 +100,7 @@ def config_sentence(a: Assessment) -> str:
     """
     >>> from guard.evidence.lspci import config_space
     >>> from guard.evidence.assess import Inputs, assess
-    >>> from guard.evidence.catalog import XidClasses
+    >>> from guard.xid_tables import XidClasses
     >>> a = assess(Inputs("", "-", gpu_lspci="00: ff ff ff ff"), "0000:99:00.0", XidClasses({}))
     >>> config_sentence(a)
     'PCI config space reads all ff (4 bytes): the GPU does not answer config reads.'

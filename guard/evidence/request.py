@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from guard.bundle import TEMPLATE_NAME as TEMPLATE_NAME
+from guard.bundle import TemplateError as TemplateError
+from guard.bundle import load_template as load_template
 from guard.evidence.assess import Assessment
 from guard.evidence.report import (
     Tables,
@@ -26,36 +28,9 @@ from guard.evidence.report import (
     xid_dict,
 )
 
-TEMPLATE_NAME = "request.md.j2"
 REPEAT_SHOWN = 3  # records of one Xid code listed one by one; more are one summary line
 MAX_XID_LINES = 30  # Xid lines in a draft, summaries included
 MAX_DRAFT_CHARS = 12_000  # a draft is pasted into a ticket: longer is cut, with a note
-
-
-class TemplateError(ValueError):
-    """The request template is missing or broken; one line with the file name."""
-
-
-def load_template(loader: jinja2.BaseLoader | None = None) -> jinja2.Template:
-    """Compile the packaged template now, so a broken install fails before any evidence is read.
-
-    `loader` is for tests; the command line never passes one.
-    """
-    env = ImmutableSandboxedEnvironment(
-        loader=loader or jinja2.PackageLoader("guard", "templates"),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,  # plain text for a ticket, not HTML
-    )
-    try:
-        return env.get_template(TEMPLATE_NAME)
-    except jinja2.TemplateNotFound:
-        raise TemplateError(f"request template {TEMPLATE_NAME} not found") from None
-    except jinja2.TemplateSyntaxError as err:
-        where = f"request template {TEMPLATE_NAME}:{err.lineno}"
-        raise TemplateError(f"{where}: {err.message}") from err
 
 
 def context(a: Assessment, tables: Tables, node: str, history: str | None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from guard.evidence.catalog import Repair, XidClasses
+from guard.xid_tables import Repair, XidClasses
 
 RECOVERY_ACTION_XID = 154
 _ORDER = (Repair.POWER_CYCLE, Repair.RMA, Repair.RESET)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from guard.evidence.options import pci_callback
+from guard.cli_options import pci_callback
 from guard.loadtest import report
 from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreduceLimits
@@ -22,8 +22,7 @@ from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.settings import Settings
 from guard.settings_flags import FiniteFloatRange
-from guard.termination import TERMINATION_LOG as TERMINATION_LOG
-from guard.termination import write_termination_message as write_termination_message
+from guard.wire import TERMINATION_LOG, write_termination_message
 
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0

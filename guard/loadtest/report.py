@@ -11,6 +11,7 @@ from typing import Any
 from guard.loadtest.collective import AllreduceResult, size_label
 from guard.loadtest.model import BurnResult, MemoryResult, PcieLink, RunResult, memory_targets
 from guard.loadtest.verdict import Criteria, Verdict, allreduce_ratios, throughput_ratios
+from guard.wire import render_loadtest_summary
 
 JSON_PREFIX = "LOADTEST-JSON "
 _HEADER = (
@@ -62,35 +63,18 @@ def json_line(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
     return json.dumps(as_dict(criteria, run, verdict), sort_keys=True)
 
 
-# Kubernetes keeps at most 4096 bytes of a container's termination message.
-SUMMARY_LIMIT = 4096
-
-
 def summary(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
-    """The compact JSON for the termination message: verdict, counts and as many reasons as fit.
-
-    Reasons and notes left out for size are counted in `left_off`.
-    """
+    """The summary for the termination message (its format: guard.wire, "loadtest")."""
     figures = run.allreduce.sizes if run.allreduce else ()
     largest = max(figures, key=lambda f: f.size_bytes, default=None)
-    doc: dict[str, Any] = {
-        "kind": "loadtest",
+    counts = {
         "verdict": "pass" if verdict.passed else "fail",
         "expected_gpus": criteria.expected_gpus,
         "visible_gpus": len(run.devices),
         "ratio": verdict.ratio,
         "allreduce_busbw_gbps": largest.busbw_gbps if largest else None,
-        "reasons": [],
-        "notes": [],
-        "left_off": 0,
     }
-    pending = [("reasons", r) for r in verdict.reasons] + [("notes", n) for n in verdict.notes]
-    for key, line in pending:
-        doc[key].append(line)
-        if len(json.dumps(doc, sort_keys=True).encode()) > SUMMARY_LIMIT:
-            doc[key].pop()
-            doc["left_off"] += 1
-    return json.dumps(doc, sort_keys=True)
+    return render_loadtest_summary(counts, verdict.reasons, verdict.notes)
 
 
 def text(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:

@@ -8,8 +8,8 @@ from guard.actions import Action, ClearGuardAnnotations, Cordon, Skip, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan.checks import plan_checks
+from guard.plan.common import with_archive_events
 from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
-from guard.plan.ledger_archive import with_archive_events
 from guard.plan.returning import plan_return
 from guard.plan.unreadable import plan_unreadable, unreadable_events
 from guard.settings import Settings

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from guard import ledger
-from guard.actions import AppendLedgerLine, CreateJob, Skip
+from guard.actions import Action, AppendLedgerLine, CreateJob, EmitEvent, Skip
 from guard.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
@@ -109,6 +110,48 @@ def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerL
         incident.node, incident.at, incident.xid, incident.pci, incident.uuid, RECORDER
     )
     return AppendLedgerLine(incident.node, reason, entry.format(), s.ledger_configmap)
+
+
+# The ledger's archive Event (docs/writes.md, "The fault ledger's storage").
+LEDGER_ARCHIVED = "ledger-archived"
+
+
+def with_archive_events(
+    snap: Snapshot, s: Settings, actions: Iterable[Action]
+) -> tuple[Action, ...]:
+    """`actions` with the archive Event planned after the append that passes the ledger's size
+    bound, so the dry run shows it and the executor writes nothing the plan did not name.
+
+    The ledger's size as read, each planned append added in plan order:
+      it stays at most `Settings.ledger_archive_bytes`  → no Event
+      an append takes it past                           → an `EmitEvent` right after that append
+                                                          (the archive halves the ledger)
+    The executor emits it only when that append did move lines (the ledger may have changed
+    since the read: then ``skip reason=changed-under-us``; the append's line says what moved).
+    """
+    size = snap.ledger_bytes
+    out: list[Action] = []
+    for action in actions:
+        out.append(action)
+        if not isinstance(action, AppendLedgerLine):
+            continue
+        size += len(action.line.encode()) + 1 + len(action.node.encode())  # the key, to be safe
+        if size > s.ledger_archive_bytes:
+            out.append(archive_event(action, s.ledger_archive_bytes))
+            size = s.ledger_archive_bytes // 2  # what the archive leaves (ledger_store.append)
+    return tuple(out)
+
+
+def archive_event(action: AppendLedgerLine, bound: int) -> EmitEvent:
+    return EmitEvent(
+        action.node,
+        LEDGER_ARCHIVED,
+        "Normal",
+        "GuardLedgerArchived",
+        f"gpu-node-guard moves the oldest lines of ledger {action.configmap} to an archive "
+        f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive",
+        incident=action.line,
+    )
 
 
 def evidence_job(

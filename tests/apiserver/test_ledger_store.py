@@ -29,7 +29,7 @@ from guard.kube import Kube
 from guard.ledger import count, parse_ledger
 from guard.log import Log
 from guard.model import PromView
-from guard.plan.ledger_archive import archive_event, with_archive_events
+from guard.plan.common import archive_event, with_archive_events
 from guard.retry import Backoff
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster

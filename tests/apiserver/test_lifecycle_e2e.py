@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 
 from guard import node_patch
 from guard.actions import RemoveTaint
-from guard.conformance.report import Finding, Summary, render_summary
 from guard.example.promserver import LocalPrometheus
 from guard.jobs import JobTemplates, spec_digest
 from guard.kube import Kube
@@ -28,6 +27,7 @@ from guard.names import Annotations
 from guard.objects import node_info
 from guard.plan.common import render_example_job
 from guard.settings import Settings
+from guard.wire import Finding, Summary, render_summary
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,

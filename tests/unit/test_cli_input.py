@@ -265,9 +265,9 @@ def test_unusable_snapshot_file_aborts_before_anything(tmp_path, content, messag
 
 def test_a_missing_shipped_file_stops_run_at_start(monkeypatch):
     """Before any query: the evidence Job of the next fault would need the same file."""
-    import guard.evidence.request
+    import guard.bundle
 
-    monkeypatch.setattr(guard.evidence.request, "TEMPLATE_NAME", "missing-request.md.j2")
+    monkeypatch.setattr(guard.bundle, "TEMPLATE_NAME", "missing-request.md.j2")
     result = CliRunner().invoke(cli, BASE)  # Prometheus at a closed port: never asked
     assert result.exit_code == 1
     aborts = [line for line in result.output.splitlines() if " ERROR abort " in line]

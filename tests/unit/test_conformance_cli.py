@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from guard.conformance.checks import ITEMS
 from guard.conformance.cli import conformance
-from guard.conformance.report import SCHEMA, parse_summary
+from guard.conformance.report import SCHEMA
+from guard.wire import parse_summary
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, CONTROL_PLANE, KUBEADM, build_host
 
 CHECKED = ["--control-plane-version", CONTROL_PLANE, "--allowed-dns", ALLOWED_DNS]

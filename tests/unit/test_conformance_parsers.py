@@ -11,7 +11,7 @@ from guard.conformance.apt import parse_dpkg_status
 from guard.conformance.aptconf import items, parse_apt_conf, scalar
 from guard.conformance.dns import FALLBACK, choose, is_usable
 from guard.conformance.hostfs import HostFS
-from guard.conformance.rke2 import Version, parse_version
+from guard.wire import Version, parse_version
 
 BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
 

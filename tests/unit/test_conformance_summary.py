@@ -10,19 +10,13 @@ import pytest
 
 from guard.conformance.checks import ITEMS
 from guard.conformance.model import ItemResult, Status
-from guard.conformance.report import (
-    SUMMARY_MAX_BYTES,
-    SUMMARY_SCHEMA,
-    Finding,
-    ReportError,
-    Summary,
-    parse_summary,
-    render_summary,
-    summarize,
-)
+from guard.conformance.report import summarize
+from guard.wire import CONFORMANCE_SCHEMA as SUMMARY_SCHEMA
+from guard.wire import KUBELET_MAX_BYTES as KUBELET_LIMIT
+from guard.wire import MAX_BYTES as SUMMARY_MAX_BYTES
+from guard.wire import Finding, Summary, parse_summary, render_summary
+from guard.wire import SummaryError as ReportError
 from tests.fixtures.hosts.hosttree import KUBEADM, check_host
-
-KUBELET_LIMIT = 4096
 
 
 def test_a_kubeadm_node_missing_its_persist_file_is_summarised(tmp_path: Path) -> None:

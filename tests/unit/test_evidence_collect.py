@@ -16,12 +16,12 @@ from click.testing import CliRunner
 
 from guard.evidence import request
 from guard.evidence.assess import assess
-from guard.evidence.catalog import load_catalog, load_classes
 from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import PREVIOUS_BOOT, Host, gather, upstream_ports
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables
 from guard.hostexec import CommandResult, run_command
+from guard.xid_tables import load_catalog, load_classes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "kernel-log" / "scenarios"

@@ -13,9 +13,11 @@ from click.testing import CliRunner
 from guard.evidence.cli import evidence
 from guard.evidence.collect import Host
 from guard.evidence.links import node_gpus, node_links
-from guard.evidence.summary import EvidenceSummary, SummaryError, parse_summary, render_summary
 from guard.job_results import result
 from guard.model import RecordedLink
+from guard.wire import EvidenceSummary, SummaryError
+from guard.wire import parse_evidence_summary as parse_summary
+from guard.wire import render_evidence_summary as render_summary
 from tests.unit.test_evidence_collect import fake_bin as fake_bin
 
 FAULTED = "0000:99:00.0"

@@ -8,9 +8,9 @@ import pytest
 
 from guard.evidence import request
 from guard.evidence.assess import assess
-from guard.evidence.catalog import load_catalog, load_classes
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables
+from guard.xid_tables import load_catalog, load_classes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TABLES = Tables(load_classes(), load_catalog())

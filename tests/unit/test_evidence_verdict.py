@@ -8,7 +8,14 @@ from urllib.parse import urlparse
 
 import pytest
 
-from guard.evidence.catalog import (
+from guard.evidence.kernel_log import DEAD_RECORDS, RECOVERY_ACTIONS
+from guard.evidence.verdict import (
+    DEAD_RECORD_CLASSES,
+    RECOVERY_ACTION_CLASSES,
+    Finding,
+    decide,
+)
+from guard.xid_tables import (
     CATALOG_FILE,
     CLASSES_FILE,
     DATA_DIR,
@@ -16,13 +23,6 @@ from guard.evidence.catalog import (
     Repair,
     load_catalog,
     load_classes,
-)
-from guard.evidence.kernel_log import DEAD_RECORDS, RECOVERY_ACTIONS
-from guard.evidence.verdict import (
-    DEAD_RECORD_CLASSES,
-    RECOVERY_ACTION_CLASSES,
-    Finding,
-    decide,
 )
 
 CLASSES = load_classes()

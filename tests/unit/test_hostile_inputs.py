@@ -32,7 +32,7 @@ from guard.retry import Backoff
 from guard.settings import CRONJOB_DEADLINE_S, Settings
 from guard.settings_flags import build_settings, settings_options, unknown_env_lines
 from guard.snapshot import SnapshotError, read_cluster, require_nodes
-from guard.termination import write_termination_message
+from guard.wire import write_termination_message
 
 REPO = Path(__file__).resolve().parents[2]
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -355,8 +355,8 @@ def test_kernel_log_lines_with_huge_numbers(tmp_path: Path, line: str, verdict: 
 def test_1500_repeated_xids_are_one_summary_line_in_the_draft() -> None:
     from guard.evidence import request
     from guard.evidence.assess import Inputs, assess
-    from guard.evidence.catalog import load_catalog, load_classes
     from guard.evidence.report import Tables
+    from guard.xid_tables import load_catalog, load_classes
 
     lines = [f"[{1000 + i}.5] NVRM: Xid (PCI:0000:01:00): 13, pid={i}, name=p, Graphics"
              for i in range(1500)]  # fmt: skip
@@ -374,8 +374,8 @@ def test_1500_repeated_xids_are_one_summary_line_in_the_draft() -> None:
 def test_a_draft_with_many_codes_is_bounded() -> None:
     from guard.evidence import request
     from guard.evidence.assess import Inputs, assess
-    from guard.evidence.catalog import load_catalog, load_classes
     from guard.evidence.report import Tables
+    from guard.xid_tables import load_catalog, load_classes
 
     lines = [f"NVRM: Xid (PCI:0000:01:00): {code}, " + "m" * 400 for code in range(1, 200)]
     tables = Tables(load_classes(), load_catalog())
@@ -608,9 +608,9 @@ def test_evidence_collect_verdict_stands_when_the_termination_log_fails(
 ) -> None:
     from guard.evidence import request
     from guard.evidence.assess import Inputs
-    from guard.evidence.catalog import load_catalog, load_classes
     from guard.evidence.cli import Target, emit_collected
     from guard.evidence.report import Tables
+    from guard.xid_tables import load_catalog, load_classes
 
     tables = Tables(load_classes(), load_catalog())
     log = "NVRM: Xid (PCI:0000:99:00): 79, pid=1, name=a, GPU has fallen off the bus.\n"

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from guard.conformance.report import Finding as ConformanceFinding
-from guard.conformance.report import Summary, render_summary
 from guard.job_results import attach, result, slim_pod
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink, Snapshot
 from guard.snapshot import ClusterObjects, build_snapshot
+from guard.wire import Finding as ConformanceFinding
+from guard.wire import Summary, render_summary
 from tests.builders import NOW, S, job_uid
 
 FAILED = (

@@ -16,8 +16,9 @@ from click.testing import CliRunner, Result
 from guard.loadtest.cli import BackendOverride, loadtest
 from guard.loadtest.model import MemoryPlan, RunPlan, RunResult
 from guard.loadtest.numpy_backend import NumpyBackend, NumpyFaults
-from guard.loadtest.report import JSON_PREFIX, SUMMARY_LIMIT, summary
+from guard.loadtest.report import JSON_PREFIX, summary
 from guard.loadtest.verdict import Criteria, Verdict
+from guard.wire import MAX_BYTES as SUMMARY_LIMIT
 
 FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce"]
 
@@ -179,6 +180,7 @@ def test_summary_for_the_guard_goes_to_an_existing_termination_log(tmp_path: Pat
     result = invoke(args)
     assert result.exit_code == 1, result.output
     assert json.loads(log.read_text()) == {
+        "schema": "gpu-node-guard/loadtest-summary/v1",
         "kind": "loadtest",
         "verdict": "fail",
         "expected_gpus": 3,

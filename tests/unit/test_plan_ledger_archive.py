@@ -10,7 +10,7 @@ from guard.actions import AppendLedgerLine, EmitEvent
 from guard.apply import PrintExecutor
 from guard.log import Log
 from guard.plan import plan_cycle
-from guard.plan.ledger_archive import LEDGER_ARCHIVED, with_archive_events
+from guard.plan.common import LEDGER_ARCHIVED, with_archive_events
 from tests.builders import NOW, TEMPLATES, brief, gpu, node, settings, snapshot
 
 S = settings()

@@ -11,9 +11,9 @@ from prometheus_client import generate_latest
 from guard import metric_names as m
 from guard.actions import Cordon, CreateJob, EmitEvent, Skip
 from guard.log import Log
-from guard.outcome import Outcome
+from guard.outcome import Outcome, RunTrace
 from guard.prom import PromClient
-from guard.push import RunTrace, metrics, push, push_run, registry
+from guard.push import metrics, push, push_run, registry
 from guard.settings import SettingsError
 from guard.states import NODE_STATES
 from tests.builders import NOW, TEMPLATES, back_node, gpu, node, settings, snapshot

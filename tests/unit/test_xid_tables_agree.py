@@ -8,8 +8,8 @@ other way round.
 
 from __future__ import annotations
 
-from guard.evidence.catalog import Repair, load_classes
 from guard.settings import Settings
+from guard.xid_tables import Repair, load_classes
 
 
 def test_default_reset_class_xids_are_the_reset_rows_of_the_verdict_table() -> None:

@@ -1,0 +1,403 @@
+"""What the guard and its Jobs say to each other (docs/lifecycle.md, "Job results"): the summary
+each Job program leaves in its container's termination message for the guard to read back, and
+the argv values the guard passes that both sides parse. Imported by the guard
+(guard.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
+guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
+
+A message is written only into a file the kubelet already created (`write_termination_message`)
+and read back as one JSON object (`summary_doc`). Every summary is compact JSON of at most
+MAX_BYTES (kubelet keeps KUBELET_MAX_BYTES of a termination message):
+
+  conformance  schema CONFORMANCE_SCHEMA; status PASS|FAIL; failed, unknown, warned, skipped:
+               [{item, why}] (why at most WHY_MAX_CHARS); fixed: [item]. To fit, the `why`
+               texts go (skipped first, failed last), never a name.
+  evidence     schema EVIDENCE_SCHEMA; pci, verdict, links: [{pci, link}] (at most MAX_LINKS).
+               To fit, links go from the end.
+  loadtest     schema LOADTEST_SCHEMA (a summary without one, from the release before, is read
+               too); kind loadtest; verdict pass|fail; expected_gpus, visible_gpus, ratio,
+               allreduce_busbw_gbps; reasons, notes: [line]; left_off: lines dropped to fit.
+
+A message that is empty (the program did not finish), not JSON or of another shape is a
+SummaryError with one line; the guard acts on no such result.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from guard.pci import link_record
+
+KUBELET_MAX_BYTES = 4096  # what kubelet keeps of a termination message
+MAX_BYTES = 4000  # every summary stays under this
+WHY_MAX_CHARS = 160  # of one finding's `why`
+CONFORMANCE_SCHEMA = "gpu-node-guard/conformance-summary/v1"
+EVIDENCE_SCHEMA = "gpu-node-guard/evidence-summary/v1"
+LOADTEST_SCHEMA = "gpu-node-guard/loadtest-summary/v1"
+LOADTEST_KIND = "loadtest"
+MAX_LINKS = 64  # an evidence summary with more GPUs than this is not one a node makes
+
+
+class SummaryError(ValueError):
+    """A termination message that is not a summary of the documented shape; one line."""
+
+
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def write_termination_message(path: str, text: str) -> str | None:
+    """Write `text` to a termination message file that already exists (kubelet creates it in the
+    container); never create one, so a run by hand on a host writes nothing there. Returns a
+    one-line note when an existing file cannot be written, None otherwise."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        # No file in an existing directory: a run by hand, write nothing. No directory either:
+        # a path typed wrong, worth one line.
+        parent = os.path.dirname(path) or "."
+        return None if os.path.isdir(parent) else _note(path, exc)
+    except OSError as exc:
+        return _note(path, exc)
+    try:  # a full disk (ENOSPC, /dev/full) shows at the write or the close
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+    except OSError as exc:
+        return _note(path, exc)
+    return None
+
+
+def _note(path: str, exc: OSError) -> str:
+    """The one WARN line of a termination message not written; the verdict does not change."""
+    return (
+        f"WARN termination message not written to {path!r}: {exc.strerror or exc}"
+        " (the verdict and exit code stand)"
+    )
+
+
+# ── Writing and reading a termination message ─────────────────────────────────────────────────
+
+
+def summary_doc(text: str, schema: str | None, *, program: str, name: str) -> Mapping[str, Any]:
+    """The JSON object `program` left in its termination message. SummaryError with one line
+    when the message is empty (the program did not finish), is not JSON or, given a `schema`, is
+    not an object of that schema; `name` names the summary in that line. Without a schema, a
+    document that is not an object reads as an empty one: the caller's checks say what is missing.
+
+    >>> summary_doc('{"schema": "s/v1"}', "s/v1", program="p", name="s")
+    {'schema': 's/v1'}
+    >>> summary_doc("", None, program="the load test", name="load-test summary")
+    Traceback (most recent call last):
+    ...
+    guard.wire.SummaryError: empty termination message: the load test did not finish
+    >>> summary_doc("[1]", "s/v1", program="p", name="the summary")
+    Traceback (most recent call last):
+    ...
+    guard.wire.SummaryError: the summary schema is 'list', not 's/v1'
+    """
+    if not text.strip():
+        raise SummaryError(f"empty termination message: {program} did not finish")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"{name} is not JSON: {exc}") from None
+    if schema is None:
+        return doc if isinstance(doc, Mapping) else {}
+    if not isinstance(doc, Mapping) or doc.get("schema") != schema:
+        got = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
+        raise SummaryError(f"{name} schema is {got!r}, not {schema!r}")
+    return doc
+
+
+def _compact(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode()) <= MAX_BYTES
+
+
+# ── conformance ──────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    item: str
+    why: str  # the item's `observed` line, shortened; "" when the summary had to drop it
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What the guard needs from one conformance run: did it pass, and which items failed, could
+    not be checked, warned, did not apply or were repaired (each in item order)."""
+
+    ok: bool
+    failed: tuple[Finding, ...] = ()
+    unknown: tuple[Finding, ...] = ()
+    warned: tuple[Finding, ...] = ()
+    skipped: tuple[Finding, ...] = ()
+    fixed: tuple[str, ...] = ()
+
+    @property
+    def failed_items(self) -> tuple[str, ...]:
+        return tuple(f.item for f in self.failed)
+
+
+_LISTS = ("failed", "unknown", "warned", "skipped")
+
+
+def short_why(text: str) -> str:
+    return text if len(text) <= WHY_MAX_CHARS else text[: WHY_MAX_CHARS - 1] + "…"
+
+
+def _conformance_doc(s: Summary, keep_why: frozenset[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {"schema": CONFORMANCE_SCHEMA, "status": "PASS" if s.ok else "FAIL"}
+    for key in _LISTS:
+        doc[key] = [
+            {"item": f.item, "why": f.why if key in keep_why else ""} for f in getattr(s, key)
+        ]
+    doc["fixed"] = list(s.fixed)
+    return doc
+
+
+def render_summary(s: Summary) -> str:
+    """Compact JSON under MAX_BYTES: `why` texts go first (skipped, warned, unknown, failed),
+    names never."""
+    keep = list(_LISTS)  # popped from the end: skipped first, failed last
+    while True:
+        text = _compact(_conformance_doc(s, frozenset(keep)))
+        if _fits(text) or not keep:
+            return text
+        keep.pop()
+
+
+def parse_summary(text: str) -> Summary:
+    """The summary from a conformance Pod's termination message.
+
+    >>> parse_summary(render_summary(Summary(False, failed=(Finding("ipvs-persist", "…"),))))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Summary(ok=False, failed=(Finding(item='ipvs-persist', why='…'),), unknown=(), warned=(),
+            skipped=(), fixed=())
+    """
+    doc = summary_doc(
+        text, CONFORMANCE_SCHEMA, program="the conformance program", name="conformance summary"
+    )
+    status = doc.get("status")
+    if status not in ("PASS", "FAIL"):
+        raise SummaryError(f"conformance summary status is {status!r}, not PASS or FAIL")
+    lists = {key: _findings(doc, key) for key in _LISTS}
+    fixed = doc.get("fixed", [])
+    if not isinstance(fixed, list) or not all(isinstance(n, str) for n in fixed):
+        raise SummaryError(f"conformance summary `fixed` is not a list of names: {fixed!r}")
+    if (status == "FAIL") != bool(lists["failed"]):
+        raise SummaryError(f"conformance summary says {status} with {len(lists['failed'])} failed")
+    return Summary(status == "PASS", fixed=tuple(fixed), **lists)
+
+
+def _findings(doc: Mapping[str, Any], key: str) -> tuple[Finding, ...]:
+    value = doc.get(key, [])
+    ok = isinstance(value, list) and all(
+        isinstance(f, Mapping) and isinstance(f.get("item"), str) and isinstance(f.get("why"), str)
+        for f in value
+    )
+    if not ok:
+        raise SummaryError(f"conformance summary `{key}` is not a list of {{item, why}}: {value!r}")
+    return tuple(Finding(f["item"], f["why"]) for f in value)
+
+
+# ── evidence ─────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceSummary:
+    """The evidence Job's verdict and the GPUs whose link was up when it read them
+    (guard.evidence.links): the guard records them on the node and passes them to the load test
+    as ``--expect-link``."""
+
+    pci: str
+    verdict: str
+    links: tuple[tuple[str, str], ...]  # (pci, "16GT/s,x16"), by PCI address
+
+
+def render_evidence_summary(s: EvidenceSummary) -> str:
+    """Compact JSON; links are dropped from the end if it would not fit (never happens below
+    about 80 GPUs).
+
+    >>> render_evidence_summary(EvidenceSummary("0000:99:00.0", "power-cycle",
+    ...                                         (("0000:18:00.0", "16GT/s,x16"),)))
+    '{"schema":"gpu-node-guard/evidence-summary/v1","pci":"0000:99:00.0","verdict":"power-cycle",\
+"links":[{"pci":"0000:18:00.0","link":"16GT/s,x16"}]}'
+    """
+    links = list(s.links)
+    while True:
+        pairs = [{"pci": pci, "link": link} for pci, link in links]
+        text = _compact({"schema": EVIDENCE_SCHEMA, "pci": s.pci, "verdict": s.verdict,
+                         "links": pairs})  # fmt: skip
+        if _fits(text) or not links:
+            return text
+        links.pop()
+
+
+def parse_evidence_summary(text: str) -> EvidenceSummary:
+    """The summary from an evidence Pod's termination message.
+
+    >>> parse_evidence_summary('{"schema":"gpu-node-guard/evidence-summary/v1",'
+    ...                        '"pci":"0000:99:00.0","verdict":"reset","links":[]}')
+    EvidenceSummary(pci='0000:99:00.0', verdict='reset', links=())
+    >>> parse_evidence_summary('{"schema":"gpu-node-guard/evidence-summary/v1",'
+    ...     '"pci":"0000:99:00.0","verdict":"reset","links":[{"pci":"0000:18:00.0",'
+    ...     '"link":"3GT/s,x16"}]}')
+    Traceback (most recent call last):
+    ...
+    guard.wire.SummaryError: evidence summary link {'pci': '0000:18:00.0', \
+'link': '3GT/s,x16'} is not {pci: 0000:bb:dd.f, link: <speed>GT/s,x<width>}
+    """
+    doc = summary_doc(
+        text, EVIDENCE_SCHEMA, program="the evidence program", name="evidence summary"
+    )
+    pci, verdict = doc.get("pci"), doc.get("verdict")
+    if not isinstance(pci, str) or not isinstance(verdict, str):
+        raise SummaryError("evidence summary has no pci or verdict text")
+    return EvidenceSummary(pci, verdict, _links(doc.get("links", [])))
+
+
+def _links(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or len(value) > MAX_LINKS:
+        raise SummaryError(f"evidence summary `links` is not a list of at most {MAX_LINKS}")
+    out: dict[str, str] = {}
+    for entry in value:
+        found = (
+            link_record(f"{entry.get('pci')}={entry.get('link')}")
+            if isinstance(entry, Mapping)
+            else None
+        )
+        if found is None:
+            raise SummaryError(
+                f"evidence summary link {entry!r} is not "
+                "{pci: 0000:bb:dd.f, link: <speed>GT/s,x<width>}"
+            )
+        if found[0] in out:
+            raise SummaryError(f"evidence summary lists {found[0]} twice")
+        out[found[0]] = found[1]
+    return tuple(sorted(out.items()))
+
+
+# ── load test ────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTestSummary:
+    passed: bool
+    reasons: tuple[str, ...]  # `word key=value…` lines
+
+
+def render_loadtest_summary(
+    figures: Mapping[str, Any], reasons: Iterable[str], notes: Iterable[str]
+) -> str:
+    """`figures` (verdict, counts) with as many reasons, then notes, as fit; the lines left out
+    for size are counted in `left_off`."""
+    doc: dict[str, Any] = {"schema": LOADTEST_SCHEMA, "kind": LOADTEST_KIND, **figures,
+                           "reasons": [], "notes": [], "left_off": 0}  # fmt: skip
+    for key, line in [*(("reasons", r) for r in reasons), *(("notes", n) for n in notes)]:
+        doc[key].append(line)
+        if not _fits(json.dumps(doc, sort_keys=True)):
+            doc[key].pop()
+            doc["left_off"] += 1
+    return json.dumps(doc, sort_keys=True)
+
+
+def parse_loadtest_summary(text: str) -> LoadTestSummary:
+    """The summary from a load-test Pod's termination message.
+
+    >>> parse_loadtest_summary('{"kind": "loadtest", "verdict": "fail", "reasons": ["x a=1"]}')
+    LoadTestSummary(passed=False, reasons=('x a=1',))
+    """
+    doc = summary_doc(text, None, program="the load test", name="load-test summary")
+    verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
+    if doc.get("schema", LOADTEST_SCHEMA) != LOADTEST_SCHEMA:
+        raise SummaryError(f"load-test summary schema is {doc.get('schema')!r}, "
+                           f"not {LOADTEST_SCHEMA!r}")  # fmt: skip
+    if doc.get("kind") != LOADTEST_KIND or verdict not in ("pass", "fail"):
+        kind = doc.get("kind")
+        raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")
+    if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
+        raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
+    return LoadTestSummary(verdict == "pass", tuple(reasons))
+
+
+# ── argv values both sides parse ─────────────────────────────────────────────────────────────
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_allowed_dns(text: str) -> tuple[IpNetwork, ...]:
+    """``--allowed-dns``: comma-separated CIDRs (a bare address is a /32 or /128); ValueError
+    names the bad entry.
+
+    >>> [str(n) for n in parse_allowed_dns("10.20.0.0/16, 192.0.2.53")]
+    ['10.20.0.0/16', '192.0.2.53/32']
+    >>> parse_allowed_dns("10.0.0.0/33")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a CIDR: '10.0.0.0/33'
+    """
+    networks = []
+    for part in text.split(","):
+        entry = part.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"not a CIDR: {entry!r}") from None
+    if not networks:
+        raise ValueError("no CIDR given")
+    return tuple(networks)
+
+
+_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)(?:[+-]rke2r(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """An RKE2 / Kubernetes version (``--control-plane-version``)."""
+
+    major: int
+    minor: int
+    patch: int
+    release: int | None = None
+
+    def __str__(self) -> str:
+        suffix = "" if self.release is None else f"+rke2r{self.release}"
+        return f"v{self.major}.{self.minor}.{self.patch}{suffix}"
+
+
+def parse_version(text: str) -> Version | None:
+    """The first RKE2 / Kubernetes version in `text`.
+
+    >>> str(parse_version("/var/lib/rancher/rke2/data/v1.34.3-rke2r1-1b2872361ec5/bin"))
+    'v1.34.3+rke2r1'
+    >>> str(parse_version("rke2 version v1.35.7+rke2r2 (4c5e2a1f)")), parse_version("latest")
+    ('v1.35.7+rke2r2', None)
+    """
+    m = _VERSION.search(text)
+    if m is None:
+        return None
+    release = int(m.group(4)) if m.group(4) else None
+    return Version(int(m.group(1)), int(m.group(2)), int(m.group(3)), release)
+
+
+def parse_exact(text: str) -> Version | None:
+    """A whole string that is a version, as --control-plane-version takes it.
+
+    >>> str(parse_exact("v1.34.3+rke2r1")), parse_exact("1.34"), str(parse_exact("1.34.3"))
+    ('v1.34.3+rke2r1', None, 'v1.34.3')
+    """
+    m = _VERSION.fullmatch(text.strip())
+    return parse_version(text) if m else None

@@ -1,0 +1,53 @@
+"""`gpu-node-guard run` loads the guard, not its Job programs: the guard and the programs share
+only guard.wire (what a Job reports back) and the Xid tables (guard.xid_tables).
+
+Each case is a fresh interpreter; the count is of the guard's own modules it loaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+MAX_MODULES = 55
+JOB_PROGRAMS = ("guard.conformance", "guard.evidence", "guard.loadtest", "guard.agent")
+# The Xid tables' old import path (guard.prom_view still uses it): a re-export, no program.
+OLD_PATH = {"guard.evidence", "guard.evidence.catalog"}
+SHOW = "import sys\nprint(*sorted(m for m in sys.modules if m.split('.')[0] == 'guard'))\n"
+CASES = {
+    "import guard.cli": "import guard.cli\n" + SHOW,
+    "gpu-node-guard run --help": (
+        "from guard.cli import cli\n"
+        "try:\n    cli(['run', '--help'], prog_name='gpu-node-guard')\n"
+        "except SystemExit:\n    pass\n" + SHOW
+    ),
+}
+
+
+def loaded(code: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout.splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_run_loads_no_job_program(case: str) -> None:
+    modules = loaded(CASES[case])
+    assert "guard.plan" in modules  # the count is of a real start
+    programs = [m for m in modules if m.startswith(JOB_PROGRAMS) and m not in OLD_PATH]
+    assert programs == []
+    assert len(modules) <= MAX_MODULES, modules
+
+
+def test_the_job_programs_read_the_same_wire_module() -> None:
+    """The other side: each Job program writes its summary with guard.wire."""
+    import guard.conformance.cli
+    import guard.evidence.cli
+    import guard.loadtest.cli
+    import guard.wire
+
+    for program in (guard.conformance.cli, guard.evidence.cli, guard.loadtest.cli):
+        assert program.write_termination_message is guard.wire.write_termination_message
