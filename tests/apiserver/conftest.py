@@ -68,6 +68,41 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture(scope="session")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, kubectl_binary: Path
+) -> Iterator[ControlPlane]:
+    """A cluster as clusters run: its own etcd + kube-apiserver with ServiceAccount admission
+    and NodeRestriction, and kube-controller-manager's Job and ServiceAccount controllers
+    (`kube.CONTROLLERS`); manifests/base applied, every policy enforcing, an admin of the jobs
+    namespace (`JOBS_NS_ADMIN`)."""
+    assets = assets_dir(os.environ)
+    if assets is None or not os.access(assets / "kube-controller-manager", os.X_OK):
+        unavailable("apiserver", "kube-controller-manager not found", HOW_TO_ENABLE)
+        raise AssertionError("unreachable: unavailable() skips or fails")
+    workdir = tmp_path_factory.mktemp("cluster")
+    with control_plane(assets, workdir, as_clusters_run=True) as plane:
+        _started_in_s.append(plane.started_in_s)
+        with plane.admin_client() as api:
+            aggregate_cluster_roles(api)
+            Kubectl(kubectl_binary, plane.kubeconfig).apply(BASE)
+            wait_for_enforcement(plane, api)
+            bind_admin(api, JOBS_NS_ADMIN, JOBS_NS)
+        with plane.impersonating(JOBS_NS_ADMIN) as bob:
+            _wait_until_allowed(lambda: client.CoreV1Api(bob).list_namespaced_pod(JOBS_NS))
+        yield plane
+
+
+def bind_admin(admin: client.ApiClient, user: str, namespace: str) -> None:
+    """`user` an admin (the aggregated `admin` role) of `namespace`."""
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": f"admin-{user}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="session")
 def admin(apiserver: ControlPlane) -> Iterator[client.ApiClient]:
     with apiserver.admin_client() as api:
         yield api
@@ -127,14 +162,8 @@ JOBS_NS_ADMIN = "bob-jobs-ns-admin"
 
 @pytest.fixture(scope="session")
 def identities(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[Identities]:
-    rbac = client.RbacAuthorizationV1Api(admin)
     for user, ns in ((GUARD_NS_ADMIN, GUARD_NS), (JOBS_NS_ADMIN, JOBS_NS)):
-        rbac.create_namespaced_role_binding(ns, {
-            "metadata": {"name": f"admin-{user}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        })  # fmt: skip
+        bind_admin(admin, user, ns)
     with deployed.impersonating(GUARD_NS_ADMIN) as alice:
         _wait_until_allowed(lambda: client.CoreV1Api(alice).list_namespaced_pod(GUARD_NS))
         request = {"spec": {"expirationSeconds": 3600}}
