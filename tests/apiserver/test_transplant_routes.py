@@ -68,6 +68,7 @@ pytestmark = pytest.mark.apiserver
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 CHECKED = "boot-1 2026-09-20T00:00:00Z job/gng-cf-tr-00000000"
 ELSEWHERE = "tr-healthy"  # where the attacker's own Job passes; no node of that name is needed
+PERSON, OTHER = "tr-person-a", "tr-person-b"  # sorted so: the person's node comes first
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,8 @@ def prom() -> Iterator[LocalPrometheus]:
         for r in ROUTES
         for g in GATES
     )
-    with scenario_prometheus(*timelines, healthy(ELSEWHERE)) as server:
+    others = (healthy(ELSEWHERE), healthy(PERSON), healthy(OTHER))
+    with scenario_prometheus(*timelines, *others) as server:
         yield server
 
 
@@ -342,3 +344,38 @@ def test_a_succeeded_job_whose_pod_says_no_pass_is_no_pass(
     (warn,) = [a for a in run.plan["actions"] if a["node"] == at.node]
     assert warn["level"] == "WARN"
     kept_as_the_gate_keeps_it(admin, at, gate, before)
+
+
+# ── A person's cordon is a person's ─────────────────────────────────────────────────────────
+
+
+def test_a_persons_cordon_takes_no_cordon_of_the_cycle(
+    cluster: ControlPlane, admin: client.ApiClient, prom: LocalPrometheus, kubeconfig: Path
+) -> None:
+    """Two serving nodes rebooted; both conformance Jobs fail (the real Job controller ends
+    them). A person cordoned the first meanwhile: the guard writes nothing there (no cordon the
+    node-scope policy would refuse), exits 0, and the cycle's one conformance cordon goes to the
+    second."""
+    core, nodes = client.CoreV1Api(admin), (PERSON, OTHER)
+    try:
+        for name in nodes:
+            notes, labels = {KEYS.checked_boot: CHECKED}, {"nvidia.com/gpu.present": "true"}
+            core.create_node({"metadata": {"name": name, "annotations": notes, "labels": labels}})
+            set_status(core, name, boot="boot-2", allocatable=8)
+        first = run_guard(prom, kubeconfig, RETURN_AT).plan
+        assert [mine(first, n) for n in nodes] == [[("create-job", "new-boot")]] * 2
+        core.patch_node(PERSON, {"spec": {"unschedulable": True}})  # a person, meanwhile
+        for name in nodes:
+            run_to_the_end(cluster, admin, the_job(admin, name, "conformance"), NO_IPVS, ok=False)
+        before = core.read_node(PERSON).metadata.resource_version
+        run = run_guard(prom, kubeconfig, RETURN_AT + CYCLE)  # asserts exit 0, no failed write
+        assert mine(run.plan, PERSON) == [("skip", "already-cordoned")]
+        assert mine(run.plan, OTHER) == [("cordon", "conformance-ipvs-loaded"),
+                                         ("event", "conformance-ipvs-loaded")]  # fmt: skip
+        assert core.read_node(PERSON).metadata.resource_version == before
+        assert core.read_node(OTHER).spec.unschedulable is True
+        assert [e["reason"] for e in node_events(admin, PERSON)] == []
+    finally:
+        for name in nodes:
+            core.delete_node(name)
+        forget_guard_state(core, admin)
