@@ -18,6 +18,9 @@ write but, for a Job or Pod the guard did not make, one WARN line and a Warning 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -130,6 +133,7 @@ class AtGate:
     node: str
     job: dict[str, Any]
     run: Callable[..., GuardRun]
+    status: Callable[[], dict[str, Any]]  # `gpu-node-guard status -o json` at the last cycle
 
 
 @pytest.fixture
@@ -144,10 +148,22 @@ def at_gate(
 
     def bring(route: str, gate: Gate) -> AtGate:
         name = node_name(route, gate)
-        cycles = iter(RETURN_AT + n * CYCLE for n in range(1, 10))
+        cycles, last = iter(RETURN_AT + n * CYCLE for n in range(1, 10)), [RETURN_AT]
 
         def run(*extra: str) -> GuardRun:
-            return run_guard(prom, kubeconfig, next(cycles), *gate.flags, *extra)
+            last.append(next(cycles))
+            return run_guard(prom, kubeconfig, last[-1], *gate.flags, *extra)
+
+        def status() -> dict[str, Any]:
+            proc = subprocess.run(
+                [sys.executable, "-m", "guard", "status", "--kubeconfig", str(kubeconfig),
+                 "--prometheus-url", prom.url, "--at", last[-1].isoformat(), "-o", "json",
+                 *gate.flags],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            (found,) = [n for n in json.loads(proc.stdout)["nodes"] if n["node"] == name]
+            return dict(found)
 
         notes = {KEYS.checked_boot: CHECKED} if gate.name == "after-reboot" else {}
         spec = {"taints": [GATE_TAINT]} if gate.name == "onboarding" else {}
@@ -165,7 +181,7 @@ def at_gate(
             set_status(core, name, boot="boot-2", allocatable=8)  # power-cycled
         first = run_guard(prom, kubeconfig, RETURN_AT, *gate.flags).plan
         assert ("create-job", _made_for(gate)) in mine(first, name)
-        return AtGate(name, the_job(admin, name, gate.kind), run)
+        return AtGate(name, the_job(admin, name, gate.kind), run, status)
 
     yield bring
     for name in made:
@@ -208,6 +224,9 @@ def named_in_a_warning(run: GuardRun, admin: client.ApiClient, at: AtGate, gate:
     assert f"kubectl -n {JOBS_NS} delete job {job}" in warn["next"]
     (event,) = [e for e in node_events(admin, at.node) if e["reason"] == "GuardForeignJob"]
     assert event["type"] == "Warning" and f"job/{job}" in event["note"]
+    shown = at.status()  # what a person reads: why, and what to do
+    assert shown["state"] == "job-not-made-by-the-guard", shown
+    assert f"delete job {job}" in shown["next"], shown
 
 
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
