@@ -5,7 +5,8 @@ making and adopting the Pods), a real Prometheus; the test plays only the kubele
 attacker is an admin of the jobs namespace (docs/security.md, "Job results").
 
 The gates: the return's load test (`--no-return-conformance`) and its conformance Job (on by
-default), the onboarding gate's conformance Job, the after-reboot check's. The routes:
+default), the onboarding gate's conformance Job and its burn-in load test, the after-reboot
+check's conformance Job. The routes:
 - replace: delete the guard's Job and create an in-shape Job of the same name, which passes;
 - orphan adoption: an in-shape Job on a healthy node passes there; its Pod is rewritten to carry
   the guard Job's labels, for the Job controller to adopt it. The Pod policy refuses the
@@ -93,6 +94,8 @@ GATES = (
          LOADTEST_FAIL, "verdict: pass"),
     Gate("return-conformance", "conformance", True, (), "conformance", PASS, NO_IPVS, "PASS"),
     Gate("onboarding", "conformance", False, (), "onboarding", PASS, NO_IPVS, "PASS"),
+    Gate("onboarding-burn-in", "loadtest", False, (), "onboarding", LOADTEST_PASS,
+         LOADTEST_FAIL, "verdict: pass"),
     Gate("after-reboot", "conformance", False, (), "boot-check", PASS, NO_IPVS, "PASS"),
 )  # fmt: skip
 ROUTES = ("replace", "adopt", "fail", "garbage")
@@ -166,7 +169,8 @@ def at_gate(
             return dict(found)
 
         notes = {KEYS.checked_boot: CHECKED} if gate.name == "after-reboot" else {}
-        spec = {"taints": [GATE_TAINT]} if gate.name == "onboarding" else {}
+        gated = gate.name.startswith("onboarding")
+        spec = {"taints": [GATE_TAINT]} if gated else {}
         core.create_node({"metadata": {"name": name, "annotations": notes,
                                        "labels": {"nvidia.com/gpu.present": "true"}},
                           "spec": spec})  # fmt: skip
@@ -181,6 +185,9 @@ def at_gate(
             set_status(core, name, boot="boot-2", allocatable=8)  # power-cycled
         first = run_guard(prom, kubeconfig, RETURN_AT, *gate.flags).plan
         assert ("create-job", _made_for(gate)) in mine(first, name)
+        if gate.name == "onboarding-burn-in":  # after the gate's conformance Job passed
+            run_to_the_end(cluster, admin, the_job(admin, name, "conformance"), PASS, ok=True)
+            assert mine(run().plan, name) == [("create-job", "onboarding")]
         return AtGate(name, the_job(admin, name, gate.kind), run, status)
 
     yield bring
@@ -190,7 +197,9 @@ def at_gate(
 
 
 def _made_for(gate: Gate) -> str:
-    return {"onboarding": "onboarding", "after-reboot": "new-boot"}.get(gate.name, "conditions-met")
+    if gate.name.startswith("onboarding"):
+        return "onboarding"
+    return "new-boot" if gate.name == "after-reboot" else "conditions-met"
 
 
 def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
@@ -210,7 +219,7 @@ def kept_as_the_gate_keeps_it(admin: client.ApiClient, at: AtGate, gate: Gate,
     node = client.CoreV1Api(admin).read_node(at.node)
     assert bool(node.spec.unschedulable) == gate.returns
     taints = [t.key for t in node.spec.taints or []]
-    assert (GATE_TAINT["key"] in taints) == (gate.name == "onboarding")
+    assert (GATE_TAINT["key"] in taints) == gate.name.startswith("onboarding")
     assert guard_notes(admin, at.node) == before
 
 
