@@ -11,9 +11,11 @@ list of one Pod (first match wins):
   a summary of another shape                 → unreadable, the parser's one line
   otherwise                                  → read: pass/fail, failed items, recorded links
 A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too, and so is
-a Pod the Job does not control (no controller ownerReference with the Job's uid: a Pod that ran
-elsewhere and was adopted by its labels) or one that runs other containers than the Job's
-template (image, command, args): the planners never act on a result they cannot trust.
+a Pod the Job does not control (no controller ownerReference with the Job's uid), one that runs
+other containers than the Job's template (image, command, args) or one that ran on another node
+than the Job's (`nodeName` is fixed at creation: a Pod that ran elsewhere and was adopted by its
+labels keeps it): such a result is `foreign`, and the planners treat its Job as one the guard did
+not make.
 """
 
 from __future__ import annotations
@@ -45,19 +47,20 @@ def _mapping(value: object) -> Mapping[str, Any]:
 def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
 
-    Of its spec only what its containers run (name, image, command, args) and of its owners only
-    the controller's uid: whose Pod it is.
+    Of its spec only where it ran and what its containers run (name, image, command, args) and of
+    its owners only the controller's uid: whose Pod it is.
 
     >>> slim_pod({"metadata": {"name": "p", "labels": {"job-name": "j"}}, "spec": {"x": 1}})
     {'kind': 'Pod', 'metadata': {'name': 'p', 'creationTimestamp': '', 'labels': {'job-name': \
-'j'}, 'ownerReferences': []}, 'spec': {'containers': []}, 'status': {'phase': '', 'reason': '', \
-'message': '', 'containerStatuses': []}}
+'j'}, 'ownerReferences': []}, 'spec': {'nodeName': '', 'containers': []}, 'status': {'phase': \
+'', 'reason': '', 'message': '', 'containerStatuses': []}}
     """
     meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
     labels = _mapping(meta.get("labels"))
     statuses = status.get("containerStatuses")
     owners = meta.get("ownerReferences")
-    containers = _mapping(obj.get("spec")).get("containers")
+    spec = _mapping(obj.get("spec"))
+    containers = spec.get("containers")
     return {
         "kind": "Pod",
         "metadata": {"name": meta.get("name", ""),
@@ -67,7 +70,7 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
                          {"controller": True, "uid": _mapping(o).get("uid")}
                          for o in (owners if isinstance(owners, list) else [])
                          if _mapping(o).get("controller") is True]},
-        "spec": {"containers": [
+        "spec": {"nodeName": spec.get("nodeName", ""), "containers": [
             {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
             for c in (containers if isinstance(containers, list) else [])]},
         "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
@@ -103,8 +106,9 @@ def attach(jobs: Iterable[JobInfo], pods: Iterable[Mapping[str, Any]]) -> tuple[
 
 
 def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
-    """None when the Job controls the Pod and the Pod runs what the Job's template runs; else
-    why its summary is not the Job's (a label is enough to be counted, not to be trusted)."""
+    """None when the Job controls the Pod, the Pod ran on the Job's node and runs what the Job's
+    template runs; else why its summary is not the Job's (a label is enough to be counted, not
+    to be trusted)."""
     meta = _mapping(pod.get("metadata"))
     name = str(meta.get("name", "")) or "(no name)"
     owners = meta.get("ownerReferences")
@@ -115,11 +119,20 @@ def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
     ]
     if not job.uid or controllers != [job.uid]:
         shown = ",".join(controllers) or "none"
-        return JobResult("unreadable", f"pod {name} is not controlled by job/{job.name} "
-                         f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
-    if run_digest(_mapping(pod.get("spec"))) != job.run:
-        return JobResult("unreadable", f"pod {name} runs other containers than job/{job.name}")
+        return _foreign(f"pod {name} is not controlled by job/{job.name} "
+                        f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
+    spec = _mapping(pod.get("spec"))
+    ran_on = str(spec.get("nodeName") or "")
+    if ran_on != job.node:
+        return _foreign(f"pod {name} ran on node {ran_on or '(none)'}, not on job/{job.name}'s "
+                        f"node {job.node or '(none)'}")  # fmt: skip
+    if run_digest(spec) != job.run:
+        return _foreign(f"pod {name} runs other containers than job/{job.name}")
     return None
+
+
+def _foreign(problem: str) -> JobResult:
+    return JobResult("unreadable", problem, foreign=True)
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

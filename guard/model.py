@@ -204,6 +204,9 @@ class JobResult:
     passed: bool = False  # conformance PASS / load-test pass; evidence: always False
     failed: tuple[Finding, ...] = ()  # FAIL items (conformance) or failing reasons (load test)
     links: tuple[RecordedLink, ...] = ()  # evidence: the node's GPU links at cordon time
+    # The Pod it came from is not the Job's own (another controller, other containers, another
+    # node): the Job counts as one the guard did not make (check_jobs.foreign), never a result.
+    foreign: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,8 @@ def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
 def foreign(node: NodeInfo, job: JobInfo) -> str:
     """Why `job` is not the Job the guard made for this node ("" when it is): the node's record
     names another Job, or this name with another uid (deleted and made again by someone else),
-    or its template runs another spec than the guard rendered."""
+    or its template runs another spec than the guard rendered, or its result came from a Pod
+    that is not its own (guard.job_results: adopted from elsewhere)."""
     rec = node.job_record(job.kind)
     if rec is None or rec.name != job.name:
         made = f"; the guard's last {job.kind} Job here is job/{rec.name}" if rec else ""
@@ -71,6 +72,8 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
     if job.digest != rec.digest:
         return (f"job/{job.name} runs another spec (digest {job.digest or '(none)'}) than the "
                 f"guard rendered ({rec.digest})")  # fmt: skip
+    if job.result is not None and job.result.foreign:
+        return f"its result is not its own: {job.result.problem}"
     return ""
 
 

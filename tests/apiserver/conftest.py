@@ -20,6 +20,7 @@ from tests.apiserver import tally
 from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
 from tests.apiserver.guard_run import KEYS, forget_guard_state, make_gpu_node
 from tests.apiserver.kube import (
+    ACCOUNT_CONTROLLERS,
     DAEMONSET_CONTROLLER,
     GUARD_NS,
     GUARD_USER,
@@ -48,12 +49,17 @@ _started_in_s: list[float] = []
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver on loopback for the whole session; stopped at the end."""
+    """etcd + kube-apiserver on loopback for the whole session, with ServiceAccount admission
+    and NodeRestriction on as clusters run them, and kube-controller-manager's ServiceAccount
+    controllers that admission needs; no Job controller (the tests play it: `finish`; the
+    `cluster` fixture has the real one). Stopped at the end."""
     assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", HOW_TO_ENABLE)
+    if assets is None or not os.access(assets / "kube-controller-manager", os.X_OK):
+        unavailable("apiserver", "kube-apiserver, etcd or kube-controller-manager not found",
+                    HOW_TO_ENABLE)  # fmt: skip
         raise AssertionError("unreachable: unavailable() skips or fails")
-    with control_plane(assets, tmp_path_factory.mktemp("apiserver")) as plane:
+    workdir = tmp_path_factory.mktemp("apiserver")
+    with control_plane(assets, workdir, True, ACCOUNT_CONTROLLERS) as plane:
         _started_in_s.append(plane.started_in_s)
         yield plane
 
@@ -61,10 +67,46 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for seconds in _started_in_s:
         terminalreporter.write_line(
-            f"apiserver tier: etcd + kube-apiserver ready in {seconds:.1f} s"
+            f"apiserver tier: a control plane (etcd, kube-apiserver, kube-controller-manager) "
+            f"ready in {seconds:.1f} s"
         )
     for line in tally.lines():
         terminalreporter.write_line(f"apiserver tier: {line}")
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, kubectl_binary: Path
+) -> Iterator[ControlPlane]:
+    """A cluster as clusters run: its own etcd + kube-apiserver with ServiceAccount admission
+    and NodeRestriction, and kube-controller-manager's Job and ServiceAccount controllers
+    (`kube.CONTROLLERS`); manifests/base applied, every policy enforcing, an admin of the jobs
+    namespace (`JOBS_NS_ADMIN`)."""
+    assets = assets_dir(os.environ)
+    if assets is None or not os.access(assets / "kube-controller-manager", os.X_OK):
+        unavailable("apiserver", "kube-controller-manager not found", HOW_TO_ENABLE)
+        raise AssertionError("unreachable: unavailable() skips or fails")
+    workdir = tmp_path_factory.mktemp("cluster")
+    with control_plane(assets, workdir, as_clusters_run=True) as plane:
+        _started_in_s.append(plane.started_in_s)
+        with plane.admin_client() as api:
+            aggregate_cluster_roles(api)
+            Kubectl(kubectl_binary, plane.kubeconfig).apply(BASE)
+            wait_for_enforcement(plane, api)
+            bind_admin(api, JOBS_NS_ADMIN, JOBS_NS)
+        with plane.impersonating(JOBS_NS_ADMIN) as bob:
+            _wait_until_allowed(lambda: client.CoreV1Api(bob).list_namespaced_pod(JOBS_NS))
+        yield plane
+
+
+def bind_admin(admin: client.ApiClient, user: str, namespace: str) -> None:
+    """`user` an admin (the aggregated `admin` role) of `namespace`."""
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": f"admin-{user}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    })  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +130,21 @@ def deployed(
     aggregate_cluster_roles(admin)
     Kubectl(kubectl_binary, apiserver.kubeconfig).apply(BASE)
     wait_for_enforcement(apiserver, admin)
+    for namespace, name in ACCOUNTS_ADMINS_MAKE:
+        make_service_account(admin, namespace, name)
     return apiserver
+
+
+# ServiceAccounts a namespace admin may make so that ServiceAccount admission finds the one an
+# out-of-shape Pod names: then the check under test (Pod Security, a policy) decides, as on a
+# cluster where someone made them.
+ACCOUNTS_ADMINS_MAKE = ((GUARD_NS, "gpu-node-guard-job"), (JOBS_NS, "gpu-node-guard"))
+
+
+def make_service_account(admin: client.ApiClient, namespace: str, name: str) -> None:
+    client.CoreV1Api(admin).create_namespaced_service_account(
+        namespace, {"metadata": {"name": name}}
+    )
 
 
 def aggregate_cluster_roles(admin: client.ApiClient) -> None:
@@ -127,14 +183,8 @@ JOBS_NS_ADMIN = "bob-jobs-ns-admin"
 
 @pytest.fixture(scope="session")
 def identities(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[Identities]:
-    rbac = client.RbacAuthorizationV1Api(admin)
     for user, ns in ((GUARD_NS_ADMIN, GUARD_NS), (JOBS_NS_ADMIN, JOBS_NS)):
-        rbac.create_namespaced_role_binding(ns, {
-            "metadata": {"name": f"admin-{user}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        })  # fmt: skip
+        bind_admin(admin, user, ns)
     with deployed.impersonating(GUARD_NS_ADMIN) as alice:
         _wait_until_allowed(lambda: client.CoreV1Api(alice).list_namespaced_pod(GUARD_NS))
         request = {"spec": {"expirationSeconds": 3600}}

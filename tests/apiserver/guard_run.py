@@ -19,8 +19,10 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.actions import Action
 from guard.apply import KubeExecutor
+from guard.conformance.report import Finding, Summary, render_summary
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
+from guard.jobs import job_name, node_label
 from guard.kube import Kube
 from guard.log import Log
 from guard.model import Snapshot
@@ -49,6 +51,17 @@ RETURN_AT = T0 + timedelta(seconds=ONSET_S + 40 * 60)  # after the power cycle: 
 NO_CF = "--no-return-conformance"
 CYCLE = timedelta(minutes=5)
 KEYS = Annotations("gpu-node-guard.io/")
+# What the guard's programs leave as their Pod's termination message.
+NO_IPVS = render_summary(Summary(False, failed=(Finding(
+    "ipvs-loaded", "ip_vs is not loaded: kube-proxy in IPVS mode exits"),)))  # fmt: skip
+PASS = render_summary(Summary(True))
+LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
+EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:58:00.0",
+                       "verdict": "power-cycle",
+                       "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"},
+                                 {"pci": "0000:2a:00.0", "link": "32GT/s,x16"}]})  # fmt: skip
+LOADTEST_FAIL = json.dumps({"kind": "loadtest", "verdict": "fail", "notes": [],
+                            "reasons": ["slow gpu=3 ratio=0.61 min_ratio=0.8"]})  # fmt: skip
 NS = "gpu-node-guard"
 LEDGER = "gpu-fault-ledger"
 
@@ -221,6 +234,23 @@ def cycle_in_process(kube: Kube, prom: LocalPrometheus, at: datetime) -> list[Ou
     return executor.outcomes
 
 
+ENDED_AT = "2026-09-21T06:00:00Z"
+
+
+def end_pod(admin: client.ApiClient, pod: dict[str, Any], message: str, ok: bool) -> None:
+    """Play the kubelet: the Pod's one container ended (exit 0 when `ok`) with `message` as its
+    termination message, the Pod Succeeded or Failed."""
+    container = pod["spec"]["containers"][0]
+    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
+             "message": message, "startedAt": ENDED_AT, "finishedAt": ENDED_AT}  # fmt: skip
+    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
+        {"name": container["name"], "image": container["image"], "imageID": "",
+         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
+    client.CoreV1Api(admin).patch_namespaced_pod_status(
+        pod["metadata"]["name"], JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
+
+
 def finish(
     deployed: ControlPlane,
     admin: client.ApiClient,
@@ -235,16 +265,9 @@ def finish(
     del pod["metadata"]["finalizers"]  # no controller here would remove it
     with deployed.impersonating(JOB_CONTROLLER) as controller:
         made = create(controller, pod)
-    name, kind, at = made.metadata.name, job["metadata"]["labels"][
-        "app.kubernetes.io/component"], "2026-09-21T06:00:00Z"  # fmt: skip
-    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
-             "message": message, "startedAt": at, "finishedAt": at}  # fmt: skip
-    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
-        {"name": kind, "image": pod["spec"]["containers"][0]["image"], "imageID": "",
-         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
-    core = client.CoreV1Api(admin)
-    core.patch_namespaced_pod_status(name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH)
-    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
+    end_pod(admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
+            message, ok)  # fmt: skip
+    at, done = ENDED_AT, ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
     if not mark_job:
         return
     job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
@@ -255,3 +278,35 @@ def finish(
     client.BatchV1Api(admin).patch_namespaced_job_status(
         job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
     )
+
+
+# What the API server adds to a Job's template and selector at creation (generateSelector): a
+# Job sent again with them is refused, so a copy leaves them out.
+_CONTROLLER_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name",
+                      "batch.kubernetes.io/job-name")  # fmt: skip
+
+
+def copy_of(job: dict[str, Any]) -> dict[str, Any]:
+    """A stored Job as a person sends it again: same name, labels, annotations and spec, without
+    what the API server added (uid, selector, the controller's labels)."""
+    spec = json.loads(json.dumps({k: v for k, v in job["spec"].items() if k != "selector"}))
+    labels = spec["template"]["metadata"].get("labels") or {}
+    spec["template"]["metadata"]["labels"] = {
+        k: v for k, v in labels.items() if k not in _CONTROLLER_LABELS
+    }
+    meta = {k: job["metadata"][k] for k in ("name", "namespace", "labels", "annotations")}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def retargeted(job: dict[str, Any], node: str) -> dict[str, Any]:
+    """`copy_of(job)` for another node: the name made for that node, its node label, annotation
+    and `nodeName`; what its containers run unchanged (an in-shape Job the policies admit)."""
+    copy = copy_of(job)
+    meta, template = copy["metadata"], copy["spec"]["template"]
+    kind = meta["labels"]["app.kubernetes.io/component"]
+    meta["name"] = job_name(kind, node, job["metadata"]["name"])
+    for labels in (meta["labels"], template["metadata"]["labels"]):
+        labels[KEYS.node_label] = node_label(node)
+    meta["annotations"] = {**meta["annotations"], KEYS.node_label: node}
+    template["spec"]["nodeName"] = node
+    return copy

@@ -1,9 +1,11 @@
 """A real etcd + kube-apiserver on 127.0.0.1 for the apiserver tier, envtest-style.
 
 The binaries come from ``KUBEBUILDER_ASSETS`` or the cache that ``hack/envtest/build.sh`` fills.
-Without a controller-manager nothing reconciles: Jobs get no Pods, namespaces stay Terminating
-after delete, no ``default`` ServiceAccount appears. Admission (ValidatingAdmissionPolicy
-included), RBAC, dry-run, TokenRequest and optimistic concurrency are all real.
+`control_plane(..., as_clusters_run=True)` adds kube-controller-manager with only the controllers
+named (ServiceAccounts, and the Job controller unless a tier plays it itself); no other
+controller reconciles: namespaces stay Terminating after delete, nothing collects garbage.
+Admission (ValidatingAdmissionPolicy, ServiceAccount and NodeRestriction included), RBAC,
+dry-run, TokenRequest and optimistic concurrency are all real.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +39,8 @@ GUARD_NS = "gpu-node-guard"
 JOBS_NS = "gpu-node-guard-jobs"
 GUARD_USER = f"system:serviceaccount:{GUARD_NS}:gpu-node-guard"
 JOB_USER = f"system:serviceaccount:{JOBS_NS}:gpu-node-guard-job"
-# Who creates a Job's Pods (kube-controller-manager --use-service-account-credentials); there is
-# no controller-manager here, so tests create those Pods themselves under this name.
+# Who creates a Job's Pods (kube-controller-manager --use-service-account-credentials); the shared
+# control plane runs no Job controller, so tests create those Pods themselves under this name.
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 # Who creates the node agent's Pods; tests create them under this name, as for the Job controller.
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
@@ -205,13 +207,18 @@ def apiserver_argv(
 # The controllers a cluster's own Jobs need: Pods made and adopted by the real Job controller,
 # ServiceAccounts (and their pull secrets) made as a cluster makes them.
 CONTROLLERS = "job-controller,serviceaccount-controller,serviceaccount-token-controller"
+# Only the ServiceAccounts: what ServiceAccount admission needs, for a tier whose tests play the
+# Job controller themselves (a real one would make and adopt Pods besides theirs).
+ACCOUNT_CONTROLLERS = "serviceaccount-controller,serviceaccount-token-controller"
 
 
-def controller_manager_argv(binary: Path, plane: ControlPlane) -> list[str]:
-    """kube-controller-manager with only `CONTROLLERS`, each under its own ServiceAccount's
+def controller_manager_argv(
+    binary: Path, plane: ControlPlane, controllers: str = CONTROLLERS
+) -> list[str]:
+    """kube-controller-manager with only `controllers`, each under its own ServiceAccount's
     credentials (as kubeadm runs it), serving nothing."""
     return [
-        str(binary), f"--kubeconfig={plane.kubeconfig}", f"--controllers={CONTROLLERS}",
+        str(binary), f"--kubeconfig={plane.kubeconfig}", f"--controllers={controllers}",
         "--use-service-account-credentials=true", "--leader-elect=false",
         f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
         f"--root-ca-file={plane.ca_file}", "--secure-port=0",
@@ -221,11 +228,11 @@ def controller_manager_argv(binary: Path, plane: ControlPlane) -> list[str]:
 
 @contextmanager
 def control_plane(
-    assets: Path, workdir: Path, as_clusters_run: bool = False
+    assets: Path, workdir: Path, as_clusters_run: bool = False, controllers: str = CONTROLLERS
 ) -> Iterator[ControlPlane]:
     """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards.
 
-    `as_clusters_run`: also kube-controller-manager (`CONTROLLERS`), with ServiceAccount
+    `as_clusters_run`: also kube-controller-manager (`controllers`), with ServiceAccount
     admission and NodeRestriction on; yields once the `default` ServiceAccount exists."""
     started = time.monotonic()
     etcd_port, port = free_port(), free_port()
@@ -253,9 +260,10 @@ def control_plane(
         plane = ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
         if as_clusters_run:
             log = workdir / "kube-controller-manager.log"
-            argv = controller_manager_argv(assets / "kube-controller-manager", plane)
+            argv = controller_manager_argv(assets / "kube-controller-manager", plane, controllers)
             manager = stack.enter_context(process(argv, log))
             wait_until(lambda: _has_default_account(plane), manager, log)
+            plane = replace(plane, started_in_s=time.monotonic() - started)
         yield plane
 
 

@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.apiserver.conftest import make_service_account
 from tests.apiserver.kube import api_error
 
 pytestmark = pytest.mark.apiserver
@@ -61,6 +62,8 @@ def test_restricted_pod_security_objects_only_to_the_host_paths(
         "metadata": {"name": "agent", "namespace": labelled_namespace, **template["metadata"]},
         "spec": {**template["spec"], "nodeName": "gpu-node-b"},
     }
+    account = template["spec"]["serviceAccountName"]  # for ServiceAccount admission
+    make_service_account(admin, labelled_namespace, account)
     with pytest.raises(ApiException) as refused:
         client.CoreV1Api(admin).create_namespaced_pod(labelled_namespace, pod, dry_run="All")
     status, message = api_error(refused.value)

@@ -145,8 +145,10 @@ CASES = [
          pod_says="metadata.annotations must be only kubectl.kubernetes.io/restartedAt"),
     Case("supplemental-group-of-the-host", put((*POD, "securityContext", "supplementalGroups"),
                                                [0]), POD_SC),
+    # ServiceAccount admission mounts the token the Pod asks for: its volume is refused first.
     Case("token-mounted", put((*POD, "automountServiceAccountToken"), True),
-         "{pod}.automountServiceAccountToken must be exactly false"),
+         "{pod}.automountServiceAccountToken must be exactly false",
+         pod_says="spec.containers[0].volumeMounts must be exactly "),
     Case("another-service-account", put((*POD, "serviceAccountName"), "default"),
          "{pod}.serviceAccountName must be exactly \"gpu-node-guard-agent\""),
     # The API server then defaults hostPort to the containerPort, refused first.

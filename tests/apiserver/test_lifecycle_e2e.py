@@ -30,10 +30,15 @@ from guard.settings import Settings
 from guard.wire import Finding, Summary, render_summary
 from tests.apiserver.guard_run import (
     CYCLE,
+    EVIDENCE,
     ISOLATE_AT,
     KEYS,
+    LOADTEST_PASS,
     NO_CF,
+    NO_IPVS,
+    PASS,
     RETURN_AT,
+    copy_of,
     faulted,
     finish,
     forget_guard_state,
@@ -61,14 +66,6 @@ REPLACED = "lc-replaced"
 RETURN, RETURN_FAIL = "lc-return", "lc-return-fail"
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 SITE_TAINT = {"key": "example.com/reserved", "value": "ml", "effect": "NoSchedule"}
-NO_IPVS = render_summary(Summary(False, failed=(Finding(
-    "ipvs-loaded", "ip_vs is not loaded: kube-proxy in IPVS mode exits"),)))  # fmt: skip
-PASS = render_summary(Summary(True))
-LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
-EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:58:00.0",
-                       "verdict": "power-cycle",
-                       "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"},
-                                 {"pci": "0000:2a:00.0", "link": "32GT/s,x16"}]})  # fmt: skip
 SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
 
 
@@ -392,16 +389,7 @@ def test_a_replaced_load_test_job_is_no_pass(
 
     batch = client.BatchV1Api(admin)
     batch.delete_namespaced_job(name, JOBS_NS, propagation_policy="Background")
-    copy = {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {k: made["metadata"][k] for k in ("name", "namespace", "labels",
-                                                          "annotations")},
-            "spec": {k: v for k, v in made["spec"].items() if k != "selector"}}  # fmt: skip
-    copy["spec"]["template"]["metadata"]["labels"] = {
-        k: v
-        for k, v in copy["spec"]["template"]["metadata"]["labels"].items()
-        if k not in ("controller-uid", "batch.kubernetes.io/controller-uid")
-    }
-    create(admin, copy)
+    create(admin, copy_of(made))
     impostor = the_job(admin, node, "loadtest")
     assert impostor["metadata"]["name"] == name and impostor["metadata"]["uid"] != uid
     finish(deployed, admin, impostor, LOADTEST_PASS, ok=True)

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.jobs import JobKind
 from tests.apiserver import tally
-from tests.apiserver.conftest import Identities
+from tests.apiserver.conftest import Identities, make_service_account
 from tests.apiserver.kube import (
     GUARD_NS,
     JOB_CONTROLLER,
@@ -421,6 +421,7 @@ def test_load_test_pod_passes_pod_security_restricted(
     client.CoreV1Api(admin).patch_namespace(
         namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
     )
+    make_service_account(admin, namespace, "gpu-node-guard-job")  # for ServiceAccount admission
     pods = {}
     for kind in ("loadtest", "evidence"):
         pod = controller_pod(jobs[kind])

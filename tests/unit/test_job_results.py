@@ -54,10 +54,11 @@ def pod(
     why: tuple[str, str] = ("", ""),
     owner: str | None = None,
     image: str = "",
+    ran_on: str = "b",
 ) -> dict[str, Any]:
     """A finished Pod of `job` as the API lists it (a terminated container unless message None),
     controlled by the Job (`owner`: another controller uid; "" none) and running its template's
-    container (`image`: another one)."""
+    container (`image`: another one) on the Job's node b (`ran_on`: another one)."""
     container: dict[str, Any] = {"name": kind, "state": {}}
     if message is not None:
         exit_code = 0 if phase == "Succeeded" else 1
@@ -74,8 +75,9 @@ def pod(
                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
                                           "uid": owner, "controller": True}]
                                         if owner != "" else []},
-        "spec": {"nodeName": "b", "containers": [{**run(kind), "image": image or run(kind)["image"],
-                                                  "resources": {"limits": {"cpu": "1"}}}]},
+        "spec": {"nodeName": ran_on,
+                 "containers": [{**run(kind), "image": image or run(kind)["image"],
+                                 "resources": {"limits": {"cpu": "1"}}}]},
         "status": {"phase": phase, "containerStatuses": [container],
                    **({"reason": why[0], "message": why[1]} if why[0] else {})},
     }  # fmt: skip
@@ -186,6 +188,13 @@ NOT_OWNED = "is not controlled by job/a"
         pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_PASS, "Succeeded",
                                                   image="registry.example/easy:1"),
                      "runs other containers than job/a", id="loadtest-pod-runs-another-image"),
+        pytest.param("loadtest", "succeeded", pod("a", "loadtest", LOADTEST_PASS, "Succeeded",
+                                                  ran_on="gpu-healthy"),
+                     "ran on node gpu-healthy, not on job/a's node b",
+                     id="loadtest-pod-adopted-from-another-node"),
+        pytest.param("conformance", "succeeded", pod("a", "conformance", PASS, "Succeeded",
+                                                     ran_on=""),
+                     "ran on node (none)", id="conformance-pod-never-placed"),
         pytest.param("conformance", "succeeded", pod("a", "conformance", PASS, "Succeeded",
                                                      owner="0b9c6d1e-0000-4000-8000-00000000dead"),
                      NOT_OWNED, id="conformance-pod-of-another-controller"),
@@ -201,6 +210,9 @@ def test_a_result_counts_only_from_a_pod_the_job_controls_and_its_own_pass(
     (found,) = attach([job("a", kind, status)], [slim_pod(the_pod)])
     assert found.result is not None and found.result.state == "unreadable"
     assert problem in found.result.problem
+    # a Pod that is not the Job's own makes the Job one the guard did not make (check_jobs)
+    assert found.result.foreign == (problem not in ("pod a-abcde: ", "job succeeded but its "
+                                                    "summary says it failed"))  # fmt: skip
 
 
 def test_a_pod_the_job_controls_with_a_pass_is_read() -> None:

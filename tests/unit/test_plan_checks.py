@@ -60,6 +60,7 @@ FAILED = JobResult("read", failed=IPVS)
 PASSED = JobResult("read", passed=True)
 FOREIGN_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 UNREAD = JobResult("unreadable", "x")
+ADOPTED = JobResult("unreadable", "pod x ran on node a, not on node b", foreign=True)
 
 
 def after(status: str, result: JobResult | None) -> Snapshot:
@@ -109,6 +110,9 @@ def after(status: str, result: JobResult | None) -> Snapshot:
         pytest.param(snapshot(serving(), jobs=(done(CF, "succeeded", PASSED),), own=False),
                      [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
                      id="a-job-without-the-guards-record-is-no-pass"),
+        pytest.param(after("succeeded", ADOPTED),
+                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+                     id="a-pass-of-a-pod-from-another-node-is-no-pass"),
         pytest.param(snapshot(serving(), hardware=(gpu("b", 79),)),
                      [("skip", "b", "boot-check-deferred")], id="hardware-xid-isolation-first"),
         pytest.param(snapshot(serving(boot="")), [("skip", "b", "boot-check-no-boot-id")],

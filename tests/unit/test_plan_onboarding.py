@@ -240,6 +240,7 @@ def test_the_cordon_time_keys_the_evidence_job() -> None:
 OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
 FOREIGN = [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-foreign")]
+ADOPTED = JobResult("unreadable", "pod x ran on node a, not on node n", passed=True, foreign=True)
 
 
 @pytest.mark.parametrize(
@@ -258,6 +259,10 @@ FOREIGN = [("skip", "n", "onboarding-foreign"), ("event", "n", "onboarding-forei
                      [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-no-pod"),
         pytest.param((done(CF, "conformance", "succeeded"),), True,
                      [("skip", "n", "onboarding-unreadable")], id="conformance-succeeded-no-pod"),
+        pytest.param((done(CF, "conformance", "succeeded", ADOPTED),), True, FOREIGN,
+                     id="conformance-pass-of-a-pod-from-another-node"),
+        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", ADOPTED)), True, FOREIGN,
+                     id="burn-in-pass-of-a-pod-from-another-node"),
     ],
 )  # fmt: skip
 def test_the_gate_opens_only_on_the_guards_own_jobs_and_their_pods_pass(jobs, own, expected):

@@ -509,7 +509,8 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
 OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 FAIL = JobResult("read", failed=(Finding("slow", "slow gpu=3 ratio=0.6"),))
 GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
-NOT_OWNED = JobResult("unreadable", f"pod x is not controlled by job/{LT} (uid …)")
+# An adopted Pod: ran on another node (guard.job_results marks such a result `foreign`).
+ADOPTED = JobResult("unreadable", f"pod x ran on node a, not on job/{LT}'s node b", foreign=True)
 
 
 def recorded(kind: str, name: str, uid: str) -> dict[str, str]:
@@ -570,11 +571,9 @@ def test_a_job_found_by_name_that_the_guard_did_not_make_is_no_pass(node_, job, 
         pytest.param("loadtest", FAIL, id="loadtest-verdict-fail"),
         pytest.param("loadtest", GARBAGE, id="loadtest-garbage"),
         pytest.param("loadtest", None, id="loadtest-no-pod"),
-        pytest.param("loadtest", NOT_OWNED, id="loadtest-pod-of-another-controller"),
         pytest.param("conformance", FAIL, id="conformance-fail"),
         pytest.param("conformance", GARBAGE, id="conformance-garbage"),
         pytest.param("conformance", None, id="conformance-no-pod"),
-        pytest.param("conformance", NOT_OWNED, id="conformance-pod-of-another-controller"),
     ],
 )
 def test_a_succeeded_job_without_its_pods_pass_keeps_the_node_cordoned(kind, result):
@@ -585,6 +584,20 @@ def test_a_succeeded_job_without_its_pods_pass_keeps_the_node_cordoned(kind, res
     actions = plan_return(snap, settings(return_conformance=kind == "conformance"), TEMPLATES)
     assert brief(actions) == [("skip", "b", f"{kind}-unreadable")]
     assert actions[0].level == "WARN" and "not a pass" in actions[0].detail
+
+
+@pytest.mark.parametrize("kind", ["loadtest", "conformance"])
+def test_a_result_from_a_pod_that_is_not_the_jobs_own_names_the_job_as_foreign(kind):
+    """The orphan-adoption route: the Job is the guard's (its record), its Pod came from
+    elsewhere. Never a pass: WARN, a Warning Event naming the Job, the node stays cordoned."""
+    name = LT if kind == "loadtest" else CF
+    job = replace(passed_job(name, kind), result=ADOPTED)
+    snap = snapshot(back_node(), jobs=(job,))
+    actions = plan_return(snap, settings(return_conformance=kind == "conformance"), TEMPLATES)
+    assert brief(actions) == [("skip", "b", f"{kind}-foreign"), ("event", "b", f"{kind}-foreign")]
+    warn, event = actions
+    assert warn.level == "WARN" and "ran on node a" in warn.detail
+    assert event.event_reason == "GuardForeignJob" and f"job/{name}" in event.message
 
 
 def test_the_guards_own_job_with_its_pods_pass_returns_the_node():
