@@ -74,3 +74,17 @@ def xids(s: Settings, setting: str) -> str:
 def words(s: Settings, setting: str) -> str:
     """A comma-separated list as one word, as guard.plan.common.conformance_args writes it."""
     return f"{text(s, setting)}.split(',').map(x, x.trim()).filter(x, x != '').join(',')"
+
+
+def gate(s: Settings) -> list[tuple[str, str]]:
+    """The onboarding gate's taint, `key[=value]:effect` (guard.settings.parse_taint), as the
+    policy variables `gateKey`, `gateValue`, `gateEffect` ('' when there is no gate)."""
+    at, pair = "variables.gate.lastIndexOf(':')", "variables.gatePair"
+    eq = f"{pair}.indexOf('=')"
+    return [
+        ("gate", text(s, "onboarding_taint")),
+        ("gatePair", f"{at} < 0 ? '' : variables.gate.substring(0, {at})"),
+        ("gateEffect", f"{at} < 0 ? '' : variables.gate.substring({at} + 1)"),
+        ("gateKey", f"{eq} < 0 ? {pair} : {pair}.substring(0, {eq})"),
+        ("gateValue", f"{eq} < 0 ? '' : {pair}.substring({eq} + 1)"),
+    ]

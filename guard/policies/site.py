@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from guard.policies import argv, params
 from guard.policies.cel import Validation, quote, regex
+from guard.policies.kinds import tolerations
 from guard.settings import Settings
 
 CMD = "variables.cmd"
@@ -67,6 +68,7 @@ def variables(kind: str, s: Settings) -> list[tuple[str, str]]:
     p = params
     common = [
         ("cmd", "variables.container.?command.orValue([])"),
+        *tolerations(s),
         ("deadline", p.integer(s, "loadtest_deadline_s" if kind == "loadtest"
                                else "evidence_deadline_s")),
         ("ttls", "[" + ", ".join(p.integer(s, t) for t in _ttls(kind)) + "]"),
