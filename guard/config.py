@@ -192,20 +192,18 @@ def _policies(
 ) -> list[str]:
     out = []
     layout = Settings(**{n: getattr(s, n) for n in LAYOUT})
-    expected = {d["metadata"]["name"]: d for docs in policies.documents(layout).values()
-                for d in docs}  # fmt: skip
-    found = {d["metadata"]["name"]: d for kind in ("ValidatingAdmissionPolicy",
-             "ValidatingAdmissionPolicyBinding") for d in r.kind(kind)}  # fmt: skip
-    for name in sorted(set(expected) - set(found)):
-        out.append(f"policy {name} is missing from the rendered overlay")
-    for name in sorted(set(found) - set(expected)):
-        out.append(f"policy {name} is not one the guard generates")
-    for name in sorted(set(expected) & set(found)):
-        if found[name]["kind"] != expected[name]["kind"]:
-            continue
-        if found[name]["spec"] != expected[name]["spec"]:
-            out.append(f"{found[name]['kind']} {name} is not the generated one for this layout "
-                       "(edited, patched or stale): `python -m guard.policies write`")  # fmt: skip
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    expected = {(d["kind"], d["metadata"]["name"]): d
+                for docs in policies.documents(layout).values() for d in docs}  # fmt: skip
+    found = {(kind, d["metadata"]["name"]): d for kind in kinds for d in r.kind(kind)}
+    for kind, name in sorted(set(expected) - set(found)):
+        out.append(f"{kind} {name} is missing from the rendered overlay")
+    for kind, name in sorted(set(found) - set(expected)):
+        out.append(f"{kind} {name} is not one the guard generates")
+    for kind, name in sorted(set(expected) & set(found)):
+        if found[(kind, name)]["spec"] != expected[(kind, name)]["spec"]:
+            out.append(f"{kind} {name} is not the generated one for this layout (edited, "
+                       "patched or stale): `python -m guard.policies write`")  # fmt: skip
     # A site value the policies carry in their text (not through the params) does not follow.
     plain = _without_defaults(policies.documents(layout))
     for f in fields(Settings):
