@@ -56,6 +56,10 @@ def archive_max_bytes(s: Settings) -> int:
 
 
 ARCHIVE_SLACK_BYTES = 64 * 1024
+_ARCHIVE_WHY = (
+    f" bytes (the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES}: what the guard moves out"
+    " of a full ledger)"
+)
 
 
 def is_ledger(s: Settings) -> str:
@@ -88,8 +92,8 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
             f"!object.metadata.?name.orValue('').matches({regex(archive_pattern(s))}) || "
             f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= "
             "variables.archiveMax",
-            f"an archive holds at most the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES} "
-            "bytes (what the guard moves out of a full ledger)",
+            "an archive holds at most ",
+            f"string(variables.archiveMax) + {quote(_ARCHIVE_WHY)}",
         ),
         Validation(
             "!object.?immutable.orValue(false)",
