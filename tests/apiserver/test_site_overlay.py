@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from guard.config import Rendered, check
+from guard.names import SETTINGS_CONFIGMAP
 from guard.policies.params import default_text
 from guard.settings import Settings
 from tests.apiserver.deploy import REPO, Kubectl
-from tests.apiserver.kube import GUARD_USER, ControlPlane, assets_dir, control_plane
+from tests.apiserver.kube import GUARD_NS, GUARD_USER, ControlPlane, assets_dir, control_plane
 from tests.apiserver.test_deploy import guard_env, install_crds, refused_by_its_policy, render
 from tests.tiers import unavailable
 
@@ -106,3 +108,24 @@ def test_the_jobs_with_every_default_are_refused(plane: ControlPlane, site: dict
     for kind in ("evidence", "loadtest", "conformance"):
         said = _admitted_or_refusal(plane, render(kind, images), refused=True)
         assert "the site's" in said, said  # the first rule the apiserver names
+
+
+def test_a_changed_setting_reaches_admission_with_no_regeneration(
+    plane: ControlPlane, site: dict[str, str]
+) -> None:
+    """The site sets GUARD_CONFORMANCE_ALLOWED_DNS in its ConfigMap (as a re-applied overlay
+    would): the conformance Job with that list is admitted, one without it or with another list
+    refused. The policies' text never changed."""
+    core = client.CoreV1Api(plane.admin_client())
+    dns = "10.43.0.0/16,192.168.0.0/16"
+    core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, GUARD_NS,
+                                     {"data": {"GUARD_CONFORMANCE_ALLOWED_DNS": dns}})  # fmt: skip
+    try:
+        with_dns = {**site, "GUARD_CONFORMANCE_ALLOWED_DNS": dns}
+        assert _admitted_or_refusal(plane, render("conformance", with_dns), refused=False) == ""
+        for other in (site, {**site, "GUARD_CONFORMANCE_ALLOWED_DNS": "10.43.0.0/16"}):
+            said = _admitted_or_refusal(plane, render("conformance", other), refused=True)
+            assert "--allowed-dns must be given exactly when the site sets" in said, said
+    finally:
+        unset = {"data": {"GUARD_CONFORMANCE_ALLOWED_DNS": None}}
+        core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, GUARD_NS, unset)
