@@ -6,7 +6,7 @@ GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check pytest envtest deploytest engines image bench bench-smoke render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -61,6 +61,12 @@ policies: install
 policies-check: install
 	$(PY) -m guard.policies check
 
+# Both overlays rendered with kustomize (make deploytest) and proved coherent: the CronJob, the
+# admission policies (their params) and the alert rules see the same settings (docs/deploy.md).
+config-check: install deploytest
+	$(GUARD) config check manifests/overlays/example
+	$(GUARD) config check tests/overlays/every-setting
+
 envtest:
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl --controller-manager
 
@@ -85,7 +91,7 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check wheel-check bench-smoke
+test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check config-check wheel-check bench-smoke
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest engines

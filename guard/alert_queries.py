@@ -118,9 +118,23 @@ def alert_cordoned_too_long(p: AlertParams) -> str:
     )
 
 
+# The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
+# manifests/base/image-wiring copies from the settings ConfigMap into the PrometheusRule.
+BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
+
+
+def breaker_setting(s: Settings) -> str:
+    """The recording rule's expression: the number itself (a site's overlay replaces it)."""
+    return str(s.breaker_max_nodes)
+
+
 def alert_breaker_open(s: Settings) -> str:
+    """Guard-cordoned nodes at or over the breaker limit the guard pushed (its limit with the
+    fraction applied), else the site's setting (the recorded series): never a number of its
+    own, so the alert opens where the guard's breaker does."""
     label = ksm_label("annotation", Annotations(s.annotation_prefix).reason)
-    return f'count(max by (node) (kube_node_annotations{{{label}!=""}})) >= {s.breaker_max_nodes}'
+    limit = f"max({metric_names.BREAKER_LIMIT.name})\nor {BREAKER_SETTING}"
+    return f'count(max by (node) (kube_node_annotations{{{label}!=""}}))\n>= {_block(limit)}'
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:

@@ -52,6 +52,17 @@ class Rule:
         return rule
 
 
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A recording rule (the site's settings as series the alerts compare with)."""
+
+    record: str
+    expr: str
+
+    def as_dict(self, runbook_base_url: str) -> dict[str, Any]:
+        return {"record": self.record, "expr": self.expr}
+
+
 _GPU = "{{ $labels.node }} GPU {{ $labels.gpu }} ({{ $labels.UUID }}, {{ $labels.pci_bus_id }})"
 
 
@@ -107,15 +118,17 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     )
 
 
-def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
+def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
     ns, cron, reason = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix).reason
     return (
+        # Before the alert that reads it (a group's rules run in order).
+        Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(s)),
         Rule(
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
             "critical",
-            f"{{{{ $value }}}} nodes carry {reason} (limit {s.breaker_max_nodes}):"
-            " the guard cordons no more GPU nodes",
+            f"{{{{ $value }}}} nodes carry {reason}, at or over the breaker limit"
+            " (GUARD_BREAKER_MAX_NODES): the guard cordons no more GPU nodes",
             "So many auto-cordoned nodes usually share one cause (driver or exporter rollout, bad"
             f" metrics), not bad GPUs. Read the guard's last Job log in {ns}, fix the cause, then"
             " repair or return nodes; the breaker closes below the limit. Until then cordon"
@@ -342,12 +355,15 @@ def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
 
 
 def _not_running_from(
-    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule, ...]
-) -> tuple[Rule, ...]:
+    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule | Record, ...]
+) -> tuple[Rule | Record, ...]:
     if p.not_running_source == "kube-state-metrics":
         return rules
     return tuple(
-        not_running_pushed_rule(s, p) if r.alert == "GPUNodeGuardNotRunning" else r for r in rules
+        not_running_pushed_rule(s, p)
+        if isinstance(r, Rule) and r.alert == "GPUNodeGuardNotRunning"
+        else r
+        for r in rules
     )
 
 

@@ -58,6 +58,7 @@ class LazyGroup(GuardedGroup):
         "conformance": "guard.conformance.cli:conformance",
         "agent": "guard.agent.cli:agent",
         "status": "guard.status.cli:status",
+        "config": "guard.config:config",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -109,10 +109,11 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def build_settings(options: dict[str, Any]) -> Settings:
+def build_settings(options: dict[str, Any], *, warn: bool = True) -> Settings:
     """The Settings from click's values; a refused value is one usage line naming its flag."""
     names = {f.name for f in setting_fields()}
-    warn_unknown_env()
+    if warn:
+        warn_unknown_env()
     try:
         return Settings(**{k: v for k, v in options.items() if k in names})
     except SettingsError as exc:
@@ -120,6 +121,44 @@ def build_settings(options: dict[str, Any]) -> Settings:
             f"{_flag(name)} {text} (got {_shown(options.get(name))})" for name, text in exc.problems
         )
         raise click.UsageError(f"bad setting: {problems}") from None
+
+
+# Where a person's own machine reads from: never taken from the cluster's settings ConfigMap (its
+# Prometheus URL is an in-cluster address, its credential files are the CronJob pod's mounts).
+LOCAL_ONLY = frozenset(
+    {"kubeconfig", "pushgateway_url"}
+    | {f.name for f in setting_fields() if f.name.startswith("prometheus_")}
+)
+
+
+def given_here(ctx: click.Context, options: Mapping[str, Any]) -> frozenset[str]:
+    """The settings a person gave this command (a flag or a GUARD_* variable)."""
+    defaults = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+    return frozenset(n for n in options if ctx.get_parameter_source(n) not in defaults)
+
+
+def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dict[str, Any]:
+    """The settings in `env` (GUARD_<NAME> keys, as a settings ConfigMap holds them) but `skip`,
+    converted as the CronJob's own options convert its envFrom; an empty number is unset (as
+    there). A value that does not convert is one usage line naming `where` and the key."""
+    out: dict[str, Any] = {}
+    for f in setting_fields():
+        key = "GUARD_" + f.name.upper()
+        if f.name in skip or key not in env:
+            continue
+        text, kind = env[key], str(f.type)
+        if text == "" and kind not in ("str", "tuple[int, ...]"):
+            continue
+        try:
+            if kind == "bool":
+                out[f.name] = click.BOOL.convert(text, None, None)
+            elif kind == "tuple[int, ...]":
+                out[f.name] = IntList().convert(text, None, None)
+            else:
+                out[f.name] = _TYPES[kind](text)
+        except (ValueError, click.BadParameter):
+            raise click.UsageError(f"bad setting in {where}: {key}={_shown(text)}") from None
+    return out
 
 
 def _shown(value: Any) -> str:

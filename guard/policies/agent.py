@@ -27,7 +27,7 @@ from typing import Any
 
 from guard.agent.cli import DEFAULT_PORT
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
-from guard.policies import argv
+from guard.policies import argv, params
 from guard.policies.cel import lit, quote, regex
 from guard.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, rule
 from guard.policies.kinds import JOB_CONTROLLERS, root, system_meta
@@ -303,11 +303,11 @@ def pod_shape(s: Settings) -> Obj:
 
 
 def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
-    """The policy variables the shapes read (`image` may be rewritten by kustomize)."""
+    """The policy variables the shapes read (`image` from the site's settings ConfigMap)."""
     kind = "Pod" if pod else "DaemonSet"
     out = [
         ("who", f"'{kind} ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
-        ("image", quote(s.image)),
+        ("image", params.text(s, "image")),  # the site's GUARD_IMAGE (guard/policies/params.py)
         ("pod", "object.spec" if pod else "object.spec.template.spec"),
         *argv.variables(layouts(), "argv"),
     ]
@@ -327,9 +327,9 @@ def policies(s: Settings) -> list[dict[str, Any]]:
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     return [
         *policy(f"{PREFIX}-agent-daemonset", daemonsets, variables(s, pod=False),
-                validations(daemonset_shape(s), "object", ""), is_agent),
+                validations(daemonset_shape(s), "object", ""), is_agent, params.param_ref(s)),
         *policy(f"{PREFIX}-agent-pod", pods, variables(s, pod=True),
                 [*validations(pod_shape(s), "object", ""),
                  *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
-                 owners_fixed_once_admitted("Pod")], is_agent),
+                 owners_fixed_once_admitted("Pod")], is_agent, params.param_ref(s)),
     ]  # fmt: skip

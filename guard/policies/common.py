@@ -7,6 +7,7 @@ from typing import Any
 
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
 from guard.policies.cel import Validation, quote
+from guard.policies.params import PARAM_KIND
 from guard.settings import Settings
 
 POLICY_API = "admissionregistration.k8s.io/v1"
@@ -43,9 +44,14 @@ def policy(
     variables: Sequence[tuple[str, str]],
     validations: Sequence[Validation],
     conditions: Sequence[tuple[str, str]] = (),
+    params: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """A ValidatingAdmissionPolicy (fail closed) and its Deny binding."""
-    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": constraints}
+    """A ValidatingAdmissionPolicy (fail closed) and its Deny binding; with `params` (a
+    paramRef: guard/policies/params.py), the policy reads the site's settings ConfigMap."""
+    spec: dict[str, Any] = {"failurePolicy": "Fail"}
+    if params is not None:
+        spec["paramKind"] = dict(PARAM_KIND)
+    spec["matchConstraints"] = constraints
     if conditions:
         spec["matchConditions"] = [{"name": n, "expression": e} for n, e in conditions]
     spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
@@ -61,11 +67,14 @@ def policy(
             "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
         }
 
+    bound: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if params is not None:
+        bound["paramRef"] = dict(params)
     binding = {
         "apiVersion": POLICY_API,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": meta(),
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
+        "spec": bound,
     }
     return [{"apiVersion": POLICY_API, "kind": "ValidatingAdmissionPolicy",
              "metadata": meta(), "spec": spec}, binding]  # fmt: skip

@@ -23,7 +23,7 @@ from guard.names import (
     JOB_NAME_LABELS,
     Annotations,
 )
-from guard.policies import argv
+from guard.policies import argv, params
 from guard.policies.cel import Validation, lit, regex
 from guard.policies.refused import (
     CONTAINER_REFUSED,
@@ -196,7 +196,9 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
         "automountServiceAccountToken": Field(Exact(False)),
         "enableServiceLinks": Field(Exact(False)),
-        "tolerations": Field(_pod_tolerations(s) if pod else Exact(job_tolerations(s))),
+        "tolerations": Field(
+            _pod_tolerations() if pod else Expr("{v} == variables.tolerations", _TOLERATIONS)
+        ),
         "terminationGracePeriodSeconds": Field(Exact(30)),
         "dnsPolicy": Field(Exact("ClusterFirst")),
         "schedulerName": Field(Exact("default-scheduler")),
@@ -232,7 +234,28 @@ def job_tolerations(s: Settings) -> list[dict[str, str]]:
     return [UNSCHEDULABLE, own if value else {"key": key, "operator": "Exists", "effect": effect}]
 
 
-def _pod_tolerations(s: Settings) -> Expr:
+_TOLERATIONS = (
+    f"the cordon's {lit(UNSCHEDULABLE)} and, with an onboarding gate, its taint's "
+    "(the site's onboarding_taint)"
+)
+
+
+def tolerations(s: Settings) -> list[tuple[str, str]]:
+    """The policy variable `tolerations`: job_tolerations of the site's onboarding_taint, read
+    from the params (guard/policies/params.py)."""
+    own = (
+        "variables.gateValue == '' ? {'key': variables.gateKey, 'operator': 'Exists', "
+        "'effect': variables.gateEffect} : {'key': variables.gateKey, 'operator': 'Equal', "
+        "'value': variables.gateValue, 'effect': variables.gateEffect}"
+    )
+    cordon = lit(UNSCHEDULABLE)
+    return [
+        *params.gate(s),
+        ("tolerations", f"variables.gate == '' ? [{cordon}] : [{cordon}, {own}]"),
+    ]
+
+
+def _pod_tolerations() -> Expr:
     extra = lit(list(ADMISSION_TOLERATIONS))
     added = (
         f"t.all(k, k in ['key', 'operator', 'effect', 'tolerationSeconds']) && "
@@ -240,12 +263,10 @@ def _pod_tolerations(s: Settings) -> Expr:
         f"t.?effect.orValue('') == 'NoExecute' && "
         f"t.?tolerationSeconds.orValue(-1) >= 0 && t.?tolerationSeconds.orValue(-1) <= 3600"
     )
-    own = [lit(t) for t in job_tolerations(s)]
-    present = " && ".join(f"{t} in {{v}}" for t in own)
-    mine = " || ".join(f"t == {t}" for t in own)
     return Expr(
-        f"{present} && {{v}}.all(t, {mine} || ({added}))",
-        f"the template's {lit(job_tolerations(s))} plus the admission defaults for {extra}",
+        f"variables.tolerations.all(t, t in {{v}}) && "
+        f"{{v}}.all(t, t in variables.tolerations || ({added}))",
+        f"the template's ({_TOLERATIONS}) plus the admission defaults for {extra}",
     )
 
 

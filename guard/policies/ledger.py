@@ -18,6 +18,7 @@ from guard.names import (
     LEDGER_ARCHIVE_COMPONENT,
     ledger_archive_pattern,
 )
+from guard.policies import params
 from guard.policies.cel import Validation, quote, regex
 from guard.policies.common import PREFIX, in_namespace, policy, rule
 from guard.settings import Settings
@@ -55,6 +56,10 @@ def archive_max_bytes(s: Settings) -> int:
 
 
 ARCHIVE_SLACK_BYTES = 64 * 1024
+_ARCHIVE_WHY = (
+    f" bytes (the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES}: what the guard moves out"
+    " of a full ledger)"
+)
 
 
 def is_ledger(s: Settings) -> str:
@@ -86,14 +91,19 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
         Validation(
             f"!object.metadata.?name.orValue('').matches({regex(archive_pattern(s))}) || "
             f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= "
-            f"{archive_max_bytes(s)}",
-            f"an archive holds at most {archive_max_bytes(s)} bytes (what the guard moves out "
-            "of a full ledger)",
+            "variables.archiveMax",
+            "an archive holds at most ",
+            f"string(variables.archiveMax) + {quote(_ARCHIVE_WHY)}",
         ),
         Validation(
             "!object.?immutable.orValue(false)",
             "the ledger must stay writable (immutable: true would jam it)",
         ),
     ]
-    variables = [("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name")]
-    return policy(f"{PREFIX}-ledger", constraints, variables, checks, [("is-ledger", is_ledger(s))])
+    variables = [
+        ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name"),
+        # archive_max_bytes of the site's settings (guard/policies/params.py)
+        ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
+    ]
+    return policy(f"{PREFIX}-ledger", constraints, variables, checks,
+                  [("is-ledger", is_ledger(s))], params.param_ref(s))  # fmt: skip

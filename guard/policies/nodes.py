@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.names import GPU_RESOURCE, Annotations
+from guard.policies import params
 from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.common import PREFIX, guard_user, policy, rule
 from guard.settings import Settings
@@ -86,6 +87,7 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
     variables = [
         ("who", "'node ' + object.metadata.name"),
+        *params.gate(s),  # the site's onboarding_taint, which the guard may remove
         ("oldNotes", "oldObject.metadata.?annotations.orValue({})"),
         ("newNotes", "object.metadata.?annotations.orValue({})"),
         # Keys whose value differs (added, changed or removed) between old and new.
@@ -102,11 +104,12 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
         constraints,
         variables,
         [
-            *_unchanged(s.onboarding_gate),
+            *_unchanged(),
             *_annotation_rules(keys, mine, cordon_keys),
             *_lifecycle_rules(keys),
         ],
         [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")],
+        params.param_ref(s),
     )
 
 
@@ -120,31 +123,29 @@ def _same(part: str, skip: list[str]) -> tuple[str, str]:
     return f"size({changed}) == 0", f"{changed}.join(', ')"
 
 
-def _unchanged(gate: tuple[str, str, str] | None) -> list[Validation]:
+def _unchanged() -> list[Validation]:
     """No metadata but annotations, no spec but unschedulable and the one gate taint removed.
 
-    `gate`: the onboarding gate's (key, value, effect); the one exception to "the guard never
-    changes taints": that taint may be REMOVED, every other taint staying exactly as it was.
+    The onboarding gate (the site's onboarding_taint, from the params: `gateKey`, `gateValue`,
+    `gateEffect`) is the one exception to "the guard never changes taints": that taint may be
+    REMOVED, every other taint staying exactly as it was; without a gate no taint changes.
     """
     meta, meta_changed = _same("metadata", _SYSTEM_META)
-    spec_skip = ["unschedulable"]
-    spec, spec_changed = _same("spec", [*spec_skip, "taints"] if gate else spec_skip)
+    spec, spec_changed = _same("spec", ["unschedulable", "taints"])
     out = [
         Validation(meta, "the guard changes no node metadata but its annotations (changed: ",
                    f"{meta_changed} + ')'"),
         Validation(spec, "the guard changes nothing in a node's spec but unschedulable "
                    "(changed: ", f"{spec_changed} + ')'"),
     ]  # fmt: skip
-    if gate:
-        key, value, effect = gate
-        new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
-        is_gate = (f"t.key == {quote(key)} && t.?value.orValue('') == {quote(value)} && "
-                   f"t.effect == {quote(effect)}")  # fmt: skip
-        shown = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
-        out.append(Validation(
-            f"{new} == {old} || {new} == {old}.filter(t, !({is_gate}))",
-            f"the guard changes no taint but removing the onboarding gate {shown}, alone",
-        ))  # fmt: skip
+    new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
+    is_gate = ("t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
+               "t.effect == variables.gateEffect")  # fmt: skip
+    out.append(Validation(
+        f"{new} == {old} || (variables.gate != '' && {new} == {old}.filter(t, !({is_gate})))",
+        "the guard changes no taint but removing the onboarding gate (the site's "
+        "onboarding_taint), alone",
+    ))  # fmt: skip
     return out
 
 

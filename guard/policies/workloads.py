@@ -34,7 +34,7 @@ from guard.names import (
     NODE_EVENT_NAMESPACE,
     REPORTING_CONTROLLER,
 )
-from guard.policies import agent, argv, ledger
+from guard.policies import agent, argv, ledger, params, site
 from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.common import COMPONENT_OF, PREFIX, guard_user, in_namespace, policy, rule
 from guard.policies.kinds import (
@@ -60,27 +60,30 @@ INTERACTIVE = ("exec", "attach", "portforward", "proxy")
 
 def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     """The Job policy and the Pod policy of one kind."""
-    image = getattr(s, kind.image)
+    # The one image this kind runs: the site's GUARD_IMAGE or GUARD_LOADTEST_IMAGE, which
+    # manifests/base/image-wiring writes into the settings ConfigMap from `images:`.
+    image = params.text(s, kind.image)
     is_kind = [("is-" + kind.name, f"{COMPONENT_OF} == {quote(kind.name)}")]
     job_vars = [
         ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
-        # The one image this kind runs. A kustomize replacement may rewrite the quoted text.
-        ("image", quote(image)),
+        ("image", image),
         ("pod", "object.spec.template.spec"),
         ("container", "variables.pod.containers[0]"),
         ("node", "variables.pod.?nodeName.orValue('')"),
         *argv.variables(kind.layouts(), "argv"),
+        *site.variables(kind.name, s),
     ]
     labels = "object.metadata.?labels.orValue({})"
     pod_vars = [
         ("who", "'Pod ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
-        ("image", quote(image)),
+        ("image", image),
         ("pod", "object.spec"),
         ("container", "variables.pod.containers[0]"),
         ("node", "variables.pod.?nodeName.orValue('')"),
         ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
         ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
         *argv.variables(kind.layouts(), "argv"),
+        *site.variables(kind.name, s),
     ]
     owner_name = Validation(
         "variables.jobName.matches(" + regex(job_name_pattern(kind)) + ")",
@@ -94,9 +97,12 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     }
     jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
+    ref = params.param_ref(s)
     job_checks = [
         *validations(job_shape(kind, s), "object", ""),
         name_binds_node(kind, "object.metadata.name", "variables.node"),
+        *site.argv_checks(kind.name),
+        *site.job_checks(kind.name),
         # The Job controller writes status (a subresource) only; the API server's deletion
         # finalizers come and go.
         *fixed_once_admitted("Job", ("finalizers",)),
@@ -105,13 +111,14 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         owner_name,
         *validations(pod_shape(kind, s), "object", ""),
         name_binds_node(kind, "variables.jobName", "variables.node"),
+        *site.argv_checks(kind.name),
         # The Job controller removes its finalizer; CNIs annotate (docs/security.md).
         *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
         owners_fixed_once_admitted("Pod"),
     ]
     return [
-        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars, job_checks, is_kind),
-        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars, pod_checks, is_kind),
+        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars, job_checks, is_kind, ref),
+        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars, pod_checks, is_kind, ref),
     ]
 
 

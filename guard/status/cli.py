@@ -20,13 +20,20 @@ from guard.catchall import GuardedCommand
 from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.model import PromView
+from guard.names import SETTINGS_CONFIGMAP
 from guard.prom import PromClient, PromError
 from guard.prom_access import PromAccessError
 from guard.retry import Backoff
 from guard.settings import Settings
-from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.settings_flags import (
+    LOCAL_ONLY,
+    Rfc3339,
+    build_settings,
+    env_options,
+    given_here,
+    settings_options,
+)
 from guard.snapshot import (
-    ClusterObjects,
     SnapshotError,
     build_snapshot,
     load_cluster_file,
@@ -66,14 +73,21 @@ def status(
 ) -> None:
     """Every GPU node the guard holds or watches: state, why, and what a person does next.
 
-    Give the CronJob's settings (the same flags or GUARD_* variables) so the decisions match its
-    own; without --prometheus-url the table says what it could not see.
+    The decisions use the CronJob's own settings, read from its ConfigMap
+    (gpu-node-guard-settings); a flag or GUARD_* variable given here wins. Without
+    --prometheus-url the table says what it could not see.
     """
     s = build_settings(options)
     now = at or datetime.now(UTC).replace(microsecond=0)
     try:
         templates = JobTemplates.load()
-        objs = _cluster(s, context, cluster_snapshot)
+        if cluster_snapshot is not None:
+            objs = load_cluster_file(cluster_snapshot, s)
+        else:
+            kube = _connect(s, context)
+            given = given_here(click.get_current_context(), options)
+            s = _site_settings(kube, s, options, given)
+            objs = require_nodes(read_cluster(kube, s))
     except (KubeError, SnapshotError, TemplateLoadError) as exc:
         raise click.ClickException(str(exc)) from None
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
@@ -88,13 +102,31 @@ def status(
         raise SystemExit(1)
 
 
-def _cluster(s: Settings, context: str, snapshot_file: Path | None) -> ClusterObjects:
-    if snapshot_file is not None:
-        return load_cluster_file(snapshot_file, s)
+def _connect(s: Settings, context: str) -> Kube:
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
-    kube = Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
-    return require_nodes(read_cluster(kube, s))
+    return Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
+
+
+def _site_settings(
+    kube: Kube, s: Settings, options: dict[str, Any], given: frozenset[str]
+) -> Settings:
+    """The site's settings as the CronJob runs with them: its ConfigMap, under what is given
+    here (and never the places it reads from: LOCAL_ONLY). One line says which were used."""
+    where = f"configmap {s.namespace}/{SETTINGS_CONFIGMAP}"
+    try:
+        found = kube.configmap(s.namespace, SETTINGS_CONFIGMAP)
+    except KubeError as exc:
+        click.echo(f"WARN settings: cannot read {where} ({exc}): the defaults decide", err=True)
+        return s
+    if found is None:
+        click.echo(f"WARN settings: no {where}: the defaults decide", err=True)
+        return s
+    site = env_options(found.get("data") or {}, given | LOCAL_ONLY, where)
+    click.echo(
+        f"settings: {len(site)} from {where} (the CronJob's), {len(given)} given here", err=True
+    )
+    return build_settings({**options, **site}, warn=False)
 
 
 def _prometheus(s: Settings, now: datetime, names: set[str]) -> tuple[PromView, Sight]:

@@ -3,7 +3,8 @@ kustomize CLI for `kustomize edit set image`, and server-side applies on a kube-
 this module's own (the session's server keeps the base's images and settings for the others).
 
 - One image reference per image: a mirror set with `images:` reaches the CronJob, GUARD_IMAGE,
-  GUARD_LOADTEST_IMAGE, the agent and the policies' `image` variables, and nothing else changes.
+  GUARD_LOADTEST_IMAGE, the agent and the settings ConfigMap the policies read as their params,
+  and nothing else changes; policies/ itself names no image.
 - manifests/base and manifests/overlays/example (with both components, on the real
   prometheus-operator CRDs) apply cleanly, and a second apply changes nothing.
 - The guard, run with the overlay's ConfigMap and env, renders Jobs its policies admit.
@@ -25,6 +26,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings, setting_fields
 from tests.apiserver.deploy import (
     BASE,
@@ -80,18 +82,21 @@ def image_places(docs: list[dict[str, Any]]) -> dict[str, str]:
         "GUARD_LOADTEST_IMAGE": env["GUARD_LOADTEST_IMAGE"],
         "agent container": agent["spec"]["template"]["spec"]["containers"][0]["image"],
     }
-    for name in (*GUARD_POLICIES, *LOADTEST_POLICIES):
+    settings = by_key[("ConfigMap", "gpu-node-guard", SETTINGS_CONFIGMAP)]["data"]
+    places["settings GUARD_IMAGE"] = settings["GUARD_IMAGE"]
+    places["settings GUARD_LOADTEST_IMAGE"] = settings["GUARD_LOADTEST_IMAGE"]
+    for name in (*GUARD_POLICIES, *LOADTEST_POLICIES):  # they read it from the ConfigMap
         policy = by_key[("ValidatingAdmissionPolicy", "", f"gpu-node-guard-{name}")]
         (image,) = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "image"]
-        places[f"policy {name}"] = image
+        wanted = "GUARD_LOADTEST_IMAGE" if name in LOADTEST_POLICIES else "GUARD_IMAGE"
+        assert image.startswith(f"params.?data[?'{wanted}']"), (name, image)
     return places
 
 
 def expected_places(guard: str, loadtest: str) -> dict[str, str]:
-    out = {"CronJob container": guard, "GUARD_IMAGE": guard, "GUARD_LOADTEST_IMAGE": loadtest,
-           "agent container": guard}  # fmt: skip
-    out |= {f"policy {n}": f"'{guard}'" for n in GUARD_POLICIES}
-    return out | {f"policy {n}": f"'{loadtest}'" for n in LOADTEST_POLICIES}
+    return {"CronJob container": guard, "GUARD_IMAGE": guard, "GUARD_LOADTEST_IMAGE": loadtest,
+            "agent container": guard, "settings GUARD_IMAGE": guard,
+            "settings GUARD_LOADTEST_IMAGE": loadtest}  # fmt: skip
 
 
 def _at(doc: Any, path: tuple[str | int, ...]) -> Any:
@@ -151,7 +156,10 @@ def test_the_base_builds_and_carries_every_image_once(kubectl: Kubectl) -> None:
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     container = _at(next(d for d in docs if d["kind"] == "CronJob"), CONTAINER)
     assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]
-    assert settings["metadata"]["name"].startswith("gpu-node-guard-settings-")  # content hash
+    assert settings["metadata"]["name"] == SETTINGS_CONFIGMAP  # the policies' paramRef names it
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    refs = {d["spec"]["paramRef"]["name"] for d in bindings if "paramRef" in d["spec"]}
+    assert refs == {SETTINGS_CONFIGMAP}
 
 
 def test_a_mirror_for_both_images_changes_every_place_and_nothing_else(
@@ -174,12 +182,9 @@ def test_a_mirror_for_both_images_changes_every_place_and_nothing_else(
         f"{container}.env[1].value",
         f"{container}.env[2].value",
         "DaemonSet/gpu-node-guard-agent.spec.template.spec.containers[0].image",
+        f"ConfigMap/{SETTINGS_CONFIGMAP}.data.GUARD_IMAGE",
+        f"ConfigMap/{SETTINGS_CONFIGMAP}.data.GUARD_LOADTEST_IMAGE",
     }
-    for policy in (*GUARD_POLICIES, *LOADTEST_POLICIES):
-        docs = [d for d in base if d["metadata"]["name"] == f"gpu-node-guard-{policy}"]
-        (index,) = [i for i, v in enumerate(docs[0]["spec"]["variables"]) if v["name"] == "image"]
-        expected.add(f"ValidatingAdmissionPolicy/gpu-node-guard-{policy}"
-                     f".spec.variables[{index}].expression")  # fmt: skip
     assert differences(base, mirrored) == expected
 
 
@@ -205,8 +210,6 @@ def test_the_example_overlay_shows_a_site(kubectl: Kubectl) -> None:
     assert set(image_places(list(docs.values())).values()) == {
         "registry.example.internal/mirror/gpu-node-guard:0.1.0",
         "registry.example.internal/mirror/gpu-node-guard-loadtest:0.1.0",
-        "'registry.example.internal/mirror/gpu-node-guard:0.1.0'",
-        "'registry.example.internal/mirror/gpu-node-guard-loadtest:0.1.0'",
     }
     for kind, namespace in (("PrometheusRule", "gpu-node-guard"), ("PodMonitor", JOBS_NS)):
         found = [d for k, d in docs.items() if k[0] == kind and k[1] == namespace]
@@ -239,7 +242,8 @@ def test_every_key_of_the_settings_configmap_is_a_setting_of_the_guard(
     """The guard reads GUARD_<NAME> and ignores any other variable: a typo in settings.env would
     be dropped without a word. The names the policies carry are not the site's to set there."""
     names = {"GUARD_" + f.name.upper() for f in setting_fields()} - NOT_SITE_SETTINGS
-    keys = set(site_settings(kubectl.build(where)))
+    # The images reach the ConfigMap from `images:` (image-wiring), never from settings.env.
+    keys = set(site_settings(kubectl.build(where))) - {"GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}
     assert keys <= names, keys - names
 
 

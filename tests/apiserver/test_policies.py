@@ -12,8 +12,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings
 from tests.apiserver import tally
+from tests.apiserver.conftest import Identities
 from tests.apiserver.deploy import BASE, Kubectl
 from tests.apiserver.kube import GUARD_NS, api_error, kustomize_documents, refusal
 
@@ -183,9 +185,10 @@ def test_other_configmaps_of_people_are_not_the_ledgers_business(
     core.delete_namespaced_config_map(name, GUARD_NS)
 
 
-def test_images_are_written_in_the_policies_as_the_cronjob_sets_them(kubectl_binary: Path) -> None:
-    """One image per kind, as a quoted string in the policy variable `image` (where a kustomize
-    replacement can rewrite it), equal to Settings and to the CronJob's GUARD_*IMAGE."""
+def test_the_policies_read_the_images_from_the_settings_configmap(kubectl_binary: Path) -> None:
+    """policies/ names no image: each kind's `image` variable reads GUARD_IMAGE or
+    GUARD_LOADTEST_IMAGE of its params, which image-wiring writes into the settings ConfigMap
+    as it writes the CronJob's env (so applying policies/ alone cannot re-pin an image)."""
     docs = kustomize_documents(REPO / "policies")
     images = {
         d["metadata"]["name"]: v["expression"]
@@ -195,7 +198,8 @@ def test_images_are_written_in_the_policies_as_the_cronjob_sets_them(kubectl_bin
         if v["name"] == "image"
     }
     s = Settings()
-    guard, loadtest = f"'{s.image}'", f"'{s.loadtest_image}'"
+    guard = f"params.?data[?'GUARD_IMAGE'].orValue('{s.image}')"
+    loadtest = f"params.?data[?'GUARD_LOADTEST_IMAGE'].orValue('{s.loadtest_image}')"
     assert images == {
         "gpu-node-guard-evidence-job": guard,
         "gpu-node-guard-evidence-pod": guard,
@@ -210,15 +214,41 @@ def test_images_are_written_in_the_policies_as_the_cronjob_sets_them(kubectl_bin
     cronjob = next(d for d in built if d["kind"] == "CronJob")
     env = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
     values = {e["name"]: e.get("value") for e in env}
+    (settings,) = [d for d in built if d["kind"] == "ConfigMap"]
+    for name in ("GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"):
+        assert values[name] == settings["data"][name]
     assert (values["GUARD_IMAGE"], values["GUARD_LOADTEST_IMAGE"]) == (s.image, s.loadtest_image)
 
 
-def test_no_policy_reads_a_parameter_object() -> None:
-    """A params ConfigMap is editable by a namespace admin: the policies carry their values."""
+def test_the_only_parameter_object_is_the_settings_configmap_no_jobs_admin_can_edit(
+    identities: Identities,
+) -> None:
+    """Every policy that reads params reads the CronJob's own settings ConfigMap in the guard's
+    namespace (Deny when it is missing): not editable by a jobs-namespace admin (RBAC), nor by
+    the guard's token (guard-scope: its ledger only). The guard namespace's admin, who may edit
+    the CronJob itself, may."""
+    refs = set()
     for doc in kustomize_documents(REPO / "policies"):
-        assert "paramKind" not in doc["spec"] and "paramRef" not in doc["spec"], doc["metadata"]
-    text = "\n".join(p.read_text() for p in (REPO / "policies").glob("*.yaml"))
-    assert "params." not in text
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in doc["spec"]:
+            refs.add(tuple(sorted(doc["spec"]["paramRef"].items())))
+        if doc["kind"] == "ValidatingAdmissionPolicy" and "paramKind" in doc["spec"]:
+            assert doc["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert refs == {(("name", SETTINGS_CONFIGMAP), ("namespace", GUARD_NS),
+                     ("parameterNotFoundAction", "Deny"))}  # fmt: skip
+    patch = {"data": {"GUARD_LOADTEST_MIN_RATIO": "0.000001"}}
+    for who in (identities.jobs_ns_admin, identities.guard_token):
+        status, _ = refusal(lambda api=who: client.CoreV1Api(api).patch_namespaced_config_map(
+            SETTINGS_CONFIGMAP, GUARD_NS, patch))  # fmt: skip
+        assert status in (403, 422)
+    body = client.CoreV1Api(identities.guard_token).read_namespaced_config_map(
+        SETTINGS_CONFIGMAP, GUARD_NS
+    )
+    body.data = {**body.data, "GUARD_LOADTEST_MIN_RATIO": "0.000001"}
+    guard = client.CoreV1Api(identities.guard_token)
+    status, message = refusal(
+        lambda: guard.replace_namespaced_config_map(SETTINGS_CONFIGMAP, GUARD_NS, body)
+    )
+    assert status == 422 and "gpu-node-guard-guard-scope" in message, message
 
 
 def test_server_side_reapply_of_the_policies_changes_nothing(

@@ -22,6 +22,7 @@ from kubernetes import client
 from guard import alert_queries, metric_names
 from guard.example.promserver import LocalPrometheus, free_port
 from guard.example.scenario import NodeTimeline
+from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings
 from tests.alerting.conftest import PushStack, push_stack_in
 from tests.alerting.servers import query, wait_until
@@ -275,3 +276,23 @@ def _versions(core: client.CoreV1Api, admin: client.ApiClient) -> dict[str, str]
     for e in client.EventsV1Api(admin).list_namespaced_event("default").items:
         out[f"event/{e.metadata.name}"] = e.metadata.resource_version
     return out
+
+
+def test_status_decides_with_the_cronjobs_settings_configmap_unless_given_here(prom, reader, admin):
+    """`kubectl gpu-guard` on a site whose overlay says GUARD_BREAKER_MAX_NODES=3 shows "of 3"
+    (the CronJob's ConfigMap), not the default 5; a flag given here still wins, and the
+    ConfigMap's in-cluster Prometheus URL is never used from outside."""
+    core = client.CoreV1Api(admin)
+    before = core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data
+    patch = {"data": {"GUARD_BREAKER_MAX_NODES": "3",
+                      "GUARD_PROMETHEUS_URL": "http://prometheus.invalid:9090"}}  # fmt: skip
+    core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, patch)
+    try:
+        proc = _status(reader, prom, "-o", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["breaker"]["limit"] == 3
+        assert f"from configmap {NS}/{SETTINGS_CONFIGMAP} (the CronJob's)" in proc.stderr
+        given = _status(reader, prom, "-o", "json", "--breaker-max-nodes", "4")
+        assert json.loads(given.stdout)["breaker"]["limit"] == 4, given.stderr
+    finally:
+        core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": before})

@@ -63,9 +63,11 @@ def test_prometheusrule_ships_the_same_groups_for_the_operator() -> None:
 
 
 def test_every_alert_has_severity_summary_and_description() -> None:
-    rules = [
+    everything = [
         r for g in alerts.rule_groups(Settings(), alert_queries.AlertParams()) for r in g["rules"]
     ]
+    rules = [r for r in everything if "alert" in r]
+    assert [r["record"] for r in everything if "record" in r] == [alert_queries.BREAKER_SETTING]
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
@@ -98,16 +100,20 @@ def test_settings_reach_the_expressions() -> None:
         annotation_prefix="example.com/",
         namespace="ops",
     )
-    rules = {
-        r.alert: r.expr
-        for r in (
-            *alerts.gpu_rules(custom, alert_queries.AlertParams()),
-            *alerts.guard_rules(custom, alert_queries.AlertParams()),
-        )
-    }
-    assert rules["GPUNodeGuardBreakerOpen"].endswith(
-        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""})) >= 3'
+    made = (
+        *alerts.gpu_rules(custom, alert_queries.AlertParams()),
+        *alerts.guard_rules(custom, alert_queries.AlertParams()),
     )
+    rules = {r.alert: r.expr for r in made if isinstance(r, alerts.Rule)}
+    records = {r.record: r.expr for r in made if isinstance(r, alerts.Record)}
+    # The alert compares with the pushed limit, else the recorded setting: no number of its own.
+    assert rules["GPUNodeGuardBreakerOpen"] == (
+        "count(max by (node) ("
+        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""}))\n'
+        ">= (\n  max(gpu_node_guard_breaker_limit_nodes)\n"
+        "  or gpu_node_guard:breaker_max_nodes\n)"
+    )
+    assert records == {"gpu_node_guard:breaker_max_nodes": "3"}
     assert '{xid!~"13|43"}' in rules["GPUHardwareXidCount"]
     assert "> 0 != 13 != 43," in rules["GPUHardwareXid"]
     assert 'namespace="ops", cronjob="gpu-node-guard"' in rules["GPUNodeGuardNotRunning"]
@@ -119,7 +125,7 @@ def test_settings_reach_the_expressions() -> None:
 
 def _rules(p: alert_queries.AlertParams, s: Settings | None = None) -> dict[str, dict[str, Any]]:
     groups = alerts.rule_groups(s or Settings(), p)
-    return {r["alert"]: r for g in groups for r in g["rules"]}
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
 def test_only_the_notification_pair_is_info_and_carries_the_route_label() -> None:
@@ -213,7 +219,7 @@ def test_a_root_without_manifests_is_one_usage_line(tmp_path: Path) -> None:
 def test_promtool_accepts_the_shipped_rules(promtool: str) -> None:
     result = _run([promtool, "check", "rules", str(alerts.RULES_FILE)], ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERT_NAMES) + 1} rules found" in result.stdout  # + the recorded limit
 
 
 @pytest.mark.prometheus

@@ -107,12 +107,16 @@ def node_scope(s: Settings) -> str:
     return next(text for path, text in render(s).items() if path.name == "node-scope.yaml")
 
 
-def test_the_node_scope_names_the_gate_taint_and_without_a_gate_pins_all_taints() -> None:
+def test_the_node_scope_reads_the_gate_taint_from_the_sites_settings() -> None:
+    """The gate is the params' GUARD_ONBOARDING_TAINT (the generator's value when absent);
+    tests/apiserver/test_node_policies.py proves removal of exactly it, and no gate pinning
+    every taint, on the real API server."""
     gated = node_scope(Settings(onboarding_taint="example.com/gate=new:NoExecute"))
-    assert "t.key == 'example.com/gate' && t.?value.orValue('') == 'new'" in gated
-    assert "removing the onboarding gate example.com/gate=new:NoExecute, alone" in gated
-    ungated = node_scope(Settings(onboarding_taint=""))
-    assert "onboarding gate" not in ungated and "'taints'" not in ungated
+    assert (
+        "params.?data[?'GUARD_ONBOARDING_TAINT'].orValue('example.com/gate=new:NoExecute')" in gated
+    )
+    assert "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue" in gated
+    assert "variables.gate != ''" in gated
 
 
 def test_the_node_scope_rules_for_the_new_records() -> None:

@@ -92,8 +92,8 @@ def test_the_settings_drive_every_name_in_the_policies() -> None:
                   "system:serviceaccount:guardian:gpu-node-guard", "faults-archive-",
                   "guardian-runner", "'example.com/accelerator': 'h200'",
                   f"'{s.image}'", "'registry.example/burn:7'",
-                  "'key': 'ops.example.com/admitted', 'operator': 'Equal', 'value': 'no', "
-                  "'effect': 'NoExecute'"):  # fmt: skip
+                  # the params' default when the ConfigMap has no GUARD_ONBOARDING_TAINT
+                  "orValue('ops.example.com/admitted=no:NoExecute')"):  # fmt: skip
         assert value in text, value
     for default in ("gpu-node-guard.io/", "'gpu-node-guard-jobs'", "gpu-fault-ledger",
                     "metadata.name: gpu-node-guard-jobs\n", "namespace == 'gpu-node-guard'",

@@ -35,7 +35,7 @@ def _headings() -> list[str]:
 
 def _alert_names() -> list[str]:
     groups = alerts.rule_groups(Settings(), alert_queries.AlertParams())
-    return [r["alert"] for g in groups for r in g["rules"]]
+    return [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
 
 
 def test_headings_have_unique_anchors() -> None:
@@ -57,6 +57,6 @@ def test_every_alert_has_its_section(alert: str) -> None:
 
 def test_every_runbook_url_of_the_shipped_rules_resolves_to_a_heading() -> None:
     groups = alerts.rule_groups(Settings(), alert_queries.AlertParams())
-    for rule in (r for g in groups for r in g["rules"]):
+    for rule in (r for g in groups for r in g["rules"] if "alert" in r):
         path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert (ROOT / path) == RUNBOOK and anchor in _headings(), rule["alert"]

@@ -1,0 +1,205 @@
+"""`gpu-node-guard config check`: the example overlay and tests/overlays/every-setting render
+coherent with the real kustomize v5.7.1; each kind of incoherence is one line and exit 1; the
+every-setting overlay changes every setting a site may change; its rendered PrometheusRule
+fires, under promtool, at the site's breaker limit."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from guard import config
+from guard.config import IMAGES, LAYOUT, Rendered, check
+from guard.names import SETTINGS_CONFIGMAP
+from guard.settings import Settings, setting_fields
+from tests.tiers import tool, unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "manifests" / "overlays" / "example"
+EVERY = ROOT / "tests" / "overlays" / "every-setting"
+# Site settings the every-setting overlay leaves at their default, each for its reason (its
+# settings.env says which): in-cluster, the CronJob's schedule, one credential of three, and the
+# filters the shipped alert rules carry.
+LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
+        "prometheus_service_account_token", "user_code_xids", "conformance_allowed_dns",
+        "service_network_kube_proxy_namespace", "service_network_kube_proxy_pods",
+        "service_network_cni_namespace", "service_network_cni_daemonsets"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kustomize() -> list[str]:
+    try:
+        return config.find_kustomize()
+    except config.ConfigError as exc:
+        unavailable("unit (kustomize)", str(exc), "run `make deploytest`")
+        raise AssertionError("unreachable") from None
+
+
+@pytest.fixture(scope="module")
+def example(kustomize: list[str]) -> Rendered:
+    return config.render(EXAMPLE, kustomize)
+
+
+@pytest.fixture(scope="module")
+def every(kustomize: list[str]) -> Rendered:
+    return config.render(EVERY, kustomize)
+
+
+@pytest.mark.parametrize("overlay", [EXAMPLE, EVERY], ids=["example", "every-setting"])
+def test_both_overlays_are_coherent(overlay: Path, kustomize: list[str]) -> None:
+    result = CliRunner().invoke(config.config, ["check", str(overlay), "--kustomize",
+                                                kustomize[0]])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "coherent" in result.output
+
+
+def test_the_site_values_are_the_ones_every_consumer_sees(example: Rendered) -> None:
+    s, problems = check(example)
+    assert problems == [] and s is not None
+    assert s.breaker_max_nodes == 3  # the overlay's, not the default 5
+    assert s.image == "registry.example.internal/mirror/gpu-node-guard:0.1.0"
+
+
+def test_every_setting_overlay_changes_every_site_setting(every: Rendered) -> None:
+    s, problems = check(every)
+    assert problems == [] and s is not None
+    site = {f.name for f in setting_fields()} - set(LAYOUT) - LEFT
+    changed = {
+        f.name for f in setting_fields() if getattr(s, f.name) != getattr(Settings(), f.name)
+    }
+    assert changed == site  # the images too, from `images:`
+    assert set(IMAGES) <= changed
+
+
+Edit = Callable[[dict[tuple[str, str, str], dict[str, Any]]], None]
+
+
+def _settings(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, str]:
+    data: dict[str, str] = docs[("ConfigMap", "gpu-node-guard", SETTINGS_CONFIGMAP)]["data"]
+    return data
+
+
+def _guard_env(docs: dict[tuple[str, str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    cron = docs[("CronJob", "gpu-node-guard", "gpu-node-guard")]
+    env: list[dict[str, Any]] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"][0]["env"]  # fmt: skip
+    return env
+
+
+def _policy(docs: dict[tuple[str, str, str], dict[str, Any]], name: str) -> dict[str, Any]:
+    return docs[("ValidatingAdmissionPolicy", "", name)]
+
+
+CASES: dict[str, tuple[Edit, str]] = {
+    "unknown key": (lambda d: _settings(d).update(GUARD_HOLD_WINDOW="600"),
+                    "GUARD_HOLD_WINDOW: not a setting of the guard"),
+    "layout key": (lambda d: _settings(d).update(GUARD_JOBS_NAMESPACE="gpu-node-guard-jobs"),
+                   "GUARD_JOBS_NAMESPACE: a layout name"),
+    "bad value": (lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="most"),
+                  "bad setting in the CronJob's settings"),
+    "refused value": (lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="1.5"),
+                      "the guard refuses these settings: loadtest_min_ratio"),
+    "env entry disagrees": (
+        lambda d: next(e for e in _guard_env(d) if e["name"] == "GUARD_LOADTEST_IMAGE").update(
+            value="elsewhere/burn:1"),
+        "GUARD_LOADTEST_IMAGE: the CronJob's env says 'elsewhere/burn:1', its ConfigMap"),
+    "policy edited": (
+        lambda d: _policy(d, "gpu-node-guard-loadtest-job")["spec"].update(failurePolicy="Ignore"),
+        "ValidatingAdmissionPolicy gpu-node-guard-loadtest-job is not the generated one"),
+    "binding unbound": (
+        lambda d: d[("ValidatingAdmissionPolicyBinding", "", "gpu-node-guard-ledger")][
+            "spec"].pop("paramRef"),
+        "ValidatingAdmissionPolicyBinding gpu-node-guard-ledger is not the generated one"),
+    "breaker not wired": (
+        lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][1][
+            "rules"][0].update(expr="5"),
+        "alerts: gpu_node_guard:breaker_max_nodes records '5', the site's GUARD_BREAKER_MAX_NODES"
+        " is '3'"),
+    "rules bake a filter": (
+        lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),
+        "alerts: GPUHardwareXid does not follow the site (GUARD_USER_CODE_XIDS)"),
+    "agent image": (
+        lambda d: d[("DaemonSet", "gpu-node-guard-jobs", "gpu-node-guard-agent")]["spec"][
+            "template"]["spec"]["containers"][0].update(image="ghcr.io/gpu-node-guard/x:1"),
+        "the agent's container runs 'ghcr.io/gpu-node-guard/x:1', the policies admit"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_incoherence_is_one_line(example: Rendered, case: str) -> None:
+    edit, expected = CASES[case]
+    docs = copy.deepcopy(example.docs)
+    edit(docs)
+    _, problems = check(Rendered(docs))
+    assert [p for p in problems if expected in p], problems
+    assert all("\n" not in p for p in problems)
+
+
+def test_an_overlay_without_image_wiring_is_refused(tmp_path: Path, kustomize: list[str]) -> None:
+    """`images:` alone rewrites the containers only: the policies' params (and the recorded
+    breaker limit) keep the base's values, and the check says so."""
+    for part in ("manifests", "policies"):  # kustomize takes relative bases only
+        shutil.copytree(ROOT / part, tmp_path / part)
+    overlay = tmp_path / "manifests" / "overlays" / "site"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../../base"],
+        "images": [{"name": "ghcr.io/gpu-node-guard/gpu-node-guard",
+                    "newName": "mirror.test/gpu-node-guard"}],
+    }))  # fmt: skip
+    _, problems = check(config.render(overlay, kustomize))
+    assert "the CronJob's container runs 'mirror.test/gpu-node-guard:0.1.0'" in "\n".join(problems)
+
+
+def test_an_overlay_that_does_not_render_is_exit_2(tmp_path: Path, kustomize: list[str]) -> None:
+    (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\n")
+    result = CliRunner().invoke(config.config, ["check", str(tmp_path), "--kustomize",
+                                                kustomize[0]])  # fmt: skip
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.mark.prometheus
+def test_promtool_fires_the_rendered_breaker_at_the_sites_limit(
+    every: Rendered, tmp_path: Path
+) -> None:
+    """The every-setting overlay's PrometheusRule, as rendered: without a push the alert opens
+    at its GUARD_BREAKER_MAX_NODES=4, not at the default 5 (and not at 3)."""
+    promtool = tool("promtool", "prometheus", "install the Debian package prometheus")
+    (rule,) = every.kind("PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"]
+                if r.get("alert") == "GPUNodeGuardBreakerOpen"]  # fmt: skip
+    annotations = {k: v.replace("{{ $value }}", "4") for k, v in alert["annotations"].items()}
+    label = "annotation_gpu_node_guard_io_auto_cordon_reason"
+    series = [{"series": f'kube_node_annotations{{node="n{i}", {label}="xid-79"}}',
+               "values": "1x30" if i < 3 else "_x10 1x20"} for i in range(4)]  # fmt: skip
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [{"expr": "gpu_node_guard:breaker_max_nodes", "eval_time": "5m",
+                                  "exp_samples": [{"labels": "gpu_node_guard:breaker_max_nodes",
+                                                   "value": 4}]}],
+            "alert_rule_test": [
+                {"eval_time": "9m", "alertname": "GPUNodeGuardBreakerOpen", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "GPUNodeGuardBreakerOpen",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical"},
+                                 "exp_annotations": annotations}]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "breaker.test.yaml").write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool, "test", "rules", "breaker.test.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
