@@ -19,11 +19,12 @@ from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
-from guard.settings_flags import FiniteFloatRange
+from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 
 DEFAULT_PORT = 9842
 
-_option = env_option("GUARD_AGENT_")
+ENV_PREFIX = "GUARD_AGENT_"
+_option = env_option(ENV_PREFIX)
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -66,6 +67,7 @@ def agent(
     once: bool,
 ) -> None:
     """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
+    warn_unknown_command_env(ENV_PREFIX)
     config = Config(
         allowed_dns=allowed_dns,
         platform=platform,

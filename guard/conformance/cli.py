@@ -18,7 +18,7 @@ from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_summary, render_text, summarize
 from guard.conformance.rke2 import parse_exact
 from guard.hostexec import NSENTER_PREFIX, HostRunner
-from guard.settings_flags import FiniteFloatRange
+from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.termination import TERMINATION_LOG as TERMINATION_LOG
 from guard.termination import write_termination_message as write_termination_message
 
@@ -29,7 +29,8 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-_option = env_option("GUARD_CONFORMANCE_")
+ENV_PREFIX = "GUARD_CONFORMANCE_"
+_option = env_option(ENV_PREFIX)
 
 
 @click.command()
@@ -92,6 +93,7 @@ def conformance(
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
     unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
     the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
+    warn_unknown_command_env(ENV_PREFIX)
     config = Config(
         role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
     )
