@@ -18,6 +18,7 @@ from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, IpNetwork
 from guard.conformance.platform import PlatformChoice, ProxyChoice
+from guard.evidence.options import node_callback
 from guard.log import Log
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 
@@ -42,7 +43,10 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Where the host paths are mounted (read-only) in the agent's container",
 )
 @_option(
-    "--node", required=True, help="This node's name (the DaemonSet sets it from spec.nodeName)"
+    "--node",
+    required=True,
+    callback=node_callback,  # it labels every series: a wrong one would name no Node
+    help="This node's name (the DaemonSet sets it from spec.nodeName)",
 )
 @_option(
     "--listen", default=f"0.0.0.0:{DEFAULT_PORT}", callback=_listen, help="HOST:PORT for /metrics"
