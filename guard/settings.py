@@ -486,7 +486,7 @@ def setting_default(name: str) -> Any:
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-MAX_SERIES = 200_000
+MAX_SERIES = 50_000
 
 
 # One PromQL label matcher: name, operator, a double-quoted value without quotes, backslashes

@@ -38,7 +38,7 @@ from guard.cli import cli
 LIMIT_S = 20.0
 INFO = re.compile(r"^\S+ INFO ")  # a run's own log lines before its abort line
 TRACEBACK = re.compile(r"Traceback \(most recent|^\s+File \"", re.M)
-BAD_CLASSES = ("traceback", "silent", "hang", "crash")
+BAD_CLASSES = ("traceback", "silent", "hang", "crash")  # and "unclear": not one line, exit 1/2
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 NOWHERE = "http://127.0.0.1:1"  # nothing listens: a run that gets this far aborts, exit 1
 
@@ -564,4 +564,5 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         total = counts(Path(tmp))
-    print(f"{len(ROWS)} hostile inputs: " + ", ".join(f"{k} {v}" for k, v in total.most_common()))
+    classes = ("right", "error", *BAD_CLASSES, "unclear")
+    print(f"{len(ROWS)} hostile inputs: " + ", ".join(f"{c} {total[c]}" for c in classes))
