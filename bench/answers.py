@@ -24,6 +24,7 @@ import click
 
 from bench.proc import measure
 from guard.example.incident import DECISION_TICK
+from guard.settings import MAX_ANSWER_BYTES, MAX_SERIES
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "guard" / "example" / "cluster-snapshot.yaml"
 
@@ -93,7 +94,9 @@ def answering(big: bytes, stream: bool) -> Iterator[str]:
         server.server_close()
 
 
-RAISED = ("--prometheus-max-series", "10000000", "--prometheus-max-answer-bytes", "4000000000")
+# The highest caps the settings take (guard.settings.MAX_SERIES, MAX_ANSWER_BYTES).
+RAISED = ("--prometheus-max-series", str(MAX_SERIES), "--prometheus-max-answer-bytes",
+          str(MAX_ANSWER_BYTES))  # fmt: skip
 # (answer, how it is sent, guard flags)
 VARIANTS = (
     ("dcgm labels", "Content-Length", ()),

@@ -321,11 +321,15 @@ def check_kubeconfig(path: str) -> None:
     if not os.path.exists(path):
         return  # the client's own line says so
     try:
-        files.load_yaml(files.read_text_bounded(path, files.KUBECONFIG_MAX_BYTES, "file"), "it")
+        doc = files.load_yaml(
+            files.read_text_bounded(path, files.KUBECONFIG_MAX_BYTES, "file"), "it"
+        )
     except files.FileSyntaxError:
         return  # not YAML: the client's own line says where
     except files.FileInputError as exc:
         raise ValueError(str(exc).replace(f"file {path} ", "it ")) from None
+    if doc is not None and not isinstance(doc, dict):  # the client: "'str' object does not …"
+        raise ValueError(f"it is a YAML {type(doc).__name__}, not a kubeconfig (a mapping)")
 
 
 def _authorize(session: requests.Session, cfg: Configuration) -> None:

@@ -10,13 +10,20 @@ is a `PromAccessError` naming the flag: the CLI makes it a usage error (exit 2) 
 from __future__ import annotations
 
 import base64
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
-from guard.files import TOKEN_MAX_BYTES, FileInputError, read_text_bounded
+from guard.files import (
+    SMALL_TEXT_MAX_BYTES,
+    TOKEN_MAX_BYTES,
+    FileInputError,
+    open_regular,
+    read_text_bounded,
+)
 from guard.settings import Settings
 
 # Where the kubelet mounts the pod's projected ServiceAccount token.
@@ -111,11 +118,11 @@ def _check_pair(cert: str, key: str) -> None:
 
 
 def _readable(path: str, flag: str) -> None:
+    """A regular file of PEM size: ssl would block on a FIFO and read /dev/zero forever."""
     try:
-        with open(path, "rb") as handle:
-            handle.read(1)
-    except OSError as exc:
-        raise PromAccessError(f"{flag} {path}: cannot read it: {_reason(exc)}") from None
+        os.close(open_regular(path, SMALL_TEXT_MAX_BYTES, flag))
+    except FileInputError as exc:
+        raise PromAccessError(str(exc)) from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -417,13 +417,30 @@ _NAME_PATTERN = re.compile(r"^[-a-z0-9.|()\[\]*+?{},^$]+\Z", re.ASCII)
 
 
 def _is_name_pattern(text: str) -> bool:
-    if not _NAME_PATTERN.fullmatch(text):
-        return False
+    return bool(_NAME_PATTERN.fullmatch(text)) and is_re2(text)
+
+
+_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+_CLASS = re.compile(r"\[\^?\]?[^\]]*\]")
+# What Python's re takes and RE2 (Prometheus) refuses: a repeat of a repeat (possessive `a++`,
+# `a*+`), lookaround, atomic groups, named backreferences, and backreferences.
+_NOT_RE2 = re.compile(r"[*+?}][*+]|\(\?(?:[=!>]|<[=!]|P=)|\\[1-9]")
+
+
+def is_re2(text: str) -> bool:
+    """A regex both Python and Prometheus's RE2 accept, so a pattern refused at the first query
+    is refused at start instead.
+
+    >>> is_re2("kube-proxy-.+"), is_re2("a{1001}"), is_re2("a++"), is_re2("[*+]x")
+    (True, False, False, True)
+    """
     try:
         re.compile(text)
     except re.error:
         return False
-    return True
+    bare = _CLASS.sub("", text)
+    repeats = (int(n) for m in _REPEAT.finditer(bare) for n in m.groups() if n)
+    return not _NOT_RE2.search(bare) and all(n <= 1000 for n in repeats)
 
 
 def _signals(s: Settings) -> list[Check]:
@@ -467,6 +484,8 @@ def setting_default(name: str) -> Any:
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_SERIES = 50_000
 
 
 # One PromQL label matcher: name, operator, a double-quoted value without quotes, backslashes
@@ -486,7 +505,12 @@ def _is_matchers(text: str) -> bool:
     >>> _is_matchers(''), _is_matchers('job="a"}) or vector(1) #'), _is_matchers('job="a\\nb"')
     (True, False, False)
     """
-    return not text.strip() or _MATCHERS.fullmatch(text) is not None
+    if not text.strip():
+        return True
+    if _MATCHERS.fullmatch(text) is None:
+        return False
+    regexes = re.finditer(r'(=~|!~)\s*"([^"]*)"', text)
+    return all(is_re2(m.group(2)) for m in regexes)
 
 
 def _reading(s: Settings) -> list[Check]:
@@ -500,14 +524,16 @@ def _reading(s: Settings) -> list[Check]:
         (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
          "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
          f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
-        (s.prometheus_max_answer_bytes >= 65536, "prometheus_max_answer_bytes",
-         "must be at least 65536"),
-        (s.prometheus_max_series >= 100, "prometheus_max_series",
-         "must be at least 100"),
+        # The upper bounds keep one answer well inside the guard's 256 Mi memory limit.
+        (65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES, "prometheus_max_answer_bytes",
+         f"must be in 65536..{MAX_ANSWER_BYTES}"),
+        (100 <= s.prometheus_max_series <= MAX_SERIES, "prometheus_max_series",
+         f"must be in 100..{MAX_SERIES}"),
         (_is_matchers(s.dcgm_selector), "dcgm_selector", _MATCHERS_PROBLEM),
         (_is_matchers(s.ksm_selector), "ksm_selector", _MATCHERS_PROBLEM),
-        (bool(labels) and all(_LABEL_NAME.fullmatch(v) for v in labels), "dcgm_node_labels",
-         "must be comma-separated Prometheus label names"),
+        (bool(labels) and all(_LABEL_NAME.fullmatch(v) and not v.startswith("__")
+                              for v in labels), "dcgm_node_labels",
+         "must be comma-separated Prometheus label names (not the reserved __…)"),
         (all(_HEADER_NAME.fullmatch(n) and v for n, v in headers), "prometheus_headers",
          "must be comma-separated Name=value with a valid header name"),
         (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",

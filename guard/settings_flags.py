@@ -176,20 +176,54 @@ def known_env_names() -> frozenset[str]:
 def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
     """One WARN line per GUARD_* variable no command reads, with the closest known name: a
     misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
+    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, {}, environ)
+
+
+def unknown_command_env_lines(
+    command: click.Command, prefix: str, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """The same for a node-side command's own variables (`prefix`, e.g. GUARD_AGENT_): every
+    <prefix>* name that none of `command`'s options reads; an option never read from the
+    environment (conformance --fix) is named as such."""
+    known, flag_only = set(), {}
+    for p in command.params:
+        if isinstance(p.envvar, str):
+            known.add(p.envvar)
+        elif p.envvar is None and isinstance(p, click.Option) and p.name:
+            flag = p.name.replace("_", "-")
+            flag_only[prefix + p.name.upper()] = f"--{flag} is read from the command line only"
+    return _unknown_lines(prefix, frozenset(known), (), flag_only, environ)
+
+
+def _unknown_lines(
+    prefix: str,
+    known: frozenset[str],
+    elsewhere: tuple[str, ...],
+    hints: Mapping[str, str],
+    environ: Mapping[str, str] | None,
+) -> list[str]:
     environ = os.environ if environ is None else environ
-    known = known_env_names()
     out = []
     for name in sorted(environ):
-        if not name.startswith("GUARD_") or name in known or name.startswith(OTHER_ENV_PREFIXES):
+        if not name.startswith(prefix) or name in known or name.startswith(elsewhere):
             continue
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        out.append(f"WARN unknown setting {name!r} in the environment is ignored{hint}")
+        hint = hints.get(name) or (f"did you mean {close[0]}?" if close else "")
+        out.append(
+            f"WARN unknown setting {name!r} in the environment is ignored"
+            + (f" ({hint})" if hint else "")
+        )
     return out
 
 
 def warn_unknown_env() -> None:
     for line in unknown_env_lines():
+        click.echo(line, err=True)
+
+
+def warn_unknown_command_env(prefix: str) -> None:
+    """At the start of a node-side command: its unknown <prefix>* variables, one WARN each."""
+    for line in unknown_command_env_lines(click.get_current_context().command, prefix):
         click.echo(line, err=True)
 
 

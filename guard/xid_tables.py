@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from guard.files import SMALL_TEXT_MAX_BYTES, FileInputError, read_text_bounded
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CLASSES_FILE = DATA_DIR / "xid-classes.tsv"
 CATALOG_FILE = DATA_DIR / "xid-catalog.tsv"
@@ -56,10 +58,10 @@ class XidClasses:
 
 def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row) for each data line of a TSV whose header names `columns` (at least)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataFileError(f"{path}: cannot read: {err}") from err
+    try:  # bounded, regular files only: a FIFO or /dev/zero given as --xid-classes
+        text = read_text_bounded(path, SMALL_TEXT_MAX_BYTES, "table")
+    except FileInputError as err:
+        raise DataFileError(str(err)) from None
     header: list[str] | None = None
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.startswith("#"):

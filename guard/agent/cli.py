@@ -14,17 +14,19 @@ import click
 from guard.agent.checks import run_checks
 from guard.agent.metrics import render
 from guard.agent.server import Agent, ListenError
+from guard.cli_options import node_callback
 from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
-from guard.settings_flags import FiniteFloatRange
+from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import IpNetwork
 
 DEFAULT_PORT = 9842
 
-_option = env_option("GUARD_AGENT_")
+ENV_PREFIX = "GUARD_AGENT_"
+_option = env_option(ENV_PREFIX)
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -42,7 +44,10 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Where the host paths are mounted (read-only) in the agent's container",
 )
 @_option(
-    "--node", required=True, help="This node's name (the DaemonSet sets it from spec.nodeName)"
+    "--node",
+    required=True,
+    callback=node_callback,  # it labels every series: a wrong one would name no Node
+    help="This node's name (the DaemonSet sets it from spec.nodeName)",
 )
 @_option(
     "--listen", default=f"0.0.0.0:{DEFAULT_PORT}", callback=_listen, help="HOST:PORT for /metrics"
@@ -67,6 +72,7 @@ def agent(
     once: bool,
 ) -> None:
     """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
+    warn_unknown_command_env(ENV_PREFIX)
     config = Config(
         allowed_dns=allowed_dns,
         platform=platform,

@@ -17,7 +17,7 @@ from guard.conformance.model import Config, Role
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_text, summarize
 from guard.hostexec import NSENTER_PREFIX, HostRunner
-from guard.settings_flags import FiniteFloatRange
+from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import (
     TERMINATION_LOG,
     IpNetwork,
@@ -33,7 +33,8 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-_option = env_option("GUARD_CONFORMANCE_")
+ENV_PREFIX = "GUARD_CONFORMANCE_"
+_option = env_option(ENV_PREFIX)
 
 
 @click.command()
@@ -96,6 +97,7 @@ def conformance(
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
     unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
     the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
+    warn_unknown_command_env(ENV_PREFIX)
     config = Config(
         role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
     )

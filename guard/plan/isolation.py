@@ -245,19 +245,35 @@ def _cordon(
     k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
+    evidence: tuple[Action, ...] = (job,)
+    if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
+        evidence = (no_pci_evidence(node.name, reason),)
     annotations = (
         (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
         (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
     )  # fmt: skip
     held = snap.prom.held_s(node.name)
+    where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
     message = (
         f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
-        f"GPU loss held {held}s; evidence job/{job.name}"
+        f"GPU loss held {held}s; evidence {where}"
     )
     return (
         Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
-               f"job/{job.name}", present(node, k.record_keys)),
+               where, present(node, k.record_keys)),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
         ledger_append(s, incident, reason),
-        job,
+        *evidence,
     )  # fmt: skip
+
+
+def no_pci_evidence(node: str, reason: str) -> Skip:
+    """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
+    the policies pin it) cannot be made, so the cordon goes on without it, once said."""
+    return Skip(
+        node,
+        "evidence-no-pci",
+        f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
+        "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
+        "WARN",
+    )

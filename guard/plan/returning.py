@@ -156,7 +156,8 @@ def _repairs(
         out.append(ledger_append(s, incident, "repair-ledger"))
     job = evidence_job(snap, s, t, incident, "repair-evidence")
     age_s = (snap.now - incident.at).total_seconds()
-    if all(j.name != job.name for j in snap.jobs):
+    made = incident.pci != ledger.UNKNOWN_PCI  # none without a PCI address (said at the cordon)
+    if made and all(j.name != job.name for j in snap.jobs):
         if age_s <= 2 * s.cadence_s:
             out.append(job)
         elif age_s <= cordon_event.EVENT_REPAIR_S:

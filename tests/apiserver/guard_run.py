@@ -93,7 +93,13 @@ def scenario_prometheus(
 
 
 def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int) -> None:
-    status = {
+    status = node_status(boot=boot, allocatable=allocatable)
+    core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
+
+
+def node_status(*, boot: str, allocatable: int) -> dict[str, Any]:
+    """A Ready GPU node's status: 8 GPUs of capacity, `allocatable` of them, boot `boot`."""
+    return {
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                         "message": "ok", "lastHeartbeatTime": "2026-09-21T05:00:00Z",
                         "lastTransitionTime": "2026-09-21T05:00:00Z"}],
@@ -105,7 +111,6 @@ def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int
         "allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "64", "memory": "512Gi",
                         "pods": "110"},
     }  # fmt: skip
-    core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
 
 
 def make_gpu_node(

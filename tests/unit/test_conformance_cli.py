@@ -210,6 +210,10 @@ def test_the_environment_cannot_turn_on_the_host_write(tmp_path: Path) -> None:
     env = {"GUARD_CONFORMANCE_FIX": "1", "GUARD_CONFORMANCE_OUTPUT": "json"}
     root = build_host(tmp_path, {PERSIST: None})
     result = CliRunner().invoke(conformance, ["--root", str(root), *CHECKED], env=env)
-    report = json.loads(result.output.splitlines()[0])
+    report = json.loads(result.stdout.splitlines()[0])
     assert report["fix"] is False
     assert not (root / PERSIST.lstrip("/")).exists()
+    assert result.stderr.splitlines()[0] == (
+        "WARN unknown setting 'GUARD_CONFORMANCE_FIX' in the environment is ignored"
+        " (--fix is read from the command line only)"
+    )

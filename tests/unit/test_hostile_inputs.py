@@ -778,3 +778,30 @@ def test_a_host_command_keeps_the_tail_of_a_long_output(
     assert len(got.stdout) <= 1000
     assert (got.dropped > 0) == (lines > 300)
     assert got.stdout.split("\n", 1)[0].isdigit()  # starts at a whole line
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "warning"),
+    [
+        pytest.param(["agent", "--once"], {"GUARD_AGENT_NODES": "n"},
+                     "'GUARD_AGENT_NODES' in the environment is ignored"
+                     " (did you mean GUARD_AGENT_NODE?)", id="agent-misspelt"),
+        pytest.param(["agent", "--once"], {"GUARD_AGENT_INTERVAL": "5"},
+                     "(did you mean GUARD_AGENT_INTERVAL_S?)", id="agent-no-unit"),
+        pytest.param(["conformance"], {"GUARD_CONFORMANCE_PLATFROM": "rke2"},
+                     "(did you mean GUARD_CONFORMANCE_PLATFORM?)", id="conformance-misspelt"),
+        pytest.param(["conformance"], {"GUARD_CONFORMANCE_FIX": "1"},
+                     "'GUARD_CONFORMANCE_FIX' in the environment is ignored"
+                     " (--fix is read from the command line only)", id="conformance-fix"),
+    ],
+)  # fmt: skip
+def test_the_node_side_commands_warn_of_their_unknown_variables(
+    tmp_path: Path, command: list[str], env: dict[str, str], warning: str
+) -> None:
+    prefix = "GUARD_AGENT_" if command[0] == "agent" else "GUARD_CONFORMANCE_"
+    known = {f"{prefix}ROOT": str(tmp_path), "GUARD_AGENT_NODE": "n1", "GUARD_HOLD_WINDOW_S": "1"}
+    args = [*command, "--termination-log", ""] if command[0] == "conformance" else command
+    out = invoke(args, env={**known, **env})
+    warned = [line for line in out.lines() if line.startswith("WARN unknown setting")]
+    assert len(warned) == 1 and warning in warned[0], out.stderr
+    assert "fixed=1" not in out.stdout  # nothing was repaired

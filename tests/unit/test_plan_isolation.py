@@ -225,6 +225,17 @@ def test_third_incident_on_card_asks_for_replacement():
     assert command[-4:] == ["--card-incidents", "3", "--slot-incidents", "3"]
 
 
+def test_a_gpu_without_a_pci_address_is_cordoned_without_an_evidence_job():
+    """The evidence Job's --pci is an address the policies pin: an exporter without
+    pci_bus_id gets its cordon and ledger line, and one WARN instead of a Job the API refuses."""
+    snap = snapshot(node("b", allocatable=7), candidates=(gpu("b", 79, pci="unknown"),))
+    cordon, event, line, skip = plan_isolation(snap, settings(), TEMPLATES)
+    assert isinstance(cordon, Cordon) and dict(cordon.annotations)[KEYS.gpu] == f"unknown {UUID}"
+    assert isinstance(event, EmitEvent) and event.message.endswith("evidence none (no PCI address)")
+    assert isinstance(line, AppendLedgerLine) and " xid-79 unknown " in line.line
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("evidence-no-pci", "WARN")
+
+
 @pytest.mark.parametrize(
     ("other", "same"),
     [
