@@ -60,24 +60,35 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     containers = _mapping(obj.get("spec")).get("containers")
     return {
         "kind": "Pod",
-        "metadata": {"name": meta.get("name", ""),
-                     "creationTimestamp": meta.get("creationTimestamp", ""),
-                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
-                     "ownerReferences": [
-                         {"controller": True, "uid": _mapping(o).get("uid")}
-                         for o in (owners if isinstance(owners, list) else [])
-                         if _mapping(o).get("controller") is True]},
-        "spec": {"containers": [
-            {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
-            for c in (containers if isinstance(containers, list) else [])]},
-        "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
-                   "message": status.get("message", ""),
-                   "containerStatuses": [
-                       {"name": _mapping(c).get("name"),
-                        "state": {"terminated": _mapping(_mapping(c).get("state")).get(
-                            "terminated")}}
-                       for c in (statuses if isinstance(statuses, list) else [])]},
-    }  # fmt: skip
+        "metadata": {
+            "name": meta.get("name", ""),
+            "creationTimestamp": meta.get("creationTimestamp", ""),
+            "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
+            "ownerReferences": [
+                {"controller": True, "uid": _mapping(o).get("uid")}
+                for o in (owners if isinstance(owners, list) else [])
+                if _mapping(o).get("controller") is True
+            ],
+        },
+        "spec": {
+            "containers": [
+                {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
+                for c in (containers if isinstance(containers, list) else [])
+            ]
+        },
+        "status": {
+            "phase": status.get("phase", ""),
+            "reason": status.get("reason", ""),
+            "message": status.get("message", ""),
+            "containerStatuses": [
+                {
+                    "name": _mapping(c).get("name"),
+                    "state": {"terminated": _mapping(_mapping(c).get("state")).get("terminated")},
+                }
+                for c in (statuses if isinstance(statuses, list) else [])
+            ],
+        },
+    }
 
 
 def _job_of(pod: Mapping[str, Any]) -> str:
@@ -115,8 +126,11 @@ def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
     ]
     if not job.uid or controllers != [job.uid]:
         shown = ",".join(controllers) or "none"
-        return JobResult("unreadable", f"pod {name} is not controlled by job/{job.name} "
-                         f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
+        return JobResult(
+            "unreadable",
+            f"pod {name} is not controlled by job/{job.name} "
+            f"(uid {job.uid or 'unknown'}; its controller: {shown})",
+        )
     if run_digest(_mapping(pod.get("spec"))) != job.run:
         return JobResult("unreadable", f"pod {name} runs other containers than job/{job.name}")
     return None

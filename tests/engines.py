@@ -188,16 +188,29 @@ def _start_thanos(
     config = prometheus_config(data_dir, {"replica": "a"})
     started.start("prometheus", prometheus_args(bins.server, config, data_dir, prom_port))
     wait_ready(f"http://127.0.0.1:{prom_port}", started, session, deadline)
-    started.start("sidecar", [
-        bins.thanos, "sidecar", f"--tsdb.path={data_dir / 'tsdb'}",
-        f"--prometheus.url=http://127.0.0.1:{prom_port}",
-        f"--grpc-address=127.0.0.1:{grpc}", f"--http-address=127.0.0.1:{sidecar_http}",
-    ])  # fmt: skip
-    started.start("query", [
-        bins.thanos, "query", f"--http-address=127.0.0.1:{query_http}",
-        f"--grpc-address=127.0.0.1:{query_grpc}", f"--endpoint=127.0.0.1:{grpc}",
-        "--query.replica-label=replica", "--query.lookback-delta=5m",
-    ])  # fmt: skip
+    started.start(
+        "sidecar",
+        [
+            bins.thanos,
+            "sidecar",
+            f"--tsdb.path={data_dir / 'tsdb'}",
+            f"--prometheus.url=http://127.0.0.1:{prom_port}",
+            f"--grpc-address=127.0.0.1:{grpc}",
+            f"--http-address=127.0.0.1:{sidecar_http}",
+        ],
+    )
+    started.start(
+        "query",
+        [
+            bins.thanos,
+            "query",
+            f"--http-address=127.0.0.1:{query_http}",
+            f"--grpc-address=127.0.0.1:{query_grpc}",
+            f"--endpoint=127.0.0.1:{grpc}",
+            "--query.replica-label=replica",
+            "--query.lookback-delta=5m",
+        ],
+    )
     url = f"http://127.0.0.1:{query_http}"
     wait_ready(url, started, session, deadline)
     return url
@@ -212,18 +225,28 @@ def _start_victoriametrics(
     backfilled (VictoriaMetrics' advice for backfilling).
     """
     data_dir, port = started.data_dir, free_port()
-    started.start("victoria-metrics", [
-        bins.server, f"-storageDataPath={data_dir / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-        "-retentionPeriod=100y", "-search.disableCache", "-search.latencyOffset=0s",
-        "-loggerLevel=WARN",
-    ])  # fmt: skip
+    started.start(
+        "victoria-metrics",
+        [
+            bins.server,
+            f"-storageDataPath={data_dir / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",
+            "-search.disableCache",
+            "-search.latencyOffset=0s",
+            "-loggerLevel=WARN",
+        ],
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, started, session, deadline, path="/health")
     source = data_dir / OPENMETRICS
     if source.exists():
         with source.open("rb") as lines:
-            answer = session.post(f"{url}/api/v1/import/prometheus", data=_millis(lines),
-                                  timeout=max(1.0, deadline - time.monotonic()))  # fmt: skip
+            answer = session.post(
+                f"{url}/api/v1/import/prometheus",
+                data=_millis(lines),
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
         if answer.status_code >= 300:
             raise PrometheusUnavailable(f"victoria-metrics import: HTTP {answer.status_code}")
         source.unlink()

@@ -80,8 +80,11 @@ def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) ->
     blocks.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
-        capture_output=True, text=True, timeout=timeout_s, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     source.unlink()
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
@@ -194,9 +197,12 @@ class Started:
 
 
 def wait_ready(
-    url: str, started: Started, session: requests.Session, deadline: float,
+    url: str,
+    started: Started,
+    session: requests.Session,
+    deadline: float,
     path: str = "/-/ready",
-) -> None:  # fmt: skip
+) -> None:
     while time.monotonic() < deadline:
         started.check()
         try:
