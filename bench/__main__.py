@@ -15,8 +15,7 @@ from bench import isolate, report
 from bench.apimode import unavailable
 from bench.machine import describe
 from bench.scale import Plan, SizeResult, measure_size
-from guard.example.engines import ENGINES, Engine
-from guard.example.promserver import PrometheusUnavailable, binaries
+from tests.engines import ENGINES, Engine, PrometheusUnavailable, binaries
 
 _STARTED = time.monotonic()
 
@@ -57,7 +56,7 @@ def _sizes(text: str) -> tuple[int, ...]:
     "--engines",
     default="prometheus2,prometheus3",
     show_default=True,
-    help="Engines for the time-to-isolate bench (guard.example.engines.ENGINES).",
+    help="Engines for the time-to-isolate bench (tests.engines.ENGINES).",
 )
 @click.option("--only", type=click.Choice(["all", "isolate", "cycle"]), default="all")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write here.")

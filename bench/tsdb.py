@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.openmetrics import Family, write_families
-from guard.example.engines import Engine
-from guard.example.promserver import load_openmetrics, openmetrics_file
+from guard.example.promserver import openmetrics_file
+from tests.engines import Engine, load_openmetrics
 
 
 @dataclass(frozen=True, slots=True)

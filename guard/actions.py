@@ -186,7 +186,7 @@ class CreateJob(_Logged):
 
     def log_line(self) -> Line:
         return _line(
-            "job-created",
+            "create-job",
             node=self.node,
             reason=self.reason,
             kind=self.job_kind,
@@ -209,7 +209,7 @@ class AppendLedgerLine(_Logged):
 
     def log_line(self) -> Line:
         return _line(
-            "ledger-append",
+            "append-ledger",
             node=self.node,
             reason=self.reason,
             line=self.line,

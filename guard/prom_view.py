@@ -40,7 +40,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from guard import queries
-from guard.evidence.catalog import load_catalog
 from guard.log import Value
 from guard.model import (
     AgentCheck,
@@ -56,6 +55,7 @@ from guard.model import (
 from guard.pci import normalize_pci
 from guard.prom import BadSeries, PromClient, PromError, Sample, Series
 from guard.settings import Settings
+from guard.xid_tables import load_catalog
 
 _TOLERANCE_S = 0.001
 COVERAGE_NAMES = 5

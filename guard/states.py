@@ -1,18 +1,21 @@
 """The runbook state of each planner decision: one table for `status`, the pushed metrics and the
 log lines' ``next=``.
 
-A decision is named by a word: a `Skip`'s reason (``same-boot``), the reason of the action the
-return check plans next (``repeat-fault`` for its `SetHold`), or ``<kind>-starting`` for the
-Job it would create (`guard.status.derive.decision_word`). `STATES` maps the word to the
-state, a `guard.runbook.Section`, whose anchor is the state's name everywhere.
+A decision is named by a word of `Decision` (below): a `Skip`'s reason (``same-boot``), the
+reason of the action the return check plans next (``repeat-fault`` for its `SetHold`), or
+``<kind>-starting`` for the Job it would create (`guard.status.derive.decision_word`). `STATES`
+maps the word to the state, a `guard.runbook.Section`, whose anchor is the state's name
+everywhere.
 
 To add a state (a new planner decision a person should know about):
   1. a `Section` in guard/runbook.py and its section in docs/runbook.md (tests/unit/test_runbook.py)
   2. its value in the `state` row of docs/metrics.md (tests/unit/test_metric_names.py)
-  3. its decision words below.
+  3. its decision words below (a new word joins `Decision` first).
 A word not in the table still works: `status` shows it verbatim as the state (with the planner's
 detail and next step), the push counts it under that word, and its log line has no anchor.
 
+>>> Decision("same-boot") is Decision.SAME_BOOT, is_decision("xid-79"), is_decision("maybe")
+(True, True, False)
 >>> state_of("same-boot")
 <Section.WAITING_FOR_POWER_CYCLE: 'isolated-waiting-for-power-cycle'>
 >>> anchored("checked again next cycle", "gpu-count")
@@ -23,58 +26,177 @@ detail and next step), the push counts it under that word, and its log line has 
 
 from __future__ import annotations
 
+import re
+from enum import StrEnum
+
 from guard.runbook import CYCLE_CONDITIONS, DEFAULT_BASE_URL, Section, url
 
-S = Section
-STATES: dict[str, Section] = {
+# ── The decision words ────────────────────────────────────────────────────────────────────
+# Every decision word of the guard: the reason of each action and `Skip` the planners make,
+# which the log lines, ``--output json``, `STATES` (the runbook anchors) and the
+# push's node states speak. One closed set: tests/unit/test_decisions.py fails on a word in
+# guard/plan/ that is not one of them.
+#
+# Two families are open by construction and have one builder each: a hardware fault's cordon
+# ``xid-<code>`` (`xid_reason`) and a conformance failure's ``conformance-<item>``
+# (`conformance_reason`, an item word of the conformance program).
+#
+
+
+class Decision(StrEnum):
     # The return check, in the order of its conditions (guard/plan/returning.py).
-    "hold": S.HELD_BY_A_PERSON,
-    "repeat-fault-hold": S.REPEAT_FAULT_HOLD,  # a hold the guard set itself
-    "same-boot": S.WAITING_FOR_POWER_CYCLE,
-    "waiting-reset": S.WAITING_FOR_RESET_DONE,
-    "boot-unknown": S.WAITING_FOR_RESET_DONE,  # no proof of a reboot: reset-done stands in
-    "not-ready": S.RETURN_CONDITION_NOT_MET,
-    "gpu-count": S.RETURN_CONDITION_NOT_MET,
-    "xid-present": S.RETURN_CONDITION_NOT_MET,
-    "row-remap": S.RETURN_CONDITION_NOT_MET,
-    "gpu-pods-running": S.RETURN_CONDITION_NOT_MET,
-    "nvml-mismatch": S.ISOLATED_DRIVER_MISMATCH,  # the agent says FAIL (guard/plan/mismatch.py)
-    "nvml-unconfirmed": S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
-    "service-network-not-ready": S.WAITING_FOR_SERVICE_NETWORK,
-    "repeat-fault": S.REPEAT_FAULT_HOLD,  # the SetHold it plans
-    "loadtest-starting": S.LOAD_TEST_RUNNING,  # conditions met: the next cycle creates the Job
-    "loadtest-running": S.LOAD_TEST_RUNNING,
-    "loadtest-passed": S.LOAD_TEST_RUNNING,  # the Job succeeded: the next cycle uncordons
-    "loadtest-failed": S.LOAD_TEST_FAILED,
-    "loadtest-unreadable": S.JOB_RESULT_UNREADABLE,  # succeeded, but no summary saying pass
-    # A Job found by name that the guard did not make (docs/lifecycle.md, "Job results").
-    "loadtest-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
-    "conformance-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
-    "onboarding-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
-    "boot-check-foreign": S.JOB_NOT_MADE_BY_THE_GUARD,
-    "human-uncordon": S.CANCELLED_BY_A_PERSON,  # the next cycle records the cancel
-    # The isolation check and the records a node keeps after the guard let it go.
-    "cancelled": S.CANCELLED_BY_A_PERSON,
-    "returned": S.RETURNED_RECENTLY,
-    "breaker-open": S.BREAKER_OPEN,
-    "no-gpu-resource": S.FAULTED_NOT_CORDONABLE,  # the API would refuse the guard's cordon
-    "service-network-not-applicable": S.SERVICE_NETWORK_NOT_APPLICABLE,
+    HOLD = "hold"
+    REPEAT_FAULT_HOLD = "repeat-fault-hold"
+    SAME_BOOT = "same-boot"
+    WAITING_RESET = "waiting-reset"
+    BOOT_UNKNOWN = "boot-unknown"
+    NOT_READY = "not-ready"
+    GPU_COUNT = "gpu-count"
+    XID_PRESENT = "xid-present"
+    ROW_REMAP = "row-remap"
+    GPU_PODS_RUNNING = "gpu-pods-running"
+    NVML_MISMATCH = "nvml-mismatch"
+    NVML_UNCONFIRMED = "nvml-unconfirmed"
+    SERVICE_NETWORK_NOT_READY = "service-network-not-ready"
+    SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
+    REPEAT_FAULT = "repeat-fault"
+    EVIDENCE_MISSING = "evidence-missing"
+    EVIDENCE_RUNNING = "evidence-running"
+    PCIE_LINKS = "pcie-links"
+    REPAIR_EVENT = "repair-event"
+    REPAIR_EVIDENCE = "repair-evidence"
+    REPAIR_LEDGER = "repair-ledger"
+    CONDITIONS_MET = "conditions-met"
+    LOADTEST_STARTING = "loadtest-starting"
+    LOADTEST_RUNNING = "loadtest-running"
+    LOADTEST_PASSED = "loadtest-passed"
+    LOADTEST_FAILED = "loadtest-failed"
+    LOADTEST_UNREADABLE = "loadtest-unreadable"
+    LOADTEST_FOREIGN = "loadtest-foreign"
+    CONFORMANCE_STARTING = "conformance-starting"
+    CONFORMANCE_RUNNING = "conformance-running"
+    CONFORMANCE_PASSED = "conformance-passed"
+    CONFORMANCE_FAILED = "conformance-failed"
+    CONFORMANCE_UNREADABLE = "conformance-unreadable"
+    CONFORMANCE_FOREIGN = "conformance-foreign"
+    CONFORMANCE_SAME_BOOT = "conformance-same-boot"
+    HUMAN_UNCORDON = "human-uncordon"
+    RETURNED = "returned"
+    # The isolation check.
+    CANCELLED = "cancelled"
+    BREAKER_OPEN = "breaker-open"
+    ONE_PER_CYCLE = "one-per-cycle"
+    NOT_IN_API = "not-in-api"
+    ALREADY_CORDONED = "already-cordoned"
+    ALREADY_GUARDED = "already-guarded"
+    NO_GPU_RESOURCE = "no-gpu-resource"
+    EVIDENCE_NO_PCI = "evidence-no-pci"  # cordoned without an evidence Job (no pci_bus_id)
     # What the guard cannot read (guard/plan/unreadable.py).
-    "unreadable": S.UNREADABLE_ANNOTATIONS,
+    UNREADABLE = "unreadable"
+    LEDGER_UNREADABLE = "ledger-unreadable"
+    OBJECT_UNREADABLE = "object-unreadable"
+    UNREADABLE_EVENTS_LATER = "unreadable-events-later"
+    # The lifecycle checks (guard/plan/boot_check.py, onboarding.py, check_jobs.py).
+    NEW_BOOT = "new-boot"
+    NEVER_CHECKED = "never-checked"
+    BOOT_CHECK = "boot-check"
+    BOOT_CHECK_STARTING = "boot-check-starting"
+    BOOT_CHECK_RUNNING = "boot-check-running"
+    BOOT_CHECK_PASSED = "boot-check-passed"
+    BOOT_CHECK_UNREADABLE = "boot-check-unreadable"
+    BOOT_CHECK_FOREIGN = "boot-check-foreign"
+    BOOT_CHECK_QUEUED = "boot-check-queued"
+    BOOT_CHECK_DEFERRED = "boot-check-deferred"
+    BOOT_CHECK_NO_BOOT_ID = "boot-check-no-boot-id"
+    ONBOARDING = "onboarding"
+    ONBOARDING_STARTING = "onboarding-starting"
+    ONBOARDING_WAITING = "onboarding-waiting"
+    ONBOARDING_RUNNING = "onboarding-running"
+    ONBOARDING_NO_BOOT_ID = "onboarding-no-boot-id"
+    ONBOARDING_PASSED = "onboarding-passed"
+    ONBOARDING_FAILED = "onboarding-failed"
+    ONBOARDING_UNREADABLE = "onboarding-unreadable"
+    ONBOARDING_FOREIGN = "onboarding-foreign"
+    ONBOARDED = "onboarded"
+    # The executor's own planned writes (guard/apply.py, guard/plan/common.py).
+    JOB_RECORDED = "job-recorded"
+    LEDGER_ARCHIVED = "ledger-archived"
+
+
+# The Job kinds' words `<kind>-<stage>` (guard/plan/return_jobs.py builds them from the kind).
+JOB_STAGES = ("starting", "running", "passed", "failed", "unreadable", "foreign")
+_XID = re.compile(r"xid-[1-9][0-9]{0,3}")
+_CONFORMANCE = re.compile(r"conformance-[a-z0-9]+(-[a-z0-9]+)*")
+
+
+def xid_reason(code: int) -> str:
+    """The cordon reason of a hardware Xid."""
+    return f"xid-{code}"
+
+
+def conformance_reason(item: str) -> str:
+    """The cordon reason of a failed conformance item (an item word, guard.check_records)."""
+    return f"conformance-{item}"
+
+
+def is_decision(word: str) -> bool:
+    """A word of the closed set or of one of its two families."""
+    return word in Decision._value2member_map_ or bool(
+        _XID.fullmatch(word) or _CONFORMANCE.fullmatch(word)
+    )
+
+
+S = Section
+D = Decision
+STATES: dict[str, Section] = {  # keys: Decision members
+    # The return check, in the order of its conditions (guard/plan/returning.py).
+    D.HOLD: S.HELD_BY_A_PERSON,
+    D.REPEAT_FAULT_HOLD: S.REPEAT_FAULT_HOLD,  # a hold the guard set itself
+    D.SAME_BOOT: S.WAITING_FOR_POWER_CYCLE,
+    D.WAITING_RESET: S.WAITING_FOR_RESET_DONE,
+    D.BOOT_UNKNOWN: S.WAITING_FOR_RESET_DONE,  # no proof of a reboot: reset-done stands in
+    D.NOT_READY: S.RETURN_CONDITION_NOT_MET,
+    D.GPU_COUNT: S.RETURN_CONDITION_NOT_MET,
+    D.XID_PRESENT: S.RETURN_CONDITION_NOT_MET,
+    D.ROW_REMAP: S.RETURN_CONDITION_NOT_MET,
+    D.GPU_PODS_RUNNING: S.RETURN_CONDITION_NOT_MET,
+    D.NVML_MISMATCH: S.ISOLATED_DRIVER_MISMATCH,  # the agent says FAIL (guard/plan/mismatch.py)
+    D.NVML_UNCONFIRMED: S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
+    D.SERVICE_NETWORK_NOT_READY: S.WAITING_FOR_SERVICE_NETWORK,
+    D.REPEAT_FAULT: S.REPEAT_FAULT_HOLD,  # the SetHold it plans
+    D.LOADTEST_STARTING: S.LOAD_TEST_RUNNING,  # conditions met: the next cycle creates the Job
+    D.LOADTEST_RUNNING: S.LOAD_TEST_RUNNING,
+    D.LOADTEST_PASSED: S.LOAD_TEST_RUNNING,  # the Job succeeded: the next cycle uncordons
+    D.LOADTEST_FAILED: S.LOAD_TEST_FAILED,
+    D.LOADTEST_UNREADABLE: S.JOB_RESULT_UNREADABLE,  # succeeded, but no summary saying pass
+    # A Job found by name that the guard did not make (docs/lifecycle.md, "Job results").
+    D.LOADTEST_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    D.CONFORMANCE_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    D.ONBOARDING_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    D.BOOT_CHECK_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    D.HUMAN_UNCORDON: S.CANCELLED_BY_A_PERSON,  # the next cycle records the cancel
+    # The isolation check and the records a node keeps after the guard let it go.
+    D.CANCELLED: S.CANCELLED_BY_A_PERSON,
+    D.RETURNED: S.RETURNED_RECENTLY,
+    D.BREAKER_OPEN: S.BREAKER_OPEN,
+    D.NO_GPU_RESOURCE: S.FAULTED_NOT_CORDONABLE,  # the API would refuse the guard's cordon
+    D.SERVICE_NETWORK_NOT_APPLICABLE: S.SERVICE_NETWORK_NOT_APPLICABLE,
+    # What the guard cannot read (guard/plan/unreadable.py).
+    D.UNREADABLE: S.UNREADABLE_ANNOTATIONS,
     # The lifecycle checks (guard/plan/boot_check.py, onboarding.py, returning.py).
-    "boot-check-running": S.AFTER_REBOOT_CHECK_RUNNING,
-    "boot-check-passed": S.AFTER_REBOOT_CHECK_RUNNING,  # the next cycle records the boot
-    "boot-check-unreadable": S.JOB_RESULT_UNREADABLE,
-    "boot-check-queued": S.AFTER_REBOOT_CHECKS_QUEUED,
-    "conformance-same-boot": S.CORDONED_FOR_CONFORMANCE,
-    "onboarding-starting": S.ONBOARDING_PENDING,  # the next cycle creates a gate Job
-    "onboarding-waiting": S.ONBOARDING_PENDING,
-    "onboarding-running": S.ONBOARDING_PENDING,
-    "onboarding-no-boot-id": S.ONBOARDING_PENDING,
-    "onboarding-passed": S.ONBOARDING_PENDING,  # the next cycle removes the taint
-    "onboarding-failed": S.ONBOARDING_FAILED,
-    "onboarding-unreadable": S.JOB_RESULT_UNREADABLE,
-    "conformance-unreadable": S.JOB_RESULT_UNREADABLE,
+    D.BOOT_CHECK_RUNNING: S.AFTER_REBOOT_CHECK_RUNNING,
+    D.BOOT_CHECK_PASSED: S.AFTER_REBOOT_CHECK_RUNNING,  # the next cycle records the boot
+    D.BOOT_CHECK_UNREADABLE: S.JOB_RESULT_UNREADABLE,
+    D.BOOT_CHECK_QUEUED: S.AFTER_REBOOT_CHECKS_QUEUED,
+    D.CONFORMANCE_SAME_BOOT: S.CORDONED_FOR_CONFORMANCE,
+    D.ONBOARDING_STARTING: S.ONBOARDING_PENDING,  # the next cycle creates a gate Job
+    D.ONBOARDING_WAITING: S.ONBOARDING_PENDING,
+    D.ONBOARDING_RUNNING: S.ONBOARDING_PENDING,
+    D.ONBOARDING_NO_BOOT_ID: S.ONBOARDING_PENDING,
+    D.ONBOARDING_PASSED: S.ONBOARDING_PENDING,  # the next cycle removes the taint
+    D.ONBOARDING_FAILED: S.ONBOARDING_FAILED,
+    D.ONBOARDING_UNREADABLE: S.JOB_RESULT_UNREADABLE,
+    D.CONFORMANCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(

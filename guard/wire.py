@@ -237,8 +237,9 @@ def render_evidence_summary(s: EvidenceSummary) -> str:
     links = list(s.links)
     while True:
         pairs = [{"pci": pci, "link": link} for pci, link in links]
-        text = _compact({"schema": EVIDENCE_SCHEMA, "pci": s.pci, "verdict": s.verdict,
-                         "links": pairs})  # fmt: skip
+        text = _compact(
+            {"schema": EVIDENCE_SCHEMA, "pci": s.pci, "verdict": s.verdict, "links": pairs}
+        )
         if _fits(text) or not links:
             return text
         links.pop()
@@ -302,8 +303,14 @@ def render_loadtest_summary(
 ) -> str:
     """`figures` (verdict, counts) with as many reasons, then notes, as fit; the lines left out
     for size are counted in `left_off`."""
-    doc: dict[str, Any] = {"schema": LOADTEST_SCHEMA, "kind": LOADTEST_KIND, **figures,
-                           "reasons": [], "notes": [], "left_off": 0}  # fmt: skip
+    doc: dict[str, Any] = {
+        "schema": LOADTEST_SCHEMA,
+        "kind": LOADTEST_KIND,
+        **figures,
+        "reasons": [],
+        "notes": [],
+        "left_off": 0,
+    }
     for key, line in [*(("reasons", r) for r in reasons), *(("notes", n) for n in notes)]:
         doc[key].append(line)
         if not _fits(json.dumps(doc, sort_keys=True)):
@@ -321,8 +328,9 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     doc = summary_doc(text, None, program="the load test", name="load-test summary")
     verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
     if doc.get("schema", LOADTEST_SCHEMA) != LOADTEST_SCHEMA:
-        raise SummaryError(f"load-test summary schema is {doc.get('schema')!r}, "
-                           f"not {LOADTEST_SCHEMA!r}")  # fmt: skip
+        raise SummaryError(
+            f"load-test summary schema is {doc.get('schema')!r}, not {LOADTEST_SCHEMA!r}"
+        )
     if doc.get("kind") != LOADTEST_KIND or verdict not in ("pass", "fail"):
         kind = doc.get("kind")
         raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")

@@ -17,7 +17,7 @@ def unavailable(tier: str, reason: str, how: str) -> None:
 
 def require_engine(engine: str) -> None:
     """The one skip of the prometheus tier: `engine`'s binaries, or skip (fail under CI=true)."""
-    from guard.example.engines import PrometheusUnavailable, binaries
+    from tests.engines import PrometheusUnavailable, binaries
 
     try:
         binaries(engine)  # type: ignore[arg-type]

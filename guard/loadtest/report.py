@@ -15,9 +15,17 @@ from guard.wire import render_loadtest_summary
 
 JSON_PREFIX = "LOADTEST-JSON "
 _HEADER = (
-    "GPU", "PCI", "NAME", "ITER", "TFLOPS", "RATIO", "PCIE GEN", "PCIE WIDTH", "MEMTEST",
+    "GPU",
+    "PCI",
+    "NAME",
+    "ITER",
+    "TFLOPS",
+    "RATIO",
+    "PCIE GEN",
+    "PCIE WIDTH",
+    "MEMTEST",
     "ALLREDUCE",
-)  # fmt: skip
+)
 
 
 def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, Any]:

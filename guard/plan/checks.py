@@ -9,12 +9,12 @@ breaker, and not at all in a cycle where it cordoned (one cordon per cycle, hard
 
 from __future__ import annotations
 
-from guard.actions import Action, Cordon, EmitEvent, Skip
+from guard.actions import Action, Cordon, Skip
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
 from guard.plan import boot_check, onboarding
 from guard.plan.check_jobs import Wanted
-from guard.plan.common import guarded_nodes
+from guard.plan.common import breaker_open, guarded_nodes
 from guard.plan.isolation import breaker_limit
 from guard.settings import Settings
 
@@ -78,14 +78,7 @@ def _cordons(
         items = ",".join(x.item for x in f.job.result.failed) if f.job.result else ""
         what = f"conformance failed on {items} (job/{f.job.name})"
         if guarded >= limit:
-            detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {what}"
-            out[f.node.name] = [
-                Skip(f.node.name, "breaker-open", detail,
-                     "cordon by hand if the fault is real; the breaker closes when nodes return",
-                     "WARN"),
-                EmitEvent(f.node.name, "breaker-open", "Warning", "GuardBreakerOpen",
-                          f"gpu-node-guard did not cordon: {detail}"),
-            ]  # fmt: skip
+            out[f.node.name] = list(breaker_open(f.node.name, guarded, limit, what))
         elif cordoned or f is not first:
             behind = "the isolation check's cordon" if cordoned else first.node.name
             out[f.node.name] = [Skip(f.node.name, "one-per-cycle", f"{what}; waits behind "

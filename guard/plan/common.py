@@ -15,6 +15,7 @@ from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
 from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
+from guard.states import Decision
 
 # The GPU of `gpu-node-guard render evidence` (a first incident on this card).
 EXAMPLE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
@@ -112,8 +113,20 @@ def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerL
     return AppendLedgerLine(incident.node, reason, entry.format(), s.ledger_configmap)
 
 
+def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Skip, EmitEvent]:
+    """The circuit breaker holds a cordon (the isolation check's and the lifecycle checks'
+    alike): a WARN line and a Warning Event naming the node and what waits."""
+    detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {waiting}"
+    return (
+        Skip(node, Decision.BREAKER_OPEN, detail,
+             "cordon by hand if the fault is real; the breaker closes when nodes return", "WARN"),
+        EmitEvent(node, Decision.BREAKER_OPEN, "Warning", "GuardBreakerOpen",
+                  f"gpu-node-guard did not cordon: {detail}"),
+    )  # fmt: skip
+
+
 # The ledger's archive Event (docs/writes.md, "The fault ledger's storage").
-LEDGER_ARCHIVED = "ledger-archived"
+LEDGER_ARCHIVED = Decision.LEDGER_ARCHIVED
 
 
 def with_archive_events(

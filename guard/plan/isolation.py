@@ -40,6 +40,7 @@ from guard.names import GPU_RESOURCE
 from guard.plan import mismatch
 from guard.plan.common import (
     Incident,
+    breaker_open,
     evidence_job,
     guarded_nodes,
     keys,
@@ -214,29 +215,9 @@ def _detail(reason: str, sample: GpuSample) -> str:
 
 def _breaker_open(eligible: list[Pick], guarded: int, limit: int) -> tuple[Action, ...]:
     """Every blocked candidate, each named in its own WARN line and Event."""
-    out: list[Action] = []
-    for pick in eligible:
-        node = pick.node
-        detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {pick.reason} waits"
-        out.append(
-            Skip(
-                node.name,
-                "breaker-open",
-                detail,
-                "cordon by hand if the fault is real; the breaker closes when nodes return",
-                "WARN",
-            )
-        )
-        out.append(
-            EmitEvent(
-                node.name,
-                "breaker-open",
-                "Warning",
-                "GuardBreakerOpen",
-                f"gpu-node-guard did not cordon: {detail}",
-            )
-        )
-    return tuple(out)
+    return tuple(
+        a for p in eligible for a in breaker_open(p.node.name, guarded, limit, f"{p.reason} waits")
+    )
 
 
 def _cordon(

@@ -27,10 +27,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from guard.example.promserver import stop
+from guard.example.promserver import free_port, stop
 from guard.jobs import JobKind, JobTemplates
 from guard.plan.common import render_example_job
-from guard.ports import free_port
 from guard.settings import Settings
 
 ENVTEST_VERSION = "v1.34.4"

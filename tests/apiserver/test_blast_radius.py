@@ -38,7 +38,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.cli import cli
-from guard.example.promserver import LocalPrometheus, load_openmetrics, openmetrics_file, serve
+from guard.example.promserver import (
+    LocalPrometheus,
+    free_port,
+    load_openmetrics,
+    openmetrics_file,
+    serve,
+)
 from guard.example.scenario import (
     KSM_POD,
     XID,
@@ -46,7 +52,6 @@ from guard.example.scenario import (
     Scenario,
     write_openmetrics,
 )
-from guard.ports import free_port
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,

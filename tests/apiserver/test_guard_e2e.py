@@ -79,22 +79,40 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     node = gpu_node("e2e-cordon", boot="boot-1")
     before = core.read_node(node).metadata.resource_version
     plan = run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan
-    assert mine(plan, node) == [("cordon", "xid-79"), ("event", "xid-79"),
-                                ("append-ledger", "xid-79"), ("create-job", "xid-79")]  # fmt: skip
-    counted = ("applied", "failed", "applied_cordon", "applied_event", "applied_append_ledger",
-               "applied_create_job")  # fmt: skip
+    assert mine(plan, node) == [
+        ("cordon", "xid-79"),
+        ("event", "xid-79"),
+        ("append-ledger", "xid-79"),
+        ("create-job", "xid-79"),
+    ]
+    counted = (
+        "applied",
+        "failed",
+        "applied_cordon",
+        "applied_event",
+        "applied_append_ledger",
+        "applied_create_job",
+    )
     assert [plan["counts"][k] for k in counted] == [4, 0, 1, 1, 1, 1]
-    changes = list(watch.Watch().stream(core.list_node, field_selector=f"metadata.name={node}",
-                                        resource_version=before, timeout_seconds=1))  # fmt: skip
+    changes = list(
+        watch.Watch().stream(
+            core.list_node,
+            field_selector=f"metadata.name={node}",
+            resource_version=before,
+            timeout_seconds=1,
+        )
+    )
     modified = [c["object"] for c in changes if c["type"] == "MODIFIED"]
     # The cordon is one write; the evidence Job's record follows the Job's create, a write of
     # its own that changes nothing but that record.
     assert len(modified) == 2, "cordon and annotations must be one write, then the Job's record"
     written, recorded = modified
     assert recorded.spec.unschedulable is True
-    assert {k: v for k, v in recorded.metadata.annotations.items()
-            if written.metadata.annotations.get(k) != v} == {
-        KEYS.evidence_job: recorded.metadata.annotations[KEYS.evidence_job]}  # fmt: skip
+    assert {
+        k: v
+        for k, v in recorded.metadata.annotations.items()
+        if written.metadata.annotations.get(k) != v
+    } == {KEYS.evidence_job: recorded.metadata.annotations[KEYS.evidence_job]}
     assert written.spec.unschedulable is True
     notes = written.metadata.annotations
     assert notes[KEYS.reason] == "xid-79"
@@ -105,8 +123,11 @@ def test_cycle_cordons_in_one_write_then_second_cycle_does_nothing(
     assert "xid-79 0000:58:00.0 GPU-" in ledger_text(core, node)
     (job,) = guard_jobs(admin, node)
     assert job.spec.template.spec.node_name == node
-    assert job.spec.template.spec.containers[0].command[:3] == ["gpu-node-guard", "evidence",
-                                                                "collect"]  # fmt: skip
+    assert job.spec.template.spec.containers[0].command[:3] == [
+        "gpu-node-guard",
+        "evidence",
+        "collect",
+    ]
 
     again = run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan
     assert mine(again, node) == [
@@ -152,8 +173,9 @@ def test_cordon_racing_a_human_label_edit_keeps_the_label(prom, guard_kubeconfig
     node = gpu_node("e2e-race-label")
 
     def human() -> None:
-        core.patch_node(node, {"metadata": {"labels": {"owner": "alice"}}},
-                        _content_type=MERGE_PATCH)  # fmt: skip
+        core.patch_node(
+            node, {"metadata": {"labels": {"owner": "alice"}}}, _content_type=MERGE_PATCH
+        )
 
     kube = RacingKube.around(guard_kube(guard_kubeconfig), human)
     one_cycle(kube, prom, ISOLATE_AT)
@@ -168,9 +190,14 @@ def test_cordon_racing_a_human_cordon_backs_off(prom, guard_kubeconfig, gpu_node
     node = gpu_node("e2e-race-cordon")
 
     def human() -> None:
-        core.patch_node(node, {"spec": {"unschedulable": True},
-                               "metadata": {"annotations": {"ops/why": "smoke test"}}},
-                        _content_type=MERGE_PATCH)  # fmt: skip
+        core.patch_node(
+            node,
+            {
+                "spec": {"unschedulable": True},
+                "metadata": {"annotations": {"ops/why": "smoke test"}},
+            },
+            _content_type=MERGE_PATCH,
+        )
 
     kube = RacingKube.around(guard_kube(guard_kubeconfig), human)
     applied = one_cycle(kube, prom, ISOLATE_AT)
@@ -292,12 +319,18 @@ def test_the_dry_run_shows_exactly_the_writes_found_on_the_api_server(
 
 def complete(admin: client.ApiClient, name: str) -> None:
     at = "2026-09-21T06:12:00Z"
-    status = {"startTime": "2026-09-21T06:10:00Z", "completionTime": at, "succeeded": 1,
-              "conditions": [
-                  {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
-                  {"type": "Complete", "status": "True", "lastTransitionTime": at}]}  # fmt: skip
-    client.BatchV1Api(admin).patch_namespaced_job_status(name, JOBS_NS, {"status": status},
-                                                         _content_type=MERGE_PATCH)  # fmt: skip
+    status = {
+        "startTime": "2026-09-21T06:10:00Z",
+        "completionTime": at,
+        "succeeded": 1,
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
+            {"type": "Complete", "status": "True", "lastTransitionTime": at},
+        ],
+    }
+    client.BatchV1Api(admin).patch_namespaced_job_status(
+        name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
 
 
 LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
@@ -325,15 +358,19 @@ def test_return_cycle_load_tests_then_uncordons(
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan, node) == [
         ("skip", "loadtest-unreadable")
     ]
-    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
-                                                          _preload_content=False)  # fmt: skip
+    stored = client.BatchV1Api(admin).read_namespaced_job(
+        loadtest.metadata.name, JOBS_NS, _preload_content=False
+    )
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
     done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]
     found = core.read_node(node)
     assert not found.spec.unschedulable
-    notes = {k: v for k, v in (found.metadata.annotations or {}).items()
-             if k.startswith("gpu-node-guard.io/")}  # fmt: skip
+    notes = {
+        k: v
+        for k, v in (found.metadata.annotations or {}).items()
+        if k.startswith("gpu-node-guard.io/")
+    }
     made = f"{loadtest.metadata.name} {loadtest.metadata.uid} "
     assert notes.pop(KEYS.loadtest_job).startswith(made)  # what the guard made, kept
     assert notes.pop(KEYS.evidence_job).startswith("gng-ev-e2e-return-")

@@ -22,11 +22,10 @@ import pytest
 from kubernetes import client
 
 from guard.apply import KubeExecutor
-from guard.example.promserver import LocalPrometheus, stop
+from guard.example.promserver import LocalPrometheus, free_port, stop
 from guard.kube import Kube
 from guard.log import Log
 from guard.outcome import Outcome
-from guard.ports import free_port
 from guard.retry import Backoff
 from guard.settings import Settings
 from tests.apiserver.conftest import wait_for_enforcement

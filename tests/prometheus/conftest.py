@@ -1,6 +1,6 @@
 """Session fixtures: every query engine, each serving the same scenarios.
 
-Every engine in `guard.example.engines.ENGINES` that is installed or built is started once per
+Every engine in `tests.engines.ENGINES` that is installed or built is started once per
 session over each scenario; a test asks for `prom` (parametrised by engine) and is skipped for
 an engine that is missing (a failure under CI=true, `tests.tiers.require_engine`).
 """
@@ -14,8 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guard.example.engines import ENGINES, Engine, PrometheusUnavailable, binaries
-from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import (
     AGENT_FAIL,
     AGENT_GONE,
@@ -26,6 +24,14 @@ from guard.example.scenario import (
     PodTimeline,
     Scenario,
     Steps,
+)
+from tests.engines import (
+    ENGINES,
+    Engine,
+    LocalPrometheus,
+    PrometheusUnavailable,
+    binaries,
+    scenario_server,
 )
 from tests.tiers import require_engine
 

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from guard import queries
-from guard.example.promserver import binaries, stop
-from guard.ports import free_port
+from guard.example.promserver import free_port, stop
+from tests.engines import binaries
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, DRIVER, LIBDIR, build_host
 from tests.tiers import require_engine
 

@@ -23,10 +23,18 @@ import pytest
 import yaml
 
 from guard import alert_queries, alerts
-from guard.example.engines import ENGINES, Engine, PrometheusUnavailable, binaries
-from guard.example.promserver import LocalPrometheus, load_openmetrics, openmetrics_file, serve
+from guard.example.promserver import openmetrics_file
 from guard.prom import PromClient
 from guard.settings import Settings
+from tests.engines import (
+    ENGINES,
+    Engine,
+    LocalPrometheus,
+    PrometheusUnavailable,
+    binaries,
+    load_openmetrics,
+    serve,
+)
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus

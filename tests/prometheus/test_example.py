@@ -56,7 +56,7 @@ def test_example_text_plan_reads_as_the_incident():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "dry-run would cordon node=gpu-node-b reason=xid-79" in out
-    assert "dry-run would ledger-append node=gpu-node-b" in out
+    assert "dry-run would append-ledger node=gpu-node-b" in out
     assert "nodeName: gpu-node-b" in out
     # The 10 September line is in the bundled ledger: the 2nd incident of this card, which the
     # evidence program words as "This is the 2nd incident on this card …".

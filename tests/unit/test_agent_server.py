@@ -20,8 +20,8 @@ from guard.agent.endpoint import MetricsServer, Page
 from guard.agent.server import Agent
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
+from guard.example.promserver import free_port
 from guard.log import Log
-from guard.ports import free_port
 from tests.fixtures.hosts.hosttree import CONFIG, LIBDIR, build_host
 
 

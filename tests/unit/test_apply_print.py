@@ -24,8 +24,8 @@ def test_dry_run_prints_would_lines_and_counts_nothing_as_applied():
     text = out.getvalue().splitlines()
     lines = [t.split(" ", 2)[2] for t in text if t.startswith("2026-")]
     assert [line.split(" node=")[0] for line in lines] == [
-        "dry-run would cordon", "dry-run would event", "dry-run would ledger-append",
-        "dry-run would job-created", "skip",
+        "dry-run would cordon", "dry-run would event", "dry-run would append-ledger",
+        "dry-run would create-job", "skip",
     ]  # fmt: skip
     assert "    kind: Job" in text, "the Job's manifest follows its line"
     counts = tally(outcomes)
@@ -41,7 +41,7 @@ def test_dry_run_json_lines_carry_the_event_and_a_dry_run_flag():
         printer.apply(action)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["event"], r.get("dry_run", False)) for r in records] == [
-        ("cordon", True), ("event", True), ("ledger-append", True), ("job-created", True),
+        ("cordon", True), ("event", True), ("append-ledger", True), ("create-job", True),
         ("skip", False),
     ]  # fmt: skip
     event = records[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from guard.example import engines
+from tests import engines
 
 BUILD = Path(__file__).resolve().parents[2] / "hack" / "engines" / "build.sh"
 

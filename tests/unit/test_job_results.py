@@ -11,11 +11,12 @@ import pytest
 
 from guard.job_results import attach, result, slim_pod
 from guard.jobs import run_digest
-from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink, Snapshot
+from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink
 from guard.snapshot import ClusterObjects, build_snapshot
 from guard.wire import Finding as ConformanceFinding
 from guard.wire import Summary, render_summary
 from tests.builders import NOW, S, job_uid
+from tests.snapshot_json import round_trips
 
 FAILED = (
     ConformanceFinding("ipvs-loaded", "ip_vs is not loaded"),
@@ -234,7 +235,7 @@ def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
     objs = ClusterObjects((node,), jobs, None, pods=(slim_pod(pod("a", "conformance", FAIL)),))
     snap = build_snapshot(NOW, objs, PromView(), s)
     assert snap.jobs[0].result and snap.jobs[0].result.failed[0].item == "ipvs-loaded"
-    assert Snapshot.from_json(snap.to_json()) == snap
+    assert round_trips(snap)
 
 
 @pytest.mark.parametrize(

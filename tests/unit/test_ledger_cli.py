@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from guard.evidence.cli import ledger
+from guard.example.promserver import free_port
 from guard.ledger import count as ledger_count
 from guard.model import PromView
-from guard.ports import free_port
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, load_cluster_file
 from tests.builders import NOW

@@ -36,9 +36,12 @@ def test_a_run_that_saw_the_cluster_pushes_every_metric():
     )
     cordon = Cordon("q", "xid-79", "1", (), "0000:99:00.0", 300, "job/x")
     job = CreateJob("q", "xid-79", "evidence", "x", {"metadata": {"namespace": "j"}})
-    outcomes = [Outcome(cordon, "applied"), Outcome(job, "failed", detail="403"),
-                Outcome(EmitEvent("q", "xid-79", "Warning", "GuardCordoned", "m"), "already-done"),
-                Outcome(Skip("a", "same-boot", "", ""), "noted")]  # fmt: skip
+    outcomes = [
+        Outcome(cordon, "applied"),
+        Outcome(job, "failed", detail="403"),
+        Outcome(EmitEvent("q", "xid-79", "Warning", "GuardCordoned", "m"), "already-done"),
+        Outcome(Skip("a", "same-boot", "", ""), "noted"),
+    ]
     samples = metrics(S, trace(snap=snap, templates=TEMPLATES, outcomes=outcomes), 1, 1000.5, 2.25)
     assert set(samples) == {x.name for x in m.PUSHED} - {m.LAST_SUCCESS.name}
     assert samples[m.LAST_RUN.name] == {(): 1000.5}
@@ -66,9 +69,13 @@ def test_only_a_successful_run_pushes_the_success_time():
 
 def test_a_run_that_aborted_before_its_snapshot_pushes_what_it_knew():
     samples = metrics(S, trace(), 1, 1000.0, 0.5)
-    assert set(samples) == {m.LAST_RUN.name, m.LAST_RUN_EXIT_CODE.name,
-                            m.LAST_RUN_DURATION.name, m.LAST_RUN_ACTIONS.name,
-                            m.LAST_RUN_REQUESTS.name}  # fmt: skip
+    assert set(samples) == {
+        m.LAST_RUN.name,
+        m.LAST_RUN_EXIT_CODE.name,
+        m.LAST_RUN_DURATION.name,
+        m.LAST_RUN_ACTIONS.name,
+        m.LAST_RUN_REQUESTS.name,
+    }
 
 
 def test_a_state_the_runbook_does_not_know_yet_is_counted_under_its_word():

@@ -13,8 +13,6 @@ import pytest
 
 MAX_MODULES = 55
 JOB_PROGRAMS = ("guard.conformance", "guard.evidence", "guard.loadtest", "guard.agent")
-# The Xid tables' old import path (guard.prom_view still uses it): a re-export, no program.
-OLD_PATH = {"guard.evidence", "guard.evidence.catalog"}
 SHOW = "import sys\nprint(*sorted(m for m in sys.modules if m.split('.')[0] == 'guard'))\n"
 CASES = {
     "import guard.cli": "import guard.cli\n" + SHOW,
@@ -37,7 +35,7 @@ def loaded(code: str) -> list[str]:
 def test_run_loads_no_job_program(case: str) -> None:
     modules = loaded(CASES[case])
     assert "guard.plan" in modules  # the count is of a real start
-    programs = [m for m in modules if m.startswith(JOB_PROGRAMS) and m not in OLD_PATH]
+    programs = [m for m in modules if m.startswith(JOB_PROGRAMS)]
     assert programs == []
     assert len(modules) <= MAX_MODULES, modules
 
