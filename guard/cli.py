@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import os
 import socket
 import sys
 import time
@@ -233,8 +232,7 @@ def _cycle(
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
     else:
-        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
+        kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)

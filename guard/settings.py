@@ -25,6 +25,10 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
+# kubectl's rule, for every subcommand (guard.kube.Kube.connect).
+KUBECONFIG_HELP = (
+    "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
+)
 CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
@@ -85,7 +89,7 @@ class Settings:
         "PromQL label matchers every kube-state-metrics series must carry, e.g."
         ' job="kube-state-metrics" (kube-prometheus-stack\'s); empty: any job',
     )
-    kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
+    kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
     cadence_s: int = _opt(
         300, "How often the CronJob runs; a missing evidence Job is recreated within two cycles"

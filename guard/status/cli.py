@@ -9,7 +9,6 @@ Prometheus failed (the report is still printed, as without Prometheus); 2 for ba
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,9 +90,8 @@ def status(
 def _cluster(s: Settings, context: str, snapshot_file: Path | None) -> ClusterObjects:
     if snapshot_file is not None:
         return load_cluster_file(snapshot_file, s)
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
-    kube = Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
+    kube = Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
     return require_nodes(read_cluster(kube, s))
 
 

@@ -31,7 +31,7 @@ from tests.apiserver.deploy import (
     EXAMPLE,
     REPO,
     Kubectl,
-    crds_or_skip,
+    install_crds,
     key,
     kustomize_or_skip,
     stored_versions,
@@ -284,18 +284,6 @@ def test_the_base_applies_and_a_second_apply_changes_nothing(site: Kubectl) -> N
     out = site.upgrade(BASE)  # a fresh server: the same as one apply, policies first
     assert "error" not in out.lower(), out
     assert assert_reapply_changes_nothing(site, BASE) == len(site.build(BASE))
-
-
-def install_crds(site: Kubectl) -> None:
-    for crd in sorted(crds_or_skip().glob("*.yaml")):
-        site.run("apply", "--server-side", "-f", str(crd))
-    site.run(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/prometheusrules.monitoring.coreos.com",
-        "crd/podmonitors.monitoring.coreos.com",
-    )
 
 
 @pytest.fixture(scope="module")
