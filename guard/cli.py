@@ -36,7 +36,7 @@ from guard.prom_view import check_join, coverage_pairs
 from guard.push import RunTrace, metrics, push
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, setting_fields
-from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
 from guard.snapshot import (
     SnapshotError,
     build_snapshot,
@@ -136,7 +136,7 @@ def run(
     **options: Any,
 ) -> None:
     """One cycle: return check, then isolation check."""
-    s = build_settings(options)
+    s = build_settings(options, warn_layout=False)
     if not s.prometheus_url:
         raise click.UsageError("--prometheus-url (or GUARD_PROMETHEUS_URL) is required")
     try:
@@ -148,6 +148,8 @@ def run(
     started = time.monotonic()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
+    for warning in layout_warnings(s):
+        log.emit("layout", dict(warning), "WARN")
     trace = RunTrace(prom)
     code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not

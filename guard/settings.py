@@ -465,6 +465,19 @@ def _metrics(s: Settings) -> list[Check]:
     ]  # fmt: skip
 
 
+# Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
+# "Settings that are not the site's"). A value other than the default is refused by the cluster's
+# own policies or RBAC at the first write; the commands warn at start (guard.settings_flags).
+LAYOUT_SETTINGS = ("namespace", "jobs_namespace", "job_service_account", "ledger_configmap",
+                   "annotation_prefix", "gpu_node_label")  # fmt: skip
+
+
+def layout_differences(s: Settings) -> list[tuple[str, Any, Any]]:
+    """(name, value, what the manifests pin) for each layout setting that differs."""
+    return [(name, getattr(s, name), setting_default(name)) for name in LAYOUT_SETTINGS
+            if getattr(s, name) != setting_default(name)]  # fmt: skip
+
+
 def setting_default(name: str) -> Any:
     """The default of one setting, for commands that run without a Settings (inside Jobs)."""
     return next(f.default for f in fields(Settings) if f.name == name)
