@@ -15,6 +15,7 @@ from typing import Any
 from guard.conformance.model import parse_allowed_dns
 from guard.conformance.rke2 import parse_exact
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.runbook import PUBLISHED_URL
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
 # a setting outside them would cordon a node and then have its evidence Job refused.
@@ -223,6 +224,12 @@ class Settings:
         768 * 1024,
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
+    )
+    # Alerts (docs/alerts.md): the base of every rule's runbook_url, absolute.
+    runbook_base_url: str = _opt(
+        PUBLISHED_URL,
+        "Absolute URL of docs/runbook.md that the alerts' runbook_url links (a site's own copy); "
+        "the overlay's settings.env reaches the PrometheusRule through the alerts component",
     )
     # Metrics (the push at the end of a run; docs/metrics.md).
     pushgateway_url: str = _opt(
@@ -462,6 +469,8 @@ def _metrics(s: Settings) -> list[Check]:
     return [
         (not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
+        (bool(_HTTP_URL.fullmatch(s.runbook_base_url)) and "#" not in s.runbook_base_url,
+         "runbook_base_url", "must be an absolute http:// or https:// URL without a #fragment"),
     ]  # fmt: skip
 
 

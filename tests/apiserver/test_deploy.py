@@ -227,6 +227,28 @@ def test_the_example_overlay_shows_a_site(kubectl: Kubectl) -> None:
     assert settings["GUARD_BREAKER_MAX_NODES"] == "3"  # the site's value wins the merge
 
 
+def runbook_urls(docs: list[dict[str, Any]]) -> list[str]:
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    return [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]
+            if "alert" in r]  # fmt: skip
+
+
+def test_the_sites_runbook_base_reaches_every_alert_from_settings_env(
+    kubectl: Kubectl, checkout: Path
+) -> None:
+    """GUARD_RUNBOOK_BASE_URL in the overlay's settings.env, nothing else: every rule's
+    runbook_url moves to the site's copy and keeps its anchor (the example keeps the default)."""
+    shipped = runbook_urls(kubectl.build(EXAMPLE))
+    assert {u.partition("#")[0] for u in shipped} == {Settings().runbook_base_url}
+    site = "https://git.example.internal/ops/gpu-node-guard/-/blob/main/docs/runbook.md"
+    example = checkout / "manifests" / "overlays" / "example"
+    with (example / "settings.env").open("a") as env:
+        env.write(f"GUARD_RUNBOOK_BASE_URL={site}\n")
+    moved = runbook_urls(kubectl.build(example))
+    assert moved == [f"{site}#{u.partition('#')[2]}" for u in shipped]
+    assert site_settings(kubectl.build(example))["GUARD_RUNBOOK_BASE_URL"] == site
+
+
 def site_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     return dict(settings["data"])
