@@ -38,6 +38,7 @@ from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, setting_fields
 from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
 from guard.snapshot import (
+    SNAPSHOT_COMMAND,
     SnapshotError,
     build_snapshot,
     load_cluster_file,
@@ -233,6 +234,9 @@ def _cycle(
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
+        if objs.gaps:
+            step = f"the plan may miss incidents and Jobs; take it with `{SNAPSHOT_COMMAND}`"
+            log.event("snapshot", "WARN", lacks="; ".join(objs.gaps), next=step)
     else:
         kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))

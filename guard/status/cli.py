@@ -28,6 +28,7 @@ from guard.snapshot import (
     ClusterObjects,
     SnapshotError,
     build_snapshot,
+    gaps_line,
     load_cluster_file,
     read_cluster,
     read_prom,
@@ -75,6 +76,8 @@ def status(
         objs = _cluster(s, context, cluster_snapshot)
     except (KubeError, SnapshotError, TemplateLoadError) as exc:
         raise click.ClickException(str(exc)) from None
+    if cluster_snapshot is not None and objs.gaps:
+        click.echo(gaps_line(cluster_snapshot, objs.gaps), err=True)
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view, sight = _prometheus(s, now, names)
     try:
