@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.settings import Settings, setting_fields
+from guard.settings import LAYOUT_SETTINGS, Settings, setting_fields
 from tests.apiserver.deploy import (
     BASE,
     EXAMPLE,
@@ -57,9 +57,8 @@ GUARD_POLICIES = ("evidence-job", "evidence-pod", "conformance-job", "conformanc
                   "agent-daemonset", "agent-pod")  # fmt: skip
 LOADTEST_POLICIES = ("loadtest-job", "loadtest-pod")
 # The settings the policies carry (or the manifests name): set by the layout, never in settings.env.
-NOT_SITE_SETTINGS = {"GUARD_NAMESPACE", "GUARD_JOBS_NAMESPACE", "GUARD_JOB_SERVICE_ACCOUNT",
-                     "GUARD_LEDGER_CONFIGMAP", "GUARD_ANNOTATION_PREFIX", "GUARD_GPU_NODE_LABEL",
-                     "GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}  # fmt: skip
+NOT_SITE_SETTINGS = {"GUARD_" + name.upper() for name in LAYOUT_SETTINGS} | {
+    "GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
