@@ -10,8 +10,6 @@ its annotations and lets the node go, and the next cycles leave it alone.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,29 +31,18 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import ControlPlane
+from tests.apiserver.kubectl import HINT_COMMANDS, follow_hint
 
 pytestmark = pytest.mark.apiserver
 
 NODE = "hint-repeat"
 ONE_INCIDENT_HOLDS = ("--repeat-fault-limit", "1")  # the first incident is already "repeat"
-COMMAND = re.compile(r"kubectl [^()]*[^() ]")  # the commands of a hint, up to its "(…)" aside
 
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
     with scenario_prometheus(faulted(NODE)) as server:
         yield server
-
-
-def follow(hint: str, kubectl: Path, kubeconfig: Path) -> str:
-    """Run the hint's kubectl commands as a person types them (bash, kubectl on PATH)."""
-    (commands,) = COMMAND.findall(hint)
-    env = {"PATH": f"{kubectl.parent}:{os.environ.get('PATH', '')}",
-           "KUBECONFIG": str(kubeconfig), "HOME": str(kubeconfig.parent)}  # fmt: skip
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], capture_output=True,
-                          text=True, env=env, timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, f"{commands}: {done.stderr}"
-    return commands
 
 
 def status_row(kubeconfig: Path, at: str) -> dict[str, Any]:
@@ -102,9 +89,11 @@ def test_the_repeat_fault_hint_takes_the_node_out_of_the_hold(
     assert row["state"] == "repeat-fault-hold"
     # One step in all three places: the set-hold line, the skip line and status.
     assert (
-        COMMAND.findall(hint) == COMMAND.findall(set_hold["next"]) == COMMAND.findall(row["next"])
+        HINT_COMMANDS.findall(hint)
+        == HINT_COMMANDS.findall(set_hold["next"])
+        == HINT_COMMANDS.findall(row["next"])
     )
-    assert follow(row["next"], kubectl_binary, deployed.kubeconfig) == (
+    assert follow_hint(row["next"], kubectl_binary, deployed.kubeconfig) == (
         f"kubectl annotate node {node} {KEYS.hold}- && kubectl uncordon {node}"
     )
 
