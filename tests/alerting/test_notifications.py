@@ -234,7 +234,7 @@ def _run(prom_url: str, ksm: Exposition, webhook: Webhook, record_property: Any)
     assert returned["annotations"]["summary"] == (
         f"gpu-node-b returned to service: load test job/{LOADTEST_JOB} passed"
     )
-    assert returned["annotations"]["runbook_url"] == "docs/runbook.md#gpunodeguardreturned"
+    assert returned["annotations"]["runbook_url"] == f"{PUBLISHED_URL}#gpunodeguardreturned"
 
     # Pages went their own way: the shipped GPUNodeGuardNotRunning fires at once here (no
     # kube-state-metrics CronJob series at all) and reached the pager, not the channel.
