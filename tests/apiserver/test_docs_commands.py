@@ -7,7 +7,7 @@ real kustomize on PATH, `gpu-node-guard` and the `kubectl gpu-guard` plugin from
 after the example overlay is deployed (docs/deploy.md) and one guard cycle cordoned a faulted
 node (its annotations, Event, ledger line and evidence Job), with the load-test and conformance
 Jobs the guard renders. The doc's placeholders (`N`, `<node>`, `gng-lt-N-…`, `GPU-…`, …) take
-the values of that cluster (`PLACEHOLDERS`); a placeholder left over fails.
+the values of that cluster (`make_site`); a placeholder left over fails.
 
 A command this tier cannot run is named in `NOT_RUN` with the reason; `kubectl` commands among
 them are still parsed by kubectl (against no server), so an unknown flag fails here too.
@@ -77,8 +77,9 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
      "on the GPU node, as root"),
     (r"^gpu-node-guard conformance ", "on the GPU node (reads its host)"),
     (r"^gpu-node-guard evidence classify ", "reads the files taken on the GPU node (above it)"),
-    (r"^gpu-node-guard (run|status) .*--prometheus-url https?://prometheus\.",
-     "the site's Prometheus (the prometheus tier runs both against a real one)"),
+    (r"^gpu-node-guard (run|status) .*--prometheus-url (?!.*--at )",
+     "reads the site's live series now; this tier's Prometheus holds a replay in the past "
+     "(test_status_apiserver.py and the prometheus tier run both with --at)"),
     (r"\blogs\b", "Pod logs come from a node's kubelet; this tier has none (parsed only)"),
 )  # fmt: skip
 
