@@ -100,6 +100,20 @@ class ClearGuardAnnotations(_Logged):
         )
 
 
+def hold_next(key: str, node: str, repeat_fault: bool) -> str:
+    """The whole step out of a `hold`, as a person types it (log `next=`, `status`).
+
+    The guard's own repeat-fault hold counts incidents of the card in its cordon record: removing
+    `hold` alone returns the node into the same count and the hold comes back next cycle. After
+    the swap, the uncordon is a person's: the guard records a cancel and lets the node go."""
+    if repeat_fault:
+        return (f"swap or repair the card, then remove {key} and uncordon: kubectl annotate node "
+                f"{node} {key}- && kubectl uncordon {node} (removing {key} alone: the guard "
+                "sets it again next cycle)")  # fmt: skip
+    return (f"a person decides, then removes {key}: kubectl annotate node {node} {key}- "
+            "(the return checks continue)")  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class SetHold(_Logged):
     node: str
@@ -114,8 +128,7 @@ class SetHold(_Logged):
             node=self.node,
             reason=self.reason,
             hold=self.text,
-            next=anchored(f"a person decides; remove {self.key} to let the guard continue",
-                          self.reason),
+            next=anchored(hold_next(self.key, self.node, repeat_fault=True), self.reason),
         )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from guard import metric_names, runbook
+from guard import metric_names
 from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.queries import (
@@ -47,12 +47,11 @@ class AlertParams:
     cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
     not_running_after_s: int = 900  # three five-minute cycles without a successful run
     rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
-    # Notifications, GPUNodeGuardNotRunning's source, runbook links (docs/alerts.md, runbook.md).
+    # Notifications and GPUNodeGuardNotRunning's source (docs/alerts.md); runbook links: Settings.
     notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
     notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
     notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
     not_running_source: NotRunningSource = "kube-state-metrics"  # or "pushgateway"
-    runbook_base_url: str = runbook.DEFAULT_BASE_URL  # a site points this at its own copy
 
 
 GPU_KEY = "node, gpu, UUID, pci_bus_id"
@@ -153,24 +152,43 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
     )
 
 
+def incident_annotations(s: Settings) -> tuple[str, ...]:
+    """The node annotations that mark an incident the guard's Jobs serve: its cordon (evidence,
+    load test, the return's conformance), a failed after-reboot check, a closed onboarding gate.
+    The guard removes the first two when the node returns or a person's uncordon cancels it; a
+    person removes the third (docs/runbook.md)."""
+    keys = Annotations(s.annotation_prefix)
+    return (keys.reason, keys.conformance_failed, keys.onboarding_failed)
+
+
 def alert_guard_job_failed(s: Settings) -> str:
-    """Failed Jobs in the jobs namespace, node and kind from their labels.
+    """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
+    incident lasts.
 
     Every Job there is the guard's: the namespace gate admits no other (docs/security.md). The
     CronJob's own runs live in the guard namespace; a failed run is GPUNodeGuardNotRunning's.
-    Without the kube-state-metrics label allowlist the join finds nothing; `or on` then keeps
-    the alert, only without `node` and `component`, so a missing flag never silences it.
+    The failed Job stays (its TTL, 7 days) after the guard returned the node or a person's
+    uncordon cancelled the incident: the alert ends with the incident's annotations on the
+    node instead. Two cases keep it without that join, so no missing series silences it: the
+    Job's node has no `kube_node_annotations` series (a node label shortened past 63
+    characters, a deleted node), or the label allowlist is missing (no `node` at all).
     """
     ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
-    labels = f'kube_job_labels{{namespace="{ns}"}}'
+    labels = f'kube_job_labels{{namespace="{ns}", {node}!=""}}'
     labels = f'label_replace({labels}, "node", "$1", "{node}", "(.*)")'
     labels = f'label_replace({labels}, "component", "$1", "{component}", "(.*)")'
+    labelled = (f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
+                f"max by (namespace, job_name, node, component) {_block(labels)}")  # fmt: skip
+    open_ = "\nor\n".join(
+        f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
+        for key in incident_annotations(s)
+    )
     return (
-        f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
-        f"max by (namespace, job_name, node, component) {_block(labels)}\n"
-        f"or on (namespace, job_name) {_block(failed)}"
+        f"{_block(labelled)}\nand on (node) max by (node) {_block(open_)}\n"
+        f"or\n{_block(labelled)}\nunless on (node) max by (node) (kube_node_annotations)\n"
+        f"or\n{_block(failed)}\nunless on (namespace, job_name) {_block(labels)}"
     )
 
 

@@ -119,7 +119,8 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 
 
 def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
-    ns, cron, reason = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix).reason
+    ns, cron, keys = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix)
+    reason = keys.reason
     return (
         # Before the alert that reads it (a group's rules run in order).
         Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(s)),
@@ -152,7 +153,10 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             "Guard {{ with $labels.component }}{{ . }} {{ end }}Job {{ $labels.job_name }} failed"
             " on {{ with $labels.node }}{{ . }}{{ else }}an unknown node (Job labels not exported)"
             "{{ end }}"
-            f" (GPU: see {Annotations(s.annotation_prefix).gpu})",
+            # A conformance Job has no GPU of an incident: its node names the failed checks.
+            ' {{ if eq $labels.component "conformance" }}(failed checks: see'
+            f" {keys.conformance_failed} or {keys.onboarding_failed}){{{{ else }}}}(GPU: see"
+            f" {keys.gpu}){{{{ end }}}}",
             f"`kubectl -n {s.jobs_namespace} logs job/{{{{ $labels.job_name }}}}`. loadtest: the"
             " node stays cordoned; the GPUs failed the burn, so repair again or set hold and open"
             " an RMA."
@@ -375,7 +379,7 @@ def rule_groups(s: Settings, p: alert_queries.AlertParams) -> list[dict[str, Any
         ("gpu-node-guard.notify", notify_rules(s, p)),
         ("gpu-node-guard.node", node_rules(s)),
     )
-    url = p.runbook_base_url
+    url = s.runbook_base_url
     return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
 
 
@@ -415,8 +419,8 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
     names = Annotations(s.annotation_prefix)
     return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},"
-        f"{Annotations(s.annotation_prefix).returned}]",
+        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
+        f"{names.conformance_failed},{names.onboarding_failed}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import os
 import socket
 import sys
 import time
@@ -36,8 +35,9 @@ from guard.prom_access import PromAccessError
 from guard.prom_view import check_join, coverage_pairs
 from guard.retry import Backoff
 from guard.settings import MAX_XID, Settings, setting_fields
-from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
 from guard.snapshot import (
+    SNAPSHOT_COMMAND,
     SnapshotError,
     build_snapshot,
     load_cluster_file,
@@ -137,7 +137,7 @@ def run(
     **options: Any,
 ) -> None:
     """One cycle: return check, then isolation check."""
-    s = build_settings(options)
+    s = build_settings(options, warn_layout=False)
     if not s.prometheus_url:
         raise click.UsageError("--prometheus-url (or GUARD_PROMETHEUS_URL) is required")
     try:
@@ -149,6 +149,8 @@ def run(
     started = time.monotonic()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
+    for warning in layout_warnings(s):
+        log.emit("layout", dict(warning), "WARN")
     trace = RunTrace(prom)
     code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
@@ -234,9 +236,11 @@ def _cycle(
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
+        if objs.gaps:
+            step = f"the plan may miss incidents and Jobs; take it with `{SNAPSHOT_COMMAND}`"
+            log.event("snapshot", "WARN", lacks="; ".join(objs.gaps), next=step)
     else:
-        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        kube = trace.kube = Kube.connect(s.kubeconfig, in_cluster, backoff, s.api_timeout_s)
+        kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)

@@ -300,7 +300,22 @@ def _alerts(r: Rendered, s: Settings) -> list[str]:
             f"alerts: {name} does not follow the site ({why}): the rules carry the "
             "defaults there; build them with guard.alerts.render (docs/alerts.md)"
         )
-    return out
+    return out + _runbook_links(rules[0]["spec"]["groups"], s)
+
+
+def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str]:
+    """Every alert links the site's runbook (GUARD_RUNBOOK_BASE_URL), not the default's."""
+    off = sorted(
+        str(rule["alert"]) for g in groups for rule in g.get("rules") or [] if "alert" in rule
+        and not str((rule.get("annotations") or {}).get("runbook_url", "")).startswith(
+            s.runbook_base_url + "#")
+    )  # fmt: skip
+    if not off:
+        return []
+    return [
+        f"alerts: {len(off)} rule(s) ({', '.join(off[:3])}…) do not link the site's "
+        f"GUARD_RUNBOOK_BASE_URL {s.runbook_base_url!r} (list the alerts component)"
+    ]
 
 
 def _site_defaults(s: Settings) -> dict[str, Any]:

@@ -61,14 +61,15 @@ class Kube:
     def connect(
         cls,
         kubeconfig: str,
-        in_cluster: bool = True,
+        in_cluster: bool | None = None,
         backoff: Backoff | None = None,
         request_timeout_s: float = 10.0,
         context: str = "",
     ) -> Kube:
-        """`kubeconfig` when given; else the pod's ServiceAccount inside a cluster, else the
-        user's default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), as kubectl does.
-        `context` picks a kubeconfig context other than the current one (kubectl --context)."""
+        """One rule for every subcommand, as kubectl's: `kubeconfig` (--kubeconfig) when given,
+        else ``$KUBECONFIG``, else the pod's ServiceAccount inside a cluster (`in_cluster`, by
+        default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``. `context` picks a
+        kubeconfig context other than the current one (kubectl --context)."""
         import yaml
         from kubernetes import client, config
 
@@ -77,11 +78,16 @@ class Kube:
         kube_exec.install()
         cfg = client.Configuration()
         try:
-            if kubeconfig or context or not in_cluster:
+            if in_cluster is None:
+                in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            if kubeconfig or context or os.environ.get("KUBECONFIG") or not in_cluster:
                 for path in _kubeconfig_files(kubeconfig):
                     check_kubeconfig(path)
                 config.load_kube_config(
-                    config_file=kubeconfig or None, context=context or None,
+                    # $KUBECONFIG and HOME now, not as the client read them at import
+                    config_file=kubeconfig or os.environ.get("KUBECONFIG")
+                    or os.path.expanduser("~/.kube/config"),
+                    context=context or None,
                     client_configuration=cfg,
                 )  # fmt: skip
             else:

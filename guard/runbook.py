@@ -17,8 +17,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-# Relative to the repository root; a site points AlertParams.runbook_base_url at its own copy.
+# Relative to the repository root: how terminal texts (`next=`, `status`) name a section.
 DEFAULT_BASE_URL = "docs/runbook.md"
+# Where the alerts' `runbook_url` points by default: the project's own docs, absolute so a pager
+# link opens (the repository of the ghcr.io/gpu-node-guard images). A site sets its own copy with
+# GUARD_RUNBOOK_BASE_URL in its overlay's settings.env (docs/alerts.md).
+PUBLISHED_URL = "https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md"
 
 
 class Section(StrEnum):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.runbook import PUBLISHED_URL
 from guard.wire import parse_allowed_dns, parse_exact
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
@@ -24,6 +25,10 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
+# kubectl's rule, for every subcommand (guard.kube.Kube.connect).
+KUBECONFIG_HELP = (
+    "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
+)
 CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
@@ -84,7 +89,7 @@ class Settings:
         "PromQL label matchers every kube-state-metrics series must carry, e.g."
         ' job="kube-state-metrics" (kube-prometheus-stack\'s); empty: any job',
     )
-    kubeconfig: str = _opt("", "Kubeconfig path; in-cluster config when empty")
+    kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
     cadence_s: int = _opt(
         300, "How often the CronJob runs; a missing evidence Job is recreated within two cycles"
@@ -218,6 +223,12 @@ class Settings:
         768 * 1024,
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
+    )
+    # Alerts (docs/alerts.md): the base of every rule's runbook_url, absolute.
+    runbook_base_url: str = _opt(
+        PUBLISHED_URL,
+        "Absolute URL of docs/runbook.md that the alerts' runbook_url links (a site's own copy); "
+        "the overlay's settings.env reaches the PrometheusRule through the alerts component",
     )
     # Metrics (the push at the end of a run; docs/metrics.md).
     pushgateway_url: str = _opt(
@@ -474,7 +485,22 @@ def _metrics(s: Settings) -> list[Check]:
     return [
         (not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)), "pushgateway_url",
          "must be http://host:port or https://host:port with an optional path, no credentials"),
+        (bool(_HTTP_URL.fullmatch(s.runbook_base_url)) and "#" not in s.runbook_base_url,
+         "runbook_base_url", "must be an absolute http:// or https:// URL without a #fragment"),
     ]  # fmt: skip
+
+
+# Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
+# "Settings that are not the site's"). A value other than the default is refused by the cluster's
+# own policies or RBAC at the first write; the commands warn at start (guard.settings_flags).
+LAYOUT_SETTINGS = ("namespace", "jobs_namespace", "job_service_account", "ledger_configmap",
+                   "annotation_prefix", "gpu_node_label")  # fmt: skip
+
+
+def layout_differences(s: Settings) -> list[tuple[str, Any, Any]]:
+    """(name, value, what the manifests pin) for each layout setting that differs."""
+    return [(name, getattr(s, name), setting_default(name)) for name in LAYOUT_SETTINGS
+            if getattr(s, name) != setting_default(name)]  # fmt: skip
 
 
 def setting_default(name: str) -> Any:

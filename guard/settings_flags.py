@@ -16,7 +16,7 @@ import click
 
 from guard.ledger import parse_time
 from guard.redact import redact
-from guard.settings import Settings, SettingsError, setting_fields
+from guard.settings import Settings, SettingsError, layout_differences, setting_fields
 
 # GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
 # guard/evidence/cli.py, guard/evidence/ledger_cli.py), and the prefixes of the node-side
@@ -109,18 +109,42 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def build_settings(options: dict[str, Any], *, warn: bool = True) -> Settings:
-    """The Settings from click's values; a refused value is one usage line naming its flag."""
+def build_settings(
+    options: dict[str, Any], *, warn: bool = True, warn_layout: bool = True
+) -> Settings:
+    """The Settings from click's values; a refused value is one usage line naming its flag.
+    A layout setting off the manifests' value is one WARN line (`warn_layout=False`: the caller
+    logs it in its own format, as `run` does)."""
     names = {f.name for f in setting_fields()}
     if warn:
         warn_unknown_env()
     try:
-        return Settings(**{k: v for k, v in options.items() if k in names})
+        built = Settings(**{k: v for k, v in options.items() if k in names})
     except SettingsError as exc:
         problems = "; ".join(
             f"{_flag(name)} {text} (got {_shown(options.get(name))})" for name, text in exc.problems
         )
         raise click.UsageError(f"bad setting: {problems}") from None
+    for fields in layout_warnings(built) if warn_layout else ():
+        click.echo(f"WARN layout setting {fields['setting']}={fields['value']!r} differs from "
+                   f"the manifests' {fields['pinned']!r}: {fields['why']}; next: {fields['next']}",
+                   err=True)  # fmt: skip
+    return built
+
+
+LAYOUT_NEXT = ('unset it, or regenerate the policies and rename the manifests (docs/deploy.md, '
+               '"Settings that are not the site\'s")')  # fmt: skip
+
+
+def layout_warnings(s: Settings) -> list[dict[str, str]]:
+    """One warning per layout setting that differs from what the manifests pin: the first write
+    under it would be refused by the shipped policies or RBAC, mid-cycle."""
+    return [
+        {"setting": _flag(name), "value": str(value), "pinned": str(pinned),
+         "why": "the policies and RBAC pin it: the guard's writes under it are refused",
+         "next": LAYOUT_NEXT}
+        for name, value, pinned in layout_differences(s)
+    ]  # fmt: skip
 
 
 # Where a person's own machine reads from: never taken from the cluster's settings ConfigMap (its

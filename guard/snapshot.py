@@ -7,7 +7,7 @@ both arrive here as plain dicts and are converted by the same functions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class ClusterObjects:
     ledger_archives: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()  # finished Pods of the guard's Jobs (their results)
+    gaps: tuple[str, ...] = ()  # what a snapshot file lacks (`snapshot_gaps`); none from the API
 
 
 # ---- Cluster objects ------------------------------------------------------------------------
@@ -78,7 +79,31 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
             items.extend(doc.get("items") or [])
         else:
             raise SnapshotError(f"cluster snapshot {path}: `items` of a List is not a list")
-    return _classify(items, s, str(path))
+    objs = _classify(items, s, str(path))
+    return replace(objs, gaps=snapshot_gaps(items, s))
+
+
+SNAPSHOT_COMMAND = "kubectl get nodes,jobs,configmaps,events,pods -A -o yaml"
+
+
+def snapshot_gaps(items: list[Any], s: Settings) -> tuple[str, ...]:
+    """What a snapshot file lacks that a cluster always has: Pods at all, and any object of the
+    guard's two namespaces (every namespace has its kube-root-ca.crt ConfigMap). Missing, they
+    mean a `kubectl get` without `-A` or without `pods`: the report would show no incidents, or
+    plan a Job that already runs, without a word."""
+    kinds = {str(i.get("kind")) for i in items if isinstance(i, dict)}
+    spaces = {_meta(i, "namespace") for i in items if isinstance(i, dict)}
+    gaps = [] if "Pod" in kinds else ["Pods (the guard's Job results)"]
+    for namespace, what in ((s.namespace, "the ledger"), (s.jobs_namespace, "the guard's Jobs")):
+        if namespace not in spaces:
+            gaps.append(f"anything from namespace {namespace} ({what})")
+    return tuple(gaps)
+
+
+def gaps_line(path: Path, gaps: tuple[str, ...]) -> str:
+    """The one warning about a snapshot file that lacks what the report needs."""
+    return (f"WARN cluster snapshot {path} lacks {'; '.join(gaps)}: the report may miss "
+            f"incidents and Jobs; take it with `{SNAPSHOT_COMMAND} > {path.name}`")  # fmt: skip
 
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:

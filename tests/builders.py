@@ -264,3 +264,12 @@ def rewritten_event(
         cordon_event.name, "GuardCordoned", "Warning",
     )  # fmt: skip
     return again
+
+
+# What `kubectl get nodes,jobs,configmaps,events,pods -A` holds beyond a test's own objects: each
+# namespace's CA ConfigMap and other namespaces' Pods (a snapshot without them is warned about).
+ALL_NAMESPACES: list[dict[str, Any]] = [
+    *({"kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt", "namespace": ns}}
+      for ns in ("gpu-node-guard", "gpu-node-guard-jobs")),
+    {"kind": "Pod", "metadata": {"name": "coredns-0", "namespace": "kube-system"}},
+]  # fmt: skip

@@ -22,7 +22,7 @@ from guard.cli_options import (
 )
 from guard.evidence.ledger_source import LedgerRead, LedgerSourceError, read_cluster, read_file
 from guard.names import is_dns_label, is_dns_subdomain
-from guard.settings import setting_default
+from guard.settings import KUBECONFIG_HELP, setting_default
 
 
 def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
@@ -87,7 +87,7 @@ _configmap = name_callback(is_dns_subdomain, "ConfigMap name (a DNS-1123 subdoma
     is_flag=True,
     help="Read the ledger ConfigMap and its archives from the cluster.",
 )
-@click.option("--kubeconfig", default="", envvar="GUARD_KUBECONFIG", help="Kubeconfig path.")
+@click.option("--kubeconfig", default="", envvar="GUARD_KUBECONFIG", help=KUBECONFIG_HELP)
 @click.option(
     "--namespace",
     default=setting_default("namespace"),

@@ -95,8 +95,8 @@ READ_RETRY_S = 10.0  # how long `ledger count --from-cluster` retries an unreach
 
 
 def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
-    """Read the ledger and its archives through the guard's one API door (kubeconfig file, else
-    in-cluster)."""
+    """Read the ledger and its archives through the guard's one API door (kubectl's rule:
+    --kubeconfig, else $KUBECONFIG, else in-cluster)."""
     from guard.kube import Kube, KubeError  # the client is only needed for this path
     from guard.retry import Backoff
 

@@ -156,7 +156,8 @@ def _boot(node: NodeInfo) -> str:
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "") or "no summary was read"
-    fix = f"kubectl -n {s.jobs_namespace} logs job/{job.name}; delete the Job to check again"
+    fix = (f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to check again: "
+           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
     detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
     return Skip(node.name, "boot-check-unreadable", detail, fix, "WARN")
 

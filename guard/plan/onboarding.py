@@ -96,7 +96,10 @@ def _node(
     failed = node.onboarding_failed
     if failed is not None and failed.job in (f"job/{check.name}", f"job/{burn.name}"):
         detail = f"{failed.job} failed on {','.join(failed.items)} (boot {node.boot_id})"
-        fix = f"fix, then reboot; or delete {failed.job} and remove {keys(s).onboarding_failed}"
+        job_name = failed.job.removeprefix("job/")
+        fix = (f"fix the failed checks, then reboot the node; or, to check again in this boot: "
+               f"kubectl -n {s.jobs_namespace} delete job {job_name} && kubectl annotate node "
+               f"{node.name} {keys(s).onboarding_failed}-")  # fmt: skip
         return [Skip(node.name, "onboarding-failed", detail, f"{STAYS}; {fix}")]
     for want in (check, burn):
         job = find_job(snap, want.name)
@@ -120,7 +123,8 @@ def _node(
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "")
-    fix = f"kubectl -n {s.jobs_namespace} logs job/{job.name}; delete the Job to run it again"
+    fix = (f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
+           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
     return Skip(node.name, "onboarding-unreadable", f"job/{job.name}: {why}",
                 f"{STAYS}; {fix}", "WARN")  # fmt: skip
 

@@ -47,7 +47,8 @@ def job_gate(
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "unreadable":
-        fix = f"kubectl -n {spec.namespace} get job {job.name} -o yaml; delete it to run again"
+        fix = (f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
+               f"kubectl -n {spec.namespace} delete job {job.name}")  # fmt: skip
         return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix,
                      "WARN"),)  # fmt: skip
     if job.status == "failed":
@@ -61,7 +62,8 @@ def job_gate(
 
 def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
-    fix = f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; delete it to run again"
+    fix = (f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
+           f"kubectl -n {spec.namespace} delete job {job.name}")  # fmt: skip
     return Skip(node.name, f"{job.kind}-unreadable",
                 f"job/{job.name} succeeded but is not a pass: {why}", fix, "WARN")  # fmt: skip
 

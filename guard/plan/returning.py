@@ -32,6 +32,7 @@ from guard.actions import (
     EmitEvent,
     SetHold,
     Skip,
+    hold_next,
 )
 from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
@@ -182,7 +183,8 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tu
     k = keys(s)
     if node.hold is not None:
         reason = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
-        return (Skip(node.name, reason, f"hold={node.hold!r}", f"a person removes {k.hold}"),)
+        step = hold_next(k.hold, node.name, is_repeat_fault_hold(node.hold))
+        return (Skip(node.name, reason, f"hold={node.hold!r}", step),)
     booted = _boot_gate(s, node, c)
     if booted:
         return booted
@@ -288,6 +290,7 @@ def _repeat_fault(
             "repeat-fault",
             "Warning",
             "GuardHold",
-            f"gpu-node-guard will not return this node: {text}; a person decides",
+            f"gpu-node-guard will not return this node: {text}; "
+            + hold_next(k.hold, node.name, repeat_fault=True),
         ),
     )

@@ -9,7 +9,6 @@ Prometheus failed (the report is still printed, as without Prometheus); 2 for ba
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from guard.settings_flags import (
 from guard.snapshot import (
     SnapshotError,
     build_snapshot,
+    gaps_line,
     load_cluster_file,
     read_cluster,
     read_prom,
@@ -90,6 +90,8 @@ def status(
             objs = require_nodes(read_cluster(kube, s))
     except (KubeError, SnapshotError, TemplateLoadError) as exc:
         raise click.ClickException(str(exc)) from None
+    if cluster_snapshot is not None and objs.gaps:
+        click.echo(gaps_line(cluster_snapshot, objs.gaps), err=True)
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view, sight = _prometheus(s, now, names)
     try:
@@ -103,9 +105,8 @@ def status(
 
 
 def _connect(s: Settings, context: str) -> Kube:
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
-    return Kube.connect(s.kubeconfig, in_cluster, deadline, s.api_timeout_s, context)
+    return Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
 
 
 def _site_settings(

@@ -42,6 +42,7 @@ from guard.actions import (
     SetHold,
     Skip,
     Uncordon,
+    hold_next,
 )
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
@@ -168,7 +169,8 @@ def _meaning(action: Action) -> tuple[Blocked | None, str]:
         case Skip():
             return Blocked(action.reason, action.detail), action.next
         case SetHold():
-            return Blocked(action.reason, action.text), "the next cycle sets hold; a person decides"
+            step = hold_next(action.key, action.node, repeat_fault=True)
+            return Blocked(action.reason, action.text), f"the next cycle sets hold; then {step}"
         case Annotate():
             return Blocked(action.reason, " ".join(v for _, v in action.annotations)), action.next
         case CreateJob():
@@ -200,7 +202,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
     if node.hold is not None:
         word = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
         blocked = Blocked(word, f"hold={node.hold!r}")
-        step = f"a person removes {keys(s).hold}"
+        step = hold_next(keys(s).hold, node.name, is_repeat_fault_hold(node.hold))
         return _Seen(word, "", None, _last_incident(snap, node.name), blocked, step)
     cancel = node.cancelled
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id) and not cancel.uuid:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from guard import alerts
+from guard.runbook import PUBLISHED_URL
 from tests.alerting import servers
 from tests.alerting.conftest import need
 from tests.alerting.servers import Exposition, Received, Webhook, query, wait_until
@@ -221,7 +222,7 @@ def _run(prom_url: str, ksm: Exposition, webhook: Webhook, record_property: Any)
     assert cordoned["annotations"]["summary"] == (
         f"gpu-node-guard cordoned gpu-node-a: xid-79 on GPU {GPU_A[0]} ({GPU_A[1]})"
     )
-    assert cordoned["annotations"]["runbook_url"] == "docs/runbook.md#gpunodeguardcordoned"
+    assert cordoned["annotations"]["runbook_url"] == f"{PUBLISHED_URL}#gpunodeguardcordoned"
     assert returned["labels"] == {
         "alertname": "GPUNodeGuardReturned",
         "severity": "info",
@@ -233,7 +234,7 @@ def _run(prom_url: str, ksm: Exposition, webhook: Webhook, record_property: Any)
     assert returned["annotations"]["summary"] == (
         f"gpu-node-b returned to service: load test job/{LOADTEST_JOB} passed"
     )
-    assert returned["annotations"]["runbook_url"] == "docs/runbook.md#gpunodeguardreturned"
+    assert returned["annotations"]["runbook_url"] == f"{PUBLISHED_URL}#gpunodeguardreturned"
 
     # Pages went their own way: the shipped GPUNodeGuardNotRunning fires at once here (no
     # kube-state-metrics CronJob series at all) and reached the pager, not the channel.

@@ -105,3 +105,16 @@ def stored_versions(kubectl: Kubectl, path: Path) -> dict[tuple[str, str, str], 
     """resourceVersion of every object of the kustomization at `path`, as stored now."""
     listed = yaml.safe_load(kubectl.run("get", "-k", str(path), "-o", "json").stdout)
     return {key(item): item["metadata"]["resourceVersion"] for item in listed["items"]}
+
+
+def install_crds(site: Kubectl) -> None:
+    """The prometheus-operator CRDs kube-prometheus-stack installs (PrometheusRule, PodMonitor)."""
+    for crd in sorted(crds_or_skip().glob("*.yaml")):
+        site.run("apply", "--server-side", "-f", str(crd))
+    site.run(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/prometheusrules.monitoring.coreos.com",
+        "crd/podmonitors.monitoring.coreos.com",
+    )

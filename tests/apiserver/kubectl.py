@@ -8,6 +8,7 @@ directory that holds a kubectl wins, as for the servers.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,3 +38,18 @@ def run_kubectl(kubectl: Path, kubeconfig: Path, *args: str) -> str:
     )  # fmt: skip
     assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+# The commands of an on-call hint (`next=`, status), up to its "(…)" aside.
+HINT_COMMANDS = re.compile(r"kubectl [^()]*[^() ]")
+
+
+def follow_hint(hint: str, kubectl: Path, kubeconfig: Path) -> str:
+    """Run a hint's kubectl commands as a person types them (bash, kubectl on PATH)."""
+    (commands,) = HINT_COMMANDS.findall(hint)
+    env = {"PATH": f"{kubectl.parent}:{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(kubeconfig), "HOME": str(kubeconfig.parent)}  # fmt: skip
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], capture_output=True,
+                          text=True, env=env, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, f"{commands}: {done.stderr}"
+    return commands

@@ -27,13 +27,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.names import SETTINGS_CONFIGMAP
-from guard.settings import Settings, setting_fields
+from guard.settings import LAYOUT_SETTINGS, Settings, setting_fields
 from tests.apiserver.deploy import (
     BASE,
     EXAMPLE,
     REPO,
     Kubectl,
-    crds_or_skip,
+    install_crds,
     key,
     kustomize_or_skip,
     stored_versions,
@@ -59,9 +59,8 @@ GUARD_POLICIES = ("evidence-job", "evidence-pod", "conformance-job", "conformanc
                   "agent-daemonset", "agent-pod")  # fmt: skip
 LOADTEST_POLICIES = ("loadtest-job", "loadtest-pod")
 # The settings the policies carry (or the manifests name): set by the layout, never in settings.env.
-NOT_SITE_SETTINGS = {"GUARD_NAMESPACE", "GUARD_JOBS_NAMESPACE", "GUARD_JOB_SERVICE_ACCOUNT",
-                     "GUARD_LEDGER_CONFIGMAP", "GUARD_ANNOTATION_PREFIX", "GUARD_GPU_NODE_LABEL",
-                     "GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}  # fmt: skip
+NOT_SITE_SETTINGS = {"GUARD_" + name.upper() for name in LAYOUT_SETTINGS} | {
+    "GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +229,28 @@ def test_the_example_overlay_shows_a_site(kubectl: Kubectl) -> None:
     assert settings["GUARD_BREAKER_MAX_NODES"] == "3"  # the site's value wins the merge
 
 
+def runbook_urls(docs: list[dict[str, Any]]) -> list[str]:
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    return [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]
+            if "alert" in r]  # fmt: skip
+
+
+def test_the_sites_runbook_base_reaches_every_alert_from_settings_env(
+    kubectl: Kubectl, checkout: Path
+) -> None:
+    """GUARD_RUNBOOK_BASE_URL in the overlay's settings.env, nothing else: every rule's
+    runbook_url moves to the site's copy and keeps its anchor (the example keeps the default)."""
+    shipped = runbook_urls(kubectl.build(EXAMPLE))
+    assert {u.partition("#")[0] for u in shipped} == {Settings().runbook_base_url}
+    site = "https://git.example.internal/ops/gpu-node-guard/-/blob/main/docs/runbook.md"
+    example = checkout / "manifests" / "overlays" / "example"
+    with (example / "settings.env").open("a") as env:
+        env.write(f"GUARD_RUNBOOK_BASE_URL={site}\n")
+    moved = runbook_urls(kubectl.build(example))
+    assert moved == [f"{site}#{u.partition('#')[2]}" for u in shipped]
+    assert site_settings(kubectl.build(example))["GUARD_RUNBOOK_BASE_URL"] == site
+
+
 def site_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     return dict(settings["data"])
@@ -288,18 +309,6 @@ def test_the_base_applies_and_a_second_apply_changes_nothing(site: Kubectl) -> N
     out = site.upgrade(BASE)  # a fresh server: the same as one apply, policies first
     assert "error" not in out.lower(), out
     assert assert_reapply_changes_nothing(site, BASE) == len(site.build(BASE))
-
-
-def install_crds(site: Kubectl) -> None:
-    for crd in sorted(crds_or_skip().glob("*.yaml")):
-        site.run("apply", "--server-side", "-f", str(crd))
-    site.run(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/prometheusrules.monitoring.coreos.com",
-        "crd/podmonitors.monitoring.coreos.com",
-    )
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,7 @@ from tests.apiserver.kube import (
     create,
     refusal,
 )
+from tests.apiserver.kubectl import follow_hint
 
 pytestmark = pytest.mark.apiserver
 
@@ -327,7 +328,7 @@ def test_a_gated_node_serves_only_after_conformance_and_the_burn_in(
 
 
 def test_a_gated_node_that_fails_keeps_its_taint_with_the_failed_items(
-    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed, kubectl_binary
 ):
     node = lifecycle_node(GATE_FAIL, boot="boot-1", taints=[GATE_TAINT])
     run_guard(prom, guard_kubeconfig, RETURN_AT)
@@ -344,9 +345,15 @@ def test_a_gated_node_that_fails_keeps_its_taint_with_the_failed_items(
     assert GATE_TAINT["key"] in [t.key for t in core.read_node(node).spec.taints]
     (event,) = node_events(admin, node)
     assert event["type"] == "Warning" and "8.8.8.8" in event["note"]
-    later = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
-    assert mine(later, node) == [("skip", "onboarding-failed")]
+    later = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE)
+    assert mine(later.plan, node) == [("skip", "onboarding-failed")]
     assert guard_jobs(admin, node) and len(guard_jobs(admin, node)) == 1  # no burn-in
+    # The hint, followed as written, checks the node again in this boot: a new Job, no failure.
+    (skip,) = [x for x in later.lines("skip") if x.get("node") == node]
+    follow_hint(skip["next"], kubectl_binary, deployed.kubeconfig)
+    again = run_guard(prom, guard_kubeconfig, RETURN_AT + 3 * CYCLE).plan
+    assert mine(again, node) == [("create-job", "onboarding")], mine(again, node)
+    assert KEYS.onboarding_failed not in notes(core, node)
 
 
 # ── PCIe links of a cordon ──────────────────────────────────────────────────────────────────

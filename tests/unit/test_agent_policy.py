@@ -65,8 +65,9 @@ def test_the_pinned_host_paths_and_mounts_are_the_manifests() -> None:
     assert spec["volumes"] == agent.VOLUMES
     assert spec["containers"][0]["volumeMounts"] == agent.MOUNTS
     assert spec["containers"][0]["env"] == [
-        {"name": "GUARD_AGENT_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    ]  # fmt: skip  (the API adds apiVersion v1)
+        {"name": "GUARD_AGENT_NODE",
+         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}
+    ]  # fmt: skip
 
 
 def test_the_policies_kustomization_lists_every_generated_file() -> None:

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import alert_queries, alerts, metric_names, queries
-from guard.settings import Settings
+from guard import alert_queries, alerts, metric_names, queries, runbook
+from guard.settings import Settings, SettingsError
 from tests.unit.test_node_alerts import NODE_ALERT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,13 +139,18 @@ def test_only_the_notification_pair_is_info_and_carries_the_route_label() -> Non
 
 
 def test_every_alert_links_its_runbook_section_under_the_configured_base() -> None:
+    """Absolute by default (a pager opens it), the site's copy from one setting."""
     base = "https://git.example.com/ops/gpu-node-guard/-/blob/main/docs/runbook.md"
-    for p, prefix in (
-        (alert_queries.AlertParams(), "docs/runbook.md"),
-        (alert_queries.AlertParams(runbook_base_url=base), base),
-    ):
-        for name, rule in _rules(p).items():
+    for s, prefix in ((Settings(), runbook.PUBLISHED_URL), (Settings(runbook_base_url=base), base)):
+        for name, rule in _rules(alert_queries.AlertParams(), s).items():
             assert rule["annotations"]["runbook_url"] == f"{prefix}#{name.lower()}"
+    assert runbook.PUBLISHED_URL.startswith("https://")
+
+
+@pytest.mark.parametrize("bad", ["docs/runbook.md", "ftp://x/runbook.md", "https://x/r.md#a", ""])
+def test_a_runbook_base_that_a_pager_cannot_open_is_refused(bad: str) -> None:
+    with pytest.raises(SettingsError, match="runbook_base_url"):
+        Settings(runbook_base_url=bad)
 
 
 def test_the_pushgateway_variant_changes_only_the_not_running_rule() -> None:

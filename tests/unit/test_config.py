@@ -126,6 +126,9 @@ CASES: dict[str, tuple[Edit, str]] = {
     "rules bake a filter": (
         lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),
         "alerts: GPUHardwareXid does not follow the site (GUARD_USER_CODE_XIDS)"),
+    "runbook link not the site's": (
+        lambda d: _settings(d).update(GUARD_RUNBOOK_BASE_URL="https://wiki.site.test/runbook"),
+        "do not link the site's GUARD_RUNBOOK_BASE_URL 'https://wiki.site.test/runbook'"),
     "agent image": (
         lambda d: d[("DaemonSet", "gpu-node-guard-jobs", "gpu-node-guard-agent")]["spec"][
             "template"]["spec"]["containers"][0].update(image="ghcr.io/gpu-node-guard/x:1"),

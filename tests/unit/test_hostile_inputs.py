@@ -11,6 +11,7 @@ endpoint has its own file (test_agent_hostile.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -33,6 +34,7 @@ from guard.settings import CRONJOB_DEADLINE_S, Settings
 from guard.settings_flags import build_settings, settings_options, unknown_env_lines
 from guard.snapshot import SnapshotError, read_cluster, require_nodes
 from guard.wire import write_termination_message
+from tests.builders import ALL_NAMESPACES
 
 REPO = Path(__file__).resolve().parents[2]
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -524,7 +526,8 @@ def test_status_has_a_catch_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(status_cli, "report", _boom)
     snap = tmp_path / "snap.json"
-    snap.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}]}')
+    items = [{"kind": "Node", "metadata": {"name": "a"}}, *ALL_NAMESPACES]
+    snap.write_text(json.dumps({"kind": "List", "items": items}))
     if prog == "gpu-node-guard":
         out = invoke(["status", "--cluster-snapshot", str(snap)])
     else:

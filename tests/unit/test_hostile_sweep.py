@@ -34,9 +34,11 @@ from click.testing import CliRunner
 
 from guard import files
 from guard.cli import cli
+from tests.builders import ALL_NAMESPACES
 
 LIMIT_S = 20.0
 INFO = re.compile(r"^\S+ INFO ")  # a run's own log lines before its abort line
+LAYOUT = re.compile(r"^\S+ WARN layout ")  # a layout setting off the manifests': said, then run
 TRACEBACK = re.compile(r"Traceback \(most recent|^\s+File \"", re.M)
 BAD_CLASSES = ("traceback", "silent", "hang", "crash")  # and "unclear": not one line, exit 1/2
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -137,7 +139,8 @@ def snapshot_text() -> str:
             "status": {"capacity": {"nvidia.com/gpu": "8"},
                        "allocatable": {"nvidia.com/gpu": "8"},
                        "nodeInfo": {"bootID": "b-1"}}}  # fmt: skip
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [node]})
+    # A whole snapshot (`kubectl get … -A`): one that lacks the guard's namespaces is a WARN.
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [node, *ALL_NAMESPACES]})
 
 
 def kubeconfig_text() -> str:
@@ -204,7 +207,7 @@ def run_row(row: Row, tmp: Path) -> Seen:
     text = result.stdout + result.stderr
     lines = tuple(line for line in result.stderr.splitlines()
                   if line.strip() and not line.startswith(("Usage:", "Try ", "WARN unknown"))
-                  and not INFO.match(line))  # fmt: skip
+                  and not INFO.match(line) and not LAYOUT.match(line))  # fmt: skip
     exc = result.exception
     if isinstance(exc, Hang):
         return Seen("hang", -1, text, lines)
@@ -458,7 +461,8 @@ ENV_ACCEPTED: list[tuple[str, str]] = [
     ("GUARD_PROMETHEUS_HEADERS", "X-Scope-OrgID=team-a"),
     ("GUARD_PROMETHEUS_HEADERS", "X-Api-Key=s3cr3t"), ("GUARD_HOLD_WINDOW_S", ""),
     ("GUARD_AGENT_NODE", "ignored-by-run"), ("GUARD_ZZZ", "1"),
-    # accepted at start; what the guard then makes the policies refuse, one ERROR line a cycle
+    # accepted at start (the layout ones with a `WARN layout` line: the policies pin them);
+    # what the guard then makes the policies refuse, one ERROR line a cycle
     ("GUARD_IMAGE", "ghcr.io/x/y:latest"), ("GUARD_ANNOTATION_PREFIX", "evil/"),
     ("GUARD_LEDGER_CONFIGMAP", "other-ledger"),
 ]  # fmt: skip

@@ -117,3 +117,53 @@ def test_requests_are_counted_by_status_code_and_error():
         kube.node("c")
     assert dict(kube.codes) == {"200": 1, "404": 1, "error": 1}
     assert kube.requests_made == 3
+
+
+def _kubeconfig(path: Path, server: str) -> str:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server, **INSECURE}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))  # fmt: skip
+    return str(path)
+
+
+@responses.activate
+@pytest.mark.parametrize(
+    ("flag", "env", "in_pod", "server"),
+    [
+        pytest.param(True, True, True, "https://flag.test", id="flag-beats-all"),
+        pytest.param(False, True, True, "https://env.test", id="env-beats-in-cluster"),
+        pytest.param(False, False, True, "https://10.0.0.1:443", id="in-cluster"),
+        pytest.param(False, False, False, "https://home.test", id="home-out-of-a-pod"),
+    ],
+)
+def test_one_kubeconfig_rule_as_kubectl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: bool, env: bool, in_pod: bool,
+    server: str,
+) -> None:  # fmt: skip
+    """--kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config: the same for `run`,
+    `status` and `ledger count --from-cluster` (all through Kube.connect, in_cluster unset)."""
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("sa-token\n")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    (tmp_path / ".kube").mkdir()
+    _kubeconfig(tmp_path / ".kube" / "config", "https://home.test")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in (
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ):
+        if in_pod:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    if env:
+        monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "env", "https://env.test"))
+    else:
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+    given = _kubeconfig(tmp_path / "flag", "https://flag.test") if flag else ""
+    assert Kube.connect(given).base_url == server

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from guard.cli import cli
-from tests.builders import CORDON_AT, KEYS, PCI, UUID
+from tests.builders import ALL_NAMESPACES, CORDON_AT, KEYS, PCI, UUID
 
 ARGS = ["status", "--at", "2026-09-21T05:55:00Z"]
 
@@ -32,7 +32,7 @@ def cluster_file(tmp_path: Path) -> Path:
 
     cordon = {KEYS.reason: "xid-79", KEYS.at: CORDON_AT, KEYS.boot_id: "boot-1",
               KEYS.gpu_capacity: "8", KEYS.gpu: f"{PCI} {UUID}"}  # fmt: skip
-    items = [node("gpu-node-a", cordon, True), node("gpu-node-c", {}, False)]
+    items = [node("gpu-node-a", cordon, True), node("gpu-node-c", {}, False), *ALL_NAMESPACES]
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
@@ -114,3 +114,42 @@ def test_the_kubectl_plugin_is_the_status_command(tmp_path):
     ]
     usage = subprocess.run([plugin, "--help"], capture_output=True, text=True, timeout=60)
     assert usage.stdout.startswith("Usage: kubectl gpu-guard [OPTIONS]")
+
+
+@pytest.mark.parametrize(
+    ("left_out", "lacks"),
+    [
+        pytest.param(("Pod",), ["Pods (the guard's Job results)"], id="no-pods"),
+        pytest.param(
+            ("ConfigMap", "Pod"),
+            [
+                "Pods (the guard's Job results)",
+                "anything from namespace gpu-node-guard (the ledger)",
+                "anything from namespace gpu-node-guard-jobs (the guard's Jobs)",
+            ],
+            id="one-namespace-without-A",
+        ),
+    ],
+)
+def test_a_snapshot_that_lacks_what_the_report_needs_is_one_warning(
+    tmp_path: Path, left_out: tuple[str, ...], lacks: list[str]
+) -> None:
+    """docs/status.md's old command had no -A: 0 incidents and "the next cycle creates job/…"
+    for a Job already running, without a word. Now one line says what is missing and how."""
+    path = cluster_file(tmp_path)
+    listed = yaml.safe_load(path.read_text())
+    listed["items"] = [i for i in listed["items"] if i["kind"] not in left_out]
+    path.write_text(yaml.safe_dump(listed))
+    result = CliRunner().invoke(cli, [*ARGS, "--cluster-snapshot", str(path)])
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("WARN")]
+    assert warning == (
+        f"WARN cluster snapshot {path} lacks {'; '.join(lacks)}: the report may miss incidents "
+        "and Jobs; take it with `kubectl get nodes,jobs,configmaps,events,pods -A -o yaml > "
+        "cluster.yaml`"
+    )
+
+
+def test_a_whole_snapshot_says_nothing_more(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, [*ARGS, "--cluster-snapshot", str(cluster_file(tmp_path))])
+    assert result.exit_code == 0 and "WARN" not in result.stderr, result.stderr

@@ -1,0 +1,97 @@
+"""The cadence, the CronJob's deadline and the cycle's own deadline are one fact in several files;
+and the layout names the manifests pin are not runtime settings a site flips without a word.
+
+Where each appears (read by this test): manifests/base/cronjob.yaml (`schedule`,
+`activeDeadlineSeconds`, `startingDeadlineSeconds`), guard/settings.py (`cadence_s`,
+`CRONJOB_DEADLINE_S`, `cycle_deadline_s`, `prometheus_timeout_s`), guard/alert_queries.py
+(`not_running_after_s`, three cycles), the settings.env files (none may move them), and the docs
+that quote them (README.md, docs/deploy.md, docs/writes.md, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from guard.alert_queries import AlertParams
+from guard.cli import cli
+from guard.settings import CRONJOB_DEADLINE_S, LAYOUT_SETTINGS, Settings, setting_default
+
+REPO = Path(__file__).resolve().parents[2]
+CRONJOB = REPO / "manifests" / "base" / "cronjob.yaml"
+TIMING = ("GUARD_CADENCE_S", "GUARD_CYCLE_DEADLINE_S", "GUARD_PROMETHEUS_TIMEOUT_S")
+
+
+def cronjob_spec() -> dict:
+    (cron,) = [d for d in yaml.safe_load_all(CRONJOB.read_text()) if d and d["kind"] == "CronJob"]
+    return dict(cron["spec"])
+
+
+def schedule_minutes(schedule: str) -> int:
+    found = re.fullmatch(r"\*/(\d+) \* \* \* \*", schedule)
+    assert found, f"{schedule!r}: not an every-N-minutes schedule"
+    return int(found.group(1))
+
+
+def test_the_schedule_the_deadline_and_the_cycle_deadline_are_one_fact() -> None:
+    spec, s = cronjob_spec(), Settings()
+    cadence_s = schedule_minutes(spec["schedule"]) * 60
+    deadline = spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+    assert s.cadence_s == cadence_s  # the plan's "within two cycles" counts in schedules
+    assert deadline == CRONJOB_DEADLINE_S < cadence_s  # a cycle ends before the next one starts
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["startingDeadlineSeconds"] + deadline <= cadence_s + deadline  # skipped, not piled
+    # The cycle stops retrying with room left for its last write and its push.
+    assert s.cycle_deadline_s <= CRONJOB_DEADLINE_S - 10
+    assert s.prometheus_timeout_s < CRONJOB_DEADLINE_S
+    assert AlertParams().not_running_after_s == 3 * cadence_s
+
+
+def test_no_settings_file_moves_the_timing() -> None:
+    """The schedule and the deadline live in the CronJob: a site that set GUARD_CADENCE_S in
+    settings.env would make the plan count in cycles the CronJob does not run."""
+    for env in sorted(REPO.glob("manifests/**/settings.env")):
+        names = {line.split("=", 1)[0] for line in env.read_text().splitlines()
+                 if line.strip() and not line.startswith("#")}  # fmt: skip
+        assert not names & set(TIMING), env
+
+
+@pytest.mark.parametrize(
+    ("doc", "quoted"),
+    [
+        ("README.md", "`*/{m} * * * *`"),
+        ("README.md", "`activeDeadlineSeconds` ({d})"),
+        ("docs/deploy.md", "`*/{m} * * * *`"),
+        ("docs/deploy.md", "{d} s deadline"),
+        ("docs/writes.md", "`activeDeadlineSeconds: {d}`"),
+        ("docs/benchmarks.md", "`*/{m}`"),
+    ],
+)
+def test_the_docs_quote_the_manifests_timing(doc: str, quoted: str) -> None:
+    spec = cronjob_spec()
+    minutes = schedule_minutes(spec["schedule"])
+    text = quoted.format(m=minutes, d=spec["jobTemplate"]["spec"]["activeDeadlineSeconds"])
+    assert text in (REPO / doc).read_text(), f"{doc} does not say {text}"
+
+
+@pytest.mark.parametrize("name", LAYOUT_SETTINGS)
+def test_a_layout_setting_other_than_the_manifests_warns_at_start(name: str) -> None:
+    """One WARN line naming the setting, the value and what the manifests pin; the command
+    still runs (a site that regenerated its policies and manifests may mean it)."""
+    flag = "--" + name.replace("_", "-")
+    value = {"annotation_prefix": "gpu-node-guard.example/",
+             "gpu_node_label": "example.com/gpu=true"}.get(name, "other-name")  # fmt: skip
+    out = CliRunner().invoke(cli, ["render", "evidence", "--node", "gpu-1", flag, value])
+    warns = [line for line in out.stderr.splitlines() if line.startswith("WARN layout setting")]
+    assert out.exit_code == 0, out.output
+    assert len(warns) == 1, out.stderr
+    assert f"GUARD_{name.upper()}" in warns[0] and repr(setting_default(name)) in warns[0]
+
+
+def test_the_defaults_are_the_manifests_and_say_nothing() -> None:
+    out = CliRunner().invoke(cli, ["render", "evidence", "--node", "gpu-1"])
+    assert out.exit_code == 0 and "WARN" not in out.stderr, out.stderr
