@@ -19,7 +19,6 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.actions import Action
 from guard.apply import KubeExecutor
-from guard.conformance.report import Finding, Summary, render_summary
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
 from guard.jobs import job_name, node_label
@@ -32,6 +31,7 @@ from guard.plan import plan_cycle
 from guard.prom import PromClient
 from guard.settings import Settings
 from guard.snapshot import build_snapshot, read_cluster, read_prom
+from guard.wire import Finding, Summary, render_summary
 from tests.apiserver.kube import (
     JOB_CONTROLLER,
     JOBS_NS,

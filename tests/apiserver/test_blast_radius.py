@@ -38,13 +38,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.cli import cli
-from guard.example.promserver import (
-    LocalPrometheus,
-    free_port,
-    load_openmetrics,
-    openmetrics_file,
-    serve,
-)
+from guard.example.promserver import LocalPrometheus, free_port, openmetrics_file
 from guard.example.scenario import (
     KSM_POD,
     XID,
@@ -67,6 +61,7 @@ from tests.apiserver.guard_run import (
 )
 from tests.apiserver.kube import MERGE_PATCH, create
 from tests.apiserver.kube import guard_job as job_template
+from tests.engines import load_openmetrics, serve
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver
