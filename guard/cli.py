@@ -27,7 +27,7 @@ from guard.kube import Kube, KubeError
 from guard.log import Log, Value
 from guard.model import Snapshot
 from guard.outcome import Outcome, failed, tally
-from guard.plan import plan_cycle, plan_fallback
+from guard.plan import hold, plan_cycle, plan_fallback
 from guard.plan.common import render_example_job
 from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
@@ -263,7 +263,7 @@ def _cycle(
     counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
-        "candidates": len({c.node for c in view.candidates}),
+        "candidates": len({c.node for c in hold.candidates(view, now, s)}),
         "pending": len(waiting),
         **tally(outcomes),
         "prometheus_requests": prom.requests_made,

@@ -1,18 +1,16 @@
-"""Prometheus answers → `PromView`: GPU series joined to Nodes, and the hold window decided.
+"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
 
 `read_prom` sends every query of `guard.queries.guard_queries` at one instant and converts the
-answers at this boundary into typed fields; what the planners read is plain data.
+answers at this boundary into typed fields; what the planners read is plain data. Which of
+those facts make a cordon candidate (the hold window, the fast path) is decided in
+guard/plan/hold.py.
 
-The hold window (case list; `W` is the fast hold for fast-path Xids, else the full hold):
-  a GPU with a hardware Xid now (the gauge, or the windowed counter where it exists)
-  on a node kube-state-metrics does not report unschedulable
-  whose GPU loss has been observed at every step since `loss_since`, up to now,
-  with now − loss_since ≥ W                                             → candidate
-Each step's value is the latest scrape at or before the step, so the loss was scraped no later
-than `loss_since`: the hold that really passed is never shorter than W, at any instant, on any
-engine (left-open or closed ranges, aligned or not). A step without loss or without data
-(series younger than the window, a scrape gap) breaks the run, so a loss must have been seen
-over the whole window.
+The loss history becomes `loss_since`: per node, the first step of the run of steps with GPU
+loss observed that reaches up to now. Each step's value is the latest scrape at or before the
+step, so the loss was scraped no later than `loss_since`, at any instant, on any engine
+(left-open or closed ranges, aligned or not). A step without loss or without data (series
+younger than the window, a scrape gap) breaks the run, so a loss must have been seen over the
+whole window.
 
 Which label names the Node: a series' `node` when it names a Node, else the first of
 `Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
@@ -101,7 +99,6 @@ def read_prom(
     view = PromView(
         hardware_xids=_unique(hardware),
         row_remap=_unique(intake.gpus("row-remap", vectors["row-remap"])),
-        loss_held_s=tuple((node, held_s(at, now)) for node, at in since),
         loss_since=since,
         cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vectors["cordoned"]})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vectors["gpu-pods"])),
@@ -109,10 +106,7 @@ def read_prom(
         exporter_hosts=_hosts(vectors["exporter-hosts"], join),
     )
     view = _with_signals(view, vectors, matrices, now, s, intake)
-    view = _without(view, intake.problems)
-    return replace(
-        view, candidates=held_candidates(view, now, s), nvml_candidates=held_nvml(view, now, s)
-    )
+    return _without(view, intake.problems)
 
 
 def _with_signals(
@@ -138,7 +132,6 @@ def _with_signals(
     return replace(
         view,
         nvml_since=since,
-        nvml_held_s=tuple((n, held_s(at, now)) for n, at in since),
         nvml_status=tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
         service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
         service_seen=tuple(sorted(seen)),
@@ -155,12 +148,10 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
         view,
         hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
         row_remap=tuple(g for g in view.row_remap if g.node not in gone),
-        loss_held_s=tuple(x for x in view.loss_held_s if x[0] not in gone),
         loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
         cordoned=tuple(n for n in view.cordoned if n not in gone),
         gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
         nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
-        nvml_held_s=tuple(x for x in view.nvml_held_s if x[0] not in gone),
         nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
         service_pods=tuple(p for p in view.service_pods if p.node not in gone),
         unreadable=found,
@@ -182,34 +173,6 @@ def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
         if p.node == node.name
     )
     return replace(node, unreadable=node.unreadable + found) if found else node
-
-
-def held_nvml(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
-    """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned."""
-    cordoned = set(view.cordoned)
-    return tuple(
-        node
-        for node, start in view.nvml_since
-        if node not in cordoned and (now - start).total_seconds() >= s.nvml_hold_s
-    )
-
-
-def held_candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:
-    """Hardware-Xid GPUs whose node's loss held for the Xid's window (the case list above)."""
-    since, cordoned = dict(view.loss_since), set(view.cordoned)
-    out = []
-    for g in view.hardware_xids:
-        start = since.get(g.node)
-        if start is None or g.node in cordoned:
-            continue
-        if (now - start).total_seconds() >= hold_window_s(g.value, s):
-            out.append(g)
-    return tuple(out)
-
-
-def hold_window_s(xid: int, s: Settings) -> int:
-    """How long GPU loss must hold before a cordon for this Xid: the fast hold on the fast path."""
-    return s.fast_hold_window_s if xid in s.fast_path_xids else s.hold_window_s
 
 
 def loss_since(
@@ -251,11 +214,6 @@ def on_step(now: datetime, step_s: int) -> datetime:
     '05:55:00'
     """
     return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
-
-
-def held_s(since: datetime, now: datetime) -> int:
-    """Whole seconds the loss has held, rounded down (never more than really passed)."""
-    return max(0, int((now - since).total_seconds()))
 
 
 def check_join(view: PromView, nodes: Iterable[NodeInfo]) -> tuple[str, ...]:

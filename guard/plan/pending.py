@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from guard.log import Value
 from guard.model import Snapshot
 from guard.plan import mismatch
-from guard.prom_view import held_s, hold_window_s
+from guard.plan.hold import held_s, hold_window_s
 from guard.settings import Settings
 
 
@@ -117,7 +117,7 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
     if s.nvml_mismatch_cordon:
         out.extend(
             PendingMismatch(node, mismatch.seen(snap, node), held, s.nvml_hold_s)
-            for node, held in snap.prom.nvml_held_s
-            if node not in cordoned and held < s.nvml_hold_s
+            for node, start in snap.prom.nvml_since
+            if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
         )
     return tuple(sorted(out, key=lambda p: p.order))
