@@ -64,17 +64,22 @@ class JoinError(PromError):
 
 
 def read_prom(
-    client: PromClient, s: Settings, now: datetime, node_names: Collection[str] = ()
+    client: PromClient,
+    s: Settings,
+    now: datetime,
+    node_names: Collection[str] = (),
+    sent: tuple[queries.Query, ...] = (),
 ) -> PromView:
-    """Run every query at `now`; missing inputs or a bad answer raise `PromError`, a bad series
-    drops its node (`PromView.unreadable`)."""
+    """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
+    facts of the others stay empty); missing inputs or a bad answer raise `PromError`, a bad
+    series drops its node (`PromView.unreadable`)."""
     join = _Join(s.dcgm_node_label_names, frozenset(node_names))
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
     windows = {"loss-history": queries.loss_lookback_s(s), "nvml-mismatch-history":
                queries.nvml_lookback_s(s)}  # fmt: skip
-    for q in queries.guard_queries(s):
+    for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
             window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
@@ -83,29 +88,34 @@ def read_prom(
         else:
             answer = client.vector_checked(q.name, q.promql, at, q.required)
             vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
-    for metric, _ in queries.REQUIRED_INPUTS:
+    for metric, _ in queries.REQUIRED_INPUTS if not sent else ():
         found = vectors[queries.required_input_name(metric)]
         if not found or found[0].value < 1:
             raise PromError(
                 f"input metric {metric} has no series{queries.selector_hint(metric, s)}: check"
                 " the exporter and scrape"
             )
+
+    def vector(name: str) -> tuple[Sample, ...]:
+        return vectors.get(name, ())
+
     hardware = (
-        *intake.gpus("hardware-xid", vectors["hardware-xid"], xid_value=True),
-        *intake.gpus("hardware-xid-counted", vectors["hardware-xid-counted"], value_label="xid"),
+        *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
+        *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
     lookback = queries.loss_lookback_s(s)
-    since = loss_since(matrices["loss-history"], now, s.query_step_s, lookback)
+    since = loss_since(matrices.get("loss-history", ()), now, s.query_step_s, lookback)
     view = PromView(
         hardware_xids=_unique(hardware),
-        row_remap=_unique(intake.gpus("row-remap", vectors["row-remap"])),
+        row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
         loss_since=since,
-        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vectors["cordoned"]})),
-        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vectors["gpu-pods"])),
-        xid_hosts=_hosts(vectors["xid-hosts"], join),
-        exporter_hosts=_hosts(vectors["exporter-hosts"], join),
+        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
+        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
+        xid_hosts=_hosts(vector("xid-hosts"), join),
+        exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
-    view = _with_signals(view, vectors, matrices, now, s, intake)
+    if not sent:
+        view = _with_signals(view, vectors, matrices, now, s, intake)
     return _without(view, intake.problems)
 
 

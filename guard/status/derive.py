@@ -282,11 +282,12 @@ def _candidates(
 
 
 def _waiting(p: Waiting) -> Candidate:
+    at = ledger.format_time(p.decides_at)
     if isinstance(p, PendingMismatch):
         return Candidate(p.node, p.reason, None, None, None, None, p.held_s, p.needs_s,
-                         "pending", p.detail)  # fmt: skip
+                         "pending", p.detail, at)  # fmt: skip
     return Candidate(p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s,
-                     "pending")  # fmt: skip
+                     "pending", decides_at=at)  # fmt: skip
 
 
 def _order(c: Candidate) -> tuple[str, int, str, int]:
