@@ -184,7 +184,10 @@ class Watch:
         else:
             word, nxt = "ended", "no hardware Xid with GPU loss now, not cordoned: nothing to do"
         if new and word == "ended":
-            return False  # the poll saw it, the re-read did not (a scrape between): no line
+            # The poll's instant saw a loss the history's last step does not show yet (it is
+            # read on the step grid): no line, and the next poll looks again.
+            self.seen.discard(name)
+            return False
         self.decisions += 1
         self.log.emit("watch-wait", {"node": name, "hold": word, "next": nxt})
         return False

@@ -1,8 +1,9 @@
 """The in-run watch's decisions (guard/watch.py runs them): which holds it waits for, and the
 snapshot one decision plans on.
 
-Case list, for each node with a pending hardware-Xid hold (guard.plan.pending), at the start of
-the watch and for each node the watch's poll names later:
+Case list, for each Node with a pending hardware-Xid hold (guard.plan.pending), at the start of
+the watch and for each Node the watch's poll names later (a name no Node has is the cycle's
+not-in-api line, not a wait):
   the hold completes at or before the watch's end       → due then (its node's earliest GPU)
   it completes later                                    → left to the next run
 When a node is due, only its facts are read again (its Xids and loss history, its cordon in
@@ -36,8 +37,8 @@ def dues(snap: Snapshot, s: Settings) -> tuple[Due, ...]:
     """Per node with a pending Xid hold, when the first of its holds completes; by time, name."""
     first: dict[str, Due] = {}
     for p in pending(snap, s):
-        if not isinstance(p, Pending):
-            continue  # a mismatch's hold is the next run's: its facts are not re-read here
+        if not isinstance(p, Pending) or snap.node(p.node) is None:
+            continue  # a mismatch's hold is the next run's; a name no Node has, not-in-api
         seen = first.get(p.node)
         if seen is None or p.decides_at < seen.at:
             first[p.node] = Due(p.node, p.reason, p.decides_at)
