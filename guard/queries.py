@@ -290,13 +290,14 @@ HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cor
 
 
 def watch_poll(s: Settings) -> Query:
-    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned: the
-    alert's join (dcgm-exporter's host label copied into ``node``), one series per node."""
+    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
+    series per node. Each Xid series joins kube-state-metrics both by its own ``node`` (a scrape
+    relabel) and by the host label copied into ``node`` (the alert's join): the one that names a
+    Node with GPU loss survives the ``and``."""
     codes, pins = s.user_code_xids, Pins.of(s)
-    xids = (
-        f"{with_node_label(hardware_xid_now(codes, pins))}"
-        f" or {with_node_label(hardware_xid_counted(codes, loss_lookback_s(s), pins))}"
-    )
+    sources = (hardware_xid_now(codes, pins),
+               hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
+    xids = " or ".join(f"{x} or {with_node_label(x)}" for x in sources)
     promql = (
         f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({gpu_loss(pins)} > 0)"
         f" and on ({NODE_LABEL}) {not_cordoned(pins)})"

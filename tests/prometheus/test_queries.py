@@ -17,6 +17,7 @@ from guard.model import GpuPod, NodeInfo, PromView
 from guard.plan.hold import candidates, loss_held_s
 from guard.prom import PromClient, PromError
 from guard.prom_view import JoinError, check_join, read_prom
+from guard.queries import hold_queries, watch_poll
 from guard.settings import Settings
 from tests.prometheus.conftest import (
     JOBS_NS,
@@ -209,3 +210,31 @@ def test_a_run_whose_xid_series_name_no_node_aborts(prom_misconfigured, tmp_path
     (abort,) = [line for line in proc.stderr.splitlines() if " abort " in line]
     assert 'e.g. {Hostname=\\"nvidia-dcgm-exporter-cwbcm\\"}, none of 1 Nodes' in abort
     assert "set NODE_NAME in dcgm-exporter" in abort
+
+
+# ---- the in-run watch's queries (guard.queries.watch_poll, hold_queries) ----------------------
+
+
+@pytest.mark.parametrize("after", [3, 12])
+def test_the_watch_reads_one_node_as_the_cycle_does(prom, after):
+    """A watch decision's narrowed queries give that node's facts exactly as the cycle's whole
+    read does: its Xids (gauge and counter), when its loss began, its cordon."""
+    at = minutes(after)
+    full, client = view(prom, at), PromClient(prom.url)
+    names = sorted({g.node for g in full.hardware_xids} | {n for n, _ in full.loss_since})
+    assert names
+    for name in names:
+        one = read_prom(client, S, at, NODE_NAMES, hold_queries(S, name))
+        assert one.hardware_xids == tuple(g for g in full.hardware_xids if g.node == name), name
+        assert dict(one.loss_since).get(name) == dict(full.loss_since).get(name), name
+        assert (name in one.cordoned) == (name in full.cordoned), name
+
+
+def test_the_watch_poll_names_each_node_with_a_hardware_xid_and_loss_now(prom):
+    at = minutes(12)
+    full = view(prom, at)
+    poll = watch_poll(S)
+    answer = PromClient(prom.url).vector_checked(poll.name, poll.promql, at, poll.required)
+    lost = {n for n, _ in full.loss_since}
+    expected = {g.node for g in full.hardware_xids if g.node in lost} - set(full.cordoned)
+    assert {x.label("node") for x in answer.good} >= expected
