@@ -26,9 +26,10 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
 CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
-# The in-run watch ends this long before the CronJob's deadline: the last decision's writes and
-# the Lease's release fit in it (guard/watch.py).
-WATCH_MARGIN_S = 60
+# The in-run watch ends this long before the CronJob's deadline: the last decision's reads and
+# writes and the Lease's release fit in it (guard/watch.py). Not longer: a pod that starts a
+# minute late must still watch past the next scrape step of a fault at the tick's end.
+WATCH_MARGIN_S = 30
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
@@ -222,7 +223,7 @@ class Settings:
     watch_until_s: int = _opt(
         CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
         "After its cycle, the run watches pending holds until this many seconds after it started "
-        "(the CronJob's activeDeadlineSeconds 240 less 60)",
+        "(the CronJob's activeDeadlineSeconds 240 less 30)",
     )
     watch_interval_s: int = _opt(
         30, "Seconds between the watch's polls (about the scrape interval)"
