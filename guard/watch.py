@@ -10,8 +10,8 @@ its Node object — and the isolation check plans on the cycle's snapshot with t
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
 (`already-cordoned`). At most one cordon per run: the watch does not start after a cordon
 landed in the cycle, and ends once one lands. It ends at `Settings.watch_until_s` after the run
-started, or when the cycle's Lease is lost; a hold that cannot complete by then is the next
-run's.
+started, when the cycle's Lease is lost, or when a read fails (one WARN `watch-end` line; the
+cycle's exit code stands); a hold that cannot complete by then is the next run's.
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
@@ -30,16 +30,17 @@ from guard import queries
 from guard.actions import Action, Cordon
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
 from guard.jobs import JobTemplates
-from guard.kube import Kube, NotFound
+from guard.kube import Kube, KubeError, NotFound
+from guard.kube_errors import first_line
 from guard.ledger import format_time
-from guard.log import Log
+from guard.log import Level, Log
 from guard.model import NodeInfo, Snapshot
 from guard.names import Annotations
 from guard.objects import node_info
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.watch import Due, decision_snapshot, dues, split
-from guard.prom import PromClient
+from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom, with_prom_unreadable
 from guard.settings import Settings
 
@@ -110,7 +111,11 @@ class Watch:
         })  # fmt: skip
         prom_before = self.prom.requests_made
         api_before = self.kube.requests_made if self.kube else 0
-        why = self._loop(start)
+        level: Level = "INFO"
+        try:
+            why = self._loop(start)
+        except (PromError, KubeError) as exc:  # the cycle's work stands; the next run reads again
+            why, level = f"read-failed: {first_line(str(exc))}", "WARN"
         self.left |= set(self.waiting)
         self.log.emit("watch-end", {
             "why": why, "decisions": self.decisions, "cordoned": self.cordoned or "-",
@@ -118,7 +123,7 @@ class Watch:
             "prometheus_requests": self.prom.requests_made - prom_before,
             "api_requests": (self.kube.requests_made if self.kube else 0) - api_before,
             "next": "the next run decides what is left" if self.left else "nothing left",
-        })  # fmt: skip
+        }, level)  # fmt: skip
 
     def _loop(self, start: datetime) -> str:
         next_poll = start + timedelta(seconds=self.s.watch_interval_s)

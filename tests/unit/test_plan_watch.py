@@ -3,12 +3,17 @@ run, and the snapshot one decision plans on."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from datetime import timedelta
 
+from guard.apply import PrintExecutor
+from guard.log import Log
 from guard.model import PromView
 from guard.plan.isolation import plan_isolation
 from guard.plan.watch import Due, decision_snapshot, dues, split
+from guard.prom import PromClient
+from guard.watch import ReplayClock, Watch
 from tests.builders import NOW, TEMPLATES, brief, gpu, node, settings, snapshot, xid_cordon
 
 
@@ -76,3 +81,19 @@ def test_the_cordon_carries_the_resource_version_as_re_read():
                              after(60))  # fmt: skip
     (cordon,) = [a for a in plan_isolation(snap, settings(), TEMPLATES) if a.node == "b"][:1]
     assert cordon.resource_version == "7"  # type: ignore[union-attr]
+
+
+def test_a_read_that_fails_during_the_watch_ends_it_with_one_warn_line():
+    """Prometheus gone after the cycle (nothing listens on the port): the watch's decision read
+    fails, the watch ends with a WARN line, and nothing is written."""
+    out = io.StringIO()
+    log = Log("text", out, NOW)
+    base = snapshot(node("b"), hardware=(gpu("b", 79),), loss={"b": 60})
+    printer = PrintExecutor(log, show_manifests=False)
+    s = settings(prometheus_url="http://127.0.0.1:9")
+    watch = Watch(s, PromClient("http://127.0.0.1:9", timeout_s=1), None, TEMPLATES, log, base,
+                  lambda _snap: printer, ReplayClock(NOW), after(s.watch_until_s))  # fmt: skip
+    watch.run()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1:3] for line in lines] == [["INFO", "watch-start"], ["WARN", "watch-end"]]
+    assert 'why="read-failed: ' in lines[1] and printer.outcomes == []
