@@ -291,18 +291,30 @@ HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cor
 
 def watch_poll(s: Settings) -> Query:
     """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
-    series per node. Each Xid series joins kube-state-metrics both by its own ``node`` (a scrape
-    relabel) and by the host label copied into ``node`` (the alert's join): the one that names a
-    Node with GPU loss survives the ``and``."""
+    series per node. Each Xid series joins kube-state-metrics by the first of its naming labels
+    that is set (its own ``node``, a scrape relabel, then `Settings.dcgm_node_label_names`), as
+    the cycle's read prefers them; the gauge is read once (it is the poll's whole cost)."""
     codes, pins = s.user_code_xids, Pins.of(s)
     sources = (hardware_xid_now(codes, pins),
                hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
-    xids = " or ".join(f"{x} or {with_node_label(x)}" for x in sources)
+    xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
     promql = (
         f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({gpu_loss(pins)} > 0)"
         f" and on ({NODE_LABEL}) {not_cordoned(pins)})"
     )
     return Query(WATCH_POLL, promql, required=(NODE_LABEL,))
+
+
+def first_host(expr: str, labels: Iterable[str]) -> str:
+    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set.
+
+    >>> joined = 'label_replace(label_join(x, "guard_host", ";", "node", "Hostname"), "node"'
+    >>> first_host("x", ("Hostname",)).startswith(joined)
+    True
+    """
+    names = ", ".join(f'"{label}"' for label in dict.fromkeys((NODE_LABEL, *labels)))
+    joined = f'label_join({expr}, "guard_host", ";", {names})'
+    return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
 
 
 def _one_node(metric: str, labels: Iterable[str], node: str) -> str:
