@@ -137,7 +137,8 @@ class Watch:
             if now >= self.end:
                 return "deadline"
             if now >= next_poll:
-                self._poll(now)
+                if self._poll(now):
+                    return "cordon-landed"
                 next_poll += timedelta(seconds=self.s.watch_interval_s)
                 if not self.renew(self.clock.now()):
                     return "lease-lost"
@@ -145,7 +146,8 @@ class Watch:
             wake = min(t for t in times if t > now)  # the end is later than now
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
 
-    def _poll(self, now: datetime) -> None:
+    def _poll(self, now: datetime) -> bool:
+        """Looks at each node the poll names for the first time; True when a cordon landed."""
         self.polls += 1
         answer = self.prom.vector_checked(
             queries.WATCH_POLL, queries.watch_poll(self.s).promql, now, (queries.NODE_LABEL,)
@@ -156,7 +158,8 @@ class Watch:
                 continue  # a name no Node has is the cycle's not-in-api line, not a decision
             self.seen.add(name)
             if self._decide(name, now, new=True):
-                return
+                return True
+        return False
 
     def _read(self, name: str, now: datetime) -> Snapshot:
         """The cycle's snapshot with that node's facts as re-read at `now`."""
