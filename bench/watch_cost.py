@@ -4,7 +4,8 @@
 cluster (`bench.synthetic`: N nodes × 8 GPUs, the role nodes with their faults, the same TSDB
 the cycle bench reads) in a real Prometheus and times the watch's own PromQL, as
 `guard.watch` sends it: the poll (`guard.queries.watch_poll`, once per `watch_interval_s`) and a
-decision's four narrowed queries (`guard.queries.hold_queries`, for the new Xid 79 node). Prints
+decision's four narrowed queries (`guard.queries.hold_queries`, for the new Xid 79 node), and
+one cycle's queries (`guard.queries.guard_queries`) beside them for scale. Prints
 a Markdown table: seconds per query (median of `--reps`), and seconds of Prometheus time per
 minute of watching with no decision and with one.
 """
@@ -52,11 +53,17 @@ def main(nodes: int, reps: int) -> None:
         with serve(workdir, timeout_s=300) as prom:
             session = requests.Session()
             sent = (queries.watch_poll(s), *queries.hold_queries(s, fault))
+            cycle = queries.guard_queries(s)  # beside them, for scale: one cycle's queries
             took: dict[str, list[float]] = {q.name: [] for q in sent}
+            whole: list[float] = []
+
+            def at(q: queries.Query) -> float:
+                return (on_step(spec.at, s.query_step_s) if q.on_step else spec.at).timestamp()
+
             for _ in range(reps + 1):  # the first round warms Prometheus; not counted
                 for q in sent:
-                    when = on_step(spec.at, s.query_step_s) if q.on_step else spec.at
-                    took[q.name].append(timed(session, prom.url, q, when.timestamp()))
+                    took[q.name].append(timed(session, prom.url, q, at(q)))
+                whole.append(sum(timed(session, prom.url, q, at(q)) for q in cycle))
     median = {name: statistics.median(values[1:]) for name, values in took.items()}
     poll = median[queries.WATCH_POLL]
     decision = sum(v for k, v in median.items() if k != queries.WATCH_POLL)
@@ -65,6 +72,7 @@ def main(nodes: int, reps: int) -> None:
     rows += [
         [f"per minute, polls only ({per_minute:g} polls)", f"{per_minute * poll:.3f}"],
         ["per minute with one decision", f"{per_minute * poll + decision:.3f}"],
+        [f"one cycle's {len(cycle)} queries, for scale", f"{statistics.median(whole[1:]):.3f}"],
     ]
     click.echo(f"{nodes:,} nodes, {built.series:,} series; decision node {fault}; median of {reps}")
     click.echo("")
