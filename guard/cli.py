@@ -320,14 +320,14 @@ def _cycle_and_watch(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
-    if inputs.watch and not bad and not cordon_landed(executor.outcomes):
+    if inputs.watch and not bad:
         if lease is None or lease.renew(datetime.now(UTC)):
             clock: Clock = ReplayClock(now) if inputs.at else WallClock()
             Watch(s, prom, kube, templates, executor.log, snap,
                   lambda decided: executor_for(decided, executor.outcomes), clock,
                   now + timedelta(seconds=s.watch_until_s),
                   (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
-                  released(actions)).run()  # fmt: skip
+                  released(actions), not cordon_landed(executor.outcomes)).run()  # fmt: skip
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 

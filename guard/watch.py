@@ -8,10 +8,12 @@ node — its Xids, loss history and cordon in kube-state-metrics (`guard.queries
 its Node object — and the isolation check plans on the cycle's snapshot with those facts
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
-(`already-cordoned`). At most one cordon per run: the watch does not start after a cordon
-landed in the cycle, and ends once one lands. It ends at `Settings.watch_until_s` after the run
-started, when the cycle's Lease is lost, or when a read fails (one WARN `watch-end` line; the
-cycle's exit code stands); a hold that cannot complete by then is the next run's.
+(`already-cordoned`). At most one cordon per run: after a cordon landed in the cycle the watch
+decides nothing and only holds the cycle's Lease until its end (a run started beside this one in
+the same slot then finds the Lease held); after a cordon of its own it does the same. It ends at
+`Settings.watch_until_s` after the run started, when the cycle's Lease is lost, or when a read
+fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
+then is the next run's.
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
@@ -88,6 +90,10 @@ class Watch:
     end: datetime
     renew: Callable[[datetime], bool] = lambda _at: True
     released: frozenset[str] = frozenset()  # nodes the cycle's return check let go
+    # False after a cordon landed in the cycle: the run decides nothing more, but stays up
+    # holding the cycle's Lease until the end, so a run started beside it in the same slot
+    # finds the Lease held and cannot cordon a second node.
+    deciding: bool = True
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
     left: set[str] = field(default_factory=set)
@@ -96,18 +102,22 @@ class Watch:
     cordoned: str = ""
 
     def run(self) -> None:
-        within, later = split(dues(self.base, self.s), self.end)
+        within, later = split(dues(self.base, self.s), self.end) if self.deciding else ((), ())
         self.waiting = {d.node: d for d in within}
         self.left = {d.node for d in later}
         decided = {g.node for g in hold.candidates(self.base.prom, self.base.now, self.s)}
         self.seen = {*self.waiting, *self.left, *decided}
         start = self.clock.now()
         first = min(self.waiting.values(), key=lambda d: d.at, default=None)
+        if not self.deciding:
+            nxt = "a cordon landed in this run: holding the cycle's Lease, deciding nothing more"
+        elif first:
+            nxt = f"first decision at {format_time(first.at)} ({first.node})"
+        else:
+            nxt = "polling for new faults"
         self.log.emit("watch-start", {
             "waiting": len(self.waiting), "left": len(self.left), "until": format_time(self.end),
-            "interval_s": self.s.watch_interval_s,
-            "next": f"first decision at {format_time(first.at)} ({first.node})" if first
-                    else "polling for new faults",
+            "interval_s": self.s.watch_interval_s, "next": nxt,
         })  # fmt: skip
         prom_before = self.prom.requests_made
         api_before = self.kube.requests_made if self.kube else 0
@@ -133,18 +143,25 @@ class Watch:
                             key=lambda d: (d.at, d.node)):  # fmt: skip
                 del self.waiting[d.node]
                 if self._decide(d.node, now):
-                    return "cordon-landed"
+                    self._stop_deciding()
+                    break
             if now >= self.end:
-                return "deadline"
+                return "cordon-landed" if self.cordoned else "deadline"
             if now >= next_poll:
-                if self._poll(now):
-                    return "cordon-landed"
+                if self.deciding and self._poll(now):
+                    self._stop_deciding()
                 next_poll += timedelta(seconds=self.s.watch_interval_s)
                 if not self.renew(self.clock.now()):
                     return "lease-lost"
             times = [next_poll, self.end, *(d.at for d in self.waiting.values())]
             wake = min(t for t in times if t > now)  # the end is later than now
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
+
+    def _stop_deciding(self) -> None:
+        """One cordon per run: what still waits is the next run's; the Lease stays held."""
+        self.deciding = False
+        self.left |= set(self.waiting)
+        self.waiting.clear()
 
     def _poll(self, now: datetime) -> bool:
         """Looks at each node the poll names for the first time; True when a cordon landed."""

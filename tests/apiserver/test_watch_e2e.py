@@ -154,7 +154,7 @@ def test_a_run_releases_the_lease_and_one_that_finds_it_held_exits_0(
 
 
 TRIALS = 20
-WATCH_S = 5  # the live runs' watch: the first run holds the Lease this long after its cycle
+WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its cycle
 
 
 @pytest.fixture(scope="module")
