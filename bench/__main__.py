@@ -15,6 +15,7 @@ from bench import isolate, report
 from bench.apimode import unavailable
 from bench.machine import describe
 from bench.scale import Plan, SizeResult, measure_size
+from guard.settings import Settings
 from tests.engines import ENGINES, Engine, PrometheusUnavailable, binaries
 
 _STARTED = time.monotonic()
@@ -113,15 +114,23 @@ def main(
 def _isolation(step_s: int, engine: Engine) -> list[str]:
     _say(f"time to isolate on {engine}: phases every {step_s} s …")
     started = time.monotonic()
-    summaries = isolate.time_to_isolate(step_s, engine)
+    without, watched = isolate.time_to_isolate(step_s, engine, watch=(False, True))
     took = time.monotonic() - started
+    runs = sum(len(s.results) for s in (*without, *watched))
     return [
         f"## Time to isolate ({engine})",
         "",
-        *report.isolation(summaries, step_s),
+        f"With the in-run watch (the run stays up {Settings().watch_until_s} s and cordons when"
+        " the hold completes):",
         "",
-        f"({took:.0f} s: one {engine}, {sum(len(s.results) for s in summaries)} phase × start"
-        f" delay replays, {sum(r.ticks for s in summaries for r in s.results)} guard cycles.)",
+        *report.isolation(watched, step_s, watch=True),
+        "",
+        "Each run's cycle only (`--no-watch`): the next tick decides.",
+        "",
+        *report.isolation(without, step_s),
+        "",
+        f"({took:.0f} s: one {engine}, {runs} phase × start delay replays, "
+        f"{sum(r.ticks for s in (*without, *watched) for r in s.results)} guard runs.)",
         "",
     ]
 

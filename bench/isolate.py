@@ -58,12 +58,22 @@ class Case:
     hold_s: int  # the setting: no lag may be shorter
     worst_target_s: int
     median_target_s: int | None
+    # With the in-run watch (guard/watch.py): the hold, not the period, sets the time.
+    watch_worst_s: int = 0
+    watch_median_s: int | None = None
+
+    def targets(self, watch: bool) -> tuple[int, int | None]:
+        if watch:
+            return self.watch_worst_s, self.watch_median_s
+        return self.worst_target_s, self.median_target_s
 
 
 _S = Settings()
 CASES = (
-    Case("xid79", "Xid 79 (fast path)", 79, _S.fast_hold_window_s, 450 + 59, 300 + 59),
-    Case("xid48", "Xid 48 + GPU loss (full hold window)", 48, _S.hold_window_s, 930 + 59, None),
+    Case("xid79", "Xid 79 (fast path)", 79, _S.fast_hold_window_s, 450 + 59, 300 + 59, 240, 180),
+    Case(
+        "xid48", "Xid 48 + GPU loss (full hold window)", 48, _S.hold_window_s, 930 + 59, None, 720
+    ),
 )
 
 
@@ -171,10 +181,14 @@ def snapshot_list(sc: Scenario) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def plan_at(prometheus_url: str, snapshot: Path, at: datetime) -> list[dict[str, Any]]:
-    """One cycle of the real CLI, in-process; the plan's actions as JSON."""
+def plan_at(
+    prometheus_url: str, snapshot: Path, at: datetime, watch: bool = False
+) -> list[dict[str, Any]]:
+    """One run of the real CLI, in-process (with `watch`: the cycle and its watch, in the
+    replayed time); the actions as JSON."""
     args = [
         "run",
+        "--watch" if watch else "--no-watch",
         "--dry-run",
         "--output",
         "json",
@@ -198,23 +212,34 @@ def plan_at(prometheus_url: str, snapshot: Path, at: datetime) -> list[dict[str,
     return actions
 
 
-def decide(prometheus_url: str, snapshot: Path, slot: Slot, delay_s: int) -> PhaseResult:
+def decide(
+    prometheus_url: str, snapshot: Path, slot: Slot, delay_s: int, watch: bool = False
+) -> PhaseResult:
+    """The first run that cordons the slot's node, and when: the run's start, or with the
+    watch the instant its watch decided (the cordon's `auto-cordon-at`)."""
     last_k = (SLOT_S - CLEAR_BEFORE_END_S) // TICK_S
-    for k in range(1, last_k + 1):
+    # From the slot's own tick: its run is before the Xid, but its watch is up after it.
+    for k in range(0, last_k + 1):
         run = slot.start + timedelta(seconds=k * TICK_S + delay_s)
-        cordons = [
-            a["node"] for a in plan_at(prometheus_url, snapshot, run) if a["type"] == "cordon"
-        ]
-        if any(node != slot.node for node in cordons):
-            raise RuntimeError(f"slot {slot.node}: the plan at {run} cordons {cordons}")
+        cordons = [a for a in plan_at(prometheus_url, snapshot, run, watch)
+                   if a["type"] == "cordon"]  # fmt: skip
+        if any(a["node"] != slot.node for a in cordons):
+            raise RuntimeError(f"slot {slot.node}: the run at {run} cordons {cordons}")
         if cordons:
-            return PhaseResult(slot, delay_s, run, k)
-    return PhaseResult(slot, delay_s, None, last_k)
+            at = next(v for key, v in cordons[0]["annotations"].items()
+                      if key.endswith("auto-cordon-at"))  # fmt: skip
+            decided = datetime.fromisoformat(at.replace("Z", "+00:00"))
+            return PhaseResult(slot, delay_s, decided, k + 1)
+    return PhaseResult(slot, delay_s, None, last_k + 1)
 
 
 def time_to_isolate(
-    step_s: int, engine: Engine = "prometheus2", delays: tuple[int, ...] = DELAYS_S
-) -> tuple[CaseSummary, ...]:
+    step_s: int,
+    engine: Engine = "prometheus2",
+    delays: tuple[int, ...] = DELAYS_S,
+    watch: tuple[bool, ...] = (False,),
+) -> tuple[tuple[CaseSummary, ...], ...]:
+    """Per `watch` mode, one summary per case (every mode over the same Prometheus)."""
     all_slots = slots(step_s)
     sc = scenario(all_slots)
     check_matches_guard_writer(incident())
@@ -227,10 +252,14 @@ def time_to_isolate(
         snapshot.write_text(json.dumps(snapshot_list(sc)), encoding="utf-8")
         end = sc.start + timedelta(seconds=sc.duration_s)
         with serve(workdir, engine, ready_at=end) as prom:
-            results = [decide(prom.url, snapshot, s, d) for s in all_slots for d in delays]
+            found = {w: [decide(prom.url, snapshot, s, d, w) for s in all_slots for d in delays]
+                     for w in watch}  # fmt: skip
     return tuple(
-        CaseSummary(c, tuple(sorted((r for r in results if r.slot.case == c), key=_phase)))
-        for c in CASES
+        tuple(
+            CaseSummary(c, tuple(sorted((r for r in found[w] if r.slot.case == c), key=_phase)))
+            for c in CASES
+        )
+        for w in watch
     )
 
 

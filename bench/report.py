@@ -31,16 +31,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def isolation(summaries: Sequence[CaseSummary], step_s: int) -> list[str]:
+def isolation(summaries: Sequence[CaseSummary], step_s: int, watch: bool = False) -> list[str]:
     rows = []
     for s in summaries:
         lags, c = s.lags, s.case
+        worst_target, median_target = c.targets(watch)
         worst = max(lags) if s.complete else None
-        ok = worst is not None and worst <= c.worst_target_s and min(lags) >= c.hold_s
-        target = f"min ≥ hold {duration(c.hold_s)}, worst ≤ {duration(c.worst_target_s)}"
-        if c.median_target_s is not None:
-            target += f", median ≤ {duration(c.median_target_s)}"
-            ok = ok and median_s(s) <= c.median_target_s
+        ok = worst is not None and worst <= worst_target and min(lags) >= c.hold_s
+        target = f"min ≥ hold {duration(c.hold_s)}, worst ≤ {duration(worst_target)}"
+        if median_target is not None:
+            target += f", median ≤ {duration(median_target)}"
+            ok = ok and median_s(s) <= median_target
         rows.append(
             [
                 c.title,

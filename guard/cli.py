@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 import yaml
@@ -25,8 +27,9 @@ from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.log import Log, Value
 from guard.model import Snapshot
+from guard.names import CYCLE_LEASE
 from guard.outcome import Outcome, RunTrace, failed, tally
-from guard.plan import plan_cycle, plan_fallback
+from guard.plan import hold, plan_cycle, plan_fallback, released
 from guard.plan.common import render_example_job
 from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
@@ -45,6 +48,9 @@ from guard.snapshot import (
     read_prom,
     require_nodes,
 )
+
+if TYPE_CHECKING:
+    from guard.lease import CycleLease
 
 
 class LazyGroup(GuardedGroup):
@@ -121,6 +127,12 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
+    "--watch/--no-watch",
+    default=None,
+    help="After the cycle, stay up and cordon a hold when it completes (default: on, off for"
+    " --dry-run and --at unless asked; an --at watch runs in the replayed time).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -133,6 +145,7 @@ def run(
     at: datetime | None,
     cluster_snapshot: Path | None,
     output: str,
+    watch: bool | None,
     log_format: str,
     **options: Any,
 ) -> None:
@@ -152,7 +165,8 @@ def run(
     for warning in layout_warnings(s):
         log.emit("layout", dict(warning), "WARN")
     trace = RunTrace(prom)
-    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output), trace)
+    watching = watch if watch is not None else not dry_run and at is None
+    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output, watching), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
         from guard.push import push_run  # the push's status report is loaded only to push
 
@@ -165,6 +179,10 @@ def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
     try:
         trace.templates = load_bundle().templates  # every shipped file checked before anything
         result = _cycle(s, trace.prom, trace.templates, log, inputs, trace)
+    except LeaseHeld as exc:
+        why = "another run holds the cycle's Lease and decides this slot; exit 0"
+        log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
+        return 0
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         return 1
@@ -200,6 +218,7 @@ class Inputs:
     at: datetime | None
     snapshot_file: Path | None
     output: str
+    watch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,14 +244,46 @@ class CycleResult:
                 "counts": self.counts}  # fmt: skip
 
 
+class LeaseHeld(Exception):
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
 def _cycle(
     s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
     trace: RunTrace,
 ) -> CycleResult:  # fmt: skip
+    """The cycle, then the watch; a real run holds the cycle's Lease from before its reads to
+    its end (guard/lease.py)."""
+    if inputs.snapshot_file is not None or inputs.dry_run:
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, None)
+    from guard.lease import CycleLease  # a real run's only (the dry run and --help load none)
+
+    backoff = Backoff(time.monotonic() + s.cycle_deadline_s)
+    kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+    lease = CycleLease(kube, s.namespace, f"{socket.gethostname()}-{os.getpid()}",
+                       s.lease_duration_s)  # fmt: skip
+    holder = lease.take(datetime.now(UTC))
+    if holder:
+        raise LeaseHeld(holder)
+    try:
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, lease)
+    finally:
+        try:
+            lease.release(datetime.now(UTC))
+        except KubeError as exc:  # it expires on its own within the CronJob's deadline
+            expires = f"the Lease expires {s.lease_duration_s}s after its last renewal"
+            log.event("lease-release-failed", "WARN", reason=str(exc), next=expires)
+
+
+def _cycle_and_watch(
+    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
+    trace: RunTrace, lease: CycleLease | None,
+) -> CycleResult:  # fmt: skip
     started = time.monotonic()
-    backoff = Backoff(started + s.cycle_deadline_s)
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
-    kube = None
+    kube = trace.kube
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
@@ -240,7 +291,9 @@ def _cycle(
             step = f"the plan may miss incidents and Jobs; take it with `{SNAPSHOT_COMMAND}`"
             log.event("snapshot", "WARN", lacks="; ".join(objs.gaps), next=step)
     else:
-        kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+        if kube is None:
+            backoff = Backoff(started + s.cycle_deadline_s)
+            kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
     view = read_prom(prom, s, now, names)
@@ -249,14 +302,8 @@ def _cycle(
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
-    executor: PrintExecutor | KubeExecutor
-    if inputs.dry_run:
-        stream = sys.stderr if inputs.output == "json" else sys.stdout
-        printer_log = Log(log.fmt, stream, log.clock)
-        executor = PrintExecutor(printer_log, show_manifests=inputs.output == "text")
-    else:
-        assert kube is not None
-        executor = KubeExecutor(kube, log, s, snap, socket.gethostname())
+    executor_for = _executors(s, log, inputs, kube)
+    executor = executor_for(snap)
     trace.outcomes = executor.outcomes  # the same list: a later abort still counts the writes
     for action in actions:
         executor.apply(action)
@@ -269,12 +316,12 @@ def _cycle(
     counts: dict[str, Value] = {
         "at": now.isoformat().replace("+00:00", "Z"),
         "nodes": len(snap.nodes),
-        "candidates": len({c.node for c in view.candidates}),
+        "candidates": len({c.node for c in hold.candidates(view, now, s)}),
         "pending": len(waiting),
         **tally(outcomes),
         "prometheus_requests": prom.requests_made,
         "api_requests": kube.requests_made if kube else 0,
-        "api_retries": backoff.waits,
+        "api_retries": kube.backoff.waits if kube else 0,
         "elapsed_s": round(time.monotonic() - started, 3),
     }
     bad = len(failed(outcomes))
@@ -282,7 +329,36 @@ def _cycle(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
+    if inputs.watch and not bad:
+        if lease is None or lease.renew(datetime.now(UTC)):
+            from guard.watch import Clock, ReplayClock, WallClock, Watch  # watching runs only
+
+            clock: Clock = ReplayClock(now) if inputs.at else WallClock()
+            Watch(s, prom, kube, templates, executor.log, snap,
+                  lambda decided: executor_for(decided, executor.outcomes), clock,
+                  now + timedelta(seconds=s.watch_until_s),
+                  (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
+                  released(actions), not cordon_landed(executor.outcomes)).run()  # fmt: skip
+        outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
+
+
+def _executors(
+    s: Settings, log: Log, inputs: Inputs, kube: Kube | None
+) -> Callable[..., PrintExecutor | KubeExecutor]:
+    """Makes the executor of a snapshot (the cycle's, then each watch decision's), all
+    writing into one list of outcomes."""
+    stream = sys.stderr if inputs.output == "json" else sys.stdout
+    printer_log = Log(log.fmt, stream, log.clock)
+
+    def make(snap: Snapshot, outcomes: list[Outcome] | None = None) -> PrintExecutor | KubeExecutor:
+        shared = outcomes if outcomes is not None else []
+        if inputs.dry_run:
+            return PrintExecutor(printer_log, inputs.output == "text", shared)
+        assert kube is not None
+        return KubeExecutor(kube, log, s, snap, socket.gethostname(), shared)
+
+    return make
 
 
 def _fall_back(

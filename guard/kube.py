@@ -274,7 +274,19 @@ class Kube:
     def event(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(_event(namespace, name), f"get event {namespace}/{name}")
 
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(_lease(namespace, name), f"get lease {namespace}/{name}")
+
     # Writes -----------------------------------------------------------------------------------
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create lease {namespace}/{body['metadata']['name']}"
+        return self._write("POST", _lease(namespace), what, body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An update with the body's resourceVersion: a Lease changed since it was read is a
+        `Conflict`, never overwritten."""
+        return self._write("PUT", _lease(namespace, name), f"update lease {namespace}/{name}", body)
+
     def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._write("PATCH", f"/api/v1/nodes/{_q(name)}", f"patch node {name}", body)
 
@@ -356,6 +368,11 @@ def _q(name: str) -> str:
 def _cm(namespace: str, name: str = "") -> str:
     base = f"/api/v1/namespaces/{_q(namespace)}/configmaps"
     return f"{base}/{_q(name)}" if name else base
+
+
+def _lease(namespace: str, name: str = "") -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+    return f"{path}/{_q(name)}" if name else path
 
 
 def _event(namespace: str, name: str) -> str:

@@ -283,16 +283,11 @@ HostLabels = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True, slots=True)
 class PromView:
-    """Validated Prometheus answers at `Snapshot.now` (built by `guard.prom_view.read_prom`).
+    """Validated Prometheus answers at `Snapshot.now` (built by `guard.prom_view.read_prom`):
+    facts only. Which of them make a cordon candidate is decided in guard/plan/hold.py."""
 
-    `candidates` and `loss_held_s` are derived there at `now` from the facts below them
-    (`guard.prom_view.held_candidates`, `held_s`): hardware Xid ∧ loss held ∧ not cordoned.
-    """
-
-    candidates: tuple[GpuSample, ...] = ()
     hardware_xids: tuple[GpuSample, ...] = ()  # gauge and windowed counter, one per GPU and Xid
     row_remap: tuple[GpuSample, ...] = ()
-    loss_held_s: tuple[tuple[str, int], ...] = ()
     # Per node with GPU loss now: when the run of observed loss began (see prom_view).
     loss_since: tuple[tuple[str, datetime], ...] = ()
     cordoned: tuple[str, ...] = ()  # nodes kube-state-metrics reports unschedulable
@@ -300,22 +295,13 @@ class PromView:
     xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series
     exporter_hosts: tuple[HostLabels, ...] = ()  # … of every dcgm-exporter (GPU_TEMP or Xid)
     # Node signals. Nodes whose agent says nvidia-match FAILed at every step since
-    # `nvml_since`, up to now (the same hold as GPU loss); those held for Settings.nvml_hold_s
-    # and not cordoned are `nvml_candidates`.
+    # `nvml_since`, up to now (the same run of steps as GPU loss).
     nvml_since: tuple[tuple[str, datetime], ...] = ()
-    nvml_held_s: tuple[tuple[str, int], ...] = ()
-    nvml_candidates: tuple[str, ...] = ()
     nvml_status: tuple[AgentCheck, ...] = ()  # now, on nodes failing it or unschedulable
     service_pods: tuple[ServicePod, ...] = ()  # the selected pods on unschedulable nodes
     service_seen: tuple[tuple[str, int], ...] = ()  # selector → pods it selects in the cluster
     # Series refused at the boundary; every fact of their nodes is left out above.
     unreadable: tuple[PromUnreadable, ...] = ()
-
-    def held_s(self, node: str) -> int:
-        return dict(self.loss_held_s).get(node, 0)
-
-    def nvml_held(self, node: str) -> int:
-        return dict(self.nvml_held_s).get(node, 0)
 
     def agent(self, node: str) -> tuple[AgentCheck, ...]:
         return tuple(a for a in self.nvml_status if a.node == node)

@@ -9,6 +9,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
+CYCLE_LEASE = "gpu-node-guard-cycle"  # the cycle's Lease in the guard's namespace (guard.lease)
 COMPONENT_LABEL = "app.kubernetes.io/component"
 # The Job controller labels its Pods with the Job name under both keys (the short one is legacy).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")

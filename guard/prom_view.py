@@ -1,18 +1,16 @@
-"""Prometheus answers → `PromView`: GPU series joined to Nodes, and the hold window decided.
+"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
 
 `read_prom` sends every query of `guard.queries.guard_queries` at one instant and converts the
-answers at this boundary into typed fields; what the planners read is plain data.
+answers at this boundary into typed fields; what the planners read is plain data. Which of
+those facts make a cordon candidate (the hold window, the fast path) is decided in
+guard/plan/hold.py.
 
-The hold window (case list; `W` is the fast hold for fast-path Xids, else the full hold):
-  a GPU with a hardware Xid now (the gauge, or the windowed counter where it exists)
-  on a node kube-state-metrics does not report unschedulable
-  whose GPU loss has been observed at every step since `loss_since`, up to now,
-  with now − loss_since ≥ W                                             → candidate
-Each step's value is the latest scrape at or before the step, so the loss was scraped no later
-than `loss_since`: the hold that really passed is never shorter than W, at any instant, on any
-engine (left-open or closed ranges, aligned or not). A step without loss or without data
-(series younger than the window, a scrape gap) breaks the run, so a loss must have been seen
-over the whole window.
+The loss history becomes `loss_since`: per node, the first step of the run of steps with GPU
+loss observed that reaches up to now. Each step's value is the latest scrape at or before the
+step, so the loss was scraped no later than `loss_since`, at any instant, on any engine
+(left-open or closed ranges, aligned or not). A step without loss or without data (series
+younger than the window, a scrape gap) breaks the run, so a loss must have been seen over the
+whole window.
 
 Which label names the Node: a series' `node` when it names a Node, else the first of
 `Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
@@ -66,17 +64,22 @@ class JoinError(PromError):
 
 
 def read_prom(
-    client: PromClient, s: Settings, now: datetime, node_names: Collection[str] = ()
+    client: PromClient,
+    s: Settings,
+    now: datetime,
+    node_names: Collection[str] = (),
+    sent: tuple[queries.Query, ...] = (),
 ) -> PromView:
-    """Run every query at `now`; missing inputs or a bad answer raise `PromError`, a bad series
-    drops its node (`PromView.unreadable`)."""
+    """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
+    facts of the others stay empty); missing inputs or a bad answer raise `PromError`, a bad
+    series drops its node (`PromView.unreadable`)."""
     join = _Join(s.dcgm_node_label_names, frozenset(node_names))
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
     windows = {"loss-history": queries.loss_lookback_s(s), "nvml-mismatch-history":
                queries.nvml_lookback_s(s)}  # fmt: skip
-    for q in queries.guard_queries(s):
+    for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
             window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
@@ -85,34 +88,35 @@ def read_prom(
         else:
             answer = client.vector_checked(q.name, q.promql, at, q.required)
             vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
-    for metric, _ in queries.REQUIRED_INPUTS:
+    for metric, _ in queries.REQUIRED_INPUTS if not sent else ():
         found = vectors[queries.required_input_name(metric)]
         if not found or found[0].value < 1:
             raise PromError(
                 f"input metric {metric} has no series{queries.selector_hint(metric, s)}: check"
                 " the exporter and scrape"
             )
+
+    def vector(name: str) -> tuple[Sample, ...]:
+        return vectors.get(name, ())
+
     hardware = (
-        *intake.gpus("hardware-xid", vectors["hardware-xid"], xid_value=True),
-        *intake.gpus("hardware-xid-counted", vectors["hardware-xid-counted"], value_label="xid"),
+        *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
+        *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
     lookback = queries.loss_lookback_s(s)
-    since = loss_since(matrices["loss-history"], now, s.query_step_s, lookback)
+    since = loss_since(matrices.get("loss-history", ()), now, s.query_step_s, lookback)
     view = PromView(
         hardware_xids=_unique(hardware),
-        row_remap=_unique(intake.gpus("row-remap", vectors["row-remap"])),
-        loss_held_s=tuple((node, held_s(at, now)) for node, at in since),
+        row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
         loss_since=since,
-        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vectors["cordoned"]})),
-        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vectors["gpu-pods"])),
-        xid_hosts=_hosts(vectors["xid-hosts"], join),
-        exporter_hosts=_hosts(vectors["exporter-hosts"], join),
+        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
+        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
+        xid_hosts=_hosts(vector("xid-hosts"), join),
+        exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
-    view = _with_signals(view, vectors, matrices, now, s, intake)
-    view = _without(view, intake.problems)
-    return replace(
-        view, candidates=held_candidates(view, now, s), nvml_candidates=held_nvml(view, now, s)
-    )
+    if not sent:
+        view = _with_signals(view, vectors, matrices, now, s, intake)
+    return _without(view, intake.problems)
 
 
 def _with_signals(
@@ -138,7 +142,6 @@ def _with_signals(
     return replace(
         view,
         nvml_since=since,
-        nvml_held_s=tuple((n, held_s(at, now)) for n, at in since),
         nvml_status=tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
         service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
         service_seen=tuple(sorted(seen)),
@@ -155,12 +158,10 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
         view,
         hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
         row_remap=tuple(g for g in view.row_remap if g.node not in gone),
-        loss_held_s=tuple(x for x in view.loss_held_s if x[0] not in gone),
         loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
         cordoned=tuple(n for n in view.cordoned if n not in gone),
         gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
         nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
-        nvml_held_s=tuple(x for x in view.nvml_held_s if x[0] not in gone),
         nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
         service_pods=tuple(p for p in view.service_pods if p.node not in gone),
         unreadable=found,
@@ -182,34 +183,6 @@ def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
         if p.node == node.name
     )
     return replace(node, unreadable=node.unreadable + found) if found else node
-
-
-def held_nvml(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
-    """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned."""
-    cordoned = set(view.cordoned)
-    return tuple(
-        node
-        for node, start in view.nvml_since
-        if node not in cordoned and (now - start).total_seconds() >= s.nvml_hold_s
-    )
-
-
-def held_candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:
-    """Hardware-Xid GPUs whose node's loss held for the Xid's window (the case list above)."""
-    since, cordoned = dict(view.loss_since), set(view.cordoned)
-    out = []
-    for g in view.hardware_xids:
-        start = since.get(g.node)
-        if start is None or g.node in cordoned:
-            continue
-        if (now - start).total_seconds() >= hold_window_s(g.value, s):
-            out.append(g)
-    return tuple(out)
-
-
-def hold_window_s(xid: int, s: Settings) -> int:
-    """How long GPU loss must hold before a cordon for this Xid: the fast hold on the fast path."""
-    return s.fast_hold_window_s if xid in s.fast_path_xids else s.hold_window_s
 
 
 def loss_since(
@@ -251,11 +224,6 @@ def on_step(now: datetime, step_s: int) -> datetime:
     '05:55:00'
     """
     return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
-
-
-def held_s(since: datetime, now: datetime) -> int:
-    """Whole seconds the loss has held, rounded down (never more than really passed)."""
-    return max(0, int((now - since).total_seconds()))
 
 
 def check_join(view: PromView, nodes: Iterable[NodeInfo]) -> tuple[str, ...]:

@@ -279,6 +279,77 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
     )
 
 
+# ---- The in-run watch (guard/watch.py) ------------------------------------------------------
+#
+# After its cycle, `run` keeps watching: one cheap query per interval names the nodes with a
+# hardware Xid and GPU loss now, not cordoned; a node's decision re-reads only that node's facts
+# with the cycle's own queries narrowed to it (same names, so `guard.prom_view` reads them alike).
+
+WATCH_POLL = "watch-faults"
+HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cordoned")
+
+
+def watch_poll(s: Settings) -> Query:
+    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
+    series per node. Each Xid series joins kube-state-metrics by the first of its naming labels
+    that is set (its own ``node``, a scrape relabel, then `Settings.dcgm_node_label_names`), as
+    the cycle's read prefers them; the gauge is read once (it is the poll's whole cost)."""
+    codes, pins = s.user_code_xids, Pins.of(s)
+    sources = (hardware_xid_now(codes, pins),
+               hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
+    xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
+    promql = (
+        f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({gpu_loss(pins)} > 0)"
+        f" and on ({NODE_LABEL}) {not_cordoned(pins)})"
+    )
+    return Query(WATCH_POLL, promql, required=(NODE_LABEL,))
+
+
+def first_host(expr: str, labels: Iterable[str]) -> str:
+    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set.
+
+    >>> joined = 'label_replace(label_join(x, "guard_host", ";", "node", "Hostname"), "node"'
+    >>> first_host("x", ("Hostname",)).startswith(joined)
+    True
+    """
+    names = ", ".join(f'"{label}"' for label in dict.fromkeys((NODE_LABEL, *labels)))
+    joined = f'label_join({expr}, "guard_host", ";", {names})'
+    return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
+
+
+def _one_node(metric: str, labels: Iterable[str], node: str) -> str:
+    """`metric` on one node, whichever of its naming labels names it (`node` is a validated
+    DNS-1123 name: nothing in it needs escaping)."""
+    return " or ".join(pin(metric, _is(label, node)) for label in labels)
+
+
+def _is(label: str, value: str) -> str:
+    return f'{label}="{value}"'
+
+
+def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
+    """The queries of `HOLD_QUERY_NAMES` (the cycle's, see `guard_queries`) narrowed to `node`:
+    its Xids, its loss history, its cordon in kube-state-metrics."""
+    codes, lookback = s.user_code_xids, loss_lookback_s(s)
+    base = Pins.of(s)
+    dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    dcgm = pin(XID_METRIC, base.dcgm_matchers)
+    counted = pin(f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
+                  base.dcgm_matchers)  # fmt: skip
+    ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, node)}".lstrip(", "))
+    gauge = f"({_one_node(dcgm, dcgm_labels, node)}) > 0{user_code_filter(codes)}"
+    counted_now = " or ".join(
+        f"max_over_time({pin(counted, _is(label, node))}[{lookback}s]) > 0" for label in dcgm_labels
+    )
+    return (
+        Query("hardware-xid", gauge),
+        Query("hardware-xid-counted", counted_now, required=("xid",)),
+        Query("loss-history", loss_history(lookback, s.query_step_s, ksm), "matrix",
+              (NODE_LABEL,), on_step=True),
+        Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
+    )  # fmt: skip
+
+
 # ---- Node signals: the agent's nvidia-match and the node's service network ---------------
 #
 # Absence is never a verdict here: a node without agent series is neither mismatched nor fine

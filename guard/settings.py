@@ -30,6 +30,10 @@ KUBECONFIG_HELP = (
     "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
 )
 CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
+# The in-run watch ends this long before the CronJob's deadline: the last decision's reads and
+# writes and the Lease's release fit in it (guard/watch.py). Not longer: a pod that starts a
+# minute late must still watch past the next scrape step of a fault at the tick's end.
+WATCH_MARGIN_S = 30
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
@@ -219,6 +223,20 @@ class Settings:
         "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
     )
     api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    # The in-run watch and the cycle's Lease (guard/watch.py, guard/lease.py).
+    watch_until_s: int = _opt(
+        CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
+        "After its cycle, the run watches pending holds until this many seconds after it started "
+        "(the CronJob's activeDeadlineSeconds 240 less 30)",
+    )
+    watch_interval_s: int = _opt(
+        30, "Seconds between the watch's polls (about the scrape interval)"
+    )
+    lease_duration_s: int = _opt(
+        90,
+        "The cycle's Lease expires this long after its last renewal (a killed run's Lease is "
+        "free again within the CronJob's deadline)",
+    )
     ledger_archive_bytes: int = _opt(
         768 * 1024,
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
@@ -382,6 +400,14 @@ def _writes(s: Settings) -> list[Check]:
          f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
          f" {CRONJOB_DEADLINE_S})"),
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
+        (_within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S), "watch_until_s",
+         f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
+         f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})"),
+        (_within(s.watch_interval_s, 5, 120), "watch_interval_s", "must be in 5..120"),
+        (_within(s.lease_duration_s, 2 * s.watch_interval_s, CRONJOB_DEADLINE_S),
+         "lease_duration_s",
+         f"must be in 2 × watch_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
+         " again within the CronJob's deadline)"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
     ]  # fmt: skip

@@ -36,6 +36,7 @@ KEYS = Annotations("gpu-node-guard.io/")
 # node goes straight to its load test. The default order (conformance, load test, uncordon) has
 # its own tests (test_plan_returning.py, "return conformance by default").
 S = Settings(prometheus_url="http://127.0.0.1:9", return_conformance=False)
+HELD_S = 3600  # a GPU loss that has outlasted every hold window
 TEMPLATES = JobTemplates.load()
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 PCI = "0000:99:00.0"
@@ -148,8 +149,11 @@ def snapshot(
     signals: Signals | None = None,
     own: bool = True,
 ) -> Snapshot:
-    """`loss`: per node, seconds of GPU loss observed up to NOW (`PromView.loss_since`);
-    `cordoned`: nodes kube-state-metrics reports unschedulable. `own`: each conformance,
+    """Facts only; guard.plan.hold decides from them. `candidates`: GPUs with a hardware Xid
+    whose node's GPU loss has lasted `HELD_S` (longer than any hold) unless `held` or `loss`
+    says how long; `hardware`: more hardware Xids; `held`/`loss`: per node, seconds of GPU loss
+    observed up to NOW (`PromView.loss_since`); `cordoned`: nodes kube-state-metrics reports
+    unschedulable. `own`: each conformance,
     load-test and evidence Job without a uid is the guard's own (a uid, and its record on its
     node); a Job given with a uid is left as it is (a test of a Job the guard did not make)."""
     if own:
@@ -160,9 +164,10 @@ def snapshot(
             for n in nodes
             if n.cordon is not None
         }
-    view = PromView(candidates, hardware or candidates, remap, tuple(sorted((held or {}).items())),
-                    tuple(sorted((n, NOW - timedelta(seconds=s)) for n, s in (loss or {}).items())),
-                    cordoned)  # fmt: skip
+    lasted = {g.node: HELD_S for g in candidates} | (held or {}) | (loss or {})
+    xids = tuple(dict.fromkeys((*hardware, *candidates)))
+    since = tuple(sorted((n, NOW - timedelta(seconds=held_s)) for n, held_s in lasted.items()))
+    view = PromView(hardware_xids=xids, row_remap=remap, loss_since=since, cordoned=cordoned)
     view = (signals or Signals()).apply(view, nodes)
     return Snapshot(
         NOW, tuple(sorted(nodes, key=lambda n: n.name)), jobs, pods, parse_ledger(ledger), view
@@ -208,8 +213,9 @@ class Signals:
     """The node agent's and the service network's part of the view (guard.plan.mismatch,
     guard.plan.service_network). By default every node has a Ready kube-proxy and CNI pod and
     the agent reports nothing; `service_pods` replaces those pods (`seen` then counts them,
-    unless given); `nvml` is {node: seconds a held mismatch has lasted} for the candidates,
-    `failing` the same for mismatches seen but not held long enough (not candidates)."""
+    unless given); `nvml` and `failing` are {node: seconds a mismatch has lasted}
+    (`nvml_since`), by name the ones held long enough and the ones not yet: guard.plan.hold
+    decides which they are."""
 
     nvml: dict[str, int] = field(default_factory=dict)
     failing: dict[str, int] = field(default_factory=dict)
@@ -226,9 +232,8 @@ class Signals:
             seen = tuple(sorted(Counter(p.selector for p in pods).items()))
         nvml = tuple(sorted({**self.failing, **self.nvml}.items()))
         since = tuple((n, NOW - timedelta(seconds=held)) for n, held in nvml)
-        return replace(view, nvml_since=since, nvml_held_s=nvml,
-                       nvml_candidates=tuple(sorted(self.nvml)), nvml_status=self.agent,
-                       service_pods=pods, service_seen=seen)  # fmt: skip
+        return replace(view, nvml_since=since, nvml_status=self.agent, service_pods=pods,
+                       service_seen=seen)  # fmt: skip
 
 
 def network_pods(

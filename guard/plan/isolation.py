@@ -1,6 +1,7 @@
 """Isolation check: hardware-Xid nodes whose GPU loss held → at most one cordon per cycle.
 
-Case list, for each node Prometheus names (query: hardware Xid AND loss held AND not cordoned):
+Case list, for each node with a held hardware Xid (guard.plan.hold.candidates: hardware Xid AND
+loss held for its window AND not cordoned):
   node unknown to the API             → skip not-in-api
   node the guard cannot read          → nothing here (reported once by the unreadable check)
   node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
@@ -30,14 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import groupby
 
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import mismatch
+from guard.plan import hold, mismatch
 from guard.plan.common import (
     Incident,
     breaker_open,
@@ -120,8 +120,7 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Skips for Xid candidates that are not eligible, and a `Pick` for each that is."""
     actions: list[Action] = []
     eligible: list[Pick] = []
-    for node_name, group in groupby(snap.prom.candidates, key=lambda g: g.node):
-        samples = tuple(group)
+    for node_name, samples in by_node(hold.candidates(snap.prom, snap.now, s)).items():
         node = snap.node(node_name)
         if node is not None and node.unreadable:
             continue
@@ -137,7 +136,8 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             continue
         g = _primary(armed, s)
         rank = 0 if g.value in s.fast_path_xids else 1
-        eligible.append(Pick(node, f"xid-{g.value}", rank, snap.prom.held_s(node_name), g))
+        held = hold.loss_held_s(snap.prom, node_name, snap.now)
+        eligible.append(Pick(node, f"xid-{g.value}", rank, held, g))
     return actions, eligible
 
 
@@ -147,9 +147,9 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         return [], []
     actions: list[Action] = []
     eligible: list[Pick] = []
-    xid_nodes = {g.node for g in snap.prom.candidates}
-    for name in snap.prom.nvml_candidates:
-        node, held = snap.node(name), snap.prom.nvml_held(name)
+    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
+    for name in hold.nvml_candidates(snap.prom, snap.now, s):
+        node, held = snap.node(name), hold.nvml_held_s(snap.prom, name, snap.now)
         if name in xid_nodes or (node is not None and node.unreadable):
             continue
         reason = _ineligible(node, s)
@@ -163,6 +163,15 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         else:
             eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
     return actions, eligible
+
+
+def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:
+    """The samples of each node, in first-seen order of the nodes: no order of the input
+    is assumed (a node seen twice apart is still one group)."""
+    out: dict[str, list[GpuSample]] = {}
+    for g in samples:
+        out.setdefault(g.node, []).append(g)
+    return {node: tuple(group) for node, group in out.items()}
 
 
 def breaker_limit(snap: Snapshot, s: Settings) -> int:
@@ -233,7 +242,7 @@ def _cordon(
         (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
         (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
     )  # fmt: skip
-    held = snap.prom.held_s(node.name)
+    held = hold.loss_held_s(snap.prom, node.name, snap.now)
     where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
     message = (
         f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "

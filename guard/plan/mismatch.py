@@ -1,9 +1,9 @@
 """`nvml-mismatch`: cordon a node whose node agent says the loaded NVIDIA kernel module and the
 NVML library on disk differ, once that has held; return it after a new boot where they match.
 
-Isolation. The candidates are `PromView.nvml_candidates` (nvidia-match FAILed at every step for
-`Settings.nvml_hold_s`, decided like the GPU loss hold; not cordoned); the screen, the breaker
-and the one cordon per cycle are the isolation check's (guard.plan.isolation). Case list:
+Isolation. The candidates are `guard.plan.hold.nvml_candidates` (nvidia-match FAILed at every
+step for `Settings.nvml_hold_s`, decided like the GPU loss hold; not cordoned); the screen, the
+breaker and the one cordon per cycle are the isolation check's (guard.plan.isolation). Case list:
   cordon off (--no-nvml-mismatch-cordon)   → nothing
   the node is also a hardware-Xid candidate → the Xid path decides (its line, its cordon)
   a person uncordoned this incident         → skip cancelled; a new boot re-arms
@@ -31,7 +31,7 @@ from __future__ import annotations
 from guard import ledger
 from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import common
+from guard.plan import common, hold
 from guard.plan.common import keys, present
 from guard.settings import Settings
 
@@ -48,7 +48,8 @@ def seen(snap: Snapshot, node: str) -> str:
 
 
 def cordon(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
-    k, at, held = keys(s), ledger.format_time(snap.now), snap.prom.nvml_held(node.name)
+    k, at = keys(s), ledger.format_time(snap.now)
+    held = hold.nvml_held_s(snap.prom, node.name, snap.now)
     detail = seen(snap, node.name)
     annotations = (
         (k.reason, NVML_MISMATCH), (k.at, at), (k.boot_id, node.boot_id),

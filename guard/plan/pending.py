@@ -5,7 +5,8 @@ Case list, for each GPU with a hardware Xid now (`PromView.hardware_xids`):
   node cordoned (kube-state-metrics or the API)          → not pending (nothing to cordon)
   loss held ≥ the Xid's window (`hold_window_s`)         → not pending: a candidate, decided by
                                                            the isolation check
-  otherwise                                              → pending: held_s of needs_s
+  otherwise                                              → pending: held_s of needs_s,
+                                                           decides at loss_since + needs_s
 and for each node whose node agent says nvidia-match FAIL at every step since `nvml_since`
 (guard.plan.mismatch):
   the mismatch cordon is off (--no-nvml-mismatch-cordon) → not pending (no cordon will come)
@@ -14,18 +15,22 @@ and for each node whose node agent says nvidia-match FAIL at every step since `n
   otherwise                                              → pending: held_s of needs_s, with
                                                            the agent's detail
 One line per pending GPU or node each cycle, so a tired reader sees a node before it is cordoned:
-``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600 next=…``,
+``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600
+decides_at=2026-09-21T06:04:00Z next=…`` (the in-run watch, guard/watch.py, decides it then when
+that is before the run ends),
 ``pending node=gpu-5 reason=nvml-mismatch detail="module … != NVML …" held_s=60 needs_s=600 …``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
+from guard.ledger import format_time
 from guard.log import Value
 from guard.model import Snapshot
 from guard.plan import mismatch
-from guard.prom_view import held_s, hold_window_s
+from guard.plan.hold import decides_at, held_s, hold_window_s
 from guard.settings import Settings
 
 
@@ -38,6 +43,7 @@ class Pending:
     uuid: str
     held_s: int
     needs_s: int
+    decides_at: datetime  # when the hold completes if the loss goes on (guard.plan.hold)
 
     @property
     def reason(self) -> str:
@@ -55,13 +61,15 @@ class Pending:
             "gpu": self.pci,
             "held_s": self.held_s,
             "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
             "next": f"cordon candidate if the GPU loss holds {more}s more",
         }
 
     def to_json(self) -> dict[str, Value]:
         return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
                 "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
-                "needs_s": self.needs_s, "detail": None}  # fmt: skip
+                "needs_s": self.needs_s, "decides_at": format_time(self.decides_at),
+                "detail": None}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,7 @@ class PendingMismatch:
     detail: str  # what the agent saw (guard.plan.mismatch.seen)
     held_s: int
     needs_s: int
+    decides_at: datetime
 
     @property
     def reason(self) -> str:
@@ -89,13 +98,14 @@ class PendingMismatch:
             "detail": self.detail,
             "held_s": self.held_s,
             "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
             "next": f"cordon candidate if the mismatch holds {more}s more",
         }
 
     def to_json(self) -> dict[str, Value]:
         return {"node": self.node, "reason": self.reason, "xid": None, "gpu": None, "pci": None,
                 "uuid": None, "held_s": self.held_s, "needs_s": self.needs_s,
-                "detail": self.detail}  # fmt: skip
+                "decides_at": format_time(self.decides_at), "detail": self.detail}  # fmt: skip
 
 
 Waiting = Pending | PendingMismatch
@@ -113,11 +123,18 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
             continue
         held, needs = held_s(start, snap.now), hold_window_s(g.value, s)
         if held < needs:
-            out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs))
+            at = decides_at(start, needs)
+            out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs, at))
     if s.nvml_mismatch_cordon:
         out.extend(
-            PendingMismatch(node, mismatch.seen(snap, node), held, s.nvml_hold_s)
-            for node, held in snap.prom.nvml_held_s
-            if node not in cordoned and held < s.nvml_hold_s
+            PendingMismatch(
+                node,
+                mismatch.seen(snap, node),
+                held,
+                s.nvml_hold_s,
+                decides_at(start, s.nvml_hold_s),
+            )
+            for node, start in snap.prom.nvml_since
+            if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
         )
     return tuple(sorted(out, key=lambda p: p.order))

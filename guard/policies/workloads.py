@@ -30,6 +30,7 @@ from guard.names import (
     APP_LABEL,
     APP_NAME,
     COMPONENT_LABEL,
+    CYCLE_LEASE,
     LEDGER_ARCHIVE_COMPONENT,
     NODE_EVENT_NAMESPACE,
     REPORTING_CONTROLLER,
@@ -189,7 +190,8 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 
 
 def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
-    """Where the guard's ServiceAccount may create Jobs and which ConfigMaps it may write."""
+    """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
+    one Lease."""
     constraints = {
         "matchPolicy": "Equivalent",
         "namespaceSelector": {},
@@ -198,6 +200,7 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
             rule("", ["configmaps"], ["CREATE", "UPDATE"]),
             rule("events.k8s.io", ["events"], ["CREATE", "UPDATE"]),
+            rule("coordination.k8s.io", ["leases"], ["CREATE", "UPDATE"]),
         ],
     }
     variables = [
@@ -225,6 +228,12 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             f"the guard's archives are named {name}-archive-<n> and labelled "
             f"{APP_LABEL}={APP_NAME} and {COMPONENT_LABEL}={LEDGER_ARCHIVE_COMPONENT}; "
             "no other ConfigMap carries that component label",
+        ),
+        Validation(
+            "request.resource.resource != 'leases' || "
+            f"(request.namespace == {quote(s.namespace)} && "
+            f"variables.name == {quote(CYCLE_LEASE)})",
+            f"the guard's only Lease is {CYCLE_LEASE}, in namespace {s.namespace}",
         ),
         # guard/events.py: Events about Nodes only, as the guard's controller, in one namespace
         # (RBAC already limits it to NODE_EVENT_NAMESPACE).

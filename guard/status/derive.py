@@ -46,14 +46,13 @@ from guard.actions import (
 )
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import mismatch, released
+from guard.plan import hold, mismatch, released
 from guard.plan.checks import plan_checks
 from guard.plan.common import guarded_nodes, keys
 from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import PendingMismatch, Waiting, pending
 from guard.plan.returning import decision, is_repeat_fault_hold
 from guard.plan.unreadable import plan_unreadable
-from guard.prom_view import hold_window_s
 from guard.runbook import DEFAULT_BASE_URL, url
 from guard.settings import Settings
 from guard.states import LIFECYCLE_ROWS, state_of
@@ -265,29 +264,32 @@ def _candidates(
     for a in plan_isolation(snap, s, t, freed):
         if not isinstance(a, EmitEvent):
             decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
+    xids = hold.candidates(snap.prom, snap.now, s)
     held = [
         Candidate(g.node, f"xid-{g.value}", g.value, g.gpu, g.pci, g.uuid,
-                  snap.prom.held_s(g.node), hold_window_s(g.value, s),
+                  hold.loss_held_s(snap.prom, g.node, snap.now), hold.hold_window_s(g.value, s),
                   decided.get(g.node, "unreadable"))
-        for g in snap.prom.candidates
+        for g in xids
     ]  # fmt: skip
-    xid_nodes = {g.node for g in snap.prom.candidates}  # the Xid path decides those
+    xid_nodes = {g.node for g in xids}  # the Xid path decides those
     if s.nvml_mismatch_cordon:
         held += [
-            Candidate(n, mismatch.NVML_MISMATCH, None, None, None, None, snap.prom.nvml_held(n),
-                      s.nvml_hold_s, decided.get(n, "unreadable"), mismatch.seen(snap, n))
-            for n in snap.prom.nvml_candidates
+            Candidate(n, mismatch.NVML_MISMATCH, None, None, None, None,
+                      hold.nvml_held_s(snap.prom, n, snap.now), s.nvml_hold_s,
+                      decided.get(n, "unreadable"), mismatch.seen(snap, n))
+            for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
         ]  # fmt: skip
     return tuple(sorted([*waiting, *held], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:
+    at = ledger.format_time(p.decides_at)
     if isinstance(p, PendingMismatch):
         return Candidate(p.node, p.reason, None, None, None, None, p.held_s, p.needs_s,
-                         "pending", p.detail)  # fmt: skip
+                         "pending", p.detail, at)  # fmt: skip
     return Candidate(p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s,
-                     "pending")  # fmt: skip
+                     "pending", decides_at=at)  # fmt: skip
 
 
 def _order(c: Candidate) -> tuple[str, int, str, int]:

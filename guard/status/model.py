@@ -93,12 +93,13 @@ class Candidate:
     needs_s: int
     decision: str  # "pending", or the isolation check's word for the node
     detail: str | None = None
+    decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
                 "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
                 "needs_s": self.needs_s, "decision": self.decision,
-                "detail": self.detail}  # fmt: skip
+                "decides_at": self.decides_at, "detail": self.detail}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

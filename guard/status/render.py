@@ -103,7 +103,7 @@ def _held(c: Candidate) -> str:
 
 def _decided(c: Candidate, wide: bool) -> str:
     if c.decision == "pending":
-        word = "pending"
+        word = f"pending, decides at {c.decides_at}" if c.decides_at else "pending"
     elif c.decision == "cordon":
         word = "held: the next cycle cordons it"
     else:

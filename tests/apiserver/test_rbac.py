@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.names import REPORTING_CONTROLLER
+from guard.names import CYCLE_LEASE, REPORTING_CONTROLLER
 from tests.apiserver.deploy import BASE, EXAMPLE, Kubectl, key
 from tests.apiserver.kube import (
     GUARD_NS,
@@ -153,6 +153,20 @@ def ledger_writes(c: Calls) -> object:
     )
 
 
+def lease_writes(c: Calls) -> object:
+    """Take, renew and release the cycle's Lease: a cycle's Lease calls."""
+    leases = client.CoordinationV1Api(c.api)
+    body = {"metadata": {"name": CYCLE_LEASE},
+            "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 90}}  # fmt: skip
+    try:
+        leases.create_namespaced_lease(GUARD_NS, body)
+    except ApiException as exc:  # the other identity's parameter made it already
+        assert exc.status == 409, exc
+    lease = leases.read_namespaced_lease(CYCLE_LEASE, GUARD_NS)
+    lease.spec.holder_identity = ""
+    return leases.replace_namespaced_lease(CYCLE_LEASE, GUARD_NS, lease)
+
+
 CYCLE = [
     pytest.param(lambda c: c.core.list_node(), id="list-nodes"),
     pytest.param(lambda c: c.core.read_node(c.node), id="get-node"),
@@ -166,6 +180,7 @@ CYCLE = [
     pytest.param(lambda c: c.batch.list_namespaced_job(JOBS_NS), id="list-jobs"),
     pytest.param(lambda c: c.core.list_namespaced_pod(JOBS_NS), id="list-job-pods"),
     pytest.param(ledger_writes, id="ledger-create-get-update-list"),
+    pytest.param(lease_writes, id="lease-create-get-update"),
 ]  # fmt: skip
 
 
@@ -218,6 +233,12 @@ NEVER = [
     pytest.param(lambda c: c.core.delete_namespaced_config_map(LEDGER, GUARD_NS),
                  id="delete-ledger"),
     pytest.param(lambda c: c.core.list_namespaced_config_map(JOBS_NS), id="configmaps-in-jobs-ns"),
+    pytest.param(lambda c: client.CoordinationV1Api(c.api).read_namespaced_lease(
+        "other", GUARD_NS), id="read-another-lease"),
+    pytest.param(lambda c: client.CoordinationV1Api(c.api).delete_namespaced_lease(
+        CYCLE_LEASE, GUARD_NS), id="delete-the-cycle-lease"),
+    pytest.param(lambda c: client.CoordinationV1Api(c.api).list_namespaced_lease(GUARD_NS),
+                 id="list-leases"),
     pytest.param(lambda c: c.batch.create_namespaced_job(
         GUARD_NS, guard_job("evidence", c.node, "own-ns")), id="create-job-in-guard-ns"),
     pytest.param(lambda c: c.batch.create_namespaced_job(
@@ -286,6 +307,9 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "patch"),
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
+        (GUARD_NS, "coordination.k8s.io", "leases", "create"),
+        (GUARD_NS, "coordination.k8s.io", "leases", "get"),
+        (GUARD_NS, "coordination.k8s.io", "leases", "update"),
     }  # fmt: skip
 
 

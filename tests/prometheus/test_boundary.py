@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from guard.model import PromUnreadable
+from guard.plan.hold import candidates
 from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom
 from guard.settings import Settings
@@ -23,7 +24,7 @@ HOST_WHY = "not a Node name (DNS-1123 subdomain of at most 253)"
 
 def test_the_bad_series_are_dropped_and_their_nodes_named(prom_boundary):
     view = read_prom(PromClient(prom_boundary.url), S, minutes(5), NAMES)
-    assert [c.node for c in view.candidates] == ["fault79"]
+    assert [c.node for c in candidates(view, minutes(5), S)] == ["fault79"]
     assert set(view.unreadable) == {
         PromUnreadable("odd-uuid", "hardware-xid", "UUID", ODD_UUID,
                        "not a GPU UUID (GPU-8-4-4-4-12 hex)"),
@@ -58,7 +59,7 @@ def test_the_exporter_pins_read_the_same_view(prom_boundary, after):
     client = PromClient(prom_boundary.url)
     pinned = read_prom(client, PINNED, minutes(after), NAMES)
     assert pinned == read_prom(client, S, minutes(after), NAMES)
-    assert [c.node for c in pinned.candidates] == ["fault79"]
+    assert [c.node for c in candidates(pinned, minutes(after), S)] == ["fault79"]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ import yaml
 
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
+from guard.ledger import format_time
 from guard.settings import setting_fields
 from tests.tiers import require_engine
 
@@ -114,6 +115,7 @@ def test_a_whole_cycles_json_log_is_typed_with_unique_keys(prom, tmp_path):
     assert pending == {
         "time": pending["time"], "level": "INFO", "event": "pending", "node": "log-pending",
         "reason": "xid-48", "gpu": "0000:38:00.0", "held_s": 360, "needs_s": 600,
+        "decides_at": format_time(AT + timedelta(seconds=240)),
         "next": "cordon candidate if the GPU loss holds 240s more",
     }  # fmt: skip
     (same_boot,) = [r for r in log if r["event"] == "skip" and r["reason"] == "same-boot"]

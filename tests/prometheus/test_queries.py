@@ -14,8 +14,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from guard.model import GpuPod, NodeInfo, PromView
+from guard.plan.hold import candidates, loss_held_s
 from guard.prom import PromClient, PromError
 from guard.prom_view import JoinError, check_join, read_prom
+from guard.queries import hold_queries, watch_poll
 from guard.settings import Settings
 from tests.prometheus.conftest import (
     JOBS_NS,
@@ -37,7 +39,7 @@ def view(prom, at: datetime, s: Settings = S) -> PromView:
 
 
 def selected(prom, at: datetime, s: Settings = S) -> set[str]:
-    return {c.node for c in view(prom, at, s).candidates}
+    return {c.node for c in candidates(view(prom, at, s), at, s)}
 
 
 @pytest.mark.parametrize(
@@ -85,29 +87,29 @@ def test_hold_is_never_shorter_than_the_setting_at_any_second(prom, node, first_
 
 
 def test_candidates_carry_gpu_identity(prom):
-    found = [c for c in view(prom, minutes(3)).candidates if c.node == "fast79"]
+    found = [c for c in candidates(view(prom, minutes(3)), minutes(3), S) if c.node == "fast79"]
     assert [(c.gpu, c.pci, c.value) for c in found] == [("4", "0000:58:00.0", 79)]
     assert found[0].uuid.startswith("GPU-")
 
 
 def test_read_prom_builds_the_view(prom):
     v = view(prom, minutes(12))
-    assert {c.node for c in v.candidates} == {
+    assert {c.node for c in candidates(v, minutes(12), S)} == {
         "fast79", "slow48", "lower79", "young48", "young79", "offgrid79", "between79",
         "hidden48", "relabel79",
     }  # fmt: skip
     assert {g.node for g in v.hardware_xids} >= {"fast79", "slow48", "dip48", "cordoned79"}
     assert not {"user13", "counted13"} & {g.node for g in v.hardware_xids}
     # loss began at the onset scrape, which is on the minute: held 12 minutes exactly
-    assert v.held_s("slow48") == 12 * 60
-    assert v.held_s("dip48") == 0
+    assert loss_held_s(v, "slow48", minutes(12)) == 12 * 60
+    assert loss_held_s(v, "dip48", minutes(12)) == 0
     assert v.cordoned == ("cordoned79",)
     assert v.row_remap == ()
 
 
 def test_held_is_capped_the_same_way_on_every_engine(prom):
     # the loss is older than the 30-minute history: reported as 29 minutes on every engine
-    assert view(prom, minutes(45)).held_s("slow48") == 29 * 60
+    assert loss_held_s(view(prom, minutes(45)), "slow48", minutes(45)) == 29 * 60
 
 
 def test_counted_xid_is_reported_beside_the_gauge(prom):
@@ -118,7 +120,7 @@ def test_counted_xid_is_reported_beside_the_gauge(prom):
 
 def test_node_label_wins_only_when_it_names_a_node(prom):
     v = read_prom(PromClient(prom.url), S, minutes(3), NODE_NAMES)
-    relabel = [g for g in v.candidates if g.gpu == "4" and "relabel" in g.node]
+    relabel = [g for g in candidates(v, minutes(3), S) if g.gpu == "4" and "relabel" in g.node]
     assert [g.node for g in relabel] == ["relabel79"]
     # with the Node named differently, the host label is tried next (the exporter's pod name)
     other = read_prom(PromClient(prom.url), S, minutes(3), NODE_NAMES - {"relabel79"})
@@ -208,3 +210,31 @@ def test_a_run_whose_xid_series_name_no_node_aborts(prom_misconfigured, tmp_path
     (abort,) = [line for line in proc.stderr.splitlines() if " abort " in line]
     assert 'e.g. {Hostname=\\"nvidia-dcgm-exporter-cwbcm\\"}, none of 1 Nodes' in abort
     assert "set NODE_NAME in dcgm-exporter" in abort
+
+
+# ---- the in-run watch's queries (guard.queries.watch_poll, hold_queries) ----------------------
+
+
+@pytest.mark.parametrize("after", [3, 12])
+def test_the_watch_reads_one_node_as_the_cycle_does(prom, after):
+    """A watch decision's narrowed queries give that node's facts exactly as the cycle's whole
+    read does: its Xids (gauge and counter), when its loss began, its cordon."""
+    at = minutes(after)
+    full, client = view(prom, at), PromClient(prom.url)
+    names = sorted({g.node for g in full.hardware_xids} | {n for n, _ in full.loss_since})
+    assert names
+    for name in names:
+        one = read_prom(client, S, at, NODE_NAMES, hold_queries(S, name))
+        assert one.hardware_xids == tuple(g for g in full.hardware_xids if g.node == name), name
+        assert dict(one.loss_since).get(name) == dict(full.loss_since).get(name), name
+        assert (name in one.cordoned) == (name in full.cordoned), name
+
+
+def test_the_watch_poll_names_each_node_with_a_hardware_xid_and_loss_now(prom):
+    at = minutes(12)
+    full = view(prom, at)
+    poll = watch_poll(S)
+    answer = PromClient(prom.url).vector_checked(poll.name, poll.promql, at, poll.required)
+    lost = {n for n, _ in full.loss_since}
+    expected = {g.node for g in full.hardware_xids if g.node in lost} - set(full.cordoned)
+    assert {x.label("node") for x in answer.good} >= expected

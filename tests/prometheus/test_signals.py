@@ -17,6 +17,7 @@ import pytest
 from guard import alert_queries, alerts
 from guard.example.scenario import AGENT_DETAIL, AGENT_FAIL, AGENT_PASS, AGENT_UNKNOWN
 from guard.model import AgentCheck, PromView, ServicePod
+from guard.plan.hold import nvml_candidates, nvml_held_s
 from guard.prom import PromClient
 from guard.prom_view import read_prom
 from guard.settings import Settings
@@ -36,6 +37,10 @@ from tests.prometheus.conftest import (
 pytestmark = pytest.mark.prometheus
 S = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS)
 HOLD = S.nvml_hold_s
+
+
+def held(prom, at: datetime, s: Settings = S) -> tuple[str, ...]:
+    return nvml_candidates(view(prom, at, s), at, s)
 
 
 def view(prom, at: datetime, s: Settings = S) -> PromView:
@@ -69,14 +74,14 @@ def agent(node: str, state: int) -> AgentCheck:
     ],
 )
 def test_mismatch_decision(prom_signals, node, after, expected):
-    assert (node in view(prom_signals, minutes(after)).nvml_candidates) is expected
+    assert (node in held(prom_signals, minutes(after))) is expected
 
 
 def test_mismatch_hold_is_never_shorter_than_the_setting_at_any_second(prom_signals):
     """Scraped 3 s past the minute, first seen failing at ONSET + 48 s: every instant around
     the hold's end, on the minute and off it."""
     assert_held_at_every_second(
-        lambda at: "drv-offgrid" in view(prom_signals, at).nvml_candidates,
+        lambda at: "drv-offgrid" in held(prom_signals, at),
         ONSET + timedelta(seconds=48),
         HOLD,
         S.query_step_s,
@@ -96,13 +101,13 @@ def test_mismatch_hold_is_never_shorter_than_the_setting_at_any_second(prom_sign
 )
 def test_settings_shape_the_mismatch_hold(prom_signals, changes, after, expected):
     s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
-    assert ("drv-mismatch" in view(prom_signals, minutes(after), s).nvml_candidates) is expected
+    assert ("drv-mismatch" in held(prom_signals, minutes(after), s)) is expected
 
 
 def test_mismatch_held_seconds_and_status(prom_signals):
     v = view(prom_signals, minutes(12))
-    assert v.nvml_held("drv-mismatch") == 12 * 60
-    assert "drv-fixed" not in dict(v.nvml_held_s)
+    assert nvml_held_s(v, "drv-mismatch", minutes(12)) == 12 * 60
+    assert "drv-fixed" not in dict(v.nvml_since)
     # the agent's word now, on failing or unschedulable nodes only: a detail for the cordon and
     # "PASS again" for the return; a node without an agent has none
     assert v.nvml_status == (
@@ -124,7 +129,7 @@ def test_agent_status_when_the_series_go_away(prom_signals):
     assert v.agent("no-agent") == ()
     back = view(prom_signals, T0 + timedelta(seconds=GAP_BACK_S + 60))
     assert back.agent("drv-gap") == (agent("drv-gap", AGENT_FAIL),)
-    assert back.nvml_held("drv-gap") == 60
+    assert nvml_held_s(back, "drv-gap", T0 + timedelta(seconds=GAP_BACK_S + 60)) == 60
 
 
 # ---- the service network ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ from guard.apply import PrintExecutor
 from guard.log import Log
 from guard.outcome import tally
 from guard.plan import plan_cycle
-from tests.builders import NOW, TEMPLATES, gpu, node, settings, snapshot
+from tests.builders import HELD_S, NOW, TEMPLATES, gpu, node, settings, snapshot
 
 
 def plan():
@@ -46,4 +46,4 @@ def test_dry_run_json_lines_carry_the_event_and_a_dry_run_flag():
     ]  # fmt: skip
     event = records[1]
     assert event["event_reason"] == "GuardCordoned" and event["type"] == "Warning"
-    assert records[0]["held_s"] == 0 and isinstance(records[0]["held_s"], int)
+    assert records[0]["held_s"] == HELD_S and isinstance(records[0]["held_s"], int)

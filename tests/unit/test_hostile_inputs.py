@@ -30,7 +30,7 @@ from guard import files, kube_exec
 from guard.cli import cli
 from guard.kube import MAX_PAGES, Kube, KubeError
 from guard.retry import Backoff
-from guard.settings import CRONJOB_DEADLINE_S, Settings
+from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S, Settings
 from guard.settings_flags import build_settings, settings_options, unknown_env_lines
 from guard.snapshot import SnapshotError, read_cluster, require_nodes
 from guard.wire import write_termination_message
@@ -755,6 +755,20 @@ def test_the_cronjob_deadline_matches_the_manifest() -> None:
     docs = list(yaml.safe_load_all((REPO / "manifests/base/cronjob.yaml").read_text()))
     cronjob = next(d for d in docs if d and d.get("kind") == "CronJob")
     assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == CRONJOB_DEADLINE_S
+    # the watch's bound and the Lease derive from that one number
+    deadline = cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+    assert Settings().watch_until_s == deadline - WATCH_MARGIN_S > 0
+    assert Settings().lease_duration_s < deadline
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--watch-until-s", "211"), ("--watch-interval-s", "4"), ("--lease-duration-s", "241"),
+     ("--lease-duration-s", "59")],
+)  # fmt: skip
+def test_a_watch_past_the_cronjob_deadline_is_refused(flag: str, value: str) -> None:
+    code, s, err = _settings({}, flag, value)
+    assert code == 2 and s is None and f"bad setting: {flag} " in err, err
 
 
 def test_unknown_variables_warn_once_on_run(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from guard.plan import plan_cycle
 from guard.plan.checks import plan_checks
 from guard.plan.returning import plan_return
 from tests.builders import (
+    HELD_S,
     KEYS,
     NOW,
     TEMPLATES,
@@ -182,8 +183,8 @@ def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordo
 def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:
     snap = fails("b")
     snap = replace(snap, nodes=(*snap.nodes, node("x", allocatable=7)),
-                   prom=replace(snap.prom, candidates=(gpu("x", 79),),
-                                hardware_xids=(gpu("x", 79),)))  # fmt: skip
+                   prom=replace(snap.prom, hardware_xids=(gpu("x", 79),),
+                                loss_since=(("x", NOW - timedelta(seconds=HELD_S)),)))  # fmt: skip
     plan = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert plan[0] == ("cordon", "x", "xid-79")
     assert ("skip", "b", "one-per-cycle") in plan
@@ -348,6 +349,8 @@ def test_a_guarded_node_the_isolation_check_skips_still_counts_for_the_breaker()
     snap = fails("b")
     xids = tuple(gpu(n.name, 79) for n in guarded)
     snap = replace(snap, nodes=tuple(sorted((*snap.nodes, *guarded), key=lambda n: n.name)),
-                   prom=replace(snap.prom, candidates=xids, hardware_xids=xids))  # fmt: skip
+                   prom=replace(snap.prom, hardware_xids=xids,
+                                loss_since=tuple((g.node, NOW - timedelta(seconds=HELD_S))
+                                                 for g in xids)))  # fmt: skip
     plan = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert ("skip", "b", "breaker-open") in plan

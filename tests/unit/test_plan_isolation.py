@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from guard.actions import AppendLedgerLine, Cordon, CreateJob, EmitEvent, Skip
-from guard.plan.isolation import breaker_limit, plan_isolation
+from guard.plan.isolation import breaker_limit, by_node, plan_isolation
 from tests.builders import (
     CORDON_AT,
     KEYS,
@@ -94,6 +94,19 @@ from tests.builders import (
 )
 def test_isolation_plan(snap, expected):
     assert brief(plan_isolation(snap, settings(), TEMPLATES)) == expected
+
+
+def test_unsorted_xids_cordon_the_right_node_once():
+    """Prometheus answers in any order; a node's GPUs apart in the answer are still one node:
+    one cordon, and no node waits one-per-cycle behind itself."""
+    xids = (gpu("a", 79, index=5, uuid=OTHER_UUID, pci="0000:99:00.0"), gpu("b", 48),
+            gpu("a", 79, index=0))  # fmt: skip
+    assert [g.node for g in snapshot(candidates=xids).prom.hardware_xids] == ["a", "b", "a"]
+    assert list(by_node(xids)) == ["a", "b"] and len(by_node(xids)["a"]) == 2
+    actions = plan_isolation(snapshot(node("a"), node("b"), candidates=xids), settings(), TEMPLATES)
+    assert brief(actions) == [*xid_cordon("a", 79), ("skip", "b", "one-per-cycle")]
+    (cordon,) = [a for a in actions if isinstance(a, Cordon)]
+    assert cordon.gpu == PCI  # GPU 0 names the cordon: the lowest index of the node's two
 
 
 def guarded(n: int):

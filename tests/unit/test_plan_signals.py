@@ -544,5 +544,6 @@ def test_status_text_and_json_of_a_mismatch_candidate():
     assert f"held: breaker-open; {SEEN}" in render(r, wide=True)
     assert r.to_json()["candidates"] == [
         {"node": "b", "reason": "nvml-mismatch", "xid": None, "gpu": None, "pci": None,
-         "uuid": None, "held_s": 660, "needs_s": 600, "decision": "breaker-open", "detail": SEEN}
+         "uuid": None, "held_s": 660, "needs_s": 600, "decision": "breaker-open",
+         "decides_at": None, "detail": SEEN}
     ]  # fmt: skip

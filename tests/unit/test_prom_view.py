@@ -1,4 +1,4 @@
-"""The hold window and the DCGM join, decided at the snapshot boundary (guard.prom_view)."""
+"""The loss history and the DCGM join, read at the snapshot boundary (guard.prom_view)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guard.model import GpuSample, NodeInfo, PromView
+from guard.model import NodeInfo, PromView
 from guard.prom import Series
 from guard.prom_view import (
     JoinError,
     check_join,
     coverage_pairs,
-    held_candidates,
-    held_nvml,
     loss_since,
 )
 from guard.settings import Settings
@@ -44,58 +42,6 @@ def ago(seconds: float) -> datetime:
 def test_loss_since(series, at, expected):
     found = dict(loss_since([series], at, 60, 1800))
     assert found.get("n") == expected
-
-
-def gpu(node: str, xid: int) -> GpuSample:
-    return GpuSample(node, "4", "GPU-1", "0000:99:00.0", xid)
-
-
-@pytest.mark.parametrize(
-    ("xid", "held", "cordoned", "expected"),
-    [
-        pytest.param(79, 120, False, True, id="fast-path-at-its-window"),
-        pytest.param(79, 119, False, False, id="fast-path-1s-short"),
-        pytest.param(48, 599, False, False, id="full-hold-1s-short"),
-        pytest.param(48, 600, False, True, id="full-hold-at-its-window"),
-        pytest.param(48, 900, True, False, id="cordoned-in-kube-state-metrics"),
-        pytest.param(48, None, False, False, id="no-loss-now"),
-    ],
-)
-def test_held_candidates(xid, held, cordoned, expected):
-    view = PromView(
-        hardware_xids=(gpu("n", xid),),
-        loss_since=(("n", ago(held)),) if held is not None else (),
-        cordoned=("n",) if cordoned else (),
-    )
-    assert (held_candidates(view, NOW, S) == (gpu("n", xid),)) is expected
-
-
-@pytest.mark.parametrize(
-    ("changes", "held", "cordoned", "expected"),
-    [
-        pytest.param({}, 600, False, True, id="mismatch-at-the-hold-window"),
-        pytest.param({}, 599, False, False, id="mismatch-1s-short"),
-        pytest.param({"nvml_mismatch_hold_s": 1800}, 1200, False, False, id="own-hold-longer"),
-        pytest.param({"nvml_mismatch_hold_s": 300}, 300, False, True, id="own-hold-shorter"),
-        pytest.param({"hold_window_s": 900}, 600, False, False, id="default-follows-the-hold"),
-        pytest.param({}, 900, True, False, id="cordoned-in-kube-state-metrics"),
-    ],
-)
-def test_held_nvml(changes, held, cordoned, expected):
-    view = PromView(nvml_since=(("n", ago(held)),), cordoned=("n",) if cordoned else ())
-    s = Settings(prometheus_url="http://unused", **changes)
-    assert (held_nvml(view, NOW, s) == ("n",)) is expected
-
-
-def test_a_mismatch_seen_before_and_after_a_gap_is_held_only_since_the_gap():
-    """The agent's series went away for two steps (SKIP, UNKNOWN, no scrape): absent is not a
-    mismatch, so the hold starts again where the failure is seen again."""
-    history = steps(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-    since = dict(loss_since([history], NOW, 60, 1800))
-    assert since == {"n": ago(8 * 60)}
-    view = PromView(nvml_since=tuple(since.items()))
-    assert held_nvml(view, NOW, S) == ()  # 8 minutes, not 20
-    assert held_nvml(view, NOW + timedelta(minutes=2), S) == ("n",)
 
 
 def node(name: str, gpus: int = 8) -> NodeInfo:

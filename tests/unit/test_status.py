@@ -295,7 +295,8 @@ def test_the_text_table():
     assert render(sample_report()) == (
         "breaker: closed, 3 of 5 guard-cordoned nodes (2 more cordons allowed)\n"
         "pending candidates: 1\n"
-        f"  gpu-node-d  xid-48  {PCI}  loss held 360 of 600 s  pending\n"
+        f"  gpu-node-d  xid-48  {PCI}  loss held 360 of 600 s  pending, decides at"
+        " 2026-09-21T05:59:00Z\n"
         "\n"
         "NODE        STATE                             REASON  SINCE  GPU           CARD  SLOT  "
         "BLOCKED BY                                        NEXT\n"
@@ -334,7 +335,8 @@ def test_json_is_typed_and_stable():
     assert doc["breaker"] == {"guarded": 3, "limit": 5, "open": False, "headroom": 2}
     assert doc["candidates"] == [
         {"node": "gpu-node-d", "reason": "xid-48", "xid": 48, "gpu": "2", "pci": PCI,
-         "uuid": UUID, "held_s": 360, "needs_s": 600, "decision": "pending", "detail": None}
+         "uuid": UUID, "held_s": 360, "needs_s": 600, "decision": "pending",
+         "decides_at": "2026-09-21T05:59:00Z", "detail": None}
     ]  # fmt: skip
     assert doc["nodes"][0] == {
         "node": "gpu-node-a",

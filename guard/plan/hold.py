@@ -1,0 +1,83 @@
+"""The hold: which faults have lasted long enough to be cordon candidates, decided from facts.
+
+The Snapshot carries what Prometheus showed (`PromView.hardware_xids`, `loss_since`,
+`nvml_since`, `cordoned`); every rule on top of those facts lives here, for the isolation
+check, the pending lines, `status` and the in-run watch (guard/watch.py) alike.
+
+Case list, for a GPU with a hardware Xid now (`W` is the fast hold for fast-path Xids, else the
+full hold):
+  node kube-state-metrics reports unschedulable                   → not a candidate
+  no GPU loss on its node now (no `loss_since`)                   → not a candidate
+  now − loss_since ≥ W                                            → candidate
+  otherwise                                                       → pending, decides at
+                                                                    loss_since + W
+and for a node whose nvidia-match failed at every step since `nvml_since`, not cordoned:
+  now − nvml_since ≥ `Settings.nvml_hold_s` → candidate, else pending until then.
+Each step's value is the latest scrape at or before the step, so the loss was scraped no later
+than `loss_since` (guard.prom_view): the hold that really passed is never shorter than W.
+
+Candidates come back sorted by node, then GPU: the isolation check groups them by node.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from guard.model import GpuSample, PromView
+from guard.settings import Settings
+
+
+def hold_window_s(xid: int, s: Settings) -> int:
+    """How long GPU loss must hold before a cordon for this Xid: the fast hold on the fast path."""
+    return s.fast_hold_window_s if xid in s.fast_path_xids else s.hold_window_s
+
+
+def held_s(since: datetime, now: datetime) -> int:
+    """Whole seconds the loss has held, rounded down (never more than really passed)."""
+    return max(0, int((now - since).total_seconds()))
+
+
+def loss_held_s(view: PromView, node: str, now: datetime) -> int:
+    """Seconds the node's GPU loss has held at `now`; 0 without loss now."""
+    since = dict(view.loss_since).get(node)
+    return 0 if since is None else held_s(since, now)
+
+
+def nvml_held_s(view: PromView, node: str, now: datetime) -> int:
+    """Seconds the node's nvidia-match failure has held at `now`; 0 without one."""
+    since = dict(view.nvml_since).get(node)
+    return 0 if since is None else held_s(since, now)
+
+
+def decides_at(since: datetime, window_s: int) -> datetime:
+    """The instant a hold that began at `since` completes."""
+    return since + timedelta(seconds=window_s)
+
+
+def _gpu_order(g: GpuSample) -> tuple[str, str, str, int]:
+    return g.node, g.gpu.zfill(4), g.uuid, g.value
+
+
+def candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:
+    """Hardware-Xid GPUs whose node's loss held for the Xid's window, sorted by node and GPU."""
+    since, cordoned = dict(view.loss_since), set(view.cordoned)
+    out = []
+    for g in view.hardware_xids:
+        start = since.get(g.node)
+        if start is None or g.node in cordoned:
+            continue
+        if held_s(start, now) >= hold_window_s(g.value, s):
+            out.append(g)
+    return tuple(sorted(out, key=_gpu_order))
+
+
+def nvml_candidates(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
+    """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned (sorted)."""
+    cordoned = set(view.cordoned)
+    return tuple(
+        sorted(
+            node
+            for node, start in view.nvml_since
+            if node not in cordoned and held_s(start, now) >= s.nvml_hold_s
+        )
+    )

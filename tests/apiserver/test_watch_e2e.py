@@ -1,0 +1,198 @@
+"""The in-run watch and the cycle's Lease on a real kube-apiserver and a real Prometheus.
+
+`run --at T --watch` watches in the replayed time (guard.watch.ReplayClock): each wait passes at
+once, every query is evaluated at the instant the watch has reached, so a hold that completes
+inside the run is decided then — by the same process, not by the next run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from guard.example.promserver import LocalPrometheus, scenario_server
+from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
+from guard.ledger import parse_time
+from guard.names import CYCLE_LEASE
+from guard.settings import Settings
+from tests.apiserver.guard_run import (
+    KEYS,
+    NO_CF,
+    NS,
+    ONSET_S,
+    T0,
+    faulted,
+    forget_guard_state,
+    make_gpu_node,
+    mine,
+    run_guard,
+    scenario_prometheus,
+)
+from tests.tiers import require_engine
+
+pytestmark = pytest.mark.apiserver
+
+ONSET = T0 + timedelta(seconds=ONSET_S)
+FAST_HOLD_S = Settings().fast_hold_window_s
+LATE_S = 30  # w-late's Xid 79 and GPU loss begin this long after the run starts
+RUN_AT = ONSET + timedelta(seconds=60)  # w-fast: 60 s of its 120 s hold have passed
+
+
+def late(name: str) -> NodeTimeline:
+    at = ONSET_S + 60 + LATE_S
+    return NodeTimeline(name, gpus=8, xids=((at, 4, 79),), allocatable=((at, 7),))
+
+
+def slow(name: str) -> NodeTimeline:
+    """Xid 48 with GPU loss from ONSET: the full 10-minute hold, after the run's end."""
+    return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 48),), allocatable=((ONSET_S, 7),))
+
+
+RACE = tuple(f"w-race-{i}" for i in range(2))
+
+
+@pytest.fixture(scope="module")
+def prom() -> Iterator[LocalPrometheus]:
+    nodes = (faulted("w-fast"), late("w-late"), slow("w-slow"))
+    with scenario_prometheus(*nodes) as server:
+        yield server
+
+
+def cordon_at(core: client.CoreV1Api, node: str) -> datetime | None:
+    found = (core.read_node(node).metadata.annotations or {}).get(KEYS.at)
+    return parse_time(found) if found else None
+
+
+def test_a_hold_that_completes_during_the_watch_is_cordoned_in_the_same_run(
+    prom, guard_kubeconfig, gpu_node, core
+):
+    node = gpu_node("w-fast")
+    run = run_guard(prom, guard_kubeconfig, RUN_AT, NO_CF, "--watch")
+    (pending,) = [line for line in run.lines("pending") if line["node"] == node]
+    decides = ONSET + timedelta(seconds=FAST_HOLD_S)
+    assert pending["decides_at"] == decides.strftime("%Y-%m-%dT%H:%M:%SZ")
+    events = [line["event"] for line in run.log]
+    assert events.index("done") < events.index("watch-start") < events.index("cordon")
+    assert events.index("cordon") < events.index("watch-end")
+    (cordon,) = run.lines("cordon")
+    assert cordon["node"] == node and cordon["held_s"] >= FAST_HOLD_S
+    (end,) = run.lines("watch-end")
+    assert (end["why"], end["cordoned"], end["decisions"]) == ("cordon-landed", node, 1)
+    # cordoned when the hold had passed, not before, and within one step of it
+    at = cordon_at(core, node)
+    assert at is not None and decides <= at <= decides + timedelta(seconds=60)
+    assert ("cordon", "xid-79") in mine(run.plan, node)  # --output json has the watch's writes
+
+
+def test_without_the_watch_the_hold_waits_for_the_next_run(prom, guard_kubeconfig, gpu_node, core):
+    node = gpu_node("w-fast")
+    run = run_guard(prom, guard_kubeconfig, RUN_AT, NO_CF)  # --at: no watch unless asked
+    assert not run.lines("watch-start") and not run.lines("cordon")
+    assert cordon_at(core, node) is None
+
+
+def test_a_fault_that_appears_during_the_watch_is_polled_and_cordoned(
+    prom, guard_kubeconfig, gpu_node, core
+):
+    node = gpu_node("w-late")
+    run = run_guard(prom, guard_kubeconfig, RUN_AT, NO_CF, "--watch")
+    assert node not in {line["node"] for line in run.lines("pending")}  # nothing yet
+    (start,) = run.lines("watch-start")
+    assert start["waiting"] == 0
+    at = cordon_at(core, node)
+    fault = RUN_AT + timedelta(seconds=LATE_S)
+    assert at is not None and at >= fault + timedelta(seconds=FAST_HOLD_S)
+    (end,) = run.lines("watch-end")
+    assert end["cordoned"] == node and end["polls"] >= 1
+
+
+def test_a_hold_past_the_runs_end_is_left_to_the_next_run(prom, guard_kubeconfig, gpu_node, core):
+    node = gpu_node("w-slow")
+    run = run_guard(prom, guard_kubeconfig, RUN_AT, NO_CF, "--watch")
+    (start,) = run.lines("watch-start")
+    assert (start["waiting"], start["left"]) == (0, 1)
+    (end,) = run.lines("watch-end")
+    assert (end["why"], end["cordoned"], end["left"]) == ("deadline", "-", 1)
+    assert cordon_at(core, node) is None
+
+
+def lease_holder(admin: client.ApiClient) -> str:
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+    return str(lease.spec.holder_identity or "")
+
+
+def test_a_run_releases_the_lease_and_one_that_finds_it_held_exits_0(
+    prom, guard_kubeconfig, gpu_node, core, admin
+):
+    gpu_node("w-fast")
+    run_guard(prom, guard_kubeconfig, RUN_AT, NO_CF)
+    assert lease_holder(admin) == ""  # released at the end
+    leases = client.CoordinationV1Api(admin)
+    lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+    lease.spec.holder_identity = "a-run-elsewhere"
+    lease.spec.lease_duration_seconds = 90
+    lease.spec.renew_time = datetime.now().astimezone()
+    leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+    run = run_guard(prom, guard_kubeconfig, ONSET + timedelta(seconds=180), NO_CF, ok=False)
+    assert run.rc == 0 and run.plan == {}
+    (held,) = run.lines("lease-held")
+    assert held["holder"] == "a-run-elsewhere" and not run.lines("cordon")
+    assert [line["event"] for line in run.log][-1] == "lease-held"
+    # a Lease its holder stopped renewing (a killed run) is taken once it expired
+    lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+    lease.spec.renew_time = datetime.now().astimezone() - timedelta(seconds=91)
+    leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+    run = run_guard(prom, guard_kubeconfig, ONSET + timedelta(seconds=180), NO_CF)
+    assert [line["node"] for line in run.lines("cordon")] == ["w-fast"]
+    assert lease_holder(admin) == ""
+
+
+TRIALS = 20
+WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its cycle
+
+
+@pytest.fixture(scope="module")
+def live_prom() -> Iterator[LocalPrometheus]:
+    """The race nodes' faults in real time: Xid 79 and GPU loss for 5 minutes now."""
+    require_engine("prometheus2")
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(seconds=ONSET_S + 300)
+    scenario = Scenario(start=start, duration_s=ONSET_S + 600,
+                        nodes=tuple(faulted(n) for n in RACE), pods=(KSM_POD,))  # fmt: skip
+    with scenario_server(scenario) as server:
+        yield server
+
+
+def test_two_runs_started_together_never_cordon_two_nodes_in_one_slot(
+    live_prom, guard_kubeconfig, core, admin
+):
+    """Two live runs (the CronJob's way: no --at, the watch on) started at once, both able to
+    see two held faults: one takes the Lease and decides, the other logs `lease-held` and exits
+    0 — never two cordons, in every trial."""
+    held = 0
+    for _ in range(TRIALS):
+        for name in RACE:
+            make_gpu_node(core, name)
+        procs = [_start(live_prom, guard_kubeconfig) for _ in range(2)]
+        logs = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], logs
+        cordoned = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        assert len(cordoned) == 1, (cordoned, logs)
+        held += sum('"event": "lease-held"' in log for log in logs)
+        for name in RACE:
+            core.delete_node(name)
+        forget_guard_state(core, admin)
+    assert held == TRIALS  # every trial raced: one of the two found the Lease held
+
+
+def _start(prom: LocalPrometheus, kubeconfig: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
+         str(kubeconfig), "--log-format", "json", "--watch-until-s", str(WATCH_S), NO_CF],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip

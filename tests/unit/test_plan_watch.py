@@ -1,0 +1,99 @@
+"""The in-run watch's pure parts (guard.plan.watch): what it waits for, what it leaves to the next
+run, and the snapshot one decision plans on."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from datetime import timedelta
+
+from guard.apply import PrintExecutor
+from guard.log import Log
+from guard.model import PromView
+from guard.plan.isolation import plan_isolation
+from guard.plan.watch import Due, decision_snapshot, dues, split
+from guard.prom import PromClient
+from guard.watch import ReplayClock, Watch
+from tests.builders import NOW, TEMPLATES, brief, gpu, node, settings, snapshot, xid_cordon
+
+
+def after(seconds: int):
+    return NOW + timedelta(seconds=seconds)
+
+
+def test_dues_are_each_nodes_first_hold_by_time():
+    snap = snapshot(
+        node("a"), node("b"), node("c"),
+        hardware=(gpu("a", 48), gpu("b", 48), gpu("b", 79, index=5), gpu("c", 79)),
+        loss={"a": 300, "b": 60, "c": 30},
+    )  # fmt: skip
+    assert dues(snap, settings()) == (
+        Due("b", "xid-79", after(60)),  # its fast-path GPU decides before its Xid 48
+        Due("c", "xid-79", after(90)),
+        Due("a", "xid-48", after(300)),
+    )
+
+
+def test_no_due_for_a_name_no_node_has_or_a_cordoned_node():
+    snap = snapshot(node("a", cordoned=True), hardware=(gpu("a", 79), gpu("ghost", 79)),
+                    loss={"a": 30, "ghost": 30})  # fmt: skip
+    assert dues(snap, settings()) == ()
+
+
+def test_a_hold_past_the_end_is_left_to_the_next_run():
+    found = (Due("b", "xid-79", after(60)), Due("a", "xid-48", after(300)))
+    assert split(found, after(180)) == (found[:1], found[1:])
+    assert split(found, after(300)) == (found, ())  # completes at the end: still this run's
+
+
+def test_a_decision_plans_on_that_nodes_new_facts_only():
+    """At the decision, b's hold has passed; a's old facts (held 100 s of 600 at the cycle)
+    would pass too by the clock alone, but only b was re-read: one cordon, of b."""
+    base = snapshot(node("a"), node("b"), hardware=(gpu("a", 48), gpu("b", 79)),
+                    loss={"a": 500, "b": 60})  # fmt: skip
+    at = after(120)
+    fresh = PromView(
+        hardware_xids=(gpu("b", 79),), loss_since=(("b", NOW - timedelta(seconds=60)),)
+    )
+    snap = decision_snapshot(base, "b", base.node("b"), fresh, at)
+    assert snap.now == at and [n.name for n in snap.nodes] == ["a", "b"]
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == xid_cordon("b", 79)
+
+
+def test_the_re_read_node_decides_a_persons_cordon_wins():
+    base = snapshot(node("b"), hardware=(gpu("b", 79),), loss={"b": 60})
+    fresh = PromView(
+        hardware_xids=(gpu("b", 79),), loss_since=(("b", NOW - timedelta(seconds=60)),)
+    )
+    cordoned = replace(base.node("b"), unschedulable=True, resource_version="2")
+    snap = decision_snapshot(base, "b", cordoned, fresh, after(60))
+    assert brief(plan_isolation(snap, settings(), TEMPLATES)) == [("skip", "b", "already-cordoned")]
+    gone = decision_snapshot(base, "b", None, fresh, after(60))
+    assert brief(plan_isolation(gone, settings(), TEMPLATES)) == [("skip", "b", "not-in-api")]
+
+
+def test_the_cordon_carries_the_resource_version_as_re_read():
+    base = snapshot(node("b", rv="1"), hardware=(gpu("b", 79),), loss={"b": 60})
+    fresh = PromView(
+        hardware_xids=(gpu("b", 79),), loss_since=(("b", NOW - timedelta(seconds=60)),)
+    )
+    snap = decision_snapshot(base, "b", replace(base.node("b"), resource_version="7"), fresh,
+                             after(60))  # fmt: skip
+    (cordon,) = [a for a in plan_isolation(snap, settings(), TEMPLATES) if a.node == "b"][:1]
+    assert cordon.resource_version == "7"  # type: ignore[union-attr]
+
+
+def test_a_read_that_fails_during_the_watch_ends_it_with_one_warn_line():
+    """Prometheus gone after the cycle (nothing listens on the port): the watch's decision read
+    fails, the watch ends with a WARN line, and nothing is written."""
+    out = io.StringIO()
+    log = Log("text", out, NOW)
+    base = snapshot(node("b"), hardware=(gpu("b", 79),), loss={"b": 60})
+    printer = PrintExecutor(log, show_manifests=False)
+    s = settings(prometheus_url="http://127.0.0.1:9")
+    watch = Watch(s, PromClient("http://127.0.0.1:9", timeout_s=1), None, TEMPLATES, log, base,
+                  lambda _snap: printer, ReplayClock(NOW), after(s.watch_until_s))  # fmt: skip
+    watch.run()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1:3] for line in lines] == [["INFO", "watch-start"], ["WARN", "watch-end"]]
+    assert 'why="read-failed: ' in lines[1] and printer.outcomes == []
