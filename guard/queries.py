@@ -109,11 +109,20 @@ def hardware_xid(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
 
 
 def gpu_loss(pins: Pins = NO_PINS) -> str:
-    """Per-node number of GPUs the node advertises but cannot allocate."""
+    """Per-node number of GPUs the node advertises but cannot allocate.
+
+    Only GPU counts count: a negative or fractional capacity or allocatable (an exporter gone
+    wrong) is no loss, so it cannot make its node a candidate ahead of a really faulted one.
+    """
     return (
-        f"(max by ({NODE_LABEL}) ({pins.ksm(CAPACITY_METRIC)})"
-        f" - max by ({NODE_LABEL}) ({pins.ksm(ALLOCATABLE_METRIC)}))"
+        f"(max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
+        f" - max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(ALLOCATABLE_METRIC))}))"
     )
+
+
+def _gpu_count(selector: str) -> str:
+    """The series of `selector` whose value is a whole number of GPUs (NaN is not one)."""
+    return f"(({selector} >= 0) == floor({selector}))"
 
 
 def not_cordoned(pins: Pins = NO_PINS) -> str:

@@ -104,7 +104,6 @@ class Row:
     args: tuple[str, ...] = ()  # structural rows: the flags that make the answers bad
     rc: int = 0
     abort: str = ""  # structural rows: the abort line's reason contains this
-    miss: str = ""  # a known miss: why the victim waits (the row is a strict xfail)
 
     @property
     def node(self) -> str:
@@ -475,16 +474,13 @@ AGENT_OK = "gpu_node_guard_agent_check_ok"
 COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 
 
-def series(id_: str, edit: Edit, prom: str = "faulted", miss: str = "") -> Row:
-    return Row(id_, "series", gpu_node(), prom, edit, miss=miss)
+def series(id_: str, edit: Edit, prom: str = "faulted") -> Row:
+    return Row(id_, "series", gpu_node(), prom, edit)
 
 
 # The GPU loss is capacity - allocatable computed in PromQL (guard.queries.gpu_loss): the guard
 # never sees the raw allocatable, so an impossible one (negative, a fraction) reads as a loss
 # and its node, faulted, takes the cycle's cordon.
-LOSS_IN_PROMQL = "allocatable is not range-checked: capacity - allocatable is computed in PromQL"
-
-
 SERIES_ROWS = [
     # the Xid gauge's values
     series("xid-nan", values(XID, "NaN")),
@@ -537,9 +533,9 @@ SERIES_ROWS = [
     series("unschedulable-twice", twice(UNSCHED, 'instance="second"', "1", gpu=None)),
     # kube-state-metrics' values
     series("allocatable-nan", values(ALLOC, "NaN", gpu=None)),
-    series("allocatable-negative", values(ALLOC, "-7", gpu=None), miss=LOSS_IN_PROMQL),
+    series("allocatable-negative", values(ALLOC, "-7", gpu=None)),
     series("allocatable-inf", values(ALLOC, "+Inf", gpu=None)),
-    series("allocatable-fraction", values(ALLOC, "6.5", gpu=None), miss=LOSS_IN_PROMQL),
+    series("allocatable-fraction", values(ALLOC, "6.5", gpu=None)),
     series("capacity-nan", values(CAP, "NaN", gpu=None)),
     series("capacity-zero", values(CAP, "0", gpu=None, since_s=0)),
     series("unschedulable-nan", values(UNSCHED, "NaN", gpu=None), prom=H),
@@ -729,8 +725,7 @@ def clean(admin: client.ApiClient) -> Iterator[list[Ctx]]:
 
 
 def _param(row: Row) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=row.miss)] if row.miss else []
-    return pytest.param(row, id=f"{row.kind}-{row.id}", marks=marks)
+    return pytest.param(row, id=f"{row.kind}-{row.id}")
 
 
 @pytest.mark.parametrize("row", [_param(r) for r in ROWS])
