@@ -39,6 +39,7 @@ from guard.example.promserver import (
     openmetrics_file,
     prometheus_args,
     prometheus_config,
+    start_prometheus,
     wait_data,
     wait_ready,
 )
@@ -149,14 +150,7 @@ def serve(
         elif engine == "thanos":
             url = _start_thanos(started, bins, session, deadline)
         else:
-            port = free_port()
-            argv = prometheus_args(bins.server, prometheus_config(data_dir, {}), data_dir, port)
-            if web_config is not None:
-                argv.append(f"--web.config.file={web_config}")
-            started.start("prometheus", argv)
-            tls = web_config is not None and "tls_server_config" in web_config.read_text()
-            url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-            wait_ready(url, started, session, deadline)
+            url = start_prometheus(started, bins.server, data_dir, web_config, session, deadline)
         if ready_at is not None:
             wait_data(url, ready_query, ready_at, session, deadline)
         yield LocalPrometheus(url, data_dir, engine)

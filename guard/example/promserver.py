@@ -111,17 +111,31 @@ def serve(
     deadline = time.monotonic() + timeout_s
     with ExitStack() as stack:
         started = Started(data_dir, stack, [])
-        port = free_port()
-        argv = prometheus_args(server, prometheus_config(data_dir, {}), data_dir, port)
-        if web_config is not None:
-            argv.append(f"--web.config.file={web_config}")
-        started.start("prometheus", argv)
-        tls = web_config is not None and "tls_server_config" in web_config.read_text()
-        url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-        wait_ready(url, started, session, deadline)
+        url = start_prometheus(started, server, data_dir, web_config, session, deadline)
         if ready_at is not None:
             wait_data(url, ready_query, ready_at, session, deadline)
         yield LocalPrometheus(url, data_dir)
+
+
+def start_prometheus(
+    started: Started,
+    server: str,
+    data_dir: Path,
+    web_config: Path | None,
+    session: requests.Session,
+    deadline: float,
+) -> str:
+    """Start the Prometheus `server` on a free loopback port over `data_dir` and wait until it
+    is ready; its URL (https when `web_config` sets up TLS)."""
+    port = free_port()
+    argv = prometheus_args(server, prometheus_config(data_dir, {}), data_dir, port)
+    if web_config is not None:
+        argv.append(f"--web.config.file={web_config}")
+    started.start("prometheus", argv)
+    tls = web_config is not None and "tls_server_config" in web_config.read_text()
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    wait_ready(url, started, session, deadline)
+    return url
 
 
 @contextmanager

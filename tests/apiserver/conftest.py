@@ -3,7 +3,6 @@ policies, and a fresh namespace per test."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,22 +23,20 @@ from tests.apiserver.kube import (
     DAEMONSET_CONTROLLER,
     GUARD_NS,
     GUARD_USER,
-    HOW_TO_ENABLE,
     JOB_CONTROLLER,
     JOBS_NS,
     MERGE_PATCH,
     ControlPlane,
     api_error,
     as_dict,
-    assets_dir,
     control_plane,
     controller_pod,
     create,
     daemonset_pod,
     guard_job,
+    required_assets,
     write_kubeconfig,
 )
-from tests.tiers import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 _ENFORCE_TIMEOUT_S = 60.0
@@ -53,11 +50,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
     and NodeRestriction on as clusters run them, and kube-controller-manager's ServiceAccount
     controllers that admission needs; no Job controller (the tests play it: `finish`; the
     `cluster` fixture has the real one). Stopped at the end."""
-    assets = assets_dir(os.environ)
-    if assets is None or not os.access(assets / "kube-controller-manager", os.X_OK):
-        unavailable("apiserver", "kube-apiserver, etcd or kube-controller-manager not found",
-                    HOW_TO_ENABLE)  # fmt: skip
-        raise AssertionError("unreachable: unavailable() skips or fails")
+    assets = required_assets(controller_manager=True)
     workdir = tmp_path_factory.mktemp("apiserver")
     with control_plane(assets, workdir, True, ACCOUNT_CONTROLLERS) as plane:
         _started_in_s.append(plane.started_in_s)
@@ -82,10 +75,7 @@ def cluster(
     and NodeRestriction, and kube-controller-manager's Job and ServiceAccount controllers
     (`kube.CONTROLLERS`); manifests/base applied, every policy enforcing, an admin of the jobs
     namespace (`JOBS_NS_ADMIN`)."""
-    assets = assets_dir(os.environ)
-    if assets is None or not os.access(assets / "kube-controller-manager", os.X_OK):
-        unavailable("apiserver", "kube-controller-manager not found", HOW_TO_ENABLE)
-        raise AssertionError("unreachable: unavailable() skips or fails")
+    assets = required_assets(controller_manager=True)
     workdir = tmp_path_factory.mktemp("cluster")
     with control_plane(assets, workdir, as_clusters_run=True) as plane:
         _started_in_s.append(plane.started_in_s)

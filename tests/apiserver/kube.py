@@ -31,6 +31,7 @@ from guard.example.promserver import free_port, stop
 from guard.jobs import JobKind, JobTemplates
 from guard.plan.common import render_example_job
 from guard.settings import Settings
+from tests.tiers import unavailable
 
 ENVTEST_VERSION = "v1.34.4"
 HOW_TO_ENABLE = "run `make envtest` (or set KUBEBUILDER_ASSETS)"
@@ -46,6 +47,20 @@ DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 ADMIN_TOKEN = "gpu-node-guard-tests-admin"  # test-only credential of a throwaway server
 MERGE_PATCH = "application/merge-patch+json"
 _START_TIMEOUT_S = 90.0
+
+
+def required_assets(*, controller_manager: bool = False) -> Path:
+    """The directory of the envtest binaries (`assets_dir`); without them the tier is skipped
+    (a failure under CI=true). `controller_manager`: kube-controller-manager is needed too."""
+    assets = assets_dir(os.environ)
+    if assets is None or (
+        controller_manager and not os.access(assets / "kube-controller-manager", os.X_OK)
+    ):
+        what = "kube-apiserver, etcd or kube-controller-manager" if controller_manager else (
+            "kube-apiserver and etcd")  # fmt: skip
+        unavailable("apiserver", f"{what} not found", HOW_TO_ENABLE)
+        raise AssertionError("unreachable: unavailable() skips or fails")
+    return assets
 
 
 def assets_dir(env: Mapping[str, str]) -> Path | None:

@@ -16,7 +16,6 @@ stored.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +25,7 @@ import pytest
 import yaml
 
 from tests.apiserver.deploy import EXAMPLE, REPO, Kubectl, install_crds, key
-from tests.apiserver.kube import assets_dir, control_plane
-from tests.tiers import unavailable
+from tests.apiserver.kube import control_plane, required_assets
 
 pytestmark = pytest.mark.apiserver
 
@@ -40,10 +38,7 @@ Stored = dict[tuple[str, str, str], dict[str, Any]]
 @pytest.fixture
 def site(tmp_path: Path, kubectl_binary: Path) -> Iterator[Kubectl]:
     """A server of this test's own: the sequence starts from nothing."""
-    assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", "run `make envtest`")
-        raise AssertionError("unreachable")
+    assets = required_assets()
     (workdir := tmp_path / "plane").mkdir()
     with control_plane(assets, workdir) as plane:
         yield Kubectl(kubectl_binary, plane.kubeconfig)

@@ -42,11 +42,10 @@ from tests.apiserver.kube import (
     GUARD_USER,
     JOBS_NS,
     ControlPlane,
-    assets_dir,
     control_plane,
     create,
+    required_assets,
 )
-from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
 
@@ -284,10 +283,7 @@ def test_the_argocd_application_deploys_the_example_overlay(kubectl: Kubectl) ->
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", "run `make envtest`")
-        raise AssertionError("unreachable")
+    assets = required_assets()
     with control_plane(assets, tmp_path_factory.mktemp("deploy")) as started:
         yield started
 

@@ -18,7 +18,6 @@ Pod are made again before each command that needs them.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -50,11 +49,10 @@ from tests.apiserver.kube import (
     GUARD_USER,
     JOBS_NS,
     ControlPlane,
-    assets_dir,
     control_plane,
     create,
+    required_assets,
 )
-from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
 
@@ -195,10 +193,7 @@ def kubeconfig_with_context(source: Path, home: Path, context: str) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory, kubectl_binary: Path) -> Iterator[Site]:
-    assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", "run `make envtest`")
-        raise AssertionError("unreachable")
+    assets = required_assets()
     tmp = tmp_path_factory.mktemp("docs")
     checkout = tmp / "checkout"
     for part in ("manifests", "policies"):

@@ -8,7 +8,6 @@ why not), and nothing may be written twice.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -55,14 +54,13 @@ from tests.apiserver.kube import (
     ADMIN_TOKEN,
     ControlPlane,
     apiserver_argv,
-    assets_dir,
     etcd_argv,
     http_ok,
+    required_assets,
     wait_until,
     write_kubeconfig,
     write_signing_key,
 )
-from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
 
@@ -102,10 +100,7 @@ class Restartable:
 
 @contextmanager
 def restartable_plane(tmp: Path) -> Iterator[tuple[ControlPlane, Restartable]]:
-    assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", "run `make envtest`")
-        raise AssertionError("unreachable")
+    assets = required_assets()
     (tmp / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
     write_signing_key(tmp / "sa.key")
     etcd_port = free_port()

@@ -7,7 +7,6 @@ of those settings at its default are refused, each by the rule naming that setti
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,8 @@ from guard.names import SETTINGS_CONFIGMAP
 from guard.policies.params import default_text
 from guard.settings import Settings
 from tests.apiserver.deploy import REPO, Kubectl
-from tests.apiserver.kube import GUARD_NS, GUARD_USER, ControlPlane, assets_dir, control_plane
+from tests.apiserver.kube import GUARD_NS, GUARD_USER, ControlPlane, control_plane, required_assets
 from tests.apiserver.test_deploy import guard_env, install_crds, refused_by_its_policy, render
-from tests.tiers import unavailable
 
 pytestmark = pytest.mark.apiserver
 
@@ -48,10 +46,7 @@ ONE_AT_DEFAULT = [
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    assets = assets_dir(os.environ)
-    if assets is None:
-        unavailable("apiserver", "kube-apiserver and etcd not found", "run `make envtest`")
-        raise AssertionError("unreachable")
+    assets = required_assets()
     with control_plane(assets, tmp_path_factory.mktemp("site")) as started:
         yield started
 
