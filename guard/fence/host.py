@@ -48,6 +48,14 @@ def _gone(r: CommandResult) -> bool:
     return not r.ok and not r.missing and any(word in text for word in _GONE)
 
 
+def _why(r: CommandResult) -> str:
+    """`CommandResult.why`, with nvidia-smi's own line: it prints its errors on stdout."""
+    said = (r.stderr.strip() or r.stdout.strip()).splitlines()
+    if r.ok or r.error or not said:
+        return r.why
+    return f"exit {r.returncode}: {said[-1]}"
+
+
 def absent(host: Host, pci: str) -> str:
     """Why the GPU is off the bus ("" when it is on it)."""
     if not host.sysfs_device(pci).exists():
@@ -83,14 +91,14 @@ def apply(host: Host, req: Request) -> FenceSummary:
     word, expected = ASKED[req.mode]
     asked = host.run("nvidia-smi", "-i", req.uuid, "-c", word)
     if _gone(asked):
-        return done("gpu-absent", f"nvidia-smi -c {word}: {asked.why}", drain=drain)
+        return done("gpu-absent", f"nvidia-smi -c {word}: {_why(asked)}", drain=drain)
     back = host.run("nvidia-smi", *QUERY, "-i", req.uuid)
     if _gone(back):
-        return done("gpu-absent", f"read-back: {back.why}", drain=drain)
-    noted = f"nvidia-smi -c {word}: {asked.why}; " if not asked.ok else ""
+        return done("gpu-absent", f"read-back: {_why(back)}", drain=drain)
+    noted = f"nvidia-smi -c {word}: {_why(asked)}; " if not asked.ok else ""
     lines = [ln for ln in back.stdout.splitlines() if ln.strip()]
     if not back.ok or len(lines) != 1 or (found := _read_back(lines[0])) is None:
-        shown = back.why or f"not one '<pci>, <uuid>, <mode>' line: {back.stdout.strip()!r}"
+        shown = _why(back) or f"not one '<pci>, <uuid>, <mode>' line: {back.stdout.strip()!r}"
         return done("error", f"{noted}read-back: {shown}", drain=drain)
     pci, uuid, mode = found
     if (pci, uuid.lower()) != (req.pci, req.uuid.lower()):
@@ -102,6 +110,6 @@ def apply(host: Host, req: Request) -> FenceSummary:
     if req.mode == "set" and req.drain:
         put = host.run("nvidia-smi", "drain", "-p", req.pci, "-m", "1")
         drain = "done" if put.ok else "failed"
-        noted += "" if put.ok else f"nvidia-smi drain -m 1: {put.why}; "
+        noted += "" if put.ok else f"nvidia-smi drain -m 1: {_why(put)}; "
     outcome = "fenced" if req.mode == "set" else "lifted"
     return done(outcome, noted.removesuffix("; "), mode, drain)
