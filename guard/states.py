@@ -217,6 +217,8 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.FENCE_LIFT_RUNNING: S.LIFTING_THE_GPU_FENCE,
     D.FENCE_LIFTED: S.LIFTING_THE_GPU_FENCE,  # the next cycle creates the load test
     D.FENCE_LIFT_FAILED: S.GPU_FENCE_LIFT_FAILED,
+    D.FENCE_RUNNING: S.LIFTING_THE_GPU_FENCE,  # a set Job of this boot ends before the lift
+    D.FENCED: S.LIFTING_THE_GPU_FENCE,  # … and is recorded: the lift next cycle
     D.FENCE_FAILED: S.GPU_FENCE_NOT_SET,
     D.FENCE_GPU_ABSENT: S.GPU_FENCE_NOT_SET,
     D.FENCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,

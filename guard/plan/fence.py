@@ -22,6 +22,9 @@ names a GPU (PCI address and UUID known):
 `lift_gate` (before the load test of the return, all return conditions met):
   the fence does not hold in this boot         → None: the load test goes on (a reboot since the
                                                  fence already set the mode back to Default)
+  a set Job of this boot not recorded yet      → running: fence-running (wait); read back:
+                                                 record fenced (the lift next cycle); off the
+                                                 bus: record gpu-absent; else None
   this boot's load test exists or failed       → None: its result decides, the fence stays
   otherwise the lift Job (`fence lift`): created → fence-lift; running → fence-lift-running;
   read back Default → record `lifted` (fence-lifted), the load test next cycle; anything else →
@@ -57,6 +60,7 @@ _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z",
 # is lifted (or about to be) and must not be set again under them.
 _RETURNING = frozenset({Decision.FENCE_LIFT, Decision.FENCE_LIFT_RUNNING, Decision.FENCE_LIFTED,
                         Decision.FENCE_LIFT_FAILED, Decision.LOADTEST_RUNNING})  # fmt: skip
+_FENCE_WORDS = frozenset(d for d in Decision if d.value.startswith("fence"))
 
 
 def fenced_gpu(s: Settings, node: NodeInfo) -> GpuRef | None:
@@ -95,11 +99,13 @@ def _spec(s: Settings, node: NodeInfo, gpu: GpuRef, mode: str) -> JobSpec:
 
 
 def returning(decisions: Iterable[Action]) -> bool:
-    """The return check's decisions for a node reach its load test, the lift or the uncordon."""
+    """The return check's decisions for a node reach its load test, the lift or the uncordon,
+    or already speak of the fence (the lift gate waiting for this boot's set Job)."""
     return any(
         isinstance(a, Uncordon)
         or (isinstance(a, CreateJob) and a.job_kind == "loadtest")
         or a.reason in _RETURNING
+        or a.reason in _FENCE_WORDS
         for a in decisions
     )
 
@@ -123,6 +129,13 @@ def keep(
         reason = (Decision.FENCE_REAPPLY if f is not None and f.state == "fenced"
                   else Decision.FENCE_SET)  # fmt: skip
         return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
+    return _set_step(snap, s, node, gpu, job)
+
+
+def _set_step(
+    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef, job: JobInfo
+) -> tuple[Action, ...]:
+    """Where this boot's set Job is: waited for, recorded, or said to have failed."""
     if job.status == "running":
         return (Skip(node.name, Decision.FENCE_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
@@ -150,8 +163,10 @@ def lift_gate(
     """None when nothing is to lift before the load test `loadtest` (its Job name); otherwise
     this cycle's actions (case list above)."""
     gpu = fenced_gpu(s, node)
-    if gpu is None or not holds(node):
+    if gpu is None:
         return None
+    if not holds(node):
+        return _set_pending(snap, s, node, gpu)
     if find_job(snap, loadtest) is not None or loadtest in node.loadtest_result:
         return None  # that load test's result decides; the fence stays while the node waits
     spec = _spec(s, node, gpu, "lift")
@@ -177,6 +192,21 @@ def lift_gate(
              f"stays cordoned and fenced; on the host: nvidia-smi -i {gpu.uuid} -c DEFAULT, then "
              f"kubectl -n {s.jobs_namespace} delete job {job.name}", "WARN"),
     )  # fmt: skip
+
+
+def _set_pending(
+    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef
+) -> tuple[Action, ...] | None:
+    """This boot's set Job, made while the node waited, may have fenced the GPU but is not
+    recorded yet: running → wait; read back → record it (the lift comes next); off the bus →
+    record that. Anything else fenced nothing that is known: the load test goes on (a GPU
+    fenced after all fails it, and the node stays cordoned)."""
+    job = find_job(snap, _spec(s, node, gpu, "set").name)
+    if job is None or foreign(node, job):
+        return None
+    if job.status == "running" or passed(job) or _outcome(job) == "gpu-absent":
+        return _set_step(snap, s, node, gpu, job)
+    return None
 
 
 def _record(

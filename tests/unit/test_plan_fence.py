@@ -252,3 +252,19 @@ def test_gpu_hours_of_the_write_ups_case() -> None:
         "host-fence": (3648, 2736),
         "dra-device-taint": (912, 0),
     }
+
+
+def test_a_set_job_of_this_boot_not_recorded_yet_holds_the_load_test() -> None:
+    """Fenced again after the reboot while the node waited; its conditions hold before the
+    guard recorded that fence: no load test on a card that may be Prohibited."""
+    old = record("fenced", "boot-1")
+    name = the_fence_job(plan(waiting(boot="boot-2", fence=old))).name
+    running = plan(ready(old), jobs=(JobInfo(name, "fence", "b", "running"),))
+    assert reasons(running) == ["fence-running"]
+    done = plan(ready(old), jobs=(JobInfo(name, "fence", "b", "succeeded", result=PASSED),))
+    assert reasons(done) == ["fenced", "fenced"]  # recorded: the lift comes next cycle
+    (note,) = [a for a in done if isinstance(a, Annotate)]
+    assert dict(note.annotations)[KEYS.fence].startswith("fenced boot-2 ")
+    failed = JobResult("read", failed=(Finding("mismatch", "compute mode reads 'Default'"),))
+    unfenced = plan(ready(old), jobs=(JobInfo(name, "fence", "b", "failed", result=failed),))
+    assert [a.job_kind for a in unfenced if isinstance(a, CreateJob)] == ["loadtest"]
