@@ -11,6 +11,8 @@ names a GPU (PCI address and UUID known):
   fence_gpu off, or no GPU on the cordon       → nothing
   the fence holds in this boot (`fenced`)      → nothing
   `gpu-absent` recorded in this boot           → nothing: the node cordon is the isolation
+  no set Job yet; in the cordon's boot, the evidence Job recorded PCIe links and none of
+  this GPU                                     → fence-gpu-absent: off the bus, no fence Job
   the set Job of this boot not the guard's     → WARN fence-foreign + Warning Event
   no set Job of this boot                      → create it: fence-set, or fence-reapply when the
                                                  record is of an earlier boot (a reboot reset it)
@@ -125,11 +127,23 @@ def keep(
     if job is not None and (why := foreign(node, job)):
         return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why,
                            "the node stays cordoned; its GPU is not fenced")  # fmt: skip
+    if job is None and off_the_bus(node, gpu):
+        detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
+        nxt = "no fence Job in this boot; the node cordon stays the isolation"
+        return (Skip(node.name, Decision.FENCE_GPU_ABSENT, detail, nxt),)
     if job is None:
         reason = (Decision.FENCE_REAPPLY if f is not None and f.state == "fenced"
                   else Decision.FENCE_SET)  # fmt: skip
         return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
     return _set_step(snap, s, node, gpu, job)
+
+
+def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
+    """In the cordon's boot, the evidence Job recorded the links of the GPUs it could read and
+    this one is not among them (a GPU that fell off the bus has no link to read)."""
+    c = node.cordon
+    same_boot = c is not None and c.boot_id != "" and c.boot_id == node.boot_id
+    return same_boot and bool(node.pcie_links) and all(x.pci != gpu.pci for x in node.pcie_links)
 
 
 def _set_step(

@@ -268,3 +268,14 @@ def test_a_set_job_of_this_boot_not_recorded_yet_holds_the_load_test() -> None:
     failed = JobResult("read", failed=(Finding("mismatch", "compute mode reads 'Default'"),))
     unfenced = plan(ready(old), jobs=(JobInfo(name, "fence", "b", "failed", result=failed),))
     assert [a.job_kind for a in unfenced if isinstance(a, CreateJob)] == ["loadtest"]
+
+
+def test_a_gpu_the_evidence_job_found_off_the_bus_gets_no_fence_job_in_that_boot() -> None:
+    others = {KEYS.pcie_links: "0000:18:00.0=16GT/s,x16 0000:2a:00.0=16GT/s,x16"}
+    actions = plan(node("b", cordoned=True, guarded_xid=79, extra=others))
+    assert fence_jobs(actions) == [] and reasons(actions)[-1] == "fence-gpu-absent"
+    with_it = {KEYS.pcie_links: f"0000:18:00.0=16GT/s,x16 {PCI}=16GT/s,x16"}
+    assert fence_jobs(plan(node("b", cordoned=True, guarded_xid=79, extra=with_it)))
+    # After a reboot the card may be back: the fence Job looks for itself.
+    rebooted = plan(back_node(ready=False, extra=others))
+    assert the_fence_job(rebooted).reason == "fence-set"
