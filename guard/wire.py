@@ -2,7 +2,7 @@
 each Job program leaves in its container's termination message for the guard to read back, and
 the argv values the guard passes that both sides parse. Imported by the guard
 (guard.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
-guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
+guard.fence, guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
 
 A message is written only into a file the kubelet already created (`write_termination_message`)
 and read back as one JSON object (`summary_doc`). Every summary is compact JSON of at most
