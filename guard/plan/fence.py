@@ -5,6 +5,8 @@ The fence covers what a cordon does not (a Pod with nodeName, a Pod tolerating e
 container started with docker on the host): no new CUDA context opens on that GPU. It resets at
 every reboot, so the guard keeps it per boot: the `gpu-fence` record names the boot it holds in.
 
+`at_cordon`: with the cordon of an Xid whose GPU has a PCI address and a UUID, the set Job in the
+same cycle (after the evidence Job; a cordon that does not land stops it).
 `keep` (the return check calls it when the node waits, i.e. its decision is not the load test or
 the lift of the fence; guard.plan.returning), for a readable guard-cordoned node whose cordon
 names a GPU (PCI address and UUID known):
@@ -49,7 +51,7 @@ from guard import ledger
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.check_records import fence_value
 from guard.jobs import JobSpec, JobTemplates
-from guard.model import GpuRef, JobInfo, NodeInfo, Snapshot
+from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import find_job, foreign, foreign_job, passed
 from guard.plan.common import create_job, fence_args, job_spec, keys
 from guard.records import UNKNOWN_BOOT
@@ -91,7 +93,23 @@ def _key(node: NodeInfo, mode: str) -> str:
     assert node.cordon is not None and node.cordon.at is not None
     f = node.fence
     after = ledger.format_time(f.at) if f is not None and f.boot_id == boot(node) else ""
-    return "\0".join((mode, boot(node), ledger.format_time(node.cordon.at), after))
+    return _job_key(mode, boot(node), ledger.format_time(node.cordon.at), after)
+
+
+def _job_key(mode: str, boot_id: str, cordon_at: str, after: str) -> str:
+    return "\0".join((mode, boot_id, cordon_at, after))
+
+
+def at_cordon(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, reason: str
+) -> tuple[Action, ...]:
+    """The fence Job in the cordon's own cycle, beside its evidence Job: the Job `keep` finds by
+    name the next cycle (same boot, the cordon's time, no record yet)."""
+    if not s.fence_gpu or g.pci == ledger.UNKNOWN_PCI or not _UUID.match(g.uuid):
+        return ()
+    key = _job_key("set", node.boot_id or UNKNOWN_BOOT, ledger.format_time(snap.now), "")
+    spec = job_spec(s, "fence", node.name, key, reason, fence_args(s, "set", g.pci, g.uuid))
+    return (create_job(s, node.name, Decision.FENCE_SET, "fence", spec.name, t.render(spec)),)
 
 
 def _spec(s: Settings, node: NodeInfo, gpu: GpuRef, mode: str) -> JobSpec:

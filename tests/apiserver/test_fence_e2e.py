@@ -31,6 +31,7 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
     set_status,
 )
+from tests.apiserver.kube import JOBS_NS
 from tests.apiserver.test_lifecycle_e2e import command, lifecycle_node, notes, the_job_named
 
 pytestmark = pytest.mark.apiserver
@@ -48,7 +49,7 @@ def prom() -> Iterator[LocalPrometheus]:
 
 
 def fence_jobs(admin: client.ApiClient, node: str) -> list[str]:
-    jobs = client.BatchV1Api(admin).list_namespaced_job("gpu-node-guard-jobs").items
+    jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
     return sorted(j.metadata.name for j in jobs
                   if j.metadata.annotations.get(KEYS.node_label) == node
                   and j.metadata.labels["app.kubernetes.io/component"] == "fence")  # fmt: skip
@@ -63,18 +64,13 @@ def test_the_fence_job_is_admitted_recorded_set_again_after_a_reboot_and_lifted_
     prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
 ):
     node = lifecycle_node(FENCED_NODE, boot="boot-1", allocatable=7)
-    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE).plan, node)[0] == (
-        "cordon", "xid-79")  # fmt: skip
-    (evidence,) = [
-        j
-        for j in client.BatchV1Api(admin).list_namespaced_job("gpu-node-guard-jobs").items
-        if j.metadata.annotations.get(KEYS.node_label) == node
-    ]
+    # The cordon's cycle: the guard's token creates the evidence Job and the fence Job.
+    cordon = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE).plan, node)
+    assert cordon[0] == ("cordon", "xid-79") and cordon[-1] == ("create-job", "fence-set")
+    (evidence,) = [j for j in client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
+                   if j.metadata.annotations.get(KEYS.node_label) == node
+                   and j.metadata.labels["app.kubernetes.io/component"] == "evidence"]  # fmt: skip
     finish(deployed, admin, the_job_named(admin, evidence.metadata.name), EVIDENCE, ok=True)
-
-    # The next cycle: the node waits for its power cycle; the guard's token creates the fence Job.
-    waits = run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, FENCE).plan
-    assert ("create-job", "fence-set") in mine(waits, node)
     (name,) = fence_jobs(admin, node)
     job = the_job_named(admin, name)
     words = command(job)
@@ -84,7 +80,7 @@ def test_the_fence_job_is_admitted_recorded_set_again_after_a_reboot_and_lifted_
     assert notes(core, node)[KEYS.fence_job] == made  # what the guard made, by uid
 
     finish(deployed, admin, job, summary("set", "fenced", uuid), ok=True)  # the Pod policy too
-    run = run_guard(prom, guard_kubeconfig, ISOLATE_AT + 2 * CYCLE, FENCE).plan
+    run = run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, FENCE).plan
     assert ("annotate", "fenced") in mine(run, node)
     assert notes(core, node)[KEYS.fence].startswith("fenced boot-1 ")
 
@@ -117,12 +113,11 @@ def test_a_drain_the_site_did_not_allow_is_refused_by_the_fence_policy(
     """The run asks for --drain; the settings ConfigMap (the policies' params) does not say
     GUARD_FENCE_DRAIN=true: the API refuses the Job, the run says so and exits 1."""
     node = lifecycle_node(DRAIN_NODE, boot="boot-1", allocatable=7)
-    run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE)
-    refused = run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, FENCE, "--fence-drain",
-                        ok=False)  # fmt: skip
+    refused = run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE, "--fence-drain", ok=False)
     assert refused.rc == 1
-    (create,) = [a for a in refused.plan["actions"]
-                 if a["node"] == node and a["type"] == "create-job"]  # fmt: skip
+    (create,) = [a for a in refused.plan["actions"] if a["node"] == node
+                 and a["type"] == "create-job" and a["reason"] == "fence-set"]  # fmt: skip
     assert create["outcome"]["status"] == "failed"
     assert "--drain only where the site sets fence_drain" in create["outcome"]["detail"]
     assert fence_jobs(admin, node) == []
+    assert core.read_node(node).spec.unschedulable is True  # the cordon stands without it

@@ -12,6 +12,7 @@ from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.ledger import format_time
 from guard.model import Finding, JobInfo, JobResult, NodeInfo
 from guard.plan.fence import incident_gpu_hours
+from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.policies import argv
 from tests.builders import (
@@ -22,6 +23,7 @@ from tests.builders import (
     TEMPLATES,
     UUID,
     back_node,
+    gpu,
     job_uid,
     node,
     settings,
@@ -279,3 +281,16 @@ def test_a_gpu_the_evidence_job_found_off_the_bus_gets_no_fence_job_in_that_boot
     # After a reboot the card may be back: the fence Job looks for itself.
     rebooted = plan(back_node(ready=False, extra=others))
     assert the_fence_job(rebooted).reason == "fence-set"
+
+
+def test_the_cordon_cycle_creates_the_fence_job_the_next_cycle_finds_by_name() -> None:
+    faulted = snapshot(node("b", allocatable=7), candidates=(gpu("b", 79),))
+    actions = plan_isolation(faulted, ON, TEMPLATES)
+    assert [a.reason for a in actions if isinstance(a, CreateJob)] == ["xid-79", "fence-set"]
+    made = the_fence_job(actions)
+    assert command(made) == ["gpu-node-guard", "fence", "set", "--pci", PCI, "--uuid", UUID]
+    assert fence_jobs(plan_isolation(faulted, settings(), TEMPLATES)) == []  # off: no fence
+    cordoned = node("b", cordoned=True, guarded_xid=79, extra={KEYS.at: format_time(NOW)})
+    assert the_fence_job(plan(cordoned)).name == made.name  # the same Job, never a second
+    running = plan(cordoned, jobs=(JobInfo(made.name, "fence", "b", "running"),))
+    assert reasons(running)[-1] == "fence-running"
