@@ -1,6 +1,7 @@
 """Fence or lift one GPU on the host, then read back what the driver says.
 
 Case list of `apply` (first match wins; `fenced` / `lifted` only with the mode read back):
+  the host's /sys/bus/pci/devices not readable   → error (an absent GPU is never guessed)
   no /sys/bus/pci/devices/<pci> on the host      → gpu-absent (removed, fell off the bus)
   ``lspci -xxx -s <pci>`` reads all ff (rev ff)  → gpu-absent
   lift with drain: ``nvidia-smi drain -p <pci> -m 0`` first (drain undone or failed)
@@ -82,6 +83,9 @@ def apply(host: Host, req: Request) -> FenceSummary:
     def done(outcome: str, why: str = "", mode: str = "", drain: str = "off") -> FenceSummary:
         return FenceSummary(req.mode, req.pci, req.uuid, outcome, mode, drain, why)
 
+    devices = host.root / "sys" / "bus" / "pci" / "devices"
+    if not devices.is_dir():  # not the host's view (no hostPID, no CAP_SYS_PTRACE): proves nothing
+        return done("error", f"cannot read {devices}: the host's /sys is not visible")
     if why := absent(host, req.pci):
         return done("gpu-absent", why)
     drain = "off"

@@ -177,3 +177,14 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) ->
     result = CliRunner().invoke(fence, args)
     assert result.exit_code == 2 and message in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_host_root_it_cannot_read_is_an_error_never_an_absent_gpu(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    args = ["set", "--pci", GPU, "--uuid", UUID, "--host-root", str(tmp_path / "nothing"),
+            "--termination-log", str(log)]  # fmt: skip
+    result = CliRunner().invoke(fence, args)
+    summary = json.loads(log.read_text())
+    assert (result.exit_code, summary["outcome"]) == (1, "error")
+    assert "the host's /sys is not visible" in summary["why"]
