@@ -13,7 +13,7 @@ from typing import Any
 
 from guard.jobs import DIGEST_CHARS
 from guard.ledger import parse_time
-from guard.model import CheckedBoot, FailedCheck, JobRecord, RecordedLink
+from guard.model import CheckedBoot, FailedCheck, FenceRecord, JobRecord, RecordedLink
 from guard.names import Annotations
 from guard.pci import link_record
 from guard.records import JOB_REF, TOKEN, Problems
@@ -140,7 +140,7 @@ def job_records(
 ) -> tuple[JobRecord, ...]:
     """The node's records of the Jobs the guard made, one per kind; a bad one is unreadable."""
     out = []
-    for kind in ("conformance", "evidence", "loadtest"):
+    for kind in ("conformance", "evidence", "fence", "loadtest"):
         key = k.job_record(kind)
         text = notes.get(key) if key else None
         if key is None or text is None:
@@ -161,3 +161,43 @@ def job_record_value(name: str, uid: str, digest: str) -> str:
     'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
     """
     return f"{name} {uid} {digest}"
+
+
+FENCE_STATES = ("fenced", "gpu-absent", "lifted")
+
+
+def fence_record(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> FenceRecord | None:
+    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable.
+
+    >>> from guard.records import Problems
+    >>> k = Annotations("p/")
+    >>> fence_record({"p/gpu-fence": "fenced b-1 2026-01-01T00:00:00Z job/gng-fn-a-1"}, k,
+    ...              Problems("a")).state
+    'fenced'
+    >>> p = Problems("a")
+    >>> fence_record({"p/gpu-fence": "maybe b-1 2026-01-01T00:00:00Z job/x"}, k, p), len(p.found)
+    (None, 1)
+    """
+    text = notes.get(k.fence)
+    if text is None:
+        return None
+    parts = text.split(" ")
+    why = ""
+    if len(parts) != 4 or parts[0] not in FENCE_STATES:
+        why = f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
+    elif not TOKEN.match(parts[1]) or not JOB_REF.match(parts[3]):
+        why = "the bootID or the job/<name> is not a word"
+    else:
+        try:
+            return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
+        except ValueError as exc:
+            why = str(exc)
+    problems.annotation(k.fence, k.fence.removeprefix(k.prefix), text, why)
+    return None
+
+
+def fence_value(state: str, boot_id: str, at: str, job: str) -> str:
+    """The `gpu-fence` value (inverse of `fence_record`)."""
+    return f"{state} {boot_id} {at} job/{job}"

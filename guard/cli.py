@@ -62,6 +62,7 @@ class LazyGroup(GuardedGroup):
         "ledger": "guard.evidence.cli:ledger",
         "loadtest": "guard.loadtest.cli:loadtest",
         "conformance": "guard.conformance.cli:conformance",
+        "fence": "guard.fence.cli:fence",
         "agent": "guard.agent.cli:agent",
         "status": "guard.status.cli:status",
         "config": "guard.config:config",

@@ -46,6 +46,9 @@ ACTIONS = {
     "GuardOnboarded": "RemoveTaint",
     "GuardOnboardingFailed": "KeepTaint",
     "GuardForeignJob": "IgnoreJob",  # a Job of the guard's name that it did not make
+    "GuardFenced": "FenceGPU",  # the host fence of the cordon's GPU (guard/plan/fence.py)
+    "GuardFenceGpuAbsent": "SkipFence",
+    "GuardFenceLifted": "LiftFence",
 }  # any other reason: "Observe"
 
 

@@ -32,6 +32,7 @@ from guard.wire import (
     WHY_MAX_CHARS,
     SummaryError,
     parse_evidence_summary,
+    parse_fence_summary,
     parse_loadtest_summary,
     parse_summary,
 )
@@ -207,11 +208,20 @@ def _loadtest(message: str) -> JobResult:
     return JobResult("read", passed=summary.passed, failed=found)
 
 
+def _fence(message: str) -> JobResult:
+    """Passed: the asked mode was read back. Otherwise one finding named by the outcome
+    (gpu-absent, mismatch, error) with its why."""
+    summary = parse_fence_summary(message)
+    failed = () if summary.passed else (Finding(summary.outcome, summary.why),)
+    return JobResult("read", passed=summary.passed, failed=failed)
+
+
 def _unknown_kind(message: str) -> JobResult:
     raise SummaryError("no summary is read for this kind of Job")
 
 
-_PARSERS = {"conformance": _conformance, "evidence": _evidence, "loadtest": _loadtest}
+_PARSERS = {"conformance": _conformance, "evidence": _evidence, "loadtest": _loadtest,
+            "fence": _fence}  # fmt: skip
 
 
 def _first(exc: BaseException) -> str:

@@ -20,12 +20,13 @@ from typing import Any, Literal
 import jinja2
 import yaml
 
-JobKind = Literal["evidence", "loadtest", "conformance"]
+JobKind = Literal["evidence", "loadtest", "conformance", "fence"]
 
 TEMPLATE_FILES: dict[JobKind, str] = {
     "evidence": "evidence-job.yaml.j2",
     "loadtest": "loadtest-job.yaml.j2",
     "conformance": "conformance-job.yaml.j2",
+    "fence": "fence-job.yaml.j2",
 }
 
 # Label values (the node label) fit 63 characters. Job names become the `job-name` label of
@@ -34,7 +35,7 @@ TEMPLATE_FILES: dict[JobKind, str] = {
 # policies check), whatever the node name's length.
 _NAME_BUDGET = 63
 JOB_NAME_BUDGET = 57
-_SHORT = {"evidence": "ev", "loadtest": "lt", "conformance": "cf"}
+_SHORT = {"evidence": "ev", "loadtest": "lt", "conformance": "cf", "fence": "fn"}
 
 
 @dataclass(frozen=True, slots=True)

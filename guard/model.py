@@ -117,6 +117,17 @@ class JobRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FenceRecord:
+    """``gpu-fence``: what the guard's last fence Job read back on the cordon's GPU, in which
+    boot (compute mode returns to Default at a reboot: a record of another boot holds nothing)."""
+
+    state: str  # fenced | gpu-absent | lifted
+    boot_id: str
+    at: datetime
+    job: str  # job/<name>
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One Node, every value the guard reads parsed once (`guard.objects.node_info`).
 
@@ -149,6 +160,7 @@ class NodeInfo:
     conformance_failed: FailedCheck | None = None
     onboarding_failed: FailedCheck | None = None
     job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.check_records)
+    fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
     unreadable: tuple[Unreadable, ...] = ()
 
     def annotation(self, key: str) -> str | None:

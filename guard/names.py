@@ -164,10 +164,22 @@ class Annotations:
         """`<job name> <uid> <spec digest>`: the last evidence Job the guard created here."""
         return f"{self.prefix}job-evidence"
 
+    @property
+    def fence_job(self) -> str:
+        """`<job name> <uid> <spec digest>`: the last fence Job (set or lift) the guard created."""
+        return f"{self.prefix}job-fence"
+
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
         return {"loadtest": self.loadtest_job, "conformance": self.conformance_job,
-                "evidence": self.evidence_job}.get(kind)  # fmt: skip
+                "evidence": self.evidence_job, "fence": self.fence_job}.get(kind)  # fmt: skip
+
+    # GPU isolation beside the cordon (docs/isolation.md).
+    @property
+    def fence(self) -> str:
+        """`<fenced|gpu-absent|lifted> <bootID> <RFC3339> job/<name>`: the cordon's GPU on the
+        host as the guard's last fence Job read it back."""
+        return f"{self.prefix}gpu-fence"
 
     @property
     def hold(self) -> str:
@@ -194,7 +206,7 @@ class Annotations:
         Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
         """
         return (*self.cordon_keys, self.loadtest_result, self.conformance_result,
-                self.pcie_links, self.conformance_failed)  # fmt: skip
+                self.pcie_links, self.conformance_failed, self.fence)  # fmt: skip
 
     @property
     def record_keys(self) -> tuple[str, ...]:
@@ -207,7 +219,7 @@ class Annotations:
         the onboarding gate's failure (removed when the gate passes) and the records of the Jobs
         the guard made (replaced by its next Job of that kind)."""
         return (self.checked_boot, self.onboarding_failed, self.loadtest_job,
-                self.conformance_job, self.evidence_job)  # fmt: skip
+                self.conformance_job, self.evidence_job, self.fence_job)  # fmt: skip
 
     @property
     def person_keys(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guard.check_records import job_records, lifecycle_records
+from guard.check_records import fence_record, job_records, lifecycle_records
 from guard.jobs import run_digest, spec_digest
 from guard.model import JobInfo, JobStatus, NodeInfo, Taint
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
@@ -82,6 +82,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         conformance_failed=conformance_failed,
         onboarding_failed=onboarding_failed,
         job_records=job_records(notes, keys, problems),
+        fence=fence_record(notes, keys, problems),
         unreadable=tuple(problems.found),
     )
 

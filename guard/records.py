@@ -42,6 +42,8 @@ FORMATS = {
     "job-loadtest": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-conformance": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "job-fence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "gpu-fence": "<fenced|gpu-absent|lifted> <bootID> <RFC 3339 time> job/<name>",
 }
 
 

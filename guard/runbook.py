@@ -53,6 +53,10 @@ class Section(StrEnum):
     ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"
     WAITING_FOR_SERVICE_NETWORK = "waiting-for-the-service-network"
     SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
+    # The host fence of a cordon's GPU (docs/isolation.md).
+    LIFTING_THE_GPU_FENCE = "lifting-the-gpu-fence"
+    GPU_FENCE_LIFT_FAILED = "gpu-fence-lift-failed"
+    GPU_FENCE_NOT_SET = "gpu-fence-not-set"
 
 
 # Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`

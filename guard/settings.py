@@ -216,6 +216,15 @@ class Settings:
         "Regex of the CNI DaemonSet names whose pod must be Ready on a node before it returns; "
         "empty: no CNI condition",
     )
+    # GPU isolation beside the node cordon (docs/isolation.md): the fence Job on the host.
+    fence_gpu: bool = _opt(
+        False,
+        "Fence the cordon's GPU on the host (compute mode PROHIBITED, read back) until its return",
+    )
+    fence_drain: bool = _opt(
+        False,
+        "The fence also drains the GPU (nvidia-smi drain; only where the product supports it)",
+    )
     # Writes (the executor, the API door, the ledger's storage).
     cycle_deadline_s: int = _opt(
         200,

@@ -118,6 +118,20 @@ class Decision(StrEnum):
     ONBOARDING_UNREADABLE = "onboarding-unreadable"
     ONBOARDING_FOREIGN = "onboarding-foreign"
     ONBOARDED = "onboarded"
+    # The host fence of the cordon's GPU (guard/plan/fence.py, docs/isolation.md).
+    FENCE_SET = "fence-set"
+    FENCE_REAPPLY = "fence-reapply"
+    FENCE_STARTING = "fence-starting"
+    FENCE_RUNNING = "fence-running"
+    FENCE_UNREADABLE = "fence-unreadable"
+    FENCE_FOREIGN = "fence-foreign"
+    FENCED = "fenced"
+    FENCE_GPU_ABSENT = "fence-gpu-absent"
+    FENCE_FAILED = "fence-failed"
+    FENCE_LIFT = "fence-lift"
+    FENCE_LIFT_RUNNING = "fence-lift-running"
+    FENCE_LIFTED = "fence-lifted"
+    FENCE_LIFT_FAILED = "fence-lift-failed"
     # The executor's own planned writes (guard/apply.py, guard/plan/common.py).
     JOB_RECORDED = "job-recorded"
     LEDGER_ARCHIVED = "ledger-archived"
@@ -197,6 +211,18 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.ONBOARDING_FAILED: S.ONBOARDING_FAILED,
     D.ONBOARDING_UNREADABLE: S.JOB_RESULT_UNREADABLE,
     D.CONFORMANCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,
+    # The host fence (guard/plan/fence.py): its lift is the return's step before the load test.
+    D.FENCE_STARTING: S.LIFTING_THE_GPU_FENCE,  # the lift Job the return would create
+    D.FENCE_LIFT: S.LIFTING_THE_GPU_FENCE,
+    D.FENCE_LIFT_RUNNING: S.LIFTING_THE_GPU_FENCE,
+    D.FENCE_LIFTED: S.LIFTING_THE_GPU_FENCE,  # the next cycle creates the load test
+    D.FENCE_LIFT_FAILED: S.GPU_FENCE_LIFT_FAILED,
+    D.FENCE_RUNNING: S.LIFTING_THE_GPU_FENCE,  # a set Job of this boot ends before the lift
+    D.FENCED: S.LIFTING_THE_GPU_FENCE,  # … and is recorded: the lift next cycle
+    D.FENCE_FAILED: S.GPU_FENCE_NOT_SET,
+    D.FENCE_GPU_ABSENT: S.GPU_FENCE_NOT_SET,
+    D.FENCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,
+    D.FENCE_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(

@@ -2,7 +2,7 @@
 each Job program leaves in its container's termination message for the guard to read back, and
 the argv values the guard passes that both sides parse. Imported by the guard
 (guard.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
-guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
+guard.fence, guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
 
 A message is written only into a file the kubelet already created (`write_termination_message`)
 and read back as one JSON object (`summary_doc`). Every summary is compact JSON of at most
@@ -16,6 +16,9 @@ MAX_BYTES (kubelet keeps KUBELET_MAX_BYTES of a termination message):
   loadtest     schema LOADTEST_SCHEMA (a summary without one, from the release before, is read
                too); kind loadtest; verdict pass|fail; expected_gpus, visible_gpus, ratio,
                allreduce_busbw_gbps; reasons, notes: [line]; left_off: lines dropped to fit.
+  fence        schema FENCE_SCHEMA; mode set|lift; pci, uuid; outcome fenced|lifted|gpu-absent|
+               mismatch|error; compute_mode (as read back, "" when none was read); drain
+               off|done|undone|failed; why (at most WHY_MAX_CHARS).
 
 A message that is empty (the program did not finish), not JSON or of another shape is a
 SummaryError with one line; the guard acts on no such result.
@@ -40,6 +43,7 @@ CONFORMANCE_SCHEMA = "gpu-node-guard/conformance-summary/v1"
 EVIDENCE_SCHEMA = "gpu-node-guard/evidence-summary/v1"
 LOADTEST_SCHEMA = "gpu-node-guard/loadtest-summary/v1"
 LOADTEST_KIND = "loadtest"
+FENCE_SCHEMA = "gpu-node-guard/fence-summary/v1"
 MAX_LINKS = 64  # an evidence summary with more GPUs than this is not one a node makes
 
 
@@ -337,6 +341,77 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
         raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
     return LoadTestSummary(verdict == "pass", tuple(reasons))
+
+
+# ── fence ────────────────────────────────────────────────────────────────────────────────────
+
+FENCE_MODES = ("set", "lift")
+# What the fence Job established: `fenced` and `lifted` only with the compute mode read back as
+# asked; `gpu-absent`: the GPU is off the bus (the node cordon stays the isolation).
+FENCE_OUTCOMES = ("fenced", "lifted", "gpu-absent", "mismatch", "error")
+FENCE_DRAIN = ("off", "done", "undone", "failed")
+FENCE_PASSED = ("fenced", "lifted")
+
+
+@dataclass(frozen=True, slots=True)
+class FenceSummary:
+    """The fence Job's report: which GPU, what it asked (`mode`), what it read back."""
+
+    mode: str  # set | lift
+    pci: str
+    uuid: str
+    outcome: str  # FENCE_OUTCOMES
+    compute_mode: str = ""  # nvidia-smi's word as read back: Prohibited, Default, …
+    drain: str = "off"
+    why: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """The asked mode was read back: `fenced` for set, `lifted` for lift."""
+        return self.outcome == ("fenced" if self.mode == "set" else "lifted")
+
+
+def render_fence_summary(s: FenceSummary) -> str:
+    """Compact JSON, far under MAX_BYTES (`why` is cut to WHY_MAX_CHARS).
+
+    >>> render_fence_summary(FenceSummary("set", "0000:99:00.0", "GPU-1", "fenced", "Prohibited"))
+    '{"schema":"gpu-node-guard/fence-summary/v1","mode":"set","pci":"0000:99:00.0","uuid":"GPU-1",\
+"outcome":"fenced","compute_mode":"Prohibited","drain":"off","why":""}'
+    """
+    return _compact({"schema": FENCE_SCHEMA, "mode": s.mode, "pci": s.pci, "uuid": s.uuid,
+                     "outcome": s.outcome, "compute_mode": s.compute_mode[:WHY_MAX_CHARS],
+                     "drain": s.drain, "why": short_why(s.why)})  # fmt: skip
+
+
+def parse_fence_summary(text: str) -> FenceSummary:
+    """The summary from a fence Pod's termination message.
+
+    >>> parse_fence_summary(render_fence_summary(FenceSummary("lift", "0000:99:00.0", "GPU-1",
+    ...                                                       "lifted", "Default"))).passed
+    True
+    >>> parse_fence_summary('{"schema":"gpu-node-guard/fence-summary/v1","mode":"set",'
+    ...     '"pci":"0000:99:00.0","uuid":"GPU-1","outcome":"lifted","compute_mode":"Default",'
+    ...     '"drain":"off","why":""}')
+    Traceback (most recent call last):
+    ...
+    guard.wire.SummaryError: fence summary of mode 'set' says 'lifted'
+    """
+    doc = summary_doc(text, FENCE_SCHEMA, program="the fence program", name="fence summary")
+    fields = {k: doc.get(k) for k in ("mode", "pci", "uuid", "outcome", "compute_mode",
+                                      "drain", "why")}  # fmt: skip
+    if not all(isinstance(v, str) for v in fields.values()):
+        raise SummaryError("fence summary has a field that is not text")
+    s = FenceSummary(**fields)  # type: ignore[arg-type]
+    if s.mode not in FENCE_MODES or s.outcome not in FENCE_OUTCOMES or s.drain not in FENCE_DRAIN:
+        raise SummaryError(
+            f"fence summary mode {s.mode!r}, outcome {s.outcome!r} or drain {s.drain!r} is not "
+            "one of its words"
+        )
+    if s.outcome in FENCE_PASSED and not s.passed:
+        raise SummaryError(f"fence summary of mode {s.mode!r} says {s.outcome!r}")
+    if len(text.encode()) > MAX_BYTES:
+        raise SummaryError(f"fence summary is over {MAX_BYTES} bytes")
+    return s
 
 
 # ── argv values both sides parse ─────────────────────────────────────────────────────────────

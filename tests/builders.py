@@ -196,7 +196,7 @@ def owned(
     kind per node wins, as the guard's one record per kind does)."""
     out, records = [], {}
     for j in jobs:
-        if not j.uid and j.kind in ("loadtest", "conformance", "evidence"):
+        if not j.uid and j.kind in ("loadtest", "conformance", "evidence", "fence"):
             j = replace(j, uid=job_uid(j.name), digest=DIGEST)
             records[(j.node, j.kind)] = JobRecord(j.kind, j.name, j.uid, DIGEST)
         out.append(j)

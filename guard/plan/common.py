@@ -200,6 +200,13 @@ def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
             "--slot-incidents", str(counts.same_slot))  # fmt: skip
 
 
+def fence_args(s: Settings, mode: str, pci: str, uuid: str) -> tuple[str, ...]:
+    """The fence Job's argv (guard/policies/argv.py `fence`): `set` or `lift` of one GPU, with
+    ``--drain`` when the site allows it (the lift undoes the drain the set made)."""
+    drain = ("--drain",) if s.fence_drain else ()
+    return ("fence", mode, "--pci", pci, "--uuid", uuid, *drain)
+
+
 def conformance_args(s: Settings) -> tuple[str, ...]:
     args = ["conformance", "--root", "/proc/1/root", "--nsenter", "--role", "worker"]
     if s.conformance_control_plane_version:
@@ -254,6 +261,7 @@ def render_example_job(
         "evidence": lambda: evidence_args(incident, ledger.Counts(1, 1, None)),
         "loadtest": lambda: loadtest_args(s, gpus, xid, pci),
         "conformance": lambda: conformance_args(s),
+        "fence": lambda: fence_args(s, "set", pci, EXAMPLE_UUID),
     }
     spec = job_spec(s, kind, node, key, f"xid-{xid}", builders[kind](),
                     gpus=gpus if kind == "loadtest" else 0)  # fmt: skip

@@ -37,7 +37,7 @@ from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import hold, mismatch
+from guard.plan import fence, hold, mismatch
 from guard.plan.common import (
     Incident,
     breaker_open,
@@ -254,6 +254,7 @@ def _cordon(
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
         ledger_append(s, incident, reason),
         *evidence,
+        *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
     )  # fmt: skip
 
 

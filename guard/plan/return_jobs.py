@@ -60,6 +60,11 @@ def job_gate(
     return _uncordon(snap, s, node, job)
 
 
+def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
+    """The name of this boot's and cordon's load-test Job of the return."""
+    return _spec(s, node, "loadtest", recorded_links(snap, node)).name
+
+
 def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
     fix = (f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "

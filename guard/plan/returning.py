@@ -37,7 +37,7 @@ from guard.actions import (
 from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import cordon_event, mismatch, service_network
+from guard.plan import cordon_event, fence, mismatch, service_network
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
@@ -48,7 +48,13 @@ from guard.plan.common import (
     present,
 )
 from guard.plan.links import evidence_running, record_links
-from guard.plan.return_jobs import WAIT, conformance_return, conformance_same_boot, job_gate
+from guard.plan.return_jobs import (
+    WAIT,
+    conformance_return,
+    conformance_same_boot,
+    job_gate,
+    loadtest_name,
+)
 from guard.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
 
@@ -120,6 +126,14 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
 def _progress(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
 ) -> tuple[Action, ...]:
+    """The node's decision; while it waits, the host fence of its GPU after it (fence_gpu)."""
+    decided = _steps(snap, s, t, node, c)
+    return decided + fence.keep(snap, s, t, node, decided)
+
+
+def _steps(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
+) -> tuple[Action, ...]:
     blocked = _blocked(snap, s, node, c)
     if blocked:
         return blocked
@@ -132,7 +146,12 @@ def _progress(
             return gate
     if is_conformance_cordon(c) and not s.boot_check_return_loadtest:
         return conformance_return(snap, s, node)
-    return evidence_running(snap, s, node) or job_gate(snap, s, t, node, "loadtest") or ()
+    return (
+        evidence_running(snap, s, node)
+        or fence.lift_gate(snap, s, t, node, loadtest_name(snap, s, node))  # the fence: lifted
+        or job_gate(snap, s, t, node, "loadtest")  # only now, for the load test of that GPU
+        or ()
+    )
 
 
 def _repairs(

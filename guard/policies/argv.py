@@ -80,6 +80,22 @@ def evidence() -> tuple[Layout, ...]:
     )  # fmt: skip
 
 
+# A fence needs the GPU's own UUID: `unknown` is in no fence layout.
+GPU_UUID = r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
+
+
+def fence() -> tuple[Layout, ...]:
+    """Set or lift, one GPU by its PCI address and UUID; ``--drain`` only where the site allows
+    it (guard/policies/site.py); --host-root, --timeout-s and --termination-log are in no
+    layout (their defaults: /proc/1/root, 20 s, /dev/termination-log)."""
+    gpu = _flags(("--pci", Value(PCI)), ("--uuid", Value(GPU_UUID)))
+    return tuple(
+        ("gpu-node-guard", "fence", mode, *gpu, *drain)
+        for mode in ("set", "lift")
+        for drain in ((), ("--drain",))
+    )
+
+
 def conformance() -> tuple[Layout, ...]:
     """--fix (a host write) is in no layout; the optional checks come from the settings."""
     head = ("gpu-node-guard", "conformance", "--root", "/proc/1/root", "--nsenter",
@@ -224,7 +240,7 @@ def describe(layouts: Sequence[Layout]) -> str:
     """The layouts as a refusal message shows them: values by their pattern's name."""
     names = {NODE: "<node>", PCI: "<pci>", XID: "<xid>", UUID: "<uuid>", COUNT: "<n>",
              GPUS: "<gpus>", SECONDS: "<s>", SIZE: "<size>", RATIO: "<ratio>",
-             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>",
+             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>", GPU_UUID: "<GPU-uuid>",
              AGENT_INTERVAL: "--interval-s=<s>", AGENT_PLATFORM: "--platform=rke2|other|auto",
              AGENT_PROXY: "--kube-proxy-mode=ipvs|iptables|nftables|none|auto",
              AGENT_DNS: "--allowed-dns=<cidrs>", AGENT_RESOLV: "--resolv-conf=<file>",

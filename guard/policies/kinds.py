@@ -1,4 +1,5 @@
-"""The exact shape of each guard Job kind (evidence, load test, conformance) and of its Pods.
+"""The exact shape of each guard Job kind (evidence, load test, conformance, fence) and of its
+Pods.
 
 One `Kind` per component label value. Its Job shape is what jobs/ renders, with the
 fields the API server fills in on create (defaults, the generated selector and controller
@@ -109,6 +110,9 @@ _HOST_READER = {
 KINDS = (
     Kind("evidence", "gng-ev-", "image", argv.evidence, True, _HOST_READER),
     Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
+    # The fence writes one GPU's compute mode with the host's nvidia-smi: the evidence Job's
+    # access, nothing more (docs/isolation.md).
+    Kind("fence", "gng-fn-", "image", argv.fence, True, _HOST_READER),
     Kind(
         "loadtest",
         "gng-lt-",
@@ -209,7 +213,7 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     if kind.host_pid:
         fields["hostPID"] = Field(Exact(True))
     else:
-        refused["hostPID"] = "only the host-reading kinds (evidence, conformance)"
+        refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
     if kind.volumes:
         fields["volumes"] = Field(Exact(list(kind.volumes)))
     else:

@@ -11,7 +11,8 @@ Case list (a guard Job or Pod being created; an update keeps what was admitted):
   --allreduce-min-ratio, --allreduce-timeout-s → loadtest_allreduce_min_ratio, _timeout_s
   --memory-class-xids → memory_class_xids (the list, in order)
   --control-plane-version, --allowed-dns → present exactly when the setting is set, and equal
-  activeDeadlineSeconds → evidence_deadline_s (evidence, conformance), loadtest_deadline_s
+  --drain (fence)     → only when fence_drain is true
+  activeDeadlineSeconds → evidence_deadline_s (evidence, conformance, fence), loadtest_deadline_s
   ttlSecondsAfterFinished → job_ttl_s (conformance: or boot_check_job_ttl_s)
 The word's own pattern (guard/policies/argv.py) still applies: a value outside it is refused by
 the layout rule, so these rules never convert a malformed word.
@@ -85,6 +86,8 @@ def variables(kind: str, s: Settings) -> list[tuple[str, str]]:
             ("allreduceTimeout", p.integer(s, "loadtest_allreduce_timeout_s")),
             ("memoryXids", p.xids(s, "memory_class_xids")),
         ]  # fmt: skip
+    if kind == "fence":
+        return [*common, ("drain", p.flag(s, "fence_drain"))]
     if kind == "conformance":
         return [
             *common,
@@ -124,6 +127,14 @@ def argv_checks(kind: str) -> list[Validation]:
                  "{w}.split(',').map(x, int(x)) == variables.memoryXids",
                  ("memory_class_xids",)).validation(),
         ]  # fmt: skip
+    if kind == "fence":
+        return [
+            Validation(
+                f"variables.drain || !('--drain' in {CMD})",
+                "--drain only where the site sets fence_drain "
+                f"({params.env_name('fence_drain')} in the settings ConfigMap)",
+            ).guarded(CREATE)
+        ]
     if kind == "conformance":
         return [
             _optional("--control-plane-version", "cpVersion",

@@ -368,7 +368,7 @@ def _probes(
             "gpu-node-guard-jobs-namespace", lambda: create(admin, _cronjob(), dry_run=True)
         ),
     }  # fmt: skip
-    for kind in ("evidence", "loadtest", "conformance"):
+    for kind in ("evidence", "loadtest", "conformance", "fence"):
         probes |= _kind_probes(kind, admin, guard_api, controller, node)
     return probes
 

@@ -112,6 +112,8 @@ IN_C0 = "{pod}.containers[0] may not hold field(s) "
 EV_CMD = "{pod}.containers[0].command must be gpu-node-guard evidence collect --node <node>"
 CF_CMD = "{pod}.containers[0].command must be gpu-node-guard conformance --root /proc/1/root"
 LT_CMD = "{pod}.containers[0].command must be gpu-node-guard loadtest run --backend torch"
+FN_CMD = "{pod}.containers[0].command must be gpu-node-guard fence set --pci <pci> --uuid "
+FN_DRAIN = "--drain only where the site sets fence_drain (GUARD_FENCE_DRAIN in the settings"
 EV_SC = "{pod}.containers[0].securityContext must be exactly "
 LT_SC = EV_SC
 PSA = "violates PodSecurity"
@@ -166,6 +168,28 @@ CASES: list[Case] = [
     Case("conformance-root-is-slash", "conformance", argv(_set_arg("--root", "/")), CF_CMD),
     Case("conformance-version-free-text", "conformance",
          argv(lambda c: [*c[:7], "--control-plane-version", PAYLOAD, *c[7:]]), CF_CMD),
+    # The fence writes a GPU's compute mode: only set or lift of one GPU, drain only if allowed.
+    Case("fence-shell-instead", "fence", put(CMD, SHELL), FN_CMD),
+    Case("fence-runs-evidence", "fence",
+         put(CMD, ["gpu-node-guard", "evidence", "collect", "--node", "x"]), FN_CMD),
+    Case("fence-another-mode", "fence", argv(lambda c: [c[0], c[1], "reset", *c[3:]]), FN_CMD),
+    Case("fence-compute-mode-word", "fence", argv(lambda c: [*c, "-c", "DEFAULT"]), FN_CMD),
+    Case("fence-pci-free-text", "fence", argv(_set_arg("--pci", "0000:99:00.0;id")), FN_CMD),
+    Case("fence-uuid-unknown", "fence", argv(_set_arg("--uuid", "unknown")), FN_CMD),
+    Case("fence-uuid-template", "fence", argv(_set_arg("--uuid", PAYLOAD)), FN_CMD),
+    Case("fence-host-root-elsewhere", "fence", argv(lambda c: [*c, "--host-root", "/tmp"]),
+         FN_CMD),
+    Case("fence-termination-log-elsewhere", "fence",
+         argv(lambda c: [*c, "--termination-log", "/proc/1/root/etc/shadow"]), FN_CMD),
+    Case("fence-drain-the-site-did-not-allow", "fence", argv(lambda c: [*c, "--drain"]),
+         FN_DRAIN),
+    Case("fence-poststart-hook", "fence", put((*C0, "lifecycle"), {"postStart": HOOK}),
+         IN_C0 + "lifecycle"),
+    Case("fence-privileged", "fence", put((*SC, "privileged"), True), EV_SC),
+    Case("fence-hostpath-dev", "fence",
+         both(put((*POD, "volumes"), [{"name": "dev", "hostPath": {"path": "/dev"}}]),
+              put((*C0, "volumeMounts"), [{"name": "dev", "mountPath": "/dev"}])),
+         NOT_ALLOWED + "volumes"),
     Case("loadtest-runs-evidence", "loadtest",
          put(CMD, ["gpu-node-guard", "evidence", "collect", "--node", "x"]), LT_CMD),
     Case("loadtest-numpy-backend", "loadtest", argv(_set_arg("--backend", "numpy")), LT_CMD),

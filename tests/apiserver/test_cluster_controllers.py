@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client
 
 from guard.jobs import JobKind
+from guard.plan.common import EXAMPLE_UUID
+from guard.wire import FenceSummary, render_fence_summary
 from tests.apiserver.conftest import JOBS_NS_ADMIN
 from tests.apiserver.controllers import controller_pod, create_as, pods_of, run_to_the_end
 from tests.apiserver.guard_run import EVIDENCE, LOADTEST_PASS, PASS
@@ -19,6 +21,9 @@ from tests.apiserver.kube import GUARD_USER, JOBS_NS, ControlPlane, guard_job, r
 pytestmark = pytest.mark.apiserver
 
 PULL_SECRET = "mirror-pull"
+FENCED = render_fence_summary(
+    FenceSummary("set", "0000:99:00.0", EXAMPLE_UUID, "fenced", "Prohibited")
+)
 
 
 def test_job_controller_makes_the_guards_pods(cluster: ControlPlane) -> None:
@@ -35,7 +40,7 @@ def test_job_controller_makes_the_guards_pods(cluster: ControlPlane) -> None:
 
 @pytest.mark.parametrize(
     ("kind", "message"),
-    [("evidence", EVIDENCE), ("conformance", PASS), ("loadtest", LOADTEST_PASS)],
+    [("evidence", EVIDENCE), ("conformance", PASS), ("loadtest", LOADTEST_PASS), ("fence", FENCED)],
 )
 def test_pull_secrets_of_the_job_account_reach_the_pods(
     cluster: ControlPlane, kind: JobKind, message: str

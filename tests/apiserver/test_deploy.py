@@ -357,7 +357,7 @@ def refused_by_its_policy(api: client.ApiClient, job: dict[str, Any]) -> str:
     return ""
 
 
-@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
+@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance", "fence"])
 def test_the_guard_run_with_the_overlays_settings_makes_jobs_its_policies_admit(
     example_applied: Kubectl, plane: ControlPlane, kind: str
 ) -> None:

@@ -27,7 +27,7 @@ from tests.apiserver.shapes import CASES, PSA, Case, refusal_for_job
 pytestmark = pytest.mark.apiserver
 
 NODE = "gpu-shape-a"  # the policies look at names, not at Node objects
-KINDS: list[JobKind] = ["evidence", "loadtest", "conformance"]
+KINDS: list[JobKind] = ["evidence", "loadtest", "conformance", "fence"]
 
 
 def policy_of(case: Case) -> str:

@@ -48,7 +48,7 @@ from tests.apiserver.kube import (
 pytestmark = pytest.mark.apiserver
 
 K = Annotations("gpu-node-guard.io/")
-KINDS: list[JobKind] = ["evidence", "loadtest", "conformance"]
+KINDS: list[JobKind] = ["evidence", "loadtest", "conformance", "fence"]
 NODE = "gpu-cat-a"
 # Longer than the 41 characters a Job name holds of a node, dots in it (written as dashes).
 LONG_NODE = "gpu-" + "a" * 40 + ".rack-7.example.com"

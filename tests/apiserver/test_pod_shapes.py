@@ -34,7 +34,7 @@ from tests.apiserver.shapes import CASES, PSA, SHELL, Case, pod_view, refusal_fo
 pytestmark = pytest.mark.apiserver
 
 NODE = "gpu-shape-b"
-KINDS: list[JobKind] = ["evidence", "loadtest", "conformance"]
+KINDS: list[JobKind] = ["evidence", "loadtest", "conformance", "fence"]
 GATE = "ValidatingAdmissionPolicy 'gpu-node-guard-jobs-namespace'"
 NOT_DIRECT = (
     "Pods here are created only by the controller of their kind (the Job controller; "

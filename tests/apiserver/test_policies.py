@@ -205,6 +205,8 @@ def test_the_policies_read_the_images_from_the_settings_configmap(kubectl_binary
         "gpu-node-guard-evidence-pod": guard,
         "gpu-node-guard-conformance-job": guard,
         "gpu-node-guard-conformance-pod": guard,
+        "gpu-node-guard-fence-job": guard,
+        "gpu-node-guard-fence-pod": guard,
         "gpu-node-guard-loadtest-job": loadtest,
         "gpu-node-guard-loadtest-pod": loadtest,
         "gpu-node-guard-agent-daemonset": guard,

@@ -1,6 +1,6 @@
 """A site that changes every setting it may (tests/overlays/every-setting), deployed on a real
 kube-apiserver of this module's own with the real kubectl: the guard, run with that overlay's
-CronJob environment, renders evidence, load-test and conformance Jobs its policies admit (the
+CronJob environment, renders evidence, load-test, conformance and fence Jobs its policies admit (the
 site's values reach admission through the params, no Python run); the same Jobs with any one
 of those settings at its default are refused, each by the rule naming that setting.
 """
@@ -41,6 +41,7 @@ ONE_AT_DEFAULT = [
     ("loadtest", "memory_class_xids", "--memory-class-xids must be the site's"),
     ("conformance", "conformance_control_plane_version", "--control-plane-version must be given"),
     ("conformance", "evidence_deadline_s", "activeDeadlineSeconds must be the site's"),
+    ("fence", "evidence_deadline_s", "activeDeadlineSeconds must be the site's"),
 ]
 
 
@@ -76,7 +77,7 @@ def _admitted_or_refusal(plane: ControlPlane, job: dict[str, Any], refused: bool
             time.sleep(0.2)  # a new policy reaches admission by informer
 
 
-@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
+@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance", "fence"])
 def test_the_guards_jobs_with_the_sites_settings_are_admitted(
     plane: ControlPlane, site: dict[str, str], kind: str
 ) -> None:

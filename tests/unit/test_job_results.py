@@ -13,8 +13,8 @@ from guard.job_results import attach, result, slim_pod
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink
 from guard.snapshot import ClusterObjects, build_snapshot
+from guard.wire import FenceSummary, Summary, render_fence_summary, render_summary
 from guard.wire import Finding as ConformanceFinding
-from guard.wire import Summary, render_summary
 from tests.builders import NOW, S, job_uid
 from tests.snapshot_json import round_trips
 
@@ -34,6 +34,9 @@ LOADTEST_FAIL = json.dumps(
 EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:99:00.0",
                        "verdict": "power-cycle",
                        "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"}]})  # fmt: skip
+FENCED = render_fence_summary(FenceSummary("set", "0000:99:00.0", "GPU-1", "fenced", "Prohibited"))
+ABSENT = render_fence_summary(FenceSummary("set", "0000:99:00.0", "GPU-1", "gpu-absent",
+                                           why="lspci -s 0000:99:00.0 reads all ff"))  # fmt: skip
 
 
 def run(kind: str) -> dict[str, Any]:
@@ -118,6 +121,15 @@ def pod(
         pytest.param("evidence", pod("j", "evidence", EVIDENCE, "Succeeded"),
                      JobResult("read", links=(RecordedLink("0000:18:00.0", "16GT/s,x16"),)),
                      id="evidence-links"),
+        pytest.param("fence", pod("j", "fence", FENCED, "Succeeded"),
+                     JobResult("read", passed=True), id="fence-read-back"),
+        pytest.param("fence", pod("j", "fence", ABSENT),
+                     JobResult("read", failed=(Finding("gpu-absent",
+                                                       "lspci -s 0000:99:00.0 reads all ff"),)),
+                     id="fence-gpu-absent"),
+        pytest.param("fence", pod("j", "fence", FENCED.replace('"fenced"', '"lifted"')),
+                     JobResult("unreadable", "pod j-abcde: fence summary of mode 'set' says "
+                               "'lifted'"), id="fence-outcome-of-the-other-mode"),
         pytest.param("evidence", {"metadata": "x", "status": ["odd"]},
                      JobResult("unreadable", "pod (no name) finished before its evidence container "
                                "ended"),
@@ -160,12 +172,19 @@ def test_the_newest_finished_pod_of_each_job_counts() -> None:
     [
         ("succeeded", FAIL, "job succeeded but its summary says it failed"),
         ("failed", PASS, "job failed but its summary says it passed"),
+        pytest.param(
+            "succeeded",
+            ABSENT,
+            "job succeeded but its summary says it failed",
+            id="fence-absent-but-succeeded",
+        ),
     ],
 )
 def test_a_summary_that_contradicts_its_job_is_not_trusted(
     status: str, message: str, problem: str
 ) -> None:
-    (found,) = attach([job("a", status=status)], [pod("a", "conformance", message)])
+    kind = "fence" if "fence-summary" in message else "conformance"
+    (found,) = attach([job("a", kind, status=status)], [pod("a", kind, message)])
     assert found.result == JobResult("unreadable", problem)
 
 

@@ -35,7 +35,7 @@ SPEC = JobSpec(
 )
 
 
-@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance"])
+@pytest.mark.parametrize("kind", ["evidence", "loadtest", "conformance", "fence"])
 def test_every_template_renders_a_pinned_bounded_job(kind):
     job = TEMPLATES.render(dataclasses.replace(SPEC, kind=kind))
     pod = job["spec"]["template"]["spec"]

@@ -21,5 +21,6 @@ def test_the_wheel_lists_every_package_and_the_job_templates():
         "_macros.j2",
         "conformance-job.yaml.j2",
         "evidence-job.yaml.j2",
+        "fence-job.yaml.j2",
         "loadtest-job.yaml.j2",
     ]

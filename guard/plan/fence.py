@@ -1,0 +1,309 @@
+"""The host fence of a cordon's GPU (`fence_gpu`, docs/isolation.md): compute mode PROHIBITED,
+set and read back by the guard's fence Job, beside the node cordon and never instead of it.
+
+The fence covers what a cordon does not (a Pod with nodeName, a Pod tolerating every taint, a
+container started with docker on the host): no new CUDA context opens on that GPU. It resets at
+every reboot, so the guard keeps it per boot: the `gpu-fence` record names the boot it holds in.
+
+`at_cordon`: with the cordon of an Xid whose GPU has a PCI address and a UUID, the set Job in the
+same cycle (after the evidence Job; a cordon that does not land stops it).
+`keep` (the return check calls it when the node waits, i.e. its decision is not the load test or
+the lift of the fence; guard.plan.returning), for a readable guard-cordoned node whose cordon
+names a GPU (PCI address and UUID known):
+  fence_gpu off, or no GPU on the cordon       → nothing
+  the fence holds in this boot (`fenced`)      → nothing
+  `gpu-absent` recorded in this boot           → nothing: the node cordon is the isolation
+  no set Job yet; in the cordon's boot, the evidence Job recorded PCIe links and none of
+  this GPU                                     → fence-gpu-absent: off the bus, no fence Job
+  the set Job of this boot not the guard's     → WARN fence-foreign + Warning Event
+  no set Job of this boot                      → create it: fence-set, or fence-reapply when the
+                                                 record is of an earlier boot (a reboot reset it)
+  running                                      → fence-running
+  unreadable                                   → WARN fence-unreadable
+  finished, its summary says fenced            → record `fenced <boot>` + Event GuardFenced
+  finished, its summary says gpu-absent        → record `gpu-absent <boot>` + Warning Event
+  anything else (mismatch, error, no summary)  → WARN fence-failed: not fenced, stays cordoned
+`lift_gate` (before the load test of the return, all return conditions met):
+  the fence does not hold in this boot         → None: the load test goes on (a reboot since the
+                                                 fence already set the mode back to Default)
+  a set Job of this boot not recorded yet      → running: fence-running (wait); read back:
+                                                 record fenced (the lift next cycle); off the
+                                                 bus: record gpu-absent; else None
+  this boot's load test exists or failed       → None: its result decides, the fence stays
+  otherwise the lift Job (`fence lift`): created → fence-lift; running → fence-lift-running;
+  read back Default → record `lifted` (fence-lifted), the load test next cycle; anything else →
+  WARN fence-lift-failed, the node stays cordoned and fenced.
+A load test that fails after the lift leaves the node waiting: `keep` fences it again (a new set
+Job, keyed by the lift). The return's uncordon removes `gpu-fence` with the other guard keys.
+
+The "stay schedulable with the fenced GPU excluded" option is not offered on device-plugin
+nodes: nothing proves the plugin keeps that card out of allocation (docs/isolation.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from guard import ledger
+from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
+from guard.check_records import fence_value
+from guard.jobs import JobSpec, JobTemplates
+from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
+from guard.plan.check_jobs import find_job, foreign, foreign_job, passed
+from guard.plan.common import create_job, fence_args, job_spec, keys
+from guard.records import UNKNOWN_BOOT
+from guard.settings import Settings
+from guard.states import Decision
+
+WAIT = "checked again next cycle"
+_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
+# The return check's decisions that mean the node is at its load test or its uncordon: the fence
+# is lifted (or about to be) and must not be set again under them.
+_RETURNING = frozenset({Decision.FENCE_LIFT, Decision.FENCE_LIFT_RUNNING, Decision.FENCE_LIFTED,
+                        Decision.FENCE_LIFT_FAILED, Decision.LOADTEST_RUNNING})  # fmt: skip
+_FENCE_WORDS = frozenset(d for d in Decision if d.value.startswith("fence"))
+
+
+def fenced_gpu(s: Settings, node: NodeInfo) -> GpuRef | None:
+    """The cordon's GPU when the fence applies to it: the setting on, a PCI address and a UUID."""
+    c = node.cordon
+    if not s.fence_gpu or c is None or c.gpu is None or c.at is None:
+        return None
+    if c.gpu.pci == ledger.UNKNOWN_PCI or not _UUID.match(c.gpu.uuid):
+        return None
+    return c.gpu
+
+
+def boot(node: NodeInfo) -> str:
+    """The boot a fence record names; a node without a bootID proves no reboot."""
+    return node.boot_id or UNKNOWN_BOOT
+
+
+def holds(node: NodeInfo) -> bool:
+    """The fence is in force now: fenced in this boot."""
+    f = node.fence
+    return f is not None and f.state == "fenced" and f.boot_id == boot(node)
+
+
+def _key(node: NodeInfo, mode: str) -> str:
+    """One set Job per boot and cordon (and per lift before it); one lift Job per fence."""
+    assert node.cordon is not None and node.cordon.at is not None
+    f = node.fence
+    after = ledger.format_time(f.at) if f is not None and f.boot_id == boot(node) else ""
+    return _job_key(mode, boot(node), ledger.format_time(node.cordon.at), after)
+
+
+def _job_key(mode: str, boot_id: str, cordon_at: str, after: str) -> str:
+    return "\0".join((mode, boot_id, cordon_at, after))
+
+
+def at_cordon(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, reason: str
+) -> tuple[Action, ...]:
+    """The fence Job in the cordon's own cycle, beside its evidence Job: the Job `keep` finds by
+    name the next cycle (same boot, the cordon's time, no record yet)."""
+    if not s.fence_gpu or g.pci == ledger.UNKNOWN_PCI or not _UUID.match(g.uuid):
+        return ()
+    key = _job_key("set", node.boot_id or UNKNOWN_BOOT, ledger.format_time(snap.now), "")
+    spec = job_spec(s, "fence", node.name, key, reason, fence_args(s, "set", g.pci, g.uuid))
+    return (create_job(s, node.name, Decision.FENCE_SET, "fence", spec.name, t.render(spec)),)
+
+
+def _spec(s: Settings, node: NodeInfo, gpu: GpuRef, mode: str) -> JobSpec:
+    assert node.cordon is not None
+    args = fence_args(s, mode, gpu.pci, gpu.uuid)
+    return job_spec(s, "fence", node.name, _key(node, mode), node.cordon.reason, args)
+
+
+def returning(decisions: Iterable[Action]) -> bool:
+    """The return check's decisions for a node reach its load test, the lift or the uncordon,
+    or already speak of the fence (the lift gate waiting for this boot's set Job)."""
+    return any(
+        isinstance(a, Uncordon)
+        or (isinstance(a, CreateJob) and a.job_kind == "loadtest")
+        or a.reason in _RETURNING
+        or a.reason in _FENCE_WORDS
+        for a in decisions
+    )
+
+
+def keep(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, decisions: tuple[Action, ...]
+) -> tuple[Action, ...]:
+    """The fence while the node waits (case list above); `decisions`: the return check's."""
+    gpu = fenced_gpu(s, node)
+    if gpu is None or holds(node) or returning(decisions):
+        return ()
+    f = node.fence
+    if f is not None and f.state == "gpu-absent" and f.boot_id == boot(node):
+        return ()
+    spec = _spec(s, node, gpu, "set")
+    job = find_job(snap, spec.name)
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why,
+                           "the node stays cordoned; its GPU is not fenced")  # fmt: skip
+    if job is None and off_the_bus(node, gpu):
+        detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
+        nxt = "no fence Job in this boot; the node cordon stays the isolation"
+        return (Skip(node.name, Decision.FENCE_GPU_ABSENT, detail, nxt),)
+    if job is None:
+        reason = (Decision.FENCE_REAPPLY if f is not None and f.state == "fenced"
+                  else Decision.FENCE_SET)  # fmt: skip
+        return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
+    return _set_step(snap, s, node, gpu, job)
+
+
+def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
+    """In the cordon's boot, the evidence Job recorded the links of the GPUs it could read and
+    this one is not among them (a GPU that fell off the bus has no link to read)."""
+    c = node.cordon
+    same_boot = c is not None and c.boot_id != "" and c.boot_id == node.boot_id
+    return same_boot and bool(node.pcie_links) and all(x.pci != gpu.pci for x in node.pcie_links)
+
+
+def _set_step(
+    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef, job: JobInfo
+) -> tuple[Action, ...]:
+    """Where this boot's set Job is: waited for, recorded, or said to have failed."""
+    if job.status == "running":
+        return (Skip(node.name, Decision.FENCE_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
+    if job.status == "unreadable":
+        return (_unreadable(s, node, job),)
+    if passed(job):
+        return _record(snap, s, node, job, "fenced", Decision.FENCED, "Normal", "GuardFenced",
+                       f"gpu-node-guard fenced GPU {gpu} on the host (compute mode Prohibited, "
+                       "read back); the node stays cordoned")  # fmt: skip
+    if _outcome(job) == "gpu-absent":
+        return _record(snap, s, node, job, "gpu-absent", Decision.FENCE_GPU_ABSENT, "Warning",
+                       "GuardFenceGpuAbsent",
+                       f"gpu-node-guard could not fence GPU {gpu}: it is off the bus; the node "
+                       "cordon stays the isolation")  # fmt: skip
+    return (
+        Skip(node.name, Decision.FENCE_FAILED, f"job/{job.name}: {_why(job)}",
+             f"the node stays cordoned; its GPU is not fenced; kubectl -n {s.jobs_namespace} logs "
+             f"job/{job.name}; to try again: kubectl -n {s.jobs_namespace} delete job {job.name}",
+             "WARN"),
+    )  # fmt: skip
+
+
+def lift_gate(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, loadtest: str
+) -> tuple[Action, ...] | None:
+    """None when nothing is to lift before the load test `loadtest` (its Job name); otherwise
+    this cycle's actions (case list above)."""
+    gpu = fenced_gpu(s, node)
+    if gpu is None:
+        return None
+    if not holds(node):
+        return _set_pending(snap, s, node, gpu)
+    if find_job(snap, loadtest) is not None or loadtest in node.loadtest_result:
+        return None  # that load test's result decides; the fence stays while the node waits
+    spec = _spec(s, node, gpu, "lift")
+    job = find_job(snap, spec.name)
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why,
+                           "the node stays cordoned and its GPU fenced")  # fmt: skip
+    if job is None:
+        return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
+    if job.status == "running":
+        return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}",
+                     WAIT),)  # fmt: skip
+    if job.status == "unreadable":
+        return (_unreadable(s, node, job),)
+    if passed(job):
+        return _record(snap, s, node, job, "lifted", Decision.FENCE_LIFTED, "Normal",
+                       "GuardFenceLifted",
+                       f"gpu-node-guard lifted the fence of GPU {gpu} (compute mode Default, read "
+                       "back) for the return's load test; the node stays cordoned until it "
+                       "passes")  # fmt: skip
+    return (
+        Skip(node.name, Decision.FENCE_LIFT_FAILED, f"job/{job.name}: {_why(job)}",
+             f"stays cordoned and fenced; on the host: nvidia-smi -i {gpu.uuid} -c DEFAULT, then "
+             f"kubectl -n {s.jobs_namespace} delete job {job.name}", "WARN"),
+    )  # fmt: skip
+
+
+def _set_pending(
+    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef
+) -> tuple[Action, ...] | None:
+    """This boot's set Job, made while the node waited, may have fenced the GPU but is not
+    recorded yet: running → wait; read back → record it (the lift comes next); off the bus →
+    record that. Anything else fenced nothing that is known: the load test goes on (a GPU
+    fenced after all fails it, and the node stays cordoned)."""
+    job = find_job(snap, _spec(s, node, gpu, "set").name)
+    if job is None or foreign(node, job):
+        return None
+    if job.status == "running" or passed(job) or _outcome(job) == "gpu-absent":
+        return _set_step(snap, s, node, gpu, job)
+    return None
+
+
+def _record(
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, state: str, reason: str,
+    level: Literal["Normal", "Warning"], event: str, message: str,
+) -> tuple[Action, ...]:  # fmt: skip
+    value = fence_value(state, boot(node), ledger.format_time(snap.now), job.name)
+    nxt = "the load test next cycle" if state == "lifted" else "the node stays cordoned"
+    return (
+        Annotate(node.name, reason, node.resource_version, ((keys(s).fence, value),), nxt),
+        EmitEvent(node.name, reason, level, event, message, incident=f"{job.name} {job.uid}"),
+    )
+
+
+def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
+    fix = (f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
+           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
+    return Skip(node.name, Decision.FENCE_UNREADABLE, f"job/{job.name}: {job.problem}", fix,
+                "WARN")  # fmt: skip
+
+
+def _outcome(job: JobInfo) -> str:
+    r = job.result
+    return r.failed[0].item if r is not None and r.state == "read" and r.failed else ""
+
+
+def _why(job: JobInfo) -> str:
+    r = job.result
+    if r is None:
+        return f"{job.status}, no finished Pod of it left a summary"
+    if r.state != "read":
+        return r.problem
+    found = r.failed[0] if r.failed else None
+    return f"{found.item}: {found.why}" if found else f"{job.status} but its summary says pass"
+
+
+# ── What each isolation unit costs a site per incident (docs/isolation.md) ────────────────────
+
+HOURS_PER_DAY = 24
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHours:
+    """GPU-hours out of service over one incident: all of them, and the healthy GPUs' share."""
+
+    unit: str
+    lost: int
+    healthy_lost: int
+
+
+def incident_gpu_hours(gpus: int, faulted: int, days: int) -> tuple[GpuHours, ...]:
+    """The loss of each isolation unit for a node of `gpus` GPUs, `faulted` of them bad, held for
+    `days` days. The node cordon takes every GPU out; the host fence adds no loss but does not
+    replace the cordon on a device-plugin node (nothing proves the plugin keeps the card out); the
+    DRA device taint takes only the faulted devices.
+
+    >>> for row in incident_gpu_hours(4, 1, 38):
+    ...     print(row.unit, row.lost, row.healthy_lost)
+    node-cordon 3648 2736
+    host-fence 3648 2736
+    dra-device-taint 912 0
+    """
+    whole, bad = gpus * days * HOURS_PER_DAY, faulted * days * HOURS_PER_DAY
+    return (
+        GpuHours("node-cordon", whole, whole - bad),
+        GpuHours("host-fence", whole, whole - bad),  # the cordon stays: the same loss
+        GpuHours("dra-device-taint", bad, 0),
+    )
