@@ -31,6 +31,7 @@ class Section(StrEnum):
     WAITING_FOR_POWER_CYCLE = "isolated-waiting-for-power-cycle"
     WAITING_FOR_RESET_DONE = "waiting-for-reset-done"
     RETURN_CONDITION_NOT_MET = "return-condition-not-met"
+    WAITING_FOR_THE_EVIDENCE_JOB = "waiting-for-the-evidence-job"
     LOAD_TEST_RUNNING = "load-test-running"
     LOAD_TEST_FAILED = "load-test-failed"
     HELD_BY_A_PERSON = "held-by-a-person"

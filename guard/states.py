@@ -177,6 +177,7 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.NVML_MISMATCH: S.ISOLATED_DRIVER_MISMATCH,  # the agent says FAIL (guard/plan/mismatch.py)
     D.NVML_UNCONFIRMED: S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
     D.SERVICE_NETWORK_NOT_READY: S.WAITING_FOR_SERVICE_NETWORK,
+    D.EVIDENCE_RUNNING: S.WAITING_FOR_THE_EVIDENCE_JOB,  # its PCIe links go to the load test
     D.REPEAT_FAULT: S.REPEAT_FAULT_HOLD,  # the SetHold it plans
     D.LOADTEST_STARTING: S.LOAD_TEST_RUNNING,  # conditions met: the next cycle creates the Job
     D.LOADTEST_RUNNING: S.LOAD_TEST_RUNNING,

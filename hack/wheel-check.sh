@@ -6,6 +6,8 @@
 #   group, so a new command is checked without editing this file), the kubectl plugin's
 #   `--help`, `render` of every Job kind,
 #   the built-in example (`python -m guard.example`, needs the Debian `prometheus` package),
+#   the tests' CPU load-test backend absent (no numpy_backend in the wheel, `--backend numpy`
+#   a usage error),
 #   and a shipped data file removed: `run` must stop at start with one line naming it.
 # Usage: hack/wheel-check.sh [PYTHON]   (default python3; CI=true turns skips into failures)
 set -euo pipefail
@@ -63,6 +65,16 @@ say "--help of $count commands: ok"
 run "kubectl-gpu_guard --help (the kubectl plugin)" "$work/venv/bin/kubectl-gpu_guard" --help
 grep -q "^Usage: kubectl gpu-guard" "$work/out" || fail "the kubectl plugin printed: $(head -1 "$work/out")"
 say "the kubectl plugin kubectl-gpu_guard: ok"
+
+# The numpy load-test backend is the tests' (tests/numpy_backend.py): not shipped, not offered.
+if "$py" -m zipfile -l "$wheel" | grep -q numpy_backend; then fail "the wheel ships numpy_backend"; fi
+set +e
+"$guard" loadtest run --backend numpy --expected-gpus 1 >"$work/out" 2>&1
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q "Invalid value for '--backend'" "$work/out" \
+  || { cat "$work/out" >&2; fail "loadtest run --backend numpy exited $code, not a usage error"; }
+say "no numpy load-test backend in the wheel: ok"
 
 kinds="$("$py" -c 'from guard.cli import cli
 print(*cli.commands["render"].params[0].type.choices)')"

@@ -1,6 +1,7 @@
-"""The compute backend seen by the orchestration: PyTorch CUDA in the Job, NumPy in CI.
+"""The compute backend seen by the orchestration: PyTorch CUDA in the Job (`torch_backend.py`).
 
-Both run the same all-reduce orchestration (`ranks.py`): NCCL on CUDA, gloo on the CPU.
+The tests run the same orchestration (`ranks.py`, gloo on the CPU) on `tests/numpy_backend.py`,
+which is not shipped: the admission policy admits only `--backend torch` in a cluster.
 """
 
 from __future__ import annotations

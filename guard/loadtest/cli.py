@@ -115,7 +115,7 @@ def loadtest() -> None:
     type=click.IntRange(min=1),
     default=_default("loadtest_matrix_size"),
     show_default=True,
-    help="Square matrix size (fp16 on GPU, float32 on numpy).",
+    help="Square matrix size (fp16).",
 )
 @click.option(
     "--min-ratio",
@@ -146,7 +146,7 @@ def loadtest() -> None:
     "--allreduce/--no-allreduce",
     default=True,
     show_default=True,
-    help="All-reduce across every GPU, one process per GPU (NCCL; gloo on the numpy backend).",
+    help="All-reduce across every GPU, one process per GPU (NCCL).",
 )
 @click.option(
     "--allreduce-min-ratio",
@@ -175,17 +175,10 @@ def loadtest() -> None:
 @click.option(
     "--backend",
     "backend_name",
-    type=click.Choice(["auto", "torch", "numpy"]),
-    default="auto",
+    type=click.Choice(["torch"]),
+    default="torch",
     show_default=True,
-    help="auto: torch when importable, else numpy.",
-)
-@click.option(
-    "--numpy-devices",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="GPUs the numpy backend simulates with CPU threads.",
+    help="torch: PyTorch on CUDA, the one backend shipped (the Job names it).",
 )
 @click.option(
     "--termination-log",
@@ -227,7 +220,7 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         ),
     )
     override = ctx.find_object(BackendOverride)
-    backend = override.backend if override else _backend(options)
+    backend = override.backend if override else _backend()
     result = run(backend, plan)
     verdict = judge(criteria, result)
     if options["output"] == "json":
@@ -242,24 +235,9 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
     ctx.exit(0 if verdict.passed else 1)
 
 
-def _backend(options: dict[str, Any]) -> Backend:
-    # numpy and torch are imported here, by the backend that needs them, so that `--help` and
-    # every other subcommand work on a base install without either.
-    name = options["backend_name"]
-    if name == "auto":
-        name = "torch" if _installed("torch") else "numpy"
-    if name == "numpy":
-        _require("numpy", "the numpy backend", "gpu-node-guard[cpu]")
-        from guard.loadtest.numpy_backend import MAX_SIZE, NumpyBackend
-
-        if options["size"] > MAX_SIZE:
-            raise _LineError(
-                f"--size {options['size']} is too large for the numpy backend, which simulates"
-                f" GPUs on the CPU; use at most {MAX_SIZE}"
-            )
-        if options["allreduce"]:
-            _require("torch", "the all-reduce test (gloo)", "torch, or pass --no-allreduce")
-        return NumpyBackend(devices=options["numpy_devices"])
+def _backend() -> Backend:
+    # torch is imported by the backend, so that `--help` and every other subcommand work on a
+    # base install without it.
     _require("torch", "the torch backend", "torch (the load-test image has it)")
     return TorchBackend()
 

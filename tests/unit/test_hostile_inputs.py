@@ -35,6 +35,7 @@ from guard.settings_flags import build_settings, settings_options, unknown_env_l
 from guard.snapshot import SnapshotError, read_cluster, require_nodes
 from guard.wire import write_termination_message
 from tests.builders import ALL_NAMESPACES
+from tests.numpy_backend import cpu
 
 REPO = Path(__file__).resolve().parents[2]
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -51,8 +52,8 @@ class Outcome:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def invoke(args: list[str], env: dict[str, str] | None = None) -> Outcome:
-    result = CliRunner().invoke(cli, args, env=env, prog_name="gpu-node-guard")
+def invoke(args: list[str], env: dict[str, str] | None = None, obj: object = None) -> Outcome:
+    result = CliRunner().invoke(cli, args, env=env, prog_name="gpu-node-guard", obj=obj)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"uncaught {result.exception!r}") from result.exception
     return Outcome(result.exit_code, result.stdout, result.stderr)
@@ -598,9 +599,9 @@ def test_conformance_verdict_stands_when_the_termination_log_fails(
 @pytest.mark.parametrize("kind", TERMINATION_PATHS)
 def test_loadtest_verdict_stands_when_the_termination_log_fails(kind: str) -> None:
     path, why = TERMINATION_PATHS[kind]
-    args = ["loadtest", "run", "--backend", "numpy", "--size", "32", "--min-ratio", "0.05",
+    args = ["loadtest", "run", "--size", "32", "--min-ratio", "0.05",
             "--no-allreduce", "--expected-gpus", "3", "--duration-s", "0.1"]  # fmt: skip
-    out = invoke([*args, "--termination-log", path])
+    out = invoke([*args, "--termination-log", path], obj=cpu())
     assert out.code == 1  # the numpy backend shows 2 GPUs: fail, as without the log
     warn = [line for line in out.lines() if line.startswith("WARN ")]
     assert len(warn) == 1 and why in warn[0] and not TRACEBACK.search(out.stderr)

@@ -268,13 +268,14 @@ def test_the_load_tests_own_termination_message_is_what_the_guard_reads(
     from click.testing import CliRunner
 
     from guard.loadtest.cli import loadtest
+    from tests.numpy_backend import cpu
 
     log = tmp_path / "termination-log"
     log.write_text("")
-    args = ["run", "--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce",
+    args = ["run", "--size", "32", "--min-ratio", "0.05", "--no-allreduce",
             "--expected-gpus", str(expected_gpus), "--duration-s", "0.1",
             "--termination-log", str(log)]  # fmt: skip
-    run = CliRunner().invoke(loadtest, args)
+    run = CliRunner().invoke(loadtest, args, obj=cpu())
     assert run.exit_code == (0 if passes else 1), run.output
     found = result("loadtest", pod("j", "loadtest", log.read_text(),
                                    "Succeeded" if passes else "Failed"))  # fmt: skip

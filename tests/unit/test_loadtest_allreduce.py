@@ -24,8 +24,8 @@ from guard.loadtest.collective import (
     RankFaults,
     RankOutcome,
 )
-from guard.loadtest.numpy_backend import ALLREDUCE_SIZES, NumpyBackend, NumpyFaults
 from guard.loadtest.ranks import run_allreduce
+from tests.numpy_backend import ALLREDUCE_SIZES, NumpyBackend, NumpyFaults
 from tests.tiers import unavailable
 
 
@@ -96,7 +96,7 @@ def test_wrong_element_in_the_reduced_tensor_is_counted() -> None:
 
 
 def invoke(backend: NumpyBackend, *args: str) -> tuple[int, dict[str, Any], str]:
-    argv = ["run", "--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--duration-s"]
+    argv = ["run", "--size", "32", "--min-ratio", "0.05", "--duration-s"]
     result = CliRunner().invoke(
         loadtest, [*argv, "0.1", "--allreduce-timeout-s", "5", *args], obj=BackendOverride(backend)
     )

@@ -15,16 +15,16 @@ from click.testing import CliRunner, Result
 
 from guard.loadtest.cli import BackendOverride, loadtest
 from guard.loadtest.model import MemoryPlan, RunPlan, RunResult
-from guard.loadtest.numpy_backend import NumpyBackend, NumpyFaults
 from guard.loadtest.report import JSON_PREFIX, summary
 from guard.loadtest.verdict import Criteria, Verdict
 from guard.wire import MAX_BYTES as SUMMARY_LIMIT
+from tests.numpy_backend import NumpyBackend, NumpyFaults, cpu
 
-FAST = ["--backend", "numpy", "--size", "32", "--min-ratio", "0.05", "--no-allreduce"]
+FAST = ["--size", "32", "--min-ratio", "0.05", "--no-allreduce"]
 
 
 def invoke(args: list[str], backend: Any = None) -> Result:
-    obj = BackendOverride(backend) if backend is not None else None
+    obj = BackendOverride(backend) if backend is not None else cpu()
     return CliRunner().invoke(loadtest, ["run", *args], obj=obj)
 
 
@@ -36,7 +36,7 @@ def json_of(result: Result) -> dict[str, Any]:
 
 
 def test_three_simulated_gpus_pass_with_table_and_json_line() -> None:
-    result = invoke([*FAST, "--expected-gpus", "3", "--numpy-devices", "3", "--duration-s", "0.2"])
+    result = invoke([*FAST, "--expected-gpus", "3", "--duration-s", "0.2"], NumpyBackend(devices=3))
     assert result.exit_code == 0, result.output
     doc = json_of(result)
     assert (doc["verdict"], doc["reasons"], doc["visible_gpus"]) == ("pass", [], 3)
@@ -161,7 +161,7 @@ def test_backend_that_cannot_start_fails_with_exit_1() -> None:
         pytest.param(["--memory-test-pci", "gpu3"], "not a PCI address", id="bad-pci"),
         pytest.param(["--memory-class-xids", "48,x"], "'--memory-class-xids'", id="bad-xids"),
         pytest.param(["--backend", "cuda"], "'--backend'", id="unknown-backend"),
-        pytest.param(["--backend", "numpy", "--size", "8192"], "too large", id="numpy-too-big"),
+        pytest.param(["--backend", "numpy"], "'--backend'", id="numpy-not-shipped"),
     ],
 )
 def test_bad_arguments_print_one_line_and_exit_2(args: list[str], message: str) -> None:

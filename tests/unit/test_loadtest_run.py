@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from guard.loadtest.model import BurnResult, MemoryPlan, PcieLink, RunPlan
-from guard.loadtest.numpy_backend import NumpyBackend, NumpyFaults
 from guard.loadtest.run import run
 from guard.loadtest.verdict import Criteria, judge
+from tests.numpy_backend import NumpyBackend, NumpyFaults
 
 
 class HangsOn(NumpyBackend):

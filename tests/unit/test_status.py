@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from guard.model import GpuPod, JobInfo, Snapshot
+from guard.plan.links import evidence_job_name
 from guard.plan.returning import plan_return
+from guard.states import NODE_STATES
 from guard.status.derive import report
 from guard.status.model import Blocked, Gpu, NodeRow, Report, Sight
 from guard.status.render import render
@@ -205,6 +207,18 @@ def test_a_job_the_guard_did_not_make_shows_its_next_step():
     assert (row.state, row.runbook) == ("job-not-made-by-the-guard",
                                         "docs/runbook.md#job-not-made-by-the-guard")  # fmt: skip
     assert f"kubectl -n gpu-node-guard-jobs delete job {LT}" in row.next
+
+
+def test_a_load_test_waiting_for_the_evidence_job_has_its_runbook_state():
+    """`evidence-running` is a node state of its own, linked, and pushed under that name."""
+    name = evidence_job_name(back_node())
+    assert name is not None
+    snap = snapshot(back_node(), jobs=(JobInfo(name, "evidence", "b", "running"),))
+    (row,) = report(snap, settings(evidence_deadline_s=3000), TEMPLATES, SEEN).nodes
+    assert (row.state, row.runbook) == ("waiting-for-the-evidence-job",
+                                        "docs/runbook.md#waiting-for-the-evidence-job")  # fmt: skip
+    assert row.blocked is not None and row.blocked.condition == "evidence-running"
+    assert row.state in {s.value for s in NODE_STATES}
 
 
 def test_a_decision_without_a_runbook_section_is_shown_verbatim():

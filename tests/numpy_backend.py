@@ -5,6 +5,8 @@ loop: sizes stay small (`MAX_SIZE`), and concurrent "GPUs" do not fight over a B
 which made float32 runs lopsided. A thread's CPU time stands in for device time: it counts the
 work done for that GPU, not the time the thread waited for a core or the GIL.
 `NumpyFaults` injects the failures a real GPU shows, so tests go through the same code paths.
+Not in the wheel (the admission policy admits only `--backend torch`): a test hands it to the
+command with `cpu()` as the click context's object.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from guard.loadtest.cli import BackendOverride
 from guard.loadtest.collective import AllreduceSpec, RankFaults
 from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
@@ -63,6 +66,8 @@ class NumpyBackend:
         )
 
     def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
+        if size > MAX_SIZE:
+            raise ValueError(f"size {size} is too large for the numpy backend (at most {MAX_SIZE})")
         if index in self._faults.stall:
             return BurnResult.timed(index, size, 0, 0.0)
         rng = np.random.default_rng(index)
@@ -114,6 +119,11 @@ class NumpyBackend:
         count = self._faults.stuck_words.get(index, 0)
         offsets: npt.NDArray[np.int64] = np.arange(count, dtype=np.int64) * _STUCK_STRIDE + 1
         return offsets[offsets < self._memory_words]
+
+
+def cpu(devices: int = 2, faults: NumpyFaults | None = None) -> BackendOverride:
+    """The click `obj` that runs `loadtest run` on `devices` simulated GPUs."""
+    return BackendOverride(NumpyBackend(devices=devices, faults=faults))
 
 
 def _pci(index: int) -> str:
