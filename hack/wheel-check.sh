@@ -6,6 +6,7 @@
 #   group, so a new command is checked without editing this file), the kubectl plugin's
 #   `--help`, `render` of every Job kind,
 #   the built-in example (`python -m guard.example`, needs the Debian `prometheus` package),
+#   every guard module in the wheel one of the checkout's (built from a copy without build/),
 #   the tests' CPU load-test backend absent (no numpy_backend in the wheel, `--backend numpy`
 #   a usage error),
 #   and a shipped data file removed: `run` must stop at start with one line naming it.
@@ -21,7 +22,12 @@ say() { printf 'wheel-check: %s\n' "$*"; }
 fail() { say "FAIL: $*" >&2; exit 1; }
 
 say "building the wheel"
-"$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$repo" >"$work/build.log" 2>&1 \
+# From a copy of the checkout without its build outputs: pip builds in the tree, and a build/ left
+# there by an earlier build would ship the modules that have moved or gone since.
+mkdir "$work/src"
+tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist \
+  --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$work/src" -xf -
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src" >"$work/build.log" 2>&1 \
   || { cat "$work/build.log" >&2; fail "pip wheel failed"; }
 wheel="$(ls "$work"/dist/gpu_node_guard-*.whl)"
 
@@ -68,13 +74,24 @@ say "the kubectl plugin kubectl-gpu_guard: ok"
 
 # The numpy load-test backend is the tests' (tests/numpy_backend.py): not shipped, not offered.
 if "$py" -m zipfile -l "$wheel" | grep -q numpy_backend; then fail "the wheel ships numpy_backend"; fi
+# Every module in the wheel is one of the checkout's: nothing stale, nothing moved twice.
+"$py" - "$wheel" "$repo" <<'PY' || fail "the wheel ships a module the checkout does not have"
+import pathlib, sys, zipfile
+repo = pathlib.Path(sys.argv[2])
+names = [n for n in zipfile.ZipFile(sys.argv[1]).namelist()
+         if n.startswith("guard/") and n.endswith(".py") and not n.startswith("guard/jobtemplates")]
+stale = [n for n in names if not (repo / n).is_file()]
+if stale:
+    print(*stale, sep="\n", file=sys.stderr)
+sys.exit(1 if stale or not names else 0)
+PY
 set +e
 "$guard" loadtest run --backend numpy --expected-gpus 1 >"$work/out" 2>&1
 code=$?
 set -e
 [ "$code" = 2 ] && grep -q "Invalid value for '--backend'" "$work/out" \
   || { cat "$work/out" >&2; fail "loadtest run --backend numpy exited $code, not a usage error"; }
-say "no numpy load-test backend in the wheel: ok"
+say "no numpy load-test backend and no stale module in the wheel: ok"
 
 kinds="$("$py" -c 'from guard.cli import cli
 print(*cli.commands["render"].params[0].type.choices)')"
