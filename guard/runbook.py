@@ -53,6 +53,9 @@ class Section(StrEnum):
     ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"
     WAITING_FOR_SERVICE_NETWORK = "waiting-for-the-service-network"
     SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
+    # DRA nodes: one GPU isolated by the guard's DeviceTaintRule, the node in service.
+    DEVICE_TAINTED = "device-tainted"
+    DEVICE_REPEAT_FAULT = "device-repeat-fault"
 
 
 # Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`

@@ -35,13 +35,16 @@ from guard.actions import (
     AppendLedgerLine,
     ClearGuardAnnotations,
     Cordon,
+    CreateClaim,
     CreateJob,
     EmitEvent,
     RecordBoot,
     RemoveTaint,
     SetHold,
     Skip,
+    TaintDevice,
     Uncordon,
+    UntaintDevice,
     hold_next,
 )
 from guard.jobs import JobTemplates
@@ -179,7 +182,10 @@ def _meaning(action: Action) -> tuple[Blocked | None, str]:
         case ClearGuardAnnotations():
             observed = "the node is schedulable: a person uncordoned it"
             return Blocked(action.reason, observed), "the next cycle records the cancel"
-        case Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint():
+        case (
+            Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint()
+            | TaintDevice() | UntaintDevice() | CreateClaim()
+        ):  # fmt: skip
             return None, str(action)
         case _:
             assert_never(action)
