@@ -46,6 +46,8 @@ ACTIONS = {
     "GuardOnboarded": "RemoveTaint",
     "GuardOnboardingFailed": "KeepTaint",
     "GuardForeignJob": "IgnoreJob",  # a Job of the guard's name that it did not make
+    "GuardDeviceTainted": "TaintDevice",  # a DRA node's GPU (guard/plan/device_taint.py)
+    "GuardNotIsolated": "SkipDeviceTaint",
 }  # any other reason: "Observe"
 
 
