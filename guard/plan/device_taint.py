@@ -290,6 +290,12 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
                      f"device {rec.device} stays tainted"),)  # fmt: skip
 
 
+def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    """What the return decides about one readable node with a device record (its first action
+    is the node's state for `gpu-node-guard status` and the pushed node counts)."""
+    return _node(snap, s, t, node)
+
+
 def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     k = keys(s)
     rec = record_of(node, s)

@@ -222,3 +222,16 @@ def test_resource_slices_and_rules_are_read_at_the_boundary() -> None:
                      "taint": {"key": "k", "effect": "NoSchedule"}}}  # fmt: skip
     (read,) = taint_rules([rule], KEYS)
     assert not read.guard and read.ref == DEVICE.ref
+
+
+def test_status_shows_a_tainted_device_and_counts_it_under_the_breaker() -> None:
+    from guard.status.derive import report
+    from guard.status.model import Sight
+
+    rec = record()
+    snap = published(replace(snapshot(tainted(rec)), taint_rules=(guard_rule(rec),)))
+    r = report(snap, S, TEMPLATES, Sight("http://prometheus.test"))
+    (row,) = r.nodes
+    assert (row.node, row.state, row.reason) == ("d", "device-tainted", "xid-79")
+    assert row.gpu is not None and row.gpu.uuid == UUID
+    assert r.breaker.guarded == 1
