@@ -380,7 +380,7 @@ def _gate(
 ) -> tuple[Action, ...]:
     if job is not None and (why := foreign(node, job)):
         return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
-    if job is None:  # it expired after its failure was recorded
+    if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
         return (Skip(node.name, Decision.LOADTEST_FAILED, f"job/{spec.name} failed",
                      "the device stays tainted; read the job log, reset or replace"),)  # fmt: skip
     if job.status in ("running", "unreadable"):

@@ -177,6 +177,16 @@ def test_the_rule_is_deleted_only_after_the_load_test_passed(
         assert (a.name, a.uid) == (rec.rule, "rule-uid")
 
 
+def test_a_failed_load_test_is_recorded_once_and_the_device_stays_tainted() -> None:
+    rec = record()
+    base = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
+    _, job = device_taint.plan_return(base, S, TEMPLATES)
+    info = JobInfo(job.name, "loadtest", "d", "failed")
+    noted = tainted(rec, boot="boot-2", extra={KEYS.loadtest_result: f"failed job/{job.name} at x"})
+    snap = published(replace(snapshot(noted, jobs=(info,)), taint_rules=(guard_rule(rec),)))
+    assert _return(snap) == [("Skip", "loadtest-failed")]
+
+
 def test_a_deleted_rule_without_a_passed_load_test_is_a_persons_cancel() -> None:
     rec = record()
     plan = device_taint.plan_return(published(snapshot(tainted(rec))), S, TEMPLATES)
