@@ -18,6 +18,8 @@ from tests.builders import NOW, PCI, UUID, S
 
 DEVICE = DraDevice("pol", "gpu.nvidia.com", "pol", "gpu-1", UUID, PCI)
 
+pytestmark = pytest.mark.dra
+
 
 def guard_rule() -> dict[str, Any]:
     rec = DeviceRecord("xid-79", NOW, "boot-1", PCI, UUID, DEVICE.ref, rule_name(DEVICE))

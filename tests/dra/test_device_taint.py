@@ -45,6 +45,8 @@ FAULTED = 3
 T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
 _WAIT_S = 60.0
 
+pytestmark = pytest.mark.dra
+
 
 def gpu_uuid(node: str, index: int) -> str:
     digest = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}-{index}")
