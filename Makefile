@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 GUARD := $(VENV)/bin/gpu-node-guard
 PROM_URL ?=
 ENVTEST_VERSION ?= v1.34.4
+# The DRA tier's control plane (tests/dra): DeviceTaintRule is GA (resource.k8s.io/v1) from 1.37.
+DRA_ENVTEST_VERSION ?= v1.37.2
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest deploytest engines image bench bench-smoke render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest envtest-dra deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -70,6 +72,11 @@ config-check: install deploytest
 envtest:
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl --controller-manager
 
+# kube-apiserver, kube-scheduler and kube-controller-manager of DRA_ENVTEST_VERSION for tests/dra
+# (their own cache directory; KUBEBUILDER_ASSETS names the apiserver tier's binaries only).
+envtest-dra:
+	@env -u KUBEBUILDER_ASSETS ENVTEST_VERSION=$(DRA_ENVTEST_VERSION) hack/envtest/build.sh --controller-manager --scheduler
+
 # kustomize (for `kustomize edit set image`, as ArgoCD runs it) and the prometheus-operator CRDs,
 # for tests/apiserver/test_deploy.py.
 deploytest:
@@ -91,8 +98,9 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest deploytest engines lint typecheck rules-test policies-check config-check wheel-check bench-smoke
-	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
+test: install system-deps envtest envtest-dra deploytest engines lint typecheck rules-test policies-check config-check wheel-check bench-smoke
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" \
+	  DRA_ASSETS="$${DRA_ASSETS:-$$(env -u KUBEBUILDER_ASSETS ENVTEST_VERSION=$(DRA_ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 
 bench: install system-deps envtest engines
 	$(PY) -m bench

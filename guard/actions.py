@@ -214,6 +214,58 @@ class CreateJob(_Logged):
 
 
 @dataclass(frozen=True, slots=True)
+class TaintDevice(_Logged):
+    """Create the guard's DeviceTaintRule (NoSchedule) for one DRA device: the GPU's isolation
+    on a DRA node, which stays schedulable (guard.plan.device_taint)."""
+
+    node: str
+    reason: str
+    name: str  # the rule's name
+    device: str  # <driver>/<pool>/<device>
+    gpu: str  # the GPU's UUID
+    manifest: dict[str, Any]
+
+    def log_line(self) -> Line:
+        return _line("taint-device", node=self.node, reason=self.reason, device=self.device,
+                     gpu=self.gpu, rule=self.name,
+                     next="the node's other GPUs stay in service; the device returns after its "
+                          "load test")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class UntaintDevice(_Logged):
+    """Delete the guard's DeviceTaintRule, by name and uid (never a rule it did not read as its
+    own), and the load test's ResourceClaim, after that device's load test passed."""
+
+    node: str
+    reason: str
+    name: str
+    uid: str
+    device: str
+    claim: str  # the load test's ResourceClaim, deleted with the rule ("" for none)
+    claim_namespace: str
+
+    def log_line(self) -> Line:
+        return _line("untaint-device", node=self.node, reason=self.reason, device=self.device,
+                     rule=self.name, next="the device is allocatable again")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CreateClaim(_Logged):
+    """The ResourceClaim of a device load test: exactly that GPU, tolerating the guard's taint."""
+
+    node: str
+    reason: str
+    name: str
+    namespace: str
+    manifest: dict[str, Any]
+
+    def log_line(self) -> Line:
+        return _line("create-claim", node=self.node, reason=self.reason, claim=self.name,
+                     next=f"kubectl -n {self.namespace} get resourceclaim {self.name}")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class AppendLedgerLine(_Logged):
     node: str
     reason: str
@@ -294,6 +346,9 @@ Action = (
     | RecordBoot
     | RemoveTaint
     | CreateJob
+    | TaintDevice
+    | UntaintDevice
+    | CreateClaim
     | AppendLedgerLine
     | EmitEvent
     | Skip
@@ -308,6 +363,9 @@ TYPE_WORDS: dict[type, str] = {
     RecordBoot: "record-boot",
     RemoveTaint: "remove-taint",
     CreateJob: "create-job",
+    TaintDevice: "taint-device",
+    UntaintDevice: "untaint-device",
+    CreateClaim: "create-claim",
     AppendLedgerLine: "append-ledger",
     EmitEvent: "event",
     Skip: "skip",

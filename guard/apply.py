@@ -17,6 +17,7 @@ changed node: guard.node_patch.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -29,20 +30,23 @@ from guard.actions import (
     AppendLedgerLine,
     ClearGuardAnnotations,
     Cordon,
+    CreateClaim,
     CreateJob,
     EmitEvent,
     RecordBoot,
     RemoveTaint,
     SetHold,
     Skip,
+    TaintDevice,
     Uncordon,
+    UntaintDevice,
 )
 from guard.jobs import spec_digest
 from guard.kube import Conflict, Kube, KubeError, NotFound
 from guard.kube_errors import Refused
 from guard.log import Level, Log, Value
 from guard.model import Snapshot
-from guard.names import Annotations
+from guard.names import APP_LABEL, APP_NAME, Annotations
 from guard.outcome import Outcome
 from guard.plan.check_jobs import UID
 from guard.plan.common import LEDGER_ARCHIVED
@@ -63,9 +67,10 @@ def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
 
 
 def cordon_landed(outcomes: list[Outcome]) -> bool:
-    """A cordon landed (or was found landed) in this cycle: no other may follow it."""
-    return any(isinstance(o.action, Cordon) and o.status in ("applied", "already-done",
-               "would-apply") for o in outcomes)  # fmt: skip
+    """A cordon or a device taint landed (or was found landed) in this cycle: no other isolation
+    may follow it."""
+    landed = ("applied", "already-done", "would-apply")
+    return any(isinstance(o.action, Cordon | TaintDevice) and o.status in landed for o in outcomes)
 
 
 @dataclass
@@ -126,7 +131,10 @@ class KubeExecutor:
             outcome = Outcome(action, "failed", REFUSED, str(exc))
         except KubeError as exc:
             outcome = Outcome(action, "failed", detail=str(exc))
-        if isinstance(action, NodePatch) and outcome.status in ("failed", "skipped"):
+        # A device taint's rule that did not land (or was not deleted) stops the node's record
+        # write after it, as a node patch does.
+        blocking = isinstance(action, NodePatch | TaintDevice | UntaintDevice)
+        if blocking and outcome.status in ("failed", "skipped"):
             word = outcome.type_word
             self._blocked[action.node] = f"{word} of this node did not land: {outcome.detail}"
         return outcome
@@ -143,6 +151,16 @@ class KubeExecutor:
                 return patched.outcome
             case CreateJob():
                 return self._create_job(action)
+            case TaintDevice():
+                return self._taint_device(action)
+            case UntaintDevice():
+                return self._untaint_device(action)
+            case CreateClaim():
+                try:
+                    self.kube.create_resource_claim(action.namespace, action.manifest)
+                except Conflict:
+                    return Outcome(action, "already-done", "claim-exists", f"{action.name} exists")
+                return Outcome(action, "applied")
             case AppendLedgerLine():
                 return self._append_ledger(action)
             case EmitEvent() if (
@@ -238,6 +256,33 @@ class KubeExecutor:
             return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
                            f"{key} not written: {patched.outcome.detail}")  # fmt: skip
         return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
+
+    def _taint_device(self, action: TaintDevice) -> Outcome:
+        """Create the rule; one of that name already there counts only when it is the guard's
+        and selects the same device (a retried create): a person's rule is left alone."""
+        try:
+            self.kube.create_device_taint_rule(action.manifest)
+        except Conflict:
+            found = self.kube.device_taint_rule(action.name) or {}
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            same = (found.get("spec") or {}).get("deviceSelector") == action.manifest["spec"][
+                "deviceSelector"
+            ]
+            if labels.get(APP_LABEL) == APP_NAME and same:
+                return Outcome(action, "already-done", "rule-exists", f"{action.name} exists")
+            why = f"devicetaintrule {action.name} exists, not the guard's rule for {action.device}"
+            return Outcome(action, "failed", REFUSED, why)
+        return Outcome(action, "applied")
+
+    def _untaint_device(self, action: UntaintDevice) -> Outcome:
+        try:
+            self.kube.delete_device_taint_rule(action.name, action.uid)
+        except NotFound:
+            return Outcome(action, "already-done", "rule-gone", f"{action.name} is gone")
+        if action.claim:
+            with contextlib.suppress(NotFound):  # already gone: nothing of it is allocated
+                self.kube.delete_resource_claim(action.claim_namespace, action.claim)
+        return Outcome(action, "applied")
 
     def _append_ledger(self, action: AppendLedgerLine) -> Outcome:
         target = ledger_store.LedgerTarget(

@@ -49,6 +49,8 @@ ACTIONS = {
     "GuardFenced": "FenceGPU",  # the host fence of the cordon's GPU (guard/plan/fence.py)
     "GuardFenceGpuAbsent": "SkipFence",
     "GuardFenceLifted": "LiftFence",
+    "GuardDeviceTainted": "TaintDevice",  # a DRA node's GPU (guard/plan/device_taint.py)
+    "GuardNotIsolated": "SkipDeviceTaint",
 }  # any other reason: "Observe"
 
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -28,6 +28,9 @@ TEMPLATE_FILES: dict[JobKind, str] = {
     "conformance": "conformance-job.yaml.j2",
     "fence": "fence-job.yaml.j2",
 }
+
+# The ResourceClaim of a load test on one DRA device (guard.plan.device_taint).
+CLAIM_FILE = "device-claim.yaml.j2"
 
 # Label values (the node label) fit 63 characters. Job names become the `job-name` label of
 # their Pods and, with '-', the Pods' generateName, whose base the API server cuts to 58
@@ -60,6 +63,31 @@ class JobSpec:
     # Tolerations beside the cordon's, (key, value, effect): the onboarding gate's taint, so the
     # conformance and burn-in Jobs run on a node that is not admitted yet ("" value: Exists).
     tolerations: tuple[tuple[str, str, str], ...] = ()
+    # A load test on one DRA device: the ResourceClaim (in the Job's namespace) its Pod uses
+    # instead of `gpus` nvidia.com/gpu; the scheduler places it (no nodeName: it allocates the
+    # claim), on this node by its hostname label.
+    claim: str = ""
+
+    @property
+    def node_label(self) -> str:
+        return node_label(self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """The ResourceClaim of a device load test: exactly the GPU `uuid` of `driver`, tolerating
+    only the guard's taint (`taint_key` = `taint_value`, NoSchedule)."""
+
+    name: str
+    namespace: str
+    node: str
+    prefix: str
+    device_class: str
+    driver: str
+    uuid: str
+    device: str  # <driver>/<pool>/<device>, for people reading the claim
+    taint_key: str
+    taint_value: str
 
     @property
     def node_label(self) -> str:
@@ -119,6 +147,7 @@ class JobTemplates:
     """Compiled Job templates by kind: a value the planners receive, never a file they read."""
 
     templates: Mapping[JobKind, jinja2.Template]
+    claim: jinja2.Template | None = None
 
     @classmethod
     def load(cls, loader: jinja2.BaseLoader | None = None) -> JobTemplates:
@@ -137,9 +166,28 @@ class JobTemplates:
                 raise TemplateLoadError(f"Job template {filename} not found") from None
             except jinja2.TemplateError as exc:
                 raise TemplateLoadError(f"Job template {filename}: {_first(exc)}") from None
-        templates = cls(MappingProxyType(compiled))
+        try:
+            claim = env.get_template(CLAIM_FILE)
+        except jinja2.TemplateError as exc:
+            raise TemplateLoadError(f"template {CLAIM_FILE}: {_first(exc)}") from None
+        templates = cls(MappingProxyType(compiled), claim)
         for kind in TEMPLATE_FILES:
             templates.render(_probe(kind))
+        templates.render(replace(_probe("loadtest"), claim="gng-probe-claim"))
+        templates.render_claim(
+            ClaimSpec(
+                "gng-probe-claim",
+                "probe",
+                "probe-node",
+                "probe.io/",
+                "probe",
+                "probe.io",
+                "GPU-0",
+                "probe.io/p/d",
+                "k",
+                "v",
+            )
+        )
         return templates
 
     def render(self, spec: JobSpec) -> dict[str, Any]:
@@ -155,6 +203,18 @@ class JobTemplates:
             ) from None
         if not isinstance(manifest, dict) or manifest.get("kind") != "Job":
             raise TemplateLoadError(f"Job template {filename} did not render a Job")
+        return manifest
+
+    def render_claim(self, spec: ClaimSpec) -> dict[str, Any]:
+        """Render a device load test's ResourceClaim (the template is loaded with the Jobs')."""
+        if self.claim is None:
+            raise TemplateLoadError(f"template {CLAIM_FILE} not loaded")
+        try:
+            manifest = yaml.safe_load(self.claim.render(claim=spec))
+        except (jinja2.TemplateError, yaml.YAMLError) as exc:
+            raise TemplateLoadError(f"template {CLAIM_FILE}: {_first(exc)}") from None
+        if not isinstance(manifest, dict) or manifest.get("kind") != "ResourceClaim":
+            raise TemplateLoadError(f"template {CLAIM_FILE} did not render a ResourceClaim")
         return manifest
 
 

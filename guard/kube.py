@@ -43,6 +43,7 @@ MERGE_PATCH = "application/merge-patch+json"
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 5.0
 EVENTS = "/apis/events.k8s.io/v1"
+RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 @dataclass
@@ -276,6 +277,51 @@ class Kube:
 
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(_lease(namespace, name), f"get lease {namespace}/{name}")
+
+    # DRA (resource.k8s.io/v1): absent on a cluster without it, which then has no DRA devices.
+    def resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """The driver's ResourceSlices; none where the API server does not serve the group."""
+        try:
+            found = self.list_all(
+                f"{RESOURCE}/resourceslices",
+                "list resourceslices",
+                fieldSelector=f"spec.driver={driver}",
+            )
+            return [_kinded(r, "ResourceSlice") for r in found]
+        except NotFound:
+            return []
+
+    def device_taint_rules(self, selector: str) -> list[dict[str, Any]]:
+        try:
+            found = self.list_all(
+                f"{RESOURCE}/devicetaintrules", "list devicetaintrules", labelSelector=selector
+            )
+            return [_kinded(r, "DeviceTaintRule") for r in found]
+        except NotFound:
+            return []
+
+    def device_taint_rule(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"{RESOURCE}/devicetaintrules/{_q(name)}", f"get devicetaintrule {name}")
+
+    def create_device_taint_rule(self, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create devicetaintrule {body['metadata']['name']}"
+        return self._write("POST", f"{RESOURCE}/devicetaintrules", what, body)
+
+    def delete_device_taint_rule(self, name: str, uid: str) -> dict[str, Any]:
+        """Delete exactly the rule read (a uid precondition): never one made again by others."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        path = f"{RESOURCE}/devicetaintrules/{_q(name)}"
+        return self.call("DELETE", path, f"delete devicetaintrule {name}", body=body)
+
+    def create_resource_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims"
+        return self._write(
+            "POST", path, f"create resourceclaim {namespace}/{body['metadata']['name']}", body
+        )
+
+    def delete_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+        return self.call("DELETE", path, f"delete resourceclaim {namespace}/{name}")
 
     # Writes -----------------------------------------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

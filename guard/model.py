@@ -330,6 +330,46 @@ class GuardEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDevice:
+    """One GPU a DRA driver publishes in a node's ResourceSlice (guard.objects): where the
+    device is (driver, pool, name) and which GPU it is (the driver's `uuid` and `pcieBusID`)."""
+
+    node: str
+    driver: str
+    pool: str
+    name: str
+    uuid: str  # "" when the driver gives none
+    pci: str  # normalised PCI address, "" when the driver gives none
+
+    @property
+    def ref(self) -> str:
+        """``<driver>/<pool>/<device>``: what a DeviceTaintRule selects."""
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A DeviceTaintRule as read: its selector and taint; `guard`: it carries the guard's label
+    (only those are ever deleted, and only by name and uid)."""
+
+    name: str
+    uid: str
+    guard: bool
+    driver: str
+    pool: str
+    device: str
+    key: str
+    value: str
+    effect: str
+    node: str = ""  # the guard's node annotation on its own rules
+    record: str = ""  # the guard's incident annotation on its own rules (guard.plan.device_taint)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[NodeInfo, ...]
@@ -342,6 +382,9 @@ class Snapshot:
     # in a hand-made file): one line each, reported and otherwise ignored.
     ignored: tuple[str, ...] = ()
     ledger_bytes: int = 0  # the ledger ConfigMap's size as read (guard.ledger_store.size_of)
+    # DRA: the GPUs the DRA driver publishes (ResourceSlices) and the DeviceTaintRules read.
+    devices: tuple[DraDevice, ...] = ()
+    taint_rules: tuple[TaintRule, ...] = ()
 
     def node(self, name: str) -> NodeInfo | None:
         return next((n for n in self.nodes if n.name == name), None)

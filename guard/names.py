@@ -6,6 +6,11 @@ import re
 from dataclasses import dataclass
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# NVIDIA's DRA driver: the driver name of its ResourceSlices and the name of its DeviceClass.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_DEVICE_CLASS = "gpu.nvidia.com"
+# COMPONENT_LABEL of the guard's DeviceTaintRules and of its load-test ResourceClaims.
+DEVICE_TAINT_COMPONENT = "device-taint"
 RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
@@ -180,6 +185,18 @@ class Annotations:
         """`<fenced|gpu-absent|lifted> <bootID> <RFC3339> job/<name>`: the cordon's GPU on the
         host as the guard's last fence Job read it back."""
         return f"{self.prefix}gpu-fence"
+
+    # DRA nodes (docs/lifecycle.md, "DRA nodes: a device taint instead of the cordon").
+    @property
+    def device_taint(self) -> str:
+        """`<reason> <RFC3339> <bootID|-> <pci> <GPU-UUID> <driver>/<pool>/<device> <rule>`: the
+        guard isolates that GPU with its DeviceTaintRule <rule> (the node stays schedulable)."""
+        return f"{self.prefix}device-taint"
+
+    @property
+    def fault_taint(self) -> str:
+        """The key of the guard's device taint (a label name, not a node annotation)."""
+        return f"{self.prefix}fault"
 
     @property
     def hold(self) -> str:

@@ -8,13 +8,23 @@ cycle for the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from guard.check_records import fence_record, job_records, lifecycle_records
 from guard.jobs import run_digest, spec_digest
-from guard.model import JobInfo, JobStatus, NodeInfo, Taint
-from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, GPU_RESOURCE, Annotations
+from guard.model import DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    DRA_DRIVER,
+    GPU_RESOURCE,
+    Annotations,
+    is_dns_subdomain,
+)
+from guard.pci import PciAddressError, normalize_pci
 from guard.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
 _SHOWN = 120  # characters of a bad value repeated in a log line
@@ -195,3 +205,95 @@ def _job_status(status: object) -> tuple[JobStatus, str]:
     if status.get("failed") or by_type.get("Failed") == "True":
         return "failed", ""
     return "running", ""
+
+
+# ---- DRA: the GPU driver's ResourceSlices and the DeviceTaintRules ---------------------------
+# A value that is not of its form is dropped here: a device without a valid name or UUID is not
+# one the guard can select (its GPU keeps the node cordon); a rule is read as it is, and only
+# the guard's own (its label) are acted on.
+
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _string_attribute(attributes: Mapping[str, Any], name: str) -> str:
+    """A string attribute by its short name or qualified with the driver's domain."""
+    for key in (name, f"{DRA_DRIVER}/{name}"):
+        value = _mapping(attributes.get(key)).get("string")
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def is_pool(name: str) -> bool:
+    """A pool name: DNS subdomains separated by '/', at most 253 characters."""
+    return len(name) <= 253 and all(is_dns_subdomain(part) for part in name.split("/"))
+
+
+def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
+    """The GPUs of the driver's node-local ResourceSlices, sorted by node, pool and name.
+
+    >>> slice_ = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"},
+    ...           "devices": [{"name": "gpu-0", "attributes": {
+    ...               "uuid": {"string": "GPU-11111111-2222-3333-4444-555555555555"},
+    ...               "pcieBusID": {"string": "00000000:18:00.0"}}}]}}
+    >>> devices([slice_])[0].pci, devices([slice_])[0].ref
+    ('0000:18:00.0', 'gpu.nvidia.com/n1/gpu-0')
+    """
+    out: set[DraDevice] = set()
+    for obj in slices:
+        spec = _mapping(obj.get("spec"))
+        node, pool = spec.get("nodeName"), _mapping(spec.get("pool")).get("name")
+        if spec.get("driver") != DRA_DRIVER or not isinstance(node, str) or not node:
+            continue
+        if not isinstance(pool, str) or not is_pool(pool):
+            continue
+        listed = spec.get("devices")
+        for device in listed if isinstance(listed, list) else ():
+            d = _device(node, pool, _mapping(device))
+            if d is not None:
+                out.add(d)
+    return tuple(sorted(out, key=lambda d: (d.node, d.pool, d.name)))
+
+
+def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None:
+    name = device.get("name")
+    if not isinstance(name, str) or not _DEVICE_NAME.fullmatch(name):
+        return None
+    attributes = _mapping(device.get("attributes"))
+    uuid = _string_attribute(attributes, "uuid")
+    if not _GPU_UUID.fullmatch(uuid):  # MIG devices (MIG-…) and garbage: not a whole GPU
+        return None
+    try:
+        pci = normalize_pci(_string_attribute(attributes, "pcieBusID"))
+    except PciAddressError:
+        pci = ""
+    return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
+
+
+def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[TaintRule, ...]:
+    """Every DeviceTaintRule as read, sorted by name; `guard` for those with the guard's label."""
+    out = []
+    for obj in rules:
+        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        selector, taint = _mapping(spec.get("deviceSelector")), _mapping(spec.get("taint"))
+        notes = _mapping(meta.get("annotations"))
+        out.append(
+            TaintRule(
+                name=name,
+                uid=str(meta.get("uid", "")),
+                guard=_mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
+                driver=str(selector.get("driver") or ""),
+                pool=str(selector.get("pool") or ""),
+                device=str(selector.get("device") or ""),
+                key=str(taint.get("key") or ""),
+                value=str(taint.get("value") or ""),
+                effect=str(taint.get("effect") or ""),
+                node=str(notes.get(keys.node_label) or ""),
+                record=str(notes.get(keys.device_taint) or ""),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: r.name))

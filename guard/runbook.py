@@ -58,6 +58,9 @@ class Section(StrEnum):
     LIFTING_THE_GPU_FENCE = "lifting-the-gpu-fence"
     GPU_FENCE_LIFT_FAILED = "gpu-fence-lift-failed"
     GPU_FENCE_NOT_SET = "gpu-fence-not-set"
+    # DRA nodes: one GPU isolated by the guard's DeviceTaintRule, the node in service.
+    DEVICE_TAINTED = "device-tainted"
+    DEVICE_REPEAT_FAULT = "device-repeat-fault"
 
 
 # Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard import ledger_store
+from guard import ledger_store, objects
 from guard.files import (
     SNAPSHOT_MAX_BYTES,
     FileInputError,
@@ -23,7 +23,7 @@ from guard.files import (
 from guard.job_results import FINISHED, attach, slim_pod
 from guard.kube import Kube
 from guard.model import GuardEvent, PromView, Snapshot
-from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, Annotations
+from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.prom_view import read_prom as read_prom
@@ -45,6 +45,9 @@ class ClusterObjects:
     events: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()  # finished Pods of the guard's Jobs (their results)
     gaps: tuple[str, ...] = ()  # what a snapshot file lacks (`snapshot_gaps`); none from the API
+    # DRA (guard.objects): the GPU driver's ResourceSlices and the DeviceTaintRules.
+    resource_slices: tuple[dict[str, Any], ...] = ()
+    taint_rules: tuple[dict[str, Any], ...] = ()
 
 
 # ---- Cluster objects ------------------------------------------------------------------------
@@ -108,7 +111,8 @@ def gaps_line(path: Path, gaps: tuple[str, ...]) -> str:
 
 def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
     by_kind: dict[str, list[dict[str, Any]]] = {
-        "Node": [], "Job": [], "ConfigMap": [], "Event": [], "Pod": []
+        "Node": [], "Job": [], "ConfigMap": [], "Event": [], "Pod": [], "ResourceSlice": [],
+        "DeviceTaintRule": [],
     }  # fmt: skip
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
@@ -130,6 +134,8 @@ def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterO
         tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
         tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
         tuple(slim_pod(p) for p in by_kind["Pod"] if is_guard_job(p, s.jobs_namespace)),
+        resource_slices=tuple(by_kind["ResourceSlice"]),
+        taint_rules=tuple(by_kind["DeviceTaintRule"]),
     )
 
 
@@ -162,6 +168,8 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         guard_events(objs.events),
         tuple(ignored),
         ledger_store.size_of({str(k): v for k, v in data.items() if isinstance(v, str)}),
+        objects.devices(objs.resource_slices),
+        objects.taint_rules(objs.taint_rules, keys),
     )
 
 
@@ -187,6 +195,8 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, mine)),
         pods=tuple(slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)),
+        resource_slices=tuple(kube.resource_slices(DRA_DRIVER)),
+        taint_rules=tuple(kube.device_taint_rules(mine)),
     )
 
 

@@ -91,6 +91,14 @@ class Decision(StrEnum):
     ALREADY_GUARDED = "already-guarded"
     NO_GPU_RESOURCE = "no-gpu-resource"
     EVIDENCE_NO_PCI = "evidence-no-pci"  # cordoned without an evidence Job (no pci_bus_id)
+    # DRA nodes: a device taint instead of the cordon (guard/plan/device_taint.py).
+    DEVICE_ISOLATED = "device-isolated"
+    DEVICE_WAITING_RESET = "device-waiting-reset"
+    DEVICE_NOT_PUBLISHED = "device-not-published"
+    DEVICE_REPEAT_FAULT = "device-repeat-fault"
+    DEVICE_RECORD_REPAIR = "device-record-repair"
+    DEVICE_RULE_UNREADABLE = "device-rule-unreadable"
+    DEVICE_RETURNED = "device-returned"
     # What the guard cannot read (guard/plan/unreadable.py).
     UNREADABLE = "unreadable"
     LEDGER_UNREADABLE = "ledger-unreadable"
@@ -224,6 +232,14 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.FENCE_GPU_ABSENT: S.GPU_FENCE_NOT_SET,
     D.FENCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,
     D.FENCE_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    # DRA nodes (guard/plan/device_taint.py).
+    D.DEVICE_ISOLATED: S.DEVICE_TAINTED,
+    D.DEVICE_WAITING_RESET: S.DEVICE_TAINTED,
+    D.DEVICE_NOT_PUBLISHED: S.DEVICE_TAINTED,
+    D.DEVICE_RECORD_REPAIR: S.DEVICE_TAINTED,
+    D.DEVICE_REPEAT_FAULT: S.DEVICE_REPEAT_FAULT,
+    D.DEVICE_RULE_UNREADABLE: S.DEVICE_REPEAT_FAULT,
+    D.DEVICE_RETURNED: S.RETURNED_RECENTLY,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(

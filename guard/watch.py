@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from guard import queries
-from guard.actions import Action, Cordon
+from guard.actions import Action, Cordon, TaintDevice
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
 from guard.jobs import JobTemplates
 from guard.kube import Kube, KubeError, NotFound
@@ -223,6 +223,6 @@ class Watch:
         for action in actions:
             executor.apply(action)
         if cordon_landed(executor.outcomes):
-            self.cordoned = next(a.node for a in actions if isinstance(a, Cordon))
+            self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
             return True
         return False

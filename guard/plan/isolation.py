@@ -37,18 +37,18 @@ from guard.actions import Action, Cordon, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import fence, hold, mismatch
+from guard.plan import device_taint, fence, hold, mismatch
 from guard.plan.common import (
     Incident,
     breaker_open,
     evidence_job,
-    guarded_nodes,
     keys,
     ledger_append,
     present,
     skip_cancelled,
 )
 from guard.settings import Settings
+from guard.states import Decision
 
 NOTHING = "nothing to do for this node"
 # Cordons one cycle may send: the first pick and two fallbacks after refusals. Bounded so that a
@@ -88,12 +88,14 @@ def plan_isolation(
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
     limit = breaker_limit(snap, s)
-    guarded = len(set(guarded_nodes(snap, s)) - released)
+    guarded = device_taint.guarded_count(snap, s, released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
     first = eligible[0]
     if first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
+    elif device_taint.target(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
+        actions.extend(device_taint.isolate(snap, s, t, first.node, first.gpu, first.held_s))
     else:
         actions.extend(_cordon(snap, s, t, first.node, first.gpu))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
@@ -125,6 +127,13 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
         if node is not None and node.unreadable:
             continue
         reason = _ineligible(node, s)
+        if node is not None:  # DRA nodes: the device taint's own screen
+            reason = device_taint.eligibility(snap, s, node, reason, _primary(samples, s))
+        if reason == Decision.DEVICE_ISOLATED:
+            actions.extend(
+                device_taint.isolated_skip(node_name, _detail(reason, _primary(samples, s)))
+            )
+            continue
         if node is None or reason:
             detail = _detail(reason or "not-in-api", _primary(samples, s))
             actions.append(_ineligible_skip(node_name, reason or "not-in-api", detail))

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from guard.policies import agent, ledger, nodes, workloads
+from guard.policies import agent, device_taints, ledger, nodes, workloads
 from guard.policies.kinds import KINDS
 from guard.settings import Settings
 
@@ -28,6 +28,7 @@ def documents(s: Settings) -> dict[str, list[dict[str, Any]]]:
     """File name → the policy documents it holds."""
     files = {f"job-{k.name}.yaml": workloads.kind_policies(k, s) for k in KINDS}
     files["agent.yaml"] = agent.policies(s)
+    files["device-taints.yaml"] = device_taints.policies(s)
     files["jobs-namespace.yaml"] = workloads.gate_policy(s)
     files["guard-scope.yaml"] = workloads.guard_scope_policy(s)
     files["ledger.yaml"] = ledger.ledger_policy(s)

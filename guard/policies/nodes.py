@@ -41,7 +41,7 @@ from guard.policies.common import PREFIX, guard_user, policy, rule
 from guard.settings import Settings
 
 # Annotations properties that are not guard-written node keys.
-_NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix"}
+_NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
 _NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
 _SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
 # The guard's own values are short, printable, one line (guard/records.py, check_records.py):

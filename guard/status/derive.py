@@ -35,20 +35,23 @@ from guard.actions import (
     AppendLedgerLine,
     ClearGuardAnnotations,
     Cordon,
+    CreateClaim,
     CreateJob,
     EmitEvent,
     RecordBoot,
     RemoveTaint,
     SetHold,
     Skip,
+    TaintDevice,
     Uncordon,
+    UntaintDevice,
     hold_next,
 )
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import hold, mismatch, released
+from guard.plan import device_taint, hold, mismatch, released
 from guard.plan.checks import plan_checks
-from guard.plan.common import guarded_nodes, keys
+from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import PendingMismatch, Waiting, pending
 from guard.plan.returning import decision, is_repeat_fault_hold
@@ -73,7 +76,7 @@ def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report
         snap.now,
         s.namespace,
         sight,
-        Breaker(len(guarded_nodes(snap, s)), breaker_limit(snap, s)),
+        Breaker(device_taint.guarded_count(snap, s), breaker_limit(snap, s)),
         _candidates(snap, s, t, freed) if sight.seen else None,
         rows,
     )
@@ -133,6 +136,12 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
             return replace(row, blocked=NOT_SEEN)
         return row
+    if node.has(keys(s).device_taint):  # a DRA node whose GPU the guard tainted
+        rec = device_taint.record_of(node, s)
+        plan = device_taint.decision(snap, s, ctx.t, node)
+        if plan:
+            row = _decided(snap, node, plan[0], rec.reason if rec else "")
+            return replace(row, since=rec.at, gpu=Gpu(rec.pci, rec.uuid)) if rec else row
     recorded = _record_row(snap, s, node)
     if recorded is None and node.name in ctx.lifecycle:
         action = ctx.lifecycle[node.name]
@@ -179,7 +188,10 @@ def _meaning(action: Action) -> tuple[Blocked | None, str]:
         case ClearGuardAnnotations():
             observed = "the node is schedulable: a person uncordoned it"
             return Blocked(action.reason, observed), "the next cycle records the cancel"
-        case Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint():
+        case (
+            Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint()
+            | TaintDevice() | UntaintDevice() | CreateClaim()
+        ):  # fmt: skip
             return None, str(action)
         case _:
             assert_never(action)

@@ -104,7 +104,7 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Breaker:
-    guarded: int  # nodes carrying the guard's reason annotation, readable or not
+    guarded: int  # nodes carrying the guard's reason annotation and GPUs it taints (DRA)
     limit: int
 
     @property

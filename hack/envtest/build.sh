@@ -10,12 +10,15 @@
 #   hack/envtest/build.sh --kubectl         also build (or reuse) kubectl of the same version
 #   hack/envtest/build.sh --controller-manager  also build (or reuse) kube-controller-manager
 #                                           (the Job controller, for Pod ownership and adoption)
+#   hack/envtest/build.sh --scheduler       also build (or reuse) kube-scheduler (the DRA tier:
+#                                           ResourceClaim allocation)
 #   hack/envtest/build.sh --print-kubectl   print only the path of that kubectl (nothing is built;
 #                                           exit 1 when it is not there yet)
 #
 # Environment: ENVTEST_VERSION (default v1.34.4), ETCD_VERSION (default v3.6.16),
 # KUBEBUILDER_ASSETS (a directory that already holds kube-apiserver and etcd: nothing is built),
-# XDG_CACHE_HOME, GO (the go command), ENVTEST_GOSUMDB (default off, see docs/deploy.md).
+# XDG_CACHE_HOME, GO (the go command), ENVTEST_GOSUMDB (default off, see docs/deploy.md),
+# ENVTEST_GOTOOLCHAIN (default local; go1.27.3 when a release needs a newer Go than the machine's).
 set -euo pipefail
 
 ENVTEST_VERSION="${ENVTEST_VERSION:-v1.34.4}"
@@ -52,7 +55,7 @@ is_current() {
 go_env() {
   # GOSUMDB: sum.golang.org may be unreachable from build machines; the committed go.sum files
   # still pin every module hash of the default versions (go verifies against go.sum first).
-  GOTOOLCHAIN=local CGO_ENABLED=0 GOSUMDB="${ENVTEST_GOSUMDB:-off}" \
+  GOTOOLCHAIN="${ENVTEST_GOTOOLCHAIN:-local}" CGO_ENABLED=0 GOSUMDB="${ENVTEST_GOSUMDB:-off}" \
     GOFLAGS="${GOFLAGS:-} -mod=mod" "$GO" "$@"
 }
 
@@ -70,7 +73,7 @@ staging_replaces() {
 # The directory under hack/envtest/ of each binary's wrapper module.
 module_of() {
   case "$1" in
-    kube-apiserver | kube-controller-manager) echo kube ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler) echo kube ;;
     *) echo "$1" ;;
   esac
 }
@@ -105,7 +108,7 @@ version_ldflags() {
   echo "$ldflags"
 }
 
-# kube-apiserver, kube-controller-manager (both from kube/) and kubectl (kubectl/), the same staging replaces
+# kube-apiserver, kube-controller-manager, kube-scheduler (all from kube/) and kubectl (kubectl/), the same staging replaces
 # and the same version stamp.
 build_kube_command() {
   local work=$1 cmd=$2
@@ -152,7 +155,7 @@ kubectl_path() {
 }
 
 main() {
-  UPDATE_MODULES=0 KUBECTL=0 KCM=0
+  UPDATE_MODULES=0 KUBECTL=0 KCM=0 SCHED=0
   for arg in "$@"; do
     case "$arg" in
       --print-path) assets_dir; return ;;
@@ -164,7 +167,8 @@ main() {
       --update-modules) UPDATE_MODULES=1 ;;
       --kubectl) KUBECTL=1 ;;
       --controller-manager) KCM=1 ;;
-      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl, --controller-manager or --update-modules)" ;;
+      --scheduler) SCHED=1 ;;
+      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl, --controller-manager, --scheduler or --update-modules)" ;;
     esac
   done
   [[ "$ENVTEST_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "ENVTEST_VERSION must look like v1.34.4"
@@ -174,7 +178,8 @@ main() {
     say "using KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS}"
     servers=0
     if [[ ("$KUBECTL" == 0 || -x "${KUBEBUILDER_ASSETS}/kubectl") &&
-      ("$KCM" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-controller-manager") ]]; then return; fi
+      ("$KCM" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-controller-manager") &&
+      ("$SCHED" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-scheduler") ]]; then return; fi
   fi
   GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
   [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
@@ -203,6 +208,12 @@ main() {
       timed_build kube-controller-manager build_kube_command
     fi
     say "kube-controller-manager ready: $CACHE_DIR/kube-controller-manager"
+  fi
+  if [[ "$SCHED" == 1 ]]; then
+    if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kube-scheduler" "Kubernetes ${ENVTEST_VERSION}"; then
+      timed_build kube-scheduler build_kube_command
+    fi
+    say "kube-scheduler ready: $CACHE_DIR/kube-scheduler"
   fi
 }
 

@@ -192,7 +192,12 @@ def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) ->
 
 
 def apiserver_argv(
-    binary: Path, workdir: Path, etcd_port: int, port: int, as_clusters_run: bool = False
+    binary: Path,
+    workdir: Path,
+    etcd_port: int,
+    port: int,
+    as_clusters_run: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """Envtest's flags (controller-runtime pkg/internal/testing/controlplane) with a token admin.
 
@@ -215,6 +220,7 @@ def apiserver_argv(
         f"--service-account-issuer=https://127.0.0.1:{port}/",
         f"--service-account-key-file={workdir / 'sa.key'}",
         f"--service-account-signing-key-file={workdir / 'sa.key'}",
+        *extra,
     ]  # fmt: skip
 
 
@@ -242,12 +248,17 @@ def controller_manager_argv(
 
 @contextmanager
 def control_plane(
-    assets: Path, workdir: Path, as_clusters_run: bool = False, controllers: str = CONTROLLERS
+    assets: Path,
+    workdir: Path,
+    as_clusters_run: bool = False,
+    controllers: str = CONTROLLERS,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[ControlPlane]:
     """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards.
 
     `as_clusters_run`: also kube-controller-manager (`controllers`), with ServiceAccount
-    admission and NodeRestriction on; yields once the `default` ServiceAccount exists."""
+    admission and NodeRestriction on; yields once the `default` ServiceAccount exists. `extra`:
+    more kube-apiserver flags (the DRA tier's newer release)."""
     started = time.monotonic()
     etcd_port, port = free_port(), free_port()
     (workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
@@ -258,7 +269,9 @@ def control_plane(
         etcd = stack.enter_context(process(argv, log))
         wait_until(lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), etcd, log)
         log = workdir / "kube-apiserver.log"
-        argv = apiserver_argv(assets / "kube-apiserver", workdir, etcd_port, port, as_clusters_run)
+        argv = apiserver_argv(
+            assets / "kube-apiserver", workdir, etcd_port, port, as_clusters_run, extra
+        )
         apiserver = stack.enter_context(process(argv, log))
         url, ca_file = f"https://127.0.0.1:{port}", workdir / "certs" / "apiserver.crt"
         auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

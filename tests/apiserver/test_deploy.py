@@ -150,7 +150,8 @@ def test_the_base_builds_and_carries_every_image_once(kubectl: Kubectl) -> None:
     assert "PodTemplate" not in kinds  # images.yaml is local configuration
     assert not {"PrometheusRule", "PodMonitor"} & set(kinds)  # components: need the CRDs
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-    assert len(policies) == 13  # 4 kinds x (workload, Pod), the gate, guard scope, ledger, nodes
+    # 4 kinds x (workload, Pod), the gate, guard scope, ledger, nodes, device taints and claims
+    assert len(policies) == 15
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     container = _at(next(d for d in docs if d["kind"] == "CronJob"), CONTAINER)
     assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]

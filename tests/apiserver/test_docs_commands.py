@@ -82,6 +82,9 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
      "the uninstall: its namespaces never finish terminating without kube-controller-manager "
      "(test_deploy.py's test_uninstall_removes_the_policies_last runs both, --wait=false)"),
     (r"\blogs\b", "Pod logs come from a node's kubelet; this tier has none (parsed only)"),
+    (r"\bdevicetaintrules\b",
+     "DeviceTaintRules are resource.k8s.io/v1 from Kubernetes 1.37; this tier's API server is "
+     "v1.34.4 (tests/dra runs the guard's rules on a v1.37 control plane)"),
 )  # fmt: skip
 
 

@@ -310,6 +310,13 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         (GUARD_NS, "coordination.k8s.io", "leases", "create"),
         (GUARD_NS, "coordination.k8s.io", "leases", "get"),
         (GUARD_NS, "coordination.k8s.io", "leases", "update"),
+        ("*", "resource.k8s.io", "resourceslices", "list"),
+        ("*", "resource.k8s.io", "devicetaintrules", "get"),
+        ("*", "resource.k8s.io", "devicetaintrules", "list"),
+        ("*", "resource.k8s.io", "devicetaintrules", "create"),
+        ("*", "resource.k8s.io", "devicetaintrules", "delete"),
+        (JOBS_NS, "resource.k8s.io", "resourceclaims", "create"),
+        (JOBS_NS, "resource.k8s.io", "resourceclaims", "delete"),
     }  # fmt: skip
 
 

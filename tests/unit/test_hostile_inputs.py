@@ -481,6 +481,8 @@ def _cluster_answers(nodes: list[dict[str, object]]) -> None:
         "/apis/events.k8s.io/v1/namespaces/default/events",
         "/api/v1/namespaces/gpu-node-guard-jobs/pods",
         "/api/v1/namespaces/gpu-node-guard/configmaps",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/resource.k8s.io/v1/devicetaintrules",
     ):
         responses.add(responses.GET, "https://api.test" + path, json=empty)
     responses.add(responses.GET,

@@ -20,6 +20,7 @@ def test_the_wheel_lists_every_package_and_the_job_templates():
     assert sorted(p.name for p in (REPO / "jobs").glob("*.j2")) == [
         "_macros.j2",
         "conformance-job.yaml.j2",
+        "device-claim.yaml.j2",
         "evidence-job.yaml.j2",
         "fence-job.yaml.j2",
         "loadtest-job.yaml.j2",

@@ -51,7 +51,7 @@ def test_a_run_that_saw_the_cluster_pushes_every_metric():
     assert actions[(("type", "cordon"), ("outcome", "applied"))] == 1
     assert actions[(("type", "create-job"), ("outcome", "failed"))] == 1
     assert actions[(("type", "event"), ("outcome", "applied"))] == 0  # already done: no write
-    assert len(actions) == 10 * 2  # every write type, both outcomes; a skip is no write
+    assert len(actions) == 13 * 2  # every write type, both outcomes; a skip is no write
     nodes = samples[m.NODES.name]
     assert [dict(k)["state"] for k in nodes] == [s.value for s in NODE_STATES]
     assert nodes[(("state", "isolated-waiting-for-power-cycle"),)] == 1

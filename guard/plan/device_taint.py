@@ -1,0 +1,443 @@
+"""DRA nodes: isolate the faulted GPU with a DeviceTaintRule instead of cordoning the node.
+
+Where NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices (driver `gpu.nvidia.com`,
+one device per GPU with its `uuid` and `pcieBusID`), the isolation check's pick is the faulted
+GPU, not the node: the guard creates one DeviceTaintRule (effect NoSchedule, never NoExecute:
+the guard does not evict) selecting exactly that device (driver, pool, device), labelled as the
+guard's, and records it on the node (`device-taint`); the node stays schedulable and its other
+GPUs keep being allocated. Device-plugin nodes, and a faulted GPU the driver does not publish,
+keep the node cordon (guard.plan.isolation).
+
+Isolation (the same screen, breaker and one isolation per cycle as the cordon):
+  the faulted GPU is a published device of the node (by UUID, else by PCI address)
+                                      → taint-device, then the record on the node, a Warning
+                                        Event, the ledger line and the evidence Job
+  the node already has a device record for that GPU → skip already-guarded
+  the node has a device record for another GPU     → WARN skip device-isolated: one device per
+                                        node; a person cordons the node if the new fault is real
+Breaker: `guarded_count` counts cordoned nodes and tainted devices alike (one helper for the
+isolation check and the lifecycle checks).
+
+Return, for each node with a device record, or a guard rule without one (first match wins):
+  a guard rule without the node's record (the record's patch did not land) → record it again
+  the record names a rule that does not exist:
+      the device's load test passed (the guard's Job)  → clear the record (returned)
+      otherwise a person deleted the rule              → clear the record, record the cancel
+  hold                                 → skip hold
+  no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
+  the faulted GPU reports a hardware Xid now                → skip xid-present
+  the driver does not publish the device now                → skip device-not-published
+  the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
+  otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
+  the guard's taint) and a one-GPU load-test Job; running → wait; failed → record it, keep the
+  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass)
+                                      → untaint-device (the guard's rule, by name and uid),
+                                        then clear the record (returned) and a Normal Event
+A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from guard import ledger
+from guard.actions import (
+    Action,
+    Annotate,
+    ClearGuardAnnotations,
+    Cordon,
+    CreateClaim,
+    EmitEvent,
+    Skip,
+    TaintDevice,
+    UntaintDevice,
+)
+from guard.jobs import ClaimSpec, JobSpec, JobTemplates, node_label
+from guard.model import DraDevice, GpuSample, JobInfo, NodeInfo, Snapshot, TaintRule, rebooted
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    DEVICE_TAINT_COMPONENT,
+    DRA_DEVICE_CLASS,
+    Annotations,
+)
+from guard.plan.check_jobs import foreign, foreign_job, passed
+from guard.plan.common import (
+    Incident,
+    create_job,
+    evidence_job,
+    job_spec,
+    keys,
+    ledger_append,
+    loadtest_args,
+    present,
+)
+from guard.records import cancel_value
+from guard.settings import Settings
+from guard.states import Decision
+
+WAIT = "checked again next cycle"
+# Isolating actions: one per cycle, across both units.
+ISOLATIONS = (Cordon, TaintDevice)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """The node's `device-taint` record, parsed."""
+
+    reason: str
+    at: datetime
+    boot_id: str  # "" when the guard knew none
+    pci: str
+    uuid: str
+    device: str  # <driver>/<pool>/<device>
+    rule: str
+
+    @property
+    def xid(self) -> int:
+        return int(self.reason.removeprefix("xid-"))
+
+    def value(self) -> str:
+        return " ".join((self.reason, ledger.format_time(self.at), self.boot_id or "-",
+                         self.pci, self.uuid, self.device, self.rule))  # fmt: skip
+
+
+_RECORD = re.compile(r"(xid-[1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
+
+
+def parse_record(text: str) -> DeviceRecord | None:
+    """The record's fields; None when it is not of the form the guard writes.
+
+    >>> r = parse_record("xid-79 2026-09-21T05:55:00Z b1 0000:18:00.0 "
+    ...                  "GPU-11111111-2222-3333-4444-555555555555 gpu.nvidia.com/n/gpu-0 gng-dt-x")
+    >>> r.xid, r.device, parse_record(r.value()) == r, parse_record("garbage")
+    (79, 'gpu.nvidia.com/n/gpu-0', True, None)
+    """
+    found = _RECORD.fullmatch(text.strip())
+    if found is None:
+        return None
+    reason, at, boot, pci, uuid, device, rule = found.groups()
+    try:
+        when = ledger.parse_time(at)
+    except ValueError:
+        return None
+    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+
+
+def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:
+    text = node.annotation(keys(s).device_taint)
+    return None if text is None else parse_record(text)
+
+
+def rule_name(device: DraDevice) -> str:
+    """One rule per device: its name depends only on driver, pool and device.
+
+    >>> rule_name(DraDevice("n1", "gpu.nvidia.com", "n1", "gpu-3", "GPU-x", ""))
+    'gng-dt-n1-gpu-3-96f87a60a403'
+    """
+    digest = hashlib.sha256(f"{device.driver}\0{device.pool}\0{device.name}".encode()).hexdigest()
+    stem = re.sub(r"[^a-z0-9-]", "-", f"{device.pool}-{device.name}".lower())[:200].strip("-")
+    return f"gng-dt-{stem}-{digest[:12]}"
+
+
+# ---- the read side's questions --------------------------------------------------------------
+
+
+def published(snap: Snapshot, node: str) -> tuple[DraDevice, ...]:
+    return tuple(d for d in snap.devices if d.node == node)
+
+
+def target(snap: Snapshot, node: str, uuid: str, pci: str) -> DraDevice | None:
+    """The faulted GPU as a device the DRA driver publishes for the node: by UUID (what both
+    dcgm-exporter and the driver read from NVML), else by PCI address."""
+    mine = published(snap, node)
+    by_uuid = [d for d in mine if d.uuid and d.uuid.lower() == uuid.lower()]
+    by_pci = [d for d in mine if d.pci and d.pci == pci and pci != ledger.UNKNOWN_PCI]
+    found = by_uuid or by_pci
+    return found[0] if len(found) == 1 else None
+
+
+def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
+    return tuple(r for r in snap.taint_rules if r.guard)
+
+
+def guarded_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()) -> int:
+    """What the circuit breaker counts: nodes carrying the guard's cordon reason and GPUs the
+    guard isolates with a DeviceTaintRule (its rules, and device records whose rule is gone),
+    readable or not; those the return check lets go this cycle (`released`) no longer count."""
+    k = keys(s)
+    nodes = {n.name for n in snap.nodes if n.has(k.reason)} - released
+    devices = {r.name for r in guard_rules(snap) if r.node not in released}
+    for n in snap.nodes:
+        if n.has(k.device_taint) and n.name not in released:
+            rec = record_of(n, s)
+            devices.add(rec.rule if rec else f"{n.name}/unreadable")
+    return len(nodes) + len(devices)
+
+
+def isolates(action: Action) -> bool:
+    return isinstance(action, ISOLATIONS)
+
+
+def eligibility(snap: Snapshot, s: Settings, node: NodeInfo, reason: str, g: GpuSample) -> str:
+    """The isolation screen's word for a node, given the cordon screen's (`reason`): a DRA node
+    without an nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices;
+    a device record makes it guarded (the same GPU) or device-isolated (another one)."""
+    rec = record_of(node, s) if node.has(keys(s).device_taint) else None
+    if node.has(keys(s).device_taint):
+        same = rec is not None and rec.uuid.lower() == g.uuid.lower()
+        return Decision.ALREADY_GUARDED if same else Decision.DEVICE_ISOLATED
+    if reason == Decision.NO_GPU_RESOURCE and target(snap, node.name, g.uuid, g.pci):
+        return ""
+    return reason
+
+
+def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
+    """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
+    why = f"{detail}: the guard isolates one device per node"
+    return (
+        Skip(node, Decision.DEVICE_ISOLATED, why,
+             f"cordon by hand if the fault is real: kubectl cordon {node}", "WARN"),
+        EmitEvent(node, Decision.DEVICE_ISOLATED, "Warning", "GuardNotIsolated",
+                  f"gpu-node-guard did not isolate: {why}"),
+    )  # fmt: skip
+
+
+# ---- isolation ------------------------------------------------------------------------------
+
+
+def rule_manifest(
+    s: Settings, node: str, device: DraDevice, rec: DeviceRecord
+) -> dict[str, object]:
+    """The guard's DeviceTaintRule for one device: its label, the node, the incident."""
+    k = keys(s)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": rec.rule,
+            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: DEVICE_TAINT_COMPONENT,
+                       k.node_label: node_label(node)},
+            "annotations": {k.node_label: node, k.device_taint: rec.value()},
+        },
+        "spec": {
+            "deviceSelector": {"driver": device.driver, "pool": device.pool,
+                               "device": device.name},
+            "taint": {"key": k.fault_taint, "value": rec.reason, "effect": "NoSchedule"},
+        },
+    }  # fmt: skip
+
+
+def isolate(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, held_s: int
+) -> tuple[Action, ...]:
+    """The device taint of the faulted GPU: the rule first (a rule without its record is
+    recorded again next cycle), then the record, the Event, the ledger line, the evidence Job."""
+    device = target(snap, node.name, g.uuid, g.pci)
+    assert device is not None
+    k, reason = keys(s), f"xid-{g.value}"
+    rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, device.ref,
+                       rule_name(device))  # fmt: skip
+    incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
+    job = evidence_job(snap, s, t, incident, reason)
+    evidence: tuple[Action, ...] = (job,) if g.pci != ledger.UNKNOWN_PCI else ()
+    message = (f"gpu-node-guard tainted DRA device {device.ref} (GPU {g.gpu}, {g.pci} {g.uuid}): "
+               f"Xid {g.value}, GPU loss held {held_s}s; the node's other GPUs stay in service "
+               f"(DeviceTaintRule {rec.rule}, NoSchedule)")  # fmt: skip
+    return (
+        TaintDevice(node.name, reason, rec.rule, device.ref, g.uuid,
+                    rule_manifest(s, node.name, device, rec)),
+        Annotate(node.name, reason, node.resource_version, ((k.device_taint, rec.value()),),
+                 f"the load test of {device.ref} decides its return"),
+        EmitEvent(node.name, reason, "Warning", "GuardDeviceTainted", message,
+                  incident=ledger.format_time(snap.now)),
+        ledger_append(s, incident, reason),
+        *evidence,
+    )  # fmt: skip
+
+
+# ---- return ---------------------------------------------------------------------------------
+
+
+def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
+    """The return of every device the guard isolates (module docstring, "Return")."""
+    out: list[Action] = []
+    recorded = set()
+    for node in snap.nodes:
+        if node.unreadable or not node.has(keys(s).device_taint):
+            continue
+        recorded.add(node.name)
+        out.extend(_node(snap, s, t, node))
+    for rule in guard_rules(snap):
+        owner = snap.node(rule.node)
+        if rule.node not in recorded and owner is not None and not owner.unreadable:
+            out.extend(_rerecord(s, owner, rule))
+    return tuple(out)
+
+
+def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...]:
+    rec = parse_record(rule.record)
+    if rec is None or rec.rule != rule.name:
+        return (Skip(node.name, Decision.DEVICE_RULE_UNREADABLE,
+                     f"DeviceTaintRule {rule.name} carries no readable record",
+                     f"kubectl get devicetaintrule {rule.name} -o yaml", "WARN"),)  # fmt: skip
+    return (Annotate(node.name, Decision.DEVICE_RECORD_REPAIR, node.resource_version,
+                     ((keys(s).device_taint, rec.value()),),
+                     f"device {rec.device} stays tainted"),)  # fmt: skip
+
+
+def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    """What the return decides about one readable node with a device record (its first action
+    is the node's state for `gpu-node-guard status` and the pushed node counts)."""
+    return _node(snap, s, t, node)
+
+
+def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    k = keys(s)
+    rec = record_of(node, s)
+    if rec is None:
+        return (Skip(node.name, Decision.UNREADABLE,
+                     f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record",
+                     f"kubectl annotate node {node.name} {k.device_taint}-", "WARN"),)  # fmt: skip
+    rule = next((r for r in guard_rules(snap) if r.name == rec.rule), None)
+    claim, spec = _loadtest(s, node, rec)
+    job = next((j for j in snap.jobs if j.name == spec.name), None)
+    if rule is None:
+        if job is not None and not foreign(node, job) and passed(job):
+            return _returned(snap, s, node, rec, job, None)
+        return _cancelled(snap, s, node, rec)
+    blocked = _blocked(snap, s, node, rec)
+    if blocked:
+        return blocked
+    if job is None and spec.name not in node.loadtest_result:
+        return (
+            CreateClaim(node.name, Decision.CONDITIONS_MET, claim.name, claim.namespace,
+                        t.render_claim(claim)),
+            create_job(s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name,
+                       t.render(spec)),
+        )  # fmt: skip
+    return _gate(snap, s, node, rec, rule, job, spec)
+
+
+def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[Action, ...]:
+    k = keys(s)
+    if node.hold is not None:
+        return (Skip(node.name, Decision.HOLD, f"hold={node.hold!r}",
+                     f"a person decides, then removes {k.hold}"),)  # fmt: skip
+    reset = node.reset_done_at is not None and node.reset_done_at > rec.at
+    if not rebooted(rec.boot_id, node.boot_id) and not reset:
+        fix = (f"reset the GPU ({rec.pci}) or reboot the node, then annotate "
+               f'{k.reset_done}="$(date -u +%FT%TZ) …"')  # fmt: skip
+        return (Skip(node.name, Decision.DEVICE_WAITING_RESET,
+                     f"{rec.device}: no reboot and no {k.reset_done} since the taint at "
+                     f"{ledger.format_time(rec.at)}", fix),)  # fmt: skip
+    xids = [g for g in snap.prom.hardware_xids
+            if g.node == node.name and g.uuid.lower() == rec.uuid.lower()]  # fmt: skip
+    if xids:
+        return (Skip(node.name, Decision.XID_PRESENT,
+                     ", ".join(f"{rec.uuid}=xid-{g.value}" for g in xids), WAIT),)  # fmt: skip
+    if target(snap, node.name, rec.uuid, rec.pci) is None:
+        return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED,
+                     f"the DRA driver does not publish {rec.uuid} here", WAIT),)  # fmt: skip
+    counts = ledger.count(snap.ledger, rec.uuid, node.name, rec.pci)
+    if counts.same_card >= s.repeat_fault_limit:
+        return (Skip(node.name, Decision.DEVICE_REPEAT_FAULT,
+                     f"{rec.uuid}: {counts.same_card} incidents in the ledger",
+                     f"replace the card; then kubectl delete devicetaintrule {rec.rule}",
+                     "WARN"),)  # fmt: skip
+    return ()
+
+
+def job_key(node: NodeInfo, rec: DeviceRecord) -> str:
+    """One device load test per isolation, boot and reset."""
+    return "\0".join((rec.device, ledger.format_time(rec.at), node.boot_id, node.reset_done or ""))
+
+
+def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec, JobSpec]:
+    """The device's ResourceClaim and its one-GPU load-test Job (the Job's name names both)."""
+    spec = job_spec(s, "loadtest", node.name, job_key(node, rec), rec.reason,
+                    loadtest_args(s, 1, rec.xid, rec.pci), gpus=1)  # fmt: skip
+    spec = replace(spec, claim=spec.name)
+    driver = rec.device.split("/", 1)[0]
+    claim = ClaimSpec(spec.name, spec.namespace, node.name, s.annotation_prefix,
+                      DRA_DEVICE_CLASS, driver, rec.uuid, rec.device,
+                      Annotations(s.annotation_prefix).fault_taint, rec.reason)  # fmt: skip
+    return claim, spec
+
+
+def _gate(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    rec: DeviceRecord,
+    rule: TaintRule,
+    job: JobInfo | None,
+    spec: JobSpec,
+) -> tuple[Action, ...]:
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
+    if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
+        return (Skip(node.name, Decision.LOADTEST_FAILED, f"job/{spec.name} failed",
+                     "the device stays tainted; read the job log, reset or replace"),)  # fmt: skip
+    if job.status in ("running", "unreadable"):
+        return (Skip(node.name, Decision.LOADTEST_RUNNING, f"job/{job.name} on {rec.device}",
+                     WAIT),)  # fmt: skip
+    if job.status == "failed" or passed(job) is False:
+        at = ledger.format_time(snap.now)
+        return (
+            Annotate(node.name, Decision.LOADTEST_FAILED, node.resource_version,
+                     ((keys(s).loadtest_result, f"failed job/{spec.name} at {at}"),),
+                     f"the device stays tainted; kubectl -n {spec.namespace} logs job/{spec.name}"),
+            EmitEvent(node.name, Decision.LOADTEST_FAILED, "Warning", "GuardCheckFailed",
+                      f"loadtest job/{spec.name} failed on {rec.device}; it stays tainted"),
+        )  # fmt: skip
+    if not passed(job):
+        return (Skip(node.name, Decision.LOADTEST_UNREADABLE,
+                     f"job/{job.name} succeeded but is not a pass", "the device stays tainted",
+                     "WARN"),)  # fmt: skip
+    return _returned(snap, s, node, rec, job, rule)
+
+
+def _returned(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    rec: DeviceRecord,
+    job: JobInfo,
+    rule: TaintRule | None,
+) -> tuple[Action, ...]:
+    k, at = keys(s), ledger.format_time(snap.now)
+    untaint: tuple[Action, ...] = ()
+    if rule is not None:
+        untaint = (UntaintDevice(node.name, Decision.LOADTEST_PASSED, rule.name, rule.uid,
+                                 rec.device, job.name, s.jobs_namespace),)  # fmt: skip
+    return (
+        *untaint,
+        ClearGuardAnnotations(node.name, Decision.DEVICE_RETURNED, node.resource_version,
+                              present(node, (k.device_taint, k.loadtest_result)),
+                              ((k.returned, f"{at} job/{job.name}"),)),
+        EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned",
+                  f"gpu-node-guard returned DRA device {rec.device}: job/{job.name} passed"),
+    )  # fmt: skip
+
+
+def _cancelled(
+    snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord
+) -> tuple[Action, ...]:
+    """The guard's rule is gone and no load test passed: a person deleted it. The incident
+    (boot, GPU, Xid) is recorded as cancelled, as for a person's uncordon."""
+    k, at = keys(s), ledger.format_time(snap.now)
+    boot = node.boot_id or rec.boot_id
+    return (
+        ClearGuardAnnotations(node.name, Decision.HUMAN_UNCORDON, node.resource_version,
+                              present(node, (k.device_taint, k.loadtest_result)),
+                              ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),)),
+        EmitEvent(node.name, Decision.HUMAN_UNCORDON, "Normal", "GuardCancelled",
+                  f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
+                  f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
+                  f"{rec.reason} in this boot"),
+    )  # fmt: skip

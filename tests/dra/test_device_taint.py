@@ -1,0 +1,316 @@
+"""The guard's device taint on a real v1.37 control plane: the real scheduler keeps the faulted
+GPU out of every allocation and gives the node's other seven GPUs to claims; the return deletes
+the guard's rule only after that device's load test passed; a person's DeviceTaintRule is never
+touched; the breaker and one isolation per cycle count device taints and cordons alike.
+
+Prometheus is not the subject here: each cycle reads the cluster from the real API server and
+takes a `PromView` (what guard.prom_view would build from dcgm-exporter) as its Prometheus half.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from guard.actions import Action, Cordon, Skip, TaintDevice, UntaintDevice
+from guard.apply import KubeExecutor
+from guard.kube import Kube
+from guard.log import Log
+from guard.model import GpuSample, PromView
+from guard.names import FIELD_MANAGER, Annotations
+from guard.plan import plan_cycle
+from guard.settings import Settings
+from guard.snapshot import build_snapshot, read_cluster
+from tests.apiserver.guard_run import LOADTEST_PASS, end_pod
+from tests.apiserver.kube import (
+    GUARD_NS,
+    JOB_CONTROLLER,
+    JOBS_NS,
+    MERGE_PATCH,
+    ControlPlane,
+    controller_pod,
+    create,
+)
+from tests.builders import TEMPLATES
+
+KEYS = Annotations("gpu-node-guard.io/")
+GPUS = 8
+FAULTED = 3
+T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)
+_WAIT_S = 60.0
+
+pytestmark = pytest.mark.dra
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    digest = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}-{index}")
+    return "GPU-" + str(digest)
+
+
+def pci(index: int) -> str:
+    return f"0000:{0x18 + index:02x}:00.0"
+
+
+@pytest.fixture(scope="module")
+def admin(dra_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    with dra_plane.admin_client() as api:
+        yield api
+
+
+def dra_node(api: client.ApiClient, name: str, boot: str = "boot-1") -> None:
+    """A Node as the kubelet registers it (no nvidia.com/gpu: the DRA driver publishes the
+    GPUs), and its ResourceSlice as NVIDIA's DRA driver publishes it: gpu-0 … gpu-7."""
+    core = client.CoreV1Api(api)
+    core.create_node({"metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"}}})  # fmt: skip
+    set_boot(api, name, boot)
+    # TaintNodesByCondition admission taints a new Node not-ready until the node lifecycle
+    # controller sees it Ready; none runs here, so the Ready node is untainted as it would be.
+    core.patch_node(name, {"spec": {"taints": None}})
+    devices = [
+        {"name": f"gpu-{i}", "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(name, i)},
+            "pcieBusID": {"string": pci(i)}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "architecture": {"string": "Hopper"}, "brand": {"string": "Nvidia"},
+            "driverVersion": {"version": "580.95.5"},
+            "cudaComputeCapability": {"version": "9.0.0"}},
+         "capacity": {"memory": {"value": "80Gi"}}}
+        for i in range(GPUS)
+    ]  # fmt: skip
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{name}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}  # fmt: skip
+    create(api, body)
+
+
+def set_boot(api: client.ApiClient, name: str, boot: str) -> None:
+    status = {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+              "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                              "message": "ready"}],
+              "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s",
+                           "kernelVersion": "6.8", "osImage": "Ubuntu", "containerRuntimeVersion":
+                           "containerd://2.1", "kubeletVersion": "v1.37.2",
+                           "kubeProxyVersion": "", "operatingSystem": "linux",
+                           "architecture": "amd64"}}  # fmt: skip
+    client.CoreV1Api(api).patch_node_status(name, {"status": status})
+
+
+def xid(node: str, index: int = FAULTED, code: int = 79) -> PromView:
+    """dcgm-exporter's Xid on one GPU, and GPU loss held for an hour (the hold passed)."""
+    g = GpuSample(node, str(index), gpu_uuid(node, index), pci(index), code)
+    return PromView(hardware_xids=(g,), loss_since=((node, T0 - timedelta(hours=1)),))
+
+
+def cycle(
+    plane: ControlPlane, prom: PromView, at: datetime = T0, s: Settings | None = None
+) -> tuple[Action, ...]:
+    """One whole cycle: read the cluster, plan, and write through the executor."""
+    s = s or Settings(prometheus_url="http://prometheus.invalid")
+    # The guard as deployed: its ServiceAccount's token, RBAC and the DRA policies applied.
+    kubeconfig = plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
+    kube = Kube.connect(str(kubeconfig), in_cluster=False)
+    snap = build_snapshot(at, read_cluster(kube, s), prom, s)
+    plan = plan_cycle(snap, s, TEMPLATES)
+    executor = KubeExecutor(kube, Log("text"), s, snap, "test")
+    for action in plan:
+        executor.apply(action)
+    failed = [o for o in executor.outcomes if o.status == "failed"]
+    assert not failed, failed
+    return plan
+
+
+def rules(api: client.ApiClient) -> dict[str, dict[str, Any]]:
+    found = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "resource.k8s.io", "v1", "devicetaintrules"
+    )
+    return {r["metadata"]["name"]: r for r in found["items"]}
+
+
+def wait_for(what: str, check: Callable[[], Any]) -> Any:
+    """Poll until `check` returns something truthy (the scheduler works asynchronously)."""
+    deadline = time.monotonic() + _WAIT_S
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def claim_pod(api: client.ApiClient, node: str, name: str, count: int) -> None:
+    """A workload: a ResourceClaim for `count` GPUs of the node and a Pod using it."""
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": name, "namespace": "work"},
+             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                 "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                 "count": count}}]}}}  # fmt: skip
+    create(api, claim)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "work"},
+           "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                    "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+                    "containers": [{"name": "train", "image": "example.invalid/train:1",
+                                    "resources": {"claims": [{"name": "gpus"}]}}]}}  # fmt: skip
+    create(api, pod)
+
+
+def allocated(api: client.ApiClient, namespace: str, name: str) -> list[str] | None:
+    claim = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaims", name
+    )
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    return sorted(r["device"] for r in allocation["devices"]["results"])
+
+
+def unschedulable(api: client.ApiClient, name: str) -> str:
+    """The scheduler's message when it found no place for the Pod ("" until then)."""
+    pod = client.CoreV1Api(api).read_namespaced_pod(name, "work")
+    return next(
+        (c.message for c in pod.status.conditions or []
+         if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"),
+        "",
+    )  # fmt: skip
+
+
+def isolate(plane: ControlPlane, api: client.ApiClient, node: str) -> dict[str, Any]:
+    plan = cycle(plane, xid(node))
+    assert [a for a in plan if isinstance(a, TaintDevice)], plan
+    assert not [a for a in plan if isinstance(a, Cordon)]
+    mine = [r for r in rules(api).values() if r["spec"]["deviceSelector"].get("pool") == node
+            and (r["metadata"].get("labels") or {}).get("app.kubernetes.io/name")]  # fmt: skip
+    assert len(mine) == 1
+    return mine[0]
+
+
+def test_the_faulted_gpu_is_excluded_and_the_other_seven_are_allocated(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    node = "dra-a"
+    dra_node(admin, node)
+    rule = isolate(dra_plane, admin, node)
+    assert rule["spec"] == {
+        "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{FAULTED}"},
+        "taint": {"key": KEYS.fault_taint, "value": "xid-79", "effect": "NoSchedule",
+                  "timeAdded": rule["spec"]["taint"]["timeAdded"]},
+    }  # fmt: skip
+    assert rule["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-node-guard"
+    read = client.CoreV1Api(admin).read_node(node)
+    assert not read.spec.unschedulable  # the node stays in service
+    record = read.metadata.annotations[KEYS.device_taint]
+    assert gpu_uuid(node, FAULTED) in record and f"gpu.nvidia.com/{node}/gpu-3" in record
+
+    claim_pod(admin, node, "all-eight", GPUS)
+    why = wait_for("the 8-GPU pod to be unschedulable", lambda: unschedulable(admin, "all-eight"))
+    assert "cannot allocate all claims" in why and "taint" not in why, why
+    assert allocated(admin, "work", "all-eight") is None
+    claim_pod(admin, node, "seven", GPUS - 1)
+    got = wait_for("the 7-GPU claim's allocation", lambda: allocated(admin, "work", "seven"))
+    assert got == sorted(f"gpu-{i}" for i in range(GPUS) if i != FAULTED)
+
+
+def test_the_return_deletes_the_rule_only_after_the_devices_load_test_passed(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    node = "dra-b"
+    dra_node(admin, node)
+    rule = isolate(dra_plane, admin, node)
+    later = T0 + timedelta(minutes=10)
+    # Same boot, no reset-done: the device waits; the rule stays.
+    plan = cycle(dra_plane, PromView(), later)
+    assert [a.reason for a in plan if isinstance(a, Skip) and a.node == node] == [
+        "device-waiting-reset"
+    ]
+    set_boot(admin, node, "boot-2")  # the node was power-cycled
+    plan = cycle(dra_plane, PromView(), later)
+    job_names = [a.name for a in plan if a.node == node and type(a).__name__ == "CreateJob"]
+    assert len(job_names) == 1 and rule["metadata"]["name"] in rules(admin)
+    job = client.BatchV1Api(admin).read_namespaced_job(job_names[0], JOBS_NS).to_dict()
+    stored = admin.sanitize_for_serialization(
+        client.BatchV1Api(admin).read_namespaced_job(job_names[0], JOBS_NS)
+    )
+    pod = controller_pod(stored)
+    del pod["metadata"]["finalizers"]
+    with dra_plane.impersonating(JOB_CONTROLLER) as controller:
+        made = create(controller, pod)
+    # The load test's claim tolerates the guard's taint: the scheduler gives it exactly that GPU.
+    got = wait_for("the load test's claim", lambda: allocated(admin, JOBS_NS, job_names[0]))
+    assert got == [f"gpu-{FAULTED}"]
+    plan = cycle(dra_plane, PromView(), later)
+    assert "loadtest-running" in [a.reason for a in plan if a.node == node]
+    assert rule["metadata"]["name"] in rules(admin)  # not before the load test passed
+
+    end_pod(admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
+            LOADTEST_PASS, True)  # fmt: skip
+    at = "2026-09-21T06:00:00Z"
+    status = {"startTime": at, "completionTime": at, "succeeded": 1, "conditions": [
+        {"type": c, "status": "True", "lastTransitionTime": at}
+        for c in ("SuccessCriteriaMet", "Complete")]}  # fmt: skip
+    client.BatchV1Api(admin).patch_namespaced_job_status(
+        job["metadata"]["name"], JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
+    plan = cycle(dra_plane, PromView(), later)
+    assert [a for a in plan if isinstance(a, UntaintDevice)], plan
+    assert rule["metadata"]["name"] not in rules(admin)
+    notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
+    assert KEYS.device_taint not in notes and KEYS.returned in notes
+
+
+def test_a_persons_device_taint_rule_is_never_touched(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    node = "dra-c"
+    dra_node(admin, node)
+    theirs = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+              "metadata": {"name": "maintenance-dra-c"},
+              "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": node,
+                                          "device": "gpu-5"},
+                       "taint": {"key": "example.com/maintenance",
+                                 "effect": "NoSchedule"}}}  # fmt: skip
+    create(admin, theirs)
+    before = rules(admin)["maintenance-dra-c"]
+    isolate(dra_plane, admin, node)
+    for _ in range(2):
+        cycle(dra_plane, PromView(), T0 + timedelta(minutes=5))
+    after = rules(admin)["maintenance-dra-c"]
+    # The eviction controller writes its status; nothing else of it changed, and no write of it
+    # came from the guard's field manager.
+    assert after["spec"] == before["spec"]
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert after["metadata"].get("labels") == before["metadata"].get("labels")
+    assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
+    managers = {m["manager"] for m in after["metadata"].get("managedFields") or []}
+    assert FIELD_MANAGER not in managers, managers
+
+
+def test_breaker_and_one_isolation_per_cycle_count_device_taints_and_cordons(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """With dra-a, dra-b… tainted above, a limit at the current count holds the next device
+    taint; one more slot lets exactly one of two faulted DRA nodes be tainted this cycle."""
+    for name in ("dra-d", "dra-e"):
+        dra_node(admin, name)
+    views = [xid("dra-d"), xid("dra-e")]
+    both = PromView(
+        hardware_xids=views[0].hardware_xids + views[1].hardware_xids,
+        loss_since=views[0].loss_since + views[1].loss_since,
+    )
+    guarded = len([r for r in rules(admin).values() if r["metadata"].get("labels")])
+    s = Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=guarded)
+    plan = cycle(dra_plane, both, T0, s)
+    assert not [a for a in plan if isinstance(a, TaintDevice)]
+    assert {a.node for a in plan if a.reason == "breaker-open"} == {"dra-d", "dra-e"}
+    s = Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=guarded + 5)
+    plan = cycle(dra_plane, both, T0, s)
+    tainted = [a.node for a in plan if isinstance(a, TaintDevice)]
+    assert tainted == ["dra-d"]
+    assert [a.node for a in plan if a.reason == "one-per-cycle"] == ["dra-e"]
