@@ -14,7 +14,7 @@ from typing import Any
 
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
-from guard.wire import parse_allowed_dns, parse_exact
+from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
 # a setting outside them would cordon a node and then have its evidence Job refused.
@@ -317,7 +317,19 @@ def _conformance(s: Settings) -> list[Check]:
          "conformance_control_plane_version", "must be empty or a version like v1.34.3+rke2r1"),
         (not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
          "conformance_allowed_dns", "must be empty or comma-separated CIDRs"),
+        (not s.conformance_allowed_dns or not _is_cidr_list(s.conformance_allowed_dns)
+         or _prefixes_ok(s.conformance_allowed_dns), "conformance_allowed_dns",
+         "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
+         "guard pushes the prefixes it covers for the CoreDNS alert"),
     ]  # fmt: skip
+
+
+def _prefixes_ok(text: str) -> bool:
+    try:
+        allowed_dns_prefixes(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_cidr_list(text: str) -> bool:

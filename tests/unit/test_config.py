@@ -26,12 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "overlays" / "example"
 EVERY = ROOT / "tests" / "overlays" / "every-setting"
 # Site settings the every-setting overlay leaves at their default, each for its reason (its
-# settings.env says which): in-cluster, the CronJob's schedule, one credential of three, and the
-# filters the shipped alert rules carry.
+# settings.env says which): in-cluster, the CronJob's schedule, one credential of three.
 LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
-        "prometheus_service_account_token", "user_code_xids", "conformance_allowed_dns",
-        "service_network_kube_proxy_namespace", "service_network_kube_proxy_pods",
-        "service_network_cni_namespace", "service_network_cni_daemonsets"}  # fmt: skip
+        "prometheus_service_account_token"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +120,18 @@ CASES: dict[str, tuple[Edit, str]] = {
             "rules"][0].update(expr="5"),
         "alerts: gpu_node_guard:breaker_max_nodes records '5', the site's GUARD_BREAKER_MAX_NODES"
         " is '3'"),
-    "rules bake a filter": (
+    "setting not copied into the rules": (
         lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),
-        "alerts: GPUHardwareXid does not follow the site (GUARD_USER_CODE_XIDS)"),
+        "alerts: gpu_node_guard:user_code_xids carries GUARD_USER_CODE_XIDS '13,31,43,45,68,109',"
+        " the site's is '13,43' (list ../../components/alerts"),
+    "service network not copied": (
+        lambda d: _settings(d).update(GUARD_SERVICE_NETWORK_CNI_NAMESPACE="kube-flannel"),
+        "alerts: NodeServiceNetworkDown carries GUARD_SERVICE_NETWORK_CNI_NAMESPACE '', the"
+        " site's is 'kube-flannel'"),
+    "rules bake a setting": (
+        lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][0][
+            "rules"][2].update(expr="DCGM_FI_DEV_XID_ERRORS > 0 != 13"),
+        "alerts: GPUHardwareXid does not follow the site (its expression)"),
     "runbook link not the site's": (
         lambda d: _settings(d).update(GUARD_RUNBOOK_BASE_URL="https://wiki.site.test/runbook"),
         "do not link the site's GUARD_RUNBOOK_BASE_URL 'https://wiki.site.test/runbook'"),
