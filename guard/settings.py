@@ -242,11 +242,11 @@ class Settings:
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
     )
-    # Alerts (docs/alerts.md): the base of every rule's runbook_url, absolute.
+    # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
-        "Absolute URL of docs/runbook.md that the alerts' runbook_url links (a site's own copy); "
-        "the overlay's settings.env reaches the PrometheusRule through the alerts component",
+        "Absolute URL of docs/runbook.md (a site's own copy) that every hint links: the alerts'"
+        " runbook_url (through the alerts component), the log's next= and status",
     )
     # Metrics (the push at the end of a run; docs/metrics.md).
     pushgateway_url: str = _opt(
