@@ -1,8 +1,10 @@
 """Every alert expression the shipped rules carry; `guard.alerts` renders them into rule files.
 
 Built from the guard's own blocks in `guard.queries` (the Xid metric, the Hostname/hostname
-handling, the hardware-Xid filter, GPU loss and "not cordoned"), so alerts and guard agree on a
-fault.
+handling, GPU loss and "not cordoned"), so alerts and guard agree on a fault. The site's filters
+(user-code Xids, allowed DNS upstreams, service-network pods) are no text of their own: series
+the guard pushes, or strings the overlay's alerts component fills (docs/alerts.md, "The site's
+values"), so one rule file serves every site.
 
 Long windows read every raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a
 short change, the cost is one range read per series, and a series that changed identity
