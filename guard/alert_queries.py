@@ -107,13 +107,17 @@ def user_code_xids_setting(t: SiteText) -> str:
 
 def user_code_xid(p: AlertParams) -> str:
     """The pushed user-code Xids, else the recorded setting split into one series per code."""
-    one = 'label_replace({rec}, "xid", "$1", "xids", "(?:[^,]*,){{{i}}} *([0-9]+) *(?:,.*)?")'
-    split = "\nor ".join(one.format(rec=USER_CODE_XIDS_SETTING, i=i)
+    # Entry i becomes `xid`, and `xids` is removed where it matched: a term whose entry is
+    # missing leaves the series as it was, which `unless on (xids)` drops (a join on the list
+    # itself, not on an empty label: VictoriaMetrics matches those differently).
+    one = ('label_replace(label_replace({rec}, "xid", "$1", "xids", "{regex}"), "xids", "",'
+           ' "xids", "{regex}")')  # fmt: skip
+    entry = "(?:[^,]*,){{{i}}} *([0-9]+) *(?:,.*)?"
+    split = "\nor ".join(one.format(rec=USER_CODE_XIDS_SETTING, regex=entry.format(i=i))
                          for i in range(USER_CODE_FALLBACK_MAX))  # fmt: skip
-    # A term whose entry is missing leaves the series unchanged, without `xid`: dropped.
+    unsplit = f"{_block(split)}\nunless on (xids) {USER_CODE_XIDS_SETTING}"
     return (
-        f"max by (xid) ({metric_names.USER_CODE_XID.name})\nor on () max by (xid) "
-        f"{_block(f'{_block(split)}{chr(10)}unless on (xid) vector(1)')}"
+        f"max by (xid) ({metric_names.USER_CODE_XID.name})\nor on () max by (xid) {_block(unsplit)}"
     )
 
 
@@ -460,11 +464,12 @@ def site_text(s: Settings) -> dict[str, str]:
 
 
 def _namespace_set(namespace: str) -> str:
-    """One series when `namespace` is set, none when it is empty (a label set to "" is no label,
-    and `unless on (namespace) vector(1)` drops a series without one): the text stays one string
-    the overlay replaces."""
-    return (f'(label_replace(vector(1), "namespace", "{namespace}", "", "")'
-            " unless on (namespace) vector(1))")  # fmt: skip
+    """One series when `namespace` is set, none when it is empty: `set` is 1 only where the
+    namespace is not empty, and the join is on that value (not on an empty label, which
+    VictoriaMetrics matches differently). The text stays one string the overlay replaces."""
+    ns = f'label_replace(vector(1), "ns", "{namespace}", "", "")'
+    return (f'(label_replace({ns}, "set", "1", "ns", ".+")'
+            ' and on (set) label_replace(vector(1), "set", "1", "", ""))')  # fmt: skip
 
 
 def _pods_in(namespace: str, matchers: str) -> str:
@@ -495,7 +500,8 @@ def alert_service_network_down(t: SiteText) -> str:
 
 ALLOWED_DNS = metric_names.ALLOWED_DNS_PREFIX.name
 COREDNS_UPSTREAMS = "gpu_node_guard:coredns_upstreams"  # one series per `to` forwarded to
-COREDNS_UPSTREAM_PREFIX = "gpu_node_guard:coredns_upstream_prefix"  # per (`to`, `prefix`)
+# Per (`to`, `prefix`): the upstreams with a prefix the guard pushed (allowed ones).
+COREDNS_UPSTREAM_ALLOWED = "gpu_node_guard:coredns_upstream_allowed"
 
 
 def _forward(metric: str, matchers: str, window: str) -> str:
@@ -510,6 +516,13 @@ def coredns_upstreams(p: NodeAlertParams) -> str:
     w = duration(p.coredns_window_s)
     seen = "\nor ".join(f"max_over_time({_forward(m, '', w)})" for m in COREDNS_FORWARD_METRICS)
     return f"max by (to) {_block(seen)}"
+
+
+def coredns_upstream_allowed() -> str:
+    """The recorded join: each upstream's prefixes that the guard pushed as allowed. (An upstream
+    a term does not match keeps no `prefix` on Prometheus, a stray one on VictoriaMetrics;
+    neither joins, so the record is the same on both.)"""
+    return f"{_block(coredns_upstream_prefix())}\nand on (prefix) {ALLOWED_DNS}"
 
 
 def coredns_upstream_prefix() -> str:
@@ -545,7 +558,7 @@ def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
             for m in COREDNS_FORWARD_METRICS
         )
 
-    allowed = f"{COREDNS_UPSTREAM_PREFIX}\nand on (prefix) {ALLOWED_DNS}"
+    allowed = COREDNS_UPSTREAM_ALLOWED
     pushed = f"max({ALLOWED_DNS})"
     return (
         f"{_block(forwarded(''))}\nunless on (to) {_block(allowed)}\nand on () {pushed}\n"

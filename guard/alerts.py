@@ -227,7 +227,7 @@ def node_records(p: alert_queries.NodeAlertParams | None = None) -> tuple[Record
     prefixes the guard pushed."""
     q = alert_queries
     return (Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(p or q.NodeAlertParams())),
-            Record(q.COREDNS_UPSTREAM_PREFIX, q.coredns_upstream_prefix()))  # fmt: skip
+            Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()))  # fmt: skip
 
 
 def node_rules(

@@ -70,7 +70,7 @@ def test_every_alert_has_severity_summary_and_description() -> None:
     q = alert_queries
     assert [r["record"] for r in everything if "record" in r] == [
         q.USER_CODE_XIDS_SETTING, q.USER_CODE_XID, q.BREAKER_SETTING, q.COREDNS_UPSTREAMS,
-        q.COREDNS_UPSTREAM_PREFIX,
+        q.COREDNS_UPSTREAM_ALLOWED,
     ]  # fmt: skip
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:

@@ -97,7 +97,7 @@ def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule_through_its_pus
 
 
 def _prefixes_of(to: str) -> set[str]:
-    """What the recorded coredns_upstream_prefix gives one upstream (its label_replace terms,
+    """The prefixes coredns_upstream_allowed cuts from one upstream (its label_replace terms,
     run with Python's re: RE2 and re agree on these patterns)."""
     out = set()
     for term in alert_queries.coredns_upstream_prefix().split("\nor "):
