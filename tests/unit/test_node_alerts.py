@@ -88,7 +88,10 @@ def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule_through_its_pus
     default = {r.alert: r.expr for r in alerts.node_rules(Settings())}
     expr = rules["CoreDNSForwardNotAllowed"].expr
     assert expr == default["CoreDNSForwardNotAllowed"]
-    assert "and on (prefix) gpu_node_guard_allowed_dns_prefix" in expr
+    assert "unless on (to) (\n  gpu_node_guard:coredns_upstream_allowed\n)" in expr
+    assert alert_queries.coredns_upstream_allowed().endswith(
+        "and on (prefix) gpu_node_guard_allowed_dns_prefix"
+    )
     assert expr.count("to!~") == 2 and "192[.]168[.]" in expr  # before the first push
     pushed = push.site_filters(custom)[metric_names.ALLOWED_DNS_PREFIX.name]
     assert pushed == {(("prefix", "10.20."),): 1.0}
