@@ -1,8 +1,10 @@
 """Every alert expression the shipped rules carry; `guard.alerts` renders them into rule files.
 
 Built from the guard's own blocks in `guard.queries` (the Xid metric, the Hostname/hostname
-handling, the hardware-Xid filter, GPU loss and "not cordoned"), so alerts and guard agree on a
-fault.
+handling, GPU loss and "not cordoned"), so alerts and guard agree on a fault. The site's filters
+(user-code Xids, allowed DNS upstreams, service-network pods) are no text of their own: series
+the guard pushes, or strings the overlay's alerts component fills (docs/alerts.md, "The site's
+values"), so one rule file serves every site.
 
 Long windows read every raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a
 short change, the cost is one range read per series, and a series that changed identity
@@ -13,22 +15,22 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from guard import metric_names
 from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
 from guard.names import COMPONENT_LABEL, Annotations
+from guard.policies import params
 from guard.queries import (
     CAPACITY_METRIC,
     XID_COUNT_METRIC,
     XID_METRIC,
     duration,
     gpu_loss,
-    hardware_xid,
     ksm_label,
     not_cordoned,
-    service_network_selectors,
     with_node_label,
 )
 from guard.settings import Settings
@@ -87,16 +89,58 @@ def alert_xid_settled(p: AlertParams) -> str:
     )
 
 
+# ── The site's filters as series (docs/alerts.md, "The site's values") ─────────────────────────
+# The guard pushes its user-code Xids (one `gpu_node_guard_user_code_xid{xid}` each) and the
+# address prefixes its allowed DNS upstreams cover; the alerts join on them, so a rule file
+# built from the defaults follows the site's settings. Until the first push the Xids come from
+# the overlay: the alerts component copies GUARD_USER_CODE_XIDS into the recorded list, which
+# `USER_CODE_XID` splits (the first USER_CODE_FALLBACK_MAX entries).
+USER_CODE_XIDS_SETTING = "gpu_node_guard:user_code_xids"  # one series, `xids` = the setting
+USER_CODE_XID = "gpu_node_guard:user_code_xid"  # one series per user-code Xid, `xid` = the code
+USER_CODE_FALLBACK_MAX = 16
+
+
+def user_code_xids_setting(t: SiteText) -> str:
+    """The recorded setting: the comma-separated list as written in settings.env."""
+    return f'label_replace(vector(1), "xids", "{t["user_code_xids"]}", "", "")'
+
+
+def user_code_xid(p: AlertParams) -> str:
+    """The pushed user-code Xids, else the recorded setting split into one series per code."""
+    # Entry i becomes `xid`, and `xids` is removed where it matched: a term whose entry is
+    # missing leaves the series as it was, which `unless on (xids)` drops (a join on the list
+    # itself, not on an empty label: VictoriaMetrics matches those differently).
+    one = ('label_replace(label_replace({rec}, "xid", "$1", "xids", "{regex}"), "xids", "",'
+           ' "xids", "{regex}")')  # fmt: skip
+    entry = "(?:[^,]*,){{{i}}} *([0-9]+) *(?:,.*)?"
+    split = "\nor ".join(one.format(rec=USER_CODE_XIDS_SETTING, regex=entry.format(i=i))
+                         for i in range(USER_CODE_FALLBACK_MAX))  # fmt: skip
+    unsplit = f"{_block(split)}\nunless on (xids) {USER_CODE_XIDS_SETTING}"
+    return (
+        f"max by (xid) ({metric_names.USER_CODE_XID.name})\nor on () max by (xid) {_block(unsplit)}"
+    )
+
+
+def not_user_code(selector: str) -> str:
+    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid, as they are.
+
+    count_values turns each value into an `xid` label to join on; `and ignoring (xid)` keeps the
+    original series with its value (the Xid the summary shows).
+    """
+    by_value = f'count_values without () ("xid", {selector})\nunless on (xid) {USER_CODE_XID}'
+    return f"{selector}\nand ignoring (xid) {_block(by_value)}"
+
+
 def alert_hardware_xid_count(s: Settings, p: AlertParams) -> str:
     """Hardware Xids counted by dcgm-exporter's windowed counter (collected only when enabled)."""
-    codes = "|".join(str(code) for code in sorted(set(s.user_code_xids)))
-    window = f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}[{duration(p.xid_quiet_after_s)}]'
-    return f"{_per_gpu(with_node_label(f'max_over_time({window})'), extra='xid')} > 0"
+    window = f"max_over_time({XID_COUNT_METRIC}[{duration(p.xid_quiet_after_s)}])"
+    hardware = f"{window}\nunless on (xid) {USER_CODE_XID}"
+    return f"{_per_gpu(with_node_label(hardware), extra='xid')} > 0"
 
 
 def alert_hardware_xid(s: Settings, p: AlertParams) -> str:
     """Current hardware Xid per GPU until settled; silent where the counted variant speaks."""
-    now = _per_gpu(hardware_xid(s.user_code_xids))
+    now = _per_gpu(with_node_label(not_user_code(f"{XID_METRIC} > 0")))
     return (
         f"{now}\nunless {_block(alert_xid_settled(p))}\n"
         f"unless on ({GPU_KEY}) {_block(alert_hardware_xid_count(s, p))}"
@@ -406,10 +450,45 @@ def alert_row_remap_failed() -> str:
     return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
 
 
-def alert_service_network_down(s: Settings) -> str:
-    """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node."""
-    selectors = service_network_selectors(s)
-    pods = "\nor ".join(f"kube_pod_info{{{matchers}}}" for _, matchers in selectors)
+# The settings the alerts component copies from the settings ConfigMap into the rules, each into
+# a double-quoted string of an expression (manifests/components/alerts/settings.yaml, generated
+# with the rules): the text of each as settings.env writes it.
+SUBSTITUTED = ("user_code_xids", "service_network_kube_proxy_namespace",
+               "service_network_kube_proxy_pods", "service_network_cni_namespace",
+               "service_network_cni_daemonsets")  # fmt: skip
+SiteText = Mapping[str, str]
+
+
+def site_text(s: Settings) -> dict[str, str]:
+    return {name: params.default_text(s, name) for name in SUBSTITUTED}
+
+
+def _namespace_set(namespace: str) -> str:
+    """One series when `namespace` is set, none when it is empty: `set` is 1 only where the
+    namespace is not empty, and the join is on that value (not on an empty label, which
+    VictoriaMetrics matches differently). The text stays one string the overlay replaces."""
+    ns = f'label_replace(vector(1), "ns", "{namespace}", "", "")'
+    return (f'(label_replace({ns}, "set", "1", "ns", ".+")'
+            ' and on (set) label_replace(vector(1), "set", "1", "", ""))')  # fmt: skip
+
+
+def _pods_in(namespace: str, matchers: str) -> str:
+    """kube_pod_info series of `matchers` in `namespace`, or in any namespace when it is empty."""
+    return (f'kube_pod_info{{namespace="{namespace}", {matchers}}}\n'
+            f"or kube_pod_info{{{matchers}}} unless on () {_namespace_set(namespace)}")  # fmt: skip
+
+
+def alert_service_network_down(t: SiteText) -> str:
+    """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node.
+
+    The pods of the guard's return condition (queries.service_network_selectors), written so
+    that each setting is one string the overlay replaces: an empty pattern selects no pod, an
+    empty namespace any namespace.
+    """
+    proxy = f'pod=~"{t["service_network_kube_proxy_pods"]}"'
+    cni = f'created_by_kind="DaemonSet", created_by_name=~"{t["service_network_cni_daemonsets"]}"'
+    pods = (f"{_pods_in(t['service_network_kube_proxy_namespace'], proxy)}\n"
+            f"or {_pods_in(t['service_network_cni_namespace'], cni)}")  # fmt: skip
     not_ready = 'max by (namespace, pod) (kube_pod_status_ready{condition=~"false|unknown"}) == 1'
     ready_node = 'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1'
     return (
@@ -419,15 +498,72 @@ def alert_service_network_down(s: Settings) -> str:
     )
 
 
-def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
-    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name."""
-    allowed = upstream_regex(s.conformance_allowed_dns or INTERNAL_UPSTREAMS).replace("\\", "\\\\")
+ALLOWED_DNS = metric_names.ALLOWED_DNS_PREFIX.name
+COREDNS_UPSTREAMS = "gpu_node_guard:coredns_upstreams"  # one series per `to` forwarded to
+# Per (`to`, `prefix`): the upstreams with a prefix the guard pushed (allowed ones).
+COREDNS_UPSTREAM_ALLOWED = "gpu_node_guard:coredns_upstream_allowed"
+
+
+def _forward(metric: str, matchers: str, window: str) -> str:
+    """One CoreDNS forward counter over the window, with extra `matchers` ("" for none)."""
+    inner = ", ".join(m for m in (metric.partition("{")[2], matchers) if m)
+    name = metric.partition("{")[0]
+    return f"{name}{{{inner}}}[{window}]" if inner else f"{name}[{window}]"
+
+
+def coredns_upstreams(p: NodeAlertParams) -> str:
+    """Every upstream (`to`) CoreDNS forwarded to within the window, under either name."""
     w = duration(p.coredns_window_s)
-    parts = []
-    for metric in COREDNS_FORWARD_METRICS:
-        selector = metric + ("" if metric.endswith("{") else ", ") + f'to!~"{allowed}"}}'
-        parts.append(f"sum by (namespace, pod, to) (increase({selector}[{w}])) > 0")
-    return "\nor\n".join(parts)
+    seen = "\nor ".join(f"max_over_time({_forward(m, '', w)})" for m in COREDNS_FORWARD_METRICS)
+    return f"max by (to) {_block(seen)}"
+
+
+def coredns_upstream_allowed() -> str:
+    """The recorded join: each upstream's prefixes that the guard pushed as allowed. (An upstream
+    a term does not match keeps no `prefix` on Prometheus, a stray one on VictoriaMetrics;
+    neither joins, so the record is the same on both.)"""
+    return f"{_block(coredns_upstream_prefix())}\nand on (prefix) {ALLOWED_DNS}"
+
+
+def coredns_upstream_prefix() -> str:
+    """Each upstream once per prefix it has, in label `prefix` (allowed_dns_prefixes' form);
+    `[[]` and `[]]` are the brackets, so no escape reaches the rule file."""
+    octet, group = "[0-9]+", "[0-9a-f]+"
+    terms = [("v4", f"{octet}(?:[.]{octet}){{3}}:[0-9]+"), ("v6", "[[].*[]]:[0-9]+")]
+    rest = "{octet}(?:[.]{octet}){{{n}}}:[0-9]+"
+    terms += [("$1", f"({octet}(?:[.]{octet}){{{k - 1}}}[.])" + rest.format(octet=octet, n=3 - k))
+              for k in (1, 2, 3)]  # fmt: skip
+    terms.append(("$1", f"({octet}(?:[.]{octet}){{3}}):[0-9]+"))
+    terms += [("$1", f"([[]{group}(?::{group}){{{k - 1}}}:)[0-9a-f:]*[]]:[0-9]+")
+              for k in range(1, 8)]  # fmt: skip
+    terms.append(("$1", "([[][0-9a-f:.]+[]]):[0-9]+"))
+    return "\nor ".join(
+        f'label_replace({COREDNS_UPSTREAMS}, "prefix", "{value}", "to", "{regex}")'
+        for value, regex in terms
+    )
+
+
+def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
+    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name.
+
+    Allowed: an upstream with a prefix the guard pushed (wire.allowed_dns_prefixes of its setting,
+    else of INTERNAL_UPSTREAMS); before its first push, the internal ranges.
+    """
+    w = duration(p.coredns_window_s)
+    default = upstream_regex(INTERNAL_UPSTREAMS).replace("\\", "\\\\")
+
+    def forwarded(matchers: str) -> str:
+        return "\nor ".join(
+            f"sum by (namespace, pod, to) (increase({_forward(m, matchers, w)})) > 0"
+            for m in COREDNS_FORWARD_METRICS
+        )
+
+    allowed = COREDNS_UPSTREAM_ALLOWED
+    pushed = f"max({ALLOWED_DNS})"
+    return (
+        f"{_block(forwarded(''))}\nunless on (to) {_block(allowed)}\nand on () {pushed}\n"
+        f"or\n{_block(forwarded(f'to!~{chr(34)}{default}{chr(34)}'))}\nunless on () {pushed}"
+    )
 
 
 def alert_gfd_restart_loop(p: NodeAlertParams) -> str:

@@ -158,7 +158,7 @@ def run(
         prom = PromClient.from_settings(s)
     except PromAccessError as exc:
         raise click.UsageError(str(exc)) from None
-    log = Log(log_format)  # type: ignore[arg-type]
+    log = Log(log_format, runbook_base_url=s.runbook_base_url)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
     started = time.monotonic()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
@@ -350,7 +350,7 @@ def _executors(
     """Makes the executor of a snapshot (the cycle's, then each watch decision's), all
     writing into one list of outcomes."""
     stream = sys.stderr if inputs.output == "json" else sys.stdout
-    printer_log = Log(log.fmt, stream, log.clock)
+    printer_log = Log(log.fmt, stream, log.clock, runbook_base_url=log.runbook_base_url)
 
     def make(snap: Snapshot, outcomes: list[Outcome] | None = None) -> PrintExecutor | KubeExecutor:
         shared = outcomes if outcomes is not None else []

@@ -12,7 +12,9 @@ manifests are coherent when:
     every value a policy reads from it (its key, or the default written in the policy) is the
     value the CronJob runs with; the agent's and the CronJob's images are the ones admitted;
   - the alert rules, when the overlay has them, compare with the site's breaker limit (the
-    recorded series) and carry no other setting that differs from the site's.
+    recorded series), carry the site's text wherever the alerts component copies a setting in
+    (user-code Xids, service-network pods), and no other setting that differs from the site's
+    (the rest the guard pushes: docs/alerts.md, "The site's values").
 Each problem is one line; exit 1 when there is one, 2 when the overlay does not render.
 """
 
@@ -152,7 +154,7 @@ def check(r: Rendered) -> tuple[Settings | None, list[str]]:
         return None, [*problems, str(exc)]
     problems += _policies(r, s, data, env)
     problems += _images(r, s)
-    problems += _alerts(r, s)
+    problems += _alerts(r, s, env)
     return s, problems
 
 
@@ -276,7 +278,7 @@ def _rule_exprs(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
             for g in groups for rule in g.get("rules") or []}  # fmt: skip
 
 
-def _alerts(r: Rendered, s: Settings) -> list[str]:
+def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
     rules = [d for d in r.kind("PrometheusRule") if d["metadata"]["name"] == "gpu-node-guard"]
     if not rules:
         return []  # an overlay without the alerts component
@@ -288,8 +290,10 @@ def _alerts(r: Rendered, s: Settings) -> list[str]:
         out.append(f"alerts: {record} records {found.get(record)!r}, the site's "
                    f"GUARD_BREAKER_MAX_NODES is {wanted[record]!r} (list ../../base/image-wiring "
                    "under the overlay's transformers)")  # fmt: skip
-    default = _rule_exprs(alerts.rule_groups(replace(s, **_site_defaults(s)),
-                                             alert_queries.AlertParams()))  # fmt: skip
+    out += _substituted(found, s, env)
+    found, wanted = _blanked(found), _blanked(wanted)
+    default = _blanked(_rule_exprs(alerts.rule_groups(replace(s, **_site_defaults(s)),
+                                                      alert_queries.AlertParams())))  # fmt: skip
     for name in sorted(set(wanted) - {record}):
         if found.get(name) == wanted[name]:
             continue
@@ -301,6 +305,36 @@ def _alerts(r: Rendered, s: Settings) -> list[str]:
             "defaults there; build them with guard.alerts.render (docs/alerts.md)"
         )
     return out + _runbook_links(rules[0]["spec"]["groups"], s)
+
+
+def _substituted(found: Mapping[str, str], s: Settings, env: Mapping[str, str]) -> list[str]:
+    """Each string the alerts component copies a setting into holds the site's text."""
+    out = []
+    for sub in alerts.substitutions():
+        key = params.env_name(sub.setting)
+        pieces = found.get(sub.rule, "").split('"')
+        text = pieces[sub.index] if sub.index < len(pieces) else None
+        site = env.get(key, params.default_text(Settings(), sub.setting))
+        if text != site:
+            out.append(f"alerts: {sub.rule} carries {key} {text!r}, the site's is {site!r} (list "
+                       "../../components/alerts, which copies it from the settings)")  # fmt: skip
+    if len(s.user_code_xids) > alert_queries.USER_CODE_FALLBACK_MAX:
+        most = alert_queries.USER_CODE_FALLBACK_MAX
+        out.append(f"GUARD_USER_CODE_XIDS: {len(s.user_code_xids)} Xids; before the guard's "
+                   f"first push the alerts read the first {most}")  # fmt: skip
+    return list(dict.fromkeys(out))
+
+
+def _blanked(exprs: Mapping[str, str]) -> dict[str, str]:
+    """The expressions with the strings the alerts component substitutes emptied."""
+    out = dict(exprs)
+    for sub in alerts.substitutions():
+        if sub.rule in out:
+            pieces = out[sub.rule].split('"')
+            if sub.index < len(pieces):
+                pieces[sub.index] = ""
+            out[sub.rule] = '"'.join(pieces)
+    return out
 
 
 def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str]:
@@ -333,7 +367,7 @@ def _changes(s: Settings, setting: str, rule: str, default: dict[str, str]) -> b
                       **{setting: getattr(s, setting)})  # fmt: skip
     except SettingsError:
         return False  # only valid together with other site values: its partners are tried
-    return _rule_exprs(alerts.rule_groups(one, alert_queries.AlertParams())).get(
+    return _blanked(_rule_exprs(alerts.rule_groups(one, alert_queries.AlertParams()))).get(
         rule
     ) != default.get(rule)
 

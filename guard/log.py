@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal, TextIO, get_args
 
 from guard.redact import redact
+from guard.runbook import PUBLISHED_URL, Hint
 
 LogFormat = Literal["text", "json"]
 Level = Literal["INFO", "WARN", "ERROR"]  # every program's lines: one word each, never WARNING
@@ -52,12 +53,18 @@ def shown(fields: Fields) -> dict[str, Value]:
     }
 
 
-def format_line(event: str, fields: Fields) -> str:
+def rebased(fields: Fields, runbook_base: str) -> dict[str, Value]:
+    """The fields with each `Hint` linking the runbook at `runbook_base` (the site's)."""
+    return {k: v.at(runbook_base) if isinstance(v, Hint) else v for k, v in fields.items()}
+
+
+def format_line(event: str, fields: Fields, runbook_base: str = PUBLISHED_URL) -> str:
     """``event key=value …``, the text form of one line (without time and level).
 
     >>> format_line("skip", {"node": "gpu-17", "reason": "hold", "detail": None, "held_s": 60})
     'skip node=gpu-17 reason=hold held_s=60'
     """
+    fields = rebased(fields, runbook_base)
     return " ".join([event, *(f"{k}={format_value(v)}" for k, v in shown(fields).items())])
 
 
@@ -66,6 +73,7 @@ class Log:
     fmt: LogFormat = "text"
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     clock: datetime | None = None  # tests pass a fixed instant; None means the wall clock
+    runbook_base_url: str = PUBLISHED_URL  # the site's runbook, which each `next=` Hint links
     _seen: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _examples: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
 
@@ -83,6 +91,7 @@ class Log:
             raise ValueError(f"log field {sorted(clash)} is reserved (event {event})")
         if level not in LEVELS:  # a caller without types (or with Any) still gets one word
             raise ValueError(f"log level {level!r} is not one of {', '.join(sorted(LEVELS))}")
+        fields = rebased(fields, self.runbook_base_url)
         if self.fmt == "json":
             record: dict[str, Value] = {"time": self._now(), "level": level, "event": event}
             if dry_run:

@@ -64,6 +64,19 @@ LAST_RUN_REQUESTS = PushedMetric(
     "Requests of the last run by target (kubernetes, prometheus) and HTTP code (or error)",
     ("target", "code"),
 )
+# The site's alert filters (GUARD_USER_CODE_XIDS, GUARD_CONFORMANCE_ALLOWED_DNS) as series the
+# shipped rules join with, so a rule file generated from the defaults follows the site.
+USER_CODE_XID = PushedMetric(
+    "gpu_node_guard_user_code_xid",
+    "1 for each Xid the guard counts as user code (never a cordon); the Xid alerts leave these out",
+    ("xid",),
+)
+ALLOWED_DNS_PREFIX = PushedMetric(
+    "gpu_node_guard_allowed_dns_prefix",
+    "1 for each address prefix (whole octets or 16-bit groups) of the upstream resolvers the"
+    " CoreDNS alert allows: GUARD_CONFORMANCE_ALLOWED_DNS, else the internal IPv4 ranges",
+    ("prefix",),
+)
 
 PUSHED = (
     LAST_RUN,
@@ -76,6 +89,8 @@ PUSHED = (
     BREAKER_LIMIT,
     BREAKER_HEADROOM,
     LAST_RUN_REQUESTS,
+    USER_CODE_XID,
+    ALLOWED_DNS_PREFIX,
 )
 
 

@@ -13,6 +13,8 @@ Case list:
                                               node, candidate and breaker gauges keep the last
                                               run's values (not pushed: the run did not see them)
   otherwise                                 → every metric; the success time only with exit 0
+  every push                                → the user-code Xids and the allowed DNS prefixes
+                                              (settings: the shipped alerts join with them)
   the samples cannot be built (a bug)       → one WARN ``push-failed`` line, nothing pushed
   the push fails                            → one WARN ``push-failed`` line; the exit code stays
                                               the cycle's (the work is done; the Pushgateway
@@ -28,6 +30,7 @@ from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
 from guard import metric_names as m
 from guard.actions import TYPE_WORDS, Skip
+from guard.alert_queries import INTERNAL_UPSTREAMS
 from guard.jobs import JobTemplates
 from guard.log import Log
 from guard.model import Snapshot
@@ -37,6 +40,7 @@ from guard.settings import Settings
 from guard.states import NODE_STATES
 from guard.status.derive import report
 from guard.status.model import Sight
+from guard.wire import allowed_dns_prefixes
 
 PUSH_TIMEOUT_S = 5.0  # after the cycle, well inside the pod's activeDeadlineSeconds
 OUTCOMES = ("applied", "failed")
@@ -57,9 +61,20 @@ def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: 
     }
     if exit_code == 0:
         out[m.LAST_SUCCESS.name] = {(): ended}
+    out.update(site_filters(s))
     if trace.snap is not None and trace.templates is not None:
         out.update(_seen(s, trace.snap, trace.templates))
     return out
+
+
+def site_filters(s: Settings) -> Samples:
+    """The settings the shipped alerts join with (alert_queries): known before any read, so an
+    aborted run pushes them too."""
+    networks = s.conformance_allowed_dns or INTERNAL_UPSTREAMS
+    return {
+        m.USER_CODE_XID.name: {(("xid", str(x)),): 1.0 for x in sorted(set(s.user_code_xids))},
+        m.ALLOWED_DNS_PREFIX.name: {(("prefix", p),): 1.0 for p in allowed_dns_prefixes(networks)},
+    }
 
 
 def _actions(outcomes: Iterable[Outcome]) -> dict[Labels, float]:

@@ -400,7 +400,9 @@ def nvml_status(pins: Pins = NO_PINS) -> str:
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
     """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
     by pod name (RKE2's static pod, kubeadm's DaemonSet), the CNI by its DaemonSet (any
-    namespace by default). The return condition and `NodeServiceNetworkDown` both read these.
+    namespace by default). The return condition reads these; `NodeServiceNetworkDown` selects the
+    same pods from the same settings, in a form the alerts component substitutes into
+    (alert_queries.alert_service_network_down).
 
     >>> service_network_selectors(Settings())[0]
     ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')

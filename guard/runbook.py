@@ -1,24 +1,25 @@
 """Sections of docs/runbook.md: one per guard state, one per alert, at anchors that never change.
 
-The anchors are a contract. Alert rules link them in `runbook_url`, log lines can link them in
-`next=`, and notifications and chat threads keep old links for years: add sections, never rename
-or remove one. Each anchor is the GitHub slug of its heading (lower case, spaces → ``-``,
-punctuation dropped); tests/unit/test_runbook.py checks that docs/runbook.md has every one.
+The anchors are a contract. Alert rules link them in `runbook_url`, log lines link them in
+`next=`, `status` in its runbook column and breaker line, and notifications and chat threads keep
+old links for years: add sections, never rename or remove one. Each anchor is the GitHub slug of
+its heading (lower case, spaces → ``-``, punctuation dropped); tests/unit/test_runbook.py checks
+that docs/runbook.md has every one. Every link is `url(base, anchor)` with the site's absolute
+base (GUARD_RUNBOOK_BASE_URL, default PUBLISHED_URL), so a link opens from a pager or a terminal.
 
->>> url("docs/runbook.md", Section.BREAKER_OPEN)
-'docs/runbook.md#breaker-open'
 >>> url("https://git.example.com/ops/guard/docs/runbook.md", "gpunodeguardnotrunning")
 'https://git.example.com/ops/guard/docs/runbook.md#gpunodeguardnotrunning'
 >>> alert_anchor("GPUNodeGuardReturned")
 'gpunodeguardreturned'
+>>> hint = Hint("stays cordoned", Section.BREAKER_OPEN)
+>>> hint.at("https://wiki.example/runbook")
+'stays cordoned (https://wiki.example/runbook#breaker-open)'
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-# Relative to the repository root: how terminal texts (`next=`, `status`) name a section.
-DEFAULT_BASE_URL = "docs/runbook.md"
 # Where the alerts' `runbook_url` points by default: the project's own docs, absolute so a pager
 # link opens (the repository of the ghcr.io/gpu-node-guard images). A site sets its own copy with
 # GUARD_RUNBOOK_BASE_URL in its overlay's settings.env (docs/alerts.md).
@@ -80,4 +81,22 @@ def alert_anchor(alert: str) -> str:
 
 
 def url(base: str, anchor: str) -> str:
+    """The link to one section: the alerts' runbook_url, the log's and status' hints."""
     return f"{base}#{anchor}"
+
+
+class Hint(str):
+    """A log line's ``next=`` text with its runbook section: as a string it links the published
+    runbook; the Log writes it with the site's base (`at`), which an action that makes the line
+    does not know."""
+
+    text: str
+    anchor: str
+
+    def __new__(cls, text: str, anchor: str) -> Hint:
+        hint = super().__new__(cls, f"{text} ({url(PUBLISHED_URL, anchor)})")
+        hint.text, hint.anchor = text, anchor
+        return hint
+
+    def at(self, base: str) -> str:
+        return f"{self.text} ({url(base, self.anchor)})"

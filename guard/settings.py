@@ -14,7 +14,7 @@ from typing import Any
 
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
-from guard.wire import parse_allowed_dns, parse_exact
+from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
 
 # Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
 # a setting outside them would cordon a node and then have its evidence Job refused.
@@ -251,11 +251,11 @@ class Settings:
         "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
         "(the object limit is 1 MiB)",
     )
-    # Alerts (docs/alerts.md): the base of every rule's runbook_url, absolute.
+    # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
-        "Absolute URL of docs/runbook.md that the alerts' runbook_url links (a site's own copy); "
-        "the overlay's settings.env reaches the PrometheusRule through the alerts component",
+        "Absolute URL of docs/runbook.md (a site's own copy) that every hint links: the alerts'"
+        " runbook_url (through the alerts component), the log's next= and status",
     )
     # Metrics (the push at the end of a run; docs/metrics.md).
     pushgateway_url: str = _opt(
@@ -326,7 +326,19 @@ def _conformance(s: Settings) -> list[Check]:
          "conformance_control_plane_version", "must be empty or a version like v1.34.3+rke2r1"),
         (not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
          "conformance_allowed_dns", "must be empty or comma-separated CIDRs"),
+        (not s.conformance_allowed_dns or not _is_cidr_list(s.conformance_allowed_dns)
+         or _prefixes_ok(s.conformance_allowed_dns), "conformance_allowed_dns",
+         "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
+         "guard pushes the prefixes it covers for the CoreDNS alert"),
     ]  # fmt: skip
+
+
+def _prefixes_ok(text: str) -> bool:
+    try:
+        allowed_dns_prefixes(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_cidr_list(text: str) -> bool:

@@ -19,7 +19,7 @@ detail and next step), the push counts it under that word, and its log line has 
 >>> state_of("same-boot")
 <Section.WAITING_FOR_POWER_CYCLE: 'isolated-waiting-for-power-cycle'>
 >>> anchored("checked again next cycle", "gpu-count")
-'checked again next cycle (docs/runbook.md#return-condition-not-met)'
+'checked again next cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#return-condition-not-met)'
 >>> anchored("stays cordoned", "a-new-word")
 'stays cordoned'
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from guard.runbook import CYCLE_CONDITIONS, DEFAULT_BASE_URL, Section, url
+from guard.runbook import CYCLE_CONDITIONS, Hint, Section
 
 # ── The decision words ────────────────────────────────────────────────────────────────────
 # Every decision word of the guard: the reason of each action and `Skip` the planners make,
@@ -257,6 +257,7 @@ def state_of(word: str) -> Section | None:
 
 
 def anchored(text: str, word: str) -> str:
-    """A log line's ``next=`` with the runbook section of the decision's state, if it has one."""
+    """A log line's ``next=`` with the runbook section of the decision's state, if it has one
+    (a `Hint`: the Log links the site's runbook, GUARD_RUNBOOK_BASE_URL)."""
     state = STATES.get(word)
-    return f"{text} ({url(DEFAULT_BASE_URL, state)})" if state is not None else text
+    return Hint(text, state) if state is not None else text

@@ -461,6 +461,47 @@ class Version:
         return f"v{self.major}.{self.minor}.{self.patch}{suffix}"
 
 
+ALLOWED_DNS_MAX_BITS = 8  # one allowed network is at most 256 pushed prefixes
+
+
+def allowed_dns_prefixes(networks: str) -> tuple[str, ...]:
+    """The address prefixes the networks cover, as alert_queries.coredns_upstream_prefix cuts
+    them from CoreDNS's `to` label: IPv4 whole octets (``10.``, ``172.16.``, ``10.20.0.53``),
+    IPv6 whole 16-bit groups in the canonical form (``[2001:db8:``) or the address
+    (``[2001:db8::53]``); ``v4``/``v6`` for /0. A prefix cut inside an octet or group is every
+    prefix of the next one it covers (at most 2 ** ALLOWED_DNS_MAX_BITS: ValueError beyond).
+    The guard pushes them for the CoreDNS alert, whose PromQL cannot match a network itself.
+
+    >>> allowed_dns_prefixes("10.0.0.0/8, 192.168.4.0/23, 2001:db8::/32, fd00::53")
+    ('10.', '192.168.4.', '192.168.5.', '[2001:db8:', '[fd00::53]')
+    """
+    out: list[str] = []
+    for net in parse_allowed_dns(networks):
+        width = 8 if net.version == 4 else 16
+        if net.prefixlen and -net.prefixlen % width > ALLOWED_DNS_MAX_BITS:
+            raise ValueError(f"{net} covers {2 ** (-net.prefixlen % width)} prefixes of whole "
+                             f"{'octets' if width == 8 else '16-bit groups'}, more than "
+                             f"{2 ** ALLOWED_DNS_MAX_BITS}")  # fmt: skip
+        if net.prefixlen == 0:
+            out.append(f"v{net.version}")
+            continue
+        if net.version == 6 and net.prefixlen == 128:
+            out.append(f"[{net.network_address}]")
+            continue
+        sep = "." if net.version == 4 else ":"
+        parts = net.max_prefixlen // width
+        level = -(-net.prefixlen // width)
+        for sub in net.subnets(new_prefix=level * width):
+            fields = (
+                [str(b) for b in sub.network_address.packed]
+                if net.version == 4
+                else [g.lstrip("0") or "0" for g in sub.network_address.exploded.split(":")]
+            )
+            head = sep.join(fields[:level]) + (sep if level < parts else "")
+            out.append(head if net.version == 4 else f"[{head}")
+    return tuple(dict.fromkeys(out))
+
+
 def parse_version(text: str) -> Version | None:
     """The first RKE2 / Kubernetes version in `text`.
 

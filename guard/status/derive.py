@@ -48,6 +48,7 @@ from guard.actions import (
     hold_next,
 )
 from guard.jobs import JobTemplates
+from guard.log import format_line
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
 from guard.plan import device_taint, hold, mismatch, released
 from guard.plan.checks import plan_checks
@@ -56,7 +57,7 @@ from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import PendingMismatch, Waiting, pending
 from guard.plan.returning import decision, is_repeat_fault_hold
 from guard.plan.unreadable import plan_unreadable
-from guard.runbook import DEFAULT_BASE_URL, url
+from guard.runbook import Section, url
 from guard.settings import Settings
 from guard.states import LIFECYCLE_ROWS, state_of
 from guard.status.model import Blocked, Breaker, Candidate, Gpu, NodeRow, Report, Sight
@@ -76,7 +77,11 @@ def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report
         snap.now,
         s.namespace,
         sight,
-        Breaker(device_taint.guarded_count(snap, s), breaker_limit(snap, s)),
+        Breaker(
+            device_taint.guarded_count(snap, s),
+            breaker_limit(snap, s),
+            url(s.runbook_base_url, Section.BREAKER_OPEN),
+        ),
         _candidates(snap, s, t, freed) if sight.seen else None,
         rows,
     )
@@ -129,10 +134,10 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
     snap, s = ctx.snap, ctx.s
     if node.unreadable:
         return _decided(
-            snap, node, ctx.unreadable[node.name], node.annotation(keys(s).reason) or ""
+            snap, node, ctx.unreadable[node.name], node.annotation(keys(s).reason) or "", s
         )
     if node.cordon is not None:
-        row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason)
+        row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason, s)
         if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
             return replace(row, blocked=NOT_SEEN)
         return row
@@ -140,13 +145,13 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         rec = device_taint.record_of(node, s)
         plan = device_taint.decision(snap, s, ctx.t, node)
         if plan:
-            row = _decided(snap, node, plan[0], rec.reason if rec else "")
+            row = _decided(snap, node, plan[0], rec.reason if rec else "", s)
             return replace(row, since=rec.at, gpu=Gpu(rec.pci, rec.uuid)) if rec else row
     recorded = _record_row(snap, s, node)
     if recorded is None and node.name in ctx.lifecycle:
         action = ctx.lifecycle[node.name]
         why = "onboarding" if decision_word(action).startswith("onboarding") else "boot-check"
-        return _decided(snap, node, action, why)
+        return _decided(snap, node, action, why, s)
     return recorded
 
 
@@ -162,17 +167,18 @@ class _Seen:
     next: str
 
 
-def _decided(snap: Snapshot, node: NodeInfo, action: Action, reason: str) -> NodeRow:
+def _decided(snap: Snapshot, node: NodeInfo, action: Action, reason: str, s: Settings) -> NodeRow:
     """A row from the planner's decision about the node (the first action it plans)."""
-    blocked, step = _meaning(action)
+    blocked, step = _meaning(action, s.runbook_base_url)
     c = node.cordon
     gpu = Gpu(c.gpu.pci, c.gpu.uuid) if c is not None and c.gpu is not None else None
     seen = _Seen(decision_word(action), reason, c.at if c else None, gpu, blocked, step)
-    return _with_history(snap, node.name, seen)
+    return _with_history(snap, node.name, seen, s.runbook_base_url)
 
 
-def _meaning(action: Action) -> tuple[Blocked | None, str]:
-    """What blocks the node (with the value seen) and what comes next, as the planner said it."""
+def _meaning(action: Action, runbook_base: str) -> tuple[Blocked | None, str]:
+    """What blocks the node (with the value seen) and what comes next, as the planner said it
+    (a log line's runbook link: the site's)."""
     match action:
         case Skip():
             return Blocked(action.reason, action.detail), action.next
@@ -192,7 +198,7 @@ def _meaning(action: Action) -> tuple[Blocked | None, str]:
             Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint()
             | TaintDevice() | UntaintDevice() | CreateClaim()
         ):  # fmt: skip
-            return None, str(action)
+            return None, format_line(*action.log_line(), runbook_base)
         case _:
             assert_never(action)
 
@@ -206,7 +212,8 @@ def _reaches_prometheus(snap: Snapshot, s: Settings, t: JobTemplates, node: Node
 
 def _record_row(snap: Snapshot, s: Settings, node: NodeInfo) -> NodeRow | None:
     """A node without the guard's cordon whose annotations still say something."""
-    return _with_history(snap, node.name, seen) if (seen := _record(snap, s, node)) else None
+    seen = _record(snap, s, node)
+    return _with_history(snap, node.name, seen, s.runbook_base_url) if seen else None
 
 
 def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
@@ -232,7 +239,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
     return None
 
 
-def _with_history(snap: Snapshot, node: str, seen: _Seen) -> NodeRow:
+def _with_history(snap: Snapshot, node: str, seen: _Seen, runbook_base: str) -> NodeRow:
     """The row, with the ledger's incidents of the card and of the slot (archives included)."""
     state = state_of(seen.word)
     card = slot = None
@@ -242,7 +249,7 @@ def _with_history(snap: Snapshot, node: str, seen: _Seen) -> NodeRow:
     return NodeRow(
         node=node,
         state=state.value if state is not None else seen.word,
-        runbook=url(DEFAULT_BASE_URL, state) if state is not None else "",
+        runbook=url(runbook_base, state) if state is not None else "",
         reason=seen.reason,
         since=seen.since,
         gpu=seen.gpu,

@@ -16,8 +16,8 @@ JSON shape (every key always present; `null` where a value is unknown or does no
                      {"node", "state", "runbook", "reason", "since", "gpu", "incidents",
                       "blocked_by", "next"}; gpu {"pci", "uuid"} or null, incidents
                      {"card": int, "slot": int} or null, blocked_by {"condition", "observed"}
-                     or null, runbook "docs/runbook.md#<state>" or "" for a state the runbook
-                     has no section for yet (shown verbatim)
+                     or null, runbook "<GUARD_RUNBOOK_BASE_URL>#<state>" or "" for a state
+                     the runbook has no section for yet (shown verbatim)
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Blocked:
 class NodeRow:
     node: str
     state: str  # a guard.runbook.Section value, or the planner's word for a state without one
-    runbook: str  # docs/runbook.md#<state>, "" when the runbook has no section for the state
+    runbook: str  # <site's runbook>#<state>, "" when the runbook has no section for the state
     reason: str  # the cordon's reason (xid-79, conformance-dns, …), "" when there is none
     since: datetime | None
     gpu: Gpu | None
@@ -106,6 +106,7 @@ class Candidate:
 class Breaker:
     guarded: int  # nodes carrying the guard's reason annotation and GPUs it taints (DRA)
     limit: int
+    runbook: str = ""  # the breaker-open section of the site's runbook
 
     @property
     def open(self) -> bool:

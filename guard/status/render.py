@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from guard.ledger import format_time
-from guard.runbook import DEFAULT_BASE_URL, Section, url
 from guard.status.model import Candidate, NodeRow, Report
 
 CUT = 48  # characters of BLOCKED BY and NEXT in the narrow table
@@ -74,7 +73,7 @@ def _breaker(r: Report) -> str:
     counted = f"{b.guarded} of {b.limit} guard-cordoned nodes"
     if b.open:
         return (f"breaker: OPEN, {counted}: no new cordons "
-                f"({url(DEFAULT_BASE_URL, Section.BREAKER_OPEN)})")  # fmt: skip
+                f"({b.runbook})")  # fmt: skip
     more = "1 more cordon" if b.headroom == 1 else f"{b.headroom} more cordons"
     return f"breaker: closed, {counted} ({more} allowed)"
 

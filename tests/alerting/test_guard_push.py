@@ -39,11 +39,11 @@ def unreachable_cluster(tmp_path: Path) -> Path:
     return path
 
 
-def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str):
+def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *extra: str):
     return subprocess.run(
         [sys.executable, "-m", "guard", "run", "--prometheus-url", stack.prometheus_url,
          "--kubeconfig", str(unreachable_cluster(tmp_path)), "--cycle-deadline-s", "1",
-         "--namespace", namespace, "--pushgateway-url", gateway, "--log-format", "json"],
+         "--namespace", namespace, "--pushgateway-url", gateway, "--log-format", "json", *extra],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -77,7 +77,8 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
     assert set(series) == {
         metric_names.LAST_RUN.name, metric_names.LAST_RUN_EXIT_CODE.name,
         metric_names.LAST_RUN_DURATION.name, metric_names.LAST_RUN_ACTIONS.name,
-        metric_names.LAST_RUN_REQUESTS.name,
+        metric_names.LAST_RUN_REQUESTS.name, metric_names.USER_CODE_XID.name,
+        metric_names.ALLOWED_DNS_PREFIX.name,
     }  # fmt: skip
     assert before <= series[metric_names.LAST_RUN.name][""] <= time.time()
     assert series[metric_names.LAST_RUN_EXIT_CODE.name] == {"": 1}
@@ -90,6 +91,24 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
     requests = series[metric_names.LAST_RUN_REQUESTS.name]
     assert list(requests) == ["code=error,target=kubernetes"]  # refused until the deadline
     assert requests["code=error,target=kubernetes"] >= 1
+
+
+def test_the_sites_alert_filters_reach_prometheus_as_the_rules_join_them(push_stack, tmp_path):
+    """A run with a site's user-code Xids and allowed DNS networks: Prometheus reads back one
+    series per Xid and per address prefix, the labels the shipped rules join on."""
+    proc = guard_run(push_stack, tmp_path, "gng-site", push_stack.pushgateway_url,
+                     "--user-code-xids", "13,119", "--conformance-allowed-dns",
+                     "10.20.0.0/16,172.16.0.0/15,2001:db8::/32")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    series = wait_until(
+        lambda: pushed(push_stack, "gng-site") or None,
+        READ_BACK_S,
+        "the run's push never reached Prometheus",
+    )
+    assert series[metric_names.USER_CODE_XID.name] == {"xid=13": 1, "xid=119": 1}
+    assert series[metric_names.ALLOWED_DNS_PREFIX.name] == {
+        "prefix=10.20.": 1, "prefix=172.16.": 1, "prefix=172.17.": 1, "prefix=[2001:db8:": 1,
+    }  # fmt: skip
 
 
 def test_the_not_running_variant_reads_the_push(push_stack, tmp_path):

@@ -284,13 +284,17 @@ def test_status_decides_with_the_cronjobs_settings_configmap_unless_given_here(p
     ConfigMap's in-cluster Prometheus URL is never used from outside."""
     core = client.CoreV1Api(admin)
     before = core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data
-    patch = {"data": {"GUARD_BREAKER_MAX_NODES": "3",
+    site = "https://wiki.site.test/gpu/runbook"
+    patch = {"data": {"GUARD_BREAKER_MAX_NODES": "3", "GUARD_RUNBOOK_BASE_URL": site,
                       "GUARD_PROMETHEUS_URL": "http://prometheus.invalid:9090"}}  # fmt: skip
     core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, patch)
     try:
         proc = _status(reader, prom, "-o", "json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["breaker"]["limit"] == 3
+        # Every runbook link is the site's (GUARD_RUNBOOK_BASE_URL), absolute.
+        links = [n["runbook"] for n in json.loads(proc.stdout)["nodes"] if n["runbook"]]
+        assert links and all(link.startswith(site + "#") for link in links), links
         assert f"from configmap {NS}/{SETTINGS_CONFIGMAP} (the CronJob's)" in proc.stderr
         given = _status(reader, prom, "-o", "json", "--breaker-max-nodes", "4")
         assert json.loads(given.stdout)["breaker"]["limit"] == 4, given.stderr

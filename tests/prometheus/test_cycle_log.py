@@ -120,7 +120,7 @@ def test_a_whole_cycles_json_log_is_typed_with_unique_keys(prom, tmp_path):
     }  # fmt: skip
     (same_boot,) = [r for r in log if r["event"] == "skip" and r["reason"] == "same-boot"]
     assert same_boot["next"] == (
-        "waiting for the power cycle (docs/runbook.md#isolated-waiting-for-power-cycle)"
+        "waiting for the power cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#isolated-waiting-for-power-cycle)"
     )
     events_lines = [r for r in log if r["event"] == "event"]
     assert events_lines and all("event_reason" in r and r["dry_run"] for r in events_lines)
@@ -133,6 +133,8 @@ def test_with_the_breaker_open_every_blocked_candidate_is_one_warn_line(prom, tm
     (blocked,) = [r for r in log if r.get("reason") == "breaker-open" and r["event"] == "skip"]
     assert (blocked["level"], blocked["node"]) == ("WARN", "log-cordon")
     assert blocked["detail"] == "1 nodes carry the guard's cordon (limit 1); xid-79 waits"
-    assert blocked["next"].endswith("(docs/runbook.md#breaker-open)")
+    assert blocked["next"].endswith(
+        "(https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#breaker-open)"
+    )
     assert not [r for r in log if r["event"] == "cordon"]
     assert [r["node"] for r in log if r["event"] == "pending"] == ["log-pending"]

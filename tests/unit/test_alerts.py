@@ -67,7 +67,11 @@ def test_every_alert_has_severity_summary_and_description() -> None:
         r for g in alerts.rule_groups(Settings(), alert_queries.AlertParams()) for r in g["rules"]
     ]
     rules = [r for r in everything if "alert" in r]
-    assert [r["record"] for r in everything if "record" in r] == [alert_queries.BREAKER_SETTING]
+    q = alert_queries
+    assert [r["record"] for r in everything if "record" in r] == [
+        q.USER_CODE_XIDS_SETTING, q.USER_CODE_XID, q.BREAKER_SETTING, q.COREDNS_UPSTREAMS,
+        q.COREDNS_UPSTREAM_ALLOWED,
+    ]  # fmt: skip
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
@@ -114,8 +118,12 @@ def test_settings_reach_the_expressions() -> None:
         "  or gpu_node_guard:breaker_max_nodes\n)"
     )
     assert records == {"gpu_node_guard:breaker_max_nodes": "3"}
-    assert '{xid!~"13|43"}' in rules["GPUHardwareXidCount"]
-    assert "> 0 != 13 != 43," in rules["GPUHardwareXid"]
+    # The user-code Xids: a join with the pushed (else recorded) series, the list only recorded.
+    xids = alerts.gpu_records(alert_queries.site_text(custom), alert_queries.AlertParams())
+    assert xids[0].expr == 'label_replace(vector(1), "xids", "43,13", "", "")'
+    assert "unless on (xid) gpu_node_guard:user_code_xid" in rules["GPUHardwareXidCount"]
+    assert "unless on (xid) gpu_node_guard:user_code_xid" in rules["GPUHardwareXid"]
+    assert "!= 13" not in rules["GPUHardwareXid"]
     assert 'namespace="ops", cronjob="gpu-node-guard"' in rules["GPUNodeGuardNotRunning"]
     assert '"label_example_com_node"' in rules["GPUNodeGuardJobFailed"]
 
@@ -224,7 +232,8 @@ def test_a_root_without_manifests_is_one_usage_line(tmp_path: Path) -> None:
 def test_promtool_accepts_the_shipped_rules(promtool: str) -> None:
     result = _run([promtool, "check", "rules", str(alerts.RULES_FILE)], ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(ALERT_NAMES) + 1} rules found" in result.stdout  # + the recorded limit
+    # + the recorded limit, the user-code Xids (2) and CoreDNS's upstreams (2)
+    assert f"SUCCESS: {len(ALERT_NAMES) + 5} rules found" in result.stdout
 
 
 @pytest.mark.prometheus

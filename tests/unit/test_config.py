@@ -26,12 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "overlays" / "example"
 EVERY = ROOT / "tests" / "overlays" / "every-setting"
 # Site settings the every-setting overlay leaves at their default, each for its reason (its
-# settings.env says which): in-cluster, the CronJob's schedule, one credential of three, and the
-# filters the shipped alert rules carry.
+# settings.env says which): in-cluster, the CronJob's schedule, one credential of three.
 LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
-        "prometheus_service_account_token", "user_code_xids", "conformance_allowed_dns",
-        "service_network_kube_proxy_namespace", "service_network_kube_proxy_pods",
-        "service_network_cni_namespace", "service_network_cni_daemonsets"}  # fmt: skip
+        "prometheus_service_account_token"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +120,18 @@ CASES: dict[str, tuple[Edit, str]] = {
             "rules"][0].update(expr="5"),
         "alerts: gpu_node_guard:breaker_max_nodes records '5', the site's GUARD_BREAKER_MAX_NODES"
         " is '3'"),
-    "rules bake a filter": (
+    "setting not copied into the rules": (
         lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),
-        "alerts: GPUHardwareXid does not follow the site (GUARD_USER_CODE_XIDS)"),
+        "alerts: gpu_node_guard:user_code_xids carries GUARD_USER_CODE_XIDS '13,31,43,45,68,109',"
+        " the site's is '13,43' (list ../../components/alerts"),
+    "service network not copied": (
+        lambda d: _settings(d).update(GUARD_SERVICE_NETWORK_CNI_NAMESPACE="kube-flannel"),
+        "alerts: NodeServiceNetworkDown carries GUARD_SERVICE_NETWORK_CNI_NAMESPACE '', the"
+        " site's is 'kube-flannel'"),
+    "rules bake a setting": (
+        lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][0][
+            "rules"][2].update(expr="DCGM_FI_DEV_XID_ERRORS > 0 != 13"),
+        "alerts: GPUHardwareXid does not follow the site (its expression)"),
     "runbook link not the site's": (
         lambda d: _settings(d).update(GUARD_RUNBOOK_BASE_URL="https://wiki.site.test/runbook"),
         "do not link the site's GUARD_RUNBOOK_BASE_URL 'https://wiki.site.test/runbook'"),
@@ -204,5 +210,52 @@ def test_promtool_fires_the_rendered_breaker_at_the_sites_limit(
     }  # fmt: skip
     (tmp_path / "breaker.test.yaml").write_text(yaml.safe_dump(test))
     done = subprocess.run([promtool, "test", "rules", "breaker.test.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.prometheus
+def test_promtool_follows_the_rendered_filters_of_the_site(every: Rendered, tmp_path: Path) -> None:
+    """The every-setting overlay's PrometheusRule, as rendered and with no push: its user-code
+    Xids (45 a hardware fault there, 149 not) and its service-network pods (flannel in
+    kube-flannel, kube-proxy in any namespace; calico-node no longer watched)."""
+    promtool = tool("promtool", "prometheus", "install the Debian package prometheus")
+    (rule,) = every.kind("PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    expr = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
+            if "alert" in r}  # fmt: skip
+    gpu = 'gpu="0", pci_bus_id="00000000:1b:00.0"'
+    pods = {("kube-flannel", "kube-flannel-ds-x7k2p", "DaemonSet", "kube-flannel-ds"),
+            ("infra", "kube-proxy-n1", "Node", "n1"),
+            ("kube-system", "calico-node-q8w4r", "DaemonSet", "calico-node")}  # fmt: skip
+    series = [{"series": f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}", UUID="GPU-{node}", {gpu}}}',
+               "values": f"{xid}x10"} for node, xid in (("n1", 45), ("n2", 149))]  # fmt: skip
+    series += [{"series": 'kube_node_status_condition{node="n1", condition="Ready", '
+                'status="true"}', "values": "1x10"}]  # fmt: skip
+    for ns, pod, kind, owner in sorted(pods):
+        series += [
+            {"series": f'kube_pod_info{{namespace="{ns}", pod="{pod}", node="n1", '
+             f'created_by_kind="{kind}", created_by_name="{owner}"}}', "values": "1x10"},
+            {"series": f'kube_pod_status_ready{{namespace="{ns}", pod="{pod}", '
+             'condition="false"}', "values": "1x10"},
+        ]  # fmt: skip
+    watched = (("infra", "kube-proxy-n1"), ("kube-flannel", "kube-flannel-ds-x7k2p"))
+    down = [{"labels": f'{{namespace="{ns}", pod="{pod}", node="n1"}}', "value": 1}
+            for ns, pod in watched]  # fmt: skip
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {"expr": expr["NodeServiceNetworkDown"], "eval_time": "5m", "exp_samples": down},
+                {"expr": expr["GPUHardwareXid"], "eval_time": "5m", "exp_samples": [
+                    {"labels": f'{{node="n1", UUID="GPU-n1", {gpu}}}', "value": 45}]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "site.test.yaml").write_text(yaml.safe_dump(test, width=10_000))
+    done = subprocess.run([promtool, "test", "rules", "site.test.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -25,7 +25,7 @@ def test_text_and_json_lines_agree():
     assert lines("text", lambda log: log.emit(*skip.log_line())) == [
         "2026-09-21T05:55:00Z INFO skip node=gpu-node-b reason=hold "
         'detail="card \\"swap\\" pending" next="a person removes hold '
-        '(docs/runbook.md#held-by-a-person)"'
+        '(https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#held-by-a-person)"'
     ]
     (js,) = lines("json", lambda log: log.emit(*skip.log_line()))
     assert json.loads(js) == {
@@ -35,8 +35,20 @@ def test_text_and_json_lines_agree():
         "node": "gpu-node-b",
         "reason": "hold",
         "detail": 'card "swap" pending',
-        "next": "a person removes hold (docs/runbook.md#held-by-a-person)",
+        "next": "a person removes hold (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#held-by-a-person)",
     }
+
+
+def test_a_hint_links_the_sites_runbook():
+    """The same line with GUARD_RUNBOOK_BASE_URL set: the `next=` link is the site's, absolute."""
+    skip = Skip("gpu-node-b", "hold", "", "a person removes hold")
+    out = io.StringIO()
+    Log("json", out, CLOCK, runbook_base_url="https://wiki.site.test/runbook").emit(
+        *skip.log_line()
+    )
+    assert json.loads(out.getvalue())["next"] == (
+        "a person removes hold (https://wiki.site.test/runbook#held-by-a-person)"
+    )
 
 
 def test_json_values_keep_their_types():

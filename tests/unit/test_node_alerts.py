@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard import alert_queries, alerts, queries
+from guard import alert_queries, alerts, metric_names, push, queries, wire
 from guard.agent.checks import CHECKS
-from guard.settings import Settings
+from guard.settings import Settings, SettingsError
 from tests.tiers import tool
 
+RULES_FILE = Path(__file__).resolve().parents[2] / alerts.RULES_FILE
 NODE_ALERT_NAMES = [
     "GPURowRemapUncorrectable",
     "GPURowRemapFailed",
@@ -79,15 +80,67 @@ def test_an_ipv6_prefix_that_cannot_be_matched_is_one_clear_error() -> None:
         alert_queries.upstream_regex("fc00::/7")
 
 
-def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule() -> None:
+def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule_through_its_push() -> None:
+    """The rule is the same for every site (it joins with the pushed prefixes); the push carries
+    the site's networks, else the internal ranges the rule also falls back to."""
     custom = Settings(conformance_allowed_dns="10.20.0.0/16")
     rules = {r.alert: r for r in alerts.node_rules(custom)}
-    expr = rules["CoreDNSForwardNotAllowed"].expr
-    assert 'to!~"(10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+"' in expr
-    assert expr.count("to!~") == 2  # both metric names
-    assert "Allowed upstreams: 10.20.0.0/16." in rules["CoreDNSForwardNotAllowed"].description
     default = {r.alert: r.expr for r in alerts.node_rules(Settings())}
-    assert "192[.]168[.]" in default["CoreDNSForwardNotAllowed"]
+    expr = rules["CoreDNSForwardNotAllowed"].expr
+    assert expr == default["CoreDNSForwardNotAllowed"]
+    assert "unless on (to) (\n  gpu_node_guard:coredns_upstream_allowed\n)" in expr
+    assert alert_queries.coredns_upstream_allowed().endswith(
+        "and on (prefix) gpu_node_guard_allowed_dns_prefix"
+    )
+    assert expr.count("to!~") == 2 and "192[.]168[.]" in expr  # before the first push
+    pushed = push.site_filters(custom)[metric_names.ALLOWED_DNS_PREFIX.name]
+    assert pushed == {(("prefix", "10.20."),): 1.0}
+    internal = push.site_filters(Settings())[metric_names.ALLOWED_DNS_PREFIX.name]
+    assert len(internal) == 84 and (("prefix", "172.31."),) in internal
+
+
+def _prefixes_of(to: str) -> set[str]:
+    """The prefixes coredns_upstream_allowed cuts from one upstream (its label_replace terms,
+    run with Python's re: RE2 and re agree on these patterns)."""
+    out = set()
+    for term in alert_queries.coredns_upstream_prefix().split("\nor "):
+        _, value, _, regex = re.findall(r'"([^"]*)"', term)
+        # Python's re warns on `[[]` (a future nested set); the same bracket, escaped.
+        if match := re.fullmatch(regex.replace("[[]", r"\[").replace("[]]", r"\]"), to):
+            out.add(match.expand(value.replace("$1", r"\1")))
+    return out
+
+
+@pytest.mark.parametrize(
+    "networks",
+    [
+        alert_queries.INTERNAL_UPSTREAMS,
+        "10.20.0.0/16,192.0.2.53",
+        "100.64.0.0/10,198.18.0.0/15,203.0.113.128/25",
+        "2001:db8::/32,fd00::53,2001:db8:1200::/40",
+    ],
+)
+def test_the_pushed_prefixes_allow_what_ipaddress_allows(networks: str) -> None:
+    allowed = [ipaddress.ip_network(n.strip()) for n in networks.split(",")]
+    prefixes = set(wire.allowed_dns_prefixes(networks))
+    rng = random.Random(networks)
+    addresses = [ipaddress.ip_address(rng.getrandbits(32)) for _ in range(2000)]
+    for net in allowed:  # inside, on the edges, and just outside each network
+        addresses += [net.network_address, net.broadcast_address]
+        addresses += [net.network_address - 1, net.broadcast_address + 1]
+        if net.version == 4:
+            addresses += [net.network_address + rng.randrange(net.num_addresses) for _ in range(50)]
+        else:
+            addresses += [net.network_address + rng.getrandbits(16) for _ in range(50)]
+    for address in addresses:
+        to = f"[{address}]:53" if address.version == 6 else f"{address}:53"
+        inside = any(address in net for net in allowed if net.version == address.version)
+        assert bool(_prefixes_of(to) & prefixes) == inside, to
+
+
+def test_a_network_of_too_many_prefixes_is_refused_by_the_settings() -> None:
+    with pytest.raises(SettingsError, match="conformance_allowed_dns: each CIDR at most 8 bits"):
+        Settings(conformance_allowed_dns="10.0.0.0/8,fc00::/7")
 
 
 def test_every_agent_check_has_its_alert() -> None:
@@ -126,12 +179,15 @@ def test_service_network_pods_are_the_return_conditions_selectors() -> None:
 @pytest.mark.prometheus
 def test_promtool_matches_allowed_ipv4_and_ipv6_upstreams_as_python_does(tmp_path: Path) -> None:
     promtool = tool("promtool", "prometheus", "install the Debian package `prometheus`")
+    """The shipped rules with the push of a site's networks: the join allows what they hold."""
     custom = Settings(conformance_allowed_dns="10.20.0.0/16,2001:db8::/32")
     expr = alert_queries.alert_coredns_forward_not_allowed(custom, alert_queries.NodeAlertParams())
     ups = ("10.20.9.9:53", "10.21.0.1:53", "[2001:db8::53]:53", "[2001:4860:4860::8888]:53")
     metric = "coredns_proxy_request_duration_seconds_count"
+    ALLOWED = metric_names.ALLOWED_DNS_PREFIX.name
+    pushed = push.site_filters(custom)[ALLOWED]
     scenario = {
-        "rule_files": [],
+        "rule_files": [str(RULES_FILE)],
         "tests": [
             {
                 "interval": "1m",
@@ -141,6 +197,13 @@ def test_promtool_matches_allowed_ipv4_and_ipv6_upstreams_as_python_does(tmp_pat
                         "values": "0+1x20",
                     }
                     for to in ups
+                ]
+                + [
+                    {
+                        "series": f'{ALLOWED}{{prefix="{dict(labels)["prefix"]}"}}',
+                        "values": "1x20",
+                    }
+                    for labels in pushed
                 ],
                 "promql_expr_test": [
                     {

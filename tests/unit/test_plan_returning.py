@@ -458,7 +458,7 @@ def test_every_failed_condition_is_one_skip_line_with_observed_value():
     assert isinstance(skip, Skip)
     assert str(skip) == (
         'skip node=b reason=gpu-count detail="capacity=8 recorded=8 '
-        'allocatable=7" next="checked again next cycle (docs/runbook.md#return-condition-not-met)"'
+        'allocatable=7" next="checked again next cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#return-condition-not-met)"'
     )
 
 

@@ -495,7 +495,10 @@ def test_cancelled_values_read_back(value, reads):
 def test_status_states_of_the_node_signals(snap, expected):
     (row,) = report(snap, settings(), TEMPLATES, Sight("http://prom.test:9090")).nodes
     assert (row.state, row.reason, row.blocked.condition if row.blocked else "-") == expected
-    assert row.runbook == f"docs/runbook.md#{expected[0]}"
+    assert (
+        row.runbook
+        == f"https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#{expected[0]}"
+    )
     if expected[0] == "cancelled-by-a-person":
         assert row.gpu is None and row.next == "re-arms on a new boot"
 

@@ -141,7 +141,7 @@ def test_unreadable_line_names_node_key_value_and_the_fix():
     assert str(skip) == (
         f"skip node=gpu-7 reason=unreadable detail=\"{KEYS.at}='9999-12-31T23:59:59-23:59': "
         f'time out of range (years 1970-9998)" '
-        f'next="{fix} (docs/runbook.md#unreadable-annotations)"'
+        f'next="{fix} (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#unreadable-annotations)"'
     )
     assert event == EmitEvent(
         "gpu-7",

@@ -75,6 +75,8 @@ def test_a_run_that_aborted_before_its_snapshot_pushes_what_it_knew():
         m.LAST_RUN_DURATION.name,
         m.LAST_RUN_ACTIONS.name,
         m.LAST_RUN_REQUESTS.name,
+        m.USER_CODE_XID.name,  # settings: known before any read
+        m.ALLOWED_DNS_PREFIX.name,
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 from guard.model import GpuPod, JobInfo, Snapshot
 from guard.plan.links import evidence_job_name
 from guard.plan.returning import plan_return
+from guard.runbook import PUBLISHED_URL
 from guard.states import NODE_STATES
 from guard.status.derive import report
 from guard.status.model import Blocked, Gpu, NodeRow, Report, Sight
@@ -204,8 +205,8 @@ def test_every_state_from_the_planners_decision(snap, expected):
 def test_a_job_the_guard_did_not_make_shows_its_next_step():
     (row,) = report(snapshot(back_node(), jobs=(passed_job(LT),), own=False), settings(),
                     TEMPLATES, SEEN).nodes  # fmt: skip
-    assert (row.state, row.runbook) == ("job-not-made-by-the-guard",
-                                        "docs/runbook.md#job-not-made-by-the-guard")  # fmt: skip
+    assert (row.state, row.runbook) == ("job-not-made-by-the-guard", f"{PUBLISHED_URL}#"
+                                        "job-not-made-by-the-guard")  # fmt: skip
     assert f"kubectl -n gpu-node-guard-jobs delete job {LT}" in row.next
 
 
@@ -237,7 +238,7 @@ def test_a_row_says_reason_since_gpu_incidents_blocking_value_and_next_step():
     assert row == NodeRow(
         node="b",
         state="isolated-waiting-for-power-cycle",
-        runbook="docs/runbook.md#isolated-waiting-for-power-cycle",
+        runbook="https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#isolated-waiting-for-power-cycle",
         reason="xid-79",
         since=NOW.replace(minute=0),
         gpu=Gpu(PCI, UUID),
@@ -284,6 +285,21 @@ def test_breaker_and_candidates_above_the_table():
     assert full.breaker.open
     assert [c.decision for c in full.candidates or ()] == ["pending", "breaker-open"]
     assert report(snap, settings(), TEMPLATES, Sight()).candidates is None
+
+
+def test_every_runbook_link_is_the_sites() -> None:
+    """GUARD_RUNBOOK_BASE_URL: the rows' links, the breaker line and a next step taken from a
+    log line (the boot record's) all link the site's runbook; none the published one."""
+    site = "https://wiki.site.test/gpu/runbook"
+    snap = snapshot(back_node("g1", boot="boot-1"), node("q"), candidates=(gpu("q", 79),),
+                    hardware=(gpu("q", 79),), held={"q": 300}, loss={"q": 300})  # fmt: skip
+    r = report(snap, settings(breaker_max_nodes=1, runbook_base_url=site), TEMPLATES, SEEN)
+    text = render(r, wide=True)
+    assert (
+        f"breaker: OPEN, 1 of 1 guard-cordoned nodes: no new cordons ({site}#breaker-open)" in text
+    )
+    assert [n.runbook for n in r.nodes] == [f"{site}#isolated-waiting-for-power-cycle"]
+    assert "github.com" not in text
 
 
 def sample_report() -> Report:
@@ -337,8 +353,13 @@ def test_the_wide_table_cuts_nothing_and_links_the_runbook():
         f"{card(2)}  1     1     waiting-reset: xid-48 is reset-class; no {KEYS.reset_done}  "
         in text
     )
-    assert 'annotate gpu-node-guard.io/reset-done="$(date -u +%FT%TZ) …"  docs/runbook.md#' in text
-    assert text.rstrip().endswith("docs/runbook.md#returned-in-the-last-24-h")
+    assert (
+        'annotate gpu-node-guard.io/reset-done="$(date -u +%FT%TZ) …"  https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#'
+        in text
+    )
+    assert text.rstrip().endswith(
+        "https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#returned-in-the-last-24-h"
+    )
 
 
 def test_json_is_typed_and_stable():
@@ -355,7 +376,7 @@ def test_json_is_typed_and_stable():
     assert doc["nodes"][0] == {
         "node": "gpu-node-a",
         "state": "isolated-waiting-for-power-cycle",
-        "runbook": "docs/runbook.md#isolated-waiting-for-power-cycle",
+        "runbook": "https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#isolated-waiting-for-power-cycle",
         "reason": "xid-79",
         "since": CORDON_AT,
         "gpu": {"pci": PCI, "uuid": UUID},
