@@ -31,7 +31,8 @@ EVERY = ROOT / "tests" / "overlays" / "every-setting"
 LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
         "prometheus_service_account_token", "user_code_xids", "conformance_allowed_dns",
         "service_network_kube_proxy_namespace", "service_network_kube_proxy_pods",
-        "service_network_cni_namespace", "service_network_cni_daemonsets"}  # fmt: skip
+        "service_network_cni_namespace", "service_network_cni_daemonsets",
+        "job_name"}  # fmt: skip  # job_name: the CronJob's own, from the pod's label
 
 
 @pytest.fixture(scope="module")
