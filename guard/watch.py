@@ -1,7 +1,9 @@
 """The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
 at the next tick.
 
-It waits for the holds pending at its start (guard.plan.watch `dues`) and polls with one query
+It waits for the holds pending at its start (guard.plan.watch `dues`: hardware Xids and the
+driver/NVML mismatch; for a mismatch it also re-reads the node's nvidia-match history and
+status, `guard.queries.mismatch_queries`) and polls with one query
 per scrape (`Settings.scrape_interval_s`; `guard.queries.watch_poll`: hardware Xid and GPU loss
 now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
 only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
@@ -43,6 +45,7 @@ from guard.names import Annotations
 from guard.objects import node_info
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
+from guard.plan.mismatch import NVML_MISMATCH
 from guard.plan.watch import Due, decision_snapshot, dues, fine, split
 from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom, with_prom_unreadable
@@ -146,7 +149,7 @@ class Watch:
             for d in sorted((d for d in self.waiting.values() if d.at <= now),
                             key=lambda d: (d.at, d.node)):  # fmt: skip
                 del self.waiting[d.node]
-                if self._decide(d.node, now):
+                if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
                     self._stop_deciding()
                     break
             if now >= self.end:
@@ -182,11 +185,15 @@ class Watch:
                 return True
         return False
 
-    def _read(self, name: str, now: datetime) -> Snapshot:
+    def _read(self, name: str, now: datetime, mismatch: bool) -> Snapshot:
         """The cycle's snapshot with that node's facts as re-read at `now`, its loss history
-        on the scrape grid (one node: cheap)."""
+        (and for a mismatch hold its nvidia-match history) on the scrape grid (one node:
+        cheap)."""
         names, at_scrape = [n.name for n in self.base.nodes], fine(self.s)
-        view = read_prom(self.prom, at_scrape, now, names, queries.hold_queries(at_scrape, name))
+        sent = queries.hold_queries(at_scrape, name)
+        if mismatch:
+            sent += queries.mismatch_queries(at_scrape, name)
+        view = read_prom(self.prom, at_scrape, now, names, sent)
         node = self._node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
@@ -199,10 +206,13 @@ class Watch:
         except NotFound:
             return None
 
-    def _decide(self, name: str, now: datetime, new: bool = False) -> bool:
+    def _decide(self, name: str, now: datetime, new: bool = False, mismatch: bool = False) -> bool:
         """One decision for the node; True when a cordon landed."""
-        snap = self._read(name, now)
-        if name in {g.node for g in hold.candidates(snap.prom, now, self.s)}:
+        snap = self._read(name, now, mismatch)
+        found = {g.node for g in hold.candidates(snap.prom, now, self.s)}
+        if mismatch and self.s.nvml_mismatch_cordon:
+            found.update(hold.nvml_candidates(snap.prom, now, self.s))
+        if name in found:
             return self._apply(snap, plan_isolation(snap, self.s, self.templates, self.released))
         later = [d for d in dues(snap, self.s, self.s.scrape_interval_s) if d.node == name]
         if later and later[0].at <= self.end:
@@ -212,7 +222,10 @@ class Watch:
             self.left.add(name)
             word, nxt = "left", f"decides at {format_time(later[0].at)}, after this run: next run"
         else:
-            word, nxt = "ended", "no hardware Xid with GPU loss now, not cordoned: nothing to do"
+            word, nxt = (
+                "ended",
+                "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do",
+            )
         if new and word == "ended":
             # The poll's instant saw a loss the history's last step does not show yet (it is
             # read on the step grid): no line, and the next poll looks again.

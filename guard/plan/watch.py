@@ -1,9 +1,9 @@
 """The in-run watch's decisions (guard/watch.py runs them): which holds it waits for, and the
 snapshot one decision plans on.
 
-Case list, for each Node with a pending hardware-Xid hold (guard.plan.pending), at the start of
-the watch and for each Node the watch's poll names later (a name no Node has is the cycle's
-not-in-api line, not a wait):
+Case list, for each Node with a pending hardware-Xid or driver/NVML mismatch hold
+(guard.plan.pending), at the start of the watch, and for each Node the watch's poll names later
+(hardware Xids only; a name no Node has is the cycle's not-in-api line, not a wait):
   the hold can complete at or before the watch's end    → due then (its node's earliest GPU)
   it completes later                                    → left to the next run
 The cycle reads the loss history on its `query_step_s` grid (one minute, for every node); the
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from guard.model import NodeInfo, PromView, Snapshot
-from guard.plan.pending import Pending, pending
+from guard.plan.pending import pending
 from guard.settings import Settings
 
 
@@ -58,8 +58,8 @@ def dues(snap: Snapshot, s: Settings, step_s: int | None = None) -> tuple[Due, .
     early = timedelta(seconds=(s.query_step_s if step_s is None else step_s) - s.scrape_interval_s)
     first: dict[str, Due] = {}
     for p in pending(snap, s):
-        if not isinstance(p, Pending) or snap.node(p.node) is None:
-            continue  # a mismatch's hold is the next run's; a name no Node has, not-in-api
+        if snap.node(p.node) is None:
+            continue  # a name no Node has: not-in-api
         seen = first.get(p.node)
         if seen is None or p.decides_at - early < seen.at:
             first[p.node] = Due(p.node, p.reason, p.decides_at - early)
@@ -120,5 +120,7 @@ def decision_snapshot(
         loss_since=tuple(x for x in view.loss_since if x[0] == name),
         cordoned=tuple(n for n in view.cordoned if n == name),
         unreadable=tuple(p for p in view.unreadable if p.node == name),
+        nvml_since=tuple(x for x in view.nvml_since if x[0] == name),
+        nvml_status=tuple(a for a in view.nvml_status if a.node == name),
     )
     return replace(base, now=now, nodes=tuple(sorted(nodes, key=lambda n: n.name)), prom=prom)

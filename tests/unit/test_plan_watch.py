@@ -17,7 +17,17 @@ from guard.plan.watch import Due, decision_snapshot, dues, scheduled_at, split, 
 from guard.prom import PromClient
 from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S
 from guard.watch import ReplayClock, Watch
-from tests.builders import NOW, TEMPLATES, brief, gpu, node, settings, snapshot, xid_cordon
+from tests.builders import (
+    NOW,
+    TEMPLATES,
+    Signals,
+    brief,
+    gpu,
+    node,
+    settings,
+    snapshot,
+    xid_cordon,
+)
 
 
 def after(seconds: int):
@@ -65,6 +75,14 @@ def test_a_schedule_that_does_not_fit_the_run_is_not_taken() -> None:
     for name in (f"x-{minutes + 1}", f"x-{minutes - 6}"):
         assert scheduled_at(name, NOW, 300) is None, name
     assert scheduled_at(f"x-{minutes}", NOW, 300) == datetime.fromtimestamp(minutes * 60, UTC)
+
+
+def test_a_pending_mismatch_is_due_too_unless_its_cordon_is_off():
+    """A driver/NVML mismatch's hold (10 minutes by default) is the watch's when it completes
+    while the run is up; with --no-nvml-mismatch-cordon nothing waits for it."""
+    snap = snapshot(node("m"), signals=Signals(failing={"m": 540}))
+    assert dues(snap, settings()) == (Due("m", "nvml-mismatch", after(60 - 45)),)
+    assert dues(snap, settings(nvml_mismatch_cordon=False)) == ()
 
 
 def test_no_due_for_a_name_no_node_has_or_a_cordoned_node():
