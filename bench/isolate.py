@@ -6,7 +6,10 @@ Phases are p ≡ 164 (mod step) — 164 s is the 21 September incident itself (X
 05:50:00Z) — so every Xid lands 1 s before a 15 s scrape, as it did then. The CronJob's pod never
 starts exactly on the tick: each slot is also replayed with the guard starting `delay` seconds
 after every tick (`DELAYS_S`: 0 and seconds 1–59 past the minute), and the lag is measured to
-that start. The hold may never be shorter than the setting: the minimum lag must be ≥ the hold.
+that start. The Job itself starts at the tick (`--job-name` carries its schedule, as the
+CronJob's Job name does), so a late pod's watch still ends 210 s after the tick: the
+`activeDeadlineSeconds` counts from the Job's start. The hold may never be shorter than the
+setting: the minimum lag must be ≥ the hold.
 
 One engine (Prometheus 2 or 3, …) holds every (case, phase) in its own 30-minute slot on its own
 node: the Xid and the GPU loss (8 → 7 allocatable) start at the onset and clear 60 s before the
@@ -40,7 +43,7 @@ from tests.engines import Engine, serve
 TICK_S = 300  # the CronJob's */5 schedule (Settings.cadence_s)
 INCIDENT_TICK = datetime(2026, 9, 21, 5, 50, 0, tzinfo=UTC)
 INCIDENT_PHASE_S = 164  # 05:52:44Z − 05:50:00Z
-SCRAPE_S = 15
+SCRAPE_S = Settings().scrape_interval_s  # the scenario's scrape is the one the guard is told
 SLOT_S = 1800
 LEAD_S = 600
 CLEAR_BEFORE_END_S = 60
@@ -182,13 +185,17 @@ def snapshot_list(sc: Scenario) -> dict[str, Any]:
 
 
 def plan_at(
-    prometheus_url: str, snapshot: Path, at: datetime, watch: bool = False
-) -> list[dict[str, Any]]:
+    prometheus_url: str, snapshot: Path, at: datetime, watch: bool = False,
+    tick: datetime | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """One run of the real CLI, in-process (with `watch`: the cycle and its watch, in the
-    replayed time); the actions as JSON."""
+    replayed time; `tick`: the schedule of its Job); the actions as JSON."""
+    scheduled = tick or at
     args = [
         "run",
         "--watch" if watch else "--no-watch",
+        "--job-name",
+        f"gpu-node-guard-{int(scheduled.timestamp()) // 60}",
         "--dry-run",
         "--output",
         "json",
@@ -220,8 +227,9 @@ def decide(
     last_k = (SLOT_S - CLEAR_BEFORE_END_S) // TICK_S
     # From the slot's own tick: its run is before the Xid, but its watch is up after it.
     for k in range(0, last_k + 1):
-        run = slot.start + timedelta(seconds=k * TICK_S + delay_s)
-        cordons = [a for a in plan_at(prometheus_url, snapshot, run, watch)
+        tick = slot.start + timedelta(seconds=k * TICK_S)
+        run = tick + timedelta(seconds=delay_s)
+        cordons = [a for a in plan_at(prometheus_url, snapshot, run, watch, tick)
                    if a["type"] == "cordon"]  # fmt: skip
         if any(a["node"] != slot.node for a in cordons):
             raise RuntimeError(f"slot {slot.node}: the run at {run} cordons {cordons}")

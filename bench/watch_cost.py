@@ -3,8 +3,9 @@
 ``python -m bench.watch_cost --nodes 5000 [--reps 5]`` builds the cycle bench's synthetic
 cluster (`bench.synthetic`: N nodes × 8 GPUs, the role nodes with their faults, the same TSDB
 the cycle bench reads) in a real Prometheus and times the watch's own PromQL, as
-`guard.watch` sends it: the poll (`guard.queries.watch_poll`, once per `watch_interval_s`) and a
-decision's four narrowed queries (`guard.queries.hold_queries`, for the new Xid 79 node), and
+`guard.watch` sends it: the poll (`guard.queries.watch_poll`, once per `scrape_interval_s`) and a
+decision's four narrowed queries (`guard.queries.hold_queries`, for the new Xid 79 node, its
+loss history on the scrape grid), and
 one cycle's queries (`guard.queries.guard_queries`) beside them for scale. Prints
 a Markdown table: seconds per query (median of `--reps`), and seconds of Prometheus time per
 minute of watching with no decision and with one.
@@ -27,6 +28,7 @@ from bench.synthetic import ClusterSpec, families
 from bench.tsdb import build_blocks
 from guard import queries
 from guard.example.promserver import serve
+from guard.plan.watch import fine
 from guard.prom_view import on_step
 from guard.settings import Settings
 
@@ -52,22 +54,22 @@ def main(nodes: int, reps: int) -> None:
         built = build_blocks(families(spec), offsets, texts, workdir)
         with serve(workdir, timeout_s=300) as prom:
             session = requests.Session()
-            sent = (queries.watch_poll(s), *queries.hold_queries(s, fault))
+            sent = (queries.watch_poll(s), *queries.hold_queries(fine(s), fault))
             cycle = queries.guard_queries(s)  # beside them, for scale: one cycle's queries
             took: dict[str, list[float]] = {q.name: [] for q in sent}
             whole: list[float] = []
 
-            def at(q: queries.Query) -> float:
-                return (on_step(spec.at, s.query_step_s) if q.on_step else spec.at).timestamp()
+            def at(q: queries.Query, step_s: int = s.query_step_s) -> float:
+                return (on_step(spec.at, step_s) if q.on_step else spec.at).timestamp()
 
             for _ in range(reps + 1):  # the first round warms Prometheus; not counted
                 for q in sent:
-                    took[q.name].append(timed(session, prom.url, q, at(q)))
+                    took[q.name].append(timed(session, prom.url, q, at(q, s.scrape_interval_s)))
                 whole.append(sum(timed(session, prom.url, q, at(q)) for q in cycle))
     median = {name: statistics.median(values[1:]) for name, values in took.items()}
     poll = median[queries.WATCH_POLL]
     decision = sum(v for k, v in median.items() if k != queries.WATCH_POLL)
-    per_minute = 60 / s.watch_interval_s
+    per_minute = 60 / s.scrape_interval_s
     rows = [[name, f"{value:.3f}"] for name, value in median.items()]
     rows += [
         [f"per minute, polls only ({per_minute:g} polls)", f"{per_minute * poll:.3f}"],

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -184,6 +184,10 @@ def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
         why = "another run holds the cycle's Lease and decides this slot; exit 0"
         log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
         return 0
+    except SlotIsolated as exc:
+        why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
+        log.event("slot-isolated", slot=exc.slot, lease=CYCLE_LEASE, next=f"{why}; exit 0")
+        return 0
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
         return 1
@@ -251,6 +255,14 @@ class LeaseHeld(Exception):
         self.holder = holder
 
 
+class SlotIsolated(Exception):
+    """The Lease says a run of this cron slot already cordoned (guard/lease.py)."""
+
+    def __init__(self, slot: str) -> None:
+        super().__init__(slot)
+        self.slot = slot
+
+
 def _cycle(
     s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
     trace: RunTrace,
@@ -259,17 +271,24 @@ def _cycle(
     its end (guard/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _cycle_and_watch(s, prom, templates, log, inputs, trace, None)
-    from guard.lease import CycleLease  # a real run's only (the dry run and --help load none)
+    from guard.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
 
     backoff = Backoff(time.monotonic() + s.cycle_deadline_s)
     kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+    from guard.ledger import format_time
+    from guard.plan.watch import cron_slot
+
     lease = CycleLease(kube, s.namespace, f"{socket.gethostname()}-{os.getpid()}",
-                       s.lease_duration_s)  # fmt: skip
+                       s.lease_duration_s, slot_key(s.annotation_prefix))  # fmt: skip
     holder = lease.take(datetime.now(UTC))
     if holder:
         raise LeaseHeld(holder)
     try:
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, lease)
+        # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
+        slot = "" if inputs.at else format_time(cron_slot(datetime.now(UTC), s))
+        if slot and lease.isolated_slot() == slot:
+            raise SlotIsolated(slot)
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, (lease, slot))
     finally:
         try:
             lease.release(datetime.now(UTC))
@@ -280,9 +299,12 @@ def _cycle(
 
 def _cycle_and_watch(
     s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
-    trace: RunTrace, lease: CycleLease | None,
+    trace: RunTrace, held: tuple[CycleLease, str] | None,
 ) -> CycleResult:  # fmt: skip
+    """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
+    landed (one cordon per slot, guard/lease.py)."""
     started = time.monotonic()
+    lease = held[0] if held else None
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = trace.kube
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
@@ -330,16 +352,23 @@ def _cycle_and_watch(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
+    landed = cordon_landed(executor.outcomes)
+    if held and held[1] and landed:
+        held[0].isolated = held[1]  # written by the renewal below or the release
     if inputs.watch and not bad:
         if lease is None or lease.renew(datetime.now(UTC)):
-            from guard.watch import Clock, ReplayClock, WallClock, Watch  # watching runs only
+            from guard.plan.watch import watch_end  # watching runs only
+            from guard.watch import Clock, ReplayClock, WallClock, Watch
 
             clock: Clock = ReplayClock(now) if inputs.at else WallClock()
             Watch(s, prom, kube, templates, executor.log, snap,
                   lambda decided: executor_for(decided, executor.outcomes), clock,
-                  now + timedelta(seconds=s.watch_until_s),
+                  watch_end(now, s),
                   (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
-                  released(actions), not cordon_landed(executor.outcomes)).run()  # fmt: skip
+                  released(actions), not landed,
+                  (lambda: held[0].record(held[1], datetime.now(UTC)))
+                  if held and held[1] else lambda: True,
+                  ).run()  # fmt: skip
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 

@@ -15,6 +15,12 @@ Case list, when a run starts (the Lease as read):
 A renewal that meets another holder or a 409 is a lost Lease: the watch ends at once. A run
 killed before its release leaves the Lease to expire `lease_duration_s` after its last renewal,
 within the CronJob's deadline, so the next run takes it.
+
+One cordon per cron slot, also across runs one after the other: a run whose cordon landed
+writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
+`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation at once; a run that takes the
+Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
+A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes the record.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from guard.kube import Conflict, Kube
 from guard.names import APP_LABEL, APP_NAME, CYCLE_LEASE
 
 _MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # the API's MicroTime
+
+
+def slot_key(annotation_prefix: str) -> str:
+    """The Lease's annotation naming the cron slot (RFC 3339) of the last cordon that landed."""
+    return f"{annotation_prefix}isolated-slot"
 
 
 def _time(at: datetime) -> str:
@@ -69,7 +80,14 @@ class CycleLease:
     namespace: str
     holder: str  # the pod's name and the process id: unique per run
     duration_s: int
+    slot_key: str  # the annotation that names the slot of the last isolation
+    isolated: str = ""  # this run's slot, once its cordon landed
     _lease: dict[str, Any] | None = None
+
+    def isolated_slot(self) -> str:
+        """The slot of the last isolation, as the Lease said when this run took it."""
+        meta = (self._lease or {}).get("metadata") or {}
+        return str((meta.get("annotations") or {}).get(self.slot_key, ""))
 
     def _body(self, now: datetime, acquire: bool) -> dict[str, Any]:
         old = self._lease or {}
@@ -79,8 +97,13 @@ class CycleLease:
         if acquire:
             spec["acquireTime"] = _time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + bool(old)
-        meta = {"name": CYCLE_LEASE, "namespace": self.namespace,
-                "labels": {APP_LABEL: APP_NAME}}  # fmt: skip
+        meta: dict[str, Any] = {"name": CYCLE_LEASE, "namespace": self.namespace,
+                                "labels": {APP_LABEL: APP_NAME}}  # fmt: skip
+        notes = dict((old.get("metadata") or {}).get("annotations") or {})
+        if self.isolated:
+            notes[self.slot_key] = self.isolated
+        if notes:
+            meta["annotations"] = notes
         if old:
             meta["resourceVersion"] = str((old.get("metadata") or {}).get("resourceVersion", ""))
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
@@ -112,6 +135,11 @@ class CycleLease:
         except Conflict:
             return False
         return True
+
+    def record(self, slot: str, now: datetime) -> bool:
+        """A cordon of this run landed: its slot goes into the Lease now (renewed)."""
+        self.isolated = slot
+        return self.renew(now)
 
     def release(self, now: datetime) -> None:
         """Free at once for the next run: no holder, renewed now (a Conflict: not ours any

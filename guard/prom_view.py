@@ -116,7 +116,26 @@ def read_prom(
     )
     if not sent:
         view = _with_signals(view, vectors, matrices, now, s, intake)
+    elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
+        since, status = _nvml(vectors, matrices, now, s, intake)
+        view = replace(view, nvml_since=since, nvml_status=status)
     return _without(view, intake.problems)
+
+
+def _nvml(
+    vectors: dict[str, tuple[Sample, ...]],
+    matrices: dict[str, tuple[Series, ...]],
+    now: datetime,
+    s: Settings,
+    intake: _Intake,
+) -> tuple[tuple[tuple[str, datetime], ...], tuple[AgentCheck, ...]]:
+    """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
+    lookback = queries.nvml_lookback_s(s)
+    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
+    node = queries.NODE_LABEL
+    status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
+              for x in intake.agent("nvml-status", vectors["nvml-status"])}  # fmt: skip
+    return since, tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail)))
 
 
 def _with_signals(
@@ -128,11 +147,8 @@ def _with_signals(
     intake: _Intake,
 ) -> PromView:
     """The node agent's nvidia-match and the service network's pods."""
-    lookback = queries.nvml_lookback_s(s)
-    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
+    since, status = _nvml(vectors, matrices, now, s, intake)
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
-    status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-              for x in intake.agent("nvml-status", vectors["nvml-status"])}  # fmt: skip
     pods = (ServicePod(x.label(selector), x.label("namespace"), x.label("pod"), x.label(node),
                        x.value >= 1)
             for x in intake.pods("service-network-pods", vectors["service-network-pods"],
@@ -142,7 +158,7 @@ def _with_signals(
     return replace(
         view,
         nvml_since=since,
-        nvml_status=tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
+        nvml_status=status,
         service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
         service_seen=tuple(sorted(seen)),
     )

@@ -370,16 +370,30 @@ POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
 SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
 
 
-def nvml_mismatch() -> str:
-    """Per node, 1 while every agent series of the node says nvidia-match failed (`check_ok` 0).
+def nvml_mismatch(node: str = "") -> str:
+    """Per node (or only `node`), 1 while every agent series of the node says nvidia-match
+    failed (`check_ok` 0).
 
     Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
     scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
     """
-    return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"}})) > 0'
+    one = f", {_is(NODE_LABEL, node)}" if node else ""
+    return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
 
 
-def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
+def mismatch_queries(s: Settings, node: str) -> tuple[Query, ...]:
+    """The cycle's nvidia-match history and status narrowed to `node`: the in-run watch's reads
+    for a mismatch hold that completes while it is up (the node agent names its node)."""
+    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, node)
+    info = (f'max by ({NODE_LABEL}, status, detail) '
+            f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, node)}}})')  # fmt: skip
+    return (
+        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
+        Query("nvml-status", info, required=(NODE_LABEL, "status")),
+    )
+
+
+def nvml_mismatch_history(lookback_s: int, step_s: int, node: str = "") -> str:
     """Per node, the steps of the lookback at which the mismatch was observed (a matrix).
 
     The hold is decided from it in `guard.prom_view` exactly as for GPU loss (`loss_since`): a
@@ -387,7 +401,7 @@ def nvml_mismatch_history(lookback_s: int, step_s: int) -> str:
     `min_over_time` of a subquery, which skips the steps without data and so would count a
     failure seen before and after a gap as held across it.
     """
-    return f"({nvml_mismatch()})[{lookback_s}s:{step_s}s]"
+    return f"({nvml_mismatch(node)})[{lookback_s}s:{step_s}s]"
 
 
 def nvml_status(pins: Pins = NO_PINS) -> str:

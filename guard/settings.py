@@ -238,8 +238,16 @@ class Settings:
         "After its cycle, the run watches pending holds until this many seconds after it started "
         "(the CronJob's activeDeadlineSeconds 240 less 30)",
     )
-    watch_interval_s: int = _opt(
-        30, "Seconds between the watch's polls (about the scrape interval)"
+    scrape_interval_s: int = _opt(
+        15,
+        "Scrape interval of dcgm-exporter and kube-state-metrics: the watch polls once per scrape "
+        "and re-reads a due node's loss history at this step (a divisor of query_step_s)",
+    )
+    job_name: str = _opt(
+        "",
+        "The run's own Job (the CronJob sets it from the pod's job-name label): a scheduled Job "
+        "is named <cronjob>-<minutes since the epoch>, and the watch ends watch_until_s after "
+        "that schedule, never past the Job's activeDeadlineSeconds (empty: after the run's start)",
     )
     lease_duration_s: int = _opt(
         90,
@@ -424,10 +432,13 @@ def _writes(s: Settings) -> list[Check]:
         (_within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S), "watch_until_s",
          f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
          f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})"),
-        (_within(s.watch_interval_s, 5, 120), "watch_interval_s", "must be in 5..120"),
-        (_within(s.lease_duration_s, 2 * s.watch_interval_s, CRONJOB_DEADLINE_S),
+        (_within(s.scrape_interval_s, 5, 120) and s.query_step_s % s.scrape_interval_s == 0,
+         "scrape_interval_s", "must be in 5..120 and divide query_step_s"),
+        (s.job_name == "" or is_dns_subdomain(s.job_name), "job_name",
+         "must be empty or a Job name (a DNS-1123 subdomain)"),
+        (_within(s.lease_duration_s, 2 * s.scrape_interval_s, CRONJOB_DEADLINE_S),
          "lease_duration_s",
-         f"must be in 2 × watch_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
+         f"must be in 2 × scrape_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
          " again within the CronJob's deadline)"),
         (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
          "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),

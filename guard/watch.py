@@ -1,17 +1,21 @@
 """The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
 at the next tick.
 
-It waits for the holds pending at its start (guard.plan.watch `dues`) and polls with one query
-per `Settings.watch_interval_s` (`guard.queries.watch_poll`: hardware Xid and GPU loss now, not
-cordoned) for faults that appear while it is up. When a node's hold is due it re-reads only that
-node — its Xids, loss history and cordon in kube-state-metrics (`guard.queries.hold_queries`),
-its Node object — and the isolation check plans on the cycle's snapshot with those facts
+It waits for the holds pending at its start (guard.plan.watch `dues`: hardware Xids and the
+driver/NVML mismatch; for a mismatch it also re-reads the node's nvidia-match history and
+status, `guard.queries.mismatch_queries`) and polls with one query
+per scrape (`Settings.scrape_interval_s`; `guard.queries.watch_poll`: hardware Xid and GPU loss
+now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
+only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
+(`guard.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
+snapshot with those facts
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
 (`already-cordoned`). At most one cordon per run: after a cordon landed in the cycle the watch
 decides nothing and only holds the cycle's Lease until its end (a run started beside this one in
 the same slot then finds the Lease held); after a cordon of its own it does the same. It ends at
-`Settings.watch_until_s` after the run started, when the cycle's Lease is lost, or when a read
+`Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
+cycle's Lease is lost, or when a read
 fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
 then is the next run's.
 
@@ -41,7 +45,8 @@ from guard.names import Annotations
 from guard.objects import node_info
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
-from guard.plan.watch import Due, decision_snapshot, dues, split
+from guard.plan.mismatch import NVML_MISMATCH
+from guard.plan.watch import Due, decision_snapshot, dues, fine, split
 from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom, with_prom_unreadable
 from guard.settings import Settings
@@ -94,6 +99,8 @@ class Watch:
     # holding the cycle's Lease until the end, so a run started beside it in the same slot
     # finds the Lease held and cannot cordon a second node.
     deciding: bool = True
+    # After its cordon landed: the run's cron slot goes into the Lease at once (guard/lease.py).
+    record: Callable[[], bool] = lambda: True
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
     left: set[str] = field(default_factory=set)
@@ -117,7 +124,7 @@ class Watch:
             nxt = "polling for new faults"
         self.log.emit("watch-start", {
             "waiting": len(self.waiting), "left": len(self.left), "until": format_time(self.end),
-            "interval_s": self.s.watch_interval_s, "next": nxt,
+            "interval_s": self.s.scrape_interval_s, "next": nxt,
         })  # fmt: skip
         prom_before = self.prom.requests_made
         api_before = self.kube.requests_made if self.kube else 0
@@ -136,13 +143,13 @@ class Watch:
         }, level)  # fmt: skip
 
     def _loop(self, start: datetime) -> str:
-        next_poll = start + timedelta(seconds=self.s.watch_interval_s)
+        next_poll = start + timedelta(seconds=self.s.scrape_interval_s)
         while True:
             now = self.clock.now()
             for d in sorted((d for d in self.waiting.values() if d.at <= now),
                             key=lambda d: (d.at, d.node)):  # fmt: skip
                 del self.waiting[d.node]
-                if self._decide(d.node, now):
+                if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
                     self._stop_deciding()
                     break
             if now >= self.end:
@@ -150,7 +157,7 @@ class Watch:
             if now >= next_poll:
                 if self.deciding and self._poll(now):
                     self._stop_deciding()
-                next_poll += timedelta(seconds=self.s.watch_interval_s)
+                next_poll += timedelta(seconds=self.s.scrape_interval_s)
                 if not self.renew(self.clock.now()):
                     return "lease-lost"
             times = [next_poll, self.end, *(d.at for d in self.waiting.values())]
@@ -178,10 +185,15 @@ class Watch:
                 return True
         return False
 
-    def _read(self, name: str, now: datetime) -> Snapshot:
-        """The cycle's snapshot with that node's facts as re-read at `now`."""
-        names = [n.name for n in self.base.nodes]
-        view = read_prom(self.prom, self.s, now, names, queries.hold_queries(self.s, name))
+    def _read(self, name: str, now: datetime, mismatch: bool) -> Snapshot:
+        """The cycle's snapshot with that node's facts as re-read at `now`, its loss history
+        (and for a mismatch hold its nvidia-match history) on the scrape grid (one node:
+        cheap)."""
+        names, at_scrape = [n.name for n in self.base.nodes], fine(self.s)
+        sent = queries.hold_queries(at_scrape, name)
+        if mismatch:
+            sent += queries.mismatch_queries(at_scrape, name)
+        view = read_prom(self.prom, at_scrape, now, names, sent)
         node = self._node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
@@ -194,12 +206,15 @@ class Watch:
         except NotFound:
             return None
 
-    def _decide(self, name: str, now: datetime, new: bool = False) -> bool:
+    def _decide(self, name: str, now: datetime, new: bool = False, mismatch: bool = False) -> bool:
         """One decision for the node; True when a cordon landed."""
-        snap = self._read(name, now)
-        if name in {g.node for g in hold.candidates(snap.prom, now, self.s)}:
+        snap = self._read(name, now, mismatch)
+        found = {g.node for g in hold.candidates(snap.prom, now, self.s)}
+        if mismatch and self.s.nvml_mismatch_cordon:
+            found.update(hold.nvml_candidates(snap.prom, now, self.s))
+        if name in found:
             return self._apply(snap, plan_isolation(snap, self.s, self.templates, self.released))
-        later = [d for d in dues(snap, self.s) if d.node == name]
+        later = [d for d in dues(snap, self.s, self.s.scrape_interval_s) if d.node == name]
         if later and later[0].at <= self.end:
             self.waiting[name] = later[0]
             word, nxt = "waits", f"decides at {format_time(later[0].at)}"
@@ -207,7 +222,10 @@ class Watch:
             self.left.add(name)
             word, nxt = "left", f"decides at {format_time(later[0].at)}, after this run: next run"
         else:
-            word, nxt = "ended", "no hardware Xid with GPU loss now, not cordoned: nothing to do"
+            word, nxt = (
+                "ended",
+                "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do",
+            )
         if new and word == "ended":
             # The poll's instant saw a loss the history's last step does not show yet (it is
             # read on the step grid): no line, and the next poll looks again.
@@ -224,5 +242,6 @@ class Watch:
             executor.apply(action)
         if cordon_landed(executor.outcomes):
             self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
+            self.record()  # a lost Lease ends the watch at its next renewal
             return True
         return False

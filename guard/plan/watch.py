@@ -1,11 +1,20 @@
 """The in-run watch's decisions (guard/watch.py runs them): which holds it waits for, and the
 snapshot one decision plans on.
 
-Case list, for each Node with a pending hardware-Xid hold (guard.plan.pending), at the start of
-the watch and for each Node the watch's poll names later (a name no Node has is the cycle's
-not-in-api line, not a wait):
-  the hold completes at or before the watch's end       → due then (its node's earliest GPU)
+Case list, for each Node with a pending hardware-Xid or driver/NVML mismatch hold
+(guard.plan.pending), at the start of the watch, and for each Node the watch's poll names later
+(hardware Xids only; a name no Node has is the cycle's not-in-api line, not a wait):
+  the hold can complete at or before the watch's end    → due then (its node's earliest GPU)
   it completes later                                    → left to the next run
+The cycle reads the loss history on its `query_step_s` grid (one minute, for every node); the
+watch re-reads one node at `Settings.scrape_interval_s` (`fine`), where the loss shows up to one
+coarse step less one scrape earlier, so a node is due that much before its cycle's `decides at`
+(`dues`): the re-read then decides, or says when on the finer grid. Either way the loss was
+scraped no later than the step it starts at, so no hold is ever shorter than its window.
+The watch ends `watch_until_s` after the Job's schedule (`watch_end`): the CronJob's deadline
+counts from the Job's start, which is never before its schedule, so a pod that started late
+does not watch past the deadline; a run of a Job with no schedule in its name (by hand, or no
+`job_name`) counts from its own start.
 When a node is due, only its facts are read again (its Xids and loss history, its cordon in
 kube-state-metrics, its Node object) and `decision_snapshot` puts them in the cycle's
 snapshot in place of the old ones, with `now` the decision's instant; the isolation check then
@@ -16,11 +25,12 @@ decides only while no cordon has landed in this run.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from guard.model import NodeInfo, PromView, Snapshot
-from guard.plan.pending import Pending, pending
+from guard.plan.pending import pending
 from guard.settings import Settings
 
 
@@ -33,16 +43,64 @@ class Due:
     at: datetime
 
 
-def dues(snap: Snapshot, s: Settings) -> tuple[Due, ...]:
-    """Per node with a pending Xid hold, when the first of its holds completes; by time, name."""
+_SCHEDULED = re.compile(r"-(\d{1,12})\Z")  # the CronJob's Job: <cronjob>-<minutes since epoch>
+
+
+def fine(s: Settings) -> Settings:
+    """The settings of the watch's one-node re-reads: the loss history at the scrape step."""
+    return replace(s, query_step_s=s.scrape_interval_s)
+
+
+def dues(snap: Snapshot, s: Settings, step_s: int | None = None) -> tuple[Due, ...]:
+    """Per node with a pending Xid hold, the earliest instant the first of its holds can
+    complete; by time, name. `snap` read on the `step_s` grid (default the cycle's): on the
+    scrape grid the hold may complete up to one step less one scrape before it says."""
+    early = timedelta(seconds=(s.query_step_s if step_s is None else step_s) - s.scrape_interval_s)
     first: dict[str, Due] = {}
     for p in pending(snap, s):
-        if not isinstance(p, Pending) or snap.node(p.node) is None:
-            continue  # a mismatch's hold is the next run's; a name no Node has, not-in-api
+        if snap.node(p.node) is None:
+            continue  # a name no Node has: not-in-api
         seen = first.get(p.node)
-        if seen is None or p.decides_at < seen.at:
-            first[p.node] = Due(p.node, p.reason, p.decides_at)
+        if seen is None or p.decides_at - early < seen.at:
+            first[p.node] = Due(p.node, p.reason, p.decides_at - early)
     return tuple(sorted(first.values(), key=lambda d: (d.at, d.node)))
+
+
+def scheduled_at(job_name: str, started: datetime, cadence_s: int) -> datetime | None:
+    """The schedule the CronJob gave the run's Job, from its name, when that fits a run
+    started at `started` (within one period before it); else None.
+
+    >>> at = datetime(2026, 9, 21, 5, 50, 59, tzinfo=UTC)
+    >>> scheduled_at("gpu-node-guard-29832830", at, 300).strftime("%H:%M:%S")
+    '05:50:00'
+    >>> scheduled_at("gpu-node-guard-manual-1", at, 300) is None
+    True
+    """
+    found = _SCHEDULED.search(job_name)
+    if not found:
+        return None
+    at = datetime.fromtimestamp(int(found.group(1)) * 60, UTC)
+    return at if at <= started < at + timedelta(seconds=cadence_s) else None
+
+
+def cron_slot(started: datetime, s: Settings) -> datetime:
+    """The cron slot of a run: its Job's schedule, else its start on the cadence's grid (a run
+    by hand in the same five minutes as the CronJob's is in that run's slot).
+
+    >>> cron_slot(datetime(2026, 9, 21, 5, 54, 59, tzinfo=UTC), Settings()).strftime("%H:%M")
+    '05:50'
+    """
+    found = scheduled_at(s.job_name, started, s.cadence_s)
+    if found:
+        return found
+    return datetime.fromtimestamp(started.timestamp() // s.cadence_s * s.cadence_s, UTC)
+
+
+def watch_end(started: datetime, s: Settings) -> datetime:
+    """`watch_until_s` after the Job's schedule (its start is never earlier, and the deadline
+    counts from there), or after the run's start without one."""
+    scheduled = scheduled_at(s.job_name, started, s.cadence_s)
+    return min(started, scheduled or started) + timedelta(seconds=s.watch_until_s)
 
 
 def split(found: tuple[Due, ...], end: datetime) -> tuple[tuple[Due, ...], tuple[Due, ...]]:
@@ -62,5 +120,7 @@ def decision_snapshot(
         loss_since=tuple(x for x in view.loss_since if x[0] == name),
         cordoned=tuple(n for n in view.cordoned if n == name),
         unreadable=tuple(p for p in view.unreadable if p.node == name),
+        nvml_since=tuple(x for x in view.nvml_since if x[0] == name),
+        nvml_status=tuple(a for a in view.nvml_status if a.node == name),
     )
     return replace(base, now=now, nodes=tuple(sorted(nodes, key=lambda n: n.name)), prom=prom)

@@ -25,7 +25,7 @@ from guard.jobs import job_name, node_label
 from guard.kube import Kube
 from guard.log import Log
 from guard.model import Snapshot
-from guard.names import Annotations
+from guard.names import CYCLE_LEASE, Annotations
 from guard.outcome import Outcome
 from guard.plan import plan_cycle
 from guard.prom import PromClient
@@ -195,9 +195,10 @@ def node_events(admin: client.ApiClient, node: str) -> list[dict[str, Any]]:
 
 
 def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
-    """Remove the guard's Jobs, the ledger, its archives and the guard's Events, so the next test
-    starts clean. Jobs go with propagation Background: the default (orphan) leaves them behind a
-    finalizer that only the absent garbage collector would clear."""
+    """Remove the guard's Jobs, the ledger, its archives, the guard's Events and the cycle's
+    Lease (it records the slot of the last cordon), so the next test starts clean. Jobs go with
+    propagation Background: the default (orphan) leaves them behind a finalizer that only the
+    absent garbage collector would clear."""
     client.BatchV1Api(admin).delete_collection_namespaced_job(
         JOBS_NS,
         label_selector="app.kubernetes.io/name=gpu-node-guard",
@@ -206,6 +207,11 @@ def forget_guard_state(core: client.CoreV1Api, admin: client.ApiClient) -> None:
     for cm in core.list_namespaced_config_map(NS).items:
         if cm.metadata.name.startswith(LEDGER):
             core.delete_namespaced_config_map(cm.metadata.name, NS)
+    try:
+        client.CoordinationV1Api(admin).delete_namespaced_lease(CYCLE_LEASE, NS)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
     events = client.EventsV1Api(admin)
     try:
         events.delete_collection_namespaced_event(

@@ -23,6 +23,8 @@ from guard.example.scenario import (
     NodeTimeline,
     PodTimeline,
 )
+from guard.ledger import parse_time
+from guard.settings import Settings
 from tests.apiserver.guard_run import (
     KEYS,
     NO_CF,
@@ -153,6 +155,24 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
         **CHECKED,
         KEYS.returned: f"{RETURN_AT:%Y-%m-%dT%H:%M:%SZ} job/{loadtest.metadata.name}",
     }
+
+
+def test_a_mismatch_hold_that_completes_during_the_watch_is_cordoned_by_that_run(
+    prom, guard_kubeconfig, checked_gpu_node, core, deployed
+):
+    """Pending a minute before its hold completes: the run's watch re-reads that node's
+    nvidia-match history on the scrape grid and cordons when the hold completes, not the next
+    run five minutes later."""
+    node = checked_gpu_node(NODE, allocatable=8)
+    run = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1), "--watch")
+    (pending,) = [line for line in run.lines("pending") if line["node"] == node]
+    assert pending["reason"] == "nvml-mismatch"
+    assert [line["node"] for line in run.lines("cordon")] == [node]
+    assert mine(run.plan, node) == [("cordon", "nvml-mismatch"), ("event", "nvml-mismatch")]
+    (end,) = run.lines("watch-end")
+    assert (end["why"], end["cordoned"]) == ("cordon-landed", node)
+    at = parse_time(guard_notes(core.read_node(node))[KEYS.at])
+    assert HELD_AT <= at <= HELD_AT + timedelta(seconds=Settings().scrape_interval_s)
 
 
 def test_a_persons_uncordon_of_a_mismatch_cordon_sticks_in_that_boot(

@@ -7,9 +7,12 @@ inside the run is decided then — by the same process, not by the next run.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +21,8 @@ from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
-from guard.ledger import parse_time
+from guard.lease import slot_key
+from guard.ledger import format_time, parse_time
 from guard.names import CYCLE_LEASE
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -40,6 +44,7 @@ pytestmark = pytest.mark.apiserver
 
 ONSET = T0 + timedelta(seconds=ONSET_S)
 FAST_HOLD_S = Settings().fast_hold_window_s
+SCRAPE_S = Settings().scrape_interval_s
 LATE_S = 30  # w-late's Xid 79 and GPU loss begin this long after the run starts
 RUN_AT = ONSET + timedelta(seconds=60)  # w-fast: 60 s of its 120 s hold have passed
 
@@ -55,6 +60,7 @@ def slow(name: str) -> NodeTimeline:
 
 
 RACE = tuple(f"w-race-{i}" for i in range(2))
+SLOT_KEY = slot_key(KEYS.prefix)
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +88,16 @@ def test_a_hold_that_completes_during_the_watch_is_cordoned_in_the_same_run(
     assert events.index("cordon") < events.index("watch-end")
     (cordon,) = run.lines("cordon")
     assert cordon["node"] == node and cordon["held_s"] >= FAST_HOLD_S
+    # The watch woke when the hold could first have completed on the scrape grid (the cycle
+    # read the minute grid), re-read the node there and waited for the instant it named.
+    (wait,) = run.lines("watch-wait")
+    assert (wait["node"], wait["hold"]) == (node, "waits")
+    assert wait["next"] == f"decides at {pending['decides_at']}"
     (end,) = run.lines("watch-end")
-    assert (end["why"], end["cordoned"], end["decisions"]) == ("cordon-landed", node, 1)
-    # cordoned when the hold had passed, not before, and within one step of it
+    assert (end["why"], end["cordoned"], end["decisions"]) == ("cordon-landed", node, 2)
+    # cordoned when the hold had passed, not before, and within one scrape of it
     at = cordon_at(core, node)
-    assert at is not None and decides <= at <= decides + timedelta(seconds=60)
+    assert at is not None and decides <= at <= decides + timedelta(seconds=SCRAPE_S)
     assert ("cordon", "xid-79") in mine(run.plan, node)  # --output json has the watch's writes
 
 
@@ -157,14 +168,26 @@ TRIALS = 20
 WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its cycle
 
 
-@pytest.fixture(scope="module")
-def live_prom() -> Iterator[LocalPrometheus]:
+@contextmanager
+def live_faults() -> Iterator[LocalPrometheus]:
     """The race nodes' faults in real time: Xid 79 and GPU loss for 5 minutes now."""
     require_engine("prometheus2")
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(seconds=ONSET_S + 300)
     scenario = Scenario(start=start, duration_s=ONSET_S + 600,
                         nodes=tuple(faulted(n) for n in RACE), pods=(KSM_POD,))  # fmt: skip
     with scenario_server(scenario) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def live_prom() -> Iterator[LocalPrometheus]:
+    with live_faults() as server:
+        yield server
+
+
+@pytest.fixture
+def slot_prom() -> Iterator[LocalPrometheus]:
+    with live_faults() as server:
         yield server
 
 
@@ -190,9 +213,59 @@ def test_two_runs_started_together_never_cordon_two_nodes_in_one_slot(
     assert held == TRIALS  # every trial raced: one of the two found the Lease held
 
 
-def _start(prom: LocalPrometheus, kubeconfig: Path) -> subprocess.Popen[str]:
+def test_a_run_after_another_in_the_same_slot_does_not_cordon_again(
+    slot_prom, guard_kubeconfig, core, admin
+):
+    """One cordon per cron slot also one run after the other (a run by hand after the
+    CronJob's): the first run's cordon writes its slot into the Lease; the second, in the same
+    slot and able to see the other held fault, logs `slot-isolated` and exits 0; a run of the
+    next slot cordons the other node."""
+    slot = _slot_with_room()
+    job = f"gpu-node-guard-{int(slot.timestamp()) // 60}"  # the CronJob's Job of this slot
+    for name in RACE:
+        make_gpu_node(core, name)
+    try:
+        first = _start(slot_prom, guard_kubeconfig, "--no-watch", "--job-name", job)
+        assert first.wait(timeout=120) == 0
+        (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+        assert lease.metadata.annotations[SLOT_KEY] == format_time(slot)
+        assert lease.spec.holder_identity in ("", None)  # released, the record kept
+        second = _start(slot_prom, guard_kubeconfig, "--no-watch")  # by hand: no Job name
+        log = second.communicate(timeout=120)[1]
+        assert second.returncode == 0, log
+        events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
+        assert events[-1] == "slot-isolated" and "cordon" not in events, log
+        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == [done]
+        # The next slot: the record is of an older one, so that run decides.
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+        older = format_time(slot - timedelta(seconds=Settings().cadence_s))
+        lease.metadata.annotations[SLOT_KEY] = older
+        client.CoordinationV1Api(admin).replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+        third = _start(slot_prom, guard_kubeconfig, "--no-watch")
+        assert third.wait(timeout=120) == 0
+        assert all(core.read_node(n).spec.unschedulable for n in RACE)
+    finally:
+        for name in RACE:
+            core.delete_node(name)
+        forget_guard_state(core, admin)
+
+
+def _slot_with_room() -> datetime:
+    """The current cron slot, waiting for the next one when less than a minute of it is left:
+    the test's runs must all start in the slot they name."""
+    cadence = Settings().cadence_s
+    now = time.time()
+    if cadence - now % cadence < 60:
+        time.sleep(cadence - now % cadence + 1)
+        now = time.time()
+    return datetime.fromtimestamp(now // cadence * cadence, UTC)
+
+
+def _start(prom: LocalPrometheus, kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--log-format", "json", "--watch-until-s", str(WATCH_S), NO_CF],
+         str(kubeconfig), "--log-format", "json", "--watch-until-s", str(WATCH_S), NO_CF,
+         *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from guard.model import GpuPod, NodeInfo, PromView
 from guard.plan.hold import candidates, loss_held_s
+from guard.plan.watch import fine
 from guard.prom import PromClient, PromError
 from guard.prom_view import JoinError, check_join, read_prom
 from guard.queries import hold_queries, watch_poll
@@ -84,6 +85,22 @@ def test_hold_is_never_shorter_than_the_setting_at_any_second(prom, node, first_
     assert_held_at_every_second(
         lambda at: node in selected(prom, at, s), first_seen, FAST, s.query_step_s
     )
+
+
+@pytest.mark.parametrize(("node", "first_seen"), OFF_GRID)
+def test_the_watchs_re_read_on_the_scrape_grid_never_decides_before_the_hold(
+    prom, node, first_seen
+):
+    """The watch re-reads one node's loss history at the scrape step (guard.plan.watch.fine):
+    at every second never before the hold really passed, and within one scrape of it."""
+    s = fine(S)
+    client = PromClient(prom.url)
+
+    def selected_now(at: datetime) -> bool:
+        one = read_prom(client, s, at, NODE_NAMES, hold_queries(s, node))
+        return node in {c.node for c in candidates(one, at, s)}
+
+    assert_held_at_every_second(selected_now, first_seen, FAST, S.scrape_interval_s)
 
 
 def test_candidates_carry_gpu_identity(prom):

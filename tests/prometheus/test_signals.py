@@ -18,8 +18,10 @@ from guard import alert_queries, alerts
 from guard.example.scenario import AGENT_DETAIL, AGENT_FAIL, AGENT_PASS, AGENT_UNKNOWN
 from guard.model import AgentCheck, PromView, ServicePod
 from guard.plan.hold import nvml_candidates, nvml_held_s
+from guard.plan.watch import fine
 from guard.prom import PromClient
 from guard.prom_view import read_prom
+from guard.queries import hold_queries, mismatch_queries
 from guard.settings import Settings
 from tests.prometheus.conftest import (
     GAP_BACK_S,
@@ -86,6 +88,29 @@ def test_mismatch_hold_is_never_shorter_than_the_setting_at_any_second(prom_sign
         HOLD,
         S.query_step_s,
     )
+
+
+def test_the_watchs_mismatch_re_read_on_the_scrape_grid_never_decides_before_the_hold(
+    prom_signals,
+):
+    """The watch re-reads one node's nvidia-match history and status at the scrape step
+    (guard.queries.mismatch_queries): never held before the hold really passed, within one
+    scrape of it, and the status the cycle's read gives that node."""
+    s, client = fine(S), PromClient(prom_signals.url)
+
+    def one(at: datetime) -> PromView:
+        sent = hold_queries(s, "drv-offgrid") + mismatch_queries(s, "drv-offgrid")
+        return read_prom(client, s, at, SIGNAL_NODE_NAMES, sent)
+
+    assert_held_at_every_second(
+        lambda at: "drv-offgrid" in nvml_candidates(one(at), at, s),
+        ONSET + timedelta(seconds=48),
+        HOLD,
+        S.scrape_interval_s,
+    )
+    at = minutes(12)
+    full = view(prom_signals, at)
+    assert one(at).nvml_status == full.agent("drv-offgrid")
 
 
 @pytest.mark.parametrize(

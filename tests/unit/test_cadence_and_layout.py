@@ -11,6 +11,7 @@ that quote them (README.md, docs/deploy.md, docs/writes.md, docs/benchmarks.md).
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,15 @@ from click.testing import CliRunner
 
 from guard.alert_queries import AlertParams
 from guard.cli import cli
-from guard.settings import CRONJOB_DEADLINE_S, LAYOUT_SETTINGS, Settings, setting_default
+from guard.example.promserver import prometheus_config
+from guard.example.scenario import Scenario
+from guard.settings import (
+    CRONJOB_DEADLINE_S,
+    LAYOUT_SETTINGS,
+    WATCH_MARGIN_S,
+    Settings,
+    setting_default,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CRONJOB = REPO / "manifests" / "base" / "cronjob.yaml"
@@ -95,3 +104,21 @@ def test_a_layout_setting_other_than_the_manifests_warns_at_start(name: str) -> 
 def test_the_defaults_are_the_manifests_and_say_nothing() -> None:
     out = CliRunner().invoke(cli, ["render", "evidence", "--node", "gpu-1"])
     assert out.exit_code == 0 and "WARN" not in out.stderr, out.stderr
+
+
+def test_the_watch_keeps_to_the_deadline_and_polls_once_per_scrape(tmp_path: Path) -> None:
+    """The watch ends `WATCH_MARGIN_S` before the CronJob's deadline, counted from the Job's
+    schedule (the pod reads its Job's name, which carries it); it polls and re-reads a due node
+    on the scrape grid, which divides the cycle's step; the example's Prometheus and scenarios
+    scrape at that interval."""
+    spec, s = cronjob_spec(), Settings()
+    deadline = spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+    assert s.watch_until_s == deadline - WATCH_MARGIN_S > 0
+    (guard,) = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+           for e in guard["env"]}  # fmt: skip
+    assert env["GUARD_JOB_NAME"] == "metadata.labels['batch.kubernetes.io/job-name']"
+    assert s.query_step_s % s.scrape_interval_s == 0
+    assert Scenario(datetime.now(UTC), 1, ()).scrape_s == s.scrape_interval_s
+    config = yaml.safe_load(prometheus_config(tmp_path, {}).read_text())
+    assert config["global"]["scrape_interval"] == f"{s.scrape_interval_s}s"

@@ -28,7 +28,8 @@ EVERY = ROOT / "tests" / "overlays" / "every-setting"
 # Site settings the every-setting overlay leaves at their default, each for its reason (its
 # settings.env says which): in-cluster, the CronJob's schedule, one credential of three.
 LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
-        "prometheus_service_account_token"}  # fmt: skip
+        "prometheus_service_account_token",
+        "job_name"}  # fmt: skip  # job_name: the CronJob's own, from the pod's label
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import pytest
 
 from guard.cli import cli, command_paths
 from guard.events import ACTIONS
+from guard.lease import slot_key
 from guard.names import REPORTING_CONTROLLER, Annotations
 from guard.settings import Settings, setting_fields
 from tests.unit.test_runbook import github_slug
@@ -205,7 +206,8 @@ def test_every_event_reason_is_one_the_guard_emits(doc: str) -> None:
 
 @pytest.mark.parametrize("doc", doc_ids())
 def test_every_annotation_key_is_the_guards(doc: str) -> None:
-    """Keys under the default prefix: `Annotations`, the Jobs' node label, the onboarding taint."""
+    """Keys under the default prefix: `Annotations`, the Jobs' node label, the onboarding taint,
+    the cycle Lease's slot record."""
     prefix = Settings().annotation_prefix
     names = Annotations(prefix)
     keys = {
@@ -214,7 +216,7 @@ def test_every_annotation_key_is_the_guards(doc: str) -> None:
         if isinstance(getattr(Annotations, n, None), property)
         and isinstance(getattr(names, n), str)
     }
-    keys |= {Settings().onboarding_taint.partition("=")[0], REPORTING_CONTROLLER}
+    keys |= {Settings().onboarding_taint.partition("=")[0], REPORTING_CONTROLLER, slot_key(prefix)}
     cited = {
         prefix + k.rstrip("-")
         for k in re.findall(re.escape(prefix) + r"([a-z][a-z0-9-]*)", text_of(doc))

@@ -766,8 +766,8 @@ def test_the_cronjob_deadline_matches_the_manifest() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--watch-until-s", "211"), ("--watch-interval-s", "4"), ("--lease-duration-s", "241"),
-     ("--lease-duration-s", "59")],
+    [("--watch-until-s", "211"), ("--scrape-interval-s", "4"), ("--lease-duration-s", "241"),
+     ("--lease-duration-s", "29")],
 )  # fmt: skip
 def test_a_watch_past_the_cronjob_deadline_is_refused(flag: str, value: str) -> None:
     code, s, err = _settings({}, flag, value)

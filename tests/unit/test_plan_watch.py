@@ -5,16 +5,29 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from guard.apply import PrintExecutor
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.isolation import plan_isolation
-from guard.plan.watch import Due, decision_snapshot, dues, split
+from guard.plan.watch import Due, decision_snapshot, dues, scheduled_at, split, watch_end
 from guard.prom import PromClient
+from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S
 from guard.watch import ReplayClock, Watch
-from tests.builders import NOW, TEMPLATES, brief, gpu, node, settings, snapshot, xid_cordon
+from tests.builders import (
+    NOW,
+    TEMPLATES,
+    Signals,
+    brief,
+    gpu,
+    node,
+    settings,
+    snapshot,
+    xid_cordon,
+)
 
 
 def after(seconds: int):
@@ -27,11 +40,49 @@ def test_dues_are_each_nodes_first_hold_by_time():
         hardware=(gpu("a", 48), gpu("b", 48), gpu("b", 79, index=5), gpu("c", 79)),
         loss={"a": 300, "b": 60, "c": 30},
     )  # fmt: skip
+    # The cycle's minute grid: on the scrape grid each hold may complete up to 45 s sooner.
     assert dues(snap, settings()) == (
-        Due("b", "xid-79", after(60)),  # its fast-path GPU decides before its Xid 48
-        Due("c", "xid-79", after(90)),
-        Due("a", "xid-48", after(300)),
+        Due("b", "xid-79", after(60 - 45)),  # its fast-path GPU decides before its Xid 48
+        Due("c", "xid-79", after(90 - 45)),
+        Due("a", "xid-48", after(300 - 45)),
     )
+    # A view read on the scrape grid (the watch's re-read) says exactly when.
+    assert dues(snap, settings(), step_s=15)[0] == Due("b", "xid-79", after(60))
+
+
+@pytest.mark.parametrize("delay", [0, 17, 59, 299])
+def test_the_watch_ends_after_the_jobs_schedule_never_past_its_deadline(delay: int) -> None:
+    """A pod that started `delay` s after its Job's schedule watches until 210 s after the
+    schedule: the CronJob's activeDeadlineSeconds counts from the Job's start, never earlier."""
+    tick = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)
+    s = settings(job_name=f"gpu-node-guard-{int(tick.timestamp()) // 60}")
+    started = tick + timedelta(seconds=delay)
+    end = watch_end(started, s)
+    assert end == tick + timedelta(seconds=s.watch_until_s)
+    assert end <= tick + timedelta(seconds=CRONJOB_DEADLINE_S - WATCH_MARGIN_S)
+
+
+@pytest.mark.parametrize("job", ["", "gpu-node-guard-manual", "gpu-node-guard-manual-1"])
+def test_a_job_without_a_schedule_watches_from_the_runs_start(job: str) -> None:
+    s = settings(job_name=job)
+    assert watch_end(NOW, s) == NOW + timedelta(seconds=s.watch_until_s)
+
+
+def test_a_schedule_that_does_not_fit_the_run_is_not_taken() -> None:
+    """A name ending in a number that is not this period's schedule (a later one, or one more
+    than a period before the start) counts from the run's start."""
+    minutes = int(NOW.timestamp()) // 60
+    for name in (f"x-{minutes + 1}", f"x-{minutes - 6}"):
+        assert scheduled_at(name, NOW, 300) is None, name
+    assert scheduled_at(f"x-{minutes}", NOW, 300) == datetime.fromtimestamp(minutes * 60, UTC)
+
+
+def test_a_pending_mismatch_is_due_too_unless_its_cordon_is_off():
+    """A driver/NVML mismatch's hold (10 minutes by default) is the watch's when it completes
+    while the run is up; with --no-nvml-mismatch-cordon nothing waits for it."""
+    snap = snapshot(node("m"), signals=Signals(failing={"m": 540}))
+    assert dues(snap, settings()) == (Due("m", "nvml-mismatch", after(60 - 45)),)
+    assert dues(snap, settings(nvml_mismatch_cordon=False)) == ()
 
 
 def test_no_due_for_a_name_no_node_has_or_a_cordoned_node():
