@@ -21,8 +21,7 @@ import yaml
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.bundle import BundleError, load_bundle
-from guard.catchall import GuardedGroup
-from guard.cli_options import node_callback, pci_callback
+from guard.cli_options import GuardedGroup, node_callback, pci_callback
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.log import Log, Value

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from guard.ledger import parse_time
-from guard.redact import redact
+from guard.log import redact
 from guard.settings import Settings, SettingsError, layout_differences, setting_fields
 
 # GUARD_* names that are not Settings fields but options of a command (guard/cli.py,

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from guard.catchall import GuardedCommand
+from guard.cli_options import GuardedCommand
 from guard.jobs import JobTemplates, TemplateLoadError
 from guard.kube import Kube, KubeError
 from guard.model import PromView
