@@ -11,7 +11,13 @@ from guard.example import __file__ as example_init
 from guard.model import CordonRecord, GpuRef, PromView
 from guard.names import Annotations
 from guard.objects import is_guard_job, job_info, node_info
-from guard.snapshot import ClusterObjects, SnapshotError, build_snapshot, load_cluster_file
+from guard.snapshot import (
+    ClusterObjects,
+    SnapshotError,
+    build_snapshot,
+    load_cluster_file,
+    parse_nodes,
+)
 from tests.builders import NOW, S
 from tests.snapshot_json import round_trips
 
@@ -130,18 +136,21 @@ def test_nodes_and_jobs_without_a_name_are_reported_and_the_rest_read():
         "kind": "Job",
         "metadata": {"labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
     }
-    objs = ClusterObjects(
-        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), (guard_job,), None
+    nodes, ignored = parse_nodes(
+        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), KEYS, "test"
     )
+    objs = ClusterObjects(nodes, (guard_job,), None, ignored=ignored)
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [n.name for n in snap.nodes] == ["n"]
     assert snap.ignored == ("Node without metadata.name", "guard Job without metadata.name")
 
 
+def _one_node():
+    return parse_nodes(({"metadata": {"name": "n"}},), KEYS, "test")[0]
+
+
 def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
-    objs = ClusterObjects(
-        ({"metadata": {"name": "n"}},), (), {"data": {"n": 5, "m": "power cycled\n"}}
-    )
+    objs = ClusterObjects(_one_node(), (), {"data": {"n": 5, "m": "power cycled\n"}})
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [(ln.node, ln.problem) for ln in snap.ledger] == [
         ("m", "not a ledger line"),
@@ -150,7 +159,7 @@ def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
 
 
 def test_ledger_data_that_is_not_a_mapping_is_rejected():
-    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), {"data": ["n"]})
+    objs = ClusterObjects(_one_node(), (), {"data": ["n"]})
     with pytest.raises(SnapshotError, match="data is not a mapping"):
         build_snapshot(NOW, objs, PromView(), S)
 
