@@ -16,6 +16,7 @@ from typing import Any
 
 from guard import json_stream, ledger_store
 from guard.files import (
+    MAX_DEPTH,
     SNAPSHOT_JSON_MAX_BYTES,
     SNAPSHOT_MAX_BYTES,
     FileInputError,
@@ -131,6 +132,8 @@ class _Collect:
         if kind == "Node":
             self.nodes.add(item)
         elif kind in self.kept and self._wanted(kind, item):
+            if json_stream.item_too_deep(item):  # kept objects are digested and printed whole
+                raise SnapshotError(f"{self.origin}: nested deeper than {MAX_DEPTH} levels")
             self.kept[kind].append(slim_pod(item) if kind == "Pod" else item)
 
     def _wanted(self, kind: str, item: dict[str, Any]) -> bool:

@@ -177,3 +177,30 @@ def test_typed_records_and_unreadable_values_round_trip_through_json():
     )
     assert snap.node("b").cancelled is not None and snap.node("bad").unreadable
     assert round_trips(snap)
+
+
+def _json_list(tmp_path, items):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "items": items, "kind": "List"}))
+    return path
+
+
+def test_a_streamed_node_with_a_deeply_nested_value_is_unreadable_not_a_crash(tmp_path):
+    deep: object = "x"
+    for _ in range(600):
+        deep = [deep]
+    node = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"taints": deep}}
+    (info,) = load_cluster_file(_json_list(tmp_path, [node]), S).nodes
+    assert [u.where for u in info.unreadable] == ["spec.taints"]
+
+
+def test_a_kept_object_nested_too_deep_is_refused_in_one_line(tmp_path):
+    deep: object = {}
+    for _ in range(120):
+        deep = {"a": deep}
+    job = {"kind": "Job", "metadata": {"name": "j", "namespace": S.jobs_namespace,
+           "labels": {"app.kubernetes.io/name": "gpu-node-guard"}}, "spec": deep}  # fmt: skip
+    with pytest.raises(SnapshotError, match="nested deeper than 100 levels"):
+        load_cluster_file(
+            _json_list(tmp_path, [{"kind": "Node", "metadata": {"name": "n"}}, job]), S
+        )
