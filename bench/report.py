@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.cycle import CycleCost, Run
+from bench.cycle import CycleCost, Run, remedy
 from bench.isolate import INCIDENT_PHASE_S, SEED_MEASURED_S, CaseSummary, median_s
 from bench.scale import SizeResult
 
@@ -182,7 +182,8 @@ def _aborts(results: Sequence[SizeResult], mode: str) -> list[str]:
         elif cost is not None and cost.default_abort:
             lines.append(
                 f"- {r.nodes:,} nodes: with default settings the guard aborted "
-                f"(`{cost.default_abort}`); the row above ran with `--prometheus-timeout-s 600`."
+                f"(`{cost.default_abort}`); the row above ran with "
+                f"`{' '.join(remedy(cost.default_abort))}`."
             )
     return lines
 
