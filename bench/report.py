@@ -179,6 +179,10 @@ def _aborts(results: Sequence[SizeResult], mode: str) -> list[str]:
         cost = r.file if mode == "file" else r.api
         if cost is None and mode == "api":
             lines.append(f"- {r.nodes:,} nodes: API mode {r.api_note}.")
+        elif cost is not None and cost.guard.error:
+            lines.append(
+                f"- {r.nodes:,} nodes: the measured guard run aborted (`{cost.guard.error}`)."
+            )
         elif cost is not None and cost.default_abort:
             lines.append(
                 f"- {r.nodes:,} nodes: with default settings the guard aborted "
