@@ -22,7 +22,7 @@ import yaml
 KIB = 1024
 MIB = 1024 * KIB
 
-# Limits per kind of file: far above any real one, far below what hurts a 256 Mi container.
+# Limits per kind of file: far above any real one, far below what hurts a 384 Mi container.
 TOKEN_MAX_BYTES = 64 * KIB  # a bearer token or password file
 KUBECONFIG_MAX_BYTES = 4 * MIB  # embedded CA and client certificates of many clusters
 SNAPSHOT_MAX_BYTES = 32 * MIB  # `kubectl get nodes,jobs,… -o yaml` of a few thousand nodes

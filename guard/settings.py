@@ -582,7 +582,7 @@ def _reading(s: Settings) -> list[Check]:
         (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
          "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
          f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
-        # The upper bounds keep one answer well inside the guard's 256 Mi memory limit.
+        # The upper bounds keep one answer well inside the guard's 384 Mi memory limit.
         (65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES, "prometheus_max_answer_bytes",
          f"must be in 65536..{MAX_ANSWER_BYTES}"),
         (100 <= s.prometheus_max_series <= MAX_SERIES, "prometheus_max_series",
