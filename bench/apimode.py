@@ -9,6 +9,7 @@ guard's ``status.phase=Running`` list sees them. Without the binaries this mode 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -126,14 +127,19 @@ def _parallel(
     items: Iterable[dict[str, Any]],
     work: Callable[[requests.Session, dict[str, Any]], None],
 ) -> None:
-    """`work` on every item from WORKERS threads, one keep-alive session per thread."""
-    batch = list(items)
+    """`work` on every item from WORKERS threads, one keep-alive session per thread. Items are
+    drawn from `items` as the threads need them: 50,000 Nodes are never all built at once."""
+    lock, source = threading.Lock(), iter(items)
 
-    def worker(index: int) -> None:
+    def worker() -> None:
         http = _session(token, ca_file)
-        for item in batch[index::WORKERS]:
+        while True:
+            with lock:
+                item = next(source, None)
+            if item is None:
+                return
             work(http, item)
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        for future in [pool.submit(worker, i) for i in range(WORKERS)]:
+        for future in [pool.submit(worker) for _ in range(WORKERS)]:
             future.result()

@@ -18,9 +18,21 @@ from datetime import datetime
 
 from bench.proc import Measured, measure
 from guard.kube import PAGE
+from guard.settings import CRONJOB_DEADLINE_S, MAX_SERIES
 
 RUN_TIMEOUT_S = 1200
-LONG_QUERY_TIMEOUT = ("--prometheus-timeout-s", "600")
+# The longest answer wait the settings take: below the CronJob's activeDeadlineSeconds.
+LONG_QUERY_TIMEOUT = ("--prometheus-timeout-s", str(CRONJOB_DEADLINE_S - 10))
+# Above 20,000 nodes the host-label answers (one series per node) pass the default series cap;
+# the largest cap the settings take is what a site of that size sets.
+MOST_SERIES = ("--prometheus-max-series", str(MAX_SERIES))
+
+
+def remedy(abort: str) -> tuple[str, ...]:
+    """The flags the measured runs take after the default run aborted with `abort`."""
+    if not abort:
+        return ()
+    return (*LONG_QUERY_TIMEOUT, *(MOST_SERIES if "--prometheus-max-series" in abort else ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +159,7 @@ def profile_cycle(t: Target, extra: Sequence[str]) -> str:
 def measure_cycle(t: Target, reps: int, profile: bool = False) -> CycleCost:
     run_floor(t)  # warm-up: Prometheus caches and the page cache, not measured
     floor, guard, abort = _interleaved(t, "guard.cli", reps)
-    profiled = profile_cycle(t, LONG_QUERY_TIMEOUT if abort else ()) if profile else ""
+    profiled = profile_cycle(t, remedy(abort)) if profile else ""
     return CycleCost(floor, guard, abort, profiled)
 
 
@@ -155,10 +167,11 @@ def _interleaved(t: Target, module: str, reps: int) -> tuple[Run, Run, str]:
     """Median floor and guard runs, alternating so that load on the machine hits both alike.
 
     A first, unmeasured guard run with default settings says whether they abort; if so the
-    measured runs use a longer Prometheus timeout and the abort is returned.
+    measured runs use a longer Prometheus timeout (and the largest series cap, when that was
+    the abort) and the abort is returned.
     """
     abort = run_guard(t, module).error
-    extra = LONG_QUERY_TIMEOUT if abort else ()
+    extra = remedy(abort)
     floors, guards = [], []
     for _ in range(reps):
         floors.append(run_floor(t))

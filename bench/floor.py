@@ -2,8 +2,9 @@
 
 Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
 object. The requests are `guard.queries.guard_queries` with the guard's settings — the list
-`guard.prom_view.read_prom` sends, at the same instants; the cluster read is either a plain read
-+ ``json.loads`` of the List file, or one paginated node list that keeps only a count. The page
+`guard.prom_view.read_prom` sends, at the same instants; the cluster read is either the List file
+decoded item by item (`guard.json_stream`, a count kept), or one paginated node list that keeps
+only a count. The page
 size comes from the parent (`guard.kube.PAGE`): importing that module here would load the
 Kubernetes client, which the floor does not need.
 """
@@ -20,7 +21,8 @@ from typing import Any
 import click
 import requests
 
-from guard import queries
+from guard import json_stream, queries
+from guard.files import SNAPSHOT_JSON_MAX_BYTES
 from guard.prom_view import on_step
 from guard.settings import Settings
 
@@ -40,8 +42,9 @@ def run_queries(url: str, at: datetime) -> dict[str, float]:
 
 
 def read_file(path: Path) -> int:
-    """A plain read and parse of the List file; returns the number of items."""
-    return len(json.loads(path.read_text(encoding="utf-8")).get("items") or [])
+    """A read and parse of the List file item by item (what any reader that does not hold the
+    whole List must do: decode every object once); returns the number of items."""
+    return sum(1 for _ in json_stream.list_items(path, SNAPSHOT_JSON_MAX_BYTES, "List file"))
 
 
 def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[int, int]:

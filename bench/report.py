@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 
-from bench.cycle import CycleCost, Run
+import yaml
+
+from bench.cycle import CycleCost, Run, remedy
 from bench.isolate import INCIDENT_PHASE_S, SEED_MEASURED_S, CaseSummary, median_s
 from bench.scale import SizeResult
 
 WALL_RATIO_TARGET = 1.5
-RSS_TARGET_MB = 150.0
+RSS_SHARE_OF_LIMIT = 0.6  # peak RSS at most 60 % of the CronJob's memory limit
 PAGE = 500
+CRONJOB = Path(__file__).resolve().parents[1] / "manifests" / "base" / "cronjob.yaml"
+_UNITS = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+def cronjob_memory_limit_mb() -> float:
+    """The guard container's memory limit in manifests/base/cronjob.yaml, in MB (10^6 bytes,
+    as the RSS figures)."""
+    doc = yaml.safe_load(CRONJOB.read_text(encoding="utf-8"))
+    pod = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    text = str(pod["containers"][0]["resources"]["limits"]["memory"])
+    unit = next((u for u in _UNITS if text.endswith(u)), "")
+    return int(text.removesuffix(unit)) * _UNITS.get(unit, 1) / 1e6
+
+
+def rss_target_mb() -> float:
+    return RSS_SHARE_OF_LIMIT * cronjob_memory_limit_mb()
 
 
 def duration(seconds: float | None) -> str:
@@ -121,6 +141,7 @@ def cycle(results: Sequence[SizeResult], mode: str) -> list[str]:
                 _ratio(g.elapsed_s, f.elapsed_s, g, f),
                 f"{g.peak_rss_mb:.0f}",
                 f"{f.peak_rss_mb:.0f}",
+                *_above_floor(g, f, r.nodes),
             ]
         )
     if not rows:
@@ -138,9 +159,20 @@ def cycle(results: Sequence[SizeResult], mode: str) -> list[str]:
         "cycle ratio",
         "guard peak RSS MB",
         "floor peak RSS MB",
+        "guard − floor MB",
+        "bytes per node above the floor",
     ]
     aborts = _aborts(results, mode)
     return [*table(header, rows), *(["", *aborts] if aborts else [])]
+
+
+def _above_floor(g: Run, f: Run, nodes: int) -> list[str]:
+    """What the guard's peak RSS adds to the floor's, in all and per node (the per-node record
+    plus the fixed cost of the client and the planners, spread over the nodes)."""
+    if g.error or f.error:
+        return ["—", "—"]
+    above = g.peak_rss_mb - f.peak_rss_mb
+    return [f"{above:.0f}", f"{above * 1e6 / nodes:,.0f}"]
 
 
 def _requests(run: Run) -> str:
@@ -161,10 +193,15 @@ def _aborts(results: Sequence[SizeResult], mode: str) -> list[str]:
         cost = r.file if mode == "file" else r.api
         if cost is None and mode == "api":
             lines.append(f"- {r.nodes:,} nodes: API mode {r.api_note}.")
+        elif cost is not None and cost.guard.error:
+            lines.append(
+                f"- {r.nodes:,} nodes: the measured guard run aborted (`{cost.guard.error}`)."
+            )
         elif cost is not None and cost.default_abort:
             lines.append(
                 f"- {r.nodes:,} nodes: with default settings the guard aborted "
-                f"(`{cost.default_abort}`); the row above ran with `--prometheus-timeout-s 600`."
+                f"(`{cost.default_abort}`); the row above ran with "
+                f"`{' '.join(remedy(cost.default_abort))}`."
             )
     return lines
 
@@ -180,15 +217,28 @@ def targets(results: Sequence[SizeResult], mode: str) -> list[str]:
     prom = {c.guard.prometheus_requests for _, c in measured}
     ratio = g.wall_s / f.wall_s if f.wall_s else math.inf
     return [
+        *_growth(measured),
         f"- Prometheus requests per cycle: {sorted(prom)} at every size — "
         f"{verdict(len(prom) == 1)} (independent of node count)",
         *_api_growth(measured, mode),
         f"- wall time at {big.nodes:,} nodes: {g.wall_s:.2f} s = {ratio:.2f}× the floor "
         f"(target ≤ {WALL_RATIO_TARGET}×) — {verdict(ratio <= WALL_RATIO_TARGET)}",
         f"- peak RSS at {big.nodes:,} nodes: {g.peak_rss_mb:.0f} MB (target ≤ "
-        f"{RSS_TARGET_MB:.0f} MB; floor {f.peak_rss_mb:.0f} MB) — "
-        f"{verdict(g.peak_rss_mb <= RSS_TARGET_MB)}",
+        f"{rss_target_mb():.0f} MB, {RSS_SHARE_OF_LIMIT:.0%} of the CronJob's memory limit "
+        f"{cronjob_memory_limit_mb():.0f} MB; floor {f.peak_rss_mb:.0f} MB) — "
+        f"{verdict(g.peak_rss_mb <= rss_target_mb())}",
     ]
+
+
+def _growth(measured: Sequence[tuple[SizeResult, CycleCost]]) -> list[str]:
+    """Bytes each further node adds to the guard's peak RSS, between consecutive sizes: the
+    per-node cost, without the fixed cost that dominates "bytes per node above the floor" at
+    small sizes."""
+    steps = []
+    for (a, ca), (b, cb) in itertools.pairwise(measured):
+        added = (cb.guard.peak_rss_mb - ca.guard.peak_rss_mb) * 1e6 / (b.nodes - a.nodes)
+        steps.append(f"{a.nodes:,}→{b.nodes:,}: {added:,.0f}")
+    return [f"- peak RSS added per node (bytes): {'; '.join(steps)}"] if steps else []
 
 
 def _api_growth(measured: Sequence[tuple[SizeResult, CycleCost]], mode: str) -> list[str]:

@@ -317,7 +317,7 @@ def _cycle_and_watch(
             backoff = Backoff(started + s.cycle_deadline_s)
             kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
-    names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
+    names = {n.name for n in objs.nodes}
     view = read_prom(prom, s, now, names)
     snap = trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort

@@ -22,10 +22,12 @@ import yaml
 KIB = 1024
 MIB = 1024 * KIB
 
-# Limits per kind of file: far above any real one, far below what hurts a 256 Mi container.
+# Limits per kind of file: far above any real one, far below what hurts a 384 Mi container.
 TOKEN_MAX_BYTES = 64 * KIB  # a bearer token or password file
 KUBECONFIG_MAX_BYTES = 4 * MIB  # embedded CA and client certificates of many clusters
 SNAPSHOT_MAX_BYTES = 32 * MIB  # `kubectl get nodes,jobs,… -o yaml` of a few thousand nodes
+# `… -o json` is read item by item (guard.json_stream), never held: 65,000 nodes are ~4 GB.
+SNAPSHOT_JSON_MAX_BYTES = 64 * 1024 * MIB
 LEDGER_FILE_MAX_BYTES = 16 * MIB  # the ledger and its archives (a ConfigMap holds 1 MiB)
 KERNEL_LOG_MAX_BYTES = 512 * MIB  # streamed line by line, never held whole
 SMALL_TEXT_MAX_BYTES = 4 * MIB  # lspci -vvv, AER counters

@@ -34,7 +34,7 @@ from guard.retry import Backoff
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
 
-PAGE = 500
+PAGE = 500  # the default of Settings.api_page_size
 # A list longer than this is not a cluster the guard was built for, and an API (or a proxy)
 # that hands out `continue` tokens forever must not grow the guard's memory until it is killed.
 MAX_PAGES = 400
@@ -194,14 +194,21 @@ class Kube:
             raise typed(what, answer.status_code, answer.reason, content)
         return decode(what, content)
 
-    def list_all(self, path: str, what: str, **params: Any) -> Iterator[dict[str, Any]]:
-        """Every item of a list, page by page; KubeError when the pages or the items pass
-        MAX_PAGES or MAX_LIST_ITEMS, or a `continue` token comes back that was already used."""
+    def list_all(
+        self, path: str, what: str, page_size: int | None = None, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a list, `page_size` (default PAGE) per request; KubeError when the pages
+        or the items pass MAX_PAGES or MAX_LIST_ITEMS, or a `continue` token comes back that was
+        already used."""
         token = None
         pages = count = 0
         tokens: set[str] = set()
+        limit = page_size or PAGE
+        max_pages = max(MAX_PAGES, -(-MAX_LIST_ITEMS // limit))  # small pages: as many items
         while True:
-            page = self.call("GET", path, what, params={**params, "limit": PAGE, "continue": token})
+            page = self.call(
+                "GET", path, what, params={**params, "limit": limit, "continue": token}
+            )
             pages += 1
             items = page.get("items") or []
             if not isinstance(items, list):
@@ -210,9 +217,9 @@ class Kube:
             token = (page.get("metadata") or {}).get("continue")
             if token and (not isinstance(token, str) or token in tokens):
                 raise KubeError(f"{what}: the API server repeated a continue token (page {pages})")
-            if token and (pages >= MAX_PAGES or count > MAX_LIST_ITEMS):
+            if token and (pages >= max_pages or count > MAX_LIST_ITEMS):
                 raise KubeError(
-                    f"{what}: more than {MAX_PAGES} pages or {MAX_LIST_ITEMS} items; refusing"
+                    f"{what}: more than {max_pages} pages or {MAX_LIST_ITEMS} items; refusing"
                     " to read further"
                 )
             if token:
@@ -231,9 +238,10 @@ class Kube:
             return None
 
     # Reads ------------------------------------------------------------------------------------
-    def nodes(self) -> Iterator[dict[str, Any]]:
+    def nodes(self, page_size: int | None = None) -> Iterator[dict[str, Any]]:
         """Every Node, page by page, so a caller can keep only what it needs of each."""
-        return (_kinded(n, "Node") for n in self.list_all("/api/v1/nodes", "list nodes"))
+        found = self.list_all("/api/v1/nodes", "list nodes", page_size)
+        return (_kinded(n, "Node") for n in found)
 
     def node(self, name: str) -> dict[str, Any]:
         return _kinded(self.call("GET", f"/api/v1/nodes/{_q(name)}", f"get node {name}"), "Node")

@@ -131,35 +131,6 @@ def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
     return 0
 
 
-def slim_node(obj: Mapping[str, Any], keys: Annotations) -> dict[str, Any]:
-    """The few fields of a Node the guard reads; a full Node is ~10 kB, 5,000 of them ~300 MB.
-
-    >>> slim_node({"metadata": {"name": "n", "labels": {"a": "b"}}, "status": {"images": [1]}},
-    ...           Annotations("gpu-node-guard.io/"))["metadata"]
-    {'name': 'n', 'uid': '', 'resourceVersion': '', 'annotations': {}}
-    """
-    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
-    notes = {
-        k: v for k, v in _mapping(meta.get("annotations")).items() if k.startswith(keys.prefix)
-    }
-    conditions = status.get("conditions")
-    if isinstance(conditions, list):
-        conditions = [c for c in conditions if _mapping(c).get("type") == "Ready"]
-    return {
-        "kind": "Node",
-        "metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
-                     "resourceVersion": meta.get("resourceVersion", ""), "annotations": notes},
-        "spec": {"unschedulable": _mapping(obj.get("spec")).get("unschedulable", False),
-                 "taints": _mapping(obj.get("spec")).get("taints")},
-        "status": {
-            "conditions": conditions,
-            "nodeInfo": {"bootID": _mapping(status.get("nodeInfo")).get("bootID", "")},
-            "capacity": {GPU_RESOURCE: _mapping(status.get("capacity")).get(GPU_RESOURCE)},
-            "allocatable": {GPU_RESOURCE: _mapping(status.get("allocatable")).get(GPU_RESOURCE)},
-        },
-    }  # fmt: skip
-
-
 # ---- Jobs -----------------------------------------------------------------------------------
 
 

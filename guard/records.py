@@ -63,7 +63,15 @@ class Problems:
 
     def status(self, where: str, value: object, why: str) -> None:
         fix = f"check what the kubelet reports (kubectl get node {self.node} -o yaml)"
-        self.found.append(Unreadable(where, repr(value)[:SHOWN], why, fix))
+        self.found.append(Unreadable(where, _shown(value), why, fix))
+
+
+def _shown(value: object) -> str:
+    """The start of a bad value's repr; a value nested too deep for repr is named as such."""
+    try:
+        return repr(value)[:SHOWN]
+    except RecursionError:
+        return "<nested too deep to show>"
 
 
 def cordon_record(

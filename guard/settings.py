@@ -232,6 +232,11 @@ class Settings:
         "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
     )
     api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    api_page_size: int = _opt(
+        500,
+        "Nodes per page of the node list: one page of raw Nodes (about 14 KB each) is alive at a "
+        "time; larger pages mean fewer requests, more memory",
+    )
     # The in-run watch and the cycle's Lease (guard/watch.py, guard/lease.py).
     watch_until_s: int = _opt(
         CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
@@ -429,6 +434,7 @@ def _writes(s: Settings) -> list[Check]:
          f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
          f" {CRONJOB_DEADLINE_S})"),
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
+        (_within(s.api_page_size, 100, 5000), "api_page_size", "must be in 100..5000"),
         (_within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S), "watch_until_s",
          f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
          f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})"),
@@ -608,7 +614,7 @@ def _reading(s: Settings) -> list[Check]:
         (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
          "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
          f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
-        # The upper bounds keep one answer well inside the guard's 256 Mi memory limit.
+        # The upper bounds keep one answer well inside the guard's 384 Mi memory limit.
         (65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES, "prometheus_max_answer_bytes",
          f"must be in 65536..{MAX_ANSWER_BYTES}"),
         (100 <= s.prometheus_max_series <= MAX_SERIES, "prometheus_max_series",

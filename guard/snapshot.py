@@ -1,30 +1,34 @@
 """Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
 
-Cluster objects come from the API (`guard.kube`) or a ``kubectl get … -o yaml|json`` List file;
-both arrive here as plain dicts and are converted by the same functions.
+Cluster objects come from the API (`guard.kube`, page by page) or a ``kubectl get … -o yaml|json``
+List file (item by item); both arrive here as plain dicts, one at a time, and are converted by the
+same functions: a Node becomes its `NodeInfo` at once, and its raw object is let go.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard import ledger_store, objects
+from guard import json_stream, ledger_store, objects
 from guard.files import (
+    MAX_DEPTH,
+    SNAPSHOT_JSON_MAX_BYTES,
     SNAPSHOT_MAX_BYTES,
     FileInputError,
-    load_json,
     load_yaml_all,
+    open_regular,
     read_text_bounded,
 )
 from guard.job_results import FINISHED, attach, slim_pod
 from guard.kube import Kube
-from guard.model import GuardEvent, PromView, Snapshot
+from guard.model import GuardEvent, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
-from guard.objects import NamelessObject, is_guard_job, job_info, slim_node
+from guard.objects import NamelessObject, is_guard_job, job_info
 from guard.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.prom_view import read_prom as read_prom
 from guard.prom_view import with_prom_unreadable
@@ -38,13 +42,17 @@ class SnapshotError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ClusterObjects:
-    nodes: tuple[dict[str, Any], ...]
-    jobs: tuple[dict[str, Any], ...]
+    """What the guard keeps of the cluster: Nodes already parsed (`NodeInfo`, no raw object
+    survives the read), the guard's own objects as plain dicts."""
+
+    nodes: tuple[NodeInfo, ...]
+    jobs: tuple[dict[str, Any], ...]  # the guard's Jobs
     ledger: dict[str, Any] | None
     ledger_archives: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()  # finished Pods of the guard's Jobs (their results)
     gaps: tuple[str, ...] = ()  # what a snapshot file lacks (`snapshot_gaps`); none from the API
+    ignored: tuple[str, ...] = ()  # Nodes without a name: one line each in the report
     # DRA (guard.objects): the GPU driver's ResourceSlices and the DeviceTaintRules.
     resource_slices: tuple[dict[str, Any], ...] = ()
     taint_rules: tuple[dict[str, Any], ...] = ()
@@ -56,46 +64,151 @@ class ClusterObjects:
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
     """Read a ``kubectl get nodes,jobs,configmaps,events,pods -o yaml|json`` style List.
 
-    Of the file's Pods only those of the guard's Jobs are read, for their results: GPU pods come
-    from kube-state-metrics (`PromView.gpu_pods`).
+    JSON is read one item at a time (`guard.json_stream`): the List is never held, only what
+    `_Collect` keeps of each object, so a List of 50,000 Nodes costs what their `NodeInfo` do.
+    YAML is parsed whole, within SNAPSHOT_MAX_BYTES. Of the file's Pods only those of the
+    guard's Jobs are kept, for their results: GPU pods come from kube-state-metrics
+    (`PromView.gpu_pods`).
     """
-    what = "cluster snapshot"
+    what, origin = "cluster snapshot", f"cluster snapshot {path}"
+    collect = _Collect(s, origin)
     try:
-        text = read_text_bounded(path, SNAPSHOT_MAX_BYTES, what)
-        where = f"{what} {path}"
-        docs = (
-            load_yaml_all(text, where)
-            if not text.lstrip().startswith("{")
-            else [load_json(text, where)]
-        )
+        if _starts_json(path, what):
+            for item in json_stream.list_items(path, SNAPSHOT_JSON_MAX_BYTES, what):
+                collect.add(item)
+        else:
+            for item in _yaml_items(path, what):
+                collect.add(item)
     except FileInputError as exc:
         raise SnapshotError(str(exc)) from None
-    items: list[dict[str, Any]] = []
-    for doc in docs:
+    return collect.result()
+
+
+def _starts_json(path: Path, what: str) -> bool:
+    """Whether the file's first character that is not white space is ``{`` (a JSON object)."""
+    fd = open_regular(path, SNAPSHOT_JSON_MAX_BYTES, what)
+    try:
+        head = os.read(fd, 4096)
+    except OSError as exc:
+        raise FileInputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return head.lstrip(b" \t\r\n").startswith(b"{")
+
+
+def _yaml_items(path: Path, what: str) -> Iterator[dict[str, Any]]:
+    text = read_text_bounded(path, SNAPSHOT_MAX_BYTES, what)
+    for doc in load_yaml_all(text, f"{what} {path}"):
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            raise SnapshotError(f"cluster snapshot {path}: a document is not an object")
+            raise FileInputError(f"{what} {path}: a document is not an object")
         if not str(doc.get("kind", "")).endswith("List"):
-            items.append(doc)
+            yield doc
         elif isinstance(doc.get("items") or [], list):
-            items.extend(doc.get("items") or [])
+            yield from (i for i in doc.get("items") or [] if isinstance(i, dict))
         else:
-            raise SnapshotError(f"cluster snapshot {path}: `items` of a List is not a list")
-    objs = _classify(items, s, str(path))
-    return replace(objs, gaps=snapshot_gaps(items, s))
+            raise FileInputError(f"{what} {path}: `items` of a List is not a list")
 
 
 SNAPSHOT_COMMAND = "kubectl get nodes,jobs,configmaps,events,pods -A -o yaml"
 
 
-def snapshot_gaps(items: list[Any], s: Settings) -> tuple[str, ...]:
+class _Collect:
+    """Keeps, object by object, what the cycle reads: each Node parsed (`node_info`), the
+    guard's Jobs, Events and Pods, the ledger and its archives; and the kinds and namespaces
+    seen, for `snapshot_gaps`. Nothing else of an object outlives `add`."""
+
+    def __init__(self, s: Settings, origin: str) -> None:
+        self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
+        self.nodes = _Nodes(self.keys, origin)
+        self.kept: dict[str, list[dict[str, Any]]] = {
+            "Job": [], "ConfigMap": [], "Event": [], "Pod": [], "ResourceSlice": [],
+            "DeviceTaintRule": [],
+        }  # fmt: skip
+        self.kinds: set[str] = set()
+        self.spaces: set[str] = set()
+
+    def add(self, item: dict[str, Any]) -> None:
+        kind = str(item.get("kind"))
+        self.kinds.add(kind)
+        self.spaces.add(_meta(item, "namespace"))
+        if kind == "Node":
+            self.nodes.add(item)
+        elif kind in self.kept and self._wanted(kind, item):
+            if json_stream.item_too_deep(item):  # kept objects are digested and printed whole
+                raise SnapshotError(f"{self.origin}: nested deeper than {MAX_DEPTH} levels")
+            self.kept[kind].append(slim_pod(item) if kind == "Pod" else item)
+
+    def _wanted(self, kind: str, item: dict[str, Any]) -> bool:
+        s = self.s
+        if kind in ("Job", "Pod"):
+            return is_guard_job(item, s.jobs_namespace)
+        if kind == "Event":
+            return _is_guard_event(item)
+        if kind in ("ResourceSlice", "DeviceTaintRule"):  # guard.objects reads what is the GPU's
+            return True
+        return _is_ledger(item, s) or _is_archive(item, s)
+
+    def result(self) -> ClusterObjects:
+        nodes, ignored = self.nodes.result()
+        if not nodes and not ignored:
+            raise SnapshotError(f"{self.origin} holds no Node objects")
+        for kind, found in self.kept.items():
+            unique(found, kind, self.origin)
+        configmaps = self.kept["ConfigMap"]
+        ledgers = [c for c in configmaps if _is_ledger(c, self.s)]
+        return ClusterObjects(
+            nodes,
+            tuple(self.kept["Job"]),
+            ledgers[0] if ledgers else None,
+            tuple(c for c in configmaps if _is_archive(c, self.s)),
+            tuple(self.kept["Event"]),
+            tuple(self.kept["Pod"]),
+            gaps=snapshot_gaps(self.kinds, self.spaces, self.s),
+            ignored=ignored,
+            resource_slices=tuple(self.kept["ResourceSlice"]),
+            taint_rules=tuple(self.kept["DeviceTaintRule"]),
+        )
+
+
+class _Nodes:
+    """Nodes parsed as they arrive; a name or uid seen twice is a SnapshotError at `result`."""
+
+    def __init__(self, keys: Annotations, origin: str) -> None:
+        self.keys, self.origin = keys, origin
+        self.once = _Once("Node", origin)
+        self.found: list[NodeInfo] = []
+        self.ignored: list[str] = []
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        self.once.see(obj)
+        try:
+            self.found.append(node_info(obj, self.keys))
+        except NamelessObject as exc:
+            self.ignored.append(str(exc))
+
+    def result(self) -> tuple[tuple[NodeInfo, ...], tuple[str, ...]]:
+        self.once.check()
+        return tuple(self.found), tuple(self.ignored)
+
+
+def parse_nodes(
+    objs: Iterable[Mapping[str, Any]], keys: Annotations, origin: str
+) -> tuple[tuple[NodeInfo, ...], tuple[str, ...]]:
+    """Each Node parsed as it comes (a raw page is dropped as soon as it is read), and a line
+    for each one without a name; SnapshotError when two share a name or a uid."""
+    nodes = _Nodes(keys, origin)
+    for obj in objs:
+        nodes.add(obj)
+    return nodes.result()
+
+
+def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, ...]:
     """What a snapshot file lacks that a cluster always has: Pods at all, and any object of the
     guard's two namespaces (every namespace has its kube-root-ca.crt ConfigMap). Missing, they
     mean a `kubectl get` without `-A` or without `pods`: the report would show no incidents, or
     plan a Job that already runs, without a word."""
-    kinds = {str(i.get("kind")) for i in items if isinstance(i, dict)}
-    spaces = {_meta(i, "namespace") for i in items if isinstance(i, dict)}
     gaps = [] if "Pod" in kinds else ["Pods (the guard's Job results)"]
     for namespace, what in ((s.namespace, "the ledger"), (s.jobs_namespace, "the guard's Jobs")):
         if namespace not in spaces:
@@ -109,45 +222,10 @@ def gaps_line(path: Path, gaps: tuple[str, ...]) -> str:
             f"incidents and Jobs; take it with `{SNAPSHOT_COMMAND} > {path.name}`")  # fmt: skip
 
 
-def _classify(items: list[dict[str, Any]], s: Settings, origin: str) -> ClusterObjects:
-    by_kind: dict[str, list[dict[str, Any]]] = {
-        "Node": [], "Job": [], "ConfigMap": [], "Event": [], "Pod": [], "ResourceSlice": [],
-        "DeviceTaintRule": [],
-    }  # fmt: skip
-    for item in items:
-        kind = item.get("kind") if isinstance(item, dict) else None
-        if kind in by_kind:
-            by_kind[kind].append(item)
-    if not by_kind["Node"]:
-        raise SnapshotError(f"cluster snapshot {origin} holds no Node objects")
-    for kind, found in by_kind.items():
-        unique(found, kind, f"cluster snapshot {origin}")
-    ledgers = [
-        c
-        for c in by_kind["ConfigMap"]
-        if _meta(c, "name") == s.ledger_configmap and _meta(c, "namespace") in ("", s.namespace)
-    ]
-    return ClusterObjects(
-        tuple(by_kind["Node"]),
-        tuple(by_kind["Job"]),
-        ledgers[0] if ledgers else None,
-        tuple(c for c in by_kind["ConfigMap"] if _is_archive(c, s)),
-        tuple(e for e in by_kind["Event"] if _is_guard_event(e)),
-        tuple(slim_pod(p) for p in by_kind["Pod"] if is_guard_job(p, s.jobs_namespace)),
-        resource_slices=tuple(by_kind["ResourceSlice"]),
-        taint_rules=tuple(by_kind["DeviceTaintRule"]),
-    )
-
-
 def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
     """Parse every object on its own: a bad value marks its object, never the whole cycle."""
     keys = Annotations(s.annotation_prefix)
-    nodes, ignored = [], []
-    for obj in objs.nodes:
-        try:
-            nodes.append(node_info(obj, keys))
-        except NamelessObject as exc:
-            ignored.append(str(exc))
+    ignored = list(objs.ignored)
     jobs = []
     for obj in (o for o in objs.jobs if is_guard_job(o, s.jobs_namespace)):
         try:
@@ -157,7 +235,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
     data = (objs.ledger or {}).get("data") or {}
     if not isinstance(data, Mapping):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
-    nodes = [with_prom_unreadable(n, prom) for n in nodes]
+    nodes = [with_prom_unreadable(n, prom) for n in objs.nodes]
     return Snapshot(
         now,
         tuple(sorted(nodes, key=lambda n: n.name)),
@@ -178,8 +256,8 @@ def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated), the guard's Jobs and their finished Pods, the ledger with its
-    archives, the guard's Events.
+    """Nodes (paginated, each parsed as its page arrives), the guard's Jobs and their finished
+    Pods, the ledger with its archives, the guard's Events.
 
     Pods are read only in the jobs namespace, where every Pod is the guard's own (one list,
     label- and field-selected, after the Jobs: a Job read as finished has its Pod finished too).
@@ -187,14 +265,15 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     """
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
-    nodes = unique([slim_node(n, keys) for n in kube.nodes()], "Node", "the API server")
+    nodes, ignored = parse_nodes(kube.nodes(s.api_page_size), keys, "the API server")
     return ClusterObjects(
-        nodes=tuple(nodes),
+        nodes=nodes,
         jobs=tuple(unique(kube.jobs(s.jobs_namespace, mine), "Job", "the API server")),
         ledger=kube.configmap(s.namespace, s.ledger_configmap),
         ledger_archives=tuple(ledger_store.read_archives(kube, s.namespace, s.ledger_configmap)),
         events=tuple(kube.events(NODE_EVENT_NAMESPACE, mine)),
         pods=tuple(slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)),
+        ignored=ignored,
         resource_slices=tuple(kube.resource_slices(DRA_DRIVER)),
         taint_rules=tuple(kube.device_taint_rules(mine)),
     )
@@ -214,29 +293,48 @@ def require_nodes(objs: ClusterObjects) -> ClusterObjects:
 def unique(objs: list[dict[str, Any]], kind: str, origin: str) -> list[dict[str, Any]]:
     """`objs` when no two share a namespace/name or a uid; else SnapshotError naming them: an
     object listed twice would be planned twice (two ledger appends for one Node)."""
-    seen_names: set[str] = set()
-    seen_uids: set[str] = set()
-    twice: list[str] = []
+    once = _Once(kind, origin)
     for obj in objs:
-        meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
-        if not isinstance(meta, dict):
-            continue
-        name = "/".join(str(meta.get(k) or "") for k in ("namespace", "name")).lstrip("/")
-        uid = str(meta.get("uid") or "")
-        if name and name in seen_names:
-            twice.append(repr(name))
-        elif uid and uid in seen_uids:
-            twice.append(f"uid {uid!r}")
-        seen_names.add(name)
-        if uid:
-            seen_uids.add(uid)
-    if twice:
-        shown = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
-        raise SnapshotError(f"{origin} lists a {kind} more than once: {shown}")
+        once.see(obj)
+    once.check()
     return objs
 
 
+class _Once:
+    """Names (namespace/name) and uids seen so far of one kind; `check` raises on a repeat."""
+
+    def __init__(self, kind: str, origin: str) -> None:
+        self.kind, self.origin = kind, origin
+        self.names: set[str] = set()
+        self.uids: set[str] = set()
+        self.twice: list[str] = []
+
+    def see(self, obj: object) -> None:
+        meta = (obj.get("metadata") or {}) if isinstance(obj, Mapping) else {}
+        if not isinstance(meta, Mapping):
+            return
+        name = "/".join(str(meta.get(k) or "") for k in ("namespace", "name")).lstrip("/")
+        uid = str(meta.get("uid") or "")
+        if name and name in self.names:
+            self.twice.append(repr(name))
+        elif uid and uid in self.uids:
+            self.twice.append(f"uid {uid!r}")
+        self.names.add(name)
+        if uid:
+            self.uids.add(uid)
+
+    def check(self) -> None:
+        if self.twice:
+            twice = self.twice
+            shown = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+            raise SnapshotError(f"{self.origin} lists a {self.kind} more than once: {shown}")
+
+
 # ---- Ledger archives and the guard's own Events (written by guard.apply) --------------------
+
+
+def _is_ledger(cm: Mapping[str, Any], s: Settings) -> bool:
+    return _meta(cm, "name") == s.ledger_configmap and _meta(cm, "namespace") in ("", s.namespace)
 
 
 def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:

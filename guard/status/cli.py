@@ -92,7 +92,7 @@ def status(
         raise click.ClickException(str(exc)) from None
     if cluster_snapshot is not None and objs.gaps:
         click.echo(gaps_line(cluster_snapshot, objs.gaps), err=True)
-    names = {str((n.get("metadata") or {}).get("name", "")) for n in objs.nodes}
+    names = {n.name for n in objs.nodes}
     view, sight = _prometheus(s, now, names)
     try:
         snap = build_snapshot(now, objs, view, s)

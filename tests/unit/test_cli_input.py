@@ -160,6 +160,8 @@ def test_bad_input_is_one_line(args, env, code, message):
                      "must be in 1..230", id="deadline-past-the-cronjob"),
         pytest.param({"GUARD_API_TIMEOUT_S": "nan"}, "--api-timeout-s", "must be in (0, 60]",
                      id="api-timeout-nan"),
+        pytest.param({"GUARD_API_PAGE_SIZE": "10"}, "--api-page-size", "must be in 100..5000",
+                     id="page-too-small-for-the-page-bound"),
         pytest.param({"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"}, "--ledger-archive-bytes",
                      "must be in 4096..1000000", id="archive-threshold-at-the-object-limit"),
         pytest.param({"GUARD_NVML_MISMATCH_HOLD_S": "30"}, "--nvml-mismatch-hold-s",

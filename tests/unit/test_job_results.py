@@ -12,7 +12,8 @@ import pytest
 from guard.job_results import attach, result, slim_pod
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink
-from guard.snapshot import ClusterObjects, build_snapshot
+from guard.names import Annotations
+from guard.snapshot import ClusterObjects, build_snapshot, parse_nodes
 from guard.wire import FenceSummary, Summary, render_fence_summary, render_summary
 from guard.wire import Finding as ConformanceFinding
 from tests.builders import NOW, S, job_uid
@@ -251,7 +252,8 @@ def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
     jobs = ({"kind": "Job", "metadata": meta, "spec": {"template": template},
              "status": {"failed": 1}},)  # fmt: skip
     node = {"kind": "Node", "metadata": {"name": "b"}, "status": {}}
-    objs = ClusterObjects((node,), jobs, None, pods=(slim_pod(pod("a", "conformance", FAIL)),))
+    nodes = parse_nodes((node,), Annotations(s.annotation_prefix), "test")[0]
+    objs = ClusterObjects(nodes, jobs, None, pods=(slim_pod(pod("a", "conformance", FAIL)),))
     snap = build_snapshot(NOW, objs, PromView(), s)
     assert snap.jobs[0].result and snap.jobs[0].result.failed[0].item == "ipvs-loaded"
     assert round_trips(snap)

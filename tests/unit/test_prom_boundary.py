@@ -20,11 +20,12 @@ import responses
 from guard import queries
 from guard.actions import Cordon, Skip
 from guard.model import PromUnreadable
+from guard.names import Annotations
 from guard.plan import plan_cycle
 from guard.prom import PromClient, PromError
 from guard.prom_view import read_prom
 from guard.settings import Settings, SettingsError
-from guard.snapshot import ClusterObjects, build_snapshot
+from guard.snapshot import ClusterObjects, build_snapshot, parse_nodes
 from tests.builders import NOW, TEMPLATES
 
 URL = "http://prom.test:9090"
@@ -101,7 +102,9 @@ def cycle(answers: Answers) -> tuple[Any, ...]:
     """One cycle's plan over the fake answers (the Nodes from the API: gpu-a, gpu-b)."""
     serve(answers)
     view = read_prom(PromClient(URL, timeout_s=2), S, NOW, {"gpu-a", "gpu-b"})
-    objs = ClusterObjects(nodes=(raw_node("gpu-a"), raw_node("gpu-b")), jobs=(), ledger=None)
+    raw = (raw_node("gpu-a"), raw_node("gpu-b"))
+    nodes = parse_nodes(raw, Annotations(S.annotation_prefix), "the API server")[0]
+    objs = ClusterObjects(nodes=nodes, jobs=(), ledger=None)
     return plan_cycle(build_snapshot(NOW, objs, view, S), S, TEMPLATES)
 
 

@@ -11,7 +11,13 @@ from guard.example import __file__ as example_init
 from guard.model import CordonRecord, GpuRef, PromView
 from guard.names import Annotations
 from guard.objects import is_guard_job, job_info, node_info
-from guard.snapshot import ClusterObjects, SnapshotError, build_snapshot, load_cluster_file
+from guard.snapshot import (
+    ClusterObjects,
+    SnapshotError,
+    build_snapshot,
+    load_cluster_file,
+    parse_nodes,
+)
 from tests.builders import NOW, S
 from tests.snapshot_json import round_trips
 
@@ -130,18 +136,21 @@ def test_nodes_and_jobs_without_a_name_are_reported_and_the_rest_read():
         "kind": "Job",
         "metadata": {"labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
     }
-    objs = ClusterObjects(
-        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), (guard_job,), None
+    nodes, ignored = parse_nodes(
+        ({"kind": "Node", "metadata": {}}, {"metadata": {"name": "n"}}), KEYS, "test"
     )
+    objs = ClusterObjects(nodes, (guard_job,), None, ignored=ignored)
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [n.name for n in snap.nodes] == ["n"]
     assert snap.ignored == ("Node without metadata.name", "guard Job without metadata.name")
 
 
+def _one_node():
+    return parse_nodes(({"metadata": {"name": "n"}},), KEYS, "test")[0]
+
+
 def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
-    objs = ClusterObjects(
-        ({"metadata": {"name": "n"}},), (), {"data": {"n": 5, "m": "power cycled\n"}}
-    )
+    objs = ClusterObjects(_one_node(), (), {"data": {"n": 5, "m": "power cycled\n"}})
     snap = build_snapshot(NOW, objs, PromView(), S)
     assert [(ln.node, ln.problem) for ln in snap.ledger] == [
         ("m", "not a ledger line"),
@@ -150,7 +159,7 @@ def test_non_text_ledger_value_is_one_unreadable_line_of_its_key():
 
 
 def test_ledger_data_that_is_not_a_mapping_is_rejected():
-    objs = ClusterObjects(({"metadata": {"name": "n"}},), (), {"data": ["n"]})
+    objs = ClusterObjects(_one_node(), (), {"data": ["n"]})
     with pytest.raises(SnapshotError, match="data is not a mapping"):
         build_snapshot(NOW, objs, PromView(), S)
 
@@ -168,3 +177,30 @@ def test_typed_records_and_unreadable_values_round_trip_through_json():
     )
     assert snap.node("b").cancelled is not None and snap.node("bad").unreadable
     assert round_trips(snap)
+
+
+def _json_list(tmp_path, items):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "items": items, "kind": "List"}))
+    return path
+
+
+def test_a_streamed_node_with_a_deeply_nested_value_is_unreadable_not_a_crash(tmp_path):
+    deep: object = "x"
+    for _ in range(600):
+        deep = [deep]
+    node = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"taints": deep}}
+    (info,) = load_cluster_file(_json_list(tmp_path, [node]), S).nodes
+    assert [u.where for u in info.unreadable] == ["spec.taints"]
+
+
+def test_a_kept_object_nested_too_deep_is_refused_in_one_line(tmp_path):
+    deep: object = {}
+    for _ in range(120):
+        deep = {"a": deep}
+    job = {"kind": "Job", "metadata": {"name": "j", "namespace": S.jobs_namespace,
+           "labels": {"app.kubernetes.io/name": "gpu-node-guard"}}, "spec": deep}  # fmt: skip
+    with pytest.raises(SnapshotError, match="nested deeper than 100 levels"):
+        load_cluster_file(
+            _json_list(tmp_path, [{"kind": "Node", "metadata": {"name": "n"}}, job]), S
+        )
