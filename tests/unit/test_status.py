@@ -217,7 +217,7 @@ def test_a_load_test_waiting_for_the_evidence_job_has_its_runbook_state():
     snap = snapshot(back_node(), jobs=(JobInfo(name, "evidence", "b", "running"),))
     (row,) = report(snap, settings(evidence_deadline_s=3000), TEMPLATES, SEEN).nodes
     assert (row.state, row.runbook) == ("waiting-for-the-evidence-job",
-                                        "docs/runbook.md#waiting-for-the-evidence-job")  # fmt: skip
+                                        f"{PUBLISHED_URL}#waiting-for-the-evidence-job")  # fmt: skip
     assert row.blocked is not None and row.blocked.condition == "evidence-running"
     assert row.state in {s.value for s in NODE_STATES}
 
