@@ -146,7 +146,9 @@ def dra_loss(
         return ""
     return (
         f"(count by ({NODE_LABEL}) ({first_host(f'({hard})', labels)})"
-        f" unless on ({NODE_LABEL}) {pins.ksm(CAPACITY_METRIC)})"
+        f" unless on ({NODE_LABEL}) {pins.ksm(CAPACITY_METRIC)}"
+        # only Nodes kube-state-metrics lists: a GPU none of `labels` names is no node's loss
+        f" and on ({NODE_LABEL}) {pins.ksm(UNSCHEDULABLE_METRIC)})"
     )
 
 

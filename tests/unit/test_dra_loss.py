@@ -28,7 +28,8 @@ def test_isolating_is_power_cycle_and_rma_only():
 def test_the_dra_term_counts_only_nodes_without_the_gpu_resource():
     promql = dra_loss((79,), ("node", "Hostname"), NO_PINS)
     assert "(DCGM_FI_DEV_XID_ERRORS) == 79" in promql
-    assert promql.endswith('unless on (node) kube_node_status_capacity{resource="nvidia_com_gpu"})')
+    assert 'unless on (node) kube_node_status_capacity{resource="nvidia_com_gpu"}' in promql
+    assert promql.endswith(" and on (node) kube_node_spec_unschedulable)")
 
 
 def test_no_codes_no_dra_term():
