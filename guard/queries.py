@@ -27,6 +27,7 @@ from typing import Literal
 
 from guard.metric_names import AGENT_CHECK_INFO, AGENT_CHECK_OK, NVIDIA_MATCH
 from guard.settings import Settings
+from guard.xid_tables import bundled_classes
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -120,6 +121,44 @@ def gpu_loss(pins: Pins = NO_PINS) -> str:
     )
 
 
+def dra_loss_xids(s: Settings) -> tuple[int, ...]:
+    """The Xids that stand for GPU loss on a node without an ``nvidia.com/gpu`` resource: the
+    isolating classes of the bundled table (guard/data/xid-classes.tsv: power-cycle, rma), never
+    a reset-class or user-code one (a transient fault a reset clears must not taint)."""
+    skip = set(s.reset_class_xids) | set(s.user_code_xids)
+    return tuple(code for code in bundled_classes().isolating() if code not in skip)
+
+
+def dra_loss(
+    codes: Iterable[int], labels: Iterable[str], pins: Pins = NO_PINS, xid: str = ""
+) -> str:
+    """Per node that kube-state-metrics lists no ``nvidia.com/gpu`` capacity for (its GPUs are
+    published by the DRA driver only), the number of GPUs whose last Xid is one of `codes`.
+
+    A DRA node advertises no device-plugin resource, so capacity minus allocatable never shows
+    its loss; dcgm-exporter's gauge keeps the last Xid until the GPU is reset, so a hardware Xid
+    held over the hold window is the loss there. `xid`: the gauge's selector (narrowed to one
+    node by `hold_queries`). Empty when `codes` is.
+    """
+    gauge = xid or pins.dcgm(XID_METRIC)
+    hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
+    if not hard:
+        return ""
+    return (
+        f"(count by ({NODE_LABEL}) ({first_host(f'({hard})', labels)})"
+        f" unless on ({NODE_LABEL}) {pins.ksm(CAPACITY_METRIC)}"
+        # only Nodes kube-state-metrics lists: a GPU none of `labels` names is no node's loss
+        f" and on ({NODE_LABEL}) {pins.ksm(UNSCHEDULABLE_METRIC)})"
+    )
+
+
+def guard_loss(s: Settings, pins: Pins, xid: str = "") -> str:
+    """The guard's GPU loss per node: `gpu_loss`, and `dra_loss` on nodes without the resource."""
+    labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    dra = dra_loss(dra_loss_xids(s), labels, pins, xid)
+    return f"({gpu_loss(pins)} or {dra})" if dra else gpu_loss(pins)
+
+
 def _gpu_count(selector: str) -> str:
     """The series of `selector` whose value is a whole number of GPUs (NaN is not one)."""
     return f"(({selector} >= 0) == floor({selector}))"
@@ -184,7 +223,7 @@ def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
     return " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)
 
 
-def loss_history(lookback_s: int, step_s: int, pins: Pins = NO_PINS) -> str:
+def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
     """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
 
     Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
@@ -192,7 +231,7 @@ def loss_history(lookback_s: int, step_s: int, pins: Pins = NO_PINS) -> str:
     the loss that is still going on. Every step's value is the latest scrape at or before it, so
     a loss first seen at a step was scraped no later than that step.
     """
-    return f"({gpu_loss(pins)} > 0)[{lookback_s}s:{step_s}s]"
+    return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
 
 
 def cordoned_nodes(pins: Pins = NO_PINS) -> str:
@@ -275,7 +314,7 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
         Query("row-remap", row_remap_nonzero(pins)),
         Query(
             "loss-history",
-            loss_history(lookback, s.query_step_s, pins),
+            loss_history(lookback, s.query_step_s, guard_loss(s, pins)),
             "matrix",
             (NODE_LABEL,),
             on_step=True,
@@ -308,7 +347,7 @@ def watch_poll(s: Settings) -> Query:
                hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
     xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
     promql = (
-        f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({gpu_loss(pins)} > 0)"
+        f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({guard_loss(s, pins)} > 0)"
         f" and on ({NODE_LABEL}) {not_cordoned(pins)})"
     )
     return Query(WATCH_POLL, promql, required=(NODE_LABEL,))
@@ -353,7 +392,9 @@ def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
     return (
         Query("hardware-xid", gauge),
         Query("hardware-xid-counted", counted_now, required=("xid",)),
-        Query("loss-history", loss_history(lookback, s.query_step_s, ksm), "matrix",
+        Query("loss-history", loss_history(lookback, s.query_step_s,
+                                           guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, node))),
+              "matrix",
               (NODE_LABEL,), on_step=True),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
     )  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 
 from guard.files import SMALL_TEXT_MAX_BYTES, FileInputError, read_text_bounded
@@ -54,6 +55,16 @@ class XidClasses:
         'human'
         """
         return self.classes.get(code, Repair.HUMAN)
+
+    def isolating(self) -> tuple[int, ...]:
+        """The codes whose repair is more than a GPU reset (power-cycle, rma): hardware for
+        certain, so on a DRA node, which exports no GPU loss, the Xid held alone is the loss.
+
+        >>> XidClasses({79: Repair.POWER_CYCLE, 94: Repair.RESET, 143: Repair.RMA}).isolating()
+        (79, 143)
+        """
+        hard = (Repair.POWER_CYCLE, Repair.RMA)
+        return tuple(sorted(code for code, repair in self.classes.items() if repair in hard))
 
 
 def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -106,6 +117,12 @@ def load_classes(path: Path = CLASSES_FILE) -> XidClasses:
                 f"{path}:{number}: unknown verdict {row['verdict']!r} (expected one of {allowed})"
             ) from None
     return XidClasses(classes)
+
+
+@cache
+def bundled_classes() -> XidClasses:
+    """The bundled verdict table, read once (the guard's queries are made from it)."""
+    return load_classes()
 
 
 _CATALOG_COLUMNS = ("xid", "mnemonic", "description", "immediate_action", "investigatory_action")

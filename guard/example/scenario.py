@@ -44,6 +44,9 @@ class NodeTimeline:
     # AGENT_PASS, AGENT_FAIL, AGENT_UNKNOWN (no check_ok, check_info says UNKNOWN) or AGENT_GONE
     # (no series: pod gone, scrape failing); empty: no agent on the node.
     agent: Steps = ()
+    # Its GPUs published by the DRA driver only: kube-state-metrics has no nvidia_com_gpu
+    # capacity or allocatable row for it (dcgm-exporter still exports its GPUs).
+    dra: bool = False
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -199,10 +202,10 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
                 series(XID_COUNT, labels, steps, 0, node)
     gpus = ',resource="nvidia_com_gpu",unit="integer"'
     out.write("# TYPE kube_node_status_capacity gauge\n")
-    for node in sc.nodes:
+    for node in (n for n in sc.nodes if not n.dra):
         series("kube_node_status_capacity", f'node="{node.name}"{gpus}', (), node.gpus, node)
     out.write("# TYPE kube_node_status_allocatable gauge\n")
-    for node in sc.nodes:
+    for node in (n for n in sc.nodes if not n.dra):
         labels = f'node="{node.name}"{gpus}'
         series("kube_node_status_allocatable", labels, node.allocatable, node.gpus, node)
     out.write("# TYPE kube_node_spec_unschedulable gauge\n")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -250,12 +250,16 @@ def render_example_job(
     kind: JobKind,
     example: tuple[str, str, int, int],
     key: str = "render",
+    *,
+    device: bool = False,
 ) -> dict[str, object]:
     """A Job exactly as the planners build it, for `gpu-node-guard render`.
 
-    `example` is (node, faulted PCI address, Xid, GPUs of the node).
+    `example` is (node, faulted PCI address, Xid, GPUs of the node); `device`: the load test of
+    one DRA device, its GPU by the ResourceClaim named as the Job (guard.plan.device_taint).
     """
     node, pci, xid, gpus = example
+    gpus = 1 if device else gpus
     incident = Incident(node, datetime(2026, 1, 1, tzinfo=UTC), xid, pci, EXAMPLE_UUID)
     builders = {
         "evidence": lambda: evidence_args(incident, ledger.Counts(1, 1, None)),
@@ -265,4 +269,4 @@ def render_example_job(
     }
     spec = job_spec(s, kind, node, key, f"xid-{xid}", builders[kind](),
                     gpus=gpus if kind == "loadtest" else 0)  # fmt: skip
-    return t.render(spec)
+    return t.render(replace(spec, claim=spec.name) if device else spec)

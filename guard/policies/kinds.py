@@ -25,7 +25,7 @@ from guard.names import (
     Annotations,
 )
 from guard.policies import argv, params
-from guard.policies.cel import Validation, lit, regex
+from guard.policies.cel import Validation, lit, quote, regex
 from guard.policies.refused import (
     CONTAINER_REFUSED,
     JOB_SPEC_REFUSED,
@@ -173,19 +173,65 @@ def _resources(kind: Kind) -> Exact | Obj:
     if not kind.gpus:
         return Exact({"requests": {"cpu": "50m", "memory": "64Mi"},
                       "limits": {"cpu": "500m", "memory": "256Mi"}})  # fmt: skip
-    # Every GPU of the node, as many as the argv's --expected-gpus (argv word 6).
-    gpus = Field(Expr(
-        "size(variables.container.command) > 6 && {v} == variables.container.command[6]",
-        "the --expected-gpus count",
+    # Every GPU of the node, as many as the argv's --expected-gpus (argv word 6); none in the
+    # claim shape, whose one GPU is its ResourceClaim's (claim_checks: present in the other).
+    gpus = opt(Expr(
+        "!variables.claimed && size(variables.container.command) > 6 && "
+        "{v} == variables.container.command[6]",
+        "the --expected-gpus count (none with a resourceClaims entry)",
     ))  # fmt: skip
     return Obj(
         {
             "requests": Field(Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")),
                                    GPU_RESOURCE: gpus})),
             "limits": Field(Obj({"memory": Field(Exact("32Gi")), GPU_RESOURCE: gpus})),
+            "claims": opt(Expr(f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
+                               f"{lit([{'name': CLAIM}])}, with the Pod's one resourceClaims "
+                               "entry")),
         },
-        {"claims": "no dynamic resources"},
     )  # fmt: skip
+
+
+# The device load test's (guard.plan.device_taint, jobs/_macros.j2): the Pod's one claim, named
+# for the Job; the scheduler allocates it, so no nodeName, and the hostname label is the node.
+CLAIM = "gpu"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def claim_variables() -> list[tuple[str, str]]:
+    """`claimed`: the Pod uses the claim shape (one GPU by a ResourceClaim, jobs/_macros.j2);
+    `node`: its nodeName, else (claim shape, not yet bound) its hostname label."""
+    return [
+        ("claimed", "'resourceClaims' in variables.pod"),
+        ("node", f"variables.pod.?nodeName.orValue(variables.claimed ? "
+                 f"variables.pod.?nodeSelector[?{quote(HOSTNAME)}].orValue('') : '')"),
+    ]  # fmt: skip
+
+
+def claim_checks(kind: Kind, *, pod: bool) -> list[Validation]:
+    """What each shape must hold that `pod_spec` leaves optional: the device-plugin shape its
+    nodeName and nvidia.com/gpu, the claim shape its container claim, one GPU and no nodeName
+    until the scheduler binds the Pod (a Pod's update after that carries it)."""
+    if not kind.gpus:
+        return []
+    res = "variables.container.?resources"
+    limit, request = (f"{res}.?{part}[?{quote(GPU_RESOURCE)}].hasValue()"
+                      for part in ("limits", "requests"))  # fmt: skip
+    bound = f"!({CREATE_OP}) || " if pod else ""
+    return [
+        Validation(
+            f"variables.claimed || ('nodeName' in variables.pod && {limit} && {request})",
+            f"without a resourceClaims entry, spec.nodeName and the {GPU_RESOURCE} request "
+            "and limit are required",
+        ),
+        Validation(
+            f"!variables.claimed || ({bound}!('nodeName' in variables.pod)) && "
+            f"{res}.?claims.hasValue() && size(variables.container.command) > 6 && "
+            "variables.container.command[6] == '1'",
+            "with a resourceClaims entry: no spec.nodeName (the scheduler places the claim), "
+            f"the container's claim {CLAIM!r} and --expected-gpus 1",
+        ),
+    ]
 
 
 def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
@@ -195,6 +241,28 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "containers": Field(One(_container(kind, s))),
         "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
         "nodeSelector": Field(Exact({key: value})),
+    }
+    refused = dict(POD_REFUSED)
+    if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
+        claim_name = "variables.jobName" if pod else "object.metadata.name"
+        fields["nodeName"] = opt(fields["nodeName"].shape)
+        fields["nodeSelector"] = Field(
+            Expr(
+                f"{{v}} == (variables.claimed ? {{{quote(key)}: dyn({quote(value)}), "
+                f"{quote(HOSTNAME)}: dyn(variables.node)}} : {lit({key: value})})",
+                f"{lit({key: value})}, and {HOSTNAME} the node's name with a resourceClaims entry",
+            )
+        )
+        fields["resourceClaims"] = opt(
+            Expr(
+                f"{{v}} == [{{'name': dyn({quote(CLAIM)}), "
+                f"'resourceClaimName': dyn({claim_name})}}]",
+                f"one entry, {CLAIM!r}, naming the ResourceClaim the guard made for this Job "
+                "(its name)",
+            )
+        )
+        del refused["resourceClaims"]
+    fields |= {
         "restartPolicy": Field(Exact("Never")),
         "serviceAccountName": Field(Exact(s.job_service_account)),
         "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
@@ -209,7 +277,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "securityContext": Field(Exact({})),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
-    refused = dict(POD_REFUSED)
     if kind.host_pid:
         fields["hostPID"] = Field(Exact(True))
     else:
@@ -366,7 +433,7 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
     return root(metadata, pod_spec(kind, s, pod=True))
 
 
-_CREATE = "request.operation == 'CREATE'"
+_CREATE = CREATE_OP = "request.operation == 'CREATE'"
 
 
 def _room(kind: Kind) -> int:

@@ -41,6 +41,8 @@ from guard.policies.common import COMPONENT_OF, PREFIX, guard_user, in_namespace
 from guard.policies.kinds import (
     KINDS,
     Kind,
+    claim_checks,
+    claim_variables,
     job_name_pattern,
     job_shape,
     name_binds_node,
@@ -65,12 +67,14 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     # manifests/base/image-wiring writes into the settings ConfigMap from `images:`.
     image = params.text(s, kind.image)
     is_kind = [("is-" + kind.name, f"{COMPONENT_OF} == {quote(kind.name)}")]
+    # The load test's Pod is placed by nodeName, or (a DRA device's) by its ResourceClaim.
+    node = claim_variables() if kind.gpus else [("node", "variables.pod.?nodeName.orValue('')")]
     job_vars = [
         ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
         ("image", image),
         ("pod", "object.spec.template.spec"),
         ("container", "variables.pod.containers[0]"),
-        ("node", "variables.pod.?nodeName.orValue('')"),
+        *node,
         *argv.variables(kind.layouts(), "argv"),
         *site.variables(kind.name, s),
     ]
@@ -80,7 +84,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         ("image", image),
         ("pod", "object.spec"),
         ("container", "variables.pod.containers[0]"),
-        ("node", "variables.pod.?nodeName.orValue('')"),
+        *node,
         ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
         ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
         *argv.variables(kind.layouts(), "argv"),
@@ -102,6 +106,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     job_checks = [
         *validations(job_shape(kind, s), "object", ""),
         name_binds_node(kind, "object.metadata.name", "variables.node"),
+        *claim_checks(kind, pod=False),
         *site.argv_checks(kind.name),
         *site.job_checks(kind.name),
         # The Job controller writes status (a subresource) only; the API server's deletion
@@ -112,6 +117,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         owner_name,
         *validations(pod_shape(kind, s), "object", ""),
         name_binds_node(kind, "variables.jobName", "variables.node"),
+        *claim_checks(kind, pod=True),
         *site.argv_checks(kind.name),
         # The Job controller removes its finalizer; CNIs annotate (docs/security.md).
         *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),

@@ -326,6 +326,18 @@ def guard_job(kind: JobKind, node: str, key: str) -> dict[str, Any]:
     )
 
 
+def guard_device_job(node: str, key: str) -> dict[str, Any]:
+    """The load test of one DRA device exactly as guard.plan.device_taint builds it."""
+    return render_example_job(
+        Settings(),
+        JobTemplates.load(),
+        "loadtest",
+        (node, "0000:99:00.0", 79, 8),
+        key=key,
+        device=True,
+    )
+
+
 def controller_pod(job: Mapping[str, Any]) -> dict[str, Any]:
     """The Pod the Job controller makes from a stored Job (pkg/controller/job: the template's
     labels, annotations and spec, the Job as controlling owner, the job-tracking finalizer)."""

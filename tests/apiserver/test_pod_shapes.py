@@ -26,6 +26,7 @@ from tests.apiserver.kube import (
     as_dict,
     controller_pod,
     create,
+    guard_device_job,
     guard_job,
     refusal,
 )
@@ -484,3 +485,89 @@ def test_a_long_node_names_label_cut_short_is_refused(identities: Identities) ->
     status, message = refusal(lambda: create(identities.guard_token, job))
     assert status == 422 and "'gpu-node-guard-evidence-job'" in message, message
     assert "metadata.labels[gpu-node-guard.io/node] must be the pod's nodeName, or" in message
+
+
+# ── the load test of one DRA device (guard.plan.device_taint): its GPU by a ResourceClaim ─────
+DEVICE_NODE = "gpu-dra-a"
+
+
+def test_the_device_load_test_job_and_its_pod_are_accepted(
+    identities: Identities, admin: client.ApiClient, job_controller: client.ApiClient
+) -> None:
+    job = as_dict(create(identities.guard_token, guard_device_job(DEVICE_NODE, uuid.uuid4().hex)))
+    spec = job["spec"]["template"]["spec"]
+    assert "nodeName" not in spec
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": job["metadata"]["name"]}]
+    pod = as_dict(create(job_controller, controller_pod(job)))
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == DEVICE_NODE
+    client.CoreV1Api(admin).delete_namespaced_pod(pod["metadata"]["name"], JOBS_NS)
+    client.BatchV1Api(admin).delete_namespaced_job(job["metadata"]["name"], JOBS_NS)
+
+
+def _claim_of_another(spec: dict[str, Any]) -> None:
+    spec["resourceClaims"][0]["resourceClaimName"] = "someone-elses-claim"
+
+
+def _two_claims(spec: dict[str, Any]) -> None:
+    spec["resourceClaims"].append({"name": "more", "resourceClaimName": "more"})
+
+
+def _gpu_limit_too(spec: dict[str, Any]) -> None:
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+
+
+def _pinned_too(spec: dict[str, Any]) -> None:
+    spec["nodeName"] = DEVICE_NODE
+
+
+def _other_hostname(spec: dict[str, Any]) -> None:
+    spec["nodeSelector"]["kubernetes.io/hostname"] = "another-node"
+
+
+def _eight_gpus(spec: dict[str, Any]) -> None:
+    cmd = spec["containers"][0]["command"]
+    cmd[cmd.index("--expected-gpus") + 1] = "8"
+
+
+def _no_container_claim(spec: dict[str, Any]) -> None:
+    del spec["containers"][0]["resources"]["claims"]
+
+
+def _claim_template(spec: dict[str, Any]) -> None:
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "all-gpus"}]
+
+
+def _claim_without_shape(spec: dict[str, Any]) -> None:
+    """A device-plugin Job with a claim added: the claim shape is all or nothing."""
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "x"}]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_claim_of_another, _two_claims, _gpu_limit_too, _pinned_too, _other_hostname, _eight_gpus,
+     _no_container_claim, _claim_template],
+)  # fmt: skip
+def test_an_out_of_shape_device_load_test_is_refused(
+    identities: Identities, change: Callable[[dict[str, Any]], None]
+) -> None:
+    job = guard_device_job(DEVICE_NODE, uuid.uuid4().hex)
+    change(job["spec"]["template"]["spec"])  # type: ignore[index]
+    status, message = refusal(lambda: create(identities.guard_token, job))
+    assert status == 422 and "'gpu-node-guard-loadtest-job'" in message, message
+
+
+def test_a_device_plugin_load_test_may_not_add_a_claim(identities: Identities) -> None:
+    job = guard_job("loadtest", DEVICE_NODE, uuid.uuid4().hex)
+    _claim_without_shape(job["spec"]["template"]["spec"])
+    status, message = refusal(lambda: create(identities.guard_token, job))
+    assert status == 422 and "'gpu-node-guard-loadtest-job'" in message, message
+
+
+def test_a_device_load_test_pod_made_directly_is_refused(
+    job_controller: client.ApiClient, identities: Identities
+) -> None:
+    job = as_dict(create(identities.guard_token, guard_device_job(DEVICE_NODE, uuid.uuid4().hex)))
+    pod = controller_pod(job)
+    pod["spec"]["nodeName"] = DEVICE_NODE  # pinned past the scheduler, which allocates the claim
+    status, message = refusal(lambda: create(job_controller, pod))
+    assert status == 422 and "'gpu-node-guard-loadtest-pod'" in message, message

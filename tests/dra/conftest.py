@@ -100,6 +100,18 @@ GUARD_RULE_PROBE = {
 }  # fmt: skip
 
 
+SETTINGS = "gpu-node-guard-settings"
+JOB_POLICIES = ("job-loadtest.yaml", "jobs-namespace.yaml")
+LOADTEST_PROBE = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "probe-not-the-guards", "namespace": JOBS_NS,
+                 "labels": {"app.kubernetes.io/component": "loadtest"}},
+    "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                   "containers": [{"name": "x", "image": "busybox"}]}}},
+}  # fmt: skip
+
+
 def _deploy_guard(api: client.ApiClient) -> None:
     """The guard's namespaces, ServiceAccount, RBAC (manifests/base/rbac.yaml) and its DRA
     policies (policies/device-taints.yaml), enforced once the probe is refused."""
@@ -109,6 +121,12 @@ def _deploy_guard(api: client.ApiClient) -> None:
     core.create_namespaced_service_account(GUARD_NS, {"metadata": {"name": "gpu-node-guard"}})
     create_all(api, yaml_documents(BASE / "rbac.yaml"))
     create_all(api, yaml_documents(POLICIES / "device-taints.yaml"))
+    # The load-test Job and Pod policies and the jobs-namespace gate, with the settings
+    # ConfigMap they read their params from (the defaults: no key set), as tests/apiserver
+    # deploys them: the device load test's Job and Pod must pass them here.
+    core.create_namespaced_config_map(GUARD_NS, {"metadata": {"name": SETTINGS}})
+    for name in JOB_POLICIES:
+        create_all(api, yaml_documents(POLICIES / name))
     guard = client.ApiClient(api.configuration)
     guard.set_default_header("Impersonate-User", GUARD_USER)
 
@@ -119,10 +137,17 @@ def _deploy_guard(api: client.ApiClient) -> None:
             return exc.status == 422
         return False
 
+    def job_refused() -> bool:
+        try:
+            create(api, LOADTEST_PROBE, dry_run=True)
+        except ApiException as exc:
+            return exc.status == 422
+        return False
+
     deadline = time.monotonic() + 60
-    while not refused():
+    while not (refused() and job_refused()):
         if time.monotonic() > deadline:
-            raise RuntimeError("policies/device-taints.yaml never took effect")
+            raise RuntimeError("the policies never took effect")
         time.sleep(0.2)
 
 

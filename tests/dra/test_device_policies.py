@@ -5,6 +5,7 @@ NoSchedule fault taint) and its load tests' ResourceClaims, never a person's."""
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,16 @@ from kubernetes import client
 
 from guard.model import DraDevice
 from guard.plan.device_taint import DeviceRecord, rule_manifest, rule_name
-from tests.apiserver.kube import GUARD_USER, JOBS_NS, ControlPlane, create, refusal
+from tests.apiserver.kube import (
+    GUARD_USER,
+    JOB_CONTROLLER,
+    JOBS_NS,
+    ControlPlane,
+    controller_pod,
+    create,
+    guard_device_job,
+    refusal,
+)
 from tests.builders import NOW, PCI, UUID, S
 
 DEVICE = DraDevice("pol", "gpu.nvidia.com", "pol", "gpu-1", UUID, PCI)
@@ -123,3 +133,20 @@ def test_rbac_keeps_the_guard_out_of_other_namespaces_claims(as_guard: client.Ap
     claim["metadata"]["namespace"] = "work"
     status, message = refusal(lambda: create(as_guard, claim))
     assert status == 403, message
+
+
+def test_the_device_load_test_is_admitted_and_a_pinned_one_refused(
+    dra_plane: ControlPlane, as_guard: client.ApiClient, admin: client.ApiClient
+) -> None:
+    """policies/job-loadtest.yaml on 1.37: the guard's device load test Job and the Job
+    controller's Pod pass; the same Job pinned past the scheduler (nodeName) is refused."""
+    job = guard_device_job("pol-lt", uuid.uuid4().hex)
+    made = admin.sanitize_for_serialization(create(as_guard, job))
+    pod = controller_pod(made)
+    with dra_plane.impersonating(JOB_CONTROLLER) as controller:
+        create(controller, pod, dry_run=True)
+    pinned = guard_device_job("pol-lt", uuid.uuid4().hex)
+    pinned["spec"]["template"]["spec"]["nodeName"] = "pol-lt"  # type: ignore[index]
+    status, message = refusal(lambda: create(as_guard, pinned))
+    assert status == 422 and "'gpu-node-guard-loadtest-job'" in message, message
+    client.BatchV1Api(admin).delete_namespaced_job(made["metadata"]["name"], JOBS_NS)

@@ -114,6 +114,10 @@ SCENARIO_NODES = (
     ),
     # an old exporter names itself; a scrape relabel put the Node's name into `node`
     _fault("relabel79", 79, host_value="nvidia-dcgm-exporter-x7k2p", node_label="relabel79"),
+    # GPUs published by the DRA driver only (no nvidia.com/gpu resource): a held isolating Xid
+    # is the loss; a reset-class one (94) is not
+    NodeTimeline("dra79", xids=((ONSET_S, 4, 79),), dra=True),
+    NodeTimeline("dra94", xids=((ONSET_S, 4, 94),), dra=True),
     NodeTimeline("healthy", gpus=8),
     NodeTimeline("temp-only", gpus=8, xid_gauge=False, gpu_temp=True),
     NodeTimeline("no-exporter", gpus=8, xid_gauge=False),

@@ -65,6 +65,9 @@ def selected(prom, at: datetime, s: Settings = S) -> set[str]:
         pytest.param("hidden48", 11, True, id="counted-xid-48-under-a-later-13"),
         pytest.param("counted13", 30, False, id="counted-user-code-xid-never"),
         pytest.param("relabel79", 3, True, id="relabelled-node-label-joins"),
+        pytest.param("dra79", 1, False, id="dra-node-xid79-1m-not-yet"),
+        pytest.param("dra79", 2.5, True, id="dra-node-xid79-held-is-the-loss"),
+        pytest.param("dra94", 30, False, id="dra-node-reset-class-xid-never"),
     ],
 )
 def test_isolation_decision(prom, node, after, expected):
@@ -113,8 +116,9 @@ def test_read_prom_builds_the_view(prom):
     v = view(prom, minutes(12))
     assert {c.node for c in candidates(v, minutes(12), S)} == {
         "fast79", "slow48", "lower79", "young48", "young79", "offgrid79", "between79",
-        "hidden48", "relabel79",
+        "hidden48", "relabel79", "dra79",
     }  # fmt: skip
+    assert "dra94" in {g.node for g in v.hardware_xids}  # seen, but a reset-class Xid is no loss
     assert {g.node for g in v.hardware_xids} >= {"fast79", "slow48", "dip48", "cordoned79"}
     assert not {"user13", "counted13"} & {g.node for g in v.hardware_xids}
     # loss began at the onset scrape, which is on the minute: held 12 minutes exactly
