@@ -216,8 +216,8 @@ def test_a_load_test_waiting_for_the_evidence_job_has_its_runbook_state():
     assert name is not None
     snap = snapshot(back_node(), jobs=(JobInfo(name, "evidence", "b", "running"),))
     (row,) = report(snap, settings(evidence_deadline_s=3000), TEMPLATES, SEEN).nodes
-    assert (row.state, row.runbook) == ("waiting-for-the-evidence-job",
-                                        f"{PUBLISHED_URL}#waiting-for-the-evidence-job")  # fmt: skip
+    state = "waiting-for-the-evidence-job"
+    assert (row.state, row.runbook) == (state, f"{PUBLISHED_URL}#{state}")
     assert row.blocked is not None and row.blocked.condition == "evidence-running"
     assert row.state in {s.value for s in NODE_STATES}
 
