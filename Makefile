@@ -46,22 +46,22 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# The plain rules file and the PrometheusRule are generated from guard/alerts.py; CI fails when they drift.
+# The plain rules file and the PrometheusRule are generated from guard/generate/alerts.py; CI fails when they drift.
 rules: install
-	$(PY) -m guard.alerts write
+	$(PY) -m guard.generate.alerts write
 
 rules-test: install system-deps
-	$(PY) -m guard.alerts check
+	$(PY) -m guard.generate.alerts check
 	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
 	cd tests/rules && promtool test rules *.test.yaml
 
-# The admission policies in policies/ (and its kustomization.yaml) are generated from guard/policies
-# and the settings; CI fails when they drift (docs/security.md).
+# The admission policies in policies/ (and its kustomization.yaml) are generated from
+# guard/generate/policies and the settings; CI fails when they drift (docs/security.md).
 policies: install
-	$(PY) -m guard.policies write
+	$(PY) -m guard.generate.policies write
 
 policies-check: install
-	$(PY) -m guard.policies check
+	$(PY) -m guard.generate.policies check
 
 # Both overlays rendered with kustomize (make deploytest) and proved coherent: the CronJob, the
 # admission policies (their params) and the alert rules see the same settings (docs/deploy.md).

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from bench.proc import Measured, measure
-from guard.kube import PAGE
+from guard.doors.kube import PAGE
 from guard.settings import CRONJOB_DEADLINE_S, MAX_SERIES
 
 RUN_TIMEOUT_S = 1200

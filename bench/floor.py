@@ -1,11 +1,11 @@
 """The floor of one cycle: the guard's own PromQL and one read of the cluster, with plain requests.
 
 Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
-object. The requests are `guard.queries.guard_queries` with the guard's settings — the list
-`guard.prom_view.read_prom` sends, at the same instants; the cluster read is either the List file
-decoded item by item (`guard.json_stream`, a count kept), or one paginated node list that keeps
-only a count. The page
-size comes from the parent (`guard.kube.PAGE`): importing that module here would load the
+object. The requests are `guard.read.queries.guard_queries` with the guard's settings — the list
+`guard.read.prom_view.read_prom` sends, at the same instants; the cluster read is either the List
+file decoded item by item (`guard.read.json_stream`, a count kept), or one paginated node list that
+keeps only a count. The page
+size comes from the parent (`guard.doors.kube.PAGE`): importing that module here would load the
 Kubernetes client, which the floor does not need.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 import click
 import requests
 
-from guard import json_stream, queries
 from guard.files import SNAPSHOT_JSON_MAX_BYTES
-from guard.prom_view import on_step
+from guard.read import json_stream, queries
+from guard.read.prom_view import on_step
 from guard.settings import Settings
 
 
@@ -71,7 +71,7 @@ def list_nodes(server: str, token: str, ca_file: str, page_size: int) -> tuple[i
 @click.command()
 @click.option("--prometheus-url", required=True)
 @click.option("--at", "at_text", required=True, help="RFC 3339 instant, as --at of the guard")
-@click.option("--page", type=int, required=True, help="guard.kube.PAGE")
+@click.option("--page", type=int, required=True, help="guard.doors.kube.PAGE")
 @click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--api-server", default="", help="https://host:port (API mode)")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))

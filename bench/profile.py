@@ -58,7 +58,7 @@ def mem(args: list[str]) -> None:
         # The client imports its API classes (and their models) on first use; tracing that
         # import would take minutes and is not the cycle's data.
         _ = client.CoreV1Api, client.BatchV1Api
-    from guard.snapshot import build_snapshot as real
+    from guard.read import build_snapshot as real
 
     after_imports = _rss_mb()
     taken: list[tuple[tracemalloc.Snapshot, int]] = []

@@ -129,7 +129,7 @@ class SetHold(_Logged):
             reason=self.reason,
             hold=self.text,
             next=anchored(hold_next(self.key, self.node, repeat_fault=True), self.reason),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True)

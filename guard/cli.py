@@ -20,25 +20,22 @@ import yaml
 
 from guard.actions import Action, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
+from guard.apply.outcome import Outcome, RunTrace, failed, tally
 from guard.bundle import BundleError, load_bundle
 from guard.cli_options import GuardedGroup, node_callback, pci_callback
+from guard.doors.kube import Kube, KubeError
+from guard.doors.prom import PromClient, PromError
+from guard.doors.prom_access import PromAccessError
+from guard.doors.retry import Backoff
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
-from guard.kube import Kube, KubeError
 from guard.log import Log, Value
 from guard.model import Snapshot
 from guard.names import CYCLE_LEASE
-from guard.outcome import Outcome, RunTrace, failed, tally
 from guard.plan import hold, plan_cycle, plan_fallback, released
 from guard.plan.common import render_example_job
 from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
-from guard.prom import PromClient, PromError
-from guard.prom_access import PromAccessError
-from guard.prom_view import check_join, coverage_pairs
-from guard.retry import Backoff
-from guard.settings import MAX_XID, Settings, setting_fields
-from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
-from guard.snapshot import (
+from guard.read import (
     SNAPSHOT_COMMAND,
     SnapshotError,
     build_snapshot,
@@ -47,9 +44,12 @@ from guard.snapshot import (
     read_prom,
     require_nodes,
 )
+from guard.read.prom_view import check_join, coverage_pairs
+from guard.settings import MAX_XID, Settings, setting_fields
+from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
 
 if TYPE_CHECKING:
-    from guard.lease import CycleLease
+    from guard.doors.lease import CycleLease
 
 
 class LazyGroup(GuardedGroup):
@@ -64,7 +64,7 @@ class LazyGroup(GuardedGroup):
         "fence": "guard.fence.cli:fence",
         "agent": "guard.agent.cli:agent",
         "status": "guard.status.cli:status",
-        "config": "guard.config:config",
+        "config": "guard.generate.config:config",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -168,7 +168,7 @@ def run(
     watching = watch if watch is not None else not dry_run and at is None
     code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output, watching), trace)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
-        from guard.push import push_run  # the push's status report is loaded only to push
+        from guard.apply.push import push_run  # the push's status report is loaded only to push
 
         push_run(s, trace, code, time.time(), time.monotonic() - started, log)
     sys.exit(code)
@@ -255,7 +255,7 @@ class LeaseHeld(Exception):
 
 
 class SlotIsolated(Exception):
-    """The Lease says a run of this cron slot already cordoned (guard/lease.py)."""
+    """The Lease says a run of this cron slot already cordoned (guard/doors/lease.py)."""
 
     def __init__(self, slot: str) -> None:
         super().__init__(slot)
@@ -267,10 +267,10 @@ def _cycle(
     trace: RunTrace,
 ) -> CycleResult:  # fmt: skip
     """The cycle, then the watch; a real run holds the cycle's Lease from before its reads to
-    its end (guard/lease.py)."""
+    its end (guard/doors/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _cycle_and_watch(s, prom, templates, log, inputs, trace, None)
-    from guard.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
+    from guard.doors.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
 
     backoff = Backoff(time.monotonic() + s.cycle_deadline_s)
     kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
@@ -301,12 +301,12 @@ def _cycle_and_watch(
     trace: RunTrace, held: tuple[CycleLease, str] | None,
 ) -> CycleResult:  # fmt: skip
     """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
-    landed (one cordon per slot, guard/lease.py)."""
+    landed (one cordon per slot, guard/doors/lease.py)."""
     started = time.monotonic()
     lease = held[0] if held else None
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = trace.kube
-    # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.prom_view).
+    # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.read.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
         objs = load_cluster_file(inputs.snapshot_file, s)
         if objs.gaps:

@@ -26,7 +26,7 @@ MIB = 1024 * KIB
 TOKEN_MAX_BYTES = 64 * KIB  # a bearer token or password file
 KUBECONFIG_MAX_BYTES = 4 * MIB  # embedded CA and client certificates of many clusters
 SNAPSHOT_MAX_BYTES = 32 * MIB  # `kubectl get nodes,jobs,… -o yaml` of a few thousand nodes
-# `… -o json` is read item by item (guard.json_stream), never held: 65,000 nodes are ~4 GB.
+# `… -o json` is read item by item (guard.read.json_stream), never held: 65,000 nodes are ~4 GB.
 SNAPSHOT_JSON_MAX_BYTES = 64 * 1024 * MIB
 LEDGER_FILE_MAX_BYTES = 16 * MIB  # the ledger and its archives (a ConfigMap holds 1 MiB)
 KERNEL_LOG_MAX_BYTES = 512 * MIB  # streamed line by line, never held whole

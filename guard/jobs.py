@@ -96,8 +96,8 @@ class ClaimSpec:
 
 # A node name is a DNS subdomain of up to 253 characters, a label value at most 63: a longer
 # name keeps its first NODE_LABEL_KEEP characters and a digest of the whole name. The full name
-# is in the Job's annotation and its nodeName; the policies (guard.policies.kinds) check the
-# label against the same rule.
+# is in the Job's annotation and its nodeName; the policies (guard.generate.policies.kinds) check
+# the label against the same rule.
 NODE_LABEL_KEEP = _NAME_BUDGET - 9  # "-" and an 8-digit hex digest
 NODE_LABEL_DIGEST = 8
 

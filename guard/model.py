@@ -1,6 +1,6 @@
 """Plain frozen data the planners read: the `Snapshot` of one cycle and its parts.
 
-No client objects or raw API dicts cross into the planners; `guard.snapshot` converts at the edge.
+No client objects or raw API dicts cross into the planners; `guard.read` converts at the edge.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class FenceRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One Node, every value the guard reads parsed once (`guard.objects.node_info`).
+    """One Node, every value the guard reads parsed once (`guard.read.objects.node_info`).
 
     `annotations` are the raw values of the guard's own keys, kept for presence checks and the
     executor's re-checks; planners read the typed fields. A node with `unreadable` entries is
@@ -159,7 +159,7 @@ class NodeInfo:
     pcie_links: tuple[RecordedLink, ...] = ()  # recorded from the evidence Job at the cordon
     conformance_failed: FailedCheck | None = None
     onboarding_failed: FailedCheck | None = None
-    job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.check_records)
+    job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.read.check_records)
     fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
     unreadable: tuple[Unreadable, ...] = ()
 
@@ -204,8 +204,8 @@ class RecordedLink:
 @dataclass(frozen=True, slots=True)
 class JobResult:
     """The summary a finished guard Job's Pod left in its termination message, validated
-    (guard.job_results). `unreadable`: no summary, or not one of the documented shape; `problem`
-    says why, and the planners never treat it as a pass."""
+    (guard.read.job_results). `unreadable`: no summary, or not one of the documented shape;
+    `problem` says why, and the planners never treat it as a pass."""
 
     state: Literal["read", "unreadable"]
     problem: str = ""
@@ -269,7 +269,7 @@ class AgentCheck:
 class ServicePod:
     """A kube-proxy or CNI pod on an unschedulable node, as kube-state-metrics reports it."""
 
-    selector: str  # the selector that picked it: kube-proxy or cni (guard.queries)
+    selector: str  # the selector that picked it: kube-proxy or cni (guard.read.queries)
     namespace: str
     name: str
     node: str
@@ -278,12 +278,12 @@ class ServicePod:
 
 @dataclass(frozen=True, slots=True)
 class PromUnreadable:
-    """A series dropped at the snapshot boundary (`guard.prom_view`): a label or value that is
+    """A series dropped at the snapshot boundary (`guard.read.prom_view`): a label or value that is
     not of its format. Its node is left alone this cycle; `node` is "" when no label of the
     series names a node in a valid form."""
 
     node: str
-    query: str  # the `guard.queries.Query` name
+    query: str  # the `guard.read.queries.Query` name
     label: str  # the label's name, or "value"
     value: str  # as Prometheus sent it (shown escaped and shortened, never written)
     why: str
@@ -295,7 +295,7 @@ HostLabels = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True, slots=True)
 class PromView:
-    """Validated Prometheus answers at `Snapshot.now` (built by `guard.prom_view.read_prom`):
+    """Validated Prometheus answers at `Snapshot.now` (built by `guard.read.prom_view.read_prom`):
     facts only. Which of them make a cordon candidate is decided in guard/plan/hold.py."""
 
     hardware_xids: tuple[GpuSample, ...] = ()  # gauge and windowed counter, one per GPU and Xid
@@ -331,7 +331,7 @@ class GuardEvent:
 
 @dataclass(frozen=True, slots=True)
 class DraDevice:
-    """One GPU a DRA driver publishes in a node's ResourceSlice (guard.objects): where the
+    """One GPU a DRA driver publishes in a node's ResourceSlice (guard.read.objects): where the
     device is (driver, pool, name) and which GPU it is (the driver's `uuid` and `pcieBusID`)."""
 
     node: str
@@ -381,7 +381,7 @@ class Snapshot:
     # Objects the guard could not even name (a Node or guard Job without a name, only possible
     # in a hand-made file): one line each, reported and otherwise ignored.
     ignored: tuple[str, ...] = ()
-    ledger_bytes: int = 0  # the ledger ConfigMap's size as read (guard.ledger_store.size_of)
+    ledger_bytes: int = 0  # the ledger ConfigMap's size as read (guard.doors.ledger_store.size_of)
     # DRA: the GPUs the DRA driver publishes (ResourceSlices) and the DeviceTaintRules read.
     devices: tuple[DraDevice, ...] = ()
     taint_rules: tuple[TaintRule, ...] = ()

@@ -14,12 +14,13 @@ DEVICE_TAINT_COMPONENT = "device-taint"
 RECORDER = "gpu-node-guard"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
-CYCLE_LEASE = "gpu-node-guard-cycle"  # the cycle's Lease in the guard's namespace (guard.lease)
+# the cycle's Lease in the guard's namespace (guard.doors.lease)
+CYCLE_LEASE = "gpu-node-guard-cycle"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 # The Job controller labels its Pods with the Job name under both keys (the short one is legacy).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 # COMPONENT_LABEL of the ledger's archives (with APP_LABEL=APP_NAME): how readers find them, and
-# what the guard-scope policy requires of an archive's name (guard.policies.ledger).
+# what the guard-scope policy requires of an archive's name (guard.generate.policies.ledger).
 LEDGER_ARCHIVE_COMPONENT = "ledger-archive"
 FIELD_MANAGER = "gpu-node-guard"
 # Events about cluster-scoped objects (Nodes) must live in `default` (API validation).
@@ -34,7 +35,7 @@ SETTINGS_CONFIGMAP = "gpu-node-guard-settings"
 
 def ledger_archive_pattern(ledger: str) -> str:
     """The names of the ledger's archives, ``<ledger>-archive-<n>`` with n = 1..999999: what the
-    guard creates (guard.ledger_store) and all that the ledger policies let it create.
+    guard creates (guard.doors.ledger_store) and all that the ledger policies let it create.
 
     >>> ledger_archive_pattern("ledger")
     '^ledger-archive-[1-9][0-9]{0,5}$'

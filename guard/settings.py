@@ -25,7 +25,7 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
-# kubectl's rule, for every subcommand (guard.kube.Kube.connect).
+# kubectl's rule, for every subcommand (guard.doors.kube.Kube.connect).
 KUBECONFIG_HELP = (
     "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
 )
@@ -34,6 +34,12 @@ CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 # writes and the Lease's release fit in it (guard/watch.py). Not longer: a pod that starts a
 # minute late must still watch past the next scrape step of a fault at the tick's end.
 WATCH_MARGIN_S = 30
+
+# Upstreams counted as internal when Settings.conformance_allowed_dns is empty: private, shared
+# (CGNAT), link-local and loopback IPv4. The incident's resolver was a public one.
+INTERNAL_UPSTREAMS = (
+    "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,169.254.0.0/16,127.0.0.0/8"
+)
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
 
@@ -237,7 +243,7 @@ class Settings:
         "Nodes per page of the node list: one page of raw Nodes (about 14 KB each) is alive at a "
         "time; larger pages mean fewer requests, more memory",
     )
-    # The in-run watch and the cycle's Lease (guard/watch.py, guard/lease.py).
+    # The in-run watch and the cycle's Lease (guard/watch.py, guard/doors/lease.py).
     watch_until_s: int = _opt(
         CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
         "After its cycle, the run watches pending holds until this many seconds after it started "

@@ -140,7 +140,7 @@ class Decision(StrEnum):
     FENCE_LIFT_RUNNING = "fence-lift-running"
     FENCE_LIFTED = "fence-lifted"
     FENCE_LIFT_FAILED = "fence-lift-failed"
-    # The executor's own planned writes (guard/apply.py, guard/plan/common.py).
+    # The executor's own planned writes (guard/apply/__init__.py, guard/plan/common.py).
     JOB_RECORDED = "job-recorded"
     LEDGER_ARCHIVED = "ledger-archived"
 
@@ -157,7 +157,7 @@ def xid_reason(code: int) -> str:
 
 
 def conformance_reason(item: str) -> str:
-    """The cordon reason of a failed conformance item (an item word, guard.check_records)."""
+    """The cordon reason of a failed conformance item (an item word, guard.read.check_records)."""
     return f"conformance-{item}"
 
 

@@ -3,11 +3,11 @@ at the next tick.
 
 It waits for the holds pending at its start (guard.plan.watch `dues`: hardware Xids and the
 driver/NVML mismatch; for a mismatch it also re-reads the node's nvidia-match history and
-status, `guard.queries.mismatch_queries`) and polls with one query
-per scrape (`Settings.scrape_interval_s`; `guard.queries.watch_poll`: hardware Xid and GPU loss
+status, `guard.read.queries.mismatch_queries`) and polls with one query
+per scrape (`Settings.scrape_interval_s`; `guard.read.queries.watch_poll`: hardware Xid and GPU loss
 now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
 only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
-(`guard.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
+(`guard.read.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
 snapshot with those facts
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
@@ -32,23 +32,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from guard import queries
 from guard.actions import Action, Cordon, TaintDevice
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
+from guard.doors.kube import Kube, KubeError, NotFound
+from guard.doors.kube_errors import first_line
+from guard.doors.prom import PromClient, PromError
 from guard.jobs import JobTemplates
-from guard.kube import Kube, KubeError, NotFound
-from guard.kube_errors import first_line
 from guard.ledger import format_time
 from guard.log import Level, Log
 from guard.model import NodeInfo, Snapshot
 from guard.names import Annotations
-from guard.objects import node_info
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.mismatch import NVML_MISMATCH
 from guard.plan.watch import Due, decision_snapshot, dues, fine, split
-from guard.prom import PromClient, PromError
-from guard.prom_view import read_prom, with_prom_unreadable
+from guard.read import queries
+from guard.read.objects import node_info
+from guard.read.prom_view import read_prom, with_prom_unreadable
 from guard.settings import Settings
 
 
@@ -99,7 +99,8 @@ class Watch:
     # holding the cycle's Lease until the end, so a run started beside it in the same slot
     # finds the Lease held and cannot cordon a second node.
     deciding: bool = True
-    # After its cordon landed: the run's cron slot goes into the Lease at once (guard/lease.py).
+    # After its cordon landed: the run's cron slot goes into the Lease at once
+    # (guard/doors/lease.py).
     record: Callable[[], bool] = lambda: True
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left

@@ -1,7 +1,7 @@
 """What the guard and its Jobs say to each other (docs/lifecycle.md, "Job results"): the summary
 each Job program leaves in its container's termination message for the guard to read back, and
 the argv values the guard passes that both sides parse. Imported by the guard
-(guard.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
+(guard.read.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
 guard.fence, guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
 
 A message is written only into a file the kubelet already created (`write_termination_message`)

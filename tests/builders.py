@@ -25,8 +25,8 @@ from guard.model import (
     Snapshot,
 )
 from guard.names import Annotations
-from guard.objects import node_info
 from guard.plan.returning import plan_return
+from guard.read.objects import node_info
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from guard.conformance.aptconf import AptEntry, items, read_apt_conf, scalar
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Status, unknown_result
 from guard.conformance.platform import DPKG_STATUS
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 
 BLACKLIST_KEY = "Unattended-Upgrade::Package-Blacklist"
 PERIODIC_KEY = "APT::Periodic::Unattended-Upgrade"

@@ -16,7 +16,7 @@ from guard.conformance.fix import apply_fixes, plan_fixes
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, ItemResult, Status, unknown_result
 from guard.conformance.platform import Platform, read_platform
-from guard.hostexec import Runner, Unknown
+from guard.doors.hostexec import Runner, Unknown
 
 IPVS_ITEMS = ("ipvs-resolvable", "ipvs-persist", "ipvs-loaded")
 RKE2_ITEMS = ("rke2-unit", "rke2-version")

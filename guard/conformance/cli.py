@@ -16,7 +16,7 @@ from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, Role
 from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.conformance.report import exit_code, render_json, render_text, summarize
-from guard.hostexec import NSENTER_PREFIX, HostRunner
+from guard.doors.hostexec import NSENTER_PREFIX, HostRunner
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import (
     TERMINATION_LOG,

@@ -25,7 +25,7 @@ import yaml
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Status, unknown_result
 from guard.conformance.platform import rke2_configs
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 from guard.wire import IpNetwork
 
 NAME = "dns-upstream"

@@ -13,7 +13,7 @@ from typing import assert_never
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.ipvs import MODULE, PERSIST_FILE, read_loaded
 from guard.conformance.model import ItemResult, Status, unknown_result
-from guard.hostexec import Runner, Unknown
+from guard.doors.hostexec import Runner, Unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 
 T = TypeVar("T")
 

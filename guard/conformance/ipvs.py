@@ -14,7 +14,7 @@ from typing import Literal
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Status, unknown_result
-from guard.hostexec import Runner, Unknown
+from guard.doors.hostexec import Runner, Unknown
 
 MODULE = "ip_vs"
 PERSIST_FILE = "/etc/modules-load.d/ipvs.conf"

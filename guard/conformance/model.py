@@ -1,7 +1,7 @@
 """Values shared by every conformance item: the result of one item and the run's configuration.
 
 A fact that could not be read (a command hung or failed, a file could not be opened) is a
-`guard.hostexec.Unknown`, and its item reports UNKNOWN.
+`guard.doors.hostexec.Unknown`, and its item reports UNKNOWN.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Literal
 
 from guard.conformance.platform import PlatformChoice, ProxyChoice
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 from guard.wire import IpNetwork
 
 Role = Literal["worker", "server"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Status, unknown_result
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 
 NAME = "nvidia-match"
 MODULE_VERSION_FILE = "/sys/module/nvidia/version"

@@ -27,7 +27,7 @@ from typing import Literal
 import yaml
 
 from guard.conformance.hostfs import HostFS, guarded
-from guard.hostexec import Unknown
+from guard.doors.hostexec import Unknown
 
 PlatformChoice = Literal["auto", "rke2", "other"]
 ProxyChoice = Literal["auto", "ipvs", "iptables", "nftables", "none"]

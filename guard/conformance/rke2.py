@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Role, Status, unknown_result
-from guard.hostexec import Runner, Unknown
+from guard.doors.hostexec import Runner, Unknown
 from guard.wire import parse_version
 
 UNITS = ("rke2-agent", "rke2-server")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from guard.doors.hostexec import Unknown
 from guard.evidence import aer
 from guard.evidence.kernel_log import (
     DeadRecord,
@@ -36,7 +37,6 @@ from guard.evidence.verdict import (
     Finding,
     decide,
 )
-from guard.hostexec import Unknown
 from guard.xid_tables import Repair, XidClasses
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value

@@ -3,10 +3,10 @@
 Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
 CAP_SYS_ADMIN) so they are the host's own ``journalctl``, ``lspci`` and ``nvidia-smi``. Sysfs is
 read as files under a root directory, by default ``/proc/1/root`` (the host's root through hostPID,
-which needs CAP_SYS_PTRACE). Every command goes through `guard.hostexec` with a timeout (a timeout
-kills the command's process group; a process stuck in the kernel, such as a config read of a dead
-GPU, is left behind rather than holding up the rest); a command that hangs or fails becomes an
-`Unknown` and the rest of the evidence is still read.
+which needs CAP_SYS_PTRACE). Every command goes through `guard.doors.hostexec` with a timeout (a
+timeout kills the command's process group; a process stuck in the kernel, such as a config read of
+a dead GPU, is left behind rather than holding up the rest); a command that hangs or fails becomes
+an `Unknown` and the rest of the evidence is still read.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from guard import hostexec
+from guard.doors import hostexec
+from guard.doors.hostexec import CommandResult, Unknown
 from guard.evidence.aer import parse_counters
 from guard.evidence.assess import Counters, Inputs, PortInput
 from guard.evidence.kernel_log import for_gpu, parse_kernel_log
-from guard.hostexec import CommandResult, Unknown
 
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
@@ -44,7 +44,7 @@ class Host:
     root: Path = DEFAULT_HOST_ROOT
     timeout_s: float = DEFAULT_TIMEOUT_S
     prefix: tuple[str, ...] = hostexec.NSENTER_PREFIX
-    runner: hostexec.Runner | None = None  # None: real commands, through guard.hostexec
+    runner: hostexec.Runner | None = None  # None: real commands, through guard.doors.hostexec
 
     def run(self, *argv: str) -> CommandResult:
         return (self.runner or hostexec.HostRunner(self.timeout_s, self.prefix)).run(argv)

@@ -1,9 +1,9 @@
 """Where `ledger count` reads the fault ledger from: a file or the cluster's ConfigMaps.
 
-The lines counted are the guard's own (`guard.ledger_store.ledger_lines`): the ledger ConfigMap
-and its archives ``<ledger>-archive-<n>`` (both labels of `ARCHIVE_SELECTOR`), a line stored in
-two places counted once. From the cluster: the ledger and the archives found by label. A file may
-be a ConfigMap (YAML or JSON, e.g. ``kubectl get cm gpu-fault-ledger -o yaml``), its bare
+The lines counted are the guard's own (`guard.doors.ledger_store.ledger_lines`): the ledger
+ConfigMap and its archives ``<ledger>-archive-<n>`` (both labels of `ARCHIVE_SELECTOR`), a line
+stored in two places counted once. From the cluster: the ledger and the archives found by label. A
+file may be a ConfigMap (YAML or JSON, e.g. ``kubectl get cm gpu-fault-ledger -o yaml``), its bare
 ``data`` mapping (``gpu-node-b: |`` …), or a List (``kubectl -n gpu-node-guard get cm -o yaml``):
 then the ledger by name and its archives. Reading never changes the ledger.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guard import ledger_store
+from guard.doors import ledger_store
 from guard.files import LEDGER_FILE_MAX_BYTES, FileInputError, load_yaml, read_text_bounded
 from guard.ledger import LedgerLine
 
@@ -97,8 +97,8 @@ READ_RETRY_S = 10.0  # how long `ledger count --from-cluster` retries an unreach
 def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
     """Read the ledger and its archives through the guard's one API door (kubectl's rule:
     --kubeconfig, else $KUBECONFIG, else in-cluster)."""
-    from guard.kube import Kube, KubeError  # the client is only needed for this path
-    from guard.retry import Backoff
+    from guard.doors.kube import Kube, KubeError  # the client is only needed for this path
+    from guard.doors.retry import Backoff
 
     where = f"configmap {namespace}/{name}"
     try:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guard.doors.hostexec import CommandResult
 from guard.evidence.collect import Host
 from guard.evidence.lspci import config_space
-from guard.hostexec import CommandResult
 from guard.pci import PciAddressError, normalize_pci
 from guard.wire import FenceSummary
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from guard import hostexec
+from guard.doors import hostexec
 from guard.loadtest.model import ExpectedLink, PcieLink
 from guard.pci import PciAddressError, normalize_pci
 
@@ -108,7 +108,7 @@ def _count(cell: str) -> int | None:
 def smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
     """Ask nvidia-smi (inside the container, no nsenter); RuntimeError with one line on failure.
 
-    Through `guard.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
+    Through `guard.doors.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
     and the wait ends, instead of blocking the load test after the timeout.
     """
     outcome = hostexec.run(SMI_QUERY, timeout_s)

@@ -61,7 +61,7 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
     """Why `job` is not the Job the guard made for this node ("" when it is): the node's record
     names another Job, or this name with another uid (deleted and made again by someone else),
     or its template runs another spec than the guard rendered, or its result came from a Pod
-    that is not its own (guard.job_results: adopted from elsewhere)."""
+    that is not its own (guard.read.job_results: adopted from elsewhere)."""
     rec = node.job_record(job.kind)
     if rec is None or rec.name != job.name:
         made = f"; the guard's last {job.kind} Job here is job/{rec.name}" if rec else ""
@@ -126,7 +126,7 @@ def passed(job: JobInfo) -> bool | None:
     (its result unreadable, or no result at all). Only for finished Jobs.
 
     Job success alone is never a pass: the pass is the Pod's own summary (conformance PASS,
-    load test `verdict: pass`), read from a Pod the Job controls (guard.job_results). A
+    load test `verdict: pass`), read from a Pod the Job controls (guard.read.job_results). A
     succeeded Job whose Pod is gone, or whose summary says fail or is garbage, is not a pass.
     """
     r = job.result

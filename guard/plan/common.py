@@ -9,11 +9,11 @@ from typing import Any
 
 from guard import ledger
 from guard.actions import Action, AppendLedgerLine, CreateJob, EmitEvent, Skip
-from guard.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
 from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
+from guard.read.check_records import MAX_LINKS, job_record_value
 from guard.settings import Settings
 from guard.states import Decision
 
@@ -201,8 +201,8 @@ def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
 
 
 def fence_args(s: Settings, mode: str, pci: str, uuid: str) -> tuple[str, ...]:
-    """The fence Job's argv (guard/policies/argv.py `fence`): `set` or `lift` of one GPU, with
-    ``--drain`` when the site allows it (the lift undoes the drain the set made)."""
+    """The fence Job's argv (guard/generate/policies/argv.py `fence`): `set` or `lift` of one GPU,
+    with ``--drain`` when the site allows it (the lift undoes the drain the set made)."""
     drain = ("--drain",) if s.fence_drain else ()
     return ("fence", mode, "--pci", pci, "--uuid", uuid, *drain)
 
@@ -227,7 +227,7 @@ def loadtest_args(
 ) -> tuple[str, ...]:
     """The load test's argv: the burn, the all-reduce (stated, never left to defaults), the
     memory test for a memory-class Xid, then one ``--expect-link`` per GPU whose link the
-    cordon's evidence Job recorded (guard/policies/argv.py pins this order)."""
+    cordon's evidence Job recorded (guard/generate/policies/argv.py pins this order)."""
     duration = s.loadtest_duration_s if duration_s is None else duration_s
     args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
     args += ["--duration-s", str(duration), "--size", str(s.loadtest_matrix_size)]

@@ -1,8 +1,8 @@
 """The cordon's `GuardCordoned` Event, written again when the cycle that cordoned lost it.
 
-The Event's name is ``<node>.gng-<digest of node, GuardCordoned, cordon time>`` (guard.events),
-and the cordon time is on the node (`auto-cordon-at`), so a later cycle knows the name of the
-Event every cordon wrote, whatever its reason. Case list, for a guard-cordoned node:
+The Event's name is ``<node>.gng-<digest of node, GuardCordoned, cordon time>``
+(guard.apply.events), and the cordon time is on the node (`auto-cordon-at`), so a later cycle knows
+the name of the Event every cordon wrote, whatever its reason. Case list, for a guard-cordoned node:
   no cordon time recorded                     → nothing (no name to look for)
   the snapshot lists an Event of that name    → nothing
   the cordon is older than `EVENT_REPAIR_S`   → nothing: the Event may simply have expired

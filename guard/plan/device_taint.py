@@ -76,7 +76,7 @@ from guard.plan.common import (
     loadtest_args,
     present,
 )
-from guard.records import cancel_value
+from guard.read.records import cancel_value
 from guard.settings import Settings
 from guard.states import Decision
 

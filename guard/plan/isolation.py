@@ -206,7 +206,7 @@ def _ineligible(node: NodeInfo | None, s: Settings) -> str:
         return "hold"
     if node.has(k.reason):
         return "already-guarded"
-    if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.policies.nodes)
+    if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.generate.policies.nodes)
         return NO_GPU_RESOURCE
     return ""
 

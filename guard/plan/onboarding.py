@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, RemoveTaint, Skip
-from guard.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.check_jobs import (
@@ -44,6 +43,7 @@ from guard.plan.check_jobs import (
 )
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
+from guard.read.check_records import checked_boot_value, failed_value
 from guard.settings import Settings
 
 STAYS = "the onboarding taint stays"

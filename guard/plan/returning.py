@@ -34,7 +34,6 @@ from guard.actions import (
     Skip,
     hold_next,
 )
-from guard.check_records import UNCORDON, checked_boot_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
 from guard.plan import cordon_event, fence, mismatch, service_network
@@ -47,15 +46,17 @@ from guard.plan.common import (
     ledger_append,
     present,
 )
-from guard.plan.links import evidence_running, record_links
 from guard.plan.return_jobs import (
     WAIT,
     conformance_return,
     conformance_same_boot,
+    evidence_running,
     job_gate,
     loadtest_name,
+    record_links,
 )
-from guard.records import cancel_value, reason_cancel_value
+from guard.read.check_records import UNCORDON, checked_boot_value
+from guard.read.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
 
 

@@ -8,7 +8,7 @@ Case list (one cycle; the blast radius of a bad value is its object):
           write of the cycle and for at most `EVENTS_PER_CYCLE` nodes, those without one first;
           the rest in one INFO skip `unreadable-events-later` (5,000 such Events took 41-201 s
           of the cycle's 200 s deadline, before the cordon)
-  node with a Prometheus series refused at the snapshot boundary (guard.prom_view: a label or
+  node with a Prometheus series refused at the snapshot boundary (guard.read.prom_view: a label or
   value not of its format, NaN, a duplicate)
         → the same WARN skip naming the query, label and value (escaped, shortened); no Event
           and nothing on the node: the value came from outside and is never written
@@ -28,7 +28,7 @@ from itertools import groupby
 from guard.actions import Action, EmitEvent, Skip
 from guard.ledger import NOT_A_LINE
 from guard.model import NodeInfo, Snapshot, Unreadable
-from guard.prom_view import PROM_FIX, shown
+from guard.read.prom_view import PROM_FIX, shown
 from guard.settings import Settings
 
 # Events about unreadable nodes one cycle writes: a constant, not a setting (the skip lines

@@ -16,13 +16,22 @@ from typing import Any
 import click
 
 from guard.cli_options import GuardedCommand
+from guard.doors.kube import Kube, KubeError
+from guard.doors.prom import PromClient, PromError
+from guard.doors.prom_access import PromAccessError
+from guard.doors.retry import Backoff
 from guard.jobs import JobTemplates, TemplateLoadError
-from guard.kube import Kube, KubeError
 from guard.model import PromView
 from guard.names import SETTINGS_CONFIGMAP
-from guard.prom import PromClient, PromError
-from guard.prom_access import PromAccessError
-from guard.retry import Backoff
+from guard.read import (
+    SnapshotError,
+    build_snapshot,
+    gaps_line,
+    load_cluster_file,
+    read_cluster,
+    read_prom,
+    require_nodes,
+)
 from guard.settings import Settings
 from guard.settings_flags import (
     LOCAL_ONLY,
@@ -31,15 +40,6 @@ from guard.settings_flags import (
     env_options,
     given_here,
     settings_options,
-)
-from guard.snapshot import (
-    SnapshotError,
-    build_snapshot,
-    gaps_line,
-    load_cluster_file,
-    read_cluster,
-    read_prom,
-    require_nodes,
 )
 from guard.status.derive import report
 from guard.status.model import Report, Sight

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from guard import alert_queries, metric_names
+from guard import metric_names
+from guard.apply.push import OUTCOMES, WRITE_TYPES
 from guard.example.promserver import free_port
-from guard.push import OUTCOMES, WRITE_TYPES
+from guard.generate import alert_queries
 from guard.settings import Settings
 from tests.alerting.conftest import PUSH_SCRAPE_S, PushStack
 from tests.alerting.servers import query, wait_until

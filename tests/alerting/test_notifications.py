@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from guard import alerts
+from guard.generate import alerts
 from guard.runbook import PUBLISHED_URL
 from tests.alerting import servers
 from tests.alerting.conftest import need

@@ -25,7 +25,7 @@ BASE = REPO / "manifests" / "base"
 EXAMPLE = REPO / "manifests" / "overlays" / "example"
 DEPLOYTEST = REPO / "hack" / "deploytest" / "build.sh"
 HOW_TO_BUILD_TOOLS = "run `make deploytest` (hack/deploytest/build.sh)"
-POLICIES = "app.kubernetes.io/component=admission-policy"  # guard/policies/common.py
+POLICIES = "app.kubernetes.io/component=admission-policy"  # guard/generate/policies/common.py
 
 
 def kubectl_or_skip() -> Path:

@@ -19,18 +19,18 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.actions import Action
 from guard.apply import KubeExecutor
+from guard.apply.outcome import Outcome
+from guard.doors.kube import Kube
+from guard.doors.prom import PromClient
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
 from guard.jobs import job_name, node_label
-from guard.kube import Kube
 from guard.log import Log
 from guard.model import Snapshot
 from guard.names import CYCLE_LEASE, Annotations
-from guard.outcome import Outcome
 from guard.plan import plan_cycle
-from guard.prom import PromClient
+from guard.read import build_snapshot, read_cluster, read_prom
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster, read_prom
 from guard.wire import Finding, Summary, render_summary
 from tests.apiserver.kube import (
     JOB_CONTROLLER,

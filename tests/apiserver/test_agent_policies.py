@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.policies import agent
+from guard.generate.policies import agent
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities
 from tests.apiserver.deploy import BASE, Kubectl

@@ -478,7 +478,7 @@ def series(id_: str, edit: Edit, prom: str = "faulted") -> Row:
     return Row(id_, "series", gpu_node(), prom, edit)
 
 
-# The GPU loss is capacity - allocatable computed in PromQL (guard.queries.gpu_loss): the guard
+# The GPU loss is capacity - allocatable computed in PromQL (guard.read.queries.gpu_loss): the guard
 # never sees the raw allocatable, so an impossible one (negative, a fraction) reads as a loss
 # and its node, faulted, takes the cycle's cordon.
 SERIES_ROWS = [

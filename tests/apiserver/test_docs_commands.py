@@ -179,7 +179,7 @@ def bin_dir(path: Path, kubectl: Path) -> Path:
     ):
         script = path / name
         script.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{call}" "$@"\n')
-        script.chmod(0o755)  # fmt: skip
+        script.chmod(0o755)
     return path
 
 

@@ -17,11 +17,11 @@ from kubernetes import client, watch
 
 from guard.actions import Action, AppendLedgerLine, Cordon, CreateJob, EmitEvent
 from guard.apply import KubeExecutor, PrintExecutor
+from guard.apply.outcome import Outcome
+from guard.doors.kube import Kube
 from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import PodTimeline
-from guard.kube import Kube
 from guard.log import Log
-from guard.outcome import Outcome
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
@@ -406,10 +406,10 @@ def test_gpu_pod_on_the_repaired_node_blocks_the_return(prom, guard_kubeconfig, 
 
 
 def test_node_list_follows_continue_tokens(monkeypatch, guard_kubeconfig, make_node):
-    import guard.kube
+    import guard.doors.kube
 
     made = {make_node() for _ in range(5)}
-    monkeypatch.setattr(guard.kube, "PAGE", 2)
+    monkeypatch.setattr(guard.doors.kube, "PAGE", 2)
     kube = guard_kube(guard_kubeconfig)
     names = {n["metadata"]["name"] for n in kube.nodes()}
     assert made <= names

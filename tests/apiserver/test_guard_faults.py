@@ -21,11 +21,11 @@ import pytest
 from kubernetes import client
 
 from guard.apply import KubeExecutor
+from guard.apply.outcome import Outcome
+from guard.doors.kube import Kube
+from guard.doors.retry import Backoff
 from guard.example.promserver import LocalPrometheus, free_port, stop
-from guard.kube import Kube
 from guard.log import Log
-from guard.outcome import Outcome
-from guard.retry import Backoff
 from guard.settings import Settings
 from tests.apiserver.conftest import wait_for_enforcement
 from tests.apiserver.deploy import BASE, Kubectl

@@ -21,18 +21,18 @@ from click.testing import CliRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard import ledger_store
 from guard.actions import AppendLedgerLine
 from guard.apply import KubeExecutor
+from guard.doors import ledger_store
+from guard.doors.kube import Kube
+from guard.doors.retry import Backoff
 from guard.evidence.cli import ledger as ledger_cli
-from guard.kube import Kube
 from guard.ledger import count, parse_ledger
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.common import archive_event, with_archive_events
-from guard.retry import Backoff
+from guard.read import build_snapshot, read_cluster
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster
 from tests.apiserver.conftest import REPO, wait_for_enforcement
 from tests.apiserver.guard_run import LEDGER, NS, forget_guard_state, node_events
 from tests.apiserver.kube import ControlPlane, create, yaml_documents

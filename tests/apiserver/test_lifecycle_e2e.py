@@ -18,14 +18,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard import node_patch
 from guard.actions import RemoveTaint
+from guard.apply import node_patch
+from guard.doors.kube import Kube
 from guard.example.promserver import LocalPrometheus
 from guard.jobs import JobTemplates, spec_digest
-from guard.kube import Kube
 from guard.names import Annotations
-from guard.objects import node_info
 from guard.plan.common import render_example_job
+from guard.read.objects import node_info
 from guard.settings import Settings
 from guard.wire import Finding, Summary, render_summary
 from tests.apiserver.guard_run import (

@@ -26,9 +26,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from guard.generate.policies.ledger import archive_max_bytes
 from guard.jobs import JobKind, job_name
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, REPORTING_CONTROLLER, Annotations
-from guard.policies.ledger import archive_max_bytes
 from guard.settings import Settings
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities, _wait_until_allowed
@@ -402,7 +402,7 @@ def _pull_secret_rows() -> list[Row]:
                 job_create(kind, "create-only", setter(*POD, value=[{"name": "Reg_Cred"}])),
             )
         )
-    return rows  # fmt: skip
+    return rows
 
 
 FREE_KEYS = (K.cancelled, K.returned, K.loadtest_result, K.conformance_result,

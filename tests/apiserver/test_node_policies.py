@@ -103,7 +103,7 @@ def test_uncordon_is_allowed_once_hold_is_removed(
         pytest.param({"metadata": {"annotations": {K.reset_done: "yes"}}}, id="annotation"),
         pytest.param({"spec": {"unschedulable": True}}, id="cordon-again"),
     ],
-)  # fmt: skip
+)
 def test_other_writes_to_a_held_node_are_allowed(
     admin: client.ApiClient, make_node: Callable[..., str], deployed: object, change: dict[str, Any]
 ) -> None:

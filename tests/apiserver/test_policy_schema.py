@@ -1,8 +1,8 @@
 """The Job, DaemonSet and Pod allowlists against the real API server's OpenAPI v3 schema: every
 field of a Job (its spec, pod template, PodSpec, Container, SecurityContext…), of the node
 agent's DaemonSet and of a Pod, recursively, is either allowed with a pinned shape or refused
-with a reason in guard/policies/kinds.py and agent.py. A field a future Kubernetes adds fails
-this test until someone decides on it."""
+with a reason in guard/generate/policies/kinds.py and agent.py. A field a future Kubernetes adds
+fails this test until someone decides on it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import requests
 
-from guard.policies import agent
-from guard.policies.kinds import KINDS, Kind, job_shape, pod_shape
-from guard.policies.shape import Obj, One
+from guard.generate.policies import agent
+from guard.generate.policies.kinds import KINDS, Kind, job_shape, pod_shape
+from guard.generate.policies.shape import Obj, One
 from guard.settings import Settings
 from tests.apiserver.kube import ADMIN_TOKEN, ControlPlane
 

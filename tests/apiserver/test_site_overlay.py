@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from guard.config import Rendered, check
+from guard.generate.config import Rendered, check
+from guard.generate.policies.params import default_text
 from guard.names import SETTINGS_CONFIGMAP
-from guard.policies.params import default_text
 from guard.settings import Settings
 from tests.apiserver.deploy import REPO, Kubectl
 from tests.apiserver.kube import GUARD_NS, GUARD_USER, ControlPlane, control_plane, required_assets

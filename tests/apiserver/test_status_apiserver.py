@@ -19,9 +19,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from guard import alert_queries, metric_names
+from guard import metric_names
 from guard.example.promserver import LocalPrometheus, free_port
 from guard.example.scenario import NodeTimeline
+from guard.generate import alert_queries
 from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings
 from tests.alerting.conftest import PushStack, push_stack_in
@@ -90,7 +91,7 @@ def cluster(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.
         _node(core, "st-loadtest", boot="boot-2", allocatable=8, annotations=own_card),
         _node(core, "st-held", annotations={KEYS.hold: "RMA 4711: card swap on Tuesday"}),
         _node(core, "st-returned", annotations={KEYS.returned: returned}, unschedulable=False),
-    ]  # fmt: skip
+    ]
     yield core
     for name in made:
         core.delete_node(name)

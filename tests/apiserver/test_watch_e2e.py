@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from guard.doors.lease import slot_key
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
-from guard.lease import slot_key
 from guard.ledger import format_time, parse_time
 from guard.names import CYCLE_LEASE
 from guard.settings import Settings

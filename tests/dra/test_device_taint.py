@@ -4,7 +4,8 @@ the guard's rule only after that device's load test passed; a person's DeviceTai
 touched; the breaker and one isolation per cycle count device taints and cordons alike.
 
 Prometheus is not the subject here: each cycle reads the cluster from the real API server and
-takes a `PromView` (what guard.prom_view would build from dcgm-exporter) as its Prometheus half.
+takes a `PromView` (what guard.read.prom_view would build from dcgm-exporter) as its Prometheus
+half.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from kubernetes import client
 
 from guard.actions import Action, Cordon, Skip, TaintDevice, UntaintDevice
 from guard.apply import KubeExecutor
-from guard.kube import Kube
+from guard.doors.kube import Kube
 from guard.log import Log
 from guard.model import GpuSample, PromView
 from guard.names import FIELD_MANAGER, Annotations
 from guard.plan import plan_cycle
+from guard.read import build_snapshot, read_cluster
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, read_cluster
 from tests.apiserver.guard_run import LOADTEST_PASS, end_pod
 from tests.apiserver.kube import (
     GUARD_NS,

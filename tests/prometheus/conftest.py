@@ -192,7 +192,7 @@ SIGNAL_PODS = (
 SIGNALS = Scenario(start=T0, duration_s=90 * 60, nodes=SIGNAL_NODES, pods=SIGNAL_PODS)
 SIGNAL_NODE_NAMES = frozenset(n.name for n in SIGNAL_NODES)
 # One faulted node beside two whose dcgm-exporter labels are not of their format (a UUID with a
-# space, a 300-character host name): guard.prom_view drops those series and only those nodes.
+# space, a 300-character host name): guard.read.prom_view drops those series and only those nodes.
 # Scraped with the default jobs of the GPU Operator and kube-prometheus-stack (the pins' test).
 ODD_UUID = "GPU-1a2b3c4d 5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 LONG_HOST = "g" * 300

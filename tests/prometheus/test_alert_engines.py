@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard import alert_queries, alerts
+from guard.doors.prom import PromClient
 from guard.example.promserver import openmetrics_file
-from guard.prom import PromClient
+from guard.generate import alert_queries, alerts
 from guard.settings import Settings
 from tests.engines import (
     ENGINES,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from guard.doors.prom import PromClient, PromError
 from guard.model import PromUnreadable
 from guard.plan.hold import candidates
-from guard.prom import PromClient, PromError
-from guard.prom_view import read_prom
+from guard.read.prom_view import read_prom
 from guard.settings import Settings
 from tests.prometheus.conftest import BOUNDARY_NODES, JOBS_NS, LONG_HOST, ODD_UUID, minutes
 from tests.prometheus.test_queries import run_guard

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from guard.example.incident import CARD_UUID
-from guard.queries import guard_queries
+from guard.read.queries import guard_queries
 from guard.settings import Settings
 from tests.tiers import require_engine
 

@@ -1,4 +1,4 @@
-"""The node agent's policy (guard/policies/agent.py) against the agent as shipped: the argv
+"""The node agent's policy (guard/generate/policies/agent.py) against the agent as shipped: the argv
 layouts hold the DaemonSet's command and the site flags docs/agent.md shows, and nothing that
 would read or serve elsewhere; the pinned host paths are the manifest's."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from guard.policies import KUSTOMIZATION, POLICY_DIR, agent, documents, render
-from guard.policies.argv import matches
+from guard.generate.policies import KUSTOMIZATION, POLICY_DIR, agent, documents, render
+from guard.generate.policies.argv import matches
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""The generated alert files: in sync with guard/alerts.py, valid, and proven by promtool."""
+"""The generated alert files: in sync with guard/generate/alerts.py, valid, and proven by
+promtool."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import alert_queries, alerts, metric_names, queries, runbook
+from guard import metric_names, runbook
+from guard.generate import alert_queries, alerts
+from guard.read import queries
 from guard.settings import Settings, SettingsError
 from tests.unit.test_node_alerts import NODE_ALERT_NAMES
 
@@ -215,8 +218,9 @@ def test_check_passes_after_write_and_names_the_stale_file(tmp_path: Path) -> No
     result = runner.invoke(alerts.main, ["--root", str(tmp_path), "check"])
     assert result.exit_code == 1
     assert result.output == (
-        "Error: manifests/components/alerts/prometheusrule.yaml differs from guard/alerts.py;"
-        " run `python -m guard.alerts write`\n"
+        "Error: manifests/components/alerts/prometheusrule.yaml differs from "
+        "guard/generate/alerts.py;"
+        " run `python -m guard.generate.alerts write`\n"
     )
 
 

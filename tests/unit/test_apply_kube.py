@@ -20,14 +20,14 @@ import responses
 
 from guard.actions import Action, Cordon, Uncordon
 from guard.apply import KubeExecutor
+from guard.apply.outcome import tally
+from guard.doors.kube import Kube
+from guard.doors.retry import Backoff
 from guard.jobs import job_name, spec_digest
-from guard.kube import Kube
 from guard.log import Log
 from guard.model import NodeInfo
-from guard.outcome import tally
 from guard.plan import plan_cycle
 from guard.plan.return_jobs import job_key
-from guard.retry import Backoff
 from tests.builders import KEYS, NOW, TEMPLATES, gpu, node, passed_job, settings, snapshot
 
 API = "https://api.test"

@@ -6,8 +6,8 @@ import io
 import json
 
 from guard.apply import PrintExecutor
+from guard.apply.outcome import tally
 from guard.log import Log
-from guard.outcome import tally
 from guard.plan import plan_cycle
 from tests.builders import HELD_S, NOW, TEMPLATES, gpu, node, settings, snapshot
 

@@ -3,7 +3,7 @@ and the layout names the manifests pin are not runtime settings a site flips wit
 
 Where each appears (read by this test): manifests/base/cronjob.yaml (`schedule`,
 `activeDeadlineSeconds`, `startingDeadlineSeconds`), guard/settings.py (`cadence_s`,
-`CRONJOB_DEADLINE_S`, `cycle_deadline_s`, `prometheus_timeout_s`), guard/alert_queries.py
+`CRONJOB_DEADLINE_S`, `cycle_deadline_s`, `prometheus_timeout_s`), guard/generate/alert_queries.py
 (`not_running_after_s`, three cycles), the settings.env files (none may move them), and the docs
 that quote them (README.md, docs/deploy.md, docs/writes.md, docs/benchmarks.md).
 """
@@ -18,10 +18,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard.alert_queries import AlertParams
 from guard.cli import cli
 from guard.example.promserver import prometheus_config
 from guard.example.scenario import Scenario
+from guard.generate.alert_queries import AlertParams
 from guard.settings import (
     CRONJOB_DEADLINE_S,
     LAYOUT_SETTINGS,

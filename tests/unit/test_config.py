@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard import config
-from guard.config import IMAGES, LAYOUT, Rendered, check
+from guard.generate import config
+from guard.generate.config import IMAGES, LAYOUT, Rendered, check
 from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings, setting_fields
 from tests.tiers import tool, unavailable

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guard.conformance.model import Config, Status
-from guard.hostexec import CommandResult
+from guard.doors.hostexec import CommandResult
 from tests.fixtures.hosts.hosttree import (
     CONFIG,
     DRIVER,

@@ -10,7 +10,7 @@ from pathlib import Path
 from guard.conformance.checks import ITEMS, run_conformance
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import ItemResult, Status
-from guard.hostexec import CommandResult, HostRunner
+from guard.doors.hostexec import CommandResult, HostRunner
 from tests.fixtures.hosts.hosttree import (
     CONFIG,
     PROC_MODULES,

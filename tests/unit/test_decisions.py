@@ -14,7 +14,10 @@ from guard.states import JOB_STAGES, STATES, Decision, is_decision
 from tests.builders import TEMPLATES, back_node, gpu, node, settings, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
-PLANNERS = [*sorted((REPO / "guard" / "plan").glob("*.py")), REPO / "guard" / "apply.py"]
+PLANNERS = [
+    *sorted((REPO / "guard" / "plan").glob("*.py")),
+    REPO / "guard" / "apply" / "__init__.py",
+]
 ACTIONS = {t.__name__ for t in TYPE_WORDS}
 # Helpers that take the decision word as their third argument.
 HELPERS = {"create_job", "ledger_append", "job_spec", "skip"}

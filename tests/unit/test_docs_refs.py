@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 import pytest
 
+from guard.apply.events import ACTIONS
 from guard.cli import cli, command_paths
-from guard.events import ACTIONS
-from guard.lease import slot_key
+from guard.doors.lease import slot_key
 from guard.names import REPORTING_CONTROLLER, Annotations
 from guard.settings import Settings, setting_fields
 from tests.unit.test_runbook import github_slug

@@ -14,13 +14,13 @@ import jinja2
 import pytest
 from click.testing import CliRunner
 
+from guard.doors.hostexec import CommandResult, run_command
 from guard.evidence import request
 from guard.evidence.assess import assess
 from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import PREVIOUS_BOOT, Host, gather, upstream_ports
 from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables
-from guard.hostexec import CommandResult, run_command
 from guard.xid_tables import load_catalog, load_classes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -42,7 +42,7 @@ def _fixture(*parts: str) -> str:
 @dataclass
 class FakeRunner:
     """Answers host commands by their argv (the runner's prefix is not part of it); unknown ones
-    fail; TIMEOUT answers as `guard.hostexec` words a command past `timeout_s`."""
+    fail; TIMEOUT answers as `guard.doors.hostexec` words a command past `timeout_s`."""
 
     answers: Mapping[str, str]
     timeout_s: float = 20.0

@@ -1,5 +1,5 @@
 """The evidence Job records every GPU's PCIe link (the lower of the GPU's and its port's max)
-in its termination message, and the guard reads it back (guard.job_results)."""
+in its termination message, and the guard reads it back (guard.read.job_results)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from guard.evidence.cli import evidence
 from guard.evidence.collect import Host
 from guard.evidence.links import node_gpus, node_links
-from guard.job_results import result
 from guard.model import RecordedLink
+from guard.read.job_results import result
 from guard.wire import EvidenceSummary, SummaryError
 from guard.wire import parse_evidence_summary as parse_summary
 from guard.wire import render_evidence_summary as render_summary

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.hostexec import Exited, HostRunner, NotStarted, Outcome, TimedOut, run
+from guard.doors.hostexec import Exited, HostRunner, NotStarted, Outcome, TimedOut, run
 
 
 @pytest.mark.parametrize(

@@ -26,13 +26,14 @@ import responses
 import yaml
 from click.testing import CliRunner
 
-from guard import files, kube_exec
+from guard import files
 from guard.cli import cli
-from guard.kube import MAX_PAGES, Kube, KubeError
-from guard.retry import Backoff
+from guard.doors import kube_exec
+from guard.doors.kube import MAX_PAGES, Kube, KubeError
+from guard.doors.retry import Backoff
+from guard.read import SnapshotError, read_cluster, require_nodes
 from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S, Settings
 from guard.settings_flags import build_settings, settings_options, unknown_env_lines
-from guard.snapshot import SnapshotError, read_cluster, require_nodes
 from guard.wire import write_termination_message
 from tests.builders import ALL_NAMESPACES
 from tests.numpy_backend import cpu
@@ -789,7 +790,7 @@ def test_unknown_variables_warn_once_on_run(tmp_path: Path) -> None:
 def test_a_host_command_keeps_the_tail_of_a_long_output(
     monkeypatch: pytest.MonkeyPatch, lines: int
 ) -> None:
-    from guard import hostexec
+    from guard.doors import hostexec
 
     monkeypatch.setattr(hostexec, "MAX_OUTPUT_BYTES", 1000)
     got = hostexec.run(("seq", "1", str(lines)), 10.0)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from guard.job_results import attach, result, slim_pod
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, PromView, RecordedLink
 from guard.names import Annotations
-from guard.snapshot import ClusterObjects, build_snapshot, parse_nodes
+from guard.read import ClusterObjects, build_snapshot, parse_nodes
+from guard.read.job_results import attach, result, slim_pod
 from guard.wire import FenceSummary, Summary, render_fence_summary, render_summary
 from guard.wire import Finding as ConformanceFinding
 from tests.builders import NOW, S, job_uid
@@ -266,7 +266,7 @@ def test_results_reach_the_snapshot_and_round_trip_through_json() -> None:
 def test_the_load_tests_own_termination_message_is_what_the_guard_reads(
     tmp_path: Path, expected_gpus: int, passes: bool
 ) -> None:
-    """The contract from both sides: `loadtest run` writes it, guard.job_results reads it."""
+    """The contract from both sides: `loadtest run` writes it, guard.read.job_results reads it."""
     from click.testing import CliRunner
 
     from guard.loadtest.cli import loadtest

@@ -1,4 +1,4 @@
-"""A JSON List read item by item (guard.json_stream) gives what the whole-file parse gives."""
+"""A JSON List read item by item (guard.read.json_stream) gives what the whole-file parse gives."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guard import json_stream
 from guard.files import FileInputError, FileSyntaxError
+from guard.read import json_stream
 
 LIMIT = 1 << 30
 

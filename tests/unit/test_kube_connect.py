@@ -9,7 +9,7 @@ import responses
 import yaml
 from kubernetes.config import incluster_config
 
-from guard.kube import Kube, KubeError
+from guard.doors.kube import Kube, KubeError
 
 
 @responses.activate
@@ -100,7 +100,7 @@ def test_requests_are_counted_by_status_code_and_error():
 
     import requests as http
 
-    from guard.retry import Backoff
+    from guard.doors.retry import Backoff
 
     responses.add(responses.GET, "https://api.test/api/v1/nodes/a", json={"metadata": {}})
     responses.add(responses.GET, "https://api.test/api/v1/nodes/b", status=404,

@@ -13,8 +13,8 @@ from guard.evidence.cli import ledger
 from guard.example.promserver import free_port
 from guard.ledger import count as ledger_count
 from guard.model import PromView
+from guard.read import build_snapshot, load_cluster_file
 from guard.settings import Settings
-from guard.snapshot import build_snapshot, load_cluster_file
 from tests.builders import NOW
 
 LEDGERS = Path(__file__).resolve().parents[1] / "fixtures" / "ledger"

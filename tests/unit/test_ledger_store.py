@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from guard import ledger_store
+from guard.doors import ledger_store
 from guard.ledger import parse_ledger
 
 START = datetime(2025, 1, 1, tzinfo=UTC)

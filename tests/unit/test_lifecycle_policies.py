@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from guard.generate.policies import argv as layouts
+from guard.generate.policies import render
+from guard.generate.policies.kinds import KINDS, job_tolerations
 from guard.jobs import JobTemplates
 from guard.loadtest import cli as loadtest_cli
 from guard.loadtest.pcie import parse_expected_link
 from guard.model import RecordedLink
 from guard.plan.common import loadtest_args, render_example_job
-from guard.policies import argv as layouts
-from guard.policies import render
-from guard.policies.kinds import KINDS, job_tolerations
 from guard.settings import Settings, SettingsError
 
 LINKS = tuple(RecordedLink(f"0000:{0x18 + i:02x}:00.0", "32GT/s,x16") for i in range(16))

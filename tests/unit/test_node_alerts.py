@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard import alert_queries, alerts, metric_names, push, queries, wire
+from guard import metric_names, wire
 from guard.agent.checks import CHECKS
+from guard.apply import push
+from guard.generate import alert_queries, alerts
+from guard.read import queries
 from guard.settings import Settings, SettingsError
 from tests.tiers import tool
 

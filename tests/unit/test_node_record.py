@@ -12,7 +12,7 @@ from bench.objects import node_object
 from bench.synthetic import ClusterSpec
 from guard.model import NodeInfo
 from guard.names import Annotations
-from guard.snapshot import parse_nodes
+from guard.read import parse_nodes
 from tests.builders import S
 
 KEYS = Annotations(S.annotation_prefix)

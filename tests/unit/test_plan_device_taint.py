@@ -20,9 +20,9 @@ from guard.actions import (
     UntaintDevice,
 )
 from guard.model import DraDevice, JobInfo, NodeInfo, Snapshot, TaintRule
-from guard.objects import devices, taint_rules
 from guard.plan import device_taint, plan_cycle
 from guard.plan.device_taint import DeviceRecord, guarded_count, parse_record, rule_name
+from guard.read.objects import devices, taint_rules
 from tests.builders import KEYS, NOW, PASSED, PCI, TEMPLATES, UUID, S, gpu, node, snapshot
 
 DEVICE = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4", UUID, PCI)

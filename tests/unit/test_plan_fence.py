@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
+from guard.generate.policies import argv
 from guard.ledger import format_time
 from guard.model import Finding, JobInfo, JobResult, NodeInfo
 from guard.plan.fence import incident_gpu_hours
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
-from guard.policies import argv
 from tests.builders import (
     KEYS,
     NOW,

@@ -468,7 +468,7 @@ class RefusingExecutor:
         self.outcomes: list = []
 
     def apply(self, action):
-        from guard.outcome import Outcome
+        from guard.apply.outcome import Outcome
 
         if isinstance(action, Cordon) and action.node in self.refuse:
             outcome = Outcome(action, self.status, self.reason, "HTTP 422: protected")

@@ -11,7 +11,7 @@ import pytest
 from guard.actions import Annotate, CreateJob, EmitEvent, RemoveTaint, Skip
 from guard.model import Finding, JobInfo, JobResult, RecordedLink, Snapshot, Taint
 from guard.plan.checks import plan_checks
-from guard.plan.links import evidence_job_name
+from guard.plan.return_jobs import evidence_job_name
 from guard.plan.returning import plan_return
 from tests.builders import (
     CORDON_AT,

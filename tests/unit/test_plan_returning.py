@@ -16,11 +16,11 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
-from guard.check_records import job_record_value
 from guard.jobs import spec_digest
 from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
+from guard.read.check_records import job_record_value
 from guard.settings import Settings
 from tests.builders import (
     CORDON_AT,
@@ -509,7 +509,7 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
 OTHER_UID = "0b9c6d1e-0000-4000-8000-00000000dead"
 FAIL = JobResult("read", failed=(Finding("slow", "slow gpu=3 ratio=0.6"),))
 GARBAGE = JobResult("unreadable", "pod x: not a load-test summary (kind None, verdict None)")
-# An adopted Pod: ran on another node (guard.job_results marks such a result `foreign`).
+# An adopted Pod: ran on another node (guard.read.job_results marks such a result `foreign`).
 ADOPTED = JobResult("unreadable", f"pod x ran on node a, not on job/{LT}'s node b", foreign=True)
 
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 
 from guard.actions import ClearGuardAnnotations, Cordon, CreateJob, EmitEvent, Skip
+from guard.generate.policies import argv
 from guard.model import AgentCheck, GuardEvent, ServicePod, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
-from guard.policies import argv
 from guard.runbook import Section
 from guard.states import state_of
 from guard.status.derive import report
@@ -177,7 +177,7 @@ def test_mismatch_cordon_writes_what_why_and_next():
 
 
 def test_mismatch_cordon_parses_back_as_a_cordon_without_a_gpu():
-    """The annotations the cordon writes are a readable cordon record (guard/records.py)."""
+    """The annotations the cordon writes are a readable cordon record (guard/read/records.py)."""
     (cordon, _) = plan_isolation(mismatched(node("b")), settings(), TEMPLATES)
     later = node("b", cordoned=True, extra=dict(cordon.annotations))
     assert not later.unreadable

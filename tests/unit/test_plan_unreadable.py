@@ -10,7 +10,7 @@ import pytest
 from guard.actions import EmitEvent, Skip
 from guard.model import NodeInfo, PromUnreadable, Snapshot
 from guard.plan import plan_cycle
-from guard.prom_view import with_prom_unreadable
+from guard.read.prom_view import with_prom_unreadable
 from tests.builders import (
     CORDON_AT,
     KEYS,
@@ -234,7 +234,7 @@ def test_unreadable_nodes_events_are_bounded_per_cycle_and_new_ones_go_first():
     assert unreadable_events(snapshot(node("b"))) == ()
 
 
-# ---- a series Prometheus sent that was refused at the boundary (guard.prom_view) ----------
+# ---- a series Prometheus sent that was refused at the boundary (guard.read.prom_view) ----------
 
 
 def prom_refused(*problems: PromUnreadable, nodes: tuple[NodeInfo, ...] = ()) -> Snapshot:

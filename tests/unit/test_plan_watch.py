@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from guard.apply import PrintExecutor
+from guard.doors.prom import PromClient
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.isolation import plan_isolation
 from guard.plan.watch import Due, decision_snapshot, dues, scheduled_at, split, watch_end
-from guard.prom import PromClient
 from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S
 from guard.watch import ReplayClock, Watch
 from tests.builders import (

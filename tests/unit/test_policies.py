@@ -1,5 +1,5 @@
-"""The generated admission policies: in sync with guard/policies, driven by the settings, and
-holding every argv the planners build (the same layouts the policies match in CEL)."""
+"""The generated admission policies: in sync with guard/generate/policies, driven by the settings,
+and holding every argv the planners build (the same layouts the policies match in CEL)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from guard import ledger
+from guard.generate.policies import POLICY_DIR, render
+from guard.generate.policies import argv as layouts
+from guard.generate.policies.__main__ import main
+from guard.generate.policies.cel import lit, quote
+from guard.generate.policies.kinds import KINDS, Kind, job_name_pattern
+from guard.generate.policies.nodes import guard_keys
 from guard.jobs import JobTemplates, job_name
 from guard.names import REPORTING_CONTROLLER, Annotations
 from guard.plan.common import Incident, conformance_args, evidence_args, loadtest_args
-from guard.policies import POLICY_DIR, render
-from guard.policies import argv as layouts
-from guard.policies.__main__ import main
-from guard.policies.cel import lit, quote
-from guard.policies.kinds import KINDS, Kind, job_name_pattern
-from guard.policies.nodes import guard_keys
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,8 +53,8 @@ def test_check_fails_on_a_hand_edit(checkout: Path) -> None:
     result = CliRunner().invoke(main, ["--root", str(checkout), "check"])
     assert result.exit_code == 1
     assert result.output.strip() == (
-        "Error: policies/job-evidence.yaml differs from guard/policies; "
-        "run `python -m guard.policies write`"
+        "Error: policies/job-evidence.yaml differs from guard/generate/policies; "
+        "run `python -m guard.generate.policies write`"
     )
 
 
@@ -86,7 +86,7 @@ def test_the_settings_drive_every_name_in_the_policies() -> None:
         loadtest_image="registry.example/burn:7",
         onboarding_taint="ops.example.com/admitted=no:NoExecute",
     )
-    # The Events' reportingController is a constant of guard/events.py, not a setting.
+    # The Events' reportingController is a constant of guard/apply/events.py, not a setting.
     text = "\n".join(render(s).values()).replace(REPORTING_CONTROLLER, "")
     for value in ("ops.example.com/auto-cordon-reason", "'guardian-jobs'",
                   "system:serviceaccount:guardian:gpu-node-guard", "faults-archive-",
@@ -217,7 +217,7 @@ def test_no_policy_expression_is_longer_than_a_reviewer_reads() -> None:
     """Every CEL expression of every generated policy (variables, conditions, validations and
     their messages) is at most 2,000 characters: repeated parts live in variables and list
     macros, never unrolled."""
-    from guard.policies import documents
+    from guard.generate.policies import documents
 
     seen = 0
     for name, docs in documents(Settings()).items():
@@ -233,10 +233,10 @@ def test_no_policy_expression_is_longer_than_a_reviewer_reads() -> None:
 def test_the_guards_longest_records_fit_the_node_scope_bound() -> None:
     """The node-scope policy bounds every guard value at VALUE_MAX_BYTES, printable, one line:
     the longest records the guard writes (every conformance item failed, 16 PCIe links) fit."""
-    from guard.check_records import MAX_LINKS, failed_value, links_value
     from guard.conformance.checks import ITEMS
+    from guard.generate.policies.nodes import PRINTABLE, VALUE_MAX_BYTES
     from guard.model import RecordedLink
-    from guard.policies.nodes import PRINTABLE, VALUE_MAX_BYTES
+    from guard.read.check_records import MAX_LINKS, failed_value, links_value
 
     job = "gng-cf-" + "n" * 47 + "-1a2b3c4d"
     links = tuple(RecordedLink(f"0000:{i:02x}:1f.7", "2.5GT/s,x16") for i in range(MAX_LINKS))

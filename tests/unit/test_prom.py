@@ -15,8 +15,8 @@ import pytest
 import requests
 import responses
 
-from guard.prom import PromClient, PromError
-from guard.prom_access import PromAccess
+from guard.doors.prom import PromClient, PromError
+from guard.doors.prom_access import PromAccess
 from guard.settings import Settings, SettingsError
 
 URL = "http://prom.test:9090"

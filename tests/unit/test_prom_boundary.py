@@ -1,5 +1,5 @@
-"""Every Prometheus value is checked where it enters (guard.prom, guard.prom_view): one bad
-series makes its node unreadable for the cycle and every other node is planned as usual; what is
+"""Every Prometheus value is checked where it enters (guard.doors.prom, guard.read.prom_view): one
+bad series makes its node unreadable for the cycle and every other node is planned as usual; what is
 wrong with an answer as a whole aborts, naming the query and the value.
 
 A fake Prometheus (`responses`) answers each query of one cycle by name; gpu-a has Xid 79 with
@@ -17,15 +17,14 @@ from urllib.parse import parse_qs
 import pytest
 import responses
 
-from guard import queries
 from guard.actions import Cordon, Skip
+from guard.doors.prom import PromClient, PromError
 from guard.model import PromUnreadable
 from guard.names import Annotations
 from guard.plan import plan_cycle
-from guard.prom import PromClient, PromError
-from guard.prom_view import read_prom
+from guard.read import ClusterObjects, build_snapshot, parse_nodes, queries
+from guard.read.prom_view import read_prom
 from guard.settings import Settings, SettingsError
-from guard.snapshot import ClusterObjects, build_snapshot, parse_nodes
 from tests.builders import NOW, TEMPLATES
 
 URL = "http://prom.test:9090"

@@ -1,4 +1,4 @@
-"""The loss history and the DCGM join, read at the snapshot boundary (guard.prom_view)."""
+"""The loss history and the DCGM join, read at the snapshot boundary (guard.read.prom_view)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from guard.doors.prom import Series
 from guard.model import NodeInfo, PromView
-from guard.prom import Series
-from guard.prom_view import (
+from guard.read.prom_view import (
     JoinError,
     check_join,
     coverage_pairs,

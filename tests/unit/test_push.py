@@ -10,10 +10,10 @@ from prometheus_client import generate_latest
 
 from guard import metric_names as m
 from guard.actions import Cordon, CreateJob, EmitEvent, Skip
+from guard.apply.outcome import Outcome, RunTrace
+from guard.apply.push import metrics, push, push_run, registry
+from guard.doors.prom import PromClient
 from guard.log import Log
-from guard.outcome import Outcome, RunTrace
-from guard.prom import PromClient
-from guard.push import metrics, push, push_run, registry
 from guard.settings import SettingsError
 from guard.states import NODE_STATES
 from tests.builders import NOW, TEMPLATES, back_node, gpu, node, settings, snapshot

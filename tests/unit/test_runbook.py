@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guard import alert_queries, alerts, runbook
+from guard import runbook
+from guard.generate import alert_queries, alerts
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

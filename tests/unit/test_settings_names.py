@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
-from guard.ledger_store import archive_index, archive_name
+from guard.doors.ledger_store import archive_index, archive_name
 from guard.names import is_dns_subdomain
 from guard.settings import JOB_DEADLINE_MAX_S, LEDGER_NAME_MAX, Settings
 

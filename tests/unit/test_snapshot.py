@@ -10,14 +10,14 @@ import pytest
 from guard.example import __file__ as example_init
 from guard.model import CordonRecord, GpuRef, PromView
 from guard.names import Annotations
-from guard.objects import is_guard_job, job_info, node_info
-from guard.snapshot import (
+from guard.read import (
     ClusterObjects,
     SnapshotError,
     build_snapshot,
     load_cluster_file,
     parse_nodes,
 )
+from guard.read.objects import is_guard_job, job_info, node_info
 from tests.builders import NOW, S
 from tests.snapshot_json import round_trips
 

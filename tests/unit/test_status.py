@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from guard.model import GpuPod, JobInfo, Snapshot
-from guard.plan.links import evidence_job_name
+from guard.plan.return_jobs import evidence_job_name
 from guard.plan.returning import plan_return
 from guard.runbook import PUBLISHED_URL
 from guard.states import NODE_STATES

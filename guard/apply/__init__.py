@@ -1,0 +1,337 @@
+"""Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
+
+Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
+Each action gets exactly one log line, written here from its outcome:
+
+  applied        the action's own line (``cordon node=… reason=… next=…``)
+  already-done   ``skip reason=<why> …``: the cluster already holds it (a Job of that name, a
+                 cordon whose answer was lost, an Event counted this instant)
+  skipped        ``skip reason=changed-under-us|earlier-write-failed …``
+  failed         ``write-failed … error=<the API's message>`` at ERROR; the run exits 1 at the end
+
+A node patch that did not land (failed, or given up because the node changed) stops every later
+write on that node in this cycle: they were planned from the node as read (no evidence Job, ledger
+line or cordon Event without its cordon). Writes on other nodes go on. How a node patch meets a
+changed node: guard.apply.node_patch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import yaml
+
+from guard.actions import (
+    Action,
+    Annotate,
+    AppendLedgerLine,
+    ClearGuardAnnotations,
+    Cordon,
+    CreateClaim,
+    CreateJob,
+    EmitEvent,
+    RecordBoot,
+    RemoveTaint,
+    SetHold,
+    Skip,
+    TaintDevice,
+    Uncordon,
+    UntaintDevice,
+)
+from guard.apply import events, node_patch
+from guard.apply.outcome import Outcome
+from guard.doors import ledger_store
+from guard.doors.kube import Conflict, Kube, KubeError, NotFound
+from guard.doors.kube_errors import Refused
+from guard.jobs import spec_digest
+from guard.log import Level, Log, Value
+from guard.model import Snapshot
+from guard.names import APP_LABEL, APP_NAME, Annotations
+from guard.plan.check_jobs import UID
+from guard.plan.common import LEDGER_ARCHIVED
+from guard.settings import Settings
+
+NodePatch = node_patch.NodePatch
+# Outcome.reason of a write the API refused for good (4xx but 409, 429; 404): not retried, and
+# for a cordon the isolation check's next candidate is tried (refused_cordons).
+REFUSED = "refused"
+
+
+def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
+    """Nodes whose cordon the API refused in this cycle."""
+    return frozenset(
+        o.action.node for o in outcomes
+        if isinstance(o.action, Cordon) and o.status == "failed" and o.reason == REFUSED
+    )  # fmt: skip
+
+
+def cordon_landed(outcomes: list[Outcome]) -> bool:
+    """A cordon or a device taint landed (or was found landed) in this cycle: no other isolation
+    may follow it."""
+    landed = ("applied", "already-done", "would-apply")
+    return any(isinstance(o.action, Cordon | TaintDevice) and o.status in landed for o in outcomes)
+
+
+@dataclass
+class PrintExecutor:
+    """Dry run: the same lines the real run logs, as ``dry-run would …``; writes nothing."""
+
+    log: Log
+    show_manifests: bool = True
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def apply(self, action: Action) -> Outcome:
+        if isinstance(action, Skip):
+            outcome = Outcome(action, "noted")
+            self.log.decision(*action.log_line(), action.level)
+        else:
+            outcome = Outcome(action, "would-apply")
+            self.log.emit(*action.log_line(), dry_run=True)
+            if isinstance(action, CreateJob) and self.show_manifests:
+                manifest = yaml.safe_dump(action.manifest, sort_keys=False, width=100)
+                self.log.stream.write("".join(f"    {row}\n" for row in manifest.splitlines()))
+        self.outcomes.append(outcome)
+        return outcome
+
+
+@dataclass
+class KubeExecutor:
+    kube: Kube
+    log: Log
+    s: Settings
+    snap: Snapshot  # the nodes as read (uid, resourceVersion for Events); `now` for Event times
+    instance: str = ""  # Events' reportingInstance: the guard pod's name
+    outcomes: list[Outcome] = field(default_factory=list)
+    _blocked: dict[str, str] = field(default_factory=dict, repr=False)
+    _refs: dict[str, events.NodeRef] = field(default_factory=dict, repr=False)
+    _archived: dict[str, str] = field(default_factory=dict, repr=False)  # node → what moved
+
+    def __post_init__(self) -> None:
+        self.keys = Annotations(self.s.annotation_prefix)
+        for n in self.snap.nodes:
+            self._refs[n.name] = events.NodeRef(n.name, n.uid, n.resource_version)
+
+    def apply(self, action: Action) -> Outcome:
+        outcome = self._outcome(action)
+        self._log(outcome)
+        self.outcomes.append(outcome)
+        if isinstance(action, AppendLedgerLine) and outcome.detail.startswith("moved"):
+            self._archived[action.node] = outcome.detail
+        return outcome
+
+    def _outcome(self, action: Action) -> Outcome:
+        if isinstance(action, Skip):
+            return Outcome(action, "noted")
+        if action.node in self._blocked:
+            return Outcome(action, "skipped", "earlier-write-failed", self._blocked[action.node])
+        try:
+            outcome = self._write(action)
+        except (Refused, NotFound) as exc:  # for good, for this object: another one may go on
+            outcome = Outcome(action, "failed", REFUSED, str(exc))
+        except KubeError as exc:
+            outcome = Outcome(action, "failed", detail=str(exc))
+        # A device taint's rule that did not land (or was not deleted) stops the node's record
+        # write after it, as a node patch does.
+        blocking = isinstance(action, NodePatch | TaintDevice | UntaintDevice)
+        if blocking and outcome.status in ("failed", "skipped"):
+            word = outcome.type_word
+            self._blocked[action.node] = f"{word} of this node did not land: {outcome.detail}"
+        return outcome
+
+    def _write(self, action: Action) -> Outcome:
+        match action:
+            case (
+                Cordon() | Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate()
+                | RecordBoot() | RemoveTaint()
+            ):  # fmt: skip
+                patched = node_patch.patch(self.kube, self.keys, action)
+                if patched.node is not None:
+                    self._remember(patched.node)
+                return patched.outcome
+            case CreateJob():
+                return self._create_job(action)
+            case TaintDevice():
+                return self._taint_device(action)
+            case UntaintDevice():
+                return self._untaint_device(action)
+            case CreateClaim():
+                try:
+                    self.kube.create_resource_claim(action.namespace, action.manifest)
+                except Conflict:
+                    return Outcome(action, "already-done", "claim-exists", f"{action.name} exists")
+                return Outcome(action, "applied")
+            case AppendLedgerLine():
+                return self._append_ledger(action)
+            case EmitEvent() if (
+                action.reason == LEDGER_ARCHIVED and action.node not in self._archived
+            ):
+                why = "the ledger append moved no lines (the ledger changed since the read)"
+                return Outcome(action, "skipped", "changed-under-us", why)
+            case EmitEvent():
+                return self._event(action)
+            case Skip():
+                return Outcome(action, "noted")
+            case _:
+                assert_never(action)
+
+    # -- one line per outcome -------------------------------------------------------------------
+    def _log(self, o: Outcome) -> None:
+        a = o.action
+        match o.status:
+            case "noted":
+                assert isinstance(a, Skip)
+                self.log.decision(*a.log_line(), a.level)
+            case "applied":
+                event, fields = a.log_line()
+                self.log.emit(event, {**fields, "result": o.detail} if o.detail else fields)
+            case "already-done" | "skipped":
+                level: Level = "WARN" if o.reason == "earlier-write-failed" else "INFO"
+                detail = f"{o.type_word}: {o.detail}"
+                self.log.emit("skip", _skip_fields(a, o.reason, detail), level)
+            case "failed":
+                self.log.emit("write-failed", _failed_fields(o), "ERROR")
+            case "would-apply":
+                raise AssertionError("only the dry run prints")
+            case _:
+                assert_never(o.status)
+
+    # -- other writes ---------------------------------------------------------------------------
+    def _remember(self, node: dict[str, Any]) -> None:
+        """The node's uid and version for the Events about it (after a patch: the new one)."""
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if name:
+            self._refs[name] = events.NodeRef(
+                name, str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+            )
+
+    def _create_job(self, action: CreateJob) -> Outcome:
+        try:
+            made = self.kube.create_job(action.namespace, action.manifest)
+        except Conflict:  # a retried create whose first try landed, or another guard run
+            return self._existing_job(action)
+        if not action.record:
+            return Outcome(action, "applied")
+        uid = str((made.get("metadata") or {}).get("uid", ""))
+        return self._record_job(action, uid)
+
+    def _existing_job(self, action: CreateJob) -> Outcome:
+        """A Job of this name exists. When it is exactly what the guard rendered (a retried
+        create whose first answer was lost) and the node has no record of it yet, record it
+        now; otherwise leave it: the next cycle names a Job it did not make."""
+        exists = Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
+        if not action.record:
+            return exists
+        found = self.kube.job(action.namespace, action.name)
+        node = self.snap.node(action.node)
+        recorded = node.job_record(action.job_kind) if node else None
+        if (
+            found is None
+            or spec_digest(found) != spec_digest(action.manifest)
+            or (recorded is not None and recorded.name == action.name)
+        ):
+            return exists
+        done = self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        if done.status == "failed":
+            return done
+        return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
+
+    def _record_job(self, action: CreateJob, uid: str) -> Outcome:
+        """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
+        cycle takes a result only from this uid. A record that does not land leaves the Job
+        unowned: the next cycle names it (delete it and the guard makes its own again)."""
+        key, value = action.record
+        ref = self._refs.get(action.node)
+        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "",
+                        ((key, value.replace(UID, uid)),), "")  # fmt: skip
+        try:
+            patched = node_patch.patch(self.kube, self.keys, note)
+        except KubeError as exc:
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {exc}")  # fmt: skip
+        if patched.node is not None:
+            self._remember(patched.node)
+        if patched.outcome.status == "skipped":
+            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
+                           f"{key} not written: {patched.outcome.detail}")  # fmt: skip
+        return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
+
+    def _taint_device(self, action: TaintDevice) -> Outcome:
+        """Create the rule; one of that name already there counts only when it is the guard's
+        and selects the same device (a retried create): a person's rule is left alone."""
+        try:
+            self.kube.create_device_taint_rule(action.manifest)
+        except Conflict:
+            found = self.kube.device_taint_rule(action.name) or {}
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            same = (found.get("spec") or {}).get("deviceSelector") == action.manifest["spec"][
+                "deviceSelector"
+            ]
+            if labels.get(APP_LABEL) == APP_NAME and same:
+                return Outcome(action, "already-done", "rule-exists", f"{action.name} exists")
+            why = f"devicetaintrule {action.name} exists, not the guard's rule for {action.device}"
+            return Outcome(action, "failed", REFUSED, why)
+        return Outcome(action, "applied")
+
+    def _untaint_device(self, action: UntaintDevice) -> Outcome:
+        try:
+            self.kube.delete_device_taint_rule(action.name, action.uid)
+        except NotFound:
+            return Outcome(action, "already-done", "rule-gone", f"{action.name} is gone")
+        if action.claim:
+            with contextlib.suppress(NotFound):  # already gone: nothing of it is allocated
+                self.kube.delete_resource_claim(action.claim_namespace, action.claim)
+        return Outcome(action, "applied")
+
+    def _append_ledger(self, action: AppendLedgerLine) -> Outcome:
+        target = ledger_store.LedgerTarget(
+            self.s.namespace, action.configmap, self.s.ledger_archive_bytes
+        )
+        done = ledger_store.append(self.kube, target, action.node, action.line)
+        if done.already:
+            return Outcome(action, "already-done", "line-present", "the ledger has this line")
+        detail = ""
+        if done.archive:
+            detail = f"moved {done.moved_lines} oldest lines to configmap/{done.archive}"
+        return Outcome(action, "applied", detail=detail)
+
+    def _event(self, action: EmitEvent) -> Outcome:
+        ref = self._refs.get(action.node)
+        if ref is None or not ref.uid:
+            try:
+                found = self.kube.node(action.node)
+            except NotFound:
+                found = {"metadata": {"name": action.node}}  # still recorded, by name only
+            self._remember(found)
+            ref = self._refs.get(action.node) or events.NodeRef(action.node, "", "")
+        done = events.emit(self.kube, action, ref, events.Reporter(self.instance, self.snap.now))
+        if done.already:
+            return Outcome(action, "already-done", "event-counted", "this observation is counted")
+        return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")
+
+
+def _skip_fields(action: Action, why: str, detail: str) -> dict[str, Value]:
+    nexts = {
+        "earlier-write-failed": "next cycle re-reads the node and plans again",
+        "changed-under-us": "next cycle re-reads the node",
+    }
+    planned = action.log_line()[1].get("next")  # already done: what the write itself pointed to
+    return {
+        "node": action.node,
+        "reason": why,
+        "detail": detail,
+        "next": nexts.get(why) or planned or "nothing to do",
+    }
+
+
+def _failed_fields(o: Outcome) -> dict[str, Value]:
+    later = "later writes on this node are skipped; " if isinstance(o.action, NodePatch) else ""
+    return {
+        "node": o.action.node,
+        "action": o.type_word,
+        "reason": o.action.reason,
+        "error": o.detail,
+        "next": f"{later}the run exits 1; the next cycle reads the cluster again",
+    }

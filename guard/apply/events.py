@@ -1,0 +1,147 @@
+"""Events about Nodes that kubectl shows: events.k8s.io/v1, in `default`, one per condition.
+
+`kubectl describe node` finds Events by the node's kind, name and uid (``involvedObject`` in the
+core view of ``regarding``); its age column reads ``eventTime`` and, for a repeating Event,
+``series`` (kubectl/pkg/describe ``DescribeEvents``). events.k8s.io/v1 refuses the deprecated
+core fields (first/last timestamp, count, source) on create, and lets only ``series`` change
+afterwards, so:
+
+  first time a condition is seen      → create the Event (deterministic name, no series)
+  seen again in a later cycle         → series.count + 1, series.lastObservedTime = now
+  seen again within `SAME_OBSERVATION_S` of the last observation
+                                      → already done (a second guard run started at the same
+                                        time, or a retry, counted it)
+
+The name is ``<node>.gng-<digest of node, reason, incident>``, so every cycle, a second guard run
+and a retried create all reach the same object; `incident` (the cordon's time for a cordon)
+separates two incidents of one node, and where a planner gives none the message does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from guard.actions import EmitEvent
+from guard.doors.kube import AlreadyExists, Conflict, Kube, KubeError
+from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, REPORTING_CONTROLLER
+
+NOTE_LIMIT_BYTES = 1024  # events.k8s.io/v1 `note`
+# Shorter than any CronJob interval (a minute at least), longer than two runs started together
+# take to differ.
+SAME_OBSERVATION_S = 30
+FIELD_LIMIT = 128  # reason, action, reportingInstance
+# `action` is required: what the guard did (or did not do) that the Event reports.
+ACTIONS = {
+    "GuardCordoned": "Cordon",
+    "GuardReturned": "Uncordon",
+    "GuardCancelled": "ClearAnnotations",
+    "GuardHold": "SetHold",
+    "GuardCheckFailed": "KeepCordoned",
+    "GuardBreakerOpen": "SkipCordon",
+    "GuardWaitingPowerCycle": "WaitPowerCycle",
+    "GuardUnreadable": "SkipNode",
+    "GuardLedgerArchived": "ArchiveLedger",
+    "GuardOnboarded": "RemoveTaint",
+    "GuardOnboardingFailed": "KeepTaint",
+    "GuardForeignJob": "IgnoreJob",  # a Job of the guard's name that it did not make
+    "GuardFenced": "FenceGPU",  # the host fence of the cordon's GPU (guard/plan/fence.py)
+    "GuardFenceGpuAbsent": "SkipFence",
+    "GuardFenceLifted": "LiftFence",
+    "GuardDeviceTainted": "TaintDevice",  # a DRA node's GPU (guard/plan/device_taint.py)
+    "GuardNotIsolated": "SkipDeviceTaint",
+}  # any other reason: "Observe"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRef:
+    """What `regarding` needs of the node: kubectl matches the uid."""
+
+    name: str
+    uid: str
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reporter:
+    instance: str  # reportingInstance: the guard's pod (hostname)
+    now: datetime  # the cycle's instant: eventTime and series.lastObservedTime
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    already: bool
+    count: int  # 1 for a new Event, else its series count
+
+
+def micro_time(at: datetime) -> str:
+    """MicroTime as the API writes it.
+
+    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
+    '2026-09-21T05:55:00.000000Z'
+    """
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _note(message: str) -> str:
+    data = message.encode()
+    if len(data) <= NOTE_LIMIT_BYTES:
+        return message
+    return data[: NOTE_LIMIT_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
+    regarding = {"apiVersion": "v1", "kind": "Node", "name": ref.name, "uid": ref.uid,
+                 "resourceVersion": ref.resource_version}  # fmt: skip
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {
+            "name": action.name,
+            "namespace": NODE_EVENT_NAMESPACE,
+            "labels": {APP_LABEL: APP_NAME},
+        },
+        "eventTime": micro_time(reporter.now),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": (reporter.instance or APP_NAME)[:FIELD_LIMIT],
+        "action": ACTIONS.get(action.event_reason, "Observe"),
+        "reason": action.event_reason[:FIELD_LIMIT],
+        "type": action.event_type,
+        "note": _note(action.message),
+        "regarding": {k: v for k, v in regarding.items() if v},
+    }
+
+
+def observed_at(event: dict[str, Any]) -> datetime | None:
+    """When the Event was last seen: series.lastObservedTime, else eventTime."""
+    text = (event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or ""
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def emit(kube: Kube, action: EmitEvent, ref: NodeRef, reporter: Reporter) -> Emitted:
+    """Create the Event, or count one more observation in its series (see the module's table)."""
+    name, attempt = action.name, 0
+    while True:
+        attempt += 1
+        found = kube.event(NODE_EVENT_NAMESPACE, name)
+        try:
+            if found is None:
+                kube.create_event(NODE_EVENT_NAMESPACE, body(action, ref, reporter))
+                return Emitted(False, 1)
+            last = observed_at(found)
+            count = int((found.get("series") or {}).get("count") or 1)
+            if last is not None and last >= reporter.now - timedelta(seconds=SAME_OBSERVATION_S):
+                return Emitted(True, count)
+            rv = (found.get("metadata") or {}).get("resourceVersion", "")
+            series = {"count": count + 1, "lastObservedTime": micro_time(reporter.now)}
+            kube.patch_event(
+                NODE_EVENT_NAMESPACE, name, {"metadata": {"resourceVersion": rv}, "series": series}
+            )
+            return Emitted(False, count + 1)
+        except (AlreadyExists, Conflict):
+            if not kube.backoff.wait(attempt):
+                raise KubeError(f"event {name}: still conflicting after {attempt} tries") from None

@@ -1,0 +1,87 @@
+"""What an executor did with each action, and the cycle's counts built from it.
+
+`apply(action)` returns an `Outcome`; the ``done`` line, ``--output json`` counts and the exit code
+are built from outcomes, never from the plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from guard.actions import TYPE_WORDS, Action, Skip
+
+if TYPE_CHECKING:  # types only: `run` loads these anyway, the push need not load them again
+    from guard.doors.kube import Kube
+    from guard.doors.prom import PromClient
+    from guard.jobs import JobTemplates
+    from guard.model import Snapshot
+
+Status = Literal[
+    "applied",  # the write landed
+    "already-done",  # the cluster already held it (an earlier try or another run wrote it)
+    "skipped",  # not attempted; `why` says which earlier write it depended on
+    "failed",  # the API refused it or stayed unreachable; `why` is the API's message
+    "would-apply",  # a dry run printed it
+    "noted",  # a decision not to act (`Skip`); nothing to write
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """`reason`: a fixed word for already-done and skipped (``job-exists``, ``changed-under-us``).
+    `detail`: for failed the API's message; otherwise what was found or what else happened
+    (``moved 4812 oldest lines to configmap/gpu-fault-ledger-archive-2``)."""
+
+    action: Action
+    status: Status
+    reason: str = ""
+    detail: str = ""
+
+    @property
+    def type_word(self) -> str:
+        return TYPE_WORDS[type(self.action)]
+
+
+def tally(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """Counts for the ``done`` line and ``--output json``: totals per status, then per type.
+
+    >>> from guard.actions import Skip
+    >>> tally([Outcome(Skip("a", "hold", "", ""), "noted")])
+    {'applied': 0, 'failed': 0, 'already_done': 0, 'skipped': 0, 'decisions': 1}
+    """
+    by: Counter[tuple[str, str]] = Counter()
+    decisions = 0
+    for o in outcomes:
+        if isinstance(o.action, Skip):
+            decisions += 1
+        else:
+            by[(o.status, o.type_word)] += 1
+    counts = {
+        status.replace("-", "_"): sum(n for (st, _), n in by.items() if st == status)
+        for status in ("applied", "failed", "already-done", "skipped")
+    }
+    would = sum(n for (st, _), n in by.items() if st == "would-apply")
+    if would:
+        counts["would_apply"] = would
+    counts["decisions"] = decisions
+    for (status, word), n in sorted(by.items()):
+        counts[f"{status}_{word}".replace("-", "_")] = n
+    return counts
+
+
+def failed(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
+    return tuple(o for o in outcomes if o.status == "failed")
+
+
+@dataclass
+class RunTrace:
+    """What a run got to, filled in as it goes; read by the push even after an abort."""
+
+    prom: PromClient
+    kube: Kube | None = None
+    snap: Snapshot | None = None
+    templates: JobTemplates | None = None
+    outcomes: list[Outcome] = field(default_factory=list)

@@ -1,0 +1,168 @@
+"""The push at the end of a run: the gpu_node_guard_* gauges of docs/metrics.md to a Pushgateway.
+
+What a run got to is collected in a `RunTrace` while it goes (a run that aborts pushes too, with
+what it knew); `metrics()` turns it into plain samples (pure), `registry()` into prometheus-client
+gauges named by guard.metric_names, and `push()` sends them with ``pushadd_to_gateway`` (HTTP
+POST: only the names pushed are replaced, so a failed run, which pushes no success time, keeps
+the last success). Grouping key: {job="gpu-node-guard", namespace=<Settings.namespace>}.
+
+Case list:
+  dry run (--dry-run, --cluster-snapshot)   → no push (a person's trial run is no guard run)
+  no --pushgateway-url                      → no push
+  run aborted before its snapshot           → run time, exit code, duration, writes, requests;
+                                              node, candidate and breaker gauges keep the last
+                                              run's values (not pushed: the run did not see them)
+  otherwise                                 → every metric; the success time only with exit 0
+  every push                                → the user-code Xids and the allowed DNS prefixes
+                                              (settings: the shipped alerts join with them)
+  the samples cannot be built (a bug)       → one WARN ``push-failed`` line, nothing pushed
+  the push fails                            → one WARN ``push-failed`` line; the exit code stays
+                                              the cycle's (the work is done; the Pushgateway
+                                              variant of GPUNodeGuardNotRunning notices)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
+
+from guard import metric_names as m
+from guard.actions import TYPE_WORDS, Skip
+from guard.apply.outcome import Outcome, RunTrace
+from guard.jobs import JobTemplates
+from guard.log import Log
+from guard.model import Snapshot
+from guard.plan.pending import pending
+from guard.settings import INTERNAL_UPSTREAMS, Settings
+from guard.states import NODE_STATES
+from guard.status.derive import report
+from guard.status.model import Sight
+from guard.wire import allowed_dns_prefixes
+
+PUSH_TIMEOUT_S = 5.0  # after the cycle, well inside the pod's activeDeadlineSeconds
+OUTCOMES = ("applied", "failed")
+WRITE_TYPES = tuple(word for kind, word in TYPE_WORDS.items() if kind is not Skip)
+
+Labels = tuple[tuple[str, str], ...]
+Samples = dict[str, dict[Labels, float]]  # metric name → label set → value
+
+
+def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float) -> Samples:
+    """The samples of one push (docs/metrics.md); `ended` is Unix time, `took_s` the duration."""
+    out: Samples = {
+        m.LAST_RUN.name: {(): ended},
+        m.LAST_RUN_EXIT_CODE.name: {(): float(exit_code)},
+        m.LAST_RUN_DURATION.name: {(): round(took_s, 3)},
+        m.LAST_RUN_ACTIONS.name: _actions(trace.outcomes),
+        m.LAST_RUN_REQUESTS.name: _requests(trace),
+    }
+    if exit_code == 0:
+        out[m.LAST_SUCCESS.name] = {(): ended}
+    out.update(site_filters(s))
+    if trace.snap is not None and trace.templates is not None:
+        out.update(_seen(s, trace.snap, trace.templates))
+    return out
+
+
+def site_filters(s: Settings) -> Samples:
+    """The settings the shipped alerts join with (alert_queries): known before any read, so an
+    aborted run pushes them too."""
+    networks = s.conformance_allowed_dns or INTERNAL_UPSTREAMS
+    return {
+        m.USER_CODE_XID.name: {(("xid", str(x)),): 1.0 for x in sorted(set(s.user_code_xids))},
+        m.ALLOWED_DNS_PREFIX.name: {(("prefix", p),): 1.0 for p in allowed_dns_prefixes(networks)},
+    }
+
+
+def _actions(outcomes: Iterable[Outcome]) -> dict[Labels, float]:
+    done: Counter[tuple[str, str]] = Counter(
+        (o.type_word, o.status) for o in outcomes if o.status in OUTCOMES
+    )
+    return {
+        (("type", word), ("outcome", status)): float(done[(word, status)])
+        for word in WRITE_TYPES
+        for status in OUTCOMES
+    }
+
+
+def _requests(trace: RunTrace) -> dict[Labels, float]:
+    codes = {
+        "prometheus": trace.prom.codes,
+        "kubernetes": trace.kube.codes if trace.kube else Counter(),
+    }
+    return {
+        (("target", target), ("code", code)): float(n)
+        for target, counted in codes.items()
+        for code, n in sorted(counted.items())
+    }
+
+
+def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
+    """Nodes by state (what `gpu-node-guard status` showed at the cycle's read), pending
+    candidates and the breaker."""
+    status = report(snap, s, templates, Sight(s.prometheus_url))
+    states = Counter(row.state for row in status.nodes)
+    by_state = {state.value: 0 for state in NODE_STATES} | dict(states)
+    return {
+        m.NODES.name: {(("state", state),): float(n) for state, n in by_state.items()},
+        m.PENDING_CANDIDATES.name: {(): float(len(pending(snap, s)))},
+        m.BREAKER_LIMIT.name: {(): float(status.breaker.limit)},
+        m.BREAKER_HEADROOM.name: {(): float(status.breaker.headroom)},
+    }
+
+
+def registry(samples: Samples) -> CollectorRegistry:
+    """A fresh prometheus-client registry with one gauge per metric of `samples`."""
+    reg = CollectorRegistry()
+    for metric in m.PUSHED:
+        values = samples.get(metric.name)
+        if values is None:
+            continue
+        gauge = Gauge(metric.name, metric.help, metric.labels, registry=reg)
+        for labels, value in values.items():
+            (gauge.labels(**dict(labels)) if labels else gauge).set(value)
+    return reg
+
+
+def push_run(
+    s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float, log: Log
+) -> bool:
+    """Build the samples and push them; neither can raise or change the exit code. Building
+    re-runs the planners for the node states (a bug there is one WARN ``push-failed`` line, and
+    nothing is pushed: a half-built push would mislead the alerts)."""
+    try:
+        samples = metrics(s, trace, exit_code, ended, took_s)
+    except Exception as exc:  # a bug in the status derivation: the cycle's work stands
+        _failed(s, log, exc, "the samples could not be built")
+        return False
+    return push(s, samples, log)
+
+
+def push(s: Settings, samples: Samples, log: Log) -> bool:
+    """POST the samples; a failure is one WARN line. True when the Pushgateway took them."""
+    try:
+        pushadd_to_gateway(
+            s.pushgateway_url,
+            job=m.PUSH_JOB,
+            registry=registry(samples),
+            grouping_key={m.GROUPING_LABEL: s.namespace},
+            timeout=PUSH_TIMEOUT_S,
+        )
+    except Exception as exc:  # urllib's URLError/HTTPError, a timeout, a refused connection
+        _failed(s, log, exc)
+        return False
+    return True
+
+
+def _failed(s: Settings, log: Log, exc: Exception, what: str = "") -> None:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    log.event(
+        "push-failed",
+        "WARN",
+        url=s.pushgateway_url,
+        reason=f"{what + ': ' if what else ''}{type(exc).__name__}: {first}",
+        next="the run's exit code is unchanged; GPUNodeGuardNotRunning (Pushgateway "
+        "variant) fires if pushes keep failing",
+    )

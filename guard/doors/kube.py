@@ -1,0 +1,439 @@
+"""The one door to the Kubernetes API: raw JSON in and out over HTTP, typed errors, retries.
+
+Requests go out with `requests` (the kubernetes package only loads the kubeconfig or the pod's
+ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -o json`` file,
+and 5,000 nodes never become 5,000 model objects.
+
+Errors are typed (guard.doors.kube_errors); 429, 5xx, connection resets and refusals and timeouts
+are retried with jittered backoff until the cycle's deadline (guard.doors.retry), then
+`Unavailable`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import requests
+
+from guard.doors.kube_errors import AlreadyExists as AlreadyExists
+from guard.doors.kube_errors import Conflict as Conflict
+from guard.doors.kube_errors import Forbidden as Forbidden
+from guard.doors.kube_errors import KubeError as KubeError
+from guard.doors.kube_errors import NotFound as NotFound
+from guard.doors.kube_errors import Refused as Refused
+from guard.doors.kube_errors import Unavailable as Unavailable
+from guard.doors.kube_errors import decode, first_line, socket_reason, status_text, typed
+from guard.doors.retry import Backoff
+from guard.names import FIELD_MANAGER
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
+
+PAGE = 500  # the default of Settings.api_page_size
+# A list longer than this is not a cluster the guard was built for, and an API (or a proxy)
+# that hands out `continue` tokens forever must not grow the guard's memory until it is killed.
+MAX_PAGES = 400
+MAX_LIST_ITEMS = 100_000
+MERGE_PATCH = "application/merge-patch+json"
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+CONNECT_TIMEOUT_S = 5.0
+EVENTS = "/apis/events.k8s.io/v1"
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+@dataclass
+class Kube:
+    session: requests.Session
+    base_url: str
+    backoff: Backoff = field(default_factory=lambda: Backoff.for_seconds(60.0))
+    request_timeout_s: float = 10.0
+    requests_made: int = 0
+    # Requests by HTTP status ("200", "409", …), "error" where no answer came (the pushed
+    # gpu_node_guard_last_run_requests, docs/metrics.md).
+    codes: Counter[str] = field(default_factory=Counter)
+    refresh: Any = field(default=None, repr=False)  # re-reads an expiring token (exec, in-cluster)
+
+    @classmethod
+    def connect(
+        cls,
+        kubeconfig: str,
+        in_cluster: bool | None = None,
+        backoff: Backoff | None = None,
+        request_timeout_s: float = 10.0,
+        context: str = "",
+    ) -> Kube:
+        """One rule for every subcommand, as kubectl's: `kubeconfig` (--kubeconfig) when given,
+        else ``$KUBECONFIG``, else the pod's ServiceAccount inside a cluster (`in_cluster`, by
+        default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``. `context` picks a
+        kubeconfig context other than the current one (kubectl --context)."""
+        import yaml
+        from kubernetes import client, config
+
+        from guard.doors import kube_exec
+
+        kube_exec.install()
+        cfg = client.Configuration()
+        try:
+            if in_cluster is None:
+                in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            if kubeconfig or context or os.environ.get("KUBECONFIG") or not in_cluster:
+                for path in _kubeconfig_files(kubeconfig):
+                    check_kubeconfig(path)
+                config.load_kube_config(
+                    # $KUBECONFIG and HOME now, not as the client read them at import
+                    config_file=kubeconfig or os.environ.get("KUBECONFIG")
+                    or os.path.expanduser("~/.kube/config"),
+                    context=context or None,
+                    client_configuration=cfg,
+                )  # fmt: skip
+            else:
+                config.load_incluster_config(client_configuration=cfg)
+        except (
+            config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError, KeyError,
+            AttributeError, kube_exec.ExecPluginFailed,
+        ) as exc:  # fmt: skip
+            where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None
+        kube = cls.from_configuration(cfg, backoff or Backoff.for_seconds(60.0))
+        kube.request_timeout_s = request_timeout_s
+        return kube
+
+    @classmethod
+    def from_configuration(cls, cfg: Configuration, backoff: Backoff) -> Kube:
+        session = requests.Session()
+        # The kubeconfig decides trust, proxy and credentials, not the environment: with
+        # trust_env, REQUESTS_CA_BUNDLE would replace the cluster's CA (psf/requests#3829) and a
+        # ~/.netrc entry the bearer token.
+        session.trust_env = False
+        session.verify = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
+        if cfg.cert_file:
+            session.cert = (cfg.cert_file, cfg.key_file)
+        if cfg.proxy:
+            session.proxies = {"https": cfg.proxy, "http": cfg.proxy}
+        kube = cls(session, cfg.host.rstrip("/"), backoff)
+        kube.refresh = lambda: _authorize(session, cfg)
+        kube.refresh()
+        return kube
+
+    # The door ---------------------------------------------------------------------------------
+    def call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Every request goes through here: counted, retried while transient, errors typed."""
+        attempt = 0
+        while True:
+            attempt += 1
+            problem = self._send(method, path, what, params, body, content_type)
+            if isinstance(problem, dict):
+                return problem
+            if not self.backoff.wait(attempt):
+                tries = "1 try" if attempt == 1 else f"{attempt} tries"
+                raise Unavailable(f"{what}: {problem} (gave up after {tries})")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        params: dict[str, Any] | None,
+        body: dict[str, Any] | None,
+        content_type: str,
+    ) -> dict[str, Any] | str:
+        """The decoded answer, or the reason a retry may help; raises when it cannot."""
+        remaining = self.backoff.remaining_s()
+        if remaining <= 0:
+            return "the cycle's deadline has passed"
+        if self.refresh is not None:
+            from guard.doors.kube_exec import ExecPluginFailed
+
+            try:
+                self.refresh()
+            except ExecPluginFailed as exc:
+                raise KubeError(f"{what}: {exc}") from None
+        self.requests_made += 1
+        timeout = (min(CONNECT_TIMEOUT_S, remaining), min(self.request_timeout_s, remaining))
+        try:
+            answer = self.session.request(
+                method,
+                self.base_url + path,
+                params={k: v for k, v in (params or {}).items() if v not in (None, "")},
+                data=None if body is None else json.dumps(body),
+                headers={"Content-Type": content_type, "Accept": "application/json"},
+                timeout=timeout,
+            )
+            content = answer.content
+        except requests.Timeout:
+            self.codes["error"] += 1
+            return f"no answer within {timeout[1]:g} s"
+        except (requests.exceptions.SSLError, requests.exceptions.InvalidURL) as exc:
+            self.codes["error"] += 1
+            raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            self.codes["error"] += 1
+            return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused, cut off
+        except requests.RequestException as exc:
+            self.codes["error"] += 1
+            raise KubeError(f"{what}: {first_line(exc)}") from None
+        self.codes[str(answer.status_code)] += 1
+        if answer.status_code in TRANSIENT:
+            return status_text(answer.status_code, answer.reason, content)
+        if answer.status_code >= 400:
+            raise typed(what, answer.status_code, answer.reason, content)
+        return decode(what, content)
+
+    def list_all(
+        self, path: str, what: str, page_size: int | None = None, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a list, `page_size` (default PAGE) per request; KubeError when the pages
+        or the items pass MAX_PAGES or MAX_LIST_ITEMS, or a `continue` token comes back that was
+        already used."""
+        token = None
+        pages = count = 0
+        tokens: set[str] = set()
+        limit = page_size or PAGE
+        max_pages = max(MAX_PAGES, -(-MAX_LIST_ITEMS // limit))  # small pages: as many items
+        while True:
+            page = self.call(
+                "GET", path, what, params={**params, "limit": limit, "continue": token}
+            )
+            pages += 1
+            items = page.get("items") or []
+            if not isinstance(items, list):
+                raise KubeError(f"{what}: the answer's items are not a list")
+            count += len(items)
+            token = (page.get("metadata") or {}).get("continue")
+            if token and (not isinstance(token, str) or token in tokens):
+                raise KubeError(f"{what}: the API server repeated a continue token (page {pages})")
+            if token and (pages >= max_pages or count > MAX_LIST_ITEMS):
+                raise KubeError(
+                    f"{what}: more than {max_pages} pages or {MAX_LIST_ITEMS} items; refusing"
+                    " to read further"
+                )
+            if token:
+                tokens.add(token)
+            del page  # hand items out one by one and let each go: at most one page is alive
+            items.reverse()
+            while items:
+                yield items.pop()
+            if not token:
+                return
+
+    def _get(self, path: str, what: str) -> dict[str, Any] | None:
+        try:
+            return self.call("GET", path, what)
+        except NotFound:
+            return None
+
+    # Reads ------------------------------------------------------------------------------------
+    def nodes(self, page_size: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every Node, page by page, so a caller can keep only what it needs of each."""
+        found = self.list_all("/api/v1/nodes", "list nodes", page_size)
+        return (_kinded(n, "Node") for n in found)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return _kinded(self.call("GET", f"/api/v1/nodes/{_q(name)}", f"get node {name}"), "Node")
+
+    def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+        jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)
+        return [_kinded(j, "Job") for j in jobs]
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Job, None when there is none (a create answered 409: whose Job is it?)."""
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
+        found = self._get(path, f"get job {namespace}/{name}")
+        return None if found is None else _kinded(found, "Job")
+
+    def pods(self, namespace: str, selector: str, field_selector: str) -> Iterator[dict[str, Any]]:
+        """Pods of one namespace, page by page (the guard's Job Pods: their results)."""
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods"
+        found = self.list_all(
+            path, f"list pods in {namespace}", labelSelector=selector, fieldSelector=field_selector
+        )
+        return (_kinded(p, "Pod") for p in found)
+
+    def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self._get(_cm(namespace, name), f"get configmap {namespace}/{name}")
+        return None if found is None else _kinded(found, "ConfigMap")
+
+    def configmaps(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        found = self.list_all(
+            _cm(namespace), f"list configmaps in {namespace}", labelSelector=selector
+        )
+        return [_kinded(c, "ConfigMap") for c in found]
+
+    def events(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
+        found = self.list_all(path, f"list events in {namespace}", labelSelector=selector)
+        return [_kinded(e, "Event") for e in found]
+
+    def event(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(_event(namespace, name), f"get event {namespace}/{name}")
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(_lease(namespace, name), f"get lease {namespace}/{name}")
+
+    # DRA (resource.k8s.io/v1): absent on a cluster without it, which then has no DRA devices.
+    def resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """The driver's ResourceSlices; none where the API server does not serve the group."""
+        try:
+            found = self.list_all(
+                f"{RESOURCE}/resourceslices",
+                "list resourceslices",
+                fieldSelector=f"spec.driver={driver}",
+            )
+            return [_kinded(r, "ResourceSlice") for r in found]
+        except NotFound:
+            return []
+
+    def device_taint_rules(self, selector: str) -> list[dict[str, Any]]:
+        try:
+            found = self.list_all(
+                f"{RESOURCE}/devicetaintrules", "list devicetaintrules", labelSelector=selector
+            )
+            return [_kinded(r, "DeviceTaintRule") for r in found]
+        except NotFound:
+            return []
+
+    def device_taint_rule(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"{RESOURCE}/devicetaintrules/{_q(name)}", f"get devicetaintrule {name}")
+
+    def create_device_taint_rule(self, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create devicetaintrule {body['metadata']['name']}"
+        return self._write("POST", f"{RESOURCE}/devicetaintrules", what, body)
+
+    def delete_device_taint_rule(self, name: str, uid: str) -> dict[str, Any]:
+        """Delete exactly the rule read (a uid precondition): never one made again by others."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        path = f"{RESOURCE}/devicetaintrules/{_q(name)}"
+        return self.call("DELETE", path, f"delete devicetaintrule {name}", body=body)
+
+    def create_resource_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims"
+        return self._write(
+            "POST", path, f"create resourceclaim {namespace}/{body['metadata']['name']}", body
+        )
+
+    def delete_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+        return self.call("DELETE", path, f"delete resourceclaim {namespace}/{name}")
+
+    # Writes -----------------------------------------------------------------------------------
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create lease {namespace}/{body['metadata']['name']}"
+        return self._write("POST", _lease(namespace), what, body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An update with the body's resourceVersion: a Lease changed since it was read is a
+        `Conflict`, never overwritten."""
+        return self._write("PUT", _lease(namespace, name), f"update lease {namespace}/{name}", body)
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write("PATCH", f"/api/v1/nodes/{_q(name)}", f"patch node {name}", body)
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
+        what = f"create job {namespace}/{manifest['metadata']['name']}"
+        return self._write("POST", path, what, manifest)
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"create configmap {namespace}/{body['metadata']['name']}"
+        return self._write("POST", _cm(namespace), what, body)
+
+    def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write(
+            "PUT", _cm(namespace, name), f"update configmap {namespace}/{name}", body
+        )
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
+        return self._write("POST", path, f"create event {body['metadata']['name']}", body)
+
+    def patch_event(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._write("PATCH", _event(namespace, name), f"patch event {name}", body)
+
+    def _write(self, method: str, path: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(
+            method,
+            path,
+            what,
+            params={"fieldManager": FIELD_MANAGER},
+            body=body,
+            content_type=MERGE_PATCH if method == "PATCH" else "application/json",
+        )
+
+
+def _kubeconfig_files(kubeconfig: str) -> list[str]:
+    """The files the client will read: the given one, else $KUBECONFIG's, else ~/.kube/config."""
+    if kubeconfig:
+        return [kubeconfig]
+    listed = os.environ.get("KUBECONFIG", "")
+    found = [p for p in listed.split(os.pathsep) if p] or [os.path.expanduser("~/.kube/config")]
+    return [p for p in found if os.path.exists(p)]
+
+
+def check_kubeconfig(path: str) -> None:
+    """Refuse a kubeconfig that is not a regular file, is over the size limit, nests too deep
+    or is an alias bomb, before the client reads it (its merge would expand every alias)."""
+    from guard import files
+
+    if not os.path.exists(path):
+        return  # the client's own line says so
+    try:
+        doc = files.load_yaml(
+            files.read_text_bounded(path, files.KUBECONFIG_MAX_BYTES, "file"), "it"
+        )
+    except files.FileSyntaxError:
+        return  # not YAML: the client's own line says where
+    except files.FileInputError as exc:
+        raise ValueError(str(exc).replace(f"file {path} ", "it ")) from None
+    if doc is not None and not isinstance(doc, dict):  # the client: "'str' object does not …"
+        raise ValueError(f"it is a YAML {type(doc).__name__}, not a kubeconfig (a mapping)")
+
+
+def _authorize(session: requests.Session, cfg: Configuration) -> None:
+    """The kubeconfig user's or ServiceAccount's credentials as the client would send them
+    (bearer token, or basic auth), refreshed when they expire (exec plugins, projected tokens)."""
+    if cfg.refresh_api_key_hook is not None:
+        cfg.refresh_api_key_hook(cfg)
+    for auth in cfg.auth_settings().values():
+        if auth.get("in") == "header" and str(auth.get("value") or "").strip():
+            # A token file may end in a newline; a header value must not (requests refuses it).
+            session.headers[str(auth["key"])] = str(auth["value"]).strip()
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _cm(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{_q(namespace)}/configmaps"
+    return f"{base}/{_q(name)}" if name else base
+
+
+def _lease(namespace: str, name: str = "") -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+    return f"{path}/{_q(name)}" if name else path
+
+
+def _event(namespace: str, name: str) -> str:
+    return f"{EVENTS}/namespaces/{_q(namespace)}/events/{_q(name)}"
+
+
+def _kinded(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    obj.setdefault("kind", kind)  # list items carry no kind
+    return obj

@@ -1,0 +1,152 @@
+"""The cycle's Lease (coordination.k8s.io/v1, `CYCLE_LEASE` in the guard's namespace): two runs
+never decide at the same time.
+
+`concurrencyPolicy: Forbid` does not stop every overlap (two Jobs started at once, a run by
+hand beside the CronJob's), and two runs that both plan from the same reads could each cordon
+one node in the same cron slot. So a run takes the Lease before its reads, renews it while it
+watches (guard/watch.py) and releases it at its end.
+
+Case list, when a run starts (the Lease as read):
+  no Lease                                → create it, holding it; 409 → another run took it
+  held by another holder, renewed less than its leaseDurationSeconds ago
+                                          → not taken: one line, exit 0 (that run decides)
+  free (no holder), or expired            → update it with the read resourceVersion, holding
+                                            it; 409 → another run took it first
+A renewal that meets another holder or a 409 is a lost Lease: the watch ends at once. A run
+killed before its release leaves the Lease to expire `lease_duration_s` after its last renewal,
+within the CronJob's deadline, so the next run takes it.
+
+One cordon per cron slot, also across runs one after the other: a run whose cordon landed
+writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
+`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation at once; a run that takes the
+Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
+A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from guard.doors.kube import Conflict, Kube
+from guard.names import APP_LABEL, APP_NAME, CYCLE_LEASE
+
+_MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # the API's MicroTime
+
+
+def slot_key(annotation_prefix: str) -> str:
+    """The Lease's annotation naming the cron slot (RFC 3339) of the last cordon that landed."""
+    return f"{annotation_prefix}isolated-slot"
+
+
+def _time(at: datetime) -> str:
+    return at.astimezone(UTC).strftime(_MICRO)
+
+
+def _parse(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
+    """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours).
+
+    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
+    >>> spec = {"holderIdentity": "b", "leaseDurationSeconds": 90}
+    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:54:00.000000Z"}}, "a", now)
+    'b'
+    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:53:00.000000Z"}}, "a", now)
+    ''
+    """
+    spec = lease.get("spec") or {}
+    other = str(spec.get("holderIdentity") or "")
+    if not other or other == holder:
+        return ""
+    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds")
+    if renewed is None or not isinstance(duration, int):
+        return other  # a Lease the guard cannot read the expiry of is not free
+    return other if now < renewed + timedelta(seconds=duration) else ""
+
+
+@dataclass
+class CycleLease:
+    kube: Kube
+    namespace: str
+    holder: str  # the pod's name and the process id: unique per run
+    duration_s: int
+    slot_key: str  # the annotation that names the slot of the last isolation
+    isolated: str = ""  # this run's slot, once its cordon landed
+    _lease: dict[str, Any] | None = None
+
+    def isolated_slot(self) -> str:
+        """The slot of the last isolation, as the Lease said when this run took it."""
+        meta = (self._lease or {}).get("metadata") or {}
+        return str((meta.get("annotations") or {}).get(self.slot_key, ""))
+
+    def _body(self, now: datetime, acquire: bool) -> dict[str, Any]:
+        old = self._lease or {}
+        spec = dict(old.get("spec") or {})
+        spec.update(holderIdentity=self.holder, leaseDurationSeconds=self.duration_s,
+                    renewTime=_time(now))  # fmt: skip
+        if acquire:
+            spec["acquireTime"] = _time(now)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + bool(old)
+        meta: dict[str, Any] = {"name": CYCLE_LEASE, "namespace": self.namespace,
+                                "labels": {APP_LABEL: APP_NAME}}  # fmt: skip
+        notes = dict((old.get("metadata") or {}).get("annotations") or {})
+        if self.isolated:
+            notes[self.slot_key] = self.isolated
+        if notes:
+            meta["annotations"] = notes
+        if old:
+            meta["resourceVersion"] = str((old.get("metadata") or {}).get("resourceVersion", ""))
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": spec}  # fmt: skip
+
+    def take(self, now: datetime) -> str:
+        """ "" when this run holds the Lease now; else who holds it (the case list above)."""
+        self._lease = self.kube.lease(self.namespace, CYCLE_LEASE)
+        if self._lease is not None:
+            other = held_by_other(self._lease, self.holder, now)
+            if other:
+                return other
+        try:
+            if self._lease is None:
+                self._lease = self.kube.create_lease(self.namespace, self._body(now, True))
+            else:
+                body = self._body(now, True)
+                self._lease = self.kube.replace_lease(self.namespace, CYCLE_LEASE, body)
+        except Conflict:  # AlreadyExists is one: another run created or took it first
+            return "another run"
+        return ""
+
+    def renew(self, now: datetime) -> bool:
+        """True while this run still holds the Lease (renewed now)."""
+        try:
+            self._lease = self.kube.replace_lease(
+                self.namespace, CYCLE_LEASE, self._body(now, False)
+            )
+        except Conflict:
+            return False
+        return True
+
+    def record(self, slot: str, now: datetime) -> bool:
+        """A cordon of this run landed: its slot goes into the Lease now (renewed)."""
+        self.isolated = slot
+        return self.renew(now)
+
+    def release(self, now: datetime) -> None:
+        """Free at once for the next run: no holder, renewed now (a Conflict: not ours any
+        more, nothing to free)."""
+        body = self._body(now, False)
+        body["spec"]["holderIdentity"] = ""
+        try:
+            self._lease = self.kube.replace_lease(self.namespace, CYCLE_LEASE, body)
+        except Conflict:
+            return

@@ -1,0 +1,308 @@
+"""Where the fault ledger lives: one ConfigMap, plus archives that keep it below the object limit.
+
+Appending never loses a line: read, add the line, write back with the read ``resourceVersion``;
+on 409 read again (jittered backoff within the cycle's deadline). Before a write would pass
+`Settings.ledger_archive_bytes` the oldest lines move to a new archive ConfigMap
+``<ledger>-archive-<n>`` (labelled ``app.kubernetes.io/component=ledger-archive``, found by label);
+the archive is written first, then the ledger without those lines. A run that stops in between
+leaves a line in both places, never in neither: readers merge archives and ledger and count a
+line that appears twice once (`merged`). `ledger_lines` is what every reader counts: the guard's
+snapshot and `gpu-node-guard ledger count` alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from guard import ledger
+from guard.doors.kube import AlreadyExists, Conflict, Kube, KubeError, Refused
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    ledger_archive_pattern,
+)
+
+OBJECT_LIMIT_BYTES = 1 << 20  # ConfigMap data limit (validation: "must be less than 1048576")
+ARCHIVE_COMPONENT = LEDGER_ARCHIVE_COMPONENT
+ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={ARCHIVE_COMPONENT}"
+_OLDEST = datetime.min.replace(tzinfo=UTC)
+
+
+class LedgerWriteError(KubeError):
+    """The ledger could not take the line (refused or still conflicting); one line."""
+
+
+def archive_name(ledger_name: str, n: int) -> str:
+    return f"{ledger_name}-archive-{n}"
+
+
+def archive_index(ledger_name: str, name: str) -> int | None:
+    """n of ``<ledger>-archive-<n>``, else None.
+
+    >>> archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12")
+    12
+    >>> archive_index("gpu-fault-ledger", "other-archive-1") is None
+    True
+    """
+    if not re.fullmatch(ledger_archive_pattern(ledger_name), name):
+        return None
+    return int(name.rsplit("-", 1)[1])
+
+
+def size_of(data: Mapping[str, str]) -> int:
+    """Bytes the API counts against the object limit (values), plus the keys to be safe."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    keep: dict[str, str]
+    moved: dict[str, str]
+    lines: int
+
+
+def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
+    """Move the oldest lines out until what stays is at most `target_bytes`.
+
+    A line's age is its own time; a line without one (a person's note) has the age of the line
+    before it on that node, so it moves together with the incident it follows. Order within a
+    node is kept on both sides.
+
+    >>> data = {"a": "2026-01-02T00:00:00Z xid-79 0000:01:00.0 GPU-1 gpu-node-guard\\n"
+    ...              "note about it\\n",
+    ...         "b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"
+    ...              "2026-03-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"}
+    >>> split = split_oldest(data, 60)
+    >>> split.moved == {"b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n",
+    ...                 "a": data["a"]}, split.lines
+    (True, 3)
+    """
+    rows: list[tuple[datetime, str, int, str]] = []
+    for node, text in data.items():
+        age = _OLDEST
+        for i, raw in enumerate(text.splitlines()):
+            entry = ledger.parse_line(node, raw).entry
+            age = entry.at if entry is not None else age
+            rows.append((age, node, i, raw))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    size = size_of(data)
+    moving: set[tuple[str, int]] = set()
+    for _, node, i, raw in rows:
+        if size <= target_bytes:
+            break
+        moving.add((node, i))
+        size -= len(raw.encode()) + 1
+    keep: dict[str, str] = {}
+    moved: dict[str, str] = {}
+    for node, text in data.items():
+        for i, raw in enumerate(text.splitlines()):
+            side = moved if (node, i) in moving else keep
+            side[node] = side.get(node, "") + raw + "\n"
+    return Split(keep, moved, len(moving))
+
+
+def merged(
+    ledger_data: Mapping[str, str], archives: Iterable[Mapping[str, object]]
+) -> dict[str, str]:
+    """Node → text of the archives (oldest first) and the ledger, a line seen twice kept once.
+
+    Archive objects are ConfigMaps as read; only their text `data` counts.
+
+    >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": "w\\nx\\n"}}
+    >>> merged({"a": "x\\ny\\n"}, [archive])
+    {'a': 'w\\nx\\ny\\n'}
+    """
+    ordered = sorted(archives, key=lambda cm: _index_of(cm))
+    out: dict[str, list[str]] = {}
+    seen: dict[str, set[str]] = {}
+    for data in [*(_text_data(cm) for cm in ordered), dict(ledger_data)]:
+        for node in sorted(data):
+            for raw in data[node].splitlines():
+                key = raw.strip()
+                if not key or key in seen.setdefault(node, set()):
+                    continue
+                seen[node].add(key)
+                out.setdefault(node, []).append(raw)
+    return {node: "".join(f"{raw}\n" for raw in lines) for node, lines in out.items()}
+
+
+def ledger_lines(
+    ledger_data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
+) -> tuple[ledger.LedgerLine, ...]:
+    """The ledger's lines with its archives' (oldest first, a line stored twice counted once),
+    sorted by node, file order within a node: the incidents the guard counts.
+
+    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
+
+    >>> archive = {"metadata": {"name": "l-archive-1"},
+    ...            "data": {"a": "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual\\n"}}
+    >>> [ln.raw for ln in ledger_lines({"a": "note\\n"}, [archive])]
+    ['2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual', 'note']
+    """
+    text = {str(k): v for k, v in ledger_data.items() if isinstance(v, str)}
+    odd = {k: v for k, v in ledger_data.items() if not isinstance(v, str)}
+    lines = ledger.parse_ledger(merged(text, archives)) + ledger.parse_ledger(odd)
+    return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
+
+
+def is_archive(cm: Mapping[str, Any], ledger_name: str) -> bool:
+    """One of the ledger's archives: both labels of `ARCHIVE_SELECTOR` and the name
+    ``<ledger>-archive-<n>`` (a ConfigMap with only one of them is not)."""
+    meta = cm.get("metadata")
+    labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
+    return (
+        labels.get(APP_LABEL) == APP_NAME
+        and labels.get(COMPONENT_LABEL) == ARCHIVE_COMPONENT
+        and archive_index(ledger_name, _name(cm)) is not None
+    )
+
+
+def _text_data(cm: Mapping[str, object]) -> dict[str, str]:
+    data = cm.get("data")
+    if not isinstance(data, Mapping):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, str)}
+
+
+def _index_of(cm: Mapping[str, object]) -> int:
+    meta = cm.get("metadata")
+    name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+    found = re.search(r"-archive-([0-9]+)\Z", name)
+    return int(found[1]) if found else 0
+
+
+def read_archives(kube: Kube, namespace: str, ledger_name: str) -> list[dict[str, Any]]:
+    """The ledger's archive ConfigMaps (by label, then by name), oldest first."""
+    found = kube.configmaps(namespace, ARCHIVE_SELECTOR)
+    mine = [cm for cm in found if is_archive(cm, ledger_name)]
+    return sorted(mine, key=_index_of)
+
+
+def _name(cm: Mapping[str, object]) -> str:
+    meta = cm.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append did: `already` when the line was there; `archive` names a new archive."""
+
+    already: bool = False
+    archive: str = ""
+    moved_lines: int = 0
+    tries: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerTarget:
+    namespace: str
+    name: str
+    archive_at_bytes: int
+
+
+def append(kube: Kube, target: LedgerTarget, node: str, line: str) -> Appended:
+    """Append `line` to `node`'s text; idempotent (a line already there is not added again)."""
+    archived: set[tuple[str, str]] = set()  # lines this call already copied to an archive
+    archive, moved, attempt = "", 0, 0
+    while True:
+        attempt += 1
+        cm = kube.configmap(target.namespace, target.name)
+        try:
+            if cm is None:
+                kube.create_configmap(target.namespace, _new_ledger(target, node, line))
+                return Appended(archive=archive, moved_lines=moved, tries=attempt)
+            data = _text_data(cm)
+            text = data.get(node, "")
+            if line in text.splitlines():
+                return Appended(True, archive, moved, attempt)
+            data = {n: _without(t, archived, n) for n, t in data.items()}
+            data[node] = ledger.append_to_text(data.get(node, ""), line)
+            if size_of(data) > target.archive_at_bytes:
+                split = split_oldest(data, target.archive_at_bytes // 2)
+                archive = _write_archive(kube, target, split.moved)
+                moved += split.lines
+                archived |= {(n, r) for n, t in split.moved.items() for r in t.splitlines()}
+                data = split.keep
+            cm["data"] = data
+            kube.replace_configmap(target.namespace, target.name, cm)
+            return Appended(archive=archive, moved_lines=moved, tries=attempt)
+        except Conflict:  # someone wrote in between (AlreadyExists: created in between)
+            if not kube.backoff.wait(attempt):
+                raise LedgerWriteError(
+                    f"ledger {target.namespace}/{target.name}: still conflicting after "
+                    f"{attempt} tries; the line waits for the next cycle: {line}"
+                ) from None
+        except Refused as exc:
+            raise LedgerWriteError(f"{exc}{_hint(cm, node)}") from None
+
+
+def _without(text: str, archived: set[tuple[str, str]], node: str) -> str:
+    if not archived:
+        return text
+    kept = [raw for raw in text.splitlines() if (node, raw) not in archived]
+    return "".join(f"{raw}\n" for raw in kept)
+
+
+def _new_ledger(target: LedgerTarget, node: str, line: str) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": target.name,
+            "namespace": target.namespace,
+            "labels": {APP_LABEL: APP_NAME},
+        },
+        "data": {node: ledger.append_to_text("", line)},
+    }
+
+
+def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
+    """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n)."""
+    taken = [archive_index(target.name, _name(cm)) or 0 for cm in read_archives(
+        kube, target.namespace, target.name)]  # fmt: skip
+    n = max(taken, default=0) + 1
+    for _ in range(100):
+        name = archive_name(target.name, n)
+        body = {
+            "metadata": {
+                "name": name,
+                "namespace": target.namespace,
+                "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: ARCHIVE_COMPONENT},
+            },
+            "data": moved,
+        }
+        try:
+            kube.create_configmap(target.namespace, body)
+            return name
+        except AlreadyExists:
+            n += 1
+    raise LedgerWriteError(f"ledger {target.name}: no free archive name after {n}")
+
+
+def _hint(cm: Mapping[str, object] | None, node: str) -> str:
+    """What a person does about a ledger the API refuses to change."""
+    if cm is None:
+        return ""
+    if cm.get("immutable") is True:
+        return (
+            "; the ledger ConfigMap is immutable: recreate it without `immutable` "
+            "(keep its data); while the node stays cordoned the guard adds the line again"
+        )
+    binary = cm.get("binaryData")
+    if isinstance(binary, Mapping) and node in binary:
+        return (
+            f"; binaryData already holds key {node}: move it into data "
+            "(the ledger is text only); while the node stays cordoned the guard adds the line again"
+        )
+    if isinstance(binary, Mapping) and binary:  # policies/ledger.yaml refuses every change then
+        keys = ", ".join(sorted(map(str, binary)))
+        return (
+            f"; the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
+            "every change: move it into data; while the node stays cordoned the guard adds the "
+            "line again"
+        )
+    return ""

@@ -1,0 +1,475 @@
+"""The one door to Prometheus: instant queries with strict answer validation.
+
+Anything abnormal raises `PromError` with a one-line reason naming the query and the offending
+value; it never becomes "no candidates". Every answer is bounded: one total deadline per request
+(connect, headers and the whole body, however slowly it trickles in), a cap on its decoded bytes
+and one on its series.
+
+Two kinds of wrong: the answer as a whole (HTTP error, not JSON, wrong result type, a partial
+answer, a sample time that is not the query's) always raises; one series that is wrong on its own
+(a value that is not a finite number, the same label set twice) is a `BadSeries` of the answer
+(`vector_checked`, `matrix_checked`), so the caller can blame the node it belongs to and no
+other. `vector` and `matrix` raise on the first bad series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+import requests
+
+from guard.doors.prom_access import PromAccess
+from guard.settings import Settings
+
+Labels = tuple[tuple[str, str], ...]
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_SERIES = 20000
+_CHUNK = 64 * 1024
+# Each result object starts {"metric":{…}; a label *named* metric has a string value instead.
+_RESULT_OBJECT = re.compile(rb'"metric"\s*:\s*\{')
+# An instant query's samples carry the query's instant (milliseconds on the wire).
+_INSTANT_TOLERANCE_S = 1.0
+# Without an instant the engine's own clock is used: only a time outside these is absurd.
+_EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
+# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
+# `infos`. Neither says the answer is incomplete.
+_INFO_PREFIX = "PromQL info:"
+T = TypeVar("T", "Sample", "Series")
+
+
+class PromError(Exception):
+    """A Prometheus answer the guard cannot trust; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    labels: Labels
+    value: float
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    labels: Labels
+    points: tuple[tuple[float, float], ...]
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class BadSeries:
+    """One series of an answer that failed a check of its own; `why` names the value."""
+
+    labels: Labels
+    why: str  # never holds a label value: those may carry anything, line breaks included
+    value: str = ""  # the sample's value as sent, where that is what is wrong
+    what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Checked(Generic[T]):
+    """An answer split into the series that passed and those that did not."""
+
+    good: tuple[T, ...]
+    bad: tuple[BadSeries, ...] = ()
+
+    def strict(self, name: str) -> tuple[T, ...]:
+        if self.bad:
+            first = self.bad[0]
+            value = f" {first.value}" if first.value else ""
+            raise PromError(f"query {name}: {first.why}{value} for {_brief(dict(first.labels))}")
+        return self.good
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    content_type: str
+    body: bytearray
+
+
+@dataclass
+class PromClient:
+    """Instant queries against ``<base_url>/api/v1/query`` (POST, so long PromQL fits)."""
+
+    base_url: str
+    timeout_s: float = 10.0
+    bearer_token: str = ""
+    session: requests.Session = field(default_factory=requests.Session)
+    max_answer_bytes: int = DEFAULT_MAX_BYTES
+    max_series: int = DEFAULT_MAX_SERIES
+    access: PromAccess = field(default_factory=PromAccess)
+    requests_made: int = 0
+    # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
+    # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
+    codes: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.access.apply(self.session)
+        if self.bearer_token:
+            self.session.headers["Authorization"] = f"Bearer {self.bearer_token}"
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> PromClient:
+        """The client a guard run uses; files named by settings are read here (PromAccessError)."""
+        return cls(
+            s.prometheus_url,
+            s.prometheus_timeout_s,
+            max_answer_bytes=s.prometheus_max_answer_bytes,
+            max_series=s.prometheus_max_series,
+            access=PromAccess.from_settings(s),
+        )
+
+    def vector(
+        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
+    ) -> tuple[Sample, ...]:
+        return self.vector_checked(name, promql, at, required).strict(name)
+
+    def matrix(
+        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
+    ) -> tuple[Series, ...]:
+        return self.matrix_checked(name, promql, at, required).strict(name)
+
+    def vector_checked(
+        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
+    ) -> Checked[Sample]:
+        """The answer's samples, each series that is wrong on its own set apart."""
+        result = self._query(name, promql, at, "vector")
+        clock = _Clock.vector(name, at)
+        good: list[Sample] = []
+        bad: list[BadSeries] = []
+        for item in result:
+            labels = _labels(name, item)
+            point = _point(name, item.get("value"), labels, clock)
+            wrong = point if isinstance(point, BadSeries) else _lacking(labels, required)
+            if wrong is not None:
+                bad.append(wrong)
+            elif isinstance(point, tuple):
+                good.append(Sample(labels, point[1]))
+        return _split_duplicates(good, bad)
+
+    def matrix_checked(
+        self,
+        name: str,
+        promql: str,
+        at: datetime | None,
+        required: Iterable[str] = (),
+        window_s: float = 31 * 86400,
+    ) -> Checked[Series]:
+        """As `vector_checked`; every point must lie in the `window_s` before the instant."""
+        result = self._query(name, promql, at, "matrix")
+        clock = _Clock.matrix(name, at, window_s)
+        good: list[Series] = []
+        bad: list[BadSeries] = []
+        for item in result:
+            labels = _labels(name, item)
+            values = item.get("values")
+            if not isinstance(values, list):
+                raise PromError(f"query {name}: a series has no values list")
+            points = [_point(name, pair, labels, clock) for pair in values]
+            wrong = next((p for p in points if isinstance(p, BadSeries)), None)
+            wrong = wrong or _lacking(labels, required)
+            if wrong is not None:
+                bad.append(wrong)
+            else:
+                good.append(Series(labels, tuple(p for p in points if isinstance(p, tuple))))
+        return _split_duplicates(good, bad)
+
+    def _query(self, name: str, promql: str, at: datetime | None, want: str) -> list[Any]:
+        # Thanos Query answers with what the reachable stores have unless told not to; a
+        # smaller answer would read as fewer faults. Prometheus ignores the parameter.
+        form = {"query": promql, "partial_response": "false"}
+        if at is not None:
+            form["time"] = f"{at.timestamp():.3f}"
+        url = f"{self.base_url.rstrip('/')}/api/v1/query"
+        self.requests_made += 1
+        try:
+            answer = self._post(name, url, form)
+        except PromError:
+            self.codes["error"] += 1
+            raise
+        self.codes[str(answer.status)] += 1
+        found = len(_RESULT_OBJECT.findall(answer.body))
+        if found > self.max_series:  # counted before parsing: a huge answer never becomes dicts
+            raise PromError(
+                f"query {name}: answer has {found} series, more than {self.max_series}"
+                " (--prometheus-max-series); the query is wrong for this cluster or the limit"
+                " too low"
+            )
+        return _result(name, answer, want, url)
+
+    def _post(self, name: str, url: str, form: dict[str, str]) -> _Answer:
+        """The whole answer within `timeout_s`, or PromError; a reader left behind is abandoned.
+
+        requests' timeout bounds each socket read, so a body trickled a byte at a time never
+        trips it: the request runs in a worker thread and this thread waits the total deadline.
+        """
+        box: dict[str, Any] = {}
+        stop = threading.Event()
+        worker = threading.Thread(
+            target=self._read, args=(name, url, form, box, stop), name=f"prom-{name}", daemon=True
+        )
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            stop.set()
+            _hang_up(box.get("response"))
+            got = len(box.get("body", b""))
+            raise PromError(
+                f"query {name}: no complete answer from {url} within {self.timeout_s:g}s"
+                f" (total deadline, {got} bytes received)"
+            )
+        error = box.get("error")
+        if error is not None:
+            raise error
+        answer: _Answer = box["answer"]
+        return answer
+
+    def _read(
+        self, name: str, url: str, form: dict[str, str], box: dict[str, Any], stop: threading.Event
+    ) -> None:
+        try:
+            box["answer"] = self._fetch(name, url, form, box, stop)
+        except PromError as exc:
+            box["error"] = exc
+        except requests.exceptions.SSLError as exc:
+            box["error"] = PromError(
+                f"query {name}: TLS with {url} failed: {_tls_reason(exc)}"
+                " (check --prometheus-ca-file and the client certificate)"
+            )
+        except requests.Timeout:
+            box["error"] = PromError(
+                f"query {name}: no answer from {url} within {self.timeout_s:g}s"
+            )
+        except requests.RequestException as exc:
+            box["error"] = PromError(f"query {name}: cannot reach {url}: {_errno(exc)}")
+        except Exception as exc:  # a worker hands every failure back, even a bug
+            box["error"] = PromError(f"query {name}: {type(exc).__name__}: {_first_line(exc)}")
+
+    def _fetch(
+        self, name: str, url: str, form: dict[str, str], box: dict[str, Any], stop: threading.Event
+    ) -> _Answer:
+        limit = (self.timeout_s, self.timeout_s)
+        # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
+        with self.session.post(
+            url, data=form, timeout=limit, stream=True, verify=self.access.verify,
+            cert=self.access.cert,
+        ) as response:  # fmt: skip
+            box["response"] = response
+            declared = response.headers.get("Content-Length", "")
+            encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+            if declared.isdigit() and not encoded and int(declared) > self.max_answer_bytes:
+                raise self._too_large(name, int(declared))
+            body = bytearray()
+            box["body"] = body
+            for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
+                if stop.is_set():
+                    break
+                body += chunk
+                if len(body) > self.max_answer_bytes:
+                    raise self._too_large(name, len(body), at_least=True)
+            kind = response.headers.get("Content-Type", "unknown content type")
+            return _Answer(response.status_code, kind, body)
+
+    def _too_large(self, name: str, size: int, at_least: bool = False) -> PromError:
+        more = "more than " if at_least else ""
+        return PromError(
+            f"query {name}: answer is {more}{size} bytes, over {self.max_answer_bytes}"
+            " (--prometheus-max-answer-bytes); nothing was parsed"
+        )
+
+
+def _hang_up(response: requests.Response | None) -> None:
+    """Shut the socket under a reader left behind, so its blocked read returns now.
+
+    Not ``response.close()``: that waits for the reader's buffer lock, i.e. for the trickle.
+    """
+    connection = getattr(getattr(response, "raw", None), "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _result(name: str, answer: _Answer, want: str, url: str) -> list[Any]:
+    status = answer.status
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        raise PromError(
+            f"query {name}: HTTP {status}, answer is not JSON ({answer.content_type})"
+            f"{_status_hint(status, url)}"
+        ) from None
+    if not isinstance(body, dict):
+        raise PromError(f"query {name}: answer is JSON but not an object")
+    if status != 200 or body.get("status") != "success":
+        detail = body.get("error") or body.get("status") or "no error text"
+        raise PromError(
+            f"query {name}: HTTP {status}, {_first_line(detail)}{_status_hint(status, url)}"
+        )
+    _reject_partial(name, body)
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise PromError(f"query {name}: answer has no data object")
+    if data.get("resultType") != want:
+        raise PromError(f"query {name}: expected resultType {want}, got {data.get('resultType')!r}")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PromError(f"query {name}: result is not a list")
+    return result
+
+
+def _status_hint(status: int, url: str) -> str:
+    if status == 404:
+        return (
+            f"; nothing answers at {url}: check the path prefix of --prometheus-url (a Prometheus"
+            " served under /prometheus needs http://host:port/prometheus)"
+        )
+    if status in (401, 403):
+        return "; check the Prometheus credentials (token file, basic auth, client certificate)"
+    return ""
+
+
+def _labels(name: str, item: Any) -> Labels:
+    metric = item.get("metric") if isinstance(item, dict) else None
+    if not isinstance(metric, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metric.items()
+    ):
+        raise PromError(f"query {name}: a result has no valid metric labels")
+    return tuple(sorted(metric.items()))
+
+
+def _lacking(labels: Labels, required: Iterable[str]) -> BadSeries | None:
+    """A series without a label the query must have (empty counts as missing)."""
+    present = dict(labels)
+    missing = [label for label in required if not present.get(label)]
+    if not missing:
+        return None
+    return BadSeries(labels, f"a series lacks label {missing[0]!r}", what=missing[0])
+
+
+def _reject_partial(name: str, body: dict[str, Any]) -> None:
+    """A partial answer (a store of Thanos or Mimir down, VictoriaMetrics' `isPartial`) is
+    refused: the guard needs the whole truth or none."""
+    warnings = body.get("warnings") or []
+    if not isinstance(warnings, list):
+        warnings = [warnings]
+    real = [w for w in warnings if not str(w).startswith(_INFO_PREFIX)]
+    if real:
+        raise PromError(
+            f"query {name}: partial answer, the engine warns: {_first_line(real[0])}"
+            f"{f' (and {len(real) - 1} more)' if len(real) > 1 else ''}"
+        )
+    if body.get("isPartial") is True:
+        raise PromError(f"query {name}: partial answer (isPartial: true)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Clock:
+    """Which sample times an answer may carry: [earliest, latest] in seconds since the epoch."""
+
+    name: str
+    earliest: float
+    latest: float
+    instant: str  # how the error line names the expected time
+
+    @classmethod
+    def vector(cls, name: str, at: datetime | None) -> _Clock:
+        if at is None:
+            return cls(name, _EPOCH_FIRST, _EPOCH_LAST, "a time between 1970 and 2100")
+        ref = at.timestamp()
+        return cls(name, ref - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, _stamp_text(ref))
+
+    @classmethod
+    def matrix(cls, name: str, at: datetime | None, window_s: float) -> _Clock:
+        if at is None:
+            return cls.vector(name, None)
+        ref = at.timestamp()
+        within = f"within {window_s:g}s up to {_stamp_text(ref)}"
+        return cls(name, ref - window_s - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, within)
+
+    def check(self, raw: Any) -> float:
+        """The time of one sample; PromError for a time the query did not ask about."""
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise PromError(f"query {self.name}: sample timestamp {raw!r} is not a number")
+        if not self.earliest <= raw <= self.latest:
+            raise PromError(
+                f"query {self.name}: sample timestamp {raw!r} ({_stamp_text(raw)}) is not"
+                f" {self.instant}; the engine answered for another time"
+            )
+        return float(raw)
+
+
+def _stamp_text(stamp: float) -> str:
+    try:
+        return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+
+
+def _point(name: str, pair: Any, labels: Labels, clock: _Clock) -> tuple[float, float] | BadSeries:
+    """(time, value) of one sample; a value that is not a finite number is the series' fault."""
+    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        raise PromError(f"query {name}: malformed value {pair!r} for {_brief(dict(labels))}")
+    stamp = clock.check(pair[0])
+    text = pair[1]
+    try:
+        value = float(text)
+    except ValueError:
+        return BadSeries(labels, "non-numeric value", repr(text[:40]))
+    if not math.isfinite(value):
+        return BadSeries(labels, "value", text)
+    return stamp, value
+
+
+def _split_duplicates(good: list[T], bad: list[BadSeries]) -> Checked[T]:
+    """The same label set twice (an engine's failed deduplication): both copies are bad."""
+    count = Counter(s.labels for s in good)
+    twice = {labels for labels, n in count.items() if n > 1}
+    bad.extend(BadSeries(labels, "duplicate series", what="labels") for labels in twice)
+    return Checked(tuple(s for s in good if s.labels not in twice), tuple(bad))
+
+
+def _brief(metric: dict[str, str]) -> str:
+    """Labels for an error line, each value escaped as JSON: a line break stays ``\\n``."""
+    shown = (f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(metric.items()))
+    return "{" + ",".join(shown) + "}"
+
+
+def _errno(exc: Exception) -> str:
+    """The useful tail of a requests connection error (``[Errno 111] Connection refused``)."""
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
+    return found.group(0).strip() if found else _first_line(exc)
+
+
+def _tls_reason(exc: Exception) -> str:
+    """``certificate verify failed: …`` or the SSL alert, without urllib3's wrapping."""
+    text = str(exc)
+    found = re.search(r"\[SSL[^\]]*\] ([^(')\"]+)", text) or re.search(
+        r"SSL\w*Error\(\d+, '([^']+)'", text
+    )
+    reason = found.group(1).strip() if found else _first_line(exc)
+    if "EOF occurred" in reason:
+        reason += "; the server hung up, e.g. for want of a client certificate"
+    return reason
+
+
+def _first_line(value: object) -> str:
+    text = str(value).strip()
+    return text.splitlines()[0][:300] if text else "(empty)"

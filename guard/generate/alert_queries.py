@@ -1,0 +1,589 @@
+"""Every alert expression the shipped rules carry; `guard.generate.alerts` renders them into rule
+files.
+
+Built from the guard's own blocks in `guard.read.queries` (the Xid metric, the Hostname/hostname
+handling, GPU loss and "not cordoned"), so alerts and guard agree on a fault. The site's filters
+(user-code Xids, allowed DNS upstreams, service-network pods) are no text of their own: series
+the guard pushes, or strings the overlay's alerts component fills (docs/alerts.md, "The site's
+values"), so one rule file serves every site.
+
+Long windows read every raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a
+short change, the cost is one range read per series, and a series that changed identity
+(kube-state-metrics restart, pod attribution, err_code) still counts once grouped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from guard import metric_names
+from guard.generate.policies import params
+from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
+from guard.names import COMPONENT_LABEL, Annotations
+from guard.read.queries import (
+    CAPACITY_METRIC,
+    XID_COUNT_METRIC,
+    XID_METRIC,
+    duration,
+    gpu_loss,
+    ksm_label,
+    not_cordoned,
+    with_node_label,
+)
+from guard.settings import INTERNAL_UPSTREAMS as INTERNAL_UPSTREAMS
+from guard.settings import Settings
+from guard.wire import parse_allowed_dns
+
+NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertParams:
+    """Alert-only knobs; user-code Xids, breaker limit, prefix and namespace come from Settings."""
+
+    cronjob_name: str = "gpu-node-guard"  # the guard's CronJob, in Settings.namespace
+    xid_quiet_after_s: int = 86400  # a hardware-Xid alert ends once the GPU's value is this old
+    gpu_drop_for_s: int = 600  # GPU count below capacity this long on an uncordoned node
+    cordon_max_s: int = 3 * 86400  # a cordon older than this is re-announced
+    not_running_after_s: int = 900  # three five-minute cycles without a successful run
+    rule_labels: tuple[tuple[str, str], ...] = (("release", "prometheus"),)  # for ruleSelector
+    # Notifications and GPUNodeGuardNotRunning's source (docs/alerts.md); runbook links: Settings.
+    notify_for_s: int = 60  # a cordon or return must be seen this long before it is announced
+    notify_window_s: int = 3600  # an announcement fires this long after the change, then ends
+    notify_labels: tuple[tuple[str, str], ...] = (("notify", "gpu-node-guard"),)  # for routing
+    not_running_source: NotRunningSource = "kube-state-metrics"  # or "pushgateway"
+
+
+GPU_KEY = "node, gpu, UUID, pci_bus_id"
+
+
+def _block(expr: str) -> str:
+    return "(\n" + "\n".join(f"  {line}" for line in expr.splitlines()) + "\n)"
+
+
+def _per_gpu(expr: str, agg: str = "max", extra: str = "") -> str:
+    """One series per GPU of a dcgm-exporter expression already carrying `node`.
+
+    `UUID` also comes from the old-namespace `uuid`; pod-attribution and err_* labels drop out.
+    """
+    key = f"{GPU_KEY}, {extra}" if extra else GPU_KEY
+    relabeled = f'label_replace({expr}, "UUID", "$1", "uuid", "(.+)")'
+    return f"{agg} by ({key}) {_block(relabeled)}"
+
+
+def alert_xid_settled(p: AlertParams) -> str:
+    """GPUs whose last Xid had the same value at the window's start and in every sample since.
+
+    Comparing values, not presence, closes the blind spot of the incident write-up's rule (any
+    Xid a day ago, user-code ones included, hid every later hardware Xid); every sample also
+    catches 79 → 13 → 79 and a repeat after the exporter restarted (79 → 0 → 79).
+    """
+    w, m, node = duration(p.xid_quiet_after_s), XID_METRIC, with_node_label
+    now = _per_gpu(node(m))
+    return (
+        f"{now}\n== {_per_gpu(node(f'{m} offset {w}'))}\n"
+        f"and {now}\n== {_per_gpu(node(f'min_over_time({m}[{w}])'), 'min')}\n"
+        f"and {now}\n== {_per_gpu(node(f'max_over_time({m}[{w}])'))}"
+    )
+
+
+# ── The site's filters as series (docs/alerts.md, "The site's values") ─────────────────────────
+# The guard pushes its user-code Xids (one `gpu_node_guard_user_code_xid{xid}` each) and the
+# address prefixes its allowed DNS upstreams cover; the alerts join on them, so a rule file
+# built from the defaults follows the site's settings. Until the first push the Xids come from
+# the overlay: the alerts component copies GUARD_USER_CODE_XIDS into the recorded list, which
+# `USER_CODE_XID` splits (the first USER_CODE_FALLBACK_MAX entries).
+USER_CODE_XIDS_SETTING = "gpu_node_guard:user_code_xids"  # one series, `xids` = the setting
+USER_CODE_XID = "gpu_node_guard:user_code_xid"  # one series per user-code Xid, `xid` = the code
+USER_CODE_FALLBACK_MAX = 16
+
+
+def user_code_xids_setting(t: SiteText) -> str:
+    """The recorded setting: the comma-separated list as written in settings.env."""
+    return f'label_replace(vector(1), "xids", "{t["user_code_xids"]}", "", "")'
+
+
+def user_code_xid(p: AlertParams) -> str:
+    """The pushed user-code Xids, else the recorded setting split into one series per code."""
+    # Entry i becomes `xid`, and `xids` is removed where it matched: a term whose entry is
+    # missing leaves the series as it was, which `unless on (xids)` drops (a join on the list
+    # itself, not on an empty label: VictoriaMetrics matches those differently).
+    one = ('label_replace(label_replace({rec}, "xid", "$1", "xids", "{regex}"), "xids", "",'
+           ' "xids", "{regex}")')  # fmt: skip
+    entry = "(?:[^,]*,){{{i}}} *([0-9]+) *(?:,.*)?"
+    split = "\nor ".join(one.format(rec=USER_CODE_XIDS_SETTING, regex=entry.format(i=i))
+                         for i in range(USER_CODE_FALLBACK_MAX))  # fmt: skip
+    unsplit = f"{_block(split)}\nunless on (xids) {USER_CODE_XIDS_SETTING}"
+    return (
+        f"max by (xid) ({metric_names.USER_CODE_XID.name})\nor on () max by (xid) {_block(unsplit)}"
+    )
+
+
+def not_user_code(selector: str) -> str:
+    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid, as they are.
+
+    count_values turns each value into an `xid` label to join on; `and ignoring (xid)` keeps the
+    original series with its value (the Xid the summary shows).
+    """
+    by_value = f'count_values without () ("xid", {selector})\nunless on (xid) {USER_CODE_XID}'
+    return f"{selector}\nand ignoring (xid) {_block(by_value)}"
+
+
+def alert_hardware_xid_count(s: Settings, p: AlertParams) -> str:
+    """Hardware Xids counted by dcgm-exporter's windowed counter (collected only when enabled)."""
+    window = f"max_over_time({XID_COUNT_METRIC}[{duration(p.xid_quiet_after_s)}])"
+    hardware = f"{window}\nunless on (xid) {USER_CODE_XID}"
+    return f"{_per_gpu(with_node_label(hardware), extra='xid')} > 0"
+
+
+def alert_hardware_xid(s: Settings, p: AlertParams) -> str:
+    """Current hardware Xid per GPU until settled; silent where the counted variant speaks."""
+    now = _per_gpu(with_node_label(not_user_code(f"{XID_METRIC} > 0")))
+    return (
+        f"{now}\nunless {_block(alert_xid_settled(p))}\n"
+        f"unless on ({GPU_KEY}) {_block(alert_hardware_xid_count(s, p))}"
+    )
+
+
+def alert_gpu_count_dropped() -> str:
+    return f"{gpu_loss()} > 0\nand on (node) {not_cordoned()}"
+
+
+def alert_cordoned_too_long(p: AlertParams) -> str:
+    """Unschedulable now, at the window's start and in every sample since (docs/alerts.md)."""
+    w, m = duration(p.cordon_max_s), "kube_node_spec_unschedulable"
+    return (
+        f"max by (node) ({m}) == 1\n"
+        f"and on (node) max by (node) ({m} offset {w}) == 1\n"
+        f"and on (node) min by (node) (min_over_time({m}[{w}])) == 1"
+    )
+
+
+# The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
+# manifests/base/image-wiring copies from the settings ConfigMap into the PrometheusRule.
+BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
+
+
+def breaker_setting(s: Settings) -> str:
+    """The recording rule's expression: the number itself (a site's overlay replaces it)."""
+    return str(s.breaker_max_nodes)
+
+
+def alert_breaker_open(s: Settings) -> str:
+    """Guard-cordoned nodes at or over the breaker limit the guard pushed (its limit with the
+    fraction applied), else the site's setting (the recorded series): never a number of its
+    own, so the alert opens where the guard's breaker does."""
+    label = ksm_label("annotation", Annotations(s.annotation_prefix).reason)
+    limit = f"max({metric_names.BREAKER_LIMIT.name})\nor {BREAKER_SETTING}"
+    return f'count(max by (node) (kube_node_annotations{{{label}!=""}}))\n>= {_block(limit)}'
+
+
+def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
+    """Seconds since the later of the last success and the CronJob's creation; absent = alert.
+
+    The absence window is one second longer than the setting: Prometheus 3 leaves a sample that
+    sits exactly at a range's start out (left-open ranges), 2.x keeps it, so with the plain
+    window the two fired one evaluation apart (docs/engines.md). With it both fire once the
+    CronJob's last sample is older than the setting.
+    """
+    sel = f'{{namespace="{s.namespace}", cronjob="{p.cronjob_name}"}}'
+    since = f"kube_cronjob_status_last_successful_time{sel}\nor kube_cronjob_created{sel}"
+    return (
+        f"time() - max by (namespace, cronjob) {_block(since)} > {p.not_running_after_s}\n"
+        f"or absent_over_time(kube_cronjob_created{sel}[{p.not_running_after_s + 1}s])"
+    )
+
+
+def incident_annotations(s: Settings) -> tuple[str, ...]:
+    """The node annotations that mark an incident the guard's Jobs serve: its cordon (evidence,
+    load test, the return's conformance), a failed after-reboot check, a closed onboarding gate.
+    The guard removes the first two when the node returns or a person's uncordon cancels it; a
+    person removes the third (docs/runbook.md)."""
+    keys = Annotations(s.annotation_prefix)
+    return (keys.reason, keys.conformance_failed, keys.onboarding_failed)
+
+
+def alert_guard_job_failed(s: Settings) -> str:
+    """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
+    incident lasts.
+
+    Every Job there is the guard's: the namespace gate admits no other (docs/security.md). The
+    CronJob's own runs live in the guard namespace; a failed run is GPUNodeGuardNotRunning's.
+    The failed Job stays (its TTL, 7 days) after the guard returned the node or a person's
+    uncordon cancelled the incident: the alert ends with the incident's annotations on the
+    node instead. Two cases keep it without that join, so no missing series silences it: the
+    Job's node has no `kube_node_annotations` series (a node label shortened past 63
+    characters, a deleted node), or the label allowlist is missing (no `node` at all).
+    """
+    ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
+    component = ksm_label("label", COMPONENT_LABEL)
+    failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
+    labels = f'kube_job_labels{{namespace="{ns}", {node}!=""}}'
+    labels = f'label_replace({labels}, "node", "$1", "{node}", "(.*)")'
+    labels = f'label_replace({labels}, "component", "$1", "{component}", "(.*)")'
+    labelled = (f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
+                f"max by (namespace, job_name, node, component) {_block(labels)}")  # fmt: skip
+    open_ = "\nor\n".join(
+        f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
+        for key in incident_annotations(s)
+    )
+    return (
+        f"{_block(labelled)}\nand on (node) max by (node) {_block(open_)}\n"
+        f"or\n{_block(labelled)}\nunless on (node) max by (node) (kube_node_annotations)\n"
+        f"or\n{_block(failed)}\nunless on (namespace, job_name) {_block(labels)}"
+    )
+
+
+# ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
+# The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
+# one `kube_node_annotations` series per node, carrying a label only for annotations it has.
+
+
+def _changed_within(label: str, window_s: int) -> str:
+    """Nodes whose `label` took more than one value (absent is one) within the window.
+
+    Grouping by node drops `instance`, so a kube-state-metrics restart changes nothing; a node
+    first seen with the label already set has one value, so a new Prometheus announces nothing.
+    """
+    seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
+    return f"count by (node) {_block(seen)} > 1"
+
+
+def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
+    """Nodes that gained the guard's reason annotation within the window; `reason`, `pci`, `UUID`.
+
+    `auto-cordon-gpu` is `<PCI address> <GPU UUID>`; without it in the allowlist the two GPU
+    labels are simply missing.
+    """
+    names = Annotations(s.annotation_prefix)
+    reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
+    now = f'kube_node_annotations{{{reason}!=""}}'
+    now = f'label_replace({now}, "reason", "$1", "{reason}", "(.+)")'
+    now = f'label_replace({now}, "pci", "$1", "{gpu}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "UUID", "$1", "{gpu}", "[^ ]+ (.+)")'
+    return (
+        f"max by (node, reason, pci, UUID) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(reason, p.notify_window_s))}"
+    )
+
+
+def alert_guard_returned(s: Settings, p: AlertParams) -> str:
+    """Nodes whose `returned` annotation changed to its current value within the window.
+
+    Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
+    `cancelled` and leaves `returned` alone, so it can never announce a return.
+    """
+    returned = ksm_label("annotation", Annotations(s.annotation_prefix).returned)
+    now = f'kube_node_annotations{{{returned}!=""}}'
+    now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
+    now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'
+    return (
+        f"max by (node, returned_at, job_name) {_block(now)}\n"
+        f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
+    )
+
+
+def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
+    """The guard's pushed last success older than the limit, or no success seen that long.
+
+    The Pushgateway serves the last push until the group is deleted, so a guard that stopped
+    still shows its old success time; absent means never succeeded, Pushgateway wiped or not
+    scraped (scrape it with honor_labels: true so `namespace` is the guard's).
+    """
+    sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return (
+        f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
+        f"or absent_over_time({sel}[{duration(p.not_running_after_s)}])"
+    )
+
+
+def last_run_age(s: Settings) -> str:
+    """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
+    sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    return f"time() - max({sel})"
+
+
+# ── Node lifecycle alerts ───────────────────────────────────────────────────────────────────────
+# Row remapping, service network, CoreDNS upstreams, gpu-feature-discovery and the node agent's
+# checks (docs/alerts.md "Node lifecycle alerts"; the rules are alerts.node_rules).
+
+REMAP_UNCORRECTABLE_METRIC = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # a counter
+REMAP_FAILURE_METRIC = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # 1 = remapping failed
+# CoreDNS's forward plugin: up to 1.10 its own histogram; from 1.11 the shared proxy package's, with
+# proxy_name="forward" (coredns/coredns: plugin/forward/metrics.go, plugin/pkg/proxy/metrics.go).
+COREDNS_FORWARD_METRICS = (
+    'coredns_proxy_request_duration_seconds_count{proxy_name="forward"',
+    "coredns_forward_request_duration_seconds_count{",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAlertParams:
+    """Knobs of the node lifecycle alerts; the allowed upstreams come from Settings."""
+
+    remap_window_s: int = 3600  # an uncorrectable remap alerts this long after it happened
+    # The kube-proxy and CNI pods are the guard's return-condition selectors, from Settings
+    # (guard.read.queries.service_network_selectors): one fact for the alert and the return check.
+    service_network_for_s: int = 300
+    coredns_window_s: int = 600
+    gfd_container: str = "gpu-feature-discovery"
+    gfd_window_s: int = 1800
+    gfd_restarts: int = 3
+    agent_failed_for_s: int = 600  # nvidia-match also feeds the guard's nvml-mismatch cordon
+    agent_unknown_for_s: int = 1800
+    agent_stale_after_s: int = 900  # no agent run this long on a GPU node: the agent is missing
+
+
+def _fixed_width(lo: int, hi: int, width: int) -> list[str]:
+    """Patterns for the `width`-digit strings lo..hi (leading zeros are digits here)."""
+    if width == 1:
+        return [str(lo) if lo == hi else f"[{lo}-{hi}]"]
+    size = 10 ** (width - 1)
+    (lo_head, lo_rest), (hi_head, hi_rest) = divmod(lo, size), divmod(hi, size)
+    if lo_head == hi_head:
+        return [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, hi_rest, width - 1)]
+    out, tail = [], []
+    if lo_rest:
+        out = [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, size - 1, width - 1)]
+        lo_head += 1
+    if hi_rest != size - 1:
+        tail = [f"{hi_head}{rest}" for rest in _fixed_width(0, hi_rest, width - 1)]
+        hi_head -= 1
+    if lo_head <= hi_head:
+        head = str(lo_head) if lo_head == hi_head else f"[{lo_head}-{hi_head}]"
+        out.append(head + "[0-9]" * (width - 1))
+    return out + tail
+
+
+def octet_range(lo: int, hi: int) -> str:
+    """A regex for the decimal octets lo..hi, as an address prints them (no leading zeros).
+
+    >>> octet_range(64, 127), octet_range(10, 10), octet_range(0, 255)
+    ('(6[4-9]|[7-9][0-9]|1[0-1][0-9]|12[0-7])', '10', '[0-9]{1,3}')
+    """
+    if (lo, hi) == (0, 255):
+        return "[0-9]{1,3}"
+    patterns = []
+    for width, (first, last) in enumerate(((0, 9), (10, 99), (100, 255)), start=1):
+        if lo <= last and hi >= first:
+            patterns += _fixed_width(max(lo, first), min(hi, last), width)
+    return patterns[0] if len(patterns) == 1 else "(" + "|".join(patterns) + ")"
+
+
+def _ipv4_regex(net: ipaddress.IPv4Network) -> str:
+    """
+    >>> _ipv4_regex(ipaddress.IPv4Network("172.16.0.0/12"))
+    '172[.](1[6-9]|2[0-9]|3[0-1])[.][0-9]{1,3}[.][0-9]{1,3}'
+    >>> _ipv4_regex(ipaddress.IPv4Network("10.20.0.53/32"))
+    '10[.]20[.]0[.]53'
+    """
+    octets, parts = net.network_address.packed, []
+    for i in range(4):
+        bits = min(max(net.prefixlen - 8 * i, 0), 8)
+        low = octets[i] & (0xFF << (8 - bits)) & 0xFF
+        parts.append(octet_range(low, low + (1 << (8 - bits)) - 1))
+    return "[.]".join(parts)
+
+
+def _ipv6_regex(net: ipaddress.IPv6Network) -> str:
+    """An address in the network in its canonical (compressed, lower-case) form, as Go prints it;
+    only /128 or a multiple of 16 bits can be matched this way."""
+    if net.prefixlen == 128:
+        return re.escape(str(net.network_address))
+    if net.prefixlen % 16:
+        raise ValueError(f"IPv6 {net} cannot be matched in PromQL: use a /16-multiple or addresses")
+    groups = net.network_address.exploded.split(":")[: net.prefixlen // 16]
+    return ":".join(g.lstrip("0") or "0" for g in groups) + ":[0-9a-f:]*"
+
+
+def upstream_regex(networks: str) -> str:
+    """A regex for CoreDNS's `to` label (``host:port``, IPv6 in brackets) inside the networks.
+
+    >>> print(upstream_regex("10.20.0.0/16, 2001:db8::53"))
+    (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+|\\[(2001:db8::53)\\]:[0-9]+
+    """
+    v4, v6 = [], []
+    for net in parse_allowed_dns(networks):
+        if isinstance(net, ipaddress.IPv4Network):
+            v4.append(_ipv4_regex(net))
+        else:
+            v6.append(_ipv6_regex(net))
+    alternatives = []
+    if v4:
+        alternatives.append(f"({'|'.join(v4)}):[0-9]+")
+    if v6:
+        alternatives.append(f"\\[({'|'.join(v6)})\\]:[0-9]+")
+    return "|".join(alternatives)
+
+
+def _pod_node(selector: str) -> str:
+    """namespace, pod → node of the pods kube_pod_info selects."""
+    return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
+
+
+def grown_by(metric: str, window_s: int) -> str:
+    """How much a counter grew in the window: now less its lowest sample there.
+
+    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
+    small, so a card with old remaps would alert after every exporter restart (new labels), and
+    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
+
+    >>> grown_by("m", 1800)
+    '(m - min_over_time(m[30m]))'
+    """
+    return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
+
+
+def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
+    grown = grown_by(REMAP_UNCORRECTABLE_METRIC, p.remap_window_s)
+    return f"{_per_gpu(with_node_label(grown))} > 0"
+
+
+def alert_row_remap_failed() -> str:
+    return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
+
+
+# The settings the alerts component copies from the settings ConfigMap into the rules, each into
+# a double-quoted string of an expression (manifests/components/alerts/settings.yaml, generated
+# with the rules): the text of each as settings.env writes it.
+SUBSTITUTED = ("user_code_xids", "service_network_kube_proxy_namespace",
+               "service_network_kube_proxy_pods", "service_network_cni_namespace",
+               "service_network_cni_daemonsets")  # fmt: skip
+SiteText = Mapping[str, str]
+
+
+def site_text(s: Settings) -> dict[str, str]:
+    return {name: params.default_text(s, name) for name in SUBSTITUTED}
+
+
+def _namespace_set(namespace: str) -> str:
+    """One series when `namespace` is set, none when it is empty: `set` is 1 only where the
+    namespace is not empty, and the join is on that value (not on an empty label, which
+    VictoriaMetrics matches differently). The text stays one string the overlay replaces."""
+    ns = f'label_replace(vector(1), "ns", "{namespace}", "", "")'
+    return (f'(label_replace({ns}, "set", "1", "ns", ".+")'
+            ' and on (set) label_replace(vector(1), "set", "1", "", ""))')  # fmt: skip
+
+
+def _pods_in(namespace: str, matchers: str) -> str:
+    """kube_pod_info series of `matchers` in `namespace`, or in any namespace when it is empty."""
+    return (f'kube_pod_info{{namespace="{namespace}", {matchers}}}\n'
+            f"or kube_pod_info{{{matchers}}} unless on () {_namespace_set(namespace)}")  # fmt: skip
+
+
+def alert_service_network_down(t: SiteText) -> str:
+    """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node.
+
+    The pods of the guard's return condition (queries.service_network_selectors), written so
+    that each setting is one string the overlay replaces: an empty pattern selects no pod, an
+    empty namespace any namespace.
+    """
+    proxy = f'pod=~"{t["service_network_kube_proxy_pods"]}"'
+    cni = f'created_by_kind="DaemonSet", created_by_name=~"{t["service_network_cni_daemonsets"]}"'
+    pods = (f"{_pods_in(t['service_network_kube_proxy_namespace'], proxy)}\n"
+            f"or {_pods_in(t['service_network_cni_namespace'], cni)}")  # fmt: skip
+    not_ready = 'max by (namespace, pod) (kube_pod_status_ready{condition=~"false|unknown"}) == 1'
+    ready_node = 'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1'
+    return (
+        f"{_block(not_ready)}\n* on (namespace, pod) group_left (node)\n"
+        f"max by (namespace, pod, node) {_block(pods)}\n"
+        f"and on (node) {_block(ready_node)}"
+    )
+
+
+ALLOWED_DNS = metric_names.ALLOWED_DNS_PREFIX.name
+COREDNS_UPSTREAMS = "gpu_node_guard:coredns_upstreams"  # one series per `to` forwarded to
+# Per (`to`, `prefix`): the upstreams with a prefix the guard pushed (allowed ones).
+COREDNS_UPSTREAM_ALLOWED = "gpu_node_guard:coredns_upstream_allowed"
+
+
+def _forward(metric: str, matchers: str, window: str) -> str:
+    """One CoreDNS forward counter over the window, with extra `matchers` ("" for none)."""
+    inner = ", ".join(m for m in (metric.partition("{")[2], matchers) if m)
+    name = metric.partition("{")[0]
+    return f"{name}{{{inner}}}[{window}]" if inner else f"{name}[{window}]"
+
+
+def coredns_upstreams(p: NodeAlertParams) -> str:
+    """Every upstream (`to`) CoreDNS forwarded to within the window, under either name."""
+    w = duration(p.coredns_window_s)
+    seen = "\nor ".join(f"max_over_time({_forward(m, '', w)})" for m in COREDNS_FORWARD_METRICS)
+    return f"max by (to) {_block(seen)}"
+
+
+def coredns_upstream_allowed() -> str:
+    """The recorded join: each upstream's prefixes that the guard pushed as allowed. (An upstream
+    a term does not match keeps no `prefix` on Prometheus, a stray one on VictoriaMetrics;
+    neither joins, so the record is the same on both.)"""
+    return f"{_block(coredns_upstream_prefix())}\nand on (prefix) {ALLOWED_DNS}"
+
+
+def coredns_upstream_prefix() -> str:
+    """Each upstream once per prefix it has, in label `prefix` (allowed_dns_prefixes' form);
+    `[[]` and `[]]` are the brackets, so no escape reaches the rule file."""
+    octet, group = "[0-9]+", "[0-9a-f]+"
+    terms = [("v4", f"{octet}(?:[.]{octet}){{3}}:[0-9]+"), ("v6", "[[].*[]]:[0-9]+")]
+    rest = "{octet}(?:[.]{octet}){{{n}}}:[0-9]+"
+    terms += [("$1", f"({octet}(?:[.]{octet}){{{k - 1}}}[.])" + rest.format(octet=octet, n=3 - k))
+              for k in (1, 2, 3)]  # fmt: skip
+    terms.append(("$1", f"({octet}(?:[.]{octet}){{3}}):[0-9]+"))
+    terms += [("$1", f"([[]{group}(?::{group}){{{k - 1}}}:)[0-9a-f:]*[]]:[0-9]+")
+              for k in range(1, 8)]  # fmt: skip
+    terms.append(("$1", "([[][0-9a-f:.]+[]]):[0-9]+"))
+    return "\nor ".join(
+        f'label_replace({COREDNS_UPSTREAMS}, "prefix", "{value}", "to", "{regex}")'
+        for value, regex in terms
+    )
+
+
+def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
+    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name.
+
+    Allowed: an upstream with a prefix the guard pushed (wire.allowed_dns_prefixes of its setting,
+    else of INTERNAL_UPSTREAMS); before its first push, the internal ranges.
+    """
+    w = duration(p.coredns_window_s)
+    default = upstream_regex(INTERNAL_UPSTREAMS).replace("\\", "\\\\")
+
+    def forwarded(matchers: str) -> str:
+        return "\nor ".join(
+            f"sum by (namespace, pod, to) (increase({_forward(m, matchers, w)})) > 0"
+            for m in COREDNS_FORWARD_METRICS
+        )
+
+    allowed = COREDNS_UPSTREAM_ALLOWED
+    pushed = f"max({ALLOWED_DNS})"
+    return (
+        f"{_block(forwarded(''))}\nunless on (to) {_block(allowed)}\nand on () {pushed}\n"
+        f"or\n{_block(forwarded(f'to!~{chr(34)}{default}{chr(34)}'))}\nunless on () {pushed}"
+    )
+
+
+def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
+    c = p.gfd_container
+    grown = grown_by(f'kube_pod_container_status_restarts_total{{container="{c}"}}', p.gfd_window_s)
+    restarts = f"sum by (namespace, pod) {grown} >= {p.gfd_restarts}"
+    pods = _pod_node(f'pod=~"{c}-.+"')
+    return (
+        f"{_block(restarts)}\n* on (namespace, pod) group_left (node)\n{pods}\n"
+        f"and on (node) {not_cordoned()}"
+    )
+
+
+def alert_agent_check_failed(check: str, cordoned_too: bool) -> str:
+    expr = f'max by (node, check) ({AGENT_CHECK_OK}{{check="{check}"}}) == 0'
+    return expr if cordoned_too else f"{expr}\nand on (node) {not_cordoned()}"
+
+
+def alert_agent_check_unknown() -> str:
+    return f'max by (node, check) ({AGENT_CHECK_STATUS}{{status="UNKNOWN"}}) == 1'
+
+
+def alert_agent_missing(p: NodeAlertParams) -> str:
+    """GPU nodes without a recent agent run: no pod, no scrape, or a stuck loop."""
+    fresh = f"time() - max by (node) ({AGENT_LAST_RUN}) < {p.agent_stale_after_s}"
+    return f"max by (node) ({CAPACITY_METRIC}) > 0\nunless on (node) {_block(fresh)}"

@@ -1,0 +1,414 @@
+"""``gpu-node-guard config check DIR`` (also ``python -m guard.generate.config check DIR``): render
+a site's overlay with kustomize and prove that every consumer of its settings sees the same values.
+
+The overlay's settings.env is the one source (docs/deploy.md, "One source"). The rendered
+manifests are coherent when:
+  - the settings ConfigMap is there under its fixed name, holds only the guard's settings, and
+    they parse as the guard parses them (Settings refuses what a run would refuse);
+  - the CronJob reads it whole (envFrom) and its own env entries (the images, the namespace)
+    agree with it: the CronJob's effective settings are the ConfigMap's;
+  - every admission policy is the generated one for the site's layout (no hand edit, no stale
+    copy) and each that reads params is bound to that ConfigMap (paramRef, Deny when missing);
+    every value a policy reads from it (its key, or the default written in the policy) is the
+    value the CronJob runs with; the agent's and the CronJob's images are the ones admitted;
+  - the alert rules, when the overlay has them, compare with the site's breaker limit (the
+    recorded series), carry the site's text wherever the alerts component copies a setting in
+    (user-code Xids, service-network pods), and no other setting that differs from the site's
+    (the rest the guard pushes: docs/alerts.md, "The site's values").
+Each problem is one line; exit 1 when there is one, 2 when the overlay does not render.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from guard.generate import alert_queries, alerts, policies
+from guard.generate.policies import params
+from guard.names import SETTINGS_CONFIGMAP
+from guard.settings import Settings, SettingsError, setting_fields
+from guard.settings_flags import env_options
+
+KUSTOMIZE_VERSION = "v5.7.1"  # the kustomize of kubectl v1.34 (hack/deploytest/build.sh)
+CRONJOB = "gpu-node-guard"
+AGENT = "gpu-node-guard-agent"
+# Names the manifests and the policies carry (docs/deploy.md, "Settings that are not the site's").
+LAYOUT = ("namespace", "jobs_namespace", "job_service_account", "ledger_configmap",
+          "annotation_prefix", "gpu_node_label")  # fmt: skip
+# From `images:` (image-wiring), never from settings.env.
+IMAGES = ("image", "loadtest_image")
+_PARAM = re.compile(r"params\.\?data\[\?'(GUARD_[A-Z0-9_]+)'\]\.orValue\('((?:[^'\\]|\\.)*)'\)")
+
+
+class ConfigError(Exception):
+    """The overlay cannot be rendered or read (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The documents of one rendered overlay, by (kind, namespace, name)."""
+
+    docs: dict[tuple[str, str, str], dict[str, Any]]
+
+    @classmethod
+    def of(cls, documents: Iterable[dict[str, Any]]) -> Rendered:
+        out = {}
+        for d in documents:
+            meta = d.get("metadata") or {}
+            out[(str(d.get("kind")), str(meta.get("namespace", "")), str(meta.get("name")))] = d
+        return cls(out)
+
+    def kind(self, kind: str) -> list[dict[str, Any]]:
+        return [d for (k, _, _), d in self.docs.items() if k == kind]
+
+    def one(self, kind: str, name: str) -> dict[str, Any] | None:
+        found = [d for (k, _, n), d in self.docs.items() if (k, n) == (kind, name)]
+        return found[0] if len(found) == 1 else None
+
+
+def find_kustomize(given: str = "") -> list[str]:
+    """The kustomize to render with: `given`, $KUSTOMIZE, `kustomize` on PATH, the one
+    hack/deploytest/build.sh builds, or `kubectl kustomize`."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    built = cache / "gpu-node-guard" / "kustomize" / KUSTOMIZE_VERSION / "kustomize"
+    for candidate in (given, os.environ.get("KUSTOMIZE", ""), shutil.which("kustomize") or ""):
+        if candidate:
+            return [candidate, "build"]
+    if built.is_file():
+        return [str(built), "build"]
+    if kubectl := shutil.which("kubectl"):
+        return [kubectl, "kustomize"]
+    raise ConfigError("no kustomize: give --kustomize, or run `make deploytest`")
+
+
+def render(directory: Path, kustomize: list[str]) -> Rendered:
+    try:
+        done = subprocess.run([*kustomize, str(directory)], capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f"cannot run {kustomize[0]}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"{directory} does not render: {last}")
+    try:
+        return Rendered.of(d for d in yaml.safe_load_all(done.stdout) if isinstance(d, dict))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{directory}: kustomize wrote no YAML ({exc})") from None
+
+
+# ── The checks (pure: rendered documents in, problem lines out) ─────────────────────────────
+
+
+def effective_env(cron: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, str]:
+    """The CronJob container's GUARD_* environment as the kubelet builds it: the ConfigMap
+    (envFrom), then its env entries, which win (a fieldRef to the namespace: the CronJob's)."""
+    env = dict(data)
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c.get("name") == "guard"] or [{}]
+    for entry in container.get("env") or []:
+        ref = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+        elif ref == "metadata.namespace":
+            env[entry["name"]] = str(cron["metadata"].get("namespace", ""))
+    return env
+
+
+def _settings(env: Mapping[str, str], where: str) -> Settings:
+    try:
+        return Settings(**env_options(env, frozenset(), where))
+    except click.UsageError as exc:
+        raise ConfigError(exc.format_message()) from None
+    except SettingsError as exc:
+        raise ConfigError(f"{where}: the guard refuses these settings: {exc}") from None
+
+
+def check(r: Rendered) -> tuple[Settings | None, list[str]]:
+    """The site's effective settings (None when unreadable) and every incoherence found."""
+    problems: list[str] = []
+    cms = [d for d in r.kind("ConfigMap") if d["metadata"]["name"] == SETTINGS_CONFIGMAP]
+    cron = r.one("CronJob", CRONJOB)
+    if len(cms) != 1 or cron is None:
+        found = f"found {len(cms)} and {int(cron is not None)}"
+        return None, [
+            f"the overlay must render one ConfigMap {SETTINGS_CONFIGMAP} and the CronJob "
+            f"{CRONJOB} ({found})"
+        ]
+    data = {str(k): str(v) for k, v in (cms[0].get("data") or {}).items()}
+    problems += _keys(data)
+    problems += _cronjob(cron, cms[0])
+    env = effective_env(cron, data)
+    try:
+        s = _settings(env, f"the CronJob's settings (ConfigMap {SETTINGS_CONFIGMAP} and env)")
+    except ConfigError as exc:
+        return None, [*problems, str(exc)]
+    problems += _policies(r, s, data, env)
+    problems += _images(r, s)
+    problems += _alerts(r, s, env)
+    return s, problems
+
+
+def _keys(data: Mapping[str, str]) -> list[str]:
+    known = {params.env_name(f.name) for f in setting_fields()}
+    layout = {params.env_name(n) for n in LAYOUT}
+    out = [
+        f"{key}: not a setting of the guard (it ignores it)" for key in sorted(set(data) - known)
+    ]
+    out += [f"{key}: a layout name, written into the manifests and policies, not a site setting "
+            "(docs/deploy.md)" for key in sorted(set(data) & layout)]  # fmt: skip
+    return out
+
+
+def _cronjob(cron: Mapping[str, Any], cm: Mapping[str, Any]) -> list[str]:
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c.get("name") == "guard"] or [{}]
+    refs = [e.get("configMapRef", {}).get("name") for e in container.get("envFrom") or []]
+    out = []
+    if refs != [SETTINGS_CONFIGMAP]:
+        out.append(
+            f"the CronJob must read ConfigMap {SETTINGS_CONFIGMAP} whole (envFrom), reads {refs}"
+        )
+    if cm["metadata"].get("namespace") != cron["metadata"].get("namespace"):
+        out.append(f"ConfigMap {SETTINGS_CONFIGMAP} must be in the CronJob's namespace")
+    data = cm.get("data") or {}
+    for entry in container.get("env") or []:
+        name = entry.get("name", "")
+        if "value" in entry and name in data and str(entry["value"]) != str(data[name]):
+            out.append(f"{name}: the CronJob's env says {entry['value']!r}, its ConfigMap (what "
+                       f"the policies read) {data[name]!r}")  # fmt: skip
+    return out
+
+
+def _policies(
+    r: Rendered, s: Settings, data: Mapping[str, str], env: Mapping[str, str]
+) -> list[str]:
+    out = []
+    layout = Settings(**{n: getattr(s, n) for n in LAYOUT})
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    expected = {(d["kind"], d["metadata"]["name"]): d
+                for docs in policies.documents(layout).values() for d in docs}  # fmt: skip
+    found = {(kind, d["metadata"]["name"]): d for kind in kinds for d in r.kind(kind)}
+    for kind, name in sorted(set(expected) - set(found)):
+        out.append(f"{kind} {name} is missing from the rendered overlay")
+    for kind, name in sorted(set(found) - set(expected)):
+        out.append(f"{kind} {name} is not one the guard generates")
+    for kind, name in sorted(set(expected) & set(found)):
+        if found[(kind, name)]["spec"] != expected[(kind, name)]["spec"]:
+            out.append(f"{kind} {name} is not the generated one for this layout (edited, "
+                       "patched or stale): `python -m guard.generate.policies write`")  # fmt: skip
+    # A site value the policies carry in their text (not through the params) does not follow.
+    plain = _without_defaults(policies.documents(layout))
+    for f in fields(Settings):
+        if f.name in (*LAYOUT, *IMAGES) or getattr(s, f.name) == getattr(Settings(), f.name):
+            continue
+        try:
+            one = replace(layout, **{f.name: getattr(s, f.name)})
+        except SettingsError:
+            continue  # valid only with other site values; each of those is tried alone
+        if _without_defaults(policies.documents(one)) != plain:
+            out.append(
+                f"{params.env_name(f.name)}: the policies carry the default there, not the "
+                "params: a Job the guard makes with the site's value is refused"
+            )
+    # What the policies read from the params: each key, or the default they carry.
+    read: dict[str, set[str]] = {}
+    for doc in r.kind("ValidatingAdmissionPolicy"):
+        for key, default in (m for text in _strings(doc["spec"]) for m in _PARAM.findall(text)):
+            read.setdefault(key, set()).add(default.replace("\\'", "'").replace("\\\\", "\\"))
+    for key in sorted(read):
+        name = key.removeprefix("GUARD_").lower()
+        for default in sorted(read[key]):
+            seen = data.get(key, default)
+            policy = env_options({key: seen}, frozenset(), f"the policies' params ({key})")
+            runs = env_options({key: env[key]}, frozenset(), "the CronJob") if key in env else {}
+            if policy.get(name, getattr(Settings(), name)) != runs.get(name, getattr(s, name)):
+                out.append(f"{key}: the policies admit {seen!r}, the CronJob runs with "
+                           f"{env.get(key, params.default_text(Settings(), name))!r}")  # fmt: skip
+    return out
+
+
+def _strings(doc: Any) -> Iterable[str]:
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, Mapping):
+        for value in doc.values():
+            yield from _strings(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _strings(value)
+
+
+def _without_defaults(docs: Mapping[str, Any]) -> list[str]:
+    """The policies' texts with the params' defaults blanked (what the settings leave fixed)."""
+    return [_PARAM.sub(r"params[\1]", text) for text in _strings(dict(docs))]
+
+
+def _images(r: Rendered, s: Settings) -> list[str]:
+    out = []
+    cron = r.one("CronJob", CRONJOB)
+    agent = r.one("DaemonSet", AGENT)
+    pairs = []
+    if cron is not None:
+        spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        pairs += [("the CronJob's container", c.get("image")) for c in spec["containers"]
+                  if c.get("name") == "guard"]  # fmt: skip
+    if agent is not None:
+        pairs += [
+            ("the agent's container", c.get("image"))
+            for c in agent["spec"]["template"]["spec"]["containers"]
+        ]
+    for what, image in pairs:
+        if image != s.image:
+            out.append(f"{what} runs {image!r}, the policies admit GUARD_IMAGE {s.image!r}")
+    return out
+
+
+def _rule_exprs(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    return {str(rule.get("alert") or rule.get("record")): str(rule.get("expr"))
+            for g in groups for rule in g.get("rules") or []}  # fmt: skip
+
+
+def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
+    rules = [d for d in r.kind("PrometheusRule") if d["metadata"]["name"] == "gpu-node-guard"]
+    if not rules:
+        return []  # an overlay without the alerts component
+    found = _rule_exprs(rules[0]["spec"]["groups"])
+    wanted = _rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams()))
+    out = []
+    record = alert_queries.BREAKER_SETTING
+    if found.get(record) != wanted[record]:
+        out.append(f"alerts: {record} records {found.get(record)!r}, the site's "
+                   f"GUARD_BREAKER_MAX_NODES is {wanted[record]!r} (list ../../base/image-wiring "
+                   "under the overlay's transformers)")  # fmt: skip
+    out += _substituted(found, s, env)
+    found, wanted = _blanked(found), _blanked(wanted)
+    default = _blanked(_rule_exprs(alerts.rule_groups(replace(s, **_site_defaults(s)),
+                                                      alert_queries.AlertParams())))  # fmt: skip
+    for name in sorted(set(wanted) - {record}):
+        if found.get(name) == wanted[name]:
+            continue
+        baked = [f.name for f in fields(Settings) if f.name not in (*LAYOUT, *IMAGES)
+                 and _changes(s, f.name, name, default)]  # fmt: skip
+        why = ", ".join(params.env_name(b) for b in baked) or "its expression"
+        out.append(
+            f"alerts: {name} does not follow the site ({why}): the rules carry the "
+            "defaults there; build them with guard.generate.alerts.render (docs/alerts.md)"
+        )
+    return out + _runbook_links(rules[0]["spec"]["groups"], s)
+
+
+def _substituted(found: Mapping[str, str], s: Settings, env: Mapping[str, str]) -> list[str]:
+    """Each string the alerts component copies a setting into holds the site's text."""
+    out = []
+    for sub in alerts.substitutions():
+        key = params.env_name(sub.setting)
+        pieces = found.get(sub.rule, "").split('"')
+        text = pieces[sub.index] if sub.index < len(pieces) else None
+        site = env.get(key, params.default_text(Settings(), sub.setting))
+        if text != site:
+            out.append(f"alerts: {sub.rule} carries {key} {text!r}, the site's is {site!r} (list "
+                       "../../components/alerts, which copies it from the settings)")  # fmt: skip
+    if len(s.user_code_xids) > alert_queries.USER_CODE_FALLBACK_MAX:
+        most = alert_queries.USER_CODE_FALLBACK_MAX
+        out.append(f"GUARD_USER_CODE_XIDS: {len(s.user_code_xids)} Xids; before the guard's "
+                   f"first push the alerts read the first {most}")  # fmt: skip
+    return list(dict.fromkeys(out))
+
+
+def _blanked(exprs: Mapping[str, str]) -> dict[str, str]:
+    """The expressions with the strings the alerts component substitutes emptied."""
+    out = dict(exprs)
+    for sub in alerts.substitutions():
+        if sub.rule in out:
+            pieces = out[sub.rule].split('"')
+            if sub.index < len(pieces):
+                pieces[sub.index] = ""
+            out[sub.rule] = '"'.join(pieces)
+    return out
+
+
+def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str]:
+    """Every alert links the site's runbook (GUARD_RUNBOOK_BASE_URL), not the default's."""
+    off = sorted(
+        str(rule["alert"]) for g in groups for rule in g.get("rules") or [] if "alert" in rule
+        and not str((rule.get("annotations") or {}).get("runbook_url", "")).startswith(
+            s.runbook_base_url + "#")
+    )  # fmt: skip
+    if not off:
+        return []
+    return [
+        f"alerts: {len(off)} rule(s) ({', '.join(off[:3])}…) do not link the site's "
+        f"GUARD_RUNBOOK_BASE_URL {s.runbook_base_url!r} (list the alerts component)"
+    ]
+
+
+def _site_defaults(s: Settings) -> dict[str, Any]:
+    """Every site setting back at its default (the layout kept)."""
+    base = Settings()
+    return {f.name: getattr(base, f.name) for f in fields(Settings) if f.name not in LAYOUT}
+
+
+def _changes(s: Settings, setting: str, rule: str, default: dict[str, str]) -> bool:
+    """Whether the site's value of `setting` alone changes `rule` from its default form."""
+    if getattr(s, setting) == getattr(Settings(), setting):
+        return False
+    try:
+        one = replace(Settings(**{n: getattr(s, n) for n in LAYOUT}),
+                      **{setting: getattr(s, setting)})  # fmt: skip
+    except SettingsError:
+        return False  # only valid together with other site values: its partners are tried
+    return _blanked(_rule_exprs(alerts.rule_groups(one, alert_queries.AlertParams()))).get(
+        rule
+    ) != default.get(rule)
+
+
+# ── Command ─────────────────────────────────────────────────────────────────────────────────
+
+
+@click.group()
+def config() -> None:
+    """Check a site's configuration (its kustomize overlay)."""
+
+
+@config.command("check")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--kustomize",
+    "binary",
+    default="",
+    help="kustomize binary (default: $KUSTOMIZE, PATH, `make deploytest`'s, kubectl)",
+)
+def check_command(directory: Path, binary: str) -> None:
+    """Render DIRECTORY (a kustomization) and prove its CronJob, admission policies and alert
+    rules see the same settings. Exit 0 coherent, 1 with one line per problem, 2 unrendered."""
+    try:
+        rendered = render(directory, find_kustomize(binary))
+    except ConfigError as exc:
+        click.echo(f"config check {directory}: {exc}", err=True)
+        sys.exit(2)
+    s, problems = check(rendered)
+    for line in problems:
+        click.echo(f"config check {directory}: {line}", err=True)
+    if problems or s is None:
+        sys.exit(1)
+    site = rendered.one("ConfigMap", SETTINGS_CONFIGMAP) or {}
+    policies_read = sum("paramRef" in d["spec"] for d in rendered.kind(
+        "ValidatingAdmissionPolicyBinding"))  # fmt: skip
+    click.echo(f"config check {directory}: coherent: {len(site.get('data') or {})} settings in "
+               f"{SETTINGS_CONFIGMAP}; the CronJob, {policies_read} policy bindings (params) "
+               f"and {len(rendered.kind('PrometheusRule'))} PrometheusRule agree "
+               f"(breaker {s.breaker_max_nodes}, image {s.image})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    config()

@@ -1,0 +1,336 @@
+"""The node agent's exact shape: its DaemonSet, and the Pods the DaemonSet controller makes of it.
+
+The agent (manifests/agent/daemonset.yaml, docs/agent.md) runs in the jobs namespace because it
+mounts host paths; Pod Security there is `privileged`, so these two policies are its real control.
+
+Case list (a DaemonSet or Pod labelled app.kubernetes.io/component=agent in the jobs namespace):
+  the shipped DaemonSet, or with the site flags of docs/agent.md (--interval-s, --platform,
+  --kube-proxy-mode, --allowed-dns, --resolv-conf), update strategy or revision history
+                                → admitted
+  any other host path, a writable or re-propagated one, another image, argv, env, port,
+  capability, privilege, user, host namespace, token, volume, placement, probe than
+  GET /healthz on the metrics port, sidecar or init container
+                                → refused (`gpu-node-guard-agent-daemonset`, `-agent-pod`)
+  a Pod of it sent by anyone but the DaemonSet controller
+                                → refused (the namespace gate)
+  a Pod not as the DaemonSet controller makes it (owner, labels, the one-node affinity, its
+  tolerations), or a Pod annotation at creation other than `kubectl rollout restart`'s
+                                → refused (`gpu-node-guard-agent-pod`)
+The DaemonSet object's own labels (beyond the two that name it) and annotations never reach a
+Pod, so they stay free: kubectl, ArgoCD tracking and the API server's
+`deprecated.daemonset.template.generation` write there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.agent.cli import DEFAULT_PORT
+from guard.generate.policies import argv, params
+from guard.generate.policies.cel import lit, quote, regex
+from guard.generate.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, rule
+from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
+from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
+from guard.generate.policies.shape import (
+    IMAGE_PULL_SECRETS,
+    SYSTEM,
+    Exact,
+    Expr,
+    Field,
+    IntIn,
+    Match,
+    Obj,
+    One,
+    fixed_once_admitted,
+    opt,
+    owners_fixed_once_admitted,
+    validations,
+)
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
+from guard.settings import Settings
+
+COMPONENT = "agent"
+NAME = "gpu-node-guard-agent"  # the DaemonSet and its ServiceAccount
+# kube-controller-manager with --use-service-account-credentials, or on its own credentials.
+CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller", JOB_CONTROLLERS[1])
+LABELS = {APP_LABEL: APP_NAME, COMPONENT_LABEL: COMPONENT}
+ROOT = "/host"
+# (volume, host path, type): read-only, and Directory/File so a missing path fails the pod
+# instead of being created on the host.
+HOST_PATHS = (
+    ("host-sys-module", "/sys/module", "Directory"),
+    ("host-nvml-lib", "/usr/lib/x86_64-linux-gnu", "Directory"),
+    ("host-resolv-conf", "/etc/resolv.conf", "File"),
+    ("host-systemd-resolve", "/run/systemd/resolve", "Directory"),
+)
+VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
+MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]
+ENV = [{"name": "GUARD_AGENT_NODE",
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}]  # fmt: skip
+PORTS = [{"name": "metrics", "containerPort": DEFAULT_PORT, "protocol": "TCP"}]
+RESOURCES = {"limits": {"cpu": "100m", "memory": "96Mi"},
+             "requests": {"cpu": "5m", "memory": "48Mi"}}  # fmt: skip
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+CONTAINER_SECURITY = {"privileged": False, "allowPrivilegeEscalation": False,
+                      "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                      "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+TOLERATE_ALL = {"operator": "Exists"}  # cordoned, tainted and onboarding nodes are watched too
+# pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations (network-unavailable only with
+# hostNetwork, which is refused).
+CONTROLLER_TOLERATIONS = (
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+)
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # `kubectl rollout restart`, ArgoCD's restart
+RFC3339 = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+DELETION_FINALIZERS = Expr("{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
+                           "only the API server's deletion finalizers")  # fmt: skip
+
+
+def layouts() -> tuple[argv.Layout, ...]:
+    return argv.agent(DEFAULT_PORT)
+
+
+# ── Shapes ───────────────────────────────────────────────────────────────────────────────────
+
+
+def _probe() -> Obj:
+    """GET /healthz on the metrics port, with any sane timing: nothing the kubelet would run or
+    send elsewhere (exec, tcpSocket, grpc, another host, headers)."""
+    http = Obj(
+        {"path": Field(Exact("/healthz")), "port": Field(Exact("metrics")),
+         "scheme": Field(Exact("HTTP"))},
+        {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
+    )  # fmt: skip
+    return Obj(
+        {
+            "httpGet": Field(http),
+            "initialDelaySeconds": opt(IntIn(0, 3600)),
+            "timeoutSeconds": opt(IntIn(1, 60)),
+            "periodSeconds": opt(IntIn(1, 3600)),
+            "successThreshold": opt(IntIn(1, 10)),
+            "failureThreshold": opt(IntIn(1, 100)),
+        },
+        {
+            "exec": "runs a command in the container",
+            "tcpSocket": "the agent answers GET /healthz",
+            "grpc": "the agent answers GET /healthz",
+            "terminationGracePeriodSeconds": "the pod's grace period applies",
+        },
+    )
+
+
+def _container() -> Obj:
+    fields: dict[str, Field] = {
+        "name": Field(Exact(COMPONENT)),
+        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
+        # A digest or tag pulls the same image either way; `latest` defaults to Always.
+        "imagePullPolicy": Field(Match("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
+        "command": Field(Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts()))),
+        "env": Field(Exact(ENV)),
+        "ports": Field(Exact(PORTS)),
+        "readinessProbe": opt(_probe()),
+        "livenessProbe": opt(_probe()),
+        "resources": Field(Exact(RESOURCES)),
+        "securityContext": Field(Exact(CONTAINER_SECURITY)),
+        "volumeMounts": Field(Exact(MOUNTS)),
+        "terminationMessagePath": Field(Exact("/dev/termination-log")),
+        "terminationMessagePolicy": Field(Exact("File")),
+    }
+    refused = {k: v for k, v in CONTAINER_REFUSED.items() if k not in fields}
+    refused["ports"] = "only the metrics port (no hostPort)"
+    return Obj(fields, refused)
+
+
+def _node_selector(s: Settings) -> Expr:
+    key, value = s.gpu_node_selector
+    return Expr(
+        f"{{v}}[?{quote(key)}].orValue('') == {quote(value)}",
+        f"a map holding {key}={value} (more entries only narrow the placement)",
+    )
+
+
+def pod_spec(s: Settings, *, pod: bool) -> Obj:
+    """The agent's PodSpec: in the DaemonSet's template (`pod=False`) or of a created Pod."""
+    fields: dict[str, Field] = {
+        "containers": Field(One(_container())),
+        "nodeSelector": Field(_node_selector(s)),
+        "tolerations": Field(_pod_tolerations() if pod else Exact([TOLERATE_ALL])),
+        "serviceAccountName": Field(Exact(NAME)),
+        "serviceAccount": opt(Exact(NAME)),  # the deprecated twin, set by the API server
+        "automountServiceAccountToken": Field(Exact(False)),
+        "enableServiceLinks": Field(Exact(False)),
+        "hostNetwork": opt(Exact(False)),
+        "hostPID": opt(Exact(False)),
+        "hostIPC": opt(Exact(False)),
+        "securityContext": Field(Exact(POD_SECURITY)),
+        "volumes": Field(Exact(VOLUMES)),
+        "restartPolicy": Field(Exact("Always")),
+        "terminationGracePeriodSeconds": Field(Exact(10)),
+        "dnsPolicy": Field(Exact("ClusterFirst")),
+        "schedulerName": Field(Exact("default-scheduler")),
+        "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
+    }
+    refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
+    if pod:
+        fields["affinity"] = Field(_one_node_affinity())
+        fields["nodeName"] = opt(Expr("{v} == variables.node", "the node of its affinity"))
+        fields["priority"] = opt(Exact(0))  # filled in by the Priority admission plugin
+        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+    else:
+        refused["affinity"] = "placement is the nodeSelector; the controller adds the node"
+        refused["nodeName"] = "the DaemonSet controller and the scheduler place each pod"
+        refused["priority"] = "set by admission from priorityClassName (refused)"
+        refused["preemptionPolicy"] = "set by admission"
+    return Obj(fields, refused)
+
+
+def _pod_tolerations() -> Expr:
+    keys = lit([key for key, _ in CONTROLLER_TOLERATIONS])
+    effect = lit(dict(CONTROLLER_TOLERATIONS))
+    added = (
+        "t.all(k, k in ['key', 'operator', 'effect']) && t.?key.orValue('') in " + keys
+        + f" && t.?operator.orValue('') == 'Exists' && {effect}[t.key] == t.?effect.orValue('')"
+    )  # fmt: skip
+    every = lit(TOLERATE_ALL)
+    return Expr(
+        f"{every} in {{v}} && {{v}}.all(t, t == {every} || ({added}))",
+        f"the template's [{lit(TOLERATE_ALL)}] plus the DaemonSet controller's {keys}",
+    )
+
+
+def _one_node_affinity() -> Expr:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["@node"]}]}
+    shape = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    literal = lit(shape).replace("'@node'", "variables.node")
+    return Expr(
+        f"variables.node.matches({regex(argv.NODE)}) && {{v}} == {literal}",
+        "the DaemonSet controller's one-node affinity (matchFields metadata.name In [<node>])",
+    )
+
+
+def _template_meta() -> Obj:
+    restarted = Match(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
+    return Obj(
+        {
+            "labels": Field(Exact(LABELS)),
+            "annotations": opt(Obj({RESTARTED_AT: Field(restarted)})),
+        },
+        {k: v for k, v in TEMPLATE_META_REFUSED.items() if k != "annotations"},
+    )
+
+
+def daemonset_shape(s: Settings) -> Obj:
+    """The whole DaemonSet as the API server hands it to admission."""
+    labels = " && ".join(f"{{v}}[?{quote(k)}].orValue('') == {quote(v)}" for k, v in LABELS.items())
+    metadata = Obj(
+        {
+            "name": Field(Exact(NAME)),
+            "namespace": Field(Exact(s.jobs_namespace)),
+            "labels": Field(Expr(labels, f"a map holding {lit(LABELS)}")),
+            "annotations": opt(SYSTEM),  # never reaches a Pod (see the module's case list)
+            "finalizers": opt(DELETION_FINALIZERS),
+            **system_meta(),
+        },
+        {
+            "generateName": "the agent has one name",
+            "ownerReferences": "a top-level object",
+            "selfLink": "deprecated, never set",
+        },
+    )
+    amount = Expr(
+        "type({v}) == int ? {v} >= 0 : string({v}).matches('^[0-9]{1,3}%$')",
+        "a count or a percentage",
+    )
+    strategy = Obj(
+        {
+            "type": Field(Match("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete")),
+            "rollingUpdate": opt(Obj({"maxUnavailable": opt(amount), "maxSurge": opt(amount)})),
+        }
+    )
+    spec = Obj(
+        {
+            "selector": Field(Exact({"matchLabels": LABELS})),
+            "template": Field(Obj({"metadata": Field(_template_meta()),
+                                   "spec": Field(pod_spec(s, pod=False))})),
+            "updateStrategy": Field(strategy),
+            "revisionHistoryLimit": opt(IntIn(0, 1000)),
+            "minReadySeconds": opt(IntIn(0, 3600)),
+        }
+    )  # fmt: skip
+    return root(metadata, spec)
+
+
+def pod_shape(s: Settings) -> Obj:
+    """An agent Pod as the DaemonSet controller creates it (pkg/controller/daemon: the template's
+    labels plus controller-revision-hash and pod-template-generation, the DaemonSet as
+    controlling owner, the one-node affinity and the controller's tolerations)."""
+    owner = (
+        "size({v}) == 1 && {v} == [{'apiVersion': dyn('apps/v1'), 'kind': dyn('DaemonSet'), "
+        f"'name': dyn({quote(NAME)}), 'uid': dyn({{v}}[0].?uid.orValue('')), "
+        "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}]"
+    )
+    labels = {k: Field(Exact(v)) for k, v in LABELS.items()}
+    labels["controller-revision-hash"] = Field(Match("^[a-z0-9]{1,63}$", "a revision hash"))
+    labels["pod-template-generation"] = Field(Match("^[1-9][0-9]{0,18}$", "a generation"))
+    metadata = Obj(
+        {
+            "name": Field(Expr(f"{{v}}.startsWith({quote(NAME + '-')})",
+                               "the DaemonSet's name and a generated suffix")),
+            "generateName": Field(Exact(NAME + "-")),
+            "namespace": Field(Exact(s.jobs_namespace)),
+            "labels": Field(Obj(labels)),
+            "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"),
+                                     create_only=True),
+            "annotations": opt(Expr(
+                f"request.operation != 'CREATE' || {{v}}.all(k, k == {quote(RESTARTED_AT)})",
+                f"only {RESTARTED_AT} when the Pod is created")),
+            "finalizers": opt(DELETION_FINALIZERS),
+            **system_meta(),
+        },
+        {"selfLink": "deprecated, never set"},
+    )  # fmt: skip
+    return root(metadata, pod_spec(s, pod=True))
+
+
+def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
+    """The policy variables the shapes read (`image` from the site's settings ConfigMap)."""
+    kind = "Pod" if pod else "DaemonSet"
+    out = [
+        ("who", f"'{kind} ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
+        # the site's GUARD_IMAGE (guard/generate/policies/params.py)
+        ("image", params.text(s, "image")),
+        ("pod", "object.spec" if pod else "object.spec.template.spec"),
+        *argv.variables(layouts(), "argv"),
+    ]
+    if pod:
+        path = ("?affinity", "?nodeAffinity", "?requiredDuringSchedulingIgnoredDuringExecution",
+                "?nodeSelectorTerms[?0]", "?matchFields[?0]", "?values[?0]")  # fmt: skip
+        out.append(("node", "variables.pod." + ".".join(path) + ".orValue('')"))
+    return out
+
+
+def policies(s: Settings) -> list[dict[str, Any]]:
+    """The DaemonSet policy and the Pod policy of the agent."""
+    is_agent = [("is-agent", f"{COMPONENT_OF} == {quote(COMPONENT)}")]
+    scope = {"namespaceSelector": in_namespace(s.jobs_namespace), "matchPolicy": "Equivalent",
+             "objectSelector": {}}  # fmt: skip
+    daemonsets = {"resourceRules": [rule("apps", ["daemonsets"], ["CREATE", "UPDATE"])], **scope}
+    pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
+    return [
+        *policy(f"{PREFIX}-agent-daemonset", daemonsets, variables(s, pod=False),
+                validations(daemonset_shape(s), "object", ""), is_agent, params.param_ref(s)),
+        *policy(f"{PREFIX}-agent-pod", pods, variables(s, pod=True),
+                [*validations(pod_shape(s), "object", ""),
+                 *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
+                 owners_fixed_once_admitted("Pod")], is_agent, params.param_ref(s)),
+    ]  # fmt: skip

@@ -1,0 +1,80 @@
+"""Pieces every generated policy shares: the document skeleton and its binding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from guard.generate.policies.cel import Validation, quote
+from guard.generate.policies.params import PARAM_KIND
+from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL
+from guard.settings import Settings
+
+POLICY_API = "admissionregistration.k8s.io/v1"
+PREFIX = "gpu-node-guard"  # of every policy name
+POLICY_COMPONENT = "admission-policy"
+# The kind an object in the jobs namespace claims to be (its component label; '' without one).
+COMPONENT_OF = f"object.metadata.?labels[?{quote(COMPONENT_LABEL)}].orValue('')"
+
+
+def guard_user(s: Settings) -> str:
+    """The username of the guard's ServiceAccount (the CronJob's pods)."""
+    return f"system:serviceaccount:{s.namespace}:{PREFIX}"
+
+
+def rule(group: str, resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]:
+    return {
+        "apiGroups": [group],
+        "apiVersions": ["v1"],
+        "resources": list(resources),
+        "operations": list(operations),
+        # What the API server fills in, written out so a server-side apply is a no-op.
+        "scope": "*",
+    }
+
+
+def in_namespace(namespace: str) -> dict[str, Any]:
+    """Match objects of one namespace (the label the API server sets on every namespace)."""
+    return {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+
+
+def policy(
+    name: str,
+    constraints: dict[str, Any],
+    variables: Sequence[tuple[str, str]],
+    validations: Sequence[Validation],
+    conditions: Sequence[tuple[str, str]] = (),
+    params: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (fail closed) and its Deny binding; with `params` (a
+    paramRef: guard/generate/policies/params.py), the policy reads the site's settings ConfigMap."""
+    spec: dict[str, Any] = {"failurePolicy": "Fail"}
+    if params is not None:
+        spec["paramKind"] = dict(PARAM_KIND)
+    spec["matchConstraints"] = constraints
+    if conditions:
+        spec["matchConditions"] = [{"name": n, "expression": e} for n, e in conditions]
+    spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
+    spec["validations"] = [v.as_dict("variables.who") for v in validations]
+
+    # The policies go first: a Job, Pod or DaemonSet with a new image is refused until the policy
+    # naming that image is in place (docs/deploy.md, "Upgrade"). ArgoCD syncs them a wave ahead;
+    # with kubectl, the label selects them: `kubectl apply -k … -l <component label>`.
+    def meta() -> dict[str, Any]:
+        return {
+            "name": name,
+            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: POLICY_COMPONENT},
+            "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
+        }
+
+    bound: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if params is not None:
+        bound["paramRef"] = dict(params)
+    binding = {
+        "apiVersion": POLICY_API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": meta(),
+        "spec": bound,
+    }
+    return [{"apiVersion": POLICY_API, "kind": "ValidatingAdmissionPolicy",
+             "metadata": meta(), "spec": spec}, binding]  # fmt: skip

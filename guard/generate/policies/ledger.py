@@ -1,0 +1,109 @@
+"""The fault ledger and its archives: text keyed by node name, whoever writes them.
+
+Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's namespace):
+  binaryData                      → refused (the ledger is text; nothing executable to mount)
+  a data key that is not a node name → refused
+  an archive over ledger_archive_bytes + 64 KiB → refused (what the guard moves is less)
+  immutable: true                 → refused (an immutable ledger could never be appended to)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.generate.policies import params
+from guard.generate.policies.cel import Validation, quote, regex
+from guard.generate.policies.common import PREFIX, in_namespace, policy, rule
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    LEDGER_ARCHIVE_COMPONENT,
+    ledger_archive_pattern,
+)
+from guard.settings import Settings
+
+# A node name: DNS-1123 subdomain, at most 253 characters.
+NODE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def archive_pattern(s: Settings) -> str:
+    """`<ledger>-archive-<n>`, n = 1..999999: the archives guard.doors.ledger_store creates."""
+    return ledger_archive_pattern(s.ledger_configmap)
+
+
+def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
+    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` carries both archive labels (APP_LABEL and
+    COMPONENT_LABEL=ledger-archive, how readers find it), and no other carries that component.
+
+    `name`, `labels`: CEL for the object's name and its labels map. Without the label an archive
+    would be written and never counted; with it under another name a ConfigMap would be passed
+    off as the guard's.
+    """
+    component = f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('')"
+    app = f"{labels}[?{quote(APP_LABEL)}].orValue('')"
+    archive = quote(LEDGER_ARCHIVE_COMPONENT)
+    return (  # parenthesised: a ternary binds weaker than the `||` it is joined with
+        f"({name}.matches({regex(archive_pattern(s))}) ? "
+        f"({component} == {archive} && {app} == {quote(APP_NAME)}) : {component} != {archive})"
+    )
+
+
+def archive_max_bytes(s: Settings) -> int:
+    """An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
+    (guard.doors.ledger_store.append): at most that much and the line being appended."""
+    return s.ledger_archive_bytes + ARCHIVE_SLACK_BYTES
+
+
+ARCHIVE_SLACK_BYTES = 64 * 1024
+_ARCHIVE_WHY = (
+    f" bytes (the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES}: what the guard moves out"
+    " of a full ledger)"
+)
+
+
+def is_ledger(s: Settings) -> str:
+    """CEL: the request's object is the ledger or one of its archives."""
+    return (
+        f"object.metadata.?name.orValue('') == {quote(s.ledger_configmap)} || "
+        f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"
+    )
+
+
+def ledger_policy(s: Settings) -> list[dict[str, Any]]:
+    constraints = {
+        "namespaceSelector": in_namespace(s.namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+        "resourceRules": [rule("", ["configmaps"], ["CREATE", "UPDATE"])],
+    }
+    data = "object.?data.orValue({})"
+    checks = [
+        Validation(
+            "size(object.?binaryData.orValue({})) == 0",
+            "the ledger holds text only: no binaryData",
+        ),
+        Validation(
+            f"{data}.all(k, size(k) <= 253 && k.matches({regex(NODE_NAME)}))",
+            "every ledger key is a node name; not: ",
+            f"{data}.filter(k, size(k) > 253 || !k.matches({regex(NODE_NAME)})).join(', ')",
+        ),
+        Validation(
+            f"!object.metadata.?name.orValue('').matches({regex(archive_pattern(s))}) || "
+            f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= "
+            "variables.archiveMax",
+            "an archive holds at most ",
+            f"string(variables.archiveMax) + {quote(_ARCHIVE_WHY)}",
+        ),
+        Validation(
+            "!object.?immutable.orValue(false)",
+            "the ledger must stay writable (immutable: true would jam it)",
+        ),
+    ]
+    variables = [
+        ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name"),
+        # archive_max_bytes of the site's settings (guard/generate/policies/params.py)
+        ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
+    ]
+    return policy(f"{PREFIX}-ledger", constraints, variables, checks,
+                  [("is-ledger", is_ledger(s))], params.param_ref(s))  # fmt: skip

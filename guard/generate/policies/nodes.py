@@ -1,0 +1,227 @@
+"""Node policies, generated from guard.names.Annotations.
+
+`hold` (everyone): an uncordon of a node that carries the hold annotation is refused, whoever
+sends it; removing the hold is the deliberate first step, the uncordon the second.
+
+Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
+  labels, finalizers, ownerReferences or any other metadata   → refused
+  any spec field but unschedulable and taints                 → refused
+  taints                               → unchanged, or exactly the onboarding gate's taint
+                                         (`onboarding_taint`: key, value and effect) removed
+                                         and every other taint as it was; no gate: unchanged
+  annotations of others (outside the prefix)                  → refused
+  person-only keys under the prefix (reset-done, unknown ones) → refused
+  hold present before                                         → must stay exactly as it was
+  cordon (unschedulable false → true)  → only on a node with a GPU resource, not carrying the
+                                         guard's reason before and carrying it after
+  uncordon (true → false)              → only where the old node carries the guard's reason and
+                                         no hold
+  the guard's cordon keys (reason, at, boot-id, …) added or changed
+                                       → only in the cordon itself
+  the guard's cordon keys removed      → only when the node is schedulable afterwards
+  checked-boot set or changed          → only on a node with a GPU resource that is
+                                         schedulable afterwards and carries no guard reason
+                                         (never removed by the guard)
+  auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
+                                         before and after); removed only when schedulable
+  other guard keys (results, cancelled, returned, conformance-failed, onboarding-failed) → free
+  any value the guard writes (every key above, hold included)
+                                       → printable ASCII, one line, at most 1,024 bytes
+  hold added                           → only on a node with a GPU resource
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.generate.policies import params
+from guard.generate.policies.cel import Validation, lit, quote, regex
+from guard.generate.policies.common import PREFIX, guard_user, policy, rule
+from guard.names import GPU_RESOURCE, Annotations
+from guard.settings import Settings
+
+# Annotations properties that are not guard-written node keys.
+_NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
+_NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
+_SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+# The guard's own values are short, printable, one line (guard/read/records.py, check_records.py):
+# a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
+VALUE_MAX_BYTES = 1024
+PRINTABLE = r"^[ -~]*$"
+
+
+def guard_keys(keys: Annotations) -> list[str]:
+    """Every node annotation key the guard itself writes: each str property of Annotations
+    except the person-only ones (hold is added, never changed: a rule of its own)."""
+    names = [n for n, v in vars(Annotations).items() if isinstance(v, property)]
+    values = [getattr(keys, n) for n in sorted(names) if n not in _NOT_GUARD_KEYS]
+    return sorted(v for v in values if isinstance(v, str))
+
+
+def hold_policy(s: Settings) -> list[dict[str, Any]]:
+    key = Annotations(s.annotation_prefix).hold
+    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+                   "resourceRules": _NODE_RULES}  # fmt: skip
+    uncordon = (
+        "oldObject.spec.?unschedulable.orValue(false) && !object.spec.?unschedulable.orValue(false)"
+    )
+    variables = [
+        ("who", "'node ' + object.metadata.name"),
+        ("hold", f"object.metadata.?annotations[?{quote(key)}].or("
+                 f"oldObject.metadata.?annotations[?{quote(key)}])"),
+    ]  # fmt: skip
+    check = Validation(
+        "!variables.hold.hasValue()",
+        f"uncordon while annotation {key} is set (",
+        f"'\"' + variables.hold.value() + '\"). Remove the annotation first (kubectl annotate "
+        f"node ' + object.metadata.name + ' {key}-), then uncordon.'",
+    )
+    return policy(f"{PREFIX}-hold", constraints, variables, [check], [("is-uncordon", uncordon)])
+
+
+def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
+    keys = Annotations(s.annotation_prefix)
+    mine, cordon_keys = guard_keys(keys), list(keys.cordon_keys)
+    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+                   "resourceRules": _NODE_RULES}  # fmt: skip
+    old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
+    variables = [
+        ("who", "'node ' + object.metadata.name"),
+        *params.gate(s),  # the site's onboarding_taint, which the guard may remove
+        ("oldNotes", "oldObject.metadata.?annotations.orValue({})"),
+        ("newNotes", "object.metadata.?annotations.orValue({})"),
+        # Keys whose value differs (added, changed or removed) between old and new.
+        ("changed", f"{new_notes}.filter(k, !(k in {old_notes}) || {old_notes}[k] != "
+                    f"{new_notes}[k]) + {old_notes}.filter(k, !(k in {new_notes}))"),
+        ("wasCordoned", "oldObject.spec.?unschedulable.orValue(false)"),
+        ("isCordoned", "object.spec.?unschedulable.orValue(false)"),
+        ("oldReason", f"{old_notes}[?{quote(keys.reason)}]"),
+        ("newReason", f"{new_notes}[?{quote(keys.reason)}]"),
+        ("gpus", f"oldObject.status.?capacity[?{quote(GPU_RESOURCE)}].orValue('0')"),
+    ]  # fmt: skip
+    return policy(
+        f"{PREFIX}-node-scope",
+        constraints,
+        variables,
+        [
+            *_unchanged(),
+            *_annotation_rules(keys, mine, cordon_keys),
+            *_lifecycle_rules(keys),
+        ],
+        [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")],
+        params.param_ref(s),
+    )
+
+
+def _same(part: str, skip: list[str]) -> tuple[str, str]:
+    """CEL: every key of object.<part> but `skip` is as in oldObject; and the changed keys."""
+    new, old, skipped = f"object.{part}", f"oldObject.{part}", lit(skip)
+    changed = (
+        f"({new}.filter(k, !(k in {skipped}) && (!(k in {old}) || {old}[k] != {new}[k])) + "
+        f"{old}.filter(k, !(k in {skipped}) && !(k in {new})))"
+    )
+    return f"size({changed}) == 0", f"{changed}.join(', ')"
+
+
+def _unchanged() -> list[Validation]:
+    """No metadata but annotations, no spec but unschedulable and the one gate taint removed.
+
+    The onboarding gate (the site's onboarding_taint, from the params: `gateKey`, `gateValue`,
+    `gateEffect`) is the one exception to "the guard never changes taints": that taint may be
+    REMOVED, every other taint staying exactly as it was; without a gate no taint changes.
+    """
+    meta, meta_changed = _same("metadata", _SYSTEM_META)
+    spec, spec_changed = _same("spec", ["unschedulable", "taints"])
+    out = [
+        Validation(meta, "the guard changes no node metadata but its annotations (changed: ",
+                   f"{meta_changed} + ')'"),
+        Validation(spec, "the guard changes nothing in a node's spec but unschedulable "
+                   "(changed: ", f"{spec_changed} + ')'"),
+    ]  # fmt: skip
+    new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
+    is_gate = ("t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
+               "t.effect == variables.gateEffect")  # fmt: skip
+    out.append(Validation(
+        f"{new} == {old} || (variables.gate != '' && {new} == {old}.filter(t, !({is_gate})))",
+        "the guard changes no taint but removing the onboarding gate (the site's "
+        "onboarding_taint), alone",
+    ))  # fmt: skip
+    return out
+
+
+def _lifecycle_rules(keys: Annotations) -> list[Validation]:
+    """checked-boot: on a schedulable GPU node outside the guard's cordon; the PCIe links: while
+    the guard keeps the node cordoned (its evidence Job reads them after the cordon)."""
+    checked, links = quote(keys.checked_boot), quote(keys.pcie_links)
+    held = ("variables.oldReason.hasValue() && variables.newReason.hasValue() && "
+            "variables.wasCordoned && variables.isCordoned")  # fmt: skip
+    return [
+        Validation(
+            f"!({checked} in variables.changed) || ({checked} in variables.newNotes && "
+            "!variables.isCordoned && !variables.newReason.hasValue() && variables.gpus != '0')",
+            f"{keys.checked_boot} is written only on a schedulable node with {GPU_RESOURCE} "
+            f"capacity that carries no {keys.reason}, and never removed",
+        ),
+        Validation(
+            f"!({links} in variables.changed) || ({links} in variables.newNotes ? ({held}) : "
+            "!variables.isCordoned)",
+            f"{keys.pcie_links} is written only while the guard keeps the node cordoned "
+            "and removed only when the node is schedulable",
+        ),
+    ]
+
+
+def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> list[Validation]:
+    prefix, hold, allowed = quote(keys.prefix), quote(keys.hold), lit([*mine, keys.hold])
+    cordon_now = "!variables.wasCordoned && variables.isCordoned"
+    # Every key the guard may write (all Annotations properties, generically) is bounded alike.
+    written = f"variables.changed.filter(k, k in {allowed} && k in variables.newNotes)"
+    bad = (f"size(bytes(variables.newNotes[k])) > {VALUE_MAX_BYTES} || "
+           f"!variables.newNotes[k].matches({regex(PRINTABLE)})")  # fmt: skip
+    return [
+        Validation(
+            f"{written}.all(k, !({bad}))",
+            f"the guard's values are printable ASCII on one line, at most {VALUE_MAX_BYTES} "
+            "bytes; not: ",
+            f"{written}.filter(k, {bad}).join(', ')",
+        ),
+        Validation(
+            f"!({hold} in variables.changed) || variables.gpus != '0'",
+            f"the guard adds {keys.hold} only on a node with {GPU_RESOURCE} capacity",
+        ),
+        Validation(
+            f"variables.changed.all(k, k.startsWith({prefix}))",
+            f"annotations outside {keys.prefix} belong to others; changed: ",
+            f"variables.changed.filter(k, !k.startsWith({prefix})).join(', ')",
+        ),
+        Validation(
+            f"variables.changed.all(k, !k.startsWith({prefix}) || k in {allowed})",
+            f"the guard writes only its own keys under {keys.prefix} "
+            f"({', '.join(k.removeprefix(keys.prefix) for k in mine)}; and adds hold); not ",
+            f"variables.changed.filter(k, k.startsWith({prefix}) && !(k in {allowed})).join(', ')",
+        ),
+        Validation(
+            f"!({hold} in variables.oldNotes) || "
+            f"variables.newNotes[?{hold}] == variables.oldNotes[?{hold}]",
+            f"the guard may add {keys.hold} but never change or remove one already set",
+        ),
+        Validation(
+            f"!({cordon_now}) || (!variables.oldReason.hasValue() && "
+            f"variables.newReason.hasValue() && variables.gpus != '0')",
+            f"a cordon by the guard must add its reason {keys.reason} in the same request, "
+            f"on a node with {GPU_RESOURCE} capacity, not yet carrying the reason",
+        ),
+        Validation(
+            "!(variables.wasCordoned && !variables.isCordoned) || "
+            f"(variables.oldReason.hasValue() && !({hold} in variables.oldNotes))",
+            f"the guard uncordons only nodes it cordoned (carrying {keys.reason}) and without "
+            f"{keys.hold}",
+        ),
+        Validation(
+            f"variables.changed.all(k, !(k in {lit(cordon)}) || ({cordon_now}) || "
+            f"(!(k in variables.newNotes) && !variables.isCordoned))",
+            f"the guard's cordon annotations ({', '.join(cordon)}) are written only with the "
+            "cordon and removed only when the node is schedulable; changed: ",
+            f"variables.changed.filter(k, k in {lit(cordon)}).join(', ')",
+        ),
+    ]

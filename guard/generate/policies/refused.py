@@ -1,0 +1,79 @@
+"""Fields of the Kubernetes types a guard Job or Pod may not carry, each with its reason.
+
+The shapes in guard/generate/policies/kinds.py allow a field or list it here; the allowlist refuses
+everything else anyway. These names exist so tests/apiserver/test_policy_schema.py can prove,
+against the API server's own schema, that every field was decided on.
+"""
+
+from __future__ import annotations
+
+CONTAINER_REFUSED = {
+    "args": "the whole argv is in command, matched word by word",
+    "envFrom": "would import a Secret or ConfigMap a namespace admin controls",
+    "lifecycle": "postStart/preStop hooks run arbitrary commands in the privileged container",
+    "livenessProbe": "exec probes run arbitrary commands",
+    "readinessProbe": "exec probes run arbitrary commands",
+    "startupProbe": "exec probes run arbitrary commands",
+    "ports": "the guard's programs serve nothing (hostPort would bind the node)",
+    "resizePolicy": "resources are pinned",
+    "restartPolicy": "no sidecars",
+    "restartPolicyRules": "no restarts",
+    "stdin": "no interactive session",
+    "stdinOnce": "no interactive session",
+    "tty": "no interactive session",
+    "volumeDevices": "no block devices",
+    "workingDir": "the image's own",
+}
+POD_REFUSED = {
+    "activeDeadlineSeconds": "the Job's deadline bounds the pod",
+    "affinity": "placement is nodeName plus the GPU nodeSelector",
+    "dnsConfig": "cluster DNS only",
+    "ephemeralContainers": "no debug containers in a privileged pod",
+    "hostAliases": "no /etc/hosts edits",
+    "hostIPC": "never",
+    "hostNetwork": "never",
+    "hostUsers": "the host-reading kinds need the host user namespace; the rest inherit it",
+    "hostname": "the pod's own",
+    "hostnameOverride": "the pod's own",
+    "initContainers": "one container only",
+    "os": "Linux, implied",
+    "overhead": "set by RuntimeClass admission, which is refused",
+    "priorityClassName": "no priority above other pods (system-node-critical…)",
+    "readinessGates": "not a Service backend",
+    "resourceClaims": "no devices beyond the GPU resource",
+    "resources": "container resources only",
+    "runtimeClassName": "the node's default runtime",
+    "schedulingGates": "not scheduled (nodeName)",
+    "setHostnameAsFQDN": "the pod's own",
+    "shareProcessNamespace": "one container",
+    "subdomain": "no headless Service",
+    "topologySpreadConstraints": "placement is nodeName",
+}
+JOB_SPEC_REFUSED = {
+    "backoffLimitPerIndex": "NonIndexed, no retries",
+    "managedBy": "only the built-in Job controller runs the guard's Jobs",
+    "maxFailedIndexes": "NonIndexed",
+    "podFailurePolicy": "no retries to steer",
+    "successPolicy": "NonIndexed",
+}
+META_REFUSED = {
+    "generateName": "the guard names its Jobs",
+    "ownerReferences": "top-level objects (no CronJob or other owner)",
+    "selfLink": "deprecated, never set",
+}
+TEMPLATE_META_REFUSED = {
+    "annotations": "none (AppArmor, CNI and runtime annotations change the pod)",
+    "creationTimestamp": "not part of a template",
+    "deletionGracePeriodSeconds": "not part of a template",
+    "deletionTimestamp": "not part of a template",
+    "finalizers": "not part of a template",
+    "generateName": "set by the Job controller",
+    "generation": "not part of a template",
+    "managedFields": "not part of a template",
+    "name": "set by the Job controller",
+    "namespace": "the Job's",
+    "ownerReferences": "set by the Job controller",
+    "resourceVersion": "not part of a template",
+    "selfLink": "deprecated, never set",
+    "uid": "not part of a template",
+}

@@ -1,0 +1,161 @@
+"""The site's values in the guard Jobs: where the settings fix a word of the argv (ratios,
+durations, sizes, Xid lists, the conformance version and DNS list) or a field of the Job (its
+deadline, its TTL), the policy admits exactly that value, read from the params
+(guard/generate/policies/params.py), not any value of the word's pattern.
+
+Case list (a guard Job or Pod being created; an update keeps what was admitted):
+  --duration-s        → loadtest_duration_s, or onboarding_burnin_s (the onboarding burn-in)
+  --size              → loadtest_matrix_size
+  --min-ratio         → loadtest_min_ratio (as a number: 0.80 is 0.8)
+  --[no-]allreduce    → loadtest_allreduce
+  --allreduce-min-ratio, --allreduce-timeout-s → loadtest_allreduce_min_ratio, _timeout_s
+  --memory-class-xids → memory_class_xids (the list, in order)
+  --control-plane-version, --allowed-dns → present exactly when the setting is set, and equal
+  --drain (fence)     → only when fence_drain is true
+  activeDeadlineSeconds → evidence_deadline_s (evidence, conformance, fence), loadtest_deadline_s
+  ttlSecondsAfterFinished → job_ttl_s (conformance: or boot_check_job_ttl_s)
+The word's own pattern (guard/generate/policies/argv.py) still applies: a value outside it is
+refused by the layout rule, so these rules never convert a malformed word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from guard.generate.policies import argv, params
+from guard.generate.policies.cel import Validation, quote, regex
+from guard.generate.policies.kinds import tolerations
+from guard.settings import Settings
+
+CMD = "variables.cmd"
+CREATE = "request.operation == 'CREATE'"
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """The value after `flag` is the site's: `same` (CEL, `{w}` the word) holds."""
+
+    flag: str
+    pattern: str
+    same: str
+    settings: tuple[str, ...]
+
+    def validation(self) -> Validation:
+        w = f"{CMD}[i]"
+        same = self.same.replace("{w}", w)
+        return Validation(
+            f"variables.argvAt.all(i, i == 0 || i >= size({CMD}) || {CMD}[i - 1] != "
+            f"{quote(self.flag)} || !{w}.matches({regex(self.pattern)}) || ({same}))",
+            f"{self.flag} must be the site's {' or '.join(self.settings)} "
+            f"({', '.join(map(params.env_name, self.settings))} in the settings ConfigMap)",
+        ).guarded(CREATE)
+
+
+def _optional(flag: str, variable: str, setting: str) -> Validation:
+    """An optional flag: present exactly when the setting is set, with its value."""
+    value = (
+        f"variables.argvAt.all(i, i == 0 || i >= size({CMD}) || {CMD}[i - 1] != "
+        f"{quote(flag)} || {CMD}[i] == variables.{variable})"
+    )
+    return Validation(
+        f"(({quote(flag)} in {CMD}) == (variables.{variable} != '')) && {value}",
+        f"{flag} must be given exactly when the site sets {setting} "
+        f"({params.env_name(setting)} in the settings ConfigMap), with its value",
+    ).guarded(CREATE)
+
+
+def variables(kind: str, s: Settings) -> list[tuple[str, str]]:
+    """The site's values a kind's policies read (typed as the guard parses them)."""
+    p = params
+    common = [
+        ("cmd", "variables.container.?command.orValue([])"),
+        *tolerations(s),
+        ("deadline", p.integer(s, "loadtest_deadline_s" if kind == "loadtest"
+                               else "evidence_deadline_s")),
+        ("ttls", "[" + ", ".join(p.integer(s, t) for t in _ttls(kind)) + "]"),
+    ]  # fmt: skip
+    if kind == "loadtest":
+        return [
+            *common,
+            ("durations", f"[{p.integer(s, 'loadtest_duration_s')}, "
+                          f"{p.integer(s, 'onboarding_burnin_s')}]"),
+            ("size", p.integer(s, "loadtest_matrix_size")),
+            ("minRatio", p.ratio(s, "loadtest_min_ratio")),
+            ("allreduce", p.flag(s, "loadtest_allreduce")),
+            ("allreduceMinRatio", p.ratio(s, "loadtest_allreduce_min_ratio")),
+            ("allreduceTimeout", p.integer(s, "loadtest_allreduce_timeout_s")),
+            ("memoryXids", p.xids(s, "memory_class_xids")),
+        ]  # fmt: skip
+    if kind == "fence":
+        return [*common, ("drain", p.flag(s, "fence_drain"))]
+    if kind == "conformance":
+        return [
+            *common,
+            ("cpVersion", p.text(s, "conformance_control_plane_version")),
+            ("allowedDns", p.words(s, "conformance_allowed_dns")),
+        ]
+    return common
+
+
+def _ttls(kind: str) -> tuple[str, ...]:
+    return ("job_ttl_s", "boot_check_job_ttl_s") if kind == "conformance" else ("job_ttl_s",)
+
+
+def argv_checks(kind: str) -> list[Validation]:
+    """The argv words of `kind` that the site's settings fix (Job and Pod alike)."""
+    if kind == "loadtest":
+        return [
+            Word("--duration-s", argv.SECONDS, "int({w}) in variables.durations",
+                 ("loadtest_duration_s", "onboarding_burnin_s")).validation(),
+            Word("--size", argv.SIZE, "int({w}) == variables.size",
+                 ("loadtest_matrix_size",)).validation(),
+            Word("--min-ratio", argv.RATIO, "double({w}) == variables.minRatio",
+                 ("loadtest_min_ratio",)).validation(),
+            Validation(
+                f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : "
+                "'--allreduce')))",
+                "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
+                "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
+            ).guarded(CREATE),
+            Word("--allreduce-min-ratio", argv.RATIO,
+                 "double({w}) == variables.allreduceMinRatio",
+                 ("loadtest_allreduce_min_ratio",)).validation(),
+            Word("--allreduce-timeout-s", argv.SECONDS,
+                 "int({w}) == variables.allreduceTimeout",
+                 ("loadtest_allreduce_timeout_s",)).validation(),
+            Word("--memory-class-xids", argv.XID_LIST,
+                 "{w}.split(',').map(x, int(x)) == variables.memoryXids",
+                 ("memory_class_xids",)).validation(),
+        ]  # fmt: skip
+    if kind == "fence":
+        return [
+            Validation(
+                f"variables.drain || !('--drain' in {CMD})",
+                "--drain only where the site sets fence_drain "
+                f"({params.env_name('fence_drain')} in the settings ConfigMap)",
+            ).guarded(CREATE)
+        ]
+    if kind == "conformance":
+        return [
+            _optional("--control-plane-version", "cpVersion",
+                      "conformance_control_plane_version"),
+            _optional("--allowed-dns", "allowedDns", "conformance_allowed_dns"),
+        ]  # fmt: skip
+    return []
+
+
+def job_checks(kind: str) -> list[Validation]:
+    """The Job's own fields the settings fix."""
+    ttls = " or ".join(_ttls(kind))
+    deadline = "loadtest_deadline_s" if kind == "loadtest" else "evidence_deadline_s"
+    return [
+        Validation(
+            "object.spec.?activeDeadlineSeconds.orValue(0) == variables.deadline",
+            f"spec.activeDeadlineSeconds must be the site's {deadline} "
+            f"({params.env_name(deadline)} in the settings ConfigMap)",
+        ).guarded(CREATE),
+        Validation(
+            "object.spec.?ttlSecondsAfterFinished.orValue(0) in variables.ttls",
+            f"spec.ttlSecondsAfterFinished must be the site's {ttls} (in the settings ConfigMap)",
+        ).guarded(CREATE),
+    ]

@@ -1,0 +1,276 @@
+"""Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
+Pods, a gate in front of them, and the guard's own scope.
+
+Case list (every request in the jobs namespace, whoever sends it):
+  CronJob, Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController, PodTemplate
+                                          → refused (the gate): only the guard's kinds run here
+  exec, attach, port-forward, proxy into a pod → refused (the gate): no way into a privileged pod
+  ephemeral containers                    → refused (the gate)
+  a Job or Pod without a known component  → refused (the gate)
+  a DaemonSet that is not the node agent  → refused (the gate)
+  a Pod not created by its kind's controller (the Job controller; the DaemonSet controller
+  for the agent)                          → refused (the gate): no bare Pods
+  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml), its
+                                            name made for its node, and on UPDATE its spec and
+                                            metadata as admitted (a Pod: but annotations,
+                                            finalizers; owners removed only by the GC)
+  the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
+The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
+ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
+archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
+gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name);
+Events only in NODE_EVENT_NAMESPACE, regarding a Node, reported as REPORTING_CONTROLLER.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.generate.policies import agent, argv, ledger, params, site
+from guard.generate.policies.cel import Validation, lit, quote, regex
+from guard.generate.policies.common import (
+    COMPONENT_OF,
+    PREFIX,
+    guard_user,
+    in_namespace,
+    policy,
+    rule,
+)
+from guard.generate.policies.kinds import (
+    KINDS,
+    Kind,
+    claim_checks,
+    claim_variables,
+    job_name_pattern,
+    job_shape,
+    name_binds_node,
+    pod_shape,
+)
+from guard.generate.policies.shape import (
+    fixed_once_admitted,
+    owners_fixed_once_admitted,
+    validations,
+)
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    CYCLE_LEASE,
+    LEDGER_ARCHIVE_COMPONENT,
+    NODE_EVENT_NAMESPACE,
+    REPORTING_CONTROLLER,
+)
+from guard.settings import Settings
+
+# Workload resources that would make Pods or Jobs by another controller, in group order.
+OTHER_WORKLOADS = (
+    ("batch", ("cronjobs",)),
+    ("apps", ("deployments", "replicasets", "statefulsets", "daemonsets")),
+    ("", ("replicationcontrollers", "podtemplates")),
+)
+# Ways into a running pod: a shell, its terminal, its ports, its HTTP (pods/proxy).
+INTERACTIVE = ("exec", "attach", "portforward", "proxy")
+
+
+def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
+    """The Job policy and the Pod policy of one kind."""
+    # The one image this kind runs: the site's GUARD_IMAGE or GUARD_LOADTEST_IMAGE, which
+    # manifests/base/image-wiring writes into the settings ConfigMap from `images:`.
+    image = params.text(s, kind.image)
+    is_kind = [("is-" + kind.name, f"{COMPONENT_OF} == {quote(kind.name)}")]
+    # The load test's Pod is placed by nodeName, or (a DRA device's) by its ResourceClaim.
+    node = claim_variables() if kind.gpus else [("node", "variables.pod.?nodeName.orValue('')")]
+    job_vars = [
+        ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
+        ("image", image),
+        ("pod", "object.spec.template.spec"),
+        ("container", "variables.pod.containers[0]"),
+        *node,
+        *argv.variables(kind.layouts(), "argv"),
+        *site.variables(kind.name, s),
+    ]
+    labels = "object.metadata.?labels.orValue({})"
+    pod_vars = [
+        ("who", "'Pod ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
+        ("image", image),
+        ("pod", "object.spec"),
+        ("container", "variables.pod.containers[0]"),
+        *node,
+        ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
+        ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
+        *argv.variables(kind.layouts(), "argv"),
+        *site.variables(kind.name, s),
+    ]
+    owner_name = Validation(
+        "variables.jobName.matches(" + regex(job_name_pattern(kind)) + ")",
+        f"the owning Job must be a guard {kind.name} Job ({kind.job_prefix}…), got ",
+        "variables.jobName",
+    )
+    scope = {
+        "namespaceSelector": in_namespace(s.jobs_namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+    }
+    jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
+    pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
+    ref = params.param_ref(s)
+    job_checks = [
+        *validations(job_shape(kind, s), "object", ""),
+        name_binds_node(kind, "object.metadata.name", "variables.node"),
+        *claim_checks(kind, pod=False),
+        *site.argv_checks(kind.name),
+        *site.job_checks(kind.name),
+        # The Job controller writes status (a subresource) only; the API server's deletion
+        # finalizers come and go.
+        *fixed_once_admitted("Job", ("finalizers",)),
+    ]
+    pod_checks = [
+        owner_name,
+        *validations(pod_shape(kind, s), "object", ""),
+        name_binds_node(kind, "variables.jobName", "variables.node"),
+        *claim_checks(kind, pod=True),
+        *site.argv_checks(kind.name),
+        # The Job controller removes its finalizer; CNIs annotate (docs/security.md).
+        *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
+        owners_fixed_once_admitted("Pod"),
+    ]
+    return [
+        *policy(f"{PREFIX}-{kind.name}-job", jobs, job_vars, job_checks, is_kind, ref),
+        *policy(f"{PREFIX}-{kind.name}-pod", pods, pod_vars, pod_checks, is_kind, ref),
+    ]
+
+
+def gate_policy(s: Settings) -> list[dict[str, Any]]:
+    """Everything in the jobs namespace that is not a Job or Pod of a kind is refused."""
+    ns = s.jobs_namespace
+    kinds_of = {
+        "jobs": [k.name for k in KINDS],
+        "daemonsets": [agent.COMPONENT],
+        "pods": [*(k.name for k in KINDS), agent.COMPONENT],
+    }
+    controllers = {k.name: list(k.controllers) for k in KINDS}
+    controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
+    # DaemonSets are the agent's (its own shape applies); every other workload is refused.
+    refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
+    constraints = {
+        "namespaceSelector": in_namespace(ns),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+        "resourceRules": [
+            rule("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]),
+            rule("apps", [r for g, rs in OTHER_WORKLOADS if g == "apps" for r in rs],
+                 ["CREATE", "UPDATE"]),
+            rule("", ["pods", "replicationcontrollers", "podtemplates"], ["CREATE", "UPDATE"]),
+            rule("", [f"pods/{sub}" for sub in INTERACTIVE], ["CONNECT"]),
+            rule("", ["pods/ephemeralcontainers"], ["UPDATE"]),
+        ],
+    }  # fmt: skip
+    variables = [
+        ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
+        ("resource", "request.resource.resource"),
+        ("sub", "request.?subResource.orValue('')"),
+        ("mainResource", "variables.sub == ''"),
+        ("component", f"variables.mainResource ? {COMPONENT_OF} : ''"),
+    ]
+    checks = [
+        Validation(
+            f"!(variables.resource in {lit(refused)})",
+            f"namespace {ns} runs only the guard's Jobs and their Pods; no ",
+            "request.kind.kind + ' objects here'",
+        ),
+        Validation(
+            f"!(variables.sub in {lit(list(INTERACTIVE))})",
+            "no exec, attach, port-forward or proxy into the guard's privileged pods (",
+            "variables.sub + ')'",
+        ),
+        Validation(
+            "variables.sub != 'ephemeralcontainers'",
+            "no ephemeral (debug) containers in the guard's privileged pods",
+        ),
+        Validation(
+            f"!variables.mainResource || !(variables.resource in {lit(list(kinds_of))}) || "
+            f"variables.component in {lit(kinds_of)}[variables.resource]",
+            f"the {COMPONENT_LABEL} label must name a guard kind "
+            f"({', '.join(kinds_of['pods'])}); got ",
+            "'\"' + variables.component + '\"'",
+        ),
+        Validation(
+            "variables.resource != 'pods' || !variables.mainResource || "
+            "request.operation != 'CREATE' || "
+            f"request.userInfo.username in {lit(controllers)}[?variables.component].orValue([])",
+            "Pods here are created only by the controller of their kind (the Job controller; "
+            "the DaemonSet controller for the agent), never directly; sent by ",
+            "request.userInfo.username",
+        ),
+    ]
+    return policy(f"{PREFIX}-jobs-namespace", constraints, variables, checks)
+
+
+def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
+    """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
+    one Lease."""
+    constraints = {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": [
+            rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
+            rule("", ["configmaps"], ["CREATE", "UPDATE"]),
+            rule("events.k8s.io", ["events"], ["CREATE", "UPDATE"]),
+            rule("coordination.k8s.io", ["leases"], ["CREATE", "UPDATE"]),
+        ],
+    }
+    variables = [
+        ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
+        ("name", "object.metadata.?name.orValue('')"),
+        ("labels", "object.metadata.?labels.orValue({})"),
+    ]
+    name = s.ledger_configmap
+    checks = [
+        Validation(
+            "request.resource.resource != 'jobs' || "
+            f"request.namespace == {quote(s.jobs_namespace)}",
+            f"the guard creates Jobs only in namespace {s.jobs_namespace}",
+        ),
+        Validation(
+            "request.resource.resource != 'configmaps' || "
+            f"(request.namespace == {quote(s.namespace)} && (variables.name == {quote(name)} || "
+            f"variables.name.matches({regex(ledger.archive_pattern(s))})))",
+            f"the guard writes only its ledger ConfigMap {name} and its archives "
+            f"{name}-archive-<n>, in namespace {s.namespace}",
+        ),
+        Validation(
+            "request.resource.resource != 'configmaps' || "
+            + ledger.archive_labelled_as_named(s, "variables.name", "variables.labels"),
+            f"the guard's archives are named {name}-archive-<n> and labelled "
+            f"{APP_LABEL}={APP_NAME} and {COMPONENT_LABEL}={LEDGER_ARCHIVE_COMPONENT}; "
+            "no other ConfigMap carries that component label",
+        ),
+        Validation(
+            "request.resource.resource != 'leases' || "
+            f"(request.namespace == {quote(s.namespace)} && "
+            f"variables.name == {quote(CYCLE_LEASE)})",
+            f"the guard's only Lease is {CYCLE_LEASE}, in namespace {s.namespace}",
+        ),
+        # guard/apply/events.py: Events about Nodes only, as the guard's controller, in one
+        # namespace (RBAC already limits it to NODE_EVENT_NAMESPACE).
+        Validation(
+            "request.resource.resource != 'events' || "
+            "(object.?regarding.?kind.orValue('') == 'Node' && "
+            "object.?regarding.?apiVersion.orValue('') == 'v1' && "
+            "object.?regarding.?namespace.orValue('') == '' && !('related' in object))",
+            "the guard's Events are regarding a Node (v1), with no related object",
+        ),
+        Validation(
+            "request.resource.resource != 'events' || "
+            f"object.?reportingController.orValue('') == {quote(REPORTING_CONTROLLER)}",
+            f"the guard's Events are reported by {REPORTING_CONTROLLER}",
+        ),
+        Validation(
+            "request.resource.resource != 'events' || "
+            f"request.namespace == {quote(NODE_EVENT_NAMESPACE)}",
+            f"the guard writes Events only in namespace {NODE_EVENT_NAMESPACE}",
+        ),
+    ]
+    sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
+    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, sent_by_guard)

@@ -1,0 +1,203 @@
+"""The lifecycle checks' node annotations: formats, parsers and the values the planners write.
+
+``checked-boot``, ``auto-cordon-pcie-links``, ``conformance-failed`` and ``onboarding-failed``
+(guard.names.Annotations; docs/node-annotations.md). Like guard.read.records, a value that does not
+parse becomes an `Unreadable` on its node, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from guard.jobs import DIGEST_CHARS
+from guard.ledger import parse_time
+from guard.model import CheckedBoot, FailedCheck, FenceRecord, JobRecord, RecordedLink
+from guard.names import Annotations
+from guard.pci import link_record
+from guard.read.records import JOB_REF, TOKEN, Problems
+
+# The most GPUs whose links a node records (and the load-test argv takes as --expect-link).
+MAX_LINKS = 16
+_ITEM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?\Z", re.ASCII)  # fits conformance-<item>
+UNCORDON = "uncordon"  # `checked-boot` by a person's uncordon of a conformance cordon
+
+
+def lifecycle_records(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> tuple[CheckedBoot | None, tuple[RecordedLink, ...], FailedCheck | None, FailedCheck | None]:
+    """checked-boot, auto-cordon-pcie-links, conformance-failed and onboarding-failed."""
+    parsers = {
+        k.checked_boot: _checked_boot,
+        k.pcie_links: _links,
+        k.conformance_failed: _failed_check,
+        k.onboarding_failed: _failed_check,
+    }
+    found: dict[str, Any] = {}
+    for key, parse in parsers.items():
+        text = notes.get(key)
+        if text is None:
+            continue
+        parsed = parse(text)
+        if isinstance(parsed, str):
+            problems.annotation(key, key.removeprefix(k.prefix), text, parsed)
+        else:
+            found[key] = parsed
+    return (found.get(k.checked_boot), found.get(k.pcie_links, ()),
+            found.get(k.conformance_failed), found.get(k.onboarding_failed))  # fmt: skip
+
+
+def _checked_boot(text: str) -> CheckedBoot | str:
+    parts = text.split(" ")
+    if len(parts) != 3 or not all(TOKEN.match(p) for p in parts):
+        return "not three fields separated by one space"
+    boot, at, by = parts
+    if by != UNCORDON and not JOB_REF.match(by):
+        return f"third field {by!r} is neither job/<name> nor {UNCORDON}"
+    try:
+        return CheckedBoot(boot, parse_time(at), by)
+    except ValueError as exc:
+        return str(exc)
+
+
+def checked_boot_value(boot_id: str, at: str, by: str) -> str:
+    """The `checked-boot` value (inverse of its parser).
+
+    >>> checked_boot_value("boot-2", "2026-09-21T06:00:00Z", "job/gng-cf-b-1a2b3c4d")
+    'boot-2 2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d'
+    """
+    return f"{boot_id} {at} {by}"
+
+
+def _links(text: str) -> tuple[RecordedLink, ...] | str:
+    parts = text.split(" ")
+    records = [link_record(p) for p in parts]
+    if not all(records):
+        return "not <pci>=<speed>GT/s,x<width> (e.g. 0000:18:00.0=16GT/s,x16) separated by spaces"
+    if len(parts) > MAX_LINKS:
+        return f"more than {MAX_LINKS} links"
+    links = tuple(RecordedLink(*r) for r in records if r)
+    if len({link.pci for link in links}) != len(links):
+        return "a PCI address is given twice"
+    return links
+
+
+def links_value(links: tuple[RecordedLink, ...]) -> str:
+    """The `auto-cordon-pcie-links` value, by PCI address.
+
+    >>> links_value((RecordedLink("0000:2a:00.0", "32GT/s,x16"),
+    ...              RecordedLink("0000:18:00.0", "16GT/s,x8")))
+    '0000:18:00.0=16GT/s,x8 0000:2a:00.0=32GT/s,x16'
+    """
+    return " ".join(str(link) for link in sorted(links, key=lambda link: link.pci))
+
+
+def _failed_check(text: str) -> FailedCheck | str:
+    parts = text.split(" ")
+    if len(parts) != 3 or not JOB_REF.match(parts[1]):
+        return "not '<time> job/<name> <item>[,<item>…]'"
+    items = tuple(parts[2].split(","))
+    if not all(_ITEM.match(i) for i in items):
+        return f"items {parts[2]!r} are not words of a-z, 0-9 and - separated by commas"
+    try:
+        return FailedCheck(parse_time(parts[0]), parts[1], items)
+    except ValueError as exc:
+        return str(exc)
+
+
+def is_item(word: str) -> bool:
+    """A conformance item or load-test reason word, short enough for `conformance-<item>`.
+
+    >>> is_item("ipvs-loaded"), is_item("Ipvs loaded"), is_item("x" * 52)
+    (True, False, False)
+    """
+    return bool(_ITEM.match(word))
+
+
+def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
+    """The `conformance-failed` / `onboarding-failed` value (inverse of its parser).
+
+    >>> failed_value("2026-09-21T06:00:00Z", "gng-cf-b-1a2b3c4d", ("ipvs-loaded", "ipvs-persist"))
+    '2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist'
+    """
+    return f"{at} job/{job} {','.join(items)}"
+
+
+# ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
+# `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
+# or second record slips through). A uid is what the API server writes: a lower-case UUID.
+_JOB_RECORD = re.compile(
+    r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?) "
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) "
+    rf"([0-9a-f]{{{DIGEST_CHARS}}})",
+    re.ASCII,
+)
+
+
+def job_records(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> tuple[JobRecord, ...]:
+    """The node's records of the Jobs the guard made, one per kind; a bad one is unreadable."""
+    out = []
+    for kind in ("conformance", "evidence", "fence", "loadtest"):
+        key = k.job_record(kind)
+        text = notes.get(key) if key else None
+        if key is None or text is None:
+            continue
+        found = _JOB_RECORD.fullmatch(text)
+        if found is None:
+            why = f"not '<job name> <uid> <{DIGEST_CHARS} hex digest>'"
+            problems.annotation(key, key.removeprefix(k.prefix), text, why)
+        else:
+            out.append(JobRecord(kind, *found.groups()))
+    return tuple(out)
+
+
+def job_record_value(name: str, uid: str, digest: str) -> str:
+    """The `job-<kind>` value (inverse of its parser).
+
+    >>> job_record_value("gng-lt-b-1a2b3c4d", "0b9c6d1e-0000-4000-8000-000000000001", "0" * 16)
+    'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
+    """
+    return f"{name} {uid} {digest}"
+
+
+FENCE_STATES = ("fenced", "gpu-absent", "lifted")
+
+
+def fence_record(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> FenceRecord | None:
+    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable.
+
+    >>> from guard.read.records import Problems
+    >>> k = Annotations("p/")
+    >>> fence_record({"p/gpu-fence": "fenced b-1 2026-01-01T00:00:00Z job/gng-fn-a-1"}, k,
+    ...              Problems("a")).state
+    'fenced'
+    >>> p = Problems("a")
+    >>> fence_record({"p/gpu-fence": "maybe b-1 2026-01-01T00:00:00Z job/x"}, k, p), len(p.found)
+    (None, 1)
+    """
+    text = notes.get(k.fence)
+    if text is None:
+        return None
+    parts = text.split(" ")
+    why = ""
+    if len(parts) != 4 or parts[0] not in FENCE_STATES:
+        why = f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
+    elif not TOKEN.match(parts[1]) or not JOB_REF.match(parts[3]):
+        why = "the bootID or the job/<name> is not a word"
+    else:
+        try:
+            return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
+        except ValueError as exc:
+            why = str(exc)
+    problems.annotation(k.fence, k.fence.removeprefix(k.prefix), text, why)
+    return None
+
+
+def fence_value(state: str, boot_id: str, at: str, job: str) -> str:
+    """The `gpu-fence` value (inverse of `fence_record`)."""
+    return f"{state} {boot_id} {at} job/{job}"

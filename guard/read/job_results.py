@@ -1,0 +1,229 @@
+"""Job results the guard reads: the summary each finished Pod of its Jobs left in its container's
+termination message, parsed once into a typed `JobResult` (docs/lifecycle.md, "Job results").
+
+The snapshot lists the Pods of the jobs namespace once per cycle (label-selected, finished ones
+only) and keeps a few fields of each (`slim_pod`). Per Job the newest finished Pod counts. Case
+list of one Pod (first match wins):
+  not a mapping, no job-name label           → ignored (not a Pod of a guard Job)
+  its container never terminated             → unreadable: the Pod failed before it ran
+                                               (NodeAffinity, deadline, eviction), with why
+  empty message                              → unreadable: the program did not finish
+  a summary of another shape                 → unreadable, the parser's one line
+  otherwise                                  → read: pass/fail, failed items, recorded links
+A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too, and so is
+a Pod the Job does not control (no controller ownerReference with the Job's uid), one that runs
+other containers than the Job's template (image, command, args) or one that ran on another node
+than the Job's (`nodeName` is fixed at creation: a Pod that ran elsewhere and was adopted by its
+labels keeps it): such a result is `foreign`, and the planners treat its Job as one the guard did
+not make.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from guard.jobs import run_digest
+from guard.model import Finding, JobInfo, JobResult, RecordedLink
+from guard.names import JOB_NAME_LABELS
+from guard.read.check_records import is_item
+from guard.wire import (
+    WHY_MAX_CHARS,
+    SummaryError,
+    parse_evidence_summary,
+    parse_fence_summary,
+    parse_loadtest_summary,
+    parse_summary,
+)
+
+# Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
+FINISHED = "status.phase!=Pending,status.phase!=Running"
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
+
+    Of its spec only where it ran and what its containers run (name, image, command, args) and of
+    its owners only the controller's uid: whose Pod it is.
+
+    >>> slim_pod({"metadata": {"name": "p", "labels": {"job-name": "j"}}, "spec": {"x": 1}})
+    {'kind': 'Pod', 'metadata': {'name': 'p', 'creationTimestamp': '', 'labels': {'job-name': \
+'j'}, 'ownerReferences': []}, 'spec': {'nodeName': '', 'containers': []}, 'status': {'phase': \
+'', 'reason': '', 'message': '', 'containerStatuses': []}}
+    """
+    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    labels = _mapping(meta.get("labels"))
+    statuses = status.get("containerStatuses")
+    owners = meta.get("ownerReferences")
+    spec = _mapping(obj.get("spec"))
+    containers = spec.get("containers")
+    return {
+        "kind": "Pod",
+        "metadata": {"name": meta.get("name", ""),
+                     "creationTimestamp": meta.get("creationTimestamp", ""),
+                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
+                     "ownerReferences": [
+                         {"controller": True, "uid": _mapping(o).get("uid")}
+                         for o in (owners if isinstance(owners, list) else [])
+                         if _mapping(o).get("controller") is True]},
+        "spec": {"nodeName": spec.get("nodeName", ""), "containers": [
+            {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
+            for c in (containers if isinstance(containers, list) else [])]},
+        "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
+                   "message": status.get("message", ""),
+                   "containerStatuses": [
+                       {"name": _mapping(c).get("name"),
+                        "state": {"terminated": _mapping(_mapping(c).get("state")).get(
+                            "terminated")}}
+                       for c in (statuses if isinstance(statuses, list) else [])]},
+    }  # fmt: skip
+
+
+def _job_of(pod: Mapping[str, Any]) -> str:
+    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    return next((str(labels[k]) for k in JOB_NAME_LABELS if isinstance(labels.get(k), str)), "")
+
+
+def attach(jobs: Iterable[JobInfo], pods: Iterable[Mapping[str, Any]]) -> tuple[JobInfo, ...]:
+    """Each Job with the result of its newest finished Pod (None when there is none)."""
+    newest: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        job = _job_of(pod) if isinstance(pod, Mapping) else ""
+        if job and _phase(pod) in ("Succeeded", "Failed"):
+            seen = newest.get(job)
+            if seen is None or _age_key(pod) > _age_key(seen):
+                newest[job] = pod
+    return tuple(
+        replace(j, result=_checked(j, _owned(j, newest[j.name]) or result(j.kind, newest[j.name])))
+        if j.name in newest
+        else j
+        for j in jobs
+    )
+
+
+def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
+    """None when the Job controls the Pod, the Pod ran on the Job's node and runs what the Job's
+    template runs; else why its summary is not the Job's (a label is enough to be counted, not
+    to be trusted)."""
+    meta = _mapping(pod.get("metadata"))
+    name = str(meta.get("name", "")) or "(no name)"
+    owners = meta.get("ownerReferences")
+    controllers = [
+        str(_mapping(o).get("uid", ""))
+        for o in (owners if isinstance(owners, list) else [])
+        if _mapping(o).get("controller") is True
+    ]
+    if not job.uid or controllers != [job.uid]:
+        shown = ",".join(controllers) or "none"
+        return _foreign(f"pod {name} is not controlled by job/{job.name} "
+                        f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
+    spec = _mapping(pod.get("spec"))
+    ran_on = str(spec.get("nodeName") or "")
+    if ran_on != job.node:
+        return _foreign(f"pod {name} ran on node {ran_on or '(none)'}, not on job/{job.name}'s "
+                        f"node {job.node or '(none)'}")  # fmt: skip
+    if run_digest(spec) != job.run:
+        return _foreign(f"pod {name} runs other containers than job/{job.name}")
+    return None
+
+
+def _foreign(problem: str) -> JobResult:
+    return JobResult("unreadable", problem, foreign=True)
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str(_mapping(pod.get("status")).get("phase", ""))
+
+
+def _age_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _mapping(pod.get("metadata"))
+    return str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
+
+
+def _checked(job: JobInfo, found: JobResult) -> JobResult:
+    """A result whose verdict contradicts the Job's own status is not trusted."""
+    if found.state != "read" or job.kind == "evidence" or job.status not in ("succeeded", "failed"):
+        return found
+    if (job.status == "succeeded") != found.passed:
+        said = "passed" if found.passed else "failed"
+        return JobResult("unreadable", f"job {job.status} but its summary says it {said}")
+    return found
+
+
+def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
+    """The result of one finished Pod of a Job of `kind`; never raises."""
+    name = str(_mapping(pod.get("metadata")).get("name", "")) or "(no name)"
+    status = _mapping(pod.get("status"))
+    statuses = status.get("containerStatuses")
+    mine = [
+        _mapping(c)
+        for c in (statuses if isinstance(statuses, list) else [])
+        if _mapping(c).get("name") == kind
+    ]
+    ended = _mapping(_mapping(mine[0].get("state")).get("terminated")) if mine else {}
+    if not ended:
+        why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
+        return JobResult(
+            "unreadable",
+            f"pod {name} {_phase(pod) or 'finished'} before its {kind} container ended"
+            + (f" ({why})" if why else ""),
+        )
+    message = ended.get("message", "")
+    if not isinstance(message, str):
+        return JobResult("unreadable", f"pod {name}: termination message is not text")
+    try:
+        return _PARSERS.get(kind, _unknown_kind)(message)
+    except ValueError as exc:  # SummaryError; never raises
+        return JobResult("unreadable", f"pod {name}: {_first(exc)}")
+
+
+def _conformance(message: str) -> JobResult:
+    summary = parse_summary(message)
+    bad = [f.item for f in summary.failed if not is_item(f.item)]
+    if bad:
+        raise SummaryError(f"conformance summary names a failed item that is no word: {bad[0]!r}")
+    found = tuple(Finding(f.item, f.why) for f in summary.failed)
+    return JobResult("read", passed=summary.ok, failed=found)
+
+
+def _evidence(message: str) -> JobResult:
+    summary = parse_evidence_summary(message)
+    return JobResult("read", links=tuple(RecordedLink(pci, link) for pci, link in summary.links))
+
+
+def _loadtest(message: str) -> JobResult:
+    """Each reason `word key=value…` is a finding named by its word."""
+    summary = parse_loadtest_summary(message)
+    words = [r.split(" ", 1)[0] for r in summary.reasons]
+    bad = [r for r, w in zip(summary.reasons, words, strict=True) if not is_item(w)]
+    if bad:
+        raise SummaryError(f"load-test summary reason {bad[0]!r} does not start with a word")
+    pairs = zip(words, summary.reasons, strict=True)
+    found = tuple(Finding(w, r[:WHY_MAX_CHARS]) for w, r in pairs)
+    return JobResult("read", passed=summary.passed, failed=found)
+
+
+def _fence(message: str) -> JobResult:
+    """Passed: the asked mode was read back. Otherwise one finding named by the outcome
+    (gpu-absent, mismatch, error) with its why."""
+    summary = parse_fence_summary(message)
+    failed = () if summary.passed else (Finding(summary.outcome, summary.why),)
+    return JobResult("read", passed=summary.passed, failed=failed)
+
+
+def _unknown_kind(message: str) -> JobResult:
+    raise SummaryError("no summary is read for this kind of Job")
+
+
+_PARSERS = {"conformance": _conformance, "evidence": _evidence, "loadtest": _loadtest,
+            "fence": _fence}  # fmt: skip
+
+
+def _first(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

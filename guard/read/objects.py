@@ -1,0 +1,270 @@
+"""Cluster objects (plain dicts from the API or a List file) → model values, one object at a time.
+
+Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations by
+`guard.read.records`), once, into a typed field. A value that does not parse becomes an `Unreadable`
+on its object (or a `problem` on a Job) and never an exception, so one bad object cannot stop the
+cycle for the others.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from guard.jobs import run_digest, spec_digest
+from guard.model import DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    DRA_DRIVER,
+    GPU_RESOURCE,
+    Annotations,
+    is_dns_subdomain,
+)
+from guard.pci import PciAddressError, normalize_pci
+from guard.read.check_records import fence_record, job_records, lifecycle_records
+from guard.read.records import COUNT, Problems, cordon_record, incident_records, leading_time
+
+_SHOWN = 120  # characters of a bad value repeated in a log line
+
+
+class NamelessObject(ValueError):
+    """An object without a usable metadata.name: it cannot be attributed, only reported."""
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    """metadata.name; raises NamelessObject when there is none."""
+    name = _mapping(obj.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        raise NamelessObject(f"{obj.get('kind', 'object')} without metadata.name")
+    return name
+
+
+# ---- Nodes ----------------------------------------------------------------------------------
+
+
+def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
+    """Parse one Node; raises NamelessObject only when it has no name."""
+    name = object_name(obj)
+    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    problems = Problems(name)
+    raw = _mapping(meta.get("annotations"))
+    own = tuple(sorted((k, str(v)) for k, v in raw.items() if str(k).startswith(keys.prefix)))
+    notes = dict(own)
+    unschedulable = _mapping(obj.get("spec")).get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        problems.status("spec.unschedulable", unschedulable, "not true or false")
+        unschedulable = False
+    boot = _mapping(status.get("nodeInfo")).get("bootID", "")
+    if not isinstance(boot, str):
+        problems.status("status.nodeInfo.bootID", boot, "not text")
+        boot = ""
+    cancelled, returned = incident_records(notes, keys, problems)
+    checked, links, conformance_failed, onboarding_failed = lifecycle_records(notes, keys, problems)
+    reset_done = notes.get(keys.reset_done)
+    return NodeInfo(
+        name=name,
+        resource_version=str(meta.get("resourceVersion", "")),
+        unschedulable=unschedulable,
+        ready=_ready(status.get("conditions"), problems),
+        boot_id=boot,
+        gpu_capacity=_gpus(status, "capacity", problems),
+        gpu_allocatable=_gpus(status, "allocatable", problems),
+        annotations=own,
+        uid=str(meta.get("uid", "")),
+        cordon=cordon_record(notes, keys, problems),
+        hold=notes.get(keys.hold),
+        reset_done=reset_done,
+        reset_done_at=leading_time(reset_done),
+        loadtest_result=notes.get(keys.loadtest_result, ""),
+        conformance_result=notes.get(keys.conformance_result, ""),
+        cancelled=cancelled,
+        returned=returned,
+        taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
+        checked_boot=checked,
+        pcie_links=links,
+        conformance_failed=conformance_failed,
+        onboarding_failed=onboarding_failed,
+        job_records=job_records(notes, keys, problems),
+        fence=fence_record(notes, keys, problems),
+        unreadable=tuple(problems.found),
+    )
+
+
+def _taints(value: object, problems: Problems) -> tuple[Taint, ...]:
+    if value is None:
+        return ()
+    fields = ("key", "value", "effect", "timeAdded")
+    if not isinstance(value, list) or not all(
+        isinstance(t, Mapping) and all(isinstance(t.get(f, ""), str) for f in fields) for t in value
+    ):
+        problems.status("spec.taints", value, "not a list of taints")
+        return ()
+    return tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""),
+                       t.get("timeAdded", "")) for t in value)  # fmt: skip
+
+
+def _ready(conditions: object, problems: Problems) -> bool:
+    if conditions is None:
+        return False
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        problems.status("status.conditions", conditions, "not a list of conditions")
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
+    value = _mapping(status.get(part)).get(GPU_RESOURCE)
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return value
+    if isinstance(value, str) and COUNT.match(value):
+        return int(value)
+    problems.status(f"status.{part}[{GPU_RESOURCE}]", value, "not a whole number of GPUs")
+    return 0
+
+
+# ---- Jobs -----------------------------------------------------------------------------------
+
+
+def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    return labels.get(APP_LABEL) == APP_NAME and meta.get("namespace", namespace) == namespace
+
+
+def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
+    """Parse one of the guard's Jobs; a status it cannot read is ``unreadable`` with a problem.
+
+    Raises NamelessObject only when the Job has no name.
+    """
+    name = object_name(obj)
+    meta = _mapping(obj.get("metadata"))
+    labels, notes = _mapping(meta.get("labels")), _mapping(meta.get("annotations"))
+    node = notes.get(keys.node_label) or labels.get(keys.node_label, "")
+    kind = labels.get(COMPONENT_LABEL, "")
+    state, problem = _job_status(obj.get("status"))
+    # Who it is, not what it is called: its uid and what its template runs, for the node's record
+    # of what the guard made (a Job of the same name made by someone else differs in one of them).
+    pod_spec = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
+    return JobInfo(name, str(kind), str(node), state, problem, uid=str(meta.get("uid", "")),
+                   digest=spec_digest(obj), run=run_digest(pod_spec))  # fmt: skip
+
+
+def _job_status(status: object) -> tuple[JobStatus, str]:
+    if status is None:
+        return "running", ""
+    if not isinstance(status, Mapping):
+        return "unreadable", f"status is not an object: {status!r}"[:_SHOWN]
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        return "unreadable", f"status.conditions is not a list: {conditions!r}"[:_SHOWN]
+    for counter in ("succeeded", "failed", "active"):
+        value = status.get(counter, 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "unreadable", f"status.{counter} is not a number: {value!r}"[:_SHOWN]
+    by_type = {c.get("type"): c.get("status") for c in conditions}
+    if status.get("succeeded") or by_type.get("Complete") == "True":
+        return "succeeded", ""
+    if status.get("failed") or by_type.get("Failed") == "True":
+        return "failed", ""
+    return "running", ""
+
+
+# ---- DRA: the GPU driver's ResourceSlices and the DeviceTaintRules ---------------------------
+# A value that is not of its form is dropped here: a device without a valid name or UUID is not
+# one the guard can select (its GPU keeps the node cordon); a rule is read as it is, and only
+# the guard's own (its label) are acted on.
+
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _string_attribute(attributes: Mapping[str, Any], name: str) -> str:
+    """A string attribute by its short name or qualified with the driver's domain."""
+    for key in (name, f"{DRA_DRIVER}/{name}"):
+        value = _mapping(attributes.get(key)).get("string")
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def is_pool(name: str) -> bool:
+    """A pool name: DNS subdomains separated by '/', at most 253 characters."""
+    return len(name) <= 253 and all(is_dns_subdomain(part) for part in name.split("/"))
+
+
+def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
+    """The GPUs of the driver's node-local ResourceSlices, sorted by node, pool and name.
+
+    >>> slice_ = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"},
+    ...           "devices": [{"name": "gpu-0", "attributes": {
+    ...               "uuid": {"string": "GPU-11111111-2222-3333-4444-555555555555"},
+    ...               "pcieBusID": {"string": "00000000:18:00.0"}}}]}}
+    >>> devices([slice_])[0].pci, devices([slice_])[0].ref
+    ('0000:18:00.0', 'gpu.nvidia.com/n1/gpu-0')
+    """
+    out: set[DraDevice] = set()
+    for obj in slices:
+        spec = _mapping(obj.get("spec"))
+        node, pool = spec.get("nodeName"), _mapping(spec.get("pool")).get("name")
+        if spec.get("driver") != DRA_DRIVER or not isinstance(node, str) or not node:
+            continue
+        if not isinstance(pool, str) or not is_pool(pool):
+            continue
+        listed = spec.get("devices")
+        for device in listed if isinstance(listed, list) else ():
+            d = _device(node, pool, _mapping(device))
+            if d is not None:
+                out.add(d)
+    return tuple(sorted(out, key=lambda d: (d.node, d.pool, d.name)))
+
+
+def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None:
+    name = device.get("name")
+    if not isinstance(name, str) or not _DEVICE_NAME.fullmatch(name):
+        return None
+    attributes = _mapping(device.get("attributes"))
+    uuid = _string_attribute(attributes, "uuid")
+    if not _GPU_UUID.fullmatch(uuid):  # MIG devices (MIG-…) and garbage: not a whole GPU
+        return None
+    try:
+        pci = normalize_pci(_string_attribute(attributes, "pcieBusID"))
+    except PciAddressError:
+        pci = ""
+    return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
+
+
+def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[TaintRule, ...]:
+    """Every DeviceTaintRule as read, sorted by name; `guard` for those with the guard's label."""
+    out = []
+    for obj in rules:
+        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        selector, taint = _mapping(spec.get("deviceSelector")), _mapping(spec.get("taint"))
+        notes = _mapping(meta.get("annotations"))
+        out.append(
+            TaintRule(
+                name=name,
+                uid=str(meta.get("uid", "")),
+                guard=_mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
+                driver=str(selector.get("driver") or ""),
+                pool=str(selector.get("pool") or ""),
+                device=str(selector.get("device") or ""),
+                key=str(taint.get("key") or ""),
+                value=str(taint.get("value") or ""),
+                effect=str(taint.get("effect") or ""),
+                node=str(notes.get(keys.node_label) or ""),
+                record=str(notes.get(keys.device_taint) or ""),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: r.name))

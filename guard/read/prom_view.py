@@ -1,0 +1,505 @@
+"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
+
+`read_prom` sends every query of `guard.read.queries.guard_queries` at one instant and converts the
+answers at this boundary into typed fields; what the planners read is plain data. Which of
+those facts make a cordon candidate (the hold window, the fast path) is decided in
+guard/plan/hold.py.
+
+The loss history becomes `loss_since`: per node, the first step of the run of steps with GPU
+loss observed that reaches up to now. Each step's value is the latest scrape at or before the
+step, so the loss was scraped no later than `loss_since`, at any instant, on any engine
+(left-open or closed ranges, aligned or not). A step without loss or without data (series
+younger than the window, a scrape gap) breaks the run, so a loss must have been seen over the
+whole window.
+
+Which label names the Node: a series' `node` when it names a Node, else the first of
+`Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
+Node names at hand, the first non-empty one. `check_join` turns a join that names no Node into
+an abort, and GPU nodes without any dcgm-exporter series into one WARN line.
+
+Every label that reaches a write or a log line is checked here against its format (`_Intake`):
+Node names (DNS-1123 subdomains), `UUID` (``GPU-`` and the 8-4-4-4-12 hex form), `pci_bus_id`
+(``00000000:3B:00.0``, 8- or 4-digit domain), the GPU index, the Xid (an integer of the bundled
+catalogue's range, as value or `xid` label), pod and namespace names, the agent's status and
+detail. A series that fails, or that `guard.doors.prom` set apart (a value that is not a finite
+number, a duplicate), is dropped with a `PromUnreadable` naming its node: every fact of that node
+is left out of the view, and the unreadable check reports it (guard/plan/unreadable.py). A series
+whose naming labels are all malformed is reported with node "" (its node cannot be told); one that
+`guard.doors.prom` set apart and that names no node at all (a NaN count) aborts, as does what is
+wrong with an answer as a whole (guard.doors.prom).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from guard.doors.prom import BadSeries, PromClient, PromError, Sample, Series
+from guard.log import Value
+from guard.model import (
+    AgentCheck,
+    GpuPod,
+    GpuSample,
+    HostLabels,
+    NodeInfo,
+    PromUnreadable,
+    PromView,
+    ServicePod,
+    Unreadable,
+)
+from guard.pci import normalize_pci
+from guard.read import queries
+from guard.settings import Settings
+from guard.xid_tables import load_catalog
+
+_TOLERANCE_S = 0.001
+COVERAGE_NAMES = 5
+
+
+class JoinError(PromError):
+    """dcgm-exporter series exist but none of them names a Node."""
+
+
+def read_prom(
+    client: PromClient,
+    s: Settings,
+    now: datetime,
+    node_names: Collection[str] = (),
+    sent: tuple[queries.Query, ...] = (),
+) -> PromView:
+    """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
+    facts of the others stay empty); missing inputs or a bad answer raise `PromError`, a bad
+    series drops its node (`PromView.unreadable`)."""
+    join = _Join(s.dcgm_node_label_names, frozenset(node_names))
+    intake = _Intake(join)
+    vectors: dict[str, tuple[Sample, ...]] = {}
+    matrices: dict[str, tuple[Series, ...]] = {}
+    windows = {"loss-history": queries.loss_lookback_s(s), "nvml-mismatch-history":
+               queries.nvml_lookback_s(s)}  # fmt: skip
+    for q in sent or queries.guard_queries(s):
+        at = on_step(now, s.query_step_s) if q.on_step else now
+        if q.kind == "matrix":
+            window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
+            got = client.matrix_checked(q.name, q.promql, at, q.required, window)
+            matrices[q.name] = intake.series(q.name, got.good, got.bad)
+        else:
+            answer = client.vector_checked(q.name, q.promql, at, q.required)
+            vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
+    for metric, _ in queries.REQUIRED_INPUTS if not sent else ():
+        found = vectors[queries.required_input_name(metric)]
+        if not found or found[0].value < 1:
+            raise PromError(
+                f"input metric {metric} has no series{queries.selector_hint(metric, s)}: check"
+                " the exporter and scrape"
+            )
+
+    def vector(name: str) -> tuple[Sample, ...]:
+        return vectors.get(name, ())
+
+    hardware = (
+        *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
+        *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
+    )
+    lookback = queries.loss_lookback_s(s)
+    since = loss_since(matrices.get("loss-history", ()), now, s.query_step_s, lookback)
+    view = PromView(
+        hardware_xids=_unique(hardware),
+        row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
+        loss_since=since,
+        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
+        gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
+        xid_hosts=_hosts(vector("xid-hosts"), join),
+        exporter_hosts=_hosts(vector("exporter-hosts"), join),
+    )
+    if not sent:
+        view = _with_signals(view, vectors, matrices, now, s, intake)
+    elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
+        since, status = _nvml(vectors, matrices, now, s, intake)
+        view = replace(view, nvml_since=since, nvml_status=status)
+    return _without(view, intake.problems)
+
+
+def _nvml(
+    vectors: dict[str, tuple[Sample, ...]],
+    matrices: dict[str, tuple[Series, ...]],
+    now: datetime,
+    s: Settings,
+    intake: _Intake,
+) -> tuple[tuple[tuple[str, datetime], ...], tuple[AgentCheck, ...]]:
+    """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
+    lookback = queries.nvml_lookback_s(s)
+    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
+    node = queries.NODE_LABEL
+    status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
+              for x in intake.agent("nvml-status", vectors["nvml-status"])}  # fmt: skip
+    return since, tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail)))
+
+
+def _with_signals(
+    view: PromView,
+    vectors: dict[str, tuple[Sample, ...]],
+    matrices: dict[str, tuple[Series, ...]],
+    now: datetime,
+    s: Settings,
+    intake: _Intake,
+) -> PromView:
+    """The node agent's nvidia-match and the service network's pods."""
+    since, status = _nvml(vectors, matrices, now, s, intake)
+    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
+    pods = (ServicePod(x.label(selector), x.label("namespace"), x.label("pod"), x.label(node),
+                       x.value >= 1)
+            for x in intake.pods("service-network-pods", vectors["service-network-pods"],
+                                 selector=True))  # fmt: skip
+    counts = intake.selectors("service-network-seen", vectors["service-network-seen"])
+    seen = ((x.label(selector), int(x.value)) for x in counts)
+    return replace(
+        view,
+        nvml_since=since,
+        nvml_status=status,
+        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
+        service_seen=tuple(sorted(seen)),
+    )
+
+
+def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
+    """The view without any fact of a node that had a bad series, and the problems kept."""
+    found = tuple(sorted(set(problems), key=lambda p: (p.node, p.query, p.label, p.value)))
+    gone = {p.node for p in found}
+    if not found:
+        return view
+    return replace(
+        view,
+        hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
+        row_remap=tuple(g for g in view.row_remap if g.node not in gone),
+        loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
+        cordoned=tuple(n for n in view.cordoned if n not in gone),
+        gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
+        nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
+        nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
+        service_pods=tuple(p for p in view.service_pods if p.node not in gone),
+        unreadable=found,
+    )
+
+
+PROM_FIX = (
+    "fix the series at its exporter (dcgm-exporter, kube-state-metrics, the node agent) or its"
+    " scrape; the guard leaves this node alone while it is wrong"
+)
+
+
+def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
+    """The node marked unreadable for the series of it that were refused, so every planner
+    leaves it alone this cycle (as for an unreadable annotation)."""
+    found = tuple(
+        Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
+        for p in view.unreadable
+        if p.node == node.name
+    )
+    return replace(node, unreadable=node.unreadable + found) if found else node
+
+
+def loss_since(
+    history: Iterable[Series], now: datetime, step_s: int, lookback_s: int
+) -> tuple[tuple[str, datetime], ...]:
+    """Per node, the first step of the run of loss steps that reaches up to `now`.
+
+    A run starting at the very beginning of the history may have started earlier: it is
+    reported as `lookback_s - step_s` ago, the most that every engine can show (Prometheus 3
+    leaves the first step of a range out), so engines agree on the order of old losses too.
+
+    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
+    >>> def at(minute): return now.timestamp() - 60 * minute, 1.0
+    >>> s = Series((("node", "a"),), (at(12), at(3), at(2), at(1), at(0)))
+    >>> loss_since([s], now, 60, 1800)[0][1].strftime("%H:%M")
+    '05:52'
+    >>> loss_since([Series((("node", "b"),), (at(5),))], now, 60, 1800)
+    ()
+    """
+    last = on_step(now, step_s).timestamp()  # the history was evaluated there
+    earliest = last - (lookback_s - step_s)
+    out = []
+    for series in history:
+        stamps = sorted(t for t, value in series.points if value > 0)
+        if not stamps or last - stamps[-1] > _TOLERANCE_S:
+            continue  # no loss at the last step before now
+        first = len(stamps) - 1
+        while first > 0 and stamps[first] - stamps[first - 1] <= step_s + _TOLERANCE_S:
+            first -= 1
+        start = max(stamps[first], earliest)
+        out.append((series.label(queries.NODE_LABEL), datetime.fromtimestamp(start, UTC)))
+    return tuple(sorted(out))
+
+
+def on_step(now: datetime, step_s: int) -> datetime:
+    """The last multiple of `step_s` (since the epoch) at or before `now`.
+
+    >>> on_step(datetime(2026, 9, 21, 5, 55, 46, tzinfo=UTC), 60).strftime("%H:%M:%S")
+    '05:55:00'
+    """
+    return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
+
+
+def check_join(view: PromView, nodes: Iterable[NodeInfo]) -> tuple[str, ...]:
+    """GPU nodes without any dcgm-exporter series (sorted); `JoinError` when no Xid series
+    names a Node at all (every fault would be silently not-in-api)."""
+    names = {n.name for n in nodes}
+    if view.xid_hosts and not any(_first(h, names) in names for h in view.xid_hosts):
+        example = "{" + ",".join(f'{k}="{v}"' for k, v in view.xid_hosts[0]) + "}"
+        raise JoinError(
+            f"no {queries.XID_METRIC} series names a Node (e.g. {example}, none of"
+            f" {len(names)} Nodes): set NODE_NAME in dcgm-exporter (env from fieldRef"
+            " spec.nodeName) or relabel the Node name into `node`; --dcgm-node-labels chooses"
+            " the label"
+        )
+    covered = {_first(h, names) for h in view.exporter_hosts}
+    return tuple(sorted(n.name for n in nodes if n.gpu_capacity > 0 and n.name not in covered))
+
+
+def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
+    """The fields of the one `dcgm-missing` WARN line: GPU nodes without dcgm-exporter series."""
+    shown = ",".join(missing[:COVERAGE_NAMES]) + (",…" if len(missing) > COVERAGE_NAMES else "")
+    return {
+        "missing": len(missing),
+        "nodes": shown,
+        "next": "GPU faults on these nodes go unseen: check dcgm-exporter and its scrape there",
+    }
+
+
+# ---- conversion ---------------------------------------------------------------------------
+
+
+class _Join:
+    """Chooses the label value that names the Node of one dcgm-exporter series."""
+
+    def __init__(self, labels: tuple[str, ...], names: frozenset[str]) -> None:
+        self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
+        self.names = names
+
+    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
+        return tuple((k, v) for k in self.labels if (v := sample.label(k)))
+
+    def node(self, sample: Sample) -> str:
+        return _first(self.hosts(sample), self.names)
+
+
+def _first(hosts: HostLabels, names: Collection[str]) -> str:
+    """The first value naming a known Node, else the first value (or "" when none)."""
+    values = [v for _, v in hosts]
+    return next((v for v in values if v in names), values[0] if values else "")
+
+
+def _unique(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
+    """One sample per (node, GPU, value): MIG instances and the two Xid sources repeat them."""
+    return tuple(sorted(set(samples), key=lambda g: (g.node, g.gpu.zfill(4), g.uuid, g.value)))
+
+
+def _gpu_pods(samples: Iterable[Sample]) -> tuple[GpuPod, ...]:
+    pods = (GpuPod(x.label("namespace"), x.label("pod"), x.label("node"), int(x.value))
+            for x in samples)  # fmt: skip
+    return tuple(sorted(pods, key=lambda p: (p.node, p.namespace, p.name)))
+
+
+def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
+    return tuple(sorted({h for h in (join.hosts(x) for x in samples) if h}))
+
+
+# ---- the checks at the boundary ---------------------------------------------------------
+
+# Kubernetes' IsDNS1123Subdomain; fullmatch, so a trailing newline is not a name either.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
+_PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_GPU_INDEX = re.compile(r"[0-9]{1,4}")
+_DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("²") fails
+_AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
+_DETAIL_MAX = 256
+_NAME_MAX = 253
+_SHOWN = 60  # characters of a refused value in the WARN line
+
+
+@functools.cache
+def xid_range() -> tuple[int, int]:
+    """The Xids the bundled catalogue knows: 1 up to its highest code."""
+    return 1, max(load_catalog())
+
+
+def is_node_name(text: str) -> bool:
+    """
+    >>> is_node_name("gpu-node-b"), is_node_name("gpu-node-b\\n"), is_node_name("a" * 254)
+    (True, False, False)
+    """
+    return len(text) <= _NAME_MAX and _SUBDOMAIN.fullmatch(text) is not None
+
+
+def xid_of(value: float) -> int | None:
+    """The Xid a gauge value or an `xid` label's number stands for; None when it is none.
+
+    >>> xid_of(79.0), xid_of(79.9), xid_of(-79.0), xid_of(0.0), xid_of(1e300)
+    (79, None, None, None, None)
+    """
+    low, high = xid_range()
+    if not value.is_integer() or not low <= value <= high:
+        return None
+    return int(value)
+
+
+def shown(value: str) -> str:
+    """A refused value for a log line: escaped (no line breaks), at most `_SHOWN` characters.
+
+    >>> shown("GPU-1\\nforged"), shown("x" * 300)[-17:]
+    ("'GPU-1\\\\nforged'", '…(300 characters)')
+    """
+    if len(value) <= _SHOWN:
+        return repr(value)
+    return f"{value[:_SHOWN]!r}…({len(value)} characters)"
+
+
+def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda value: pattern.fullmatch(value) is not None
+
+
+class _Intake:
+    """Checks each series of one cycle's answers; `problems` collects the refused ones."""
+
+    def __init__(self, join: _Join) -> None:
+        self.join = join
+        self.problems: list[PromUnreadable] = []
+
+    def refuse(self, node: str, query: str, label: str, value: str, why: str) -> None:
+        self.problems.append(PromUnreadable(node, query, label, value, why))
+
+    def node_of(self, labels: Sample | Series | BadSeries) -> str:
+        """The node a series belongs to, from its naming labels that are valid names only."""
+        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_node_name(v))
+        return _first(hosts, self.join.names)
+
+    def _named(self, query: str, item: Sample | Series) -> bool:
+        """Every naming label set on the series is a node name; else the series is refused."""
+        for key, value in self.join.hosts(item):
+            if not is_node_name(value):
+                why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
+                self.refuse(self.node_of(item), query, key, value, why)
+                return False
+        return True
+
+    def _bad(self, query: str, bad: Iterable[BadSeries]) -> None:
+        for b in bad:
+            node = self.node_of(b)
+            if not node:  # nothing to blame it on: a whole-answer fault
+                value = f" {b.value}" if b.value else ""
+                raise PromError(f"query {query}: {b.why}{value}; the series names no node")
+            why = "not a finite number" if b.value else b.why
+            self.refuse(node, query, b.what, b.value, why)
+
+    def samples(
+        self, query: str, good: Iterable[Sample], bad: Iterable[BadSeries]
+    ) -> tuple[Sample, ...]:
+        self._bad(query, bad)
+        return tuple(x for x in good if self._named(query, x))
+
+    def series(
+        self, query: str, good: Iterable[Series], bad: Iterable[BadSeries]
+    ) -> tuple[Series, ...]:
+        self._bad(query, bad)
+        return tuple(x for x in good if self._named(query, x))
+
+    def _check(
+        self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
+    ) -> bool:
+        """(label, valid?, what it must be) for each label; absent labels are not checked."""
+        for label, valid, must in checks:
+            value = x.label(label)
+            if value and not valid(value):
+                self.refuse(self.node_of(x), query, label, value, f"not {must}")
+                return False
+        return True
+
+    def gpus(
+        self, query: str, samples: Iterable[Sample], xid_value: bool = False, value_label: str = ""
+    ) -> tuple[GpuSample, ...]:
+        """dcgm-exporter series as GpuSamples; two series of one GPU that disagree are refused."""
+        uuid_form = "a GPU UUID (GPU-8-4-4-4-12 hex)"
+        checks = (
+            ("UUID", _matches(_GPU_UUID), uuid_form),
+            ("uuid", _matches(_GPU_UUID), uuid_form),
+            ("pci_bus_id", _matches(_PCI_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
+            ("gpu", _matches(_GPU_INDEX), "a GPU index"),
+        )
+        low, high = xid_range()
+        out: dict[tuple[str, ...], GpuSample] = {}
+        for s in samples:
+            if not self._check(query, s, checks):
+                continue
+            node = self.join.node(s)
+            value: int | None = int(s.value) if s.value.is_integer() else None
+            if value_label:
+                text = s.label(value_label)
+                value = xid_of(float(text)) if _DIGITS.fullmatch(text) else None
+                if value is None:
+                    self.refuse(node, query, value_label, text, f"not an Xid (an integer in"
+                                f" {low}..{high})")  # fmt: skip
+                    continue
+            elif xid_value:
+                value = xid_of(s.value)
+            if value is None:
+                self.refuse(node, query, "value", f"{s.value:g}",
+                            f"not an Xid (an integer in {low}..{high})" if xid_value
+                            else "not an integer")  # fmt: skip
+                continue
+            pci = s.label("pci_bus_id")
+            uuid = s.label("UUID") or s.label("uuid") or "unknown"
+            g = GpuSample(node, s.label("gpu"), uuid, normalize_pci(pci) if pci else "unknown",
+                          value)  # fmt: skip
+            key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
+            seen = out.get(key)
+            if seen is not None and seen.value != g.value:
+                self.refuse(node, query, "value", f"{seen.value} and {g.value}",
+                            f"two series of GPU {g.gpu} ({uuid}) disagree")  # fmt: skip
+                continue
+            out[key] = g
+        return tuple(out.values())
+
+    def pods(
+        self, query: str, samples: Iterable[Sample], selector: bool = False
+    ) -> tuple[Sample, ...]:
+        """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
+        checks: list[tuple[str, Callable[[str], bool], str]] = [
+            ("namespace", _matches(_DNS_LABEL), "a namespace name"),
+            ("pod", is_node_name, "a pod name (DNS-1123 subdomain)"),
+        ]
+        if selector:
+            checks.append((queries.SELECTOR_LABEL, lambda v: v in ("kube-proxy", "cni"),
+                           "kube-proxy or cni"))  # fmt: skip
+        out = []
+        for x in samples:
+            if not self._check(query, x, checks):
+                continue
+            if not selector and not (x.value.is_integer() and 0 < x.value <= 10**6):
+                self.refuse(self.node_of(x), query, "value", f"{x.value:g}",
+                            "not a number of GPUs")  # fmt: skip
+                continue
+            out.append(x)
+        return tuple(out)
+
+    def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
+        """The agent's status (a known word) and detail (one printable line: it reaches an
+        Event and the cordon's log line)."""
+        checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
+            ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
+            ("detail", lambda v: len(v) <= _DETAIL_MAX and v.isprintable(),
+             f"one printable line of at most {_DETAIL_MAX} characters"),
+        )  # fmt: skip
+        return tuple(x for x in samples if self._check(query, x, checks))
+
+    def selectors(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
+        """Per selector, a count: a wrong one names no node, so it aborts."""
+        for x in samples:
+            name = x.label(queries.SELECTOR_LABEL)
+            if name not in ("kube-proxy", "cni") or not x.value.is_integer():
+                raise PromError(f"query {query}: series {name!r} = {x.value:g} is not a count")
+        return tuple(samples)

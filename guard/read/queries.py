@@ -1,0 +1,542 @@
+"""Every PromQL string the guard runs, and the building blocks the alert rules share with it.
+
+Tests in tests/prometheus evaluate these exact strings against real engines (Prometheus 2 and
+3, VictoriaMetrics, Thanos Query), so a change here is a change to what the guard decides. The
+alert expressions live in `guard.generate.alert_queries`, built from the same blocks (metric names,
+the host-label join, the hardware-Xid filter, GPU loss, "not cordoned"), so alerts and guard agree
+on what a fault is.
+
+Inputs:
+  * dcgm-exporter ``DCGM_FI_DEV_XID_ERRORS`` — a gauge holding the *last* Xid of each GPU
+    (0 = none) — and, where enabled, ``DCGM_EXP_XID_ERRORS_COUNT`` (per GPU and ``xid``).
+    Its host label is ``Hostname``; newer exporters say ``hostname``.
+  * kube-state-metrics ``kube_node_status_capacity`` / ``_allocatable`` with
+    ``resource="nvidia_com_gpu"`` and ``kube_node_spec_unschedulable``, keyed by ``node``;
+    ``kube_pod_container_resource_requests`` and ``kube_pod_status_phase`` for GPU pods;
+    ``kube_pod_info`` and ``kube_pod_status_ready`` for the kube-proxy and CNI pods of a node.
+  * the guard's node agent (docs/agent.md): ``gpu_node_guard_agent_check_ok`` and
+    ``_check_info`` of the ``nvidia-match`` check, keyed by ``node``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from guard.metric_names import AGENT_CHECK_INFO, AGENT_CHECK_OK, NVIDIA_MATCH
+from guard.settings import Settings
+from guard.xid_tables import bundled_classes
+
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
+CAPACITY_METRIC = 'kube_node_status_capacity{resource="nvidia_com_gpu"}'
+ALLOCATABLE_METRIC = 'kube_node_status_allocatable{resource="nvidia_com_gpu"}'
+UNSCHEDULABLE_METRIC = "kube_node_spec_unschedulable"
+ROW_REMAP_METRICS = ("DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE")
+# A GPU that never logged an Xid may lack the Xid gauge; every GPU exports its temperature.
+EXPORTER_METRICS = '{__name__=~"DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_XID_ERRORS"}'
+POD_REQUESTS_METRIC = 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}'
+POD_PHASE_METRIC = "kube_pod_status_phase"
+NODE_LABEL = "node"
+HOST_LABELS = ("Hostname", "hostname")
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """Label matchers every series of one exporter must carry (`Settings.dcgm_selector`,
+    `ksm_selector`): another job exporting the same metric names is not read. Empty: any."""
+
+    dcgm_matchers: str = ""
+    ksm_matchers: str = ""
+
+    @classmethod
+    def of(cls, s: Settings) -> Pins:
+        return cls(s.dcgm_selector.strip(), s.ksm_selector.strip())
+
+    def dcgm(self, metric: str) -> str:
+        return pin(metric, self.dcgm_matchers)
+
+    def ksm(self, metric: str) -> str:
+        return pin(metric, self.ksm_matchers)
+
+
+NO_PINS = Pins()
+
+
+def pin(metric: str, matchers: str) -> str:
+    """A metric selector with more matchers.
+
+    >>> pin("kube_node_spec_unschedulable", 'job="kube-state-metrics"')
+    'kube_node_spec_unschedulable{job="kube-state-metrics"}'
+    >>> pin('kube_node_status_capacity{resource="nvidia_com_gpu"}', 'job="ksm"')
+    'kube_node_status_capacity{resource="nvidia_com_gpu", job="ksm"}'
+    >>> pin("up", "")
+    'up'
+    """
+    if not matchers:
+        return metric
+    if metric.endswith("}"):
+        return f"{metric[:-1]}, {matchers}}}"
+    return f"{metric}{{{matchers}}}"
+
+
+# How far back the loss history looks: three default hold windows (longer when the hold window
+# needs it, `loss_lookback_s`); loss older than that orders candidates by name.
+HELD_LOOKBACK_S = 1800
+
+
+def with_node_label(metric: str) -> str:
+    """Copy dcgm-exporter's host label (either spelling) into ``node`` to join kube-state-metrics.
+
+    label_replace leaves the series unchanged when the source label is absent or empty,
+    so the two calls cover both exporter generations.
+    """
+    expr = metric
+    for label in HOST_LABELS:
+        expr = f'label_replace({expr}, "{NODE_LABEL}", "$1", "{label}", "(.+)")'
+    return expr
+
+
+def hardware_xid(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
+    """Per-GPU series whose last Xid is set and is not caused by user code; value = Xid.
+
+    Filter first, relabel after: comparisons keep every label, and relabelling only the few
+    faulted GPUs instead of all of them is ~3× cheaper at 5,000 nodes. (Alerts; the guard joins
+    its own answers to Nodes in `guard.read.prom_view`.)
+    """
+    return with_node_label(hardware_xid_now(user_code_xids, pins))
+
+
+def gpu_loss(pins: Pins = NO_PINS) -> str:
+    """Per-node number of GPUs the node advertises but cannot allocate.
+
+    Only GPU counts count: a negative or fractional capacity or allocatable (an exporter gone
+    wrong) is no loss, so it cannot make its node a candidate ahead of a really faulted one.
+    """
+    return (
+        f"(max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
+        f" - max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(ALLOCATABLE_METRIC))}))"
+    )
+
+
+def dra_loss_xids(s: Settings) -> tuple[int, ...]:
+    """The Xids that stand for GPU loss on a node without an ``nvidia.com/gpu`` resource: the
+    isolating classes of the bundled table (guard/data/xid-classes.tsv: power-cycle, rma), never
+    a reset-class or user-code one (a transient fault a reset clears must not taint)."""
+    skip = set(s.reset_class_xids) | set(s.user_code_xids)
+    return tuple(code for code in bundled_classes().isolating() if code not in skip)
+
+
+def dra_loss(
+    codes: Iterable[int], labels: Iterable[str], pins: Pins = NO_PINS, xid: str = ""
+) -> str:
+    """Per node that kube-state-metrics lists no ``nvidia.com/gpu`` capacity for (its GPUs are
+    published by the DRA driver only), the number of GPUs whose last Xid is one of `codes`.
+
+    A DRA node advertises no device-plugin resource, so capacity minus allocatable never shows
+    its loss; dcgm-exporter's gauge keeps the last Xid until the GPU is reset, so a hardware Xid
+    held over the hold window is the loss there. `xid`: the gauge's selector (narrowed to one
+    node by `hold_queries`). Empty when `codes` is.
+    """
+    gauge = xid or pins.dcgm(XID_METRIC)
+    hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
+    if not hard:
+        return ""
+    return (
+        f"(count by ({NODE_LABEL}) ({first_host(f'({hard})', labels)})"
+        f" unless on ({NODE_LABEL}) {pins.ksm(CAPACITY_METRIC)}"
+        # only Nodes kube-state-metrics lists: a GPU none of `labels` names is no node's loss
+        f" and on ({NODE_LABEL}) {pins.ksm(UNSCHEDULABLE_METRIC)})"
+    )
+
+
+def guard_loss(s: Settings, pins: Pins, xid: str = "") -> str:
+    """The guard's GPU loss per node: `gpu_loss`, and `dra_loss` on nodes without the resource."""
+    labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    dra = dra_loss(dra_loss_xids(s), labels, pins, xid)
+    return f"({gpu_loss(pins)} or {dra})" if dra else gpu_loss(pins)
+
+
+def _gpu_count(selector: str) -> str:
+    """The series of `selector` whose value is a whole number of GPUs (NaN is not one)."""
+    return f"(({selector} >= 0) == floor({selector}))"
+
+
+def not_cordoned(pins: Pins = NO_PINS) -> str:
+    return f"(max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) == 0)"
+
+
+# ---- The guard's own queries ---------------------------------------------------------------
+#
+# They return dcgm-exporter's own labels: which label names the Node (`node`, `Hostname`,
+# `hostname` or a configured one) is decided in `guard.read.prom_view` against the API's Node names,
+# so a relabelled `node` that names a Node is kept and a pod-name `Hostname` is caught loudly.
+# The hold window is decided there too, from the loss history, the same way on every engine.
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One request of a cycle: `kind` is the result type the answer must have."""
+
+    name: str
+    promql: str
+    kind: Literal["vector", "matrix"] = "vector"
+    required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
+    # Evaluated at the last multiple of the step at or before now, so that every engine steps
+    # on the same grid: Prometheus aligns subquery steps to the epoch, VictoriaMetrics to the
+    # evaluation time (docs/engines.md).
+    on_step: bool = False
+
+
+def user_code_filter(user_code_xids: Iterable[int]) -> str:
+    """
+    >>> user_code_filter((43, 13))
+    ' != 13 != 43'
+    """
+    return "".join(f" != {code}" for code in sorted(set(user_code_xids)))
+
+
+def hardware_xid_now(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
+    """Per-GPU series whose last Xid is set and not caused by user code; value = the Xid."""
+    return f"{pins.dcgm(XID_METRIC)} > 0{user_code_filter(user_code_xids)}"
+
+
+def hardware_xid_counted(
+    user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
+) -> str:
+    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`).
+
+    The gauge keeps only the *last* Xid, so a user-code Xid after a hardware one hides it
+    (NVIDIA/DCGM#235); the windowed counter keeps each code apart. It counts a 5-minute window
+    and falls back to 0, so the lookback (longer than any hold) keeps the Xid that began the loss.
+    Absent (empty answer) unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``.
+    """
+    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
+    counted = pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
+    return f"max_over_time({counted}[{lookback_s}s]) > 0"
+
+
+def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
+    """GPUs whose row remapping is pending or failed (ECC models only; absent elsewhere)."""
+    return " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)
+
+
+def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
+    """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
+
+    Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
+    value was 0 or there was no data; `guard.read.prom_view.loss_since` turns that into the start of
+    the loss that is still going on. Every step's value is the latest scrape at or before it, so
+    a loss first seen at a step was scraped no later than that step.
+    """
+    return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
+
+
+def cordoned_nodes(pins: Pins = NO_PINS) -> str:
+    """Nodes kube-state-metrics reports unschedulable (candidates exclude them: the API agrees
+    once Prometheus catches up, and a person's cordon is not the guard's business)."""
+    return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
+
+
+def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
+    """Running pods requesting GPUs on unschedulable nodes (the return check's only concern),
+    outside the guard's jobs namespace; value = GPUs requested. One series per pod.
+
+    Requests, not limits: Kubernetes requires them equal for extended resources. `max by`
+    first collapses duplicate kube-state-metrics replicas, then `sum` adds up the containers.
+    """
+    requests = pins.ksm(f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}')
+    per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
+    phase = pins.ksm(f'{POD_PHASE_METRIC}{{phase="Running"}}')
+    running = f"({phase} == 1)"
+    return (
+        f"sum by (namespace, pod, uid, node) ({per_container}) > 0"
+        f" and on (namespace, pod, uid) {running}"
+        f" and on ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
+    )
+
+
+def host_labels(metric: str, labels: Iterable[str]) -> str:
+    """One series per distinct set of node-naming labels of `metric` (≈ one per exporter)."""
+    by = ", ".join(dict.fromkeys((NODE_LABEL, *labels)))
+    return f"count by ({by}) ({metric})"
+
+
+def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
+    """A broken scrape must not look like a healthy cluster: each input must have at least one
+    series (of the pinned exporter, where one is pinned)."""
+    return (
+        ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
+        ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
+        ("kube_node_status_capacity{resource=nvidia_com_gpu}",
+         f"count({pins.ksm(CAPACITY_METRIC)})"),
+        ("kube_pod_status_phase", f"count({pins.ksm(POD_PHASE_METRIC)})"),
+    )  # fmt: skip
+
+
+REQUIRED_INPUTS = required_inputs()
+
+
+def selector_hint(metric: str, s: Settings) -> str:
+    """The pin an input must match, for the line saying it has no series.
+
+    >>> print(selector_hint("kube_pod_status_phase", Settings(ksm_selector='job="ksm"')))
+     matching --ksm-selector job="ksm"
+    """
+    dcgm = metric.startswith("DCGM_")
+    chosen = s.dcgm_selector if dcgm else s.ksm_selector
+    flag = "--dcgm-selector" if dcgm else "--ksm-selector"
+    return f" matching {flag} {chosen.strip()}" if chosen.strip() else ""
+
+
+def required_input_name(metric: str) -> str:
+    return f"input-{metric.split('{')[0]}"
+
+
+def loss_lookback_s(s: Settings) -> int:
+    """The loss history's range: `HELD_LOOKBACK_S`, or longer when the hold window needs it."""
+    return max(HELD_LOOKBACK_S, s.hold_window_s + 2 * s.query_step_s)
+
+
+def guard_queries(s: Settings) -> tuple[Query, ...]:
+    """Every request of one cycle, in the order `guard.read.prom_view.read_prom` sends them."""
+    codes, labels, lookback = s.user_code_xids, s.dcgm_node_label_names, loss_lookback_s(s)
+    pins = Pins.of(s)
+    inputs = required_inputs(pins)
+    counted = hardware_xid_counted(codes, lookback, pins)
+    pod_labels = ("namespace", "pod", NODE_LABEL)
+    return (
+        *(Query(required_input_name(metric), promql) for metric, promql in inputs),
+        Query("hardware-xid", hardware_xid_now(codes, pins)),
+        Query("hardware-xid-counted", counted, required=("xid",)),
+        Query("row-remap", row_remap_nonzero(pins)),
+        Query(
+            "loss-history",
+            loss_history(lookback, s.query_step_s, guard_loss(s, pins)),
+            "matrix",
+            (NODE_LABEL,),
+            on_step=True,
+        ),
+        Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
+        Query("gpu-pods", gpu_pods(s.jobs_namespace, pins), required=pod_labels),
+        Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
+        Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
+        *signal_queries(s),
+    )
+
+
+# ---- The in-run watch (guard/watch.py) ------------------------------------------------------
+#
+# After its cycle, `run` keeps watching: one cheap query per interval names the nodes with a
+# hardware Xid and GPU loss now, not cordoned; a node's decision re-reads only that node's facts
+# with the cycle's own queries narrowed to it (same names, so `guard.read.prom_view` reads them
+# alike).
+
+WATCH_POLL = "watch-faults"
+HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cordoned")
+
+
+def watch_poll(s: Settings) -> Query:
+    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
+    series per node. Each Xid series joins kube-state-metrics by the first of its naming labels
+    that is set (its own ``node``, a scrape relabel, then `Settings.dcgm_node_label_names`), as
+    the cycle's read prefers them; the gauge is read once (it is the poll's whole cost)."""
+    codes, pins = s.user_code_xids, Pins.of(s)
+    sources = (hardware_xid_now(codes, pins),
+               hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
+    xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
+    promql = (
+        f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({guard_loss(s, pins)} > 0)"
+        f" and on ({NODE_LABEL}) {not_cordoned(pins)})"
+    )
+    return Query(WATCH_POLL, promql, required=(NODE_LABEL,))
+
+
+def first_host(expr: str, labels: Iterable[str]) -> str:
+    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set.
+
+    >>> joined = 'label_replace(label_join(x, "guard_host", ";", "node", "Hostname"), "node"'
+    >>> first_host("x", ("Hostname",)).startswith(joined)
+    True
+    """
+    names = ", ".join(f'"{label}"' for label in dict.fromkeys((NODE_LABEL, *labels)))
+    joined = f'label_join({expr}, "guard_host", ";", {names})'
+    return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
+
+
+def _one_node(metric: str, labels: Iterable[str], node: str) -> str:
+    """`metric` on one node, whichever of its naming labels names it (`node` is a validated
+    DNS-1123 name: nothing in it needs escaping)."""
+    return " or ".join(pin(metric, _is(label, node)) for label in labels)
+
+
+def _is(label: str, value: str) -> str:
+    return f'{label}="{value}"'
+
+
+def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
+    """The queries of `HOLD_QUERY_NAMES` (the cycle's, see `guard_queries`) narrowed to `node`:
+    its Xids, its loss history, its cordon in kube-state-metrics."""
+    codes, lookback = s.user_code_xids, loss_lookback_s(s)
+    base = Pins.of(s)
+    dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    dcgm = pin(XID_METRIC, base.dcgm_matchers)
+    counted = pin(f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
+                  base.dcgm_matchers)  # fmt: skip
+    ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, node)}".lstrip(", "))
+    gauge = f"({_one_node(dcgm, dcgm_labels, node)}) > 0{user_code_filter(codes)}"
+    counted_now = " or ".join(
+        f"max_over_time({pin(counted, _is(label, node))}[{lookback}s]) > 0" for label in dcgm_labels
+    )
+    return (
+        Query("hardware-xid", gauge),
+        Query("hardware-xid-counted", counted_now, required=("xid",)),
+        Query("loss-history", loss_history(lookback, s.query_step_s,
+                                           guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, node))),
+              "matrix",
+              (NODE_LABEL,), on_step=True),
+        Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
+    )  # fmt: skip
+
+
+# ---- Node signals: the agent's nvidia-match and the node's service network ---------------
+#
+# Absence is never a verdict here: a node without agent series is neither mismatched nor fine
+# (the return of an `nvml-mismatch` cordon needs the agent to say PASS), and a selector that
+# matches no pod in the whole cluster does not apply (Cilium without kube-proxy).
+
+POD_INFO_METRIC = "kube_pod_info"
+POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
+SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
+
+
+def nvml_mismatch(node: str = "") -> str:
+    """Per node (or only `node`), 1 while every agent series of the node says nvidia-match
+    failed (`check_ok` 0).
+
+    Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
+    scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
+    """
+    one = f", {_is(NODE_LABEL, node)}" if node else ""
+    return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
+
+
+def mismatch_queries(s: Settings, node: str) -> tuple[Query, ...]:
+    """The cycle's nvidia-match history and status narrowed to `node`: the in-run watch's reads
+    for a mismatch hold that completes while it is up (the node agent names its node)."""
+    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, node)
+    info = (f'max by ({NODE_LABEL}, status, detail) '
+            f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, node)}}})')  # fmt: skip
+    return (
+        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
+        Query("nvml-status", info, required=(NODE_LABEL, "status")),
+    )
+
+
+def nvml_mismatch_history(lookback_s: int, step_s: int, node: str = "") -> str:
+    """Per node, the steps of the lookback at which the mismatch was observed (a matrix).
+
+    The hold is decided from it in `guard.read.prom_view` exactly as for GPU loss (`loss_since`): a
+    step without a failing sample — passed, SKIP, UNKNOWN, no agent — breaks the run. Never
+    `min_over_time` of a subquery, which skips the steps without data and so would count a
+    failure seen before and after a gap as held across it.
+    """
+    return f"({nvml_mismatch(node)})[{lookback_s}s:{step_s}s]"
+
+
+def nvml_status(pins: Pins = NO_PINS) -> str:
+    """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable
+    (the isolation check's message, the return check's "the agent says PASS again")."""
+    info = f'max by ({NODE_LABEL}, status, detail) ({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
+    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
+
+
+def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
+    """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
+    by pod name (RKE2's static pod, kubeadm's DaemonSet), the CNI by its DaemonSet (any
+    namespace by default). The return condition reads these; `NodeServiceNetworkDown` selects the
+    same pods from the same settings, in a form the alerts component substitutes into
+    (alert_queries.alert_service_network_down).
+
+    >>> service_network_selectors(Settings())[0]
+    ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
+    """
+    out = []
+    if s.service_network_kube_proxy_pods:
+        pods = f'pod=~"{s.service_network_kube_proxy_pods}"'
+        out.append(("kube-proxy", _in_namespace(s.service_network_kube_proxy_namespace, pods)))
+    if s.service_network_cni_daemonsets:
+        names = s.service_network_cni_daemonsets
+        owner = f'created_by_kind="DaemonSet", created_by_name=~"{names}"'
+        out.append(("cni", _in_namespace(s.service_network_cni_namespace, owner)))
+    return tuple(out)
+
+
+def _in_namespace(namespace: str, matchers: str) -> str:
+    return f'namespace="{namespace}", {matchers}' if namespace else matchers
+
+
+def _service_network_selected(s: Settings) -> str:
+    """Every selected pod with its node, labelled with the selector that picked it."""
+    pins = Pins.of(s)
+    parts = (
+        f'label_replace({pins.ksm(f"{POD_INFO_METRIC}{{{matchers}}}")}, "{SELECTOR_LABEL}",'
+        f' "{name}", "", "")'
+        for name, matchers in service_network_selectors(s)
+    )
+    return f"max by (namespace, pod, {NODE_LABEL}, {SELECTOR_LABEL}) ({' or '.join(parts)})"
+
+
+def service_network_pods(s: Settings) -> str:
+    """The selected pods on unschedulable nodes; value = Ready (1) or not (0). One per pod."""
+    pins = Pins.of(s)
+    ready = f"max by (namespace, pod) ({pins.ksm(POD_READY_METRIC)})"
+    return (
+        f"{_service_network_selected(s)} * on (namespace, pod) group_left () {ready}"
+        f" and on ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
+    )
+
+
+def service_network_seen(s: Settings) -> str:
+    """Per selector, the pods it selects in the whole cluster (absent: it does not apply)."""
+    return f"count by ({SELECTOR_LABEL}) ({_service_network_selected(s)})"
+
+
+def nvml_lookback_s(s: Settings) -> int:
+    """The mismatch history's range: `HELD_LOOKBACK_S`, or longer when its hold needs it."""
+    return max(HELD_LOOKBACK_S, s.nvml_hold_s + 2 * s.query_step_s)
+
+
+def signal_queries(s: Settings) -> tuple[Query, ...]:
+    pods = ("namespace", "pod", NODE_LABEL, SELECTOR_LABEL)
+    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s)
+    return (
+        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
+        Query("nvml-status", nvml_status(Pins.of(s)), required=(NODE_LABEL, "status")),
+        Query("service-network-pods", service_network_pods(s), required=pods),
+        Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
+    )
+
+
+def duration(seconds: int) -> str:
+    """A PromQL / rule-file duration.
+
+    >>> duration(86400), duration(600), duration(90)
+    ('24h', '10m', '90s')
+    """
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def ksm_label(kind: str, key: str) -> str:
+    """The label kube-state-metrics makes of an allowlisted Kubernetes label or annotation key.
+
+    >>> ksm_label("annotation", "gpu-node-guard.io/auto-cordon-reason")
+    'annotation_gpu_node_guard_io_auto_cordon_reason'
+    """
+    sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", key)
+    return f"{kind}_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()
