@@ -7,7 +7,7 @@ Phases are p ≡ 164 (mod step) — 164 s is the 21 September incident itself (X
 starts exactly on the tick: each slot is also replayed with the guard starting `delay` seconds
 after every tick (`DELAYS_S`: 0 and seconds 1–59 past the minute), and the lag is measured to
 that start. The Job itself starts at the tick (`--job-name` carries its schedule, as the
-CronJob's Job name does), so a late pod's watch still ends 210 s after the tick: the
+CronJob's Job name does), so a late pod's watch still ends 240 s after the tick: the
 `activeDeadlineSeconds` counts from the Job's start. The hold may never be shorter than the
 setting: the minimum lag must be ≥ the hold.
 

@@ -105,7 +105,7 @@ def isolation(summaries: Sequence[CaseSummary], step_s: int, watch: bool = False
             row.append(f"{duration(on_tick[0] if on_tick else None)} / {span}")
         per_phase.append(row)
     out += table(["phase", *(s.case.title for s in summaries)], per_phase)
-    # The pod's start after its Job's schedule moves the worst case: the watch ends 210 s after
+    # The pod's start after its Job's schedule moves the worst case: the watch ends 240 s after
     # the schedule, the next run decides at its own start.
     per_delay = []
     for delay in delays:

@@ -29,7 +29,7 @@ MAX_DURATION_S = 86_400
 KUBECONFIG_HELP = (
     "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
 )
-CRONJOB_DEADLINE_S = 240  # activeDeadlineSeconds of manifests/base/cronjob.yaml
+CRONJOB_DEADLINE_S = 270  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 # The in-run watch ends this long before the CronJob's deadline: the last decision's reads and
 # writes and the Lease's release fit in it (guard/watch.py). Not longer: a pod that starts a
 # minute late must still watch past the next scrape step of a fault at the tick's end.
@@ -235,7 +235,8 @@ class Settings:
     cycle_deadline_s: int = _opt(
         200,
         "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
-        "seconds after the cycle started; below the CronJob's activeDeadlineSeconds (240)",
+        f"seconds after the cycle started; below the CronJob's activeDeadlineSeconds "
+        f"({CRONJOB_DEADLINE_S})",
     )
     api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
     api_page_size: int = _opt(
@@ -247,7 +248,7 @@ class Settings:
     watch_until_s: int = _opt(
         CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
         "After its cycle, the run watches pending holds until this many seconds after it started "
-        "(the CronJob's activeDeadlineSeconds 240 less 30)",
+        f"(the CronJob's activeDeadlineSeconds {CRONJOB_DEADLINE_S} less {WATCH_MARGIN_S})",
     )
     scrape_interval_s: int = _opt(
         15,

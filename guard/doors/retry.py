@@ -1,6 +1,6 @@
 """One retry budget per cycle: full-jitter exponential backoff that never sleeps past the deadline.
 
-The CronJob's pod is killed at ``activeDeadlineSeconds`` (240 s), so every retry of a transient API
+The CronJob's pod is killed at ``activeDeadlineSeconds`` (270 s), so every retry of a transient API
 error or a write conflict shares one deadline (`Settings.cycle_deadline_s` after the cycle
 started) instead of counting tries per request. Full jitter spreads concurrent writers apart
 (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).

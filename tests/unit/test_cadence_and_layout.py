@@ -52,6 +52,9 @@ def test_the_schedule_the_deadline_and_the_cycle_deadline_are_one_fact() -> None
     deadline = spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
     assert s.cadence_s == cadence_s  # the plan's "within two cycles" counts in schedules
     assert deadline == CRONJOB_DEADLINE_S < cadence_s  # a cycle ends before the next one starts
+    # a run killed at the deadline is gone before the next tick: Forbid never skips a slot for it
+    grace = spec["jobTemplate"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert deadline + grace < cadence_s
     assert spec["concurrencyPolicy"] == "Forbid"
     assert spec["startingDeadlineSeconds"] + deadline <= cadence_s + deadline  # skipped, not piled
     # The cycle stops retrying with room left for its last write and its push.

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
+from guard.settings import CRONJOB_DEADLINE_S
 
 BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
 
@@ -156,8 +157,8 @@ def test_bad_input_is_one_line(args, env, code, message):
                      "must be in [0, 1]", id="fraction-nan"),
         pytest.param({"GUARD_LOADTEST_MIN_RATIO": "inf"}, "--loadtest-min-ratio",
                      "must be in (0, 1]", id="ratio-inf"),
-        pytest.param({"GUARD_CYCLE_DEADLINE_S": "231"}, "--cycle-deadline-s",
-                     "must be in 1..230", id="deadline-past-the-cronjob"),
+        pytest.param({"GUARD_CYCLE_DEADLINE_S": str(CRONJOB_DEADLINE_S - 9)}, "--cycle-deadline-s",
+                     f"must be in 1..{CRONJOB_DEADLINE_S - 10}", id="deadline-past-the-cronjob"),
         pytest.param({"GUARD_API_TIMEOUT_S": "nan"}, "--api-timeout-s", "must be in (0, 60]",
                      id="api-timeout-nan"),
         pytest.param({"GUARD_API_PAGE_SIZE": "10"}, "--api-page-size", "must be in 100..5000",

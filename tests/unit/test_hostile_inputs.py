@@ -743,13 +743,14 @@ def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> 
     assert "X-Scope-OrgID=team-a" in out.stderr or out.code == 2
 
 
-@pytest.mark.parametrize("timeout", ["240", "300", "600"])
+@pytest.mark.parametrize("timeout", [str(CRONJOB_DEADLINE_S), "300", "600"])
 def test_the_prometheus_timeout_stays_below_the_cronjob_deadline(timeout: str) -> None:
     code, _, err = _settings({}, "--prometheus-timeout-s", timeout)
-    assert code == 2 and "must be below the CronJob's activeDeadlineSeconds (240)" in err
+    expected = f"must be below the CronJob's activeDeadlineSeconds ({CRONJOB_DEADLINE_S})"
+    assert code == 2 and expected in err
 
 
-@pytest.mark.parametrize("timeout", ["0.5", "239"])
+@pytest.mark.parametrize("timeout", ["0.5", str(CRONJOB_DEADLINE_S - 1)])
 def test_a_prometheus_timeout_below_the_cronjob_deadline_is_taken(timeout: str) -> None:
     code, s, err = _settings({}, "--prometheus-timeout-s", timeout)
     assert code == 0 and s is not None and s.prometheus_timeout_s == float(timeout), err
@@ -767,7 +768,8 @@ def test_the_cronjob_deadline_matches_the_manifest() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--watch-until-s", "211"), ("--scrape-interval-s", "4"), ("--lease-duration-s", "241"),
+    [("--watch-until-s", str(CRONJOB_DEADLINE_S - WATCH_MARGIN_S + 1)),
+     ("--scrape-interval-s", "4"), ("--lease-duration-s", str(CRONJOB_DEADLINE_S + 1)),
      ("--lease-duration-s", "29")],
 )  # fmt: skip
 def test_a_watch_past_the_cronjob_deadline_is_refused(flag: str, value: str) -> None:

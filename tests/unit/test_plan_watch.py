@@ -52,7 +52,7 @@ def test_dues_are_each_nodes_first_hold_by_time():
 
 @pytest.mark.parametrize("delay", [0, 17, 59, 299])
 def test_the_watch_ends_after_the_jobs_schedule_never_past_its_deadline(delay: int) -> None:
-    """A pod that started `delay` s after its Job's schedule watches until 210 s after the
+    """A pod that started `delay` s after its Job's schedule watches until 240 s after the
     schedule: the CronJob's activeDeadlineSeconds counts from the Job's start, never earlier."""
     tick = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)
     s = settings(job_name=f"gpu-node-guard-{int(tick.timestamp()) // 60}")
