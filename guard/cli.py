@@ -318,7 +318,7 @@ def _cycle_and_watch(
             kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {n.name for n in objs.nodes}
-    view = read_prom(prom, s, now, names)
+    view = read_prom(prom, s, now, names, dra_gpus=objs.dra_gpus())
     snap = trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
     if missing:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guard import metric_names
+from guard.actions import TYPE_WORDS, TaintDevice
 from guard.generate.policies import params
 from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
 from guard.names import COMPONENT_LABEL, Annotations
@@ -34,6 +35,7 @@ from guard.read.queries import (
     not_cordoned,
     with_node_label,
 )
+from guard.runbook import Section
 from guard.settings import INTERNAL_UPSTREAMS as INTERNAL_UPSTREAMS
 from guard.settings import Settings
 from guard.wire import parse_allowed_dns
@@ -160,6 +162,38 @@ def alert_cordoned_too_long(p: AlertParams) -> str:
         f"max by (node) ({m}) == 1\n"
         f"and on (node) max by (node) ({m} offset {w}) == 1\n"
         f"and on (node) min by (node) (min_over_time({m}[{w}])) == 1"
+    )
+
+
+# ── Device taints (DRA nodes): from the guard's pushes, which name no node ─────────────────────
+# The node states of a device the guard isolated with its DeviceTaintRule (docs/metrics.md).
+DEVICE_STATES = (Section.DEVICE_TAINTED.value, Section.DEVICE_REPEAT_FAULT.value)
+
+
+def alert_device_tainted_too_long(p: AlertParams) -> str:
+    """Per node state of `DEVICE_STATES`: at least that many nodes in it now, `cordon_max_s`
+    ago and at every pushed sample since (the range form of `alert_cordoned_too_long`; `max
+    by` first collapses the Pushgateway's `instance`)."""
+    w, by = duration(p.cordon_max_s), f"{metric_names.GROUPING_LABEL}, state"
+    states = "|".join(DEVICE_STATES)
+    sel = f'{metric_names.NODES.name}{{state=~"{states}"}}'
+    return (
+        f"min by ({by}) (min_over_time({sel}[{w}])) >= 1\n"
+        f"and on ({by}) max by ({by}) ({sel} offset {w}) >= 1"
+    )
+
+
+def alert_guard_device_tainted(p: AlertParams) -> str:
+    """A run within the notify window applied a `taint-device` write (the pushed action
+    counts), while the guard's runs go on (its pushed run time changed within the window): the
+    Pushgateway serves a stopped guard's last push for ever, and GPUNodeGuardNotRunning speaks
+    for that one. No absolute time: the pushed value is only compared with itself."""
+    g, w = metric_names.GROUPING_LABEL, duration(p.notify_window_s)
+    taint = TYPE_WORDS[TaintDevice]
+    sel = f'{metric_names.LAST_RUN_ACTIONS.name}{{type="{taint}", outcome="applied"}}'
+    return (
+        f"max by ({g}) (max_over_time({sel}[{w}])) > 0\n"
+        f"and on ({g}) max by ({g}) (changes({metric_names.LAST_RUN.name}[{w}])) > 0"
     )
 
 

@@ -132,7 +132,22 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             " holds it, none means a manual cordon (smoke test, experiment). Finish the repair so"
             " the guard's load test returns it, uncordon it, or write down why it stays out.",
         ),
+        Rule(
+            "GPUDeviceTaintedTooLong",
+            alert_queries.alert_device_tainted_too_long(p),
+            "warning",
+            f"{{{{ $value }}}} node(s) with a GPU in state {{{{ $labels.state }}}} (its"
+            f" DeviceTaintRule) for more than {dur(p.cordon_max_s)}",
+            f"The pushed node states name no node: `{_TAINT_RULES}` lists the guard's rules,"
+            " `gpu-node-guard status` their nodes. device-tainted: the GPU waits for its reset or"
+            " the node's reboot, then the guard's load test of that device deletes the rule;"
+            " device-repeat-fault: the card reached the repeat-fault limit and the guard does not"
+            " return it. Repair the card, request an RMA, or write down why it stays out.",
+        ),
     )
+
+
+_TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-guard"
 
 
 def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
@@ -203,6 +218,20 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             f" (power cycle; after a reset-class Xid a GPU reset and {names.reset_done}) and a load"
             " test passed. Nothing to do unless a page follows; to keep the node out after the"
             f" repair, set {names.hold}.",
+            p.notify_for_s,
+            p.notify_labels,
+        ),
+        Rule(
+            "GPUNodeGuardDeviceTainted",
+            alert_queries.alert_guard_device_tainted(p),
+            "info",
+            "gpu-node-guard ({{ $labels.namespace }}) tainted a GPU device (DeviceTaintRule)"
+            f" within the last {dur(p.notify_window_s)}",
+            "The guard isolated one GPU, not its node: its DeviceTaintRule (NoSchedule) keeps new"
+            " claims off that device, the node's other GPUs keep serving, running pods keep"
+            f" running. `{_TAINT_RULES}` names the device, `gpu-node-guard status` the node. The"
+            " guard deletes the rule by itself once the GPU was reset (or the node rebooted) and"
+            " its load test passed. Nothing to do unless a page follows.",
             p.notify_for_s,
             p.notify_labels,
         ),

@@ -59,6 +59,11 @@ class ClusterObjects:
     resource_slices: tuple[dict[str, Any], ...] = ()
     taint_rules: tuple[dict[str, Any], ...] = ()
 
+    def dra_gpus(self) -> bool:
+        """Whether the DRA driver publishes any GPU (`read_prom` then needs no device-plugin
+        capacity series)."""
+        return bool(objects.devices(self.resource_slices))
+
 
 # ---- Cluster objects ------------------------------------------------------------------------
 

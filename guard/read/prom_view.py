@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -69,10 +69,12 @@ def read_prom(
     now: datetime,
     node_names: Collection[str] = (),
     sent: tuple[queries.Query, ...] = (),
+    dra_gpus: bool = False,
 ) -> PromView:
     """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
-    facts of the others stay empty); missing inputs or a bad answer raise `PromError`, a bad
-    series drops its node (`PromView.unreadable`)."""
+    facts of the others stay empty); missing inputs (`missing_input`; `dra_gpus`: the DRA driver
+    publishes GPUs in the cluster) or a bad answer raise `PromError`, a bad series drops its node
+    (`PromView.unreadable`)."""
     join = _Join(s.dcgm_node_label_names, frozenset(node_names))
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
@@ -88,12 +90,20 @@ def read_prom(
         else:
             answer = client.vector_checked(q.name, q.promql, at, q.required)
             vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
-    for metric, _ in queries.REQUIRED_INPUTS if not sent else ():
-        found = vectors[queries.required_input_name(metric)]
-        if not found or found[0].value < 1:
+    if not sent:
+        counts = {
+            m: _count(vectors[queries.required_input_name(m)]) for m, _ in queries.REQUIRED_INPUTS
+        }
+        missing = missing_input(counts, dra_gpus)
+        if missing:
+            either = (
+                " and no gpu.nvidia.com ResourceSlice publishes a GPU"
+                if missing == (queries.DEVICE_PLUGIN_INPUT)
+                else ""
+            )
             raise PromError(
-                f"input metric {metric} has no series{queries.selector_hint(metric, s)}: check"
-                " the exporter and scrape"
+                f"input metric {missing} has no series{queries.selector_hint(missing, s)}"
+                f"{either}: check the exporter and scrape"
             )
 
     def vector(name: str) -> tuple[Sample, ...]:
@@ -120,6 +130,30 @@ def read_prom(
         since, status = _nvml(vectors, matrices, now, s, intake)
         view = replace(view, nvml_since=since, nvml_status=status)
     return _without(view, intake.problems)
+
+
+def _count(found: tuple[Sample, ...]) -> float:
+    """The value of a ``count(…)`` answer: no sample is no series."""
+    return found[0].value if found else 0.0
+
+
+def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
+    """The first required input (`queries.REQUIRED_INPUTS`) with no series, or None.
+
+    The device plugin's GPU capacity is waived where the DRA driver publishes GPUs
+    (ResourceSlices of gpu.nvidia.com): a DRA-only cluster has no nvidia.com/gpu resource, and
+    its Nodes' series and dcgm-exporter's Xid gauge are still required.
+
+    >>> inputs = {m: 1.0 for m, _ in queries.REQUIRED_INPUTS}
+    >>> gone = {**inputs, queries.DEVICE_PLUGIN_INPUT: 0.0}
+    >>> missing_input(gone, dra_gpus=False), missing_input(gone, dra_gpus=True)
+    ('kube_node_status_capacity{resource=nvidia_com_gpu}', None)
+    """
+    waived = {queries.DEVICE_PLUGIN_INPUT} if dra_gpus else set()
+    for metric, _ in queries.REQUIRED_INPUTS:
+        if metric not in waived and counts.get(metric, 0.0) < 1:
+            return metric
+    return None
 
 
 def _nvml(

@@ -264,14 +264,18 @@ def host_labels(metric: str, labels: Iterable[str]) -> str:
     return f"count by ({by}) ({metric})"
 
 
+# The device plugin's GPU capacity: absent in a cluster whose GPUs only the DRA driver publishes
+# (ResourceSlices, no nvidia.com/gpu resource), where it is not required (guard.read.prom_view).
+DEVICE_PLUGIN_INPUT = "kube_node_status_capacity{resource=nvidia_com_gpu}"
+
+
 def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
     """A broken scrape must not look like a healthy cluster: each input must have at least one
     series (of the pinned exporter, where one is pinned)."""
     return (
         ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
         ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
-        ("kube_node_status_capacity{resource=nvidia_com_gpu}",
-         f"count({pins.ksm(CAPACITY_METRIC)})"),
+        (DEVICE_PLUGIN_INPUT, f"count({pins.ksm(CAPACITY_METRIC)})"),
         ("kube_pod_status_phase", f"count({pins.ksm(POD_PHASE_METRIC)})"),
     )  # fmt: skip
 

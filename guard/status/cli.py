@@ -93,7 +93,7 @@ def status(
     if cluster_snapshot is not None and objs.gaps:
         click.echo(gaps_line(cluster_snapshot, objs.gaps), err=True)
     names = {n.name for n in objs.nodes}
-    view, sight = _prometheus(s, now, names)
+    view, sight = _prometheus(s, now, names, objs.dra_gpus())
     try:
         snap = build_snapshot(now, objs, view, s)
     except SnapshotError as exc:
@@ -130,11 +130,13 @@ def _site_settings(
     return build_settings({**options, **site}, warn=False)
 
 
-def _prometheus(s: Settings, now: datetime, names: set[str]) -> tuple[PromView, Sight]:
+def _prometheus(
+    s: Settings, now: datetime, names: set[str], dra_gpus: bool
+) -> tuple[PromView, Sight]:
     if not s.prometheus_url:
         return PromView(), Sight()
     try:
-        view = read_prom(PromClient.from_settings(s), s, now, names)
+        view = read_prom(PromClient.from_settings(s), s, now, names, dra_gpus=dra_gpus)
     except PromAccessError as exc:
         raise click.UsageError(str(exc)) from None
     except PromError as exc:

@@ -5,7 +5,7 @@ touched; the breaker and one isolation per cycle count device taints and cordons
 
 Prometheus is not the subject here: each cycle reads the cluster from the real API server and
 takes a `PromView` (what guard.read.prom_view would build from dcgm-exporter) as its Prometheus
-half.
+half; the last test reads that half from a real Prometheus of a DRA-only cluster.
 """
 
 from __future__ import annotations
@@ -22,13 +22,22 @@ from kubernetes import client
 from guard.actions import Action, Cordon, Skip, TaintDevice, UntaintDevice
 from guard.apply import KubeExecutor
 from guard.doors.kube import Kube
+from guard.doors.prom import PromClient, PromError
+from guard.example.scenario import NodeTimeline
 from guard.log import Log
 from guard.model import GpuSample, PromView
 from guard.names import FIELD_MANAGER, Annotations
+from guard.pci import normalize_pci
 from guard.plan import plan_cycle
-from guard.read import build_snapshot, read_cluster
+from guard.read import build_snapshot, read_cluster, read_prom
 from guard.settings import Settings
-from tests.apiserver.guard_run import LOADTEST_PASS, end_pod
+from tests.apiserver.guard_run import (
+    ISOLATE_AT,
+    LOADTEST_PASS,
+    ONSET_S,
+    end_pod,
+    scenario_prometheus,
+)
 from tests.apiserver.kube import (
     GUARD_NS,
     JOB_CONTROLLER,
@@ -64,9 +73,17 @@ def admin(dra_plane: ControlPlane) -> Iterator[client.ApiClient]:
         yield api
 
 
-def dra_node(api: client.ApiClient, name: str, boot: str = "boot-1") -> None:
+def dra_node(
+    api: client.ApiClient,
+    name: str,
+    boot: str = "boot-1",
+    uuid_of: Callable[[str, int], str] | None = None,
+    pci_of: Callable[[int], str] = pci,
+) -> None:
     """A Node as the kubelet registers it (no nvidia.com/gpu: the DRA driver publishes the
-    GPUs), and its ResourceSlice as NVIDIA's DRA driver publishes it: gpu-0 … gpu-7."""
+    GPUs), and its ResourceSlice as NVIDIA's DRA driver publishes it: gpu-0 … gpu-7 (`uuid_of`
+    and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given)."""
+    uuid_of = uuid_of or gpu_uuid
     core = client.CoreV1Api(api)
     core.create_node({"metadata": {"name": name, "labels": {
         "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"}}})  # fmt: skip
@@ -76,8 +93,8 @@ def dra_node(api: client.ApiClient, name: str, boot: str = "boot-1") -> None:
     core.patch_node(name, {"spec": {"taints": None}})
     devices = [
         {"name": f"gpu-{i}", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(name, i)},
-            "pcieBusID": {"string": pci(i)}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "type": {"string": "gpu"}, "uuid": {"string": uuid_of(name, i)},
+            "pcieBusID": {"string": pci_of(i)}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
             "architecture": {"string": "Hopper"}, "brand": {"string": "Nvidia"},
             "driverVersion": {"version": "580.95.5"},
             "cudaComputeCapability": {"version": "9.0.0"}},
@@ -315,3 +332,32 @@ def test_breaker_and_one_isolation_per_cycle_count_device_taints_and_cordons(
     tainted = [a.node for a in plan if isinstance(a, TaintDevice)]
     assert tainted == ["dra-d"]
     assert [a.node for a in plan if a.reason == "one-per-cycle"] == ["dra-e"]
+
+
+def test_a_cycle_from_prometheus_taints_the_device_of_the_xid_in_a_dra_only_cluster(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """The whole read: a real Prometheus with dcgm-exporter's Xid gauge and kube-state-metrics'
+    node series but no nvidia_com_gpu row (every GPU node of this cluster is DRA-only), the
+    ResourceSlices from the API server; the guard's rule selects the device whose UUID the Xid
+    names, and the same read without a GPU-publishing ResourceSlice stops with its one line."""
+    node = "dra-prom"
+    timeline = NodeTimeline(node, gpus=GPUS, xids=((ONSET_S, FAULTED, 79),), dra=True)
+    dra_node(admin, node, uuid_of=lambda _, i: timeline.gpu_uuid(i),
+             pci_of=lambda i: normalize_pci(timeline.gpu_pci(i)))  # fmt: skip
+    with scenario_prometheus(timeline) as prom:
+        s = Settings(prometheus_url=prom.url, breaker_max_nodes=100)
+        kubeconfig = dra_plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
+        objs = read_cluster(Kube.connect(str(kubeconfig), in_cluster=False), s)
+        assert objs.dra_gpus()
+        names = {n.name for n in objs.nodes}
+        view = read_prom(PromClient(prom.url), s, ISOLATE_AT, names, dra_gpus=objs.dra_gpus())
+        with pytest.raises(PromError, match=r"no gpu\.nvidia\.com ResourceSlice publishes a GPU"):
+            read_prom(PromClient(prom.url), s, ISOLATE_AT, names)
+    plan = cycle(dra_plane, view, ISOLATE_AT, s)
+    (taint,) = [a for a in plan if isinstance(a, TaintDevice)]
+    assert taint.node == node
+    assert not [a for a in plan if isinstance(a, Cordon)]
+    (rule,) = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    assert rule["spec"]["deviceSelector"]["device"] == f"gpu-{FAULTED}"
+    assert rule["spec"]["taint"]["effect"] == "NoSchedule"

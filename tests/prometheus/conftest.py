@@ -203,8 +203,15 @@ BOUNDARY_NODES = (
 )
 BOUNDARY = Scenario(start=T0, duration_s=60 * 60, nodes=BOUNDARY_NODES,
                     extra_uuids={("odd-uuid", 4): ODD_UUID}, job_labels=True)  # fmt: skip
+# Every GPU node's GPUs published by the DRA driver only: kube-state-metrics has no
+# nvidia_com_gpu capacity series in the whole cluster (guard.read.prom_view.missing_input).
+DRA_ONLY_NODES = (
+    NodeTimeline("dra79", xids=((ONSET_S, 4, 79),), dra=True),
+    NodeTimeline("dra-healthy", dra=True),
+)
+DRA_ONLY = Scenario(start=T0, duration_s=60 * 60, nodes=DRA_ONLY_NODES)
 SCENARIOS = {"scenario": SCENARIO, "misconfigured": MISCONFIGURED, "signals": SIGNALS,
-             "boundary": BOUNDARY}  # fmt: skip
+             "boundary": BOUNDARY, "dra-only": DRA_ONLY}  # fmt: skip
 
 
 Servers = dict[tuple[Engine, str], "LocalPrometheus | PrometheusUnavailable"]
@@ -283,3 +290,8 @@ def _every(servers: Servers, key: str) -> dict[Engine, LocalPrometheus]:
         require_engine("prometheus2")
         pytest.skip(f"only {available} available: nothing to compare")
     return {e: _server(servers, e, key) for e in available}
+
+
+@pytest.fixture
+def prom_dra_only(servers: Servers, engine: Engine) -> LocalPrometheus:
+    return _server(servers, engine, "dra-only")

@@ -166,6 +166,19 @@ def test_missing_dcgm_series_is_abnormal(prom_misconfigured):
         read_prom(PromClient(prom_misconfigured.url), S, T0 + timedelta(minutes=10))
 
 
+def test_a_dra_only_cluster_is_read_where_the_dra_driver_publishes_gpus(prom_dra_only):
+    client, at, names = PromClient(prom_dra_only.url), minutes(5), {"dra79", "dra-healthy"}
+    v = read_prom(client, S, at, names, dra_gpus=True)
+    assert {c.node for c in candidates(v, at, S)} == {"dra79"}
+    # without a ResourceSlice publishing a GPU, no capacity series is a broken scrape
+    with pytest.raises(PromError) as err:
+        read_prom(client, S, at, names)
+    assert str(err.value) == (
+        "input metric kube_node_status_capacity{resource=nvidia_com_gpu} has no series and no"
+        " gpu.nvidia.com ResourceSlice publishes a GPU: check the exporter and scrape"
+    )
+
+
 def test_xid_series_naming_no_node_abort_with_the_fix(prom_misconfigured):
     names = {"cpu-only", "gpu-a"}
     v = read_prom(PromClient(prom_misconfigured.url), S, T0 + timedelta(minutes=50), names)

@@ -14,9 +14,11 @@ import yaml
 from click.testing import CliRunner
 
 from guard import metric_names, runbook
+from guard.apply.push import WRITE_TYPES
 from guard.generate import alert_queries, alerts
 from guard.read import queries
 from guard.settings import Settings, SettingsError
+from guard.states import NODE_STATES
 from tests.unit.test_node_alerts import NODE_ALERT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +28,12 @@ ALERT_NAMES = [
     "GPUHardwareXidCount",
     "GPUCountDropped",
     "NodeCordonedTooLong",
+    "GPUDeviceTaintedTooLong",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
     "GPUNodeGuardJobFailed",
     "GPUNodeGuardCordoned",
+    "GPUNodeGuardDeviceTainted",
     "GPUNodeGuardReturned",
     *NODE_ALERT_NAMES,
 ]
@@ -143,7 +147,9 @@ def test_only_the_notification_pair_is_info_and_carries_the_route_label() -> Non
     rules = _rules(alert_queries.AlertParams())
     notify = {name for name, r in rules.items() if "notify" in r["labels"]}
     info = {name for name, r in rules.items() if r["labels"]["severity"] == "info"}
-    assert notify == info == {"GPUNodeGuardCordoned", "GPUNodeGuardReturned"}
+    assert notify == info == {
+        "GPUNodeGuardCordoned", "GPUNodeGuardReturned", "GPUNodeGuardDeviceTainted"
+    }  # fmt: skip
     for name in notify:
         assert rules[name]["labels"] == {"severity": "info", "notify": "gpu-node-guard"}
         assert rules[name]["for"] == "1m"
@@ -296,3 +302,17 @@ def test_old_rule_was_blind_where_the_shipped_rule_fires(promtool: str, tmp_path
     test_file.write_text(yaml.safe_dump(scenario, width=10_000), encoding="utf-8")
     result = _run([promtool, "test", "rules", test_file.name], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_device_taint_pair_reads_the_pushed_states_and_writes() -> None:
+    """The states and the write's type word are the guard's own (docs/metrics.md), so a renamed
+    state or action fails here, not silently in a cluster."""
+    rules = _rules(alert_queries.AlertParams())
+    too_long = rules["GPUDeviceTaintedTooLong"]["expr"]
+    assert f'{metric_names.NODES.name}{{state=~"device-tainted|device-repeat-fault"}}' in too_long
+    assert {"device-tainted", "device-repeat-fault"} <= {s.value for s in NODE_STATES}
+    tainted = rules["GPUNodeGuardDeviceTainted"]["expr"]
+    assert 'type="taint-device", outcome="applied"' in tainted
+    assert "taint-device" in WRITE_TYPES
+    assert f"changes({metric_names.LAST_RUN.name}[1h])" in tainted
+    assert rules["GPUDeviceTaintedTooLong"]["labels"] == {"severity": "warning"}

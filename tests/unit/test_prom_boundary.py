@@ -23,7 +23,7 @@ from guard.model import PromUnreadable
 from guard.names import Annotations
 from guard.plan import plan_cycle
 from guard.read import ClusterObjects, build_snapshot, parse_nodes, queries
-from guard.read.prom_view import read_prom
+from guard.read.prom_view import missing_input, read_prom
 from guard.settings import Settings, SettingsError
 from tests.builders import NOW, TEMPLATES
 
@@ -377,4 +377,57 @@ def test_an_input_without_series_of_the_pinned_job_names_the_pin():
     assert str(err.value) == (
         "input metric kube_node_spec_unschedulable has no series matching --ksm-selector"
         ' job="kube-state-metrics": check the exporter and scrape'
+    )
+
+
+CAPACITY = queries.DEVICE_PLUGIN_INPUT
+ALL_INPUTS = {metric: 3.0 for metric, _ in queries.REQUIRED_INPUTS}
+
+
+@pytest.mark.parametrize(
+    ("counts", "dra_gpus", "missing"),
+    [
+        pytest.param(ALL_INPUTS, False, None, id="device-plugin-cluster"),
+        pytest.param({**ALL_INPUTS, CAPACITY: 0.0}, False, CAPACITY, id="no-capacity-no-dra"),
+        pytest.param({**ALL_INPUTS, CAPACITY: 0.0}, True, None, id="dra-only-cluster"),
+        pytest.param(ALL_INPUTS, True, None, id="mixed-cluster"),
+        pytest.param({**ALL_INPUTS, CAPACITY: 0.0, "DCGM_FI_DEV_XID_ERRORS": 0.0}, True,
+                     "DCGM_FI_DEV_XID_ERRORS", id="dra-only-without-dcgm"),
+        pytest.param({**ALL_INPUTS, "kube_node_spec_unschedulable": 0.0}, True,
+                     "kube_node_spec_unschedulable", id="dra-only-without-ksm-nodes"),
+        pytest.param({}, True, "kube_node_spec_unschedulable", id="nothing-answered"),
+    ],
+)  # fmt: skip
+def test_the_device_plugin_capacity_is_waived_only_where_dra_publishes_gpus(
+    counts, dra_gpus, missing
+):
+    assert missing_input(counts, dra_gpus) == missing
+
+
+def _slice(driver: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = {"driver": driver, "nodeName": "d", "pool": {"name": "d"}, "devices": devices}
+    return {"kind": "ResourceSlice", "spec": spec}
+
+
+def test_a_cluster_publishes_dra_gpus_only_with_a_gpu_of_the_nvidia_driver():
+    gpu = {"name": "gpu-0", "attributes": {"uuid": {"string": UUID_A}}}
+    assert ClusterObjects(
+        (), (), None, resource_slices=(_slice("gpu.nvidia.com", [gpu]),)
+    ).dra_gpus()
+    others = (_slice("example.com", [gpu]), _slice("gpu.nvidia.com", []))
+    assert not ClusterObjects((), (), None, resource_slices=others).dra_gpus()
+    assert not ClusterObjects((), (), None).dra_gpus()
+
+
+@responses.activate
+def test_a_dra_only_cluster_reads_without_the_capacity_series_and_says_so_without_dra():
+    answers = world()
+    answers[queries.required_input_name(CAPACITY)] = vector()
+    serve(answers)
+    assert read_prom(PromClient(URL), S, NOW, ("gpu-a", "gpu-b"), dra_gpus=True).hardware_xids
+    with pytest.raises(PromError) as err:
+        read_prom(PromClient(URL), S, NOW, ("gpu-a", "gpu-b"))
+    assert str(err.value) == (
+        "input metric kube_node_status_capacity{resource=nvidia_com_gpu} has no series and no"
+        " gpu.nvidia.com ResourceSlice publishes a GPU: check the exporter and scrape"
     )
