@@ -374,7 +374,8 @@ def test_no_other_daemonset_lives_in_the_jobs_namespace(
         status, message = refusal(lambda: create(api, doc))  # noqa: B023
         tally.record(who, "other DaemonSets", status == 422 and GATE in message)
         assert (status, GATE in message) == (422, True), message
-        assert "label must name a guard kind (evidence, conformance, loadtest, agent)" in message
+        kinds = "evidence, conformance, fence, loadtest, agent"
+        assert f"label must name a guard kind ({kinds})" in message
 
 
 def test_the_shipped_agent_daemonset_and_its_pod_are_admitted(

@@ -83,6 +83,8 @@ class Sequence:
                         != before[k]["metadata"]["resourceVersion"]]  # fmt: skip
         assert done.returncode == 0 or conflicts, f"{name}: {out}"
         self.conflicts += conflicts
+        if conflicts:  # which object and field: the line to fix
+            self.steps.extend(x for x in out.splitlines() if "conflict" in x.lower())
         self.configured += len(configured)
         self.changed += [f"{name}: {c}" for c in changed]
         self.steps.append(

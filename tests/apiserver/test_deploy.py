@@ -150,8 +150,8 @@ def test_the_base_builds_and_carries_every_image_once(kubectl: Kubectl) -> None:
     assert "PodTemplate" not in kinds  # images.yaml is local configuration
     assert not {"PrometheusRule", "PodMonitor"} & set(kinds)  # components: need the CRDs
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-    # 4 kinds x (workload, Pod), the gate, guard scope, ledger, nodes, device taints and claims
-    assert len(policies) == 15
+    # 5 kinds x (workload, Pod), the gate, guard scope, ledger, nodes, device taints and claims
+    assert len(policies) == 17
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     container = _at(next(d for d in docs if d["kind"] == "CronJob"), CONTAINER)
     assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]
@@ -178,8 +178,8 @@ def test_a_mirror_for_both_images_changes_every_place_and_nothing_else(
     container = "CronJob/gpu-node-guard.spec.jobTemplate.spec.template.spec.containers[0]"
     expected = {
         f"{container}.image",
-        f"{container}.env[1].value",
         f"{container}.env[2].value",
+        f"{container}.env[3].value",
         "DaemonSet/gpu-node-guard-agent.spec.template.spec.containers[0].image",
         f"ConfigMap/{SETTINGS_CONFIGMAP}.data.GUARD_IMAGE",
         f"ConfigMap/{SETTINGS_CONFIGMAP}.data.GUARD_LOADTEST_IMAGE",

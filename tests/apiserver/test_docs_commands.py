@@ -223,7 +223,7 @@ def make_site(
     env = {"PATH": f"{bin_dir(tmp / 'bin', kubectl_binary)}:/usr/bin:/bin",
            "HOME": str(home), "KUBECONFIG": str(config), "PYTHONPATH": str(REPO),
            "USER": "oncall"}  # fmt: skip
-    jobs = [render(kind, env) for kind in ("loadtest", "conformance")]
+    jobs = [render(kind, env) for kind in ("loadtest", "conformance", "fence")]
     with plane.admin_client() as admin:
         (evidence,) = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
         gpu = client.CoreV1Api(admin).read_node(NODE).metadata.annotations[KEYS.gpu]
@@ -236,6 +236,7 @@ def make_site(
     values = {
         "gng-lt-N-…": jobs[0]["metadata"]["name"],
         "gng-cf-N-…": jobs[1]["metadata"]["name"],
+        "gng-fn-N-…": jobs[2]["metadata"]["name"],
         "<job_name>": evidence.metadata.name,
         "<name>": evidence.metadata.name,
         "<your site>": "example",

@@ -113,7 +113,14 @@ def policies(s: Settings) -> list[dict[str, Any]]:
     guard = [("is-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
     rules = policy(
         f"{PREFIX}-device-taints",
-        {"matchPolicy": "Equivalent", "resourceRules": [_rule(["devicetaintrules"])]},
+        # Both selectors written as the API stores them: server-side apply after client-side
+        # finds nothing to take over (tests/apiserver/test_appliers.py).
+        {
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": {},
+            "objectSelector": {},
+            "resourceRules": [_rule(["devicetaintrules"])],
+        },
         [("who", "'DeviceTaintRule ' + request.name")],
         [*_lifecycle("DeviceTaintRules"), *_rule_checks(keys)],
         guard,
@@ -121,7 +128,7 @@ def policies(s: Settings) -> list[dict[str, Any]]:
     claims = policy(
         f"{PREFIX}-device-claims",
         {"matchPolicy": "Equivalent", "namespaceSelector": in_namespace(s.jobs_namespace),
-         "resourceRules": [_rule(["resourceclaims"])]},
+         "objectSelector": {}, "resourceRules": [_rule(["resourceclaims"])]},
         [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
         [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
         guard,
