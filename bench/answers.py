@@ -35,17 +35,22 @@ def big_answer(series: int, labels: str = "dcgm") -> bytes:
     for i in range(series):
         node, gpu = f"gpu-{i // 8:06d}", i % 8
         if labels == "node":
-            items.append({"metric": {"node": f"{node}-{gpu}"},
-                          "value": [DECISION_TICK.timestamp(), "48"]})  # fmt: skip
+            items.append(
+                {"metric": {"node": f"{node}-{gpu}"}, "value": [DECISION_TICK.timestamp(), "48"]}
+            )
             continue
         metric = {
-            "__name__": "DCGM_FI_DEV_XID_ERRORS", "gpu": str(gpu),
+            "__name__": "DCGM_FI_DEV_XID_ERRORS",
+            "gpu": str(gpu),
             "UUID": f"GPU-{i:08x}-0000-4000-8000-{i:012x}",
             "pci_bus_id": f"00000000:{0x18 + gpu * 0x10:02X}:00.0",
-            "device": f"nvidia{gpu}", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": node,
+            "device": f"nvidia{gpu}",
+            "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": node,
             "DCGM_FI_DRIVER_VERSION": "570.124.06",
-            "instance": f"10.64.{i // 2048}.{i // 8 % 256}:9400", "job": "dcgm-exporter",
-        }  # fmt: skip
+            "instance": f"10.64.{i // 2048}.{i // 8 % 256}:9400",
+            "job": "dcgm-exporter",
+        }
         items.append({"metric": metric, "value": [DECISION_TICK.timestamp(), "48"]})
     body = {"status": "success", "data": {"resultType": "vector", "result": items}}
     return json.dumps(body, separators=(",", ":")).encode()
@@ -55,8 +60,10 @@ def small_answer(promql: str) -> bytes:
     if ")[" in promql:  # the loss-history subquery
         data: dict[str, object] = {"resultType": "matrix", "result": []}
     elif promql.startswith("count("):
-        data = {"resultType": "vector",
-                "result": [{"metric": {}, "value": [DECISION_TICK.timestamp(), "1"]}]}  # fmt: skip
+        data = {
+            "resultType": "vector",
+            "result": [{"metric": {}, "value": [DECISION_TICK.timestamp(), "1"]}],
+        }
     else:
         data = {"resultType": "vector", "result": []}
     return json.dumps({"status": "success", "data": data}).encode()
@@ -95,8 +102,12 @@ def answering(big: bytes, stream: bool) -> Iterator[str]:
 
 
 # The highest caps the settings take (guard.settings.MAX_SERIES, MAX_ANSWER_BYTES).
-RAISED = ("--prometheus-max-series", str(MAX_SERIES), "--prometheus-max-answer-bytes",
-          str(MAX_ANSWER_BYTES))  # fmt: skip
+RAISED = (
+    "--prometheus-max-series",
+    str(MAX_SERIES),
+    "--prometheus-max-answer-bytes",
+    str(MAX_ANSWER_BYTES),
+)
 # (answer, how it is sent, guard flags)
 VARIANTS = (
     ("dcgm labels", "Content-Length", ()),
@@ -111,19 +122,36 @@ VARIANTS = (
 @click.option("--series", default=200000, show_default=True)
 def main(series: int) -> None:
     rows = []
-    bodies = {kind: big_answer(series, "node" if kind == "node label only" else "dcgm")
-              for kind in {v[0] for v in VARIANTS}}  # fmt: skip
+    bodies = {
+        kind: big_answer(series, "node" if kind == "node label only" else "dcgm")
+        for kind in {v[0] for v in VARIANTS}
+    }
     for kind, sent, flags in VARIANTS:
         with answering(bodies[kind], sent == "gzip stream") as url:
-            argv = [sys.executable, "-m", "guard", "run", "--dry-run", "--prometheus-url", url,
-                    "--cluster-snapshot", str(SNAPSHOT), "--at", DECISION_TICK.isoformat(),
-                    "--prometheus-timeout-s", "120", *flags]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "guard",
+                "run",
+                "--dry-run",
+                "--prometheus-url",
+                url,
+                "--cluster-snapshot",
+                str(SNAPSHOT),
+                "--at",
+                DECISION_TICK.isoformat(),
+                "--prometheus-timeout-s",
+                "120",
+                *flags,
+            ]
             m = measure(argv, timeout_s=600)
         last = (m.stderr.strip().splitlines() or [""])[-1].split(" ", 2)[-1].replace("|", "/")
         size = f"{len(bodies[kind]) / 2**20:.1f} MiB"
         setting = " ".join(flags) or "defaults"
-        rows.append(f"| {kind} ({size}) | {sent} | {setting} | {m.returncode} |"
-                    f" {m.peak_rss_mb:.0f} | {m.wall_s:.1f} | {last[:150]} |")  # fmt: skip
+        rows.append(
+            f"| {kind} ({size}) | {sent} | {setting} | {m.returncode} |"
+            f" {m.peak_rss_mb:.0f} | {m.wall_s:.1f} | {last[:150]} |"
+        )
     click.echo(f"{series:,} series in the hardware-Xid answer\n")
     click.echo("| answer | sent as | guard flags | exit | peak RSS MiB | wall s | last log line |")
     click.echo("|---|---|---|---|---|---|---|")

@@ -73,9 +73,20 @@ def at_text(at: datetime) -> str:
 def _run_argv(t: Target, module: list[str], extra: Sequence[str]) -> list[str]:
     """`python -m <module…> run --dry-run --output json` against the target."""
     return [
-        sys.executable, "-m", *module, "run", "--dry-run", "--output", "json",
-        "--prometheus-url", t.prometheus_url, "--at", at_text(t.at), *t.guard_source, *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        *module,
+        "run",
+        "--dry-run",
+        "--output",
+        "json",
+        "--prometheus-url",
+        t.prometheus_url,
+        "--at",
+        at_text(t.at),
+        *t.guard_source,
+        *extra,
+    ]
 
 
 def run_guard(t: Target, module: str = "guard.cli", extra: Sequence[str] = ()) -> Run:

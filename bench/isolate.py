@@ -185,9 +185,12 @@ def snapshot_list(sc: Scenario) -> dict[str, Any]:
 
 
 def plan_at(
-    prometheus_url: str, snapshot: Path, at: datetime, watch: bool = False,
+    prometheus_url: str,
+    snapshot: Path,
+    at: datetime,
+    watch: bool = False,
     tick: datetime | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """One run of the real CLI, in-process (with `watch`: the cycle and its watch, in the
     replayed time; `tick`: the schedule of its Job); the actions as JSON."""
     scheduled = tick or at
@@ -229,13 +232,15 @@ def decide(
     for k in range(0, last_k + 1):
         tick = slot.start + timedelta(seconds=k * TICK_S)
         run = tick + timedelta(seconds=delay_s)
-        cordons = [a for a in plan_at(prometheus_url, snapshot, run, watch, tick)
-                   if a["type"] == "cordon"]  # fmt: skip
+        cordons = [
+            a for a in plan_at(prometheus_url, snapshot, run, watch, tick) if a["type"] == "cordon"
+        ]
         if any(a["node"] != slot.node for a in cordons):
             raise RuntimeError(f"slot {slot.node}: the run at {run} cordons {cordons}")
         if cordons:
-            at = next(v for key, v in cordons[0]["annotations"].items()
-                      if key.endswith("auto-cordon-at"))  # fmt: skip
+            at = next(
+                v for key, v in cordons[0]["annotations"].items() if key.endswith("auto-cordon-at")
+            )
             decided = datetime.fromisoformat(at.replace("Z", "+00:00"))
             return PhaseResult(slot, delay_s, decided, k + 1)
     return PhaseResult(slot, delay_s, None, last_k + 1)
@@ -260,8 +265,10 @@ def time_to_isolate(
         snapshot.write_text(json.dumps(snapshot_list(sc)), encoding="utf-8")
         end = sc.start + timedelta(seconds=sc.duration_s)
         with serve(workdir, engine, ready_at=end) as prom:
-            found = {w: [decide(prom.url, snapshot, s, d, w) for s in all_slots for d in delays]
-                     for w in watch}  # fmt: skip
+            found = {
+                w: [decide(prom.url, snapshot, s, d, w) for s in all_slots for d in delays]
+                for w in watch
+            }
     return tuple(
         tuple(
             CaseSummary(c, tuple(sorted((r for r in found[w] if r.slot.case == c), key=_phase)))

@@ -168,6 +168,7 @@ def _ksm_families(
     # kube-state-metrics' own pod: the guard requires the pod-phase family (GPU pods come from
     # it); the training pods run on schedulable nodes, which the guard's GPU-pod query skips.
     ksm_pod = 'namespace="monitoring",pod="kube-state-metrics-0",uid="ksm-0",phase="Running"'
-    out.append(Family("kube_pod_status_phase", "", [SeriesSpec(ksm_pod + ksm, (), 1)],
-                      INSTANT_ONLY_S))  # fmt: skip
+    out.append(
+        Family("kube_pod_status_phase", "", [SeriesSpec(ksm_pod + ksm, (), 1)], INSTANT_ONLY_S)
+    )
     return out

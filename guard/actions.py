@@ -107,11 +107,15 @@ def hold_next(key: str, node: str, repeat_fault: bool) -> str:
     `hold` alone returns the node into the same count and the hold comes back next cycle. After
     the swap, the uncordon is a person's: the guard records a cancel and lets the node go."""
     if repeat_fault:
-        return (f"swap or repair the card, then remove {key} and uncordon: kubectl annotate node "
-                f"{node} {key}- && kubectl uncordon {node} (removing {key} alone: the guard "
-                "sets it again next cycle)")  # fmt: skip
-    return (f"a person decides, then removes {key}: kubectl annotate node {node} {key}- "
-            "(the return checks continue)")  # fmt: skip
+        return (
+            f"swap or repair the card, then remove {key} and uncordon: kubectl annotate node "
+            f"{node} {key}- && kubectl uncordon {node} (removing {key} alone: the guard "
+            "sets it again next cycle)"
+        )
+    return (
+        f"a person decides, then removes {key}: kubectl annotate node {node} {key}- "
+        "(the return checks continue)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +148,13 @@ class Annotate(_Logged):
 
     def log_line(self) -> Line:
         values = " ".join(v for _, v in self.annotations)
-        return _line("annotate", node=self.node, reason=self.reason, value=values,
-                     next=anchored(self.next, self.reason))  # fmt: skip
+        return _line(
+            "annotate",
+            node=self.node,
+            reason=self.reason,
+            value=values,
+            next=anchored(self.next, self.reason),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +170,13 @@ class RecordBoot(_Logged):
     next: str
 
     def log_line(self) -> Line:
-        return _line("record-boot", node=self.node, reason=self.reason, boot=self.boot_id,
-                     next=anchored(self.next, self.reason))  # fmt: skip
+        return _line(
+            "record-boot",
+            node=self.node,
+            reason=self.reason,
+            boot=self.boot_id,
+            next=anchored(self.next, self.reason),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +195,13 @@ class RemoveTaint(_Logged):
 
     def log_line(self) -> Line:
         shown = f"{self.taint.key}={self.taint.value}:{self.taint.effect}"
-        return _line("remove-taint", node=self.node, reason=self.reason, taint=shown,
-                     next=anchored("node schedulable for everyone", self.reason))  # fmt: skip
+        return _line(
+            "remove-taint",
+            node=self.node,
+            reason=self.reason,
+            taint=shown,
+            next=anchored("node schedulable for everyone", self.reason),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,10 +245,15 @@ class TaintDevice(_Logged):
     manifest: dict[str, Any]
 
     def log_line(self) -> Line:
-        return _line("taint-device", node=self.node, reason=self.reason, device=self.device,
-                     gpu=self.gpu, rule=self.name,
-                     next="the node's other GPUs stay in service; the device returns after its "
-                          "load test")  # fmt: skip
+        return _line(
+            "taint-device",
+            node=self.node,
+            reason=self.reason,
+            device=self.device,
+            gpu=self.gpu,
+            rule=self.name,
+            next="the node's other GPUs stay in service; the device returns after its load test",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +270,14 @@ class UntaintDevice(_Logged):
     claim_namespace: str
 
     def log_line(self) -> Line:
-        return _line("untaint-device", node=self.node, reason=self.reason, device=self.device,
-                     rule=self.name, next="the device is allocatable again")  # fmt: skip
+        return _line(
+            "untaint-device",
+            node=self.node,
+            reason=self.reason,
+            device=self.device,
+            rule=self.name,
+            next="the device is allocatable again",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +291,13 @@ class CreateClaim(_Logged):
     manifest: dict[str, Any]
 
     def log_line(self) -> Line:
-        return _line("create-claim", node=self.node, reason=self.reason, claim=self.name,
-                     next=f"kubectl -n {self.namespace} get resourceclaim {self.name}")  # fmt: skip
+        return _line(
+            "create-claim",
+            node=self.node,
+            reason=self.reason,
+            claim=self.name,
+            next=f"kubectl -n {self.namespace} get resourceclaim {self.name}",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,8 +368,13 @@ class Skip(_Logged):
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def log_line(self) -> Line:
-        return _line("skip", node=self.node, reason=self.reason, detail=self.detail,
-                     next=anchored(self.next, self.reason))  # fmt: skip
+        return _line(
+            "skip",
+            node=self.node,
+            reason=self.reason,
+            detail=self.detail,
+            next=anchored(self.next, self.reason),
+        )
 
 
 Action = (

@@ -243,9 +243,13 @@ class CycleResult:
             row = to_json(o.action)
             row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
             rows.append(row)
-        return {"at": self.counts["at"], "dry_run": self.dry_run, "actions": rows,
-                "pending": [p.to_json() for p in self.pending],
-                "counts": self.counts}  # fmt: skip
+        return {
+            "at": self.counts["at"],
+            "dry_run": self.dry_run,
+            "actions": rows,
+            "pending": [p.to_json() for p in self.pending],
+            "counts": self.counts,
+        }
 
 
 class LeaseHeld(Exception):
@@ -263,9 +267,13 @@ class SlotIsolated(Exception):
 
 
 def _cycle(
-    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
+    s: Settings,
+    prom: PromClient,
+    templates: JobTemplates,
+    log: Log,
+    inputs: Inputs,
     trace: RunTrace,
-) -> CycleResult:  # fmt: skip
+) -> CycleResult:
     """The cycle, then the watch; a real run holds the cycle's Lease from before its reads to
     its end (guard/doors/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
@@ -277,8 +285,13 @@ def _cycle(
     from guard.ledger import format_time
     from guard.plan.watch import cron_slot
 
-    lease = CycleLease(kube, s.namespace, f"{socket.gethostname()}-{os.getpid()}",
-                       s.lease_duration_s, slot_key(s.annotation_prefix))  # fmt: skip
+    lease = CycleLease(
+        kube,
+        s.namespace,
+        f"{socket.gethostname()}-{os.getpid()}",
+        s.lease_duration_s,
+        slot_key(s.annotation_prefix),
+    )
     holder = lease.take(datetime.now(UTC))
     if holder:
         raise LeaseHeld(holder)
@@ -297,9 +310,14 @@ def _cycle(
 
 
 def _cycle_and_watch(
-    s: Settings, prom: PromClient, templates: JobTemplates, log: Log, inputs: Inputs,
-    trace: RunTrace, held: tuple[CycleLease, str] | None,
-) -> CycleResult:  # fmt: skip
+    s: Settings,
+    prom: PromClient,
+    templates: JobTemplates,
+    log: Log,
+    inputs: Inputs,
+    trace: RunTrace,
+    held: tuple[CycleLease, str] | None,
+) -> CycleResult:
     """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
     landed (one cordon per slot, guard/doors/lease.py)."""
     started = time.monotonic()
@@ -360,14 +378,23 @@ def _cycle_and_watch(
             from guard.watch import Clock, ReplayClock, WallClock, Watch
 
             clock: Clock = ReplayClock(now) if inputs.at else WallClock()
-            Watch(s, prom, kube, templates, executor.log, snap,
-                  lambda decided: executor_for(decided, executor.outcomes), clock,
-                  watch_end(now, s),
-                  (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
-                  released(actions), not landed,
-                  (lambda: held[0].record(held[1], datetime.now(UTC)))
-                  if held and held[1] else lambda: True,
-                  ).run()  # fmt: skip
+            Watch(
+                s,
+                prom,
+                kube,
+                templates,
+                executor.log,
+                snap,
+                lambda decided: executor_for(decided, executor.outcomes),
+                clock,
+                watch_end(now, s),
+                (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
+                released(actions),
+                not landed,
+                (lambda: held[0].record(held[1], datetime.now(UTC)))
+                if held and held[1]
+                else lambda: True,
+            ).run()
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
@@ -403,11 +430,15 @@ def _fall_back(
             return
         executor.log.emit(
             "cordon-fallback",
-            {"node": more[0].node, "refused": ",".join(sorted(refused)),
-             "attempt": len(refused) + 1, "tries": MAX_CORDON_TRIES,
-             "next": "the API refused the cordon above; the next candidate is cordoned instead"},
+            {
+                "node": more[0].node,
+                "refused": ",".join(sorted(refused)),
+                "attempt": len(refused) + 1,
+                "tries": MAX_CORDON_TRIES,
+                "next": "the API refused the cordon above; the next candidate is cordoned instead",
+            },
             "WARN",
-        )  # fmt: skip
+        )
         for action in more:
             executor.apply(action)
         now = refused_cordons(executor.outcomes)

@@ -219,8 +219,20 @@ class JobTemplates:
 
 
 def _probe(kind: JobKind) -> JobSpec:
-    return JobSpec(kind, f"gng-probe-{kind}", "probe", "probe-node", "probe", "probe.io/",
-                   "probe/image:0", ("gpu-node-guard",), 1, 1, "probe", gpus=1)  # fmt: skip
+    return JobSpec(
+        kind,
+        f"gng-probe-{kind}",
+        "probe",
+        "probe-node",
+        "probe",
+        "probe.io/",
+        "probe/image:0",
+        ("gpu-node-guard",),
+        1,
+        1,
+        "probe",
+        gpus=1,
+    )
 
 
 def _first(exc: BaseException) -> str:
@@ -250,16 +262,23 @@ def run_spec(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What each container runs (name, image, command, args): the part a Pod keeps exactly as its
     Job's template had it (resources are defaulted on Pods, so they are left to the Job digest)."""
     return [
-        {"name": str(c.get("name", "")), "image": str(c.get("image", "")),
-         "command": _strings(c.get("command")), "args": _strings(c.get("args"))}
+        {
+            "name": str(c.get("name", "")),
+            "image": str(c.get("image", "")),
+            "command": _strings(c.get("command")),
+            "args": _strings(c.get("args")),
+        }
         for c in _containers(pod_spec)
-    ]  # fmt: skip
+    ]
 
 
 def _resources(container: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     res = _mapping(container.get("resources"))
-    return {part: {str(k): str(v) for k, v in _mapping(res.get(part)).items()}
-            for part in ("limits", "requests") if _mapping(res.get(part))}  # fmt: skip
+    return {
+        part: {str(k): str(v) for k, v in _mapping(res.get(part)).items()}
+        for part in ("limits", "requests")
+        if _mapping(res.get(part))
+    }
 
 
 def _digest(doc: object) -> str:

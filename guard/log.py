@@ -143,8 +143,18 @@ class Log:
 # Secrets never reach a log line: header values whose name says they are credentials.
 
 REDACTED = "<redacted>"
-_SECRET_WORDS = ("authorization", "cookie", "api-key", "apikey", "token", "key", "secret",
-                 "password", "passwd", "credential")  # fmt: skip
+_SECRET_WORDS = (
+    "authorization",
+    "cookie",
+    "api-key",
+    "apikey",
+    "token",
+    "key",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+)
 # ``Name=value`` (the headers setting) and ``Name: value`` (an echoed request header).
 _PAIR = re.compile(r"(?P<name>[!#$%&'*+.^_`|~0-9A-Za-z-]+)(?P<sep>=|:[ \t]*)(?P<value>[^,\s]+)")
 _SCHEME = re.compile(r"(?i)\b(bearer|basic)[ \t]+[^,\s]+")

@@ -177,8 +177,12 @@ class Annotations:
 
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
-        return {"loadtest": self.loadtest_job, "conformance": self.conformance_job,
-                "evidence": self.evidence_job, "fence": self.fence_job}.get(kind)  # fmt: skip
+        return {
+            "loadtest": self.loadtest_job,
+            "conformance": self.conformance_job,
+            "evidence": self.evidence_job,
+            "fence": self.fence_job,
+        }.get(kind)
 
     # GPU isolation beside the cordon (docs/isolation.md).
     @property
@@ -223,8 +227,14 @@ class Annotations:
 
         Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
         """
-        return (*self.cordon_keys, self.loadtest_result, self.conformance_result,
-                self.pcie_links, self.conformance_failed, self.fence)  # fmt: skip
+        return (
+            *self.cordon_keys,
+            self.loadtest_result,
+            self.conformance_result,
+            self.pcie_links,
+            self.conformance_failed,
+            self.fence,
+        )
 
     @property
     def record_keys(self) -> tuple[str, ...]:
@@ -236,8 +246,14 @@ class Annotations:
         """Kept across cordons: the checked boot (replaced by the next check that passes) and
         the onboarding gate's failure (removed when the gate passes) and the records of the Jobs
         the guard made (replaced by its next Job of that kind)."""
-        return (self.checked_boot, self.onboarding_failed, self.loadtest_job,
-                self.conformance_job, self.evidence_job, self.fence_job)  # fmt: skip
+        return (
+            self.checked_boot,
+            self.onboarding_failed,
+            self.loadtest_job,
+            self.conformance_job,
+            self.evidence_job,
+            self.fence_job,
+        )
 
     @property
     def person_keys(self) -> tuple[str, ...]:

@@ -341,16 +341,26 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
 def _conformance(s: Settings) -> list[Check]:
     """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
     return [
-        (not s.conformance_control_plane_version
-         or parse_exact(s.conformance_control_plane_version) is not None,
-         "conformance_control_plane_version", "must be empty or a version like v1.34.3+rke2r1"),
-        (not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
-         "conformance_allowed_dns", "must be empty or comma-separated CIDRs"),
-        (not s.conformance_allowed_dns or not _is_cidr_list(s.conformance_allowed_dns)
-         or _prefixes_ok(s.conformance_allowed_dns), "conformance_allowed_dns",
-         "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
-         "guard pushes the prefixes it covers for the CoreDNS alert"),
-    ]  # fmt: skip
+        (
+            not s.conformance_control_plane_version
+            or parse_exact(s.conformance_control_plane_version) is not None,
+            "conformance_control_plane_version",
+            "must be empty or a version like v1.34.3+rke2r1",
+        ),
+        (
+            not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
+            "conformance_allowed_dns",
+            "must be empty or comma-separated CIDRs",
+        ),
+        (
+            not s.conformance_allowed_dns
+            or not _is_cidr_list(s.conformance_allowed_dns)
+            or _prefixes_ok(s.conformance_allowed_dns),
+            "conformance_allowed_dns",
+            "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
+            "guard pushes the prefixes it covers for the CoreDNS alert",
+        ),
+    ]
 
 
 def _prefixes_ok(text: str) -> bool:
@@ -376,86 +386,144 @@ def _within(value: float, low: float, high: float) -> bool:
 def _detection(s: Settings) -> list[Check]:
     lists = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
     xids: list[Check] = [
-        (all(_within(x, 1, MAX_XID) for x in getattr(s, name)), name,
-         f"must list Xids in 1..{MAX_XID}")
+        (
+            all(_within(x, 1, MAX_XID) for x in getattr(s, name)),
+            name,
+            f"must list Xids in 1..{MAX_XID}",
+        )
         for name in lists
-    ]  # fmt: skip
+    ]
     return [
         *xids,
         (_within(s.cadence_s, 1, MAX_DURATION_S), "cadence_s", f"must be in 1..{MAX_DURATION_S}"),
-        (_within(s.hold_window_s, 60, MAX_DURATION_S), "hold_window_s",
-         f"must be at least 60 (and at most {MAX_DURATION_S})"),
-        (0 < s.fast_hold_window_s <= s.hold_window_s, "fast_hold_window_s",
-         "must be in (0, hold_window_s]"),
-        (0 < s.query_step_s <= s.fast_hold_window_s, "query_step_s",
-         "must be in (0, fast_hold_window_s]"),
+        (
+            _within(s.hold_window_s, 60, MAX_DURATION_S),
+            "hold_window_s",
+            f"must be at least 60 (and at most {MAX_DURATION_S})",
+        ),
+        (
+            0 < s.fast_hold_window_s <= s.hold_window_s,
+            "fast_hold_window_s",
+            "must be in (0, hold_window_s]",
+        ),
+        (
+            0 < s.query_step_s <= s.fast_hold_window_s,
+            "query_step_s",
+            "must be in (0, fast_hold_window_s]",
+        ),
         (_within(s.breaker_max_nodes, 1, 10**6), "breaker_max_nodes", "must be at least 1"),
         (_within(s.breaker_max_fraction, 0.0, 1.0), "breaker_max_fraction", "must be in [0, 1]"),
         (_within(s.repeat_fault_limit, 1, 10**6), "repeat_fault_limit", "must be at least 1"),
-        (not set(s.fast_path_xids) & set(s.user_code_xids), "fast_path_xids",
-         "a fast-path Xid is a user-code Xid"),
-    ]  # fmt: skip
+        (
+            not set(s.fast_path_xids) & set(s.user_code_xids),
+            "fast_path_xids",
+            "a fast-path Xid is a user-code Xid",
+        ),
+    ]
 
 
 def _names(s: Settings) -> list[Check]:
     label = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
     prefix = s.annotation_prefix.removesuffix("/")
     return [
-        (s.annotation_prefix.endswith("/") and is_dns_subdomain(prefix), "annotation_prefix",
-         "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/"),
+        (
+            s.annotation_prefix.endswith("/") and is_dns_subdomain(prefix),
+            "annotation_prefix",
+            "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/",
+        ),
         (is_dns_label(s.namespace), "namespace", label),
-        (is_dns_subdomain(s.ledger_configmap, LEDGER_NAME_MAX), "ledger_configmap",
-         f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters"),
-        (is_dns_subdomain(s.job_service_account), "job_service_account",
-         "must be a DNS-1123 subdomain (a-z, 0-9, -, .)"),
+        (
+            is_dns_subdomain(s.ledger_configmap, LEDGER_NAME_MAX),
+            "ledger_configmap",
+            f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters",
+        ),
+        (
+            is_dns_subdomain(s.job_service_account),
+            "job_service_account",
+            "must be a DNS-1123 subdomain (a-z, 0-9, -, .)",
+        ),
         (is_dns_label(s.jobs_namespace), "jobs_namespace", label),
         (s.jobs_namespace != s.namespace, "jobs_namespace", "must differ from namespace"),
-        (is_label_pair(s.gpu_node_label), "gpu_node_label",
-         "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)"),
-    ]  # fmt: skip
+        (
+            is_label_pair(s.gpu_node_label),
+            "gpu_node_label",
+            "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)",
+        ),
+    ]
 
 
 def _jobs(s: Settings) -> list[Check]:
     deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
     return [
         (bool(_IMAGE.fullmatch(s.image)), "image", "must be an image reference without spaces"),
-        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image",
-         "must be an image reference without spaces"),
-        (_within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-         "evidence_deadline_s", deadline),
-        (_within(s.loadtest_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-         "loadtest_deadline_s", deadline),
-        (_within(s.job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S), "job_ttl_s",
-         f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)"),
-        (0 < s.loadtest_duration_s < s.loadtest_deadline_s, "loadtest_duration_s",
-         "must be positive and shorter than loadtest_deadline_s"),
-        (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size",
-         "must be in 1..65536"),
+        (
+            bool(_IMAGE.fullmatch(s.loadtest_image)),
+            "loadtest_image",
+            "must be an image reference without spaces",
+        ),
+        (
+            _within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+            "evidence_deadline_s",
+            deadline,
+        ),
+        (
+            _within(s.loadtest_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+            "loadtest_deadline_s",
+            deadline,
+        ),
+        (
+            _within(s.job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
+            "job_ttl_s",
+            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
+        ),
+        (
+            0 < s.loadtest_duration_s < s.loadtest_deadline_s,
+            "loadtest_duration_s",
+            "must be positive and shorter than loadtest_deadline_s",
+        ),
+        (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size", "must be in 1..65536"),
         (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
-    ]  # fmt: skip
+    ]
 
 
 def _writes(s: Settings) -> list[Check]:
     return [
-        (_within(s.cycle_deadline_s, 1, CRONJOB_DEADLINE_S - 10), "cycle_deadline_s",
-         f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
-         f" {CRONJOB_DEADLINE_S})"),
+        (
+            _within(s.cycle_deadline_s, 1, CRONJOB_DEADLINE_S - 10),
+            "cycle_deadline_s",
+            f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
+            f" {CRONJOB_DEADLINE_S})",
+        ),
         (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.api_page_size, 100, 5000), "api_page_size", "must be in 100..5000"),
-        (_within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S), "watch_until_s",
-         f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
-         f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})"),
-        (_within(s.scrape_interval_s, 5, 120) and s.query_step_s % s.scrape_interval_s == 0,
-         "scrape_interval_s", "must be in 5..120 and divide query_step_s"),
-        (s.job_name == "" or is_dns_subdomain(s.job_name), "job_name",
-         "must be empty or a Job name (a DNS-1123 subdomain)"),
-        (_within(s.lease_duration_s, 2 * s.scrape_interval_s, CRONJOB_DEADLINE_S),
-         "lease_duration_s",
-         f"must be in 2 × scrape_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
-         " again within the CronJob's deadline)"),
-        (_within(s.ledger_archive_bytes, 4096, 1_000_000), "ledger_archive_bytes",
-         "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)"),
-    ]  # fmt: skip
+        (
+            _within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S),
+            "watch_until_s",
+            f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
+            f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})",
+        ),
+        (
+            _within(s.scrape_interval_s, 5, 120) and s.query_step_s % s.scrape_interval_s == 0,
+            "scrape_interval_s",
+            "must be in 5..120 and divide query_step_s",
+        ),
+        (
+            s.job_name == "" or is_dns_subdomain(s.job_name),
+            "job_name",
+            "must be empty or a Job name (a DNS-1123 subdomain)",
+        ),
+        (
+            _within(s.lease_duration_s, 2 * s.scrape_interval_s, CRONJOB_DEADLINE_S),
+            "lease_duration_s",
+            f"must be in 2 × scrape_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
+            " again within the CronJob's deadline)",
+        ),
+        (
+            _within(s.ledger_archive_bytes, 4096, 1_000_000),
+            "ledger_archive_bytes",
+            "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)",
+        ),
+    ]
 
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -478,19 +546,34 @@ def parse_taint(text: str) -> tuple[str, str, str] | None:
 def _lifecycle(s: Settings) -> list[Check]:
     return [
         (_within(s.boot_check_max_jobs, 1, 1000), "boot_check_max_jobs", "must be in 1..1000"),
-        (_within(s.boot_check_job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S), "boot_check_job_ttl_s",
-         f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)"),
-        (not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
-         "onboarding_taint", "must be key=value:effect (effect " + ", ".join(TAINT_EFFECTS)
-         + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty"),
-        (s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s,
-         "onboarding_burnin_s", "must be longer than loadtest_duration_s and shorter than "
-         "loadtest_deadline_s"),
-        (0.0 < s.loadtest_allreduce_min_ratio <= 1.0, "loadtest_allreduce_min_ratio",
-         "must be in (0, 1]"),
-        (_within(s.loadtest_allreduce_timeout_s, 1, 3600), "loadtest_allreduce_timeout_s",
-         "must be in 1..3600"),
-    ]  # fmt: skip
+        (
+            _within(s.boot_check_job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
+            "boot_check_job_ttl_s",
+            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
+        ),
+        (
+            not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
+            "onboarding_taint",
+            "must be key=value:effect (effect "
+            + ", ".join(TAINT_EFFECTS)
+            + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
+        ),
+        (
+            s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s,
+            "onboarding_burnin_s",
+            "must be longer than loadtest_duration_s and shorter than loadtest_deadline_s",
+        ),
+        (
+            0.0 < s.loadtest_allreduce_min_ratio <= 1.0,
+            "loadtest_allreduce_min_ratio",
+            "must be in (0, 1]",
+        ),
+        (
+            _within(s.loadtest_allreduce_timeout_s, 1, 3600),
+            "loadtest_allreduce_timeout_s",
+            "must be in 1..3600",
+        ),
+    ]
 
 
 # Pod and DaemonSet name patterns go into PromQL strings as RE2: names' own characters and the
@@ -529,23 +612,40 @@ def _signals(s: Settings) -> list[Check]:
     pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
     namespace = "must be empty (any) or a DNS-1123 label"
     return [
-        (s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
-         "nvml_mismatch_hold_s", f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}"),
-        (not s.service_network_kube_proxy_namespace
-         or is_dns_label(s.service_network_kube_proxy_namespace),
-         "service_network_kube_proxy_namespace", namespace),
-        (not s.service_network_cni_namespace or is_dns_label(s.service_network_cni_namespace),
-         "service_network_cni_namespace", namespace),
-        (not s.service_network_kube_proxy_pods
-         or _is_name_pattern(s.service_network_kube_proxy_pods),
-         "service_network_kube_proxy_pods", pattern),
-        (not s.service_network_cni_daemonsets
-         or _is_name_pattern(s.service_network_cni_daemonsets),
-         "service_network_cni_daemonsets", pattern),
-        (bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
-         "service_network_cni_daemonsets",
-         "must not be empty when service_network_kube_proxy_pods is empty too"),
-    ]  # fmt: skip
+        (
+            s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
+            "nvml_mismatch_hold_s",
+            f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}",
+        ),
+        (
+            not s.service_network_kube_proxy_namespace
+            or is_dns_label(s.service_network_kube_proxy_namespace),
+            "service_network_kube_proxy_namespace",
+            namespace,
+        ),
+        (
+            not s.service_network_cni_namespace or is_dns_label(s.service_network_cni_namespace),
+            "service_network_cni_namespace",
+            namespace,
+        ),
+        (
+            not s.service_network_kube_proxy_pods
+            or _is_name_pattern(s.service_network_kube_proxy_pods),
+            "service_network_kube_proxy_pods",
+            pattern,
+        ),
+        (
+            not s.service_network_cni_daemonsets
+            or _is_name_pattern(s.service_network_cni_daemonsets),
+            "service_network_cni_daemonsets",
+            pattern,
+        ),
+        (
+            bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
+            "service_network_cni_daemonsets",
+            "must not be empty when service_network_kube_proxy_pods is empty too",
+        ),
+    ]
 
 
 # No user:password@ in a logged URL.
@@ -554,24 +654,39 @@ _HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?\Z", re.ASCII)
 
 def _metrics(s: Settings) -> list[Check]:
     return [
-        (not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)), "pushgateway_url",
-         "must be http://host:port or https://host:port with an optional path, no credentials"),
-        (bool(_HTTP_URL.fullmatch(s.runbook_base_url)) and "#" not in s.runbook_base_url,
-         "runbook_base_url", "must be an absolute http:// or https:// URL without a #fragment"),
-    ]  # fmt: skip
+        (
+            not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)),
+            "pushgateway_url",
+            "must be http://host:port or https://host:port with an optional path, no credentials",
+        ),
+        (
+            bool(_HTTP_URL.fullmatch(s.runbook_base_url)) and "#" not in s.runbook_base_url,
+            "runbook_base_url",
+            "must be an absolute http:// or https:// URL without a #fragment",
+        ),
+    ]
 
 
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
 # "Settings that are not the site's"). A value other than the default is refused by the cluster's
 # own policies or RBAC at the first write; the commands warn at start (guard.settings_flags).
-LAYOUT_SETTINGS = ("namespace", "jobs_namespace", "job_service_account", "ledger_configmap",
-                   "annotation_prefix", "gpu_node_label")  # fmt: skip
+LAYOUT_SETTINGS = (
+    "namespace",
+    "jobs_namespace",
+    "job_service_account",
+    "ledger_configmap",
+    "annotation_prefix",
+    "gpu_node_label",
+)
 
 
 def layout_differences(s: Settings) -> list[tuple[str, Any, Any]]:
     """(name, value, what the manifests pin) for each layout setting that differs."""
-    return [(name, getattr(s, name), setting_default(name)) for name in LAYOUT_SETTINGS
-            if getattr(s, name) != setting_default(name)]  # fmt: skip
+    return [
+        (name, getattr(s, name), setting_default(name))
+        for name in LAYOUT_SETTINGS
+        if getattr(s, name) != setting_default(name)
+    ]
 
 
 def setting_default(name: str) -> Any:
@@ -614,39 +729,77 @@ def _reading(s: Settings) -> list[Check]:
     labels = s.dcgm_node_label_names
     headers = s.prometheus_header_pairs
     return [
-        (not s.prometheus_url or bool(_HTTP_URL.fullmatch(s.prometheus_url)), "prometheus_url",
-         "must be http://host:port or https://host:port with an optional path prefix, no"
-         " credentials (they would be logged: use --prometheus-basic-auth-user)"),
+        (
+            not s.prometheus_url or bool(_HTTP_URL.fullmatch(s.prometheus_url)),
+            "prometheus_url",
+            "must be http://host:port or https://host:port with an optional path prefix, no"
+            " credentials (they would be logged: use --prometheus-basic-auth-user)",
+        ),
         (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
-        (not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
-         "prometheus_timeout_s", f"must be below the CronJob's activeDeadlineSeconds "
-         f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run"),
+        (
+            not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
+            "prometheus_timeout_s",
+            f"must be below the CronJob's activeDeadlineSeconds "
+            f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run",
+        ),
         # The upper bounds keep one answer well inside the guard's 384 Mi memory limit.
-        (65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES, "prometheus_max_answer_bytes",
-         f"must be in 65536..{MAX_ANSWER_BYTES}"),
-        (100 <= s.prometheus_max_series <= MAX_SERIES, "prometheus_max_series",
-         f"must be in 100..{MAX_SERIES}"),
+        (
+            65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES,
+            "prometheus_max_answer_bytes",
+            f"must be in 65536..{MAX_ANSWER_BYTES}",
+        ),
+        (
+            100 <= s.prometheus_max_series <= MAX_SERIES,
+            "prometheus_max_series",
+            f"must be in 100..{MAX_SERIES}",
+        ),
         (_is_matchers(s.dcgm_selector), "dcgm_selector", _MATCHERS_PROBLEM),
         (_is_matchers(s.ksm_selector), "ksm_selector", _MATCHERS_PROBLEM),
-        (bool(labels) and all(_LABEL_NAME.fullmatch(v) and not v.startswith("__")
-                              for v in labels), "dcgm_node_labels",
-         "must be comma-separated Prometheus label names (not the reserved __…)"),
-        (all(_HEADER_NAME.fullmatch(n) and v for n, v in headers), "prometheus_headers",
-         "must be comma-separated Name=value with a valid header name"),
-        (all(v.isascii() and v.isprintable() for _, v in headers), "prometheus_headers",
-         "values must be printable ASCII (no line breaks)"),
-        (all(n.lower() != "authorization" for n, _ in headers), "prometheus_headers",
-         "must not set Authorization (it is logged): use a token file"),
-        (bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
-         "prometheus_basic_auth_user",
-         "goes together with prometheus_basic_auth_password_file (both or neither)"),
-        (bool(s.prometheus_cert_file) == bool(s.prometheus_key_file), "prometheus_cert_file",
-         "goes together with prometheus_key_file (both or neither)"),
-        (sum((bool(s.prometheus_bearer_token_file), s.prometheus_service_account_token,
-              bool(s.prometheus_basic_auth_user))) <= 1, "prometheus_bearer_token_file",
-         "is one credential of three: set at most one of prometheus_bearer_token_file,"
-         " prometheus_service_account_token and prometheus_basic_auth_user"),
-    ]  # fmt: skip
+        (
+            bool(labels)
+            and all(_LABEL_NAME.fullmatch(v) and not v.startswith("__") for v in labels),
+            "dcgm_node_labels",
+            "must be comma-separated Prometheus label names (not the reserved __…)",
+        ),
+        (
+            all(_HEADER_NAME.fullmatch(n) and v for n, v in headers),
+            "prometheus_headers",
+            "must be comma-separated Name=value with a valid header name",
+        ),
+        (
+            all(v.isascii() and v.isprintable() for _, v in headers),
+            "prometheus_headers",
+            "values must be printable ASCII (no line breaks)",
+        ),
+        (
+            all(n.lower() != "authorization" for n, _ in headers),
+            "prometheus_headers",
+            "must not set Authorization (it is logged): use a token file",
+        ),
+        (
+            bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
+            "prometheus_basic_auth_user",
+            "goes together with prometheus_basic_auth_password_file (both or neither)",
+        ),
+        (
+            bool(s.prometheus_cert_file) == bool(s.prometheus_key_file),
+            "prometheus_cert_file",
+            "goes together with prometheus_key_file (both or neither)",
+        ),
+        (
+            sum(
+                (
+                    bool(s.prometheus_bearer_token_file),
+                    s.prometheus_service_account_token,
+                    bool(s.prometheus_basic_auth_user),
+                )
+            )
+            <= 1,
+            "prometheus_bearer_token_file",
+            "is one credential of three: set at most one of prometheus_bearer_token_file,"
+            " prometheus_service_account_token and prometheus_basic_auth_user",
+        ),
+    ]
 
 
 def setting_fields() -> tuple[Any, ...]:

@@ -126,25 +126,33 @@ def build_settings(
         )
         raise click.UsageError(f"bad setting: {problems}") from None
     for fields in layout_warnings(built) if warn_layout else ():
-        click.echo(f"WARN layout setting {fields['setting']}={fields['value']!r} differs from "
-                   f"the manifests' {fields['pinned']!r}: {fields['why']}; next: {fields['next']}",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"WARN layout setting {fields['setting']}={fields['value']!r} differs from "
+            f"the manifests' {fields['pinned']!r}: {fields['why']}; next: {fields['next']}",
+            err=True,
+        )
     return built
 
 
-LAYOUT_NEXT = ('unset it, or regenerate the policies and rename the manifests (docs/deploy.md, '
-               '"Settings that are not the site\'s")')  # fmt: skip
+LAYOUT_NEXT = (
+    "unset it, or regenerate the policies and rename the manifests (docs/deploy.md, "
+    '"Settings that are not the site\'s")'
+)
 
 
 def layout_warnings(s: Settings) -> list[dict[str, str]]:
     """One warning per layout setting that differs from what the manifests pin: the first write
     under it would be refused by the shipped policies or RBAC, mid-cycle."""
     return [
-        {"setting": _flag(name), "value": str(value), "pinned": str(pinned),
-         "why": "the policies and RBAC pin it: the guard's writes under it are refused",
-         "next": LAYOUT_NEXT}
+        {
+            "setting": _flag(name),
+            "value": str(value),
+            "pinned": str(pinned),
+            "why": "the policies and RBAC pin it: the guard's writes under it are refused",
+            "next": LAYOUT_NEXT,
+        }
         for name, value, pinned in layout_differences(s)
-    ]  # fmt: skip
+    ]
 
 
 # Where a person's own machine reads from: never taken from the cluster's settings ConfigMap (its

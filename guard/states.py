@@ -243,10 +243,17 @@ STATES: dict[str, Section] = {  # keys: Decision members
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(
-    w for w, state in STATES.items()
-    if state in (S.AFTER_REBOOT_CHECK_RUNNING, S.JOB_RESULT_UNREADABLE, S.ONBOARDING_PENDING,
-                 S.ONBOARDING_FAILED, S.JOB_NOT_MADE_BY_THE_GUARD)
-)  # fmt: skip
+    w
+    for w, state in STATES.items()
+    if state
+    in (
+        S.AFTER_REBOOT_CHECK_RUNNING,
+        S.JOB_RESULT_UNREADABLE,
+        S.ONBOARDING_PENDING,
+        S.ONBOARDING_FAILED,
+        S.JOB_NOT_MADE_BY_THE_GUARD,
+    )
+)
 
 # Node states (everything but the cycle conditions), in runbook order: the push's `state` values.
 NODE_STATES = tuple(s for s in Section if s not in CYCLE_CONDITIONS)

@@ -123,10 +123,16 @@ class Watch:
             nxt = f"first decision at {format_time(first.at)} ({first.node})"
         else:
             nxt = "polling for new faults"
-        self.log.emit("watch-start", {
-            "waiting": len(self.waiting), "left": len(self.left), "until": format_time(self.end),
-            "interval_s": self.s.scrape_interval_s, "next": nxt,
-        })  # fmt: skip
+        self.log.emit(
+            "watch-start",
+            {
+                "waiting": len(self.waiting),
+                "left": len(self.left),
+                "until": format_time(self.end),
+                "interval_s": self.s.scrape_interval_s,
+                "next": nxt,
+            },
+        )
         prom_before = self.prom.requests_made
         api_before = self.kube.requests_made if self.kube else 0
         level: Level = "INFO"
@@ -135,20 +141,28 @@ class Watch:
         except (PromError, KubeError) as exc:  # the cycle's work stands; the next run reads again
             why, level = f"read-failed: {first_line(str(exc))}", "WARN"
         self.left |= set(self.waiting)
-        self.log.emit("watch-end", {
-            "why": why, "decisions": self.decisions, "cordoned": self.cordoned or "-",
-            "left": len(self.left), "polls": self.polls,
-            "prometheus_requests": self.prom.requests_made - prom_before,
-            "api_requests": (self.kube.requests_made if self.kube else 0) - api_before,
-            "next": "the next run decides what is left" if self.left else "nothing left",
-        }, level)  # fmt: skip
+        self.log.emit(
+            "watch-end",
+            {
+                "why": why,
+                "decisions": self.decisions,
+                "cordoned": self.cordoned or "-",
+                "left": len(self.left),
+                "polls": self.polls,
+                "prometheus_requests": self.prom.requests_made - prom_before,
+                "api_requests": (self.kube.requests_made if self.kube else 0) - api_before,
+                "next": "the next run decides what is left" if self.left else "nothing left",
+            },
+            level,
+        )
 
     def _loop(self, start: datetime) -> str:
         next_poll = start + timedelta(seconds=self.s.scrape_interval_s)
         while True:
             now = self.clock.now()
-            for d in sorted((d for d in self.waiting.values() if d.at <= now),
-                            key=lambda d: (d.at, d.node)):  # fmt: skip
+            for d in sorted(
+                (d for d in self.waiting.values() if d.at <= now), key=lambda d: (d.at, d.node)
+            ):
                 del self.waiting[d.node]
                 if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
                     self._stop_deciding()

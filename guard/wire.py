@@ -378,9 +378,18 @@ def render_fence_summary(s: FenceSummary) -> str:
     '{"schema":"gpu-node-guard/fence-summary/v1","mode":"set","pci":"0000:99:00.0","uuid":"GPU-1",\
 "outcome":"fenced","compute_mode":"Prohibited","drain":"off","why":""}'
     """
-    return _compact({"schema": FENCE_SCHEMA, "mode": s.mode, "pci": s.pci, "uuid": s.uuid,
-                     "outcome": s.outcome, "compute_mode": s.compute_mode[:WHY_MAX_CHARS],
-                     "drain": s.drain, "why": short_why(s.why)})  # fmt: skip
+    return _compact(
+        {
+            "schema": FENCE_SCHEMA,
+            "mode": s.mode,
+            "pci": s.pci,
+            "uuid": s.uuid,
+            "outcome": s.outcome,
+            "compute_mode": s.compute_mode[:WHY_MAX_CHARS],
+            "drain": s.drain,
+            "why": short_why(s.why),
+        }
+    )
 
 
 def parse_fence_summary(text: str) -> FenceSummary:
@@ -397,8 +406,9 @@ def parse_fence_summary(text: str) -> FenceSummary:
     guard.wire.SummaryError: fence summary of mode 'set' says 'lifted'
     """
     doc = summary_doc(text, FENCE_SCHEMA, program="the fence program", name="fence summary")
-    fields = {k: doc.get(k) for k in ("mode", "pci", "uuid", "outcome", "compute_mode",
-                                      "drain", "why")}  # fmt: skip
+    fields = {
+        k: doc.get(k) for k in ("mode", "pci", "uuid", "outcome", "compute_mode", "drain", "why")
+    }
     if not all(isinstance(v, str) for v in fields.values()):
         raise SummaryError("fence summary has a field that is not text")
     s = FenceSummary(**fields)  # type: ignore[arg-type]
@@ -479,9 +489,11 @@ def allowed_dns_prefixes(networks: str) -> tuple[str, ...]:
     for net in parse_allowed_dns(networks):
         width = 8 if net.version == 4 else 16
         if net.prefixlen and -net.prefixlen % width > ALLOWED_DNS_MAX_BITS:
-            raise ValueError(f"{net} covers {2 ** (-net.prefixlen % width)} prefixes of whole "
-                             f"{'octets' if width == 8 else '16-bit groups'}, more than "
-                             f"{2 ** ALLOWED_DNS_MAX_BITS}")  # fmt: skip
+            raise ValueError(
+                f"{net} covers {2 ** (-net.prefixlen % width)} prefixes of whole "
+                f"{'octets' if width == 8 else '16-bit groups'}, more than "
+                f"{2**ALLOWED_DNS_MAX_BITS}"
+            )
         if net.prefixlen == 0:
             out.append(f"v{net.version}")
             continue

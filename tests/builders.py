@@ -85,8 +85,12 @@ def node(
     free = gpus if allocatable is None else allocatable
     raw = {
         "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": rv,
-                     "annotations": notes},
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "annotations": notes,
+        },
         "spec": {"unschedulable": cordoned},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
@@ -94,7 +98,7 @@ def node(
             "capacity": {"nvidia.com/gpu": str(gpus)},
             "allocatable": {"nvidia.com/gpu": str(free)},
         },
-    }  # fmt: skip
+    }
     return node_info(_merged(raw, patch or {}), KEYS)
 
 
@@ -109,8 +113,9 @@ def _merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 def back_node(name: str = "b", *, card: str = UUID, **kw: Any) -> NodeInfo:
     """A guard-cordoned node (Xid 79) that rebooted and looks healthy; `card` is the faulted GPU,
     `kw` changes any of it."""
-    defaults: dict[str, Any] = dict(cordoned=True, guarded_xid=79, boot="boot-2",
-                                    cordon_boot="boot-1")  # fmt: skip
+    defaults: dict[str, Any] = dict(
+        cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"
+    )
     if card != UUID:
         defaults["extra"] = {KEYS.gpu: f"{PCI} {card}"}
     return node(name, **{**defaults, **kw})
@@ -232,8 +237,9 @@ class Signals:
             seen = tuple(sorted(Counter(p.selector for p in pods).items()))
         nvml = tuple(sorted({**self.failing, **self.nvml}.items()))
         since = tuple((n, NOW - timedelta(seconds=held)) for n, held in nvml)
-        return replace(view, nvml_since=since, nvml_status=self.agent, service_pods=pods,
-                       service_seen=seen)  # fmt: skip
+        return replace(
+            view, nvml_since=since, nvml_status=self.agent, service_pods=pods, service_seen=seen
+        )
 
 
 def network_pods(
@@ -266,15 +272,19 @@ def rewritten_event(
         return None
     (again,) = repairs
     assert (again.name, again.event_reason, again.event_type) == (
-        cordon_event.name, "GuardCordoned", "Warning",
-    )  # fmt: skip
+        cordon_event.name,
+        "GuardCordoned",
+        "Warning",
+    )
     return again
 
 
 # What `kubectl get nodes,jobs,configmaps,events,pods -A` holds beyond a test's own objects: each
 # namespace's CA ConfigMap and other namespaces' Pods (a snapshot without them is warned about).
 ALL_NAMESPACES: list[dict[str, Any]] = [
-    *({"kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt", "namespace": ns}}
-      for ns in ("gpu-node-guard", "gpu-node-guard-jobs")),
+    *(
+        {"kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt", "namespace": ns}}
+        for ns in ("gpu-node-guard", "gpu-node-guard-jobs")
+    ),
     {"kind": "Pod", "metadata": {"name": "coredns-0", "namespace": "kube-system"}},
-]  # fmt: skip
+]

@@ -77,9 +77,15 @@ def answer(
     return 404, "text/plain", "not found: try /metrics\n"
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 431: "Request Header Fields Too Large",
-            503: "Service Unavailable"}  # fmt: skip
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
 def _response(code: int, ctype: str, body: str, head_only: bool = False) -> bytes:
@@ -106,9 +112,13 @@ class MetricsServer:
     """`start()` binds (ListenError) and serves in its own thread; `stop()` ends it."""
 
     def __init__(
-        self, page: Page, interval_s: float, clock: Callable[[], float],
-        max_connections: int = MAX_CONNECTIONS, read_timeout_s: float = READ_TIMEOUT_S,
-    ) -> None:  # fmt: skip
+        self,
+        page: Page,
+        interval_s: float,
+        clock: Callable[[], float],
+        max_connections: int = MAX_CONNECTIONS,
+        read_timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
         self.page, self.interval_s, self.clock = page, interval_s, clock
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
@@ -123,10 +133,14 @@ class MetricsServer:
         try:
             self._server = self._loop.run_until_complete(
                 asyncio.start_server(
-                    self._serve, host, port, limit=MAX_REQUEST_BYTES, backlog=1024,
+                    self._serve,
+                    host,
+                    port,
+                    limit=MAX_REQUEST_BYTES,
+                    backlog=1024,
                     reuse_address=True,
                 )
-            )  # fmt: skip
+            )
         except OSError as exc:  # port taken, address not on this host, no permission
             self._loop.close()
             # asyncio's own text repeats the address; the errno's is the one line people know

@@ -38,9 +38,13 @@ class Agent:
             if self.last.get(r.name) != r.status.value:
                 level: Level = "WARN" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"
                 self.log.event(
-                    "agent-check", level, node=self.node, check=r.name, status=r.status.value,
+                    "agent-check",
+                    level,
+                    node=self.node,
+                    check=r.name,
+                    status=r.status.value,
                     observed=r.observed,
-                )  # fmt: skip
+                )
                 self.last[r.name] = r.status.value
         return run
 
@@ -54,9 +58,12 @@ class Agent:
         server = MetricsServer(page, self.interval_s, self.clock)
         server.start(host, port)  # ListenError: one line for the command
         self.log.event(
-            "start", node=self.node, listen=f"{host}:{server.port}",
-            interval_s=self.interval_s, checks=",".join(CHECKS),
-        )  # fmt: skip
+            "start",
+            node=self.node,
+            listen=f"{host}:{server.port}",
+            interval_s=self.interval_s,
+            checks=",".join(CHECKS),
+        )
         try:
             while not stop.is_set():
                 self.run_once(page)

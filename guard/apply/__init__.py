@@ -62,9 +62,10 @@ REFUSED = "refused"
 def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
     """Nodes whose cordon the API refused in this cycle."""
     return frozenset(
-        o.action.node for o in outcomes
+        o.action.node
+        for o in outcomes
         if isinstance(o.action, Cordon) and o.status == "failed" and o.reason == REFUSED
-    )  # fmt: skip
+    )
 
 
 def cordon_landed(outcomes: list[Outcome]) -> bool:
@@ -143,9 +144,14 @@ class KubeExecutor:
     def _write(self, action: Action) -> Outcome:
         match action:
             case (
-                Cordon() | Uncordon() | ClearGuardAnnotations() | SetHold() | Annotate()
-                | RecordBoot() | RemoveTaint()
-            ):  # fmt: skip
+                Cordon()
+                | Uncordon()
+                | ClearGuardAnnotations()
+                | SetHold()
+                | Annotate()
+                | RecordBoot()
+                | RemoveTaint()
+            ):
                 patched = node_patch.patch(self.kube, self.keys, action)
                 if patched.node is not None:
                     self._remember(patched.node)
@@ -244,18 +250,30 @@ class KubeExecutor:
         unowned: the next cycle names it (delete it and the guard makes its own again)."""
         key, value = action.record
         ref = self._refs.get(action.node)
-        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "",
-                        ((key, value.replace(UID, uid)),), "")  # fmt: skip
+        note = Annotate(
+            action.node,
+            "job-recorded",
+            ref.resource_version if ref else "",
+            ((key, value.replace(UID, uid)),),
+            "",
+        )
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
         except KubeError as exc:
-            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
-                           f"{key} not written: {exc}")  # fmt: skip
+            return Outcome(
+                action,
+                "failed",
+                detail=f"job/{action.name} created, its record {key} not written: {exc}",
+            )
         if patched.node is not None:
             self._remember(patched.node)
         if patched.outcome.status == "skipped":
-            return Outcome(action, "failed", detail=f"job/{action.name} created, its record "
-                           f"{key} not written: {patched.outcome.detail}")  # fmt: skip
+            return Outcome(
+                action,
+                "failed",
+                detail=f"job/{action.name} created, its record "
+                f"{key} not written: {patched.outcome.detail}",
+            )
         return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
 
     def _taint_device(self, action: TaintDevice) -> Outcome:

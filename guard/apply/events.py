@@ -92,8 +92,13 @@ def _note(message: str) -> str:
 
 
 def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
-    regarding = {"apiVersion": "v1", "kind": "Node", "name": ref.name, "uid": ref.uid,
-                 "resourceVersion": ref.resource_version}  # fmt: skip
+    regarding = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": ref.name,
+        "uid": ref.uid,
+        "resourceVersion": ref.resource_version,
+    }
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",

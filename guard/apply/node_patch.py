@@ -147,8 +147,10 @@ def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[
                 action.keep if fresh is None else (t for t in fresh.taints if t != action.taint)
             )
             cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": cleared},
-                    "spec": {"taints": [t.as_dict() for t in taints]}}  # fmt: skip
+            return {
+                "metadata": {"annotations": cleared},
+                "spec": {"taints": [t.as_dict() for t in taints]},
+            }
         case _:
             assert_never(action)
 

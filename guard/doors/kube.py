@@ -87,17 +87,24 @@ class Kube:
                     check_kubeconfig(path)
                 config.load_kube_config(
                     # $KUBECONFIG and HOME now, not as the client read them at import
-                    config_file=kubeconfig or os.environ.get("KUBECONFIG")
+                    config_file=kubeconfig
+                    or os.environ.get("KUBECONFIG")
                     or os.path.expanduser("~/.kube/config"),
                     context=context or None,
                     client_configuration=cfg,
-                )  # fmt: skip
+                )
             else:
                 config.load_incluster_config(client_configuration=cfg)
         except (
-            config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError, KeyError,
-            AttributeError, kube_exec.ExecPluginFailed,
-        ) as exc:  # fmt: skip
+            config.ConfigException,
+            OSError,
+            TypeError,
+            ValueError,
+            yaml.YAMLError,
+            KeyError,
+            AttributeError,
+            kube_exec.ExecPluginFailed,
+        ) as exc:
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None

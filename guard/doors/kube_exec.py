@@ -36,9 +36,14 @@ def _run(args: Any, cwd: Any, env: Any, shell: bool, name: str) -> tuple[int, by
     MAX_OUTPUT_BYTES of stdout (a plugin that prints without end is stopped, not buffered)."""
     try:
         proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=env, shell=shell,
-        )  # fmt: skip
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            shell=shell,
+        )
     except OSError as exc:
         raise ExecPluginFailed(
             f"exec credential plugin {name} cannot start: {exc.strerror or exc}"

@@ -92,13 +92,17 @@ class CycleLease:
     def _body(self, now: datetime, acquire: bool) -> dict[str, Any]:
         old = self._lease or {}
         spec = dict(old.get("spec") or {})
-        spec.update(holderIdentity=self.holder, leaseDurationSeconds=self.duration_s,
-                    renewTime=_time(now))  # fmt: skip
+        spec.update(
+            holderIdentity=self.holder, leaseDurationSeconds=self.duration_s, renewTime=_time(now)
+        )
         if acquire:
             spec["acquireTime"] = _time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + bool(old)
-        meta: dict[str, Any] = {"name": CYCLE_LEASE, "namespace": self.namespace,
-                                "labels": {APP_LABEL: APP_NAME}}  # fmt: skip
+        meta: dict[str, Any] = {
+            "name": CYCLE_LEASE,
+            "namespace": self.namespace,
+            "labels": {APP_LABEL: APP_NAME},
+        }
         notes = dict((old.get("metadata") or {}).get("annotations") or {})
         if self.isolated:
             notes[self.slot_key] = self.isolated
@@ -106,8 +110,12 @@ class CycleLease:
             meta["annotations"] = notes
         if old:
             meta["resourceVersion"] = str((old.get("metadata") or {}).get("resourceVersion", ""))
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-                "spec": spec}  # fmt: skip
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
 
     def take(self, now: datetime) -> str:
         """ "" when this run holds the Lease now; else who holds it (the case list above)."""

@@ -262,8 +262,10 @@ def _new_ledger(target: LedgerTarget, node: str, line: str) -> dict[str, object]
 
 def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
     """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n)."""
-    taken = [archive_index(target.name, _name(cm)) or 0 for cm in read_archives(
-        kube, target.namespace, target.name)]  # fmt: skip
+    taken = [
+        archive_index(target.name, _name(cm)) or 0
+        for cm in read_archives(kube, target.namespace, target.name)
+    ]
     n = max(taken, default=0) + 1
     for _ in range(100):
         name = archive_name(target.name, n)

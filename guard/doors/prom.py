@@ -268,9 +268,13 @@ class PromClient:
         limit = (self.timeout_s, self.timeout_s)
         # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
         with self.session.post(
-            url, data=form, timeout=limit, stream=True, verify=self.access.verify,
+            url,
+            data=form,
+            timeout=limit,
+            stream=True,
+            verify=self.access.verify,
             cert=self.access.cert,
-        ) as response:  # fmt: skip
+        ) as response:
             box["response"] = response
             declared = response.headers.get("Content-Length", "")
             encoded = response.headers.get("Content-Encoding", "identity") != "identity"

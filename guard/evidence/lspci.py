@@ -213,9 +213,15 @@ def pcie_links(text: str) -> tuple[PcieLink, ...]:
                 sta = next((ln for ln in block if "LnkSta:" in ln), None)
                 if cap is not None and sta is not None:
                     out.append(
-                        PcieLink(address, block[0].strip(), _speed(cap), _width(cap),
-                                 _speed(sta), _width(sta))
-                    )  # fmt: skip
+                        PcieLink(
+                            address,
+                            block[0].strip(),
+                            _speed(cap),
+                            _width(cap),
+                            _speed(sta),
+                            _width(sta),
+                        )
+                    )
             block = [line] if line else []
         elif block:
             block.append(line)

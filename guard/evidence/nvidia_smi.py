@@ -30,19 +30,43 @@ _REQUIRES_RESET = "requires reset"
 # row-remapping failure flag is set"; "the GPU must be reset for the remapping to go into
 # effect") and dynamic page retirement (retired pages take effect at the next driver load).
 FLAGS: tuple[tuple[str, str, str, Repair, str], ...] = (
-    ("Remapped Rows", "Remapping Failure Occurred", "Yes", Repair.RMA,
-     "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)"),
-    ("Remapped Rows", "Pending", "Yes", Repair.RESET,
-     "nvidia-smi: row remapping pending (takes effect at a GPU reset)"),
-    ("Retired Pages", "Pending Page Blacklist", "Yes", Repair.RESET,
-     "nvidia-smi: page retirement pending (takes effect at a GPU reset)"),
-    ("Retired Pages", "Pending Page Retirement", "Yes", Repair.RESET,
-     "nvidia-smi: page retirement pending (takes effect at a GPU reset)"),
-    ("GPU Reset Status", "Reset Required", "Yes", Repair.RESET,
-     "nvidia-smi: GPU reset required"),
-    ("GPU Reset Status", "Drain and Reset Recommended", "Yes", Repair.RESET,
-     "nvidia-smi: drain and reset recommended"),
-)  # fmt: skip
+    (
+        "Remapped Rows",
+        "Remapping Failure Occurred",
+        "Yes",
+        Repair.RMA,
+        "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)",
+    ),
+    (
+        "Remapped Rows",
+        "Pending",
+        "Yes",
+        Repair.RESET,
+        "nvidia-smi: row remapping pending (takes effect at a GPU reset)",
+    ),
+    (
+        "Retired Pages",
+        "Pending Page Blacklist",
+        "Yes",
+        Repair.RESET,
+        "nvidia-smi: page retirement pending (takes effect at a GPU reset)",
+    ),
+    (
+        "Retired Pages",
+        "Pending Page Retirement",
+        "Yes",
+        Repair.RESET,
+        "nvidia-smi: page retirement pending (takes effect at a GPU reset)",
+    ),
+    ("GPU Reset Status", "Reset Required", "Yes", Repair.RESET, "nvidia-smi: GPU reset required"),
+    (
+        "GPU Reset Status",
+        "Drain and Reset Recommended",
+        "Yes",
+        Repair.RESET,
+        "nvidia-smi: drain and reset recommended",
+    ),
+)
 
 # The counters and flags the report lists (section, key), whatever their value.
 SHOWN: tuple[tuple[str, str], ...] = (

@@ -240,8 +240,9 @@ def _write_agent(sc: Scenario, out: TextIO) -> int:
 
     def labels(node: NodeTimeline) -> str:
         pod = f"gpu-node-guard-agent-{node.gpu_uuid(0)[4:9]}"
-        return (f'node="{node.name}",check="nvidia-match",namespace="gpu-node-guard-jobs",'
-                f'pod="{pod}"')  # fmt: skip
+        return (
+            f'node="{node.name}",check="nvidia-match",namespace="gpu-node-guard-jobs",pod="{pod}"'
+        )
 
     out.write("# TYPE gpu_node_guard_agent_check_ok gauge\n")
     for node in agents:

@@ -25,20 +25,39 @@ def fence() -> None:
 
 
 def _options(command: Any) -> Any:
-    for option in reversed((
-        click.option("--pci", required=True, callback=pci_callback, help="The GPU's PCI address."),
-        click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
-        click.option("--drain", is_flag=True,
-                     help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0)."),
-        click.option("--host-root", type=click.Path(file_okay=False, path_type=Path),
-                     default=DEFAULT_HOST_ROOT, show_default=True,
-                     help="Where the host's /sys is visible."),
-        click.option("--timeout-s", type=FiniteFloatRange(min=0, min_open=True),
-                     default=DEFAULT_TIMEOUT_S, show_default=True,
-                     help="Time limit of each host command."),
-        click.option("--termination-log", default=TERMINATION_LOG, show_default=True,
-                     help="Where the summary for the guard goes, if that file exists."),
-    )):  # fmt: skip
+    for option in reversed(
+        (
+            click.option(
+                "--pci", required=True, callback=pci_callback, help="The GPU's PCI address."
+            ),
+            click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
+            click.option(
+                "--drain",
+                is_flag=True,
+                help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0).",
+            ),
+            click.option(
+                "--host-root",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=DEFAULT_HOST_ROOT,
+                show_default=True,
+                help="Where the host's /sys is visible.",
+            ),
+            click.option(
+                "--timeout-s",
+                type=FiniteFloatRange(min=0, min_open=True),
+                default=DEFAULT_TIMEOUT_S,
+                show_default=True,
+                help="Time limit of each host command.",
+            ),
+            click.option(
+                "--termination-log",
+                default=TERMINATION_LOG,
+                show_default=True,
+                help="Where the summary for the guard goes, if that file exists.",
+            ),
+        )
+    ):
         command = option(command)
     return command
 
@@ -54,8 +73,10 @@ def _run(mode: str, opts: dict[str, Any]) -> None:
         click.echo(note, err=True)
     read = f" compute_mode={found.compute_mode}" if found.compute_mode else ""
     why = f" why={found.why}" if found.why else ""
-    click.echo(f"fence {mode} gpu={found.pci} uuid={found.uuid} outcome={found.outcome}"
-               f"{read} drain={found.drain}{why}")  # fmt: skip
+    click.echo(
+        f"fence {mode} gpu={found.pci} uuid={found.uuid} outcome={found.outcome}"
+        f"{read} drain={found.drain}{why}"
+    )
     if not found.passed:
         raise SystemExit(1)
 

@@ -106,11 +106,16 @@ def apply(host: Host, req: Request) -> FenceSummary:
         return done("error", f"{noted}read-back: {shown}", drain=drain)
     pci, uuid, mode = found
     if (pci, uuid.lower()) != (req.pci, req.uuid.lower()):
-        return done("mismatch", f"{noted}read-back names {pci} {uuid}, not {req.pci} {req.uuid}",
-                    mode, drain)  # fmt: skip
+        return done(
+            "mismatch",
+            f"{noted}read-back names {pci} {uuid}, not {req.pci} {req.uuid}",
+            mode,
+            drain,
+        )
     if mode.lower() != expected.lower():
-        return done("mismatch", f"{noted}compute mode reads {mode!r}, not {expected!r}", mode,
-                    drain)  # fmt: skip
+        return done(
+            "mismatch", f"{noted}compute mode reads {mode!r}, not {expected!r}", mode, drain
+        )
     if req.mode == "set" and req.drain:
         put = host.run("nvidia-smi", "drain", "-p", req.pci, "-m", "1")
         drain = "done" if put.ok else "failed"

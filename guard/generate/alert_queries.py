@@ -114,11 +114,15 @@ def user_code_xid(p: AlertParams) -> str:
     # Entry i becomes `xid`, and `xids` is removed where it matched: a term whose entry is
     # missing leaves the series as it was, which `unless on (xids)` drops (a join on the list
     # itself, not on an empty label: VictoriaMetrics matches those differently).
-    one = ('label_replace(label_replace({rec}, "xid", "$1", "xids", "{regex}"), "xids", "",'
-           ' "xids", "{regex}")')  # fmt: skip
+    one = (
+        'label_replace(label_replace({rec}, "xid", "$1", "xids", "{regex}"), "xids", "",'
+        ' "xids", "{regex}")'
+    )
     entry = "(?:[^,]*,){{{i}}} *([0-9]+) *(?:,.*)?"
-    split = "\nor ".join(one.format(rec=USER_CODE_XIDS_SETTING, regex=entry.format(i=i))
-                         for i in range(USER_CODE_FALLBACK_MAX))  # fmt: skip
+    split = "\nor ".join(
+        one.format(rec=USER_CODE_XIDS_SETTING, regex=entry.format(i=i))
+        for i in range(USER_CODE_FALLBACK_MAX)
+    )
     unsplit = f"{_block(split)}\nunless on (xids) {USER_CODE_XIDS_SETTING}"
     return (
         f"max by (xid) ({metric_names.USER_CODE_XID.name})\nor on () max by (xid) {_block(unsplit)}"
@@ -259,8 +263,10 @@ def alert_guard_job_failed(s: Settings) -> str:
     labels = f'kube_job_labels{{namespace="{ns}", {node}!=""}}'
     labels = f'label_replace({labels}, "node", "$1", "{node}", "(.*)")'
     labels = f'label_replace({labels}, "component", "$1", "{component}", "(.*)")'
-    labelled = (f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
-                f"max by (namespace, job_name, node, component) {_block(labels)}")  # fmt: skip
+    labelled = (
+        f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
+        f"max by (namespace, job_name, node, component) {_block(labels)}"
+    )
     open_ = "\nor\n".join(
         f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
         for key in incident_annotations(s)
@@ -484,9 +490,13 @@ def alert_row_remap_failed() -> str:
 # The settings the alerts component copies from the settings ConfigMap into the rules, each into
 # a double-quoted string of an expression (manifests/components/alerts/settings.yaml, generated
 # with the rules): the text of each as settings.env writes it.
-SUBSTITUTED = ("user_code_xids", "service_network_kube_proxy_namespace",
-               "service_network_kube_proxy_pods", "service_network_cni_namespace",
-               "service_network_cni_daemonsets")  # fmt: skip
+SUBSTITUTED = (
+    "user_code_xids",
+    "service_network_kube_proxy_namespace",
+    "service_network_kube_proxy_pods",
+    "service_network_cni_namespace",
+    "service_network_cni_daemonsets",
+)
 SiteText = Mapping[str, str]
 
 
@@ -499,14 +509,18 @@ def _namespace_set(namespace: str) -> str:
     namespace is not empty, and the join is on that value (not on an empty label, which
     VictoriaMetrics matches differently). The text stays one string the overlay replaces."""
     ns = f'label_replace(vector(1), "ns", "{namespace}", "", "")'
-    return (f'(label_replace({ns}, "set", "1", "ns", ".+")'
-            ' and on (set) label_replace(vector(1), "set", "1", "", ""))')  # fmt: skip
+    return (
+        f'(label_replace({ns}, "set", "1", "ns", ".+")'
+        ' and on (set) label_replace(vector(1), "set", "1", "", ""))'
+    )
 
 
 def _pods_in(namespace: str, matchers: str) -> str:
     """kube_pod_info series of `matchers` in `namespace`, or in any namespace when it is empty."""
-    return (f'kube_pod_info{{namespace="{namespace}", {matchers}}}\n'
-            f"or kube_pod_info{{{matchers}}} unless on () {_namespace_set(namespace)}")  # fmt: skip
+    return (
+        f'kube_pod_info{{namespace="{namespace}", {matchers}}}\n'
+        f"or kube_pod_info{{{matchers}}} unless on () {_namespace_set(namespace)}"
+    )
 
 
 def alert_service_network_down(t: SiteText) -> str:
@@ -518,8 +532,10 @@ def alert_service_network_down(t: SiteText) -> str:
     """
     proxy = f'pod=~"{t["service_network_kube_proxy_pods"]}"'
     cni = f'created_by_kind="DaemonSet", created_by_name=~"{t["service_network_cni_daemonsets"]}"'
-    pods = (f"{_pods_in(t['service_network_kube_proxy_namespace'], proxy)}\n"
-            f"or {_pods_in(t['service_network_cni_namespace'], cni)}")  # fmt: skip
+    pods = (
+        f"{_pods_in(t['service_network_kube_proxy_namespace'], proxy)}\n"
+        f"or {_pods_in(t['service_network_cni_namespace'], cni)}"
+    )
     not_ready = 'max by (namespace, pod) (kube_pod_status_ready{condition=~"false|unknown"}) == 1'
     ready_node = 'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1'
     return (
@@ -562,11 +578,14 @@ def coredns_upstream_prefix() -> str:
     octet, group = "[0-9]+", "[0-9a-f]+"
     terms = [("v4", f"{octet}(?:[.]{octet}){{3}}:[0-9]+"), ("v6", "[[].*[]]:[0-9]+")]
     rest = "{octet}(?:[.]{octet}){{{n}}}:[0-9]+"
-    terms += [("$1", f"({octet}(?:[.]{octet}){{{k - 1}}}[.])" + rest.format(octet=octet, n=3 - k))
-              for k in (1, 2, 3)]  # fmt: skip
+    terms += [
+        ("$1", f"({octet}(?:[.]{octet}){{{k - 1}}}[.])" + rest.format(octet=octet, n=3 - k))
+        for k in (1, 2, 3)
+    ]
     terms.append(("$1", f"({octet}(?:[.]{octet}){{3}}):[0-9]+"))
-    terms += [("$1", f"([[]{group}(?::{group}){{{k - 1}}}:)[0-9a-f:]*[]]:[0-9]+")
-              for k in range(1, 8)]  # fmt: skip
+    terms += [
+        ("$1", f"([[]{group}(?::{group}){{{k - 1}}}:)[0-9a-f:]*[]]:[0-9]+") for k in range(1, 8)
+    ]
     terms.append(("$1", "([[][0-9a-f:.]+[]]):[0-9]+"))
     return "\nor ".join(
         f'label_replace({COREDNS_UPSTREAMS}, "prefix", "{value}", "to", "{regex}")'

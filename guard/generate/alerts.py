@@ -79,8 +79,10 @@ _GPU = "{{ $labels.node }} GPU {{ $labels.gpu }} ({{ $labels.UUID }}, {{ $labels
 def gpu_records(t: alert_queries.SiteText, p: alert_queries.AlertParams) -> tuple[Record, ...]:
     """The user-code Xids the Xid alerts leave out: the guard's push, else the overlay's list."""
     q = alert_queries
-    return (Record(q.USER_CODE_XIDS_SETTING, q.user_code_xids_setting(t)),
-            Record(q.USER_CODE_XID, q.user_code_xid(p)))  # fmt: skip
+    return (
+        Record(q.USER_CODE_XIDS_SETTING, q.user_code_xids_setting(t)),
+        Record(q.USER_CODE_XID, q.user_code_xid(p)),
+    )
 
 
 def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
@@ -261,8 +263,10 @@ def node_records(p: alert_queries.NodeAlertParams | None = None) -> tuple[Record
     """CoreDNS's upstreams and their prefixes, which CoreDNSForwardNotAllowed joins with the
     prefixes the guard pushed."""
     q = alert_queries
-    return (Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(p or q.NodeAlertParams())),
-            Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()))  # fmt: skip
+    return (
+        Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(p or q.NodeAlertParams())),
+        Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
+    )
 
 
 def node_rules(
@@ -481,9 +485,10 @@ def render(s: Settings, p: alert_queries.AlertParams) -> dict[Path, str]:
     return {
         RULES_FILE: _dump({"groups": groups}),
         PROMETHEUS_RULE_FILE: _dump(operator_rule),
-        SETTINGS_FILE: HEADER + SETTINGS_HEADER + yaml.dump(replacements(), sort_keys=False,
-                                                           width=1_000),
-    }  # fmt: skip
+        SETTINGS_FILE: HEADER
+        + SETTINGS_HEADER
+        + yaml.dump(replacements(), sort_keys=False, width=1_000),
+    }
 
 
 @dataclass(frozen=True, slots=True)

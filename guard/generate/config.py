@@ -43,8 +43,14 @@ KUSTOMIZE_VERSION = "v5.7.1"  # the kustomize of kubectl v1.34 (hack/deploytest/
 CRONJOB = "gpu-node-guard"
 AGENT = "gpu-node-guard-agent"
 # Names the manifests and the policies carry (docs/deploy.md, "Settings that are not the site's").
-LAYOUT = ("namespace", "jobs_namespace", "job_service_account", "ledger_configmap",
-          "annotation_prefix", "gpu_node_label")  # fmt: skip
+LAYOUT = (
+    "namespace",
+    "jobs_namespace",
+    "job_service_account",
+    "ledger_configmap",
+    "annotation_prefix",
+    "gpu_node_label",
+)
 # From `images:` (image-wiring), never from settings.env.
 IMAGES = ("image", "loadtest_image")
 _PARAM = re.compile(r"params\.\?data\[\?'(GUARD_[A-Z0-9_]+)'\]\.orValue\('((?:[^'\\]|\\.)*)'\)")
@@ -93,8 +99,9 @@ def find_kustomize(given: str = "") -> list[str]:
 
 def render(directory: Path, kustomize: list[str]) -> Rendered:
     try:
-        done = subprocess.run([*kustomize, str(directory)], capture_output=True, text=True,
-                              timeout=120, check=False)  # fmt: skip
+        done = subprocess.run(
+            [*kustomize, str(directory)], capture_output=True, text=True, timeout=120, check=False
+        )
     except OSError as exc:
         raise ConfigError(f"cannot run {kustomize[0]}: {exc}") from None
     if done.returncode != 0:
@@ -164,8 +171,11 @@ def _keys(data: Mapping[str, str]) -> list[str]:
     out = [
         f"{key}: not a setting of the guard (it ignores it)" for key in sorted(set(data) - known)
     ]
-    out += [f"{key}: a layout name, written into the manifests and policies, not a site setting "
-            "(docs/deploy.md)" for key in sorted(set(data) & layout)]  # fmt: skip
+    out += [
+        f"{key}: a layout name, written into the manifests and policies, not a site setting "
+        "(docs/deploy.md)"
+        for key in sorted(set(data) & layout)
+    ]
     return out
 
 
@@ -184,8 +194,10 @@ def _cronjob(cron: Mapping[str, Any], cm: Mapping[str, Any]) -> list[str]:
     for entry in container.get("env") or []:
         name = entry.get("name", "")
         if "value" in entry and name in data and str(entry["value"]) != str(data[name]):
-            out.append(f"{name}: the CronJob's env says {entry['value']!r}, its ConfigMap (what "
-                       f"the policies read) {data[name]!r}")  # fmt: skip
+            out.append(
+                f"{name}: the CronJob's env says {entry['value']!r}, its ConfigMap (what "
+                f"the policies read) {data[name]!r}"
+            )
     return out
 
 
@@ -195,8 +207,11 @@ def _policies(
     out = []
     layout = Settings(**{n: getattr(s, n) for n in LAYOUT})
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    expected = {(d["kind"], d["metadata"]["name"]): d
-                for docs in policies.documents(layout).values() for d in docs}  # fmt: skip
+    expected = {
+        (d["kind"], d["metadata"]["name"]): d
+        for docs in policies.documents(layout).values()
+        for d in docs
+    }
     found = {(kind, d["metadata"]["name"]): d for kind in kinds for d in r.kind(kind)}
     for kind, name in sorted(set(expected) - set(found)):
         out.append(f"{kind} {name} is missing from the rendered overlay")
@@ -204,8 +219,10 @@ def _policies(
         out.append(f"{kind} {name} is not one the guard generates")
     for kind, name in sorted(set(expected) & set(found)):
         if found[(kind, name)]["spec"] != expected[(kind, name)]["spec"]:
-            out.append(f"{kind} {name} is not the generated one for this layout (edited, "
-                       "patched or stale): `python -m guard.generate.policies write`")  # fmt: skip
+            out.append(
+                f"{kind} {name} is not the generated one for this layout (edited, "
+                "patched or stale): `python -m guard.generate.policies write`"
+            )
     # A site value the policies carry in their text (not through the params) does not follow.
     plain = _without_defaults(policies.documents(layout))
     for f in fields(Settings):
@@ -232,8 +249,10 @@ def _policies(
             policy = env_options({key: seen}, frozenset(), f"the policies' params ({key})")
             runs = env_options({key: env[key]}, frozenset(), "the CronJob") if key in env else {}
             if policy.get(name, getattr(Settings(), name)) != runs.get(name, getattr(s, name)):
-                out.append(f"{key}: the policies admit {seen!r}, the CronJob runs with "
-                           f"{env.get(key, params.default_text(Settings(), name))!r}")  # fmt: skip
+                out.append(
+                    f"{key}: the policies admit {seen!r}, the CronJob runs with "
+                    f"{env.get(key, params.default_text(Settings(), name))!r}"
+                )
     return out
 
 
@@ -260,8 +279,11 @@ def _images(r: Rendered, s: Settings) -> list[str]:
     pairs = []
     if cron is not None:
         spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        pairs += [("the CronJob's container", c.get("image")) for c in spec["containers"]
-                  if c.get("name") == "guard"]  # fmt: skip
+        pairs += [
+            ("the CronJob's container", c.get("image"))
+            for c in spec["containers"]
+            if c.get("name") == "guard"
+        ]
     if agent is not None:
         pairs += [
             ("the agent's container", c.get("image"))
@@ -274,8 +296,11 @@ def _images(r: Rendered, s: Settings) -> list[str]:
 
 
 def _rule_exprs(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    return {str(rule.get("alert") or rule.get("record")): str(rule.get("expr"))
-            for g in groups for rule in g.get("rules") or []}  # fmt: skip
+    return {
+        str(rule.get("alert") or rule.get("record")): str(rule.get("expr"))
+        for g in groups
+        for rule in g.get("rules") or []
+    }
 
 
 def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
@@ -287,18 +312,26 @@ def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
     out = []
     record = alert_queries.BREAKER_SETTING
     if found.get(record) != wanted[record]:
-        out.append(f"alerts: {record} records {found.get(record)!r}, the site's "
-                   f"GUARD_BREAKER_MAX_NODES is {wanted[record]!r} (list ../../base/image-wiring "
-                   "under the overlay's transformers)")  # fmt: skip
+        out.append(
+            f"alerts: {record} records {found.get(record)!r}, the site's "
+            f"GUARD_BREAKER_MAX_NODES is {wanted[record]!r} (list ../../base/image-wiring "
+            "under the overlay's transformers)"
+        )
     out += _substituted(found, s, env)
     found, wanted = _blanked(found), _blanked(wanted)
-    default = _blanked(_rule_exprs(alerts.rule_groups(replace(s, **_site_defaults(s)),
-                                                      alert_queries.AlertParams())))  # fmt: skip
+    default = _blanked(
+        _rule_exprs(
+            alerts.rule_groups(replace(s, **_site_defaults(s)), alert_queries.AlertParams())
+        )
+    )
     for name in sorted(set(wanted) - {record}):
         if found.get(name) == wanted[name]:
             continue
-        baked = [f.name for f in fields(Settings) if f.name not in (*LAYOUT, *IMAGES)
-                 and _changes(s, f.name, name, default)]  # fmt: skip
+        baked = [
+            f.name
+            for f in fields(Settings)
+            if f.name not in (*LAYOUT, *IMAGES) and _changes(s, f.name, name, default)
+        ]
         why = ", ".join(params.env_name(b) for b in baked) or "its expression"
         out.append(
             f"alerts: {name} does not follow the site ({why}): the rules carry the "
@@ -316,12 +349,16 @@ def _substituted(found: Mapping[str, str], s: Settings, env: Mapping[str, str]) 
         text = pieces[sub.index] if sub.index < len(pieces) else None
         site = env.get(key, params.default_text(Settings(), sub.setting))
         if text != site:
-            out.append(f"alerts: {sub.rule} carries {key} {text!r}, the site's is {site!r} (list "
-                       "../../components/alerts, which copies it from the settings)")  # fmt: skip
+            out.append(
+                f"alerts: {sub.rule} carries {key} {text!r}, the site's is {site!r} (list "
+                "../../components/alerts, which copies it from the settings)"
+            )
     if len(s.user_code_xids) > alert_queries.USER_CODE_FALLBACK_MAX:
         most = alert_queries.USER_CODE_FALLBACK_MAX
-        out.append(f"GUARD_USER_CODE_XIDS: {len(s.user_code_xids)} Xids; before the guard's "
-                   f"first push the alerts read the first {most}")  # fmt: skip
+        out.append(
+            f"GUARD_USER_CODE_XIDS: {len(s.user_code_xids)} Xids; before the guard's "
+            f"first push the alerts read the first {most}"
+        )
     return list(dict.fromkeys(out))
 
 
@@ -340,10 +377,14 @@ def _blanked(exprs: Mapping[str, str]) -> dict[str, str]:
 def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str]:
     """Every alert links the site's runbook (GUARD_RUNBOOK_BASE_URL), not the default's."""
     off = sorted(
-        str(rule["alert"]) for g in groups for rule in g.get("rules") or [] if "alert" in rule
+        str(rule["alert"])
+        for g in groups
+        for rule in g.get("rules") or []
+        if "alert" in rule
         and not str((rule.get("annotations") or {}).get("runbook_url", "")).startswith(
-            s.runbook_base_url + "#")
-    )  # fmt: skip
+            s.runbook_base_url + "#"
+        )
+    )
     if not off:
         return []
     return [
@@ -363,8 +404,9 @@ def _changes(s: Settings, setting: str, rule: str, default: dict[str, str]) -> b
     if getattr(s, setting) == getattr(Settings(), setting):
         return False
     try:
-        one = replace(Settings(**{n: getattr(s, n) for n in LAYOUT}),
-                      **{setting: getattr(s, setting)})  # fmt: skip
+        one = replace(
+            Settings(**{n: getattr(s, n) for n in LAYOUT}), **{setting: getattr(s, setting)}
+        )
     except SettingsError:
         return False  # only valid together with other site values: its partners are tried
     return _blanked(_rule_exprs(alerts.rule_groups(one, alert_queries.AlertParams()))).get(
@@ -402,12 +444,15 @@ def check_command(directory: Path, binary: str) -> None:
     if problems or s is None:
         sys.exit(1)
     site = rendered.one("ConfigMap", SETTINGS_CONFIGMAP) or {}
-    policies_read = sum("paramRef" in d["spec"] for d in rendered.kind(
-        "ValidatingAdmissionPolicyBinding"))  # fmt: skip
-    click.echo(f"config check {directory}: coherent: {len(site.get('data') or {})} settings in "
-               f"{SETTINGS_CONFIGMAP}; the CronJob, {policies_read} policy bindings (params) "
-               f"and {len(rendered.kind('PrometheusRule'))} PrometheusRule agree "
-               f"(breaker {s.breaker_max_nodes}, image {s.image})")  # fmt: skip
+    policies_read = sum(
+        "paramRef" in d["spec"] for d in rendered.kind("ValidatingAdmissionPolicyBinding")
+    )
+    click.echo(
+        f"config check {directory}: coherent: {len(site.get('data') or {})} settings in "
+        f"{SETTINGS_CONFIGMAP}; the CronJob, {policies_read} policy bindings (params) "
+        f"and {len(rendered.kind('PrometheusRule'))} PrometheusRule agree "
+        f"(breaker {s.breaker_max_nodes}, image {s.image})"
+    )
 
 
 if __name__ == "__main__":

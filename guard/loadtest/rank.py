@@ -95,9 +95,13 @@ def _init(torch: Any, dist: Any, config: dict[str, Any], report: Reporter) -> No
         torch.cuda.set_device(rank)
     if rank == 0:
         store = dist.TCPStore(
-            "127.0.0.1", 0, world_size=world, is_master=True, timeout=timeout,
+            "127.0.0.1",
+            0,
+            world_size=world,
+            is_master=True,
+            timeout=timeout,
             wait_for_workers=False,
-        )  # fmt: skip
+        )
         report("store", port=int(store.port))
     else:
         port = int(sys.stdin.readline())

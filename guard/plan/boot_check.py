@@ -139,8 +139,10 @@ def _unstarted(
 
 def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
     items = ",".join(f.item for f in job.result.failed) if job.result else ""
-    detail = (f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
-              "but the node is cordoned by someone else: not the guard's to cordon")  # fmt: skip
+    detail = (
+        f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
+        "but the node is cordoned by someone else: not the guard's to cordon"
+    )
     return Skip(
         node.name,
         "already-cordoned",
@@ -156,8 +158,10 @@ def _boot(node: NodeInfo) -> str:
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "") or "no summary was read"
-    fix = (f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to check again: "
-           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
+    fix = (
+        f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to check again: "
+        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
+    )
     detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
     return Skip(node.name, "boot-check-unreadable", detail, fix, "WARN")
 
@@ -168,9 +172,13 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
     record = ((keys(s).checked_boot, value),)
     return RecordBoot(
-        node.name, "boot-check-passed", node.resource_version, node.boot_id, record,
+        node.name,
+        "boot-check-passed",
+        node.resource_version,
+        node.boot_id,
+        record,
         "checked again after the next reboot",
-    )  # fmt: skip
+    )
 
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:
@@ -180,17 +188,27 @@ def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, 
     items = tuple(x.item for x in f.job.result.failed)
     reason = f"{CONFORMANCE_REASON}{items[0]}"
     annotations = (
-        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
         (k.gpu_capacity, str(node.gpu_capacity)),
         (k.conformance_failed, failed_value(at, f.job.name, items)),
-    )  # fmt: skip
+    )
     found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
     message = (
         f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
         f"job/{f.job.name}"
     )
     return (
-        Cordon(node.name, reason, node.resource_version, annotations, "-", 0,
-               f"fix {','.join(items)}, then reboot", present(node, k.record_keys)),
+        Cordon(
+            node.name,
+            reason,
+            node.resource_version,
+            annotations,
+            "-",
+            0,
+            f"fix {','.join(items)}, then reboot",
+            present(node, k.record_keys),
+        ),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
-    )  # fmt: skip
+    )

@@ -45,15 +45,15 @@ def conformance_job(
     ttl = s.boot_check_job_ttl_s if priority != ONBOARDING else None
     reason = "onboarding" if priority == ONBOARDING else "boot-check"
     spec = job_spec(s, "conformance", node.name, key, reason, conformance_args(s), ttl_s=ttl)
-    return create_job(s, node.name, JOB_REASONS[priority], "conformance", spec.name,
-                      t.render(spec))  # fmt: skip
+    return create_job(s, node.name, JOB_REASONS[priority], "conformance", spec.name, t.render(spec))
 
 
 def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
     """The onboarding gate's load test: every GPU, the burn-in duration, no recorded links."""
     args = loadtest_args(s, node.gpu_capacity, None, "", duration_s=s.onboarding_burnin_s)
-    spec = job_spec(s, "loadtest", node.name, gate_key(node), "onboarding", args,
-                    gpus=node.gpu_capacity)  # fmt: skip
+    spec = job_spec(
+        s, "loadtest", node.name, gate_key(node), "onboarding", args, gpus=node.gpu_capacity
+    )
     return create_job(s, node.name, "onboarding", "loadtest", spec.name, t.render(spec))
 
 
@@ -67,28 +67,41 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
         made = f"; the guard's last {job.kind} Job here is job/{rec.name}" if rec else ""
         return f"the node has no record that the guard created job/{job.name}{made}"
     if job.uid != rec.uid:
-        return (f"job/{job.name} has uid {job.uid or '(none)'} but the guard created uid "
-                f"{rec.uid}: it was replaced")  # fmt: skip
+        return (
+            f"job/{job.name} has uid {job.uid or '(none)'} but the guard created uid "
+            f"{rec.uid}: it was replaced"
+        )
     if job.digest != rec.digest:
-        return (f"job/{job.name} runs another spec (digest {job.digest or '(none)'}) than the "
-                f"guard rendered ({rec.digest})")  # fmt: skip
+        return (
+            f"job/{job.name} runs another spec (digest {job.digest or '(none)'}) than the "
+            f"guard rendered ({rec.digest})"
+        )
     if job.result is not None and job.result.foreign:
         return f"its result is not its own: {job.result.problem}"
     return ""
 
 
-def foreign_job(s: Settings, node: NodeInfo, job: JobInfo, word: str, why: str,
-                stays: str) -> tuple[Skip, EmitEvent]:  # fmt: skip
+def foreign_job(
+    s: Settings, node: NodeInfo, job: JobInfo, word: str, why: str, stays: str
+) -> tuple[Skip, EmitEvent]:
     """A Job found by name that the guard did not make: never a result; one WARN line and one
     Warning Event (per Job uid) naming it; deleting it lets the guard create its own again."""
-    fix = f"{stays}; kubectl -n {s.jobs_namespace} delete job {job.name} (the guard creates its " \
-          "own again)"  # fmt: skip
+    fix = (
+        f"{stays}; kubectl -n {s.jobs_namespace} delete job {job.name} (the guard creates its "
+        "own again)"
+    )
     return (
         Skip(node.name, word, f"{job.kind} job/{job.name} is not the guard's: {why}", fix, "WARN"),
-        EmitEvent(node.name, word, "Warning", "GuardForeignJob",
-                  f"gpu-node-guard ignores {job.kind} job/{job.name}, which it did not create "
-                  f"({why}); {stays}", incident=f"{job.name} {job.uid}"),
-    )  # fmt: skip
+        EmitEvent(
+            node.name,
+            word,
+            "Warning",
+            "GuardForeignJob",
+            f"gpu-node-guard ignores {job.kind} job/{job.name}, which it did not create "
+            f"({why}); {stays}",
+            incident=f"{job.name} {job.uid}",
+        ),
+    )
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:

@@ -81,8 +81,14 @@ def _cordons(
             out[f.node.name] = list(breaker_open(f.node.name, guarded, limit, what))
         elif cordoned or f is not first:
             behind = "the isolation check's cordon" if cordoned else first.node.name
-            out[f.node.name] = [Skip(f.node.name, "one-per-cycle", f"{what}; waits behind "
-                                     f"{behind}", "considered again next cycle")]  # fmt: skip
+            out[f.node.name] = [
+                Skip(
+                    f.node.name,
+                    "one-per-cycle",
+                    f"{what}; waits behind {behind}",
+                    "considered again next cycle",
+                )
+            ]
         else:
             out[f.node.name] = list(boot_check.conformance_cordon(snap, s, f))
     return out

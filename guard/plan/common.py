@@ -118,11 +118,21 @@ def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Ski
     alike): a WARN line and a Warning Event naming the node and what waits."""
     detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {waiting}"
     return (
-        Skip(node, Decision.BREAKER_OPEN, detail,
-             "cordon by hand if the fault is real; the breaker closes when nodes return", "WARN"),
-        EmitEvent(node, Decision.BREAKER_OPEN, "Warning", "GuardBreakerOpen",
-                  f"gpu-node-guard did not cordon: {detail}"),
-    )  # fmt: skip
+        Skip(
+            node,
+            Decision.BREAKER_OPEN,
+            detail,
+            "cordon by hand if the fault is real; the breaker closes when nodes return",
+            "WARN",
+        ),
+        EmitEvent(
+            node,
+            Decision.BREAKER_OPEN,
+            "Warning",
+            "GuardBreakerOpen",
+            f"gpu-node-guard did not cordon: {detail}",
+        ),
+    )
 
 
 # The ledger's archive Event (docs/writes.md, "The fault ledger's storage").
@@ -194,10 +204,22 @@ def create_job(
 def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
     """Every value is a name, an address or a number the admission policy can match: the
     evidence program builds the history sentence from the counts (no free text in argv)."""
-    return ("evidence", "collect", "--node", incident.node, "--pci", incident.pci,
-            "--xid", str(incident.xid), "--uuid", incident.uuid,
-            "--card-incidents", str(counts.same_card),
-            "--slot-incidents", str(counts.same_slot))  # fmt: skip
+    return (
+        "evidence",
+        "collect",
+        "--node",
+        incident.node,
+        "--pci",
+        incident.pci,
+        "--xid",
+        str(incident.xid),
+        "--uuid",
+        incident.uuid,
+        "--card-incidents",
+        str(counts.same_card),
+        "--slot-incidents",
+        str(counts.same_slot),
+    )
 
 
 def fence_args(s: Settings, mode: str, pci: str, uuid: str) -> tuple[str, ...]:
@@ -232,9 +254,13 @@ def loadtest_args(
     args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
     args += ["--duration-s", str(duration), "--size", str(s.loadtest_matrix_size)]
     args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
-    args += ["--allreduce" if s.loadtest_allreduce else "--no-allreduce",
-             "--allreduce-min-ratio", f"{s.loadtest_allreduce_min_ratio:g}",
-             "--allreduce-timeout-s", str(s.loadtest_allreduce_timeout_s)]  # fmt: skip
+    args += [
+        "--allreduce" if s.loadtest_allreduce else "--no-allreduce",
+        "--allreduce-min-ratio",
+        f"{s.loadtest_allreduce_min_ratio:g}",
+        "--allreduce-timeout-s",
+        str(s.loadtest_allreduce_timeout_s),
+    ]
     if xid is not None:
         args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
         if pci and pci != ledger.UNKNOWN_PCI:
@@ -267,6 +293,7 @@ def render_example_job(
         "conformance": lambda: conformance_args(s),
         "fence": lambda: fence_args(s, "set", pci, EXAMPLE_UUID),
     }
-    spec = job_spec(s, kind, node, key, f"xid-{xid}", builders[kind](),
-                    gpus=gpus if kind == "loadtest" else 0)  # fmt: skip
+    spec = job_spec(
+        s, kind, node, key, f"xid-{xid}", builders[kind](), gpus=gpus if kind == "loadtest" else 0
+    )
     return t.render(replace(spec, claim=spec.name) if device else spec)

@@ -58,5 +58,11 @@ def gpuless_event(node: NodeInfo, c: CordonRecord) -> EmitEvent:
 def _event(node: str, c: CordonRecord, what: str) -> EmitEvent:
     assert c.at is not None
     at = ledger.format_time(c.at)
-    return EmitEvent(node, "repair-event", "Warning", "GuardCordoned",
-                     f"cordoned by gpu-node-guard at {at}: {what} {LATE}", incident=at)  # fmt: skip
+    return EmitEvent(
+        node,
+        "repair-event",
+        "Warning",
+        "GuardCordoned",
+        f"cordoned by gpu-node-guard at {at}: {what} {LATE}",
+        incident=at,
+    )

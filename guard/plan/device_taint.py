@@ -102,8 +102,17 @@ class DeviceRecord:
         return int(self.reason.removeprefix("xid-"))
 
     def value(self) -> str:
-        return " ".join((self.reason, ledger.format_time(self.at), self.boot_id or "-",
-                         self.pci, self.uuid, self.device, self.rule))  # fmt: skip
+        return " ".join(
+            (
+                self.reason,
+                ledger.format_time(self.at),
+                self.boot_id or "-",
+                self.pci,
+                self.uuid,
+                self.device,
+                self.rule,
+            )
+        )
 
 
 _RECORD = re.compile(r"(xid-[1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
@@ -200,11 +209,21 @@ def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
     """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
     why = f"{detail}: the guard isolates one device per node"
     return (
-        Skip(node, Decision.DEVICE_ISOLATED, why,
-             f"cordon by hand if the fault is real: kubectl cordon {node}", "WARN"),
-        EmitEvent(node, Decision.DEVICE_ISOLATED, "Warning", "GuardNotIsolated",
-                  f"gpu-node-guard did not isolate: {why}"),
-    )  # fmt: skip
+        Skip(
+            node,
+            Decision.DEVICE_ISOLATED,
+            why,
+            f"cordon by hand if the fault is real: kubectl cordon {node}",
+            "WARN",
+        ),
+        EmitEvent(
+            node,
+            Decision.DEVICE_ISOLATED,
+            "Warning",
+            "GuardNotIsolated",
+            f"gpu-node-guard did not isolate: {why}",
+        ),
+    )
 
 
 # ---- isolation ------------------------------------------------------------------------------
@@ -220,16 +239,18 @@ def rule_manifest(
         "kind": "DeviceTaintRule",
         "metadata": {
             "name": rec.rule,
-            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: DEVICE_TAINT_COMPONENT,
-                       k.node_label: node_label(node)},
+            "labels": {
+                APP_LABEL: APP_NAME,
+                COMPONENT_LABEL: DEVICE_TAINT_COMPONENT,
+                k.node_label: node_label(node),
+            },
             "annotations": {k.node_label: node, k.device_taint: rec.value()},
         },
         "spec": {
-            "deviceSelector": {"driver": device.driver, "pool": device.pool,
-                               "device": device.name},
+            "deviceSelector": {"driver": device.driver, "pool": device.pool, "device": device.name},
             "taint": {"key": k.fault_taint, "value": rec.reason, "effect": "NoSchedule"},
         },
-    }  # fmt: skip
+    }
 
 
 def isolate(
@@ -240,24 +261,42 @@ def isolate(
     device = target(snap, node.name, g.uuid, g.pci)
     assert device is not None
     k, reason = keys(s), f"xid-{g.value}"
-    rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, device.ref,
-                       rule_name(device))  # fmt: skip
+    rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, device.ref, rule_name(device))
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
     evidence: tuple[Action, ...] = (job,) if g.pci != ledger.UNKNOWN_PCI else ()
-    message = (f"gpu-node-guard tainted DRA device {device.ref} (GPU {g.gpu}, {g.pci} {g.uuid}): "
-               f"Xid {g.value}, GPU loss held {held_s}s; the node's other GPUs stay in service "
-               f"(DeviceTaintRule {rec.rule}, NoSchedule)")  # fmt: skip
+    message = (
+        f"gpu-node-guard tainted DRA device {device.ref} (GPU {g.gpu}, {g.pci} {g.uuid}): "
+        f"Xid {g.value}, GPU loss held {held_s}s; the node's other GPUs stay in service "
+        f"(DeviceTaintRule {rec.rule}, NoSchedule)"
+    )
     return (
-        TaintDevice(node.name, reason, rec.rule, device.ref, g.uuid,
-                    rule_manifest(s, node.name, device, rec)),
-        Annotate(node.name, reason, node.resource_version, ((k.device_taint, rec.value()),),
-                 f"the load test of {device.ref} decides its return"),
-        EmitEvent(node.name, reason, "Warning", "GuardDeviceTainted", message,
-                  incident=ledger.format_time(snap.now)),
+        TaintDevice(
+            node.name,
+            reason,
+            rec.rule,
+            device.ref,
+            g.uuid,
+            rule_manifest(s, node.name, device, rec),
+        ),
+        Annotate(
+            node.name,
+            reason,
+            node.resource_version,
+            ((k.device_taint, rec.value()),),
+            f"the load test of {device.ref} decides its return",
+        ),
+        EmitEvent(
+            node.name,
+            reason,
+            "Warning",
+            "GuardDeviceTainted",
+            message,
+            incident=ledger.format_time(snap.now),
+        ),
         ledger_append(s, incident, reason),
         *evidence,
-    )  # fmt: skip
+    )
 
 
 # ---- return ---------------------------------------------------------------------------------
@@ -282,12 +321,24 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
 def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...]:
     rec = parse_record(rule.record)
     if rec is None or rec.rule != rule.name:
-        return (Skip(node.name, Decision.DEVICE_RULE_UNREADABLE,
-                     f"DeviceTaintRule {rule.name} carries no readable record",
-                     f"kubectl get devicetaintrule {rule.name} -o yaml", "WARN"),)  # fmt: skip
-    return (Annotate(node.name, Decision.DEVICE_RECORD_REPAIR, node.resource_version,
-                     ((keys(s).device_taint, rec.value()),),
-                     f"device {rec.device} stays tainted"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.DEVICE_RULE_UNREADABLE,
+                f"DeviceTaintRule {rule.name} carries no readable record",
+                f"kubectl get devicetaintrule {rule.name} -o yaml",
+                "WARN",
+            ),
+        )
+    return (
+        Annotate(
+            node.name,
+            Decision.DEVICE_RECORD_REPAIR,
+            node.resource_version,
+            ((keys(s).device_taint, rec.value()),),
+            f"device {rec.device} stays tainted",
+        ),
+    )
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
@@ -300,9 +351,15 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
     k = keys(s)
     rec = record_of(node, s)
     if rec is None:
-        return (Skip(node.name, Decision.UNREADABLE,
-                     f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record",
-                     f"kubectl annotate node {node.name} {k.device_taint}-", "WARN"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.UNREADABLE,
+                f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record",
+                f"kubectl annotate node {node.name} {k.device_taint}-",
+                "WARN",
+            ),
+        )
     rule = next((r for r in guard_rules(snap) if r.name == rec.rule), None)
     claim, spec = _loadtest(s, node, rec)
     job = next((j for j in snap.jobs if j.name == spec.name), None)
@@ -315,40 +372,80 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
         return blocked
     if job is None and spec.name not in node.loadtest_result:
         return (
-            CreateClaim(node.name, Decision.CONDITIONS_MET, claim.name, claim.namespace,
-                        t.render_claim(claim)),
-            create_job(s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name,
-                       t.render(spec)),
-        )  # fmt: skip
+            CreateClaim(
+                node.name,
+                Decision.CONDITIONS_MET,
+                claim.name,
+                claim.namespace,
+                t.render_claim(claim),
+            ),
+            create_job(
+                s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
+            ),
+        )
     return _gate(snap, s, node, rec, rule, job, spec)
 
 
 def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[Action, ...]:
     k = keys(s)
     if node.hold is not None:
-        return (Skip(node.name, Decision.HOLD, f"hold={node.hold!r}",
-                     f"a person decides, then removes {k.hold}"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.HOLD,
+                f"hold={node.hold!r}",
+                f"a person decides, then removes {k.hold}",
+            ),
+        )
     reset = node.reset_done_at is not None and node.reset_done_at > rec.at
     if not rebooted(rec.boot_id, node.boot_id) and not reset:
-        fix = (f"reset the GPU ({rec.pci}) or reboot the node, then annotate "
-               f'{k.reset_done}="$(date -u +%FT%TZ) …"')  # fmt: skip
-        return (Skip(node.name, Decision.DEVICE_WAITING_RESET,
-                     f"{rec.device}: no reboot and no {k.reset_done} since the taint at "
-                     f"{ledger.format_time(rec.at)}", fix),)  # fmt: skip
-    xids = [g for g in snap.prom.hardware_xids
-            if g.node == node.name and g.uuid.lower() == rec.uuid.lower()]  # fmt: skip
+        fix = (
+            f"reset the GPU ({rec.pci}) or reboot the node, then annotate "
+            f'{k.reset_done}="$(date -u +%FT%TZ) …"'
+        )
+        return (
+            Skip(
+                node.name,
+                Decision.DEVICE_WAITING_RESET,
+                f"{rec.device}: no reboot and no {k.reset_done} since the taint at "
+                f"{ledger.format_time(rec.at)}",
+                fix,
+            ),
+        )
+    xids = [
+        g
+        for g in snap.prom.hardware_xids
+        if g.node == node.name and g.uuid.lower() == rec.uuid.lower()
+    ]
     if xids:
-        return (Skip(node.name, Decision.XID_PRESENT,
-                     ", ".join(f"{rec.uuid}=xid-{g.value}" for g in xids), WAIT),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.XID_PRESENT,
+                ", ".join(f"{rec.uuid}=xid-{g.value}" for g in xids),
+                WAIT,
+            ),
+        )
     if target(snap, node.name, rec.uuid, rec.pci) is None:
-        return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED,
-                     f"the DRA driver does not publish {rec.uuid} here", WAIT),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.DEVICE_NOT_PUBLISHED,
+                f"the DRA driver does not publish {rec.uuid} here",
+                WAIT,
+            ),
+        )
     counts = ledger.count(snap.ledger, rec.uuid, node.name, rec.pci)
     if counts.same_card >= s.repeat_fault_limit:
-        return (Skip(node.name, Decision.DEVICE_REPEAT_FAULT,
-                     f"{rec.uuid}: {counts.same_card} incidents in the ledger",
-                     f"replace the card; then kubectl delete devicetaintrule {rec.rule}",
-                     "WARN"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.DEVICE_REPEAT_FAULT,
+                f"{rec.uuid}: {counts.same_card} incidents in the ledger",
+                f"replace the card; then kubectl delete devicetaintrule {rec.rule}",
+                "WARN",
+            ),
+        )
     return ()
 
 
@@ -359,13 +456,29 @@ def job_key(node: NodeInfo, rec: DeviceRecord) -> str:
 
 def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec, JobSpec]:
     """The device's ResourceClaim and its one-GPU load-test Job (the Job's name names both)."""
-    spec = job_spec(s, "loadtest", node.name, job_key(node, rec), rec.reason,
-                    loadtest_args(s, 1, rec.xid, rec.pci), gpus=1)  # fmt: skip
+    spec = job_spec(
+        s,
+        "loadtest",
+        node.name,
+        job_key(node, rec),
+        rec.reason,
+        loadtest_args(s, 1, rec.xid, rec.pci),
+        gpus=1,
+    )
     spec = replace(spec, claim=spec.name)
     driver = rec.device.split("/", 1)[0]
-    claim = ClaimSpec(spec.name, spec.namespace, node.name, s.annotation_prefix,
-                      DRA_DEVICE_CLASS, driver, rec.uuid, rec.device,
-                      Annotations(s.annotation_prefix).fault_taint, rec.reason)  # fmt: skip
+    claim = ClaimSpec(
+        spec.name,
+        spec.namespace,
+        node.name,
+        s.annotation_prefix,
+        DRA_DEVICE_CLASS,
+        driver,
+        rec.uuid,
+        rec.device,
+        Annotations(s.annotation_prefix).fault_taint,
+        rec.reason,
+    )
     return claim, spec
 
 
@@ -381,24 +494,46 @@ def _gate(
     if job is not None and (why := foreign(node, job)):
         return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
     if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
-        return (Skip(node.name, Decision.LOADTEST_FAILED, f"job/{spec.name} failed",
-                     "the device stays tainted; read the job log, reset or replace"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.LOADTEST_FAILED,
+                f"job/{spec.name} failed",
+                "the device stays tainted; read the job log, reset or replace",
+            ),
+        )
     if job.status in ("running", "unreadable"):
-        return (Skip(node.name, Decision.LOADTEST_RUNNING, f"job/{job.name} on {rec.device}",
-                     WAIT),)  # fmt: skip
+        return (
+            Skip(node.name, Decision.LOADTEST_RUNNING, f"job/{job.name} on {rec.device}", WAIT),
+        )
     if job.status == "failed" or passed(job) is False:
         at = ledger.format_time(snap.now)
         return (
-            Annotate(node.name, Decision.LOADTEST_FAILED, node.resource_version,
-                     ((keys(s).loadtest_result, f"failed job/{spec.name} at {at}"),),
-                     f"the device stays tainted; kubectl -n {spec.namespace} logs job/{spec.name}"),
-            EmitEvent(node.name, Decision.LOADTEST_FAILED, "Warning", "GuardCheckFailed",
-                      f"loadtest job/{spec.name} failed on {rec.device}; it stays tainted"),
-        )  # fmt: skip
+            Annotate(
+                node.name,
+                Decision.LOADTEST_FAILED,
+                node.resource_version,
+                ((keys(s).loadtest_result, f"failed job/{spec.name} at {at}"),),
+                f"the device stays tainted; kubectl -n {spec.namespace} logs job/{spec.name}",
+            ),
+            EmitEvent(
+                node.name,
+                Decision.LOADTEST_FAILED,
+                "Warning",
+                "GuardCheckFailed",
+                f"loadtest job/{spec.name} failed on {rec.device}; it stays tainted",
+            ),
+        )
     if not passed(job):
-        return (Skip(node.name, Decision.LOADTEST_UNREADABLE,
-                     f"job/{job.name} succeeded but is not a pass", "the device stays tainted",
-                     "WARN"),)  # fmt: skip
+        return (
+            Skip(
+                node.name,
+                Decision.LOADTEST_UNREADABLE,
+                f"job/{job.name} succeeded but is not a pass",
+                "the device stays tainted",
+                "WARN",
+            ),
+        )
     return _returned(snap, s, node, rec, job, rule)
 
 
@@ -413,16 +548,34 @@ def _returned(
     k, at = keys(s), ledger.format_time(snap.now)
     untaint: tuple[Action, ...] = ()
     if rule is not None:
-        untaint = (UntaintDevice(node.name, Decision.LOADTEST_PASSED, rule.name, rule.uid,
-                                 rec.device, job.name, s.jobs_namespace),)  # fmt: skip
+        untaint = (
+            UntaintDevice(
+                node.name,
+                Decision.LOADTEST_PASSED,
+                rule.name,
+                rule.uid,
+                rec.device,
+                job.name,
+                s.jobs_namespace,
+            ),
+        )
     return (
         *untaint,
-        ClearGuardAnnotations(node.name, Decision.DEVICE_RETURNED, node.resource_version,
-                              present(node, (k.device_taint, k.loadtest_result)),
-                              ((k.returned, f"{at} job/{job.name}"),)),
-        EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned",
-                  f"gpu-node-guard returned DRA device {rec.device}: job/{job.name} passed"),
-    )  # fmt: skip
+        ClearGuardAnnotations(
+            node.name,
+            Decision.DEVICE_RETURNED,
+            node.resource_version,
+            present(node, (k.device_taint, k.loadtest_result)),
+            ((k.returned, f"{at} job/{job.name}"),),
+        ),
+        EmitEvent(
+            node.name,
+            Decision.RETURNED,
+            "Normal",
+            "GuardReturned",
+            f"gpu-node-guard returned DRA device {rec.device}: job/{job.name} passed",
+        ),
+    )
 
 
 def _cancelled(
@@ -433,11 +586,20 @@ def _cancelled(
     k, at = keys(s), ledger.format_time(snap.now)
     boot = node.boot_id or rec.boot_id
     return (
-        ClearGuardAnnotations(node.name, Decision.HUMAN_UNCORDON, node.resource_version,
-                              present(node, (k.device_taint, k.loadtest_result)),
-                              ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),)),
-        EmitEvent(node.name, Decision.HUMAN_UNCORDON, "Normal", "GuardCancelled",
-                  f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
-                  f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
-                  f"{rec.reason} in this boot"),
-    )  # fmt: skip
+        ClearGuardAnnotations(
+            node.name,
+            Decision.HUMAN_UNCORDON,
+            node.resource_version,
+            present(node, (k.device_taint, k.loadtest_result)),
+            ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),),
+        ),
+        EmitEvent(
+            node.name,
+            Decision.HUMAN_UNCORDON,
+            "Normal",
+            "GuardCancelled",
+            f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
+            f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
+            f"{rec.reason} in this boot",
+        ),
+    )

@@ -62,8 +62,15 @@ WAIT = "checked again next cycle"
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
 # The return check's decisions that mean the node is at its load test or its uncordon: the fence
 # is lifted (or about to be) and must not be set again under them.
-_RETURNING = frozenset({Decision.FENCE_LIFT, Decision.FENCE_LIFT_RUNNING, Decision.FENCE_LIFTED,
-                        Decision.FENCE_LIFT_FAILED, Decision.LOADTEST_RUNNING})  # fmt: skip
+_RETURNING = frozenset(
+    {
+        Decision.FENCE_LIFT,
+        Decision.FENCE_LIFT_RUNNING,
+        Decision.FENCE_LIFTED,
+        Decision.FENCE_LIFT_FAILED,
+        Decision.LOADTEST_RUNNING,
+    }
+)
 _FENCE_WORDS = frozenset(d for d in Decision if d.value.startswith("fence"))
 
 
@@ -143,15 +150,22 @@ def keep(
     spec = _spec(s, node, gpu, "set")
     job = find_job(snap, spec.name)
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why,
-                           "the node stays cordoned; its GPU is not fenced")  # fmt: skip
+        return foreign_job(
+            s,
+            node,
+            job,
+            Decision.FENCE_FOREIGN,
+            why,
+            "the node stays cordoned; its GPU is not fenced",
+        )
     if job is None and off_the_bus(node, gpu):
         detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
         nxt = "no fence Job in this boot; the node cordon stays the isolation"
         return (Skip(node.name, Decision.FENCE_GPU_ABSENT, detail, nxt),)
     if job is None:
-        reason = (Decision.FENCE_REAPPLY if f is not None and f.state == "fenced"
-                  else Decision.FENCE_SET)  # fmt: skip
+        reason = (
+            Decision.FENCE_REAPPLY if f is not None and f.state == "fenced" else Decision.FENCE_SET
+        )
         return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
     return _set_step(snap, s, node, gpu, job)
 
@@ -173,20 +187,41 @@ def _set_step(
     if job.status == "unreadable":
         return (_unreadable(s, node, job),)
     if passed(job):
-        return _record(snap, s, node, job, "fenced", Decision.FENCED, "Normal", "GuardFenced",
-                       f"gpu-node-guard fenced GPU {gpu} on the host (compute mode Prohibited, "
-                       "read back); the node stays cordoned")  # fmt: skip
+        return _record(
+            snap,
+            s,
+            node,
+            job,
+            "fenced",
+            Decision.FENCED,
+            "Normal",
+            "GuardFenced",
+            f"gpu-node-guard fenced GPU {gpu} on the host (compute mode Prohibited, "
+            "read back); the node stays cordoned",
+        )
     if _outcome(job) == "gpu-absent":
-        return _record(snap, s, node, job, "gpu-absent", Decision.FENCE_GPU_ABSENT, "Warning",
-                       "GuardFenceGpuAbsent",
-                       f"gpu-node-guard could not fence GPU {gpu}: it is off the bus; the node "
-                       "cordon stays the isolation")  # fmt: skip
+        return _record(
+            snap,
+            s,
+            node,
+            job,
+            "gpu-absent",
+            Decision.FENCE_GPU_ABSENT,
+            "Warning",
+            "GuardFenceGpuAbsent",
+            f"gpu-node-guard could not fence GPU {gpu}: it is off the bus; the node "
+            "cordon stays the isolation",
+        )
     return (
-        Skip(node.name, Decision.FENCE_FAILED, f"job/{job.name}: {_why(job)}",
-             f"the node stays cordoned; its GPU is not fenced; kubectl -n {s.jobs_namespace} logs "
-             f"job/{job.name}; to try again: kubectl -n {s.jobs_namespace} delete job {job.name}",
-             "WARN"),
-    )  # fmt: skip
+        Skip(
+            node.name,
+            Decision.FENCE_FAILED,
+            f"job/{job.name}: {_why(job)}",
+            f"the node stays cordoned; its GPU is not fenced; kubectl -n {s.jobs_namespace} logs "
+            f"job/{job.name}; to try again: kubectl -n {s.jobs_namespace} delete job {job.name}",
+            "WARN",
+        ),
+    )
 
 
 def lift_gate(
@@ -204,26 +239,39 @@ def lift_gate(
     spec = _spec(s, node, gpu, "lift")
     job = find_job(snap, spec.name)
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why,
-                           "the node stays cordoned and its GPU fenced")  # fmt: skip
+        return foreign_job(
+            s, node, job, Decision.FENCE_FOREIGN, why, "the node stays cordoned and its GPU fenced"
+        )
     if job is None:
         return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
     if job.status == "running":
-        return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}",
-                     WAIT),)  # fmt: skip
+        return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
         return (_unreadable(s, node, job),)
     if passed(job):
-        return _record(snap, s, node, job, "lifted", Decision.FENCE_LIFTED, "Normal",
-                       "GuardFenceLifted",
-                       f"gpu-node-guard lifted the fence of GPU {gpu} (compute mode Default, read "
-                       "back) for the return's load test; the node stays cordoned until it "
-                       "passes")  # fmt: skip
+        return _record(
+            snap,
+            s,
+            node,
+            job,
+            "lifted",
+            Decision.FENCE_LIFTED,
+            "Normal",
+            "GuardFenceLifted",
+            f"gpu-node-guard lifted the fence of GPU {gpu} (compute mode Default, read "
+            "back) for the return's load test; the node stays cordoned until it "
+            "passes",
+        )
     return (
-        Skip(node.name, Decision.FENCE_LIFT_FAILED, f"job/{job.name}: {_why(job)}",
-             f"stays cordoned and fenced; on the host: nvidia-smi -i {gpu.uuid} -c DEFAULT, then "
-             f"kubectl -n {s.jobs_namespace} delete job {job.name}", "WARN"),
-    )  # fmt: skip
+        Skip(
+            node.name,
+            Decision.FENCE_LIFT_FAILED,
+            f"job/{job.name}: {_why(job)}",
+            f"stays cordoned and fenced; on the host: nvidia-smi -i {gpu.uuid} -c DEFAULT, then "
+            f"kubectl -n {s.jobs_namespace} delete job {job.name}",
+            "WARN",
+        ),
+    )
 
 
 def _set_pending(
@@ -242,9 +290,16 @@ def _set_pending(
 
 
 def _record(
-    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, state: str, reason: str,
-    level: Literal["Normal", "Warning"], event: str, message: str,
-) -> tuple[Action, ...]:  # fmt: skip
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    job: JobInfo,
+    state: str,
+    reason: str,
+    level: Literal["Normal", "Warning"],
+    event: str,
+    message: str,
+) -> tuple[Action, ...]:
     value = fence_value(state, boot(node), ledger.format_time(snap.now), job.name)
     nxt = "the load test next cycle" if state == "lifted" else "the node stays cordoned"
     return (
@@ -254,10 +309,11 @@ def _record(
 
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
-    fix = (f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
-           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
-    return Skip(node.name, Decision.FENCE_UNREADABLE, f"job/{job.name}: {job.problem}", fix,
-                "WARN")  # fmt: skip
+    fix = (
+        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
+        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
+    )
+    return Skip(node.name, Decision.FENCE_UNREADABLE, f"job/{job.name}: {job.problem}", fix, "WARN")
 
 
 def _outcome(job: JobInfo) -> str:

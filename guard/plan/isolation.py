@@ -214,8 +214,10 @@ def _ineligible(node: NodeInfo | None, s: Settings) -> str:
 def _ineligible_skip(node: str, reason: str, detail: str) -> Skip:
     """A person should look at a faulted node the API would not let the guard cordon."""
     if reason == NO_GPU_RESOURCE:
-        fix = ("the API refuses the guard's cordon of a node without a GPU resource; "
-               "check the device plugin, cordon by hand if the fault is real")  # fmt: skip
+        fix = (
+            "the API refuses the guard's cordon of a node without a GPU resource; "
+            "check the device plugin, cordon by hand if the fault is real"
+        )
         return Skip(node, reason, f"{detail}: status.capacity has no {GPU_RESOURCE}", fix, "WARN")
     return Skip(node, reason, detail, NOTHING)
 
@@ -248,9 +250,12 @@ def _cordon(
     if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
         evidence = (no_pci_evidence(node.name, reason),)
     annotations = (
-        (k.reason, reason), (k.at, at), (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)), (k.gpu, f"{g.pci} {g.uuid}"),
-    )  # fmt: skip
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)),
+        (k.gpu, f"{g.pci} {g.uuid}"),
+    )
     held = hold.loss_held_s(snap.prom, node.name, snap.now)
     where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
     message = (
@@ -258,13 +263,21 @@ def _cordon(
         f"GPU loss held {held}s; evidence {where}"
     )
     return (
-        Cordon(node.name, reason, node.resource_version, annotations, g.pci, held,
-               where, present(node, k.record_keys)),
+        Cordon(
+            node.name,
+            reason,
+            node.resource_version,
+            annotations,
+            g.pci,
+            held,
+            where,
+            present(node, k.record_keys),
+        ),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
         ledger_append(s, incident, reason),
         *evidence,
         *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
-    )  # fmt: skip
+    )
 
 
 def no_pci_evidence(node: str, reason: str) -> Skip:

@@ -52,18 +52,29 @@ def cordon(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     held = hold.nvml_held_s(snap.prom, node.name, snap.now)
     detail = seen(snap, node.name)
     annotations = (
-        (k.reason, NVML_MISMATCH), (k.at, at), (k.boot_id, node.boot_id),
+        (k.reason, NVML_MISMATCH),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
         (k.gpu_capacity, str(node.gpu_capacity)),
-    )  # fmt: skip
+    )
     message = (
         f"cordoned by gpu-node-guard: the NVIDIA kernel module and the NVML library differ "
         f"({detail}) for {held}s, so new CUDA and NVML processes fail here; {CORDON_NEXT}"
     )
     return (
-        Cordon(node.name, NVML_MISMATCH, node.resource_version, annotations, "", held,
-               CORDON_NEXT, present(node, k.record_keys), detail),
+        Cordon(
+            node.name,
+            NVML_MISMATCH,
+            node.resource_version,
+            annotations,
+            "",
+            held,
+            CORDON_NEXT,
+            present(node, k.record_keys),
+            detail,
+        ),
         EmitEvent(node.name, NVML_MISMATCH, "Warning", "GuardCordoned", message, incident=at),
-    )  # fmt: skip
+    )
 
 
 def cancelled(node: NodeInfo) -> bool:

@@ -76,8 +76,10 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
     elif not node.ready:
         why = "node Ready condition is not True"
     elif node.gpu_capacity == 0 or node.gpu_allocatable != node.gpu_capacity:
-        why = f"GPUs not all advertised yet (capacity={node.gpu_capacity} " \
-              f"allocatable={node.gpu_allocatable})"  # fmt: skip
+        why = (
+            f"GPUs not all advertised yet (capacity={node.gpu_capacity} "
+            f"allocatable={node.gpu_allocatable})"
+        )
     elif xid := hardware_xid(snap, node):
         why = f"{xid} on the node"
     return Skip(node.name, "onboarding-waiting", why, WAIT) if why else None
@@ -97,9 +99,11 @@ def _node(
     if failed is not None and failed.job in (f"job/{check.name}", f"job/{burn.name}"):
         detail = f"{failed.job} failed on {','.join(failed.items)} (boot {node.boot_id})"
         job_name = failed.job.removeprefix("job/")
-        fix = (f"fix the failed checks, then reboot the node; or, to check again in this boot: "
-               f"kubectl -n {s.jobs_namespace} delete job {job_name} && kubectl annotate node "
-               f"{node.name} {keys(s).onboarding_failed}-")  # fmt: skip
+        fix = (
+            f"fix the failed checks, then reboot the node; or, to check again in this boot: "
+            f"kubectl -n {s.jobs_namespace} delete job {job_name} && kubectl annotate node "
+            f"{node.name} {keys(s).onboarding_failed}-"
+        )
         return [Skip(node.name, "onboarding-failed", detail, f"{STAYS}; {fix}")]
     for want in (check, burn):
         job = find_job(snap, want.name)
@@ -123,10 +127,13 @@ def _node(
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "")
-    fix = (f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
-           f"kubectl -n {s.jobs_namespace} delete job {job.name}")  # fmt: skip
-    return Skip(node.name, "onboarding-unreadable", f"job/{job.name}: {why}",
-                f"{STAYS}; {fix}", "WARN")  # fmt: skip
+    fix = (
+        f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
+        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
+    )
+    return Skip(
+        node.name, "onboarding-unreadable", f"job/{job.name}: {why}", f"{STAYS}; {fix}", "WARN"
+    )
 
 
 def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Action]:
@@ -141,12 +148,22 @@ def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Act
         f"{': ' + found if found else unread} (boot {node.boot_id})"
     )
     return [
-        Annotate(node.name, "onboarding-failed", node.resource_version,
-                 ((keys(s).onboarding_failed, value),),
-                 f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}"),
-        EmitEvent(node.name, "onboarding-failed", "Warning", "GuardOnboardingFailed", message,
-                  incident=job.name),
-    ]  # fmt: skip
+        Annotate(
+            node.name,
+            "onboarding-failed",
+            node.resource_version,
+            ((keys(s).onboarding_failed, value),),
+            f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}",
+        ),
+        EmitEvent(
+            node.name,
+            "onboarding-failed",
+            "Warning",
+            "GuardOnboardingFailed",
+            message,
+            incident=job.name,
+        ),
+    ]
 
 
 def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str) -> list[Action]:
@@ -155,11 +172,23 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
     keep = tuple(x for x in node.taints if x != taint)
     dns = "" if s.conformance_allowed_dns else "; DNS upstreams not checked (no allowed list set)"
     return [
-        RemoveTaint(node.name, "onboarding-passed", node.resource_version, taint, keep,
-                    node.boot_id, ((k.checked_boot, record),),
-                    present(node, (k.onboarding_failed,))),
-        EmitEvent(node.name, "onboarded", "Normal", "GuardOnboarded",
-                  f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
-                  f"conformance and the burn-in passed on boot {node.boot_id}{dns}",
-                  incident=node.boot_id),
-    ]  # fmt: skip
+        RemoveTaint(
+            node.name,
+            "onboarding-passed",
+            node.resource_version,
+            taint,
+            keep,
+            node.boot_id,
+            ((k.checked_boot, record),),
+            present(node, (k.onboarding_failed,)),
+        ),
+        EmitEvent(
+            node.name,
+            "onboarded",
+            "Normal",
+            "GuardOnboarded",
+            f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
+            f"conformance and the burn-in passed on boot {node.boot_id}{dns}",
+            incident=node.boot_id,
+        ),
+    ]

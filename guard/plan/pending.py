@@ -66,10 +66,18 @@ class Pending:
         }
 
     def to_json(self) -> dict[str, Value]:
-        return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
-                "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
-                "needs_s": self.needs_s, "decides_at": format_time(self.decides_at),
-                "detail": None}  # fmt: skip
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "xid": self.xid,
+            "gpu": self.gpu,
+            "pci": self.pci,
+            "uuid": self.uuid,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
+            "detail": None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +111,18 @@ class PendingMismatch:
         }
 
     def to_json(self) -> dict[str, Value]:
-        return {"node": self.node, "reason": self.reason, "xid": None, "gpu": None, "pci": None,
-                "uuid": None, "held_s": self.held_s, "needs_s": self.needs_s,
-                "decides_at": format_time(self.decides_at), "detail": self.detail}  # fmt: skip
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "xid": None,
+            "gpu": None,
+            "pci": None,
+            "uuid": None,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
+            "detail": self.detail,
+        }
 
 
 Waiting = Pending | PendingMismatch

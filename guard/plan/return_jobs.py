@@ -46,10 +46,13 @@ def job_gate(
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "unreadable":
-        fix = (f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
-               f"kubectl -n {spec.namespace} delete job {job.name}")  # fmt: skip
-        return (Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix,
-                     "WARN"),)  # fmt: skip
+        fix = (
+            f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
+            f"kubectl -n {spec.namespace} delete job {job.name}"
+        )
+        return (
+            Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN"),
+        )
     if job.status == "failed":
         return _failed(snap, s, node, job, spec)
     if not passed(job):  # succeeded, but its Pod's own summary does not say pass
@@ -66,10 +69,17 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
 
 def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
-    fix = (f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
-           f"kubectl -n {spec.namespace} delete job {job.name}")  # fmt: skip
-    return Skip(node.name, f"{job.kind}-unreadable",
-                f"job/{job.name} succeeded but is not a pass: {why}", fix, "WARN")  # fmt: skip
+    fix = (
+        f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
+        f"kubectl -n {spec.namespace} delete job {job.name}"
+    )
+    return Skip(
+        node.name,
+        f"{job.kind}-unreadable",
+        f"job/{job.name} succeeded but is not a pass: {why}",
+        fix,
+        "WARN",
+    )
 
 
 def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:

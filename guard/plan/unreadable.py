@@ -41,8 +41,9 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     """The skip lines; the Events come from `unreadable_events`, at the end of the plan."""
     actions: list[Action] = [_skip(node) for node in snap.nodes if node.unreadable]
     known = {n.name for n in snap.nodes}
-    elsewhere = sorted((p for p in snap.prom.unreadable if p.node not in known),
-                       key=lambda p: p.node)  # fmt: skip
+    elsewhere = sorted(
+        (p for p in snap.prom.unreadable if p.node not in known), key=lambda p: p.node
+    )
     for name, refused in groupby(elsewhere, key=lambda p: p.node):
         found = tuple(
             Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")

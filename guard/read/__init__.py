@@ -130,9 +130,13 @@ class _Collect:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
         self.nodes = _Nodes(self.keys, origin)
         self.kept: dict[str, list[dict[str, Any]]] = {
-            "Job": [], "ConfigMap": [], "Event": [], "Pod": [], "ResourceSlice": [],
+            "Job": [],
+            "ConfigMap": [],
+            "Event": [],
+            "Pod": [],
+            "ResourceSlice": [],
             "DeviceTaintRule": [],
-        }  # fmt: skip
+        }
         self.kinds: set[str] = set()
         self.spaces: set[str] = set()
 
@@ -226,8 +230,10 @@ def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, 
 
 def gaps_line(path: Path, gaps: tuple[str, ...]) -> str:
     """The one warning about a snapshot file that lacks what the report needs."""
-    return (f"WARN cluster snapshot {path} lacks {'; '.join(gaps)}: the report may miss "
-            f"incidents and Jobs; take it with `{SNAPSHOT_COMMAND} > {path.name}`")  # fmt: skip
+    return (
+        f"WARN cluster snapshot {path} lacks {'; '.join(gaps)}: the report may miss "
+        f"incidents and Jobs; take it with `{SNAPSHOT_COMMAND} > {path.name}`"
+    )
 
 
 def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
@@ -368,6 +374,9 @@ def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
         if about.get("kind") != "Node":
             continue
         count = (e.get("series") or {}).get("count") or e.get("count") or 1
-        out.append(GuardEvent(_meta(e, "name"), str(about.get("name", "")),
-                              str(e.get("reason", "")), int(count)))  # fmt: skip
+        out.append(
+            GuardEvent(
+                _meta(e, "name"), str(about.get("name", "")), str(e.get("reason", "")), int(count)
+            )
+        )
     return tuple(sorted(out, key=lambda g: g.name))

@@ -44,8 +44,12 @@ def lifecycle_records(
             problems.annotation(key, key.removeprefix(k.prefix), text, parsed)
         else:
             found[key] = parsed
-    return (found.get(k.checked_boot), found.get(k.pcie_links, ()),
-            found.get(k.conformance_failed), found.get(k.onboarding_failed))  # fmt: skip
+    return (
+        found.get(k.checked_boot),
+        found.get(k.pcie_links, ()),
+        found.get(k.conformance_failed),
+        found.get(k.onboarding_failed),
+    )
 
 
 def _checked_boot(text: str) -> CheckedBoot | str:

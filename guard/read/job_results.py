@@ -64,24 +64,36 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     containers = spec.get("containers")
     return {
         "kind": "Pod",
-        "metadata": {"name": meta.get("name", ""),
-                     "creationTimestamp": meta.get("creationTimestamp", ""),
-                     "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
-                     "ownerReferences": [
-                         {"controller": True, "uid": _mapping(o).get("uid")}
-                         for o in (owners if isinstance(owners, list) else [])
-                         if _mapping(o).get("controller") is True]},
-        "spec": {"nodeName": spec.get("nodeName", ""), "containers": [
-            {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
-            for c in (containers if isinstance(containers, list) else [])]},
-        "status": {"phase": status.get("phase", ""), "reason": status.get("reason", ""),
-                   "message": status.get("message", ""),
-                   "containerStatuses": [
-                       {"name": _mapping(c).get("name"),
-                        "state": {"terminated": _mapping(_mapping(c).get("state")).get(
-                            "terminated")}}
-                       for c in (statuses if isinstance(statuses, list) else [])]},
-    }  # fmt: skip
+        "metadata": {
+            "name": meta.get("name", ""),
+            "creationTimestamp": meta.get("creationTimestamp", ""),
+            "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
+            "ownerReferences": [
+                {"controller": True, "uid": _mapping(o).get("uid")}
+                for o in (owners if isinstance(owners, list) else [])
+                if _mapping(o).get("controller") is True
+            ],
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName", ""),
+            "containers": [
+                {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
+                for c in (containers if isinstance(containers, list) else [])
+            ],
+        },
+        "status": {
+            "phase": status.get("phase", ""),
+            "reason": status.get("reason", ""),
+            "message": status.get("message", ""),
+            "containerStatuses": [
+                {
+                    "name": _mapping(c).get("name"),
+                    "state": {"terminated": _mapping(_mapping(c).get("state")).get("terminated")},
+                }
+                for c in (statuses if isinstance(statuses, list) else [])
+            ],
+        },
+    }
 
 
 def _job_of(pod: Mapping[str, Any]) -> str:
@@ -120,13 +132,17 @@ def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
     ]
     if not job.uid or controllers != [job.uid]:
         shown = ",".join(controllers) or "none"
-        return _foreign(f"pod {name} is not controlled by job/{job.name} "
-                        f"(uid {job.uid or 'unknown'}; its controller: {shown})")  # fmt: skip
+        return _foreign(
+            f"pod {name} is not controlled by job/{job.name} "
+            f"(uid {job.uid or 'unknown'}; its controller: {shown})"
+        )
     spec = _mapping(pod.get("spec"))
     ran_on = str(spec.get("nodeName") or "")
     if ran_on != job.node:
-        return _foreign(f"pod {name} ran on node {ran_on or '(none)'}, not on job/{job.name}'s "
-                        f"node {job.node or '(none)'}")  # fmt: skip
+        return _foreign(
+            f"pod {name} ran on node {ran_on or '(none)'}, not on job/{job.name}'s "
+            f"node {job.node or '(none)'}"
+        )
     if run_digest(spec) != job.run:
         return _foreign(f"pod {name} runs other containers than job/{job.name}")
     return None
@@ -220,8 +236,12 @@ def _unknown_kind(message: str) -> JobResult:
     raise SummaryError("no summary is read for this kind of Job")
 
 
-_PARSERS = {"conformance": _conformance, "evidence": _evidence, "loadtest": _loadtest,
-            "fence": _fence}  # fmt: skip
+_PARSERS = {
+    "conformance": _conformance,
+    "evidence": _evidence,
+    "loadtest": _loadtest,
+    "fence": _fence,
+}
 
 
 def _first(exc: BaseException) -> str:

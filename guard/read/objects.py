@@ -106,8 +106,10 @@ def _taints(value: object, problems: Problems) -> tuple[Taint, ...]:
     ):
         problems.status("spec.taints", value, "not a list of taints")
         return ()
-    return tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""),
-                       t.get("timeAdded", "")) for t in value)  # fmt: skip
+    return tuple(
+        Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""), t.get("timeAdded", ""))
+        for t in value
+    )
 
 
 def _ready(conditions: object, problems: Problems) -> bool:
@@ -154,8 +156,16 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
     # Who it is, not what it is called: its uid and what its template runs, for the node's record
     # of what the guard made (a Job of the same name made by someone else differs in one of them).
     pod_spec = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
-    return JobInfo(name, str(kind), str(node), state, problem, uid=str(meta.get("uid", "")),
-                   digest=spec_digest(obj), run=run_digest(pod_spec))  # fmt: skip
+    return JobInfo(
+        name,
+        str(kind),
+        str(node),
+        state,
+        problem,
+        uid=str(meta.get("uid", "")),
+        digest=spec_digest(obj),
+        run=run_digest(pod_spec),
+    )
 
 
 def _job_status(status: object) -> tuple[JobStatus, str]:

@@ -79,8 +79,10 @@ def read_prom(
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
-    windows = {"loss-history": queries.loss_lookback_s(s), "nvml-mismatch-history":
-               queries.nvml_lookback_s(s)}  # fmt: skip
+    windows = {
+        "loss-history": queries.loss_lookback_s(s),
+        "nvml-mismatch-history": queries.nvml_lookback_s(s),
+    }
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
@@ -167,8 +169,10 @@ def _nvml(
     lookback = queries.nvml_lookback_s(s)
     since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
     node = queries.NODE_LABEL
-    status = {AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-              for x in intake.agent("nvml-status", vectors["nvml-status"])}  # fmt: skip
+    status = {
+        AgentCheck(x.label(node), x.label("status"), x.label("detail"))
+        for x in intake.agent("nvml-status", vectors["nvml-status"])
+    }
     return since, tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail)))
 
 
@@ -183,10 +187,12 @@ def _with_signals(
     """The node agent's nvidia-match and the service network's pods."""
     since, status = _nvml(vectors, matrices, now, s, intake)
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
-    pods = (ServicePod(x.label(selector), x.label("namespace"), x.label("pod"), x.label(node),
-                       x.value >= 1)
-            for x in intake.pods("service-network-pods", vectors["service-network-pods"],
-                                 selector=True))  # fmt: skip
+    pods = (
+        ServicePod(
+            x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
+        )
+        for x in intake.pods("service-network-pods", vectors["service-network-pods"], selector=True)
+    )
     counts = intake.selectors("service-network-seen", vectors["service-network-seen"])
     seen = ((x.label(selector), int(x.value)) for x in counts)
     return replace(
@@ -331,8 +337,9 @@ def _unique(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
 
 
 def _gpu_pods(samples: Iterable[Sample]) -> tuple[GpuPod, ...]:
-    pods = (GpuPod(x.label("namespace"), x.label("pod"), x.label("node"), int(x.value))
-            for x in samples)  # fmt: skip
+    pods = (
+        GpuPod(x.label("namespace"), x.label("pod"), x.label("node"), int(x.value)) for x in samples
+    )
     return tuple(sorted(pods, key=lambda p: (p.node, p.namespace, p.name)))
 
 
@@ -475,25 +482,36 @@ class _Intake:
                 text = s.label(value_label)
                 value = xid_of(float(text)) if _DIGITS.fullmatch(text) else None
                 if value is None:
-                    self.refuse(node, query, value_label, text, f"not an Xid (an integer in"
-                                f" {low}..{high})")  # fmt: skip
+                    self.refuse(
+                        node, query, value_label, text, f"not an Xid (an integer in {low}..{high})"
+                    )
                     continue
             elif xid_value:
                 value = xid_of(s.value)
             if value is None:
-                self.refuse(node, query, "value", f"{s.value:g}",
-                            f"not an Xid (an integer in {low}..{high})" if xid_value
-                            else "not an integer")  # fmt: skip
+                self.refuse(
+                    node,
+                    query,
+                    "value",
+                    f"{s.value:g}",
+                    f"not an Xid (an integer in {low}..{high})" if xid_value else "not an integer",
+                )
                 continue
             pci = s.label("pci_bus_id")
             uuid = s.label("UUID") or s.label("uuid") or "unknown"
-            g = GpuSample(node, s.label("gpu"), uuid, normalize_pci(pci) if pci else "unknown",
-                          value)  # fmt: skip
+            g = GpuSample(
+                node, s.label("gpu"), uuid, normalize_pci(pci) if pci else "unknown", value
+            )
             key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
             seen = out.get(key)
             if seen is not None and seen.value != g.value:
-                self.refuse(node, query, "value", f"{seen.value} and {g.value}",
-                            f"two series of GPU {g.gpu} ({uuid}) disagree")  # fmt: skip
+                self.refuse(
+                    node,
+                    query,
+                    "value",
+                    f"{seen.value} and {g.value}",
+                    f"two series of GPU {g.gpu} ({uuid}) disagree",
+                )
                 continue
             out[key] = g
         return tuple(out.values())
@@ -507,15 +525,15 @@ class _Intake:
             ("pod", is_node_name, "a pod name (DNS-1123 subdomain)"),
         ]
         if selector:
-            checks.append((queries.SELECTOR_LABEL, lambda v: v in ("kube-proxy", "cni"),
-                           "kube-proxy or cni"))  # fmt: skip
+            checks.append(
+                (queries.SELECTOR_LABEL, lambda v: v in ("kube-proxy", "cni"), "kube-proxy or cni")
+            )
         out = []
         for x in samples:
             if not self._check(query, x, checks):
                 continue
             if not selector and not (x.value.is_integer() and 0 < x.value <= 10**6):
-                self.refuse(self.node_of(x), query, "value", f"{x.value:g}",
-                            "not a number of GPUs")  # fmt: skip
+                self.refuse(self.node_of(x), query, "value", f"{x.value:g}", "not a number of GPUs")
                 continue
             out.append(x)
         return tuple(out)
@@ -525,9 +543,12 @@ class _Intake:
         Event and the cordon's log line)."""
         checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
             ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
-            ("detail", lambda v: len(v) <= _DETAIL_MAX and v.isprintable(),
-             f"one printable line of at most {_DETAIL_MAX} characters"),
-        )  # fmt: skip
+            (
+                "detail",
+                lambda v: len(v) <= _DETAIL_MAX and v.isprintable(),
+                f"one printable line of at most {_DETAIL_MAX} characters",
+            ),
+        )
         return tuple(x for x in samples if self._check(query, x, checks))
 
     def selectors(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:

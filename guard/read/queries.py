@@ -277,7 +277,7 @@ def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
         ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
         (DEVICE_PLUGIN_INPUT, f"count({pins.ksm(CAPACITY_METRIC)})"),
         ("kube_pod_status_phase", f"count({pins.ksm(POD_PHASE_METRIC)})"),
-    )  # fmt: skip
+    )
 
 
 REQUIRED_INPUTS = required_inputs()
@@ -348,8 +348,7 @@ def watch_poll(s: Settings) -> Query:
     that is set (its own ``node``, a scrape relabel, then `Settings.dcgm_node_label_names`), as
     the cycle's read prefers them; the gauge is read once (it is the poll's whole cost)."""
     codes, pins = s.user_code_xids, Pins.of(s)
-    sources = (hardware_xid_now(codes, pins),
-               hardware_xid_counted(codes, loss_lookback_s(s), pins))  # fmt: skip
+    sources = (hardware_xid_now(codes, pins), hardware_xid_counted(codes, loss_lookback_s(s), pins))
     xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
     promql = (
         f"count by ({NODE_LABEL}) (({xids}) and on ({NODE_LABEL}) ({guard_loss(s, pins)} > 0)"
@@ -387,8 +386,10 @@ def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
     base = Pins.of(s)
     dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
     dcgm = pin(XID_METRIC, base.dcgm_matchers)
-    counted = pin(f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
-                  base.dcgm_matchers)  # fmt: skip
+    counted = pin(
+        f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
+        base.dcgm_matchers,
+    )
     ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, node)}".lstrip(", "))
     gauge = f"({_one_node(dcgm, dcgm_labels, node)}) > 0{user_code_filter(codes)}"
     counted_now = " or ".join(
@@ -397,12 +398,17 @@ def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
     return (
         Query("hardware-xid", gauge),
         Query("hardware-xid-counted", counted_now, required=("xid",)),
-        Query("loss-history", loss_history(lookback, s.query_step_s,
-                                           guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, node))),
-              "matrix",
-              (NODE_LABEL,), on_step=True),
+        Query(
+            "loss-history",
+            loss_history(
+                lookback, s.query_step_s, guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, node))
+            ),
+            "matrix",
+            (NODE_LABEL,),
+            on_step=True,
+        ),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
-    )  # fmt: skip
+    )
 
 
 # ---- Node signals: the agent's nvidia-match and the node's service network ---------------
@@ -431,8 +437,10 @@ def mismatch_queries(s: Settings, node: str) -> tuple[Query, ...]:
     """The cycle's nvidia-match history and status narrowed to `node`: the in-run watch's reads
     for a mismatch hold that completes while it is up (the node agent names its node)."""
     history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, node)
-    info = (f'max by ({NODE_LABEL}, status, detail) '
-            f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, node)}}})')  # fmt: skip
+    info = (
+        f"max by ({NODE_LABEL}, status, detail) "
+        f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, node)}}})'
+    )
     return (
         Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
         Query("nvml-status", info, required=(NODE_LABEL, "status")),

@@ -85,8 +85,9 @@ def cordon_record(
     at = _time(notes, k.at, "auto-cordon-at", problems)
     capacity = notes.get(k.gpu_capacity)
     if capacity is not None and not COUNT.match(capacity):
-        problems.annotation(k.gpu_capacity, "auto-cordon-gpu-capacity", capacity,
-                            "not a whole number")  # fmt: skip
+        problems.annotation(
+            k.gpu_capacity, "auto-cordon-gpu-capacity", capacity, "not a whole number"
+        )
         capacity = None
     gpu = _gpu_ref(notes.get(k.gpu), k.gpu, problems)
     if len(problems.found) > bad:

@@ -69,8 +69,9 @@ NOT_SEEN = Blocked(
 
 
 def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report:
-    ctx = _Context(snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s),
-                   _lifecycle(snap, s, t))  # fmt: skip
+    ctx = _Context(
+        snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s), _lifecycle(snap, s, t)
+    )
     rows = tuple(row for n in snap.nodes if (row := _row(ctx, n)))
     freed = released(a for acts in ctx.decisions.values() for a in acts)
     return Report(
@@ -195,9 +196,15 @@ def _meaning(action: Action, runbook_base: str) -> tuple[Blocked | None, str]:
             observed = "the node is schedulable: a person uncordoned it"
             return Blocked(action.reason, observed), "the next cycle records the cancel"
         case (
-            Cordon() | AppendLedgerLine() | EmitEvent() | RecordBoot() | RemoveTaint()
-            | TaintDevice() | UntaintDevice() | CreateClaim()
-        ):  # fmt: skip
+            Cordon()
+            | AppendLedgerLine()
+            | EmitEvent()
+            | RecordBoot()
+            | RemoveTaint()
+            | TaintDevice()
+            | UntaintDevice()
+            | CreateClaim()
+        ):
             return None, format_line(*action.log_line(), runbook_base)
         case _:
             assert_never(action)
@@ -229,13 +236,24 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
         last = _last_incident(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
-        return _Seen("cancelled", f"xid-{cancel.xid}", cancel.at, gpu, None,
-                     "re-arms on a new boot, another GPU or another Xid")  # fmt: skip
+        return _Seen(
+            "cancelled",
+            f"xid-{cancel.xid}",
+            cancel.at,
+            gpu,
+            None,
+            "re-arms on a new boot, another GPU or another Xid",
+        )
     back = node.returned
     if back is not None and snap.now - back.at <= RETURNED_SHOWN:
-        return _Seen("returned", _last_reason(snap, node.name), back.at,
-                     _last_incident(snap, node.name), None,
-                     f"nothing: {back.job} passed; the node serves again")  # fmt: skip
+        return _Seen(
+            "returned",
+            _last_reason(snap, node.name),
+            back.at,
+            _last_incident(snap, node.name),
+            None,
+            f"nothing: {back.job} passed; the node serves again",
+        )
     return None
 
 
@@ -285,30 +303,49 @@ def _candidates(
             decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
     xids = hold.candidates(snap.prom, snap.now, s)
     held = [
-        Candidate(g.node, f"xid-{g.value}", g.value, g.gpu, g.pci, g.uuid,
-                  hold.loss_held_s(snap.prom, g.node, snap.now), hold.hold_window_s(g.value, s),
-                  decided.get(g.node, "unreadable"))
+        Candidate(
+            g.node,
+            f"xid-{g.value}",
+            g.value,
+            g.gpu,
+            g.pci,
+            g.uuid,
+            hold.loss_held_s(snap.prom, g.node, snap.now),
+            hold.hold_window_s(g.value, s),
+            decided.get(g.node, "unreadable"),
+        )
         for g in xids
-    ]  # fmt: skip
+    ]
     xid_nodes = {g.node for g in xids}  # the Xid path decides those
     if s.nvml_mismatch_cordon:
         held += [
-            Candidate(n, mismatch.NVML_MISMATCH, None, None, None, None,
-                      hold.nvml_held_s(snap.prom, n, snap.now), s.nvml_hold_s,
-                      decided.get(n, "unreadable"), mismatch.seen(snap, n))
+            Candidate(
+                n,
+                mismatch.NVML_MISMATCH,
+                None,
+                None,
+                None,
+                None,
+                hold.nvml_held_s(snap.prom, n, snap.now),
+                s.nvml_hold_s,
+                decided.get(n, "unreadable"),
+                mismatch.seen(snap, n),
+            )
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
-        ]  # fmt: skip
+        ]
     return tuple(sorted([*waiting, *held], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
     if isinstance(p, PendingMismatch):
-        return Candidate(p.node, p.reason, None, None, None, None, p.held_s, p.needs_s,
-                         "pending", p.detail, at)  # fmt: skip
-    return Candidate(p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s,
-                     "pending", decides_at=at)  # fmt: skip
+        return Candidate(
+            p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
+        )
+    return Candidate(
+        p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s, "pending", decides_at=at
+    )
 
 
 def _order(c: Candidate) -> tuple[str, int, str, int]:

@@ -96,10 +96,19 @@ class Candidate:
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "reason": self.reason, "xid": self.xid, "gpu": self.gpu,
-                "pci": self.pci, "uuid": self.uuid, "held_s": self.held_s,
-                "needs_s": self.needs_s, "decision": self.decision,
-                "decides_at": self.decides_at, "detail": self.detail}  # fmt: skip
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "xid": self.xid,
+            "gpu": self.gpu,
+            "pci": self.pci,
+            "uuid": self.uuid,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "decision": self.decision,
+            "decides_at": self.decides_at,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,8 +63,9 @@ def _prometheus(r: Report) -> list[str]:
     if p.seen:
         return []
     if not p.url:
-        return ["prometheus: none (no --prometheus-url): Xid, GPU loss, row remap and GPU pods "
-                "not seen"]  # fmt: skip
+        return [
+            "prometheus: none (no --prometheus-url): Xid, GPU loss, row remap and GPU pods not seen"
+        ]
     return [f"prometheus: {p.error}; shown as without Prometheus"]
 
 
@@ -72,8 +73,7 @@ def _breaker(r: Report) -> str:
     b = r.breaker
     counted = f"{b.guarded} of {b.limit} guard-cordoned nodes"
     if b.open:
-        return (f"breaker: OPEN, {counted}: no new cordons "
-                f"({b.runbook})")  # fmt: skip
+        return f"breaker: OPEN, {counted}: no new cordons ({b.runbook})"
     more = "1 more cordon" if b.headroom == 1 else f"{b.headroom} more cordons"
     return f"breaker: closed, {counted} ({more} allowed)"
 
@@ -88,8 +88,16 @@ def _candidates(r: Report, wide: bool) -> list[str]:
     held = len(r.candidates) - waiting
     head = f"pending candidates: {waiting}" + (f", {held} held long enough" if held else "")
     shown = r.candidates[:CANDIDATES_SHOWN]
-    rows = [[c.node, c.reason, c.pci or "-", f"{_held(c)} {c.held_s} of {c.needs_s} s",
-             _decided(c, wide)] for c in shown]  # fmt: skip
+    rows = [
+        [
+            c.node,
+            c.reason,
+            c.pci or "-",
+            f"{_held(c)} {c.held_s} of {c.needs_s} s",
+            _decided(c, wide),
+        ]
+        for c in shown
+    ]
     out = [head, *("  " + line for line in _columns(None, rows))]
     if len(r.candidates) > len(shown):
         out.append(f"  … and {len(r.candidates) - len(shown)} more (-o json lists every one)")

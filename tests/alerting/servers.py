@@ -111,8 +111,13 @@ def prometheus(config: dict[str, Any], workdir: Path) -> AbstractContextManager[
 
 def alertmanager(config: dict[str, Any], workdir: Path) -> AbstractContextManager[str]:
     """Alertmanager with `config`, clustering off (it would listen on 0.0.0.0:9094)."""
-    return _server("alertmanager", config, workdir, f"--storage.path={workdir / 'alertmanager'}",
-                   "--cluster.listen-address=")  # fmt: skip
+    return _server(
+        "alertmanager",
+        config,
+        workdir,
+        f"--storage.path={workdir / 'alertmanager'}",
+        "--cluster.listen-address=",
+    )
 
 
 def pushgateway(workdir: Path) -> AbstractContextManager[str]:

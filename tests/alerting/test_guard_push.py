@@ -29,12 +29,21 @@ READ_BACK_S = 30 * PUSH_SCRAPE_S
 def unreachable_cluster(tmp_path: Path) -> Path:
     """A kubeconfig whose API server refuses every connection."""
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
-                                               "insecure-skip-tls-verify": True}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "clusters": [
+            {
+                "name": "k",
+                "cluster": {
+                    "server": f"https://127.0.0.1:{free_port()}",
+                    "insecure-skip-tls-verify": True,
+                },
+            }
+        ],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }  # fmt: skip
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -42,11 +51,30 @@ def unreachable_cluster(tmp_path: Path) -> Path:
 
 def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *extra: str):
     return subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", stack.prometheus_url,
-         "--kubeconfig", str(unreachable_cluster(tmp_path)), "--cycle-deadline-s", "1",
-         "--namespace", namespace, "--pushgateway-url", gateway, "--log-format", "json", *extra],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            stack.prometheus_url,
+            "--kubeconfig",
+            str(unreachable_cluster(tmp_path)),
+            "--cycle-deadline-s",
+            "1",
+            "--namespace",
+            namespace,
+            "--pushgateway-url",
+            gateway,
+            "--log-format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def pushed(stack: PushStack, namespace: str) -> dict[str, dict[str, float]]:
@@ -76,11 +104,14 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
         "the aborted run's push never reached Prometheus",
     )
     assert set(series) == {
-        metric_names.LAST_RUN.name, metric_names.LAST_RUN_EXIT_CODE.name,
-        metric_names.LAST_RUN_DURATION.name, metric_names.LAST_RUN_ACTIONS.name,
-        metric_names.LAST_RUN_REQUESTS.name, metric_names.USER_CODE_XID.name,
+        metric_names.LAST_RUN.name,
+        metric_names.LAST_RUN_EXIT_CODE.name,
+        metric_names.LAST_RUN_DURATION.name,
+        metric_names.LAST_RUN_ACTIONS.name,
+        metric_names.LAST_RUN_REQUESTS.name,
+        metric_names.USER_CODE_XID.name,
         metric_names.ALLOWED_DNS_PREFIX.name,
-    }  # fmt: skip
+    }
     assert before <= series[metric_names.LAST_RUN.name][""] <= time.time()
     assert series[metric_names.LAST_RUN_EXIT_CODE.name] == {"": 1}
     assert 0 < series[metric_names.LAST_RUN_DURATION.name][""] < 60
@@ -97,9 +128,16 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
 def test_the_sites_alert_filters_reach_prometheus_as_the_rules_join_them(push_stack, tmp_path):
     """A run with a site's user-code Xids and allowed DNS networks: Prometheus reads back one
     series per Xid and per address prefix, the labels the shipped rules join on."""
-    proc = guard_run(push_stack, tmp_path, "gng-site", push_stack.pushgateway_url,
-                     "--user-code-xids", "13,119", "--conformance-allowed-dns",
-                     "10.20.0.0/16,172.16.0.0/15,2001:db8::/32")  # fmt: skip
+    proc = guard_run(
+        push_stack,
+        tmp_path,
+        "gng-site",
+        push_stack.pushgateway_url,
+        "--user-code-xids",
+        "13,119",
+        "--conformance-allowed-dns",
+        "10.20.0.0/16,172.16.0.0/15,2001:db8::/32",
+    )
     assert proc.returncode == 1, proc.stderr
     series = wait_until(
         lambda: pushed(push_stack, "gng-site") or None,
@@ -108,8 +146,11 @@ def test_the_sites_alert_filters_reach_prometheus_as_the_rules_join_them(push_st
     )
     assert series[metric_names.USER_CODE_XID.name] == {"xid=13": 1, "xid=119": 1}
     assert series[metric_names.ALLOWED_DNS_PREFIX.name] == {
-        "prefix=10.20.": 1, "prefix=172.16.": 1, "prefix=172.17.": 1, "prefix=[2001:db8:": 1,
-    }  # fmt: skip
+        "prefix=10.20.": 1,
+        "prefix=172.16.": 1,
+        "prefix=172.17.": 1,
+        "prefix=[2001:db8:": 1,
+    }
 
 
 def test_the_not_running_variant_reads_the_push(push_stack, tmp_path):
@@ -135,6 +176,7 @@ def test_a_pushgateway_that_is_down_is_one_warn_line_and_the_exit_code_stays(pus
     assert proc.returncode == 1  # the abort's, not the push's
     log = [json.loads(line) for line in proc.stderr.splitlines()]
     assert [(line["event"], line["level"]) for line in log[-2:]] == [
-        ("abort", "ERROR"), ("push-failed", "WARN")
-    ]  # fmt: skip
+        ("abort", "ERROR"),
+        ("push-failed", "WARN"),
+    ]
     assert log[-1]["url"] == down and "Connection refused" in log[-1]["reason"]

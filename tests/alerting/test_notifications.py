@@ -139,8 +139,10 @@ def test_the_route_example_sends_the_pair_to_the_channel_and_pages_to_the_pager(
     for labels, receiver in cases.items():
         result = subprocess.run(
             [amtool, "config", "routes", "test", f"--config.file={config}", *labels.split()],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert (result.returncode, result.stdout.strip()) == (0, receiver), (labels, result.stderr)
 
 

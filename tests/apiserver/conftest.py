@@ -91,12 +91,18 @@ def cluster(
 
 def bind_admin(admin: client.ApiClient, user: str, namespace: str) -> None:
     """`user` an admin (the aggregated `admin` role) of `namespace`."""
-    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
-        "metadata": {"name": f"admin-{user}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    })  # fmt: skip
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"admin-{user}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "admin",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
 
 
 @pytest.fixture(scope="session")
@@ -151,8 +157,12 @@ def aggregate_cluster_roles(admin: client.ApiClient) -> None:
 @pytest.fixture(scope="session")
 def runtime_class(deployed: ControlPlane, admin: client.ApiClient) -> str:
     """The RuntimeClass one row asks for, so RuntimeClass admission lets the policies decide."""
-    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-            "metadata": {"name": "runc-privileged"}, "handler": "runc"}  # fmt: skip
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "runc-privileged"},
+        "handler": "runc",
+    }
     create(admin, body)
     return "runc-privileged"
 
@@ -275,8 +285,10 @@ def make_node(admin: client.ApiClient) -> Iterator[Callable[..., str]]:
         core.create_node(body)
         made.append(name)
         if gpus:
-            status = {"capacity": {"nvidia.com/gpu": str(gpus)},
-                      "allocatable": {"nvidia.com/gpu": str(gpus)}}  # fmt: skip
+            status = {
+                "capacity": {"nvidia.com/gpu": str(gpus)},
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+            }
             core.patch_node_status(name, {"status": status}, _content_type=MERGE_PATCH)
         return name
 
@@ -360,14 +372,16 @@ def _probes(
         "node-scope": lambda: refused_by(
             "gpu-node-guard-node-scope",
             lambda: guard_core.patch_node(
-                node, {"metadata": {"labels": {"probe": "x"}}}, dry_run=dry,
+                node,
+                {"metadata": {"labels": {"probe": "x"}}},
+                dry_run=dry,
                 _content_type=MERGE_PATCH,
             ),
         ),
         "jobs-namespace": lambda: refused_by(
             "gpu-node-guard-jobs-namespace", lambda: create(admin, _cronjob(), dry_run=True)
         ),
-    }  # fmt: skip
+    }
     for kind in ("evidence", "loadtest", "conformance", "fence"):
         probes |= _kind_probes(kind, admin, guard_api, controller, node)
     return probes
@@ -382,8 +396,11 @@ def _agent_probes(
     bad = daemonset_pod(daemonset, "policy-probe")
     bad["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
     bad_daemonset = {k: daemonset[k] for k in ("apiVersion", "kind", "spec")}
-    bad_daemonset["metadata"] = {"name": AGENT, "namespace": JOBS_NS,
-                                 "labels": daemonset["metadata"]["labels"]}  # fmt: skip
+    bad_daemonset["metadata"] = {
+        "name": AGENT,
+        "namespace": JOBS_NS,
+        "labels": daemonset["metadata"]["labels"],
+    }
     bad_daemonset["spec"]["template"]["spec"]["hostPID"] = True
     return {
         "agent-pod accepts": lambda: succeeds(lambda: create(ds_controller, good, dry_run=True)),

@@ -75,8 +75,9 @@ def job_until(
         if done(found.get("status") or {}):
             return dict(found)
         if time.monotonic() > deadline:
-            raise AssertionError(f"job/{meta['name']} not {what} after {WAIT_S:.0f} s: "
-                                 f"{found.get('status')}")  # fmt: skip
+            raise AssertionError(
+                f"job/{meta['name']} not {what} after {WAIT_S:.0f} s: {found.get('status')}"
+            )
         time.sleep(0.3)
 
 

@@ -64,9 +64,13 @@ class Kubectl:
             argv[1:1] = ["--kubeconfig", str(self.kubeconfig)]
         home = str((self.kubeconfig or self.binary).parent)
         done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=120, check=False,
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
             env={"PATH": os.environ.get("PATH", ""), "HOME": home},
-        )  # fmt: skip
+        )
         assert done.returncode in ok, f"kubectl {' '.join(args)}: {done.stderr or done.stdout}"
         return done
 

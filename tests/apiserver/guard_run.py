@@ -52,16 +52,33 @@ NO_CF = "--no-return-conformance"
 CYCLE = timedelta(minutes=5)
 KEYS = Annotations("gpu-node-guard.io/")
 # What the guard's programs leave as their Pod's termination message.
-NO_IPVS = render_summary(Summary(False, failed=(Finding(
-    "ipvs-loaded", "ip_vs is not loaded: kube-proxy in IPVS mode exits"),)))  # fmt: skip
+NO_IPVS = render_summary(
+    Summary(
+        False,
+        failed=(Finding("ipvs-loaded", "ip_vs is not loaded: kube-proxy in IPVS mode exits"),),
+    )
+)
 PASS = render_summary(Summary(True))
 LOADTEST_PASS = json.dumps({"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": []})
-EVIDENCE = json.dumps({"schema": "gpu-node-guard/evidence-summary/v1", "pci": "0000:58:00.0",
-                       "verdict": "power-cycle",
-                       "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"},
-                                 {"pci": "0000:2a:00.0", "link": "32GT/s,x16"}]})  # fmt: skip
-LOADTEST_FAIL = json.dumps({"kind": "loadtest", "verdict": "fail", "notes": [],
-                            "reasons": ["slow gpu=3 ratio=0.61 min_ratio=0.8"]})  # fmt: skip
+EVIDENCE = json.dumps(
+    {
+        "schema": "gpu-node-guard/evidence-summary/v1",
+        "pci": "0000:58:00.0",
+        "verdict": "power-cycle",
+        "links": [
+            {"pci": "0000:18:00.0", "link": "16GT/s,x16"},
+            {"pci": "0000:2a:00.0", "link": "32GT/s,x16"},
+        ],
+    }
+)
+LOADTEST_FAIL = json.dumps(
+    {
+        "kind": "loadtest",
+        "verdict": "fail",
+        "notes": [],
+        "reasons": ["slow gpu=3 ratio=0.61 min_ratio=0.8"],
+    }
+)
 NS = "gpu-node-guard"
 LEDGER = "gpu-fault-ledger"
 
@@ -72,9 +89,13 @@ def faulted(name: str, unschedulable: Steps = ()) -> NodeTimeline:
     `unschedulable`: kube-state-metrics' view of the cordon (its GPU pods are read only there).
     """
     recovered = ONSET_S + 20 * 60
-    return NodeTimeline(name, gpus=8, xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
-                        allocatable=((ONSET_S, 7), (recovered, 8)),
-                        unschedulable=unschedulable)  # fmt: skip
+    return NodeTimeline(
+        name,
+        gpus=8,
+        xids=((ONSET_S, 4, 79), (recovered, 4, 0)),
+        allocatable=((ONSET_S, 7), (recovered, 8)),
+        unschedulable=unschedulable,
+    )
 
 
 def healthy(name: str) -> NodeTimeline:
@@ -100,17 +121,36 @@ def set_status(core: client.CoreV1Api, name: str, *, boot: str, allocatable: int
 def node_status(*, boot: str, allocatable: int) -> dict[str, Any]:
     """A Ready GPU node's status: 8 GPUs of capacity, `allocatable` of them, boot `boot`."""
     return {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "ok", "lastHeartbeatTime": "2026-09-21T05:00:00Z",
-                        "lastTransitionTime": "2026-09-21T05:00:00Z"}],
-        "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s", "kernelVersion": "6.8",
-                     "osImage": "Ubuntu", "containerRuntimeVersion": "containerd://2",
-                     "kubeletVersion": "v1.34.4", "kubeProxyVersion": "",
-                     "operatingSystem": "linux", "architecture": "amd64"},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "ok",
+                "lastHeartbeatTime": "2026-09-21T05:00:00Z",
+                "lastTransitionTime": "2026-09-21T05:00:00Z",
+            }
+        ],
+        "nodeInfo": {
+            "bootID": boot,
+            "machineID": "m",
+            "systemUUID": "s",
+            "kernelVersion": "6.8",
+            "osImage": "Ubuntu",
+            "containerRuntimeVersion": "containerd://2",
+            "kubeletVersion": "v1.34.4",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
         "capacity": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
-        "allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "64", "memory": "512Gi",
-                        "pods": "110"},
-    }  # fmt: skip
+        "allocatable": {
+            "nvidia.com/gpu": str(allocatable),
+            "cpu": "64",
+            "memory": "512Gi",
+            "pods": "110",
+        },
+    }
 
 
 def make_gpu_node(
@@ -121,8 +161,10 @@ def make_gpu_node(
     allocatable: int = 7,
     annotations: dict[str, str] | None = None,
 ) -> str:
-    body = {"metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"unschedulable": bool(annotations)}}  # fmt: skip
+    body = {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"unschedulable": bool(annotations)},
+    }
     core.create_node(body)
     set_status(core, name, boot=boot, allocatable=allocatable)
     return name
@@ -154,11 +196,28 @@ def run_guard(
 ) -> GuardRun:
     """`gpu-node-guard run --output json --log-format json` as the CronJob runs it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--at", at.isoformat(), "--output", "json", "--log-format", "json",
-         *extra],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--at",
+            at.isoformat(),
+            "--output",
+            "json",
+            "--log-format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     log = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     plan = dict(json.loads(proc.stdout)) if proc.stdout.strip() else {}
     if ok:
@@ -252,11 +311,26 @@ def end_pod(admin: client.ApiClient, pod: dict[str, Any], message: str, ok: bool
     """Play the kubelet: the Pod's one container ended (exit 0 when `ok`) with `message` as its
     termination message, the Pod Succeeded or Failed."""
     container = pod["spec"]["containers"][0]
-    ended = {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
-             "message": message, "startedAt": ENDED_AT, "finishedAt": ENDED_AT}  # fmt: skip
-    status = {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [
-        {"name": container["name"], "image": container["image"], "imageID": "",
-         "ready": False, "restartCount": 0, "state": {"terminated": ended}}]}  # fmt: skip
+    ended = {
+        "exitCode": 0 if ok else 1,
+        "reason": "Completed" if ok else "Error",
+        "message": message,
+        "startedAt": ENDED_AT,
+        "finishedAt": ENDED_AT,
+    }
+    status = {
+        "phase": "Succeeded" if ok else "Failed",
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": ended},
+            }
+        ],
+    }
     client.CoreV1Api(admin).patch_namespaced_pod_status(
         pod["metadata"]["name"], JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
     )
@@ -276,16 +350,25 @@ def finish(
     del pod["metadata"]["finalizers"]  # no controller here would remove it
     with deployed.impersonating(JOB_CONTROLLER) as controller:
         made = create(controller, pod)
-    end_pod(admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
-            message, ok)  # fmt: skip
+    end_pod(
+        admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}}, message, ok
+    )
     at, done = ENDED_AT, ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
     if not mark_job:
         return
-    job_status = {"startTime": at, **({"completionTime": at, "succeeded": 1} if ok else
-                                      {"failed": 1}),
-                  "conditions": [{"type": c, "status": "True", "lastTransitionTime": at,
-                                  **({} if ok else {"reason": "BackoffLimitExceeded"})}
-                                 for c in done]}  # fmt: skip
+    job_status = {
+        "startTime": at,
+        **({"completionTime": at, "succeeded": 1} if ok else {"failed": 1}),
+        "conditions": [
+            {
+                "type": c,
+                "status": "True",
+                "lastTransitionTime": at,
+                **({} if ok else {"reason": "BackoffLimitExceeded"}),
+            }
+            for c in done
+        ],
+    }
     client.BatchV1Api(admin).patch_namespaced_job_status(
         job["metadata"]["name"], JOBS_NS, {"status": job_status}, _content_type=MERGE_PATCH
     )
@@ -293,8 +376,12 @@ def finish(
 
 # What the API server adds to a Job's template and selector at creation (generateSelector): a
 # Job sent again with them is refused, so a copy leaves them out.
-_CONTROLLER_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name",
-                      "batch.kubernetes.io/job-name")  # fmt: skip
+_CONTROLLER_LABELS = (
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "job-name",
+    "batch.kubernetes.io/job-name",
+)
 
 
 def copy_of(job: dict[str, Any]) -> dict[str, Any]:

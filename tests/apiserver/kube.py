@@ -56,8 +56,11 @@ def required_assets(*, controller_manager: bool = False) -> Path:
     if assets is None or (
         controller_manager and not os.access(assets / "kube-controller-manager", os.X_OK)
     ):
-        what = "kube-apiserver, etcd or kube-controller-manager" if controller_manager else (
-            "kube-apiserver and etcd")  # fmt: skip
+        what = (
+            "kube-apiserver, etcd or kube-controller-manager"
+            if controller_manager
+            else ("kube-apiserver and etcd")
+        )
         unavailable("apiserver", f"{what} not found", HOW_TO_ENABLE)
         raise AssertionError("unreachable: unavailable() skips or fails")
     return assets
@@ -182,13 +185,17 @@ def http_ok(url: str, **kwargs: Any) -> bool:
 def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
     client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
     return [
-        str(binary), "--name=default", f"--data-dir={data_dir}",
-        f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
-        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+        str(binary),
+        "--name=default",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client_url}",
+        f"--advertise-client-urls={client_url}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
         f"--initial-cluster=default={peer_url}",
         "--unsafe-no-fsync=true",  # throwaway data: durability only costs time
         "--log-level=warn",
-    ]  # fmt: skip
+    ]
 
 
 def apiserver_argv(
@@ -210,10 +217,14 @@ def apiserver_argv(
         else "--disable-admission-plugins=ServiceAccount"
     )
     return [
-        str(binary), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        f"--cert-dir={workdir / 'certs'}", f"--secure-port={port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-        "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        f"--cert-dir={workdir / 'certs'}",
+        f"--secure-port={port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--allow-privileged=true",
         admission,
         "--authorization-mode=Node,RBAC",
         f"--token-auth-file={workdir / 'tokens.csv'}",
@@ -221,7 +232,7 @@ def apiserver_argv(
         f"--service-account-key-file={workdir / 'sa.key'}",
         f"--service-account-signing-key-file={workdir / 'sa.key'}",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 # The controllers a cluster's own Jobs need: Pods made and adopted by the real Job controller,
@@ -238,12 +249,17 @@ def controller_manager_argv(
     """kube-controller-manager with only `controllers`, each under its own ServiceAccount's
     credentials (as kubeadm runs it), serving nothing."""
     return [
-        str(binary), f"--kubeconfig={plane.kubeconfig}", f"--controllers={controllers}",
-        "--use-service-account-credentials=true", "--leader-elect=false",
+        str(binary),
+        f"--kubeconfig={plane.kubeconfig}",
+        f"--controllers={controllers}",
+        "--use-service-account-credentials=true",
+        "--leader-elect=false",
         f"--service-account-private-key-file={plane.workdir / 'sa.key'}",
-        f"--root-ca-file={plane.ca_file}", "--secure-port=0",
-        "--concurrent-job-syncs=2", "--v=1",
-    ]  # fmt: skip
+        f"--root-ca-file={plane.ca_file}",
+        "--secure-port=0",
+        "--concurrent-job-syncs=2",
+        "--v=1",
+    ]
 
 
 @contextmanager
@@ -363,10 +379,17 @@ def _pod_from_template(
         "generateName": meta["name"] + "-",
         "namespace": meta["namespace"],
         "labels": labels,
-        "ownerReferences": [{"apiVersion": kind[0], "kind": kind[1], "name": meta["name"],
-                             "uid": meta["uid"], "controller": True,
-                             "blockOwnerDeletion": True}],
-    }  # fmt: skip
+        "ownerReferences": [
+            {
+                "apiVersion": kind[0],
+                "kind": kind[1],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
     if finalizers:
         pod_meta["finalizers"] = finalizers
     if template["metadata"].get("annotations"):
@@ -398,8 +421,11 @@ def daemonset_pod(daemonset: Mapping[str, Any], node: str) -> dict[str, Any]:
         tolerations[:] = [t for t in tolerations if t.get("key") != key]
         tolerations.append({"key": key, "operator": "Exists", "effect": effect})
     term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
     labels = dict(template["metadata"].get("labels") or {})
     labels["pod-template-generation"] = str(meta.get("generation", 1))
     labels["controller-revision-hash"] = "5d8f6b7c9d"

@@ -104,178 +104,396 @@ CASES = [
     Case("hostpath-writable", _mount(0, readOnly=False), MOUNTS),
     Case("hostpath-writable-resolv-conf", _mount(2, readOnly=False), MOUNTS),
     Case("hostpath-slash", _host("root", "/", "/host-root"), MOUNTS),
-    Case("hostpath-docker-sock", _host("docker", "/var/run/docker.sock", "/docker.sock", "Socket"),
-         MOUNTS),
-    Case("hostpath-containerd-sock",
-         _host("cri", "/run/containerd/containerd.sock", "/cri.sock", "Socket"), MOUNTS),
+    Case(
+        "hostpath-docker-sock",
+        _host("docker", "/var/run/docker.sock", "/docker.sock", "Socket"),
+        MOUNTS,
+    ),
+    Case(
+        "hostpath-containerd-sock",
+        _host("cri", "/run/containerd/containerd.sock", "/cri.sock", "Socket"),
+        MOUNTS,
+    ),
     Case("hostpath-etc-rancher", _host("rke2", "/etc/rancher", "/host/etc/rancher"), MOUNTS),
     Case("hostpath-proc", _host("proc", "/proc", "/host/proc"), MOUNTS),
     Case("hostpath-swapped-for-slash", _volume(1, path="/"), VOLUMES),
     Case("hostpath-created-on-the-host", _volume(0, type="DirectoryOrCreate"), VOLUMES),
     Case("hostpath-any-type", _volume(2, type=""), VOLUMES),
-    Case("mount-propagation-from-the-host", _mount(0, mountPropagation="HostToContainer"),
-         MOUNTS),
+    Case("mount-propagation-from-the-host", _mount(0, mountPropagation="HostToContainer"), MOUNTS),
     Case("mount-subpath", _mount(3, subPath="resolv.conf"), MOUNTS),
     Case("mount-elsewhere", _mount(1, mountPath="/usr/lib/x86_64-linux-gnu"), MOUNTS),
-    Case("volume-service-account-token",
-         both(add((*POD, "volumes"), {"name": "token", "projected": {"sources": [
-             {"serviceAccountToken": {"path": "token"}}]}}),
-              add((*C0, "volumeMounts"), {"name": "token", "mountPath": "/var/run/token"})),
-         MOUNTS),
+    Case(
+        "volume-service-account-token",
+        both(
+            add(
+                (*POD, "volumes"),
+                {
+                    "name": "token",
+                    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                },
+            ),
+            add((*C0, "volumeMounts"), {"name": "token", "mountPath": "/var/run/token"}),
+        ),
+        MOUNTS,
+    ),
     # ── privilege and identity ───────────────────────────────────────────────────────────────
-    Case("privileged", both(put((*SC, "privileged"), True),
-                            put((*SC, "allowPrivilegeEscalation"), True)), CONTAINER_SC),
+    Case(
+        "privileged",
+        both(put((*SC, "privileged"), True), put((*SC, "allowPrivilegeEscalation"), True)),
+        CONTAINER_SC,
+    ),
     Case("privilege-escalation", put((*SC, "allowPrivilegeEscalation"), True), CONTAINER_SC),
     Case("capability-sys-admin", put((*CAPS, "add"), ["SYS_ADMIN"]), CONTAINER_SC),
     Case("capability-net-raw", put((*CAPS, "add"), ["NET_RAW"]), CONTAINER_SC),
     Case("capabilities-not-dropped", drop((*CAPS, "drop")), CONTAINER_SC),
     Case("root-filesystem-writable", put((*SC, "readOnlyRootFilesystem"), False), CONTAINER_SC),
-    Case("container-runs-as-root", both(put((*SC, "runAsUser"), 0),
-                                        put((*SC, "runAsNonRoot"), False)), CONTAINER_SC),
-    Case("pod-runs-as-root", both(put((*POD, "securityContext", "runAsUser"), 0),
-                                  put((*POD, "securityContext", "runAsNonRoot"), False)), POD_SC),
-    Case("seccomp-unconfined", put((*POD, "securityContext", "seccompProfile"),
-                                   {"type": "Unconfined"}), POD_SC),
-    Case("apparmor-unconfined", put((*SC, "appArmorProfile"), {"type": "Unconfined"}),
-         CONTAINER_SC),
-    Case("apparmor-annotation", put(("spec", "template", "metadata", "annotations"),
-                                    {"container.apparmor.security.beta.kubernetes.io/agent":
-                                     "unconfined"}),
-         "spec.template.metadata.annotations may not hold field(s) container.apparmor",
-         pod_says="metadata.annotations must be only kubectl.kubernetes.io/restartedAt"),
-    Case("supplemental-group-of-the-host", put((*POD, "securityContext", "supplementalGroups"),
-                                               [0]), POD_SC),
+    Case(
+        "container-runs-as-root",
+        both(put((*SC, "runAsUser"), 0), put((*SC, "runAsNonRoot"), False)),
+        CONTAINER_SC,
+    ),
+    Case(
+        "pod-runs-as-root",
+        both(
+            put((*POD, "securityContext", "runAsUser"), 0),
+            put((*POD, "securityContext", "runAsNonRoot"), False),
+        ),
+        POD_SC,
+    ),
+    Case(
+        "seccomp-unconfined",
+        put((*POD, "securityContext", "seccompProfile"), {"type": "Unconfined"}),
+        POD_SC,
+    ),
+    Case(
+        "apparmor-unconfined", put((*SC, "appArmorProfile"), {"type": "Unconfined"}), CONTAINER_SC
+    ),
+    Case(
+        "apparmor-annotation",
+        put(
+            ("spec", "template", "metadata", "annotations"),
+            {"container.apparmor.security.beta.kubernetes.io/agent": "unconfined"},
+        ),
+        "spec.template.metadata.annotations may not hold field(s) container.apparmor",
+        pod_says="metadata.annotations must be only kubectl.kubernetes.io/restartedAt",
+    ),
+    Case(
+        "supplemental-group-of-the-host",
+        put((*POD, "securityContext", "supplementalGroups"), [0]),
+        POD_SC,
+    ),
     # ServiceAccount admission mounts the token the Pod asks for: its volume is refused first.
-    Case("token-mounted", put((*POD, "automountServiceAccountToken"), True),
-         "{pod}.automountServiceAccountToken must be exactly false",
-         pod_says="spec.containers[0].volumeMounts must be exactly "),
-    Case("another-service-account", put((*POD, "serviceAccountName"), "default"),
-         "{pod}.serviceAccountName must be exactly \"gpu-node-guard-agent\""),
+    Case(
+        "token-mounted",
+        put((*POD, "automountServiceAccountToken"), True),
+        "{pod}.automountServiceAccountToken must be exactly false",
+        pod_says="spec.containers[0].volumeMounts must be exactly ",
+    ),
+    Case(
+        "another-service-account",
+        put((*POD, "serviceAccountName"), "default"),
+        '{pod}.serviceAccountName must be exactly "gpu-node-guard-agent"',
+    ),
     # The API server then defaults hostPort to the containerPort, refused first.
-    Case("host-network", put((*POD, "hostNetwork"), True),
-         "{pod}.hostNetwork must be exactly false",
-         pod_says="spec.containers[0].ports must be exactly "),
+    Case(
+        "host-network",
+        put((*POD, "hostNetwork"), True),
+        "{pod}.hostNetwork must be exactly false",
+        pod_says="spec.containers[0].ports must be exactly ",
+    ),
     Case("host-pid", put((*POD, "hostPID"), True), "{pod}.hostPID must be exactly false"),
     Case("host-ipc", put((*POD, "hostIPC"), True), "{pod}.hostIPC must be exactly false"),
-    Case("share-process-namespace", put((*POD, "shareProcessNamespace"), True),
-         IN_POD + "shareProcessNamespace"),
+    Case(
+        "share-process-namespace",
+        put((*POD, "shareProcessNamespace"), True),
+        IN_POD + "shareProcessNamespace",
+    ),
     Case("host-users-off", put((*POD, "hostUsers"), False), IN_POD + "hostUsers"),
     # ── code: image, argv, environment, hooks, probes ────────────────────────────────────────
-    Case("another-image", put((*C0, "image"), "busybox:1.36"),
-         "{pod}.containers[0].image must be the image in this policy's `image`"),
+    Case(
+        "another-image",
+        put((*C0, "image"), "busybox:1.36"),
+        "{pod}.containers[0].image must be the image in this policy's `image`",
+    ),
     Case("shell-instead", put(CMD, SHELL), CMD_SAYS),
     Case("args-added", put((*C0, "args"), ["--once"]), IN_C0 + "args"),
     Case("root-is-slash", _argv(_set_word("--root=", "--root=/")), CMD_SAYS),
     Case("listen-elsewhere", _argv(_set_word("--listen=", "--listen=0.0.0.0:22")), CMD_SAYS),
     Case("once-and-exit", _argv(lambda c: [*c, "--once"]), CMD_SAYS),
     Case("resolv-conf-elsewhere", _argv(lambda c: [*c, "--resolv-conf=/etc/shadow"]), CMD_SAYS),
-    Case("interval-not-a-number", _argv(_set_word("--interval-s=", "--interval-s=$(id)")),
-         CMD_SAYS),
-    Case("conformance-instead",
-         put(CMD, ["gpu-node-guard", "conformance", "--root", "/host", "--fix"]), CMD_SAYS),
-    Case("env-ld-preload", add((*C0, "env"), {"name": "LD_PRELOAD", "value": "/host/x.so"}),
-         "{pod}.containers[0].env must be exactly "),
-    Case("env-pythonpath", add((*C0, "env"), {"name": "PYTHONPATH", "value": "/host/usr/lib"}),
-         "{pod}.containers[0].env must be exactly "),
-    Case("env-agent-root", add((*C0, "env"), {"name": "GUARD_AGENT_ROOT", "value": "/"}),
-         "{pod}.containers[0].env must be exactly "),
-    Case("env-node-hardcoded", put((*C0, "env"), [{"name": "GUARD_AGENT_NODE", "value": "x"}]),
-         "{pod}.containers[0].env must be exactly "),
-    Case("env-from-secret", put((*C0, "envFrom"), [{"secretRef": {"name": "s"}}]),
-         IN_C0 + "envFrom"),
-    Case("poststart-hook", put((*C0, "lifecycle"), {"postStart": {"exec": {"command": SHELL}}}),
-         IN_C0 + "lifecycle"),
+    Case(
+        "interval-not-a-number", _argv(_set_word("--interval-s=", "--interval-s=$(id)")), CMD_SAYS
+    ),
+    Case(
+        "conformance-instead",
+        put(CMD, ["gpu-node-guard", "conformance", "--root", "/host", "--fix"]),
+        CMD_SAYS,
+    ),
+    Case(
+        "env-ld-preload",
+        add((*C0, "env"), {"name": "LD_PRELOAD", "value": "/host/x.so"}),
+        "{pod}.containers[0].env must be exactly ",
+    ),
+    Case(
+        "env-pythonpath",
+        add((*C0, "env"), {"name": "PYTHONPATH", "value": "/host/usr/lib"}),
+        "{pod}.containers[0].env must be exactly ",
+    ),
+    Case(
+        "env-agent-root",
+        add((*C0, "env"), {"name": "GUARD_AGENT_ROOT", "value": "/"}),
+        "{pod}.containers[0].env must be exactly ",
+    ),
+    Case(
+        "env-node-hardcoded",
+        put((*C0, "env"), [{"name": "GUARD_AGENT_NODE", "value": "x"}]),
+        "{pod}.containers[0].env must be exactly ",
+    ),
+    Case(
+        "env-from-secret", put((*C0, "envFrom"), [{"secretRef": {"name": "s"}}]), IN_C0 + "envFrom"
+    ),
+    Case(
+        "poststart-hook",
+        put((*C0, "lifecycle"), {"postStart": {"exec": {"command": SHELL}}}),
+        IN_C0 + "lifecycle",
+    ),
     Case("liveness-exec", put((*C0, "livenessProbe"), EXEC), PROBE + " may not hold field(s) exec"),
-    Case("readiness-exec", put((*C0, "readinessProbe"), EXEC),
-         "{pod}.containers[0].readinessProbe may not hold field(s) exec"),
+    Case(
+        "readiness-exec",
+        put((*C0, "readinessProbe"), EXEC),
+        "{pod}.containers[0].readinessProbe may not hold field(s) exec",
+    ),
     Case("startup-probe", put((*C0, "startupProbe"), {"httpGet": HTTP}), IN_C0 + "startupProbe"),
-    Case("probe-tcp", put((*C0, "livenessProbe"), {"tcpSocket": {"port": 22}}),
-         PROBE + " may not hold field(s) tcpSocket"),
-    Case("probe-other-host", put((*C0, "livenessProbe", "httpGet", "host"), "169.254.169.254"),
-         PROBE + ".httpGet may not hold field(s) host"),
-    Case("probe-other-path", put((*C0, "livenessProbe", "httpGet", "path"), "/metrics?x"),
-         PROBE + ".httpGet.path must be exactly \"/healthz\""),
-    Case("probe-other-port", put((*C0, "readinessProbe", "httpGet", "port"), 22),
-         "{pod}.containers[0].readinessProbe.httpGet.port must be exactly \"metrics\""),
-    Case("probe-headers", put((*C0, "livenessProbe", "httpGet", "httpHeaders"),
-                              [{"name": "Authorization", "value": "Bearer x"}]),
-         PROBE + ".httpGet may not hold field(s) httpHeaders"),
+    Case(
+        "probe-tcp",
+        put((*C0, "livenessProbe"), {"tcpSocket": {"port": 22}}),
+        PROBE + " may not hold field(s) tcpSocket",
+    ),
+    Case(
+        "probe-other-host",
+        put((*C0, "livenessProbe", "httpGet", "host"), "169.254.169.254"),
+        PROBE + ".httpGet may not hold field(s) host",
+    ),
+    Case(
+        "probe-other-path",
+        put((*C0, "livenessProbe", "httpGet", "path"), "/metrics?x"),
+        PROBE + '.httpGet.path must be exactly "/healthz"',
+    ),
+    Case(
+        "probe-other-port",
+        put((*C0, "readinessProbe", "httpGet", "port"), 22),
+        '{pod}.containers[0].readinessProbe.httpGet.port must be exactly "metrics"',
+    ),
+    Case(
+        "probe-headers",
+        put(
+            (*C0, "livenessProbe", "httpGet", "httpHeaders"),
+            [{"name": "Authorization", "value": "Bearer x"}],
+        ),
+        PROBE + ".httpGet may not hold field(s) httpHeaders",
+    ),
     # ── more than one container, ports, resources ────────────────────────────────────────────
-    Case("sidecar", add((*POD, "containers"), {"name": "debug", "image": "busybox:1.36",
-                                              "command": SHELL}),
-         "{pod}.containers must hold exactly one item"),
-    Case("init-container", put((*POD, "initContainers"), [{"name": "init", "image": "busybox:1.36",
-                                                           "command": SHELL}]),
-         IN_POD + "initContainers"),
-    Case("host-port", put((*C0, "ports", 0, "hostPort"), 9842),
-         "{pod}.containers[0].ports must be exactly "),
-    Case("second-port", add((*C0, "ports"), {"name": "ssh", "containerPort": 22}),
-         "{pod}.containers[0].ports must be exactly "),
-    Case("a-gpu-for-the-agent", both(put((*C0, "resources", "limits", "nvidia.com/gpu"), 1),
-                                     put((*C0, "resources", "requests", "nvidia.com/gpu"), 1)),
-         "{pod}.containers[0].resources must be exactly "),
+    Case(
+        "sidecar",
+        add((*POD, "containers"), {"name": "debug", "image": "busybox:1.36", "command": SHELL}),
+        "{pod}.containers must hold exactly one item",
+    ),
+    Case(
+        "init-container",
+        put(
+            (*POD, "initContainers"), [{"name": "init", "image": "busybox:1.36", "command": SHELL}]
+        ),
+        IN_POD + "initContainers",
+    ),
+    Case(
+        "host-port",
+        put((*C0, "ports", 0, "hostPort"), 9842),
+        "{pod}.containers[0].ports must be exactly ",
+    ),
+    Case(
+        "second-port",
+        add((*C0, "ports"), {"name": "ssh", "containerPort": 22}),
+        "{pod}.containers[0].ports must be exactly ",
+    ),
+    Case(
+        "a-gpu-for-the-agent",
+        both(
+            put((*C0, "resources", "limits", "nvidia.com/gpu"), 1),
+            put((*C0, "resources", "requests", "nvidia.com/gpu"), 1),
+        ),
+        "{pod}.containers[0].resources must be exactly ",
+    ),
     # ── placement and scheduling ─────────────────────────────────────────────────────────────
-    Case("not-only-gpu-nodes", put((*POD, "nodeSelector"), {"kubernetes.io/os": "linux"}),
-         "{pod}.nodeSelector must be a map holding nvidia.com/gpu.present=true"),
-    Case("pinned-to-a-control-plane-node", put((*POD, "nodeName"), "control-plane-1"),
-         IN_POD + "nodeName", pod_says="spec.nodeName must be the node of its affinity"),
-    Case("affinity-added", put((*POD, "affinity"), {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane",
-                                   "operator": "Exists"}]}]}}}),
-         IN_POD + "affinity", pod_says="spec.affinity must be the DaemonSet controller's"),
-    Case("tolerations-changed", put((*POD, "tolerations"), [{"key": "dedicated",
-                                                             "operator": "Exists"}]),
-         "{pod}.tolerations must be exactly ", pod_says="spec.tolerations must be the template's"),
-    Case("priority-class", put((*POD, "priorityClassName"), "system-node-critical"),
-         IN_POD + "priorityClassName"),
-    Case("runtime-class", put((*POD, "runtimeClassName"), "runc-privileged"),
-         IN_POD + "runtimeClassName"),
-    Case("dns-elsewhere", put((*POD, "dnsConfig"), {"nameservers": ["203.0.113.53"]}),
-         IN_POD + "dnsConfig"),
-    Case("host-aliases", put((*POD, "hostAliases"), [{"ip": "203.0.113.1",
-                                                      "hostnames": ["prometheus"]}]),
-         IN_POD + "hostAliases"),
-    Case("nine-image-pull-secrets",
-         put((*POD, "imagePullSecrets"), [{"name": f"regcred-{i}"} for i in range(9)]),
-         "{pod}.imagePullSecrets must be at most 8 entries, each only a Secret name"),
+    Case(
+        "not-only-gpu-nodes",
+        put((*POD, "nodeSelector"), {"kubernetes.io/os": "linux"}),
+        "{pod}.nodeSelector must be a map holding nvidia.com/gpu.present=true",
+    ),
+    Case(
+        "pinned-to-a-control-plane-node",
+        put((*POD, "nodeName"), "control-plane-1"),
+        IN_POD + "nodeName",
+        pod_says="spec.nodeName must be the node of its affinity",
+    ),
+    Case(
+        "affinity-added",
+        put(
+            (*POD, "affinity"),
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "node-role.kubernetes.io/control-plane",
+                                        "operator": "Exists",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        ),
+        IN_POD + "affinity",
+        pod_says="spec.affinity must be the DaemonSet controller's",
+    ),
+    Case(
+        "tolerations-changed",
+        put((*POD, "tolerations"), [{"key": "dedicated", "operator": "Exists"}]),
+        "{pod}.tolerations must be exactly ",
+        pod_says="spec.tolerations must be the template's",
+    ),
+    Case(
+        "priority-class",
+        put((*POD, "priorityClassName"), "system-node-critical"),
+        IN_POD + "priorityClassName",
+    ),
+    Case(
+        "runtime-class",
+        put((*POD, "runtimeClassName"), "runc-privileged"),
+        IN_POD + "runtimeClassName",
+    ),
+    Case(
+        "dns-elsewhere",
+        put((*POD, "dnsConfig"), {"nameservers": ["203.0.113.53"]}),
+        IN_POD + "dnsConfig",
+    ),
+    Case(
+        "host-aliases",
+        put((*POD, "hostAliases"), [{"ip": "203.0.113.1", "hostnames": ["prometheus"]}]),
+        IN_POD + "hostAliases",
+    ),
+    Case(
+        "nine-image-pull-secrets",
+        put((*POD, "imagePullSecrets"), [{"name": f"regcred-{i}"} for i in range(9)]),
+        "{pod}.imagePullSecrets must be at most 8 entries, each only a Secret name",
+    ),
     # ── the DaemonSet itself ─────────────────────────────────────────────────────────────────
-    Case("template-labelled-otherwise", both(
-        put(("spec", "template", "metadata", "labels", "tier"), "debug"),
-        put(("spec", "selector", "matchLabels", "tier"), "debug")),
-         "spec.selector must be exactly ", pod_too=False),
-    Case("owned-by-something", put(("metadata", "ownerReferences"), [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "1"}]),
-         "metadata may not hold field(s) ownerReferences", pod_too=False),
-]  # fmt: skip
+    Case(
+        "template-labelled-otherwise",
+        both(
+            put(("spec", "template", "metadata", "labels", "tier"), "debug"),
+            put(("spec", "selector", "matchLabels", "tier"), "debug"),
+        ),
+        "spec.selector must be exactly ",
+        pod_too=False,
+    ),
+    Case(
+        "owned-by-something",
+        put(
+            ("metadata", "ownerReferences"),
+            [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "1"}],
+        ),
+        "metadata may not hold field(s) ownerReferences",
+        pod_too=False,
+    ),
+]
 
 POD_ONLY = [
-    Case("owned-by-a-replicaset", put(("metadata", "ownerReferences", 0, "kind"), "ReplicaSet"),
-         "metadata.ownerReferences must be the DaemonSet that owns it", on_pod=True),
-    Case("owned-by-another-daemonset", put(("metadata", "ownerReferences", 0, "name"), "debug"),
-         "metadata.ownerReferences must be the DaemonSet that owns it", on_pod=True),
-    Case("owner-not-controller", put(("metadata", "ownerReferences", 0, "controller"), False),
-         "metadata.ownerReferences must be the DaemonSet that owns it", on_pod=True),
-    Case("no-owner", drop(("metadata", "ownerReferences")),
-         "metadata.ownerReferences must be the DaemonSet that owns it", on_pod=True),
-    Case("other-generate-name", put(("metadata", "generateName"), "debug-"),
-         "metadata.name must be the DaemonSet's name and a generated suffix", on_pod=True),
-    Case("extra-label", put(("metadata", "labels", "tier"), "debug"),
-         "metadata.labels may not hold field(s) tier", on_pod=True),
-    Case("annotation-at-create", put(("metadata", "annotations"),
-                                     {"k8s.v1.cni.cncf.io/networks": "host-device"}),
-         "metadata.annotations must be only kubectl.kubernetes.io/restartedAt", on_pod=True),
-    Case("no-node-affinity", drop(("spec", "affinity")),
-         "spec.affinity must be the DaemonSet controller's", on_pod=True),
-    Case("affinity-or-a-control-plane-node",
-         add(("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-              "nodeSelectorTerms"), {"matchExpressions": [
-                  {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}),
-         "spec.affinity must be the DaemonSet controller's", on_pod=True),
-    Case("toleration-seconds-forever", add(("spec", "tolerations"), {
-        "key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-        "tolerationSeconds": 999999}), "spec.tolerations must be the template's", on_pod=True),
-]  # fmt: skip
+    Case(
+        "owned-by-a-replicaset",
+        put(("metadata", "ownerReferences", 0, "kind"), "ReplicaSet"),
+        "metadata.ownerReferences must be the DaemonSet that owns it",
+        on_pod=True,
+    ),
+    Case(
+        "owned-by-another-daemonset",
+        put(("metadata", "ownerReferences", 0, "name"), "debug"),
+        "metadata.ownerReferences must be the DaemonSet that owns it",
+        on_pod=True,
+    ),
+    Case(
+        "owner-not-controller",
+        put(("metadata", "ownerReferences", 0, "controller"), False),
+        "metadata.ownerReferences must be the DaemonSet that owns it",
+        on_pod=True,
+    ),
+    Case(
+        "no-owner",
+        drop(("metadata", "ownerReferences")),
+        "metadata.ownerReferences must be the DaemonSet that owns it",
+        on_pod=True,
+    ),
+    Case(
+        "other-generate-name",
+        put(("metadata", "generateName"), "debug-"),
+        "metadata.name must be the DaemonSet's name and a generated suffix",
+        on_pod=True,
+    ),
+    Case(
+        "extra-label",
+        put(("metadata", "labels", "tier"), "debug"),
+        "metadata.labels may not hold field(s) tier",
+        on_pod=True,
+    ),
+    Case(
+        "annotation-at-create",
+        put(("metadata", "annotations"), {"k8s.v1.cni.cncf.io/networks": "host-device"}),
+        "metadata.annotations must be only kubectl.kubernetes.io/restartedAt",
+        on_pod=True,
+    ),
+    Case(
+        "no-node-affinity",
+        drop(("spec", "affinity")),
+        "spec.affinity must be the DaemonSet controller's",
+        on_pod=True,
+    ),
+    Case(
+        "affinity-or-a-control-plane-node",
+        add(
+            (
+                "spec",
+                "affinity",
+                "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms",
+            ),
+            {
+                "matchExpressions": [
+                    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+                ]
+            },
+        ),
+        "spec.affinity must be the DaemonSet controller's",
+        on_pod=True,
+    ),
+    Case(
+        "toleration-seconds-forever",
+        add(
+            ("spec", "tolerations"),
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 999999,
+            },
+        ),
+        "spec.tolerations must be the template's",
+        on_pod=True,
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -363,9 +581,11 @@ def test_not_even_the_shipped_agent_pod_from_the_namespace_admin(
     ids=["unlabelled", "labelled-as-a-job-kind", "labelled-as-nothing"],
 )
 def test_no_other_daemonset_lives_in_the_jobs_namespace(
-    identities: Identities, admin: client.ApiClient, shipped: dict[str, Any],
+    identities: Identities,
+    admin: client.ApiClient,
+    shipped: dict[str, Any],
     labels: dict[str, str],
-) -> None:  # fmt: skip
+) -> None:
     """A DaemonSet that does not say it is the agent never meets the agent's shape: the gate."""
     doc = copy.deepcopy(shipped)
     doc["metadata"]["name"], doc["metadata"]["labels"] = "node-shell", labels
@@ -379,9 +599,12 @@ def test_no_other_daemonset_lives_in_the_jobs_namespace(
 
 
 def test_the_shipped_agent_daemonset_and_its_pod_are_admitted(
-    admin: client.ApiClient, identities: Identities, ds_controller: client.ApiClient,
-    stored: dict[str, Any], shipped: dict[str, Any],
-) -> None:  # fmt: skip
+    admin: client.ApiClient,
+    identities: Identities,
+    ds_controller: client.ApiClient,
+    stored: dict[str, Any],
+    shipped: dict[str, Any],
+) -> None:
     """The DaemonSet the session applied is the one kustomize builds; its Pod, as the DaemonSet
     controller makes it, is admitted and stored; the namespace admin may re-send the DaemonSet."""
     container = stored["spec"]["template"]["spec"]["containers"][0]
@@ -393,17 +616,26 @@ def test_the_shipped_agent_daemonset_and_its_pod_are_admitted(
     finally:
         client.CoreV1Api(admin).delete_namespaced_pod(made["metadata"]["name"], JOBS_NS)
     client.AppsV1Api(identities.jobs_ns_admin).replace_namespaced_daemon_set(
-        agent.NAME, JOBS_NS, {**shipped, "metadata": {**shipped["metadata"],
-                                                      "resourceVersion": stored["metadata"][
-                                                          "resourceVersion"]}},
+        agent.NAME,
+        JOBS_NS,
+        {
+            **shipped,
+            "metadata": {
+                **shipped["metadata"],
+                "resourceVersion": stored["metadata"]["resourceVersion"],
+            },
+        },
         dry_run="All",
-    )  # fmt: skip
+    )
 
 
 SITE_FLAGS = [
-    "--interval-s=60", "--platform=other", "--kube-proxy-mode=iptables",
-    "--allowed-dns=10.20.0.0/16", "--resolv-conf=/run/systemd/resolve/resolv.conf",
-]  # fmt: skip
+    "--interval-s=60",
+    "--platform=other",
+    "--kube-proxy-mode=iptables",
+    "--allowed-dns=10.20.0.0/16",
+    "--resolv-conf=/run/systemd/resolve/resolv.conf",
+]
 
 
 def test_the_site_flags_of_docs_agent_md_are_admitted(
@@ -419,15 +651,18 @@ def test_the_site_flags_of_docs_agent_md_are_admitted(
 
 
 def test_kubectl_rollout_restart_is_admitted_and_its_pod_too(
-    admin: client.ApiClient, identities: Identities, ds_controller: client.ApiClient,
+    admin: client.ApiClient,
+    identities: Identities,
+    ds_controller: client.ApiClient,
     stored: dict[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     """`kubectl rollout restart` stamps the template; the controller copies it onto the Pod."""
     stamp = {"kubectl.kubernetes.io/restartedAt": "2026-09-21T06:00:00+09:00"}
     patch = {"spec": {"template": {"metadata": {"annotations": stamp}}}}
     apps = client.AppsV1Api(identities.jobs_ns_admin)
-    apps.patch_namespaced_daemon_set(agent.NAME, JOBS_NS, patch, dry_run="All",
-                                     _content_type=MERGE_PATCH)  # fmt: skip
+    apps.patch_namespaced_daemon_set(
+        agent.NAME, JOBS_NS, patch, dry_run="All", _content_type=MERGE_PATCH
+    )
     restarted = copy.deepcopy(stored)
     restarted["spec"]["template"]["metadata"]["annotations"] = stamp
     made = as_dict(create(ds_controller, daemonset_pod(restarted, NODE), dry_run=True))

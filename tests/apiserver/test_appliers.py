@@ -78,9 +78,12 @@ class Sequence:
         after = stored(self.site, self.path)
         changed = [f"{k[0]}/{k[2]}" for k in after if content(after[k]) != content(before[k])]
         if same_manager_again:  # nothing to write at all
-            changed += [f"{k[0]}/{k[2]} (written)" for k in after
-                        if after[k]["metadata"]["resourceVersion"]
-                        != before[k]["metadata"]["resourceVersion"]]  # fmt: skip
+            changed += [
+                f"{k[0]}/{k[2]} (written)"
+                for k in after
+                if after[k]["metadata"]["resourceVersion"]
+                != before[k]["metadata"]["resourceVersion"]
+            ]
         assert done.returncode == 0 or conflicts, f"{name}: {out}"
         self.conflicts += conflicts
         if conflicts:  # which object and field: the line to fix
@@ -99,8 +102,14 @@ class Sequence:
         self.apply(name, "--server-side", "-k", str(self.path), same_manager_again=again)
 
     def argocd(self, name: str, again: bool = False) -> None:
-        self.apply(name, "--server-side", f"--field-manager={ARGOCD}", "-f", str(self.built),
-                   same_manager_again=again)  # fmt: skip
+        self.apply(
+            name,
+            "--server-side",
+            f"--field-manager={ARGOCD}",
+            "-f",
+            str(self.built),
+            same_manager_again=again,
+        )
 
 
 def first_apply(site: Kubectl, path: Path) -> None:

@@ -127,9 +127,13 @@ def gpu_node(
 
     def setup(ctx: Ctx) -> None:
         notes = annotations or {}
-        body = {"metadata": {"name": ctx.name, "annotations": notes, "labels": labels or {}},
-                "spec": {"unschedulable": bool(notes) if unschedulable is None else unschedulable,
-                         **(spec or {})}}  # fmt: skip
+        body = {
+            "metadata": {"name": ctx.name, "annotations": notes, "labels": labels or {}},
+            "spec": {
+                "unschedulable": bool(notes) if unschedulable is None else unschedulable,
+                **(spec or {}),
+            },
+        }
         ctx.core.create_node(body)
         made = status(node_status(boot=boot, allocatable=7))
         if made is not None:
@@ -209,17 +213,28 @@ def site_policy(ctx: Ctx) -> None:
     gpu_node()(ctx)
     api = client.AdmissionregistrationV1Api(ctx.admin)
     name = f"site-protects-{ctx.name}"
-    api.create_validating_admission_policy({
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                 "operations": ["UPDATE"], "resources": ["nodes"]}]},
-            "matchConditions": [{"name": "one", "expression":
-                                 f"object.metadata.name == '{ctx.name}'"}],
-            "validations": [{"expression": "false", "message": "protected by the site"}],
-        },
-    })  # fmt: skip
+    api.create_validating_admission_policy(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["nodes"],
+                        }
+                    ]
+                },
+                "matchConditions": [
+                    {"name": "one", "expression": f"object.metadata.name == '{ctx.name}'"}
+                ],
+                "validations": [{"expression": "false", "message": "protected by the site"}],
+            },
+        }
+    )
     api.create_validating_admission_policy_binding(
         {"metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}}
     )
@@ -263,15 +278,13 @@ NODE_ROWS = [
     # the Node's status
     Row("no-status", "node", gpu_node(status=lambda s: None)),
     Row("capacity-zero", "node", gpu_node(status=resources(capacity="0", allocatable="0"))),
-    Row("no-gpu-resource", "node",
-        gpu_node(status=resources(capacity=None, allocatable=None))),
+    Row("no-gpu-resource", "node", gpu_node(status=resources(capacity=None, allocatable=None))),
     Row("allocatable-missing", "node", gpu_node(status=resources(allocatable=None)), prom=H),
     Row("capacity-missing", "node", gpu_node(status=resources(capacity=None))),
     Row("capacity-huge", "node", gpu_node(status=resources(capacity="1000000"))),
     Row("capacity-suffix", "node", gpu_node(status=resources(capacity="8k"))),
     Row("capacity-exponent", "node", gpu_node(status=resources(capacity="8e0"))),
-    Row("allocatable-above-capacity", "node",
-        gpu_node(status=resources(allocatable="64")), prom=H),
+    Row("allocatable-above-capacity", "node", gpu_node(status=resources(allocatable="64")), prom=H),
     Row("no-conditions", "node", gpu_node(status=without("conditions")), prom=H),
     Row("no-node-info", "node", gpu_node(status=without("nodeInfo")), prom=H),
     Row("not-ready", "node", gpu_node(status=ready("False")), prom=H),
@@ -284,24 +297,44 @@ NODE_ROWS = [
     Row("boot-id-spaces", "node", gpu_node(status=boot_id("boot 1 of 2")), prom=H),
     # the Node's spec and metadata
     Row("human-cordon", "node", gpu_node(unschedulable=True)),
-    Row("noexecute-taint", "node", gpu_node(spec={"taints": [
-        {"key": "example.com/broken", "effect": "NoExecute"}]}), prom=H),
-    Row("many-taints", "node", gpu_node(spec={"taints": [
-        {"key": f"example.com/t{i}", "value": "v", "effect": "NoSchedule"}
-        for i in range(100)]}), prom=H),
+    Row(
+        "noexecute-taint",
+        "node",
+        gpu_node(spec={"taints": [{"key": "example.com/broken", "effect": "NoExecute"}]}),
+        prom=H,
+    ),
+    Row(
+        "many-taints",
+        "node",
+        gpu_node(
+            spec={
+                "taints": [
+                    {"key": f"example.com/t{i}", "value": "v", "effect": "NoSchedule"}
+                    for i in range(100)
+                ]
+            }
+        ),
+        prom=H,
+    ),
     Row("deleting", "node", deleting, prom=H),
     Row("site-policy-refuses", "node", site_policy, rc=1),
     Row("many-labels", "node", gpu_node(labels=MANY_LABELS), prom=H),
-    Row("label-long-value", "node", gpu_node(labels={"example.com/x": "v" * 63}),
-        prom=H),
-    Row("gpu-present-false", "node",
-        gpu_node(labels={"nvidia.com/gpu.present": "false"}), prom=H),
+    Row("label-long-value", "node", gpu_node(labels={"example.com/x": "v" * 63}), prom=H),
+    Row("gpu-present-false", "node", gpu_node(labels={"nvidia.com/gpu.present": "false"}), prom=H),
     Row("many-annotations", "node", annotated(MANY_NOTES), prom=H),
     Row("annotation-200kb", "node", annotated({"example.com/big": BIG}), prom=H),
-    Row("annotation-unicode", "node",
-        annotated({"example.com/u": "ノード\u202e\u0000\ufeff"}), prom=H),
-    Row("foreign-prefix-lookalike", "node",
-        annotated({"gpu-node-guard.io.evil/auto-cordon-reason": "xid-79"}), prom=H),
+    Row(
+        "annotation-unicode",
+        "node",
+        annotated({"example.com/u": "ノード\u202e\u0000\ufeff"}),
+        prom=H,
+    ),
+    Row(
+        "foreign-prefix-lookalike",
+        "node",
+        annotated({"gpu-node-guard.io.evil/auto-cordon-reason": "xid-79"}),
+        prom=H,
+    ),
     Row("no-series-at-all", "node", gpu_node(), prom="none"),
     Row("long-name-253", "node", gpu_node(), prom=H),
     # the guard's own annotations, unreadable
@@ -334,16 +367,17 @@ NODE_ROWS = [
     Row("gpu-annotation-bad-uuid", "node", cordoned(gpu="0000:58:00.0 GPU-nothex")),
     Row("gpu-annotation-newline", "node", cordoned(gpu=f"0000:58:00.0 {UUID}\n")),
     Row("cancelled-garbage", "node", annotated({KEYS.cancelled: "alice said so"})),
-    Row("cancelled-newline", "node",
-        annotated({KEYS.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:00:00Z\n"})),
+    Row(
+        "cancelled-newline",
+        "node",
+        annotated({KEYS.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:00:00Z\n"}),
+    ),
     Row("returned-garbage", "node", annotated({KEYS.returned: "soon"})),
     Row("checked-boot-garbage", "node", annotated({KEYS.checked_boot: "\x00\x01"})),
     Row("hold-200kb", "node", annotated({KEYS.hold: BIG}, unschedulable=True)),
     Row("hold-empty", "node", annotated({KEYS.hold: ""}, unschedulable=True)),
-    Row("loadtest-result-garbage", "node",
-        cordoned(loadtest_result="{not json")),
-    Row("conformance-failed-garbage", "node",
-        annotated({KEYS.conformance_failed: "ﬁ" * 1000})),
+    Row("loadtest-result-garbage", "node", cordoned(loadtest_result="{not json")),
+    Row("conformance-failed-garbage", "node", annotated({KEYS.conformance_failed: "ﬁ" * 1000})),
     Row("reset-done-garbage", "node", cordoned(reset_done="maybe")),
     Row("cordon-annotations-but-schedulable", "node", annotated(dict(CORDON))),
     # the ledger and the Jobs beside the bad node
@@ -353,7 +387,7 @@ NODE_ROWS = [
     Row("ledger-2000-lines", "node", ledger(LINE * 2000), prom=H),
     Row("ledger-binary", "node", ledger("\x00\x01\x02\ufffd\n"), prom=H),
     Row("stray-evidence-job", "node", stray_job),
-]  # fmt: skip
+]
 
 
 # ---- series rows --------------------------------------------------------------------------------
@@ -434,10 +468,14 @@ def stops(metric: str, at_s: int, *, gpu: str | None = None) -> Edit:
 
     def edit(lines: list[str]) -> list[str]:
         return [
-            line for line in lines
-            if not (line.startswith(metric + "{") and _offset(_split(line)[3]) > at_s
-                    and (gpu is None or f'gpu="{gpu}"' in _split(line)[1]))
-        ]  # fmt: skip
+            line
+            for line in lines
+            if not (
+                line.startswith(metric + "{")
+                and _offset(_split(line)[3]) > at_s
+                and (gpu is None or f'gpu="{gpu}"' in _split(line)[1])
+            )
+        ]
 
     return edit
 
@@ -493,37 +531,64 @@ SERIES_ROWS = [
     series("xid-outside-catalogue", values(XID, "999999999")),
     series("xid-nan-every-gpu", values(XID, "NaN", gpu=None, since_s=0)),
     # the Xid gauge's labels
-    series("uuid-space", labels(XID, "UUID=\"GPU-", "UUID=\"GPU- ")),
-    series("uuid-newline", labels(XID, "UUID=\"GPU-", "UUID=\"GPU-\\n")),
-    series("uuid-empty", labels(XID, "UUID=\"GPU-", "UUID=\"\",x=\"GPU-"), prom=H),
+    series("uuid-space", labels(XID, 'UUID="GPU-', 'UUID="GPU- ')),
+    series("uuid-newline", labels(XID, 'UUID="GPU-', 'UUID="GPU-\\n')),
+    series("uuid-empty", labels(XID, 'UUID="GPU-', 'UUID="",x="GPU-'), prom=H),
     series("uuid-missing", labels(XID, "UUID=", "uuid_was="), prom=H),
-    series("pci-garbage", labels(XID, "pci_bus_id=\"0000", "pci_bus_id=\"zz\",was=\"")),
+    series("pci-garbage", labels(XID, 'pci_bus_id="0000', 'pci_bus_id="zz",was="')),
     series("pci-missing", labels(XID, "pci_bus_id=", "pci_was="), prom=H),
     series("gpu-label-word", labels(XID, 'gpu="4"', 'gpu="four"')),
     series("gpu-label-negative", labels(XID, 'gpu="4"', 'gpu="-4"')),
     series("gpu-label-huge", labels(XID, 'gpu="4"', 'gpu="99999999999999999999"')),
-    series("hostname-unicode", labels(XID, 'Hostname="b-hostname-unicode"',
-                                      'Hostname="b-hostname-unicodé"', gpu=None)),
-    series("hostname-newline", labels(XID, 'Hostname="b-hostname-newline"',
-                                      'Hostname="b-hostname-newline\\n"', gpu=None)),
-    series("hostname-upper", labels(XID, 'Hostname="b-hostname-upper"',
-                                    'Hostname="B-HOSTNAME-UPPER"', gpu=None)),
-    series("hostname-300", labels(XID, 'Hostname="b-hostname-300"',
-                                  f'Hostname="{"h" * 300}"', gpu=None)),
-    series("hostname-empty", labels(XID, 'Hostname="b-hostname-empty"', 'Hostname=""',
-                                    gpu=None)),
-    series("hostname-two-labels-disagree", labels(
-        XID, 'Hostname="b-hostname-two-labels-disagree"',
-        'Hostname="b-hostname-two-labels-disagree",hostname="someone-else"', gpu=None), prom=H),
-    series("hostname-names-victim", labels(
-        XID, 'Hostname="b-hostname-names-victim"', f'Hostname="{VICTIM}"', gpu="4")),
-    series("node-label-unknown-node", labels(
-        XID, 'Hostname="b-node-label-unknown-node"',
-        'Hostname="b-node-label-unknown-node",node="not-a-node"', gpu=None), prom=H),
-    series("label-value-10k",
-           labels(XID, 'modelName="', f'junk="{"j" * 10_000}",modelName="'), prom=H),
-    series("label-quotes-backslashes",
-           labels(XID, 'modelName="', 'junk="\\"\\\\\\"",modelName="'), prom=H),
+    series(
+        "hostname-unicode",
+        labels(XID, 'Hostname="b-hostname-unicode"', 'Hostname="b-hostname-unicodé"', gpu=None),
+    ),
+    series(
+        "hostname-newline",
+        labels(XID, 'Hostname="b-hostname-newline"', 'Hostname="b-hostname-newline\\n"', gpu=None),
+    ),
+    series(
+        "hostname-upper",
+        labels(XID, 'Hostname="b-hostname-upper"', 'Hostname="B-HOSTNAME-UPPER"', gpu=None),
+    ),
+    series(
+        "hostname-300",
+        labels(XID, 'Hostname="b-hostname-300"', f'Hostname="{"h" * 300}"', gpu=None),
+    ),
+    series("hostname-empty", labels(XID, 'Hostname="b-hostname-empty"', 'Hostname=""', gpu=None)),
+    series(
+        "hostname-two-labels-disagree",
+        labels(
+            XID,
+            'Hostname="b-hostname-two-labels-disagree"',
+            'Hostname="b-hostname-two-labels-disagree",hostname="someone-else"',
+            gpu=None,
+        ),
+        prom=H,
+    ),
+    series(
+        "hostname-names-victim",
+        labels(XID, 'Hostname="b-hostname-names-victim"', f'Hostname="{VICTIM}"', gpu="4"),
+    ),
+    series(
+        "node-label-unknown-node",
+        labels(
+            XID,
+            'Hostname="b-node-label-unknown-node"',
+            'Hostname="b-node-label-unknown-node",node="not-a-node"',
+            gpu=None,
+        ),
+        prom=H,
+    ),
+    series(
+        "label-value-10k", labels(XID, 'modelName="', f'junk="{"j" * 10_000}",modelName="'), prom=H
+    ),
+    series(
+        "label-quotes-backslashes",
+        labels(XID, 'modelName="', 'junk="\\"\\\\\\"",modelName="'),
+        prom=H,
+    ),
     # two exporters for one GPU
     series("xid-twice-same", twice(XID, 'instance="second"'), prom=HX),
     series("xid-twice-disagree", twice(XID, 'instance="second"', "48")),
@@ -547,51 +612,104 @@ SERIES_ROWS = [
     series("allocatable-just-stopped", stops(ALLOC, ONSET_S + 60), prom=H),
     series("ksm-gone", both(stops(ALLOC, 0), stops(CAP, 0), stops(UNSCHED, 0))),
     # windowed Xid counts
-    series("count-xid-superscript", added(
-        COUNT, 'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="²",window_size_in_ms="300000"')),
-    series("count-xid-word", added(
-        COUNT, 'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="abc",window_size_in_ms="1"')),
-    series("count-xid-huge", added(
-        COUNT, 'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="' + "9" * 40 + '"')),
+    series(
+        "count-xid-superscript",
+        added(
+            COUNT,
+            'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="²",window_size_in_ms="300000"',
+        ),
+    ),
+    series(
+        "count-xid-word",
+        added(
+            COUNT, 'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="abc",window_size_in_ms="1"'
+        ),
+    ),
+    series(
+        "count-xid-huge",
+        added(COUNT, 'Hostname="@NODE@",gpu="4",UUID="' + UUID + '",xid="' + "9" * 40 + '"'),
+    ),
     # the agent and the pods
-    series("agent-nan", added(AGENT_OK, 'node="@NODE@",check="nvidia-match"', value="NaN"),
-           prom=H),
-    series("agent-inf", added(AGENT_OK, 'node="@NODE@",check="nvidia-match"', value="+Inf"),
-           prom=H),
-    series("agent-odd-check", added(
-        "gpu_node_guard_agent_check_info",
-        'node="@NODE@",check="nvidia-match",status="MAYBE",detail="' + "d" * 5000 + '"'),
-        prom=H),
-    series("pod-phase-odd", added(
-        PHASE, 'namespace="x",pod="p\\n",uid="u",phase="Sideways"'), prom=H),
-    series("pod-requests-on-node", added(
-        "kube_pod_container_resource_requests",
-        'namespace="n",pod="p",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu"',
-        'namespace="n",pod="p",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu",'
-        'unit="integer"'), prom=H),
-    series("pod-requests-nan", added(
-        "kube_pod_container_resource_requests",
-        'namespace="n",pod="q",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu",'
-        'unit="integer"', value="NaN"), prom=H),
-]  # fmt: skip
+    series("agent-nan", added(AGENT_OK, 'node="@NODE@",check="nvidia-match"', value="NaN"), prom=H),
+    series(
+        "agent-inf", added(AGENT_OK, 'node="@NODE@",check="nvidia-match"', value="+Inf"), prom=H
+    ),
+    series(
+        "agent-odd-check",
+        added(
+            "gpu_node_guard_agent_check_info",
+            'node="@NODE@",check="nvidia-match",status="MAYBE",detail="' + "d" * 5000 + '"',
+        ),
+        prom=H,
+    ),
+    series(
+        "pod-phase-odd", added(PHASE, 'namespace="x",pod="p\\n",uid="u",phase="Sideways"'), prom=H
+    ),
+    series(
+        "pod-requests-on-node",
+        added(
+            "kube_pod_container_resource_requests",
+            'namespace="n",pod="p",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu"',
+            'namespace="n",pod="p",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu",'
+            'unit="integer"',
+        ),
+        prom=H,
+    ),
+    series(
+        "pod-requests-nan",
+        added(
+            "kube_pod_container_resource_requests",
+            'namespace="n",pod="q",uid="u",container="c",node="@NODE@",resource="nvidia_com_gpu",'
+            'unit="integer"',
+            value="NaN",
+        ),
+        prom=H,
+    ),
+]
 
 
 # ---- structural rows ----------------------------------------------------------------------------
 
 STRUCTURAL_ROWS = [
-    Row("input-metric-no-series", "structural",
-        args=("--dcgm-selector", 'job="nobody"'), rc=1, abort="DCGM_FI_DEV_XID_ERRORS"),
-    Row("ksm-no-series", "structural",
-        args=("--ksm-selector", 'job="nobody"'), rc=1, abort="kube_node_spec_unschedulable"),
-    Row("too-many-series", "structural",
-        args=("--prometheus-max-series", "100"), rc=1, abort="series"),
-    Row("not-prometheus-tls", "structural", args=("--prometheus-url", "{apiserver}"), rc=1,
-        abort="query input-"),
-    Row("http-404-path", "structural", args=("--prometheus-url", "{url}/nowhere"), rc=1,
-        abort="404"),
-    Row("nothing-listening", "structural",
-        args=("--prometheus-url", "http://127.0.0.1:{free}"), rc=1, abort="127.0.0.1"),
-]  # fmt: skip
+    Row(
+        "input-metric-no-series",
+        "structural",
+        args=("--dcgm-selector", 'job="nobody"'),
+        rc=1,
+        abort="DCGM_FI_DEV_XID_ERRORS",
+    ),
+    Row(
+        "ksm-no-series",
+        "structural",
+        args=("--ksm-selector", 'job="nobody"'),
+        rc=1,
+        abort="kube_node_spec_unschedulable",
+    ),
+    Row(
+        "too-many-series",
+        "structural",
+        args=("--prometheus-max-series", "100"),
+        rc=1,
+        abort="series",
+    ),
+    Row(
+        "not-prometheus-tls",
+        "structural",
+        args=("--prometheus-url", "{apiserver}"),
+        rc=1,
+        abort="query input-",
+    ),
+    Row(
+        "http-404-path", "structural", args=("--prometheus-url", "{url}/nowhere"), rc=1, abort="404"
+    ),
+    Row(
+        "nothing-listening",
+        "structural",
+        args=("--prometheus-url", "http://127.0.0.1:{free}"),
+        rc=1,
+        abort="127.0.0.1",
+    ),
+]
 
 ROWS = [*NODE_ROWS, *SERIES_ROWS, *STRUCTURAL_ROWS]
 # Not a row: a faulted GPU whose exporter gives no pci_bus_id, cordoned on its own (below).
@@ -638,8 +756,9 @@ def merged_openmetrics() -> str:
     """The victim's and every plain row's series, then each series row's edited series, merged
     family by family (promtool reads each family once)."""
     plain = tuple(_timeline(r) for r in ROWS if r.kind == "node" and r.prom != "none")
-    main = Scenario(start=T0, duration_s=DURATION_S, nodes=(faulted(VICTIM), *plain),
-                    pods=(KSM_POD,))  # fmt: skip
+    main = Scenario(
+        start=T0, duration_s=DURATION_S, nodes=(faulted(VICTIM), *plain), pods=(KSM_POD,)
+    )
     families: dict[str, list[str]] = {}
     for name, lines in _families(_openmetrics(main)):
         families.setdefault(name, []).extend(lines)
@@ -682,9 +801,22 @@ def run_cycle(
     prom: LocalPrometheus, kubeconfig: str, *extra: str, at: datetime = ISOLATE_AT
 ) -> Cycle:
     """`gpu-node-guard run` in this process, as the CronJob runs it (JSON plan and log)."""
-    args = ["run", "--prometheus-url", prom.url, "--kubeconfig", kubeconfig,
-            "--at", at.isoformat(), "--output", "json", "--log-format", "json",
-            "--prometheus-timeout-s", "5", *extra]  # fmt: skip
+    args = [
+        "run",
+        "--prometheus-url",
+        prom.url,
+        "--kubeconfig",
+        kubeconfig,
+        "--at",
+        at.isoformat(),
+        "--output",
+        "json",
+        "--log-format",
+        "json",
+        "--prometheus-timeout-s",
+        "5",
+        *extra,
+    ]
     result = CliRunner().invoke(cli, args, prog_name="gpu-node-guard")
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"uncaught {result.exception!r}") from result.exception
@@ -704,8 +836,11 @@ def ledger_of(core: client.CoreV1Api, node: str) -> str:
 
 
 def _actions(plan: dict[str, Any], node: str) -> list[tuple[str, str, str]]:
-    return [(a["type"], a["reason"], a["outcome"]["status"]) for a in plan.get("actions", [])
-            if a["node"] == node]  # fmt: skip
+    return [
+        (a["type"], a["reason"], a["outcome"]["status"])
+        for a in plan.get("actions", [])
+        if a["node"] == node
+    ]
 
 
 @pytest.fixture
@@ -736,8 +871,9 @@ def test_one_bad_thing_costs_only_itself(
     victim = Ctx(core, admin, VICTIM)
     clean.append(victim)
     gpu_node()(victim)
-    extra = tuple(a.format(url=prom.url, free=free_port(), apiserver=apiserver.url)
-                  for a in row.args)  # fmt: skip
+    extra = tuple(
+        a.format(url=prom.url, free=free_port(), apiserver=apiserver.url) for a in row.args
+    )
     if row.setup is not None:
         ctx = Ctx(core, admin, _names(row))
         clean.append(ctx)

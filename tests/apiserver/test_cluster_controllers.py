@@ -88,8 +88,10 @@ def test_an_adopted_pod_cannot_be_made(cluster: ControlPlane) -> None:
             lambda: core.replace_namespaced_pod(name, JOBS_NS, {**pod, "metadata": forged})
         )
         assert status in (403, 422), message
-        for patch in ({"metadata": {"ownerReferences": None}},
-                      {"metadata": {"labels": {"job-name": victim_name}}}):  # fmt: skip
+        for patch in (
+            {"metadata": {"ownerReferences": None}},
+            {"metadata": {"labels": {"job-name": victim_name}}},
+        ):
             status, message = refusal(lambda p=patch: core.patch_namespaced_pod(name, JOBS_NS, p))
             assert status in (403, 422), message
     with cluster.admin_client() as admin:

@@ -54,12 +54,20 @@ LOADTEST = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest"
 MIRROR = "mirror.test:5000/platform/gpu-node-guard:0.1.0-site.2"
 MIRROR_LOADTEST = "mirror.test:5000/platform/gpu-node-guard-loadtest@sha256:" + "ab" * 32
 CONTAINER = ("spec", "jobTemplate", "spec", "template", "spec", "containers", 0)
-GUARD_POLICIES = ("evidence-job", "evidence-pod", "conformance-job", "conformance-pod",
-                  "agent-daemonset", "agent-pod")  # fmt: skip
+GUARD_POLICIES = (
+    "evidence-job",
+    "evidence-pod",
+    "conformance-job",
+    "conformance-pod",
+    "agent-daemonset",
+    "agent-pod",
+)
 LOADTEST_POLICIES = ("loadtest-job", "loadtest-pod")
 # The settings the policies carry (or the manifests name): set by the layout, never in settings.env.
 NOT_SITE_SETTINGS = {"GUARD_" + name.upper() for name in LAYOUT_SETTINGS} | {
-    "GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}  # fmt: skip
+    "GUARD_IMAGE",
+    "GUARD_LOADTEST_IMAGE",
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +100,14 @@ def image_places(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def expected_places(guard: str, loadtest: str) -> dict[str, str]:
-    return {"CronJob container": guard, "GUARD_IMAGE": guard, "GUARD_LOADTEST_IMAGE": loadtest,
-            "agent container": guard, "settings GUARD_IMAGE": guard,
-            "settings GUARD_LOADTEST_IMAGE": loadtest}  # fmt: skip
+    return {
+        "CronJob container": guard,
+        "GUARD_IMAGE": guard,
+        "GUARD_LOADTEST_IMAGE": loadtest,
+        "agent container": guard,
+        "settings GUARD_IMAGE": guard,
+        "settings GUARD_LOADTEST_IMAGE": loadtest,
+    }
 
 
 def _at(doc: Any, path: tuple[str | int, ...]) -> Any:
@@ -166,13 +179,20 @@ def test_a_mirror_for_both_images_changes_every_place_and_nothing_else(
 ) -> None:
     name, tag = MIRROR.rsplit(":", 1)
     lt_name, digest = MIRROR_LOADTEST.split("@")
-    overlay = write_overlay(checkout, "mirror", {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": ["../../base"],
-        "images": [{"name": GUARD, "newName": name, "newTag": tag},
-                   {"name": LOADTEST, "newName": lt_name, "digest": digest}],
-        "transformers": ["../../base/image-wiring"],
-    })  # fmt: skip
+    overlay = write_overlay(
+        checkout,
+        "mirror",
+        {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": ["../../base"],
+            "images": [
+                {"name": GUARD, "newName": name, "newTag": tag},
+                {"name": LOADTEST, "newName": lt_name, "digest": digest},
+            ],
+            "transformers": ["../../base/image-wiring"],
+        },
+    )
     base, mirrored = kubectl.build(checkout / "manifests" / "base"), kubectl.build(overlay)
     assert image_places(mirrored) == expected_places(MIRROR, MIRROR_LOADTEST)
     container = "CronJob/gpu-node-guard.spec.jobTemplate.spec.template.spec.containers[0]"
@@ -197,8 +217,9 @@ def test_kustomize_edit_set_image_alone_changes_every_place(checkout: Path, wher
         edit = [str(kustomize), "edit", "set", "image", f"{old}={new}"]
         done = subprocess.run(edit, cwd=directory, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-    built = subprocess.run([str(kustomize), "build", str(directory)],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    built = subprocess.run(
+        [str(kustomize), "build", str(directory)], capture_output=True, text=True, check=False
+    )
     assert built.returncode == 0, built.stderr
     docs = [d for d in yaml.safe_load_all(built.stdout) if d]
     assert image_places(docs) == expected_places(MIRROR, MIRROR_LOADTEST)
@@ -231,8 +252,12 @@ def test_the_example_overlay_shows_a_site(kubectl: Kubectl) -> None:
 
 def runbook_urls(docs: list[dict[str, Any]]) -> list[str]:
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
-    return [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]
-            if "alert" in r]  # fmt: skip
+    return [
+        r["annotations"]["runbook_url"]
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
 
 
 def test_the_sites_runbook_base_reaches_every_alert_from_settings_env(
@@ -343,8 +368,12 @@ def render(kind: str, env: dict[str, str]) -> dict[str, Any]:
     base_env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
     done = subprocess.run(
         [sys.executable, "-m", "guard", "render", kind, "--node", "gpu-site-a"],
-        capture_output=True, text=True, check=False, env={**base_env, **env}, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**base_env, **env},
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     job: dict[str, Any] = yaml.safe_load(done.stdout)
     return job
@@ -368,8 +397,10 @@ def test_the_guard_run_with_the_overlays_settings_makes_jobs_its_policies_admit(
     job = render(kind, env)
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith("registry.example.internal/mirror/")
-    upstream = render(kind, {**env, "GUARD_IMAGE": Settings().image,
-                             "GUARD_LOADTEST_IMAGE": Settings().loadtest_image})  # fmt: skip
+    upstream = render(
+        kind,
+        {**env, "GUARD_IMAGE": Settings().image, "GUARD_LOADTEST_IMAGE": Settings().loadtest_image},
+    )
     policy = f"ValidatingAdmissionPolicy 'gpu-node-guard-{kind}-job'"
     with plane.impersonating(GUARD_USER) as guard:
         deadline = time.monotonic() + 60
@@ -384,8 +415,15 @@ def test_uninstall_removes_the_policies_last(site: Kubectl) -> None:
     """docs/operations.md, "Uninstall", step 4 (last in this module: it takes the deploy away).
     `--wait=false`: without a namespace controller the namespaces stay Terminating here."""
     site.upgrade(BASE)  # back from the example's images: the policies first
-    site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component!=admission-policy",
-             "--ignore-not-found", "--wait=false")  # fmt: skip
+    site.run(
+        "delete",
+        "-k",
+        str(BASE),
+        "-l",
+        "app.kubernetes.io/component!=admission-policy",
+        "--ignore-not-found",
+        "--wait=false",
+    )
     left = site.run("get", "-k", str(BASE), "-o", "name", "--ignore-not-found", ok=(0, 1))
     kinds = {line.split("/")[0] for line in left.stdout.split()}
     assert kinds <= {
@@ -393,7 +431,13 @@ def test_uninstall_removes_the_policies_last(site: Kubectl) -> None:
         "validatingadmissionpolicy.admissionregistration.k8s.io",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io",
     }, kinds
-    site.run("delete", "-k", str(BASE), "-l", "app.kubernetes.io/component=admission-policy",
-             "--wait=false")  # fmt: skip
+    site.run(
+        "delete",
+        "-k",
+        str(BASE),
+        "-l",
+        "app.kubernetes.io/component=admission-policy",
+        "--wait=false",
+    )
     policies = site.run("get", "validatingadmissionpolicies", "-o", "name").stdout
     assert "gpu-node-guard" not in policies

@@ -71,21 +71,29 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (r"^make (test|dry-run)\b", "the whole suite and the local replay: CI runs both"),
     (r"^make image\b", "builds the images: needs docker, podman or buildah and pushes nowhere"),
     (r"^python -m pip ", "builds and installs the wheel: hack/wheel-check.sh does, in CI"),
-    (r"^(journalctl|lspci|nvidia-smi|modprobe|systemctl) |^grep -H \. /sys/",
-     "on the GPU node, as root"),
+    (
+        r"^(journalctl|lspci|nvidia-smi|modprobe|systemctl) |^grep -H \. /sys/",
+        "on the GPU node, as root",
+    ),
     (r"^gpu-node-guard conformance ", "on the GPU node (reads its host)"),
     (r"^gpu-node-guard evidence classify ", "reads the files taken on the GPU node (above it)"),
-    (r"^gpu-node-guard (run|status) .*--prometheus-url (?!.*--at )",
-     "reads the site's live series now; this tier's Prometheus holds a replay in the past "
-     "(test_status_apiserver.py and the prometheus tier run both with --at)"),
-    (r"^kubectl delete -k ",
-     "the uninstall: its namespaces never finish terminating without kube-controller-manager "
-     "(test_deploy.py's test_uninstall_removes_the_policies_last runs both, --wait=false)"),
+    (
+        r"^gpu-node-guard (run|status) .*--prometheus-url (?!.*--at )",
+        "reads the site's live series now; this tier's Prometheus holds a replay in the past "
+        "(test_status_apiserver.py and the prometheus tier run both with --at)",
+    ),
+    (
+        r"^kubectl delete -k ",
+        "the uninstall: its namespaces never finish terminating without kube-controller-manager "
+        "(test_deploy.py's test_uninstall_removes_the_policies_last runs both, --wait=false)",
+    ),
     (r"\blogs\b", "Pod logs come from a node's kubelet; this tier has none (parsed only)"),
-    (r"\bdevicetaintrules\b",
-     "DeviceTaintRules are resource.k8s.io/v1 from Kubernetes 1.37; this tier's API server is "
-     "v1.34.4 (tests/dra runs the guard's rules on a v1.37 control plane)"),
-)  # fmt: skip
+    (
+        r"\bdevicetaintrules\b",
+        "DeviceTaintRules are resource.k8s.io/v1 from Kubernetes 1.37; this tier's API server is "
+        "v1.34.4 (tests/dra runs the guard's rules on a v1.37 control plane)",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +167,25 @@ class Site:
 
 def render(kind: str, env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "guard", "render", kind, "--node", NODE, "--image", GUARD,
-         "--loadtest-image", LOADTEST],
-        capture_output=True, text=True, env=env, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "render",
+            kind,
+            "--node",
+            NODE,
+            "--image",
+            GUARD,
+            "--loadtest-image",
+            LOADTEST,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     job: dict[str, Any] = yaml.safe_load(done.stdout)
     return job
@@ -210,9 +233,13 @@ def site(tmp_path_factory: pytest.TempPathFactory, kubectl_binary: Path) -> Iter
 
 
 def make_site(
-    plane: ControlPlane, kubectl: Kubectl, prom: LocalPrometheus, tmp: Path, checkout: Path,
+    plane: ControlPlane,
+    kubectl: Kubectl,
+    prom: LocalPrometheus,
+    tmp: Path,
+    checkout: Path,
     kubectl_binary: Path,
-) -> Site:  # fmt: skip
+) -> Site:
     with plane.admin_client() as admin:
         make_gpu_node(client.CoreV1Api(admin), NODE, boot="boot-1")
     guard_config = plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
@@ -220,19 +247,29 @@ def make_site(
     assert mine(run.plan, NODE)[0] == ("cordon", "xid-79"), run.plan
     home = tmp / "home"
     config = kubeconfig_with_context(plane.kubeconfig, home, "prod")
-    env = {"PATH": f"{bin_dir(tmp / 'bin', kubectl_binary)}:/usr/bin:/bin",
-           "HOME": str(home), "KUBECONFIG": str(config), "PYTHONPATH": str(REPO),
-           "USER": "oncall"}  # fmt: skip
+    env = {
+        "PATH": f"{bin_dir(tmp / 'bin', kubectl_binary)}:/usr/bin:/bin",
+        "HOME": str(home),
+        "KUBECONFIG": str(config),
+        "PYTHONPATH": str(REPO),
+        "USER": "oncall",
+    }
     jobs = [render(kind, env) for kind in ("loadtest", "conformance", "fence")]
     with plane.admin_client() as admin:
         (evidence,) = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
         gpu = client.CoreV1Api(admin).read_node(NODE).metadata.annotations[KEYS.gpu]
     pci, uuid = gpu.split()
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": f"kube-proxy-{NODE}", "namespace": "kube-system"},
-           # No kubelet here confirms a graceful delete: a grace period of 0 deletes at once.
-           "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "kube-proxy", "image": "kube-proxy"}]}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"kube-proxy-{NODE}", "namespace": "kube-system"},
+        # No kubelet here confirms a graceful delete: a grace period of 0 deletes at once.
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "kube-proxy", "image": "kube-proxy"}],
+        },
+    }
     values = {
         "gng-lt-N-…": jobs[0]["metadata"]["name"],
         "gng-cf-N-…": jobs[1]["metadata"]["name"],
@@ -271,15 +308,28 @@ def as_written(text: str, values: dict[str, str]) -> str:
 def parses(command: str, site: Site, tmp: Path) -> str:
     """What kubectl says about the command's flags, against no server at all."""
     nowhere = tmp / "nowhere"
-    nowhere.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))  # fmt: skip
+    nowhere.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     env = {**site.env, "KUBECONFIG": str(nowhere)}
-    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
-                          text=True, env=env, cwd=tmp, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp,
+        timeout=60,
+        check=False,
+    )
     return "\n".join(line for line in done.stderr.splitlines() if PARSE_ERRORS.search(line))
 
 
@@ -314,15 +364,23 @@ def test_every_command_runs_as_written(site: Site, tmp_path: Path) -> None:
             cwd = tmp_path / f"edit-{block[0].doc}-{block[0].line}"
             shutil.copytree(site.checkout, cwd)
         try:
-            done = subprocess.run(["bash", "-c", "\n".join(script)], capture_output=True,
-                                  text=True, env=site.env, cwd=cwd, timeout=120,
-                                  check=False)  # fmt: skip
+            done = subprocess.run(
+                ["bash", "-c", "\n".join(script)],
+                capture_output=True,
+                text=True,
+                env=site.env,
+                cwd=cwd,
+                timeout=120,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             failed.append(f"{block[0].doc}:{block[0].line} (block): no end in 120 s: {exc.cmd}")
             continue
         if done.returncode != 0:
             first = block[0]
-            failed.append(f"{first.doc}:{first.line} (block): exit {done.returncode}: "
-                          f"{done.stderr.strip()[-800:]}")  # fmt: skip
+            failed.append(
+                f"{first.doc}:{first.line} (block): exit {done.returncode}: "
+                f"{done.stderr.strip()[-800:]}"
+            )
     print(f"docs commands: {ran} run, {skipped} not run (NOT_RUN), {len(failed)} failed")
     assert not failed, "\n".join(failed)

@@ -51,8 +51,7 @@ def kubeconfig(cluster: ControlPlane) -> Path:
 def admin(cluster: ControlPlane) -> Iterator[client.ApiClient]:
     with cluster.admin_client() as api:
         core = client.CoreV1Api(api)
-        core.create_node({"metadata": {"name": NODE,
-                                       "labels": {"nvidia.com/gpu.present": "true"}}})  # fmt: skip
+        core.create_node({"metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}}})
         set_status(core, NODE, boot="boot-1", allocatable=7)
         yield api
         core.delete_node(NODE)
@@ -60,8 +59,11 @@ def admin(cluster: ControlPlane) -> Iterator[client.ApiClient]:
 
 
 def _job(admin: client.ApiClient, kind: str) -> dict[str, object]:
-    (job,) = [j for j in guard_jobs(admin, NODE)
-              if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
+    (job,) = [
+        j
+        for j in guard_jobs(admin, NODE)
+        if j.metadata.labels["app.kubernetes.io/component"] == kind
+    ]
     return dict(admin.sanitize_for_serialization(job))
 
 

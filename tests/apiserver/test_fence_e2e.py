@@ -50,9 +50,12 @@ def prom() -> Iterator[LocalPrometheus]:
 
 def fence_jobs(admin: client.ApiClient, node: str) -> list[str]:
     jobs = client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
-    return sorted(j.metadata.name for j in jobs
-                  if j.metadata.annotations.get(KEYS.node_label) == node
-                  and j.metadata.labels["app.kubernetes.io/component"] == "fence")  # fmt: skip
+    return sorted(
+        j.metadata.name
+        for j in jobs
+        if j.metadata.annotations.get(KEYS.node_label) == node
+        and j.metadata.labels["app.kubernetes.io/component"] == "fence"
+    )
 
 
 def summary(mode: str, outcome: str, uuid: str) -> str:
@@ -67,9 +70,12 @@ def test_the_fence_job_is_admitted_recorded_set_again_after_a_reboot_and_lifted_
     # The cordon's cycle: the guard's token creates the evidence Job and the fence Job.
     cordon = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE).plan, node)
     assert cordon[0] == ("cordon", "xid-79") and cordon[-1] == ("create-job", "fence-set")
-    (evidence,) = [j for j in client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
-                   if j.metadata.annotations.get(KEYS.node_label) == node
-                   and j.metadata.labels["app.kubernetes.io/component"] == "evidence"]  # fmt: skip
+    (evidence,) = [
+        j
+        for j in client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
+        if j.metadata.annotations.get(KEYS.node_label) == node
+        and j.metadata.labels["app.kubernetes.io/component"] == "evidence"
+    ]
     finish(deployed, admin, the_job_named(admin, evidence.metadata.name), EVIDENCE, ok=True)
     (name,) = fence_jobs(admin, node)
     job = the_job_named(admin, name)
@@ -115,8 +121,11 @@ def test_a_drain_the_site_did_not_allow_is_refused_by_the_fence_policy(
     node = lifecycle_node(DRAIN_NODE, boot="boot-1", allocatable=7)
     refused = run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE, "--fence-drain", ok=False)
     assert refused.rc == 1
-    (create,) = [a for a in refused.plan["actions"] if a["node"] == node
-                 and a["type"] == "create-job" and a["reason"] == "fence-set"]  # fmt: skip
+    (create,) = [
+        a
+        for a in refused.plan["actions"]
+        if a["node"] == node and a["type"] == "create-job" and a["reason"] == "fence-set"
+    ]
     assert create["outcome"]["status"] == "failed"
     assert "--drain only where the site sets fence_drain" in create["outcome"]["detail"]
     assert fence_jobs(admin, node) == []

@@ -56,15 +56,25 @@ def test_kubectl_describe_node_and_kubectl_events_show_the_cordon(
 
     rows = described_events(kubectl_binary, deployed.kubeconfig, node)
     assert len(rows) == 1, rows
-    expected = (r"Warning\s+GuardCordoned\s+\S+\s+gpu-node-guard\.io/gpu-node-guard\s+"
-                r"cordoned by gpu-node-guard: Xid 79 on GPU 4 \(0000:58:00\.0 GPU-")  # fmt: skip
+    expected = (
+        r"Warning\s+GuardCordoned\s+\S+\s+gpu-node-guard\.io/gpu-node-guard\s+"
+        r"cordoned by gpu-node-guard: Xid 79 on GPU 4 \(0000:58:00\.0 GPU-"
+    )
     assert re.match(expected, rows[0]), rows
 
     listed = run_kubectl(kubectl_binary, deployed.kubeconfig, "events", "--for", f"node/{node}")
     (row,) = [r for r in listed.splitlines()[1:] if r.strip()]
     assert re.match(r"\S+\s+Warning\s+GuardCordoned\s+Node/ev-cordon\s+cordoned by", row), row
-    table = run_kubectl(kubectl_binary, deployed.kubeconfig, "get", "events", "-n", "default",
-                        "--field-selector", f"involvedObject.name={node}")  # fmt: skip
+    table = run_kubectl(
+        kubectl_binary,
+        deployed.kubeconfig,
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.name={node}",
+    )
     assert "<unknown>" not in table and "GuardCordoned" in table
 
 

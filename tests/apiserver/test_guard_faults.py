@@ -83,8 +83,9 @@ class Restartable:
 
     def start(self) -> None:
         log = self.workdir / "kube-apiserver.log"
-        argv = apiserver_argv(self.assets / "kube-apiserver", self.workdir, self.etcd_port,
-                              self.port)  # fmt: skip
+        argv = apiserver_argv(
+            self.assets / "kube-apiserver", self.workdir, self.etcd_port, self.port
+        )
         with log.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         ca = self.workdir / "certs" / "apiserver.crt"
@@ -105,8 +106,11 @@ def restartable_plane(tmp: Path) -> Iterator[tuple[ControlPlane, Restartable]]:
     write_signing_key(tmp / "sa.key")
     etcd_port = free_port()
     with ExitStack() as stack, (tmp / "etcd.log").open("wb") as etcd_log:
-        etcd = subprocess.Popen(etcd_argv(assets / "etcd", tmp / "etcd", etcd_port, free_port()),
-                                stdout=etcd_log, stderr=subprocess.STDOUT)  # fmt: skip
+        etcd = subprocess.Popen(
+            etcd_argv(assets / "etcd", tmp / "etcd", etcd_port, free_port()),
+            stdout=etcd_log,
+            stderr=subprocess.STDOUT,
+        )
         stack.callback(stop, etcd)
         wait_until(lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), etcd, tmp / "etcd.log")
         server = Restartable(assets, tmp, etcd_port)
@@ -159,8 +163,9 @@ class DownAfter(Kube):
     @classmethod
     def around(cls, base: Kube, after: str, down: Callable[[], None]) -> DownAfter:
         backoff = Backoff.for_seconds(3)  # the cycle's deadline: the rest fails fast
-        return cls(base.session, base.base_url, backoff, refresh=base.refresh, after=after,
-                   down=down)  # fmt: skip
+        return cls(
+            base.session, base.base_url, backoff, refresh=base.refresh, after=after, down=down
+        )
 
     def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         answer = super().patch_node(name, body)
@@ -219,8 +224,9 @@ def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once
     failed = [o.detail for o in first if o.status == "failed"]
     assert failed and all("cannot reach the API server: [Errno 111]" in d for d in failed)
     for n in (1, 2):  # two more cycles while it is down: each stops at its first read, exit 1
-        down = run_guard(prom, guard_kubeconfig, ISOLATE_AT + n * CYCLE, "--cycle-deadline-s",
-                         "2", ok=False)  # fmt: skip
+        down = run_guard(
+            prom, guard_kubeconfig, ISOLATE_AT + n * CYCLE, "--cycle-deadline-s", "2", ok=False
+        )
         assert down.rc == 1
         (abort,) = down.lines("abort")
         assert "cannot reach the API server" in abort["reason"]
@@ -260,9 +266,12 @@ def test_api_server_gone_after_the_ledger_write_then_the_evidence_job_is_created
     back_up(plane, admin)
 
     repaired = run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE)
-    assert mine(repaired.plan, node) == [("create-job", "repair-evidence"), ("skip", "same-boot"),
-                                         ("event", "same-boot"),
-                                         ("skip", "already-cordoned")]  # fmt: skip
+    assert mine(repaired.plan, node) == [
+        ("create-job", "repair-evidence"),
+        ("skip", "same-boot"),
+        ("event", "same-boot"),
+        ("skip", "already-cordoned"),
+    ]
     assert outcomes(repaired.plan, node)[0] == ("create-job", "applied")
     (job,) = guard_jobs(admin, node)
     assert job.metadata.labels["app.kubernetes.io/component"] == "evidence"
@@ -280,13 +289,26 @@ def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
     a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
 
     def argv(at: Any) -> list[str]:
-        return [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url,
-                "--kubeconfig", str(guard_kubeconfig), "--at", at.isoformat(),
-                "--breaker-max-nodes", "1"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--kubeconfig",
+            str(guard_kubeconfig),
+            "--at",
+            at.isoformat(),
+            "--breaker-max-nodes",
+            "1",
+        ]
 
     instants = (ISOLATE_AT, ISOLATE_AT + timedelta(seconds=apart_s))
-    runs = [subprocess.Popen(argv(at), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for at in instants]  # fmt: skip
+    runs = [
+        subprocess.Popen(argv(at), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for at in instants
+    ]
     results = [(p.wait(timeout=120), p.stderr.read().decode() if p.stderr else "") for p in runs]
     assert [rc for rc, _ in results] == [0, 0], results
     one_per_cordon(admin, (a, b))
@@ -341,8 +363,15 @@ def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
         annotations=guard_cordoned(T0 - timedelta(hours=1), boot="boot-1"),
     )
     victim = gpu_node("f-faulted")
-    run = run_guard(prom, guard_kubeconfig, ISOLATE_AT, "--loadtest-image",
-                    "registry.invalid/loadtest:0", NO_CF, ok=False)  # fmt: skip
+    run = run_guard(
+        prom,
+        guard_kubeconfig,
+        ISOLATE_AT,
+        "--loadtest-image",
+        "registry.invalid/loadtest:0",
+        NO_CF,
+        ok=False,
+    )
     assert run.rc == 1
     (failed,) = run.lines("write-failed")
     assert (failed["node"], failed["action"], failed["level"]) == (returning, "create-job", "ERROR")

@@ -47,10 +47,24 @@ def prom() -> Iterator[LocalPrometheus]:
 
 def status_row(kubeconfig: Path, at: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "guard", "status", "-o", "json", "--kubeconfig", str(kubeconfig),
-         "--at", at, *ONE_INCIDENT_HOLDS],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "status",
+            "-o",
+            "json",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--at",
+            at,
+            *ONE_INCIDENT_HOLDS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     rows = [r for r in json.loads(done.stdout)["nodes"] if r["node"] == NODE]
     assert len(rows) == 1, done.stdout
@@ -63,9 +77,13 @@ def skip_line(run: Any) -> dict[str, Any]:
 
 
 def test_the_repeat_fault_hint_takes_the_node_out_of_the_hold(
-    prom: LocalPrometheus, guard_kubeconfig: Path, gpu_node: Any, core: Any,
-    deployed: ControlPlane, kubectl_binary: Path,
-) -> None:  # fmt: skip
+    prom: LocalPrometheus,
+    guard_kubeconfig: Path,
+    gpu_node: Any,
+    core: Any,
+    deployed: ControlPlane,
+    kubectl_binary: Path,
+) -> None:
     def guard(*extra: str) -> Any:
         return run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF, *ONE_INCIDENT_HOLDS, *extra)
 
@@ -78,8 +96,19 @@ def test_the_repeat_fault_hint_takes_the_node_out_of_the_hold(
     (set_hold,) = [x for x in held.lines("set-hold") if x.get("node") == node]
 
     # The hold alone removed: the guard sets it again, as the hint warns.
-    subprocess.run([str(kubectl_binary), "--kubeconfig", str(deployed.kubeconfig), "annotate",
-                    "node", node, f"{KEYS.hold}-"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(kubectl_binary),
+            "--kubeconfig",
+            str(deployed.kubeconfig),
+            "annotate",
+            "node",
+            node,
+            f"{KEYS.hold}-",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert mine(guard().plan, node)[0] == ("set-hold", "repeat-fault")
 
     again = guard()

@@ -42,8 +42,11 @@ def out_of_shape(case: Case) -> dict[str, object]:
 
 
 def api_of(identities: Identities, who: str) -> client.ApiClient:
-    return {"guard-token": identities.guard_token, "jobs-ns-admin": identities.jobs_ns_admin,
-            "guard-ns-admin": identities.guard_ns_admin}[who]  # fmt: skip
+    return {
+        "guard-token": identities.guard_token,
+        "jobs-ns-admin": identities.jobs_ns_admin,
+        "guard-ns-admin": identities.guard_ns_admin,
+    }[who]
 
 
 @pytest.mark.parametrize("who", ["guard-token", "jobs-ns-admin"])
@@ -124,11 +127,16 @@ def test_the_guard_token_creates_no_job_outside_the_jobs_namespace(
     rbac = client.RbacAuthorizationV1Api(admin)
     rule = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}
     rbac.create_namespaced_role(namespace, {"metadata": {"name": "jobs"}, "rules": [rule]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "jobs"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
-        "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": GUARD_NS}],
-    })  # fmt: skip
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "jobs"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": GUARD_NS}
+            ],
+        },
+    )
     job = guard_job("evidence", NODE, uuid.uuid4().hex)
     job["metadata"]["namespace"] = namespace
     status, message = 403, ""

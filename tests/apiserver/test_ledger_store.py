@@ -59,12 +59,16 @@ def core(admin: client.ApiClient) -> Iterator[client.CoreV1Api]:
 
 def stored(core: client.CoreV1Api) -> dict[str, Any]:
     """The ledger and every archive as the guard reads them, merged; and the raw lines."""
-    cms = [c for c in core.list_namespaced_config_map(NS).items
-           if c.metadata.name.startswith(LEDGER)]  # fmt: skip
+    cms = [
+        c for c in core.list_namespaced_config_map(NS).items if c.metadata.name.startswith(LEDGER)
+    ]
     raw = [(n, r) for c in cms for n, t in (c.data or {}).items() for r in t.splitlines()]
     ledger = next((c.data or {} for c in cms if c.metadata.name == LEDGER), {})
-    archives = [{"metadata": {"name": c.metadata.name}, "data": c.data or {}} for c in cms
-                if c.metadata.name != LEDGER]  # fmt: skip
+    archives = [
+        {"metadata": {"name": c.metadata.name}, "data": c.data or {}}
+        for c in cms
+        if c.metadata.name != LEDGER
+    ]
     return {"merged": ledger_store.merged(ledger, archives), "raw": raw, "objects": cms}
 
 
@@ -96,9 +100,11 @@ def writers(kubeconfig: Path, archive_at: int) -> tuple[int, int, list[str]]:
 
 @pytest.mark.parametrize(
     "archive_at",
-    [pytest.param(768 * 1024, id="default-threshold"),
-     pytest.param(8 * 1024, id="archiving-while-contended")],
-)  # fmt: skip
+    [
+        pytest.param(768 * 1024, id="default-threshold"),
+        pytest.param(8 * 1024, id="archiving-while-contended"),
+    ],
+)
 def test_eight_concurrent_writers_lose_and_duplicate_nothing(
     guard_kubeconfig, core, archive_at, record_property
 ):
@@ -108,10 +114,17 @@ def test_eight_concurrent_writers_lose_and_duplicate_nothing(
     expected = {line(w, n) for w in range(WRITERS) for n in range(APPENDS)}
     lost = expected - set(counted)
     duplicated = sum(n - 1 for n in Counter(counted).values() if n > 1)
-    figures = {"writers": WRITERS, "appends": APPENDS, "given_up": len(errors),
-               "lost": len(lost), "duplicated": duplicated, "retries": retries, "tries": tries,
-               "archives": len(found["objects"]) - 1,
-               "raw_copies": len(found["raw"]) - len(expected)}  # fmt: skip
+    figures = {
+        "writers": WRITERS,
+        "appends": APPENDS,
+        "given_up": len(errors),
+        "lost": len(lost),
+        "duplicated": duplicated,
+        "retries": retries,
+        "tries": tries,
+        "archives": len(found["objects"]) - 1,
+        "raw_copies": len(found["raw"]) - len(expected),
+    }
     record_property("ledger_figures", figures)
     print(f"\nledger under contention ({archive_at} B threshold): {figures}")
     assert (figures["given_up"], figures["lost"], figures["duplicated"]) == (0, 0, 0), errors[:3]
@@ -148,8 +161,9 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     assert [type(a).__name__ for a in planned] == ["AppendLedgerLine", "EmitEvent"]
     outcome, _ = [ex.apply(a) for a in planned]
     assert outcome.status == "applied"
-    assert outcome.detail.startswith(f"moved {outcome.detail.split()[1]} oldest lines to "
-                                     f"configmap/{LEDGER}-archive-1")  # fmt: skip
+    assert outcome.detail.startswith(
+        f"moved {outcome.detail.split()[1]} oldest lines to configmap/{LEDGER}-archive-1"
+    )
     found = stored(core)
     ledger = next(c for c in found["objects"] if c.metadata.name == LEDGER)
     assert ledger_store.size_of(ledger.data) <= s.ledger_archive_bytes // 2 + 100
@@ -182,15 +196,32 @@ def test_ledger_count_from_the_cluster_counts_the_archives_as_the_guard_does(
     for cm in (i for i in items if i["kind"] == "ConfigMap"):
         create(admin, cm)
     card, node, pci = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d", "gpu-node-b", "0000:99:00.0"
-    result = CliRunner().invoke(ledger_cli, [
-        "count", "--uuid", card, "--node", node, "--pci", pci, "--from-cluster",
-        "--kubeconfig", str(guard_kubeconfig), "--namespace", NS, "--output", "json",
-    ])  # fmt: skip
+    result = CliRunner().invoke(
+        ledger_cli,
+        [
+            "count",
+            "--uuid",
+            card,
+            "--node",
+            node,
+            "--pci",
+            pci,
+            "--from-cluster",
+            "--kubeconfig",
+            str(guard_kubeconfig),
+            "--namespace",
+            NS,
+            "--output",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert (out["same_card"], out["same_slot"], out.get("archives")) == (
-        4, 4, [f"{LEDGER}-archive-1"],
-    )  # fmt: skip
+        4,
+        4,
+        [f"{LEDGER}-archive-1"],
+    )
     s = Settings(prometheus_url="http://127.0.0.1:9")
     kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
     snap = build_snapshot(START, read_cluster(kube, s), PromView(), s)
@@ -203,8 +234,11 @@ def made_before_the_ledger_policy(
 ) -> None:
     """Create the ledger `body` as one made before policies/ledger.yaml was applied (an upgrade):
     the policy's binding is taken away, the ledger created, the binding put back and enforcing."""
-    (binding,) = [d for d in yaml_documents(REPO / "policies" / "ledger.yaml")
-                  if d["kind"] == "ValidatingAdmissionPolicyBinding"]  # fmt: skip
+    (binding,) = [
+        d
+        for d in yaml_documents(REPO / "policies" / "ledger.yaml")
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    ]
     name = binding["metadata"]["name"]
     client.AdmissionregistrationV1Api(admin).delete_validating_admission_policy_binding(name)
     try:
@@ -225,12 +259,22 @@ def made_before_the_ledger_policy(
 @pytest.mark.parametrize(
     ("extra", "message", "hint", "other_hint"),
     [
-        pytest.param({"immutable": True}, "field is immutable", "the ledger ConfigMap is immutable",
-                     "the ledger ConfigMap is immutable", id="immutable"),
-        pytest.param({"binaryData": {"NODE": "AAEC"}}, "binaryData", "binaryData already holds",
-                     "the ledger carries binaryData", id="binarydata-clash"),
+        pytest.param(
+            {"immutable": True},
+            "field is immutable",
+            "the ledger ConfigMap is immutable",
+            "the ledger ConfigMap is immutable",
+            id="immutable",
+        ),
+        pytest.param(
+            {"binaryData": {"NODE": "AAEC"}},
+            "binaryData",
+            "binaryData already holds",
+            "the ledger carries binaryData",
+            id="binarydata-clash",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_ledger_the_api_will_not_change_is_one_write_error_per_line_with_the_fix(
     guard_kubeconfig, core, admin, deployed, make_node, extra, message, hint, other_hint
 ):

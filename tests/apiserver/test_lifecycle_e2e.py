@@ -72,8 +72,15 @@ SCOPE = "ValidatingAdmissionPolicy 'gpu-node-guard-node-scope'"
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    timelines = (healthy(REBOOT), healthy(GATE), healthy(GATE_FAIL), faulted(LINKS),
-                 faulted(REPLACED), faulted(RETURN), faulted(RETURN_FAIL))  # fmt: skip
+    timelines = (
+        healthy(REBOOT),
+        healthy(GATE),
+        healthy(GATE_FAIL),
+        faulted(LINKS),
+        faulted(REPLACED),
+        faulted(RETURN),
+        faulted(RETURN_FAIL),
+    )
     with scenario_prometheus(*timelines) as server:
         yield server
 
@@ -86,12 +93,25 @@ def lifecycle_node(
     the Pods this test made for its Jobs (no finalizers, grace 0: no kubelet ends them)."""
     made: list[str] = []
 
-    def make(name: str, *, boot: str, annotations: dict[str, str] | None = None,
-             taints: list[dict[str, str]] | None = None, allocatable: int = 8) -> str:  # fmt: skip
+    def make(
+        name: str,
+        *,
+        boot: str,
+        annotations: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        allocatable: int = 8,
+    ) -> str:
         spec: dict[str, Any] = {"taints": taints} if taints else {}
-        core.create_node({"metadata": {"name": name, "annotations": annotations or {},
-                                       "labels": {"nvidia.com/gpu.present": "true"}},
-                          "spec": spec})  # fmt: skip
+        core.create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": annotations or {},
+                    "labels": {"nvidia.com/gpu.present": "true"},
+                },
+                "spec": spec,
+            }
+        )
         made.append(name)
         set_status(core, name, boot=boot, allocatable=allocatable)
         return name
@@ -107,10 +127,14 @@ def lifecycle_node(
 
 def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
     """The one guard Job of `kind` on `node`, as stored (plain JSON)."""
-    (job,) = [j for j in guard_jobs(admin, node)
-              if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
-    raw = client.BatchV1Api(admin).read_namespaced_job(job.metadata.name, JOBS_NS,
-                                                       _preload_content=False)  # fmt: skip
+    (job,) = [
+        j
+        for j in guard_jobs(admin, node)
+        if j.metadata.labels["app.kubernetes.io/component"] == kind
+    ]
+    raw = client.BatchV1Api(admin).read_namespaced_job(
+        job.metadata.name, JOBS_NS, _preload_content=False
+    )
     return dict(json.loads(raw.data))
 
 
@@ -121,8 +145,11 @@ def notes(core: client.CoreV1Api, node: str, records: bool = False) -> dict[str,
     """The guard's annotations of `node`; the records of the Jobs it made only with `records`
     (test_a_replaced_load_test_job_is_no_pass checks those)."""
     found = core.read_node(node).metadata.annotations or {}
-    return {k: v for k, v in found.items()
-            if k.startswith(KEYS.prefix) and (records or k not in JOB_RECORDS)}  # fmt: skip
+    return {
+        k: v
+        for k, v in found.items()
+        if k.startswith(KEYS.prefix) and (records or k not in JOB_RECORDS)
+    }
 
 
 def command(job: dict[str, Any]) -> list[str]:
@@ -130,8 +157,11 @@ def command(job: dict[str, Any]) -> list[str]:
 
 
 def _names(admin: client.ApiClient, node: str, kind: str) -> list[str]:
-    return [j.metadata.name for j in guard_jobs(admin, node)
-            if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
+    return [
+        j.metadata.name
+        for j in guard_jobs(admin, node)
+        if j.metadata.labels["app.kubernetes.io/component"] == kind
+    ]
 
 
 def the_job_named(admin: client.ApiClient, name: str) -> dict[str, Any]:
@@ -154,15 +184,21 @@ def test_a_reboot_into_a_missing_ip_vs_is_cordoned_within_one_cycle_of_its_confo
     finish(deployed, admin, job, NO_IPVS, ok=False)
 
     cordoned = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
-    assert mine(cordoned, node) == [("cordon", "conformance-ipvs-loaded"),
-                                    ("event", "conformance-ipvs-loaded")]  # fmt: skip
+    assert mine(cordoned, node) == [
+        ("cordon", "conformance-ipvs-loaded"),
+        ("event", "conformance-ipvs-loaded"),
+    ]
     assert core.read_node(node).spec.unschedulable is True
     at = f"{RETURN_AT + CYCLE:%Y-%m-%dT%H:%M:%SZ}"
     name = job["metadata"]["name"]
     assert notes(core, node) == {
-        **checked, KEYS.reason: "conformance-ipvs-loaded", KEYS.at: at, KEYS.boot_id: "boot-2",
-        KEYS.gpu_capacity: "8", KEYS.conformance_failed: f"{at} job/{name} ipvs-loaded",
-    }  # fmt: skip
+        **checked,
+        KEYS.reason: "conformance-ipvs-loaded",
+        KEYS.at: at,
+        KEYS.boot_id: "boot-2",
+        KEYS.gpu_capacity: "8",
+        KEYS.conformance_failed: f"{at} job/{name} ipvs-loaded",
+    }
     (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
     assert event["type"] == "Warning" and "ipvs-loaded (ip_vs is not loaded" in event["note"]
 
@@ -170,8 +206,11 @@ def test_a_reboot_into_a_missing_ip_vs_is_cordoned_within_one_cycle_of_its_confo
     set_status(core, node, boot="boot-3", allocatable=8)
     again = run_guard(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE).plan
     assert mine(again, node) == [("create-job", "conditions-met")]
-    recheck = next(j for j in (the_job_named(admin, j) for j in _names(admin, node, "conformance"))
-                   if j["metadata"]["name"] != name)  # fmt: skip
+    recheck = next(
+        j
+        for j in (the_job_named(admin, j) for j in _names(admin, node, "conformance"))
+        if j["metadata"]["name"] != name
+    )
     finish(deployed, admin, recheck, PASS, ok=True)
     back = run_guard(prom, guard_kubeconfig, RETURN_AT + 3 * CYCLE).plan
     assert mine(back, node) == [("uncordon", "conformance-passed"), ("event", "returned")]
@@ -252,8 +291,9 @@ def _power_cycled(
 def test_a_power_cycled_node_passes_the_conformance_of_its_new_boot_before_it_serves(
     prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
 ):
-    node, conformance = _power_cycled(prom, guard_kubeconfig, lifecycle_node, core, admin,
-                                      deployed, RETURN)  # fmt: skip
+    node, conformance = _power_cycled(
+        prom, guard_kubeconfig, lifecycle_node, core, admin, deployed, RETURN
+    )
     assert command(conformance)[:3] == ["gpu-node-guard", "conformance", "--root"]
     finish(deployed, admin, conformance, PASS, ok=True)
     second = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
@@ -276,8 +316,9 @@ def test_a_power_cycled_node_passes_the_conformance_of_its_new_boot_before_it_se
 def test_a_failing_conformance_of_the_new_boot_keeps_the_power_cycled_node_cordoned(
     prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
 ):
-    node, conformance = _power_cycled(prom, guard_kubeconfig, lifecycle_node, core, admin,
-                                      deployed, RETURN_FAIL)  # fmt: skip
+    node, conformance = _power_cycled(
+        prom, guard_kubeconfig, lifecycle_node, core, admin, deployed, RETURN_FAIL
+    )
     finish(deployed, admin, conformance, NO_IPVS, ok=False)
     failed = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
     assert mine(failed, node)[0] == ("annotate", "conformance-failed")
@@ -333,8 +374,11 @@ def test_a_gated_node_that_fails_keeps_its_taint_with_the_failed_items(
     node = lifecycle_node(GATE_FAIL, boot="boot-1", taints=[GATE_TAINT])
     run_guard(prom, guard_kubeconfig, RETURN_AT)
     check = the_job(admin, node, "conformance")
-    public = render_summary(Summary(False, failed=(Finding(
-        "dns-upstream", "nameserver 8.8.8.8 is outside 10.0.0.0/8"),)))  # fmt: skip
+    public = render_summary(
+        Summary(
+            False, failed=(Finding("dns-upstream", "nameserver 8.8.8.8 is outside 10.0.0.0/8"),)
+        )
+    )
     finish(deployed, admin, check, public, ok=False)
     failed = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE).plan
     assert mine(failed, node) == [("annotate", "onboarding-failed"), ("event", "onboarding-failed")]
@@ -370,8 +414,12 @@ def test_the_links_the_evidence_job_read_reach_the_load_test_as_expect_link(
     assert mine(plan, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
     assert notes(core, node)[KEYS.pcie_links] == "0000:18:00.0=16GT/s,x16 0000:2a:00.0=32GT/s,x16"
     words = command(the_job(admin, node, "loadtest"))
-    assert words[-4:] == ["--expect-link", "0000:18:00.0=16GT/s,x16",
-                          "--expect-link", "0000:2a:00.0=32GT/s,x16"]  # fmt: skip
+    assert words[-4:] == [
+        "--expect-link",
+        "0000:18:00.0=16GT/s,x16",
+        "--expect-link",
+        "0000:2a:00.0=32GT/s,x16",
+    ]
     assert "--allreduce" in words
     volumes = the_job(admin, node, "loadtest")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in volumes
@@ -412,8 +460,13 @@ def test_a_replaced_load_test_job_is_no_pass(
 
 
 def loadtest_with_links(node: str, count: int) -> dict[str, Any]:
-    job = render_example_job(Settings(), JobTemplates.load(), "loadtest",
-                             (node, "0000:99:00.0", 79, 8), key=f"links-{count}")  # fmt: skip
+    job = render_example_job(
+        Settings(),
+        JobTemplates.load(),
+        "loadtest",
+        (node, "0000:99:00.0", 79, 8),
+        key=f"links-{count}",
+    )
     container = job["spec"]["template"]["spec"]["containers"][0]
     for i in range(count):
         container["command"] += ["--expect-link", f"0000:{0x10 + i:02x}:00.0=32GT/s,x16"]
@@ -450,21 +503,27 @@ def test_the_guard_removes_exactly_the_gate_taint(
     patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT, OTHER]}})
     patch(guard, node, {"spec": {"taints": [SITE_TAINT, OTHER]}})
     assert [t.key for t in client.CoreV1Api(admin).read_node(node).spec.taints] == [
-        SITE_TAINT["key"], OTHER["key"]]  # fmt: skip
+        SITE_TAINT["key"],
+        OTHER["key"],
+    ]
 
 
 REFUSED_TAINTS = [
-    pytest.param([SITE_TAINT, GATE_TAINT, OTHER, {"key": "gpu-node-guard.io/x",
-                                                  "effect": "NoSchedule"}], id="add-a-taint"),
+    pytest.param(
+        [SITE_TAINT, GATE_TAINT, OTHER, {"key": "gpu-node-guard.io/x", "effect": "NoSchedule"}],
+        id="add-a-taint",
+    ),
     pytest.param([GATE_TAINT, OTHER], id="remove-another-taint"),
     pytest.param([OTHER], id="remove-the-gate-and-another"),
     pytest.param([SITE_TAINT, {**GATE_TAINT, "value": "done"}, OTHER], id="change-the-gate-value"),
-    pytest.param([SITE_TAINT, {**GATE_TAINT, "effect": "PreferNoSchedule"}, OTHER],
-                 id="change-the-gate-effect"),
+    pytest.param(
+        [SITE_TAINT, {**GATE_TAINT, "effect": "PreferNoSchedule"}, OTHER],
+        id="change-the-gate-effect",
+    ),
     pytest.param([SITE_TAINT, {**OTHER, "effect": "NoSchedule"}], id="gate-gone-another-changed"),
     pytest.param([OTHER, SITE_TAINT, GATE_TAINT], id="reorder"),
     pytest.param([], id="remove-every-taint"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("taints", REFUSED_TAINTS)
@@ -501,9 +560,13 @@ def test_the_guard_writes_the_new_records_where_they_belong(
     assert stored == {K.checked_boot: CHECKED}
     with pytest.raises(ApiException):  # and a cordon for conformance is an ordinary cordon
         patch(guard, serving, {"spec": {"unschedulable": True}})
-    cordon = {K.reason: "conformance-ipvs-loaded", K.at: "2026-09-21T06:05:00Z",
-              K.boot_id: "boot-1", K.gpu_capacity: "8",
-              K.conformance_failed: "2026-09-21T06:05:00Z job/gng-cf-x-0 ipvs-loaded"}  # fmt: skip
+    cordon = {
+        K.reason: "conformance-ipvs-loaded",
+        K.at: "2026-09-21T06:05:00Z",
+        K.boot_id: "boot-1",
+        K.gpu_capacity: "8",
+        K.conformance_failed: "2026-09-21T06:05:00Z job/gng-cf-x-0 ipvs-loaded",
+    }
     patch(guard, serving, {"metadata": {"annotations": cordon}, "spec": {"unschedulable": True}})
     assert client.CoreV1Api(admin).read_node(serving).spec.unschedulable is True
 
@@ -518,9 +581,15 @@ def test_a_taint_added_while_the_gate_is_removed_is_kept(
     kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
     read = node_info(kube.node(node), K)
     gate = next(t for t in read.taints if t.key == GATE_TAINT["key"])
-    action = RemoveTaint(node, "onboarding-passed", read.resource_version, gate,
-                         tuple(t for t in read.taints if t != gate), read.boot_id,
-                         ((K.checked_boot, CHECKED),))  # fmt: skip
+    action = RemoveTaint(
+        node,
+        "onboarding-passed",
+        read.resource_version,
+        gate,
+        tuple(t for t in read.taints if t != gate),
+        read.boot_id,
+        ((K.checked_boot, CHECKED),),
+    )
     patch(admin, node, {"spec": {"taints": [SITE_TAINT, GATE_TAINT, OTHER]}})  # the race
     done = node_patch.patch(kube, K, action)
     assert done.outcome.status == "applied"

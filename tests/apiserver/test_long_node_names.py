@@ -63,12 +63,16 @@ def test_a_long_named_node_is_cordoned_gets_its_jobs_and_returns(
     assert mine(run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan, node) == [
         ("create-job", "conditions-met")
     ]
-    (loadtest,) = [j for j in guard_jobs(admin, node)
-                   if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"]  # fmt: skip
+    (loadtest,) = [
+        j
+        for j in guard_jobs(admin, node)
+        if j.metadata.labels["app.kubernetes.io/component"] == "loadtest"
+    ]
     assert len(loadtest.metadata.name) <= 57
     complete(admin, loadtest.metadata.name)
-    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
-                                                          _preload_content=False)  # fmt: skip
+    stored = client.BatchV1Api(admin).read_namespaced_job(
+        loadtest.metadata.name, JOBS_NS, _preload_content=False
+    )
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True, mark_job=False)
     done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]

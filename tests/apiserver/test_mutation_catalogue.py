@@ -78,9 +78,13 @@ class World:
     cpu_node: str
 
     def api(self, who: str) -> client.ApiClient:
-        return {"guard-token": self.guard, "jobs-ns-admin": self.jobs_admin,
-                "create-only": self.create_only, "job-controller": self.controller,
-                "guard-ns-admin": self.guard_ns_admin}[who]  # fmt: skip
+        return {
+            "guard-token": self.guard,
+            "jobs-ns-admin": self.jobs_admin,
+            "create-only": self.create_only,
+            "job-controller": self.controller,
+            "guard-ns-admin": self.guard_ns_admin,
+        }[who]
 
     guard_ns_admin: client.ApiClient | None = None
 
@@ -90,20 +94,31 @@ def world(
     deployed: ControlPlane, admin: client.ApiClient, identities: Identities
 ) -> Iterator[World]:
     rbac = client.RbacAuthorizationV1Api(admin)
-    rule = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]  # fmt: skip
+    rule = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+    ]
     rbac.create_namespaced_role(JOBS_NS, {"metadata": {"name": "create-only"}, "rules": rule})
-    rbac.create_namespaced_role_binding(JOBS_NS, {
-        "metadata": {"name": "create-only"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "create-only"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": CREATE_ONLY}],
-    })  # fmt: skip
+    rbac.create_namespaced_role_binding(
+        JOBS_NS,
+        {
+            "metadata": {"name": "create-only"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "create-only",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CREATE_ONLY}
+            ],
+        },
+    )
     core = client.CoreV1Api(admin)
     gpu, cpu = f"gpu-cat-{uuid.uuid4().hex[:8]}", f"cpu-cat-{uuid.uuid4().hex[:8]}"
     core.create_node({"metadata": {"name": gpu, "labels": {"nvidia.com/gpu.present": "true"}}})
-    core.patch_node_status(gpu, {"status": {"capacity": {"nvidia.com/gpu": "8"}}},
-                           _content_type=MERGE_PATCH)  # fmt: skip
+    core.patch_node_status(
+        gpu, {"status": {"capacity": {"nvidia.com/gpu": "8"}}}, _content_type=MERGE_PATCH
+    )
     core.create_node({"metadata": {"name": cpu}})
     with (
         deployed.impersonating(CREATE_ONLY) as carol,
@@ -119,8 +134,19 @@ def world(
             others[kind] = as_dict(create(identities.guard_token, guard_job(kind, NODE, "two")))
             pod = as_dict(create(controller, controller_pod(jobs[kind])))
             pods[kind] = pod["metadata"]["name"]
-        yield World(admin, identities.guard_token, identities.jobs_ns_admin, carol, controller,
-                    jobs, others, pods, gpu, cpu, identities.guard_ns_admin)  # fmt: skip
+        yield World(
+            admin,
+            identities.guard_token,
+            identities.jobs_ns_admin,
+            carol,
+            controller,
+            jobs,
+            others,
+            pods,
+            gpu,
+            cpu,
+            identities.guard_ns_admin,
+        )
     batch = client.BatchV1Api(admin)
     for kind in KINDS:
         for job in (jobs[kind], others[kind]):
@@ -216,34 +242,67 @@ VALUES = "the guard's values are printable ASCII on one line, at most 1024 bytes
 def _job_update_rows() -> list[Row]:
     reason, node = f"{K.prefix}reason", K.node_label
     changes: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
-        ("ttl-1", setter("spec", "ttlSecondsAfterFinished", value=1),
-         JOB_SPEC + "ttlSecondsAfterFinished"),
-        ("ttl-30-days", setter("spec", "ttlSecondsAfterFinished", value=2592000),
-         JOB_SPEC + "ttlSecondsAfterFinished"),
-        ("deadline-1", setter("spec", "activeDeadlineSeconds", value=1),
-         JOB_SPEC + "activeDeadlineSeconds"),
-        ("deadline-2", setter("spec", "activeDeadlineSeconds", value=2),
-         JOB_SPEC + "activeDeadlineSeconds"),
-        ("deadline-3600", setter("spec", "activeDeadlineSeconds", value=3600),
-         JOB_SPEC + "activeDeadlineSeconds"),
-        ("annotation-added", setter("metadata", "annotations", "team.example.com/x", value="y"),
-         JOB_META),
-        ("last-applied-added",
-         setter("metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration",
-                value="{}"), JOB_META),
+        (
+            "ttl-1",
+            setter("spec", "ttlSecondsAfterFinished", value=1),
+            JOB_SPEC + "ttlSecondsAfterFinished",
+        ),
+        (
+            "ttl-30-days",
+            setter("spec", "ttlSecondsAfterFinished", value=2592000),
+            JOB_SPEC + "ttlSecondsAfterFinished",
+        ),
+        (
+            "deadline-1",
+            setter("spec", "activeDeadlineSeconds", value=1),
+            JOB_SPEC + "activeDeadlineSeconds",
+        ),
+        (
+            "deadline-2",
+            setter("spec", "activeDeadlineSeconds", value=2),
+            JOB_SPEC + "activeDeadlineSeconds",
+        ),
+        (
+            "deadline-3600",
+            setter("spec", "activeDeadlineSeconds", value=3600),
+            JOB_SPEC + "activeDeadlineSeconds",
+        ),
+        (
+            "annotation-added",
+            setter("metadata", "annotations", "team.example.com/x", value="y"),
+            JOB_META,
+        ),
+        (
+            "last-applied-added",
+            setter(
+                "metadata",
+                "annotations",
+                "kubectl.kubernetes.io/last-applied-configuration",
+                value="{}",
+            ),
+            JOB_META,
+        ),
         ("reason-rewritten", setter("metadata", "annotations", reason, value="xid-13"), JOB_META),
         ("reason-removed", dropper("metadata", "annotations", reason), JOB_META),
-        ("node-annotation-rewritten", setter("metadata", "annotations", node, value="gpu-z"),
-         JOB_META),
+        (
+            "node-annotation-rewritten",
+            setter("metadata", "annotations", node, value="gpu-z"),
+            JOB_META,
+        ),
         ("annotations-removed", dropper("metadata", "annotations"), JOB_META),
-        ("label-added", setter("metadata", "labels", "team.example.com/x", value="y"),
-         "refused: "),
-    ]  # fmt: skip
+        ("label-added", setter("metadata", "labels", "team.example.com/x", value="y"), "refused: "),
+    ]
     return [
-        Row(f"job-update-{kind}-{name}", "jobs-ns-admin", kind_policy(kind, "job"), words,
-            job_put(kind, change))
-        for kind in KINDS for name, change, words in changes
-    ]  # fmt: skip
+        Row(
+            f"job-update-{kind}-{name}",
+            "jobs-ns-admin",
+            kind_policy(kind, "job"),
+            words,
+            job_put(kind, change),
+        )
+        for kind in KINDS
+        for name, change, words in changes
+    ]
 
 
 def _adopted_by_other(w: World, pod: dict[str, Any], kind: str) -> None:
@@ -285,9 +344,14 @@ def _pod_update_rows() -> list[Row]:
         pod["metadata"]["labels"]["team.example.com/x"] = "y"
 
     def toleration(w: World, pod: dict[str, Any]) -> None:
-        pod["spec"]["tolerations"].append({"key": "node.kubernetes.io/unreachable",
-                                           "operator": "Exists", "effect": "NoExecute",
-                                           "tolerationSeconds": 60})  # fmt: skip
+        pod["spec"]["tolerations"].append(
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 60,
+            }
+        )
 
     def deadline(w: World, pod: dict[str, Any]) -> None:
         pod["spec"]["activeDeadlineSeconds"] = 1
@@ -307,15 +371,28 @@ def _pod_update_rows() -> list[Row]:
         ("image", image, "refused: "),
     ]
     rows = [
-        Row(f"pod-update-{kind}-{name}", "jobs-ns-admin", kind_policy(kind, "pod"), words,
-            pod_put(kind, change))
-        for kind in KINDS for name, change, words in changes
-    ]  # fmt: skip
+        Row(
+            f"pod-update-{kind}-{name}",
+            "jobs-ns-admin",
+            kind_policy(kind, "pod"),
+            words,
+            pod_put(kind, change),
+        )
+        for kind in KINDS
+        for name, change, words in changes
+    ]
     for kind in KINDS:
         adopt = pod_put(kind, _adopting(kind))
         # The shape refuses it first (the Pod's name no longer starts with its Job's).
-        rows.append(Row(f"pod-update-{kind}-adopted-by-another-job", "jobs-ns-admin",
-                        kind_policy(kind, "pod"), "refused: ", adopt))  # fmt: skip
+        rows.append(
+            Row(
+                f"pod-update-{kind}-adopted-by-another-job",
+                "jobs-ns-admin",
+                kind_policy(kind, "pod"),
+                "refused: ",
+                adopt,
+            )
+        )
     return rows
 
 
@@ -368,12 +445,27 @@ def _pod_node_rows() -> list[Row]:
         return act
 
     return [
-        *(Row(f"pod-node-{k}-other-node", "job-controller", kind_policy(k, "pod"), NAME_NODE,
-              moved(k)) for k in KINDS),
-        *(Row(f"pod-create-only-{k}-in-shape", "create-only", "gpu-node-guard-jobs-namespace",
-              "Pods here are created only by the controller of their kind", bare(k))
-          for k in KINDS),
-    ]  # fmt: skip
+        *(
+            Row(
+                f"pod-node-{k}-other-node",
+                "job-controller",
+                kind_policy(k, "pod"),
+                NAME_NODE,
+                moved(k),
+            )
+            for k in KINDS
+        ),
+        *(
+            Row(
+                f"pod-create-only-{k}-in-shape",
+                "create-only",
+                "gpu-node-guard-jobs-namespace",
+                "Pods here are created only by the controller of their kind",
+                bare(k),
+            )
+            for k in KINDS
+        ),
+    ]
 
 
 POD = ("spec", "template", "spec", "imagePullSecrets")
@@ -405,8 +497,14 @@ def _pull_secret_rows() -> list[Row]:
     return rows
 
 
-FREE_KEYS = (K.cancelled, K.returned, K.loadtest_result, K.conformance_result,
-             K.conformance_failed, K.onboarding_failed)  # fmt: skip
+FREE_KEYS = (
+    K.cancelled,
+    K.returned,
+    K.loadtest_result,
+    K.conformance_result,
+    K.conformance_failed,
+    K.onboarding_failed,
+)
 BAD_VALUES = {
     "newline": "2026-03-02T04:10:00Z ok\nforged line",
     "escape": "2026-03-02T04:10:00Z \x1b[2Jok",
@@ -438,20 +536,41 @@ def _cpu(w: World) -> str:
 def _node_rows() -> list[Row]:
     scope = "gpu-node-guard-node-scope"
     rows = [
-        Row(f"node-value-{key.removeprefix(K.prefix)}-{label}", "guard-token", scope, VALUES,
-            _annotate(_gpu, {key: value}))
-        for key in FREE_KEYS for label, value in BAD_VALUES.items()
-    ]  # fmt: skip
+        Row(
+            f"node-value-{key.removeprefix(K.prefix)}-{label}",
+            "guard-token",
+            scope,
+            VALUES,
+            _annotate(_gpu, {key: value}),
+        )
+        for key in FREE_KEYS
+        for label, value in BAD_VALUES.items()
+    ]
     rows += [
-        Row("hold-on-a-cpu-node", "guard-token", scope,
+        Row(
+            "hold-on-a-cpu-node",
+            "guard-token",
+            scope,
             f"the guard adds {K.hold} only on a node with nvidia.com/gpu capacity",
-            _annotate(_cpu, {K.hold: "3rd Xid 79"})),
-        Row("hold-with-a-newline", "guard-token", scope, VALUES,
-            _annotate(_gpu, {K.hold: "3rd Xid 79\nforged"})),
-        Row("cordon-reason-with-a-newline", "guard-token", scope, VALUES,
-            _annotate(_gpu, {K.reason: "xid-79\nforged", K.at: "2026-03-02T04:10:00Z"},
-                      unschedulable=True)),
-    ]  # fmt: skip
+            _annotate(_cpu, {K.hold: "3rd Xid 79"}),
+        ),
+        Row(
+            "hold-with-a-newline",
+            "guard-token",
+            scope,
+            VALUES,
+            _annotate(_gpu, {K.hold: "3rd Xid 79\nforged"}),
+        ),
+        Row(
+            "cordon-reason-with-a-newline",
+            "guard-token",
+            scope,
+            VALUES,
+            _annotate(
+                _gpu, {K.reason: "xid-79\nforged", K.at: "2026-03-02T04:10:00Z"}, unschedulable=True
+            ),
+        ),
+    ]
     return rows
 
 
@@ -459,10 +578,13 @@ def _archive(name: str, size: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": GUARD_NS,
-                     "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: "ledger-archive"}},
+        "metadata": {
+            "name": name,
+            "namespace": GUARD_NS,
+            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: "ledger-archive"},
+        },
         "data": {"gpu-cat-a": "x" * size},
-    }  # fmt: skip
+    }
 
 
 TOO_BIG = 900_000
@@ -490,10 +612,15 @@ def _archive_rows() -> list[Row]:
     ledger = "gpu-node-guard-ledger"
     return [
         Row("archive-900-kB-created", "guard-token", ledger, ARCHIVE_WORDS, created("guard-token")),
-        Row("archive-900-kB-created-by-the-namespace-admin", "guard-ns-admin", ledger,
-            ARCHIVE_WORDS, created("guard-ns-admin")),
+        Row(
+            "archive-900-kB-created-by-the-namespace-admin",
+            "guard-ns-admin",
+            ledger,
+            ARCHIVE_WORDS,
+            created("guard-ns-admin"),
+        ),
         Row("archive-grown-to-900-kB", "guard-token", ledger, ARCHIVE_WORDS, grown),
-    ]  # fmt: skip
+    ]
 
 
 def _exists(call: Callable[[], object]) -> bool:
@@ -508,8 +635,11 @@ def node_event(regarding: dict[str, Any], **fields: Any) -> dict[str, Any]:
     body = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": f"cat.{uuid.uuid4().hex[:12]}", "namespace": EVENTS_NS,
-                     "labels": {APP_LABEL: APP_NAME}},
+        "metadata": {
+            "name": f"cat.{uuid.uuid4().hex[:12]}",
+            "namespace": EVENTS_NS,
+            "labels": {APP_LABEL: APP_NAME},
+        },
         "eventTime": "2026-12-01T00:00:00.000000Z",
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": "gpu-node-guard",
@@ -518,7 +648,7 @@ def node_event(regarding: dict[str, Any], **fields: Any) -> dict[str, Any]:
         "type": "Warning",
         "note": "Xid 79",
         "regarding": regarding,
-    }  # fmt: skip
+    }
     body.update(fields)
     return body
 
@@ -537,20 +667,37 @@ def _event_rows() -> list[Row]:
     by = f"the guard's Events are reported by {REPORTING_CONTROLLER}"
     refs = {
         "pod": {"apiVersion": "v1", "kind": "Pod", "name": "x", "namespace": JOBS_NS},
-        "configmap": {"apiVersion": "v1", "kind": "ConfigMap", "name": "gpu-fault-ledger",
-                      "namespace": GUARD_NS},
+        "configmap": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "gpu-fault-ledger",
+            "namespace": GUARD_NS,
+        },
         "namespace": {"apiVersion": "v1", "kind": "Namespace", "name": JOBS_NS},
         "secret": {"apiVersion": "v1", "kind": "Secret", "name": "x", "namespace": "default"},
-        "deployment": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x",
-                       "namespace": "default"},
+        "deployment": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "x",
+            "namespace": "default",
+        },
         "node-of-another-group": {"apiVersion": "example.com/v1", "kind": "Node", "name": "x"},
         "namespaced-node": {**NODE_REF, "namespace": "default"},
-    }  # fmt: skip
-    rows = [Row(f"event-about-a-{k}", "guard-token", scope, about, sent(node_event(ref)))
-            for k, ref in refs.items()]  # fmt: skip
+    }
+    rows = [
+        Row(f"event-about-a-{k}", "guard-token", scope, about, sent(node_event(ref)))
+        for k, ref in refs.items()
+    ]
     related = {"apiVersion": "v1", "kind": "Secret", "name": "x", "namespace": "default"}
-    rows.append(Row("event-with-a-related-secret", "guard-token", scope, about,
-                    sent(node_event(NODE_REF, related=related))))  # fmt: skip
+    rows.append(
+        Row(
+            "event-with-a-related-secret",
+            "guard-token",
+            scope,
+            about,
+            sent(node_event(NODE_REF, related=related)),
+        )
+    )
     for label, controller in (("kubelet", "kubelet"), ("another", "example.com/other")):
         rows.append(
             Row(
@@ -564,8 +711,16 @@ def _event_rows() -> list[Row]:
     return rows
 
 
-ROWS = [*_job_update_rows(), *_pod_update_rows(), *_job_name_rows(), *_pod_node_rows(),
-        *_pull_secret_rows(), *_node_rows(), *_archive_rows(), *_event_rows()]  # fmt: skip
+ROWS = [
+    *_job_update_rows(),
+    *_pod_update_rows(),
+    *_job_name_rows(),
+    *_pod_node_rows(),
+    *_pull_secret_rows(),
+    *_node_rows(),
+    *_archive_rows(),
+    *_event_rows(),
+]
 
 
 def test_the_catalogue_is_large() -> None:
@@ -602,9 +757,13 @@ def test_pull_secrets_are_admitted_on_jobs_and_their_pods(world: World, kind: Jo
     job = guard_job(kind, NODE, uuid.uuid4().hex)
     secrets = [{"name": f"regcred-{i}"} for i in range(8)]
     setter(*POD, value=secrets)(job)
-    stored = dict(world.admin.sanitize_for_serialization(
-        client.BatchV1Api(world.admin).read_namespaced_job(
-            as_dict(create(world.guard, job))["metadata"]["name"], JOBS_NS)))  # fmt: skip
+    stored = dict(
+        world.admin.sanitize_for_serialization(
+            client.BatchV1Api(world.admin).read_namespaced_job(
+                as_dict(create(world.guard, job))["metadata"]["name"], JOBS_NS
+            )
+        )
+    )
     pod = create(world.controller, controller_pod(stored))
     assert [s["name"] for s in as_dict(pod)["spec"]["imagePullSecrets"]] == [
         s["name"] for s in secrets
@@ -620,8 +779,9 @@ def test_the_guard_writes_a_long_printable_value(world: World, key: str) -> None
 
 def test_the_guard_holds_a_gpu_node_and_archives_within_the_bound(world: World) -> None:
     _annotate(_gpu, {K.hold: "3rd Xid 79 on GPU-5f1c: replace the card"})(world)
-    client.CoreV1Api(world.admin).patch_node(world.gpu_node, {"metadata": {"annotations": {
-        K.hold: None}}}, _content_type=MERGE_PATCH)  # fmt: skip
+    client.CoreV1Api(world.admin).patch_node(
+        world.gpu_node, {"metadata": {"annotations": {K.hold: None}}}, _content_type=MERGE_PATCH
+    )
     name = "gpu-fault-ledger-archive-900200"
     create(world.guard, _archive(name, 700_000))
     client.CoreV1Api(world.admin).delete_namespaced_config_map(name, GUARD_NS)

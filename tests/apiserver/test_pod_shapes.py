@@ -145,32 +145,69 @@ def _rename_job(pod: dict[str, Any]) -> None:
 
 
 POD_ONLY = [
-    pytest.param("evidence", _retarget(kind="ReplicaSet", apiVersion="apps/v1"),
-                 "metadata.ownerReferences must be the one Job that owns it", id="owned-by-rs"),
-    pytest.param("evidence", _retarget(uid=str(uuid.uuid4())),
-                 "metadata.ownerReferences must be the one Job that owns it",
-                 id="owner-uid-not-the-label"),
-    pytest.param("loadtest", _retarget(controller=False),
-                 "metadata.ownerReferences must be the one Job that owns it",
-                 id="owner-not-controller"),
-    pytest.param("evidence", _rename_job,
-                 "the owning Job must be a guard evidence Job (gng-ev-…), got debug-shell",
-                 id="owned-by-another-job"),
-    pytest.param("evidence", _meta("generateName", "other-"),
-                 "metadata.name must be the Job's name and a generated suffix",
-                 id="other-generate-name"),
-    pytest.param("conformance", _meta("annotations", {"kubectl.kubernetes.io/default-container":
-                                                      "conformance"}),
-                 "metadata.annotations must be absent when the Pod is created",
-                 id="annotation-at-create"),
-    pytest.param("evidence", _meta("finalizers", ["example.com/keep"]),
-                 "metadata.finalizers must be only the Job controller's job-tracking finalizer",
-                 id="other-finalizer"),
-    pytest.param("evidence", _spec("tolerations", [
-        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}]),
-        "spec.tolerations must be", id="not-ready-tolerated-forever"),
-]  # fmt: skip
+    pytest.param(
+        "evidence",
+        _retarget(kind="ReplicaSet", apiVersion="apps/v1"),
+        "metadata.ownerReferences must be the one Job that owns it",
+        id="owned-by-rs",
+    ),
+    pytest.param(
+        "evidence",
+        _retarget(uid=str(uuid.uuid4())),
+        "metadata.ownerReferences must be the one Job that owns it",
+        id="owner-uid-not-the-label",
+    ),
+    pytest.param(
+        "loadtest",
+        _retarget(controller=False),
+        "metadata.ownerReferences must be the one Job that owns it",
+        id="owner-not-controller",
+    ),
+    pytest.param(
+        "evidence",
+        _rename_job,
+        "the owning Job must be a guard evidence Job (gng-ev-…), got debug-shell",
+        id="owned-by-another-job",
+    ),
+    pytest.param(
+        "evidence",
+        _meta("generateName", "other-"),
+        "metadata.name must be the Job's name and a generated suffix",
+        id="other-generate-name",
+    ),
+    pytest.param(
+        "conformance",
+        _meta("annotations", {"kubectl.kubernetes.io/default-container": "conformance"}),
+        "metadata.annotations must be absent when the Pod is created",
+        id="annotation-at-create",
+    ),
+    pytest.param(
+        "evidence",
+        _meta("finalizers", ["example.com/keep"]),
+        "metadata.finalizers must be only the Job controller's job-tracking finalizer",
+        id="other-finalizer",
+    ),
+    pytest.param(
+        "evidence",
+        _spec(
+            "tolerations",
+            [
+                {
+                    "key": "node.kubernetes.io/unschedulable",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                },
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                },
+            ],
+        ),
+        "spec.tolerations must be",
+        id="not-ready-tolerated-forever",
+    ),
+]
 
 
 @pytest.mark.parametrize(("kind", "change", "says"), POD_ONLY)
@@ -192,10 +229,12 @@ def test_pod_not_as_its_job_controller_makes_it_is_refused(
 
 @pytest.mark.parametrize(
     "user",
-    ["system:serviceaccount:kube-system:replicaset-controller",
-     "system:serviceaccount:kube-system:daemon-set-controller",
-     "system:serviceaccount:kube-system:statefulset-controller"],
-)  # fmt: skip
+    [
+        "system:serviceaccount:kube-system:replicaset-controller",
+        "system:serviceaccount:kube-system:daemon-set-controller",
+        "system:serviceaccount:kube-system:statefulset-controller",
+    ],
+)
 def test_in_shape_pod_from_another_controller_is_refused(
     deployed: ControlPlane, jobs: dict[str, dict[str, Any]], user: str
 ) -> None:
@@ -209,13 +248,23 @@ def test_in_shape_pod_from_another_controller_is_refused(
 @pytest.fixture(scope="module")
 def kcm_may_create_pods(admin: client.ApiClient) -> None:
     """A controller-manager on its own credentials holds the Job controller's rights."""
-    client.RbacAuthorizationV1Api(admin).create_cluster_role_binding({
-        "metadata": {"name": "test-kcm-job-controller"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "system:controller:job-controller"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "system:kube-controller-manager"}],
-    })  # fmt: skip
+    client.RbacAuthorizationV1Api(admin).create_cluster_role_binding(
+        {
+            "metadata": {"name": "test-kcm-job-controller"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:controller:job-controller",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": "system:kube-controller-manager",
+                }
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -263,19 +312,31 @@ def running_pod(
 SMP = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 CHANGES = [
-    pytest.param({"spec": {"containers": [{"name": "evidence", "image": "busybox:1.36"}]}},
-                 "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
-                 "spec.containers[0].image must be the image in this policy's `image`",
-                 id="image-swapped"),
-    pytest.param([{"op": "add", "path": "/spec/tolerations/-", "value": {"operator": "Exists"}}],
-                 "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
-                 "spec.tolerations must be", id="tolerate-everything"),
-    pytest.param({"spec": {"activeDeadlineSeconds": 999999}},
-                 "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
-                 "spec may not hold field(s) activeDeadlineSeconds", id="deadline-added"),
-    pytest.param({"metadata": {"labels": {"app.kubernetes.io/component": "debug"}}}, GATE,
-                 "label must name a guard kind", id="relabelled-out-of-the-policy"),
-]  # fmt: skip
+    pytest.param(
+        {"spec": {"containers": [{"name": "evidence", "image": "busybox:1.36"}]}},
+        "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
+        "spec.containers[0].image must be the image in this policy's `image`",
+        id="image-swapped",
+    ),
+    pytest.param(
+        [{"op": "add", "path": "/spec/tolerations/-", "value": {"operator": "Exists"}}],
+        "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
+        "spec.tolerations must be",
+        id="tolerate-everything",
+    ),
+    pytest.param(
+        {"spec": {"activeDeadlineSeconds": 999999}},
+        "ValidatingAdmissionPolicy 'gpu-node-guard-evidence-pod'",
+        "spec may not hold field(s) activeDeadlineSeconds",
+        id="deadline-added",
+    ),
+    pytest.param(
+        {"metadata": {"labels": {"app.kubernetes.io/component": "debug"}}},
+        GATE,
+        "label must name a guard kind",
+        id="relabelled-out-of-the-policy",
+    ),
+]
 
 
 @pytest.mark.parametrize(("patch", "policy", "says"), CHANGES)
@@ -297,8 +358,9 @@ def test_an_admitted_pod_still_takes_a_cni_annotation_and_loses_its_finalizer(
 ) -> None:
     """What a CNI plugin (Calico's pod IP annotation) and the Job controller do stays possible."""
     note = {"metadata": {"annotations": {"cni.projectcalico.org/podIP": "10.42.0.7/32"}}}
-    client.CoreV1Api(admin).patch_namespaced_pod(running_pod, JOBS_NS, note,
-                                                 _content_type=MERGE_PATCH)  # fmt: skip
+    client.CoreV1Api(admin).patch_namespaced_pod(
+        running_pod, JOBS_NS, note, _content_type=MERGE_PATCH
+    )
     client.CoreV1Api(job_controller).patch_namespaced_pod(
         running_pod, JOBS_NS, {"metadata": {"finalizers": None}}, _content_type=MERGE_PATCH
     )
@@ -311,9 +373,18 @@ def test_no_ephemeral_container_joins_a_privileged_pod(
     identities: Identities, admin: client.ApiClient, running_pod: str
 ) -> None:
     """The namespace admin has no such right (RBAC); a cluster admin meets the gate."""
-    debug = {"spec": {"ephemeralContainers": [
-        {"name": "debug", "image": "busybox:1.36", "command": SHELL, "targetContainerName":
-         "evidence"}]}}  # fmt: skip
+    debug = {
+        "spec": {
+            "ephemeralContainers": [
+                {
+                    "name": "debug",
+                    "image": "busybox:1.36",
+                    "command": SHELL,
+                    "targetContainerName": "evidence",
+                }
+            ]
+        }
+    }
 
     def attach(api: client.ApiClient) -> object:
         return client.CoreV1Api(api).patch_namespaced_pod_ephemeralcontainers(
@@ -355,14 +426,21 @@ def _enter(core: client.CoreV1Api, verb: str, pod: str) -> object:
 
 def _workload(kind: str, pod_template: dict[str, Any]) -> dict[str, Any]:
     selector = {"matchLabels": pod_template["metadata"]["labels"]}
-    api = "batch/v1" if kind == "CronJob" else "v1" if kind in {
-        "ReplicationController", "PodTemplate"} else "apps/v1"  # fmt: skip
+    api = (
+        "batch/v1"
+        if kind == "CronJob"
+        else "v1"
+        if kind in {"ReplicationController", "PodTemplate"}
+        else "apps/v1"
+    )
     meta = {"name": f"w-{uuid.uuid4().hex[:8]}", "namespace": JOBS_NS}
     if kind == "PodTemplate":
         return {"apiVersion": api, "kind": kind, "metadata": meta, "template": pod_template}
     if kind == "CronJob":
-        spec: dict[str, Any] = {"schedule": "* * * * *",
-                                "jobTemplate": {"spec": {"template": pod_template}}}  # fmt: skip
+        spec: dict[str, Any] = {
+            "schedule": "* * * * *",
+            "jobTemplate": {"spec": {"template": pod_template}},
+        }
     elif kind == "ReplicationController":
         spec = {"selector": selector["matchLabels"], "template": pod_template}
     else:
@@ -407,9 +485,12 @@ def test_a_privileged_cronjob_in_the_guard_namespace_gets_no_pod(identities: Ide
     cron = _workload("CronJob", template)
     cron["metadata"]["namespace"] = GUARD_NS
     create(identities.guard_ns_admin, cron)
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"generateName": "cron-", "namespace": GUARD_NS},
-           "spec": cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "cron-", "namespace": GUARD_NS},
+        "spec": cron["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    }
     status, message = refusal(lambda: create(identities.guard_ns_admin, pod))
     tally.record("guard-ns-admin", "Pods in gpu-node-guard (restricted)", status == 403)
     assert status == 403 and PSA in message, message
@@ -438,8 +519,12 @@ def test_the_cronjob_pod_passes_the_guard_namespaces_restricted(
 ) -> None:
     cron = client.BatchV1Api(admin).read_namespaced_cron_job("gpu-node-guard", GUARD_NS)
     template = admin.sanitize_for_serialization(cron.spec.job_template.spec.template)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cycle", "namespace": GUARD_NS},
-           "spec": template["spec"]}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cycle", "namespace": GUARD_NS},
+        "spec": template["spec"],
+    }
     try:
         create(admin, pod, dry_run=True)
     except ApiException as exc:  # pragma: no cover - the failure message is the point
@@ -544,9 +629,17 @@ def _claim_without_shape(spec: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [_claim_of_another, _two_claims, _gpu_limit_too, _pinned_too, _other_hostname, _eight_gpus,
-     _no_container_claim, _claim_template],
-)  # fmt: skip
+    [
+        _claim_of_another,
+        _two_claims,
+        _gpu_limit_too,
+        _pinned_too,
+        _other_hostname,
+        _eight_gpus,
+        _no_container_claim,
+        _claim_template,
+    ],
+)
 def test_an_out_of_shape_device_load_test_is_refused(
     identities: Identities, change: Callable[[dict[str, Any]], None]
 ) -> None:

@@ -80,21 +80,37 @@ def test_guard_keeps_its_ledger_and_archives(
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        pytest.param({"binaryData": {"gpu-node-guard": "f0VMRgIBAQ=="}},
-                     "the ledger holds text only: no binaryData", id="binary-data"),
-        pytest.param({"data": {"__init__.py": "import os\n"}},
-                     "every ledger key is a node name; not: __init__.py", id="python-file"),
-        pytest.param({"data": {"Gpu_A": LINE}}, "every ledger key is a node name; not: Gpu_A",
-                     id="not-dns-1123"),
-        pytest.param({"data": {"gpu-a": LINE}, "immutable": True},
-                     "the ledger must stay writable", id="immutable"),
+        pytest.param(
+            {"binaryData": {"gpu-node-guard": "f0VMRgIBAQ=="}},
+            "the ledger holds text only: no binaryData",
+            id="binary-data",
+        ),
+        pytest.param(
+            {"data": {"__init__.py": "import os\n"}},
+            "every ledger key is a node name; not: __init__.py",
+            id="python-file",
+        ),
+        pytest.param(
+            {"data": {"Gpu_A": LINE}},
+            "every ledger key is a node name; not: Gpu_A",
+            id="not-dns-1123",
+        ),
+        pytest.param(
+            {"data": {"gpu-a": LINE}, "immutable": True},
+            "the ledger must stay writable",
+            id="immutable",
+        ),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("name", [LEDGER, f"{LEDGER}-archive-3"])
 def test_the_ledger_holds_only_text_keyed_by_node(
-    request: pytest.FixtureRequest, who: str, body: dict[str, object], says: str, name: str,
+    request: pytest.FixtureRequest,
+    who: str,
+    body: dict[str, object],
+    says: str,
+    name: str,
     no_ledger: None,
-) -> None:  # fmt: skip
+) -> None:
     api: client.ApiClient = request.getfixturevalue(who)
     doc = {"metadata": {"name": name, "labels": labels_of(name)}, **body}
     status, message = refusal(
@@ -118,15 +134,19 @@ OTHER = {**APP, "app.kubernetes.io/component": "ledger"}
     [
         pytest.param(f"{LEDGER}-archive-1", {}, LABELLED, id="archive-without-labels"),
         pytest.param(f"{LEDGER}-archive-2", APP, LABELLED, id="archive-without-the-component"),
-        pytest.param(f"{LEDGER}-archive-3", {"app.kubernetes.io/component": "ledger-archive"},
-                     LABELLED, id="archive-without-the-app-label"),
+        pytest.param(
+            f"{LEDGER}-archive-3",
+            {"app.kubernetes.io/component": "ledger-archive"},
+            LABELLED,
+            id="archive-without-the-app-label",
+        ),
         pytest.param(f"{LEDGER}-archive-4", OTHER, LABELLED, id="archive-of-another-component"),
         pytest.param(LEDGER, ARCHIVE, LABELLED, id="the-ledger-labelled-as-an-archive"),
         pytest.param(f"{LEDGER}-archive-0", ARCHIVE, NAMED, id="labelled-under-an-archive-n-0"),
         pytest.param(f"{LEDGER}-archive-x", ARCHIVE, NAMED, id="labelled-under-another-name"),
         pytest.param("gpu-node-guard-notes", ARCHIVE, NAMED, id="labelled-any-configmap"),
     ],
-)  # fmt: skip
+)
 def test_an_archive_needs_its_name_and_its_labels_together(
     guard: client.ApiClient, name: str, labels: dict[str, str], says: str, no_ledger: None
 ) -> None:
@@ -143,9 +163,11 @@ def test_an_archive_needs_its_name_and_its_labels_together(
 
 @pytest.mark.parametrize(
     ("name", "labels"),
-    [pytest.param(f"{LEDGER}-archive-5", APP, id="an-archive-loses-its-component"),
-     pytest.param(LEDGER, ARCHIVE, id="the-ledger-takes-the-archive-label")],
-)  # fmt: skip
+    [
+        pytest.param(f"{LEDGER}-archive-5", APP, id="an-archive-loses-its-component"),
+        pytest.param(LEDGER, ARCHIVE, id="the-ledger-takes-the-archive-label"),
+    ],
+)
 def test_an_update_keeps_name_and_labels_together(
     guard: client.ApiClient, name: str, labels: dict[str, str], no_ledger: None
 ) -> None:
@@ -235,12 +257,16 @@ def test_the_only_parameter_object_is_the_settings_configmap_no_jobs_admin_can_e
             refs.add(tuple(sorted(doc["spec"]["paramRef"].items())))
         if doc["kind"] == "ValidatingAdmissionPolicy" and "paramKind" in doc["spec"]:
             assert doc["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    assert refs == {(("name", SETTINGS_CONFIGMAP), ("namespace", GUARD_NS),
-                     ("parameterNotFoundAction", "Deny"))}  # fmt: skip
+    assert refs == {
+        (("name", SETTINGS_CONFIGMAP), ("namespace", GUARD_NS), ("parameterNotFoundAction", "Deny"))
+    }
     patch = {"data": {"GUARD_LOADTEST_MIN_RATIO": "0.000001"}}
     for who in (identities.jobs_ns_admin, identities.guard_token):
-        status, _ = refusal(lambda api=who: client.CoreV1Api(api).patch_namespaced_config_map(
-            SETTINGS_CONFIGMAP, GUARD_NS, patch))  # fmt: skip
+        status, _ = refusal(
+            lambda api=who: client.CoreV1Api(api).patch_namespaced_config_map(
+                SETTINGS_CONFIGMAP, GUARD_NS, patch
+            )
+        )
         assert status in (403, 422)
     body = client.CoreV1Api(identities.guard_token).read_namespaced_config_map(
         SETTINGS_CONFIGMAP, GUARD_NS
@@ -269,10 +295,15 @@ def test_server_side_reapply_of_the_policies_changes_nothing(
         before = custom.get_cluster_custom_object(group, version, plural, name)
         try:
             after = custom.patch_cluster_custom_object(
-                group, version, plural, name, yaml.safe_load(yaml.safe_dump(doc)),
-                field_manager="gitops", force=True,
+                group,
+                version,
+                plural,
+                name,
+                yaml.safe_load(yaml.safe_dump(doc)),
+                field_manager="gitops",
+                force=True,
                 _content_type="application/apply-patch+yaml",
-            )  # fmt: skip
+            )
         except ApiException as exc:  # pragma: no cover - the message is the point
             pytest.fail(f"apply of {name}: {exc.body}")
         assert after["metadata"]["generation"] == before["metadata"]["generation"], name

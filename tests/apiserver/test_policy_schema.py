@@ -89,9 +89,13 @@ def test_every_job_field_is_decided(batch: Schemas, kind: Kind) -> None:
     shape = job_shape(kind, Settings())
     assert undecided(shape, "io.k8s.api.batch.v1.Job", batch, "Job") == []
     reached = walked(shape, "io.k8s.api.batch.v1.Job", batch)
-    assert {"io.k8s.api.batch.v1.JobSpec", "io.k8s.api.core.v1.PodTemplateSpec",
-            "io.k8s.api.core.v1.PodSpec", "io.k8s.api.core.v1.Container",
-            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"} <= reached  # fmt: skip
+    assert {
+        "io.k8s.api.batch.v1.JobSpec",
+        "io.k8s.api.core.v1.PodTemplateSpec",
+        "io.k8s.api.core.v1.PodSpec",
+        "io.k8s.api.core.v1.Container",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+    } <= reached
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
@@ -110,9 +114,14 @@ def test_every_agent_daemonset_field_is_decided(apps: Schemas) -> None:
     shape = agent.daemonset_shape(Settings())
     assert undecided(shape, "io.k8s.api.apps.v1.DaemonSet", apps, "DaemonSet") == []
     reached = walked(shape, "io.k8s.api.apps.v1.DaemonSet", apps)
-    assert {"io.k8s.api.apps.v1.DaemonSetSpec", "io.k8s.api.apps.v1.DaemonSetUpdateStrategy",
-            "io.k8s.api.core.v1.PodSpec", "io.k8s.api.core.v1.Container",
-            "io.k8s.api.core.v1.Probe", "io.k8s.api.core.v1.HTTPGetAction"} <= reached  # fmt: skip
+    assert {
+        "io.k8s.api.apps.v1.DaemonSetSpec",
+        "io.k8s.api.apps.v1.DaemonSetUpdateStrategy",
+        "io.k8s.api.core.v1.PodSpec",
+        "io.k8s.api.core.v1.Container",
+        "io.k8s.api.core.v1.Probe",
+        "io.k8s.api.core.v1.HTTPGetAction",
+    } <= reached
 
 
 def test_every_agent_pod_field_is_decided(core: Schemas) -> None:

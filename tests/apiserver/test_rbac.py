@@ -57,8 +57,14 @@ class Calls:
 
 
 def calls_as(api: client.ApiClient, node: str, other_ns: str) -> Calls:
-    return Calls(api, client.CoreV1Api(api), client.BatchV1Api(api),
-                 client.RbacAuthorizationV1Api(api), node, other_ns)  # fmt: skip
+    return Calls(
+        api,
+        client.CoreV1Api(api),
+        client.BatchV1Api(api),
+        client.RbacAuthorizationV1Api(api),
+        node,
+        other_ns,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +75,9 @@ def target(deployed: ControlPlane, admin: client.ApiClient) -> Iterator[client.A
         if doc["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
             made = copy.deepcopy(doc)
             made["metadata"]["name"] = f"{doc['metadata']['name']}-{TARGET}"
-            made["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                 "name": TARGET}]  # fmt: skip
+            made["subjects"] = [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TARGET}
+            ]
             bindings.append(made)
     create_all(admin, bindings)
     with deployed.impersonating(TARGET) as api:
@@ -156,8 +163,10 @@ def ledger_writes(c: Calls) -> object:
 def lease_writes(c: Calls) -> object:
     """Take, renew and release the cycle's Lease: a cycle's Lease calls."""
     leases = client.CoordinationV1Api(c.api)
-    body = {"metadata": {"name": CYCLE_LEASE},
-            "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 90}}  # fmt: skip
+    body = {
+        "metadata": {"name": CYCLE_LEASE},
+        "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 90},
+    }
     try:
         leases.create_namespaced_lease(GUARD_NS, body)
     except ApiException as exc:  # the other identity's parameter made it already
@@ -172,16 +181,20 @@ CYCLE = [
     pytest.param(lambda c: c.core.read_node(c.node), id="get-node"),
     pytest.param(cordon, id="cordon-node"),
     pytest.param(events_v1, id="events.k8s.io-create-patch-get-list"),
-    pytest.param(lambda c: create(c.api, guard_job("loadtest", c.node, uuid.uuid4().hex)),
-                 id="create-job"),
-    pytest.param(lambda c: c.batch.read_namespaced_job(
-        create(c.api, guard_job("evidence", c.node, uuid.uuid4().hex)).metadata.name, JOBS_NS),
-        id="get-job"),
+    pytest.param(
+        lambda c: create(c.api, guard_job("loadtest", c.node, uuid.uuid4().hex)), id="create-job"
+    ),
+    pytest.param(
+        lambda c: c.batch.read_namespaced_job(
+            create(c.api, guard_job("evidence", c.node, uuid.uuid4().hex)).metadata.name, JOBS_NS
+        ),
+        id="get-job",
+    ),
     pytest.param(lambda c: c.batch.list_namespaced_job(JOBS_NS), id="list-jobs"),
     pytest.param(lambda c: c.core.list_namespaced_pod(JOBS_NS), id="list-job-pods"),
     pytest.param(ledger_writes, id="ledger-create-get-update-list"),
     pytest.param(lease_writes, id="lease-create-get-update"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("call", CYCLE)
@@ -209,58 +222,124 @@ def test_the_guard_may_read_its_job_pods(as_target: Calls) -> None:
 NEVER = [
     pytest.param(lambda c: c.core.list_pod_for_all_namespaces(), id="list-pods-cluster-wide"),
     pytest.param(lambda c: c.core.list_namespaced_pod("default"), id="list-pods-elsewhere"),
-    pytest.param(lambda c: c.core.create_namespaced_event("default", {
-        "metadata": {"generateName": "x-"}, "involvedObject": {"kind": "Node", "name": c.node}}),
-        id="core-event-create"),
+    pytest.param(
+        lambda c: c.core.create_namespaced_event(
+            "default",
+            {
+                "metadata": {"generateName": "x-"},
+                "involvedObject": {"kind": "Node", "name": c.node},
+            },
+        ),
+        id="core-event-create",
+    ),
     pytest.param(lambda c: create(c.api, event(c, "kube-system")), id="event-in-kube-system"),
     pytest.param(lambda c: c.core.delete_node(c.node), id="delete-node"),
     pytest.param(lambda c: c.core.create_node({"metadata": {"name": "x"}}), id="create-node"),
-    pytest.param(lambda c: c.core.patch_node_status(
-        c.node, {"status": {"phase": "x"}}, _content_type=MERGE_PATCH), id="patch-node-status"),
+    pytest.param(
+        lambda c: c.core.patch_node_status(
+            c.node, {"status": {"phase": "x"}}, _content_type=MERGE_PATCH
+        ),
+        id="patch-node-status",
+    ),
     pytest.param(lambda c: c.core.list_secret_for_all_namespaces(), id="list-secrets"),
     pytest.param(lambda c: c.core.read_namespaced_secret("any", GUARD_NS), id="read-secret"),
-    pytest.param(lambda c: c.core.create_namespaced_pod(
-        JOBS_NS, {"metadata": {"name": "x"}, "spec": {"containers": []}}), id="create-pod"),
-    pytest.param(lambda c: c.core.connect_post_namespaced_pod_exec(
-        "x", JOBS_NS, command=["sh"]), id="exec-into-job-pod"),
-    pytest.param(lambda c: c.core.create_namespaced_pod_eviction(
-        "x", "default", {"metadata": {"name": "x"}}), id="evict-pod"),
-    pytest.param(lambda c: c.core.patch_namespaced_config_map(
-        LEDGER, GUARD_NS, {"data": {}}, _content_type=MERGE_PATCH), id="patch-ledger"),
-    pytest.param(lambda c: c.core.patch_namespaced_config_map(
-        "x", c.other_ns, {"data": {}}, _content_type=MERGE_PATCH),
-        id="patch-configmap-elsewhere"),
-    pytest.param(lambda c: c.core.delete_namespaced_config_map(LEDGER, GUARD_NS),
-                 id="delete-ledger"),
+    pytest.param(
+        lambda c: c.core.create_namespaced_pod(
+            JOBS_NS, {"metadata": {"name": "x"}, "spec": {"containers": []}}
+        ),
+        id="create-pod",
+    ),
+    pytest.param(
+        lambda c: c.core.connect_post_namespaced_pod_exec("x", JOBS_NS, command=["sh"]),
+        id="exec-into-job-pod",
+    ),
+    pytest.param(
+        lambda c: c.core.create_namespaced_pod_eviction(
+            "x", "default", {"metadata": {"name": "x"}}
+        ),
+        id="evict-pod",
+    ),
+    pytest.param(
+        lambda c: c.core.patch_namespaced_config_map(
+            LEDGER, GUARD_NS, {"data": {}}, _content_type=MERGE_PATCH
+        ),
+        id="patch-ledger",
+    ),
+    pytest.param(
+        lambda c: c.core.patch_namespaced_config_map(
+            "x", c.other_ns, {"data": {}}, _content_type=MERGE_PATCH
+        ),
+        id="patch-configmap-elsewhere",
+    ),
+    pytest.param(
+        lambda c: c.core.delete_namespaced_config_map(LEDGER, GUARD_NS), id="delete-ledger"
+    ),
     pytest.param(lambda c: c.core.list_namespaced_config_map(JOBS_NS), id="configmaps-in-jobs-ns"),
-    pytest.param(lambda c: client.CoordinationV1Api(c.api).read_namespaced_lease(
-        "other", GUARD_NS), id="read-another-lease"),
-    pytest.param(lambda c: client.CoordinationV1Api(c.api).delete_namespaced_lease(
-        CYCLE_LEASE, GUARD_NS), id="delete-the-cycle-lease"),
-    pytest.param(lambda c: client.CoordinationV1Api(c.api).list_namespaced_lease(GUARD_NS),
-                 id="list-leases"),
-    pytest.param(lambda c: c.batch.create_namespaced_job(
-        GUARD_NS, guard_job("evidence", c.node, "own-ns")), id="create-job-in-guard-ns"),
-    pytest.param(lambda c: c.batch.create_namespaced_job(
-        c.other_ns, guard_job("evidence", c.node, "elsewhere")), id="create-job-elsewhere"),
+    pytest.param(
+        lambda c: client.CoordinationV1Api(c.api).read_namespaced_lease("other", GUARD_NS),
+        id="read-another-lease",
+    ),
+    pytest.param(
+        lambda c: client.CoordinationV1Api(c.api).delete_namespaced_lease(CYCLE_LEASE, GUARD_NS),
+        id="delete-the-cycle-lease",
+    ),
+    pytest.param(
+        lambda c: client.CoordinationV1Api(c.api).list_namespaced_lease(GUARD_NS), id="list-leases"
+    ),
+    pytest.param(
+        lambda c: c.batch.create_namespaced_job(GUARD_NS, guard_job("evidence", c.node, "own-ns")),
+        id="create-job-in-guard-ns",
+    ),
+    pytest.param(
+        lambda c: c.batch.create_namespaced_job(
+            c.other_ns, guard_job("evidence", c.node, "elsewhere")
+        ),
+        id="create-job-elsewhere",
+    ),
     pytest.param(lambda c: c.batch.delete_namespaced_job("x", JOBS_NS), id="delete-job"),
-    pytest.param(lambda c: c.batch.patch_namespaced_job(
-        "x", JOBS_NS, {"spec": {"parallelism": 2}}, _content_type=MERGE_PATCH), id="patch-job"),
-    pytest.param(lambda c: c.batch.create_namespaced_cron_job(JOBS_NS, {
-        "metadata": {"name": "x"}, "spec": {"schedule": "* * * * *", "jobTemplate": {}}}),
-        id="create-cronjob"),
-    pytest.param(lambda c: c.batch.patch_namespaced_cron_job(
-        "gpu-node-guard", GUARD_NS, {"spec": {"suspend": True}}, _content_type=MERGE_PATCH),
-        id="suspend-own-cronjob"),
-    pytest.param(lambda c: c.core.create_namespaced_service_account_token(
-        "gpu-node-guard-job", JOBS_NS, {"spec": {}}), id="mint-job-token"),
-    pytest.param(lambda c: c.rbac.create_namespaced_role_binding(GUARD_NS, {
-        "metadata": {"name": "more"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": GUARD_NS}],
-    }), id="grant-itself-more"),
-]  # fmt: skip
+    pytest.param(
+        lambda c: c.batch.patch_namespaced_job(
+            "x", JOBS_NS, {"spec": {"parallelism": 2}}, _content_type=MERGE_PATCH
+        ),
+        id="patch-job",
+    ),
+    pytest.param(
+        lambda c: c.batch.create_namespaced_cron_job(
+            JOBS_NS,
+            {"metadata": {"name": "x"}, "spec": {"schedule": "* * * * *", "jobTemplate": {}}},
+        ),
+        id="create-cronjob",
+    ),
+    pytest.param(
+        lambda c: c.batch.patch_namespaced_cron_job(
+            "gpu-node-guard", GUARD_NS, {"spec": {"suspend": True}}, _content_type=MERGE_PATCH
+        ),
+        id="suspend-own-cronjob",
+    ),
+    pytest.param(
+        lambda c: c.core.create_namespaced_service_account_token(
+            "gpu-node-guard-job", JOBS_NS, {"spec": {}}
+        ),
+        id="mint-job-token",
+    ),
+    pytest.param(
+        lambda c: c.rbac.create_namespaced_role_binding(
+            GUARD_NS,
+            {
+                "metadata": {"name": "more"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": "gpu-node-guard", "namespace": GUARD_NS}
+                ],
+            },
+        ),
+        id="grant-itself-more",
+    ),
+]
 
 
 @pytest.mark.parametrize("call", NEVER)
@@ -297,12 +376,18 @@ def _rules(path: Path) -> set[tuple[str, str, str, str]]:
 def test_the_grants_are_exactly_the_cycles() -> None:
     """The whole of rbac.yaml, spelled out: a new verb needs a line here and a reason there."""
     assert _rules(BASE / "rbac.yaml") == {
-        ("*", "", "nodes", "get"), ("*", "", "nodes", "list"), ("*", "", "nodes", "patch"),
-        (GUARD_NS, "", "configmaps", "get"), (GUARD_NS, "", "configmaps", "list"),
-        (GUARD_NS, "", "configmaps", "create"), (GUARD_NS, "", "configmaps", "update"),
-        (JOBS_NS, "batch", "jobs", "get"), (JOBS_NS, "batch", "jobs", "list"),
+        ("*", "", "nodes", "get"),
+        ("*", "", "nodes", "list"),
+        ("*", "", "nodes", "patch"),
+        (GUARD_NS, "", "configmaps", "get"),
+        (GUARD_NS, "", "configmaps", "list"),
+        (GUARD_NS, "", "configmaps", "create"),
+        (GUARD_NS, "", "configmaps", "update"),
+        (JOBS_NS, "batch", "jobs", "get"),
+        (JOBS_NS, "batch", "jobs", "list"),
         (JOBS_NS, "batch", "jobs", "create"),
-        (JOBS_NS, "", "pods", "get"), (JOBS_NS, "", "pods", "list"),
+        (JOBS_NS, "", "pods", "get"),
+        (JOBS_NS, "", "pods", "list"),
         ("default", "events.k8s.io", "events", "create"),
         ("default", "events.k8s.io", "events", "patch"),
         ("default", "events.k8s.io", "events", "get"),
@@ -317,7 +402,7 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("*", "resource.k8s.io", "devicetaintrules", "delete"),
         (JOBS_NS, "resource.k8s.io", "resourceclaims", "create"),
         (JOBS_NS, "resource.k8s.io", "resourceclaims", "delete"),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("where", [BASE, EXAMPLE], ids=["base", "example"])
@@ -333,12 +418,13 @@ def test_rbac_yaml_is_the_only_rbac_the_layout_applies(kubectl_binary: Path, whe
     "call",
     [
         pytest.param(lambda c: c.core.list_pod_for_all_namespaces(), id="list-pods"),
-        pytest.param(lambda c: c.core.read_namespaced_config_map(LEDGER, GUARD_NS),
-                     id="read-ledger"),
+        pytest.param(
+            lambda c: c.core.read_namespaced_config_map(LEDGER, GUARD_NS), id="read-ledger"
+        ),
         pytest.param(lambda c: c.core.list_node(), id="list-nodes"),
         pytest.param(lambda c: c.batch.list_namespaced_job(JOBS_NS), id="list-jobs"),
     ],
-)  # fmt: skip
+)
 def test_job_pods_may_do_nothing(
     deployed: ControlPlane, namespace: str, call: Callable[[Calls], object]
 ) -> None:

@@ -62,8 +62,10 @@ def test_a_node_without_a_gpu_resource_is_skipped_and_the_next_is_cordoned(
     core = two_nodes
     make_gpu_node(core, B)
     core.create_node({"metadata": {"name": A}})
-    status = {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-              "nodeInfo": {"bootID": "boot-1"}}  # fmt: skip
+    status = {
+        "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+        "nodeInfo": {"bootID": "boot-1"},
+    }
     core.patch_node_status(A, {"status": status}, _content_type=MERGE_PATCH)
 
     run = run_guard(prom, guard_kubeconfig, ISOLATE_AT)
@@ -81,20 +83,36 @@ def test_a_node_without_a_gpu_resource_is_skipped_and_the_next_is_cordoned(
 def site_policy(admin: client.ApiClient) -> Iterator[None]:
     """A site's own policy: nobody changes node fb-a (say, a storage head it never drains)."""
     api = client.AdmissionregistrationV1Api(admin)
-    api.create_validating_admission_policy({
-        "metadata": {"name": SITE_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                 "operations": ["UPDATE"], "resources": ["nodes"]}]},
-            "matchConditions": [{"name": "fb-a", "expression": f"object.metadata.name == '{A}'"}],
-            "validations": [{"expression": "false", "message": "fb-a is protected by the site"}],
-        },
-    })  # fmt: skip
-    api.create_validating_admission_policy_binding({
-        "metadata": {"name": SITE_POLICY},
-        "spec": {"policyName": SITE_POLICY, "validationActions": ["Deny"]},
-    })  # fmt: skip
+    api.create_validating_admission_policy(
+        {
+            "metadata": {"name": SITE_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["nodes"],
+                        }
+                    ]
+                },
+                "matchConditions": [
+                    {"name": "fb-a", "expression": f"object.metadata.name == '{A}'"}
+                ],
+                "validations": [
+                    {"expression": "false", "message": "fb-a is protected by the site"}
+                ],
+            },
+        }
+    )
+    api.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": SITE_POLICY},
+            "spec": {"policyName": SITE_POLICY, "validationActions": ["Deny"]},
+        }
+    )
     yield
     api.delete_validating_admission_policy_binding(SITE_POLICY)
     api.delete_validating_admission_policy(SITE_POLICY)

@@ -56,21 +56,36 @@ CHECKED = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-mismatch-0
 
 
 def pods() -> tuple[PodTimeline, ...]:
-    proxy = PodTimeline("kube-system", f"kube-proxy-{NODE}", NODE, created_by=("Node", NODE),
-                        ready=((0, 1), (REBOOTED_S, 0), (PROXY_READY_S, 1)))  # fmt: skip
-    canal = PodTimeline("kube-system", "rke2-canal-m4x7q", NODE,
-                        created_by=("DaemonSet", "rke2-canal"), ready=((0, 1),))  # fmt: skip
+    proxy = PodTimeline(
+        "kube-system",
+        f"kube-proxy-{NODE}",
+        NODE,
+        created_by=("Node", NODE),
+        ready=((0, 1), (REBOOTED_S, 0), (PROXY_READY_S, 1)),
+    )
+    canal = PodTimeline(
+        "kube-system",
+        "rke2-canal-m4x7q",
+        NODE,
+        created_by=("DaemonSet", "rke2-canal"),
+        ready=((0, 1),),
+    )
     return proxy, canal
 
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    mismatched = NodeTimeline(NODE, agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL),
-                                           (REBOOTED_S, AGENT_PASS)),
-                              unschedulable=((CORDONED_S, 1),))  # fmt: skip
+    mismatched = NodeTimeline(
+        NODE,
+        agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL), (REBOOTED_S, AGENT_PASS)),
+        unschedulable=((CORDONED_S, 1),),
+    )
     # kube-state-metrics sees the cordon, then the person's uncordon five minutes later
-    cancelled = NodeTimeline(CANCEL, agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL)),
-                             unschedulable=((CORDONED_S, 1), (CORDONED_S + 300, 0)))  # fmt: skip
+    cancelled = NodeTimeline(
+        CANCEL,
+        agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL)),
+        unschedulable=((CORDONED_S, 1), (CORDONED_S + 300, 0)),
+    )
     with scenario_prometheus(mismatched, cancelled, pods=pods()) as server:
         yield server
 
@@ -142,8 +157,9 @@ def test_a_held_mismatch_isolates_without_a_reboot_and_returns_after_one(
     ]  # the loadtest-job policy took it
     (loadtest,) = guard_jobs(admin, node)
     assert "--xid" not in loadtest.spec.template.spec.containers[0].command
-    stored = client.BatchV1Api(admin).read_namespaced_job(loadtest.metadata.name, JOBS_NS,
-                                                          _preload_content=False)  # fmt: skip
+    stored = client.BatchV1Api(admin).read_namespaced_job(
+        loadtest.metadata.name, JOBS_NS, _preload_content=False
+    )
     finish(deployed, admin, json.loads(stored.data), LOADTEST_PASS, ok=True)  # its Pod's pass
     done = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
     assert mine(done, node) == [("uncordon", "loadtest-passed"), ("event", "returned")]

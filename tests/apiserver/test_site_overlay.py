@@ -86,8 +86,9 @@ def test_the_guards_jobs_with_the_sites_settings_are_admitted(
     assert _admitted_or_refusal(plane, job, refused=False) == ""
 
 
-@pytest.mark.parametrize(("kind", "setting", "rule"), ONE_AT_DEFAULT,
-                         ids=[f"{k}-{s}" for k, s, _ in ONE_AT_DEFAULT])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "setting", "rule"), ONE_AT_DEFAULT, ids=[f"{k}-{s}" for k, s, _ in ONE_AT_DEFAULT]
+)
 def test_a_job_with_one_default_value_is_refused_by_its_rule(
     plane: ControlPlane, site: dict[str, str], kind: str, setting: str, rule: str
 ) -> None:
@@ -114,8 +115,9 @@ def test_a_changed_setting_reaches_admission_with_no_regeneration(
     refused. The policies' text never changed."""
     core = client.CoreV1Api(plane.admin_client())
     dns = "10.43.0.0/16,192.168.0.0/16"
-    core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, GUARD_NS,
-                                     {"data": {"GUARD_CONFORMANCE_ALLOWED_DNS": dns}})  # fmt: skip
+    core.patch_namespaced_config_map(
+        SETTINGS_CONFIGMAP, GUARD_NS, {"data": {"GUARD_CONFORMANCE_ALLOWED_DNS": dns}}
+    )
     try:
         with_dns = {**site, "GUARD_CONFORMANCE_ALLOWED_DNS": dns}
         assert _admitted_or_refusal(plane, render("conformance", with_dns), refused=False) == ""

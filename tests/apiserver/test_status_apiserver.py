@@ -108,8 +108,12 @@ def _node(
     unschedulable: bool | None = None,
 ) -> str:
     cordoned = bool(annotations) if unschedulable is None else unschedulable
-    core.create_node({"metadata": {"name": name, "annotations": annotations or {}},
-                      "spec": {"unschedulable": cordoned}})  # fmt: skip
+    core.create_node(
+        {
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"unschedulable": cordoned},
+        }
+    )
     set_status(core, name, boot=boot, allocatable=allocatable)
     return name
 
@@ -117,8 +121,14 @@ def _node(
 @pytest.fixture(scope="module")
 def reader(deployed: ControlPlane, admin: client.ApiClient) -> Path:
     """A kubeconfig of a ServiceAccount bound to exactly the read-only rules of docs/status.md."""
-    create(admin, {"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": READER, "namespace": NS}})  # fmt: skip
+    create(
+        admin,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": READER, "namespace": NS},
+        },
+    )
     subject = {"kind": "ServiceAccount", "name": READER, "namespace": NS}
     for doc in _docs_rbac():
         if doc["kind"].endswith("Binding"):
@@ -138,10 +148,24 @@ def _status(
     kubeconfig: Path, prom: LocalPrometheus, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "guard", "status", "--kubeconfig", str(kubeconfig),
-         "--prometheus-url", prom.url, "--at", AT, *extra],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "status",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--prometheus-url",
+            prom.url,
+            "--at",
+            AT,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _pushed(stack: PushStack, name: str) -> dict[str, float]:
@@ -212,12 +236,14 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
     }
     assert rows["st-cordon"]["incidents"] == {"card": 1, "slot": 1}
     assert rows["st-cordon"]["blocked_by"] == {
-        "condition": "same-boot", "observed": "bootID boot-1 unchanged since cordon"
-    }  # fmt: skip
+        "condition": "same-boot",
+        "observed": "bootID boot-1 unchanged since cordon",
+    }
     (loadtest,) = [j.metadata.name for j in guard_jobs(admin, "st-loadtest")]
     assert rows["st-loadtest"]["blocked_by"] == {
-        "condition": "loadtest-running", "observed": f"job/{loadtest}"
-    }  # fmt: skip
+        "condition": "loadtest-running",
+        "observed": f"job/{loadtest}",
+    }
     assert rows["st-held"]["blocked_by"]["observed"] == "hold='RMA 4711: card swap on Tuesday'"
     assert doc["breaker"] == {"guarded": 3, "limit": 5, "open": False, "headroom": 2}
     assert [(c["node"], c["held_s"], c["needs_s"], c["decision"]) for c in doc["candidates"]] == [
@@ -247,24 +273,37 @@ def test_a_push_that_fails_leaves_a_successful_cycle_at_exit_0(prom, cluster, gu
 def test_the_reader_of_docs_status_may_not_write(reader):
     from kubernetes import config
 
-    tries = [("", "nodes", "patch", ""), ("", "nodes", "list", ""),
-             ("batch", "jobs", "create", JOBS_NS), ("", "configmaps", "update", NS),
-             ("events.k8s.io", "events", "create", "default"),
-             ("", "pods", "list", JOBS_NS)]  # fmt: skip
+    tries = [
+        ("", "nodes", "patch", ""),
+        ("", "nodes", "list", ""),
+        ("batch", "jobs", "create", JOBS_NS),
+        ("", "configmaps", "update", NS),
+        ("events.k8s.io", "events", "create", "default"),
+        ("", "pods", "list", JOBS_NS),
+    ]
     with config.new_client_from_config(config_file=str(reader)) as api:
         auth = client.AuthorizationV1Api(api)
         allowed = {}
         for group, resource, verb, namespace in tries:
-            attributes = {"group": group, "resource": resource, "verb": verb,
-                          "namespace": namespace}  # fmt: skip
+            attributes = {
+                "group": group,
+                "resource": resource,
+                "verb": verb,
+                "namespace": namespace,
+            }
             review = auth.create_self_subject_access_review(
                 {"spec": {"resourceAttributes": attributes}}
             )
             allowed[f"{verb} {resource}"] = review.status.allowed
     # list pods: the guard's own Jobs' Pods in the jobs namespace, for their results (no logs)
-    assert allowed == {"patch nodes": False, "list nodes": True, "create jobs": False,
-                       "update configmaps": False, "create events": False,
-                       "list pods": True}  # fmt: skip
+    assert allowed == {
+        "patch nodes": False,
+        "list nodes": True,
+        "create jobs": False,
+        "update configmaps": False,
+        "create events": False,
+        "list pods": True,
+    }
 
 
 def _versions(core: client.CoreV1Api, admin: client.ApiClient) -> dict[str, str]:
@@ -286,8 +325,13 @@ def test_status_decides_with_the_cronjobs_settings_configmap_unless_given_here(p
     core = client.CoreV1Api(admin)
     before = core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data
     site = "https://wiki.site.test/gpu/runbook"
-    patch = {"data": {"GUARD_BREAKER_MAX_NODES": "3", "GUARD_RUNBOOK_BASE_URL": site,
-                      "GUARD_PROMETHEUS_URL": "http://prometheus.invalid:9090"}}  # fmt: skip
+    patch = {
+        "data": {
+            "GUARD_BREAKER_MAX_NODES": "3",
+            "GUARD_RUNBOOK_BASE_URL": site,
+            "GUARD_PROMETHEUS_URL": "http://prometheus.invalid:9090",
+        }
+    }
     core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, patch)
     try:
         proc = _status(reader, prom, "-o", "json")

@@ -90,14 +90,30 @@ class Gate:
 
 
 GATES = (
-    Gate("return-loadtest", "loadtest", True, (NO_CF,), "loadtest", LOADTEST_PASS,
-         LOADTEST_FAIL, "verdict: pass"),
+    Gate(
+        "return-loadtest",
+        "loadtest",
+        True,
+        (NO_CF,),
+        "loadtest",
+        LOADTEST_PASS,
+        LOADTEST_FAIL,
+        "verdict: pass",
+    ),
     Gate("return-conformance", "conformance", True, (), "conformance", PASS, NO_IPVS, "PASS"),
     Gate("onboarding", "conformance", False, (), "onboarding", PASS, NO_IPVS, "PASS"),
-    Gate("onboarding-burn-in", "loadtest", False, (), "onboarding", LOADTEST_PASS,
-         LOADTEST_FAIL, "verdict: pass"),
+    Gate(
+        "onboarding-burn-in",
+        "loadtest",
+        False,
+        (),
+        "onboarding",
+        LOADTEST_PASS,
+        LOADTEST_FAIL,
+        "verdict: pass",
+    ),
     Gate("after-reboot", "conformance", False, (), "boot-check", PASS, NO_IPVS, "PASS"),
-)  # fmt: skip
+)
 ROUTES = ("replace", "adopt", "fail", "garbage")
 
 
@@ -159,11 +175,26 @@ def at_gate(
 
         def status() -> dict[str, Any]:
             proc = subprocess.run(
-                [sys.executable, "-m", "guard", "status", "--kubeconfig", str(kubeconfig),
-                 "--prometheus-url", prom.url, "--at", last[-1].isoformat(), "-o", "json",
-                 *gate.flags],
-                capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "guard",
+                    "status",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--prometheus-url",
+                    prom.url,
+                    "--at",
+                    last[-1].isoformat(),
+                    "-o",
+                    "json",
+                    *gate.flags,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert proc.returncode == 0, proc.stderr
             (found,) = [n for n in json.loads(proc.stdout)["nodes"] if n["node"] == name]
             return dict(found)
@@ -171,13 +202,24 @@ def at_gate(
         notes = {KEYS.checked_boot: CHECKED} if gate.name == "after-reboot" else {}
         gated = gate.name.startswith("onboarding")
         spec = {"taints": [GATE_TAINT]} if gated else {}
-        core.create_node({"metadata": {"name": name, "annotations": notes,
-                                       "labels": {"nvidia.com/gpu.present": "true"}},
-                          "spec": spec})  # fmt: skip
+        core.create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": notes,
+                    "labels": {"nvidia.com/gpu.present": "true"},
+                },
+                "spec": spec,
+            }
+        )
         made.append(name)
         rebooted = gate.name == "after-reboot"
-        set_status(core, name, boot="boot-2" if rebooted else "boot-1",
-                   allocatable=7 if gate.returns else 8)  # fmt: skip
+        set_status(
+            core,
+            name,
+            boot="boot-2" if rebooted else "boot-1",
+            allocatable=7 if gate.returns else 8,
+        )
         if gate.returns:
             isolated = run_guard(prom, kubeconfig, ISOLATE_AT, *gate.flags).plan
             assert mine(isolated, name)[0] == ("cordon", "xid-79")
@@ -203,8 +245,11 @@ def _made_for(gate: Gate) -> str:
 
 
 def the_job(admin: client.ApiClient, node: str, kind: str) -> dict[str, Any]:
-    (job,) = [j for j in guard_jobs(admin, node)
-              if j.metadata.labels["app.kubernetes.io/component"] == kind]  # fmt: skip
+    (job,) = [
+        j
+        for j in guard_jobs(admin, node)
+        if j.metadata.labels["app.kubernetes.io/component"] == kind
+    ]
     return dict(admin.sanitize_for_serialization(job))
 
 
@@ -213,8 +258,9 @@ def guard_notes(admin: client.ApiClient, node: str) -> dict[str, str]:
     return {k: v for k, v in found.items() if k.startswith(KEYS.prefix)}
 
 
-def kept_as_the_gate_keeps_it(admin: client.ApiClient, at: AtGate, gate: Gate,
-                              before: dict[str, str]) -> None:  # fmt: skip
+def kept_as_the_gate_keeps_it(
+    admin: client.ApiClient, at: AtGate, gate: Gate, before: dict[str, str]
+) -> None:
     """Cordoned, gated, or serving with its boot unchecked; no guard key written."""
     node = client.CoreV1Api(admin).read_node(at.node)
     assert bool(node.spec.unschedulable) == gate.returns
@@ -223,8 +269,9 @@ def kept_as_the_gate_keeps_it(admin: client.ApiClient, at: AtGate, gate: Gate,
     assert guard_notes(admin, at.node) == before
 
 
-def named_in_a_warning(run: GuardRun, admin: client.ApiClient, at: AtGate, gate: Gate,
-                       said: str) -> None:  # fmt: skip
+def named_in_a_warning(
+    run: GuardRun, admin: client.ApiClient, at: AtGate, gate: Gate, said: str
+) -> None:
     """One WARN line and one Warning Event, each naming the guard's Job, the first saying why."""
     word, job = f"{gate.word}-foreign", at.job["metadata"]["name"]
     assert mine(run.plan, at.node) == [("skip", word), ("event", word)]
@@ -240,9 +287,11 @@ def named_in_a_warning(run: GuardRun, admin: client.ApiClient, at: AtGate, gate:
 
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 def test_a_replaced_job_is_no_pass(
-    cluster: ControlPlane, admin: client.ApiClient, at_gate: Callable[[str, Gate], AtGate],
+    cluster: ControlPlane,
+    admin: client.ApiClient,
+    at_gate: Callable[[str, Gate], AtGate],
     gate: Gate,
-) -> None:  # fmt: skip
+) -> None:
     """Replace: the jobs-namespace admin deletes the guard's Job and creates one of the same
     name and shape; the Job controller runs it, its Pod passes. Another uid than the guard's
     record: a WARN line and a Warning Event, the node kept as its gate keeps it."""
@@ -275,9 +324,11 @@ def _gone(admin: client.ApiClient, name: str) -> None:
 
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 def test_an_adopted_pod_is_no_pass(
-    cluster: ControlPlane, admin: client.ApiClient, at_gate: Callable[[str, Gate], AtGate],
+    cluster: ControlPlane,
+    admin: client.ApiClient,
+    at_gate: Callable[[str, Gate], AtGate],
     gate: Gate,
-) -> None:  # fmt: skip
+) -> None:
     """Orphan adoption: the admin's in-shape Job passes on a healthy node; its Pod, rewritten
     with the guard Job's labels and no owner, would be adopted into the guard's Job. The Pod
     policy refuses the rewrite (the guard's Job keeps waiting for its own Pod). With that policy
@@ -315,8 +366,13 @@ def adopted_by(pod: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     meta["ownerReferences"] = None
     meta["generateName"] = f"{name}-"
     meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
-    meta["labels"] = {**meta["labels"], "job-name": name, "batch.kubernetes.io/job-name": name,
-                      "controller-uid": uid, "batch.kubernetes.io/controller-uid": uid}  # fmt: skip
+    meta["labels"] = {
+        **meta["labels"],
+        "job-name": name,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "batch.kubernetes.io/controller-uid": uid,
+    }
     return {**pod, "metadata": meta}
 
 
@@ -357,9 +413,12 @@ def unbound(plane: ControlPlane, admin: client.ApiClient, binding: str) -> Itera
 @pytest.mark.parametrize("route", ["fail", "garbage"])
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 def test_a_succeeded_job_whose_pod_says_no_pass_is_no_pass(
-    cluster: ControlPlane, admin: client.ApiClient, at_gate: Callable[[str, Gate], AtGate],
-    gate: Gate, route: str,
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    admin: client.ApiClient,
+    at_gate: Callable[[str, Gate], AtGate],
+    gate: Gate,
+    route: str,
+) -> None:
     """No attacker: the guard's own Job succeeds (its Pod exited 0), but the Pod's summary says
     fail, or is no summary. Job success alone is no pass: a WARN line, the node kept as its gate
     keeps it, no guard write."""
@@ -398,8 +457,10 @@ def test_a_persons_cordon_takes_no_cordon_of_the_cycle(
         before = core.read_node(PERSON).metadata.resource_version
         run = run_guard(prom, kubeconfig, RETURN_AT + CYCLE)  # asserts exit 0, no failed write
         assert mine(run.plan, PERSON) == [("skip", "already-cordoned")]
-        assert mine(run.plan, OTHER) == [("cordon", "conformance-ipvs-loaded"),
-                                         ("event", "conformance-ipvs-loaded")]  # fmt: skip
+        assert mine(run.plan, OTHER) == [
+            ("cordon", "conformance-ipvs-loaded"),
+            ("event", "conformance-ipvs-loaded"),
+        ]
         assert core.read_node(PERSON).metadata.resource_version == before
         assert core.read_node(OTHER).spec.unschedulable is True
         assert [e["reason"] for e in node_events(admin, PERSON)] == []

@@ -86,8 +86,12 @@ def nodes(admin: client.ApiClient) -> Iterator[Any]:
     core, made = client.CoreV1Api(admin), []
 
     def make(name: str, *, unschedulable: bool = False, annotations: dict[str, str] | None = None):
-        core.create_node({"metadata": {"name": name, "annotations": annotations or {}},
-                          "spec": {"unschedulable": unschedulable}})  # fmt: skip
+        core.create_node(
+            {
+                "metadata": {"name": name, "annotations": annotations or {}},
+                "spec": {"unschedulable": unschedulable},
+            }
+        )
         made.append(name)
         set_status(core, name, boot="boot-1", allocatable=7)
         return core.read_node(name)
@@ -100,10 +104,25 @@ def nodes(admin: client.ApiClient) -> Iterator[Any]:
 
 def guard_run(prom: LocalPrometheus, kubeconfig: Path, at: datetime) -> tuple[dict[str, Any], str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--at", at.isoformat(), "--output", "json"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--at",
+            at.isoformat(),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout)), proc.stderr
 
@@ -129,8 +148,11 @@ def test_bad_value_on_one_node_and_its_faulted_neighbour_is_cordoned(
     assert f"kubectl annotate node {case.node} {case.key}=" in warn[0]
     after = core.read_node(case.node)
     assert after.metadata.resource_version == before.metadata.resource_version  # left alone
-    events = [e for e in core.list_namespaced_event("default").items
-              if e.involved_object.name == case.node]  # fmt: skip
+    events = [
+        e
+        for e in core.list_namespaced_event("default").items
+        if e.involved_object.name == case.node
+    ]
     assert [(e.type, e.reason) for e in events] == [("Warning", "GuardUnreadable")]
 
 
@@ -195,6 +217,7 @@ def test_unreadable_nodes_events_are_bounded_and_written_after_the_cordon(
     assert len(written) == 20 and min(written) > cordon
     assert [r for _, _, r in kinds].count("unreadable") == 25 + 20  # every skip line, 20 Events
     assert "reason=unreadable-events-later" in log
-    events = [e for e in core.list_namespaced_event("default").items
-              if e.reason == "GuardUnreadable"]  # fmt: skip
+    events = [
+        e for e in core.list_namespaced_event("default").items if e.reason == "GuardUnreadable"
+    ]
     assert len(events) == 20

@@ -173,8 +173,12 @@ def live_faults() -> Iterator[LocalPrometheus]:
     """The race nodes' faults in real time: Xid 79 and GPU loss for 5 minutes now."""
     require_engine("prometheus2")
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(seconds=ONSET_S + 300)
-    scenario = Scenario(start=start, duration_s=ONSET_S + 600,
-                        nodes=tuple(faulted(n) for n in RACE), pods=(KSM_POD,))  # fmt: skip
+    scenario = Scenario(
+        start=start,
+        duration_s=ONSET_S + 600,
+        nodes=tuple(faulted(n) for n in RACE),
+        pods=(KSM_POD,),
+    )
     with scenario_server(scenario) as server:
         yield server
 
@@ -264,8 +268,23 @@ def _slot_with_room() -> datetime:
 
 def _start(prom: LocalPrometheus, kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--kubeconfig",
-         str(kubeconfig), "--log-format", "json", "--watch-until-s", str(WATCH_S), NO_CF,
-         *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--log-format",
+            "json",
+            "--watch-until-s",
+            str(WATCH_S),
+            NO_CF,
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

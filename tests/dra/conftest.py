@@ -72,17 +72,27 @@ def dra_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
             control_plane(assets, workdir, extra=("--endpoint-reconciler-type=none",))
         )
         log = workdir / "kube-scheduler.log"
-        argv = [str(assets / "kube-scheduler"), f"--kubeconfig={plane.kubeconfig}",
-                f"--authentication-kubeconfig={plane.kubeconfig}",
-                f"--authorization-kubeconfig={plane.kubeconfig}",
-                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-                "--v=2"]  # fmt: skip
+        argv = [
+            str(assets / "kube-scheduler"),
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--authentication-kubeconfig={plane.kubeconfig}",
+            f"--authorization-kubeconfig={plane.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--v=2",
+        ]
         scheduler = stack.enter_context(process(argv, log))
         wait_until(lambda: _scheduler_ready(plane), scheduler, log)
         log = workdir / "kube-controller-manager.log"
-        argv = [str(assets / "kube-controller-manager"), f"--kubeconfig={plane.kubeconfig}",
-                "--controllers=resourceclaim-controller,device-taint-eviction-controller",
-                "--leader-elect=false", "--secure-port=0", "--v=1"]  # fmt: skip
+        argv = [
+            str(assets / "kube-controller-manager"),
+            f"--kubeconfig={plane.kubeconfig}",
+            "--controllers=resourceclaim-controller,device-taint-eviction-controller",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--v=1",
+        ]
         stack.enter_context(process(argv, log))
         with plane.admin_client() as api:
             _create_device_class(api)
@@ -94,10 +104,11 @@ GUARD_RULE_PROBE = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceTaintRule",
     "metadata": {"name": "probe-not-the-guards"},
-    "spec": {"deviceSelector": {"driver": "gpu.nvidia.com"},
-             "taint": {"key": "gpu-node-guard.io/fault", "value": "xid-79",
-                       "effect": "NoExecute"}},
-}  # fmt: skip
+    "spec": {
+        "deviceSelector": {"driver": "gpu.nvidia.com"},
+        "taint": {"key": "gpu-node-guard.io/fault", "value": "xid-79", "effect": "NoExecute"},
+    },
+}
 
 
 SETTINGS = "gpu-node-guard-settings"
@@ -105,11 +116,17 @@ JOB_POLICIES = ("job-loadtest.yaml", "jobs-namespace.yaml")
 LOADTEST_PROBE = {
     "apiVersion": "batch/v1",
     "kind": "Job",
-    "metadata": {"name": "probe-not-the-guards", "namespace": JOBS_NS,
-                 "labels": {"app.kubernetes.io/component": "loadtest"}},
-    "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                   "containers": [{"name": "x", "image": "busybox"}]}}},
-}  # fmt: skip
+    "metadata": {
+        "name": "probe-not-the-guards",
+        "namespace": JOBS_NS,
+        "labels": {"app.kubernetes.io/component": "loadtest"},
+    },
+    "spec": {
+        "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]}
+        }
+    },
+}
 
 
 def _deploy_guard(api: client.ApiClient) -> None:
@@ -157,10 +174,19 @@ def _create_device_class(api: client.ApiClient) -> None:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": "gpu.nvidia.com"},
-        "spec": {"selectors": [{"cel": {"expression": (
-            "device.driver == 'gpu.nvidia.com' && "
-            "device.attributes['gpu.nvidia.com'].type == 'gpu'")}}]},
-    }  # fmt: skip
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": (
+                            "device.driver == 'gpu.nvidia.com' && "
+                            "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                        )
+                    }
+                }
+            ]
+        },
+    }
     client.CustomObjectsApi(api).create_cluster_custom_object(
         "resource.k8s.io", "v1", "deviceclasses", body
     )

@@ -40,9 +40,18 @@ def guard_claim(name: str = "gng-lt-pol-claim") -> dict[str, Any]:
     from guard.jobs import ClaimSpec
     from tests.builders import TEMPLATES
 
-    spec = ClaimSpec(name, JOBS_NS, "pol", "gpu-node-guard.io/", "gpu.nvidia.com",
-                     "gpu.nvidia.com", UUID, DEVICE.ref, "gpu-node-guard.io/fault",
-                     "xid-79")  # fmt: skip
+    spec = ClaimSpec(
+        name,
+        JOBS_NS,
+        "pol",
+        "gpu-node-guard.io/",
+        "gpu.nvidia.com",
+        "gpu.nvidia.com",
+        UUID,
+        DEVICE.ref,
+        "gpu-node-guard.io/fault",
+        "xid-79",
+    )
     return TEMPLATES.render_claim(spec)
 
 
@@ -117,8 +126,9 @@ def test_a_persons_rule_is_neither_changed_nor_deleted_by_the_guard(
 def test_claims_tolerating_more_or_asking_more_are_refused(as_guard: client.ApiClient) -> None:
     def more_tolerations(d: dict[str, Any]) -> None:
         exactly = d["spec"]["devices"]["requests"][0]["exactly"]
-        exactly["tolerations"].append({"key": "example.com/maintenance", "operator": "Exists",
-                                       "effect": "NoSchedule"})  # fmt: skip
+        exactly["tolerations"].append(
+            {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
+        )
 
     def two(d: dict[str, Any]) -> None:
         d["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2

@@ -85,40 +85,69 @@ def dra_node(
     and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given)."""
     uuid_of = uuid_of or gpu_uuid
     core = client.CoreV1Api(api)
-    core.create_node({"metadata": {"name": name, "labels": {
-        "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"}}})  # fmt: skip
+    core.create_node(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
+            }
+        }
+    )
     set_boot(api, name, boot)
     # TaintNodesByCondition admission taints a new Node not-ready until the node lifecycle
     # controller sees it Ready; none runs here, so the Ready node is untainted as it would be.
     core.patch_node(name, {"spec": {"taints": None}})
     devices = [
-        {"name": f"gpu-{i}", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": uuid_of(name, i)},
-            "pcieBusID": {"string": pci_of(i)}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
-            "architecture": {"string": "Hopper"}, "brand": {"string": "Nvidia"},
-            "driverVersion": {"version": "580.95.5"},
-            "cudaComputeCapability": {"version": "9.0.0"}},
-         "capacity": {"memory": {"value": "80Gi"}}}
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": uuid_of(name, i)},
+                "pcieBusID": {"string": pci_of(i)},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "architecture": {"string": "Hopper"},
+                "brand": {"string": "Nvidia"},
+                "driverVersion": {"version": "580.95.5"},
+                "cudaComputeCapability": {"version": "9.0.0"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
         for i in range(GPUS)
-    ]  # fmt: skip
-    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{name}-gpu.nvidia.com"},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
-                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                     "devices": devices}}  # fmt: skip
+    ]
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
     create(api, body)
 
 
 def set_boot(api: client.ApiClient, name: str, boot: str) -> None:
-    status = {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-              "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                              "message": "ready"}],
-              "nodeInfo": {"bootID": boot, "machineID": "m", "systemUUID": "s",
-                           "kernelVersion": "6.8", "osImage": "Ubuntu", "containerRuntimeVersion":
-                           "containerd://2.1", "kubeletVersion": "v1.37.2",
-                           "kubeProxyVersion": "", "operatingSystem": "linux",
-                           "architecture": "amd64"}}  # fmt: skip
+    status = {
+        "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+        "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}
+        ],
+        "nodeInfo": {
+            "bootID": boot,
+            "machineID": "m",
+            "systemUUID": "s",
+            "kernelVersion": "6.8",
+            "osImage": "Ubuntu",
+            "containerRuntimeVersion": "containerd://2.1",
+            "kubeletVersion": "v1.37.2",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
     client.CoreV1Api(api).patch_node_status(name, {"status": status})
 
 
@@ -166,17 +195,42 @@ def wait_for(what: str, check: Callable[[], Any]) -> Any:
 
 def claim_pod(api: client.ApiClient, node: str, name: str, count: int) -> None:
     """A workload: a ResourceClaim for `count` GPUs of the node and a Pod using it."""
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-             "metadata": {"name": name, "namespace": "work"},
-             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-                 "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
-                 "count": count}}]}}}  # fmt: skip
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "work"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": count,
+                        },
+                    }
+                ]
+            }
+        },
+    }
     create(api, claim)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "work"},
-           "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                    "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
-                    "containers": [{"name": "train", "image": "example.invalid/train:1",
-                                    "resources": {"claims": [{"name": "gpus"}]}}]}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "work"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "example.invalid/train:1",
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+        },
+    }
     create(api, pod)
 
 
@@ -194,18 +248,25 @@ def unschedulable(api: client.ApiClient, name: str) -> str:
     """The scheduler's message when it found no place for the Pod ("" until then)."""
     pod = client.CoreV1Api(api).read_namespaced_pod(name, "work")
     return next(
-        (c.message for c in pod.status.conditions or []
-         if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"),
+        (
+            c.message
+            for c in pod.status.conditions or []
+            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        ),
         "",
-    )  # fmt: skip
+    )
 
 
 def isolate(plane: ControlPlane, api: client.ApiClient, node: str) -> dict[str, Any]:
     plan = cycle(plane, xid(node))
     assert [a for a in plan if isinstance(a, TaintDevice)], plan
     assert not [a for a in plan if isinstance(a, Cordon)]
-    mine = [r for r in rules(api).values() if r["spec"]["deviceSelector"].get("pool") == node
-            and (r["metadata"].get("labels") or {}).get("app.kubernetes.io/name")]  # fmt: skip
+    mine = [
+        r
+        for r in rules(api).values()
+        if r["spec"]["deviceSelector"].get("pool") == node
+        and (r["metadata"].get("labels") or {}).get("app.kubernetes.io/name")
+    ]
     assert len(mine) == 1
     return mine[0]
 
@@ -218,9 +279,13 @@ def test_the_faulted_gpu_is_excluded_and_the_other_seven_are_allocated(
     rule = isolate(dra_plane, admin, node)
     assert rule["spec"] == {
         "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{FAULTED}"},
-        "taint": {"key": KEYS.fault_taint, "value": "xid-79", "effect": "NoSchedule",
-                  "timeAdded": rule["spec"]["taint"]["timeAdded"]},
-    }  # fmt: skip
+        "taint": {
+            "key": KEYS.fault_taint,
+            "value": "xid-79",
+            "effect": "NoSchedule",
+            "timeAdded": rule["spec"]["taint"]["timeAdded"],
+        },
+    }
     assert rule["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-node-guard"
     read = client.CoreV1Api(admin).read_node(node)
     assert not read.spec.unschedulable  # the node stays in service
@@ -267,12 +332,22 @@ def test_the_return_deletes_the_rule_only_after_the_devices_load_test_passed(
     assert "loadtest-running" in [a.reason for a in plan if a.node == node]
     assert rule["metadata"]["name"] in rules(admin)  # not before the load test passed
 
-    end_pod(admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
-            LOADTEST_PASS, True)  # fmt: skip
+    end_pod(
+        admin,
+        {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
+        LOADTEST_PASS,
+        True,
+    )
     at = "2026-09-21T06:00:00Z"
-    status = {"startTime": at, "completionTime": at, "succeeded": 1, "conditions": [
-        {"type": c, "status": "True", "lastTransitionTime": at}
-        for c in ("SuccessCriteriaMet", "Complete")]}  # fmt: skip
+    status = {
+        "startTime": at,
+        "completionTime": at,
+        "succeeded": 1,
+        "conditions": [
+            {"type": c, "status": "True", "lastTransitionTime": at}
+            for c in ("SuccessCriteriaMet", "Complete")
+        ],
+    }
     client.BatchV1Api(admin).patch_namespaced_job_status(
         job["metadata"]["name"], JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
     )
@@ -288,12 +363,15 @@ def test_a_persons_device_taint_rule_is_never_touched(
 ) -> None:
     node = "dra-c"
     dra_node(admin, node)
-    theirs = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
-              "metadata": {"name": "maintenance-dra-c"},
-              "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": node,
-                                          "device": "gpu-5"},
-                       "taint": {"key": "example.com/maintenance",
-                                 "effect": "NoSchedule"}}}  # fmt: skip
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance-dra-c"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": "gpu-5"},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
     create(admin, theirs)
     before = rules(admin)["maintenance-dra-c"]
     isolate(dra_plane, admin, node)
@@ -343,8 +421,12 @@ def test_a_cycle_from_prometheus_taints_the_device_of_the_xid_in_a_dra_only_clus
     names, and the same read without a GPU-publishing ResourceSlice stops with its one line."""
     node = "dra-prom"
     timeline = NodeTimeline(node, gpus=GPUS, xids=((ONSET_S, FAULTED, 79),), dra=True)
-    dra_node(admin, node, uuid_of=lambda _, i: timeline.gpu_uuid(i),
-             pci_of=lambda i: normalize_pci(timeline.gpu_pci(i)))  # fmt: skip
+    dra_node(
+        admin,
+        node,
+        uuid_of=lambda _, i: timeline.gpu_uuid(i),
+        pci_of=lambda i: normalize_pci(timeline.gpu_pci(i)),
+    )
     with scenario_prometheus(timeline) as prom:
         s = Settings(prometheus_url=prom.url, breaker_max_nodes=100)
         kubeconfig = dra_plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")

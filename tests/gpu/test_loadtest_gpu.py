@@ -80,8 +80,10 @@ def test_burn_run_includes_the_allreduce_of_every_gpu(gpu_count: int) -> None:
     assert code == 0, doc["reasons"]
     allreduce = doc["allreduce"]
     assert (allreduce["transport"], allreduce["world"], allreduce["completed"]) == (
-        "nccl", gpu_count, True,
-    )  # fmt: skip
+        "nccl",
+        gpu_count,
+        True,
+    )
     assert [s["bytes"] for s in allreduce["sizes"]] == list(ALLREDUCE_SIZES)
     assert [g["allreduce"]["status"] for g in doc["gpus"]] == ["ok"] * gpu_count
 

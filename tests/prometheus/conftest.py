@@ -82,8 +82,12 @@ def _fault(
     )
 
 
-HIDDEN_COUNTS = ((ONSET_S, 4, 48, 1), (ONSET_S + 300, 4, 48, 0),
-                 (ONSET_S + 60, 4, 13, 1), (ONSET_S + 360, 4, 13, 0))  # fmt: skip
+HIDDEN_COUNTS = (
+    (ONSET_S, 4, 48, 1),
+    (ONSET_S + 300, 4, 48, 0),
+    (ONSET_S + 60, 4, 13, 1),
+    (ONSET_S + 360, 4, 13, 0),
+)
 SCENARIO_NODES = (
     _fault("fast79", 79),
     _fault("slow48", 48),
@@ -148,33 +152,48 @@ GAP_FAIL_S, GAP_STOP_S, GAP_BACK_S = ONSET_S + 20 * 60, ONSET_S + 23 * 60, ONSET
 SIGNAL_NODES = (
     NodeTimeline("drv-mismatch", agent=((0, AGENT_PASS), (ONSET_S, AGENT_FAIL))),
     NodeTimeline("drv-young", agent=((0, AGENT_FAIL),), first_s=ONSET_S),  # joined mismatched
-    NodeTimeline("drv-offgrid", agent=((0, AGENT_PASS), (ONSET_S + 45, AGENT_FAIL)),
-                 scrape_offset_s=3),  # first seen failing at ONSET + 48 s
-    NodeTimeline("drv-gap", agent=((0, AGENT_PASS), (GAP_FAIL_S, AGENT_FAIL),
-                                   (GAP_STOP_S, AGENT_GONE), (GAP_BACK_S, AGENT_FAIL))),
+    NodeTimeline(
+        "drv-offgrid", agent=((0, AGENT_PASS), (ONSET_S + 45, AGENT_FAIL)), scrape_offset_s=3
+    ),  # first seen failing at ONSET + 48 s
+    NodeTimeline(
+        "drv-gap",
+        agent=(
+            (0, AGENT_PASS),
+            (GAP_FAIL_S, AGENT_FAIL),
+            (GAP_STOP_S, AGENT_GONE),
+            (GAP_BACK_S, AGENT_FAIL),
+        ),
+    ),
     NodeTimeline("drv-fixed", agent=((0, AGENT_FAIL), (ONSET_S, AGENT_PASS))),
     NodeTimeline("drv-cordoned", agent=((0, AGENT_FAIL),), unschedulable=((0, 1),)),
-    NodeTimeline("drv-unknown", agent=((0, AGENT_FAIL), (GAP_FAIL_S, AGENT_UNKNOWN)),
-                 unschedulable=((0, 1),)),
+    NodeTimeline(
+        "drv-unknown", agent=((0, AGENT_FAIL), (GAP_FAIL_S, AGENT_UNKNOWN)), unschedulable=((0, 1),)
+    ),
     NodeTimeline("drv-passed", agent=((0, AGENT_PASS),), unschedulable=((0, 1),)),
     NodeTimeline("no-agent", unschedulable=((0, 1),)),
     NodeTimeline("net-ok", unschedulable=((0, 1),)),
     NodeTimeline("net-proxy-down", unschedulable=((0, 1),)),
     NodeTimeline("net-no-cni", unschedulable=((0, 1),)),
     NodeTimeline("net-schedulable"),
-)  # fmt: skip
+)
 PROXY_DOWN_S = ONSET_S + 20  # kube-proxy's Ready turns false between two scrapes
 
 
 def _static_proxy(node: str, ready: Steps = ((0, 1),)) -> PodTimeline:
     """RKE2's kube-proxy: a static pod named after its node, owned by the Node."""
-    return PodTimeline("kube-system", f"kube-proxy-{node}", node, created_by=("Node", node),
-                       ready=ready)  # fmt: skip
+    return PodTimeline(
+        "kube-system", f"kube-proxy-{node}", node, created_by=("Node", node), ready=ready
+    )
 
 
 def _daemon(namespace: str, daemonset: str, suffix: str, node: str, ready: int = 1) -> PodTimeline:
-    return PodTimeline(namespace, f"{daemonset}-{suffix}", node,
-                       created_by=("DaemonSet", daemonset), ready=((0, ready),))  # fmt: skip
+    return PodTimeline(
+        namespace,
+        f"{daemonset}-{suffix}",
+        node,
+        created_by=("DaemonSet", daemonset),
+        ready=((0, ready),),
+    )
 
 
 SIGNAL_PODS = (
@@ -201,8 +220,13 @@ BOUNDARY_NODES = (
     _fault("odd-uuid", 79),
     _fault("long-host", 48, host_value=LONG_HOST),
 )
-BOUNDARY = Scenario(start=T0, duration_s=60 * 60, nodes=BOUNDARY_NODES,
-                    extra_uuids={("odd-uuid", 4): ODD_UUID}, job_labels=True)  # fmt: skip
+BOUNDARY = Scenario(
+    start=T0,
+    duration_s=60 * 60,
+    nodes=BOUNDARY_NODES,
+    extra_uuids={("odd-uuid", 4): ODD_UUID},
+    job_labels=True,
+)
 # Every GPU node's GPUs published by the DRA driver only: kube-state-metrics has no
 # nvidia_com_gpu capacity series in the whole cluster (guard.read.prom_view.missing_input).
 DRA_ONLY_NODES = (
@@ -210,8 +234,13 @@ DRA_ONLY_NODES = (
     NodeTimeline("dra-healthy", dra=True),
 )
 DRA_ONLY = Scenario(start=T0, duration_s=60 * 60, nodes=DRA_ONLY_NODES)
-SCENARIOS = {"scenario": SCENARIO, "misconfigured": MISCONFIGURED, "signals": SIGNALS,
-             "boundary": BOUNDARY, "dra-only": DRA_ONLY}  # fmt: skip
+SCENARIOS = {
+    "scenario": SCENARIO,
+    "misconfigured": MISCONFIGURED,
+    "signals": SIGNALS,
+    "boundary": BOUNDARY,
+    "dra-only": DRA_ONLY,
+}
 
 
 Servers = dict[tuple[Engine, str], "LocalPrometheus | PrometheusUnavailable"]

@@ -45,9 +45,13 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))  # fmt: skip
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return path
 
 
@@ -55,19 +59,27 @@ Issuer = tuple[x509.Name, ec.EllipticCurvePrivateKey]
 
 
 def _cert(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: Issuer | None,
-    *, ca: bool = False, ip: str = "", client: bool = False,
-) -> x509.Certificate:  # fmt: skip
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: Issuer | None,
+    *,
+    ca: bool = False,
+    ip: str = "",
+    client: bool = False,
+) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     issuer_name, issuer_key = issuer or (name, key)
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(name).issuer_name(issuer_name).public_key(key.public_key())
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )  # fmt: skip
+    )
     if ip:
         builder = builder.add_extension(
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False

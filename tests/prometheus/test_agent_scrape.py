@@ -45,12 +45,24 @@ def scraped_agent(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     agent_log = (tmp_path / "agent.log").open("w")
     agent = subprocess.Popen(
         [
-            sys.executable, "-m", "guard", "agent", "--root", str(root), "--node", NODE,
-            "--listen", f"127.0.0.1:{agent_port}", "--interval-s", "1",
-            "--allowed-dns", ALLOWED_DNS,
+            sys.executable,
+            "-m",
+            "guard",
+            "agent",
+            "--root",
+            str(root),
+            "--node",
+            NODE,
+            "--listen",
+            f"127.0.0.1:{agent_port}",
+            "--interval-s",
+            "1",
+            "--allowed-dns",
+            ALLOWED_DNS,
         ],
-        stdout=agent_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        stdout=agent_log,
+        stderr=subprocess.STDOUT,
+    )
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -61,11 +73,14 @@ def scraped_agent(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     prom_log = (tmp_path / "prometheus.log").open("w")
     server = subprocess.Popen(
         [
-            prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{prom_port}",
         ],
-        stdout=prom_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        stdout=prom_log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield f"http://127.0.0.1:{prom_port}", root
     finally:

@@ -51,8 +51,14 @@ def test_promtool_of_each_prometheus_passes_the_rule_tests(engine: Engine):
     require_engine(engine)
     promtool = binaries(engine).rules_promtool
     files = sorted(p.name for p in RULES.glob("*.test.yaml"))
-    result = subprocess.run([promtool, "test", "rules", *files], cwd=RULES, capture_output=True,
-                            text=True, timeout=600, check=False)  # fmt: skip
+    result = subprocess.run(
+        [promtool, "test", "rules", *files],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
@@ -120,8 +126,9 @@ def rule_tests() -> list[RuleTest]:
                 series.append((name.strip(), labels, tuple(expand(str(item["values"])))))
             times = sorted({seconds(t["eval_time"]) for t in test.get("alert_rule_test", [])})
             evals = tuple(start + timedelta(seconds=t) for t in times)
-            rt = RuleTest(test["name"], start, seconds(test.get("interval", "1m")), tuple(series),
-                          evals)  # fmt: skip
+            rt = RuleTest(
+                test["name"], start, seconds(test.get("interval", "1m")), tuple(series), evals
+            )
             found.append(rt)
             start = rt.end + GAP
     return found
@@ -134,8 +141,9 @@ def write_openmetrics(tests: list[RuleTest], path: Path) -> None:
         for name, labels, values in rt.series:
             points = samples.setdefault(name, {}).setdefault(labels, [])
             base = rt.start.timestamp()
-            points.extend((base + i * rt.interval_s, v) for i, v in enumerate(values)
-                          if v is not None)  # fmt: skip
+            points.extend(
+                (base + i * rt.interval_s, v) for i, v in enumerate(values) if v is not None
+            )
     with path.open("w", encoding="utf-8") as out:
         for name in sorted(samples):
             out.write(f"# TYPE {name} gauge\n")

@@ -26,11 +26,14 @@ def test_the_bad_series_are_dropped_and_their_nodes_named(prom_boundary):
     view = read_prom(PromClient(prom_boundary.url), S, minutes(5), NAMES)
     assert [c.node for c in candidates(view, minutes(5), S)] == ["fault79"]
     assert set(view.unreadable) == {
-        PromUnreadable("odd-uuid", "hardware-xid", "UUID", ODD_UUID,
-                       "not a GPU UUID (GPU-8-4-4-4-12 hex)"),
-        *(PromUnreadable("", query, "Hostname", LONG_HOST, HOST_WHY)
-          for query in ("hardware-xid", "xid-hosts", "exporter-hosts")),
-    }  # fmt: skip
+        PromUnreadable(
+            "odd-uuid", "hardware-xid", "UUID", ODD_UUID, "not a GPU UUID (GPU-8-4-4-4-12 hex)"
+        ),
+        *(
+            PromUnreadable("", query, "Hostname", LONG_HOST, HOST_WHY)
+            for query in ("hardware-xid", "xid-hosts", "exporter-hosts")
+        ),
+    }
     assert {n for n, _ in view.loss_since} == {"fault79", "long-host"}  # "" names no node
 
 
@@ -65,14 +68,20 @@ def test_the_exporter_pins_read_the_same_view(prom_boundary, after):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        pytest.param({"dcgm_selector": 'job="dcgm-exporter"'},
-                     'input metric DCGM_FI_DEV_XID_ERRORS has no series matching --dcgm-selector'
-                     ' job="dcgm-exporter"', id="another-dcgm-job"),
-        pytest.param({"ksm_selector": 'namespace="monitoring"'},
-                     "input metric kube_node_spec_unschedulable has no series matching"
-                     ' --ksm-selector namespace="monitoring"', id="ksm-in-another-namespace"),
+        pytest.param(
+            {"dcgm_selector": 'job="dcgm-exporter"'},
+            "input metric DCGM_FI_DEV_XID_ERRORS has no series matching --dcgm-selector"
+            ' job="dcgm-exporter"',
+            id="another-dcgm-job",
+        ),
+        pytest.param(
+            {"ksm_selector": 'namespace="monitoring"'},
+            "input metric kube_node_spec_unschedulable has no series matching"
+            ' --ksm-selector namespace="monitoring"',
+            id="ksm-in-another-namespace",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_pin_no_series_matches_aborts_naming_it(prom_boundary, changes, message):
     s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
     with pytest.raises(PromError) as err:

@@ -41,9 +41,24 @@ NODES = (
 )
 # Values that are text although they may look like numbers: comma-joined setting lists.
 TEXT_LISTS = {f.name for f in setting_fields() if str(f.type).startswith("tuple")}
-INTEGERS = {"held_s", "needs_s", "nodes", "candidates", "pending", "applied", "failed",
-            "already_done", "skipped", "decisions", "would_apply", "prometheus_requests",
-            "api_requests", "api_retries", "shown", "more"}  # fmt: skip
+INTEGERS = {
+    "held_s",
+    "needs_s",
+    "nodes",
+    "candidates",
+    "pending",
+    "applied",
+    "failed",
+    "already_done",
+    "skipped",
+    "decisions",
+    "would_apply",
+    "prometheus_requests",
+    "api_requests",
+    "api_retries",
+    "shown",
+    "more",
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,19 +71,31 @@ def prom() -> Iterator[LocalPrometheus]:
 
 def cluster_file(tmp_path: Path) -> Path:
     def node(name: str, cordoned: bool, notes: dict[str, str]) -> dict[str, Any]:
-        return {"kind": "Node",
-                "metadata": {"name": name, "resourceVersion": "7", "annotations": notes},
-                "spec": {"unschedulable": cordoned},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                           "nodeInfo": {"bootID": f"boot-{name}"},
-                           "capacity": {"nvidia.com/gpu": "8"},
-                           "allocatable": {"nvidia.com/gpu": "7"}}}  # fmt: skip
+        return {
+            "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "7", "annotations": notes},
+            "spec": {"unschedulable": cordoned},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"bootID": f"boot-{name}"},
+                "capacity": {"nvidia.com/gpu": "8"},
+                "allocatable": {"nvidia.com/gpu": "7"},
+            },
+        }
 
-    guarded = {"reason": "xid-79", "at": "2026-09-21T05:15:00Z", "boot-id": "boot-log-guarded",
-               "gpu-capacity": "8", "gpu": f"0000:28:00.0 {NODES[2].gpu_uuid(1)}"}  # fmt: skip
+    guarded = {
+        "reason": "xid-79",
+        "at": "2026-09-21T05:15:00Z",
+        "boot-id": "boot-log-guarded",
+        "gpu-capacity": "8",
+        "gpu": f"0000:28:00.0 {NODES[2].gpu_uuid(1)}",
+    }
     guarded = {f"{KEY}auto-cordon-{k}": v for k, v in guarded.items()}
-    items = [node("log-cordon", False, {}), node("log-pending", False, {}),
-             node("log-guarded", True, guarded)]  # fmt: skip
+    items = [
+        node("log-cordon", False, {}),
+        node("log-pending", False, {}),
+        node("log-guarded", True, guarded),
+    ]
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
@@ -82,11 +109,28 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def cycle(prom: LocalPrometheus, snapshot: Path, *extra: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--cluster-snapshot",
-         str(snapshot), "--at", AT.isoformat(), "--log-format", "json", "--output", "json",
-         *extra],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--cluster-snapshot",
+            str(snapshot),
+            "--at",
+            AT.isoformat(),
+            "--log-format",
+            "json",
+            "--output",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line, object_pairs_hook=unique_keys) for line in proc.stderr.splitlines()]
     for r in records:
@@ -113,11 +157,17 @@ def test_a_whole_cycles_json_log_is_typed_with_unique_keys(prom, tmp_path):
     assert ("cordon", "log-cordon") in events and ("skip", "log-guarded") in events
     (pending,) = [r for r in log if r["event"] == "pending"]
     assert pending == {
-        "time": pending["time"], "level": "INFO", "event": "pending", "node": "log-pending",
-        "reason": "xid-48", "gpu": "0000:38:00.0", "held_s": 360, "needs_s": 600,
+        "time": pending["time"],
+        "level": "INFO",
+        "event": "pending",
+        "node": "log-pending",
+        "reason": "xid-48",
+        "gpu": "0000:38:00.0",
+        "held_s": 360,
+        "needs_s": 600,
         "decides_at": format_time(AT + timedelta(seconds=240)),
         "next": "cordon candidate if the GPU loss holds 240s more",
-    }  # fmt: skip
+    }
     (same_boot,) = [r for r in log if r["event"] == "skip" and r["reason"] == "same-boot"]
     assert same_boot["next"] == (
         "waiting for the power cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#isolated-waiting-for-power-cycle)"

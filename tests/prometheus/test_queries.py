@@ -115,9 +115,17 @@ def test_candidates_carry_gpu_identity(prom):
 def test_read_prom_builds_the_view(prom):
     v = view(prom, minutes(12))
     assert {c.node for c in candidates(v, minutes(12), S)} == {
-        "fast79", "slow48", "lower79", "young48", "young79", "offgrid79", "between79",
-        "hidden48", "relabel79", "dra79",
-    }  # fmt: skip
+        "fast79",
+        "slow48",
+        "lower79",
+        "young48",
+        "young79",
+        "offgrid79",
+        "between79",
+        "hidden48",
+        "relabel79",
+        "dra79",
+    }
     assert "dra94" in {g.node for g in v.hardware_xids}  # seen, but a reset-class Xid is no loss
     assert {g.node for g in v.hardware_xids} >= {"fast79", "slow48", "dip48", "cordoned79"}
     assert not {"user13", "counted13"} & {g.node for g in v.hardware_xids}
@@ -134,8 +142,9 @@ def test_held_is_capped_the_same_way_on_every_engine(prom):
 
 
 def test_counted_xid_is_reported_beside_the_gauge(prom):
-    hidden = [(g.value, g.gpu) for g in view(prom, minutes(11)).hardware_xids
-              if g.node == "hidden48"]  # fmt: skip
+    hidden = [
+        (g.value, g.gpu) for g in view(prom, minutes(11)).hardware_xids if g.node == "hidden48"
+    ]
     assert hidden == [(48, "4")]  # the gauge says 13 (user code); the counter kept the 48
 
 
@@ -216,18 +225,40 @@ def test_every_engine_gives_the_same_view(every_engine):
 
 
 def run_guard(prom, nodes: list[tuple[str, int]], at: datetime, tmp_path):
-    items = [{"kind": "Node", "metadata": {"name": name, "resourceVersion": "1"},
-              "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                         "capacity": {"nvidia.com/gpu": str(gpus)},
-                         "allocatable": {"nvidia.com/gpu": str(gpus)}}}
-             for name, gpus in nodes]  # fmt: skip
+    items = [
+        {
+            "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "capacity": {"nvidia.com/gpu": str(gpus)},
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+            },
+        }
+        for name, gpus in nodes
+    ]
     cluster = tmp_path / "cluster.json"
     cluster.write_text(json.dumps({"kind": "List", "items": items}))
     return subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--cluster-snapshot",
-         str(cluster), "--at", at.isoformat(), "--jobs-namespace", JOBS_NS],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--cluster-snapshot",
+            str(cluster),
+            "--at",
+            at.isoformat(),
+            "--jobs-namespace",
+            JOBS_NS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_run_warns_once_about_gpu_nodes_without_an_exporter(prom, tmp_path):

@@ -194,8 +194,9 @@ def test_service_network_pods_of_unschedulable_nodes(prom_signals):
 )
 def test_readiness_follows_the_scrapes_off_the_minute(prom_signals, second, ready):
     at = ONSET + timedelta(seconds=second)
-    (proxy,) = (p for p in view(prom_signals, at).service_pods
-                if p.name == "kube-proxy-net-proxy-down")  # fmt: skip
+    (proxy,) = (
+        p for p in view(prom_signals, at).service_pods if p.name == "kube-proxy-net-proxy-down"
+    )
     assert proxy.ready is ready
 
 
@@ -211,8 +212,10 @@ def test_readiness_follows_the_scrapes_off_the_minute(prom_signals, second, read
         pytest.param(
             {"service_network_cni_namespace": "calico-system"},
             (("cni", 1), ("kube-proxy", 4)),
-            {"calico-node-h2k9d", *(f"kube-proxy-{n}" for n in ("net-ok", "net-proxy-down",
-                                                                 "net-no-cni"))},
+            {
+                "calico-node-h2k9d",
+                *(f"kube-proxy-{n}" for n in ("net-ok", "net-proxy-down", "net-no-cni")),
+            },
             id="cni-namespace",
         ),
         pytest.param(
@@ -222,7 +225,7 @@ def test_readiness_follows_the_scrapes_off_the_minute(prom_signals, second, read
             id="cni-off-kube-proxy-any-namespace",
         ),
     ],
-)  # fmt: skip
+)
 def test_selectors_are_settings(prom_signals, changes, seen, names):
     s = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS, **changes)
     v = view(prom_signals, minutes(10), s)
@@ -258,19 +261,29 @@ def node_object(
     records = {"gpu-node-guard.io/checked-boot": f"{boot} 2026-09-14T03:00:00Z job/gng-cf-{name}-0"}
     return {
         "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "1",
-                     "annotations": (notes or {}) | (records if checked else {})},
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "annotations": (notes or {}) | (records if checked else {}),
+        },
         "spec": {"unschedulable": bool(notes)},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                   "nodeInfo": {"bootID": boot},
-                   "capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}},
-    }  # fmt: skip
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"bootID": boot},
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": "8"},
+        },
+    }
 
 
 def cordoned_by_guard(reason: str) -> dict[str, str]:
     p = "gpu-node-guard.io/"
-    notes = {f"{p}auto-cordon-reason": reason, f"{p}auto-cordon-at": "2026-09-20T23:00:00Z",
-             f"{p}auto-cordon-boot-id": "boot-0", f"{p}auto-cordon-gpu-capacity": "8"}  # fmt: skip
+    notes = {
+        f"{p}auto-cordon-reason": reason,
+        f"{p}auto-cordon-at": "2026-09-20T23:00:00Z",
+        f"{p}auto-cordon-boot-id": "boot-0",
+        f"{p}auto-cordon-gpu-capacity": "8",
+    }
     if reason.startswith("xid-"):
         notes[f"{p}auto-cordon-gpu"] = "0000:58:00.0 GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
     return notes
@@ -280,10 +293,27 @@ def run_guard(prom, objects: list[dict[str, Any]], at: datetime, tmp_path: Path)
     cluster = tmp_path / "cluster.json"
     cluster.write_text(json.dumps({"kind": "List", "items": objects}))
     proc = subprocess.run(
-        [sys.executable, "-m", "guard", "run", "--prometheus-url", prom.url, "--cluster-snapshot",
-         str(cluster), "--at", at.isoformat(), "--jobs-namespace", JOBS_NS, "--output", "json"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "run",
+            "--prometheus-url",
+            prom.url,
+            "--cluster-snapshot",
+            str(cluster),
+            "--at",
+            at.isoformat(),
+            "--jobs-namespace",
+            JOBS_NS,
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout))
 
@@ -299,8 +329,9 @@ def test_a_driver_mismatch_alerts_and_isolates_without_a_reboot(prom_signals, tm
         assert "drv-mismatch" in {x.label("node") for x in firing}, second
     # the guard's cycle at that minute, on the same data, cordons the same node in its boot
     # every node's boot was checked after its last reboot: the plan is the mismatch's alone
-    objects = [node_object(n.name, "boot-1", checked=True) for n in SIGNAL_NODES
-               if not n.unschedulable]  # fmt: skip
+    objects = [
+        node_object(n.name, "boot-1", checked=True) for n in SIGNAL_NODES if not n.unschedulable
+    ]
     plan = run_guard(prom_signals, objects, ONSET + timedelta(seconds=rule.for_s), tmp_path)
     (cordon,) = [a for a in plan["actions"] if a["type"] == "cordon"]
     assert (cordon["node"], cordon["reason"]) == ("drv-mismatch", "nvml-mismatch")
@@ -325,19 +356,30 @@ def test_returns_read_the_agent_and_the_service_network(prom_signals, tmp_path):
     ]
     plan = run_guard(prom_signals, objects, minutes(30), tmp_path)
     names = {o["metadata"]["name"] for o in objects}
-    decided = {a["node"]: (a["reason"], a.get("detail", "")) for a in plan["actions"]
-               if a["node"] in names}  # fmt: skip
+    decided = {
+        a["node"]: (a["reason"], a.get("detail", "")) for a in plan["actions"] if a["node"] in names
+    }
     failed = AGENT_DETAIL[AGENT_FAIL][1]
     assert decided == {
-        "drv-passed": ("service-network-not-ready", "no kube-proxy pod on the node (4 in the"
-                       " cluster); no cni pod on the node (4 in the cluster)"),
-        "drv-unknown": ("nvml-unconfirmed", "node agent: UNKNOWN; an nvml-mismatch cordon"
-                        " returns once the agent reports PASS"),
+        "drv-passed": (
+            "service-network-not-ready",
+            "no kube-proxy pod on the node (4 in the"
+            " cluster); no cni pod on the node (4 in the cluster)",
+        ),
+        "drv-unknown": (
+            "nvml-unconfirmed",
+            "node agent: UNKNOWN; an nvml-mismatch cordon returns once the agent reports PASS",
+        ),
         "drv-cordoned": ("nvml-mismatch", f"node agent: nvidia-match FAIL ({failed})"),
-        "no-agent": ("service-network-not-ready", "no kube-proxy pod on the node (4 in the"
-                     " cluster); no cni pod on the node (4 in the cluster)"),
+        "no-agent": (
+            "service-network-not-ready",
+            "no kube-proxy pod on the node (4 in the"
+            " cluster); no cni pod on the node (4 in the cluster)",
+        ),
         "net-ok": ("conditions-met", ""),
-        "net-proxy-down": ("service-network-not-ready",
-                           "kube-proxy pod kube-system/kube-proxy-net-proxy-down not Ready"),
+        "net-proxy-down": (
+            "service-network-not-ready",
+            "kube-proxy pod kube-system/kube-proxy-net-proxy-down not Ready",
+        ),
         "net-no-cni": ("service-network-not-ready", "no cni pod on the node (4 in the cluster)"),
-    }  # fmt: skip
+    }

@@ -53,16 +53,18 @@ def _raw(port: int, data: bytes, wait_s: float = 3.0) -> bytes:
     [
         pytest.param(b"GET /metrics HTTP/1.0\r\n\r\n", b"200", id="plain-scrape"),
         pytest.param(b"HEAD /metrics HTTP/1.0\r\n\r\n", b"200", id="head"),
-        pytest.param(b"POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", b"405",
-                     id="post"),
-        pytest.param(b"GET /metrics HTTP/1.0\r\nX: " + b"a" * 20000 + b"\r\n\r\n", b"431",
-                     id="oversized-header"),
+        pytest.param(b"POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", b"405", id="post"),
+        pytest.param(
+            b"GET /metrics HTTP/1.0\r\nX: " + b"a" * 20000 + b"\r\n\r\n",
+            b"431",
+            id="oversized-header",
+        ),
         pytest.param(b"GARBAGE\r\n\r\n", b"400", id="not-a-request-line"),
         pytest.param(b"\x00\xff\xfe\r\n\r\n", b"400", id="binary"),
         pytest.param(b"GET /nothing HTTP/1.0\r\n\r\n", b"404", id="unknown-path"),
         pytest.param(b"GET /metr", b"", id="half-a-line-times-out"),
     ],
-)  # fmt: skip
+)
 def test_each_request_is_answered_or_closed(
     server: MetricsServer, request_bytes: bytes, status: bytes
 ) -> None:

@@ -32,12 +32,16 @@ def test_the_shipped_command_is_a_layout() -> None:
 @pytest.mark.parametrize(
     "tail",
     [
-        ["--platform=other", "--kube-proxy-mode=iptables", "--allowed-dns=10.20.0.0/16",
-         "--resolv-conf=/run/systemd/resolve/resolv.conf"],
+        [
+            "--platform=other",
+            "--kube-proxy-mode=iptables",
+            "--allowed-dns=10.20.0.0/16",
+            "--resolv-conf=/run/systemd/resolve/resolv.conf",
+        ],
         ["--platform=rke2", "--kube-proxy-mode=none", "--allowed-dns=10.0.0.0/8,fd00::/8"],
         ["--platform=auto", "--kube-proxy-mode=nftables", "--resolv-conf=/etc/resolv.conf"],
     ],
-)  # fmt: skip
+)
 def test_the_site_flags_of_docs_agent_md_are_layouts(tail: list[str]) -> None:
     assert matches(agent.layouts(), [*HEAD, *tail], "")
 
@@ -53,9 +57,16 @@ def test_the_site_flags_of_docs_agent_md_are_layouts(tail: list[str]) -> None:
         [*HEAD, "--kube-proxy-mode=ipvs", "--platform=rke2"],  # flags in another order
         [*HEAD[:4], "--interval-s=0", "--platform=rke2", "--kube-proxy-mode=ipvs"],
     ],
-    ids=["once", "root-slash", "listen-elsewhere", "resolv-conf-elsewhere", "dns-not-cidrs",
-         "reordered", "interval-zero"],
-)  # fmt: skip
+    ids=[
+        "once",
+        "root-slash",
+        "listen-elsewhere",
+        "resolv-conf-elsewhere",
+        "dns-not-cidrs",
+        "reordered",
+        "interval-zero",
+    ],
+)
 def test_nothing_else_is_a_layout(argv: list[str]) -> None:
     assert not matches(agent.layouts(), argv, "")
 
@@ -65,9 +76,11 @@ def test_the_pinned_host_paths_and_mounts_are_the_manifests() -> None:
     assert spec["volumes"] == agent.VOLUMES
     assert spec["containers"][0]["volumeMounts"] == agent.MOUNTS
     assert spec["containers"][0]["env"] == [
-        {"name": "GUARD_AGENT_NODE",
-         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}
-    ]  # fmt: skip
+        {
+            "name": "GUARD_AGENT_NODE",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}},
+        }
+    ]
 
 
 def test_the_policies_kustomization_lists_every_generated_file() -> None:

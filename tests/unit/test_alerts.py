@@ -76,9 +76,12 @@ def test_every_alert_has_severity_summary_and_description() -> None:
     rules = [r for r in everything if "alert" in r]
     q = alert_queries
     assert [r["record"] for r in everything if "record" in r] == [
-        q.USER_CODE_XIDS_SETTING, q.USER_CODE_XID, q.BREAKER_SETTING, q.COREDNS_UPSTREAMS,
+        q.USER_CODE_XIDS_SETTING,
+        q.USER_CODE_XID,
+        q.BREAKER_SETTING,
+        q.COREDNS_UPSTREAMS,
         q.COREDNS_UPSTREAM_ALLOWED,
-    ]  # fmt: skip
+    ]
     assert [r["alert"] for r in rules] == ALERT_NAMES
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
@@ -147,9 +150,11 @@ def test_only_the_notification_pair_is_info_and_carries_the_route_label() -> Non
     rules = _rules(alert_queries.AlertParams())
     notify = {name for name, r in rules.items() if "notify" in r["labels"]}
     info = {name for name, r in rules.items() if r["labels"]["severity"] == "info"}
-    assert notify == info == {
-        "GPUNodeGuardCordoned", "GPUNodeGuardReturned", "GPUNodeGuardDeviceTainted"
-    }  # fmt: skip
+    assert (
+        notify
+        == info
+        == {"GPUNodeGuardCordoned", "GPUNodeGuardReturned", "GPUNodeGuardDeviceTainted"}
+    )
     for name in notify:
         assert rules[name]["labels"] == {"severity": "info", "notify": "gpu-node-guard"}
         assert rules[name]["for"] == "1m"

@@ -56,8 +56,14 @@ class Clock:
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-            "reason": reason, "code": code}  # fmt: skip
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def node_json(name: str, rv: str = "101", **annotations: str) -> dict[str, Any]:
@@ -67,8 +73,9 @@ def node_json(name: str, rv: str = "101", **annotations: str) -> dict[str, Any]:
 
 def run(actions: tuple[Action, ...], nodes: tuple[NodeInfo, ...], deadline_s: float = 30):
     clock = Clock()
-    backoff = Backoff(clock.now + deadline_s, clock=clock.time, sleep=clock.sleep,
-                      rng=random.Random(1))  # fmt: skip
+    backoff = Backoff(
+        clock.now + deadline_s, clock=clock.time, sleep=clock.sleep, rng=random.Random(1)
+    )
     kube = Kube(requests.Session(), API, backoff)
     out = io.StringIO()
     executor = KubeExecutor(kube, Log("text", out, NOW), settings(), snapshot(*nodes), "pod-1")
@@ -88,11 +95,19 @@ def cordon_plan(name: str = "a") -> tuple[tuple[Action, ...], tuple[NodeInfo, ..
 
 def fresh_writes_succeed(rsps: responses.RequestsMock) -> None:
     """Event, ledger and Job writes answered as a healthy server answers them."""
-    rsps.add(responses.GET, re.compile(f"{EVENTS}/.+"), status=404,
-             json=status(404, "NotFound", "not found"))  # fmt: skip
+    rsps.add(
+        responses.GET,
+        re.compile(f"{EVENTS}/.+"),
+        status=404,
+        json=status(404, "NotFound", "not found"),
+    )
     rsps.add(responses.POST, EVENTS, status=201, json={"metadata": {"name": "e"}})
-    rsps.add(responses.GET, f"{CMS}/gpu-fault-ledger", status=404,
-             json=status(404, "NotFound", "not found"))  # fmt: skip
+    rsps.add(
+        responses.GET,
+        f"{CMS}/gpu-fault-ledger",
+        status=404,
+        json=status(404, "NotFound", "not found"),
+    )
     rsps.add(responses.POST, CMS, status=201, json={"metadata": {"name": "gpu-fault-ledger"}})
     rsps.add(
         responses.POST,
@@ -106,8 +121,9 @@ def fresh_writes_succeed(rsps: responses.RequestsMock) -> None:
 def test_500_and_a_reset_are_retried_with_backoff_until_the_cordon_lands():
     actions, nodes = cordon_plan()
     responses.add(responses.PATCH, f"{NODES}/a", status=500, body="etcdserver: leader changed")
-    responses.add(responses.PATCH, f"{NODES}/a",
-                  body=requests.ConnectionError("Connection reset by peer"))  # fmt: skip
+    responses.add(
+        responses.PATCH, f"{NODES}/a", body=requests.ConnectionError("Connection reset by peer")
+    )
     responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a", **{KEYS.reason: "xid-79"}))
     fresh_writes_succeed(responses.mock)
     outcomes, text, clock, _ = run(actions, nodes)
@@ -151,10 +167,15 @@ def test_a_lost_answer_to_the_cordon_is_already_done_and_the_rest_goes_on():
     actions, nodes = cordon_plan()
     cordon = actions[0]
     mine = dict(cordon.annotations)  # type: ignore[union-attr]
-    responses.add(responses.PATCH, f"{NODES}/a",
-                  body=requests.ConnectionError("Connection aborted"))  # fmt: skip
-    responses.add(responses.PATCH, f"{NODES}/a", status=409,
-                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    responses.add(
+        responses.PATCH, f"{NODES}/a", body=requests.ConnectionError("Connection aborted")
+    )
+    responses.add(
+        responses.PATCH,
+        f"{NODES}/a",
+        status=409,
+        json=status(409, "Conflict", "the object has been modified"),
+    )
     held = node_json("a", "102", **{KEYS.reason: mine[KEYS.reason], KEYS.at: mine[KEYS.at]})
     responses.add(responses.GET, f"{NODES}/a", json=held)
     responses.add(responses.PATCH, f"{NODES}/a", json=held)  # the evidence Job's record
@@ -201,17 +222,26 @@ def returning_and_cordon_plan():
 def test_a_refused_uncordon_skips_its_event_while_the_other_nodes_cordon_lands():
     actions, nodes = returning_and_cordon_plan()
     assert [(type(a).__name__, a.node) for a in actions] == [
-        ("Uncordon", "r"), ("EmitEvent", "r"),
-        ("Cordon", "c"), ("EmitEvent", "c"), ("AppendLedgerLine", "c"), ("CreateJob", "c"),
-    ]  # fmt: skip
+        ("Uncordon", "r"),
+        ("EmitEvent", "r"),
+        ("Cordon", "c"),
+        ("EmitEvent", "c"),
+        ("AppendLedgerLine", "c"),
+        ("CreateJob", "c"),
+    ]
     refusal = "nodes \"r\" is forbidden: ValidatingAdmissionPolicy 'gpu-node-guard-hold' denied"
     responses.add(responses.PATCH, f"{NODES}/r", status=422, json=status(422, "Invalid", refusal))
     responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c", **{KEYS.reason: "xid-79"}))
     fresh_writes_succeed(responses.mock)
     outcomes, text, _, _ = run(actions, nodes)
     assert [o.status for o in outcomes] == [
-        "failed", "skipped", "applied", "applied", "applied", "applied"
-    ]  # fmt: skip
+        "failed",
+        "skipped",
+        "applied",
+        "applied",
+        "applied",
+        "applied",
+    ]
     quoted = refusal.replace('"', '\\"')
     assert text[0] == (
         "ERROR write-failed node=r action=uncordon reason=loadtest-passed "
@@ -232,8 +262,10 @@ def test_a_load_test_job_refused_by_a_policy_does_not_stop_the_cordon_after_it()
     faulted = with_uid(node("c", allocatable=7))
     snap = snapshot(back, faulted, candidates=(gpu("c", 79),))
     actions = plan_cycle(snap, settings(), TEMPLATES)
-    assert [(type(a).__name__, a.node) for a in actions][:2] == [("CreateJob", "r"),
-                                                                  ("Cordon", "c")]  # fmt: skip
+    assert [(type(a).__name__, a.node) for a in actions][:2] == [
+        ("CreateJob", "r"),
+        ("Cordon", "c"),
+    ]
 
     def job(request: Any) -> tuple[int, dict[str, str], str]:
         name = json.loads(request.body)["metadata"]["name"]
@@ -280,11 +312,17 @@ def test_ledger_conflicts_are_retried_after_reading_again():
     actions, nodes = cordon_plan()
     responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a"))
     fresh_writes_succeed(responses.mock)
-    ledger = {"metadata": {"name": "gpu-fault-ledger", "resourceVersion": "5"},
-              "data": {"z": "someone else's line\n"}}  # fmt: skip
+    ledger = {
+        "metadata": {"name": "gpu-fault-ledger", "resourceVersion": "5"},
+        "data": {"z": "someone else's line\n"},
+    }
     responses.replace(responses.GET, f"{CMS}/gpu-fault-ledger", json=ledger)
-    responses.add(responses.PUT, f"{CMS}/gpu-fault-ledger", status=409,
-                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    responses.add(
+        responses.PUT,
+        f"{CMS}/gpu-fault-ledger",
+        status=409,
+        json=status(409, "Conflict", "the object has been modified"),
+    )
     responses.add(responses.PUT, f"{CMS}/gpu-fault-ledger", json=ledger)
     outcomes, _, clock, _ = run(actions, nodes)
     assert outcomes[2].status == "applied" and len(clock.slept) == 1
@@ -293,8 +331,9 @@ def test_ledger_conflicts_are_retried_after_reading_again():
     for put in puts:  # each write is built from the ledger as read, never a stale copy
         assert put["metadata"]["resourceVersion"] == "5"
         assert put["data"]["z"] == "someone else's line\n"
-        assert put["data"]["a"].endswith("xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-"
-                                         "1e2f3a4b5c6d gpu-node-guard\n")  # fmt: skip
+        assert put["data"]["a"].endswith(
+            "xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d gpu-node-guard\n"
+        )
 
 
 @responses.activate
@@ -303,11 +342,23 @@ def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already
     when its answer is lost, the re-read node (record there, keys gone) means it landed."""
     record = ((f"{KEYS.prefix}returned", "2026-09-21T06:15:00Z job/gng-lt-r"),)
     uncordon = Uncordon("r", "loadtest-passed", "7", (KEYS.reason, KEYS.at), "passed", record)
-    cordon = Cordon("c", "xid-79", "8", ((KEYS.reason, "xid-79"),), "0000:99:00.0", 0, "job/e",
-                    clear_keys=(f"{KEYS.prefix}returned",))  # fmt: skip
+    cordon = Cordon(
+        "c",
+        "xid-79",
+        "8",
+        ((KEYS.reason, "xid-79"),),
+        "0000:99:00.0",
+        0,
+        "job/e",
+        clear_keys=(f"{KEYS.prefix}returned",),
+    )
     responses.add(responses.PATCH, f"{NODES}/r", body=requests.ConnectionError("reset"))
-    responses.add(responses.PATCH, f"{NODES}/r", status=409,
-                  json=status(409, "Conflict", "the object has been modified"))  # fmt: skip
+    responses.add(
+        responses.PATCH,
+        f"{NODES}/r",
+        status=409,
+        json=status(409, "Conflict", "the object has been modified"),
+    )
     returned = node_json("r", "9", **dict(record))
     returned["spec"]["unschedulable"] = False
     responses.add(responses.GET, f"{NODES}/r", json=returned)
@@ -315,11 +366,16 @@ def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already
     outcomes, _, _, _ = run((uncordon, cordon), (with_uid(node("r")), with_uid(node("c"))))
     assert [o.status for o in outcomes] == ["already-done", "applied"]
     bodies = [json.loads(c.request.body) for c in responses.calls if c.request.method == "PATCH"]
-    assert bodies[0]["metadata"]["annotations"] == {KEYS.reason: None, KEYS.at: None,
-                                                    **dict(record)}  # fmt: skip
+    assert bodies[0]["metadata"]["annotations"] == {
+        KEYS.reason: None,
+        KEYS.at: None,
+        **dict(record),
+    }
     assert bodies[0]["spec"] == {"unschedulable": False}
-    assert bodies[2]["metadata"]["annotations"] == {f"{KEYS.prefix}returned": None,
-                                                    KEYS.reason: "xid-79"}  # fmt: skip
+    assert bodies[2]["metadata"]["annotations"] == {
+        f"{KEYS.prefix}returned": None,
+        KEYS.reason: "xid-79",
+    }
 
 
 @responses.activate
@@ -362,8 +418,12 @@ def test_a_created_load_test_job_is_recorded_on_its_node_with_the_uid_the_api_an
     assert outcome.status == "applied" and JOB_UID in outcome.detail
     body = json.loads(responses.calls[1].request.body)
     value = f"{create.name} {JOB_UID} {spec_digest(create.manifest)}"
-    assert body == {"metadata": {"annotations": {KEYS.loadtest_job: value},
-                                 "resourceVersion": back.resource_version}}  # fmt: skip
+    assert body == {
+        "metadata": {
+            "annotations": {KEYS.loadtest_job: value},
+            "resourceVersion": back.resource_version,
+        }
+    }
     assert f"record={KEYS.loadtest_job}" in text[0]
 
 
@@ -375,17 +435,18 @@ def test_a_record_that_cannot_be_written_fails_the_run():
     responses.add(
         responses.POST, JOBS, status=201, json={"metadata": {"name": create.name, "uid": JOB_UID}}
     )
-    responses.add(responses.PATCH, f"{NODES}/r", status=422,
-                  json=status(422, "Invalid", "denied"))  # fmt: skip
+    responses.add(responses.PATCH, f"{NODES}/r", status=422, json=status(422, "Invalid", "denied"))
     (outcome,), _, _, _ = run((create,), (back,))
     assert outcome.status == "failed" and "its record" in outcome.detail
 
 
 @pytest.mark.parametrize(
     ("same_spec", "recorded"),
-    [pytest.param(True, True, id="the-guards-own-retried-create-is-recorded"),
-     pytest.param(False, False, id="another-spec-of-that-name-is-left-unrecorded")],
-)  # fmt: skip
+    [
+        pytest.param(True, True, id="the-guards-own-retried-create-is-recorded"),
+        pytest.param(False, False, id="another-spec-of-that-name-is-left-unrecorded"),
+    ],
+)
 @responses.activate
 def test_a_create_answered_409_records_the_job_only_when_it_is_what_the_guard_rendered(
     same_spec, recorded

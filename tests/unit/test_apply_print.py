@@ -24,9 +24,12 @@ def test_dry_run_prints_would_lines_and_counts_nothing_as_applied():
     text = out.getvalue().splitlines()
     lines = [t.split(" ", 2)[2] for t in text if t.startswith("2026-")]
     assert [line.split(" node=")[0] for line in lines] == [
-        "dry-run would cordon", "dry-run would event", "dry-run would append-ledger",
-        "dry-run would create-job", "skip",
-    ]  # fmt: skip
+        "dry-run would cordon",
+        "dry-run would event",
+        "dry-run would append-ledger",
+        "dry-run would create-job",
+        "skip",
+    ]
     assert "    kind: Job" in text, "the Job's manifest follows its line"
     counts = tally(outcomes)
     assert (counts["applied"], counts["would_apply"], counts["decisions"]) == (0, 4, 1)
@@ -41,9 +44,12 @@ def test_dry_run_json_lines_carry_the_event_and_a_dry_run_flag():
         printer.apply(action)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["event"], r.get("dry_run", False)) for r in records] == [
-        ("cordon", True), ("event", True), ("append-ledger", True), ("create-job", True),
+        ("cordon", True),
+        ("event", True),
+        ("append-ledger", True),
+        ("create-job", True),
         ("skip", False),
-    ]  # fmt: skip
+    ]
     event = records[1]
     assert event["event_reason"] == "GuardCordoned" and event["type"] == "Warning"
     assert records[0]["held_s"] == HELD_S and isinstance(records[0]["held_s"], int)

@@ -26,9 +26,12 @@ def _path_without_builders(tmp_path: Path) -> str:
 
 def test_without_a_builder_it_says_so_in_one_line_and_succeeds(tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(SCRIPT)], capture_output=True, text=True, check=False,
+        [str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        check=False,
         env={"PATH": _path_without_builders(tmp_path)},
-    )  # fmt: skip
+    )
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == (
         "make image: skipped, no OCI builder here (a docker daemon that answers, podman or"
@@ -42,8 +45,9 @@ def test_a_docker_cli_without_its_daemon_is_no_builder(tmp_path: Path) -> None:
     docker = Path(path) / "docker"
     docker.write_text("#!/bin/bash\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
     docker.chmod(0o755)
-    done = subprocess.run([str(SCRIPT)], capture_output=True, text=True, check=False,
-                          env={"PATH": path})  # fmt: skip
+    done = subprocess.run(
+        [str(SCRIPT)], capture_output=True, text=True, check=False, env={"PATH": path}
+    )
     assert done.returncode == 0 and "skipped, no OCI builder here" in done.stdout
 
 
@@ -54,8 +58,15 @@ def test_the_default_tags_are_the_references_the_base_deploys() -> None:
     for name in images:
         assert f"$(reference {name})" in script
     sed = subprocess.run(
-        ["bash", "-c", 'source <(sed -n "/^reference()/,/^}/p" hack/build-images.sh); '
-         "reference guard; reference loadtest"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            "bash",
+            "-c",
+            'source <(sed -n "/^reference()/,/^}/p" hack/build-images.sh); '
+            "reference guard; reference loadtest",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert sed.stdout.split() == [images["guard"], images["loadtest"]]

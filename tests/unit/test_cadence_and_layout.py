@@ -67,8 +67,11 @@ def test_no_settings_file_moves_the_timing() -> None:
     """The schedule and the deadline live in the CronJob: a site that set GUARD_CADENCE_S in
     settings.env would make the plan count in cycles the CronJob does not run."""
     for env in sorted(REPO.glob("manifests/**/settings.env")):
-        names = {line.split("=", 1)[0] for line in env.read_text().splitlines()
-                 if line.strip() and not line.startswith("#")}  # fmt: skip
+        names = {
+            line.split("=", 1)[0]
+            for line in env.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        }
         assert not names & set(TIMING), env
 
 
@@ -95,8 +98,10 @@ def test_a_layout_setting_other_than_the_manifests_warns_at_start(name: str) -> 
     """One WARN line naming the setting, the value and what the manifests pin; the command
     still runs (a site that regenerated its policies and manifests may mean it)."""
     flag = "--" + name.replace("_", "-")
-    value = {"annotation_prefix": "gpu-node-guard.example/",
-             "gpu_node_label": "example.com/gpu=true"}.get(name, "other-name")  # fmt: skip
+    value = {
+        "annotation_prefix": "gpu-node-guard.example/",
+        "gpu_node_label": "example.com/gpu=true",
+    }.get(name, "other-name")
     out = CliRunner().invoke(cli, ["render", "evidence", "--node", "gpu-1", flag, value])
     warns = [line for line in out.stderr.splitlines() if line.startswith("WARN layout setting")]
     assert out.exit_code == 0, out.output
@@ -118,8 +123,9 @@ def test_the_watch_keeps_to_the_deadline_and_polls_once_per_scrape(tmp_path: Pat
     deadline = spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
     assert s.watch_until_s == deadline - WATCH_MARGIN_S > 0
     (guard,) = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-           for e in guard["env"]}  # fmt: skip
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in guard["env"]
+    }
     assert env["GUARD_JOB_NAME"] == "metadata.labels['batch.kubernetes.io/job-name']"
     assert s.query_step_s % s.scrape_interval_s == 0
     assert Scenario(datetime.now(UTC), 1, ()).scrape_s == s.scrape_interval_s

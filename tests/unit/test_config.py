@@ -27,9 +27,13 @@ EXAMPLE = ROOT / "manifests" / "overlays" / "example"
 EVERY = ROOT / "tests" / "overlays" / "every-setting"
 # Site settings the every-setting overlay leaves at their default, each for its reason (its
 # settings.env says which): in-cluster, the CronJob's schedule, one credential of three.
-LEFT = {"kubeconfig", "cadence_s", "prometheus_bearer_token_file",
-        "prometheus_service_account_token",
-        "job_name"}  # fmt: skip  # job_name: the CronJob's own, from the pod's label
+LEFT = {
+    "kubeconfig",
+    "cadence_s",
+    "prometheus_bearer_token_file",
+    "prometheus_service_account_token",
+    "job_name",
+}  # job_name: the CronJob's own, from the pod's label
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +57,7 @@ def every(kustomize: list[str]) -> Rendered:
 
 @pytest.mark.parametrize("overlay", [EXAMPLE, EVERY], ids=["example", "every-setting"])
 def test_both_overlays_are_coherent(overlay: Path, kustomize: list[str]) -> None:
-    result = CliRunner().invoke(config.config, ["check", str(overlay), "--kustomize",
-                                                kustomize[0]])  # fmt: skip
+    result = CliRunner().invoke(config.config, ["check", str(overlay), "--kustomize", kustomize[0]])
     assert result.exit_code == 0, result.output
     assert "coherent" in result.output
 
@@ -88,7 +91,8 @@ def _settings(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, str
 def _guard_env(docs: dict[tuple[str, str, str], dict[str, Any]]) -> list[dict[str, Any]]:
     cron = docs[("CronJob", "gpu-node-guard", "gpu-node-guard")]
     env: list[dict[str, Any]] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"][
-        "containers"][0]["env"]  # fmt: skip
+        "containers"
+    ][0]["env"]
     return env
 
 
@@ -97,50 +101,72 @@ def _policy(docs: dict[tuple[str, str, str], dict[str, Any]], name: str) -> dict
 
 
 CASES: dict[str, tuple[Edit, str]] = {
-    "unknown key": (lambda d: _settings(d).update(GUARD_HOLD_WINDOW="600"),
-                    "GUARD_HOLD_WINDOW: not a setting of the guard"),
-    "layout key": (lambda d: _settings(d).update(GUARD_JOBS_NAMESPACE="gpu-node-guard-jobs"),
-                   "GUARD_JOBS_NAMESPACE: a layout name"),
-    "bad value": (lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="most"),
-                  "bad setting in the CronJob's settings"),
-    "refused value": (lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="1.5"),
-                      "the guard refuses these settings: loadtest_min_ratio"),
+    "unknown key": (
+        lambda d: _settings(d).update(GUARD_HOLD_WINDOW="600"),
+        "GUARD_HOLD_WINDOW: not a setting of the guard",
+    ),
+    "layout key": (
+        lambda d: _settings(d).update(GUARD_JOBS_NAMESPACE="gpu-node-guard-jobs"),
+        "GUARD_JOBS_NAMESPACE: a layout name",
+    ),
+    "bad value": (
+        lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="most"),
+        "bad setting in the CronJob's settings",
+    ),
+    "refused value": (
+        lambda d: _settings(d).update(GUARD_LOADTEST_MIN_RATIO="1.5"),
+        "the guard refuses these settings: loadtest_min_ratio",
+    ),
     "env entry disagrees": (
         lambda d: next(e for e in _guard_env(d) if e["name"] == "GUARD_LOADTEST_IMAGE").update(
-            value="elsewhere/burn:1"),
-        "GUARD_LOADTEST_IMAGE: the CronJob's env says 'elsewhere/burn:1', its ConfigMap"),
+            value="elsewhere/burn:1"
+        ),
+        "GUARD_LOADTEST_IMAGE: the CronJob's env says 'elsewhere/burn:1', its ConfigMap",
+    ),
     "policy edited": (
         lambda d: _policy(d, "gpu-node-guard-loadtest-job")["spec"].update(failurePolicy="Ignore"),
-        "ValidatingAdmissionPolicy gpu-node-guard-loadtest-job is not the generated one"),
+        "ValidatingAdmissionPolicy gpu-node-guard-loadtest-job is not the generated one",
+    ),
     "binding unbound": (
-        lambda d: d[("ValidatingAdmissionPolicyBinding", "", "gpu-node-guard-ledger")][
-            "spec"].pop("paramRef"),
-        "ValidatingAdmissionPolicyBinding gpu-node-guard-ledger is not the generated one"),
+        lambda d: d[("ValidatingAdmissionPolicyBinding", "", "gpu-node-guard-ledger")]["spec"].pop(
+            "paramRef"
+        ),
+        "ValidatingAdmissionPolicyBinding gpu-node-guard-ledger is not the generated one",
+    ),
     "breaker not wired": (
         lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][1][
-            "rules"][0].update(expr="5"),
+            "rules"
+        ][0].update(expr="5"),
         "alerts: gpu_node_guard:breaker_max_nodes records '5', the site's GUARD_BREAKER_MAX_NODES"
-        " is '3'"),
+        " is '3'",
+    ),
     "setting not copied into the rules": (
         lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),
         "alerts: gpu_node_guard:user_code_xids carries GUARD_USER_CODE_XIDS '13,31,43,45,68,109',"
-        " the site's is '13,43' (list ../../components/alerts"),
+        " the site's is '13,43' (list ../../components/alerts",
+    ),
     "service network not copied": (
         lambda d: _settings(d).update(GUARD_SERVICE_NETWORK_CNI_NAMESPACE="kube-flannel"),
         "alerts: NodeServiceNetworkDown carries GUARD_SERVICE_NETWORK_CNI_NAMESPACE '', the"
-        " site's is 'kube-flannel'"),
+        " site's is 'kube-flannel'",
+    ),
     "rules bake a setting": (
         lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][0][
-            "rules"][2].update(expr="DCGM_FI_DEV_XID_ERRORS > 0 != 13"),
-        "alerts: GPUHardwareXid does not follow the site (its expression)"),
+            "rules"
+        ][2].update(expr="DCGM_FI_DEV_XID_ERRORS > 0 != 13"),
+        "alerts: GPUHardwareXid does not follow the site (its expression)",
+    ),
     "runbook link not the site's": (
         lambda d: _settings(d).update(GUARD_RUNBOOK_BASE_URL="https://wiki.site.test/runbook"),
-        "do not link the site's GUARD_RUNBOOK_BASE_URL 'https://wiki.site.test/runbook'"),
+        "do not link the site's GUARD_RUNBOOK_BASE_URL 'https://wiki.site.test/runbook'",
+    ),
     "agent image": (
         lambda d: d[("DaemonSet", "gpu-node-guard-jobs", "gpu-node-guard-agent")]["spec"][
-            "template"]["spec"]["containers"][0].update(image="ghcr.io/gpu-node-guard/x:1"),
-        "the agent's container runs 'ghcr.io/gpu-node-guard/x:1', the policies admit"),
-}  # fmt: skip
+            "template"
+        ]["spec"]["containers"][0].update(image="ghcr.io/gpu-node-guard/x:1"),
+        "the agent's container runs 'ghcr.io/gpu-node-guard/x:1', the policies admit",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -160,19 +186,28 @@ def test_an_overlay_without_image_wiring_is_refused(tmp_path: Path, kustomize: l
         shutil.copytree(ROOT / part, tmp_path / part)
     overlay = tmp_path / "manifests" / "overlays" / "site"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": ["../../base"],
-        "images": [{"name": "ghcr.io/gpu-node-guard/gpu-node-guard",
-                    "newName": "mirror.test/gpu-node-guard"}],
-    }))  # fmt: skip
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["../../base"],
+                "images": [
+                    {
+                        "name": "ghcr.io/gpu-node-guard/gpu-node-guard",
+                        "newName": "mirror.test/gpu-node-guard",
+                    }
+                ],
+            }
+        )
+    )
     _, problems = check(config.render(overlay, kustomize))
     assert "the CronJob's container runs 'mirror.test/gpu-node-guard:0.1.0'" in "\n".join(problems)
 
 
 def test_an_overlay_that_does_not_render_is_exit_2(tmp_path: Path, kustomize: list[str]) -> None:
     (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\n")
-    result = CliRunner().invoke(config.config, ["check", str(tmp_path), "--kustomize",
-                                                kustomize[0]])  # fmt: skip
+    result = CliRunner().invoke(
+        config.config, ["check", str(tmp_path), "--kustomize", kustomize[0]]
+    )
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1, result.output
 
@@ -186,32 +221,56 @@ def test_promtool_fires_the_rendered_breaker_at_the_sites_limit(
     promtool = tool("promtool", "prometheus", "install the Debian package prometheus")
     (rule,) = every.kind("PrometheusRule")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"]
-                if r.get("alert") == "GPUNodeGuardBreakerOpen"]  # fmt: skip
+    (alert,) = [
+        r
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GPUNodeGuardBreakerOpen"
+    ]
     annotations = {k: v.replace("{{ $value }}", "4") for k, v in alert["annotations"].items()}
     label = "annotation_gpu_node_guard_io_auto_cordon_reason"
-    series = [{"series": f'kube_node_annotations{{node="n{i}", {label}="xid-79"}}',
-               "values": "1x30" if i < 3 else "_x10 1x20"} for i in range(4)]  # fmt: skip
+    series = [
+        {
+            "series": f'kube_node_annotations{{node="n{i}", {label}="xid-79"}}',
+            "values": "1x30" if i < 3 else "_x10 1x20",
+        }
+        for i in range(4)
+    ]
     test = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "promql_expr_test": [{"expr": "gpu_node_guard:breaker_max_nodes", "eval_time": "5m",
-                                  "exp_samples": [{"labels": "gpu_node_guard:breaker_max_nodes",
-                                                   "value": 4}]}],
-            "alert_rule_test": [
-                {"eval_time": "9m", "alertname": "GPUNodeGuardBreakerOpen", "exp_alerts": []},
-                {"eval_time": "10m", "alertname": "GPUNodeGuardBreakerOpen",
-                 "exp_alerts": [{"exp_labels": {"severity": "critical"},
-                                 "exp_annotations": annotations}]},
-            ],
-        }],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": "gpu_node_guard:breaker_max_nodes",
+                        "eval_time": "5m",
+                        "exp_samples": [{"labels": "gpu_node_guard:breaker_max_nodes", "value": 4}],
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "GPUNodeGuardBreakerOpen", "exp_alerts": []},
+                    {
+                        "eval_time": "10m",
+                        "alertname": "GPUNodeGuardBreakerOpen",
+                        "exp_alerts": [
+                            {"exp_labels": {"severity": "critical"}, "exp_annotations": annotations}
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
     (tmp_path / "breaker.test.yaml").write_text(yaml.safe_dump(test))
-    done = subprocess.run([promtool, "test", "rules", "breaker.test.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [promtool, "test", "rules", "breaker.test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -223,40 +282,76 @@ def test_promtool_follows_the_rendered_filters_of_the_site(every: Rendered, tmp_
     promtool = tool("promtool", "prometheus", "install the Debian package prometheus")
     (rule,) = every.kind("PrometheusRule")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    expr = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
-            if "alert" in r}  # fmt: skip
+    expr = {
+        r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r
+    }
     gpu = 'gpu="0", pci_bus_id="00000000:1b:00.0"'
-    pods = {("kube-flannel", "kube-flannel-ds-x7k2p", "DaemonSet", "kube-flannel-ds"),
-            ("infra", "kube-proxy-n1", "Node", "n1"),
-            ("kube-system", "calico-node-q8w4r", "DaemonSet", "calico-node")}  # fmt: skip
-    series = [{"series": f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}", UUID="GPU-{node}", {gpu}}}',
-               "values": f"{xid}x10"} for node, xid in (("n1", 45), ("n2", 149))]  # fmt: skip
-    series += [{"series": 'kube_node_status_condition{node="n1", condition="Ready", '
-                'status="true"}', "values": "1x10"}]  # fmt: skip
+    pods = {
+        ("kube-flannel", "kube-flannel-ds-x7k2p", "DaemonSet", "kube-flannel-ds"),
+        ("infra", "kube-proxy-n1", "Node", "n1"),
+        ("kube-system", "calico-node-q8w4r", "DaemonSet", "calico-node"),
+    }
+    series = [
+        {
+            "series": f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}", UUID="GPU-{node}", {gpu}}}',
+            "values": f"{xid}x10",
+        }
+        for node, xid in (("n1", 45), ("n2", 149))
+    ]
+    series += [
+        {
+            "series": 'kube_node_status_condition{node="n1", condition="Ready", status="true"}',
+            "values": "1x10",
+        }
+    ]
     for ns, pod, kind, owner in sorted(pods):
         series += [
-            {"series": f'kube_pod_info{{namespace="{ns}", pod="{pod}", node="n1", '
-             f'created_by_kind="{kind}", created_by_name="{owner}"}}', "values": "1x10"},
-            {"series": f'kube_pod_status_ready{{namespace="{ns}", pod="{pod}", '
-             'condition="false"}', "values": "1x10"},
-        ]  # fmt: skip
+            {
+                "series": f'kube_pod_info{{namespace="{ns}", pod="{pod}", node="n1", '
+                f'created_by_kind="{kind}", created_by_name="{owner}"}}',
+                "values": "1x10",
+            },
+            {
+                "series": f'kube_pod_status_ready{{namespace="{ns}", pod="{pod}", '
+                'condition="false"}',
+                "values": "1x10",
+            },
+        ]
     watched = (("infra", "kube-proxy-n1"), ("kube-flannel", "kube-flannel-ds-x7k2p"))
-    down = [{"labels": f'{{namespace="{ns}", pod="{pod}", node="n1"}}', "value": 1}
-            for ns, pod in watched]  # fmt: skip
+    down = [
+        {"labels": f'{{namespace="{ns}", pod="{pod}", node="n1"}}', "value": 1}
+        for ns, pod in watched
+    ]
     test = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "promql_expr_test": [
-                {"expr": expr["NodeServiceNetworkDown"], "eval_time": "5m", "exp_samples": down},
-                {"expr": expr["GPUHardwareXid"], "eval_time": "5m", "exp_samples": [
-                    {"labels": f'{{node="n1", UUID="GPU-n1", {gpu}}}', "value": 45}]},
-            ],
-        }],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": expr["NodeServiceNetworkDown"],
+                        "eval_time": "5m",
+                        "exp_samples": down,
+                    },
+                    {
+                        "expr": expr["GPUHardwareXid"],
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {"labels": f'{{node="n1", UUID="GPU-n1", {gpu}}}', "value": 45}
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
     (tmp_path / "site.test.yaml").write_text(yaml.safe_dump(test, width=10_000))
-    done = subprocess.run([promtool, "test", "rules", "site.test.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [promtool, "test", "rules", "site.test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -20,8 +20,9 @@ def test_a_site_reset_or_user_code_class_never_stands_for_loss():
 
 
 def test_isolating_is_power_cycle_and_rma_only():
-    table = XidClasses({79: Repair.POWER_CYCLE, 94: Repair.RESET, 143: Repair.RMA,
-                        31: Repair.HUMAN})  # fmt: skip
+    table = XidClasses(
+        {79: Repair.POWER_CYCLE, 94: Repair.RESET, 143: Repair.RMA, 31: Repair.HUMAN}
+    )
     assert table.isolating() == (79, 143)
 
 

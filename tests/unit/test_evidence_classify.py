@@ -34,10 +34,20 @@ def _log(name: str) -> list[str]:
 
 CASES = [
     pytest.param(
-        [*_log("incident-gpu-node-b.log"), "--pci", "0000:99:00.0",
-         "--lspci", str(LSPCI / "gpu-all-ff.txt")],
-        {"verdict": "power-cycle", "uuid": CARD_B, "recovery_action": "GPU Reset Required",
-         "config_space_all_ff": True, "codes": [79, 154]},
+        [
+            *_log("incident-gpu-node-b.log"),
+            "--pci",
+            "0000:99:00.0",
+            "--lspci",
+            str(LSPCI / "gpu-all-ff.txt"),
+        ],
+        {
+            "verdict": "power-cycle",
+            "uuid": CARD_B,
+            "recovery_action": "GPU Reset Required",
+            "config_space_all_ff": True,
+            "codes": [79, 154],
+        },
         id="incident-xid79-driver-says-reset-config-ff-power-cycle",
     ),
     pytest.param(
@@ -57,8 +67,12 @@ CASES = [
     ),
     pytest.param(
         [*_log("xid48-dbe.log"), "--pci", "0000:03:00", "--lspci", "03:00.0@gpu-normal.txt"],
-        {"verdict": "reset", "recovery_action": "Drain and Reset", "config_space_all_ff": False,
-         "codes": [48, 63, 154, 45]},
+        {
+            "verdict": "reset",
+            "recovery_action": "Drain and Reset",
+            "config_space_all_ff": False,
+            "codes": [48, 63, 154, 45],
+        },
         id="xid48-dbe-config-normal-reset",
     ),
     pytest.param(
@@ -83,8 +97,11 @@ CASES = [
     ),
     pytest.param(
         [*_log("xid119-gsp-dmesg-T.log"), "--pci", "0000:9b:00.0"],
-        {"verdict": "reset", "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d",
-         "codes": [119, 119, 119, 119]},
+        {
+            "verdict": "reset",
+            "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d",
+            "codes": [119, 119, 119, 119],
+        },
         id="xid119-gsp-timeout-dmesg-T-reset",
     ),
     pytest.param(
@@ -104,44 +121,79 @@ CASES = [
     ),
     pytest.param(
         [*_log("user-code-here-hardware-there.log"), "--pci", "0000:38:00.0"],
-        {"verdict": "human", "uuid": None, "codes": [13, 13, 13, 43],
-         "other_gpus": ["0000:91:00.0"]},
+        {
+            "verdict": "human",
+            "uuid": None,
+            "codes": [13, 13, 13, 43],
+            "other_gpus": ["0000:91:00.0"],
+        },
         id="faulted-gpu-has-only-user-code-xids-other-gpu-79-human",
     ),
     pytest.param(
         [*_log("user-code-here-hardware-there.log"), "--pci", "0000:91:00.0"],
-        {"verdict": "power-cycle", "uuid": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b",
-         "other_gpus": ["0000:38:00.0"]},
+        {
+            "verdict": "power-cycle",
+            "uuid": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b",
+            "other_gpus": ["0000:38:00.0"],
+        },
         id="the-other-gpu-is-power-cycle",
     ),
     pytest.param(
-        [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
-         "--lspci", str(LSPCI / "gpu-normal.txt")],
-        {"verdict": "reset", "recovery_action": "GPU Reset Required",
-         "reasons": ["Xid 154: GPU Reset Required"]},
+        [
+            *_log("xid154-only.log"),
+            "--pci",
+            "0000:99:00.0",
+            "--lspci",
+            str(LSPCI / "gpu-normal.txt"),
+        ],
+        {
+            "verdict": "reset",
+            "recovery_action": "GPU Reset Required",
+            "reasons": ["Xid 154: GPU Reset Required"],
+        },
         id="xid154-alone-follows-its-recovery-action",
     ),
     pytest.param(
-        [*_log("xid154-only.log"), "--pci", "0000:99:00.0",
-         "--lspci", "99:00.0@gpu-rev-ff-header-only.txt"],
+        [
+            *_log("xid154-only.log"),
+            "--pci",
+            "0000:99:00.0",
+            "--lspci",
+            "99:00.0@gpu-rev-ff-header-only.txt",
+        ],
         {"verdict": "power-cycle", "config_space_all_ff": True},
         id="rev-ff-header-power-cycle",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:2a:00.0",
-         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:2a:00.0",
+            "--lspci",
+            str(LSPCI / "gpus-dgx-one-dead.txt"),
+        ],
         {"verdict": "power-cycle", "config_space_all_ff": True},
         id="four-gpu-listing-the-dead-one-is-power-cycle",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:3a:00.0",
-         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:3a:00.0",
+            "--lspci",
+            str(LSPCI / "gpus-dgx-one-dead.txt"),
+        ],
         {"verdict": "human", "config_space_all_ff": False},
         id="four-gpu-listing-the-dead-neighbour-does-not-count",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:18:00.0",
-         "--lspci", str(LSPCI / "gpus-dgx-one-dead.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:18:00.0",
+            "--lspci",
+            str(LSPCI / "gpus-dgx-one-dead.txt"),
+        ],
         {"verdict": "human", "config_space_all_ff": False},
         id="four-gpu-listing-first-gpu-live-before-a-dead-one",
     ),
@@ -171,14 +223,26 @@ CASES = [
         id="xid140-outside-the-table-human",
     ),
     pytest.param(
-        ["--kernel-log", str(AER / "kernel-old-wording.log"), "--pci", "0000:02:00.0",
-         "--root-port", "0000:00:02.0"],
+        [
+            "--kernel-log",
+            str(AER / "kernel-old-wording.log"),
+            "--pci",
+            "0000:02:00.0",
+            "--root-port",
+            "0000:00:02.0",
+        ],
         {"verdict": "power-cycle", "surprise_down": True, "root_port": "0000:00:02.0"},
         id="aer-old-wording-surprise-down-at-root-port",
     ),
     pytest.param(
-        ["--kernel-log", str(AER / "kernel-new-wording.log"), "--pci", "0000:03:00.0",
-         "--root-port", "0000:00:03.0"],
+        [
+            "--kernel-log",
+            str(AER / "kernel-new-wording.log"),
+            "--pci",
+            "0000:03:00.0",
+            "--root-port",
+            "0000:00:03.0",
+        ],
         {"verdict": "human", "surprise_down": True, "codes": []},
         id="aer-new-wording-sdes-without-xid-human",
     ),
@@ -200,8 +264,11 @@ CASES = [
     ),
     pytest.param(
         [*_log("fsp-boot-no-xid.log")],
-        {"verdict": "power-cycle", "pci": "0000:01:00.0",
-         "dead": ["fsp-boot", "init-failed", "fsp-boot"]},
+        {
+            "verdict": "power-cycle",
+            "pci": "0000:01:00.0",
+            "dead": ["fsp-boot", "init-failed", "fsp-boot"],
+        },
         id="fsp-boot-without-xid143-power-cycle-first",
     ),
     pytest.param(
@@ -211,8 +278,12 @@ CASES = [
     ),
     pytest.param(
         [*_log("gsp-rpc-rate-limit.log")],
-        {"verdict": "reset", "pci": "0000:9b:00.0",
-         "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d", "dead": ["gsp-timeout"]},
+        {
+            "verdict": "reset",
+            "pci": "0000:9b:00.0",
+            "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d",
+            "dead": ["gsp-timeout"],
+        },
         id="gsp-rpc-rate-limit-line-reset",
     ),
     pytest.param(
@@ -227,8 +298,11 @@ CASES = [
     ),
     pytest.param(
         [*_log("legacy-identity-no-pci.log"), "--pci", "0000:01:00.0"],
-        {"verdict": "power-cycle", "uuid": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b",
-         "codes": [79]},
+        {
+            "verdict": "power-cycle",
+            "uuid": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b",
+            "codes": [79],
+        },
         id="pre-2015-identity-line-gives-the-uuid",
     ),
     # Xid 154 by its payload.
@@ -244,58 +318,106 @@ CASES = [
     ),
     # nvidia-smi -q.
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:10:1c.0", "--nvidia-smi-q",
-         str(SMI / "a100-remap-pending.txt")],
-        {"verdict": "reset",
-         "reasons": ["nvidia-smi: row remapping pending (takes effect at a GPU reset)",
-                     "config space not read"]},
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:10:1c.0",
+            "--nvidia-smi-q",
+            str(SMI / "a100-remap-pending.txt"),
+        ],
+        {
+            "verdict": "reset",
+            "reasons": [
+                "nvidia-smi: row remapping pending (takes effect at a GPU reset)",
+                "config space not read",
+            ],
+        },
         id="smi-row-remap-pending-reset",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
-         str(SMI / "h100-remap-failure.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            GPU_B,
+            "--nvidia-smi-q",
+            str(SMI / "h100-remap-failure.txt"),
+        ],
         {"verdict": "rma", "uuid": CARD_B},
         id="smi-row-remap-failure-rma-uuid-from-smi",
     ),
     pytest.param(
-        [*_log("incident-gpu-node-b.log"), "--pci", GPU_B, "--lspci",
-         str(LSPCI / "gpu-all-ff.txt"), "--nvidia-smi-q", str(SMI / "h100-remap-failure.txt")],
+        [
+            *_log("incident-gpu-node-b.log"),
+            "--pci",
+            GPU_B,
+            "--lspci",
+            str(LSPCI / "gpu-all-ff.txt"),
+            "--nvidia-smi-q",
+            str(SMI / "h100-remap-failure.txt"),
+        ],
         {"verdict": "power-cycle"},
         id="smi-row-remap-failure-but-xid79-power-cycle-first",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
-         str(SMI / "h100-reset-required.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            GPU_B,
+            "--nvidia-smi-q",
+            str(SMI / "h100-reset-required.txt"),
+        ],
         {"verdict": "reset"},
         id="smi-reset-required-reset",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
-         str(SMI / "gpu-requires-reset.txt")],
-        {"verdict": "reset",
-         "reasons": ["nvidia-smi: GPU requires reset", "config space not read"]},
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            GPU_B,
+            "--nvidia-smi-q",
+            str(SMI / "gpu-requires-reset.txt"),
+        ],
+        {
+            "verdict": "reset",
+            "reasons": ["nvidia-smi: GPU requires reset", "config space not read"],
+        },
         id="smi-no-handle-requires-reset",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:02:00.0", "--nvidia-smi-q",
-         str(SMI / "gpu-is-lost.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:02:00.0",
+            "--nvidia-smi-q",
+            str(SMI / "gpu-is-lost.txt"),
+        ],
         {"verdict": "power-cycle"},
         id="smi-gpu-is-lost-power-cycle",
     ),
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", GPU_B, "--nvidia-smi-q",
-         str(SMI / "clean-h100.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            GPU_B,
+            "--nvidia-smi-q",
+            str(SMI / "clean-h100.txt"),
+        ],
         {"verdict": "human", "uuid": CARD_B},
         id="smi-clean-human",
     ),
     # lspci -vv: config space read, links per GPU.
     pytest.param(
-        [*_log("no-gpu-records.log"), "--pci", "0000:18:00.0", "--lspci",
-         str(LSPCI / "gpus-vv-links.txt")],
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:18:00.0",
+            "--lspci",
+            str(LSPCI / "gpus-vv-links.txt"),
+        ],
         {"verdict": "human", "config_space_all_ff": False},
         id="lspci-vv-config-space-read",
     ),
-]  # fmt: skip
+]
 
 
 def _readdressed(args: list[str], tmp: Path) -> list[str]:
@@ -392,16 +514,26 @@ def test_grep_counters_in_the_aer_file_become_port_counters() -> None:
 def test_text_output_has_every_section() -> None:
     result = CliRunner().invoke(
         evidence,
-        ["classify", *_log("incident-gpu-node-b.log"), "--pci", "0000:99:00.0",
-         "--lspci", str(LSPCI / "gpu-all-ff.txt")],
-    )  # fmt: skip
+        [
+            "classify",
+            *_log("incident-gpu-node-b.log"),
+            "--pci",
+            "0000:99:00.0",
+            "--lspci",
+            str(LSPCI / "gpu-all-ff.txt"),
+        ],
+    )
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[1] == (
         "verdict: power-cycle (Xid 79, fallen-off-the-bus record, config space reads all ff)"
     )
-    for section in ("-- Xids for this GPU --", "-- PCI config space --", "-- AER --",
-                    "-- recovery action --"):  # fmt: skip
+    for section in (
+        "-- Xids for this GPU --",
+        "-- PCI config space --",
+        "-- AER --",
+        "-- recovery action --",
+    ):
         assert section in lines
     assert "  other GPUs with records (not judged): 0000:3b:00.0" in lines
 
@@ -453,13 +585,23 @@ def test_mapping_is_configurable_data(tmp_path: Path) -> None:
 
 
 def test_lspci_vv_reports_each_gpus_link_and_a_downgraded_width() -> None:
-    out = classify(*_log("no-gpu-records.log"), "--pci", "0000:18:00.0",
-                   "--lspci", str(LSPCI / "gpus-vv-links.txt"))  # fmt: skip
+    out = classify(
+        *_log("no-gpu-records.log"),
+        "--pci",
+        "0000:18:00.0",
+        "--lspci",
+        str(LSPCI / "gpus-vv-links.txt"),
+    )
     links = {link["pci"]: link for link in out["pcie_links"]}
     assert links["0000:18:00.0"] == {
-        "pci": "0000:18:00.0", "cap_speed_gts": 16.0, "cap_width": 16, "speed_gts": 5.0,
-        "width": 1, "width_downgraded": True, "speed_downgraded": True,
-    }  # fmt: skip
+        "pci": "0000:18:00.0",
+        "cap_speed_gts": 16.0,
+        "cap_width": 16,
+        "speed_gts": 5.0,
+        "width": 1,
+        "width_downgraded": True,
+        "speed_downgraded": True,
+    }
     # An idle GPU's lower speed is by design: reported, not a downgrade of the width.
     assert (links["0000:2a:00.0"]["width_downgraded"], links["0000:2a:00.0"]["speed_gts"]) == (
         False,
@@ -470,9 +612,13 @@ def test_lspci_vv_reports_each_gpus_link_and_a_downgraded_width() -> None:
 def test_text_report_names_the_dead_gpu_record_and_nvidia_smi_facts() -> None:
     result = CliRunner().invoke(
         evidence,
-        ["classify", *_log("rminit-failed.log"), "--nvidia-smi-q",
-         str(SMI / "a100-remap-pending.txt")],
-    )  # fmt: skip
+        [
+            "classify",
+            *_log("rminit-failed.log"),
+            "--nvidia-smi-q",
+            str(SMI / "a100-remap-pending.txt"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "-- driver records without an Xid --" in result.output
     assert "RmInitAdapter failed! (0x62:0x65:1792)" in result.output

@@ -173,8 +173,9 @@ def test_dmesg_is_read_when_journalctl_fails(tmp_path: Path) -> None:
     runner = FakeRunner(
         {"dmesg --time-format iso": _fixture("kernel-log", "scenarios", "xid143-fsp.log")}
     )
-    found = assess(gather(Host(runner=runner, root=tmp_path), "0000:41:00.0", None),
-                   "0000:41:00.0", CLASSES)  # fmt: skip
+    found = assess(
+        gather(Host(runner=runner, root=tmp_path), "0000:41:00.0", None), "0000:41:00.0", CLASSES
+    )
     assert found.kernel_log_source == "dmesg --time-format iso"
     assert found.verdict.value == "rma"
     assert ("sysfs 0000:41:00.0", "no /sys/bus/pci/devices entry (GPU removed?)") in [
@@ -235,12 +236,14 @@ def test_collect_writes_nothing_on_the_host(tmp_path: Path) -> None:
             id="failing-command",
         ),
         pytest.param(
-            ["/nonexistent/journalctl"], False, "cannot start /nonexistent/journalctl: "
-            "No such file or directory", id="missing-binary",
+            ["/nonexistent/journalctl"],
+            False,
+            "cannot start /nonexistent/journalctl: No such file or directory",
+            id="missing-binary",
         ),
         pytest.param(["sh", "-c", "echo fine"], True, "", id="working-command"),
     ],
-)  # fmt: skip
+)
 def test_run_command_words_each_outcome_in_one_line(argv: list[str], ok: bool, why: str) -> None:
     result = run_command(argv, 0.3)
     assert (result.ok, result.why) == (ok, why)
@@ -290,8 +293,20 @@ def _collect(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> 
     root = tmp_path / "host"
     if not root.exists():
         host_tree(root)
-    args = ["collect", "--node", "gpu-node-b", "--pci", "00000000:99:00.0", "--xid", "79",
-            "--host-root", str(root), "--timeout-s", "0.5", *extra]  # fmt: skip
+    args = [
+        "collect",
+        "--node",
+        "gpu-node-b",
+        "--pci",
+        "00000000:99:00.0",
+        "--xid",
+        "79",
+        "--host-root",
+        str(root),
+        "--timeout-s",
+        "0.5",
+        *extra,
+    ]
     result = CliRunner().invoke(evidence, args, env=env)
     return result.exit_code, result.output
 
@@ -442,16 +457,31 @@ def test_seed_ledger_history_reaches_the_request(
     ledger_file = FIXTURES / "ledger" / "seed-configmap.yaml"
     counted = CliRunner().invoke(
         ledger,
-        ["count", "--uuid", uuid, "--node", "gpu-node-b", "--pci", "0000:99:00",
-         "--ledger", str(ledger_file), "--output", "json"],
-    )  # fmt: skip
+        [
+            "count",
+            "--uuid",
+            uuid,
+            "--node",
+            "gpu-node-b",
+            "--pci",
+            "0000:99:00",
+            "--ledger",
+            str(ledger_file),
+            "--output",
+            "json",
+        ],
+    )
     assert counted.exit_code == 0, counted.output
     summary = json.loads(counted.output)
     history = summary["next_sentence"]
     assert summary["next_history"] == asked
     assert all(phrase in history for phrase in phrases)
-    counts = ("--card-incidents", str(summary["same_card"] + 1),
-              "--slot-incidents", str(summary["same_slot"] + 1))  # fmt: skip
+    counts = (
+        "--card-incidents",
+        str(summary["same_card"] + 1),
+        "--slot-incidents",
+        str(summary["same_slot"] + 1),
+    )
     code, output = _collect(tmp_path, "--uuid", uuid, *counts)
     assert code == 0, output
     record = json.loads(output.splitlines()[-1].removeprefix(JSON_MARK))

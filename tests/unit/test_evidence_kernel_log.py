@@ -224,23 +224,46 @@ def test_nvswitch_sxid_and_unrelated_lines_are_ignored() -> None:
 @pytest.mark.parametrize(
     ("line", "kind", "pci"),
     [
-        pytest.param("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)",
-                     "init-failed", "0000:98:00.0", id="rminitadapter"),
-        pytest.param("[87669.726564] NVRM: RmInitAdapter failed! (0x26:0xffff:1375)",
-                     "init-failed", None, id="rminitadapter-old-no-address"),
-        pytest.param("Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat "
-                     "timed out",
-                     "gsp-timeout", None, id="gsp-heartbeat-instance-not-address"),
-        pytest.param("[37803.140481] NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out",
-                     "gsp-timeout", None, id="gsp-heartbeat-no-instance"),
-        pytest.param("[  279.949533] NVRM: kfspDumpDebugState_GH100: GPU 0000:01:00",
-                     "fsp-boot", "0000:01:00.0", id="fsp-debug-dump-names-the-gpu"),
-        pytest.param("kernel: NVRM: nvAssertOkFailedNoLog: Assertion failed: GPU lost from the "
-                     "bus [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from rmStatus @ "
-                     "kernel_ce_gv100.c:106",
-                     "gpu-lost", None, id="gpu-lost-assertion"),
+        pytest.param(
+            "[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)",
+            "init-failed",
+            "0000:98:00.0",
+            id="rminitadapter",
+        ),
+        pytest.param(
+            "[87669.726564] NVRM: RmInitAdapter failed! (0x26:0xffff:1375)",
+            "init-failed",
+            None,
+            id="rminitadapter-old-no-address",
+        ),
+        pytest.param(
+            "Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out",
+            "gsp-timeout",
+            None,
+            id="gsp-heartbeat-instance-not-address",
+        ),
+        pytest.param(
+            "[37803.140481] NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out",
+            "gsp-timeout",
+            None,
+            id="gsp-heartbeat-no-instance",
+        ),
+        pytest.param(
+            "[  279.949533] NVRM: kfspDumpDebugState_GH100: GPU 0000:01:00",
+            "fsp-boot",
+            "0000:01:00.0",
+            id="fsp-debug-dump-names-the-gpu",
+        ),
+        pytest.param(
+            "kernel: NVRM: nvAssertOkFailedNoLog: Assertion failed: GPU lost from the "
+            "bus [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from rmStatus @ "
+            "kernel_ce_gv100.c:106",
+            "gpu-lost",
+            None,
+            id="gpu-lost-assertion",
+        ),
     ],
-)  # fmt: skip
+)
 def test_dead_gpu_records_from_real_lines(line: str, kind: str, pci: str | None) -> None:
     (record,) = parse_kernel_log(line).dead
     assert (record.kind, record.pci) == (kind, pci)

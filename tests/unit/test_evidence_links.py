@@ -47,13 +47,22 @@ def device(
 
 
 def link(max_speed: str, max_width: str, cur: str = "2.5 GT/s PCIe", cur_w: str = "16") -> dict:
-    return {"max_link_speed": max_speed, "max_link_width": max_width,
-            "current_link_speed": cur, "current_link_width": cur_w}  # fmt: skip
+    return {
+        "max_link_speed": max_speed,
+        "max_link_width": max_width,
+        "current_link_speed": cur,
+        "current_link_width": cur_w,
+    }
 
 
 def port(root: Path, chain: tuple[str, ...], max_speed: str, max_width: str) -> None:
-    device(root, chain, vendor="0x1000", cls="0x060400",
-           files={"max_link_speed": max_speed, "max_link_width": max_width})  # fmt: skip
+    device(
+        root,
+        chain,
+        vendor="0x1000",
+        cls="0x060400",
+        files={"max_link_speed": max_speed, "max_link_width": max_width},
+    )
 
 
 @pytest.fixture
@@ -69,15 +78,18 @@ def node(tmp_path: Path) -> Path:
     device(root, (*sw, "0000:16:01.0", "0000:2a:00.0"), files=link("32.0 GT/s PCIe", "16"))
     # the faulted GPU: fallen off the bus, config space all ones, so sysfs says Unknown
     port(root, (*sw, "0000:16:02.0"), "32.0 GT/s PCIe", "16")
-    device(root, (*sw, "0000:16:02.0", FAULTED),
-           files=link("Unknown", "63", cur="Unknown", cur_w="63"))  # fmt: skip
+    device(
+        root, (*sw, "0000:16:02.0", FAULTED), files=link("Unknown", "63", cur="Unknown", cur_w="63")
+    )
     # a GPU whose link is down although it is still listed
     port(root, (*sw, "0000:16:03.0"), "32.0 GT/s PCIe", "16")
-    device(root, (*sw, "0000:16:03.0", "0000:ab:00.0"),
-           files=link("32.0 GT/s PCIe", "16", cur_w="0"))  # fmt: skip
+    device(
+        root, (*sw, "0000:16:03.0", "0000:ab:00.0"), files=link("32.0 GT/s PCIe", "16", cur_w="0")
+    )
     # not GPUs
-    device(root, ("0000:00:02.0", "0000:c0:00.0"), cls="0x068000",
-           files=link("32.0 GT/s PCIe", "2"))  # NVSwitch  # fmt: skip
+    device(
+        root, ("0000:00:02.0", "0000:c0:00.0"), cls="0x068000", files=link("32.0 GT/s PCIe", "2")
+    )  # NVSwitch
     device(root, (*sw, "0000:16:00.0", "0000:18:00.1"), cls="0x040300")  # the GPU's audio
     device(root, ("0000:00:03.0", "0000:3b:00.0"), vendor="0x15b3", cls="0x020700")  # a NIC
     return root
@@ -101,20 +113,41 @@ def test_no_sysfs_records_nothing(tmp_path: Path) -> None:
 def test_collect_writes_the_summary_the_guard_reads(node: Path, fake_bin: Path) -> None:
     log = node.parent / "termination-log"
     log.write_text("")
-    args = ["collect", "--node", "gpu-node-b", "--pci", FAULTED, "--xid", "79", "--host-root",
-            str(node), "--timeout-s", "0.5", "--termination-log", str(log)]  # fmt: skip
+    args = [
+        "collect",
+        "--node",
+        "gpu-node-b",
+        "--pci",
+        FAULTED,
+        "--xid",
+        "79",
+        "--host-root",
+        str(node),
+        "--timeout-s",
+        "0.5",
+        "--termination-log",
+        str(log),
+    ]
     run = CliRunner().invoke(evidence, args)
     assert run.exit_code == 0, run.output
     message = log.read_text()
     assert json.loads(message) == {
-        "schema": "gpu-node-guard/evidence-summary/v1", "pci": FAULTED, "verdict": "power-cycle",
-        "links": [{"pci": "0000:18:00.0", "link": "16GT/s,x16"},
-                  {"pci": "0000:2a:00.0", "link": "32GT/s,x8"}],
-    }  # fmt: skip
+        "schema": "gpu-node-guard/evidence-summary/v1",
+        "pci": FAULTED,
+        "verdict": "power-cycle",
+        "links": [
+            {"pci": "0000:18:00.0", "link": "16GT/s,x16"},
+            {"pci": "0000:2a:00.0", "link": "32GT/s,x8"},
+        ],
+    }
     ended = {"terminated": {"exitCode": 0, "message": message}}
-    pod = {"metadata": {"name": "gng-ev-b-1-x"},
-           "status": {"phase": "Succeeded",
-                      "containerStatuses": [{"name": "evidence", "state": ended}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "gng-ev-b-1-x"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{"name": "evidence", "state": ended}],
+        },
+    }
     read = result("evidence", pod)
     assert (read.state, read.links) == (
         "read",
@@ -124,8 +157,19 @@ def test_collect_writes_the_summary_the_guard_reads(node: Path, fake_bin: Path) 
 
 def test_a_run_by_hand_writes_no_termination_file(node: Path, fake_bin: Path) -> None:
     missing = node.parent / "no-such-file"
-    args = ["collect", "--node", "n", "--pci", FAULTED, "--host-root", str(node),
-            "--timeout-s", "0.5", "--termination-log", str(missing)]  # fmt: skip
+    args = [
+        "collect",
+        "--node",
+        "n",
+        "--pci",
+        FAULTED,
+        "--host-root",
+        str(node),
+        "--timeout-s",
+        "0.5",
+        "--termination-log",
+        str(missing),
+    ]
     assert CliRunner().invoke(evidence, args).exit_code == 0
     assert not missing.exists()
 
@@ -133,21 +177,35 @@ def test_a_run_by_hand_writes_no_termination_file(node: Path, fake_bin: Path) ->
 @pytest.mark.parametrize(
     ("message", "says"),
     [
-        pytest.param("", "empty termination message: the evidence program did not finish",
-                     id="did-not-finish"),
+        pytest.param(
+            "",
+            "empty termination message: the evidence program did not finish",
+            id="did-not-finish",
+        ),
         pytest.param("{", "not JSON", id="not-json"),
-        pytest.param('{"schema":"gpu-node-guard/conformance-summary/v1"}', "schema is",
-                     id="another-summary"),
-        pytest.param('{"schema":"gpu-node-guard/evidence-summary/v1","pci":"0000:99:00.0",'
-                     '"verdict":"reset","links":[{"pci":"0000:18:00.0","link":"16GT/s,x16"},'
-                     '{"pci":"0000:18:00.0","link":"8GT/s,x16"}]}', "twice", id="pci-twice"),
-        pytest.param('{"schema":"gpu-node-guard/evidence-summary/v1","pci":"0000:99:00.0",'
-                     '"verdict":"reset","links":[{"pci":"18:00.0","link":"16GT/s,x16"}]}',
-                     "is not {pci", id="pci-not-sysfs-form"),
-        pytest.param('{"schema":"gpu-node-guard/evidence-summary/v1","verdict":"reset"}',
-                     "no pci or verdict", id="no-pci"),
+        pytest.param(
+            '{"schema":"gpu-node-guard/conformance-summary/v1"}', "schema is", id="another-summary"
+        ),
+        pytest.param(
+            '{"schema":"gpu-node-guard/evidence-summary/v1","pci":"0000:99:00.0",'
+            '"verdict":"reset","links":[{"pci":"0000:18:00.0","link":"16GT/s,x16"},'
+            '{"pci":"0000:18:00.0","link":"8GT/s,x16"}]}',
+            "twice",
+            id="pci-twice",
+        ),
+        pytest.param(
+            '{"schema":"gpu-node-guard/evidence-summary/v1","pci":"0000:99:00.0",'
+            '"verdict":"reset","links":[{"pci":"18:00.0","link":"16GT/s,x16"}]}',
+            "is not {pci",
+            id="pci-not-sysfs-form",
+        ),
+        pytest.param(
+            '{"schema":"gpu-node-guard/evidence-summary/v1","verdict":"reset"}',
+            "no pci or verdict",
+            id="no-pci",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_summary_of_another_shape_is_refused_in_one_line(message: str, says: str) -> None:
     with pytest.raises(SummaryError) as refused:
         parse_summary(message)

@@ -83,23 +83,39 @@ def test_a_dead_neighbour_in_plain_lspci_says_nothing_about_the_gpu() -> None:
     ("name", "has_aer", "uncorrectable", "correctable", "link_active"),
     [
         pytest.param(
-            "rootport-aer-old.txt", True, ("SDES",), ("Timeout",), False,
+            "rootport-aer-old.txt",
+            True,
+            ("SDES",),
+            ("Timeout",),
+            False,
             id="pciutils-3.12-one-line-uesta-surprise-down",
         ),
         pytest.param(
-            "rootport-aer-new.txt", True, ("CmpltTO", "UnsupReq"), ("AdvNonFatalErr",), True,
+            "rootport-aer-new.txt",
+            True,
+            ("CmpltTO", "UnsupReq"),
+            ("AdvNonFatalErr",),
+            True,
             id="pciutils-3.13-uesta-over-three-lines",
         ),
         pytest.param(
-            "rootport-sdes-new.txt", True, ("SDES",), (), False,
+            "rootport-sdes-new.txt",
+            True,
+            ("SDES",),
+            (),
+            False,
             id="pciutils-3.13-surprise-down-link-down",
         ),
         pytest.param(
-            "rootport-no-aer.txt", False, (), (), True,
+            "rootport-no-aer.txt",
+            False,
+            (),
+            (),
+            True,
             id="port-without-aer-capability",
         ),
     ],
-)  # fmt: skip
+)
 def test_port_status(
     name: str,
     has_aer: bool,
@@ -125,16 +141,24 @@ def test_port_device_status_summary_without_aer() -> None:
     [
         pytest.param(
             "kernel-old-wording.log",
-            ["received", "severity", "status", "error", "received", "severity", "status",
-             "error", "no-handler"],
+            [
+                "received",
+                "severity",
+                "status",
+                "error",
+                "received",
+                "severity",
+                "status",
+                "error",
+                "no-handler",
+            ],
             {"correctable", "uncorrectable-fatal"},
             True,
             id="old-uncorrected-corrected-id-and-long-names",
         ),
         pytest.param(
             "kernel-new-wording.log",
-            ["no-handler", "received", "severity", "status", "error", "error",
-             "recovery-failed"],
+            ["no-handler", "received", "severity", "status", "error", "error", "recovery-failed"],
             {"uncorrectable-fatal"},
             True,
             id="newer-bdf-and-short-names-sdes",
@@ -154,7 +178,7 @@ def test_port_device_status_summary_without_aer() -> None:
             id="correctable-message-received-from-syslog-prefix",
         ),
     ],
-)  # fmt: skip
+)
 def test_kernel_aer_lines(
     name: str, kinds: list[str], severities: set[str], surprise_down: bool
 ) -> None:

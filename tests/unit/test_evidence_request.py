@@ -40,27 +40,35 @@ def draft(
     ("log", "pci", "subject", "asked"),
     [
         pytest.param(
-            "incident-gpu-node-b.log", "0000:99:00.0", "needs cold power cycle",
+            "incident-gpu-node-b.log",
+            "0000:99:00.0",
+            "needs cold power cycle",
             ("please power the node off and on again", "A soft reboot\nhangs"),
             id="power-cycle-explains-why-soft-reboot-hangs",
         ),
         pytest.param(
-            "xid95-uncontained.log", "0000:01:00.0", "needs GPU reset",
+            "xid95-uncontained.log",
+            "0000:01:00.0",
+            "needs GPU reset",
             ("nvidia-smi --gpu-reset -i 0000:01:00.0", "reset-done annotation"),
             id="reset-procedure",
         ),
         pytest.param(
-            "xid143-fsp.log", "0000:41:00.0", "needs card replacement (RMA)",
+            "xid143-fsp.log",
+            "0000:41:00.0",
+            "needs card replacement (RMA)",
             ("please replace the card",),
             id="rma-card-replacement",
         ),
         pytest.param(
-            "xid140-ecc.log", "0000:2a:00.0", "needs diagnosis",
+            "xid140-ecc.log",
+            "0000:2a:00.0",
+            "needs diagnosis",
             ("please diagnose",),
             id="human-diagnosis",
         ),
     ],
-)  # fmt: skip
+)
 def test_each_verdict_asks_its_action(
     log: str, pci: str, subject: str, asked: tuple[str, ...]
 ) -> None:

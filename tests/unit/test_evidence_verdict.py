@@ -73,8 +73,15 @@ def test_xid154_never_counts_even_if_the_mapping_gives_it_a_class(tmp_path: Path
 
 
 def test_bundled_mapping_is_the_design_table() -> None:
-    expected = {79: "power-cycle", 48: "reset", 94: "reset", 95: "reset", 119: "reset",
-                120: "reset", 143: "rma"}  # fmt: skip
+    expected = {
+        79: "power-cycle",
+        48: "reset",
+        94: "reset",
+        95: "reset",
+        119: "reset",
+        120: "reset",
+        143: "rma",
+    }
     assert {code: v.value for code, v in CLASSES.classes.items()} == expected
 
 
@@ -94,17 +101,19 @@ def test_every_mapped_code_exists_in_nvidia_catalog() -> None:
         ),
         pytest.param("xid\n79\n", ":1: header lacks column(s) verdict", id="missing-column"),
         pytest.param(
-            "xid\tverdict\n79\tpower-cycle\n48\n", ":3: 1 column(s), header has 2",
+            "xid\tverdict\n79\tpower-cycle\n48\n",
+            ":3: 1 column(s), header has 2",
             id="short-row",
         ),
         pytest.param(
-            "# c\nxid\tverdict\n79\tpower-cycle\n79\treset\n", ":4: duplicate Xid code 79",
+            "# c\nxid\tverdict\n79\tpower-cycle\n79\treset\n",
+            ":4: duplicate Xid code 79",
             id="duplicate-code",
         ),
         pytest.param("xid\tverdict\nx79\treset\n", ":2: Xid code 'x79' is not a number", id="nan"),
         pytest.param("# only a comment\n", ": no header line", id="empty"),
     ],
-)  # fmt: skip
+)
 def test_broken_mapping_names_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     mapping = tmp_path / "classes.tsv"
     mapping.write_text(text)
@@ -178,15 +187,26 @@ def test_xid154_recovery_action_table(action: int, verdict: Repair) -> None:
 @pytest.mark.parametrize(
     ("findings", "all_ff", "verdict"),
     [
-        pytest.param([Finding(Repair.RESET, "Xid 154: GPU Reset Required")], True,
-                     Repair.POWER_CYCLE, id="driver-asks-reset-config-ff-power-cycle"),
-        pytest.param([Finding(Repair.RMA, "row remap failure"),
-                      Finding(Repair.RESET, "remap pending")], False, Repair.RMA,
-                     id="rma-finding-beats-reset-finding"),
-        pytest.param([Finding(Repair.HUMAN, "Xid 154: Drain P2P")], False, Repair.HUMAN,
-                     id="human-finding-is-a-reason"),
+        pytest.param(
+            [Finding(Repair.RESET, "Xid 154: GPU Reset Required")],
+            True,
+            Repair.POWER_CYCLE,
+            id="driver-asks-reset-config-ff-power-cycle",
+        ),
+        pytest.param(
+            [Finding(Repair.RMA, "row remap failure"), Finding(Repair.RESET, "remap pending")],
+            False,
+            Repair.RMA,
+            id="rma-finding-beats-reset-finding",
+        ),
+        pytest.param(
+            [Finding(Repair.HUMAN, "Xid 154: Drain P2P")],
+            False,
+            Repair.HUMAN,
+            id="human-finding-is-a-reason",
+        ),
     ],
-)  # fmt: skip
+)
 def test_findings_rank_like_xids(findings: list[Finding], all_ff: bool, verdict: Repair) -> None:
     decision = decide([154], False, all_ff, CLASSES, findings)
     assert decision.verdict is verdict

@@ -65,8 +65,19 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _fence(host: Path, *args: str, **env: str) -> tuple[int, str, dict[str, str]]:
     log = host.parent / "termination-log"
     log.write_text("")  # kubelet creates it; the program only writes into it
-    argv = [*args, "--pci", "00000000:99:00.0", "--uuid", UUID, "--host-root", str(host),
-            "--timeout-s", "5", "--termination-log", str(log)]  # fmt: skip
+    argv = [
+        *args,
+        "--pci",
+        "00000000:99:00.0",
+        "--uuid",
+        UUID,
+        "--host-root",
+        str(host),
+        "--timeout-s",
+        "5",
+        "--termination-log",
+        str(log),
+    ]
     result = CliRunner().invoke(fence, argv, env=env)
     text = log.read_text()
     return result.exit_code, result.output, json.loads(text) if text else {}
@@ -89,7 +100,10 @@ def test_set_fences_the_gpu_and_reads_the_mode_back(host: Path) -> None:
         f"--query-gpu=pci.bus_id,uuid,compute_mode --format=csv,noheader -i {UUID}",
     ]
     assert (summary["outcome"], summary["compute_mode"], summary["drain"]) == (
-        "fenced", "Prohibited", "off")  # fmt: skip
+        "fenced",
+        "Prohibited",
+        "off",
+    )
     assert parse_fence_summary(json.dumps(summary)).passed
     assert f"fence set gpu={GPU} uuid={UUID} outcome=fenced compute_mode=Prohibited" in out
 
@@ -182,8 +196,17 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) ->
 def test_a_host_root_it_cannot_read_is_an_error_never_an_absent_gpu(tmp_path: Path) -> None:
     log = tmp_path / "termination-log"
     log.write_text("")
-    args = ["set", "--pci", GPU, "--uuid", UUID, "--host-root", str(tmp_path / "nothing"),
-            "--termination-log", str(log)]  # fmt: skip
+    args = [
+        "set",
+        "--pci",
+        GPU,
+        "--uuid",
+        UUID,
+        "--host-root",
+        str(tmp_path / "nothing"),
+        "--termination-log",
+        str(log),
+    ]
     result = CliRunner().invoke(fence, args)
     summary = json.loads(log.read_text())
     assert (result.exit_code, summary["outcome"]) == (1, "error")

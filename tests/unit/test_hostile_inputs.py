@@ -176,8 +176,17 @@ def test_ledger_count_file(tmp_path: Path, kind: str) -> None:
     assert_one_line(out, 1, "Error: ", "ledger file", message)
 
 
-KUBECONFIG_KINDS = ["fifo", "dev-zero", "nul-bytes", "deep-yaml-flow", "deep-yaml-block",
-                    "alias-bomb", "many-aliases", "recursive-alias", "huge-int-yaml"]  # fmt: skip
+KUBECONFIG_KINDS = [
+    "fifo",
+    "dev-zero",
+    "nul-bytes",
+    "deep-yaml-flow",
+    "deep-yaml-block",
+    "alias-bomb",
+    "many-aliases",
+    "recursive-alias",
+    "huge-int-yaml",
+]
 
 
 @pytest.mark.parametrize("kind", [*KUBECONFIG_KINDS, "oversized"])
@@ -214,9 +223,12 @@ def test_classify_files(tmp_path: Path, option: str, kind: str) -> None:
 
 @pytest.mark.parametrize(
     ("option", "limit"),
-    [("--kernel-log", files.KERNEL_LOG_MAX_BYTES), ("--lspci", files.SMALL_TEXT_MAX_BYTES),
-     ("--aer", files.SMALL_TEXT_MAX_BYTES)],
-)  # fmt: skip
+    [
+        ("--kernel-log", files.KERNEL_LOG_MAX_BYTES),
+        ("--lspci", files.SMALL_TEXT_MAX_BYTES),
+        ("--aer", files.SMALL_TEXT_MAX_BYTES),
+    ],
+)
 def test_classify_oversized_files_are_refused_before_reading(
     tmp_path: Path, option: str, limit: int
 ) -> None:
@@ -288,9 +300,13 @@ def _child_maxrss_kib(code: str) -> int:
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", wrapper], capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, "-c", wrapper],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
         check=True,
-    )  # fmt: skip
+    )
     return int(done.stdout.strip())
 
 
@@ -332,20 +348,38 @@ def _classify(tmp_path: Path, text: str, *extra: str) -> Outcome:
 @pytest.mark.parametrize(
     ("line", "verdict"),
     [
-        pytest.param("NVRM: Xid (PCI:0000:01:00): " + "7" * 20_000_000 + ", x", "none",
-                     id="xid-of-20-million-digits"),
-        pytest.param("NVRM: Xid (PCI:0000:01:00): 79, pid=" + "1" * 100_000 + ", name=a, b",
-                     "power-cycle", id="pid-of-100k-digits"),
-        pytest.param("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x"
-                     + "f" * 100_000 + " (x) to 0x1 (y)", "human", id="recovery-hex-of-100k"),
-        pytest.param("NVRM: Xid (PCI:" + "0" * 100_000 + "): 79, x", "none",
-                     id="address-of-100k-zeros"),
-        pytest.param("pcieport 0000:97:01.0: AER: [" + "5" * 10_000 + "] Surprise Down", "none",
-                     id="aer-bit-of-10k-digits"),
-        pytest.param("\u202e NVRM: Xid (PCI:0000:01:00): 79, \x1b[31mred", "power-cycle",
-                     id="control-characters"),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:01:00): " + "7" * 20_000_000 + ", x",
+            "none",
+            id="xid-of-20-million-digits",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:01:00): 79, pid=" + "1" * 100_000 + ", name=a, b",
+            "power-cycle",
+            id="pid-of-100k-digits",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x"
+            + "f" * 100_000
+            + " (x) to 0x1 (y)",
+            "human",
+            id="recovery-hex-of-100k",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:" + "0" * 100_000 + "): 79, x", "none", id="address-of-100k-zeros"
+        ),
+        pytest.param(
+            "pcieport 0000:97:01.0: AER: [" + "5" * 10_000 + "] Surprise Down",
+            "none",
+            id="aer-bit-of-10k-digits",
+        ),
+        pytest.param(
+            "\u202e NVRM: Xid (PCI:0000:01:00): 79, \x1b[31mred",
+            "power-cycle",
+            id="control-characters",
+        ),
     ],
-)  # fmt: skip
+)
 def test_kernel_log_lines_with_huge_numbers(tmp_path: Path, line: str, verdict: str) -> None:
     out = _classify(tmp_path, line + "\n", "--output", "json")
     assert out.code == 0 and out.stderr == "", out.stderr[-500:]
@@ -362,8 +396,10 @@ def test_1500_repeated_xids_are_one_summary_line_in_the_draft() -> None:
     from guard.evidence.report import Tables
     from guard.xid_tables import load_catalog, load_classes
 
-    lines = [f"[{1000 + i}.5] NVRM: Xid (PCI:0000:01:00): 13, pid={i}, name=p, Graphics"
-             for i in range(1500)]  # fmt: skip
+    lines = [
+        f"[{1000 + i}.5] NVRM: Xid (PCI:0000:01:00): 13, pid={i}, name=p, Graphics"
+        for i in range(1500)
+    ]
     lines.append("[9.0] NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=a, GPU has fallen off the bus.")
     tables = Tables(load_classes(), load_catalog())
     found = assess(Inputs("\n".join(lines), "f"), None, tables.classes)
@@ -402,35 +438,47 @@ def test_the_text_report_says_how_many_records_it_left_out(tmp_path: Path) -> No
 
 def _kubeconfig(tmp_path: Path, user: dict[str, object]) -> Path:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
         "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
         "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }  # fmt: skip
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 def _exec_user(script: str) -> dict[str, object]:
-    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh",
-                     "args": ["-c", script], "interactiveMode": "Never"}}  # fmt: skip
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "/bin/sh",
+            "args": ["-c", script],
+            "interactiveMode": "Never",
+        }
+    }
 
 
 @pytest.mark.parametrize(
     ("script", "message"),
     [
         pytest.param("sleep 30", "did not answer within 1 s", id="never-answers"),
-        pytest.param("echo 'token expired' >&2; exit 3", "exited 3: token expired",
-                     id="fails-with-stderr"),
+        pytest.param(
+            "echo 'token expired' >&2; exit 3", "exited 3: token expired", id="fails-with-stderr"
+        ),
         pytest.param("echo not-json", "printed no ExecCredential JSON", id="not-json"),
-        pytest.param("echo '{\"apiVersion\": \"v0\", \"kind\": \"ExecCredential\", "
-                     "\"status\": {}}'", "answered apiVersion 'v0'", id="wrong-version"),
+        pytest.param(
+            'echo \'{"apiVersion": "v0", "kind": "ExecCredential", "status": {}}\'',
+            "answered apiVersion 'v0'",
+            id="wrong-version",
+        ),
         pytest.param("echo '[]'", "no status in its answer", id="not-an-object"),
         pytest.param("exec yes", "printed over 1 MiB", id="prints-without-end"),
         pytest.param("exec /nonexistent/plugin", "exited 127", id="plugin-missing"),
     ],
-)  # fmt: skip
+)
 def test_exec_plugin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, message: str
 ) -> None:
@@ -486,22 +534,30 @@ def _cluster_answers(nodes: list[dict[str, object]]) -> None:
         "/apis/resource.k8s.io/v1/devicetaintrules",
     ):
         responses.add(responses.GET, "https://api.test" + path, json=empty)
-    responses.add(responses.GET,
-                  "https://api.test/api/v1/namespaces/gpu-node-guard/configmaps/gpu-fault-ledger",
-                  status=404, json={})  # fmt: skip
+    responses.add(
+        responses.GET,
+        "https://api.test/api/v1/namespaces/gpu-node-guard/configmaps/gpu-fault-ledger",
+        status=404,
+        json={},
+    )
 
 
 @pytest.mark.parametrize(
     ("nodes", "message"),
     [
         pytest.param([], "the API server listed no Nodes", id="zero-nodes"),
-        pytest.param([{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}],
-                     "lists a Node more than once: 'a'", id="node-twice"),
-        pytest.param([{"metadata": {"name": "a", "uid": "u1"}},
-                      {"metadata": {"name": "b", "uid": "u1"}}],
-                     "lists a Node more than once: uid 'u1'", id="uid-twice"),
+        pytest.param(
+            [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}],
+            "lists a Node more than once: 'a'",
+            id="node-twice",
+        ),
+        pytest.param(
+            [{"metadata": {"name": "a", "uid": "u1"}}, {"metadata": {"name": "b", "uid": "u1"}}],
+            "lists a Node more than once: uid 'u1'",
+            id="uid-twice",
+        ),
     ],
-)  # fmt: skip
+)
 @responses.activate
 def test_what_the_api_lists_is_checked(nodes: list[dict[str, object]], message: str) -> None:
     _cluster_answers(nodes)
@@ -511,8 +567,10 @@ def test_what_the_api_lists_is_checked(nodes: list[dict[str, object]], message: 
 
 def test_a_snapshot_file_with_a_node_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "snap.json"
-    path.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}},'
-                    ' {"kind": "Node", "metadata": {"name": "a"}}]}')  # fmt: skip
+    path.write_text(
+        '{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}},'
+        ' {"kind": "Node", "metadata": {"name": "a"}}]}'
+    )
     out = invoke(["status", "--cluster-snapshot", str(path)])
     assert_one_line(out, 1, "lists a Node more than once: 'a'")
 
@@ -591,8 +649,15 @@ def test_conformance_verdict_stands_when_the_termination_log_fails(
 
     root = build_host(tmp_path / "host")
     path, why = TERMINATION_PATHS[kind]
-    args = ["conformance", "--root", str(root), "--control-plane-version", CONTROL_PLANE,
-            "--allowed-dns", ALLOWED_DNS]  # fmt: skip
+    args = [
+        "conformance",
+        "--root",
+        str(root),
+        "--control-plane-version",
+        CONTROL_PLANE,
+        "--allowed-dns",
+        ALLOWED_DNS,
+    ]
     good = invoke([*args, "--termination-log", str(tmp_path / "none")])
     out = invoke([*args, "--termination-log", path])
     assert out.code == good.code == 0 and out.stdout == good.stdout
@@ -602,8 +667,19 @@ def test_conformance_verdict_stands_when_the_termination_log_fails(
 @pytest.mark.parametrize("kind", TERMINATION_PATHS)
 def test_loadtest_verdict_stands_when_the_termination_log_fails(kind: str) -> None:
     path, why = TERMINATION_PATHS[kind]
-    args = ["loadtest", "run", "--size", "32", "--min-ratio", "0.05",
-            "--no-allreduce", "--expected-gpus", "3", "--duration-s", "0.1"]  # fmt: skip
+    args = [
+        "loadtest",
+        "run",
+        "--size",
+        "32",
+        "--min-ratio",
+        "0.05",
+        "--no-allreduce",
+        "--expected-gpus",
+        "3",
+        "--duration-s",
+        "0.1",
+    ]
     out = invoke([*args, "--termination-log", path], obj=cpu())
     assert out.code == 1  # the numpy backend shows 2 GPUs: fail, as without the log
     warn = [line for line in out.lines() if line.startswith("WARN ")]
@@ -625,9 +701,12 @@ def test_evidence_collect_verdict_stands_when_the_termination_log_fails(
     @click.command()
     def once() -> None:
         emit_collected(
-            Inputs(log, "f"), tables, request.load_template(),
-            Target("n", "0000:99:00.0", None, None), ((), "/dev/full"),
-        )  # fmt: skip
+            Inputs(log, "f"),
+            tables,
+            request.load_template(),
+            Target("n", "0000:99:00.0", None, None),
+            ((), "/dev/full"),
+        )
 
     result = CliRunner().invoke(once, [])
     warn = [line for line in result.stderr.splitlines() if line.startswith("WARN ")]
@@ -691,10 +770,9 @@ def _settings(env: dict[str, str], *args: str) -> tuple[int, Settings | None, st
         ("GUARD_CONFORMANCE_ALLOWED_DNS", "conformance_allowed_dns", ""),
         ("GUARD_CONFORMANCE_CONTROL_PLANE_VERSION", "conformance_control_plane_version", ""),
         ("GUARD_SERVICE_NETWORK_KUBE_PROXY_PODS", "service_network_kube_proxy_pods", ""),
-        ("GUARD_SERVICE_NETWORK_KUBE_PROXY_NAMESPACE", "service_network_kube_proxy_namespace",
-         ""),
+        ("GUARD_SERVICE_NETWORK_KUBE_PROXY_NAMESPACE", "service_network_kube_proxy_namespace", ""),
     ],
-)  # fmt: skip
+)
 def test_an_empty_variable_means_empty(variable: str, field: str, value: object) -> None:
     code, s, err = _settings({variable: ""})
     assert code == 0, err
@@ -711,15 +789,19 @@ def test_an_empty_number_keeps_its_default() -> None:
 @pytest.mark.parametrize(
     ("env", "shown"),
     [
-        pytest.param({"GUARD_NAMESPACE": " gpu-node-guard"}, "(got ' gpu-node-guard')",
-                     id="leading-space"),
+        pytest.param(
+            {"GUARD_NAMESPACE": " gpu-node-guard"}, "(got ' gpu-node-guard')", id="leading-space"
+        ),
         pytest.param({"GUARD_NAMESPACE": "gpu\tguard"}, "(got 'gpu\\tguard')", id="tab"),
         pytest.param({"GUARD_IMAGE": "img:1\n"}, "(got 'img:1\\n')", id="newline"),
         pytest.param({"GUARD_GPU_NODE_LABEL": "a=b "}, "(got 'a=b ')", id="trailing-space"),
-        pytest.param({"GUARD_PROMETHEUS_HEADERS": "X-Api-Key=s3cret,Bad"},
-                     "(got 'X-Api-Key=<redacted>,Bad')", id="header-redacted"),
+        pytest.param(
+            {"GUARD_PROMETHEUS_HEADERS": "X-Api-Key=s3cret,Bad"},
+            "(got 'X-Api-Key=<redacted>,Bad')",
+            id="header-redacted",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_setting_shows_its_value_quoted(env: dict[str, str], shown: str) -> None:
     code, _, err = _settings(env)
     assert code == 2
@@ -730,15 +812,31 @@ def test_a_bad_setting_shows_its_value_quoted(env: dict[str, str], shown: str) -
 
 @pytest.mark.parametrize(
     "header",
-    ["X-Api-Key=s3cret", "Cookie=session=s3cret", "Proxy-Authorization=Basic s3cret",
-     "X-Auth-Token=s3cret", "X-Secret-Thing=s3cret", "X-Password=s3cret"],
-)  # fmt: skip
+    [
+        "X-Api-Key=s3cret",
+        "Cookie=session=s3cret",
+        "Proxy-Authorization=Basic s3cret",
+        "X-Auth-Token=s3cret",
+        "X-Secret-Thing=s3cret",
+        "X-Password=s3cret",
+    ],
+)
 def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> None:
     snap = tmp_path / "snap.json"
     snap.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}]}')
     env = {"GUARD_PROMETHEUS_HEADERS": "X-Scope-OrgID=team-a," + header}
-    out = invoke(["run", "--cluster-snapshot", str(snap), "--prometheus-url",
-                  "http://127.0.0.1:9", "--prometheus-timeout-s", "0.2"], env=env)  # fmt: skip
+    out = invoke(
+        [
+            "run",
+            "--cluster-snapshot",
+            str(snap),
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--prometheus-timeout-s",
+            "0.2",
+        ],
+        env=env,
+    )
     assert "s3cret" not in out.stderr + out.stdout, out.stderr
     assert "X-Scope-OrgID=team-a" in out.stderr or out.code == 2
 
@@ -768,18 +866,22 @@ def test_the_cronjob_deadline_matches_the_manifest() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--watch-until-s", str(CRONJOB_DEADLINE_S - WATCH_MARGIN_S + 1)),
-     ("--scrape-interval-s", "4"), ("--lease-duration-s", str(CRONJOB_DEADLINE_S + 1)),
-     ("--lease-duration-s", "29")],
-)  # fmt: skip
+    [
+        ("--watch-until-s", str(CRONJOB_DEADLINE_S - WATCH_MARGIN_S + 1)),
+        ("--scrape-interval-s", "4"),
+        ("--lease-duration-s", str(CRONJOB_DEADLINE_S + 1)),
+        ("--lease-duration-s", "29"),
+    ],
+)
 def test_a_watch_past_the_cronjob_deadline_is_refused(flag: str, value: str) -> None:
     code, s, err = _settings({}, flag, value)
     assert code == 2 and s is None and f"bad setting: {flag} " in err, err
 
 
 def test_unknown_variables_warn_once_on_run(tmp_path: Path) -> None:
-    out = invoke(["run", "--cluster-snapshot", str(tmp_path / "none")],
-                 env={"GUARD_HOLD_WINDOW": "5"})  # fmt: skip
+    out = invoke(
+        ["run", "--cluster-snapshot", str(tmp_path / "none")], env={"GUARD_HOLD_WINDOW": "5"}
+    )
     warns = [line for line in out.lines() if line.startswith("WARN unknown setting")]
     # click refuses the missing file before the settings are built: no warning yet, exit 2
     assert out.code == 2 and len(warns) <= 1
@@ -806,18 +908,33 @@ def test_a_host_command_keeps_the_tail_of_a_long_output(
 @pytest.mark.parametrize(
     ("command", "env", "warning"),
     [
-        pytest.param(["agent", "--once"], {"GUARD_AGENT_NODES": "n"},
-                     "'GUARD_AGENT_NODES' in the environment is ignored"
-                     " (did you mean GUARD_AGENT_NODE?)", id="agent-misspelt"),
-        pytest.param(["agent", "--once"], {"GUARD_AGENT_INTERVAL": "5"},
-                     "(did you mean GUARD_AGENT_INTERVAL_S?)", id="agent-no-unit"),
-        pytest.param(["conformance"], {"GUARD_CONFORMANCE_PLATFROM": "rke2"},
-                     "(did you mean GUARD_CONFORMANCE_PLATFORM?)", id="conformance-misspelt"),
-        pytest.param(["conformance"], {"GUARD_CONFORMANCE_FIX": "1"},
-                     "'GUARD_CONFORMANCE_FIX' in the environment is ignored"
-                     " (--fix is read from the command line only)", id="conformance-fix"),
+        pytest.param(
+            ["agent", "--once"],
+            {"GUARD_AGENT_NODES": "n"},
+            "'GUARD_AGENT_NODES' in the environment is ignored (did you mean GUARD_AGENT_NODE?)",
+            id="agent-misspelt",
+        ),
+        pytest.param(
+            ["agent", "--once"],
+            {"GUARD_AGENT_INTERVAL": "5"},
+            "(did you mean GUARD_AGENT_INTERVAL_S?)",
+            id="agent-no-unit",
+        ),
+        pytest.param(
+            ["conformance"],
+            {"GUARD_CONFORMANCE_PLATFROM": "rke2"},
+            "(did you mean GUARD_CONFORMANCE_PLATFORM?)",
+            id="conformance-misspelt",
+        ),
+        pytest.param(
+            ["conformance"],
+            {"GUARD_CONFORMANCE_FIX": "1"},
+            "'GUARD_CONFORMANCE_FIX' in the environment is ignored"
+            " (--fix is read from the command line only)",
+            id="conformance-fix",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_node_side_commands_warn_of_their_unknown_variables(
     tmp_path: Path, command: list[str], env: dict[str, str], warning: str
 ) -> None:

@@ -129,28 +129,49 @@ FILE_KINDS: dict[str, Callable[[Path], Path]] = {
     "oversized": _sparse,
 }
 # Kinds every reader refuses; `empty` and `one-long-line` depend on what the file is.
-REFUSED = ("missing", "directory", "fifo", "dev-zero", "dev-null", "symlink-loop", "nul-bytes",
-           "not-utf8", "utf16", "deep-json", "alias-bomb", "oversized")  # fmt: skip
+REFUSED = (
+    "missing",
+    "directory",
+    "fifo",
+    "dev-zero",
+    "dev-null",
+    "symlink-loop",
+    "nul-bytes",
+    "not-utf8",
+    "utf16",
+    "deep-json",
+    "alias-bomb",
+    "oversized",
+)
 
 
 def snapshot_text() -> str:
-    node = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-a", "uid": "u-1", "resourceVersion": "1"},
-            "spec": {},
-            "status": {"capacity": {"nvidia.com/gpu": "8"},
-                       "allocatable": {"nvidia.com/gpu": "8"},
-                       "nodeInfo": {"bootID": "b-1"}}}  # fmt: skip
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-a", "uid": "u-1", "resourceVersion": "1"},
+        "spec": {},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "nodeInfo": {"bootID": "b-1"},
+        },
+    }
     # A whole snapshot (`kubectl get … -A`): one that lacks the guard's namespaces is a WARN.
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": [node, *ALL_NAMESPACES]})
 
 
 def kubeconfig_text() -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    })  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "c",
+            "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        }
+    )
 
 
 KERNEL_LOG = (
@@ -165,8 +186,14 @@ def prepare(tmp: Path, row: Row) -> dict[str, str]:
     (tmp / "kernel.log").write_text(KERNEL_LOG)
     (tmp / "root").mkdir()
     (tmp / "token").write_text("t0ken\n")
-    paths = {"snap": tmp / "snap.json", "kc": tmp / "kubeconfig", "klog": tmp / "kernel.log",
-             "root": tmp / "root", "token": tmp / "token", "tmp": tmp}  # fmt: skip
+    paths = {
+        "snap": tmp / "snap.json",
+        "kc": tmp / "kubeconfig",
+        "klog": tmp / "kernel.log",
+        "root": tmp / "root",
+        "token": tmp / "token",
+        "tmp": tmp,
+    }
     if row.kind:
         paths["bad"] = FILE_KINDS[row.kind](tmp / f"bad-{row.kind}")
     return {k: str(v) for k, v in paths.items()}
@@ -206,9 +233,14 @@ def run_row(row: Row, tmp: Path) -> Seen:
     except Hang as exc:
         return Seen("hang", -1, str(exc), ())
     text = result.stdout + result.stderr
-    lines = tuple(line for line in result.stderr.splitlines()
-                  if line.strip() and not line.startswith(("Usage:", "Try ", "WARN unknown"))
-                  and not INFO.match(line) and not LAYOUT.match(line))  # fmt: skip
+    lines = tuple(
+        line
+        for line in result.stderr.splitlines()
+        if line.strip()
+        and not line.startswith(("Usage:", "Try ", "WARN unknown"))
+        and not INFO.match(line)
+        and not LAYOUT.match(line)
+    )
     exc = result.exception
     if isinstance(exc, Hang):
         return Seen("hang", -1, text, lines)
@@ -247,41 +279,95 @@ COUNT = ("ledger", "count", "--uuid", UUID, "--node", "gpu-a", "--pci", "0000:58
 AGENT = ("agent", "--root", "{root}", "--node", "gpu-a", "--once")
 CONFORMANCE = ("conformance", "--root", "{root}", "--termination-log", "")
 # The load test runs on one simulated GPU (tests/numpy_backend.py, handed in as the click obj).
-LOADTEST = ("loadtest", "run", "--expected-gpus", "1", "--duration-s", "0.05", "--size", "16",
-            "--no-allreduce", "--termination-log", "")  # fmt: skip
+LOADTEST = (
+    "loadtest",
+    "run",
+    "--expected-gpus",
+    "1",
+    "--duration-s",
+    "0.05",
+    "--size",
+    "16",
+    "--no-allreduce",
+    "--termination-log",
+    "",
+)
 ABORT = "cannot reach"  # a run that passed every check and met the absent Prometheus
 KC = "Kubernetes config"  # in the line of a kubeconfig refused
 
 # Where a hostile file goes: (id, args with {bad}, exit code of a refusal, a word of its line,
 # what an empty file means, what one 3 MB line means).
 FILE_TARGETS: list[tuple[str, tuple[str, ...], int, str, Want, Want]] = [
-    ("run-snapshot", (*RUN, "--cluster-snapshot", "{bad}"), 1, "cluster snapshot",
-     err("cluster snapshot"), err("cluster snapshot")),
-    ("status-snapshot", (*STATUS, "--cluster-snapshot", "{bad}"), 1, "cluster snapshot",
-     err("cluster snapshot"), err("cluster snapshot")),
-    ("run-kubeconfig", (*RUN, "--kubeconfig", "{bad}"), 1, KC,
-     err(KC), err("not a kubeconfig")),
-    ("status-kubeconfig", (*STATUS, "--kubeconfig", "{bad}"), 1, KC,
-     err(KC), err("not a kubeconfig")),
-    ("ledger-file", (*COUNT, "--ledger", "{bad}"), 1, "ledger",
-     err("ledger"), err("ledger")),
-    ("ledger-kubeconfig", (*COUNT, "--from-cluster", "--kubeconfig", "{bad}"), 1, KC,
-     err(KC), err("not a kubeconfig")),
-    ("token-file", (*SNAP_RUN, "--prometheus-bearer-token-file", "{bad}"), 2, "token",
-     err("token", 2), err("token", 2)),
-    ("password-file", (*SNAP_RUN, "--prometheus-basic-auth-user", "u",
-                       "--prometheus-basic-auth-password-file", "{bad}"), 2, "password",
-     err("password", 2), err("password", 2)),
-    ("ca-file", (*SNAP_RUN, "--prometheus-ca-file", "{bad}"), 2, "ca",
-     err("ca", 2), err("ca", 2)),
-    ("kernel-log", ("evidence", "classify", "--kernel-log", "{bad}"), 2, "kernel",
-     ok(), ok()),
+    (
+        "run-snapshot",
+        (*RUN, "--cluster-snapshot", "{bad}"),
+        1,
+        "cluster snapshot",
+        err("cluster snapshot"),
+        err("cluster snapshot"),
+    ),
+    (
+        "status-snapshot",
+        (*STATUS, "--cluster-snapshot", "{bad}"),
+        1,
+        "cluster snapshot",
+        err("cluster snapshot"),
+        err("cluster snapshot"),
+    ),
+    ("run-kubeconfig", (*RUN, "--kubeconfig", "{bad}"), 1, KC, err(KC), err("not a kubeconfig")),
+    (
+        "status-kubeconfig",
+        (*STATUS, "--kubeconfig", "{bad}"),
+        1,
+        KC,
+        err(KC),
+        err("not a kubeconfig"),
+    ),
+    ("ledger-file", (*COUNT, "--ledger", "{bad}"), 1, "ledger", err("ledger"), err("ledger")),
+    (
+        "ledger-kubeconfig",
+        (*COUNT, "--from-cluster", "--kubeconfig", "{bad}"),
+        1,
+        KC,
+        err(KC),
+        err("not a kubeconfig"),
+    ),
+    (
+        "token-file",
+        (*SNAP_RUN, "--prometheus-bearer-token-file", "{bad}"),
+        2,
+        "token",
+        err("token", 2),
+        err("token", 2),
+    ),
+    (
+        "password-file",
+        (
+            *SNAP_RUN,
+            "--prometheus-basic-auth-user",
+            "u",
+            "--prometheus-basic-auth-password-file",
+            "{bad}",
+        ),
+        2,
+        "password",
+        err("password", 2),
+        err("password", 2),
+    ),
+    ("ca-file", (*SNAP_RUN, "--prometheus-ca-file", "{bad}"), 2, "ca", err("ca", 2), err("ca", 2)),
+    ("kernel-log", ("evidence", "classify", "--kernel-log", "{bad}"), 2, "kernel", ok(), ok()),
     ("lspci", (*CLASSIFY, "--lspci", "{bad}"), 2, "lspci", ok(), ok()),
     ("aer", (*CLASSIFY, "--aer", "{bad}"), 2, "aer", ok(), ok()),
     ("nvidia-smi-q", (*CLASSIFY, "--nvidia-smi-q", "{bad}"), 2, "nvidia-smi", ok(), ok()),
-    ("xid-classes", (*CLASSIFY, "--xid-classes", "{bad}"), 1, "bad-",
-     err("no header line"), err("header lacks column")),
-]  # fmt: skip
+    (
+        "xid-classes",
+        (*CLASSIFY, "--xid-classes", "{bad}"),
+        1,
+        "bad-",
+        err("no header line"),
+        err("header lacks column"),
+    ),
+]
 
 
 def value_rows() -> list[Row]:
@@ -313,8 +399,7 @@ def value_rows() -> list[Row]:
         ("run-hold-huge", (*s, "--hold-window-s", "9" * 30), e2("hold")),
         ("run-cadence-zero", (*s, "--cadence-s", "0"), e2("cadence")),
         ("run-selector-open-brace", (*s, "--dcgm-selector", "a{"), e2("dcgm")),
-        ("run-selector-injection", (*s, "--dcgm-selector", 'job="x"}) or vector(1'),
-         e2("dcgm")),
+        ("run-selector-injection", (*s, "--dcgm-selector", 'job="x"}) or vector(1'), e2("dcgm")),
         ("run-node-labels-name", (*s, "--dcgm-node-labels", "__name__"), e2("node-labels")),
         ("run-node-labels-empty", (*s, "--dcgm-node-labels", ""), e2("node-labels")),
         ("run-headers-no-equals", (*s, "--prometheus-headers", "noequals"), e2("headers")),
@@ -325,19 +410,37 @@ def value_rows() -> list[Row]:
         ("run-max-bytes-huge", (*s, "--prometheus-max-answer-bytes", "9" * 25), e2("bytes")),
         ("run-basic-user-no-password", (*s, "--prometheus-basic-auth-user", "u"), e2("password")),
         ("run-cert-without-key", (*s, "--prometheus-cert-file", "{token}"), e2("key")),
-        ("run-token-and-basic", (*s, "--prometheus-bearer-token-file", "{token}",
-                                 "--prometheus-basic-auth-user", "u",
-                                 "--prometheus-basic-auth-password-file", "{token}"),
-         e2("bearer")),
+        (
+            "run-token-and-basic",
+            (
+                *s,
+                "--prometheus-bearer-token-file",
+                "{token}",
+                "--prometheus-basic-auth-user",
+                "u",
+                "--prometheus-basic-auth-password-file",
+                "{token}",
+            ),
+            e2("bearer"),
+        ),
         ("run-snapshot-reaches-prometheus", s, err(ABORT)),
         # status
         ("status-output-xml", ("status", "-o", "xml"), e2("--output")),
-        ("status-at-garbage", (*STATUS, "--cluster-snapshot", "{snap}", "--at", "soon"),
-         e2("--at")),
-        ("status-context-unknown", (*STATUS, "--kubeconfig", "{kc}", "--context", "nope"),
-         err("nope")),
-        ("status-snapshot-reaches-prometheus", (*STATUS, "--cluster-snapshot", "{snap}"),
-         ok("shown as without Prometheus", 1)),
+        (
+            "status-at-garbage",
+            (*STATUS, "--cluster-snapshot", "{snap}", "--at", "soon"),
+            e2("--at"),
+        ),
+        (
+            "status-context-unknown",
+            (*STATUS, "--kubeconfig", "{kc}", "--context", "nope"),
+            err("nope"),
+        ),
+        (
+            "status-snapshot-reaches-prometheus",
+            (*STATUS, "--cluster-snapshot", "{snap}"),
+            ok("shown as without Prometheus", 1),
+        ),
         # render
         ("render-kind-unknown", ("render", "--node", "n", "backup"), e2("backup")),
         ("render-node-upper", ("render", "--node", "GPU-A", "evidence"), e2("--node")),
@@ -347,33 +450,90 @@ def value_rows() -> list[Row]:
         ("render-pci-garbage", ("render", "--node", "n", "--pci", "zz", "evidence"), e2("--pci")),
         ("render-xid-zero", ("render", "--node", "n", "--xid", "0", "evidence"), e2("--xid")),
         ("render-xid-huge", ("render", "--node", "n", "--xid", "9" * 30, "evidence"), e2("--xid")),
-        ("render-gpus-negative", ("render", "--node", "n", "--gpus", "-1", "loadtest"),
-         e2("--gpus")),
+        (
+            "render-gpus-negative",
+            ("render", "--node", "n", "--gpus", "-1", "loadtest"),
+            e2("--gpus"),
+        ),
         ("render-ok", ("render", "--node", "gpu-a", "evidence"), ok("kind: Job")),
         # evidence
         ("classify-pci-garbage", (*CLASSIFY, "--pci", "zz"), e2("--pci")),
         ("classify-root-port-garbage", (*CLASSIFY, "--root-port", "zz"), e2("--root-port")),
         ("classify-output-xml", (*CLASSIFY, "--output", "xml"), e2("--output")),
         ("classify-ok", CLASSIFY, ok("79")),
-        ("collect-node-bad", ("evidence", "collect", "--node", "A_B", "--pci", "0000:58:00.0"),
-         e2("--node")),
+        (
+            "collect-node-bad",
+            ("evidence", "collect", "--node", "A_B", "--pci", "0000:58:00.0"),
+            e2("--node"),
+        ),
         ("collect-pci-bad", ("evidence", "collect", "--node", "n", "--pci", "58"), e2("--pci")),
-        ("collect-uuid-bad", ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0",
-                              "--uuid", "GPU-x"), e2("--uuid")),
-        ("collect-xid-negative", ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0",
-                                  "--xid", "-1"), e2("--xid")),
-        ("collect-host-root-missing", ("evidence", "collect", "--node", "n", "--pci",
-                                       "0000:58:00.0", "--host-root", "/nonexistent"),
-         ok("Could not be read")),  # partial evidence, each unread source named
-        ("collect-timeout-zero", ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0",
-                                  "--timeout-s", "0"), e2("--timeout-s")),
+        (
+            "collect-uuid-bad",
+            ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0", "--uuid", "GPU-x"),
+            e2("--uuid"),
+        ),
+        (
+            "collect-xid-negative",
+            ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0", "--xid", "-1"),
+            e2("--xid"),
+        ),
+        (
+            "collect-host-root-missing",
+            (
+                "evidence",
+                "collect",
+                "--node",
+                "n",
+                "--pci",
+                "0000:58:00.0",
+                "--host-root",
+                "/nonexistent",
+            ),
+            ok("Could not be read"),
+        ),  # partial evidence, each unread source named
+        (
+            "collect-timeout-zero",
+            ("evidence", "collect", "--node", "n", "--pci", "0000:58:00.0", "--timeout-s", "0"),
+            e2("--timeout-s"),
+        ),
         # ledger
-        ("ledger-uuid-bad", ("ledger", "count", "--uuid", "x", "--node", "n", "--pci",
-                             "0000:58:00.0", "--ledger", "{token}"), e2("--uuid")),
-        ("ledger-node-bad", ("ledger", "count", "--uuid", UUID, "--node", "N!", "--pci",
-                             "0000:58:00.0", "--ledger", "{token}"), e2("--node")),
-        ("ledger-pci-bad", ("ledger", "count", "--uuid", UUID, "--node", "n", "--pci", "x",
-                            "--ledger", "{token}"), e2("--pci")),
+        (
+            "ledger-uuid-bad",
+            (
+                "ledger",
+                "count",
+                "--uuid",
+                "x",
+                "--node",
+                "n",
+                "--pci",
+                "0000:58:00.0",
+                "--ledger",
+                "{token}",
+            ),
+            e2("--uuid"),
+        ),
+        (
+            "ledger-node-bad",
+            (
+                "ledger",
+                "count",
+                "--uuid",
+                UUID,
+                "--node",
+                "N!",
+                "--pci",
+                "0000:58:00.0",
+                "--ledger",
+                "{token}",
+            ),
+            e2("--node"),
+        ),
+        (
+            "ledger-pci-bad",
+            ("ledger", "count", "--uuid", UUID, "--node", "n", "--pci", "x", "--ledger", "{token}"),
+            e2("--pci"),
+        ),
         ("ledger-no-source", COUNT, e2("--ledger")),
         # loadtest
         ("loadtest-expected-zero", (*LOADTEST[:2], "--expected-gpus", "0"), e2("expected")),
@@ -381,46 +541,68 @@ def value_rows() -> list[Row]:
         ("loadtest-min-ratio-2", (*LOADTEST, "--min-ratio", "2"), e2("--min-ratio")),
         ("loadtest-duration-nan", (*LOADTEST, "--duration-s", "nan"), e2("--duration-s")),
         ("loadtest-link-garbage", (*LOADTEST, "--expect-link", "garbage"), e2("--expect-link")),
-        ("loadtest-memory-xids-words", (*LOADTEST, "--memory-class-xids", "a,b"),
-         e2("memory-class-xids")),
-        ("loadtest-test-pci-garbage", (*LOADTEST, "--memory-test-pci", "zz"),
-         e2("memory-test-pci")),
+        (
+            "loadtest-memory-xids-words",
+            (*LOADTEST, "--memory-class-xids", "a,b"),
+            e2("memory-class-xids"),
+        ),
+        (
+            "loadtest-test-pci-garbage",
+            (*LOADTEST, "--memory-test-pci", "zz"),
+            e2("memory-test-pci"),
+        ),
         ("loadtest-backend-cuda", (*LOADTEST, "--backend", "cuda"), e2("--backend")),
         ("loadtest-passes", LOADTEST, ok("verdict=pass")),
         ("loadtest-termlog-full", (*LOADTEST[:-1], "/dev/full"), ok("the verdict and exit code")),
-        ("loadtest-termlog-directory", (*LOADTEST[:-1], "{root}"),
-         ok("the verdict and exit code")),
+        ("loadtest-termlog-directory", (*LOADTEST[:-1], "{root}"), ok("the verdict and exit code")),
         # conformance
         ("conformance-root-missing", ("conformance", "--root", "/nonexistent"), e2("--root")),
         ("conformance-root-file", ("conformance", "--root", "{token}"), e2("--root")),
-        ("conformance-version-garbage", (*CONFORMANCE, "--control-plane-version", "latest"),
-         e2("--control-plane-version")),
-        ("conformance-dns-bad-cidr", (*CONFORMANCE, "--allowed-dns", "999.1.1.1/99"),
-         e2("--allowed-dns")),
-        ("conformance-dns-empty-item", (*CONFORMANCE, "--allowed-dns", "10.0.0.0/8,,"),
-         ok("skip=")),  # empty items are no items
+        (
+            "conformance-version-garbage",
+            (*CONFORMANCE, "--control-plane-version", "latest"),
+            e2("--control-plane-version"),
+        ),
+        (
+            "conformance-dns-bad-cidr",
+            (*CONFORMANCE, "--allowed-dns", "999.1.1.1/99"),
+            e2("--allowed-dns"),
+        ),
+        (
+            "conformance-dns-empty-item",
+            (*CONFORMANCE, "--allowed-dns", "10.0.0.0/8,,"),
+            ok("skip="),
+        ),  # empty items are no items
         ("conformance-timeout-zero", (*CONFORMANCE, "--timeout-s", "0"), e2("--timeout-s")),
         ("conformance-timeout-nan", (*CONFORMANCE, "--timeout-s", "nan"), e2("--timeout-s")),
         ("conformance-role-odd", (*CONFORMANCE, "--role", "boss"), e2("--role")),
         ("conformance-empty-root", CONFORMANCE, ok("skip=")),
-        ("conformance-termlog-full", (*CONFORMANCE[:-1], "/dev/full"),
-         ok("the verdict and exit code")),
-        ("conformance-termlog-directory", (*CONFORMANCE[:-1], "{root}"),
-         ok("the verdict and exit code")),
+        (
+            "conformance-termlog-full",
+            (*CONFORMANCE[:-1], "/dev/full"),
+            ok("the verdict and exit code"),
+        ),
+        (
+            "conformance-termlog-directory",
+            (*CONFORMANCE[:-1], "{root}"),
+            ok("the verdict and exit code"),
+        ),
         # agent
         ("agent-node-empty", ("agent", "--root", "{root}", "--node", "", "--once"), e2("--node")),
-        ("agent-node-upper", ("agent", "--root", "{root}", "--node", "GPU", "--once"),
-         e2("--node")),
+        (
+            "agent-node-upper",
+            ("agent", "--root", "{root}", "--node", "GPU", "--once"),
+            e2("--node"),
+        ),
         ("agent-listen-no-port", (*AGENT, "--listen", "host"), e2("--listen")),
         ("agent-listen-port-99999", (*AGENT, "--listen", ":99999"), e2("--listen")),
         ("agent-interval-zero", (*AGENT, "--interval-s", "0"), e2("--interval-s")),
         ("agent-interval-nan", (*AGENT, "--interval-s", "nan"), e2("--interval-s")),
         ("agent-dns-bad", (*AGENT, "--allowed-dns", "x"), e2("--allowed-dns")),
-        ("agent-root-file", ("agent", "--root", "{token}", "--node", "n", "--once"),
-         e2("--root")),
+        ("agent-root-file", ("agent", "--root", "{token}", "--node", "n", "--once"), e2("--root")),
         ("agent-platform-odd", (*AGENT, "--platform", "k3s"), e2("--platform")),
         ("agent-once", AGENT, ok("gpu_node_guard_agent_check_status")),
-    ]  # fmt: skip
+    ]
     return [Row(f"arg-{i}", a, w) for i, a, w in table]
 
 
@@ -429,8 +611,10 @@ def value_rows() -> list[Row]:
 # the (absent) Prometheus. And the node-side commands' own variables.
 ENV_BAD: list[tuple[str, str, str]] = [
     ("GUARD_HOLD_WINDOW_S", "ten", "hold"),
-    ("GUARD_HOLD_WINDOW_S", "-1", "hold"), ("GUARD_HOLD_WINDOW_S", "1e999", "hold"),
-    ("GUARD_CADENCE_S", "0", "cadence"), ("GUARD_CADENCE_S", "'300'", "cadence"),
+    ("GUARD_HOLD_WINDOW_S", "-1", "hold"),
+    ("GUARD_HOLD_WINDOW_S", "1e999", "hold"),
+    ("GUARD_CADENCE_S", "0", "cadence"),
+    ("GUARD_CADENCE_S", "'300'", "cadence"),
     ("GUARD_PROMETHEUS_TIMEOUT_S", "nan", "timeout"),
     ("GUARD_PROMETHEUS_TIMEOUT_S", "600", "timeout"),
     ("GUARD_PROMETHEUS_URL", "prometheus:9090", "prometheus"),
@@ -441,9 +625,11 @@ ENV_BAD: list[tuple[str, str, str]] = [
     ("GUARD_DCGM_SELECTOR", 'job=~"a++"', "dcgm"),
     ("GUARD_KSM_SELECTOR", "job=", "ksm"),
     ("GUARD_DCGM_NODE_LABELS", "Host name", "node-labels"),
-    ("GUARD_BOOT_CHECK", "maybe", "boot"), ("GUARD_BOOT_CHECK", "yes please", "boot"),
+    ("GUARD_BOOT_CHECK", "maybe", "boot"),
+    ("GUARD_BOOT_CHECK", "yes please", "boot"),
     ("GUARD_USER_CODE_XIDS", "13,abc", "user"),
-    ("GUARD_FAST_PATH_XIDS", "-79", "fast"), ("GUARD_MEMORY_CLASS_XIDS", "1000000", "memory"),
+    ("GUARD_FAST_PATH_XIDS", "-79", "fast"),
+    ("GUARD_MEMORY_CLASS_XIDS", "1000000", "memory"),
     ("GUARD_ONBOARDING_TAINT", "no effect", "onboarding"),
     ("GUARD_ONBOARDING_TAINT", "a=b:Sometimes", "onboarding"),
     ("GUARD_IMAGE", "not an image", "image"),
@@ -451,40 +637,76 @@ ENV_BAD: list[tuple[str, str, str]] = [
     ("GUARD_BREAKER_MAX_FRACTION", "2", "fraction"),
     ("GUARD_SERVICE_NETWORK_KUBE_PROXY_PODS", "a{1001}", "kube"),
     ("GUARD_SERVICE_NETWORK_CNI_DAEMONSETS", "(", "cni"),
-    ("GUARD_LOADTEST_MIN_RATIO", "1.5", "ratio"), ("GUARD_QUERY_STEP_S", "0", "step"),
+    ("GUARD_LOADTEST_MIN_RATIO", "1.5", "ratio"),
+    ("GUARD_QUERY_STEP_S", "0", "step"),
     ("GUARD_LOG_FORMAT", "xml", "log-format"),
-]  # fmt: skip
+]
 ENV_ACCEPTED: list[tuple[str, str]] = [
-    ("GUARD_HOLD_WINDOW", "300"), ("guard_hold_window_s", "300"),
-    ("GUARD_HOLD_WINDOW_S", "600 "), ("GUARD_USER_CODE_XIDS", "13,,31"),
-    ("GUARD_HOLD_WINDOW_S ", "300"), ("export GUARD_HOLD_WINDOW_S", "300"),
-    ("GUARD_ONBOARDING_TAINT", ""), ("GUARD_USER_CODE_XIDS", ""),
+    ("GUARD_HOLD_WINDOW", "300"),
+    ("guard_hold_window_s", "300"),
+    ("GUARD_HOLD_WINDOW_S", "600 "),
+    ("GUARD_USER_CODE_XIDS", "13,,31"),
+    ("GUARD_HOLD_WINDOW_S ", "300"),
+    ("export GUARD_HOLD_WINDOW_S", "300"),
+    ("GUARD_ONBOARDING_TAINT", ""),
+    ("GUARD_USER_CODE_XIDS", ""),
     ("GUARD_PROMETHEUS_HEADERS", "X-Scope-OrgID=team-a"),
-    ("GUARD_PROMETHEUS_HEADERS", "X-Api-Key=s3cr3t"), ("GUARD_HOLD_WINDOW_S", ""),
-    ("GUARD_AGENT_NODE", "ignored-by-run"), ("GUARD_ZZZ", "1"),
+    ("GUARD_PROMETHEUS_HEADERS", "X-Api-Key=s3cr3t"),
+    ("GUARD_HOLD_WINDOW_S", ""),
+    ("GUARD_AGENT_NODE", "ignored-by-run"),
+    ("GUARD_ZZZ", "1"),
     # accepted at start (the layout ones with a `WARN layout` line: the policies pin them);
     # what the guard then makes the policies refuse, one ERROR line a cycle
-    ("GUARD_IMAGE", "ghcr.io/x/y:latest"), ("GUARD_ANNOTATION_PREFIX", "evil/"),
+    ("GUARD_IMAGE", "ghcr.io/x/y:latest"),
+    ("GUARD_ANNOTATION_PREFIX", "evil/"),
     ("GUARD_LEDGER_CONFIGMAP", "other-ledger"),
-]  # fmt: skip
+]
 ENV_NODE_SIDE: list[tuple[str, tuple[str, ...], dict[str, str], Want]] = [
     ("agent-interval-env-zero", AGENT, {"GUARD_AGENT_INTERVAL_S": "0"}, err("interval", 2)),
     ("agent-listen-env-bad", AGENT, {"GUARD_AGENT_LISTEN": "nowhere"}, err("listen", 2)),
-    ("agent-node-env-misspelt", ("agent", "--root", "{root}", "--once"),
-     {"GUARD_AGENT_NODES": "gpu-a"}, err("--node", 2)),
-    ("agent-misspelt-warns", AGENT, {"GUARD_AGENT_INTERVAL": "5"},
-     ok("did you mean GUARD_AGENT_INTERVAL_S")),
-    ("conformance-timeout-env-negative", CONFORMANCE, {"GUARD_CONFORMANCE_TIMEOUT_S": "-1"},
-     err("timeout", 2)),
-    ("conformance-fix-env-ignored", CONFORMANCE, {"GUARD_CONFORMANCE_FIX": "1"},
-     ok("--fix is read from the command line only")),
-    ("conformance-dns-env-bad", CONFORMANCE, {"GUARD_CONFORMANCE_ALLOWED_DNS": "x/y"},
-     err("allowed-dns", 2)),
-    ("classify-xid-classes-env-fifo", CLASSIFY, {"GUARD_XID_CLASSES": "/dev/zero"},
-     err("/dev/zero is not a regular file")),
-    ("ledger-kubeconfig-env", (*COUNT, "--from-cluster"), {"GUARD_KUBECONFIG": "/dev/zero"},
-     err("Kubernetes config")),
-]  # fmt: skip
+    (
+        "agent-node-env-misspelt",
+        ("agent", "--root", "{root}", "--once"),
+        {"GUARD_AGENT_NODES": "gpu-a"},
+        err("--node", 2),
+    ),
+    (
+        "agent-misspelt-warns",
+        AGENT,
+        {"GUARD_AGENT_INTERVAL": "5"},
+        ok("did you mean GUARD_AGENT_INTERVAL_S"),
+    ),
+    (
+        "conformance-timeout-env-negative",
+        CONFORMANCE,
+        {"GUARD_CONFORMANCE_TIMEOUT_S": "-1"},
+        err("timeout", 2),
+    ),
+    (
+        "conformance-fix-env-ignored",
+        CONFORMANCE,
+        {"GUARD_CONFORMANCE_FIX": "1"},
+        ok("--fix is read from the command line only"),
+    ),
+    (
+        "conformance-dns-env-bad",
+        CONFORMANCE,
+        {"GUARD_CONFORMANCE_ALLOWED_DNS": "x/y"},
+        err("allowed-dns", 2),
+    ),
+    (
+        "classify-xid-classes-env-fifo",
+        CLASSIFY,
+        {"GUARD_XID_CLASSES": "/dev/zero"},
+        err("/dev/zero is not a regular file"),
+    ),
+    (
+        "ledger-kubeconfig-env",
+        (*COUNT, "--from-cluster"),
+        {"GUARD_KUBECONFIG": "/dev/zero"},
+        err("Kubernetes config"),
+    ),
+]
 
 
 ENV_RUN = ("run", "--cluster-snapshot", "{snap}")  # every setting from the environment
@@ -495,15 +717,25 @@ def env_rows() -> list[Row]:
     rows = [
         Row(f"env-{n}={v!r}", ENV_RUN, err(w, 2), env={**ENV_BASE, n: v}) for n, v, w in ENV_BAD
     ]
-    rows += [Row(f"env-accepted-{n!r}={v!r}", ENV_RUN, err(ABORT), env={**ENV_BASE, n: v})
-             for n, v in ENV_ACCEPTED]  # fmt: skip
+    rows += [
+        Row(f"env-accepted-{n!r}={v!r}", ENV_RUN, err(ABORT), env={**ENV_BASE, n: v})
+        for n, v in ENV_ACCEPTED
+    ]
     rows += [Row(f"env-{i}", a, w, env=e) for i, a, e, w in ENV_NODE_SIDE]
     return rows
 
 
 # Options declared click.Path(exists=True): a path that is not there is click's usage error.
-CLICK_PATHS = ("run-snapshot", "status-snapshot", "ledger-file", "kernel-log", "lspci", "aer",
-               "nvidia-smi-q", "xid-classes")  # fmt: skip
+CLICK_PATHS = (
+    "run-snapshot",
+    "status-snapshot",
+    "ledger-file",
+    "kernel-log",
+    "lspci",
+    "aer",
+    "nvidia-smi-q",
+    "xid-classes",
+)
 NOT_THERE = ("missing", "symlink-loop")
 
 
@@ -543,8 +775,16 @@ def test_the_sweep_covers_every_subcommand_with_300_inputs() -> None:
     assert len(ROWS) >= 300 and len({r.id for r in ROWS}) == len(ROWS)
     commands = {" ".join(a for a in r.args[:2] if not a.startswith("-")) for r in ROWS}
     top = {c.split(" ")[0] for c in commands}
-    assert top >= {"run", "status", "evidence", "ledger", "loadtest", "conformance", "agent",
-                   "render"}, top  # fmt: skip
+    assert top >= {
+        "run",
+        "status",
+        "evidence",
+        "ledger",
+        "loadtest",
+        "conformance",
+        "agent",
+        "render",
+    }, top
 
 
 def counts(tmp: Path) -> Counter[str]:

@@ -55,9 +55,13 @@ def test_items_that_are_not_a_list_are_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "line"),
-    [('{"kind": "List",\n "items": [{"a": 1},\n {"a" 2}]}', 3), ('{"items": [{"a": 1}', 1),
-     ('{"items": []} {}', 1), ('{"items": [], 5: 1}', 1)],
-)  # fmt: skip
+    [
+        ('{"kind": "List",\n "items": [{"a": 1},\n {"a" 2}]}', 3),
+        ('{"items": [{"a": 1}', 1),
+        ('{"items": []} {}', 1),
+        ('{"items": [], 5: 1}', 1),
+    ],
+)
 def test_text_that_is_not_json_is_one_line_with_its_line(monkeypatch, tmp_path, text, line):
     monkeypatch.setattr(json_stream, "CHUNK", 5)
     path = tmp_path / "bad.json"

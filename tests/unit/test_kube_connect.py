@@ -36,16 +36,23 @@ def test_in_cluster_requests_carry_the_service_account_token_and_trust_its_ca(
 @responses.activate
 def test_kubeconfig_token_user(tmp_path: Path):
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://api.test:6443",
-                                               "insecure-skip-tls-verify": True}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "clusters": [
+            {
+                "name": "k",
+                "cluster": {"server": "https://api.test:6443", "insecure-skip-tls-verify": True},
+            }
+        ],
         "users": [{"name": "u", "user": {"token": "person-token"}}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }  # fmt: skip
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
-    responses.add(responses.GET, "https://api.test:6443/api/v1/nodes/n",
-                  json={"metadata": {"name": "n"}})  # fmt: skip
+    responses.add(
+        responses.GET, "https://api.test:6443/api/v1/nodes/n", json={"metadata": {"name": "n"}}
+    )
     assert Kube.connect(str(path), in_cluster=False).node("n")["kind"] == "Node"
     assert responses.calls[0].request.headers["Authorization"] == "Bearer person-token"
 
@@ -75,15 +82,19 @@ INSECURE = {"insecure-skip-tls-verify": True}
 @responses.activate
 def test_context_picks_another_kubeconfig_context_like_kubectl(tmp_path: Path):
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "staging",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "staging",
         "clusters": [
             {"name": "s", "cluster": {"server": "https://staging.test", **INSECURE}},
             {"name": "p", "cluster": {"server": "https://prod.test", **INSECURE}},
         ],
         "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "staging", "context": {"cluster": "s", "user": "u"}},
-                     {"name": "prod", "context": {"cluster": "p", "user": "u"}}],
-    }  # fmt: skip
+        "contexts": [
+            {"name": "staging", "context": {"cluster": "s", "user": "u"}},
+            {"name": "prod", "context": {"cluster": "p", "user": "u"}},
+        ],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     responses.add(responses.GET, "https://prod.test/api/v1/nodes/n", json={"metadata": {}})
@@ -103,10 +114,15 @@ def test_requests_are_counted_by_status_code_and_error():
     from guard.doors.retry import Backoff
 
     responses.add(responses.GET, "https://api.test/api/v1/nodes/a", json={"metadata": {}})
-    responses.add(responses.GET, "https://api.test/api/v1/nodes/b", status=404,
-                  json={"kind": "Status", "code": 404, "message": "not found"})  # fmt: skip
-    responses.add(responses.GET, "https://api.test/api/v1/nodes/c",
-                  body=http.ConnectionError("refused"))  # fmt: skip
+    responses.add(
+        responses.GET,
+        "https://api.test/api/v1/nodes/b",
+        status=404,
+        json={"kind": "Status", "code": 404, "message": "not found"},
+    )
+    responses.add(
+        responses.GET, "https://api.test/api/v1/nodes/c", body=http.ConnectionError("refused")
+    )
     # 1 ms left and a first delay of 134 ms: no retry, the refusal is the last answer.
     no_retry = Backoff(0.001, base_s=1.0, clock=lambda: 0.0, rng=random.Random(1))
     kube = Kube(http.Session(), "https://api.test", no_retry)
@@ -120,12 +136,18 @@ def test_requests_are_counted_by_status_code_and_error():
 
 
 def _kubeconfig(path: Path, server: str) -> str:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": server, **INSECURE}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": server, **INSECURE}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -140,9 +162,13 @@ def _kubeconfig(path: Path, server: str) -> str:
     ],
 )
 def test_one_kubeconfig_rule_as_kubectl(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: bool, env: bool, in_pod: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: bool,
+    env: bool,
+    in_pod: bool,
     server: str,
-) -> None:  # fmt: skip
+) -> None:
     """--kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config: the same for `run`,
     `status` and `ledger count --from-cluster` (all through Kube.connect, in_cluster unset)."""
     token, ca = tmp_path / "token", tmp_path / "ca.crt"

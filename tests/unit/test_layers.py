@@ -13,13 +13,39 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("shared words and facts", (
-        "actions", "bundle", "cli_options", "files", "jobs", "ledger", "log",
-        "metric_names", "model", "names", "pci", "runbook", "settings", "settings_flags",
-        "states", "wire", "xid_tables",
-    )),
+    (
+        "shared words and facts",
+        (
+            "actions",
+            "bundle",
+            "cli_options",
+            "files",
+            "jobs",
+            "ledger",
+            "log",
+            "metric_names",
+            "model",
+            "names",
+            "pci",
+            "runbook",
+            "settings",
+            "settings_flags",
+            "states",
+            "wire",
+            "xid_tables",
+        ),
+    ),
     ("doors", ("doors",)),
-    ("job programs", ("agent", "conformance", "evidence", "fence", "loadtest",)),
+    (
+        "job programs",
+        (
+            "agent",
+            "conformance",
+            "evidence",
+            "fence",
+            "loadtest",
+        ),
+    ),
     ("read", ("read",)),
     ("plan", ("plan",)),
     ("status (read and plan, no executor)", ("status",)),
@@ -28,7 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("generators", ("generate",)),
     ("the command", ("cli",)),
     ("the built-in example", ("example",)),
-)  # fmt: skip
+)
 RANK = {f"guard.{unit}": i for i, (_, units) in enumerate(LAYERS) for unit in units}
 
 

@@ -55,11 +55,20 @@ def test_the_links_go_last_so_no_word_moves() -> None:
 
 
 def test_the_all_reduce_is_stated_from_the_settings() -> None:
-    s = Settings(loadtest_allreduce=False, loadtest_allreduce_min_ratio=0.55,
-                 loadtest_allreduce_timeout_s=120)  # fmt: skip
+    s = Settings(
+        loadtest_allreduce=False,
+        loadtest_allreduce_min_ratio=0.55,
+        loadtest_allreduce_timeout_s=120,
+    )
     words = argv(s)
-    assert words[13:19] == ("--no-allreduce", "--allreduce-min-ratio", "0.55",
-                            "--allreduce-timeout-s", "120", "--xid")  # fmt: skip
+    assert words[13:19] == (
+        "--no-allreduce",
+        "--allreduce-min-ratio",
+        "0.55",
+        "--allreduce-timeout-s",
+        "120",
+        "--xid",
+    )
     assert layouts.matches(layouts.loadtest(), words, "n")
 
 
@@ -87,8 +96,9 @@ def test_the_link_pattern_is_the_one_docs_loadtest_md_pins() -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
-@pytest.mark.parametrize("taint", ["gpu-node-guard.io/onboarding=pending:NoSchedule",
-                                   "example.com/gate:NoExecute", ""])  # fmt: skip
+@pytest.mark.parametrize(
+    "taint", ["gpu-node-guard.io/onboarding=pending:NoSchedule", "example.com/gate:NoExecute", ""]
+)
 def test_every_job_tolerates_exactly_what_its_policy_pins(kind: object, taint: str) -> None:
     s = Settings(onboarding_taint=taint)
     job = render_example_job(s, JobTemplates.load(), kind.name, ("n", "0000:99:00.0", 79, 8))  # type: ignore[attr-defined]
@@ -146,8 +156,15 @@ def test_a_bad_lifecycle_setting_is_refused(changes: dict[str, object], field: s
 
 
 def test_every_lifecycle_setting_has_help() -> None:
-    names = {"boot_check", "boot_check_max_jobs", "boot_check_job_ttl_s",
-             "boot_check_return_loadtest", "onboarding_taint", "onboarding_burnin_s",
-             "loadtest_allreduce", "loadtest_allreduce_min_ratio",
-             "loadtest_allreduce_timeout_s"}  # fmt: skip
+    names = {
+        "boot_check",
+        "boot_check_max_jobs",
+        "boot_check_job_ttl_s",
+        "boot_check_return_loadtest",
+        "onboarding_taint",
+        "onboarding_burnin_s",
+        "loadtest_allreduce",
+        "loadtest_allreduce_min_ratio",
+        "loadtest_allreduce_timeout_s",
+    }
     assert names <= {f.name for f in fields(Settings) if f.metadata["help"]}

@@ -48,15 +48,22 @@ def test_every_rank_done_gives_the_figures_and_each_gpus_best_pair() -> None:
     [
         pytest.param(
             [
-                RankReport(0, 4, SECONDS, error="RuntimeError: Connection closed by peer",
-                           error_seq=9, exit=1),
+                RankReport(
+                    0,
+                    4,
+                    SECONDS,
+                    error="RuntimeError: Connection closed by peer",
+                    error_seq=9,
+                    exit=1,
+                ),
                 RankReport(1, 4, SECONDS, exit=-9, log_tail="Killed"),
                 RankReport(2, 4, SECONDS, killed=True, exit=-9),
             ],
             (),
             (
-                RankOutcome(0, "stopped", "allreduce-4000000B",
-                            "RuntimeError: Connection closed by peer"),
+                RankOutcome(
+                    0, "stopped", "allreduce-4000000B", "RuntimeError: Connection closed by peer"
+                ),
                 RankOutcome(1, "died", "allreduce-4000000B", "signal=SIGKILL last_output='Killed'"),
                 RankOutcome(2, "stopped", "allreduce-4000000B"),
             ),
@@ -65,18 +72,29 @@ def test_every_rank_done_gives_the_figures_and_each_gpus_best_pair() -> None:
         ),
         pytest.param(
             [
-                RankReport(0, 6, SECONDS, error="RuntimeError: Connection reset", error_seq=8,
-                           exit=1),
+                RankReport(
+                    0, 6, SECONDS, error="RuntimeError: Connection reset", error_seq=8, exit=1
+                ),
                 RankReport(1, 6, SECONDS, killed=True, exit=-9),
-                RankReport(2, 6, SECONDS, error="RuntimeError: CUDA error: an illegal memory"
-                           " access was encountered", error_seq=4, exit=1),
+                RankReport(
+                    2,
+                    6,
+                    SECONDS,
+                    error="RuntimeError: CUDA error: an illegal memory access was encountered",
+                    error_seq=4,
+                    exit=1,
+                ),
             ],
             (),
             (
                 RankOutcome(0, "stopped", "pairs-1", "RuntimeError: Connection reset"),
                 RankOutcome(1, "stopped", "pairs-1"),
-                RankOutcome(2, "error", "pairs-1",
-                            "RuntimeError: CUDA error: an illegal memory access was encountered"),
+                RankOutcome(
+                    2,
+                    "error",
+                    "pairs-1",
+                    "RuntimeError: CUDA error: an illegal memory access was encountered",
+                ),
             ),
             None,
             id="first-error-reported-is-the-cause",
@@ -123,7 +141,7 @@ def test_every_rank_done_gives_the_figures_and_each_gpus_best_pair() -> None:
             id="done-rank-ended-at-exit-is-ok-exit-0-before-done-is-not",
         ),
     ],
-)  # fmt: skip
+)
 def test_attribution(
     reports: list[RankReport],
     hung: tuple[int, ...],

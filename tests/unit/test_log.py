@@ -58,8 +58,13 @@ def test_json_values_keep_their_types():
     assert record["held_s"] == 600 and isinstance(record["held_s"], int)
     (done,) = lines("json", lambda log: log.event("done", applied=3, failed=0, elapsed_s=0.25))
     assert json.loads(done) | {"time": "t"} == {
-        "time": "t", "level": "INFO", "event": "done", "applied": 3, "failed": 0, "elapsed_s": 0.25
-    }  # fmt: skip
+        "time": "t",
+        "level": "INFO",
+        "event": "done",
+        "applied": 3,
+        "failed": 0,
+        "elapsed_s": 0.25,
+    }
 
 
 def test_an_events_reason_does_not_overwrite_the_log_event():
@@ -68,8 +73,9 @@ def test_an_events_reason_does_not_overwrite_the_log_event():
     record = json.loads(js)
     assert (record["event"], record["event_reason"]) == ("event", "GuardCordoned")
     (text,) = lines("text", lambda log: log.emit(*event.log_line()))
-    assert text.endswith("event node=gpu-17 reason=xid-79 type=Warning "
-                         "event_reason=GuardCordoned message=cordoned")  # fmt: skip
+    assert text.endswith(
+        "event node=gpu-17 reason=xid-79 type=Warning event_reason=GuardCordoned message=cordoned"
+    )
 
 
 def test_dry_run_lines_say_would_in_text_and_carry_a_flag_in_json():
@@ -110,10 +116,16 @@ def test_decisions_beyond_the_first_of_their_kind_become_one_summary_line():
     assert shown == [f"n{i:02d}" for i in range(DECISION_LINES)] + ["h", "w"]
     (summary,) = [r for r in records if r["event"] == "summary"]
     assert summary | {"time": "t"} == {
-        "time": "t", "level": "INFO", "event": "summary", "of": "skip",
-        "reason": "already-cordoned", "shown": DECISION_LINES, "more": 5,
-        "first_not_shown": f"n{DECISION_LINES:02d}", "next": "--output json lists every decision",
-    }  # fmt: skip
+        "time": "t",
+        "level": "INFO",
+        "event": "summary",
+        "of": "skip",
+        "reason": "already-cordoned",
+        "shown": DECISION_LINES,
+        "more": 5,
+        "first_not_shown": f"n{DECISION_LINES:02d}",
+        "next": "--output json lists every decision",
+    }
 
 
 def test_two_hundred_thousand_skips_make_twenty_one_lines():

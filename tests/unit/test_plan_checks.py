@@ -72,56 +72,103 @@ def after(status: str, result: JobResult | None) -> Snapshot:
 @pytest.mark.parametrize(
     ("snap", "expected"),
     [
-        pytest.param(snapshot(serving()), [("create-job", "b", "new-boot")],
-                     id="new-boot-gets-its-conformance-job"),
-        pytest.param(snapshot(node("b")), [("create-job", "b", "never-checked")],
-                     id="never-checked-node-gets-one"),
+        pytest.param(
+            snapshot(serving()),
+            [("create-job", "b", "new-boot")],
+            id="new-boot-gets-its-conformance-job",
+        ),
+        pytest.param(
+            snapshot(node("b")),
+            [("create-job", "b", "never-checked")],
+            id="never-checked-node-gets-one",
+        ),
         pytest.param(snapshot(serving(boot="boot-1")), [], id="checked-boot-is-left-alone"),
         pytest.param(snapshot(node("cpu", gpus=0)), [], id="cpu-node-is-not-checked"),
-        pytest.param(after("running", None),
-                     [("skip", "b", "boot-check-running")], id="running-waits"),
-        pytest.param(after("succeeded", PASSED),
-                     [("record-boot", "b", "boot-check-passed")], id="pass-records-the-boot"),
-        pytest.param(after("succeeded", None),
-                     [("skip", "b", "boot-check-unreadable")],
-                     id="succeeded-with-its-pod-gone-is-no-pass"),
-        pytest.param(after("failed", FAILED),
-                     [("cordon", "b", "conformance-ipvs-loaded"),
-                      ("event", "b", "conformance-ipvs-loaded")], id="fail-cordons-on-its-item"),
-        pytest.param(after("failed", UNREAD),
-                     [("skip", "b", "boot-check-unreadable")], id="unreadable-summary-no-cordon"),
-        pytest.param(after("failed", None),
-                     [("skip", "b", "boot-check-unreadable")],
-                     id="failed-without-summary-no-cordon"),
-        pytest.param(after("succeeded", UNREAD),
-                     [("skip", "b", "boot-check-unreadable")], id="passed-job-unread-no-record"),
-        pytest.param(snapshot(serving(), jobs=(JobInfo(CF, "conformance", "b", "unreadable"),)),
-                     [("skip", "b", "boot-check-unreadable")], id="unreadable-job-status"),
-        pytest.param(snapshot(serving(cordoned=True)), [],
-                     id="a-persons-cordon-waits-for-the-uncordon-silently"),
-        pytest.param(snapshot(serving(cordoned=True), jobs=(done(CF, "succeeded", PASSED),)), [],
-                     id="a-pass-on-a-node-a-person-cordoned-since-waits"),
-        pytest.param(snapshot(serving(cordoned=True), jobs=(done(CF, "failed", FAILED),)),
-                     [("skip", "b", "already-cordoned")],
-                     id="a-fail-on-a-node-a-person-cordoned-since-is-no-guard-cordon"),
-        pytest.param(snapshot(serving(), jobs=(replace(done(CF, "succeeded", PASSED),
-                                                       uid=FOREIGN_UID),)),
-                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
-                     id="a-replaced-job-is-no-pass"),
-        pytest.param(snapshot(serving(), jobs=(done(CF, "succeeded", PASSED),), own=False),
-                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
-                     id="a-job-without-the-guards-record-is-no-pass"),
-        pytest.param(after("succeeded", ADOPTED),
-                     [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
-                     id="a-pass-of-a-pod-from-another-node-is-no-pass"),
-        pytest.param(snapshot(serving(), hardware=(gpu("b", 79),)),
-                     [("skip", "b", "boot-check-deferred")], id="hardware-xid-isolation-first"),
-        pytest.param(snapshot(serving(boot="")), [("skip", "b", "boot-check-no-boot-id")],
-                     id="no-boot-id-no-check"),
-        pytest.param(snapshot(node("b", cordoned=True, guarded_xid=79, boot="boot-2")), [],
-                     id="guard-cordoned-node-is-the-return-checks"),
+        pytest.param(
+            after("running", None), [("skip", "b", "boot-check-running")], id="running-waits"
+        ),
+        pytest.param(
+            after("succeeded", PASSED),
+            [("record-boot", "b", "boot-check-passed")],
+            id="pass-records-the-boot",
+        ),
+        pytest.param(
+            after("succeeded", None),
+            [("skip", "b", "boot-check-unreadable")],
+            id="succeeded-with-its-pod-gone-is-no-pass",
+        ),
+        pytest.param(
+            after("failed", FAILED),
+            [("cordon", "b", "conformance-ipvs-loaded"), ("event", "b", "conformance-ipvs-loaded")],
+            id="fail-cordons-on-its-item",
+        ),
+        pytest.param(
+            after("failed", UNREAD),
+            [("skip", "b", "boot-check-unreadable")],
+            id="unreadable-summary-no-cordon",
+        ),
+        pytest.param(
+            after("failed", None),
+            [("skip", "b", "boot-check-unreadable")],
+            id="failed-without-summary-no-cordon",
+        ),
+        pytest.param(
+            after("succeeded", UNREAD),
+            [("skip", "b", "boot-check-unreadable")],
+            id="passed-job-unread-no-record",
+        ),
+        pytest.param(
+            snapshot(serving(), jobs=(JobInfo(CF, "conformance", "b", "unreadable"),)),
+            [("skip", "b", "boot-check-unreadable")],
+            id="unreadable-job-status",
+        ),
+        pytest.param(
+            snapshot(serving(cordoned=True)),
+            [],
+            id="a-persons-cordon-waits-for-the-uncordon-silently",
+        ),
+        pytest.param(
+            snapshot(serving(cordoned=True), jobs=(done(CF, "succeeded", PASSED),)),
+            [],
+            id="a-pass-on-a-node-a-person-cordoned-since-waits",
+        ),
+        pytest.param(
+            snapshot(serving(cordoned=True), jobs=(done(CF, "failed", FAILED),)),
+            [("skip", "b", "already-cordoned")],
+            id="a-fail-on-a-node-a-person-cordoned-since-is-no-guard-cordon",
+        ),
+        pytest.param(
+            snapshot(serving(), jobs=(replace(done(CF, "succeeded", PASSED), uid=FOREIGN_UID),)),
+            [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+            id="a-replaced-job-is-no-pass",
+        ),
+        pytest.param(
+            snapshot(serving(), jobs=(done(CF, "succeeded", PASSED),), own=False),
+            [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+            id="a-job-without-the-guards-record-is-no-pass",
+        ),
+        pytest.param(
+            after("succeeded", ADOPTED),
+            [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
+            id="a-pass-of-a-pod-from-another-node-is-no-pass",
+        ),
+        pytest.param(
+            snapshot(serving(), hardware=(gpu("b", 79),)),
+            [("skip", "b", "boot-check-deferred")],
+            id="hardware-xid-isolation-first",
+        ),
+        pytest.param(
+            snapshot(serving(boot="")),
+            [("skip", "b", "boot-check-no-boot-id")],
+            id="no-boot-id-no-check",
+        ),
+        pytest.param(
+            snapshot(node("b", cordoned=True, guarded_xid=79, boot="boot-2")),
+            [],
+            id="guard-cordoned-node-is-the-return-checks",
+        ),
     ],
-)  # fmt: skip
+)
 def test_after_reboot_check(snap: Snapshot, expected: list[tuple[str, str, str]]) -> None:
     assert brief(checks(snap)) == expected
 
@@ -133,9 +180,14 @@ def test_the_check_can_be_turned_off() -> None:
 def test_pass_records_exactly_this_boot_and_job() -> None:
     snap = after("succeeded", PASSED)
     (record,) = checks(snap)
-    assert record == RecordBoot("b", "boot-check-passed", "100", "boot-2",
-                                ((KEYS.checked_boot, f"boot-2 {NOW_S} job/{CF}"),),
-                                "checked again after the next reboot")  # fmt: skip
+    assert record == RecordBoot(
+        "b",
+        "boot-check-passed",
+        "100",
+        "boot-2",
+        ((KEYS.checked_boot, f"boot-2 {NOW_S} job/{CF}"),),
+        "checked again after the next reboot",
+    )
 
 
 def test_fail_cordons_with_the_failed_items_on_the_node_and_a_warning_event() -> None:
@@ -143,12 +195,21 @@ def test_fail_cordons_with_the_failed_items_on_the_node_and_a_warning_event() ->
     snap = snapshot(serving(extra=earlier), jobs=(done(CF, "failed", FAILED),))
     cordon, event = checks(snap)
     assert cordon == Cordon(
-        "b", "conformance-ipvs-loaded", "100",
-        ((KEYS.reason, "conformance-ipvs-loaded"), (KEYS.at, NOW_S), (KEYS.boot_id, "boot-2"),
-         (KEYS.gpu_capacity, "8"),
-         (KEYS.conformance_failed, f"{NOW_S} job/{CF} ipvs-loaded,ipvs-persist")),
-        "-", 0, "fix ipvs-loaded,ipvs-persist, then reboot", (KEYS.returned,),
-    )  # fmt: skip
+        "b",
+        "conformance-ipvs-loaded",
+        "100",
+        (
+            (KEYS.reason, "conformance-ipvs-loaded"),
+            (KEYS.at, NOW_S),
+            (KEYS.boot_id, "boot-2"),
+            (KEYS.gpu_capacity, "8"),
+            (KEYS.conformance_failed, f"{NOW_S} job/{CF} ipvs-loaded,ipvs-persist"),
+        ),
+        "-",
+        0,
+        "fix ipvs-loaded,ipvs-persist, then reboot",
+        (KEYS.returned,),
+    )
     assert isinstance(event, EmitEvent) and event.event_type == "Warning"
     assert event.message == (
         "cordoned by gpu-node-guard: conformance failed on boot boot-2: ipvs-loaded (ip_vs is "
@@ -158,15 +219,18 @@ def test_fail_cordons_with_the_failed_items_on_the_node_and_a_warning_event() ->
 
 def fails(*names: str) -> Snapshot:
     nodes = [serving(n) for n in names]
-    jobs = tuple(replace(done(job_of(snapshot(n), n.name), "failed", FAILED), node=n.name)
-                 for n in nodes)  # fmt: skip
+    jobs = tuple(
+        replace(done(job_of(snapshot(n), n.name), "failed", FAILED), node=n.name) for n in nodes
+    )
     return snapshot(*nodes, jobs=jobs)
 
 
 def test_one_conformance_cordon_per_cycle() -> None:
     assert brief(checks(fails("a", "b"))) == [
-        ("cordon", "a", "conformance-ipvs-loaded"), ("event", "a", "conformance-ipvs-loaded"),
-        ("skip", "b", "one-per-cycle")]  # fmt: skip
+        ("cordon", "a", "conformance-ipvs-loaded"),
+        ("event", "a", "conformance-ipvs-loaded"),
+        ("skip", "b", "one-per-cycle"),
+    ]
 
 
 def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordon() -> None:
@@ -177,14 +241,21 @@ def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordo
     assert brief(checks(replace(snap, nodes=(a, snap.nodes[1])))) == [
         ("skip", "a", "already-cordoned"),
         ("cordon", "b", "conformance-ipvs-loaded"),
-        ("event", "b", "conformance-ipvs-loaded")]  # fmt: skip
+        ("event", "b", "conformance-ipvs-loaded"),
+    ]
 
 
 def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:
     snap = fails("b")
-    snap = replace(snap, nodes=(*snap.nodes, node("x", allocatable=7)),
-                   prom=replace(snap.prom, hardware_xids=(gpu("x", 79),),
-                                loss_since=(("x", NOW - timedelta(seconds=HELD_S)),)))  # fmt: skip
+    snap = replace(
+        snap,
+        nodes=(*snap.nodes, node("x", allocatable=7)),
+        prom=replace(
+            snap.prom,
+            hardware_xids=(gpu("x", 79),),
+            loss_since=(("x", NOW - timedelta(seconds=HELD_S)),),
+        ),
+    )
     plan = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert plan[0] == ("cordon", "x", "xid-79")
     assert ("skip", "b", "one-per-cycle") in plan
@@ -197,9 +268,11 @@ def test_the_breaker_holds_conformance_cordons_with_a_warning_each() -> None:
     snap = replace(snap, nodes=tuple(sorted((*snap.nodes, *guarded), key=lambda n: n.name)))
     plan = checks(snap)
     assert brief(plan) == [
-        ("skip", "a", "breaker-open"), ("event", "a", "breaker-open"),
-        ("skip", "b", "breaker-open"), ("event", "b", "breaker-open"),
-    ]  # fmt: skip
+        ("skip", "a", "breaker-open"),
+        ("event", "a", "breaker-open"),
+        ("skip", "b", "breaker-open"),
+        ("event", "b", "breaker-open"),
+    ]
     assert isinstance(plan[0], Skip) and plan[0].level == "WARN"
 
 
@@ -210,9 +283,11 @@ def test_jobs_per_cycle_are_bounded_rebooted_first() -> None:
     snap = snapshot(node("a"), node("c"), serving("z"), running, jobs=(replace(r_job, node="r"),))
     plan = checks(snap, boot_check_max_jobs=3)
     assert brief(plan) == [
-        ("create-job", "a", "never-checked"), ("skip", "r", "boot-check-running"),
-        ("create-job", "z", "new-boot"), ("skip", "", "boot-check-queued"),
-    ]  # fmt: skip
+        ("create-job", "a", "never-checked"),
+        ("skip", "r", "boot-check-running"),
+        ("create-job", "z", "new-boot"),
+        ("skip", "", "boot-check-queued"),
+    ]
     assert plan[-1].detail == (
         "1 GPU nodes wait for a conformance Job (c); 1 run, at most 3 at once (boot_check_max_jobs)"
     )
@@ -220,8 +295,9 @@ def test_jobs_per_cycle_are_bounded_rebooted_first() -> None:
 
 def test_a_full_budget_starts_nothing() -> None:
     nodes = [serving(f"n{i}") for i in range(3)]
-    jobs = tuple(replace(done(job_of(snapshot(n), n.name), "running", None), node=n.name)
-                 for n in nodes)  # fmt: skip
+    jobs = tuple(
+        replace(done(job_of(snapshot(n), n.name), "running", None), node=n.name) for n in nodes
+    )
     plan = checks(snapshot(*nodes, node("new"), jobs=jobs), boot_check_max_jobs=3)
     assert [a for a in plan if isinstance(a, CreateJob)] == []
     assert brief(plan)[-1] == ("skip", "", "boot-check-queued")
@@ -232,8 +308,10 @@ def test_the_conformance_job_is_the_policys_and_expires_sooner() -> None:
     assert isinstance(job, CreateJob)
     spec = job.manifest["spec"]
     assert spec["ttlSecondsAfterFinished"] == 7200
-    assert spec["template"]["spec"]["containers"][0]["command"][:2] == ["gpu-node-guard",
-                                                                      "conformance"]  # fmt: skip
+    assert spec["template"]["spec"]["containers"][0]["command"][:2] == [
+        "gpu-node-guard",
+        "conformance",
+    ]
     assert job.manifest["metadata"]["annotations"][f"{KEYS.prefix}reason"] == "boot-check"
 
 
@@ -241,10 +319,14 @@ def test_the_conformance_job_is_the_policys_and_expires_sooner() -> None:
 
 
 def cordoned_for_conformance(boot: str = "boot-3", **extra: str) -> object:
-    notes = {KEYS.reason: "conformance-ipvs-loaded", KEYS.at: "2026-09-21T05:00:00Z",
-             KEYS.boot_id: "boot-2", KEYS.gpu_capacity: "8",
-             KEYS.conformance_failed: f"2026-09-21T05:00:00Z job/{CF} ipvs-loaded",
-             **extra}  # fmt: skip
+    notes = {
+        KEYS.reason: "conformance-ipvs-loaded",
+        KEYS.at: "2026-09-21T05:00:00Z",
+        KEYS.boot_id: "boot-2",
+        KEYS.gpu_capacity: "8",
+        KEYS.conformance_failed: f"2026-09-21T05:00:00Z job/{CF} ipvs-loaded",
+        **extra,
+    }
     return node("b", cordoned=True, boot=boot, extra=notes)
 
 
@@ -252,36 +334,54 @@ def returns(snap: Snapshot, **changes: object) -> tuple:
     return plan_return(snap, settings(**changes), TEMPLATES)
 
 
-RCF = next(a.name for a in returns(snapshot(cordoned_for_conformance(), ledger={}))
-           if isinstance(a, CreateJob))  # fmt: skip
+RCF = next(
+    a.name
+    for a in returns(snapshot(cordoned_for_conformance(), ledger={}))
+    if isinstance(a, CreateJob)
+)
 
 
 @pytest.mark.parametrize(
     ("snap", "changes", "expected"),
     [
-        pytest.param(snapshot(cordoned_for_conformance(boot="boot-2"), ledger={}), {},
-                     [("skip", "b", "conformance-same-boot")], id="same-boot-waits-no-event"),
-        pytest.param(snapshot(cordoned_for_conformance(), ledger={}), {},
-                     [("create-job", "b", "conditions-met")], id="new-boot-runs-conformance"),
-        pytest.param(snapshot(cordoned_for_conformance(), ledger={},
-                              jobs=(done(RCF, "succeeded", PASSED),)), {},
-                     [("uncordon", "b", "conformance-passed"), ("event", "b", "returned")],
-                     id="later-boot-passes-returns"),
-        pytest.param(snapshot(cordoned_for_conformance(), ledger={},
-                              jobs=(done(RCF, "succeeded", PASSED),)),
-                     {"boot_check_return_loadtest": True}, [("create-job", "b", "conditions-met")],
-                     id="with-the-load-test-configured-it-runs-next"),
-        pytest.param(snapshot(cordoned_for_conformance(), ledger={},
-                              jobs=(done(RCF, "succeeded", UNREAD),)), {},
-                     [("skip", "b", "conformance-unreadable")],
-                     id="a-pass-whose-summary-contradicts-it-does-not-return-the-node"),
-        pytest.param(snapshot(cordoned_for_conformance(), ledger={},
-                              jobs=(done(RCF, "failed", FAILED),)), {},
-                     [("annotate", "b", "conformance-failed"),
-                      ("event", "b", "conformance-failed")],
-                     id="later-boot-fails-again-stays"),
+        pytest.param(
+            snapshot(cordoned_for_conformance(boot="boot-2"), ledger={}),
+            {},
+            [("skip", "b", "conformance-same-boot")],
+            id="same-boot-waits-no-event",
+        ),
+        pytest.param(
+            snapshot(cordoned_for_conformance(), ledger={}),
+            {},
+            [("create-job", "b", "conditions-met")],
+            id="new-boot-runs-conformance",
+        ),
+        pytest.param(
+            snapshot(cordoned_for_conformance(), ledger={}, jobs=(done(RCF, "succeeded", PASSED),)),
+            {},
+            [("uncordon", "b", "conformance-passed"), ("event", "b", "returned")],
+            id="later-boot-passes-returns",
+        ),
+        pytest.param(
+            snapshot(cordoned_for_conformance(), ledger={}, jobs=(done(RCF, "succeeded", PASSED),)),
+            {"boot_check_return_loadtest": True},
+            [("create-job", "b", "conditions-met")],
+            id="with-the-load-test-configured-it-runs-next",
+        ),
+        pytest.param(
+            snapshot(cordoned_for_conformance(), ledger={}, jobs=(done(RCF, "succeeded", UNREAD),)),
+            {},
+            [("skip", "b", "conformance-unreadable")],
+            id="a-pass-whose-summary-contradicts-it-does-not-return-the-node",
+        ),
+        pytest.param(
+            snapshot(cordoned_for_conformance(), ledger={}, jobs=(done(RCF, "failed", FAILED),)),
+            {},
+            [("annotate", "b", "conformance-failed"), ("event", "b", "conformance-failed")],
+            id="later-boot-fails-again-stays",
+        ),
     ],
-)  # fmt: skip
+)
 def test_conformance_cordon_return(snap: Snapshot, changes: dict, expected: list) -> None:
     assert brief(returns(snap, **changes)) == expected
 
@@ -300,8 +400,9 @@ def test_a_lost_conformance_cordon_event_is_written_again(minutes_later, kept, r
     cordon, event = checks(snapshot(serving(), jobs=(done(CF, "failed", FAILED),)))
     n = node("b", cordoned=True, boot="boot-2", extra=dict(cordon.annotations))
     events = (GuardEvent(event.name, "b", "GuardCordoned", 1),) if kept else ()
-    later = replace(snapshot(n, ledger={}), now=NOW + timedelta(minutes=minutes_later),
-                    events=events)  # fmt: skip
+    later = replace(
+        snapshot(n, ledger={}), now=NOW + timedelta(minutes=minutes_later), events=events
+    )
     again = rewritten_event(returns(later), event, rewritten)
     if again:
         assert again.message == (
@@ -311,16 +412,20 @@ def test_a_lost_conformance_cordon_event_is_written_again(minutes_later, kept, r
 
 
 def test_the_return_records_the_boot_that_passed() -> None:
-    snap = snapshot(cordoned_for_conformance(), ledger={},
-                    jobs=(done(RCF, "succeeded", PASSED),))  # fmt: skip
+    snap = snapshot(cordoned_for_conformance(), ledger={}, jobs=(done(RCF, "succeeded", PASSED),))
     uncordon = returns(snap)[0]
     assert isinstance(uncordon, Uncordon)
     assert dict(uncordon.annotations) == {
         KEYS.returned: f"{NOW_S} job/{RCF}",
         KEYS.checked_boot: f"boot-3 {NOW_S} job/{RCF}",
     }
-    assert set(uncordon.clear_keys) == {KEYS.reason, KEYS.at, KEYS.boot_id, KEYS.gpu_capacity,
-                                        KEYS.conformance_failed}  # fmt: skip
+    assert set(uncordon.clear_keys) == {
+        KEYS.reason,
+        KEYS.at,
+        KEYS.boot_id,
+        KEYS.gpu_capacity,
+        KEYS.conformance_failed,
+    }
 
 
 def test_a_failed_return_check_records_its_items() -> None:
@@ -348,9 +453,14 @@ def test_a_guarded_node_the_isolation_check_skips_still_counts_for_the_breaker()
     guarded = [node(f"g{i}", cordoned=True, guarded_xid=79, allocatable=7) for i in range(5)]
     snap = fails("b")
     xids = tuple(gpu(n.name, 79) for n in guarded)
-    snap = replace(snap, nodes=tuple(sorted((*snap.nodes, *guarded), key=lambda n: n.name)),
-                   prom=replace(snap.prom, hardware_xids=xids,
-                                loss_since=tuple((g.node, NOW - timedelta(seconds=HELD_S))
-                                                 for g in xids)))  # fmt: skip
+    snap = replace(
+        snap,
+        nodes=tuple(sorted((*snap.nodes, *guarded), key=lambda n: n.name)),
+        prom=replace(
+            snap.prom,
+            hardware_xids=xids,
+            loss_since=tuple((g.node, NOW - timedelta(seconds=HELD_S)) for g in xids),
+        ),
+    )
     plan = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert ("skip", "b", "breaker-open") in plan

@@ -35,19 +35,33 @@ def dra_node(name: str = "d", **kw: object) -> NodeInfo:
 
 
 def published(snap: Snapshot, *found: DraDevice) -> Snapshot:
-    others = tuple(replace(DEVICE, name=f"gpu-{i}", uuid=f"{UUID[:-1]}{i}",
-                           pci=f"0000:{0x10 + i:02x}:00.0") for i in range(4))  # fmt: skip
+    others = tuple(
+        replace(DEVICE, name=f"gpu-{i}", uuid=f"{UUID[:-1]}{i}", pci=f"0000:{0x10 + i:02x}:00.0")
+        for i in range(4)
+    )
     return replace(snap, devices=(*(found or (DEVICE,)), *others))
 
 
 def record(at_s: int = 600, boot: str = "boot-1") -> DeviceRecord:
-    return DeviceRecord("xid-79", NOW - timedelta(seconds=at_s), boot, PCI, UUID,
-                        DEVICE.ref, rule_name(DEVICE))  # fmt: skip
+    return DeviceRecord(
+        "xid-79", NOW - timedelta(seconds=at_s), boot, PCI, UUID, DEVICE.ref, rule_name(DEVICE)
+    )
 
 
 def guard_rule(rec: DeviceRecord, node_name: str = "d") -> TaintRule:
-    return TaintRule(rec.rule, "rule-uid", True, "gpu.nvidia.com", "d", "gpu-4",
-                     KEYS.fault_taint, "xid-79", "NoSchedule", node_name, rec.value())  # fmt: skip
+    return TaintRule(
+        rec.rule,
+        "rule-uid",
+        True,
+        "gpu.nvidia.com",
+        "d",
+        "gpu-4",
+        KEYS.fault_taint,
+        "xid-79",
+        "NoSchedule",
+        node_name,
+        rec.value(),
+    )
 
 
 def tainted(rec: DeviceRecord, **kw: object) -> NodeInfo:
@@ -100,10 +114,19 @@ def test_the_same_gpu_again_is_already_guarded_another_is_not_isolated() -> None
 
 def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
     rec = record()
-    snap = published(snapshot(node("b", guarded_xid=79, cordoned=True), tainted(rec),
-                              dra_node("e"), candidates=(gpu("e", 79),)))  # fmt: skip
-    snap = replace(snap, devices=(*snap.devices, replace(DEVICE, node="e", pool="e")),
-                   taint_rules=(guard_rule(rec),))  # fmt: skip
+    snap = published(
+        snapshot(
+            node("b", guarded_xid=79, cordoned=True),
+            tainted(rec),
+            dra_node("e"),
+            candidates=(gpu("e", 79),),
+        )
+    )
+    snap = replace(
+        snap,
+        devices=(*snap.devices, replace(DEVICE, node="e", pool="e")),
+        taint_rules=(guard_rule(rec),),
+    )
     assert guarded_count(snap, S) == 2
     plan = plan_cycle(snap, replace(S, breaker_max_nodes=2), TEMPLATES)
     assert [a.reason for a in plan if a.node == "e"] == ["breaker-open", "breaker-open"]
@@ -112,8 +135,7 @@ def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
 
 
 def test_one_isolation_per_cycle_across_cordon_and_device_taint() -> None:
-    snap = published(snapshot(node("b"), dra_node("d"),
-                              candidates=(gpu("b", 79), gpu("d", 79))))  # fmt: skip
+    snap = published(snapshot(node("b"), dra_node("d"), candidates=(gpu("b", 79), gpu("d", 79))))
     plan = plan_cycle(snap, S, TEMPLATES)
     isolations = [a for a in plan if device_taint.isolates(a)]
     assert len(isolations) == 1
@@ -154,11 +176,17 @@ def test_the_load_test_claims_exactly_that_gpu_tolerating_only_the_guards_taint(
     [
         ("running", None, [("Skip", "loadtest-running")]),
         ("failed", None, [("Annotate", "loadtest-failed"), ("EmitEvent", "loadtest-failed")]),
-        ("succeeded", True, [("UntaintDevice", "loadtest-passed"),
-                             ("ClearGuardAnnotations", "device-returned"),
-                             ("EmitEvent", "returned")]),
+        (
+            "succeeded",
+            True,
+            [
+                ("UntaintDevice", "loadtest-passed"),
+                ("ClearGuardAnnotations", "device-returned"),
+                ("EmitEvent", "returned"),
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_rule_is_deleted_only_after_the_load_test_passed(
     status: str, passed: bool | None, expected: list[tuple[str, str]]
 ) -> None:
@@ -167,8 +195,9 @@ def test_the_rule_is_deleted_only_after_the_load_test_passed(
     _, job = device_taint.plan_return(base, S, TEMPLATES)
     assert isinstance(job, CreateJob)
     info = JobInfo(job.name, "loadtest", "d", status, result=PASSED if passed else None)  # type: ignore[arg-type]
-    snap = published(replace(snapshot(tainted(rec, boot="boot-2"), jobs=(info,)),
-                             taint_rules=(guard_rule(rec),)))  # fmt: skip
+    snap = published(
+        replace(snapshot(tainted(rec, boot="boot-2"), jobs=(info,)), taint_rules=(guard_rule(rec),))
+    )
     assert _return(snap) == expected
     untaint = [
         a for a in device_taint.plan_return(snap, S, TEMPLATES) if isinstance(a, UntaintDevice)
@@ -211,13 +240,21 @@ def test_a_guard_rule_whose_record_did_not_land_is_recorded_again() -> None:
 
 
 def test_resource_slices_and_rules_are_read_at_the_boundary() -> None:
-    slice_ = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "d", "pool": {"name": "d"},
-                       "devices": [
-                           {"name": "gpu-4", "attributes": {"uuid": {"string": UUID},
-                                                            "pcieBusID": {"string": PCI}}},
-                           {"name": "gpu-0-mig-1", "attributes": {"uuid": {"string": "MIG-x"}}},
-                           {"name": "Bad_Name",
-                            "attributes": {"uuid": {"string": UUID}}}]}}  # fmt: skip
+    slice_ = {
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "d",
+            "pool": {"name": "d"},
+            "devices": [
+                {
+                    "name": "gpu-4",
+                    "attributes": {"uuid": {"string": UUID}, "pcieBusID": {"string": PCI}},
+                },
+                {"name": "gpu-0-mig-1", "attributes": {"uuid": {"string": "MIG-x"}}},
+                {"name": "Bad_Name", "attributes": {"uuid": {"string": UUID}}},
+            ],
+        }
+    }
     other = {
         "spec": {
             "driver": "example.com",
@@ -227,9 +264,13 @@ def test_resource_slices_and_rules_are_read_at_the_boundary() -> None:
         }
     }
     assert devices([slice_, other]) == (DEVICE,)
-    rule = {"metadata": {"name": "r", "uid": "u", "labels": {"app.kubernetes.io/name": "x"}},
-            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "d", "device": "gpu-4"},
-                     "taint": {"key": "k", "effect": "NoSchedule"}}}  # fmt: skip
+    rule = {
+        "metadata": {"name": "r", "uid": "u", "labels": {"app.kubernetes.io/name": "x"}},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "d", "device": "gpu-4"},
+            "taint": {"key": "k", "effect": "NoSchedule"},
+        },
+    }
     (read,) = taint_rules([rule], KEYS)
     assert not read.guard and read.ref == DEVICE.ref
 

@@ -219,8 +219,9 @@ def test_the_uncordon_only_after_the_load_test_passed_and_it_clears_the_record()
     (test,) = [a for a in plan(ready(lifted)) if isinstance(a, CreateJob)]
     running = plan(ready(lifted), jobs=(JobInfo(test.name, "loadtest", "b", "running"),))
     assert reasons(running) == ["loadtest-running"]  # no fence set under the running test
-    done = plan(ready(lifted), jobs=(JobInfo(test.name, "loadtest", "b", "succeeded",
-                                             result=PASSED),))  # fmt: skip
+    done = plan(
+        ready(lifted), jobs=(JobInfo(test.name, "loadtest", "b", "succeeded", result=PASSED),)
+    )
     (back,) = [a for a in done if isinstance(a, Uncordon)]
     assert KEYS.fence in back.clear_keys
 

@@ -99,8 +99,11 @@ def test_isolation_plan(snap, expected):
 def test_unsorted_xids_cordon_the_right_node_once():
     """Prometheus answers in any order; a node's GPUs apart in the answer are still one node:
     one cordon, and no node waits one-per-cycle behind itself."""
-    xids = (gpu("a", 79, index=5, uuid=OTHER_UUID, pci="0000:99:00.0"), gpu("b", 48),
-            gpu("a", 79, index=0))  # fmt: skip
+    xids = (
+        gpu("a", 79, index=5, uuid=OTHER_UUID, pci="0000:99:00.0"),
+        gpu("b", 48),
+        gpu("a", 79, index=0),
+    )
     assert [g.node for g in snapshot(candidates=xids).prom.hardware_xids] == ["a", "b", "a"]
     assert list(by_node(xids)) == ["a", "b"] and len(by_node(xids)["a"]) == 2
     actions = plan_isolation(snapshot(node("a"), node("b"), candidates=xids), settings(), TEMPLATES)
@@ -224,8 +227,16 @@ def test_cordon_carries_annotations_ledger_line_and_evidence_job():
         PCI,
     ]
     # The 2nd incident of this card: the evidence program words it from the counts.
-    assert command[7:] == ["--xid", "79", "--uuid", UUID, "--card-incidents", "2",
-                           "--slot-incidents", "2"]  # fmt: skip
+    assert command[7:] == [
+        "--xid",
+        "79",
+        "--uuid",
+        UUID,
+        "--card-incidents",
+        "2",
+        "--slot-incidents",
+        "2",
+    ]
     assert job.manifest["spec"]["activeDeadlineSeconds"] > 0
     assert job.manifest["spec"]["ttlSecondsAfterFinished"] > 0
 
@@ -388,14 +399,17 @@ def test_a_new_cordon_removes_the_records_of_the_last_incident():
     "a",
     [
         pytest.param(node("a", gpus=0), id="capacity-0"),
-        pytest.param(node("a", patch={"status": {"capacity": {"nvidia.com/gpu": None}}}),
-                     id="no-gpu-resource"),
+        pytest.param(
+            node("a", patch={"status": {"capacity": {"nvidia.com/gpu": None}}}),
+            id="no-gpu-resource",
+        ),
         pytest.param(node("a", patch={"status": None}), id="no-status"),
     ],
-)  # fmt: skip
+)
 def test_a_node_the_api_would_not_let_the_guard_cordon_is_not_eligible(a):
-    snap = snapshot(a, node("b"), candidates=(gpu("a", 79), gpu("b", 48)),
-                    held={"a": 900, "b": 660})  # fmt: skip
+    snap = snapshot(
+        a, node("b"), candidates=(gpu("a", 79), gpu("b", 48)), held={"a": 900, "b": 660}
+    )
     actions = plan_isolation(snap, settings(), TEMPLATES)
     assert brief(actions) == [("skip", "a", "no-gpu-resource"), *xid_cordon("b", 48)]
     skip = actions[0]
@@ -420,8 +434,9 @@ def four_candidates():
 
 
 def test_the_waiting_candidates_name_the_fallback_order():
-    skips = [a for a in plan_isolation(four_candidates(), settings(), TEMPLATES)
-             if isinstance(a, Skip)]  # fmt: skip
+    skips = [
+        a for a in plan_isolation(four_candidates(), settings(), TEMPLATES) if isinstance(a, Skip)
+    ]
     assert [(s.node, s.next) for s in skips] == [
         ("b", "cordoned in this cycle if the API refuses the cordon of a (fallback 1)"),
         ("c", "cordoned in this cycle if the API refuses the cordon of a (fallback 2)"),
@@ -450,8 +465,7 @@ def test_plan_fallback_is_the_next_picks_writes_only_and_is_bounded():
 def test_plan_fallback_respects_the_breaker():
     from guard.plan import plan_fallback
 
-    snap = snapshot(*guarded(5), node("a"), node("b"),
-                    candidates=(gpu("a", 79), gpu("b", 79)))  # fmt: skip
+    snap = snapshot(*guarded(5), node("a"), node("b"), candidates=(gpu("a", 79), gpu("b", 79)))
     assert plan_fallback(snap, settings(breaker_max_nodes=5), TEMPLATES, frozenset("a")) == ()
 
 
@@ -495,12 +509,16 @@ def run_cycle_writes(executor, snap):
     [
         pytest.param(set(), [("a", "applied")], id="first-lands"),
         pytest.param({"a"}, [("a", "failed"), ("b", "applied")], id="one-refused"),
-        pytest.param({"a", "b"}, [("a", "failed"), ("b", "failed"), ("c", "applied")],
-                     id="two-refused"),
-        pytest.param({"a", "b", "c"}, [("a", "failed"), ("b", "failed"), ("c", "failed")],
-                     id="three-tries-at-most"),
+        pytest.param(
+            {"a", "b"}, [("a", "failed"), ("b", "failed"), ("c", "applied")], id="two-refused"
+        ),
+        pytest.param(
+            {"a", "b", "c"},
+            [("a", "failed"), ("b", "failed"), ("c", "failed")],
+            id="three-tries-at-most",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_refused_cordon_is_followed_by_the_next_candidate_once_per_try(refuse, cordons):
     executor = RefusingExecutor(refuse)
     assert run_cycle_writes(executor, four_candidates()) == cordons

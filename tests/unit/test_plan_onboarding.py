@@ -28,8 +28,11 @@ from tests.builders import (
 NOW_S = "2026-09-21T05:55:00Z"
 GATE = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 OTHER = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}  # a site's own taint, kept
-NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute",
-             "timeAdded": "2026-09-21T05:40:00Z"}  # fmt: skip
+NOT_READY = {
+    "key": "node.kubernetes.io/not-ready",
+    "effect": "NoExecute",
+    "timeAdded": "2026-09-21T05:40:00Z",
+}
 
 
 def gated(taints: list[dict[str, str]] | None = None, **kw: object) -> object:
@@ -63,45 +66,93 @@ SLOW = JobResult("read", failed=(Finding("slow", "slow gpu=3 ratio=0.6"),))
 @pytest.mark.parametrize(
     ("snap", "expected"),
     [
-        pytest.param(snapshot(gated()), [("create-job", "n", "onboarding")],
-                     id="gated-node-gets-conformance"),
-        pytest.param(snapshot(gated(ready=False)), [("skip", "n", "onboarding-waiting")],
-                     id="not-ready-waits"),
-        pytest.param(snapshot(gated(gpus=0)), [("skip", "n", "onboarding-waiting")],
-                     id="no-gpus-advertised-yet-waits"),
-        pytest.param(snapshot(gated(), hardware=(gpu("n", 79),)),
-                     [("skip", "n", "onboarding-waiting")], id="hardware-xid-waits"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "running"),)),
-                     [("skip", "n", "onboarding-running")], id="conformance-running"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "succeeded", PASSED),)),
-                     [("create-job", "n", "onboarding")], id="conformance-passed-burn-in-next"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "succeeded", PASSED),
-                                             done(LT.name, "loadtest", "running"))),
-                     [("skip", "n", "onboarding-running")], id="burn-in-running"),
-        pytest.param(snapshot(gated(), jobs=BOTH),
-                     [("remove-taint", "n", "onboarding-passed"), ("event", "n", "onboarded")],
-                     id="gate-pass-removes-the-taint"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "failed", DNS),)),
-                     [("annotate", "n", "onboarding-failed"), ("event", "n", "onboarding-failed")],
-                     id="conformance-fail-keeps-the-taint"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "succeeded", PASSED),
-                                             done(LT.name, "loadtest", "failed", SLOW))),
-                     [("annotate", "n", "onboarding-failed"), ("event", "n", "onboarding-failed")],
-                     id="burn-in-fail-keeps-the-taint"),
-        pytest.param(snapshot(gated(extra={KEYS.onboarding_failed:
-                                           f"{NOW_S} job/{CF} dns-upstream"}),
-                              jobs=(done(CF, "conformance", "failed", DNS),)),
-                     [("skip", "n", "onboarding-failed")], id="recorded-failure-says-so-once"),
-        pytest.param(snapshot(gated(), jobs=(done(CF, "conformance", "succeeded",
-                                                  JobResult("unreadable", "x")),)),
-                     [("skip", "n", "onboarding-unreadable")], id="passed-job-unreadable-waits"),
-        pytest.param(snapshot(gated(cordoned=True, guarded_xid=79)),
-                     [("skip", "n", "onboarding-waiting")], id="under-the-guards-cordon"),
-        pytest.param(snapshot(gated([{**GATE, "value": "done"}])),
-                     [("create-job", "n", "never-checked")],
-                     id="another-value-is-not-the-gate-the-boot-check-takes-it"),
+        pytest.param(
+            snapshot(gated()), [("create-job", "n", "onboarding")], id="gated-node-gets-conformance"
+        ),
+        pytest.param(
+            snapshot(gated(ready=False)),
+            [("skip", "n", "onboarding-waiting")],
+            id="not-ready-waits",
+        ),
+        pytest.param(
+            snapshot(gated(gpus=0)),
+            [("skip", "n", "onboarding-waiting")],
+            id="no-gpus-advertised-yet-waits",
+        ),
+        pytest.param(
+            snapshot(gated(), hardware=(gpu("n", 79),)),
+            [("skip", "n", "onboarding-waiting")],
+            id="hardware-xid-waits",
+        ),
+        pytest.param(
+            snapshot(gated(), jobs=(done(CF, "conformance", "running"),)),
+            [("skip", "n", "onboarding-running")],
+            id="conformance-running",
+        ),
+        pytest.param(
+            snapshot(gated(), jobs=(done(CF, "conformance", "succeeded", PASSED),)),
+            [("create-job", "n", "onboarding")],
+            id="conformance-passed-burn-in-next",
+        ),
+        pytest.param(
+            snapshot(
+                gated(),
+                jobs=(
+                    done(CF, "conformance", "succeeded", PASSED),
+                    done(LT.name, "loadtest", "running"),
+                ),
+            ),
+            [("skip", "n", "onboarding-running")],
+            id="burn-in-running",
+        ),
+        pytest.param(
+            snapshot(gated(), jobs=BOTH),
+            [("remove-taint", "n", "onboarding-passed"), ("event", "n", "onboarded")],
+            id="gate-pass-removes-the-taint",
+        ),
+        pytest.param(
+            snapshot(gated(), jobs=(done(CF, "conformance", "failed", DNS),)),
+            [("annotate", "n", "onboarding-failed"), ("event", "n", "onboarding-failed")],
+            id="conformance-fail-keeps-the-taint",
+        ),
+        pytest.param(
+            snapshot(
+                gated(),
+                jobs=(
+                    done(CF, "conformance", "succeeded", PASSED),
+                    done(LT.name, "loadtest", "failed", SLOW),
+                ),
+            ),
+            [("annotate", "n", "onboarding-failed"), ("event", "n", "onboarding-failed")],
+            id="burn-in-fail-keeps-the-taint",
+        ),
+        pytest.param(
+            snapshot(
+                gated(extra={KEYS.onboarding_failed: f"{NOW_S} job/{CF} dns-upstream"}),
+                jobs=(done(CF, "conformance", "failed", DNS),),
+            ),
+            [("skip", "n", "onboarding-failed")],
+            id="recorded-failure-says-so-once",
+        ),
+        pytest.param(
+            snapshot(
+                gated(), jobs=(done(CF, "conformance", "succeeded", JobResult("unreadable", "x")),)
+            ),
+            [("skip", "n", "onboarding-unreadable")],
+            id="passed-job-unreadable-waits",
+        ),
+        pytest.param(
+            snapshot(gated(cordoned=True, guarded_xid=79)),
+            [("skip", "n", "onboarding-waiting")],
+            id="under-the-guards-cordon",
+        ),
+        pytest.param(
+            snapshot(gated([{**GATE, "value": "done"}])),
+            [("create-job", "n", "never-checked")],
+            id="another-value-is-not-the-gate-the-boot-check-takes-it",
+        ),
     ],
-)  # fmt: skip
+)
 def test_onboarding_gate(snap: Snapshot, expected: list[tuple[str, str, str]]) -> None:
     assert brief(checks(snap)) == expected
 
@@ -115,16 +166,27 @@ def test_the_burn_in_is_longer_than_the_return_test_and_tolerates_the_gate() -> 
 
 
 def test_the_gate_removes_exactly_its_taint_and_records_the_boot() -> None:
-    snap = snapshot(gated([OTHER, GATE, NOT_READY],
-                          extra={KEYS.onboarding_failed: f"{NOW_S} job/gng-cf-n-0 unknown"}),
-                    jobs=BOTH)  # fmt: skip
+    snap = snapshot(
+        gated(
+            [OTHER, GATE, NOT_READY],
+            extra={KEYS.onboarding_failed: f"{NOW_S} job/gng-cf-n-0 unknown"},
+        ),
+        jobs=BOTH,
+    )
     remove, event = checks(snap)
     assert remove == RemoveTaint(
-        "n", "onboarding-passed", "100", Taint(**GATE),
-        (Taint(OTHER["key"], "", "NoSchedule"),
-         Taint(NOT_READY["key"], "", "NoExecute", "2026-09-21T05:40:00Z")),
-        "boot-1", ((KEYS.checked_boot, f"boot-1 {NOW_S} job/{CF}"),), (KEYS.onboarding_failed,),
-    )  # fmt: skip
+        "n",
+        "onboarding-passed",
+        "100",
+        Taint(**GATE),
+        (
+            Taint(OTHER["key"], "", "NoSchedule"),
+            Taint(NOT_READY["key"], "", "NoExecute", "2026-09-21T05:40:00Z"),
+        ),
+        "boot-1",
+        ((KEYS.checked_boot, f"boot-1 {NOW_S} job/{CF}"),),
+        (KEYS.onboarding_failed,),
+    )
     assert isinstance(event, EmitEvent) and event.event_type == "Normal"
     assert "DNS upstreams not checked" in event.message
 
@@ -165,8 +227,9 @@ LINKS = (RecordedLink("0000:18:00.0", "16GT/s,x16"), RecordedLink("0000:2a:00.0"
 
 
 def rebooted(**extra: str) -> object:
-    return node("b", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1",
-                extra=extra)  # fmt: skip
+    return node(
+        "b", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1", extra=extra
+    )
 
 
 def evidence(status: str = "succeeded", links: tuple[RecordedLink, ...] = LINKS) -> JobInfo:
@@ -246,25 +309,56 @@ ADOPTED = JobResult("unreadable", "pod x ran on node a, not on node n", passed=T
 @pytest.mark.parametrize(
     ("jobs", "own", "expected"),
     [
-        pytest.param((replace(done(CF, "conformance", "succeeded", PASSED), uid=OTHER_UID),),
-                     False, FOREIGN,
-                     id="conformance-job-not-the-guards"),
-        pytest.param((BOTH[0], replace(BOTH[1], uid=OTHER_UID)), False, FOREIGN,
-                     id="burn-in-job-not-the-guards"),
-        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", SLOW)), True,
-                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-verdict-fail"),
-        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", GARBAGE)), True,
-                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-garbage"),
-        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded")), True,
-                     [("skip", "n", "onboarding-unreadable")], id="burn-in-succeeded-no-pod"),
-        pytest.param((done(CF, "conformance", "succeeded"),), True,
-                     [("skip", "n", "onboarding-unreadable")], id="conformance-succeeded-no-pod"),
-        pytest.param((done(CF, "conformance", "succeeded", ADOPTED),), True, FOREIGN,
-                     id="conformance-pass-of-a-pod-from-another-node"),
-        pytest.param((BOTH[0], done(LT.name, "loadtest", "succeeded", ADOPTED)), True, FOREIGN,
-                     id="burn-in-pass-of-a-pod-from-another-node"),
+        pytest.param(
+            (replace(done(CF, "conformance", "succeeded", PASSED), uid=OTHER_UID),),
+            False,
+            FOREIGN,
+            id="conformance-job-not-the-guards",
+        ),
+        pytest.param(
+            (BOTH[0], replace(BOTH[1], uid=OTHER_UID)),
+            False,
+            FOREIGN,
+            id="burn-in-job-not-the-guards",
+        ),
+        pytest.param(
+            (BOTH[0], done(LT.name, "loadtest", "succeeded", SLOW)),
+            True,
+            [("skip", "n", "onboarding-unreadable")],
+            id="burn-in-succeeded-verdict-fail",
+        ),
+        pytest.param(
+            (BOTH[0], done(LT.name, "loadtest", "succeeded", GARBAGE)),
+            True,
+            [("skip", "n", "onboarding-unreadable")],
+            id="burn-in-succeeded-garbage",
+        ),
+        pytest.param(
+            (BOTH[0], done(LT.name, "loadtest", "succeeded")),
+            True,
+            [("skip", "n", "onboarding-unreadable")],
+            id="burn-in-succeeded-no-pod",
+        ),
+        pytest.param(
+            (done(CF, "conformance", "succeeded"),),
+            True,
+            [("skip", "n", "onboarding-unreadable")],
+            id="conformance-succeeded-no-pod",
+        ),
+        pytest.param(
+            (done(CF, "conformance", "succeeded", ADOPTED),),
+            True,
+            FOREIGN,
+            id="conformance-pass-of-a-pod-from-another-node",
+        ),
+        pytest.param(
+            (BOTH[0], done(LT.name, "loadtest", "succeeded", ADOPTED)),
+            True,
+            FOREIGN,
+            id="burn-in-pass-of-a-pod-from-another-node",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_gate_opens_only_on_the_guards_own_jobs_and_their_pods_pass(jobs, own, expected):
     snap = snapshot(gated(), jobs=jobs, own=own)
     if not own:  # the guard made both Jobs (its records); the test replaced one of them

@@ -81,35 +81,46 @@ def test_pending_candidates(snap, expected):
     ("snap", "changes", "expected"),
     [
         pytest.param(
-            failing(node("b"), seconds=120), {}, [PendingMismatch("b", SEEN, 120, 600, at(480))],
+            failing(node("b"), seconds=120),
+            {},
+            [PendingMismatch("b", SEEN, 120, 600, at(480))],
             id="mismatch-held-2-of-10-minutes",
         ),
         pytest.param(
-            failing(node("b"), seconds=120), {"nvml_mismatch_hold_s": 1800},
-            [PendingMismatch("b", SEEN, 120, 1800, at(1680))], id="its-own-hold-setting",
+            failing(node("b"), seconds=120),
+            {"nvml_mismatch_hold_s": 1800},
+            [PendingMismatch("b", SEEN, 120, 1800, at(1680))],
+            id="its-own-hold-setting",
         ),
         pytest.param(
             failing(node("b"), seconds=600), {}, [], id="held-for-the-whole-hold-is-a-candidate"
         ),
         pytest.param(
-            failing(node("b"), seconds=120), {"nvml_mismatch_cordon": False}, [],
+            failing(node("b"), seconds=120),
+            {"nvml_mismatch_cordon": False},
+            [],
             id="no-cordon-to-wait-for-when-the-mismatch-cordon-is-off",
         ),
         pytest.param(
             failing(node("b", cordoned=True), seconds=120), {}, [], id="cordoned-per-the-api"
         ),
         pytest.param(
-            failing(node("b"), seconds=120, cordoned=("b",)), {}, [],
+            failing(node("b"), seconds=120, cordoned=("b",)),
+            {},
+            [],
             id="cordoned-per-kube-state-metrics",
         ),
         pytest.param(
-            failing(node("b"), seconds=120, hardware=(gpu("b", 48),), loss={"b": 60}), {},
-            [Pending("b", 48, "4", PCI, UUID, 60, 600, at(540)),
-             PendingMismatch("b", SEEN, 120, 600, at(480))],
+            failing(node("b"), seconds=120, hardware=(gpu("b", 48),), loss={"b": 60}),
+            {},
+            [
+                Pending("b", 48, "4", PCI, UUID, 60, 600, at(540)),
+                PendingMismatch("b", SEEN, 120, 600, at(480)),
+            ],
             id="a-nodes-mismatch-after-its-gpus",
         ),
     ],
-)  # fmt: skip
+)
 def test_pending_mismatches(snap, changes, expected):
     assert list(pending(snap, settings(**changes))) == expected
 
@@ -130,6 +141,15 @@ def test_the_pending_line_of_a_mismatch_says_what_the_agent_saw():
         "decides_at=2026-09-21T06:03:00Z "
         'next="cordon candidate if the mismatch holds 480s more"'
     )
-    assert p.to_json() == {"node": "b", "reason": "nvml-mismatch", "xid": None, "gpu": None,
-                           "pci": None, "uuid": None, "held_s": 120, "needs_s": 600,
-                           "decides_at": "2026-09-21T06:03:00Z", "detail": SEEN}  # fmt: skip
+    assert p.to_json() == {
+        "node": "b",
+        "reason": "nvml-mismatch",
+        "xid": None,
+        "gpu": None,
+        "pci": None,
+        "uuid": None,
+        "held_s": 120,
+        "needs_s": 600,
+        "decides_at": "2026-09-21T06:03:00Z",
+        "detail": SEEN,
+    }

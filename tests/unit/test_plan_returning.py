@@ -486,8 +486,9 @@ def test_evidence_job_repair_window(minutes_ago, job_exists, repaired):
     at = NOW - timedelta(minutes=minutes_ago)
     stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
     # The evidence Job and the Event the cordon at `at` created are the ones the repair must find.
-    cordon = plan_isolation(replace(snapshot(node("b"), candidates=(gpu("b", 79),)), now=at),
-                            settings(), TEMPLATES)  # fmt: skip
+    cordon = plan_isolation(
+        replace(snapshot(node("b"), candidates=(gpu("b", 79),)), now=at), settings(), TEMPLATES
+    )
     (made,) = [a for a in cordon if isinstance(a, CreateJob)]
     (told,) = [a for a in cordon if isinstance(a, EmitEvent)]
     n = back_node(boot="boot-1", extra={KEYS.at: stamp})
@@ -551,14 +552,20 @@ def test_a_replaced_job_is_no_pass_the_node_stays_cordoned_with_a_warning(kind, 
     ("node_", "job", "why"),
     [
         pytest.param(back_node(), passed_job(LT), "no record", id="no-record-on-the-node"),
-        pytest.param(back_node(extra=recorded("loadtest", "gng-lt-b-other", job_uid(LT))),
-                     replace(passed_job(LT), uid=job_uid(LT), digest=DIGEST),
-                     "no record", id="the-record-names-another-job"),
-        pytest.param(back_node(extra=recorded("loadtest", LT, job_uid(LT))),
-                     replace(passed_job(LT), uid=job_uid(LT), digest="f" * 16),
-                     "another spec", id="same-uid-another-spec"),
+        pytest.param(
+            back_node(extra=recorded("loadtest", "gng-lt-b-other", job_uid(LT))),
+            replace(passed_job(LT), uid=job_uid(LT), digest=DIGEST),
+            "no record",
+            id="the-record-names-another-job",
+        ),
+        pytest.param(
+            back_node(extra=recorded("loadtest", LT, job_uid(LT))),
+            replace(passed_job(LT), uid=job_uid(LT), digest="f" * 16),
+            "another spec",
+            id="same-uid-another-spec",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_job_found_by_name_that_the_guard_did_not_make_is_no_pass(node_, job, why):
     actions = foreign_plan("loadtest", node_, job)
     assert brief(actions) == [("skip", "b", "loadtest-foreign"), ("event", "b", "loadtest-foreign")]
@@ -601,9 +608,9 @@ def test_a_result_from_a_pod_that_is_not_the_jobs_own_names_the_job_as_foreign(k
 
 
 def test_the_guards_own_job_with_its_pods_pass_returns_the_node():
-    assert brief(plan_return(snapshot(back_node(), jobs=(passed_job(LT),)), settings(),
-                             TEMPLATES)) == [("uncordon", "b", "loadtest-passed"),
-                                             ("event", "b", "returned")]  # fmt: skip
+    assert brief(
+        plan_return(snapshot(back_node(), jobs=(passed_job(LT),)), settings(), TEMPLATES)
+    ) == [("uncordon", "b", "loadtest-passed"), ("event", "b", "returned")]
 
 
 def test_a_created_gate_job_carries_the_record_the_executor_writes():

@@ -200,9 +200,12 @@ def test_breaker_names_the_mismatch_that_waits():
 def test_a_mismatch_waiting_behind_an_xid_says_so():
     snap = mismatched(node("a"), node("b"), candidates=(gpu("a", 48),), held={"b": 3000})
     skip = plan_isolation(snap, settings(), TEMPLATES)[-1]
-    assert skip == Skip("b", "one-per-cycle", "nvml-mismatch waits behind a",
-                        "cordoned in this cycle if the API refuses the cordon of a "
-                        "(fallback 1)")  # fmt: skip
+    assert skip == Skip(
+        "b",
+        "one-per-cycle",
+        "nvml-mismatch waits behind a",
+        "cordoned in this cycle if the API refuses the cordon of a (fallback 1)",
+    )
 
 
 @pytest.mark.parametrize(
@@ -236,8 +239,12 @@ def test_a_lost_mismatch_cordon_event_is_written_again(minutes_later, kept, rewr
 
 def nvml_cordoned(boot: str = "boot-2", **kw):
     """A node the guard cordoned for nvml-mismatch in boot-1."""
-    notes = {KEYS.reason: "nvml-mismatch", KEYS.at: CORDON_AT, KEYS.boot_id: "boot-1",
-             KEYS.gpu_capacity: "8"}  # fmt: skip
+    notes = {
+        KEYS.reason: "nvml-mismatch",
+        KEYS.at: CORDON_AT,
+        KEYS.boot_id: "boot-1",
+        KEYS.gpu_capacity: "8",
+    }
     return node("b", cordoned=True, boot=boot, extra=notes, **kw)
 
 
@@ -443,17 +450,22 @@ AT = "2026-09-21T05:10:00Z"
 @pytest.mark.parametrize(
     ("value", "reads"),
     [
-        pytest.param(f"boot-1 - nvml-mismatch {AT}", ("boot-1", "", None, "nvml-mismatch"),
-                     id="cordon-without-a-gpu"),
-        pytest.param(f"unknown - nvml-mismatch {AT}", ("", "", None, "nvml-mismatch"),
-                     id="no-boot-known"),
-        pytest.param(f"boot-1 GPU-1 xid-79 {AT}", ("boot-1", "GPU-1", 79, "xid-79"),
-                     id="xid-form-unchanged"),
+        pytest.param(
+            f"boot-1 - nvml-mismatch {AT}",
+            ("boot-1", "", None, "nvml-mismatch"),
+            id="cordon-without-a-gpu",
+        ),
+        pytest.param(
+            f"unknown - nvml-mismatch {AT}", ("", "", None, "nvml-mismatch"), id="no-boot-known"
+        ),
+        pytest.param(
+            f"boot-1 GPU-1 xid-79 {AT}", ("boot-1", "GPU-1", 79, "xid-79"), id="xid-form-unchanged"
+        ),
         pytest.param(f"boot-1 GPU-1 nvml-mismatch {AT}", None, id="reason-word-needs-no-gpu"),
         pytest.param(f"boot-1 - xid-7x {AT}", None, id="bad-xid-is-no-reason-word"),
         pytest.param(f"boot-1 - Not_A_Word {AT}", None, id="bad-reason-word"),
     ],
-)  # fmt: skip
+)
 def test_cancelled_values_read_back(value, reads):
     n = node("b", extra={KEYS.cancelled: value})
     if reads is None:
@@ -506,8 +518,10 @@ def test_status_states_of_the_node_signals(snap, expected):
 def candidates(snap: Snapshot, **changes):
     r = report(snap, settings(**changes), TEMPLATES, Sight("http://prom.test:9090"))
     assert r.candidates is not None
-    return [(c.node, c.reason, c.xid, c.pci, c.held_s, c.needs_s, c.decision, c.detail)
-            for c in r.candidates]  # fmt: skip
+    return [
+        (c.node, c.reason, c.xid, c.pci, c.held_s, c.needs_s, c.decision, c.detail)
+        for c in r.candidates
+    ]
 
 
 def test_status_lists_a_held_mismatch_with_the_isolation_checks_word_and_the_agents_detail():
@@ -517,9 +531,13 @@ def test_status_lists_a_held_mismatch_with_the_isolation_checks_word_and_the_age
     ]
     assert state_of("breaker-open") is Section.BREAKER_OPEN
     behind_xid = snapshot(
-        node("a"), node("b"), candidates=(gpu("a", 79, index=0),), held={"a": 300},
-        loss={"a": 300}, signals=Signals(nvml={"b": 660}, agent=(FAIL,)),
-    )  # fmt: skip
+        node("a"),
+        node("b"),
+        candidates=(gpu("a", 79, index=0),),
+        held={"a": 300},
+        loss={"a": 300},
+        signals=Signals(nvml={"b": 660}, agent=(FAIL,)),
+    )
     assert candidates(behind_xid) == [
         ("a", "xid-79", 79, "0000:99:00.0", 300, 120, "cordon", None),
         ("b", "nvml-mismatch", None, None, 660, 600, "one-per-cycle", SEEN),
@@ -536,8 +554,9 @@ def test_status_lists_a_mismatch_not_held_yet_as_pending():
 
 
 def test_status_text_and_json_of_a_mismatch_candidate():
-    r = report(mismatched(*guarded(5), node("b")), settings(), TEMPLATES,
-               Sight("http://prom.test:9090"))  # fmt: skip
+    r = report(
+        mismatched(*guarded(5), node("b")), settings(), TEMPLATES, Sight("http://prom.test:9090")
+    )
     lines = render(r).splitlines()
     assert lines[1:3] == [
         "pending candidates: 0, 1 held long enough",
@@ -546,7 +565,17 @@ def test_status_text_and_json_of_a_mismatch_candidate():
     ]
     assert f"held: breaker-open; {SEEN}" in render(r, wide=True)
     assert r.to_json()["candidates"] == [
-        {"node": "b", "reason": "nvml-mismatch", "xid": None, "gpu": None, "pci": None,
-         "uuid": None, "held_s": 660, "needs_s": 600, "decision": "breaker-open",
-         "decides_at": None, "detail": SEEN}
-    ]  # fmt: skip
+        {
+            "node": "b",
+            "reason": "nvml-mismatch",
+            "xid": None,
+            "gpu": None,
+            "pci": None,
+            "uuid": None,
+            "held_s": 660,
+            "needs_s": 600,
+            "decision": "breaker-open",
+            "decides_at": None,
+            "detail": SEEN,
+        }
+    ]

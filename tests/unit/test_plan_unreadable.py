@@ -33,71 +33,163 @@ def guarded(**extra: str) -> dict[str, object]:
 
 
 CASES = [
-    pytest.param(guarded(**{KEYS.at: "9999-12-31T23:59:59-23:59"}), KEYS.at,
-                 "9999-12-31T23:59:59-23:59", id="cordon-time-overflows-past-9999"),
-    pytest.param(guarded(**{KEYS.at: "0001-01-01T00:00:00+01:00"}), KEYS.at,
-                 "0001-01-01T00:00:00+01:00", id="cordon-time-overflows-before-year-1"),
-    pytest.param(guarded(**{KEYS.at: "2026-13-45T99:00:00Z"}), KEYS.at, "2026-13-45T99:00:00Z",
-                 id="cordon-time-impossible-date"),
-    pytest.param(guarded(**{KEYS.reason: "xid-²"}), KEYS.reason, "xid-²",
-                 id="reason-superscript-digit"),
-    pytest.param(guarded(**{KEYS.reason: "xid-٧٩"}), KEYS.reason, "xid-٧٩",
-                 id="reason-arabic-indic-digits"),
+    pytest.param(
+        guarded(**{KEYS.at: "9999-12-31T23:59:59-23:59"}),
+        KEYS.at,
+        "9999-12-31T23:59:59-23:59",
+        id="cordon-time-overflows-past-9999",
+    ),
+    pytest.param(
+        guarded(**{KEYS.at: "0001-01-01T00:00:00+01:00"}),
+        KEYS.at,
+        "0001-01-01T00:00:00+01:00",
+        id="cordon-time-overflows-before-year-1",
+    ),
+    pytest.param(
+        guarded(**{KEYS.at: "2026-13-45T99:00:00Z"}),
+        KEYS.at,
+        "2026-13-45T99:00:00Z",
+        id="cordon-time-impossible-date",
+    ),
+    pytest.param(
+        guarded(**{KEYS.reason: "xid-²"}), KEYS.reason, "xid-²", id="reason-superscript-digit"
+    ),
+    pytest.param(
+        guarded(**{KEYS.reason: "xid-٧٩"}), KEYS.reason, "xid-٧٩", id="reason-arabic-indic-digits"
+    ),
     pytest.param(guarded(**{KEYS.reason: ""}), KEYS.reason, "", id="reason-empty"),
     pytest.param(guarded(**{KEYS.gpu: PCI}), KEYS.gpu, PCI, id="gpu-field-without-uuid"),
-    pytest.param(guarded(**{KEYS.gpu: f"bus-99 {UUID}"}), KEYS.gpu, f"bus-99 {UUID}",
-                 id="gpu-field-not-a-pci-address"),
-    pytest.param(guarded(**{KEYS.gpu: f"{PCI}  {UUID}"}), KEYS.gpu, f"{PCI}  {UUID}",
-                 id="gpu-field-two-spaces"),
-    pytest.param(guarded(**{KEYS.gpu_capacity: "8x"}), KEYS.gpu_capacity, "8x",
-                 id="capacity-annotation-not-a-number"),
-    pytest.param(guarded(**{KEYS.gpu_capacity: "٨"}), KEYS.gpu_capacity, "٨",
-                 id="capacity-annotation-non-ascii-digit"),
-    pytest.param({"extra": {KEYS.cancelled: "alice said so"}}, KEYS.cancelled, "alice said so",
-                 id="cancel-record-garbage"),
-    pytest.param({"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59"}},
-                 KEYS.cancelled, f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59",
-                 id="cancel-record-time-overflows"),
-    pytest.param({"extra": {KEYS.returned: "yesterday job/gng-lt-x"}}, KEYS.returned,
-                 "yesterday job/gng-lt-x", id="return-record-bad-time"),
-    pytest.param({"patch": {"status": {"capacity": {"nvidia.com/gpu": "eight"}}}},
-                 "status.capacity[nvidia.com/gpu]", "'eight'", id="status-capacity-not-a-number"),
-    pytest.param({"patch": {"status": {"allocatable": {"nvidia.com/gpu": "7.5"}}}},
-                 "status.allocatable[nvidia.com/gpu]", "'7.5'", id="status-allocatable-fraction"),
-    pytest.param({"patch": {"spec": {"unschedulable": "yes"}}}, "spec.unschedulable", "'yes'",
-                 id="unschedulable-not-a-boolean"),
-    pytest.param({"patch": {"status": {"conditions": "Ready"}}}, "status.conditions", "'Ready'",
-                 id="conditions-not-a-list"),
-    pytest.param({"patch": {"status": {"nodeInfo": {"bootID": 42}}}}, "status.nodeInfo.bootID",
-                 "42", id="boot-id-not-text"),
+    pytest.param(
+        guarded(**{KEYS.gpu: f"bus-99 {UUID}"}),
+        KEYS.gpu,
+        f"bus-99 {UUID}",
+        id="gpu-field-not-a-pci-address",
+    ),
+    pytest.param(
+        guarded(**{KEYS.gpu: f"{PCI}  {UUID}"}),
+        KEYS.gpu,
+        f"{PCI}  {UUID}",
+        id="gpu-field-two-spaces",
+    ),
+    pytest.param(
+        guarded(**{KEYS.gpu_capacity: "8x"}),
+        KEYS.gpu_capacity,
+        "8x",
+        id="capacity-annotation-not-a-number",
+    ),
+    pytest.param(
+        guarded(**{KEYS.gpu_capacity: "٨"}),
+        KEYS.gpu_capacity,
+        "٨",
+        id="capacity-annotation-non-ascii-digit",
+    ),
+    pytest.param(
+        {"extra": {KEYS.cancelled: "alice said so"}},
+        KEYS.cancelled,
+        "alice said so",
+        id="cancel-record-garbage",
+    ),
+    pytest.param(
+        {"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59"}},
+        KEYS.cancelled,
+        f"boot-1 {UUID} xid-79 9999-12-31T23:59:59-23:59",
+        id="cancel-record-time-overflows",
+    ),
+    pytest.param(
+        {"extra": {KEYS.returned: "yesterday job/gng-lt-x"}},
+        KEYS.returned,
+        "yesterday job/gng-lt-x",
+        id="return-record-bad-time",
+    ),
+    pytest.param(
+        {"patch": {"status": {"capacity": {"nvidia.com/gpu": "eight"}}}},
+        "status.capacity[nvidia.com/gpu]",
+        "'eight'",
+        id="status-capacity-not-a-number",
+    ),
+    pytest.param(
+        {"patch": {"status": {"allocatable": {"nvidia.com/gpu": "7.5"}}}},
+        "status.allocatable[nvidia.com/gpu]",
+        "'7.5'",
+        id="status-allocatable-fraction",
+    ),
+    pytest.param(
+        {"patch": {"spec": {"unschedulable": "yes"}}},
+        "spec.unschedulable",
+        "'yes'",
+        id="unschedulable-not-a-boolean",
+    ),
+    pytest.param(
+        {"patch": {"status": {"conditions": "Ready"}}},
+        "status.conditions",
+        "'Ready'",
+        id="conditions-not-a-list",
+    ),
+    pytest.param(
+        {"patch": {"status": {"nodeInfo": {"bootID": 42}}}},
+        "status.nodeInfo.bootID",
+        "42",
+        id="boot-id-not-text",
+    ),
     # `$` matches before a final newline: every parser matches the whole value.
-    *(pytest.param(*row, id=f"trailing-newline-{row[1].removeprefix(KEYS.prefix)}")
-      for row in [
-        (guarded(**{KEYS.reason: "xid-79\n"}), KEYS.reason, "xid-79\n"),
-        (guarded(**{KEYS.at: f"{CORDON_AT}\n"}), KEYS.at, f"{CORDON_AT}\n"),
-        (guarded(**{KEYS.gpu_capacity: "8\n"}), KEYS.gpu_capacity, "8\n"),
-        (guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}), KEYS.gpu, f"{PCI} {UUID}\n"),
-        ({"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 {CORDON_AT}\n"}}, KEYS.cancelled,
-         f"boot-1 {UUID} xid-79 {CORDON_AT}\n"),
-        ({"extra": {KEYS.returned: f"{CORDON_AT} job/gng-lt-x\n"}}, KEYS.returned,
-         f"{CORDON_AT} job/gng-lt-x\n"),
-        ({"extra": {KEYS.checked_boot: f"boot-1 {CORDON_AT} job/gng-cf-x\n"}}, KEYS.checked_boot,
-         f"boot-1 {CORDON_AT} job/gng-cf-x\n"),
-        ({"extra": {KEYS.pcie_links: "0000:18:00.0=16GT/s,x16\n"}}, KEYS.pcie_links,
-         "0000:18:00.0=16GT/s,x16\n"),
-        ({"extra": {KEYS.conformance_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
-         KEYS.conformance_failed, f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"),
-        ({"extra": {KEYS.onboarding_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
-         KEYS.onboarding_failed, f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"),
-      ]),
-    pytest.param(guarded(**{KEYS.reason: "nvml-mismatch\n"}), KEYS.reason, "nvml-mismatch\n",
-                 id="trailing-newline-reason-word"),
-    pytest.param(guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}), KEYS.gpu, f"{PCI} {UUID}\n",
-                 id="trailing-newline-uuid"),
-    pytest.param({"patch": {"status": {"capacity": {"nvidia.com/gpu": "8\n"}}}},
-                 "status.capacity[nvidia.com/gpu]", "'8\\n'",
-                 id="trailing-newline-status-capacity"),
-]  # fmt: skip
+    *(
+        pytest.param(*row, id=f"trailing-newline-{row[1].removeprefix(KEYS.prefix)}")
+        for row in [
+            (guarded(**{KEYS.reason: "xid-79\n"}), KEYS.reason, "xid-79\n"),
+            (guarded(**{KEYS.at: f"{CORDON_AT}\n"}), KEYS.at, f"{CORDON_AT}\n"),
+            (guarded(**{KEYS.gpu_capacity: "8\n"}), KEYS.gpu_capacity, "8\n"),
+            (guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}), KEYS.gpu, f"{PCI} {UUID}\n"),
+            (
+                {"extra": {KEYS.cancelled: f"boot-1 {UUID} xid-79 {CORDON_AT}\n"}},
+                KEYS.cancelled,
+                f"boot-1 {UUID} xid-79 {CORDON_AT}\n",
+            ),
+            (
+                {"extra": {KEYS.returned: f"{CORDON_AT} job/gng-lt-x\n"}},
+                KEYS.returned,
+                f"{CORDON_AT} job/gng-lt-x\n",
+            ),
+            (
+                {"extra": {KEYS.checked_boot: f"boot-1 {CORDON_AT} job/gng-cf-x\n"}},
+                KEYS.checked_boot,
+                f"boot-1 {CORDON_AT} job/gng-cf-x\n",
+            ),
+            (
+                {"extra": {KEYS.pcie_links: "0000:18:00.0=16GT/s,x16\n"}},
+                KEYS.pcie_links,
+                "0000:18:00.0=16GT/s,x16\n",
+            ),
+            (
+                {"extra": {KEYS.conformance_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
+                KEYS.conformance_failed,
+                f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n",
+            ),
+            (
+                {"extra": {KEYS.onboarding_failed: f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n"}},
+                KEYS.onboarding_failed,
+                f"{CORDON_AT} job/gng-cf-x ipvs-loaded\n",
+            ),
+        ]
+    ),
+    pytest.param(
+        guarded(**{KEYS.reason: "nvml-mismatch\n"}),
+        KEYS.reason,
+        "nvml-mismatch\n",
+        id="trailing-newline-reason-word",
+    ),
+    pytest.param(
+        guarded(**{KEYS.gpu: f"{PCI} {UUID}\n"}),
+        KEYS.gpu,
+        f"{PCI} {UUID}\n",
+        id="trailing-newline-uuid",
+    ),
+    pytest.param(
+        {"patch": {"status": {"capacity": {"nvidia.com/gpu": "8\n"}}}},
+        "status.capacity[nvidia.com/gpu]",
+        "'8\\n'",
+        id="trailing-newline-status-capacity",
+    ),
+]
 
 
 @pytest.mark.parametrize(("bad", "where", "value"), CASES)
@@ -179,14 +271,23 @@ INCIDENT = f"{CORDON_AT} xid-79 {PCI} {UUID} gpu-node-guard"
 @pytest.mark.parametrize(
     ("text", "level", "first"),
     [
-        pytest.param(f"{INCIDENT}\n0001-01-01T00:00:00+01:00 xid-79 {PCI} {UUID} manual\n",
-                     "WARN", "0001-01-01T00:00:00+01:00", id="incident-with-overflowing-time"),
-        pytest.param(f"{INCIDENT}\n2026-09-10T13:03:59Z xid-² {PCI} {UUID} manual\n", "WARN",
-                     "xid-²", id="incident-with-superscript-xid"),
-        pytest.param(f"{INCIDENT}\npower cycled by infra 9/15\n", "INFO", "power cycled",
-                     id="hand-note"),
+        pytest.param(
+            f"{INCIDENT}\n0001-01-01T00:00:00+01:00 xid-79 {PCI} {UUID} manual\n",
+            "WARN",
+            "0001-01-01T00:00:00+01:00",
+            id="incident-with-overflowing-time",
+        ),
+        pytest.param(
+            f"{INCIDENT}\n2026-09-10T13:03:59Z xid-² {PCI} {UUID} manual\n",
+            "WARN",
+            "xid-²",
+            id="incident-with-superscript-xid",
+        ),
+        pytest.param(
+            f"{INCIDENT}\npower cycled by infra 9/15\n", "INFO", "power cycled", id="hand-note"
+        ),
     ],
-)  # fmt: skip
+)
 def test_unreadable_ledger_lines_are_reported_once_per_cycle(text, level, first):
     snap = snapshot(node("b", cordoned=True, guarded_xid=79, boot="boot-2"), ledger={"b": text})
     actions = plan_cycle(snap, settings(), TEMPLATES)
@@ -248,8 +349,9 @@ FORGED = PromUnreadable("bad", "hardware-xid", "UUID", "GPU-1\nforged line", "no
 
 
 def test_a_refused_series_is_one_warn_line_and_no_event():
-    plan = plan_cycle(prom_refused(FORGED, nodes=(node("bad"), node("good"))), settings(),
-                      TEMPLATES)  # fmt: skip
+    plan = plan_cycle(
+        prom_refused(FORGED, nodes=(node("bad"), node("good"))), settings(), TEMPLATES
+    )
     (skip,) = [a for a in plan if a.node == "bad"]
     assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("unreadable", "WARN")
     assert skip.detail == "prometheus hardware-xid UUID='GPU-1\\nforged line': not a GPU UUID"
@@ -270,7 +372,9 @@ def test_a_refused_series_of_no_known_node_is_reported_by_its_name():
     nameless = PromUnreadable("", "xid-hosts", "Hostname", "a b", "not a Node name")
     plan = plan_cycle(prom_refused(far, nameless), settings(), TEMPLATES)
     assert [(a.node, a.reason, a.level) for a in plan if isinstance(a, Skip)] == [
-        ("", "unreadable", "WARN"), ("gpu-9", "unreadable", "WARN")]  # fmt: skip
+        ("", "unreadable", "WARN"),
+        ("gpu-9", "unreadable", "WARN"),
+    ]
 
 
 def test_the_snapshot_with_refused_series_survives_json():

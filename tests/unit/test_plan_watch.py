@@ -36,10 +36,12 @@ def after(seconds: int):
 
 def test_dues_are_each_nodes_first_hold_by_time():
     snap = snapshot(
-        node("a"), node("b"), node("c"),
+        node("a"),
+        node("b"),
+        node("c"),
         hardware=(gpu("a", 48), gpu("b", 48), gpu("b", 79, index=5), gpu("c", 79)),
         loss={"a": 300, "b": 60, "c": 30},
-    )  # fmt: skip
+    )
     # The cycle's minute grid: on the scrape grid each hold may complete up to 45 s sooner.
     assert dues(snap, settings()) == (
         Due("b", "xid-79", after(60 - 45)),  # its fast-path GPU decides before its Xid 48
@@ -86,8 +88,11 @@ def test_a_pending_mismatch_is_due_too_unless_its_cordon_is_off():
 
 
 def test_no_due_for_a_name_no_node_has_or_a_cordoned_node():
-    snap = snapshot(node("a", cordoned=True), hardware=(gpu("a", 79), gpu("ghost", 79)),
-                    loss={"a": 30, "ghost": 30})  # fmt: skip
+    snap = snapshot(
+        node("a", cordoned=True),
+        hardware=(gpu("a", 79), gpu("ghost", 79)),
+        loss={"a": 30, "ghost": 30},
+    )
     assert dues(snap, settings()) == ()
 
 
@@ -100,8 +105,9 @@ def test_a_hold_past_the_end_is_left_to_the_next_run():
 def test_a_decision_plans_on_that_nodes_new_facts_only():
     """At the decision, b's hold has passed; a's old facts (held 100 s of 600 at the cycle)
     would pass too by the clock alone, but only b was re-read: one cordon, of b."""
-    base = snapshot(node("a"), node("b"), hardware=(gpu("a", 48), gpu("b", 79)),
-                    loss={"a": 500, "b": 60})  # fmt: skip
+    base = snapshot(
+        node("a"), node("b"), hardware=(gpu("a", 48), gpu("b", 79)), loss={"a": 500, "b": 60}
+    )
     at = after(120)
     fresh = PromView(
         hardware_xids=(gpu("b", 79),), loss_since=(("b", NOW - timedelta(seconds=60)),)
@@ -128,8 +134,9 @@ def test_the_cordon_carries_the_resource_version_as_re_read():
     fresh = PromView(
         hardware_xids=(gpu("b", 79),), loss_since=(("b", NOW - timedelta(seconds=60)),)
     )
-    snap = decision_snapshot(base, "b", replace(base.node("b"), resource_version="7"), fresh,
-                             after(60))  # fmt: skip
+    snap = decision_snapshot(
+        base, "b", replace(base.node("b"), resource_version="7"), fresh, after(60)
+    )
     (cordon,) = [a for a in plan_isolation(snap, settings(), TEMPLATES) if a.node == "b"][:1]
     assert cordon.resource_version == "7"  # type: ignore[union-attr]
 
@@ -142,8 +149,17 @@ def test_a_read_that_fails_during_the_watch_ends_it_with_one_warn_line():
     base = snapshot(node("b"), hardware=(gpu("b", 79),), loss={"b": 60})
     printer = PrintExecutor(log, show_manifests=False)
     s = settings(prometheus_url="http://127.0.0.1:9")
-    watch = Watch(s, PromClient("http://127.0.0.1:9", timeout_s=1), None, TEMPLATES, log, base,
-                  lambda _snap: printer, ReplayClock(NOW), after(s.watch_until_s))  # fmt: skip
+    watch = Watch(
+        s,
+        PromClient("http://127.0.0.1:9", timeout_s=1),
+        None,
+        TEMPLATES,
+        log,
+        base,
+        lambda _snap: printer,
+        ReplayClock(NOW),
+        after(s.watch_until_s),
+    )
     watch.run()
     lines = out.getvalue().splitlines()
     assert [line.split()[1:3] for line in lines] == [["INFO", "watch-start"], ["WARN", "watch-end"]]

@@ -88,16 +88,29 @@ def test_the_settings_drive_every_name_in_the_policies() -> None:
     )
     # The Events' reportingController is a constant of guard/apply/events.py, not a setting.
     text = "\n".join(render(s).values()).replace(REPORTING_CONTROLLER, "")
-    for value in ("ops.example.com/auto-cordon-reason", "'guardian-jobs'",
-                  "system:serviceaccount:guardian:gpu-node-guard", "faults-archive-",
-                  "guardian-runner", "'example.com/accelerator': 'h200'",
-                  f"'{s.image}'", "'registry.example/burn:7'",
-                  # the params' default when the ConfigMap has no GUARD_ONBOARDING_TAINT
-                  "orValue('ops.example.com/admitted=no:NoExecute')"):  # fmt: skip
+    for value in (
+        "ops.example.com/auto-cordon-reason",
+        "'guardian-jobs'",
+        "system:serviceaccount:guardian:gpu-node-guard",
+        "faults-archive-",
+        "guardian-runner",
+        "'example.com/accelerator': 'h200'",
+        f"'{s.image}'",
+        "'registry.example/burn:7'",
+        # the params' default when the ConfigMap has no GUARD_ONBOARDING_TAINT
+        "orValue('ops.example.com/admitted=no:NoExecute')",
+    ):
         assert value in text, value
-    for default in ("gpu-node-guard.io/", "'gpu-node-guard-jobs'", "gpu-fault-ledger",
-                    "metadata.name: gpu-node-guard-jobs\n", "namespace == 'gpu-node-guard'",
-                    "gpu-node-guard-job'", "nvidia.com/gpu.present", "ghcr.io/"):  # fmt: skip
+    for default in (
+        "gpu-node-guard.io/",
+        "'gpu-node-guard-jobs'",
+        "gpu-fault-ledger",
+        "metadata.name: gpu-node-guard-jobs\n",
+        "namespace == 'gpu-node-guard'",
+        "gpu-node-guard-job'",
+        "nvidia.com/gpu.present",
+        "ghcr.io/",
+    ):
         assert default not in text, default
 
 
@@ -135,11 +148,13 @@ def test_every_evidence_argv_the_planner_builds_is_in_the_policy(
         Settings(),
         Settings(conformance_control_plane_version="v1.34.3+rke2r1"),
         Settings(conformance_allowed_dns="10.43.0.10/32, 192.0.2.53"),
-        Settings(conformance_control_plane_version="1.34.3",
-                 conformance_allowed_dns="10.0.0.0/8,fd00::/8"),
+        Settings(
+            conformance_control_plane_version="1.34.3",
+            conformance_allowed_dns="10.0.0.0/8,fd00::/8",
+        ),
     ],
     ids=["plain", "version", "dns", "both"],
-)  # fmt: skip
+)
 def test_every_conformance_argv_is_in_the_policy_and_fix_never(s: Settings) -> None:
     argv = ("gpu-node-guard", *conformance_args(s))
     assert layouts.matches(layouts.conformance(), argv, "n")
@@ -208,8 +223,10 @@ def _expressions(doc: dict[str, object]) -> list[tuple[str, str]]:
     out = [(f"variable {v['name']}", v["expression"]) for v in spec.get("variables", [])]
     out += [(f"condition {c['name']}", c["expression"]) for c in spec.get("matchConditions", [])]
     for v in spec["validations"]:
-        out += [(f"validation {v['message'][:60]}", v["expression"]),
-                (f"message of {v['message'][:60]}", v["messageExpression"])]  # fmt: skip
+        out += [
+            (f"validation {v['message'][:60]}", v["expression"]),
+            (f"message of {v['message'][:60]}", v["messageExpression"]),
+        ]
     return out
 
 

@@ -256,9 +256,11 @@ def test_the_same_answer_sent_at_once_is_accepted(loopback):
 
 @pytest.mark.parametrize(
     ("headers", "declared"),
-    [pytest.param({}, True, id="content-length"),
-     pytest.param({"Transfer-Encoding": "chunked"}, False, id="no-length")],
-)  # fmt: skip
+    [
+        pytest.param({}, True, id="content-length"),
+        pytest.param({"Transfer-Encoding": "chunked"}, False, id="no-length"),
+    ],
+)
 def test_an_answer_over_the_byte_cap_aborts_before_parsing(loopback, headers, declared):
     body = series_body(3000)  # ~250 kB
     if not declared:
@@ -300,8 +302,9 @@ def test_a_label_named_metric_is_not_counted_as_a_series(loopback):
 
 
 def test_404_says_to_check_the_path_prefix(loopback):
-    loopback.answer = Answer(b"404 page not found\n", status=404,
-                             headers={"Content-Type": "text/plain"})  # fmt: skip
+    loopback.answer = Answer(
+        b"404 page not found\n", status=404, headers={"Content-Type": "text/plain"}
+    )
     with pytest.raises(PromError) as err:
         client_for(loopback).vector("q", "up", None)
     assert "HTTP 404" in str(err.value) and "check the path prefix of --prometheus-url" in str(
@@ -323,25 +326,46 @@ def test_a_path_prefix_is_kept():
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        pytest.param("--prometheus-bearer-token-file", "/nonexistent/token",
-                     "--prometheus-bearer-token-file /nonexistent/token: cannot read it: No such"
-                     " file or directory", id="missing-token-file"),
-        pytest.param("--prometheus-ca-file", "/nonexistent/ca.pem",
-                     "cannot read --prometheus-ca-file /nonexistent/ca.pem: No such file",
-                     id="missing-ca"),
-        pytest.param("--prometheus-ca-file", "/dev/zero",
-                     "--prometheus-ca-file /dev/zero is not a regular file", id="dev-zero-ca"),
+        pytest.param(
+            "--prometheus-bearer-token-file",
+            "/nonexistent/token",
+            "--prometheus-bearer-token-file /nonexistent/token: cannot read it: No such"
+            " file or directory",
+            id="missing-token-file",
+        ),
+        pytest.param(
+            "--prometheus-ca-file",
+            "/nonexistent/ca.pem",
+            "cannot read --prometheus-ca-file /nonexistent/ca.pem: No such file",
+            id="missing-ca",
+        ),
+        pytest.param(
+            "--prometheus-ca-file",
+            "/dev/zero",
+            "--prometheus-ca-file /dev/zero is not a regular file",
+            id="dev-zero-ca",
+        ),
         pytest.param("--prometheus-ca-file", "EMPTY", "not a PEM CA bundle", id="ca-not-pem"),
-        pytest.param("--prometheus-bearer-token-file", "EMPTY", "the file is empty",
-                     id="empty-token-file"),
-        pytest.param("--prometheus-bearer-token-file", "EURO", "not printable ASCII",
-                     id="token-not-ascii"),
-        pytest.param("--prometheus-bearer-token-file", "/dev/zero", "is not a regular file",
-                     id="token-file-dev-zero"),
-        pytest.param("--prometheus-bearer-token-file", "HUGE", "larger than the limit",
-                     id="token-file-over-64-kib"),
+        pytest.param(
+            "--prometheus-bearer-token-file", "EMPTY", "the file is empty", id="empty-token-file"
+        ),
+        pytest.param(
+            "--prometheus-bearer-token-file", "EURO", "not printable ASCII", id="token-not-ascii"
+        ),
+        pytest.param(
+            "--prometheus-bearer-token-file",
+            "/dev/zero",
+            "is not a regular file",
+            id="token-file-dev-zero",
+        ),
+        pytest.param(
+            "--prometheus-bearer-token-file",
+            "HUGE",
+            "larger than the limit",
+            id="token-file-over-64-kib",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
     from click.testing import CliRunner
 
@@ -368,55 +392,90 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
 @pytest.mark.parametrize(
     ("overrides", "problem"),
     [
-        pytest.param({"prometheus_cert_file": "/c.pem"},
-                     ("prometheus_cert_file", "goes together with prometheus_key_file"),
-                     id="cert-without-key"),
-        pytest.param({"prometheus_basic_auth_user": "guard"},
-                     ("prometheus_basic_auth_user",
-                      "goes together with prometheus_basic_auth_password_file"),
-                     id="user-without-password"),
-        pytest.param({"prometheus_bearer_token_file": "/t",
-                      "prometheus_service_account_token": True},
-                     ("prometheus_bearer_token_file", "is one credential of three"),
-                     id="two-credentials"),
-        pytest.param({"prometheus_headers": "Authorization=Bearer x"},
-                     ("prometheus_headers", "must not set Authorization"),
-                     id="authorization-header"),
-        pytest.param({"prometheus_headers": "X-Scope-OrgID=a\r\nX-Injected=b"},
-                     ("prometheus_headers", "values must be printable ASCII"),
-                     id="header-value-with-line-break"),
-        pytest.param({"prometheus_headers": "X-Scope-OrgID=\u20ac"},
-                     ("prometheus_headers", "values must be printable ASCII"),
-                     id="header-value-not-ascii"),
-        pytest.param({"prometheus_headers": "X-Scope-OrgID"},
-                     ("prometheus_headers", "must be comma-separated Name=value"),
-                     id="header-without-value"),
-        pytest.param({"dcgm_node_labels": "Host name"},
-                     ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
-                     id="label-with-space"),
-        pytest.param({"dcgm_node_labels": " , "}, ("dcgm_node_labels", "must be"),
-                     id="no-label"),
-        pytest.param({"prometheus_timeout_s": 0.0}, ("prometheus_timeout_s", "must be in (0, 600]"),
-                     id="no-timeout"),
-        pytest.param({"prometheus_max_answer_bytes": 1024},
-                     ("prometheus_max_answer_bytes", "must be in 65536..67108864"),
-                     id="tiny-answer-cap"),
-        pytest.param({"prometheus_max_answer_bytes": 10**25},
-                     ("prometheus_max_answer_bytes", "must be in 65536..67108864"),
-                     id="answer-cap-past-the-memory-limit"),
-        pytest.param({"prometheus_max_series": 10},
-                     ("prometheus_max_series", "must be in 100..50000"), id="tiny-series-cap"),
-        pytest.param({"prometheus_max_series": 10**9},
-                     ("prometheus_max_series", "must be in 100..50000"), id="huge-series-cap"),
-        pytest.param({"dcgm_node_labels": "__name__"},
-                     ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
-                     id="reserved-label"),
-        pytest.param({"dcgm_selector": 'job=~"a{1001}"'}, ("dcgm_selector", "must be"),
-                     id="selector-repeat-past-re2"),
-        pytest.param({"ksm_selector": 'job=~"a++"'}, ("ksm_selector", "must be"),
-                     id="selector-possessive"),
+        pytest.param(
+            {"prometheus_cert_file": "/c.pem"},
+            ("prometheus_cert_file", "goes together with prometheus_key_file"),
+            id="cert-without-key",
+        ),
+        pytest.param(
+            {"prometheus_basic_auth_user": "guard"},
+            (
+                "prometheus_basic_auth_user",
+                "goes together with prometheus_basic_auth_password_file",
+            ),
+            id="user-without-password",
+        ),
+        pytest.param(
+            {"prometheus_bearer_token_file": "/t", "prometheus_service_account_token": True},
+            ("prometheus_bearer_token_file", "is one credential of three"),
+            id="two-credentials",
+        ),
+        pytest.param(
+            {"prometheus_headers": "Authorization=Bearer x"},
+            ("prometheus_headers", "must not set Authorization"),
+            id="authorization-header",
+        ),
+        pytest.param(
+            {"prometheus_headers": "X-Scope-OrgID=a\r\nX-Injected=b"},
+            ("prometheus_headers", "values must be printable ASCII"),
+            id="header-value-with-line-break",
+        ),
+        pytest.param(
+            {"prometheus_headers": "X-Scope-OrgID=\u20ac"},
+            ("prometheus_headers", "values must be printable ASCII"),
+            id="header-value-not-ascii",
+        ),
+        pytest.param(
+            {"prometheus_headers": "X-Scope-OrgID"},
+            ("prometheus_headers", "must be comma-separated Name=value"),
+            id="header-without-value",
+        ),
+        pytest.param(
+            {"dcgm_node_labels": "Host name"},
+            ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
+            id="label-with-space",
+        ),
+        pytest.param({"dcgm_node_labels": " , "}, ("dcgm_node_labels", "must be"), id="no-label"),
+        pytest.param(
+            {"prometheus_timeout_s": 0.0},
+            ("prometheus_timeout_s", "must be in (0, 600]"),
+            id="no-timeout",
+        ),
+        pytest.param(
+            {"prometheus_max_answer_bytes": 1024},
+            ("prometheus_max_answer_bytes", "must be in 65536..67108864"),
+            id="tiny-answer-cap",
+        ),
+        pytest.param(
+            {"prometheus_max_answer_bytes": 10**25},
+            ("prometheus_max_answer_bytes", "must be in 65536..67108864"),
+            id="answer-cap-past-the-memory-limit",
+        ),
+        pytest.param(
+            {"prometheus_max_series": 10},
+            ("prometheus_max_series", "must be in 100..50000"),
+            id="tiny-series-cap",
+        ),
+        pytest.param(
+            {"prometheus_max_series": 10**9},
+            ("prometheus_max_series", "must be in 100..50000"),
+            id="huge-series-cap",
+        ),
+        pytest.param(
+            {"dcgm_node_labels": "__name__"},
+            ("dcgm_node_labels", "must be comma-separated Prometheus label names"),
+            id="reserved-label",
+        ),
+        pytest.param(
+            {"dcgm_selector": 'job=~"a{1001}"'},
+            ("dcgm_selector", "must be"),
+            id="selector-repeat-past-re2",
+        ),
+        pytest.param(
+            {"ksm_selector": 'job=~"a++"'}, ("ksm_selector", "must be"), id="selector-possessive"
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_prometheus_setting_is_refused_naming_its_field(overrides, problem):
     with pytest.raises(SettingsError) as refused:
         Settings(**overrides)
@@ -429,8 +488,14 @@ def test_a_bad_prometheus_setting_is_one_usage_line_naming_its_flag():
 
     from guard.cli import cli
 
-    args = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run",
-            "--prometheus-cert-file", "/c.pem"]  # fmt: skip
+    args = [
+        "run",
+        "--prometheus-url",
+        "http://127.0.0.1:9",
+        "--dry-run",
+        "--prometheus-cert-file",
+        "/c.pem",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "bad setting: --prometheus-cert-file (GUARD_PROMETHEUS_CERT_FILE) goes together" in (

@@ -155,32 +155,75 @@ def ksm_node(value: str) -> Callable[[Answers], None]:
 FORGED = UUID_B + "\n2026-09-21T05:55:00Z xid-79 0000:3b:00.0 GPU-forged gpu-node-guard"
 UNREADABLE = [
     # (change, node named by the WARN line, label, the value as the line shows it)
-    pytest.param(gpu_b_label("UUID", FORGED), "gpu-b", "UUID", repr(FORGED[:60]),
-                 id="uuid-newline"),
-    pytest.param(gpu_b_label("UUID", "GPU-0f1e2d3c 4b5a"), "gpu-b", "UUID",
-                 "'GPU-0f1e2d3c 4b5a'", id="uuid-space"),
-    pytest.param(gpu_b_label("UUID", "GPU-" + "a" * 296), "gpu-b", "UUID",
-                 "(300 characters)", id="uuid-300-characters"),
-    pytest.param(gpu_b_label("uuid", "MIG-GPU-0f1e2d3c/1/0"), "gpu-b", "uuid",
-                 "'MIG-GPU-0f1e2d3c/1/0'", id="uuid-not-the-gpu-form"),
-    pytest.param(gpu_b_label("pci_bus_id", "00000000:3B:00.0\nforged"), "gpu-b", "pci_bus_id",
-                 "'00000000:3B:00.0\\nforged'", id="pci-newline"),
-    pytest.param(gpu_b_label("pci_bus_id", "00000000:3B:00.0 "), "gpu-b", "pci_bus_id",
-                 "'00000000:3B:00.0 '", id="pci-space"),
-    pytest.param(gpu_b_label("pci_bus_id", "0" * 300), "gpu-b", "pci_bus_id",
-                 "(300 characters)", id="pci-300-characters"),
-    pytest.param(gpu_b_label("Hostname", "gpu-b\nreason=xid-79"), "", "Hostname",
-                 "'gpu-b\\nreason=xid-79'", id="hostname-newline"),
-    pytest.param(gpu_b_label("Hostname", "gpu b"), "", "Hostname", "'gpu b'",
-                 id="hostname-space"),
-    pytest.param(gpu_b_label("Hostname", "g" * 300), "", "Hostname", "(300 characters)",
-                 id="hostname-300-characters"),
+    pytest.param(
+        gpu_b_label("UUID", FORGED), "gpu-b", "UUID", repr(FORGED[:60]), id="uuid-newline"
+    ),
+    pytest.param(
+        gpu_b_label("UUID", "GPU-0f1e2d3c 4b5a"),
+        "gpu-b",
+        "UUID",
+        "'GPU-0f1e2d3c 4b5a'",
+        id="uuid-space",
+    ),
+    pytest.param(
+        gpu_b_label("UUID", "GPU-" + "a" * 296),
+        "gpu-b",
+        "UUID",
+        "(300 characters)",
+        id="uuid-300-characters",
+    ),
+    pytest.param(
+        gpu_b_label("uuid", "MIG-GPU-0f1e2d3c/1/0"),
+        "gpu-b",
+        "uuid",
+        "'MIG-GPU-0f1e2d3c/1/0'",
+        id="uuid-not-the-gpu-form",
+    ),
+    pytest.param(
+        gpu_b_label("pci_bus_id", "00000000:3B:00.0\nforged"),
+        "gpu-b",
+        "pci_bus_id",
+        "'00000000:3B:00.0\\nforged'",
+        id="pci-newline",
+    ),
+    pytest.param(
+        gpu_b_label("pci_bus_id", "00000000:3B:00.0 "),
+        "gpu-b",
+        "pci_bus_id",
+        "'00000000:3B:00.0 '",
+        id="pci-space",
+    ),
+    pytest.param(
+        gpu_b_label("pci_bus_id", "0" * 300),
+        "gpu-b",
+        "pci_bus_id",
+        "(300 characters)",
+        id="pci-300-characters",
+    ),
+    pytest.param(
+        gpu_b_label("Hostname", "gpu-b\nreason=xid-79"),
+        "",
+        "Hostname",
+        "'gpu-b\\nreason=xid-79'",
+        id="hostname-newline",
+    ),
+    pytest.param(gpu_b_label("Hostname", "gpu b"), "", "Hostname", "'gpu b'", id="hostname-space"),
+    pytest.param(
+        gpu_b_label("Hostname", "g" * 300),
+        "",
+        "Hostname",
+        "(300 characters)",
+        id="hostname-300-characters",
+    ),
     # the node label names gpu-b validly: the bad Hostname is blamed on it
-    pytest.param(lambda a: (gpu_b_label("node", "gpu-b")(a),
-                            gpu_b_label("Hostname", "gpu b")(a)),
-                 "gpu-b", "Hostname", "'gpu b'", id="hostname-space-beside-a-node-label"),
-    pytest.param(ksm_node("gpu-b\nforged"), "", "node", "'gpu-b\\nforged'",
-                 id="ksm-node-newline"),
+    pytest.param(
+        lambda a: (gpu_b_label("node", "gpu-b")(a), gpu_b_label("Hostname", "gpu b")(a)),
+        "gpu-b",
+        "Hostname",
+        "'gpu b'",
+        id="hostname-space-beside-a-node-label",
+    ),
+    pytest.param(ksm_node("gpu-b\nforged"), "", "node", "'gpu-b\\nforged'", id="ksm-node-newline"),
     pytest.param(gpu_b_value("-79"), "gpu-b", "value", "-79", id="xid-negative"),
     pytest.param(gpu_b_value("0.5"), "gpu-b", "value", "0.5", id="xid-fraction"),
     pytest.param(gpu_b_value("79.9"), "gpu-b", "value", "79.9", id="xid-79.9-is-not-79"),
@@ -191,10 +234,15 @@ UNREADABLE = [
     pytest.param(counted_xid("-79"), "gpu-b", "xid", "'-79'", id="xid-label-negative"),
     pytest.param(counted_xid("0"), "gpu-b", "xid", "'0'", id="xid-label-zero"),
     pytest.param(duplicate, "gpu-b", "labels", "duplicate series", id="duplicate-series"),
-    pytest.param(lambda a: a.update({"hardware-xid-counted": vector((GPU_B, "1"))}), "gpu-b",
-                 "xid", "lacks label 'xid'", id="counted-series-without-its-xid"),
+    pytest.param(
+        lambda a: a.update({"hardware-xid-counted": vector((GPU_B, "1"))}),
+        "gpu-b",
+        "xid",
+        "lacks label 'xid'",
+        id="counted-series-without-its-xid",
+    ),
     pytest.param(disagreeing, "gpu-b", "value", "'48 and 79'", id="two-series-of-one-gpu"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("change", "node", "label", "shown"), UNREADABLE)
@@ -217,9 +265,10 @@ def test_a_bad_series_makes_only_its_node_unreadable(change, node, label, shown)
 @responses.activate
 def test_without_a_bad_series_both_nodes_are_planned():
     plan = cycle(world())
-    assert [(type(a).__name__, a.node, a.reason) for a in plan
-            if isinstance(a, Cordon | Skip)] == [
-        ("Cordon", "gpu-a", "xid-79"), ("Skip", "gpu-b", "one-per-cycle")]  # fmt: skip
+    assert [(type(a).__name__, a.node, a.reason) for a in plan if isinstance(a, Cordon | Skip)] == [
+        ("Cordon", "gpu-a", "xid-79"),
+        ("Skip", "gpu-b", "one-per-cycle"),
+    ]
 
 
 @responses.activate
@@ -229,9 +278,10 @@ def test_the_view_names_query_label_and_value_and_keeps_no_fact_of_the_node():
     serve(answers)
     view = read_prom(PromClient(URL, timeout_s=2), S, NOW, {"gpu-a", "gpu-b"})
     assert view.unreadable == (
-        PromUnreadable("gpu-b", "hardware-xid", "value", "79.9",
-                       "not an Xid (an integer in 1..172)"),
-    )  # fmt: skip
+        PromUnreadable(
+            "gpu-b", "hardware-xid", "value", "79.9", "not an Xid (an integer in 1..172)"
+        ),
+    )
     assert {g.node for g in view.hardware_xids} == {"gpu-a"}
     assert [n for n, _ in view.loss_since] == ["gpu-a"]
 
@@ -259,40 +309,73 @@ def stamp(value: Any, query: str = "hardware-xid") -> Callable[[Answers], None]:
 
 
 ABORTS = [
-    pytest.param(with_answer("hardware-xid", warnings("store 10.0.0.5:10901 is unavailable")),
-                 "query hardware-xid: partial answer, the engine warns: store 10.0.0.5:10901 is"
-                 " unavailable", id="thanos-partial-response-warning"),
-    pytest.param(with_answer("loss-history", warnings("a", "b")),
-                 "query loss-history: partial answer, the engine warns: a (and 1 more)",
-                 id="two-warnings"),
-    pytest.param(with_answer("cordoned", lambda answer: answer.update(isPartial=True)),
-                 "query cordoned: partial answer (isPartial: true)", id="victoriametrics-partial"),
+    pytest.param(
+        with_answer("hardware-xid", warnings("store 10.0.0.5:10901 is unavailable")),
+        "query hardware-xid: partial answer, the engine warns: store 10.0.0.5:10901 is unavailable",
+        id="thanos-partial-response-warning",
+    ),
+    pytest.param(
+        with_answer("loss-history", warnings("a", "b")),
+        "query loss-history: partial answer, the engine warns: a (and 1 more)",
+        id="two-warnings",
+    ),
+    pytest.param(
+        with_answer("cordoned", lambda answer: answer.update(isPartial=True)),
+        "query cordoned: partial answer (isPartial: true)",
+        id="victoriametrics-partial",
+    ),
     pytest.param(stamp(-1.0), "query hardware-xid: sample timestamp -1.0", id="stamp-negative"),
-    pytest.param(stamp(32503680000.0),
-                 "query hardware-xid: sample timestamp 32503680000.0 (3000-01-01T00:00:00Z) is"
-                 " not 2026-09-21T05:55:00Z", id="stamp-year-3000"),
+    pytest.param(
+        stamp(32503680000.0),
+        "query hardware-xid: sample timestamp 32503680000.0 (3000-01-01T00:00:00Z) is"
+        " not 2026-09-21T05:55:00Z",
+        id="stamp-year-3000",
+    ),
     pytest.param(stamp(T - 3600), "query hardware-xid: sample timestamp", id="stamp-an-hour-off"),
-    pytest.param(stamp("48"), "query hardware-xid: sample timestamp '48' is not a number",
-                 id="stamp-a-string"),
-    pytest.param(stamp(1e300), "query hardware-xid: sample timestamp 1e+300 (out of range)",
-                 id="stamp-out-of-range"),
-    pytest.param(stamp(32503680000.0, "loss-history"),
-                 "query loss-history: sample timestamp 32503680000.0", id="matrix-stamp-future"),
-    pytest.param(stamp(T - 86400, "loss-history"),
-                 "query loss-history: sample timestamp", id="matrix-stamp-before-the-range"),
-    pytest.param(lambda a: a.update({"input-DCGM_FI_DEV_XID_ERRORS": vector(({}, "NaN"))}),
-                 "query input-DCGM_FI_DEV_XID_ERRORS: value NaN; the series names no node",
-                 id="nan-naming-no-node"),
-    pytest.param(with_answer("loss-history", lambda answer: answer["data"]["result"][1].update(
-        metric={"instance": "10.0.0.8:8080"})),
-                 "query loss-history: a series lacks label 'node'; the series names no node",
-                 id="ksm-series-without-node"),
-    pytest.param(lambda a: a.update({"input-kube_pod_status_phase": vector()}),
-                 "input metric kube_pod_status_phase has no series", id="an-input-without-series"),
-    pytest.param(lambda a: a.update({"hardware-xid": matrix()}),
-                 "query hardware-xid: expected resultType vector, got 'matrix'",
-                 id="wrong-result-type"),
-]  # fmt: skip
+    pytest.param(
+        stamp("48"),
+        "query hardware-xid: sample timestamp '48' is not a number",
+        id="stamp-a-string",
+    ),
+    pytest.param(
+        stamp(1e300),
+        "query hardware-xid: sample timestamp 1e+300 (out of range)",
+        id="stamp-out-of-range",
+    ),
+    pytest.param(
+        stamp(32503680000.0, "loss-history"),
+        "query loss-history: sample timestamp 32503680000.0",
+        id="matrix-stamp-future",
+    ),
+    pytest.param(
+        stamp(T - 86400, "loss-history"),
+        "query loss-history: sample timestamp",
+        id="matrix-stamp-before-the-range",
+    ),
+    pytest.param(
+        lambda a: a.update({"input-DCGM_FI_DEV_XID_ERRORS": vector(({}, "NaN"))}),
+        "query input-DCGM_FI_DEV_XID_ERRORS: value NaN; the series names no node",
+        id="nan-naming-no-node",
+    ),
+    pytest.param(
+        with_answer(
+            "loss-history",
+            lambda answer: answer["data"]["result"][1].update(metric={"instance": "10.0.0.8:8080"}),
+        ),
+        "query loss-history: a series lacks label 'node'; the series names no node",
+        id="ksm-series-without-node",
+    ),
+    pytest.param(
+        lambda a: a.update({"input-kube_pod_status_phase": vector()}),
+        "input metric kube_pod_status_phase has no series",
+        id="an-input-without-series",
+    ),
+    pytest.param(
+        lambda a: a.update({"hardware-xid": matrix()}),
+        "query hardware-xid: expected resultType vector, got 'matrix'",
+        id="wrong-result-type",
+    ),
+]
 
 
 @pytest.mark.parametrize(("change", "message"), ABORTS)
@@ -309,13 +392,20 @@ def test_a_wrong_answer_aborts_naming_the_query_and_the_value(change, message):
 @pytest.mark.parametrize(
     "change",
     [
-        pytest.param(with_answer("hardware-xid", lambda answer: answer.update(
-            infos=["PromQL info: metric might not be a counter"])), id="prometheus-3-infos"),
-        pytest.param(with_answer("hardware-xid", warnings(
-            "PromQL info: metric might not be a counter")), id="prometheus-2.5x-info-in-warnings"),
+        pytest.param(
+            with_answer(
+                "hardware-xid",
+                lambda answer: answer.update(infos=["PromQL info: metric might not be a counter"]),
+            ),
+            id="prometheus-3-infos",
+        ),
+        pytest.param(
+            with_answer("hardware-xid", warnings("PromQL info: metric might not be a counter")),
+            id="prometheus-2.5x-info-in-warnings",
+        ),
         pytest.param(with_answer("hardware-xid", warnings()), id="empty-warnings"),
     ],
-)  # fmt: skip
+)
 @responses.activate
 def test_an_informational_annotation_is_a_whole_answer(change):
     answers = world()
@@ -350,9 +440,16 @@ def test_pins_go_into_every_exporter_selector():
 
 @pytest.mark.parametrize(
     "value",
-    ["job=kube-state-metrics", 'job="a"} or vector(1) #', 'job="a\\"b"', 'job="a\nb"',
-     'job~"a"', '"a"', 'job="a",'],
-)  # fmt: skip
+    [
+        "job=kube-state-metrics",
+        'job="a"} or vector(1) #',
+        'job="a\\"b"',
+        'job="a\nb"',
+        'job~"a"',
+        '"a"',
+        'job="a",',
+    ],
+)
 def test_a_bad_pin_is_refused_at_start(value):
     with pytest.raises(SettingsError) as refused:
         Settings(ksm_selector=value)
@@ -369,9 +466,10 @@ def test_an_input_without_series_of_the_pinned_job_names_the_pin():
     import json
 
     responses.add_callback(
-        responses.POST, f"{URL}/api/v1/query",
+        responses.POST,
+        f"{URL}/api/v1/query",
         callback=lambda r: (200, {}, json.dumps(answers[by_promql[parse_qs(r.body)["query"][0]]])),
-    )  # fmt: skip
+    )
     with pytest.raises(PromError) as err:
         read_prom(PromClient(URL), s, NOW, ())
     assert str(err.value) == (
@@ -391,13 +489,21 @@ ALL_INPUTS = {metric: 3.0 for metric, _ in queries.REQUIRED_INPUTS}
         pytest.param({**ALL_INPUTS, CAPACITY: 0.0}, False, CAPACITY, id="no-capacity-no-dra"),
         pytest.param({**ALL_INPUTS, CAPACITY: 0.0}, True, None, id="dra-only-cluster"),
         pytest.param(ALL_INPUTS, True, None, id="mixed-cluster"),
-        pytest.param({**ALL_INPUTS, CAPACITY: 0.0, "DCGM_FI_DEV_XID_ERRORS": 0.0}, True,
-                     "DCGM_FI_DEV_XID_ERRORS", id="dra-only-without-dcgm"),
-        pytest.param({**ALL_INPUTS, "kube_node_spec_unschedulable": 0.0}, True,
-                     "kube_node_spec_unschedulable", id="dra-only-without-ksm-nodes"),
+        pytest.param(
+            {**ALL_INPUTS, CAPACITY: 0.0, "DCGM_FI_DEV_XID_ERRORS": 0.0},
+            True,
+            "DCGM_FI_DEV_XID_ERRORS",
+            id="dra-only-without-dcgm",
+        ),
+        pytest.param(
+            {**ALL_INPUTS, "kube_node_spec_unschedulable": 0.0},
+            True,
+            "kube_node_spec_unschedulable",
+            id="dra-only-without-ksm-nodes",
+        ),
         pytest.param({}, True, "kube_node_spec_unschedulable", id="nothing-answered"),
     ],
-)  # fmt: skip
+)
 def test_the_device_plugin_capacity_is_waived_only_where_dra_publishes_gpus(
     counts, dra_gpus, missing
 ):

@@ -14,21 +14,39 @@ from guard.settings import JOB_DEADLINE_MAX_S, LEDGER_NAME_MAX, Settings
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        pytest.param({"gpu_node_label": "nvidia.com/gpu.present"}, "must be key=value",
-                     id="label-without-value"),
-        pytest.param({"gpu_node_label": "a b=c"}, "gpu_node_label: must be key=value",
-                     id="label-key-with-space"),
-        pytest.param({"jobs_namespace": "gpu-node-guard"}, "jobs_namespace: must differ",
-                     id="jobs-in-the-guard-namespace"),
-        pytest.param({"jobs_namespace": "Jobs"}, "jobs_namespace: must be a DNS-1123 label",
-                     id="namespace-not-dns"),
-        pytest.param({"annotation_prefix": "gpu'guard/"},
-                     "annotation_prefix: must be a DNS subdomain", id="prefix-with-quote"),
-        pytest.param({"loadtest_deadline_s": JOB_DEADLINE_MAX_S + 1},
-                     "loadtest_deadline_s: must be in", id="deadline-beyond-the-policy"),
+        pytest.param(
+            {"gpu_node_label": "nvidia.com/gpu.present"},
+            "must be key=value",
+            id="label-without-value",
+        ),
+        pytest.param(
+            {"gpu_node_label": "a b=c"},
+            "gpu_node_label: must be key=value",
+            id="label-key-with-space",
+        ),
+        pytest.param(
+            {"jobs_namespace": "gpu-node-guard"},
+            "jobs_namespace: must differ",
+            id="jobs-in-the-guard-namespace",
+        ),
+        pytest.param(
+            {"jobs_namespace": "Jobs"},
+            "jobs_namespace: must be a DNS-1123 label",
+            id="namespace-not-dns",
+        ),
+        pytest.param(
+            {"annotation_prefix": "gpu'guard/"},
+            "annotation_prefix: must be a DNS subdomain",
+            id="prefix-with-quote",
+        ),
+        pytest.param(
+            {"loadtest_deadline_s": JOB_DEADLINE_MAX_S + 1},
+            "loadtest_deadline_s: must be in",
+            id="deadline-beyond-the-policy",
+        ),
         pytest.param({"job_ttl_s": 0}, "job_ttl_s: must be in", id="no-ttl"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_name_setting_is_refused(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Settings(**overrides)  # type: ignore[arg-type]

@@ -88,15 +88,21 @@ def test_job_status(status, state):
     ("status", "problem"),
     [
         pytest.param("Complete", "status is not an object: 'Complete'", id="status-a-string"),
-        pytest.param({"succeeded": "1"}, "status.succeeded is not a number: '1'",
-                     id="counter-a-string"),
-        pytest.param({"conditions": {"type": "Failed"}}, "status.conditions is not a list",
-                     id="conditions-not-a-list"),
+        pytest.param(
+            {"succeeded": "1"}, "status.succeeded is not a number: '1'", id="counter-a-string"
+        ),
+        pytest.param(
+            {"conditions": {"type": "Failed"}},
+            "status.conditions is not a list",
+            id="conditions-not-a-list",
+        ),
     ],
-)  # fmt: skip
+)
 def test_malformed_job_is_unreadable_not_fatal(status, problem):
-    job = {"metadata": {"name": "j", "labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
-           "status": status}  # fmt: skip
+    job = {
+        "metadata": {"name": "j", "labels": {"app.kubernetes.io/name": "gpu-node-guard"}},
+        "status": status,
+    }
     info = job_info(job, KEYS)
     assert info.status == "unreadable"
     assert info.problem.startswith(problem)
@@ -168,9 +174,11 @@ def test_typed_records_and_unreadable_values_round_trip_through_json():
     from tests.builders import KEYS as K
     from tests.builders import UUID, node, snapshot
 
-    records = {K.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:10:00Z",
-               K.returned: "2026-09-01T00:00:00Z job/gng-lt-b-1",
-               K.reset_done: "2026-09-21T05:20:00Z by alice"}  # fmt: skip
+    records = {
+        K.cancelled: f"boot-1 {UUID} xid-79 2026-09-21T05:10:00Z",
+        K.returned: "2026-09-01T00:00:00Z job/gng-lt-b-1",
+        K.reset_done: "2026-09-21T05:20:00Z by alice",
+    }
     snap = snapshot(
         node("b", cordoned=True, guarded_xid=79, extra=records),
         node("bad", guarded_xid=79, extra={K.at: "9999-12-31T23:59:59-23:59"}),
@@ -198,8 +206,15 @@ def test_a_kept_object_nested_too_deep_is_refused_in_one_line(tmp_path):
     deep: object = {}
     for _ in range(120):
         deep = {"a": deep}
-    job = {"kind": "Job", "metadata": {"name": "j", "namespace": S.jobs_namespace,
-           "labels": {"app.kubernetes.io/name": "gpu-node-guard"}}, "spec": deep}  # fmt: skip
+    job = {
+        "kind": "Job",
+        "metadata": {
+            "name": "j",
+            "namespace": S.jobs_namespace,
+            "labels": {"app.kubernetes.io/name": "gpu-node-guard"},
+        },
+        "spec": deep,
+    }
     with pytest.raises(SnapshotError, match="nested deeper than 100 levels"):
         load_cluster_file(
             _json_list(tmp_path, [{"kind": "Node", "metadata": {"name": "n"}}, job]), S

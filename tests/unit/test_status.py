@@ -203,10 +203,13 @@ def test_every_state_from_the_planners_decision(snap, expected):
 
 
 def test_a_job_the_guard_did_not_make_shows_its_next_step():
-    (row,) = report(snapshot(back_node(), jobs=(passed_job(LT),), own=False), settings(),
-                    TEMPLATES, SEEN).nodes  # fmt: skip
-    assert (row.state, row.runbook) == ("job-not-made-by-the-guard", f"{PUBLISHED_URL}#"
-                                        "job-not-made-by-the-guard")  # fmt: skip
+    (row,) = report(
+        snapshot(back_node(), jobs=(passed_job(LT),), own=False), settings(), TEMPLATES, SEEN
+    ).nodes
+    assert (row.state, row.runbook) == (
+        "job-not-made-by-the-guard",
+        f"{PUBLISHED_URL}#job-not-made-by-the-guard",
+    )
     assert f"kubectl -n gpu-node-guard-jobs delete job {LT}" in row.next
 
 
@@ -291,8 +294,14 @@ def test_every_runbook_link_is_the_sites() -> None:
     """GUARD_RUNBOOK_BASE_URL: the rows' links, the breaker line and a next step taken from a
     log line (the boot record's) all link the site's runbook; none the published one."""
     site = "https://wiki.site.test/gpu/runbook"
-    snap = snapshot(back_node("g1", boot="boot-1"), node("q"), candidates=(gpu("q", 79),),
-                    hardware=(gpu("q", 79),), held={"q": 300}, loss={"q": 300})  # fmt: skip
+    snap = snapshot(
+        back_node("g1", boot="boot-1"),
+        node("q"),
+        candidates=(gpu("q", 79),),
+        hardware=(gpu("q", 79),),
+        held={"q": 300},
+        loss={"q": 300},
+    )
     r = report(snap, settings(breaker_max_nodes=1, runbook_base_url=site), TEMPLATES, SEEN)
     text = render(r, wide=True)
     assert (
@@ -347,8 +356,20 @@ def test_the_text_table():
 def test_the_wide_table_cuts_nothing_and_links_the_runbook():
     text = render(sample_report(), wide=True)
     header, *_ = text.split("\n\n")[1].splitlines()
-    assert header.split() == ["NODE", "STATE", "REASON", "SINCE", "GPU", "UUID", "CARD", "SLOT",
-                              "BLOCKED", "BY", "NEXT", "RUNBOOK"]  # fmt: skip
+    assert header.split() == [
+        "NODE",
+        "STATE",
+        "REASON",
+        "SINCE",
+        "GPU",
+        "UUID",
+        "CARD",
+        "SLOT",
+        "BLOCKED",
+        "BY",
+        "NEXT",
+        "RUNBOOK",
+    ]
     assert (
         f"{card(2)}  1     1     waiting-reset: xid-48 is reset-class; no {KEYS.reset_done}  "
         in text
@@ -369,10 +390,20 @@ def test_json_is_typed_and_stable():
     assert doc["prometheus"] == {"url": "http://prom.test:9090", "seen": True, "error": ""}
     assert doc["breaker"] == {"guarded": 3, "limit": 5, "open": False, "headroom": 2}
     assert doc["candidates"] == [
-        {"node": "gpu-node-d", "reason": "xid-48", "xid": 48, "gpu": "2", "pci": PCI,
-         "uuid": UUID, "held_s": 360, "needs_s": 600, "decision": "pending",
-         "decides_at": "2026-09-21T05:59:00Z", "detail": None}
-    ]  # fmt: skip
+        {
+            "node": "gpu-node-d",
+            "reason": "xid-48",
+            "xid": 48,
+            "gpu": "2",
+            "pci": PCI,
+            "uuid": UUID,
+            "held_s": 360,
+            "needs_s": 600,
+            "decision": "pending",
+            "decides_at": "2026-09-21T05:59:00Z",
+            "detail": None,
+        }
+    ]
     assert doc["nodes"][0] == {
         "node": "gpu-node-a",
         "state": "isolated-waiting-for-power-cycle",
@@ -392,8 +423,17 @@ def test_json_is_typed_and_stable():
     assert returned["gpu"] == {"pci": "0000:3b:00.0", "uuid": card(5)}  # its last incident
     assert (returned["incidents"], returned["blocked_by"]) == ({"card": 1, "slot": 1}, None)
     for row in doc["nodes"]:
-        assert list(row) == ["node", "state", "runbook", "reason", "since", "gpu", "incidents",
-                             "blocked_by", "next"]  # fmt: skip
+        assert list(row) == [
+            "node",
+            "state",
+            "runbook",
+            "reason",
+            "since",
+            "gpu",
+            "incidents",
+            "blocked_by",
+            "next",
+        ]
 
 
 def test_status_and_the_plan_agree_on_every_guarded_node():

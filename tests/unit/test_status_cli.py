@@ -22,16 +22,25 @@ def cluster_file(tmp_path: Path) -> Path:
     """A guard-cordoned node still in the boot of its cordon, and a healthy one."""
 
     def node(name: str, annotations: dict[str, str], unschedulable: bool) -> dict[str, object]:
-        return {"kind": "Node",
-                "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations},
-                "spec": {"unschedulable": unschedulable},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                           "nodeInfo": {"bootID": "boot-1"},
-                           "capacity": {"nvidia.com/gpu": "8"},
-                           "allocatable": {"nvidia.com/gpu": "7"}}}  # fmt: skip
+        return {
+            "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations},
+            "spec": {"unschedulable": unschedulable},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"bootID": "boot-1"},
+                "capacity": {"nvidia.com/gpu": "8"},
+                "allocatable": {"nvidia.com/gpu": "7"},
+            },
+        }
 
-    cordon = {KEYS.reason: "xid-79", KEYS.at: CORDON_AT, KEYS.boot_id: "boot-1",
-              KEYS.gpu_capacity: "8", KEYS.gpu: f"{PCI} {UUID}"}  # fmt: skip
+    cordon = {
+        KEYS.reason: "xid-79",
+        KEYS.at: CORDON_AT,
+        KEYS.boot_id: "boot-1",
+        KEYS.gpu_capacity: "8",
+        KEYS.gpu: f"{PCI} {UUID}",
+    }
     items = [node("gpu-node-a", cordon, True), node("gpu-node-c", {}, False), *ALL_NAMESPACES]
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
@@ -61,8 +70,15 @@ def test_json_output_is_one_document(tmp_path):
 
 
 def test_a_failing_prometheus_still_prints_the_report_and_exits_1(tmp_path):
-    args = [*ARGS, "--cluster-snapshot", str(cluster_file(tmp_path)),
-            "--prometheus-url", "http://127.0.0.1:9", "--prometheus-timeout-s", "2"]  # fmt: skip
+    args = [
+        *ARGS,
+        "--cluster-snapshot",
+        str(cluster_file(tmp_path)),
+        "--prometheus-url",
+        "http://127.0.0.1:9",
+        "--prometheus-timeout-s",
+        "2",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1
     first = result.output.splitlines()[0]
@@ -93,8 +109,11 @@ def test_a_failing_prometheus_still_prints_the_report_and_exits_1(tmp_path):
 )
 def test_bad_input_is_one_line(tmp_path, args, code, message):
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [],
-                                      "contexts": [], "users": []}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}
+        )
+    )
     args = [str(config) if a == "KUBECONFIG" else a for a in args]
     result = CliRunner().invoke(cli, [*ARGS, *args])
     assert result.exit_code == code
@@ -106,8 +125,13 @@ def test_bad_input_is_one_line(tmp_path, args, code, message):
 def test_the_kubectl_plugin_is_the_status_command(tmp_path):
     plugin = shutil.which("kubectl-gpu_guard", path=str(Path(sys.executable).parent))
     assert plugin, "pip install -e . puts kubectl-gpu_guard beside the interpreter"
-    proc = subprocess.run([plugin, "--cluster-snapshot", str(cluster_file(tmp_path)), "-o", "json"],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [plugin, "--cluster-snapshot", str(cluster_file(tmp_path)), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert [n["state"] for n in json.loads(proc.stdout)["nodes"]] == [
         "isolated-waiting-for-power-cycle"

@@ -65,16 +65,30 @@ HOST_PATHS = (
 )
 VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
 MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]
-ENV = [{"name": "GUARD_AGENT_NODE",
-        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}]  # fmt: skip
+ENV = [
+    {
+        "name": "GUARD_AGENT_NODE",
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}},
+    }
+]
 PORTS = [{"name": "metrics", "containerPort": DEFAULT_PORT, "protocol": "TCP"}]
-RESOURCES = {"limits": {"cpu": "100m", "memory": "96Mi"},
-             "requests": {"cpu": "5m", "memory": "48Mi"}}  # fmt: skip
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-CONTAINER_SECURITY = {"privileged": False, "allowPrivilegeEscalation": False,
-                      "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-                      "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+RESOURCES = {
+    "limits": {"cpu": "100m", "memory": "96Mi"},
+    "requests": {"cpu": "5m", "memory": "48Mi"},
+}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 TOLERATE_ALL = {"operator": "Exists"}  # cordoned, tainted and onboarding nodes are watched too
 # pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations (network-unavailable only with
 # hostNetwork, which is refused).
@@ -91,8 +105,9 @@ RFC3339 = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
     r"(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
-DELETION_FINALIZERS = Expr("{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
-                           "only the API server's deletion finalizers")  # fmt: skip
+DELETION_FINALIZERS = Expr(
+    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])", "only the API server's deletion finalizers"
+)
 
 
 def layouts() -> tuple[argv.Layout, ...]:
@@ -106,10 +121,13 @@ def _probe() -> Obj:
     """GET /healthz on the metrics port, with any sane timing: nothing the kubelet would run or
     send elsewhere (exec, tcpSocket, grpc, another host, headers)."""
     http = Obj(
-        {"path": Field(Exact("/healthz")), "port": Field(Exact("metrics")),
-         "scheme": Field(Exact("HTTP"))},
+        {
+            "path": Field(Exact("/healthz")),
+            "port": Field(Exact("metrics")),
+            "scheme": Field(Exact("HTTP")),
+        },
         {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
-    )  # fmt: skip
+    )
     return Obj(
         {
             "httpGet": Field(http),
@@ -197,9 +215,10 @@ def _pod_tolerations() -> Expr:
     keys = lit([key for key, _ in CONTROLLER_TOLERATIONS])
     effect = lit(dict(CONTROLLER_TOLERATIONS))
     added = (
-        "t.all(k, k in ['key', 'operator', 'effect']) && t.?key.orValue('') in " + keys
+        "t.all(k, k in ['key', 'operator', 'effect']) && t.?key.orValue('') in "
+        + keys
         + f" && t.?operator.orValue('') == 'Exists' && {effect}[t.key] == t.?effect.orValue('')"
-    )  # fmt: skip
+    )
     every = lit(TOLERATE_ALL)
     return Expr(
         f"{every} in {{v}} && {{v}}.all(t, t == {every} || ({added}))",
@@ -209,8 +228,11 @@ def _pod_tolerations() -> Expr:
 
 def _one_node_affinity() -> Expr:
     term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["@node"]}]}
-    shape = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    shape = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
     literal = lit(shape).replace("'@node'", "variables.node")
     return Expr(
         f"variables.node.matches({regex(argv.NODE)}) && {{v}} == {literal}",
@@ -260,13 +282,14 @@ def daemonset_shape(s: Settings) -> Obj:
     spec = Obj(
         {
             "selector": Field(Exact({"matchLabels": LABELS})),
-            "template": Field(Obj({"metadata": Field(_template_meta()),
-                                   "spec": Field(pod_spec(s, pod=False))})),
+            "template": Field(
+                Obj({"metadata": Field(_template_meta()), "spec": Field(pod_spec(s, pod=False))})
+            ),
             "updateStrategy": Field(strategy),
             "revisionHistoryLimit": opt(IntIn(0, 1000)),
             "minReadySeconds": opt(IntIn(0, 3600)),
         }
-    )  # fmt: skip
+    )
     return root(metadata, spec)
 
 
@@ -284,21 +307,27 @@ def pod_shape(s: Settings) -> Obj:
     labels["pod-template-generation"] = Field(Match("^[1-9][0-9]{0,18}$", "a generation"))
     metadata = Obj(
         {
-            "name": Field(Expr(f"{{v}}.startsWith({quote(NAME + '-')})",
-                               "the DaemonSet's name and a generated suffix")),
+            "name": Field(
+                Expr(
+                    f"{{v}}.startsWith({quote(NAME + '-')})",
+                    "the DaemonSet's name and a generated suffix",
+                )
+            ),
             "generateName": Field(Exact(NAME + "-")),
             "namespace": Field(Exact(s.jobs_namespace)),
             "labels": Field(Obj(labels)),
-            "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"),
-                                     create_only=True),
-            "annotations": opt(Expr(
-                f"request.operation != 'CREATE' || {{v}}.all(k, k == {quote(RESTARTED_AT)})",
-                f"only {RESTARTED_AT} when the Pod is created")),
+            "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"), create_only=True),
+            "annotations": opt(
+                Expr(
+                    f"request.operation != 'CREATE' || {{v}}.all(k, k == {quote(RESTARTED_AT)})",
+                    f"only {RESTARTED_AT} when the Pod is created",
+                )
+            ),
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
         },
         {"selfLink": "deprecated, never set"},
-    )  # fmt: skip
+    )
     return root(metadata, pod_spec(s, pod=True))
 
 
@@ -313,8 +342,14 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         *argv.variables(layouts(), "argv"),
     ]
     if pod:
-        path = ("?affinity", "?nodeAffinity", "?requiredDuringSchedulingIgnoredDuringExecution",
-                "?nodeSelectorTerms[?0]", "?matchFields[?0]", "?values[?0]")  # fmt: skip
+        path = (
+            "?affinity",
+            "?nodeAffinity",
+            "?requiredDuringSchedulingIgnoredDuringExecution",
+            "?nodeSelectorTerms[?0]",
+            "?matchFields[?0]",
+            "?values[?0]",
+        )
         out.append(("node", "variables.pod." + ".".join(path) + ".orValue('')"))
     return out
 
@@ -322,15 +357,32 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
 def policies(s: Settings) -> list[dict[str, Any]]:
     """The DaemonSet policy and the Pod policy of the agent."""
     is_agent = [("is-agent", f"{COMPONENT_OF} == {quote(COMPONENT)}")]
-    scope = {"namespaceSelector": in_namespace(s.jobs_namespace), "matchPolicy": "Equivalent",
-             "objectSelector": {}}  # fmt: skip
+    scope = {
+        "namespaceSelector": in_namespace(s.jobs_namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+    }
     daemonsets = {"resourceRules": [rule("apps", ["daemonsets"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     return [
-        *policy(f"{PREFIX}-agent-daemonset", daemonsets, variables(s, pod=False),
-                validations(daemonset_shape(s), "object", ""), is_agent, params.param_ref(s)),
-        *policy(f"{PREFIX}-agent-pod", pods, variables(s, pod=True),
-                [*validations(pod_shape(s), "object", ""),
-                 *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
-                 owners_fixed_once_admitted("Pod")], is_agent, params.param_ref(s)),
-    ]  # fmt: skip
+        *policy(
+            f"{PREFIX}-agent-daemonset",
+            daemonsets,
+            variables(s, pod=False),
+            validations(daemonset_shape(s), "object", ""),
+            is_agent,
+            params.param_ref(s),
+        ),
+        *policy(
+            f"{PREFIX}-agent-pod",
+            pods,
+            variables(s, pod=True),
+            [
+                *validations(pod_shape(s), "object", ""),
+                *fixed_once_admitted("Pod", ("annotations", "finalizers", "ownerReferences")),
+                owners_fixed_once_admitted("Pod"),
+            ],
+            is_agent,
+            params.param_ref(s),
+        ),
+    ]

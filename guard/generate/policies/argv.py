@@ -73,11 +73,20 @@ def _flags(*pairs: tuple[str, Token]) -> Layout:
 
 def evidence() -> tuple[Layout, ...]:
     return (
-        ("gpu-node-guard", "evidence", "collect",
-         *_flags(("--node", Value(NODE, is_node=True)), ("--pci", Value(PCI)),
-                 ("--xid", Value(XID)), ("--uuid", Value(UUID)),
-                 ("--card-incidents", Value(COUNT)), ("--slot-incidents", Value(COUNT)))),
-    )  # fmt: skip
+        (
+            "gpu-node-guard",
+            "evidence",
+            "collect",
+            *_flags(
+                ("--node", Value(NODE, is_node=True)),
+                ("--pci", Value(PCI)),
+                ("--xid", Value(XID)),
+                ("--uuid", Value(UUID)),
+                ("--card-incidents", Value(COUNT)),
+                ("--slot-incidents", Value(COUNT)),
+            ),
+        ),
+    )
 
 
 # A fence needs the GPU's own UUID: `unknown` is in no fence layout.
@@ -98,8 +107,15 @@ def fence() -> tuple[Layout, ...]:
 
 def conformance() -> tuple[Layout, ...]:
     """--fix (a host write) is in no layout; the optional checks come from the settings."""
-    head = ("gpu-node-guard", "conformance", "--root", "/proc/1/root", "--nsenter",
-            "--role", "worker")  # fmt: skip
+    head = (
+        "gpu-node-guard",
+        "conformance",
+        "--root",
+        "/proc/1/root",
+        "--nsenter",
+        "--role",
+        "worker",
+    )
     version, dns = ("--control-plane-version", Value(VERSION)), ("--allowed-dns", Value(CIDRS))
     tail = ("--output", "json")
     return tuple(
@@ -110,11 +126,21 @@ def conformance() -> tuple[Layout, ...]:
 def loadtest() -> tuple[Layout, ...]:
     """The burn and the all-reduce always stated; the memory test optional; then the links the
     cordon recorded (guard/plan/common.py `loadtest_args`)."""
-    base = ("gpu-node-guard", "loadtest", "run", "--backend", "torch",
-            *_flags(("--expected-gpus", Value(GPUS)), ("--duration-s", Value(SECONDS)),
-                    ("--size", Value(SIZE)), ("--min-ratio", Value(RATIO))),
-            Value(ALLREDUCE), *_flags(("--allreduce-min-ratio", Value(RATIO)),
-                                      ("--allreduce-timeout-s", Value(SECONDS))))  # fmt: skip
+    base = (
+        "gpu-node-guard",
+        "loadtest",
+        "run",
+        "--backend",
+        "torch",
+        *_flags(
+            ("--expected-gpus", Value(GPUS)),
+            ("--duration-s", Value(SECONDS)),
+            ("--size", Value(SIZE)),
+            ("--min-ratio", Value(RATIO)),
+        ),
+        Value(ALLREDUCE),
+        *_flags(("--allreduce-min-ratio", Value(RATIO)), ("--allreduce-timeout-s", Value(SECONDS))),
+    )
     memory = _flags(("--xid", Value(XID)), ("--memory-class-xids", Value(XID_LIST)))
     pci = ("--memory-test-pci", Value(PCI))
     links = Repeat(("--expect-link", Value(LINK)), MAX_LINKS)
@@ -124,8 +150,15 @@ def loadtest() -> tuple[Layout, ...]:
 def agent(port: int) -> tuple[Layout, ...]:
     """The agent's argv: root and listen address fixed (the mounts, the probed port), the site
     flags of docs/agent.md in their order; --once (one page, then exit) is in no layout."""
-    head = ("gpu-node-guard", "agent", "--root=/host", f"--listen=0.0.0.0:{port}",
-            Value(AGENT_INTERVAL), Value(AGENT_PLATFORM), Value(AGENT_PROXY))  # fmt: skip
+    head = (
+        "gpu-node-guard",
+        "agent",
+        "--root=/host",
+        f"--listen=0.0.0.0:{port}",
+        Value(AGENT_INTERVAL),
+        Value(AGENT_PLATFORM),
+        Value(AGENT_PROXY),
+    )
     dns, resolv = Value(AGENT_DNS), Value(AGENT_RESOLV)
     return (head, (*head, dns), (*head, resolv), (*head, dns, resolv))
 
@@ -238,13 +271,28 @@ def _cel_one(layout: Layout, v: str, node: str, words: str, at: str) -> str:
 
 def describe(layouts: Sequence[Layout]) -> str:
     """The layouts as a refusal message shows them: values by their pattern's name."""
-    names = {NODE: "<node>", PCI: "<pci>", XID: "<xid>", UUID: "<uuid>", COUNT: "<n>",
-             GPUS: "<gpus>", SECONDS: "<s>", SIZE: "<size>", RATIO: "<ratio>",
-             XID_LIST: "<xids>", VERSION: "<version>", CIDRS: "<cidrs>", GPU_UUID: "<GPU-uuid>",
-             AGENT_INTERVAL: "--interval-s=<s>", AGENT_PLATFORM: "--platform=rke2|other|auto",
-             AGENT_PROXY: "--kube-proxy-mode=ipvs|iptables|nftables|none|auto",
-             AGENT_DNS: "--allowed-dns=<cidrs>", AGENT_RESOLV: "--resolv-conf=<file>",
-             ALLREDUCE: "--[no-]allreduce", LINK: "<pci>=<speed>GT/s,x<width>"}  # fmt: skip
+    names = {
+        NODE: "<node>",
+        PCI: "<pci>",
+        XID: "<xid>",
+        UUID: "<uuid>",
+        COUNT: "<n>",
+        GPUS: "<gpus>",
+        SECONDS: "<s>",
+        SIZE: "<size>",
+        RATIO: "<ratio>",
+        XID_LIST: "<xids>",
+        VERSION: "<version>",
+        CIDRS: "<cidrs>",
+        GPU_UUID: "<GPU-uuid>",
+        AGENT_INTERVAL: "--interval-s=<s>",
+        AGENT_PLATFORM: "--platform=rke2|other|auto",
+        AGENT_PROXY: "--kube-proxy-mode=ipvs|iptables|nftables|none|auto",
+        AGENT_DNS: "--allowed-dns=<cidrs>",
+        AGENT_RESOLV: "--resolv-conf=<file>",
+        ALLREDUCE: "--[no-]allreduce",
+        LINK: "<pci>=<speed>GT/s,x<width>",
+    }
 
     def word(t: Token) -> str:
         if isinstance(t, Repeat):

@@ -76,5 +76,12 @@ def policy(
         "metadata": meta(),
         "spec": bound,
     }
-    return [{"apiVersion": POLICY_API, "kind": "ValidatingAdmissionPolicy",
-             "metadata": meta(), "spec": spec}, binding]  # fmt: skip
+    return [
+        {
+            "apiVersion": POLICY_API,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": meta(),
+            "spec": spec,
+        },
+        binding,
+    ]

@@ -37,28 +37,41 @@ _XID_VALUE = r"^xid-[1-9][0-9]{0,3}$"
 
 
 def _rule(resources: list[str]) -> dict[str, Any]:
-    return {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "resources": resources,
-            "operations": ["CREATE", "UPDATE", "DELETE"], "scope": "*"}  # fmt: skip
+    return {
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": resources,
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+        "scope": "*",
+    }
 
 
 def _mine(obj: str) -> str:
     """CEL: `obj` (object or oldObject) carries the guard's two labels."""
     labels = f"{obj}.metadata.?labels.orValue({{}})"
-    return (f"{labels}[?{quote(APP_LABEL)}].orValue('') == {quote(APP_NAME)} && "
-            f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('') == "
-            f"{quote(DEVICE_TAINT_COMPONENT)}")  # fmt: skip
+    return (
+        f"{labels}[?{quote(APP_LABEL)}].orValue('') == {quote(APP_NAME)} && "
+        f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('') == "
+        f"{quote(DEVICE_TAINT_COMPONENT)}"
+    )
 
 
 def _lifecycle(what: str) -> list[Validation]:
     return [
-        Validation("request.operation != 'UPDATE'",
-                   f"the guard creates and deletes its {what}, never changes one"),
-        Validation(f"request.operation != 'DELETE' || ({_mine('oldObject')})",
-                   f"the guard deletes only its own {what} (its label); this one is not"),
-        Validation(f"request.operation != 'CREATE' || ({_mine('object')})",
-                   f"the guard's {what} carry its labels {APP_LABEL}={APP_NAME} and "
-                   f"{COMPONENT_LABEL}={DEVICE_TAINT_COMPONENT}"),
-    ]  # fmt: skip
+        Validation(
+            "request.operation != 'UPDATE'",
+            f"the guard creates and deletes its {what}, never changes one",
+        ),
+        Validation(
+            f"request.operation != 'DELETE' || ({_mine('oldObject')})",
+            f"the guard deletes only its own {what} (its label); this one is not",
+        ),
+        Validation(
+            f"request.operation != 'CREATE' || ({_mine('object')})",
+            f"the guard's {what} carry its labels {APP_LABEL}={APP_NAME} and "
+            f"{COMPONENT_LABEL}={DEVICE_TAINT_COMPONENT}",
+        ),
+    ]
 
 
 def _rule_checks(keys: Annotations) -> list[Validation]:
@@ -127,10 +140,14 @@ def policies(s: Settings) -> list[dict[str, Any]]:
     )
     claims = policy(
         f"{PREFIX}-device-claims",
-        {"matchPolicy": "Equivalent", "namespaceSelector": in_namespace(s.jobs_namespace),
-         "objectSelector": {}, "resourceRules": [_rule(["resourceclaims"])]},
+        {
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": in_namespace(s.jobs_namespace),
+            "objectSelector": {},
+            "resourceRules": [_rule(["resourceclaims"])],
+        },
         [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
         [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
         guard,
-    )  # fmt: skip
+    )
     return [*rules, *claims]

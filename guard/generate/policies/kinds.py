@@ -61,8 +61,11 @@ JOB_CONTROLLERS = (
 )
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 REASON = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
-UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
-                 "effect": "NoSchedule"}  # fmt: skip
+UNSCHEDULABLE = {
+    "key": "node.kubernetes.io/unschedulable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 # DefaultTolerationSeconds admission adds these to every Pod (300 s unless the API server's
 # --default-{not-ready,unreachable}-toleration-seconds say otherwise).
 ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -171,25 +174,35 @@ def _container(kind: Kind, s: Settings) -> Obj:
 
 def _resources(kind: Kind) -> Exact | Obj:
     if not kind.gpus:
-        return Exact({"requests": {"cpu": "50m", "memory": "64Mi"},
-                      "limits": {"cpu": "500m", "memory": "256Mi"}})  # fmt: skip
+        return Exact(
+            {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "256Mi"},
+            }
+        )
     # Every GPU of the node, as many as the argv's --expected-gpus (argv word 6); none in the
     # claim shape, whose one GPU is its ResourceClaim's (claim_checks: present in the other).
-    gpus = opt(Expr(
-        "!variables.claimed && size(variables.container.command) > 6 && "
-        "{v} == variables.container.command[6]",
-        "the --expected-gpus count (none with a resourceClaims entry)",
-    ))  # fmt: skip
+    gpus = opt(
+        Expr(
+            "!variables.claimed && size(variables.container.command) > 6 && "
+            "{v} == variables.container.command[6]",
+            "the --expected-gpus count (none with a resourceClaims entry)",
+        )
+    )
     return Obj(
         {
-            "requests": Field(Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")),
-                                   GPU_RESOURCE: gpus})),
+            "requests": Field(
+                Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")), GPU_RESOURCE: gpus})
+            ),
             "limits": Field(Obj({"memory": Field(Exact("32Gi")), GPU_RESOURCE: gpus})),
-            "claims": opt(Expr(f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
-                               f"{lit([{'name': CLAIM}])}, with the Pod's one resourceClaims "
-                               "entry")),
+            "claims": opt(
+                Expr(
+                    f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
+                    f"{lit([{'name': CLAIM}])}, with the Pod's one resourceClaims entry",
+                )
+            ),
         },
-    )  # fmt: skip
+    )
 
 
 # The device load test's (guard.plan.device_taint, jobs/_macros.j2): the Pod's one claim, named
@@ -203,9 +216,12 @@ def claim_variables() -> list[tuple[str, str]]:
     `node`: its nodeName, else (claim shape, not yet bound) its hostname label."""
     return [
         ("claimed", "'resourceClaims' in variables.pod"),
-        ("node", f"variables.pod.?nodeName.orValue(variables.claimed ? "
-                 f"variables.pod.?nodeSelector[?{quote(HOSTNAME)}].orValue('') : '')"),
-    ]  # fmt: skip
+        (
+            "node",
+            f"variables.pod.?nodeName.orValue(variables.claimed ? "
+            f"variables.pod.?nodeSelector[?{quote(HOSTNAME)}].orValue('') : '')",
+        ),
+    ]
 
 
 def claim_checks(kind: Kind, *, pod: bool) -> list[Validation]:
@@ -215,8 +231,9 @@ def claim_checks(kind: Kind, *, pod: bool) -> list[Validation]:
     if not kind.gpus:
         return []
     res = "variables.container.?resources"
-    limit, request = (f"{res}.?{part}[?{quote(GPU_RESOURCE)}].hasValue()"
-                      for part in ("limits", "requests"))  # fmt: skip
+    limit, request = (
+        f"{res}.?{part}[?{quote(GPU_RESOURCE)}].hasValue()" for part in ("limits", "requests")
+    )
     bound = f"!({CREATE_OP}) || " if pod else ""
     return [
         Validation(
@@ -360,31 +377,58 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     node = Annotations(s.annotation_prefix).node_label
     reason = f"{s.annotation_prefix}reason"  # the templates' annotation (jobs/)
     template = Obj(
-        {"metadata": Field(Obj({"labels": Field(
-            _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid"))},
-            TEMPLATE_META_REFUSED)),
-         "spec": Field(pod_spec(kind, s, pod=False))},
-    )  # fmt: skip
+        {
+            "metadata": Field(
+                Obj(
+                    {
+                        "labels": Field(
+                            _labels(
+                                kind,
+                                s,
+                                job_name="object.metadata.name",
+                                job_uid="object.metadata.uid",
+                            )
+                        )
+                    },
+                    TEMPLATE_META_REFUSED,
+                )
+            ),
+            "spec": Field(pod_spec(kind, s, pod=False)),
+        },
+    )
     metadata = Obj(
         {
             "name": Field(_job_name(kind)),
             "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(Obj({
-                APP_LABEL: Field(Exact(APP_NAME)),
-                "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
-                COMPONENT_LABEL: Field(Exact(kind.name)),
-                node: Field(NODE_LABEL),
-            })),
-            "annotations": Field(Obj({
-                node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
-                reason: Field(Match(REASON, "a reason word such as xid-79")),
-            }), create_only=True),
-            "finalizers": opt(Expr("{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
-                                   "only the API server's deletion finalizers")),
+            "labels": Field(
+                Obj(
+                    {
+                        APP_LABEL: Field(Exact(APP_NAME)),
+                        "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
+                        COMPONENT_LABEL: Field(Exact(kind.name)),
+                        node: Field(NODE_LABEL),
+                    }
+                )
+            ),
+            "annotations": Field(
+                Obj(
+                    {
+                        node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
+                        reason: Field(Match(REASON, "a reason word such as xid-79")),
+                    }
+                ),
+                create_only=True,
+            ),
+            "finalizers": opt(
+                Expr(
+                    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
+                    "only the API server's deletion finalizers",
+                )
+            ),
             **system_meta(),
         },
         META_REFUSED,
-    )  # fmt: skip
+    )
     spec = Obj(
         {
             "template": Field(template),
@@ -397,12 +441,16 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
             "suspend": Field(Exact(False)),
             "manualSelector": opt(Exact(False)),
             "podReplacementPolicy": opt(Exact("TerminatingOrFailed")),
-            "selector": Field(Expr(
-                "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
-                "object.metadata.uid}}", "the selector the API server generates")),
+            "selector": Field(
+                Expr(
+                    "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
+                    "object.metadata.uid}}",
+                    "the selector the API server generates",
+                )
+            ),
         },
         JOB_SPEC_REFUSED,
-    )  # fmt: skip
+    )
     return root(metadata, spec)
 
 
@@ -415,21 +463,31 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
     )
     metadata = Obj(
         {
-            "name": Field(Expr("{v}.startsWith(variables.jobName + '-')",
-                               "the Job's name and a generated suffix")),
+            "name": Field(
+                Expr(
+                    "{v}.startsWith(variables.jobName + '-')",
+                    "the Job's name and a generated suffix",
+                )
+            ),
             "generateName": Field(Expr("{v} == variables.jobName + '-'", "the Job's name and '-'")),
             "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(_labels(kind, s, job_name="variables.jobName",
-                                    job_uid="variables.jobUid")),
-            "ownerReferences": Field(Expr(f"{{v}} == [{owner}]", "the one Job that owns it"),
-                                     create_only=True),
+            "labels": Field(
+                _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid")
+            ),
+            "ownerReferences": Field(
+                Expr(f"{{v}} == [{owner}]", "the one Job that owns it"), create_only=True
+            ),
             "annotations": opt(Expr(f"!({_CREATE})", "absent when the Pod is created")),
-            "finalizers": opt(Expr("{v}.all(f, f == 'batch.kubernetes.io/job-tracking')",
-                                   "only the Job controller's job-tracking finalizer")),
+            "finalizers": opt(
+                Expr(
+                    "{v}.all(f, f == 'batch.kubernetes.io/job-tracking')",
+                    "only the Job controller's job-tracking finalizer",
+                )
+            ),
             **system_meta(),
         },
         {"selfLink": "deprecated, never set"},
-    )  # fmt: skip
+    )
     return root(metadata, pod_spec(kind, s, pod=True))
 
 
@@ -469,8 +527,15 @@ def _job_name(kind: Kind) -> Match:
 
 
 def system_meta() -> dict[str, Field]:
-    names = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
-             "deletionTimestamp", "deletionGracePeriodSeconds")  # fmt: skip
+    names = (
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    )
     return {name: opt(SYSTEM) for name in names}
 
 

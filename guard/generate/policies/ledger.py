@@ -105,5 +105,11 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
         # archive_max_bytes of the site's settings (guard/generate/policies/params.py)
         ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
     ]
-    return policy(f"{PREFIX}-ledger", constraints, variables, checks,
-                  [("is-ledger", is_ledger(s))], params.param_ref(s))  # fmt: skip
+    return policy(
+        f"{PREFIX}-ledger",
+        constraints,
+        variables,
+        checks,
+        [("is-ledger", is_ledger(s))],
+        params.param_ref(s),
+    )

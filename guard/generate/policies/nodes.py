@@ -60,16 +60,23 @@ def guard_keys(keys: Annotations) -> list[str]:
 
 def hold_policy(s: Settings) -> list[dict[str, Any]]:
     key = Annotations(s.annotation_prefix).hold
-    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
-                   "resourceRules": _NODE_RULES}  # fmt: skip
+    constraints = {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": _NODE_RULES,
+    }
     uncordon = (
         "oldObject.spec.?unschedulable.orValue(false) && !object.spec.?unschedulable.orValue(false)"
     )
     variables = [
         ("who", "'node ' + object.metadata.name"),
-        ("hold", f"object.metadata.?annotations[?{quote(key)}].or("
-                 f"oldObject.metadata.?annotations[?{quote(key)}])"),
-    ]  # fmt: skip
+        (
+            "hold",
+            f"object.metadata.?annotations[?{quote(key)}].or("
+            f"oldObject.metadata.?annotations[?{quote(key)}])",
+        ),
+    ]
     check = Validation(
         "!variables.hold.hasValue()",
         f"uncordon while annotation {key} is set (",
@@ -82,8 +89,12 @@ def hold_policy(s: Settings) -> list[dict[str, Any]]:
 def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     keys = Annotations(s.annotation_prefix)
     mine, cordon_keys = guard_keys(keys), list(keys.cordon_keys)
-    constraints = {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
-                   "resourceRules": _NODE_RULES}  # fmt: skip
+    constraints = {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": _NODE_RULES,
+    }
     old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
     variables = [
         ("who", "'node ' + object.metadata.name"),
@@ -91,14 +102,17 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
         ("oldNotes", "oldObject.metadata.?annotations.orValue({})"),
         ("newNotes", "object.metadata.?annotations.orValue({})"),
         # Keys whose value differs (added, changed or removed) between old and new.
-        ("changed", f"{new_notes}.filter(k, !(k in {old_notes}) || {old_notes}[k] != "
-                    f"{new_notes}[k]) + {old_notes}.filter(k, !(k in {new_notes}))"),
+        (
+            "changed",
+            f"{new_notes}.filter(k, !(k in {old_notes}) || {old_notes}[k] != "
+            f"{new_notes}[k]) + {old_notes}.filter(k, !(k in {new_notes}))",
+        ),
         ("wasCordoned", "oldObject.spec.?unschedulable.orValue(false)"),
         ("isCordoned", "object.spec.?unschedulable.orValue(false)"),
         ("oldReason", f"{old_notes}[?{quote(keys.reason)}]"),
         ("newReason", f"{new_notes}[?{quote(keys.reason)}]"),
         ("gpus", f"oldObject.status.?capacity[?{quote(GPU_RESOURCE)}].orValue('0')"),
-    ]  # fmt: skip
+    ]
     return policy(
         f"{PREFIX}-node-scope",
         constraints,
@@ -133,19 +147,29 @@ def _unchanged() -> list[Validation]:
     meta, meta_changed = _same("metadata", _SYSTEM_META)
     spec, spec_changed = _same("spec", ["unschedulable", "taints"])
     out = [
-        Validation(meta, "the guard changes no node metadata but its annotations (changed: ",
-                   f"{meta_changed} + ')'"),
-        Validation(spec, "the guard changes nothing in a node's spec but unschedulable "
-                   "(changed: ", f"{spec_changed} + ')'"),
-    ]  # fmt: skip
+        Validation(
+            meta,
+            "the guard changes no node metadata but its annotations (changed: ",
+            f"{meta_changed} + ')'",
+        ),
+        Validation(
+            spec,
+            "the guard changes nothing in a node's spec but unschedulable (changed: ",
+            f"{spec_changed} + ')'",
+        ),
+    ]
     new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
-    is_gate = ("t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
-               "t.effect == variables.gateEffect")  # fmt: skip
-    out.append(Validation(
-        f"{new} == {old} || (variables.gate != '' && {new} == {old}.filter(t, !({is_gate})))",
-        "the guard changes no taint but removing the onboarding gate (the site's "
-        "onboarding_taint), alone",
-    ))  # fmt: skip
+    is_gate = (
+        "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
+        "t.effect == variables.gateEffect"
+    )
+    out.append(
+        Validation(
+            f"{new} == {old} || (variables.gate != '' && {new} == {old}.filter(t, !({is_gate})))",
+            "the guard changes no taint but removing the onboarding gate (the site's "
+            "onboarding_taint), alone",
+        )
+    )
     return out
 
 
@@ -153,8 +177,10 @@ def _lifecycle_rules(keys: Annotations) -> list[Validation]:
     """checked-boot: on a schedulable GPU node outside the guard's cordon; the PCIe links: while
     the guard keeps the node cordoned (its evidence Job reads them after the cordon)."""
     checked, links = quote(keys.checked_boot), quote(keys.pcie_links)
-    held = ("variables.oldReason.hasValue() && variables.newReason.hasValue() && "
-            "variables.wasCordoned && variables.isCordoned")  # fmt: skip
+    held = (
+        "variables.oldReason.hasValue() && variables.newReason.hasValue() && "
+        "variables.wasCordoned && variables.isCordoned"
+    )
     return [
         Validation(
             f"!({checked} in variables.changed) || ({checked} in variables.newNotes && "
@@ -176,8 +202,10 @@ def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> 
     cordon_now = "!variables.wasCordoned && variables.isCordoned"
     # Every key the guard may write (all Annotations properties, generically) is bounded alike.
     written = f"variables.changed.filter(k, k in {allowed} && k in variables.newNotes)"
-    bad = (f"size(bytes(variables.newNotes[k])) > {VALUE_MAX_BYTES} || "
-           f"!variables.newNotes[k].matches({regex(PRINTABLE)})")  # fmt: skip
+    bad = (
+        f"size(bytes(variables.newNotes[k])) > {VALUE_MAX_BYTES} || "
+        f"!variables.newNotes[k].matches({regex(PRINTABLE)})"
+    )
     return [
         Validation(
             f"{written}.all(k, !({bad}))",

@@ -148,8 +148,12 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
             return out + [v.guarded(present) for v in validations(f.shape, value, path)]
         case One(item):
             one = f"{present} && size({value}) == 1"
-            first = [Validation(one if f.required else f"!({present}) || size({value}) == 1",
-                                f"{path} must hold exactly one item")]  # fmt: skip
+            first = [
+                Validation(
+                    one if f.required else f"!({present}) || size({value}) == 1",
+                    f"{path} must hold exactly one item",
+                )
+            ]
             return first + [v.guarded(one) for v in validations(item, f"{value}[0]", f"{path}[0]")]
         case _:
             check = f.shape.check(value)
@@ -160,8 +164,13 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
 
 UPDATE = "request.operation == 'UPDATE'"
 # What the API server itself changes in the metadata of an admitted object.
-SYSTEM_META_CHANGES = ("resourceVersion", "generation", "managedFields", "deletionTimestamp",
-                       "deletionGracePeriodSeconds")  # fmt: skip
+SYSTEM_META_CHANGES = (
+    "resourceVersion",
+    "generation",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 GARBAGE_COLLECTORS = (
     "system:serviceaccount:kube-system:generic-garbage-collector",
     "system:kube-controller-manager",

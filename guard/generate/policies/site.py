@@ -70,22 +70,26 @@ def variables(kind: str, s: Settings) -> list[tuple[str, str]]:
     common = [
         ("cmd", "variables.container.?command.orValue([])"),
         *tolerations(s),
-        ("deadline", p.integer(s, "loadtest_deadline_s" if kind == "loadtest"
-                               else "evidence_deadline_s")),
+        (
+            "deadline",
+            p.integer(s, "loadtest_deadline_s" if kind == "loadtest" else "evidence_deadline_s"),
+        ),
         ("ttls", "[" + ", ".join(p.integer(s, t) for t in _ttls(kind)) + "]"),
-    ]  # fmt: skip
+    ]
     if kind == "loadtest":
         return [
             *common,
-            ("durations", f"[{p.integer(s, 'loadtest_duration_s')}, "
-                          f"{p.integer(s, 'onboarding_burnin_s')}]"),
+            (
+                "durations",
+                f"[{p.integer(s, 'loadtest_duration_s')}, {p.integer(s, 'onboarding_burnin_s')}]",
+            ),
             ("size", p.integer(s, "loadtest_matrix_size")),
             ("minRatio", p.ratio(s, "loadtest_min_ratio")),
             ("allreduce", p.flag(s, "loadtest_allreduce")),
             ("allreduceMinRatio", p.ratio(s, "loadtest_allreduce_min_ratio")),
             ("allreduceTimeout", p.integer(s, "loadtest_allreduce_timeout_s")),
             ("memoryXids", p.xids(s, "memory_class_xids")),
-        ]  # fmt: skip
+        ]
     if kind == "fence":
         return [*common, ("drain", p.flag(s, "fence_drain"))]
     if kind == "conformance":
@@ -105,28 +109,46 @@ def argv_checks(kind: str) -> list[Validation]:
     """The argv words of `kind` that the site's settings fix (Job and Pod alike)."""
     if kind == "loadtest":
         return [
-            Word("--duration-s", argv.SECONDS, "int({w}) in variables.durations",
-                 ("loadtest_duration_s", "onboarding_burnin_s")).validation(),
-            Word("--size", argv.SIZE, "int({w}) == variables.size",
-                 ("loadtest_matrix_size",)).validation(),
-            Word("--min-ratio", argv.RATIO, "double({w}) == variables.minRatio",
-                 ("loadtest_min_ratio",)).validation(),
+            Word(
+                "--duration-s",
+                argv.SECONDS,
+                "int({w}) in variables.durations",
+                ("loadtest_duration_s", "onboarding_burnin_s"),
+            ).validation(),
+            Word(
+                "--size", argv.SIZE, "int({w}) == variables.size", ("loadtest_matrix_size",)
+            ).validation(),
+            Word(
+                "--min-ratio",
+                argv.RATIO,
+                "double({w}) == variables.minRatio",
+                ("loadtest_min_ratio",),
+            ).validation(),
             Validation(
                 f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : "
                 "'--allreduce')))",
                 "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
                 "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
             ).guarded(CREATE),
-            Word("--allreduce-min-ratio", argv.RATIO,
-                 "double({w}) == variables.allreduceMinRatio",
-                 ("loadtest_allreduce_min_ratio",)).validation(),
-            Word("--allreduce-timeout-s", argv.SECONDS,
-                 "int({w}) == variables.allreduceTimeout",
-                 ("loadtest_allreduce_timeout_s",)).validation(),
-            Word("--memory-class-xids", argv.XID_LIST,
-                 "{w}.split(',').map(x, int(x)) == variables.memoryXids",
-                 ("memory_class_xids",)).validation(),
-        ]  # fmt: skip
+            Word(
+                "--allreduce-min-ratio",
+                argv.RATIO,
+                "double({w}) == variables.allreduceMinRatio",
+                ("loadtest_allreduce_min_ratio",),
+            ).validation(),
+            Word(
+                "--allreduce-timeout-s",
+                argv.SECONDS,
+                "int({w}) == variables.allreduceTimeout",
+                ("loadtest_allreduce_timeout_s",),
+            ).validation(),
+            Word(
+                "--memory-class-xids",
+                argv.XID_LIST,
+                "{w}.split(',').map(x, int(x)) == variables.memoryXids",
+                ("memory_class_xids",),
+            ).validation(),
+        ]
     if kind == "fence":
         return [
             Validation(
@@ -137,10 +159,9 @@ def argv_checks(kind: str) -> list[Validation]:
         ]
     if kind == "conformance":
         return [
-            _optional("--control-plane-version", "cpVersion",
-                      "conformance_control_plane_version"),
+            _optional("--control-plane-version", "cpVersion", "conformance_control_plane_version"),
             _optional("--allowed-dns", "allowedDns", "conformance_allowed_dns"),
-        ]  # fmt: skip
+        ]
     return []
 
 

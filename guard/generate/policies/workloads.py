@@ -158,13 +158,16 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         "objectSelector": {},
         "resourceRules": [
             rule("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]),
-            rule("apps", [r for g, rs in OTHER_WORKLOADS if g == "apps" for r in rs],
-                 ["CREATE", "UPDATE"]),
+            rule(
+                "apps",
+                [r for g, rs in OTHER_WORKLOADS if g == "apps" for r in rs],
+                ["CREATE", "UPDATE"],
+            ),
             rule("", ["pods", "replicationcontrollers", "podtemplates"], ["CREATE", "UPDATE"]),
             rule("", [f"pods/{sub}" for sub in INTERACTIVE], ["CONNECT"]),
             rule("", ["pods/ephemeralcontainers"], ["UPDATE"]),
         ],
-    }  # fmt: skip
+    }
     variables = [
         ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
         ("resource", "request.resource.resource"),
