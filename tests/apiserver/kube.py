@@ -108,6 +108,7 @@ class ControlPlane:
     kubeconfig: Path
     workdir: Path
     started_in_s: float
+    etcd_url: str = ""  # the plane's etcd, for a bench that seeds objects below the API
 
     def admin_client(self) -> client.ApiClient:
         """An ApiClient for the admin (group system:masters), from the admin kubeconfig."""
@@ -182,7 +183,9 @@ def http_ok(url: str, **kwargs: Any) -> bool:
         return False
 
 
-def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+def etcd_argv(
+    binary: Path, data_dir: Path, client_port: int, peer_port: int, extra: tuple[str, ...] = ()
+) -> list[str]:
     client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
     return [
         str(binary),
@@ -195,6 +198,7 @@ def etcd_argv(binary: Path, data_dir: Path, client_port: int, peer_port: int) ->
         f"--initial-cluster=default={peer_url}",
         "--unsafe-no-fsync=true",  # throwaway data: durability only costs time
         "--log-level=warn",
+        *extra,
     ]
 
 
@@ -269,19 +273,20 @@ def control_plane(
     as_clusters_run: bool = False,
     controllers: str = CONTROLLERS,
     extra: tuple[str, ...] = (),
+    etcd_extra: tuple[str, ...] = (),
 ) -> Iterator[ControlPlane]:
     """Start etcd, then kube-apiserver; yield once /readyz answers; stop both afterwards.
 
     `as_clusters_run`: also kube-controller-manager (`controllers`), with ServiceAccount
     admission and NodeRestriction on; yields once the `default` ServiceAccount exists. `extra`:
-    more kube-apiserver flags (the DRA tier's newer release)."""
+    more kube-apiserver flags (the DRA tier's newer release); `etcd_extra`: more etcd flags."""
     started = time.monotonic()
     etcd_port, port = free_port(), free_port()
     (workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
     write_signing_key(workdir / "sa.key")
     with ExitStack() as stack:
         log = workdir / "etcd.log"
-        argv = etcd_argv(assets / "etcd", workdir / "etcd", etcd_port, free_port())
+        argv = etcd_argv(assets / "etcd", workdir / "etcd", etcd_port, free_port(), etcd_extra)
         etcd = stack.enter_context(process(argv, log))
         wait_until(lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), etcd, log)
         log = workdir / "kube-apiserver.log"
@@ -300,7 +305,14 @@ def control_plane(
         )
         kubeconfig = workdir / "kubeconfig-admin"
         write_kubeconfig(kubeconfig, url, ca_file, ADMIN_TOKEN)
-        plane = ControlPlane(url, ca_file, kubeconfig, workdir, time.monotonic() - started)
+        plane = ControlPlane(
+            url,
+            ca_file,
+            kubeconfig,
+            workdir,
+            time.monotonic() - started,
+            f"http://127.0.0.1:{etcd_port}",
+        )
         if as_clusters_run:
             log = workdir / "kube-controller-manager.log"
             argv = controller_manager_argv(assets / "kube-controller-manager", plane, controllers)
