@@ -29,10 +29,12 @@ MOST_SERIES = ("--prometheus-max-series", str(MAX_SERIES))
 
 
 def remedy(abort: str) -> tuple[str, ...]:
-    """The flags the measured runs take after the default run aborted with `abort`."""
-    if not abort:
-        return ()
-    return (*LONG_QUERY_TIMEOUT, *(MOST_SERIES if "--prometheus-max-series" in abort else ()))
+    """The flags that answer the abort `abort` of a guard run (none for any other abort)."""
+    if "--prometheus-max-series" in abort:
+        return MOST_SERIES
+    if "no complete answer" in abort or "--prometheus-timeout-s" in abort:
+        return LONG_QUERY_TIMEOUT
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class CycleCost:
     guard: Run
     default_abort: str  # why the guard with default settings aborted; "" when it did not
     profile: str = ""  # bench.profile output (cpu, then mem); empty unless asked
+    flags: tuple[str, ...] = ()  # what the measured guard runs added to the defaults
 
 
 def at_text(at: datetime) -> str:
@@ -169,22 +172,30 @@ def profile_cycle(t: Target, extra: Sequence[str]) -> str:
 
 def measure_cycle(t: Target, reps: int, profile: bool = False) -> CycleCost:
     run_floor(t)  # warm-up: Prometheus caches and the page cache, not measured
-    floor, guard, abort = _interleaved(t, "guard.cli", reps)
-    profiled = profile_cycle(t, remedy(abort)) if profile else ""
-    return CycleCost(floor, guard, abort, profiled)
+    floor, guard, abort, flags = _interleaved(t, "guard.cli", reps)
+    profiled = profile_cycle(t, flags) if profile else ""
+    return CycleCost(floor, guard, abort, profiled, flags)
 
 
-def _interleaved(t: Target, module: str, reps: int) -> tuple[Run, Run, str]:
+def _interleaved(t: Target, module: str, reps: int) -> tuple[Run, Run, str, tuple[str, ...]]:
     """Median floor and guard runs, alternating so that load on the machine hits both alike.
 
-    A first, unmeasured guard run with default settings says whether they abort; if so the
-    measured runs use a longer Prometheus timeout (and the largest series cap, when that was
-    the abort) and the abort is returned.
+    First, unmeasured guard runs say whether the default settings abort: each abort the bench
+    knows an answer to (`remedy`: a longer Prometheus timeout, the largest series cap) adds
+    that answer's flags and runs again, as a site of that size would set them one after the
+    other. The measured runs use what that gathered; the first abort and those flags are
+    returned.
     """
-    abort = run_guard(t, module).error
-    extra = remedy(abort)
+    extra: tuple[str, ...] = ()
+    first = ""
+    while error := run_guard(t, module, extra).error:
+        first = first or error
+        more = remedy(error)
+        if not more or set(more) <= set(extra):
+            break  # not one the bench can answer: the measured runs report it
+        extra += more
     floors, guards = [], []
     for _ in range(reps):
         floors.append(run_floor(t))
         guards.append(run_guard(t, module, extra))
-    return median_run(floors), median_run(guards), abort
+    return median_run(floors), median_run(guards), first, extra

@@ -45,10 +45,10 @@ def describe() -> list[tuple[str, str]]:
 
 
 def _revision() -> str:
-    """The commit measured, and whether guard/ differed from it."""
+    """The commit measured, and whether what it runs (guard/, jobs/, bench/) differed from it."""
     commit = _first_line(["git", "rev-parse", "--short", "HEAD"])
-    changed = _first_line(["git", "status", "--porcelain", "--", "guard"])
-    return commit + (" + uncommitted changes in guard/" if changed != "unknown" else "")
+    changed = _first_line(["git", "status", "--porcelain", "--", "guard", "jobs", "bench"])
+    return commit + (" + uncommitted changes" if changed != "unknown" else "")
 
 
 def _apiserver_binary() -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.cycle import CycleCost, Run, remedy
+from bench.cycle import CycleCost, Run
 from bench.isolate import INCIDENT_PHASE_S, SEED_MEASURED_S, CaseSummary, median_s
 from bench.scale import SizeResult
 
@@ -201,7 +201,7 @@ def _aborts(results: Sequence[SizeResult], mode: str) -> list[str]:
             lines.append(
                 f"- {r.nodes:,} nodes: with default settings the guard aborted "
                 f"(`{cost.default_abort}`); the row above ran with "
-                f"`{' '.join(remedy(cost.default_abort))}`."
+                f"`{' '.join(cost.flags)}`."
             )
     return lines
 

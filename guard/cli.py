@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -183,6 +183,10 @@ def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
         why = "another run holds the cycle's Lease and decides this slot; exit 0"
         log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
         return 0
+    except LeaseLost:
+        why = "another run took the cycle's Lease after this run's reads and decides this slot"
+        log.event("lease-lost", lease=CYCLE_LEASE, next=f"{why}; no writes; exit 0")
+        return 0
     except SlotIsolated as exc:
         why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
         log.event("slot-isolated", slot=exc.slot, lease=CYCLE_LEASE, next=f"{why}; exit 0")
@@ -258,6 +262,10 @@ class LeaseHeld(Exception):
         self.holder = holder
 
 
+class LeaseLost(Exception):
+    """The renewal right before the cycle's writes met another holder (guard/doors/lease.py)."""
+
+
 class SlotIsolated(Exception):
     """The Lease says a run of this cron slot already cordoned (guard/doors/lease.py)."""
 
@@ -285,19 +293,21 @@ def _cycle(
     from guard.ledger import format_time
     from guard.plan.watch import cron_slot
 
+    this_slot = cron_slot(datetime.now(UTC), s)
     lease = CycleLease(
         kube,
         s.namespace,
         f"{socket.gethostname()}-{os.getpid()}",
         s.lease_duration_s,
         slot_key(s.annotation_prefix),
+        this_slot + timedelta(seconds=s.cadence_s),
     )
     holder = lease.take(datetime.now(UTC))
     if holder:
         raise LeaseHeld(holder)
     try:
         # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
-        slot = "" if inputs.at else format_time(cron_slot(datetime.now(UTC), s))
+        slot = "" if inputs.at else format_time(this_slot)
         if slot and lease.isolated_slot() == slot:
             raise SlotIsolated(slot)
         return _cycle_and_watch(s, prom, templates, log, inputs, trace, (lease, slot))
@@ -342,6 +352,8 @@ def _cycle_and_watch(
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
+    if lease is not None and actions and not lease.renew(datetime.now(UTC)):
+        raise LeaseLost()
     executor_for = _executors(s, log, inputs, kube)
     executor = executor_for(snap)
     trace.outcomes = executor.outcomes  # the same list: a later abort still counts the writes

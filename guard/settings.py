@@ -263,8 +263,8 @@ class Settings:
     )
     lease_duration_s: int = _opt(
         90,
-        "The cycle's Lease expires this long after its last renewal (a killed run's Lease is "
-        "free again within the CronJob's deadline)",
+        "The cycle's Lease expires this long after its last renewal, and never past the next "
+        "cron slot's start (a killed run's Lease is free for the next slot's run)",
     )
     ledger_archive_bytes: int = _opt(
         768 * 1024,

@@ -13,7 +13,8 @@ snapshot with those facts
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
 (`already-cordoned`). At most one cordon per run: after a cordon landed in the cycle the watch
 decides nothing and only holds the cycle's Lease until its end (a run started beside this one in
-the same slot then finds the Lease held); after a cordon of its own it does the same. It ends at
+the same slot then finds the Lease held); after a cordon of its own it does the same. Each
+decision's writes come right after a renewal of the Lease: a lost one means no writes. It ends at
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
 cycle's Lease is lost, or when a read
 fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
@@ -108,6 +109,7 @@ class Watch:
     decisions: int = 0
     polls: int = 0
     cordoned: str = ""
+    lost: bool = False  # the renewal before a decision's writes met another holder
 
     def run(self) -> None:
         within, later = split(dues(self.base, self.s), self.end) if self.deciding else ((), ())
@@ -167,11 +169,15 @@ class Watch:
                 if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
                     self._stop_deciding()
                     break
+            if self.lost:
+                return "lease-lost"
             if now >= self.end:
                 return "cordon-landed" if self.cordoned else "deadline"
             if now >= next_poll:
                 if self.deciding and self._poll(now):
                     self._stop_deciding()
+                if self.lost:
+                    return "lease-lost"
                 next_poll += timedelta(seconds=self.s.scrape_interval_s)
                 if not self.renew(self.clock.now()):
                     return "lease-lost"
@@ -251,7 +257,12 @@ class Watch:
         return False
 
     def _apply(self, snap: Snapshot, actions: tuple[Action, ...]) -> bool:
+        """The decision's writes, each after a renewal of the cycle's Lease (a lost one: none,
+        and the watch ends); True when a cordon landed or the Lease was lost."""
         self.decisions += 1
+        if actions and not self.renew(self.clock.now()):
+            self.lost = True
+            return True
         executor = self.executor_for(snap)
         for action in actions:
             executor.apply(action)

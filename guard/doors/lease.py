@@ -12,9 +12,15 @@ Case list, when a run starts (the Lease as read):
                                           → not taken: one line, exit 0 (that run decides)
   free (no holder), or expired            → update it with the read resourceVersion, holding
                                             it; 409 → another run took it first
-A renewal that meets another holder or a 409 is a lost Lease: the watch ends at once. A run
-killed before its release leaves the Lease to expire `lease_duration_s` after its last renewal,
-within the CronJob's deadline, so the next run takes it.
+Every write of the Lease is a compare-and-swap on the resourceVersion this run last read, so
+only one run can renew it. A run renews it right before its writes (the cycle's and each of the
+watch's decisions); a renewal that meets another holder or a 409 is a lost Lease: that run
+writes nothing more, and the watch ends at once.
+
+A run killed before its release leaves the Lease to expire `lease_duration_s` after its last
+renewal, and never later than the start of the next cron slot (`lease_seconds`): the run of the
+next slot always finds it free. A run by hand in the last seconds of a slot holds it only until
+that slot ends, and yields to the next slot's scheduled run.
 
 One cordon per cron slot, also across runs one after the other: a run whose cordon landed
 writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
@@ -25,6 +31,7 @@ A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +81,20 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
     return other if now < renewed + timedelta(seconds=duration) else ""
 
 
+def lease_seconds(now: datetime, most: int, expires_by: datetime | None) -> int:
+    """`leaseDurationSeconds` written at `now`: `most`, ending no later than `expires_by` (the
+    next cron slot's start), and at least 1 (the API's minimum).
+
+    >>> at = datetime(2026, 9, 21, 5, 58, 50, tzinfo=UTC)
+    >>> nxt = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
+    >>> lease_seconds(at, 90, nxt), lease_seconds(at, 30, nxt), lease_seconds(nxt, 90, nxt)
+    (70, 30, 1)
+    """
+    if expires_by is None:
+        return most
+    return max(1, min(most, math.floor((expires_by - now).total_seconds())))
+
+
 @dataclass
 class CycleLease:
     kube: Kube
@@ -81,6 +102,7 @@ class CycleLease:
     holder: str  # the pod's name and the process id: unique per run
     duration_s: int
     slot_key: str  # the annotation that names the slot of the last isolation
+    expires_by: datetime | None = None  # the next cron slot's start: no renewal reaches past it
     isolated: str = ""  # this run's slot, once its cordon landed
     _lease: dict[str, Any] | None = None
 
@@ -93,7 +115,9 @@ class CycleLease:
         old = self._lease or {}
         spec = dict(old.get("spec") or {})
         spec.update(
-            holderIdentity=self.holder, leaseDurationSeconds=self.duration_s, renewTime=_time(now)
+            holderIdentity=self.holder,
+            leaseDurationSeconds=lease_seconds(now, self.duration_s, self.expires_by),
+            renewTime=_time(now),
         )
         if acquire:
             spec["acquireTime"] = _time(now)

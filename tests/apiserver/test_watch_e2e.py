@@ -288,3 +288,81 @@ def _start(prom: LocalPrometheus, kubeconfig: Path, *extra: str) -> subprocess.P
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_a_run_that_loses_the_lease_before_its_writes_writes_nothing(
+    prom, guard_kubeconfig, gpu_node, core, admin, monkeypatch
+):
+    """Another run takes the Lease between this run's reads and its writes (its own expired
+    during a long cycle): the renewal right before the writes meets the API's 409, and the run
+    writes nothing, says `lease-lost` and exits 0."""
+    from click.testing import CliRunner
+
+    from guard.cli import cli
+    from guard.doors.lease import CycleLease
+
+    node = gpu_node("w-fast")
+    renew = CycleLease.renew
+
+    def taken_first(self: CycleLease, now: datetime) -> bool:
+        leases = client.CoordinationV1Api(admin)
+        lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+        lease.spec.holder_identity = "a-run-elsewhere"
+        lease.spec.renew_time = datetime.now().astimezone()
+        leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+        return renew(self, now)
+
+    monkeypatch.setattr(CycleLease, "renew", taken_first)
+    args = ["run", "--prometheus-url", prom.url, "--kubeconfig", str(guard_kubeconfig)]
+    at = ONSET + timedelta(seconds=180)  # w-fast's hold has passed: the cycle plans a cordon
+    args += ["--at", at.isoformat(), "--log-format", "json", NO_CF]
+    result = CliRunner().invoke(cli, args, prog_name="gpu-node-guard")
+    log = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert result.exit_code == 0, result.stderr
+    events = [line["event"] for line in log]
+    assert events[-1] == "lease-lost" and "cordon" not in events, events
+    assert not core.read_node(node).spec.unschedulable
+    assert cordon_at(core, node) is None
+    assert lease_holder(admin) == "a-run-elsewhere"  # the other run's, untouched
+
+
+def test_a_killed_runs_lease_is_free_for_the_next_slot(live_prom, guard_kubeconfig, core, admin):
+    """A run killed while it holds the Lease (its pod past the deadline, the node gone) leaves a
+    Lease that expires no later than the next cron slot's start, whatever `lease_duration_s`
+    says: a run in the same slot still finds it held, the next slot's run takes it (and cordons
+    the second held fault). A one-minute cadence keeps the wait short; the Lease's 90 s would
+    outlive the slot."""
+    cadence = 60
+    flags = ("--cadence-s", str(cadence), "--lease-duration-s", "90", "--watch-until-s", "55")
+    if cadence - time.time() % cadence < 20:
+        time.sleep(cadence - time.time() % cadence + 1)
+    for name in RACE:
+        make_gpu_node(core, name)
+    try:
+        killed = _start(live_prom, guard_kubeconfig, *flags, "--watch")
+        assert killed.stderr is not None
+        for line in killed.stderr:  # killed once it holds the Lease in its watch
+            if '"event": "watch-start"' in line:
+                break
+        killed.kill()
+        killed.wait(timeout=10)
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+        spec = lease.spec
+        assert spec.holder_identity, "the killed run still holds the Lease"
+        slot_start = spec.acquire_time.timestamp() // cadence * cadence
+        expires = spec.renew_time.timestamp() + spec.lease_duration_seconds
+        assert spec.lease_duration_seconds < 90
+        assert expires <= slot_start + cadence
+        same_slot = _start(live_prom, guard_kubeconfig, *flags, "--no-watch")
+        log = same_slot.communicate(timeout=120)[1]
+        assert same_slot.returncode == 0 and '"event": "lease-held"' in log, log
+        time.sleep(max(0.0, slot_start + cadence + 1 - time.time()))
+        next_slot = _start(live_prom, guard_kubeconfig, *flags, "--no-watch")
+        log = next_slot.communicate(timeout=120)[1]
+        assert next_slot.returncode == 0, log
+        assert '"event": "lease-held"' not in log and '"event": "done"' in log, log
+        assert lease_holder(admin) == ""  # taken, then released
+    finally:
+        for name in RACE:
+            core.delete_node(name)
+        forget_guard_state(core, admin)
