@@ -51,7 +51,12 @@ def api_cluster(
     assets = assets_dir(os.environ)
     assert assets is not None, unavailable()
     workdir.mkdir(parents=True, exist_ok=True)
-    with control_plane(assets, workdir, etcd_extra=etcdfill.ETCD_FLAGS) as plane:
+    with (
+        etcdfill.go_gc(etcdfill.GOGC),
+        control_plane(
+            assets, workdir, extra=etcdfill.APISERVER_FLAGS, etcd_extra=etcdfill.ETCD_FLAGS
+        ) as plane,
+    ):
         started = time.monotonic()
         _fill(plane.url, plane.etcd_url, ADMIN_TOKEN, str(plane.ca_file), spec, s)
         filled_s = time.monotonic() - started

@@ -17,6 +17,8 @@ from bench.synthetic import ClusterSpec
 from guard.settings import Settings
 from tests.apiserver.kube import required_assets
 
+pytestmark = pytest.mark.apiserver
+
 NODES = 30
 
 
