@@ -210,7 +210,11 @@ def test_two_runs_started_together_never_cordon_two_nodes_in_one_slot(
         assert [p.returncode for p in procs] == [0, 0], logs
         cordoned = [n for n in RACE if core.read_node(n).spec.unschedulable]
         assert len(cordoned) == 1, (cordoned, logs)
-        held += sum('"event": "lease-held"' in log for log in logs)
+        # lost the race: found it held, or (a trial at a slot's last seconds, where the Lease
+        # is short) lost it at the renewal before its writes
+        held += sum(
+            '"event": "lease-held"' in log or '"event": "lease-lost"' in log for log in logs
+        )
         for name in RACE:
             core.delete_node(name)
         forget_guard_state(core, admin)
