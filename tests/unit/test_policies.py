@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from guard import ledger
@@ -260,3 +261,41 @@ def test_the_guards_longest_records_fit_the_node_scope_bound() -> None:
     for value in (failed_value("2026-09-21T06:00:00Z", job, ITEMS), links_value(links)):
         assert len(value.encode()) <= VALUE_MAX_BYTES, value
         assert re.fullmatch(PRINTABLE[1:-1], value), value
+
+
+def _reaches_others(policy: dict[str, object], s: Settings) -> bool:
+    """Whether a policy's match reaches objects that are not the guard's: Nodes (every one in
+    the cluster), or ConfigMaps of the guard's namespace (the settings ConfigMap itself)."""
+    constraints = policy["spec"]["matchConstraints"]  # type: ignore[index]
+    resources = {r for rule in constraints["resourceRules"] for r in rule["resources"]}
+    namespaces = constraints.get("namespaceSelector", {}).get("matchLabels", {}).values()
+    return "nodes" in resources or ("configmaps" in resources and s.namespace in namespaces)
+
+
+@pytest.mark.parametrize("s", [Settings(), Settings(onboarding_taint="")], ids=["gate", "no-gate"])
+def test_no_policy_that_reaches_others_refuses_them_when_the_settings_are_missing(
+    s: Settings,
+) -> None:
+    """The API server resolves a binding's params before the policy's match conditions: a Deny
+    binding on a policy that matches every Node refused every kubelet's, controller's and
+    person's Node update once the settings ConfigMap was deleted or renamed, and the ledger's
+    refused the settings' own re-creation. Such policies read no params, or Allow without them
+    (tests/apiserver/test_settings_missing.py shows it on the real server)."""
+    docs = [d for text in render(s).values() for d in yaml.safe_load_all(text) if d]
+    bindings = {
+        d["spec"]["policyName"]: d["spec"].get("paramRef")
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    reaching = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and _reaches_others(d, s)
+    ]
+    assert {"gpu-node-guard-node-scope", "gpu-node-guard-ledger"} <= set(reaching)
+    for name in reaching:
+        ref = bindings[name]
+        assert ref is None or ref["parameterNotFoundAction"] == "Allow", name
+    # What holds without the settings is in the paramless policies: node scope whole.
+    assert bindings["gpu-node-guard-node-scope"] is None
+    assert bindings["gpu-node-guard-ledger"] is None

@@ -34,7 +34,7 @@ def documents(s: Settings) -> dict[str, list[dict[str, Any]]]:
     files["guard-scope.yaml"] = workloads.guard_scope_policy(s)
     files["ledger.yaml"] = ledger.ledger_policy(s)
     files["node-hold.yaml"] = nodes.hold_policy(s)
-    files["node-scope.yaml"] = nodes.node_scope_policy(s)
+    files["node-scope.yaml"] = nodes.node_scope_policy(s) + nodes.gate_policy(s)
     return dict(sorted(files.items()))
 
 

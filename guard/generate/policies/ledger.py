@@ -89,27 +89,41 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
             f"{data}.filter(k, size(k) > 253 || !k.matches({regex(NODE_NAME)})).join(', ')",
         ),
         Validation(
-            f"!object.metadata.?name.orValue('').matches({regex(archive_pattern(s))}) || "
-            f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= "
-            "variables.archiveMax",
-            "an archive holds at most ",
-            f"string(variables.archiveMax) + {quote(_ARCHIVE_WHY)}",
-        ),
-        Validation(
             "!object.?immutable.orValue(false)",
             "the ledger must stay writable (immutable: true would jam it)",
         ),
     ]
+    return [
+        *policy(f"{PREFIX}-ledger", constraints, [_WHO], checks, [("is-ledger", is_ledger(s))]),
+        *_archive_size_policy(s, constraints),
+    ]
+
+
+_WHO = ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name")
+
+
+def _archive_size_policy(s: Settings, constraints: dict[str, Any]) -> list[dict[str, Any]]:
+    """The archive's bound, the ledger's one check that needs the site's settings: a policy of
+    its own that passes when the settings ConfigMap is missing (params.site_param_ref). It
+    matches every ConfigMap of the guard's namespace, the settings' own included, so a Deny
+    there would refuse re-creating the settings with the documented apply."""
+    archive = f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"
+    data = "object.?data.orValue({})"
+    check = Validation(
+        f"{data}.map(k, size(bytes(k)) + size(bytes({data}[k]))).sum() <= variables.archiveMax",
+        "an archive holds at most ",
+        f"string(variables.archiveMax) + {quote(_ARCHIVE_WHY)}",
+    )
     variables = [
-        ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name"),
+        _WHO,
         # archive_max_bytes of the site's settings (guard/generate/policies/params.py)
         ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
     ]
     return policy(
-        f"{PREFIX}-ledger",
+        f"{PREFIX}-ledger-archive-size",
         constraints,
         variables,
-        checks,
-        [("is-ledger", is_ledger(s))],
-        params.param_ref(s),
+        [check],
+        [("is-archive", archive)],
+        params.site_param_ref(s),
     )

@@ -6,9 +6,10 @@ sends it; removing the hold is the deliberate first step, the uncordon the secon
 Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
   labels, finalizers, ownerReferences or any other metadata   → refused
   any spec field but unschedulable and taints                 → refused
-  taints                               → unchanged, or exactly the onboarding gate's taint
-                                         (`onboarding_taint`: key, value and effect) removed
-                                         and every other taint as it was; no gate: unchanged
+  taints                               → unchanged, or exactly one taint removed and every
+                                         other as it was; and (onboarding-gate policy, the
+                                         site's settings) that taint is the onboarding gate's
+                                         (`onboarding_taint`: key, value and effect)
   annotations of others (outside the prefix)                  → refused
   person-only keys under the prefix (reset-done, unknown ones) → refused
   hold present before                                         → must stay exactly as it was
@@ -28,6 +29,13 @@ Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole No
   any value the guard writes (every key above, hold included)
                                        → printable ASCII, one line, at most 1,024 bytes
   hold added                           → only on a node with a GPU resource
+
+Node scope reads no settings: a policy with params is resolved before its match conditions, so
+one that matched every Node UPDATE would refuse the whole cluster's Node updates (kubelets, the
+node lifecycle controller, a person's cordon) whenever the settings ConfigMap is missing or
+renamed. The one site value a Node rule needs, the onboarding gate, is checked by a policy of its
+own that passes when the settings are missing (params.site_param_ref); what holds then is node
+scope's "one taint removed, nothing else changed".
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from guard.settings import Settings
 _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
 _NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
 _SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+_NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
 # The guard's own values are short, printable, one line (guard/read/records.py, check_records.py):
 # a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
 VALUE_MAX_BYTES = 1024
@@ -98,7 +107,6 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
     variables = [
         ("who", "'node ' + object.metadata.name"),
-        *params.gate(s),  # the site's onboarding_taint, which the guard may remove
         ("oldNotes", "oldObject.metadata.?annotations.orValue({})"),
         ("newNotes", "object.metadata.?annotations.orValue({})"),
         # Keys whose value differs (added, changed or removed) between old and new.
@@ -122,8 +130,41 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
             *_annotation_rules(keys, mine, cordon_keys),
             *_lifecycle_rules(keys),
         ],
-        [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")],
-        params.param_ref(s),
+        [_sent_by_the_guard(s)],
+    )
+
+
+def _sent_by_the_guard(s: Settings) -> tuple[str, str]:
+    return ("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")
+
+
+def gate_policy(s: Settings) -> list[dict[str, Any]]:
+    """The guard's one taint change, checked against the site's onboarding_taint: the removed
+    taint is the gate (key, value and effect); with no gate configured, none is removed.
+
+    Passes when the settings ConfigMap is missing (params.site_param_ref): node scope then
+    still allows only one taint removed and nothing else."""
+    constraints = {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": _NODE_RULES,
+    }
+    is_gate = (
+        "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
+        "t.effect == variables.gateEffect"
+    )
+    check = Validation(
+        f"variables.gate != '' && {_NEW_TAINTS} == {_OLD_TAINTS}.filter(t, !({is_gate}))",
+        "the guard removes no taint but the onboarding gate (the site's onboarding_taint)",
+    )
+    return policy(
+        f"{PREFIX}-onboarding-gate",
+        constraints,
+        [("who", "'node ' + object.metadata.name"), *params.gate(s)],
+        [check],
+        [_sent_by_the_guard(s), ("changes-taints", f"{_NEW_TAINTS} != {_OLD_TAINTS}")],
+        params.site_param_ref(s),
     )
 
 
@@ -138,11 +179,11 @@ def _same(part: str, skip: list[str]) -> tuple[str, str]:
 
 
 def _unchanged() -> list[Validation]:
-    """No metadata but annotations, no spec but unschedulable and the one gate taint removed.
+    """No metadata but annotations, no spec but unschedulable and one taint removed.
 
-    The onboarding gate (the site's onboarding_taint, from the params: `gateKey`, `gateValue`,
-    `gateEffect`) is the one exception to "the guard never changes taints": that taint may be
-    REMOVED, every other taint staying exactly as it was; without a gate no taint changes.
+    The onboarding gate is the one exception to "the guard never changes taints": one taint may
+    be REMOVED, every other staying exactly as it was; which one (the site's onboarding_taint)
+    is gate_policy's check, the only Node rule that needs the settings.
     """
     meta, meta_changed = _same("metadata", _SYSTEM_META)
     spec, spec_changed = _same("spec", ["unschedulable", "taints"])
@@ -158,16 +199,12 @@ def _unchanged() -> list[Validation]:
             f"{spec_changed} + ')'",
         ),
     ]
-    new, old = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
-    is_gate = (
-        "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
-        "t.effect == variables.gateEffect"
-    )
+    new, old = _NEW_TAINTS, _OLD_TAINTS
     out.append(
         Validation(
-            f"{new} == {old} || (variables.gate != '' && {new} == {old}.filter(t, !({is_gate})))",
-            "the guard changes no taint but removing the onboarding gate (the site's "
-            "onboarding_taint), alone",
+            f"{new} == {old} || {old}.exists(x, {new} == {old}.filter(t, t != x))",
+            "the guard changes no taint but removing the onboarding gate: one taint removed, "
+            "every other as it was",
         )
     )
     return out

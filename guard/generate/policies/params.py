@@ -1,6 +1,7 @@
 """The site's settings as the policies read them: the CronJob's own settings ConfigMap, bound as
 each policy's params (`paramKind` ConfigMap, `paramRef` to SETTINGS_CONFIGMAP in the guard's
-namespace, Deny when it is missing).
+namespace; Deny when it is missing for the guard's own objects, Allow where the match reaches
+anyone else's: `site_param_ref`).
 
 So what an overlay's settings.env says reaches admission without running Python, as it reaches
 the CronJob (envFrom): the same object, the same keys (``GUARD_<NAME>``). A key the ConfigMap
@@ -26,12 +27,23 @@ TRUE_WORDS = ("1", "true", "t", "yes", "y", "on")
 
 
 def param_ref(s: Settings) -> dict[str, Any]:
+    """For a policy that matches only the guard's own objects (the jobs namespace's Jobs, Pods
+    and DaemonSet): without the site's settings nothing is admitted, fail closed."""
     return {
         "name": SETTINGS_CONFIGMAP,
         "namespace": s.namespace,
-        # Without the site's settings nothing is admitted: fail closed, as the policies do.
         "parameterNotFoundAction": "Deny",
     }
+
+
+def site_param_ref(s: Settings) -> dict[str, Any]:
+    """For a policy whose match reaches objects that are not the guard's (every Node, every
+    ConfigMap of the guard's namespace, the settings ConfigMap itself): the API server resolves
+    params before it evaluates matchConditions, so Deny would refuse every Node update in the
+    cluster, and the settings' own re-creation, whenever the ConfigMap is missing or renamed.
+    Such a policy holds only the site's value checks; what holds whatever the settings is in a
+    paramless policy beside it (docs/security.md, "Without the settings")."""
+    return {**param_ref(s), "parameterNotFoundAction": "Allow"}
 
 
 def env_name(setting: str) -> str:
