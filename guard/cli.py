@@ -472,7 +472,7 @@ def _fall_back(
 @click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
 @click.option(
     "--gpus",
-    type=click.IntRange(0, 1024),
+    type=click.IntRange(1, 1024),
     default=8,
     show_default=True,
     help="GPUs of the node (loadtest).",

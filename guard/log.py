@@ -29,17 +29,36 @@ RESERVED = frozenset({"time", "level", "event", "dry_run"})
 DECISION_LINES = 20
 
 
+# C0 and C1 controls, DEL and the Unicode line and paragraph separators: what would start a
+# line of its own or move a terminal's cursor.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`text` on one line: each control character as its escape. A value read from a Node, a
+    Job or Prometheus (a person's annotation, a label) can then neither forge a line of its own
+    nor a row of a table.
+
+    >>> printable("xid-79\\ngpu-b  cordoned\\x1b[2J")
+    'xid-79\\\\ngpu-b  cordoned\\\\x1b[2J'
+    """
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def format_value(value: Value) -> str:
-    """A value as the text line shows it: quoted when it holds spaces or quotes.
+    """A value as the text line shows it: quoted when it holds spaces, quotes or control
+    characters, which are escaped (`printable`): one value, one line.
 
     >>> format_value("a b"), format_value(600), format_value(True), format_value('x"y')
     ('"a b"', '600', 'true', '"x\\\\"y"')
+    >>> format_value("xid-79\\nforged")
+    '"xid-79\\\\nforged"'
     """
     if isinstance(value, bool):
         return "true" if value else "false"
     text = str(value)
-    if not text or any(ch.isspace() for ch in text) or '"' in text:
-        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if not text or any(ch.isspace() for ch in text) or '"' in text or _CONTROL.search(text):
+        text = '"' + printable(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
     return text
 
 

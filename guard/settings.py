@@ -419,6 +419,14 @@ def _detection(s: Settings) -> list[Check]:
             "fast_path_xids",
             "a fast-path Xid is a user-code Xid",
         ),
+        # A fast-path Xid is hardware-certain (79: the GPU fell off the bus): only a power cycle
+        # brings it back, so `reset-done` after a reset must not return its node.
+        (
+            not set(s.fast_path_xids) & set(s.reset_class_xids),
+            "reset_class_xids",
+            "must not list a fast-path Xid (fast_path_xids: fixed only by a power cycle, "
+            "never by a GPU reset)",
+        ),
     ]
 
 
@@ -735,9 +743,10 @@ def _reading(s: Settings) -> list[Check]:
             "must be http://host:port or https://host:port with an optional path prefix, no"
             " credentials (they would be logged: use --prometheus-basic-auth-user)",
         ),
-        (0 < s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in (0, 600]"),
+        # A tenth of a second at least: 1e-320 passed `> 0` and timed out every request.
+        (0.1 <= s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in [0.1, 600]"),
         (
-            not 0 < s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
+            not 0.1 <= s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
             "prometheus_timeout_s",
             f"must be below the CronJob's activeDeadlineSeconds "
             f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from guard.ledger import format_time
+from guard.log import printable
 from guard.status.model import Candidate, NodeRow, Report
 
 CUT = 48  # characters of BLOCKED BY and NEXT in the narrow table
@@ -26,7 +27,8 @@ def render(r: Report, wide: bool = False) -> str:
             )
     else:
         lines.append("nodes: none held or watched by the guard")
-    return "\n".join(lines) + "\n"
+    # A newline in a person's annotation or a Prometheus label never makes a row of its own.
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def age(since: datetime | None, now: datetime) -> str:

@@ -205,6 +205,12 @@ def test_bad_input_is_one_line(args, env, code, message):
             id="negative-xid",
         ),
         pytest.param(
+            {"GUARD_RESET_CLASS_XIDS": "48,79"},
+            "--reset-class-xids",
+            "must not list a fast-path Xid",
+            id="reset-class-fast-path-xid",
+        ),
+        pytest.param(
             {"GUARD_BREAKER_MAX_FRACTION": "nan"},
             "--breaker-max-fraction",
             "must be in [0, 1]",
@@ -305,6 +311,7 @@ def test_no_service_network_selector_at_all_is_refused():
         pytest.param(["--node", "n", "--pci", "bus-99"], "not a PCI address", id="bad-pci"),
         pytest.param(["--node", "n", "--xid", "-1"], "'--xid'", id="negative-xid"),
         pytest.param(["--node", "n", "--gpus", "-8"], "'--gpus'", id="negative-gpus"),
+        pytest.param(["--node", "n", "--gpus", "0"], "'--gpus'", id="no-gpus"),
     ],
 )
 def test_render_refuses_values_that_cannot_make_a_job(args, message):

@@ -15,7 +15,9 @@ def test_only_the_isolating_classes_of_the_bundled_table_stand_for_loss():
 
 
 def test_a_site_reset_or_user_code_class_never_stands_for_loss():
-    assert dra_loss_xids(Settings(prometheus_url="http://unused", reset_class_xids=(79,))) == (143,)
+    assert dra_loss_xids(
+        Settings(prometheus_url="http://unused", reset_class_xids=(79,), fast_path_xids=())
+    ) == (143,)
     assert dra_loss_xids(Settings(prometheus_url="http://unused", user_code_xids=(143,))) == (79,)
 
 
@@ -35,6 +37,6 @@ def test_the_dra_term_counts_only_nodes_without_the_gpu_resource():
 
 def test_no_codes_no_dra_term():
     assert dra_loss((), ("node",), NO_PINS) == ""
-    none = Settings(prometheus_url="http://unused", reset_class_xids=(79, 143))
+    none = Settings(prometheus_url="http://unused", reset_class_xids=(79, 143), fast_path_xids=())
     assert guard_loss(none, NO_PINS) == gpu_loss(NO_PINS)
     assert guard_loss(S, NO_PINS).startswith(f"({gpu_loss(NO_PINS)} or (count by (node)")

@@ -140,3 +140,15 @@ def test_two_hundred_thousand_skips_make_twenty_one_lines():
         "summary of=skip reason=not-in-api shown=20 more=199980 first_not_shown=n20 "
         'next="--output json lists every decision"'
     )
+
+
+@pytest.mark.parametrize(
+    "value", ["xid-79\n2026-09-21T05:55:00Z INFO uncordon node=x", "a\rb", "\x1b[2J"]
+)
+def test_a_value_with_control_characters_stays_on_its_line(value: str) -> None:
+    """A person's annotation or a Prometheus label read into a field cannot forge a log line."""
+    skip = Skip("gpu-node-b", "hold", value, "a person removes hold")
+    (text,) = lines("text", lambda log: log.emit(*skip.log_line()))
+    assert not any(ch in text for ch in "\n\r\x1b")
+    (js,) = lines("json", lambda log: log.emit(*skip.log_line()))
+    assert json.loads(js)["detail"] == value

@@ -438,8 +438,13 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
         pytest.param({"dcgm_node_labels": " , "}, ("dcgm_node_labels", "must be"), id="no-label"),
         pytest.param(
             {"prometheus_timeout_s": 0.0},
-            ("prometheus_timeout_s", "must be in (0, 600]"),
+            ("prometheus_timeout_s", "must be in [0.1, 600]"),
             id="no-timeout",
+        ),
+        pytest.param(
+            {"prometheus_timeout_s": 1e-320},
+            ("prometheus_timeout_s", "must be in [0.1, 600]"),
+            id="subnormal-timeout",
         ),
         pytest.param(
             {"prometheus_max_answer_bytes": 1024},

@@ -447,3 +447,17 @@ def test_status_and_the_plan_agree_on_every_guarded_node():
         first = next(a for a in plan if a.node == row.node)
         word = row.blocked.condition if row.blocked else "loadtest-starting"
         assert word in (first.reason, f"{getattr(first, 'job_kind', '')}-starting")
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["text", "wide"])
+def test_a_newline_in_a_guard_annotation_forges_no_row(wide: bool) -> None:
+    """A value read from a Node is printed escaped: `auto-cordon-reason` holding a newline and a
+    made-up row stays in its own row (one line per node, the table's lines unchanged)."""
+    forged = "xid-79\ngpu-node-z  returned-in-the-last-24-h  xid-79\x1b[2J"
+    sample = sample_report()
+    (first, *rest) = sample.nodes
+    text = render(replace(sample, nodes=(replace(first, reason=forged), *rest)), wide=wide)
+    assert len(text.splitlines()) == len(render(sample, wide=wide).splitlines())
+    (row,) = [line for line in text.splitlines() if line.startswith("gpu-node-a ")]
+    assert "xid-79\\ngpu-node-z  returned-in-the-last-24-h  xid-79\\x1b[2J" in row
+    assert "\x1b" not in text
