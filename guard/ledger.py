@@ -26,6 +26,7 @@ _LINE = re.compile(
     r"^(?P<at>\S+)\s+xid-(?P<xid>\S+)\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*\Z"
 )
 _XID = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
+_FIELD = re.compile(r"^[!-~]+\Z", re.ASCII)  # one printable word
 _UUID = re.compile(r"^GPU-[0-9A-Fa-f-]+\Z", re.ASCII)
 _RFC3339 = re.compile(
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
@@ -46,13 +47,28 @@ class LedgerEntry:
     recorder: str
 
     def format(self) -> str:
-        """The ledger line for this entry.
+        """The ledger line for this entry; ValueError unless each text is one printable word
+        and the ledger reads the line back (`parse_line`): no value adds a line, a field or
+        escape bytes, whatever its source (the read checks Prometheus' labels too).
 
-        >>> LedgerEntry("n", datetime(2026, 9, 21, 5, 52, 44, tzinfo=UTC), 79, "0000:99:00.0",
-        ...             "GPU-1a2b", "manual").format()
+        >>> at = datetime(2026, 9, 21, 5, 52, 44, tzinfo=UTC)
+        >>> LedgerEntry("n", at, 79, "0000:99:00.0", "GPU-1a2b", "manual").format()
         '2026-09-21T05:52:44Z xid-79 0000:99:00.0 GPU-1a2b manual'
+        >>> LedgerEntry("n", at, 79, "0000:99:00.0", "GPU-1a2b\\nforged", "manual").format()
+        Traceback (most recent call last):
+        ValueError: not a ledger line: 'GPU-1a2b\\nforged' as the GPU UUID of node n
         """
-        return f"{format_time(self.at)} xid-{self.xid} {self.pci} {self.uuid} {self.recorder}"
+        line = f"{format_time(self.at)} xid-{self.xid} {self.pci} {self.uuid} {self.recorder}"
+        for what, value in self._texts():
+            if not _FIELD.match(value):
+                raise ValueError(f"not a ledger line: {value!r} as the {what} of node {self.node}")
+        back = parse_line(self.node, line)
+        if back.entry is None:
+            raise ValueError(f"not a ledger line: {back.problem} (node {self.node})")
+        return line
+
+    def _texts(self) -> tuple[tuple[str, str], ...]:
+        return (("PCI address", self.pci), ("GPU UUID", self.uuid), ("recorder", self.recorder))
 
 
 NOT_A_LINE = "not a ledger line"  # the `problem` of a hand note: kept, never counted

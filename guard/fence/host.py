@@ -78,8 +78,17 @@ def _read_back(line: str) -> tuple[str, str, str] | None:
 
 
 def apply(host: Host, req: Request) -> FenceSummary:
-    """Set or lift the fence of one GPU and say what the driver reads back (never raises)."""
+    """Set or lift the fence of one GPU and say what the driver reads back (never raises: a
+    host that cannot be read, /sys refused included, is the `error` outcome, not a traceback)."""
+    try:
+        return _apply(host, req)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        why = f"cannot read the host{where}: {exc.strerror or exc}"
+        return FenceSummary(req.mode, req.pci, req.uuid, "error", "", "off", why)
 
+
+def _apply(host: Host, req: Request) -> FenceSummary:
     def done(outcome: str, why: str = "", mode: str = "", drain: str = "off") -> FenceSummary:
         return FenceSummary(req.mode, req.pci, req.uuid, outcome, mode, drain, why)
 

@@ -211,3 +211,23 @@ def test_a_host_root_it_cannot_read_is_an_error_never_an_absent_gpu(tmp_path: Pa
     summary = json.loads(log.read_text())
     assert (result.exit_code, summary["outcome"]) == (1, "error")
     assert "the host's /sys is not visible" in summary["why"]
+
+
+def test_a_sys_the_kernel_refuses_is_the_error_outcome(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /sys is unreadable (a confined pod: EACCES on stat, which root in the tests never
+    meets) the fence ends in its documented `error` outcome, not a traceback."""
+    real = Path.stat
+
+    def refused(path: Path, *args: object, **kwargs: object) -> os.stat_result:
+        if "/sys/bus/pci/devices" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "stat", refused)
+    code, out, summary = _fence(host, "set")
+    assert (code, summary["outcome"]) == (1, "error"), out
+    assert summary["why"].startswith("cannot read the host ")
+    assert "Permission denied" in summary["why"] and "Traceback" not in out
+    assert _calls(host) == []  # nvidia-smi never asked
