@@ -435,7 +435,7 @@ def _kind_probes(
     bad["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
 
     def bad_pod() -> object:
-        stored = as_dict(create(admin, good, dry_run=True))
+        stored = as_dict(create(guard_api, good, dry_run=True))  # the fence: the guard's only
         pod = controller_pod(stored)
         pod["spec"]["containers"][0]["image"] = "registry.invalid/probe:0"
         return create(controller, pod, dry_run=True)

@@ -90,8 +90,10 @@ def test_privileged_variant_never_runs_in_the_guard_namespace(
     assert status == 403 and PSA in message, message
 
 
-@pytest.mark.parametrize("who", ["guard-token", "jobs-ns-admin"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("who", "kind"),
+    [("guard-token", k) for k in KINDS] + [("jobs-ns-admin", k) for k in KINDS if k != "fence"],
+)
 def test_the_guards_own_job_is_accepted(
     identities: Identities, admin: client.ApiClient, kind: JobKind, who: str
 ) -> None:
@@ -146,3 +148,19 @@ def test_the_guard_token_creates_no_job_outside_the_jobs_namespace(
             break
     assert status == 422 and "ValidatingAdmissionPolicy 'gpu-node-guard-guard-scope'" in message
     assert "refused: the guard creates Jobs only in namespace gpu-node-guard-jobs" in message
+
+
+@pytest.mark.parametrize("action", ["set", "lift"])
+def test_only_the_guard_creates_a_fence_job_even_in_shape(
+    identities: Identities, admin: client.ApiClient, action: str
+) -> None:
+    """A fence Job changes a GPU's compute mode on the host: a jobs-namespace admin's in-shape
+    `fence set` would take a healthy GPU out of service with no record of the guard's, and her
+    `fence lift` would undo the guard's fence unnoticed. Both are refused; the guard's pass."""
+    job = guard_job("fence", NODE, uuid.uuid4().hex)
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    command[command.index("set")] = action
+    status, message = refusal(lambda: create(identities.jobs_ns_admin, job, dry_run=True))
+    assert status == 422 and "'gpu-node-guard-fence-job'" in message, message
+    assert "only the guard's ServiceAccount creates fence Jobs" in message, message
+    create(identities.guard_token, job, dry_run=True)

@@ -100,6 +100,9 @@ class Kind:
     gpus: bool = False
     # The users the Job controller creates the kind's Pods as.
     controllers: tuple[str, ...] = JOB_CONTROLLERS
+    # Created by the guard's ServiceAccount only: a Job of the kind changes the host, and the
+    # guard keeps the record of what it changed (docs/security.md, the fence).
+    guard_only: bool = False
 
 
 _HOST_READER = {
@@ -115,7 +118,7 @@ KINDS = (
     Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
     # The fence writes one GPU's compute mode with the host's nvidia-smi: the evidence Job's
     # access, nothing more (docs/isolation.md).
-    Kind("fence", "gng-fn-", "image", argv.fence, True, _HOST_READER),
+    Kind("fence", "gng-fn-", "image", argv.fence, True, _HOST_READER, guard_only=True),
     Kind(
         "loadtest",
         "gng-lt-",

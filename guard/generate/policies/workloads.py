@@ -72,6 +72,22 @@ OTHER_WORKLOADS = (
 INTERACTIVE = ("exec", "attach", "portforward", "proxy")
 
 
+def _creator_checks(kind: Kind, s: Settings) -> list[Validation]:
+    """A kind only the guard creates (the fence): anyone else's in-shape Job would change a
+    host without the guard's record of it. Last, so an out-of-shape Job is told its shape."""
+    if not kind.guard_only:
+        return []
+    return [
+        Validation(
+            f"request.operation != 'CREATE' || request.userInfo.username == "
+            f"{quote(guard_user(s))}",
+            f"only the guard's ServiceAccount creates {kind.name} Jobs (it keeps the record of "
+            "what they change); not ",
+            "request.userInfo.username",
+        )
+    ]
+
+
 def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     """The Job policy and the Pod policy of one kind."""
     # The one image this kind runs: the site's GUARD_IMAGE or GUARD_LOADTEST_IMAGE, which
@@ -123,6 +139,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         # The Job controller writes status (a subresource) only; the API server's deletion
         # finalizers come and go.
         *fixed_once_admitted("Job", ("finalizers",)),
+        *_creator_checks(kind, s),
     ]
     pod_checks = [
         owner_name,
