@@ -145,6 +145,7 @@ CASES = [
     Case("privilege-escalation", put((*SC, "allowPrivilegeEscalation"), True), CONTAINER_SC),
     Case("capability-sys-admin", put((*CAPS, "add"), ["SYS_ADMIN"]), CONTAINER_SC),
     Case("capability-net-raw", put((*CAPS, "add"), ["NET_RAW"]), CONTAINER_SC),
+    Case("capability-syslog", put((*CAPS, "add"), ["SYSLOG"]), CONTAINER_SC),
     Case("capabilities-not-dropped", drop((*CAPS, "drop")), CONTAINER_SC),
     Case("root-filesystem-writable", put((*SC, "readOnlyRootFilesystem"), False), CONTAINER_SC),
     Case(
