@@ -119,6 +119,10 @@ CASES = [
     Case("hostpath-swapped-for-slash", _volume(1, path="/"), VOLUMES),
     Case("hostpath-created-on-the-host", _volume(0, type="DirectoryOrCreate"), VOLUMES),
     Case("hostpath-any-type", _volume(2, type=""), VOLUMES),
+    # /run/systemd/resolve is untyped so that hosts without systemd-resolved run the agent; the
+    # kubelet never creates it, and no other path loses its type check.
+    Case("hostpath-resolved-created-by-kubelet", _volume(3, type="DirectoryOrCreate"), VOLUMES),
+    Case("hostpath-usr-untyped", _volume(1, type=""), VOLUMES),
     Case("mount-propagation-from-the-host", _mount(0, mountPropagation="HostToContainer"), MOUNTS),
     Case("mount-subpath", _mount(3, subPath="resolv.conf"), MOUNTS),
     Case("mount-elsewhere", _mount(1, mountPath="/usr/lib/x86_64-linux-gnu"), MOUNTS),
