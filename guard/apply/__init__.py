@@ -244,7 +244,9 @@ class KubeExecutor:
     def _create_claim(self, action: CreateClaim) -> Outcome:
         """Create the claim and record its uid. One of that name already there counts only when
         it is the claim the node's record names (a retried create): any other, whoever made it,
-        is refused, and the Job after it on this node is not created."""
+        fails the create, and the Job after it on this node is not created. The guard deletes
+        that claim (by uid; the policy lets it delete only claims with its label) so that the
+        next cycle creates its own: no Job of the guard's uses it yet."""
         try:
             made = self.kube.create_resource_claim(action.namespace, action.manifest)
         except Conflict:
@@ -256,9 +258,15 @@ class KubeExecutor:
                 return Outcome(action, "already-done", "claim-exists", f"{action.name} exists")
             why = (
                 f"resourceclaim {action.namespace}/{action.name} exists (uid {uid or 'none'}) but "
-                "is not the claim the guard recorded for this node; delete it and the guard "
-                "creates its own"
+                "is not the claim the guard recorded for this node"
             )
+            try:
+                if uid:  # none: it is gone already
+                    self.kube.delete_resource_claim(action.namespace, action.name, uid)
+            except KubeError as exc:
+                why += f"; not deleted ({exc}): delete it and the guard creates its own"
+            else:
+                why += "; deleted it, the guard creates its own next cycle"
             return Outcome(action, "failed", REFUSED, why)
         if not action.record:
             return Outcome(action, "applied")

@@ -349,9 +349,14 @@ class Kube:
         path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
         return self._get(path, f"get resourceclaim {namespace}/{name}")
 
-    def delete_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        """With `uid`, exactly the claim read (a uid precondition)."""
         path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
-        return self.call("DELETE", path, f"delete resourceclaim {namespace}/{name}")
+        what = f"delete resourceclaim {namespace}/{name}"
+        if not uid:
+            return self.call("DELETE", path, what)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        return self.call("DELETE", path, what, body=body)
 
     # Writes -----------------------------------------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

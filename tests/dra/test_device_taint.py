@@ -500,7 +500,8 @@ def test_a_claim_of_the_guards_name_it_did_not_make_is_no_already_done(
 ) -> None:
     """A claim with the load test's name that was there before the guard's create (made with the
     guard's token, or while the policy was absent): the create's 409 is refused, not taken as
-    done, and the load-test Job is not created on it."""
+    done, and the load-test Job is not created on it; the guard deletes that claim (by uid) and
+    the next cycle creates and records its own."""
     node = "dra-early"
     dra_node(admin, node)
     rule = isolate(dra_plane, admin, node)
@@ -529,6 +530,14 @@ def test_a_claim_of_the_guards_name_it_did_not_make_is_no_already_done(
     notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
     assert KEYS.loadtest_claim not in notes
     assert rule["metadata"]["name"] in rules(admin)
+    wait_for("the foreign claim's delete", lambda: not _claim_exists(admin, claim.name))
+    plan = cycle(dra_plane, PromView(), later)
+    assert [type(a).__name__ for a in plan if a.node == node] == ["CreateClaim", "CreateJob"]
+    ours = client.CustomObjectsApi(admin).get_namespaced_custom_object(*CLAIMS, claim.name)
+    notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
+    assert notes[KEYS.loadtest_claim] == f"{claim.name} {ours['metadata']['uid']}"
+    expression = ours["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    assert gpu_uuid(node, FAULTED) in expression["expression"]
 
 
 def test_a_persons_device_taint_rule_is_never_touched(
