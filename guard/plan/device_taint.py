@@ -21,7 +21,7 @@ isolation check and the lifecycle checks).
 Return, for each node with a device record, or a guard rule without one (first match wins):
   a guard rule without the node's record (the record's patch did not land) → record it again
   the record names a rule that does not exist:
-      the device's load test passed (the guard's Job)  → clear the record (returned)
+      the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
   hold                                 → skip hold
   no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
@@ -30,8 +30,9 @@ Return, for each node with a device record, or a guard rule without one (first m
   the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
   the guard's taint) and a one-GPU load-test Job; running → wait; failed → record it, keep the
-  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass)
-                                      → untaint-device (the guard's rule, by name and uid),
+  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
+  the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
+  taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
                                         then clear the record (returned) and a Normal Event
 A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
 """
