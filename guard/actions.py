@@ -289,6 +289,9 @@ class CreateClaim(_Logged):
     name: str
     namespace: str
     manifest: dict[str, Any]
+    # (annotation key, value with `{uid}`): the claim the guard made, written on the node once
+    # the API answers the create (guard.apply); only that claim's load test counts.
+    record: tuple[str, ...] = ()
 
     def log_line(self) -> Line:
         return _line(

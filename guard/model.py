@@ -117,6 +117,15 @@ class JobRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """``claim-loadtest``: the ResourceClaim of a device load test the guard created for the
+    node, as the API answered the create (its uid): only that claim's allocation counts."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class FenceRecord:
     """``gpu-fence``: what the guard's last fence Job read back on the cordon's GPU, in which
     boot (compute mode returns to Default at a reboot: a record of another boot holds nothing)."""
@@ -160,6 +169,7 @@ class NodeInfo:
     conformance_failed: FailedCheck | None = None
     onboarding_failed: FailedCheck | None = None
     job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.read.check_records)
+    claim_record: ClaimRecord | None = None  # its device load test's ResourceClaim, likewise
     fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
     unreadable: tuple[Unreadable, ...] = ()
 
@@ -214,6 +224,7 @@ class JobResult:
     passed: bool = False  # conformance PASS / load-test pass; evidence: always False
     failed: tuple[Finding, ...] = ()  # FAIL items (conformance) or failing reasons (load test)
     links: tuple[RecordedLink, ...] = ()  # evidence: the node's GPU links at cordon time
+    gpus: tuple[str, ...] = ()  # load test: the UUIDs of the GPUs it ran on, as it reported them
     # The Pod it came from is not the Job's own (another controller, other containers, another
     # node): the Job counts as one the guard did not make (check_jobs.foreign), never a result.
     foreign: bool = False
@@ -350,6 +361,17 @@ class DraDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim of the jobs namespace as read: whose it is (uid) and the devices its
+    allocation names (``<driver>/<pool>/<device>``; empty while it is not allocated: the
+    resourceclaim controller clears the allocation once the claim's Pod has finished)."""
+
+    name: str
+    uid: str
+    allocated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TaintRule:
     """A DeviceTaintRule as read: its selector and taint; `guard`: it carries the guard's label
     (only those are ever deleted, and only by name and uid)."""
@@ -387,6 +409,7 @@ class Snapshot:
     # DRA: the GPUs the DRA driver publishes (ResourceSlices) and the DeviceTaintRules read.
     devices: tuple[DraDevice, ...] = ()
     taint_rules: tuple[TaintRule, ...] = ()
+    claims: tuple[Claim, ...] = ()  # the jobs namespace's ResourceClaims
 
     def node(self, name: str) -> NodeInfo | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -175,6 +175,11 @@ class Annotations:
         """`<job name> <uid> <spec digest>`: the last fence Job (set or lift) the guard created."""
         return f"{self.prefix}job-fence"
 
+    @property
+    def loadtest_claim(self) -> str:
+        """`<claim name> <uid>`: the last device load test's ResourceClaim the guard created."""
+        return f"{self.prefix}claim-loadtest"
+
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
         return {

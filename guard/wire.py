@@ -15,7 +15,9 @@ MAX_BYTES (kubelet keeps KUBELET_MAX_BYTES of a termination message):
                To fit, links go from the end.
   loadtest     schema LOADTEST_SCHEMA (a summary without one, from the release before, is read
                too); kind loadtest; verdict pass|fail; expected_gpus, visible_gpus, ratio,
-               allreduce_busbw_gbps; reasons, notes: [line]; left_off: lines dropped to fit.
+               allreduce_busbw_gbps; gpus: [UUID] of the GPUs it ran on (at most MAX_LINKS;
+               absent before this field existed); reasons, notes: [line]; left_off: lines
+               dropped to fit.
   fence        schema FENCE_SCHEMA; mode set|lift; pci, uuid; outcome fenced|lifted|gpu-absent|
                mismatch|error; compute_mode (as read back, "" when none was read); drain
                off|done|undone|failed; why (at most WHY_MAX_CHARS).
@@ -45,6 +47,8 @@ LOADTEST_SCHEMA = "gpu-node-guard/loadtest-summary/v1"
 LOADTEST_KIND = "loadtest"
 FENCE_SCHEMA = "gpu-node-guard/fence-summary/v1"
 MAX_LINKS = 64  # an evidence summary with more GPUs than this is not one a node makes
+# A GPU's UUID as the load test's backend read it (GPU-… from NVML; "" where it read none).
+_GPU_UUID = re.compile(r"[!-~]{0,80}", re.ASCII)
 
 
 class SummaryError(ValueError):
@@ -300,6 +304,7 @@ def _links(value: Any) -> tuple[tuple[str, str], ...]:
 class LoadTestSummary:
     passed: bool
     reasons: tuple[str, ...]  # `word key=value…` lines
+    gpus: tuple[str, ...] = ()  # the UUIDs of the GPUs it ran on (a device pass names its GPU)
 
 
 def render_loadtest_summary(
@@ -327,7 +332,7 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     """The summary from a load-test Pod's termination message.
 
     >>> parse_loadtest_summary('{"kind": "loadtest", "verdict": "fail", "reasons": ["x a=1"]}')
-    LoadTestSummary(passed=False, reasons=('x a=1',))
+    LoadTestSummary(passed=False, reasons=('x a=1',), gpus=())
     """
     doc = summary_doc(text, None, program="the load test", name="load-test summary")
     verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
@@ -340,7 +345,14 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
         raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")
     if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
         raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
-    return LoadTestSummary(verdict == "pass", tuple(reasons))
+    gpus = doc.get("gpus", [])
+    if (
+        not isinstance(gpus, list)
+        or len(gpus) > MAX_LINKS
+        or not all(isinstance(g, str) and _GPU_UUID.fullmatch(g) for g in gpus)
+    ):
+        raise SummaryError(f"load-test summary `gpus` is not a list of GPU UUIDs: {gpus!r}"[:200])
+    return LoadTestSummary(verdict == "pass", tuple(reasons), tuple(gpus))
 
 
 # ── fence ────────────────────────────────────────────────────────────────────────────────────

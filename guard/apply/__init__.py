@@ -135,7 +135,8 @@ class KubeExecutor:
             outcome = Outcome(action, "failed", detail=str(exc))
         # A device taint's rule that did not land (or was not deleted) stops the node's record
         # write after it, as a node patch does.
-        blocking = isinstance(action, NodePatch | TaintDevice | UntaintDevice)
+        # So does a load-test claim: the Job must not run on a claim that is not the guard's.
+        blocking = isinstance(action, NodePatch | TaintDevice | UntaintDevice | CreateClaim)
         if blocking and outcome.status in ("failed", "skipped"):
             word = outcome.type_word
             self._blocked[action.node] = f"{word} of this node did not land: {outcome.detail}"
@@ -163,11 +164,7 @@ class KubeExecutor:
             case UntaintDevice():
                 return self._untaint_device(action)
             case CreateClaim():
-                try:
-                    self.kube.create_resource_claim(action.namespace, action.manifest)
-                except Conflict:
-                    return Outcome(action, "already-done", "claim-exists", f"{action.name} exists")
-                return Outcome(action, "applied")
+                return self._create_claim(action)
             case AppendLedgerLine():
                 return self._append_ledger(action)
             case EmitEvent() if (
@@ -244,11 +241,48 @@ class KubeExecutor:
             return done
         return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
 
+    def _create_claim(self, action: CreateClaim) -> Outcome:
+        """Create the claim and record its uid. One of that name already there counts only when
+        it is the claim the node's record names (a retried create): any other, whoever made it,
+        fails the create, and the Job after it on this node is not created. The guard deletes
+        that claim (by uid; the policy lets it delete only claims with its label) so that the
+        next cycle creates its own: no Job of the guard's uses it yet."""
+        try:
+            made = self.kube.create_resource_claim(action.namespace, action.manifest)
+        except Conflict:
+            found = self.kube.resource_claim(action.namespace, action.name) or {}
+            uid = str((found.get("metadata") or {}).get("uid", ""))
+            node = self.snap.node(action.node)
+            rec = node.claim_record if node else None
+            if rec is not None and (rec.name, rec.uid) == (action.name, uid):
+                return Outcome(action, "already-done", "claim-exists", f"{action.name} exists")
+            why = (
+                f"resourceclaim {action.namespace}/{action.name} exists (uid {uid or 'none'}) but "
+                "is not the claim the guard recorded for this node"
+            )
+            try:
+                if uid:  # none: it is gone already
+                    self.kube.delete_resource_claim(action.namespace, action.name, uid)
+            except KubeError as exc:
+                why += f"; not deleted ({exc}): delete it and the guard creates its own"
+            else:
+                why += "; deleted it, the guard creates its own next cycle"
+            return Outcome(action, "failed", REFUSED, why)
+        if not action.record:
+            return Outcome(action, "applied")
+        uid = str((made.get("metadata") or {}).get("uid", ""))
+        return self._record(action, action.record, uid, f"resourceclaim/{action.name}")
+
     def _record_job(self, action: CreateJob, uid: str) -> Outcome:
+        return self._record(action, action.record, uid, f"job/{action.name}")
+
+    def _record(
+        self, action: CreateJob | CreateClaim, record: tuple[str, ...], uid: str, what: str
+    ) -> Outcome:
         """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
-        cycle takes a result only from this uid. A record that does not land leaves the Job
+        cycle takes a result only from this uid. A record that does not land leaves the object
         unowned: the next cycle names it (delete it and the guard makes its own again)."""
-        key, value = action.record
+        key, value = record
         ref = self._refs.get(action.node)
         note = Annotate(
             action.node,
@@ -260,19 +294,15 @@ class KubeExecutor:
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
         except KubeError as exc:
-            return Outcome(
-                action,
-                "failed",
-                detail=f"job/{action.name} created, its record {key} not written: {exc}",
-            )
+            why = f"{what} created, its record {key} not written: {exc}"
+            return Outcome(action, "failed", detail=why)
         if patched.node is not None:
             self._remember(patched.node)
         if patched.outcome.status == "skipped":
             return Outcome(
                 action,
                 "failed",
-                detail=f"job/{action.name} created, its record "
-                f"{key} not written: {patched.outcome.detail}",
+                detail=f"{what} created, its record {key} not written: {patched.outcome.detail}",
             )
         return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
 

@@ -335,9 +335,28 @@ class Kube:
             "POST", path, f"create resourceclaim {namespace}/{body['metadata']['name']}", body
         )
 
-    def delete_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def resource_claims(self, namespace: str) -> list[dict[str, Any]]:
+        """Every ResourceClaim of the namespace (not only labelled ones: a claim named as the
+        guard's is seen whoever made it); none where the API server does not serve the group."""
+        try:
+            path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims"
+            found = self.list_all(path, f"list resourceclaims {namespace}")
+            return [_kinded(r, "ResourceClaim") for r in found]
+        except NotFound:
+            return []
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
-        return self.call("DELETE", path, f"delete resourceclaim {namespace}/{name}")
+        return self._get(path, f"get resourceclaim {namespace}/{name}")
+
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        """With `uid`, exactly the claim read (a uid precondition)."""
+        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+        what = f"delete resourceclaim {namespace}/{name}"
+        if not uid:
+            return self.call("DELETE", path, what)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        return self.call("DELETE", path, what, body=body)
 
     # Writes -----------------------------------------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,8 @@ def summary(criteria: Criteria, run: RunResult, verdict: Verdict) -> str:
         "visible_gpus": len(run.devices),
         "ratio": verdict.ratio,
         "allreduce_busbw_gbps": largest.busbw_gbps if largest else None,
+        # Which GPUs it ran on: a device load test's pass counts only for the tainted GPU.
+        "gpus": [d.uuid for d in run.devices],
     }
     return render_loadtest_summary(counts, verdict.reasons, verdict.notes)
 

@@ -83,23 +83,34 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
 
 
 def foreign_job(
-    s: Settings, node: NodeInfo, job: JobInfo, word: str, why: str, stays: str
+    s: Settings,
+    node: NodeInfo,
+    job: JobInfo,
+    word: str,
+    why: str,
+    stays: str,
+    claim: str = "",
 ) -> tuple[Skip, EmitEvent]:
-    """A Job found by name that the guard did not make: never a result; one WARN line and one
-    Warning Event (per Job uid) naming it; deleting it lets the guard create its own again."""
+    """A Job found by name that the guard did not make, or (`claim`: its ResourceClaim's name)
+    a device load test that ran on a claim or GPU that is not the guard's: never a result; one
+    WARN line and one Warning Event (per Job uid) naming it; deleting it (and the claim) lets the
+    guard create its own again."""
     fix = (
         f"{stays}; kubectl -n {s.jobs_namespace} delete job {job.name} (the guard creates its "
         "own again)"
     )
+    what, said = f"{job.kind} job/{job.name}", f"which it did not create ({why})"
+    if claim:
+        fix = f"{stays}; delete job and resourceclaim {claim} as docs/runbook.md says"
+        said = f"whose pass is not the tainted device's ({why})"
     return (
-        Skip(node.name, word, f"{job.kind} job/{job.name} is not the guard's: {why}", fix, "WARN"),
+        Skip(node.name, word, f"{what} is not the guard's: {why}", fix, "WARN"),
         EmitEvent(
             node.name,
             word,
             "Warning",
             "GuardForeignJob",
-            f"gpu-node-guard ignores {job.kind} job/{job.name}, which it did not create "
-            f"({why}); {stays}",
+            f"gpu-node-guard ignores {what}, {said}; {stays}",
             incident=f"{job.name} {job.uid}",
         ),
     )

@@ -21,7 +21,7 @@ isolation check and the lifecycle checks).
 Return, for each node with a device record, or a guard rule without one (first match wins):
   a guard rule without the node's record (the record's patch did not land) → record it again
   the record names a rule that does not exist:
-      the device's load test passed (the guard's Job)  → clear the record (returned)
+      the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
   hold                                 → skip hold
   no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
@@ -30,8 +30,9 @@ Return, for each node with a device record, or a guard rule without one (first m
   the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
   the guard's taint) and a one-GPU load-test Job; running → wait; failed → record it, keep the
-  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass)
-                                      → untaint-device (the guard's rule, by name and uid),
+  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
+  the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
+  taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
                                         then clear the record (returned) and a Normal Event
 A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
 """
@@ -67,6 +68,7 @@ from guard.names import (
 )
 from guard.plan.check_jobs import foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import (
+    UID,
     Incident,
     create_job,
     evidence_job,
@@ -76,6 +78,7 @@ from guard.plan.common import (
     loadtest_args,
     present,
 )
+from guard.read.check_records import claim_record_value
 from guard.read.records import cancel_value
 from guard.settings import Settings
 from guard.states import Decision
@@ -364,7 +367,8 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
     claim, spec = _loadtest(s, node, rec)
     job = next((j for j in snap.jobs if j.name == spec.name), None)
     if rule is None:
-        if job is not None and not foreign(node, job) and passed(job):
+        trusted = job is not None and not foreign(node, job)
+        if job is not None and trusted and passed(job) and not claim_problem(snap, node, rec, job):
             return _returned(snap, s, node, rec, job, None)
         return _cancelled(snap, s, node, rec)
     blocked = _blocked(snap, s, node, rec)
@@ -378,6 +382,7 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
                 claim.name,
                 claim.namespace,
                 t.render_claim(claim),
+                (k.loadtest_claim, claim_record_value(claim.name, UID)),
             ),
             create_job(
                 s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
@@ -536,7 +541,43 @@ def _gate(
                 "WARN",
             ),
         )
+    if why := claim_problem(snap, node, rec, job):
+        stays = "the device stays tainted"
+        word = Decision.LOADTEST_FOREIGN
+        return foreign_job(s, node, job, word, why, stays, claim=job.name)
     return _returned(snap, s, node, rec, job, rule)
+
+
+def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInfo) -> str:
+    """Why a pass of the device's load-test Job is not a pass of the tainted GPU ("" when it
+    is): its ResourceClaim (named as the Job) must be the one the node's record names, by uid,
+    its allocation (while one is written: the resourceclaim controller clears it once the Pod
+    has finished) exactly the tainted device, and the GPUs the load test reports it ran on
+    exactly the tainted GPU's UUID."""
+    made = node.claim_record
+    if made is None or made.name != job.name:
+        last = f"; the guard's last claim here is resourceclaim/{made.name}" if made else ""
+        return f"the node has no record that the guard created resourceclaim/{job.name}{last}"
+    claim = next((c for c in snap.claims if c.name == job.name), None)
+    if claim is None:
+        return f"resourceclaim/{job.name} is gone: which GPU it held cannot be read"
+    if claim.uid != made.uid:
+        return (
+            f"resourceclaim/{job.name} has uid {claim.uid or '(none)'} but the guard created "
+            f"uid {made.uid}: it was replaced"
+        )
+    if claim.allocated and claim.allocated != (rec.device,):
+        return (
+            f"resourceclaim/{job.name} is allocated {','.join(claim.allocated)}, not the "
+            f"tainted {rec.device}"
+        )
+    tested = job.result.gpus if job.result is not None else ()
+    if [u.lower() for u in tested] != [rec.uuid.lower()]:
+        return (
+            f"the load test ran on {','.join(tested) or 'GPUs it did not name'}, not the "
+            f"tainted {rec.uuid}"
+        )
+    return ""
 
 
 def _returned(

@@ -58,6 +58,7 @@ class ClusterObjects:
     # DRA (guard.read.objects): the GPU driver's ResourceSlices and the DeviceTaintRules.
     resource_slices: tuple[dict[str, Any], ...] = ()
     taint_rules: tuple[dict[str, Any], ...] = ()
+    resource_claims: tuple[dict[str, Any], ...] = ()  # the jobs namespace's
 
     def dra_gpus(self) -> bool:
         """Whether the DRA driver publishes any GPU (`read_prom` then needs no device-plugin
@@ -136,6 +137,7 @@ class _Collect:
             "Pod": [],
             "ResourceSlice": [],
             "DeviceTaintRule": [],
+            "ResourceClaim": [],
         }
         self.kinds: set[str] = set()
         self.spaces: set[str] = set()
@@ -160,6 +162,8 @@ class _Collect:
         # guard.read.objects reads what is the GPU's
         if kind in ("ResourceSlice", "DeviceTaintRule"):
             return True
+        if kind == "ResourceClaim":
+            return _meta(item, "namespace") == s.jobs_namespace
         return _is_ledger(item, s) or _is_archive(item, s)
 
     def result(self) -> ClusterObjects:
@@ -181,6 +185,7 @@ class _Collect:
             ignored=ignored,
             resource_slices=tuple(self.kept["ResourceSlice"]),
             taint_rules=tuple(self.kept["DeviceTaintRule"]),
+            resource_claims=tuple(self.kept["ResourceClaim"]),
         )
 
 
@@ -262,6 +267,7 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
         ledger_store.size_of({str(k): v for k, v in data.items() if isinstance(v, str)}),
         objects.devices(objs.resource_slices),
         objects.taint_rules(objs.taint_rules, keys),
+        objects.claims(objs.resource_claims),
     )
 
 
@@ -290,6 +296,7 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
         ignored=ignored,
         resource_slices=tuple(kube.resource_slices(DRA_DRIVER)),
         taint_rules=tuple(kube.device_taint_rules(mine)),
+        resource_claims=tuple(kube.resource_claims(s.jobs_namespace)),
     )
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 from guard.jobs import DIGEST_CHARS
 from guard.ledger import parse_time
-from guard.model import CheckedBoot, FailedCheck, FenceRecord, JobRecord, RecordedLink
+from guard.model import (
+    CheckedBoot,
+    ClaimRecord,
+    FailedCheck,
+    FenceRecord,
+    JobRecord,
+    RecordedLink,
+)
 from guard.names import Annotations
 from guard.pci import link_record
 from guard.read.records import JOB_REF, TOKEN, Problems
@@ -165,6 +172,43 @@ def job_record_value(name: str, uid: str, digest: str) -> str:
     'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
     """
     return f"{name} {uid} {digest}"
+
+
+_CLAIM_RECORD = re.compile(
+    r"([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?) "
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",
+    re.ASCII,
+)
+
+
+def claim_record(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> ClaimRecord | None:
+    """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable.
+
+    >>> from guard.read.records import Problems
+    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
+    >>> claim_record({"p/claim-loadtest": claim_record_value("gng-lt-b-1", uid)}, k,
+    ...              Problems("b")).uid == uid
+    True
+    >>> p = Problems("b")
+    >>> claim_record({"p/claim-loadtest": "gng-lt-b-1"}, k, p), len(p.found)
+    (None, 1)
+    """
+    text = notes.get(k.loadtest_claim)
+    if text is None:
+        return None
+    found = _CLAIM_RECORD.fullmatch(text)
+    if found is None:
+        key = k.loadtest_claim
+        problems.annotation(key, key.removeprefix(k.prefix), text, "not '<claim name> <uid>'")
+        return None
+    return ClaimRecord(*found.groups())
+
+
+def claim_record_value(name: str, uid: str) -> str:
+    """The `claim-loadtest` value (inverse of `claim_record`)."""
+    return f"{name} {uid}"
 
 
 FENCE_STATES = ("fenced", "gpu-absent", "lifted")

@@ -252,7 +252,7 @@ def _loadtest(message: str) -> JobResult:
         raise SummaryError(f"load-test summary reason {bad[0]!r} does not start with a word")
     pairs = zip(words, summary.reasons, strict=True)
     found = tuple(Finding(w, r[:WHY_MAX_CHARS]) for w, r in pairs)
-    return JobResult("read", passed=summary.passed, failed=found)
+    return JobResult("read", passed=summary.passed, failed=found, gpus=summary.gpus)
 
 
 def _fence(message: str) -> JobResult:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from guard.jobs import run_digest, spec_digest
-from guard.model import DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
+from guard.model import Claim, DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -24,7 +24,7 @@ from guard.names import (
     is_dns_subdomain,
 )
 from guard.pci import PciAddressError, normalize_pci
-from guard.read.check_records import fence_record, job_records, lifecycle_records
+from guard.read.check_records import claim_record, fence_record, job_records, lifecycle_records
 from guard.read.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
 _SHOWN = 120  # characters of a bad value repeated in a log line
@@ -92,6 +92,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         conformance_failed=conformance_failed,
         onboarding_failed=onboarding_failed,
         job_records=job_records(notes, keys, problems),
+        claim_record=claim_record(notes, keys, problems),
         fence=fence_record(notes, keys, problems),
         unreadable=tuple(problems.found),
     )
@@ -278,3 +279,26 @@ def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[
             )
         )
     return tuple(sorted(out, key=lambda r: r.name))
+
+
+def claims(found: Iterable[Mapping[str, Any]]) -> tuple[Claim, ...]:
+    """The jobs namespace's ResourceClaims as read, sorted by name: uid and allocated devices.
+
+    >>> claims([{"metadata": {"name": "c", "uid": "u"}, "status": {"allocation": {"devices": {
+    ...     "results": [{"driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-3"}]}}}}])
+    (Claim(name='c', uid='u', allocated=('gpu.nvidia.com/n1/gpu-3',)),)
+    """
+    out = []
+    for obj in found:
+        meta = _mapping(obj.get("metadata"))
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        allocation = _mapping(_mapping(obj.get("status")).get("allocation"))
+        results = _mapping(allocation.get("devices")).get("results")
+        refs = tuple(
+            "/".join(str(_mapping(r).get(f) or "") for f in ("driver", "pool", "device"))
+            for r in (results if isinstance(results, list) else ())
+        )
+        out.append(Claim(name, str(meta.get("uid", "")), refs))
+    return tuple(sorted(out, key=lambda c: c.name))

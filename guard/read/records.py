@@ -43,6 +43,7 @@ FORMATS = {
     "job-conformance": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-fence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    "claim-loadtest": "<claim name> <uid> (the guard writes it at the claim's create)",
     "gpu-fence": "<fenced|gpu-absent|lifted> <bootID> <RFC 3339 time> job/<name>",
 }
 

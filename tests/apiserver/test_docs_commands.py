@@ -93,6 +93,11 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
         "DeviceTaintRules are resource.k8s.io/v1 from Kubernetes 1.37; this tier's API server is "
         "v1.34.4 (tests/dra runs the guard's rules on a v1.37 control plane)",
     ),
+    (
+        r"\bresourceclaim\b",
+        "a device load test's ResourceClaim exists only on a DRA node; this tier's guard cordons "
+        "device-plugin nodes (tests/dra runs the device load test and its claim on v1.37)",
+    ),
 )
 
 

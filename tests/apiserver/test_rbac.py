@@ -400,6 +400,8 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("*", "resource.k8s.io", "devicetaintrules", "list"),
         ("*", "resource.k8s.io", "devicetaintrules", "create"),
         ("*", "resource.k8s.io", "devicetaintrules", "delete"),
+        (JOBS_NS, "resource.k8s.io", "resourceclaims", "get"),
+        (JOBS_NS, "resource.k8s.io", "resourceclaims", "list"),
         (JOBS_NS, "resource.k8s.io", "resourceclaims", "create"),
         (JOBS_NS, "resource.k8s.io", "resourceclaims", "delete"),
     }

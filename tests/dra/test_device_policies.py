@@ -138,6 +138,48 @@ def test_claims_tolerating_more_or_asking_more_are_refused(as_guard: client.ApiC
         assert status == 422, message
 
 
+def _no_selector(d: dict[str, Any]) -> None:
+    del d["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+
+
+def _any_gpu(d: dict[str, Any]) -> None:
+    selector = d["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    selector["expression"] = 'device.driver == "gpu.nvidia.com"'
+
+
+def _uuid_or_any(d: dict[str, Any]) -> None:
+    selector = d["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    selector["expression"] += " || true"
+
+
+def _two_selectors(d: dict[str, Any]) -> None:
+    selectors = d["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    selectors.append({"cel": {"expression": "true"}})
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [_no_selector, _any_gpu, _uuid_or_any, _two_selectors],
+    ids=["no-selector", "any-gpu", "uuid-or-any", "two-selectors"],
+)
+def test_a_guard_claim_not_naming_one_gpu_is_refused(
+    as_guard: client.ApiClient, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    """The guard's token may not ask for whichever GPU the scheduler picks (issue #38, 2)."""
+    status, message = refusal(lambda: create(as_guard, changed(guard_claim(), edit)))
+    assert status == 422, message
+    assert "selects exactly one GPU" in message, message
+
+
+def test_no_one_but_the_guard_creates_a_claim_in_the_jobs_namespace(
+    admin: client.ApiClient,
+) -> None:
+    """Not even a cluster admin: a claim there is a device load test's, and the guard's."""
+    status, message = refusal(lambda: create(admin, guard_claim("an-admins-claim")))
+    assert status == 422, message
+    assert "'gpu-node-guard-device-claims-others'" in message, message
+
+
 def test_rbac_keeps_the_guard_out_of_other_namespaces_claims(as_guard: client.ApiClient) -> None:
     claim = guard_claim()
     claim["metadata"]["namespace"] = "work"

@@ -10,6 +10,8 @@ half; the last test reads that half from a real Prometheus of a DRA-only cluster
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,8 +21,18 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from guard.actions import Action, Cordon, Skip, TaintDevice, UntaintDevice
+from guard.actions import (
+    Action,
+    Cordon,
+    CreateClaim,
+    CreateJob,
+    EmitEvent,
+    Skip,
+    TaintDevice,
+    UntaintDevice,
+)
 from guard.apply import KubeExecutor
+from guard.apply.outcome import Outcome
 from guard.doors.kube import Kube
 from guard.doors.prom import PromClient, PromError
 from guard.example.scenario import NodeTimeline
@@ -33,19 +45,20 @@ from guard.read import build_snapshot, read_cluster, read_prom
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
-    LOADTEST_PASS,
     ONSET_S,
     end_pod,
     scenario_prometheus,
 )
 from tests.apiserver.kube import (
     GUARD_NS,
+    GUARD_USER,
     JOB_CONTROLLER,
     JOBS_NS,
     MERGE_PATCH,
     ControlPlane,
     controller_pod,
     create,
+    refusal,
 )
 from tests.builders import TEMPLATES
 
@@ -161,6 +174,15 @@ def cycle(
     plane: ControlPlane, prom: PromView, at: datetime = T0, s: Settings | None = None
 ) -> tuple[Action, ...]:
     """One whole cycle: read the cluster, plan, and write through the executor."""
+    plan, outcomes = cycle_outcomes(plane, prom, at, s)
+    failed = [o for o in outcomes if o.status == "failed"]
+    assert not failed, failed
+    return plan
+
+
+def cycle_outcomes(
+    plane: ControlPlane, prom: PromView, at: datetime = T0, s: Settings | None = None
+) -> tuple[tuple[Action, ...], list[Outcome]]:
     s = s or Settings(prometheus_url="http://prometheus.invalid")
     # The guard as deployed: its ServiceAccount's token, RBAC and the DRA policies applied.
     kubeconfig = plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
@@ -170,9 +192,14 @@ def cycle(
     executor = KubeExecutor(kube, Log("text"), s, snap, "test")
     for action in plan:
         executor.apply(action)
-    failed = [o for o in executor.outcomes if o.status == "failed"]
-    assert not failed, failed
-    return plan
+    return plan, executor.outcomes
+
+
+def device_pass(gpu: str) -> str:
+    """The load test's termination message: a pass on the GPU (by UUID) it ran on."""
+    return json.dumps(
+        {"kind": "loadtest", "verdict": "pass", "reasons": [], "notes": [], "gpus": [gpu]}
+    )
 
 
 def rules(api: client.ApiClient) -> dict[str, dict[str, Any]]:
@@ -332,12 +359,17 @@ def test_the_return_deletes_the_rule_only_after_the_devices_load_test_passed(
     assert "loadtest-running" in [a.reason for a in plan if a.node == node]
     assert rule["metadata"]["name"] in rules(admin)  # not before the load test passed
 
-    end_pod(
-        admin,
-        {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}},
-        LOADTEST_PASS,
-        True,
-    )
+    passed(admin, job["metadata"]["name"], pod, made.metadata.name, gpu_uuid(node, FAULTED))
+    plan = cycle(dra_plane, PromView(), later)
+    assert [a for a in plan if isinstance(a, UntaintDevice)], plan
+    assert rule["metadata"]["name"] not in rules(admin)
+    notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
+    assert KEYS.device_taint not in notes and KEYS.returned in notes
+
+
+def passed(api: client.ApiClient, job: str, pod: dict[str, Any], made: str, gpu: str) -> None:
+    """Play the kubelet and the Job controller: the Job's Pod `made` passed on `gpu`."""
+    end_pod(api, {**pod, "metadata": {**pod["metadata"], "name": made}}, device_pass(gpu), True)
     at = "2026-09-21T06:00:00Z"
     status = {
         "startTime": at,
@@ -348,14 +380,164 @@ def test_the_return_deletes_the_rule_only_after_the_devices_load_test_passed(
             for c in ("SuccessCriteriaMet", "Complete")
         ],
     }
-    client.BatchV1Api(admin).patch_namespaced_job_status(
-        job["metadata"]["name"], JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    client.BatchV1Api(api).patch_namespaced_job_status(
+        job, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
     )
+
+
+CLAIMS = ("resource.k8s.io", "v1", JOBS_NS, "resourceclaims")
+JOBS_NS_ADMIN = "bob-jobs-ns-admin"  # as tests/apiserver names him
+HEALTHY = 5
+
+
+def on_gpu(claim: dict[str, Any], node: str, index: int) -> dict[str, Any]:
+    """The guard's claim as stored, made anew to select another GPU of the node (the swap)."""
+    out = copy.deepcopy(claim)
+    meta = claim["metadata"]
+    out["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels", "annotations")}
+    out.pop("status", None)
+    selector = out["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    selector["expression"] = selector["expression"].replace(
+        gpu_uuid(node, FAULTED), gpu_uuid(node, index)
+    )
+    assert gpu_uuid(node, index) in selector["expression"]
+    return out
+
+
+RBAC = "rbac.authorization.k8s.io"
+
+
+def jobs_ns_admin(api: client.ApiClient) -> None:
+    """bob administers the jobs namespace: RBAC lets him do anything to its claims (only the
+    policy stands between him and the guard's)."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        JOBS_NS,
+        {
+            "metadata": {"name": "claims-admin"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["*"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        JOBS_NS,
+        {
+            "metadata": {"name": "claims-admin"},
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "claims-admin"},
+            "subjects": [{"apiGroup": RBAC, "kind": "User", "name": JOBS_NS_ADMIN}],
+        },
+    )
+
+
+def test_a_swapped_claim_is_refused_and_one_made_anyway_never_lifts_the_taint(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """Issue #38, 2: the jobs namespace's admin deletes the guard's claim and makes one of the
+    same name on a healthy GPU. The policy refuses both; the same swap made with the guard's own
+    token (as if the policy were absent) runs the load test on the healthy GPU, and its pass
+    keeps the faulted GPU tainted: one WARN line and one Warning Event."""
+    node = "dra-swap"
+    dra_node(admin, node)
+    rule = isolate(dra_plane, admin, node)
+    later = T0 + timedelta(minutes=10)
+    set_boot(admin, node, "boot-2")
     plan = cycle(dra_plane, PromView(), later)
-    assert [a for a in plan if isinstance(a, UntaintDevice)], plan
-    assert rule["metadata"]["name"] not in rules(admin)
+    (name,) = [a.name for a in plan if a.node == node and isinstance(a, CreateJob)]
+    theirs = client.CustomObjectsApi(admin).get_namespaced_custom_object(*CLAIMS, name)
+    record = client.CoreV1Api(admin).read_node(node).metadata.annotations[KEYS.loadtest_claim]
+    assert record == f"{name} {theirs['metadata']['uid']}"
+    swapped = on_gpu(theirs, node, HEALTHY)
+
+    jobs_ns_admin(admin)
+    with dra_plane.impersonating(JOBS_NS_ADMIN) as bob:
+        bobs = client.CustomObjectsApi(bob)
+        status, message = refusal(lambda: bobs.delete_namespaced_custom_object(*CLAIMS, name))
+        assert status == 422 and "'gpu-node-guard-device-claims-others'" in message, message
+        other = {**swapped, "metadata": {**swapped["metadata"], "name": "bobs-claim"}}
+        status, message = refusal(lambda: create(bob, other))
+        assert status == 422 and "only gpu-node-guard's ServiceAccount creates" in message
+        relabel = {"metadata": {"labels": {"app.kubernetes.io/name": "bob"}}}
+        status, message = refusal(
+            lambda: bobs.patch_namespaced_custom_object(*CLAIMS, name, relabel)
+        )
+        assert status == 422, message
+    assert client.CustomObjectsApi(admin).get_namespaced_custom_object(*CLAIMS, name)
+
+    with dra_plane.impersonating(GUARD_USER) as guard:
+        client.CustomObjectsApi(guard).delete_namespaced_custom_object(*CLAIMS, name)
+        wait_for("the claim's delete", lambda: not _claim_exists(admin, name))
+        create(guard, swapped)
+    stored = admin.sanitize_for_serialization(
+        client.BatchV1Api(admin).read_namespaced_job(name, JOBS_NS)
+    )
+    pod = controller_pod(stored)
+    del pod["metadata"]["finalizers"]
+    with dra_plane.impersonating(JOB_CONTROLLER) as controller:
+        made = create(controller, pod)
+    got = wait_for("the swapped claim's allocation", lambda: allocated(admin, JOBS_NS, name))
+    assert got == [f"gpu-{HEALTHY}"]  # the load test runs on the healthy GPU
+    # Even a summary that names the tainted GPU is no pass on a claim the guard did not make.
+    passed(admin, name, pod, made.metadata.name, gpu_uuid(node, FAULTED))
+    for _ in range(2):
+        plan = cycle(dra_plane, PromView(), later)
+        assert not [a for a in plan if isinstance(a, UntaintDevice)], plan
+        (skip,) = [a for a in plan if isinstance(a, Skip) and a.node == node]
+        assert (skip.reason, skip.level) == ("loadtest-foreign", "WARN")
+        assert "it was replaced" in skip.detail, skip.detail
+        (event,) = [a for a in plan if isinstance(a, EmitEvent) and a.node == node]
+        assert (event.event_type, event.event_reason) == ("Warning", "GuardForeignJob")
+    assert rule["metadata"]["name"] in rules(admin)
     notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
-    assert KEYS.device_taint not in notes and KEYS.returned in notes
+    assert KEYS.device_taint in notes and KEYS.returned not in notes
+
+
+def _claim_exists(api: client.ApiClient, name: str) -> bool:
+    found = client.CustomObjectsApi(api).list_namespaced_custom_object(*CLAIMS)
+    return any(c["metadata"]["name"] == name for c in found["items"])
+
+
+def test_a_claim_of_the_guards_name_it_did_not_make_is_no_already_done(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """A claim with the load test's name that was there before the guard's create (made with the
+    guard's token, or while the policy was absent): the create's 409 is refused, not taken as
+    done, and the load-test Job is not created on it; the guard deletes that claim (by uid) and
+    the next cycle creates and records its own."""
+    node = "dra-early"
+    dra_node(admin, node)
+    rule = isolate(dra_plane, admin, node)
+    later = T0 + timedelta(minutes=10)
+    set_boot(admin, node, "boot-2")
+    s = Settings(prometheus_url="http://prometheus.invalid")
+    kubeconfig = dra_plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
+    kube = Kube.connect(str(kubeconfig), in_cluster=False)
+    planned = plan_cycle(build_snapshot(later, read_cluster(kube, s), PromView(), s), s, TEMPLATES)
+    (claim,) = [a for a in planned if isinstance(a, CreateClaim) and a.node == node]
+    with dra_plane.impersonating(GUARD_USER) as guard:
+        create(guard, on_gpu(claim.manifest, node, HEALTHY))
+    _, outcomes = cycle_outcomes(dra_plane, PromView(), later)
+    mine = {o.type_word: o for o in outcomes if o.action.node == node}
+    assert (mine["create-claim"].status, mine["create-claim"].reason) == ("failed", "refused")
+    assert "not the claim the guard recorded" in mine["create-claim"].detail
+    assert (mine["create-job"].status, mine["create-job"].reason) == (
+        "skipped",
+        "earlier-write-failed",
+    )
+    assert not [
+        j
+        for j in client.BatchV1Api(admin).list_namespaced_job(JOBS_NS).items
+        if j.metadata.name == claim.name
+    ]
+    notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
+    assert KEYS.loadtest_claim not in notes
+    assert rule["metadata"]["name"] in rules(admin)
+    wait_for("the foreign claim's delete", lambda: not _claim_exists(admin, claim.name))
+    plan = cycle(dra_plane, PromView(), later)
+    assert [type(a).__name__ for a in plan if a.node == node] == ["CreateClaim", "CreateJob"]
+    ours = client.CustomObjectsApi(admin).get_namespaced_custom_object(*CLAIMS, claim.name)
+    notes = client.CoreV1Api(admin).read_node(node).metadata.annotations or {}
+    assert notes[KEYS.loadtest_claim] == f"{claim.name} {ours['metadata']['uid']}"
+    expression = ours["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    assert gpu_uuid(node, FAULTED) in expression["expression"]
 
 
 def test_a_persons_device_taint_rule_is_never_touched(

@@ -532,6 +532,7 @@ def _cluster_answers(nodes: list[dict[str, object]]) -> None:
         "/api/v1/namespaces/gpu-node-guard/configmaps",
         "/apis/resource.k8s.io/v1/resourceslices",
         "/apis/resource.k8s.io/v1/devicetaintrules",
+        "/apis/resource.k8s.io/v1/namespaces/gpu-node-guard-jobs/resourceclaims",
     ):
         responses.add(responses.GET, "https://api.test" + path, json=empty)
     responses.add(

@@ -502,4 +502,5 @@ def test_the_load_tests_own_termination_message_is_what_the_guard_reads(
         "loadtest", pod("j", "loadtest", log.read_text(), "Succeeded" if passes else "Failed")
     )
     assert (found.state, found.passed) == ("read", passes)
+    assert found.gpus == tuple(f"CPU-0000000{i}-0000-0000-0000-000000000000" for i in range(2))
     assert [f.item for f in found.failed] == ([] if passes else ["gpu-count"])

@@ -187,6 +187,11 @@ def test_summary_for_the_guard_goes_to_an_existing_termination_log(tmp_path: Pat
         "visible_gpus": 2,
         "ratio": json_of(result)["ratio"],
         "allreduce_busbw_gbps": None,
+        # The GPUs it ran on, as the backend names them (a device pass must name its GPU).
+        "gpus": [
+            "CPU-00000000-0000-0000-0000-000000000000",
+            "CPU-00000001-0000-0000-0000-000000000000",
+        ],
         "reasons": ["gpu-count expected=3 visible=2"],
         "notes": [],
         "left_off": 0,

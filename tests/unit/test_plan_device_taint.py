@@ -19,14 +19,22 @@ from guard.actions import (
     TaintDevice,
     UntaintDevice,
 )
-from guard.model import DraDevice, JobInfo, NodeInfo, Snapshot, TaintRule
+from guard.model import (
+    Claim,
+    ClaimRecord,
+    DraDevice,
+    JobInfo,
+    JobResult,
+    NodeInfo,
+    Snapshot,
+    TaintRule,
+)
 from guard.plan import device_taint, plan_cycle
 from guard.plan.device_taint import DeviceRecord, guarded_count, parse_record, rule_name
-from guard.read.objects import devices, taint_rules
+from guard.read.objects import claims, devices, taint_rules
 from tests.builders import (
     KEYS,
     NOW,
-    PASSED,
     PCI,
     TEMPLATES,
     UUID,
@@ -79,6 +87,33 @@ def guard_rule(rec: DeviceRecord, node_name: str = "d") -> TaintRule:
 def tainted(rec: DeviceRecord, **kw: object) -> NodeInfo:
     extra = {KEYS.device_taint: rec.value(), **kw.pop("extra", {})}  # type: ignore[dict-item]
     return dra_node(extra=extra, **kw)
+
+
+CLAIM_UID = "0b9c6d1e-0000-4000-8000-00000000c1a1"
+# The device load test's own summary: a pass on the tainted GPU, named by its UUID.
+DEVICE_PASS = JobResult("read", passed=True, gpus=(UUID,))
+
+
+def returning(
+    rec: DeviceRecord,
+    result: JobResult | None = DEVICE_PASS,
+    *,
+    claim: Claim | None = None,
+    made: ClaimRecord | None = None,
+    rule: bool = True,
+) -> Snapshot:
+    """The node after a reboot with the device's load-test Job finished (`result`), the claim
+    the guard recorded (`made`, its own by default) and the claim as read (`claim`: the
+    recorded one, allocated the tainted device, by default)."""
+    base = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
+    _, job = device_taint.plan_return(base, S, TEMPLATES)
+    made = made or ClaimRecord(job.name, CLAIM_UID)
+    claim = claim or Claim(job.name, CLAIM_UID, (DEVICE.ref,))
+    info = JobInfo(job.name, "loadtest", "d", "succeeded", result=result)
+    snap = snapshot(tainted(rec, boot="boot-2"), jobs=(info,))
+    snap = replace(snap, nodes=tuple(replace(n, claim_record=made) for n in snap.nodes))
+    rules = (guard_rule(rec),) if rule else ()
+    return published(replace(snap, taint_rules=rules, claims=(claim,)))
 
 
 def test_a_published_faulted_gpu_is_tainted_not_cordoned() -> None:
@@ -177,6 +212,8 @@ def test_the_load_test_claims_exactly_that_gpu_tolerating_only_the_guards_taint(
     assert request["tolerations"] == [
         {"key": KEYS.fault_taint, "operator": "Equal", "value": "xid-79", "effect": "NoSchedule"}
     ]
+    # The executor writes the uid the API answers: only that claim's load test counts.
+    assert claim.record == (KEYS.loadtest_claim, f"{claim.name} {{uid}}")
     pod = job.manifest["spec"]["template"]["spec"]
     assert "nodeName" not in pod  # the scheduler allocates the claim
     assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimName": claim.name}]
@@ -206,10 +243,9 @@ def test_the_rule_is_deleted_only_after_the_load_test_passed(
     base = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
     _, job = device_taint.plan_return(base, S, TEMPLATES)
     assert isinstance(job, CreateJob)
-    info = JobInfo(job.name, "loadtest", "d", status, result=PASSED if passed else None)  # type: ignore[arg-type]
-    snap = published(
-        replace(snapshot(tainted(rec, boot="boot-2"), jobs=(info,)), taint_rules=(guard_rule(rec),))
-    )
+    snap = returning(rec, DEVICE_PASS if passed else None)
+    job_info = replace(snap.jobs[0], status=status)  # type: ignore[arg-type]
+    snap = replace(snap, jobs=(job_info,))
     assert _return(snap) == expected
     untaint = [
         a for a in device_taint.plan_return(snap, S, TEMPLATES) if isinstance(a, UntaintDevice)
@@ -229,6 +265,92 @@ def test_a_load_test_whose_pod_the_node_rejected_is_no_failure_the_device_stays_
         replace(snapshot(tainted(rec, boot="boot-2"), jobs=(info,)), taint_rules=(guard_rule(rec),))
     )
     assert _return(snap) == [("Skip", "job-rejected"), ("EmitEvent", "job-rejected")]
+
+
+FOREIGN = [("Skip", "loadtest-foreign"), ("EmitEvent", "loadtest-foreign")]
+SWAPPED_UID = "0b9c6d1e-0000-4000-8000-0000000000ff"
+HEALTHY = replace(DEVICE, name="gpu-1").ref
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"made": None, "no_record": True}, "no record that the guard created resourceclaim"),
+        ({"made": ClaimRecord("gng-lt-other", CLAIM_UID)}, "last claim here is"),
+        ({"claim": Claim("gone", CLAIM_UID)}, "is gone"),
+        ({"claim_uid": SWAPPED_UID}, f"has uid {SWAPPED_UID} but the guard created uid"),
+        ({"allocated": (HEALTHY,)}, f"is allocated {HEALTHY}, not the tainted {DEVICE.ref}"),
+        ({"allocated": (DEVICE.ref, HEALTHY)}, "not the tainted"),
+        ({"result": replace(DEVICE_PASS, gpus=(OTHER,))}, f"ran on {OTHER}, not the tainted"),
+        ({"result": replace(DEVICE_PASS, gpus=())}, "GPUs it did not name"),
+        ({"result": replace(DEVICE_PASS, gpus=(UUID, OTHER))}, "not the tainted"),
+    ],
+    ids=[
+        "no-claim-record",
+        "record-of-another-claim",
+        "claim-gone",
+        "claim-swapped",
+        "allocated-another-gpu",
+        "allocated-two",
+        "tested-another-gpu",
+        "tested-unnamed",
+        "tested-two",
+    ],
+)
+def test_a_pass_on_another_claim_or_gpu_keeps_the_taint(
+    change: dict[str, object], why: str
+) -> None:
+    """The swap of issue #38: the load test passed, but not on the guard's claim of the tainted
+    GPU; the rule stays, one WARN line and one Warning Event say what, why and what next."""
+    rec = record()
+    snap = returning(rec, change.get("result", DEVICE_PASS), made=change.get("made"))  # type: ignore[arg-type]
+    name = snap.jobs[0].name
+    uid = str(change.get("claim_uid", CLAIM_UID))
+    allocated = change.get("allocated", (DEVICE.ref,))
+    claim = change.get("claim") or Claim(name, uid, allocated)  # type: ignore[arg-type]
+    nodes = snap.nodes
+    if change.get("no_record"):
+        nodes = tuple(replace(n, claim_record=None) for n in nodes)
+    snap = replace(snap, nodes=nodes, claims=(claim,))
+    plan = device_taint.plan_return(snap, S, TEMPLATES)
+    assert [(type(a).__name__, a.reason) for a in plan] == FOREIGN
+    skip, event = plan
+    assert isinstance(skip, Skip) and isinstance(event, EmitEvent)
+    assert skip.level == "WARN" and why in skip.detail, skip.detail
+    assert "the device stays tainted" in skip.next and f"resourceclaim {name}" in skip.next
+    assert event.event_type == "Warning" and why in event.message
+    # With the rule gone as well, the foreign pass is no return: the record is a cancel.
+    gone = replace(snap, taint_rules=())
+    reasons = [a.reason for a in device_taint.plan_return(gone, S, TEMPLATES)]
+    assert "human-uncordon" in reasons and "device-returned" not in reasons
+
+
+def test_a_claim_deallocated_after_its_pod_finished_still_counts_by_uid_and_uuid() -> None:
+    """The resourceclaim controller clears a claim's allocation once its Pod has finished: the
+    recorded uid (its spec is the guard's, and immutable) and the GPU the load test names decide."""
+    rec = record()
+    snap = returning(rec)
+    snap = replace(snap, claims=(replace(snap.claims[0], allocated=()),))
+    assert _return(snap)[0] == ("UntaintDevice", "loadtest-passed")
+    upper = replace(snap.jobs[0], result=replace(DEVICE_PASS, gpus=(UUID.upper(),)))
+    assert _return(replace(snap, jobs=(upper,)))[0] == ("UntaintDevice", "loadtest-passed")
+
+
+def test_claims_are_read_with_their_uid_and_allocation() -> None:
+    found = {
+        "metadata": {"name": "c", "uid": CLAIM_UID},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": "gpu.nvidia.com", "pool": "d", "device": "gpu-4"}]
+                }
+            }
+        },
+    }
+    assert claims([found, {"metadata": {"name": "u"}}, {"metadata": {}}]) == (
+        Claim("c", CLAIM_UID, (DEVICE.ref,)),
+        Claim("u", "", ()),
+    )
 
 
 def test_a_failed_load_test_is_recorded_once_and_the_device_stays_tainted() -> None:

@@ -12,8 +12,19 @@ DeviceTaintRules, for the guard's ServiceAccount (case list):
   delete  → only a rule carrying the guard's label (a person's rule is never the guard's)
 ResourceClaims in the jobs namespace, for the guard's ServiceAccount:
   create  → only with the guard's label, one request of one device of class gpu.nvidia.com,
-            tolerating exactly the guard's taint (NoSchedule) and nothing else
+            selected by one CEL selector naming exactly one GPU (driver and UUID, as
+            jobs/device-claim.yaml.j2 writes it), tolerating exactly the guard's taint
+            (NoSchedule) and nothing else
   update  → refused; delete → only a claim carrying the guard's label
+ResourceClaims in the jobs namespace, for everyone else (`-device-claims-others`): a claim
+there is a device load test's, and only the guard makes one (else a claim of the guard's name
+could hand its load test another GPU; the guard also checks the claim's uid, docs/security.md):
+  create  → refused
+  update  → only what the scheduler and the resourceclaim controller change (finalizers, owner
+            references; status is its own subresource): labels and annotations stay
+  delete  → refused for a claim carrying the guard's label, unless the namespace is being
+            deleted (a person's claim, made while this policy was absent, may be deleted)
+On DELETE `object` is null and `oldObject` the claim as stored.
 """
 
 from __future__ import annotations
@@ -95,11 +106,20 @@ def _rule_checks(keys: Annotations) -> list[Validation]:
     ]
 
 
+# The one selector of a guard claim, as jobs/device-claim.yaml.j2 writes it: one GPU by UUID.
+_DRIVER_RE = DRA_DRIVER.replace(".", r"\.")
+_SELECTOR = (
+    rf'^device\.driver == "{_DRIVER_RE}" && '
+    rf'device\.attributes\["{_DRIVER_RE}"\]\.uuid == "GPU-[0-9a-fA-F-]{{36}}"$'
+)
+
+
 def _claim_checks(keys: Annotations) -> list[Validation]:
     create = "request.operation != 'CREATE' || "
     requests = "object.spec.?devices.?requests.orValue([])"
     one = f"{requests}[0].?exactly.orValue({{}})"
     tolerated = f"{one}.?tolerations.orValue([])"
+    selectors = f"{one}.?selectors.orValue([])"
     return [
         Validation(
             f"{create}(size({requests}) == 1 && {one}.?deviceClassName.orValue('') == "
@@ -110,6 +130,12 @@ def _claim_checks(keys: Annotations) -> list[Validation]:
             f"a guard load-test claim asks for exactly one device of class {DRA_DEVICE_CLASS}",
         ),
         Validation(
+            f"{create}(size({selectors}) == 1 && {selectors}.all(x, "
+            f"x.?cel.?expression.orValue('').matches({regex(_SELECTOR)})))",
+            "a guard load-test claim selects exactly one GPU: one CEL selector naming its driver "
+            f"{DRA_DRIVER} and its UUID",
+        ),
+        Validation(
             f"{create}(size({tolerated}) == 1 && {tolerated}.all(t, "
             f"t.?key.orValue('') == {quote(keys.fault_taint)} && "
             "t.?operator.orValue('Equal') == 'Equal' && "
@@ -117,6 +143,31 @@ def _claim_checks(keys: Annotations) -> list[Validation]:
             "t.?effect.orValue('') == 'NoSchedule'))",
             f"a guard load-test claim tolerates only the guard's taint {keys.fault_taint} "
             "(NoSchedule)",
+        ),
+    ]
+
+
+def _others_checks() -> list[Validation]:
+    same = " && ".join(
+        f"object.metadata.?{f}.orValue({{}}) == oldObject.metadata.?{f}.orValue({{}})"
+        for f in ("labels", "annotations")
+    )
+    return [
+        Validation(
+            "request.operation != 'CREATE'",
+            "only gpu-node-guard's ServiceAccount creates ResourceClaims in its jobs namespace "
+            "(its device load tests)",
+        ),
+        Validation(
+            f"request.operation != 'UPDATE' || ({same})",
+            "the labels and annotations of a ResourceClaim in gpu-node-guard's jobs namespace "
+            "are the guard's",
+        ),
+        Validation(
+            f"request.operation != 'DELETE' || !({_mine('oldObject')}) || "
+            "has(namespaceObject.metadata.deletionTimestamp)",
+            "only gpu-node-guard's ServiceAccount deletes its load-test ResourceClaims "
+            "(docs/runbook.md, foreign load-test claim)",
         ),
     ]
 
@@ -150,4 +201,16 @@ def policies(s: Settings) -> list[dict[str, Any]]:
         [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
         guard,
     )
-    return [*rules, *claims]
+    others = policy(
+        f"{PREFIX}-device-claims-others",
+        {
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": in_namespace(s.jobs_namespace),
+            "objectSelector": {},
+            "resourceRules": [_rule(["resourceclaims"])],
+        },
+        [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
+        _others_checks(),
+        [("not-guard", f"request.userInfo.username != {quote(guard_user(s))}")],
+    )
+    return [*rules, *claims, *others]
