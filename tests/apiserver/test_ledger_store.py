@@ -238,6 +238,7 @@ def made_before_the_ledger_policy(
         d
         for d in yaml_documents(REPO / "policies" / "ledger.yaml")
         if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and d["metadata"]["name"] == "gpu-node-guard-ledger"
     ]
     name = binding["metadata"]["name"]
     client.AdmissionregistrationV1Api(admin).delete_validating_admission_policy_binding(name)
