@@ -8,7 +8,8 @@ manifests are coherent when:
   - the CronJob reads it whole (envFrom) and its own env entries (the images, the namespace)
     agree with it: the CronJob's effective settings are the ConfigMap's;
   - every admission policy is the generated one for the site's layout (no hand edit, no stale
-    copy) and each that reads params is bound to that ConfigMap (paramRef, Deny when missing);
+    copy) and each that reads params is bound to that ConfigMap (paramRef: Deny when missing,
+    Allow where the policy's match reaches objects that are not the guard's);
     every value a policy reads from it (its key, or the default written in the policy) is the
     value the CronJob runs with; the agent's and the CronJob's images are the ones admitted;
   - the alert rules, when the overlay has them, compare with the site's breaker limit (the

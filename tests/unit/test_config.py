@@ -128,10 +128,10 @@ CASES: dict[str, tuple[Edit, str]] = {
         "ValidatingAdmissionPolicy gpu-node-guard-loadtest-job is not the generated one",
     ),
     "binding unbound": (
-        lambda d: d[("ValidatingAdmissionPolicyBinding", "", "gpu-node-guard-ledger")]["spec"].pop(
-            "paramRef"
-        ),
-        "ValidatingAdmissionPolicyBinding gpu-node-guard-ledger is not the generated one",
+        lambda d: d[("ValidatingAdmissionPolicyBinding", "", "gpu-node-guard-onboarding-gate")][
+            "spec"
+        ].pop("paramRef"),
+        "ValidatingAdmissionPolicyBinding gpu-node-guard-onboarding-gate is not the generated one",
     ),
     "breaker not wired": (
         lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][1][
