@@ -26,7 +26,7 @@ from guard.cli_options import GuardedGroup, node_callback, pci_callback
 from guard.doors.kube import Kube, KubeError
 from guard.doors.prom import PromClient, PromError
 from guard.doors.prom_access import PromAccessError
-from guard.doors.retry import Backoff
+from guard.doors.retry import Anchor, Backoff
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.log import Log, Value
 from guard.model import Snapshot
@@ -50,6 +50,7 @@ from guard.settings_flags import Rfc3339, build_settings, layout_warnings, setti
 
 if TYPE_CHECKING:
     from guard.doors.lease import CycleLease
+    from guard.plan.deadlines import Deadlines
 
 
 class LazyGroup(GuardedGroup):
@@ -159,26 +160,30 @@ def run(
         raise click.UsageError(str(exc)) from None
     log = Log(log_format, runbook_base_url=s.runbook_base_url)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
-    started = time.monotonic()
+    anchor = Anchor.start()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
     for warning in layout_warnings(s):
         log.emit("layout", dict(warning), "WARN")
     trace = RunTrace(prom)
     watching = watch if watch is not None else not dry_run and at is None
-    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output, watching), trace)
+    from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
+
+    budget = Budget(anchor, run_deadlines(anchor.wall, s, watching))
+    inputs = Inputs(dry_run, at, cluster_snapshot, output, watching)
+    code = _run_cycle(s, log, inputs, trace, budget)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
         from guard.apply.push import push_run  # the push's status report is loaded only to push
 
-        push_run(s, trace, code, time.time(), time.monotonic() - started, log)
+        push_run(s, trace, code, time.time(), time.monotonic() - anchor.mono, log)
     sys.exit(code)
 
 
-def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
+def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace, budget: Budget) -> int:
     """The cycle and its exit code: 1 after an abort (one line) or a failed write, else 0."""
     try:
         trace.templates = load_bundle().templates  # every shipped file checked before anything
-        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace)
+        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace, budget)
     except LeaseHeld as exc:
         why = "another run holds the cycle's Lease and decides this slot; exit 0"
         log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
@@ -227,6 +232,23 @@ class Inputs:
     snapshot_file: Path | None
     output: str
     watch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The run's deadlines (guard.plan.deadlines), kept on the monotonic clock from its start:
+    the API door retries until the cycle's, then, for the watch and the Lease's release, until
+    the run's."""
+
+    anchor: Anchor
+    deadlines: Deadlines
+
+    def cycle(self) -> Backoff:
+        return Backoff(self.anchor.at(self.deadlines.cycle))
+
+    def to_run_end(self, kube: Kube | None) -> None:
+        if kube is not None:
+            kube.backoff.until(self.anchor.at(self.deadlines.run), "run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,15 +303,15 @@ def _cycle(
     log: Log,
     inputs: Inputs,
     trace: RunTrace,
+    budget: Budget,
 ) -> CycleResult:
     """The cycle, then the watch; a real run holds the cycle's Lease from before its reads to
     its end (guard/doors/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, None)
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, None)
     from guard.doors.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
 
-    backoff = Backoff(time.monotonic() + s.cycle_deadline_s)
-    kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+    kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
     from guard.ledger import format_time
     from guard.plan.watch import cron_slot
 
@@ -310,8 +332,9 @@ def _cycle(
         slot = "" if inputs.at else format_time(this_slot)
         if slot and lease.isolated_slot() == slot:
             raise SlotIsolated(slot)
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, (lease, slot))
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, (lease, slot))
     finally:
+        budget.to_run_end(kube)  # an aborted cycle's release too
         try:
             lease.release(datetime.now(UTC))
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
@@ -326,6 +349,7 @@ def _cycle_and_watch(
     log: Log,
     inputs: Inputs,
     trace: RunTrace,
+    budget: Budget,
     held: tuple[CycleLease, str] | None,
 ) -> CycleResult:
     """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
@@ -342,8 +366,7 @@ def _cycle_and_watch(
             log.event("snapshot", "WARN", lacks="; ".join(objs.gaps), next=step)
     else:
         if kube is None:
-            backoff = Backoff(started + s.cycle_deadline_s)
-            kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+            kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {n.name for n in objs.nodes}
     view = read_prom(prom, s, now, names, dra_gpus=objs.dra_gpus())
@@ -385,11 +408,12 @@ def _cycle_and_watch(
     if held and held[1] and landed:
         held[0].isolated = held[1]  # written by the renewal below or the release
     if inputs.watch and not bad:
+        budget.to_run_end(kube)  # the watch's requests, its last writes, the Lease's release
         if lease is None or lease.renew(datetime.now(UTC)):
             from guard.plan.watch import watch_end  # watching runs only
-            from guard.watch import Clock, ReplayClock, WallClock, Watch
+            from guard.watch import Clock, ReplayClock, RunClock, Watch
 
-            clock: Clock = ReplayClock(now) if inputs.at else WallClock()
+            clock: Clock = ReplayClock(now) if inputs.at else RunClock(budget.anchor)
             Watch(
                 s,
                 prom,
@@ -399,7 +423,7 @@ def _cycle_and_watch(
                 snap,
                 lambda decided: executor_for(decided, executor.outcomes),
                 clock,
-                watch_end(now, s),
+                watch_end(now, s) if inputs.at else budget.deadlines.watch_end,
                 (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
                 released(actions),
                 not landed,

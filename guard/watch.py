@@ -18,7 +18,9 @@ decision's writes come right after a renewal of the Lease: a lost one means no w
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
 cycle's Lease is lost, or when a read
 fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
-then is the next run's.
+then is the next run's. Its API requests retry until the run's deadline (guard.plan.deadlines,
+after its end: its last decision's writes and the Lease's release fit in), not the cycle's; the
+live watch's time is the monotonic clock's from the run's start (`RunClock`).
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
@@ -30,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from guard.actions import Action, Cordon, TaintDevice
@@ -38,6 +40,7 @@ from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
 from guard.doors.kube import Kube, KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromClient, PromError
+from guard.doors.retry import Anchor
 from guard.jobs import JobTemplates
 from guard.ledger import format_time
 from guard.log import Level, Log
@@ -59,12 +62,20 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
-class WallClock:
+@dataclass
+class RunClock:
+    """The live watch's: the run's start advanced by the monotonic clock (guard.doors.retry
+    `Anchor`), so a step of the wall clock never makes the watch wait past its end, nor its
+    requests run past the run's deadline."""
+
+    anchor: Anchor
+    pause: Callable[[float], None] = time.sleep
+
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return self.anchor.now()
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        self.pause(seconds)
 
 
 @dataclass

@@ -370,3 +370,61 @@ def test_a_killed_runs_lease_is_free_for_the_next_slot(live_prom, guard_kubeconf
         for name in RACE:
             core.delete_node(name)
         forget_guard_state(core, admin)
+
+
+def test_a_hold_completing_in_the_watchs_last_seconds_is_cordoned_by_that_run(
+    guard_kubeconfig, gpu_node, core, admin
+):
+    """Real time, every default setting (the CronJob's run: its Job's name only): a fault whose
+    hold completes 225 s after the Job's schedule — past `cycle_deadline_s` (200 s) after the
+    run's start, inside the watch (240 s) — is cordoned by that same run, which renews and
+    releases the Lease after it: the watch's API requests live in the run's budget, not the
+    cycle's. About four and a half minutes."""
+    node = gpu_node("w-last")
+    schedule = _next_minute(at_least_s=20)  # Prometheus starts before it
+    onset_s = 30 * 60  # history before the schedule
+    fault_s = onset_s + 95  # first scraped 105 s after the schedule: the hold completes at 225 s
+    scenario = Scenario(
+        start=schedule - timedelta(seconds=onset_s),
+        duration_s=onset_s + 600,
+        nodes=(NodeTimeline(node, gpus=8, xids=((fault_s, 4, 79),), allocatable=((fault_s, 7),)),),
+        pods=(KSM_POD,),
+    )
+    require_engine("prometheus2")
+    with scenario_server(scenario) as server:
+        time.sleep(max(0.0, schedule.timestamp() - time.time()))
+        job = f"gpu-node-guard-{int(schedule.timestamp()) // 60}"  # the CronJob's Job
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "guard", "run", "--prometheus-url", server.url),
+                *("--kubeconfig", str(guard_kubeconfig), "--log-format", "json"),
+                *("--job-name", job),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=Settings().watch_until_s + 60,
+            check=False,
+        )
+    log = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    events = [line["event"] for line in log]
+    assert run.returncode == 0, run.stderr
+    assert "lease-release-failed" not in events and "abort" not in events, run.stderr
+    (end,) = [line for line in log if line["event"] == "watch-end"]
+    assert (end["why"], end["cordoned"]) == ("cordon-landed", node), run.stderr
+    (cordon,) = [line for line in log if line["event"] == "cordon"]
+    assert cordon["node"] == node and cordon["held_s"] >= FAST_HOLD_S
+    at = cordon_at(core, node)
+    hold_done = schedule + timedelta(seconds=fault_s - onset_s + 10 + FAST_HOLD_S)
+    assert at is not None and hold_done <= at <= schedule + timedelta(
+        seconds=Settings().watch_until_s
+    )
+    assert at > schedule + timedelta(seconds=Settings().cycle_deadline_s)  # past the old budget
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+    assert lease.spec.holder_identity in ("", None)  # released at the end
+    assert lease.metadata.annotations[SLOT_KEY] == format_time(schedule)
+
+
+def _next_minute(at_least_s: int) -> datetime:
+    """The first whole minute at least `at_least_s` from now."""
+    now = time.time() + at_least_s
+    return datetime.fromtimestamp(-(-now // 60) * 60, UTC)
