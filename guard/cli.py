@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import os
 import socket
 import sys
 import time
@@ -185,6 +184,7 @@ def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace, budget: B
         trace.templates = load_bundle().templates  # every shipped file checked before anything
         result = _cycle(s, trace.prom, trace.templates, log, inputs, trace, budget)
     except LeaseHeld as exc:
+        trace.lease_held = time.time()
         why = "another run holds the cycle's Lease and decides this slot; exit 0"
         log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
         return 0
@@ -309,7 +309,8 @@ def _cycle(
     its end (guard/doors/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, None)
-    from guard.doors.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
+    # a real run's only (dry runs load none)
+    from guard.doors.lease import CycleLease, holder_identity, slot_key
 
     kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
     from guard.ledger import format_time
@@ -319,7 +320,7 @@ def _cycle(
     lease = CycleLease(
         kube,
         s.namespace,
-        f"{socket.gethostname()}-{os.getpid()}",
+        holder_identity(),
         s.lease_duration_s,
         slot_key(s.annotation_prefix),
         this_slot + timedelta(seconds=s.cadence_s),
@@ -327,6 +328,17 @@ def _cycle(
     holder = lease.take(datetime.now(UTC))
     if holder:
         raise LeaseHeld(holder)
+    trace.lease_taken = time.time()
+    if lease.taken_over:
+        was, why = lease.taken_over
+        log.event(
+            "lease-taken-over",
+            "WARN",
+            holder=was,
+            reason=f"no run writes this Lease: {why}",
+            lease=CYCLE_LEASE,
+            next="this run holds it and decides; find who wrote it (docs/runbook.md)",
+        )
     try:
         # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
         slot = "" if inputs.at else format_time(this_slot)
