@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 import yaml
 
-from guard.actions import Action, to_json
+from guard.actions import Action, Cordon, TaintDevice, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.apply.outcome import Outcome, RunTrace, failed, tally
 from guard.bundle import BundleError, load_bundle
@@ -278,6 +278,29 @@ class CycleResult:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The cycle's Lease as this run holds it, and its cron slot ("" for a replay: no record)."""
+
+    lease: CycleLease
+    slot: str
+
+    def before_writes(self, actions: tuple[Action, ...]) -> bool:
+        """The renewal right before a decision's writes; with a cordon among them, the slot's
+        record goes into the Lease with it, before the cordon (a run killed right after its
+        cordon leaves the record). False: the Lease is lost, write nothing."""
+        now = datetime.now(UTC)
+        if self.slot and any(isinstance(a, Cordon | TaintDevice) for a in actions):
+            return self.lease.record(self.slot, now)
+        return self.lease.renew(now)
+
+    def after_writes(self, landed: bool) -> None:
+        """No cordon landed after a record: the record as found (a lost Lease: the next
+        renewal says so)."""
+        if self.lease.isolated and not landed:
+            self.lease.unrecord(datetime.now(UTC))
+
+
 class LeaseHeld(Exception):
     def __init__(self, holder: str) -> None:
         super().__init__(holder)
@@ -344,7 +367,7 @@ def _cycle(
         slot = "" if inputs.at else format_time(this_slot)
         if slot and lease.isolated_slot() == slot:
             raise SlotIsolated(slot)
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, (lease, slot))
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, Held(lease, slot))
     finally:
         budget.to_run_end(kube)  # an aborted cycle's release too
         try:
@@ -362,12 +385,12 @@ def _cycle_and_watch(
     inputs: Inputs,
     trace: RunTrace,
     budget: Budget,
-    held: tuple[CycleLease, str] | None,
+    held: Held | None,
 ) -> CycleResult:
-    """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
-    landed (one cordon per slot, guard/doors/lease.py)."""
+    """`held`: the cycle's Lease and this run's cron slot, recorded there right before a cordon
+    (one cordon per slot, guard/doors/lease.py)."""
     started = time.monotonic()
-    lease = held[0] if held else None
+    lease = held.lease if held else None
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = trace.kube
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.read.prom_view).
@@ -387,7 +410,7 @@ def _cycle_and_watch(
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
-    if lease is not None and actions and not lease.renew(datetime.now(UTC)):
+    if held is not None and actions and not held.before_writes(actions):
         raise LeaseLost()
     executor_for = _executors(s, log, inputs, kube)
     executor = executor_for(snap)
@@ -395,6 +418,9 @@ def _cycle_and_watch(
     for action in actions:
         executor.apply(action)
     _fall_back(executor, snap, s, templates)
+    landed = cordon_landed(executor.outcomes)
+    if held is not None:
+        held.after_writes(landed)
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         executor.log.decision(*p.log_line())
@@ -416,9 +442,6 @@ def _cycle_and_watch(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
-    landed = cordon_landed(executor.outcomes)
-    if held and held[1] and landed:
-        held[0].isolated = held[1]  # written by the renewal below or the release
     if inputs.watch and not bad:
         budget.to_run_end(kube)  # the watch's requests, its last writes, the Lease's release
         if lease is None or lease.renew(datetime.now(UTC)):
@@ -439,9 +462,8 @@ def _cycle_and_watch(
                 (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
                 released(actions),
                 not landed,
-                (lambda: held[0].record(held[1], datetime.now(UTC)))
-                if held and held[1]
-                else lambda: True,
+                held.before_writes if held else lambda _actions: True,
+                held.after_writes if held else lambda _landed: None,
             ).run()
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)

@@ -111,9 +111,11 @@ class Watch:
     # holding the cycle's Lease until the end, so a run started beside it in the same slot
     # finds the Lease held and cannot cordon a second node.
     deciding: bool = True
-    # After its cordon landed: the run's cron slot goes into the Lease at once
-    # (guard/doors/lease.py).
-    record: Callable[[], bool] = lambda: True
+    # A decision's writes: the renewal right before them (with a cordon among them, the run's
+    # cron slot goes into the Lease with it: guard/doors/lease.py; False: lost, write nothing),
+    # and after them whether a cordon landed (no: the record as it was).
+    before_writes: Callable[[tuple[Action, ...]], bool] = lambda _actions: True
+    after_writes: Callable[[bool], None] = lambda _landed: None
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
     left: set[str] = field(default_factory=set)
@@ -271,14 +273,16 @@ class Watch:
         """The decision's writes, each after a renewal of the cycle's Lease (a lost one: none,
         and the watch ends); True when a cordon landed or the Lease was lost."""
         self.decisions += 1
-        if actions and not self.renew(self.clock.now()):
+        if actions and not self.before_writes(actions):
             self.lost = True
             return True
         executor = self.executor_for(snap)
         for action in actions:
             executor.apply(action)
-        if cordon_landed(executor.outcomes):
+        landed = cordon_landed(executor.outcomes)
+        if actions:
+            self.after_writes(landed)
+        if landed:
             self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
-            self.record()  # a lost Lease ends the watch at its next renewal
             return True
         return False

@@ -27,10 +27,14 @@ renewal, and never later than the start of the next cron slot (`lease_seconds`):
 next slot always finds it free. A run by hand in the last seconds of a slot holds it only until
 that slot ends, and yields to the next slot's scheduled run.
 
-One cordon per cron slot, also across runs one after the other: a run whose cordon landed
+One cordon per cron slot, also across runs one after the other: a run about to write a cordon
 writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
-`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation at once; a run that takes the
+`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation with the renewal right before
+that write (`record`), so a run killed right after its cordon still leaves the record; when no
+cordon landed after all, the record goes back to what it was (`unrecord`). A run that takes the
 Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
+A run killed between the record and the cordon leaves a slot recorded with no cordon: that
+slot's isolation waits for the next slot's run (one slot late, never two cordons).
 A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes the record.
 """
 
@@ -154,7 +158,8 @@ class CycleLease:
     duration_s: int
     slot_key: str  # the annotation that names the slot of the last isolation
     expires_by: datetime | None = None  # the next cron slot's start: no renewal reaches past it
-    isolated: str = ""  # this run's slot, once its cordon landed
+    isolated: str = ""  # this run's slot, from the renewal before its cordon
+    found: str = ""  # the record as this run found it (written back by `unrecord`)
     taken_over: tuple[str, str] | None = None  # (holder, why) when take() took a forged one
     _lease: dict[str, Any] | None = None
 
@@ -180,8 +185,11 @@ class CycleLease:
             "labels": {APP_LABEL: APP_NAME},
         }
         notes = dict((old.get("metadata") or {}).get("annotations") or {})
-        if self.isolated:
-            notes[self.slot_key] = self.isolated
+        record = self.isolated or self.found
+        if record:
+            notes[self.slot_key] = record
+        else:
+            notes.pop(self.slot_key, None)
         if notes:
             meta["annotations"] = notes
         if old:
@@ -196,6 +204,7 @@ class CycleLease:
     def take(self, now: datetime) -> str:
         """ "" when this run holds the Lease now; else who holds it (the case list above)."""
         self._lease = self.kube.lease(self.namespace, CYCLE_LEASE)
+        self.found = self.isolated_slot()
         if self._lease is not None:
             other = held_by_other(self._lease, self.holder, now)
             why = forged(self._lease, now) if other else ""
@@ -223,8 +232,14 @@ class CycleLease:
         return True
 
     def record(self, slot: str, now: datetime) -> bool:
-        """A cordon of this run landed: its slot goes into the Lease now (renewed)."""
+        """This run is about to write a cordon: its slot goes into the Lease with this renewal,
+        before the write. True while this run still holds the Lease."""
         self.isolated = slot
+        return self.renew(now)
+
+    def unrecord(self, now: datetime) -> bool:
+        """No cordon landed after all: the record as this run found it, with a renewal."""
+        self.isolated = ""
         return self.renew(now)
 
     def release(self, now: datetime) -> None:

@@ -8,6 +8,7 @@ inside the run is decided then — by the same process, not by the next run.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -428,3 +429,64 @@ def _next_minute(at_least_s: int) -> datetime:
     """The first whole minute at least `at_least_s` from now."""
     now = time.time() + at_least_s
     return datetime.fromtimestamp(-(-now // 60) * 60, UTC)
+
+
+# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment its cordon patch
+# has landed: what a pod past its deadline, or a node gone, does at the worst instant.
+KILLED_AFTER_CORDON = """
+import os, signal, sys
+from guard.cli import main
+from guard.doors.kube import Kube
+patch = Kube.patch_node
+def patch_then_die(self, name, body):
+    answer = patch(self, name, body)
+    if (body.get("spec") or {}).get("unschedulable"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return answer
+Kube.patch_node = patch_then_die
+sys.argv[0] = "gpu-node-guard"
+main()
+"""
+
+
+def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
+    slot_prom, guard_kubeconfig, core, admin
+):
+    """The slot goes into the Lease with the renewal right before the cordon, not after it: a
+    run killed right after its cordon leaves the record, so a run of the same slot that takes
+    the Lease once it expired logs `slot-isolated` and cordons no second node."""
+    slot = _slot_with_room()
+    job = f"gpu-node-guard-{int(slot.timestamp()) // 60}"
+    for name in RACE:
+        make_gpu_node(core, name)
+    leases = client.CoordinationV1Api(admin)
+    try:
+        killed = subprocess.run(
+            [
+                *(sys.executable, "-c", KILLED_AFTER_CORDON, "run"),
+                *("--prometheus-url", slot_prom.url, "--kubeconfig", str(guard_kubeconfig)),
+                *("--log-format", "json", "--no-watch", NO_CF, "--job-name", job),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+        assert lease.spec.holder_identity  # never released
+        assert (lease.metadata.annotations or {}).get(SLOT_KEY) == format_time(slot)
+        # Its Lease expires (lease_duration_s after that renewal): a run of the slot takes it.
+        lease.spec.renew_time = datetime.now().astimezone() - timedelta(seconds=91)
+        leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+        second = _start(slot_prom, guard_kubeconfig, "--no-watch", "--job-name", job)
+        log = second.communicate(timeout=120)[1]
+        assert second.returncode == 0, log
+        events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
+        assert events[-1] == "slot-isolated" and "cordon" not in events, log
+        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == [done]
+    finally:
+        for name in RACE:
+            core.delete_node(name)
+        forget_guard_state(core, admin)

@@ -66,3 +66,27 @@ def test_a_runs_holder_is_of_the_form_the_policy_admits(hostname):
 @pytest.mark.parametrize("holder", ["attacker", "a-run-elsewhere", "Pod-1", "-1", "x-1a"])
 def test_other_holders_are_not_of_that_form(holder):
     assert not re.fullmatch(LEASE_HOLDER_PATTERN, holder)
+
+
+class NoKube:
+    """`_body` builds the Lease's next write from what was read; it sends nothing."""
+
+
+@pytest.mark.parametrize("found", ["", "2026-09-21T05:50:00Z"])
+def test_the_slot_record_goes_in_before_the_cordon_and_back_when_none_landed(found):
+    from guard.doors.lease import CycleLease, slot_key
+
+    key = slot_key("gpu-node-guard.io/")
+    read = {"metadata": {"resourceVersion": "7", "annotations": {"other": "x"}}, "spec": {}}
+    if found:
+        read["metadata"]["annotations"][key] = found  # type: ignore[index]
+    lease = CycleLease(NoKube(), "ns", "me-1", 90, key)  # type: ignore[arg-type]
+    lease._lease = read
+    lease.found = lease.isolated_slot()
+    lease.isolated = "2026-09-21T05:55:00Z"  # record(): the renewal before the cordon
+    notes = lease._body(NOW, False)["metadata"]["annotations"]
+    assert notes == {"other": "x", key: "2026-09-21T05:55:00Z"}
+    lease._lease = {**read, "metadata": {**read["metadata"], "annotations": notes}}
+    lease.isolated = ""  # unrecord(): no cordon landed after all
+    back = lease._body(NOW, False)["metadata"]["annotations"]
+    assert back == ({"other": "x", key: found} if found else {"other": "x"})
