@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import os
 import socket
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 import yaml
 
-from guard.actions import Action, to_json
+from guard.actions import Action, Cordon, TaintDevice, to_json
 from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cordons
 from guard.apply.outcome import Outcome, RunTrace, failed, tally
 from guard.bundle import BundleError, load_bundle
@@ -26,7 +25,7 @@ from guard.cli_options import GuardedGroup, node_callback, pci_callback
 from guard.doors.kube import Kube, KubeError
 from guard.doors.prom import PromClient, PromError
 from guard.doors.prom_access import PromAccessError
-from guard.doors.retry import Backoff
+from guard.doors.retry import Anchor, Backoff
 from guard.jobs import TEMPLATE_FILES, JobTemplates, TemplateLoadError
 from guard.log import Log, Value
 from guard.model import Snapshot
@@ -50,6 +49,7 @@ from guard.settings_flags import Rfc3339, build_settings, layout_warnings, setti
 
 if TYPE_CHECKING:
     from guard.doors.lease import CycleLease
+    from guard.plan.deadlines import Deadlines
 
 
 class LazyGroup(GuardedGroup):
@@ -159,27 +159,32 @@ def run(
         raise click.UsageError(str(exc)) from None
     log = Log(log_format, runbook_base_url=s.runbook_base_url)  # type: ignore[arg-type]
     dry_run = dry_run or cluster_snapshot is not None
-    started = time.monotonic()
+    anchor = Anchor.start()
     log.event("start", mode="dry-run" if dry_run else "apply", at=at.isoformat() if at else "now")
     log.emit("settings", _settings_fields(s))
     for warning in layout_warnings(s):
         log.emit("layout", dict(warning), "WARN")
     trace = RunTrace(prom)
     watching = watch if watch is not None else not dry_run and at is None
-    code = _run_cycle(s, log, Inputs(dry_run, at, cluster_snapshot, output, watching), trace)
+    from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
+
+    budget = Budget(anchor, run_deadlines(anchor.wall, s, watching))
+    inputs = Inputs(dry_run, at, cluster_snapshot, output, watching)
+    code = _run_cycle(s, log, inputs, trace, budget)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
         from guard.apply.push import push_run  # the push's status report is loaded only to push
 
-        push_run(s, trace, code, time.time(), time.monotonic() - started, log)
+        push_run(s, trace, code, time.time(), time.monotonic() - anchor.mono, log)
     sys.exit(code)
 
 
-def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace) -> int:
+def _run_cycle(s: Settings, log: Log, inputs: Inputs, trace: RunTrace, budget: Budget) -> int:
     """The cycle and its exit code: 1 after an abort (one line) or a failed write, else 0."""
     try:
         trace.templates = load_bundle().templates  # every shipped file checked before anything
-        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace)
+        result = _cycle(s, trace.prom, trace.templates, log, inputs, trace, budget)
     except LeaseHeld as exc:
+        trace.lease_held = time.time()
         why = "another run holds the cycle's Lease and decides this slot; exit 0"
         log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
         return 0
@@ -230,6 +235,23 @@ class Inputs:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """The run's deadlines (guard.plan.deadlines), kept on the monotonic clock from its start:
+    the API door retries until the cycle's, then, for the watch and the Lease's release, until
+    the run's."""
+
+    anchor: Anchor
+    deadlines: Deadlines
+
+    def cycle(self) -> Backoff:
+        return Backoff(self.anchor.at(self.deadlines.cycle))
+
+    def to_run_end(self, kube: Kube | None) -> None:
+        if kube is not None:
+            kube.backoff.until(self.anchor.at(self.deadlines.run), "run")
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     """What one cycle did: the plan, what became of each action, and the counts built from that."""
 
@@ -254,6 +276,29 @@ class CycleResult:
             "pending": [p.to_json() for p in self.pending],
             "counts": self.counts,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The cycle's Lease as this run holds it, and its cron slot ("" for a replay: no record)."""
+
+    lease: CycleLease
+    slot: str
+
+    def before_writes(self, actions: tuple[Action, ...]) -> bool:
+        """The renewal right before a decision's writes; with a cordon among them, the slot's
+        record goes into the Lease with it, before the cordon (a run killed right after its
+        cordon leaves the record). False: the Lease is lost, write nothing."""
+        now = datetime.now(UTC)
+        if self.slot and any(isinstance(a, Cordon | TaintDevice) for a in actions):
+            return self.lease.record(self.slot, now)
+        return self.lease.renew(now)
+
+    def after_writes(self, landed: bool) -> None:
+        """No cordon landed after a record: the record as found (a lost Lease: the next
+        renewal says so)."""
+        if self.lease.isolated and not landed:
+            self.lease.unrecord(datetime.now(UTC))
 
 
 class LeaseHeld(Exception):
@@ -281,15 +326,16 @@ def _cycle(
     log: Log,
     inputs: Inputs,
     trace: RunTrace,
+    budget: Budget,
 ) -> CycleResult:
     """The cycle, then the watch; a real run holds the cycle's Lease from before its reads to
     its end (guard/doors/lease.py)."""
     if inputs.snapshot_file is not None or inputs.dry_run:
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, None)
-    from guard.doors.lease import CycleLease, slot_key  # a real run's only (dry runs load none)
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, None)
+    # a real run's only (dry runs load none)
+    from guard.doors.lease import CycleLease, holder_identity, slot_key
 
-    backoff = Backoff(time.monotonic() + s.cycle_deadline_s)
-    kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+    kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
     from guard.ledger import format_time
     from guard.plan.watch import cron_slot
 
@@ -297,7 +343,7 @@ def _cycle(
     lease = CycleLease(
         kube,
         s.namespace,
-        f"{socket.gethostname()}-{os.getpid()}",
+        holder_identity(),
         s.lease_duration_s,
         slot_key(s.annotation_prefix),
         this_slot + timedelta(seconds=s.cadence_s),
@@ -305,13 +351,25 @@ def _cycle(
     holder = lease.take(datetime.now(UTC))
     if holder:
         raise LeaseHeld(holder)
+    trace.lease_taken = time.time()
+    if lease.taken_over:
+        was, why = lease.taken_over
+        log.event(
+            "lease-taken-over",
+            "WARN",
+            holder=was,
+            reason=f"no run writes this Lease: {why}",
+            lease=CYCLE_LEASE,
+            next="this run holds it and decides; find who wrote it (docs/runbook.md)",
+        )
     try:
         # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
         slot = "" if inputs.at else format_time(this_slot)
         if slot and lease.isolated_slot() == slot:
             raise SlotIsolated(slot)
-        return _cycle_and_watch(s, prom, templates, log, inputs, trace, (lease, slot))
+        return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, Held(lease, slot))
     finally:
+        budget.to_run_end(kube)  # an aborted cycle's release too
         try:
             lease.release(datetime.now(UTC))
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
@@ -326,12 +384,13 @@ def _cycle_and_watch(
     log: Log,
     inputs: Inputs,
     trace: RunTrace,
-    held: tuple[CycleLease, str] | None,
+    budget: Budget,
+    held: Held | None,
 ) -> CycleResult:
-    """`held`: the cycle's Lease and this run's cron slot, recorded there once a cordon
-    landed (one cordon per slot, guard/doors/lease.py)."""
+    """`held`: the cycle's Lease and this run's cron slot, recorded there right before a cordon
+    (one cordon per slot, guard/doors/lease.py)."""
     started = time.monotonic()
-    lease = held[0] if held else None
+    lease = held.lease if held else None
     now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = trace.kube
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.read.prom_view).
@@ -342,8 +401,7 @@ def _cycle_and_watch(
             log.event("snapshot", "WARN", lacks="; ".join(objs.gaps), next=step)
     else:
         if kube is None:
-            backoff = Backoff(started + s.cycle_deadline_s)
-            kube = trace.kube = Kube.connect(s.kubeconfig, None, backoff, s.api_timeout_s)
+            kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {n.name for n in objs.nodes}
     view = read_prom(prom, s, now, names, dra_gpus=objs.dra_gpus())
@@ -352,7 +410,7 @@ def _cycle_and_watch(
     if missing:
         log.emit("dcgm-missing", coverage_pairs(missing), "WARN")
     actions = plan_cycle(snap, s, templates)
-    if lease is not None and actions and not lease.renew(datetime.now(UTC)):
+    if held is not None and actions and not held.before_writes(actions):
         raise LeaseLost()
     executor_for = _executors(s, log, inputs, kube)
     executor = executor_for(snap)
@@ -360,6 +418,9 @@ def _cycle_and_watch(
     for action in actions:
         executor.apply(action)
     _fall_back(executor, snap, s, templates)
+    landed = cordon_landed(executor.outcomes)
+    if held is not None:
+        held.after_writes(landed)
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         executor.log.decision(*p.log_line())
@@ -381,15 +442,13 @@ def _cycle_and_watch(
     if bad:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
-    landed = cordon_landed(executor.outcomes)
-    if held and held[1] and landed:
-        held[0].isolated = held[1]  # written by the renewal below or the release
     if inputs.watch and not bad:
+        budget.to_run_end(kube)  # the watch's requests, its last writes, the Lease's release
         if lease is None or lease.renew(datetime.now(UTC)):
             from guard.plan.watch import watch_end  # watching runs only
-            from guard.watch import Clock, ReplayClock, WallClock, Watch
+            from guard.watch import Clock, ReplayClock, RunClock, Watch
 
-            clock: Clock = ReplayClock(now) if inputs.at else WallClock()
+            clock: Clock = ReplayClock(now) if inputs.at else RunClock(budget.anchor)
             Watch(
                 s,
                 prom,
@@ -399,13 +458,12 @@ def _cycle_and_watch(
                 snap,
                 lambda decided: executor_for(decided, executor.outcomes),
                 clock,
-                watch_end(now, s),
+                watch_end(now, s) if inputs.at else budget.deadlines.watch_end,
                 (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
                 released(actions),
                 not landed,
-                (lambda: held[0].record(held[1], datetime.now(UTC)))
-                if held and held[1]
-                else lambda: True,
+                held.before_writes if held else lambda _actions: True,
+                held.after_writes if held else lambda _landed: None,
             ).run()
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)

@@ -64,6 +64,17 @@ LAST_RUN_REQUESTS = PushedMetric(
     "Requests of the last run by target (kubernetes, prometheus) and HTTP code (or error)",
     ("target", "code"),
 )
+# The cycle's Lease (guard/doors/lease.py): each pushed only by the runs it names, so the two
+# together tell how many runs in a row found the Lease held (GPUNodeGuardLeaseHeld).
+LEASE_TAKEN = PushedMetric(
+    "gpu_node_guard_lease_taken_timestamp_seconds",
+    "Unix time the last run that took the cycle's Lease took it; pushed by such runs only",
+)
+LEASE_HELD = PushedMetric(
+    "gpu_node_guard_lease_held_timestamp_seconds",
+    "Unix time the last run that found the cycle's Lease held by another (lease-held, nothing"
+    " decided) found it; pushed by such runs only",
+)
 # The site's alert filters (GUARD_USER_CODE_XIDS, GUARD_CONFORMANCE_ALLOWED_DNS) as series the
 # shipped rules join with, so a rule file generated from the defaults follows the site.
 USER_CODE_XID = PushedMetric(
@@ -89,6 +100,8 @@ PUSHED = (
     BREAKER_LIMIT,
     BREAKER_HEADROOM,
     LAST_RUN_REQUESTS,
+    LEASE_TAKEN,
+    LEASE_HELD,
     USER_CODE_XID,
     ALLOWED_DNS_PREFIX,
 )

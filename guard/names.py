@@ -16,6 +16,9 @@ APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-node-guard"  # the value of APP_LABEL on everything the guard makes or ships
 # the cycle's Lease in the guard's namespace (guard.doors.lease)
 CYCLE_LEASE = "gpu-node-guard-cycle"
+# Its holderIdentity as a run writes it, `<hostname>-<pid>` (the pod's name in a CronJob's pod;
+# guard.doors.lease `holder_identity`); the guard-scope policy admits no other (or "": free).
+LEASE_HOLDER_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?-[0-9]{1,10}$"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 # The Job controller labels its Pods with the Job name under both keys (the short one is legacy).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")

@@ -34,6 +34,9 @@ CRONJOB_DEADLINE_S = 270  # activeDeadlineSeconds of manifests/base/cronjob.yaml
 # writes and the Lease's release fit in it (guard/watch.py). Not longer: a pod that starts a
 # minute late must still watch past the next scrape step of a fault at the tick's end.
 WATCH_MARGIN_S = 30
+# The longest lease_duration_s, so the longest leaseDurationSeconds a run writes: a killed run's
+# Lease is free again within the CronJob's deadline (guard/doors/lease.py; the guard-scope policy).
+LEASE_MAX_S = CRONJOB_DEADLINE_S
 
 # Upstreams counted as internal when Settings.conformance_allowed_dns is empty: private, shared
 # (CGNAT), link-local and loopback IPv4. The incident's resolver was a public one.
@@ -521,9 +524,9 @@ def _writes(s: Settings) -> list[Check]:
             "must be empty or a Job name (a DNS-1123 subdomain)",
         ),
         (
-            _within(s.lease_duration_s, 2 * s.scrape_interval_s, CRONJOB_DEADLINE_S),
+            _within(s.lease_duration_s, 2 * s.scrape_interval_s, LEASE_MAX_S),
             "lease_duration_s",
-            f"must be in 2 × scrape_interval_s..{CRONJOB_DEADLINE_S} (renewed at every poll; free"
+            f"must be in 2 × scrape_interval_s..{LEASE_MAX_S} (renewed at every poll; free"
             " again within the CronJob's deadline)",
         ),
         (

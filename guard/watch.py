@@ -18,7 +18,9 @@ decision's writes come right after a renewal of the Lease: a lost one means no w
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
 cycle's Lease is lost, or when a read
 fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
-then is the next run's.
+then is the next run's. Its API requests retry until the run's deadline (guard.plan.deadlines,
+after its end: its last decision's writes and the Lease's release fit in), not the cycle's; the
+live watch's time is the monotonic clock's from the run's start (`RunClock`).
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
@@ -30,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from guard.actions import Action, Cordon, TaintDevice
@@ -38,6 +40,7 @@ from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
 from guard.doors.kube import Kube, KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromClient, PromError
+from guard.doors.retry import Anchor
 from guard.jobs import JobTemplates
 from guard.ledger import format_time
 from guard.log import Level, Log
@@ -59,12 +62,20 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
-class WallClock:
+@dataclass
+class RunClock:
+    """The live watch's: the run's start advanced by the monotonic clock (guard.doors.retry
+    `Anchor`), so a step of the wall clock never makes the watch wait past its end, nor its
+    requests run past the run's deadline."""
+
+    anchor: Anchor
+    pause: Callable[[float], None] = time.sleep
+
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return self.anchor.now()
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        self.pause(seconds)
 
 
 @dataclass
@@ -100,9 +111,11 @@ class Watch:
     # holding the cycle's Lease until the end, so a run started beside it in the same slot
     # finds the Lease held and cannot cordon a second node.
     deciding: bool = True
-    # After its cordon landed: the run's cron slot goes into the Lease at once
-    # (guard/doors/lease.py).
-    record: Callable[[], bool] = lambda: True
+    # A decision's writes: the renewal right before them (with a cordon among them, the run's
+    # cron slot goes into the Lease with it: guard/doors/lease.py; False: lost, write nothing),
+    # and after them whether a cordon landed (no: the record as it was).
+    before_writes: Callable[[tuple[Action, ...]], bool] = lambda _actions: True
+    after_writes: Callable[[bool], None] = lambda _landed: None
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
     left: set[str] = field(default_factory=set)
@@ -260,14 +273,16 @@ class Watch:
         """The decision's writes, each after a renewal of the cycle's Lease (a lost one: none,
         and the watch ends); True when a cordon landed or the Lease was lost."""
         self.decisions += 1
-        if actions and not self.renew(self.clock.now()):
+        if actions and not self.before_writes(actions):
             self.lost = True
             return True
         executor = self.executor_for(snap)
         for action in actions:
             executor.apply(action)
-        if cordon_landed(executor.outcomes):
+        landed = cordon_landed(executor.outcomes)
+        if actions:
+            self.after_writes(landed)
+        if landed:
             self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
-            self.record()  # a lost Lease ends the watch at its next renewal
             return True
         return False

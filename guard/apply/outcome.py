@@ -85,3 +85,6 @@ class RunTrace:
     snap: Snapshot | None = None
     templates: JobTemplates | None = None
     outcomes: list[Outcome] = field(default_factory=list)
+    # Unix time the run took the cycle's Lease, or found it held by another (the push).
+    lease_taken: float | None = None
+    lease_held: float | None = None

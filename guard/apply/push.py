@@ -13,6 +13,8 @@ Case list:
                                               node, candidate and breaker gauges keep the last
                                               run's values (not pushed: the run did not see them)
   otherwise                                 → every metric; the success time only with exit 0
+  a run that took the cycle's Lease          → the time it took it; one that found it held: the
+                                              time it found it (each kept until the next such run)
   every push                                → the user-code Xids and the allowed DNS prefixes
                                               (settings: the shipped alerts join with them)
   the samples cannot be built (a bug)       → one WARN ``push-failed`` line, nothing pushed
@@ -60,6 +62,10 @@ def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: 
     }
     if exit_code == 0:
         out[m.LAST_SUCCESS.name] = {(): ended}
+    if trace.lease_taken is not None:
+        out[m.LEASE_TAKEN.name] = {(): trace.lease_taken}
+    if trace.lease_held is not None:
+        out[m.LEASE_HELD.name] = {(): trace.lease_held}
     out.update(site_filters(s))
     if trace.snap is not None and trace.templates is not None:
         out.update(_seen(s, trace.snap, trace.templates))

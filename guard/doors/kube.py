@@ -5,8 +5,8 @@ ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -
 and 5,000 nodes never become 5,000 model objects.
 
 Errors are typed (guard.doors.kube_errors); 429, 5xx, connection resets and refusals and timeouts
-are retried with jittered backoff until the cycle's deadline (guard.doors.retry), then
-`Unavailable`.
+are retried with jittered backoff until the deadline of the run's part (the cycle's, then the
+run's: guard.doors.retry), then `Unavailable`.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Kube:
         """The decoded answer, or the reason a retry may help; raises when it cannot."""
         remaining = self.backoff.remaining_s()
         if remaining <= 0:
-            return "the cycle's deadline has passed"
+            return f"the {self.backoff.part}'s deadline has passed"
         if self.refresh is not None:
             from guard.doors.kube_exec import ExecPluginFailed
 

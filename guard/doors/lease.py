@@ -12,6 +12,11 @@ Case list, when a run starts (the Lease as read):
                                           → not taken: one line, exit 0 (that run decides)
   free (no holder), or expired            → update it with the read resourceVersion, holding
                                             it; 409 → another run took it first
+  held by another holder, but renewed more than SKEW_S in the future, or for longer than any
+  run writes (`leaseDurationSeconds` over LEASE_MAX_S)
+                                          → forged (no run writes that: one write to it would
+                                            otherwise stop every run, each exiting 0): taken
+                                            over as if expired, one WARN line
 Every write of the Lease is a compare-and-swap on the resourceVersion this run last read, so
 only one run can renew it. A run renews it right before its writes (the cycle's and each of the
 watch's decisions); a renewal that meets another holder or a 409 is a lost Lease: that run
@@ -22,24 +27,47 @@ renewal, and never later than the start of the next cron slot (`lease_seconds`):
 next slot always finds it free. A run by hand in the last seconds of a slot holds it only until
 that slot ends, and yields to the next slot's scheduled run.
 
-One cordon per cron slot, also across runs one after the other: a run whose cordon landed
+One cordon per cron slot, also across runs one after the other: a run about to write a cordon
 writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
-`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation at once; a run that takes the
+`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation with the renewal right before
+that write (`record`), so a run killed right after its cordon still leaves the record; when no
+cordon landed after all, the record goes back to what it was (`unrecord`). A run that takes the
 Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
+A run killed between the record and the cordon leaves a slot recorded with no cordon: that
+slot's isolation waits for the next slot's run (one slot late, never two cordons).
 A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes the record.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
+import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from guard.doors.kube import Conflict, Kube
 from guard.names import APP_LABEL, APP_NAME, CYCLE_LEASE
+from guard.settings import LEASE_MAX_S
 
 _MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # the API's MicroTime
+# The guard's nodes' clocks agree within this (NTP): a renewal further ahead than this was
+# written by no run.
+SKEW_S = 30
+
+
+def holder_identity(hostname: str | None = None, pid: int | None = None) -> str:
+    """This run's holderIdentity: `<hostname>-<pid>` (in the CronJob's pod, its name), in the
+    form the guard-scope policy admits (LEASE_HOLDER_PATTERN).
+
+    >>> holder_identity("gpu-node-guard-29832830-x7k2p", 1), holder_identity("Dev_Box.local", 7)
+    ('gpu-node-guard-29832830-x7k2p-1', 'dev-box.local-7')
+    """
+    host = re.sub(r"[^a-z0-9.-]", "-", (hostname or socket.gethostname()).lower())
+    host = host.strip(".-")[:240] or "host"
+    return f"{host}-{os.getpid() if pid is None else pid}"
 
 
 def slot_key(annotation_prefix: str) -> str:
@@ -60,6 +88,30 @@ def _parse(text: object) -> datetime | None:
         return None
 
 
+def forged(lease: dict[str, Any], now: datetime) -> str:
+    """Why `lease` cannot have been written by a run (the case list above), else "".
+
+    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
+    >>> spec = {"holderIdentity": "x", "renewTime": "2100-01-01T00:00:00.000000Z"}
+    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
+    'renewed in the future (2100-01-01T00:00:00.000000Z)'
+    >>> spec["renewTime"] = "2026-09-21T05:54:00.000000Z"
+    >>> forged({"spec": {**spec, "leaseDurationSeconds": 2147483647}}, now)
+    'leaseDurationSeconds 2147483647, longer than any run writes (270)'
+    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
+    ''
+    """
+    spec = lease.get("spec") or {}
+    written = spec.get("renewTime") or spec.get("acquireTime")
+    renewed = _parse(written)
+    if renewed is not None and renewed > now + timedelta(seconds=SKEW_S):
+        return f"renewed in the future ({written})"
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, int) and duration > LEASE_MAX_S:
+        return f"leaseDurationSeconds {duration}, longer than any run writes ({LEASE_MAX_S})"
+    return ""
+
+
 def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
     """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours).
 
@@ -78,7 +130,10 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int):
         return other  # a Lease the guard cannot read the expiry of is not free
-    return other if now < renewed + timedelta(seconds=duration) else ""
+    try:
+        return other if now < renewed + timedelta(seconds=duration) else ""
+    except OverflowError:  # past the year 9999: held (and forged)
+        return other
 
 
 def lease_seconds(now: datetime, most: int, expires_by: datetime | None) -> int:
@@ -103,7 +158,9 @@ class CycleLease:
     duration_s: int
     slot_key: str  # the annotation that names the slot of the last isolation
     expires_by: datetime | None = None  # the next cron slot's start: no renewal reaches past it
-    isolated: str = ""  # this run's slot, once its cordon landed
+    isolated: str = ""  # this run's slot, from the renewal before its cordon
+    found: str = ""  # the record as this run found it (written back by `unrecord`)
+    taken_over: tuple[str, str] | None = None  # (holder, why) when take() took a forged one
     _lease: dict[str, Any] | None = None
 
     def isolated_slot(self) -> str:
@@ -128,8 +185,11 @@ class CycleLease:
             "labels": {APP_LABEL: APP_NAME},
         }
         notes = dict((old.get("metadata") or {}).get("annotations") or {})
-        if self.isolated:
-            notes[self.slot_key] = self.isolated
+        record = self.isolated or self.found
+        if record:
+            notes[self.slot_key] = record
+        else:
+            notes.pop(self.slot_key, None)
         if notes:
             meta["annotations"] = notes
         if old:
@@ -144,10 +204,13 @@ class CycleLease:
     def take(self, now: datetime) -> str:
         """ "" when this run holds the Lease now; else who holds it (the case list above)."""
         self._lease = self.kube.lease(self.namespace, CYCLE_LEASE)
+        self.found = self.isolated_slot()
         if self._lease is not None:
             other = held_by_other(self._lease, self.holder, now)
-            if other:
+            why = forged(self._lease, now) if other else ""
+            if other and not why:
                 return other
+            self.taken_over = (other, why) if why else None
         try:
             if self._lease is None:
                 self._lease = self.kube.create_lease(self.namespace, self._body(now, True))
@@ -169,8 +232,14 @@ class CycleLease:
         return True
 
     def record(self, slot: str, now: datetime) -> bool:
-        """A cordon of this run landed: its slot goes into the Lease now (renewed)."""
+        """This run is about to write a cordon: its slot goes into the Lease with this renewal,
+        before the write. True while this run still holds the Lease."""
         self.isolated = slot
+        return self.renew(now)
+
+    def unrecord(self, now: datetime) -> bool:
+        """No cordon landed after all: the record as this run found it, with a renewal."""
+        self.isolated = ""
         return self.renew(now)
 
     def release(self, now: datetime) -> None:

@@ -1,8 +1,11 @@
-"""One retry budget per cycle: full-jitter exponential backoff that never sleeps past the deadline.
+"""One retry budget per run: full-jitter exponential backoff that never sleeps past the deadline.
 
 The CronJob's pod is killed at ``activeDeadlineSeconds`` (270 s), so every retry of a transient API
-error or a write conflict shares one deadline (`Settings.cycle_deadline_s` after the cycle
-started) instead of counting tries per request. Full jitter spreads concurrent writers apart
+error or a write conflict shares one deadline instead of counting tries per request: the cycle's
+(`Settings.cycle_deadline_s` after the run started), then, for the watch and the Lease's
+release, the run's (guard.plan.deadlines; `Backoff.until` moves it). Deadlines are on the
+monotonic clock (`Anchor` turns the run's wall-clock deadlines into it once, at its start): a
+step of the wall clock never moves them. Full jitter spreads concurrent writers apart
 (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).
 """
 
@@ -12,6 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 
 @dataclass
@@ -23,6 +27,7 @@ class Backoff:
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
     waits: int = 0  # retries so far, all requests together (reported in the `done` line)
+    part: str = "cycle"  # whose deadline it is, for the error that says it has passed
 
     @classmethod
     def for_seconds(cls, seconds: float) -> Backoff:
@@ -30,6 +35,10 @@ class Backoff:
 
     def remaining_s(self) -> float:
         return self.deadline - self.clock()
+
+    def until(self, deadline: float, part: str) -> None:
+        """The next part of the run (the watch, the release) retries until `deadline`."""
+        self.deadline, self.part = deadline, part
 
     def wait(self, attempt: int) -> bool:
         """Sleep before retry number `attempt` (1 after the first failure); False, without
@@ -50,3 +59,34 @@ class Backoff:
         self.waits += 1
         self.sleep(delay)
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """The run's start on both clocks: its wall-clock instants (deadlines, the watch's `now`)
+    are counted on the monotonic clock from there, so a step of the wall clock (NTP) neither
+    lengthens nor shortens a wait.
+
+    >>> ticks = iter([100.0, 130.0])
+    >>> a = Anchor(datetime(2026, 9, 21, 5, 50, tzinfo=UTC), 100.0, lambda: next(ticks))
+    >>> a.at(datetime(2026, 9, 21, 5, 54, tzinfo=UTC)), a.now().strftime("%H:%M:%S")
+    (340.0, '05:50:00')
+    >>> a.now().strftime("%H:%M:%S")
+    '05:50:30'
+    """
+
+    wall: datetime
+    mono: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def start(cls) -> Anchor:
+        return cls(datetime.now(UTC), time.monotonic())
+
+    def at(self, when: datetime) -> float:
+        """The monotonic instant of the wall-clock instant `when`."""
+        return self.mono + (when - self.wall).total_seconds()
+
+    def now(self) -> datetime:
+        """The wall clock as it read at the start, advanced by the monotonic clock since."""
+        return self.wall + timedelta(seconds=self.clock() - self.mono)

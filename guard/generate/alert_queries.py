@@ -341,6 +341,18 @@ def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
     )
 
 
+def alert_lease_held(s: Settings) -> str:
+    """Two runs or more in a row found the cycle's Lease held by another holder: the last such
+    run came more than one and a half cadences after the last run that took the Lease (one held
+    run beside a run that took it comes within one cadence), or no run ever took it as far as
+    the Pushgateway knows. Both are pushed by those runs only (guard/apply/push.py)."""
+    where = f'{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    by = f"max by ({metric_names.GROUPING_LABEL})"
+    held = f"{by} ({metric_names.LEASE_HELD.name}{where})"
+    taken = f"{by} ({metric_names.LEASE_TAKEN.name}{where})"
+    return f"{held} - {taken} > {s.cadence_s * 3 // 2}\nor {held} unless {taken}"
+
+
 def last_run_age(s: Settings) -> str:
     """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
     sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'

@@ -19,7 +19,7 @@ import yaml
 from guard import runbook
 from guard.generate import alert_queries
 from guard.generate.policies import params
-from guard.names import APP_LABEL, COMPONENT_LABEL, SETTINGS_CONFIGMAP, Annotations
+from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
 from guard.read import queries
 from guard.read.queries import duration as dur
 from guard.settings import Settings
@@ -179,6 +179,18 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             " failed Job's log ends in one `abort reason=` line (Prometheus unreachable or"
             " answering garbage, RBAC, API errors). Also check spec.suspend, that the CronJob"
             " exists and that kube-state-metrics sees it.",
+        ),
+        Rule(
+            "GPUNodeGuardLeaseHeld",
+            alert_queries.alert_lease_held(s),
+            "warning",
+            f"Runs of the guard in namespace {ns} keep finding its Lease {CYCLE_LEASE} held by"
+            " another holder (no node or GPU is being isolated)",
+            "Each such run decides nothing and exits 0, so GPUNodeGuardNotRunning stays quiet."
+            f" `kubectl -n {ns} get lease {CYCLE_LEASE} -o yaml`: a run's holderIdentity is"
+            " <pod>-<pid> of a running guard pod; any other holder was written by hand or by"
+            f" another client with write access to Leases in {ns}. Needs the guard's"
+            " --pushgateway-url.",
         ),
         Rule(
             "GPUNodeGuardJobFailed",

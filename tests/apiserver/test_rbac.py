@@ -165,7 +165,7 @@ def lease_writes(c: Calls) -> object:
     leases = client.CoordinationV1Api(c.api)
     body = {
         "metadata": {"name": CYCLE_LEASE},
-        "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 90},
+        "spec": {"holderIdentity": "rbac-test-1", "leaseDurationSeconds": 90},
     }
     try:
         leases.create_namespaced_lease(GUARD_NS, body)

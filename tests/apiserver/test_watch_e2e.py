@@ -8,6 +8,7 @@ inside the run is decided then — by the same process, not by the next run.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -366,6 +367,125 @@ def test_a_killed_runs_lease_is_free_for_the_next_slot(live_prom, guard_kubeconf
         assert next_slot.returncode == 0, log
         assert '"event": "lease-held"' not in log and '"event": "done"' in log, log
         assert lease_holder(admin) == ""  # taken, then released
+    finally:
+        for name in RACE:
+            core.delete_node(name)
+        forget_guard_state(core, admin)
+
+
+def test_a_hold_completing_in_the_watchs_last_seconds_is_cordoned_by_that_run(
+    guard_kubeconfig, gpu_node, core, admin
+):
+    """Real time, every default setting (the CronJob's run: its Job's name only): a fault whose
+    hold completes 225 s after the Job's schedule — past `cycle_deadline_s` (200 s) after the
+    run's start, inside the watch (240 s) — is cordoned by that same run, which renews and
+    releases the Lease after it: the watch's API requests live in the run's budget, not the
+    cycle's. About four and a half minutes."""
+    node = gpu_node("w-last")
+    schedule = _next_minute(at_least_s=20)  # Prometheus starts before it
+    onset_s = 30 * 60  # history before the schedule
+    fault_s = onset_s + 95  # first scraped 105 s after the schedule: the hold completes at 225 s
+    scenario = Scenario(
+        start=schedule - timedelta(seconds=onset_s),
+        duration_s=onset_s + 600,
+        nodes=(NodeTimeline(node, gpus=8, xids=((fault_s, 4, 79),), allocatable=((fault_s, 7),)),),
+        pods=(KSM_POD,),
+    )
+    require_engine("prometheus2")
+    with scenario_server(scenario) as server:
+        time.sleep(max(0.0, schedule.timestamp() - time.time()))
+        job = f"gpu-node-guard-{int(schedule.timestamp()) // 60}"  # the CronJob's Job
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "guard", "run", "--prometheus-url", server.url),
+                *("--kubeconfig", str(guard_kubeconfig), "--log-format", "json"),
+                *("--job-name", job),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=Settings().watch_until_s + 60,
+            check=False,
+        )
+    log = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    events = [line["event"] for line in log]
+    assert run.returncode == 0, run.stderr
+    assert "lease-release-failed" not in events and "abort" not in events, run.stderr
+    (end,) = [line for line in log if line["event"] == "watch-end"]
+    assert (end["why"], end["cordoned"]) == ("cordon-landed", node), run.stderr
+    (cordon,) = [line for line in log if line["event"] == "cordon"]
+    assert cordon["node"] == node and cordon["held_s"] >= FAST_HOLD_S
+    at = cordon_at(core, node)
+    hold_done = schedule + timedelta(seconds=fault_s - onset_s + 10 + FAST_HOLD_S)
+    assert at is not None and hold_done <= at <= schedule + timedelta(
+        seconds=Settings().watch_until_s
+    )
+    assert at > schedule + timedelta(seconds=Settings().cycle_deadline_s)  # past the old budget
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+    assert lease.spec.holder_identity in ("", None)  # released at the end
+    assert lease.metadata.annotations[SLOT_KEY] == format_time(schedule)
+
+
+def _next_minute(at_least_s: int) -> datetime:
+    """The first whole minute at least `at_least_s` from now."""
+    now = time.time() + at_least_s
+    return datetime.fromtimestamp(-(-now // 60) * 60, UTC)
+
+
+# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment its cordon patch
+# has landed: what a pod past its deadline, or a node gone, does at the worst instant.
+KILLED_AFTER_CORDON = """
+import os, signal, sys
+from guard.cli import main
+from guard.doors.kube import Kube
+patch = Kube.patch_node
+def patch_then_die(self, name, body):
+    answer = patch(self, name, body)
+    if (body.get("spec") or {}).get("unschedulable"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return answer
+Kube.patch_node = patch_then_die
+sys.argv[0] = "gpu-node-guard"
+main()
+"""
+
+
+def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
+    slot_prom, guard_kubeconfig, core, admin
+):
+    """The slot goes into the Lease with the renewal right before the cordon, not after it: a
+    run killed right after its cordon leaves the record, so a run of the same slot that takes
+    the Lease once it expired logs `slot-isolated` and cordons no second node."""
+    slot = _slot_with_room()
+    job = f"gpu-node-guard-{int(slot.timestamp()) // 60}"
+    for name in RACE:
+        make_gpu_node(core, name)
+    leases = client.CoordinationV1Api(admin)
+    try:
+        killed = subprocess.run(
+            [
+                *(sys.executable, "-c", KILLED_AFTER_CORDON, "run"),
+                *("--prometheus-url", slot_prom.url, "--kubeconfig", str(guard_kubeconfig)),
+                *("--log-format", "json", "--no-watch", NO_CF, "--job-name", job),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+        assert lease.spec.holder_identity  # never released
+        assert (lease.metadata.annotations or {}).get(SLOT_KEY) == format_time(slot)
+        # Its Lease expires (lease_duration_s after that renewal): a run of the slot takes it.
+        lease.spec.renew_time = datetime.now().astimezone() - timedelta(seconds=91)
+        leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+        second = _start(slot_prom, guard_kubeconfig, "--no-watch", "--job-name", job)
+        log = second.communicate(timeout=120)[1]
+        assert second.returncode == 0, log
+        events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
+        assert events[-1] == "slot-isolated" and "cordon" not in events, log
+        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == [done]
     finally:
         for name in RACE:
             core.delete_node(name)

@@ -31,6 +31,7 @@ ALERT_NAMES = [
     "GPUDeviceTaintedTooLong",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
+    "GPUNodeGuardLeaseHeld",
     "GPUNodeGuardJobFailed",
     "GPUNodeGuardCordoned",
     "GPUNodeGuardDeviceTainted",

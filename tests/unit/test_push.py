@@ -42,8 +42,10 @@ def test_a_run_that_saw_the_cluster_pushes_every_metric():
         Outcome(EmitEvent("q", "xid-79", "Warning", "GuardCordoned", "m"), "already-done"),
         Outcome(Skip("a", "same-boot", "", ""), "noted"),
     ]
-    samples = metrics(S, trace(snap=snap, templates=TEMPLATES, outcomes=outcomes), 1, 1000.5, 2.25)
-    assert set(samples) == {x.name for x in m.PUSHED} - {m.LAST_SUCCESS.name}
+    seen = trace(snap=snap, templates=TEMPLATES, outcomes=outcomes, lease_taken=998.0)
+    samples = metrics(S, seen, 1, 1000.5, 2.25)
+    assert set(samples) == {x.name for x in m.PUSHED} - {m.LAST_SUCCESS.name, m.LEASE_HELD.name}
+    assert samples[m.LEASE_TAKEN.name] == {(): 998.0}
     assert samples[m.LAST_RUN.name] == {(): 1000.5}
     assert samples[m.LAST_RUN_EXIT_CODE.name] == {(): 1.0}
     assert samples[m.LAST_RUN_DURATION.name] == {(): 2.25}
@@ -78,6 +80,14 @@ def test_a_run_that_aborted_before_its_snapshot_pushes_what_it_knew():
         m.USER_CODE_XID.name,  # settings: known before any read
         m.ALLOWED_DNS_PREFIX.name,
     }
+
+
+def test_a_run_that_found_the_lease_held_pushes_when_not_when_it_was_taken():
+    """Each Lease time is pushed by its runs only: the Pushgateway keeps the other's last value,
+    so the two say how many runs in a row found the Lease held (GPUNodeGuardLeaseHeld)."""
+    samples = metrics(S, trace(lease_held=1300.0), 0, 1301.0, 1.0)
+    assert samples[m.LEASE_HELD.name] == {(): 1300.0}
+    assert m.LEASE_TAKEN.name not in samples
 
 
 def test_a_state_the_runbook_does_not_know_yet_is_counted_under_its_word():

@@ -56,11 +56,12 @@ from guard.names import (
     APP_NAME,
     COMPONENT_LABEL,
     CYCLE_LEASE,
+    LEASE_HOLDER_PATTERN,
     LEDGER_ARCHIVE_COMPONENT,
     NODE_EVENT_NAMESPACE,
     REPORTING_CONTROLLER,
 )
-from guard.settings import Settings
+from guard.settings import LEASE_MAX_S, Settings
 
 # Workload resources that would make Pods or Jobs by another controller, in group order.
 OTHER_WORKLOADS = (
@@ -270,6 +271,20 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             f"(request.namespace == {quote(s.namespace)} && "
             f"variables.name == {quote(CYCLE_LEASE)})",
             f"the guard's only Lease is {CYCLE_LEASE}, in namespace {s.namespace}",
+        ),
+        # guard/doors/lease.py: a run writes its own holder (or "" to release it) and a duration of
+        # at most lease_duration_s; a hijacked Lease would stop every run (each exits 0).
+        Validation(
+            "request.resource.resource != 'leases' || "
+            "(object.?spec.?holderIdentity.orValue('') == '' || "
+            f"object.spec.holderIdentity.matches({regex(LEASE_HOLDER_PATTERN)}))",
+            "the Lease's holderIdentity is a run's, <pod>-<pid>, or empty",
+        ),
+        Validation(
+            "request.resource.resource != 'leases' || "
+            "(object.?spec.?leaseDurationSeconds.orValue(0) >= 1 && "
+            f"object.?spec.?leaseDurationSeconds.orValue(0) <= {LEASE_MAX_S})",
+            f"the Lease's leaseDurationSeconds is 1..{LEASE_MAX_S}, as a run writes it",
         ),
         # guard/apply/events.py: Events about Nodes only, as the guard's controller, in one
         # namespace (RBAC already limits it to NODE_EVENT_NAMESPACE).

@@ -1,0 +1,58 @@
+"""The run's deadlines, computed once from the settings at its start (guard/cli.py keeps them on
+the monotonic clock: guard.doors.retry `Anchor`).
+
+A run has parts, each with its deadline for API requests and their retries:
+  the cycle       `cycle_deadline_s` after the run's start
+  the watch       decides until `watch_end` (`watch_until_s` after the Job's schedule,
+                  guard.plan.watch); its requests, its last decision's writes and the Lease's
+                  release may go on until the run's deadline
+  the run         RELEASE_S after the later of the cycle's deadline and the watch's end (a run
+                  that does not watch: after the cycle's deadline)
+Every deadline is at most the CronJob's `activeDeadlineSeconds` (CRONJOB_DEADLINE_S) less
+END_MARGIN_S, counted from the Job's schedule (the Job never starts earlier, so its pod is never
+killed earlier), else from the run's start: the push and the exit fit after it.
+
+With the defaults (cycle 200 s, watch 240 s) and a run started 5 s after its schedule S: the
+cycle's deadline S+205, the watch's end S+240, the run's deadline S+255, the pod killed no
+earlier than S+270. A pod started 100 s late: the cycle's deadline S+260 (not S+300), the watch's
+end S+240, the run's S+260.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from guard.plan.watch import scheduled_at, watch_end
+from guard.settings import CRONJOB_DEADLINE_S, Settings
+
+# After the watch's end: its last decision's reads and writes and the Lease's release.
+RELEASE_S = 15
+# Before the CronJob's deadline: the metrics push (guard.apply.push, 5 s at most) and the exit.
+END_MARGIN_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """Wall-clock instants, all computed at the run's start."""
+
+    cycle: datetime  # the cycle's API requests and retries
+    watch_end: datetime  # the watch decides until here
+    run: datetime  # the watch's requests, the last decision's writes, the Lease's release
+
+
+def run_deadlines(started: datetime, s: Settings, watching: bool) -> Deadlines:
+    """The deadlines of a run that started at `started` (the case list above).
+
+    >>> from datetime import UTC
+    >>> at = datetime(2026, 9, 21, 5, 50, 5, tzinfo=UTC)
+    >>> d = run_deadlines(at, Settings(job_name="gpu-node-guard-29832830"), True)
+    >>> [t.strftime("%H:%M:%S") for t in (d.cycle, d.watch_end, d.run)]
+    ['05:53:25', '05:54:00', '05:54:15']
+    """
+    base = scheduled_at(s.job_name, started, s.cadence_s) or started
+    last = base + timedelta(seconds=CRONJOB_DEADLINE_S - END_MARGIN_S)
+    cycle = min(started + timedelta(seconds=s.cycle_deadline_s), last)
+    end = watch_end(started, s)
+    later = max(cycle, end) if watching else cycle
+    return Deadlines(cycle, end, min(later + timedelta(seconds=RELEASE_S), last))

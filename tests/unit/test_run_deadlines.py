@@ -1,0 +1,128 @@
+"""The run's deadlines (guard.plan.deadlines) and the clock the live watch keeps them on
+(guard.doors.retry `Anchor`, guard.watch `RunClock`)."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from guard.apply import PrintExecutor
+from guard.doors.prom import PromClient
+from guard.doors.retry import Anchor
+from guard.log import Log
+from guard.plan.deadlines import END_MARGIN_S, RELEASE_S, run_deadlines
+from guard.settings import CRONJOB_DEADLINE_S, Settings
+from guard.watch import RunClock, Watch
+from tests.builders import TEMPLATES, node, snapshot
+
+TICK = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)  # the Job's schedule
+JOB = f"gpu-node-guard-{int(TICK.timestamp()) // 60}"
+KILLED = TICK + timedelta(seconds=CRONJOB_DEADLINE_S)  # the earliest the pod can be killed
+
+
+@pytest.mark.parametrize("delay", [0, 5, 59, 100, 299])
+def test_the_watch_and_the_release_get_api_time_up_to_the_watchs_end(delay: int) -> None:
+    """Every default: the API door's budget for the watch and the Lease's release runs past the
+    watch's end (not `cycle_deadline_s` after the start, where it ended before: the watch's last
+    40 s had no API), and always ends before the CronJob's deadline."""
+    s = Settings(job_name=JOB)
+    started = TICK + timedelta(seconds=delay)
+    d = run_deadlines(started, s, watching=True)
+    assert d.watch_end == TICK + timedelta(seconds=s.watch_until_s)
+    assert (
+        d.run
+        > d.watch_end
+        > started + timedelta(seconds=s.cycle_deadline_s) - timedelta(seconds=delay + 1)
+    )
+    assert d.run <= KILLED - timedelta(seconds=END_MARGIN_S)
+    assert d.cycle <= started + timedelta(seconds=s.cycle_deadline_s) and d.cycle <= d.run
+    if delay <= 5:  # on time: the whole release margin after the watch's end
+        assert d.run == d.watch_end + timedelta(seconds=RELEASE_S)
+
+
+def test_the_defaults_by_the_clock():
+    d = run_deadlines(TICK + timedelta(seconds=5), Settings(job_name=JOB), watching=True)
+    assert [int((t - TICK).total_seconds()) for t in (d.cycle, d.watch_end, d.run)] == [
+        205,
+        240,
+        255,
+    ]
+
+
+def test_a_late_pod_with_the_longest_cycle_still_ends_before_its_deadline():
+    s = Settings(job_name=JOB, cycle_deadline_s=CRONJOB_DEADLINE_S - 10)
+    d = run_deadlines(TICK + timedelta(seconds=120), s, watching=True)
+    assert d.cycle == d.run == KILLED - timedelta(seconds=END_MARGIN_S)
+
+
+def test_a_run_that_does_not_watch_releases_after_its_cycle():
+    started = TICK + timedelta(seconds=5)
+    d = run_deadlines(started, Settings(job_name=JOB), watching=False)
+    assert d.run == d.cycle + timedelta(seconds=RELEASE_S)
+
+
+def test_a_run_without_a_schedule_counts_from_its_start():
+    started = TICK + timedelta(seconds=17)
+    s = Settings(job_name="gpu-node-guard-manual-1")
+    d = run_deadlines(started, s, watching=True)
+    assert d.cycle == started + timedelta(seconds=s.cycle_deadline_s)
+    assert d.watch_end == started + timedelta(seconds=s.watch_until_s)
+    assert d.run == d.watch_end + timedelta(seconds=RELEASE_S)
+
+
+class Ticks:
+    """A monotonic clock that sleeping advances."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        assert len(self.slept) < 1000, "a watch that never reaches its end"
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+def test_the_anchor_turns_deadlines_into_monotonic_instants():
+    ticks = Ticks()
+    anchor = Anchor(TICK, ticks.t, ticks)
+    assert anchor.at(TICK + timedelta(seconds=255)) == ticks.t + 255
+    ticks.sleep(42.5)
+    assert anchor.now() == TICK + timedelta(seconds=42.5)
+
+
+def test_the_live_watch_waits_on_the_monotonic_clock():
+    """The live watch's time is the run's start advanced by the monotonic clock: it ends at its
+    end having slept exactly the time to it, whatever the wall clock did meanwhile (a step back
+    would otherwise have it sleep past the run's deadline)."""
+    ticks = Ticks()
+    clock = RunClock(Anchor(TICK, ticks.t, ticks), ticks.sleep)
+    out = io.StringIO()
+    log = Log("text", out, TICK)
+    end = TICK + timedelta(seconds=240)
+    renewed: list[datetime] = []
+    printer = PrintExecutor(log, show_manifests=False)
+    watch = Watch(
+        Settings(),
+        PromClient("http://127.0.0.1:9", timeout_s=1),
+        None,
+        TEMPLATES,
+        log,
+        snapshot(node("a")),
+        lambda _snap: printer,
+        clock,
+        end,
+        lambda at: renewed.append(at) is None,
+        deciding=False,  # a cordon landed in the cycle: the watch only holds the Lease
+    )
+    watch.run()
+    assert "watch-end why=deadline " in out.getvalue()
+    assert sum(ticks.slept) == 240 and clock.now() == end
+    # renewed at every scrape before the end, on the run's clock
+    step = timedelta(seconds=Settings().scrape_interval_s)
+    assert renewed == [TICK + n * step for n in range(1, 240 // 15)]
