@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from guard.doors import hostexec
 from guard.doors.hostexec import CommandResult, Unknown
 from guard.evidence.aer import parse_counters
 from guard.evidence.assess import Counters, Inputs, PortInput
-from guard.evidence.kernel_log import for_gpu, parse_kernel_log
+from guard.evidence.kernel_log import for_gpu, lines_of, parse_kernel_log
 
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
@@ -86,8 +86,40 @@ def read_counters(host: Host, address: str) -> Counters:
     return found
 
 
+# What journalctl prints, exit 0, where journald keeps no journal (Storage=none, or volatile
+# storage on a host whose /run/log/journal is empty): on stderr or stdout, by version.
+NO_JOURNAL = "No journal files were found."
+
+
 def _journal(host: Host, boot: str) -> CommandResult:
-    return host.run("journalctl", "-k", "-b", boot, "--no-pager", "-o", "short-iso-precise")
+    """The kernel log of one boot from the journal; an empty journal is a failure to read it,
+    never a kernel log without records (then dmesg or the other boot are read)."""
+    result = host.run("journalctl", "-k", "-b", boot, "--no-pager", "-o", "short-iso-precise")
+    if not result.ok:
+        return result
+    why = empty_journal(result.stdout, result.stderr)
+    return replace(result, error=why) if why else result
+
+
+def empty_journal(stdout: str, stderr: str) -> str:
+    """Why a journalctl answer of exit 0 holds no kernel log ("" when it holds one): its own
+    `-- … --` lines (`-- No entries --`, `-- Boot … --`) and blank lines are not kernel lines.
+
+    >>> empty_journal("", "No journal files were found.\\n")
+    'no journal (No journal files were found.)'
+    >>> empty_journal("-- No entries --\\n", "")
+    'no kernel lines in the journal'
+    >>> empty_journal("2026-01-01T00:00:00+0000 host kernel: Linux version 6.1\\n", "")
+    ''
+    """
+    said = NO_JOURNAL in stderr
+    for line in lines_of(stdout):
+        text = line.strip()
+        if text == NO_JOURNAL:
+            said = True
+        elif text and not (text.startswith("-- ") and text.endswith(" --")):
+            return ""  # a kernel line
+    return f"no journal ({NO_JOURNAL})" if said else "no kernel lines in the journal"
 
 
 def _has_record(text: str, pci: str) -> bool:
@@ -96,8 +128,9 @@ def _has_record(text: str, pci: str) -> bool:
 
 
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    """The current boot's kernel log, or the previous boot's when only that one has a record of
-    this GPU (the node may have been rebooted since the fault)."""
+    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
+    that one has a record of this GPU (the node may have been rebooted since the fault). The
+    source read is returned with it, and what could not be read among the unknowns."""
     unknowns: list[Unknown] = []
     current = _journal(host, "0")
     if not current.ok:

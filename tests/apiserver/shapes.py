@@ -537,8 +537,31 @@ CASES: list[Case] = [
     Case(
         "evidence-adds-sys-module",
         "evidence",
-        put((*SC, "capabilities", "add"), ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "SYS_MODULE"]),
+        put(
+            (*SC, "capabilities", "add"),
+            ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "SYSLOG", "SYS_MODULE"],
+        ),
         EV_SC,
+    ),
+    # SYSLOG (dmesg under kernel.dmesg_restrict=1) is the evidence Job's alone.
+    Case(
+        "conformance-adds-syslog",
+        "conformance",
+        put((*SC, "capabilities", "add"), ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "SYSLOG"]),
+        EV_SC,
+    ),
+    Case(
+        "fence-adds-syslog",
+        "fence",
+        put((*SC, "capabilities", "add"), ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "SYSLOG"]),
+        EV_SC,
+    ),
+    Case(
+        "loadtest-adds-syslog",
+        "loadtest",
+        put((*SC, "capabilities"), {"drop": ["ALL"], "add": ["SYSLOG"]}),
+        LT_SC,
+        privileged=True,
     ),
     Case(
         "conformance-adds-net-admin",

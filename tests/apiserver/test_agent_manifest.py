@@ -71,5 +71,5 @@ def test_restricted_pod_security_objects_only_to_the_host_paths(
     assert status == 403
     assert violations.startswith("restricted volume types"), violations
     assert violations.count("; ") == 0, violations  # nothing else: user, caps, seccomp, escalation
-    for volume in ("host-sys-module", "host-nvml-lib", "host-resolv-conf", "host-systemd-resolve"):
+    for volume in ("host-sys-module", "host-usr", "host-resolv-conf", "host-systemd-resolve"):
         assert volume in violations

@@ -119,6 +119,10 @@ CASES = [
     Case("hostpath-swapped-for-slash", _volume(1, path="/"), VOLUMES),
     Case("hostpath-created-on-the-host", _volume(0, type="DirectoryOrCreate"), VOLUMES),
     Case("hostpath-any-type", _volume(2, type=""), VOLUMES),
+    # /run/systemd/resolve is untyped so that hosts without systemd-resolved run the agent; the
+    # kubelet never creates it, and no other path loses its type check.
+    Case("hostpath-resolved-created-by-kubelet", _volume(3, type="DirectoryOrCreate"), VOLUMES),
+    Case("hostpath-usr-untyped", _volume(1, type=""), VOLUMES),
     Case("mount-propagation-from-the-host", _mount(0, mountPropagation="HostToContainer"), MOUNTS),
     Case("mount-subpath", _mount(3, subPath="resolv.conf"), MOUNTS),
     Case("mount-elsewhere", _mount(1, mountPath="/usr/lib/x86_64-linux-gnu"), MOUNTS),
@@ -145,6 +149,7 @@ CASES = [
     Case("privilege-escalation", put((*SC, "allowPrivilegeEscalation"), True), CONTAINER_SC),
     Case("capability-sys-admin", put((*CAPS, "add"), ["SYS_ADMIN"]), CONTAINER_SC),
     Case("capability-net-raw", put((*CAPS, "add"), ["NET_RAW"]), CONTAINER_SC),
+    Case("capability-syslog", put((*CAPS, "add"), ["SYSLOG"]), CONTAINER_SC),
     Case("capabilities-not-dropped", drop((*CAPS, "drop")), CONTAINER_SC),
     Case("root-filesystem-writable", put((*SC, "readOnlyRootFilesystem"), False), CONTAINER_SC),
     Case(

@@ -96,15 +96,33 @@ def test_a_file_that_cannot_be_read_is_unknown_and_the_rest_still_runs(tmp_path:
     assert run.results[0].observed.startswith("reading /sys/module/nvidia/version: ")
 
 
+LIB64 = "usr/lib64"
+
+
+def _soname(directory: str, version: str) -> dict[str, str | Link | None]:
+    return {f"{directory}/libnvidia-ml.so.1": Link(f"libnvidia-ml.so.{version}")}
+
+
+# A RHEL-family GPU worker: NVML in /usr/lib64, no systemd-resolved (its /run/systemd/resolve is
+# the empty directory the runtime leaves), a resolv.conf with the site's resolvers.
+RHEL: dict[str, str | Link | None] = {
+    f"{LIBDIR}/libnvidia-ml.so.{DRIVER}": None,
+    f"{LIBDIR}/libnvidia-ml.so.1": None,
+    f"{LIB64}/libnvidia-ml.so.{DRIVER}": "",
+    **_soname(LIB64, DRIVER),
+    "run/systemd/resolve/resolv.conf": None,
+    "etc/resolv.conf": "nameserver 10.20.0.53\nnameserver 10.20.0.54\n",
+}
+
+
 def mounted_tree(extra: Tree | None = None) -> dict[str, str | Link | None]:
     """Changes that leave of the healthy host only what the DaemonSet mounts under /host."""
     daemonset = yaml.safe_load(DAEMONSET.read_text(encoding="utf-8"))
     mounts = daemonset["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     kept = tuple(m["mountPath"].removeprefix("/host/") for m in mounts)
-    tree: dict[str, str | Link | None] = {rel: None for rel in HEALTHY if not rel.startswith(kept)}
     # /proc is not mounted: ip_vs is seen in /sys/module, as on a real host.
-    tree["sys/module/ip_vs/refcnt"] = "3\n"
-    return tree | dict(extra or {})
+    full = {**HEALTHY, "sys/module/ip_vs/refcnt": "3\n", **dict(extra or {})}
+    return {rel: value if rel.startswith(kept) else None for rel, value in full.items()}
 
 
 def agent_config() -> Config:
@@ -122,6 +140,12 @@ def agent_config() -> Config:
         pytest.param(UPGRADED_WITHOUT_REBOOT, expect(nvidia_match=F), id="nvml-mismatch"),
         pytest.param({"sys/module/ip_vs/refcnt": None}, expect(ipvs_loaded=F), id="no-ip-vs"),
         pytest.param(PUBLIC_THIRD, expect(dns_upstream=F), id="public-resolver"),
+        pytest.param(RHEL, expect(), id="rhel-nvml-in-lib64-no-systemd-resolved"),
+        pytest.param(
+            RHEL | {f"{LIB64}/libnvidia-ml.so.{NEW_DRIVER}": "", **_soname(LIB64, NEW_DRIVER)},
+            expect(nvidia_match=F),
+            id="rhel-nvml-upgraded-no-reboot",
+        ),
     ],
 )
 def test_the_daemonset_mounts_are_enough(

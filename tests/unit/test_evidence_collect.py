@@ -44,7 +44,7 @@ class FakeRunner:
     """Answers host commands by their argv (the runner's prefix is not part of it); unknown ones
     fail; TIMEOUT answers as `guard.doors.hostexec` words a command past `timeout_s`."""
 
-    answers: Mapping[str, str]
+    answers: Mapping[str, str | tuple[str, str]]  # stdout, or (stdout, stderr); exit 0
     timeout_s: float = 20.0
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
@@ -56,6 +56,8 @@ class FakeRunner:
             return CommandResult(argv, 1, "", f"no answer for {key}\n")
         if answer == TIMEOUT:
             return CommandResult(argv, None, "", "", f"timed out after {self.timeout_s:g}s")
+        if isinstance(answer, tuple):
+            return CommandResult(argv, 0, *answer)
         return CommandResult(argv, 0, answer)
 
     @property
@@ -180,6 +182,59 @@ def test_dmesg_is_read_when_journalctl_fails(tmp_path: Path) -> None:
     assert found.verdict.value == "rma"
     assert ("sysfs 0000:41:00.0", "no /sys/bus/pci/devices entry (GPU removed?)") in [
         (u.what, u.why) for u in found.unknowns
+    ]
+
+
+NO_JOURNAL = "No journal files were found.\n"
+
+
+@pytest.mark.parametrize(
+    "empty",
+    [
+        pytest.param(("", NO_JOURNAL), id="no-journal-on-stderr"),
+        pytest.param((NO_JOURNAL, ""), id="no-journal-on-stdout"),
+        pytest.param(("-- No entries --\n", ""), id="no-entries"),
+    ],
+)
+def test_an_empty_journal_is_no_journal_and_dmesg_is_read(
+    tmp_path: Path, empty: tuple[str, str]
+) -> None:
+    """Where journald keeps no journal, journalctl exits 0 with nothing (or its one line): that
+    is no kernel log, so dmesg is read, and then the previous boot, whose journal is empty too."""
+    runner = FakeRunner(
+        incident_answers(
+            **{
+                JOURNAL_0: empty,
+                JOURNAL_1: empty,
+                "dmesg --time-format iso": _fixture(
+                    "kernel-log", "scenarios", "incident-gpu-node-b.log"
+                ),
+            }
+        )
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 79), GPU, CLASSES)
+    assert found.kernel_log_source == "dmesg --time-format iso"
+    why = "no kernel lines in the journal" if "No entries" in empty[0] else "no journal"
+    assert [(u.what, u.why.split(" (")[0]) for u in found.unknowns] == [("journalctl -k -b 0", why)]
+    assert [x.code for x in found.xids] == [79, 154]
+    assert found.verdict.value == "power-cycle"
+    assert runner.commands[:2] == [JOURNAL_0, "dmesg --time-format iso"]
+
+
+def test_an_empty_journal_and_no_dmesg_read_the_previous_boot(tmp_path: Path) -> None:
+    runner = FakeRunner(
+        incident_answers(
+            **{
+                JOURNAL_0: ("", NO_JOURNAL),
+                JOURNAL_1: _fixture("kernel-log", "scenarios", "incident-gpu-node-b.log"),
+            }
+        )
+    )
+    found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 79), GPU, CLASSES)
+    assert found.kernel_log_source == PREVIOUS_BOOT
+    assert [str(u) for u in found.unknowns][:2] == [
+        "journalctl -k -b 0: no journal (No journal files were found.)",
+        "dmesg --time-format iso: exit 1: no answer for dmesg --time-format iso",
     ]
 
 

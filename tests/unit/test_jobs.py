@@ -54,6 +54,25 @@ def test_every_template_renders_a_pinned_bounded_job(kind):
 
 
 @pytest.mark.parametrize(
+    ("kind", "added"),
+    [
+        # dmesg, the kernel log where journald keeps none, needs SYSLOG under dmesg_restrict=1.
+        ("evidence", ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "SYSLOG"]),
+        ("conformance", ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]),
+        ("fence", ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]),
+        ("loadtest", None),
+    ],
+)
+def test_each_kind_adds_exactly_its_capabilities(kind, added):
+    job = TEMPLATES.render(dataclasses.replace(SPEC, kind=kind))
+    capabilities = job["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+        "capabilities"
+    ]
+    assert capabilities.get("add") == added
+    assert capabilities["drop"] == ["ALL"]
+
+
+@pytest.mark.parametrize(
     "hostile",
     [
         pytest.param('say "hi": {now}\n- item', id="yaml-specials-and-newline"),

@@ -55,13 +55,18 @@ NAME = "gpu-node-guard-agent"  # the DaemonSet and its ServiceAccount
 CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller", JOB_CONTROLLERS[1])
 LABELS = {APP_LABEL: APP_NAME, COMPONENT_LABEL: COMPONENT}
 ROOT = "/host"
-# (volume, host path, type): read-only, and Directory/File so a missing path fails the pod
-# instead of being created on the host.
+# (volume, host path, type), each read-only (docs/agent.md, "Host paths"). Paths every supported
+# distribution has are Directory/File: a host without one is not a host the agent can judge, and
+# the pod fails instead of the runtime creating the path. /usr holds the NVML library wherever a
+# distribution puts it (Debian's /usr/lib/x86_64-linux-gnu, RHEL's /usr/lib64). Only
+# systemd-resolved hosts have /run/systemd/resolve: no type, so a host without it still runs the
+# agent (the runtime leaves an empty directory in /run, a tmpfs) and dns-upstream reads no
+# resolved file there, as RKE2 and kubelet do.
 HOST_PATHS = (
     ("host-sys-module", "/sys/module", "Directory"),
-    ("host-nvml-lib", "/usr/lib/x86_64-linux-gnu", "Directory"),
+    ("host-usr", "/usr", "Directory"),
     ("host-resolv-conf", "/etc/resolv.conf", "File"),
-    ("host-systemd-resolve", "/run/systemd/resolve", "Directory"),
+    ("host-systemd-resolve", "/run/systemd/resolve", ""),
 )
 VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
 MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]

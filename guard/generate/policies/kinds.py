@@ -70,6 +70,9 @@ UNSCHEDULABLE = {
 # --default-{not-ready,unreachable}-toleration-seconds say otherwise).
 ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 HOST_READER_CAPABILITIES = ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]
+# The kernel log's reader only: `dmesg` (the evidence Job's fallback where journald keeps no
+# journal) is refused without CAP_SYSLOG wherever kernel.dmesg_restrict=1 (Ubuntu's default).
+KERNEL_LOG_CAPABILITIES = [*HOST_READER_CAPABILITIES, "SYSLOG"]
 # The node label of a guard Job and its Pods: guard.jobs.node_label of the pod's nodeName (the
 # name itself up to 63 characters, else its first 54, '-' and 8 hex digits). CEL has no SHA-256:
 # the digest is checked for its form; the Job's node annotation carries the full name.
@@ -102,19 +105,25 @@ class Kind:
     controllers: tuple[str, ...] = JOB_CONTROLLERS
 
 
-_HOST_READER = {
-    "privileged": False,
-    "runAsUser": 0,
-    "readOnlyRootFilesystem": True,
-    "seccompProfile": {"type": "RuntimeDefault"},
-    "capabilities": {"drop": ["ALL"], "add": HOST_READER_CAPABILITIES},
-}
+def _host_reader(capabilities: list[str]) -> dict[str, Any]:
+    return {
+        "privileged": False,
+        "runAsUser": 0,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"], "add": capabilities},
+    }
+
+
+_HOST_READER = _host_reader(HOST_READER_CAPABILITIES)
 
 KINDS = (
-    Kind("evidence", "gng-ev-", "image", argv.evidence, True, _HOST_READER),
+    Kind(
+        "evidence", "gng-ev-", "image", argv.evidence, True, _host_reader(KERNEL_LOG_CAPABILITIES)
+    ),
     Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
-    # The fence writes one GPU's compute mode with the host's nvidia-smi: the evidence Job's
-    # access, nothing more (docs/isolation.md).
+    # The fence writes one GPU's compute mode with the host's nvidia-smi: the host readers'
+    # access (not the kernel log's SYSLOG), nothing more (docs/isolation.md).
     Kind("fence", "gng-fn-", "image", argv.fence, True, _HOST_READER),
     Kind(
         "loadtest",
