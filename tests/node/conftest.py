@@ -82,7 +82,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     before = signal.signal(signal.SIGTERM, _interrupt)
     saved = host.machine_state()
     try:
-        host_bin = fake_host.write(work / "host-bin", REPO / "tests" / "fixtures")
+        host_bin = fake_host.write(work / fake_host.DIRECTORY, REPO / "tests" / "fixtures")
         with running_node(binaries, work, NODE, LABELS, host_bin) as ready:
             started = time.monotonic()
             with ready.plane.admin_client() as admin:

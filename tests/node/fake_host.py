@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # The incident of gpu-node-b: Xid 79 on 0000:99:00.0, its config space all ones.
@@ -22,6 +24,10 @@ ANSWERS: dict[str, dict[str, tuple[str, int]]] = {
     },
     "lspci": {f"-vvv -xxx -s {GPU}": ("lspci/gpu-all-ff.txt", 0)},
 }
+DIRECTORY = "host-bin"  # under the node's workdir
+# journalctl where journald keeps no journal (Storage=none, or an empty /run/log/journal): exit 0,
+# this line on stderr, no kernel line.
+NO_JOURNAL = "#!/bin/sh\necho 'No journal files were found.' >&2\nexit 0\n"
 # What the real ones say for what they do not have.
 REFUSALS = {
     "journalctl": "Data from the specified boot is not available: No such boot ID in journal",
@@ -49,3 +55,15 @@ def write(directory: Path, fixtures: Path) -> Path:
         )
         script.chmod(0o755)
     return directory
+
+
+@contextmanager
+def without_journal(directory: Path) -> Iterator[None]:
+    """`journalctl` answers as on a host whose journald keeps no journal, for the duration."""
+    script = directory / "journalctl"
+    kept = script.read_text()
+    script.write_text(NO_JOURNAL)
+    try:
+        yield
+    finally:
+        script.write_text(kept)

@@ -32,7 +32,7 @@ NODE_IP = "10.255.0.1"
 BRIDGE = "gng-node0"
 RUN_DIR = Path("/run/gpu-node-guard-node")
 # setupKernelTunables of the kubelet sets the first six (protectKernelDefaults: false); the CNI
-# bridge plugin (isGateway) net.ipv4.ip_forward.
+# bridge plugin (isGateway) net.ipv4.ip_forward; a test kernel.dmesg_restrict.
 SYSCTLS = (
     "vm/overcommit_memory",
     "vm/panic_on_oom",
@@ -41,6 +41,7 @@ SYSCTLS = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
     "net/ipv4/ip_forward",
+    "kernel/dmesg_restrict",  # set by tests/node/test_kernel_log.py
 )
 # Paths the kubelet, containerd and its shims write to whatever their flags say (/var/log/containers
 # is fixed in the kubelet, /run/containerd holds the shims' sockets and runc's state, /var/lib/cni
