@@ -4,6 +4,7 @@
     image.py dockerfile [Dockerfile]        what the Dockerfile's image holds, as JSON
     image.py guard --repo DIR --out DIR     the guard's image as an OCI archive (two layers)
     image.py pause --binary F --out DIR     registry.k8s.io/pause:3.10 from our static binary
+    image.py current --repo DIR --out DIR   exit 0 when the guard's image is of these sources
 
 The guard's image is the Dockerfile's, read from the Dockerfile itself (one source): its Debian
 suite and Python version from FROM, its packages from `apt-get install`, its checks from the RUN
@@ -422,6 +423,20 @@ def build_guard(repo: Path, spec: ImageSpec, python: str, deps: Path, out: Path)
         tmp.replace(out)
 
 
+def image_key(repo: Path) -> str:
+    """What guard.key holds once guard.oci.tar was built from these sources."""
+    return f"guard-deps-{deps_key(repo)}+{guard_key(repo)}"
+
+
+def is_current(repo: Path, cache: Path) -> bool:
+    stamp = cache / "guard.key"
+    return (
+        (cache / "guard.oci.tar").exists()
+        and stamp.exists()
+        and stamp.read_text() == image_key(repo)
+    )
+
+
 def guard_image(repo: Path, cache: Path, python: str) -> Path:
     spec = parse_dockerfile((repo / "Dockerfile").read_text())
     cache.mkdir(parents=True, exist_ok=True)
@@ -433,9 +448,9 @@ def guard_image(repo: Path, cache: Path, python: str) -> Path:
         say(f"building the dependency layer (mmdebstrap {spec.suite}; minutes) -> {deps.name}")
         build_deps(repo, spec, python, deps)
         say(f"dependency layer built in {time.monotonic() - started:.0f} s")
-    key = f"{deps.stem}+{guard_key(repo)}"
+    key = image_key(repo)
     archive, stamp = cache / "guard.oci.tar", cache / "guard.key"
-    if archive.exists() and stamp.exists() and stamp.read_text() == key:
+    if is_current(repo, cache):
         say(f"cached: {archive}")
         return archive
     started = time.monotonic()
@@ -466,6 +481,9 @@ def main() -> None:
     g.add_argument("--repo", required=True, type=Path)
     g.add_argument("--out", required=True, type=Path)
     g.add_argument("--python", default=sys.executable)
+    c = sub.add_parser("current")
+    c.add_argument("--repo", required=True, type=Path)
+    c.add_argument("--out", required=True, type=Path)
     p = sub.add_parser("pause")
     p.add_argument("--binary", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
@@ -474,6 +492,8 @@ def main() -> None:
         if args.what == "dockerfile":
             spec = parse_dockerfile(Path(args.path).read_text())
             print(json.dumps(_asdict(spec), indent=1))
+        elif args.what == "current":
+            raise SystemExit(0 if is_current(args.repo.resolve(), args.out) else 1)
         elif args.what == "guard":
             guard_image(args.repo.resolve(), args.out, args.python)
         else:
