@@ -205,9 +205,11 @@ class RecordedLink:
 class JobResult:
     """The summary a finished guard Job's Pod left in its termination message, validated
     (guard.read.job_results). `unreadable`: no summary, or not one of the documented shape;
-    `problem` says why, and the planners never treat it as a pass."""
+    `rejected`: the node's kubelet refused to run the Pod (OutOfcpu, NodeAffinity, …), so no
+    container ran; `problem` says why, and the planners never treat either as a pass or a
+    failure of the check."""
 
-    state: Literal["read", "unreadable"]
+    state: Literal["read", "unreadable", "rejected"]
     problem: str = ""
     passed: bool = False  # conformance PASS / load-test pass; evidence: always False
     failed: tuple[Finding, ...] = ()  # FAIL items (conformance) or failing reasons (load test)

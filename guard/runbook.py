@@ -50,6 +50,7 @@ class Section(StrEnum):
     AFTER_REBOOT_CHECKS_QUEUED = "after-reboot-checks-queued"
     JOB_RESULT_UNREADABLE = "job-result-unreadable"
     JOB_NOT_MADE_BY_THE_GUARD = "job-not-made-by-the-guard"
+    JOB_REJECTED_BY_THE_NODE = "job-rejected-by-the-node"
     # Node signals: a driver/NVML mismatch cordon, a return waiting for kube-proxy
     # or the CNI, and the cycle line when the cluster runs none of the selected pods.
     ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"

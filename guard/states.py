@@ -140,6 +140,8 @@ class Decision(StrEnum):
     FENCE_LIFT_RUNNING = "fence-lift-running"
     FENCE_LIFTED = "fence-lifted"
     FENCE_LIFT_FAILED = "fence-lift-failed"
+    # A guard Job whose Pod the node's kubelet refused (guard/plan/check_jobs.py), any kind.
+    JOB_REJECTED = "job-rejected"
     # The executor's own planned writes (guard/apply/__init__.py, guard/plan/common.py).
     JOB_RECORDED = "job-recorded"
     LEDGER_ARCHIVED = "ledger-archived"
@@ -240,6 +242,7 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.DEVICE_REPEAT_FAULT: S.DEVICE_REPEAT_FAULT,
     D.DEVICE_RULE_UNREADABLE: S.DEVICE_REPEAT_FAULT,
     D.DEVICE_RETURNED: S.RETURNED_RECENTLY,
+    D.JOB_REJECTED: S.JOB_REJECTED_BY_THE_NODE,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(
@@ -252,6 +255,7 @@ LIFECYCLE_ROWS = frozenset(
         S.ONBOARDING_PENDING,
         S.ONBOARDING_FAILED,
         S.JOB_NOT_MADE_BY_THE_GUARD,
+        S.JOB_REJECTED_BY_THE_NODE,
     )
 )
 

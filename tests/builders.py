@@ -26,6 +26,7 @@ from guard.model import (
 )
 from guard.names import Annotations
 from guard.plan.returning import plan_return
+from guard.read import job_results
 from guard.read.objects import node_info
 from guard.settings import Settings
 
@@ -180,6 +181,32 @@ def snapshot(
 
 
 PASSED = JobResult("read", passed=True)  # the Pod's own summary: conformance PASS, verdict pass
+OUT_OF_CPU = (
+    "OutOfcpu",
+    "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 0, "
+    "capacity: 2000",
+)
+
+
+def kubelet_rejected(job: str, kind: str, reason: str = "", message: str = "") -> JobResult:
+    """What the guard's reader makes of a Pod the node's kubelet refused at admission, in the
+    exact shape the kubelet writes (phase Failed, reason, message, no container status)."""
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": f"{job}-abcde", "labels": {"batch.kubernetes.io/job-name": job}},
+        "status": {
+            "phase": "Failed",
+            "reason": reason or OUT_OF_CPU[0],
+            "message": message or OUT_OF_CPU[1],
+            "qosClass": "Burstable",
+        },
+    }
+    return job_results.result(kind, pod)
+
+
+def rejected_job(name: str, kind: str = "loadtest", node_name: str = "b") -> JobInfo:
+    """The Job controller's view of it: failed (backoffLimit 0), with that result."""
+    return JobInfo(name, kind, node_name, "failed", result=kubelet_rejected(name, kind))
 
 
 def passed_job(name: str, kind: str = "loadtest", node_name: str = "b") -> JobInfo:

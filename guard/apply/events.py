@@ -46,6 +46,7 @@ ACTIONS = {
     "GuardOnboarded": "RemoveTaint",
     "GuardOnboardingFailed": "KeepTaint",
     "GuardForeignJob": "IgnoreJob",  # a Job of the guard's name that it did not make
+    "GuardJobRejected": "KeepCordoned",  # its Pod refused by the node's kubelet: could not run
     "GuardFenced": "FenceGPU",  # the host fence of the cordon's GPU (guard/plan/fence.py)
     "GuardFenceGpuAbsent": "SkipFence",
     "GuardFenceLifted": "LiftFence",

@@ -51,6 +51,8 @@ from guard.plan.check_jobs import (
     hardware_xid,
     is_gpu_node,
     passed,
+    rejected,
+    rejected_job,
 )
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
@@ -107,6 +109,8 @@ def _node(
     job = find_job(snap, want.name)
     if job is not None and (why := foreign(node, job)):
         return list(foreign_job(s, node, job, "boot-check-foreign", why, "no result is taken"))
+    if job is not None and (why := rejected(job)):
+        return list(rejected_job(s, node, job, why, "no cordon; this boot stays unchecked"))
     if job is None:
         return _unstarted(snap, node, want, priority, out)
     if job.status == "running":

@@ -15,6 +15,7 @@ from guard.model import CordonRecord, JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.common import UID as UID
 from guard.plan.common import conformance_args, create_job, job_spec, loadtest_args
 from guard.settings import Settings
+from guard.states import Decision
 
 # Priority of a conformance Job within the cycle's budget (lower first): a node that rebooted
 # since its last check serves with the new boot now; a gated node serves nobody yet; a node
@@ -99,6 +100,37 @@ def foreign_job(
             "GuardForeignJob",
             f"gpu-node-guard ignores {job.kind} job/{job.name}, which it did not create "
             f"({why}); {stays}",
+            incident=f"{job.name} {job.uid}",
+        ),
+    )
+
+
+def rejected(job: JobInfo) -> str:
+    """Why the node's kubelet refused to run the Job's Pod ("" when it did not): the Job could
+    not run, which is neither a pass nor a failure of its check (guard.read.job_results)."""
+    r = job.result
+    return r.problem if r is not None and r.state == "rejected" else ""
+
+
+def rejected_job(
+    s: Settings, node: NodeInfo, job: JobInfo, why: str, stays: str
+) -> tuple[Skip, EmitEvent]:
+    """A Job whose Pod the node refused (OutOfcpu, NodeAffinity, …), for every kind alike: one
+    WARN line and one Warning Event (per Job uid); nothing is recorded, so once the Job is
+    deleted (by a person, or at its ttlSecondsAfterFinished) the guard creates it again."""
+    fix = (
+        f"{stays}; give the node what the kubelet names (free CPU or memory, the GPU resource, "
+        f"the GPU-node label), then kubectl -n {s.jobs_namespace} delete job {job.name} (the "
+        "guard creates it again)"
+    )
+    return (
+        Skip(node.name, Decision.JOB_REJECTED, f"{job.kind} job/{job.name}: {why}", fix, "WARN"),
+        EmitEvent(
+            node.name,
+            Decision.JOB_REJECTED,
+            "Warning",
+            "GuardJobRejected",
+            f"gpu-node-guard's {job.kind} job/{job.name} could not run: {why}; {stays}",
             incident=f"{job.name} {job.uid}",
         ),
     )

@@ -65,7 +65,7 @@ from guard.names import (
     DRA_DEVICE_CLASS,
     Annotations,
 )
-from guard.plan.check_jobs import foreign, foreign_job, passed
+from guard.plan.check_jobs import foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import (
     Incident,
     create_job,
@@ -493,6 +493,8 @@ def _gate(
 ) -> tuple[Action, ...]:
     if job is not None and (why := foreign(node, job)):
         return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
+    if job is not None and (why := rejected(job)):
+        return rejected_job(s, node, job, why, "the device stays tainted")
     if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
         return (
             Skip(

@@ -51,7 +51,7 @@ from guard import ledger
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
-from guard.plan.check_jobs import find_job, foreign, foreign_job, passed
+from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import create_job, fence_args, job_spec, keys
 from guard.read.check_records import fence_value
 from guard.read.records import UNKNOWN_BOOT
@@ -182,6 +182,8 @@ def _set_step(
     snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef, job: JobInfo
 ) -> tuple[Action, ...]:
     """Where this boot's set Job is: waited for, recorded, or said to have failed."""
+    if why := rejected(job):
+        return rejected_job(s, node, job, why, "the node stays cordoned; its GPU is not fenced")
     if job.status == "running":
         return (Skip(node.name, Decision.FENCE_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
@@ -244,6 +246,8 @@ def lift_gate(
         )
     if job is None:
         return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
+    if why := rejected(job):
+        return rejected_job(s, node, job, why, "the node stays cordoned and its GPU fenced")
     if job.status == "running":
         return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":

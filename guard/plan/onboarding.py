@@ -40,6 +40,8 @@ from guard.plan.check_jobs import (
     gate_taint,
     hardware_xid,
     passed,
+    rejected,
+    rejected_job,
 )
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
@@ -109,6 +111,8 @@ def _node(
         job = find_job(snap, want.name)
         if job is not None and (why := foreign(node, job)):
             return list(foreign_job(s, node, job, "onboarding-foreign", why, STAYS))
+        if job is not None and (why := rejected(job)):
+            return list(rejected_job(s, node, job, why, STAYS))
         if job is None:
             if want is check:
                 out.wanted[node.name] = Wanted(ONBOARDING, check)

@@ -3,7 +3,9 @@ the uncordon that records the return.
 
 One Job of each kind per boot and cordon; not the one the guard made (no record on the node, or
 another uid or spec: replaced by someone) → WARN, a Warning Event, stay cordoned; running → wait;
-unreadable → wait (WARN); failed → record it on the node once and stay cordoned; succeeded →
+its Pod rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, stay cordoned,
+nothing recorded; unreadable → wait (WARN); failed → record it on the node once and stay
+cordoned; succeeded →
 the next gate only when its Pod's own summary says pass (no summary, fail or garbage → WARN,
 stay cordoned).
 """
@@ -14,7 +16,14 @@ from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
 from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
-from guard.plan.check_jobs import foreign, foreign_job, is_conformance_cordon, passed
+from guard.plan.check_jobs import (
+    foreign,
+    foreign_job,
+    is_conformance_cordon,
+    passed,
+    rejected,
+    rejected_job,
+)
 from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
 from guard.read.check_records import checked_boot_value, failed_value, links_value
 from guard.settings import Settings
@@ -43,6 +52,8 @@ def job_gate(
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
         return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
+    if why := rejected(job):  # could not run: no failure recorded, never a pass
+        return rejected_job(s, node, job, why, "the node stays cordoned")
     if job.status == "running":
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
     if job.status == "unreadable":
@@ -196,6 +207,8 @@ def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...
 #   links recorded on the node            → those go to the load test
 #   else the evidence result's links      → those (the annotation may land in this same cycle)
 #   no result (Job gone, failed, unread)  → no --expect-link: the load test checks only the max
+#   its Pod rejected by the node          → the same, and WARN job-rejected with a Warning Event
+#                                           (evidence_rejected): nothing was read on the host
 #   an evidence Job the guard did not make (no record of it on the node, another uid or spec)
 #                                         → its links are never taken (no --expect-link from it)
 
@@ -228,6 +241,20 @@ def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate,
     then = "the load test checks each GPU's link against it (--expect-link)"
     note = ((keys(s).pcie_links, value),)
     return (Annotate(node.name, "pcie-links", node.resource_version, note, then),)
+
+
+def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
+    """The cordon's evidence Job could not run (its Pod refused by the node): said every cycle
+    while the Job is there; the cordon stands on the Xid alone."""
+    name = evidence_job_name(node)
+    job = next((j for j in snap.jobs if j.name == name), None)
+    if job is None or foreign(node, job) or not (why := rejected(job)):
+        return ()
+    stays = (
+        "the node stays cordoned; no evidence was read: collect it by hand "
+        f"(gpu-node-guard render evidence --node {node.name})"
+    )
+    return rejected_job(s, node, job, why, stays)
 
 
 def evidence_running(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Skip, ...]:

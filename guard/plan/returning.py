@@ -50,6 +50,7 @@ from guard.plan.return_jobs import (
     WAIT,
     conformance_return,
     conformance_same_boot,
+    evidence_rejected,
     evidence_running,
     job_gate,
     loadtest_name,
@@ -172,7 +173,7 @@ def _repairs(
     if c.xid is None or c.gpu is None:
         return cordon_event.if_lost(snap, cordon_event.gpuless_event(node, c), c)
     incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
-    out: list[Action] = [*record_links(snap, s, node)]
+    out: list[Action] = [*record_links(snap, s, node), *evidence_rejected(snap, s, node)]
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, "repair-ledger"))
     job = evidence_job(snap, s, t, incident, "repair-evidence")

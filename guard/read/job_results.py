@@ -5,8 +5,12 @@ The snapshot lists the Pods of the jobs namespace once per cycle (label-selected
 only) and keeps a few fields of each (`slim_pod`). Per Job the newest finished Pod counts. Case
 list of one Pod (first match wins):
   not a mapping, no job-name label           → ignored (not a Pod of a guard Job)
+  Failed with no container status and the kubelet's "Pod was rejected: …" (or an admission
+  reason: OutOfcpu, OutOfmemory, OutOf<resource>, NodeAffinity, UnexpectedAdmissionError, …)
+                                             → rejected: the node refused to run it, with
+                                               reason and message (never a failed check)
   its container never terminated             → unreadable: the Pod failed before it ran
-                                               (NodeAffinity, deadline, eviction), with why
+                                               (deadline, eviction), with why
   empty message                              → unreadable: the program did not finish
   a summary of another shape                 → unreadable, the parser's one line
   otherwise                                  → read: pass/fail, failed items, recorded links
@@ -20,6 +24,7 @@ not make.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -39,6 +44,13 @@ from guard.wire import (
 
 # Finished Pods only (two != are ANDed): Running and Pending Pods have no result yet.
 FINISHED = "status.phase!=Pending,status.phase!=Running"
+# The kubelet's admission refusal (pkg/kubelet rejectPod): phase Failed, this message prefix, a
+# reason such as OutOfcpu, and no container status (no container was ever created).
+REJECTED_PREFIX = "Pod was rejected"
+_ADMISSION_REASONS = re.compile(
+    r"^(OutOf.+|NodeAffinity|NodeName|UnexpectedAdmissionError|InvalidNodeInfo|"
+    r"PodOSNotSupported|PodOSSelectorNodeLabelDoesNotMatch|SysctlForbidden|NodeShutdown)$"
+)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -182,8 +194,10 @@ def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
         if _mapping(c).get("name") == kind
     ]
     ended = _mapping(_mapping(mine[0].get("state")).get("terminated")) if mine else {}
+    why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
+    if rejected(pod):
+        return JobResult("rejected", f"pod {name} was rejected by the node's kubelet ({why})")
     if not ended:
-        why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
         return JobResult(
             "unreadable",
             f"pod {name} {_phase(pod) or 'finished'} before its {kind} container ended"
@@ -196,6 +210,23 @@ def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
         return _PARSERS.get(kind, _unknown_kind)(message)
     except ValueError as exc:  # SummaryError; never raises
         return JobResult("unreadable", f"pod {name}: {_first(exc)}")
+
+
+def rejected(pod: Mapping[str, Any]) -> bool:
+    """The node's kubelet refused to run the Pod: Failed before any container was created.
+
+    >>> rejected({"status": {"phase": "Failed", "reason": "OutOfcpu", "message":
+    ...     "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 0, "
+    ...     "capacity: 2000"}})
+    True
+    >>> rejected({"status": {"phase": "Failed", "reason": "DeadlineExceeded", "message": "x"}})
+    False
+    """
+    status = _mapping(pod.get("status"))
+    if _phase(pod) != "Failed" or status.get("containerStatuses"):
+        return False
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    return message.startswith(REJECTED_PREFIX) or bool(_ADMISSION_REASONS.match(reason))
 
 
 def _conformance(message: str) -> JobResult:

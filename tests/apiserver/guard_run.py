@@ -353,9 +353,29 @@ def finish(
     end_pod(
         admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}}, message, ok
     )
+    if mark_job:
+        _end_job(admin, job, ok)
+
+
+def reject(
+    deployed: ControlPlane, admin: client.ApiClient, job: dict[str, Any], reason: str, message: str
+) -> None:
+    """Play the Job controller and a kubelet that refuses the Pod at admission (pkg/kubelet
+    rejectPod): the Pod Failed with `reason` and `message` and no container status, written
+    through the status subresource; the Job failed (backoffLimit 0)."""
+    pod = controller_pod(job)
+    del pod["metadata"]["finalizers"]  # no controller here would remove it
+    with deployed.impersonating(JOB_CONTROLLER) as controller:
+        made = create(controller, pod)
+    status = {"phase": "Failed", "reason": reason, "message": message}
+    client.CoreV1Api(admin).patch_namespaced_pod_status(
+        made.metadata.name, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
+    _end_job(admin, job, ok=False)
+
+
+def _end_job(admin: client.ApiClient, job: dict[str, Any], ok: bool) -> None:
     at, done = ENDED_AT, ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
-    if not mark_job:
-        return
     job_status = {
         "startTime": at,
         **({"completionTime": at, "succeeded": 1} if ok else {"failed": 1}),

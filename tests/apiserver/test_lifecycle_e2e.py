@@ -47,6 +47,7 @@ from tests.apiserver.guard_run import (
     healthy,
     mine,
     node_events,
+    reject,
     run_guard,
     scenario_prometheus,
     set_status,
@@ -63,7 +64,7 @@ from tests.apiserver.kubectl import follow_hint
 pytestmark = pytest.mark.apiserver
 
 REBOOT, GATE, GATE_FAIL, LINKS = "lc-reboot", "lc-gate", "lc-gate-fail", "lc-links"
-REPLACED = "lc-replaced"
+REPLACED, REJECTED = "lc-replaced", "lc-rejected"
 RETURN, RETURN_FAIL = "lc-return", "lc-return-fail"
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 SITE_TAINT = {"key": "example.com/reserved", "value": "ml", "effect": "NoSchedule"}
@@ -78,6 +79,7 @@ def prom() -> Iterator[LocalPrometheus]:
         healthy(GATE_FAIL),
         faulted(LINKS),
         faulted(REPLACED),
+        faulted(REJECTED),
         faulted(RETURN),
         faulted(RETURN_FAIL),
     )
@@ -457,6 +459,41 @@ def test_a_replaced_load_test_job_is_no_pass(
     assert f"kubectl -n {JOBS_NS} delete job {name}" in warn["next"]
     (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardForeignJob"]
     assert event["type"] == "Warning" and f"job/{name}" in event["note"]
+
+
+OUT_OF_CPU = (
+    "OutOfcpu",
+    "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 0, "
+    "capacity: 2000",
+)
+
+
+def test_a_load_test_pod_the_node_rejects_could_not_run_and_the_node_stays_cordoned(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """A node short of the load test's 2 CPUs: its kubelet refuses the Pod at admission, the
+    Job fails within a second with no container run. The guard's next cycle reads that as
+    `job-rejected` (one WARN line, a Warning Event), records no load-test failure, and the node
+    stays cordoned."""
+    node = lifecycle_node(REJECTED, boot="boot-1", allocatable=7)
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, node)[0] == ("cordon", "xid-79")
+    finish(deployed, admin, the_job(admin, node, "evidence"), EVIDENCE, ok=True)
+    set_status(core, node, boot="boot-2", allocatable=8)  # power-cycled
+    created = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
+    assert mine(created, node) == [("annotate", "pcie-links"), ("create-job", "conditions-met")]
+    name = the_job(admin, node, "loadtest")["metadata"]["name"]
+    reject(deployed, admin, the_job(admin, node, "loadtest"), *OUT_OF_CPU)
+
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE, NO_CF)
+    assert mine(run.plan, node) == [("skip", "job-rejected"), ("event", "job-rejected")]
+    assert core.read_node(node).spec.unschedulable is True
+    assert KEYS.loadtest_result not in notes(core, node)  # no load-test failure recorded
+    (line,) = [x for x in run.lines("skip") if x.get("node") == node]
+    assert line["level"] == "WARN" and line["reason"] == "job-rejected"
+    assert f"loadtest job/{name}: pod " in line["detail"] and OUT_OF_CPU[1] in line["detail"]
+    assert line["next"].startswith("the node stays cordoned")
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardJobRejected"]
+    assert event["type"] == "Warning" and f"job/{name} could not run" in event["note"]
 
 
 def loadtest_with_links(node: str, count: int) -> dict[str, Any]:

@@ -121,6 +121,26 @@ def pod(
     }
 
 
+OUT_OF_CPU = (
+    "OutOfcpu",
+    "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 0, "
+    "capacity: 2000",
+)
+
+
+def kubelet_rejected(job: str, kind: str, reason: str, message: str) -> dict[str, Any]:
+    """A Pod of `job` as a kubelet leaves one it refused at admission (pkg/kubelet rejectPod):
+    phase Failed, its reason and message, and no container status at all."""
+    the_pod = pod(job, kind, None)
+    the_pod["status"] = {
+        "phase": "Failed",
+        "reason": reason,
+        "message": message,
+        "qosClass": "Burstable",
+    }
+    return the_pod
+
+
 @pytest.mark.parametrize(
     ("kind", "the_pod", "expected"),
     [
@@ -172,13 +192,38 @@ def pod(
         ),
         pytest.param(
             "conformance",
-            pod("j", "conformance", None, why=("NodeAffinity", "Predicate NodeAffinity failed")),
+            pod("j", "conformance", None, why=("DeadlineExceeded", "Job was active too long")),
             JobResult(
                 "unreadable",
                 "pod j-abcde Failed before its conformance container "
-                "ended (NodeAffinity: Predicate NodeAffinity failed)",
+                "ended (DeadlineExceeded: Job was active too long)",
             ),
-            id="pod-refused-by-the-kubelet",
+            id="pod-failed-before-its-container-ended",
+        ),
+        *(
+            pytest.param(
+                kind,
+                kubelet_rejected("j", kind, *why),
+                JobResult(
+                    "rejected",
+                    f"pod j-abcde was rejected by the node's kubelet ({why[0]}: {why[1]})",
+                ),
+                id=f"{kind}-pod-rejected-{why[0]}",
+            )
+            for kind, why in (
+                ("loadtest", OUT_OF_CPU),
+                (
+                    "loadtest",
+                    (
+                        "OutOfnvidia.com/gpu",
+                        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+                        "requested: 8, used: 0, capacity: 0",
+                    ),
+                ),
+                ("evidence", ("NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed")),
+                ("conformance", ("OutOfmemory", "Pod was rejected: Node didn't have enough")),
+                ("fence", ("UnexpectedAdmissionError", "Pod was rejected: Allocate failed")),
+            )
         ),
         pytest.param(
             "loadtest",

@@ -18,9 +18,11 @@ from tests.builders import (
     HELD_S,
     KEYS,
     NOW,
+    OUT_OF_CPU,
     TEMPLATES,
     brief,
     gpu,
+    kubelet_rejected,
     node,
     rewritten_event,
     settings,
@@ -151,6 +153,11 @@ def after(status: str, result: JobResult | None) -> Snapshot:
             after("succeeded", ADOPTED),
             [("skip", "b", "boot-check-foreign"), ("event", "b", "boot-check-foreign")],
             id="a-pass-of-a-pod-from-another-node-is-no-pass",
+        ),
+        pytest.param(
+            after("failed", kubelet_rejected(CF, "conformance", *OUT_OF_CPU)),
+            [("skip", "b", "job-rejected"), ("event", "b", "job-rejected")],
+            id="a-pod-the-node-rejected-is-no-failure-and-no-pass",
         ),
         pytest.param(
             snapshot(serving(), hardware=(gpu("b", 79),)),

@@ -23,7 +23,19 @@ from guard.model import DraDevice, JobInfo, NodeInfo, Snapshot, TaintRule
 from guard.plan import device_taint, plan_cycle
 from guard.plan.device_taint import DeviceRecord, guarded_count, parse_record, rule_name
 from guard.read.objects import devices, taint_rules
-from tests.builders import KEYS, NOW, PASSED, PCI, TEMPLATES, UUID, S, gpu, node, snapshot
+from tests.builders import (
+    KEYS,
+    NOW,
+    PASSED,
+    PCI,
+    TEMPLATES,
+    UUID,
+    S,
+    gpu,
+    kubelet_rejected,
+    node,
+    snapshot,
+)
 
 DEVICE = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4", UUID, PCI)
 OTHER = "GPU-99999999-2222-3333-4444-555555555555"
@@ -204,6 +216,19 @@ def test_the_rule_is_deleted_only_after_the_load_test_passed(
     ]
     for a in untaint:  # by name and uid: exactly the rule the guard read as its own
         assert (a.name, a.uid) == (rec.rule, "rule-uid")
+
+
+def test_a_load_test_whose_pod_the_node_rejected_is_no_failure_the_device_stays_tainted() -> None:
+    rec = record()
+    base = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
+    _, job = device_taint.plan_return(base, S, TEMPLATES)
+    info = JobInfo(
+        job.name, "loadtest", "d", "failed", result=kubelet_rejected(job.name, "loadtest")
+    )
+    snap = published(
+        replace(snapshot(tainted(rec, boot="boot-2"), jobs=(info,)), taint_rules=(guard_rule(rec),))
+    )
+    assert _return(snap) == [("Skip", "job-rejected"), ("EmitEvent", "job-rejected")]
 
 
 def test_a_failed_load_test_is_recorded_once_and_the_device_stays_tainted() -> None:

@@ -25,6 +25,7 @@ from tests.builders import (
     back_node,
     gpu,
     job_uid,
+    kubelet_rejected,
     node,
     settings,
     snapshot,
@@ -154,6 +155,19 @@ def test_a_gpu_off_the_bus_is_recorded_once_and_the_cordon_stays_the_isolation()
     assert event.event_type == "Warning" and "cordon stays the isolation" in event.message
     again = plan(waiting(fence=record("gpu-absent", "boot-1", job=name)), jobs=(gpu_absent(name),))
     assert reasons(again) == ["same-boot", "same-boot"]
+
+
+def test_a_fence_job_whose_pod_the_node_rejected_is_no_fence_and_no_failure() -> None:
+    name = the_fence_job(plan(waiting())).name
+    rejected = kubelet_rejected(name, "fence")
+    actions = plan(waiting(), jobs=(JobInfo(name, "fence", "b", "failed", result=rejected),))
+    assert [r for r in reasons(actions) if r.startswith(("job-", "fence-"))] == [
+        "job-rejected",
+        "job-rejected",
+    ]
+    (skip,) = [a for a in actions if isinstance(a, Skip) and a.reason == "job-rejected"]
+    assert "its GPU is not fenced" in skip.next
+    assert not any(isinstance(a, Annotate) for a in actions)
 
 
 def test_a_fence_job_the_guard_did_not_make_is_no_fence() -> None:

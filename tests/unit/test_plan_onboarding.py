@@ -19,6 +19,7 @@ from tests.builders import (
     TEMPLATES,
     brief,
     gpu,
+    kubelet_rejected,
     node,
     owned,
     settings,
@@ -332,6 +333,12 @@ ADOPTED = JobResult("unreadable", "pod x ran on node a, not on node n", passed=T
             True,
             [("skip", "n", "onboarding-unreadable")],
             id="burn-in-succeeded-garbage",
+        ),
+        pytest.param(
+            (BOTH[0], done(LT.name, "loadtest", "failed", kubelet_rejected(LT.name, "loadtest"))),
+            True,
+            [("skip", "n", "job-rejected"), ("event", "n", "job-rejected")],
+            id="burn-in-pod-rejected-by-the-node-is-no-failure",
         ),
         pytest.param(
             (BOTH[0], done(LT.name, "loadtest", "succeeded")),

@@ -19,6 +19,7 @@ from guard.actions import (
 from guard.jobs import spec_digest
 from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
+from guard.plan.return_jobs import evidence_job_name
 from guard.plan.returning import plan_return
 from guard.read.check_records import job_record_value
 from guard.settings import Settings
@@ -37,6 +38,7 @@ from tests.builders import (
     job_uid,
     node,
     passed_job,
+    rejected_job,
     return_job,
     settings,
     snapshot,
@@ -605,6 +607,43 @@ def test_a_result_from_a_pod_that_is_not_the_jobs_own_names_the_job_as_foreign(k
     warn, event = actions
     assert warn.level == "WARN" and "ran on node a" in warn.detail
     assert event.event_reason == "GuardForeignJob" and f"job/{name}" in event.message
+
+
+@pytest.mark.parametrize("kind", ["loadtest", "conformance"])
+def test_a_job_whose_pod_the_node_rejected_could_not_run_and_the_node_stays_cordoned(kind):
+    """OutOfcpu on a node short of the load test's requests: the Job fails at once with no
+    container run. Neither a failed check (nothing recorded on the node) nor a pass; deleted,
+    the Job is made again."""
+    name = LT if kind == "loadtest" else CF
+    s = settings(return_conformance=kind == "conformance")
+    snap = snapshot(back_node(), jobs=(rejected_job(name, kind),))
+    actions = plan_return(snap, s, TEMPLATES)
+    assert brief(actions) == [("skip", "b", "job-rejected"), ("event", "b", "job-rejected")]
+    warn, event = actions
+    assert warn.level == "WARN" and f"{kind} job/{name}" in warn.detail
+    assert "OutOfcpu: Pod was rejected: Node didn't have enough resource: cpu" in warn.detail
+    assert warn.next.startswith("the node stays cordoned; give the node what the kubelet names")
+    assert event.event_type == "Warning" and event.event_reason == "GuardJobRejected"
+    assert event.message.startswith(f"gpu-node-guard's {kind} job/{name} could not run: pod ")
+    again = plan_return(snapshot(back_node()), s, TEMPLATES)
+    assert [a.name for a in again if isinstance(a, CreateJob)] == [name]
+
+
+def test_a_rejected_evidence_job_is_said_and_the_load_test_goes_on_without_its_links():
+    evidence = evidence_job_name(back_node())
+    assert evidence is not None
+    snap = snapshot(back_node(), jobs=(rejected_job(evidence, "evidence"),))
+    actions = plan_return(snap, settings(), TEMPLATES)
+    assert brief(actions) == [
+        ("skip", "b", "job-rejected"),
+        ("event", "b", "job-rejected"),
+        ("create-job", "b", "conditions-met"),
+    ]
+    assert "no evidence was read" in actions[0].next
+    assert (
+        "--expect-link"
+        not in actions[2].manifest["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
 
 
 def test_the_guards_own_job_with_its_pods_pass_returns_the_node():
