@@ -89,14 +89,16 @@ def test_a_load_test_the_node_has_no_cpu_for_is_rejected_by_the_kubelet(
     node: Node, admin: client.ApiClient, guard_kubeconfig: Path
 ) -> None:
     """The load test asks for 2 CPUs; the node keeps 500m of its 2 for itself. The kubelet
-    refuses the Pod at admission (Failed, OutOfcpu, no container ever made): the guard reads no
-    result from it, and says why."""
-    ran = record(
-        "load test rejected", run_job(admin, guard_kubeconfig, render("loadtest", node.name))
-    )
+    refuses the Pod at admission (Failed, OutOfcpu, no container ever made): the guard reads
+    it as rejected by the node, with the kubelet's reason, never as a failed load test."""
+    job = render("loadtest", node.name)
+    ran = record("load test rejected", run_job(admin, guard_kubeconfig, job))
     status = ran.pod["status"]
     assert (status["phase"], status.get("reason")) == ("Failed", "OutOfcpu"), status
+    assert status["message"].startswith("Pod was rejected"), status
     assert not status.get("containerStatuses")
     assert ran.read.status == "failed"
-    assert ran.read.result is not None and ran.read.result.state != "read"
-    assert "OutOfcpu" in ran.read.result.problem, ran.read.result
+    assert ran.read.result is not None
+    assert ran.read.result.state == "rejected", ran.read.result
+    assert "OutOfcpu" in ran.read.result.problem
+    assert not ran.read.result.failed
