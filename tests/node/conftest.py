@@ -117,8 +117,9 @@ def guard_kubeconfig(node: Node) -> Path:
 
 @pytest.fixture
 def admin(node: Node) -> Iterator[client.ApiClient]:
-    """The admin's client; after the test the guard's Jobs (and by the garbage collector their
-    Pods) are deleted and waited for, so the next test can make a Job of the same name."""
+    """The admin's client; after the test the guard's Jobs and (by the garbage collector) their
+    Pods are deleted and waited for, so the next test can make a Job of the same name and the
+    guard reads no Pod of an earlier one."""
     with node.plane.admin_client() as api:
         yield api
         batch = client.BatchV1Api(api)
@@ -126,7 +127,11 @@ def admin(node: Node) -> Iterator[client.ApiClient]:
         batch.delete_collection_namespaced_job(
             JOBS_NS, label_selector=mine, propagation_policy="Background"
         )
+        core, jobs_pods = client.CoreV1Api(api), "job-name,app.kubernetes.io/name=gpu-node-guard"
         deadline = time.monotonic() + GONE_TIMEOUT_S
-        while batch.list_namespaced_job(JOBS_NS, label_selector=mine).items:
-            assert time.monotonic() < deadline, "the guard's Jobs were not deleted"
+        while (
+            batch.list_namespaced_job(JOBS_NS, label_selector=mine).items
+            or core.list_namespaced_pod(JOBS_NS, label_selector=jobs_pods).items
+        ):
+            assert time.monotonic() < deadline, "the guard's Jobs and their Pods were not deleted"
             time.sleep(0.2)
