@@ -18,10 +18,13 @@ from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
     KEYS,
+    NO_CF,
+    RETURN_AT,
     faulted,
     forget_guard_state,
     guard_kube,
     mine,
+    node_events,
     read_and_plan,
     run_guard,
     scenario_prometheus,
@@ -32,6 +35,7 @@ from tests.node.node import Node
 
 pytestmark = pytest.mark.node
 EVIDENCE = "app.kubernetes.io/component=evidence"
+LOADTEST = "app.kubernetes.io/component=loadtest"
 
 
 @pytest.fixture
@@ -78,11 +82,7 @@ def test_a_cycle_cordons_the_node_and_the_next_reads_its_evidence(
     assert core.read_node(gpu_node).spec.unschedulable is True
     (made,) = batch.list_namespaced_job(JOBS_NS, label_selector=EVIDENCE).items
 
-    def ended() -> bool:
-        status = batch.read_namespaced_job(made.metadata.name, JOBS_NS).status
-        return bool(status.succeeded or status.failed)
-
-    wait_for(f"job/{made.metadata.name} ended", ended)
+    wait_for(f"job/{made.metadata.name} ended", lambda: _ended(batch, made.metadata.name))
     MEASURED.append(("cycle", {"cordon → evidence Job ended": time.monotonic() - began}))
     later = ISOLATE_AT + CYCLE
     snap, _plan = read_and_plan(
@@ -97,3 +97,37 @@ def test_a_cycle_cordons_the_node_and_the_next_reads_its_evidence(
         ("event", "same-boot"),
         ("skip", "already-cordoned"),
     ]
+
+
+def test_a_load_test_the_node_refuses_keeps_the_returning_node_cordoned(
+    prom: LocalPrometheus, gpu_node: str, admin: client.ApiClient, guard_kubeconfig: Path
+) -> None:
+    """The return of a power-cycled node on a node short of CPU: the guard's load-test Job is
+    refused by the kubelet (OutOfcpu), and the next cycle reads that as `job-rejected` (a
+    Warning Event, no load-test failure recorded) with the node kept cordoned."""
+    assert mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT).plan, gpu_node)[0] == (
+        "cordon",
+        "xid-79",
+    )
+    core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
+    (evidence,) = batch.list_namespaced_job(JOBS_NS, label_selector=EVIDENCE).items
+    wait_for("the evidence Job ended", lambda: _ended(batch, evidence.metadata.name))
+    # The power cycle: the kubelet reports this machine's boot ID, so the cordon's is made older.
+    power_cycled = {"metadata": {"annotations": {KEYS.boot_id: "boot-before-the-power-cycle"}}}
+    core.patch_node(gpu_node, power_cycled, _content_type=MERGE_PATCH)
+    created = run_guard(prom, guard_kubeconfig, RETURN_AT, NO_CF).plan
+    assert ("create-job", "conditions-met") in mine(created, gpu_node)
+    (loadtest,) = batch.list_namespaced_job(JOBS_NS, label_selector=LOADTEST).items
+    wait_for("the load-test Job ended", lambda: _ended(batch, loadtest.metadata.name))
+    run = run_guard(prom, guard_kubeconfig, RETURN_AT + CYCLE, NO_CF)
+    assert mine(run.plan, gpu_node) == [("skip", "job-rejected"), ("event", "job-rejected")]
+    assert core.read_node(gpu_node).spec.unschedulable is True
+    (line,) = [x for x in run.lines("skip") if x.get("node") == gpu_node]
+    assert "OutOfcpu" in line["detail"] or "Pod was rejected" in line["detail"], line
+    (event,) = [e for e in node_events(admin, gpu_node) if e["reason"] == "GuardJobRejected"]
+    assert f"job/{loadtest.metadata.name} could not run" in event["note"]
+
+
+def _ended(batch: client.BatchV1Api, name: str) -> bool:
+    status = batch.read_namespaced_job(name, JOBS_NS).status
+    return bool(status.succeeded or status.failed)
