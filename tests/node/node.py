@@ -6,6 +6,7 @@ hack/node/build.sh builds them and each run imports them (`ctr -n k8s.io images 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,8 +27,20 @@ CONTROLLERS = (
 )
 SOCKET = host.RUN_DIR / "containerd.sock"
 READY_TIMEOUT_S = 120.0
-# What the node keeps for itself: the load test's 2 CPUs never fit on a machine of 2 cores.
-SYSTEM_RESERVED_CPU = "500m"
+# What the node offers Pods, whatever the machine's cores: the load test's 2 CPUs never fit
+# (the kubelet refuses it, OutOfcpu), the other Jobs and the agent (50m and 5m) do.
+ALLOCATABLE_CPU_MILLIS = 1500
+
+
+def system_reserved_cpu(cores: int) -> str:
+    """The kubelet's systemReserved CPU that leaves ALLOCATABLE_CPU_MILLIS (or all of a smaller
+    machine) to Pods.
+
+    >>> system_reserved_cpu(2), system_reserved_cpu(64), system_reserved_cpu(1)
+    ('500m', '62500m', '0m')
+    """
+    return f"{max(0, cores * 1000 - ALLOCATABLE_CPU_MILLIS)}m"
+
 
 CONTAINERD_TOML = """\
 version = 2
@@ -145,7 +158,7 @@ def kubelet_config(work: Path, port: int, healthz_port: int) -> Path:
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
         "registerNode": True,
-        "systemReserved": {"cpu": SYSTEM_RESERVED_CPU},
+        "systemReserved": {"cpu": system_reserved_cpu(os.cpu_count() or 1)},
         # never pulled, so never collected
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

@@ -88,7 +88,7 @@ def test_a_job_on_the_guards_cordoned_node_still_runs(
 def test_a_load_test_the_node_has_no_cpu_for_is_rejected_by_the_kubelet(
     node: Node, admin: client.ApiClient, guard_kubeconfig: Path
 ) -> None:
-    """The load test asks for 2 CPUs; the node keeps 500m of its 2 for itself. The kubelet
+    """The load test asks for 2 CPUs; the node offers Pods 1.5 (tests/node/node.py). The kubelet
     refuses the Pod at admission (Failed, OutOfcpu, no container ever made): the guard reads
     it as rejected by the node, with the kubelet's reason, never as a failed load test."""
     job = render("loadtest", node.name)
