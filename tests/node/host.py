@@ -208,6 +208,7 @@ class MachineState:
     mounts: frozenset[str]
     runtimes: frozenset[int]  # containerd and kubelet processes the machine already had
     absent: frozenset[Path]  # of CREATED_BY_PODS
+    cgroups: frozenset[Path]  # a kubelet's or containerd's the machine already had
 
 
 def machine_state() -> MachineState:
@@ -218,6 +219,7 @@ def machine_state() -> MachineState:
         frozenset(Path("/proc/self/mounts").read_text().splitlines()),
         frozenset(_by_name(RUNTIMES)),
         frozenset(p for p in CREATED_BY_PODS if not p.exists()),
+        frozenset(pod_cgroups()),
     )
 
 
@@ -234,13 +236,15 @@ def add_node_ip() -> None:
     subprocess.run(["ip", "addr", "replace", f"{NODE_IP}/32", "dev", "lo"], check=True)
 
 
-def pod_cgroups() -> list[Path]:
-    """The cgroups the kubelet and containerd made, under every v1 hierarchy (or v2's root)."""
-    found = []
+def pod_cgroups() -> set[Path]:
+    """The cgroups under the kubelet's and containerd's tops, in every v1 hierarchy (or v2's)."""
+    found = set()
     for hierarchy in [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]:
+        if hierarchy.is_symlink():  # cpu -> cpu,cpuacct: the same cgroups once
+            continue
         for top in CGROUP_TOPS:
             if (hierarchy / top).is_dir():
-                found.append(hierarchy / top)
+                found |= {Path(dirpath) for dirpath, _dirs, _files in os.walk(hierarchy / top)}
     return found
 
 
@@ -248,12 +252,11 @@ def restore(saved: MachineState) -> list[str]:
     """Put back what a run changed (each step on its own: one failing keeps the others); what
     could not be put back, one line each."""
     problems = []
-    for root in pod_cgroups():
-        for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda w: -len(w[0])):
-            try:
-                os.rmdir(dirpath)
-            except OSError as exc:
-                problems.append(f"cgroup {dirpath}: {exc.strerror}")
+    for made in sorted(pod_cgroups() - saved.cgroups, key=lambda p: -len(p.parts)):
+        try:
+            made.rmdir()  # the deepest first
+        except OSError as exc:
+            problems.append(f"cgroup {made}: {exc.strerror}")
     if BRIDGE in _links():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
     if f" {NODE_IP}/32 " in _ip("-o", "addr", "show", "dev", "lo"):
@@ -292,7 +295,7 @@ def leftovers(saved: MachineState, workdir: Path) -> list[str]:
         found.append(f"lo addresses changed: {now.lo_addresses!r}")
     found += [f"network link {link} left" for link in sorted(now.links - saved.links)]
     found += [f"mount left: {m}" for m in sorted(now.mounts - saved.mounts)]
-    found += [f"cgroup left: {p}" for p in pod_cgroups()]
+    found += [f"cgroup left: {p}" for p in sorted(pod_cgroups() - saved.cgroups)]
     if RUN_DIR.exists():
         found.append(f"{RUN_DIR} left")
     found += [f"{path} left" for path in sorted(saved.absent) if path.exists()]
