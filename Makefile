@@ -8,7 +8,7 @@ ENVTEST_VERSION ?= v1.34.4
 # The DRA tier's control plane (tests/dra): DeviceTaintRule is GA (resource.k8s.io/v1) from 1.37.
 DRA_ENVTEST_VERSION ?= v1.37.2
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest envtest-dra deploytest engines image bench bench-smoke render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest envtest-dra node deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -77,6 +77,14 @@ envtest:
 envtest-dra:
 	@env -u KUBEBUILDER_ASSETS ENVTEST_VERSION=$(DRA_ENVTEST_VERSION) hack/envtest/build.sh --controller-manager --scheduler
 
+# The node tier (tests/node): the kubelet and kube-scheduler of ENVTEST_VERSION beside the
+# envtest binaries, and the pause and guard images built offline (hack/node/build.sh: root,
+# mmdebstrap; rebuilt only when their inputs change). Debian: containerd runc
+# containernetworking-plugins iptables mmdebstrap.
+node: install
+	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl --controller-manager --scheduler --kubelet
+	@PY=$(PY) hack/node/build.sh
+
 # kustomize (for `kustomize edit set image`, as ArgoCD runs it) and the prometheus-operator CRDs,
 # for tests/apiserver/test_deploy.py.
 deploytest:
@@ -98,7 +106,7 @@ pytest: install system-deps
 wheel-check: install system-deps
 	hack/wheel-check.sh $(PY)
 
-test: install system-deps envtest envtest-dra deploytest engines lint typecheck rules-test policies-check config-check wheel-check bench-smoke
+test: install system-deps envtest envtest-dra node deploytest engines lint typecheck rules-test policies-check config-check wheel-check bench-smoke
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" \
 	  DRA_ASSETS="$${DRA_ASSETS:-$$(env -u KUBEBUILDER_ASSETS ENVTEST_VERSION=$(DRA_ENVTEST_VERSION) hack/envtest/build.sh --print-path)}" $(PY) -m pytest
 

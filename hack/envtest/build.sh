@@ -12,6 +12,8 @@
 #                                           (the Job controller, for Pod ownership and adoption)
 #   hack/envtest/build.sh --scheduler       also build (or reuse) kube-scheduler (the DRA tier:
 #                                           ResourceClaim allocation)
+#   hack/envtest/build.sh --kubelet         also build (or reuse) the kubelet (the node tier:
+#                                           tests/node runs the guard's Jobs on a real node)
 #   hack/envtest/build.sh --print-kubectl   print only the path of that kubectl (nothing is built;
 #                                           exit 1 when it is not there yet)
 #
@@ -73,7 +75,7 @@ staging_replaces() {
 # The directory under hack/envtest/ of each binary's wrapper module.
 module_of() {
   case "$1" in
-    kube-apiserver | kube-controller-manager | kube-scheduler) echo kube ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubelet) echo kube ;;
     *) echo "$1" ;;
   esac
 }
@@ -83,9 +85,10 @@ copy_module() {
   if [[ -f "$HERE/$1/go.sum" ]]; then cp "$HERE/$1/go.sum" "$2/"; fi
 }
 
-# Runs inside the scratch module directory.
+# Runs inside the scratch module directory; $1 is the command to build (its tool line keeps its
+# dependencies through `go mod tidy`: the kubelet needs many the wrapper's own tool does not).
 prepare_kube_module() {
-  local drops replaces
+  local drops replaces cmd=$1
   # Drop the committed replace block so a different ENVTEST_VERSION gets a clean one.
   drops="$(go_env mod edit -print |
     awk '($1 ~ /^k8s\.io\// && $2 == "=>") {print "-dropreplace=" $1}
@@ -93,7 +96,8 @@ prepare_kube_module() {
   replaces="$(staging_replaces)"
   [[ -n "$replaces" ]] || die "no staging modules found in k8s.io/kubernetes@${ENVTEST_VERSION}"
   # shellcheck disable=SC2086 # one flag per line, no spaces inside
-  go_env mod edit "-require=k8s.io/kubernetes@${ENVTEST_VERSION}" $drops $replaces
+  go_env mod edit "-require=k8s.io/kubernetes@${ENVTEST_VERSION}" \
+    "-tool=k8s.io/kubernetes/cmd/$cmd" $drops $replaces
   go_env mod tidy
 }
 
@@ -108,14 +112,15 @@ version_ldflags() {
   echo "$ldflags"
 }
 
-# kube-apiserver, kube-controller-manager, kube-scheduler (all from kube/) and kubectl (kubectl/), the same staging replaces
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet (all from kube/) and kubectl
+# (kubectl/), the same staging replaces
 # and the same version stamp.
 build_kube_command() {
   local work=$1 cmd=$2
   copy_module "$(module_of "$cmd")" "$work"
   (
     cd "$work"
-    prepare_kube_module
+    prepare_kube_module "$cmd"
     go_env build -trimpath -ldflags "$(version_ldflags)" -o "$CACHE_DIR/$cmd.tmp" \
       "k8s.io/kubernetes/cmd/$cmd"
   )
@@ -155,7 +160,7 @@ kubectl_path() {
 }
 
 main() {
-  UPDATE_MODULES=0 KUBECTL=0 KCM=0 SCHED=0
+  UPDATE_MODULES=0 KUBECTL=0 KCM=0 SCHED=0 KUBELET=0
   for arg in "$@"; do
     case "$arg" in
       --print-path) assets_dir; return ;;
@@ -168,7 +173,8 @@ main() {
       --kubectl) KUBECTL=1 ;;
       --controller-manager) KCM=1 ;;
       --scheduler) SCHED=1 ;;
-      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl, --controller-manager, --scheduler or --update-modules)" ;;
+      --kubelet) KUBELET=1 ;;
+      *) die "unknown argument '$arg' (use --print-path, --print-kubectl, --kubectl, --controller-manager, --scheduler, --kubelet or --update-modules)" ;;
     esac
   done
   [[ "$ENVTEST_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "ENVTEST_VERSION must look like v1.34.4"
@@ -179,7 +185,8 @@ main() {
     servers=0
     if [[ ("$KUBECTL" == 0 || -x "${KUBEBUILDER_ASSETS}/kubectl") &&
       ("$KCM" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-controller-manager") &&
-      ("$SCHED" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-scheduler") ]]; then return; fi
+      ("$SCHED" == 0 || -x "${KUBEBUILDER_ASSETS}/kube-scheduler") &&
+      ("$KUBELET" == 0 || -x "${KUBEBUILDER_ASSETS}/kubelet") ]]; then return; fi
   fi
   GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
   [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
@@ -214,6 +221,12 @@ main() {
       timed_build kube-scheduler build_kube_command
     fi
     say "kube-scheduler ready: $CACHE_DIR/kube-scheduler"
+  fi
+  if [[ "$KUBELET" == 1 ]]; then
+    if [[ "$UPDATE_MODULES" == 1 ]] || ! is_current "$CACHE_DIR/kubelet" "Kubernetes ${ENVTEST_VERSION}"; then
+      timed_build kubelet build_kube_command
+    fi
+    say "kubelet ready: $CACHE_DIR/kubelet"
   fi
 }
 

@@ -1,0 +1,3 @@
+module gpu-node-guard.invalid/pause
+
+go 1.24

@@ -1,0 +1,296 @@
+"""One real node: containerd + kubelet v1.34.4 inside the node's own namespace (tests/node/host.py),
+registered with a control plane of tests/apiserver/kube.py that runs the Job, DaemonSet,
+ServiceAccount and garbage-collector controllers and kube-scheduler. Images are never pulled:
+hack/node/build.sh builds them and each run imports them (`ctr -n k8s.io images import`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from guard.example.promserver import free_port
+from tests.apiserver.kube import ControlPlane, control_plane, process
+from tests.node import host, pki
+
+CONTROLLERS = (
+    "job-controller,serviceaccount-controller,serviceaccount-token-controller,"
+    "daemonset-controller,garbage-collector-controller"
+)
+SOCKET = host.RUN_DIR / "containerd.sock"
+READY_TIMEOUT_S = 120.0
+# What the node offers Pods, whatever the machine's cores: the load test's 2 CPUs never fit
+# (the kubelet refuses it, OutOfcpu), the other Jobs and the agent (50m and 5m) do.
+ALLOCATABLE_CPU_MILLIS = 1500
+
+
+def system_reserved_cpu(cores: int) -> str:
+    """The kubelet's systemReserved CPU that leaves ALLOCATABLE_CPU_MILLIS (or all of a smaller
+    machine) to Pods.
+
+    >>> system_reserved_cpu(2), system_reserved_cpu(64), system_reserved_cpu(1)
+    ('500m', '62500m', '0m')
+    """
+    return f"{max(0, cores * 1000 - ALLOCATABLE_CPU_MILLIS)}m"
+
+
+CONTAINERD_TOML = """\
+version = 2
+root = "{root}"
+state = "/run/containerd"
+[grpc]
+  address = "{socket}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  # no CAP_SYS_RESOURCE on these machines: oom_score_adj may only go up
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+"""
+
+CNI_CONFLIST = {
+    "cniVersion": "1.0.0",
+    "name": "gpu-node-guard-node",
+    "plugins": [
+        {
+            "type": "bridge",
+            "bridge": host.BRIDGE,
+            "isGateway": True,
+            "ipMasq": False,
+            "hairpinMode": True,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": "10.244.0.0/24"}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+            },
+        },
+        {"type": "loopback"},
+    ],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Binaries:
+    assets: Path  # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+    images: Path  # pause (the binary) and the *.oci.tar of hack/node/build.sh
+
+
+@dataclass(slots=True)
+class Node:
+    """A Ready node and its control plane; `timings` in seconds, for docs/benchmarks.md."""
+
+    plane: ControlPlane
+    name: str
+    pid: int  # PID 1 of the node's namespace, as the machine numbers it
+    workdir: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def ctr(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ctr", "-a", str(SOCKET), "-n", "k8s.io", *args],
+        check=check,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@contextmanager
+def containerd(node_pid: int, work: Path) -> Iterator[host.InNode]:
+    (work / "host" / "etc-cni-net.d" / "10-node.conflist").write_text(json.dumps(CNI_CONFLIST))
+    host.RUN_DIR.mkdir(parents=True, exist_ok=True)
+    config = work / "containerd.toml"
+    config.write_text(CONTAINERD_TOML.format(root=work / "containerd", socket=SOCKET))
+    started = time.monotonic()
+    proc = host.InNode(node_pid, ["containerd", "--config", str(config)], work / "containerd.log")
+    try:
+        while ctr("version", check=False).returncode != 0:
+            if not proc.alive() or time.monotonic() - started > 30:
+                raise RuntimeError(f"containerd did not start; see {proc.log}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def kubelet_config(work: Path, port: int, healthz_port: int) -> Path:
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": host.NODE_IP,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(work / "pki" / f"{pki.CA}.crt")},
+        },
+        # its one client is the API server (logs, exec), authenticated by x509
+        "authorization": {"mode": "AlwaysAllow"},
+        "containerRuntimeEndpoint": f"unix://{SOCKET}",
+        "cgroupDriver": "cgroupfs",
+        "failSwapOn": False,
+        "failCgroupV1": False,
+        # no CAP_SYS_RESOURCE: oom_score_adj may not go below 0, nofile not above 20000
+        "oomScoreAdj": 0,
+        "maxOpenFiles": 20000,
+        "resolvConf": "/etc/resolv.conf",
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "registerNode": True,
+        "systemReserved": {"cpu": system_reserved_cpu(os.cpu_count() or 1)},
+        # never pulled, so never collected
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "podPidsLimit": -1,
+        # no KUBE-FIREWALL and canary chains in the machine's iptables (they serve kube-proxy)
+        "makeIPTablesUtilChains": False,
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "10s",
+        "nodeStatusReportFrequency": "10s",
+        "containerLogMaxSize": "10Mi",
+        "staticPodPath": "",
+    }
+    path = work / "kubelet-config.json"
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
+def kubelet_kubeconfig(work: Path, plane: ControlPlane) -> Path:
+    certs = work / "pki"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "node",
+                "cluster": {"server": plane.url, "certificate-authority": str(plane.ca_file)},
+            }
+        ],
+        "users": [
+            {
+                "name": "kubelet",
+                "user": {
+                    "client-certificate": str(certs / f"{pki.KUBELET_CLIENT}.crt"),
+                    "client-key": str(certs / f"{pki.KUBELET_CLIENT}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "node", "context": {"cluster": "node", "user": "kubelet"}}],
+        "current-context": "node",
+    }
+    path = work / "kubeconfig-kubelet"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def wait_ready(plane: ControlPlane, name: str, kubelet: host.InNode) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "not registered"
+    with plane.admin_client() as api:
+        core = client.CoreV1Api(api)
+        while True:
+            if not kubelet.alive():
+                raise RuntimeError(f"the kubelet exited; see {kubelet.log}")
+            try:
+                conditions = core.read_node(name).status.conditions or []
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                conditions = []
+            ready = [c for c in conditions if c.type == "Ready"]
+            if ready and ready[0].status == "True":
+                return
+            if ready:
+                last = f"{ready[0].reason}: {ready[0].message}"
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {name} not Ready after {READY_TIMEOUT_S:.0f} s: {last}")
+            time.sleep(0.5)
+
+
+@contextmanager
+def running_node(
+    binaries: Binaries, work: Path, name: str, labels: str, host_bin: Path | None
+) -> Iterator[Node]:
+    """The control plane, then the node; yields once the Node is Ready. Everything stops on the
+    way out, and `host.restore` puts the machine back whatever happened; what it could not put
+    back fails the run."""
+    saved = host.machine_state()
+    began = time.monotonic()
+    problems: list[str] = []
+    try:
+        with ExitStack() as stack:
+            certs = work / "pki"
+            pki.write_certs(certs, name)
+            extra = (
+                f"--client-ca-file={certs / f'{pki.CA}.crt'}",
+                f"--kubelet-client-certificate={certs / f'{pki.APISERVER_CLIENT}.crt'}",
+                f"--kubelet-client-key={certs / f'{pki.APISERVER_CLIENT}.key'}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+            )
+            plane = stack.enter_context(
+                control_plane(binaries.assets, work, True, CONTROLLERS, extra)
+            )
+            scheduler = [
+                str(binaries.assets / "kube-scheduler"),
+                f"--kubeconfig={plane.kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ]
+            stack.enter_context(process(scheduler, work / "kube-scheduler.log"))
+            node = Node(plane, name, 0, work, {"control plane ready": plane.started_in_s})
+            host.add_node_ip()
+            node.pid = stack.enter_context(
+                host.node_namespace(binaries.images / "pause", work, host_bin)
+            )
+            stack.enter_context(containerd(node.pid, work))
+            started = time.monotonic()
+            for archive in sorted(binaries.images.glob("*.oci.tar")):
+                ctr("images", "import", str(archive))
+            node.timings["images imported"] = time.monotonic() - started
+            argv = [
+                str(binaries.assets / "kubelet"),
+                f"--config={kubelet_config(work, free_port(), free_port())}",
+                f"--kubeconfig={kubelet_kubeconfig(work, plane)}",
+                f"--hostname-override={name}",
+                f"--node-ip={host.NODE_IP}",
+                f"--node-labels={labels}",
+                "--v=2",
+            ]
+            started = time.monotonic()
+            kubelet = host.InNode(node.pid, argv, work / "kubelet.log")
+            stack.callback(kubelet.stop)
+            wait_ready(plane, name, kubelet)
+            node.timings["node Ready after kubelet start"] = time.monotonic() - started
+            node.timings["node Ready after start"] = time.monotonic() - began
+            yield node
+    finally:
+        problems = host.restore(saved)
+    if problems:
+        raise RuntimeError("the node run could not put back: " + "; ".join(problems))
