@@ -76,6 +76,9 @@ TAINTS = "gpu-node-guard-device-taints"
 ONLY_GUARD_FENCES = "only the guard's ServiceAccount creates fence Jobs"
 NO_RBAC = "no RBAC grant"
 HIJACK = "tests/apiserver/test_lease_hijack.py::test_a_run_takes_over_a_hijacked_lease_and_cordons"
+ANOTHER_GPU = (
+    "tests/unit/test_plan_device_taint.py::test_a_pass_on_another_claim_or_gpu_keeps_the_taint"
+)
 WITHOUT = (
     "tests/apiserver/test_settings_missing.py::"
     "test_without_the_settings_everyone_else_still_updates_nodes"
@@ -98,6 +101,16 @@ def _settings_rows() -> list[Row]:
         Row(t, "guard-token", SETTINGS, "delete", False, RBAC, why="no delete at all"),
         Row(
             t,
+            "guard-token",
+            SETTINGS,
+            "create it anew (once gone)",
+            False,
+            SCOPE,
+            "writes only its ledger ConfigMap",
+            "a token cannot choose the image its own Jobs run",
+        ),
+        Row(
+            t,
             "guard-ns-admin",
             SETTINGS,
             "update (another GUARD_IMAGE)",
@@ -115,7 +128,7 @@ def _settings_rows() -> list[Row]:
         ),
     ]
     for who in ("jobs-ns-admin", "create-only", "kubelet"):
-        for action in ("update (another GUARD_IMAGE)", "delete"):
+        for action in ("update (another GUARD_IMAGE)", "delete", "create it anew (once gone)"):
             rows.append(Row(t, who, SETTINGS, action, False, RBAC, why=NO_RBAC))
     return rows
 
@@ -215,6 +228,16 @@ def _fence_rows() -> list[Row]:
             "create `fence lift`, in shape",
             True,
             why="one GPU of a GPU node",
+        ),
+        Row(
+            t,
+            "guard-token",
+            FENCE,
+            "create `fence set --drain` (the settings say no drain)",
+            False,
+            FENCE_JOB,
+            "--drain only where the site sets fence_drain",
+            "the site's choice, not the token's",
         ),
     ]
     for who in ("jobs-ns-admin", "create-only", "cluster-admin"):
@@ -324,6 +347,29 @@ def _claim_rows() -> list[Row]:
                 theirs,
             ),
         ]
+    status = "write the status of the guard's claim (another device)"
+    rows += [
+        Row(t, "guard-token", CLAIM, status, False, RBAC, why="no status grant"),
+        Row(t, "jobs-ns-admin", CLAIM, status, False, RBAC, why="the `admin` role has none"),
+        Row(t, "kubelet", CLAIM, status, False, RBAC, why="the Node authorizer: get only"),
+        Row(
+            t,
+            "cluster-admin",
+            CLAIM,
+            status,
+            True,
+            why="root-equivalent; a pass still counts only from the tainted device",
+            proved_by=ANOTHER_GPU,
+        ),
+        Row(
+            t,
+            "jobs-ns-admin",
+            CLAIM,
+            "add a finalizer to the guard's claim",
+            True,
+            why="a denial of service, as deleting the guard's Jobs is: the claim's delete waits",
+        ),
+    ]
     for who in ("guard-ns-admin", "create-only", "kubelet"):
         rows += [
             Row(t, who, CLAIM, "create a claim in the jobs namespace", False, RBAC, why=NO_RBAC),

@@ -121,6 +121,12 @@ def _settings_delete(api: client.ApiClient, w: World) -> object:
     )
 
 
+def _settings_create(api: client.ApiClient, w: World) -> object:
+    """A create of the settings' name (dry-run: the admission answer comes before the 409)."""
+    body = {"metadata": {"name": SETTINGS_CONFIGMAP}, "data": {"GUARD_IMAGE": EVIL_IMAGE}}
+    return client.CoreV1Api(api).create_namespaced_config_map(GUARD_NS, body, dry_run=DRY)
+
+
 def _lease_update(**spec: Any) -> Action:
     def send(api: client.ApiClient, w: World) -> object:
         stored = client.CoordinationV1Api(w.admin).read_namespaced_lease(CYCLE_LEASE, GUARD_NS)
@@ -148,13 +154,15 @@ def _lease_delete(api: client.ApiClient, w: World) -> object:
     return client.CoordinationV1Api(api).delete_namespaced_lease(CYCLE_LEASE, GUARD_NS, dry_run=DRY)
 
 
-def _fence(mode: str, component: str | None = "fence") -> Action:
-    """An in-shape fence Job of `mode`; `component`: its kind label, or None for none."""
+def _fence(mode: str, component: str | None = "fence", *more: str) -> Action:
+    """An in-shape fence Job of `mode`; `component`: its kind label, or None for none; `more`:
+    words added to its argv."""
 
     def send(api: client.ApiClient, w: World) -> object:
         job = guard_job("fence", NODE, uuid.uuid4().hex)
         command = job["spec"]["template"]["spec"]["containers"][0]["command"]  # type: ignore[index]
         command[command.index("set")] = mode
+        command.extend(more)
         for meta in (job["metadata"], job["spec"]["template"]["metadata"]):  # type: ignore[index]
             labels = meta["labels"]
             if component is None:
@@ -174,6 +182,7 @@ HOLDER = "update: holder `attacker` (not `<pod>-<pid>`)"
 ACTIONS: dict[tuple[str, str], Action] = {
     (table.SETTINGS, GIB): _settings_update,
     (table.SETTINGS, "delete"): _settings_delete,
+    (table.SETTINGS, "create it anew (once gone)"): _settings_create,
     (table.LEASE, HOLDER): _lease_update(holderIdentity="attacker"),
     (table.LEASE, "update: leaseDurationSeconds 2147483647"): _lease_update(
         leaseDurationSeconds=2_147_483_647
@@ -183,6 +192,9 @@ ACTIONS: dict[tuple[str, str], Action] = {
     (table.LEASE, "delete"): _lease_delete,
     (table.FENCE, "create `fence set`, in shape"): _fence("set"),
     (table.FENCE, "create `fence lift`, in shape"): _fence("lift"),
+    (table.FENCE, "create `fence set --drain` (the settings say no drain)"): _fence(
+        "set", "fence", "--drain"
+    ),
     (table.FENCE, "create `fence set` labelled as an evidence Job"): _fence("set", "evidence"),
     (table.FENCE, "create `fence set` with no component label"): _fence("set", None),
 }

@@ -171,6 +171,38 @@ def _relabel_claim(api: client.ApiClient) -> object:
     )
 
 
+# The allocation the scheduler would write, naming another GPU of the node than the claim's.
+ANOTHER_DEVICE = {
+    "status": {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "pol", "device": "gpu-5"}
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["pol"]}]}
+                ]
+            },
+        }
+    }
+}
+
+
+def _claim_status(api: client.ApiClient) -> object:
+    return client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *CLAIMS, GUARDS_CLAIM, ANOTHER_DEVICE, dry_run=DRY
+    )
+
+
+def _claim_finalizer(api: client.ApiClient) -> object:
+    patch = {"metadata": {"finalizers": ["example.com/keep"]}}
+    return client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        *CLAIMS, GUARDS_CLAIM, patch, dry_run=DRY
+    )
+
+
 def _delete_rule(name: str) -> Action:
     return lambda api: client.CustomObjectsApi(api).delete_cluster_custom_object(
         *RULES, name, dry_run=DRY
@@ -194,6 +226,8 @@ ACTIONS: dict[tuple[str, str], Action] = {
     (table.CLAIM, "delete the guard's claim"): _delete_claim,
     (table.CLAIM, "relabel its claim"): _relabel_claim,
     (table.CLAIM, "relabel the guard's claim"): _relabel_claim,
+    (table.CLAIM, "write the status of the guard's claim (another device)"): _claim_status,
+    (table.CLAIM, "add a finalizer to the guard's claim"): _claim_finalizer,
     (table.RULE, "create its rule: one device, NoSchedule"): _create(guard_rule),
     (table.RULE, "create a guard-labelled rule"): _create(guard_rule),
     (table.RULE, "create a NoExecute rule"): _create(lambda: changed(guard_rule(), _no_execute)),
