@@ -469,6 +469,8 @@ def render() -> str:
     """The markdown table docs/security.md quotes, between its markers."""
     lines = [
         BEGIN,
+        *(f"- **{who}**: {says}" for who, says in WHO_SAYS.items()),
+        "",
         "| who | surface | request | answer | why | also proved by |",
         "|---|---|---|---|---|---|",
     ]

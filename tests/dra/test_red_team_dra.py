@@ -29,9 +29,10 @@ from tests.dra.test_device_policies import _any_gpu, _no_execute, changed, guard
 
 pytestmark = pytest.mark.dra
 
-GUARD_NS_ADMIN = "alice-guard-ns-admin"  # as tests/apiserver names them
-JOBS_NS_ADMIN = "bob-jobs-ns-admin"
-CREATE_ONLY = "carol-creates-jobs"
+# Users of this module's own: test_device_taint.py gives bob-jobs-ns-admin more than `admin`.
+GUARD_NS_ADMIN = "red-team-guard-ns-admin"
+JOBS_NS_ADMIN = "red-team-jobs-ns-admin"
+CREATE_ONLY = "red-team-creates-jobs"
 ROLE = "red-team-create-only"
 KUBELET_NODE = "dra-red-team"
 DRY = "All"
