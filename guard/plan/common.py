@@ -106,11 +106,18 @@ def incident_counts(snap: Snapshot, incident: Incident) -> ledger.Counts:
     return ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
 
 
-def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerLine:
+def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerLine | Skip:
+    """The incident's ledger line; a WARN instead where a value (a hand-edited GPU annotation)
+    would make a line the ledger cannot read back: nothing is written, the rest goes on."""
     entry = ledger.LedgerEntry(
         incident.node, incident.at, incident.xid, incident.pci, incident.uuid, RECORDER
     )
-    return AppendLedgerLine(incident.node, reason, entry.format(), s.ledger_configmap)
+    try:
+        line = entry.format()
+    except ValueError as exc:
+        fix = "correct the node's GPU annotation; the line is written once it reads back"
+        return Skip(incident.node, Decision.UNREADABLE, str(exc), fix, "WARN")
+    return AppendLedgerLine(incident.node, reason, line, s.ledger_configmap)
 
 
 def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Skip, EmitEvent]:

@@ -164,8 +164,9 @@ def test_the_base_builds_and_carries_every_image_once(kubectl: Kubectl) -> None:
     assert not {"PrometheusRule", "PodMonitor"} & set(kinds)  # components: need the CRDs
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     # 5 kinds x (workload, Pod), the jobs namespace, guard scope, the ledger and its archive
-    # size, hold, node scope and the onboarding gate, device taints and claims
-    assert len(policies) == 19
+    # size, hold, node scope and the onboarding gate, device taints, the guard's claims and
+    # everyone else's
+    assert len(policies) == 20
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     container = _at(next(d for d in docs if d["kind"] == "CronJob"), CONTAINER)
     assert container["envFrom"] == [{"configMapRef": {"name": settings["metadata"]["name"]}}]

@@ -609,7 +609,7 @@ def _archive_rows() -> list[Row]:
         archive.data = {"gpu-cat-a": "x" * TOO_BIG}
         return guard.replace_namespaced_config_map(name, GUARD_NS, archive)
 
-    ledger = "gpu-node-guard-ledger"
+    ledger = "gpu-node-guard-ledger-archive-size"  # the ledger's one check that reads settings
     return [
         Row("archive-900-kB-created", "guard-token", ledger, ARCHIVE_WORDS, created("guard-token")),
         Row(

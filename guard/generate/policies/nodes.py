@@ -53,6 +53,9 @@ _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
 _NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
 _SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
 _NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
+# Exactly one taint gone, every other as it was: all node scope allows, and all the onboarding
+# gate's policy looks at (so one policy answers each request).
+_ONE_TAINT_REMOVED = f"{_OLD_TAINTS}.exists(x, {_NEW_TAINTS} == {_OLD_TAINTS}.filter(t, t != x))"
 # The guard's own values are short, printable, one line (guard/read/records.py, check_records.py):
 # a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
 VALUE_MAX_BYTES = 1024
@@ -163,7 +166,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         constraints,
         [("who", "'node ' + object.metadata.name"), *params.gate(s)],
         [check],
-        [_sent_by_the_guard(s), ("changes-taints", f"{_NEW_TAINTS} != {_OLD_TAINTS}")],
+        [_sent_by_the_guard(s), ("removes-one-taint", _ONE_TAINT_REMOVED)],
         params.site_param_ref(s),
     )
 
@@ -199,10 +202,9 @@ def _unchanged() -> list[Validation]:
             f"{spec_changed} + ')'",
         ),
     ]
-    new, old = _NEW_TAINTS, _OLD_TAINTS
     out.append(
         Validation(
-            f"{new} == {old} || {old}.exists(x, {new} == {old}.filter(t, t != x))",
+            f"{_NEW_TAINTS} == {_OLD_TAINTS} || {_ONE_TAINT_REMOVED}",
             "the guard changes no taint but removing the onboarding gate: one taint removed, "
             "every other as it was",
         )
