@@ -13,8 +13,10 @@ Isolation (the same screen, breaker and one isolation per cycle as the cordon):
                                       → taint-device, then the record on the node, a Warning
                                         Event, the ledger line and the evidence Job
   the node already has a device record for that GPU → skip already-guarded
-  the node has a device record for another GPU     → WARN skip device-isolated: one device per
-                                        node; a person cordons the node if the new fault is real
+  any faulted GPU of the node is not its recorded one (whatever the GPUs' order)
+                                      → WARN skip device-isolated naming that GPU, and a Warning
+                                        Event: one device per node; a person cordons the node
+                                        if the new fault is real
 Breaker: `guarded_count` counts cordoned nodes and tainted devices alike (one helper for the
 isolation check and the lifecycle checks).
 
@@ -195,17 +197,27 @@ def isolates(action: Action) -> bool:
     return isinstance(action, ISOLATIONS)
 
 
-def eligibility(snap: Snapshot, s: Settings, node: NodeInfo, reason: str, g: GpuSample) -> str:
-    """The isolation screen's word for a node, given the cordon screen's (`reason`): a DRA node
-    without an nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices;
-    a device record makes it guarded (the same GPU) or device-isolated (another one)."""
-    rec = record_of(node, s) if node.has(keys(s).device_taint) else None
+def eligibility(
+    snap: Snapshot, s: Settings, node: NodeInfo, reason: str, samples: tuple[GpuSample, ...]
+) -> str:
+    """The isolation screen's word for a node, given the cordon screen's (`reason`) and the
+    node's faulted GPUs (`samples`, the first its primary): a DRA node without an
+    nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices; a device
+    record makes it guarded (every faulted GPU is the tainted one) or device-isolated (any
+    other faulted GPU, whatever its index)."""
     if node.has(keys(s).device_taint):
-        same = rec is not None and rec.uuid.lower() == g.uuid.lower()
-        return Decision.ALREADY_GUARDED if same else Decision.DEVICE_ISOLATED
+        return Decision.DEVICE_ISOLATED if others(node, s, samples) else Decision.ALREADY_GUARDED
+    g = samples[0]
     if reason == Decision.NO_GPU_RESOURCE and target(snap, node.name, g.uuid, g.pci):
         return ""
     return reason
+
+
+def others(node: NodeInfo, s: Settings, samples: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
+    """The faulted GPUs of a node with a device record that are not its tainted GPU (every one
+    when the record cannot be read)."""
+    rec = record_of(node, s)
+    return tuple(g for g in samples if rec is None or rec.uuid.lower() != g.uuid.lower())
 
 
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:

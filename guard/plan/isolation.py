@@ -128,11 +128,11 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             continue
         reason = _ineligible(node, s)
         if node is not None:  # DRA nodes: the device taint's own screen
-            reason = device_taint.eligibility(snap, s, node, reason, _primary(samples, s))
-        if reason == Decision.DEVICE_ISOLATED:
-            actions.extend(
-                device_taint.isolated_skip(node_name, _detail(reason, _primary(samples, s)))
-            )
+            ordered = (_primary(samples, s), *samples)
+            reason = device_taint.eligibility(snap, s, node, reason, ordered)
+        if node is not None and reason == Decision.DEVICE_ISOLATED:
+            new = _primary(device_taint.others(node, s, samples), s)
+            actions.extend(device_taint.isolated_skip(node_name, _detail(reason, new)))
             continue
         if node is None or reason:
             detail = _detail(reason or "not-in-api", _primary(samples, s))

@@ -47,6 +47,7 @@ from tests.apiserver.guard_run import (
     ISOLATE_AT,
     ONSET_S,
     end_pod,
+    node_events,
     scenario_prometheus,
 )
 from tests.apiserver.kube import (
@@ -625,3 +626,33 @@ def test_a_cycle_from_prometheus_taints_the_device_of_the_xid_in_a_dra_only_clus
     (rule,) = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
     assert rule["spec"]["deviceSelector"]["device"] == f"gpu-{FAULTED}"
     assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+
+
+def roomy() -> Settings:
+    """The tests above leave their rules: a breaker with room for the tests below."""
+    return Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=100)
+
+
+def faults(node: str, *indexes: int) -> PromView:
+    return PromView(
+        hardware_xids=tuple(g for i in indexes for g in xid(node, i).hardware_xids),
+        loss_since=xid(node).loss_since,
+    )
+
+
+@pytest.mark.parametrize("index", [1, 6])
+def test_a_second_faulted_gpu_gets_the_warning_and_event_whatever_its_index(
+    dra_plane: ControlPlane, admin: client.ApiClient, index: int
+) -> None:
+    """Issue #38, 6.2: gpu-3 is tainted and still reports its Xid; gpu-1 or gpu-6 faults too:
+    either way one WARN `device-isolated` and a GuardNotIsolated Event naming the new GPU."""
+    node, s = f"dra-second-{index}", roomy()
+    dra_node(admin, node)
+    assert [a for a in cycle(dra_plane, xid(node), T0, s) if isinstance(a, TaintDevice)]
+    plan = cycle(dra_plane, faults(node, FAULTED, index), T0 + timedelta(minutes=5), s)
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.reason == "device-isolated"]
+    assert skip.level == "WARN" and gpu_uuid(node, index) in skip.detail, skip.detail
+    events = [e for e in node_events(admin, node) if e["reason"] == "GuardNotIsolated"]
+    assert len(events) == 1 and gpu_uuid(node, index) in events[0]["note"], events
+    mine = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    assert len(mine) == 1

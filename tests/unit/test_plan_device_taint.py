@@ -159,6 +159,22 @@ def test_the_same_gpu_again_is_already_guarded_another_is_not_isolated() -> None
     assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
 
 
+@pytest.mark.parametrize("index", [2, 6])
+def test_a_second_faulted_gpu_is_device_isolated_whatever_its_index(index: int) -> None:
+    """Issue #38, 6.2: the tainted GPU (index 4) still reports its Xid; another GPU of the node
+    faults, with a lower or a higher index: both orders give the WARN and the Event naming it."""
+    rec = record()
+    faulted = (gpu("d", 79), gpu("d", 79, index=index, uuid=OTHER, pci="0000:aa:00.0"))
+    snap = published(snapshot(tainted(rec), candidates=faulted))
+    plan = plan_cycle(replace(snap, taint_rules=(guard_rule(rec),)), S, TEMPLATES)
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.reason == "device-isolated"]
+    assert skip.level == "WARN"
+    assert OTHER in skip.detail and UUID not in skip.detail, skip.detail
+    (event,) = [a for a in plan if isinstance(a, EmitEvent) and a.node == "d"]
+    assert (event.event_type, event.event_reason) == ("Warning", "GuardNotIsolated")
+    assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+
+
 def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
     rec = record()
     snap = published(

@@ -79,8 +79,7 @@ def _creator_checks(kind: Kind, s: Settings) -> list[Validation]:
         return []
     return [
         Validation(
-            f"request.operation != 'CREATE' || request.userInfo.username == "
-            f"{quote(guard_user(s))}",
+            f"request.operation != 'CREATE' || request.userInfo.username == {quote(guard_user(s))}",
             f"only the guard's ServiceAccount creates {kind.name} Jobs (it keeps the record of "
             "what they change); not ",
             "request.userInfo.username",
