@@ -238,11 +238,12 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
 
 def incident_annotations(s: Settings) -> tuple[str, ...]:
     """The node annotations that mark an incident the guard's Jobs serve: its cordon (evidence,
-    load test, the return's conformance), a failed after-reboot check, a closed onboarding gate.
-    The guard removes the first two when the node returns or a person's uncordon cancels it; a
-    person removes the third (docs/runbook.md)."""
+    load test, the return's conformance), its device taint on a DRA node (evidence, the device's
+    load test), a failed after-reboot check, a closed onboarding gate. The guard removes the
+    first three when the node or device returns or a person's uncordon (or rule delete) cancels
+    it; a person removes the last (docs/runbook.md)."""
     keys = Annotations(s.annotation_prefix)
-    return (keys.reason, keys.conformance_failed, keys.onboarding_failed)
+    return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
 
 
 def alert_guard_job_failed(s: Settings) -> str:

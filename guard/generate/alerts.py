@@ -190,10 +190,10 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             # A conformance Job has no GPU of an incident: its node names the failed checks.
             ' {{ if eq $labels.component "conformance" }}(failed checks: see'
             f" {keys.conformance_failed} or {keys.onboarding_failed}){{{{ else }}}}(GPU: see"
-            f" {keys.gpu}){{{{ end }}}}",
+            f" {keys.gpu} or {keys.device_taint}){{{{ end }}}}",
             f"`kubectl -n {s.jobs_namespace} logs job/{{{{ $labels.job_name }}}}`. loadtest: the"
-            " node stays cordoned; the GPUs failed the burn, so repair again or set hold and open"
-            " an RMA."
+            " node stays cordoned (a DRA node: its GPU stays tainted); the GPUs failed the burn,"
+            " so repair again or set hold and open an RMA."
             " evidence: collect nvidia-smi -q, dmesg and lspci by hand before a power cycle."
             " conformance: fix the failed node checks, then let the guard retry.",
         ),
@@ -559,7 +559,7 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     names = Annotations(s.annotation_prefix)
     return (
         f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
-        f"{names.conformance_failed},{names.onboarding_failed}]",
+        f"{names.device_taint},{names.conformance_failed},{names.onboarding_failed}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 
