@@ -154,7 +154,6 @@ _TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-
 
 def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
     ns, cron, keys = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix)
-    reason = keys.reason
     return (
         # Before the alert that reads it (a group's rules run in order).
         Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(s)),
@@ -162,11 +161,12 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
             "critical",
-            f"{{{{ $value }}}} nodes carry {reason}, at or over the breaker limit"
-            " (GUARD_BREAKER_MAX_NODES): the guard cordons no more GPU nodes",
-            "So many auto-cordoned nodes usually share one cause (driver or exporter rollout, bad"
-            f" metrics), not bad GPUs. Read the guard's last Job log in {ns}, fix the cause, then"
-            " repair or return nodes; the breaker closes below the limit. Until then cordon"
+            "{{ $value }} isolations (nodes cordoned + devices tainted), at or over the breaker"
+            " limit (GUARD_BREAKER_MAX_NODES): the guard isolates no more GPUs",
+            "So many isolations usually share one cause (driver or exporter rollout, bad"
+            f" metrics), not bad GPUs. Read the guard's last Job log in {ns} (`gpu-node-guard"
+            f" status` names the nodes, `{_TAINT_RULES}` the tainted devices), fix the cause, then"
+            " repair or return them; the breaker closes below the limit. Until then cordon"
             " faulted nodes by hand.",
         ),
         Rule(

@@ -588,6 +588,10 @@ def test_breaker_and_one_isolation_per_cycle_count_device_taints_and_cordons(
     plan = cycle(dra_plane, both, T0, s)
     assert not [a for a in plan if isinstance(a, TaintDevice)]
     assert {a.node for a in plan if a.reason == "breaker-open"} == {"dra-d", "dra-e"}
+    # No node is cordoned here: the WARN counts what the breaker counts, the device taints.
+    warn = next(a for a in plan if isinstance(a, Skip) and a.reason == "breaker-open")
+    counted = f"{guarded} isolations (nodes cordoned + devices tainted), limit {guarded}"
+    assert warn.detail.startswith(counted), warn.detail
     s = Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=guarded + 5)
     plan = cycle(dra_plane, both, T0, s)
     tainted = [a.node for a in plan if isinstance(a, TaintDevice)]
