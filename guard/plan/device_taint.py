@@ -31,7 +31,9 @@ Return, for each node with a device record, or a guard rule without one (first m
   the driver does not publish the device now                → skip device-not-published
   the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
-  the guard's taint) and a one-GPU load-test Job; running → wait; failed → record it, keep the
+  the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
+  while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip
+  loadtest-running); running → wait; failed → record it, keep the
   taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
   the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
   taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
@@ -387,6 +389,16 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
     if blocked:
         return blocked
     if job is None and spec.name not in node.loadtest_result:
+        if earlier := _earlier_running(snap, node, spec):
+            return (
+                Skip(
+                    node.name,
+                    Decision.LOADTEST_RUNNING,
+                    f"job/{earlier.name} on {rec.device} still runs; the newer "
+                    f"{k.reset_done}={node.reset_done!r} waits for it",
+                    WAIT,
+                ),
+            )
         return (
             CreateClaim(
                 node.name,
@@ -464,6 +476,23 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> 
             ),
         )
     return ()
+
+
+def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:
+    """A load-test Job of the node's device made for an earlier boot or reset that still runs:
+    one Job per GPU at a time (the guard isolates one device per node), so a newer reset-done
+    waits for it instead of claiming the same GPU for a second one."""
+    return next(
+        (
+            j
+            for j in snap.jobs
+            if j.kind == "loadtest"
+            and j.node == node.name
+            and j.name != spec.name
+            and j.status in ("running", "unreadable")
+        ),
+        None,
+    )
 
 
 def job_key(node: NodeInfo, rec: DeviceRecord) -> str:

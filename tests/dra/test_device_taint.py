@@ -660,3 +660,60 @@ def test_a_second_faulted_gpu_gets_the_warning_and_event_whatever_its_index(
     assert len(events) == 1 and gpu_uuid(node, index) in events[0]["note"], events
     mine = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
     assert len(mine) == 1
+
+
+def reset_done(api: client.ApiClient, node: str, value: str) -> None:
+    client.CoreV1Api(api).patch_node(node, {"metadata": {"annotations": {KEYS.reset_done: value}}})
+
+
+def failed(api: client.ApiClient, job: str) -> None:
+    """Play the Job controller: the Job failed (its Pod's load test did not pass)."""
+    at = "2026-09-21T06:00:00Z"
+    status = {
+        "startTime": at,
+        "failed": 1,
+        "conditions": [
+            {
+                "type": c,
+                "status": "True",
+                "lastTransitionTime": at,
+                "reason": "BackoffLimitExceeded",
+            }
+            for c in ("FailureTarget", "Failed")
+        ],
+    }
+    client.BatchV1Api(api).patch_namespaced_job_status(
+        job, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
+
+
+def test_a_newer_reset_done_waits_for_the_running_device_load_test(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """Issue #38, 6.4: a reset-done written while the device's load test runs starts no second
+    claim or Job for the same GPU; when that Job has ended, the newer reset gets its own."""
+    node, s, later = "dra-reset-twice", roomy(), T0 + timedelta(minutes=10)
+    dra_node(admin, node)
+    assert [a for a in cycle(dra_plane, xid(node), T0, s) if isinstance(a, TaintDevice)]
+    reset_done(admin, node, "2026-09-21T05:05:00Z GPU reset")
+    (first,) = [
+        a.name
+        for a in cycle(dra_plane, PromView(), later, s)
+        if a.node == node and isinstance(a, CreateJob)
+    ]
+    reset_done(admin, node, "2026-09-21T05:08:00Z GPU reset again")
+    plan = cycle(dra_plane, PromView(), later, s)
+    assert [(type(a).__name__, a.reason) for a in plan if a.node == node] == [
+        ("Skip", "loadtest-running")
+    ]
+    mine = [c["metadata"]["name"] for c in _claims(admin) if node in c["metadata"]["name"]]
+    assert mine == [first]
+    failed(admin, first)
+    plan = cycle(dra_plane, PromView(), later, s)
+    made = [a.name for a in plan if a.node == node and isinstance(a, CreateClaim | CreateJob)]
+    assert len(made) == 2 and first not in made, made
+
+
+def _claims(api: client.ApiClient) -> list[dict[str, Any]]:
+    found = client.CustomObjectsApi(api).list_namespaced_custom_object(*CLAIMS)
+    return list(found["items"])

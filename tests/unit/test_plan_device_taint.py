@@ -218,6 +218,26 @@ def test_the_return_waits_for_a_reset_or_a_reboot() -> None:
     assert _return(snap) == [("CreateClaim", "conditions-met"), ("CreateJob", "conditions-met")]
 
 
+def test_a_newer_reset_done_waits_for_the_running_load_test_of_that_gpu() -> None:
+    """Issue #38, 6.4: a reset-done written while the device's load test runs makes no second
+    claim and Job for the same GPU; once that Job ended, the newer reset gets its own."""
+    rec = record()
+    first = tainted(rec, extra={KEYS.reset_done: "2026-09-21T05:50:00Z GPU reset"})
+    snap = published(replace(snapshot(first), taint_rules=(guard_rule(rec),)))
+    _, job = device_taint.plan_return(snap, S, TEMPLATES)
+    newer = tainted(rec, extra={KEYS.reset_done: "2026-09-21T05:54:00Z GPU reset again"})
+    newer = replace(newer, claim_record=ClaimRecord(job.name, CLAIM_UID))
+    for status, expected in (
+        ("running", [("Skip", "loadtest-running")]),
+        ("failed", [("CreateClaim", "conditions-met"), ("CreateJob", "conditions-met")]),
+    ):
+        info = JobInfo(job.name, "loadtest", "d", status)  # type: ignore[arg-type]
+        snap = published(replace(snapshot(newer, jobs=(info,)), taint_rules=(guard_rule(rec),)))
+        plan = device_taint.plan_return(snap, S, TEMPLATES)
+        assert [(type(a).__name__, a.reason) for a in plan] == expected
+        assert all(a.name != job.name for a in plan if isinstance(a, CreateClaim | CreateJob))
+
+
 def test_the_load_test_claims_exactly_that_gpu_tolerating_only_the_guards_taint() -> None:
     rec = record()
     snap = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
