@@ -94,7 +94,7 @@ def plan_isolation(
     first = eligible[0]
     if first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
-    elif device_taint.target(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
+    elif device_taint.targets(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
         actions.extend(device_taint.isolate(snap, s, t, first.node, first.gpu, first.held_s))
     else:
         actions.extend(_cordon(snap, s, t, first.node, first.gpu))

@@ -93,10 +93,12 @@ def dra_node(
     boot: str = "boot-1",
     uuid_of: Callable[[str, int], str] | None = None,
     pci_of: Callable[[int], str] = pci,
+    faulted_as: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
 ) -> None:
     """A Node as the kubelet registers it (no nvidia.com/gpu: the DRA driver publishes the
     GPUs), and its ResourceSlice as NVIDIA's DRA driver publishes it: gpu-0 … gpu-7 (`uuid_of`
-    and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given)."""
+    and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given;
+    `faulted_as`: the devices published for GPU `FAULTED` instead of its own)."""
     uuid_of = uuid_of or gpu_uuid
     core = client.CoreV1Api(api)
     core.create_node(
@@ -128,6 +130,8 @@ def dra_node(
         }
         for i in range(GPUS)
     ]
+    if faulted_as is not None:
+        devices[FAULTED : FAULTED + 1] = faulted_as(devices[FAULTED])
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -717,3 +721,63 @@ def test_a_newer_reset_done_waits_for_the_running_device_load_test(
 def _claims(api: client.ApiClient) -> list[dict[str, Any]]:
     found = client.CustomObjectsApi(api).list_namespaced_custom_object(*CLAIMS)
     return list(found["items"])
+
+
+def _mig(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """The GPU in MIG mode: two MIG devices naming it as their parent, no whole GPU."""
+    parent = gpu["attributes"]["uuid"]["string"]
+    return [
+        {
+            "name": f"{gpu['name']}-mig-1g-10gb-{i}",
+            "attributes": {
+                "type": {"string": "mig"},
+                "uuid": {"string": f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, parent + str(i))}"},
+                "parentUUID": {"string": parent},
+                "profile": {"string": "1g.10gb"},
+            },
+        }
+        for i in range(2)
+    ]
+
+
+def _no_uuid(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    attributes = {k: v for k, v in gpu["attributes"].items() if k != "uuid"}
+    return [{**gpu, "attributes": attributes}]
+
+
+def _two_names(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    return [gpu, {**gpu, "name": f"{gpu['name']}-alias"}]
+
+
+@pytest.mark.parametrize(
+    ("shape", "names"),
+    [
+        (_mig, ["gpu-3-mig-1g-10gb-0", "gpu-3-mig-1g-10gb-1"]),
+        (_no_uuid, ["gpu-3"]),
+        (_two_names, ["gpu-3", "gpu-3-alias"]),
+    ],
+    ids=["mig-only", "no-uuid-attribute", "two-names"],
+)
+def test_every_published_device_of_the_faulted_gpu_is_tainted(
+    dra_plane: ControlPlane,
+    admin: client.ApiClient,
+    shape: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    names: list[str],
+) -> None:
+    """Issue #39, 4: the faulted GPU published only as MIG devices, without a `uuid`, or under
+    two names: the API server takes one guard rule per device (its policy admits each), the node
+    stays schedulable, and the breaker counts the GPU once."""
+    node, s = f"dra-shape-{shape.__name__.strip('_').replace('_', '-')}", roomy()
+    dra_node(admin, node, faulted_as=shape)
+    plan = cycle(dra_plane, xid(node), T0, s)
+    assert sorted(a.device for a in plan if isinstance(a, TaintDevice)) == [
+        f"gpu.nvidia.com/{node}/{n}" for n in names
+    ]
+    mine = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    assert sorted(r["spec"]["deviceSelector"]["device"] for r in mine) == names
+    assert all(r["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-node-guard" for r in mine)
+    read = client.CoreV1Api(admin).read_node(node)
+    assert not read.spec.unschedulable and KEYS.device_taint in read.metadata.annotations
+    # The next cycle: the same GPU is guarded, nothing more is tainted.
+    again = cycle(dra_plane, xid(node), T0 + timedelta(minutes=5), s)
+    assert not [a for a in again if isinstance(a, TaintDevice)]

@@ -469,3 +469,105 @@ def test_status_shows_a_tainted_device_and_counts_it_under_the_breaker() -> None
     assert (row.node, row.state, row.reason) == ("d", "device-tainted", "xid-79")
     assert row.gpu is not None and row.gpu.uuid == UUID
     assert r.breaker.guarded == 1
+
+
+# Issue #39, 4: a DRA GPU is found by UUID, then PCI address, then as the parent of MIG devices;
+# every device of it is tainted (one rule each).
+MIG_A = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-0", "", PCI, UUID)
+MIG_B = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-1", "", PCI, UUID)
+NO_UUID = replace(DEVICE, uuid="")
+SECOND_NAME = replace(DEVICE, name="gpu-4-alias")
+
+
+@pytest.mark.parametrize(
+    "found",
+    [(MIG_A, MIG_B), (NO_UUID,), (DEVICE, SECOND_NAME)],
+    ids=["mig-only", "no-uuid-attribute", "two-names"],
+)
+def test_every_device_of_the_faulted_gpu_is_tainted(found: tuple[DraDevice, ...]) -> None:
+    snap = published(snapshot(dra_node(), candidates=(gpu("d", 79),)), *found)
+    plan = plan_cycle(snap, S, TEMPLATES)
+    taints = [a for a in plan if isinstance(a, TaintDevice)]
+    assert [t.device for t in taints] == [d.ref for d in found]
+    assert [t.manifest["metadata"]["name"] for t in taints] == [rule_name(d) for d in found]
+    note = next(a for a in plan if isinstance(a, Annotate))
+    rec = parse_record(dict(note.annotations)[KEYS.device_taint])
+    assert rec is not None and rec.devices == tuple(d.ref for d in found)
+    assert rec.rules == tuple(rule_name(d) for d in found)
+    assert [a.event_reason for a in plan if isinstance(a, EmitEvent)] == ["GuardDeviceTainted"]
+    assert not [a for a in plan if isinstance(a, Skip) and a.node == "d"]
+
+
+def _two_device_record() -> tuple[DeviceRecord, tuple[TaintRule, ...]]:
+    rec = replace(
+        record(),
+        device=f"{DEVICE.ref},{SECOND_NAME.ref}",
+        rule=f"{rule_name(DEVICE)},{rule_name(SECOND_NAME)}",
+    )
+    rules = (
+        guard_rule(replace(rec, rule=rule_name(DEVICE))),
+        replace(guard_rule(rec), name=rule_name(SECOND_NAME), device=SECOND_NAME.name),
+    )
+    return rec, tuple(replace(r, record=rec.value()) for r in rules)
+
+
+def test_one_gpu_with_two_rules_counts_once_and_returns_both() -> None:
+    rec, rules = _two_device_record()
+    snap = published(replace(snapshot(tainted(rec)), taint_rules=rules), DEVICE, SECOND_NAME)
+    assert guarded_count(snap, S) == 1
+    assert _return(snap) == [("Skip", "device-waiting-reset")]
+    base = published(
+        replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=rules), DEVICE, SECOND_NAME
+    )
+    _, job = device_taint.plan_return(base, S, TEMPLATES)
+    info = JobInfo(job.name, "loadtest", "d", "succeeded", result=DEVICE_PASS)
+    snap = snapshot(tainted(rec, boot="boot-2"), jobs=(info,))
+    made = ClaimRecord(job.name, CLAIM_UID)
+    snap = replace(
+        base,
+        nodes=tuple(replace(n, claim_record=made) for n in snap.nodes),
+        jobs=snap.jobs,
+        claims=(Claim(job.name, CLAIM_UID, (SECOND_NAME.ref,)),),
+    )
+    plan = device_taint.plan_return(snap, S, TEMPLATES)
+    assert sorted(a.name for a in plan if isinstance(a, UntaintDevice)) == sorted(rec.rules)
+
+
+def test_a_gpu_published_only_as_mig_devices_waits_with_the_cancel_named() -> None:
+    rec = replace(
+        record(), device=f"{MIG_A.ref},{MIG_B.ref}", rule=f"{rule_name(MIG_A)},{rule_name(MIG_B)}"
+    )
+    rules = tuple(
+        replace(guard_rule(rec), name=rule_name(d), device=d.name) for d in (MIG_A, MIG_B)
+    )
+    snap = replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=rules)
+    snap = replace(snap, devices=(MIG_A, MIG_B))
+    (skip,) = device_taint.plan_return(snap, S, TEMPLATES)
+    assert isinstance(skip, Skip) and skip.reason == "device-not-published"
+    assert "MIG devices" in skip.detail and " ".join(rec.rules) in skip.next
+
+
+def test_mig_devices_and_gpus_without_a_uuid_are_read_at_the_boundary() -> None:
+    slice_ = {
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "d",
+            "pool": {"name": "d"},
+            "devices": [
+                {
+                    "name": "gpu-4-mig-0",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": "MIG-8a2c7d9e-1111-5222-8333-444455556666"},
+                        "parentUUID": {"string": UUID},
+                    },
+                },
+                {"name": "gpu-5", "attributes": {"pcieBusID": {"string": "0000:aa:00.0"}}},
+                {"name": "gpu-6", "attributes": {"uuid": {"string": "garbage"}}},
+            ],
+        }
+    }
+    assert devices([slice_]) == (
+        DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-0", "", "", UUID),
+        DraDevice("d", "gpu.nvidia.com", "d", "gpu-5", "", "0000:aa:00.0"),
+    )
