@@ -6,8 +6,10 @@ the isolation check's pick is the faulted GPU, not the node: the guard creates o
 DeviceTaintRule (effect NoSchedule, never NoExecute: the guard does not evict) per device of
 that GPU, each selecting exactly one device (driver, pool, device), labelled as the guard's, and
 records them on the node (`device-taint`); the node stays schedulable and its other
-GPUs keep being allocated. Device-plugin nodes, and a faulted GPU the driver does not publish,
-keep the node cordon (guard.plan.isolation).
+GPUs keep being allocated. Device-plugin nodes keep the node cordon (guard.plan.isolation). A
+faulted GPU the driver does not publish, on a node whose other GPUs it publishes, is not
+isolated (`unpublished`: no rule can select it, it cannot be allocated, and the guard does not
+cordon a DRA node): WARN skip device-unpublished, a Warning Event and the ledger line once.
 
 Isolation (the same screen, breaker and one isolation per cycle as the cordon):
   the faulted GPU has published devices on the node (`targets`: by UUID, the device's own or
@@ -251,6 +253,61 @@ def others(node: NodeInfo, s: Settings, samples: tuple[GpuSample, ...]) -> tuple
     return tuple(g for g in samples if rec is None or rec.uuid.lower() != g.uuid.lower())
 
 
+def dra_node(snap: Snapshot, node: NodeInfo) -> bool:
+    """A node without an nvidia.com/gpu resource whose GPUs the DRA driver publishes (some of
+    them: the faulted one may be the one it stopped publishing)."""
+    return node.gpu_capacity <= 0 and bool(published(snap, node.name))
+
+
+def loss_start(snap: Snapshot, node: str) -> datetime:
+    """When the node's GPU loss began (the hold's start): one time per incident, cycle after
+    cycle, so its ledger line is written once."""
+    return dict(snap.prom.loss_since).get(node, snap.now)
+
+
+def recorded(snap: Snapshot, node: str, g: GpuSample) -> bool:
+    """The ledger holds this incident already: a line of this GPU, node and Xid since the GPU
+    loss began (written while no device of the GPU was published)."""
+    since = loss_start(snap, node)
+    return any(
+        e.node == node and e.uuid.lower() == g.uuid.lower() and e.xid == g.value and e.at >= since
+        for e in ledger.entries(snap.ledger)
+    )
+
+
+def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
+    """A DRA node's faulted GPU that no published device names: no DeviceTaintRule can select
+    it, and the guard does not cordon a DRA node (its other GPUs stay in service; the API
+    refuses the guard's cordon of a node without an nvidia.com/gpu resource). Unpublished, the
+    GPU cannot be allocated either. The incident is recorded (the ledger line, from the Xid
+    series' UUID and PCI address, once), a WARN line and a Warning Event say so each cycle,
+    and once the driver publishes the GPU again the isolation check taints it."""
+    reason = f"xid-{g.value}"
+    why = (
+        f"{reason} gpu={g.pci} uuid={g.uuid}: the DRA driver publishes no device of this GPU "
+        f"on {node.name}, so no DeviceTaintRule can select it (nor can the scheduler allocate "
+        "it); the guard does not cordon a DRA node"
+    )
+    fix = (
+        f"the guard taints it once the driver publishes it again; check the DRA driver "
+        f"(kubectl get resourceslices --field-selector spec.nodeName={node.name}); "
+        f"kubectl cordon {node.name} to stop its other GPUs too"
+    )
+    incident = Incident(node.name, loss_start(snap, node.name), g.value, g.pci, g.uuid)
+    ledger_line = () if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)
+    return (
+        Skip(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, "WARN"),
+        EmitEvent(
+            node.name,
+            Decision.DEVICE_UNPUBLISHED,
+            "Warning",
+            "GuardNotIsolated",
+            f"gpu-node-guard did not isolate: {why}; the incident is in the fault ledger",
+        ),
+        *ledger_line,
+    )
+
+
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
     """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
     why = f"{detail}: the guard isolates one device per node"
@@ -345,7 +402,7 @@ def isolate(
             message,
             incident=ledger.format_time(snap.now),
         ),
-        ledger_append(s, incident, reason),
+        *(() if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)),
         *evidence,
     )
 

@@ -12,7 +12,10 @@ loss held for its window AND not cordoned):
                                         refuses the guard's cordon of such a node, and a
                                         refused first pick used to leave the next faulted node
                                         schedulable (allocatable 0 is not this: it is what a
-                                        lost GPU looks like)
+                                        lost GPU looks like); on a DRA node whose faulted GPU
+                                        the driver does not publish → WARN skip
+                                        device-unpublished, its Event and ledger line
+                                        (guard.plan.device_taint.unpublished)
   node whose cordon the API refused earlier this cycle (`refused`) → not eligible again
   every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
                                       → skip cancelled; a new boot, GPU or Xid re-arms
@@ -133,6 +136,9 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
         if node is not None and reason == Decision.DEVICE_ISOLATED:
             new = _primary(device_taint.others(node, s, samples), s)
             actions.extend(device_taint.isolated_skip(node_name, _detail(reason, new)))
+            continue
+        if node is not None and reason == NO_GPU_RESOURCE and device_taint.dra_node(snap, node):
+            actions.extend(device_taint.unpublished(snap, s, node, _primary(samples, s)))
             continue
         if node is None or reason:
             detail = _detail(reason or "not-in-api", _primary(samples, s))

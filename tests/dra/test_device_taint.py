@@ -781,3 +781,49 @@ def test_every_published_device_of_the_faulted_gpu_is_tainted(
     # The next cycle: the same GPU is guarded, nothing more is tainted.
     again = cycle(dra_plane, xid(node), T0 + timedelta(minutes=5), s)
     assert not [a for a in again if isinstance(a, TaintDevice)]
+
+
+def test_a_faulted_gpu_the_driver_stopped_publishing_is_recorded_and_said_not_isolated(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """Issue #38, 6.5: the driver publishes gpu-0 … gpu-7 but the faulted gpu-3: no rule can
+    select it and the guard does not cordon a DRA node (the API would refuse it anyway), but the
+    incident is in the ledger (once, from the Xid series' UUID and PCI address) and a Warning
+    Event says what the guard did; when the driver publishes it again, it is tainted."""
+    node, s = "dra-unpublished", roomy()
+    dra_node(admin, node, faulted_as=lambda _: [])
+    for minutes in (0, 5):
+        plan = cycle(dra_plane, xid(node), T0 + timedelta(minutes=minutes), s)
+        (skip,) = [a for a in plan if isinstance(a, Skip) and a.node == node]
+        assert (skip.reason, skip.level) == ("device-unpublished", "WARN")
+        assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+    ledger = client.CoreV1Api(admin).read_namespaced_config_map(s.ledger_configmap, GUARD_NS)
+    lines = ledger.data[node].splitlines()
+    assert len(lines) == 1 and f"{pci(FAULTED)} {gpu_uuid(node, FAULTED)}" in lines[0], lines
+    events = [e for e in node_events(admin, node) if e["reason"] == "GuardNotIsolated"]
+    assert events and "publishes no device of this GPU" in events[0]["note"], events
+    read = client.CoreV1Api(admin).read_node(node)
+    assert not read.spec.unschedulable
+    assert not [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    # The driver publishes it again: the next cycle taints it, with no second ledger line.
+    api = client.CustomObjectsApi(admin)
+    found = api.get_cluster_custom_object(*SLICES, f"{node}-gpu.nvidia.com")
+    back = {
+        "name": f"gpu-{FAULTED}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu_uuid(node, FAULTED)},
+            "pcieBusID": {"string": pci(FAULTED)},
+        },
+    }
+    found["spec"]["devices"].append(back)
+    api.replace_cluster_custom_object(*SLICES, f"{node}-gpu.nvidia.com", found)
+    plan = cycle(dra_plane, xid(node), T0 + timedelta(minutes=10), s)
+    assert [a.device for a in plan if isinstance(a, TaintDevice)] == [
+        f"gpu.nvidia.com/{node}/gpu-{FAULTED}"
+    ]
+    ledger = client.CoreV1Api(admin).read_namespaced_config_map(s.ledger_configmap, GUARD_NS)
+    assert ledger.data[node].splitlines() == lines
+
+
+SLICES = ("resource.k8s.io", "v1", "resourceslices")

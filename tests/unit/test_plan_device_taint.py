@@ -10,6 +10,7 @@ import pytest
 
 from guard.actions import (
     Annotate,
+    AppendLedgerLine,
     ClearGuardAnnotations,
     Cordon,
     CreateClaim,
@@ -19,6 +20,7 @@ from guard.actions import (
     TaintDevice,
     UntaintDevice,
 )
+from guard.ledger import parse_ledger
 from guard.model import (
     Claim,
     ClaimRecord,
@@ -138,12 +140,35 @@ def test_a_device_plugin_node_keeps_the_cordon() -> None:
     assert not [a for a in plan if isinstance(a, TaintDevice)]
 
 
-def test_a_gpu_the_driver_does_not_publish_is_not_tainted() -> None:
-    snap = published(
-        snapshot(dra_node(), candidates=(gpu("d", 79, uuid=OTHER, pci="0000:aa:00.0"),))
-    )
+def test_a_gpu_the_driver_does_not_publish_is_recorded_and_said_not_isolated() -> None:
+    """Issue #38, 6.5: a DRA node whose faulted GPU no device names: no taint and no cordon
+    (the node's other GPUs stay in service), but the ledger line, once, from the Xid series'
+    UUID and PCI address, a WARN line with the DRA hint and a Warning Event; once the driver
+    publishes the GPU again it is tainted, without a second ledger line."""
+    faulted = gpu("d", 79, uuid=OTHER, pci="0000:aa:00.0")
+    snap = published(snapshot(dra_node(), candidates=(faulted,)))
     plan = plan_cycle(snap, S, TEMPLATES)
-    assert not [a for a in plan if isinstance(a, TaintDevice)]
+    assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+    mine = [a for a in plan if a.node == "d"]
+    assert [type(a).__name__ for a in mine] == ["Skip", "EmitEvent", "AppendLedgerLine"]
+    skip, event, line = mine
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("device-unpublished", "WARN")
+    assert "resourceslices" in skip.next and "device plugin" not in skip.next
+    assert isinstance(event, EmitEvent) and event.event_reason == "GuardNotIsolated"
+    assert isinstance(line, AppendLedgerLine) and OTHER in line.line and "0000:aa:00.0" in line.line
+    again = replace(snap, ledger=parse_ledger({"d": line.line + "\n"}))
+    assert [type(a).__name__ for a in plan_cycle(again, S, TEMPLATES) if a.node == "d"] == [
+        "Skip",
+        "EmitEvent",
+    ]
+    back = replace(again, devices=(*again.devices, replace(DEVICE, uuid=OTHER, name="gpu-9")))
+    kinds = [type(a).__name__ for a in plan_cycle(back, S, TEMPLATES) if a.node == "d"]
+    assert kinds == ["TaintDevice", "Annotate", "EmitEvent", "CreateJob"]
+
+
+def test_a_node_without_gpus_in_the_api_or_the_driver_keeps_the_device_plugin_hint() -> None:
+    snap = snapshot(dra_node(), candidates=(gpu("d", 79),))
+    plan = plan_cycle(snap, S, TEMPLATES)
     assert [a.reason for a in plan if isinstance(a, Skip) and a.node == "d"] == ["no-gpu-resource"]
 
 
