@@ -53,11 +53,16 @@ NODES = PushedMetric(
     ("state",),
 )
 BREAKER_LIMIT = PushedMetric(
-    "gpu_node_guard_breaker_limit_nodes", "Guard-cordoned nodes at which the breaker opens"
+    "gpu_node_guard_breaker_limit_nodes",
+    "Isolations (nodes cordoned + devices tainted) at which the breaker opens",
+)
+BREAKER_ISOLATIONS = PushedMetric(
+    "gpu_node_guard_breaker_isolations",
+    "What the breaker counts: nodes the guard cordoned plus GPUs it taints (DRA DeviceTaintRules)",
 )
 BREAKER_HEADROOM = PushedMetric(
     "gpu_node_guard_breaker_headroom_nodes",
-    "Cordons left before the breaker opens: limit minus guard-cordoned nodes (<= 0: open)",
+    "Isolations left before the breaker opens: limit minus the breaker's count (<= 0: open)",
 )
 LAST_RUN_REQUESTS = PushedMetric(
     "gpu_node_guard_last_run_requests",
@@ -98,6 +103,7 @@ PUSHED = (
     PENDING_CANDIDATES,
     NODES,
     BREAKER_LIMIT,
+    BREAKER_ISOLATIONS,
     BREAKER_HEADROOM,
     LAST_RUN_REQUESTS,
     LEASE_TAKEN,

@@ -344,15 +344,17 @@ class GuardEvent:
 
 @dataclass(frozen=True, slots=True)
 class DraDevice:
-    """One GPU a DRA driver publishes in a node's ResourceSlice (guard.read.objects): where the
-    device is (driver, pool, name) and which GPU it is (the driver's `uuid` and `pcieBusID`)."""
+    """One GPU, or a MIG device of one, a DRA driver publishes in a node's ResourceSlice
+    (guard.read.objects): where the device is (driver, pool, name) and which GPU it is (the
+    driver's `uuid`, `parentUUID` for a MIG device, and `pcieBusID`)."""
 
     node: str
     driver: str
     pool: str
     name: str
-    uuid: str  # "" when the driver gives none
+    uuid: str  # the whole GPU's; "" when the driver gives none, or for a MIG device
     pci: str  # normalised PCI address, "" when the driver gives none
+    parent_uuid: str = ""  # a MIG device's GPU (the driver's `parentUUID`)
 
     @property
     def ref(self) -> str:

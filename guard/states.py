@@ -93,6 +93,7 @@ class Decision(StrEnum):
     EVIDENCE_NO_PCI = "evidence-no-pci"  # cordoned without an evidence Job (no pci_bus_id)
     # DRA nodes: a device taint instead of the cordon (guard/plan/device_taint.py).
     DEVICE_ISOLATED = "device-isolated"
+    DEVICE_UNPUBLISHED = "device-unpublished"  # a DRA node's faulted GPU no device names
     DEVICE_WAITING_RESET = "device-waiting-reset"
     DEVICE_NOT_PUBLISHED = "device-not-published"
     DEVICE_REPEAT_FAULT = "device-repeat-fault"
@@ -205,6 +206,7 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.RETURNED: S.RETURNED_RECENTLY,
     D.BREAKER_OPEN: S.BREAKER_OPEN,
     D.NO_GPU_RESOURCE: S.FAULTED_NOT_CORDONABLE,  # the API would refuse the guard's cordon
+    D.DEVICE_UNPUBLISHED: S.FAULTED_NOT_CORDONABLE,  # no device to taint, no cordon either
     D.SERVICE_NETWORK_NOT_APPLICABLE: S.SERVICE_NETWORK_NOT_APPLICABLE,
     # What the guard cannot read (guard/plan/unreadable.py).
     D.UNREADABLE: S.UNREADABLE_ANNOTATIONS,

@@ -107,7 +107,8 @@ def _requests(trace: RunTrace) -> dict[Labels, float]:
 
 def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
     """Nodes by state (what `gpu-node-guard status` showed at the cycle's read), pending
-    candidates and the breaker."""
+    candidates and the breaker: its count (device_taint.guarded_count, the number the guard's
+    breaker compares; GPUNodeGuardBreakerOpen reads it) and its limit."""
     status = report(snap, s, templates, Sight(s.prometheus_url))
     states = Counter(row.state for row in status.nodes)
     by_state = {state.value: 0 for state in NODE_STATES} | dict(states)
@@ -115,6 +116,7 @@ def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
         m.NODES.name: {(("state", state),): float(n) for state, n in by_state.items()},
         m.PENDING_CANDIDATES.name: {(): float(len(pending(snap, s)))},
         m.BREAKER_LIMIT.name: {(): float(status.breaker.limit)},
+        m.BREAKER_ISOLATIONS.name: {(): float(status.breaker.guarded)},
         m.BREAKER_HEADROOM.name: {(): float(status.breaker.headroom)},
     }
 

@@ -212,12 +212,19 @@ def breaker_setting(s: Settings) -> str:
 
 
 def alert_breaker_open(s: Settings) -> str:
-    """Guard-cordoned nodes at or over the breaker limit the guard pushed (its limit with the
-    fraction applied), else the site's setting (the recorded series): never a number of its
-    own, so the alert opens where the guard's breaker does."""
-    label = ksm_label("annotation", Annotations(s.annotation_prefix).reason)
+    """What the guard's breaker counts, at or over its limit: the count the guard pushed (nodes
+    cordoned + devices tainted, device_taint.guarded_count), else, without a push, the nodes
+    kube-state-metrics shows with the guard's cordon or device record; the limit the guard
+    pushed (its fraction applied), else the site's setting (the recorded series). Never a number
+    of its own, so the alert opens where the guard's breaker does, on a DRA-only cluster too."""
+    keys = Annotations(s.annotation_prefix)
+    marked = " or ".join(
+        f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
+        for key in (keys.reason, keys.device_taint)
+    )
+    count = f"max({metric_names.BREAKER_ISOLATIONS.name})\nor count(max by (node) ({marked}))"
     limit = f"max({metric_names.BREAKER_LIMIT.name})\nor {BREAKER_SETTING}"
-    return f'count(max by (node) (kube_node_annotations{{{label}!=""}}))\n>= {_block(limit)}'
+    return f"{_block(count)}\n>= {_block(limit)}"
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
@@ -238,11 +245,12 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
 
 def incident_annotations(s: Settings) -> tuple[str, ...]:
     """The node annotations that mark an incident the guard's Jobs serve: its cordon (evidence,
-    load test, the return's conformance), a failed after-reboot check, a closed onboarding gate.
-    The guard removes the first two when the node returns or a person's uncordon cancels it; a
-    person removes the third (docs/runbook.md)."""
+    load test, the return's conformance), its device taint on a DRA node (evidence, the device's
+    load test), a failed after-reboot check, a closed onboarding gate. The guard removes the
+    first three when the node or device returns or a person's uncordon (or rule delete) cancels
+    it; a person removes the last (docs/runbook.md)."""
     keys = Annotations(s.annotation_prefix)
-    return (keys.reason, keys.conformance_failed, keys.onboarding_failed)
+    return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
 
 
 def alert_guard_job_failed(s: Settings) -> str:

@@ -154,7 +154,6 @@ _TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-
 
 def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
     ns, cron, keys = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix)
-    reason = keys.reason
     return (
         # Before the alert that reads it (a group's rules run in order).
         Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(s)),
@@ -162,11 +161,12 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
             "critical",
-            f"{{{{ $value }}}} nodes carry {reason}, at or over the breaker limit"
-            " (GUARD_BREAKER_MAX_NODES): the guard cordons no more GPU nodes",
-            "So many auto-cordoned nodes usually share one cause (driver or exporter rollout, bad"
-            f" metrics), not bad GPUs. Read the guard's last Job log in {ns}, fix the cause, then"
-            " repair or return nodes; the breaker closes below the limit. Until then cordon"
+            "{{ $value }} isolations (nodes cordoned + devices tainted), at or over the breaker"
+            " limit (GUARD_BREAKER_MAX_NODES): the guard isolates no more GPUs",
+            "So many isolations usually share one cause (driver or exporter rollout, bad"
+            f" metrics), not bad GPUs. Read the guard's last Job log in {ns} (`gpu-node-guard"
+            f" status` names the nodes, `{_TAINT_RULES}` the tainted devices), fix the cause, then"
+            " repair or return them; the breaker closes below the limit. Until then cordon"
             " faulted nodes by hand.",
         ),
         Rule(
@@ -202,10 +202,10 @@ def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Recor
             # A conformance Job has no GPU of an incident: its node names the failed checks.
             ' {{ if eq $labels.component "conformance" }}(failed checks: see'
             f" {keys.conformance_failed} or {keys.onboarding_failed}){{{{ else }}}}(GPU: see"
-            f" {keys.gpu}){{{{ end }}}}",
+            f" {keys.gpu} or {keys.device_taint}){{{{ end }}}}",
             f"`kubectl -n {s.jobs_namespace} logs job/{{{{ $labels.job_name }}}}`. loadtest: the"
-            " node stays cordoned; the GPUs failed the burn, so repair again or set hold and open"
-            " an RMA."
+            " node stays cordoned (a DRA node: its GPU stays tainted); the GPUs failed the burn,"
+            " so repair again or set hold and open an RMA."
             " evidence: collect nvidia-smi -q, dmesg and lspci by hand before a power cycle."
             " conformance: fix the failed node checks, then let the guard retry.",
         ),
@@ -571,7 +571,7 @@ def ksm_flags(s: Settings) -> tuple[str, str]:
     names = Annotations(s.annotation_prefix)
     return (
         f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
-        f"{names.conformance_failed},{names.onboarding_failed}]",
+        f"{names.device_taint},{names.conformance_failed},{names.onboarding_failed}]",
         f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
     )
 

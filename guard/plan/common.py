@@ -123,7 +123,7 @@ def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerL
 def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Skip, EmitEvent]:
     """The circuit breaker holds a cordon (the isolation check's and the lifecycle checks'
     alike): a WARN line and a Warning Event naming the node and what waits."""
-    detail = f"{guarded} nodes carry the guard's cordon (limit {limit}); {waiting}"
+    detail = f"{guarded} isolations (nodes cordoned + devices tainted), limit {limit}; {waiting}"
     return (
         Skip(
             node,

@@ -1,22 +1,29 @@
 """DRA nodes: isolate the faulted GPU with a DeviceTaintRule instead of cordoning the node.
 
 Where NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices (driver `gpu.nvidia.com`,
-one device per GPU with its `uuid` and `pcieBusID`), the isolation check's pick is the faulted
-GPU, not the node: the guard creates one DeviceTaintRule (effect NoSchedule, never NoExecute:
-the guard does not evict) selecting exactly that device (driver, pool, device), labelled as the
-guard's, and records it on the node (`device-taint`); the node stays schedulable and its other
-GPUs keep being allocated. Device-plugin nodes, and a faulted GPU the driver does not publish,
-keep the node cordon (guard.plan.isolation).
+one device per GPU with its `uuid` and `pcieBusID`, or MIG devices naming it as `parentUUID`),
+the isolation check's pick is the faulted GPU, not the node: the guard creates one
+DeviceTaintRule (effect NoSchedule, never NoExecute: the guard does not evict) per device of
+that GPU, each selecting exactly one device (driver, pool, device), labelled as the guard's, and
+records them on the node (`device-taint`); the node stays schedulable and its other
+GPUs keep being allocated. Device-plugin nodes keep the node cordon (guard.plan.isolation). A
+faulted GPU the driver does not publish, on a node whose other GPUs it publishes, is not
+isolated (`unpublished`: no rule can select it, it cannot be allocated, and the guard does not
+cordon a DRA node): WARN skip device-unpublished, a Warning Event and the ledger line once.
 
 Isolation (the same screen, breaker and one isolation per cycle as the cordon):
-  the faulted GPU is a published device of the node (by UUID, else by PCI address)
-                                      → taint-device, then the record on the node, a Warning
-                                        Event, the ledger line and the evidence Job
+  the faulted GPU has published devices on the node (`targets`: by UUID, the device's own or
+  its MIG parent's, with any device of its PCI address that names no UUID; else by PCI
+  address; two names for one GPU are both its devices)
+                                      → taint-device for each, then the record on the node, a
+                                        Warning Event, the ledger line and the evidence Job
   the node already has a device record for that GPU → skip already-guarded
-  the node has a device record for another GPU     → WARN skip device-isolated: one device per
-                                        node; a person cordons the node if the new fault is real
-Breaker: `guarded_count` counts cordoned nodes and tainted devices alike (one helper for the
-isolation check and the lifecycle checks).
+  any faulted GPU of the node is not its recorded one (whatever the GPUs' order)
+                                      → WARN skip device-isolated naming that GPU, and a Warning
+                                        Event: one device per node; a person cordons the node
+                                        if the new fault is real
+Breaker: `guarded_count` counts cordoned nodes and tainted GPUs alike (a GPU with several
+device rules once; one helper for the isolation check, the lifecycle checks and the push).
 
 Return, for each node with a device record, or a guard rule without one (first match wins):
   a guard rule without the node's record (the record's patch did not land) → record it again
@@ -27,9 +34,14 @@ Return, for each node with a device record, or a guard rule without one (first m
   no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
   the faulted GPU reports a hardware Xid now                → skip xid-present
   the driver does not publish the device now                → skip device-not-published
+  the driver publishes it only as MIG devices or without its uuid (the claim selects the whole
+  GPU by UUID)                                              → skip device-not-published, the
+                                                              cancel (delete the rules) named
   the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
-  the guard's taint) and a one-GPU load-test Job; running → wait; failed → record it, keep the
+  the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
+  while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip
+  loadtest-running); running → wait; failed → record it, keep the
   taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
   the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
   taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
@@ -97,12 +109,20 @@ class DeviceRecord:
     boot_id: str  # "" when the guard knew none
     pci: str
     uuid: str
-    device: str  # <driver>/<pool>/<device>
-    rule: str
+    device: str  # <driver>/<pool>/<device>, comma-separated when the GPU has several devices
+    rule: str  # one rule per device, comma-separated as `device`
 
     @property
     def xid(self) -> int:
         return int(self.reason.removeprefix("xid-"))
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(self.device.split(","))
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(self.rule.split(","))
 
     def value(self) -> str:
         return " ".join(
@@ -163,14 +183,23 @@ def published(snap: Snapshot, node: str) -> tuple[DraDevice, ...]:
     return tuple(d for d in snap.devices if d.node == node)
 
 
-def target(snap: Snapshot, node: str, uuid: str, pci: str) -> DraDevice | None:
-    """The faulted GPU as a device the DRA driver publishes for the node: by UUID (what both
-    dcgm-exporter and the driver read from NVML), else by PCI address."""
+def targets(snap: Snapshot, node: str, uuid: str, pci: str) -> tuple[DraDevice, ...]:
+    """Every device the DRA driver publishes for the node that is the faulted GPU or a part of
+    it: by UUID (what both dcgm-exporter and the driver read from NVML), the GPU's own or a MIG
+    device's parent, with any device of its PCI address that names no UUID; else, no device
+    naming that UUID, by PCI address. Two names for one GPU are both its devices."""
     mine = published(snap, node)
-    by_uuid = [d for d in mine if d.uuid and d.uuid.lower() == uuid.lower()]
-    by_pci = [d for d in mine if d.pci and d.pci == pci and pci != ledger.UNKNOWN_PCI]
-    found = by_uuid or by_pci
-    return found[0] if len(found) == 1 else None
+    known = pci not in ("", ledger.UNKNOWN_PCI)
+    by_pci = [d for d in mine if known and d.pci == pci]
+    by_uuid = [d for d in mine if uuid.lower() in (d.uuid.lower(), d.parent_uuid.lower())]
+    if by_uuid:
+        return (*by_uuid, *(d for d in by_pci if not d.uuid and not d.parent_uuid))
+    return tuple(by_pci)
+
+
+def whole(devices: tuple[DraDevice, ...], uuid: str) -> bool:
+    """One of the devices is the whole GPU by its UUID: what the load test's claim selects."""
+    return any(d.uuid.lower() == uuid.lower() for d in devices)
 
 
 def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
@@ -183,29 +212,100 @@ def guarded_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozen
     readable or not; those the return check lets go this cycle (`released`) no longer count."""
     k = keys(s)
     nodes = {n.name for n in snap.nodes if n.has(k.reason)} - released
-    devices = {r.name for r in guard_rules(snap) if r.node not in released}
+    gpus = {_gpu_of(r) for r in guard_rules(snap) if r.node not in released}
     for n in snap.nodes:
         if n.has(k.device_taint) and n.name not in released:
             rec = record_of(n, s)
-            devices.add(rec.rule if rec else f"{n.name}/unreadable")
-    return len(nodes) + len(devices)
+            gpus.add(f"{n.name}/{rec.uuid.lower()}" if rec else f"{n.name}/unreadable")
+    return len(nodes) + len(gpus)
+
+
+def _gpu_of(rule: TaintRule) -> str:
+    """The GPU a guard rule isolates (one GPU may have several devices, one rule each)."""
+    rec = parse_record(rule.record)
+    return f"{rule.node}/{rec.uuid.lower()}" if rec else rule.name
 
 
 def isolates(action: Action) -> bool:
     return isinstance(action, ISOLATIONS)
 
 
-def eligibility(snap: Snapshot, s: Settings, node: NodeInfo, reason: str, g: GpuSample) -> str:
-    """The isolation screen's word for a node, given the cordon screen's (`reason`): a DRA node
-    without an nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices;
-    a device record makes it guarded (the same GPU) or device-isolated (another one)."""
-    rec = record_of(node, s) if node.has(keys(s).device_taint) else None
+def eligibility(
+    snap: Snapshot, s: Settings, node: NodeInfo, reason: str, samples: tuple[GpuSample, ...]
+) -> str:
+    """The isolation screen's word for a node, given the cordon screen's (`reason`) and the
+    node's faulted GPUs (`samples`, the first its primary): a DRA node without an
+    nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices; a device
+    record makes it guarded (every faulted GPU is the tainted one) or device-isolated (any
+    other faulted GPU, whatever its index)."""
     if node.has(keys(s).device_taint):
-        same = rec is not None and rec.uuid.lower() == g.uuid.lower()
-        return Decision.ALREADY_GUARDED if same else Decision.DEVICE_ISOLATED
-    if reason == Decision.NO_GPU_RESOURCE and target(snap, node.name, g.uuid, g.pci):
+        return Decision.DEVICE_ISOLATED if others(node, s, samples) else Decision.ALREADY_GUARDED
+    g = samples[0]
+    if reason == Decision.NO_GPU_RESOURCE and targets(snap, node.name, g.uuid, g.pci):
         return ""
     return reason
+
+
+def others(node: NodeInfo, s: Settings, samples: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
+    """The faulted GPUs of a node with a device record that are not its tainted GPU (every one
+    when the record cannot be read)."""
+    rec = record_of(node, s)
+    return tuple(g for g in samples if rec is None or rec.uuid.lower() != g.uuid.lower())
+
+
+def dra_node(snap: Snapshot, node: NodeInfo) -> bool:
+    """A node without an nvidia.com/gpu resource whose GPUs the DRA driver publishes (some of
+    them: the faulted one may be the one it stopped publishing)."""
+    return node.gpu_capacity <= 0 and bool(published(snap, node.name))
+
+
+def loss_start(snap: Snapshot, node: str) -> datetime:
+    """When the node's GPU loss began (the hold's start): one time per incident, cycle after
+    cycle, so its ledger line is written once."""
+    return dict(snap.prom.loss_since).get(node, snap.now)
+
+
+def recorded(snap: Snapshot, node: str, g: GpuSample) -> bool:
+    """The ledger holds this incident already: a line of this GPU, node and Xid since the GPU
+    loss began (written while no device of the GPU was published)."""
+    since = loss_start(snap, node)
+    return any(
+        e.node == node and e.uuid.lower() == g.uuid.lower() and e.xid == g.value and e.at >= since
+        for e in ledger.entries(snap.ledger)
+    )
+
+
+def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
+    """A DRA node's faulted GPU that no published device names: no DeviceTaintRule can select
+    it, and the guard does not cordon a DRA node (its other GPUs stay in service; the API
+    refuses the guard's cordon of a node without an nvidia.com/gpu resource). Unpublished, the
+    GPU cannot be allocated either. The incident is recorded (the ledger line, from the Xid
+    series' UUID and PCI address, once), a WARN line and a Warning Event say so each cycle,
+    and once the driver publishes the GPU again the isolation check taints it."""
+    reason = f"xid-{g.value}"
+    why = (
+        f"{reason} gpu={g.pci} uuid={g.uuid}: the DRA driver publishes no device of this GPU "
+        f"on {node.name}, so no DeviceTaintRule can select it (nor can the scheduler allocate "
+        "it); the guard does not cordon a DRA node"
+    )
+    fix = (
+        f"the guard taints it once the driver publishes it again; check the DRA driver "
+        f"(kubectl get resourceslices --field-selector spec.nodeName={node.name}); "
+        f"kubectl cordon {node.name} to stop its other GPUs too"
+    )
+    incident = Incident(node.name, loss_start(snap, node.name), g.value, g.pci, g.uuid)
+    ledger_line = () if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)
+    return (
+        Skip(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, "WARN"),
+        EmitEvent(
+            node.name,
+            Decision.DEVICE_UNPUBLISHED,
+            "Warning",
+            "GuardNotIsolated",
+            f"gpu-node-guard did not isolate: {why}; the incident is in the fault ledger",
+        ),
+        *ledger_line,
+    )
 
 
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
@@ -241,7 +341,7 @@ def rule_manifest(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {
-            "name": rec.rule,
+            "name": rule_name(device),
             "labels": {
                 APP_LABEL: APP_NAME,
                 COMPONENT_LABEL: DEVICE_TAINT_COMPONENT,
@@ -259,35 +359,40 @@ def rule_manifest(
 def isolate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, held_s: int
 ) -> tuple[Action, ...]:
-    """The device taint of the faulted GPU: the rule first (a rule without its record is
-    recorded again next cycle), then the record, the Event, the ledger line, the evidence Job."""
-    device = target(snap, node.name, g.uuid, g.pci)
-    assert device is not None
+    """The device taint of the faulted GPU: its rules first, one per device (a rule without its
+    record is recorded again next cycle), then the record, the Event, the ledger line, the
+    evidence Job."""
+    devices = targets(snap, node.name, g.uuid, g.pci)
+    assert devices
     k, reason = keys(s), f"xid-{g.value}"
-    rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, device.ref, rule_name(device))
+    refs, names = ",".join(d.ref for d in devices), ",".join(rule_name(d) for d in devices)
+    rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, refs, names)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
     evidence: tuple[Action, ...] = (job,) if g.pci != ledger.UNKNOWN_PCI else ()
     message = (
-        f"gpu-node-guard tainted DRA device {device.ref} (GPU {g.gpu}, {g.pci} {g.uuid}): "
+        f"gpu-node-guard tainted DRA device {refs} (GPU {g.gpu}, {g.pci} {g.uuid}): "
         f"Xid {g.value}, GPU loss held {held_s}s; the node's other GPUs stay in service "
         f"(DeviceTaintRule {rec.rule}, NoSchedule)"
     )
     return (
-        TaintDevice(
-            node.name,
-            reason,
-            rec.rule,
-            device.ref,
-            g.uuid,
-            rule_manifest(s, node.name, device, rec),
+        *(
+            TaintDevice(
+                node.name,
+                reason,
+                rule_name(d),
+                d.ref,
+                g.uuid,
+                rule_manifest(s, node.name, d, rec),
+            )
+            for d in devices
         ),
         Annotate(
             node.name,
             reason,
             node.resource_version,
             ((k.device_taint, rec.value()),),
-            f"the load test of {device.ref} decides its return",
+            f"the load test of {refs} decides its return",
         ),
         EmitEvent(
             node.name,
@@ -297,7 +402,7 @@ def isolate(
             message,
             incident=ledger.format_time(snap.now),
         ),
-        ledger_append(s, incident, reason),
+        *(() if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)),
         *evidence,
     )
 
@@ -323,7 +428,7 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
 
 def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...]:
     rec = parse_record(rule.record)
-    if rec is None or rec.rule != rule.name:
+    if rec is None or rule.name not in rec.rules:
         return (
             Skip(
                 node.name,
@@ -363,18 +468,28 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
                 "WARN",
             ),
         )
-    rule = next((r for r in guard_rules(snap) if r.name == rec.rule), None)
+    rules = tuple(r for r in guard_rules(snap) if r.name in rec.rules)
     claim, spec = _loadtest(s, node, rec)
     job = next((j for j in snap.jobs if j.name == spec.name), None)
-    if rule is None:
+    if not rules:
         trusted = job is not None and not foreign(node, job)
         if job is not None and trusted and passed(job) and not claim_problem(snap, node, rec, job):
-            return _returned(snap, s, node, rec, job, None)
+            return _returned(snap, s, node, rec, job, ())
         return _cancelled(snap, s, node, rec)
     blocked = _blocked(snap, s, node, rec)
     if blocked:
         return blocked
     if job is None and spec.name not in node.loadtest_result:
+        if earlier := _earlier_running(snap, node, spec):
+            return (
+                Skip(
+                    node.name,
+                    Decision.LOADTEST_RUNNING,
+                    f"job/{earlier.name} on {rec.device} still runs; the newer "
+                    f"{k.reset_done}={node.reset_done!r} waits for it",
+                    WAIT,
+                ),
+            )
         return (
             CreateClaim(
                 node.name,
@@ -388,7 +503,7 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
                 s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
             ),
         )
-    return _gate(snap, s, node, rec, rule, job, spec)
+    return _gate(snap, s, node, rec, rules, job, spec)
 
 
 def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[Action, ...]:
@@ -431,13 +546,25 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> 
                 WAIT,
             ),
         )
-    if target(snap, node.name, rec.uuid, rec.pci) is None:
+    now = targets(snap, node.name, rec.uuid, rec.pci)
+    if not now:
         return (
             Skip(
                 node.name,
                 Decision.DEVICE_NOT_PUBLISHED,
                 f"the DRA driver does not publish {rec.uuid} here",
                 WAIT,
+            ),
+        )
+    if not whole(now, rec.uuid):
+        return (
+            Skip(
+                node.name,
+                Decision.DEVICE_NOT_PUBLISHED,
+                f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
+                "(MIG devices or no uuid): the load test claims the whole GPU by its UUID",
+                f"{WAIT}; to return it without the load test, delete the guard's rules "
+                f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}",
             ),
         )
     counts = ledger.count(snap.ledger, rec.uuid, node.name, rec.pci)
@@ -447,11 +574,28 @@ def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> 
                 node.name,
                 Decision.DEVICE_REPEAT_FAULT,
                 f"{rec.uuid}: {counts.same_card} incidents in the ledger",
-                f"replace the card; then kubectl delete devicetaintrule {rec.rule}",
+                f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}",
                 "WARN",
             ),
         )
     return ()
+
+
+def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:
+    """A load-test Job of the node's device made for an earlier boot or reset that still runs:
+    one Job per GPU at a time (the guard isolates one device per node), so a newer reset-done
+    waits for it instead of claiming the same GPU for a second one."""
+    return next(
+        (
+            j
+            for j in snap.jobs
+            if j.kind == "loadtest"
+            and j.node == node.name
+            and j.name != spec.name
+            and j.status in ("running", "unreadable")
+        ),
+        None,
+    )
 
 
 def job_key(node: NodeInfo, rec: DeviceRecord) -> str:
@@ -480,7 +624,7 @@ def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec
         DRA_DEVICE_CLASS,
         driver,
         rec.uuid,
-        rec.device,
+        rec.devices[0],
         Annotations(s.annotation_prefix).fault_taint,
         rec.reason,
     )
@@ -492,7 +636,7 @@ def _gate(
     s: Settings,
     node: NodeInfo,
     rec: DeviceRecord,
-    rule: TaintRule,
+    rules: tuple[TaintRule, ...],
     job: JobInfo | None,
     spec: JobSpec,
 ) -> tuple[Action, ...]:
@@ -545,7 +689,7 @@ def _gate(
         stays = "the device stays tainted"
         word = Decision.LOADTEST_FOREIGN
         return foreign_job(s, node, job, word, why, stays, claim=job.name)
-    return _returned(snap, s, node, rec, job, rule)
+    return _returned(snap, s, node, rec, job, rules)
 
 
 def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInfo) -> str:
@@ -566,7 +710,7 @@ def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInf
             f"resourceclaim/{job.name} has uid {claim.uid or '(none)'} but the guard created "
             f"uid {made.uid}: it was replaced"
         )
-    if claim.allocated and claim.allocated != (rec.device,):
+    if claim.allocated and (len(claim.allocated) != 1 or claim.allocated[0] not in rec.devices):
         return (
             f"resourceclaim/{job.name} is allocated {','.join(claim.allocated)}, not the "
             f"tainted {rec.device}"
@@ -586,22 +730,21 @@ def _returned(
     node: NodeInfo,
     rec: DeviceRecord,
     job: JobInfo,
-    rule: TaintRule | None,
+    rules: tuple[TaintRule, ...],
 ) -> tuple[Action, ...]:
     k, at = keys(s), ledger.format_time(snap.now)
-    untaint: tuple[Action, ...] = ()
-    if rule is not None:
-        untaint = (
-            UntaintDevice(
-                node.name,
-                Decision.LOADTEST_PASSED,
-                rule.name,
-                rule.uid,
-                rec.device,
-                job.name,
-                s.jobs_namespace,
-            ),
+    untaint = tuple(
+        UntaintDevice(
+            node.name,
+            Decision.LOADTEST_PASSED,
+            rule.name,
+            rule.uid,
+            rule.ref,
+            job.name,
+            s.jobs_namespace,
         )
+        for rule in rules
+    )
     return (
         *untaint,
         ClearGuardAnnotations(

@@ -12,7 +12,10 @@ loss held for its window AND not cordoned):
                                         refuses the guard's cordon of such a node, and a
                                         refused first pick used to leave the next faulted node
                                         schedulable (allocatable 0 is not this: it is what a
-                                        lost GPU looks like)
+                                        lost GPU looks like); on a DRA node whose faulted GPU
+                                        the driver does not publish → WARN skip
+                                        device-unpublished, its Event and ledger line
+                                        (guard.plan.device_taint.unpublished)
   node whose cordon the API refused earlier this cycle (`refused`) → not eligible again
   every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
                                       → skip cancelled; a new boot, GPU or Xid re-arms
@@ -94,7 +97,7 @@ def plan_isolation(
     first = eligible[0]
     if first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
-    elif device_taint.target(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
+    elif device_taint.targets(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
         actions.extend(device_taint.isolate(snap, s, t, first.node, first.gpu, first.held_s))
     else:
         actions.extend(_cordon(snap, s, t, first.node, first.gpu))
@@ -128,11 +131,14 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             continue
         reason = _ineligible(node, s)
         if node is not None:  # DRA nodes: the device taint's own screen
-            reason = device_taint.eligibility(snap, s, node, reason, _primary(samples, s))
-        if reason == Decision.DEVICE_ISOLATED:
-            actions.extend(
-                device_taint.isolated_skip(node_name, _detail(reason, _primary(samples, s)))
-            )
+            ordered = (_primary(samples, s), *samples)
+            reason = device_taint.eligibility(snap, s, node, reason, ordered)
+        if node is not None and reason == Decision.DEVICE_ISOLATED:
+            new = _primary(device_taint.others(node, s, samples), s)
+            actions.extend(device_taint.isolated_skip(node_name, _detail(reason, new)))
+            continue
+        if node is not None and reason == NO_GPU_RESOURCE and device_taint.dra_node(snap, node):
+            actions.extend(device_taint.unpublished(snap, s, node, _primary(samples, s)))
             continue
         if node is None or reason:
             detail = _detail(reason or "not-in-api", _primary(samples, s))

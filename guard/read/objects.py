@@ -190,9 +190,9 @@ def _job_status(status: object) -> tuple[JobStatus, str]:
 
 
 # ---- DRA: the GPU driver's ResourceSlices and the DeviceTaintRules ---------------------------
-# A value that is not of its form is dropped here: a device without a valid name or UUID is not
-# one the guard can select (its GPU keeps the node cordon); a rule is read as it is, and only
-# the guard's own (its label) are acted on.
+# A value that is not of its form is dropped here: a device without a valid name, or naming no
+# GPU (by its UUID, its MIG parent's UUID or its PCI address), is not one the guard can select;
+# a rule is read as it is, and only the guard's own (its label) are acted on.
 
 _GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 _DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -244,13 +244,18 @@ def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None
         return None
     attributes = _mapping(device.get("attributes"))
     uuid = _string_attribute(attributes, "uuid")
-    if not _GPU_UUID.fullmatch(uuid):  # MIG devices (MIG-…) and garbage: not a whole GPU
-        return None
+    parent = _string_attribute(attributes, "parentUUID")
     try:
         pci = normalize_pci(_string_attribute(attributes, "pcieBusID"))
     except PciAddressError:
         pci = ""
-    return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
+    if _GPU_UUID.fullmatch(uuid):  # a whole GPU
+        return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
+    if _GPU_UUID.fullmatch(parent):  # a MIG device (uuid MIG-…) of that GPU
+        return DraDevice(node, DRA_DRIVER, pool, name, "", pci, parent)
+    if pci and (not uuid or uuid.startswith("MIG-")):  # no uuid: the GPU (or its part) by PCI
+        return DraDevice(node, DRA_DRIVER, pool, name, "", pci)
+    return None
 
 
 def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[TaintRule, ...]:

@@ -73,10 +73,10 @@ def _prometheus(r: Report) -> list[str]:
 
 def _breaker(r: Report) -> str:
     b = r.breaker
-    counted = f"{b.guarded} of {b.limit} guard-cordoned nodes"
+    counted = f"{b.guarded} of {b.limit} isolations (nodes cordoned + devices tainted)"
     if b.open:
-        return f"breaker: OPEN, {counted}: no new cordons ({b.runbook})"
-    more = "1 more cordon" if b.headroom == 1 else f"{b.headroom} more cordons"
+        return f"breaker: OPEN, {counted}: no new isolations ({b.runbook})"
+    more = "1 more isolation" if b.headroom == 1 else f"{b.headroom} more isolations"
     return f"breaker: closed, {counted} ({more} allowed)"
 
 

@@ -47,6 +47,7 @@ from tests.apiserver.guard_run import (
     ISOLATE_AT,
     ONSET_S,
     end_pod,
+    node_events,
     scenario_prometheus,
 )
 from tests.apiserver.kube import (
@@ -92,10 +93,12 @@ def dra_node(
     boot: str = "boot-1",
     uuid_of: Callable[[str, int], str] | None = None,
     pci_of: Callable[[int], str] = pci,
+    faulted_as: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
 ) -> None:
     """A Node as the kubelet registers it (no nvidia.com/gpu: the DRA driver publishes the
     GPUs), and its ResourceSlice as NVIDIA's DRA driver publishes it: gpu-0 … gpu-7 (`uuid_of`
-    and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given)."""
+    and `pci_of`: the GPUs' UUID and PCI address, `gpu_uuid` and `pci` unless given;
+    `faulted_as`: the devices published for GPU `FAULTED` instead of its own)."""
     uuid_of = uuid_of or gpu_uuid
     core = client.CoreV1Api(api)
     core.create_node(
@@ -127,6 +130,8 @@ def dra_node(
         }
         for i in range(GPUS)
     ]
+    if faulted_as is not None:
+        devices[FAULTED : FAULTED + 1] = faulted_as(devices[FAULTED])
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -587,6 +592,10 @@ def test_breaker_and_one_isolation_per_cycle_count_device_taints_and_cordons(
     plan = cycle(dra_plane, both, T0, s)
     assert not [a for a in plan if isinstance(a, TaintDevice)]
     assert {a.node for a in plan if a.reason == "breaker-open"} == {"dra-d", "dra-e"}
+    # No node is cordoned here: the WARN counts what the breaker counts, the device taints.
+    warn = next(a for a in plan if isinstance(a, Skip) and a.reason == "breaker-open")
+    counted = f"{guarded} isolations (nodes cordoned + devices tainted), limit {guarded}"
+    assert warn.detail.startswith(counted), warn.detail
     s = Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=guarded + 5)
     plan = cycle(dra_plane, both, T0, s)
     tainted = [a.node for a in plan if isinstance(a, TaintDevice)]
@@ -625,3 +634,196 @@ def test_a_cycle_from_prometheus_taints_the_device_of_the_xid_in_a_dra_only_clus
     (rule,) = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
     assert rule["spec"]["deviceSelector"]["device"] == f"gpu-{FAULTED}"
     assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+
+
+def roomy() -> Settings:
+    """The tests above leave their rules: a breaker with room for the tests below."""
+    return Settings(prometheus_url="http://prometheus.invalid", breaker_max_nodes=100)
+
+
+def faults(node: str, *indexes: int) -> PromView:
+    return PromView(
+        hardware_xids=tuple(g for i in indexes for g in xid(node, i).hardware_xids),
+        loss_since=xid(node).loss_since,
+    )
+
+
+@pytest.mark.parametrize("index", [1, 6])
+def test_a_second_faulted_gpu_gets_the_warning_and_event_whatever_its_index(
+    dra_plane: ControlPlane, admin: client.ApiClient, index: int
+) -> None:
+    """Issue #38, 6.2: gpu-3 is tainted and still reports its Xid; gpu-1 or gpu-6 faults too:
+    either way one WARN `device-isolated` and a GuardNotIsolated Event naming the new GPU."""
+    node, s = f"dra-second-{index}", roomy()
+    dra_node(admin, node)
+    assert [a for a in cycle(dra_plane, xid(node), T0, s) if isinstance(a, TaintDevice)]
+    plan = cycle(dra_plane, faults(node, FAULTED, index), T0 + timedelta(minutes=5), s)
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.reason == "device-isolated"]
+    assert skip.level == "WARN" and gpu_uuid(node, index) in skip.detail, skip.detail
+    events = [e for e in node_events(admin, node) if e["reason"] == "GuardNotIsolated"]
+    assert len(events) == 1 and gpu_uuid(node, index) in events[0]["note"], events
+    mine = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    assert len(mine) == 1
+
+
+def reset_done(api: client.ApiClient, node: str, value: str) -> None:
+    client.CoreV1Api(api).patch_node(node, {"metadata": {"annotations": {KEYS.reset_done: value}}})
+
+
+def failed(api: client.ApiClient, job: str) -> None:
+    """Play the Job controller: the Job failed (its Pod's load test did not pass)."""
+    at = "2026-09-21T06:00:00Z"
+    status = {
+        "startTime": at,
+        "failed": 1,
+        "conditions": [
+            {
+                "type": c,
+                "status": "True",
+                "lastTransitionTime": at,
+                "reason": "BackoffLimitExceeded",
+            }
+            for c in ("FailureTarget", "Failed")
+        ],
+    }
+    client.BatchV1Api(api).patch_namespaced_job_status(
+        job, JOBS_NS, {"status": status}, _content_type=MERGE_PATCH
+    )
+
+
+def test_a_newer_reset_done_waits_for_the_running_device_load_test(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """Issue #38, 6.4: a reset-done written while the device's load test runs starts no second
+    claim or Job for the same GPU; when that Job has ended, the newer reset gets its own."""
+    node, s, later = "dra-reset-twice", roomy(), T0 + timedelta(minutes=10)
+    dra_node(admin, node)
+    assert [a for a in cycle(dra_plane, xid(node), T0, s) if isinstance(a, TaintDevice)]
+    reset_done(admin, node, "2026-09-21T05:05:00Z GPU reset")
+    (first,) = [
+        a.name
+        for a in cycle(dra_plane, PromView(), later, s)
+        if a.node == node and isinstance(a, CreateJob)
+    ]
+    reset_done(admin, node, "2026-09-21T05:08:00Z GPU reset again")
+    plan = cycle(dra_plane, PromView(), later, s)
+    assert [(type(a).__name__, a.reason) for a in plan if a.node == node] == [
+        ("Skip", "loadtest-running")
+    ]
+    mine = [c["metadata"]["name"] for c in _claims(admin) if node in c["metadata"]["name"]]
+    assert mine == [first]
+    failed(admin, first)
+    plan = cycle(dra_plane, PromView(), later, s)
+    made = [a.name for a in plan if a.node == node and isinstance(a, CreateClaim | CreateJob)]
+    assert len(made) == 2 and first not in made, made
+
+
+def _claims(api: client.ApiClient) -> list[dict[str, Any]]:
+    found = client.CustomObjectsApi(api).list_namespaced_custom_object(*CLAIMS)
+    return list(found["items"])
+
+
+def _mig(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """The GPU in MIG mode: two MIG devices naming it as their parent, no whole GPU."""
+    parent = gpu["attributes"]["uuid"]["string"]
+    return [
+        {
+            "name": f"{gpu['name']}-mig-1g-10gb-{i}",
+            "attributes": {
+                "type": {"string": "mig"},
+                "uuid": {"string": f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, parent + str(i))}"},
+                "parentUUID": {"string": parent},
+                "profile": {"string": "1g.10gb"},
+            },
+        }
+        for i in range(2)
+    ]
+
+
+def _no_uuid(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    attributes = {k: v for k, v in gpu["attributes"].items() if k != "uuid"}
+    return [{**gpu, "attributes": attributes}]
+
+
+def _two_names(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    return [gpu, {**gpu, "name": f"{gpu['name']}-alias"}]
+
+
+@pytest.mark.parametrize(
+    ("shape", "names"),
+    [
+        (_mig, ["gpu-3-mig-1g-10gb-0", "gpu-3-mig-1g-10gb-1"]),
+        (_no_uuid, ["gpu-3"]),
+        (_two_names, ["gpu-3", "gpu-3-alias"]),
+    ],
+    ids=["mig-only", "no-uuid-attribute", "two-names"],
+)
+def test_every_published_device_of_the_faulted_gpu_is_tainted(
+    dra_plane: ControlPlane,
+    admin: client.ApiClient,
+    shape: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    names: list[str],
+) -> None:
+    """Issue #39, 4: the faulted GPU published only as MIG devices, without a `uuid`, or under
+    two names: the API server takes one guard rule per device (its policy admits each), the node
+    stays schedulable, and the breaker counts the GPU once."""
+    node, s = f"dra-shape-{shape.__name__.strip('_').replace('_', '-')}", roomy()
+    dra_node(admin, node, faulted_as=shape)
+    plan = cycle(dra_plane, xid(node), T0, s)
+    assert sorted(a.device for a in plan if isinstance(a, TaintDevice)) == [
+        f"gpu.nvidia.com/{node}/{n}" for n in names
+    ]
+    mine = [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    assert sorted(r["spec"]["deviceSelector"]["device"] for r in mine) == names
+    assert all(r["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-node-guard" for r in mine)
+    read = client.CoreV1Api(admin).read_node(node)
+    assert not read.spec.unschedulable and KEYS.device_taint in read.metadata.annotations
+    # The next cycle: the same GPU is guarded, nothing more is tainted.
+    again = cycle(dra_plane, xid(node), T0 + timedelta(minutes=5), s)
+    assert not [a for a in again if isinstance(a, TaintDevice)]
+
+
+def test_a_faulted_gpu_the_driver_stopped_publishing_is_recorded_and_said_not_isolated(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """Issue #38, 6.5: the driver publishes gpu-0 … gpu-7 but the faulted gpu-3: no rule can
+    select it and the guard does not cordon a DRA node (the API would refuse it anyway), but the
+    incident is in the ledger (once, from the Xid series' UUID and PCI address) and a Warning
+    Event says what the guard did; when the driver publishes it again, it is tainted."""
+    node, s = "dra-unpublished", roomy()
+    dra_node(admin, node, faulted_as=lambda _: [])
+    for minutes in (0, 5):
+        plan = cycle(dra_plane, xid(node), T0 + timedelta(minutes=minutes), s)
+        (skip,) = [a for a in plan if isinstance(a, Skip) and a.node == node]
+        assert (skip.reason, skip.level) == ("device-unpublished", "WARN")
+        assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+    ledger = client.CoreV1Api(admin).read_namespaced_config_map(s.ledger_configmap, GUARD_NS)
+    lines = ledger.data[node].splitlines()
+    assert len(lines) == 1 and f"{pci(FAULTED)} {gpu_uuid(node, FAULTED)}" in lines[0], lines
+    events = [e for e in node_events(admin, node) if e["reason"] == "GuardNotIsolated"]
+    assert events and "publishes no device of this GPU" in events[0]["note"], events
+    read = client.CoreV1Api(admin).read_node(node)
+    assert not read.spec.unschedulable
+    assert not [r for r in rules(admin).values() if r["spec"]["deviceSelector"].get("pool") == node]
+    # The driver publishes it again: the next cycle taints it, with no second ledger line.
+    api = client.CustomObjectsApi(admin)
+    found = api.get_cluster_custom_object(*SLICES, f"{node}-gpu.nvidia.com")
+    back = {
+        "name": f"gpu-{FAULTED}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu_uuid(node, FAULTED)},
+            "pcieBusID": {"string": pci(FAULTED)},
+        },
+    }
+    found["spec"]["devices"].append(back)
+    api.replace_cluster_custom_object(*SLICES, f"{node}-gpu.nvidia.com", found)
+    plan = cycle(dra_plane, xid(node), T0 + timedelta(minutes=10), s)
+    assert [a.device for a in plan if isinstance(a, TaintDevice)] == [
+        f"gpu.nvidia.com/{node}/gpu-{FAULTED}"
+    ]
+    ledger = client.CoreV1Api(admin).read_namespaced_config_map(s.ledger_configmap, GUARD_NS)
+    assert ledger.data[node].splitlines() == lines
+
+
+SLICES = ("resource.k8s.io", "v1", "resourceslices")

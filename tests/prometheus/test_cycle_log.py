@@ -182,7 +182,9 @@ def test_with_the_breaker_open_every_blocked_candidate_is_one_warn_line(prom, tm
     log = cycle(prom, cluster_file(tmp_path), "--breaker-max-nodes", "1")
     (blocked,) = [r for r in log if r.get("reason") == "breaker-open" and r["event"] == "skip"]
     assert (blocked["level"], blocked["node"]) == ("WARN", "log-cordon")
-    assert blocked["detail"] == "1 nodes carry the guard's cordon (limit 1); xid-79 waits"
+    assert blocked["detail"] == (
+        "1 isolations (nodes cordoned + devices tainted), limit 1; xid-79 waits"
+    )
     assert blocked["next"].endswith(
         "(https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#breaker-open)"
     )

@@ -121,10 +121,12 @@ def test_settings_reach_the_expressions() -> None:
     )
     rules = {r.alert: r.expr for r in made if isinstance(r, alerts.Rule)}
     records = {r.record: r.expr for r in made if isinstance(r, alerts.Record)}
-    # The alert compares with the pushed limit, else the recorded setting: no number of its own.
+    # The alert compares the breaker's pushed count (else the nodes with the guard's cordon or
+    # device record) with the pushed limit, else the recorded setting: no number of its own.
     assert rules["GPUNodeGuardBreakerOpen"] == (
-        "count(max by (node) ("
-        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""}))\n'
+        "(\n  max(gpu_node_guard_breaker_isolations)\n  or count(max by (node) ("
+        'kube_node_annotations{annotation_example_com_auto_cordon_reason!=""} or '
+        'kube_node_annotations{annotation_example_com_device_taint!=""}))\n)\n'
         ">= (\n  max(gpu_node_guard_breaker_limit_nodes)\n"
         "  or gpu_node_guard:breaker_max_nodes\n)"
     )

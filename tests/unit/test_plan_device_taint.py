@@ -10,6 +10,7 @@ import pytest
 
 from guard.actions import (
     Annotate,
+    AppendLedgerLine,
     ClearGuardAnnotations,
     Cordon,
     CreateClaim,
@@ -19,6 +20,7 @@ from guard.actions import (
     TaintDevice,
     UntaintDevice,
 )
+from guard.ledger import parse_ledger
 from guard.model import (
     Claim,
     ClaimRecord,
@@ -138,12 +140,35 @@ def test_a_device_plugin_node_keeps_the_cordon() -> None:
     assert not [a for a in plan if isinstance(a, TaintDevice)]
 
 
-def test_a_gpu_the_driver_does_not_publish_is_not_tainted() -> None:
-    snap = published(
-        snapshot(dra_node(), candidates=(gpu("d", 79, uuid=OTHER, pci="0000:aa:00.0"),))
-    )
+def test_a_gpu_the_driver_does_not_publish_is_recorded_and_said_not_isolated() -> None:
+    """Issue #38, 6.5: a DRA node whose faulted GPU no device names: no taint and no cordon
+    (the node's other GPUs stay in service), but the ledger line, once, from the Xid series'
+    UUID and PCI address, a WARN line with the DRA hint and a Warning Event; once the driver
+    publishes the GPU again it is tainted, without a second ledger line."""
+    faulted = gpu("d", 79, uuid=OTHER, pci="0000:aa:00.0")
+    snap = published(snapshot(dra_node(), candidates=(faulted,)))
     plan = plan_cycle(snap, S, TEMPLATES)
-    assert not [a for a in plan if isinstance(a, TaintDevice)]
+    assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+    mine = [a for a in plan if a.node == "d"]
+    assert [type(a).__name__ for a in mine] == ["Skip", "EmitEvent", "AppendLedgerLine"]
+    skip, event, line = mine
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("device-unpublished", "WARN")
+    assert "resourceslices" in skip.next and "device plugin" not in skip.next
+    assert isinstance(event, EmitEvent) and event.event_reason == "GuardNotIsolated"
+    assert isinstance(line, AppendLedgerLine) and OTHER in line.line and "0000:aa:00.0" in line.line
+    again = replace(snap, ledger=parse_ledger({"d": line.line + "\n"}))
+    assert [type(a).__name__ for a in plan_cycle(again, S, TEMPLATES) if a.node == "d"] == [
+        "Skip",
+        "EmitEvent",
+    ]
+    back = replace(again, devices=(*again.devices, replace(DEVICE, uuid=OTHER, name="gpu-9")))
+    kinds = [type(a).__name__ for a in plan_cycle(back, S, TEMPLATES) if a.node == "d"]
+    assert kinds == ["TaintDevice", "Annotate", "EmitEvent", "CreateJob"]
+
+
+def test_a_node_without_gpus_in_the_api_or_the_driver_keeps_the_device_plugin_hint() -> None:
+    snap = snapshot(dra_node(), candidates=(gpu("d", 79),))
+    plan = plan_cycle(snap, S, TEMPLATES)
     assert [a.reason for a in plan if isinstance(a, Skip) and a.node == "d"] == ["no-gpu-resource"]
 
 
@@ -156,6 +181,22 @@ def test_the_same_gpu_again_is_already_guarded_another_is_not_isolated() -> None
     other = published(snapshot(tainted(rec), candidates=(gpu("d", 79, uuid=OTHER),)))
     plan = plan_cycle(replace(other, taint_rules=(guard_rule(rec),)), S, TEMPLATES)
     assert "device-isolated" in [a.reason for a in plan]
+    assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
+
+
+@pytest.mark.parametrize("index", [2, 6])
+def test_a_second_faulted_gpu_is_device_isolated_whatever_its_index(index: int) -> None:
+    """Issue #38, 6.2: the tainted GPU (index 4) still reports its Xid; another GPU of the node
+    faults, with a lower or a higher index: both orders give the WARN and the Event naming it."""
+    rec = record()
+    faulted = (gpu("d", 79), gpu("d", 79, index=index, uuid=OTHER, pci="0000:aa:00.0"))
+    snap = published(snapshot(tainted(rec), candidates=faulted))
+    plan = plan_cycle(replace(snap, taint_rules=(guard_rule(rec),)), S, TEMPLATES)
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.reason == "device-isolated"]
+    assert skip.level == "WARN"
+    assert OTHER in skip.detail and UUID not in skip.detail, skip.detail
+    (event,) = [a for a in plan if isinstance(a, EmitEvent) and a.node == "d"]
+    assert (event.event_type, event.event_reason) == ("Warning", "GuardNotIsolated")
     assert not [a for a in plan if isinstance(a, TaintDevice | Cordon)]
 
 
@@ -200,6 +241,26 @@ def test_the_return_waits_for_a_reset_or_a_reboot() -> None:
     reset = tainted(rec, extra={KEYS.reset_done: "2026-09-21T05:50:00Z GPU reset"})
     snap = published(replace(snapshot(reset), taint_rules=(guard_rule(rec),)))
     assert _return(snap) == [("CreateClaim", "conditions-met"), ("CreateJob", "conditions-met")]
+
+
+def test_a_newer_reset_done_waits_for_the_running_load_test_of_that_gpu() -> None:
+    """Issue #38, 6.4: a reset-done written while the device's load test runs makes no second
+    claim and Job for the same GPU; once that Job ended, the newer reset gets its own."""
+    rec = record()
+    first = tainted(rec, extra={KEYS.reset_done: "2026-09-21T05:50:00Z GPU reset"})
+    snap = published(replace(snapshot(first), taint_rules=(guard_rule(rec),)))
+    _, job = device_taint.plan_return(snap, S, TEMPLATES)
+    newer = tainted(rec, extra={KEYS.reset_done: "2026-09-21T05:54:00Z GPU reset again"})
+    newer = replace(newer, claim_record=ClaimRecord(job.name, CLAIM_UID))
+    for status, expected in (
+        ("running", [("Skip", "loadtest-running")]),
+        ("failed", [("CreateClaim", "conditions-met"), ("CreateJob", "conditions-met")]),
+    ):
+        info = JobInfo(job.name, "loadtest", "d", status)  # type: ignore[arg-type]
+        snap = published(replace(snapshot(newer, jobs=(info,)), taint_rules=(guard_rule(rec),)))
+        plan = device_taint.plan_return(snap, S, TEMPLATES)
+        assert [(type(a).__name__, a.reason) for a in plan] == expected
+        assert all(a.name != job.name for a in plan if isinstance(a, CreateClaim | CreateJob))
 
 
 def test_the_load_test_claims_exactly_that_gpu_tolerating_only_the_guards_taint() -> None:
@@ -433,3 +494,105 @@ def test_status_shows_a_tainted_device_and_counts_it_under_the_breaker() -> None
     assert (row.node, row.state, row.reason) == ("d", "device-tainted", "xid-79")
     assert row.gpu is not None and row.gpu.uuid == UUID
     assert r.breaker.guarded == 1
+
+
+# Issue #39, 4: a DRA GPU is found by UUID, then PCI address, then as the parent of MIG devices;
+# every device of it is tainted (one rule each).
+MIG_A = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-0", "", PCI, UUID)
+MIG_B = DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-1", "", PCI, UUID)
+NO_UUID = replace(DEVICE, uuid="")
+SECOND_NAME = replace(DEVICE, name="gpu-4-alias")
+
+
+@pytest.mark.parametrize(
+    "found",
+    [(MIG_A, MIG_B), (NO_UUID,), (DEVICE, SECOND_NAME)],
+    ids=["mig-only", "no-uuid-attribute", "two-names"],
+)
+def test_every_device_of_the_faulted_gpu_is_tainted(found: tuple[DraDevice, ...]) -> None:
+    snap = published(snapshot(dra_node(), candidates=(gpu("d", 79),)), *found)
+    plan = plan_cycle(snap, S, TEMPLATES)
+    taints = [a for a in plan if isinstance(a, TaintDevice)]
+    assert [t.device for t in taints] == [d.ref for d in found]
+    assert [t.manifest["metadata"]["name"] for t in taints] == [rule_name(d) for d in found]
+    note = next(a for a in plan if isinstance(a, Annotate))
+    rec = parse_record(dict(note.annotations)[KEYS.device_taint])
+    assert rec is not None and rec.devices == tuple(d.ref for d in found)
+    assert rec.rules == tuple(rule_name(d) for d in found)
+    assert [a.event_reason for a in plan if isinstance(a, EmitEvent)] == ["GuardDeviceTainted"]
+    assert not [a for a in plan if isinstance(a, Skip) and a.node == "d"]
+
+
+def _two_device_record() -> tuple[DeviceRecord, tuple[TaintRule, ...]]:
+    rec = replace(
+        record(),
+        device=f"{DEVICE.ref},{SECOND_NAME.ref}",
+        rule=f"{rule_name(DEVICE)},{rule_name(SECOND_NAME)}",
+    )
+    rules = (
+        guard_rule(replace(rec, rule=rule_name(DEVICE))),
+        replace(guard_rule(rec), name=rule_name(SECOND_NAME), device=SECOND_NAME.name),
+    )
+    return rec, tuple(replace(r, record=rec.value()) for r in rules)
+
+
+def test_one_gpu_with_two_rules_counts_once_and_returns_both() -> None:
+    rec, rules = _two_device_record()
+    snap = published(replace(snapshot(tainted(rec)), taint_rules=rules), DEVICE, SECOND_NAME)
+    assert guarded_count(snap, S) == 1
+    assert _return(snap) == [("Skip", "device-waiting-reset")]
+    base = published(
+        replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=rules), DEVICE, SECOND_NAME
+    )
+    _, job = device_taint.plan_return(base, S, TEMPLATES)
+    info = JobInfo(job.name, "loadtest", "d", "succeeded", result=DEVICE_PASS)
+    snap = snapshot(tainted(rec, boot="boot-2"), jobs=(info,))
+    made = ClaimRecord(job.name, CLAIM_UID)
+    snap = replace(
+        base,
+        nodes=tuple(replace(n, claim_record=made) for n in snap.nodes),
+        jobs=snap.jobs,
+        claims=(Claim(job.name, CLAIM_UID, (SECOND_NAME.ref,)),),
+    )
+    plan = device_taint.plan_return(snap, S, TEMPLATES)
+    assert sorted(a.name for a in plan if isinstance(a, UntaintDevice)) == sorted(rec.rules)
+
+
+def test_a_gpu_published_only_as_mig_devices_waits_with_the_cancel_named() -> None:
+    rec = replace(
+        record(), device=f"{MIG_A.ref},{MIG_B.ref}", rule=f"{rule_name(MIG_A)},{rule_name(MIG_B)}"
+    )
+    rules = tuple(
+        replace(guard_rule(rec), name=rule_name(d), device=d.name) for d in (MIG_A, MIG_B)
+    )
+    snap = replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=rules)
+    snap = replace(snap, devices=(MIG_A, MIG_B))
+    (skip,) = device_taint.plan_return(snap, S, TEMPLATES)
+    assert isinstance(skip, Skip) and skip.reason == "device-not-published"
+    assert "MIG devices" in skip.detail and " ".join(rec.rules) in skip.next
+
+
+def test_mig_devices_and_gpus_without_a_uuid_are_read_at_the_boundary() -> None:
+    slice_ = {
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "d",
+            "pool": {"name": "d"},
+            "devices": [
+                {
+                    "name": "gpu-4-mig-0",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": "MIG-8a2c7d9e-1111-5222-8333-444455556666"},
+                        "parentUUID": {"string": UUID},
+                    },
+                },
+                {"name": "gpu-5", "attributes": {"pcieBusID": {"string": "0000:aa:00.0"}}},
+                {"name": "gpu-6", "attributes": {"uuid": {"string": "garbage"}}},
+            ],
+        }
+    }
+    assert devices([slice_]) == (
+        DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-0", "", "", UUID),
+        DraDevice("d", "gpu.nvidia.com", "d", "gpu-5", "", "0000:aa:00.0"),
+    )

@@ -132,7 +132,8 @@ def test_breaker(already, limit, expect_cordon):
         assert isinstance(actions[0], Cordon)
     else:
         assert brief(actions) == [("skip", "b", "breaker-open"), ("event", "b", "breaker-open")]
-        assert f"{already} nodes carry the guard's cordon (limit {limit})" in actions[0].detail
+        counted = f"{already} isolations (nodes cordoned + devices tainted), limit {limit}"
+        assert counted in actions[0].detail
 
 
 def test_breaker_open_names_every_blocked_candidate_at_warn():
@@ -144,7 +145,7 @@ def test_breaker_open_names_every_blocked_candidate_at_warn():
         candidates=(gpu("a", 48), gpu("b", 79), gpu("c", 79)),
         held={"a": 900, "b": 120},
     )
-    detail = "5 nodes carry the guard's cordon (limit 5); xid-{} waits"
+    detail = "5 isolations (nodes cordoned + devices tainted), limit 5; xid-{} waits"
     advice = "cordon by hand if the fault is real; the breaker closes when nodes return"
 
     def blocked(name: str, xid: int) -> tuple[Skip, EmitEvent]:

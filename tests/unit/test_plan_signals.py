@@ -193,7 +193,9 @@ def test_mismatch_cordon_parses_back_as_a_cordon_without_a_gpu():
 def test_breaker_names_the_mismatch_that_waits():
     actions = plan_isolation(mismatched(*guarded(5), node("b")), settings(), TEMPLATES)
     skip = next(a for a in actions if isinstance(a, Skip))
-    assert skip.detail == "5 nodes carry the guard's cordon (limit 5); nvml-mismatch waits"
+    assert skip.detail == (
+        "5 isolations (nodes cordoned + devices tainted), limit 5; nvml-mismatch waits"
+    )
     assert skip.level == "WARN"
 
 

@@ -14,6 +14,7 @@ from guard.apply.outcome import Outcome, RunTrace
 from guard.apply.push import metrics, push, push_run, registry
 from guard.doors.prom import PromClient
 from guard.log import Log
+from guard.model import TaintRule
 from guard.settings import SettingsError
 from guard.states import NODE_STATES
 from tests.builders import NOW, TEMPLATES, back_node, gpu, node, settings, snapshot
@@ -60,8 +61,22 @@ def test_a_run_that_saw_the_cluster_pushes_every_metric():
     assert sum(nodes.values()) == 1
     assert samples[m.PENDING_CANDIDATES.name] == {(): 1.0}
     assert samples[m.BREAKER_LIMIT.name] == {(): 5.0}
+    assert samples[m.BREAKER_ISOLATIONS.name] == {(): 1.0}
     assert samples[m.BREAKER_HEADROOM.name] == {(): 4.0}
     assert samples[m.LAST_RUN_REQUESTS.name] == {(("target", "prometheus"), ("code", "200")): 9.0}
+
+
+def test_the_breaker_count_pushed_is_the_breakers_with_device_taints_and_no_cordon():
+    """Issue #38, 6.1: a DRA-only cluster's isolations are device taints; the pushed count the
+    breaker alert reads is the guard's own (five rules, no node cordoned)."""
+    rules = tuple(
+        TaintRule(f"gng-dt-{i}", f"u{i}", True, "gpu.nvidia.com", f"gone-{i}", "gpu-0", "", "", "")
+        for i in range(5)
+    )
+    snap = replace(snapshot(node("a")), taint_rules=rules)
+    samples = metrics(S, trace(snap=snap, templates=TEMPLATES), 0, 1000.0, 1.0)
+    assert samples[m.BREAKER_ISOLATIONS.name] == {(): 5.0}
+    assert samples[m.BREAKER_HEADROOM.name] == {(): 0.0}
 
 
 def test_only_a_successful_run_pushes_the_success_time():

@@ -305,7 +305,8 @@ def test_every_runbook_link_is_the_sites() -> None:
     r = report(snap, settings(breaker_max_nodes=1, runbook_base_url=site), TEMPLATES, SEEN)
     text = render(r, wide=True)
     assert (
-        f"breaker: OPEN, 1 of 1 guard-cordoned nodes: no new cordons ({site}#breaker-open)" in text
+        "breaker: OPEN, 1 of 1 isolations (nodes cordoned + devices tainted): no new isolations"
+        f" ({site}#breaker-open)" in text
     )
     assert [n.runbook for n in r.nodes] == [f"{site}#isolated-waiting-for-power-cycle"]
     assert "github.com" not in text
@@ -332,7 +333,8 @@ def sample_report() -> Report:
 
 def test_the_text_table():
     assert render(sample_report()) == (
-        "breaker: closed, 3 of 5 guard-cordoned nodes (2 more cordons allowed)\n"
+        "breaker: closed, 3 of 5 isolations (nodes cordoned + devices tainted)"
+        " (2 more isolations allowed)\n"
         "pending candidates: 1\n"
         f"  gpu-node-d  xid-48  {PCI}  loss held 360 of 600 s  pending, decides at"
         " 2026-09-21T05:59:00Z\n"

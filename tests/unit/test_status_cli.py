@@ -53,7 +53,8 @@ def test_without_prometheus_the_report_says_what_it_could_not_see(tmp_path):
     lines = result.output.splitlines()
     assert lines[:3] == [
         "prometheus: none (no --prometheus-url): Xid, GPU loss, row remap and GPU pods not seen",
-        "breaker: closed, 1 of 5 guard-cordoned nodes (4 more cordons allowed)",
+        "breaker: closed, 1 of 5 isolations (nodes cordoned + devices tainted)"
+        " (4 more isolations allowed)",
         "pending candidates: unknown (no --prometheus-url)",
     ]
     assert lines[5].startswith("gpu-node-a  isolated-waiting-for-power-cycle  xid-79  55m  ")
