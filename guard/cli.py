@@ -169,6 +169,8 @@ def run(
     from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
 
     budget = Budget(anchor, run_deadlines(anchor.wall, s, watching))
+    prom.backoff = budget.cycle()
+    prom.warn = functools.partial(_prom_warning, log)
     inputs = Inputs(dry_run, at, cluster_snapshot, output, watching)
     code = _run_cycle(s, log, inputs, trace, budget)
     if s.pushgateway_url and not dry_run:  # docs/metrics.md: after the last line, abort or not
@@ -237,8 +239,8 @@ class Inputs:
 @dataclass(frozen=True, slots=True)
 class Budget:
     """The run's deadlines (guard.plan.deadlines), kept on the monotonic clock from its start:
-    the API door retries until the cycle's, then, for the watch and the Lease's release, until
-    the run's."""
+    the API and Prometheus doors retry until the cycle's, then, for the watch and the Lease's
+    release, until the run's."""
 
     anchor: Anchor
     deadlines: Deadlines
@@ -246,9 +248,25 @@ class Budget:
     def cycle(self) -> Backoff:
         return Backoff(self.anchor.at(self.deadlines.cycle))
 
-    def to_run_end(self, kube: Kube | None) -> None:
+    def to_run_end(self, kube: Kube | None, prom: PromClient) -> None:
+        end = self.anchor.at(self.deadlines.run)
+        prom.backoff.until(end, "run")
         if kube is not None:
-            kube.backoff.until(self.anchor.at(self.deadlines.run), "run")
+            kube.backoff.until(end, "run")
+
+
+def _prom_warning(log: Log, query: str, warning: str) -> None:
+    """A Prometheus warning that does not say the answer is partial: one line per text a run."""
+    log.emit(
+        "prometheus-warning",
+        {
+            "query": query,
+            "warning": warning,
+            "next": "answer used (it does not say it is partial); later answers with this"
+            " warning are used without a line (docs/runbook.md#prometheus-warning)",
+        },
+        "WARN",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +387,7 @@ def _cycle(
             raise SlotIsolated(slot)
         return _cycle_and_watch(s, prom, templates, log, inputs, trace, budget, Held(lease, slot))
     finally:
-        budget.to_run_end(kube)  # an aborted cycle's release too
+        budget.to_run_end(kube, prom)  # an aborted cycle's release too
         try:
             lease.release(datetime.now(UTC))
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
@@ -391,7 +409,6 @@ def _cycle_and_watch(
     (one cordon per slot, guard/doors/lease.py)."""
     started = time.monotonic()
     lease = held.lease if held else None
-    now = inputs.at or datetime.now(UTC).replace(microsecond=0)
     kube = trace.kube
     # The cluster first: its Node names join dcgm-exporter's series to Nodes (guard.read.prom_view).
     if inputs.snapshot_file is not None:  # a bad file is reported before any query runs
@@ -404,6 +421,9 @@ def _cycle_and_watch(
             kube = trace.kube = Kube.connect(s.kubeconfig, None, budget.cycle(), s.api_timeout_s)
         objs = require_nodes(read_cluster(kube, s))
     names = {n.name for n in objs.nodes}
+    now, offset = inputs.at or _instant(prom, log, budget.anchor), timedelta(0)
+    if not inputs.at:
+        offset = now - budget.anchor.now()  # the watch asks about Prometheus' time too
     view = read_prom(prom, s, now, names, dra_gpus=objs.dra_gpus())
     snap = trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
@@ -433,6 +453,7 @@ def _cycle_and_watch(
         "pending": len(waiting),
         **tally(outcomes),
         "prometheus_requests": prom.requests_made,
+        "prometheus_retries": prom.backoff.waits,
         "api_requests": kube.requests_made if kube else 0,
         "api_retries": kube.backoff.waits if kube else 0,
         "elapsed_s": round(time.monotonic() - started, 3),
@@ -443,12 +464,12 @@ def _cycle_and_watch(
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
     if inputs.watch and not bad:
-        budget.to_run_end(kube)  # the watch's requests, its last writes, the Lease's release
+        budget.to_run_end(kube, prom)  # the watch's reads and writes, the Lease's release
         if lease is None or lease.renew(datetime.now(UTC)):
             from guard.plan.watch import watch_end  # watching runs only
             from guard.watch import Clock, ReplayClock, RunClock, Watch
 
-            clock: Clock = ReplayClock(now) if inputs.at else RunClock(budget.anchor)
+            clock: Clock = ReplayClock(now) if inputs.at else RunClock(budget.anchor, offset)
             Watch(
                 s,
                 prom,
@@ -458,7 +479,7 @@ def _cycle_and_watch(
                 snap,
                 lambda decided: executor_for(decided, executor.outcomes),
                 clock,
-                watch_end(now, s) if inputs.at else budget.deadlines.watch_end,
+                watch_end(now, s) if inputs.at else budget.deadlines.watch_end + offset,
                 (lambda _at: lease.renew(datetime.now(UTC))) if lease else lambda _at: True,
                 released(actions),
                 not landed,
@@ -467,6 +488,31 @@ def _cycle_and_watch(
             ).run()
         outcomes = tuple(executor.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
+
+
+def _instant(prom: PromClient, log: Log, anchor: Anchor) -> datetime:
+    """The instant the cycle asks about: the pod's clock, never ahead of Prometheus' own
+    (guard.plan.instant); clocks far apart are one WARN line."""
+    from guard.ledger import format_time
+    from guard.plan.instant import SKEW_WARN_S, cycle_instant
+
+    theirs = prom.server_time()
+    found = cycle_instant(anchor.now(), theirs)
+    if found.skewed:
+        ahead = "ahead of" if found.skew_s > 0 else "behind"
+        log.emit(
+            "clock-skew",
+            {
+                "skew_s": found.skew_s,
+                "prometheus": format_time(theirs),
+                "bound_s": SKEW_WARN_S,
+                "next": f"the pod's clock runs {ahead} Prometheus': queries and writes use"
+                f" {format_time(found.at)}; check the nodes' time sync"
+                " (docs/runbook.md#clock-skew)",
+            },
+            "WARN",
+        )
+    return found.at
 
 
 def _executors(

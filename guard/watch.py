@@ -16,11 +16,11 @@ decides nothing and only holds the cycle's Lease until its end (a run started be
 the same slot then finds the Lease held); after a cordon of its own it does the same. Each
 decision's writes come right after a renewal of the Lease: a lost one means no writes. It ends at
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
-cycle's Lease is lost, or when a read
-fails (one WARN `watch-end` line; the cycle's exit code stands); a hold that cannot complete by
-then is the next run's. Its API requests retry until the run's deadline (guard.plan.deadlines,
-after its end: its last decision's writes and the Lease's release fit in), not the cycle's; the
-live watch's time is the monotonic clock's from the run's start (`RunClock`).
+cycle's Lease is lost, or when a read still fails after its retries (one WARN `watch-end` line;
+the cycle's exit code stands); a hold that cannot complete by then is the next run's. Its API
+and Prometheus requests retry until the run's deadline (guard.plan.deadlines, after its end: its
+last decision's writes and the Lease's release fit in), not the cycle's; the live watch's time
+is the monotonic clock's from the run's start, never ahead of Prometheus' (`RunClock`).
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
@@ -66,13 +66,15 @@ class Clock(Protocol):
 class RunClock:
     """The live watch's: the run's start advanced by the monotonic clock (guard.doors.retry
     `Anchor`), so a step of the wall clock never makes the watch wait past its end, nor its
-    requests run past the run's deadline."""
+    requests run past the run's deadline; `offset` back to Prometheus' time where the pod's
+    clock runs ahead (guard.plan.instant)."""
 
     anchor: Anchor
+    offset: timedelta = timedelta(0)
     pause: Callable[[float], None] = time.sleep
 
     def now(self) -> datetime:
-        return self.anchor.now()
+        return self.anchor.now() + self.offset
 
     def sleep(self, seconds: float) -> None:
         self.pause(seconds)
@@ -148,7 +150,7 @@ class Watch:
                 "next": nxt,
             },
         )
-        prom_before = self.prom.requests_made
+        prom_before, retries_before = self.prom.requests_made, self.prom.backoff.waits
         api_before = self.kube.requests_made if self.kube else 0
         level: Level = "INFO"
         try:
@@ -165,6 +167,7 @@ class Watch:
                 "left": len(self.left),
                 "polls": self.polls,
                 "prometheus_requests": self.prom.requests_made - prom_before,
+                "prometheus_retries": self.prom.backoff.waits - retries_before,
                 "api_requests": (self.kube.requests_made if self.kube else 0) - api_before,
                 "next": "the next run decides what is left" if self.left else "nothing left",
             },

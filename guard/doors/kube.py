@@ -6,12 +6,14 @@ and 5,000 nodes never become 5,000 model objects.
 
 Errors are typed (guard.doors.kube_errors); 429, 5xx, connection resets and refusals and timeouts
 are retried with jittered backoff until the deadline of the run's part (the cycle's, then the
-run's: guard.doors.retry), then `Unavailable`.
+run's: guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S (a
+restarted API server denies while its RBAC caches fill), then `Forbidden`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from guard.doors.kube_errors import NotFound as NotFound
 from guard.doors.kube_errors import Refused as Refused
 from guard.doors.kube_errors import Unavailable as Unavailable
 from guard.doors.kube_errors import decode, first_line, socket_reason, status_text, typed
-from guard.doors.retry import Backoff
+from guard.doors.retry import FORBIDDEN_GRACE_S, Backoff
 from guard.names import FIELD_MANAGER
 
 if TYPE_CHECKING:
@@ -142,9 +144,19 @@ class Kube:
     ) -> dict[str, Any]:
         """Every request goes through here: counted, retried while transient, errors typed."""
         attempt = 0
+        grace = math.inf  # until when a 403 is retried: set at the first
         while True:
             attempt += 1
-            problem = self._send(method, path, what, params, body, content_type)
+            try:
+                problem = self._send(method, path, what, params, body, content_type)
+            except Forbidden as exc:
+                if exc.by_admission:
+                    raise
+                if grace == math.inf:
+                    grace = self.backoff.clock() + FORBIDDEN_GRACE_S
+                if self.backoff.wait(attempt, until=grace):
+                    continue
+                raise
             if isinstance(problem, dict):
                 return problem
             if not self.backoff.wait(attempt):

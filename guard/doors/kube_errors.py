@@ -2,7 +2,8 @@
 
 409                        → `Conflict` (`AlreadyExists` when a create found the name taken)
 404                        → `NotFound`
-403, 422 and other 4xx     → `Refused` (`Forbidden` for 403), carrying the API's message
+403, 422 and other 4xx     → `Refused` (`Forbidden` for 403), carrying the API's message; an
+                             authorizer's 403 only after FORBIDDEN_GRACE_S (guard.doors.retry)
 still unreachable (429, 5xx, reset, refused, timeout) at the cycle's deadline
                            → `Unavailable`
 an answer that is not JSON → `KubeError`
@@ -40,7 +41,12 @@ class Refused(KubeError):
 
 
 class Forbidden(Refused):
-    pass
+    """403. `by_admission`: an admission check's verdict (a webhook's, a policy's), not the
+    authorizer's."""
+
+    def __init__(self, message: str, status: int, by_admission: bool = False) -> None:
+        super().__init__(message, status)
+        self.by_admission = by_admission
 
 
 class Unavailable(KubeError):
@@ -86,7 +92,11 @@ def typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
     if code == 404:
         return NotFound(text)
     if code == 403:
-        return Forbidden(text, code)
+        # "admission webhook "x" denied the request: …", "ValidatingAdmissionPolicy 'p' with
+        # binding 'b' denied request: …"; RBAC's own says "cannot <verb> resource …".
+        message = _status(content)[1]
+        admission = any(w in message for w in ("denied the request", "denied request"))
+        return Forbidden(text, code, admission)
     return Refused(text, code)
 
 

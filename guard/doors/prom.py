@@ -5,6 +5,10 @@ value; it never becomes "no candidates". Every answer is bounded: one total dead
 (connect, headers and the whole body, however slowly it trickles in), a cap on its decoded bytes
 and one on its series.
 
+A transient failure (the connection refused or reset, no answer in time, 502/503/504, 429 with
+Retry-After) is tried again with the run's backoff until its part's deadline (guard.doors.retry;
+a client without a run's budget tries once); any other wrong answer is final at once.
+
 Two kinds of wrong: the answer as a whole (HTTP error, not JSON, wrong result type, a partial
 answer, a sample time that is not the query's) always raises; one series that is wrong on its own
 (a value that is not a finite number, the same label set twice) is a `BadSeries` of the answer
@@ -21,7 +25,7 @@ import re
 import socket
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -29,6 +33,7 @@ from typing import Any, Generic, TypeVar
 import requests
 
 from guard.doors.prom_access import PromAccess
+from guard.doors.retry import Backoff, retry_after_s
 from guard.settings import Settings
 
 Labels = tuple[tuple[str, str], ...]
@@ -44,11 +49,32 @@ _EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
 # Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
 # `infos`. Neither says the answer is incomplete.
 _INFO_PREFIX = "PromQL info:"
+# A warning that says the answer lacks data is refused as a partial answer: the engines'
+# partial-response words, Thanos' words for a store it could not read ("fetch series for …",
+# "receive series from …", "failed to receive any data …", "store … is unavailable") and for an
+# answer from no store at all. Any other warning (PromQL's, an engine's notes) is logged once a
+# run and the answer used (`PromClient.warn`).
+_PARTIAL_WORDS = (
+    "partial",
+    "series for",
+    "series from",
+    "failed to receive",
+    "unavailable",
+    "no storeapis matched",
+)
+# Answers a retry may mend: a proxy or Thanos Query whose backend restarts (502, 503, 504) and a
+# limiter that says when to come back (429 with Retry-After). 500 and other 4xx are the query's
+# or the engine's fault: the same again.
+_TRANSIENT = frozenset({502, 503, 504})
 T = TypeVar("T", "Sample", "Series")
 
 
 class PromError(Exception):
     """A Prometheus answer the guard cannot trust; the message is one line."""
+
+
+class _Transient(PromError):
+    """No answer came (refused, reset, timed out): another try may get one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +128,30 @@ class _Answer:
     status: int
     content_type: str
     body: bytearray
+    tries: str = ""  # " (gave up after 3 tries)" on the last of several transient answers
+    retry_after: str = ""  # the header as sent
+
+
+def _retry_wait(answer: _Answer) -> float | None:
+    """The least wait before another try when the answer is transient (0: the backoff's own),
+    else None.
+
+    >>> _retry_wait(_Answer(503, "", bytearray())), _retry_wait(_Answer(400, "", bytearray()))
+    (0.0, None)
+    >>> _retry_wait(_Answer(429, "", bytearray(), retry_after="3"))
+    3.0
+    >>> _retry_wait(_Answer(429, "", bytearray())) is None  # no word on when: not retried
+    True
+    """
+    if answer.status in _TRANSIENT:
+        return 0.0
+    if answer.status == 429:
+        return retry_after_s(answer.retry_after, datetime.now(UTC))
+    return None
+
+
+def _tries(attempt: int) -> str:
+    return f" (gave up after {attempt} tries)" if attempt > 1 else ""
 
 
 @dataclass
@@ -119,6 +169,11 @@ class PromClient:
     # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
     # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
     codes: Counter[str] = field(default_factory=Counter)
+    # The run's retry budget (guard.cli `Budget`: the cycle's deadline, then the run's).
+    backoff: Backoff = field(default_factory=Backoff.once)
+    # A warning that does not say the answer is partial: (query, warning), once per text.
+    warn: Callable[[str, str], None] = lambda _name, _warning: None
+    warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.access.apply(self.session)
@@ -191,6 +246,20 @@ class PromClient:
                 good.append(Series(labels, tuple(p for p in points if isinstance(p, tuple))))
         return _split_duplicates(good, bad)
 
+    def server_time(self, name: str = "prometheus-time") -> datetime:
+        """The engine's own now: the evaluation time of ``time()`` asked at no instant (a
+        scalar; some engines answer a one-sample vector)."""
+        result = self._query(name, "time()", None, "scalar|vector")
+        clock = _Clock.vector(name, None)
+        pair: Any = result
+        if result and isinstance(result[0], dict):
+            if len(result) != 1:
+                raise PromError(f"query {name}: expected one sample, got {len(result)}")
+            pair = result[0].get("value")
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise PromError(f"query {name}: malformed value {_first_line(repr(pair))}")
+        return datetime.fromtimestamp(clock.check(pair[0]), UTC)
+
     def _query(self, name: str, promql: str, at: datetime | None, want: str) -> list[Any]:
         # Thanos Query answers with what the reachable stores have unless told not to; a
         # smaller answer would read as fewer faults. Prometheus ignores the parameter.
@@ -198,13 +267,7 @@ class PromClient:
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
         url = f"{self.base_url.rstrip('/')}/api/v1/query"
-        self.requests_made += 1
-        try:
-            answer = self._post(name, url, form)
-        except PromError:
-            self.codes["error"] += 1
-            raise
-        self.codes[str(answer.status)] += 1
+        answer = self._answer(name, url, form)
         found = len(_RESULT_OBJECT.findall(answer.body))
         if found > self.max_series:  # counted before parsing: a huge answer never becomes dicts
             raise PromError(
@@ -212,9 +275,42 @@ class PromClient:
                 " (--prometheus-max-series); the query is wrong for this cluster or the limit"
                 " too low"
             )
-        return _result(name, answer, want, url)
+        result, warnings = _result(name, answer, want, url)
+        for warning in warnings:
+            if warning not in self.warned:
+                self.warned.add(warning)
+                self.warn(name, warning)
+        return result
 
-    def _post(self, name: str, url: str, form: dict[str, str]) -> _Answer:
+    def _answer(self, name: str, url: str, form: dict[str, str]) -> _Answer:
+        """The first answer that is not transient, or the last one when the budget is spent
+        (then `_result` says what it was); PromError when no answer came."""
+        attempt = 0
+        while True:
+            attempt += 1
+            # A retry never runs past the deadline; the first try has its whole timeout.
+            timeout = (
+                self.timeout_s if attempt == 1 else min(self.timeout_s, self.backoff.remaining_s())
+            )
+            self.requests_made += 1
+            try:
+                answer = self._post(name, url, form, timeout)
+            except _Transient as exc:
+                self.codes["error"] += 1
+                if self.backoff.wait(attempt):
+                    continue
+                raise PromError(f"{exc}{_tries(attempt)}") from None
+            except PromError:
+                self.codes["error"] += 1
+                raise
+            self.codes[str(answer.status)] += 1
+            wait = _retry_wait(answer)
+            if wait is None:
+                return answer
+            if not self.backoff.wait(attempt, at_least_s=wait):
+                return _Answer(answer.status, answer.content_type, answer.body, _tries(attempt))
+
+    def _post(self, name: str, url: str, form: dict[str, str], timeout_s: float) -> _Answer:
         """The whole answer within `timeout_s`, or PromError; a reader left behind is abandoned.
 
         requests' timeout bounds each socket read, so a body trickled a byte at a time never
@@ -223,16 +319,19 @@ class PromClient:
         box: dict[str, Any] = {}
         stop = threading.Event()
         worker = threading.Thread(
-            target=self._read, args=(name, url, form, box, stop), name=f"prom-{name}", daemon=True
+            target=self._read,
+            args=(name, url, form, timeout_s, box, stop),
+            name=f"prom-{name}",
+            daemon=True,
         )
         worker.start()
-        worker.join(self.timeout_s)
+        worker.join(timeout_s)
         if worker.is_alive():
             stop.set()
             _hang_up(box.get("response"))
             got = len(box.get("body", b""))
-            raise PromError(
-                f"query {name}: no complete answer from {url} within {self.timeout_s:g}s"
+            raise _Transient(
+                f"query {name}: no complete answer from {url} within {timeout_s:g}s"
                 f" (total deadline, {got} bytes received)"
             )
         error = box.get("error")
@@ -242,10 +341,16 @@ class PromClient:
         return answer
 
     def _read(
-        self, name: str, url: str, form: dict[str, str], box: dict[str, Any], stop: threading.Event
+        self,
+        name: str,
+        url: str,
+        form: dict[str, str],
+        timeout_s: float,
+        box: dict[str, Any],
+        stop: threading.Event,
     ) -> None:
         try:
-            box["answer"] = self._fetch(name, url, form, box, stop)
+            box["answer"] = self._fetch(name, url, form, timeout_s, box, stop)
         except PromError as exc:
             box["error"] = exc
         except requests.exceptions.SSLError as exc:
@@ -254,18 +359,24 @@ class PromClient:
                 " (check --prometheus-ca-file and the client certificate)"
             )
         except requests.Timeout:
-            box["error"] = PromError(
-                f"query {name}: no answer from {url} within {self.timeout_s:g}s"
-            )
+            box["error"] = _Transient(f"query {name}: no answer from {url} within {timeout_s:g}s")
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            box["error"] = _Transient(f"query {name}: cannot reach {url}: {_errno(exc)}")
         except requests.RequestException as exc:
             box["error"] = PromError(f"query {name}: cannot reach {url}: {_errno(exc)}")
         except Exception as exc:  # a worker hands every failure back, even a bug
             box["error"] = PromError(f"query {name}: {type(exc).__name__}: {_first_line(exc)}")
 
     def _fetch(
-        self, name: str, url: str, form: dict[str, str], box: dict[str, Any], stop: threading.Event
+        self,
+        name: str,
+        url: str,
+        form: dict[str, str],
+        timeout_s: float,
+        box: dict[str, Any],
+        stop: threading.Event,
     ) -> _Answer:
-        limit = (self.timeout_s, self.timeout_s)
+        limit = (timeout_s, timeout_s)
         # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
         with self.session.post(
             url,
@@ -289,7 +400,8 @@ class PromClient:
                 if len(body) > self.max_answer_bytes:
                     raise self._too_large(name, len(body), at_least=True)
             kind = response.headers.get("Content-Type", "unknown content type")
-            return _Answer(response.status_code, kind, body)
+            retry_after = response.headers.get("Retry-After", "")
+            return _Answer(response.status_code, kind, body, retry_after=retry_after)
 
     def _too_large(self, name: str, size: int, at_least: bool = False) -> PromError:
         more = "more than " if at_least else ""
@@ -311,32 +423,34 @@ def _hang_up(response: requests.Response | None) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def _result(name: str, answer: _Answer, want: str, url: str) -> list[Any]:
+def _result(name: str, answer: _Answer, want: str, url: str) -> tuple[list[Any], list[str]]:
+    """The answer's result and the warnings that do not say it is partial."""
     status = answer.status
     try:
         body = json.loads(answer.body)
     except ValueError:
         raise PromError(
             f"query {name}: HTTP {status}, answer is not JSON ({answer.content_type})"
-            f"{_status_hint(status, url)}"
+            f"{_status_hint(status, url)}{answer.tries}"
         ) from None
     if not isinstance(body, dict):
-        raise PromError(f"query {name}: answer is JSON but not an object")
+        raise PromError(f"query {name}: answer is JSON but not an object{answer.tries}")
     if status != 200 or body.get("status") != "success":
         detail = body.get("error") or body.get("status") or "no error text"
         raise PromError(
             f"query {name}: HTTP {status}, {_first_line(detail)}{_status_hint(status, url)}"
+            f"{answer.tries}"
         )
-    _reject_partial(name, body)
+    warnings = _warnings(name, body)
     data = body.get("data")
     if not isinstance(data, dict):
         raise PromError(f"query {name}: answer has no data object")
-    if data.get("resultType") != want:
+    if data.get("resultType") not in want.split("|"):
         raise PromError(f"query {name}: expected resultType {want}, got {data.get('resultType')!r}")
     result = data.get("result")
     if not isinstance(result, list):
         raise PromError(f"query {name}: result is not a list")
-    return result
+    return result, warnings
 
 
 def _status_hint(status: int, url: str) -> str:
@@ -368,20 +482,24 @@ def _lacking(labels: Labels, required: Iterable[str]) -> BadSeries | None:
     return BadSeries(labels, f"a series lacks label {missing[0]!r}", what=missing[0])
 
 
-def _reject_partial(name: str, body: dict[str, Any]) -> None:
-    """A partial answer (a store of Thanos or Mimir down, VictoriaMetrics' `isPartial`) is
-    refused: the guard needs the whole truth or none."""
+def _warnings(name: str, body: dict[str, Any]) -> list[str]:
+    """The answer's warnings, each on one line, without PromQL's info annotations; a partial
+    answer (VictoriaMetrics' `isPartial`, a warning that says data is missing) is refused: the
+    guard needs the whole truth or none, and fewer series would read as fewer faults. Every
+    query asks Thanos for no partial response, so a store it cannot reach is an error there."""
+    if body.get("isPartial") is True:
+        raise PromError(f"query {name}: partial answer (isPartial: true)")
     warnings = body.get("warnings") or []
     if not isinstance(warnings, list):
         warnings = [warnings]
-    real = [w for w in warnings if not str(w).startswith(_INFO_PREFIX)]
-    if real:
+    real = [_first_line(w) for w in warnings if not str(w).startswith(_INFO_PREFIX)]
+    partial = [w for w in real if any(word in w.lower() for word in _PARTIAL_WORDS)]
+    if partial:
         raise PromError(
-            f"query {name}: partial answer, the engine warns: {_first_line(real[0])}"
-            f"{f' (and {len(real) - 1} more)' if len(real) > 1 else ''}"
+            f"query {name}: partial answer, the engine warns: {partial[0]}"
+            f"{f' (and {len(partial) - 1} more)' if len(partial) > 1 else ''}"
         )
-    if body.get("isPartial") is True:
-        raise PromError(f"query {name}: partial answer (isPartial: true)")
+    return real
 
 
 @dataclass(frozen=True, slots=True)

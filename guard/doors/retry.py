@@ -7,15 +7,27 @@ release, the run's (guard.plan.deadlines; `Backoff.until` moves it). Deadlines a
 monotonic clock (`Anchor` turns the run's wall-clock deadlines into it once, at its start): a
 step of the wall clock never moves them. Full jitter spreads concurrent writers apart
 (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).
+
+The same policy, and the same deadlines, serve both doors: the API's (guard.doors.kube) and
+Prometheus' (guard.doors.prom, where a client built without a run's budget tries once).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+
+# A kube-apiserver that just restarted answers 403 to every ServiceAccount for a second or two:
+# its RBAC authorizer denies until its informers have listed the Roles and bindings. A 403 is
+# therefore retried for this long after the request's first 403 (never past the part's
+# deadline) before it is final; a real denial (RBAC as deployed, an admission policy) costs one
+# cycle at most this much.
+FORBIDDEN_GRACE_S = 5.0
 
 
 @dataclass
@@ -33,6 +45,11 @@ class Backoff:
     def for_seconds(cls, seconds: float) -> Backoff:
         return cls(time.monotonic() + seconds)
 
+    @classmethod
+    def once(cls) -> Backoff:
+        """No budget: the first try is the only one."""
+        return cls(-math.inf, part="request")
+
     def remaining_s(self) -> float:
         return self.deadline - self.clock()
 
@@ -40,9 +57,11 @@ class Backoff:
         """The next part of the run (the watch, the release) retries until `deadline`."""
         self.deadline, self.part = deadline, part
 
-    def wait(self, attempt: int) -> bool:
-        """Sleep before retry number `attempt` (1 after the first failure); False, without
-        sleeping, when that sleep would reach the deadline: the caller gives up.
+    def wait(self, attempt: int, at_least_s: float = 0.0, until: float = math.inf) -> bool:
+        """Sleep before retry number `attempt` (1 after the first failure), at least
+        `at_least_s` (a server's Retry-After); False, without sleeping, when that sleep would
+        reach the deadline, or `until` (a shorter window of this request's own): the caller
+        gives up.
 
         >>> slept = []
         >>> b = Backoff(10.0, base_s=1.0, cap_s=4.0, clock=lambda: 0.0, sleep=slept.append,
@@ -51,10 +70,12 @@ class Backoff:
         ([True, True, True, True], True)
         >>> Backoff(0.0, clock=lambda: 0.0).wait(1)  # the deadline has come
         False
+        >>> b.wait(1, at_least_s=3.0), slept[-1], b.wait(1, at_least_s=10.0), b.wait(1, until=0.0)
+        (True, 3.0, False, False)
         """
         ceiling = min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1))
-        delay = self.rng.uniform(0, ceiling)
-        if self.remaining_s() <= delay:
+        delay = max(at_least_s, self.rng.uniform(0, ceiling))
+        if min(self.deadline, until) - self.clock() <= delay:
             return False
         self.waits += 1
         self.sleep(delay)
@@ -90,3 +111,25 @@ class Anchor:
     def now(self) -> datetime:
         """The wall clock as it read at the start, advanced by the monotonic clock since."""
         return self.wall + timedelta(seconds=self.clock() - self.mono)
+
+
+def retry_after_s(value: str, now: datetime) -> float | None:
+    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date, RFC 9110 10.2.3);
+    None when it is neither.
+
+    >>> at = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)
+    >>> retry_after_s("2", at), retry_after_s("Mon, 21 Sep 2026 05:50:07 GMT", at)
+    (2.0, 7.0)
+    >>> retry_after_s("soon", at), retry_after_s("-1", at)
+    (None, None)
+    """
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - now).total_seconds())

@@ -54,6 +54,7 @@ INTEGERS = {
     "decisions",
     "would_apply",
     "prometheus_requests",
+    "prometheus_retries",
     "api_requests",
     "api_retries",
     "shown",

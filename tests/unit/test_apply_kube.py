@@ -22,7 +22,7 @@ from guard.actions import Action, Cordon, Uncordon
 from guard.apply import KubeExecutor
 from guard.apply.outcome import tally
 from guard.doors.kube import Kube
-from guard.doors.retry import Backoff
+from guard.doors.retry import FORBIDDEN_GRACE_S, Backoff
 from guard.jobs import job_name, spec_digest
 from guard.log import Log
 from guard.model import NodeInfo
@@ -464,3 +464,47 @@ def test_a_create_answered_409_records_the_job_only_when_it_is_what_the_guard_re
     assert bool(patched) is recorded
     assert outcome.status == "already-done"
     assert ("recorded uid" in outcome.detail) is recorded
+
+
+RBAC_LOADING = (
+    'nodes "a" is forbidden: User "system:serviceaccount:gpu-node-guard:gpu-node-guard" cannot'
+    ' patch resource "nodes" in API group "" at the cluster scope'
+)
+
+
+@responses.activate
+def test_a_403_while_a_restarted_api_servers_rbac_loads_is_retried_and_the_cordon_lands():
+    """A restarted kube-apiserver denies every ServiceAccount until its RBAC caches fill: the
+    authorizer's 403 is retried (within FORBIDDEN_GRACE_S), and the cordon lands."""
+    actions, nodes = cordon_plan()
+    for _ in range(3):
+        responses.add(
+            responses.PATCH, f"{NODES}/a", status=403, json=status(403, "Forbidden", RBAC_LOADING)
+        )
+    responses.add(responses.PATCH, f"{NODES}/a", json=node_json("a", **{KEYS.reason: "xid-79"}))
+    fresh_writes_succeed(responses.mock)
+    outcomes, _, clock, kube = run(actions, nodes)
+    assert [o.status for o in outcomes] == ["applied"] * 4
+    assert len(clock.slept) == 3 and kube.codes["403"] == 3
+
+
+@responses.activate
+def test_a_403_that_lasts_is_final_after_the_grace_window_not_the_cycles_deadline():
+    actions, nodes = cordon_plan()
+    responses.add(
+        responses.PATCH, f"{NODES}/a", status=403, json=status(403, "Forbidden", RBAC_LOADING)
+    )
+    outcomes, _, clock, _ = run(actions, nodes, deadline_s=120)
+    assert (outcomes[0].status, outcomes[0].reason) == ("failed", "refused")
+    assert "cannot patch resource" in outcomes[0].detail
+    assert len(clock.slept) > 1 and sum(clock.slept) <= FORBIDDEN_GRACE_S
+
+
+@responses.activate
+def test_a_403_from_an_admission_webhook_is_final_at_once():
+    actions, nodes = cordon_plan()
+    denied = 'admission webhook "site.example.com" denied the request: node is protected'
+    responses.add(responses.PATCH, f"{NODES}/a", status=403, json=status(403, "Forbidden", denied))
+    outcomes, _, clock, _ = run(actions, nodes)
+    assert (outcomes[0].status, outcomes[0].reason) == ("failed", "refused")
+    assert clock.slept == []

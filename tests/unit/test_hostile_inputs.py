@@ -825,7 +825,11 @@ def test_a_bad_setting_shows_its_value_quoted(env: dict[str, str], shown: str) -
 def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> None:
     snap = tmp_path / "snap.json"
     snap.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}]}')
-    env = {"GUARD_PROMETHEUS_HEADERS": "X-Scope-OrgID=team-a," + header}
+    # Prometheus at a closed port: refused is retried until the cycle's deadline, here 1 s.
+    env = {
+        "GUARD_PROMETHEUS_HEADERS": "X-Scope-OrgID=team-a," + header,
+        "GUARD_CYCLE_DEADLINE_S": "1",
+    }
     out = invoke(
         [
             "run",

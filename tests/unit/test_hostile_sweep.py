@@ -271,7 +271,8 @@ def ok(needle: str = "", code: int = 0) -> Want:
     return Want("right", code, needle)
 
 
-RUN = ("run", "--prometheus-url", NOWHERE, "--prometheus-timeout-s", "2")
+# A refused connection is retried until the cycle's deadline: 1 s here, not 200.
+RUN = ("run", "--prometheus-url", NOWHERE, "--prometheus-timeout-s", "2", "--cycle-deadline-s", "1")
 SNAP_RUN = (*RUN, "--cluster-snapshot", "{snap}")
 STATUS = ("status", "--prometheus-url", NOWHERE, "--prometheus-timeout-s", "2")
 CLASSIFY = ("evidence", "classify", "--kernel-log", "{klog}")
@@ -710,7 +711,11 @@ ENV_NODE_SIDE: list[tuple[str, tuple[str, ...], dict[str, str], Want]] = [
 
 
 ENV_RUN = ("run", "--cluster-snapshot", "{snap}")  # every setting from the environment
-ENV_BASE = {"GUARD_PROMETHEUS_URL": NOWHERE, "GUARD_PROMETHEUS_TIMEOUT_S": "2"}
+ENV_BASE = {
+    "GUARD_PROMETHEUS_URL": NOWHERE,
+    "GUARD_PROMETHEUS_TIMEOUT_S": "2",
+    "GUARD_CYCLE_DEADLINE_S": "1",
+}
 
 
 def env_rows() -> list[Row]:

@@ -4,22 +4,29 @@ run, and the snapshot one decision plans on."""
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs
 
 import pytest
+import responses
 
+from guard.actions import Cordon
 from guard.apply import PrintExecutor
 from guard.doors.prom import PromClient
+from guard.doors.retry import Backoff
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.isolation import plan_isolation
-from guard.plan.watch import Due, decision_snapshot, dues, scheduled_at, split, watch_end
+from guard.plan.watch import Due, decision_snapshot, dues, fine, scheduled_at, split, watch_end
+from guard.read import queries
 from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S
 from guard.watch import ReplayClock, Watch
 from tests.builders import (
     NOW,
     TEMPLATES,
+    UUID,
     Signals,
     brief,
     gpu,
@@ -164,3 +171,57 @@ def test_a_read_that_fails_during_the_watch_ends_it_with_one_warn_line():
     lines = out.getvalue().splitlines()
     assert [line.split()[1:3] for line in lines] == [["INFO", "watch-start"], ["WARN", "watch-end"]]
     assert 'why="read-failed: ' in lines[1] and printer.outcomes == []
+
+
+@responses.activate
+def test_the_watch_survives_one_503_and_still_decides():
+    """One failed Prometheus read used to end the watch for the rest of the run (7 of 37 watch
+    replays lost the due cordon to one transient answer): the first read of the watch answers
+    503, it is retried within the run's budget, and the due hold is cordoned."""
+    s = settings(prometheus_url="http://prom.test")
+    at_scrape = fine(s)
+    hold_names = {q.promql: q.name for q in queries.hold_queries(at_scrape, "b")}
+    gauge = {"node": "b", "gpu": "4", "UUID": UUID, "pci_bus_id": "00000000:99:00.0"}
+
+    def reply(request):
+        form = parse_qs(request.body)
+        t = float(form["time"][0])
+        name = hold_names.get(form["query"][0], "poll")
+        result: list[dict[str, object]] = []
+        kind = "matrix" if name == "loss-history" else "vector"
+        if name == "hardware-xid":
+            result = [{"metric": gauge, "value": [t, "79"]}]
+        elif name == "loss-history":
+            start = (NOW - timedelta(seconds=60)).timestamp()
+            steps = range(int(start), int(t) + 1, s.scrape_interval_s)
+            result = [{"metric": {"node": "b"}, "values": [[p, "1"] for p in steps]}]
+        body = {"status": "success", "data": {"resultType": kind, "result": result}}
+        return 200, {"Content-Type": "application/json"}, json.dumps(body)
+
+    url = "http://prom.test/api/v1/query"
+    responses.add(responses.POST, url, status=503, body="Service Unavailable")
+    responses.add_callback(responses.POST, url, callback=reply)
+    out = io.StringIO()
+    log = Log("text", out, NOW)
+    base = snapshot(node("b", allocatable=7), hardware=(gpu("b", 79),), loss={"b": 60})
+    printer = PrintExecutor(log, show_manifests=False)
+    ticks = [0.0]
+    backoff = Backoff(
+        100.0, clock=lambda: ticks[0], sleep=lambda d: ticks.__setitem__(0, ticks[0] + d)
+    )
+    prom = PromClient("http://prom.test", timeout_s=1, backoff=backoff)
+    Watch(
+        s,
+        prom,
+        None,
+        TEMPLATES,
+        log,
+        base,
+        lambda _snap: printer,
+        ReplayClock(NOW),
+        after(s.watch_until_s),
+    ).run()
+    text = out.getvalue()
+    assert "read-failed" not in text and prom.codes["503"] == 1
+    assert [o.action.node for o in printer.outcomes if isinstance(o.action, Cordon)] == ["b"]
+    assert "watch-end why=cordon-landed " in text and "prometheus_retries=1 " in text

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import gzip
 import json
+import random
 import socketserver
 import threading
 import time
@@ -17,6 +18,7 @@ import responses
 
 from guard.doors.prom import PromClient, PromError
 from guard.doors.prom_access import PromAccess
+from guard.doors.retry import Backoff
 from guard.settings import Settings, SettingsError
 
 URL = "http://prom.test:9090"
@@ -532,3 +534,109 @@ def test_service_account_token_is_read_from_its_mount(tmp_path):
     s = Settings(prometheus_url=URL, prometheus_service_account_token=True)
     access = PromAccess.from_settings(s, service_account_token=token)
     assert ("Authorization", "Bearer eyJhbGciOi.sa.token") in access.headers
+
+
+# ---- transient answers: retried within the run's budget (guard.doors.retry) ----------------
+
+
+class FakeTime:
+    """A monotonic clock that moves only when the door sleeps."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 1000.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def budgeted(deadline_s: float = 30.0) -> tuple[PromClient, FakeTime]:
+    t = FakeTime()
+    backoff = Backoff(t.now + deadline_s, clock=t.clock, sleep=t.sleep, rng=random.Random(3))
+    return PromClient(URL, timeout_s=1, backoff=backoff), t
+
+
+TRANSIENT = [
+    pytest.param({"status": 503, "json": {"status": "error", "error": "unavailable"}}, id="503"),
+    pytest.param({"status": 502, "body": "<html>Bad Gateway</html>"}, id="502-proxy-html"),
+    pytest.param({"status": 504, "body": "upstream timed out"}, id="504"),
+    pytest.param({"body": requests.ConnectionError("Connection reset by peer")}, id="reset"),
+    pytest.param({"body": requests.ConnectionError("[Errno 111] refused")}, id="refused"),
+    pytest.param({"body": requests.ReadTimeout("read timed out")}, id="timeout"),
+    pytest.param(
+        {"status": 429, "headers": {"Retry-After": "4"}, "body": "slow down"}, id="429-retry-after"
+    ),
+]
+
+
+@pytest.mark.parametrize("reply", TRANSIENT)
+@responses.activate
+def test_a_transient_failure_is_retried_and_the_answer_used(reply):
+    responses.add(responses.POST, QUERY, **reply)
+    responses.add(responses.POST, QUERY, json=vector(sample()))
+    client, t = budgeted()
+    (found,) = client.vector("q", "up", None, ("node",))
+    assert found.value == 79.0
+    assert client.requests_made == 2 and client.backoff.waits == 1 and len(t.slept) == 1
+    if reply.get("status") == 429:
+        assert t.slept == [4.0]  # the server's word on when, not the backoff's shorter one
+
+
+NOT_TRANSIENT = [
+    pytest.param({"status": 400, "json": {"status": "error", "error": "parse error"}}, id="400"),
+    pytest.param({"status": 422, "json": {"status": "error", "error": "bad"}}, id="422"),
+    pytest.param({"status": 500, "body": "boom"}, id="500"),
+    pytest.param({"status": 429, "body": "slow down"}, id="429-without-retry-after"),
+    pytest.param({"status": 200, "body": "{not json", "content_type": "text/plain"}, id="bad-json"),
+    pytest.param({"json": {**vector(), "isPartial": True}}, id="partial"),
+    pytest.param({"json": {**vector(), "warnings": ["partial response"]}}, id="partial-warning"),
+]
+
+
+@pytest.mark.parametrize("reply", NOT_TRANSIENT)
+@responses.activate
+def test_a_wrong_answer_is_final_at_once(reply):
+    responses.add(responses.POST, QUERY, **reply)
+    responses.add(responses.POST, QUERY, json=vector(sample()))
+    client, t = budgeted()
+    with pytest.raises(PromError) as err:
+        client.vector("q", "up", None, ("node",))
+    assert client.requests_made == 1 and t.slept == []
+    assert "tries" not in str(err.value)
+
+
+@responses.activate
+def test_a_failure_that_lasts_gives_up_at_the_deadline_naming_the_tries():
+    responses.add(responses.POST, QUERY, status=503, body="Service Unavailable")
+    client, t = budgeted(deadline_s=5.0)
+    with pytest.raises(PromError) as err:
+        client.vector("q", "up", None)
+    text = str(err.value)
+    assert text.startswith("query q: HTTP 503, answer is not JSON")
+    assert text.endswith(f"(gave up after {client.requests_made} tries)")
+    assert client.requests_made > 2 and sum(t.slept) <= 5.0
+    assert client.codes["503"] == client.requests_made
+
+
+@responses.activate
+def test_a_client_without_a_budget_tries_once():
+    responses.add(responses.POST, QUERY, status=503, body="Service Unavailable")
+    client = PromClient(URL, timeout_s=1)
+    with pytest.raises(PromError, match="HTTP 503"):
+        client.vector("q", "up", None)
+    assert client.requests_made == 1
+
+
+@responses.activate
+def test_a_retry_never_runs_past_the_deadline():
+    """The first try has the whole timeout; a retry only what is left of the run's budget."""
+    responses.add(responses.POST, QUERY, body=requests.ConnectionError("Connection reset"))
+    responses.add(responses.POST, QUERY, json=vector())
+    t = FakeTime()
+    backoff = Backoff(t.now + 3.0, clock=t.clock, sleep=t.sleep, rng=random.Random(3))
+    PromClient(URL, timeout_s=10, backoff=backoff).vector("q", "up", None)
+    first, second = (call.request.req_kwargs["timeout"] for call in responses.calls)
+    assert first == (10, 10) and second[0] == second[1] == pytest.approx(3.0 - t.slept[0])

@@ -10,6 +10,7 @@ sees gpu-b says `one-per-cycle` for it). Each row breaks one series of gpu-b, or
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -315,9 +316,26 @@ ABORTS = [
         id="thanos-partial-response-warning",
     ),
     pytest.param(
-        with_answer("loss-history", warnings("a", "b")),
-        "query loss-history: partial answer, the engine warns: a (and 1 more)",
-        id="two-warnings",
+        with_answer("loss-history", warnings("PromQL warning: x", "partial response: a", "b")),
+        "query loss-history: partial answer, the engine warns: partial response: a",
+        id="a-partial-warning-among-others",
+    ),
+    pytest.param(
+        with_answer(
+            "cordoned",
+            warnings(
+                "receive series from Addr: 10.0.0.5:10901: rpc error: code = Unavailable",
+                "fetch series for Addr: 10.0.0.6:10901: EOF",
+            ),
+        ),
+        "query cordoned: partial answer, the engine warns: receive series from Addr: 10.0.0.5"
+        ":10901: rpc error: code = Unavailable (and 1 more)",
+        id="thanos-store-errors",
+    ),
+    pytest.param(
+        with_answer("hardware-xid", warnings("No StoreAPIs matched for this query")),
+        "query hardware-xid: partial answer, the engine warns: No StoreAPIs matched",
+        id="thanos-no-store",
     ),
     pytest.param(
         with_answer("cordoned", lambda answer: answer.update(isPartial=True)),
@@ -411,6 +429,23 @@ def test_an_informational_annotation_is_a_whole_answer(change):
     answers = world()
     change(answers)
     assert [a.node for a in cycle(answers) if isinstance(a, Cordon)] == ["gpu-a"]
+
+
+@responses.activate
+def test_a_warning_that_does_not_say_partial_is_reported_once_and_the_answer_used():
+    """Before, any warning aborted the cycle; one that does not say data is missing (PromQL's,
+    an engine's note) is handed to the run's log once per text and the cycle plans as usual."""
+    answers = world()
+    note = "PromQL warning: encountered a mix of histograms and floats for metric name"
+    for name in ("hardware-xid", "loss-history", "cordoned"):
+        answers[name]["warnings"] = [note]
+    answers["cordoned"]["warnings"].append("dedup: replica label ignored\non two lines")
+    serve(answers)
+    warned: list[tuple[str, str]] = []
+    client = PromClient(URL, timeout_s=2, warn=lambda q, w: warned.append((q, w)))
+    view = read_prom(client, S, NOW, {"gpu-a", "gpu-b"})
+    assert warned == [("hardware-xid", note), ("cordoned", "dedup: replica label ignored")]
+    assert view.hardware_xids
 
 
 # ---- the exporter pins -------------------------------------------------------------------
@@ -537,3 +572,25 @@ def test_a_dra_only_cluster_reads_without_the_capacity_series_and_says_so_withou
         "input metric kube_node_status_capacity{resource=nvidia_com_gpu} has no series and no"
         " gpu.nvidia.com ResourceSlice publishes a GPU: check the exporter and scrape"
     )
+
+
+@responses.activate
+def test_a_run_retries_a_503_within_its_budget_and_counts_it(tmp_path):
+    """`run` gives the Prometheus door the run's budget: the first query's 503 is retried, the
+    cycle plans as usual, and the `done` line counts the retry."""
+    from click.testing import CliRunner
+
+    from guard.cli import cli
+
+    responses.add(responses.POST, f"{URL}/api/v1/query", status=503, body="Service Unavailable")
+    serve(world())
+    snap = tmp_path / "cluster.json"
+    snap.write_text(json.dumps({"kind": "List", "items": [raw_node("gpu-a"), raw_node("gpu-b")]}))
+    args = ["run", "--prometheus-url", URL, "--cluster-snapshot", str(snap), "--at"]
+    args += [NOW.isoformat(), "--output", "json", "--no-boot-check"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert [a["node"] for a in plan["actions"] if a["type"] == "cordon"] == ["gpu-a"]
+    assert plan["counts"]["prometheus_retries"] == 1
+    assert plan["counts"]["prometheus_requests"] == len(queries.guard_queries(S)) + 1

@@ -101,7 +101,7 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
     end having slept exactly the time to it, whatever the wall clock did meanwhile (a step back
     would otherwise have it sleep past the run's deadline)."""
     ticks = Ticks()
-    clock = RunClock(Anchor(TICK, ticks.t, ticks), ticks.sleep)
+    clock = RunClock(Anchor(TICK, ticks.t, ticks), pause=ticks.sleep)
     out = io.StringIO()
     log = Log("text", out, TICK)
     end = TICK + timedelta(seconds=240)
@@ -126,3 +126,13 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
     # renewed at every scrape before the end, on the run's clock
     step = timedelta(seconds=Settings().scrape_interval_s)
     assert renewed == [TICK + n * step for n in range(1, 240 // 15)]
+
+
+def test_the_live_watch_keeps_the_cycles_offset_to_prometheus_time():
+    """A pod clock ahead of Prometheus (guard.plan.instant): the watch's instants move back by
+    the same offset, on the same monotonic clock."""
+    ticks = Ticks()
+    clock = RunClock(Anchor(TICK, ticks.t, ticks), timedelta(seconds=-120), ticks.sleep)
+    assert clock.now() == TICK - timedelta(seconds=120)
+    clock.sleep(15)
+    assert clock.now() == TICK - timedelta(seconds=105)
