@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from guard.doors.lease import CycleLease
     from guard.plan.deadlines import Deadlines
 
+DRY_RUN_PROM_RETRY_S = 10.0  # how long a dry run retries a transient Prometheus answer
+
 
 class LazyGroup(GuardedGroup):
     """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
@@ -169,7 +171,13 @@ def run(
     from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
 
     budget = Budget(anchor, run_deadlines(anchor.wall, s, watching))
-    prom.backoff = budget.cycle()
+    # A dry run is a person at a terminal: a mistyped Prometheus URL answers within seconds,
+    # not after the CronJob's whole cycle budget of retries.
+    prom.backoff = (
+        Backoff.for_seconds(min(s.cycle_deadline_s, DRY_RUN_PROM_RETRY_S))
+        if dry_run and not watching
+        else budget.cycle()
+    )
     prom.warn = functools.partial(_prom_warning, log)
     inputs = Inputs(dry_run, at, cluster_snapshot, output, watching)
     code = _run_cycle(s, log, inputs, trace, budget)
