@@ -205,7 +205,13 @@ def test_xid_series_naming_no_node_abort_with_the_fix(prom_misconfigured):
         pytest.param({"fast_path_xids": ()}, "fast79", 2.5, False, id="no-fast-path-full-hold"),
         pytest.param({"fast_path_xids": ()}, "fast79", 10, True, id="no-fast-path-after-hold"),
         pytest.param({"user_code_xids": ()}, "user13", 10, True, id="no-user-code-xids"),
-        pytest.param({"fast_path_xids": (79, 48)}, "slow48", 2.5, True, id="two-fast-xids"),
+        pytest.param(
+            {"fast_path_xids": (79, 48), "reset_class_xids": (94, 95, 119, 120)},
+            "slow48",
+            2.5,
+            True,
+            id="two-fast-xids",
+        ),
         pytest.param({"dcgm_node_labels": "hostname"}, "fast79", 3, False, id="label-choice"),
     ],
 )
