@@ -480,3 +480,18 @@ def create_all(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
     """Create every object, Namespaces first (kustomize and kubectl order them the same way)."""
     for doc in sorted(docs, key=lambda d: d["kind"] != "Namespace"):
         create(api, doc)
+
+
+def grant_create_only(admin: client.ApiClient, user: str, role: str) -> None:
+    """`user` may create Jobs and Pods in the jobs namespace, nothing else (a Role `role`)."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rule = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+    ]
+    rbac.create_namespaced_role(JOBS_NS, {"metadata": {"name": role}, "rules": rule})
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}
+    rbac.create_namespaced_role_binding(
+        JOBS_NS, {"metadata": {"name": role}, "roleRef": role_ref, "subjects": [subject]}
+    )

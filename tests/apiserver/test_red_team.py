@@ -19,7 +19,15 @@ from guard.names import CYCLE_LEASE, SETTINGS_CONFIGMAP
 from tests import redteam_table as table
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities, _wait_until_allowed
-from tests.apiserver.kube import GUARD_NS, JOBS_NS, ControlPlane, api_error, create, guard_job
+from tests.apiserver.kube import (
+    GUARD_NS,
+    JOBS_NS,
+    ControlPlane,
+    api_error,
+    create,
+    grant_create_only,
+    guard_job,
+)
 
 pytestmark = pytest.mark.apiserver
 
@@ -36,21 +44,6 @@ PAST = "2026-12-07T00:00:00.000001Z"  # microseconds, or the client drops the fr
 class World:
     apis: dict[str, client.ApiClient]
     admin: client.ApiClient
-
-
-def _create_only_role(admin: client.ApiClient) -> None:
-    """CREATE_ONLY may create Jobs and Pods in the jobs namespace, nothing else."""
-    rbac = client.RbacAuthorizationV1Api(admin)
-    rule = [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
-    ]
-    rbac.create_namespaced_role(JOBS_NS, {"metadata": {"name": ROLE}, "rules": rule})
-    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CREATE_ONLY}
-    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE}
-    rbac.create_namespaced_role_binding(
-        JOBS_NS, {"metadata": {"name": ROLE}, "roleRef": role_ref, "subjects": [subject]}
-    )
 
 
 def _ensure_lease(admin: client.ApiClient) -> bool:
@@ -71,7 +64,7 @@ def _ensure_lease(admin: client.ApiClient) -> bool:
 def world(
     deployed: ControlPlane, admin: client.ApiClient, identities: Identities
 ) -> Iterator[World]:
-    _create_only_role(admin)
+    grant_create_only(admin, CREATE_ONLY, ROLE)
     core = client.CoreV1Api(admin)
     core.create_node({"metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}}})
     made_lease = _ensure_lease(admin)

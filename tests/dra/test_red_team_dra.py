@@ -23,6 +23,7 @@ from tests.apiserver.kube import (
     ControlPlane,
     api_error,
     create,
+    grant_create_only,
     write_kubeconfig,
 )
 from tests.dra.test_device_policies import _any_gpu, _no_execute, changed, guard_claim, guard_rule
@@ -55,20 +56,6 @@ def _named(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
-def _create_only_role(admin: client.ApiClient) -> None:
-    rbac = client.RbacAuthorizationV1Api(admin)
-    rule = [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
-    ]
-    rbac.create_namespaced_role(JOBS_NS, {"metadata": {"name": ROLE}, "rules": rule})
-    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CREATE_ONLY}
-    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE}
-    rbac.create_namespaced_role_binding(
-        JOBS_NS, {"metadata": {"name": ROLE}, "roleRef": role_ref, "subjects": [subject]}
-    )
-
-
 def _minted_guard_token(plane: ControlPlane) -> client.ApiClient:
     """The guard's real token, minted (TokenRequest) by the guard namespace's admin."""
     with plane.impersonating(GUARD_NS_ADMIN) as alice:
@@ -87,7 +74,7 @@ def world(dra_plane: ControlPlane) -> Iterator[World]:
         aggregate_cluster_roles(admin)  # no aggregation controller runs on this plane
         bind_admin(admin, GUARD_NS_ADMIN, GUARD_NS)
         bind_admin(admin, JOBS_NS_ADMIN, JOBS_NS)
-        _create_only_role(admin)
+        grant_create_only(admin, CREATE_ONLY, ROLE)
         person = _named(changed(guard_rule(), lambda d: d["metadata"].pop("labels")), PERSONS_RULE)
         create(admin, person)
         with (
