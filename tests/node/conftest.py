@@ -21,7 +21,8 @@ from kubernetes import client
 
 from tests.apiserver.conftest import aggregate_cluster_roles, wait_for_enforcement
 from tests.apiserver.deploy import BASE, Kubectl, kubectl_or_skip
-from tests.apiserver.kube import GUARD_NS, JOBS_NS, assets_dir
+from tests.apiserver.guard_run import KEYS, forget_guard_state
+from tests.apiserver.kube import GUARD_NS, JOBS_NS, MERGE_PATCH, assets_dir
 from tests.node import fake_host, host
 from tests.node.jobs import MEASURED
 from tests.node.node import Binaries, Node, running_node
@@ -135,3 +136,23 @@ def admin(node: Node) -> Iterator[client.ApiClient]:
         ):
             assert time.monotonic() < deadline, "the guard's Jobs and their Pods were not deleted"
             time.sleep(0.2)
+
+
+@pytest.fixture
+def gpu_node(node: Node, admin: client.ApiClient) -> Iterator[str]:
+    """The node with 8 GPUs of capacity (an extended resource the kubelet keeps as patched);
+    afterwards uncordoned, without the guard's annotations, the guard's state forgotten."""
+    core = client.CoreV1Api(admin)
+    gpus = {"status": {"capacity": {"nvidia.com/gpu": "8"}}}
+    core.patch_node_status(node.name, gpus, _content_type=MERGE_PATCH)
+    try:
+        yield node.name
+    finally:
+        notes = core.read_node(node.name).metadata.annotations or {}
+        keys = {k: None for k in notes if k.startswith(KEYS.prefix)}
+        body = {"metadata": {"annotations": keys}, "spec": {"unschedulable": None}}
+        core.patch_node(node.name, body, _content_type=MERGE_PATCH)
+        core.patch_node_status(
+            node.name, {"status": {"capacity": {"nvidia.com/gpu": None}}}, _content_type=MERGE_PATCH
+        )
+        forget_guard_state(core, admin)

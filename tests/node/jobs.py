@@ -95,9 +95,15 @@ def guard_reads(kubeconfig: Path, name: str) -> JobInfo:
 
 def run_job(admin: client.ApiClient, kubeconfig: Path, job: dict[str, Any]) -> Ran:
     """Create `job` as the guard, wait for its Pod to start and the Job to end, read it back."""
-    timings: dict[str, float] = {}
     began = time.monotonic()
     made = create_as_guard(kubeconfig, job)
+    return follow(admin, kubeconfig, made, began)
+
+
+def follow(admin: client.ApiClient, kubeconfig: Path, made: dict[str, Any], began: float) -> Ran:
+    """The Job `made` (created at monotonic `began`, or just before): its Pod started, the Job
+    ended, its result read by the guard; each step's seconds since `began`."""
+    timings: dict[str, float] = {}
     name, batch = made["metadata"]["name"], client.BatchV1Api(admin)
     wait_for(
         f"a started Pod of job/{name}", lambda: [p for p in pods_of(admin, made) if _started(p)]

@@ -101,6 +101,8 @@ class Node:
     pid: int  # PID 1 of the node's namespace, as the machine numbers it
     workdir: Path
     timings: dict[str, float] = field(default_factory=dict)
+    kubelet: host.InNode | None = None
+    kubelet_argv: list[str] = field(default_factory=list)
 
 
 def ctr(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -234,6 +236,55 @@ def wait_ready(plane: ControlPlane, name: str, kubelet: host.InNode) -> None:
             time.sleep(0.5)
 
 
+def _log(work: Path) -> Path:
+    """kubelet.log, then kubelet-2.log, … for each restart."""
+    n = len(list(work.glob("kubelet*.log")))
+    return work / ("kubelet.log" if n == 0 else f"kubelet-{n + 1}.log")
+
+
+def boot_id(plane: ControlPlane, name: str) -> str:
+    """The boot ID the kubelet reports in the Node's status."""
+    with plane.admin_client() as api:
+        return str(client.CoreV1Api(api).read_node(name).status.node_info.boot_id)
+
+
+def reboot(node: Node, new_boot_id: str) -> None:
+    """What a power cycle shows the control plane: the kubelet stops, and starts again on a
+    machine with a new boot ID. The kubelet reads /proc/sys/kernel/random/boot_id (cAdvisor's
+    machine info); inside the node's mount namespace (its own /proc) a file bind-mounted over it
+    says `new_boot_id`, and leaves with the namespace. Returns once the Node reports it."""
+    assert node.kubelet is not None, "the node has no kubelet"
+    node.kubelet.stop()
+    node.kubelet = None
+    answer = node.workdir / "boot_id"
+    answer.write_text(new_boot_id + "\n")
+    subprocess.run(
+        [
+            "nsenter",
+            "-t",
+            str(node.pid),
+            "-m",
+            "--",
+            "mount",
+            "--bind",
+            str(answer),
+            "/proc/sys/kernel/random/boot_id",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    node.kubelet = host.InNode(node.pid, node.kubelet_argv, _log(node.workdir))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while boot_id(node.plane, node.name) != new_boot_id:
+        if not node.kubelet.alive():
+            raise RuntimeError(f"the kubelet exited; see {node.kubelet.log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node {node.name} reports no boot {new_boot_id}")
+        time.sleep(0.2)
+    wait_ready(node.plane, node.name, node.kubelet)
+
+
 @contextmanager
 def running_node(
     binaries: Binaries, work: Path, name: str, labels: str, host_bin: Path | None
@@ -284,9 +335,9 @@ def running_node(
                 "--v=2",
             ]
             started = time.monotonic()
-            kubelet = host.InNode(node.pid, argv, work / "kubelet.log")
-            stack.callback(kubelet.stop)
-            wait_ready(plane, name, kubelet)
+            node.kubelet, node.kubelet_argv = host.InNode(node.pid, argv, _log(work)), argv
+            stack.callback(lambda: node.kubelet.stop() if node.kubelet else None)
+            wait_ready(plane, name, node.kubelet)
             node.timings["node Ready after kubelet start"] = time.monotonic() - started
             node.timings["node Ready after start"] = time.monotonic() - began
             yield node

@@ -21,7 +21,6 @@ from tests.apiserver.guard_run import (
     NO_CF,
     RETURN_AT,
     faulted,
-    forget_guard_state,
     guard_kube,
     mine,
     node_events,
@@ -42,26 +41,6 @@ LOADTEST = "app.kubernetes.io/component=loadtest"
 def prom(node: Node) -> Iterator[LocalPrometheus]:
     with scenario_prometheus(faulted(node.name)) as server:
         yield server
-
-
-@pytest.fixture
-def gpu_node(node: Node, admin: client.ApiClient) -> Iterator[str]:
-    """The node with 8 GPUs of capacity (an extended resource the kubelet keeps as patched);
-    afterwards uncordoned, without the guard's annotations, the guard's state forgotten."""
-    core = client.CoreV1Api(admin)
-    gpus = {"status": {"capacity": {"nvidia.com/gpu": "8"}}}
-    core.patch_node_status(node.name, gpus, _content_type=MERGE_PATCH)
-    try:
-        yield node.name
-    finally:
-        notes = core.read_node(node.name).metadata.annotations or {}
-        keys = {k: None for k in notes if k.startswith(KEYS.prefix)}
-        body = {"metadata": {"annotations": keys}, "spec": {"unschedulable": None}}
-        core.patch_node(node.name, body, _content_type=MERGE_PATCH)
-        core.patch_node_status(
-            node.name, {"status": {"capacity": {"nvidia.com/gpu": None}}}, _content_type=MERGE_PATCH
-        )
-        forget_guard_state(core, admin)
 
 
 def test_a_cycle_cordons_the_node_and_the_next_reads_its_evidence(
