@@ -14,7 +14,7 @@ help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
 	@echo "make test      # lint, types, rule and policy drift, the wheel check, and every test tier"
 	@echo "make bench     # time-to-isolate and cost-of-one-cycle benchmarks"
-	@echo "make image     # both images (docker, podman or buildah), tagged as manifests/base deploys them"
+	@echo "make image     # both images (docker, podman or buildah; else the guard's offline), tagged as manifests/base deploys them"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -94,10 +94,12 @@ deploytest:
 engines:
 	@hack/engines/build.sh
 
-# Both images, with whichever OCI builder answers (docker, podman, buildah); one line and a skip
-# without one. IMAGE=… LOADTEST_IMAGE=… choose other tags (default: manifests/base/images.yaml).
-image:
-	@hack/build-images.sh
+# Both images, with whichever OCI builder answers (docker, podman, buildah); without one, the
+# guard's image offline as an OCI archive in dist/images (root, mmdebstrap; the load-test image's
+# CUDA torch needs the registry), else one line and a skip. IMAGE=… LOADTEST_IMAGE=… choose other
+# tags (default: manifests/base/images.yaml).
+image: install
+	@PY=$(PY) hack/build-images.sh
 
 pytest: install system-deps
 	$(PY) -m pytest

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Builds both images (`make image`) with the OCI builder this machine has: docker when its daemon
-# answers, else podman, else buildah. Without one: one line, exit 0.
+# answers, else podman, else buildah. Without one, the guard's image is built offline as the node
+# tier builds it (hack/node/image.py: Debian packages by mmdebstrap and the project's wheel, no
+# registry; root), written as an OCI archive to IMAGE_DIR; the load-test image is then left out
+# with one line (its CUDA torch comes from its base image, in a registry). Without either: one
+# line, exit 0.
 #
 #   hack/build-images.sh                  tags from manifests/base/images.yaml (what the base deploys)
 #   IMAGE=… LOADTEST_IMAGE=… hack/build-images.sh
+#   IMAGE_DIR=…   where the offline build writes gpu-node-guard.oci.tar (default: dist/images)
+#   PY=…          the python whose pip builds the wheels offline (default: python3)
 #
 # Push them to your mirror and set the same references with `kustomize edit set image` in your
 # overlay (docs/deploy.md, "Images").
@@ -26,9 +32,30 @@ builder() {
   fi
 }
 
+# The offline build of the guard's image: root (mmdebstrap, chroot) and mmdebstrap.
+offline() {
+  local out="${IMAGE_DIR:-dist/images}" cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-node-guard/node"
+  local py="${PY:-python3}"
+  mkdir -p "$out" "$cache"
+  # the node tier's cache: its dependency layer is reused, one build at a time
+  if command -v flock >/dev/null; then exec 9>"$cache/.lock" && flock 9; fi
+  "$py" hack/node/image.py guard --repo . --out "$cache" --python "$py"
+  "$py" hack/node/image.py retag "$cache/guard.oci.tar" --name "$IMAGE" --out "$out/gpu-node-guard.oci.tar"
+  echo "make image: built $IMAGE offline (no OCI builder here): $out/gpu-node-guard.oci.tar;" \
+    "push it with: skopeo copy oci-archive:$out/gpu-node-guard.oci.tar docker://$IMAGE"
+  echo "make image: not built: $LOADTEST_IMAGE (its CUDA torch comes from the base image" \
+    "$(sed -n 's/^ARG BASE=//p' Dockerfile.loadtest) in a registry; build it with docker, podman or" \
+    "buildah where the registry answers)"
+}
+
 BUILD="$(builder)"
 if [[ -z "$BUILD" ]]; then
-  echo "make image: skipped, no OCI builder here (a docker daemon that answers, podman or buildah)"
+  if (( EUID == 0 )) && command -v mmdebstrap >/dev/null; then
+    offline
+  else
+    echo "make image: skipped, no OCI builder here (a docker daemon that answers, podman or" \
+      "buildah) and no offline build (it needs root and mmdebstrap: apt-get install mmdebstrap)"
+  fi
   exit 0
 fi
 # shellcheck disable=SC2086 # "docker build" is a command and its subcommand

@@ -5,6 +5,7 @@
     image.py guard --repo DIR --out DIR     the guard's image as an OCI archive (two layers)
     image.py pause --binary F --out DIR     registry.k8s.io/pause:3.10 from our static binary
     image.py current --repo DIR --out DIR   exit 0 when the guard's image is of these sources
+    image.py retag ARCHIVE --name REF --out F   the same image under another name (`make image`)
 
 The guard's image is the Dockerfile's, read from the Dockerfile itself (one source): its Debian
 suite and Python version from FROM, its packages from `apt-get install`, its checks from the RUN
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -270,20 +272,43 @@ def pack(name: str, layers: list[Path], config: dict[str, object], out: Path) ->
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
                     **man,
                     "platform": {"architecture": "amd64", "os": "linux"},
-                    "annotations": {
-                        "io.containerd.image.name": name,
-                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
-                    },
                 }
             ],
         }
-        Path(work, "index.json").write_text(json.dumps(index))
+        Path(work, "index.json").write_text(json.dumps(_named(index, name)))
         Path(work, "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
         tmp = out.with_suffix(".tmp")
         with tarfile.open(tmp, "w") as tar:
             for entry in ("oci-layout", "index.json", "blobs"):
                 tar.add(Path(work, entry), arcname=entry)
         tmp.replace(out)
+
+
+def _named(index: dict[str, object], name: str) -> dict[str, object]:
+    """`index` (index.json of `pack`) with its one manifest named `name`."""
+    (manifest,) = index["manifests"]  # type: ignore[misc]
+    notes = {
+        "io.containerd.image.name": name,
+        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+    }
+    return {**index, "manifests": [{**manifest, "annotations": notes}]}
+
+
+def retag(archive: Path, name: str, out: Path) -> None:
+    """A copy of `archive` whose image is named `name`: the same blobs (layers, config,
+    manifest), only index.json changed."""
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(archive) as src, tarfile.open(tmp, "w") as dst:
+        for member in src:
+            if member.name == "index.json":
+                stored = src.extractfile(member)
+                assert stored is not None
+                data = json.dumps(_named(json.load(stored), name)).encode()
+                member.size = len(data)
+                dst.addfile(member, io.BytesIO(data))
+            else:
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    tmp.replace(out)
 
 
 def archive_name(archive: Path) -> str:
@@ -484,6 +509,10 @@ def main() -> None:
     c = sub.add_parser("current")
     c.add_argument("--repo", required=True, type=Path)
     c.add_argument("--out", required=True, type=Path)
+    r = sub.add_parser("retag")
+    r.add_argument("archive", type=Path)
+    r.add_argument("--name", required=True)
+    r.add_argument("--out", required=True, type=Path)
     p = sub.add_parser("pause")
     p.add_argument("--binary", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
@@ -496,9 +525,12 @@ def main() -> None:
             raise SystemExit(0 if is_current(args.repo.resolve(), args.out) else 1)
         elif args.what == "guard":
             guard_image(args.repo.resolve(), args.out, args.python)
+        elif args.what == "retag":
+            retag(args.archive, args.name, args.out)
+            say(f"{args.out}: {args.name}")
         else:
             pause_image(args.binary, args.out)
-    except (DockerfileError, subprocess.CalledProcessError, OSError) as exc:
+    except (DockerfileError, subprocess.CalledProcessError, OSError, tarfile.TarError) as exc:
         raise SystemExit(f"node-images: {exc}") from None
 
 

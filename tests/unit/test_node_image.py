@@ -5,7 +5,9 @@ does not reproduce stops the build instead of being left out."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 
@@ -69,3 +71,29 @@ def test_a_python_debian_does_not_ship_is_refused() -> None:
     spec = image.parse_dockerfile(DOCKERFILE.replace("python:3.11-", "python:3.12-"))
     with pytest.raises(image.DockerfileError, match=r"no python3 3\.12"):
         image.debian_packages(spec)
+
+
+def test_an_image_named_again_keeps_its_blobs_and_takes_the_new_name(tmp_path: Path) -> None:
+    """`make image` without a builder names the node tier's guard image as IMAGE: only
+    index.json changes, every blob (layers, config, manifest) is the same byte for byte."""
+    payload = tmp_path / "hello"
+    payload.write_text("hello\n")
+    layer, first, second = tmp_path / "layer.tar", tmp_path / "a.tar", tmp_path / "b.tar"
+    image.layer_of_files(layer, [(payload, "hello", 0o644)])
+    image.pack("ghcr.io/x/guard:0.1.0", [layer], image.oci_config(None, ("/hello",)), first)
+    image.retag(first, "mirror.example/site/guard:7", second)
+    assert image.archive_name(first) == "ghcr.io/x/guard:0.1.0"
+    assert image.archive_name(second) == "mirror.example/site/guard:7"
+
+    def blobs(archive: Path) -> dict[str, bytes]:
+        with tarfile.open(archive) as tar:
+            return {
+                m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                for m in tar
+                if m.isfile() and m.name != "index.json"
+            }
+
+    assert blobs(first) == blobs(second) and len(blobs(first)) == 4  # oci-layout + 3 blobs
+    with tarfile.open(second) as tar:
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+    assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "7"
