@@ -171,7 +171,7 @@ def test_one_incident_from_the_fault_to_the_load_test_on_the_real_node(
     rebooted = str(uuid.uuid4())
     started = time.monotonic()
     reboot(node, rebooted)
-    clock.steps["repair: kubelet stopped → new boot ID reported, node Ready"] = (
+    clock.steps["repair: kubelet stopped, started on the new boot → Node reports it"] = (
         time.monotonic() - started
     )
     assert boot_id(node.plane, gpu_node) == rebooted != cordon_boot
