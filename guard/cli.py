@@ -44,8 +44,14 @@ from guard.read import (
     require_nodes,
 )
 from guard.read.prom_view import check_join, coverage_pairs
-from guard.settings import MAX_XID, Settings, setting_fields
-from guard.settings_flags import Rfc3339, build_settings, layout_warnings, settings_options
+from guard.settings import MAX_XID, RENDER_SETTINGS, Settings, setting_fields
+from guard.settings_flags import (
+    Rfc3339,
+    build_settings,
+    layout_warnings,
+    option_set,
+    settings_options,
+)
 
 if TYPE_CHECKING:
     from guard.doors.lease import CycleLease
@@ -589,9 +595,11 @@ def _fall_back(
     show_default=True,
     help="GPUs of the node (loadtest).",
 )
-@settings_options
+@option_set(RENDER_SETTINGS)
 def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:
-    """Print a Job manifest exactly as the guard would create it (for review and policy tests)."""
+    """Print a Job manifest exactly as the guard would create it (for review and policy tests).
+
+    The images come from GUARD_IMAGE and GUARD_LOADTEST_IMAGE, as in the CronJob's pod."""
     s = build_settings(options)
     try:
         templates = load_bundle().templates

@@ -678,9 +678,88 @@ def _metrics(s: Settings) -> list[Check]:
     ]
 
 
+# Settings by lifetime (docs/deploy.md, "Settings by lifetime"). What a site sets: a flag and a
+# GUARD_* variable each (its overlay's settings.env), in these groups, in this order.
+SITE_GROUPS: dict[str, tuple[str, ...]] = {
+    "reading": (
+        "prometheus_url",
+        "prometheus_bearer_token_file",
+        "prometheus_service_account_token",
+        "prometheus_basic_auth_user",
+        "prometheus_basic_auth_password_file",
+        "prometheus_ca_file",
+        "prometheus_cert_file",
+        "prometheus_key_file",
+        "prometheus_headers",
+        "kubeconfig",
+    ),
+    "selectors": ("dcgm_node_labels", "dcgm_selector", "ksm_selector", "scrape_interval_s"),
+    "hold": (
+        "hold_window_s",
+        "fast_hold_window_s",
+        "fast_path_xids",
+        "user_code_xids",
+        "reset_class_xids",
+        "memory_class_xids",
+        "nvml_mismatch_cordon",
+    ),
+    "breaker": ("breaker_max_nodes", "breaker_max_fraction"),
+    "return": (
+        "repeat_fault_limit",
+        "return_conformance",
+        "conformance_control_plane_version",
+        "conformance_allowed_dns",
+        "loadtest_allreduce",
+        "service_network_kube_proxy_namespace",
+        "service_network_kube_proxy_pods",
+        "service_network_cni_namespace",
+        "service_network_cni_daemonsets",
+    ),
+    "lifecycle": ("boot_check", "boot_check_return_loadtest", "onboarding_taint"),
+    "fence": ("fence_gpu", "fence_drain"),
+    "links": ("runbook_base_url", "pushgateway_url"),
+    "large-site": (
+        "prometheus_timeout_s",
+        "prometheus_max_answer_bytes",
+        "prometheus_max_series",
+        "api_page_size",
+        "boot_check_max_jobs",
+    ),
+}
+SITE_SETTINGS = tuple(name for group in SITE_GROUPS.values() for name in group)
+# What the CronJob's own manifest gives its pod, beside its schedule and deadline: a GUARD_*
+# variable only, no flag, never in settings.env (`config check` refuses it there). The namespace
+# and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the
+# timing keeps the defaults tied to cronjob.yaml (tests/unit/test_cadence_and_layout.py), set
+# otherwise only by a run by hand or a test that shortens its slot.
+CRONJOB_ENV = (
+    "namespace",
+    "job_name",
+    "image",
+    "loadtest_image",
+    "cadence_s",
+    "cycle_deadline_s",
+    "watch_until_s",
+    "lease_duration_s",
+)
+# Every other field is the guard's own value: no flag, no variable. The layout names are written
+# into the manifests and the generated policies; the load test's parameters are calibrated
+# together (and admitted exactly by its policy); the rest is internal (the query grid, the
+# ledger's archive size, deadlines and TTLs of the Jobs). Python (tests, the policy generator)
+# may still build a Settings with another value.
+RENDER_SETTINGS = (  # what reaches a Job's spec beside the images (`render`)
+    "memory_class_xids",
+    "conformance_control_plane_version",
+    "conformance_allowed_dns",
+    "loadtest_allreduce",
+    "fence_drain",
+)
+STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
+
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
-# "Settings that are not the site's"). A value other than the default is refused by the cluster's
-# own policies or RBAC at the first write; the commands warn at start (guard.settings_flags).
+# "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,
+# GUARD_NAMESPACE): the cluster's policies and RBAC refuse the first write under another; the
+# commands warn at start.
 LAYOUT_SETTINGS = (
     "namespace",
     "jobs_namespace",
@@ -814,6 +893,16 @@ def _reading(s: Settings) -> list[Check]:
     ]
 
 
-def setting_fields() -> tuple[Any, ...]:
-    """The dataclass fields, for the CLI to build options from."""
-    return fields(Settings)
+def setting_fields(names: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """The dataclass fields (those of `names`, in that order), for the CLI to build options
+    from."""
+    if names is None:
+        return fields(Settings)
+    by_name = {f.name: f for f in fields(Settings)}
+    return tuple(by_name[n] for n in names)
+
+
+def fixed_settings() -> tuple[str, ...]:
+    """The fields that are neither the site's nor the CronJob's: the guard's own values."""
+    given = {*SITE_SETTINGS, *CRONJOB_ENV}
+    return tuple(f.name for f in fields(Settings) if f.name not in given)

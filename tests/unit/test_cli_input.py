@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
-from guard.settings import CRONJOB_DEADLINE_S
+from guard.settings import CRONJOB_DEADLINE_S, Settings, SettingsError, setting_fields
 
 BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
 
@@ -123,46 +123,16 @@ def test_bad_input_is_one_line(args, env, code, message):
     ("env", "flag", "message"),
     [
         pytest.param(
-            {"GUARD_EVIDENCE_DEADLINE_S": "0"},
-            "--evidence-deadline-s",
-            "must be in 1..3600",
-            id="evidence-deadline-zero",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DEADLINE_S": "3601"},
-            "--loadtest-deadline-s",
-            "must be in 1..3600",
-            id="loadtest-deadline-above-policy",
-        ),
-        pytest.param(
-            {"GUARD_JOB_TTL_S": "-1"}, "--job-ttl-s", "must be in 1..2592000", id="ttl-negative"
-        ),
-        pytest.param(
-            {"GUARD_JOB_TTL_S": "2592001"},
-            "--job-ttl-s",
-            "must be in 1..2592000",
-            id="ttl-above-policy",
-        ),
-        pytest.param(
-            {"GUARD_CADENCE_S": "-5"}, "--cadence-s", "must be in 1..86400", id="cadence-negative"
+            {"GUARD_CADENCE_S": "-5"},
+            "GUARD_CADENCE_S",
+            "must be in 1..86400",
+            id="cadence-negative",
         ),
         pytest.param(
             {"GUARD_CADENCE_S": "9" * 30},
-            "--cadence-s",
+            "GUARD_CADENCE_S",
             "must be in 1..86400",
             id="cadence-overflow",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DURATION_S": "0"},
-            "--loadtest-duration-s",
-            "must be positive",
-            id="load-test-duration-zero",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DURATION_S": "1800"},
-            "--loadtest-duration-s",
-            "shorter than loadtest_deadline_s",
-            id="load-test-longer-than-deadline",
         ),
         pytest.param(
             {"GUARD_HOLD_WINDOW_S": "9" * 30},
@@ -171,30 +141,15 @@ def test_bad_input_is_one_line(args, env, code, message):
             id="hold-window-overflow",
         ),
         pytest.param(
-            {"GUARD_NAMESPACE": "Bad_NS"}, "--namespace", "DNS-1123 label", id="namespace-not-dns"
+            {"GUARD_NAMESPACE": "Bad_NS"},
+            "GUARD_NAMESPACE",
+            "DNS-1123 label",
+            id="namespace-not-dns",
         ),
-        pytest.param(
-            {"GUARD_LEDGER_CONFIGMAP": "ledger/x"},
-            "--ledger-configmap",
-            "DNS-1123 subdomain",
-            id="ledger-name-not-dns",
-        ),
-        pytest.param(
-            {"GUARD_JOB_SERVICE_ACCOUNT": "Job SA"},
-            "--job-service-account",
-            "DNS-1123 subdomain",
-            id="service-account-not-dns",
-        ),
-        pytest.param(
-            {"GUARD_ANNOTATION_PREFIX": "Guard/"},
-            "--annotation-prefix",
-            "DNS subdomain followed by '/'",
-            id="prefix-not-dns",
-        ),
-        pytest.param({"GUARD_IMAGE": " "}, "--image", "image reference", id="image-blank"),
+        pytest.param({"GUARD_IMAGE": " "}, "GUARD_IMAGE", "image reference", id="image-blank"),
         pytest.param(
             {"GUARD_LOADTEST_IMAGE": "a b"},
-            "--loadtest-image",
+            "GUARD_LOADTEST_IMAGE",
             "image reference",
             id="image-with-space",
         ),
@@ -217,40 +172,16 @@ def test_bad_input_is_one_line(args, env, code, message):
             id="fraction-nan",
         ),
         pytest.param(
-            {"GUARD_LOADTEST_MIN_RATIO": "inf"},
-            "--loadtest-min-ratio",
-            "must be in (0, 1]",
-            id="ratio-inf",
-        ),
-        pytest.param(
             {"GUARD_CYCLE_DEADLINE_S": str(CRONJOB_DEADLINE_S - 9)},
-            "--cycle-deadline-s",
+            "GUARD_CYCLE_DEADLINE_S",
             f"must be in 1..{CRONJOB_DEADLINE_S - 10}",
             id="deadline-past-the-cronjob",
-        ),
-        pytest.param(
-            {"GUARD_API_TIMEOUT_S": "nan"},
-            "--api-timeout-s",
-            "must be in (0, 60]",
-            id="api-timeout-nan",
         ),
         pytest.param(
             {"GUARD_API_PAGE_SIZE": "10"},
             "--api-page-size",
             "must be in 100..5000",
             id="page-too-small-for-the-page-bound",
-        ),
-        pytest.param(
-            {"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"},
-            "--ledger-archive-bytes",
-            "must be in 4096..1000000",
-            id="archive-threshold-at-the-object-limit",
-        ),
-        pytest.param(
-            {"GUARD_NVML_MISMATCH_HOLD_S": "30"},
-            "--nvml-mismatch-hold-s",
-            "must be 0 (the hold window) or in 60..86400",
-            id="mismatch-hold-too-short",
         ),
         pytest.param(
             {"GUARD_SERVICE_NETWORK_KUBE_PROXY_PODS": 'kube-proxy"}'},
@@ -288,9 +219,66 @@ def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message
     result = CliRunner().invoke(cli, BASE, env=env)
     assert result.exit_code == 2
     (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    variable = "GUARD_" + flag[2:].replace("-", "_").upper()
-    assert f"{flag} ({variable}) must" in error and message in error
+    if flag.startswith("GUARD_"):  # the CronJob's own: a variable, no flag
+        assert f"Error: bad setting: {flag} must" in error and message in error
+    else:
+        variable = "GUARD_" + flag[2:].replace("-", "_").upper()
+        assert f"{flag} ({variable}) must" in error and message in error
     assert "Traceback" not in result.output and "please report" not in result.output
+
+
+# The guard's fixed values keep their bounds: Python (tests, the policy generator) may build a
+# Settings with another value, and the admission policies bound the same Job fields.
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        pytest.param("evidence_deadline_s", "0", "must be in 1..3600", id="evidence-deadline-zero"),
+        pytest.param(
+            "loadtest_deadline_s", "3601", "must be in 1..3600", id="loadtest-deadline-above-policy"
+        ),
+        pytest.param("job_ttl_s", "-1", "must be in 1..2592000", id="ttl-negative"),
+        pytest.param("job_ttl_s", "2592001", "must be in 1..2592000", id="ttl-above-policy"),
+        pytest.param("loadtest_duration_s", "0", "must be positive", id="load-test-duration-zero"),
+        pytest.param(
+            "loadtest_duration_s",
+            "1800",
+            "shorter than loadtest_deadline_s",
+            id="load-test-longer-than-deadline",
+        ),
+        pytest.param(
+            "ledger_configmap", "ledger/x", "DNS-1123 subdomain", id="ledger-name-not-dns"
+        ),
+        pytest.param(
+            "job_service_account", "Job SA", "DNS-1123 subdomain", id="service-account-not-dns"
+        ),
+        pytest.param(
+            "annotation_prefix", "Guard/", "DNS subdomain followed by '/'", id="prefix-not-dns"
+        ),
+        pytest.param("loadtest_min_ratio", "inf", "must be in (0, 1]", id="ratio-inf"),
+        pytest.param("api_timeout_s", "nan", "must be in (0, 60]", id="api-timeout-nan"),
+        pytest.param(
+            "ledger_archive_bytes",
+            "1048576",
+            "must be in 4096..1000000",
+            id="archive-threshold-at-the-object-limit",
+        ),
+        pytest.param(
+            "nvml_mismatch_hold_s",
+            "30",
+            "must be 0 (the hold window) or in 60..86400",
+            id="mismatch-hold-too-short",
+        ),
+    ],
+)
+def test_fixed_values_keep_their_bounds(name, value, message):
+    field = next(f for f in setting_fields() if f.name == name)
+    with pytest.raises(SettingsError) as caught:
+        Settings(**{name: _typed(field, value)})
+    assert any(n == name and message in text for n, text in caught.value.problems)
+
+
+def _typed(field, text):
+    return {"int": int, "float": float, "str": str}[str(field.type)](text)
 
 
 def test_no_service_network_selector_at_all_is_refused():
@@ -378,3 +366,25 @@ def test_a_missing_shipped_file_stops_run_at_start(monkeypatch):
     aborts = [line for line in result.output.splitlines() if " ERROR abort " in line]
     assert len(aborts) == 1
     assert "package data: request template missing-request.md.j2 not found" in aborts[0]
+
+
+def test_a_fixed_value_in_the_environment_is_named_and_ignored():
+    """GUARD_LOADTEST_MATRIX_SIZE was a setting once: a settings.env that still carries it gets
+    one WARN line saying it is the guard's own value, and the Job keeps the fixed size."""
+    result = CliRunner().invoke(
+        cli, ["render", "loadtest", "--node", "n"], env={"GUARD_LOADTEST_MATRIX_SIZE": "4096"}
+    )
+    assert result.exit_code == 0, result.output
+    (warn,) = [line for line in result.stderr.splitlines() if line.startswith("WARN")]
+    assert "'GUARD_LOADTEST_MATRIX_SIZE'" in warn and "a fixed value of the guard" in warn
+    assert "8192" in result.stdout
+    assert "4096" not in result.stdout
+
+
+def test_each_command_takes_the_settings_it_uses():
+    """`run` every site setting; `render` what reaches a Job; `status` where it reads from."""
+    counts = {}
+    for command in ("run", "render", "status"):
+        out = CliRunner().invoke(cli, [command, "--help"]).output
+        counts[command] = sum(1 for line in out.splitlines() if line.startswith("  --"))
+    assert counts["run"] <= 50 and counts["render"] <= 25 and counts["status"] <= 25, counts

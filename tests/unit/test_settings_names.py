@@ -60,10 +60,10 @@ def test_the_defaults_are_valid_and_split_the_label() -> None:
 
 def test_a_bad_name_setting_is_one_usage_line_at_the_command_line() -> None:
     result = CliRunner().invoke(
-        cli, ["render", "evidence", "--node", "n", "--gpu-node-label", "nolabel"]
+        cli, ["render", "evidence", "--node", "n"], env={"GUARD_NAMESPACE": "Bad_NS"}
     )
     assert result.exit_code == 2
-    assert "bad setting: --gpu-node-label (GUARD_GPU_NODE_LABEL) must be key=value" in result.output
+    assert "bad setting: GUARD_NAMESPACE must be a DNS-1123 label" in result.output
     assert "Traceback" not in result.output
 
 
