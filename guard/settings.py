@@ -1,7 +1,8 @@
 """One frozen value with every setting of a guard run; built once by the CLI.
 
-Each field carries its help text in `metadata`; `guard.cli` turns every field into a click option
-``--field-name`` with environment variable ``GUARD_FIELD_NAME``, so a setting is declared once.
+Each field carries its help text in `metadata`; `guard.settings_flags` turns every site setting
+(`SITE_GROUPS`) into a click option ``--field-name`` with environment variable
+``GUARD_FIELD_NAME``, so a setting is declared once.
 Defaults come from the incident write-up the guard was built from (five-minute cadence, ten-minute
 hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned nodes).
 """
