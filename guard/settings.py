@@ -114,7 +114,7 @@ class Settings:
     user_code_xids: tuple[int, ...] = _opt(
         (13, 31, 43, 45, 68, 109), "Xids caused by user code: never a reason to cordon"
     )
-    query_step_s: int = _opt(60, "Subquery resolution of the hold window")
+    query_step_s: int = 60  # the hold window's subquery resolution
     # Safety.
     breaker_max_nodes: int = _opt(5, "No new cordon when this many nodes carry the guard's reason")
     breaker_max_fraction: float = _opt(
@@ -138,20 +138,14 @@ class Settings:
         "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
     )
     # Names (owner: security; the admission policies in policies/ are generated from these).
-    annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
+    annotation_prefix: str = "gpu-node-guard.io/"  # the prefix of the guard's node annotations
     namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
-    jobs_namespace: str = _opt(
-        "gpu-node-guard-jobs",
-        "Namespace of the guard's Jobs (evidence, conformance, load test); its pods never count",
-    )
-    ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
-    job_service_account: str = _opt(
-        "gpu-node-guard-job", "ServiceAccount of the guard's Jobs (in the jobs namespace)"
-    )
-    gpu_node_label: str = _opt(
-        "nvidia.com/gpu.present=true",
-        "key=value label every GPU node carries; the guard's Jobs require it (nodeSelector)",
-    )
+    # the guard's Jobs (evidence, conformance, load test); its pods never count
+    jobs_namespace: str = "gpu-node-guard-jobs"
+    ledger_configmap: str = "gpu-fault-ledger"  # the fault ledger
+    job_service_account: str = "gpu-node-guard-job"  # the Jobs' ServiceAccount (jobs namespace)
+    # every GPU node carries it; the Jobs' nodeSelector
+    gpu_node_label: str = "nvidia.com/gpu.present=true"
     # Jobs.
     image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
@@ -159,14 +153,13 @@ class Settings:
     loadtest_image: str = _opt(
         "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0", "Image of the load-test Job"
     )
-    evidence_deadline_s: int = _opt(
-        600, "activeDeadlineSeconds of the evidence and conformance Jobs"
-    )
-    loadtest_deadline_s: int = _opt(1800, "activeDeadlineSeconds of the load-test Job")
-    job_ttl_s: int = _opt(7 * 86400, "ttlSecondsAfterFinished of every guard Job")
-    loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
-    loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
-    loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # activeDeadlineSeconds of the evidence, conformance and fence Jobs
+    evidence_deadline_s: int = 600
+    loadtest_deadline_s: int = 1800  # activeDeadlineSeconds of the load-test Job
+    job_ttl_s: int = 7 * 86400  # ttlSecondsAfterFinished of every guard Job
+    loadtest_duration_s: int = 90  # the matmul burn per GPU
+    loadtest_matrix_size: int = 8192  # the burn's square fp16 matrix
+    loadtest_min_ratio: float = 0.8  # pass: min/max per-GPU throughput
     # Lifecycle checks (after every reboot, the onboarding gate, the load test's all-reduce and
     # recorded links: docs/lifecycle.md, docs/onboarding.md).
     boot_check: bool = _opt(
@@ -179,9 +172,7 @@ class Settings:
         "At most this many after-reboot and onboarding conformance Jobs run at once; a cycle"
         " starts new ones only below it (a first deployment's backlog drains this many per cycle)",
     )
-    boot_check_job_ttl_s: int = _opt(
-        21_600, "ttlSecondsAfterFinished of the after-reboot conformance Jobs (read within a cycle)"
-    )
+    boot_check_job_ttl_s: int = 21_600  # ttlSecondsAfterFinished of the after-reboot Jobs
     boot_check_return_loadtest: bool = _opt(
         False, "A node cordoned for conformance also passes the load test before it returns"
     )
@@ -190,16 +181,11 @@ class Settings:
         "key=value:effect a new node registers with; removed once conformance and the burn-in"
         " pass (empty: no onboarding gate)",
     )
-    onboarding_burnin_s: int = _opt(
-        900, "Burn time of the onboarding load test (longer than loadtest_duration_s)"
-    )
+    onboarding_burnin_s: int = 900  # the onboarding load test's burn (longer than the return's)
     loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
-    loadtest_allreduce_min_ratio: float = _opt(
-        0.7, "Every GPU's all-reduce bandwidth must reach this fraction of the best GPU's"
-    )
-    loadtest_allreduce_timeout_s: int = _opt(
-        60, "An all-reduce rank silent this long while the others wait is hung"
-    )
+    # every GPU's all-reduce bandwidth against the best GPU's
+    loadtest_allreduce_min_ratio: float = 0.7
+    loadtest_allreduce_timeout_s: int = 60  # an all-reduce rank silent this long is hung
     # Node signals: the node agent's driver/NVML mismatch cordons, and the service
     # network a node needs before it returns (also NodeServiceNetworkDown's pods).
     nvml_mismatch_cordon: bool = _opt(
@@ -207,9 +193,7 @@ class Settings:
         "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
         "(reason nvml-mismatch)",
     )
-    nvml_mismatch_hold_s: int = _opt(
-        0, "How long nvidia-match must have failed before that cordon (0: hold_window_s)"
-    )
+    nvml_mismatch_hold_s: int = 0  # the driver/NVML mismatch's hold (0: hold_window_s)
     service_network_kube_proxy_namespace: str = _opt(
         "kube-system", "Namespace of the kube-proxy pods (empty: any namespace)"
     )
@@ -242,7 +226,7 @@ class Settings:
         f"seconds after the cycle started; below the CronJob's activeDeadlineSeconds "
         f"({CRONJOB_DEADLINE_S})",
     )
-    api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    api_timeout_s: float = 10.0  # one API server request
     api_page_size: int = _opt(
         500,
         "Nodes per page of the node list: one page of raw Nodes (about 14 KB each) is alive at a "
@@ -270,11 +254,8 @@ class Settings:
         "The cycle's Lease expires this long after its last renewal, and never past the next "
         "cron slot's start (a killed run's Lease is free for the next slot's run)",
     )
-    ledger_archive_bytes: int = _opt(
-        768 * 1024,
-        "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
-        "(the object limit is 1 MiB)",
-    )
+    # before a ledger write passes it, its oldest lines move to archives
+    ledger_archive_bytes: int = 768 * 1024
     # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
@@ -679,52 +660,38 @@ def _metrics(s: Settings) -> list[Check]:
     ]
 
 
+def _listed(text: str) -> tuple[str, ...]:
+    """Setting names, whitespace-separated (a wrong one fails at import: `setting_fields`)."""
+    return tuple(text.split())
+
+
 # Settings by lifetime (docs/deploy.md, "Settings by lifetime"). What a site sets: a flag and a
 # GUARD_* variable each (its overlay's settings.env), in these groups, in this order.
 SITE_GROUPS: dict[str, tuple[str, ...]] = {
-    "reading": (
-        "prometheus_url",
-        "prometheus_bearer_token_file",
-        "prometheus_service_account_token",
-        "prometheus_basic_auth_user",
-        "prometheus_basic_auth_password_file",
-        "prometheus_ca_file",
-        "prometheus_cert_file",
-        "prometheus_key_file",
-        "prometheus_headers",
-        "kubeconfig",
+    "reading": _listed(
+        "prometheus_url prometheus_bearer_token_file prometheus_service_account_token "
+        "prometheus_basic_auth_user prometheus_basic_auth_password_file "
+        "prometheus_ca_file prometheus_cert_file prometheus_key_file prometheus_headers "
+        "kubeconfig"
     ),
-    "selectors": ("dcgm_node_labels", "dcgm_selector", "ksm_selector", "scrape_interval_s"),
-    "hold": (
-        "hold_window_s",
-        "fast_hold_window_s",
-        "fast_path_xids",
-        "user_code_xids",
-        "reset_class_xids",
-        "memory_class_xids",
-        "nvml_mismatch_cordon",
+    "selectors": _listed("dcgm_node_labels dcgm_selector ksm_selector scrape_interval_s"),
+    "hold": _listed(
+        "hold_window_s fast_hold_window_s fast_path_xids user_code_xids reset_class_xids "
+        "memory_class_xids nvml_mismatch_cordon"
     ),
-    "breaker": ("breaker_max_nodes", "breaker_max_fraction"),
-    "return": (
-        "repeat_fault_limit",
-        "return_conformance",
-        "conformance_control_plane_version",
-        "conformance_allowed_dns",
-        "loadtest_allreduce",
-        "service_network_kube_proxy_namespace",
-        "service_network_kube_proxy_pods",
-        "service_network_cni_namespace",
-        "service_network_cni_daemonsets",
+    "breaker": _listed("breaker_max_nodes breaker_max_fraction"),
+    "return": _listed(
+        "repeat_fault_limit return_conformance conformance_control_plane_version "
+        "conformance_allowed_dns loadtest_allreduce service_network_kube_proxy_namespace "
+        "service_network_kube_proxy_pods service_network_cni_namespace "
+        "service_network_cni_daemonsets"
     ),
-    "lifecycle": ("boot_check", "boot_check_return_loadtest", "onboarding_taint"),
-    "fence": ("fence_gpu", "fence_drain"),
-    "links": ("runbook_base_url", "pushgateway_url"),
-    "large-site": (
-        "prometheus_timeout_s",
-        "prometheus_max_answer_bytes",
-        "prometheus_max_series",
-        "api_page_size",
-        "boot_check_max_jobs",
+    "lifecycle": _listed("boot_check boot_check_return_loadtest onboarding_taint"),
+    "fence": _listed("fence_gpu fence_drain"),
+    "links": _listed("runbook_base_url pushgateway_url"),
+    "large-site": _listed(
+        "prometheus_timeout_s prometheus_max_answer_bytes prometheus_max_series "
+        "api_page_size boot_check_max_jobs"
     ),
 }
 SITE_SETTINGS = tuple(name for group in SITE_GROUPS.values() for name in group)
@@ -733,41 +700,27 @@ SITE_SETTINGS = tuple(name for group in SITE_GROUPS.values() for name in group)
 # and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the
 # timing keeps the defaults tied to cronjob.yaml (tests/unit/test_cadence_and_layout.py), set
 # otherwise only by a run by hand or a test that shortens its slot.
-CRONJOB_ENV = (
-    "namespace",
-    "job_name",
-    "image",
-    "loadtest_image",
-    "cadence_s",
-    "cycle_deadline_s",
-    "watch_until_s",
-    "lease_duration_s",
+CRONJOB_ENV = _listed(
+    "namespace job_name image loadtest_image cadence_s cycle_deadline_s watch_until_s "
+    "lease_duration_s"
 )
 # Every other field is the guard's own value: no flag, no variable. The layout names are written
 # into the manifests and the generated policies; the load test's parameters are calibrated
 # together (and admitted exactly by its policy); the rest is internal (the query grid, the
 # ledger's archive size, deadlines and TTLs of the Jobs). Python (tests, the policy generator)
 # may still build a Settings with another value.
-RENDER_SETTINGS = (  # what reaches a Job's spec beside the images (`render`)
-    "memory_class_xids",
-    "conformance_control_plane_version",
-    "conformance_allowed_dns",
-    "loadtest_allreduce",
-    "fence_drain",
-)
+RENDER_SETTINGS = _listed(
+    "memory_class_xids conformance_control_plane_version conformance_allowed_dns "
+    "loadtest_allreduce fence_drain"
+)  # what reaches a Job's spec beside the images (`render`)
 STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
 
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
 # "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,
 # GUARD_NAMESPACE): the cluster's policies and RBAC refuse the first write under another; the
 # commands warn at start.
-LAYOUT_SETTINGS = (
-    "namespace",
-    "jobs_namespace",
-    "job_service_account",
-    "ledger_configmap",
-    "annotation_prefix",
-    "gpu_node_label",
+LAYOUT_SETTINGS = _listed(
+    "namespace jobs_namespace job_service_account ledger_configmap annotation_prefix gpu_node_label"
 )
 
 

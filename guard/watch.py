@@ -11,10 +11,10 @@ only that node — its Xids, its loss history on the scrape grid, its cordon in 
 snapshot with those facts
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
-(`already-cordoned`). At most one cordon per run: after a cordon landed in the cycle the watch
-decides nothing and only holds the cycle's Lease until its end (a run started beside this one in
-the same slot then finds the Lease held); after a cordon of its own it does the same. Each
-decision's writes come right after a renewal of the Lease: a lost one means no writes. It ends at
+(`already-cordoned`). Each decision is a turn of the run (guard/run.py `Run.turn`); once the run
+may isolate no more (`may_isolate`: a cordon landed, the cycle's or its own) the watch decides
+nothing and only holds the cycle's Lease until its end, so a run started beside it in the same
+slot finds the Lease held. It ends at
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
 cycle's Lease is lost, or when a read still fails after its retries (one WARN `watch-end` line;
 the cycle's exit code stands); a hold that cannot complete by then is the next run's. Its API
