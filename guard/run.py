@@ -116,22 +116,28 @@ class CycleResult:
         }
 
 
-class LeaseHeld(Exception):
-    def __init__(self, holder: str) -> None:
-        super().__init__(holder)
-        self.holder = holder
+class Yield(Exception):
+    """This run decides nothing: another run holds the cycle's Lease, took it, or cordoned in
+    this cron slot (guard/doors/lease.py). One line, exit 0."""
+
+    def __init__(self, event: str, why: str, **fields: str) -> None:
+        super().__init__(event)
+        self.event, self.fields = event, {**fields, "lease": CYCLE_LEASE, "next": why}
 
 
-class LeaseLost(Exception):
-    """The renewal right before the cycle's writes met another holder (guard/doors/lease.py)."""
+def lease_held(holder: str) -> Yield:
+    why = "another run holds the cycle's Lease and decides this slot; exit 0"
+    return Yield("lease-held", why, holder=holder)
 
 
-class SlotIsolated(Exception):
-    """The Lease says a run of this cron slot already cordoned (guard/doors/lease.py)."""
+def lease_lost() -> Yield:
+    why = "another run took the cycle's Lease after this run's reads and decides this slot"
+    return Yield("lease-lost", f"{why}; no writes; exit 0")
 
-    def __init__(self, slot: str) -> None:
-        super().__init__(slot)
-        self.slot = slot
+
+def slot_isolated(slot: str) -> Yield:
+    why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
+    return Yield("slot-isolated", f"{why}; exit 0", slot=slot)
 
 
 def may_isolate(outcomes: Sequence[Outcome], lost: bool) -> bool:
@@ -284,18 +290,10 @@ def run_code(run: Run) -> int:
     try:
         trace.templates = load_bundle().templates  # every shipped file checked before anything
         result = _with_lease(run)
-    except LeaseHeld as exc:
-        trace.lease_held = time.time()
-        why = "another run holds the cycle's Lease and decides this slot; exit 0"
-        log.event("lease-held", holder=exc.holder, lease=CYCLE_LEASE, next=why)
-        return 0
-    except LeaseLost:
-        why = "another run took the cycle's Lease after this run's reads and decides this slot"
-        log.event("lease-lost", lease=CYCLE_LEASE, next=f"{why}; no writes; exit 0")
-        return 0
-    except SlotIsolated as exc:
-        why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
-        log.event("slot-isolated", slot=exc.slot, lease=CYCLE_LEASE, next=f"{why}; exit 0")
+    except Yield as exc:
+        if exc.event == "lease-held":
+            trace.lease_held = time.time()
+        log.event(exc.event, **exc.fields)
         return 0
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
         log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
@@ -367,7 +365,7 @@ def _with_lease(run: Run) -> CycleResult:
     )
     holder = lease.take(datetime.now(UTC))
     if holder:
-        raise LeaseHeld(holder)
+        raise lease_held(holder)
     run.trace.lease_taken = time.time()
     if lease.taken_over:
         was, why = lease.taken_over
@@ -383,7 +381,7 @@ def _with_lease(run: Run) -> CycleResult:
         # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
         run.slot = "" if inputs.at else format_time(this_slot)
         if run.slot and lease.isolated_slot() == run.slot:
-            raise SlotIsolated(run.slot)
+            raise slot_isolated(run.slot)
         run.lease = lease
         return _turns(run)
     finally:
@@ -421,7 +419,7 @@ def _turns(run: Run) -> CycleResult:
     run.released = released(actions)
     run.turn(snap, actions)
     if run.lost:
-        raise LeaseLost()
+        raise lease_lost()
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         run.decisions.decision(*p.log_line())

@@ -17,8 +17,8 @@ from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
 
-# Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
-# a setting outside them would cordon a node and then have its evidence Job refused.
+# Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these);
+# the Jobs' deadlines and TTLs are fixed values within them (tests/unit/test_cli_input.py).
 JOB_DEADLINE_MIN_S = 1
 JOB_DEADLINE_MAX_S = 3600
 JOB_TTL_MIN_S = 1
@@ -105,9 +105,8 @@ class Settings:
     )
     kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
-    cadence_s: int = _opt(
-        300, "How often the CronJob runs; a missing evidence Job is recreated within two cycles"
-    )
+    # the CronJob's schedule; a missing evidence Job is recreated within two cycles
+    cadence_s: int = 300
     hold_window_s: int = _opt(600, "GPU loss must hold this long before a cordon")
     fast_hold_window_s: int = _opt(120, "Shorter hold for hardware-certain Xids (fast path)")
     fast_path_xids: tuple[int, ...] = _opt((79,), "Hardware-certain Xids that use the short hold")
@@ -139,7 +138,7 @@ class Settings:
     )
     # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = "gpu-node-guard.io/"  # the prefix of the guard's node annotations
-    namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
+    namespace: str = "gpu-node-guard"  # the guard's (CronJob, ledger, Lease): its pod's
     # the guard's Jobs (evidence, conformance, load test); its pods never count
     jobs_namespace: str = "gpu-node-guard-jobs"
     ledger_configmap: str = "gpu-fault-ledger"  # the fault ledger
@@ -147,12 +146,10 @@ class Settings:
     # every GPU node carries it; the Jobs' nodeSelector
     gpu_node_label: str = "nvidia.com/gpu.present=true"
     # Jobs.
-    image: str = _opt(
-        "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
-    )
-    loadtest_image: str = _opt(
-        "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0", "Image of the load-test Job"
-    )
+    # of the evidence, conformance and fence Jobs
+    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"
+    # of the load-test Job
+    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
     # activeDeadlineSeconds of the evidence, conformance and fence Jobs
     evidence_deadline_s: int = 600
     loadtest_deadline_s: int = 1800  # activeDeadlineSeconds of the load-test Job
@@ -220,12 +217,8 @@ class Settings:
         "The fence also drains the GPU (nvidia-smi drain; only where the product supports it)",
     )
     # Writes (the executor, the API door, the ledger's storage).
-    cycle_deadline_s: int = _opt(
-        200,
-        "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
-        f"seconds after the cycle started; below the CronJob's activeDeadlineSeconds "
-        f"({CRONJOB_DEADLINE_S})",
-    )
+    # transient API errors and conflicts are retried until then (after the start)
+    cycle_deadline_s: int = 200
     api_timeout_s: float = 10.0  # one API server request
     api_page_size: int = _opt(
         500,
@@ -233,27 +226,17 @@ class Settings:
         "time; larger pages mean fewer requests, more memory",
     )
     # The in-run watch and the cycle's Lease (guard/watch.py, guard/doors/lease.py).
-    watch_until_s: int = _opt(
-        CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
-        "After its cycle, the run watches pending holds until this many seconds after it started "
-        f"(the CronJob's activeDeadlineSeconds {CRONJOB_DEADLINE_S} less {WATCH_MARGIN_S})",
-    )
+    # the watch ends this long after the Job's schedule (the deadline less the margin)
+    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S
     scrape_interval_s: int = _opt(
         15,
         "Scrape interval of dcgm-exporter and kube-state-metrics: the watch polls once per scrape "
         "and re-reads a due node's loss history at this step (a divisor of query_step_s)",
     )
-    job_name: str = _opt(
-        "",
-        "The run's own Job (the CronJob sets it from the pod's job-name label): a scheduled Job "
-        "is named <cronjob>-<minutes since the epoch>, and the watch ends watch_until_s after "
-        "that schedule, never past the Job's activeDeadlineSeconds (empty: after the run's start)",
-    )
-    lease_duration_s: int = _opt(
-        90,
-        "The cycle's Lease expires this long after its last renewal, and never past the next "
-        "cron slot's start (a killed run's Lease is free for the next slot's run)",
-    )
+    # the run's own Job, whose name ends in its schedule (the watch's end counts from it)
+    job_name: str = ""
+    # the Lease expires this long after its last renewal (never past the next slot)
+    lease_duration_s: int = 90
     # before a ledger write passes it, its oldest lines move to archives
     ledger_archive_bytes: int = 768 * 1024
     # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
@@ -446,36 +429,10 @@ def _names(s: Settings) -> list[Check]:
 
 
 def _jobs(s: Settings) -> list[Check]:
-    deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
+    image = "must be an image reference without spaces"
     return [
-        (bool(_IMAGE.fullmatch(s.image)), "image", "must be an image reference without spaces"),
-        (
-            bool(_IMAGE.fullmatch(s.loadtest_image)),
-            "loadtest_image",
-            "must be an image reference without spaces",
-        ),
-        (
-            _within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-            "evidence_deadline_s",
-            deadline,
-        ),
-        (
-            _within(s.loadtest_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-            "loadtest_deadline_s",
-            deadline,
-        ),
-        (
-            _within(s.job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
-            "job_ttl_s",
-            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
-        ),
-        (
-            0 < s.loadtest_duration_s < s.loadtest_deadline_s,
-            "loadtest_duration_s",
-            "must be positive and shorter than loadtest_deadline_s",
-        ),
-        (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size", "must be in 1..65536"),
-        (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
+        (bool(_IMAGE.fullmatch(s.image)), "image", image),
+        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image", image),
     ]
 
 
@@ -487,7 +444,6 @@ def _writes(s: Settings) -> list[Check]:
             f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
             f" {CRONJOB_DEADLINE_S})",
         ),
-        (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.api_page_size, 100, 5000), "api_page_size", "must be in 100..5000"),
         (
             _within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S),
@@ -510,11 +466,6 @@ def _writes(s: Settings) -> list[Check]:
             "lease_duration_s",
             f"must be in 2 × scrape_interval_s..{LEASE_MAX_S} (renewed at every poll; free"
             " again within the CronJob's deadline)",
-        ),
-        (
-            _within(s.ledger_archive_bytes, 4096, 1_000_000),
-            "ledger_archive_bytes",
-            "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)",
         ),
     ]
 
@@ -540,31 +491,11 @@ def _lifecycle(s: Settings) -> list[Check]:
     return [
         (_within(s.boot_check_max_jobs, 1, 1000), "boot_check_max_jobs", "must be in 1..1000"),
         (
-            _within(s.boot_check_job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
-            "boot_check_job_ttl_s",
-            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
-        ),
-        (
             not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
             "onboarding_taint",
             "must be key=value:effect (effect "
             + ", ".join(TAINT_EFFECTS)
             + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
-        ),
-        (
-            s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s,
-            "onboarding_burnin_s",
-            "must be longer than loadtest_duration_s and shorter than loadtest_deadline_s",
-        ),
-        (
-            0.0 < s.loadtest_allreduce_min_ratio <= 1.0,
-            "loadtest_allreduce_min_ratio",
-            "must be in (0, 1]",
-        ),
-        (
-            _within(s.loadtest_allreduce_timeout_s, 1, 3600),
-            "loadtest_allreduce_timeout_s",
-            "must be in 1..3600",
         ),
     ]
 
@@ -605,11 +536,6 @@ def _signals(s: Settings) -> list[Check]:
     pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
     namespace = "must be empty (any) or a DNS-1123 label"
     return [
-        (
-            s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
-            "nvml_mismatch_hold_s",
-            f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}",
-        ),
         (
             not s.service_network_kube_proxy_namespace
             or is_dns_label(s.service_network_kube_proxy_namespace),

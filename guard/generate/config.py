@@ -39,6 +39,7 @@ from guard.generate.policies import params
 from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import (
     CRONJOB_ENV,
+    LAYOUT_SETTINGS,
     SITE_SETTINGS,
     Settings,
     SettingsError,
@@ -49,15 +50,7 @@ from guard.settings_flags import env_options
 KUSTOMIZE_VERSION = "v5.7.1"  # the kustomize of kubectl v1.34 (hack/deploytest/build.sh)
 CRONJOB = "gpu-node-guard"
 AGENT = "gpu-node-guard-agent"
-# Names the manifests and the policies carry (docs/deploy.md, "Settings by lifetime").
-LAYOUT = (
-    "namespace",
-    "jobs_namespace",
-    "job_service_account",
-    "ledger_configmap",
-    "annotation_prefix",
-    "gpu_node_label",
-)
+LAYOUT = LAYOUT_SETTINGS  # the names the manifests and the policies carry (docs/deploy.md)
 # From `images:` (image-wiring), never from settings.env.
 IMAGES = ("image", "loadtest_image")
 _PARAM = re.compile(r"params\.\?data\[\?'(GUARD_[A-Z0-9_]+)'\]\.orValue\('((?:[^'\\]|\\.)*)'\)")
