@@ -6,7 +6,7 @@ Phases are p ≡ 164 (mod step) — 164 s is the 21 September incident itself (X
 05:50:00Z) — so every Xid lands 1 s before a 15 s scrape, as it did then. The CronJob's pod never
 starts exactly on the tick: each slot is also replayed with the guard starting `delay` seconds
 after every tick (`DELAYS_S`: 0 and seconds 1–59 past the minute), and the lag is measured to
-that start. The Job itself starts at the tick (`--job-name` carries its schedule, as the
+that start. The Job itself starts at the tick (`GUARD_JOB_NAME` carries its schedule, as the
 CronJob's Job name does), so a late pod's watch still ends 240 s after the tick: the
 `activeDeadlineSeconds` counts from the Job's start. The hold may never be shorter than the
 setting: the minimum lag must be ≥ the hold.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import statistics
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
@@ -29,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import click
 
@@ -197,8 +199,6 @@ def plan_at(
     args = [
         "run",
         "--watch" if watch else "--no-watch",
-        "--job-name",
-        f"gpu-node-guard-{int(scheduled.timestamp()) // 60}",
         "--dry-run",
         "--output",
         "json",
@@ -211,7 +211,8 @@ def plan_at(
     ]
     out, err = io.StringIO(), io.StringIO()
     try:
-        with redirect_stdout(out), redirect_stderr(err):
+        job = {"GUARD_JOB_NAME": f"gpu-node-guard-{int(scheduled.timestamp()) // 60}"}
+        with redirect_stdout(out), redirect_stderr(err), mock.patch.dict(os.environ, job):
             cli.main(args=args, prog_name="gpu-node-guard", standalone_mode=False)
     except SystemExit as exc:  # the run's own exit; 0 is a finished dry run
         if exc.code not in (0, None):

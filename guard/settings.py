@@ -1,7 +1,8 @@
 """One frozen value with every setting of a guard run; built once by the CLI.
 
-Each field carries its help text in `metadata`; `guard.cli` turns every field into a click option
-``--field-name`` with environment variable ``GUARD_FIELD_NAME``, so a setting is declared once.
+Each field carries its help text in `metadata`; `guard.settings_flags` turns every site setting
+(`SITE_GROUPS`) into a click option ``--field-name`` with environment variable
+``GUARD_FIELD_NAME``, so a setting is declared once.
 Defaults come from the incident write-up the guard was built from (five-minute cadence, ten-minute
 hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned nodes).
 """
@@ -16,8 +17,8 @@ from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
 
-# Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these):
-# a setting outside them would cordon a node and then have its evidence Job refused.
+# Bounds the admission policies enforce on the guard's Jobs (the policy generator imports these);
+# the Jobs' deadlines and TTLs are fixed values within them (tests/unit/test_cli_input.py).
 JOB_DEADLINE_MIN_S = 1
 JOB_DEADLINE_MAX_S = 3600
 JOB_TTL_MIN_S = 1
@@ -104,16 +105,15 @@ class Settings:
     )
     kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
-    cadence_s: int = _opt(
-        300, "How often the CronJob runs; a missing evidence Job is recreated within two cycles"
-    )
+    # the CronJob's schedule; a missing evidence Job is recreated within two cycles
+    cadence_s: int = 300
     hold_window_s: int = _opt(600, "GPU loss must hold this long before a cordon")
     fast_hold_window_s: int = _opt(120, "Shorter hold for hardware-certain Xids (fast path)")
     fast_path_xids: tuple[int, ...] = _opt((79,), "Hardware-certain Xids that use the short hold")
     user_code_xids: tuple[int, ...] = _opt(
         (13, 31, 43, 45, 68, 109), "Xids caused by user code: never a reason to cordon"
     )
-    query_step_s: int = _opt(60, "Subquery resolution of the hold window")
+    query_step_s: int = 60  # the hold window's subquery resolution
     # Safety.
     breaker_max_nodes: int = _opt(5, "No new cordon when this many nodes carry the guard's reason")
     breaker_max_fraction: float = _opt(
@@ -137,35 +137,26 @@ class Settings:
         "", "CIDRs (comma-separated) the pods' upstream resolvers must be in (empty: skip)"
     )
     # Names (owner: security; the admission policies in policies/ are generated from these).
-    annotation_prefix: str = _opt("gpu-node-guard.io/", "Prefix of the guard's node annotations")
-    namespace: str = _opt("gpu-node-guard", "Namespace of the guard (CronJob) and its ledger")
-    jobs_namespace: str = _opt(
-        "gpu-node-guard-jobs",
-        "Namespace of the guard's Jobs (evidence, conformance, load test); its pods never count",
-    )
-    ledger_configmap: str = _opt("gpu-fault-ledger", "ConfigMap holding the fault ledger")
-    job_service_account: str = _opt(
-        "gpu-node-guard-job", "ServiceAccount of the guard's Jobs (in the jobs namespace)"
-    )
-    gpu_node_label: str = _opt(
-        "nvidia.com/gpu.present=true",
-        "key=value label every GPU node carries; the guard's Jobs require it (nodeSelector)",
-    )
+    annotation_prefix: str = "gpu-node-guard.io/"  # the prefix of the guard's node annotations
+    namespace: str = "gpu-node-guard"  # the guard's (CronJob, ledger, Lease): its pod's
+    # the guard's Jobs (evidence, conformance, load test); its pods never count
+    jobs_namespace: str = "gpu-node-guard-jobs"
+    ledger_configmap: str = "gpu-fault-ledger"  # the fault ledger
+    job_service_account: str = "gpu-node-guard-job"  # the Jobs' ServiceAccount (jobs namespace)
+    # every GPU node carries it; the Jobs' nodeSelector
+    gpu_node_label: str = "nvidia.com/gpu.present=true"
     # Jobs.
-    image: str = _opt(
-        "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0", "Image of the evidence and conformance Jobs"
-    )
-    loadtest_image: str = _opt(
-        "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0", "Image of the load-test Job"
-    )
-    evidence_deadline_s: int = _opt(
-        600, "activeDeadlineSeconds of the evidence and conformance Jobs"
-    )
-    loadtest_deadline_s: int = _opt(1800, "activeDeadlineSeconds of the load-test Job")
-    job_ttl_s: int = _opt(7 * 86400, "ttlSecondsAfterFinished of every guard Job")
-    loadtest_duration_s: int = _opt(90, "Matmul burn per GPU in the load test")
-    loadtest_matrix_size: int = _opt(8192, "Square fp16 matrix size of the burn")
-    loadtest_min_ratio: float = _opt(0.8, "Pass when min/max per-GPU throughput is at least this")
+    # of the evidence, conformance and fence Jobs
+    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"
+    # of the load-test Job
+    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
+    # activeDeadlineSeconds of the evidence, conformance and fence Jobs
+    evidence_deadline_s: int = 600
+    loadtest_deadline_s: int = 1800  # activeDeadlineSeconds of the load-test Job
+    job_ttl_s: int = 7 * 86400  # ttlSecondsAfterFinished of every guard Job
+    loadtest_duration_s: int = 90  # the matmul burn per GPU
+    loadtest_matrix_size: int = 8192  # the burn's square fp16 matrix
+    loadtest_min_ratio: float = 0.8  # pass: min/max per-GPU throughput
     # Lifecycle checks (after every reboot, the onboarding gate, the load test's all-reduce and
     # recorded links: docs/lifecycle.md, docs/onboarding.md).
     boot_check: bool = _opt(
@@ -178,9 +169,7 @@ class Settings:
         "At most this many after-reboot and onboarding conformance Jobs run at once; a cycle"
         " starts new ones only below it (a first deployment's backlog drains this many per cycle)",
     )
-    boot_check_job_ttl_s: int = _opt(
-        21_600, "ttlSecondsAfterFinished of the after-reboot conformance Jobs (read within a cycle)"
-    )
+    boot_check_job_ttl_s: int = 21_600  # ttlSecondsAfterFinished of the after-reboot Jobs
     boot_check_return_loadtest: bool = _opt(
         False, "A node cordoned for conformance also passes the load test before it returns"
     )
@@ -189,16 +178,11 @@ class Settings:
         "key=value:effect a new node registers with; removed once conformance and the burn-in"
         " pass (empty: no onboarding gate)",
     )
-    onboarding_burnin_s: int = _opt(
-        900, "Burn time of the onboarding load test (longer than loadtest_duration_s)"
-    )
+    onboarding_burnin_s: int = 900  # the onboarding load test's burn (longer than the return's)
     loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
-    loadtest_allreduce_min_ratio: float = _opt(
-        0.7, "Every GPU's all-reduce bandwidth must reach this fraction of the best GPU's"
-    )
-    loadtest_allreduce_timeout_s: int = _opt(
-        60, "An all-reduce rank silent this long while the others wait is hung"
-    )
+    # every GPU's all-reduce bandwidth against the best GPU's
+    loadtest_allreduce_min_ratio: float = 0.7
+    loadtest_allreduce_timeout_s: int = 60  # an all-reduce rank silent this long is hung
     # Node signals: the node agent's driver/NVML mismatch cordons, and the service
     # network a node needs before it returns (also NodeServiceNetworkDown's pods).
     nvml_mismatch_cordon: bool = _opt(
@@ -206,9 +190,7 @@ class Settings:
         "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
         "(reason nvml-mismatch)",
     )
-    nvml_mismatch_hold_s: int = _opt(
-        0, "How long nvidia-match must have failed before that cordon (0: hold_window_s)"
-    )
+    nvml_mismatch_hold_s: int = 0  # the driver/NVML mismatch's hold (0: hold_window_s)
     service_network_kube_proxy_namespace: str = _opt(
         "kube-system", "Namespace of the kube-proxy pods (empty: any namespace)"
     )
@@ -235,45 +217,28 @@ class Settings:
         "The fence also drains the GPU (nvidia-smi drain; only where the product supports it)",
     )
     # Writes (the executor, the API door, the ledger's storage).
-    cycle_deadline_s: int = _opt(
-        200,
-        "Retry transient API errors (5xx, resets, timeouts) and write conflicts until this many "
-        f"seconds after the cycle started; below the CronJob's activeDeadlineSeconds "
-        f"({CRONJOB_DEADLINE_S})",
-    )
-    api_timeout_s: float = _opt(10.0, "Timeout of one API server request")
+    # transient API errors and conflicts are retried until then (after the start)
+    cycle_deadline_s: int = 200
+    api_timeout_s: float = 10.0  # one API server request
     api_page_size: int = _opt(
         500,
         "Nodes per page of the node list: one page of raw Nodes (about 14 KB each) is alive at a "
         "time; larger pages mean fewer requests, more memory",
     )
     # The in-run watch and the cycle's Lease (guard/watch.py, guard/doors/lease.py).
-    watch_until_s: int = _opt(
-        CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
-        "After its cycle, the run watches pending holds until this many seconds after it started "
-        f"(the CronJob's activeDeadlineSeconds {CRONJOB_DEADLINE_S} less {WATCH_MARGIN_S})",
-    )
+    # the watch ends this long after the Job's schedule (the deadline less the margin)
+    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S
     scrape_interval_s: int = _opt(
         15,
         "Scrape interval of dcgm-exporter and kube-state-metrics: the watch polls once per scrape "
         "and re-reads a due node's loss history at this step (a divisor of query_step_s)",
     )
-    job_name: str = _opt(
-        "",
-        "The run's own Job (the CronJob sets it from the pod's job-name label): a scheduled Job "
-        "is named <cronjob>-<minutes since the epoch>, and the watch ends watch_until_s after "
-        "that schedule, never past the Job's activeDeadlineSeconds (empty: after the run's start)",
-    )
-    lease_duration_s: int = _opt(
-        90,
-        "The cycle's Lease expires this long after its last renewal, and never past the next "
-        "cron slot's start (a killed run's Lease is free for the next slot's run)",
-    )
-    ledger_archive_bytes: int = _opt(
-        768 * 1024,
-        "Before a ledger write passes this size, its oldest lines move to archive ConfigMaps "
-        "(the object limit is 1 MiB)",
-    )
+    # the run's own Job, whose name ends in its schedule (the watch's end counts from it)
+    job_name: str = ""
+    # the Lease expires this long after its last renewal (never past the next slot)
+    lease_duration_s: int = 90
+    # before a ledger write passes it, its oldest lines move to archives
+    ledger_archive_bytes: int = 768 * 1024
     # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
@@ -464,36 +429,10 @@ def _names(s: Settings) -> list[Check]:
 
 
 def _jobs(s: Settings) -> list[Check]:
-    deadline = f"must be in {JOB_DEADLINE_MIN_S}..{JOB_DEADLINE_MAX_S} (the job-shape policy)"
+    image = "must be an image reference without spaces"
     return [
-        (bool(_IMAGE.fullmatch(s.image)), "image", "must be an image reference without spaces"),
-        (
-            bool(_IMAGE.fullmatch(s.loadtest_image)),
-            "loadtest_image",
-            "must be an image reference without spaces",
-        ),
-        (
-            _within(s.evidence_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-            "evidence_deadline_s",
-            deadline,
-        ),
-        (
-            _within(s.loadtest_deadline_s, JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
-            "loadtest_deadline_s",
-            deadline,
-        ),
-        (
-            _within(s.job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
-            "job_ttl_s",
-            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
-        ),
-        (
-            0 < s.loadtest_duration_s < s.loadtest_deadline_s,
-            "loadtest_duration_s",
-            "must be positive and shorter than loadtest_deadline_s",
-        ),
-        (_within(s.loadtest_matrix_size, 1, 65_536), "loadtest_matrix_size", "must be in 1..65536"),
-        (0.0 < s.loadtest_min_ratio <= 1.0, "loadtest_min_ratio", "must be in (0, 1]"),
+        (bool(_IMAGE.fullmatch(s.image)), "image", image),
+        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image", image),
     ]
 
 
@@ -505,7 +444,6 @@ def _writes(s: Settings) -> list[Check]:
             f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
             f" {CRONJOB_DEADLINE_S})",
         ),
-        (0 < s.api_timeout_s <= 60, "api_timeout_s", "must be in (0, 60]"),
         (_within(s.api_page_size, 100, 5000), "api_page_size", "must be in 100..5000"),
         (
             _within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S),
@@ -528,11 +466,6 @@ def _writes(s: Settings) -> list[Check]:
             "lease_duration_s",
             f"must be in 2 × scrape_interval_s..{LEASE_MAX_S} (renewed at every poll; free"
             " again within the CronJob's deadline)",
-        ),
-        (
-            _within(s.ledger_archive_bytes, 4096, 1_000_000),
-            "ledger_archive_bytes",
-            "must be in 4096..1000000 (a ConfigMap holds at most 1 MiB)",
         ),
     ]
 
@@ -558,31 +491,11 @@ def _lifecycle(s: Settings) -> list[Check]:
     return [
         (_within(s.boot_check_max_jobs, 1, 1000), "boot_check_max_jobs", "must be in 1..1000"),
         (
-            _within(s.boot_check_job_ttl_s, JOB_TTL_MIN_S, JOB_TTL_MAX_S),
-            "boot_check_job_ttl_s",
-            f"must be in {JOB_TTL_MIN_S}..{JOB_TTL_MAX_S} (the job-shape policy)",
-        ),
-        (
             not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
             "onboarding_taint",
             "must be key=value:effect (effect "
             + ", ".join(TAINT_EFFECTS)
             + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
-        ),
-        (
-            s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s,
-            "onboarding_burnin_s",
-            "must be longer than loadtest_duration_s and shorter than loadtest_deadline_s",
-        ),
-        (
-            0.0 < s.loadtest_allreduce_min_ratio <= 1.0,
-            "loadtest_allreduce_min_ratio",
-            "must be in (0, 1]",
-        ),
-        (
-            _within(s.loadtest_allreduce_timeout_s, 1, 3600),
-            "loadtest_allreduce_timeout_s",
-            "must be in 1..3600",
         ),
     ]
 
@@ -623,11 +536,6 @@ def _signals(s: Settings) -> list[Check]:
     pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
     namespace = "must be empty (any) or a DNS-1123 label"
     return [
-        (
-            s.nvml_mismatch_hold_s == 0 or _within(s.nvml_mismatch_hold_s, 60, MAX_DURATION_S),
-            "nvml_mismatch_hold_s",
-            f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}",
-        ),
         (
             not s.service_network_kube_proxy_namespace
             or is_dns_label(s.service_network_kube_proxy_namespace),
@@ -678,16 +586,67 @@ def _metrics(s: Settings) -> list[Check]:
     ]
 
 
+def _listed(text: str) -> tuple[str, ...]:
+    """Setting names, whitespace-separated (a wrong one fails at import: `setting_fields`)."""
+    return tuple(text.split())
+
+
+# Settings by lifetime (docs/deploy.md, "Settings by lifetime"). What a site sets: a flag and a
+# GUARD_* variable each (its overlay's settings.env), in these groups, in this order.
+SITE_GROUPS: dict[str, tuple[str, ...]] = {
+    "reading": _listed(
+        "prometheus_url prometheus_bearer_token_file prometheus_service_account_token "
+        "prometheus_basic_auth_user prometheus_basic_auth_password_file "
+        "prometheus_ca_file prometheus_cert_file prometheus_key_file prometheus_headers "
+        "kubeconfig"
+    ),
+    "selectors": _listed("dcgm_node_labels dcgm_selector ksm_selector scrape_interval_s"),
+    "hold": _listed(
+        "hold_window_s fast_hold_window_s fast_path_xids user_code_xids reset_class_xids "
+        "memory_class_xids nvml_mismatch_cordon"
+    ),
+    "breaker": _listed("breaker_max_nodes breaker_max_fraction"),
+    "return": _listed(
+        "repeat_fault_limit return_conformance conformance_control_plane_version "
+        "conformance_allowed_dns loadtest_allreduce service_network_kube_proxy_namespace "
+        "service_network_kube_proxy_pods service_network_cni_namespace "
+        "service_network_cni_daemonsets"
+    ),
+    "lifecycle": _listed("boot_check boot_check_return_loadtest onboarding_taint"),
+    "fence": _listed("fence_gpu fence_drain"),
+    "links": _listed("runbook_base_url pushgateway_url"),
+    "large-site": _listed(
+        "prometheus_timeout_s prometheus_max_answer_bytes prometheus_max_series "
+        "api_page_size boot_check_max_jobs"
+    ),
+}
+SITE_SETTINGS = tuple(name for group in SITE_GROUPS.values() for name in group)
+# What the CronJob's own manifest gives its pod, beside its schedule and deadline: a GUARD_*
+# variable only, no flag, never in settings.env (`config check` refuses it there). The namespace
+# and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the
+# timing keeps the defaults tied to cronjob.yaml (tests/unit/test_cadence_and_layout.py), set
+# otherwise only by a run by hand or a test that shortens its slot.
+CRONJOB_ENV = _listed(
+    "namespace job_name image loadtest_image cadence_s cycle_deadline_s watch_until_s "
+    "lease_duration_s"
+)
+# Every other field is the guard's own value: no flag, no variable. The layout names are written
+# into the manifests and the generated policies; the load test's parameters are calibrated
+# together (and admitted exactly by its policy); the rest is internal (the query grid, the
+# ledger's archive size, deadlines and TTLs of the Jobs). Python (tests, the policy generator)
+# may still build a Settings with another value.
+RENDER_SETTINGS = _listed(
+    "memory_class_xids conformance_control_plane_version conformance_allowed_dns "
+    "loadtest_allreduce fence_drain"
+)  # what reaches a Job's spec beside the images (`render`)
+STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
+
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
-# "Settings that are not the site's"). A value other than the default is refused by the cluster's
-# own policies or RBAC at the first write; the commands warn at start (guard.settings_flags).
-LAYOUT_SETTINGS = (
-    "namespace",
-    "jobs_namespace",
-    "job_service_account",
-    "ledger_configmap",
-    "annotation_prefix",
-    "gpu_node_label",
+# "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,
+# GUARD_NAMESPACE): the cluster's policies and RBAC refuse the first write under another; the
+# commands warn at start.
+LAYOUT_SETTINGS = _listed(
+    "namespace jobs_namespace job_service_account ledger_configmap annotation_prefix gpu_node_label"
 )
 
 
@@ -814,6 +773,16 @@ def _reading(s: Settings) -> list[Check]:
     ]
 
 
-def setting_fields() -> tuple[Any, ...]:
-    """The dataclass fields, for the CLI to build options from."""
-    return fields(Settings)
+def setting_fields(names: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """The dataclass fields (those of `names`, in that order), for the CLI to build options
+    from."""
+    if names is None:
+        return fields(Settings)
+    by_name = {f.name: f for f in fields(Settings)}
+    return tuple(by_name[n] for n in names)
+
+
+def fixed_settings() -> tuple[str, ...]:
+    """The fields that are neither the site's nor the CronJob's: the guard's own values."""
+    given = {*SITE_SETTINGS, *CRONJOB_ENV}
+    return tuple(f.name for f in fields(Settings) if f.name not in given)

@@ -1,7 +1,9 @@
 """The Settings as click options, for every command that takes the guard's settings (`run`,
-`render`, `status`): one flag and one GUARD_* environment variable per field, with its default
-and help from guard/settings.py, built into one Settings; a refused value is one usage line
-naming its flag; and the click types these commands and the node-side ones share."""
+`render`, `status`): one flag and one GUARD_* environment variable per site setting (each command
+takes the groups it uses: guard/settings.py `SITE_GROUPS`), the CronJob's own values from their
+GUARD_* variable only (`CRONJOB_ENV`), with defaults and help from guard/settings.py, built into
+one Settings; a refused value is one usage line naming its flag; and the click types these
+commands and the node-side ones share."""
 
 from __future__ import annotations
 
@@ -16,7 +18,15 @@ import click
 
 from guard.ledger import parse_time
 from guard.log import redact
-from guard.settings import Settings, SettingsError, layout_differences, setting_fields
+from guard.settings import (
+    CRONJOB_ENV,
+    SITE_SETTINGS,
+    Settings,
+    SettingsError,
+    fixed_settings,
+    layout_differences,
+    setting_fields,
+)
 
 # GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
 # guard/evidence/cli.py, guard/evidence/ledger_cli.py), and the prefixes of the node-side
@@ -75,9 +85,20 @@ class Rfc3339(click.ParamType):  # type: ignore[type-arg]
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
 
 
-def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """One click option per Settings field, with its GUARD_* environment variable."""
-    for f in reversed(setting_fields()):
+Command = Callable[..., Any]
+
+
+def option_set(names: tuple[str, ...]) -> Callable[[Command], Command]:
+    """A decorator: one click option per setting of `names`, with its GUARD_* variable."""
+
+    def decorate(command: Command) -> Command:
+        return _options(command, names)
+
+    return decorate
+
+
+def _options(command: Command, names: tuple[str, ...]) -> Command:
+    for f in reversed(setting_fields(names)):
         flag = "--" + f.name.replace("_", "-")
         env = "GUARD_" + f.name.upper()
         help_text = f.metadata["help"]
@@ -109,6 +130,9 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+settings_options = option_set(SITE_SETTINGS)  # `run`: every site setting
+
+
 def build_settings(
     options: dict[str, Any], *, warn: bool = True, warn_layout: bool = True
 ) -> Settings:
@@ -118,11 +142,13 @@ def build_settings(
     names = {f.name for f in setting_fields()}
     if warn:
         warn_unknown_env()
+    pod = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
+    given = {**pod, **{k: v for k, v in options.items() if k in names}}
     try:
-        built = Settings(**{k: v for k, v in options.items() if k in names})
+        built = Settings(**given)
     except SettingsError as exc:
         problems = "; ".join(
-            f"{_flag(name)} {text} (got {_shown(options.get(name))})" for name, text in exc.problems
+            f"{_flag(name)} {text} (got {_shown(given.get(name))})" for name, text in exc.problems
         )
         raise click.UsageError(f"bad setting: {problems}") from None
     for fields in layout_warnings(built) if warn_layout else ():
@@ -136,7 +162,7 @@ def build_settings(
 
 LAYOUT_NEXT = (
     "unset it, or regenerate the policies and rename the manifests (docs/deploy.md, "
-    '"Settings that are not the site\'s")'
+    '"Settings by lifetime")'
 )
 
 
@@ -172,9 +198,10 @@ def given_here(ctx: click.Context, options: Mapping[str, Any]) -> frozenset[str]
 def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dict[str, Any]:
     """The settings in `env` (GUARD_<NAME> keys, as a settings ConfigMap holds them) but `skip`,
     converted as the CronJob's own options convert its envFrom; an empty number is unset (as
-    there). A value that does not convert is one usage line naming `where` and the key."""
+    there). A value that does not convert is one usage line naming `where` and the key. Only the
+    site's settings and the CronJob's own are read: a fixed value is no variable."""
     out: dict[str, Any] = {}
-    for f in setting_fields():
+    for f in setting_fields((*SITE_SETTINGS, *CRONJOB_ENV)):
         key = "GUARD_" + f.name.upper()
         if f.name in skip or key not in env:
             continue
@@ -202,13 +229,18 @@ def _shown(value: Any) -> str:
 
 
 def known_env_names() -> frozenset[str]:
-    return frozenset("GUARD_" + f.name.upper() for f in setting_fields()) | OTHER_ENV_NAMES
+    read = (*SITE_SETTINGS, *CRONJOB_ENV)
+    return frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
+
+
+FIXED_HINT = "a fixed value of the guard, not a setting: docs/deploy.md, Settings by lifetime"
 
 
 def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
     """One WARN line per GUARD_* variable no command reads, with the closest known name: a
     misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
-    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, {}, environ)
+    fixed = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
+    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, fixed, environ)
 
 
 def unknown_command_env_lines(
@@ -260,5 +292,8 @@ def warn_unknown_command_env(prefix: str) -> None:
 
 
 def _flag(name: str) -> str:
-    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`."""
+    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`
+    (the CronJob's own values: the variable alone)."""
+    if name not in SITE_SETTINGS:
+        return f"GUARD_{name.upper()}"
     return f"--{name.replace('_', '-')} (GUARD_{name.upper()})"

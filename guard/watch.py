@@ -11,10 +11,10 @@ only that node — its Xids, its loss history on the scrape grid, its cordon in 
 snapshot with those facts
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
-(`already-cordoned`). At most one cordon per run: after a cordon landed in the cycle the watch
-decides nothing and only holds the cycle's Lease until its end (a run started beside this one in
-the same slot then finds the Lease held); after a cordon of its own it does the same. Each
-decision's writes come right after a renewal of the Lease: a lost one means no writes. It ends at
+(`already-cordoned`). Each decision is a turn of the run (guard/run.py `Run.turn`); once the run
+may isolate no more (`may_isolate`: a cordon landed, the cycle's or its own) the watch decides
+nothing and only holds the cycle's Lease until its end, so a run started beside it in the same
+slot finds the Lease held. It ends at
 `Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
 cycle's Lease is lost, or when a read still fails after its retries (one WARN `watch-end` line;
 the cycle's exit code stands); a hold that cannot complete by then is the next run's. Its API
@@ -33,17 +33,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from guard.actions import Action, Cordon, TaintDevice
-from guard.apply import KubeExecutor, PrintExecutor, cordon_landed
-from guard.doors.kube import Kube, KubeError, NotFound
+from guard.actions import Cordon, TaintDevice
+from guard.apply import cordon_landed
+from guard.doors.kube import KubeError, NotFound
 from guard.doors.kube_errors import first_line
-from guard.doors.prom import PromClient, PromError
+from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
-from guard.jobs import JobTemplates
 from guard.ledger import format_time
-from guard.log import Level, Log
+from guard.log import Level
 from guard.model import NodeInfo, Snapshot
 from guard.names import Annotations
 from guard.plan import hold
@@ -53,7 +52,9 @@ from guard.plan.watch import Due, decision_snapshot, dues, fine, split
 from guard.read import queries
 from guard.read.objects import node_info
 from guard.read.prom_view import read_prom, with_prom_unreadable
-from guard.settings import Settings
+
+if TYPE_CHECKING:
+    from guard.run import Run
 
 
 class Clock(Protocol):
@@ -93,72 +94,57 @@ class ReplayClock:
         self.at += timedelta(seconds=seconds)
 
 
-Executor = PrintExecutor | KubeExecutor
-
-
 @dataclass
 class Watch:
-    s: Settings
-    prom: PromClient
-    kube: Kube | None  # None for a `--cluster-snapshot` dry run: the file's Nodes are re-read
-    templates: JobTemplates
-    log: Log
+    """The run's later turns (guard/run.py `Run`): one decision per due hold or new fault."""
+
+    run: Run
     base: Snapshot  # the cycle's
-    executor_for: Callable[[Snapshot], Executor]
     clock: Clock
     end: datetime
-    renew: Callable[[datetime], bool] = lambda _at: True
-    released: frozenset[str] = frozenset()  # nodes the cycle's return check let go
-    # False after a cordon landed in the cycle: the run decides nothing more, but stays up
-    # holding the cycle's Lease until the end, so a run started beside it in the same slot
-    # finds the Lease held and cannot cordon a second node.
-    deciding: bool = True
-    # A decision's writes: the renewal right before them (with a cordon among them, the run's
-    # cron slot goes into the Lease with it: guard/doors/lease.py; False: lost, write nothing),
-    # and after them whether a cordon landed (no: the record as it was).
-    before_writes: Callable[[tuple[Action, ...]], bool] = lambda _actions: True
-    after_writes: Callable[[bool], None] = lambda _landed: None
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
     left: set[str] = field(default_factory=set)
     decisions: int = 0
     polls: int = 0
     cordoned: str = ""
-    lost: bool = False  # the renewal before a decision's writes met another holder
 
-    def run(self) -> None:
-        within, later = split(dues(self.base, self.s), self.end) if self.deciding else ((), ())
+    def watch(self) -> None:
+        run, s = self.run, self.run.s
+        deciding = run.may_isolate()
+        within, later = split(dues(self.base, s), self.end) if deciding else ((), ())
         self.waiting = {d.node: d for d in within}
         self.left = {d.node for d in later}
-        decided = {g.node for g in hold.candidates(self.base.prom, self.base.now, self.s)}
+        decided = {g.node for g in hold.candidates(self.base.prom, self.base.now, s)}
         self.seen = {*self.waiting, *self.left, *decided}
         start = self.clock.now()
         first = min(self.waiting.values(), key=lambda d: d.at, default=None)
-        if not self.deciding:
+        if not deciding:
             nxt = "a cordon landed in this run: holding the cycle's Lease, deciding nothing more"
         elif first:
             nxt = f"first decision at {format_time(first.at)} ({first.node})"
         else:
             nxt = "polling for new faults"
-        self.log.emit(
+        run.decisions.emit(
             "watch-start",
             {
                 "waiting": len(self.waiting),
                 "left": len(self.left),
                 "until": format_time(self.end),
-                "interval_s": self.s.scrape_interval_s,
+                "interval_s": s.scrape_interval_s,
                 "next": nxt,
             },
         )
-        prom_before, retries_before = self.prom.requests_made, self.prom.backoff.waits
-        api_before = self.kube.requests_made if self.kube else 0
+        prom, kube = run.prom, run.kube
+        prom_before, retries_before = prom.requests_made, prom.backoff.waits
+        api_before = kube.requests_made if kube else 0
         level: Level = "INFO"
         try:
             why = self._loop(start)
         except (PromError, KubeError) as exc:  # the cycle's work stands; the next run reads again
             why, level = f"read-failed: {first_line(str(exc))}", "WARN"
         self.left |= set(self.waiting)
-        self.log.emit(
+        run.decisions.emit(
             "watch-end",
             {
                 "why": why,
@@ -166,16 +152,17 @@ class Watch:
                 "cordoned": self.cordoned or "-",
                 "left": len(self.left),
                 "polls": self.polls,
-                "prometheus_requests": self.prom.requests_made - prom_before,
-                "prometheus_retries": self.prom.backoff.waits - retries_before,
-                "api_requests": (self.kube.requests_made if self.kube else 0) - api_before,
+                "prometheus_requests": prom.requests_made - prom_before,
+                "prometheus_retries": prom.backoff.waits - retries_before,
+                "api_requests": (kube.requests_made if kube else 0) - api_before,
                 "next": "the next run decides what is left" if self.left else "nothing left",
             },
             level,
         )
 
     def _loop(self, start: datetime) -> str:
-        next_poll = start + timedelta(seconds=self.s.scrape_interval_s)
+        run, step = self.run, timedelta(seconds=self.run.s.scrape_interval_s)
+        next_poll = start + step
         while True:
             now = self.clock.now()
             for d in sorted(
@@ -185,33 +172,33 @@ class Watch:
                 if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
                     self._stop_deciding()
                     break
-            if self.lost:
+            if run.lost:
                 return "lease-lost"
             if now >= self.end:
                 return "cordon-landed" if self.cordoned else "deadline"
             if now >= next_poll:
-                if self.deciding and self._poll(now):
+                if run.may_isolate() and self._poll(now):
                     self._stop_deciding()
-                if self.lost:
+                if run.lost:
                     return "lease-lost"
-                next_poll += timedelta(seconds=self.s.scrape_interval_s)
-                if not self.renew(self.clock.now()):
+                next_poll += step
+                if not run.renew():
                     return "lease-lost"
             times = [next_poll, self.end, *(d.at for d in self.waiting.values())]
             wake = min(t for t in times if t > now)  # the end is later than now
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
 
     def _stop_deciding(self) -> None:
-        """One cordon per run: what still waits is the next run's; the Lease stays held."""
-        self.deciding = False
+        """The run may isolate no more (guard.run `may_isolate`): what still waits is the next
+        run's; the Lease stays held."""
         self.left |= set(self.waiting)
         self.waiting.clear()
 
     def _poll(self, now: datetime) -> bool:
         """Looks at each node the poll names for the first time; True when a cordon landed."""
         self.polls += 1
-        answer = self.prom.vector_checked(
-            queries.WATCH_POLL, queries.watch_poll(self.s).promql, now, (queries.NODE_LABEL,)
+        answer = self.run.prom.vector_checked(
+            queries.WATCH_POLL, queries.watch_poll(self.run.s).promql, now, (queries.NODE_LABEL,)
         )
         found = sorted({x.label(queries.NODE_LABEL) for x in answer.good})
         for name in found:
@@ -226,32 +213,39 @@ class Watch:
         """The cycle's snapshot with that node's facts as re-read at `now`, its loss history
         (and for a mismatch hold its nvidia-match history) on the scrape grid (one node:
         cheap)."""
-        names, at_scrape = [n.name for n in self.base.nodes], fine(self.s)
+        names, at_scrape = [n.name for n in self.base.nodes], fine(self.run.s)
         sent = queries.hold_queries(at_scrape, name)
         if mismatch:
             sent += queries.mismatch_queries(at_scrape, name)
-        view = read_prom(self.prom, at_scrape, now, names, sent)
+        view = read_prom(self.run.prom, at_scrape, now, names, sent)
         node = self._node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
 
     def _node(self, name: str) -> NodeInfo | None:
-        if self.kube is None:
+        kube = self.run.kube
+        if kube is None:  # a `--cluster-snapshot` dry run: the file's Nodes
             return self.base.node(name)
         try:
-            return node_info(self.kube.node(name), Annotations(self.s.annotation_prefix))
+            return node_info(kube.node(name), Annotations(self.run.s.annotation_prefix))
         except NotFound:
             return None
 
     def _decide(self, name: str, now: datetime, new: bool = False, mismatch: bool = False) -> bool:
         """One decision for the node; True when a cordon landed."""
+        run, s = self.run, self.run.s
         snap = self._read(name, now, mismatch)
-        found = {g.node for g in hold.candidates(snap.prom, now, self.s)}
-        if mismatch and self.s.nvml_mismatch_cordon:
-            found.update(hold.nvml_candidates(snap.prom, now, self.s))
+        found = {g.node for g in hold.candidates(snap.prom, now, s)}
+        if mismatch and s.nvml_mismatch_cordon:
+            found.update(hold.nvml_candidates(snap.prom, now, s))
         if name in found:
-            return self._apply(snap, plan_isolation(snap, self.s, self.templates, self.released))
-        later = [d for d in dues(snap, self.s, self.s.scrape_interval_s) if d.node == name]
+            self.decisions += 1
+            actions = plan_isolation(snap, s, run.templates, run.released)
+            run.turn(snap, actions)
+            if cordon_landed(run.outcomes):
+                self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
+            return not run.may_isolate()
+        later = [d for d in dues(snap, s, s.scrape_interval_s) if d.node == name]
         if later and later[0].at <= self.end:
             self.waiting[name] = later[0]
             word, nxt = "waits", f"decides at {format_time(later[0].at)}"
@@ -269,23 +263,5 @@ class Watch:
             self.seen.discard(name)
             return False
         self.decisions += 1
-        self.log.emit("watch-wait", {"node": name, "hold": word, "next": nxt})
-        return False
-
-    def _apply(self, snap: Snapshot, actions: tuple[Action, ...]) -> bool:
-        """The decision's writes, each after a renewal of the cycle's Lease (a lost one: none,
-        and the watch ends); True when a cordon landed or the Lease was lost."""
-        self.decisions += 1
-        if actions and not self.before_writes(actions):
-            self.lost = True
-            return True
-        executor = self.executor_for(snap)
-        for action in actions:
-            executor.apply(action)
-        landed = cordon_landed(executor.outcomes)
-        if actions:
-            self.after_writes(landed)
-        if landed:
-            self.cordoned = next(a.node for a in actions if isinstance(a, Cordon | TaintDevice))
-            return True
+        run.decisions.emit("watch-wait", {"node": name, "hold": word, "next": nxt})
         return False

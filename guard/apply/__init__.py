@@ -18,6 +18,7 @@ changed node: guard.apply.node_patch.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -59,7 +60,7 @@ NodePatch = node_patch.NodePatch
 REFUSED = "refused"
 
 
-def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
+def refused_cordons(outcomes: Sequence[Outcome]) -> frozenset[str]:
     """Nodes whose cordon the API refused in this cycle."""
     return frozenset(
         o.action.node
@@ -68,7 +69,7 @@ def refused_cordons(outcomes: list[Outcome]) -> frozenset[str]:
     )
 
 
-def cordon_landed(outcomes: list[Outcome]) -> bool:
+def cordon_landed(outcomes: Sequence[Outcome]) -> bool:
     """A cordon or a device taint landed (or was found landed) in this cycle: no other isolation
     may follow it."""
     landed = ("applied", "already-done", "would-apply")

@@ -169,7 +169,7 @@ class PromClient:
     # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
     # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
     codes: Counter[str] = field(default_factory=Counter)
-    # The run's retry budget (guard.cli `Budget`: the cycle's deadline, then the run's).
+    # The run's retry budget (guard.run `Budget`: the cycle's deadline, then the run's).
     backoff: Backoff = field(default_factory=Backoff.once)
     # A warning that does not say the answer is partial: (query, warning), once per text.
     warn: Callable[[str, str], None] = lambda _name, _warning: None

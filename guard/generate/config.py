@@ -37,21 +37,20 @@ import yaml
 from guard.generate import alert_queries, alerts, policies
 from guard.generate.policies import params
 from guard.names import SETTINGS_CONFIGMAP
-from guard.settings import Settings, SettingsError, setting_fields
+from guard.settings import (
+    CRONJOB_ENV,
+    LAYOUT_SETTINGS,
+    SITE_SETTINGS,
+    Settings,
+    SettingsError,
+    fixed_settings,
+)
 from guard.settings_flags import env_options
 
 KUSTOMIZE_VERSION = "v5.7.1"  # the kustomize of kubectl v1.34 (hack/deploytest/build.sh)
 CRONJOB = "gpu-node-guard"
 AGENT = "gpu-node-guard-agent"
-# Names the manifests and the policies carry (docs/deploy.md, "Settings that are not the site's").
-LAYOUT = (
-    "namespace",
-    "jobs_namespace",
-    "job_service_account",
-    "ledger_configmap",
-    "annotation_prefix",
-    "gpu_node_label",
-)
+LAYOUT = LAYOUT_SETTINGS  # the names the manifests and the policies carry (docs/deploy.md)
 # From `images:` (image-wiring), never from settings.env.
 IMAGES = ("image", "loadtest_image")
 _PARAM = re.compile(r"params\.\?data\[\?'(GUARD_[A-Z0-9_]+)'\]\.orValue\('((?:[^'\\]|\\.)*)'\)")
@@ -167,16 +166,24 @@ def check(r: Rendered) -> tuple[Settings | None, list[str]]:
 
 
 def _keys(data: Mapping[str, str]) -> list[str]:
-    known = {params.env_name(f.name) for f in setting_fields()}
-    layout = {params.env_name(n) for n in LAYOUT}
-    out = [
-        f"{key}: not a setting of the guard (it ignores it)" for key in sorted(set(data) - known)
-    ]
-    out += [
-        f"{key}: a layout name, written into the manifests and policies, not a site setting "
-        "(docs/deploy.md)"
-        for key in sorted(set(data) & layout)
-    ]
+    """Only the site's settings and the images (image-wiring writes them) belong in the
+    ConfigMap: each other key is one line saying what it is (docs/deploy.md, "Settings by
+    lifetime")."""
+    site = {params.env_name(n) for n in (*SITE_SETTINGS, *IMAGES)}
+    what = {params.env_name(n): "a fixed value of the guard" for n in fixed_settings()}
+    what.update({params.env_name(n): "the CronJob's own (its manifest)" for n in CRONJOB_ENV})
+    what.update(
+        {
+            params.env_name(n): "a layout name, written into the manifests and policies"
+            for n in LAYOUT
+        }
+    )
+    out = []
+    for key in sorted(set(data) - site):
+        if key in what:
+            out.append(f"{key}: {what[key]}, not a site setting (docs/deploy.md)")
+        else:
+            out.append(f"{key}: not a setting of the guard (it ignores it)")
     return out
 
 

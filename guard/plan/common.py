@@ -25,13 +25,6 @@ def keys(s: Settings) -> Annotations:
     return Annotations(s.annotation_prefix)
 
 
-def guarded_nodes(snap: Snapshot, s: Settings) -> tuple[str, ...]:
-    """Nodes carrying the guard's reason annotation (what the circuit breaker counts), readable
-    or not: a node the guard cannot read still holds its place under the breaker."""
-    key = keys(s).reason
-    return tuple(n.name for n in snap.nodes if n.has(key))
-
-
 def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
     """The keys among `candidates` that the node carries (what a patch may remove)."""
     return tuple(key for key in candidates if node.has(key))

@@ -1,4 +1,4 @@
-"""The run's deadlines, computed once from the settings at its start (guard/cli.py keeps them on
+"""The run's deadlines, computed once from the settings at its start (guard/run.py keeps them on
 the monotonic clock: guard.doors.retry `Anchor`).
 
 A run has parts, each with its deadline for API requests and their retries:

@@ -32,14 +32,14 @@ from guard.read import (
     read_prom,
     require_nodes,
 )
-from guard.settings import Settings
+from guard.settings import SITE_GROUPS, STATUS_GROUPS, Settings
 from guard.settings_flags import (
     LOCAL_ONLY,
     Rfc3339,
     build_settings,
     env_options,
     given_here,
-    settings_options,
+    option_set,
 )
 from guard.status.derive import report
 from guard.status.model import Report, Sight
@@ -67,15 +67,16 @@ READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers
     default=None,
     help="Read Nodes, Jobs and the ledger from a List file instead of the API server.",
 )
-@settings_options
+@option_set(tuple(n for g in STATUS_GROUPS for n in SITE_GROUPS[g]))
 def status(
     output: str, context: str, at: datetime | None, cluster_snapshot: Path | None, **options: Any
 ) -> None:
     """Every GPU node the guard holds or watches: state, why, and what a person does next.
 
     The decisions use the CronJob's own settings, read from its ConfigMap
-    (gpu-node-guard-settings); a flag or GUARD_* variable given here wins. Without
-    --prometheus-url the table says what it could not see.
+    (gpu-node-guard-settings); the flags here say where to read from (a flag or GUARD_* variable
+    given here wins over the ConfigMap's). Without --prometheus-url the table says what it could
+    not see.
     """
     s = build_settings(options)
     now = at or datetime.now(UTC).replace(microsecond=0)

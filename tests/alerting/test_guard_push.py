@@ -8,6 +8,7 @@ that cordons is read back in tests/apiserver/test_status_apiserver.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -60,10 +61,6 @@ def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *e
             stack.prometheus_url,
             "--kubeconfig",
             str(unreachable_cluster(tmp_path)),
-            "--cycle-deadline-s",
-            "1",
-            "--namespace",
-            namespace,
             "--pushgateway-url",
             gateway,
             "--log-format",
@@ -74,6 +71,8 @@ def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *e
         text=True,
         timeout=60,
         check=False,
+        # the CronJob's own values: its namespace from the pod, a short cycle deadline
+        env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "1"},
     )
 
 

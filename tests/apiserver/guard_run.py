@@ -5,6 +5,7 @@ reading back what it wrote (Jobs, ledger, Events)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -192,9 +193,15 @@ class GuardRun:
 
 
 def run_guard(
-    prom: LocalPrometheus, kubeconfig: Path, at: datetime, *extra: str, ok: bool = True
+    prom: LocalPrometheus,
+    kubeconfig: Path,
+    at: datetime,
+    *extra: str,
+    ok: bool = True,
+    env: dict[str, str] | None = None,
 ) -> GuardRun:
-    """`gpu-node-guard run --output json --log-format json` as the CronJob runs it."""
+    """`gpu-node-guard run --output json --log-format json` as the CronJob runs it; `env`: the
+    CronJob's own values (GUARD_IMAGE, GUARD_CYCLE_DEADLINE_S…) its manifest would give."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -217,6 +224,7 @@ def run_guard(
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     log = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     plan = dict(json.loads(proc.stdout)) if proc.stdout.strip() else {}

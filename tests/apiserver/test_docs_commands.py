@@ -180,14 +180,10 @@ def render(kind: str, env: dict[str, str]) -> dict[str, Any]:
             kind,
             "--node",
             NODE,
-            "--image",
-            GUARD,
-            "--loadtest-image",
-            LOADTEST,
         ],
         capture_output=True,
         text=True,
-        env=env,
+        env={**env, "GUARD_IMAGE": GUARD, "GUARD_LOADTEST_IMAGE": LOADTEST},
         cwd=REPO,
         check=False,
     )
@@ -248,7 +244,8 @@ def make_site(
     with plane.admin_client() as admin:
         make_gpu_node(client.CoreV1Api(admin), NODE, boot="boot-1")
     guard_config = plane.service_account_kubeconfig(GUARD_NS, "gpu-node-guard")
-    run = run_guard(prom, guard_config, ISOLATE_AT, "--image", GUARD, "--loadtest-image", LOADTEST)
+    images = {"GUARD_IMAGE": GUARD, "GUARD_LOADTEST_IMAGE": LOADTEST}
+    run = run_guard(prom, guard_config, ISOLATE_AT, env=images)
     assert mine(run.plan, NODE)[0] == ("cordon", "xid-79"), run.plan
     home = tmp / "home"
     config = kubeconfig_with_context(plane.kubeconfig, home, "prod")

@@ -225,7 +225,11 @@ def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once
     assert failed and all("cannot reach the API server: [Errno 111]" in d for d in failed)
     for n in (1, 2):  # two more cycles while it is down: each stops at its first read, exit 1
         down = run_guard(
-            prom, guard_kubeconfig, ISOLATE_AT + n * CYCLE, "--cycle-deadline-s", "2", ok=False
+            prom,
+            guard_kubeconfig,
+            ISOLATE_AT + n * CYCLE,
+            ok=False,
+            env={"GUARD_CYCLE_DEADLINE_S": "2"},
         )
         assert down.rc == 1
         (abort,) = down.lines("abort")
@@ -367,10 +371,9 @@ def test_a_policy_refusing_one_nodes_write_does_not_stop_the_cordon_of_another(
         prom,
         guard_kubeconfig,
         ISOLATE_AT,
-        "--loadtest-image",
-        "registry.invalid/loadtest:0",
         NO_CF,
         ok=False,
+        env={"GUARD_LOADTEST_IMAGE": "registry.invalid/loadtest:0"},
     )
     assert run.rc == 1
     (failed,) = run.lines("write-failed")

@@ -150,6 +150,8 @@ def test_a_refused_cordon_moves_the_cycles_cordon_to_the_next_candidate(
 
     assert run.rc == 1, "the refused write is a failed write"
     assert outcomes(run.plan, A)[0] == ("cordon", "failed")
+    (cordon_a,) = [a for a in run.plan["actions"] if (a["node"], a["type"]) == (A, "cordon")]
+    assert cordon_a["outcome"]["reason"] == "refused"  # an admission refusal, not an outage
     assert run.plan["counts"]["failed"] == 1
     assert run.plan["counts"]["applied_cordon"] == 1
     (fallback,) = run.lines("cordon-fallback")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -221,9 +222,25 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
     not_running = alert_queries.alert_guard_not_running_pushed(s, alert_queries.AlertParams())
     assert query(stack.prometheus_url, not_running) == []  # a fresh success: the alert is quiet
 
-    # status as on-call, with an identity that can only read.
+    # status as on-call, with an identity that can only read, deciding with the settings the
+    # cycle ran with (the CronJob's ConfigMap says them: status takes no decision flag).
+    with site_setting(client.CoreV1Api(admin), "GUARD_RETURN_CONFORMANCE", "false"):
+        _status_reads_only(prom, cluster, reader, admin)
+
+
+@contextmanager
+def site_setting(core: client.CoreV1Api, key: str, value: str) -> Iterator[None]:
+    before = (core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data or {}).get(key)
+    core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": {key: value}})
+    try:
+        yield
+    finally:  # None removes the key again (a merge patch)
+        core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": {key: before}})
+
+
+def _status_reads_only(prom, cluster, reader, admin) -> None:
     watched = _versions(cluster, admin)
-    proc = _status(reader, prom, NO_CF, "-o", "json")  # the settings the cycle ran with
+    proc = _status(reader, prom, "-o", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     rows = {r["node"]: r for r in doc["nodes"] if r["node"].startswith("st-")}
@@ -320,8 +337,9 @@ def _versions(core: client.CoreV1Api, admin: client.ApiClient) -> dict[str, str]
 
 def test_status_decides_with_the_cronjobs_settings_configmap_unless_given_here(prom, reader, admin):
     """`kubectl gpu-guard` on a site whose overlay says GUARD_BREAKER_MAX_NODES=3 shows "of 3"
-    (the CronJob's ConfigMap), not the default 5; a flag given here still wins, and the
-    ConfigMap's in-cluster Prometheus URL is never used from outside."""
+    (the CronJob's ConfigMap), not the default 5; status takes no decision flag (the breaker
+    is the ConfigMap's alone), and the ConfigMap's in-cluster Prometheus URL is never used from
+    outside."""
     core = client.CoreV1Api(admin)
     before = core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data
     site = "https://wiki.site.test/gpu/runbook"
@@ -342,6 +360,6 @@ def test_status_decides_with_the_cronjobs_settings_configmap_unless_given_here(p
         assert links and all(link.startswith(site + "#") for link in links), links
         assert f"from configmap {NS}/{SETTINGS_CONFIGMAP} (the CronJob's)" in proc.stderr
         given = _status(reader, prom, "-o", "json", "--breaker-max-nodes", "4")
-        assert json.loads(given.stdout)["breaker"]["limit"] == 4, given.stderr
+        assert given.returncode == 2 and "No such option '--breaker-max-nodes'" in given.stderr
     finally:
         core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": before})

@@ -8,6 +8,7 @@ inside the run is decided then — by the same process, not by the next run.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -234,7 +235,7 @@ def test_a_run_after_another_in_the_same_slot_does_not_cordon_again(
     for name in RACE:
         make_gpu_node(core, name)
     try:
-        first = _start(slot_prom, guard_kubeconfig, "--no-watch", "--job-name", job)
+        first = _start(slot_prom, guard_kubeconfig, "--no-watch", env={"GUARD_JOB_NAME": job})
         assert first.wait(timeout=120) == 0
         (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
         lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
@@ -271,7 +272,12 @@ def _slot_with_room() -> datetime:
     return datetime.fromtimestamp(now // cadence * cadence, UTC)
 
 
-def _start(prom: LocalPrometheus, kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
+def _start(
+    prom: LocalPrometheus, kubeconfig: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """A live run; `env`: the CronJob's own values (its Job's name, the timing) as its manifest
+    gives them, the watch's end WATCH_S unless given."""
+    own = {"GUARD_WATCH_UNTIL_S": str(WATCH_S), **(env or {})}
     return subprocess.Popen(
         [
             sys.executable,
@@ -284,14 +290,13 @@ def _start(prom: LocalPrometheus, kubeconfig: Path, *extra: str) -> subprocess.P
             str(kubeconfig),
             "--log-format",
             "json",
-            "--watch-until-s",
-            str(WATCH_S),
             NO_CF,
             *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **own},
     )
 
 
@@ -338,13 +343,17 @@ def test_a_killed_runs_lease_is_free_for_the_next_slot(live_prom, guard_kubeconf
     the second held fault). A one-minute cadence keeps the wait short; the Lease's 90 s would
     outlive the slot."""
     cadence = 60
-    flags = ("--cadence-s", str(cadence), "--lease-duration-s", "90", "--watch-until-s", "55")
+    timing = {
+        "GUARD_CADENCE_S": str(cadence),
+        "GUARD_LEASE_DURATION_S": "90",
+        "GUARD_WATCH_UNTIL_S": "55",
+    }
     if cadence - time.time() % cadence < 20:
         time.sleep(cadence - time.time() % cadence + 1)
     for name in RACE:
         make_gpu_node(core, name)
     try:
-        killed = _start(live_prom, guard_kubeconfig, *flags, "--watch")
+        killed = _start(live_prom, guard_kubeconfig, "--watch", env=timing)
         assert killed.stderr is not None
         for line in killed.stderr:  # killed once it holds the Lease in its watch
             if '"event": "watch-start"' in line:
@@ -358,11 +367,11 @@ def test_a_killed_runs_lease_is_free_for_the_next_slot(live_prom, guard_kubeconf
         expires = spec.renew_time.timestamp() + spec.lease_duration_seconds
         assert spec.lease_duration_seconds < 90
         assert expires <= slot_start + cadence
-        same_slot = _start(live_prom, guard_kubeconfig, *flags, "--no-watch")
+        same_slot = _start(live_prom, guard_kubeconfig, "--no-watch", env=timing)
         log = same_slot.communicate(timeout=120)[1]
         assert same_slot.returncode == 0 and '"event": "lease-held"' in log, log
         time.sleep(max(0.0, slot_start + cadence + 1 - time.time()))
-        next_slot = _start(live_prom, guard_kubeconfig, *flags, "--no-watch")
+        next_slot = _start(live_prom, guard_kubeconfig, "--no-watch", env=timing)
         log = next_slot.communicate(timeout=120)[1]
         assert next_slot.returncode == 0, log
         assert '"event": "lease-held"' not in log and '"event": "done"' in log, log
@@ -399,10 +408,10 @@ def test_a_hold_completing_in_the_watchs_last_seconds_is_cordoned_by_that_run(
             [
                 *(sys.executable, "-m", "guard", "run", "--prometheus-url", server.url),
                 *("--kubeconfig", str(guard_kubeconfig), "--log-format", "json"),
-                *("--job-name", job),
             ],
             capture_output=True,
             text=True,
+            env={**os.environ, "GUARD_JOB_NAME": job},
             timeout=Settings().watch_until_s + 60,
             check=False,
         )
@@ -465,10 +474,11 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
             [
                 *(sys.executable, "-c", KILLED_AFTER_CORDON, "run"),
                 *("--prometheus-url", slot_prom.url, "--kubeconfig", str(guard_kubeconfig)),
-                *("--log-format", "json", "--no-watch", NO_CF, "--job-name", job),
+                *("--log-format", "json", "--no-watch", NO_CF),
             ],
             capture_output=True,
             text=True,
+            env={**os.environ, "GUARD_JOB_NAME": job},
             timeout=120,
             check=False,
         )
@@ -480,7 +490,7 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
         # Its Lease expires (lease_duration_s after that renewal): a run of the slot takes it.
         lease.spec.renew_time = datetime.now().astimezone() - timedelta(seconds=91)
         leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
-        second = _start(slot_prom, guard_kubeconfig, "--no-watch", "--job-name", job)
+        second = _start(slot_prom, guard_kubeconfig, "--no-watch", env={"GUARD_JOB_NAME": job})
         log = second.communicate(timeout=120)[1]
         assert second.returncode == 0, log
         events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]

@@ -257,8 +257,6 @@ def run_guard(prom, nodes: list[tuple[str, int]], at: datetime, tmp_path):
             str(cluster),
             "--at",
             at.isoformat(),
-            "--jobs-namespace",
-            JOBS_NS,
         ],
         capture_output=True,
         text=True,

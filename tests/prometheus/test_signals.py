@@ -304,8 +304,6 @@ def run_guard(prom, objects: list[dict[str, Any]], at: datetime, tmp_path: Path)
             str(cluster),
             "--at",
             at.isoformat(),
-            "--jobs-namespace",
-            JOBS_NS,
             "--output",
             "json",
         ],

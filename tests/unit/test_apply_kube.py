@@ -35,10 +35,6 @@ NODES = f"{API}/api/v1/nodes"
 JOBS = f"{API}/apis/batch/v1/namespaces/gpu-node-guard-jobs/jobs"  # the jobs namespace
 CMS = f"{API}/api/v1/namespaces/gpu-node-guard/configmaps"
 EVENTS = f"{API}/apis/events.k8s.io/v1/namespaces/default/events"
-DENIED = (
-    "ValidatingAdmissionPolicy 'gpu-node-guard-loadtest-job' with binding "
-    "'gpu-node-guard-loadtest-job' denied request: Job refused: activeDeadlineSeconds must be > 0"
-)
 
 
 class Clock:
@@ -255,32 +251,6 @@ def test_a_refused_uncordon_skips_its_event_while_the_other_nodes_cordon_lands()
     assert "applied_uncordon" not in counts
 
 
-@responses.activate
-def test_a_load_test_job_refused_by_a_policy_does_not_stop_the_cordon_after_it():
-    """A 422 on one node's Job used to abort the apply loop before every cordon."""
-    back = with_uid(node("r", cordoned=True, guarded_xid=79, boot="boot-2", cordon_boot="boot-1"))
-    faulted = with_uid(node("c", allocatable=7))
-    snap = snapshot(back, faulted, candidates=(gpu("c", 79),))
-    actions = plan_cycle(snap, settings(), TEMPLATES)
-    assert [(type(a).__name__, a.node) for a in actions][:2] == [
-        ("CreateJob", "r"),
-        ("Cordon", "c"),
-    ]
-
-    def job(request: Any) -> tuple[int, dict[str, str], str]:
-        name = json.loads(request.body)["metadata"]["name"]
-        if name.startswith("gng-lt-"):
-            return 422, {}, json.dumps(status(422, "Invalid", DENIED))
-        return 201, {}, json.dumps({"metadata": {"name": name}})
-
-    responses.add(responses.PATCH, f"{NODES}/c", json=node_json("c", **{KEYS.reason: "xid-79"}))
-    fresh_writes_succeed(responses.mock)
-    responses.replace(responses.CallbackResponse(responses.POST, JOBS, callback=job))
-    outcomes, text, _, _ = run(actions, (back, faulted))
-    assert [o.status for o in outcomes] == ["failed", "applied", "applied", "applied", "applied"]
-    assert DENIED in outcomes[0].detail and DENIED in text[0]
-
-
 @pytest.mark.parametrize(
     ("answers", "expected"),
     [
@@ -376,16 +346,6 @@ def test_node_patches_clear_and_set_in_one_body_and_a_landed_uncordon_is_already
         f"{KEYS.prefix}returned": None,
         KEYS.reason: "xid-79",
     }
-
-
-@responses.activate
-def test_a_cordon_refused_by_admission_is_failed_with_reason_refused():
-    actions, nodes = cordon_plan()
-    refusal = status(422, "Invalid", "denied: protected by the site")
-    responses.add(responses.PATCH, f"{NODES}/a", json=refusal, status=422)
-    outcomes, _, _, _ = run(actions, nodes)
-    assert (outcomes[0].status, outcomes[0].reason) == ("failed", "refused")
-    assert "protected by the site" in outcomes[0].detail
 
 
 @responses.activate

@@ -24,10 +24,16 @@ from guard.example.scenario import Scenario
 from guard.generate.alert_queries import AlertParams
 from guard.settings import (
     CRONJOB_DEADLINE_S,
+    CRONJOB_ENV,
     LAYOUT_SETTINGS,
+    RENDER_SETTINGS,
+    SITE_GROUPS,
+    SITE_SETTINGS,
     WATCH_MARGIN_S,
     Settings,
+    fixed_settings,
     setting_default,
+    setting_fields,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,20 +99,18 @@ def test_the_docs_quote_the_manifests_timing(doc: str, quoted: str) -> None:
     assert text in (REPO / doc).read_text(), f"{doc} does not say {text}"
 
 
-@pytest.mark.parametrize("name", LAYOUT_SETTINGS)
-def test_a_layout_setting_other_than_the_manifests_warns_at_start(name: str) -> None:
-    """One WARN line naming the setting, the value and what the manifests pin; the command
-    still runs (a site that regenerated its policies and manifests may mean it)."""
-    flag = "--" + name.replace("_", "-")
-    value = {
-        "annotation_prefix": "gpu-node-guard.example/",
-        "gpu_node_label": "example.com/gpu=true",
-    }.get(name, "other-name")
-    out = CliRunner().invoke(cli, ["render", "evidence", "--node", "gpu-1", flag, value])
+def test_a_namespace_other_than_the_manifests_warns_at_start() -> None:
+    """The one layout name a run can be given (its pod's namespace, GUARD_NAMESPACE): one WARN
+    line naming it, the value and what the manifests pin; the command still runs (a site that
+    regenerated its policies and manifests may mean it). The other layout names are no setting."""
+    out = CliRunner().invoke(
+        cli, ["render", "evidence", "--node", "gpu-1"], env={"GUARD_NAMESPACE": "other-name"}
+    )
     warns = [line for line in out.stderr.splitlines() if line.startswith("WARN layout setting")]
     assert out.exit_code == 0, out.output
     assert len(warns) == 1, out.stderr
-    assert f"GUARD_{name.upper()}" in warns[0] and repr(setting_default(name)) in warns[0]
+    assert "GUARD_NAMESPACE" in warns[0] and repr(setting_default("namespace")) in warns[0]
+    assert set(LAYOUT_SETTINGS) - {"namespace"} <= set(fixed_settings())
 
 
 def test_the_defaults_are_the_manifests_and_say_nothing() -> None:
@@ -131,3 +135,20 @@ def test_the_watch_keeps_to_the_deadline_and_polls_once_per_scrape(tmp_path: Pat
     assert Scenario(datetime.now(UTC), 1, ()).scrape_s == s.scrape_interval_s
     config = yaml.safe_load(prometheus_config(tmp_path, {}).read_text())
     assert config["global"]["scrape_interval"] == f"{s.scrape_interval_s}s"
+
+
+def test_every_setting_has_one_lifetime() -> None:
+    """A field is the site's (one group), the CronJob's own, or fixed: never two of them. The
+    CronJob's manifest writes only its own values, and its settings.env only the site's."""
+    site = [name for group in SITE_GROUPS.values() for name in group]
+    assert len(site) == len(set(site)) == len(SITE_SETTINGS)
+    assert not set(site) & set(CRONJOB_ENV)
+    every = {f.name for f in setting_fields()}
+    assert set(site) | set(CRONJOB_ENV) | set(fixed_settings()) == every
+    assert set(RENDER_SETTINGS) <= set(site)
+    (guard,) = cronjob_spec()["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    written = {e["name"] for e in guard["env"] if e["name"].startswith("GUARD_")}
+    assert written <= {"GUARD_" + n.upper() for n in CRONJOB_ENV}, written
+    base = (REPO / "manifests" / "base" / "settings.env").read_text().splitlines()
+    keys = {line.split("=", 1)[0] for line in base if line.strip() and not line.startswith("#")}
+    assert keys <= {"GUARD_" + n.upper() for n in SITE_SETTINGS}, keys

@@ -9,7 +9,15 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
-from guard.settings import CRONJOB_DEADLINE_S
+from guard.settings import (
+    CRONJOB_DEADLINE_S,
+    JOB_DEADLINE_MAX_S,
+    JOB_DEADLINE_MIN_S,
+    JOB_TTL_MAX_S,
+    JOB_TTL_MIN_S,
+    Settings,
+    fixed_settings,
+)
 
 BASE = ["run", "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
 
@@ -123,46 +131,16 @@ def test_bad_input_is_one_line(args, env, code, message):
     ("env", "flag", "message"),
     [
         pytest.param(
-            {"GUARD_EVIDENCE_DEADLINE_S": "0"},
-            "--evidence-deadline-s",
-            "must be in 1..3600",
-            id="evidence-deadline-zero",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DEADLINE_S": "3601"},
-            "--loadtest-deadline-s",
-            "must be in 1..3600",
-            id="loadtest-deadline-above-policy",
-        ),
-        pytest.param(
-            {"GUARD_JOB_TTL_S": "-1"}, "--job-ttl-s", "must be in 1..2592000", id="ttl-negative"
-        ),
-        pytest.param(
-            {"GUARD_JOB_TTL_S": "2592001"},
-            "--job-ttl-s",
-            "must be in 1..2592000",
-            id="ttl-above-policy",
-        ),
-        pytest.param(
-            {"GUARD_CADENCE_S": "-5"}, "--cadence-s", "must be in 1..86400", id="cadence-negative"
+            {"GUARD_CADENCE_S": "-5"},
+            "GUARD_CADENCE_S",
+            "must be in 1..86400",
+            id="cadence-negative",
         ),
         pytest.param(
             {"GUARD_CADENCE_S": "9" * 30},
-            "--cadence-s",
+            "GUARD_CADENCE_S",
             "must be in 1..86400",
             id="cadence-overflow",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DURATION_S": "0"},
-            "--loadtest-duration-s",
-            "must be positive",
-            id="load-test-duration-zero",
-        ),
-        pytest.param(
-            {"GUARD_LOADTEST_DURATION_S": "1800"},
-            "--loadtest-duration-s",
-            "shorter than loadtest_deadline_s",
-            id="load-test-longer-than-deadline",
         ),
         pytest.param(
             {"GUARD_HOLD_WINDOW_S": "9" * 30},
@@ -171,30 +149,15 @@ def test_bad_input_is_one_line(args, env, code, message):
             id="hold-window-overflow",
         ),
         pytest.param(
-            {"GUARD_NAMESPACE": "Bad_NS"}, "--namespace", "DNS-1123 label", id="namespace-not-dns"
+            {"GUARD_NAMESPACE": "Bad_NS"},
+            "GUARD_NAMESPACE",
+            "DNS-1123 label",
+            id="namespace-not-dns",
         ),
-        pytest.param(
-            {"GUARD_LEDGER_CONFIGMAP": "ledger/x"},
-            "--ledger-configmap",
-            "DNS-1123 subdomain",
-            id="ledger-name-not-dns",
-        ),
-        pytest.param(
-            {"GUARD_JOB_SERVICE_ACCOUNT": "Job SA"},
-            "--job-service-account",
-            "DNS-1123 subdomain",
-            id="service-account-not-dns",
-        ),
-        pytest.param(
-            {"GUARD_ANNOTATION_PREFIX": "Guard/"},
-            "--annotation-prefix",
-            "DNS subdomain followed by '/'",
-            id="prefix-not-dns",
-        ),
-        pytest.param({"GUARD_IMAGE": " "}, "--image", "image reference", id="image-blank"),
+        pytest.param({"GUARD_IMAGE": " "}, "GUARD_IMAGE", "image reference", id="image-blank"),
         pytest.param(
             {"GUARD_LOADTEST_IMAGE": "a b"},
-            "--loadtest-image",
+            "GUARD_LOADTEST_IMAGE",
             "image reference",
             id="image-with-space",
         ),
@@ -217,40 +180,16 @@ def test_bad_input_is_one_line(args, env, code, message):
             id="fraction-nan",
         ),
         pytest.param(
-            {"GUARD_LOADTEST_MIN_RATIO": "inf"},
-            "--loadtest-min-ratio",
-            "must be in (0, 1]",
-            id="ratio-inf",
-        ),
-        pytest.param(
             {"GUARD_CYCLE_DEADLINE_S": str(CRONJOB_DEADLINE_S - 9)},
-            "--cycle-deadline-s",
+            "GUARD_CYCLE_DEADLINE_S",
             f"must be in 1..{CRONJOB_DEADLINE_S - 10}",
             id="deadline-past-the-cronjob",
-        ),
-        pytest.param(
-            {"GUARD_API_TIMEOUT_S": "nan"},
-            "--api-timeout-s",
-            "must be in (0, 60]",
-            id="api-timeout-nan",
         ),
         pytest.param(
             {"GUARD_API_PAGE_SIZE": "10"},
             "--api-page-size",
             "must be in 100..5000",
             id="page-too-small-for-the-page-bound",
-        ),
-        pytest.param(
-            {"GUARD_LEDGER_ARCHIVE_BYTES": "1048576"},
-            "--ledger-archive-bytes",
-            "must be in 4096..1000000",
-            id="archive-threshold-at-the-object-limit",
-        ),
-        pytest.param(
-            {"GUARD_NVML_MISMATCH_HOLD_S": "30"},
-            "--nvml-mismatch-hold-s",
-            "must be 0 (the hold window) or in 60..86400",
-            id="mismatch-hold-too-short",
         ),
         pytest.param(
             {"GUARD_SERVICE_NETWORK_KUBE_PROXY_PODS": 'kube-proxy"}'},
@@ -288,9 +227,42 @@ def test_settings_that_could_half_cordon_are_refused_at_start(env, flag, message
     result = CliRunner().invoke(cli, BASE, env=env)
     assert result.exit_code == 2
     (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    variable = "GUARD_" + flag[2:].replace("-", "_").upper()
-    assert f"{flag} ({variable}) must" in error and message in error
+    if flag.startswith("GUARD_"):  # the CronJob's own: a variable, no flag
+        assert f"Error: bad setting: {flag} must" in error and message in error
+    else:
+        variable = "GUARD_" + flag[2:].replace("-", "_").upper()
+        assert f"{flag} ({variable}) must" in error and message in error
     assert "Traceback" not in result.output and "please report" not in result.output
+
+
+def test_the_fixed_values_are_what_the_policies_and_the_load_test_admit():
+    """No flag or variable reaches them (docs/deploy.md, "Settings by lifetime"): the bounds a
+    site setting once needed are this test's, on the one value the guard ships."""
+    s = Settings()
+    for deadline in (s.evidence_deadline_s, s.loadtest_deadline_s):
+        assert JOB_DEADLINE_MIN_S <= deadline <= JOB_DEADLINE_MAX_S
+    for ttl in (s.job_ttl_s, s.boot_check_job_ttl_s):
+        assert JOB_TTL_MIN_S <= ttl <= JOB_TTL_MAX_S
+    assert 0 < s.loadtest_duration_s < s.onboarding_burnin_s < s.loadtest_deadline_s
+    assert 0 < s.loadtest_min_ratio <= 1 and 0 < s.loadtest_allreduce_min_ratio <= 1
+    assert 1 <= s.loadtest_matrix_size <= 65_536 and 1 <= s.loadtest_allreduce_timeout_s <= 3600
+    assert 0 < s.api_timeout_s <= 60 and 4096 <= s.ledger_archive_bytes < 1_000_000
+    assert s.nvml_mismatch_hold_s == 0  # the hold window
+    assert set(fixed_settings()) >= {
+        "evidence_deadline_s",
+        "loadtest_deadline_s",
+        "job_ttl_s",
+        "boot_check_job_ttl_s",
+        "loadtest_duration_s",
+        "onboarding_burnin_s",
+        "loadtest_min_ratio",
+        "loadtest_allreduce_min_ratio",
+        "loadtest_matrix_size",
+        "loadtest_allreduce_timeout_s",
+        "api_timeout_s",
+        "ledger_archive_bytes",
+        "nvml_mismatch_hold_s",
+    }
 
 
 def test_no_service_network_selector_at_all_is_refused():
@@ -378,3 +350,25 @@ def test_a_missing_shipped_file_stops_run_at_start(monkeypatch):
     aborts = [line for line in result.output.splitlines() if " ERROR abort " in line]
     assert len(aborts) == 1
     assert "package data: request template missing-request.md.j2 not found" in aborts[0]
+
+
+def test_a_fixed_value_in_the_environment_is_named_and_ignored():
+    """GUARD_LOADTEST_MATRIX_SIZE was a setting once: a settings.env that still carries it gets
+    one WARN line saying it is the guard's own value, and the Job keeps the fixed size."""
+    result = CliRunner().invoke(
+        cli, ["render", "loadtest", "--node", "n"], env={"GUARD_LOADTEST_MATRIX_SIZE": "4096"}
+    )
+    assert result.exit_code == 0, result.output
+    (warn,) = [line for line in result.stderr.splitlines() if line.startswith("WARN")]
+    assert "'GUARD_LOADTEST_MATRIX_SIZE'" in warn and "a fixed value of the guard" in warn
+    assert "8192" in result.stdout
+    assert "4096" not in result.stdout
+
+
+def test_each_command_takes_the_settings_it_uses():
+    """`run` every site setting; `render` what reaches a Job; `status` where it reads from."""
+    counts = {}
+    for command in ("run", "render", "status"):
+        out = CliRunner().invoke(cli, [command, "--help"]).output
+        counts[command] = sum(1 for line in out.splitlines() if line.startswith("  --"))
+    assert counts["run"] <= 50 and counts["render"] <= 25 and counts["status"] <= 25, counts

@@ -18,7 +18,7 @@ from guard.apply.events import ACTIONS
 from guard.cli import cli, command_paths
 from guard.doors.lease import slot_key
 from guard.names import REPORTING_CONTROLLER, Annotations
-from guard.settings import Settings, setting_fields
+from guard.settings import CRONJOB_ENV, SITE_SETTINGS, Settings
 from tests.unit.test_runbook import github_slug
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,8 +152,9 @@ def flags(path: tuple[str, ...]) -> set[str]:
 
 
 def environment() -> set[str]:
-    """Every GUARD_* variable a command reads: one per setting, and the Job programs' own."""
-    names = {"GUARD_" + f.name.upper() for f in setting_fields()}
+    """Every GUARD_* variable a command reads: one per site setting and per value of the
+    CronJob's own, and the Job programs' own (a fixed value is none)."""
+    names = {"GUARD_" + n.upper() for n in (*SITE_SETTINGS, *CRONJOB_ENV)}
     for command in commands().values():
         for param in command.params:
             env = getattr(param, "envvar", None)

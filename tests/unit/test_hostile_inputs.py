@@ -795,7 +795,7 @@ def test_an_empty_number_keeps_its_default() -> None:
         ),
         pytest.param({"GUARD_NAMESPACE": "gpu\tguard"}, "(got 'gpu\\tguard')", id="tab"),
         pytest.param({"GUARD_IMAGE": "img:1\n"}, "(got 'img:1\\n')", id="newline"),
-        pytest.param({"GUARD_GPU_NODE_LABEL": "a=b "}, "(got 'a=b ')", id="trailing-space"),
+        pytest.param({"GUARD_JOB_NAME": "job "}, "(got 'job ')", id="trailing-space"),
         pytest.param(
             {"GUARD_PROMETHEUS_HEADERS": "X-Api-Key=s3cret,Bad"},
             "(got 'X-Api-Key=<redacted>,Bad')",
@@ -870,17 +870,18 @@ def test_the_cronjob_deadline_matches_the_manifest() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"),
+    ("variable", "value"),
     [
-        ("--watch-until-s", str(CRONJOB_DEADLINE_S - WATCH_MARGIN_S + 1)),
-        ("--scrape-interval-s", "4"),
-        ("--lease-duration-s", str(CRONJOB_DEADLINE_S + 1)),
-        ("--lease-duration-s", "29"),
+        ("GUARD_WATCH_UNTIL_S", str(CRONJOB_DEADLINE_S - WATCH_MARGIN_S + 1)),
+        ("GUARD_SCRAPE_INTERVAL_S", "4"),
+        ("GUARD_LEASE_DURATION_S", str(CRONJOB_DEADLINE_S + 1)),
+        ("GUARD_LEASE_DURATION_S", "29"),
     ],
 )
-def test_a_watch_past_the_cronjob_deadline_is_refused(flag: str, value: str) -> None:
-    code, s, err = _settings({}, flag, value)
-    assert code == 2 and s is None and f"bad setting: {flag} " in err, err
+def test_a_watch_past_the_cronjob_deadline_is_refused(variable: str, value: str) -> None:
+    code, s, err = _settings({variable: value})
+    shown = "--scrape-interval-s " if variable == "GUARD_SCRAPE_INTERVAL_S" else f"{variable} "
+    assert code == 2 and s is None and f"bad setting: {shown}" in err, err
 
 
 def test_unknown_variables_warn_once_on_run(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plan", ("plan",)),
     ("status (read and plan, no executor)", ("status",)),
     ("apply", ("apply",)),
-    ("the run's watch", ("watch",)),
+    ("the run and its watch", ("run", "watch")),
     ("generators", ("generate",)),
     ("the command", ("cli",)),
     ("the built-in example", ("example",)),

@@ -496,12 +496,15 @@ class RefusingExecutor:
 
 
 def run_cycle_writes(executor, snap):
-    from guard.cli import _fall_back
+    """The cycle's turn (guard.run `Run.turn`) with `executor` answering as the API would."""
+    from guard.doors.prom import PromClient
     from guard.plan import plan_cycle
+    from tests.run_builders import dry_run
 
-    for action in plan_cycle(snap, settings(), TEMPLATES):
-        executor.apply(action)
-    _fall_back(executor, snap, settings(), TEMPLATES)
+    run = dry_run(settings(), PromClient("http://127.0.0.1:9", timeout_s=1), executor.log, NOW)
+    executor.outcomes = run.outcomes
+    run.executor = lambda _snap: executor
+    run.turn(snap, plan_cycle(snap, settings(), TEMPLATES))
     return [(o.action.node, o.status) for o in executor.outcomes if isinstance(o.action, Cordon)]
 
 

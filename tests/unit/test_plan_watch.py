@@ -13,7 +13,6 @@ import pytest
 import responses
 
 from guard.actions import Cordon
-from guard.apply import PrintExecutor
 from guard.doors.prom import PromClient
 from guard.doors.retry import Backoff
 from guard.log import Log
@@ -35,6 +34,7 @@ from tests.builders import (
     snapshot,
     xid_cordon,
 )
+from tests.run_builders import dry_run
 
 
 def after(seconds: int):
@@ -154,23 +154,12 @@ def test_a_read_that_fails_during_the_watch_ends_it_with_one_warn_line():
     out = io.StringIO()
     log = Log("text", out, NOW)
     base = snapshot(node("b"), hardware=(gpu("b", 79),), loss={"b": 60})
-    printer = PrintExecutor(log, show_manifests=False)
     s = settings(prometheus_url="http://127.0.0.1:9")
-    watch = Watch(
-        s,
-        PromClient("http://127.0.0.1:9", timeout_s=1),
-        None,
-        TEMPLATES,
-        log,
-        base,
-        lambda _snap: printer,
-        ReplayClock(NOW),
-        after(s.watch_until_s),
-    )
-    watch.run()
+    run = dry_run(s, PromClient("http://127.0.0.1:9", timeout_s=1), log, NOW)
+    Watch(run, base, ReplayClock(NOW), after(s.watch_until_s)).watch()
     lines = out.getvalue().splitlines()
     assert [line.split()[1:3] for line in lines] == [["INFO", "watch-start"], ["WARN", "watch-end"]]
-    assert 'why="read-failed: ' in lines[1] and printer.outcomes == []
+    assert 'why="read-failed: ' in lines[1] and run.outcomes == []
 
 
 @responses.activate
@@ -204,24 +193,14 @@ def test_the_watch_survives_one_503_and_still_decides():
     out = io.StringIO()
     log = Log("text", out, NOW)
     base = snapshot(node("b", allocatable=7), hardware=(gpu("b", 79),), loss={"b": 60})
-    printer = PrintExecutor(log, show_manifests=False)
     ticks = [0.0]
     backoff = Backoff(
         100.0, clock=lambda: ticks[0], sleep=lambda d: ticks.__setitem__(0, ticks[0] + d)
     )
     prom = PromClient("http://prom.test", timeout_s=1, backoff=backoff)
-    Watch(
-        s,
-        prom,
-        None,
-        TEMPLATES,
-        log,
-        base,
-        lambda _snap: printer,
-        ReplayClock(NOW),
-        after(s.watch_until_s),
-    ).run()
+    run = dry_run(s, prom, log, NOW)
+    Watch(run, base, ReplayClock(NOW), after(s.watch_until_s)).watch()
     text = out.getvalue()
     assert "read-failed" not in text and prom.codes["503"] == 1
-    assert [o.action.node for o in printer.outcomes if isinstance(o.action, Cordon)] == ["b"]
+    assert [o.action.node for o in run.outcomes if isinstance(o.action, Cordon)] == ["b"]
     assert "watch-end why=cordon-landed " in text and "prometheus_retries=1 " in text

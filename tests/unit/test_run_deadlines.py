@@ -8,14 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guard.apply import PrintExecutor
+from guard.actions import Cordon
+from guard.apply.outcome import Outcome
 from guard.doors.prom import PromClient
 from guard.doors.retry import Anchor
 from guard.log import Log
 from guard.plan.deadlines import END_MARGIN_S, RELEASE_S, run_deadlines
 from guard.settings import CRONJOB_DEADLINE_S, Settings
 from guard.watch import RunClock, Watch
-from tests.builders import TEMPLATES, node, snapshot
+from tests.builders import node, snapshot
+from tests.run_builders import dry_run
 
 TICK = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)  # the Job's schedule
 JOB = f"gpu-node-guard-{int(TICK.timestamp()) // 60}"
@@ -106,21 +108,19 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
     log = Log("text", out, TICK)
     end = TICK + timedelta(seconds=240)
     renewed: list[datetime] = []
-    printer = PrintExecutor(log, show_manifests=False)
-    watch = Watch(
-        Settings(),
-        PromClient("http://127.0.0.1:9", timeout_s=1),
-        None,
-        TEMPLATES,
-        log,
-        snapshot(node("a")),
-        lambda _snap: printer,
-        clock,
-        end,
-        lambda at: renewed.append(at) is None,
-        deciding=False,  # a cordon landed in the cycle: the watch only holds the Lease
-    )
-    watch.run()
+
+    class Lease:  # records each renewal on the run's clock
+        isolated = ""
+
+        def renew(self, _now: datetime) -> bool:
+            renewed.append(clock.now())
+            return True
+
+    landed = Outcome(Cordon("b", "xid-79", "7", {}, "0000:99:00.0", 600, "job/e"), "applied")
+    prom = PromClient("http://127.0.0.1:9", timeout_s=1)
+    # a cordon landed in the cycle: the watch only holds the Lease
+    run = dry_run(Settings(), prom, log, TICK, Lease(), (landed,))
+    Watch(run, snapshot(node("a")), clock, end).watch()
     assert "watch-end why=deadline " in out.getvalue()
     assert sum(ticks.slept) == 240 and clock.now() == end
     # renewed at every scrape before the end, on the run's clock
