@@ -25,12 +25,17 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # Prometheus and promtool come from Debian's `prometheus` package, VictoriaMetrics from
-# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools.
+# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools; `chromium`
+# renders the report's HTML page in its test.
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v victoria-metrics >/dev/null || { \
 	  echo "installing the Debian packages prometheus (server and promtool) and victoria-metrics"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus victoria-metrics >/dev/null; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing the Debian package chromium (renders the report's HTML page in its test)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 dry-run: install system-deps
 ifeq ($(strip $(PROM_URL)),)
