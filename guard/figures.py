@@ -37,6 +37,7 @@ from statistics import mean
 
 from guard.ledger import LedgerEntry
 from guard.names import APP_NAME
+from guard.settings import Settings
 from guard.xid_tables import Repair, XidClasses
 
 GUARD_RECORDER = APP_NAME  # the recorder word of the guard's own ledger lines
@@ -92,6 +93,21 @@ class Budget:
             Repair.RMA: self.rma,
             Repair.HUMAN: self.human,
         }[verdict]
+
+    def past(self, verdict: Repair, start: datetime, now: datetime) -> timedelta | None:
+        """The isolation's age when it is past its verdict's budget, else None."""
+        age = now - start
+        return age if age > self.of(verdict) else None
+
+
+def budget_of(s: Settings) -> Budget:
+    """The quarantine budget of the site's settings."""
+    return Budget(
+        reset=timedelta(hours=s.budget_reset_h),
+        power_cycle=timedelta(hours=s.budget_power_cycle_h),
+        rma=timedelta(hours=s.budget_rma_h),
+        human=timedelta(hours=s.budget_human_h),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,8 +371,8 @@ def over_budget(all_spans: Iterable[Span], budget: Budget, now: datetime) -> tup
     """Open isolations older than their verdict's expected repair time."""
     out = []
     for s in all_spans:
-        age = now - s.start
-        if s.end is None and age > budget.of(s.verdict):
+        age = budget.past(s.verdict, s.start, now) if s.end is None else None
+        if age is not None:
             out.append(OverBudget(s.node, s.verdict, age, budget.of(s.verdict)))
     return tuple(out)
 

@@ -18,10 +18,10 @@ import click
 
 from guard.cli_options import GuardedCommand
 from guard.doors.kube import KubeError
-from guard.figures import figures
+from guard.figures import budget_of, figures
 from guard.read import SnapshotError, gaps_line, load_cluster_file, read_cluster, require_nodes
 from guard.report import html, render
-from guard.report.facts import budget_of, from_objects
+from guard.report.facts import from_objects
 from guard.settings_flags import Rfc3339, build_settings, given_here, settings_options
 from guard.status.cli import _connect, _site_settings
 from guard.xid_tables import DataFileError, bundled_classes

@@ -14,12 +14,12 @@ records still on the node. A time that does not read is left out, never guessed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from guard import ledger
 from guard.doors import ledger_store
-from guard.figures import Budget, Facts, Mark, MarkKind, Unit
+from guard.figures import Facts, Mark, MarkKind, Unit
 from guard.model import NodeInfo
 from guard.names import Annotations
 from guard.read import ClusterObjects, SnapshotError
@@ -97,16 +97,6 @@ def _time(value: object) -> datetime | None:
         return ledger.parse_time(text)
     except ValueError:
         return None
-
-
-def budget_of(s: Settings) -> Budget:
-    """The quarantine budget of the site's settings."""
-    return Budget(
-        reset=timedelta(hours=s.budget_reset_h),
-        power_cycle=timedelta(hours=s.budget_power_cycle_h),
-        rma=timedelta(hours=s.budget_rma_h),
-        human=timedelta(hours=s.budget_human_h),
-    )
 
 
 def from_objects(objs: ClusterObjects, s: Settings) -> Facts:
