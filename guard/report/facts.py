@@ -20,7 +20,7 @@ from typing import Any
 from guard import ledger
 from guard.doors import ledger_store
 from guard.figures import Facts, Mark, MarkKind, Unit
-from guard.model import NodeInfo
+from guard.model import NodeInfo, Snapshot
 from guard.names import Annotations
 from guard.read import ClusterObjects, SnapshotError
 from guard.read.objects import NamelessObject, job_info
@@ -97,6 +97,12 @@ def _time(value: object) -> datetime | None:
         return ledger.parse_time(text)
     except ValueError:
         return None
+
+
+def from_snapshot(snap: Snapshot) -> Facts:
+    """The facts a cycle's snapshot holds: the ledger and the nodes' records (its Events carry
+    no time and its Jobs no creation time: the report reads those)."""
+    return facts(snap.ledger, snap.nodes, (), ())
 
 
 def from_objects(objs: ClusterObjects, s: Settings) -> Facts:
