@@ -8,7 +8,7 @@ ENVTEST_VERSION ?= v1.34.4
 # The DRA tier's control plane (tests/dra): DeviceTaintRule is GA (resource.k8s.io/v1) from 1.37.
 DRA_ENVTEST_VERSION ?= v1.37.2
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest envtest-dra node deploytest engines image bench bench-smoke render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules dashboard rules-test policies policies-check config-check pytest envtest envtest-dra node deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -54,6 +54,10 @@ typecheck: install
 # The plain rules file and the PrometheusRule are generated from guard/generate/alerts.py; CI fails when they drift.
 rules: install
 	$(PY) -m guard.generate.alerts write
+
+# The Grafana dashboard ConfigMap (manifests/components/grafana-dashboard).
+dashboard: install
+	$(PY) -m guard.generate.dashboard
 
 rules-test: install system-deps
 	$(PY) -m guard.generate.alerts check
