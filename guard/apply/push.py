@@ -35,12 +35,11 @@ from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 from guard import metric_names as m
 from guard.actions import TYPE_WORDS, Skip
 from guard.apply.outcome import Outcome, RunTrace
-from guard.figures import Figures, Unit, budget_of, figures
+from guard.figures import Figures, Unit, budget_of, figures, from_snapshot
 from guard.jobs import JobTemplates
 from guard.log import Log
 from guard.model import Snapshot
 from guard.plan.pending import pending
-from guard.report.facts import from_snapshot
 from guard.settings import INTERNAL_UPSTREAMS, Settings
 from guard.states import NODE_STATES
 from guard.status.derive import report
