@@ -8,7 +8,7 @@ ENVTEST_VERSION ?= v1.34.4
 # The DRA tier's control plane (tests/dra): DeviceTaintRule is GA (resource.k8s.io/v1) from 1.37.
 DRA_ENVTEST_VERSION ?= v1.37.2
 
-.PHONY: help install system-deps dry-run test lint typecheck rules rules-test policies policies-check config-check pytest envtest envtest-dra node deploytest engines image bench bench-smoke render wheel-check clean
+.PHONY: help install system-deps dry-run test lint typecheck rules dashboard rules-test policies policies-check config-check pytest envtest envtest-dra node deploytest engines image bench bench-smoke render wheel-check clean
 
 help:
 	@echo "make dry-run   # the guard's plan on the bundled incident (or PROM_URL=http://… for a real Prometheus)"
@@ -25,12 +25,17 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # Prometheus and promtool come from Debian's `prometheus` package, VictoriaMetrics from
-# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools.
+# `victoria-metrics` (the engines tier); nsenter and lspci for the evidence tools; `chromium`
+# renders the report's HTML page in its test.
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v victoria-metrics >/dev/null || { \
 	  echo "installing the Debian packages prometheus (server and promtool) and victoria-metrics"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus victoria-metrics >/dev/null; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing the Debian package chromium (renders the report's HTML page in its test)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 dry-run: install system-deps
 ifeq ($(strip $(PROM_URL)),)
@@ -49,6 +54,10 @@ typecheck: install
 # The plain rules file and the PrometheusRule are generated from guard/generate/alerts.py; CI fails when they drift.
 rules: install
 	$(PY) -m guard.generate.alerts write
+
+# The Grafana dashboard ConfigMap (manifests/components/grafana-dashboard).
+dashboard: install
+	$(PY) -m guard.generate.dashboard
 
 rules-test: install system-deps
 	$(PY) -m guard.generate.alerts check

@@ -36,6 +36,7 @@ class LazyGroup(GuardedGroup):
         "fence": "guard.fence.cli:fence",
         "agent": "guard.agent.cli:agent",
         "status": "guard.status.cli:status",
+        "report": "guard.report.cli:report",
         "config": "guard.generate.config:config",
     }
 

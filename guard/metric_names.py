@@ -94,6 +94,47 @@ ALLOWED_DNS_PREFIX = PushedMetric(
     ("prefix",),
 )
 
+# Repair figures (guard/figures.py) of the ledger and the nodes' records at the run's read.
+ISOLATIONS = PushedMetric(
+    "gpu_node_guard_isolations",
+    "Open isolations (a node cordoned, or one GPU for a GPU-level unit) by verdict and unit",
+    ("verdict", "unit"),
+)
+ISOLATION_OLDEST_AGE = PushedMetric(
+    "gpu_node_guard_isolation_oldest_age_seconds",
+    "Age of the oldest open isolation of each verdict at the run's read (0: none open)",
+    ("verdict",),
+)
+ISOLATIONS_PAST_BUDGET = PushedMetric(
+    "gpu_node_guard_isolations_past_budget",
+    "Open isolations older than their verdict's quarantine budget",
+    ("verdict",),
+)
+QUARANTINE_BUDGET = PushedMetric(
+    "gpu_node_guard_quarantine_budget_seconds",
+    "The expected repair time of each verdict (GUARD_BUDGET_*_H)",
+    ("verdict",),
+)
+GPU_HOURS_LOST = PushedMetric(
+    "gpu_node_guard_gpu_hours_lost",
+    "GPU-hours out of service over the trailing window: the faulted GPUs' and the healthy GPUs'"
+    " a node-wide cordon held with them",
+    ("gpus", "window"),
+)
+REPAIR_PHASE = PushedMetric(
+    "gpu_node_guard_repair_phase_seconds",
+    "Mean duration of each repair phase (onset-to-cordon, cordon-to-repair, repair-to-return,"
+    " isolated) over the isolations of the last 30 days (NaN: none)",
+    ("phase",),
+)
+INCIDENTS = PushedMetric(
+    "gpu_node_guard_incidents", "Ledger incidents within the trailing window", ("window",)
+)
+REPEAT_CARDS = PushedMetric(
+    "gpu_node_guard_repeat_fault_cards",
+    "Cards (GPU UUIDs) with two incidents or more in the last 30 days",
+)
+
 PUSHED = (
     LAST_RUN,
     LAST_SUCCESS,
@@ -110,6 +151,14 @@ PUSHED = (
     LEASE_HELD,
     USER_CODE_XID,
     ALLOWED_DNS_PREFIX,
+    ISOLATIONS,
+    ISOLATION_OLDEST_AGE,
+    ISOLATIONS_PAST_BUDGET,
+    QUARANTINE_BUDGET,
+    GPU_HOURS_LOST,
+    REPAIR_PHASE,
+    INCIDENTS,
+    REPEAT_CARDS,
 )
 
 

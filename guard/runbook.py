@@ -63,6 +63,8 @@ class Section(StrEnum):
     # DRA nodes: one GPU isolated by the guard's DeviceTaintRule, the node in service.
     DEVICE_TAINTED = "device-tainted"
     DEVICE_REPEAT_FAULT = "device-repeat-fault"
+    # An isolation older than its verdict's quarantine budget (guard/plan/budget.py).
+    PAST_ITS_BUDGET = "isolated-past-its-budget"
 
 
 # Conditions of a whole cycle, not states of a node (the pushed `gpu_node_guard_nodes{state}`

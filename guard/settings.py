@@ -251,6 +251,12 @@ class Settings:
         "Pushgateway base URL (http:// or https://, no credentials): every run that is not a dry "
         "run pushes its gpu_node_guard_* metrics there at the end (empty: no push)",
     )
+    # The quarantine budget: the repair time a verdict is expected to take (guard/figures.py);
+    # an isolation past it gets one Warning Event, a state in `status` and an alert.
+    budget_reset_h: float = _opt(4.0, "Expected repair time of a GPU reset verdict, hours")
+    budget_power_cycle_h: float = _opt(24.0, "Expected repair time of a power cycle, hours")
+    budget_rma_h: float = _opt(504.0, "Expected repair time of an RMA (card swap), hours")
+    budget_human_h: float = _opt(24.0, "Expected repair time of a human verdict, hours")
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -295,6 +301,7 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
     checks = [
         *_reading(s),
         *_detection(s),
+        *_budgets(s),
         *_names(s),
         *_jobs(s),
         *_writes(s),
@@ -349,6 +356,12 @@ def _is_cidr_list(text: str) -> bool:
 
 def _within(value: float, low: float, high: float) -> bool:
     return low <= value <= high
+
+
+def _budgets(s: Settings) -> list[Check]:
+    names = ("budget_reset_h", "budget_power_cycle_h", "budget_rma_h", "budget_human_h")
+    bad = "must be in 0.01..8784 hours"
+    return [(_within(getattr(s, n), 0.01, 24 * 366), n, bad) for n in names]
 
 
 def _detection(s: Settings) -> list[Check]:

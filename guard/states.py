@@ -100,6 +100,8 @@ class Decision(StrEnum):
     DEVICE_RECORD_REPAIR = "device-record-repair"
     DEVICE_RULE_UNREADABLE = "device-rule-unreadable"
     DEVICE_RETURNED = "device-returned"
+    # An isolation past its verdict's quarantine budget (guard/plan/budget.py).
+    PAST_BUDGET = "past-budget"
     # What the guard cannot read (guard/plan/unreadable.py).
     UNREADABLE = "unreadable"
     LEDGER_UNREADABLE = "ledger-unreadable"
@@ -245,6 +247,7 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.DEVICE_RULE_UNREADABLE: S.DEVICE_REPEAT_FAULT,
     D.DEVICE_RETURNED: S.RETURNED_RECENTLY,
     D.JOB_REJECTED: S.JOB_REJECTED_BY_THE_NODE,
+    D.PAST_BUDGET: S.PAST_ITS_BUDGET,
 }
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
 LIFECYCLE_ROWS = frozenset(

@@ -52,6 +52,7 @@ ACTIONS = {
     "GuardFenceLifted": "LiftFence",
     "GuardDeviceTainted": "TaintDevice",  # a DRA node's GPU (guard/plan/device_taint.py)
     "GuardNotIsolated": "SkipDeviceTaint",
+    "GuardPastBudget": "KeepCordoned",  # past its quarantine budget (guard/plan/budget.py)
 }  # any other reason: "Observe"
 
 

@@ -25,14 +25,17 @@ Case list:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
+from datetime import timedelta
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
 from guard import metric_names as m
 from guard.actions import TYPE_WORDS, Skip
 from guard.apply.outcome import Outcome, RunTrace
+from guard.figures import Figures, Unit, budget_of, figures, from_snapshot
 from guard.jobs import JobTemplates
 from guard.log import Log
 from guard.model import Snapshot
@@ -42,6 +45,7 @@ from guard.states import NODE_STATES
 from guard.status.derive import report
 from guard.status.model import Sight
 from guard.wire import allowed_dns_prefixes
+from guard.xid_tables import Repair, bundled_classes
 
 PUSH_TIMEOUT_S = 5.0  # after the cycle, well inside the pod's activeDeadlineSeconds
 OUTCOMES = ("applied", "failed")
@@ -118,7 +122,65 @@ def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
         m.BREAKER_LIMIT.name: {(): float(status.breaker.limit)},
         m.BREAKER_ISOLATIONS.name: {(): float(status.breaker.guarded)},
         m.BREAKER_HEADROOM.name: {(): float(status.breaker.headroom)},
+        **repair_figures(s, snap),
     }
+
+
+WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
+PHASES = ("onset-to-cordon", "cordon-to-repair", "repair-to-return", "isolated")
+
+
+def repair_figures(s: Settings, snap: Snapshot) -> Samples:
+    """The repair figures of the ledger and the nodes' records (guard/figures.py): every
+    verdict, unit, window and phase, so a value that emptied reads 0 (NaN for a mean of none)."""
+    facts, classes, budget = from_snapshot(snap), bundled_classes(), budget_of(s)
+    month = figures(facts, classes, snap.now - WINDOWS["30d"], snap.now, budget)
+    week = figures(facts, classes, snap.now - WINDOWS["7d"], snap.now, budget)
+    open_ = [x for x in month.spans if x.end is None]
+    counts = Counter((x.verdict.value, x.unit.value) for x in open_)
+    oldest = {v: 0.0 for v in Repair}
+    for x in open_:
+        oldest[x.verdict] = max(oldest[x.verdict], (snap.now - x.start).total_seconds())
+    past = Counter(o.verdict for o in month.over_budget)
+    hours = {"7d": week.hours, "30d": month.hours}
+    return {
+        m.ISOLATIONS.name: {
+            (("verdict", v.value), ("unit", u.value)): float(counts[(v.value, u.value)])
+            for v in Repair
+            for u in Unit
+        },
+        m.ISOLATION_OLDEST_AGE.name: {(("verdict", v.value),): oldest[v] for v in Repair},
+        m.ISOLATIONS_PAST_BUDGET.name: {(("verdict", v.value),): float(past[v]) for v in Repair},
+        m.QUARANTINE_BUDGET.name: {
+            (("verdict", v.value),): budget.of(v).total_seconds() for v in Repair
+        },
+        m.GPU_HOURS_LOST.name: {
+            (("gpus", which), ("window", w)): round(getattr(h, which), 3)
+            for w, h in hours.items()
+            for which in ("faulted", "healthy")
+        },
+        m.REPAIR_PHASE.name: _phases(month),
+        m.INCIDENTS.name: {
+            (("window", "7d"),): float(sum(r.incidents for r in week.nodes)),
+            (("window", "30d"),): float(sum(r.incidents for r in month.nodes)),
+        },
+        m.REPEAT_CARDS.name: {(): float(len(month.repeat_cards()))},
+    }
+
+
+def _phases(f: Figures) -> dict[Labels, float]:
+    firsts = [r for r in f.incidents if r.isolated is not None]
+    seen = {
+        "onset-to-cordon": [r.onset_to_cordon for r in firsts],
+        "cordon-to-repair": [r.cordon_to_repair for r in firsts],
+        "repair-to-return": [r.repair_to_return for r in firsts],
+        "isolated": [r.isolated for r in firsts if not r.open],
+    }
+    out: dict[Labels, float] = {}
+    for phase in PHASES:
+        known = [d.total_seconds() for d in seen[phase] if d is not None]
+        out[(("phase", phase),)] = sum(known) / len(known) if known else math.nan
+    return out
 
 
 def registry(samples: Samples) -> CollectorRegistry:

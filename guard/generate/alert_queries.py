@@ -159,14 +159,27 @@ def alert_gpu_count_dropped() -> str:
     return f"{gpu_loss()} > 0\nand on (node) {not_cordoned()}"
 
 
-def alert_cordoned_too_long(p: AlertParams) -> str:
-    """Unschedulable now, at the window's start and in every sample since (docs/alerts.md)."""
+def alert_cordoned_too_long(s: Settings, p: AlertParams) -> str:
+    """Unschedulable now, at the window's start and in every sample since (docs/alerts.md); a
+    node with the guard's cordon is left to GPUIsolationPastBudget, which knows its verdict."""
     w, m = duration(p.cordon_max_s), "kube_node_spec_unschedulable"
+    guard = ksm_label("annotation", Annotations(s.annotation_prefix).reason)
     return (
         f"max by (node) ({m}) == 1\n"
         f"and on (node) max by (node) ({m} offset {w}) == 1\n"
-        f"and on (node) min by (node) (min_over_time({m}[{w}])) == 1"
+        f"and on (node) min by (node) (min_over_time({m}[{w}])) == 1\n"
+        f'unless on (node) max by (node) (kube_node_annotations{{{guard}!=""}})'
     )
+
+
+def alert_isolation_past_budget() -> str:
+    """Per verdict, the oldest open isolation older than the verdict's quarantine budget, both as
+    the guard pushed them (guard/figures.py); the value is the age in seconds. `max by` first
+    collapses the Pushgateway's `instance`."""
+    by = f"{metric_names.GROUPING_LABEL}, verdict"
+    age = f"max by ({by}) ({metric_names.ISOLATION_OLDEST_AGE.name})"
+    budget = f"max by ({by}) ({metric_names.QUARANTINE_BUDGET.name})"
+    return f"{age}\n> on ({by}) {budget}"
 
 
 # ── Device taints (DRA nodes): from the guard's pushes, which name no node ─────────────────────

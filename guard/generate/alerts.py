@@ -126,13 +126,25 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
         ),
         Rule(
             "NodeCordonedTooLong",
-            alert_queries.alert_cordoned_too_long(p),
+            alert_queries.alert_cordoned_too_long(s, p),
             "warning",
             f"{{{{ $labels.node }}}} (all GPUs) cordoned for more than {dur(p.cordon_max_s)}",
-            f"Read the node's annotations: {reason} means a guard cordon waiting for repair (check"
-            f" the evidence Job and the repair ticket), {s.annotation_prefix}hold means a person"
-            " holds it, none means a manual cordon (smoke test, experiment). Finish the repair so"
-            " the guard's load test returns it, uncordon it, or write down why it stays out.",
+            f"A cordon without the guard's {reason} (the guard's own isolations have a budget"
+            f" per verdict: GPUIsolationPastBudget). {s.annotation_prefix}hold means a person"
+            " holds it, none means a manual cordon (smoke test, experiment). Finish the repair,"
+            " uncordon it, or write down why it stays out.",
+        ),
+        Rule(
+            "GPUIsolationPastBudget",
+            alert_queries.alert_isolation_past_budget(),
+            "warning",
+            "A {{ $labels.verdict }} isolation has lasted {{ $value | humanizeDuration }}, past"
+            " its quarantine budget",
+            "The oldest open isolation with verdict {{ $labels.verdict }} is older than the repair"
+            " time that verdict is expected to take (GUARD_BUDGET_*_H). `gpu-node-guard status`"
+            " shows the node in state isolated-past-its-budget with what its return waits for;"
+            " `gpu-node-guard report` lists every isolation past its budget. Chase the repair"
+            " (power cycle, reset, RMA), or hold the node with its reason.",
         ),
         Rule(
             "GPUDeviceTaintedTooLong",

@@ -47,10 +47,11 @@ from guard.actions import (
     UntaintDevice,
     hold_next,
 )
+from guard.figures import budget_of
 from guard.jobs import JobTemplates
 from guard.log import format_line
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import device_taint, hold, mismatch, released
+from guard.plan import budget, device_taint, hold, mismatch, released
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
@@ -59,7 +60,7 @@ from guard.plan.returning import decision, is_repeat_fault_hold
 from guard.plan.unreadable import plan_unreadable
 from guard.runbook import Section, url
 from guard.settings import Settings
-from guard.states import LIFECYCLE_ROWS, state_of
+from guard.states import LIFECYCLE_ROWS, Decision, state_of
 from guard.status.model import Blocked, Breaker, Candidate, Gpu, NodeRow, Report, Sight
 
 RETURNED_SHOWN = timedelta(hours=24)
@@ -140,8 +141,8 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
     if node.cordon is not None:
         row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason, s)
         if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
-            return replace(row, blocked=NOT_SEEN)
-        return row
+            row = replace(row, blocked=NOT_SEEN)
+        return _past_budget(row, snap, s, node)
     if node.has(keys(s).device_taint):  # a DRA node whose GPU the guard tainted
         rec = device_taint.record_of(node, s)
         plan = device_taint.decision(snap, s, ctx.t, node)
@@ -154,6 +155,32 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         why = "onboarding" if decision_word(action).startswith("onboarding") else "boot-check"
         return _decided(snap, node, action, why, s)
     return recorded
+
+
+def _past_budget(row: NodeRow, snap: Snapshot, s: Settings, node: NodeInfo) -> NodeRow:
+    """The row of an isolation past its quarantine budget (guard.plan.budget): that state, and
+    what the return waits for as its observed value."""
+    past = budget.past_budget(node, s, snap.now)
+    if past is None:
+        return row
+    found, age = past
+    waits = f"{row.state}: {row.blocked.observed}" if row.blocked else row.state
+    observed = (
+        f"verdict {found.value}, isolated {_days(age)} (budget {_days(budget_of(s).of(found))});"
+        f" {waits}"
+    )
+    state = Section.PAST_ITS_BUDGET
+    return replace(
+        row,
+        state=state.value,
+        runbook=url(s.runbook_base_url, state),
+        blocked=Blocked(Decision.PAST_BUDGET.value, observed),
+    )
+
+
+def _days(d: timedelta) -> str:
+    hours = d.total_seconds() / 3600
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,7 +274,9 @@ def test_the_sites_runbook_base_reaches_every_alert_from_settings_env(
 
 
 def site_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
-    (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (settings,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == SETTINGS_CONFIGMAP
+    ]
     return dict(settings["data"])
 
 

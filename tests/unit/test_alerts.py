@@ -28,6 +28,7 @@ ALERT_NAMES = [
     "GPUHardwareXidCount",
     "GPUCountDropped",
     "NodeCordonedTooLong",
+    "GPUIsolationPastBudget",
     "GPUDeviceTaintedTooLong",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",

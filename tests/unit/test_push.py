@@ -155,3 +155,32 @@ def test_a_bug_building_the_samples_is_one_warn_line_and_leaves_the_exit_code():
     (line,) = out.getvalue().splitlines()
     assert line.startswith("2026-09-21T05:55:00Z WARN push-failed url=http://127.0.0.1:9 ")
     assert 'reason="the samples could not be built: AttributeError' in line
+
+
+def test_the_repair_figures_of_a_run() -> None:
+    """One guard cordon (Xid 79, 8 GPUs) 55 minutes old, past a half-hour power-cycle budget."""
+    from guard.apply.push import repair_figures
+
+    snap = snapshot(node("n", cordoned=True, guarded_xid=79))
+    got = repair_figures(settings(budget_power_cycle_h=0.5), snap)
+    hours = 55 / 60
+    assert got[m.ISOLATIONS.name][(("verdict", "power-cycle"), ("unit", "node"))] == 1.0
+    assert sum(got[m.ISOLATIONS.name].values()) == 1.0  # every other verdict and unit: 0
+    assert got[m.ISOLATION_OLDEST_AGE.name][(("verdict", "power-cycle"),)] == 55 * 60
+    assert got[m.ISOLATION_OLDEST_AGE.name][(("verdict", "reset"),)] == 0.0
+    assert got[m.ISOLATIONS_PAST_BUDGET.name] == {
+        (("verdict", "power-cycle"),): 1.0,
+        (("verdict", "rma"),): 0.0,
+        (("verdict", "reset"),): 0.0,
+        (("verdict", "human"),): 0.0,
+    }
+    assert got[m.QUARANTINE_BUDGET.name][(("verdict", "power-cycle"),)] == 1800.0
+    lost = got[m.GPU_HOURS_LOST.name]
+    assert lost[(("gpus", "faulted"), ("window", "7d"))] == round(hours, 3)
+    assert lost[(("gpus", "healthy"), ("window", "30d"))] == round(7 * hours, 3)
+    assert got[m.INCIDENTS.name][(("window", "7d"),)] == 1.0
+    assert got[m.REPEAT_CARDS.name] == {(): 0.0}
+    phases = got[m.REPAIR_PHASE.name]
+    assert phases[(("phase", "isolated"),)] != phases[(("phase", "isolated"),)]  # NaN: none ended
+    within = repair_figures(settings(), snap)
+    assert sum(within[m.ISOLATIONS_PAST_BUDGET.name].values()) == 0.0

@@ -127,7 +127,7 @@ def test_the_kubectl_plugin_is_the_status_command(tmp_path):
     plugin = shutil.which("kubectl-gpu_guard", path=str(Path(sys.executable).parent))
     assert plugin, "pip install -e . puts kubectl-gpu_guard beside the interpreter"
     proc = subprocess.run(
-        [plugin, "--cluster-snapshot", str(cluster_file(tmp_path)), "-o", "json"],
+        [plugin, "--cluster-snapshot", str(cluster_file(tmp_path)), *ARGS[1:], "-o", "json"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,0 +1,74 @@
+"""The quarantine budget: one Warning Event when a guard isolation outlives its verdict's
+expected repair time (site settings ``budget_*_h``, guard/figures.py `Budget`).
+
+The verdict is the cordon's Xid's (the bundled table, guard/data/xid-classes.tsv); a cordon with
+no Xid (nvml-mismatch, conformance-<item>) is a person's to judge: `human`. Case list, for a node
+with the guard's cordon and its time:
+  younger than its budget                          → nothing
+  past it by less than `EVENT_WINDOW` and no Event  → `GuardPastBudget` (Warning), named by the
+                                                      cordon's time: one per isolation
+  later, or its Event listed                       → nothing: `status` shows the state and the
+                                                      alert GPUIsolationPastBudget keeps speaking
+The window keeps it to one Event although the API server drops an Event an hour after its last
+write: a cycle runs every few minutes, and one that finds it expired is past the window.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from guard.actions import EmitEvent
+from guard.figures import budget_of
+from guard.ledger import format_time
+from guard.model import NodeInfo, Snapshot
+from guard.settings import Settings
+from guard.xid_tables import Repair, bundled_classes
+
+EVENT_WINDOW = timedelta(minutes=50)  # shorter than the API server's event TTL (1 h)
+EVENT_REASON = "GuardPastBudget"
+
+
+def verdict(node: NodeInfo) -> Repair:
+    c = node.cordon
+    return bundled_classes().verdict_of(c.xid) if c is not None and c.xid else Repair.HUMAN
+
+
+def past_budget(node: NodeInfo, s: Settings, now: datetime) -> tuple[Repair, timedelta] | None:
+    """(verdict, age) of the node's guard isolation when it is past its budget."""
+    c = node.cordon
+    if c is None or c.at is None:
+        return None
+    found = verdict(node)
+    age = budget_of(s).past(found, c.at, now)
+    return (found, age) if age is not None else None
+
+
+def plan_budget(snap: Snapshot, s: Settings) -> tuple[EmitEvent, ...]:
+    out = []
+    for node in snap.nodes:
+        past = past_budget(node, s, snap.now) if not node.unreadable else None
+        if past is None or node.cordon is None or node.cordon.at is None:
+            continue
+        found, age = past
+        budget = budget_of(s).of(found)
+        if age - budget >= EVENT_WINDOW:
+            continue
+        at = format_time(node.cordon.at)
+        event = EmitEvent(
+            node.name,
+            "past-budget",
+            "Warning",
+            EVENT_REASON,
+            f"isolated since {at} ({node.cordon.reason}, verdict {found.value}): past its "
+            f"quarantine budget of {_hours(budget)}; check the repair ticket, or hold the node "
+            "with a reason",
+            incident=at,
+        )
+        if all(e.name != event.name for e in snap.events):
+            out.append(event)
+    return tuple(out)
+
+
+def _hours(d: timedelta) -> str:
+    h = d / timedelta(hours=1)
+    return f"{h:g} h" if h < 48 else f"{h / 24:g} days"

@@ -1,0 +1,101 @@
+"""``gpu-node-guard report``: repair figures from the guard's records; it reads, never writes.
+
+Reads what `status` reads (the ledger with its archives, Nodes, the guard's Events and Jobs),
+from the API server or a ``--cluster-snapshot`` file, and prints the figures of `guard.figures`:
+text, ``--output json``, and with ``--html FILE`` one self-contained page. Exit 0 with the report;
+1 when the cluster or the file cannot be read or the page cannot be written (one line); 2 for
+bad flags.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from guard.cli_options import GuardedCommand
+from guard.doors.kube import KubeError
+from guard.figures import budget_of, figures
+from guard.read import SnapshotError, gaps_line, load_cluster_file, read_cluster, require_nodes
+from guard.report import html, render
+from guard.report.facts import from_objects
+from guard.settings_flags import Rfc3339, build_settings, given_here, settings_options
+from guard.status.cli import _connect, _site_settings
+from guard.xid_tables import DataFileError, bundled_classes
+
+DEFAULT_WEEKS = 12
+
+
+@click.command(cls=GuardedCommand)
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the report as one self-contained HTML page (inline SVG) to this file.",
+)
+@click.option("--context", default="", help="The kubeconfig context to use (like kubectl).")
+@click.option(
+    "--at", "at", type=Rfc3339(), default=None, help="The period's end and 'now' (default: now)."
+)
+@click.option(
+    "--since",
+    type=Rfc3339(),
+    default=None,
+    help=f"The period's start (default: {DEFAULT_WEEKS} weeks before --at).",
+)
+@click.option(
+    "--cluster-snapshot",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read Nodes, Jobs, Events and the ledger from a List file instead of the API server.",
+)
+@settings_options
+def report(
+    output: str,
+    html_file: Path | None,
+    context: str,
+    at: datetime | None,
+    since: datetime | None,
+    cluster_snapshot: Path | None,
+    **options: Any,
+) -> None:
+    """Repair figures: incidents, repeats per card, slot and node, GPU-hours out of service.
+
+    GPU-hours split the faulted GPUs' from the healthy GPUs' a node-wide cordon held with them.
+    Isolations past their verdict's quarantine budget (--budget-*-h) are listed.
+    """
+    s = build_settings(options)
+    until = at or datetime.now(UTC).replace(microsecond=0)
+    start = since or until - timedelta(weeks=DEFAULT_WEEKS)
+    if start >= until:
+        raise click.UsageError("--since must be before --at")
+    try:
+        if cluster_snapshot is not None:
+            objs = load_cluster_file(cluster_snapshot, s)
+        else:
+            kube = _connect(s, context)
+            given = given_here(click.get_current_context(), options)
+            s = _site_settings(kube, s, options, given)
+            objs = require_nodes(read_cluster(kube, s))
+        facts = from_objects(objs, s)
+        found = figures(facts, bundled_classes(), start, until, budget_of(s))
+    except (KubeError, SnapshotError, DataFileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if cluster_snapshot is not None and objs.gaps:
+        click.echo(gaps_line(cluster_snapshot, objs.gaps), err=True)
+    if html_file is not None:
+        try:
+            html_file.write_text(html.page(found), encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {html_file}: {exc.strerror}") from None
+    if output == "json":
+        click.echo(json.dumps(render.to_json(found)))
+    else:
+        click.echo(render.text(found), nl=False)
