@@ -213,7 +213,7 @@ def breaker_setting(s: Settings) -> str:
 
 def alert_breaker_open(s: Settings) -> str:
     """What the guard's breaker counts, at or over its limit: the count the guard pushed (nodes
-    cordoned + devices tainted, device_taint.guarded_count), else, without a push, the nodes
+    cordoned + devices tainted, units.breaker_count), else, without a push, the nodes
     kube-state-metrics shows with the guard's cordon or device record; the limit the guard
     pushed (its fraction applied), else the site's setting (the recorded series). Never a number
     of its own, so the alert opens where the guard's breaker does, on a DRA-only cluster too."""

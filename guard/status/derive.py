@@ -50,12 +50,13 @@ from guard.actions import (
 from guard.jobs import JobTemplates
 from guard.log import format_line
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import device_taint, hold, mismatch, released
+from guard.plan import device_taint, hold, mismatch, released, units
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import PendingMismatch, Waiting, pending
-from guard.plan.returning import decision, is_repeat_fault_hold
+from guard.plan.return_rule import is_repeat_fault_hold
+from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
 from guard.runbook import Section, url
 from guard.settings import Settings
@@ -79,7 +80,7 @@ def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report
         s.namespace,
         sight,
         Breaker(
-            device_taint.guarded_count(snap, s),
+            units.breaker_count(snap, s),
             breaker_limit(snap, s),
             url(s.runbook_base_url, Section.BREAKER_OPEN),
         ),

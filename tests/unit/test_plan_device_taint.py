@@ -31,8 +31,9 @@ from guard.model import (
     Snapshot,
     TaintRule,
 )
-from guard.plan import device_taint, plan_cycle
-from guard.plan.device_taint import DeviceRecord, guarded_count, parse_record, rule_name
+from guard.plan import device_taint, plan_cycle, units
+from guard.plan.device_taint import DeviceRecord, parse_record, rule_name
+from guard.plan.units import breaker_count as guarded_count
 from guard.read.objects import claims, devices, taint_rules
 from tests.builders import (
     KEYS,
@@ -225,7 +226,7 @@ def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
 def test_one_isolation_per_cycle_across_cordon_and_device_taint() -> None:
     snap = published(snapshot(node("b"), dra_node("d"), candidates=(gpu("b", 79), gpu("d", 79))))
     plan = plan_cycle(snap, S, TEMPLATES)
-    isolations = [a for a in plan if device_taint.isolates(a)]
+    isolations = [a for a in plan if units.isolates(a)]
     assert len(isolations) == 1
     assert [a.node for a in plan if a.reason == "one-per-cycle"] == ["d"]
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-MAX_MODULES = 55
+MAX_MODULES = 57  # guard.plan.units (the unit registry) and guard.plan.return_rule among them
 JOB_PROGRAMS = ("guard.conformance", "guard.evidence", "guard.loadtest", "guard.agent")
 SHOW = "import sys\nprint(*sorted(m for m in sys.modules if m.split('.')[0] == 'guard'))\n"
 CASES = {
