@@ -31,14 +31,8 @@ Return, for each node with a device record, or a guard rule without one (first m
   the record names a rule that does not exist:
       the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
-  hold                                 → skip hold
-  no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
-  the faulted GPU reports a hardware Xid now                → skip xid-present
-  the driver does not publish the device now                → skip device-not-published
-  the driver publishes it only as MIG devices or without its uuid (the claim selects the whole
-  GPU by UUID)                                              → skip device-not-published, the
-                                                              cancel (delete the rules) named
-  the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
+  the return table's device-taint rows (guard.plan.return_rule: hold, reboot or reset-done,
+  the GPU's Xid, the whole GPU published, repeat fault) → their skip
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
   the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
   while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip

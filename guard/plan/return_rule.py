@@ -6,27 +6,6 @@ row of the isolation's unit is the decision (a Skip, or the guard's own hold). W
 rule differs it is a row of its own, and docs/isolation.md ("One return rule, two units") says
 each difference and why. The Job gates (conformance, fence lift, load test) and the lift follow
 in the unit's module (guard.plan.returning, guard.plan.device_taint).
-
-  word                  units          reads       fails when
-  hold                  cordon         API         a hold (the guard's repeat-fault hold or a
-                                                   person's)
-  hold                  device-taint   API         a hold
-  reboot                cordon         API         no proven reboot; reset-done only for
-                                                   reset-class Xids or a missing bootID
-  reboot                device-taint   API         neither a reboot nor a reset-done after the
-                                                   isolation (any Xid)
-  not-ready             cordon         API         the node is not Ready
-  gpu-count             cordon         API         capacity, recorded capacity, allocatable differ
-  xid-present           cordon         Prometheus  any GPU of the node reports a hardware Xid
-  xid-present           device-taint   Prometheus  the tainted GPU reports a hardware Xid
-  row-remap             cordon         Prometheus  row remapping pending or failed on the node
-  gpu-pods-running      cordon         Prometheus  a Running pod holds a GPU on the node
-  nvml-mismatch         cordon         Prometheus  the node agent reports a driver/NVML mismatch
-  service-network       cordon         Prometheus  the node's kube-proxy or CNI pods not Ready
-  device-not-published  device-taint   API         the driver does not publish the whole GPU
-  repeat-fault          cordon         API         the card reached the repeat-fault limit: set
-                                                   the guard's hold
-  repeat-fault          device-taint   API         the same: a WARN skip (the rule stays)
 """
 
 from __future__ import annotations

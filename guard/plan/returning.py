@@ -1,21 +1,13 @@
-"""Return check: bring a node the guard cordoned back only after it proved itself.
+"""The cordon unit: isolate a node (cordon), bring it back only after it proved itself.
 
-Conditions, in order, for each readable node with the guard's cordon record (first failure wins):
-  1. still cordoned, else a person uncordoned it → clear the guard's annotations (no load test)
-     and record the cancel (`cancelled`: boot, GPU, Xid) so that incident is not cordoned again;
-     a `hold` annotation stops here
-  2. a proven reboot: both the recorded and the current bootID known, and different — or, for
-     reset-class Xids and where a bootID is missing, a `reset-done` note from after the cordon
-  3. Ready, GPU capacity == recorded capacity == allocatable
-  4. no hardware Xid on the node now; row remapping neither pending nor failed
-  5. no Running pod holds a GPU on the node; the node agent does not report a driver/NVML
-     mismatch (an nvml-mismatch cordon needs it to report a match); the node's kube-proxy and
-     CNI pods are Ready (guard.plan.mismatch, guard.plan.service_network)
-  6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
-  (7. optional: the conformance Job passed; always for a `conformance-<item>` cordon)
-Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
-record `returned`; failed → stay cordoned and record it once. The load test waits for the
-cordon's evidence Job and checks the PCIe links it recorded (guard.plan.links). A conformance
+For each readable node with the guard's cordon record: a node a person uncordoned → clear the
+guard's annotations (no load test) and record the cancel (`cancelled`: boot, GPU, Xid) so that
+incident is not cordoned again. Otherwise the return table's cordon rows decide
+(guard.plan.return_rule: hold, proven reboot, Ready, GPU count, Xid, row remap, GPU pods, driver
+match, service network, repeat fault), then the optional conformance Job (always for a
+`conformance-<item>` cordon) and one load-test Job per node per boot and cordon: running → wait;
+succeeded → uncordon and record `returned`; failed → stay cordoned and record it once. The load
+test waits for the cordon's evidence Job and checks the PCIe links it recorded. A conformance
 cordon needs a new boot (no power-cycle Event) and returns after its conformance Job passes,
 with the load test only when `boot_check_return_loadtest` is set; a person's uncordon of it
 records the boot as checked (`checked-boot … uncordon`).
