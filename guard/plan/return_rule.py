@@ -304,17 +304,9 @@ def rows(unit: Unit) -> tuple[Condition, ...]:
     return tuple(row for row in TABLE if unit in row.units)
 
 
-def failed(case: Case) -> tuple[Condition | None, tuple[Action, ...]]:
-    """The first row of the case's unit that fails, with its actions; (None, ()) when all hold."""
-    for row in rows(case.unit):
-        out = row.check(case)
-        if out:
-            return row, out
-    return None, ()
-
-
 def blocked(case: Case) -> tuple[Action, ...]:
-    return failed(case)[1]
+    """The actions of the first row of the case's unit that fails; () when every row holds."""
+    return next((out for row in rows(case.unit) if (out := row.check(case))), ())
 
 
 def reaches_prometheus(case: Case) -> bool:
