@@ -202,13 +202,14 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
 
 
 # The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
-# manifests/base/image-wiring copies from the settings ConfigMap into the PrometheusRule.
+# the alerts component copies from the settings ConfigMap (alert_queries.SUBSTITUTED, the whole
+# expression).
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
-def breaker_setting(s: Settings) -> str:
+def breaker_setting(t: SiteText) -> str:
     """The recording rule's expression: the number itself (a site's overlay replaces it)."""
-    return str(s.breaker_max_nodes)
+    return t["breaker_max_nodes"]
 
 
 def alert_breaker_open(s: Settings) -> str:
@@ -508,10 +509,12 @@ def alert_row_remap_failed() -> str:
 
 
 # The settings the alerts component copies from the settings ConfigMap into the rules, each into
-# a double-quoted string of an expression (manifests/components/alerts/settings.yaml, generated
-# with the rules): the text of each as settings.env writes it.
+# a double-quoted string of an expression or a whole expression (a number:
+# manifests/components/alerts/settings.yaml, generated with the rules): the text of each as
+# settings.env writes it. The one path of a site setting into the alerts.
 SUBSTITUTED = (
     "user_code_xids",
+    "breaker_max_nodes",
     "service_network_kube_proxy_namespace",
     "service_network_kube_proxy_pods",
     "service_network_cni_namespace",
