@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
+
 from guard.model import Unit
+from guard.names import Annotations
 from guard.plan import return_rule, units
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +44,20 @@ def test_each_units_rows_start_with_the_api_and_reach_prometheus() -> None:
     for unit in ("cordon", "device-taint"):
         sources = [row.source for row in return_rule.rows(unit)]
         assert "prometheus" in sources and sources[0] == "api"
+
+
+def test_each_unit_names_its_record_and_a_policy_that_bounds_its_writes() -> None:
+    """A unit's registration is what the recipe (docs/architecture.md) asks for: a guard
+    annotation that records it, and a shipped admission policy on the kind it writes."""
+    k = Annotations("example.com/")
+    resources = {
+        r
+        for path in sorted((ROOT / "policies").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if doc and doc.get("kind") == "ValidatingAdmissionPolicy"
+        for rule in doc["spec"]["matchConstraints"].get("resourceRules", [])
+        for r in rule.get("resources", [])
+    }
+    for unit in units.UNITS:
+        assert unit.record(k).startswith(k.prefix), unit.name
+        assert f"{unit.policy_kind.lower()}s" in resources, unit.name
