@@ -395,6 +395,33 @@ class TaintRule:
         return f"{self.driver}/{self.pool}/{self.device}"
 
 
+# The isolation units (guard.plan.units registers each): how the guard takes a GPU out of service.
+Unit = Literal["cordon", "device-taint"]
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """One isolation the guard holds, whatever its unit, made from the node's records and the
+    guard's DeviceTaintRules (guard.read.records `isolations`): what the breaker counts and the
+    return table (guard.plan.return_rule) decides about. An unreadable record's fields are empty."""
+
+    unit: Unit
+    node: str
+    gpu: str  # the GPU's UUID; "" for a cordon without a GPU or an unreadable record
+    pci: str
+    reason: str  # xid-79, nvml-mismatch, conformance-<item>; "" when unreadable
+    at: datetime | None  # when the guard isolated it
+    boot_id: str  # the node's boot at the isolation ("" unknown)
+    rule: str = ""  # device-taint: a guard rule whose record cannot be read, by name
+
+    @property
+    def key(self) -> str:
+        """One per cordoned node; one per tainted GPU (a GPU with several device rules once)."""
+        if self.unit == "cordon":
+            return f"cordon/{self.node}"
+        return f"{self.node}/{self.gpu.lower() or self.rule or 'unreadable'}"
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime

@@ -111,7 +111,7 @@ def _requests(trace: RunTrace) -> dict[Labels, float]:
 
 def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
     """Nodes by state (what `gpu-node-guard status` showed at the cycle's read), pending
-    candidates and the breaker: its count (device_taint.guarded_count, the number the guard's
+    candidates and the breaker: its count (units.breaker_count, the number the guard's
     breaker compares; GPUNodeGuardBreakerOpen reads it) and its limit."""
     status = report(snap, s, templates, Sight(s.prometheus_url))
     states = Counter(row.state for row in status.nodes)

@@ -215,18 +215,19 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
 
 
 # The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
-# manifests/base/image-wiring copies from the settings ConfigMap into the PrometheusRule.
+# the alerts component copies from the settings ConfigMap (alert_queries.SUBSTITUTED, the whole
+# expression).
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
-def breaker_setting(s: Settings) -> str:
+def breaker_setting(t: SiteText) -> str:
     """The recording rule's expression: the number itself (a site's overlay replaces it)."""
-    return str(s.breaker_max_nodes)
+    return t["breaker_max_nodes"]
 
 
 def alert_breaker_open(s: Settings) -> str:
     """What the guard's breaker counts, at or over its limit: the count the guard pushed (nodes
-    cordoned + devices tainted, device_taint.guarded_count), else, without a push, the nodes
+    cordoned + devices tainted, units.breaker_count), else, without a push, the nodes
     kube-state-metrics shows with the guard's cordon or device record; the limit the guard
     pushed (its fraction applied), else the site's setting (the recorded series). Never a number
     of its own, so the alert opens where the guard's breaker does, on a DRA-only cluster too."""
@@ -521,10 +522,12 @@ def alert_row_remap_failed() -> str:
 
 
 # The settings the alerts component copies from the settings ConfigMap into the rules, each into
-# a double-quoted string of an expression (manifests/components/alerts/settings.yaml, generated
-# with the rules): the text of each as settings.env writes it.
+# a double-quoted string of an expression or a whole expression (a number:
+# manifests/components/alerts/settings.yaml, generated with the rules): the text of each as
+# settings.env writes it. The one path of a site setting into the alerts.
 SUBSTITUTED = (
     "user_code_xids",
+    "breaker_max_nodes",
     "service_network_kube_proxy_namespace",
     "service_network_kube_proxy_pods",
     "service_network_cni_namespace",

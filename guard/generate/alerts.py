@@ -164,11 +164,14 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 _TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-guard"
 
 
-def guard_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule | Record, ...]:
+def guard_rules(
+    s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
+) -> tuple[Rule | Record, ...]:
     ns, cron, keys = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix)
+    t = alert_queries.site_text(s) if t is None else t
     return (
         # Before the alert that reads it (a group's rules run in order).
-        Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(s)),
+        Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(t)),
         Rule(
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
@@ -469,7 +472,7 @@ def rule_groups(
     t = alert_queries.site_text(s) if t is None else t
     groups: tuple[tuple[str, tuple[Rule | Record, ...]], ...] = (
         ("gpu-node-guard.gpu", (*gpu_records(t, p), *gpu_rules(s, p))),
-        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p))),
+        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p, t))),
         ("gpu-node-guard.notify", notify_rules(s, p)),
         ("gpu-node-guard.node", (*node_records(), *node_rules(s, t=t))),
     )
@@ -523,7 +526,7 @@ class Substitution:
     group: str
     key: str  # "alert" or "record"
     rule: str
-    index: int
+    index: int  # -1: the whole expression
 
 
 def substitutions() -> tuple[Substitution, ...]:
@@ -535,6 +538,9 @@ def substitutions() -> tuple[Substitution, ...]:
     for group in rule_groups(Settings(), alert_queries.AlertParams(), marks):
         for rule in group["rules"]:
             key = "alert" if "alert" in rule else "record"
+            if rule["expr"] in setting:
+                out.append(Substitution(setting[rule["expr"]], group["name"], key, rule[key], -1))
+                continue
             for i, piece in enumerate(rule["expr"].split('"')):
                 if piece in setting:
                     out.append(Substitution(setting[piece], group["name"], key, rule[key], i))
@@ -561,7 +567,7 @@ def replacements() -> list[dict[str, Any]]:
                 {
                     "select": dict(rule),
                     "fieldPaths": [f"spec.groups.[name={s.group}].rules.[{s.key}={s.rule}].expr"],
-                    "options": {"delimiter": '"', "index": s.index},
+                    **({"options": {"delimiter": '"', "index": s.index}} if s.index >= 0 else {}),
                 }
                 for s in subs
             ],

@@ -317,22 +317,14 @@ def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
         return []  # an overlay without the alerts component
     found = _rule_exprs(rules[0]["spec"]["groups"])
     wanted = _rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams()))
-    out = []
-    record = alert_queries.BREAKER_SETTING
-    if found.get(record) != wanted[record]:
-        out.append(
-            f"alerts: {record} records {found.get(record)!r}, the site's "
-            f"GUARD_BREAKER_MAX_NODES is {wanted[record]!r} (list ../../base/image-wiring "
-            "under the overlay's transformers)"
-        )
-    out += _substituted(found, s, env)
+    out = _substituted(found, s, env)
     found, wanted = _blanked(found), _blanked(wanted)
     default = _blanked(
         _rule_exprs(
             alerts.rule_groups(replace(s, **_site_defaults(s)), alert_queries.AlertParams())
         )
     )
-    for name in sorted(set(wanted) - {record}):
+    for name in sorted(wanted):
         if found.get(name) == wanted[name]:
             continue
         baked = [
@@ -355,6 +347,7 @@ def _substituted(found: Mapping[str, str], s: Settings, env: Mapping[str, str]) 
         key = params.env_name(sub.setting)
         pieces = found.get(sub.rule, "").split('"')
         text = pieces[sub.index] if sub.index < len(pieces) else None
+        text = found.get(sub.rule) if sub.index < 0 else text
         site = env.get(key, params.default_text(Settings(), sub.setting))
         if text != site:
             out.append(
@@ -374,7 +367,9 @@ def _blanked(exprs: Mapping[str, str]) -> dict[str, str]:
     """The expressions with the strings the alerts component substitutes emptied."""
     out = dict(exprs)
     for sub in alerts.substitutions():
-        if sub.rule in out:
+        if sub.rule in out and sub.index < 0:
+            out[sub.rule] = ""
+        elif sub.rule in out:
             pieces = out[sub.rule].split('"')
             if sub.index < len(pieces):
                 pieces[sub.index] = ""

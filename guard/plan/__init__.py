@@ -7,11 +7,10 @@ from collections.abc import Iterable
 from guard.actions import Action, ClearGuardAnnotations, Cordon, Skip, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
-from guard.plan import budget, device_taint
+from guard.plan import budget, units
 from guard.plan.checks import plan_checks
 from guard.plan.common import with_archive_events
 from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
-from guard.plan.returning import plan_return
 from guard.plan.unreadable import plan_unreadable, unreadable_events
 from guard.settings import Settings
 
@@ -24,7 +23,7 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     Nodes the return check releases this cycle no longer count against the circuit breaker; a
     cycle cordons at most one node, a hardware fault before a conformance failure.
     """
-    returning = plan_return(snap, s, t) + device_taint.plan_return(snap, s, t)
+    returning = units.plan_return(snap, s, t)
     let_go = released(returning)
     isolating = plan_isolation(snap, s, t, let_go)
     checks = plan_checks(snap, s, t, let_go, isolating)
@@ -50,7 +49,7 @@ def plan_fallback(
     """
     if not refused or len(refused) >= MAX_CORDON_TRIES:
         return ()
-    let_go = released(plan_return(snap, s, t) + device_taint.plan_return(snap, s, t))
+    let_go = released(units.plan_return(snap, s, t))
     again = plan_isolation(snap, s, t, let_go, refused)
     pick = next((a.node for a in again if isinstance(a, Cordon)), None)
     return with_archive_events(

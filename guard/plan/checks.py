@@ -12,7 +12,7 @@ from __future__ import annotations
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
-from guard.plan import boot_check, device_taint, onboarding
+from guard.plan import boot_check, onboarding, units
 from guard.plan.check_jobs import Wanted
 from guard.plan.common import breaker_open
 from guard.plan.isolation import breaker_limit
@@ -30,7 +30,7 @@ def plan_checks(
     breaker); `isolating`: the isolation check's actions this cycle. Nodes either acted on are
     left to them this cycle."""
     decided = released | frozenset(a.node for a in isolating)
-    cordoned = any(device_taint.isolates(a) for a in isolating)
+    cordoned = any(units.isolates(a) for a in isolating)
     gates, boots = onboarding.scan(snap, s, t, decided), boot_check.scan(snap, s, t, decided)
     per_node: dict[str, list[Action]] = {}
     for found in (gates.actions, boots.actions):
@@ -71,7 +71,7 @@ def _cordons(
     if not failed:
         return {}
     limit = breaker_limit(snap, s)
-    guarded = device_taint.guarded_count(snap, s, released) + cordoned
+    guarded = units.breaker_count(snap, s, released) + cordoned
     out: dict[str, list[Action]] = {}
     first = failed[0]
     for f in failed:

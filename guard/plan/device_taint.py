@@ -22,22 +22,17 @@ Isolation (the same screen, breaker and one isolation per cycle as the cordon):
                                       → WARN skip device-isolated naming that GPU, and a Warning
                                         Event: one device per node; a person cordons the node
                                         if the new fault is real
-Breaker: `guarded_count` counts cordoned nodes and tainted GPUs alike (a GPU with several
-device rules once; one helper for the isolation check, the lifecycle checks and the push).
+Breaker: guard.plan.units `breaker_count` counts cordoned nodes and tainted GPUs alike (a GPU
+with several device rules once; one count for the isolation check, the lifecycle checks and the
+push).
 
 Return, for each node with a device record, or a guard rule without one (first match wins):
   a guard rule without the node's record (the record's patch did not land) → record it again
   the record names a rule that does not exist:
       the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
-  hold                                 → skip hold
-  no reboot (bootID) and no reset-done after the isolation → skip device-waiting-reset
-  the faulted GPU reports a hardware Xid now                → skip xid-present
-  the driver does not publish the device now                → skip device-not-published
-  the driver publishes it only as MIG devices or without its uuid (the claim selects the whole
-  GPU by UUID)                                              → skip device-not-published, the
-                                                              cancel (delete the rules) named
-  the card's ledger incidents reach the repeat-fault limit  → WARN skip device-repeat-fault
+  the return table's device-taint rows (guard.plan.return_rule: hold, reboot or reset-done,
+  the GPU's Xid, the whole GPU published, repeat fault) → their skip
   otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
   the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
   while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip
@@ -53,7 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
 from guard import ledger
@@ -61,7 +56,6 @@ from guard.actions import (
     Action,
     Annotate,
     ClearGuardAnnotations,
-    Cordon,
     CreateClaim,
     EmitEvent,
     Skip,
@@ -69,7 +63,7 @@ from guard.actions import (
     UntaintDevice,
 )
 from guard.jobs import ClaimSpec, JobSpec, JobTemplates, node_label
-from guard.model import DraDevice, GpuSample, JobInfo, NodeInfo, Snapshot, TaintRule, rebooted
+from guard.model import DraDevice, GpuSample, JobInfo, NodeInfo, Snapshot, TaintRule
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -78,6 +72,7 @@ from guard.names import (
     DRA_DEVICE_CLASS,
     Annotations,
 )
+from guard.plan import return_rule
 from guard.plan.check_jobs import foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import (
     UID,
@@ -91,73 +86,11 @@ from guard.plan.common import (
     present,
 )
 from guard.read.check_records import claim_record_value
-from guard.read.records import cancel_value
+from guard.read.records import DeviceRecord, cancel_value, parse_record
 from guard.settings import Settings
 from guard.states import Decision
 
 WAIT = "checked again next cycle"
-# Isolating actions: one per cycle, across both units.
-ISOLATIONS = (Cordon, TaintDevice)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRecord:
-    """The node's `device-taint` record, parsed."""
-
-    reason: str
-    at: datetime
-    boot_id: str  # "" when the guard knew none
-    pci: str
-    uuid: str
-    device: str  # <driver>/<pool>/<device>, comma-separated when the GPU has several devices
-    rule: str  # one rule per device, comma-separated as `device`
-
-    @property
-    def xid(self) -> int:
-        return int(self.reason.removeprefix("xid-"))
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        return tuple(self.device.split(","))
-
-    @property
-    def rules(self) -> tuple[str, ...]:
-        return tuple(self.rule.split(","))
-
-    def value(self) -> str:
-        return " ".join(
-            (
-                self.reason,
-                ledger.format_time(self.at),
-                self.boot_id or "-",
-                self.pci,
-                self.uuid,
-                self.device,
-                self.rule,
-            )
-        )
-
-
-_RECORD = re.compile(r"(xid-[1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
-
-
-def parse_record(text: str) -> DeviceRecord | None:
-    """The record's fields; None when it is not of the form the guard writes.
-
-    >>> r = parse_record("xid-79 2026-09-21T05:55:00Z b1 0000:18:00.0 "
-    ...                  "GPU-11111111-2222-3333-4444-555555555555 gpu.nvidia.com/n/gpu-0 gng-dt-x")
-    >>> r.xid, r.device, parse_record(r.value()) == r, parse_record("garbage")
-    (79, 'gpu.nvidia.com/n/gpu-0', True, None)
-    """
-    found = _RECORD.fullmatch(text.strip())
-    if found is None:
-        return None
-    reason, at, boot, pci, uuid, device, rule = found.groups()
-    try:
-        when = ledger.parse_time(at)
-    except ValueError:
-        return None
-    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
 
 
 def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:
@@ -204,30 +137,6 @@ def whole(devices: tuple[DraDevice, ...], uuid: str) -> bool:
 
 def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
     return tuple(r for r in snap.taint_rules if r.guard)
-
-
-def guarded_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()) -> int:
-    """What the circuit breaker counts: nodes carrying the guard's cordon reason and GPUs the
-    guard isolates with a DeviceTaintRule (its rules, and device records whose rule is gone),
-    readable or not; those the return check lets go this cycle (`released`) no longer count."""
-    k = keys(s)
-    nodes = {n.name for n in snap.nodes if n.has(k.reason)} - released
-    gpus = {_gpu_of(r) for r in guard_rules(snap) if r.node not in released}
-    for n in snap.nodes:
-        if n.has(k.device_taint) and n.name not in released:
-            rec = record_of(n, s)
-            gpus.add(f"{n.name}/{rec.uuid.lower()}" if rec else f"{n.name}/unreadable")
-    return len(nodes) + len(gpus)
-
-
-def _gpu_of(rule: TaintRule) -> str:
-    """The GPU a guard rule isolates (one GPU may have several devices, one rule each)."""
-    rec = parse_record(rule.record)
-    return f"{rule.node}/{rec.uuid.lower()}" if rec else rule.name
-
-
-def isolates(action: Action) -> bool:
-    return isinstance(action, ISOLATIONS)
 
 
 def eligibility(
@@ -476,7 +385,7 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
         if job is not None and trusted and passed(job) and not claim_problem(snap, node, rec, job):
             return _returned(snap, s, node, rec, job, ())
         return _cancelled(snap, s, node, rec)
-    blocked = _blocked(snap, s, node, rec)
+    blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
         return blocked
     if job is None and spec.name not in node.loadtest_result:
@@ -504,81 +413,6 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
             ),
         )
     return _gate(snap, s, node, rec, rules, job, spec)
-
-
-def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[Action, ...]:
-    k = keys(s)
-    if node.hold is not None:
-        return (
-            Skip(
-                node.name,
-                Decision.HOLD,
-                f"hold={node.hold!r}",
-                f"a person decides, then removes {k.hold}",
-            ),
-        )
-    reset = node.reset_done_at is not None and node.reset_done_at > rec.at
-    if not rebooted(rec.boot_id, node.boot_id) and not reset:
-        fix = (
-            f"reset the GPU ({rec.pci}) or reboot the node, then annotate "
-            f'{k.reset_done}="$(date -u +%FT%TZ) …"'
-        )
-        return (
-            Skip(
-                node.name,
-                Decision.DEVICE_WAITING_RESET,
-                f"{rec.device}: no reboot and no {k.reset_done} since the taint at "
-                f"{ledger.format_time(rec.at)}",
-                fix,
-            ),
-        )
-    xids = [
-        g
-        for g in snap.prom.hardware_xids
-        if g.node == node.name and g.uuid.lower() == rec.uuid.lower()
-    ]
-    if xids:
-        return (
-            Skip(
-                node.name,
-                Decision.XID_PRESENT,
-                ", ".join(f"{rec.uuid}=xid-{g.value}" for g in xids),
-                WAIT,
-            ),
-        )
-    now = targets(snap, node.name, rec.uuid, rec.pci)
-    if not now:
-        return (
-            Skip(
-                node.name,
-                Decision.DEVICE_NOT_PUBLISHED,
-                f"the DRA driver does not publish {rec.uuid} here",
-                WAIT,
-            ),
-        )
-    if not whole(now, rec.uuid):
-        return (
-            Skip(
-                node.name,
-                Decision.DEVICE_NOT_PUBLISHED,
-                f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
-                "(MIG devices or no uuid): the load test claims the whole GPU by its UUID",
-                f"{WAIT}; to return it without the load test, delete the guard's rules "
-                f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}",
-            ),
-        )
-    counts = ledger.count(snap.ledger, rec.uuid, node.name, rec.pci)
-    if counts.same_card >= s.repeat_fault_limit:
-        return (
-            Skip(
-                node.name,
-                Decision.DEVICE_REPEAT_FAULT,
-                f"{rec.uuid}: {counts.same_card} incidents in the ledger",
-                f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}",
-                "WARN",
-            ),
-        )
-    return ()
 
 
 def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:

@@ -35,19 +35,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from guard import ledger
-from guard.actions import Action, Cordon, EmitEvent, Skip
+from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import device_taint, fence, hold, mismatch
+from guard.plan import device_taint, hold, mismatch, units
 from guard.plan.common import (
-    Incident,
     breaker_open,
-    evidence_job,
     keys,
-    ledger_append,
-    present,
     skip_cancelled,
 )
 from guard.settings import Settings
@@ -91,16 +86,15 @@ def plan_isolation(
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
     limit = breaker_limit(snap, s)
-    guarded = device_taint.guarded_count(snap, s, released)
+    guarded = units.breaker_count(snap, s, released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
     first = eligible[0]
     if first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
-    elif device_taint.targets(snap, first.node.name, first.gpu.uuid, first.gpu.pci):
-        actions.extend(device_taint.isolate(snap, s, t, first.node, first.gpu, first.held_s))
     else:
-        actions.extend(_cordon(snap, s, t, first.node, first.gpu))
+        unit = units.unit_for(snap, first.node, first.gpu)
+        actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(
         Skip(
@@ -243,56 +237,4 @@ def _breaker_open(eligible: list[Pick], guarded: int, limit: int) -> tuple[Actio
     """Every blocked candidate, each named in its own WARN line and Event."""
     return tuple(
         a for p in eligible for a in breaker_open(p.node.name, guarded, limit, f"{p.reason} waits")
-    )
-
-
-def _cordon(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample
-) -> tuple[Action, ...]:
-    k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
-    incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
-    job = evidence_job(snap, s, t, incident, reason)
-    evidence: tuple[Action, ...] = (job,)
-    if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
-        evidence = (no_pci_evidence(node.name, reason),)
-    annotations = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-        (k.gpu, f"{g.pci} {g.uuid}"),
-    )
-    held = hold.loss_held_s(snap.prom, node.name, snap.now)
-    where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
-    message = (
-        f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
-        f"GPU loss held {held}s; evidence {where}"
-    )
-    return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            annotations,
-            g.pci,
-            held,
-            where,
-            present(node, k.record_keys),
-        ),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
-        ledger_append(s, incident, reason),
-        *evidence,
-        *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
-    )
-
-
-def no_pci_evidence(node: str, reason: str) -> Skip:
-    """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
-    the policies pin it) cannot be made, so the cordon goes on without it, once said."""
-    return Skip(
-        node,
-        "evidence-no-pci",
-        f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
-        "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
-        "WARN",
     )

@@ -1,21 +1,13 @@
-"""Return check: bring a node the guard cordoned back only after it proved itself.
+"""The cordon unit: isolate a node (cordon), bring it back only after it proved itself.
 
-Conditions, in order, for each readable node with the guard's cordon record (first failure wins):
-  1. still cordoned, else a person uncordoned it → clear the guard's annotations (no load test)
-     and record the cancel (`cancelled`: boot, GPU, Xid) so that incident is not cordoned again;
-     a `hold` annotation stops here
-  2. a proven reboot: both the recorded and the current bootID known, and different — or, for
-     reset-class Xids and where a bootID is missing, a `reset-done` note from after the cordon
-  3. Ready, GPU capacity == recorded capacity == allocatable
-  4. no hardware Xid on the node now; row remapping neither pending nor failed
-  5. no Running pod holds a GPU on the node; the node agent does not report a driver/NVML
-     mismatch (an nvml-mismatch cordon needs it to report a match); the node's kube-proxy and
-     CNI pods are Ready (guard.plan.mismatch, guard.plan.service_network)
-  6. the card has fewer ledger incidents than the repeat-fault limit, else set `hold`
-  (7. optional: the conformance Job passed; always for a `conformance-<item>` cordon)
-Then one load-test Job per node per boot and cordon: running → wait; succeeded → uncordon and
-record `returned`; failed → stay cordoned and record it once. The load test waits for the
-cordon's evidence Job and checks the PCIe links it recorded (guard.plan.links). A conformance
+For each readable node with the guard's cordon record: a node a person uncordoned → clear the
+guard's annotations (no load test) and record the cancel (`cancelled`: boot, GPU, Xid) so that
+incident is not cordoned again. Otherwise the return table's cordon rows decide
+(guard.plan.return_rule: hold, proven reboot, Ready, GPU count, Xid, row remap, GPU pods, driver
+match, service network, repeat fault), then the optional conformance Job (always for a
+`conformance-<item>` cordon) and one load-test Job per node per boot and cordon: running → wait;
+succeeded → uncordon and record `returned`; failed → stay cordoned and record it once. The load
+test waits for the cordon's evidence Job and checks the PCIe links it recorded. A conformance
 cordon needs a new boot (no power-cycle Event) and returns after its conformance Job passes,
 with the load test only when `boot_check_return_loadtest` is set; a person's uncordon of it
 records the boot as checked (`checked-boot … uncordon`).
@@ -23,20 +15,17 @@ records the boot as checked (`checked-boot … uncordon`).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from guard import ledger
 from guard.actions import (
     Action,
     ClearGuardAnnotations,
+    Cordon,
     EmitEvent,
-    SetHold,
     Skip,
-    hold_next,
 )
 from guard.jobs import JobTemplates
-from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import cordon_event, fence, mismatch, service_network
+from guard.model import CordonRecord, GpuSample, NodeInfo, Snapshot
+from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service_network
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
@@ -47,9 +36,7 @@ from guard.plan.common import (
     present,
 )
 from guard.plan.return_jobs import (
-    WAIT,
     conformance_return,
-    conformance_same_boot,
     evidence_rejected,
     evidence_running,
     job_gate,
@@ -59,6 +46,65 @@ from guard.plan.return_jobs import (
 from guard.read.check_records import UNCORDON, checked_boot_value
 from guard.read.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
+
+# ---- isolation -------------------------------------------------------------------------------
+
+
+def isolate(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, held_s: int
+) -> tuple[Action, ...]:
+    """The cordon of a node for its faulted GPU `g` (its held GPU loss read again: `held_s`
+    is the pick's)."""
+    k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
+    incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
+    job = evidence_job(snap, s, t, incident, reason)
+    evidence: tuple[Action, ...] = (job,)
+    if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
+        evidence = (no_pci_evidence(node.name, reason),)
+    annotations = (
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(node.gpu_capacity)),
+        (k.gpu, f"{g.pci} {g.uuid}"),
+    )
+    held = hold.loss_held_s(snap.prom, node.name, snap.now)
+    where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
+    message = (
+        f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
+        f"GPU loss held {held}s; evidence {where}"
+    )
+    return (
+        Cordon(
+            node.name,
+            reason,
+            node.resource_version,
+            annotations,
+            g.pci,
+            held,
+            where,
+            present(node, k.record_keys),
+        ),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
+        ledger_append(s, incident, reason),
+        *evidence,
+        *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
+    )
+
+
+def no_pci_evidence(node: str, reason: str) -> Skip:
+    """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
+    the policies pin it) cannot be made, so the cordon goes on without it, once said."""
+    return Skip(
+        node,
+        "evidence-no-pci",
+        f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
+        "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
+        "WARN",
+    )
+
+
+# ---- return ----------------------------------------------------------------------------------
 
 
 def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
@@ -136,12 +182,9 @@ def _progress(
 def _steps(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
 ) -> tuple[Action, ...]:
-    blocked = _blocked(snap, s, node, c)
+    blocked = return_rule.blocked(return_rule.Case(snap, s, node, c))
     if blocked:
         return blocked
-    repeat = _repeat_fault(snap, s, node, c)
-    if repeat:
-        return repeat
     if s.return_conformance or is_conformance_cordon(c):
         gate = job_gate(snap, s, t, node, "conformance")
         if gate is not None:
@@ -196,122 +239,4 @@ def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Sk
         f"created only within {2 * s.cadence_s}s of the cordon (the node may have rebooted since)",
         f"collect by hand if still useful: gpu-node-guard render evidence --node {node.name}",
         level="WARN",
-    )
-
-
-def _blocked(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
-    """Conditions 1–5 as (reason, observed) checks; the first failing one is returned."""
-    k = keys(s)
-    if node.hold is not None:
-        reason = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
-        step = hold_next(k.hold, node.name, is_repeat_fault_hold(node.hold))
-        return (Skip(node.name, reason, f"hold={node.hold!r}", step),)
-    booted = _boot_gate(s, node, c)
-    if booted:
-        return booted
-    recorded = "?" if c.gpu_capacity is None else str(c.gpu_capacity)
-    if not node.ready:
-        return (Skip(node.name, "not-ready", "node Ready condition is not True", WAIT),)
-    if not (c.gpu_capacity == node.gpu_capacity == node.gpu_allocatable):
-        observed = (
-            f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
-        )
-        return (Skip(node.name, "gpu-count", observed, WAIT),)
-    return (
-        _health(snap, node)
-        or mismatch.return_gate(snap, s, node, c)
-        or service_network.gate(snap, s, node)
-    )
-
-
-def _boot_gate(s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
-    """Condition 2. A missing bootID never proves a reboot; then a person's reset-done does."""
-    k = keys(s)
-    if c.xid in s.reset_class_xids:
-        return _reset_gate(s, node, c, "waiting-reset", f"xid-{c.xid} is reset-class")
-    if rebooted(c.boot_id, node.boot_id):
-        return ()
-    if not c.boot_id or not node.boot_id:
-        missing = "node reports no bootID" if c.boot_id else f"no recorded bootID in {k.boot_id}"
-        return _reset_gate(s, node, c, "boot-unknown", f"{missing}: a reboot cannot be proven")
-    if is_conformance_cordon(c):
-        return (conformance_same_boot(node, c),)
-    detail = f"bootID {node.boot_id} unchanged since cordon"
-    gpu = f" on GPU {c.gpu}" if c.gpu else ""
-    return (
-        Skip(node.name, "same-boot", detail, "waiting for the power cycle"),
-        EmitEvent(
-            node.name,
-            "same-boot",
-            "Normal",
-            "GuardWaitingPowerCycle",
-            f"gpu-node-guard waits for a power cycle ({c.reason}{gpu}): {detail}",
-        ),
-    )
-
-
-def _reset_gate(
-    s: Settings, node: NodeInfo, c: CordonRecord, reason: str, why: str
-) -> tuple[Action, ...]:
-    """Passes with a reset-done note written after the cordon (a leading time says when)."""
-    k = keys(s)
-    level: Literal["INFO", "WARN"] = "WARN" if reason == "boot-unknown" else "INFO"
-    fix = f'after the GPU reset or power cycle, annotate {k.reset_done}="$(date -u +%FT%TZ) …"'
-    if node.reset_done is None:
-        return (Skip(node.name, reason, f"{why}; no {k.reset_done}", fix, level),)
-    done_at, cordon_at = node.reset_done_at, c.at
-    if done_at is not None and cordon_at is not None and done_at <= cordon_at:
-        stale = (
-            f"{why}; {k.reset_done}={node.reset_done!r} is from before the cordon at "
-            f"{ledger.format_time(cordon_at)}"
-        )
-        return (Skip(node.name, reason, stale, fix, level),)
-    return ()
-
-
-def _health(snap: Snapshot, node: NodeInfo) -> tuple[Action, ...]:
-    """Conditions 4 and 5: what Prometheus and the pods say about the node now."""
-    xids = [g for g in snap.prom.hardware_xids if g.node == node.name]
-    if xids:
-        found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
-        return (Skip(node.name, "xid-present", found, WAIT),)
-    remap = [g for g in snap.prom.row_remap if g.node == node.name]
-    if remap:
-        found = ", ".join(f"gpu{g.gpu}={g.value}" for g in remap)
-        return (Skip(node.name, "row-remap", found, "row remap pending/failed: reset or replace"),)
-    pods = [p for p in snap.gpu_pods if p.node == node.name]
-    if pods:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
-        return (Skip(node.name, "gpu-pods-running", f"{len(pods)} pods hold GPUs: {names}", WAIT),)
-    return ()
-
-
-# How the `hold` the guard sets itself begins; a person's hold is any other text.
-REPEAT_FAULT_HOLD = "repeat fault: "
-
-
-def is_repeat_fault_hold(text: str) -> bool:
-    return text.startswith(REPEAT_FAULT_HOLD)
-
-
-def _repeat_fault(
-    snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord
-) -> tuple[Action, ...]:
-    k = keys(s)
-    uuid, pci = (c.gpu.uuid, c.gpu.pci) if c.gpu else (None, None)
-    counts = ledger.count(snap.ledger, uuid, node.name, pci)
-    if counts.same_card < s.repeat_fault_limit:
-        return ()
-    last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
-    text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
-    return (
-        SetHold(node.name, "repeat-fault", node.resource_version, k.hold, text),
-        EmitEvent(
-            node.name,
-            "repeat-fault",
-            "Warning",
-            "GuardHold",
-            f"gpu-node-guard will not return this node: {text}; "
-            + hold_next(k.hold, node.name, repeat_fault=True),
-        ),
     )

@@ -12,8 +12,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from guard.ledger import UNKNOWN_PCI, parse_time
-from guard.model import CancelRecord, CordonRecord, GpuRef, ReturnRecord, Unreadable
+from guard.ledger import UNKNOWN_PCI, format_time, parse_time
+from guard.model import (
+    CancelRecord,
+    CordonRecord,
+    GpuRef,
+    Isolation,
+    NodeInfo,
+    ReturnRecord,
+    Snapshot,
+    TaintRule,
+    Unreadable,
+)
 from guard.names import Annotations
 from guard.pci import PciAddressError, normalize_pci
 
@@ -227,3 +237,112 @@ def leading_time(text: str | None) -> datetime | None:
         return parse_time(text.split(" ", 1)[0])
     except ValueError:
         return None
+
+
+# ---- the device-taint record (guard.plan.device_taint) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """The node's `device-taint` record, parsed."""
+
+    reason: str
+    at: datetime
+    boot_id: str  # "" when the guard knew none
+    pci: str
+    uuid: str
+    device: str  # <driver>/<pool>/<device>, comma-separated when the GPU has several devices
+    rule: str  # one rule per device, comma-separated as `device`
+
+    @property
+    def xid(self) -> int:
+        return int(self.reason.removeprefix("xid-"))
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(self.device.split(","))
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(self.rule.split(","))
+
+    def value(self) -> str:
+        return " ".join(
+            (
+                self.reason,
+                format_time(self.at),
+                self.boot_id or "-",
+                self.pci,
+                self.uuid,
+                self.device,
+                self.rule,
+            )
+        )
+
+
+_DEVICE = re.compile(r"(xid-[1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
+
+
+def parse_record(text: str) -> DeviceRecord | None:
+    """The record's fields; None when it is not of the form the guard writes.
+
+    >>> r = parse_record("xid-79 2026-09-21T05:55:00Z b1 0000:18:00.0 "
+    ...                  "GPU-11111111-2222-3333-4444-555555555555 gpu.nvidia.com/n/gpu-0 gng-dt-x")
+    >>> r.xid, r.device, parse_record(r.value()) == r, parse_record("garbage")
+    (79, 'gpu.nvidia.com/n/gpu-0', True, None)
+    """
+    found = _DEVICE.fullmatch(text.strip())
+    if found is None:
+        return None
+    reason, at, boot, pci, uuid, device, rule = found.groups()
+    try:
+        when = parse_time(at)
+    except ValueError:
+        return None
+    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+
+
+# ---- every isolation the guard holds, as one value each ----------------------------------------
+
+
+def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
+    """Every isolation the guard holds, one value each (`Isolation.key`), whatever its unit: a
+    node carrying the guard's cordon reason (readable or not), a node's device-taint record, and
+    a guard DeviceTaintRule whose GPU no node record names (the record's patch did not land)."""
+    found: dict[str, Isolation] = {}
+    for node in snap.nodes:
+        for iso in (_cordon(node, k), _device(node, k)):
+            if iso is not None:
+                found.setdefault(iso.key, iso)
+    for rule in snap.taint_rules:
+        if rule.guard:
+            iso = _rule(rule)
+            found.setdefault(iso.key, iso)
+    return tuple(found.values())
+
+
+def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
+    if not node.has(k.reason):
+        return None
+    c = node.cordon
+    if c is None:
+        return Isolation("cordon", node.name, "", "", "", None, "")
+    gpu, pci = (c.gpu.uuid, c.gpu.pci) if c.gpu else ("", "")
+    return Isolation("cordon", node.name, gpu, pci, c.reason, c.at, c.boot_id)
+
+
+def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
+    text = node.annotation(k.device_taint)
+    if text is None:
+        return None
+    rec = parse_record(text)
+    if rec is None:
+        return Isolation("device-taint", node.name, "", "", "", None, "")
+    return Isolation("device-taint", node.name, rec.uuid, rec.pci, rec.reason, rec.at, rec.boot_id)
+
+
+def _rule(rule: TaintRule) -> Isolation:
+    rec = parse_record(rule.record)
+    if rec is None:
+        return Isolation("device-taint", rule.node, "", "", "", None, "", rule=rule.name)
+    return Isolation("device-taint", rule.node, rec.uuid, rec.pci, rec.reason, rec.at, rec.boot_id)

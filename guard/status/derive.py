@@ -50,13 +50,14 @@ from guard.actions import (
 from guard.figures import budget_of
 from guard.jobs import JobTemplates
 from guard.log import format_line
-from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import budget, device_taint, hold, mismatch, released
+from guard.model import NodeInfo, Snapshot, rebooted
+from guard.plan import budget, device_taint, hold, mismatch, released, return_rule, units
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
 from guard.plan.pending import PendingMismatch, Waiting, pending
-from guard.plan.returning import decision, is_repeat_fault_hold
+from guard.plan.return_rule import is_repeat_fault_hold
+from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
 from guard.runbook import Section, url
 from guard.settings import Settings
@@ -80,7 +81,7 @@ def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report
         s.namespace,
         sight,
         Breaker(
-            device_taint.guarded_count(snap, s),
+            units.breaker_count(snap, s),
             breaker_limit(snap, s),
             url(s.runbook_base_url, Section.BREAKER_OPEN),
         ),
@@ -140,7 +141,8 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         )
     if node.cordon is not None:
         row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason, s)
-        if not ctx.sight.seen and _reaches_prometheus(snap, s, ctx.t, node):
+        case = return_rule.Case(snap, s, node, node.cordon)
+        if not ctx.sight.seen and node.unschedulable and return_rule.reaches_prometheus(case):
             row = replace(row, blocked=NOT_SEEN)
         return _past_budget(row, snap, s, node)
     if node.has(keys(s).device_taint):  # a DRA node whose GPU the guard tainted
@@ -235,13 +237,6 @@ def _meaning(action: Action, runbook_base: str) -> tuple[Blocked | None, str]:
             return None, format_line(*action.log_line(), runbook_base)
         case _:
             assert_never(action)
-
-
-def _reaches_prometheus(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> bool:
-    """Would an Xid block this node? Then it passed every condition the API alone decides."""
-    unknown = PromView(hardware_xids=(GpuSample(node.name, "?", "?", "?", 0),))
-    probe = decision(replace(snap, prom=unknown), s, t, node)[0]
-    return isinstance(probe, Skip) and probe.reason == "xid-present"
 
 
 def _record_row(snap: Snapshot, s: Settings, node: NodeInfo) -> NodeRow | None:

@@ -141,8 +141,8 @@ CASES: dict[str, tuple[Edit, str]] = {
         lambda d: d[("PrometheusRule", "gpu-node-guard", "gpu-node-guard")]["spec"]["groups"][1][
             "rules"
         ][0].update(expr="5"),
-        "alerts: gpu_node_guard:breaker_max_nodes records '5', the site's GUARD_BREAKER_MAX_NODES"
-        " is '3'",
+        "alerts: gpu_node_guard:breaker_max_nodes carries GUARD_BREAKER_MAX_NODES '5', the site's"
+        " is '3' (list ../../components/alerts",
     ),
     "setting not copied into the rules": (
         lambda d: _settings(d).update(GUARD_USER_CODE_XIDS="13,43"),

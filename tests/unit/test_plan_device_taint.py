@@ -31,8 +31,9 @@ from guard.model import (
     Snapshot,
     TaintRule,
 )
-from guard.plan import device_taint, plan_cycle
-from guard.plan.device_taint import DeviceRecord, guarded_count, parse_record, rule_name
+from guard.plan import device_taint, plan_cycle, units
+from guard.plan.device_taint import DeviceRecord, parse_record, rule_name
+from guard.plan.units import breaker_count
 from guard.read.objects import claims, devices, taint_rules
 from tests.builders import (
     KEYS,
@@ -215,7 +216,7 @@ def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
         devices=(*snap.devices, replace(DEVICE, node="e", pool="e")),
         taint_rules=(guard_rule(rec),),
     )
-    assert guarded_count(snap, S) == 2
+    assert breaker_count(snap, S) == 2
     plan = plan_cycle(snap, replace(S, breaker_max_nodes=2), TEMPLATES)
     assert [a.reason for a in plan if a.node == "e"] == ["breaker-open", "breaker-open"]
     plan = plan_cycle(snap, replace(S, breaker_max_nodes=3), TEMPLATES)
@@ -225,7 +226,7 @@ def test_breaker_counts_cordoned_nodes_and_tainted_devices() -> None:
 def test_one_isolation_per_cycle_across_cordon_and_device_taint() -> None:
     snap = published(snapshot(node("b"), dra_node("d"), candidates=(gpu("b", 79), gpu("d", 79))))
     plan = plan_cycle(snap, S, TEMPLATES)
-    isolations = [a for a in plan if device_taint.isolates(a)]
+    isolations = [a for a in plan if units.isolates(a)]
     assert len(isolations) == 1
     assert [a.node for a in plan if a.reason == "one-per-cycle"] == ["d"]
 
@@ -437,7 +438,7 @@ def test_a_persons_rule_is_never_acted_on() -> None:
     theirs = replace(guard_rule(record()), name="maintenance", guard=False, node="d")
     snap = published(replace(snapshot(dra_node()), taint_rules=(theirs,)))
     assert device_taint.plan_return(snap, S, TEMPLATES) == ()
-    assert guarded_count(snap, S) == 0
+    assert breaker_count(snap, S) == 0
 
 
 def test_a_guard_rule_whose_record_did_not_land_is_recorded_again() -> None:
@@ -539,7 +540,7 @@ def _two_device_record() -> tuple[DeviceRecord, tuple[TaintRule, ...]]:
 def test_one_gpu_with_two_rules_counts_once_and_returns_both() -> None:
     rec, rules = _two_device_record()
     snap = published(replace(snapshot(tainted(rec)), taint_rules=rules), DEVICE, SECOND_NAME)
-    assert guarded_count(snap, S) == 1
+    assert breaker_count(snap, S) == 1
     assert _return(snap) == [("Skip", "device-waiting-reset")]
     base = published(
         replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=rules), DEVICE, SECOND_NAME

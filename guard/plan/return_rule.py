@@ -1,0 +1,320 @@
+"""The return rule of every isolation unit: one ordered table of conditions, one evaluator.
+
+Each row: the word it says when it fails, the units it applies to, what it reads (the API, or
+Prometheus: kube-state-metrics, dcgm-exporter, the node agent) and its check; the first failing
+row of the isolation's unit is the decision (a Skip, or the guard's own hold). Where a unit's
+rule differs it is a row of its own, and docs/isolation.md ("One return rule, two units") says
+each difference and why. The Job gates (conformance, fence lift, load test) and the lift follow
+in the unit's module (guard.plan.returning, guard.plan.device_taint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from guard import ledger
+from guard.actions import Action, EmitEvent, SetHold, Skip, hold_next
+from guard.model import CordonRecord, NodeInfo, Snapshot, Unit, rebooted
+from guard.plan import mismatch, service_network
+from guard.plan.check_jobs import is_conformance_cordon
+from guard.plan.common import keys
+from guard.plan.return_jobs import WAIT, conformance_same_boot
+from guard.read.records import DeviceRecord
+from guard.settings import Settings
+from guard.states import Decision
+
+Source = Literal["api", "prometheus"]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One isolation the return rule decides about: its node and its unit's record."""
+
+    snap: Snapshot
+    s: Settings
+    node: NodeInfo
+    record: CordonRecord | DeviceRecord
+
+    @property
+    def unit(self) -> Unit:
+        return "cordon" if isinstance(self.record, CordonRecord) else "device-taint"
+
+    @property
+    def cordon(self) -> CordonRecord:
+        assert isinstance(self.record, CordonRecord)
+        return self.record
+
+    @property
+    def device(self) -> DeviceRecord:
+        assert isinstance(self.record, DeviceRecord)
+        return self.record
+
+
+Check = Callable[[Case], tuple[Action, ...]]  # () when the condition holds
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    word: str
+    units: frozenset[Unit]
+    source: Source
+    check: Check
+
+
+# ---- the checks -------------------------------------------------------------------------------
+
+# How the `hold` the guard sets itself begins; a person's hold is any other text.
+REPEAT_FAULT_HOLD = "repeat fault: "
+
+
+def is_repeat_fault_hold(text: str) -> bool:
+    return text.startswith(REPEAT_FAULT_HOLD)
+
+
+def _hold(c: Case) -> tuple[Action, ...]:
+    node = c.node
+    if node.hold is None:
+        return ()
+    repeat = is_repeat_fault_hold(node.hold)
+    reason = "repeat-fault-hold" if repeat else "hold"
+    return (
+        Skip(
+            node.name, reason, f"hold={node.hold!r}", hold_next(keys(c.s).hold, node.name, repeat)
+        ),
+    )
+
+
+def _device_hold(c: Case) -> tuple[Action, ...]:
+    node = c.node
+    if node.hold is None:
+        return ()
+    step = f"a person decides, then removes {keys(c.s).hold}"
+    return (Skip(node.name, Decision.HOLD, f"hold={node.hold!r}", step),)
+
+
+def _reboot(c: Case) -> tuple[Action, ...]:
+    """A missing bootID never proves a reboot; then a person's reset-done does."""
+    s, node, rec = c.s, c.node, c.cordon
+    if rec.xid in s.reset_class_xids:
+        return _reset_gate(c, "waiting-reset", f"xid-{rec.xid} is reset-class")
+    if rebooted(rec.boot_id, node.boot_id):
+        return ()
+    if not rec.boot_id or not node.boot_id:
+        k = keys(s)
+        missing = "node reports no bootID" if rec.boot_id else f"no recorded bootID in {k.boot_id}"
+        return _reset_gate(c, "boot-unknown", f"{missing}: a reboot cannot be proven")
+    if is_conformance_cordon(rec):
+        return (conformance_same_boot(node, rec),)
+    detail = f"bootID {node.boot_id} unchanged since cordon"
+    gpu = f" on GPU {rec.gpu}" if rec.gpu else ""
+    return (
+        Skip(node.name, "same-boot", detail, "waiting for the power cycle"),
+        EmitEvent(
+            node.name,
+            "same-boot",
+            "Normal",
+            "GuardWaitingPowerCycle",
+            f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}",
+        ),
+    )
+
+
+def _reset_gate(c: Case, reason: str, why: str) -> tuple[Action, ...]:
+    """Passes with a reset-done note written after the cordon (a leading time says when)."""
+    k, node = keys(c.s), c.node
+    level: Literal["INFO", "WARN"] = "WARN" if reason == "boot-unknown" else "INFO"
+    fix = f'after the GPU reset or power cycle, annotate {k.reset_done}="$(date -u +%FT%TZ) …"'
+    if node.reset_done is None:
+        return (Skip(node.name, reason, f"{why}; no {k.reset_done}", fix, level),)
+    done_at, cordon_at = node.reset_done_at, c.cordon.at
+    if done_at is not None and cordon_at is not None and done_at <= cordon_at:
+        stale = (
+            f"{why}; {k.reset_done}={node.reset_done!r} is from before the cordon at "
+            f"{ledger.format_time(cordon_at)}"
+        )
+        return (Skip(node.name, reason, stale, fix, level),)
+    return ()
+
+
+def _device_reboot(c: Case) -> tuple[Action, ...]:
+    """Any Xid: a reboot, or a person's reset-done after the taint (the GPU alone was reset)."""
+    k, node, rec = keys(c.s), c.node, c.device
+    reset = node.reset_done_at is not None and node.reset_done_at > rec.at
+    if rebooted(rec.boot_id, node.boot_id) or reset:
+        return ()
+    fix = (
+        f"reset the GPU ({rec.pci}) or reboot the node, then annotate "
+        f'{k.reset_done}="$(date -u +%FT%TZ) …"'
+    )
+    detail = (
+        f"{rec.device}: no reboot and no {k.reset_done} since the taint at "
+        f"{ledger.format_time(rec.at)}"
+    )
+    return (Skip(node.name, Decision.DEVICE_WAITING_RESET, detail, fix),)
+
+
+def _ready(c: Case) -> tuple[Action, ...]:
+    if c.node.ready:
+        return ()
+    return (Skip(c.node.name, "not-ready", "node Ready condition is not True", WAIT),)
+
+
+def _gpu_count(c: Case) -> tuple[Action, ...]:
+    node, rec = c.node, c.cordon
+    if rec.gpu_capacity == node.gpu_capacity == node.gpu_allocatable:
+        return ()
+    recorded = "?" if rec.gpu_capacity is None else str(rec.gpu_capacity)
+    observed = (
+        f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
+    )
+    return (Skip(node.name, "gpu-count", observed, WAIT),)
+
+
+def _node_xids(c: Case) -> tuple[Action, ...]:
+    xids = [g for g in c.snap.prom.hardware_xids if g.node == c.node.name]
+    if not xids:
+        return ()
+    found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
+    return (Skip(c.node.name, "xid-present", found, WAIT),)
+
+
+def _gpu_xids(c: Case) -> tuple[Action, ...]:
+    uuid = c.device.uuid.lower()
+    xids = [
+        g for g in c.snap.prom.hardware_xids if g.node == c.node.name and g.uuid.lower() == uuid
+    ]
+    if not xids:
+        return ()
+    found = ", ".join(f"{c.device.uuid}=xid-{g.value}" for g in xids)
+    return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
+
+
+def _row_remap(c: Case) -> tuple[Action, ...]:
+    remap = [g for g in c.snap.prom.row_remap if g.node == c.node.name]
+    if not remap:
+        return ()
+    found = ", ".join(f"gpu{g.gpu}={g.value}" for g in remap)
+    return (Skip(c.node.name, "row-remap", found, "row remap pending/failed: reset or replace"),)
+
+
+def _gpu_pods(c: Case) -> tuple[Action, ...]:
+    pods = [p for p in c.snap.gpu_pods if p.node == c.node.name]
+    if not pods:
+        return ()
+    names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
+    return (Skip(c.node.name, "gpu-pods-running", f"{len(pods)} pods hold GPUs: {names}", WAIT),)
+
+
+def _published(c: Case) -> tuple[Action, ...]:
+    """The load test claims the whole GPU by its UUID: the driver must publish it so."""
+    from guard.plan.device_taint import targets, whole  # the unit's own lookup of its devices
+
+    node, rec = c.node, c.device
+    now = targets(c.snap, node.name, rec.uuid, rec.pci)
+    if not now:
+        detail = f"the DRA driver does not publish {rec.uuid} here"
+        return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED, detail, WAIT),)
+    if whole(now, rec.uuid):
+        return ()
+    return (
+        Skip(
+            node.name,
+            Decision.DEVICE_NOT_PUBLISHED,
+            f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
+            "(MIG devices or no uuid): the load test claims the whole GPU by its UUID",
+            f"{WAIT}; to return it without the load test, delete the guard's rules "
+            f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}",
+        ),
+    )
+
+
+def _repeat_fault(c: Case) -> tuple[Action, ...]:
+    s, node, rec = c.s, c.node, c.cordon
+    k = keys(s)
+    uuid, pci = (rec.gpu.uuid, rec.gpu.pci) if rec.gpu else (None, None)
+    counts = ledger.count(c.snap.ledger, uuid, node.name, pci)
+    if counts.same_card < s.repeat_fault_limit:
+        return ()
+    last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
+    text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
+    return (
+        SetHold(node.name, "repeat-fault", node.resource_version, k.hold, text),
+        EmitEvent(
+            node.name,
+            "repeat-fault",
+            "Warning",
+            "GuardHold",
+            f"gpu-node-guard will not return this node: {text}; "
+            + hold_next(k.hold, node.name, repeat_fault=True),
+        ),
+    )
+
+
+def _device_repeat_fault(c: Case) -> tuple[Action, ...]:
+    node, rec = c.node, c.device
+    counts = ledger.count(c.snap.ledger, rec.uuid, node.name, rec.pci)
+    if counts.same_card < c.s.repeat_fault_limit:
+        return ()
+    return (
+        Skip(
+            node.name,
+            Decision.DEVICE_REPEAT_FAULT,
+            f"{rec.uuid}: {counts.same_card} incidents in the ledger",
+            f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}",
+            "WARN",
+        ),
+    )
+
+
+def _mismatch(c: Case) -> tuple[Action, ...]:
+    return mismatch.return_gate(c.snap, c.s, c.node, c.cordon)
+
+
+def _service_network(c: Case) -> tuple[Action, ...]:
+    return service_network.gate(c.snap, c.s, c.node)
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+CORDON: frozenset[Unit] = frozenset({"cordon"})
+DEVICE: frozenset[Unit] = frozenset({"device-taint"})
+
+TABLE: tuple[Condition, ...] = (
+    Condition("hold", CORDON, "api", _hold),
+    Condition("hold", DEVICE, "api", _device_hold),
+    Condition("reboot", CORDON, "api", _reboot),
+    Condition("reboot", DEVICE, "api", _device_reboot),
+    Condition("not-ready", CORDON, "api", _ready),
+    Condition("gpu-count", CORDON, "api", _gpu_count),
+    Condition("xid-present", CORDON, "prometheus", _node_xids),
+    Condition("xid-present", DEVICE, "prometheus", _gpu_xids),
+    Condition("row-remap", CORDON, "prometheus", _row_remap),
+    Condition("gpu-pods-running", CORDON, "prometheus", _gpu_pods),
+    Condition("nvml-mismatch", CORDON, "prometheus", _mismatch),
+    Condition("service-network", CORDON, "prometheus", _service_network),
+    Condition("device-not-published", DEVICE, "api", _published),
+    Condition("repeat-fault", CORDON, "api", _repeat_fault),
+    Condition("repeat-fault", DEVICE, "api", _device_repeat_fault),
+)
+
+
+def rows(unit: Unit) -> tuple[Condition, ...]:
+    return tuple(row for row in TABLE if unit in row.units)
+
+
+def blocked(case: Case) -> tuple[Action, ...]:
+    """The actions of the first row of the case's unit that fails; () when every row holds."""
+    return next((out for row in rows(case.unit) if (out := row.check(case))), ())
+
+
+def reaches_prometheus(case: Case) -> bool:
+    """Every condition the API alone decides before the first Prometheus one holds: what a
+    Prometheus the guard cannot read would decide next (`gpu-node-guard status`)."""
+    for row in rows(case.unit):
+        if row.source == "prometheus":
+            return True
+        if row.check(case):
+            return False
+    return False

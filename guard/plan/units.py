@@ -1,0 +1,93 @@
+"""The isolation units, registered in one list: how the guard takes a faulted GPU out of service
+and gives it back (docs/architecture.md, "A new isolation unit").
+
+A unit is one module behind one seam: `takes` (the pick is its target), `isolate` (the writes
+that isolate it), `plan_return` / `decision` (its return: the return table's rows for its unit,
+guard.plan.return_rule, then its Job gates and its lift), the node annotation that records it
+(read into `Isolation` values by guard.read.records `isolations`) and the admission policy kind that
+bounds its writes. The breaker counts every unit's isolations here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from guard.actions import Action, Cordon, TaintDevice
+from guard.jobs import JobTemplates
+from guard.model import GpuSample, Isolation, NodeInfo, Snapshot, Unit
+from guard.names import Annotations
+from guard.plan import device_taint, returning
+from guard.plan.common import keys
+from guard.read.records import isolations
+from guard.settings import Settings
+
+Planner = Callable[[Snapshot, Settings, JobTemplates], tuple[Action, ...]]
+Decider = Callable[[Snapshot, Settings, JobTemplates, NodeInfo], tuple[Action, ...]]
+Actions = tuple[Action, ...]
+Isolator = Callable[[Snapshot, Settings, JobTemplates, NodeInfo, GpuSample, int], Actions]
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationUnit:
+    name: Unit
+    record: Callable[[Annotations], str]  # the node annotation that records the isolation
+    policy_kind: str  # the kind whose admission policy bounds its writes (guard.generate.policies)
+    isolating: type[Action]  # the action that isolates (one per cycle, across every unit)
+    takes: Callable[[Snapshot, NodeInfo, GpuSample], bool]  # the pick is this unit's target
+    isolate: Isolator
+    plan_return: Planner  # every isolation of this unit: the return table, gates, lift
+    decision: Decider  # one node's return decision (status, pushed node counts)
+
+
+def _device_target(snap: Snapshot, node: NodeInfo, g: GpuSample) -> bool:
+    return bool(device_taint.targets(snap, node.name, g.uuid, g.pci))
+
+
+CORDON = IsolationUnit(
+    "cordon",
+    lambda k: k.reason,
+    "Node",
+    Cordon,
+    lambda snap, node, g: False,  # the unit of every GPU no other unit takes (unit_for)
+    returning.isolate,
+    returning.plan_return,
+    returning.decision,
+)
+DEVICE_TAINT = IsolationUnit(
+    "device-taint",
+    lambda k: k.device_taint,
+    "DeviceTaintRule",
+    TaintDevice,
+    _device_target,
+    device_taint.isolate,
+    device_taint.plan_return,
+    device_taint.decision,
+)
+# Every unit, in the order the return plans them.
+UNITS: tuple[IsolationUnit, ...] = (CORDON, DEVICE_TAINT)
+
+
+def unit_for(snap: Snapshot, node: NodeInfo, g: GpuSample) -> IsolationUnit:
+    """The unit that isolates the pick's GPU: the first that takes it, else the cordon."""
+    return next((u for u in UNITS if u.takes(snap, node, g)), CORDON)
+
+
+def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
+    return tuple(a for u in UNITS for a in u.plan_return(snap, s, t))
+
+
+def isolates(action: Action) -> bool:
+    return isinstance(action, tuple(u.isolating for u in UNITS))
+
+
+def all_isolations(snap: Snapshot, s: Settings) -> tuple[Isolation, ...]:
+    return isolations(snap, keys(s))
+
+
+def breaker_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()) -> int:
+    """What the circuit breaker counts: every isolation of every unit, readable or not (a node
+    the guard cannot read still holds its place), once each (`Isolation.key`: a cordoned node;
+    a tainted GPU, whatever its number of device rules); those the return check lets go this
+    cycle (`released`) no longer count. The push sends it (GPUNodeGuardBreakerOpen reads it)."""
+    return sum(1 for i in all_isolations(snap, s) if i.node not in released)
