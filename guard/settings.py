@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.gpu_classes import ClassError, parse_classes
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
@@ -286,11 +287,46 @@ class Settings:
         "Pushgateway base URL (http:// or https://, no credentials): every run that is not a dry "
         "run pushes its gpu_node_guard_* metrics there at the end (empty: no push)",
     )
+    # Node triggers without an Xid (docs/triggers.md): a node short of its class's GPU count
+    # (gpu-short), a node that rejects GPU pods at admission (admission-rejected).
+    gpu_classes: str = _opt(
+        "",
+        "Node classes and their GPU count, `selector:count` entries split by `;` (selector: "
+        "k=v,k!=v,k on Node labels; count: a number, or `auto` for the majority of the class's "
+        "other nodes); a node in none is not checked. Empty: no gpu-short trigger",
+    )
+    gpu_short_hold_s: int = _opt(
+        0, "How long a node must stay below its class's GPU count before a cordon (0: hold)"
+    )
+    admission_rejected_cordon: bool = _opt(
+        True,
+        "Cordon a node on which kubelet rejected GPU pods with UnexpectedAdmissionError "
+        "(reason admission-rejected)",
+    )
+    admission_rejected_min_pods: int = _opt(
+        5, "GPU pods rejected on one node within admission_rejected_window_s that make a candidate"
+    )
+    admission_rejected_window_s: int = _opt(
+        600, "A rejected pod counts while it was created at most this long ago"
+    )
+    admission_rejected_hold_s: int = _opt(
+        0, "How long the rejections must stay at or above the minimum before a cordon (0: hold)"
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
         if problems:
             raise SettingsError(tuple(problems))
+
+    @property
+    def gpu_short_hold(self) -> int:
+        """How long a node must stay short of its class's GPU count: its own hold, else the hold."""
+        return self.gpu_short_hold_s or self.hold_window_s
+
+    @property
+    def admission_hold(self) -> int:
+        """How long the admission rejections must hold: their own hold, else the hold."""
+        return self.admission_rejected_hold_s or self.hold_window_s
 
     @property
     def gpu_node_selector(self) -> tuple[str, str]:
@@ -335,6 +371,7 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
         *_writes(s),
         *_metrics(s),
         *_signals(s),
+        *_triggers(s),
         *_lifecycle(s),
         *_conformance(s),
     ]
@@ -817,3 +854,36 @@ def _reading(s: Settings) -> list[Check]:
 def setting_fields() -> tuple[Any, ...]:
     """The dataclass fields, for the CLI to build options from."""
     return fields(Settings)
+
+
+def _triggers(s: Settings) -> list[Check]:
+    try:
+        parse_classes(s.gpu_classes)
+        classes_ok, classes_why = True, ""
+    except ClassError as exc:
+        classes_ok, classes_why = False, str(exc)
+    hold = f"must be 0 (the hold window) or in 60..{MAX_DURATION_S}"
+    return [
+        (classes_ok, "gpu_classes", classes_why),
+        (
+            s.gpu_short_hold_s == 0 or _within(s.gpu_short_hold_s, 60, MAX_DURATION_S),
+            "gpu_short_hold_s",
+            hold,
+        ),
+        (
+            s.admission_rejected_hold_s == 0
+            or _within(s.admission_rejected_hold_s, 60, MAX_DURATION_S),
+            "admission_rejected_hold_s",
+            hold,
+        ),
+        (
+            _within(s.admission_rejected_min_pods, 1, 100000),
+            "admission_rejected_min_pods",
+            "must be in 1..100000",
+        ),
+        (
+            _within(s.admission_rejected_window_s, 60, MAX_DURATION_S),
+            "admission_rejected_window_s",
+            f"must be in 60..{MAX_DURATION_S}",
+        ),
+    ]

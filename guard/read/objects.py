@@ -87,6 +87,7 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         cancelled=cancelled,
         returned=returned,
         taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
+        labels=tuple(sorted((str(k), str(v)) for k, v in _mapping(meta.get("labels")).items())),
         checked_boot=checked,
         pcie_links=links,
         conformance_failed=conformance_failed,
