@@ -146,6 +146,19 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             " device-repeat-fault: the card reached the repeat-fault limit and the guard does not"
             " return it. Repair the card, request an RMA, or write down why it stays out.",
         ),
+        Rule(
+            "GPUNodeRejectingGPUPods",
+            queries.admission_rejected(s, queries.Pins.of(s)),
+            "critical",
+            "{{ $labels.node }}: {{ $value }} GPU pods rejected at admission in the last"
+            f" {dur(s.admission_rejected_window_s)}",
+            "kubelet refuses GPU pods on this node with UnexpectedAdmissionError (its device"
+            " manager could not allocate a GPU it advertises) while the scheduler keeps sending"
+            " them: a Deployment re-creates Failed pods without end. The guard cordons it once"
+            f" this holds (reason admission-rejected, {reason}); if it is still schedulable,"
+            " cordon it by hand, then read the device plugin's log on the node.",
+            s.admission_hold,
+        ),
     )
 
 

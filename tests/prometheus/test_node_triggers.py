@@ -23,7 +23,7 @@ from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario
 from guard.ledger import parse_line
 from guard.model import NodeInfo, Snapshot
-from guard.plan import triggers
+from guard.plan import onboarding, triggers
 from guard.plan.isolation import plan_isolation
 from guard.read.prom_view import read_prom
 from guard.settings import Settings
@@ -157,6 +157,13 @@ def test_a_node_never_admitted_is_the_onboarding_gates(prom):
     (skip,) = [a for a in plan if a.node == "new-7"]
     assert isinstance(skip, Skip) and skip.reason == "gpu-short-onboarding"
     assert not any(isinstance(a, Cordon) and a.node == "new-7" for a in plan)
+
+
+def test_the_onboarding_gate_checks_the_same_count(prom):
+    s = Settings(prometheus_url="http://unused", gpu_classes=S.gpu_classes, onboarding_taint=GATE)
+    (skip,) = onboarding.scan(snap(prom, at(40), s), s, TEMPLATES, frozenset()).actions["new-7"]
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("onboarding-gpu-short", "WARN")
+    assert skip.detail == f"7 GPUs, class {CLASS} expects 8"
 
 
 def test_no_classes_no_gpu_short(prom):
