@@ -50,11 +50,11 @@ from guard.actions import (
 from guard.jobs import JobTemplates
 from guard.log import format_line
 from guard.model import GpuSample, NodeInfo, PromView, Snapshot, rebooted
-from guard.plan import device_taint, hold, mismatch, released
+from guard.plan import device_taint, hold, mismatch, released, triggers
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
-from guard.plan.pending import PendingMismatch, Waiting, pending
+from guard.plan.pending import PendingMismatch, PendingTrigger, Waiting, pending
 from guard.plan.returning import decision, is_repeat_fault_hold
 from guard.plan.unreadable import plan_unreadable
 from guard.runbook import Section, url
@@ -334,12 +334,28 @@ def _candidates(
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
         ]
+    held += [
+        Candidate(
+            h.node,
+            h.reason,
+            None,
+            None,
+            None,
+            None,
+            h.held_s,
+            h.needs_s,
+            decided.get(h.node, "unreadable"),
+            h.detail,
+        )
+        for h in triggers.hits(snap, s)
+        if h.held and h.node not in xid_nodes
+    ]
     return tuple(sorted([*waiting, *held], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
-    if isinstance(p, PendingMismatch):
+    if isinstance(p, PendingMismatch | PendingTrigger):
         return Candidate(
             p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
         )
