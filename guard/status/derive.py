@@ -290,7 +290,7 @@ def _last_incident(snap: Snapshot, node: str, uuid: str = "") -> Gpu | None:
 
 def _last_reason(snap: Snapshot, node: str) -> str:
     last = max(_entries(snap, node), key=lambda e: e.at, default=None)
-    return f"xid-{last.xid}" if last else ""
+    return last.word if last else ""
 
 
 def _candidates(
