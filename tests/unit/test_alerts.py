@@ -29,6 +29,7 @@ ALERT_NAMES = [
     "GPUCountDropped",
     "NodeCordonedTooLong",
     "GPUDeviceTaintedTooLong",
+    "GPUNodeRejectingGPUPods",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
     "GPUNodeGuardLeaseHeld",

@@ -11,9 +11,8 @@ from guard.gpu_classes import ClassError, class_of, majority, parse_classes
 from guard.ledger import count, parse_ledger, parse_line
 from guard.settings import Settings, SettingsError
 
-XID_LINE = (
-    "2026-09-10T13:03:59Z xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d manual"
-)
+CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+XID_LINE = f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {CARD} manual"
 
 
 @pytest.mark.parametrize("word", ["gpu-short", "admission-rejected"])
