@@ -13,6 +13,7 @@ shape above the minimum of 5).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -28,7 +29,7 @@ from guard.plan.isolation import plan_isolation
 from guard.plan.pending import PendingTrigger, pending
 from guard.read.prom_view import read_prom
 from guard.settings import Settings
-from tests.builders import TEMPLATES, node
+from tests.builders import KEYS, TEMPLATES, node
 from tests.engines import scenario_server
 from tests.tiers import require_engine
 
@@ -211,3 +212,45 @@ def test_pending_lines_and_status_before_and_after_the_hold(prom):
     assert early["short-b"].decides_at == at(10)
     late = {p.node for p in pending(snap(prom, at(12)), S) if isinstance(p, PendingTrigger)}
     assert not late & {"reject-b", "short-b"}  # held: candidates now, no longer pending
+
+
+def with_nodes(found: Snapshot, *more: NodeInfo) -> Snapshot:
+    """The snapshot with `more` in place of the nodes of the same names."""
+    names = {n.name for n in more}
+    kept = tuple(n for n in found.nodes if n.name not in names)
+    return replace(found, nodes=tuple(sorted((*kept, *more), key=lambda n: n.name)))
+
+
+def test_the_breaker_holds_every_trigger_candidate(prom):
+    s = replace(S, breaker_max_nodes=1)
+    guarded = node("guarded", guarded_xid=79, cordoned=True)
+    plan = plan_isolation(with_nodes(snap(prom, at(40)), guarded), s, TEMPLATES)
+    assert not any(isinstance(a, Cordon) for a in plan)
+    blocked = {a.node for a in plan if isinstance(a, Skip) and a.reason == "breaker-open"}
+    assert blocked >= {"short-b", "short-dcgm", "auto-short", "reject-b"}
+
+
+def test_a_persons_uncordon_sticks_in_that_boot(prom):
+    cancel = {KEYS.cancelled: "boot-1 - admission-rejected 2026-09-21T00:45:00Z"}
+    cancelled = node("reject-b", extra=cancel)
+    plan = plan_isolation(with_nodes(snap(prom, at(40)), cancelled), S, TEMPLATES)
+    assert [a.reason for a in plan if a.node == "reject-b"] == ["cancelled"]
+    rebooted = node("reject-b", extra=cancel, boot="boot-2")
+    plan = plan_isolation(with_nodes(snap(prom, at(40)), rebooted), S, TEMPLATES)
+    assert "cancelled" not in [a.reason for a in plan if a.node == "reject-b"]
+
+
+def test_the_return_waits_while_gpu_pods_are_still_rejected(prom):
+    notes = {
+        KEYS.reason: "admission-rejected",
+        KEYS.at: "2026-09-21T00:40:00Z",
+        KEYS.boot_id: "boot-1",
+        KEYS.gpu_capacity: "8",
+    }
+    for name, minute, waits in (("reject-b", 40, True), ("old-storm", 25, False)):
+        cordoned = node(name, cordoned=True, boot="boot-2", extra=notes)
+        assert cordoned.cordon is not None
+        found = triggers.return_gate(snap(prom, at(minute)), S, cordoned, cordoned.cordon)
+        assert [(a.reason, a.level) for a in found if isinstance(a, Skip)] == (
+            [("admission-rejected", "WARN")] if waits else []
+        )
