@@ -199,12 +199,10 @@ def _screen_triggers(
         node = snap.node(h.node)
         if not h.held or h.node in taken | xid_nodes or (node is not None and node.unreadable):
             continue
+        if h.onboarding:  # never admitted: the onboarding gate checks the same count and says so
+            continue
         taken.add(h.node)
         what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        if h.onboarding:
-            why = "not admitted yet: the onboarding gate checks the same GPU count"
-            actions.append(Skip(h.node, f"{h.reason}-onboarding", f"{what} ({why})", NOTHING))
-            continue
         reason = _ineligible(node, s)
         if node is None or reason:
             why = reason or "not-in-api"

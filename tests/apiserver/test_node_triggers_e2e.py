@@ -37,6 +37,8 @@ from tests.apiserver.kube import MERGE_PATCH
 pytestmark = pytest.mark.apiserver
 
 REJECT, SHORT, CPU = "e2e-rejecting", "e2e-short", "e2e-outofcpu"
+NEW, NO_EXPORTER = "e2e-never-admitted", "e2e-no-exporter"
+GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 ONSET = T0 + timedelta(seconds=ONSET_S)
 HELD_AT = ONSET + timedelta(minutes=10)  # the default hold after the first batch was refused
 CHECKED = {KEYS.checked_boot: "boot-1 2026-09-20T00:00:00Z job/gng-cf-triggers-00000000"}
@@ -65,6 +67,8 @@ def prom() -> Iterator[LocalPrometheus]:
         NodeTimeline(REJECT, allocatable=((ONSET_S, 7),)),  # 8 / 7, as in the write-up
         NodeTimeline(SHORT, capacity=((ONSET_S, 7),), exported=((ONSET_S, 7),)),
         NodeTimeline(CPU),
+        NodeTimeline(NEW, gpus=7),  # short from the start, never admitted
+        NodeTimeline(NO_EXPORTER, xid_gauge=False),  # dcgm-exporter exposes nothing here
     )
     pods = (*storm(REJECT, "UnexpectedAdmissionError"), *storm(CPU, "OutOfcpu"))
     with scenario_prometheus(*nodes, pods=pods) as server:
@@ -140,3 +144,18 @@ def test_a_node_short_of_its_class_is_isolated_and_records_the_class_count(
     assert guard_notes(found)[KEYS.gpu_capacity] == "8"
     (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
     assert "class gpu-pool=interactive expects 8" in event["note"] and "lspci" in event["note"]
+
+
+def test_a_node_never_admitted_and_a_node_without_exporter_are_not_cordoned(
+    prom, guard_kubeconfig, checked_gpu_node, core, deployed
+):
+    new = checked_gpu_node(NEW, allocatable=7)
+    core.patch_node(new, {"spec": {"taints": [GATE_TAINT]}})
+    seven = {"capacity": {"nvidia.com/gpu": "7"}, "allocatable": {"nvidia.com/gpu": "7"}}
+    core.patch_node_status(new, {"status": seven}, _content_type=MERGE_PATCH)
+    bare = checked_gpu_node(NO_EXPORTER, allocatable=8)
+    plan = run_guard(prom, guard_kubeconfig, HELD_AT + timedelta(minutes=30), *CLASSES).plan
+    # The trigger leaves it to the gate, and the gate refuses it: the same count.
+    assert mine(plan, new) == [("skip", "onboarding-gpu-short")]
+    assert core.read_node(new).spec.unschedulable is not True
+    assert mine(plan, bare) == []

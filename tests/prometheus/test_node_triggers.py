@@ -156,9 +156,10 @@ def test_gpu_short_says_what_it_saw_and_records_the_class_count(prom):
 def test_a_node_never_admitted_is_the_onboarding_gates(prom):
     s = Settings(prometheus_url="http://unused", gpu_classes=S.gpu_classes, onboarding_taint=GATE)
     plan = plan_isolation(snap(prom, at(40), s), s, TEMPLATES)
-    (skip,) = [a for a in plan if a.node == "new-7"]
-    assert isinstance(skip, Skip) and skip.reason == "gpu-short-onboarding"
-    assert not any(isinstance(a, Cordon) and a.node == "new-7" for a in plan)
+    assert [a for a in plan if a.node == "new-7"] == []  # left to the gate (below)
+    off = replace(S, onboarding_taint="")  # no gate: the taint means nothing, a candidate
+    without_gate = plan_isolation(snap(prom, at(40), off), off, TEMPLATES)
+    assert any(a.node == "new-7" and a.reason == "one-per-cycle" for a in without_gate)
 
 
 def test_the_onboarding_gate_checks_the_same_count(prom):
