@@ -545,9 +545,10 @@ POD_REASON_METRIC = f'kube_pod_status_reason{{reason="{ADMISSION_REASON}"}}'
 POD_CREATED_METRIC = "kube_pod_created"
 
 
-def admission_rejected(s: Settings, pins: Pins = NO_PINS) -> str:
+def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> str:
     """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError that were created
-    within `admission_rejected_window_s`, where at least `admission_rejected_min_pods`.
+    within `window_s`, where at least `min_pods` (`Settings.admission_rejected_min_pods`,
+    `admission_rejected_window_s`; the alert keeps the defaults).
 
     Joined by (namespace, pod): the node from `kube_pod_info`, GPU requests from the requests
     metric (a pod refused for another device is not the GPUs' fault), the creation time from
@@ -559,11 +560,10 @@ def admission_rejected(s: Settings, pins: Pins = NO_PINS) -> str:
     placed = pins.ksm(POD_INFO_METRIC + '{node!=""}')
     where = f"max by ({pod}, {NODE_LABEL}) ({placed})"
     gpu = f"(max by ({pod}) ({pins.ksm(POD_REQUESTS_METRIC)}) > 0)"
-    window = s.admission_rejected_window_s
-    created = f"(max by ({pod}) ({pins.ksm(POD_CREATED_METRIC)}) > time() - {window})"
+    created = f"(max by ({pod}) ({pins.ksm(POD_CREATED_METRIC)}) > time() - {window_s})"
     return (
         f"count by ({NODE_LABEL}) ({rejected} * on ({pod}) group_left ({NODE_LABEL}) {where}"
-        f" and on ({pod}) {gpu} and on ({pod}) {created}) >= {s.admission_rejected_min_pods}"
+        f" and on ({pod}) {gpu} and on ({pod}) {created}) >= {min_pods}"
     )
 
 
@@ -595,7 +595,10 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
         count = f"({gpu_count(s, pins)})[{lookback}s:{step}s]"
         out.append(Query("gpu-count-history", count, "matrix", (NODE_LABEL,), on_step=True))
     if s.admission_rejected_cordon:
-        rejected = f"({admission_rejected(s, pins)})[{lookback}s:{step}s]"
+        found = admission_rejected(
+            s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
+        )
+        rejected = f"({found})[{lookback}s:{step}s]"
         out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
     return tuple(out)
 
