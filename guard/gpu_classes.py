@@ -101,3 +101,16 @@ def majority(counts: Iterable[int]) -> int | None:
         return None
     value, n = seen.most_common(1)[0]
     return value if 2 * n > total else None
+
+
+def class_label_keys(text: str) -> frozenset[str]:
+    """The Node label keys the classes select on: the only labels the guard keeps of a Node.
+
+    >>> sorted(class_label_keys("pool=a,gpu!=none:8; big:auto"))
+    ['big', 'gpu', 'pool']
+    """
+    try:
+        classes = parse_classes(text)
+    except ClassError:
+        return frozenset()  # refused at start (Settings); never reached with such settings
+    return frozenset(r.key for c in classes for r in c.requirements)

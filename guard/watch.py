@@ -41,6 +41,7 @@ from guard.doors.kube import Kube, KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromClient, PromError
 from guard.doors.retry import Anchor
+from guard.gpu_classes import class_label_keys
 from guard.jobs import JobTemplates
 from guard.ledger import format_time
 from guard.log import Level, Log
@@ -239,7 +240,9 @@ class Watch:
         if self.kube is None:
             return self.base.node(name)
         try:
-            return node_info(self.kube.node(name), Annotations(self.s.annotation_prefix))
+            keys = Annotations(self.s.annotation_prefix)
+            labels = class_label_keys(self.s.gpu_classes)
+            return node_info(self.kube.node(name), keys, labels)
         except NotFound:
             return None
 

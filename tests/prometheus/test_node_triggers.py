@@ -113,8 +113,8 @@ def api_node(name: str) -> NodeInfo:
     pool = "auto-pool" if name.startswith("auto-") else "interactive"
     gpus = 7 if name == "new-7" else 8
     spec = {"taints": [{"key": GATE.split("=")[0], "value": "pending", "effect": "NoSchedule"}]}
-    patch = {"metadata": {"labels": {"gpu-pool": pool}}, "spec": spec if name == "new-7" else {}}
-    return node(name, gpus=gpus, patch=patch)
+    found = node(name, gpus=gpus, patch={"spec": spec} if name == "new-7" else None)
+    return replace(found, labels=(("gpu-pool", pool),))
 
 
 def snap(prom: LocalPrometheus, when: datetime, s: Settings = S) -> Snapshot:

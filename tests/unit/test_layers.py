@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "bundle",
             "cli_options",
             "files",
+            "gpu_classes",
             "jobs",
             "ledger",
             "log",

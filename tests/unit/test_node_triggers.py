@@ -7,8 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from guard.cli import cli
-from guard.gpu_classes import ClassError, class_of, majority, parse_classes
+from guard.gpu_classes import ClassError, class_label_keys, class_of, majority, parse_classes
 from guard.ledger import count, parse_ledger, parse_line
+from guard.names import Annotations
+from guard.read.objects import node_info
 from guard.settings import Settings, SettingsError
 
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -81,3 +83,17 @@ def test_bad_classes_are_one_error_line_and_a_non_zero_exit() -> None:
     assert "Traceback" not in result.output
     (error,) = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
     assert "--gpu-classes (GUARD_GPU_CLASSES) entry 'pool=a'" in error
+
+
+def test_a_node_keeps_only_the_labels_its_class_selects_on() -> None:
+    raw = {
+        "kind": "Node",
+        "metadata": {
+            "name": "gpu-1",
+            "labels": {"gpu-pool": "interactive", "feature.node.kubernetes.io/cpu-AVX": "true"},
+        },
+    }
+    keys = Annotations("gpu-node-guard.io/")
+    kept = node_info(raw, keys, class_label_keys("gpu-pool=interactive:8"))
+    assert kept.labels == (("gpu-pool", "interactive"),)
+    assert node_info(raw, keys).labels == ()  # no classes: no label kept

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-MAX_MODULES = 55
+MAX_MODULES = 60  # 55, and the node triggers (guard/plan/triggers, guard/gpu_classes)
 JOB_PROGRAMS = ("guard.conformance", "guard.evidence", "guard.loadtest", "guard.agent")
 SHOW = "import sys\nprint(*sorted(m for m in sys.modules if m.split('.')[0] == 'guard'))\n"
 CASES = {
