@@ -14,6 +14,7 @@ A node without any count in the history (neither source) is not checked: absent 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -31,28 +32,44 @@ from guard.settings import Settings
 
 def expected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[GpuClass, int] | None:
     """The node's class and the GPU count it should have, or None when it is not checked."""
-    found = class_of(parse_classes(s.gpu_classes), dict(node.labels))
-    if found is None:
-        return None
-    if found.count is not None:
-        return found, found.count
-    peers = (
-        _best(snap, n) for n in snap.nodes if n.name != node.name and found.matches(dict(n.labels))
-    )
-    learned = majority(c for c in peers if c > 0)
-    return None if learned is None else (found, learned)
+    return expectations(snap, s).get(node.name)
 
 
-def _best(snap: Snapshot, node: NodeInfo) -> int:
-    """The most GPUs the node showed in the history (its capacity where none): what it has when
-    it is whole, so a peer losing a GPU now does not change the class's count."""
-    counts = dict(snap.prom.gpu_counts).get(node.name, ())
-    return max((c for _, c in counts), default=node.gpu_capacity)
+def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]:
+    """Every checked node's class and count, in one pass over the nodes: a learned count is the
+    majority of the class's *other* nodes (the node's own count taken out of the tally)."""
+    classes = parse_classes(s.gpu_classes)
+    if not classes:
+        return {}
+    history = dict(snap.prom.gpu_counts)
+    members: dict[int, list[tuple[str, int]]] = {}  # class index -> (node, most GPUs seen)
+    for n in snap.nodes:
+        found = class_of(classes, dict(n.labels))
+        if found is not None:
+            best = max((c for _, c in history.get(n.name, ())), default=n.gpu_capacity)
+            members.setdefault(classes.index(found), []).append((n.name, best))
+    out: dict[str, tuple[GpuClass, int]] = {}
+    for index, nodes in members.items():
+        cls = classes[index]
+        tally = Counter(best for _, best in nodes if best > 0)
+        for name, best in nodes:
+            if cls.count is not None:
+                out[name] = (cls, cls.count)
+                continue
+            others = tally.copy()
+            if best > 0:
+                others[best] -= 1
+            learned = majority(others.elements())
+            if learned is not None:
+                out[name] = (cls, learned)
+    return out
 
 
-def since(snap: Snapshot, s: Settings, node: str, count: int) -> datetime | None:
+Points = tuple[tuple[datetime, int], ...]
+
+
+def since(snap: Snapshot, s: Settings, node: str, points: Points, count: int) -> datetime | None:
     """When the run of steps with the node below `count`, up to now, began; None if not now."""
-    points = dict(snap.prom.gpu_counts).get(node, ())
     short = tuple((t.timestamp(), 1.0) for t, c in points if c < count)
     if not short:
         return None
@@ -65,27 +82,24 @@ def since(snap: Snapshot, s: Settings, node: str, count: int) -> datetime | None
     return run[0][1] if run else None
 
 
-def now_count(snap: Snapshot, node: str) -> int | None:
-    points = dict(snap.prom.gpu_counts).get(node, ())
-    return points[-1][1] if points else None
-
-
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
     """Every node short of its class's count now (held or not), with its facts."""
     if not s.gpu_classes.strip():
         return
-    cordoned = set(snap.prom.cordoned)
+    cordoned, wanted = set(snap.prom.cordoned), expectations(snap, s)
+    history = dict(snap.prom.gpu_counts)
     for node in snap.nodes:
         if node.unreadable or node.name in cordoned:
             continue
-        want = expected(snap, s, node)
+        want = wanted.get(node.name)
         if want is None:
             continue
         cls, count = want
-        start = since(snap, s, node.name, count)
+        points = history.get(node.name, ())
+        start = since(snap, s, node.name, points, count)
         if start is None:
             continue
-        have = now_count(snap, node.name)
+        have = points[-1][1]
         detail = f"{have} GPUs (capacity {node.gpu_capacity}), class {cls.selector} expects {count}"
         onboarding = gate_taint(node, s) is not None
         held = held_s(start, snap.now)
