@@ -4,6 +4,12 @@ Line format (from the incident write-up)::
 
     <UTC time> xid-<code> <PCI 0000:bb:dd.f> <GPU UUID> <recorder>
 
+A node incident without an Xid names its reason word instead, and no card (``-``): the node
+triggers of guard/plan/triggers (`NODE_REASONS`)::
+
+    <UTC time> gpu-short unknown - <recorder>
+
+They never count as a card's or a slot's incident (`count`): no card or slot is known.
 The guard's recorder is ``gpu-node-guard``; hand-copied lines say ``manual``. Lines the guard
 cannot parse are kept verbatim and reported, never dropped.
 """
@@ -19,11 +25,18 @@ from enum import StrEnum
 from guard.pci import PciAddressError, normalize_pci
 
 UNKNOWN_PCI = "unknown"  # older dcgm-exporters carry no pci_bus_id label
+NO_CARD = "-"  # the GPU UUID field of a node incident
+# The reason words of node incidents without an Xid (guard/plan/triggers, docs/triggers.md).
+GPU_SHORT = "gpu-short"
+ADMISSION_REJECTED = "admission-rejected"
+NODE_REASONS = (GPU_SHORT, ADMISSION_REJECTED)
 
 # The shape of an incident line; each field is then checked on its own, ASCII only (`\d` and
 # str.isdigit() also accept other scripts' digits and superscripts).
 _LINE = re.compile(
-    r"^(?P<at>\S+)\s+xid-(?P<xid>\S+)\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*\Z"
+    r"^(?P<at>\S+)\s+(?:xid-(?P<xid>\S+)|(?P<word>"
+    + "|".join(NODE_REASONS)
+    + r"))\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*\Z"
 )
 _XID = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
 _FIELD = re.compile(r"^[!-~]+\Z", re.ASCII)  # one printable word
@@ -45,6 +58,12 @@ class LedgerEntry:
     pci: str
     uuid: str
     recorder: str
+    reason: str = ""  # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
+
+    @property
+    def word(self) -> str:
+        """The line's reason word: ``xid-79`` or a node reason."""
+        return self.reason or f"xid-{self.xid}"
 
     def format(self) -> str:
         """The ledger line for this entry; ValueError unless each text is one printable word
@@ -58,7 +77,7 @@ class LedgerEntry:
         Traceback (most recent call last):
         ValueError: not a ledger line: 'GPU-1a2b\\nforged' as the GPU UUID of node n
         """
-        line = f"{format_time(self.at)} xid-{self.xid} {self.pci} {self.uuid} {self.recorder}"
+        line = f"{format_time(self.at)} {self.word} {self.pci} {self.uuid} {self.recorder}"
         for what, value in self._texts():
             if not _FIELD.match(value):
                 raise ValueError(f"not a ledger line: {value!r} as the {what} of node {self.node}")
@@ -137,18 +156,20 @@ def parse_line(node: str, raw: str) -> LedgerLine:
     match = _LINE.match(raw.strip())
     if match is None:
         return LedgerLine(node, raw, None, NOT_A_LINE)
-    if not _XID.match(match["xid"]):
+    word = match["word"] or ""
+    if not word and not _XID.match(match["xid"]):
         return LedgerLine(node, raw, None, f"Xid {match['xid']!r} is not an ASCII number")
-    if not _UUID.match(match["uuid"]):
+    if not _UUID.match(match["uuid"]) and not (word and match["uuid"] == NO_CARD):
         return LedgerLine(node, raw, None, f"{match['uuid']!r} is not a GPU UUID")
     try:
         entry = LedgerEntry(
             node=node,
             at=parse_time(match["at"]),
-            xid=int(match["xid"]),
+            xid=0 if word else int(match["xid"]),
             pci=match["pci"] if match["pci"] == UNKNOWN_PCI else normalize_pci(match["pci"]),
             uuid=match["uuid"],
             recorder=match["rec"],
+            reason=word,
         )
     except ValueError as exc:  # PciAddressError is one
         return LedgerLine(node, raw, None, str(exc))
@@ -202,7 +223,7 @@ def count(lines: Iterable[LedgerLine], uuid: str | None, node: str, pci: str | N
 
     The card count is the primary key so a card's history follows it to another slot or node.
     """
-    found = entries(lines)
+    found = tuple(e for e in entries(lines) if not e.reason)  # node incidents name no card
     try:
         slot = normalize_pci(pci) if pci and pci != UNKNOWN_PCI else None
     except PciAddressError:

@@ -44,8 +44,9 @@ LAST_RUN_ACTIONS = PushedMetric(
 )
 PENDING_CANDIDATES = PushedMetric(
     "gpu_node_guard_pending_candidates",
-    "GPUs with a hardware Xid whose GPU loss, and nodes whose driver/NVML mismatch, has not held"
-    " long enough yet (not cordoned)",
+    "GPUs with a hardware Xid whose GPU loss, and nodes whose driver/NVML mismatch, GPU count"
+    " below their class's or GPU pods rejected at admission, has not held long enough yet"
+    " (not cordoned)",
 )
 NODES = PushedMetric(
     "gpu_node_guard_nodes",

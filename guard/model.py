@@ -172,6 +172,7 @@ class NodeInfo:
     claim_record: ClaimRecord | None = None  # its device load test's ResourceClaim, likewise
     fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
     unreadable: tuple[Unreadable, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # metadata.labels: the node's GPU class
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)
@@ -325,6 +326,12 @@ class PromView:
     nvml_status: tuple[AgentCheck, ...] = ()  # now, on nodes failing it or unschedulable
     service_pods: tuple[ServicePod, ...] = ()  # the selected pods on unschedulable nodes
     service_seen: tuple[tuple[str, int], ...] = ()  # selector → pods it selects in the cluster
+    # Node triggers without an Xid (guard/plan/triggers). Per node, its GPU count at each step
+    # of the lookback (the lower of capacity and dcgm-exporter's GPUs), and when the run of
+    # steps with at least the minimum of GPU pods rejected at admission began, with the count now.
+    gpu_counts: tuple[tuple[str, tuple[tuple[datetime, int], ...]], ...] = ()
+    admission_since: tuple[tuple[str, datetime], ...] = ()
+    admission_now: tuple[tuple[str, int], ...] = ()
     # Series refused at the boundary; every fact of their nodes is left out above.
     unreadable: tuple[PromUnreadable, ...] = ()
 

@@ -56,6 +56,8 @@ class Section(StrEnum):
     ISOLATED_DRIVER_MISMATCH = "isolated-for-a-driver-mismatch"
     WAITING_FOR_SERVICE_NETWORK = "waiting-for-the-service-network"
     SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
+    # The node triggers without an Xid (guard/plan/triggers, docs/triggers.md).
+    ISOLATED_REJECTING_GPU_PODS = "isolated-for-rejecting-gpu-pods"
     # The host fence of a cordon's GPU (docs/isolation.md).
     LIFTING_THE_GPU_FENCE = "lifting-the-gpu-fence"
     GPU_FENCE_LIFT_FAILED = "gpu-fence-lift-failed"

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.gpu_classes import ClassError, parse_classes
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
@@ -257,11 +258,40 @@ class Settings:
     budget_power_cycle_h: float = _opt(24.0, "Expected repair time of a power cycle, hours")
     budget_rma_h: float = _opt(504.0, "Expected repair time of an RMA (card swap), hours")
     budget_human_h: float = _opt(24.0, "Expected repair time of a human verdict, hours")
+    # Node triggers without an Xid (docs/triggers.md): a node short of its class's GPU count
+    # (gpu-short), a node that rejects GPU pods at admission (admission-rejected).
+    gpu_classes: str = _opt(
+        "",
+        "Node classes and their GPU count, `selector:count` entries split by `;` (selector: "
+        "k=v,k!=v,k on Node labels; count: a number, or `auto` for the majority of the class's "
+        "other nodes); a node in none is not checked. Empty: no gpu-short trigger",
+    )
+    # How long a node stays below its class's GPU count before a cordon (0: the hold window).
+    gpu_short_hold_s: int = 0
+    admission_rejected_min_pods: int = _opt(
+        5,
+        "GPU pods rejected with UnexpectedAdmissionError on one node within 10 minutes that make "
+        "it a candidate (reason admission-rejected; 0: the trigger is off)",
+    )
+    # A rejected pod counts while it was created at most this long ago.
+    admission_rejected_window_s: int = 600
+    # How long the rejections stay at or above the minimum before a cordon (0: the hold window).
+    admission_rejected_hold_s: int = 0
 
     def __post_init__(self) -> None:
         problems = _problems(self)
         if problems:
             raise SettingsError(tuple(problems))
+
+    @property
+    def gpu_short_hold(self) -> int:
+        """How long a node must stay short of its class's GPU count: its own hold, else the hold."""
+        return self.gpu_short_hold_s or self.hold_window_s
+
+    @property
+    def admission_hold(self) -> int:
+        """How long the admission rejections must hold: their own hold, else the hold."""
+        return self.admission_rejected_hold_s or self.hold_window_s
 
     @property
     def gpu_node_selector(self) -> tuple[str, str]:
@@ -307,6 +337,7 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
         *_writes(s),
         *_metrics(s),
         *_signals(s),
+        *_triggers(s),
         *_lifecycle(s),
         *_conformance(s),
     ]
@@ -627,6 +658,8 @@ SITE_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "lifecycle": _listed("boot_check boot_check_return_loadtest onboarding_taint"),
     "fence": _listed("fence_gpu fence_drain"),
+    "triggers": _listed("gpu_classes admission_rejected_min_pods"),
+    "budget": _listed("budget_reset_h budget_power_cycle_h budget_rma_h budget_human_h"),
     "links": _listed("runbook_base_url pushgateway_url"),
     "large-site": _listed(
         "prometheus_timeout_s prometheus_max_answer_bytes prometheus_max_series "
@@ -799,3 +832,19 @@ def fixed_settings() -> tuple[str, ...]:
     """The fields that are neither the site's nor the CronJob's: the guard's own values."""
     given = {*SITE_SETTINGS, *CRONJOB_ENV}
     return tuple(f.name for f in fields(Settings) if f.name not in given)
+
+
+def _triggers(s: Settings) -> list[Check]:
+    try:
+        parse_classes(s.gpu_classes)
+        classes_ok, classes_why = True, ""
+    except ClassError as exc:
+        classes_ok, classes_why = False, str(exc)
+    return [
+        (classes_ok, "gpu_classes", classes_why),
+        (
+            _within(s.admission_rejected_min_pods, 0, 100000),
+            "admission_rejected_min_pods",
+            "must be in 0..100000",
+        ),
+    ]

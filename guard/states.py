@@ -68,6 +68,9 @@ class Decision(StrEnum):
     REPAIR_LEDGER = "repair-ledger"
     CONDITIONS_MET = "conditions-met"
     LOADTEST_STARTING = "loadtest-starting"
+    # The node triggers without an Xid (guard/plan/triggers).
+    ADMISSION_REJECTED = "admission-rejected"  # the return waits: GPU pods still refused
+    ONBOARDING_GPU_SHORT = "onboarding-gpu-short"  # the gate: below its class's GPU count
     LOADTEST_RUNNING = "loadtest-running"
     LOADTEST_PASSED = "loadtest-passed"
     LOADTEST_FAILED = "loadtest-failed"
@@ -190,6 +193,8 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.NVML_MISMATCH: S.ISOLATED_DRIVER_MISMATCH,  # the agent says FAIL (guard/plan/mismatch.py)
     D.NVML_UNCONFIRMED: S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
     D.SERVICE_NETWORK_NOT_READY: S.WAITING_FOR_SERVICE_NETWORK,
+    D.ADMISSION_REJECTED: S.ISOLATED_REJECTING_GPU_PODS,
+    D.ONBOARDING_GPU_SHORT: S.ONBOARDING_PENDING,
     D.EVIDENCE_RUNNING: S.WAITING_FOR_THE_EVIDENCE_JOB,  # its PCIe links go to the load test
     D.REPEAT_FAULT: S.REPEAT_FAULT_HOLD,  # the SetHold it plans
     D.LOADTEST_STARTING: S.LOAD_TEST_RUNNING,  # conditions met: the next cycle creates the Job

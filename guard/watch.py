@@ -41,6 +41,7 @@ from guard.doors.kube import KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
+from guard.gpu_classes import class_label_keys
 from guard.ledger import format_time
 from guard.log import Level
 from guard.model import NodeInfo, Snapshot
@@ -227,7 +228,9 @@ class Watch:
         if kube is None:  # a `--cluster-snapshot` dry run: the file's Nodes
             return self.base.node(name)
         try:
-            return node_info(kube.node(name), Annotations(self.run.s.annotation_prefix))
+            keys = Annotations(self.run.s.annotation_prefix)
+            labels = class_label_keys(self.run.s.gpu_classes)
+            return node_info(kube.node(name), keys, labels)
         except NotFound:
             return None
 

@@ -16,8 +16,8 @@ The driver's shapes (NVIDIA open-gpu-kernel-modules 595.45.04, older drivers whe
 
 Driver records of a dead GPU that carry no Xid number (`DEAD_RECORDS`, their verdicts in
 guard.evidence.verdict): ``RmInitAdapter failed!``, GSP heartbeat and RPC timeouts, FSP boot
-failures and ``GPU lost from the bus`` assertions. Some of them name no GPU (``NVRM: GPU0 …`` is
-the driver's instance number, not a PCI address); those have ``pci=None``.
+failures and ``GPU lost from the bus`` assertions and checks. Some of them name no GPU
+(``NVRM: GPU0 …`` is the driver's instance number, not a PCI address); those have ``pci=None``.
 
 Only the message text is matched, so any prefix (dmesg, journalctl, syslog) works.
 """
@@ -145,8 +145,14 @@ DEAD_RECORDS: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"NVRM: kfsp\w*: Timed out waiting for FSP"),
         re.compile(r"while polling for FSP boot complete"),
     ),
-    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79.
-    "gpu-lost": (re.compile(r"NVRM: (?:GPU\d+ )?nvAssert\w*: Assertion failed: GPU lost from"),),
+    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79. Drivers
+    # print it through NV_ASSERT_OK (`nvAssertOkFailedNoLog: Assertion failed:`) or NV_CHECK_OK
+    # (`nvCheckOkFailedNoLog: Check failed:`); the error is the same.
+    "gpu-lost": (
+        re.compile(
+            r"NVRM: (?:GPU\d+ )?nv(?:Assert|Check)\w*: (?:Assertion|Check) failed: GPU lost from"
+        ),
+    ),
 }
 
 

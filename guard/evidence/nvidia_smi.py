@@ -3,8 +3,8 @@
 The output is one block per GPU (``GPU 00000000:10:1C.0``), sections by indentation and
 ``Key : value`` lines. A GPU NVML cannot open prints one line instead, e.g.
 ``Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to
-recover this GPU``; a field NVML refuses because the GPU needs a reset reads
-``[GPU requires reset]``. Sources: tests/fixtures/nvidia-smi/SOURCES.md.
+recover this GPU`` (`_NO_HANDLE` lists the spellings); a field NVML refuses because the GPU needs
+a reset reads ``[GPU requires reset]``. Sources: tests/fixtures/nvidia-smi/SOURCES.md.
 
 Which fact gives which verdict is the table `FLAGS` (docs/evidence.md "Verdict").
 """
@@ -20,9 +20,14 @@ from guard.xid_tables import Repair
 
 _GPU = re.compile(r"^GPU (?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>\S[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
+# Spellings of the one line (tests/fixtures/nvidia-smi/SOURCES.md): `for GPU 0000:02:00.0: …`,
+# `for GPU0000:07:00.0: …` (no space), `for GPU0: 0000:24:00.0: …` (the index first, current
+# drivers), `for gpu 0000:01:00.0:` (`nvidia-smi -L`, lower case, the reason on the next line).
 _NO_HANDLE = re.compile(
-    r"Unable to determine the device handle for GPU\s*(?P<addr>[0-9A-Fa-f:.]+):\s*(?P<why>.+?)\s*$"
+    r"Unable to determine the device handle for (?i:gpu)\s*(?:\d{1,3}:\s+)?"
+    r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<why>.*?)\s*$"
 )
+_LOST = "gpu is lost"
 _REQUIRES_RESET = "requires reset"
 
 # (section, key, value that raises it) -> (class, reason). NVIDIA's sources, as quoted in
@@ -96,7 +101,7 @@ class SmiGpu:
         if self.no_handle is not None:
             # NVML's error strings: NVML_ERROR_GPU_IS_LOST "GPU is lost", NVML_ERROR_RESET_REQUIRED
             # "GPU requires reset"; anything else ("Unknown Error") is for a person.
-            if "GPU is lost" in self.no_handle:
+            if _LOST in self.no_handle.lower():
                 verdict = Repair.POWER_CYCLE
             elif _REQUIRES_RESET in self.no_handle.lower():
                 verdict = Repair.RESET
@@ -141,9 +146,15 @@ def parse_smi(text: str) -> dict[str, SmiGpu]:
     gpus: dict[str, SmiGpu] = {}
     current: SmiGpu | None = None
     sections: list[tuple[int, str]] = []  # (indent, name), innermost last
+    reason_next: str | None = None  # a GPU whose no-handle reason is on the next line
     for line in text.splitlines():
+        if reason_next is not None and line.strip():
+            gpus[reason_next] = SmiGpu(reason_next, no_handle=line.strip())
+            reason_next = None
+            continue
         if (lost := _NO_HANDLE.search(line)) and (pci := _pci(lost["addr"])):
-            gpus[pci] = SmiGpu(pci, no_handle=lost["why"])
+            gpus[pci] = SmiGpu(pci, no_handle=lost["why"] or "(no reason printed)")
+            reason_next = None if lost["why"] else pci
             current = None
             continue
         if (head := _GPU.match(line)) and (pci := _pci(head["addr"])):

@@ -47,6 +47,10 @@ class NodeTimeline:
     # Its GPUs published by the DRA driver only: kube-state-metrics has no nvidia_com_gpu
     # capacity or allocatable row for it (dcgm-exporter still exports its GPUs).
     dra: bool = False
+    # GPU counts over time (default: `gpus` all along): kube-state-metrics' capacity, and how
+    # many of the node's GPUs dcgm-exporter exports (the lowest indexes).
+    capacity: Steps = ()
+    exported: Steps = ()
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -79,9 +83,15 @@ class PodTimeline:
     running: Steps = ((0, 1),)  # 1: phase Running from then on; 0: Succeeded
     created_by: tuple[str, str] = ("", "")  # kube_pod_info's created_by_kind, created_by_name
     ready: Steps = ()  # kube_pod_status_ready: 1 Ready (condition true) from then on, 0 not
+    # A pod kubelet refused: phase Failed with this `status.reason` (UnexpectedAdmissionError,
+    # OutOfcpu, NodeAffinity, …); its series start at `first_s`, when it was created.
+    reason: str = ""
+    first_s: int = 0
 
     def phase_steps(self, phase: str) -> Steps:
         """kube_pod_status_phase{phase=…}: Running while `running` is 1, then Succeeded."""
+        if self.reason:
+            return ((0, 1),) if phase == "Failed" else ()
         if phase == "Running":
             return self.running
         if phase == "Succeeded":
@@ -167,6 +177,8 @@ def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
 
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# The `status.reason` values kube-state-metrics' kube_pod_status_reason has a series for.
+POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
 
 
 def write_openmetrics(sc: Scenario, out: TextIO) -> int:
@@ -174,19 +186,28 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
     written = 0
 
     def series(
-        name: str, labels: str, steps: Steps, default: int, node: NodeTimeline | None = None
+        name: str,
+        labels: str,
+        steps: Steps,
+        default: int,
+        node: NodeTimeline | None = None,
+        first_s: int = 0,
     ) -> None:
         nonlocal written
         labels += job_label(sc, name)
         for offset, stamp in _stamps(sc, node):
-            out.write(f"{name}{{{labels}}} {value_at(steps, offset, default)} {stamp:.3f}\n")
-            written += 1
+            if offset >= first_s:
+                out.write(f"{name}{{{labels}}} {value_at(steps, offset, default)} {stamp:.3f}\n")
+                written += 1
 
     out.write("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n")
     out.write("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n")
     for node in (n for n in sc.nodes if n.xid_gauge):
         for gpu in range(node.gpus):
             steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
+            if node.exported:
+                written += _exported(sc, node, gpu, steps, out)
+                continue
             series(XID, gpu_labels(sc, node, gpu), steps, 0, node)
     if any(n.gpu_temp for n in sc.nodes):
         out.write("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
@@ -203,7 +224,8 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
     gpus = ',resource="nvidia_com_gpu",unit="integer"'
     out.write("# TYPE kube_node_status_capacity gauge\n")
     for node in (n for n in sc.nodes if not n.dra):
-        series("kube_node_status_capacity", f'node="{node.name}"{gpus}', (), node.gpus, node)
+        labels = f'node="{node.name}"{gpus}'
+        series("kube_node_status_capacity", labels, node.capacity, node.gpus, node)
     out.write("# TYPE kube_node_status_allocatable gauge\n")
     for node in (n for n in sc.nodes if not n.dra):
         labels = f'node="{node.name}"{gpus}'
@@ -218,7 +240,17 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
     for pod in sc.pods:
         for phase in POD_PHASES:
             labels = f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",phase="{phase}"'
-            series("kube_pod_status_phase", labels, pod.phase_steps(phase), 0)
+            series("kube_pod_status_phase", labels, pod.phase_steps(phase), 0, first_s=pod.first_s)
+    if any(p.reason for p in sc.pods):
+        out.write("# TYPE kube_pod_status_reason gauge\n")
+        out.write("# TYPE kube_pod_created gauge\n")
+        for pod in sc.pods:
+            for reason in POD_REASONS:
+                labels = f'{pod.labels()},reason="{reason}"'
+                hit = int(pod.reason == reason)
+                series("kube_pod_status_reason", labels, (), hit, first_s=pod.first_s)
+            created = int(sc.start.timestamp()) + pod.first_s
+            series("kube_pod_created", pod.labels(), (), created, first_s=pod.first_s)
     if any(p.gpus for p in sc.pods):
         out.write("# TYPE kube_pod_container_resource_requests gauge\n")
         for pod in (p for p in sc.pods if p.gpus):
@@ -226,8 +258,21 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
                 f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",container="main",'
                 f'node="{pod.node}"{gpus}'
             )
-            series("kube_pod_container_resource_requests", labels, (), pod.gpus)
+            series(
+                "kube_pod_container_resource_requests", labels, (), pod.gpus, first_s=pod.first_s
+            )
     out.write("# EOF\n")
+    return written
+
+
+def _exported(sc: Scenario, node: NodeTimeline, gpu: int, steps: Steps, out: TextIO) -> int:
+    """The Xid gauge of one GPU at the scrapes where dcgm-exporter exports it (`exported`)."""
+    written = 0
+    labels = gpu_labels(sc, node, gpu) + job_label(sc, XID)
+    for offset, stamp in _stamps(sc, node):
+        if gpu < value_at(node.exported, offset, node.gpus):
+            out.write(f"{XID}{{{labels}}} {value_at(steps, offset, 0)} {stamp:.3f}\n")
+            written += 1
     return written
 
 
@@ -271,9 +316,10 @@ def _write_pod_state(sc: Scenario, out: TextIO) -> int:
         labels = (
             f'{pod.labels()},node="{pod.node}",created_by_kind="{kind}",created_by_name="{owner}"'
         ) + job_label(sc, "kube_pod_info")
-        for _, stamp in _stamps(sc):
-            out.write(f"kube_pod_info{{{labels}}} 1 {stamp:.3f}\n")
-            written += 1
+        for offset, stamp in _stamps(sc):
+            if offset >= pod.first_s:
+                out.write(f"kube_pod_info{{{labels}}} 1 {stamp:.3f}\n")
+                written += 1
     if not any(p.ready for p in sc.pods):
         return written
     out.write("# TYPE kube_pod_status_ready gauge\n")

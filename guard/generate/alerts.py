@@ -158,9 +158,26 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             " device-repeat-fault: the card reached the repeat-fault limit and the guard does not"
             " return it. Repair the card, request an RMA, or write down why it stays out.",
         ),
+        Rule(
+            "GPUNodeRejectingGPUPods",
+            queries.admission_rejected(_DEFAULTS.admission_rejected_min_pods, _WINDOW_S),
+            "critical",
+            "{{ $labels.node }}: {{ $value }} GPU pods rejected at admission in the last"
+            f" {dur(_WINDOW_S)}",
+            "kubelet refuses GPU pods on this node with UnexpectedAdmissionError (its device"
+            " manager could not allocate a GPU it advertises) while the scheduler keeps sending"
+            " them: a Deployment re-creates Failed pods without end. The guard cordons it once"
+            f" this holds (reason admission-rejected, {reason}); if it is still schedulable,"
+            " cordon it by hand, then read the device plugin's log on the node.",
+            _DEFAULTS.admission_hold,
+        ),
     )
 
 
+# GPUNodeRejectingGPUPods keeps the trigger's default minimum, window and hold (docs/alerts.md):
+# the rules are the same for every site.
+_DEFAULTS = Settings()
+_WINDOW_S = _DEFAULTS.admission_rejected_window_s
 _TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-guard"
 
 

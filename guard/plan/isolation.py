@@ -27,7 +27,8 @@ loss held for its window AND not cordoned):
   `plan_fallback`) and the next one is tried, so one node the API protects cannot keep every
   other faulted node schedulable. Still at most one cordon lands per cycle.
 Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
-and one cordon per cycle, after every hardware-Xid node.
+and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
+(guard.plan.triggers: gpu-short, admission-rejected), after those.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import device_taint, hold, mismatch, units
+from guard.plan import device_taint, hold, mismatch, triggers, units
 from guard.plan.common import (
     breaker_open,
     keys,
@@ -65,6 +66,7 @@ class Pick:
     rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 driver/NVML mismatch
     held_s: int
     gpu: GpuSample | None = None
+    hit: triggers.Hit | None = None  # a node trigger's finding (guard.plan.triggers)
 
 
 def plan_isolation(
@@ -81,6 +83,9 @@ def plan_isolation(
     more, nvml = _screen_nvml(snap, s)
     actions.extend(more)
     eligible.extend(nvml)
+    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
+    actions.extend(more)
+    eligible.extend(node_triggers)
     eligible = [p for p in eligible if p.node.name not in refused]
     if not eligible:
         return tuple(actions)
@@ -90,7 +95,9 @@ def plan_isolation(
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit))
     first = eligible[0]
-    if first.gpu is None:
+    if first.hit is not None:
+        actions.extend(triggers.cordon(snap, s, first.node, first.hit))
+    elif first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
@@ -171,6 +178,33 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
             actions.append(mismatch.skip_cancelled(node, held))
         else:
             eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
+    return actions, eligible
+
+
+def _screen_triggers(
+    snap: Snapshot, s: Settings, taken: set[str]
+) -> tuple[list[Action], list[Pick]]:
+    """The same screen for the node triggers' held findings; a node already a candidate for a
+    hardware Xid or a mismatch is decided there, and a node's first held trigger names it."""
+    actions: list[Action] = []
+    eligible: list[Pick] = []
+    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
+    for h in triggers.hits(snap, s):
+        node = snap.node(h.node)
+        if not h.held or h.node in taken | xid_nodes or (node is not None and node.unreadable):
+            continue
+        if h.onboarding:  # never admitted: the onboarding gate checks the same count and says so
+            continue
+        taken.add(h.node)
+        what = f"{h.reason} held {h.held_s}s: {h.detail}"
+        reason = _ineligible(node, s)
+        if node is None or reason:
+            why = reason or "not-in-api"
+            actions.append(_ineligible_skip(h.node, why, f"{what} ({why})"))
+        elif triggers.cancelled(node, h.reason):
+            actions.append(skip_cancelled(node, what, "re-arms on a new boot"))
+        else:
+            eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
     return actions, eligible
 
 

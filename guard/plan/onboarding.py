@@ -6,6 +6,8 @@ Case list, each readable node carrying the gate taint (key, value and effect), i
   under the guard's cordon                       → skip onboarding-waiting (the return check)
   no bootID                                      → WARN skip onboarding-no-boot-id
   not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
+  capacity below its class's GPU count (GUARD_GPU_CLASSES, the count the gpu-short trigger
+    checks, guard.plan.triggers.gpu_short)       → WARN skip onboarding-gpu-short; the taint stays
   a hardware Xid on the node now                 → skip onboarding-waiting
   this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
   a gate Job found by name that the guard did not make (no record on the node, another uid
@@ -45,6 +47,7 @@ from guard.plan.check_jobs import (
 )
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
+from guard.plan.triggers import gpu_short
 from guard.read.check_records import checked_boot_value, failed_value
 from guard.settings import Settings
 
@@ -84,7 +87,15 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
         )
     elif xid := hardware_xid(snap, node):
         why = f"{xid} on the node"
-    return Skip(node.name, "onboarding-waiting", why, WAIT) if why else None
+    if why:
+        return Skip(node.name, "onboarding-waiting", why, WAIT)
+    want = gpu_short.expected(snap, s, node)
+    if want is not None and node.gpu_capacity < want[1]:
+        cls, count = want
+        detail = f"{node.gpu_capacity} GPUs, class {cls.selector} expects {count}"
+        fix = f"{STAYS}; find the missing GPU on the host: lspci -nn -k -d 10de:"
+        return Skip(node.name, "onboarding-gpu-short", detail, fix, "WARN")
+    return None
 
 
 def _node(

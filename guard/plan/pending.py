@@ -14,6 +14,8 @@ and for each node whose node agent says nvidia-match FAIL at every step since `n
   held ≥ `Settings.nvml_hold_s`                          → not pending: a candidate
   otherwise                                              → pending: held_s of needs_s, with
                                                            the agent's detail
+and for each node a node trigger without an Xid finds now (guard.plan.triggers: gpu-short,
+admission-rejected), not held yet → pending, with what it saw.
 One line per pending GPU or node each cycle, so a tired reader sees a node before it is cordoned:
 ``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600
 decides_at=2026-09-21T06:04:00Z next=…`` (the in-run watch, guard/watch.py, decides it then when
@@ -29,7 +31,7 @@ from datetime import datetime
 from guard.ledger import format_time
 from guard.log import Value
 from guard.model import Snapshot
-from guard.plan import mismatch
+from guard.plan import mismatch, triggers
 from guard.plan.hold import decides_at, held_s, hold_window_s
 from guard.settings import Settings
 
@@ -125,7 +127,49 @@ class PendingMismatch:
         }
 
 
-Waiting = Pending | PendingMismatch
+@dataclass(frozen=True, slots=True)
+class PendingTrigger:
+    """A node trigger's finding that has not held yet (guard.plan.triggers)."""
+
+    node: str
+    reason: str
+    detail: str
+    held_s: int
+    needs_s: int
+    decides_at: datetime
+
+    @property
+    def order(self) -> tuple[str, int, str, int]:
+        return self.node, 2, self.reason, 0  # after the node's mismatch, as isolation ranks
+
+    def log_line(self) -> tuple[str, dict[str, Value]]:
+        more = self.needs_s - self.held_s
+        return "pending", {
+            "node": self.node,
+            "reason": self.reason,
+            "detail": self.detail,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
+            "next": f"cordon candidate if it holds {more}s more",
+        }
+
+    def to_json(self) -> dict[str, Value]:
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "xid": None,
+            "gpu": None,
+            "pci": None,
+            "uuid": None,
+            "held_s": self.held_s,
+            "needs_s": self.needs_s,
+            "decides_at": format_time(self.decides_at),
+            "detail": self.detail,
+        }
+
+
+Waiting = Pending | PendingMismatch | PendingTrigger
 
 
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
@@ -154,4 +198,11 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
             for node, start in snap.prom.nvml_since
             if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
         )
+    out.extend(
+        PendingTrigger(
+            h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s)
+        )
+        for h in triggers.hits(snap, s)
+        if not h.held and not h.onboarding and h.node not in cordoned
+    )
     return tuple(sorted(out, key=lambda p: p.order))

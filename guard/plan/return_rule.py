@@ -17,7 +17,7 @@ from typing import Literal
 from guard import ledger
 from guard.actions import Action, EmitEvent, SetHold, Skip, hold_next
 from guard.model import CordonRecord, NodeInfo, Snapshot, Unit, rebooted
-from guard.plan import mismatch, service_network
+from guard.plan import mismatch, service_network, triggers
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import keys
 from guard.plan.return_jobs import WAIT, conformance_same_boot
@@ -272,6 +272,10 @@ def _mismatch(c: Case) -> tuple[Action, ...]:
     return mismatch.return_gate(c.snap, c.s, c.node, c.cordon)
 
 
+def _rejecting(c: Case) -> tuple[Action, ...]:
+    return triggers.return_gate(c.snap, c.s, c.node, c.cordon)
+
+
 def _service_network(c: Case) -> tuple[Action, ...]:
     return service_network.gate(c.snap, c.s, c.node)
 
@@ -293,6 +297,7 @@ TABLE: tuple[Condition, ...] = (
     Condition("row-remap", CORDON, "prometheus", _row_remap),
     Condition("gpu-pods-running", CORDON, "prometheus", _gpu_pods),
     Condition("nvml-mismatch", CORDON, "prometheus", _mismatch),
+    Condition("admission-rejected", CORDON, "prometheus", _rejecting),
     Condition("service-network", CORDON, "prometheus", _service_network),
     Condition("device-not-published", DEVICE, "api", _published),
     Condition("repeat-fault", CORDON, "api", _repeat_fault),

@@ -25,7 +25,7 @@ from guard.actions import (
 )
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, GpuSample, NodeInfo, Snapshot
-from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service_network
+from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service_network, triggers
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
@@ -148,7 +148,7 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         at = ledger.format_time(snap.now)
         record = ((k.checked_boot, checked_boot_value(node.boot_id, at, UNCORDON)),)
         sticks = "; it records this boot as checked: no conformance Job until the next reboot"
-    elif c.reason == mismatch.NVML_MISMATCH:  # no GPU: the incident is its boot and reason
+    elif c.reason in (mismatch.NVML_MISMATCH, *triggers.REASONS):  # no GPU: boot and reason
         boot = node.boot_id or c.boot_id
         record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
         sticks = f"; it will not cordon it again for {c.reason} in this boot"

@@ -26,6 +26,7 @@ from guard.files import (
     open_regular,
     read_text_bounded,
 )
+from guard.gpu_classes import class_label_keys
 from guard.model import GuardEvent, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.read import json_stream, objects
@@ -129,7 +130,7 @@ class _Collect:
 
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
-        self.nodes = _Nodes(self.keys, origin)
+        self.nodes = _Nodes(self.keys, origin, class_label_keys(s.gpu_classes))
         self.kept: dict[str, list[dict[str, Any]]] = {
             "Job": [],
             "ConfigMap": [],
@@ -192,8 +193,10 @@ class _Collect:
 class _Nodes:
     """Nodes parsed as they arrive; a name or uid seen twice is a SnapshotError at `result`."""
 
-    def __init__(self, keys: Annotations, origin: str) -> None:
-        self.keys, self.origin = keys, origin
+    def __init__(
+        self, keys: Annotations, origin: str, label_keys: frozenset[str] = frozenset()
+    ) -> None:
+        self.keys, self.origin, self.label_keys = keys, origin, label_keys
         self.once = _Once("Node", origin)
         self.found: list[NodeInfo] = []
         self.ignored: list[str] = []
@@ -201,7 +204,7 @@ class _Nodes:
     def add(self, obj: Mapping[str, Any]) -> None:
         self.once.see(obj)
         try:
-            self.found.append(node_info(obj, self.keys))
+            self.found.append(node_info(obj, self.keys, self.label_keys))
         except NamelessObject as exc:
             self.ignored.append(str(exc))
 
@@ -211,11 +214,14 @@ class _Nodes:
 
 
 def parse_nodes(
-    objs: Iterable[Mapping[str, Any]], keys: Annotations, origin: str
+    objs: Iterable[Mapping[str, Any]],
+    keys: Annotations,
+    origin: str,
+    label_keys: frozenset[str] = frozenset(),
 ) -> tuple[tuple[NodeInfo, ...], tuple[str, ...]]:
     """Each Node parsed as it comes (a raw page is dropped as soon as it is read), and a line
     for each one without a name; SnapshotError when two share a name or a uid."""
-    nodes = _Nodes(keys, origin)
+    nodes = _Nodes(keys, origin, label_keys)
     for obj in objs:
         nodes.add(obj)
     return nodes.result()
@@ -285,7 +291,8 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     """
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
-    nodes, ignored = parse_nodes(kube.nodes(s.api_page_size), keys, "the API server")
+    labels = class_label_keys(s.gpu_classes)
+    nodes, ignored = parse_nodes(kube.nodes(s.api_page_size), keys, "the API server", labels)
     return ClusterObjects(
         nodes=nodes,
         jobs=tuple(unique(kube.jobs(s.jobs_namespace, mine), "Job", "the API server")),

@@ -49,8 +49,11 @@ def object_name(obj: Mapping[str, Any]) -> str:
 # ---- Nodes ----------------------------------------------------------------------------------
 
 
-def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
-    """Parse one Node; raises NamelessObject only when it has no name."""
+def node_info(
+    obj: Mapping[str, Any], keys: Annotations, label_keys: frozenset[str] = frozenset()
+) -> NodeInfo:
+    """Parse one Node; raises NamelessObject only when it has no name. Of its labels only
+    `label_keys` are kept (those the GPU classes select on): a Node carries hundreds."""
     name = object_name(obj)
     meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
     problems = Problems(name)
@@ -87,6 +90,13 @@ def node_info(obj: Mapping[str, Any], keys: Annotations) -> NodeInfo:
         cancelled=cancelled,
         returned=returned,
         taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
+        labels=tuple(
+            sorted(
+                (str(k), str(v))
+                for k, v in _mapping(meta.get("labels")).items()
+                if str(k) in label_keys
+            )
+        ),
         checked_boot=checked,
         pcie_links=links,
         conformance_failed=conformance_failed,

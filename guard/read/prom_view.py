@@ -82,6 +82,8 @@ def read_prom(
     windows = {
         "loss-history": queries.loss_lookback_s(s),
         "nvml-mismatch-history": queries.nvml_lookback_s(s),
+        "gpu-count-history": queries.trigger_lookback_s(s),
+        "admission-history": queries.trigger_lookback_s(s),
     }
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
@@ -128,6 +130,7 @@ def read_prom(
     )
     if not sent:
         view = _with_signals(view, vectors, matrices, now, s, intake)
+        view = _with_triggers(view, matrices, now, s)
     elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
         since, status = _nvml(vectors, matrices, now, s, intake)
         view = replace(view, nvml_since=since, nvml_status=status)
@@ -204,6 +207,35 @@ def _with_signals(
     )
 
 
+def _with_triggers(
+    view: PromView, matrices: dict[str, tuple[Series, ...]], now: datetime, s: Settings
+) -> PromView:
+    """The node triggers' histories (guard/plan/triggers): GPU counts per step, and when the
+    admission rejections began with their count at the last step."""
+    node = queries.NODE_LABEL
+    counts = tuple(
+        sorted(
+            (
+                x.label(node),
+                tuple((datetime.fromtimestamp(t, UTC), int(v)) for t, v in sorted(x.points)),
+            )
+            for x in matrices.get("gpu-count-history", ())
+        )
+    )
+    rejected = matrices.get("admission-history", ())
+    lookback = queries.trigger_lookback_s(s)
+    since = loss_since(rejected, now, s.query_step_s, lookback)
+    running = {n for n, _ in since}
+    latest = tuple(
+        sorted(
+            (x.label(node), int(max(x.points)[1]))
+            for x in rejected
+            if x.points and x.label(node) in running
+        )
+    )
+    return replace(view, gpu_counts=counts, admission_since=since, admission_now=latest)
+
+
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     """The view without any fact of a node that had a bad series, and the problems kept."""
     found = tuple(sorted(set(problems), key=lambda p: (p.node, p.query, p.label, p.value)))
@@ -220,6 +252,9 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
         nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
         nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
         service_pods=tuple(p for p in view.service_pods if p.node not in gone),
+        gpu_counts=tuple(x for x in view.gpu_counts if x[0] not in gone),
+        admission_since=tuple(x for x in view.admission_since if x[0] not in gone),
+        admission_now=tuple(x for x in view.admission_now if x[0] not in gone),
         unreadable=found,
     )
 

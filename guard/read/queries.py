@@ -328,6 +328,7 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
         Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
         Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
         *signal_queries(s),
+        *trigger_queries(s),
     )
 
 
@@ -530,6 +531,76 @@ def signal_queries(s: Settings) -> tuple[Query, ...]:
         Query("service-network-pods", service_network_pods(s), required=pods),
         Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
     )
+
+
+# ---- Node triggers without an Xid (guard/plan/triggers, docs/triggers.md) ------------------
+#
+# kube-state-metrics' `kube_pod_status_reason` has one series per pod and reason it knows
+# (Evicted, NodeAffinity, NodeLost, Shutdown, UnexpectedAdmissionError), 1 for the pod's own
+# `status.reason`. Only UnexpectedAdmissionError is the node's: kubelet's device manager could
+# not allocate a device the node advertises. A pod refused for OutOfcpu gets no series of its
+# own reason, and NodeAffinity is another reason value: neither is selected.
+ADMISSION_REASON = "UnexpectedAdmissionError"
+POD_REASON_METRIC = f'kube_pod_status_reason{{reason="{ADMISSION_REASON}"}}'
+POD_CREATED_METRIC = "kube_pod_created"
+
+
+def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> str:
+    """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError that were created
+    within `window_s`, where at least `min_pods` (`Settings.admission_rejected_min_pods`,
+    `admission_rejected_window_s`; the alert keeps the defaults).
+
+    Joined by (namespace, pod): the node from `kube_pod_info`, GPU requests from the requests
+    metric (a pod refused for another device is not the GPUs' fault), the creation time from
+    `kube_pod_created`, so old Failed pods kept after a repair stop counting once the window
+    passes. `max by` first collapses duplicate kube-state-metrics replicas.
+    """
+    pod = "namespace, pod"
+    rejected = f"(max by ({pod}) ({pins.ksm(POD_REASON_METRIC)}) == 1)"
+    placed = pins.ksm(POD_INFO_METRIC + '{node!=""}')
+    where = f"max by ({pod}, {NODE_LABEL}) ({placed})"
+    gpu = f"(max by ({pod}) ({pins.ksm(POD_REQUESTS_METRIC)}) > 0)"
+    created = f"(max by ({pod}) ({pins.ksm(POD_CREATED_METRIC)}) > time() - {window_s})"
+    return (
+        f"count by ({NODE_LABEL}) ({rejected} * on ({pod}) group_left ({NODE_LABEL}) {where}"
+        f" and on ({pod}) {gpu} and on ({pod}) {created}) >= {min_pods}"
+    )
+
+
+def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
+    """Per node, the lower of its GPU capacity (kube-state-metrics) and the GPUs dcgm-exporter
+    reports on it (distinct `gpu` of the Xid gauge, any naming label). A node the exporter does
+    not cover has its capacity alone: an absent exporter is not a short node."""
+    capacity = f"max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
+    xid = first_host(pins.dcgm(XID_METRIC), s.dcgm_node_label_names)
+    exporter = f"count by ({NODE_LABEL}) (count by ({NODE_LABEL}, gpu) ({xid}))"
+    sources = (
+        f'label_replace({capacity}, "source", "capacity", "", "")'
+        f' or label_replace({exporter}, "source", "dcgm", "", "")'
+    )
+    return f"min by ({NODE_LABEL}) ({sources})"
+
+
+def trigger_lookback_s(s: Settings) -> int:
+    """The range of the trigger histories: `HELD_LOOKBACK_S`, or longer when a hold needs it."""
+    longest = max(s.gpu_short_hold, s.admission_hold)
+    return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
+
+
+def trigger_queries(s: Settings) -> tuple[Query, ...]:
+    """The histories the node triggers hold on; none for a trigger that is off."""
+    pins, lookback, step = Pins.of(s), trigger_lookback_s(s), s.query_step_s
+    out = []
+    if s.gpu_classes.strip():
+        count = f"({gpu_count(s, pins)})[{lookback}s:{step}s]"
+        out.append(Query("gpu-count-history", count, "matrix", (NODE_LABEL,), on_step=True))
+    if s.admission_rejected_min_pods > 0:
+        found = admission_rejected(
+            s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
+        )
+        rejected = f"({found})[{lookback}s:{step}s]"
+        out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
+    return tuple(out)
 
 
 def duration(seconds: int) -> str:

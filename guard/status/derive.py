@@ -51,11 +51,11 @@ from guard.figures import budget_of
 from guard.jobs import JobTemplates
 from guard.log import format_line
 from guard.model import NodeInfo, Snapshot, rebooted
-from guard.plan import budget, device_taint, hold, mismatch, released, return_rule, units
+from guard.plan import budget, device_taint, hold, mismatch, released, return_rule, triggers, units
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
-from guard.plan.pending import PendingMismatch, Waiting, pending
+from guard.plan.pending import PendingMismatch, PendingTrigger, Waiting, pending
 from guard.plan.return_rule import is_repeat_fault_hold
 from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
@@ -312,7 +312,7 @@ def _last_incident(snap: Snapshot, node: str, uuid: str = "") -> Gpu | None:
 
 def _last_reason(snap: Snapshot, node: str) -> str:
     last = max(_entries(snap, node), key=lambda e: e.at, default=None)
-    return f"xid-{last.xid}" if last else ""
+    return last.word if last else ""
 
 
 def _candidates(
@@ -356,12 +356,28 @@ def _candidates(
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
         ]
+    held += [
+        Candidate(
+            h.node,
+            h.reason,
+            None,
+            None,
+            None,
+            None,
+            h.held_s,
+            h.needs_s,
+            decided.get(h.node, "unreadable"),
+            h.detail,
+        )
+        for h in triggers.hits(snap, s)
+        if h.held and h.node not in xid_nodes
+    ]
     return tuple(sorted([*waiting, *held], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
-    if isinstance(p, PendingMismatch):
+    if isinstance(p, PendingMismatch | PendingTrigger):
         return Candidate(
             p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
         )

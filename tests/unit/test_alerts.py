@@ -30,6 +30,7 @@ ALERT_NAMES = [
     "NodeCordonedTooLong",
     "GPUIsolationPastBudget",
     "GPUDeviceTaintedTooLong",
+    "GPUNodeRejectingGPUPods",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
     "GPUNodeGuardLeaseHeld",

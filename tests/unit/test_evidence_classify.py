@@ -292,6 +292,11 @@ CASES = [
         id="gpu-lost-assertion-power-cycle",
     ),
     pytest.param(
+        [*_log("gpu-lost-check-failed.log"), "--pci", "0000:01:00.0"],
+        {"verdict": "power-cycle", "dead": ["gpu-lost", "gpu-lost"]},
+        id="gpu-lost-check-failed-form-power-cycle",
+    ),
+    pytest.param(
         [*_log("gpu-lost-other-gpus-named.log"), "--pci", "0000:99:00.0"],
         {"verdict": "human", "dead": [], "uuid": CARD_B},
         id="gpu-lost-assertion-not-pinned-when-the-log-names-several-gpus",
@@ -393,6 +398,42 @@ CASES = [
         ],
         {"verdict": "power-cycle"},
         id="smi-gpu-is-lost-power-cycle",
+    ),
+    pytest.param(
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:03:00.0",
+            "--nvidia-smi-q",
+            str(SMI / "gpu-is-lost-index-form.txt"),
+        ],
+        {"verdict": "power-cycle", "reasons": ["nvidia-smi: GPU is lost."]},
+        id="smi-gpu-is-lost-index-form-power-cycle",
+    ),
+    pytest.param(
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:01:00.0",
+            "--nvidia-smi-q",
+            str(SMI / "gpu-is-lost-lower-case.txt"),
+        ],
+        {
+            "verdict": "power-cycle",
+            "reasons": ["nvidia-smi: GPU is lost. Reboot the system to recover this GPU"],
+        },
+        id="smi-gpu-is-lost-lower-case-reason-on-next-line-power-cycle",
+    ),
+    pytest.param(
+        [
+            *_log("no-gpu-records.log"),
+            "--pci",
+            "0000:43:00.0",
+            "--nvidia-smi-q",
+            str(SMI / "h100-two-lost-list.txt"),
+        ],
+        {"verdict": "human", "reasons": ["nvidia-smi: Unknown Error"]},
+        id="smi-list-unknown-error-is-the-gpus-own-record-human",
     ),
     pytest.param(
         [

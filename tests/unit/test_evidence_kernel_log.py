@@ -262,6 +262,14 @@ def test_nvswitch_sxid_and_unrelated_lines_are_ignored() -> None:
             None,
             id="gpu-lost-assertion",
         ),
+        pytest.param(
+            "[   35.564060] NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus "
+            "[NV_ERR_GPU_IS_LOST] (0x0000000F) returned from nvdEngineDumpCallbackHelper(pGpu, "
+            "pPrbEnc, pNvDumpState, pEngineCallback) @ nv_debug_dump.c:274",
+            "gpu-lost",
+            None,
+            id="gpu-lost-check-failed",
+        ),
     ],
 )
 def test_dead_gpu_records_from_real_lines(line: str, kind: str, pci: str | None) -> None:

@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cli_options",
             "figures",
             "files",
+            "gpu_classes",
             "jobs",
             "ledger",
             "log",

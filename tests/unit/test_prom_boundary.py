@@ -54,7 +54,9 @@ def matrix(*series: dict[str, Any]) -> dict[str, Any]:
 
 def world() -> Answers:
     """Every query of the cycle answered: two faulted nodes, everything else quiet."""
-    answers: Answers = {q.name: vector() for q in queries.guard_queries(S)}
+    answers: Answers = {
+        q.name: matrix() if q.kind == "matrix" else vector() for q in queries.guard_queries(S)
+    }
     for name in answers:
         if name.startswith("input-"):
             answers[name] = vector(({}, "2"))

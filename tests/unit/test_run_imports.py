@@ -11,9 +11,7 @@ import sys
 
 import pytest
 
-MAX_MODULES = (
-    59  # guard.figures, guard.plan.budget (the push), guard.plan.units and guard.plan.return_rule
-)
+MAX_MODULES = 64  # 55; guard.figures, guard.plan.budget, .units, .return_rule; the node triggers
 JOB_PROGRAMS = ("guard.conformance", "guard.evidence", "guard.loadtest", "guard.agent")
 SHOW = "import sys\nprint(*sorted(m for m in sys.modules if m.split('.')[0] == 'guard'))\n"
 CASES = {

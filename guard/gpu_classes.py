@@ -1,0 +1,116 @@
+"""Node classes and their expected GPU count (`Settings.gpu_classes`, docs/triggers.md).
+
+Format: entries split by ``;``, each ``<selector>:<count>``. The selector matches Node labels:
+``k=v``, ``k!=v`` and ``k`` (the label is set), joined by ``,`` (all must hold). The count is a
+whole number, or ``auto``: the majority of the GPU counts of the class's *other* nodes, never
+the node's own (a node short from the start would otherwise expect what it has). The first
+class a node matches is its class; a node in none is not checked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+# A Kubernetes label key (optional DNS prefix and a name) and a label value.
+_KEY = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
+)
+_VALUE = re.compile(r"^(?:[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+AUTO = "auto"
+# A learned count needs this many other nodes in the class, and more than half of them agreeing.
+MIN_PEERS = 2
+
+
+class ClassError(ValueError):
+    """`gpu_classes` that cannot be read; the message names the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    op: str  # "=", "!=", "exists"
+    value: str = ""
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "=":
+            return labels.get(self.key) == self.value
+        return labels.get(self.key) != self.value
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClass:
+    selector: str  # as written, for log lines and Events
+    requirements: tuple[Requirement, ...]
+    count: int | None  # None: learned (`auto`)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.holds(labels) for r in self.requirements)
+
+
+def _requirement(text: str, entry: str) -> Requirement:
+    op = "!=" if "!=" in text else "=" if "=" in text else "exists"
+    key, _, value = text.partition(op) if op != "exists" else (text, "", "")
+    key, value = key.strip(), value.strip()
+    if not _KEY.match(key) or not _VALUE.match(value):
+        raise ClassError(f"entry {entry!r}: {text!r} is not k=v, k!=v or k of a Node label")
+    return Requirement(key, op, value)
+
+
+def parse_classes(text: str) -> tuple[GpuClass, ...]:
+    """
+    >>> [(c.selector, c.count) for c in parse_classes("pool=a,gpu!=none:8; pool=b:auto")]
+    [('pool=a,gpu!=none', 8), ('pool=b', None)]
+    >>> parse_classes("pool=a")
+    Traceback (most recent call last):
+    guard.gpu_classes.ClassError: entry 'pool=a': must be <selector>:<count> (a number or auto)
+    """
+    out = []
+    for raw in text.split(";"):
+        entry = raw.strip()
+        if not entry:
+            continue
+        selector, colon, count = entry.rpartition(":")
+        count = count.strip()
+        if not colon or not selector.strip() or not (count == AUTO or count.isdecimal()):
+            raise ClassError(f"entry {entry!r}: must be <selector>:<count> (a number or auto)")
+        if count != AUTO and not 1 <= int(count) <= 64:
+            raise ClassError(f"entry {entry!r}: the count must be in 1..64")
+        reqs = tuple(_requirement(part, entry) for part in selector.split(","))
+        out.append(GpuClass(selector.strip(), reqs, None if count == AUTO else int(count)))
+    return tuple(out)
+
+
+def class_of(classes: Iterable[GpuClass], labels: Mapping[str, str]) -> GpuClass | None:
+    return next((c for c in classes if c.matches(labels)), None)
+
+
+def majority(counts: Iterable[int]) -> int | None:
+    """The count more than half of `counts` agree on, with at least `MIN_PEERS` of them.
+
+    >>> majority([8, 8, 8, 7]), majority([8, 7]), majority([8]), majority([8, 8])
+    (8, None, None, 8)
+    """
+    seen = Counter(counts)
+    total = sum(seen.values())
+    if total < MIN_PEERS:
+        return None
+    value, n = seen.most_common(1)[0]
+    return value if 2 * n > total else None
+
+
+def class_label_keys(text: str) -> frozenset[str]:
+    """The Node label keys the classes select on: the only labels the guard keeps of a Node.
+
+    >>> sorted(class_label_keys("pool=a,gpu!=none:8; big:auto"))
+    ['big', 'gpu', 'pool']
+    """
+    try:
+        classes = parse_classes(text)
+    except ClassError:
+        return frozenset()  # refused at start (Settings); never reached with such settings
+    return frozenset(r.key for c in classes for r in c.requirements)

@@ -1,0 +1,117 @@
+"""Node triggers without an Xid: `gpu-short` (a node below its class's GPU count) and
+`admission-rejected` (a node refusing GPU pods at admission). docs/triggers.md.
+
+Each goes through what every trigger has: its own hold (the run of steps up to now, as GPU loss),
+the isolation check's screen, breaker and one cordon per cycle (guard.plan.isolation, after every
+hardware-Xid and nvml-mismatch node), a ledger line with its reason word (guard.ledger), a
+Warning Event, `status`, the cordon metrics by reason, an alert and a runbook entry.
+
+Cordon (`cordon`): the guard's cordon annotations without a GPU; `gpu-capacity` records what
+the return needs (gpu-short: the class's count, so 7/7 after a lost card is no return); a Warning
+Event with what was seen and where the evidence is; the ledger line. No evidence Job: its argv
+names one GPU, and neither trigger knows which; the Event names the command (`EVIDENCE`).
+
+Return (`return_gate`, after the common boot, Ready and GPU-count conditions):
+  admission-rejected and the rejections still at or above the minimum → skip admission-rejected
+  otherwise → the load test (its GPU pods pass kubelet's admission, or it fails)
+A person's uncordon cancels the incident for this boot (guard.plan.returning, as nvml-mismatch).
+"""
+
+from __future__ import annotations
+
+from guard import ledger
+from guard.actions import Action, AppendLedgerLine, Cordon, EmitEvent, Skip
+from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.names import RECORDER
+from guard.plan.common import keys, present
+from guard.plan.triggers import admission, gpu_short
+from guard.plan.triggers.model import Hit as Hit
+from guard.settings import Settings
+
+REASONS = ledger.NODE_REASONS
+RANK = 3  # after hardware Xids (0, 1) and nvml-mismatch (2)
+EVIDENCE = {
+    ledger.GPU_SHORT: (
+        "lspci -nn -k -d 10de: on the node: a slot listed without `Kernel driver in use: "
+        "nvidia` did not bind (power-cycle); a slot not listed at all is off the bus (reseat or "
+        "replace, a person decides)"
+    ),
+    ledger.ADMISSION_REJECTED: (
+        "kubectl get pods -A --field-selector spec.nodeName=<node>,status.phase=Failed and the "
+        "device plugin's log on the node: the allocation error names the GPU"
+    ),
+}
+NEXT = {
+    ledger.GPU_SHORT: (
+        "power-cycle it (BMC/PDU); it returns with its class's GPU count after the load test"
+    ),
+    ledger.ADMISSION_REJECTED: (
+        "power-cycle it or restart the device plugin and reboot; it returns after the load test"
+    ),
+}
+
+
+def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
+    """Every node trigger's finding now, held or not, by node then reason."""
+    found = (*gpu_short.hits(snap, s), *admission.hits(snap, s))
+    return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
+
+
+def hit(snap: Snapshot, s: Settings, node: str, reason: str) -> Hit | None:
+    return next((h for h in hits(snap, s) if h.node == node and h.reason == reason), None)
+
+
+def cancelled(node: NodeInfo, reason: str) -> bool:
+    """A person uncordoned this trigger's cordon in this boot (no proven reboot since)."""
+    c = node.cancelled
+    return c is not None and c.reason == reason and not rebooted(c.boot_id, node.boot_id)
+
+
+def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Action, ...]:
+    k, at = keys(s), ledger.format_time(snap.now)
+    capacity = node.gpu_capacity if found.gpu_capacity is None else found.gpu_capacity
+    annotations = (
+        (k.reason, found.reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(capacity)),
+    )
+    message = (
+        f"cordoned by gpu-node-guard: {found.reason}: {found.detail}, held {found.held_s}s; "
+        f"evidence: {EVIDENCE[found.reason]}; {NEXT[found.reason]}"
+    )
+    entry = ledger.LedgerEntry(
+        node.name, snap.now, 0, ledger.UNKNOWN_PCI, ledger.NO_CARD, RECORDER, found.reason
+    )
+    return (
+        Cordon(
+            node.name,
+            found.reason,
+            node.resource_version,
+            annotations,
+            "",
+            found.held_s,
+            NEXT[found.reason],
+            present(node, k.record_keys),
+            found.detail,
+        ),
+        EmitEvent(node.name, found.reason, "Warning", "GuardCordoned", message, incident=at),
+        AppendLedgerLine(node.name, found.reason, entry.format(), s.ledger_configmap),
+    )
+
+
+def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+    if c.reason != ledger.ADMISSION_REJECTED:
+        return ()
+    now = dict(snap.prom.admission_now).get(node.name)
+    if now is None:
+        return ()
+    return (
+        Skip(
+            node.name,
+            ledger.ADMISSION_REJECTED,
+            f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s",
+            "checked again next cycle; the load test waits until kubelet admits GPU pods",
+            "WARN",
+        ),
+    )

@@ -1,0 +1,24 @@
+"""What a node trigger found on one node (guard/plan/triggers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A node showing a trigger's fault now; a candidate once `held_s` ≥ `needs_s`."""
+
+    node: str
+    reason: str  # a guard.ledger.NODE_REASONS word
+    since: datetime
+    held_s: int
+    needs_s: int
+    detail: str  # what was seen, for the log line, the Event and the cordon
+    gpu_capacity: int | None = None  # what the return needs (gpu-short: the class's count)
+    onboarding: bool = False  # the node carries the onboarding gate's taint: not admitted yet
+
+    @property
+    def held(self) -> bool:
+        return self.held_s >= self.needs_s

@@ -1,0 +1,99 @@
+"""The node triggers' pure parts: the ledger's node-incident lines, the GPU classes and their
+learned count, and bad settings refused with one line."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from guard.cli import cli
+from guard.gpu_classes import ClassError, class_label_keys, class_of, majority, parse_classes
+from guard.ledger import count, parse_ledger, parse_line
+from guard.names import Annotations
+from guard.read.objects import node_info
+from guard.settings import Settings, SettingsError
+
+CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+XID_LINE = f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {CARD} manual"
+
+
+@pytest.mark.parametrize("word", ["gpu-short", "admission-rejected"])
+def test_a_node_incident_line_reads_back_with_its_word(word: str) -> None:
+    line = parse_line("b", f"2026-09-21T05:52:44Z {word} unknown - gpu-node-guard")
+    assert line.entry is not None and line.problem == ""
+    assert (line.entry.word, line.entry.reason, line.entry.uuid) == (word, word, "-")
+    assert line.entry.format() == f"2026-09-21T05:52:44Z {word} unknown - gpu-node-guard"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "2026-09-21T05:52:44Z gpu-missing unknown - gpu-node-guard",  # not a reason word
+        "2026-09-21T05:52:44Z xid-79 0000:99:00.0 - gpu-node-guard",  # an Xid names its card
+    ],
+)
+def test_other_words_and_an_xid_without_its_card_are_not_incidents(raw: str) -> None:
+    assert parse_line("b", raw).entry is None
+
+
+def test_node_incidents_never_count_as_a_card_or_slot_incident() -> None:
+    lines = parse_ledger(
+        {"b": f"{XID_LINE}\n2026-09-21T05:52:44Z gpu-short unknown - gpu-node-guard\n"}
+    )
+    counted = count(lines, "-", "b", "unknown")
+    assert (counted.same_card, counted.same_slot) == (0, 0)
+    card = count(lines, CARD, "b", "0000:99:00.0")
+    assert (card.same_card, card.same_slot) == (1, 1)
+
+
+def test_the_first_class_a_node_matches_is_its_class() -> None:
+    classes = parse_classes("pool=a,gpu!=none:8; pool=a:4; big:auto")
+    assert class_of(classes, {"pool": "a", "gpu": "h100"}) == classes[0]
+    assert class_of(classes, {"pool": "a", "gpu": "none"}) == classes[1]
+    assert class_of(classes, {"big": ""}) == classes[2]
+    assert class_of(classes, {"pool": "b"}) is None
+
+
+def test_a_learned_count_needs_a_majority_of_at_least_two_peers() -> None:
+    assert majority([8, 8, 7]) == 8
+    assert majority([8, 7]) is None and majority([8]) is None and majority([]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("pool=a", "must be <selector>:<count>"),
+        ("pool=a:eight", "must be <selector>:<count>"),
+        ("pool=a:0", "the count must be in 1..64"),
+        ("po ol=a:8", "is not k=v, k!=v or k of a Node label"),
+    ],
+)
+def test_bad_classes_are_refused_naming_the_entry(text: str, says: str) -> None:
+    with pytest.raises(ClassError, match=says):
+        parse_classes(text)
+    with pytest.raises(SettingsError, match="gpu_classes"):
+        Settings(gpu_classes=text)
+
+
+def test_bad_classes_are_one_error_line_and_a_non_zero_exit() -> None:
+    result = CliRunner().invoke(
+        cli, ["run", "--prometheus-url", "http://127.0.0.1:1", "--gpu-classes", "pool=a"]
+    )
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    (error,) = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert "--gpu-classes (GUARD_GPU_CLASSES) entry 'pool=a'" in error
+
+
+def test_a_node_keeps_only_the_labels_its_class_selects_on() -> None:
+    raw = {
+        "kind": "Node",
+        "metadata": {
+            "name": "gpu-1",
+            "labels": {"gpu-pool": "interactive", "feature.node.kubernetes.io/cpu-AVX": "true"},
+        },
+    }
+    keys = Annotations("gpu-node-guard.io/")
+    kept = node_info(raw, keys, class_label_keys("gpu-pool=interactive:8"))
+    assert kept.labels == (("gpu-pool", "interactive"),)
+    assert node_info(raw, keys).labels == ()  # no classes: no label kept
