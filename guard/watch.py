@@ -8,7 +8,9 @@ per scrape (`Settings.scrape_interval_s`; `guard.read.queries.watch_poll`: hardw
 now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
 only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
 (`guard.read.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
-snapshot with those facts
+snapshot with those facts; the nodes decided at one instant (those due, or those a poll names)
+are re-read from Prometheus together, one request per query, so the watch's requests per scrape
+do not grow with the number of pending or flapping nodes
 (guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
 resourceVersion as re-read for the cordon's precondition, a person's cordon winning
 (`already-cordoned`). Each decision is a turn of the run (guard/run.py `Run.turn`); once the run
@@ -44,7 +46,7 @@ from guard.doors.retry import Anchor
 from guard.gpu_classes import class_label_keys
 from guard.ledger import format_time
 from guard.log import Level
-from guard.model import NodeInfo, Snapshot
+from guard.model import NodeInfo, PromView, Snapshot
 from guard.names import Annotations
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
@@ -166,11 +168,14 @@ class Watch:
         next_poll = start + step
         while True:
             now = self.clock.now()
-            for d in sorted(
+            due = sorted(
                 (d for d in self.waiting.values() if d.at <= now), key=lambda d: (d.at, d.node)
-            ):
+            )
+            mismatches = {d.node for d in due if d.reason == NVML_MISMATCH}
+            view = self._read([d.node for d in due], now, mismatches)
+            for d in due:
                 del self.waiting[d.node]
-                if self._decide(d.node, now, mismatch=d.reason == NVML_MISMATCH):
+                if self._decide(d.node, now, view, mismatch=d.node in mismatches):
                     self._stop_deciding()
                     break
             if run.lost:
@@ -202,23 +207,31 @@ class Watch:
             queries.WATCH_POLL, queries.watch_poll(self.run.s).promql, now, (queries.NODE_LABEL,)
         )
         found = sorted({x.label(queries.NODE_LABEL) for x in answer.good})
-        for name in found:
-            if name in self.seen or self.base.node(name) is None:
-                continue  # a name no Node has is the cycle's not-in-api line, not a decision
+        # a name no Node has is the cycle's not-in-api line, not a decision
+        new = [n for n in found if n not in self.seen and self.base.node(n) is not None]
+        view = self._read(new, now, set())
+        for name in new:
             self.seen.add(name)
-            if self._decide(name, now, new=True):
+            if self._decide(name, now, view, new=True):
                 return True
         return False
 
-    def _read(self, name: str, now: datetime, mismatch: bool) -> Snapshot:
-        """The cycle's snapshot with that node's facts as re-read at `now`, its loss history
-        (and for a mismatch hold its nvidia-match history) on the scrape grid (one node:
-        cheap)."""
-        names, at_scrape = [n.name for n in self.base.nodes], fine(self.run.s)
-        sent = queries.hold_queries(at_scrape, name)
-        if mismatch:
-            sent += queries.mismatch_queries(at_scrape, name)
-        view = read_prom(self.run.prom, at_scrape, now, names, sent)
+    def _read(self, names: list[str], now: datetime, mismatches: set[str]) -> PromView:
+        """The facts of the nodes decided at `now`, re-read together: one request per query
+        whatever their number (each node's facts are those its own re-read gives), their loss
+        history (and for the `mismatches` their nvidia-match history) on the scrape grid."""
+        if not names:
+            return PromView()
+        at_scrape = fine(self.run.s)
+        sent = queries.hold_queries(at_scrape, *names)
+        if mismatches:
+            sent += queries.mismatch_queries(at_scrape, *sorted(mismatches))
+        every = [n.name for n in self.base.nodes]
+        return read_prom(self.run.prom, at_scrape, now, every, sent)
+
+    def _snapshot(self, name: str, view: PromView, now: datetime) -> Snapshot:
+        """The cycle's snapshot with that node's facts as re-read at `now` (its Node object
+        too)."""
         node = self._node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
@@ -234,10 +247,12 @@ class Watch:
         except NotFound:
             return None
 
-    def _decide(self, name: str, now: datetime, new: bool = False, mismatch: bool = False) -> bool:
-        """One decision for the node; True when a cordon landed."""
+    def _decide(
+        self, name: str, now: datetime, view: PromView, new: bool = False, mismatch: bool = False
+    ) -> bool:
+        """One decision for the node on the facts re-read at `now`; True when a cordon landed."""
         run, s = self.run, self.run.s
-        snap = self._read(name, now, mismatch)
+        snap = self._snapshot(name, view, now)
         found = {g.node for g in hold.candidates(snap.prom, now, s)}
         if mismatch and s.nvml_mismatch_cordon:
             found.update(hold.nvml_candidates(snap.prom, now, s))

@@ -137,8 +137,8 @@ def dra_loss(
 
     A DRA node advertises no device-plugin resource, so capacity minus allocatable never shows
     its loss; dcgm-exporter's gauge keeps the last Xid until the GPU is reset, so a hardware Xid
-    held over the hold window is the loss there. `xid`: the gauge's selector (narrowed to one
-    node by `hold_queries`). Empty when `codes` is.
+    held over the hold window is the loss there. `xid`: the gauge's selector (narrowed to the
+    watch's nodes by `hold_queries`). Empty when `codes` is.
     """
     gauge = xid or pins.dcgm(XID_METRIC)
     hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
@@ -335,9 +335,9 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
 # ---- The in-run watch (guard/watch.py) ------------------------------------------------------
 #
 # After its cycle, `run` keeps watching: one cheap query per interval names the nodes with a
-# hardware Xid and GPU loss now, not cordoned; a node's decision re-reads only that node's facts
-# with the cycle's own queries narrowed to it (same names, so `guard.read.prom_view` reads them
-# alike).
+# hardware Xid and GPU loss now, not cordoned; the decisions of one instant re-read only their
+# nodes' facts, with the cycle's own queries narrowed to those nodes, one request per query for
+# all of them (same names, so `guard.read.prom_view` reads them alike).
 
 WATCH_POLL = "watch-faults"
 HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cordoned")
@@ -370,19 +370,31 @@ def first_host(expr: str, labels: Iterable[str]) -> str:
     return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
 
 
-def _one_node(metric: str, labels: Iterable[str], node: str) -> str:
-    """`metric` on one node, whichever of its naming labels names it (`node` is a validated
-    DNS-1123 name: nothing in it needs escaping)."""
-    return " or ".join(pin(metric, _is(label, node)) for label in labels)
+def _one_node(metric: str, labels: Iterable[str], nodes: tuple[str, ...]) -> str:
+    """`metric` on the `nodes`, whichever of its naming labels names one."""
+    return " or ".join(pin(metric, _is(label, *nodes)) for label in labels)
 
 
-def _is(label: str, value: str) -> str:
-    return f'{label}="{value}"'
+def _is(label: str, *values: str) -> str:
+    """`label` equal to the one value, or to any of several: a regex of the names as literals
+    (validated DNS-1123 names, so only the dot needs quoting, as a class: no backslash for the
+    string literal to escape, on every engine).
+
+    >>> _is("node", "a"), _is("node", "b.x", "a", "a")
+    ('node="a"', 'node=~"a|b[.]x"')
+    """
+    unique = sorted(set(values))
+    if len(unique) == 1:
+        return f'{label}="{unique[0]}"'
+    return f'{label}=~"{"|".join(v.replace(".", "[.]") for v in unique)}"'
 
 
-def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
-    """The queries of `HOLD_QUERY_NAMES` (the cycle's, see `guard_queries`) narrowed to `node`:
-    its Xids, its loss history, its cordon in kube-state-metrics."""
+def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
+    """The queries of `HOLD_QUERY_NAMES` (the cycle's, see `guard_queries`) narrowed to `nodes`:
+    their Xids, their loss history, their cordon in kube-state-metrics. One request each for
+    all the nodes the watch decides at one instant, so its cost per scrape does not grow with
+    them; every series of these answers is a series of one node, so each node's facts are the
+    ones its own narrowed read gives."""
     codes, lookback = s.user_code_xids, loss_lookback_s(s)
     base = Pins.of(s)
     dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
@@ -391,10 +403,11 @@ def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
         f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
         base.dcgm_matchers,
     )
-    ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, node)}".lstrip(", "))
-    gauge = f"({_one_node(dcgm, dcgm_labels, node)}) > 0{user_code_filter(codes)}"
+    ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, *nodes)}".lstrip(", "))
+    gauge = f"({_one_node(dcgm, dcgm_labels, nodes)}) > 0{user_code_filter(codes)}"
     counted_now = " or ".join(
-        f"max_over_time({pin(counted, _is(label, node))}[{lookback}s]) > 0" for label in dcgm_labels
+        f"max_over_time({pin(counted, _is(label, *nodes))}[{lookback}s]) > 0"
+        for label in dcgm_labels
     )
     return (
         Query("hardware-xid", gauge),
@@ -402,7 +415,7 @@ def hold_queries(s: Settings, node: str) -> tuple[Query, ...]:
         Query(
             "loss-history",
             loss_history(
-                lookback, s.query_step_s, guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, node))
+                lookback, s.query_step_s, guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, nodes))
             ),
             "matrix",
             (NODE_LABEL,),
@@ -423,24 +436,24 @@ POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
 SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
 
 
-def nvml_mismatch(node: str = "") -> str:
-    """Per node (or only `node`), 1 while every agent series of the node says nvidia-match
+def nvml_mismatch(*nodes: str) -> str:
+    """Per node (or only the `nodes`), 1 while every agent series of the node says nvidia-match
     failed (`check_ok` 0).
 
     Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
     scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
     """
-    one = f", {_is(NODE_LABEL, node)}" if node else ""
+    one = f", {_is(NODE_LABEL, *nodes)}" if nodes else ""
     return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
 
 
-def mismatch_queries(s: Settings, node: str) -> tuple[Query, ...]:
-    """The cycle's nvidia-match history and status narrowed to `node`: the in-run watch's reads
-    for a mismatch hold that completes while it is up (the node agent names its node)."""
-    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, node)
+def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
+    """The cycle's nvidia-match history and status narrowed to `nodes`: the in-run watch's reads
+    for the mismatch holds that complete while it is up (the node agent names its node)."""
+    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, *nodes)
     info = (
         f"max by ({NODE_LABEL}, status, detail) "
-        f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, node)}}})'
+        f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, *nodes)}}})'
     )
     return (
         Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
@@ -448,7 +461,7 @@ def mismatch_queries(s: Settings, node: str) -> tuple[Query, ...]:
     )
 
 
-def nvml_mismatch_history(lookback_s: int, step_s: int, node: str = "") -> str:
+def nvml_mismatch_history(lookback_s: int, step_s: int, *nodes: str) -> str:
     """Per node, the steps of the lookback at which the mismatch was observed (a matrix).
 
     The hold is decided from it in `guard.read.prom_view` exactly as for GPU loss (`loss_since`): a
@@ -456,7 +469,7 @@ def nvml_mismatch_history(lookback_s: int, step_s: int, node: str = "") -> str:
     `min_over_time` of a subquery, which skips the steps without data and so would count a
     failure seen before and after a gap as held across it.
     """
-    return f"({nvml_mismatch(node)})[{lookback_s}s:{step_s}s]"
+    return f"({nvml_mismatch(*nodes)})[{lookback_s}s:{step_s}s]"
 
 
 def nvml_status(pins: Pins = NO_PINS) -> str:

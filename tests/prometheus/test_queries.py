@@ -299,6 +299,32 @@ def test_the_watch_reads_one_node_as_the_cycle_does(prom, after):
         assert (name in one.cordoned) == (name in full.cordoned), name
 
 
+def _facts(v: PromView, name: str) -> tuple[object, ...]:
+    """What a watch decision takes of a view for one node (guard.plan.watch.decision_snapshot)."""
+    return (
+        tuple(g for g in v.hardware_xids if g.node == name),
+        tuple(x for x in v.loss_since if x[0] == name),
+        name in v.cordoned,
+        tuple(p for p in v.unreadable if p.node == name),
+    )
+
+
+@pytest.mark.parametrize("after", [3, 12])
+def test_the_watch_reads_many_nodes_in_one_request_per_query_as_one_by_one(prom, after):
+    """The nodes the watch decides at one instant are re-read together (a regex of their names):
+    each node's facts are exactly those of its own narrowed read, whichever label names it; a dot
+    in a name is a dot, not any character (``fast.9`` is not ``fast79``)."""
+    at, s, client = minutes(after), fine(S), PromClient(prom.url)
+    names = sorted(NODE_NAMES)
+    together = read_prom(client, s, at, NODE_NAMES, hold_queries(s, *names))
+    assert together.hardware_xids and together.loss_since
+    for name in names:
+        alone = read_prom(client, s, at, NODE_NAMES, hold_queries(s, name))
+        assert _facts(together, name) == _facts(alone, name), name
+    dotted = read_prom(client, s, at, NODE_NAMES, hold_queries(s, "fast.9", "healthy"))
+    assert _facts(dotted, "fast79") == ((), (), False, ())
+
+
 def test_the_watch_poll_names_each_node_with_a_hardware_xid_and_loss_now(prom):
     at = minutes(12)
     full = view(prom, at)

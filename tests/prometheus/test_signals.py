@@ -113,6 +113,28 @@ def test_the_watchs_mismatch_re_read_on_the_scrape_grid_never_decides_before_the
     assert one(at).nvml_status == full.agent("drv-offgrid")
 
 
+def test_the_watch_reads_many_mismatch_nodes_in_one_request_per_query_as_one_by_one(
+    prom_signals,
+):
+    """The mismatch holds due at one instant are re-read together: each node's nvidia-match
+    facts are exactly those of its own narrowed read."""
+    s, client, at = fine(S), PromClient(prom_signals.url), minutes(12)
+    names = sorted(SIGNAL_NODE_NAMES)
+
+    def facts(v: PromView, name: str) -> tuple[object, ...]:
+        return (
+            tuple(x for x in v.nvml_since if x[0] == name),
+            tuple(a for a in v.nvml_status if a.node == name),
+            tuple(p for p in v.unreadable if p.node == name),
+        )
+
+    together = read_prom(client, s, at, SIGNAL_NODE_NAMES, mismatch_queries(s, *names))
+    assert together.nvml_since and together.nvml_status
+    for name in names:
+        alone = read_prom(client, s, at, SIGNAL_NODE_NAMES, mismatch_queries(s, name))
+        assert facts(together, name) == facts(alone, name), name
+
+
 @pytest.mark.parametrize(
     ("changes", "after", "expected"),
     [
