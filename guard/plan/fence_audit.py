@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from guard import ledger
-from guard.actions import Action, EmitEvent
+from guard.actions import Action, EmitEvent, Skip
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import foreign_job
 from guard.settings import Settings
@@ -67,6 +67,16 @@ def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[
     """One WARN and one Event per fence Job no record explains, once (module docstring)."""
     said = {e.name for e in snap.events} | {a.name for a in planned if isinstance(a, EmitEvent)}
     out: list[Action] = []
+    for warn, event in foreign_fence_jobs(snap, s):
+        if event.name not in said:
+            said.add(event.name)
+            out.extend((warn, event))
+    return tuple(out)
+
+
+def foreign_fence_jobs(snap: Snapshot, s: Settings) -> tuple[tuple[Skip, EmitEvent], ...]:
+    """Every fence Job no record explains now, said or not (`status` shows them all)."""
+    out = []
     for job in snap.jobs:
         node = snap.node(job.node) if job.kind == "fence" else None
         if node is None or node.unreadable:
@@ -78,8 +88,5 @@ def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[
             "the guard's records are unchanged; its GPU's compute mode may differ from them "
             "(on the host: nvidia-smi -q -d COMPUTE)"
         )
-        found = foreign_job(s, node, job, Decision.FENCE_JOB_FOREIGN, why, stays)
-        if found[1].name not in said:
-            said.add(found[1].name)
-            out.extend(found)
+        out.append(foreign_job(s, node, job, Decision.FENCE_JOB_FOREIGN, why, stays))
     return tuple(out)

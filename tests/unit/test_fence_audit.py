@@ -13,6 +13,8 @@ from guard.ledger import parse_time
 from guard.model import GuardEvent, JobInfo, NodeInfo, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.fence_audit import why_foreign
+from guard.status.derive import report
+from guard.status.model import Sight
 from tests.builders import KEYS, PASSED, TEMPLATES, job_uid, node, settings, snapshot
 
 ON = settings(fence_gpu=True)  # the cordon of `waiting` is at 05:00, the cycle at 05:55
@@ -115,3 +117,15 @@ def test_a_job_the_fence_step_already_calls_foreign_gets_one_event() -> None:
     actions = cycle(snapshot(waiting_node, jobs=(theirs,), own=False))
     events = [a for a in flagged(actions) if isinstance(a, EmitEvent)]
     assert len(events) == 1 and "fence-foreign" in [a.reason for a in actions]
+
+
+def test_status_shows_the_healthy_node_with_a_foreign_fence_job_said_or_not() -> None:
+    snap = snapshot(node("h"), jobs=(fence_job("gng-fn-h-x", "05:50", "h", job_uid("x")),))
+    (_, event) = flagged(cycle(snap))
+    assert isinstance(event, EmitEvent)
+    said = replace(snap, events=(GuardEvent(event.name, "h", "GuardForeignJob", 1),))
+    for seen in (snap, said):
+        (row,) = report(seen, ON, TEMPLATES, Sight("http://prom.test:9090")).nodes
+        assert row.node == "h" and row.state == "job-not-made-by-the-guard"
+        assert row.blocked is not None and "job/gng-fn-h-x" in row.blocked.observed
+    assert report(snapshot(node("h")), ON, TEMPLATES, Sight("http://prom.test:9090")).nodes == ()
