@@ -6,9 +6,9 @@ Only the guard's ServiceAccount may create fence Jobs (the admission policy), so
 is a stolen guard token or a bug. The node's `job-fence` record keeps only the guard's last fence
 Job, yet the guard's own older ones of the same cordon (set → lift → set again after a failed load
 test) live on until their TTL. They are told apart by time: the guard creates each fence Job of a
-chain only after it read the one before back and wrote `gpu-fence` (its time), so every older Job
-of the guard's was created before that record; a Job created after it that is not the recorded
-one was seen by no step of the guard's.
+chain only after it read the one before back and wrote `gpu-fence`, so every older Job of the
+guard's was created before the recorded one (the API server's creation times, no clock skew); a
+Job created after it that is not the recorded one was seen by no step of the guard's.
 
 Per fence Job (first match wins):
   its node is not read, or unreadable, or the Job has no creation time  → nothing (no record
@@ -16,7 +16,8 @@ Per fence Job (first match wins):
   the node carries the guard's cordon:
     the recorded fence Job (name and uid of `job-fence`)                → the guard's
     created before the cordon                                           → an earlier incident's
-    created before `gpu-fence`'s time                                   → an earlier step of this
+    created before the recorded Job (or, that one gone, before
+    `gpu-fence`'s time)                                                 → an earlier step of this
                                                                            cordon's fence
     otherwise                                                           → foreign
   no guard cordon:
@@ -31,16 +32,17 @@ cycle plans is not said again.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from guard import ledger
 from guard.actions import Action, EmitEvent, Skip
-from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.model import JobInfo, JobRecord, NodeInfo, Snapshot
 from guard.plan.check_jobs import foreign_job
 from guard.settings import Settings
 from guard.states import Decision
 
 
-def why_foreign(node: NodeInfo, job: JobInfo) -> str:
+def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
     """Why no record of the node explains `job` ("" when one does; case list above)."""
     created = job.created
     if created is None:
@@ -56,9 +58,18 @@ def why_foreign(node: NodeInfo, job: JobInfo) -> str:
         return ""
     if c.at is not None and created < c.at:
         return ""
+    # Both times the API server's (no skew with the guard's clock); the record's time only when
+    # the recorded Job is gone.
+    made = next((j for j in snap.jobs if rec and (j.name, j.uid) == (rec.name, rec.uid)), None)
+    if made is not None and made.created is not None:
+        return "" if created < made.created else _after(created, rec)
     f = node.fence
     if f is not None and created < f.at:
         return ""
+    return _after(created, rec)
+
+
+def _after(created: datetime, rec: JobRecord | None) -> str:
     last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
     return f"created {ledger.format_time(created)}, after every fence record of this cordon{last}"
 
@@ -81,7 +92,7 @@ def foreign_fence_jobs(snap: Snapshot, s: Settings) -> tuple[tuple[Skip, EmitEve
         node = snap.node(job.node) if job.kind == "fence" else None
         if node is None or node.unreadable:
             continue
-        why = why_foreign(node, job)
+        why = why_foreign(snap, node, job)
         if not why:
             continue
         stays = (
