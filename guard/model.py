@@ -242,6 +242,7 @@ class JobInfo:
     uid: str = ""  # metadata.uid: compared with the node's record of what the guard made
     digest: str = ""  # guard.jobs.spec_digest of its pod template (the record holds the rendered)
     run: str = ""  # guard.jobs.run_digest of its pod template: what its Pods must run
+    created: datetime | None = None  # metadata.creationTimestamp (the API sets it; None: unread)
 
 
 @dataclass(frozen=True, slots=True)

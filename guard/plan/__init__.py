@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from guard.actions import Action, ClearGuardAnnotations, Cordon, Skip, Uncordon
 from guard.jobs import JobTemplates
 from guard.model import Snapshot
-from guard.plan import budget, units
+from guard.plan import budget, fence_audit, units
 from guard.plan.checks import plan_checks
 from guard.plan.common import with_archive_events
 from guard.plan.isolation import MAX_CORDON_TRIES, plan_isolation
@@ -29,6 +29,7 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     checks = plan_checks(snap, s, t, let_go, isolating)
     # The unreadable nodes' Events last: bounded, and never ahead of a cordon.
     planned = plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
+    planned += fence_audit.plan_audit(snap, s, planned)  # fence Jobs no record explains
     planned += budget.plan_budget(snap, s)
     return with_archive_events(snap, s, planned)
 

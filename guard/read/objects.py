@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from guard.jobs import run_digest, spec_digest
+from guard.ledger import parse_time
 from guard.model import Claim, DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
 from guard.names import (
     APP_LABEL,
@@ -176,7 +178,16 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
         uid=str(meta.get("uid", "")),
         digest=spec_digest(obj),
         run=run_digest(pod_spec),
+        created=_created(meta.get("creationTimestamp")),
     )
+
+
+def _created(value: object) -> datetime | None:
+    """metadata.creationTimestamp; None when absent or not a time (a hand-made file)."""
+    try:
+        return parse_time(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _job_status(status: object) -> tuple[JobStatus, str]:

@@ -10,6 +10,7 @@ Which nodes get a row (first case wins):
   `returned` within 24 h                    → returned-in-the-last-24-h
   a lifecycle check's decision (guard.plan.checks): its conformance Job runs, the onboarding
   gate holds the node or failed, a Job's result is unreadable → that state
+  a fence Job no record explains (guard.plan.fence_audit) → fence-job-foreign
 Every other node is not the guard's business right now and gets no row (a boot check not
 started yet, or one waiting for a person's uncordon, neither).
 
@@ -51,7 +52,17 @@ from guard.figures import budget_of
 from guard.jobs import JobTemplates
 from guard.log import format_line
 from guard.model import NodeInfo, Snapshot, rebooted
-from guard.plan import budget, device_taint, hold, mismatch, released, return_rule, triggers, units
+from guard.plan import (
+    budget,
+    device_taint,
+    fence_audit,
+    hold,
+    mismatch,
+    released,
+    return_rule,
+    triggers,
+    units,
+)
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
@@ -71,8 +82,16 @@ NOT_SEEN = Blocked(
 
 
 def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report:
+    foreign = {w.node: w for w, _ in fence_audit.foreign_fence_jobs(snap, s)}
     ctx = _Context(
-        snap, s, t, sight, _decisions(snap, s, t), _unreadable(snap, s), _lifecycle(snap, s, t)
+        snap,
+        s,
+        t,
+        sight,
+        _decisions(snap, s, t),
+        _unreadable(snap, s),
+        _lifecycle(snap, s, t),
+        foreign,
     )
     rows = tuple(row for n in snap.nodes if (row := _row(ctx, n)))
     freed = released(a for acts in ctx.decisions.values() for a in acts)
@@ -111,6 +130,9 @@ class _Context:
     decisions: dict[str, tuple[Action, ...]]  # the return check's, per guard-cordoned node
     unreadable: dict[str, Skip]  # the unreadable check's skip, per node
     lifecycle: dict[str, Action]  # the lifecycle checks' first decision, per node with a row
+    # A fence Job no record explains, per node (guard.plan.fence_audit): the row of a node that
+    # has no other, said or not.
+    foreign_fence: dict[str, Skip]
 
 
 def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[Action, ...]]:
@@ -156,6 +178,8 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
         action = ctx.lifecycle[node.name]
         why = "onboarding" if decision_word(action).startswith("onboarding") else "boot-check"
         return _decided(snap, node, action, why, s)
+    if recorded is None and (found := ctx.foreign_fence.get(node.name)) is not None:
+        return _decided(snap, node, found, Decision.FENCE_JOB_FOREIGN.value, s)
     return recorded
 
 

@@ -1,0 +1,103 @@
+"""Fence Jobs the guard did not make (docs/security.md, "The host fence"): any fence Job in the
+jobs namespace, set or lift, that the node's records do not explain is one WARN and one Warning
+Event, whichever node it names.
+
+Only the guard's ServiceAccount may create fence Jobs (the admission policy), so what this finds
+is a stolen guard token or a bug. The node's `job-fence` record keeps only the guard's last fence
+Job, yet the guard's own older ones of the same cordon (set → lift → set again after a failed load
+test) live on until their TTL. They are told apart by time: the guard creates each fence Job of a
+chain only after it read the one before back and wrote `gpu-fence`, so every older Job of the
+guard's was created before the recorded one (the API server's creation times, no clock skew); a
+Job created after it that is not the recorded one was seen by no step of the guard's.
+
+Per fence Job (first match wins):
+  its node is not read, or unreadable, or the Job has no creation time  → nothing (no record
+                                                                           to judge by)
+  the node carries the guard's cordon:
+    the recorded fence Job (name and uid of `job-fence`)                → the guard's
+    created before the cordon                                           → an earlier incident's
+    created before the recorded Job (or, that one gone, before
+    `gpu-fence`'s time)                                                 → an earlier step of this
+                                                                           cordon's fence
+    otherwise                                                           → foreign
+  no guard cordon:
+    created before the node's last return or a person's uncordon        → an earlier incident's
+    otherwise                                                           → foreign
+A foreign Job: WARN `fence-job-foreign` + Warning Event GuardForeignJob, once per Job uid: the
+Event has the name `guard.plan.check_jobs.foreign_job` gives it (the fence step's own
+`fence-foreign` Event of the same Job included), and a Job whose Event the snapshot lists or this
+cycle plans is not said again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from guard import ledger
+from guard.actions import Action, EmitEvent, Skip
+from guard.model import JobInfo, JobRecord, NodeInfo, Snapshot
+from guard.plan.check_jobs import foreign_job
+from guard.settings import Settings
+from guard.states import Decision
+
+
+def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
+    """Why no record of the node explains `job` ("" when one does; case list above)."""
+    created = job.created
+    if created is None:
+        return ""
+    c = node.cordon
+    if c is None:
+        floors = [r.at for r in (node.returned, node.cancelled) if r is not None]
+        if floors and created < max(floors):
+            return ""
+        return "the node carries no guard cordon"
+    rec = node.job_record("fence")
+    if rec is not None and rec.name == job.name and rec.uid == job.uid:
+        return ""
+    if c.at is not None and created < c.at:
+        return ""
+    # Both times the API server's (no skew with the guard's clock); the record's time only when
+    # the recorded Job is gone.
+    made = next((j for j in snap.jobs if rec and (j.name, j.uid) == (rec.name, rec.uid)), None)
+    if made is not None and made.created is not None:
+        return "" if created < made.created else _after(created, rec)
+    f = node.fence
+    if f is not None and created < f.at:
+        return ""
+    return _after(created, rec)
+
+
+def _after(created: datetime, rec: JobRecord | None) -> str:
+    last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
+    return f"created {ledger.format_time(created)}, after every fence record of this cordon{last}"
+
+
+def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[Action, ...]:
+    """One WARN and one Event per fence Job no record explains, once (module docstring)."""
+    said = {e.name for e in snap.events} | {a.name for a in planned if isinstance(a, EmitEvent)}
+    out: list[Action] = []
+    for warn, event in foreign_fence_jobs(snap, s):
+        if event.name not in said:
+            said.add(event.name)
+            out.extend((warn, event))
+    return tuple(out)
+
+
+def foreign_fence_jobs(snap: Snapshot, s: Settings) -> tuple[tuple[Skip, EmitEvent], ...]:
+    """Every fence Job no record explains now, said or not (`status` shows them all)."""
+    out = []
+    for job in snap.jobs:
+        node = snap.node(job.node) if job.kind == "fence" else None
+        if node is None or node.unreadable:
+            continue
+        why = why_foreign(snap, node, job)
+        if not why:
+            continue
+        stays = (
+            "the guard's records are unchanged; its GPU's compute mode may differ from them "
+            "(on the host: nvidia-smi -q -d COMPUTE)"
+        )
+        out.append(foreign_job(s, node, job, Decision.FENCE_JOB_FOREIGN, why, stays))
+    return tuple(out)
