@@ -29,7 +29,8 @@ NO_CARD = "-"  # the GPU UUID field of a node incident
 # The reason words of node incidents without an Xid (guard/plan/triggers, docs/triggers.md).
 GPU_SHORT = "gpu-short"
 ADMISSION_REJECTED = "admission-rejected"
-NODE_REASONS = (GPU_SHORT, ADMISSION_REJECTED)
+FABRIC = "fabric"
+NODE_REASONS = (GPU_SHORT, ADMISSION_REJECTED, FABRIC)
 
 # The shape of an incident line; each field is then checked on its own, ASCII only (`\d` and
 # str.isdigit() also accept other scripts' digits and superscripts).

@@ -333,6 +333,12 @@ class PromView:
     gpu_counts: tuple[tuple[str, tuple[tuple[datetime, int], ...]], ...] = ()
     admission_since: tuple[tuple[str, datetime], ...] = ()
     admission_now: tuple[tuple[str, int], ...] = ()
+    # Fabric (dcgm-exporter's Fabric Manager status): when the run of steps with a GPU of the
+    # node in Failure began; the nodes with a GPU not in Success now; whether any series of the
+    # field exists (None: not asked, as in the watch's narrowed reads).
+    fabric_since: tuple[tuple[str, datetime], ...] = ()
+    fabric_not_success: tuple[str, ...] = ()
+    fabric_seen: bool | None = None
     # Series refused at the boundary; every fact of their nodes is left out above.
     unreadable: tuple[PromUnreadable, ...] = ()
 

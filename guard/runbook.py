@@ -58,6 +58,8 @@ class Section(StrEnum):
     SERVICE_NETWORK_NOT_APPLICABLE = "service-network-not-applicable"
     # The node triggers without an Xid (guard/plan/triggers, docs/triggers.md).
     ISOLATED_REJECTING_GPU_PODS = "isolated-for-rejecting-gpu-pods"
+    ISOLATED_FOR_A_FABRIC_FAULT = "isolated-for-a-fabric-fault"
+    FABRIC_NOT_APPLICABLE = "fabric-not-applicable"
     # The host fence of a cordon's GPU (docs/isolation.md).
     LIFTING_THE_GPU_FENCE = "lifting-the-gpu-fence"
     GPU_FENCE_LIFT_FAILED = "gpu-fence-lift-failed"
@@ -75,6 +77,7 @@ CYCLE_CONDITIONS = frozenset(
     {
         Section.BREAKER_OPEN,
         Section.SERVICE_NETWORK_NOT_APPLICABLE,
+        Section.FABRIC_NOT_APPLICABLE,
         Section.AFTER_REBOOT_CHECKS_QUEUED,
     }
 )

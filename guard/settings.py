@@ -277,6 +277,8 @@ class Settings:
     admission_rejected_window_s: int = 600
     # How long the rejections stay at or above the minimum before a cordon (0: the hold window).
     admission_rejected_hold_s: int = 0
+    # How long a node's Fabric Manager status stays Failure before a cordon (0: the hold window).
+    fabric_hold_s: int = 0
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -292,6 +294,11 @@ class Settings:
     def admission_hold(self) -> int:
         """How long the admission rejections must hold: their own hold, else the hold."""
         return self.admission_rejected_hold_s or self.hold_window_s
+
+    @property
+    def fabric_hold(self) -> int:
+        """How long a node's fabric must stay failed: its own hold, else the hold."""
+        return self.fabric_hold_s or self.hold_window_s
 
     @property
     def gpu_node_selector(self) -> tuple[str, str]:

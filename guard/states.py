@@ -70,6 +70,8 @@ class Decision(StrEnum):
     LOADTEST_STARTING = "loadtest-starting"
     # The node triggers without an Xid (guard/plan/triggers).
     ADMISSION_REJECTED = "admission-rejected"  # the return waits: GPU pods still refused
+    FABRIC = "fabric"  # the return waits: a GPU's fabric is not in Success
+    FABRIC_NOT_APPLICABLE = "fabric-not-applicable"  # the run's line: no fabric status at all
     ONBOARDING_GPU_SHORT = "onboarding-gpu-short"  # the gate: below its class's GPU count
     LOADTEST_RUNNING = "loadtest-running"
     LOADTEST_PASSED = "loadtest-passed"
@@ -195,6 +197,8 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.NVML_UNCONFIRMED: S.ISOLATED_DRIVER_MISMATCH,  # … or not PASS yet after the reboot
     D.SERVICE_NETWORK_NOT_READY: S.WAITING_FOR_SERVICE_NETWORK,
     D.ADMISSION_REJECTED: S.ISOLATED_REJECTING_GPU_PODS,
+    D.FABRIC: S.ISOLATED_FOR_A_FABRIC_FAULT,
+    D.FABRIC_NOT_APPLICABLE: S.FABRIC_NOT_APPLICABLE,
     D.ONBOARDING_GPU_SHORT: S.ONBOARDING_PENDING,
     D.EVIDENCE_RUNNING: S.WAITING_FOR_THE_EVIDENCE_JOB,  # its PCIe links go to the load test
     D.REPEAT_FAULT: S.REPEAT_FAULT_HOLD,  # the SetHold it plans

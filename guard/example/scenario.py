@@ -16,6 +16,8 @@ from typing import TextIO
 Steps = tuple[tuple[int, int], ...]  # (offset_s, value from then on)
 XID = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+FABRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
+FABRIC_SUCCESS, FABRIC_FAILURE = 3, 4  # DCGM dcgmFabricManagerStatus_t
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,9 @@ class NodeTimeline:
     # many of the node's GPUs dcgm-exporter exports (the lowest indexes).
     capacity: Steps = ()
     exported: Steps = ()
+    # dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS of GPU 0 over time (every other GPU in
+    # Success, 3); empty: the exporter does not expose the field on this node.
+    fabric: Steps = ()
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -209,6 +214,12 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
                 written += _exported(sc, node, gpu, steps, out)
                 continue
             series(XID, gpu_labels(sc, node, gpu), steps, 0, node)
+    if any(n.fabric for n in sc.nodes):
+        out.write("# TYPE DCGM_FI_DEV_FABRIC_MANAGER_STATUS gauge\n")
+        for node in (n for n in sc.nodes if n.fabric):
+            for gpu in range(node.gpus):
+                steps = node.fabric if gpu == 0 else ()
+                series(FABRIC, gpu_labels(sc, node, gpu), steps, FABRIC_SUCCESS, node)
     if any(n.gpu_temp for n in sc.nodes):
         out.write("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
         for node in (n for n in sc.nodes if n.gpu_temp):

@@ -171,6 +171,18 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             " cordon it by hand, then read the device plugin's log on the node.",
             _DEFAULTS.admission_hold,
         ),
+        Rule(
+            "GPUNodeFabricFailed",
+            queries.fabric_failed(_DEFAULTS),
+            "critical",
+            "{{ $labels.node }}: {{ $value }} GPU(s) with Fabric Manager status Failure",
+            "The NVSwitch fabric training of these GPUs ended in an error (dcgm-exporter"
+            f" {queries.FABRIC_METRIC} = 4): the GPUs are present but multi-GPU NVLink work fails"
+            f" or hangs. The guard cordons it once this holds (reason fabric, {reason}). Read"
+            " /var/log/fabricmanager.log on the node; restart nvidia-fabricmanager, else reset"
+            " the GPUs and NVSwitches or power-cycle it; failing again, a person (RMA).",
+            _DEFAULTS.fabric_hold,
+        ),
     )
 
 

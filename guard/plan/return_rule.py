@@ -276,6 +276,10 @@ def _rejecting(c: Case) -> tuple[Action, ...]:
     return triggers.return_gate(c.snap, c.s, c.node, c.cordon)
 
 
+def _fabric(c: Case) -> tuple[Action, ...]:
+    return triggers.fabric_gate(c.snap, c.node, c.cordon)
+
+
 def _service_network(c: Case) -> tuple[Action, ...]:
     return service_network.gate(c.snap, c.s, c.node)
 
@@ -298,6 +302,7 @@ TABLE: tuple[Condition, ...] = (
     Condition("gpu-pods-running", CORDON, "prometheus", _gpu_pods),
     Condition("nvml-mismatch", CORDON, "prometheus", _mismatch),
     Condition("admission-rejected", CORDON, "prometheus", _rejecting),
+    Condition("fabric", CORDON, "prometheus", _fabric),
     Condition("service-network", CORDON, "prometheus", _service_network),
     Condition("device-not-published", DEVICE, "api", _published),
     Condition("repeat-fault", CORDON, "api", _repeat_fault),

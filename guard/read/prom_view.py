@@ -84,6 +84,7 @@ def read_prom(
         "nvml-mismatch-history": queries.nvml_lookback_s(s),
         "gpu-count-history": queries.trigger_lookback_s(s),
         "admission-history": queries.trigger_lookback_s(s),
+        "fabric-history": queries.trigger_lookback_s(s),
     }
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
@@ -131,6 +132,7 @@ def read_prom(
     if not sent:
         view = _with_signals(view, vectors, matrices, now, s, intake)
         view = _with_triggers(view, matrices, now, s)
+        view = _with_fabric(view, vectors, matrices, now, s)
     elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
         since, status = _nvml(vectors, matrices, now, s, intake)
         view = replace(view, nvml_since=since, nvml_status=status)
@@ -236,6 +238,27 @@ def _with_triggers(
     return replace(view, gpu_counts=counts, admission_since=since, admission_now=latest)
 
 
+def _with_fabric(
+    view: PromView,
+    vectors: dict[str, tuple[Sample, ...]],
+    matrices: dict[str, tuple[Series, ...]],
+    now: datetime,
+    s: Settings,
+) -> PromView:
+    """The fabric trigger's facts: when each node's run of Failure steps began, the nodes not in
+    Success now, and whether dcgm-exporter exposes the field at all."""
+    lookback = queries.trigger_lookback_s(s)
+    since = loss_since(matrices.get("fabric-history", ()), now, s.query_step_s, lookback)
+    other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
+    seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
+    return replace(
+        view,
+        fabric_since=since,
+        fabric_not_success=tuple(other),
+        fabric_seen=seen if "fabric-seen" in vectors else None,
+    )
+
+
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     """The view without any fact of a node that had a bad series, and the problems kept."""
     found = tuple(sorted(set(problems), key=lambda p: (p.node, p.query, p.label, p.value)))
@@ -255,6 +278,8 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
         gpu_counts=tuple(x for x in view.gpu_counts if x[0] not in gone),
         admission_since=tuple(x for x in view.admission_since if x[0] not in gone),
         admission_now=tuple(x for x in view.admission_now if x[0] not in gone),
+        fabric_since=tuple(x for x in view.fabric_since if x[0] not in gone),
+        fabric_not_success=tuple(n for n in view.fabric_not_success if n not in gone),
         unreadable=found,
     )
 

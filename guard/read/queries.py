@@ -594,9 +594,31 @@ def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
     return f"min by ({NODE_LABEL}) ({sources})"
 
 
+# dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS, one series per GPU: DCGM's
+# dcgmFabricManagerStatus_t (dcgm_structs.h): 0 NotSupported, 1 NotStarted, 2 InProgress,
+# 3 Success, 4 Failure, 5 Unrecognized, 6 NvmlTooOld. Only Failure is a fault the node owns:
+# NotSupported is a system without NVSwitches, NotStarted/InProgress are a boot's training,
+# Unrecognized/NvmlTooOld a driver and DCGM that do not agree (docs/triggers.md).
+FABRIC_METRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
+FABRIC_FAILURE = 4
+FABRIC_SUCCESS = 3
+
+
+def fabric_failed(s: Settings, pins: Pins = NO_PINS) -> str:
+    """Per node, its GPUs whose Fabric Manager status is Failure (any naming label)."""
+    failed = first_host(f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}", s.dcgm_node_label_names)
+    return f"count by ({NODE_LABEL}) ({failed})"
+
+
+def fabric_not_success(s: Settings, pins: Pins = NO_PINS) -> str:
+    """Per node, its GPUs whose Fabric Manager status is anything but Success now."""
+    other = first_host(f"{pins.dcgm(FABRIC_METRIC)} != {FABRIC_SUCCESS}", s.dcgm_node_label_names)
+    return f"count by ({NODE_LABEL}) ({other})"
+
+
 def trigger_lookback_s(s: Settings) -> int:
     """The range of the trigger histories: `HELD_LOOKBACK_S`, or longer when a hold needs it."""
-    longest = max(s.gpu_short_hold, s.admission_hold)
+    longest = max(s.gpu_short_hold, s.admission_hold, s.fabric_hold)
     return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
 
 
@@ -613,6 +635,10 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
         )
         rejected = f"({found})[{lookback}s:{step}s]"
         out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
+    failed = f"({fabric_failed(s, pins)})[{lookback}s:{step}s]"
+    out.append(Query("fabric-history", failed, "matrix", (NODE_LABEL,), on_step=True))
+    out.append(Query("fabric-not-success", fabric_not_success(s, pins), required=(NODE_LABEL,)))
+    out.append(Query("fabric-seen", f"count({pins.dcgm(FABRIC_METRIC)})"))
     return tuple(out)
 
 

@@ -45,7 +45,8 @@ PCI_BASE = int(fake_host.GPU.split(":")[1], 16) - 4 * 0x10
 
 @pytest.fixture
 def prom(node: Node) -> Iterator[LocalPrometheus]:
-    timeline = dataclasses.replace(faulted(node.name), pci_base=PCI_BASE)
+    # An NVSwitch node whose fabric trained (Success): the fabric trigger applies and stays quiet.
+    timeline = dataclasses.replace(faulted(node.name), pci_base=PCI_BASE, fabric=((0, 3),))
     with scenario_prometheus(timeline) as server:
         yield server
 

@@ -37,12 +37,14 @@ def test_example_json_plan_cordons_gpu_node_b():
     plan = json.loads(proc.stdout)  # stdout is exactly one JSON object
     kinds = [(a["type"], a["node"]) for a in plan["actions"]]
     assert kinds == [
+        ("skip", ""),  # fabric-not-applicable: the example's exporter has no fabric field
         ("cordon", "gpu-node-b"),
         ("event", "gpu-node-b"),
         ("append-ledger", "gpu-node-b"),
         ("create-job", "gpu-node-b"),
     ]
-    cordon, _, ledger, job = plan["actions"]
+    fabric, cordon, _, ledger, job = plan["actions"]
+    assert fabric["reason"] == "fabric-not-applicable"
     assert cordon["reason"] == "xid-79"
     assert cordon["annotations"]["gpu-node-guard.io/auto-cordon-gpu"] == f"0000:99:00.0 {CARD_UUID}"
     assert ledger["line"] == f"2026-09-21T05:55:00Z xid-79 0000:99:00.0 {CARD_UUID} gpu-node-guard"

@@ -255,3 +255,10 @@ def test_the_return_waits_while_gpu_pods_are_still_rejected(prom):
         assert [(a.reason, a.level) for a in found if isinstance(a, Skip)] == (
             [("admission-rejected", "WARN")] if waits else []
         )
+
+
+def test_an_exporter_without_the_fabric_field_is_one_line_per_run_not_per_node(prom):
+    plan = plan_isolation(snap(prom, at(40)), S, TEMPLATES)
+    lines = [a for a in plan if isinstance(a, Skip) and a.reason == "fabric-not-applicable"]
+    assert [(a.node, a.level) for a in lines] == [("", "INFO")]
+    assert not any(h.reason == "fabric" for h in triggers.hits(snap(prom, at(40)), S))

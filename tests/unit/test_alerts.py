@@ -31,6 +31,7 @@ ALERT_NAMES = [
     "GPUIsolationPastBudget",
     "GPUDeviceTaintedTooLong",
     "GPUNodeRejectingGPUPods",
+    "GPUNodeFabricFailed",
     "GPUNodeGuardBreakerOpen",
     "GPUNodeGuardNotRunning",
     "GPUNodeGuardLeaseHeld",

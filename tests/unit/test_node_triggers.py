@@ -1,23 +1,31 @@
 """The node triggers' pure parts: the ledger's node-incident lines, the GPU classes and their
-learned count, and bad settings refused with one line."""
+learned count, bad settings refused with one line, and the fabric trigger's hold, its one
+not-applicable line and its return row."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
 
+from guard.actions import Skip
 from guard.cli import cli
 from guard.gpu_classes import ClassError, class_label_keys, class_of, majority, parse_classes
 from guard.ledger import count, parse_ledger, parse_line
+from guard.model import PromView, Snapshot
 from guard.names import Annotations
+from guard.plan import triggers
+from guard.plan.return_rule import TABLE
 from guard.read.objects import node_info
 from guard.settings import Settings, SettingsError
+from tests.builders import KEYS, node
 
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 XID_LINE = f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {CARD} manual"
 
 
-@pytest.mark.parametrize("word", ["gpu-short", "admission-rejected"])
+@pytest.mark.parametrize("word", ["gpu-short", "admission-rejected", "fabric"])
 def test_a_node_incident_line_reads_back_with_its_word(word: str) -> None:
     line = parse_line("b", f"2026-09-21T05:52:44Z {word} unknown - gpu-node-guard")
     assert line.entry is not None and line.problem == ""
@@ -97,3 +105,49 @@ def test_a_node_keeps_only_the_labels_its_class_selects_on() -> None:
     kept = node_info(raw, keys, class_label_keys("gpu-pool=interactive:8"))
     assert kept.labels == (("gpu-pool", "interactive"),)
     assert node_info(raw, keys).labels == ()  # no classes: no label kept
+
+
+NOW = datetime(2026, 9, 21, 1, 0, tzinfo=UTC)
+
+
+def fabric_snap(view: PromView, *names: str) -> Snapshot:
+    return Snapshot(NOW, tuple(node(n) for n in names), (), (), (), view)
+
+
+def test_a_failed_fabric_is_a_candidate_only_once_held() -> None:
+    s = Settings()
+    since = (("held", NOW - timedelta(seconds=600)), ("early", NOW - timedelta(seconds=540)))
+    found = {
+        h.node: h
+        for h in triggers.hits(fabric_snap(PromView(fabric_since=since), "held", "early"), s)
+    }
+    assert (found["held"].reason, found["held"].held) == ("fabric", True)
+    assert (found["early"].held_s, found["early"].held) == (540, False)
+
+
+def test_a_cordoned_node_or_one_not_in_the_api_is_not_a_fabric_hit() -> None:
+    since = (("gone", NOW - timedelta(hours=1)), ("out", NOW - timedelta(hours=1)))
+    view = PromView(fabric_since=since, cordoned=("out",))
+    assert list(triggers.hits(fabric_snap(view, "out"), Settings())) == []
+
+
+@pytest.mark.parametrize(("seen", "lines"), [(False, 1), (True, 0), (None, 0)])
+def test_an_absent_fabric_field_is_one_line_for_the_run(seen: bool | None, lines: int) -> None:
+    found = triggers.not_applicable(fabric_snap(PromView(fabric_seen=seen), "a", "b", "c"))
+    assert [(a.node, a.reason, a.level) for a in found if isinstance(a, Skip)] == [
+        ("", "fabric-not-applicable", "INFO")
+    ] * lines
+
+
+def test_the_fabric_return_row_waits_for_success_on_every_gpu() -> None:
+    assert ("fabric", "prometheus") in {(row.word, row.source) for row in TABLE}
+    notes = {KEYS.reason: "fabric", KEYS.at: "2026-09-21T00:40:00Z", KEYS.boot_id: "boot-1"}
+    cordoned = node("f", cordoned=True, boot="boot-2", extra=notes)
+    assert cordoned.cordon is not None
+    waiting = fabric_snap(PromView(fabric_not_success=("f",)), "f")
+    (skip,) = triggers.fabric_gate(waiting, cordoned, cordoned.cordon)
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("fabric", "WARN")
+    assert triggers.fabric_gate(fabric_snap(PromView(), "f"), cordoned, cordoned.cordon) == ()
+    other = node("f", cordoned=True, boot="boot-2", extra={**notes, KEYS.reason: "gpu-short"})
+    assert other.cordon is not None
+    assert triggers.fabric_gate(waiting, other, other.cordon) == ()

@@ -1,5 +1,6 @@
-"""Node triggers without an Xid: `gpu-short` (a node below its class's GPU count) and
-`admission-rejected` (a node refusing GPU pods at admission). docs/triggers.md.
+"""Node triggers without an Xid: `gpu-short` (a node below its class's GPU count),
+`admission-rejected` (a node refusing GPU pods at admission) and `fabric` (a node whose NVSwitch
+fabric failed). docs/triggers.md.
 
 Each goes through what every trigger has: its own hold (the run of steps up to now, as GPU loss),
 the isolation check's screen, breaker and one cordon per cycle (guard.plan.isolation, after every
@@ -13,6 +14,7 @@ names one GPU, and neither trigger knows which; the Event names the command (`EV
 
 Return (`return_gate`, after the common boot, Ready and GPU-count conditions):
   admission-rejected and the rejections still at or above the minimum → skip admission-rejected
+  fabric and a GPU of the node not in Fabric Manager status Success now → skip fabric
   otherwise → the load test (its GPU pods pass kubelet's admission, or it fails)
 A person's uncordon cancels the incident for this boot (guard.plan.returning, as nvml-mismatch).
 """
@@ -24,7 +26,7 @@ from guard.actions import Action, AppendLedgerLine, Cordon, EmitEvent, Skip
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
 from guard.names import RECORDER
 from guard.plan.common import keys, present
-from guard.plan.triggers import admission, gpu_short
+from guard.plan.triggers import admission, fabric, gpu_short
 from guard.plan.triggers.model import Hit as Hit
 from guard.settings import Settings
 
@@ -40,6 +42,10 @@ EVIDENCE = {
         "kubectl get pods -A --field-selector spec.nodeName=<node>,status.phase=Failed and the "
         "device plugin's log on the node: the allocation error names the GPU"
     ),
+    ledger.FABRIC: (
+        "nvidia-smi -q | grep -A2 -i fabric and `systemctl status nvidia-fabricmanager` with "
+        "/var/log/fabricmanager.log on the node: the training error and the NVSwitch or link"
+    ),
 }
 NEXT = {
     ledger.GPU_SHORT: (
@@ -48,12 +54,17 @@ NEXT = {
     ledger.ADMISSION_REJECTED: (
         "power-cycle it or restart the device plugin and reboot; it returns after the load test"
     ),
+    ledger.FABRIC: (
+        "restart nvidia-fabricmanager, else reset the GPUs and NVSwitches or power-cycle it; "
+        "failing again: a person (NVSwitch, baseboard or cable: RMA); it returns with every GPU's "
+        "fabric in Success after the load test"
+    ),
 }
 
 
 def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
     """Every node trigger's finding now, held or not, by node then reason."""
-    found = (*gpu_short.hits(snap, s), *admission.hits(snap, s))
+    found = (*gpu_short.hits(snap, s), *admission.hits(snap, s), *fabric.hits(snap, s))
     return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
 
 
@@ -100,6 +111,11 @@ def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Act
     )
 
 
+def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
+    """The run's one line for a trigger whose signal Prometheus does not have (fabric)."""
+    return fabric.not_applicable(snap)
+
+
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     if c.reason != ledger.ADMISSION_REJECTED:
         return ()
@@ -112,6 +128,21 @@ def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) ->
             ledger.ADMISSION_REJECTED,
             f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s",
             "checked again next cycle; the load test waits until kubelet admits GPU pods",
+            "WARN",
+        ),
+    )
+
+
+def fabric_gate(snap: Snapshot, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
+    """The fabric's return: every GPU of the node in Fabric Manager status Success again."""
+    if c.reason != ledger.FABRIC or node.name not in snap.prom.fabric_not_success:
+        return ()
+    return (
+        Skip(
+            node.name,
+            ledger.FABRIC,
+            "a GPU of the node is not in Fabric Manager status Success",
+            "checked again next cycle; the load test waits until the fabric has trained",
             "WARN",
         ),
     )
