@@ -690,7 +690,7 @@ CRONJOB_ENV = _listed(
 # may still build a Settings with another value.
 RENDER_SETTINGS = _listed(
     "memory_class_xids conformance_control_plane_version conformance_allowed_dns "
-    "loadtest_allreduce fence_drain"
+    "loadtest_allreduce fence_drain onboarding_taint"
 )  # what reaches a Job's spec beside the images (`render`)
 STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
 

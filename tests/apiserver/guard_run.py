@@ -436,3 +436,47 @@ def retargeted(job: dict[str, Any], node: str) -> dict[str, Any]:
     meta["annotations"] = {**meta["annotations"], KEYS.node_label: node}
     template["spec"]["nodeName"] = node
     return copy
+
+
+def as_site_settings(flags: tuple[str, ...]) -> dict[str, str]:
+    """A run's decision flags as the CronJob's ConfigMap says them (`status` takes no decision
+    flag: it decides with the ConfigMap's): `--x v` → GUARD_X=v, `--no-x` → GUARD_X=false,
+    `--x` alone → GUARD_X=true."""
+    out: dict[str, str] = {}
+    rest = list(flags)
+    while rest:
+        flag = rest.pop(0).removeprefix("--")
+        if flag.startswith("no-"):
+            key, value = flag.removeprefix("no-"), "false"
+        elif rest and not rest[0].startswith("--"):
+            key, value = flag, rest.pop(0)
+        else:
+            key, value = flag, "true"
+        out["GUARD_" + key.replace("-", "_").upper()] = value
+    return out
+
+
+@contextmanager
+def site_settings(core: client.CoreV1Api, data: dict[str, str]) -> Iterator[None]:
+    """The settings ConfigMap holds `data` (made if absent) for the block; then as before."""
+    from guard.names import SETTINGS_CONFIGMAP
+
+    try:
+        before: dict[str, str] | None = dict(
+            core.read_namespaced_config_map(SETTINGS_CONFIGMAP, NS).data or {}
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        before = None
+        body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=SETTINGS_CONFIGMAP), data={})
+        core.create_namespaced_config_map(NS, body)
+    core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": data})
+    try:
+        yield
+    finally:
+        if before is None:
+            core.delete_namespaced_config_map(SETTINGS_CONFIGMAP, NS)
+        else:  # None removes a key the block added (a merge patch)
+            undo: dict[str, str | None] = {k: before.get(k) for k in data}
+            core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": undo})

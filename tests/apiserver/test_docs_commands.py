@@ -76,6 +76,10 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
         "on the GPU node, as root",
     ),
     (r"^gpu-node-guard conformance ", "on the GPU node (reads its host)"),
+    (
+        r"^gpu-node-guard report --cluster-snapshot tests/",
+        "a fixture of the repository's tests: tests/unit/test_figures.py reads the same episodes",
+    ),
     (r"^gpu-node-guard evidence classify ", "reads the files taken on the GPU node (above it)"),
     (
         r"^gpu-node-guard (run|status) .*--prometheus-url (?!.*--at )",

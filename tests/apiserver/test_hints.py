@@ -24,11 +24,13 @@ from tests.apiserver.guard_run import (
     KEYS,
     NO_CF,
     RETURN_AT,
+    as_site_settings,
     faulted,
     mine,
     run_guard,
     scenario_prometheus,
     set_status,
+    site_settings,
 )
 from tests.apiserver.kube import ControlPlane
 from tests.apiserver.kubectl import HINT_COMMANDS, follow_hint
@@ -45,7 +47,12 @@ def prom() -> Iterator[LocalPrometheus]:
         yield server
 
 
-def status_row(kubeconfig: Path, at: str) -> dict[str, Any]:
+def status_row(kubeconfig: Path, at: str, core: Any) -> dict[str, Any]:
+    with site_settings(core, as_site_settings(ONE_INCIDENT_HOLDS)):
+        return _status_row(kubeconfig, at)
+
+
+def _status_row(kubeconfig: Path, at: str) -> dict[str, Any]:
     done = subprocess.run(
         [
             sys.executable,
@@ -58,7 +65,6 @@ def status_row(kubeconfig: Path, at: str) -> dict[str, Any]:
             str(kubeconfig),
             "--at",
             at,
-            *ONE_INCIDENT_HOLDS,
         ],
         capture_output=True,
         text=True,
@@ -114,7 +120,7 @@ def test_the_repeat_fault_hint_takes_the_node_out_of_the_hold(
     again = guard()
     hint = skip_line(again)["next"]
     assert skip_line(again)["reason"] == "repeat-fault-hold"
-    row = status_row(deployed.kubeconfig, RETURN_AT.isoformat())
+    row = status_row(deployed.kubeconfig, RETURN_AT.isoformat(), core)
     assert row["state"] == "repeat-fault-hold"
     # One step in all three places: the set-hold line, the skip line and status.
     assert (
@@ -139,4 +145,5 @@ def test_the_repeat_fault_hint_takes_the_node_out_of_the_hold(
     # Out of the state for good: later cycles neither hold nor cordon it again.
     later = guard().plan
     assert not {a for a, _ in mine(later, node)} & {"set-hold", "cordon"}, mine(later, node)
-    assert status_row(deployed.kubeconfig, RETURN_AT.isoformat())["state"] != "repeat-fault-hold"
+    final = status_row(deployed.kubeconfig, RETURN_AT.isoformat(), core)
+    assert final["state"] != "repeat-fault-hold"

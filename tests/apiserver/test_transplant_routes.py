@@ -53,6 +53,7 @@ from tests.apiserver.guard_run import (
     PASS,
     RETURN_AT,
     GuardRun,
+    as_site_settings,
     copy_of,
     faulted,
     forget_guard_state,
@@ -64,6 +65,7 @@ from tests.apiserver.guard_run import (
     run_guard,
     scenario_prometheus,
     set_status,
+    site_settings,
 )
 from tests.apiserver.kube import JOBS_NS, ControlPlane, refusal
 
@@ -174,6 +176,10 @@ def at_gate(
             return run_guard(prom, kubeconfig, last[-1], *gate.flags, *extra)
 
         def status() -> dict[str, Any]:
+            with site_settings(core, as_site_settings(gate.flags)):
+                return _status()
+
+        def _status() -> dict[str, Any]:
             proc = subprocess.run(
                 [
                     sys.executable,
@@ -188,7 +194,6 @@ def at_gate(
                     last[-1].isoformat(),
                     "-o",
                     "json",
-                    *gate.flags,
                 ],
                 capture_output=True,
                 text=True,
