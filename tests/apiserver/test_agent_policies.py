@@ -10,6 +10,7 @@ Pod, and as the admin, whom the gate refuses first. Real POSTs on a real kube-ap
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,15 @@ def _host(name: str, path: str, mount: str, kind: str = "Directory") -> Callable
     )
 
 
+def _driver(**changes: object) -> Callable[..., None]:
+    """The driver component's extra volume and mount, with one of them changed."""
+    volume = copy.deepcopy(agent.DRIVER_VOLUME)
+    mount = copy.deepcopy(agent.DRIVER_MOUNT)
+    for key, value in changes.items():
+        (volume["hostPath"] if key in ("path", "type") else mount)[key] = value
+    return both(add((*POD, "volumes"), volume), add((*C0, "volumeMounts"), mount))
+
+
 def _argv(edit: Callable[[list[str]], list[str]]) -> Callable[[dict[str, Any]], None]:
     def change(doc: dict[str, Any]) -> None:
         container = doc["spec"]["template"]["spec"]["containers"][0]
@@ -124,6 +134,13 @@ CASES = [
     Case("hostpath-resolved-created-by-kubelet", _volume(3, type="DirectoryOrCreate"), VOLUMES),
     Case("hostpath-usr-untyped", _volume(1, type=""), VOLUMES),
     Case("mount-propagation-from-the-host", _mount(0, mountPropagation="HostToContainer"), MOUNTS),
+    # The GPU Operator's driver root (components/agent-gpu-operator-driver): that one entry, as
+    # the component writes it, and nothing near it.
+    Case("driver-root-writable", _driver(readOnly=False), MOUNTS),
+    Case("driver-root-mounted-elsewhere", _driver(mountPath="/host/run/nvidia"), MOUNTS),
+    Case("driver-root-untyped", _driver(type=""), VOLUMES),
+    Case("driver-root-created-on-the-host", _driver(type="DirectoryOrCreate"), VOLUMES),
+    Case("driver-root-all-of-run-nvidia", _driver(path="/run/nvidia"), VOLUMES),
     Case("mount-subpath", _mount(3, subPath="resolv.conf"), MOUNTS),
     Case("mount-elsewhere", _mount(1, mountPath="/usr/lib/x86_64-linux-gnu"), MOUNTS),
     Case(
@@ -690,3 +707,35 @@ def test_a_cni_annotation_after_creation_is_admitted(
         assert refused.value.status == 422 and POD_POLICY in str(refused.value.body)
     finally:
         core.delete_namespaced_pod(name, JOBS_NS)
+
+
+def test_the_gpu_operator_driver_component_is_admitted_and_its_pod_too(
+    admin: client.ApiClient,
+    identities: Identities,
+    ds_controller: client.ApiClient,
+    kubectl_binary: Path,
+    stored: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """An overlay with components/agent-gpu-operator-driver (docs/agent.md): the DaemonSet
+    kustomize builds is admitted, and so is the Pod the controller makes of it."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    up = os.path.relpath(BASE.parent, overlay)  # kustomize takes no absolute paths
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{up}/base]\ncomponents: [{up}/components/agent-gpu-operator-driver]\n"
+    )
+    built = Kubectl(kubectl_binary).build(overlay)
+    doc = next(d for d in built if d["kind"] == "DaemonSet")
+    spec = doc["spec"]["template"]["spec"]
+    assert spec["volumes"][-1] == agent.DRIVER_VOLUME
+    assert spec["containers"][0]["volumeMounts"][-1] == agent.DRIVER_MOUNT
+    doc["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+    apps = client.AppsV1Api(identities.jobs_ns_admin)
+    apps.replace_namespaced_daemon_set(agent.NAME, JOBS_NS, doc, dry_run="All")
+    with_driver = copy.deepcopy(stored)  # the stored DaemonSet, with the API server's defaults
+    stored_spec = with_driver["spec"]["template"]["spec"]
+    stored_spec["volumes"].append(spec["volumes"][-1])
+    stored_spec["containers"][0]["volumeMounts"].append(spec["containers"][0]["volumeMounts"][-1])
+    made = as_dict(create(ds_controller, daemonset_pod(with_driver, NODE), dry_run=True))
+    assert made["spec"]["volumes"][-1]["hostPath"] == agent.DRIVER_VOLUME["hostPath"]

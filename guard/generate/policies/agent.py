@@ -5,7 +5,8 @@ mounts host paths; Pod Security there is `privileged`, so these two policies are
 
 Case list (a DaemonSet or Pod labelled app.kubernetes.io/component=agent in the jobs namespace):
   the shipped DaemonSet, or with the site flags of docs/agent.md (--interval-s, --platform,
-  --kube-proxy-mode, --allowed-dns, --resolv-conf), update strategy or revision history
+  --kube-proxy-mode, --allowed-dns, --resolv-conf), update strategy or revision history,
+  with or without components/agent-gpu-operator-driver's one extra host path
                                 → admitted
   any other host path, a writable or re-propagated one, another image, argv, env, port,
   capability, privilege, user, host namespace, token, volume, placement, probe than
@@ -27,7 +28,7 @@ from typing import Any
 
 from guard.agent.cli import DEFAULT_PORT
 from guard.generate.policies import argv, params
-from guard.generate.policies.cel import lit, quote, regex
+from guard.generate.policies.cel import lit, quote, regex, shown
 from guard.generate.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, rule
 from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
 from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
@@ -70,6 +71,33 @@ HOST_PATHS = (
 )
 VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
 MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]
+# The GPU Operator's driver container puts the driver's root at /run/nvidia/driver, where
+# nvidia-match looks for the NVML library too. Only the component
+# manifests/components/agent-gpu-operator-driver adds it: on other hosts an untyped path would
+# leave an empty /run/nvidia/driver behind, which the GPU Operator reads as its own. The driver
+# container mounts its root there after boot, so the mount follows the host's (HostToContainer).
+DRIVER_VOLUME = {
+    "name": "host-nvidia-driver",
+    "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"},
+}
+DRIVER_MOUNT = {
+    "name": "host-nvidia-driver",
+    "readOnly": True,
+    "mountPath": ROOT + "/run/nvidia/driver",
+    "mountPropagation": "HostToContainer",
+}
+
+
+def _base_or_driver(base: list[dict[str, Any]], driver: dict[str, Any]) -> Expr:
+    """The base list exactly, or the base list plus the driver container's entry last."""
+    with_driver = [*base, driver]
+    return Expr(
+        f"{{v}} == {lit(base)} || {{v}} == {lit(with_driver)}",
+        f"exactly {shown(base)}, or that plus {shown(driver)} "
+        "(components/agent-gpu-operator-driver)",
+    )
+
+
 ENV = [
     {
         "name": "GUARD_AGENT_NODE",
@@ -164,7 +192,7 @@ def _container() -> Obj:
         "livenessProbe": opt(_probe()),
         "resources": Field(Exact(RESOURCES)),
         "securityContext": Field(Exact(CONTAINER_SECURITY)),
-        "volumeMounts": Field(Exact(MOUNTS)),
+        "volumeMounts": Field(_base_or_driver(MOUNTS, DRIVER_MOUNT)),
         "terminationMessagePath": Field(Exact("/dev/termination-log")),
         "terminationMessagePolicy": Field(Exact("File")),
     }
@@ -195,7 +223,7 @@ def pod_spec(s: Settings, *, pod: bool) -> Obj:
         "hostPID": opt(Exact(False)),
         "hostIPC": opt(Exact(False)),
         "securityContext": Field(Exact(POD_SECURITY)),
-        "volumes": Field(Exact(VOLUMES)),
+        "volumes": Field(_base_or_driver(VOLUMES, DRIVER_VOLUME)),
         "restartPolicy": Field(Exact("Always")),
         "terminationGracePeriodSeconds": Field(Exact(10)),
         "dnsPolicy": Field(Exact("ClusterFirst")),
