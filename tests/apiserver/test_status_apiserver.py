@@ -226,6 +226,7 @@ def test_a_cycle_pushes_what_it_did_and_status_shows_every_state_reading_only(
     # cycle ran with (the CronJob's ConfigMap says them: status takes no decision flag).
     with site_setting(client.CoreV1Api(admin), "GUARD_RETURN_CONFORMANCE", "false"):
         _status_reads_only(prom, cluster, reader, admin)
+    _report_reads_only(cluster, reader, admin)
 
 
 @contextmanager
@@ -275,6 +276,28 @@ def _status_reads_only(prom, cluster, reader, admin) -> None:
     assert "pending candidates: 1, 1 held long enough\n  st-cordon   xid-79  " in text.stdout
     assert re.search(r"\nst-reset +waiting-for-reset-done +xid-48 +23m ", text.stdout)
     assert _versions(cluster, admin) == watched
+
+
+def _report_reads_only(cluster, reader, admin) -> None:
+    """`report` with the same read-only identity: the cycle's cordon is an open incident."""
+    watched = _versions(cluster, admin)
+    # A minute after the cycle: the period ends before its --at, and the cordon is at AT.
+    after = f"{ISOLATE_AT + timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}"
+    argv = [sys.executable, "-m", "guard", "report", "--kubeconfig", str(reader), "--at", after]
+    proc = subprocess.run(
+        [*argv, "-o", "json"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (incident,) = [i for i in doc["incidents"] if i["node"] == "st-cordon"]
+    assert (incident["xid"], incident["verdict"], incident["open"]) == (79, "power-cycle", True)
+    assert incident["at"] == AT
+    (span,) = [i for i in doc["isolations"] if i["node"] == "st-cordon"]
+    assert (span["unit"], span["gpus"], span["start"], span["end"]) == ("node", 8, AT, None)
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert text.returncode == 0, text.stderr
+    assert "st-cordon" in text.stdout
+    assert _versions(cluster, admin) == watched, "report changed an object"
 
 
 def test_a_push_that_fails_leaves_a_successful_cycle_at_exit_0(prom, cluster, guard_kubeconfig):
