@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import pairwise
@@ -387,7 +387,16 @@ def figures(
     until: datetime,
     budget: Budget | None = None,
 ) -> Figures:
-    """Every figure of the period [since, until); `until` is also "now" for open isolations."""
+    """Every figure of the period [since, until); `until` is also "now" for open isolations.
+
+    A record made after `until` did not exist then (a report `--at` a past instant): a repair
+    or a return after it leaves the isolation as it stood at `until`.
+    """
+    facts = replace(
+        facts,
+        incidents=tuple(e for e in facts.incidents if e.at <= until),
+        marks=tuple(m for m in facts.marks if m.at <= until),
+    )
     found = tuple(s for s in spans(facts, classes) if s.start < until)
     shown = tuple(s for s in found if (s.end or until) > since)
     per_span = tuple(gpu_hours(s, since, until) for s in shown)

@@ -166,3 +166,20 @@ def test_recurrence_and_week_helpers() -> None:
     )
     assert recurrences([("k", t("2026-09-01T00:00:00Z"))])[0].mean_between is None
     assert week_of(t("2026-09-20T23:00:00Z")) == t("2026-09-14T00:00:00Z")
+
+
+def test_records_after_the_period_end_are_not_yet_made() -> None:
+    """`report --at` a past instant: a repair and a return after it did not exist then."""
+    facts = Facts(
+        (entry("n", "2026-09-01T00:00:00Z"),),
+        (
+            Mark("n", t("2026-09-05T00:00:00Z"), MarkKind.REPAIR),
+            Mark("n", t("2026-09-06T00:00:00Z"), MarkKind.RETURN),
+        ),
+        {"n": 2},
+    )
+    until = t("2026-09-02T00:00:00Z")
+    (span,) = figures(facts, bundled_classes(), t("2026-08-31T00:00:00Z"), until).spans
+    assert (span.repair, span.end, span.closed_by) == (None, None, "")
+    (row,) = figures(facts, bundled_classes(), t("2026-08-31T00:00:00Z"), until).incidents
+    assert (row.open, row.cordon_to_repair) == (True, None)
