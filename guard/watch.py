@@ -24,6 +24,9 @@ and Prometheus requests retry until the run's deadline (guard.plan.deadlines, af
 last decision's writes and the Lease's release fit in), not the cycle's; the live watch's time
 is the monotonic clock's from the run's start, never ahead of Prometheus' (`RunClock`).
 
+It also follows the returns of the nodes the guard isolates (guard/returns.py): a return step
+whose input became readable is taken within a return poll, in this run.
+
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
 its Prometheus and API requests).
