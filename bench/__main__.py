@@ -1,4 +1,5 @@
-"""``python -m bench`` (``make bench``): time to isolate and the cost of one cycle, as tables.
+"""``python -m bench`` (``make bench``): time to isolate, time to return and the cost of one cycle,
+as tables.
 
 Progress goes to stderr; the Markdown report goes to stdout (and to --save FILE).
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from bench import isolate, report
+from bench import isolate, report, returns
 from bench.apimode import unavailable
 from bench.machine import describe
 from bench.scale import Plan, SizeResult, measure_size
@@ -65,7 +66,7 @@ def _sizes(text: str) -> tuple[int, ...]:
     show_default=True,
     help="Engines for the time-to-isolate bench (tests.engines.ENGINES).",
 )
-@click.option("--only", type=click.Choice(["all", "isolate", "cycle"]), default="all")
+@click.option("--only", type=click.Choice(["all", "isolate", "cycle", "return"]), default="all")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write here.")
 def main(
     quick: bool,
@@ -81,7 +82,8 @@ def main(
 ) -> None:
     """Benchmarks of gpu-node-guard against a real Prometheus (and kube-apiserver)."""
     try:
-        binaries()
+        if only != "return":  # the return bench replays the schedule: no Prometheus
+            binaries()
     except PrometheusUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     started = time.monotonic()
@@ -103,6 +105,8 @@ def main(
         if only in ("all", "isolate"):
             for engine in chosen:
                 lines += _isolation(phase_step, engine)  # type: ignore[arg-type]
+        if only in ("all", "return"):
+            lines += _returns(phase_step)
         if only in ("all", "cycle"):
             lines += _cycles(node_counts, reps, api, profile)
     except (PrometheusUnavailable, RuntimeError, OSError) as exc:
@@ -138,6 +142,20 @@ def _isolation(step_s: int, engine: Engine) -> list[str]:
         "",
         f"({took:.0f} s: one {engine}, {runs} phase × start delay replays, "
         f"{sum(r.ticks for s in (*without, *watched) for r in s.results)} guard runs.)",
+        "",
+    ]
+
+
+def _returns(step_s: int) -> list[str]:
+    _say(f"time to return: phases every {step_s} s …")
+    return [
+        "## Time to return",
+        "",
+        "From a repaired node's return (Ready with a new boot, or `reset-done` written) to its"
+        " uncordon (the device taint's removal); `loop`: the run's return turns (guard/returns.py)"
+        " take each step as its result is readable, else one step per run's cycle.",
+        "",
+        *returns.table(returns.time_to_return(step_s), step_s),
         "",
     ]
 

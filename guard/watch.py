@@ -24,6 +24,9 @@ and Prometheus requests retry until the run's deadline (guard.plan.deadlines, af
 last decision's writes and the Lease's release fit in), not the cycle's; the live watch's time
 is the monotonic clock's from the run's start, never ahead of Prometheus' (`RunClock`).
 
+It also follows the returns of the nodes the guard isolates (guard/returns.py): a return step
+whose input became readable is taken within a return poll, in this run.
+
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
 its Prometheus and API requests).
@@ -55,6 +58,7 @@ from guard.plan.watch import Due, decision_snapshot, dues, fine, split
 from guard.read import queries
 from guard.read.objects import node_info
 from guard.read.prom_view import read_prom, with_prom_unreadable
+from guard.returns import Returns
 
 if TYPE_CHECKING:
     from guard.run import Run
@@ -111,6 +115,7 @@ class Watch:
     decisions: int = 0
     polls: int = 0
     cordoned: str = ""
+    returns: Returns | None = None  # the return's turns (guard/returns.py)
 
     def watch(self) -> None:
         run, s = self.run, self.run.s
@@ -121,6 +126,7 @@ class Watch:
         decided = {g.node for g in hold.candidates(self.base.prom, self.base.now, s)}
         self.seen = {*self.waiting, *self.left, *decided}
         start = self.clock.now()
+        self.returns = Returns.start(run, self.base, start)
         first = min(self.waiting.values(), key=lambda d: d.at, default=None)
         if not deciding:
             nxt = "a cordon landed in this run: holding the cycle's Lease, deciding nothing more"
@@ -135,6 +141,7 @@ class Watch:
                 "left": len(self.left),
                 "until": format_time(self.end),
                 "interval_s": s.scrape_interval_s,
+                "returning": len(self.returns.names),
                 "next": nxt,
             },
         )
@@ -155,6 +162,7 @@ class Watch:
                 "cordoned": self.cordoned or "-",
                 "left": len(self.left),
                 "polls": self.polls,
+                "return_turns": self.returns.turns if self.returns else 0,
                 "prometheus_requests": prom.requests_made - prom_before,
                 "prometheus_retries": prom.backoff.waits - retries_before,
                 "api_requests": (kube.requests_made if kube else 0) - api_before,
@@ -180,6 +188,11 @@ class Watch:
                     break
             if run.lost:
                 return "lease-lost"
+            returns = self.returns
+            if returns is not None and returns.due(now) and now < self.end:
+                returns.poll(now)
+                if run.lost:
+                    return "lease-lost"
             if now >= self.end:
                 return "cordon-landed" if self.cordoned else "deadline"
             if now >= next_poll:
@@ -191,6 +204,8 @@ class Watch:
                 if not run.renew():
                     return "lease-lost"
             times = [next_poll, self.end, *(d.at for d in self.waiting.values())]
+            if returns is not None and returns.active():
+                times.append(returns.next_at)
             wake = min(t for t in times if t > now)  # the end is later than now
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
 

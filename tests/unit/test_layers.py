@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("status (read and plan, no executor)", ("status",)),
     ("report (read, the figures, no executor)", ("report",)),
     ("apply", ("apply",)),
-    ("the run and its watch", ("run", "watch")),
+    ("the run and its watch", ("run", "returns", "watch")),
     ("generators", ("generate",)),
     ("the command", ("cli",)),
     ("the built-in example", ("example",)),

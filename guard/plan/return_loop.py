@@ -1,0 +1,70 @@
+"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows and
+when a node's return inputs moved.
+
+After its cycle a watching run polls, every RETURN_POLL_S, what a return waits for: each
+followed Node (a new boot, Ready, `reset-done`, a person's uncordon) and the guard's Jobs in
+the jobs namespace with their finished Pods (a conformance or load-test result). Polling, not
+an API watch: the same requests the cycle makes, a few a poll, bounded by the run's deadline.
+When a node's inputs differ from those of the last turn that decided it (`moved`), the run
+reads everything again as a cycle does and the return check plans that node on it
+(guard.plan.units `plan_return`: the same trust rules, Job uid, Pod, verdict); a node whose
+inputs did not move is not planned again, so a waiting node gets one line per change, not one
+a poll.
+
+Case list, per followed node (a readable node with any isolation, guard.plan.units):
+  nothing it reads changed since its last decision           → no turn
+  its Node (boot, Ready, annotations, taints, cordon) changed → a turn for it
+  one of its Jobs appeared, finished, or its result arrived  → a turn for it
+  it was deleted                                              → a turn (the plan says not-in-api)
+A Node's resourceVersion alone (the kubelet's status heartbeats) is no change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.plan.units import all_isolations
+from guard.settings import Settings
+
+RETURN_POLL_S = 5  # the return's poll: a result is acted on within this of being readable
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnInputs:
+    """What one node's return decision reads from the API, without what moves by itself."""
+
+    node: NodeInfo | None  # None: no such Node (deleted)
+    jobs: tuple[tuple[str, str, str, object], ...]  # (name, uid, status, result) by name
+
+
+def followed(snap: Snapshot, s: Settings) -> tuple[str, ...]:
+    """The nodes whose return the run follows: each readable node the guard isolates, by name."""
+    names = set()
+    for i in all_isolations(snap, s):
+        node = snap.node(i.node)
+        if node is not None and not node.unreadable:
+            names.add(i.node)
+    return tuple(sorted(names))
+
+
+def inputs(nodes: Mapping[str, NodeInfo], jobs: tuple[JobInfo, ...], name: str) -> ReturnInputs:
+    """The node's return inputs: its Node without its resourceVersion (and without what
+    Prometheus marked unreadable: the decision's full read says that), its Jobs' status and
+    result."""
+    node = nodes.get(name)
+    if node is not None:
+        node = replace(node, resource_version="", unreadable=())
+    mine = sorted((j for j in jobs if j.node == name), key=lambda j: j.name)
+    return ReturnInputs(node, tuple((j.name, j.uid, j.status, j.result) for j in mine))
+
+
+def of_snapshot(snap: Snapshot, names: tuple[str, ...]) -> dict[str, ReturnInputs]:
+    by_name = {n.name: n for n in snap.nodes}
+    return {name: inputs(by_name, snap.jobs, name) for name in names}
+
+
+def moved(before: Mapping[str, ReturnInputs], after: Mapping[str, ReturnInputs]) -> tuple[str, ...]:
+    """The nodes of `after` whose inputs differ from `before` (a node new to `before` too)."""
+    return tuple(sorted(n for n, x in after.items() if before.get(n) != x))

@@ -1,0 +1,117 @@
+"""The return in the run's later turns: after its cycle a watching run (guard/watch.py) takes
+each next return step as soon as its input is readable, not at the next tick.
+
+Every RETURN_POLL_S (guard.plan.return_loop) it re-reads what the returns wait for — each
+followed Node (GET) and the guard's Jobs and their finished Pods in the jobs namespace (two
+lists) — and, for the nodes whose inputs moved, one turn of the run (guard/run.py `Run.turn`):
+everything read again as the cycle reads it (`read_cluster`, `read_prom`, `build_snapshot`), the
+return check planned on that (guard.plan.units `plan_return`, only those nodes' actions), the
+Lease renewed right before the writes, the same executors. So the conformance pass creates the
+load test, the load test's pass uncordons (or lifts the fence, removes the device taint), a node
+back with a new boot gets its conformance Job, within a poll of the result. It follows until the
+watch's end; a step that cannot complete by then is the next run's, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from guard.doors.kube import NotFound
+from guard.gpu_classes import class_label_keys
+from guard.model import NodeInfo, Snapshot
+from guard.names import APP_LABEL, APP_NAME, Annotations
+from guard.plan import released
+from guard.plan.return_loop import (
+    RETURN_POLL_S,
+    ReturnInputs,
+    followed,
+    inputs,
+    moved,
+    of_snapshot,
+)
+from guard.plan.units import plan_return
+from guard.read import SnapshotError, build_snapshot, read_cluster, read_prom
+from guard.read.job_results import FINISHED, attach, slim_pod
+from guard.read.objects import NamelessObject, is_guard_job, job_info, node_info
+
+if TYPE_CHECKING:
+    from guard.run import Run
+
+
+@dataclass
+class Returns:
+    """The return's turns within the watch: the nodes it follows and their last inputs."""
+
+    run: Run
+    next_at: datetime
+    names: tuple[str, ...] = ()
+    seen: dict[str, ReturnInputs] = field(default_factory=dict)
+    turns: int = 0
+    ended: str = ""  # why it stopped following before the watch's end
+
+    @classmethod
+    def start(cls, run: Run, base: Snapshot, now: datetime) -> Returns:
+        names = followed(base, run.s) if run.kube is not None else ()
+        step = timedelta(seconds=RETURN_POLL_S)
+        return cls(run, now + step, names, of_snapshot(base, names))
+
+    def active(self) -> bool:
+        return bool(self.names) and not self.ended
+
+    def due(self, now: datetime) -> bool:
+        return self.active() and now >= self.next_at
+
+    def poll(self, now: datetime) -> None:
+        """One poll; a turn for the nodes whose inputs moved since their last decision."""
+        self.next_at = now + timedelta(seconds=RETURN_POLL_S)
+        found = self._light()
+        changed = moved(self.seen, found)
+        if not changed:
+            return
+        run, s = self.run, self.run.s
+        assert run.kube is not None
+        try:
+            objs = read_cluster(run.kube, s)
+            names = [n.name for n in objs.nodes]
+            view = read_prom(run.prom, s, now, names, dra_gpus=objs.dra_gpus())
+            snap = build_snapshot(now, objs, view, s)
+        except SnapshotError as exc:  # the cycle's own check; the next run reads again
+            self.ended = f"read-failed: {exc}"
+            return
+        self.turns += 1
+        actions = tuple(a for a in plan_return(snap, s, run.templates) if a.node in changed)
+        run.released |= released(actions)
+        run.turn(snap, actions)
+        # What this turn decided on; a node isolated since the cycle is followed from now on.
+        self.names = followed(snap, s)
+        self.seen = {
+            **of_snapshot(snap, tuple(changed)),
+            **{n: x for n, x in self.seen.items() if n not in changed},
+        }
+
+    def _light(self) -> dict[str, ReturnInputs]:
+        """The followed Nodes and the guard's Jobs with their finished Pods, as they are now."""
+        run, s = self.run, self.run.s
+        kube = run.kube
+        assert kube is not None
+        keys = Annotations(s.annotation_prefix)
+        labels = class_label_keys(s.gpu_classes)
+        nodes: dict[str, NodeInfo] = {}
+        for name in self.names:
+            try:
+                nodes[name] = node_info(kube.node(name), keys, labels)
+            except NotFound:
+                continue
+        mine = f"{APP_LABEL}={APP_NAME}"
+        jobs = []
+        for obj in kube.jobs(s.jobs_namespace, mine):
+            if is_guard_job(obj, s.jobs_namespace):
+                try:
+                    jobs.append(job_info(obj, keys))
+                except NamelessObject:
+                    continue
+        pods = [slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)]
+        found = attach(jobs, pods)
+        return {name: inputs(nodes, found, name) for name in self.names}
