@@ -353,9 +353,9 @@ def _with_lease(run: Run) -> CycleResult:
     from guard.ledger import format_time
     from guard.plan.watch import cron_slot
 
+    kube = _connect(run)
     if not inputs.at:
         _prometheus_clock(run)  # the slot, the deadlines and the Lease's times on its clock
-    kube = _connect(run)
     clock = run.budget.anchor
     this_slot = cron_slot(clock.now(), s)
     lease = CycleLease(
@@ -487,5 +487,8 @@ def _prometheus_clock(run: Run) -> None:
         )
     anchor = Anchor(was.wall + found.offset, was.mono, was.clock)
     run.budget = Budget(anchor, run_deadlines(anchor.wall, run.s, run.inputs.watch))
+    cycle = anchor.at(run.budget.deadlines.cycle)
     if not (run.inputs.dry_run and not run.inputs.watch):  # start(): a dry run's own budget
-        run.prom.backoff.until(anchor.at(run.budget.deadlines.cycle), "cycle")
+        run.prom.backoff.until(cycle, "cycle")
+    if run.kube is not None:
+        run.kube.backoff.until(cycle, "cycle")
