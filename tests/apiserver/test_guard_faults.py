@@ -327,11 +327,12 @@ def test_a_replay_that_writes_takes_the_slot_guard(prom, guard_kubeconfig, gpu_n
     core = client.CoreV1Api(admin)
     run_guard(prom, guard_kubeconfig, ISOLATE_AT, NO_CF)
     (first,) = [n for n in (a, b) if core.read_node(n).spec.unschedulable]
-    same = run_guard(prom, guard_kubeconfig, ISOLATE_AT + timedelta(seconds=60), NO_CF, ok=False)
+    later = ISOLATE_AT + timedelta(seconds=60)
+    same = run_guard(prom, guard_kubeconfig, later, NO_CF, ok=False, keep_slot=True)
     assert same.rc == 0 and same.log[-1]["event"] == "slot-isolated", same.log
     assert same.log[-1]["slot"] == "2026-09-21T05:30:00Z" and not same.lines("cordon")
     assert [n for n in (a, b) if core.read_node(n).spec.unschedulable] == [first]
-    run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, NO_CF)
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, NO_CF, keep_slot=True)
     assert all(core.read_node(n).spec.unschedulable for n in (a, b))
 
 
