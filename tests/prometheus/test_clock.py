@@ -1,5 +1,5 @@
-"""Prometheus' own time against each engine: what guard.plan.instant takes as the cycle's
-instant when the pod's clock runs ahead (tests/unit/test_instant.py decides it)."""
+"""Prometheus' own time against each engine, the run's clock (guard.plan.instant; unit
+tests/unit/test_instant.py), and a live run with the pod's clock two minutes off."""
 
 from __future__ import annotations
 
