@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from bench import isolate, report, returns
+from bench import isolate, live, report, returns
 from bench.apimode import unavailable
 from bench.machine import describe
 from bench.scale import Plan, SizeResult, measure_size
@@ -66,7 +66,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     show_default=True,
     help="Engines for the time-to-isolate bench (tests.engines.ENGINES).",
 )
-@click.option("--only", type=click.Choice(["all", "isolate", "cycle", "return"]), default="all")
+@click.option(
+    "--live/--no-live",
+    default=False,
+    show_default=True,
+    help="Also the worst watch phase live: one real-time run through a kube-apiserver (5 min).",
+)
+@click.option(
+    "--only",
+    type=click.Choice(["all", "isolate", "cycle", "return", "live"]),
+    default="all",
+)
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write here.")
 def main(
     quick: bool,
@@ -77,6 +87,7 @@ def main(
     api: bool,
     profile: bool,
     engines: str,
+    live: bool,
     only: str,
     save: Path | None,
 ) -> None:
@@ -109,6 +120,8 @@ def main(
             lines += _returns(phase_step)
         if only in ("all", "cycle"):
             lines += _cycles(node_counts, reps, api, profile)
+        if only == "live" or (live and only == "all"):
+            lines += _live()
     except (PrometheusUnavailable, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
     lines += [
@@ -156,6 +169,29 @@ def _returns(step_s: int) -> list[str]:
         " take each step as its result is readable, else one step per run's cycle.",
         "",
         *returns.table(returns.time_to_return(step_s), step_s),
+        "",
+    ]
+
+
+def _live() -> list[str]:
+    r = live.live_worst_phase(_say)
+    lag = "no cordon" if r.lag_s is None else f"{r.lag_s} s (decided at +{r.decided_s} s)"
+    row = [
+        f"Xid 79, phase {r.phase_s} s",
+        lag,
+        str(r.rc),
+        f"{r.wall_s:.0f} s",
+        r.watch_why,
+        str(r.prometheus_requests),
+        str(r.api_requests),
+        "yes" if r.released else "no",
+        ", ".join(r.problems) or "none",
+    ]
+    header = ["phase", "lag", "exit", "run", "watch-end", "Prom req", "API req", "released"]
+    return [
+        "## Time to isolate, live (kube-apiserver, real time, every default)",
+        "",
+        *report.table([*header, "WARN/ERROR lines"], [row]),
         "",
     ]
 

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -192,7 +192,7 @@ class Run:
     def renew(self) -> bool:
         """The Lease renewed (no Lease: a dry run holds none); False once it is lost."""
         if self.lease is not None and not self.lost:
-            self.lost = not self.lease.renew(datetime.now(UTC))
+            self.lost = not self.lease.renew(self.budget.anchor.now())
         return not self.lost
 
     def turn(self, snap: Snapshot, actions: tuple[Action, ...]) -> None:
@@ -201,7 +201,7 @@ class Run:
         cordon, and the record as found when no cordon landed."""
         if not actions:
             return
-        now = datetime.now(UTC)
+        now = self.budget.anchor.now()
         if self.lease is not None:
             isolates = self.slot and any(isinstance(a, Cordon | TaintDevice) for a in actions)
             held = self.lease.record(self.slot, now) if isolates else self.lease.renew(now)
@@ -214,7 +214,7 @@ class Run:
             executor.apply(action)
         self._fall_back(executor, snap, first)
         if self.lease is not None and self.lease.isolated and not cordon_landed(self.outcomes):
-            self.lease.unrecord(datetime.now(UTC))
+            self.lease.unrecord(self.budget.anchor.now())
 
     def _fall_back(
         self, executor: PrintExecutor | KubeExecutor, snap: Snapshot, first: int
@@ -354,7 +354,10 @@ def _with_lease(run: Run) -> CycleResult:
     from guard.plan.watch import cron_slot
 
     kube = _connect(run)
-    this_slot = cron_slot(datetime.now(UTC), s)
+    if not inputs.at:
+        _prometheus_clock(run)  # the slot, the deadlines and the Lease's times on its clock
+    clock = run.budget.anchor
+    this_slot = cron_slot(clock.now(), s)
     lease = CycleLease(
         kube,
         s.namespace,
@@ -363,7 +366,7 @@ def _with_lease(run: Run) -> CycleResult:
         slot_key(s.annotation_prefix),
         this_slot + timedelta(seconds=s.cadence_s),
     )
-    holder = lease.take(datetime.now(UTC))
+    holder = lease.take(clock.now())
     if holder:
         raise lease_held(holder)
     run.trace.lease_taken = time.time()
@@ -378,8 +381,8 @@ def _with_lease(run: Run) -> CycleResult:
             next="this run holds it and decides; find who wrote it (docs/runbook.md)",
         )
     try:
-        # A replay (--at) is no slot of the CronJob's: it neither reads nor writes the record.
-        run.slot = "" if inputs.at else format_time(this_slot)
+        # A replay's writes (--at) take the slot guard too: its instant's slot (docs/lifecycle.md).
+        run.slot = format_time(cron_slot(inputs.at, s) if inputs.at else this_slot)
         if run.slot and lease.isolated_slot() == run.slot:
             raise slot_isolated(run.slot)
         run.lease = lease
@@ -387,7 +390,7 @@ def _with_lease(run: Run) -> CycleResult:
     finally:
         run.budget.to_run_end(kube, run.prom)  # an aborted cycle's release too
         try:
-            lease.release(datetime.now(UTC))
+            lease.release(clock.now())
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
             expires = f"the Lease expires {s.lease_duration_s}s after its last renewal"
             run.log.event("lease-release-failed", "WARN", reason=str(exc), next=expires)
@@ -407,9 +410,9 @@ def _turns(run: Run) -> CycleResult:
     else:
         objs = require_nodes(read_cluster(run.kube or _connect(run), s))
     names = {n.name for n in objs.nodes}
-    now, offset = inputs.at or _instant(prom, log, run.budget.anchor), timedelta(0)
-    if not inputs.at:
-        offset = now - run.budget.anchor.now()  # the watch asks about Prometheus' time too
+    if not inputs.at and run.lease is None:  # a dry run: Prometheus' clock after the file's check
+        _prometheus_clock(run)
+    now = inputs.at or run.budget.anchor.now().replace(microsecond=0)
     view = read_prom(prom, s, now, names, dra_gpus=objs.dra_gpus())
     snap = run.trace.snap = build_snapshot(now, objs, view, s)
     missing = check_join(view, snap.nodes)  # no Xid series naming a Node: JoinError, abort
@@ -449,33 +452,43 @@ def _turns(run: Run) -> CycleResult:
             from guard.plan.watch import watch_end  # watching runs only
             from guard.watch import Clock, ReplayClock, RunClock, Watch
 
-            clock: Clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor, offset)
-            end = watch_end(now, s) if inputs.at else run.budget.deadlines.watch_end + offset
+            clock: Clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
+            end = watch_end(now, s) if inputs.at else run.budget.deadlines.watch_end
             Watch(run, snap, clock, end).watch()
         outcomes = tuple(run.outcomes)
     return CycleResult(inputs.dry_run, actions, outcomes, counts, waiting)
 
 
-def _instant(prom: PromClient, log: Log, anchor: Anchor) -> datetime:
-    """The instant the cycle asks about: the pod's clock, never ahead of Prometheus' own
-    (guard.plan.instant); clocks far apart are one WARN line."""
+def _prometheus_clock(run: Run) -> None:
+    """The run's clock becomes Prometheus' own (guard.plan.instant), counted on the monotonic
+    clock from the run's start: the instants its queries ask about and its writes carry, its
+    deadlines (computed again from its start on that clock), its cron slot and the Lease's
+    times. Clocks far apart are one WARN line."""
     from guard.ledger import format_time
+    from guard.plan.deadlines import run_deadlines
     from guard.plan.instant import SKEW_WARN_S, cycle_instant
 
-    theirs = prom.server_time()
-    found = cycle_instant(anchor.now(), theirs)
+    theirs = run.prom.server_time()
+    was = run.budget.anchor
+    found = cycle_instant(was.now(), theirs)  # the pod's read after the answer came
     if found.skewed:
         ahead = "ahead of" if found.skew_s > 0 else "behind"
-        log.emit(
+        run.log.emit(
             "clock-skew",
             {
                 "skew_s": found.skew_s,
                 "prometheus": format_time(theirs),
                 "bound_s": SKEW_WARN_S,
-                "next": f"the pod's clock runs {ahead} Prometheus': queries and writes use"
-                f" {format_time(found.at)}; check the nodes' time sync"
+                "next": f"the pod's clock runs {ahead} Prometheus': queries, writes, deadlines"
+                " and the Lease use Prometheus' time; check the nodes' time sync"
                 " (docs/runbook.md#clock-skew)",
             },
             "WARN",
         )
-    return found.at
+    anchor = Anchor(was.wall + found.offset, was.mono, was.clock)
+    run.budget = Budget(anchor, run_deadlines(anchor.wall, run.s, run.inputs.watch))
+    cycle = anchor.at(run.budget.deadlines.cycle)
+    if not (run.inputs.dry_run and not run.inputs.watch):  # start(): a dry run's own budget
+        run.prom.backoff.until(cycle, "cycle")
+    if run.kube is not None:
+        run.kube.backoff.until(cycle, "cycle")

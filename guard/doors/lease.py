@@ -35,7 +35,8 @@ cordon landed after all, the record goes back to what it was (`unrecord`). A run
 Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
 A run killed between the record and the cordon leaves a slot recorded with no cordon: that
 slot's isolation waits for the next slot's run (one slot late, never two cordons).
-A replay (`run --at`) is no slot of the CronJob's: it neither reads nor writes the record.
+A replay that writes (`run --at` without `--dry-run`) takes the same guard for the slot of its
+instant. A live run writes every time here on its clock (Prometheus', guard.plan.instant).
 """
 
 from __future__ import annotations

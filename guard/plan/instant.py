@@ -1,12 +1,16 @@
-"""The instant a cycle's queries ask about: never ahead of what Prometheus has.
+"""The run's clock: Prometheus' own time, not the pod's.
 
 For an instant in the future Prometheus answers with each series' last sample (its lookback), so
 a GPU loss "holds" until then: a pod clock 60, 120 or 240 s ahead cordoned a loss that had held
-20 s of a 30 s hold (held_s 66, 125, 245) and dated the cordon, its ledger line and its Event in
-the future. So the cycle reads Prometheus' own time once (the evaluation time of ``time()``,
-guard.doors.prom `server_time`) and asks about the earlier of the two clocks; the watch keeps the
-same offset from the pod's clock (guard.watch `RunClock`), and every write carries the instant
-its decision was made on. A replay's `--at` is its instant as given.
+20 s of a 30 s hold (held_s 66, 125, 245), dated the cordon, its ledger line and its Event in
+the future, and held the Lease into the next slot when killed. So a live run reads Prometheus'
+time once, before its Lease (the evaluation time of ``time()``, guard.doors.prom
+`server_time`), and from then on counts on the monotonic clock from there (guard.doors.retry
+`Anchor`, guard/run.py): the instant each query asks about (the cycle's and each watch
+decision's, to the second) is never ahead of what Prometheus has, every write carries the
+instant its decision was made on, and the run's deadlines, its cron slot and the Lease's times
+are on that clock too, so neither a pod clock ahead nor one behind moves them, and no step of
+the pod's clock moves them later. A replay's `--at` is its instant as given.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ SKEW_WARN_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class Instant:
-    at: datetime  # what the queries ask about and the writes carry
+    at: datetime  # what the cycle's queries ask about and its writes carry
     skew_s: float  # the pod's clock less Prometheus' (positive: the pod runs ahead)
-    offset: timedelta  # `at` less the pod's clock: zero, or back to Prometheus' time
+    offset: timedelta  # Prometheus' clock less the pod's: what the run's clock adds to the pod's
 
     @property
     def skewed(self) -> bool:
@@ -31,16 +35,20 @@ class Instant:
 
 
 def cycle_instant(pod: datetime, prometheus: datetime) -> Instant:
-    """The earlier clock, to the second.
+    """Prometheus' time, to the second (`pod` read after its answer came: the run's clock,
+    the pod's plus `offset`, never runs ahead of Prometheus').
 
     >>> from datetime import UTC
     >>> pod = datetime(2026, 9, 21, 5, 57, 0, 400000, tzinfo=UTC)
     >>> ahead = cycle_instant(pod, datetime(2026, 9, 21, 5, 55, 0, 250000, tzinfo=UTC))
     >>> ahead.at.strftime("%H:%M:%S"), ahead.skew_s, ahead.skewed, ahead.offset.total_seconds()
-    ('05:55:00', 120.15, True, -120.4)
+    ('05:55:00', 120.15, True, -120.15)
     >>> behind = cycle_instant(pod, datetime(2026, 9, 21, 5, 57, 20, tzinfo=UTC))
     >>> behind.at.strftime("%H:%M:%S"), behind.skew_s, behind.skewed
-    ('05:57:00', -19.6, False)
+    ('05:57:20', -19.6, False)
     """
-    at = min(pod, prometheus).replace(microsecond=0)
-    return Instant(at, round((pod - prometheus).total_seconds(), 3), at - pod)
+    return Instant(
+        prometheus.replace(microsecond=0),
+        round((pod - prometheus).total_seconds(), 3),
+        prometheus - pod,
+    )

@@ -71,8 +71,9 @@ def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *e
         text=True,
         timeout=60,
         check=False,
-        # the CronJob's own values: its namespace from the pod, a short cycle deadline
-        env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "1"},
+        # the CronJob's own values: its namespace from the pod, a short cycle deadline (long
+        # enough for Prometheus' time and one refused API request on a loaded machine)
+        env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "5"},
     )
 
 
@@ -120,7 +121,10 @@ def test_an_aborted_run_pushes_its_failure_and_no_success(push_stack, tmp_path):
     assert set(actions.values()) == {0}
     assert "outcome=failed,type=cordon" in actions
     requests = series[metric_names.LAST_RUN_REQUESTS.name]
-    assert list(requests) == ["code=error,target=kubernetes"]  # refused until the deadline
+    # Prometheus' time, read once before the Lease (guard.plan.instant); the API refused until
+    # the deadline
+    assert list(requests) == ["code=200,target=prometheus", "code=error,target=kubernetes"]
+    assert requests["code=200,target=prometheus"] == 1
     assert requests["code=error,target=kubernetes"] >= 1
 
 

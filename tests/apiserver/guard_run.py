@@ -15,13 +15,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+import urllib3
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from guard.actions import Action
 from guard.apply import KubeExecutor
 from guard.apply.outcome import Outcome
 from guard.doors.kube import Kube
+from guard.doors.lease import slot_key
 from guard.doors.prom import PromClient
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
@@ -199,9 +201,16 @@ def run_guard(
     *extra: str,
     ok: bool = True,
     env: dict[str, str] | None = None,
+    keep_slot: bool = False,
 ) -> GuardRun:
     """`gpu-node-guard run --output json --log-format json` as the CronJob runs it; `env`: the
-    CronJob's own values (GUARD_IMAGE, GUARD_CYCLE_DEADLINE_S…) its manifest would give."""
+    CronJob's own values (GUARD_IMAGE, GUARD_CYCLE_DEADLINE_S…) its manifest would give.
+
+    A replay that writes takes the slot guard (one isolation per cron slot of its instant), and
+    tests replay one instant again to show a plan settled: each replay here is its own slot (the
+    Lease's slot record forgotten before it) unless `keep_slot`."""
+    if not keep_slot:
+        forget_slot(kubeconfig)
     proc = subprocess.run(
         [
             sys.executable,
@@ -232,6 +241,21 @@ def run_guard(
         assert proc.returncode == 0, proc.stderr
         assert plan["counts"]["failed"] == 0, proc.stderr
     return GuardRun(proc.returncode, plan, log)
+
+
+def forget_slot(kubeconfig: Path) -> None:
+    """The cycle Lease without its slot record (guard/doors/lease.py), holder and times kept;
+    nothing when there is no Lease, or no API server or credentials to ask (a test's point)."""
+    key = slot_key(KEYS.prefix)
+    try:
+        leases = client.CoordinationV1Api(config.new_client_from_config(str(kubeconfig)))
+        lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
+        if key in (lease.metadata.annotations or {}):
+            del lease.metadata.annotations[key]
+            leases.replace_namespaced_lease(CYCLE_LEASE, NS, lease)
+    except (ApiException, urllib3.exceptions.HTTPError, config.ConfigException, OSError) as exc:
+        if isinstance(exc, ApiException) and exc.status not in (401, 403, 404):
+            raise
 
 
 def mine(plan: dict[str, Any], node: str) -> list[tuple[str, str]]:

@@ -318,6 +318,24 @@ def test_two_guard_runs_at_once_cordon_one_node_with_one_job_line_and_event(
     one_per_cordon(admin, (a, b))
 
 
+def test_a_replay_that_writes_takes_the_slot_guard(prom, guard_kubeconfig, gpu_node, admin):
+    """`run --at` without --dry-run writes like any run, so it is one cordon per cron slot like
+    any run: the slot of its instant. A second replay in that slot, able to see the other held
+    fault, logs `slot-isolated` and writes nothing (before: it cordoned it, with no slot guard);
+    a replay in the next slot decides."""
+    a, b = gpu_node("f-race-a"), gpu_node("f-race-b")
+    core = client.CoreV1Api(admin)
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT, NO_CF)
+    (first,) = [n for n in (a, b) if core.read_node(n).spec.unschedulable]
+    later = ISOLATE_AT + timedelta(seconds=60)
+    same = run_guard(prom, guard_kubeconfig, later, NO_CF, ok=False, keep_slot=True)
+    assert same.rc == 0 and same.log[-1]["event"] == "slot-isolated", same.log
+    assert same.log[-1]["slot"] == "2026-09-21T05:30:00Z" and not same.lines("cordon")
+    assert [n for n in (a, b) if core.read_node(n).spec.unschedulable] == [first]
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, NO_CF, keep_slot=True)
+    assert all(core.read_node(n).spec.unschedulable for n in (a, b))
+
+
 def one_per_cordon(admin: client.ApiClient, nodes: tuple[str, ...]) -> str:
     """The one node cordoned, having one evidence Job, one ledger line and one unrepeated Event."""
     core = client.CoreV1Api(admin)

@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from guard.actions import Cordon
-from guard.apply.outcome import Outcome
+from guard.apply.outcome import Outcome, RunTrace
 from guard.doors.prom import PromClient
 from guard.doors.retry import Anchor
 from guard.log import Log
 from guard.plan.deadlines import END_MARGIN_S, RELEASE_S, run_deadlines
+from guard.plan.watch import cron_slot
+from guard.run import Budget, Inputs, Run, _prometheus_clock
 from guard.settings import CRONJOB_DEADLINE_S, Settings
 from guard.watch import RunClock, Watch
 from tests.builders import node, snapshot
@@ -136,3 +138,55 @@ def test_the_live_watch_keeps_the_cycles_offset_to_prometheus_time():
     assert clock.now() == TICK - timedelta(seconds=120)
     clock.sleep(15)
     assert clock.now() == TICK - timedelta(seconds=105)
+
+
+class PromAt(PromClient):
+    """Prometheus whose `time()` answers `at` (its own clock)."""
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__("http://127.0.0.1:9", timeout_s=1)
+        self.at = at
+
+    def server_time(self, name: str = "prometheus-time") -> datetime:
+        return self.at
+
+
+@pytest.mark.parametrize(
+    "skew_s", [120, -120, 0], ids=["pod-2min-ahead", "pod-2min-behind", "agree"]
+)
+def test_a_pod_clock_off_moves_neither_the_deadlines_nor_the_slot_nor_the_lease(skew_s):
+    """The run's clock is Prometheus' from its time read on (guard/run.py `_prometheus_clock`):
+    a pod clock two minutes ahead no longer ends the watch two minutes early (nor dates the
+    Lease into the next slot), one behind no longer has it sleep past the pod's kill."""
+    ticks = Ticks()
+    s = Settings(job_name=JOB)
+    started = TICK + timedelta(seconds=5)  # the pod's start, truly
+    pod = Anchor(started + timedelta(seconds=skew_s), ticks.t, ticks)
+    out = io.StringIO()
+    renewed: list[datetime] = []
+
+    class Lease:
+        isolated = ""
+
+        def renew(self, now: datetime) -> bool:
+            renewed.append(now)
+            return True
+
+    prom = PromAt(started + timedelta(seconds=2))
+    inputs = Inputs(dry_run=False, at=None, snapshot_file=None, output="json", watch=True)
+    budget = Budget(pod, run_deadlines(pod.wall, s, True))
+    prom.backoff = budget.cycle()
+    run = Run(s, RunTrace(prom), Log("text", out, TICK), Log("text", out, TICK), inputs, budget)
+    ticks.sleep(2)  # the time read's answer came
+    _prometheus_clock(run)
+    clock, d = run.budget.anchor, run.budget.deadlines
+    assert clock.now() == started + timedelta(seconds=2)
+    assert d == run_deadlines(started, s, True)
+    # on the monotonic clock: the watch ends 235 s after the start, the run before the kill
+    assert clock.at(d.watch_end) == pod.mono + 235
+    assert clock.at(d.run) <= pod.mono + (KILLED - started).total_seconds() - END_MARGIN_S
+    assert prom.backoff.deadline == clock.at(d.cycle)
+    assert cron_slot(clock.now(), s) == TICK
+    run.lease = Lease()  # type: ignore[assignment]
+    assert run.renew() and renewed == [started + timedelta(seconds=2)]
+    assert ("clock-skew" in out.getvalue()) is (skew_s != 0)
