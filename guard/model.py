@@ -171,6 +171,7 @@ class NodeInfo:
     job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.read.check_records)
     claim_record: ClaimRecord | None = None  # its device load test's ResourceClaim, likewise
     fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
+    fence_jobs: tuple[str, ...] = ()  # uids of the guard's last fence Jobs here, oldest first
     unreadable: tuple[Unreadable, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # metadata.labels: the node's GPU class
 
@@ -243,6 +244,7 @@ class JobInfo:
     digest: str = ""  # guard.jobs.spec_digest of its pod template (the record holds the rendered)
     run: str = ""  # guard.jobs.run_digest of its pod template: what its Pods must run
     created: datetime | None = None  # metadata.creationTimestamp (the API sets it; None: unread)
+    fence_mode: str = ""  # a fence Job's `set` or `lift` (the word after `fence` in its argv)
 
 
 @dataclass(frozen=True, slots=True)

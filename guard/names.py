@@ -183,6 +183,13 @@ class Annotations:
         """`<claim name> <uid>`: the last device load test's ResourceClaim the guard created."""
         return f"{self.prefix}claim-loadtest"
 
+    @property
+    def fence_jobs(self) -> str:
+        """`<uid> <uid> …`: the uids of the guard's last fence Jobs on the node (at most
+        `FENCE_JOBS_KEPT`, oldest first), written with `job-fence` at each create: a fence Job
+        is the guard's by its uid, never by when it was made (guard.plan.fence_audit)."""
+        return f"{self.prefix}fence-jobs"
+
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
         return {
@@ -261,6 +268,7 @@ class Annotations:
             self.conformance_job,
             self.evidence_job,
             self.fence_job,
+            self.fence_jobs,
         )
 
     @property

@@ -142,6 +142,8 @@ class Decision(StrEnum):
     FENCE_UNREADABLE = "fence-unreadable"
     FENCE_FOREIGN = "fence-foreign"
     FENCE_JOB_FOREIGN = "fence-job-foreign"  # a fence Job no record explains (fence_audit.py)
+    # A lift Job the guard did not make, after its `fenced` record: the host may be unfenced.
+    FENCE_LIFTED_FOREIGN = "fence-lifted-foreign"
     FENCED = "fenced"
     FENCE_GPU_ABSENT = "fence-gpu-absent"
     FENCE_FAILED = "fence-failed"
@@ -249,6 +251,7 @@ STATES: dict[str, Section] = {  # keys: Decision members
     D.FENCE_UNREADABLE: S.JOB_RESULT_UNREADABLE,
     D.FENCE_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
     D.FENCE_JOB_FOREIGN: S.JOB_NOT_MADE_BY_THE_GUARD,
+    D.FENCE_LIFTED_FOREIGN: S.GPU_FENCE_NOT_SET,
     # DRA nodes (guard/plan/device_taint.py).
     D.DEVICE_ISOLATED: S.DEVICE_TAINTED,
     D.DEVICE_WAITING_RESET: S.DEVICE_TAINTED,

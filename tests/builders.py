@@ -225,18 +225,27 @@ def owned(
     jobs: tuple[JobInfo, ...], nodes: tuple[NodeInfo, ...]
 ) -> tuple[tuple[JobInfo, ...], tuple[NodeInfo, ...]]:
     """The Jobs as the guard made them: a uid and its record on the node (the last Job of each
-    kind per node wins, as the guard's one record per kind does)."""
-    out, records = [], {}
+    kind per node wins, as the guard's one record per kind does); each fence Job's uid also in
+    the node's `fence-jobs`, in order."""
+    out, records, fences = [], {}, {}
     for j in jobs:
         if not j.uid and j.kind in ("loadtest", "conformance", "evidence", "fence"):
             j = replace(j, uid=job_uid(j.name), digest=DIGEST)
             records[(j.node, j.kind)] = JobRecord(j.kind, j.name, j.uid, DIGEST)
+            if j.kind == "fence":
+                fences[j.node] = (*fences.get(j.node, ()), j.uid)
         out.append(j)
     mine = []
     for n in nodes:
         found = {r.kind: r for r in n.job_records}
         found.update({kind: r for (node, kind), r in records.items() if node == n.name})
-        mine.append(replace(n, job_records=tuple(found[k] for k in sorted(found))))
+        mine.append(
+            replace(
+                n,
+                job_records=tuple(found[k] for k in sorted(found)),
+                fence_jobs=(*n.fence_jobs, *fences.get(n.name, ())),
+            )
+        )
     return tuple(out), tuple(mine)
 
 

@@ -66,8 +66,10 @@ LEASE = "cycle Lease"
 FENCE = "fence Job"
 CLAIM = "ResourceClaim"
 RULE = "DeviceTaintRule"
+RECORDS = "the guard's node records"
 
 SCOPE = "gpu-node-guard-guard-scope"
+NODE_SCOPE = "gpu-node-guard-node-scope"
 FENCE_JOB = "gpu-node-guard-fence-job"
 CLAIMS = "gpu-node-guard-device-claims"
 CLAIMS_OTHERS = "gpu-node-guard-device-claims-others"
@@ -289,6 +291,53 @@ def _fence_rows() -> list[Row]:
     return rows
 
 
+def _record_rows() -> list[Row]:
+    t: Tier = "apiserver"
+    odd = "a reader that meets it anyway (a person's write) leaves the node as it is, with a WARN"
+    return [
+        Row(
+            t,
+            "guard-token",
+            RECORDS,
+            "write `loadtest-result: passed, trust me`",
+            False,
+            NODE_SCOPE,
+            "only as failed job/<name> at <time>",
+            "only the form the guard writes",
+        ),
+        Row(
+            t,
+            "guard-token",
+            RECORDS,
+            "write `onboarding-failed: <time> job/<name> none; all fine`",
+            False,
+            NODE_SCOPE,
+            "only as <time> job/<name> <item>",
+            "only the form the guard writes",
+        ),
+        Row(
+            t,
+            "guard-token",
+            RECORDS,
+            "write `loadtest-result: failed job/<name> at <time>`",
+            True,
+            why="the guard's own form: the node waits for a reboot (a denial of service)",
+        ),
+        Row(
+            t,
+            "cluster-admin",
+            RECORDS,
+            "write `loadtest-result: passed, trust me`",
+            True,
+            why=f"no policy refuses what is not the guard's; {odd}",
+            proved_by=(
+                "tests/unit/test_check_records.py::"
+                "test_a_result_record_not_in_the_guards_form_is_unreadable"
+            ),
+        ),
+    ]
+
+
 def _claim_rows() -> list[Row]:
     t: Tier = "dra"
     theirs = "the guard's load-test claim is the guard's alone"
@@ -448,6 +497,7 @@ ROWS: list[Row] = [
     *_settings_rows(),
     *_lease_rows(),
     *_fence_rows(),
+    *_record_rows(),
     *_claim_rows(),
     *_rule_rows(),
 ]

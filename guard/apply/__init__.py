@@ -52,6 +52,7 @@ from guard.model import Snapshot
 from guard.names import APP_LABEL, APP_NAME, Annotations
 from guard.plan.check_jobs import UID
 from guard.plan.common import LEDGER_ARCHIVED
+from guard.read.check_records import fence_jobs_value
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch
@@ -109,11 +110,13 @@ class KubeExecutor:
     _blocked: dict[str, str] = field(default_factory=dict, repr=False)
     _refs: dict[str, events.NodeRef] = field(default_factory=dict, repr=False)
     _archived: dict[str, str] = field(default_factory=dict, repr=False)  # node → what moved
+    _fence_uids: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.keys = Annotations(self.s.annotation_prefix)
         for n in self.snap.nodes:
             self._refs[n.name] = events.NodeRef(n.name, n.uid, n.resource_version)
+            self._fence_uids[n.name] = n.fence_jobs
 
     def apply(self, action: Action) -> Outcome:
         outcome = self._outcome(action)
@@ -285,13 +288,13 @@ class KubeExecutor:
         unowned: the next cycle names it (delete it and the guard makes its own again)."""
         key, value = record
         ref = self._refs.get(action.node)
-        note = Annotate(
-            action.node,
-            "job-recorded",
-            ref.resource_version if ref else "",
-            ((key, value.replace(UID, uid)),),
-            "",
-        )
+        notes: tuple[tuple[str, str], ...] = ((key, value.replace(UID, uid)),)
+        fence_uids = self._fence_uids.get(action.node, ())
+        if isinstance(action, CreateJob) and action.job_kind == "fence":
+            # The guard's fence Jobs by uid, for the audit (guard.plan.fence_audit).
+            fence_uids = tuple(fence_jobs_value(fence_uids, uid).split(" "))
+            notes += ((self.keys.fence_jobs, " ".join(fence_uids)),)
+        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "", notes, "")
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
         except KubeError as exc:
@@ -305,6 +308,8 @@ class KubeExecutor:
                 "failed",
                 detail=f"{what} created, its record {key} not written: {patched.outcome.detail}",
             )
+        if len(notes) > 1:
+            self._fence_uids[action.node] = fence_uids
         return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
 
     def _taint_device(self, action: TaintDevice) -> Outcome:

@@ -260,8 +260,24 @@ def _new_ledger(target: LedgerTarget, node: str, line: str) -> dict[str, object]
     }
 
 
+def archive_text(text: str) -> str:
+    """`text` as an archive stores it: every character that is not printable (ESC and the other
+    control characters, a bidi override; a tab stays) written as its Python escape, so no
+    archive line carries escape bytes into a terminal or a log, whoever wrote it into the
+    ledger. Such a line never parses (ledger.parse_line), so its count is unchanged.
+
+    >>> archive_text("2026-01-01T00:00:00Z note\\x1b[31m red\\tx\\n")
+    '2026-01-01T00:00:00Z note\\\\x1b[31m red\\tx\\n'
+    """
+    return "".join(
+        "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in raw) + "\n"
+        for raw in text.splitlines()
+    )
+
+
 def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
-    """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n)."""
+    """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n);
+    its lines escaped (`archive_text`): this is the one place archives are written."""
     taken = [
         archive_index(target.name, _name(cm)) or 0
         for cm in read_archives(kube, target.namespace, target.name)
@@ -275,7 +291,7 @@ def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> s
                 "namespace": target.namespace,
                 "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: ARCHIVE_COMPONENT},
             },
-            "data": moved,
+            "data": {node: archive_text(text) for node, text in moved.items()},
         }
         try:
             kube.create_configmap(target.namespace, body)

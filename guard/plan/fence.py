@@ -11,7 +11,13 @@ same cycle (after the evidence Job; a cordon that does not land stops it).
 the lift of the fence; guard.plan.returning), for a readable guard-cordoned node whose cordon
 names a GPU (PCI address and UUID known):
   fence_gpu off, or no GPU on the cordon       → nothing
-  the fence holds in this boot (`fenced`)      → nothing
+  the fence holds in this boot (`fenced`), and no lift Job the guard did not make was created
+  since the Job the record read back           → nothing
+  such a lift Job (`lifted_behind`: the host's mode may be Default again, whatever the record
+  says)                                        → WARN fence-lifted-foreign + Warning Event
+                                                 GuardForeignJob (once per Job); while it runs,
+                                                 nothing more; once it ended, the fence is set
+                                                 again as below (fence-reapply)
   `gpu-absent` recorded in this boot           → nothing: the node cordon is the isolation
   no set Job yet; in the cordon's boot, the evidence Job recorded PCIe links and none of
   this GPU                                     → fence-gpu-absent: off the bus, no fence Job
@@ -51,6 +57,7 @@ from guard import ledger
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
+from guard.plan import fence_audit
 from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import create_job, fence_args, job_spec, keys
 from guard.read.check_records import fence_value
@@ -142,8 +149,65 @@ def keep(
 ) -> tuple[Action, ...]:
     """The fence while the node waits (case list above); `decisions`: the return check's."""
     gpu = fenced_gpu(s, node)
-    if gpu is None or holds(node) or returning(decisions):
+    if gpu is None or returning(decisions):
         return ()
+    lifted = lifted_behind(snap, node)
+    if holds(node) and lifted is None:
+        return ()
+    said = _lifted_said(snap, s, node, lifted) if lifted is not None else ()
+    if lifted is not None and lifted.status == "running":
+        return said
+    return said + _fence_again(snap, s, t, node, gpu)
+
+
+def lifted_behind(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
+    """The newest `fence lift` Job the guard did not make (guard.plan.fence_audit) created since
+    the Job whose read-back the node's `fenced` record holds (that Job gone: since the record),
+    while the record says fenced in this boot: the host's compute mode may be Default again."""
+    f = node.fence
+    if f is None or not holds(node):
+        return None
+    made = next((j.created for j in snap.jobs if f"job/{j.name}" == f.job), None) or f.at
+    found = [
+        j
+        for j in snap.jobs
+        if j.kind == "fence"
+        and j.node == node.name
+        and j.fence_mode == "lift"
+        and j.created is not None
+        and j.created >= made
+        and fence_audit.why_foreign(snap, node, j)
+    ]
+    return max(found, key=lambda j: (j.created, j.name), default=None)
+
+
+def _lifted_said(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tuple[Action, ...]:
+    """One WARN each cycle; the Warning Event once per Job (the audit's Event of that Job)."""
+    r = job.result
+    read = (
+        "its read-back says lifted (compute mode Default)"
+        if r is not None and r.state == "read" and r.passed
+        else f"its outcome: {_why(job) if job.status != 'running' else 'still running'}"
+    )
+    why = f"{fence_audit.why_foreign(snap, node, job)}; {read}"
+    nxt = "the node stays cordoned; the guard fences the GPU again " + (
+        "once that Job ended" if job.status == "running" else "now"
+    )
+    warn, event = foreign_job(s, node, job, Decision.FENCE_LIFTED_FOREIGN, why, nxt)
+    warn = Skip(
+        node.name,
+        Decision.FENCE_LIFTED_FOREIGN,
+        f"gpu-fence says fenced, but lift job/{job.name} is not the guard's: {why}",
+        warn.next,
+        "WARN",
+    )
+    posted = event.name in {e.name for e in snap.events}
+    return (warn,) if posted else (warn, event)
+
+
+def _fence_again(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, gpu: GpuRef
+) -> tuple[Action, ...]:
     f = node.fence
     if f is not None and f.state == "gpu-absent" and f.boot_id == boot(node):
         return ()

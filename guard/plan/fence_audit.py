@@ -3,22 +3,19 @@ jobs namespace, set or lift, that the node's records do not explain is one WARN 
 Event, whichever node it names.
 
 Only the guard's ServiceAccount may create fence Jobs (the admission policy), so what this finds
-is a stolen guard token or a bug. The node's `job-fence` record keeps only the guard's last fence
-Job, yet the guard's own older ones of the same cordon (set → lift → set again after a failed load
-test) live on until their TTL. They are told apart by time: the guard creates each fence Job of a
-chain only after it read the one before back and wrote `gpu-fence`, so every older Job of the
-guard's was created before the recorded one (the API server's creation times, no clock skew); a
-Job created after it that is not the recorded one was seen by no step of the guard's.
+is a stolen guard token or a bug. The guard's own fence Jobs are told apart by identity, never by
+time: at each create it writes the Job's uid (the API's answer) into `job-fence` and appends it
+to `fence-jobs` (its last `FENCE_JOBS_KEPT` fence Jobs on the node, in one patch), so its own
+older Jobs of the same cordon (set → lift → set again after a failed load test) are known by
+uid however close in time a forged one was made.
 
 Per fence Job (first match wins):
   its node is not read, or unreadable, or the Job has no creation time  → nothing (no record
                                                                            to judge by)
+  its uid is the `job-fence` record's, or one of `fence-jobs`           → the guard's
   the node carries the guard's cordon:
-    the recorded fence Job (name and uid of `job-fence`)                → the guard's
     created before the cordon                                           → an earlier incident's
-    created before the recorded Job (or, that one gone, before
-    `gpu-fence`'s time)                                                 → an earlier step of this
-                                                                           cordon's fence
+                                                                           (said then, if foreign)
     otherwise                                                           → foreign
   no guard cordon:
     created before the node's last return or a person's uncordon        → an earlier incident's
@@ -47,31 +44,23 @@ def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
     created = job.created
     if created is None:
         return ""
+    rec = node.job_record("fence")
+    if (rec is not None and rec.uid == job.uid) or (job.uid and job.uid in node.fence_jobs):
+        return ""
     c = node.cordon
     if c is None:
         floors = [r.at for r in (node.returned, node.cancelled) if r is not None]
         if floors and created < max(floors):
             return ""
         return "the node carries no guard cordon"
-    rec = node.job_record("fence")
-    if rec is not None and rec.name == job.name and rec.uid == job.uid:
-        return ""
     if c.at is not None and created < c.at:
-        return ""
-    # Both times the API server's (no skew with the guard's clock); the record's time only when
-    # the recorded Job is gone.
-    made = next((j for j in snap.jobs if rec and (j.name, j.uid) == (rec.name, rec.uid)), None)
-    if made is not None and made.created is not None:
-        return "" if created < made.created else _after(created, rec)
-    f = node.fence
-    if f is not None and created < f.at:
         return ""
     return _after(created, rec)
 
 
 def _after(created: datetime, rec: JobRecord | None) -> str:
     last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
-    return f"created {ledger.format_time(created)}, after every fence record of this cordon{last}"
+    return f"created {ledger.format_time(created)} in this cordon, its uid in no fence record{last}"
 
 
 def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[Action, ...]:

@@ -117,6 +117,29 @@ def _failed_check(text: str) -> FailedCheck | str:
         return str(exc)
 
 
+# ``loadtest-result`` / ``conformance-result``: exactly what the guard writes (return_jobs,
+# device_taint); anything else is refused where it is read, as the node policy refuses it where
+# the guard's token writes it (a stolen token's value never reaches a decision).
+_RESULT = re.compile(r"failed (job/[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?) at (\S+)", re.ASCII)
+
+
+def result_record(notes: Mapping[str, str], key: str, k: Annotations, problems: Problems) -> str:
+    """The `loadtest-result` / `conformance-result` value, or "" (a bad one is unreadable)."""
+    text = notes.get(key)
+    if text is None:
+        return ""
+    found = _RESULT.fullmatch(text)
+    why = "not 'failed job/<name> at <RFC 3339 time>'"
+    if found is not None:
+        try:
+            parse_time(found.group(2))
+            return text
+        except ValueError as exc:
+            why = str(exc)
+    problems.annotation(key, key.removeprefix(k.prefix), text, why)
+    return ""
+
+
 def is_item(word: str) -> bool:
     """A conformance item or load-test reason word, short enough for `conformance-<item>`.
 
@@ -209,6 +232,48 @@ def claim_record(
 def claim_record_value(name: str, uid: str) -> str:
     """The `claim-loadtest` value (inverse of `claim_record`)."""
     return f"{name} {uid}"
+
+
+# How many fence Job uids `fence-jobs` keeps: a boot makes at most three fence Jobs of a cordon
+# (set, lift, set again after a failed load test), so these cover the last eight boots' Jobs,
+# longer than any Job lives (its TTL), in at most 24 × 37 bytes of the 1,024 a value may hold.
+FENCE_JOBS_KEPT = 24
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
+
+
+def fence_jobs_record(
+    notes: Mapping[str, str], k: Annotations, problems: Problems
+) -> tuple[str, ...]:
+    """``fence-jobs``: the uids of the guard's fence Jobs, space-separated; a bad one is
+    unreadable.
+
+    >>> from guard.read.records import Problems
+    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
+    >>> fence_jobs_record({"p/fence-jobs": f"{uid} {uid}"}, k, Problems("a")) == (uid, uid)
+    True
+    >>> p = Problems("a")
+    >>> fence_jobs_record({"p/fence-jobs": "gng-fn-a-1"}, k, p), len(p.found)
+    ((), 1)
+    """
+    text = notes.get(k.fence_jobs)
+    if text is None:
+        return ()
+    uids = tuple(text.split(" "))
+    if len(uids) > FENCE_JOBS_KEPT or not all(_UID.fullmatch(u) for u in uids):
+        why = f"not at most {FENCE_JOBS_KEPT} Job uids separated by one space"
+        problems.annotation(k.fence_jobs, k.fence_jobs.removeprefix(k.prefix), text, why)
+        return ()
+    return uids
+
+
+def fence_jobs_value(kept: tuple[str, ...], uid: str) -> str:
+    """`fence-jobs` with `uid` added last (the oldest dropped past `FENCE_JOBS_KEPT`).
+
+    >>> fence_jobs_value(("a", "b"), "c"), fence_jobs_value(("a", "b"), "b")
+    ('a b c', 'a b')
+    """
+    uids = kept if not uid or uid in kept else (*kept, uid)
+    return " ".join(uids[-FENCE_JOBS_KEPT:])
 
 
 FENCE_STATES = ("fenced", "gpu-absent", "lifted")

@@ -26,7 +26,14 @@ from guard.names import (
     is_dns_subdomain,
 )
 from guard.pci import PciAddressError, normalize_pci
-from guard.read.check_records import claim_record, fence_record, job_records, lifecycle_records
+from guard.read.check_records import (
+    claim_record,
+    fence_jobs_record,
+    fence_record,
+    job_records,
+    lifecycle_records,
+    result_record,
+)
 from guard.read.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
 _SHOWN = 120  # characters of a bad value repeated in a log line
@@ -87,8 +94,8 @@ def node_info(
         hold=notes.get(keys.hold),
         reset_done=reset_done,
         reset_done_at=leading_time(reset_done),
-        loadtest_result=notes.get(keys.loadtest_result, ""),
-        conformance_result=notes.get(keys.conformance_result, ""),
+        loadtest_result=result_record(notes, keys.loadtest_result, keys, problems),
+        conformance_result=result_record(notes, keys.conformance_result, keys, problems),
         cancelled=cancelled,
         returned=returned,
         taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
@@ -106,6 +113,7 @@ def node_info(
         job_records=job_records(notes, keys, problems),
         claim_record=claim_record(notes, keys, problems),
         fence=fence_record(notes, keys, problems),
+        fence_jobs=fence_jobs_record(notes, keys, problems),
         unreadable=tuple(problems.found),
     )
 
@@ -179,7 +187,19 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
         digest=spec_digest(obj),
         run=run_digest(pod_spec),
         created=_created(meta.get("creationTimestamp")),
+        fence_mode=_fence_mode(pod_spec) if kind == "fence" else "",
     )
+
+
+def _fence_mode(pod_spec: Mapping[str, Any]) -> str:
+    """`set` or `lift`: the word after `fence` in the first container's command and args (the
+    fence policy admits no other argv); "" when it reads otherwise."""
+    containers = pod_spec.get("containers")
+    first = _mapping(containers[0]) if isinstance(containers, list) and containers else {}
+    words = [*(first.get("command") or []), *(first.get("args") or [])]
+    at = words.index("fence") if "fence" in words else -1
+    mode = words[at + 1] if 0 <= at < len(words) - 1 else ""
+    return mode if mode in ("set", "lift") else ""
 
 
 def _created(value: object) -> datetime | None:

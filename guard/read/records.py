@@ -47,6 +47,8 @@ FORMATS = {
     "returned": "<RFC 3339 time> job/<name>",
     "checked-boot": "<bootID> <RFC 3339 time> job/<name> (or uncordon)",
     "auto-cordon-pcie-links": "<pci>=<speed>GT/s,x<width> separated by spaces",
+    "loadtest-result": "failed job/<name> at <RFC 3339 time>",
+    "conformance-result": "failed job/<name> at <RFC 3339 time>",
     "conformance-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
     "onboarding-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
     "job-loadtest": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
@@ -54,6 +56,7 @@ FORMATS = {
     "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "job-fence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
     "claim-loadtest": "<claim name> <uid> (the guard writes it at the claim's create)",
+    "fence-jobs": "<uid> <uid> … (the guard's fence Jobs; it writes it at each fence Job's create)",
     "gpu-fence": "<fenced|gpu-absent|lifted> <bootID> <RFC 3339 time> job/<name>",
 }
 

@@ -4,7 +4,9 @@ Which nodes get a row (first case wins):
   a guard value on the node does not read   → the unreadable check's skip  (unreadable-annotations)
   the guard's cordon record                 → the return check's `decision()` for the node: its
                                               first action is the state, its detail the observed
-                                              value of the condition that blocks (guard.states)
+                                              value of the condition that blocks (guard.states);
+                                              but a fence lifted behind the guard's back
+                                              (fence-lifted-foreign) first
   a `hold`, no cordon record                → held-by-a-person (repeat-fault-hold: the guard's)
   `cancelled` still in force (no new boot)  → cancelled-by-a-person
   `returned` within 24 h                    → returned-in-the-last-24-h
@@ -162,7 +164,11 @@ def _row(ctx: _Context, node: NodeInfo) -> NodeRow | None:
             snap, node, ctx.unreadable[node.name], node.annotation(keys(s).reason) or "", s
         )
     if node.cordon is not None:
-        row = _decided(snap, node, ctx.decisions[node.name][0], node.cordon.reason, s)
+        decided = ctx.decisions[node.name]
+        # A fence lifted behind the guard's back outranks what the return waits for: the record
+        # says fenced, the host may not be (guard.plan.fence.lifted_behind).
+        first = next((a for a in decided if a.reason == Decision.FENCE_LIFTED_FOREIGN), decided[0])
+        row = _decided(snap, node, first, node.cordon.reason, s)
         case = return_rule.Case(snap, s, node, node.cordon)
         if not ctx.sight.seen and node.unschedulable and return_rule.reaches_prometheus(case):
             row = replace(row, blocked=NOT_SEEN)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from guard.example.promserver import LocalPrometheus
 from guard.jobs import spec_digest
@@ -27,24 +27,27 @@ from tests.apiserver.guard_run import (
     faulted,
     finish,
     mine,
+    node_events,
     run_guard,
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import JOBS_NS
+from tests.apiserver.kube import JOBS_NS, create
 from tests.apiserver.test_lifecycle_e2e import command, lifecycle_node, notes, the_job_named
 
 pytestmark = pytest.mark.apiserver
 __all__ = ["lifecycle_node"]  # the fixture, shared with the lifecycle tests
 
-FENCED_NODE, DRAIN_NODE = "fn-fenced", "fn-drain"
+FENCED_NODE, DRAIN_NODE, LIFTED_NODE = "fn-fenced", "fn-drain", "fn-lifted"
 FENCE = "--fence-gpu"
 PCI = "0000:58:00.0"  # GPU 4 of guard.example.scenario's nodes
 
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    with scenario_prometheus(faulted(FENCED_NODE), faulted(DRAIN_NODE)) as server:
+    with scenario_prometheus(
+        faulted(FENCED_NODE), faulted(DRAIN_NODE), faulted(LIFTED_NODE)
+    ) as server:
         yield server
 
 
@@ -130,3 +133,59 @@ def test_a_drain_the_site_did_not_allow_is_refused_by_the_fence_policy(
     assert "--drain only where the site sets fence_drain" in create["outcome"]["detail"]
     assert fence_jobs(admin, node) == []
     assert core.read_node(node).spec.unschedulable is True  # the cordon stands without it
+
+
+def test_a_fence_lifted_behind_the_guards_back_is_seen_and_set_again(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """Issue 38: a `fence lift` made with the guard's stolen token (in shape: admitted) after the
+    guard's `fenced` record. Its read-back says Default; the guard's record still says fenced.
+    The next cycle says so (WARN fence-lifted-foreign, one Warning Event naming the Job) and
+    fences the GPU again; the guard's fence Jobs are known by uid (`fence-jobs`), not by time."""
+    node = lifecycle_node(LIFTED_NODE, boot="boot-1", allocatable=7)
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE)
+    (name,) = fence_jobs(admin, node)
+    job = the_job_named(admin, name)
+    uuid = command(job)[6]
+    assert notes(core, node)[KEYS.fence_jobs] == job["metadata"]["uid"]  # by identity
+    finish(deployed, admin, job, summary("set", "fenced", uuid), ok=True)
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, FENCE)
+    assert notes(core, node)[KEYS.fence].startswith("fenced boot-1 ")
+
+    # The stolen token lifts the guard's fence: the guard's own Job, `lift` for `set`.
+    stolen = config.new_client_from_config(config_file=str(guard_kubeconfig))
+    theirs = {k: job[k] for k in ("apiVersion", "kind", "spec")}
+    theirs["metadata"] = {k: job["metadata"][k] for k in ("namespace", "labels", "annotations")} | {
+        "name": name[:-8] + "0f0f0f0f"
+    }
+    theirs["spec"] = {k: v for k, v in job["spec"].items() if k not in ("selector",)}
+    template = theirs["spec"]["template"]
+    template["metadata"]["labels"] = {
+        k: v
+        for k, v in template["metadata"]["labels"].items()
+        if "controller-uid" not in k and k not in ("batch.kubernetes.io/job-name", "job-name")
+    }
+    words = template["spec"]["containers"][0]["command"]
+    words[2] = "lift"
+    create(stolen, theirs)  # admitted: the guard's token, in shape
+    lifted = the_job_named(admin, theirs["metadata"]["name"])
+    finish(deployed, admin, lifted, summary("lift", "lifted", uuid), ok=True)
+
+    seen = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT + 2 * CYCLE, FENCE).plan, node)
+    assert ("skip", "fence-lifted-foreign") in seen and ("create-job", "fence-reapply") in seen
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardForeignJob"]
+    assert event["type"] == "Warning" and f"job/{lifted['metadata']['name']}" in event["note"]
+    (again,) = [n for n in fence_jobs(admin, node) if n not in (name, lifted["metadata"]["name"])]
+    assert command(the_job_named(admin, again))[2] == "set"
+    uids = notes(core, node)[KEYS.fence_jobs].split(" ")
+    assert uids == [job["metadata"]["uid"], the_job_named(admin, again)["metadata"]["uid"]]
+    assert lifted["metadata"]["uid"] not in uids
+
+    # Set again and read back: the record holds again; the lift is said no more.
+    finish(deployed, admin, the_job_named(admin, again), summary("set", "fenced", uuid), ok=True)
+    recorded = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT + 3 * CYCLE, FENCE).plan, node)
+    assert ("annotate", "fenced") in recorded
+    assert notes(core, node)[KEYS.fence].endswith(f"job/{again}")
+    after = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT + 4 * CYCLE, FENCE).plan, node)
+    assert [r for _, r in after if r.startswith("fence")] == [], after
+    assert core.read_node(node).spec.unschedulable is True  # cordoned all along

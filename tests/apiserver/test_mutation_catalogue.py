@@ -9,6 +9,7 @@ them are admitted. Rows (docs/security.md names them by group):
   pod-node-*       a Pod whose Job's name was made for another node
   pull-secrets-*   imagePullSecrets beyond names only, or more than 8
   node-value-*     the guard's own node annotations: not printable, multi-line, too long
+  node-form-*      its result and failure records: printable, yet not the form it writes
   hold-*           a hold outside a GPU node
   archive-*        a ledger archive over its bound
   event-*          an Event about anything but a Node, or as another controller
@@ -514,6 +515,11 @@ BAD_VALUES = {
     "200-kB": "x" * 200_000,
 }
 
+FORGED_FORMS = {
+    "free-text": "passed, trust me",
+    "two-records": "failed job/gng-lt-a at 2026-03-02T04:10:00Z 2026-03-02T04:10:00Z job/x y",
+}
+
 
 def _annotate(node: Callable[[World], str], notes: dict[str, Any], **spec: Any) -> Act:
     def act(w: World) -> object:
@@ -545,6 +551,25 @@ def _node_rows() -> list[Row]:
         )
         for key in FREE_KEYS
         for label, value in BAD_VALUES.items()
+    ]
+    # One printable line, yet not the form the guard writes: refused by the record's own rule.
+    result = "failed job/<name> at <time>"
+    failed = "<time> job/<name> <item>[,<item>...]"
+    rows += [
+        Row(
+            f"node-form-{key.removeprefix(K.prefix)}-{label}",
+            "guard-token",
+            scope,
+            f"the guard writes {key} only as {form}",
+            _annotate(_gpu, {key: value}),
+        )
+        for key, form in (
+            (K.loadtest_result, result),
+            (K.conformance_result, result),
+            (K.conformance_failed, failed),
+            (K.onboarding_failed, failed),
+        )
+        for label, value in FORGED_FORMS.items()
     ]
     rows += [
         Row(
@@ -779,9 +804,19 @@ def test_pull_secrets_are_admitted_on_jobs_and_their_pods(world: World, kind: Jo
     client.BatchV1Api(world.admin).delete_namespaced_job(job["metadata"]["name"], JOBS_NS)
 
 
+LONGEST = {  # the longest value of each free key in the form the guard writes it
+    K.loadtest_result: f"failed job/{'x' * 63} at 2026-03-02T04:10:00Z",
+    K.conformance_result: f"failed job/{'x' * 63} at 2026-03-02T04:10:00Z",
+    K.conformance_failed: f"2026-03-02T04:10:00Z job/{'x' * 63} " + ",".join(["y" * 51] * 17),
+    K.onboarding_failed: f"2026-03-02T04:10:00Z job/{'x' * 63} " + ",".join(["y" * 51] * 17),
+}
+
+
 @pytest.mark.parametrize("key", FREE_KEYS)
 def test_the_guard_writes_a_long_printable_value(world: World, key: str) -> None:
-    _annotate(_gpu, {key: "x " * 512})(world)
+    value = LONGEST.get(key, "x " * 512)
+    assert len(value) <= 1024
+    _annotate(_gpu, {key: value})(world)
     _annotate(_gpu, {key: None})(world)
 
 

@@ -133,7 +133,15 @@ def test_guard_cordons_with_its_annotations_in_one_write_and_returns_the_node(
     assert stored.spec.unschedulable is True
     assert stored.metadata.annotations == {**FOREIGN, **GUARD_CORDON}
     assert stored.metadata.labels == {"nvidia.com/gpu.present": "true"}
-    patch(guard, node, {"metadata": {"annotations": {K.loadtest_result: "passed job/gng-lt-x"}}})
+    patch(
+        guard,
+        node,
+        {
+            "metadata": {
+                "annotations": {K.loadtest_result: "failed job/gng-lt-x at 2026-03-02T05:00:00Z"}
+            }
+        },
+    )
     returned = {**CLEARED, K.loadtest_result: None, K.returned: "2026-03-02T06:00:00Z job/x"}
     patch(guard, node, {"metadata": {"annotations": returned}, "spec": {"unschedulable": False}})
     after = client.CoreV1Api(admin).read_node(node)

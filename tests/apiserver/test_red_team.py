@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.names import CYCLE_LEASE, SETTINGS_CONFIGMAP
+from guard.names import CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
 from tests import redteam_table as table
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities, _wait_until_allowed
@@ -35,6 +35,7 @@ NODE = "gpu-red-team"  # the policies look at names; the kubelet's Node exists
 CREATE_ONLY = "carol-creates-jobs"
 ROLE = "red-team-create-only"
 DRY = "All"
+KEYS = Annotations("gpu-node-guard.io/")
 EVIL_IMAGE = "registry.example.com/evil:1"
 FUTURE = "2100-01-01T00:00:00.000001Z"
 PAST = "2026-12-07T00:00:00.000001Z"  # microseconds, or the client drops the fraction
@@ -169,6 +170,18 @@ def _fence(mode: str, component: str | None = "fence", *more: str) -> Action:
     return send
 
 
+def _record(key: str, value: str) -> Action:
+    """A merge patch of one guard record on the node (dry-run)."""
+
+    def send(api: client.ApiClient, w: World) -> object:
+        body = {"metadata": {"annotations": {key: value}}}
+        return client.CoreV1Api(api).patch_node(
+            NODE, body, dry_run=DRY, _content_type="application/merge-patch+json"
+        )
+
+    return send
+
+
 GIB = "update (another GUARD_IMAGE)"
 HOLDER = "update: holder `attacker` (not `<pod>-<pid>`)"
 ACTIONS: dict[tuple[str, str], Action] = {
@@ -189,6 +202,15 @@ ACTIONS: dict[tuple[str, str], Action] = {
     ),
     (table.FENCE, "create `fence set` labelled as an evidence Job"): _fence("set", "evidence"),
     (table.FENCE, "create `fence set` with no component label"): _fence("set", None),
+    (table.RECORDS, "write `loadtest-result: passed, trust me`"): _record(
+        KEYS.loadtest_result, "passed, trust me"
+    ),
+    (table.RECORDS, "write `onboarding-failed: <time> job/<name> none; all fine`"): _record(
+        KEYS.onboarding_failed, "2026-03-02T04:10:00Z job/gng-cf-x none; all fine"
+    ),
+    (table.RECORDS, "write `loadtest-result: failed job/<name> at <time>`"): _record(
+        KEYS.loadtest_result, "failed job/gng-lt-x-1a2b3c4d at 2026-03-02T04:10:00Z"
+    ),
 }
 
 ROWS = table.rows_of("apiserver")

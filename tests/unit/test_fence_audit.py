@@ -129,3 +129,21 @@ def test_status_shows_the_healthy_node_with_a_foreign_fence_job_said_or_not() ->
         assert row.node == "h" and row.state == "job-not-made-by-the-guard"
         assert row.blocked is not None and "job/gng-fn-h-x" in row.blocked.observed
     assert report(snapshot(node("h")), ON, TEMPLATES, Sight("http://prom.test:9090")).nodes == ()
+
+
+def test_a_forged_job_made_seconds_after_the_guards_own_is_flagged() -> None:
+    """Bound by uid (`fence-jobs`), not by creation time: a Job made with the guard's token two
+    seconds after the guard's set Job, so before the guard's later lift and set again, is not
+    taken for one of the guard's older Jobs."""
+    fenced = waiting("fenced boot-1 2026-09-21T05:45:00Z job/gng-fn-b-set2")
+    forged = replace(
+        fence_job("gng-fn-b-forged", "05:00", uid=job_uid("forged")),
+        created=parse_time("2026-09-21T05:00:02Z"),
+    )
+    snap = snapshot(fenced, jobs=(*CHAIN, forged))
+    (b,) = snap.nodes
+    assert len(b.fence_jobs) == 3 and forged.uid not in b.fence_jobs
+    assert [why_foreign(snap, b, j) == "" for j in snap.jobs] == [True, True, True, False]
+    warn, event = flagged(cycle(snap))
+    assert "job/gng-fn-b-forged" in warn.detail  # type: ignore[attr-defined]
+    assert isinstance(event, EmitEvent) and event.incident == f"gng-fn-b-forged {forged.uid}"

@@ -420,7 +420,11 @@ def test_a_failed_load_test_is_recorded_once_and_the_device_stays_tainted() -> N
     base = published(replace(snapshot(tainted(rec, boot="boot-2")), taint_rules=(guard_rule(rec),)))
     _, job = device_taint.plan_return(base, S, TEMPLATES)
     info = JobInfo(job.name, "loadtest", "d", "failed")
-    noted = tainted(rec, boot="boot-2", extra={KEYS.loadtest_result: f"failed job/{job.name} at x"})
+    noted = tainted(
+        rec,
+        boot="boot-2",
+        extra={KEYS.loadtest_result: f"failed job/{job.name} at 2026-09-21T05:00:00Z"},
+    )
     snap = published(replace(snapshot(noted, jobs=(info,)), taint_rules=(guard_rule(rec),)))
     assert _return(snap) == [("Skip", "loadtest-failed")]
 

@@ -4,17 +4,20 @@ never before, and the uncordon only after that load test passed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.generate.policies import argv
-from guard.ledger import format_time
-from guard.model import Finding, JobInfo, JobResult, NodeInfo
+from guard.ledger import format_time, parse_time
+from guard.model import Finding, GuardEvent, JobInfo, JobResult, NodeInfo
 from guard.plan.fence import incident_gpu_hours
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
+from guard.status.derive import report
+from guard.status.model import Sight
 from tests.builders import (
     KEYS,
     NOW,
@@ -309,3 +312,61 @@ def test_the_cordon_cycle_creates_the_fence_job_the_next_cycle_finds_by_name() -
     assert the_fence_job(plan(cordoned)).name == made.name  # the same Job, never a second
     running = plan(cordoned, jobs=(JobInfo(made.name, "fence", "b", "running"),))
     assert reasons(running)[-1] == "fence-running"
+
+
+# ── a fence lifted behind the guard's back (issue 38) ───────────────────────────────────────
+
+
+def _lift(status: str, created: str, result: JobResult | None = PASSED) -> JobInfo:
+    """A `fence lift` Job the guard did not make (made with its stolen token), in this cordon."""
+    return JobInfo(
+        "gng-fn-b-theirs",
+        "fence",
+        "b",
+        status,  # type: ignore[arg-type]
+        result=result if status != "running" else None,
+        uid=job_uid("theirs"),
+        created=parse_time(created),
+        fence_mode="lift",
+    )
+
+
+def _fenced_since(at: str = EARLIER) -> NodeInfo:
+    return waiting(fence=record("fenced", "boot-1", at))
+
+
+def test_a_lift_the_guard_did_not_make_is_seen_and_the_gpu_fenced_again() -> None:
+    lift = _lift("succeeded", "2026-09-21T05:40:00Z")  # after the 05:30 `fenced` record
+    actions = plan(_fenced_since(), jobs=(lift,))
+    (warn,) = [a for a in actions if a.reason == "fence-lifted-foreign" and isinstance(a, Skip)]
+    assert warn.level == "WARN" and "job/gng-fn-b-theirs" in warn.detail
+    assert "read-back says lifted" in warn.detail and "fences the GPU again now" in warn.next
+    (event,) = [a for a in actions if isinstance(a, EmitEvent) and a.reason == warn.reason]
+    assert event.event_type == "Warning" and event.incident == f"gng-fn-b-theirs {lift.uid}"
+    again = the_fence_job(actions)
+    assert again.reason == "fence-reapply" and command(again)[2] == "set"
+    # the Event said once: the next cycle only warns (and waits for its set Job)
+    snap = snapshot(_fenced_since(), jobs=(lift,))
+    posted = replace(snap, events=(GuardEvent(event.name, "b", "GuardForeignJob", 1),))
+    later = plan_return(posted, ON, TEMPLATES)
+    assert [a for a in later if isinstance(a, EmitEvent) and a.reason == warn.reason] == []
+    assert "fence-lifted-foreign" in reasons(later)
+
+
+def test_a_lift_still_running_is_warned_about_and_waited_for() -> None:
+    actions = plan(_fenced_since(), jobs=(_lift("running", "2026-09-21T05:40:00Z"),))
+    assert "fence-lifted-foreign" in reasons(actions) and fence_jobs(actions) == []
+
+
+def test_a_lift_older_than_the_fence_record_changes_nothing() -> None:
+    """The guard fenced the GPU again after that lift: the record holds."""
+    actions = plan(_fenced_since(), jobs=(_lift("succeeded", "2026-09-21T05:20:00Z"),))
+    assert reasons(actions) == ["same-boot", "same-boot"]
+
+
+def test_status_shows_the_fence_lifted_behind_the_guards_back() -> None:
+    snap = snapshot(_fenced_since(), jobs=(_lift("succeeded", "2026-09-21T05:40:00Z"),))
+    (row,) = report(snap, ON, TEMPLATES, Sight("http://prom.test:9090")).nodes
+    assert row.state == "gpu-fence-not-set"
+    assert row.blocked is not None and row.blocked.condition == "fence-lifted-foreign"
+    assert "gpu-fence says fenced" in row.blocked.observed

@@ -130,19 +130,26 @@ LT = return_job(snapshot(back_node()))
         ),
         pytest.param(
             snapshot(
-                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
+                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at 2026-09-21T05:00:00Z"}),
                 jobs=(JobInfo(LT, "loadtest", "b", "failed"),),
             ),
             [("skip", "b", "loadtest-failed")],
             id="second-cycle-after-failure-creates-nothing",
         ),
         pytest.param(
-            snapshot(back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"})),
+            snapshot(
+                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at 2026-09-21T05:00:00Z"})
+            ),
             [("skip", "b", "loadtest-failed")],
             id="expired-failed-job-not-recreated",
         ),
         pytest.param(
-            snapshot(back_node(boot="boot-3", extra={KEYS.loadtest_result: f"failed job/{LT}"})),
+            snapshot(
+                back_node(
+                    boot="boot-3",
+                    extra={KEYS.loadtest_result: f"failed job/{LT} at 2026-09-21T05:00:00Z"},
+                )
+            ),
             [("create-job", "b", "conditions-met")],
             id="new-boot-after-failure-tests-again",
         ),
@@ -219,7 +226,12 @@ def cleared(record: str, keys: tuple[str, ...] = CORDON_KEYS, event: str = CANCE
         ),
         pytest.param(
             snapshot(
-                node("b", guarded_xid=79, reset_done="done", extra={KEYS.loadtest_result: "x"})
+                node(
+                    "b",
+                    guarded_xid=79,
+                    reset_done="done",
+                    extra={KEYS.loadtest_result: "failed job/gng-lt-b-1 at 2026-09-21T05:00:00Z"},
+                )
             ),
             cleared(
                 f"boot-1 {UUID} xid-79 2026-09-21T05:55:00Z", (*CORDON_KEYS, KEYS.loadtest_result)

@@ -127,7 +127,7 @@ def states(snap: Snapshot, sight: Sight = SEEN, **changes: object) -> list[tuple
         ),
         pytest.param(
             snapshot(
-                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at x"}),
+                back_node(extra={KEYS.loadtest_result: f"failed job/{LT} at 2026-09-21T05:00:00Z"}),
                 jobs=(JobInfo(LT, "loadtest", "b", "failed"),),
             ),
             [("b", "load-test-failed", "loadtest-failed")],

@@ -25,7 +25,9 @@ Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole No
                                          (never removed by the guard)
   auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
                                          before and after); removed only when schedulable
-  other guard keys (results, cancelled, returned, conformance-failed, onboarding-failed) → free
+  loadtest-result, conformance-result   → only `failed job/<name> at <time>`
+  conformance-failed, onboarding-failed → only `<time> job/<name> <item>[,<item>…]`
+  other guard keys (cancelled, returned, the Job records, …) → free
   any value the guard writes (every key above, hold included)
                                        → printable ASCII, one line, at most 1,024 bytes
   hold added                           → only on a node with a GPU resource
@@ -60,6 +62,14 @@ _ONE_TAINT_REMOVED = f"{_OLD_TAINTS}.exists(x, {_NEW_TAINTS} == {_OLD_TAINTS}.fi
 # a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
 VALUE_MAX_BYTES = 1024
 PRINTABLE = r"^[ -~]*$"
+# The guard's result and failure records, in exactly the form it writes them (guard/plan
+# return_jobs, device_taint, onboarding; the readers in guard/read/check_records.py refuse any
+# other): a stolen token cannot store another value there for the guard to act on.
+_TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
+_JOB = r"job/[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?"
+_ITEMS = r"[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?(,[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?)*"
+RESULT_FORM = rf"^failed {_JOB} at {_TIME}$"
+FAILED_FORM = rf"^{_TIME} {_JOB} {_ITEMS}$"
 
 
 def guard_keys(keys: Annotations) -> list[str]:
@@ -236,6 +246,28 @@ def _lifecycle_rules(keys: Annotations) -> list[Validation]:
     ]
 
 
+def _form_rules(keys: Annotations) -> list[Validation]:
+    """The result and failure records only in the form the guard writes them."""
+    result, failed = "failed job/<name> at <time>", "<time> job/<name> <item>[,<item>...]"
+    forms = {
+        keys.loadtest_result: (RESULT_FORM, result),
+        keys.conformance_result: (RESULT_FORM, result),
+        keys.conformance_failed: (FAILED_FORM, failed),
+        keys.onboarding_failed: (FAILED_FORM, failed),
+    }
+    out = []
+    for key, (form, shown) in forms.items():
+        k = quote(key)
+        out.append(
+            Validation(
+                f"!({k} in variables.changed) || !({k} in variables.newNotes) || "
+                f"variables.newNotes[{k}].matches({regex(form)})",
+                f"the guard writes {key} only as {shown}",
+            )
+        )
+    return out
+
+
 def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> list[Validation]:
     prefix, hold, allowed = quote(keys.prefix), quote(keys.hold), lit([*mine, keys.hold])
     cordon_now = "!variables.wasCordoned && variables.isCordoned"
@@ -252,6 +284,7 @@ def _annotation_rules(keys: Annotations, mine: list[str], cordon: list[str]) -> 
             "bytes; not: ",
             f"{written}.filter(k, {bad}).join(', ')",
         ),
+        *_form_rules(keys),
         Validation(
             f"!({hold} in variables.changed) || variables.gpus != '0'",
             f"the guard adds {keys.hold} only on a node with {GPU_RESOURCE} capacity",
