@@ -148,7 +148,8 @@ def test_nodes_sharing_the_topology_label_are_one_incident_with_one_request():
 def test_no_label_key_no_incident_and_an_old_isolation_is_no_member():
     snap = rack_snapshot()
     assert domain.incidents(snap, Settings(), [("b", "xid-79"), ("c", "xid-79")]) == ()
-    later = replace(snap, now=NOW + timedelta(seconds=domain.DOMAIN_WINDOW_S, minutes=6))  # a's cordon now too old
+    # a's cordon (55 min before NOW) is now older than the window
+    later = replace(snap, now=NOW + timedelta(seconds=domain.DOMAIN_WINDOW_S, minutes=6))
     (only,) = domain.incidents(later, settings(topology_label=RACK), [("b", "x"), ("c", "x")])
     assert only.nodes == ("b", "c")
     assert domain.incidents(later, settings(topology_label=RACK), [("b", "x"), ("d", "x")]) == ()
