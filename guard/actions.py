@@ -442,6 +442,10 @@ def to_json(action: Action) -> dict[str, Any]:
             value = value.as_dict()
         elif isinstance(value, tuple) and value and isinstance(value[0], Taint):
             value = [t.as_dict() for t in value]
+        elif isinstance(value, PodRef):
+            value = f"{value.namespace}/{value.name}"
+        elif value is None and name == "pod":  # an Event about a Node: as before the field
+            continue
         out[name] = value
     out["log"] = str(action)
     return out

@@ -29,13 +29,18 @@ from guard.states import Decision
 GPU_ISOLATED = GPU_ISOLATED_EVENT  # the only one of names.POD_EVENT_REASONS
 NOTIFY = Decision.WORKLOAD_NOTIFIED
 ADVICE = (
-    "the pod is not evicted: it keeps running on this GPU until it ends; "
+    "the pod is not evicted: it keeps running until it ends; "
     "checkpoint and restart it (new pods go to healthy GPUs)"
 )
+HOLDS = "this pod holds the GPU (dcgm-exporter)"
+ON_NODE = "this pod holds GPUs of the node (no pod named on the faulted GPU)"
 
 
-def pods_on(snap: Snapshot, s: Settings, node: str, gpu: GpuSample | None) -> tuple[PodRef, ...]:
-    """The pods on the isolated GPU (dcgm-exporter's labels), else the node's GPU pods."""
+def pods_on(
+    snap: Snapshot, s: Settings, node: str, gpu: GpuSample | None
+) -> tuple[tuple[PodRef, ...], bool]:
+    """The pods on the isolated GPU (dcgm-exporter's labels), else the node's GPU pods; and
+    whether the exporter named them."""
     uids = {(p.namespace, p.name): p.uid for p in snap.gpu_pods if p.node == node}
     named: set[tuple[str, str]] = set()
     if gpu is not None:
@@ -46,11 +51,12 @@ def pods_on(snap: Snapshot, s: Settings, node: str, gpu: GpuSample | None) -> tu
             if h.node == node and h.uuid.lower() == uuid
         }
     found = named or set(uids)
-    return tuple(
+    refs = tuple(
         PodRef(ns, name, uids.get((ns, name), ""))
         for ns, name in sorted(found)
         if ns != s.jobs_namespace
     )
+    return refs, bool(named)
 
 
 def notify(
@@ -65,9 +71,13 @@ def notify(
     """One Warning Event per pod on the isolated GPU (the module's case list). `fault` says what
     was seen (xid-79 …), `decision` what the guard did; `incident` makes the Event's name one per
     isolation (the GPU and the cycle's time)."""
+    pods, named = pods_on(snap, s, node.name, gpu)
     where = f"GPU {gpu.gpu} {gpu.uuid} ({gpu.pci})" if gpu is not None else "its GPUs"
-    message = f"{where} on node {node.name}: {fault}; gpu-node-guard {decision}. {ADVICE}"
+    message = (
+        f"{where} on node {node.name}: {fault}; gpu-node-guard {decision}; "
+        f"{HOLDS if named else ON_NODE}. {ADVICE}"
+    )
     return tuple(
         EmitEvent(node.name, NOTIFY, "Warning", GPU_ISOLATED, message, incident, pod=p)
-        for p in pods_on(snap, s, node.name, gpu)
+        for p in pods
     )

@@ -100,6 +100,7 @@ def test_the_pods_on_the_faulted_gpu_are_told_once_in_their_own_namespace(
     }
     assert "xid-79" in told["note"] and f"on node {TOLD}" in told["note"]
     assert "cordoned the node" in told["note"] and "not evicted" in told["note"]
+    assert "holds the GPU (dcgm-exporter)" in told["note"]
     assert pod_events(admin, TEAMS[2]) == []  # a pod on another GPU of the node
     # The next cycle finds the node cordoned: no second Event.
     run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE)
@@ -117,7 +118,7 @@ def test_without_the_exporters_pod_labels_the_nodes_gpu_pods_are_told(
     run_guard(prom, guard_kubeconfig, ISOLATE_AT)
     (told,) = pod_events(admin, TEAMS[3])
     assert told["regarding"]["name"] == "batch-0" and told["regarding"]["uid"] == FALLBACK_POD.uid
-    assert "its GPUs" in told["note"]
+    assert f"on node {FALLBACK}" in told["note"] and "holds GPUs of the node" in told["note"]
 
 
 def pod_event(namespace: str, **fields: Any) -> dict[str, Any]:
@@ -154,7 +155,6 @@ def test_the_guard_may_not_write_other_pod_events(
         "pod-of-another-namespace": pod_event(
             ns, regarding={"apiVersion": "v1", "kind": "Pod", "namespace": other, "name": "p"}
         ),
-        "a-node-outside-default": pod_event(ns, regarding=node_ref),
         "a-configmap": pod_event(
             ns, regarding={"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns, "name": "c"}
         ),
@@ -162,6 +162,9 @@ def test_the_guard_may_not_write_other_pod_events(
     }
     admitted = [k for k, body in by_policy.items() if not refused_by(SCOPE, sent(guard, body))]
     assert admitted == []
+    # A Node's Event outside `default`: the API's own validation refuses it before any policy.
+    status, message = refusal(sent(guard, pod_event(ns, regarding=node_ref)))
+    assert status == 422 and "does not match event.namespace" in message, message
     # RBAC: create only; no read, patch or delete of Events outside `default`, no core Events.
     events = client.EventsV1Api(guard)
     for call in (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from guard.actions import Cordon, EmitEvent, PodRef, Skip
+from guard.actions import Cordon, EmitEvent, PodRef, Skip, to_json
 from guard.apply.events import NodeRef, Reporter, body
 from guard.model import GpuHolder, GpuPod, NodeInfo, Snapshot
 from guard.plan import domain, plan_fallback
@@ -59,6 +59,9 @@ def test_the_pods_dcgm_exporter_names_on_the_faulted_gpu_are_told_after_the_cord
     assert (e.event_type, e.event_reason, e.node) == ("Warning", "GuardGpuIsolated", "b")
     assert f"GPU 4 {UUID}" in e.message and "xid-79" in e.message
     assert "cordoned the node" in e.message and "not evicted" in e.message
+    assert "this pod holds the GPU (dcgm-exporter)" in e.message
+    assert to_json(e)["pod"] == "team-a/train-0"  # --output json
+    assert "pod" not in to_json(actions[cordon + 1])  # the cordon's own Event: as before
     made = body(e, NodeRef("b", "uid-b", "1"), Reporter("guard-1", NOW))
     assert made["metadata"]["namespace"] == "team-a"
     assert made["regarding"] == {
@@ -88,6 +91,7 @@ def test_without_the_exporters_pod_labels_the_nodes_gpu_pods_are_told_but_not_th
     )
     told = pod_events(plan_isolation(snap, s, TEMPLATES))
     assert [(a.pod.namespace, a.pod.name) for a in told if a.pod] == [("team-a", "train-0")]
+    assert "holds GPUs of the node" in told[0].message
 
 
 def test_no_pod_no_event_and_a_waiting_candidate_tells_nobody():
