@@ -344,20 +344,36 @@ class EmitEvent(_Logged):
     event_reason: str
     message: str
     incident: str = ""
+    # An Event about a Pod instead (guard.plan.workload): in the pod's namespace, regarding the
+    # pod (by uid where kube-state-metrics gave one); created once, never counted up.
+    pod: PodRef | None = None
 
     @property
     def name(self) -> str:
+        if self.pod is not None:
+            key = f"{self.node}\0{self.incident or self.message}"
+            return event_name(self.pod.name, self.event_reason, key)
         return event_name(self.node, self.event_reason, self.incident or self.message)
 
     def log_line(self) -> Line:
         return _line(
             "event",
             node=self.node,
+            pod=f"{self.pod.namespace}/{self.pod.name}" if self.pod else "",
             reason=self.reason,
             type=self.event_type,
             event_reason=self.event_reason,
             message=self.message,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """The pod an Event is about: what `regarding` names."""
+
+    namespace: str
+    name: str
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +442,10 @@ def to_json(action: Action) -> dict[str, Any]:
             value = value.as_dict()
         elif isinstance(value, tuple) and value and isinstance(value[0], Taint):
             value = [t.as_dict() for t in value]
+        elif isinstance(value, PodRef):
+            value = f"{value.namespace}/{value.name}"
+        elif value is None and name == "pod":  # an Event about a Node: as before the field
+            continue
         out[name] = value
     out["log"] = str(action)
     return out

@@ -114,3 +114,13 @@ def class_label_keys(text: str) -> frozenset[str]:
     except ClassError:
         return frozenset()  # refused at start (Settings); never reached with such settings
     return frozenset(r.key for c in classes for r in c.requirements)
+
+
+def kept_label_keys(classes: str, topology_label: str) -> frozenset[str]:
+    """The Node labels the guard keeps: its classes' keys and the site's topology label
+    (`Settings.topology_label`, guard.plan.domain).
+
+    >>> sorted(kept_label_keys("pool=a:8", "example.com/rack"))
+    ['example.com/rack', 'pool']
+    """
+    return class_label_keys(classes) | ({topology_label} if topology_label else set())

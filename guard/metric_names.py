@@ -135,6 +135,13 @@ REPEAT_CARDS = PushedMetric(
     "gpu_node_guard_repeat_fault_cards",
     "Cards (GPU UUIDs) with two incidents or more in the last 30 days",
 )
+DOMAIN_INCIDENT_NODES = PushedMetric(
+    "gpu_node_guard_domain_incident_nodes",
+    "Nodes of one domain incident (isolated within the hour or candidates, sharing the value of"
+    ' the site\'s topology label), by domain (label=value); one domain="" series at 0 when'
+    " there is none",
+    ("domain",),
+)
 
 PUSHED = (
     LAST_RUN,
@@ -160,6 +167,7 @@ PUSHED = (
     REPAIR_PHASE,
     INCIDENTS,
     REPEAT_CARDS,
+    DOMAIN_INCIDENT_NODES,
 )
 
 

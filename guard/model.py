@@ -255,6 +255,18 @@ class GpuPod:
     name: str
     node: str
     gpus: int
+    uid: str = ""  # kube-state-metrics' uid label: an Event about the pod names it by it
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolder:
+    """A pod dcgm-exporter names on a faulted GPU's Xid series (its `pod` and `namespace`
+    labels, present when the exporter's pod mapping is on and a pod holds the GPU)."""
+
+    node: str
+    uuid: str
+    namespace: str
+    pod: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +332,9 @@ class PromView:
     # Per node with GPU loss now: when the run of observed loss began (see prom_view).
     loss_since: tuple[tuple[str, datetime], ...] = ()
     cordoned: tuple[str, ...] = ()  # nodes kube-state-metrics reports unschedulable
-    gpu_pods: tuple[GpuPod, ...] = ()  # Running, on unschedulable nodes (kube-state-metrics)
+    # Running, on unschedulable nodes or nodes with GPU loss (kube-state-metrics)
+    gpu_pods: tuple[GpuPod, ...] = ()
+    gpu_holders: tuple[GpuHolder, ...] = ()  # pods on the hardware-Xid GPUs (dcgm-exporter)
     xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series
     exporter_hosts: tuple[HostLabels, ...] = ()  # … of every dcgm-exporter (GPU_TEMP or Xid)
     # Node signals. Nodes whose agent says nvidia-match FAILed at every step since

@@ -30,6 +30,10 @@ FIELD_MANAGER = "gpu-node-guard"
 NODE_EVENT_NAMESPACE = "default"
 # events.k8s.io/v1 `reportingController` (a qualified name, like `kubernetes.io/kubelet`).
 REPORTING_CONTROLLER = "gpu-node-guard.io/gpu-node-guard"
+# Every reason of an Event the guard writes about a Pod (guard/plan/workload.py): the guard-scope
+# admission policy admits no other.
+GPU_ISOLATED_EVENT = "GuardGpuIsolated"
+POD_EVENT_REASONS = (GPU_ISOLATED_EVENT,)
 # The site's settings (manifests/base, merged by the overlay's settings.env): the CronJob reads it
 # whole (envFrom), the admission policies take it as their params, `status` reads it. One fixed
 # name, no content hash: a binding's paramRef names it, and kustomize rewrites no paramRef.

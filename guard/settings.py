@@ -279,6 +279,14 @@ class Settings:
     admission_rejected_hold_s: int = 0
     # How long a node's Fabric Manager status stays Failure before a cordon (0: the hold window).
     fabric_hold_s: int = 0
+    # A shared cause (docs/triggers.md, "Domain incidents"): the Node label that names a failure
+    # domain the site knows (rack, switch, NVLink domain).
+    topology_label: str = _opt(
+        "",
+        "Node label key whose value names a shared failure domain (rack, switch, NVLink "
+        "domain): isolations and candidates sharing a value within an hour are one domain "
+        "incident. Empty: off",
+    )
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -665,7 +673,7 @@ SITE_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "lifecycle": _listed("boot_check boot_check_return_loadtest onboarding_taint"),
     "fence": _listed("fence_gpu fence_drain"),
-    "triggers": _listed("gpu_classes admission_rejected_min_pods"),
+    "triggers": _listed("gpu_classes admission_rejected_min_pods topology_label"),
     "budget": _listed("budget_reset_h budget_power_cycle_h budget_rma_h budget_human_h"),
     "links": _listed("runbook_base_url pushgateway_url"),
     "large-site": _listed(
@@ -853,5 +861,10 @@ def _triggers(s: Settings) -> list[Check]:
             _within(s.admission_rejected_min_pods, 0, 100000),
             "admission_rejected_min_pods",
             "must be in 0..100000",
+        ),
+        (
+            not s.topology_label or is_label_pair(f"{s.topology_label}=x"),
+            "topology_label",
+            "must be a Node label key (example.com/rack) or empty",
         ),
     ]

@@ -96,6 +96,8 @@ class Decision(StrEnum):
     ALREADY_GUARDED = "already-guarded"
     NO_GPU_RESOURCE = "no-gpu-resource"
     EVIDENCE_NO_PCI = "evidence-no-pci"  # cordoned without an evidence Job (no pci_bus_id)
+    WORKLOAD_NOTIFIED = "workload-notified"  # a pod on the isolated GPU told (plan/workload.py)
+    DOMAIN_INCIDENT = "domain-incident"  # nodes of one failure domain (guard/plan/domain.py)
     # DRA nodes: a device taint instead of the cordon (guard/plan/device_taint.py).
     DEVICE_ISOLATED = "device-isolated"
     DEVICE_UNPUBLISHED = "device-unpublished"  # a DRA node's faulted GPU no device names

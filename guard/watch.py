@@ -46,7 +46,7 @@ from guard.doors.kube import KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
-from guard.gpu_classes import class_label_keys
+from guard.gpu_classes import kept_label_keys
 from guard.ledger import format_time
 from guard.log import Level
 from guard.model import NodeInfo, PromView, Snapshot
@@ -257,7 +257,7 @@ class Watch:
             return self.base.node(name)
         try:
             keys = Annotations(self.run.s.annotation_prefix)
-            labels = class_label_keys(self.run.s.gpu_classes)
+            labels = kept_label_keys(self.run.s.gpu_classes, self.run.s.topology_label)
             return node_info(kube.node(name), keys, labels)
         except NotFound:
             return None

@@ -352,6 +352,11 @@ class KubeExecutor:
         return Outcome(action, "applied", detail=detail)
 
     def _event(self, action: EmitEvent) -> Outcome:
+        reporter = events.Reporter(self.instance, self.snap.now)
+        if action.pod is not None:
+            if events.emit_once(self.kube, action, reporter).already:
+                return Outcome(action, "already-done", "event-exists", "the pod was told")
+            return Outcome(action, "applied")
         ref = self._refs.get(action.node)
         if ref is None or not ref.uid:
             try:

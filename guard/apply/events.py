@@ -1,4 +1,5 @@
-"""Events about Nodes that kubectl shows: events.k8s.io/v1, in `default`, one per condition.
+"""Events about Nodes that kubectl shows: events.k8s.io/v1, in `default`, one per condition;
+and Events about the pods on a GPU the guard isolates, in each pod's namespace (`emit_once`).
 
 `kubectl describe node` finds Events by the node's kind, name and uid (``involvedObject`` in the
 core view of ``regarding``); its age column reads ``eventTime`` and, for a repeating Event,
@@ -53,6 +54,8 @@ ACTIONS = {
     "GuardDeviceTainted": "TaintDevice",  # a DRA node's GPU (guard/plan/device_taint.py)
     "GuardNotIsolated": "SkipDeviceTaint",
     "GuardPastBudget": "KeepCordoned",  # past its quarantine budget (guard/plan/budget.py)
+    "GuardGpuIsolated": "NotifyPod",  # a pod on the isolated GPU (guard/plan/workload.py)
+    "GuardDomainIncident": "GroupDomain",  # nodes of one failure domain (guard/plan/domain.py)
 }  # any other reason: "Observe"
 
 
@@ -101,12 +104,22 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
         "uid": ref.uid,
         "resourceVersion": ref.resource_version,
     }
+    namespace = NODE_EVENT_NAMESPACE
+    if action.pod is not None:  # kubectl describe pod matches the uid, where one is known
+        namespace = action.pod.namespace
+        regarding = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": namespace,
+            "name": action.pod.name,
+            "uid": action.pod.uid,
+        }
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {
             "name": action.name,
-            "namespace": NODE_EVENT_NAMESPACE,
+            "namespace": namespace,
             "labels": {APP_LABEL: APP_NAME},
         },
         "eventTime": micro_time(reporter.now),
@@ -127,6 +140,19 @@ def observed_at(event: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:
+    """An Event about a Pod (guard.plan.workload): created once. Its name is deterministic, so a
+    second run or a retry finds it there (409) and is done; the guard may only create Events
+    outside `default` (manifests/base/rbac.yaml), never read or patch them."""
+    assert action.pod is not None
+    try:
+        made = body(action, NodeRef(action.node, "", ""), reporter)
+        kube.create_event(action.pod.namespace, made)
+    except (AlreadyExists, Conflict):
+        return Emitted(True, 1)
+    return Emitted(False, 1)
 
 
 def emit(kube: Kube, action: EmitEvent, ref: NodeRef, reporter: Reporter) -> Emitted:

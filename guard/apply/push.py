@@ -39,6 +39,8 @@ from guard.figures import Figures, Unit, budget_of, figures, from_snapshot
 from guard.jobs import JobTemplates
 from guard.log import Log
 from guard.model import Snapshot
+from guard.plan import domain
+from guard.plan.isolation import held_candidates
 from guard.plan.pending import pending
 from guard.settings import INTERNAL_UPSTREAMS, Settings
 from guard.states import NODE_STATES
@@ -122,8 +124,18 @@ def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
         m.BREAKER_LIMIT.name: {(): float(status.breaker.limit)},
         m.BREAKER_ISOLATIONS.name: {(): float(status.breaker.guarded)},
         m.BREAKER_HEADROOM.name: {(): float(status.breaker.headroom)},
+        m.DOMAIN_INCIDENT_NODES.name: domain_incidents(s, snap),
         **repair_figures(s, snap),
     }
+
+
+def domain_incidents(s: Settings, snap: Snapshot) -> dict[Labels, float]:
+    """Nodes per domain incident (guard.plan.domain), as the cycle's plan found them; one
+    series at 0 with domain="" when there is none, so the push replaces the last incident."""
+    found = domain.incidents(snap, s, held_candidates(snap, s))
+    if not found:
+        return {(("domain", ""),): 0.0}
+    return {(("domain", i.domain),): float(len(i.members)) for i in found}
 
 
 WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}

@@ -56,6 +56,9 @@ class NodeTimeline:
     # dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS of GPU 0 over time (every other GPU in
     # Success, 3); empty: the exporter does not expose the field on this node.
     fabric: Steps = ()
+    # dcgm-exporter's pod mapping: (gpu index, namespace, pod) of a pod holding that GPU; its
+    # series carry the pod's `namespace` and `pod` labels (one pod per GPU here).
+    gpu_pods: tuple[tuple[int, str, str], ...] = ()
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -178,6 +181,9 @@ def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
         f'device="nvidia{gpu}",modelName="NVIDIA GeForce RTX 5090",'
         f'{node.host_label}="{node.host()}"'
     )
+    held = next(((ns, pod) for g, ns, pod in node.gpu_pods if g == gpu), None)
+    if held is not None:
+        labels += f',container="main",namespace="{held[0]}",pod="{held[1]}"'
     return labels + (f',node="{node.node_label}"' if node.node_label else "")
 
 

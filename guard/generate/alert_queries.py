@@ -182,6 +182,13 @@ def alert_isolation_past_budget() -> str:
     return f"{age}\n> on ({by}) {budget}"
 
 
+def alert_domain_incident() -> str:
+    """Per domain, the nodes of a domain incident as the guard pushed them (guard/plan/domain.py);
+    the empty domain is the push's "none". `max by` collapses the Pushgateway's `instance`."""
+    by = f"{metric_names.GROUPING_LABEL}, domain"
+    return f'max by ({by}) ({metric_names.DOMAIN_INCIDENT_NODES.name}{{domain!=""}}) >= 2'
+
+
 # ── Device taints (DRA nodes): from the guard's pushes, which name no node ─────────────────────
 # The node states of a device the guard isolated with its DeviceTaintRule (docs/metrics.md).
 DEVICE_STATES = (Section.DEVICE_TAINTED.value, Section.DEVICE_REPEAT_FAULT.value)

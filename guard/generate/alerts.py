@@ -147,6 +147,18 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             " (power cycle, reset, RMA), or hold the node with its reason.",
         ),
         Rule(
+            "GPUNodeDomainIncident",
+            alert_queries.alert_domain_incident(),
+            "warning",
+            "{{ $value }} GPU nodes of {{ $labels.domain }} isolated or candidates within the"
+            " hour: likely one shared cause",
+            "The guard's last run logged `skip reason=domain-incident` with the request draft"
+            " naming every node of the domain; each node has a GuardDomainIncident Event. Check"
+            " what they share (power feed, PCIe or NVLink switch, NVSwitch tray, cooling, cables)"
+            " before repairing the nodes one by one. Needs the guard's --pushgateway-url and"
+            " GUARD_TOPOLOGY_LABEL.",
+        ),
+        Rule(
             "GPUDeviceTaintedTooLong",
             alert_queries.alert_device_tainted_too_long(p),
             "warning",

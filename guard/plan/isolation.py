@@ -29,6 +29,8 @@ loss held for its window AND not cordoned):
 Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
 and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
 (guard.plan.triggers: gpu-short, admission-rejected), after those.
+The cycle's isolation tells the pods on its GPU (guard.plan.workload); candidates and recent
+isolations that share the site's topology label are one domain incident (guard.plan.domain).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ from dataclasses import dataclass
 
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
+from guard.ledger import format_time
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import device_taint, hold, mismatch, triggers, units
+from guard.plan import device_taint, domain, hold, mismatch, triggers, units, workload
 from guard.plan.common import (
     breaker_open,
     keys,
@@ -86,6 +89,9 @@ def plan_isolation(
     more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
     actions.extend(more)
     eligible.extend(node_triggers)
+    # Before the refused leave: a fallback's pick keeps the membership of the first plan.
+    shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
+    actions.extend(domain.announce(shared))
     eligible = [p for p in eligible if p.node.name not in refused]
     if not eligible:
         return tuple(actions)
@@ -93,7 +99,7 @@ def plan_isolation(
     limit = breaker_limit(snap, s)
     guarded = units.breaker_count(snap, s, released)
     if guarded >= limit:
-        return (*actions, *_breaker_open(eligible, guarded, limit))
+        return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]
     if first.hit is not None:
         actions.extend(triggers.cordon(snap, s, first.node, first.hit))
@@ -102,6 +108,7 @@ def plan_isolation(
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
+    actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(
         Skip(
@@ -113,6 +120,33 @@ def plan_isolation(
         for i, p in enumerate(eligible[1:], 1)
     )
     return tuple(actions)
+
+
+def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
+    """(node, reason) of every eligible candidate of the cycle, as `plan_isolation` screens
+    them (the domain incidents the push counts)."""
+    _, eligible = _screen(snap, s)
+    _, nvml = _screen_nvml(snap, s)
+    eligible.extend(nvml)
+    _, more = _screen_triggers(snap, s, {p.node.name for p in eligible})
+    return tuple((p.node.name, p.reason) for p in (*eligible, *more))
+
+
+def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
+    """The pods on the GPU this cycle isolates (guard.plan.workload), after the isolating write:
+    a write that does not land skips them (the executor's node block)."""
+    unit = units.CORDON if p.gpu is None else units.unit_for(snap, p.node, p.gpu)
+    decision = DECISIONS[unit.name]
+    fault = p.reason if p.hit is None else f"{p.reason} ({p.hit.detail})"
+    incident = f"{p.reason} {p.gpu.uuid if p.gpu else ''} {format_time(snap.now)}"
+    return workload.notify(snap, s, p.node, p.gpu, fault, decision, incident)
+
+
+# What the guard did, as a pod's Event says it (guard.plan.workload).
+DECISIONS = {
+    "cordon": "cordoned the node (no new pod is scheduled here)",
+    "device-taint": "tainted this GPU NoSchedule (no new claim gets it)",
+}
 
 
 def _waits(first: str, place: int, tries_left: int) -> str:
@@ -267,8 +301,18 @@ def _detail(reason: str, sample: GpuSample) -> str:
     return f"xid-{sample.value} gpu={sample.pci} uuid={sample.uuid} ({reason})"
 
 
-def _breaker_open(eligible: list[Pick], guarded: int, limit: int) -> tuple[Action, ...]:
-    """Every blocked candidate, each named in its own WARN line and Event."""
+def _breaker_open(
+    eligible: list[Pick], guarded: int, limit: int, shared: tuple[domain.Incident, ...]
+) -> tuple[Action, ...]:
+    """Every blocked candidate, each named in its own WARN line and Event (with its domain
+    incident, if any: guard.plan.domain)."""
     return tuple(
-        a for p in eligible for a in breaker_open(p.node.name, guarded, limit, f"{p.reason} waits")
+        a
+        for p in eligible
+        for a in breaker_open(
+            p.node.name,
+            guarded,
+            limit,
+            f"{p.reason} waits{domain.breaker_note(shared, p.node.name)}",
+        )
     )

@@ -26,7 +26,7 @@ from guard.files import (
     open_regular,
     read_text_bounded,
 )
-from guard.gpu_classes import class_label_keys
+from guard.gpu_classes import kept_label_keys
 from guard.model import GuardEvent, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.read import json_stream, objects
@@ -130,7 +130,7 @@ class _Collect:
 
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
-        self.nodes = _Nodes(self.keys, origin, class_label_keys(s.gpu_classes))
+        self.nodes = _Nodes(self.keys, origin, kept_label_keys(s.gpu_classes, s.topology_label))
         self.kept: dict[str, list[dict[str, Any]]] = {
             "Job": [],
             "ConfigMap": [],
@@ -291,7 +291,7 @@ def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
     """
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
-    labels = class_label_keys(s.gpu_classes)
+    labels = kept_label_keys(s.gpu_classes, s.topology_label)
     nodes, ignored = parse_nodes(kube.nodes(s.api_page_size), keys, "the API server", labels)
     return ClusterObjects(
         nodes=nodes,

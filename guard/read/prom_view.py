@@ -41,6 +41,7 @@ from guard.doors.prom import BadSeries, PromClient, PromError, Sample, Series
 from guard.log import Value
 from guard.model import (
     AgentCheck,
+    GpuHolder,
     GpuPod,
     GpuSample,
     HostLabels,
@@ -126,6 +127,7 @@ def read_prom(
         loss_since=since,
         cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
+        gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
         xid_hosts=_hosts(vector("xid-hosts"), join),
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
@@ -272,6 +274,7 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
         loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
         cordoned=tuple(n for n in view.cordoned if n not in gone),
         gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
+        gpu_holders=tuple(h for h in view.gpu_holders if h.node not in gone),
         nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
         nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
         service_pods=tuple(p for p in view.service_pods if p.node not in gone),
@@ -398,9 +401,16 @@ def _unique(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
 
 def _gpu_pods(samples: Iterable[Sample]) -> tuple[GpuPod, ...]:
     pods = (
-        GpuPod(x.label("namespace"), x.label("pod"), x.label("node"), int(x.value)) for x in samples
+        GpuPod(x.label("namespace"), x.label("pod"), x.label("node"), int(x.value), _uid(x))
+        for x in samples
     )
     return tuple(sorted(pods, key=lambda p: (p.node, p.namespace, p.name)))
+
+
+def _uid(x: Sample) -> str:
+    """kube-state-metrics' pod uid, where it is one: an Event's regarding.uid."""
+    uid = x.label("uid")
+    return uid if _POD_UID.fullmatch(uid) else ""
 
 
 def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
@@ -415,6 +425,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_POD_UID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 _GPU_INDEX = re.compile(r"[0-9]{1,4}")
 _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("²") fails
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
@@ -575,6 +586,21 @@ class _Intake:
                 continue
             out[key] = g
         return tuple(out.values())
+
+    def holders(self, samples: Iterable[Sample]) -> tuple[GpuHolder, ...]:
+        """The pods dcgm-exporter names on the Xid series (`pod`, `namespace`). A series without
+        them, or with names that are not a pod's, tells no pod: never a refusal, since it is not
+        what decides the node, only who is told (guard.plan.workload)."""
+        out = set()
+        for x in samples:
+            namespace, pod = x.label("namespace"), x.label("pod")
+            uuid = x.label("UUID") or x.label("uuid")
+            if not (_DNS_LABEL.fullmatch(namespace) and is_node_name(pod) and uuid):
+                continue
+            node = self.join.node(x)
+            if node:
+                out.add(GpuHolder(node, uuid, namespace, pod))
+        return tuple(sorted(out, key=lambda h: (h.node, h.uuid, h.namespace, h.pod)))
 
     def pods(
         self, query: str, samples: Iterable[Sample], selector: bool = False

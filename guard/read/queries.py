@@ -241,8 +241,10 @@ def cordoned_nodes(pins: Pins = NO_PINS) -> str:
 
 
 def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
-    """Running pods requesting GPUs on unschedulable nodes (the return check's only concern),
-    outside the guard's jobs namespace; value = GPUs requested. One series per pod.
+    """Running pods requesting GPUs on unschedulable nodes (the return check's concern) and on
+    nodes with GPU loss (the pods an isolation tells when dcgm-exporter names none,
+    guard.plan.workload), outside the guard's jobs namespace; value = GPUs requested. One series
+    per pod.
 
     Requests, not limits: Kubernetes requires them equal for extended resources. `max by`
     first collapses duplicate kube-state-metrics replicas, then `sum` adds up the containers.
@@ -251,10 +253,11 @@ def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
     phase = pins.ksm(f'{POD_PHASE_METRIC}{{phase="Running"}}')
     running = f"({phase} == 1)"
+    cordoned = f"({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
     return (
         f"sum by (namespace, pod, uid, node) ({per_container}) > 0"
         f" and on (namespace, pod, uid) {running}"
-        f" and on ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
+        f" and on ({NODE_LABEL}) ({cordoned} or ({gpu_loss(pins)} > 0))"
     )
 
 

@@ -232,7 +232,23 @@ NEVER = [
         ),
         id="core-event-create",
     ),
-    pytest.param(lambda c: create(c.api, event(c, "kube-system")), id="event-in-kube-system"),
+    pytest.param(
+        lambda c: client.EventsV1Api(c.api).patch_namespaced_event(
+            "x", "kube-system", {"series": {"count": 2}}, _content_type=MERGE_PATCH
+        ),
+        id="patch-event-outside-default",
+    ),
+    pytest.param(
+        lambda c: client.EventsV1Api(c.api).list_namespaced_event("kube-system"),
+        id="list-events-outside-default",
+    ),
+    pytest.param(
+        lambda c: c.core.create_namespaced_event(
+            "kube-system",
+            {"metadata": {"generateName": "x-"}, "involvedObject": {"kind": "Pod", "name": "x"}},
+        ),
+        id="core-event-create-elsewhere",
+    ),
     pytest.param(lambda c: c.core.delete_node(c.node), id="delete-node"),
     pytest.param(lambda c: c.core.create_node({"metadata": {"name": "x"}}), id="create-node"),
     pytest.param(
@@ -392,6 +408,7 @@ def test_the_grants_are_exactly_the_cycles() -> None:
         ("default", "events.k8s.io", "events", "patch"),
         ("default", "events.k8s.io", "events", "get"),
         ("default", "events.k8s.io", "events", "list"),
+        ("*", "events.k8s.io", "events", "create"),  # about the pods on an isolated GPU
         (GUARD_NS, "coordination.k8s.io", "leases", "create"),
         (GUARD_NS, "coordination.k8s.io", "leases", "get"),
         (GUARD_NS, "coordination.k8s.io", "leases", "update"),

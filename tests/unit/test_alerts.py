@@ -29,6 +29,7 @@ ALERT_NAMES = [
     "GPUCountDropped",
     "NodeCordonedTooLong",
     "GPUIsolationPastBudget",
+    "GPUNodeDomainIncident",
     "GPUDeviceTaintedTooLong",
     "GPUNodeRejectingGPUPods",
     "GPUNodeFabricFailed",

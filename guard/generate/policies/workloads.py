@@ -19,7 +19,9 @@ The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, Config
 ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
 archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
 gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name);
-Events only in NODE_EVENT_NAMESPACE, regarding a Node, reported as REPORTING_CONTROLLER.
+Events regarding a Node only in NODE_EVENT_NAMESPACE, or regarding a Pod of the Event's own
+namespace (a Warning of guard.plan.workload's reasons, created only), reported as
+REPORTING_CONTROLLER.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from guard.names import (
     LEASE_HOLDER_PATTERN,
     LEDGER_ARCHIVE_COMPONENT,
     NODE_EVENT_NAMESPACE,
+    POD_EVENT_REASONS,
     REPORTING_CONTROLLER,
 )
 from guard.settings import LEASE_MAX_S, Settings
@@ -286,14 +289,18 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             f"object.?spec.?leaseDurationSeconds.orValue(0) <= {LEASE_MAX_S})",
             f"the Lease's leaseDurationSeconds is 1..{LEASE_MAX_S}, as a run writes it",
         ),
-        # guard/apply/events.py: Events about Nodes only, as the guard's controller, in one
-        # namespace (RBAC already limits it to NODE_EVENT_NAMESPACE).
+        # guard/apply/events.py: Events about Nodes, in one namespace; and (RBAC: create only,
+        # in any namespace) about the pods on a GPU it isolates (guard/plan/workload.py), each
+        # in the pod's own namespace, a Warning of its fixed reasons. As the guard's controller.
         Validation(
             "request.resource.resource != 'events' || "
-            "(object.?regarding.?kind.orValue('') == 'Node' && "
-            "object.?regarding.?apiVersion.orValue('') == 'v1' && "
-            "object.?regarding.?namespace.orValue('') == '' && !('related' in object))",
-            "the guard's Events are regarding a Node (v1), with no related object",
+            "((object.?regarding.?kind.orValue('') == 'Node' && "
+            "object.?regarding.?namespace.orValue('') == '' || "
+            "object.?regarding.?kind.orValue('') == 'Pod' && "
+            "object.?regarding.?namespace.orValue('') == request.namespace) && "
+            "object.?regarding.?apiVersion.orValue('') == 'v1' && !('related' in object))",
+            "the guard's Events are regarding a Node (v1), or a Pod (v1) of the Event's own "
+            "namespace, with no related object",
         ),
         Validation(
             "request.resource.resource != 'events' || "
@@ -302,8 +309,18 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
         ),
         Validation(
             "request.resource.resource != 'events' || "
+            "object.?regarding.?kind.orValue('') == 'Pod' || "
             f"request.namespace == {quote(NODE_EVENT_NAMESPACE)}",
-            f"the guard writes Events only in namespace {NODE_EVENT_NAMESPACE}",
+            f"the guard writes Events about Nodes only in namespace {NODE_EVENT_NAMESPACE}",
+        ),
+        Validation(
+            "request.resource.resource != 'events' || "
+            "object.?regarding.?kind.orValue('') != 'Pod' || "
+            "(object.?type.orValue('') == 'Warning' && "
+            f"object.?reason.orValue('') in {lit(list(POD_EVENT_REASONS))} && "
+            "request.operation == 'CREATE')",
+            "the guard's Events about a Pod are created once, type Warning, reason one of "
+            + ", ".join(POD_EVENT_REASONS),
         ),
     ]
     sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]

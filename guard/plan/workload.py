@@ -1,0 +1,83 @@
+"""Tell the workload: a Warning Event on each running pod that holds the GPU the guard isolates.
+
+The guard never drains or evicts: a pod already holding a faulted GPU keeps running, or hangs
+until its own timeout (NCCL), unless someone tells it. So in the cycle that isolates a node or a
+GPU, each pod on it gets one Warning Event (reason `GuardGpuIsolated`, in the pod's namespace,
+regarding the pod) naming the GPU, the fault and what the guard did.
+
+Case list, for the isolation this cycle plans (guard.plan.isolation: at most one):
+  a GPU names it (an Xid) and dcgm-exporter names pods on that GPU (`pod`/`namespace` labels of
+  its Xid series, `PromView.gpu_holders`)   → those pods
+  otherwise                                 → every running GPU pod of the node that
+                                              kube-state-metrics reports (`Snapshot.gpu_pods`:
+                                              read for nodes with GPU loss and cordoned nodes)
+  none                                      → no Event
+  the guard's own jobs namespace            → never (its Jobs are the guard's business)
+Once per isolation: only in the cycle that isolates, with a deterministic name (pod, node,
+incident), created and never counted up (guard.apply.events `emit_once`), so a second run or a
+retry finds the Event and is done. Never an eviction.
+"""
+
+from __future__ import annotations
+
+from guard.actions import EmitEvent, PodRef
+from guard.model import GpuSample, NodeInfo, Snapshot
+from guard.names import GPU_ISOLATED_EVENT
+from guard.settings import Settings
+from guard.states import Decision
+
+GPU_ISOLATED = GPU_ISOLATED_EVENT  # the only one of names.POD_EVENT_REASONS
+NOTIFY = Decision.WORKLOAD_NOTIFIED
+ADVICE = (
+    "the pod is not evicted: it keeps running until it ends; "
+    "checkpoint and restart it (new pods go to healthy GPUs)"
+)
+HOLDS = "this pod holds the GPU (dcgm-exporter)"
+ON_NODE = "this pod holds GPUs of the node (no pod named on the faulted GPU)"
+
+
+def pods_on(
+    snap: Snapshot, s: Settings, node: str, gpu: GpuSample | None
+) -> tuple[tuple[PodRef, ...], bool]:
+    """The pods on the isolated GPU (dcgm-exporter's labels), else the node's GPU pods; and
+    whether the exporter named them."""
+    uids = {(p.namespace, p.name): p.uid for p in snap.gpu_pods if p.node == node}
+    named: set[tuple[str, str]] = set()
+    if gpu is not None:
+        uuid = gpu.uuid.lower()
+        named = {
+            (h.namespace, h.pod)
+            for h in snap.prom.gpu_holders
+            if h.node == node and h.uuid.lower() == uuid
+        }
+    found = named or set(uids)
+    refs = tuple(
+        PodRef(ns, name, uids.get((ns, name), ""))
+        for ns, name in sorted(found)
+        if ns != s.jobs_namespace
+    )
+    return refs, bool(named)
+
+
+def notify(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    gpu: GpuSample | None,
+    fault: str,
+    decision: str,
+    incident: str,
+) -> tuple[EmitEvent, ...]:
+    """One Warning Event per pod on the isolated GPU (the module's case list). `fault` says what
+    was seen (xid-79 …), `decision` what the guard did; `incident` makes the Event's name one per
+    isolation (the GPU and the cycle's time)."""
+    pods, named = pods_on(snap, s, node.name, gpu)
+    where = f"GPU {gpu.gpu} {gpu.uuid} ({gpu.pci})" if gpu is not None else "its GPUs"
+    message = (
+        f"{where} on node {node.name}: {fault}; gpu-node-guard {decision}; "
+        f"{HOLDS if named else ON_NODE}. {ADVICE}"
+    )
+    return tuple(
+        EmitEvent(node.name, NOTIFY, "Warning", GPU_ISOLATED, message, incident, pod=p)
+        for p in pods
+    )
