@@ -71,8 +71,10 @@ def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *e
         text=True,
         timeout=60,
         check=False,
-        # the CronJob's own values: its namespace from the pod, a short cycle deadline
-        env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "1"},
+        # the CronJob's own values: its namespace from the pod, a short cycle deadline (but
+        # longer than importing the Kubernetes client on a busy machine, >2 s, so that the run
+        # makes its requests and pushes their count)
+        env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "5"},
     )
 
 
