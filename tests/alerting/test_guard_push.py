@@ -72,7 +72,8 @@ def guard_run(stack: PushStack, tmp_path: Path, namespace: str, gateway: str, *e
         timeout=60,
         check=False,
         # the CronJob's own values: its namespace from the pod, a short cycle deadline (long
-        # enough for Prometheus' time and one refused API request on a loaded machine)
+        # enough on a busy machine for importing the Kubernetes client, Prometheus' time and one
+        # refused API request, so that the run makes its requests and pushes their count)
         env={**os.environ, "GUARD_NAMESPACE": namespace, "GUARD_CYCLE_DEADLINE_S": "5"},
     )
 

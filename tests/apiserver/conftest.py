@@ -41,7 +41,6 @@ from tests.apiserver.kube import (
 REPO = Path(__file__).resolve().parents[2]
 _ENFORCE_TIMEOUT_S = 60.0
 AGENT = "gpu-node-guard-agent"
-_started_in_s: list[float] = []
 
 
 @pytest.fixture(scope="session")
@@ -53,18 +52,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
     assets = required_assets(controller_manager=True)
     workdir = tmp_path_factory.mktemp("apiserver")
     with control_plane(assets, workdir, True, ACCOUNT_CONTROLLERS) as plane:
-        _started_in_s.append(plane.started_in_s)
+        tally.STARTED_IN_S.append(plane.started_in_s)
         yield plane
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for seconds in _started_in_s:
-        terminalreporter.write_line(
-            f"apiserver tier: a control plane (etcd, kube-apiserver, kube-controller-manager) "
-            f"ready in {seconds:.1f} s"
-        )
-    for line in tally.lines():
-        terminalreporter.write_line(f"apiserver tier: {line}")
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +67,7 @@ def cluster(
     assets = required_assets(controller_manager=True)
     workdir = tmp_path_factory.mktemp("cluster")
     with control_plane(assets, workdir, as_clusters_run=True) as plane:
-        _started_in_s.append(plane.started_in_s)
+        tally.STARTED_IN_S.append(plane.started_in_s)
         with plane.admin_client() as api:
             aggregate_cluster_roles(api)
             Kubectl(kubectl_binary, plane.kubeconfig).apply(BASE)

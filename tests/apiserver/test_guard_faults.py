@@ -153,6 +153,17 @@ def admin(plane: tuple[ControlPlane, Restartable]) -> Iterator[client.ApiClient]
         yield api
 
 
+@pytest.fixture
+def gpu_node(
+    plane: tuple[ControlPlane, Restartable], admin: client.ApiClient, gpu_node: Any
+) -> Iterator[Any]:
+    """The conftest's `gpu_node`; a test that failed while the API server was down has it started
+    again before that fixture's clean-up, so the module's later tests do not fail with it."""
+    yield gpu_node
+    if plane[1].proc is None:
+        back_up(plane, admin)
+
+
 @dataclass
 class DownAfter(Kube):
     """A real client that stops the API server right after one kind of write returns."""
