@@ -354,7 +354,12 @@ class KubeExecutor:
     def _event(self, action: EmitEvent) -> Outcome:
         reporter = events.Reporter(self.instance, self.snap.now)
         if action.pod is not None:
-            if events.emit_once(self.kube, action, reporter).already:
+            try:
+                told = events.emit_once(self.kube, action, reporter)
+            except NotFound:  # its namespace is gone, and so is the pod
+                gone = f"namespace {action.pod.namespace} not found: the pod is gone"
+                return Outcome(action, "skipped", "pod-gone", gone)
+            if told.already:
                 return Outcome(action, "already-done", "event-exists", "the pod was told")
             return Outcome(action, "applied")
         ref = self._refs.get(action.node)

@@ -130,7 +130,7 @@ NODE_NAMES = frozenset(n.name for n in SCENARIO_NODES)
 PODS = (
     KSM_POD,
     PodTimeline("research", "train-0", "cordoned79", gpus=2),
-    PodTimeline("research", "train-1", "fast79", gpus=8),  # schedulable node: not asked
+    PodTimeline("research", "train-1", "fast79", gpus=8),  # schedulable, with GPU loss
     PodTimeline(JOBS_NS, "gng-loadtest-cordoned79", "cordoned79", gpus=8),  # the guard's own
     PodTimeline("research", "done-0", "cordoned79", gpus=1, running=((0, 1), (ONSET_S, 0))),
 )

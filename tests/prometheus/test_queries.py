@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from guard.doors.prom import PromClient, PromError
+from guard.example.scenario import PodTimeline
 from guard.model import GpuPod, NodeInfo, PromView
 from guard.plan.hold import candidates, loss_held_s
 from guard.plan.watch import fine
@@ -158,8 +159,15 @@ def test_node_label_wins_only_when_it_names_a_node(prom):
 
 
 def test_gpu_pods_come_from_kube_state_metrics(prom):
-    # only Running pods requesting GPUs, on unschedulable nodes, outside the guard's namespace
-    assert view(prom, minutes(12)).gpu_pods == (GpuPod("research", "train-0", "cordoned79", 2),)
+    # only Running pods requesting GPUs, on unschedulable nodes (the return) or nodes with GPU
+    # loss (the pods an isolation tells), outside the guard's namespace; with their uid
+    train0, train1 = (PodTimeline("research", f"train-{i}", "") for i in (0, 1))
+    assert view(prom, minutes(12)).gpu_pods == (
+        GpuPod("research", "train-0", "cordoned79", 2, train0.uid),
+        GpuPod("research", "train-1", "fast79", 8, train1.uid),
+    )
+    # before the loss began, fast79's pod is not asked (done-0 on cordoned79 still runs)
+    assert [p.name for p in view(prom, minutes(-1)).gpu_pods] == ["done-0", "train-0"]
 
 
 def _node_infos() -> tuple[NodeInfo, ...]:
