@@ -688,7 +688,7 @@ STRUCTURAL_ROWS = [
     Row(
         "too-many-series",
         "structural",
-        args=("--prometheus-max-series", "100"),
+        args=("--prometheus-limits", "series=100"),
         rc=1,
         abort="series",
     ),
@@ -813,8 +813,8 @@ def run_cycle(
         "json",
         "--log-format",
         "json",
-        "--prometheus-timeout-s",
-        "5",
+        "--prometheus-limits",
+        "timeout=5",
         *extra,
     ]
     result = CliRunner().invoke(cli, args, prog_name="gpu-node-guard")
