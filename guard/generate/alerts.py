@@ -17,11 +17,11 @@ import click
 import yaml
 
 from guard import runbook
+from guard.codec import queries
+from guard.codec.queries import duration as dur
 from guard.generate import alert_queries
 from guard.generate.policies import params
 from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
-from guard.read import queries
-from guard.read.queries import duration as dur
 from guard.settings import Settings
 
 RULES_FILE = Path("manifests/prometheus/gpu-node-guard.rules.yaml")

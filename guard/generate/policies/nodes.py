@@ -56,7 +56,7 @@ _NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?t
 # Exactly one taint gone, every other as it was: all node scope allows, and all the onboarding
 # gate's policy looks at (so one policy answers each request).
 _ONE_TAINT_REMOVED = f"{_OLD_TAINTS}.exists(x, {_NEW_TAINTS} == {_OLD_TAINTS}.filter(t, t != x))"
-# The guard's own values are short, printable, one line (guard/read/records.py, check_records.py):
+# The guard's own values are short, printable, one line (guard/codec/records.py, check_records.py):
 # a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
 VALUE_MAX_BYTES = 1024
 PRINTABLE = r"^[ -~]*$"
