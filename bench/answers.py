@@ -102,12 +102,8 @@ def answering(big: bytes, stream: bool) -> Iterator[str]:
 
 
 # The highest caps the settings take (guard.settings.MAX_SERIES, MAX_ANSWER_BYTES).
-RAISED = (
-    "--prometheus-max-series",
-    str(MAX_SERIES),
-    "--prometheus-max-answer-bytes",
-    str(MAX_ANSWER_BYTES),
-)
+WAIT = "timeout=120"
+RAISED = ("--prometheus-limits", f"{WAIT},series={MAX_SERIES},answer-bytes={MAX_ANSWER_BYTES}")
 # (answer, how it is sent, guard flags)
 VARIANTS = (
     ("dcgm labels", "Content-Length", ()),
@@ -140,8 +136,7 @@ def main(series: int) -> None:
                 str(SNAPSHOT),
                 "--at",
                 DECISION_TICK.isoformat(),
-                "--prometheus-timeout-s",
-                "120",
+                *(() if "--prometheus-limits" in flags else ("--prometheus-limits", WAIT)),
                 *flags,
             ]
             m = measure(argv, timeout_s=600)

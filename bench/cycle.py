@@ -22,19 +22,20 @@ from guard.settings import CRONJOB_DEADLINE_S, MAX_SERIES
 
 RUN_TIMEOUT_S = 1200
 # The longest answer wait the settings take: below the CronJob's activeDeadlineSeconds.
-LONG_QUERY_TIMEOUT = ("--prometheus-timeout-s", str(CRONJOB_DEADLINE_S - 10))
+LONG_QUERY_TIMEOUT = f"timeout={CRONJOB_DEADLINE_S - 10}"
 # Above 20,000 nodes the host-label answers (one series per node) pass the default series cap;
 # the largest cap the settings take is what a site of that size sets.
-MOST_SERIES = ("--prometheus-max-series", str(MAX_SERIES))
+MOST_SERIES = f"series={MAX_SERIES}"
 
 
-def remedy(abort: str) -> tuple[str, ...]:
-    """The flags that answer the abort `abort` of a guard run (none for any other abort)."""
-    if "--prometheus-max-series" in abort:
+def remedy(abort: str) -> str:
+    """The --prometheus-limits key that answers the abort `abort` of a guard run ("" for any
+    other abort)."""
+    if "--prometheus-limits series=" in abort:
         return MOST_SERIES
-    if "no complete answer" in abort or "--prometheus-timeout-s" in abort:
+    if "no complete answer" in abort or "--prometheus-limits timeout=" in abort:
         return LONG_QUERY_TIMEOUT
-    return ()
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +187,16 @@ def _interleaved(t: Target, module: str, reps: int) -> tuple[Run, Run, str, tupl
     other. The measured runs use what that gathered; the first abort and those flags are
     returned.
     """
+    keys: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
     first = ""
     while error := run_guard(t, module, extra).error:
         first = first or error
         more = remedy(error)
-        if not more or set(more) <= set(extra):
+        if not more or more in keys:
             break  # not one the bench can answer: the measured runs report it
-        extra += more
+        keys += (more,)
+        extra = ("--prometheus-limits", ",".join(keys))
     floors, guards = [], []
     for _ in range(reps):
         floors.append(run_floor(t))

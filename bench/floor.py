@@ -1,7 +1,7 @@
 """The floor of one cycle: the guard's own PromQL and one read of the cluster, with plain requests.
 
 Run as ``python -m bench.floor`` in its own process (so its peak RSS is its own); prints one JSON
-object. The requests are `guard.read.queries.guard_queries` with the guard's settings — the list
+object. The requests are `guard.codec.queries.guard_queries` with the guard's settings — the list
 `guard.read.prom_view.read_prom` sends, at the same instants; the cluster read is either the List
 file decoded item by item (`guard.read.json_stream`, a count kept), or one paginated node list that
 keeps only a count. The page
@@ -21,9 +21,10 @@ from typing import Any
 import click
 import requests
 
+from guard.codec import queries
+from guard.codec.series import on_step
 from guard.files import SNAPSHOT_JSON_MAX_BYTES
-from guard.read import json_stream, queries
-from guard.read.prom_view import on_step
+from guard.read import json_stream
 from guard.settings import Settings
 
 

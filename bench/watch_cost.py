@@ -3,10 +3,10 @@
 ``python -m bench.watch_cost --nodes 5000 [--reps 5]`` builds the cycle bench's synthetic
 cluster (`bench.synthetic`: N nodes × 8 GPUs, the role nodes with their faults, the same TSDB
 the cycle bench reads) in a real Prometheus and times the watch's own PromQL, as
-`guard.watch` sends it: the poll (`guard.read.queries.watch_poll`, once per `scrape_interval_s`)
-and a decision's four narrowed queries (`guard.read.queries.hold_queries`, for the new Xid 79 node,
+`guard.watch` sends it: the poll (`guard.codec.queries.watch_poll`, once per `scrape_interval_s`)
+and a decision's four narrowed queries (`guard.codec.queries.hold_queries`, for the new Xid 79 node,
 its loss history on the scrape grid), and
-one cycle's queries (`guard.read.queries.guard_queries`) beside them for scale. Prints
+one cycle's queries (`guard.codec.queries.guard_queries`) beside them for scale. Prints
 a Markdown table: seconds per query (median of `--reps`), and seconds of Prometheus time per
 minute of watching with no decision and with one.
 """
@@ -26,10 +26,10 @@ from bench.openmetrics import stamps
 from bench.report import table
 from bench.synthetic import ClusterSpec, families
 from bench.tsdb import build_blocks
+from guard.codec import queries
+from guard.codec.series import on_step
 from guard.example.promserver import serve
 from guard.plan.watch import fine
-from guard.read import queries
-from guard.read.prom_view import on_step
 from guard.settings import Settings
 
 

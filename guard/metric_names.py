@@ -113,7 +113,7 @@ ISOLATIONS_PAST_BUDGET = PushedMetric(
 )
 QUARANTINE_BUDGET = PushedMetric(
     "gpu_node_guard_quarantine_budget_seconds",
-    "The expected repair time of each verdict (GUARD_BUDGET_*_H)",
+    "The expected repair time of each verdict (GUARD_BUDGET)",
     ("verdict",),
 )
 GPU_HOURS_LOST = PushedMetric(

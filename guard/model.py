@@ -168,7 +168,7 @@ class NodeInfo:
     pcie_links: tuple[RecordedLink, ...] = ()  # recorded from the evidence Job at the cordon
     conformance_failed: FailedCheck | None = None
     onboarding_failed: FailedCheck | None = None
-    job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.read.check_records)
+    job_records: tuple[JobRecord, ...] = ()  # what the guard made (guard.codec.check_records)
     claim_record: ClaimRecord | None = None  # its device load test's ResourceClaim, likewise
     fence: FenceRecord | None = None  # the cordon's GPU fenced on the host (guard.plan.fence)
     fence_jobs: tuple[str, ...] = ()  # uids of the guard's last fence Jobs here, oldest first
@@ -298,7 +298,7 @@ class AgentCheck:
 class ServicePod:
     """A kube-proxy or CNI pod on an unschedulable node, as kube-state-metrics reports it."""
 
-    selector: str  # the selector that picked it: kube-proxy or cni (guard.read.queries)
+    selector: str  # the selector that picked it: kube-proxy or cni (guard.codec.queries)
     namespace: str
     name: str
     node: str
@@ -312,7 +312,7 @@ class PromUnreadable:
     series names a node in a valid form."""
 
     node: str
-    query: str  # the `guard.read.queries.Query` name
+    query: str  # the `guard.codec.queries.Query` name
     label: str  # the label's name, or "value"
     value: str  # as Prometheus sent it (shown escaped and shortened, never written)
     why: str
@@ -432,7 +432,7 @@ Unit = Literal["cordon", "device-taint"]
 @dataclass(frozen=True, slots=True)
 class Isolation:
     """One isolation the guard holds, whatever its unit, made from the node's records and the
-    guard's DeviceTaintRules (guard.read.records `isolations`): what the breaker counts and the
+    guard's DeviceTaintRules (guard.codec.records `isolations`): what the breaker counts and the
     return table (guard.plan.return_rule) decides about. An unreadable record's fields are empty."""
 
     unit: Unit

@@ -682,6 +682,44 @@ SITE_GROUPS: dict[str, tuple[str, ...]] = {
     ),
 }
 SITE_SETTINGS = tuple(name for group in SITE_GROUPS.values() for name in group)
+# Site settings set together: one option and one GUARD_* variable each, written
+# ``key=value,key=value`` (`--budget rma=720h,human=48h`, GUARD_BUDGET); a key left out keeps
+# its default. Option → key → (its field, the unit its value may end in).
+COMPOUNDS: dict[str, dict[str, tuple[str, str]]] = {
+    "prometheus_tls": {
+        "ca": ("prometheus_ca_file", ""),
+        "cert": ("prometheus_cert_file", ""),
+        "key": ("prometheus_key_file", ""),
+    },
+    "budget": {
+        "reset": ("budget_reset_h", "h"),
+        "power-cycle": ("budget_power_cycle_h", "h"),
+        "rma": ("budget_rma_h", "h"),
+        "human": ("budget_human_h", "h"),
+    },
+    "prometheus_limits": {
+        "timeout": ("prometheus_timeout_s", "s"),
+        "answer-bytes": ("prometheus_max_answer_bytes", ""),
+        "series": ("prometheus_max_series", ""),
+    },
+}
+COMPOUND_OF = {f: name for name, keys in COMPOUNDS.items() for f, _ in keys.values()}
+
+
+def site_options(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The options that set `names`: a compound's name in place of its first member, each once.
+
+    >>> site_options(("prometheus_url", "prometheus_ca_file", "prometheus_key_file"))
+    ('prometheus_url', 'prometheus_tls')
+    """
+    return tuple(dict.fromkeys(COMPOUND_OF.get(n, n) for n in names))
+
+
+def compound_key(name: str) -> str:
+    """The key of a compound's member (``budget_rma_h`` → ``rma``)."""
+    return next(k for k, (f, _) in COMPOUNDS[COMPOUND_OF[name]].items() if f == name)
+
+
 # What the CronJob's own manifest gives its pod, beside its schedule and deadline: a GUARD_*
 # variable only, no flag, never in settings.env (`config check` refuses it there). The namespace
 # and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the

@@ -19,13 +19,18 @@ import click
 from guard.ledger import parse_time
 from guard.log import redact
 from guard.settings import (
+    COMPOUND_OF,
+    COMPOUNDS,
     CRONJOB_ENV,
     SITE_SETTINGS,
     Settings,
     SettingsError,
+    compound_key,
     fixed_settings,
     layout_differences,
+    setting_default,
     setting_fields,
+    site_options,
 )
 
 # GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
@@ -98,7 +103,11 @@ def option_set(names: tuple[str, ...]) -> Callable[[Command], Command]:
 
 
 def _options(command: Command, names: tuple[str, ...]) -> Command:
-    for f in reversed(setting_fields(names)):
+    for name in reversed(site_options(names)):
+        if name in COMPOUNDS:
+            command = _compound_option(name)(command)
+            continue
+        (f,) = setting_fields((name,))
         flag = "--" + f.name.replace("_", "-")
         env = "GUARD_" + f.name.upper()
         help_text = f.metadata["help"]
@@ -130,6 +139,78 @@ def _options(command: Command, names: tuple[str, ...]) -> Command:
     return command
 
 
+def _compound_option(name: str) -> Callable[[Command], Command]:
+    """One option for a compound's fields; unset (None) leaves every field at its default."""
+    return click.option(
+        "--" + name.replace("_", "-"),
+        name,
+        cls=SettingOption,
+        default=None,
+        envvar="GUARD_" + name.upper(),
+        metavar="KEY=VALUE,…",
+        show_default=compound_default(name),
+        help=compound_help(name),
+    )
+
+
+def compound_default(name: str) -> str:
+    """``reset=4h,power-cycle=24h,…``: the compound's defaults as its option writes them."""
+    return ",".join(
+        f"{key}={_plain(setting_default(f))}{unit}" for key, (f, unit) in COMPOUNDS[name].items()
+    )
+
+
+def compound_help(name: str) -> str:
+    """The members' help, each after its key."""
+    keys = COMPOUNDS[name]
+    by_field = {f.name: f for f in setting_fields(tuple(f for f, _ in keys.values()))}
+    parts = [f"{key}: {by_field[f].metadata['help']}" for key, (f, _) in keys.items()]
+    return "Comma-separated key=value, a key left out keeps its default. " + "; ".join(parts)
+
+
+def _plain(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def parse_compound(name: str, text: str) -> dict[str, Any]:
+    """The fields `text` (``key=value,…``) sets; ValueError with one line when it is not that.
+
+    >>> parse_compound("budget", "rma=720h, human=48")
+    {'budget_rma_h': 720.0, 'budget_human_h': 48.0}
+    """
+    keys, out = COMPOUNDS[name], {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        key, sep, value = entry.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in keys:
+            raise ValueError(f"{entry!r} is not key=value with a key of {', '.join(keys)}")
+        field_name, unit = keys[key]
+        (f,) = setting_fields((field_name,))
+        number = value.removesuffix(unit) if unit else value
+        try:
+            out[field_name] = _TYPES[str(f.type)](number)
+        except ValueError:
+            unit_text = f" (it may end in {unit})" if unit else ""
+            raise ValueError(f"{key}={value!r} is not a number{unit_text}") from None
+    return out
+
+
+def _expand(options: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+    """Click's values as fields: each given compound spread into its members; a compound's
+    refused text is one usage line naming its flag."""
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in COMPOUNDS and value is not None:
+            try:
+                out.update(parse_compound(name, value))
+            except ValueError as exc:
+                raise click.UsageError(f"bad setting: {_option_flag(name)} {exc}") from None
+    out.update({k: v for k, v in options.items() if k in names})
+    return out
+
+
 settings_options = option_set(SITE_SETTINGS)  # `run`: every site setting
 
 
@@ -143,7 +224,7 @@ def build_settings(
     if warn:
         warn_unknown_env()
     pod = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
-    given = {**pod, **{k: v for k, v in options.items() if k in names}}
+    given = {**pod, **_expand(options, names)}
     try:
         built = Settings(**given)
     except SettingsError as exc:
@@ -192,7 +273,13 @@ LOCAL_ONLY = frozenset(
 def given_here(ctx: click.Context, options: Mapping[str, Any]) -> frozenset[str]:
     """The settings a person gave this command (a flag or a GUARD_* variable)."""
     defaults = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
-    return frozenset(n for n in options if ctx.get_parameter_source(n) not in defaults)
+    given = [n for n in options if ctx.get_parameter_source(n) not in defaults]
+    return frozenset(f for n in given for f in _members(n))
+
+
+def _members(name: str) -> tuple[str, ...]:
+    """The fields one option sets: a compound's members, else the field of that name."""
+    return tuple(f for f, _ in COMPOUNDS[name].values()) if name in COMPOUNDS else (name,)
 
 
 def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dict[str, Any]:
@@ -201,9 +288,18 @@ def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dic
     there). A value that does not convert is one usage line naming `where` and the key. Only the
     site's settings and the CronJob's own are read: a fixed value is no variable."""
     out: dict[str, Any] = {}
+    for name in COMPOUNDS:
+        key = "GUARD_" + name.upper()
+        if key in env and not set(_members(name)) <= skip:
+            try:
+                found = parse_compound(name, env[key])
+            except ValueError as exc:
+                text = f"{key}={_shown(env[key])}: {exc}"
+                raise click.UsageError(f"bad setting in {where}: {text}") from None
+            out.update({k: v for k, v in found.items() if k not in skip})
     for f in setting_fields((*SITE_SETTINGS, *CRONJOB_ENV)):
         key = "GUARD_" + f.name.upper()
-        if f.name in skip or key not in env:
+        if f.name in skip or key not in env or f.name in COMPOUND_OF:
             continue
         text, kind = env[key], str(f.type)
         if text == "" and kind not in ("str", "tuple[int, ...]"):
@@ -229,18 +325,29 @@ def _shown(value: Any) -> str:
 
 
 def known_env_names() -> frozenset[str]:
-    read = (*SITE_SETTINGS, *CRONJOB_ENV)
+    read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
     return frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
 
 
 FIXED_HINT = "a fixed value of the guard, not a setting: docs/deploy.md, Settings by lifetime"
 
 
+def retired_hints() -> dict[str, str]:
+    """GUARD_* names that are no variable, each with what it is: a fixed value, or a key of
+    a compound setting now (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+    hints = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
+    for name, compound in COMPOUND_OF.items():
+        hints["GUARD_" + name.upper()] = (
+            f"now the key {compound_key(name)}= of GUARD_{compound.upper()}: docs/deploy.md,"
+            " Settings by lifetime"
+        )
+    return hints
+
+
 def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
     """One WARN line per GUARD_* variable no command reads, with the closest known name: a
     misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
-    fixed = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
-    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, fixed, environ)
+    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, retired_hints(), environ)
 
 
 def unknown_command_env_lines(
@@ -294,6 +401,12 @@ def warn_unknown_command_env(prefix: str) -> None:
 def _flag(name: str) -> str:
     """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`
     (the CronJob's own values: the variable alone)."""
+    if name in COMPOUND_OF:
+        return f"{_option_flag(COMPOUND_OF[name])} {compound_key(name)}="
     if name not in SITE_SETTINGS:
         return f"GUARD_{name.upper()}"
+    return _option_flag(name)
+
+
+def _option_flag(name: str) -> str:
     return f"--{name.replace('_', '-')} (GUARD_{name.upper()})"

@@ -172,7 +172,7 @@ def xid_reason(code: int) -> str:
 
 
 def conformance_reason(item: str) -> str:
-    """The cordon reason of a failed conformance item (an item word, guard.read.check_records)."""
+    """The cordon reason of a failed conformance item (an item word, guard.codec.check_records)."""
     return f"conformance-{item}"
 
 

@@ -3,11 +3,12 @@ at the next tick.
 
 It waits for the holds pending at its start (guard.plan.watch `dues`: hardware Xids and the
 driver/NVML mismatch; for a mismatch it also re-reads the node's nvidia-match history and
-status, `guard.read.queries.mismatch_queries`) and polls with one query
-per scrape (`Settings.scrape_interval_s`; `guard.read.queries.watch_poll`: hardware Xid and GPU loss
+status, `guard.codec.queries.mismatch_queries`) and polls with one query
+per scrape (`Settings.scrape_interval_s`;
+`guard.codec.queries.watch_poll`: hardware Xid and GPU loss
 now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
 only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
-(`guard.read.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
+(`guard.codec.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
 snapshot with those facts; the nodes decided at one instant (those due, or those a poll names)
 are re-read from Prometheus together, one request per query, so the watch's requests per scrape
 do not grow with the number of pending or flapping nodes
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from guard.actions import Cordon, TaintDevice
 from guard.apply import cordon_landed
+from guard.codec import queries
 from guard.doors.kube import KubeError, NotFound
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromError
@@ -55,7 +57,6 @@ from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.mismatch import NVML_MISMATCH
 from guard.plan.watch import Due, decision_snapshot, dues, fine, split
-from guard.read import queries
 from guard.read.objects import node_info
 from guard.read.prom_view import read_prom, with_prom_unreadable
 from guard.returns import Returns

@@ -43,6 +43,7 @@ from guard.actions import (
 )
 from guard.apply import events, node_patch
 from guard.apply.outcome import Outcome
+from guard.codec.check_records import fence_jobs_value
 from guard.doors import ledger_store
 from guard.doors.kube import Conflict, Kube, KubeError, NotFound
 from guard.doors.kube_errors import Refused
@@ -52,7 +53,6 @@ from guard.model import Snapshot
 from guard.names import APP_LABEL, APP_NAME, Annotations
 from guard.plan.check_jobs import UID
 from guard.plan.common import LEDGER_ARCHIVED
-from guard.read.check_records import fence_jobs_value
 from guard.settings import Settings
 
 NodePatch = node_patch.NodePatch

@@ -272,7 +272,7 @@ class PromClient:
         if found > self.max_series:  # counted before parsing: a huge answer never becomes dicts
             raise PromError(
                 f"query {name}: answer has {found} series, more than {self.max_series}"
-                " (--prometheus-max-series); the query is wrong for this cluster or the limit"
+                " (--prometheus-limits series=); the query is wrong for this cluster or the limit"
                 " too low"
             )
         result, warnings = _result(name, answer, want, url)
@@ -356,7 +356,7 @@ class PromClient:
         except requests.exceptions.SSLError as exc:
             box["error"] = PromError(
                 f"query {name}: TLS with {url} failed: {_tls_reason(exc)}"
-                " (check --prometheus-ca-file and the client certificate)"
+                " (check --prometheus-tls ca= and the client certificate)"
             )
         except requests.Timeout:
             box["error"] = _Transient(f"query {name}: no answer from {url} within {timeout_s:g}s")
@@ -407,7 +407,7 @@ class PromClient:
         more = "more than " if at_least else ""
         return PromError(
             f"query {name}: answer is {more}{size} bytes, over {self.max_answer_bytes}"
-            " (--prometheus-max-answer-bytes); nothing was parsed"
+            " (--prometheus-limits answer-bytes=); nothing was parsed"
         )
 
 

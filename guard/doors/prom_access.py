@@ -96,23 +96,23 @@ def _token(path: str, flag: str) -> str:
 
 
 def _check_ca(path: str) -> None:
-    _readable(path, "--prometheus-ca-file")
+    _readable(path, "--prometheus-tls ca")
     try:
         ssl.create_default_context(cafile=path)
     except (ssl.SSLError, ValueError) as exc:
         raise PromAccessError(
-            f"--prometheus-ca-file {path}: not a PEM CA bundle ({_reason(exc)})"
+            f"--prometheus-tls ca={path}: not a PEM CA bundle ({_reason(exc)})"
         ) from None
 
 
 def _check_pair(cert: str, key: str) -> None:
-    _readable(cert, "--prometheus-cert-file")
-    _readable(key, "--prometheus-key-file")
+    _readable(cert, "--prometheus-tls cert")
+    _readable(key, "--prometheus-tls key")
     try:
         ssl.create_default_context().load_cert_chain(cert, key)
     except (ssl.SSLError, ValueError) as exc:
         raise PromAccessError(
-            f"--prometheus-cert-file {cert} with --prometheus-key-file {key}: not a PEM"
+            f"--prometheus-tls cert={cert} with key={key}: not a PEM"
             f" certificate and its key ({_reason(exc)})"
         ) from None
 

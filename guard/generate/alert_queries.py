@@ -1,7 +1,7 @@
 """Every alert expression the shipped rules carry; `guard.generate.alerts` renders them into rule
 files.
 
-Built from the guard's own blocks in `guard.read.queries` (the Xid metric, the Hostname/hostname
+Built from the guard's own blocks in `guard.codec.queries` (the Xid metric, the Hostname/hostname
 handling, GPU loss and "not cordoned"), so alerts and guard agree on a fault. The site's filters
 (user-code Xids, allowed DNS upstreams, service-network pods) are no text of their own: series
 the guard pushes, or strings the overlay's alerts component fills (docs/alerts.md, "The site's
@@ -22,10 +22,7 @@ from typing import Literal
 
 from guard import metric_names
 from guard.actions import TYPE_WORDS, TaintDevice
-from guard.generate.policies import params
-from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
-from guard.names import COMPONENT_LABEL, Annotations
-from guard.read.queries import (
+from guard.codec.queries import (
     CAPACITY_METRIC,
     XID_COUNT_METRIC,
     XID_METRIC,
@@ -35,6 +32,9 @@ from guard.read.queries import (
     not_cordoned,
     with_node_label,
 )
+from guard.generate.policies import params
+from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
+from guard.names import COMPONENT_LABEL, Annotations
 from guard.runbook import Section
 from guard.settings import INTERNAL_UPSTREAMS as INTERNAL_UPSTREAMS
 from guard.settings import Settings
@@ -408,7 +408,7 @@ class NodeAlertParams:
 
     remap_window_s: int = 3600  # an uncorrectable remap alerts this long after it happened
     # The kube-proxy and CNI pods are the guard's return-condition selectors, from Settings
-    # (guard.read.queries.service_network_selectors): one fact for the alert and the return check.
+    # (guard.codec.queries.service_network_selectors): one fact for the alert and the return check.
     service_network_for_s: int = 300
     coredns_window_s: int = 600
     gfd_container: str = "gpu-feature-discovery"

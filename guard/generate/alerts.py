@@ -17,11 +17,11 @@ import click
 import yaml
 
 from guard import runbook
+from guard.codec import queries
+from guard.codec.queries import duration as dur
 from guard.generate import alert_queries
 from guard.generate.policies import params
 from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
-from guard.read import queries
-from guard.read.queries import duration as dur
 from guard.settings import Settings
 
 RULES_FILE = Path("manifests/prometheus/gpu-node-guard.rules.yaml")
@@ -141,7 +141,7 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             "A {{ $labels.verdict }} isolation has lasted {{ $value | humanizeDuration }}, past"
             " its quarantine budget",
             "The oldest open isolation with verdict {{ $labels.verdict }} is older than the repair"
-            " time that verdict is expected to take (GUARD_BUDGET_*_H). `gpu-node-guard status`"
+            " time that verdict is expected to take (GUARD_BUDGET). `gpu-node-guard status`"
             " shows the node in state isolated-past-its-budget with what its return waits for;"
             " `gpu-node-guard report` lists every isolation past its budget. Chase the repair"
             " (power cycle, reset, RMA), or hold the node with its reason.",

@@ -38,12 +38,15 @@ from guard.generate import alert_queries, alerts, policies
 from guard.generate.policies import params
 from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import (
+    COMPOUND_OF,
     CRONJOB_ENV,
     LAYOUT_SETTINGS,
     SITE_SETTINGS,
     Settings,
     SettingsError,
+    compound_key,
     fixed_settings,
+    site_options,
 )
 from guard.settings_flags import env_options
 
@@ -169,13 +172,19 @@ def _keys(data: Mapping[str, str]) -> list[str]:
     """Only the site's settings and the images (image-wiring writes them) belong in the
     ConfigMap: each other key is one line saying what it is (docs/deploy.md, "Settings by
     lifetime")."""
-    site = {params.env_name(n) for n in (*SITE_SETTINGS, *IMAGES)}
+    site = {params.env_name(n) for n in (*site_options(SITE_SETTINGS), *IMAGES)}
     what = {params.env_name(n): "a fixed value of the guard" for n in fixed_settings()}
     what.update({params.env_name(n): "the CronJob's own (its manifest)" for n in CRONJOB_ENV})
     what.update(
         {
             params.env_name(n): "a layout name, written into the manifests and policies"
             for n in LAYOUT
+        }
+    )
+    what.update(
+        {
+            params.env_name(n): f"now the key {compound_key(n)}= of {params.env_name(c)}"
+            for n, c in COMPOUND_OF.items()
         }
     )
     out = []

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from guard import ledger
 from guard.actions import Action, Cordon, CreateJob, EmitEvent, RecordBoot, Skip
+from guard.codec.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import (
@@ -56,7 +57,6 @@ from guard.plan.check_jobs import (
 )
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
-from guard.read.check_records import checked_boot_value, failed_value
 from guard.settings import Settings
 
 

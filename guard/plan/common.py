@@ -9,11 +9,11 @@ from typing import Any
 
 from guard import ledger
 from guard.actions import Action, AppendLedgerLine, CreateJob, EmitEvent, Skip
+from guard.codec.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
 from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
-from guard.read.check_records import MAX_LINKS, job_record_value
 from guard.settings import Settings
 from guard.states import Decision
 

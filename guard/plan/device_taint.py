@@ -62,6 +62,8 @@ from guard.actions import (
     TaintDevice,
     UntaintDevice,
 )
+from guard.codec.check_records import claim_record_value
+from guard.codec.records import DeviceRecord, cancel_value, parse_record
 from guard.jobs import ClaimSpec, JobSpec, JobTemplates, node_label
 from guard.model import DraDevice, GpuSample, JobInfo, NodeInfo, Snapshot, TaintRule
 from guard.names import (
@@ -85,8 +87,6 @@ from guard.plan.common import (
     loadtest_args,
     present,
 )
-from guard.read.check_records import claim_record_value
-from guard.read.records import DeviceRecord, cancel_value, parse_record
 from guard.settings import Settings
 from guard.states import Decision
 

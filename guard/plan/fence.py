@@ -55,13 +55,13 @@ from typing import Literal
 
 from guard import ledger
 from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
+from guard.codec.check_records import fence_value
+from guard.codec.records import UNKNOWN_BOOT
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
 from guard.plan import fence_audit
 from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
 from guard.plan.common import create_job, fence_args, job_spec, keys
-from guard.read.check_records import fence_value
-from guard.read.records import UNKNOWN_BOOT
 from guard.settings import Settings
 from guard.states import Decision
 

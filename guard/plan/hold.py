@@ -14,7 +14,7 @@ full hold):
 and for a node whose nvidia-match failed at every step since `nvml_since`, not cordoned:
   now − nvml_since ≥ `Settings.nvml_hold_s` → candidate, else pending until then.
 Each step's value is the latest scrape at or before the step, so the loss was scraped no later
-than `loss_since` (guard.read.prom_view): the hold that really passed is never shorter than W.
+than `loss_since` (guard.codec.series): the hold that really passed is never shorter than W.
 
 Candidates come back sorted by node, then GPU: the isolation check groups them by node.
 """

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, RemoveTaint, Skip
+from guard.codec.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.check_jobs import (
@@ -48,7 +49,6 @@ from guard.plan.check_jobs import (
 from guard.plan.common import keys, present
 from guard.plan.return_jobs import WAIT
 from guard.plan.triggers import gpu_short
-from guard.read.check_records import checked_boot_value, failed_value
 from guard.settings import Settings
 
 STAYS = "the onboarding taint stays"

@@ -101,30 +101,10 @@ class PendingMismatch:
         return self.node, 1, "", 0  # after the node's Xid GPUs, as the isolation check ranks
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        more = self.needs_s - self.held_s
-        return "pending", {
-            "node": self.node,
-            "reason": self.reason,
-            "detail": self.detail,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "next": f"cordon candidate if the mismatch holds {more}s more",
-        }
+        return _node_line(self, "the mismatch holds")
 
     def to_json(self) -> dict[str, Value]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "xid": None,
-            "gpu": None,
-            "pci": None,
-            "uuid": None,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "detail": self.detail,
-        }
+        return _node_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,30 +123,39 @@ class PendingTrigger:
         return self.node, 2, self.reason, 0  # after the node's mismatch, as isolation ranks
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        more = self.needs_s - self.held_s
-        return "pending", {
-            "node": self.node,
-            "reason": self.reason,
-            "detail": self.detail,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "next": f"cordon candidate if it holds {more}s more",
-        }
+        return _node_line(self, "it holds")
 
     def to_json(self) -> dict[str, Value]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "xid": None,
-            "gpu": None,
-            "pci": None,
-            "uuid": None,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "detail": self.detail,
-        }
+        return _node_json(self)
+
+
+def _node_line(p: PendingMismatch | PendingTrigger, holds: str) -> tuple[str, dict[str, Value]]:
+    """The `pending` line of a whole node's finding (no GPU): what it saw, what it waits for."""
+    more = p.needs_s - p.held_s
+    return "pending", {
+        "node": p.node,
+        "reason": p.reason,
+        "detail": p.detail,
+        "held_s": p.held_s,
+        "needs_s": p.needs_s,
+        "decides_at": format_time(p.decides_at),
+        "next": f"cordon candidate if {holds} {more}s more",
+    }
+
+
+def _node_json(p: PendingMismatch | PendingTrigger) -> dict[str, Value]:
+    return {
+        "node": p.node,
+        "reason": p.reason,
+        "xid": None,
+        "gpu": None,
+        "pci": None,
+        "uuid": None,
+        "held_s": p.held_s,
+        "needs_s": p.needs_s,
+        "decides_at": format_time(p.decides_at),
+        "detail": p.detail,
+    }
 
 
 Waiting = Pending | PendingMismatch | PendingTrigger

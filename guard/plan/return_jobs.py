@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
+from guard.codec.check_records import checked_boot_value, failed_value, links_value
 from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
 from guard.plan.check_jobs import (
@@ -25,7 +26,6 @@ from guard.plan.check_jobs import (
     rejected_job,
 )
 from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
-from guard.read.check_records import checked_boot_value, failed_value, links_value
 from guard.settings import Settings
 
 WAIT = "checked again next cycle"

@@ -23,6 +23,8 @@ from guard.actions import (
     EmitEvent,
     Skip,
 )
+from guard.codec.check_records import UNCORDON, checked_boot_value
+from guard.codec.records import cancel_value, reason_cancel_value
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, GpuSample, NodeInfo, Snapshot
 from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service_network, triggers
@@ -43,8 +45,6 @@ from guard.plan.return_jobs import (
     loadtest_name,
     record_links,
 )
-from guard.read.check_records import UNCORDON, checked_boot_value
-from guard.read.records import cancel_value, reason_cancel_value
 from guard.settings import Settings
 
 # ---- isolation -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 From kube-state-metrics through Prometheus (`PromView.service_pods`, `service_seen`; the guard
 reads no pods from the API); the selectors are the `service_network_*` settings
-(guard.read.queries.service_network_selectors), the same pods NodeServiceNetworkDown watches.
+(guard.codec.queries.service_network_selectors), the same pods NodeServiceNetworkDown watches.
 Case list, for each guard-cordoned node that passed the earlier return conditions, per selector:
   the selector matches no pod in the whole cluster (Cilium without kube-proxy)
                                    → does not apply; the return check says so in ONE line per
@@ -17,8 +17,8 @@ Checked before the conformance Job and the load test.
 from __future__ import annotations
 
 from guard.actions import Action, Skip
+from guard.codec.queries import service_network_selectors
 from guard.model import NodeInfo, Snapshot
-from guard.read.queries import service_network_selectors
 from guard.settings import Settings
 
 NOT_READY = "service-network-not-ready"

@@ -4,7 +4,8 @@ and gives it back (docs/architecture.md, "A new isolation unit").
 A unit is one module behind one seam: `takes` (the pick is its target), `isolate` (the writes
 that isolate it), `plan_return` / `decision` (its return: the return table's rows for its unit,
 guard.plan.return_rule, then its Job gates and its lift), the node annotation that records it
-(read into `Isolation` values by guard.read.records `isolations`) and the admission policy kind that
+(read into `Isolation` values by
+guard.codec.records `isolations`) and the admission policy kind that
 bounds its writes. The breaker counts every unit's isolations here, in one place.
 """
 
@@ -14,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from guard.actions import Action, Cordon, TaintDevice
+from guard.codec.records import isolations
 from guard.jobs import JobTemplates
 from guard.model import GpuSample, Isolation, NodeInfo, Snapshot, Unit
 from guard.names import Annotations
 from guard.plan import device_taint, returning
 from guard.plan.common import keys
-from guard.read.records import isolations
 from guard.settings import Settings
 
 Planner = Callable[[Snapshot, Settings, JobTemplates], tuple[Action, ...]]

@@ -26,9 +26,9 @@ from __future__ import annotations
 from itertools import groupby
 
 from guard.actions import Action, EmitEvent, Skip
+from guard.codec.series import PROM_FIX, shown
 from guard.ledger import NOT_A_LINE
 from guard.model import NodeInfo, Snapshot, Unreadable
-from guard.read.prom_view import PROM_FIX, shown
 from guard.settings import Settings
 
 # Events about unreadable nodes one cycle writes: a constant, not a setting (the skip lines

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from guard.codec.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.doors import ledger_store
 from guard.doors.kube import Kube
 from guard.files import (
@@ -35,7 +36,6 @@ from guard.read.objects import NamelessObject, is_guard_job, job_info
 from guard.read.objects import node_info as node_info  # the executor re-reads nodes with it
 from guard.read.prom_view import read_prom as read_prom
 from guard.read.prom_view import with_prom_unreadable
-from guard.read.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.settings import Settings
 
 

@@ -29,10 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from guard.codec.check_records import is_item
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
-from guard.read.check_records import is_item
 from guard.wire import (
     WHY_MAX_CHARS,
     SummaryError,

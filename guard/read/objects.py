@@ -1,9 +1,9 @@
 """Cluster objects (plain dicts from the API or a List file) → model values, one object at a time.
 
-Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations by
-`guard.read.records`), once, into a typed field. A value that does not parse becomes an `Unreadable`
-on its object (or a `problem` on a Job) and never an exception, so one bad object cannot stop the
-cycle for the others.
+Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations
+by `guard.codec.records`), once, into a typed field. A value that does not parse becomes an
+`Unreadable` on its object (or a `problem` on a Job) and never an exception, so one bad
+object cannot stop the cycle for the others.
 """
 
 from __future__ import annotations
@@ -13,6 +13,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from guard.codec.check_records import (
+    claim_record,
+    fence_jobs_record,
+    fence_record,
+    job_records,
+    lifecycle_records,
+    result_record,
+)
+from guard.codec.records import COUNT, Problems, cordon_record, incident_records, leading_time
 from guard.jobs import run_digest, spec_digest
 from guard.ledger import parse_time
 from guard.model import Claim, DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
@@ -26,15 +35,6 @@ from guard.names import (
     is_dns_subdomain,
 )
 from guard.pci import PciAddressError, normalize_pci
-from guard.read.check_records import (
-    claim_record,
-    fence_jobs_record,
-    fence_record,
-    job_records,
-    lifecycle_records,
-    result_record,
-)
-from guard.read.records import COUNT, Problems, cordon_record, incident_records, leading_time
 
 _SHOWN = 120  # characters of a bad value repeated in a log line
 

@@ -1,6 +1,6 @@
 """Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
 
-`read_prom` sends every query of `guard.read.queries.guard_queries` at one instant and converts the
+`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant and converts the
 answers at this boundary into typed fields; what the planners read is plain data. Which of
 those facts make a cordon candidate (the hold window, the fast path) is decided in
 guard/plan/hold.py.
@@ -37,6 +37,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from guard.codec import queries
+from guard.codec.series import PROM_FIX, loss_since, on_step
 from guard.doors.prom import BadSeries, PromClient, PromError, Sample, Series
 from guard.log import Value
 from guard.model import (
@@ -52,11 +54,9 @@ from guard.model import (
     Unreadable,
 )
 from guard.pci import normalize_pci
-from guard.read import queries
 from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
-_TOLERANCE_S = 0.001
 COVERAGE_NAMES = 5
 
 
@@ -287,12 +287,6 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     )
 
 
-PROM_FIX = (
-    "fix the series at its exporter (dcgm-exporter, kube-state-metrics, the node agent) or its"
-    " scrape; the guard leaves this node alone while it is wrong"
-)
-
-
 def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
     """The node marked unreadable for the series of it that were refused, so every planner
     leaves it alone this cycle (as for an unreadable annotation)."""
@@ -302,47 +296,6 @@ def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
         if p.node == node.name
     )
     return replace(node, unreadable=node.unreadable + found) if found else node
-
-
-def loss_since(
-    history: Iterable[Series], now: datetime, step_s: int, lookback_s: int
-) -> tuple[tuple[str, datetime], ...]:
-    """Per node, the first step of the run of loss steps that reaches up to `now`.
-
-    A run starting at the very beginning of the history may have started earlier: it is
-    reported as `lookback_s - step_s` ago, the most that every engine can show (Prometheus 3
-    leaves the first step of a range out), so engines agree on the order of old losses too.
-
-    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
-    >>> def at(minute): return now.timestamp() - 60 * minute, 1.0
-    >>> s = Series((("node", "a"),), (at(12), at(3), at(2), at(1), at(0)))
-    >>> loss_since([s], now, 60, 1800)[0][1].strftime("%H:%M")
-    '05:52'
-    >>> loss_since([Series((("node", "b"),), (at(5),))], now, 60, 1800)
-    ()
-    """
-    last = on_step(now, step_s).timestamp()  # the history was evaluated there
-    earliest = last - (lookback_s - step_s)
-    out = []
-    for series in history:
-        stamps = sorted(t for t, value in series.points if value > 0)
-        if not stamps or last - stamps[-1] > _TOLERANCE_S:
-            continue  # no loss at the last step before now
-        first = len(stamps) - 1
-        while first > 0 and stamps[first] - stamps[first - 1] <= step_s + _TOLERANCE_S:
-            first -= 1
-        start = max(stamps[first], earliest)
-        out.append((series.label(queries.NODE_LABEL), datetime.fromtimestamp(start, UTC)))
-    return tuple(sorted(out))
-
-
-def on_step(now: datetime, step_s: int) -> datetime:
-    """The last multiple of `step_s` (since the epoch) at or before `now`.
-
-    >>> on_step(datetime(2026, 9, 21, 5, 55, 46, tzinfo=UTC), 60).strftime("%H:%M:%S")
-    '05:55:00'
-    """
-    return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
 
 
 def check_join(view: PromView, nodes: Iterable[NodeInfo]) -> tuple[str, ...]:
@@ -431,7 +384,6 @@ _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
 _DETAIL_MAX = 256
 _NAME_MAX = 253
-_SHOWN = 60  # characters of a refused value in the WARN line
 
 
 @functools.cache
@@ -458,17 +410,6 @@ def xid_of(value: float) -> int | None:
     if not value.is_integer() or not low <= value <= high:
         return None
     return int(value)
-
-
-def shown(value: str) -> str:
-    """A refused value for a log line: escaped (no line breaks), at most `_SHOWN` characters.
-
-    >>> shown("GPU-1\\nforged"), shown("x" * 300)[-17:]
-    ("'GPU-1\\\\nforged'", '…(300 characters)')
-    """
-    if len(value) <= _SHOWN:
-        return repr(value)
-    return f"{value[:_SHOWN]!r}…({len(value)} characters)"
 
 
 def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:

@@ -19,11 +19,11 @@ import click
 from guard.cli_options import GuardedCommand
 from guard.doors.kube import KubeError
 from guard.figures import budget_of, figures
-from guard.read import SnapshotError, gaps_line, load_cluster_file, read_cluster, require_nodes
+from guard.read import SnapshotError, gaps_line
 from guard.report import html, render
 from guard.report.facts import from_objects
-from guard.settings_flags import Rfc3339, build_settings, given_here, settings_options
-from guard.status.cli import _connect, _site_settings
+from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.status.cli import read_objects
 from guard.xid_tables import DataFileError, bundled_classes
 
 DEFAULT_WEEKS = 12
@@ -69,7 +69,7 @@ def report(
     """Repair figures: incidents, repeats per card, slot and node, GPU-hours out of service.
 
     GPU-hours split the faulted GPUs' from the healthy GPUs' a node-wide cordon held with them.
-    Isolations past their verdict's quarantine budget (--budget-*-h) are listed.
+    Isolations past their verdict's quarantine budget (--budget) are listed.
     """
     s = build_settings(options)
     until = at or datetime.now(UTC).replace(microsecond=0)
@@ -77,13 +77,7 @@ def report(
     if start >= until:
         raise click.UsageError("--since must be before --at")
     try:
-        if cluster_snapshot is not None:
-            objs = load_cluster_file(cluster_snapshot, s)
-        else:
-            kube = _connect(s, context)
-            given = given_here(click.get_current_context(), options)
-            s = _site_settings(kube, s, options, given)
-            objs = require_nodes(read_cluster(kube, s))
+        s, objs = read_objects(s, options, context, cluster_snapshot)
         facts = from_objects(objs, s)
         found = figures(facts, bundled_classes(), start, until, budget_of(s))
     except (KubeError, SnapshotError, DataFileError) as exc:

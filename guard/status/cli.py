@@ -24,6 +24,7 @@ from guard.jobs import JobTemplates, TemplateLoadError
 from guard.model import PromView
 from guard.names import SETTINGS_CONFIGMAP
 from guard.read import (
+    ClusterObjects,
     SnapshotError,
     build_snapshot,
     gaps_line,
@@ -82,13 +83,7 @@ def status(
     now = at or datetime.now(UTC).replace(microsecond=0)
     try:
         templates = JobTemplates.load()
-        if cluster_snapshot is not None:
-            objs = load_cluster_file(cluster_snapshot, s)
-        else:
-            kube = _connect(s, context)
-            given = given_here(click.get_current_context(), options)
-            s = _site_settings(kube, s, options, given)
-            objs = require_nodes(read_cluster(kube, s))
+        s, objs = read_objects(s, options, context, cluster_snapshot)
     except (KubeError, SnapshotError, TemplateLoadError) as exc:
         raise click.ClickException(str(exc)) from None
     if cluster_snapshot is not None and objs.gaps:
@@ -103,6 +98,20 @@ def status(
     _print(result, output)
     if sight.error:
         raise SystemExit(1)
+
+
+def read_objects(
+    s: Settings, options: dict[str, Any], context: str, cluster_snapshot: Path | None
+) -> tuple[Settings, ClusterObjects]:
+    """The settings that decide and the objects they decide on: a List file's with the settings
+    given here; else the API server's, with the CronJob's ConfigMap under what is given here
+    (`status` and `report` alike)."""
+    if cluster_snapshot is not None:
+        return s, load_cluster_file(cluster_snapshot, s)
+    kube = _connect(s, context)
+    given = given_here(click.get_current_context(), options)
+    s = _site_settings(kube, s, options, given)
+    return s, require_nodes(read_cluster(kube, s))
 
 
 def _connect(s: Settings, context: str) -> Kube:

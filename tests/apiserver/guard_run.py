@@ -504,3 +504,21 @@ def site_settings(core: client.CoreV1Api, data: dict[str, str]) -> Iterator[None
         else:  # None removes a key the block added (a merge patch)
             undo: dict[str, str | None] = {k: before.get(k) for k in data}
             core.patch_namespaced_config_map(SETTINGS_CONFIGMAP, NS, {"data": undo})
+
+
+def guard_token(cluster: ControlPlane) -> Path:
+    """A kubeconfig with a token of the guard's own ServiceAccount, as the CronJob runs."""
+    return cluster.service_account_kubeconfig("gpu-node-guard", "gpu-node-guard")
+
+
+@contextmanager
+def one_gpu_node(cluster: ControlPlane, name: str, allocatable: int) -> Iterator[client.ApiClient]:
+    """An admin client, with the Ready GPU node `name` (boot-1, `allocatable` of 8 GPUs) for the
+    block; then the node and every trace of the guard gone."""
+    with cluster.admin_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_node({"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}}})
+        set_status(core, name, boot="boot-1", allocatable=allocatable)
+        yield api
+        core.delete_node(name)
+        forget_guard_state(core, api)

@@ -516,8 +516,8 @@ def series(id_: str, edit: Edit, prom: str = "faulted") -> Row:
     return Row(id_, "series", gpu_node(), prom, edit)
 
 
-# The GPU loss is capacity - allocatable computed in PromQL (guard.read.queries.gpu_loss): the guard
-# never sees the raw allocatable, so an impossible one (negative, a fraction) reads as a loss
+# The GPU loss is capacity - allocatable computed in PromQL (guard.codec.queries.gpu_loss): the
+# guard never sees the raw allocatable, so an impossible one (negative, a fraction) reads as a loss
 # and its node, faulted, takes the cycle's cordon.
 SERIES_ROWS = [
     # the Xid gauge's values
@@ -688,7 +688,7 @@ STRUCTURAL_ROWS = [
     Row(
         "too-many-series",
         "structural",
-        args=("--prometheus-max-series", "100"),
+        args=("--prometheus-limits", "series=100"),
         rc=1,
         abort="series",
     ),
@@ -813,8 +813,8 @@ def run_cycle(
         "json",
         "--log-format",
         "json",
-        "--prometheus-timeout-s",
-        "5",
+        "--prometheus-limits",
+        "timeout=5",
         *extra,
     ]
     result = CliRunner().invoke(cli, args, prog_name="gpu-node-guard")

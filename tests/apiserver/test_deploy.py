@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.names import SETTINGS_CONFIGMAP
-from guard.settings import SITE_SETTINGS, Settings
+from guard.settings import SITE_SETTINGS, Settings, site_options
 from tests.apiserver.deploy import (
     BASE,
     EXAMPLE,
@@ -241,8 +241,11 @@ def test_the_example_overlay_shows_a_site(kubectl: Kubectl) -> None:
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] != "tmp")
     settings = site_settings(list(docs.values()))
     assert secret == "gpu-node-guard-prometheus" and mount["readOnly"] is True
-    for setting in ("GUARD_PROMETHEUS_CA_FILE", "GUARD_PROMETHEUS_BEARER_TOKEN_FILE"):
-        assert settings[setting].startswith(mount["mountPath"] + "/"), setting
+    for value in (
+        settings["GUARD_PROMETHEUS_TLS"].removeprefix("ca="),
+        settings["GUARD_PROMETHEUS_BEARER_TOKEN_FILE"],
+    ):
+        assert value.startswith(mount["mountPath"] + "/"), value
     assert settings["GUARD_PROMETHEUS_URL"].endswith("/prometheus")  # a path prefix
     assert settings["GUARD_BREAKER_MAX_NODES"] == "3"  # the site's value wins the merge
 
@@ -286,7 +289,8 @@ def test_every_key_of_the_settings_configmap_is_a_setting_of_the_guard(
 ) -> None:
     """The guard reads GUARD_<NAME> and ignores any other variable: a typo in settings.env would
     be dropped without a word. The names the policies carry are not the site's to set there."""
-    names = {"GUARD_" + name.upper() for name in SITE_SETTINGS}  # not the CronJob's, nor fixed
+    # not the CronJob's, nor fixed; a compound setting by its own name (GUARD_PROMETHEUS_TLS)
+    names = {"GUARD_" + name.upper() for name in site_options(SITE_SETTINGS)}
     # The images reach the ConfigMap from `images:` (image-wiring), never from settings.env.
     keys = set(site_settings(kubectl.build(where))) - {"GUARD_IMAGE", "GUARD_LOADTEST_IMAGE"}
     assert keys <= names, keys - names

@@ -18,13 +18,13 @@ from guard.example.promserver import LocalPrometheus
 from tests.apiserver.guard_run import (
     CYCLE,
     ISOLATE_AT,
-    forget_guard_state,
+    guard_token,
     healthy,
     mine,
     node_events,
+    one_gpu_node,
     run_guard,
     scenario_prometheus,
-    set_status,
 )
 from tests.apiserver.kube import ControlPlane, create, guard_job
 
@@ -41,19 +41,13 @@ def prom() -> Iterator[LocalPrometheus]:
 
 @pytest.fixture(scope="module")
 def kubeconfig(cluster: ControlPlane) -> Path:
-    """A token of the guard's own ServiceAccount, as the CronJob runs (and as it is stolen)."""
-    return cluster.service_account_kubeconfig("gpu-node-guard", "gpu-node-guard")
+    return guard_token(cluster)  # as the CronJob runs (and as it is stolen)
 
 
 @pytest.fixture
 def admin(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with cluster.admin_client() as api:
-        core = client.CoreV1Api(api)
-        core.create_node({"metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}}})
-        set_status(core, NODE, boot="boot-1", allocatable=8)
+    with one_gpu_node(cluster, NODE, allocatable=8) as api:
         yield api
-        core.delete_node(NODE)
-        forget_guard_state(core, api)
 
 
 def test_a_fence_job_made_with_the_guards_token_for_a_healthy_node_is_said_once(

@@ -21,12 +21,12 @@ from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
     faulted,
-    forget_guard_state,
     guard_jobs,
+    guard_token,
     mine,
+    one_gpu_node,
     run_guard,
     scenario_prometheus,
-    set_status,
 )
 from tests.apiserver.kube import ControlPlane
 
@@ -43,19 +43,13 @@ def prom() -> Iterator[LocalPrometheus]:
 
 @pytest.fixture(scope="module")
 def kubeconfig(cluster: ControlPlane) -> Path:
-    """A token of the guard's own ServiceAccount, as the CronJob runs."""
-    return cluster.service_account_kubeconfig("gpu-node-guard", "gpu-node-guard")
+    return guard_token(cluster)
 
 
 @pytest.fixture
 def admin(cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    with cluster.admin_client() as api:
-        core = client.CoreV1Api(api)
-        core.create_node({"metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}}})
-        set_status(core, NODE, boot="boot-1", allocatable=7)
+    with one_gpu_node(cluster, NODE, allocatable=7) as api:
         yield api
-        core.delete_node(NODE)
-        forget_guard_state(core, api)
 
 
 def _job(admin: client.ApiClient, kind: str) -> dict[str, object]:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import requests
 
+from guard.codec import queries
 from guard.example.promserver import free_port, stop
-from guard.read import queries
 from tests.engines import binaries
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, DRIVER, LIBDIR, build_host
 from tests.tiers import require_engine

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from guard.codec.queries import guard_queries
 from guard.example.incident import CARD_UUID
-from guard.read.queries import guard_queries
 from guard.settings import Settings
 from tests.tiers import require_engine
 

@@ -1,4 +1,4 @@
-"""The exact PromQL of guard/read/queries.py on every engine, read the way the guard reads it.
+"""The exact PromQL of guard/codec/queries.py on every engine, read the way the guard reads it.
 
 Each test runs once per engine (Prometheus 2 and 3, VictoriaMetrics, Thanos Query); the last one
 compares the whole view the guard builds across engines at many instants.
@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from guard.codec.queries import hold_queries, watch_poll
 from guard.doors.prom import PromClient, PromError
 from guard.example.scenario import PodTimeline
 from guard.model import GpuPod, NodeInfo, PromView
 from guard.plan.hold import candidates, loss_held_s
 from guard.plan.watch import fine
 from guard.read.prom_view import JoinError, check_join, read_prom
-from guard.read.queries import hold_queries, watch_poll
 from guard.settings import Settings
 from tests.prometheus.conftest import (
     JOBS_NS,
@@ -289,7 +289,7 @@ def test_a_run_whose_xid_series_name_no_node_aborts(prom_misconfigured, tmp_path
     assert "set NODE_NAME in dcgm-exporter" in abort
 
 
-# ---- the in-run watch's queries (guard.read.queries.watch_poll, hold_queries) --------------------
+# ---- the in-run watch's queries (guard.codec.queries.watch_poll, hold_queries) ----------------
 
 
 @pytest.mark.parametrize("after", [3, 12])

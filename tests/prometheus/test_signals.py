@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from guard.codec.queries import hold_queries, mismatch_queries
 from guard.doors.prom import PromClient
 from guard.example.scenario import AGENT_DETAIL, AGENT_FAIL, AGENT_PASS, AGENT_UNKNOWN
 from guard.generate import alert_queries, alerts
@@ -21,7 +22,6 @@ from guard.model import AgentCheck, PromView, ServicePod
 from guard.plan.hold import nvml_candidates, nvml_held_s
 from guard.plan.watch import fine
 from guard.read.prom_view import read_prom
-from guard.read.queries import hold_queries, mismatch_queries
 from guard.settings import Settings
 from tests.prometheus.conftest import (
     GAP_BACK_S,
@@ -94,7 +94,7 @@ def test_the_watchs_mismatch_re_read_on_the_scrape_grid_never_decides_before_the
     prom_signals,
 ):
     """The watch re-reads one node's nvidia-match history and status at the scrape step
-    (guard.read.queries.mismatch_queries): never held before the hold really passed, within one
+    (guard.codec.queries.mismatch_queries): never held before the hold really passed, within one
     scrape of it, and the status the cycle's read gives that node."""
     s, client = fine(S), PromClient(prom_signals.url)
 

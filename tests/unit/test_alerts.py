@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from guard import metric_names, runbook
 from guard.apply.push import WRITE_TYPES
+from guard.codec import queries
 from guard.generate import alert_queries, alerts
-from guard.read import queries
 from guard.settings import Settings, SettingsError
 from guard.states import NODE_STATES
 from tests.unit.test_node_alerts import NODE_ALERT_NAMES

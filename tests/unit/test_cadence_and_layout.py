@@ -38,7 +38,7 @@ from guard.settings import (
 
 REPO = Path(__file__).resolve().parents[2]
 CRONJOB = REPO / "manifests" / "base" / "cronjob.yaml"
-TIMING = ("GUARD_CADENCE_S", "GUARD_CYCLE_DEADLINE_S", "GUARD_PROMETHEUS_TIMEOUT_S")
+TIMING = ("GUARD_CADENCE_S", "GUARD_CYCLE_DEADLINE_S", "GUARD_PROMETHEUS_LIMITS")
 
 
 def cronjob_spec() -> dict:

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 
 from guard import ledger
+from guard.codec.check_records import failed_value
 from guard.doors import ledger_store
 from guard.generate.policies.nodes import FAILED_FORM, RESULT_FORM
 from guard.names import Annotations
-from guard.read.check_records import failed_value
 from guard.read.objects import node_info
 
 K = Annotations("gpu-node-guard.io/")

@@ -375,4 +375,31 @@ def test_each_command_takes_the_settings_it_uses():
     # admission_rejected_min_pods), the four quarantine budgets and the domain incidents'
     # topology_label are site settings since.
     # A ratchet: a new option replaces one.
-    assert counts["run"] <= 57 and counts["render"] <= 25 and counts["status"] <= 25, counts
+    assert counts["run"] <= 50 and counts["render"] <= 25 and counts["status"] <= 25, counts
+
+
+def test_a_separate_variable_of_a_compound_setting_is_named_and_ignored():
+    """GUARD_BUDGET_RMA_H was a setting once: now the key rma= of GUARD_BUDGET. One WARN line
+    says so, and the budget keeps its default unless GUARD_BUDGET sets it."""
+    from guard.settings_flags import build_settings, unknown_env_lines
+
+    (warn,) = unknown_env_lines({"GUARD_BUDGET_RMA_H": "720", "GUARD_BUDGET": "rma=30d"})
+    assert "'GUARD_BUDGET_RMA_H'" in warn and "now the key rma= of GUARD_BUDGET" in warn
+    s = build_settings({"budget": "rma=720h, human=48"}, warn=False)
+    assert (s.budget_rma_h, s.budget_human_h, s.budget_reset_h) == (720.0, 48.0, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("rma=3w", "--budget (GUARD_BUDGET) rma='3w' is not a number (it may end in h)"),
+        ("rma", "--budget (GUARD_BUDGET) 'rma' is not key=value with a key of reset,"),
+        ("weeks=3", "'weeks=3' is not key=value with a key of reset, power-cycle, rma, human"),
+        ("rma=0h", "--budget (GUARD_BUDGET) rma= must be in 0.01..8784 hours (got 0.0)"),
+    ],
+)
+def test_a_bad_compound_setting_is_one_usage_line(value, message):
+    result = CliRunner().invoke(cli, [*BASE, "--budget", value])
+    assert result.exit_code == 2, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("Error")]
+    assert message in line and "Traceback" not in result.output

@@ -117,6 +117,14 @@ CASES: dict[str, tuple[Edit, str]] = {
         lambda d: _settings(d).update(GUARD_LOADTEST_MATRIX_SIZE="4096"),
         "GUARD_LOADTEST_MATRIX_SIZE: a fixed value of the guard, not a site setting",
     ),
+    "a key of a compound now": (
+        lambda d: _settings(d).update(GUARD_BUDGET_RMA_H="720"),
+        "GUARD_BUDGET_RMA_H: now the key rma= of GUARD_BUDGET, not a site setting",
+    ),
+    "bad compound": (
+        lambda d: _settings(d).update(GUARD_BUDGET="rma=3w"),
+        "GUARD_BUDGET='rma=3w': rma='3w' is not a number (it may end in h)",
+    ),
     "the cronjob's own": (
         lambda d: _settings(d).update(GUARD_WATCH_UNTIL_S="100"),
         "GUARD_WATCH_UNTIL_S: the CronJob's own (its manifest), not a site setting",

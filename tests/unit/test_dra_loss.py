@@ -1,8 +1,9 @@
-"""The GPU loss of a DRA node (guard.read.queries.dra_loss): which Xids stand for it, from facts."""
+"""The GPU loss of a DRA node (guard.codec.queries.dra_loss): which Xids stand for it, from
+facts."""
 
 from __future__ import annotations
 
-from guard.read.queries import NO_PINS, dra_loss, dra_loss_xids, gpu_loss, guard_loss
+from guard.codec.queries import NO_PINS, dra_loss, dra_loss_xids, gpu_loss, guard_loss
 from guard.settings import Settings
 from guard.xid_tables import Repair, XidClasses, bundled_classes
 

@@ -837,8 +837,8 @@ def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> 
             str(snap),
             "--prometheus-url",
             "http://127.0.0.1:9",
-            "--prometheus-timeout-s",
-            "0.2",
+            "--prometheus-limits",
+            "timeout=0.2",
         ],
         env=env,
     )
@@ -848,14 +848,14 @@ def test_credential_headers_never_reach_the_log(tmp_path: Path, header: str) -> 
 
 @pytest.mark.parametrize("timeout", [str(CRONJOB_DEADLINE_S), "300", "600"])
 def test_the_prometheus_timeout_stays_below_the_cronjob_deadline(timeout: str) -> None:
-    code, _, err = _settings({}, "--prometheus-timeout-s", timeout)
+    code, _, err = _settings({}, "--prometheus-limits", f"timeout={timeout}")
     expected = f"must be below the CronJob's activeDeadlineSeconds ({CRONJOB_DEADLINE_S})"
     assert code == 2 and expected in err
 
 
 @pytest.mark.parametrize("timeout", ["0.5", str(CRONJOB_DEADLINE_S - 1)])
 def test_a_prometheus_timeout_below_the_cronjob_deadline_is_taken(timeout: str) -> None:
-    code, s, err = _settings({}, "--prometheus-timeout-s", timeout)
+    code, s, err = _settings({}, "--prometheus-limits", f"timeout={timeout}")
     assert code == 0 and s is not None and s.prometheus_timeout_s == float(timeout), err
 
 

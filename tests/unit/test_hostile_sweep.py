@@ -272,9 +272,9 @@ def ok(needle: str = "", code: int = 0) -> Want:
     return Want("right", code, needle)
 
 
-RUN = ("run", "--prometheus-url", NOWHERE, "--prometheus-timeout-s", "2")
+RUN = ("run", "--prometheus-url", NOWHERE, "--prometheus-limits", "timeout=2")
 SNAP_RUN = (*RUN, "--cluster-snapshot", "{snap}")
-STATUS = ("status", "--prometheus-url", NOWHERE, "--prometheus-timeout-s", "2")
+STATUS = ("status", "--prometheus-url", NOWHERE, "--prometheus-limits", "timeout=2")
 CLASSIFY = ("evidence", "classify", "--kernel-log", "{klog}")
 COUNT = ("ledger", "count", "--uuid", UUID, "--node", "gpu-a", "--pci", "0000:58:00.0")
 AGENT = ("agent", "--root", "{root}", "--node", "gpu-a", "--once")
@@ -355,7 +355,7 @@ FILE_TARGETS: list[tuple[str, tuple[str, ...], int, str, Want, Want]] = [
         err("password", 2),
         err("password", 2),
     ),
-    ("ca-file", (*SNAP_RUN, "--prometheus-ca-file", "{bad}"), 2, "ca", err("ca", 2), err("ca", 2)),
+    ("ca-file", (*SNAP_RUN, "--prometheus-tls", "ca={bad}"), 2, "ca", err("ca", 2), err("ca", 2)),
     ("kernel-log", ("evidence", "classify", "--kernel-log", "{bad}"), 2, "kernel", ok(), ok()),
     ("lspci", (*CLASSIFY, "--lspci", "{bad}"), 2, "lspci", ok(), ok()),
     ("aer", (*CLASSIFY, "--aer", "{bad}"), 2, "aer", ok(), ok()),
@@ -391,11 +391,11 @@ def value_rows() -> list[Row]:
         ("run-url-empty-host", (*s, "--prometheus-url", "http://"), e2("prometheus")),
         ("run-url-space", (*s, "--prometheus-url", "http://a b:9090"), e2("prometheus")),
         ("run-url-newline", (*s, "--prometheus-url", "http://a\n:9090"), e2("prometheus")),
-        ("run-timeout-negative", (*s, "--prometheus-timeout-s", "-1"), e2("timeout")),
-        ("run-timeout-nan", (*s, "--prometheus-timeout-s", "nan"), e2("timeout")),
-        ("run-timeout-inf", (*s, "--prometheus-timeout-s", "inf"), e2("timeout")),
-        ("run-timeout-1e309", (*s, "--prometheus-timeout-s", "1e309"), e2("timeout")),
-        ("run-timeout-above-deadline", (*s, "--prometheus-timeout-s", "601"), e2("timeout")),
+        ("run-timeout-negative", (*s, "--prometheus-limits", "timeout=-1"), e2("timeout")),
+        ("run-timeout-nan", (*s, "--prometheus-limits", "timeout=nan"), e2("timeout")),
+        ("run-timeout-inf", (*s, "--prometheus-limits", "timeout=inf"), e2("timeout")),
+        ("run-timeout-1e309", (*s, "--prometheus-limits", "timeout=1e309"), e2("timeout")),
+        ("run-timeout-above-deadline", (*s, "--prometheus-limits", "timeout=601"), e2("timeout")),
         ("run-hold-negative", (*s, "--hold-window-s", "-5"), e2("hold")),
         ("run-hold-huge", (*s, "--hold-window-s", "9" * 30), e2("hold")),
         ("run-selector-open-brace", (*s, "--dcgm-selector", "a{"), e2("dcgm")),
@@ -406,10 +406,14 @@ def value_rows() -> list[Row]:
         ("run-headers-newline", (*s, "--prometheus-headers", "X-A=b\r\nX-B=c"), e2("headers")),
         ("run-output-xml", (*s, "--output", "xml"), e2("--output")),
         ("run-log-format-xml", (*s, "--log-format", "xml"), e2("--log-format")),
-        ("run-max-series-zero", (*s, "--prometheus-max-series", "0"), e2("max-series")),
-        ("run-max-bytes-huge", (*s, "--prometheus-max-answer-bytes", "9" * 25), e2("bytes")),
+        ("run-max-series-zero", (*s, "--prometheus-limits", "series=0"), e2("series=")),
+        (
+            "run-max-bytes-huge",
+            (*s, "--prometheus-limits", "answer-bytes=" + "9" * 25),
+            e2("bytes"),
+        ),
         ("run-basic-user-no-password", (*s, "--prometheus-basic-auth-user", "u"), e2("password")),
-        ("run-cert-without-key", (*s, "--prometheus-cert-file", "{token}"), e2("key")),
+        ("run-cert-without-key", (*s, "--prometheus-tls", "cert={token}"), e2("key")),
         (
             "run-token-and-basic",
             (
@@ -615,12 +619,12 @@ ENV_BAD: list[tuple[str, str, str]] = [
     ("GUARD_HOLD_WINDOW_S", "1e999", "hold"),
     ("GUARD_CADENCE_S", "0", "CADENCE"),
     ("GUARD_CADENCE_S", "'300'", "CADENCE"),
-    ("GUARD_PROMETHEUS_TIMEOUT_S", "nan", "timeout"),
-    ("GUARD_PROMETHEUS_TIMEOUT_S", "600", "timeout"),
+    ("GUARD_PROMETHEUS_LIMITS", "timeout=nan", "timeout"),
+    ("GUARD_PROMETHEUS_LIMITS", "timeout=600", "timeout"),
     ("GUARD_PROMETHEUS_URL", "prometheus:9090", "prometheus"),
     ("GUARD_PROMETHEUS_URL", '"http://p:9090"', "prometheus"),
     ("GUARD_PROMETHEUS_HEADERS", "X-Api-Key", "headers"),
-    ("GUARD_PROMETHEUS_MAX_SERIES", "many", "series"),
+    ("GUARD_PROMETHEUS_LIMITS", "series=many", "series"),
     ("GUARD_DCGM_SELECTOR", 'job=~"a{1001}"', "dcgm"),
     ("GUARD_DCGM_SELECTOR", 'job=~"a++"', "dcgm"),
     ("GUARD_KSM_SELECTOR", "job=", "ksm"),
@@ -712,7 +716,7 @@ ENV_NODE_SIDE: list[tuple[str, tuple[str, ...], dict[str, str], Want]] = [
 ENV_RUN = ("run", "--cluster-snapshot", "{snap}")  # every setting from the environment
 ENV_BASE = {
     "GUARD_PROMETHEUS_URL": NOWHERE,
-    "GUARD_PROMETHEUS_TIMEOUT_S": "2",
+    "GUARD_PROMETHEUS_LIMITS": "timeout=2",
     "GUARD_CYCLE_DEADLINE_S": "1",
 }
 

@@ -15,8 +15,8 @@ import yaml
 from guard import metric_names, wire
 from guard.agent.checks import CHECKS
 from guard.apply import push
+from guard.codec import queries
 from guard.generate import alert_queries, alerts
-from guard.read import queries
 from guard.settings import Settings, SettingsError
 from tests.tiers import tool
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from guard.codec.series import loss_since
 from guard.doors.prom import Series
 from guard.model import GpuSample, PromView
 from guard.plan.hold import candidates, decides_at, hold_window_s, loss_held_s, nvml_candidates
-from guard.read.prom_view import loss_since
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)

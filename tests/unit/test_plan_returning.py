@@ -16,11 +16,11 @@ from guard.actions import (
     Skip,
     Uncordon,
 )
+from guard.codec.check_records import job_record_value
 from guard.jobs import spec_digest
 from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
-from guard.read.check_records import job_record_value
 from guard.settings import Settings
 from tests.builders import (
     CORDON_AT,

@@ -177,7 +177,7 @@ def test_mismatch_cordon_writes_what_why_and_next():
 
 
 def test_mismatch_cordon_parses_back_as_a_cordon_without_a_gpu():
-    """The annotations the cordon writes are a readable cordon record (guard/read/records.py)."""
+    """The annotations the cordon writes are a readable cordon record (guard/codec/records.py)."""
     (cordon, _) = plan_isolation(mismatched(node("b")), settings(), TEMPLATES)
     later = node("b", cordoned=True, extra=dict(cordon.annotations))
     assert not later.unreadable

@@ -13,13 +13,13 @@ import pytest
 import responses
 
 from guard.actions import Cordon
+from guard.codec import queries
 from guard.doors.prom import PromClient
 from guard.doors.retry import Backoff
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.isolation import plan_isolation
 from guard.plan.watch import Due, decision_snapshot, dues, fine, scheduled_at, split, watch_end
-from guard.read import queries
 from guard.settings import CRONJOB_DEADLINE_S, WATCH_MARGIN_S
 from guard.watch import ReplayClock, Watch
 from tests.builders import (

@@ -251,10 +251,10 @@ def test_no_policy_expression_is_longer_than_a_reviewer_reads() -> None:
 def test_the_guards_longest_records_fit_the_node_scope_bound() -> None:
     """The node-scope policy bounds every guard value at VALUE_MAX_BYTES, printable, one line:
     the longest records the guard writes (every conformance item failed, 16 PCIe links) fit."""
+    from guard.codec.check_records import MAX_LINKS, failed_value, links_value
     from guard.conformance.checks import ITEMS
     from guard.generate.policies.nodes import PRINTABLE, VALUE_MAX_BYTES
     from guard.model import RecordedLink
-    from guard.read.check_records import MAX_LINKS, failed_value, links_value
 
     job = "gng-cf-" + "n" * 47 + "-1a2b3c4d"
     links = tuple(RecordedLink(f"0000:{i:02x}:1f.7", "2.5GT/s,x16") for i in range(MAX_LINKS))

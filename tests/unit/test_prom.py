@@ -274,7 +274,7 @@ def test_an_answer_over_the_byte_cap_aborts_before_parsing(loopback, headers, de
         loopback.answer.headers.pop("Content-Length")
     else:
         loopback.answer = Answer(body)
-    with pytest.raises(PromError, match=r"over 65536 \(--prometheus-max-answer-bytes"):
+    with pytest.raises(PromError, match=r"over 65536 \(--prometheus-limits answer-bytes="):
         client_for(loopback, max_answer_bytes=65536).vector("exporter-hosts", "up", None)
 
 
@@ -283,7 +283,7 @@ def test_a_compressed_answer_is_capped_by_its_decoded_size(loopback):
     loopback.answer = Answer(gzip.compress(body), headers={"Content-Encoding": "gzip"})
     assert len(gzip.compress(body)) < 65536 < len(body)
     with pytest.raises(
-        PromError, match=r"over 65536 \(--prometheus-max-answer-bytes\); nothing was parsed"
+        PromError, match=r"over 65536 \(--prometheus-limits answer-bytes=\); nothing was parsed"
     ):
         client_for(loopback, max_answer_bytes=65536).vector("exporter-hosts", "up", None)
 
@@ -291,7 +291,7 @@ def test_a_compressed_answer_is_capped_by_its_decoded_size(loopback):
 def test_too_many_series_abort_with_the_count(loopback):
     loopback.answer = Answer(series_body(250))
     with pytest.raises(
-        PromError, match=r"has 250 series, more than 200 \(--prometheus-max-series\)"
+        PromError, match=r"has 250 series, more than 200 \(--prometheus-limits series=\)"
     ):
         client_for(loopback, max_series=200).vector("exporter-hosts", "up", None)
     assert len(client_for(loopback, max_series=250).vector("exporter-hosts", "up", None)) == 250
@@ -336,18 +336,18 @@ def test_a_path_prefix_is_kept():
             id="missing-token-file",
         ),
         pytest.param(
-            "--prometheus-ca-file",
-            "/nonexistent/ca.pem",
-            "cannot read --prometheus-ca-file /nonexistent/ca.pem: No such file",
+            "--prometheus-tls",
+            "ca=/nonexistent/ca.pem",
+            "cannot read --prometheus-tls ca /nonexistent/ca.pem: No such file",
             id="missing-ca",
         ),
         pytest.param(
-            "--prometheus-ca-file",
-            "/dev/zero",
-            "--prometheus-ca-file /dev/zero is not a regular file",
+            "--prometheus-tls",
+            "ca=/dev/zero",
+            "--prometheus-tls ca /dev/zero is not a regular file",
             id="dev-zero-ca",
         ),
-        pytest.param("--prometheus-ca-file", "EMPTY", "not a PEM CA bundle", id="ca-not-pem"),
+        pytest.param("--prometheus-tls", "ca=EMPTY", "not a PEM CA bundle", id="ca-not-pem"),
         pytest.param(
             "--prometheus-bearer-token-file", "EMPTY", "the file is empty", id="empty-token-file"
         ),
@@ -376,6 +376,10 @@ def test_unusable_access_files_are_usage_errors(tmp_path, flag, value, message):
     if value == "EMPTY":
         value = str(tmp_path / "empty")
         (tmp_path / "empty").write_text("")
+        message = f"{flag} {value}: {message}"
+    if value == "ca=EMPTY":
+        (tmp_path / "empty").write_text("")
+        value = f"ca={tmp_path / 'empty'}"
         message = f"{flag} {value}: {message}"
     if value == "HUGE":
         value = str(tmp_path / "huge")
@@ -500,12 +504,12 @@ def test_a_bad_prometheus_setting_is_one_usage_line_naming_its_flag():
         "--prometheus-url",
         "http://127.0.0.1:9",
         "--dry-run",
-        "--prometheus-cert-file",
-        "/c.pem",
+        "--prometheus-tls",
+        "cert=/c.pem",
     ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
-    assert "bad setting: --prometheus-cert-file (GUARD_PROMETHEUS_CERT_FILE) goes together" in (
+    assert "bad setting: --prometheus-tls (GUARD_PROMETHEUS_TLS) cert= goes together" in (
         result.output
     )
     assert "Traceback" not in result.output

@@ -19,11 +19,12 @@ import pytest
 import responses
 
 from guard.actions import Cordon, Skip
+from guard.codec import queries
 from guard.doors.prom import PromClient, PromError
 from guard.model import PromUnreadable
 from guard.names import Annotations
 from guard.plan import plan_cycle
-from guard.read import ClusterObjects, build_snapshot, parse_nodes, queries
+from guard.read import ClusterObjects, build_snapshot, parse_nodes
 from guard.read.prom_view import missing_input, read_prom
 from guard.settings import Settings, SettingsError
 from tests.builders import NOW, TEMPLATES

@@ -6,14 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from guard.codec.series import loss_since
 from guard.doors.prom import Series
 from guard.model import NodeInfo, PromView
-from guard.read.prom_view import (
-    JoinError,
-    check_join,
-    coverage_pairs,
-    loss_since,
-)
+from guard.read.prom_view import JoinError, check_join, coverage_pairs
 from guard.settings import Settings
 
 NOW = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)

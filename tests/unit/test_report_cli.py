@@ -46,7 +46,7 @@ def test_json_gives_the_writeups_gpu_hours() -> None:
 
 
 def test_text_names_the_parts() -> None:
-    code, out, _ = run("--cluster-snapshot", str(FIXTURE), *ARGS, "--budget-reset-h", "1000")
+    code, out, _ = run("--cluster-snapshot", str(FIXTURE), *ARGS, "--budget", "reset=1000h")
     assert code == 0
     assert "GPU-hours out of service: 4750.5 GPU-h (faulted 1075.4, healthy held 3675.1)" in out
     assert "gpu-node-b     node  power-cycle  2026-09-10T13:03:59Z  2026-09-15T01:49:00Z" in out
@@ -67,7 +67,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         (["--cluster-snapshot", str(notes)], 1),
         (["--cluster-snapshot", str(FIXTURE), *ARGS, "--html", str(tmp_path / "no" / "x")], 1),
         (["--cluster-snapshot", str(FIXTURE), "--since", "2026-10-19T00:00:00Z", *ARGS[:2]], 2),
-        (["--cluster-snapshot", str(FIXTURE), "--budget-rma-h", "0"], 2),
+        (["--cluster-snapshot", str(FIXTURE), "--budget", "rma=0"], 2),
     ):
         got, _, err = run(*args)
         lines = [ln for ln in err.splitlines() if ln.startswith("Error")]

@@ -1,5 +1,5 @@
 """The docs state the Prometheus requests of a cycle as the code sends them: one request per
-query of `guard.read.queries.guard_queries` (`read_prom`; tests/prometheus/test_example.py checks
+query of `guard.codec.queries.guard_queries` (`read_prom`; tests/prometheus/test_example.py checks
 the `prometheus_requests` count against a real Prometheus)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.read.queries import guard_queries
+from guard.codec.queries import guard_queries
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -77,8 +77,8 @@ def test_a_failing_prometheus_still_prints_the_report_and_exits_1(tmp_path):
         str(cluster_file(tmp_path)),
         "--prometheus-url",
         "http://127.0.0.1:9",
-        "--prometheus-timeout-s",
-        "2",
+        "--prometheus-limits",
+        "timeout=2",
     ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
+from guard.codec.check_records import is_item
+from guard.codec.records import COUNT, JOB_REF, TOKEN
 from guard.ledger import parse_time
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.pci import link_record
-from guard.read.check_records import is_item
-from guard.read.records import COUNT, JOB_REF, TOKEN
 
 
 def refused(check: Callable[[str], object], value: str) -> bool:

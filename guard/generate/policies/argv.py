@@ -13,10 +13,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from guard.codec.check_records import MAX_LINKS
 from guard.generate.policies.cel import lit
 from guard.pci import LINK as LINK_SPEEDS
 from guard.pci import SYSFS_PCI
-from guard.read.check_records import MAX_LINKS
 
 # DNS-1123 subdomain that also fits a label value (the Jobs label their pods with the node).
 NODE = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a DNS subdomain: node names reach 253

@@ -58,12 +58,12 @@ _NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?t
 # Exactly one taint gone, every other as it was: all node scope allows, and all the onboarding
 # gate's policy looks at (so one policy answers each request).
 _ONE_TAINT_REMOVED = f"{_OLD_TAINTS}.exists(x, {_NEW_TAINTS} == {_OLD_TAINTS}.filter(t, t != x))"
-# The guard's own values are short, printable, one line (guard/read/records.py, check_records.py):
+# The guard's own values are short, printable, one line (guard/codec/records.py, check_records.py):
 # a stolen token may not store escapes, newlines or a ledger's worth of text on a Node.
 VALUE_MAX_BYTES = 1024
 PRINTABLE = r"^[ -~]*$"
 # The guard's result and failure records, in exactly the form it writes them (guard/plan
-# return_jobs, device_taint, onboarding; the readers in guard/read/check_records.py refuse any
+# return_jobs, device_taint, onboarding; the readers in guard/codec/check_records.py refuse any
 # other): a stolen token cannot store another value there for the guard to act on.
 _TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 _JOB = r"job/[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?"

@@ -1,6 +1,6 @@
 """`admission-rejected`: a node on which kubelet keeps refusing GPU pods at admission.
 
-Signal (guard.read.queries.admission_rejected): GPU pods with `status.reason`
+Signal (guard.codec.queries.admission_rejected): GPU pods with `status.reason`
 UnexpectedAdmissionError on the node, created within `admission_rejected_window_s`, at least
 `admission_rejected_min_pods` of them. Case list, for each node:
   that many at every step since `since`, up to now, and now − since ≥

@@ -1,6 +1,6 @@
 """`fabric`: a node whose NVSwitch fabric stays failed over the hold.
 
-Signal (guard.read.queries.fabric_failed): dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS per
+Signal (guard.codec.queries.fabric_failed): dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS per
 GPU, DCGM's dcgmFabricManagerStatus_t; a GPU in Failure (4) is one whose fabric training ended
 in an error: present, but unusable for NVLink work across the NVSwitches. Case list, for each
 node:
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from guard.actions import Action, Skip
+from guard.codec.queries import FABRIC_METRIC
 from guard.ledger import FABRIC
 from guard.model import Snapshot
 from guard.plan.hold import held_s
 from guard.plan.triggers.model import Hit
-from guard.read.queries import FABRIC_METRIC
 from guard.settings import Settings
 
 NOT_APPLICABLE = "fabric-not-applicable"  # guard.states.Decision.FABRIC_NOT_APPLICABLE

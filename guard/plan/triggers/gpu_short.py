@@ -1,7 +1,7 @@
 """`gpu-short`: a node whose GPU count stays below its class's count over the hold.
 
 The node's count at each step is the lower of its `nvidia.com/gpu` capacity and the GPUs
-dcgm-exporter reports on it (guard.read.queries.gpu_count); its class and the class's count come
+dcgm-exporter reports on it (guard.codec.queries.gpu_count); its class and the class's count come
 from `Settings.gpu_classes` (guard.gpu_classes). Case list, for each node of a class:
   the class's count is `auto` and the class's other nodes agree on none → not checked
   the node carries the onboarding gate's taint → not a candidate: it was never admitted, and
@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 
+from guard.codec import queries
+from guard.codec.series import loss_since
 from guard.doors.prom import Series
 from guard.gpu_classes import GpuClass, class_of, majority, parse_classes
 from guard.ledger import GPU_SHORT
@@ -25,8 +27,6 @@ from guard.model import NodeInfo, Snapshot
 from guard.plan.check_jobs import gate_taint
 from guard.plan.hold import held_s
 from guard.plan.triggers.model import Hit
-from guard.read import queries
-from guard.read.prom_view import loss_since
 from guard.settings import Settings
 
 

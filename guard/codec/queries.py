@@ -227,7 +227,7 @@ def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
     """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
 
     Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
-    value was 0 or there was no data; `guard.read.prom_view.loss_since` turns that into the start of
+    value was 0 or there was no data; `guard.codec.series.loss_since` turns that into the start of
     the loss that is still going on. Every step's value is the latest scrape at or before it, so
     a loss first seen at a step was scraped no later than that step.
     """

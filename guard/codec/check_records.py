@@ -1,7 +1,7 @@
 """The lifecycle checks' node annotations: formats, parsers and the values the planners write.
 
 ``checked-boot``, ``auto-cordon-pcie-links``, ``conformance-failed`` and ``onboarding-failed``
-(guard.names.Annotations; docs/node-annotations.md). Like guard.read.records, a value that does not
+(guard.names.Annotations; docs/node-annotations.md). Like guard.codec.records, a value that does not
 parse becomes an `Unreadable` on its node, never an exception.
 """
 
@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from guard.codec.records import JOB_REF, TOKEN, Problems
 from guard.jobs import DIGEST_CHARS
 from guard.ledger import parse_time
 from guard.model import (
@@ -23,7 +24,6 @@ from guard.model import (
 )
 from guard.names import Annotations
 from guard.pci import link_record
-from guard.read.records import JOB_REF, TOKEN, Problems
 
 # The most GPUs whose links a node records (and the load-test argv takes as --expect-link).
 MAX_LINKS = 16
@@ -209,7 +209,7 @@ def claim_record(
 ) -> ClaimRecord | None:
     """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable.
 
-    >>> from guard.read.records import Problems
+    >>> from guard.codec.records import Problems
     >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
     >>> claim_record({"p/claim-loadtest": claim_record_value("gng-lt-b-1", uid)}, k,
     ...              Problems("b")).uid == uid
@@ -247,7 +247,7 @@ def fence_jobs_record(
     """``fence-jobs``: the uids of the guard's fence Jobs, space-separated; a bad one is
     unreadable.
 
-    >>> from guard.read.records import Problems
+    >>> from guard.codec.records import Problems
     >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
     >>> fence_jobs_record({"p/fence-jobs": f"{uid} {uid}"}, k, Problems("a")) == (uid, uid)
     True
@@ -284,7 +284,7 @@ def fence_record(
 ) -> FenceRecord | None:
     """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable.
 
-    >>> from guard.read.records import Problems
+    >>> from guard.codec.records import Problems
     >>> k = Annotations("p/")
     >>> fence_record({"p/gpu-fence": "fenced b-1 2026-01-01T00:00:00Z job/gng-fn-a-1"}, k,
     ...              Problems("a")).state
