@@ -31,6 +31,7 @@ def tier_of(nodeid: str) -> str:
 # started last would keep the run waiting after the others are done (docs/benchmarks.md, CI time).
 SLOW_FILES_FIRST = (
     "tests/prometheus/test_alert_engines.py",  # `promtool test rules`: minutes of one core
+    "tests/unit/test_alerts.py",  # the same, on the rule variants
     "tests/apiserver/test_watch_e2e.py",
     "tests/apiserver/test_blast_radius.py",
     "tests/apiserver/test_appliers.py",
