@@ -274,8 +274,3 @@ class Annotations:
             self.fence_job,
             self.fence_jobs,
         )
-
-    @property
-    def person_keys(self) -> tuple[str, ...]:
-        """Keys only a person writes; the guard reads them and never changes or removes them."""
-        return (self.reset_done,)

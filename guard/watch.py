@@ -1,32 +1,18 @@
 """The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
-at the next tick.
+at the next tick (docs/lifecycle.md, "Within one run: the cycle, then the watch", says what it
+decides and what it leaves; docs/benchmarks.md what it asks of Prometheus).
 
-It waits for the holds pending at its start (guard.plan.watch `dues`: hardware Xids and the
-driver/NVML mismatch; for a mismatch it also re-reads the node's nvidia-match history and
-status, `guard.codec.queries.mismatch_queries`) and polls with one query
-per scrape (`Settings.scrape_interval_s`;
-`guard.codec.queries.watch_poll`: hardware Xid and GPU loss
-now, not cordoned) for faults that appear while it is up. When a node's hold is due it re-reads
-only that node — its Xids, its loss history on the scrape grid, its cordon in kube-state-metrics
-(`guard.codec.queries.hold_queries`), its Node object — and the isolation check plans on the cycle's
-snapshot with those facts; the nodes decided at one instant (those due, or those a poll names)
-are re-read from Prometheus together, one request per query, so the watch's requests per scrape
-do not grow with the number of pending or flapping nodes
-(guard.plan.watch `decision_snapshot`): the same breaker, hold and cancel checks, the Node's
-resourceVersion as re-read for the cordon's precondition, a person's cordon winning
-(`already-cordoned`). Each decision is a turn of the run (guard/run.py `Run.turn`); once the run
-may isolate no more (`may_isolate`: a cordon landed, the cycle's or its own) the watch decides
-nothing and only holds the cycle's Lease until its end, so a run started beside it in the same
-slot finds the Lease held. It ends at
-`Settings.watch_until_s` after its Job's schedule (guard.plan.watch `watch_end`), when the
-cycle's Lease is lost, or when a read still fails after its retries (one WARN `watch-end` line;
-the cycle's exit code stands); a hold that cannot complete by then is the next run's. Its API
-and Prometheus requests retry until the run's deadline (guard.plan.deadlines, after its end: its
-last decision's writes and the Lease's release fit in), not the cycle's; the live watch's time
-is the monotonic clock's from the run's start, never ahead of Prometheus' (`RunClock`).
-
-It also follows the returns of the nodes the guard isolates (guard/returns.py): a return step
-whose input became readable is taken within a return poll, in this run.
+It waits for the holds pending at its start (guard.plan.watch `dues`) and polls once per scrape
+(`guard.codec.queries.watch_poll`) for faults that appear while it is up. The nodes due at one
+instant are re-read together (`guard.codec.queries.hold_queries`, `mismatch_queries`; one request
+per query, so requests per scrape do not grow with the pending nodes) and planned on the cycle's
+snapshot with those facts (guard.plan.watch `decision_snapshot`). Each decision is a turn of the
+run (guard/run.py `Run.turn`); once the run may isolate no more (`may_isolate`) the watch only
+holds the cycle's Lease until its end. It ends at `Settings.watch_until_s` after its Job's
+schedule (guard.plan.watch `watch_end`), when the Lease is lost, or when a read still fails after
+its retries (the cycle's exit code stands). Its requests retry until the run's deadline
+(guard.plan.deadlines); its time is the monotonic clock's from the run's start (`RunClock`). It
+also follows the returns of the nodes the guard isolates (guard/returns.py).
 
 Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
 or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,

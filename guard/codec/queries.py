@@ -99,16 +99,6 @@ def with_node_label(metric: str) -> str:
     return expr
 
 
-def hardware_xid(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str:
-    """Per-GPU series whose last Xid is set and is not caused by user code; value = Xid.
-
-    Filter first, relabel after: comparisons keep every label, and relabelling only the few
-    faulted GPUs instead of all of them is ~3× cheaper at 5,000 nodes. (Alerts; the guard joins
-    its own answers to Nodes in `guard.read.prom_view`.)
-    """
-    return with_node_label(hardware_xid_now(user_code_xids, pins))
-
-
 def gpu_loss(pins: Pins = NO_PINS) -> str:
     """Per-node number of GPUs the node advertises but cannot allocate.
 

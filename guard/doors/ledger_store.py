@@ -28,7 +28,6 @@ from guard.names import (
     ledger_archive_pattern,
 )
 
-OBJECT_LIMIT_BYTES = 1 << 20  # ConfigMap data limit (validation: "must be less than 1048576")
 ARCHIVE_COMPONENT = LEDGER_ARCHIVE_COMPONENT
 ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={ARCHIVE_COMPONENT}"
 _OLDEST = datetime.min.replace(tzinfo=UTC)

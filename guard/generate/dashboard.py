@@ -23,7 +23,6 @@ from guard.names import APP_LABEL, APP_NAME
 
 OUTPUT = Path("manifests/components/grafana-dashboard/dashboard.yaml")
 UID = "gpu-node-guard"
-NS = '{namespace="$namespace"}'
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,30 +56,10 @@ class Pending:
         return self.node, 0, self.gpu.zfill(4), self.xid
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        more = self.needs_s - self.held_s
-        return "pending", {
-            "node": self.node,
-            "reason": self.reason,
-            "gpu": self.pci,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "next": f"cordon candidate if the GPU loss holds {more}s more",
-        }
+        return _line(self, ("gpu", self.pci), "the GPU loss holds")
 
     def to_json(self) -> dict[str, Value]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "xid": self.xid,
-            "gpu": self.gpu,
-            "pci": self.pci,
-            "uuid": self.uuid,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decides_at": format_time(self.decides_at),
-            "detail": None,
-        }
+        return _json(self, self.xid, self.gpu, self.pci, self.uuid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +81,10 @@ class PendingMismatch:
         return self.node, 1, "", 0  # after the node's Xid GPUs, as the isolation check ranks
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _node_line(self, "the mismatch holds")
+        return _line(self, ("detail", self.detail), "the mismatch holds")
 
     def to_json(self) -> dict[str, Value]:
-        return _node_json(self)
+        return _json(self, detail=self.detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,38 +103,45 @@ class PendingTrigger:
         return self.node, 2, self.reason, 0  # after the node's mismatch, as isolation ranks
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _node_line(self, "it holds")
+        return _line(self, ("detail", self.detail), "it holds")
 
     def to_json(self) -> dict[str, Value]:
-        return _node_json(self)
+        return _json(self, detail=self.detail)
 
 
-def _node_line(p: PendingMismatch | PendingTrigger, holds: str) -> tuple[str, dict[str, Value]]:
-    """The `pending` line of a whole node's finding (no GPU): what it saw, what it waits for."""
-    more = p.needs_s - p.held_s
+def _line(p: Waiting, seen: tuple[str, Value], holds: str) -> tuple[str, dict[str, Value]]:
+    """The `pending` line: the GPU, or what a whole node's finding saw; what it waits for."""
     return "pending", {
         "node": p.node,
         "reason": p.reason,
-        "detail": p.detail,
+        seen[0]: seen[1],
         "held_s": p.held_s,
         "needs_s": p.needs_s,
         "decides_at": format_time(p.decides_at),
-        "next": f"cordon candidate if {holds} {more}s more",
+        "next": f"cordon candidate if {holds} {p.needs_s - p.held_s}s more",
     }
 
 
-def _node_json(p: PendingMismatch | PendingTrigger) -> dict[str, Value]:
+def _json(
+    p: Waiting,
+    xid: int | None = None,
+    gpu: str | None = None,
+    pci: str | None = None,
+    uuid: str | None = None,
+    detail: str | None = None,
+) -> dict[str, Value]:
+    """The `-o json` candidate: xid, gpu, pci and uuid null for a whole node's finding."""
     return {
         "node": p.node,
         "reason": p.reason,
-        "xid": None,
-        "gpu": None,
-        "pci": None,
-        "uuid": None,
+        "xid": xid,
+        "gpu": gpu,
+        "pci": pci,
+        "uuid": uuid,
         "held_s": p.held_s,
         "needs_s": p.needs_s,
         "decides_at": format_time(p.decides_at),
-        "detail": p.detail,
+        "detail": detail,
     }
 
 
