@@ -595,18 +595,57 @@ def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
 FABRIC_METRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
 FABRIC_FAILURE = 4
 FABRIC_SUCCESS = 3
+# The other fabric fields dcgm-exporter can export (DCGM's dcgm_fields.h; none is in its default
+# counters CSV, so each is read only where a site added it, and an absent one is no fault):
+# * DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS (856), one series per NVSwitch (label ``nvswitch``): "the
+#   value field indicates the specific SXid reported", 0 while none; a fatal SXid.
+# * DCGM_FI_DEV_NVSWITCH_LINK_STATUS (870), per NVSwitch port (``nvswitch``, ``nvlink``):
+#   UNKNOWN -1, OFF 0, SAFE 1, ACTIVE 2, ERROR 3. Only ERROR counts: an uncabled port is OFF.
+# * DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, per GPU, "Total number of NVLink recovery
+#   errors" (a counter in dcgm-exporter's CSVs): read as its increase over the hold, never raw.
+NVSWITCH_FATAL_METRIC = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
+NVSWITCH_LINK_METRIC = "DCGM_FI_DEV_NVSWITCH_LINK_STATUS"
+NVSWITCH_LINK_ERROR = 3
+NVLINK_RECOVERY_METRIC = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+FABRIC_METRICS = (
+    FABRIC_METRIC,
+    NVSWITCH_FATAL_METRIC,
+    NVSWITCH_LINK_METRIC,
+    NVLINK_RECOVERY_METRIC,
+)
+
+
+def _fabric_faults(s: Settings, pins: Pins) -> str:
+    """Every faulted fabric entity (a GPU, an NVSwitch, a switch port) with its ``node``."""
+    window = duration(s.fabric_hold)
+    faults = (
+        f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}",
+        f"{pins.dcgm(NVSWITCH_FATAL_METRIC)} > 0",
+        f"{pins.dcgm(NVSWITCH_LINK_METRIC)} == {NVSWITCH_LINK_ERROR}",
+        f"increase({pins.dcgm(NVLINK_RECOVERY_METRIC)}[{window}]) > 0",
+    )
+    return " or ".join(first_host(f, s.dcgm_node_label_names) for f in faults)
 
 
 def fabric_failed(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its GPUs whose Fabric Manager status is Failure (any naming label)."""
-    failed = first_host(f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}", s.dcgm_node_label_names)
-    return f"count by ({NODE_LABEL}) ({failed})"
+    """Per node, its faulted fabric entities (any naming label): a GPU whose Fabric Manager
+    status is Failure, an NVSwitch with a fatal SXid, a switch port in ERROR, a GPU whose NVLink
+    recovery errors rose within the last `Settings.fabric_hold`."""
+    return f"count by ({NODE_LABEL}) ({_fabric_faults(s, pins)})"
 
 
 def fabric_not_success(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its GPUs whose Fabric Manager status is anything but Success now."""
+    """Per node, its fabric entities not healthy now: a GPU whose Fabric Manager status is
+    anything but Success, or any fault `fabric_failed` counts."""
     other = first_host(f"{pins.dcgm(FABRIC_METRIC)} != {FABRIC_SUCCESS}", s.dcgm_node_label_names)
-    return f"count by ({NODE_LABEL}) ({other})"
+    return f"count by ({NODE_LABEL}) ({other} or {_fabric_faults(s, pins)})"
+
+
+def fabric_seen(pins: Pins = NO_PINS) -> str:
+    """How many series of any fabric field Prometheus has: 0 or none, the trigger does not apply."""
+    names = "|".join(FABRIC_METRICS)
+    selector = '{__name__=~"' + names + '"}'
+    return f"count({pins.dcgm(selector)})"
 
 
 def trigger_lookback_s(s: Settings) -> int:
@@ -631,7 +670,7 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
     failed = f"({fabric_failed(s, pins)})[{lookback}s:{step}s]"
     out.append(Query("fabric-history", failed, "matrix", (NODE_LABEL,), on_step=True))
     out.append(Query("fabric-not-success", fabric_not_success(s, pins), required=(NODE_LABEL,)))
-    out.append(Query("fabric-seen", f"count({pins.dcgm(FABRIC_METRIC)})"))
+    out.append(Query("fabric-seen", fabric_seen(pins)))
     return tuple(out)
 
 

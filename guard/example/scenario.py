@@ -18,6 +18,11 @@ XID = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 FABRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
 FABRIC_SUCCESS, FABRIC_FAILURE = 3, 4  # DCGM dcgmFabricManagerStatus_t
+NVSWITCH_FATAL = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
+NVSWITCH_LINK = "DCGM_FI_DEV_NVSWITCH_LINK_STATUS"
+NVSWITCH_LINK_ACTIVE = 2  # DCGM: UNKNOWN -1, OFF 0, SAFE 1, ACTIVE 2, ERROR 3
+NVLINK_RECOVERY = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+NVSWITCHES = 4  # an HGX H100 board's
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,13 @@ class NodeTimeline:
     # dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS of GPU 0 over time (every other GPU in
     # Success, 3); empty: the exporter does not expose the field on this node.
     fabric: Steps = ()
+    # The other fabric fields, each empty where the exporter does not expose it: the SXid of
+    # DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS of switch 0 (every other switch 0), the
+    # DCGM_FI_DEV_NVSWITCH_LINK_STATUS of switch 0's port 0 (every other port ACTIVE), and the
+    # DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL counter of GPU 0 (every other GPU 0).
+    nvswitch_fatal: Steps = ()
+    nvswitch_link: Steps = ()
+    nvlink_recovery: Steps = ()
     # dcgm-exporter's pod mapping: (gpu index, namespace, pod) of a pod holding that GPU; its
     # series carry the pod's `namespace` and `pod` labels (one pod per GPU here).
     gpu_pods: tuple[tuple[int, str, str], ...] = ()
@@ -187,6 +199,31 @@ def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
     return labels + (f',node="{node.node_label}"' if node.node_label else "")
 
 
+def _write_nvswitch(sc: Scenario, out: TextIO) -> int:
+    """The NVSwitch series: per switch (label ``nvswitch``) and per switch port (``nvlink``),
+    with the node's host label as dcgm-exporter's switch collector writes it."""
+    written = 0
+    for name, of, ports, default in (
+        (NVSWITCH_FATAL, "nvswitch_fatal", 1, 0),
+        (NVSWITCH_LINK, "nvswitch_link", 2, NVSWITCH_LINK_ACTIVE),
+    ):
+        nodes = [n for n in sc.nodes if getattr(n, of)]
+        if nodes:
+            out.write(f"# TYPE {name} gauge\n")
+        for node in nodes:
+            for switch in range(NVSWITCHES):
+                for port in range(ports):
+                    steps = getattr(node, of) if switch == port == 0 else ()
+                    labels = f'nvswitch="{switch}",{node.host_label}="{node.host()}"'
+                    labels += f',nvlink="{port}"' if name == NVSWITCH_LINK else ""
+                    labels += job_label(sc, name)
+                    for offset, stamp in _stamps(sc, node):
+                        value = value_at(steps, offset, default)
+                        out.write(f"{name}{{{labels}}} {value} {stamp:.3f}\n")
+                        written += 1
+    return written
+
+
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # The `status.reason` values kube-state-metrics' kube_pod_status_reason has a series for.
 POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
@@ -226,6 +263,13 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
             for gpu in range(node.gpus):
                 steps = node.fabric if gpu == 0 else ()
                 series(FABRIC, gpu_labels(sc, node, gpu), steps, FABRIC_SUCCESS, node)
+    written += _write_nvswitch(sc, out)
+    if any(n.nvlink_recovery for n in sc.nodes):
+        out.write(f"# TYPE {NVLINK_RECOVERY} counter\n")
+        for node in (n for n in sc.nodes if n.nvlink_recovery):
+            for gpu in range(node.gpus):
+                steps = node.nvlink_recovery if gpu == 0 else ()
+                series(NVLINK_RECOVERY, gpu_labels(sc, node, gpu), steps, 0, node)
     if any(n.gpu_temp for n in sc.nodes):
         out.write("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
         for node in (n for n in sc.nodes if n.gpu_temp):

@@ -187,11 +187,14 @@ def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             "GPUNodeFabricFailed",
             queries.fabric_failed(_DEFAULTS),
             "critical",
-            "{{ $labels.node }}: {{ $value }} GPU(s) with Fabric Manager status Failure",
-            "The NVSwitch fabric training of these GPUs ended in an error (dcgm-exporter"
-            f" {queries.FABRIC_METRIC} = 4): the GPUs are present but multi-GPU NVLink work fails"
+            "{{ $labels.node }}: {{ $value }} fabric fault(s) (GPU, NVSwitch or NVSwitch port)",
+            "The node's NVLink fabric is faulted (dcgm-exporter"
+            f" {queries.FABRIC_METRIC} = 4, {queries.NVSWITCH_FATAL_METRIC} > 0,"
+            f" {queries.NVSWITCH_LINK_METRIC} = 3 or {queries.NVLINK_RECOVERY_METRIC} rising):"
+            " the GPUs are present but multi-GPU NVLink work fails"
             f" or hangs. The guard cordons it once this holds (reason fabric, {reason}). Read"
-            " /var/log/fabricmanager.log on the node; restart nvidia-fabricmanager, else reset"
+            " /var/log/fabricmanager.log and the NVSwitch SXids in the kernel log on the node;"
+            " restart nvidia-fabricmanager, else reset"
             " the GPUs and NVSwitches or power-cycle it; failing again, a person (RMA).",
             _DEFAULTS.fabric_hold,
         ),

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from guard.actions import Skip
 from guard.cli import cli
+from guard.codec import queries
 from guard.gpu_classes import ClassError, class_label_keys, class_of, majority, parse_classes
 from guard.ledger import count, parse_ledger, parse_line
 from guard.model import PromView, Snapshot
@@ -151,3 +152,27 @@ def test_the_fabric_return_row_waits_for_success_on_every_gpu() -> None:
     other = node("f", cordoned=True, boot="boot-2", extra={**notes, KEYS.reason: "gpu-short"})
     assert other.cordon is not None
     assert triggers.fabric_gate(waiting, other, other.cordon) == ()
+
+
+def test_the_not_applicable_line_names_every_fabric_field() -> None:
+    (skip,) = triggers.not_applicable(fabric_snap(PromView(fabric_seen=False), "a"))
+    assert isinstance(skip, Skip)
+    for metric in queries.FABRIC_METRICS:
+        assert metric in skip.detail
+
+
+def test_every_fabric_field_is_seen_by_one_query_with_the_exporter_pin() -> None:
+    found = queries.fabric_seen(queries.Pins('job="dcgm"'))
+    assert found.startswith("count({__name__=~") and found.endswith(', job="dcgm"})')
+    assert all(metric in found for metric in queries.FABRIC_METRICS)
+
+
+def test_nvlink_recovery_errors_are_read_as_an_increase_over_the_fabric_hold() -> None:
+    s = Settings(fabric_hold_s=900)
+    found = queries.fabric_failed(s)
+    assert f"increase({queries.NVLINK_RECOVERY_METRIC}[15m]) > 0" in found
+    assert f"{queries.NVLINK_RECOVERY_METRIC} >" not in found  # never its raw value
+    # the switch fields join the node by the same host labels as every dcgm field
+    assert found.count('"guard_host", ";", "node", "Hostname", "hostname"') == 4
+    # the return waits while any of them is faulted, not only the Fabric Manager status
+    assert f"{queries.NVSWITCH_FATAL_METRIC} > 0" in queries.fabric_not_success(s)

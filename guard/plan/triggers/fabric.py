@@ -1,16 +1,20 @@
 """`fabric`: a node whose NVSwitch fabric stays failed over the hold.
 
-Signal (guard.codec.queries.fabric_failed): dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS per
-GPU, DCGM's dcgmFabricManagerStatus_t; a GPU in Failure (4) is one whose fabric training ended
-in an error: present, but unusable for NVLink work across the NVSwitches. Case list, for each
-node:
-  a GPU in Failure at every step since `since`, up to now, and now − since ≥
+Signal (guard.codec.queries.fabric_failed), per node, any faulted fabric entity of dcgm-exporter:
+a GPU whose DCGM_FI_DEV_FABRIC_MANAGER_STATUS (DCGM's dcgmFabricManagerStatus_t) is Failure (4),
+its fabric training ended in an error; an NVSwitch whose DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS holds
+a fatal SXid; an NVSwitch port whose DCGM_FI_DEV_NVSWITCH_LINK_STATUS is ERROR (3); a GPU whose
+DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL rose within the last hold. Each leaves the GPUs
+present but unusable for NVLink work across the NVSwitches. Case list, for each node:
+  a faulted entity at every step since `since`, up to now, and now − since ≥
       `Settings.fabric_hold` → candidate
-  in Failure now, not that long → pending
+  faulted now, not that long → pending
+  a recovery counter that did not rise within the hold, a switch port OFF or SAFE (uncabled,
+      training) → nothing
   NotSupported, NotStarted, InProgress, Success, Unrecognized, NvmlTooOld → nothing (no
       NVSwitch, a boot's training, or a driver and DCGM that disagree: not the node's fault)
-  no series of the field on the node → nothing: the exporter does not expose it; when no node
-      has one, `not_applicable` says so in ONE line per run, not once per node
+  no series of a field on the node → nothing: the exporter does not expose it; when no node
+      has a series of any of the four fields, `not_applicable` says so in ONE line per run
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from guard.actions import Action, Skip
-from guard.codec.queries import FABRIC_METRIC
+from guard.codec.queries import FABRIC_METRIC, FABRIC_METRICS
 from guard.ledger import FABRIC
 from guard.model import Snapshot
 from guard.plan.hold import held_s
@@ -34,21 +38,25 @@ def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
         node = snap.node(name)
         if name in cordoned or node is None or node.unreadable:
             continue
-        detail = f"Fabric Manager status Failure ({FABRIC_METRIC}=4) on a GPU of the node"
+        detail = (
+            f"a fabric fault on the node: Fabric Manager status Failure ({FABRIC_METRIC}=4), an "
+            "NVSwitch fatal SXid, an NVSwitch port in ERROR or rising NVLink recovery errors"
+        )
         held = held_s(start, snap.now)
         yield Hit(name, FABRIC, start, held, s.fabric_hold, detail, node.gpu_capacity)
 
 
 def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
-    """One line for the run: dcgm-exporter exposes no Fabric Manager status on any node."""
+    """One line for the run: dcgm-exporter exposes none of the fabric fields on any node."""
     if snap.prom.fabric_seen is not False:
         return ()
     return (
         Skip(
             "",
             NOT_APPLICABLE,
-            f"no {FABRIC_METRIC} series in Prometheus: the fabric trigger does not apply",
-            "nothing on systems without NVSwitches; otherwise add the field to dcgm-exporter's "
+            f"no series of {', '.join(FABRIC_METRICS)} in Prometheus: the fabric trigger does "
+            "not apply",
+            "nothing on systems without NVSwitches; otherwise add the fields to dcgm-exporter's "
             "counters CSV",
         ),
     )
