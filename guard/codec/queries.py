@@ -602,7 +602,8 @@ FABRIC_SUCCESS = 3
 # * DCGM_FI_DEV_NVSWITCH_LINK_STATUS (870), per NVSwitch port (``nvswitch``, ``nvlink``):
 #   UNKNOWN -1, OFF 0, SAFE 1, ACTIVE 2, ERROR 3. Only ERROR counts: an uncabled port is OFF.
 # * DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, per GPU, "Total number of NVLink recovery
-#   errors" (a counter in dcgm-exporter's CSVs): read as its increase over the hold, never raw.
+#   errors" (a counter in dcgm-exporter's CSVs): read as its growth over the hold (`grown_by`:
+#   the same number on every engine, and a series new in the window is no growth), never raw.
 NVSWITCH_FATAL_METRIC = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
 NVSWITCH_LINK_METRIC = "DCGM_FI_DEV_NVSWITCH_LINK_STATUS"
 NVSWITCH_LINK_ERROR = 3
@@ -617,12 +618,11 @@ FABRIC_METRICS = (
 
 def _fabric_faults(s: Settings, pins: Pins) -> str:
     """Every faulted fabric entity (a GPU, an NVSwitch, a switch port) with its ``node``."""
-    window = duration(s.fabric_hold)
     faults = (
         f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}",
         f"{pins.dcgm(NVSWITCH_FATAL_METRIC)} > 0",
         f"{pins.dcgm(NVSWITCH_LINK_METRIC)} == {NVSWITCH_LINK_ERROR}",
-        f"increase({pins.dcgm(NVLINK_RECOVERY_METRIC)}[{window}]) > 0",
+        f"{grown_by(pins.dcgm(NVLINK_RECOVERY_METRIC), s.fabric_hold)} > 0",
     )
     return " or ".join(first_host(f, s.dcgm_node_label_names) for f in faults)
 
@@ -672,6 +672,19 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
     out.append(Query("fabric-not-success", fabric_not_success(s, pins), required=(NODE_LABEL,)))
     out.append(Query("fabric-seen", fabric_seen(pins)))
     return tuple(out)
+
+
+def grown_by(metric: str, window_s: int) -> str:
+    """How much a counter grew in the window: now less its lowest sample there.
+
+    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
+    small, so a card with old remaps would alert after every exporter restart (new labels), and
+    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
+
+    >>> grown_by("m", 1800)
+    '(m - min_over_time(m[30m]))'
+    """
+    return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
 
 
 def duration(seconds: int) -> str:

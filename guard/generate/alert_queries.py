@@ -28,6 +28,7 @@ from guard.codec.queries import (
     XID_METRIC,
     duration,
     gpu_loss,
+    grown_by,
     ksm_label,
     not_cordoned,
     with_node_label,
@@ -504,19 +505,6 @@ def upstream_regex(networks: str) -> str:
 def _pod_node(selector: str) -> str:
     """namespace, pod → node of the pods kube_pod_info selects."""
     return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
-
-
-def grown_by(metric: str, window_s: int) -> str:
-    """How much a counter grew in the window: now less its lowest sample there.
-
-    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
-    small, so a card with old remaps would alert after every exporter restart (new labels), and
-    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
-
-    >>> grown_by("m", 1800)
-    '(m - min_over_time(m[30m]))'
-    """
-    return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
 
 
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:

@@ -233,7 +233,11 @@ def test_api_server_gone_after_the_cordon_and_two_more_cycles_then_repaired_once
     first = cycle_then_down(plane, prom, guard_kubeconfig, "cordon")
     assert statuses(first, node) == cordon_writes("applied", "failed", "failed", "failed")
     failed = [o.detail for o in first if o.status == "failed"]
-    assert failed and all("cannot reach the API server: [Errno 111]" in d for d in failed)
+    # The first failed write retries a refused connection until the cycle's budget is spent; a
+    # later one may find it spent already (how much is left depends on the machine's load).
+    assert failed and "cannot reach the API server: [Errno 111]" in failed[0]
+    spent = "the cycle's deadline has passed"
+    assert all("cannot reach the API server: [Errno 111]" in d or spent in d for d in failed)
     for n in (1, 2):  # two more cycles while it is down: each stops at its first read, exit 1
         down = run_guard(
             prom,
