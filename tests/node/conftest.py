@@ -140,10 +140,13 @@ def admin(node: Node) -> Iterator[client.ApiClient]:
 
 @pytest.fixture
 def gpu_node(node: Node, admin: client.ApiClient) -> Iterator[str]:
-    """The node with 8 GPUs of capacity (an extended resource the kubelet keeps as patched);
-    afterwards uncordoned, without the guard's annotations, the guard's state forgotten."""
+    """The node with 8 GPUs of capacity and allocatable (an extended resource the kubelet keeps
+    as patched); afterwards uncordoned, without the guard's annotations, the guard's state
+    forgotten. Allocatable is patched too: the kubelet copies capacity to it only at its next
+    status sync (up to 10 s later), and a return cycle before that reads a GPU-count drop."""
     core = client.CoreV1Api(admin)
-    gpus = {"status": {"capacity": {"nvidia.com/gpu": "8"}}}
+    eight = {"nvidia.com/gpu": "8"}
+    gpus = {"status": {"capacity": eight, "allocatable": eight}}
     core.patch_node_status(node.name, gpus, _content_type=MERGE_PATCH)
     try:
         yield node.name
@@ -153,6 +156,13 @@ def gpu_node(node: Node, admin: client.ApiClient) -> Iterator[str]:
         body = {"metadata": {"annotations": keys}, "spec": {"unschedulable": None}}
         core.patch_node(node.name, body, _content_type=MERGE_PATCH)
         core.patch_node_status(
-            node.name, {"status": {"capacity": {"nvidia.com/gpu": None}}}, _content_type=MERGE_PATCH
+            node.name,
+            {
+                "status": {
+                    "capacity": {"nvidia.com/gpu": None},
+                    "allocatable": {"nvidia.com/gpu": None},
+                }
+            },
+            _content_type=MERGE_PATCH,
         )
         forget_guard_state(core, admin)
