@@ -59,10 +59,11 @@ rules: install
 dashboard: install
 	$(PY) -m guard.generate.dashboard
 
+# The rule tests themselves (promtool test rules tests/rules/*.test.yaml) run in the unit tier
+# (Prometheus 2's promtool, tests/unit/test_alerts.py) and the prometheus tier (Prometheus 3's).
 rules-test: install system-deps
 	$(PY) -m guard.generate.alerts check
 	promtool check rules manifests/prometheus/gpu-node-guard.rules.yaml
-	cd tests/rules && promtool test rules *.test.yaml
 
 # The admission policies in policies/ (and its kustomization.yaml) are generated from
 # guard/generate/policies and the settings; CI fails when they drift (docs/security.md).
