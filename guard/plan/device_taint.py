@@ -74,8 +74,8 @@ from guard.names import (
     DRA_DEVICE_CLASS,
     Annotations,
 )
-from guard.plan import return_rule
-from guard.plan.check_jobs import foreign, foreign_job, passed, rejected, rejected_job
+from guard.plan import return_jobs, return_rule
+from guard.plan.check_jobs import foreign, foreign_job, passed
 from guard.plan.common import (
     UID,
     Incident,
@@ -388,7 +388,8 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
     blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
         return blocked
-    if job is None and spec.name not in node.loadtest_result:
+
+    def create() -> tuple[Action, ...]:
         if earlier := _earlier_running(snap, node, spec):
             return (
                 Skip(
@@ -412,7 +413,15 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
                 s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
             ),
         )
-    return _gate(snap, s, node, rec, rules, job, spec)
+
+    out = return_jobs.gate(snap, s, node, spec, "device-taint", create, rec.device)
+    if isinstance(out, tuple):
+        return out
+    if why := claim_problem(snap, node, rec, out):
+        stays = "the device stays tainted"
+        word = Decision.LOADTEST_FOREIGN
+        return foreign_job(s, node, out, word, why, stays, claim=out.name)
+    return _returned(snap, s, node, rec, out, rules)
 
 
 def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:
@@ -463,67 +472,6 @@ def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec
         rec.reason,
     )
     return claim, spec
-
-
-def _gate(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    rec: DeviceRecord,
-    rules: tuple[TaintRule, ...],
-    job: JobInfo | None,
-    spec: JobSpec,
-) -> tuple[Action, ...]:
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
-    if job is not None and (why := rejected(job)):
-        return rejected_job(s, node, job, why, "the device stays tainted")
-    if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
-        return (
-            Skip(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                f"job/{spec.name} failed",
-                "the device stays tainted; read the job log, reset or replace",
-            ),
-        )
-    if job.status in ("running", "unreadable"):
-        return (
-            Skip(node.name, Decision.LOADTEST_RUNNING, f"job/{job.name} on {rec.device}", WAIT),
-        )
-    if job.status == "failed" or passed(job) is False:
-        at = ledger.format_time(snap.now)
-        return (
-            Annotate(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                node.resource_version,
-                ((keys(s).loadtest_result, f"failed job/{spec.name} at {at}"),),
-                f"the device stays tainted; kubectl -n {spec.namespace} logs job/{spec.name}",
-            ),
-            EmitEvent(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                "Warning",
-                "GuardCheckFailed",
-                f"loadtest job/{spec.name} failed on {rec.device}; it stays tainted",
-            ),
-        )
-    if not passed(job):
-        return (
-            Skip(
-                node.name,
-                Decision.LOADTEST_UNREADABLE,
-                f"job/{job.name} succeeded but is not a pass",
-                "the device stays tainted",
-                "WARN",
-            ),
-        )
-    if why := claim_problem(snap, node, rec, job):
-        stays = "the device stays tainted"
-        word = Decision.LOADTEST_FOREIGN
-        return foreign_job(s, node, job, word, why, stays, claim=job.name)
-    return _returned(snap, s, node, rec, job, rules)
 
 
 def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInfo) -> str:

@@ -12,11 +12,14 @@ stay cordoned).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
 from guard.codec.check_records import checked_boot_value, failed_value, links_value
 from guard.jobs import JobSpec, JobTemplates, job_name
-from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
+from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot, Unit
 from guard.plan.check_jobs import (
     foreign,
     foreign_job,
@@ -39,23 +42,66 @@ def job_key(node: NodeInfo) -> str:
     return "\0".join((node.boot_id, node.reset_done or "", ledger.format_time(at) if at else ""))
 
 
-def job_gate(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str
-) -> tuple[Action, ...] | None:
-    """None when this gate passed; otherwise the actions for this cycle."""
-    spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What a unit's gate says where its words differ (docs/isolation.md, "Where the
+    device-taint unit differs")."""
+
+    stays: str  # a foreign or rejected Job's next step
+    short: str  # a failure's next step begins with it
+    event: str  # a failure's Event ends with it
+    gone: str  # a recorded failure's detail ends with it
+    retry: str  # a recorded failure's next step ends with it
+    on: bool = False  # name the device: while its Job runs, in its failure's Event
+    unreadable_runs: bool = False  # an unreadable Job waits as a running one
+    why: bool = True  # a succeeded Job that is not a pass: why, and how to run it again
+
+
+WORDS: dict[Unit, Words] = {
+    "cordon": Words(
+        "the node stays cordoned",
+        "stays cordoned",
+        "node stays cordoned",
+        " on this boot",
+        "read the job log, fix, reboot or reset",
+    ),
+    "device-taint": Words(
+        "the device stays tainted",
+        "the device stays tainted",
+        "it stays tainted",
+        "",
+        "read the job log, reset or replace",
+        on=True,
+        unreadable_runs=True,
+        why=False,
+    ),
+}
+
+
+def gate(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    spec: JobSpec,
+    unit: Unit,
+    create: Callable[[], tuple[Action, ...]],
+    device: str = "",
+) -> tuple[Action, ...] | JobInfo:
+    """One Job gate of every unit: its actions for this cycle, or the Job once it passed."""
+    w, kind = WORDS[unit], spec.kind
+    on = f" on {device}" if w.on else ""
     job = next((j for j in snap.jobs if j.name == spec.name), None)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, f"{kind}-foreign", why, "the node stays cordoned")
+        return foreign_job(s, node, job, f"{kind}-foreign", why, w.stays)
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
-        return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
+        return create()
     if why := rejected(job):  # could not run: no failure recorded, never a pass
-        return rejected_job(s, node, job, why, "the node stays cordoned")
-    if job.status == "running":
-        return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
+        return rejected_job(s, node, job, why, w.stays)
+    if job.status == "running" or (job.status == "unreadable" and w.unreadable_runs):
+        return (Skip(node.name, f"{kind}-running", f"job/{job.name}{on}", WAIT),)
     if job.status == "unreadable":
         fix = (
             f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
@@ -65,12 +111,25 @@ def job_gate(
             Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN"),
         )
     if job.status == "failed":
-        return _failed(snap, s, node, job, spec)
+        return _failed(snap, s, node, job, spec, w, on)
     if not passed(job):  # succeeded, but its Pod's own summary does not say pass
-        return (_untrusted(node, job, spec),)
-    if kind == "conformance":
-        return None
-    return _uncordon(snap, s, node, job)
+        return (_untrusted(node, job, spec, w),)
+    return job
+
+
+def job_gate(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str
+) -> tuple[Action, ...] | None:
+    """None when this gate passed; otherwise the actions for this cycle."""
+    spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
+
+    def create() -> tuple[Action, ...]:
+        return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
+
+    out = gate(snap, s, node, spec, "cordon", create)
+    if isinstance(out, tuple):
+        return out
+    return None if kind == "conformance" else _uncordon(snap, s, node, out)
 
 
 def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
@@ -78,19 +137,16 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
     return _spec(s, node, "loadtest", recorded_links(snap, node)).name
 
 
-def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
+def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
+    detail = f"job/{job.name} succeeded but is not a pass"
+    if not w.why:
+        return Skip(node.name, f"{job.kind}-unreadable", detail, w.stays, "WARN")
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
     fix = (
-        f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
+        f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
         f"kubectl -n {spec.namespace} delete job {job.name}"
     )
-    return Skip(
-        node.name,
-        f"{job.kind}-unreadable",
-        f"job/{job.name} succeeded but is not a pass: {why}",
-        fix,
-        "WARN",
-    )
+    return Skip(node.name, f"{job.kind}-unreadable", f"{detail}: {why}", fix, "WARN")
 
 
 def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
@@ -113,7 +169,7 @@ def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Act
 
 
 def _failed(
-    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, spec: JobSpec
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words, on: str
 ) -> tuple[Action, ...]:
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
@@ -125,8 +181,8 @@ def _failed(
             Skip(
                 node.name,
                 f"{kind}-failed",
-                f"job/{spec.name} failed on this boot",
-                "stays cordoned; read the job log, fix, reboot or reset",
+                f"job/{spec.name} failed{w.gone}",
+                f"{w.short}; {w.retry}",
             ),
         )
     at = ledger.format_time(snap.now)
@@ -134,21 +190,21 @@ def _failed(
     items = tuple(f.item for f in job.result.failed) if job.result else ()
     if kind == "conformance" and items:
         notes += ((k.conformance_failed, failed_value(at, spec.name, items)),)
-    on = f" on {','.join(items)}" if items else ""
+    on = on or (f" on {','.join(items)}" if items else "")
     return (
         Annotate(
             node.name,
             f"{kind}-failed",
             node.resource_version,
             notes,
-            f"stays cordoned; kubectl -n {spec.namespace} logs job/{spec.name}",
+            f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
         ),
         EmitEvent(
             node.name,
             f"{kind}-failed",
             "Warning",
             "GuardCheckFailed",
-            f"{kind} job/{spec.name} failed{on}; node stays cordoned",
+            f"{kind} job/{spec.name} failed{on}; {w.event}",
         ),
     )
 
