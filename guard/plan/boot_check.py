@@ -67,6 +67,18 @@ class Failed:
     node: NodeInfo
     job: JobInfo
 
+    @property
+    def items(self) -> tuple[str, ...]:
+        return tuple(x.item for x in self.job.result.failed) if self.job.result else ()
+
+    @property
+    def reason(self) -> str:
+        return f"{CONFORMANCE_REASON}{self.items[0]}"
+
+    @property
+    def what(self) -> str:
+        return f"conformance failed on {','.join(self.items)} (job/{self.job.name})"
+
 
 @dataclass(slots=True)
 class BootChecks:
@@ -189,8 +201,7 @@ def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, 
     """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
     k, node, at = keys(s), f.node, ledger.format_time(snap.now)
     assert f.job.result is not None  # a candidate failed on items it names
-    items = tuple(x.item for x in f.job.result.failed)
-    reason = f"{CONFORMANCE_REASON}{items[0]}"
+    items, reason = f.items, f.reason
     annotations = (
         (k.reason, reason),
         (k.at, at),

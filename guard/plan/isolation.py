@@ -43,7 +43,7 @@ from guard.jobs import JobTemplates
 from guard.ledger import format_time
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import device_taint, domain, hold, mismatch, triggers, units, workload
+from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
 from guard.plan.common import (
     breaker_open,
     keys,
@@ -70,6 +70,17 @@ class Pick:
     held_s: int
     gpu: GpuSample | None = None
     hit: triggers.Hit | None = None  # a node trigger's finding (guard.plan.triggers)
+    failed: boot_check.Failed | None = None  # a failed after-reboot conformance Job
+
+    def waits(self, shared: tuple[domain.Incident, ...]) -> str:
+        """What the breaker's line says waits."""
+        if self.failed is not None:
+            return self.failed.what
+        return f"{self.reason} waits{domain.breaker_note(shared, self.node.name)}"
+
+
+# After every node trigger: hardware first, a conformance failure last (docs/isolation.md).
+CONFORMANCE_RANK = triggers.RANK + 1
 
 
 def plan_isolation(
@@ -78,10 +89,13 @@ def plan_isolation(
     t: JobTemplates,
     released: frozenset[str] = frozenset(),
     refused: frozenset[str] = frozenset(),
+    conformance: tuple[boot_check.Failed, ...] = (),
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle.
     `refused`: nodes whose cordon the API refused earlier in this cycle (guard.plan
-    `plan_fallback`); they are left out, so the next candidate becomes the pick."""
+    `plan_fallback`); they are left out, so the next candidate becomes the pick.
+    `conformance`: the after-reboot check's failures (guard.plan.checks), candidates after every
+    other and never a fallback."""
     actions, eligible = _screen(snap, s)
     more, nvml = _screen_nvml(snap, s)
     actions.extend(more)
@@ -92,6 +106,7 @@ def plan_isolation(
     # Before the refused leave: a fallback's pick keeps the membership of the first plan.
     shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
     actions.extend(domain.announce(shared))
+    eligible.extend(Pick(f.node, f.reason, CONFORMANCE_RANK, 0, failed=f) for f in conformance)
     eligible = [p for p in eligible if p.node.name not in refused]
     if not eligible:
         return tuple(actions)
@@ -101,25 +116,31 @@ def plan_isolation(
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]
-    if first.hit is not None:
+    if first.failed is not None:
+        actions.extend(boot_check.conformance_cordon(snap, s, first.failed))
+    elif first.hit is not None:
         actions.extend(triggers.cordon(snap, s, first.node, first.hit))
     elif first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    actions.extend(_tell_workload(snap, s, first))
+    if first.failed is None:
+        actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
-    actions.extend(
-        Skip(
-            p.node.name,
-            "one-per-cycle",
-            f"{p.reason} waits behind {first.node.name}",
-            _waits(first.node.name, i, tries_left),
-        )
-        for i, p in enumerate(eligible[1:], 1)
-    )
+    actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))
     return tuple(actions)
+
+
+def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
+    if p.failed is None:
+        detail = f"{p.reason} waits behind {first.node.name}"
+        return Skip(
+            p.node.name, "one-per-cycle", detail, _waits(first.node.name, place, tries_left)
+        )
+    behind = first.node.name if first.failed is not None else "the isolation check's cordon"
+    detail = f"{p.failed.what}; waits behind {behind}"
+    return Skip(p.node.name, "one-per-cycle", detail, "considered again next cycle")
 
 
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
@@ -307,12 +328,5 @@ def _breaker_open(
     """Every blocked candidate, each named in its own WARN line and Event (with its domain
     incident, if any: guard.plan.domain)."""
     return tuple(
-        a
-        for p in eligible
-        for a in breaker_open(
-            p.node.name,
-            guarded,
-            limit,
-            f"{p.reason} waits{domain.breaker_note(shared, p.node.name)}",
-        )
+        a for p in eligible for a in breaker_open(p.node.name, guarded, limit, p.waits(shared))
     )

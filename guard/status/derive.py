@@ -147,7 +147,7 @@ def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[
 
 def _lifecycle(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, Action]:
     first: dict[str, Action] = {}
-    for action in plan_checks(snap, s, t):
+    for action in plan_checks(snap, s, t)[0]:
         first.setdefault(action.node, action)
     return {n: a for n, a in first.items() if n and decision_word(a) in LIFECYCLE_ROWS}
 
