@@ -204,37 +204,24 @@ def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tu
     )
     incident = Incident(node.name, loss_start(snap, node.name), g.value, g.pci, g.uuid)
     ledger_line = () if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)
-    return (
-        Skip(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, "WARN"),
-        EmitEvent(
-            node.name,
-            Decision.DEVICE_UNPUBLISHED,
-            "Warning",
-            "GuardNotIsolated",
-            f"gpu-node-guard did not isolate: {why}; the incident is in the fault ledger",
-        ),
-        *ledger_line,
-    )
+    told = "; the incident is in the fault ledger"
+    return (*_not_isolated(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, told), *ledger_line)
 
 
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
     """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
     why = f"{detail}: the guard isolates one device per node"
+    fix = f"cordon by hand if the fault is real: kubectl cordon {node}"
+    return _not_isolated(node, Decision.DEVICE_ISOLATED, why, fix)
+
+
+def _not_isolated(
+    node: str, word: str, why: str, fix: str, told: str = ""
+) -> tuple[Skip, EmitEvent]:
+    message = f"gpu-node-guard did not isolate: {why}{told}"
     return (
-        Skip(
-            node,
-            Decision.DEVICE_ISOLATED,
-            why,
-            f"cordon by hand if the fault is real: kubectl cordon {node}",
-            "WARN",
-        ),
-        EmitEvent(
-            node,
-            Decision.DEVICE_ISOLATED,
-            "Warning",
-            "GuardNotIsolated",
-            f"gpu-node-guard did not isolate: {why}",
-        ),
+        Skip(node, word, why, fix, "WARN"),
+        EmitEvent(node, word, "Warning", "GuardNotIsolated", message),
     )
 
 
@@ -327,7 +314,7 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
         if node.unreadable or not node.has(keys(s).device_taint):
             continue
         recorded.add(node.name)
-        out.extend(_node(snap, s, t, node))
+        out.extend(decision(snap, s, t, node))
     for rule in guard_rules(snap):
         owner = snap.node(rule.node)
         if rule.node not in recorded and owner is not None and not owner.unreadable:
@@ -359,12 +346,8 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
-    """What the return decides about one readable node with a device record (its first action
-    is the node's state for `gpu-node-guard status` and the pushed node counts)."""
-    return _node(snap, s, t, node)
-
-
-def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    """The return of one readable node with a device record (its first action is the node's
+    state for `gpu-node-guard status` and the pushed node counts)."""
     k = keys(s)
     rec = record_of(node, s)
     if rec is None:

@@ -21,6 +21,7 @@ from guard.codec.check_records import checked_boot_value, failed_value, links_va
 from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot, Unit
 from guard.plan.check_jobs import (
+    find_job,
     foreign,
     foreign_job,
     is_conformance_cordon,
@@ -90,7 +91,7 @@ def gate(
     """One Job gate of every unit: its actions for this cycle, or the Job once it passed."""
     w, kind = WORDS[unit], spec.kind
     on = f" on {device}" if w.on else ""
-    job = next((j for j in snap.jobs if j.name == spec.name), None)
+    job = find_job(snap, spec.name)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is not None and (why := foreign(node, job)):
         return foreign_job(s, node, job, f"{kind}-foreign", why, w.stays)
@@ -164,7 +165,8 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
 def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     """A conformance cordon whose conformance Job passed on a new boot returns (no load test);
     only after `job_gate` passed it (the guard's own Job, its Pod's summary PASS)."""
-    job = next(j for j in snap.jobs if j.name == _spec(s, node, "conformance").name)
+    job = find_job(snap, _spec(s, node, "conformance").name)
+    assert job is not None
     return _uncordon(snap, s, node, job)
 
 
@@ -277,9 +279,13 @@ def evidence_job_name(node: NodeInfo) -> str | None:
     return job_name("evidence", node.name, ledger.format_time(c.at))
 
 
-def _evidence_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
+def _evidence(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
     name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    return None if name is None else find_job(snap, name)
+
+
+def _evidence_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
+    job = _evidence(snap, node)
     if job is None or job.result is None or job.result.state != "read" or foreign(node, job):
         return ()
     return job.result.links
@@ -302,8 +308,7 @@ def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate,
 def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     """The cordon's evidence Job could not run (its Pod refused by the node): said every cycle
     while the Job is there; the cordon stands on the Xid alone."""
-    name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    job = _evidence(snap, node)
     if job is None or foreign(node, job) or not (why := rejected(job)):
         return ()
     stays = (
@@ -316,11 +321,10 @@ def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Acti
 def evidence_running(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Skip, ...]:
     """The load test waits while the evidence Job runs, at most until its deadline has passed
     (a Job still shown running after that has lost its controller: go on without its links)."""
-    name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    job = _evidence(snap, node)
     if job is None or job.status != "running" or node.cordon is None or node.cordon.at is None:
         return ()
     if (snap.now - node.cordon.at).total_seconds() > s.evidence_deadline_s + s.cadence_s:
         return ()
-    detail = f"job/{name} still reads the node; its PCIe links go to the load test"
+    detail = f"job/{job.name} still reads the node; its PCIe links go to the load test"
     return (Skip(node.name, "evidence-running", detail, "checked again next cycle"),)
