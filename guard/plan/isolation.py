@@ -96,13 +96,7 @@ def plan_isolation(
     `plan_fallback`); they are left out, so the next candidate becomes the pick.
     `conformance`: the after-reboot check's failures (guard.plan.checks), candidates after every
     other and never a fallback."""
-    actions, eligible = _screen(snap, s)
-    more, nvml = _screen_nvml(snap, s)
-    actions.extend(more)
-    eligible.extend(nvml)
-    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    actions.extend(more)
-    eligible.extend(node_triggers)
+    actions, eligible = _candidates(snap, s)
     # Before the refused leave: a fallback's pick keeps the membership of the first plan.
     shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
     actions.extend(domain.announce(shared))
@@ -146,11 +140,17 @@ def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
     """(node, reason) of every eligible candidate of the cycle, as `plan_isolation` screens
     them (the domain incidents the push counts)."""
-    _, eligible = _screen(snap, s)
-    _, nvml = _screen_nvml(snap, s)
+    return tuple((p.node.name, p.reason) for p in _candidates(snap, s)[1])
+
+
+def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
+    """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
+    actions, eligible = _screen(snap, s)
+    more, nvml = _screen_nvml(snap, s)
+    actions.extend(more)
     eligible.extend(nvml)
-    _, more = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    return tuple((p.node.name, p.reason) for p in (*eligible, *more))
+    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
+    return actions + more, eligible + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
