@@ -17,6 +17,7 @@ from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 from guard.states import Decision
 
+WAIT = "checked again next cycle"  # the next step of a decision that waits
 # The GPU of `gpu-node-guard render evidence` (a first incident on this card).
 EXAMPLE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 

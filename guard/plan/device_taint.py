@@ -78,6 +78,7 @@ from guard.plan import return_jobs, return_rule
 from guard.plan.check_jobs import foreign, foreign_job, passed
 from guard.plan.common import (
     UID,
+    WAIT,
     Incident,
     create_job,
     evidence_job,
@@ -89,8 +90,6 @@ from guard.plan.common import (
 )
 from guard.settings import Settings
 from guard.states import Decision
-
-WAIT = "checked again next cycle"
 
 
 def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:

@@ -61,11 +61,10 @@ from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
 from guard.plan import fence_audit
 from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
-from guard.plan.common import create_job, fence_args, job_spec, keys
+from guard.plan.common import WAIT, create_job, fence_args, job_spec, keys
 from guard.settings import Settings
 from guard.states import Decision
 
-WAIT = "checked again next cycle"
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
 # The return check's decisions that mean the node is at its load test or its uncordon: the fence
 # is lifted (or about to be) and must not be set again under them.

@@ -29,10 +29,16 @@ from guard.plan.check_jobs import (
     rejected,
     rejected_job,
 )
-from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
+from guard.plan.common import (
+    WAIT,
+    conformance_args,
+    create_job,
+    job_spec,
+    keys,
+    loadtest_args,
+    present,
+)
 from guard.settings import Settings
-
-WAIT = "checked again next cycle"
 
 
 def job_key(node: NodeInfo) -> str:
@@ -327,4 +333,4 @@ def evidence_running(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Skip,
     if (snap.now - node.cordon.at).total_seconds() > s.evidence_deadline_s + s.cadence_s:
         return ()
     detail = f"job/{job.name} still reads the node; its PCIe links go to the load test"
-    return (Skip(node.name, "evidence-running", detail, "checked again next cycle"),)
+    return (Skip(node.name, "evidence-running", detail, WAIT),)
