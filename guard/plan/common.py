@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from guard import ledger
-from guard.actions import Action, AppendLedgerLine, CreateJob, EmitEvent, Skip
+from guard.actions import (
+    Action,
+    AppendLedgerLine,
+    ClearGuardAnnotations,
+    CreateJob,
+    EmitEvent,
+    Skip,
+)
 from guard.codec.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
@@ -29,6 +36,18 @@ def keys(s: Settings) -> Annotations:
 def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
     """The keys among `candidates` that the node carries (what a patch may remove)."""
     return tuple(key for key in candidates if node.has(key))
+
+
+def cancel(
+    node: NodeInfo, clear: tuple[str, ...], record: tuple[tuple[str, str], ...], message: str
+) -> tuple[ClearGuardAnnotations, EmitEvent]:
+    """A person ended an isolation: the guard's record cleared, the cancel recorded, one Event."""
+    return (
+        ClearGuardAnnotations(
+            node.name, Decision.HUMAN_UNCORDON, node.resource_version, present(node, clear), record
+        ),
+        EmitEvent(node.name, Decision.HUMAN_UNCORDON, "Normal", "GuardCancelled", message),
+    )
 
 
 def skip_cancelled(node: NodeInfo, incident: str, rearms: str) -> Skip:

@@ -80,6 +80,7 @@ from guard.plan.common import (
     UID,
     WAIT,
     Incident,
+    cancel,
     create_job,
     evidence_job,
     job_spec,
@@ -535,21 +536,10 @@ def _cancelled(
     (boot, GPU, Xid) is recorded as cancelled, as for a person's uncordon."""
     k, at = keys(s), ledger.format_time(snap.now)
     boot = node.boot_id or rec.boot_id
-    return (
-        ClearGuardAnnotations(
-            node.name,
-            Decision.HUMAN_UNCORDON,
-            node.resource_version,
-            present(node, (k.device_taint, k.loadtest_result)),
-            ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),),
-        ),
-        EmitEvent(
-            node.name,
-            Decision.HUMAN_UNCORDON,
-            "Normal",
-            "GuardCancelled",
-            f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
-            f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
-            f"{rec.reason} in this boot",
-        ),
+    message = (
+        f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
+        f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
+        f"{rec.reason} in this boot"
     )
+    record = ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),)
+    return cancel(node, (k.device_taint, k.loadtest_result), record, message)

@@ -60,7 +60,15 @@ from guard.codec.records import UNKNOWN_BOOT
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
 from guard.plan import fence_audit
-from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
+from guard.plan.check_jobs import (
+    find_job,
+    foreign,
+    foreign_job,
+    passed,
+    rejected,
+    rejected_job,
+    unreadable_job,
+)
 from guard.plan.common import WAIT, create_job, fence_args, job_spec, keys
 from guard.settings import Settings
 from guard.states import Decision
@@ -250,7 +258,7 @@ def _set_step(
     if job.status == "running":
         return (Skip(node.name, Decision.FENCE_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
-        return (_unreadable(s, node, job),)
+        return (unreadable_job(s, node, job),)
     if passed(job):
         return _record(
             snap,
@@ -314,7 +322,7 @@ def lift_gate(
     if job.status == "running":
         return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
-        return (_unreadable(s, node, job),)
+        return (unreadable_job(s, node, job),)
     if passed(job):
         return _record(
             snap,
@@ -373,14 +381,6 @@ def _record(
         Annotate(node.name, reason, node.resource_version, ((keys(s).fence, value),), nxt),
         EmitEvent(node.name, reason, level, event, message, incident=f"{job.name} {job.uid}"),
     )
-
-
-def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
-    fix = (
-        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
-    return Skip(node.name, Decision.FENCE_UNREADABLE, f"job/{job.name}: {job.problem}", fix, "WARN")
 
 
 def _outcome(job: JobInfo) -> str:

@@ -28,6 +28,7 @@ from guard.plan.check_jobs import (
     passed,
     rejected,
     rejected_job,
+    unreadable_job,
 )
 from guard.plan.common import (
     WAIT,
@@ -110,13 +111,7 @@ def gate(
     if job.status == "running" or (job.status == "unreadable" and w.unreadable_runs):
         return (Skip(node.name, f"{kind}-running", f"job/{job.name}{on}", WAIT),)
     if job.status == "unreadable":
-        fix = (
-            f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
-            f"kubectl -n {spec.namespace} delete job {job.name}"
-        )
-        return (
-            Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN"),
-        )
+        return (unreadable_job(s, node, job),)
     if job.status == "failed":
         return _failed(snap, s, node, job, spec, w, on)
     if not passed(job):  # succeeded, but its Pod's own summary does not say pass

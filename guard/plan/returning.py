@@ -18,7 +18,6 @@ from __future__ import annotations
 from guard import ledger
 from guard.actions import (
     Action,
-    ClearGuardAnnotations,
     Cordon,
     EmitEvent,
     Skip,
@@ -31,6 +30,7 @@ from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
+    cancel,
     evidence_job,
     has_ledger_line,
     keys,
@@ -152,23 +152,11 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         boot = node.boot_id or c.boot_id
         record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
         sticks = f"; it will not cordon it again for {c.reason} in this boot"
-    return (
-        ClearGuardAnnotations(
-            node.name,
-            "human-uncordon",
-            node.resource_version,
-            present(node, (*k.guard_keys, k.returned)),
-            record,
-        ),
-        EmitEvent(
-            node.name,
-            "human-uncordon",
-            "Normal",
-            "GuardCancelled",
-            "node was uncordoned by a person; gpu-node-guard cleared its annotations "
-            f"without a load test{sticks}",
-        ),
+    message = (
+        "node was uncordoned by a person; gpu-node-guard cleared its annotations "
+        f"without a load test{sticks}"
     )
+    return cancel(node, (*k.guard_keys, k.returned), record, message)
 
 
 def _progress(
