@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
 from guard import ledger
@@ -396,37 +395,3 @@ def _why(job: JobInfo) -> str:
         return r.problem
     found = r.failed[0] if r.failed else None
     return f"{found.item}: {found.why}" if found else f"{job.status} but its summary says pass"
-
-
-# ── What each isolation unit costs a site per incident (docs/isolation.md) ────────────────────
-
-HOURS_PER_DAY = 24
-
-
-@dataclass(frozen=True, slots=True)
-class GpuHours:
-    """GPU-hours out of service over one incident: all of them, and the healthy GPUs' share."""
-
-    unit: str
-    lost: int
-    healthy_lost: int
-
-
-def incident_gpu_hours(gpus: int, faulted: int, days: int) -> tuple[GpuHours, ...]:
-    """The loss of each isolation unit for a node of `gpus` GPUs, `faulted` of them bad, held for
-    `days` days. The node cordon takes every GPU out; the host fence adds no loss but does not
-    replace the cordon on a device-plugin node (nothing proves the plugin keeps the card out); the
-    DRA device taint takes only the faulted devices.
-
-    >>> for row in incident_gpu_hours(4, 1, 38):
-    ...     print(row.unit, row.lost, row.healthy_lost)
-    node-cordon 3648 2736
-    host-fence 3648 2736
-    dra-device-taint 912 0
-    """
-    whole, bad = gpus * days * HOURS_PER_DAY, faulted * days * HOURS_PER_DAY
-    return (
-        GpuHours("node-cordon", whole, whole - bad),
-        GpuHours("host-fence", whole, whole - bad),  # the cordon stays: the same loss
-        GpuHours("dra-device-taint", bad, 0),
-    )
