@@ -68,7 +68,7 @@ from guard.plan import (
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
-from guard.plan.pending import PendingMismatch, PendingTrigger, Waiting, pending
+from guard.plan.pending import PendingNode, Waiting, pending
 from guard.plan.return_rule import is_repeat_fault_hold
 from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
@@ -407,7 +407,7 @@ def _candidates(
 
 def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
-    if isinstance(p, PendingMismatch | PendingTrigger):
+    if isinstance(p, PendingNode):
         return Candidate(
             p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
         )
