@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guard import ledger
-from guard.actions import Action, Cordon, CreateJob, EmitEvent, RecordBoot, Skip
+from guard.actions import Action, CreateJob, RecordBoot, Skip
 from guard.codec.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot
@@ -55,7 +55,7 @@ from guard.plan.check_jobs import (
     rejected,
     rejected_job,
 )
-from guard.plan.common import WAIT, keys, present
+from guard.plan.common import WAIT, keys, node_cordon
 from guard.settings import Settings
 
 
@@ -198,31 +198,14 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:
     """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
-    k, node, at = keys(s), f.node, ledger.format_time(snap.now)
+    node, at = f.node, ledger.format_time(snap.now)
     assert f.job.result is not None  # a candidate failed on items it names
-    items, reason = f.items, f.reason
-    annotations = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-        (k.conformance_failed, failed_value(at, f.job.name, items)),
-    )
+    items = f.items
     found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
     message = (
         f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
         f"job/{f.job.name}"
     )
-    return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            annotations,
-            "-",
-            0,
-            f"fix {','.join(items)}, then reboot",
-            present(node, k.record_keys),
-        ),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
-    )
+    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, items)),)
+    then = f"fix {','.join(items)}, then reboot"
+    return node_cordon(snap, s, node, f.reason, ("-", 0, then, ""), message, failed)

@@ -12,6 +12,7 @@ from guard.actions import (
     Action,
     AppendLedgerLine,
     ClearGuardAnnotations,
+    Cordon,
     CreateJob,
     EmitEvent,
     Skip,
@@ -47,6 +48,44 @@ def cancel(
             node.name, Decision.HUMAN_UNCORDON, node.resource_version, present(node, clear), record
         ),
         EmitEvent(node.name, Decision.HUMAN_UNCORDON, "Normal", "GuardCancelled", message),
+    )
+
+
+def node_cordon(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    reason: str,
+    cordon: tuple[str, int, str, str],
+    message: str,
+    more: tuple[tuple[str, str], ...] = (),
+    capacity: int | None = None,
+) -> tuple[Cordon, EmitEvent]:
+    """The guard's cordon of a node, whatever its reason: its record (reason, time, boot, GPU
+    count, then `more`) in one guarded patch, and its Warning Event. `cordon`: the Cordon's gpu,
+    held_s, next and detail."""
+    k, at = keys(s), ledger.format_time(snap.now)
+    gpus = node.gpu_capacity if capacity is None else capacity
+    record = (
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(gpus)),
+    )
+    gpu, held_s, then, detail = cordon
+    return (
+        Cordon(
+            node.name,
+            reason,
+            node.resource_version,
+            (*record, *more),
+            gpu,
+            held_s,
+            then,
+            present(node, k.record_keys),
+            detail,
+        ),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
     )
 
 
