@@ -223,15 +223,10 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         node, held = snap.node(name), hold.nvml_held_s(snap.prom, name, snap.now)
         if name in xid_nodes or (node is not None and node.unreadable):
             continue
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            why = reason or "not-in-api"
-            actions.append(
-                _ineligible_skip(name, why, f"{mismatch.NVML_MISMATCH} held {held}s ({why})")
-            )
-        elif mismatch.cancelled(node):
-            actions.append(mismatch.skip_cancelled(node, held))
-        else:
+        what = f"{mismatch.NVML_MISMATCH} held {held}s"
+        if skip := _finding_skip(s, name, node, what, mismatch.NVML_MISMATCH):
+            actions.append(skip)
+        elif node is not None:
             eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
     return actions, eligible
 
@@ -252,15 +247,25 @@ def _screen_triggers(
             continue
         taken.add(h.node)
         what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            why = reason or "not-in-api"
-            actions.append(_ineligible_skip(h.node, why, f"{what} ({why})"))
-        elif triggers.cancelled(node, h.reason):
-            actions.append(skip_cancelled(node, what, "re-arms on a new boot"))
-        else:
+        if skip := _finding_skip(s, h.node, node, what, h.reason):
+            actions.append(skip)
+        elif node is not None:
             eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
     return actions, eligible
+
+
+def _finding_skip(
+    s: Settings, name: str, node: NodeInfo | None, what: str, reason: str
+) -> Skip | None:
+    """A whole node's finding (a mismatch, a node trigger) whose node is not eligible, or whose
+    cordon a person cancelled in this boot; None for a candidate."""
+    why = _ineligible(node, s)
+    if node is None or why:
+        why = why or "not-in-api"
+        return _ineligible_skip(name, why, f"{what} ({why})")
+    if triggers.cancelled(node, reason):
+        return skip_cancelled(node, what, "re-arms on a new boot")
+    return None
 
 
 def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:

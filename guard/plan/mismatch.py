@@ -29,8 +29,8 @@ common boot gate, which a cordon without an Xid always needs):
 from __future__ import annotations
 
 from guard.actions import Action, Skip
-from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import common, hold
+from guard.model import CordonRecord, NodeInfo, Snapshot
+from guard.plan import hold
 from guard.plan.common import node_cordon
 from guard.settings import Settings
 
@@ -54,16 +54,6 @@ def cordon(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
         f"({detail}) for {held}s, so new CUDA and NVML processes fail here; {CORDON_NEXT}"
     )
     return node_cordon(snap, s, node, NVML_MISMATCH, ("", held, CORDON_NEXT, detail), message)
-
-
-def cancelled(node: NodeInfo) -> bool:
-    """A person uncordoned an nvml-mismatch cordon in this boot (no proven reboot since)."""
-    c = node.cancelled
-    return c is not None and c.reason == NVML_MISMATCH and not rebooted(c.boot_id, node.boot_id)
-
-
-def skip_cancelled(node: NodeInfo, held_s: int) -> Skip:
-    return common.skip_cancelled(node, f"{NVML_MISMATCH} held {held_s}s", "re-arms on a new boot")
 
 
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:

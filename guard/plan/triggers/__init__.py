@@ -73,7 +73,8 @@ def hit(snap: Snapshot, s: Settings, node: str, reason: str) -> Hit | None:
 
 
 def cancelled(node: NodeInfo, reason: str) -> bool:
-    """A person uncordoned this trigger's cordon in this boot (no proven reboot since)."""
+    """A person uncordoned this cordon without a GPU (a trigger's, nvml-mismatch) in this boot
+    (no proven reboot since)."""
     c = node.cancelled
     return c is not None and c.reason == reason and not rebooted(c.boot_id, node.boot_id)
 
