@@ -31,16 +31,13 @@ Return, for each node with a device record, or a guard rule without one (first m
   the record names a rule that does not exist:
       the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
-  the return table's device-taint rows (guard.plan.return_rule: hold, reboot or reset-done,
-  the GPU's Xid, the whole GPU published, repeat fault) → their skip
-  otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
-  the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
-  while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip
-  loadtest-running); running → wait; failed → record it, keep the
-  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
-  the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
-  taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
-                                        then clear the record (returned) and a Normal Event
+  the return table's device-taint rows (guard.plan.return_rule) → their skip
+  otherwise the one Job gate (guard.plan.return_jobs `gate`, the unit's row of `WORDS`) with
+  the unit's own create: its ResourceClaim (exactly that GPU, tolerating only the guard's taint)
+  and a one-GPU load-test Job, one per boot and reset-done, one at a time (a newer reset-done
+  waits while an earlier one's Job runs: loadtest-running); and its own pass: only on the
+  guard's claim of the tainted GPU (`claim_problem`, else WARN loadtest-foreign) → untaint-device
+  (the guard's rule, by name and uid), then clear the record (returned) and a Normal Event.
 A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
 """
 

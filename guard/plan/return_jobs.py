@@ -1,13 +1,12 @@
-"""The return check's Job gates, in order: conformance (optional), then the load test, then
-the uncordon that records the return.
+"""The return's Job gates, one for every unit (`gate`): the cordon's conformance (optional) and
+load test, then the uncordon that records the return; the device taint's load test.
 
-One Job of each kind per boot and cordon; not the one the guard made (no record on the node, or
-another uid or spec: replaced by someone) → WARN, a Warning Event, stay cordoned; running → wait;
-its Pod rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, stay cordoned,
-nothing recorded; unreadable → wait (WARN); failed → record it on the node once and stay
-cordoned; succeeded →
-the next gate only when its Pod's own summary says pass (no summary, fail or garbage → WARN,
-stay cordoned).
+One Job of each kind per boot and isolation; not the one the guard made (no record on the node,
+or another uid or spec: replaced by someone) → WARN, a Warning Event, it stays isolated; its Pod
+rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, nothing recorded;
+running → wait; unreadable → wait (WARN; the device: as running); failed → record it on the node
+once; succeeded → passed only when its Pod's own summary says pass (no summary, fail or garbage
+→ WARN). Where the units' words differ: `WORDS` (docs/isolation.md).
 """
 
 from __future__ import annotations
