@@ -25,8 +25,8 @@ Case list, each readable GPU node outside the guard's cordon and the onboarding 
                                                         failure is still there at the uncordon)
   Job failed on items                                 → a cordon candidate
 Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
-running); the rest wait, in one line. Candidates: at most one cordon per cycle, none when the
-isolation check cordoned this cycle or the breaker is open (a WARN skip and an Event each).
+running); the rest wait, in one line. Candidates join the isolation check's one pick, after every
+hardware candidate, under its breaker (guard.plan.isolation).
 """
 
 from __future__ import annotations

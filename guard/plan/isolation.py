@@ -28,7 +28,8 @@ loss held for its window AND not cordoned):
   other faulted node schedulable. Still at most one cordon lands per cycle.
 Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
 and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
-(guard.plan.triggers: gpu-short, admission-rejected), after those.
+(guard.plan.triggers: gpu-short, admission-rejected), after those; last, by node name, the
+after-reboot check's conformance failures (guard.plan.boot_check), never a fallback.
 The cycle's isolation tells the pods on its GPU (guard.plan.workload); candidates and recent
 isolations that share the site's topology label are one domain incident (guard.plan.domain).
 """
