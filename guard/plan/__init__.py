@@ -25,8 +25,9 @@ def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ..
     """
     returning = units.plan_return(snap, s, t)
     let_go = released(returning)
-    isolating = plan_isolation(snap, s, t, let_go)
-    checks = plan_checks(snap, s, t, let_go, isolating)
+    screened = plan_isolation(snap, s, t, let_go)  # the nodes the checks leave to it
+    checks, failed = plan_checks(snap, s, t, let_go, screened)
+    isolating = plan_isolation(snap, s, t, let_go, conformance=failed) if failed else screened
     # The unreadable nodes' Events last: bounded, and never ahead of a cordon.
     planned = plan_unreadable(snap, s) + returning + isolating + checks + unreadable_events(snap)
     planned += fence_audit.plan_audit(snap, s, planned)  # fence Jobs no record explains

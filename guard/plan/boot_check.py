@@ -25,8 +25,8 @@ Case list, each readable GPU node outside the guard's cordon and the onboarding 
                                                         failure is still there at the uncordon)
   Job failed on items                                 → a cordon candidate
 Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
-running); the rest wait, in one line. Candidates: at most one cordon per cycle, none when the
-isolation check cordoned this cycle or the breaker is open (a WARN skip and an Event each).
+running); the rest wait, in one line. Candidates join the isolation check's one pick, after every
+hardware candidate, under its breaker (guard.plan.isolation).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guard import ledger
-from guard.actions import Action, Cordon, CreateJob, EmitEvent, RecordBoot, Skip
+from guard.actions import Action, CreateJob, RecordBoot, Skip
 from guard.codec.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot
@@ -55,8 +55,7 @@ from guard.plan.check_jobs import (
     rejected,
     rejected_job,
 )
-from guard.plan.common import keys, present
-from guard.plan.return_jobs import WAIT
+from guard.plan.common import WAIT, keys, node_cordon
 from guard.settings import Settings
 
 
@@ -66,6 +65,18 @@ class Failed:
 
     node: NodeInfo
     job: JobInfo
+
+    @property
+    def items(self) -> tuple[str, ...]:
+        return tuple(x.item for x in self.job.result.failed) if self.job.result else ()
+
+    @property
+    def reason(self) -> str:
+        return f"{CONFORMANCE_REASON}{self.items[0]}"
+
+    @property
+    def what(self) -> str:
+        return f"conformance failed on {','.join(self.items)} (job/{self.job.name})"
 
 
 @dataclass(slots=True)
@@ -187,32 +198,14 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:
     """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
-    k, node, at = keys(s), f.node, ledger.format_time(snap.now)
+    node, at = f.node, ledger.format_time(snap.now)
     assert f.job.result is not None  # a candidate failed on items it names
-    items = tuple(x.item for x in f.job.result.failed)
-    reason = f"{CONFORMANCE_REASON}{items[0]}"
-    annotations = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-        (k.conformance_failed, failed_value(at, f.job.name, items)),
-    )
+    items = f.items
     found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
     message = (
         f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
         f"job/{f.job.name}"
     )
-    return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            annotations,
-            "-",
-            0,
-            f"fix {','.join(items)}, then reboot",
-            present(node, k.record_keys),
-        ),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
-    )
+    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, items)),)
+    then = f"fix {','.join(items)}, then reboot"
+    return node_cordon(snap, s, node, f.reason, ("-", 0, then, ""), message, failed)

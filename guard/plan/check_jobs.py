@@ -147,6 +147,15 @@ def rejected_job(
     )
 
 
+def unreadable_job(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
+    """A Job whose status cannot be read: WARN, how to look at it and to run it again."""
+    fix = (
+        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
+        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
+    )
+    return Skip(node.name, f"{job.kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN")
+
+
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:
     return next((j for j in snap.jobs if j.name == name), None)
 

@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from guard import ledger
-from guard.actions import Action, AppendLedgerLine, CreateJob, EmitEvent, Skip
+from guard.actions import (
+    Action,
+    AppendLedgerLine,
+    ClearGuardAnnotations,
+    Cordon,
+    CreateJob,
+    EmitEvent,
+    Skip,
+)
 from guard.codec.check_records import MAX_LINKS, job_record_value
 from guard.jobs import JobKind as JobKind
 from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
@@ -17,6 +25,7 @@ from guard.names import RECORDER, Annotations
 from guard.settings import Settings
 from guard.states import Decision
 
+WAIT = "checked again next cycle"  # the next step of a decision that waits
 # The GPU of `gpu-node-guard render evidence` (a first incident on this card).
 EXAMPLE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -28,6 +37,56 @@ def keys(s: Settings) -> Annotations:
 def present(node: NodeInfo, candidates: tuple[str, ...]) -> tuple[str, ...]:
     """The keys among `candidates` that the node carries (what a patch may remove)."""
     return tuple(key for key in candidates if node.has(key))
+
+
+def cancel(
+    node: NodeInfo, clear: tuple[str, ...], record: tuple[tuple[str, str], ...], message: str
+) -> tuple[ClearGuardAnnotations, EmitEvent]:
+    """A person ended an isolation: the guard's record cleared, the cancel recorded, one Event."""
+    return (
+        ClearGuardAnnotations(
+            node.name, Decision.HUMAN_UNCORDON, node.resource_version, present(node, clear), record
+        ),
+        EmitEvent(node.name, Decision.HUMAN_UNCORDON, "Normal", "GuardCancelled", message),
+    )
+
+
+def node_cordon(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    reason: str,
+    cordon: tuple[str, int, str, str],
+    message: str,
+    more: tuple[tuple[str, str], ...] = (),
+    capacity: int | None = None,
+) -> tuple[Cordon, EmitEvent]:
+    """The guard's cordon of a node, whatever its reason: its record (reason, time, boot, GPU
+    count, then `more`) in one guarded patch, and its Warning Event. `cordon`: the Cordon's gpu,
+    held_s, next and detail."""
+    k, at = keys(s), ledger.format_time(snap.now)
+    gpus = node.gpu_capacity if capacity is None else capacity
+    record = (
+        (k.reason, reason),
+        (k.at, at),
+        (k.boot_id, node.boot_id),
+        (k.gpu_capacity, str(gpus)),
+    )
+    gpu, held_s, then, detail = cordon
+    return (
+        Cordon(
+            node.name,
+            reason,
+            node.resource_version,
+            (*record, *more),
+            gpu,
+            held_s,
+            then,
+            present(node, k.record_keys),
+            detail,
+        ),
+        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
+    )
 
 
 def skip_cancelled(node: NodeInfo, incident: str, rearms: str) -> Skip:

@@ -31,16 +31,13 @@ Return, for each node with a device record, or a guard rule without one (first m
   the record names a rule that does not exist:
       the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
       otherwise a person deleted the rule              → clear the record, record the cancel
-  the return table's device-taint rows (guard.plan.return_rule: hold, reboot or reset-done,
-  the GPU's Xid, the whole GPU published, repeat fault) → their skip
-  otherwise the load test on that device: its ResourceClaim (exactly that GPU, tolerating only
-  the guard's taint) and a one-GPU load-test Job, one per boot and reset-done, one at a time:
-  while the Job of an earlier boot or reset still runs, a newer reset-done waits for it (skip
-  loadtest-running); running → wait; failed → record it, keep the
-  taint; passed (the guard's own Job by its recorded uid, its Pod's summary pass), but not on
-  the guard's claim of the tainted GPU (`claim_problem`) → WARN skip loadtest-foreign, the
-  taint stays; passed on it         → untaint-device (the guard's rule, by name and uid),
-                                        then clear the record (returned) and a Normal Event
+  the return table's device-taint rows (guard.plan.return_rule) → their skip
+  otherwise the one Job gate (guard.plan.return_jobs `gate`, the unit's row of `WORDS`) with
+  the unit's own create: its ResourceClaim (exactly that GPU, tolerating only the guard's taint)
+  and a one-GPU load-test Job, one per boot and reset-done, one at a time (a newer reset-done
+  waits while an earlier one's Job runs: loadtest-running); and its own pass: only on the
+  guard's claim of the tainted GPU (`claim_problem`, else WARN loadtest-foreign) → untaint-device
+  (the guard's rule, by name and uid), then clear the record (returned) and a Normal Event.
 A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
 """
 
@@ -74,11 +71,13 @@ from guard.names import (
     DRA_DEVICE_CLASS,
     Annotations,
 )
-from guard.plan import return_rule
-from guard.plan.check_jobs import foreign, foreign_job, passed, rejected, rejected_job
+from guard.plan import return_jobs, return_rule
+from guard.plan.check_jobs import foreign, foreign_job, passed
 from guard.plan.common import (
     UID,
+    WAIT,
     Incident,
+    cancel,
     create_job,
     evidence_job,
     job_spec,
@@ -89,8 +88,6 @@ from guard.plan.common import (
 )
 from guard.settings import Settings
 from guard.states import Decision
-
-WAIT = "checked again next cycle"
 
 
 def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:
@@ -204,37 +201,24 @@ def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tu
     )
     incident = Incident(node.name, loss_start(snap, node.name), g.value, g.pci, g.uuid)
     ledger_line = () if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)
-    return (
-        Skip(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, "WARN"),
-        EmitEvent(
-            node.name,
-            Decision.DEVICE_UNPUBLISHED,
-            "Warning",
-            "GuardNotIsolated",
-            f"gpu-node-guard did not isolate: {why}; the incident is in the fault ledger",
-        ),
-        *ledger_line,
-    )
+    told = "; the incident is in the fault ledger"
+    return (*_not_isolated(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, told), *ledger_line)
 
 
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
     """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
     why = f"{detail}: the guard isolates one device per node"
+    fix = f"cordon by hand if the fault is real: kubectl cordon {node}"
+    return _not_isolated(node, Decision.DEVICE_ISOLATED, why, fix)
+
+
+def _not_isolated(
+    node: str, word: str, why: str, fix: str, told: str = ""
+) -> tuple[Skip, EmitEvent]:
+    message = f"gpu-node-guard did not isolate: {why}{told}"
     return (
-        Skip(
-            node,
-            Decision.DEVICE_ISOLATED,
-            why,
-            f"cordon by hand if the fault is real: kubectl cordon {node}",
-            "WARN",
-        ),
-        EmitEvent(
-            node,
-            Decision.DEVICE_ISOLATED,
-            "Warning",
-            "GuardNotIsolated",
-            f"gpu-node-guard did not isolate: {why}",
-        ),
+        Skip(node, word, why, fix, "WARN"),
+        EmitEvent(node, word, "Warning", "GuardNotIsolated", message),
     )
 
 
@@ -327,7 +311,7 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
         if node.unreadable or not node.has(keys(s).device_taint):
             continue
         recorded.add(node.name)
-        out.extend(_node(snap, s, t, node))
+        out.extend(decision(snap, s, t, node))
     for rule in guard_rules(snap):
         owner = snap.node(rule.node)
         if rule.node not in recorded and owner is not None and not owner.unreadable:
@@ -359,12 +343,8 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
-    """What the return decides about one readable node with a device record (its first action
-    is the node's state for `gpu-node-guard status` and the pushed node counts)."""
-    return _node(snap, s, t, node)
-
-
-def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
+    """The return of one readable node with a device record (its first action is the node's
+    state for `gpu-node-guard status` and the pushed node counts)."""
     k = keys(s)
     rec = record_of(node, s)
     if rec is None:
@@ -388,7 +368,8 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
     blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
         return blocked
-    if job is None and spec.name not in node.loadtest_result:
+
+    def create() -> tuple[Action, ...]:
         if earlier := _earlier_running(snap, node, spec):
             return (
                 Skip(
@@ -412,7 +393,15 @@ def _node(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple
                 s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
             ),
         )
-    return _gate(snap, s, node, rec, rules, job, spec)
+
+    out = return_jobs.gate(snap, s, node, spec, "device-taint", create, rec.device)
+    if isinstance(out, tuple):
+        return out
+    if why := claim_problem(snap, node, rec, out):
+        stays = "the device stays tainted"
+        word = Decision.LOADTEST_FOREIGN
+        return foreign_job(s, node, out, word, why, stays, claim=out.name)
+    return _returned(snap, s, node, rec, out, rules)
 
 
 def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:
@@ -463,67 +452,6 @@ def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec
         rec.reason,
     )
     return claim, spec
-
-
-def _gate(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    rec: DeviceRecord,
-    rules: tuple[TaintRule, ...],
-    job: JobInfo | None,
-    spec: JobSpec,
-) -> tuple[Action, ...]:
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.LOADTEST_FOREIGN, why, "the device stays tainted")
-    if job is not None and (why := rejected(job)):
-        return rejected_job(s, node, job, why, "the device stays tainted")
-    if job is None or spec.name in node.loadtest_result:  # its failure is recorded (once)
-        return (
-            Skip(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                f"job/{spec.name} failed",
-                "the device stays tainted; read the job log, reset or replace",
-            ),
-        )
-    if job.status in ("running", "unreadable"):
-        return (
-            Skip(node.name, Decision.LOADTEST_RUNNING, f"job/{job.name} on {rec.device}", WAIT),
-        )
-    if job.status == "failed" or passed(job) is False:
-        at = ledger.format_time(snap.now)
-        return (
-            Annotate(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                node.resource_version,
-                ((keys(s).loadtest_result, f"failed job/{spec.name} at {at}"),),
-                f"the device stays tainted; kubectl -n {spec.namespace} logs job/{spec.name}",
-            ),
-            EmitEvent(
-                node.name,
-                Decision.LOADTEST_FAILED,
-                "Warning",
-                "GuardCheckFailed",
-                f"loadtest job/{spec.name} failed on {rec.device}; it stays tainted",
-            ),
-        )
-    if not passed(job):
-        return (
-            Skip(
-                node.name,
-                Decision.LOADTEST_UNREADABLE,
-                f"job/{job.name} succeeded but is not a pass",
-                "the device stays tainted",
-                "WARN",
-            ),
-        )
-    if why := claim_problem(snap, node, rec, job):
-        stays = "the device stays tainted"
-        word = Decision.LOADTEST_FOREIGN
-        return foreign_job(s, node, job, word, why, stays, claim=job.name)
-    return _returned(snap, s, node, rec, job, rules)
 
 
 def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInfo) -> str:
@@ -605,21 +533,10 @@ def _cancelled(
     (boot, GPU, Xid) is recorded as cancelled, as for a person's uncordon."""
     k, at = keys(s), ledger.format_time(snap.now)
     boot = node.boot_id or rec.boot_id
-    return (
-        ClearGuardAnnotations(
-            node.name,
-            Decision.HUMAN_UNCORDON,
-            node.resource_version,
-            present(node, (k.device_taint, k.loadtest_result)),
-            ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),),
-        ),
-        EmitEvent(
-            node.name,
-            Decision.HUMAN_UNCORDON,
-            "Normal",
-            "GuardCancelled",
-            f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
-            f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
-            f"{rec.reason} in this boot",
-        ),
+    message = (
+        f"DeviceTaintRule {rec.rule} of {rec.device} was deleted by a person; "
+        f"gpu-node-guard cleared its record and will not taint {rec.uuid} again for "
+        f"{rec.reason} in this boot"
     )
+    record = ((k.cancelled, cancel_value(boot, rec.uuid, rec.xid, at)),)
+    return cancel(node, (k.device_taint, k.loadtest_result), record, message)

@@ -60,12 +60,19 @@ from guard.codec.records import UNKNOWN_BOOT
 from guard.jobs import JobSpec, JobTemplates
 from guard.model import GpuRef, GpuSample, JobInfo, NodeInfo, Snapshot
 from guard.plan import fence_audit
-from guard.plan.check_jobs import find_job, foreign, foreign_job, passed, rejected, rejected_job
-from guard.plan.common import create_job, fence_args, job_spec, keys
+from guard.plan.check_jobs import (
+    find_job,
+    foreign,
+    foreign_job,
+    passed,
+    rejected,
+    rejected_job,
+    unreadable_job,
+)
+from guard.plan.common import WAIT, create_job, fence_args, job_spec, keys
 from guard.settings import Settings
 from guard.states import Decision
 
-WAIT = "checked again next cycle"
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
 # The return check's decisions that mean the node is at its load test or its uncordon: the fence
 # is lifted (or about to be) and must not be set again under them.
@@ -214,14 +221,7 @@ def _fence_again(
     spec = _spec(s, node, gpu, "set")
     job = find_job(snap, spec.name)
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(
-            s,
-            node,
-            job,
-            Decision.FENCE_FOREIGN,
-            why,
-            "the node stays cordoned; its GPU is not fenced",
-        )
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["set"].stays)
     if job is None and off_the_bus(node, gpu):
         detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
         nxt = "no fence Job in this boot; the node cordon stays the isolation"
@@ -231,7 +231,7 @@ def _fence_again(
             Decision.FENCE_REAPPLY if f is not None and f.state == "fenced" else Decision.FENCE_SET
         )
         return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
-    return _set_step(snap, s, node, gpu, job)
+    return _step(snap, s, node, gpu, job, "set")
 
 
 def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
@@ -242,30 +242,64 @@ def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
     return same_boot and bool(node.pcie_links) and all(x.pci != gpu.pci for x in node.pcie_links)
 
 
-def _set_step(
-    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef, job: JobInfo
+@dataclass(frozen=True, slots=True)
+class _Mode:
+    """What a set or a lift Job's steps say (`_step`)."""
+
+    stays: str
+    running: Decision
+    state: str  # the record its read-back writes
+    recorded: Decision
+    event: str
+    done: str  # the Event: what was read back
+    failed: Decision
+    fix: str  # {gpu} {uuid} {ns} {job}
+
+
+_MODES = {
+    "set": _Mode(
+        "the node stays cordoned; its GPU is not fenced",
+        Decision.FENCE_RUNNING,
+        "fenced",
+        Decision.FENCED,
+        "GuardFenced",
+        "fenced GPU {gpu} on the host (compute mode Prohibited, read back); the node stays "
+        "cordoned",
+        Decision.FENCE_FAILED,
+        "the node stays cordoned; its GPU is not fenced; kubectl -n {ns} logs job/{job}; to try "
+        "again: kubectl -n {ns} delete job {job}",
+    ),
+    "lift": _Mode(
+        "the node stays cordoned and its GPU fenced",
+        Decision.FENCE_LIFT_RUNNING,
+        "lifted",
+        Decision.FENCE_LIFTED,
+        "GuardFenceLifted",
+        "lifted the fence of GPU {gpu} (compute mode Default, read back) for the return's load "
+        "test; the node stays cordoned until it passes",
+        Decision.FENCE_LIFT_FAILED,
+        "stays cordoned and fenced; on the host: nvidia-smi -i {uuid} -c DEFAULT, then "
+        "kubectl -n {ns} delete job {job}",
+    ),
+}
+
+
+def _step(
+    snap: Snapshot, s: Settings, node: NodeInfo, gpu: GpuRef, job: JobInfo, mode: str
 ) -> tuple[Action, ...]:
-    """Where this boot's set Job is: waited for, recorded, or said to have failed."""
+    """Where a set or lift Job of this boot is: waited for, recorded, or said to have failed."""
+    m = _MODES[mode]
     if why := rejected(job):
-        return rejected_job(s, node, job, why, "the node stays cordoned; its GPU is not fenced")
+        return rejected_job(s, node, job, why, m.stays)
     if job.status == "running":
-        return (Skip(node.name, Decision.FENCE_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
+        return (Skip(node.name, m.running, f"job/{job.name} on GPU {gpu}", WAIT),)
     if job.status == "unreadable":
-        return (_unreadable(s, node, job),)
+        return (unreadable_job(s, node, job),)
+    words = {"gpu": gpu, "uuid": gpu.uuid, "ns": s.jobs_namespace, "job": job.name}
     if passed(job):
-        return _record(
-            snap,
-            s,
-            node,
-            job,
-            "fenced",
-            Decision.FENCED,
-            "Normal",
-            "GuardFenced",
-            f"gpu-node-guard fenced GPU {gpu} on the host (compute mode Prohibited, "
-            "read back); the node stays cordoned",
-        )
-    if _outcome(job) == "gpu-absent":
+        done = f"gpu-node-guard {m.done.format(**words)}"
+        return _record(snap, s, node, job, m.state, m.recorded, "Normal", m.event, done)
+    if mode == "set" and _outcome(job) == "gpu-absent":
         return _record(
             snap,
             s,
@@ -279,14 +313,7 @@ def _set_step(
             "cordon stays the isolation",
         )
     return (
-        Skip(
-            node.name,
-            Decision.FENCE_FAILED,
-            f"job/{job.name}: {_why(job)}",
-            f"the node stays cordoned; its GPU is not fenced; kubectl -n {s.jobs_namespace} logs "
-            f"job/{job.name}; to try again: kubectl -n {s.jobs_namespace} delete job {job.name}",
-            "WARN",
-        ),
+        Skip(node.name, m.failed, f"job/{job.name}: {_why(job)}", m.fix.format(**words), "WARN"),
     )
 
 
@@ -305,41 +332,10 @@ def lift_gate(
     spec = _spec(s, node, gpu, "lift")
     job = find_job(snap, spec.name)
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(
-            s, node, job, Decision.FENCE_FOREIGN, why, "the node stays cordoned and its GPU fenced"
-        )
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["lift"].stays)
     if job is None:
         return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
-    if why := rejected(job):
-        return rejected_job(s, node, job, why, "the node stays cordoned and its GPU fenced")
-    if job.status == "running":
-        return (Skip(node.name, Decision.FENCE_LIFT_RUNNING, f"job/{job.name} on GPU {gpu}", WAIT),)
-    if job.status == "unreadable":
-        return (_unreadable(s, node, job),)
-    if passed(job):
-        return _record(
-            snap,
-            s,
-            node,
-            job,
-            "lifted",
-            Decision.FENCE_LIFTED,
-            "Normal",
-            "GuardFenceLifted",
-            f"gpu-node-guard lifted the fence of GPU {gpu} (compute mode Default, read "
-            "back) for the return's load test; the node stays cordoned until it "
-            "passes",
-        )
-    return (
-        Skip(
-            node.name,
-            Decision.FENCE_LIFT_FAILED,
-            f"job/{job.name}: {_why(job)}",
-            f"stays cordoned and fenced; on the host: nvidia-smi -i {gpu.uuid} -c DEFAULT, then "
-            f"kubectl -n {s.jobs_namespace} delete job {job.name}",
-            "WARN",
-        ),
-    )
+    return _step(snap, s, node, gpu, job, "lift")
 
 
 def _set_pending(
@@ -353,7 +349,7 @@ def _set_pending(
     if job is None or foreign(node, job):
         return None
     if job.status == "running" or passed(job) or _outcome(job) == "gpu-absent":
-        return _set_step(snap, s, node, gpu, job)
+        return _step(snap, s, node, gpu, job, "set")
     return None
 
 
@@ -376,14 +372,6 @@ def _record(
     )
 
 
-def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
-    fix = (
-        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
-    return Skip(node.name, Decision.FENCE_UNREADABLE, f"job/{job.name}: {job.problem}", fix, "WARN")
-
-
 def _outcome(job: JobInfo) -> str:
     r = job.result
     return r.failed[0].item if r is not None and r.state == "read" and r.failed else ""
@@ -397,37 +385,3 @@ def _why(job: JobInfo) -> str:
         return r.problem
     found = r.failed[0] if r.failed else None
     return f"{found.item}: {found.why}" if found else f"{job.status} but its summary says pass"
-
-
-# ── What each isolation unit costs a site per incident (docs/isolation.md) ────────────────────
-
-HOURS_PER_DAY = 24
-
-
-@dataclass(frozen=True, slots=True)
-class GpuHours:
-    """GPU-hours out of service over one incident: all of them, and the healthy GPUs' share."""
-
-    unit: str
-    lost: int
-    healthy_lost: int
-
-
-def incident_gpu_hours(gpus: int, faulted: int, days: int) -> tuple[GpuHours, ...]:
-    """The loss of each isolation unit for a node of `gpus` GPUs, `faulted` of them bad, held for
-    `days` days. The node cordon takes every GPU out; the host fence adds no loss but does not
-    replace the cordon on a device-plugin node (nothing proves the plugin keeps the card out); the
-    DRA device taint takes only the faulted devices.
-
-    >>> for row in incident_gpu_hours(4, 1, 38):
-    ...     print(row.unit, row.lost, row.healthy_lost)
-    node-cordon 3648 2736
-    host-fence 3648 2736
-    dra-device-taint 912 0
-    """
-    whole, bad = gpus * days * HOURS_PER_DAY, faulted * days * HOURS_PER_DAY
-    return (
-        GpuHours("node-cordon", whole, whole - bad),
-        GpuHours("host-fence", whole, whole - bad),  # the cordon stays: the same loss
-        GpuHours("dra-device-taint", bad, 0),
-    )

@@ -28,7 +28,8 @@ loss held for its window AND not cordoned):
   other faulted node schedulable. Still at most one cordon lands per cycle.
 Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
 and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
-(guard.plan.triggers: gpu-short, admission-rejected), after those.
+(guard.plan.triggers: gpu-short, admission-rejected), after those; last, by node name, the
+after-reboot check's conformance failures (guard.plan.boot_check), never a fallback.
 The cycle's isolation tells the pods on its GPU (guard.plan.workload); candidates and recent
 isolations that share the site's topology label are one domain incident (guard.plan.domain).
 """
@@ -43,7 +44,7 @@ from guard.jobs import JobTemplates
 from guard.ledger import format_time
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
-from guard.plan import device_taint, domain, hold, mismatch, triggers, units, workload
+from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
 from guard.plan.common import (
     breaker_open,
     keys,
@@ -70,6 +71,17 @@ class Pick:
     held_s: int
     gpu: GpuSample | None = None
     hit: triggers.Hit | None = None  # a node trigger's finding (guard.plan.triggers)
+    failed: boot_check.Failed | None = None  # a failed after-reboot conformance Job
+
+    def waits(self, shared: tuple[domain.Incident, ...]) -> str:
+        """What the breaker's line says waits."""
+        if self.failed is not None:
+            return self.failed.what
+        return f"{self.reason} waits{domain.breaker_note(shared, self.node.name)}"
+
+
+# After every node trigger: hardware first, a conformance failure last (docs/isolation.md).
+CONFORMANCE_RANK = triggers.RANK + 1
 
 
 def plan_isolation(
@@ -78,20 +90,18 @@ def plan_isolation(
     t: JobTemplates,
     released: frozenset[str] = frozenset(),
     refused: frozenset[str] = frozenset(),
+    conformance: tuple[boot_check.Failed, ...] = (),
 ) -> tuple[Action, ...]:
     """`released`: nodes the return check uncordons or lets go of in this same cycle.
     `refused`: nodes whose cordon the API refused earlier in this cycle (guard.plan
-    `plan_fallback`); they are left out, so the next candidate becomes the pick."""
-    actions, eligible = _screen(snap, s)
-    more, nvml = _screen_nvml(snap, s)
-    actions.extend(more)
-    eligible.extend(nvml)
-    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    actions.extend(more)
-    eligible.extend(node_triggers)
+    `plan_fallback`); they are left out, so the next candidate becomes the pick.
+    `conformance`: the after-reboot check's failures (guard.plan.checks), candidates after every
+    other and never a fallback."""
+    actions, eligible = _candidates(snap, s)
     # Before the refused leave: a fallback's pick keeps the membership of the first plan.
     shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
     actions.extend(domain.announce(shared))
+    eligible.extend(Pick(f.node, f.reason, CONFORMANCE_RANK, 0, failed=f) for f in conformance)
     eligible = [p for p in eligible if p.node.name not in refused]
     if not eligible:
         return tuple(actions)
@@ -101,35 +111,47 @@ def plan_isolation(
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]
-    if first.hit is not None:
+    if first.failed is not None:
+        actions.extend(boot_check.conformance_cordon(snap, s, first.failed))
+    elif first.hit is not None:
         actions.extend(triggers.cordon(snap, s, first.node, first.hit))
     elif first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    actions.extend(_tell_workload(snap, s, first))
+    if first.failed is None:
+        actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
-    actions.extend(
-        Skip(
-            p.node.name,
-            "one-per-cycle",
-            f"{p.reason} waits behind {first.node.name}",
-            _waits(first.node.name, i, tries_left),
-        )
-        for i, p in enumerate(eligible[1:], 1)
-    )
+    actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))
     return tuple(actions)
+
+
+def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
+    if p.failed is None:
+        detail = f"{p.reason} waits behind {first.node.name}"
+        return Skip(
+            p.node.name, "one-per-cycle", detail, _waits(first.node.name, place, tries_left)
+        )
+    behind = first.node.name if first.failed is not None else "the isolation check's cordon"
+    detail = f"{p.failed.what}; waits behind {behind}"
+    return Skip(p.node.name, "one-per-cycle", detail, "considered again next cycle")
 
 
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
     """(node, reason) of every eligible candidate of the cycle, as `plan_isolation` screens
     them (the domain incidents the push counts)."""
-    _, eligible = _screen(snap, s)
-    _, nvml = _screen_nvml(snap, s)
+    return tuple((p.node.name, p.reason) for p in _candidates(snap, s)[1])
+
+
+def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
+    """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
+    actions, eligible = _screen(snap, s)
+    more, nvml = _screen_nvml(snap, s)
+    actions.extend(more)
     eligible.extend(nvml)
-    _, more = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    return tuple((p.node.name, p.reason) for p in (*eligible, *more))
+    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
+    return actions + more, eligible + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
@@ -202,15 +224,10 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         node, held = snap.node(name), hold.nvml_held_s(snap.prom, name, snap.now)
         if name in xid_nodes or (node is not None and node.unreadable):
             continue
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            why = reason or "not-in-api"
-            actions.append(
-                _ineligible_skip(name, why, f"{mismatch.NVML_MISMATCH} held {held}s ({why})")
-            )
-        elif mismatch.cancelled(node):
-            actions.append(mismatch.skip_cancelled(node, held))
-        else:
+        what = f"{mismatch.NVML_MISMATCH} held {held}s"
+        if skip := _finding_skip(s, name, node, what, mismatch.NVML_MISMATCH):
+            actions.append(skip)
+        elif node is not None:
             eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
     return actions, eligible
 
@@ -231,15 +248,25 @@ def _screen_triggers(
             continue
         taken.add(h.node)
         what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        reason = _ineligible(node, s)
-        if node is None or reason:
-            why = reason or "not-in-api"
-            actions.append(_ineligible_skip(h.node, why, f"{what} ({why})"))
-        elif triggers.cancelled(node, h.reason):
-            actions.append(skip_cancelled(node, what, "re-arms on a new boot"))
-        else:
+        if skip := _finding_skip(s, h.node, node, what, h.reason):
+            actions.append(skip)
+        elif node is not None:
             eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
     return actions, eligible
+
+
+def _finding_skip(
+    s: Settings, name: str, node: NodeInfo | None, what: str, reason: str
+) -> Skip | None:
+    """A whole node's finding (a mismatch, a node trigger) whose node is not eligible, or whose
+    cordon a person cancelled in this boot; None for a candidate."""
+    why = _ineligible(node, s)
+    if node is None or why:
+        why = why or "not-in-api"
+        return _ineligible_skip(name, why, f"{what} ({why})")
+    if triggers.cancelled(node, reason):
+        return skip_cancelled(node, what, "re-arms on a new boot")
+    return None
 
 
 def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:
@@ -307,12 +334,5 @@ def _breaker_open(
     """Every blocked candidate, each named in its own WARN line and Event (with its domain
     incident, if any: guard.plan.domain)."""
     return tuple(
-        a
-        for p in eligible
-        for a in breaker_open(
-            p.node.name,
-            guarded,
-            limit,
-            f"{p.reason} waits{domain.breaker_note(shared, p.node.name)}",
-        )
+        a for p in eligible for a in breaker_open(p.node.name, guarded, limit, p.waits(shared))
     )

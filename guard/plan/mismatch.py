@@ -28,11 +28,10 @@ common boot gate, which a cordon without an Xid always needs):
 
 from __future__ import annotations
 
-from guard import ledger
-from guard.actions import Action, Cordon, EmitEvent, Skip
-from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
-from guard.plan import common, hold
-from guard.plan.common import keys, present
+from guard.actions import Action, Skip
+from guard.model import CordonRecord, NodeInfo, Snapshot
+from guard.plan import hold
+from guard.plan.common import node_cordon
 from guard.settings import Settings
 
 NVML_MISMATCH = "nvml-mismatch"
@@ -48,43 +47,13 @@ def seen(snap: Snapshot, node: str) -> str:
 
 
 def cordon(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
-    k, at = keys(s), ledger.format_time(snap.now)
     held = hold.nvml_held_s(snap.prom, node.name, snap.now)
     detail = seen(snap, node.name)
-    annotations = (
-        (k.reason, NVML_MISMATCH),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-    )
     message = (
         f"cordoned by gpu-node-guard: the NVIDIA kernel module and the NVML library differ "
         f"({detail}) for {held}s, so new CUDA and NVML processes fail here; {CORDON_NEXT}"
     )
-    return (
-        Cordon(
-            node.name,
-            NVML_MISMATCH,
-            node.resource_version,
-            annotations,
-            "",
-            held,
-            CORDON_NEXT,
-            present(node, k.record_keys),
-            detail,
-        ),
-        EmitEvent(node.name, NVML_MISMATCH, "Warning", "GuardCordoned", message, incident=at),
-    )
-
-
-def cancelled(node: NodeInfo) -> bool:
-    """A person uncordoned an nvml-mismatch cordon in this boot (no proven reboot since)."""
-    c = node.cancelled
-    return c is not None and c.reason == NVML_MISMATCH and not rebooted(c.boot_id, node.boot_id)
-
-
-def skip_cancelled(node: NodeInfo, held_s: int) -> Skip:
-    return common.skip_cancelled(node, f"{NVML_MISMATCH} held {held_s}s", "re-arms on a new boot")
+    return node_cordon(snap, s, node, NVML_MISMATCH, ("", held, CORDON_NEXT, detail), message)
 
 
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:

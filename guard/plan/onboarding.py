@@ -46,8 +46,7 @@ from guard.plan.check_jobs import (
     rejected,
     rejected_job,
 )
-from guard.plan.common import keys, present
-from guard.plan.return_jobs import WAIT
+from guard.plan.common import WAIT, keys, present
 from guard.plan.triggers import gpu_short
 from guard.settings import Settings
 

@@ -63,47 +63,30 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
-class PendingMismatch:
-    """A node whose driver/NVML mismatch has not held for `Settings.nvml_hold_s` yet."""
-
-    node: str
-    detail: str  # what the agent saw (guard.plan.mismatch.seen)
-    held_s: int
-    needs_s: int
-    decides_at: datetime
-
-    @property
-    def reason(self) -> str:
-        return mismatch.NVML_MISMATCH
-
-    @property
-    def order(self) -> tuple[str, int, str, int]:
-        return self.node, 1, "", 0  # after the node's Xid GPUs, as the isolation check ranks
-
-    def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _line(self, ("detail", self.detail), "the mismatch holds")
-
-    def to_json(self) -> dict[str, Value]:
-        return _json(self, detail=self.detail)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingTrigger:
-    """A node trigger's finding that has not held yet (guard.plan.triggers)."""
+class PendingNode:
+    """A whole node's finding that has not held yet: its driver/NVML mismatch
+    (`Settings.nvml_hold_s`) or a node trigger's (guard.plan.triggers)."""
 
     node: str
     reason: str
-    detail: str
+    detail: str  # what it saw (guard.plan.mismatch.seen, the trigger's finding)
     held_s: int
     needs_s: int
     decides_at: datetime
 
     @property
+    def trigger(self) -> bool:
+        return self.reason != mismatch.NVML_MISMATCH
+
+    @property
     def order(self) -> tuple[str, int, str, int]:
-        return self.node, 2, self.reason, 0  # after the node's mismatch, as isolation ranks
+        # After the node's Xid GPUs, its mismatch before its triggers, as the isolation check ranks.
+        return (self.node, 2, self.reason, 0) if self.trigger else (self.node, 1, "", 0)
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _line(self, ("detail", self.detail), "it holds")
+        return _line(
+            self, ("detail", self.detail), "it holds" if self.trigger else "the mismatch holds"
+        )
 
     def to_json(self) -> dict[str, Value]:
         return _json(self, detail=self.detail)
@@ -145,7 +128,7 @@ def _json(
     }
 
 
-Waiting = Pending | PendingMismatch | PendingTrigger
+Waiting = Pending | PendingNode
 
 
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
@@ -164,8 +147,9 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
             out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs, at))
     if s.nvml_mismatch_cordon:
         out.extend(
-            PendingMismatch(
+            PendingNode(
                 node,
+                mismatch.NVML_MISMATCH,
                 mismatch.seen(snap, node),
                 held,
                 s.nvml_hold_s,
@@ -175,9 +159,7 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
             if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
         )
     out.extend(
-        PendingTrigger(
-            h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s)
-        )
+        PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s))
         for h in triggers.hits(snap, s)
         if not h.held and not h.onboarding and h.node not in cordoned
     )

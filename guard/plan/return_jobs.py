@@ -1,34 +1,44 @@
-"""The return check's Job gates, in order: conformance (optional), then the load test, then
-the uncordon that records the return.
+"""The return's Job gates, one for every unit (`gate`): the cordon's conformance (optional) and
+load test, then the uncordon that records the return; the device taint's load test.
 
-One Job of each kind per boot and cordon; not the one the guard made (no record on the node, or
-another uid or spec: replaced by someone) → WARN, a Warning Event, stay cordoned; running → wait;
-its Pod rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, stay cordoned,
-nothing recorded; unreadable → wait (WARN); failed → record it on the node once and stay
-cordoned; succeeded →
-the next gate only when its Pod's own summary says pass (no summary, fail or garbage → WARN,
-stay cordoned).
+One Job of each kind per boot and isolation; not the one the guard made (no record on the node,
+or another uid or spec: replaced by someone) → WARN, a Warning Event, it stays isolated; its Pod
+rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, nothing recorded;
+running → wait; unreadable → wait (WARN; the device: as running); failed → record it on the node
+once; succeeded → passed only when its Pod's own summary says pass (no summary, fail or garbage
+→ WARN). Where the units' words differ: `WORDS` (docs/isolation.md).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, Skip, Uncordon
 from guard.codec.check_records import checked_boot_value, failed_value, links_value
 from guard.jobs import JobSpec, JobTemplates, job_name
-from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot
+from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot, Unit
 from guard.plan.check_jobs import (
+    find_job,
     foreign,
     foreign_job,
     is_conformance_cordon,
     passed,
     rejected,
     rejected_job,
+    unreadable_job,
 )
-from guard.plan.common import conformance_args, create_job, job_spec, keys, loadtest_args, present
+from guard.plan.common import (
+    WAIT,
+    conformance_args,
+    create_job,
+    job_spec,
+    keys,
+    loadtest_args,
+    present,
+)
 from guard.settings import Settings
-
-WAIT = "checked again next cycle"
 
 
 def job_key(node: NodeInfo) -> str:
@@ -39,38 +49,88 @@ def job_key(node: NodeInfo) -> str:
     return "\0".join((node.boot_id, node.reset_done or "", ledger.format_time(at) if at else ""))
 
 
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What a unit's gate says where its words differ (docs/isolation.md, "Where the
+    device-taint unit differs")."""
+
+    stays: str  # a foreign or rejected Job's next step
+    short: str  # a failure's next step begins with it
+    event: str  # a failure's Event ends with it
+    gone: str  # a recorded failure's detail ends with it
+    retry: str  # a recorded failure's next step ends with it
+    on: bool = False  # name the device: while its Job runs, in its failure's Event
+    unreadable_runs: bool = False  # an unreadable Job waits as a running one
+    why: bool = True  # a succeeded Job that is not a pass: why, and how to run it again
+
+
+WORDS: dict[Unit, Words] = {
+    "cordon": Words(
+        "the node stays cordoned",
+        "stays cordoned",
+        "node stays cordoned",
+        " on this boot",
+        "read the job log, fix, reboot or reset",
+    ),
+    "device-taint": Words(
+        "the device stays tainted",
+        "the device stays tainted",
+        "it stays tainted",
+        "",
+        "read the job log, reset or replace",
+        on=True,
+        unreadable_runs=True,
+        why=False,
+    ),
+}
+
+
+def gate(
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    spec: JobSpec,
+    unit: Unit,
+    create: Callable[[], tuple[Action, ...]],
+    device: str = "",
+) -> tuple[Action, ...] | JobInfo:
+    """One Job gate of every unit: its actions for this cycle, or the Job once it passed."""
+    w, kind = WORDS[unit], spec.kind
+    on = f" on {device}" if w.on else ""
+    job = find_job(snap, spec.name)
+    recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, f"{kind}-foreign", why, w.stays)
+    if job is None and spec.name in recorded:
+        job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
+    if job is None:
+        return create()
+    if why := rejected(job):  # could not run: no failure recorded, never a pass
+        return rejected_job(s, node, job, why, w.stays)
+    if job.status == "running" or (job.status == "unreadable" and w.unreadable_runs):
+        return (Skip(node.name, f"{kind}-running", f"job/{job.name}{on}", WAIT),)
+    if job.status == "unreadable":
+        return (unreadable_job(s, node, job),)
+    if job.status == "failed":
+        return _failed(snap, s, node, job, spec, w, on)
+    if not passed(job):  # succeeded, but its Pod's own summary does not say pass
+        return (_untrusted(node, job, spec, w),)
+    return job
+
+
 def job_gate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, kind: str
 ) -> tuple[Action, ...] | None:
     """None when this gate passed; otherwise the actions for this cycle."""
     spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
-    job = next((j for j in snap.jobs if j.name == spec.name), None)
-    recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, f"{kind}-foreign", why, "the node stays cordoned")
-    if job is None and spec.name in recorded:
-        job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
-    if job is None:
+
+    def create() -> tuple[Action, ...]:
         return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
-    if why := rejected(job):  # could not run: no failure recorded, never a pass
-        return rejected_job(s, node, job, why, "the node stays cordoned")
-    if job.status == "running":
-        return (Skip(node.name, f"{kind}-running", f"job/{job.name}", WAIT),)
-    if job.status == "unreadable":
-        fix = (
-            f"kubectl -n {spec.namespace} get job {job.name} -o yaml; to run it again: "
-            f"kubectl -n {spec.namespace} delete job {job.name}"
-        )
-        return (
-            Skip(node.name, f"{kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN"),
-        )
-    if job.status == "failed":
-        return _failed(snap, s, node, job, spec)
-    if not passed(job):  # succeeded, but its Pod's own summary does not say pass
-        return (_untrusted(node, job, spec),)
-    if kind == "conformance":
-        return None
-    return _uncordon(snap, s, node, job)
+
+    out = gate(snap, s, node, spec, "cordon", create)
+    if isinstance(out, tuple):
+        return out
+    return None if kind == "conformance" else _uncordon(snap, s, node, out)
 
 
 def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
@@ -78,19 +138,16 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
     return _spec(s, node, "loadtest", recorded_links(snap, node)).name
 
 
-def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec) -> Skip:
+def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
+    detail = f"job/{job.name} succeeded but is not a pass"
+    if not w.why:
+        return Skip(node.name, f"{job.kind}-unreadable", detail, w.stays, "WARN")
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
     fix = (
-        f"stays cordoned; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
+        f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
         f"kubectl -n {spec.namespace} delete job {job.name}"
     )
-    return Skip(
-        node.name,
-        f"{job.kind}-unreadable",
-        f"job/{job.name} succeeded but is not a pass: {why}",
-        fix,
-        "WARN",
-    )
+    return Skip(node.name, f"{job.kind}-unreadable", f"{detail}: {why}", fix, "WARN")
 
 
 def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
@@ -108,12 +165,13 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
 def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     """A conformance cordon whose conformance Job passed on a new boot returns (no load test);
     only after `job_gate` passed it (the guard's own Job, its Pod's summary PASS)."""
-    job = next(j for j in snap.jobs if j.name == _spec(s, node, "conformance").name)
+    job = find_job(snap, _spec(s, node, "conformance").name)
+    assert job is not None
     return _uncordon(snap, s, node, job)
 
 
 def _failed(
-    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, spec: JobSpec
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words, on: str
 ) -> tuple[Action, ...]:
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
@@ -125,8 +183,8 @@ def _failed(
             Skip(
                 node.name,
                 f"{kind}-failed",
-                f"job/{spec.name} failed on this boot",
-                "stays cordoned; read the job log, fix, reboot or reset",
+                f"job/{spec.name} failed{w.gone}",
+                f"{w.short}; {w.retry}",
             ),
         )
     at = ledger.format_time(snap.now)
@@ -134,21 +192,21 @@ def _failed(
     items = tuple(f.item for f in job.result.failed) if job.result else ()
     if kind == "conformance" and items:
         notes += ((k.conformance_failed, failed_value(at, spec.name, items)),)
-    on = f" on {','.join(items)}" if items else ""
+    on = on or (f" on {','.join(items)}" if items else "")
     return (
         Annotate(
             node.name,
             f"{kind}-failed",
             node.resource_version,
             notes,
-            f"stays cordoned; kubectl -n {spec.namespace} logs job/{spec.name}",
+            f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
         ),
         EmitEvent(
             node.name,
             f"{kind}-failed",
             "Warning",
             "GuardCheckFailed",
-            f"{kind} job/{spec.name} failed{on}; node stays cordoned",
+            f"{kind} job/{spec.name} failed{on}; {w.event}",
         ),
     )
 
@@ -221,9 +279,13 @@ def evidence_job_name(node: NodeInfo) -> str | None:
     return job_name("evidence", node.name, ledger.format_time(c.at))
 
 
-def _evidence_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
+def _evidence(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
     name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    return None if name is None else find_job(snap, name)
+
+
+def _evidence_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
+    job = _evidence(snap, node)
     if job is None or job.result is None or job.result.state != "read" or foreign(node, job):
         return ()
     return job.result.links
@@ -246,8 +308,7 @@ def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate,
 def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     """The cordon's evidence Job could not run (its Pod refused by the node): said every cycle
     while the Job is there; the cordon stands on the Xid alone."""
-    name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    job = _evidence(snap, node)
     if job is None or foreign(node, job) or not (why := rejected(job)):
         return ()
     stays = (
@@ -260,11 +321,10 @@ def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Acti
 def evidence_running(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Skip, ...]:
     """The load test waits while the evidence Job runs, at most until its deadline has passed
     (a Job still shown running after that has lost its controller: go on without its links)."""
-    name = evidence_job_name(node)
-    job = next((j for j in snap.jobs if j.name == name), None)
+    job = _evidence(snap, node)
     if job is None or job.status != "running" or node.cordon is None or node.cordon.at is None:
         return ()
     if (snap.now - node.cordon.at).total_seconds() > s.evidence_deadline_s + s.cadence_s:
         return ()
-    detail = f"job/{name} still reads the node; its PCIe links go to the load test"
-    return (Skip(node.name, "evidence-running", detail, "checked again next cycle"),)
+    detail = f"job/{job.name} still reads the node; its PCIe links go to the load test"
+    return (Skip(node.name, "evidence-running", detail, WAIT),)

@@ -20,8 +20,8 @@ from guard.codec.records import DeviceRecord
 from guard.model import CordonRecord, NodeInfo, Snapshot, Unit, rebooted
 from guard.plan import mismatch, service_network, triggers
 from guard.plan.check_jobs import is_conformance_cordon
-from guard.plan.common import keys
-from guard.plan.return_jobs import WAIT, conformance_same_boot
+from guard.plan.common import WAIT, keys
+from guard.plan.return_jobs import conformance_same_boot
 from guard.settings import Settings
 from guard.states import Decision
 

@@ -18,9 +18,6 @@ from __future__ import annotations
 from guard import ledger
 from guard.actions import (
     Action,
-    ClearGuardAnnotations,
-    Cordon,
-    EmitEvent,
     Skip,
 )
 from guard.codec.check_records import UNCORDON, checked_boot_value
@@ -31,11 +28,12 @@ from guard.plan import cordon_event, fence, hold, mismatch, return_rule, service
 from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import (
     Incident,
+    cancel,
     evidence_job,
     has_ledger_line,
     keys,
     ledger_append,
-    present,
+    node_cordon,
 )
 from guard.plan.return_jobs import (
     conformance_return,
@@ -55,37 +53,21 @@ def isolate(
 ) -> tuple[Action, ...]:
     """The cordon of a node for its faulted GPU `g` (its held GPU loss read again: `held_s`
     is the pick's)."""
-    k, reason, at = keys(s), f"xid-{g.value}", ledger.format_time(snap.now)
+    k, reason = keys(s), f"xid-{g.value}"
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
     evidence: tuple[Action, ...] = (job,)
     if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
         evidence = (no_pci_evidence(node.name, reason),)
-    annotations = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(node.gpu_capacity)),
-        (k.gpu, f"{g.pci} {g.uuid}"),
-    )
     held = hold.loss_held_s(snap.prom, node.name, snap.now)
     where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
     message = (
         f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
         f"GPU loss held {held}s; evidence {where}"
     )
+    gpu = ((k.gpu, f"{g.pci} {g.uuid}"),)
     return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            annotations,
-            g.pci,
-            held,
-            where,
-            present(node, k.record_keys),
-        ),
-        EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
+        *node_cordon(snap, s, node, reason, (g.pci, held, where, ""), message, gpu),
         ledger_append(s, incident, reason),
         *evidence,
         *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
@@ -152,23 +134,11 @@ def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tup
         boot = node.boot_id or c.boot_id
         record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
         sticks = f"; it will not cordon it again for {c.reason} in this boot"
-    return (
-        ClearGuardAnnotations(
-            node.name,
-            "human-uncordon",
-            node.resource_version,
-            present(node, (*k.guard_keys, k.returned)),
-            record,
-        ),
-        EmitEvent(
-            node.name,
-            "human-uncordon",
-            "Normal",
-            "GuardCancelled",
-            "node was uncordoned by a person; gpu-node-guard cleared its annotations "
-            f"without a load test{sticks}",
-        ),
+    message = (
+        "node was uncordoned by a person; gpu-node-guard cleared its annotations "
+        f"without a load test{sticks}"
     )
+    return cancel(node, (*k.guard_keys, k.returned), record, message)
 
 
 def _progress(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from guard.model import NodeInfo, PromView, Snapshot
-from guard.plan.pending import PendingTrigger, pending
+from guard.plan.pending import PendingNode, pending
 from guard.settings import Settings
 
 
@@ -60,7 +60,7 @@ def dues(snap: Snapshot, s: Settings, step_s: int | None = None) -> tuple[Due, .
     for p in pending(snap, s):
         if snap.node(p.node) is None:
             continue  # a name no Node has: not-in-api
-        if isinstance(p, PendingTrigger):
+        if isinstance(p, PendingNode) and p.trigger:
             continue  # a node trigger's hold (guard.plan.triggers): the next cycle decides it
         seen = first.get(p.node)
         if seen is None or p.decides_at - early < seen.at:

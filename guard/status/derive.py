@@ -68,7 +68,7 @@ from guard.plan import (
 from guard.plan.checks import plan_checks
 from guard.plan.common import keys
 from guard.plan.isolation import breaker_limit, plan_isolation
-from guard.plan.pending import PendingMismatch, PendingTrigger, Waiting, pending
+from guard.plan.pending import PendingNode, Waiting, pending
 from guard.plan.return_rule import is_repeat_fault_hold
 from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
@@ -147,7 +147,7 @@ def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[
 
 def _lifecycle(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, Action]:
     first: dict[str, Action] = {}
-    for action in plan_checks(snap, s, t):
+    for action in plan_checks(snap, s, t)[0]:
         first.setdefault(action.node, action)
     return {n: a for n, a in first.items() if n and decision_word(a) in LIFECYCLE_ROWS}
 
@@ -407,7 +407,7 @@ def _candidates(
 
 def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
-    if isinstance(p, PendingMismatch | PendingTrigger):
+    if isinstance(p, PendingNode):
         return Candidate(
             p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
         )

@@ -26,7 +26,7 @@ from guard.ledger import parse_line
 from guard.model import NodeInfo, Snapshot
 from guard.plan import onboarding, triggers
 from guard.plan.isolation import plan_isolation
-from guard.plan.pending import PendingTrigger, pending
+from guard.plan.pending import PendingNode, pending
 from guard.read.prom_view import read_prom
 from guard.settings import Settings
 from tests.builders import KEYS, TEMPLATES, node
@@ -207,11 +207,15 @@ def test_one_cordon_per_cycle_with_its_ledger_line_and_event(prom):
 
 
 def test_pending_lines_and_status_before_and_after_the_hold(prom):
-    early = {p.node: p for p in pending(snap(prom, at(5)), S) if isinstance(p, PendingTrigger)}
+    early = {
+        p.node: p for p in pending(snap(prom, at(5)), S) if isinstance(p, PendingNode) and p.trigger
+    }
     assert early["reject-b"].reason == "admission-rejected"
     assert (early["reject-b"].held_s, early["reject-b"].needs_s) == (300, 600)
     assert early["short-b"].decides_at == at(10)
-    late = {p.node for p in pending(snap(prom, at(12)), S) if isinstance(p, PendingTrigger)}
+    late = {
+        p.node for p in pending(snap(prom, at(12)), S) if isinstance(p, PendingNode) and p.trigger
+    }
     assert not late & {"reject-b", "short-b"}  # held: candidates now, no longer pending
 
 

@@ -13,6 +13,7 @@ from guard.actions import Cordon, CreateJob, EmitEvent, RecordBoot, Skip, Uncord
 from guard.model import Finding, GuardEvent, JobInfo, JobResult, Snapshot
 from guard.plan import plan_cycle
 from guard.plan.checks import plan_checks
+from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from tests.builders import (
     HELD_S,
@@ -40,7 +41,11 @@ def serving(name: str = "b", boot: str = "boot-2", **kw: object) -> object:
 
 
 def checks(snap: Snapshot, **changes: object) -> tuple:
-    return plan_checks(snap, settings(**changes), TEMPLATES)
+    """The lifecycle checks' actions, their conformance failures through the isolation check's
+    one pick first (as guard.plan.plan_cycle orders them)."""
+    s = settings(**changes)
+    actions, failed = plan_checks(snap, s, TEMPLATES)
+    return plan_isolation(snap, s, TEMPLATES, conformance=failed) + actions
 
 
 def job_of(snap: Snapshot, node_name: str = "b", kind: str = "conformance", **changes) -> str:
@@ -246,9 +251,9 @@ def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordo
     snap = fails("a", "b")
     a = replace(snap.nodes[0], unschedulable=True)
     assert brief(checks(replace(snap, nodes=(a, snap.nodes[1])))) == [
-        ("skip", "a", "already-cordoned"),
         ("cordon", "b", "conformance-ipvs-loaded"),
         ("event", "b", "conformance-ipvs-loaded"),
+        ("skip", "a", "already-cordoned"),
     ]
 
 
@@ -267,6 +272,28 @@ def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None
     assert plan[0] == ("cordon", "x", "xid-79")
     assert ("skip", "b", "one-per-cycle") in plan
     assert not [p for p in plan if p[0] == "cordon" and p[1] == "b"]
+
+
+def test_a_conformance_failure_waits_behind_the_cycles_one_pick_under_one_breaker_count() -> None:
+    """One pick, one breaker count: the hardware candidate is the pick and the conformance
+    failure waits behind it, even where that cordon fills the breaker (docs/isolation.md)."""
+    snap = fails("b")
+    snap = replace(
+        snap,
+        nodes=(*snap.nodes, node("x", allocatable=7)),
+        prom=replace(
+            snap.prom,
+            hardware_xids=(gpu("x", 79),),
+            loss_since=(("x", NOW - timedelta(seconds=HELD_S)),),
+        ),
+    )
+    plan = plan_cycle(snap, settings(breaker_max_nodes=1), TEMPLATES)
+    assert brief(plan)[0] == ("cordon", "x", "xid-79")
+    (wait,) = [a for a in plan if a.node == "b"]
+    assert brief((wait,)) == [("skip", "b", "one-per-cycle")]
+    assert isinstance(wait, Skip)
+    assert wait.detail.startswith("conformance failed on ipvs-loaded,ipvs-persist (job/")
+    assert wait.detail.endswith("); waits behind the isolation check's cordon")
 
 
 def test_the_breaker_holds_conformance_cordons_with_a_warning_each() -> None:

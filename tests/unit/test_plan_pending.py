@@ -8,7 +8,7 @@ import pytest
 
 from guard.log import format_line
 from guard.model import AgentCheck
-from guard.plan.pending import Pending, PendingMismatch, pending
+from guard.plan.pending import Pending, PendingNode, pending
 from tests.builders import NOW, PCI, UUID, Signals, gpu, node, settings, snapshot
 
 S = settings()  # hold 600 s, fast hold 120 s for Xid 79
@@ -83,13 +83,13 @@ def test_pending_candidates(snap, expected):
         pytest.param(
             failing(node("b"), seconds=120),
             {},
-            [PendingMismatch("b", SEEN, 120, 600, at(480))],
+            [PendingNode("b", "nvml-mismatch", SEEN, 120, 600, at(480))],
             id="mismatch-held-2-of-10-minutes",
         ),
         pytest.param(
             failing(node("b"), seconds=120),
             {"nvml_mismatch_hold_s": 1800},
-            [PendingMismatch("b", SEEN, 120, 1800, at(1680))],
+            [PendingNode("b", "nvml-mismatch", SEEN, 120, 1800, at(1680))],
             id="its-own-hold-setting",
         ),
         pytest.param(
@@ -115,7 +115,7 @@ def test_pending_candidates(snap, expected):
             {},
             [
                 Pending("b", 48, "4", PCI, UUID, 60, 600, at(540)),
-                PendingMismatch("b", SEEN, 120, 600, at(480)),
+                PendingNode("b", "nvml-mismatch", SEEN, 120, 600, at(480)),
             ],
             id="a-nodes-mismatch-after-its-gpus",
         ),

@@ -22,10 +22,10 @@ A person's uncordon cancels the incident for this boot (guard.plan.returning, as
 from __future__ import annotations
 
 from guard import ledger
-from guard.actions import Action, AppendLedgerLine, Cordon, EmitEvent, Skip
+from guard.actions import Action, AppendLedgerLine, Skip
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
 from guard.names import RECORDER
-from guard.plan.common import keys, present
+from guard.plan.common import node_cordon
 from guard.plan.triggers import admission, fabric, gpu_short
 from guard.plan.triggers.model import Hit as Hit
 from guard.settings import Settings
@@ -73,20 +73,13 @@ def hit(snap: Snapshot, s: Settings, node: str, reason: str) -> Hit | None:
 
 
 def cancelled(node: NodeInfo, reason: str) -> bool:
-    """A person uncordoned this trigger's cordon in this boot (no proven reboot since)."""
+    """A person uncordoned this cordon without a GPU (a trigger's, nvml-mismatch) in this boot
+    (no proven reboot since)."""
     c = node.cancelled
     return c is not None and c.reason == reason and not rebooted(c.boot_id, node.boot_id)
 
 
 def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Action, ...]:
-    k, at = keys(s), ledger.format_time(snap.now)
-    capacity = node.gpu_capacity if found.gpu_capacity is None else found.gpu_capacity
-    annotations = (
-        (k.reason, found.reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(capacity)),
-    )
     message = (
         f"cordoned by gpu-node-guard: {found.reason}: {found.detail}, held {found.held_s}s; "
         f"evidence: {EVIDENCE[found.reason]}; {NEXT[found.reason]}"
@@ -94,19 +87,9 @@ def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Act
     entry = ledger.LedgerEntry(
         node.name, snap.now, 0, ledger.UNKNOWN_PCI, ledger.NO_CARD, RECORDER, found.reason
     )
+    cordon = ("", found.held_s, NEXT[found.reason], found.detail)
     return (
-        Cordon(
-            node.name,
-            found.reason,
-            node.resource_version,
-            annotations,
-            "",
-            found.held_s,
-            NEXT[found.reason],
-            present(node, k.record_keys),
-            found.detail,
-        ),
-        EmitEvent(node.name, found.reason, "Warning", "GuardCordoned", message, incident=at),
+        *node_cordon(snap, s, node, found.reason, cordon, message, capacity=found.gpu_capacity),
         AppendLedgerLine(node.name, found.reason, entry.format(), s.ledger_configmap),
     )
 
