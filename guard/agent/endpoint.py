@@ -1,17 +1,5 @@
-"""The agent's /metrics endpoint: one asyncio thread, bounded in every way a client can push it.
-
-The agent runs on every GPU node with a 96 Mi memory limit and a 10 s terminationGracePeriod
-(manifests/agent/daemonset.yaml). `http.server`'s thread per connection did not fit: 3,000 idle
-clients took it to 120 MB, and after SIGTERM it joined every one of them (11 minutes, with a
-BrokenPipe traceback for each). Here a connection costs a socket and a coroutine:
-
-- a request is read within `READ_TIMEOUT_S` (head only: GET, no body) and is at most
-  `MAX_REQUEST_BYTES`; the answer is written within `WRITE_TIMEOUT_S`; then the connection closes
-  (HTTP/1.0, one request per connection: a scrape every minute needs no keep-alive);
-- at most `MAX_CONNECTIONS` are open: a new one closes the oldest, so idle clients can never
-  keep a scrape out;
-- a client that goes away (reset, broken pipe) ends its connection without a word;
-- `stop` closes the listener and every connection at once and returns within a second.
+"""The agent's /metrics endpoint: one asyncio thread, bounded in every way a client can push it
+(the limits and why: docs/agent.md). HTTP/1.0, one request per connection.
 """
 
 from __future__ import annotations

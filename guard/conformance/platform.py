@@ -1,21 +1,7 @@
 """Which items apply to this node: is it an RKE2 node, which mode kube-proxy runs in, is it a dpkg
 host. Read from files only; a flag (`--platform`, `--kube-proxy-mode`) replaces the reading.
-
-An item that does not apply is SKIP with the reason, never FAIL: the RKE2 items on a kubeadm node,
-the ip_vs items where kube-proxy runs in iptables or nftables mode or not at all (Cilium's
-kube-proxy replacement), the apt items on a host without dpkg.
-
-kube-proxy's mode, by where each installer keeps it:
-  * RKE2: the static pod manifest it writes at every start,
-    /var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml, carries ``--proxy-mode=<mode>``
-    (RKE2 passes ``iptables`` unless ``kube-proxy-arg: [proxy-mode=ipvs]`` is set); the RKE2 config
-    (/etc/rancher/rke2/config.yaml and config.yaml.d/*.yaml) holds that ``kube-proxy-arg`` and
-    ``disable-kube-proxy: true`` for the next start.
-  * kubeadm: the kube-proxy DaemonSet reads ``mode`` from its ConfigMap, which kubelet keeps on the
-    node in the pod's volume: /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~configmap/
-    kube-proxy/config.conf (``mode: ""`` is iptables on Linux).
-When any source says ipvs the node is treated as IPVS (the ip_vs items then decide); when none is
-found there is no kube-proxy on the node ("none").
+Where each installer keeps kube-proxy's mode: docs/conformance.md. Any source saying ipvs makes
+the node IPVS; none found is no kube-proxy ("none").
 """
 
 from __future__ import annotations

@@ -82,6 +82,21 @@ def scan_kernel_log(path: Path, option: str) -> tuple[KernelLog, tuple[aer.AerEv
     return scan.result(), tuple(events)
 
 
+# Shared with `fence`: both Jobs read the host the same way.
+host_root_option = click.option(
+    "--host-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_HOST_ROOT,
+    show_default=True,
+    help="Where the host's /sys is visible.",
+)
+timeout_option = click.option(
+    "--timeout-s",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Time limit of each host command.",
+)
 _classes_option = click.option(
     "--xid-classes",
     type=FILE,
@@ -120,20 +135,8 @@ ledger.add_command(count)
     type=click.IntRange(min=1),
     help="Ledger incidents in this slot of this node, this one included.",
 )
-@click.option(
-    "--host-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_HOST_ROOT,
-    show_default=True,
-    help="Where the host's /sys is visible.",
-)
-@click.option(
-    "--timeout-s",
-    type=FiniteFloatRange(min=0, min_open=True),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Time limit of each host command.",
-)
+@host_root_option
+@timeout_option
 @_classes_option
 @click.option(
     "--termination-log",

@@ -1,11 +1,6 @@
-"""Where `ledger count` reads the fault ledger from: a file or the cluster's ConfigMaps.
-
-The lines counted are the guard's own (`guard.doors.ledger_store.ledger_lines`): the ledger
-ConfigMap and its archives ``<ledger>-archive-<n>`` (both labels of `ARCHIVE_SELECTOR`), a line
-stored in two places counted once. From the cluster: the ledger and the archives found by label. A
-file may be a ConfigMap (YAML or JSON, e.g. ``kubectl get cm gpu-fault-ledger -o yaml``), its bare
-``data`` mapping (``gpu-node-b: |`` …), or a List (``kubectl -n gpu-node-guard get cm -o yaml``):
-then the ledger by name and its archives. Reading never changes the ledger.
+"""Where `ledger count` reads the fault ledger from: a file (a ConfigMap, its bare ``data``
+mapping, or a List of the ledger and its archives) or the cluster. The lines counted are the
+guard's own (`guard.doors.ledger_store.ledger_lines`). Reading never changes the ledger.
 """
 
 from __future__ import annotations

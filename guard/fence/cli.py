@@ -7,15 +7,14 @@ one line, exit 2.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from guard.cli_options import pci_callback, uuid_callback
-from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host
+from guard.evidence.cli import host_root_option, timeout_option
+from guard.evidence.collect import Host
 from guard.fence.host import Request, apply
-from guard.settings_flags import FiniteFloatRange
 from guard.wire import TERMINATION_LOG, render_fence_summary, write_termination_message
 
 
@@ -24,40 +23,27 @@ def fence() -> None:
     """Fence a faulted GPU on the host (compute mode PROHIBITED), or lift the fence."""
 
 
+_OPTIONS = (
+    click.option("--pci", required=True, callback=pci_callback, help="The GPU's PCI address."),
+    click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
+    click.option(
+        "--drain",
+        is_flag=True,
+        help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0).",
+    ),
+    host_root_option,
+    timeout_option,
+    click.option(
+        "--termination-log",
+        default=TERMINATION_LOG,
+        show_default=True,
+        help="Where the summary for the guard goes, if that file exists.",
+    ),
+)
+
+
 def _options(command: Any) -> Any:
-    for option in reversed(
-        (
-            click.option(
-                "--pci", required=True, callback=pci_callback, help="The GPU's PCI address."
-            ),
-            click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
-            click.option(
-                "--drain",
-                is_flag=True,
-                help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0).",
-            ),
-            click.option(
-                "--host-root",
-                type=click.Path(file_okay=False, path_type=Path),
-                default=DEFAULT_HOST_ROOT,
-                show_default=True,
-                help="Where the host's /sys is visible.",
-            ),
-            click.option(
-                "--timeout-s",
-                type=FiniteFloatRange(min=0, min_open=True),
-                default=DEFAULT_TIMEOUT_S,
-                show_default=True,
-                help="Time limit of each host command.",
-            ),
-            click.option(
-                "--termination-log",
-                default=TERMINATION_LOG,
-                show_default=True,
-                help="Where the summary for the guard goes, if that file exists.",
-            ),
-        )
-    ):
+    for option in reversed(_OPTIONS):
         command = option(command)
     return command
 

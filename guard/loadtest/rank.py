@@ -1,14 +1,8 @@
 """One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
 
-Started by `ranks.py`, one per GPU. It reports each stage as one JSON line written with a single
-`os.write` to the pipe `REPORT_FD`, shared by all ranks: a line is under PIPE_BUF, so lines never
-interleave and their order in the pipe is the order they were written. Rank 0 opens the
-rendezvous store on a free port of 127.0.0.1 and reports the port; the parent hands it to the
-other ranks on their standard input. torch is imported here and nowhere else on this path.
-
-Checked all-reduce: rank r holds x[i] = (i mod 251) + r, so the sum over a group G is
-|G|·(i mod 251) + ΣG, exact in float32 (integers far below 2²⁴); every element is compared.
-Timed all-reduces run on zeros, which stay zero (checked too), so iterations do not overflow.
+Each stage is one JSON line written with a single `os.write` to the pipe shared by all ranks (under
+PIPE_BUF, so lines never interleave). Rank 0 opens the rendezvous store on 127.0.0.1 and reports
+its port; the parent hands it to the others on stdin. The checked pattern: docs/loadtest.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""PyTorch CUDA backend, used inside the load-test Job. torch and pynvml are imported lazily.
-
-Burn: fp16 matmuls into a preallocated output, timed with CUDA events on the device, so
-host-side launch jitter does not count and the time covers exactly the counted iterations.
-At most two batches are queued at once, so the loop stops close to its deadline.
-Memory: int64 chunks over most of the free memory; each pattern is written to every chunk and
-then verified, so a write through a faulty address line lands before it is read back. Mismatches
-are summed on the device and read once at the end. On ECC boards a corrected bit is invisible
-here; an uncorrectable one surfaces as a CUDA error, which fails the test.
+"""PyTorch CUDA backend, used inside the load-test Job; torch and pynvml are imported lazily.
+Burn and memory test as in docs/loadtest.md.
 """
 
 from __future__ import annotations
