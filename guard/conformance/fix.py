@@ -8,7 +8,6 @@ that name is never overwritten. Everything else is reported for a person to hand
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never
 
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.ipvs import MODULE, PERSIST_FILE, read_loaded
@@ -74,13 +73,6 @@ def apply_fixes(
     actions: tuple[FixAction, ...], fs: HostFS, runner: Runner
 ) -> tuple[ItemResult, ...]:
     """The new result of each fixed item: FIXED, or why the repair did not take."""
-    out = []
-    for action in actions:
-        match action:
-            case LoadModule():
-                out.append(_load(action, fs, runner))
-            case WritePersistFile():
-                out.append(_write(action, fs))
-            case _:
-                assert_never(action)
-    return tuple(out)
+    return tuple(
+        _load(a, fs, runner) if isinstance(a, LoadModule) else _write(a, fs) for a in actions
+    )

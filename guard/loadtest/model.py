@@ -10,16 +10,6 @@ from dataclasses import dataclass
 
 from guard.loadtest.collective import AllreduceLimits, AllreduceResult
 
-# 64-bit words written over the whole test area, each verified before the next: all zeros, all
-# ones, 1010…, 0101… (every bit both ways), then each word's own index (address-line faults).
-CONSTANT_PATTERNS: tuple[int, ...] = (
-    0x0000_0000_0000_0000,
-    0xFFFF_FFFF_FFFF_FFFF,
-    0xAAAA_AAAA_AAAA_AAAA,
-    0x5555_5555_5555_5555,
-)
-MEMORY_PASSES = len(CONSTANT_PATTERNS) + 1  # the address-derived pattern is the last pass
-
 
 def as_int64(word: int) -> int:
     """The signed 64-bit value with the bits of the unsigned `word` (array libraries use int64).
@@ -32,8 +22,12 @@ def as_int64(word: int) -> int:
     return word - (1 << 64) if word >= 1 << 63 else word
 
 
-# The constant patterns as the int64 values both backends write and compare.
-CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in CONSTANT_PATTERNS)
+# 64-bit words written over the whole test area, each verified before the next: all zeros, all
+# ones, 1010…, 0101… (every bit both ways); a last pass writes each word's own index
+# (address-line faults).
+_PATTERNS = (0, 0xFFFF_FFFF_FFFF_FFFF, 0xAAAA_AAAA_AAAA_AAAA, 0x5555_5555_5555_5555)
+CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in _PATTERNS)
+MEMORY_PASSES = len(CONSTANT_WORDS) + 1
 
 
 def matmul_flops(size: int) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 from guard.doors import hostexec
 from guard.loadtest.model import ExpectedLink, PcieLink
-from guard.pci import PciAddressError, normalize_pci
+from guard.pci import LINK_SPEEDS, LINK_WIDTHS, PciAddressError, normalize_pci
 
 SMI_QUERY = (
     "nvidia-smi",
@@ -22,10 +22,8 @@ SMI_QUERY = (
 )
 
 
-# Transfer rate per PCIe generation, as lspci (LnkSta) and sysfs (current_link_speed) print it.
-GEN_SPEED = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
+GEN_SPEED = dict(enumerate(LINK_SPEEDS, start=1))  # generation -> GT/s
 _SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
-_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 _EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)\Z")
 
 
@@ -51,8 +49,10 @@ def parse_expected_link(text: str) -> ExpectedLink:
         speeds = ", ".join(f"{s}GT/s" for s in GEN_SPEED.values())
         raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
     width = int(match["width"])
-    if width not in _WIDTHS:
-        raise ValueError(f"x{width} is no PCIe link width; one of {', '.join(map(str, _WIDTHS))}")
+    if width not in LINK_WIDTHS:
+        raise ValueError(
+            f"x{width} is no PCIe link width; one of {', '.join(map(str, LINK_WIDTHS))}"
+        )
     return ExpectedLink(pci, gen, width)
 
 
