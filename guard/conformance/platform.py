@@ -137,8 +137,22 @@ def kubeadm_modes(fs: HostFS) -> list[tuple[str, str]]:
     return found
 
 
-def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str]:
-    """(mode, where it was read); yaml.YAMLError and OSError propagate."""
+def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
+    """(mode, where it was read), or Unknown for a file that is not YAML; OSError propagates."""
+    try:
+        sources = _proxy_sources(fs, rke2)
+    except yaml.YAMLError as exc:
+        return Unknown("kube-proxy's configuration", str(exc).splitlines()[0])
+    if not sources:
+        looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
+        return "none", f"no kube-proxy found ({looked})"
+    ipvs = [path for mode, path in sources if mode == "ipvs"]
+    if ipvs:
+        return "ipvs", ipvs[0]
+    return sources[0]
+
+
+def _proxy_sources(fs: HostFS, rke2: bool) -> list[tuple[str, str]]:
     sources: list[tuple[str, str]] = []
     text = fs.read_text(RKE2_PROXY_MANIFEST)
     mode = manifest_mode(text) if text else None
@@ -147,14 +161,7 @@ def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str]:
     mode = rke2_config_mode(rke2_configs(fs)) if rke2 else None
     if mode:
         sources.append((mode, RKE2_CONFIG))
-    sources += kubeadm_modes(fs)
-    if not sources:
-        looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
-        return "none", f"no kube-proxy found ({looked})"
-    ipvs = [path for mode, path in sources if mode == "ipvs"]
-    if ipvs:
-        return "ipvs", ipvs[0]
-    return sources[0][0], sources[0][1]
+    return sources + kubeadm_modes(fs)
 
 
 def detect_rke2(fs: HostFS) -> tuple[bool, str]:
@@ -169,20 +176,9 @@ def read_platform(fs: HostFS, platform: PlatformChoice, proxy: ProxyChoice) -> P
         rke2, rke2_source = detect_rke2(fs)
     else:
         rke2, rke2_source = platform == "rke2", f"--platform {platform}"
-    if proxy != "auto":
-        return Platform(rke2, rke2_source, proxy, f"--kube-proxy-mode {proxy}", _dpkg(fs))
-    read = guarded(lambda: _detect(fs, rke2), "kube-proxy's configuration")
-    if isinstance(read, Unknown):
-        return Platform(rke2, rke2_source, read, "", _dpkg(fs))
-    return Platform(rke2, rke2_source, read[0], read[1], _dpkg(fs))
-
-
-def _dpkg(fs: HostFS) -> bool:
-    return fs.exists(DPKG_STATUS)
-
-
-def _detect(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
-    try:
-        return detect_proxy_mode(fs, rke2)
-    except yaml.YAMLError as exc:
-        return Unknown("kube-proxy's configuration", str(exc).splitlines()[0])
+    mode: str | Unknown = proxy
+    source = f"--kube-proxy-mode {proxy}"
+    if proxy == "auto":
+        read = guarded(lambda: detect_proxy_mode(fs, rke2), "kube-proxy's configuration")
+        mode, source = (read, "") if isinstance(read, Unknown) else read
+    return Platform(rke2, rke2_source, mode, source, fs.exists(DPKG_STATUS))
