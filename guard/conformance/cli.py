@@ -7,20 +7,19 @@ on bad arguments. The summary for the guard goes to the container's termination 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from guard.conformance.checks import run_conformance
 from guard.conformance.flags import env_option, node_options
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, Role
-from guard.conformance.platform import PlatformChoice, ProxyChoice
+from guard.conformance.model import Config
 from guard.conformance.report import exit_code, render_json, render_text, summarize
 from guard.doors.hostexec import NSENTER_PREFIX, HostRunner
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import (
     TERMINATION_LOG,
-    IpNetwork,
     parse_exact,
     render_summary,
     write_termination_message,
@@ -80,34 +79,21 @@ _option = env_option(ENV_PREFIX)
     default=TERMINATION_LOG,
     help="Where the summary for the guard goes, if that file exists ('' = nowhere)",
 )
-def conformance(
-    root: Path,
-    fix: bool,
-    role: Role,
-    control_plane_version: str | None,
-    allowed_dns: tuple[IpNetwork, ...] | None,
-    platform: PlatformChoice,
-    kube_proxy_mode: ProxyChoice,
-    resolv_conf: str | None,
-    output: str,
-    timeout_s: float,
-    nsenter: bool,
-    termination_log: str,
-) -> None:
+def conformance(**opts: Any) -> None:
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
     unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
     the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
     warn_unknown_command_env(ENV_PREFIX)
-    config = Config(
-        role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
-    )
-    runner = HostRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
-    run = run_conformance(HostFS(root), runner, config, fix)
-    if output == "json":
-        click.echo(render_json(run, config, str(root), fix))
+    node = (opts["allowed_dns"], opts["platform"], opts["kube_proxy_mode"])
+    config = Config(opts["role"], opts["control_plane_version"], *node, opts["resolv_conf"] or None)
+    runner = HostRunner(opts["timeout_s"], NSENTER_PREFIX if opts["nsenter"] else ())
+    run = run_conformance(HostFS(opts["root"]), runner, config, opts["fix"])
+    if opts["output"] == "json":
+        click.echo(render_json(run, config, str(opts["root"]), opts["fix"]))
     else:
         click.echo(render_text(run))
-    note = write_termination_message(termination_log, render_summary(summarize(run.results)))
+    summary = render_summary(summarize(run.results))
+    note = write_termination_message(opts["termination_log"], summary)
     if note:
         click.echo(note, err=True)
     raise SystemExit(exit_code(run.results))
