@@ -16,7 +16,7 @@ from guard.agent.checks import run_checks
 from guard.agent.metrics import render
 from guard.agent.server import Agent, ListenError
 from guard.cli_options import node_callback
-from guard.conformance.flags import env_option, node_options
+from guard.conformance.cli import env_option, node_options
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config
 from guard.log import Log
