@@ -13,9 +13,8 @@ import click
 
 from guard.cli_options import pci_callback
 from guard.loadtest import report
-from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreduceLimits
-from guard.loadtest.model import ExpectedLink, MemoryPlan, RunPlan
+from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan
 from guard.loadtest.pcie import parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec
 from guard.loadtest.model import (
+    Backend,
     BurnResult,
     DeviceInfo,
     MemoryResult,
