@@ -22,7 +22,7 @@ from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, g
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
 from guard.evidence.links import node_links
-from guard.evidence.offline import SavedFiles, offline_inputs
+from guard.evidence.offline import offline_inputs
 from guard.evidence.report import Tables, to_json, to_text
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,
@@ -250,16 +250,16 @@ def classify(**opts: Any) -> None:
     tables = _tables(opts["xid_classes"])
     log_path: Path = opts["kernel_log"]
     parsed, log_aer = scan_kernel_log(log_path, "--kernel-log")
-    files = SavedFiles(
+    saved = Inputs(
         kernel_log="",
         kernel_log_source=str(log_path),
         parsed_log=parsed,
         log_aer=log_aer,
         gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
-        aer=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
+        aer_text=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
         nvidia_smi=read_text(opts["smi_file"], "--nvidia-smi-q") if opts["smi_file"] else None,
     )
-    inputs = offline_inputs(files, opts["pci"], opts["root_port"])
+    inputs = offline_inputs(saved, opts["pci"], opts["root_port"])
     found = assess(inputs, opts["pci"], tables.classes)
     if opts["output"] == "json":
         click.echo(json.dumps(to_json(found, tables), indent=2))

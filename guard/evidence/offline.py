@@ -7,25 +7,13 @@ The ``--aer`` file may hold any mix of kernel AER lines, ``lspci -vvv`` blocks o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import replace
 
-from guard.evidence.aer import AerEvent, parse_grep_counters
+from guard.evidence.aer import parse_grep_counters
 from guard.evidence.assess import Inputs, PortInput
-from guard.evidence.kernel_log import KernelLog
 from guard.pci import normalize_pci
 
 _LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
-
-
-@dataclass(frozen=True, slots=True)
-class SavedFiles:
-    kernel_log: str
-    kernel_log_source: str
-    gpu_lspci: str | None = None
-    aer: str = ""
-    parsed_log: KernelLog | None = None  # the kernel log parsed as it was read (classify)
-    log_aer: tuple[AerEvent, ...] = ()
-    nvidia_smi: str | None = None
 
 
 def lspci_blocks(text: str) -> dict[str, str]:
@@ -48,10 +36,11 @@ def lspci_blocks(text: str) -> dict[str, str]:
     return blocks
 
 
-def offline_inputs(files: SavedFiles, pci: str | None, root_port: str | None) -> Inputs:
-    """Inputs for `assess`; ports are every device the --aer file describes besides the GPU."""
-    blocks = lspci_blocks(files.aer)
-    counters = parse_grep_counters(files.aer)
+def offline_inputs(saved: Inputs, pci: str | None, root_port: str | None) -> Inputs:
+    """`saved` with its ports: every device its `aer_text` (the --aer file) describes besides
+    the GPU."""
+    blocks = lspci_blocks(saved.aer_text)
+    counters = parse_grep_counters(saved.aer_text)
     named = set(blocks) | set(counters) | ({root_port} if root_port else set())
     addresses = sorted(named - ({pci} if pci else set()))
     ports = tuple(
@@ -63,14 +52,4 @@ def offline_inputs(files: SavedFiles, pci: str | None, root_port: str | None) ->
         )
         for address in addresses
     )
-    return Inputs(
-        kernel_log=files.kernel_log,
-        kernel_log_source=files.kernel_log_source,
-        gpu_lspci=files.gpu_lspci,
-        ports=ports,
-        gpu_counters=counters.get(pci, {}) if pci else {},
-        aer_text=files.aer,
-        parsed_log=files.parsed_log,
-        log_aer=files.log_aer,
-        nvidia_smi=files.nvidia_smi,
-    )
+    return replace(saved, ports=ports, gpu_counters=counters.get(pci, {}) if pci else {})
