@@ -63,12 +63,6 @@ class _LineError(click.ClickException):
     exit_code = 2
 
 
-class _MissingLibrary(click.ClickException):
-    """The chosen backend's library is not installed: the run cannot start (exit 1, one line)."""
-
-    exit_code = 1
-
-
 class _OneLineErrors(click.Command):
     """Bad arguments print one `Error: …` line (exit 2) instead of usage text."""
 
@@ -232,8 +226,8 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
 def _backend() -> Backend:
     # torch is imported by the backend, so that `--help` and every other subcommand work on a
     # base install without it.
-    if importlib.util.find_spec("torch") is None:
-        raise _MissingLibrary(
+    if importlib.util.find_spec("torch") is None:  # the run cannot start: exit 1, one line
+        raise click.ClickException(
             "the torch backend needs the Python package 'torch', which is not installed;"
             " install torch (the load-test image has it)"
         )

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -26,17 +27,16 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _EVENT_LIMIT = 4000  # bytes; a pipe write up to PIPE_BUF (4096 on Linux) is atomic
 
 
+@dataclass(frozen=True, slots=True)
 class Reporter:
-    def __init__(self, fd: int, rank: int) -> None:
-        self._fd = fd
-        self._rank = rank
+    fd: int
+    rank: int
 
     def __call__(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"rank": self._rank, "ev": event, **fields}) + "\n"
-        data = line.encode()
+        data = (json.dumps({"rank": self.rank, "ev": event, **fields}) + "\n").encode()
         if len(data) > _EVENT_LIMIT:
-            data = (json.dumps({"rank": self._rank, "ev": event}) + "\n").encode()
-        os.write(self._fd, data)
+            data = (json.dumps({"rank": self.rank, "ev": event}) + "\n").encode()
+        os.write(self.fd, data)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -82,20 +82,13 @@ def run_allreduce(plan: AllreducePlan) -> AllreduceResult:
 
 
 def _spawn(plan: AllreducePlan, all_steps: tuple[Step, ...], rank: int, fd: int) -> _Rank:
-    env = os.environ.copy()
+    env = {**_RANK_ENV, **os.environ}
     root = str(Path(guard.__file__).resolve().parent.parent)  # so `-m` finds this very package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    for key, value in _RANK_ENV.items():
-        env.setdefault(key, value)
     log = tempfile.TemporaryFile(prefix=f"allreduce-rank{rank}-")  # noqa: SIM115 (closed by _with_log)
-    argv = [
-        sys.executable,
-        "-m",
-        "guard.loadtest.rank",
-        rank_config(plan, all_steps, rank, os.getpid()),
-    ]
+    config = rank_config(plan, all_steps, rank, os.getpid())
     proc = subprocess.Popen(
-        [*argv, str(fd)],
+        [sys.executable, "-m", "guard.loadtest.rank", config, str(fd)],
         stdin=subprocess.PIPE if rank else subprocess.DEVNULL,  # rank 0 opens the store
         stdout=log,
         stderr=subprocess.STDOUT,
