@@ -95,24 +95,19 @@ def node_options(option: Option[Any]) -> Callable[[F], F]:
 
 
 SCHEMA = "gpu-node-guard/conformance/v2"
-EXIT_OK = 0
-EXIT_FAIL = 1
 
 
 def failed_items(results: tuple[ItemResult, ...]) -> tuple[str, ...]:
     return tuple(r.name for r in results if r.status is Status.FAIL)
 
 
-def exit_code(results: tuple[ItemResult, ...]) -> int:
-    return EXIT_FAIL if failed_items(results) else EXIT_OK
-
-
 def counts(results: tuple[ItemResult, ...]) -> dict[str, int]:
     return {s.value: sum(r.status is s for r in results) for s in Status}
 
 
-def to_json(run: Run, config: Config, root: str, fix: bool) -> dict[str, Any]:
-    return {
+def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
+    """One line, keys sorted."""
+    doc = {
         "schema": SCHEMA,
         "ok": not failed_items(run.results),
         "failed": list(failed_items(run.results)),
@@ -126,11 +121,7 @@ def to_json(run: Run, config: Config, root: str, fix: bool) -> dict[str, Any]:
             for r in run.results
         ],
     }
-
-
-def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
-    """One line, keys sorted."""
-    return json.dumps(to_json(run, config, root, fix), sort_keys=True)
+    return json.dumps(doc, sort_keys=True)
 
 
 def render_text(run: Run) -> str:
@@ -242,4 +233,4 @@ def conformance(**opts: Any) -> None:
     note = write_termination_message(opts["termination_log"], summary)
     if note:
         click.echo(note, err=True)
-    raise SystemExit(exit_code(run.results))
+    raise SystemExit(1 if failed_items(run.results) else 0)
