@@ -17,12 +17,11 @@ import jinja2
 from guard import ledger as fault_ledger
 from guard.cli_options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence import aer, request
-from guard.evidence.assess import Inputs, assess
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
 from guard.evidence.links import node_links
-from guard.evidence.offline import offline_inputs
 from guard.evidence.report import Tables, to_json, to_text
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,

@@ -14,8 +14,7 @@ import click
 from guard.cli_options import pci_callback
 from guard.loadtest import report
 from guard.loadtest.collective import AllreduceLimits
-from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan
-from guard.loadtest.pcie import parse_expected_link
+from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan, parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge

@@ -6,10 +6,12 @@ per square matmul, bytes moved per memory pass), so the verdict cannot tell them
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
 from guard.loadtest.collective import AllreduceLimits, AllreduceResult, AllreduceSpec
+from guard.pci import LINK_SPEEDS, LINK_WIDTHS, PciAddressError, normalize_pci
 
 
 def as_int64(word: int) -> int:
@@ -126,6 +128,50 @@ class ExpectedLink:
     pci: str
     gen: int
     width: int
+
+
+GEN_SPEED = dict(enumerate(LINK_SPEEDS, start=1))  # generation -> GT/s
+_SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
+_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)\Z")
+
+
+def parse_expected_link(text: str) -> ExpectedLink:
+    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise.
+
+    >>> parse_expected_link("00000000:99:00.0=16GT/s,x16")
+    ExpectedLink(pci='0000:99:00.0', gen=4, width=16)
+    >>> parse_expected_link("0000:18:00=2.5GT/s,x8")
+    ExpectedLink(pci='0000:18:00.0', gen=1, width=8)
+    """
+    match = _EXPECTED.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
+        )
+    try:
+        pci = normalize_pci(match["pci"])
+    except PciAddressError as exc:
+        raise ValueError(str(exc)) from None
+    gen = _SPEED_GEN.get(float(match["speed"]))
+    if gen is None:
+        speeds = ", ".join(f"{s}GT/s" for s in GEN_SPEED.values())
+        raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
+    width = int(match["width"])
+    if width not in LINK_WIDTHS:
+        raise ValueError(
+            f"x{width} is no PCIe link width; one of {', '.join(map(str, LINK_WIDTHS))}"
+        )
+    return ExpectedLink(pci, gen, width)
+
+
+def link_text(gen: int | None, width: int | None) -> str:
+    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read.
+
+    >>> link_text(4, 16), link_text(None, 8)
+    ('16GT/s,x16', '?GT/s,x8')
+    """
+    speed = "?" if gen is None else GEN_SPEED.get(gen, f"gen{gen}")
+    return f"{speed}GT/s,x{'?' if width is None else width}"
 
 
 @dataclass(frozen=True, slots=True)

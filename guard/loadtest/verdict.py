@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.loadtest.collective import AllreduceResult
-from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, memory_targets
-from guard.loadtest.pcie import link_text
+from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, link_text, memory_targets
 
 SMALL_DEV_SHM_BYTES = 1 << 30
 # A card at half the best GPU's bandwidth (a PCIe-bound pair on a link at half width or one

@@ -16,10 +16,9 @@ from click.testing import CliRunner
 
 from guard.doors.hostexec import CommandResult, run_command
 from guard.evidence import request
-from guard.evidence.assess import Inputs, assess
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import PREVIOUS_BOOT, Host, gather, upstream_ports
-from guard.evidence.offline import offline_inputs
 from guard.evidence.report import Tables
 from guard.xid_tables import load_catalog, load_classes
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from guard.evidence import request
-from guard.evidence.assess import Inputs, assess
-from guard.evidence.offline import offline_inputs
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.report import Tables
 from guard.xid_tables import load_catalog, load_classes
 
