@@ -1,13 +1,8 @@
 """Start one all-reduce rank per GPU, watch them, end them, and never wait past a deadline.
 
 Each rank is `python -m guard.loadtest.rank` in a process group of its own, its output in a file
-of its own (kept out of the report; its last line names a crash). They report on one shared
-pipe (see `rank.py`). The watch stops at the first of:
-  a rank exits before it is done, or reports an error: the others get `_STOP_GRACE_S` to exit
-      by themselves (gloo ranks raise "connection closed by peer"), then are killed;
-  no rank reports for the plan's timeout (`collective.hung_ranks`): the silent ones are hung;
-  every rank is done: each gets `_EXIT_GRACE_S` to exit, then is killed.
-A rank stuck in the kernel ignores SIGKILL; the parent stops waiting for it after `_KILL_GRACE_S`.
+of its own (its last line names a crash), reporting on one shared pipe (`rank.py`). When the
+watch stops, and how long each rank gets to exit: docs/loadtest.md, "Deadlines".
 """
 
 from __future__ import annotations
