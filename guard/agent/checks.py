@@ -1,14 +1,6 @@
-"""The agent's checks: the conformance items that files alone answer, judged by the same code.
-
-  * nvidia-match: /sys/module/nvidia/version against the version in the installed NVML library's
-    file name (libnvidia-ml.so.<version>); nvidia-smi is never called (it can hang in D state on
-    a stuck driver);
-  * ipvs-loaded: /sys/module/ip_vs, where kube-proxy runs in IPVS mode (else SKIP);
-  * dns-upstream: the resolv.conf kubelet hands pods against the allowed upstreams (SKIP when none
-    are given).
-
-No command runs: the agent has no runner. Reading never raises for a host problem; a file that
-cannot be read makes its check UNKNOWN.
+"""The agent's checks: the conformance items that files alone answer (nvidia-match, ipvs-loaded,
+dns-upstream; docs/agent.md), judged by the same code. No command runs: the agent has no runner;
+a file that cannot be read makes its check UNKNOWN.
 """
 
 from __future__ import annotations

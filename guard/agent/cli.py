@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,13 +16,11 @@ from guard.agent.checks import run_checks
 from guard.agent.metrics import render
 from guard.agent.server import Agent, ListenError
 from guard.cli_options import node_callback
-from guard.conformance.flags import env_option, node_options
+from guard.conformance.cli import env_option, node_options
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config
-from guard.conformance.platform import PlatformChoice, ProxyChoice
 from guard.log import Log
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
-from guard.wire import IpNetwork
 
 DEFAULT_PORT = 9842
 
@@ -60,30 +59,20 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @node_options(_option)
 @_option("--once", is_flag=True, help="Print one /metrics page and exit")
-def agent(
-    root: Path,
-    node: str,
-    listen: tuple[str, int],
-    interval_s: float,
-    allowed_dns: tuple[IpNetwork, ...] | None,
-    platform: PlatformChoice,
-    kube_proxy_mode: ProxyChoice,
-    resolv_conf: str | None,
-    once: bool,
-) -> None:
+def agent(**opts: Any) -> None:
     """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
     warn_unknown_command_env(ENV_PREFIX)
     config = Config(
-        allowed_dns=allowed_dns,
-        platform=platform,
-        kube_proxy_mode=kube_proxy_mode,
-        resolv_conf=resolv_conf or None,
+        allowed_dns=opts["allowed_dns"],
+        platform=opts["platform"],
+        kube_proxy_mode=opts["kube_proxy_mode"],
+        resolv_conf=opts["resolv_conf"] or None,
     )
-    fs = HostFS(root)
-    if once:
+    fs, node, interval_s = HostFS(opts["root"]), opts["node"], opts["interval_s"]
+    if opts["once"]:
         click.echo(render(node, run_checks(fs, config), time.time(), interval_s), nl=False)
         return
     try:
-        Agent(node, interval_s, lambda: run_checks(fs, config), Log()).serve(*listen)
+        Agent(node, interval_s, lambda: run_checks(fs, config), Log()).serve(*opts["listen"])
     except ListenError as exc:
         raise click.BadParameter(str(exc), param_hint="'--listen'") from None

@@ -2,23 +2,207 @@
 
 `/metrics` answers the last rendered page (503 until the first run ends); `/healthz` answers 200
 while the last run is younger than three intervals, so a stuck loop fails its liveness probe. The
-checks run in the main thread, the server (guard.agent.endpoint, bounded against slow and idle
-clients) in a second one; SIGTERM (or `stop`) ends both within a few seconds.
+checks run in the main thread, the server in a second one (one asyncio thread, HTTP/1.0, one
+request per connection, bounded in every way a client can push it: docs/agent.md); SIGTERM (or
+`stop`) ends both within a few seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from guard.agent.checks import CHECKS, AgentRun
-from guard.agent.endpoint import ListenError as ListenError
-from guard.agent.endpoint import MetricsServer, Page
-from guard.agent.metrics import render
+from guard.agent.metrics import CONTENT_TYPE, render
 from guard.log import Level, Log
+
+READ_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_S = 5.0
+MAX_REQUEST_BYTES = 8192
+MAX_CONNECTIONS = 256
+STALE_AFTER_INTERVALS = 3
+STOP_TIMEOUT_S = 2.0
+
+
+class ListenError(Exception):
+    """The /metrics address cannot be bound: one line for the command to print."""
+
+
+@dataclass
+class Page:
+    """The last rendered /metrics page, shared between the loop and the server threads."""
+
+    text: str = ""
+    finished_s: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, text: str, finished_s: float) -> None:
+        with self.lock:
+            self.text, self.finished_s = text, finished_s
+
+    def get(self) -> tuple[str, float]:
+        with self.lock:
+            return self.text, self.finished_s
+
+
+def answer(
+    page: Page, interval_s: float, clock: Callable[[], float], method: str, target: str
+) -> tuple[int, str, str]:
+    """(status, content type, body) for one request line's method and target.
+
+    >>> answer(Page("up 1\\n", 100.0), 60, lambda: 110.0, "GET", "/healthz?x")[::2]
+    (200, 'ok\\n')
+    >>> answer(Page(), 60, lambda: 0.0, "POST", "/metrics")[0]
+    405
+    """
+    if method not in ("GET", "HEAD"):
+        return 405, "text/plain", "only GET\n"
+    text, finished = page.get()
+    path = target.split("?", 1)[0]
+    if path == "/metrics":
+        return (200, CONTENT_TYPE, text) if text else (503, "text/plain", "no check has run yet\n")
+    if path == "/healthz":
+        fresh = bool(text) and clock() - finished < STALE_AFTER_INTERVALS * interval_s
+        return (200, "text/plain", "ok\n") if fresh else (503, "text/plain", "checks are stale\n")
+    return 404, "text/plain", "not found: try /metrics\n"
+
+
+def _response(code: int, ctype: str, body: str, head_only: bool = False) -> bytes:
+    data = body.encode()
+    head = (
+        f"HTTP/1.0 {code} {HTTPStatus(code).phrase}\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + (b"" if head_only else data)
+
+
+@dataclass
+class Stats:
+    """What the server did, for tests and the bench (not exported)."""
+
+    evicted: int = 0
+    peak_open: int = 0
+
+
+class MetricsServer:
+    """`start()` binds (ListenError) and serves in its own thread; `stop()` ends it."""
+
+    def __init__(
+        self,
+        page: Page,
+        interval_s: float,
+        clock: Callable[[], float],
+        max_connections: int = MAX_CONNECTIONS,
+        read_timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
+        self.page, self.interval_s, self.clock = page, interval_s, clock
+        self.max_connections = max_connections
+        self.read_timeout_s = read_timeout_s
+        self.stats = Stats()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._open: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()  # oldest first
+        self._thread: threading.Thread | None = None
+
+    def start(self, host: str, port: int) -> None:
+        try:
+            self._server = self._loop.run_until_complete(
+                asyncio.start_server(
+                    self._serve,
+                    host,
+                    port,
+                    limit=MAX_REQUEST_BYTES,
+                    backlog=1024,
+                    reuse_address=True,
+                )
+            )
+        except OSError as exc:  # port taken, address not on this host, no permission
+            self._loop.close()
+            # asyncio's own text repeats the address; the errno's is the one line people know
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._thread = threading.Thread(target=self._loop.run_forever, name="metrics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the listener and every connection; returns within about STOP_TIMEOUT_S."""
+        if self._thread is None:
+            return
+        done = asyncio.run_coroutine_threadsafe(self._close(), self._loop)
+        with contextlib.suppress(Exception):
+            done.result(timeout=STOP_TIMEOUT_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=STOP_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self._loop.close()
+        self._thread = None
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._open):
+            writer.transport.abort()
+        self._open.clear()
+        # Aborted transports end their readers (IncompleteReadError); what still runs then is
+        # cancelled, and `_serve` ends quietly on that too.
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S / 4)
+            for task in pending:
+                task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open[writer] = None
+        while len(self._open) > self.max_connections:  # the oldest is the idlest: it goes
+            oldest = next(iter(self._open))
+            self._open.pop(oldest)
+            oldest.transport.abort()
+            self.stats.evicted += 1
+        self.stats.peak_open = max(self.stats.peak_open, len(self._open))
+        try:
+            await self._one_request(reader, writer)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            pass  # the client went away: nothing to say to anyone
+        except asyncio.CancelledError:
+            # Stopping. Ending normally, not cancelled: Python 3.11's stream callback calls
+            # task.exception() on a cancelled task and logs a traceback for each.
+            pass
+        finally:
+            self._open.pop(writer, None)
+            writer.close()
+
+    async def _one_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.read_timeout_s)
+        except TimeoutError:
+            return  # an idle or dripping client gets no answer, only the closed socket
+        except (asyncio.LimitOverrunError, ValueError):
+            await self._write(writer, _response(431, "text/plain", "request too large\n"))
+            return
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            await self._write(writer, _response(400, "text/plain", "bad request\n"))
+            return
+        method, target, _ = parts
+        code, ctype, body = answer(self.page, self.interval_s, self.clock, method, target)
+        await self._write(writer, _response(code, ctype, body, head_only=method == "HEAD"))
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
 
 
 @dataclass

@@ -1,10 +1,6 @@
-"""A small reader of APT's configuration language (apt.conf(5)), enough for the two items that
-need it: APT::Periodic::* scalars and the Unattended-Upgrade::Package-Blacklist list.
-
-It understands ``Key "value";``, scopes ``A::B { C "v"; };``, anonymous list items ``"v";`` and
-``Key:: "v";``, ``//`` and ``/* */`` comments, ``#`` comment lines and ``#clear``. Keys are
-case-insensitive, as in APT. Files are read in APT's order: /etc/apt/apt.conf.d/ sorted (names of
-``[A-Za-z0-9_.-]`` with no extension or ``.conf``), then /etc/apt/apt.conf.
+"""A small reader of APT's configuration language (apt.conf(5)), enough for APT::Periodic::*
+scalars and the Unattended-Upgrade::Package-Blacklist list; keys are case-insensitive, files
+are read in APT's order (docs/conformance.md).
 """
 
 from __future__ import annotations

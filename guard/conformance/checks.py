@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.conformance import apt, dns, ipvs, nvidia, rke2
-from guard.conformance.fix import apply_fixes, plan_fixes
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, ItemResult, Status, unknown_result
 from guard.conformance.platform import Platform, read_platform
@@ -120,6 +119,6 @@ def run_conformance(fs: HostFS, runner: Runner, config: Config, fix: bool = Fals
     facts = read_host(fs, runner, config)
     results = judge(facts, config)
     if fix:
-        repaired = {r.name: r for r in apply_fixes(plan_fixes(results), fs, runner)}
+        repaired = {r.name: r for r in ipvs.apply_fixes(ipvs.plan_fixes(results), fs, runner)}
         results = tuple(repaired.get(r.name, r) for r in results)
     return Run(facts.platform, results)

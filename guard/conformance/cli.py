@@ -1,30 +1,166 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
 
 Exit status: 0 when no item FAILed (WARN, UNKNOWN and SKIP do not fail the run), 1 when any did, 2
-on bad arguments. The summary for the guard goes to the container's termination message file.
+on bad arguments. The report: a text table for people, or one JSON line with every item; the
+summary for the guard goes to the container's termination message file (its format, the contract
+with the guard, is guard.wire's `render_summary` and `parse_summary`, docs/conformance.md). The
+options that say what the node is expected to be are shared with `gpu-node-guard agent`.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from guard.conformance.checks import run_conformance
-from guard.conformance.flags import env_option, node_options
+from guard.conformance.checks import Run, run_conformance
 from guard.conformance.hostfs import HostFS
-from guard.conformance.model import Config, Role
-from guard.conformance.platform import PlatformChoice, ProxyChoice
-from guard.conformance.report import exit_code, render_json, render_text, summarize
+from guard.conformance.model import Config, ItemResult, Status
+from guard.conformance.platform import PLATFORMS, PROXY_MODES
 from guard.doors.hostexec import NSENTER_PREFIX, HostRunner
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import (
     TERMINATION_LOG,
+    Finding,
     IpNetwork,
+    Summary,
+    parse_allowed_dns,
     parse_exact,
     render_summary,
+    short_why,
     write_termination_message,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+Option = Callable[..., Callable[[F], F]]
+
+
+def env_option(prefix: str) -> Option[Any]:
+    """`option(name, …)`: a click option also read from <prefix><NAME>, default shown in --help."""
+
+    def option(name: str, **kwargs: Any) -> Callable[[F], F]:
+        env = prefix + name.removeprefix("--").replace("-", "_").upper()
+        return click.option(name, envvar=env, show_default=True, **kwargs)
+
+    return option
+
+
+def cidrs(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[IpNetwork, ...] | None:
+    if not value:
+        return None
+    try:
+        return parse_allowed_dns(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def node_options(option: Option[Any]) -> Callable[[F], F]:
+    """--allowed-dns, --platform, --kube-proxy-mode and --resolv-conf (guard.conformance.Config)."""
+    decorators = (
+        option(
+            "--allowed-dns",
+            callback=cidrs,
+            help="Comma-separated CIDRs the pods' upstream resolvers must be in (unset: SKIP)",
+        ),
+        option(
+            "--platform",
+            type=click.Choice(PLATFORMS),
+            default="auto",
+            help="rke2: RKE2 items and RKE2's resolv.conf rule; other: neither;"
+            " auto: RKE2 when its files are there",
+        ),
+        option(
+            "--kube-proxy-mode",
+            type=click.Choice(PROXY_MODES),
+            default="auto",
+            help="Only ipvs makes the ip_vs checks apply; auto: read kube-proxy's configuration",
+        ),
+        option(
+            "--resolv-conf",
+            help="The resolv.conf kubelet hands pods (unset: RKE2's or kubelet's own choice)",
+        ),
+    )
+
+    def apply(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+SCHEMA = "gpu-node-guard/conformance/v2"
+
+
+def failed_items(results: tuple[ItemResult, ...]) -> tuple[str, ...]:
+    return tuple(r.name for r in results if r.status is Status.FAIL)
+
+
+def counts(results: tuple[ItemResult, ...]) -> dict[str, int]:
+    return {s.value: sum(r.status is s for r in results) for s in Status}
+
+
+def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
+    """One line, keys sorted."""
+    doc = {
+        "schema": SCHEMA,
+        "ok": not failed_items(run.results),
+        "failed": list(failed_items(run.results)),
+        "counts": counts(run.results),
+        "root": root,
+        "role": config.role,
+        "fix": fix,
+        "platform": run.platform.as_dict(),
+        "items": [
+            {"name": r.name, "status": r.status.value, "observed": r.observed, "action": r.action}
+            for r in run.results
+        ],
+    }
+    return json.dumps(doc, sort_keys=True)
+
+
+def render_text(run: Run) -> str:
+    results = run.results
+    p = run.platform
+    width = max(len("ITEM"), *(len(r.name) for r in results))
+    rke2 = "RKE2" if p.rke2 else "not RKE2"
+    lines = [
+        f"node: {rke2} ({p.rke2_source}); kube-proxy {p.proxy_mode}"
+        + (f" ({p.proxy_source})" if p.proxy_source else ""),
+        f"{'ITEM':<{width}}  {'STATUS':<7}  OBSERVED / ACTION",
+    ]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {r.status.value:<7}  {r.observed}")
+        if r.action and r.status not in (Status.PASS, Status.SKIP):
+            lines.append(f"{'':<{width}}  {'':<7}  -> {r.action}")
+    tally = " ".join(f"{k.lower()}={v}" for k, v in counts(results).items())
+    verdict = "FAIL" if failed_items(results) else "OK"
+    lines.append(
+        f"result: {verdict} {tally} (only FAIL fails; WARN, UNKNOWN and SKIP are reported)"
+    )
+    return "\n".join(lines)
+
+
+# ── The summary for the guard ───────────────────────────────────────────────────────────────────
+
+
+def summarize(results: tuple[ItemResult, ...]) -> Summary:
+    def found(status: Status) -> tuple[Finding, ...]:
+        return tuple(Finding(r.name, short_why(r.observed)) for r in results if r.status is status)
+
+    return Summary(
+        ok=not failed_items(results),
+        failed=found(Status.FAIL),
+        unknown=found(Status.UNKNOWN),
+        warned=found(Status.WARN),
+        skipped=found(Status.SKIP),
+        fixed=tuple(r.name for r in results if r.status is Status.FIXED),
+    )
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -80,34 +216,21 @@ _option = env_option(ENV_PREFIX)
     default=TERMINATION_LOG,
     help="Where the summary for the guard goes, if that file exists ('' = nowhere)",
 )
-def conformance(
-    root: Path,
-    fix: bool,
-    role: Role,
-    control_plane_version: str | None,
-    allowed_dns: tuple[IpNetwork, ...] | None,
-    platform: PlatformChoice,
-    kube_proxy_mode: ProxyChoice,
-    resolv_conf: str | None,
-    output: str,
-    timeout_s: float,
-    nsenter: bool,
-    termination_log: str,
-) -> None:
+def conformance(**opts: Any) -> None:
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
     unattended upgrades, package holds and the pods' DNS upstreams. Items that do not apply to
     the node (RKE2 items off RKE2, ip_vs items outside IPVS mode) are SKIP."""
     warn_unknown_command_env(ENV_PREFIX)
-    config = Config(
-        role, control_plane_version, allowed_dns, platform, kube_proxy_mode, resolv_conf or None
-    )
-    runner = HostRunner(timeout_s, NSENTER_PREFIX if nsenter else ())
-    run = run_conformance(HostFS(root), runner, config, fix)
-    if output == "json":
-        click.echo(render_json(run, config, str(root), fix))
+    node = (opts["allowed_dns"], opts["platform"], opts["kube_proxy_mode"])
+    config = Config(opts["role"], opts["control_plane_version"], *node, opts["resolv_conf"] or None)
+    runner = HostRunner(opts["timeout_s"], NSENTER_PREFIX if opts["nsenter"] else ())
+    run = run_conformance(HostFS(opts["root"]), runner, config, opts["fix"])
+    if opts["output"] == "json":
+        click.echo(render_json(run, config, str(opts["root"]), opts["fix"]))
     else:
         click.echo(render_text(run))
-    note = write_termination_message(termination_log, render_summary(summarize(run.results)))
+    summary = render_summary(summarize(run.results))
+    note = write_termination_message(opts["termination_log"], summary)
     if note:
         click.echo(note, err=True)
-    raise SystemExit(exit_code(run.results))
+    raise SystemExit(1 if failed_items(run.results) else 0)

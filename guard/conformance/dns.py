@@ -1,17 +1,6 @@
-"""dns-upstream: the resolv.conf that kubelet hands pods lists only allowed resolvers.
-
-CoreDNS runs with dnsPolicy: Default, so it forwards to whatever this file lists; one public
-resolver in it answered internal registry names with public records. Which file:
-  * `--resolv-conf`, when given;
-  * on an RKE2 node, RKE2's choice (k3s pkg/agent/config `locateOrGenerateResolvConf`):
-    `resolv-conf` from the RKE2 config if set; else /etc/resolv.conf when every nameserver in it is
-    a global unicast address; else /run/systemd/resolve/resolv.conf under the same rule; else a
-    generated file with 8.8.8.8. A systemd-resolved stub (127.0.0.53) therefore sends the check to
-    the second file;
-  * elsewhere, kubelet's own setting: ``--resolv-conf=`` in /var/lib/kubelet/kubeadm-flags.env,
-    else ``resolvConf`` in /var/lib/kubelet/config.yaml (kubeadm writes
-    /run/systemd/resolve/resolv.conf there on systemd-resolved hosts), else kubelet's default
-    /etc/resolv.conf.
+"""dns-upstream: the resolv.conf that kubelet hands pods lists only allowed resolvers. Which file:
+`--resolv-conf`; on RKE2, RKE2's choice (k3s `locateOrGenerateResolvConf`); elsewhere kubelet's
+own setting (docs/conformance.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Read (and, for --fix, write) host files under a root directory.
-
-Host paths are resolved inside the root the way a chroot would: an absolute symlink target such as
-``/usr/lib/systemd/system/rke2-agent.service`` means ``<root>/usr/lib/…``. Seen through
-``/proc/1/root`` from a container, the kernel would resolve it against the container's root
-instead, so symlinks are followed here component by component.
+"""Read (and, for --fix, write) host files under a root directory, resolving symlinks inside the
+root as a chroot would (through ``/proc/1/root`` the kernel would resolve an absolute target
+against the container's root instead).
 """
 
 from __future__ import annotations

@@ -78,8 +78,7 @@ def _read_nvml(fs: HostFS) -> tuple[str | None, str]:
         link = fs.readlink(f"{directory}/{SONAME}") if SONAME in names else None
         if link:
             links[directory] = link
-    picked = pick_nvml(entries, links)
-    return (picked[0], picked[1]) if picked else (None, "")
+    return pick_nvml(entries, links) or (None, "")
 
 
 def read_nvidia(fs: HostFS) -> NvidiaFacts:

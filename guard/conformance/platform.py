@@ -1,21 +1,7 @@
 """Which items apply to this node: is it an RKE2 node, which mode kube-proxy runs in, is it a dpkg
 host. Read from files only; a flag (`--platform`, `--kube-proxy-mode`) replaces the reading.
-
-An item that does not apply is SKIP with the reason, never FAIL: the RKE2 items on a kubeadm node,
-the ip_vs items where kube-proxy runs in iptables or nftables mode or not at all (Cilium's
-kube-proxy replacement), the apt items on a host without dpkg.
-
-kube-proxy's mode, by where each installer keeps it:
-  * RKE2: the static pod manifest it writes at every start,
-    /var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml, carries ``--proxy-mode=<mode>``
-    (RKE2 passes ``iptables`` unless ``kube-proxy-arg: [proxy-mode=ipvs]`` is set); the RKE2 config
-    (/etc/rancher/rke2/config.yaml and config.yaml.d/*.yaml) holds that ``kube-proxy-arg`` and
-    ``disable-kube-proxy: true`` for the next start.
-  * kubeadm: the kube-proxy DaemonSet reads ``mode`` from its ConfigMap, which kubelet keeps on the
-    node in the pod's volume: /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~configmap/
-    kube-proxy/config.conf (``mode: ""`` is iptables on Linux).
-When any source says ipvs the node is treated as IPVS (the ip_vs items then decide); when none is
-found there is no kube-proxy on the node ("none").
+Where each installer keeps kube-proxy's mode: docs/conformance.md. Any source saying ipvs makes
+the node IPVS; none found is no kube-proxy ("none").
 """
 
 from __future__ import annotations
@@ -151,8 +137,22 @@ def kubeadm_modes(fs: HostFS) -> list[tuple[str, str]]:
     return found
 
 
-def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str]:
-    """(mode, where it was read); yaml.YAMLError and OSError propagate."""
+def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
+    """(mode, where it was read), or Unknown for a file that is not YAML; OSError propagates."""
+    try:
+        sources = _proxy_sources(fs, rke2)
+    except yaml.YAMLError as exc:
+        return Unknown("kube-proxy's configuration", str(exc).splitlines()[0])
+    if not sources:
+        looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
+        return "none", f"no kube-proxy found ({looked})"
+    ipvs = [path for mode, path in sources if mode == "ipvs"]
+    if ipvs:
+        return "ipvs", ipvs[0]
+    return sources[0]
+
+
+def _proxy_sources(fs: HostFS, rke2: bool) -> list[tuple[str, str]]:
     sources: list[tuple[str, str]] = []
     text = fs.read_text(RKE2_PROXY_MANIFEST)
     mode = manifest_mode(text) if text else None
@@ -161,14 +161,7 @@ def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str]:
     mode = rke2_config_mode(rke2_configs(fs)) if rke2 else None
     if mode:
         sources.append((mode, RKE2_CONFIG))
-    sources += kubeadm_modes(fs)
-    if not sources:
-        looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
-        return "none", f"no kube-proxy found ({looked})"
-    ipvs = [path for mode, path in sources if mode == "ipvs"]
-    if ipvs:
-        return "ipvs", ipvs[0]
-    return sources[0][0], sources[0][1]
+    return sources + kubeadm_modes(fs)
 
 
 def detect_rke2(fs: HostFS) -> tuple[bool, str]:
@@ -183,20 +176,9 @@ def read_platform(fs: HostFS, platform: PlatformChoice, proxy: ProxyChoice) -> P
         rke2, rke2_source = detect_rke2(fs)
     else:
         rke2, rke2_source = platform == "rke2", f"--platform {platform}"
-    if proxy != "auto":
-        return Platform(rke2, rke2_source, proxy, f"--kube-proxy-mode {proxy}", _dpkg(fs))
-    read = guarded(lambda: _detect(fs, rke2), "kube-proxy's configuration")
-    if isinstance(read, Unknown):
-        return Platform(rke2, rke2_source, read, "", _dpkg(fs))
-    return Platform(rke2, rke2_source, read[0], read[1], _dpkg(fs))
-
-
-def _dpkg(fs: HostFS) -> bool:
-    return fs.exists(DPKG_STATUS)
-
-
-def _detect(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
-    try:
-        return detect_proxy_mode(fs, rke2)
-    except yaml.YAMLError as exc:
-        return Unknown("kube-proxy's configuration", str(exc).splitlines()[0])
+    mode: str | Unknown = proxy
+    source = f"--kube-proxy-mode {proxy}"
+    if proxy == "auto":
+        read = guarded(lambda: detect_proxy_mode(fs, rke2), "kube-proxy's configuration")
+        mode, source = (read, "") if isinstance(read, Unknown) else read
+    return Platform(rke2, rke2_source, mode, source, fs.exists(DPKG_STATUS))

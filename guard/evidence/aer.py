@@ -1,9 +1,5 @@
-"""PCIe AER evidence: kernel ``AER:`` lines and the sysfs ``aer_dev_*`` counters.
-
-Kernel wording changed over the years (drivers/pci/pcie/aer.c): ``Uncorrected`` became
-``Uncorrectable`` and ``Corrected`` became ``Correctable``; ``error received: id=0010`` became
-``error received: 0000:00:03.0`` and ``error message received from …``; bit names went from long
-(``Surprise Down Error``) to short (``SDES``). Both spellings are matched everywhere.
+"""PCIe AER evidence: kernel ``AER:`` lines and the sysfs ``aer_dev_*`` counters. Old and new
+kernel spellings (drivers/pci/pcie/aer.c) are both matched everywhere.
 """
 
 from __future__ import annotations
@@ -68,23 +64,27 @@ class AerEvent:
     surprise_down: bool = False
 
 
-def _event(line: str, number: int) -> AerEvent | None:
-    """
-    >>> _event("pcieport 0000:00:03.0:    [ 5] SDES                  ", 1).surprise_down
+_CHECKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_RECEIVED, "received"),
+    (_SEVERITY, "severity"),
+    (_STATUS, "status"),
+    (_BIT, "error"),
+    (_NO_HANDLER, "no-handler"),
+    (_FAILED, "recovery-failed"),
+)
+
+
+def parse_aer_line(line: str, number: int) -> AerEvent | None:
+    """One line's AER event, or None.
+
+    >>> parse_aer_line("pcieport 0000:00:03.0:    [ 5] SDES                  ", 1).surprise_down
     True
-    >>> e = _event("pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010", 2)
+    >>> line = "pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010"
+    >>> e = parse_aer_line(line, 2)
     >>> e.device, e.detail, e.source
     ('0000:00:02.0', 'uncorrectable-fatal', 'id=0010')
     """
-    checks: tuple[tuple[re.Pattern[str], str], ...] = (
-        (_RECEIVED, "received"),
-        (_SEVERITY, "severity"),
-        (_STATUS, "status"),
-        (_BIT, "error"),
-        (_NO_HANDLER, "no-handler"),
-        (_FAILED, "recovery-failed"),
-    )
-    for pattern, kind in checks:
+    for pattern, kind in _CHECKS:
         found = pattern.search(line)
         if found is None:
             continue
@@ -105,16 +105,11 @@ def _event(line: str, number: int) -> AerEvent | None:
     return None
 
 
-def parse_aer_line(line: str, number: int) -> AerEvent | None:
-    """One line's AER event, or None (for a caller that streams the log)."""
-    return _event(line, number)
-
-
 def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
     """Every AER line in a kernel log (any prefix); other lines are ignored."""
     from guard.evidence.kernel_log import lines_of  # no list of every line of a long log
 
-    events = (_event(line, n) for n, line in enumerate(lines_of(text), start=1))
+    events = (parse_aer_line(line, n) for n, line in enumerate(lines_of(text), start=1))
     return tuple(e for e in events if e is not None)
 
 

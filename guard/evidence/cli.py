@@ -17,12 +17,11 @@ import jinja2
 from guard import ledger as fault_ledger
 from guard.cli_options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
 from guard.evidence import aer, request
-from guard.evidence.assess import Inputs, assess
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
 from guard.evidence.links import node_links
-from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables, to_json, to_text
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,
@@ -82,6 +81,21 @@ def scan_kernel_log(path: Path, option: str) -> tuple[KernelLog, tuple[aer.AerEv
     return scan.result(), tuple(events)
 
 
+# Shared with `fence`: both Jobs read the host the same way.
+host_root_option = click.option(
+    "--host-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_HOST_ROOT,
+    show_default=True,
+    help="Where the host's /sys is visible.",
+)
+timeout_option = click.option(
+    "--timeout-s",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Time limit of each host command.",
+)
 _classes_option = click.option(
     "--xid-classes",
     type=FILE,
@@ -120,20 +134,8 @@ ledger.add_command(count)
     type=click.IntRange(min=1),
     help="Ledger incidents in this slot of this node, this one included.",
 )
-@click.option(
-    "--host-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_HOST_ROOT,
-    show_default=True,
-    help="Where the host's /sys is visible.",
-)
-@click.option(
-    "--timeout-s",
-    type=FiniteFloatRange(min=0, min_open=True),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Time limit of each host command.",
-)
+@host_root_option
+@timeout_option
 @_classes_option
 @click.option(
     "--termination-log",
@@ -247,16 +249,16 @@ def classify(**opts: Any) -> None:
     tables = _tables(opts["xid_classes"])
     log_path: Path = opts["kernel_log"]
     parsed, log_aer = scan_kernel_log(log_path, "--kernel-log")
-    files = SavedFiles(
+    saved = Inputs(
         kernel_log="",
         kernel_log_source=str(log_path),
         parsed_log=parsed,
         log_aer=log_aer,
         gpu_lspci=read_text(opts["lspci_file"], "--lspci") if opts["lspci_file"] else None,
-        aer=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
+        aer_text=read_text(opts["aer_file"], "--aer") if opts["aer_file"] else "",
         nvidia_smi=read_text(opts["smi_file"], "--nvidia-smi-q") if opts["smi_file"] else None,
     )
-    inputs = offline_inputs(files, opts["pci"], opts["root_port"])
+    inputs = offline_inputs(saved, opts["pci"], opts["root_port"])
     found = assess(inputs, opts["pci"], tables.classes)
     if opts["output"] == "json":
         click.echo(json.dumps(to_json(found, tables), indent=2))

@@ -1,12 +1,8 @@
 """Read the host's evidence from inside the evidence Job; never write anything there.
 
-Commands run in the host's mount namespace (``nsenter -t 1 -m --``; the Job has hostPID and
-CAP_SYS_ADMIN) so they are the host's own ``journalctl``, ``lspci`` and ``nvidia-smi``. Sysfs is
-read as files under a root directory, by default ``/proc/1/root`` (the host's root through hostPID,
-which needs CAP_SYS_PTRACE). Every command goes through `guard.doors.hostexec` with a timeout (a
-timeout kills the command's process group; a process stuck in the kernel, such as a config read of
-a dead GPU, is left behind rather than holding up the rest); a command that hangs or fails becomes
-an `Unknown` and the rest of the evidence is still read.
+Commands run in the host's mount namespace through `guard.doors.hostexec` with a timeout; sysfs
+is read under a root (``/proc/1/root``). A command that hangs or fails becomes an `Unknown` and
+the rest of the evidence is still read (docs/evidence.md).
 """
 
 from __future__ import annotations

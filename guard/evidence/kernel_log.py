@@ -1,25 +1,6 @@
-"""GPU records in a kernel log: Xid lines, identity lines and "fallen off the bus" records.
-
-The driver's shapes (NVIDIA open-gpu-kernel-modules 595.45.04, older drivers where noted)::
-
-    NVRM: Xid (PCI:0000:01:00): 79, pid=7062, name=python3, GPU has fallen off the bus.
-    NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, ...    (older drivers)
-    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: ...       (MIG)
-    NVRM: Xid (0000:01:00): 13, ...                                         (pre-2015, no PCI:)
-    NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (...)
-    NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d   (identity)
-    NVRM: GPU at 0000:01:00: GPU-<uuid>                                     (identity, pre-2015)
-    NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.                     (beside Xid 79)
-    NVRM: GPU at 0000:01:00.0 has fallen off the bus.                       (legacy one-liner)
-    NVRM: The NVIDIA GPU 0000:01:00.0 / (PCI ID: 10de:2330) installed in this system has /
-          fallen off the bus and is not responding to commands.             (probe time, 3 lines)
-
-Driver records of a dead GPU that carry no Xid number (`DEAD_RECORDS`, their verdicts in
-guard.evidence.verdict): ``RmInitAdapter failed!``, GSP heartbeat and RPC timeouts, FSP boot
-failures and ``GPU lost from the bus`` assertions and checks. Some of them name no GPU
-(``NVRM: GPU0 …`` is the driver's instance number, not a PCI address); those have ``pci=None``.
-
-Only the message text is matched, so any prefix (dmesg, journalctl, syslog) works.
+"""GPU records in a kernel log: Xid, identity and "fallen off the bus" lines, and the driver's
+dead-GPU records without an Xid (`DEAD_RECORDS`; ``NVRM: GPU0 …`` names no GPU: ``pci=None``).
+Only the message text is matched, so any prefix works (docs/evidence.md lists the shapes).
 """
 
 from __future__ import annotations

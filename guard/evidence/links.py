@@ -1,16 +1,8 @@
 """The PCIe link of every GPU of the node, read from sysfs at cordon time, for the load test's
-``--expect-link`` after the repair (docs/loadtest.md, "PCIe links").
-
-Idle GPUs train their link down to save power, so the current speed is no record. What is
-recorded is what the link can train to: the lower of the GPU's and its upstream port's
-`max_link_speed`, and of their `max_link_width`. A GPU whose link is not up now records nothing
-(the faulted GPU after Xid 79: its config space reads all ones, so sysfs says ``Unknown`` speed
-or a width of 0); neither does one whose files cannot be read. Case list of one GPU:
-  current_link_speed unknown or current_link_width 0/unreadable → not recorded (link down)
-  a max value of the GPU or its port unreadable or unknown       → not recorded
-  otherwise → (pci, "<min speed>GT/s,x<min width>")
-GPUs are the NVIDIA (vendor 0x10de) display and 3D controllers (class 0x0300xx, 0x0302xx): not
-NVSwitches (0x0680xx) nor the GPUs' audio functions.
+``--expect-link`` (docs/loadtest.md, "PCIe links"): what the link can train to, the lower of the
+GPU's and its upstream port's ``max_link_*``. A GPU whose link is down now (``Unknown`` speed,
+width 0) or whose files cannot be read records nothing. GPUs: NVIDIA (0x10de) display and 3D
+controllers, not NVSwitches nor audio functions.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from guard.pci import PciAddressError, normalize_pci
+from guard.evidence.kernel_log import pci_or_none
 
 _DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*\Z")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
@@ -72,19 +72,23 @@ NVIDIA Device 2330 (rev ff) (prog-if ff)')
     return ConfigSpace(all_ff, len(data), vendor, header)
 
 
-def _device_block(text: str, pci: str | None) -> list[str]:
-    """The header line and the lines under it of one device: `pci`'s, or the first one.
-
-    Text without any device line (a bare dump) can only be about the device asked for.
-    """
+def _blocks(text: str) -> list[list[str]]:
+    """Device blocks: a device line (not indented, not a dump line) and the lines under it."""
     blocks: list[list[str]] = []
-    lines = text.splitlines()
-    for line in lines:
+    for line in text.splitlines():
         if line and not line[0].isspace() and not _DUMP.match(line.strip()):
-            blocks.append([line])  # a device line starts each block
+            blocks.append([line])
         elif blocks:
             blocks[-1].append(line)
+    return blocks
+
+
+def _device_block(text: str, pci: str | None) -> list[str]:
+    """`pci`'s block, or the first one; text without a device line (a bare dump) can only be
+    about the device asked for."""
+    blocks = _blocks(text)
     if not blocks:
+        lines = text.splitlines()
         return ["", *lines] if lines else []
     if pci is None:
         return blocks[0]
@@ -92,10 +96,7 @@ def _device_block(text: str, pci: str | None) -> list[str]:
 
 
 def _address(header: str) -> str | None:
-    try:
-        return normalize_pci(header.split(maxsplit=1)[0])
-    except PciAddressError:
-        return None
+    return pci_or_none(header.split(maxsplit=1)[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,24 +206,13 @@ def pcie_links(text: str) -> tuple[PcieLink, ...]:
     ('0000:18:00.0', 32.0, 16.0, 16, 8, True)
     """
     out: list[PcieLink] = []
-    block: list[str] = []
-    for line in [*text.splitlines(), ""]:
-        if (line and not line[0].isspace() and not _DUMP.match(line.strip())) or not line:
-            if block and (address := _address(block[0])):
-                cap = next((ln for ln in block if "LnkCap:" in ln), None)
-                sta = next((ln for ln in block if "LnkSta:" in ln), None)
-                if cap is not None and sta is not None:
-                    out.append(
-                        PcieLink(
-                            address,
-                            block[0].strip(),
-                            _speed(cap),
-                            _width(cap),
-                            _speed(sta),
-                            _width(sta),
-                        )
-                    )
-            block = [line] if line else []
-        elif block:
-            block.append(line)
+    for block in _blocks(text):
+        cap = next((ln for ln in block if "LnkCap:" in ln), None)
+        sta = next((ln for ln in block if "LnkSta:" in ln), None)
+        if cap is not None and sta is not None and (address := _address(block[0])):
+            out.append(
+                PcieLink(
+                    address, block[0].strip(), _speed(cap), _width(cap), _speed(sta), _width(sta)
+                )
+            )
     return tuple(out)

@@ -1,12 +1,6 @@
-"""Facts from ``nvidia-smi -q``: row remapping, retired pages, the reset status, a lost GPU.
-
-The output is one block per GPU (``GPU 00000000:10:1C.0``), sections by indentation and
-``Key : value`` lines. A GPU NVML cannot open prints one line instead, e.g.
-``Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to
-recover this GPU`` (`_NO_HANDLE` lists the spellings); a field NVML refuses because the GPU needs
-a reset reads ``[GPU requires reset]``. Sources: tests/fixtures/nvidia-smi/SOURCES.md.
-
-Which fact gives which verdict is the table `FLAGS` (docs/evidence.md "Verdict").
+"""Facts from ``nvidia-smi -q``: row remapping, retired pages, the reset status, a lost GPU (one
+``Unable to determine the device handle`` line instead of a block). Sources:
+tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the table `FLAGS`.
 """
 
 from __future__ import annotations
@@ -14,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from guard.evidence.kernel_log import pci_or_none
 from guard.evidence.verdict import Finding
-from guard.pci import PciAddressError, normalize_pci
 from guard.xid_tables import Repair
 
 _GPU = re.compile(r"^GPU (?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
@@ -30,48 +24,28 @@ _NO_HANDLE = re.compile(
 _LOST = "gpu is lost"
 _REQUIRES_RESET = "requires reset"
 
-# (section, key, value that raises it) -> (class, reason). NVIDIA's sources, as quoted in
+# (section, key) whose value "Yes" raises it -> (class, reason). NVIDIA's sources, as quoted in
 # docs/evidence.md: A100/H100 memory error management ("the RMA criteria is met when the
 # row-remapping failure flag is set"; "the GPU must be reset for the remapping to go into
 # effect") and dynamic page retirement (retired pages take effect at the next driver load).
-FLAGS: tuple[tuple[str, str, str, Repair, str], ...] = (
-    (
-        "Remapped Rows",
-        "Remapping Failure Occurred",
-        "Yes",
+_PENDING = "nvidia-smi: page retirement pending (takes effect at a GPU reset)"
+FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {
+    ("Remapped Rows", "Remapping Failure Occurred"): (
         Repair.RMA,
         "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)",
     ),
-    (
-        "Remapped Rows",
-        "Pending",
-        "Yes",
+    ("Remapped Rows", "Pending"): (
         Repair.RESET,
         "nvidia-smi: row remapping pending (takes effect at a GPU reset)",
     ),
-    (
-        "Retired Pages",
-        "Pending Page Blacklist",
-        "Yes",
-        Repair.RESET,
-        "nvidia-smi: page retirement pending (takes effect at a GPU reset)",
-    ),
-    (
-        "Retired Pages",
-        "Pending Page Retirement",
-        "Yes",
-        Repair.RESET,
-        "nvidia-smi: page retirement pending (takes effect at a GPU reset)",
-    ),
-    ("GPU Reset Status", "Reset Required", "Yes", Repair.RESET, "nvidia-smi: GPU reset required"),
-    (
-        "GPU Reset Status",
-        "Drain and Reset Recommended",
-        "Yes",
+    ("Retired Pages", "Pending Page Blacklist"): (Repair.RESET, _PENDING),
+    ("Retired Pages", "Pending Page Retirement"): (Repair.RESET, _PENDING),
+    ("GPU Reset Status", "Reset Required"): (Repair.RESET, "nvidia-smi: GPU reset required"),
+    ("GPU Reset Status", "Drain and Reset Recommended"): (
         Repair.RESET,
         "nvidia-smi: drain and reset recommended",
     ),
-)
+}
 
 # The counters and flags the report lists (section, key), whatever their value.
 SHOWN: tuple[tuple[str, str], ...] = (
@@ -108,8 +82,8 @@ class SmiGpu:
             else:
                 verdict = Repair.HUMAN
             out.append(Finding(verdict, f"nvidia-smi: {self.no_handle}"))
-        for section, key, value, verdict, reason in FLAGS:
-            if self.fields.get((section, key), "").lower() == value.lower():
+        for field_key, (verdict, reason) in FLAGS.items():
+            if self.fields.get(field_key, "").lower() == "yes":
                 out.append(Finding(verdict, reason))
         refused = sorted(k for (_, k), v in self.fields.items() if _REQUIRES_RESET in v.lower())
         if refused:
@@ -125,13 +99,6 @@ class SmiGpu:
             for section, key in SHOWN
             if (section, key) in self.fields
         )
-
-
-def _pci(text: str) -> str | None:
-    try:
-        return normalize_pci(text)
-    except PciAddressError:
-        return None
 
 
 def parse_smi(text: str) -> dict[str, SmiGpu]:
@@ -152,12 +119,12 @@ def parse_smi(text: str) -> dict[str, SmiGpu]:
             gpus[reason_next] = SmiGpu(reason_next, no_handle=line.strip())
             reason_next = None
             continue
-        if (lost := _NO_HANDLE.search(line)) and (pci := _pci(lost["addr"])):
+        if (lost := _NO_HANDLE.search(line)) and (pci := pci_or_none(lost["addr"])):
             gpus[pci] = SmiGpu(pci, no_handle=lost["why"] or "(no reason printed)")
             reason_next = None if lost["why"] else pci
             current = None
             continue
-        if (head := _GPU.match(line)) and (pci := _pci(head["addr"])):
+        if (head := _GPU.match(line)) and (pci := pci_or_none(head["addr"])):
             current = gpus.setdefault(pci, SmiGpu(pci))
             sections = []
             continue

@@ -1,11 +1,5 @@
-"""The time in front of a kernel-log line, whatever tool printed it.
-
-Formats met in the wild (docs/evidence.md lists sources): raw ``dmesg`` (``[ 1843.308145]``, also
-with a ``[ T1946]`` caller id), ``dmesg -T`` (``[Fri Aug 30 11:43:09 2024]``), ``dmesg -H``
-(``[  +0.000844]``), ``dmesg --time-format iso`` and rsyslog RFC 3339, ``journalctl`` short with
-English or localised month names (``6月 28 02:52:53``, ``cze 27 14:47:30``), classic syslog with
-two spaces before a one-digit day, Talos (``[2026-04-22T21:27:51.29Z]:``) and trimmed lines with
-no time at all. The parser matches on message text, so the prefix only yields the time.
+"""The time in front of a kernel-log line, whatever tool printed it (docs/evidence.md lists the
+formats). The parser matches on message text, so the prefix only yields the time.
 """
 
 from __future__ import annotations

@@ -42,13 +42,13 @@ def verdict_class(record: XidRecord, tables: Tables) -> str | None:
     return RECOVERY_ACTION_CLASSES[record.recovery.new].value
 
 
+def _fields(value: object, *names: str) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in names}
+
+
 def dead_dict(d: DeadRecord) -> dict[str, Any]:
     return {
-        "kind": d.kind,
-        "pci": d.pci,
-        "time": d.time,
-        "line": d.line,
-        "text": d.text,
+        **_fields(d, "kind", "pci", "time", "line", "text"),
         "what": DEAD_RECORD_WORDS[d.kind],
         "verdict_class": DEAD_RECORD_CLASSES[d.kind].value,
     }
@@ -80,16 +80,9 @@ def link_sentence(link: PcieLink) -> str:
 
 def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
     entry = tables.catalog.get(record.code)
+    names = ("code", "pci", "time", "message", "pid", "process", "mig", "caused_by", "line")
     return {
-        "code": record.code,
-        "pci": record.pci,
-        "time": record.time,
-        "message": record.message,
-        "pid": record.pid,
-        "process": record.process,
-        "mig": record.mig,
-        "caused_by": record.caused_by,
-        "line": record.line,
+        **_fields(record, *names),
         "mnemonic": entry.mnemonic if entry else None,
         "catalog_immediate_action": entry.immediate_action if entry else None,
         "verdict_class": verdict_class(record, tables),
@@ -219,9 +212,7 @@ def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
         "uuid": a.uuid,
         "xids": [xid_dict(x, tables) for x in a.xids],
         "reported_xid": a.reported_xid,
-        "fallen_off": [
-            {"pci": f.pci, "time": f.time, "form": f.form, "line": f.line} for f in a.fallen_off
-        ],
+        "fallen_off": [_fields(f, "pci", "time", "form", "line") for f in a.fallen_off],
         "recovery_action": a.recovery.new_text if a.recovery else None,
         "recovery_action_code": a.recovery.new if a.recovery else None,
         "config_space_all_ff": a.config_space_all_ff,
@@ -232,14 +223,7 @@ def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
             "ports": [_port_json(p) for p in a.ports],
             "gpu_counters": aer.nonzero(a.gpu_counters),
             "events": [
-                {
-                    "device": e.device,
-                    "kind": e.kind,
-                    "time": e.time,
-                    "detail": e.detail,
-                    "source": e.source,
-                    "line": e.line,
-                }
+                _fields(e, "device", "kind", "time", "detail", "source", "line")
                 for e in a.aer_events
             ],
         },

@@ -1,10 +1,5 @@
-"""The request draft on-call pastes to the infrastructure team, rendered from a Jinja template.
-
-The template is ``guard/templates/request.md.j2`` inside the package, and only that file: no
-option or environment variable of a guard Job can name another one, so nothing that reaches the
-Job's argv can become template source. It is rendered in Jinja's immutable sandbox from plain data
-(strings, numbers, lists): the kernel-log text it quotes is a value, never evaluated. Undefined
-names are errors (StrictUndefined), so a typo fails loudly instead of printing a blank.
+"""The request draft on-call pastes to the infrastructure team: the package's own template only,
+rendered in Jinja's immutable sandbox from plain data with StrictUndefined (docs/security.md).
 """
 
 from __future__ import annotations

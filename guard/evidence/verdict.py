@@ -117,6 +117,6 @@ def decide(
             return Decision(verdict, tuple(reasons))
     human = [f"Xid {c}" for c in wanted]
     human += [f.reason for f in findings if f.verdict is Repair.HUMAN]
-    if human:
-        return Decision(Repair.HUMAN, tuple(human))
-    return Decision(Repair.HUMAN, ("no Xid, fallen-off or dead-GPU record for this GPU",))
+    return Decision(
+        Repair.HUMAN, tuple(human) or ("no Xid, fallen-off or dead-GPU record for this GPU",)
+    )

@@ -1,22 +1,148 @@
-"""`gpu-node-guard fence set|lift`: the fence Job's command (guard.fence.host does the work).
+"""`gpu-node-guard fence set|lift`: fence or lift one GPU on the host, then read back what the
+driver says. Exit 0 only when the asked mode was read back (`fenced`, `lifted`); 1 otherwise, so
+the Job's status and its summary agree. Bad arguments: one line, exit 2.
 
-Exit 0 only when the asked compute mode was read back (`fenced`, `lifted`); 1 otherwise
-(`gpu-absent`, `mismatch`, `error`), so the Job's status and its summary agree. Bad arguments:
-one line, exit 2.
+Case list of `apply` (first match wins; `fenced` / `lifted` only with the mode read back):
+  the host's /sys/bus/pci/devices not readable   → error (an absent GPU is never guessed)
+  no /sys/bus/pci/devices/<pci> on the host      → gpu-absent (removed, fell off the bus)
+  ``lspci -xxx -s <pci>`` reads all ff (rev ff)  → gpu-absent
+  lift with drain: ``nvidia-smi drain -p <pci> -m 0`` first (drain undone or failed)
+  ``nvidia-smi -i <uuid> -c PROHIBITED|DEFAULT``: NVML cannot find or open the GPU
+                                                 → gpu-absent; another failure is noted and
+                                                   the read-back decides
+  read-back ``nvidia-smi --query-gpu=pci.bus_id,uuid,compute_mode --format=csv,noheader -i
+  <uuid>``: NVML cannot find the GPU             → gpu-absent
+            fails otherwise, or no line          → error
+            another GPU, or another mode         → mismatch (never fenced or lifted)
+            the asked mode                       → fenced (set) / lifted (lift)
+  set with drain and fenced: ``nvidia-smi drain -p <pci> -m 1`` after the read-back (a drained
+  GPU leaves NVML's list, so it is read first); its failure is reported, the fence stands.
+
+A GPU that is absent cannot be fenced: the node cordon stays the isolation (docs/isolation.md).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from guard.cli_options import pci_callback, uuid_callback
-from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host
-from guard.fence.host import Request, apply
-from guard.settings_flags import FiniteFloatRange
-from guard.wire import TERMINATION_LOG, render_fence_summary, write_termination_message
+from guard.doors.hostexec import CommandResult
+from guard.evidence.cli import host_root_option, timeout_option
+from guard.evidence.collect import Host
+from guard.evidence.lspci import config_space
+from guard.pci import PciAddressError, normalize_pci
+from guard.wire import (
+    TERMINATION_LOG,
+    FenceSummary,
+    render_fence_summary,
+    write_termination_message,
+)
+
+# nvidia-smi's words for a GPU NVML cannot find or open (its lost-GPU line, its "No devices").
+# A missing nvidia-smi (exit 127) is an error, never an absent GPU.
+_GONE = ("no devices were found", "unable to determine the device handle", "gpu is lost")
+ASKED = {"set": ("PROHIBITED", "Prohibited"), "lift": ("DEFAULT", "Default")}
+QUERY = ("--query-gpu=pci.bus_id,uuid,compute_mode", "--format=csv,noheader")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    mode: str  # set | lift
+    pci: str  # sysfs form
+    uuid: str
+    drain: bool = False
+
+
+def _gone(r: CommandResult) -> bool:
+    text = f"{r.stdout}\n{r.stderr}".lower()
+    return not r.ok and not r.missing and any(word in text for word in _GONE)
+
+
+def _why(r: CommandResult) -> str:
+    """`CommandResult.why`, with nvidia-smi's own line: it prints its errors on stdout."""
+    said = (r.stderr.strip() or r.stdout.strip()).splitlines()
+    if r.ok or r.error or not said:
+        return r.why
+    return f"exit {r.returncode}: {said[-1]}"
+
+
+def absent(host: Host, pci: str) -> str:
+    """Why the GPU is off the bus ("" when it is on it)."""
+    if not host.sysfs_device(pci).exists():
+        return f"no /sys/bus/pci/devices/{pci} on the host (GPU removed or fallen off the bus)"
+    found = host.run("lspci", "-xxx", "-s", pci)
+    if found.ok and config_space(found.stdout, pci).all_ff:
+        return f"lspci -s {pci} reads all ff (rev ff): the GPU does not answer config reads"
+    return ""
+
+
+def _read_back(line: str) -> tuple[str, str, str] | None:
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != 3:
+        return None
+    try:
+        return normalize_pci(parts[0]), parts[1], parts[2]
+    except PciAddressError:
+        return None
+
+
+def apply(host: Host, req: Request) -> FenceSummary:
+    """Set or lift the fence of one GPU and say what the driver reads back (never raises: a
+    host that cannot be read, /sys refused included, is the `error` outcome, not a traceback)."""
+    try:
+        return _apply(host, req)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        why = f"cannot read the host{where}: {exc.strerror or exc}"
+        return FenceSummary(req.mode, req.pci, req.uuid, "error", "", "off", why)
+
+
+def _apply(host: Host, req: Request) -> FenceSummary:
+    def done(outcome: str, why: str = "", mode: str = "", drain: str = "off") -> FenceSummary:
+        return FenceSummary(req.mode, req.pci, req.uuid, outcome, mode, drain, why)
+
+    devices = host.root / "sys" / "bus" / "pci" / "devices"
+    if not devices.is_dir():  # not the host's view (no hostPID, no CAP_SYS_PTRACE): proves nothing
+        return done("error", f"cannot read {devices}: the host's /sys is not visible")
+    if why := absent(host, req.pci):
+        return done("gpu-absent", why)
+    drain = "off"
+    if req.mode == "lift" and req.drain:
+        undo = host.run("nvidia-smi", "drain", "-p", req.pci, "-m", "0")
+        drain = "undone" if undo.ok else "failed"
+    word, expected = ASKED[req.mode]
+    asked = host.run("nvidia-smi", "-i", req.uuid, "-c", word)
+    if _gone(asked):
+        return done("gpu-absent", f"nvidia-smi -c {word}: {_why(asked)}", drain=drain)
+    back = host.run("nvidia-smi", *QUERY, "-i", req.uuid)
+    if _gone(back):
+        return done("gpu-absent", f"read-back: {_why(back)}", drain=drain)
+    noted = f"nvidia-smi -c {word}: {_why(asked)}; " if not asked.ok else ""
+    lines = [ln for ln in back.stdout.splitlines() if ln.strip()]
+    if not back.ok or len(lines) != 1 or (found := _read_back(lines[0])) is None:
+        shown = _why(back) or f"not one '<pci>, <uuid>, <mode>' line: {back.stdout.strip()!r}"
+        return done("error", f"{noted}read-back: {shown}", drain=drain)
+    pci, uuid, mode = found
+    if (pci, uuid.lower()) != (req.pci, req.uuid.lower()):
+        return done(
+            "mismatch",
+            f"{noted}read-back names {pci} {uuid}, not {req.pci} {req.uuid}",
+            mode,
+            drain,
+        )
+    if mode.lower() != expected.lower():
+        return done(
+            "mismatch", f"{noted}compute mode reads {mode!r}, not {expected!r}", mode, drain
+        )
+    if req.mode == "set" and req.drain:
+        put = host.run("nvidia-smi", "drain", "-p", req.pci, "-m", "1")
+        drain = "done" if put.ok else "failed"
+        noted += "" if put.ok else f"nvidia-smi drain -m 1: {_why(put)}; "
+    outcome = "fenced" if req.mode == "set" else "lifted"
+    return done(outcome, noted.removesuffix("; "), mode, drain)
 
 
 @click.group()
@@ -24,40 +150,27 @@ def fence() -> None:
     """Fence a faulted GPU on the host (compute mode PROHIBITED), or lift the fence."""
 
 
+_OPTIONS = (
+    click.option("--pci", required=True, callback=pci_callback, help="The GPU's PCI address."),
+    click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
+    click.option(
+        "--drain",
+        is_flag=True,
+        help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0).",
+    ),
+    host_root_option,
+    timeout_option,
+    click.option(
+        "--termination-log",
+        default=TERMINATION_LOG,
+        show_default=True,
+        help="Where the summary for the guard goes, if that file exists.",
+    ),
+)
+
+
 def _options(command: Any) -> Any:
-    for option in reversed(
-        (
-            click.option(
-                "--pci", required=True, callback=pci_callback, help="The GPU's PCI address."
-            ),
-            click.option("--uuid", required=True, callback=uuid_callback, help="The GPU's UUID."),
-            click.option(
-                "--drain",
-                is_flag=True,
-                help="Also nvidia-smi drain (set: -m 1 after the read-back; lift: -m 0).",
-            ),
-            click.option(
-                "--host-root",
-                type=click.Path(file_okay=False, path_type=Path),
-                default=DEFAULT_HOST_ROOT,
-                show_default=True,
-                help="Where the host's /sys is visible.",
-            ),
-            click.option(
-                "--timeout-s",
-                type=FiniteFloatRange(min=0, min_open=True),
-                default=DEFAULT_TIMEOUT_S,
-                show_default=True,
-                help="Time limit of each host command.",
-            ),
-            click.option(
-                "--termination-log",
-                default=TERMINATION_LOG,
-                show_default=True,
-                help="Where the summary for the guard goes, if that file exists.",
-            ),
-        )
-    ):
+    for option in reversed(_OPTIONS):
         command = option(command)
     return command
 

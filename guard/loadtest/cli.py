@@ -6,21 +6,19 @@ Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from guard.cli_options import pci_callback
 from guard.loadtest import report
-from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreduceLimits
-from guard.loadtest.model import ExpectedLink, MemoryPlan, RunPlan
-from guard.loadtest.pcie import parse_expected_link
+from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan, parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
-from guard.settings import Settings
+from guard.settings import setting_default
 from guard.settings_flags import FiniteFloatRange
 from guard.wire import TERMINATION_LOG, write_termination_message
 
@@ -29,11 +27,6 @@ _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
 # Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
 _ALLREDUCE_START_TIMEOUT_S = 300.0
-
-
-def _default(name: str) -> Any:
-    """The default of a guard setting, so the Job and the command share one value."""
-    return next(f.default for f in fields(Settings) if f.name == name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +62,6 @@ class _LineError(click.ClickException):
     exit_code = 2
 
 
-class _MissingLibrary(click.ClickException):
-    """The chosen backend's library is not installed: the run cannot start (exit 1, one line)."""
-
-    exit_code = 1
-
-
 class _OneLineErrors(click.Command):
     """Bad arguments print one `Error: …` line (exit 2) instead of usage text."""
 
@@ -106,21 +93,21 @@ def loadtest() -> None:
 @click.option(
     "--duration-s",
     type=FiniteFloatRange(min=0, min_open=True),
-    default=float(_default("loadtest_duration_s")),
+    default=float(setting_default("loadtest_duration_s")),
     show_default=True,
     help="Burn time per GPU; all GPUs burn at once.",
 )
 @click.option(
     "--size",
     type=click.IntRange(min=1),
-    default=_default("loadtest_matrix_size"),
+    default=setting_default("loadtest_matrix_size"),
     show_default=True,
     help="Square matrix size (fp16).",
 )
 @click.option(
     "--min-ratio",
     type=FiniteFloatRange(0, 1, min_open=True),
-    default=_default("loadtest_min_ratio"),
+    default=setting_default("loadtest_min_ratio"),
     show_default=True,
     help="Pass when every GPU reaches this fraction of the fastest.",
 )
@@ -133,7 +120,7 @@ def loadtest() -> None:
 @click.option(
     "--memory-class-xids",
     callback=_xid_list,
-    default=",".join(str(x) for x in _default("memory_class_xids")),
+    default=",".join(str(x) for x in setting_default("memory_class_xids")),
     show_default=True,
 )
 @click.option(
@@ -238,17 +225,9 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
 def _backend() -> Backend:
     # torch is imported by the backend, so that `--help` and every other subcommand work on a
     # base install without it.
-    _require("torch", "the torch backend", "torch (the load-test image has it)")
-    return TorchBackend()
-
-
-def _installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
-
-
-def _require(package: str, what: str, install: str) -> None:
-    if not _installed(package):
-        raise _MissingLibrary(
-            f"{what} needs the Python package {package!r}, which is not installed;"
-            f" install {install}"
+    if importlib.util.find_spec("torch") is None:  # the run cannot start: exit 1, one line
+        raise click.ClickException(
+            "the torch backend needs the Python package 'torch', which is not installed;"
+            " install torch (the load-test image has it)"
         )
+    return TorchBackend()

@@ -1,19 +1,8 @@
 """All-reduce across every GPU of the node: the plan, what each rank reported, and the figures.
 
-One process per GPU (rank r drives GPU r), started by the load test itself (`ranks.py`), each
-running `torch.distributed`: NCCL on the GPUs, gloo on the CPU backend in CI, one orchestration.
-Every rank goes through the same steps, in order:
-
-  allreduce-<size>  all ranks at once: one all-reduce of a known integer pattern, checked element
-                    by element, then warm-up and timed all-reduces (the node's bus bandwidth)
-  pairs-<n>         ring neighbours two by two at the largest size: each GPU's own bandwidth is
-                    the best of its two pairs, so a card on a degraded link is the one left slow
-
-Bandwidth as nccl-tests reports it (its doc/PERFORMANCE.md): the time of one all-reduce is the
-mean over the ranks, algbw = bytes / time, busbw = algbw · 2(n−1)/n.
-
-A rank's progress is a position: -1 spawned, 0 started (torch imported), 1 ready (process group
-up, first all-reduce exact), then 2+2k / 3+2k at the begin / end of step k, and done after all.
+One process per GPU (`ranks.py`), each running `torch.distributed` (NCCL; gloo on the CPU in CI).
+Steps and bandwidth as in docs/loadtest.md. A rank's progress is a position: -1 spawned, 0 started,
+1 ready, then 2+2k / 3+2k at the begin / end of step k, and done after all.
 """
 
 from __future__ import annotations

@@ -24,14 +24,9 @@ from guard.loadtest.collective import (
 )
 
 
-# Which ranks failed by themselves and which were only caught up in it:
-#   died     exited (or was killed by a signal) before it was done, without reporting an error:
-#            the cause whenever there is one; the others' errors ("connection closed by peer")
-#            follow from it
-#   error    reported an exception: without a dead rank, the first report is the cause
-#   hung     silent past the timeout while the others waited (only when nothing died or raised)
-#   stopped  anything else not done: waited, raised because of a peer, or was ended by the parent
-#   ok       went through every step
+# Which ranks failed by themselves (docs/loadtest.md, "Deadlines"): a rank that died unasked is
+# the cause whenever there is one; else the first that reported an error; else the hung ones.
+# Every other rank not done is "stopped" (waited, raised because of a peer, or ended by us).
 def summarise(
     plan: AllreducePlan,
     all_steps: Sequence[Step],

@@ -6,19 +6,12 @@ per square matmul, bytes moved per memory pass), so the verdict cannot tell them
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Protocol
 
-from guard.loadtest.collective import AllreduceLimits, AllreduceResult
-
-# 64-bit words written over the whole test area, each verified before the next: all zeros, all
-# ones, 1010…, 0101… (every bit both ways), then each word's own index (address-line faults).
-CONSTANT_PATTERNS: tuple[int, ...] = (
-    0x0000_0000_0000_0000,
-    0xFFFF_FFFF_FFFF_FFFF,
-    0xAAAA_AAAA_AAAA_AAAA,
-    0x5555_5555_5555_5555,
-)
-MEMORY_PASSES = len(CONSTANT_PATTERNS) + 1  # the address-derived pattern is the last pass
+from guard.loadtest.collective import AllreduceLimits, AllreduceResult, AllreduceSpec
+from guard.pci import LINK_SPEEDS, LINK_WIDTHS, PciAddressError, normalize_pci
 
 
 def as_int64(word: int) -> int:
@@ -32,8 +25,12 @@ def as_int64(word: int) -> int:
     return word - (1 << 64) if word >= 1 << 63 else word
 
 
-# The constant patterns as the int64 values both backends write and compare.
-CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in CONSTANT_PATTERNS)
+# 64-bit words written over the whole test area, each verified before the next: all zeros, all
+# ones, 1010…, 0101… (every bit both ways); a last pass writes each word's own index
+# (address-line faults).
+_PATTERNS = (0, 0xFFFF_FFFF_FFFF_FFFF, 0xAAAA_AAAA_AAAA_AAAA, 0x5555_5555_5555_5555)
+CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in _PATTERNS)
+MEMORY_PASSES = len(CONSTANT_WORDS) + 1
 
 
 def matmul_flops(size: int) -> float:
@@ -133,6 +130,50 @@ class ExpectedLink:
     width: int
 
 
+GEN_SPEED = dict(enumerate(LINK_SPEEDS, start=1))  # generation -> GT/s
+_SPEED_GEN = {float(speed): gen for gen, speed in GEN_SPEED.items()}
+_EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(?P<width>[0-9]+)\Z")
+
+
+def parse_expected_link(text: str) -> ExpectedLink:
+    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise.
+
+    >>> parse_expected_link("00000000:99:00.0=16GT/s,x16")
+    ExpectedLink(pci='0000:99:00.0', gen=4, width=16)
+    >>> parse_expected_link("0000:18:00=2.5GT/s,x8")
+    ExpectedLink(pci='0000:18:00.0', gen=1, width=8)
+    """
+    match = _EXPECTED.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
+        )
+    try:
+        pci = normalize_pci(match["pci"])
+    except PciAddressError as exc:
+        raise ValueError(str(exc)) from None
+    gen = _SPEED_GEN.get(float(match["speed"]))
+    if gen is None:
+        speeds = ", ".join(f"{s}GT/s" for s in GEN_SPEED.values())
+        raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
+    width = int(match["width"])
+    if width not in LINK_WIDTHS:
+        raise ValueError(
+            f"x{width} is no PCIe link width; one of {', '.join(map(str, LINK_WIDTHS))}"
+        )
+    return ExpectedLink(pci, gen, width)
+
+
+def link_text(gen: int | None, width: int | None) -> str:
+    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read.
+
+    >>> link_text(4, 16), link_text(None, 8)
+    ('16GT/s,x16', '?GT/s,x8')
+    """
+    speed = "?" if gen is None else GEN_SPEED.get(gen, f"gen{gen}")
+    return f"{speed}GT/s,x{'?' if width is None else width}"
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryPlan:
     """Whether the memory pattern test runs, and on which GPU (`pci`; None: every GPU)."""
@@ -193,3 +234,33 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     first = text[0] if text else ""
     line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return line[:limit]
+
+
+# The compute backend seen by the orchestration: PyTorch CUDA in the Job (`torch_backend.py`). The
+# tests run the same orchestration on `tests/numpy_backend.py`, which is not shipped: the
+# admission policy admits only `--backend torch` in a cluster.
+class Backend(Protocol):
+    """One method per question; each may raise, and the orchestration records the exception."""
+
+    @property
+    def name(self) -> str: ...
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        """Every GPU visible to this process."""
+        ...
+
+    def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
+        """Square matmuls back to back on GPU `index` for `duration_s` wall seconds."""
+        ...
+
+    def memory_test(self, index: int) -> MemoryResult:
+        """Write and verify every pattern over most of the free memory of GPU `index`."""
+        ...
+
+    def pcie_links(self) -> tuple[PcieLink, ...]:
+        """Current and maximum PCIe link of every GPU, keyed by PCI address."""
+        ...
+
+    def allreduce_spec(self) -> AllreduceSpec:
+        """How this backend's all-reduce ranks run: transport, device, sizes, iterations."""
+        ...

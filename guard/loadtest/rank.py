@@ -1,14 +1,8 @@
 """One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
 
-Started by `ranks.py`, one per GPU. It reports each stage as one JSON line written with a single
-`os.write` to the pipe `REPORT_FD`, shared by all ranks: a line is under PIPE_BUF, so lines never
-interleave and their order in the pipe is the order they were written. Rank 0 opens the
-rendezvous store on a free port of 127.0.0.1 and reports the port; the parent hands it to the
-other ranks on their standard input. torch is imported here and nowhere else on this path.
-
-Checked all-reduce: rank r holds x[i] = (i mod 251) + r, so the sum over a group G is
-|G|·(i mod 251) + ΣG, exact in float32 (integers far below 2²⁴); every element is compared.
-Timed all-reduces run on zeros, which stay zero (checked too), so iterations do not overflow.
+Each stage is one JSON line written with a single `os.write` to the pipe shared by all ranks (under
+PIPE_BUF, so lines never interleave). Rank 0 opens the rendezvous store on 127.0.0.1 and reports
+its port; the parent hands it to the others on stdin. The checked pattern: docs/loadtest.md.
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -32,17 +27,16 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _EVENT_LIMIT = 4000  # bytes; a pipe write up to PIPE_BUF (4096 on Linux) is atomic
 
 
+@dataclass(frozen=True, slots=True)
 class Reporter:
-    def __init__(self, fd: int, rank: int) -> None:
-        self._fd = fd
-        self._rank = rank
+    fd: int
+    rank: int
 
     def __call__(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"rank": self._rank, "ev": event, **fields}) + "\n"
-        data = line.encode()
+        data = (json.dumps({"rank": self.rank, "ev": event, **fields}) + "\n").encode()
         if len(data) > _EVENT_LIMIT:
-            data = (json.dumps({"rank": self._rank, "ev": event}) + "\n").encode()
-        os.write(self._fd, data)
+            data = (json.dumps({"rank": self.rank, "ev": event}) + "\n").encode()
+        os.write(self.fd, data)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,13 +1,8 @@
 """Start one all-reduce rank per GPU, watch them, end them, and never wait past a deadline.
 
 Each rank is `python -m guard.loadtest.rank` in a process group of its own, its output in a file
-of its own (kept out of the report; its last line names a crash). They report on one shared
-pipe (see `rank.py`). The watch stops at the first of:
-  a rank exits before it is done, or reports an error: the others get `_STOP_GRACE_S` to exit
-      by themselves (gloo ranks raise "connection closed by peer"), then are killed;
-  no rank reports for the plan's timeout (`collective.hung_ranks`): the silent ones are hung;
-  every rank is done: each gets `_EXIT_GRACE_S` to exit, then is killed.
-A rank stuck in the kernel ignores SIGKILL; the parent stops waiting for it after `_KILL_GRACE_S`.
+of its own (its last line names a crash), reporting on one shared pipe (`rank.py`). When the
+watch stops, and how long each rank gets to exit: docs/loadtest.md, "Deadlines".
 """
 
 from __future__ import annotations
@@ -82,20 +77,13 @@ def run_allreduce(plan: AllreducePlan) -> AllreduceResult:
 
 
 def _spawn(plan: AllreducePlan, all_steps: tuple[Step, ...], rank: int, fd: int) -> _Rank:
-    env = os.environ.copy()
+    env = {**_RANK_ENV, **os.environ}
     root = str(Path(guard.__file__).resolve().parent.parent)  # so `-m` finds this very package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    for key, value in _RANK_ENV.items():
-        env.setdefault(key, value)
     log = tempfile.TemporaryFile(prefix=f"allreduce-rank{rank}-")  # noqa: SIM115 (closed by _with_log)
-    argv = [
-        sys.executable,
-        "-m",
-        "guard.loadtest.rank",
-        rank_config(plan, all_steps, rank, os.getpid()),
-    ]
+    config = rank_config(plan, all_steps, rank, os.getpid())
     proc = subprocess.Popen(
-        [*argv, str(fd)],
+        [sys.executable, "-m", "guard.loadtest.rank", config, str(fd)],
         stdin=subprocess.PIPE if rank else subprocess.DEVNULL,  # rank 0 opens the store
         stdout=log,
         stderr=subprocess.STDOUT,

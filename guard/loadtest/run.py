@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from guard.loadtest.backend import Backend
 from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec
 from guard.loadtest.model import (
+    Backend,
     BurnResult,
     DeviceInfo,
     MemoryResult,
@@ -37,10 +37,7 @@ class _PerDevice(Generic[T]):
     """`work(index)` on a thread per GPU; `on_error(index, line)` turns an exception into T."""
 
     def __init__(
-        self,
-        indexes: Iterable[int],
-        work: Callable[[int], T],
-        on_error: Callable[[int, str], T],
+        self, indexes: Iterable[int], work: Callable[[int], T], on_error: Callable[[int, str], T]
     ) -> None:
         self._results: dict[int, T] = {}
         self._lock = threading.Lock()

@@ -1,12 +1,9 @@
-"""PyTorch CUDA backend, used inside the load-test Job. torch and pynvml are imported lazily.
+"""PyTorch CUDA backend, used inside the load-test Job; torch and pynvml are imported lazily.
+Burn and memory test as in docs/loadtest.md.
 
-Burn: fp16 matmuls into a preallocated output, timed with CUDA events on the device, so
-host-side launch jitter does not count and the time covers exactly the counted iterations.
-At most two batches are queued at once, so the loop stops close to its deadline.
-Memory: int64 chunks over most of the free memory; each pattern is written to every chunk and
-then verified, so a write through a faulty address line lands before it is read back. Mismatches
-are summed on the device and read once at the end. On ECC boards a corrected bit is invisible
-here; an uncorrectable one surfaces as a CUDA error, which fails the test.
+PCIe links: NVML (nvidia-ml-py) when importable, else nvidia-smi. "Max" is what both call the
+maximum possible with this GPU *and system*, so a gen4 slot under a gen5 card is not degraded.
+Read while the GPUs are busy: an idle link trains down to save power.
 """
 
 from __future__ import annotations
@@ -14,9 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from guard.loadtest import pcie
+from guard.doors import hostexec
 from guard.loadtest.collective import AllreduceSpec
 from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
+from guard.pci import PciAddressError, normalize_pci
 
 _WARMUP_ITERATIONS = 10
 _BATCH = 20  # matmuls enqueued between checks of the wall clock
@@ -27,6 +25,13 @@ _BLOCK_WORDS = 1 << 24  # 128 MiB slices for the address pattern and its check
 ALLREDUCE_SIZES = (8 << 20, 64 << 20, 256 << 20)
 _ALLREDUCE_WARMUP = 5
 _ALLREDUCE_ITERATIONS = 20
+
+SMI_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,"
+    "pcie.link.width.current,pcie.link.width.max",
+    "--format=csv,noheader,nounits",
+)
 
 
 def _torch() -> Any:
@@ -88,7 +93,7 @@ class TorchBackend:
         return MemoryResult.timed(index, tested, found, seconds)
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
-        return pcie.read_links(self._smi_timeout_s)
+        return read_links(self._smi_timeout_s)
 
     def allreduce_spec(self) -> AllreduceSpec:
         return AllreduceSpec(
@@ -160,3 +165,83 @@ def _address_pass(torch: Any, chunks: list[Any]) -> Any:
                     block.copy_(expected)
             base += int(chunk.numel())
     return errors
+
+
+def read_links(smi_timeout_s: float) -> tuple[PcieLink, ...]:
+    """Links of every GPU this process can see; raises RuntimeError when neither source works."""
+    try:
+        return _nvml_links()
+    except Exception as nvml_exc:  # ImportError, or NVMLError when the library is not mounted
+        try:
+            return smi_links(smi_timeout_s)
+        except Exception as smi_exc:
+            raise RuntimeError(f"NVML: {nvml_exc}; nvidia-smi: {smi_exc}") from smi_exc
+
+
+def parse_smi(text: str) -> tuple[PcieLink, ...]:
+    """Parse ``nvidia-smi --query-gpu=<SMI_QUERY fields> --format=csv,noheader,nounits``.
+
+    >>> parse_smi("00000000:18:00.0, 5, 5, 16, 16\\n00000000:2A:00.0, 1, 5, 8, 16\\n")[1]
+    PcieLink(pci='0000:2a:00.0', gen_current=1, gen_max=5, width_current=8, width_max=16)
+    >>> parse_smi("00000000:18:00.0, [N/A], 5, 16, 16")[0].gen_current is None
+    True
+    """
+    links = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != 5:
+            raise ValueError(f"nvidia-smi line has {len(cells)} fields, want 5: {line!r}")
+        try:
+            pci = normalize_pci(cells[0])
+        except PciAddressError as exc:
+            raise ValueError(f"nvidia-smi line: {exc}") from exc
+        gen_cur, gen_max, width_cur, width_max = (_count(cell) for cell in cells[1:])
+        links.append(PcieLink(pci, gen_cur, gen_max, width_cur, width_max))
+    return tuple(links)
+
+
+def _count(cell: str) -> int | None:
+    return int(cell) if cell.isdigit() else None  # "[N/A]", "[Not Supported]"
+
+
+def smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
+    """Ask nvidia-smi (inside the container, no nsenter); RuntimeError with one line on failure.
+
+    Through `guard.doors.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
+    and the wait ends, instead of blocking the load test after the timeout.
+    """
+    outcome = hostexec.run(SMI_QUERY, timeout_s)
+    if isinstance(outcome, hostexec.NotStarted):
+        raise RuntimeError(f"cannot start nvidia-smi: {outcome.strerror}")
+    if isinstance(outcome, hostexec.TimedOut):
+        raise RuntimeError(f"nvidia-smi timed out after {timeout_s:g}s")
+    if outcome.returncode != 0:
+        detail = (outcome.stderr or outcome.stdout).strip().splitlines()
+        raise RuntimeError(f"exit {outcome.returncode}: {detail[0] if detail else ''}".strip())
+    return parse_smi(outcome.stdout)
+
+
+def _nvml_links() -> tuple[PcieLink, ...]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return tuple(_nvml_link(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count))
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvml_link(nvml: Any, handle: Any) -> PcieLink:
+    bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+    if isinstance(bus_id, bytes):  # older nvidia-ml-py releases return bytes
+        bus_id = bus_id.decode()
+    return PcieLink(
+        normalize_pci(str(bus_id)),
+        int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+        int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+    )

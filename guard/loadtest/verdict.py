@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.loadtest.collective import AllreduceResult
-from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, memory_targets
-from guard.loadtest.pcie import link_text
+from guard.loadtest.model import BurnResult, ExpectedLink, RunResult, link_text, memory_targets
 
 SMALL_DEV_SHM_BYTES = 1 << 30
 # A card at half the best GPU's bandwidth (a PCIe-bound pair on a link at half width or one
@@ -63,31 +62,9 @@ def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
     return {b.index: b.tflops / fastest for b in ran}
 
 
-# Fail when any case holds; every failing case is listed, in this order:
-#   backend-error          the backend could not list its GPUs (no CUDA, no driver)
-#   gpu-count              visible GPUs differ from the expected count
-#   no-result              a visible GPU's burn never returned (hung thread)
-#   exception              a GPU raised during its burn
-#   not-run                a GPU returned without a timed iteration (the gpu-burn trap)
-#   no-gpu-ran             not one GPU completed an iteration
-#   slow                   a GPU below min_ratio of the fastest
-#   memory-*               the required memory test: target missing, not run, raised, or errors
-#   allreduce-unavailable  the ranks could not be started
-#   allreduce-died         a rank exited or was killed before it was done (the cause; the others'
-#                          errors follow from it and are not listed)
-#   allreduce-error        without a dead rank: the first rank that raised
-#   allreduce-hung         silent past the limit while the others waited (the laggards, or all
-#                          ranks when all stand in the same collective)
-#   allreduce-wrong        a reduced tensor had elements off the known sum
-#   allreduce-slow         a GPU's bandwidth (its best ring pair) below allreduce_min_ratio of the
-#                          best GPU's; judged only when every rank finished
-#   pcie-below-max         a link below the generation or width its GPU and slot allow, read
-#                          under load (an idle link trains down; a loaded one should not)
-#   pcie-below-recorded    a link below the one recorded at cordon time (--expect-link)
-#   pcie-recorded-unchecked  a recorded link whose GPU's link cannot be read now
-# Never failing, reported as notes: links unreadable (nothing recorded), all-reduce skipped,
-# NCCL ranks run with a /dev/shm under 1 GiB (the container default is 64 MiB; NCCL's shared
-# memory between processes lives there, so a failing all-reduce may come from it).
+# Fail when any case holds; every failing case is listed, in the order of the reasons table of
+# docs/loadtest.md. Notes never fail: links unreadable, all-reduce skipped, and NCCL ranks run with
+# a /dev/shm under 1 GiB (NCCL's shared memory lives there: a failing all-reduce may come from it).
 def judge(criteria: Criteria, run: RunResult) -> Verdict:
     reasons = [*_count_reasons(criteria, run), *_burn_reasons(run)]
     ratios = throughput_ratios(run.burns)
@@ -208,18 +185,14 @@ def _pcie_reasons(criteria: Criteria, run: RunResult) -> list[str]:
     for expected in criteria.expected_links:
         recorded = link_text(expected.gen, expected.width)
         link = links.get(expected.pci)
-        if link is None:
-            now = "unreadable" if run.pcie_error is not None else "absent"
-            reasons.append(
-                f"pcie-recorded-unchecked pci={expected.pci} recorded={recorded} now={now}"
-            )
-        elif link.gen_current is None or link.width_current is None:
+        now = "unreadable" if run.pcie_error is not None else "absent"
+        if link is not None:
             now = link_text(link.gen_current, link.width_current)
+        if link is None or link.gen_current is None or link.width_current is None:
             reasons.append(
                 f"pcie-recorded-unchecked pci={expected.pci} recorded={recorded} now={now}"
             )
         elif link.gen_current < expected.gen or link.width_current < expected.width:
-            now = link_text(link.gen_current, link.width_current)
             reasons.append(f"pcie-below-recorded pci={expected.pci} now={now} recorded={recorded}")
     return reasons
 

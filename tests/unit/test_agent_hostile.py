@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.agent_load import measure, scrape
-from guard.agent.endpoint import MetricsServer, Page
+from guard.agent.server import MetricsServer, Page
 
 
 def test_slow_clients_leave_a_scrape_its_answer_and_sigterm_ends_it_at_once() -> None:

@@ -16,8 +16,7 @@ from click.testing import CliRunner
 
 from guard.agent.checks import run_checks
 from guard.agent.cli import agent
-from guard.agent.endpoint import MetricsServer, Page
-from guard.agent.server import Agent
+from guard.agent.server import Agent, MetricsServer, Page
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
 from guard.example.promserver import free_port

@@ -10,8 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.conformance.checks import ITEMS
-from guard.conformance.cli import conformance
-from guard.conformance.report import SCHEMA
+from guard.conformance.cli import SCHEMA, conformance
 from guard.wire import parse_summary
 from tests.fixtures.hosts.hosttree import ALLOWED_DNS, CONTROL_PLANE, KUBEADM, build_host
 

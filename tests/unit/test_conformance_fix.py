@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.conformance.fix import LoadModule, WritePersistFile, plan_fixes
+from guard.conformance.ipvs import LoadModule, WritePersistFile, plan_fixes
 from guard.conformance.model import ItemResult, Status
 from tests.fixtures.hosts.hosttree import (
     HEALTHY,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from guard.conformance.checks import ITEMS
+from guard.conformance.cli import summarize
 from guard.conformance.model import ItemResult, Status
-from guard.conformance.report import summarize
 from guard.wire import CONFORMANCE_SCHEMA as SUMMARY_SCHEMA
 from guard.wire import KUBELET_MAX_BYTES as KUBELET_LIMIT
 from guard.wire import MAX_BYTES as SUMMARY_MAX_BYTES

@@ -16,10 +16,9 @@ from click.testing import CliRunner
 
 from guard.doors.hostexec import CommandResult, run_command
 from guard.evidence import request
-from guard.evidence.assess import assess
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
 from guard.evidence.collect import PREVIOUS_BOOT, Host, gather, upstream_ports
-from guard.evidence.offline import SavedFiles, offline_inputs
 from guard.evidence.report import Tables
 from guard.xid_tables import load_catalog, load_classes
 
@@ -445,14 +444,14 @@ def test_kernel_log_text_is_quoted_never_evaluated() -> None:
 
 
 def _context_with_message(message: str) -> dict[str, object]:
-    files = SavedFiles(
+    files = Inputs(
         kernel_log=(
             "2026-09-21T05:52:44.100224+0000 gpu-node-b kernel: NVRM: Xid (PCI:0000:99:00): 79, "
             f"pid=1, name=x, {message}\n"
         ),
         kernel_log_source="test",
         gpu_lspci=None,
-        aer="",
+        aer_text="",
     )
     tables = Tables(CLASSES, load_catalog())
     found = assess(offline_inputs(files, GPU, None), GPU, CLASSES)

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from guard.evidence import request
-from guard.evidence.assess import assess
-from guard.evidence.offline import SavedFiles, offline_inputs
+from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.report import Tables
 from guard.xid_tables import load_catalog, load_classes
 
@@ -24,11 +23,11 @@ def draft(
     smi: str | None = None,
 ) -> str:
     smi_text = (FIXTURES / "nvidia-smi" / smi).read_text(encoding="utf-8") if smi else None
-    files = SavedFiles(
+    files = Inputs(
         kernel_log=(FIXTURES / "kernel-log" / "scenarios" / log).read_text(encoding="utf-8"),
         kernel_log_source=log,
         gpu_lspci=(FIXTURES / "lspci" / lspci).read_text(encoding="utf-8") if lspci else None,
-        aer=(FIXTURES / "lspci" / "rootport-sdes-new.txt").read_text(encoding="utf-8"),
+        aer_text=(FIXTURES / "lspci" / "rootport-sdes-new.txt").read_text(encoding="utf-8"),
         nvidia_smi=smi_text,
     )
     found = assess(offline_inputs(files, pci, None), pci, TABLES.classes)

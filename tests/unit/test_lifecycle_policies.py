@@ -14,7 +14,7 @@ from guard.generate.policies import render
 from guard.generate.policies.kinds import KINDS, job_tolerations
 from guard.jobs import JobTemplates
 from guard.loadtest import cli as loadtest_cli
-from guard.loadtest.pcie import parse_expected_link
+from guard.loadtest.model import parse_expected_link
 from guard.model import RecordedLink
 from guard.plan.common import loadtest_args, render_example_job
 from guard.settings import SITE_SETTINGS, Settings, SettingsError

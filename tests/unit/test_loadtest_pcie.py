@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from guard.loadtest.model import PcieLink
-from guard.loadtest.pcie import parse_smi, smi_links
+from guard.loadtest.torch_backend import parse_smi, smi_links
 
 # Shape of `nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,
 # pcie.link.width.current,pcie.link.width.max --format=csv,noheader,nounits` on an 8-GPU node.
