@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import overload
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # NVIDIA's DRA driver: the driver name of its ResourceSlices and the name of its DeviceClass.
@@ -99,8 +100,12 @@ class AnnotationKey:
     def __init__(self, suffix: str) -> None:
         self.suffix = suffix
 
-    def __get__(self, keys: Annotations, owner: object = None) -> str:
-        return keys.prefix + self.suffix
+    @overload
+    def __get__(self, keys: None, owner: object) -> AnnotationKey: ...
+    @overload
+    def __get__(self, keys: Annotations, owner: object) -> str: ...
+    def __get__(self, keys: Annotations | None, owner: object) -> str | AnnotationKey:
+        return self if keys is None else keys.prefix + self.suffix
 
 
 @dataclass(frozen=True, slots=True)

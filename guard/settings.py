@@ -739,6 +739,9 @@ RENDER_SETTINGS = _listed(
     "loadtest_allreduce fence_drain onboarding_taint"
 )  # what reaches a Job's spec beside the images (`render`)
 STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
+# `report`: where it reads the cluster from and the quarantine budget (the rest decides nothing
+# there; the CronJob's ConfigMap still gives the budget a site set).
+REPORT_SETTINGS = ("kubeconfig", "api_page_size", *SITE_GROUPS["budget"])
 
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
 # "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,

@@ -22,7 +22,8 @@ from guard.figures import budget_of, figures
 from guard.read import SnapshotError, gaps_line
 from guard.report import html, render
 from guard.report.facts import from_objects
-from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.settings import REPORT_SETTINGS
+from guard.settings_flags import Rfc3339, build_settings, option_set
 from guard.status.cli import read_objects
 from guard.xid_tables import DataFileError, bundled_classes
 
@@ -56,7 +57,7 @@ DEFAULT_WEEKS = 12
     default=None,
     help="Read Nodes, Jobs, Events and the ledger from a List file instead of the API server.",
 )
-@settings_options
+@option_set(REPORT_SETTINGS)
 def report(
     output: str,
     html_file: Path | None,
