@@ -286,7 +286,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         # a cordon without a GPU (nvml-mismatch): the incident is the boot
         return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
-        last = _last_incident(snap, node.name, cancel.uuid)
+        last = _last(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
         return _Seen(
             "cancelled",
@@ -298,11 +298,12 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         )
     back = node.returned
     if back is not None and snap.now - back.at <= RETURNED_SHOWN:
+        last = _last(snap, node.name)
         return _Seen(
             "returned",
-            _last_reason(snap, node.name),
+            last.word if last else "",
             back.at,
-            _last_incident(snap, node.name),
+            Gpu(last.pci, last.uuid) if last else None,
             None,
             f"nothing: {back.job} passed; the node serves again",
         )
@@ -330,19 +331,19 @@ def _with_history(snap: Snapshot, node: str, seen: _Seen, runbook_base: str) -> 
     )
 
 
-def _entries(snap: Snapshot, node: str) -> list[ledger.LedgerEntry]:
-    return [e for e in ledger.entries(snap.ledger) if e.node == node]
+def _last(snap: Snapshot, node: str, uuid: str = "") -> ledger.LedgerEntry | None:
+    """The node's last ledger incident (of the card `uuid` when given)."""
+    found = [
+        e
+        for e in ledger.entries(snap.ledger)
+        if e.node == node and (not uuid or e.uuid.lower() == uuid.lower())
+    ]
+    return max(found, key=lambda e: e.at, default=None)
 
 
-def _last_incident(snap: Snapshot, node: str, uuid: str = "") -> Gpu | None:
-    found = [e for e in _entries(snap, node) if not uuid or e.uuid.lower() == uuid.lower()]
-    last = max(found, key=lambda e: e.at, default=None)
+def _last_incident(snap: Snapshot, node: str) -> Gpu | None:
+    last = _last(snap, node)
     return Gpu(last.pci, last.uuid) if last else None
-
-
-def _last_reason(snap: Snapshot, node: str) -> str:
-    last = max(_entries(snap, node), key=lambda e: e.at, default=None)
-    return last.word if last else ""
 
 
 def _candidates(
@@ -358,13 +359,13 @@ def _candidates(
         Candidate(
             g.node,
             f"xid-{g.value}",
+            hold.loss_held_s(snap.prom, g.node, snap.now),
+            hold.hold_window_s(g.value, s),
+            decided.get(g.node, "unreadable"),
             g.value,
             g.gpu,
             g.pci,
             g.uuid,
-            hold.loss_held_s(snap.prom, g.node, snap.now),
-            hold.hold_window_s(g.value, s),
-            decided.get(g.node, "unreadable"),
         )
         for g in xids
     ]
@@ -374,14 +375,10 @@ def _candidates(
             Candidate(
                 n,
                 mismatch.NVML_MISMATCH,
-                None,
-                None,
-                None,
-                None,
                 hold.nvml_held_s(snap.prom, n, snap.now),
                 s.nvml_hold_s,
                 decided.get(n, "unreadable"),
-                mismatch.seen(snap, n),
+                detail=mismatch.seen(snap, n),
             )
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
@@ -390,14 +387,10 @@ def _candidates(
         Candidate(
             h.node,
             h.reason,
-            None,
-            None,
-            None,
-            None,
             h.held_s,
             h.needs_s,
             decided.get(h.node, "unreadable"),
-            h.detail,
+            detail=h.detail,
         )
         for h in triggers.hits(snap, s)
         if h.held and h.node not in xid_nodes
@@ -409,10 +402,10 @@ def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
     if isinstance(p, PendingMismatch | PendingTrigger):
         return Candidate(
-            p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
+            p.node, p.reason, p.held_s, p.needs_s, "pending", detail=p.detail, decides_at=at
         )
     return Candidate(
-        p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s, "pending", decides_at=at
+        p.node, p.reason, p.held_s, p.needs_s, "pending", p.xid, p.gpu, p.pci, p.uuid, decides_at=at
     )
 
 

@@ -85,13 +85,13 @@ class Candidate:
 
     node: str
     reason: str  # xid-48, nvml-mismatch
-    xid: int | None
-    gpu: str | None
-    pci: str | None
-    uuid: str | None
     held_s: int
     needs_s: int
     decision: str  # "pending", or the isolation check's word for the node
+    xid: int | None = None
+    gpu: str | None = None
+    pci: str | None = None
+    uuid: str | None = None
     detail: str | None = None
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
