@@ -87,7 +87,14 @@ class Rfc3339(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r}: {exc}", param, ctx)
 
 
-_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
+# A field's type (as its dataclass annotation writes it) → its click type; each converts text.
+_TYPES: dict[str, Any] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "tuple[int, ...]": IntList(),
+    "bool": click.BOOL,
+}
 
 
 Command = Callable[..., Any]
@@ -305,12 +312,7 @@ def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dic
         if text == "" and kind not in ("str", "tuple[int, ...]"):
             continue
         try:
-            if kind == "bool":
-                out[f.name] = click.BOOL.convert(text, None, None)
-            elif kind == "tuple[int, ...]":
-                out[f.name] = IntList().convert(text, None, None)
-            else:
-                out[f.name] = _TYPES[kind](text)
+            out[f.name] = _TYPES[kind](text)
         except (ValueError, click.BadParameter):
             raise click.UsageError(f"bad setting in {where}: {key}={_shown(text)}") from None
     return out

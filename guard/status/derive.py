@@ -1,25 +1,7 @@
 """The status report from a Snapshot: the planners' own decisions, read, never a second copy.
 
-Which nodes get a row (first case wins):
-  a guard value on the node does not read   → the unreadable check's skip  (unreadable-annotations)
-  the guard's cordon record                 → the return check's `decision()` for the node: its
-                                              first action is the state, its detail the observed
-                                              value of the condition that blocks (guard.states);
-                                              but a fence lifted behind the guard's back
-                                              (fence-lifted-foreign) first
-  a `hold`, no cordon record                → held-by-a-person (repeat-fault-hold: the guard's)
-  `cancelled` still in force (no new boot)  → cancelled-by-a-person
-  `returned` within 24 h                    → returned-in-the-last-24-h
-  a lifecycle check's decision (guard.plan.checks): its conformance Job runs, the onboarding
-  gate holds the node or failed, a Job's result is unreadable → that state
-  a fence Job no record explains (guard.plan.fence_audit) → fence-job-foreign
-Every other node is not the guard's business right now and gets no row (a boot check not
-started yet, or one waiting for a person's uncordon, neither).
-
-Candidates (GPUs with a hardware Xid and GPU loss now, nodes whose driver/NVML mismatch the
-isolation check would cordon) are listed above the table: pending ones (`guard.plan.pending`) and
-those whose fault held, with the isolation check's decision; a mismatch with its agent's detail.
-
+Which nodes get a row (first case wins) and what the candidates are: docs/status.md. A fence
+lifted behind the guard's back (fence-lifted-foreign) outranks a cordoned node's other decisions.
 Without Prometheus the return check runs a second time on a view where the node has an Xid of
 unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
 (Xid, row remap, GPU pods) were not seen, which its row says.
