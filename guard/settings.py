@@ -720,20 +720,14 @@ def compound_key(name: str) -> str:
     return next(k for k, (f, _) in COMPOUNDS[COMPOUND_OF[name]].items() if f == name)
 
 
-# What the CronJob's own manifest gives its pod, beside its schedule and deadline: a GUARD_*
-# variable only, no flag, never in settings.env (`config check` refuses it there). The namespace
-# and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the
-# timing keeps the defaults tied to cronjob.yaml (tests/unit/test_cadence_and_layout.py), set
-# otherwise only by a run by hand or a test that shortens its slot.
+# What the CronJob's own manifest gives its pod: a GUARD_* variable only, no flag, never in
+# settings.env (docs/deploy.md, "Settings by lifetime").
 CRONJOB_ENV = _listed(
     "namespace job_name image loadtest_image cadence_s cycle_deadline_s watch_until_s "
     "lease_duration_s"
 )
-# Every other field is the guard's own value: no flag, no variable. The layout names are written
-# into the manifests and the generated policies; the load test's parameters are calibrated
-# together (and admitted exactly by its policy); the rest is internal (the query grid, the
-# ledger's archive size, deadlines and TTLs of the Jobs). Python (tests, the policy generator)
-# may still build a Settings with another value.
+# Every other field is the guard's own value: no flag, no variable (`fixed_settings`); Python
+# (tests, the policy generator) may still build a Settings with another value.
 RENDER_SETTINGS = _listed(
     "memory_class_xids conformance_control_plane_version conformance_allowed_dns "
     "loadtest_allreduce fence_drain onboarding_taint"
@@ -744,9 +738,7 @@ STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where i
 REPORT_SETTINGS = ("kubeconfig", "api_page_size", *SITE_GROUPS["budget"])
 
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
-# "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,
-# GUARD_NAMESPACE): the cluster's policies and RBAC refuse the first write under another; the
-# commands warn at start.
+# "Settings by lifetime"); the commands warn at start when one differs.
 LAYOUT_SETTINGS = _listed(
     "namespace jobs_namespace job_service_account ledger_configmap annotation_prefix gpu_node_label"
 )
