@@ -10,10 +10,11 @@ hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned no
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.gpu_classes import ClassError, parse_classes
+from guard.gpu_classes import parse_classes
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
@@ -361,6 +362,7 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
 
 def _conformance(s: Settings) -> list[Check]:
     """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
+    dns = s.conformance_allowed_dns
     return [
         (
             not s.conformance_control_plane_version
@@ -369,14 +371,14 @@ def _conformance(s: Settings) -> list[Check]:
             "must be empty or a version like v1.34.3+rke2r1",
         ),
         (
-            not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
+            not dns or not _refusal(parse_allowed_dns, dns),
             "conformance_allowed_dns",
             "must be empty or comma-separated CIDRs",
         ),
         (
-            not s.conformance_allowed_dns
-            or not _is_cidr_list(s.conformance_allowed_dns)
-            or _prefixes_ok(s.conformance_allowed_dns),
+            not dns
+            or bool(_refusal(parse_allowed_dns, dns))
+            or not _refusal(allowed_dns_prefixes, dns),
             "conformance_allowed_dns",
             "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
             "guard pushes the prefixes it covers for the CoreDNS alert",
@@ -384,20 +386,13 @@ def _conformance(s: Settings) -> list[Check]:
     ]
 
 
-def _prefixes_ok(text: str) -> bool:
+def _refusal(parse: Callable[[str], object], text: str) -> str:
+    """What `parse` says is wrong with `text` (its ValueError), "" when it takes it."""
     try:
-        allowed_dns_prefixes(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_cidr_list(text: str) -> bool:
-    try:
-        parse_allowed_dns(text)
-    except ValueError:
-        return False
-    return True
+        parse(text)
+    except ValueError as exc:
+        return str(exc) or "refused"
+    return ""
 
 
 def _within(value: float, low: float, high: float) -> bool:
@@ -883,13 +878,9 @@ def fixed_settings() -> tuple[str, ...]:
 
 
 def _triggers(s: Settings) -> list[Check]:
-    try:
-        parse_classes(s.gpu_classes)
-        classes_ok, classes_why = True, ""
-    except ClassError as exc:
-        classes_ok, classes_why = False, str(exc)
+    classes_why = _refusal(parse_classes, s.gpu_classes)
     return [
-        (classes_ok, "gpu_classes", classes_why),
+        (not classes_why, "gpu_classes", classes_why),
         (
             _within(s.admission_rejected_min_pods, 0, 100000),
             "admission_rejected_min_pods",
