@@ -1,10 +1,5 @@
-"""``gpu-node-guard report``: repair figures from the guard's records; it reads, never writes.
-
-Reads what `status` reads (the ledger with its archives, Nodes, the guard's Events and Jobs),
-from the API server or a ``--cluster-snapshot`` file, and prints the figures of `guard.figures`:
-text, ``--output json``, and with ``--html FILE`` one self-contained page. Exit 0 with the report;
-1 when the cluster or the file cannot be read or the page cannot be written (one line); 2 for
-bad flags.
+"""``gpu-node-guard report``: repair figures (`guard.figures`) from the guard's records; it reads
+what `status` reads and never writes. Its outputs and exit codes: README.md, "The report".
 """
 
 from __future__ import annotations
