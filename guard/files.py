@@ -205,10 +205,10 @@ def load_yaml_all(text: str, what: str, max_depth: int = MAX_DEPTH) -> list[Any]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _first(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise FileSyntaxError(f"{what} is not YAML{at}: {problem}") from None
     except (ValueError, RecursionError, OverflowError) as exc:  # e.g. an int of 20,000 digits
-        raise FileInputError(f"{what}: a value cannot be read: {_first(exc)}") from None
+        raise FileInputError(f"{what}: a value cannot be read: {first_line(exc)}") from None
     finally:
         loader.dispose()
     return docs
@@ -243,6 +243,7 @@ def depth(doc: Any) -> int:
     return deepest
 
 
-def _first(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
