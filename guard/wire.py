@@ -138,7 +138,7 @@ def _fits(text: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class Finding:
     item: str
-    why: str  # the item's `observed` line, shortened; "" when the summary had to drop it
+    why: str = ""  # the item's `observed` line, shortened; "" when the summary had to drop it
 
 
 @dataclass(frozen=True, slots=True)
