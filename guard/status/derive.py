@@ -213,7 +213,7 @@ def _decided(snap: Snapshot, node: NodeInfo, action: Action, reason: str, s: Set
     """A row from the planner's decision about the node (the first action it plans)."""
     blocked, step = _meaning(action, s.runbook_base_url)
     c = node.cordon
-    gpu = Gpu(c.gpu.pci, c.gpu.uuid) if c is not None and c.gpu is not None else None
+    gpu = c.gpu if c is not None else None
     seen = _Seen(decision_word(action), reason, c.at if c else None, gpu, blocked, step)
     return _with_history(snap, node.name, seen, s.runbook_base_url)
 

@@ -27,12 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from guard.ledger import format_time
+from guard.model import GpuRef
 
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    pci: str
-    uuid: str
+Gpu = GpuRef  # a row's GPU (pci, uuid): the cordon record's own value
 
 
 @dataclass(frozen=True, slots=True)
