@@ -60,8 +60,8 @@ def uuid_callback(ctx: click.Context, param: click.Parameter, value: str | None)
     return value
 
 
-# The last line of defence of every command.
 # The last line of defence of every command: an exception nobody foresaw is one line naming the
+# command and where it was raised (`invoke_guarded`), never a traceback.
 
 
 def _where(exc: BaseException) -> str:

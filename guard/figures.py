@@ -82,12 +82,12 @@ class Facts:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Expected repair time per verdict (site settings, `guard.settings`)."""
+    """Expected repair time per verdict (the site's `--budget`: `budget_of`)."""
 
-    reset: timedelta = timedelta(hours=4)
-    power_cycle: timedelta = timedelta(days=1)
-    rma: timedelta = timedelta(days=21)
-    human: timedelta = timedelta(days=1)
+    reset: timedelta
+    power_cycle: timedelta
+    rma: timedelta
+    human: timedelta
 
     def of(self, verdict: Repair) -> timedelta:
         return {
@@ -104,7 +104,7 @@ class Budget:
 
 
 def budget_of(s: Settings) -> Budget:
-    """The quarantine budget of the site's settings."""
+    """The quarantine budget of the site's settings (`Settings()`: the defaults)."""
     return Budget(
         reset=timedelta(hours=s.budget_reset_h),
         power_cycle=timedelta(hours=s.budget_power_cycle_h),
@@ -411,7 +411,7 @@ def figures(
         nodes=recurrences((e.node, e.at) for e in entries),
         hours=_sum(per_span),
         weeks=weekly(shown, since, until),
-        over_budget=over_budget(found, budget or Budget(), until),
+        over_budget=over_budget(found, budget or budget_of(Settings()), until),
         per_span=per_span,
     )
 

@@ -4,13 +4,12 @@ Every input file goes through `read_bounded`: a regular file only (a FIFO would 
 /dev/zero would read until memory runs out), at most `limit` bytes (checked before reading and
 again while reading, for a file that grows). YAML goes through `load_yaml_all`: nesting depth
 bounded (the composer recurses: a deep document is a RecursionError), aliases bounded and their
-expansion counted (a "billion laughs" kubeconfig grew to 2.6 GB in the kubernetes client). JSON
-through `load_json`, the same depth bound. Every failure is a `FileInputError` with one line.
+expansion counted (a "billion laughs" kubeconfig grew to 2.6 GB in the kubernetes client). Every
+failure is a `FileInputError` with one line.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterator
@@ -206,10 +205,10 @@ def load_yaml_all(text: str, what: str, max_depth: int = MAX_DEPTH) -> list[Any]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _first(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise FileSyntaxError(f"{what} is not YAML{at}: {problem}") from None
     except (ValueError, RecursionError, OverflowError) as exc:  # e.g. an int of 20,000 digits
-        raise FileInputError(f"{what}: a value cannot be read: {_first(exc)}") from None
+        raise FileInputError(f"{what}: a value cannot be read: {first_line(exc)}") from None
     finally:
         loader.dispose()
     return docs
@@ -221,21 +220,6 @@ def load_yaml(text: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
     if len(docs) > 1:
         raise FileInputError(f"{what} has {len(docs)} YAML documents, expected one")
     return docs[0] if docs else None
-
-
-def load_json(text: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
-    """`json.loads` with the nesting depth bounded; one `FileInputError` line otherwise."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileSyntaxError(f"{what} is not JSON (line {exc.lineno}): {exc.msg}") from None
-    except RecursionError:
-        raise FileInputError(f"{what}: nested deeper than {max_depth} levels") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
-        raise FileInputError(f"{what}: a value cannot be read: {_first(exc)}") from None
-    if depth(doc) > max_depth:
-        raise FileInputError(f"{what}: nested deeper than {max_depth} levels")
-    return doc
 
 
 def depth(doc: Any) -> int:
@@ -259,6 +243,7 @@ def depth(doc: Any) -> int:
     return deepest
 
 
-def _first(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

@@ -9,16 +9,12 @@ class a node matches is its class; a node in none is not checked.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# A Kubernetes label key (optional DNS prefix and a name) and a label value.
-_KEY = re.compile(
-    r"^(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
-)
-_VALUE = re.compile(r"^(?:[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+from guard.names import is_label_pair
+
 AUTO = "auto"
 # A learned count needs this many other nodes in the class, and more than half of them agreeing.
 MIN_PEERS = 2
@@ -56,7 +52,7 @@ def _requirement(text: str, entry: str) -> Requirement:
     op = "!=" if "!=" in text else "=" if "=" in text else "exists"
     key, _, value = text.partition(op) if op != "exists" else (text, "", "")
     key, value = key.strip(), value.strip()
-    if not _KEY.match(key) or not _VALUE.match(value):
+    if not is_label_pair(f"{key}={value}"):
         raise ClassError(f"entry {entry!r}: {text!r} is not k=v, k!=v or k of a Node label")
     return Requirement(key, op, value)
 

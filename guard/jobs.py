@@ -20,6 +20,8 @@ from typing import Any, Literal
 import jinja2
 import yaml
 
+from guard.files import first_line
+
 JobKind = Literal["evidence", "loadtest", "conformance", "fence"]
 
 TEMPLATE_FILES: dict[JobKind, str] = {
@@ -165,11 +167,11 @@ class JobTemplates:
             except jinja2.TemplateNotFound:
                 raise TemplateLoadError(f"Job template {filename} not found") from None
             except jinja2.TemplateError as exc:
-                raise TemplateLoadError(f"Job template {filename}: {_first(exc)}") from None
+                raise TemplateLoadError(f"Job template {filename}: {first_line(exc)}") from None
         try:
             claim = env.get_template(CLAIM_FILE)
         except jinja2.TemplateError as exc:
-            raise TemplateLoadError(f"template {CLAIM_FILE}: {_first(exc)}") from None
+            raise TemplateLoadError(f"template {CLAIM_FILE}: {first_line(exc)}") from None
         templates = cls(MappingProxyType(compiled), claim)
         for kind in TEMPLATE_FILES:
             templates.render(_probe(kind))
@@ -196,10 +198,10 @@ class JobTemplates:
         try:
             manifest = yaml.safe_load(self.templates[spec.kind].render(job=spec))
         except jinja2.TemplateError as exc:
-            raise TemplateLoadError(f"Job template {filename}: {_first(exc)}") from None
+            raise TemplateLoadError(f"Job template {filename}: {first_line(exc)}") from None
         except yaml.YAMLError as exc:
             raise TemplateLoadError(
-                f"Job template {filename} renders bad YAML: {_first(exc)}"
+                f"Job template {filename} renders bad YAML: {first_line(exc)}"
             ) from None
         if not isinstance(manifest, dict) or manifest.get("kind") != "Job":
             raise TemplateLoadError(f"Job template {filename} did not render a Job")
@@ -212,7 +214,7 @@ class JobTemplates:
         try:
             manifest = yaml.safe_load(self.claim.render(claim=spec))
         except (jinja2.TemplateError, yaml.YAMLError) as exc:
-            raise TemplateLoadError(f"template {CLAIM_FILE}: {_first(exc)}") from None
+            raise TemplateLoadError(f"template {CLAIM_FILE}: {first_line(exc)}") from None
         if not isinstance(manifest, dict) or manifest.get("kind") != "ResourceClaim":
             raise TemplateLoadError(f"template {CLAIM_FILE} did not render a ResourceClaim")
         return manifest
@@ -233,11 +235,6 @@ def _probe(kind: JobKind) -> JobSpec:
         "probe",
         gpus=1,
     )
-
-
-def _first(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 # ---- What the guard made: the digests it records and compares (docs/lifecycle.md) ----------

@@ -24,71 +24,81 @@ class PushedMetric:
     labels: tuple[str, ...] = ()
 
 
-LAST_RUN = PushedMetric(
+_PUSHED: list[PushedMetric] = []
+
+
+def _pushed(name: str, help: str, labels: tuple[str, ...] = ()) -> PushedMetric:
+    """A metric every run pushes (`PUSHED`)."""
+    metric = PushedMetric(name, help, labels)
+    _PUSHED.append(metric)
+    return metric
+
+
+LAST_RUN = _pushed(
     "gpu_node_guard_last_run_timestamp_seconds", "Unix time the last run ended, whatever its result"
 )
-LAST_SUCCESS = PushedMetric(
+LAST_SUCCESS = _pushed(
     "gpu_node_guard_last_success_timestamp_seconds",
     "Unix time the last run that exited 0 ended; pushed by such runs only",
 )
-LAST_RUN_EXIT_CODE = PushedMetric(
+LAST_RUN_EXIT_CODE = _pushed(
     "gpu_node_guard_last_run_exit_code", "Exit code of the last run (0 ok, 1 abort or failed write)"
 )
-LAST_RUN_DURATION = PushedMetric(
+LAST_RUN_DURATION = _pushed(
     "gpu_node_guard_last_run_duration_seconds", "Wall time of the last run, start to push"
 )
-LAST_RUN_ACTIONS = PushedMetric(
+LAST_RUN_ACTIONS = _pushed(
     "gpu_node_guard_last_run_actions",
     "Writes of the last run by action type (cordon, uncordon, …) and outcome (applied, failed)",
     ("type", "outcome"),
 )
-PENDING_CANDIDATES = PushedMetric(
+PENDING_CANDIDATES = _pushed(
     "gpu_node_guard_pending_candidates",
     "GPUs with a hardware Xid whose GPU loss, and nodes whose driver/NVML mismatch, GPU count"
     " below their class's or GPU pods rejected at admission, has not held long enough yet"
     " (not cordoned)",
 )
-NODES = PushedMetric(
+NODES = _pushed(
     "gpu_node_guard_nodes",
     "Nodes the guard holds or watches, by state (the node-state anchors of docs/runbook.md)",
     ("state",),
 )
-BREAKER_LIMIT = PushedMetric(
+BREAKER_LIMIT = _pushed(
     "gpu_node_guard_breaker_limit_nodes",
     "Isolations (nodes cordoned + devices tainted) at which the breaker opens",
 )
-BREAKER_ISOLATIONS = PushedMetric(
+BREAKER_ISOLATIONS = _pushed(
     "gpu_node_guard_breaker_isolations",
     "What the breaker counts: nodes the guard cordoned plus GPUs it taints (DRA DeviceTaintRules)",
 )
-BREAKER_HEADROOM = PushedMetric(
+BREAKER_HEADROOM = _pushed(
     "gpu_node_guard_breaker_headroom_nodes",
     "Isolations left before the breaker opens: limit minus the breaker's count (<= 0: open)",
 )
-LAST_RUN_REQUESTS = PushedMetric(
+LAST_RUN_REQUESTS = _pushed(
     "gpu_node_guard_last_run_requests",
     "Requests of the last run by target (kubernetes, prometheus) and HTTP code (or error)",
     ("target", "code"),
 )
 # The cycle's Lease (guard/doors/lease.py): each pushed only by the runs it names, so the two
 # together tell how many runs in a row found the Lease held (GPUNodeGuardLeaseHeld).
-LEASE_TAKEN = PushedMetric(
+LEASE_TAKEN = _pushed(
     "gpu_node_guard_lease_taken_timestamp_seconds",
     "Unix time the last run that took the cycle's Lease took it; pushed by such runs only",
 )
-LEASE_HELD = PushedMetric(
+LEASE_HELD = _pushed(
     "gpu_node_guard_lease_held_timestamp_seconds",
     "Unix time the last run that found the cycle's Lease held by another (lease-held, nothing"
     " decided) found it; pushed by such runs only",
 )
 # The site's alert filters (GUARD_USER_CODE_XIDS, GUARD_CONFORMANCE_ALLOWED_DNS) as series the
 # shipped rules join with, so a rule file generated from the defaults follows the site.
-USER_CODE_XID = PushedMetric(
+USER_CODE_XID = _pushed(
     "gpu_node_guard_user_code_xid",
     "1 for each Xid the guard counts as user code (never a cordon); the Xid alerts leave these out",
     ("xid",),
 )
-ALLOWED_DNS_PREFIX = PushedMetric(
+ALLOWED_DNS_PREFIX = _pushed(
     "gpu_node_guard_allowed_dns_prefix",
     "1 for each address prefix (whole octets or 16-bit groups) of the upstream resolvers the"
     " CoreDNS alert allows: GUARD_CONFORMANCE_ALLOWED_DNS, else the internal IPv4 ranges",
@@ -96,46 +106,46 @@ ALLOWED_DNS_PREFIX = PushedMetric(
 )
 
 # Repair figures (guard/figures.py) of the ledger and the nodes' records at the run's read.
-ISOLATIONS = PushedMetric(
+ISOLATIONS = _pushed(
     "gpu_node_guard_isolations",
     "Open isolations (a node cordoned, or one GPU for a GPU-level unit) by verdict and unit",
     ("verdict", "unit"),
 )
-ISOLATION_OLDEST_AGE = PushedMetric(
+ISOLATION_OLDEST_AGE = _pushed(
     "gpu_node_guard_isolation_oldest_age_seconds",
     "Age of the oldest open isolation of each verdict at the run's read (0: none open)",
     ("verdict",),
 )
-ISOLATIONS_PAST_BUDGET = PushedMetric(
+ISOLATIONS_PAST_BUDGET = _pushed(
     "gpu_node_guard_isolations_past_budget",
     "Open isolations older than their verdict's quarantine budget",
     ("verdict",),
 )
-QUARANTINE_BUDGET = PushedMetric(
+QUARANTINE_BUDGET = _pushed(
     "gpu_node_guard_quarantine_budget_seconds",
     "The expected repair time of each verdict (GUARD_BUDGET)",
     ("verdict",),
 )
-GPU_HOURS_LOST = PushedMetric(
+GPU_HOURS_LOST = _pushed(
     "gpu_node_guard_gpu_hours_lost",
     "GPU-hours out of service over the trailing window: the faulted GPUs' and the healthy GPUs'"
     " a node-wide cordon held with them",
     ("gpus", "window"),
 )
-REPAIR_PHASE = PushedMetric(
+REPAIR_PHASE = _pushed(
     "gpu_node_guard_repair_phase_seconds",
     "Mean duration of each repair phase (onset-to-cordon, cordon-to-repair, repair-to-return,"
     " isolated) over the isolations of the last 30 days (NaN: none)",
     ("phase",),
 )
-INCIDENTS = PushedMetric(
+INCIDENTS = _pushed(
     "gpu_node_guard_incidents", "Ledger incidents within the trailing window", ("window",)
 )
-REPEAT_CARDS = PushedMetric(
+REPEAT_CARDS = _pushed(
     "gpu_node_guard_repeat_fault_cards",
     "Cards (GPU UUIDs) with two incidents or more in the last 30 days",
 )
-DOMAIN_INCIDENT_NODES = PushedMetric(
+DOMAIN_INCIDENT_NODES = _pushed(
     "gpu_node_guard_domain_incident_nodes",
     "Nodes of one domain incident (isolated within the hour or candidates, sharing the value of"
     ' the site\'s topology label), by domain (label=value); one domain="" series at 0 when'
@@ -143,32 +153,7 @@ DOMAIN_INCIDENT_NODES = PushedMetric(
     ("domain",),
 )
 
-PUSHED = (
-    LAST_RUN,
-    LAST_SUCCESS,
-    LAST_RUN_EXIT_CODE,
-    LAST_RUN_DURATION,
-    LAST_RUN_ACTIONS,
-    PENDING_CANDIDATES,
-    NODES,
-    BREAKER_LIMIT,
-    BREAKER_ISOLATIONS,
-    BREAKER_HEADROOM,
-    LAST_RUN_REQUESTS,
-    LEASE_TAKEN,
-    LEASE_HELD,
-    USER_CODE_XID,
-    ALLOWED_DNS_PREFIX,
-    ISOLATIONS,
-    ISOLATION_OLDEST_AGE,
-    ISOLATIONS_PAST_BUDGET,
-    QUARANTINE_BUDGET,
-    GPU_HOURS_LOST,
-    REPAIR_PHASE,
-    INCIDENTS,
-    REPEAT_CARDS,
-    DOMAIN_INCIDENT_NODES,
-)
+PUSHED = tuple(_PUSHED)  # in the order declared above
 
 
 # ── The node agent's series (docs/agent.md): it exposes them, the guard's queries and alerts

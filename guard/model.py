@@ -11,6 +11,10 @@ from typing import Literal
 
 from guard.ledger import LedgerLine
 
+# One item a guard Job found wrong (a conformance item, a load-test reason word) and why: the
+# summary's own value (guard.wire).
+from guard.wire import Finding as Finding
+
 JobStatus = Literal["running", "succeeded", "failed", "unreadable"]
 
 
@@ -192,14 +196,6 @@ def rebooted(before: str, now: str) -> bool:
     (True, False, False)
     """
     return bool(before) and bool(now) and before != now
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One item a guard Job found wrong: a conformance item or a load-test reason word, and why."""
-
-    item: str
-    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)

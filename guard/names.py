@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import overload
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # NVIDIA's DRA driver: the driver name of its ResourceSlices and the name of its DeviceClass.
@@ -92,6 +93,21 @@ def is_label_pair(pair: str) -> bool:
     return bool(sep and _LABEL_KEY.fullmatch(key) and _LABEL_VALUE.fullmatch(value))
 
 
+class AnnotationKey:
+    """One of the guard's node annotation keys (a class attribute of `Annotations`): its prefix,
+    then `suffix`."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    @overload
+    def __get__(self, keys: None, owner: object) -> AnnotationKey: ...
+    @overload
+    def __get__(self, keys: Annotations, owner: object) -> str: ...
+    def __get__(self, keys: Annotations | None, owner: object) -> str | AnnotationKey:
+        return self if keys is None else keys.prefix + self.suffix
+
+
 @dataclass(frozen=True, slots=True)
 class Annotations:
     """The guard's node annotation keys under a prefix (default ``gpu-node-guard.io/``).
@@ -102,97 +118,48 @@ class Annotations:
 
     prefix: str
 
-    @property
-    def reason(self) -> str:
-        return f"{self.prefix}auto-cordon-reason"
-
-    @property
-    def at(self) -> str:
-        return f"{self.prefix}auto-cordon-at"
-
-    @property
-    def boot_id(self) -> str:
-        return f"{self.prefix}auto-cordon-boot-id"
-
-    @property
-    def gpu_capacity(self) -> str:
-        return f"{self.prefix}auto-cordon-gpu-capacity"
-
-    @property
-    def gpu(self) -> str:
-        return f"{self.prefix}auto-cordon-gpu"
-
-    @property
-    def loadtest_result(self) -> str:
-        return f"{self.prefix}loadtest-result"
-
-    @property
-    def conformance_result(self) -> str:
-        return f"{self.prefix}conformance-result"
-
-    @property
-    def cancelled(self) -> str:
-        """`<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident."""
-        return f"{self.prefix}cancelled"
-
-    @property
-    def returned(self) -> str:
-        """`<RFC3339> job/<name>`: the node came back after a passed load test."""
-        return f"{self.prefix}returned"
-
+    reason = AnnotationKey("auto-cordon-reason")
+    at = AnnotationKey("auto-cordon-at")
+    boot_id = AnnotationKey("auto-cordon-boot-id")
+    gpu_capacity = AnnotationKey("auto-cordon-gpu-capacity")
+    gpu = AnnotationKey("auto-cordon-gpu")
+    loadtest_result = AnnotationKey("loadtest-result")
+    conformance_result = AnnotationKey("conformance-result")
+    # `<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident.
+    cancelled = AnnotationKey("cancelled")
+    returned = AnnotationKey("returned")  # `<RFC3339> job/<name>`: back after a passed load test
     # The lifecycle checks (docs/lifecycle.md, docs/onboarding.md).
-    @property
-    def checked_boot(self) -> str:
-        """`<bootID> <RFC3339> job/<name>|uncordon`: the last boot whose conformance passed."""
-        return f"{self.prefix}checked-boot"
-
-    @property
-    def pcie_links(self) -> str:
-        """`<pci>=<speed>GT/s,x<width> …`: the GPUs' links read by the cordon's evidence Job."""
-        return f"{self.prefix}auto-cordon-pcie-links"
-
-    @property
-    def conformance_failed(self) -> str:
-        """`<RFC3339> job/<name> <item>[,<item>…]`: the conformance items that failed."""
-        return f"{self.prefix}conformance-failed"
-
-    @property
-    def onboarding_failed(self) -> str:
-        """`<RFC3339> job/<name> <item>[,<item>…]`: why the onboarding gate stays closed."""
-        return f"{self.prefix}onboarding-failed"
-
+    # `<bootID> <RFC3339> job/<name>|uncordon`: the last boot whose conformance passed.
+    checked_boot = AnnotationKey("checked-boot")
+    # `<pci>=<speed>GT/s,x<width> …`: the GPUs' links read by the cordon's evidence Job.
+    pcie_links = AnnotationKey("auto-cordon-pcie-links")
+    # `<RFC3339> job/<name> <item>[,<item>…]`: the conformance items that failed; why the
+    # onboarding gate stays closed.
+    conformance_failed = AnnotationKey("conformance-failed")
+    onboarding_failed = AnnotationKey("onboarding-failed")
     # What the guard made (docs/lifecycle.md, "Job results"): a result counts only from that Job.
-    @property
-    def loadtest_job(self) -> str:
-        """`<job name> <uid> <spec digest>`: the last load-test Job the guard created here."""
-        return f"{self.prefix}job-loadtest"
-
-    @property
-    def conformance_job(self) -> str:
-        """`<job name> <uid> <spec digest>`: the last conformance Job the guard created here."""
-        return f"{self.prefix}job-conformance"
-
-    @property
-    def evidence_job(self) -> str:
-        """`<job name> <uid> <spec digest>`: the last evidence Job the guard created here."""
-        return f"{self.prefix}job-evidence"
-
-    @property
-    def fence_job(self) -> str:
-        """`<job name> <uid> <spec digest>`: the last fence Job (set or lift) the guard created."""
-        return f"{self.prefix}job-fence"
-
-    @property
-    def loadtest_claim(self) -> str:
-        """`<claim name> <uid>`: the last device load test's ResourceClaim the guard created."""
-        return f"{self.prefix}claim-loadtest"
-
-    @property
-    def fence_jobs(self) -> str:
-        """`<uid> <uid> …`: the uids of the guard's last fence Jobs on the node (at most
-        `FENCE_JOBS_KEPT`, oldest first), written with `job-fence` at each create: a fence Job
-        is the guard's by its uid, never by when it was made (guard.plan.fence_audit)."""
-        return f"{self.prefix}fence-jobs"
+    # `<job name> <uid> <spec digest>`: the last Job of that kind the guard created here.
+    loadtest_job = AnnotationKey("job-loadtest")
+    conformance_job = AnnotationKey("job-conformance")
+    evidence_job = AnnotationKey("job-evidence")
+    fence_job = AnnotationKey("job-fence")  # set or lift
+    # `<claim name> <uid>`: the last device load test's ResourceClaim the guard created.
+    loadtest_claim = AnnotationKey("claim-loadtest")
+    # `<uid> <uid> …`: the uids of the guard's last fence Jobs on the node (at most
+    # `FENCE_JOBS_KEPT`, oldest first), written with `job-fence` at each create: a fence Job is
+    # the guard's by its uid, never by when it was made (guard.plan.fence_audit).
+    fence_jobs = AnnotationKey("fence-jobs")
+    # GPU isolation beside the cordon (docs/isolation.md): `<fenced|gpu-absent|lifted> <bootID>
+    # <RFC3339> job/<name>`, the cordon's GPU on the host as the last fence Job read it back.
+    fence = AnnotationKey("gpu-fence")
+    # DRA nodes (docs/lifecycle.md, "DRA nodes: a device taint instead of the cordon"):
+    # `<reason> <RFC3339> <bootID|-> <pci> <GPU-UUID> <driver>/<pool>/<device> <rule>`, the
+    # guard isolates that GPU with its DeviceTaintRule <rule> (the node stays schedulable).
+    device_taint = AnnotationKey("device-taint")
+    fault_taint = AnnotationKey("fault")  # the key of the guard's device taint (a label name)
+    hold = AnnotationKey("hold")
+    reset_done = AnnotationKey("reset-done")
+    node_label = AnnotationKey("node")  # label on the guard's Jobs naming the node they run on
 
     def job_record(self, kind: str) -> str | None:
         """The record key of a Job kind whose result the guard acts on; None for the others."""
@@ -202,38 +169,6 @@ class Annotations:
             "evidence": self.evidence_job,
             "fence": self.fence_job,
         }.get(kind)
-
-    # GPU isolation beside the cordon (docs/isolation.md).
-    @property
-    def fence(self) -> str:
-        """`<fenced|gpu-absent|lifted> <bootID> <RFC3339> job/<name>`: the cordon's GPU on the
-        host as the guard's last fence Job read it back."""
-        return f"{self.prefix}gpu-fence"
-
-    # DRA nodes (docs/lifecycle.md, "DRA nodes: a device taint instead of the cordon").
-    @property
-    def device_taint(self) -> str:
-        """`<reason> <RFC3339> <bootID|-> <pci> <GPU-UUID> <driver>/<pool>/<device> <rule>`: the
-        guard isolates that GPU with its DeviceTaintRule <rule> (the node stays schedulable)."""
-        return f"{self.prefix}device-taint"
-
-    @property
-    def fault_taint(self) -> str:
-        """The key of the guard's device taint (a label name, not a node annotation)."""
-        return f"{self.prefix}fault"
-
-    @property
-    def hold(self) -> str:
-        return f"{self.prefix}hold"
-
-    @property
-    def reset_done(self) -> str:
-        return f"{self.prefix}reset-done"
-
-    @property
-    def node_label(self) -> str:
-        """Label on the guard's Jobs naming the node they run on."""
-        return f"{self.prefix}node"
 
     @property
     def cordon_keys(self) -> tuple[str, ...]:

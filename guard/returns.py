@@ -1,15 +1,6 @@
-"""The return in the run's later turns: after its cycle a watching run (guard/watch.py) takes
-each next return step as soon as its input is readable, not at the next tick.
-
-Every RETURN_POLL_S (guard.plan.return_loop) it re-reads what the returns wait for — each
-followed Node (GET) and the guard's Jobs and their finished Pods in the jobs namespace (two
-lists) — and, for the nodes whose inputs moved, one turn of the run (guard/run.py `Run.turn`):
-everything read again as the cycle reads it (`read_cluster`, `read_prom`, `build_snapshot`), the
-return check planned on that (guard.plan.units `plan_return`, only those nodes' actions), the
-Lease renewed right before the writes, the same executors. So the conformance pass creates the
-load test, the load test's pass uncordons (or lifts the fence, removes the device taint), a node
-back with a new boot gets its conformance Job, within a poll of the result. It follows until the
-watch's end; a step that cannot complete by then is the next run's, as before.
+"""The return in the watch's turns: each next return step as soon as its input is readable, not
+at the next tick (docs/lifecycle.md, "The return in the watch"). A poll re-reads only what the
+returns wait for; a node whose inputs moved gets one turn, read and planned as in the cycle.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """One run of `gpu-node-guard run` (docs/architecture.md, "One cycle"): one `Run` holds the
 settings, the clients, the templates, the log, the Lease, the executors and the outcomes; the
 cycle is its first read → plan → apply turn, each watch decision (guard/watch.py) a later one,
-and `may_isolate` is the one answer to "may this run still isolate?".
-
-A turn's writes come right after a renewal of the cycle's Lease (with a cordon among them, the
-run's cron slot goes into the Lease with it: guard/doors/lease.py); a lost Lease means no
-writes. A cordon the API refuses for its node (a site policy protects it) is followed in the
-same turn by the isolation check's next pick (guard.plan `plan_fallback`, at most
-MAX_CORDON_TRIES a cycle, one line each) while the run may still isolate; after the turn, the
-slot's record goes back to what it was when no cordon landed.
+and `may_isolate` is the one answer to "may this run still isolate?". The Lease and the slot's
+record around a turn: docs/architecture.md; a refused cordon's fallback: docs/writes.md.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned no
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.gpu_classes import ClassError, parse_classes
+from guard.gpu_classes import parse_classes
 from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
@@ -361,6 +362,7 @@ def _problems(s: Settings) -> list[tuple[str, str]]:
 
 def _conformance(s: Settings) -> list[Check]:
     """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
+    dns = s.conformance_allowed_dns
     return [
         (
             not s.conformance_control_plane_version
@@ -369,14 +371,14 @@ def _conformance(s: Settings) -> list[Check]:
             "must be empty or a version like v1.34.3+rke2r1",
         ),
         (
-            not s.conformance_allowed_dns or _is_cidr_list(s.conformance_allowed_dns),
+            not dns or not _refusal(parse_allowed_dns, dns),
             "conformance_allowed_dns",
             "must be empty or comma-separated CIDRs",
         ),
         (
-            not s.conformance_allowed_dns
-            or not _is_cidr_list(s.conformance_allowed_dns)
-            or _prefixes_ok(s.conformance_allowed_dns),
+            not dns
+            or bool(_refusal(parse_allowed_dns, dns))
+            or not _refusal(allowed_dns_prefixes, dns),
             "conformance_allowed_dns",
             "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
             "guard pushes the prefixes it covers for the CoreDNS alert",
@@ -384,20 +386,13 @@ def _conformance(s: Settings) -> list[Check]:
     ]
 
 
-def _prefixes_ok(text: str) -> bool:
+def _refusal(parse: Callable[[str], object], text: str) -> str:
+    """What `parse` says is wrong with `text` (its ValueError), "" when it takes it."""
     try:
-        allowed_dns_prefixes(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_cidr_list(text: str) -> bool:
-    try:
-        parse_allowed_dns(text)
-    except ValueError:
-        return False
-    return True
+        parse(text)
+    except ValueError as exc:
+        return str(exc) or "refused"
+    return ""
 
 
 def _within(value: float, low: float, high: float) -> bool:
@@ -720,30 +715,25 @@ def compound_key(name: str) -> str:
     return next(k for k, (f, _) in COMPOUNDS[COMPOUND_OF[name]].items() if f == name)
 
 
-# What the CronJob's own manifest gives its pod, beside its schedule and deadline: a GUARD_*
-# variable only, no flag, never in settings.env (`config check` refuses it there). The namespace
-# and the Job's name come from the pod (fieldRef), the images from `images:` (image-wiring); the
-# timing keeps the defaults tied to cronjob.yaml (tests/unit/test_cadence_and_layout.py), set
-# otherwise only by a run by hand or a test that shortens its slot.
+# What the CronJob's own manifest gives its pod: a GUARD_* variable only, no flag, never in
+# settings.env (docs/deploy.md, "Settings by lifetime").
 CRONJOB_ENV = _listed(
     "namespace job_name image loadtest_image cadence_s cycle_deadline_s watch_until_s "
     "lease_duration_s"
 )
-# Every other field is the guard's own value: no flag, no variable. The layout names are written
-# into the manifests and the generated policies; the load test's parameters are calibrated
-# together (and admitted exactly by its policy); the rest is internal (the query grid, the
-# ledger's archive size, deadlines and TTLs of the Jobs). Python (tests, the policy generator)
-# may still build a Settings with another value.
+# Every other field is the guard's own value: no flag, no variable (`fixed_settings`); Python
+# (tests, the policy generator) may still build a Settings with another value.
 RENDER_SETTINGS = _listed(
     "memory_class_xids conformance_control_plane_version conformance_allowed_dns "
     "loadtest_allreduce fence_drain onboarding_taint"
 )  # what reaches a Job's spec beside the images (`render`)
 STATUS_GROUPS = ("reading", "selectors", "large-site")  # `status`: only where it reads from
+# `report`: where it reads the cluster from and the quarantine budget (the rest decides nothing
+# there; the CronJob's ConfigMap still gives the budget a site set).
+REPORT_SETTINGS = ("kubeconfig", "api_page_size", *SITE_GROUPS["budget"])
 
 # Layout, not runtime: names the manifests, the RBAC and the admission policies pin (docs/deploy.md,
-# "Settings by lifetime"). Only the namespace can differ at run time (the pod's own,
-# GUARD_NAMESPACE): the cluster's policies and RBAC refuse the first write under another; the
-# commands warn at start.
+# "Settings by lifetime"); the commands warn at start when one differs.
 LAYOUT_SETTINGS = _listed(
     "namespace jobs_namespace job_service_account ledger_configmap annotation_prefix gpu_node_label"
 )
@@ -888,13 +878,9 @@ def fixed_settings() -> tuple[str, ...]:
 
 
 def _triggers(s: Settings) -> list[Check]:
-    try:
-        parse_classes(s.gpu_classes)
-        classes_ok, classes_why = True, ""
-    except ClassError as exc:
-        classes_ok, classes_why = False, str(exc)
+    classes_why = _refusal(parse_classes, s.gpu_classes)
     return [
-        (classes_ok, "gpu_classes", classes_why),
+        (not classes_why, "gpu_classes", classes_why),
         (
             _within(s.admission_rejected_min_pods, 0, 100000),
             "admission_rejected_min_pods",

@@ -87,7 +87,14 @@ class Rfc3339(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r}: {exc}", param, ctx)
 
 
-_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "tuple[int, ...]": IntList()}
+# A field's type (as its dataclass annotation writes it) → its click type; each converts text.
+_TYPES: dict[str, Any] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "tuple[int, ...]": IntList(),
+    "bool": click.BOOL,
+}
 
 
 Command = Callable[..., Any]
@@ -108,33 +115,20 @@ def _options(command: Command, names: tuple[str, ...]) -> Command:
             command = _compound_option(name)(command)
             continue
         (f,) = setting_fields((name,))
-        flag = "--" + f.name.replace("_", "-")
-        env = "GUARD_" + f.name.upper()
-        help_text = f.metadata["help"]
-        if f.type == "bool":
-            option = click.option(
-                f"{flag}/--no-{flag[2:]}",
-                f.name,
-                default=f.default,
-                envvar=env,
-                show_default=True,
-                help=help_text,
-            )
-        else:
-            default = f.default
-            if isinstance(default, tuple):
-                default = ",".join(str(v) for v in default)
-            empty_means_empty = str(f.type) in ("str", "tuple[int, ...]")
-            option = click.option(
-                flag,
-                f.name,
-                cls=SettingOption if empty_means_empty else click.Option,
-                type=_TYPES[str(f.type)],
-                default=default,
-                envvar=env,
-                show_default=True,
-                help=help_text,
-            )
+        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+        default = f.default
+        if isinstance(default, tuple):
+            default = ",".join(str(v) for v in default)
+        option = click.option(
+            f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
+            f.name,
+            cls=SettingOption if kind in ("str", "tuple[int, ...]") else click.Option,
+            type=None if kind == "bool" else _TYPES[kind],
+            default=default,
+            envvar="GUARD_" + f.name.upper(),
+            show_default=True,
+            help=f.metadata["help"],
+        )
         command = option(command)
     return command
 
@@ -305,12 +299,7 @@ def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dic
         if text == "" and kind not in ("str", "tuple[int, ...]"):
             continue
         try:
-            if kind == "bool":
-                out[f.name] = click.BOOL.convert(text, None, None)
-            elif kind == "tuple[int, ...]":
-                out[f.name] = IntList().convert(text, None, None)
-            else:
-                out[f.name] = _TYPES[kind](text)
+            out[f.name] = _TYPES[kind](text)
         except (ValueError, click.BadParameter):
             raise click.UsageError(f"bad setting in {where}: {key}={_shown(text)}") from None
     return out

@@ -1,22 +1,7 @@
 """The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
-at the next tick (docs/lifecycle.md, "Within one run: the cycle, then the watch", says what it
-decides and what it leaves; docs/benchmarks.md what it asks of Prometheus).
-
-It waits for the holds pending at its start (guard.plan.watch `dues`) and polls once per scrape
-(`guard.codec.queries.watch_poll`) for faults that appear while it is up. The nodes due at one
-instant are re-read together (`guard.codec.queries.hold_queries`, `mismatch_queries`; one request
-per query, so requests per scrape do not grow with the pending nodes) and planned on the cycle's
-snapshot with those facts (guard.plan.watch `decision_snapshot`). Each decision is a turn of the
-run (guard/run.py `Run.turn`); once the run may isolate no more (`may_isolate`) the watch only
-holds the cycle's Lease until its end. It ends at `Settings.watch_until_s` after its Job's
-schedule (guard.plan.watch `watch_end`), when the Lease is lost, or when a read still fails after
-its retries (the cycle's exit code stands). Its requests retry until the run's deadline
-(guard.plan.deadlines); its time is the monotonic clock's from the run's start (`RunClock`). It
-also follows the returns of the nodes the guard isolates (guard/returns.py).
-
-Lines: ``watch-start`` (what it waits for, until when), one per decision (the executor's cordon
-or skip line, or ``watch-wait`` when the re-read hold moved or ended), ``watch-end`` (what it did,
-its Prometheus and API requests).
+at the next tick; each decision is a turn of the run (guard/run.py `Run.turn`), and it follows
+the returns too (guard/returns.py). What it decides, what it leaves and its lines:
+docs/lifecycle.md, "Within one run: the cycle, then the watch"; its requests: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from guard.pci import link_record
@@ -137,7 +138,7 @@ def _fits(text: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class Finding:
     item: str
-    why: str  # the item's `observed` line, shortened; "" when the summary had to drop it
+    why: str = ""  # the item's `observed` line, shortened; "" when the summary had to drop it
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,18 +391,9 @@ def render_fence_summary(s: FenceSummary) -> str:
     '{"schema":"gpu-node-guard/fence-summary/v1","mode":"set","pci":"0000:99:00.0","uuid":"GPU-1",\
 "outcome":"fenced","compute_mode":"Prohibited","drain":"off","why":""}'
     """
-    return _compact(
-        {
-            "schema": FENCE_SCHEMA,
-            "mode": s.mode,
-            "pci": s.pci,
-            "uuid": s.uuid,
-            "outcome": s.outcome,
-            "compute_mode": s.compute_mode[:WHY_MAX_CHARS],
-            "drain": s.drain,
-            "why": short_why(s.why),
-        }
-    )
+    doc = {"schema": FENCE_SCHEMA, **asdict(s)}
+    doc.update(compute_mode=s.compute_mode[:WHY_MAX_CHARS], why=short_why(s.why))
+    return _compact(doc)
 
 
 def parse_fence_summary(text: str) -> FenceSummary:
@@ -418,9 +410,7 @@ def parse_fence_summary(text: str) -> FenceSummary:
     guard.wire.SummaryError: fence summary of mode 'set' says 'lifted'
     """
     doc = summary_doc(text, FENCE_SCHEMA, program="the fence program", name="fence summary")
-    fields = {
-        k: doc.get(k) for k in ("mode", "pci", "uuid", "outcome", "compute_mode", "drain", "why")
-    }
+    fields = {f.name: doc.get(f.name) for f in dataclass_fields(FenceSummary)}
     if not all(isinstance(v, str) for v in fields.values()):
         raise SummaryError("fence summary has a field that is not text")
     s = FenceSummary(**fields)  # type: ignore[arg-type]

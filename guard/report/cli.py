@@ -1,10 +1,5 @@
-"""``gpu-node-guard report``: repair figures from the guard's records; it reads, never writes.
-
-Reads what `status` reads (the ledger with its archives, Nodes, the guard's Events and Jobs),
-from the API server or a ``--cluster-snapshot`` file, and prints the figures of `guard.figures`:
-text, ``--output json``, and with ``--html FILE`` one self-contained page. Exit 0 with the report;
-1 when the cluster or the file cannot be read or the page cannot be written (one line); 2 for
-bad flags.
+"""``gpu-node-guard report``: repair figures (`guard.figures`) from the guard's records; it reads
+what `status` reads and never writes. Its outputs and exit codes: README.md, "The report".
 """
 
 from __future__ import annotations
@@ -22,7 +17,8 @@ from guard.figures import budget_of, figures
 from guard.read import SnapshotError, gaps_line
 from guard.report import html, render
 from guard.report.facts import from_objects
-from guard.settings_flags import Rfc3339, build_settings, settings_options
+from guard.settings import REPORT_SETTINGS
+from guard.settings_flags import Rfc3339, build_settings, option_set
 from guard.status.cli import read_objects
 from guard.xid_tables import DataFileError, bundled_classes
 
@@ -56,7 +52,7 @@ DEFAULT_WEEKS = 12
     default=None,
     help="Read Nodes, Jobs, Events and the ledger from a List file instead of the API server.",
 )
-@settings_options
+@option_set(REPORT_SETTINGS)
 def report(
     output: str,
     html_file: Path | None,

@@ -1,9 +1,6 @@
-"""``gpu-node-guard status`` (and the kubectl plugin ``kubectl gpu-guard``): it reads, never writes.
-
-Reads what a guard run reads (Nodes, the guard's Jobs, the ledger with its archives, the guard's
-Events; Prometheus when given), then plans as the run would and shows the decisions; no executor
-exists here. Exit 0 with the report; 1 when the cluster cannot be read (one line) or a given
-Prometheus failed (the report is still printed, as without Prometheus); 2 for bad flags.
+"""``gpu-node-guard status`` (and the kubectl plugin ``kubectl gpu-guard``): it reads, never writes;
+it plans as a run would and shows the decisions. What it reads, its options and exit codes:
+docs/status.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """The status report from a Snapshot: the planners' own decisions, read, never a second copy.
 
-Which nodes get a row (first case wins):
-  a guard value on the node does not read   → the unreadable check's skip  (unreadable-annotations)
-  the guard's cordon record                 → the return check's `decision()` for the node: its
-                                              first action is the state, its detail the observed
-                                              value of the condition that blocks (guard.states);
-                                              but a fence lifted behind the guard's back
-                                              (fence-lifted-foreign) first
-  a `hold`, no cordon record                → held-by-a-person (repeat-fault-hold: the guard's)
-  `cancelled` still in force (no new boot)  → cancelled-by-a-person
-  `returned` within 24 h                    → returned-in-the-last-24-h
-  a lifecycle check's decision (guard.plan.checks): its conformance Job runs, the onboarding
-  gate holds the node or failed, a Job's result is unreadable → that state
-  a fence Job no record explains (guard.plan.fence_audit) → fence-job-foreign
-Every other node is not the guard's business right now and gets no row (a boot check not
-started yet, or one waiting for a person's uncordon, neither).
-
-Candidates (GPUs with a hardware Xid and GPU loss now, nodes whose driver/NVML mismatch the
-isolation check would cordon) are listed above the table: pending ones (`guard.plan.pending`) and
-those whose fault held, with the isolation check's decision; a mismatch with its agent's detail.
-
+Which nodes get a row (first case wins) and what the candidates are: docs/status.md. A fence
+lifted behind the guard's back (fence-lifted-foreign) outranks a cordoned node's other decisions.
 Without Prometheus the return check runs a second time on a view where the node has an Xid of
 unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
 (Xid, row remap, GPU pods) were not seen, which its row says.
@@ -231,7 +213,7 @@ def _decided(snap: Snapshot, node: NodeInfo, action: Action, reason: str, s: Set
     """A row from the planner's decision about the node (the first action it plans)."""
     blocked, step = _meaning(action, s.runbook_base_url)
     c = node.cordon
-    gpu = Gpu(c.gpu.pci, c.gpu.uuid) if c is not None and c.gpu is not None else None
+    gpu = c.gpu if c is not None else None
     seen = _Seen(decision_word(action), reason, c.at if c else None, gpu, blocked, step)
     return _with_history(snap, node.name, seen, s.runbook_base_url)
 
@@ -286,7 +268,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         # a cordon without a GPU (nvml-mismatch): the incident is the boot
         return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
-        last = _last_incident(snap, node.name, cancel.uuid)
+        last = _last(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
         return _Seen(
             "cancelled",
@@ -298,11 +280,12 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         )
     back = node.returned
     if back is not None and snap.now - back.at <= RETURNED_SHOWN:
+        last = _last(snap, node.name)
         return _Seen(
             "returned",
-            _last_reason(snap, node.name),
+            last.word if last else "",
             back.at,
-            _last_incident(snap, node.name),
+            Gpu(last.pci, last.uuid) if last else None,
             None,
             f"nothing: {back.job} passed; the node serves again",
         )
@@ -330,19 +313,19 @@ def _with_history(snap: Snapshot, node: str, seen: _Seen, runbook_base: str) -> 
     )
 
 
-def _entries(snap: Snapshot, node: str) -> list[ledger.LedgerEntry]:
-    return [e for e in ledger.entries(snap.ledger) if e.node == node]
+def _last(snap: Snapshot, node: str, uuid: str = "") -> ledger.LedgerEntry | None:
+    """The node's last ledger incident (of the card `uuid` when given)."""
+    found = [
+        e
+        for e in ledger.entries(snap.ledger)
+        if e.node == node and (not uuid or e.uuid.lower() == uuid.lower())
+    ]
+    return max(found, key=lambda e: e.at, default=None)
 
 
-def _last_incident(snap: Snapshot, node: str, uuid: str = "") -> Gpu | None:
-    found = [e for e in _entries(snap, node) if not uuid or e.uuid.lower() == uuid.lower()]
-    last = max(found, key=lambda e: e.at, default=None)
+def _last_incident(snap: Snapshot, node: str) -> Gpu | None:
+    last = _last(snap, node)
     return Gpu(last.pci, last.uuid) if last else None
-
-
-def _last_reason(snap: Snapshot, node: str) -> str:
-    last = max(_entries(snap, node), key=lambda e: e.at, default=None)
-    return last.word if last else ""
 
 
 def _candidates(
@@ -358,13 +341,13 @@ def _candidates(
         Candidate(
             g.node,
             f"xid-{g.value}",
+            hold.loss_held_s(snap.prom, g.node, snap.now),
+            hold.hold_window_s(g.value, s),
+            decided.get(g.node, "unreadable"),
             g.value,
             g.gpu,
             g.pci,
             g.uuid,
-            hold.loss_held_s(snap.prom, g.node, snap.now),
-            hold.hold_window_s(g.value, s),
-            decided.get(g.node, "unreadable"),
         )
         for g in xids
     ]
@@ -374,14 +357,10 @@ def _candidates(
             Candidate(
                 n,
                 mismatch.NVML_MISMATCH,
-                None,
-                None,
-                None,
-                None,
                 hold.nvml_held_s(snap.prom, n, snap.now),
                 s.nvml_hold_s,
                 decided.get(n, "unreadable"),
-                mismatch.seen(snap, n),
+                detail=mismatch.seen(snap, n),
             )
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
@@ -390,14 +369,10 @@ def _candidates(
         Candidate(
             h.node,
             h.reason,
-            None,
-            None,
-            None,
-            None,
             h.held_s,
             h.needs_s,
             decided.get(h.node, "unreadable"),
-            h.detail,
+            detail=h.detail,
         )
         for h in triggers.hits(snap, s)
         if h.held and h.node not in xid_nodes
@@ -409,10 +384,10 @@ def _waiting(p: Waiting) -> Candidate:
     at = ledger.format_time(p.decides_at)
     if isinstance(p, PendingNode):
         return Candidate(
-            p.node, p.reason, None, None, None, None, p.held_s, p.needs_s, "pending", p.detail, at
+            p.node, p.reason, p.held_s, p.needs_s, "pending", detail=p.detail, decides_at=at
         )
     return Candidate(
-        p.node, p.reason, p.xid, p.gpu, p.pci, p.uuid, p.held_s, p.needs_s, "pending", decides_at=at
+        p.node, p.reason, p.held_s, p.needs_s, "pending", p.xid, p.gpu, p.pci, p.uuid, decides_at=at
     )
 
 

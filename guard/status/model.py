@@ -27,12 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from guard.ledger import format_time
+from guard.model import GpuRef
 
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    pci: str
-    uuid: str
+Gpu = GpuRef  # a row's GPU (pci, uuid): the cordon record's own value
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +82,13 @@ class Candidate:
 
     node: str
     reason: str  # xid-48, nvml-mismatch
-    xid: int | None
-    gpu: str | None
-    pci: str | None
-    uuid: str | None
     held_s: int
     needs_s: int
     decision: str  # "pending", or the isolation check's word for the node
+    xid: int | None = None
+    gpu: str | None = None
+    pci: str | None = None
+    uuid: str | None = None
     detail: str | None = None
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 

@@ -366,9 +366,10 @@ def test_a_fixed_value_in_the_environment_is_named_and_ignored():
 
 
 def test_each_command_takes_the_settings_it_uses():
-    """`run` every site setting; `render` what reaches a Job; `status` where it reads from."""
+    """`run` every site setting; `render` what reaches a Job; `status` where it reads from;
+    `report` where it reads from and the budget."""
     counts = {}
-    for command in ("run", "render", "status"):
+    for command in ("run", "render", "status", "report"):
         out = CliRunner().invoke(cli, [command, "--help"]).output
         counts[command] = sum(1 for line in out.splitlines() if line.startswith("  --"))
     # run: 50 when the settings were grouped by lifetime; the node triggers (gpu_classes,
@@ -376,6 +377,7 @@ def test_each_command_takes_the_settings_it_uses():
     # topology_label are site settings since.
     # A ratchet: a new option replaces one.
     assert counts["run"] <= 50 and counts["render"] <= 25 and counts["status"] <= 25, counts
+    assert counts["report"] <= 9, counts  # six of its own, kubeconfig, api-page-size, budget
 
 
 def test_a_separate_variable_of_a_compound_setting_is_named_and_ignored():

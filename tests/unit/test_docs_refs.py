@@ -17,7 +17,7 @@ import pytest
 from guard.apply.events import ACTIONS
 from guard.cli import cli, command_paths
 from guard.doors.lease import slot_key
-from guard.names import REPORTING_CONTROLLER, Annotations
+from guard.names import REPORTING_CONTROLLER, AnnotationKey, Annotations
 from guard.settings import CRONJOB_ENV, SITE_SETTINGS, Settings
 from tests.unit.test_runbook import github_slug
 
@@ -214,7 +214,7 @@ def test_every_annotation_key_is_the_guards(doc: str) -> None:
     keys = {
         getattr(names, n)
         for n in dir(Annotations)
-        if isinstance(getattr(Annotations, n, None), property)
+        if isinstance(getattr(Annotations, n, None), property | AnnotationKey)
         and isinstance(getattr(names, n), str)
     }
     keys |= {Settings().onboarding_taint.partition("=")[0], REPORTING_CONTROLLER, slot_key(prefix)}

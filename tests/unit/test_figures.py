@@ -9,6 +9,7 @@ records would (its header says where each time comes from). The write-up compute
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,12 +17,12 @@ import pytest
 
 from guard.figures import (
     UNRECORDED,
-    Budget,
     Facts,
     Figures,
     Mark,
     MarkKind,
     Unit,
+    budget_of,
     figures,
     recurrences,
     week_of,
@@ -127,7 +128,7 @@ def test_the_38_day_cordon_is_past_its_budget(writeup: Figures) -> None:
         bundled_classes(),
         SINCE,
         UNTIL,
-        Budget(reset=timedelta(days=40)),
+        replace(budget_of(Settings()), reset=timedelta(days=40)),
     )
     assert generous.over_budget == ()
 

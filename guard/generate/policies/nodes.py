@@ -47,7 +47,7 @@ from typing import Any
 from guard.generate.policies import params
 from guard.generate.policies.cel import Validation, lit, quote, regex
 from guard.generate.policies.common import PREFIX, guard_user, policy, rule
-from guard.names import GPU_RESOURCE, Annotations
+from guard.names import GPU_RESOURCE, AnnotationKey, Annotations
 from guard.settings import Settings
 
 # Annotations properties that are not guard-written node keys.
@@ -75,7 +75,7 @@ FAILED_FORM = rf"^{_TIME} {_JOB} {_ITEMS}$"
 def guard_keys(keys: Annotations) -> list[str]:
     """Every node annotation key the guard itself writes: each str property of Annotations
     except the person-only ones (hold is added, never changed: a rule of its own)."""
-    names = [n for n, v in vars(Annotations).items() if isinstance(v, property)]
+    names = [n for n, v in vars(Annotations).items() if isinstance(v, property | AnnotationKey)]
     values = [getattr(keys, n) for n in sorted(names) if n not in _NOT_GUARD_KEYS]
     return sorted(v for v in values if isinstance(v, str))
 
