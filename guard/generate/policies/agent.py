@@ -29,7 +29,7 @@ from typing import Any
 from guard.agent.cli import DEFAULT_PORT
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import lit, quote, regex, shown
-from guard.generate.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, rule
+from guard.generate.policies.common import COMPONENT_OF, PREFIX, policy, rule, scoped
 from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
 from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.generate.policies.shape import (
@@ -390,11 +390,7 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
 def policies(s: Settings) -> list[dict[str, Any]]:
     """The DaemonSet policy and the Pod policy of the agent."""
     is_agent = [("is-agent", f"{COMPONENT_OF} == {quote(COMPONENT)}")]
-    scope = {
-        "namespaceSelector": in_namespace(s.jobs_namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
-    }
+    scope = scoped(s.jobs_namespace)
     daemonsets = {"resourceRules": [rule("apps", ["daemonsets"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     return [

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.generate.policies.cel import Validation, quote, regex
-from guard.generate.policies.common import PREFIX, guard_user, in_namespace, policy
+from guard.generate.policies.common import PREFIX, guard_user, match, policy, rule
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -45,16 +45,6 @@ from guard.names import (
 from guard.settings import Settings
 
 _XID_VALUE = r"^xid-[1-9][0-9]{0,3}$"
-
-
-def _rule(resources: list[str]) -> dict[str, Any]:
-    return {
-        "apiGroups": ["resource.k8s.io"],
-        "apiVersions": ["v1"],
-        "resources": resources,
-        "operations": ["CREATE", "UPDATE", "DELETE"],
-        "scope": "*",
-    }
 
 
 def _mine(obj: str) -> str:
@@ -172,45 +162,36 @@ def _others_checks() -> list[Validation]:
     ]
 
 
+def _constraints(resource: str, namespace: str = "") -> dict[str, Any]:
+    return match([rule("resource.k8s.io", [resource], ["CREATE", "UPDATE", "DELETE"])], namespace)
+
+
 def policies(s: Settings) -> list[dict[str, Any]]:
     keys = Annotations(s.annotation_prefix)
-    guard = [("is-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
-    rules = policy(
-        f"{PREFIX}-device-taints",
-        # Both selectors written as the API stores them: server-side apply after client-side
-        # finds nothing to take over (tests/apiserver/test_appliers.py).
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": {},
-            "objectSelector": {},
-            "resourceRules": [_rule(["devicetaintrules"])],
-        },
-        [("who", "'DeviceTaintRule ' + request.name")],
-        [*_lifecycle("DeviceTaintRules"), *_rule_checks(keys)],
-        guard,
-    )
-    claims = policy(
-        f"{PREFIX}-device-claims",
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": in_namespace(s.jobs_namespace),
-            "objectSelector": {},
-            "resourceRules": [_rule(["resourceclaims"])],
-        },
-        [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
-        [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
-        guard,
-    )
-    others = policy(
-        f"{PREFIX}-device-claims-others",
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": in_namespace(s.jobs_namespace),
-            "objectSelector": {},
-            "resourceRules": [_rule(["resourceclaims"])],
-        },
-        [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
-        _others_checks(),
-        [("not-guard", f"request.userInfo.username != {quote(guard_user(s))}")],
-    )
-    return [*rules, *claims, *others]
+    user = quote(guard_user(s))
+    is_guard = [("is-guard", f"request.userInfo.username == {user}")]
+    claims = _constraints("resourceclaims", s.jobs_namespace)
+    claim_who = [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")]
+    return [
+        *policy(
+            f"{PREFIX}-device-taints",
+            _constraints("devicetaintrules"),
+            [("who", "'DeviceTaintRule ' + request.name")],
+            [*_lifecycle("DeviceTaintRules"), *_rule_checks(keys)],
+            is_guard,
+        ),
+        *policy(
+            f"{PREFIX}-device-claims",
+            claims,
+            claim_who,
+            [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
+            is_guard,
+        ),
+        *policy(
+            f"{PREFIX}-device-claims-others",
+            claims,
+            claim_who,
+            _others_checks(),
+            [("not-guard", f"request.userInfo.username != {user}")],
+        ),
+    ]

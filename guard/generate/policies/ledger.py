@@ -13,7 +13,7 @@ from typing import Any
 
 from guard.generate.policies import params
 from guard.generate.policies.cel import Validation, quote, regex
-from guard.generate.policies.common import PREFIX, in_namespace, policy, rule
+from guard.generate.policies.common import PREFIX, policy, rule, scoped
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -72,9 +72,7 @@ def is_ledger(s: Settings) -> str:
 
 def ledger_policy(s: Settings) -> list[dict[str, Any]]:
     constraints = {
-        "namespaceSelector": in_namespace(s.namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
+        **scoped(s.namespace),
         "resourceRules": [rule("", ["configmaps"], ["CREATE", "UPDATE"])],
     }
     data = "object.?data.orValue({})"

@@ -46,14 +46,15 @@ from typing import Any
 
 from guard.generate.policies import params
 from guard.generate.policies.cel import Validation, lit, quote, regex
-from guard.generate.policies.common import PREFIX, guard_user, policy, rule
+from guard.generate.policies.common import PREFIX, match, policy, rule, sent_by_guard
+from guard.generate.policies.shape import changed_keys
 from guard.names import GPU_RESOURCE, Annotations
 from guard.settings import Settings
 
 # Annotations properties that are not guard-written node keys.
 _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
-_NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
-_SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+_NODE_MATCH = match([rule("", ["nodes"], ["UPDATE"])])
+_SYSTEM_META = ("annotations", "managedFields", "resourceVersion", "generation")
 _NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
 # Exactly one taint gone, every other as it was: all node scope allows, and all the onboarding
 # gate's policy looks at (so one policy answers each request).
@@ -82,12 +83,6 @@ def guard_keys(keys: Annotations) -> list[str]:
 
 def hold_policy(s: Settings) -> list[dict[str, Any]]:
     key = Annotations(s.annotation_prefix).hold
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
     uncordon = (
         "oldObject.spec.?unschedulable.orValue(false) && !object.spec.?unschedulable.orValue(false)"
     )
@@ -105,18 +100,12 @@ def hold_policy(s: Settings) -> list[dict[str, Any]]:
         f"'\"' + variables.hold.value() + '\"). Remove the annotation first (kubectl annotate "
         f"node ' + object.metadata.name + ' {key}-), then uncordon.'",
     )
-    return policy(f"{PREFIX}-hold", constraints, variables, [check], [("is-uncordon", uncordon)])
+    return policy(f"{PREFIX}-hold", _NODE_MATCH, variables, [check], [("is-uncordon", uncordon)])
 
 
 def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     keys = Annotations(s.annotation_prefix)
     mine, cordon_keys = guard_keys(keys), list(keys.cordon_keys)
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
     old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
     variables = [
         ("who", "'node ' + object.metadata.name"),
@@ -136,19 +125,15 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     ]
     return policy(
         f"{PREFIX}-node-scope",
-        constraints,
+        _NODE_MATCH,
         variables,
         [
             *_unchanged(),
             *_annotation_rules(keys, mine, cordon_keys),
             *_lifecycle_rules(keys),
         ],
-        [_sent_by_the_guard(s)],
+        [sent_by_guard(s)],
     )
-
-
-def _sent_by_the_guard(s: Settings) -> tuple[str, str]:
-    return ("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")
 
 
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
@@ -157,12 +142,6 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 
     Passes when the settings ConfigMap is missing (params.site_param_ref): node scope then
     still allows only one taint removed and nothing else."""
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
     is_gate = (
         "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
         "t.effect == variables.gateEffect"
@@ -173,22 +152,12 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
     )
     return policy(
         f"{PREFIX}-onboarding-gate",
-        constraints,
+        _NODE_MATCH,
         [("who", "'node ' + object.metadata.name"), *params.gate(s)],
         [check],
-        [_sent_by_the_guard(s), ("removes-one-taint", _ONE_TAINT_REMOVED)],
+        [sent_by_guard(s), ("removes-one-taint", _ONE_TAINT_REMOVED)],
         params.site_param_ref(s),
     )
-
-
-def _same(part: str, skip: list[str]) -> tuple[str, str]:
-    """CEL: every key of object.<part> but `skip` is as in oldObject; and the changed keys."""
-    new, old, skipped = f"object.{part}", f"oldObject.{part}", lit(skip)
-    changed = (
-        f"({new}.filter(k, !(k in {skipped}) && (!(k in {old}) || {old}[k] != {new}[k])) + "
-        f"{old}.filter(k, !(k in {skipped}) && !(k in {new})))"
-    )
-    return f"size({changed}) == 0", f"{changed}.join(', ')"
 
 
 def _unchanged() -> list[Validation]:
@@ -198,28 +167,25 @@ def _unchanged() -> list[Validation]:
     be REMOVED, every other staying exactly as it was; which one (the site's onboarding_taint)
     is gate_policy's check, the only Node rule that needs the settings.
     """
-    meta, meta_changed = _same("metadata", _SYSTEM_META)
-    spec, spec_changed = _same("spec", ["unschedulable", "taints"])
-    out = [
+    meta = changed_keys("metadata", _SYSTEM_META)
+    spec = changed_keys("spec", ("unschedulable", "taints"))
+    return [
         Validation(
-            meta,
+            f"size({meta}) == 0",
             "the guard changes no node metadata but its annotations (changed: ",
-            f"{meta_changed} + ')'",
+            f"{meta}.join(', ') + ')'",
         ),
         Validation(
-            spec,
+            f"size({spec}) == 0",
             "the guard changes nothing in a node's spec but unschedulable (changed: ",
-            f"{spec_changed} + ')'",
+            f"{spec}.join(', ') + ')'",
         ),
-    ]
-    out.append(
         Validation(
             f"{_NEW_TAINTS} == {_OLD_TAINTS} || {_ONE_TAINT_REMOVED}",
             "the guard changes no taint but removing the onboarding gate: one taint removed, "
             "every other as it was",
-        )
-    )
-    return out
+        ),
+    ]
 
 
 def _lifecycle_rules(keys: Annotations) -> list[Validation]:

@@ -34,9 +34,11 @@ from guard.generate.policies.common import (
     COMPONENT_OF,
     PREFIX,
     guard_user,
-    in_namespace,
+    match,
     policy,
     rule,
+    scoped,
+    sent_by_guard,
 )
 from guard.generate.policies.kinds import (
     KINDS,
@@ -125,11 +127,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         f"the owning Job must be a guard {kind.name} Job ({kind.job_prefix}…), got ",
         "variables.jobName",
     )
-    scope = {
-        "namespaceSelector": in_namespace(s.jobs_namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
-    }
+    scope = scoped(s.jobs_namespace)
     jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     ref = params.param_ref(s)
@@ -173,9 +171,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
     constraints = {
-        "namespaceSelector": in_namespace(ns),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
+        **scoped(ns),
         "resourceRules": [
             rule("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]),
             rule(
@@ -232,17 +228,9 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
     """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
     one Lease."""
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": [
-            rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
-            rule("", ["configmaps"], ["CREATE", "UPDATE"]),
-            rule("events.k8s.io", ["events"], ["CREATE", "UPDATE"]),
-            rule("coordination.k8s.io", ["leases"], ["CREATE", "UPDATE"]),
-        ],
-    }
+    written = {"batch": "jobs", "": "configmaps", "events.k8s.io": "events"}
+    written["coordination.k8s.io"] = "leases"
+    constraints = match([rule(g, [r], ["CREATE", "UPDATE"]) for g, r in written.items()])
     variables = [
         ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
         ("name", "object.metadata.?name.orValue('')"),
@@ -323,5 +311,4 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             + ", ".join(POD_EVENT_REASONS),
         ),
     ]
-    sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
-    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, sent_by_guard)
+    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, [sent_by_guard(s)])
