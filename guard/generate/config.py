@@ -1,22 +1,7 @@
 """``gpu-node-guard config check DIR`` (also ``python -m guard.generate.config check DIR``): render
-a site's overlay with kustomize and prove that every consumer of its settings sees the same values.
-
-The overlay's settings.env is the one source (docs/deploy.md, "One source"). The rendered
-manifests are coherent when:
-  - the settings ConfigMap is there under its fixed name, holds only the guard's settings, and
-    they parse as the guard parses them (Settings refuses what a run would refuse);
-  - the CronJob reads it whole (envFrom) and its own env entries (the images, the namespace)
-    agree with it: the CronJob's effective settings are the ConfigMap's;
-  - every admission policy is the generated one for the site's layout (no hand edit, no stale
-    copy) and each that reads params is bound to that ConfigMap (paramRef: Deny when missing,
-    Allow where the policy's match reaches objects that are not the guard's);
-    every value a policy reads from it (its key, or the default written in the policy) is the
-    value the CronJob runs with; the agent's and the CronJob's images are the ones admitted;
-  - the alert rules, when the overlay has them, compare with the site's breaker limit (the
-    recorded series), carry the site's text wherever the alerts component copies a setting in
-    (user-code Xids, service-network pods), and no other setting that differs from the site's
-    (the rest the guard pushes: docs/alerts.md, "The site's values").
-Each problem is one line; exit 1 when there is one, 2 when the overlay does not render.
+a site's overlay with kustomize and prove that every consumer of its settings sees the same values
+(docs/deploy.md, "One source" and "The check"). Each problem is one line; exit 1 when there is
+one, 2 when the overlay does not render.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The node agent's exact shape: its DaemonSet, and the Pods the DaemonSet controller makes of it.
 
 The agent (manifests/agent/daemonset.yaml, docs/agent.md) runs in the jobs namespace because it
-mounts host paths; Pod Security there is `privileged`, so these two policies are its real control.
-
-Case list (a DaemonSet or Pod labelled app.kubernetes.io/component=agent in the jobs namespace):
-  the shipped DaemonSet, or with the site flags of docs/agent.md (--interval-s, --platform,
-  --kube-proxy-mode, --allowed-dns, --resolv-conf), update strategy or revision history,
-  with or without components/agent-gpu-operator-driver's one extra host path
-                                → admitted
-  any other host path, a writable or re-propagated one, another image, argv, env, port,
-  capability, privilege, user, host namespace, token, volume, placement, probe than
-  GET /healthz on the metrics port, sidecar or init container
-                                → refused (`gpu-node-guard-agent-daemonset`, `-agent-pod`)
-  a Pod of it sent by anyone but the DaemonSet controller
-                                → refused (the namespace gate)
-  a Pod not as the DaemonSet controller makes it (owner, labels, the one-node affinity, its
-  tolerations), or a Pod annotation at creation other than `kubectl rollout restart`'s
-                                → refused (`gpu-node-guard-agent-pod`)
-The DaemonSet object's own labels (beyond the two that name it) and annotations never reach a
-Pod, so they stay free: kubectl, ArgoCD tracking and the API server's
-`deprecated.daemonset.template.generation` write there.
+mounts host paths; Pod Security there is `privileged`, so these two policies are its real control
+(docs/security.md, "The node agent's shape").
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The guard's DRA writes: its DeviceTaintRules and its device load tests' ResourceClaims.
 
-RBAC lets the guard create and delete DeviceTaintRules (cluster-wide) and ResourceClaims (in the
-jobs namespace); these policies narrow that to its own objects, whoever's token it is.
-
-DeviceTaintRules, for the guard's ServiceAccount (case list):
-  create  → only with the guard's label (app.kubernetes.io/name, component device-taint), a
-            selector of exactly one device (driver gpu.nvidia.com, a pool and a device, nothing
-            else), the taint <prefix>fault=xid-<n> with effect NoSchedule (never NoExecute: the
-            guard does not evict)
-  update  → refused (the guard creates and deletes its rules, never changes one)
-  delete  → only a rule carrying the guard's label (a person's rule is never the guard's)
-ResourceClaims in the jobs namespace, for the guard's ServiceAccount:
-  create  → only with the guard's label, one request of one device of class gpu.nvidia.com,
-            selected by one CEL selector naming exactly one GPU (driver and UUID, as
-            jobs/device-claim.yaml.j2 writes it), tolerating exactly the guard's taint
-            (NoSchedule) and nothing else
-  update  → refused; delete → only a claim carrying the guard's label
-ResourceClaims in the jobs namespace, for everyone else (`-device-claims-others`): a claim
-there is a device load test's, and only the guard makes one (else a claim of the guard's name
-could hand its load test another GPU; the guard also checks the claim's uid, docs/security.md):
-  create  → refused
-  update  → only what the scheduler and the resourceclaim controller change (finalizers, owner
-            references; status is its own subresource): labels and annotations stay
-  delete  → refused for a claim carrying the guard's label, unless the namespace is being
-            deleted (a person's claim, made while this policy was absent, may be deleted)
-On DELETE `object` is null and `oldObject` the claim as stored.
+RBAC lets the guard create and delete both; these policies narrow that to its own objects, and
+`-device-claims-others` keeps everyone else from making, deleting or relabelling a claim in the
+jobs namespace (docs/security.md, claim swap). On DELETE `object` is null and `oldObject` the
+object as stored.
 """
 
 from __future__ import annotations

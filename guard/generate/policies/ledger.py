@@ -1,11 +1,5 @@
-"""The fault ledger and its archives: text keyed by node name, whoever writes them.
-
-Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's namespace):
-  binaryData                      → refused (the ledger is text; nothing executable to mount)
-  a data key that is not a node name → refused
-  an archive over ledger_archive_bytes + 64 KiB → refused (what the guard moves is less)
-  immutable: true                 → refused (an immutable ledger could never be appended to)
-"""
+"""The fault ledger and its archives (ConfigMaps named <ledger> or <ledger>-archive-<n> in the
+guard's namespace): text keyed by node name, whoever writes them (docs/security.md)."""
 
 from __future__ import annotations
 

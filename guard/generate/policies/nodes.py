@@ -1,43 +1,7 @@
-"""Node policies, generated from guard.names.Annotations.
-
-`hold` (everyone): an uncordon of a node that carries the hold annotation is refused, whoever
-sends it; removing the hold is the deliberate first step, the uncordon the second.
-
-Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
-  labels, finalizers, ownerReferences or any other metadata   → refused
-  any spec field but unschedulable and taints                 → refused
-  taints                               → unchanged, or exactly one taint removed and every
-                                         other as it was; and (onboarding-gate policy, the
-                                         site's settings) that taint is the onboarding gate's
-                                         (`onboarding_taint`: key, value and effect)
-  annotations of others (outside the prefix)                  → refused
-  person-only keys under the prefix (reset-done, unknown ones) → refused
-  hold present before                                         → must stay exactly as it was
-  cordon (unschedulable false → true)  → only on a node with a GPU resource, not carrying the
-                                         guard's reason before and carrying it after
-  uncordon (true → false)              → only where the old node carries the guard's reason and
-                                         no hold
-  the guard's cordon keys (reason, at, boot-id, …) added or changed
-                                       → only in the cordon itself
-  the guard's cordon keys removed      → only when the node is schedulable afterwards
-  checked-boot set or changed          → only on a node with a GPU resource that is
-                                         schedulable afterwards and carries no guard reason
-                                         (never removed by the guard)
-  auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
-                                         before and after); removed only when schedulable
-  loadtest-result, conformance-result   → only `failed job/<name> at <time>`
-  conformance-failed, onboarding-failed → only `<time> job/<name> <item>[,<item>…]`
-  other guard keys (cancelled, returned, the Job records, …) → free
-  any value the guard writes (every key above, hold included)
-                                       → printable ASCII, one line, at most 1,024 bytes
-  hold added                           → only on a node with a GPU resource
-
-Node scope reads no settings: a policy with params is resolved before its match conditions, so
-one that matched every Node UPDATE would refuse the whole cluster's Node updates (kubelets, the
-node lifecycle controller, a person's cordon) whenever the settings ConfigMap is missing or
-renamed. The one site value a Node rule needs, the onboarding gate, is checked by a policy of its
-own that passes when the settings are missing (params.site_param_ref); what holds then is node
-scope's "one taint removed, nothing else changed".
+"""Node policies, generated from guard.names.Annotations: `hold` (everyone: no uncordon while
+the hold annotation is set), node scope (the guard's ServiceAccount: what it may change on a
+Node) and the onboarding gate. docs/security.md lists what each refuses ("The guard's token
+cannot", the policy table) and why node scope reads no settings ("Without the settings").
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The site's values in the guard Jobs: where the settings fix a word of the argv (ratios,
-durations, sizes, Xid lists, the conformance version and DNS list) or a field of the Job (its
-deadline, its TTL), the policy admits exactly that value, read from the params
-(guard/generate/policies/params.py), not any value of the word's pattern.
-
-Case list (a guard Job or Pod being created; an update keeps what was admitted):
-  --duration-s        → loadtest_duration_s, or onboarding_burnin_s (the onboarding burn-in)
-  --size              → loadtest_matrix_size
-  --min-ratio         → loadtest_min_ratio (as a number: 0.80 is 0.8)
-  --[no-]allreduce    → loadtest_allreduce
-  --allreduce-min-ratio, --allreduce-timeout-s → loadtest_allreduce_min_ratio, _timeout_s
-  --memory-class-xids → memory_class_xids (the list, in order)
-  --control-plane-version, --allowed-dns → present exactly when the setting is set, and equal
-  --drain (fence)     → only when fence_drain is true
-  activeDeadlineSeconds → evidence_deadline_s (evidence, conformance, fence), loadtest_deadline_s
-  ttlSecondsAfterFinished → job_ttl_s (conformance: or boot_check_job_ttl_s)
-The word's own pattern (guard/generate/policies/argv.py) still applies: a value outside it is
-refused by the layout rule, so these rules never convert a malformed word.
+"""The site's values in the guard Jobs: where the settings fix a word of the argv or a field of
+the Job, the policy admits exactly that value, read from the params (params.py), on CREATE (an
+update keeps what was admitted). docs/security.md ("The site's values") lists them. The word's
+own pattern (argv.py) still applies, so these rules never convert a malformed word.
 """
 
 from __future__ import annotations

@@ -1,27 +1,5 @@
 """Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
-Pods, a gate in front of them, and the guard's own scope.
-
-Case list (every request in the jobs namespace, whoever sends it):
-  CronJob, Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController, PodTemplate
-                                          → refused (the gate): only the guard's kinds run here
-  exec, attach, port-forward, proxy into a pod → refused (the gate): no way into a privileged pod
-  ephemeral containers                    → refused (the gate)
-  a Job or Pod without a known component  → refused (the gate)
-  a DaemonSet that is not the node agent  → refused (the gate)
-  a Pod not created by its kind's controller (the Job controller; the DaemonSet controller
-  for the agent)                          → refused (the gate): no bare Pods
-  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml), its
-                                            name made for its node, and on UPDATE its spec and
-                                            metadata as admitted (a Pod: but annotations,
-                                            finalizers; owners removed only by the GC)
-  the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
-The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
-ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
-archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
-gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name);
-Events regarding a Node only in NODE_EVENT_NAMESPACE, or regarding a Pod of the Event's own
-namespace (a Warning of guard.plan.workload's reasons, created only), reported as
-REPORTING_CONTROLLER.
+Pods, a gate in front of them, and the guard's own scope (docs/security.md, the policy table).
 """
 
 from __future__ import annotations
