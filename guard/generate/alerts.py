@@ -628,16 +628,6 @@ SETTINGS_HEADER = (
 )
 
 
-def ksm_flags(s: Settings) -> tuple[str, str]:
-    """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
-    names = Annotations(s.annotation_prefix)
-    return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
-        f"{names.device_taint},{names.conformance_failed},{names.onboarding_failed}]",
-        f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
-    )
-
-
 @click.group()
 @click.option("--root", default=".", show_default=True, help="Checkout holding manifests/")
 @click.pass_context

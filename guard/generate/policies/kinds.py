@@ -323,17 +323,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     return Obj(fields, refused)
 
 
-def job_tolerations(s: Settings) -> list[dict[str, str]]:
-    """The template's tolerations: the cordon's, and the onboarding gate's taint when there is
-    a gate (jobs/_macros.j2; the gate's Jobs run before the node is admitted)."""
-    gate = s.onboarding_gate
-    if gate is None:
-        return [UNSCHEDULABLE]
-    key, value, effect = gate
-    own = {"key": key, "operator": "Equal", "value": value, "effect": effect}
-    return [UNSCHEDULABLE, own if value else {"key": key, "operator": "Exists", "effect": effect}]
-
-
 _TOLERATIONS = (
     f"the cordon's {lit(UNSCHEDULABLE)} and, with an onboarding gate, its taint's "
     "(the site's onboarding_taint)"
@@ -341,8 +330,8 @@ _TOLERATIONS = (
 
 
 def tolerations(s: Settings) -> list[tuple[str, str]]:
-    """The policy variable `tolerations`: job_tolerations of the site's onboarding_taint, read
-    from the params (guard/generate/policies/params.py)."""
+    """The policy variable `tolerations`: the template's (jobs/_macros.j2), the cordon's and the
+    onboarding gate's taint when there is a gate, read from the params (params.py)."""
     own = (
         "variables.gateValue == '' ? {'key': variables.gateKey, 'operator': 'Exists', "
         "'effect': variables.gateEffect} : {'key': variables.gateKey, 'operator': 'Equal', "

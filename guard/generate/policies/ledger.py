@@ -43,12 +43,8 @@ def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
     )
 
 
-def archive_max_bytes(s: Settings) -> int:
-    """An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
-    (guard.doors.ledger_store.append): at most that much and the line being appended."""
-    return s.ledger_archive_bytes + ARCHIVE_SLACK_BYTES
-
-
+# An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
+# (guard.doors.ledger_store.append): at most that much and the line being appended.
 ARCHIVE_SLACK_BYTES = 64 * 1024
 _ARCHIVE_WHY = (
     f" bytes (the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES}: what the guard moves out"
@@ -108,7 +104,6 @@ def _archive_size_policy(s: Settings, constraints: dict[str, Any]) -> list[dict[
     )
     variables = [
         _WHO,
-        # archive_max_bytes of the site's settings (guard/generate/policies/params.py)
         ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
     ]
     return policy(
