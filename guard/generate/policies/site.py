@@ -91,50 +91,46 @@ def _ttls(kind: str) -> tuple[str, ...]:
     return ("job_ttl_s", "boot_check_job_ttl_s") if kind == "conformance" else ("job_ttl_s",)
 
 
+_LOADTEST_WORDS = (
+    Word(
+        "--duration-s",
+        argv.SECONDS,
+        "int({w}) in variables.durations",
+        ("loadtest_duration_s", "onboarding_burnin_s"),
+    ),
+    Word("--size", argv.SIZE, "int({w}) == variables.size", ("loadtest_matrix_size",)),
+    Word("--min-ratio", argv.RATIO, "double({w}) == variables.minRatio", ("loadtest_min_ratio",)),
+    Word(
+        "--allreduce-min-ratio",
+        argv.RATIO,
+        "double({w}) == variables.allreduceMinRatio",
+        ("loadtest_allreduce_min_ratio",),
+    ),
+    Word(
+        "--allreduce-timeout-s",
+        argv.SECONDS,
+        "int({w}) == variables.allreduceTimeout",
+        ("loadtest_allreduce_timeout_s",),
+    ),
+    Word(
+        "--memory-class-xids",
+        argv.XID_LIST,
+        "{w}.split(',').map(x, int(x)) == variables.memoryXids",
+        ("memory_class_xids",),
+    ),
+)
+
+
 def argv_checks(kind: str) -> list[Validation]:
     """The argv words of `kind` that the site's settings fix (Job and Pod alike)."""
     if kind == "loadtest":
-        return [
-            Word(
-                "--duration-s",
-                argv.SECONDS,
-                "int({w}) in variables.durations",
-                ("loadtest_duration_s", "onboarding_burnin_s"),
-            ).validation(),
-            Word(
-                "--size", argv.SIZE, "int({w}) == variables.size", ("loadtest_matrix_size",)
-            ).validation(),
-            Word(
-                "--min-ratio",
-                argv.RATIO,
-                "double({w}) == variables.minRatio",
-                ("loadtest_min_ratio",),
-            ).validation(),
-            Validation(
-                f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : "
-                "'--allreduce')))",
-                "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
-                "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
-            ).guarded(CREATE),
-            Word(
-                "--allreduce-min-ratio",
-                argv.RATIO,
-                "double({w}) == variables.allreduceMinRatio",
-                ("loadtest_allreduce_min_ratio",),
-            ).validation(),
-            Word(
-                "--allreduce-timeout-s",
-                argv.SECONDS,
-                "int({w}) == variables.allreduceTimeout",
-                ("loadtest_allreduce_timeout_s",),
-            ).validation(),
-            Word(
-                "--memory-class-xids",
-                argv.XID_LIST,
-                "{w}.split(',').map(x, int(x)) == variables.memoryXids",
-                ("memory_class_xids",),
-            ).validation(),
-        ]
+        words = [w.validation() for w in _LOADTEST_WORDS]
+        allreduce = Validation(
+            f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : '--allreduce')))",
+            "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
+            "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
+        ).guarded(CREATE)
+        return [*words[:3], allreduce, *words[3:]]
     if kind == "fence":
         return [
             Validation(
