@@ -206,14 +206,11 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
     )
 
 
-# The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
-# the alerts component copies from the settings ConfigMap (alert_queries.SUBSTITUTED, the whole
-# expression).
+# The site's GUARD_BREAKER_MAX_NODES as a recorded series: the bare number (SUBSTITUTED).
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
 def breaker_setting(t: SiteText) -> str:
-    """The recording rule's expression: the number itself (a site's overlay replaces it)."""
     return t["breaker_max_nodes"]
 
 
@@ -469,10 +466,9 @@ def alert_row_remap_failed() -> str:
     return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
 
 
-# The settings the alerts component copies from the settings ConfigMap into the rules, each into
-# a double-quoted string of an expression or a whole expression (a number:
-# manifests/components/alerts/settings.yaml, generated with the rules): the text of each as
-# settings.env writes it. The one path of a site setting into the alerts.
+# The settings the alerts component copies from the settings ConfigMap into the rules
+# (manifests/components/alerts/settings.yaml): into a double-quoted string of an expression, or
+# the whole expression. The one path of a site setting into the alerts.
 SUBSTITUTED = (
     "user_code_xids",
     "breaker_max_nodes",

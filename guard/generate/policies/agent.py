@@ -39,13 +39,7 @@ NAME = "gpu-node-guard-agent"  # the DaemonSet and its ServiceAccount
 CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller", JOB_CONTROLLERS[1])
 LABELS = {APP_LABEL: APP_NAME, COMPONENT_LABEL: COMPONENT}
 ROOT = "/host"
-# (volume, host path, type), each read-only (docs/agent.md, "Host paths"). Paths every supported
-# distribution has are Directory/File: a host without one is not a host the agent can judge, and
-# the pod fails instead of the runtime creating the path. /usr holds the NVML library wherever a
-# distribution puts it (Debian's /usr/lib/x86_64-linux-gnu, RHEL's /usr/lib64). Only
-# systemd-resolved hosts have /run/systemd/resolve: no type, so a host without it still runs the
-# agent (the runtime leaves an empty directory in /run, a tmpfs) and dns-upstream reads no
-# resolved file there, as RKE2 and kubelet do.
+# (volume, host path, type), each read-only; why each and its type: docs/agent.md, "Host paths".
 HOST_PATHS = (
     ("host-sys-module", "/sys/module", "Directory"),
     ("host-usr", "/usr", "Directory"),
@@ -54,11 +48,8 @@ HOST_PATHS = (
 )
 VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
 MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]
-# The GPU Operator's driver container puts the driver's root at /run/nvidia/driver, where
-# nvidia-match looks for the NVML library too. Only the component
-# manifests/components/agent-gpu-operator-driver adds it: on other hosts an untyped path would
-# leave an empty /run/nvidia/driver behind, which the GPU Operator reads as its own. The driver
-# container mounts its root there after boot, so the mount follows the host's (HostToContainer).
+# The GPU Operator driver's root, added only by manifests/components/agent-gpu-operator-driver
+# (docs/agent.md).
 DRIVER_VOLUME = {
     "name": "host-nvidia-driver",
     "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"},
