@@ -1,10 +1,7 @@
 """The argv of each guard Job kind, as the admission policy accepts it: literal words and values
-matched one by one, in a fixed order, for a closed set of layouts.
-
-guard/plan/common.py builds these argvs; tests/unit/test_policies.py checks that every argv the
-planners build matches a layout here (the same check, in Python, that the policy makes in CEL).
-No layout has room for free text: a value is a node name, a PCI address, a number, a GPU UUID, a
-version or a CIDR list, each matched by its own pattern.
+matched one by one, in a fixed order, for a closed set of layouts; no layout has room for free
+text (docs/security.md, "argv"). tests/unit/test_policies.py checks that every argv the planners
+(guard/plan/common.py) build matches a layout here.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The exact shape of each guard Job kind (evidence, load test, conformance, fence) and of its
-Pods.
-
-One `Kind` per component label value. Its Job shape is what jobs/ renders, with the
-fields the API server fills in on create (defaults, the generated selector and controller
-labels); its Pod shape is that template as the Job controller creates it (ownerReference,
-job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). The node
-agent, a DaemonSet, has shapes of its own (guard/generate/policies/agent.py); the namespace gate
-(guard/generate/policies/workloads.py) admits each kind's Pods from its controller only.
+Pods: the Job as jobs/ renders it with what the API server fills in on create, the Pod as the
+Job controller creates it (ownerReference, job-tracking finalizer, admission additions).
 """
 
 from __future__ import annotations
