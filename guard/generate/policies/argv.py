@@ -200,12 +200,8 @@ def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
 
 
 def variables(layouts: Sequence[Layout], name: str) -> list[tuple[str, str]]:
-    """The policy variables `cel` reads: per layout, the patterns of its fixed words
-    (`<name><i>`) and, when it ends in a repeated group, that group's (`<name><i>Group`).
-
-    A literal word is the pattern of exactly itself, so one `all` over the positions checks
-    every word; no word is written out once per position it could take.
-    """
+    """The policy variables `cel` reads: per layout, the patterns of its fixed words (`<name><i>`;
+    a literal word is the pattern of itself) and of its repeated group (`<name><i>Group`)."""
     out = [(f"{name}At", lit(list(range(max(_reach(layout) for layout in layouts)))))]
     for i, layout in enumerate(layouts):
         tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None

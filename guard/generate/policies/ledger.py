@@ -27,13 +27,8 @@ def archive_pattern(s: Settings) -> str:
 
 
 def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
-    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` carries both archive labels (APP_LABEL and
-    COMPONENT_LABEL=ledger-archive, how readers find it), and no other carries that component.
-
-    `name`, `labels`: CEL for the object's name and its labels map. Without the label an archive
-    would be written and never counted; with it under another name a ConfigMap would be passed
-    off as the guard's.
-    """
+    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` (`name`) carries both archive labels
+    (`labels`), how readers find it, and no other carries that component."""
     component = f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('')"
     app = f"{labels}[?{quote(APP_LABEL)}].orValue('')"
     archive = quote(LEDGER_ARCHIVE_COMPONENT)
@@ -91,10 +86,8 @@ _WHO = ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name")
 
 
 def _archive_size_policy(s: Settings, constraints: dict[str, Any]) -> list[dict[str, Any]]:
-    """The archive's bound, the ledger's one check that needs the site's settings: a policy of
-    its own that passes when the settings ConfigMap is missing (params.site_param_ref). It
-    matches every ConfigMap of the guard's namespace, the settings' own included, so a Deny
-    there would refuse re-creating the settings with the documented apply."""
+    """The archive's bound, the ledger's one check that needs the site's settings: passes without
+    them (params.site_param_ref; docs/security.md, "Without the settings")."""
     archive = f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"
     data = "object.?data.orValue({})"
     check = Validation(

@@ -101,11 +101,8 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
 
 
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
-    """The guard's one taint change, checked against the site's onboarding_taint: the removed
-    taint is the gate (key, value and effect); with no gate configured, none is removed.
-
-    Passes when the settings ConfigMap is missing (params.site_param_ref): node scope then
-    still allows only one taint removed and nothing else."""
+    """The guard's one taint change is the site's onboarding gate (key, value and effect); with no
+    gate, none is removed. Passes without the settings (params.site_param_ref)."""
     is_gate = (
         "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
         "t.effect == variables.gateEffect"
@@ -125,12 +122,8 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 
 
 def _unchanged() -> list[Validation]:
-    """No metadata but annotations, no spec but unschedulable and one taint removed.
-
-    The onboarding gate is the one exception to "the guard never changes taints": one taint may
-    be REMOVED, every other staying exactly as it was; which one (the site's onboarding_taint)
-    is gate_policy's check, the only Node rule that needs the settings.
-    """
+    """No metadata but annotations, no spec but unschedulable, at most one taint removed (the
+    onboarding gate: which one is gate_policy's check, the one Node rule needing the settings)."""
     meta = changed_keys("metadata", _SYSTEM_META)
     spec = changed_keys("spec", ("unschedulable", "taints"))
     return [

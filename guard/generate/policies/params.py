@@ -28,12 +28,8 @@ def param_ref(s: Settings) -> dict[str, Any]:
 
 
 def site_param_ref(s: Settings) -> dict[str, Any]:
-    """For a policy whose match reaches objects that are not the guard's (every Node, every
-    ConfigMap of the guard's namespace, the settings ConfigMap itself): the API server resolves
-    params before it evaluates matchConditions, so Deny would refuse every Node update in the
-    cluster, and the settings' own re-creation, whenever the ConfigMap is missing or renamed.
-    Such a policy holds only the site's value checks; what holds whatever the settings is in a
-    paramless policy beside it (docs/security.md, "Without the settings")."""
+    """For a policy whose match reaches objects that are not the guard's: passes when the
+    ConfigMap is missing (docs/security.md, "Without the settings")."""
     return {**param_ref(s), "parameterNotFoundAction": "Allow"}
 
 

@@ -181,12 +181,8 @@ def changed_keys(part: str, skip: tuple[str, ...]) -> str:
 
 
 def fixed_once_admitted(what: str, meta_free: tuple[str, ...]) -> list[Validation]:
-    """On UPDATE an admitted object keeps its spec and its metadata, but the API server's own
-    fields and `meta_free` (what its controllers change: finalizers, a CNI's annotations…).
-
-    The shape alone would let an UPDATE pick another allowed value (a TTL of 1 s, another
-    deadline, new annotations); admitted means fixed.
-    """
+    """On UPDATE an admitted object keeps its spec and metadata, but the API server's own fields
+    and `meta_free` (its controllers' changes): else an UPDATE could pick another allowed value."""
     skip = (*SYSTEM_META_CHANGES, *meta_free)
     meta, spec = changed_keys("metadata", skip), changed_keys("spec", ())
     return [
