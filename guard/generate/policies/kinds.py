@@ -371,23 +371,10 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     """The whole Job as the API server hands it to admission on create."""
     node = Annotations(s.annotation_prefix).node_label
     reason = f"{s.annotation_prefix}reason"  # the templates' annotation (jobs/)
+    labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Field(
-                Obj(
-                    {
-                        "labels": Field(
-                            _labels(
-                                kind,
-                                s,
-                                job_name="object.metadata.name",
-                                job_uid="object.metadata.uid",
-                            )
-                        )
-                    },
-                    TEMPLATE_META_REFUSED,
-                )
-            ),
+            "metadata": Field(Obj({"labels": Field(labels)}, TEMPLATE_META_REFUSED)),
             "spec": Field(pod_spec(kind, s, pod=False)),
         },
     )
