@@ -1,10 +1,6 @@
-"""Alert rules for GPU nodes and for the guard itself, generated from this one source.
-
-`python -m guard.generate.alerts write` writes the plain Prometheus rules file and the
-prometheus-operator PrometheusRule; `python -m guard.generate.alerts check` exits 1 when either
-file on disk differs from what this module generates (the CI drift check). tests/rules/ runs
-promtool on the shipped rules file; docs/alerts.md says what each alert means and what on-call does
-next.
+"""Alert rules for GPU nodes and for the guard itself, generated from this one source:
+`python -m guard.generate.alerts write|check` (the plain rules file and the PrometheusRule; check
+is the CI drift check). docs/alerts.md says what each alert means and what on-call does next.
 """
 
 from __future__ import annotations
