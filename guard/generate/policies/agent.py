@@ -349,15 +349,11 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         *argv.variables(layouts(), "argv"),
     ]
     if pod:
-        path = (
-            "?affinity",
-            "?nodeAffinity",
-            "?requiredDuringSchedulingIgnoredDuringExecution",
-            "?nodeSelectorTerms[?0]",
-            "?matchFields[?0]",
-            "?values[?0]",
+        affinity = (
+            "variables.pod.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution"
         )
-        out.append(("node", "variables.pod." + ".".join(path) + ".orValue('')"))
+        first = ".?nodeSelectorTerms[?0].?matchFields[?0].?values[?0].orValue('')"
+        out.append(("node", affinity + first))
     return out
 
 
