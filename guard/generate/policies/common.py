@@ -48,7 +48,8 @@ def scoped(namespace: str) -> dict[str, Any]:
 
 
 def match(rules: list[dict[str, Any]], namespace: str = "") -> dict[str, Any]:
-    """matchConstraints of `rules`, in every namespace or in `namespace`."""
+    """matchConstraints of `rules`, in every namespace or in `namespace`; both selectors written
+    as the API stores them, so a server-side apply after a client-side one takes over nothing."""
     return {
         "matchPolicy": "Equivalent",
         "namespaceSelector": in_namespace(namespace) if namespace else {},
