@@ -1,15 +1,10 @@
 """Every alert expression the shipped rules carry; `guard.generate.alerts` renders them into rule
-files.
-
-Built from the guard's own blocks in `guard.codec.queries` (the Xid metric, the Hostname/hostname
-handling, GPU loss and "not cordoned"), so alerts and guard agree on a fault. The site's filters
-(user-code Xids, allowed DNS upstreams, service-network pods) are no text of their own: series
-the guard pushes, or strings the overlay's alerts component fills (docs/alerts.md, "The site's
-values"), so one rule file serves every site.
+files. Built from the guard's own blocks (`guard.codec.queries`), so alerts and guard agree on a
+fault; the site's filters are series the guard pushes or strings the overlay's alerts component
+fills (docs/alerts.md, "The site's values"), so one rule file serves every site.
 
 Long windows read every raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a
-short change, the cost is one range read per series, and a series that changed identity
-(kube-state-metrics restart, pod attribution, err_code) still counts once grouped.
+short change, and a series that changed identity still counts once grouped.
 """
 
 from __future__ import annotations
@@ -69,22 +64,17 @@ def _block(expr: str) -> str:
 
 
 def _per_gpu(expr: str, agg: str = "max", extra: str = "") -> str:
-    """One series per GPU of a dcgm-exporter expression already carrying `node`.
-
-    `UUID` also comes from the old-namespace `uuid`; pod-attribution and err_* labels drop out.
-    """
+    """One series per GPU of a dcgm-exporter expression carrying `node` (`UUID` also from the
+    old-namespace `uuid`; pod-attribution and err_* labels drop out)."""
     key = f"{GPU_KEY}, {extra}" if extra else GPU_KEY
     relabeled = f'label_replace({expr}, "UUID", "$1", "uuid", "(.+)")'
     return f"{agg} by ({key}) {_block(relabeled)}"
 
 
 def alert_xid_settled(p: AlertParams) -> str:
-    """GPUs whose last Xid had the same value at the window's start and in every sample since.
-
-    Comparing values, not presence, closes the blind spot of the incident write-up's rule (any
-    Xid a day ago, user-code ones included, hid every later hardware Xid); every sample also
-    catches 79 → 13 → 79 and a repeat after the exporter restarted (79 → 0 → 79).
-    """
+    """GPUs whose last Xid had the same value at the window's start and in every sample since:
+    values, not presence, so a user-code Xid hides no later hardware one, and 79 → 13 → 79 or an
+    exporter restart (79 → 0 → 79) is still a change."""
     w, m, node = duration(p.xid_quiet_after_s), XID_METRIC, with_node_label
     now = _per_gpu(node(m))
     return (
@@ -131,11 +121,8 @@ def user_code_xid(p: AlertParams) -> str:
 
 
 def not_user_code(selector: str) -> str:
-    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid, as they are.
-
-    count_values turns each value into an `xid` label to join on; `and ignoring (xid)` keeps the
-    original series with its value (the Xid the summary shows).
-    """
+    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid, as they are
+    (count_values makes the value a label to join on; `and ignoring (xid)` keeps the value)."""
     by_value = f'count_values without () ("xid", {selector})\nunless on (xid) {USER_CODE_XID}'
     return f"{selector}\nand ignoring (xid) {_block(by_value)}"
 
@@ -196,9 +183,8 @@ DEVICE_STATES = (Section.DEVICE_TAINTED.value, Section.DEVICE_REPEAT_FAULT.value
 
 
 def alert_device_tainted_too_long(p: AlertParams) -> str:
-    """Per node state of `DEVICE_STATES`: at least that many nodes in it now, `cordon_max_s`
-    ago and at every pushed sample since (the range form of `alert_cordoned_too_long`; `max
-    by` first collapses the Pushgateway's `instance`)."""
+    """Per node state of `DEVICE_STATES`: nodes in it now, `cordon_max_s` ago and at every pushed
+    sample since."""
     w, by = duration(p.cordon_max_s), f"{metric_names.GROUPING_LABEL}, state"
     states = "|".join(DEVICE_STATES)
     sel = f'{metric_names.NODES.name}{{state=~"{states}"}}'
@@ -209,10 +195,8 @@ def alert_device_tainted_too_long(p: AlertParams) -> str:
 
 
 def alert_guard_device_tainted(p: AlertParams) -> str:
-    """A run within the notify window applied a `taint-device` write (the pushed action
-    counts), while the guard's runs go on (its pushed run time changed within the window): the
-    Pushgateway serves a stopped guard's last push for ever, and GPUNodeGuardNotRunning speaks
-    for that one. No absolute time: the pushed value is only compared with itself."""
+    """A run within the notify window applied a `taint-device` write, while the guard's runs go on
+    (the Pushgateway serves a stopped guard's last push for ever: GPUNodeGuardNotRunning's case)."""
     g, w = metric_names.GROUPING_LABEL, duration(p.notify_window_s)
     taint = TYPE_WORDS[TaintDevice]
     sel = f'{metric_names.LAST_RUN_ACTIONS.name}{{type="{taint}", outcome="applied"}}'
@@ -222,23 +206,18 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
     )
 
 
-# The site's GUARD_BREAKER_MAX_NODES as a recorded series: its expression is the bare number, which
-# the alerts component copies from the settings ConfigMap (alert_queries.SUBSTITUTED, the whole
-# expression).
+# The site's GUARD_BREAKER_MAX_NODES as a recorded series: the bare number (SUBSTITUTED).
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
 def breaker_setting(t: SiteText) -> str:
-    """The recording rule's expression: the number itself (a site's overlay replaces it)."""
     return t["breaker_max_nodes"]
 
 
 def alert_breaker_open(s: Settings) -> str:
-    """What the guard's breaker counts, at or over its limit: the count the guard pushed (nodes
-    cordoned + devices tainted, units.breaker_count), else, without a push, the nodes
-    kube-state-metrics shows with the guard's cordon or device record; the limit the guard
-    pushed (its fraction applied), else the site's setting (the recorded series). Never a number
-    of its own, so the alert opens where the guard's breaker does, on a DRA-only cluster too."""
+    """What the guard's breaker counts (its push, else kube-state-metrics' cordon and device
+    marks), at or over its limit (its push, else the site's recorded setting): never a number of
+    its own, so the alert opens where the guard's breaker does."""
     keys = Annotations(s.annotation_prefix)
     marked = " or ".join(
         f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
@@ -250,13 +229,9 @@ def alert_breaker_open(s: Settings) -> str:
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
-    """Seconds since the later of the last success and the CronJob's creation; absent = alert.
-
-    The absence window is one second longer than the setting: Prometheus 3 leaves a sample that
-    sits exactly at a range's start out (left-open ranges), 2.x keeps it, so with the plain
-    window the two fired one evaluation apart (docs/engines.md). With it both fire once the
-    CronJob's last sample is older than the setting.
-    """
+    """Seconds since the later of the last success and the CronJob's creation; absent = alert. The
+    absence window is one second longer than the setting so Prometheus 2 and 3 (left-open ranges)
+    fire at the same evaluation (docs/engines.md)."""
     sel = f'{{namespace="{s.namespace}", cronjob="{p.cronjob_name}"}}'
     since = f"kube_cronjob_status_last_successful_time{sel}\nor kube_cronjob_created{sel}"
     return (
@@ -266,27 +241,17 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
 
 
 def incident_annotations(s: Settings) -> tuple[str, ...]:
-    """The node annotations that mark an incident the guard's Jobs serve: its cordon (evidence,
-    load test, the return's conformance), its device taint on a DRA node (evidence, the device's
-    load test), a failed after-reboot check, a closed onboarding gate. The guard removes the
-    first three when the node or device returns or a person's uncordon (or rule delete) cancels
-    it; a person removes the last (docs/runbook.md)."""
+    """The node annotations that mark an incident the guard's Jobs serve: its cordon, its device
+    taint, a failed after-reboot check, a closed onboarding gate (docs/runbook.md)."""
     keys = Annotations(s.annotation_prefix)
     return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
 
 
 def alert_guard_job_failed(s: Settings) -> str:
-    """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
-    incident lasts.
-
-    Every Job there is the guard's: the namespace gate admits no other (docs/security.md). The
-    CronJob's own runs live in the guard namespace; a failed run is GPUNodeGuardNotRunning's.
-    The failed Job stays (its TTL, 7 days) after the guard returned the node or a person's
-    uncordon cancelled the incident: the alert ends with the incident's annotations on the
-    node instead. Two cases keep it without that join, so no missing series silences it: the
-    Job's node has no `kube_node_annotations` series (a node label shortened past 63
-    characters, a deleted node), or the label allowlist is missing (no `node` at all).
-    """
+    """Failed Jobs in the jobs namespace (all the guard's: the namespace gate), node and kind from
+    their labels, while their node's incident lasts: a failed Job outlives the incident (its TTL).
+    Kept without that join where a missing series would silence it: the Job's node has no
+    `kube_node_annotations` series (a shortened node label, a deleted node), or no label at all."""
     ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
@@ -314,21 +279,15 @@ def alert_guard_job_failed(s: Settings) -> str:
 
 
 def _changed_within(label: str, window_s: int) -> str:
-    """Nodes whose `label` took more than one value (absent is one) within the window.
-
-    Grouping by node drops `instance`, so a kube-state-metrics restart changes nothing; a node
-    first seen with the label already set has one value, so a new Prometheus announces nothing.
-    """
+    """Nodes whose `label` took more than one value (absent is one) within the window: a
+    kube-state-metrics restart changes nothing, a new Prometheus announces nothing."""
     seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
     return f"count by (node) {_block(seen)} > 1"
 
 
 def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
-    """Nodes that gained the guard's reason annotation within the window; `reason`, `pci`, `UUID`.
-
-    `auto-cordon-gpu` is `<PCI address> <GPU UUID>`; without it in the allowlist the two GPU
-    labels are simply missing.
-    """
+    """Nodes that gained the guard's reason annotation within the window; `reason`, and `pci`,
+    `UUID` from `auto-cordon-gpu` (`<PCI address> <GPU UUID>`) when allowlisted."""
     names = Annotations(s.annotation_prefix)
     reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
     now = f'kube_node_annotations{{{reason}!=""}}'
@@ -342,11 +301,8 @@ def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
 
 
 def alert_guard_returned(s: Settings, p: AlertParams) -> str:
-    """Nodes whose `returned` annotation changed to its current value within the window.
-
-    Only the uncordon after a passed load test writes `returned`; a person's uncordon writes
-    `cancelled` and leaves `returned` alone, so it can never announce a return.
-    """
+    """Nodes whose `returned` annotation changed within the window: only the uncordon after a
+    passed load test writes it (a person's uncordon writes `cancelled`)."""
     returned = ksm_label("annotation", Annotations(s.annotation_prefix).returned)
     now = f'kube_node_annotations{{{returned}!=""}}'
     now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
@@ -358,12 +314,8 @@ def alert_guard_returned(s: Settings, p: AlertParams) -> str:
 
 
 def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
-    """The guard's pushed last success older than the limit, or no success seen that long.
-
-    The Pushgateway serves the last push until the group is deleted, so a guard that stopped
-    still shows its old success time; absent means never succeeded, Pushgateway wiped or not
-    scraped (scrape it with honor_labels: true so `namespace` is the guard's).
-    """
+    """The guard's pushed last success older than the limit, or none seen that long (the
+    Pushgateway serves a stopped guard's last push for ever; scrape it with honor_labels: true)."""
     sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
     return (
         f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
@@ -372,10 +324,8 @@ def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
 
 
 def alert_lease_held(s: Settings) -> str:
-    """Two runs or more in a row found the cycle's Lease held by another holder: the last such
-    run came more than one and a half cadences after the last run that took the Lease (one held
-    run beside a run that took it comes within one cadence), or no run ever took it as far as
-    the Pushgateway knows. Both are pushed by those runs only (guard/apply/push.py)."""
+    """Two runs or more in a row found the cycle's Lease held by another holder: the last such run
+    came over one and a half cadences after the last run that took it, or none ever took it."""
     where = f'{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
     by = f"max by ({metric_names.GROUPING_LABEL})"
     held = f"{by} ({metric_names.LEASE_HELD.name}{where})"
@@ -516,10 +466,9 @@ def alert_row_remap_failed() -> str:
     return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
 
 
-# The settings the alerts component copies from the settings ConfigMap into the rules, each into
-# a double-quoted string of an expression or a whole expression (a number:
-# manifests/components/alerts/settings.yaml, generated with the rules): the text of each as
-# settings.env writes it. The one path of a site setting into the alerts.
+# The settings the alerts component copies from the settings ConfigMap into the rules
+# (manifests/components/alerts/settings.yaml): into a double-quoted string of an expression, or
+# the whole expression. The one path of a site setting into the alerts.
 SUBSTITUTED = (
     "user_code_xids",
     "breaker_max_nodes",
@@ -555,12 +504,8 @@ def _pods_in(namespace: str, matchers: str) -> str:
 
 
 def alert_service_network_down(t: SiteText) -> str:
-    """kube-proxy or CNI pods whose Ready condition is false or unknown, on a Ready node.
-
-    The pods of the guard's return condition (queries.service_network_selectors), written so
-    that each setting is one string the overlay replaces: an empty pattern selects no pod, an
-    empty namespace any namespace.
-    """
+    """kube-proxy or CNI pods (queries.service_network_selectors) whose Ready condition is false or
+    unknown, on a Ready node; each setting one string the overlay replaces."""
     proxy = f'pod=~"{t["service_network_kube_proxy_pods"]}"'
     cni = f'created_by_kind="DaemonSet", created_by_name=~"{t["service_network_cni_daemonsets"]}"'
     pods = (
@@ -625,11 +570,8 @@ def coredns_upstream_prefix() -> str:
 
 
 def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
-    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name.
-
-    Allowed: an upstream with a prefix the guard pushed (wire.allowed_dns_prefixes of its setting,
-    else of INTERNAL_UPSTREAMS); before its first push, the internal ranges.
-    """
+    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name:
+    one with a prefix the guard pushed, else (before its first push) the internal ranges."""
     w = duration(p.coredns_window_s)
     default = upstream_regex(INTERNAL_UPSTREAMS).replace("\\", "\\\\")
 

@@ -1,10 +1,6 @@
-"""Alert rules for GPU nodes and for the guard itself, generated from this one source.
-
-`python -m guard.generate.alerts write` writes the plain Prometheus rules file and the
-prometheus-operator PrometheusRule; `python -m guard.generate.alerts check` exits 1 when either
-file on disk differs from what this module generates (the CI drift check). tests/rules/ runs
-promtool on the shipped rules file; docs/alerts.md says what each alert means and what on-call does
-next.
+"""Alert rules for GPU nodes and for the guard itself, generated from this one source:
+`python -m guard.generate.alerts write|check` (the plain rules file and the PrometheusRule; check
+is the CI drift check). docs/alerts.md says what each alert means and what on-call does next.
 """
 
 from __future__ import annotations
@@ -211,7 +207,7 @@ _TAINT_RULES = "kubectl get devicetaintrules -l app.kubernetes.io/name=gpu-node-
 def guard_rules(
     s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
 ) -> tuple[Rule | Record, ...]:
-    ns, cron, keys = s.namespace, p.cronjob_name, Annotations(s.annotation_prefix)
+    ns, keys = s.namespace, Annotations(s.annotation_prefix)
     t = alert_queries.site_text(s) if t is None else t
     return (
         # Before the alert that reads it (a group's rules run in order).
@@ -228,17 +224,7 @@ def guard_rules(
             " repair or return them; the breaker closes below the limit. Until then cordon"
             " faulted nodes by hand.",
         ),
-        Rule(
-            "GPUNodeGuardNotRunning",
-            alert_queries.alert_guard_not_running(s, p),
-            "warning",
-            f"CronJob {ns}/{cron} has no successful run for {dur(p.not_running_after_s)}"
-            " (no node or GPU is being isolated)",
-            f"Faulted GPU nodes are not cordoned meanwhile. `kubectl -n {ns} get cronjob,jobs`: the"
-            " failed Job's log ends in one `abort reason=` line (Prometheus unreachable or"
-            " answering garbage, RBAC, API errors). Also check spec.suspend, that the CronJob"
-            " exists and that kube-state-metrics sees it.",
-        ),
+        _not_running_rule(s, p),
         Rule(
             "GPUNodeGuardLeaseHeld",
             alert_queries.alert_lease_held(s),
@@ -277,7 +263,6 @@ def guard_rules(
 def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
     names = Annotations(s.annotation_prefix)
-    returned = Annotations(s.annotation_prefix).returned
     return (
         Rule(
             "GPUNodeGuardCordoned",
@@ -316,7 +301,7 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             "{{ with $labels.job_name }} job/{{ . }}{{ end }} passed",
             "The guard uncordoned the node{{ with $labels.returned_at }} at {{ . }}{{ end }} after"
             " the repair and a passed load test; pods can land on it again. The node keeps"
-            f" {returned} until its next cordon, and the fault stays in the ledger"
+            f" {names.returned} until its next cordon, and the fault stays in the ledger"
             f" ({s.ledger_configmap}): another incident on the same card holds the node for a"
             " person.",
             p.notify_for_s,
@@ -475,9 +460,22 @@ def node_rules(
     )
 
 
-def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
-    """GPUNodeGuardNotRunning from the guard's own pushes (AlertParams.not_running_source)."""
-    ns, after = s.namespace, dur(p.not_running_after_s)
+def _not_running_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
+    """GPUNodeGuardNotRunning from kube-state-metrics, or from the guard's own pushes
+    (AlertParams.not_running_source)."""
+    ns, cron, after = s.namespace, p.cronjob_name, dur(p.not_running_after_s)
+    if p.not_running_source == "kube-state-metrics":
+        return Rule(
+            "GPUNodeGuardNotRunning",
+            alert_queries.alert_guard_not_running(s, p),
+            "warning",
+            f"CronJob {ns}/{cron} has no successful run for {after}"
+            " (no node or GPU is being isolated)",
+            f"Faulted GPU nodes are not cordoned meanwhile. `kubectl -n {ns} get cronjob,jobs`: the"
+            " failed Job's log ends in one `abort reason=` line (Prometheus unreachable or"
+            " answering garbage, RBAC, API errors). Also check spec.suspend, that the CronJob"
+            " exists and that kube-state-metrics sees it.",
+        )
     age = alert_queries.last_run_age(s)
     return Rule(
         "GPUNodeGuardNotRunning",
@@ -495,19 +493,6 @@ def not_running_pushed_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
     )
 
 
-def _not_running_from(
-    s: Settings, p: alert_queries.AlertParams, rules: tuple[Rule | Record, ...]
-) -> tuple[Rule | Record, ...]:
-    if p.not_running_source == "kube-state-metrics":
-        return rules
-    return tuple(
-        not_running_pushed_rule(s, p)
-        if isinstance(r, Rule) and r.alert == "GPUNodeGuardNotRunning"
-        else r
-        for r in rules
-    )
-
-
 def rule_groups(
     s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
 ) -> list[dict[str, Any]]:
@@ -516,7 +501,7 @@ def rule_groups(
     t = alert_queries.site_text(s) if t is None else t
     groups: tuple[tuple[str, tuple[Rule | Record, ...]], ...] = (
         ("gpu-node-guard.gpu", (*gpu_records(t, p), *gpu_rules(s, p))),
-        ("gpu-node-guard.guard", _not_running_from(s, p, guard_rules(s, p, t))),
+        ("gpu-node-guard.guard", guard_rules(s, p, t)),
         ("gpu-node-guard.notify", notify_rules(s, p)),
         ("gpu-node-guard.node", (*node_records(), *node_rules(s, t=t))),
     )
@@ -626,16 +611,6 @@ SETTINGS_HEADER = (
     "# manifests/components/alerts; a plain Prometheus loads the rules file with the defaults\n"
     '# (docs/alerts.md, "The site\'s values").\n'
 )
-
-
-def ksm_flags(s: Settings) -> tuple[str, str]:
-    """The kube-state-metrics flags these rules need (annotations and labels are opt-in)."""
-    names = Annotations(s.annotation_prefix)
-    return (
-        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
-        f"{names.device_taint},{names.conformance_failed},{names.onboarding_failed}]",
-        f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
-    )
 
 
 @click.group()

@@ -1,22 +1,7 @@
 """``gpu-node-guard config check DIR`` (also ``python -m guard.generate.config check DIR``): render
-a site's overlay with kustomize and prove that every consumer of its settings sees the same values.
-
-The overlay's settings.env is the one source (docs/deploy.md, "One source"). The rendered
-manifests are coherent when:
-  - the settings ConfigMap is there under its fixed name, holds only the guard's settings, and
-    they parse as the guard parses them (Settings refuses what a run would refuse);
-  - the CronJob reads it whole (envFrom) and its own env entries (the images, the namespace)
-    agree with it: the CronJob's effective settings are the ConfigMap's;
-  - every admission policy is the generated one for the site's layout (no hand edit, no stale
-    copy) and each that reads params is bound to that ConfigMap (paramRef: Deny when missing,
-    Allow where the policy's match reaches objects that are not the guard's);
-    every value a policy reads from it (its key, or the default written in the policy) is the
-    value the CronJob runs with; the agent's and the CronJob's images are the ones admitted;
-  - the alert rules, when the overlay has them, compare with the site's breaker limit (the
-    recorded series), carry the site's text wherever the alerts component copies a setting in
-    (user-code Xids, service-network pods), and no other setting that differs from the site's
-    (the rest the guard pushes: docs/alerts.md, "The site's values").
-Each problem is one line; exit 1 when there is one, 2 when the overlay does not render.
+a site's overlay with kustomize and prove that every consumer of its settings sees the same values
+(docs/deploy.md, "One source" and "The check"). Each problem is one line; exit 1 when there is
+one, 2 when the overlay does not render.
 """
 
 from __future__ import annotations
@@ -26,7 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -119,12 +104,16 @@ def render(directory: Path, kustomize: list[str]) -> Rendered:
 # ── The checks (pure: rendered documents in, problem lines out) ─────────────────────────────
 
 
+def _guard_containers(cron: Mapping[str, Any]) -> list[dict[str, Any]]:
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return [c for c in spec["containers"] if c.get("name") == "guard"]
+
+
 def effective_env(cron: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, str]:
     """The CronJob container's GUARD_* environment as the kubelet builds it: the ConfigMap
     (envFrom), then its env entries, which win (a fieldRef to the namespace: the CronJob's)."""
     env = dict(data)
-    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    (container,) = [c for c in spec["containers"] if c.get("name") == "guard"] or [{}]
+    (container,) = _guard_containers(cron) or [{}]
     for entry in container.get("env") or []:
         ref = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         if "value" in entry:
@@ -173,20 +162,13 @@ def _keys(data: Mapping[str, str]) -> list[str]:
     ConfigMap: each other key is one line saying what it is (docs/deploy.md, "Settings by
     lifetime")."""
     site = {params.env_name(n) for n in (*site_options(SITE_SETTINGS), *IMAGES)}
-    what = {params.env_name(n): "a fixed value of the guard" for n in fixed_settings()}
-    what.update({params.env_name(n): "the CronJob's own (its manifest)" for n in CRONJOB_ENV})
-    what.update(
-        {
-            params.env_name(n): "a layout name, written into the manifests and policies"
-            for n in LAYOUT
-        }
-    )
-    what.update(
-        {
-            params.env_name(n): f"now the key {compound_key(n)}= of {params.env_name(c)}"
-            for n, c in COMPOUND_OF.items()
-        }
-    )
+    what = {n: "a fixed value of the guard" for n in fixed_settings()}
+    what |= {n: "the CronJob's own (its manifest)" for n in CRONJOB_ENV}
+    what |= {n: "a layout name, written into the manifests and policies" for n in LAYOUT}
+    what |= {
+        n: f"now the key {compound_key(n)}= of {params.env_name(c)}" for n, c in COMPOUND_OF.items()
+    }
+    what = {params.env_name(n): why for n, why in what.items()}
     out = []
     for key in sorted(set(data) - site):
         if key in what:
@@ -197,8 +179,7 @@ def _keys(data: Mapping[str, str]) -> list[str]:
 
 
 def _cronjob(cron: Mapping[str, Any], cm: Mapping[str, Any]) -> list[str]:
-    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    (container,) = [c for c in spec["containers"] if c.get("name") == "guard"] or [{}]
+    (container,) = _guard_containers(cron) or [{}]
     refs = [e.get("configMapRef", {}).get("name") for e in container.get("envFrom") or []]
     out = []
     if refs != [SETTINGS_CONFIGMAP]:
@@ -222,7 +203,7 @@ def _policies(
     r: Rendered, s: Settings, data: Mapping[str, str], env: Mapping[str, str]
 ) -> list[str]:
     out = []
-    layout = Settings(**{n: getattr(s, n) for n in LAYOUT})
+    layout = _layout(s)
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     expected = {
         (d["kind"], d["metadata"]["name"]): d
@@ -242,16 +223,10 @@ def _policies(
             )
     # A site value the policies carry in their text (not through the params) does not follow.
     plain = _without_defaults(policies.documents(layout))
-    for f in fields(Settings):
-        if f.name in (*LAYOUT, *IMAGES) or getattr(s, f.name) == getattr(Settings(), f.name):
-            continue
-        try:
-            one = replace(layout, **{f.name: getattr(s, f.name)})
-        except SettingsError:
-            continue  # valid only with other site values; each of those is tried alone
+    for name, one in _site_values(s):
         if _without_defaults(policies.documents(one)) != plain:
             out.append(
-                f"{params.env_name(f.name)}: the policies carry the default there, not the "
+                f"{params.env_name(name)}: the policies carry the default there, not the "
                 "params: a Job the guard makes with the site's value is refused"
             )
     # What the policies read from the params: each key, or the default they carry.
@@ -295,12 +270,7 @@ def _images(r: Rendered, s: Settings) -> list[str]:
     agent = r.one("DaemonSet", AGENT)
     pairs = []
     if cron is not None:
-        spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        pairs += [
-            ("the CronJob's container", c.get("image"))
-            for c in spec["containers"]
-            if c.get("name") == "guard"
-        ]
+        pairs += [("the CronJob's container", c.get("image")) for c in _guard_containers(cron)]
     if agent is not None:
         pairs += [
             ("the agent's container", c.get("image"))
@@ -328,18 +298,12 @@ def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
     wanted = _rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams()))
     out = _substituted(found, s, env)
     found, wanted = _blanked(found), _blanked(wanted)
-    default = _blanked(
-        _rule_exprs(
-            alerts.rule_groups(replace(s, **_site_defaults(s)), alert_queries.AlertParams())
-        )
-    )
-    for name in sorted(wanted):
-        if found.get(name) == wanted[name]:
-            continue
+    off = [name for name in sorted(wanted) if found.get(name) != wanted[name]]
+    default = _blanked_rules(_layout(s)) if off else {}
+    alone = {setting: _blanked_rules(one) for setting, one in _site_values(s)} if off else {}
+    for name in off:
         baked = [
-            f.name
-            for f in fields(Settings)
-            if f.name not in (*LAYOUT, *IMAGES) and _changes(s, f.name, name, default)
+            setting for setting, exprs in alone.items() if exprs.get(name) != default.get(name)
         ]
         why = ", ".join(params.env_name(b) for b in baked) or "its expression"
         out.append(
@@ -405,25 +369,26 @@ def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str
     ]
 
 
-def _site_defaults(s: Settings) -> dict[str, Any]:
-    """Every site setting back at its default (the layout kept)."""
-    base = Settings()
-    return {f.name: getattr(base, f.name) for f in fields(Settings) if f.name not in LAYOUT}
+def _blanked_rules(s: Settings) -> dict[str, str]:
+    return _blanked(_rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams())))
 
 
-def _changes(s: Settings, setting: str, rule: str, default: dict[str, str]) -> bool:
-    """Whether the site's value of `setting` alone changes `rule` from its default form."""
-    if getattr(s, setting) == getattr(Settings(), setting):
-        return False
-    try:
-        one = replace(
-            Settings(**{n: getattr(s, n) for n in LAYOUT}), **{setting: getattr(s, setting)}
-        )
-    except SettingsError:
-        return False  # only valid together with other site values: its partners are tried
-    return _blanked(_rule_exprs(alerts.rule_groups(one, alert_queries.AlertParams()))).get(
-        rule
-    ) != default.get(rule)
+def _layout(s: Settings) -> Settings:
+    """The site's layout, every other setting at its default."""
+    return Settings(**{n: getattr(s, n) for n in LAYOUT})
+
+
+def _site_values(s: Settings) -> Iterator[tuple[str, Settings]]:
+    """Each site value that is not its default, alone on the site's layout (one valid only with
+    other site values is left out: each of those is tried alone)."""
+    layout = _layout(s)
+    for f in fields(Settings):
+        if f.name in (*LAYOUT, *IMAGES) or getattr(s, f.name) == getattr(Settings(), f.name):
+            continue
+        try:
+            yield f.name, replace(layout, **{f.name: getattr(s, f.name)})
+        except SettingsError:
+            continue
 
 
 # ── Command ─────────────────────────────────────────────────────────────────────────────────

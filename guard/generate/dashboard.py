@@ -1,11 +1,6 @@
-"""The Grafana dashboard: one JSON model in a ConfigMap that kube-prometheus-stack's Grafana
-sidecar loads (label ``grafana_dashboard: "1"``), over the guard's pushed metrics
-(docs/metrics.md), dcgm-exporter and kube-state-metrics.
-
-``python -m guard.generate.dashboard`` writes manifests/components/grafana-dashboard/
-dashboard.yaml; tests/unit/test_dashboard.py holds the file to this module, and
-tests/prometheus/test_dashboard.py runs every panel's query against a real Prometheus.
-Queries use one variable, ``$namespace`` (the guard's namespace: its push's grouping label).
+"""The Grafana dashboard: one JSON model in a ConfigMap that Grafana's sidecar loads
+(docs/metrics.md), written by ``python -m guard.generate.dashboard``. Queries use one variable,
+``$namespace`` (the guard's namespace: its push's grouping label).
 """
 
 from __future__ import annotations

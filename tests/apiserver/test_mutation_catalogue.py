@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.generate.policies.ledger import archive_max_bytes
+from guard.generate.policies.ledger import ARCHIVE_SLACK_BYTES
 from guard.jobs import JobKind, job_name
 from guard.names import APP_LABEL, APP_NAME, COMPONENT_LABEL, REPORTING_CONTROLLER, Annotations
 from guard.settings import Settings
@@ -613,7 +613,9 @@ def _archive(name: str, size: int) -> dict[str, Any]:
 
 
 TOO_BIG = 900_000
-ARCHIVE_WORDS = f"an archive holds at most {archive_max_bytes(Settings())} bytes"
+ARCHIVE_WORDS = (
+    f"an archive holds at most {Settings().ledger_archive_bytes + ARCHIVE_SLACK_BYTES} bytes"
+)
 
 
 def _archive_rows() -> list[Row]:

@@ -17,6 +17,7 @@ from guard import metric_names, runbook
 from guard.apply.push import WRITE_TYPES
 from guard.codec import queries
 from guard.generate import alert_queries, alerts
+from guard.names import APP_LABEL, COMPONENT_LABEL, Annotations
 from guard.settings import Settings, SettingsError
 from guard.states import NODE_STATES
 from tests.unit.test_node_alerts import NODE_ALERT_NAMES
@@ -204,7 +205,7 @@ def test_the_annotation_prefix_reaches_the_notification_pair() -> None:
         'kube_node_annotations{annotation_example_com_returned!=""}'
         in (rules["GPUNodeGuardReturned"]["expr"])
     )
-    assert "example.com/returned" in alerts.ksm_flags(Settings(annotation_prefix="example.com/"))[0]
+    assert "example.com/returned" in ksm_flags(Settings(annotation_prefix="example.com/"))[0]
 
 
 @pytest.mark.prometheus
@@ -219,9 +220,19 @@ def test_promtool_proves_the_pushgateway_variant(promtool: str, tmp_path: Path) 
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+def ksm_flags(s: Settings) -> tuple[str, str]:
+    """The kube-state-metrics flags the rules need (annotations and labels are opt-in)."""
+    names = Annotations(s.annotation_prefix)
+    return (
+        f"--metric-annotations-allowlist=nodes=[{names.reason},{names.gpu},{names.returned},"
+        f"{names.device_taint},{names.conformance_failed},{names.onboarding_failed}]",
+        f"--metric-labels-allowlist=jobs=[{APP_LABEL},{COMPONENT_LABEL},{names.node_label}]",
+    )
+
+
 def test_docs_name_every_alert_and_the_kube_state_metrics_flags() -> None:
     docs = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
-    for needle in (*ALERT_NAMES, *alerts.ksm_flags(Settings())):
+    for needle in (*ALERT_NAMES, *ksm_flags(Settings())):
         assert needle in docs
 
 

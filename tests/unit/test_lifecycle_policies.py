@@ -11,7 +11,7 @@ import pytest
 
 from guard.generate.policies import argv as layouts
 from guard.generate.policies import render
-from guard.generate.policies.kinds import KINDS, job_tolerations
+from guard.generate.policies.kinds import KINDS, UNSCHEDULABLE
 from guard.jobs import JobTemplates
 from guard.loadtest import cli as loadtest_cli
 from guard.loadtest.model import parse_expected_link
@@ -93,6 +93,17 @@ def test_the_link_pattern_is_the_one_docs_loadtest_md_pins() -> None:
     assert pinned == layouts.LINK
     docs = Path(__file__).resolve().parents[2] / "docs" / "loadtest.md"
     assert f"`{pinned}`" in docs.read_text(encoding="utf-8")
+
+
+def job_tolerations(s: Settings) -> list[dict[str, str]]:
+    """The template's tolerations as the Job policies' `tolerations` variable computes them: the
+    cordon's, and the onboarding gate's taint when there is a gate."""
+    gate = s.onboarding_gate
+    if gate is None:
+        return [UNSCHEDULABLE]
+    key, value, effect = gate
+    own = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return [UNSCHEDULABLE, own if value else {"key": key, "operator": "Exists", "effect": effect}]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)

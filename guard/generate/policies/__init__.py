@@ -1,9 +1,6 @@
-"""The admission policies in policies/, generated from the settings (like the alert rules).
-
-`python -m guard.generate.policies write` writes them and the kustomization.yaml that lists them;
-`python -m guard.generate.policies check` exits 1 when a file on disk differs (the CI drift check,
-`make policies-check`). docs/security.md says what each
-policy refuses and which test proves it.
+"""The admission policies in policies/, generated from the settings (like the alert rules):
+`python -m guard.generate.policies write|check` (`make policies`, `make policies-check`).
+docs/security.md says what each policy refuses and which test proves it.
 """
 
 from __future__ import annotations
@@ -43,19 +40,16 @@ def render(s: Settings) -> dict[Path, str]:
     (manifests/base includes the directory; kustomize replacements rewrite the images)."""
     files = documents(s)
     out = {POLICY_DIR / name: HEADER + _dump(docs) for name, docs in files.items()}
-    out[POLICY_DIR / KUSTOMIZATION] = HEADER + _dump([kustomization(list(files))])
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": list(files),
+    }
+    out[POLICY_DIR / KUSTOMIZATION] = HEADER + _dump([kustomization])
     return out
 
 
 KUSTOMIZATION = "kustomization.yaml"
-
-
-def kustomization(resources: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": resources,
-    }
 
 
 class _Dumper(yaml.SafeDumper):

@@ -1,25 +1,8 @@
 """The node agent's exact shape: its DaemonSet, and the Pods the DaemonSet controller makes of it.
 
 The agent (manifests/agent/daemonset.yaml, docs/agent.md) runs in the jobs namespace because it
-mounts host paths; Pod Security there is `privileged`, so these two policies are its real control.
-
-Case list (a DaemonSet or Pod labelled app.kubernetes.io/component=agent in the jobs namespace):
-  the shipped DaemonSet, or with the site flags of docs/agent.md (--interval-s, --platform,
-  --kube-proxy-mode, --allowed-dns, --resolv-conf), update strategy or revision history,
-  with or without components/agent-gpu-operator-driver's one extra host path
-                                → admitted
-  any other host path, a writable or re-propagated one, another image, argv, env, port,
-  capability, privilege, user, host namespace, token, volume, placement, probe than
-  GET /healthz on the metrics port, sidecar or init container
-                                → refused (`gpu-node-guard-agent-daemonset`, `-agent-pod`)
-  a Pod of it sent by anyone but the DaemonSet controller
-                                → refused (the namespace gate)
-  a Pod not as the DaemonSet controller makes it (owner, labels, the one-node affinity, its
-  tolerations), or a Pod annotation at creation other than `kubectl rollout restart`'s
-                                → refused (`gpu-node-guard-agent-pod`)
-The DaemonSet object's own labels (beyond the two that name it) and annotations never reach a
-Pod, so they stay free: kubectl, ArgoCD tracking and the API server's
-`deprecated.daemonset.template.generation` write there.
+mounts host paths; Pod Security there is `privileged`, so these two policies are its real control
+(docs/security.md, "The node agent's shape").
 """
 
 from __future__ import annotations
@@ -29,7 +12,7 @@ from typing import Any
 from guard.agent.cli import DEFAULT_PORT
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import lit, quote, regex, shown
-from guard.generate.policies.common import COMPONENT_OF, PREFIX, in_namespace, policy, rule
+from guard.generate.policies.common import COMPONENT_OF, PREFIX, policy, rule, scoped
 from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
 from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.generate.policies.shape import (
@@ -56,13 +39,7 @@ NAME = "gpu-node-guard-agent"  # the DaemonSet and its ServiceAccount
 CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller", JOB_CONTROLLERS[1])
 LABELS = {APP_LABEL: APP_NAME, COMPONENT_LABEL: COMPONENT}
 ROOT = "/host"
-# (volume, host path, type), each read-only (docs/agent.md, "Host paths"). Paths every supported
-# distribution has are Directory/File: a host without one is not a host the agent can judge, and
-# the pod fails instead of the runtime creating the path. /usr holds the NVML library wherever a
-# distribution puts it (Debian's /usr/lib/x86_64-linux-gnu, RHEL's /usr/lib64). Only
-# systemd-resolved hosts have /run/systemd/resolve: no type, so a host without it still runs the
-# agent (the runtime leaves an empty directory in /run, a tmpfs) and dns-upstream reads no
-# resolved file there, as RKE2 and kubelet do.
+# (volume, host path, type), each read-only; why each and its type: docs/agent.md, "Host paths".
 HOST_PATHS = (
     ("host-sys-module", "/sys/module", "Directory"),
     ("host-usr", "/usr", "Directory"),
@@ -71,11 +48,8 @@ HOST_PATHS = (
 )
 VOLUMES = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in HOST_PATHS]
 MOUNTS = [{"name": n, "readOnly": True, "mountPath": ROOT + p} for n, p, _ in HOST_PATHS]
-# The GPU Operator's driver container puts the driver's root at /run/nvidia/driver, where
-# nvidia-match looks for the NVML library too. Only the component
-# manifests/components/agent-gpu-operator-driver adds it: on other hosts an untyped path would
-# leave an empty /run/nvidia/driver behind, which the GPU Operator reads as its own. The driver
-# container mounts its root there after boot, so the mount follows the host's (HostToContainer).
+# The GPU Operator driver's root, added only by manifests/components/agent-gpu-operator-driver
+# (docs/agent.md).
 DRIVER_VOLUME = {
     "name": "host-nvidia-driver",
     "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"},
@@ -375,26 +349,18 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         *argv.variables(layouts(), "argv"),
     ]
     if pod:
-        path = (
-            "?affinity",
-            "?nodeAffinity",
-            "?requiredDuringSchedulingIgnoredDuringExecution",
-            "?nodeSelectorTerms[?0]",
-            "?matchFields[?0]",
-            "?values[?0]",
+        affinity = (
+            "variables.pod.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution"
         )
-        out.append(("node", "variables.pod." + ".".join(path) + ".orValue('')"))
+        first = ".?nodeSelectorTerms[?0].?matchFields[?0].?values[?0].orValue('')"
+        out.append(("node", affinity + first))
     return out
 
 
 def policies(s: Settings) -> list[dict[str, Any]]:
     """The DaemonSet policy and the Pod policy of the agent."""
     is_agent = [("is-agent", f"{COMPONENT_OF} == {quote(COMPONENT)}")]
-    scope = {
-        "namespaceSelector": in_namespace(s.jobs_namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
-    }
+    scope = scoped(s.jobs_namespace)
     daemonsets = {"resourceRules": [rule("apps", ["daemonsets"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     return [

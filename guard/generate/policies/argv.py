@@ -1,10 +1,7 @@
 """The argv of each guard Job kind, as the admission policy accepts it: literal words and values
-matched one by one, in a fixed order, for a closed set of layouts.
-
-guard/plan/common.py builds these argvs; tests/unit/test_policies.py checks that every argv the
-planners build matches a layout here (the same check, in Python, that the policy makes in CEL).
-No layout has room for free text: a value is a node name, a PCI address, a number, a GPU UUID, a
-version or a CIDR list, each matched by its own pattern.
+matched one by one, in a fixed order, for a closed set of layouts; no layout has room for free
+text (docs/security.md, "argv"). tests/unit/test_policies.py checks that every argv the planners
+(guard/plan/common.py) build matches a layout here.
 """
 
 from __future__ import annotations
@@ -203,12 +200,8 @@ def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
 
 
 def variables(layouts: Sequence[Layout], name: str) -> list[tuple[str, str]]:
-    """The policy variables `cel` reads: per layout, the patterns of its fixed words
-    (`<name><i>`) and, when it ends in a repeated group, that group's (`<name><i>Group`).
-
-    A literal word is the pattern of exactly itself, so one `all` over the positions checks
-    every word; no word is written out once per position it could take.
-    """
+    """The policy variables `cel` reads: per layout, the patterns of its fixed words (`<name><i>`;
+    a literal word is the pattern of itself) and of its repeated group (`<name><i>Group`)."""
     out = [(f"{name}At", lit(list(range(max(_reach(layout) for layout in layouts)))))]
     for i, layout in enumerate(layouts):
         tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None

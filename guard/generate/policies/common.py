@@ -38,6 +38,31 @@ def in_namespace(namespace: str) -> dict[str, Any]:
     return {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
 
 
+def scoped(namespace: str) -> dict[str, Any]:
+    """The match of a policy on one namespace's objects (with its resourceRules)."""
+    return {
+        "namespaceSelector": in_namespace(namespace),
+        "matchPolicy": "Equivalent",
+        "objectSelector": {},
+    }
+
+
+def match(rules: list[dict[str, Any]], namespace: str = "") -> dict[str, Any]:
+    """matchConstraints of `rules`, in every namespace or in `namespace`; both selectors written
+    as the API stores them, so a server-side apply after a client-side one takes over nothing."""
+    return {
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": in_namespace(namespace) if namespace else {},
+        "objectSelector": {},
+        "resourceRules": rules,
+    }
+
+
+def sent_by_guard(s: Settings) -> tuple[str, str]:
+    """The match condition of a policy on the guard's own requests."""
+    return ("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")
+
+
 def policy(
     name: str,
     constraints: dict[str, Any],

@@ -1,30 +1,9 @@
 """The guard's DRA writes: its DeviceTaintRules and its device load tests' ResourceClaims.
 
-RBAC lets the guard create and delete DeviceTaintRules (cluster-wide) and ResourceClaims (in the
-jobs namespace); these policies narrow that to its own objects, whoever's token it is.
-
-DeviceTaintRules, for the guard's ServiceAccount (case list):
-  create  → only with the guard's label (app.kubernetes.io/name, component device-taint), a
-            selector of exactly one device (driver gpu.nvidia.com, a pool and a device, nothing
-            else), the taint <prefix>fault=xid-<n> with effect NoSchedule (never NoExecute: the
-            guard does not evict)
-  update  → refused (the guard creates and deletes its rules, never changes one)
-  delete  → only a rule carrying the guard's label (a person's rule is never the guard's)
-ResourceClaims in the jobs namespace, for the guard's ServiceAccount:
-  create  → only with the guard's label, one request of one device of class gpu.nvidia.com,
-            selected by one CEL selector naming exactly one GPU (driver and UUID, as
-            jobs/device-claim.yaml.j2 writes it), tolerating exactly the guard's taint
-            (NoSchedule) and nothing else
-  update  → refused; delete → only a claim carrying the guard's label
-ResourceClaims in the jobs namespace, for everyone else (`-device-claims-others`): a claim
-there is a device load test's, and only the guard makes one (else a claim of the guard's name
-could hand its load test another GPU; the guard also checks the claim's uid, docs/security.md):
-  create  → refused
-  update  → only what the scheduler and the resourceclaim controller change (finalizers, owner
-            references; status is its own subresource): labels and annotations stay
-  delete  → refused for a claim carrying the guard's label, unless the namespace is being
-            deleted (a person's claim, made while this policy was absent, may be deleted)
-On DELETE `object` is null and `oldObject` the claim as stored.
+RBAC lets the guard create and delete both; these policies narrow that to its own objects, and
+`-device-claims-others` keeps everyone else from making, deleting or relabelling a claim in the
+jobs namespace (docs/security.md, claim swap). On DELETE `object` is null and `oldObject` the
+object as stored.
 """
 
 from __future__ import annotations
@@ -32,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.generate.policies.cel import Validation, quote, regex
-from guard.generate.policies.common import PREFIX, guard_user, in_namespace, policy
+from guard.generate.policies.common import PREFIX, guard_user, match, policy, rule
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -45,16 +24,6 @@ from guard.names import (
 from guard.settings import Settings
 
 _XID_VALUE = r"^xid-[1-9][0-9]{0,3}$"
-
-
-def _rule(resources: list[str]) -> dict[str, Any]:
-    return {
-        "apiGroups": ["resource.k8s.io"],
-        "apiVersions": ["v1"],
-        "resources": resources,
-        "operations": ["CREATE", "UPDATE", "DELETE"],
-        "scope": "*",
-    }
 
 
 def _mine(obj: str) -> str:
@@ -172,45 +141,36 @@ def _others_checks() -> list[Validation]:
     ]
 
 
+def _constraints(resource: str, namespace: str = "") -> dict[str, Any]:
+    return match([rule("resource.k8s.io", [resource], ["CREATE", "UPDATE", "DELETE"])], namespace)
+
+
 def policies(s: Settings) -> list[dict[str, Any]]:
     keys = Annotations(s.annotation_prefix)
-    guard = [("is-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
-    rules = policy(
-        f"{PREFIX}-device-taints",
-        # Both selectors written as the API stores them: server-side apply after client-side
-        # finds nothing to take over (tests/apiserver/test_appliers.py).
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": {},
-            "objectSelector": {},
-            "resourceRules": [_rule(["devicetaintrules"])],
-        },
-        [("who", "'DeviceTaintRule ' + request.name")],
-        [*_lifecycle("DeviceTaintRules"), *_rule_checks(keys)],
-        guard,
-    )
-    claims = policy(
-        f"{PREFIX}-device-claims",
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": in_namespace(s.jobs_namespace),
-            "objectSelector": {},
-            "resourceRules": [_rule(["resourceclaims"])],
-        },
-        [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
-        [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
-        guard,
-    )
-    others = policy(
-        f"{PREFIX}-device-claims-others",
-        {
-            "matchPolicy": "Equivalent",
-            "namespaceSelector": in_namespace(s.jobs_namespace),
-            "objectSelector": {},
-            "resourceRules": [_rule(["resourceclaims"])],
-        },
-        [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")],
-        _others_checks(),
-        [("not-guard", f"request.userInfo.username != {quote(guard_user(s))}")],
-    )
-    return [*rules, *claims, *others]
+    user = quote(guard_user(s))
+    is_guard = [("is-guard", f"request.userInfo.username == {user}")]
+    claims = _constraints("resourceclaims", s.jobs_namespace)
+    claim_who = [("who", "'ResourceClaim ' + request.namespace + '/' + request.name")]
+    return [
+        *policy(
+            f"{PREFIX}-device-taints",
+            _constraints("devicetaintrules"),
+            [("who", "'DeviceTaintRule ' + request.name")],
+            [*_lifecycle("DeviceTaintRules"), *_rule_checks(keys)],
+            is_guard,
+        ),
+        *policy(
+            f"{PREFIX}-device-claims",
+            claims,
+            claim_who,
+            [*_lifecycle("ResourceClaims"), *_claim_checks(keys)],
+            is_guard,
+        ),
+        *policy(
+            f"{PREFIX}-device-claims-others",
+            claims,
+            claim_who,
+            _others_checks(),
+            [("not-guard", f"request.userInfo.username != {user}")],
+        ),
+    ]

@@ -1,12 +1,6 @@
 """The exact shape of each guard Job kind (evidence, load test, conformance, fence) and of its
-Pods.
-
-One `Kind` per component label value. Its Job shape is what jobs/ renders, with the
-fields the API server fills in on create (defaults, the generated selector and controller
-labels); its Pod shape is that template as the Job controller creates it (ownerReference,
-job-tracking finalizer, the Priority and DefaultTolerationSeconds admission additions). The node
-agent, a DaemonSet, has shapes of its own (guard/generate/policies/agent.py); the namespace gate
-(guard/generate/policies/workloads.py) admits each kind's Pods from its controller only.
+Pods: the Job as jobs/ renders it with what the API server fills in on create, the Pod as the
+Job controller creates it (ownerReference, job-tracking finalizer, admission additions).
 """
 
 from __future__ import annotations
@@ -323,17 +317,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     return Obj(fields, refused)
 
 
-def job_tolerations(s: Settings) -> list[dict[str, str]]:
-    """The template's tolerations: the cordon's, and the onboarding gate's taint when there is
-    a gate (jobs/_macros.j2; the gate's Jobs run before the node is admitted)."""
-    gate = s.onboarding_gate
-    if gate is None:
-        return [UNSCHEDULABLE]
-    key, value, effect = gate
-    own = {"key": key, "operator": "Equal", "value": value, "effect": effect}
-    return [UNSCHEDULABLE, own if value else {"key": key, "operator": "Exists", "effect": effect}]
-
-
 _TOLERATIONS = (
     f"the cordon's {lit(UNSCHEDULABLE)} and, with an onboarding gate, its taint's "
     "(the site's onboarding_taint)"
@@ -341,8 +324,8 @@ _TOLERATIONS = (
 
 
 def tolerations(s: Settings) -> list[tuple[str, str]]:
-    """The policy variable `tolerations`: job_tolerations of the site's onboarding_taint, read
-    from the params (guard/generate/policies/params.py)."""
+    """The policy variable `tolerations`: the template's (jobs/_macros.j2), the cordon's and the
+    onboarding gate's taint when there is a gate, read from the params (params.py)."""
     own = (
         "variables.gateValue == '' ? {'key': variables.gateKey, 'operator': 'Exists', "
         "'effect': variables.gateEffect} : {'key': variables.gateKey, 'operator': 'Equal', "
@@ -388,23 +371,10 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     """The whole Job as the API server hands it to admission on create."""
     node = Annotations(s.annotation_prefix).node_label
     reason = f"{s.annotation_prefix}reason"  # the templates' annotation (jobs/)
+    labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Field(
-                Obj(
-                    {
-                        "labels": Field(
-                            _labels(
-                                kind,
-                                s,
-                                job_name="object.metadata.name",
-                                job_uid="object.metadata.uid",
-                            )
-                        )
-                    },
-                    TEMPLATE_META_REFUSED,
-                )
-            ),
+            "metadata": Field(Obj({"labels": Field(labels)}, TEMPLATE_META_REFUSED)),
             "spec": Field(pod_spec(kind, s, pod=False)),
         },
     )

@@ -1,11 +1,5 @@
-"""The fault ledger and its archives: text keyed by node name, whoever writes them.
-
-Case list (ConfigMaps named <ledger> or <ledger>-archive-<n> in the guard's namespace):
-  binaryData                      → refused (the ledger is text; nothing executable to mount)
-  a data key that is not a node name → refused
-  an archive over ledger_archive_bytes + 64 KiB → refused (what the guard moves is less)
-  immutable: true                 → refused (an immutable ledger could never be appended to)
-"""
+"""The fault ledger and its archives (ConfigMaps named <ledger> or <ledger>-archive-<n> in the
+guard's namespace): text keyed by node name, whoever writes them (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ from typing import Any
 
 from guard.generate.policies import params
 from guard.generate.policies.cel import Validation, quote, regex
-from guard.generate.policies.common import PREFIX, in_namespace, policy, rule
+from guard.generate.policies.common import PREFIX, policy, rule, scoped
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -33,13 +27,8 @@ def archive_pattern(s: Settings) -> str:
 
 
 def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
-    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` carries both archive labels (APP_LABEL and
-    COMPONENT_LABEL=ledger-archive, how readers find it), and no other carries that component.
-
-    `name`, `labels`: CEL for the object's name and its labels map. Without the label an archive
-    would be written and never counted; with it under another name a ConfigMap would be passed
-    off as the guard's.
-    """
+    """CEL: a ConfigMap named ``<ledger>-archive-<n>`` (`name`) carries both archive labels
+    (`labels`), how readers find it, and no other carries that component."""
     component = f"{labels}[?{quote(COMPONENT_LABEL)}].orValue('')"
     app = f"{labels}[?{quote(APP_LABEL)}].orValue('')"
     archive = quote(LEDGER_ARCHIVE_COMPONENT)
@@ -49,12 +38,8 @@ def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
     )
 
 
-def archive_max_bytes(s: Settings) -> int:
-    """An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
-    (guard.doors.ledger_store.append): at most that much and the line being appended."""
-    return s.ledger_archive_bytes + ARCHIVE_SLACK_BYTES
-
-
+# An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
+# (guard.doors.ledger_store.append): at most that much and the line being appended.
 ARCHIVE_SLACK_BYTES = 64 * 1024
 _ARCHIVE_WHY = (
     f" bytes (the site's ledger_archive_bytes + {ARCHIVE_SLACK_BYTES}: what the guard moves out"
@@ -72,9 +57,7 @@ def is_ledger(s: Settings) -> str:
 
 def ledger_policy(s: Settings) -> list[dict[str, Any]]:
     constraints = {
-        "namespaceSelector": in_namespace(s.namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
+        **scoped(s.namespace),
         "resourceRules": [rule("", ["configmaps"], ["CREATE", "UPDATE"])],
     }
     data = "object.?data.orValue({})"
@@ -103,10 +86,8 @@ _WHO = ("who", "'ConfigMap ' + request.namespace + '/' + object.metadata.name")
 
 
 def _archive_size_policy(s: Settings, constraints: dict[str, Any]) -> list[dict[str, Any]]:
-    """The archive's bound, the ledger's one check that needs the site's settings: a policy of
-    its own that passes when the settings ConfigMap is missing (params.site_param_ref). It
-    matches every ConfigMap of the guard's namespace, the settings' own included, so a Deny
-    there would refuse re-creating the settings with the documented apply."""
+    """The archive's bound, the ledger's one check that needs the site's settings: passes without
+    them (params.site_param_ref; docs/security.md, "Without the settings")."""
     archive = f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"
     data = "object.?data.orValue({})"
     check = Validation(
@@ -116,7 +97,6 @@ def _archive_size_policy(s: Settings, constraints: dict[str, Any]) -> list[dict[
     )
     variables = [
         _WHO,
-        # archive_max_bytes of the site's settings (guard/generate/policies/params.py)
         ("archiveMax", f"{params.integer(s, 'ledger_archive_bytes')} + {ARCHIVE_SLACK_BYTES}"),
     ]
     return policy(

@@ -1,43 +1,7 @@
-"""Node policies, generated from guard.names.Annotations.
-
-`hold` (everyone): an uncordon of a node that carries the hold annotation is refused, whoever
-sends it; removing the hold is the deliberate first step, the uncordon the second.
-
-Node scope (the guard's ServiceAccount only; RBAC grants `patch` on the whole Node). Case list:
-  labels, finalizers, ownerReferences or any other metadata   → refused
-  any spec field but unschedulable and taints                 → refused
-  taints                               → unchanged, or exactly one taint removed and every
-                                         other as it was; and (onboarding-gate policy, the
-                                         site's settings) that taint is the onboarding gate's
-                                         (`onboarding_taint`: key, value and effect)
-  annotations of others (outside the prefix)                  → refused
-  person-only keys under the prefix (reset-done, unknown ones) → refused
-  hold present before                                         → must stay exactly as it was
-  cordon (unschedulable false → true)  → only on a node with a GPU resource, not carrying the
-                                         guard's reason before and carrying it after
-  uncordon (true → false)              → only where the old node carries the guard's reason and
-                                         no hold
-  the guard's cordon keys (reason, at, boot-id, …) added or changed
-                                       → only in the cordon itself
-  the guard's cordon keys removed      → only when the node is schedulable afterwards
-  checked-boot set or changed          → only on a node with a GPU resource that is
-                                         schedulable afterwards and carries no guard reason
-                                         (never removed by the guard)
-  auto-cordon-pcie-links set or changed → only on a node the guard keeps cordoned (its reason
-                                         before and after); removed only when schedulable
-  loadtest-result, conformance-result   → only `failed job/<name> at <time>`
-  conformance-failed, onboarding-failed → only `<time> job/<name> <item>[,<item>…]`
-  other guard keys (cancelled, returned, the Job records, …) → free
-  any value the guard writes (every key above, hold included)
-                                       → printable ASCII, one line, at most 1,024 bytes
-  hold added                           → only on a node with a GPU resource
-
-Node scope reads no settings: a policy with params is resolved before its match conditions, so
-one that matched every Node UPDATE would refuse the whole cluster's Node updates (kubelets, the
-node lifecycle controller, a person's cordon) whenever the settings ConfigMap is missing or
-renamed. The one site value a Node rule needs, the onboarding gate, is checked by a policy of its
-own that passes when the settings are missing (params.site_param_ref); what holds then is node
-scope's "one taint removed, nothing else changed".
+"""Node policies, generated from guard.names.Annotations: `hold` (everyone: no uncordon while
+the hold annotation is set), node scope (the guard's ServiceAccount: what it may change on a
+Node) and the onboarding gate. docs/security.md lists what each refuses ("The guard's token
+cannot", the policy table) and why node scope reads no settings ("Without the settings").
 """
 
 from __future__ import annotations
@@ -46,14 +10,15 @@ from typing import Any
 
 from guard.generate.policies import params
 from guard.generate.policies.cel import Validation, lit, quote, regex
-from guard.generate.policies.common import PREFIX, guard_user, policy, rule
+from guard.generate.policies.common import PREFIX, match, policy, rule, sent_by_guard
+from guard.generate.policies.shape import changed_keys
 from guard.names import GPU_RESOURCE, AnnotationKey, Annotations
 from guard.settings import Settings
 
 # Annotations properties that are not guard-written node keys.
 _NOT_GUARD_KEYS = {"node_label", "hold", "reset_done", "prefix", "fault_taint"}
-_NODE_RULES = [rule("", ["nodes"], ["UPDATE"])]
-_SYSTEM_META = ["annotations", "managedFields", "resourceVersion", "generation"]
+_NODE_MATCH = match([rule("", ["nodes"], ["UPDATE"])])
+_SYSTEM_META = ("annotations", "managedFields", "resourceVersion", "generation")
 _NEW_TAINTS, _OLD_TAINTS = "object.spec.?taints.orValue([])", "oldObject.spec.?taints.orValue([])"
 # Exactly one taint gone, every other as it was: all node scope allows, and all the onboarding
 # gate's policy looks at (so one policy answers each request).
@@ -82,12 +47,6 @@ def guard_keys(keys: Annotations) -> list[str]:
 
 def hold_policy(s: Settings) -> list[dict[str, Any]]:
     key = Annotations(s.annotation_prefix).hold
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
     uncordon = (
         "oldObject.spec.?unschedulable.orValue(false) && !object.spec.?unschedulable.orValue(false)"
     )
@@ -105,18 +64,12 @@ def hold_policy(s: Settings) -> list[dict[str, Any]]:
         f"'\"' + variables.hold.value() + '\"). Remove the annotation first (kubectl annotate "
         f"node ' + object.metadata.name + ' {key}-), then uncordon.'",
     )
-    return policy(f"{PREFIX}-hold", constraints, variables, [check], [("is-uncordon", uncordon)])
+    return policy(f"{PREFIX}-hold", _NODE_MATCH, variables, [check], [("is-uncordon", uncordon)])
 
 
 def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     keys = Annotations(s.annotation_prefix)
     mine, cordon_keys = guard_keys(keys), list(keys.cordon_keys)
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
     old_notes, new_notes = "variables.oldNotes", "variables.newNotes"
     variables = [
         ("who", "'node ' + object.metadata.name"),
@@ -136,33 +89,20 @@ def node_scope_policy(s: Settings) -> list[dict[str, Any]]:
     ]
     return policy(
         f"{PREFIX}-node-scope",
-        constraints,
+        _NODE_MATCH,
         variables,
         [
             *_unchanged(),
             *_annotation_rules(keys, mine, cordon_keys),
             *_lifecycle_rules(keys),
         ],
-        [_sent_by_the_guard(s)],
+        [sent_by_guard(s)],
     )
 
 
-def _sent_by_the_guard(s: Settings) -> tuple[str, str]:
-    return ("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")
-
-
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
-    """The guard's one taint change, checked against the site's onboarding_taint: the removed
-    taint is the gate (key, value and effect); with no gate configured, none is removed.
-
-    Passes when the settings ConfigMap is missing (params.site_param_ref): node scope then
-    still allows only one taint removed and nothing else."""
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": _NODE_RULES,
-    }
+    """The guard's one taint change is the site's onboarding gate (key, value and effect); with no
+    gate, none is removed. Passes without the settings (params.site_param_ref)."""
     is_gate = (
         "t.key == variables.gateKey && t.?value.orValue('') == variables.gateValue && "
         "t.effect == variables.gateEffect"
@@ -173,53 +113,36 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
     )
     return policy(
         f"{PREFIX}-onboarding-gate",
-        constraints,
+        _NODE_MATCH,
         [("who", "'node ' + object.metadata.name"), *params.gate(s)],
         [check],
-        [_sent_by_the_guard(s), ("removes-one-taint", _ONE_TAINT_REMOVED)],
+        [sent_by_guard(s), ("removes-one-taint", _ONE_TAINT_REMOVED)],
         params.site_param_ref(s),
     )
 
 
-def _same(part: str, skip: list[str]) -> tuple[str, str]:
-    """CEL: every key of object.<part> but `skip` is as in oldObject; and the changed keys."""
-    new, old, skipped = f"object.{part}", f"oldObject.{part}", lit(skip)
-    changed = (
-        f"({new}.filter(k, !(k in {skipped}) && (!(k in {old}) || {old}[k] != {new}[k])) + "
-        f"{old}.filter(k, !(k in {skipped}) && !(k in {new})))"
-    )
-    return f"size({changed}) == 0", f"{changed}.join(', ')"
-
-
 def _unchanged() -> list[Validation]:
-    """No metadata but annotations, no spec but unschedulable and one taint removed.
-
-    The onboarding gate is the one exception to "the guard never changes taints": one taint may
-    be REMOVED, every other staying exactly as it was; which one (the site's onboarding_taint)
-    is gate_policy's check, the only Node rule that needs the settings.
-    """
-    meta, meta_changed = _same("metadata", _SYSTEM_META)
-    spec, spec_changed = _same("spec", ["unschedulable", "taints"])
-    out = [
+    """No metadata but annotations, no spec but unschedulable, at most one taint removed (the
+    onboarding gate: which one is gate_policy's check, the one Node rule needing the settings)."""
+    meta = changed_keys("metadata", _SYSTEM_META)
+    spec = changed_keys("spec", ("unschedulable", "taints"))
+    return [
         Validation(
-            meta,
+            f"size({meta}) == 0",
             "the guard changes no node metadata but its annotations (changed: ",
-            f"{meta_changed} + ')'",
+            f"{meta}.join(', ') + ')'",
         ),
         Validation(
-            spec,
+            f"size({spec}) == 0",
             "the guard changes nothing in a node's spec but unschedulable (changed: ",
-            f"{spec_changed} + ')'",
+            f"{spec}.join(', ') + ')'",
         ),
-    ]
-    out.append(
         Validation(
             f"{_NEW_TAINTS} == {_OLD_TAINTS} || {_ONE_TAINT_REMOVED}",
             "the guard changes no taint but removing the onboarding gate: one taint removed, "
             "every other as it was",
-        )
-    )
-    return out
+        ),
+    ]
 
 
 def _lifecycle_rules(keys: Annotations) -> list[Validation]:

@@ -1,16 +1,7 @@
 """The site's settings as the policies read them: the CronJob's own settings ConfigMap, bound as
-each policy's params (`paramKind` ConfigMap, `paramRef` to SETTINGS_CONFIGMAP in the guard's
-namespace; Deny when it is missing for the guard's own objects, Allow where the match reaches
-anyone else's: `site_param_ref`).
-
-So what an overlay's settings.env says reaches admission without running Python, as it reaches
-the CronJob (envFrom): the same object, the same keys (``GUARD_<NAME>``). A key the ConfigMap
-lacks means the setting's default, as it does for the CronJob; the default is written into the
-policy from Settings(). A jobs-namespace admin cannot edit it (it lives in the guard's
-namespace); the guard's own token cannot either (policies/guard-scope.yaml: only its ledger).
-
-Every value is read as the guard parses it (an int, a float, a list of Xids, a flag), so the
-site's ``0.80`` is the ``0.8`` the guard writes into an argv.
+each policy's params (docs/security.md, "The site's values" and "Without the settings"). A key
+the ConfigMap lacks means the setting's default, written into the policy; every value is read as
+the guard parses it, so the site's ``0.80`` is the ``0.8`` the guard writes into an argv.
 """
 
 from __future__ import annotations
@@ -37,12 +28,8 @@ def param_ref(s: Settings) -> dict[str, Any]:
 
 
 def site_param_ref(s: Settings) -> dict[str, Any]:
-    """For a policy whose match reaches objects that are not the guard's (every Node, every
-    ConfigMap of the guard's namespace, the settings ConfigMap itself): the API server resolves
-    params before it evaluates matchConditions, so Deny would refuse every Node update in the
-    cluster, and the settings' own re-creation, whenever the ConfigMap is missing or renamed.
-    Such a policy holds only the site's value checks; what holds whatever the settings is in a
-    paramless policy beside it (docs/security.md, "Without the settings")."""
+    """For a policy whose match reaches objects that are not the guard's: passes when the
+    ConfigMap is missing (docs/security.md, "Without the settings")."""
     return {**param_ref(s), "parameterNotFoundAction": "Allow"}
 
 

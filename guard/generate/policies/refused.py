@@ -1,8 +1,6 @@
-"""Fields of the Kubernetes types a guard Job or Pod may not carry, each with its reason.
-
-The shapes in guard/generate/policies/kinds.py allow a field or list it here; the allowlist refuses
-everything else anyway. These names exist so tests/apiserver/test_policy_schema.py can prove,
-against the API server's own schema, that every field was decided on.
+"""Fields of the Kubernetes types a guard Job or Pod may not carry, each with its reason (the
+shapes in kinds.py allow a field or list it here; tests/apiserver/test_policy_schema.py proves
+every field of the API server's schema was decided on).
 """
 
 from __future__ import annotations

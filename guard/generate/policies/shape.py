@@ -1,15 +1,9 @@
 """Exact object shapes, and the CEL validations that hold an object to one.
 
-A shape is an allowlist: `Obj` names every field an object may carry and what each must be;
-any other field is refused. `refused` lists, with a reason, the fields of the Kubernetes type
-that are deliberately not allowed, so tests/apiserver/test_policy_schema.py can prove that every
-field of the real API server's schema was decided on (allowed or refused), recursively.
-
-Case list of one field:
-  required, absent                      → refused ("… is required")
-  present, value does not match         → refused ("… must be …")
-  not named in the `Obj` at all         → refused by the object's allowlist
-  `create_only`                         → checked when the object is created, free on update
+A shape is an allowlist: `Obj` names every field an object may carry and what each must be; any
+other field is refused. `refused` lists, with a reason, the fields of the Kubernetes type that are
+deliberately not allowed, so tests/apiserver/test_policy_schema.py can prove every field of the
+real API server's schema was decided on (docs/security.md, "The exact shape of a guard Job").
 """
 
 from __future__ import annotations
@@ -187,12 +181,8 @@ def changed_keys(part: str, skip: tuple[str, ...]) -> str:
 
 
 def fixed_once_admitted(what: str, meta_free: tuple[str, ...]) -> list[Validation]:
-    """On UPDATE an admitted object keeps its spec and its metadata, but the API server's own
-    fields and `meta_free` (what its controllers change: finalizers, a CNI's annotations…).
-
-    The shape alone would let an UPDATE pick another allowed value (a TTL of 1 s, another
-    deadline, new annotations); admitted means fixed.
-    """
+    """On UPDATE an admitted object keeps its spec and metadata, but the API server's own fields
+    and `meta_free` (its controllers' changes): else an UPDATE could pick another allowed value."""
     skip = (*SYSTEM_META_CHANGES, *meta_free)
     meta, spec = changed_keys("metadata", skip), changed_keys("spec", ())
     return [

@@ -1,21 +1,7 @@
-"""The site's values in the guard Jobs: where the settings fix a word of the argv (ratios,
-durations, sizes, Xid lists, the conformance version and DNS list) or a field of the Job (its
-deadline, its TTL), the policy admits exactly that value, read from the params
-(guard/generate/policies/params.py), not any value of the word's pattern.
-
-Case list (a guard Job or Pod being created; an update keeps what was admitted):
-  --duration-s        → loadtest_duration_s, or onboarding_burnin_s (the onboarding burn-in)
-  --size              → loadtest_matrix_size
-  --min-ratio         → loadtest_min_ratio (as a number: 0.80 is 0.8)
-  --[no-]allreduce    → loadtest_allreduce
-  --allreduce-min-ratio, --allreduce-timeout-s → loadtest_allreduce_min_ratio, _timeout_s
-  --memory-class-xids → memory_class_xids (the list, in order)
-  --control-plane-version, --allowed-dns → present exactly when the setting is set, and equal
-  --drain (fence)     → only when fence_drain is true
-  activeDeadlineSeconds → evidence_deadline_s (evidence, conformance, fence), loadtest_deadline_s
-  ttlSecondsAfterFinished → job_ttl_s (conformance: or boot_check_job_ttl_s)
-The word's own pattern (guard/generate/policies/argv.py) still applies: a value outside it is
-refused by the layout rule, so these rules never convert a malformed word.
+"""The site's values in the guard Jobs: where the settings fix a word of the argv or a field of
+the Job, the policy admits exactly that value, read from the params (params.py), on CREATE (an
+update keeps what was admitted). docs/security.md ("The site's values") lists them. The word's
+own pattern (argv.py) still applies, so these rules never convert a malformed word.
 """
 
 from __future__ import annotations
@@ -105,50 +91,46 @@ def _ttls(kind: str) -> tuple[str, ...]:
     return ("job_ttl_s", "boot_check_job_ttl_s") if kind == "conformance" else ("job_ttl_s",)
 
 
+_LOADTEST_WORDS = (
+    Word(
+        "--duration-s",
+        argv.SECONDS,
+        "int({w}) in variables.durations",
+        ("loadtest_duration_s", "onboarding_burnin_s"),
+    ),
+    Word("--size", argv.SIZE, "int({w}) == variables.size", ("loadtest_matrix_size",)),
+    Word("--min-ratio", argv.RATIO, "double({w}) == variables.minRatio", ("loadtest_min_ratio",)),
+    Word(
+        "--allreduce-min-ratio",
+        argv.RATIO,
+        "double({w}) == variables.allreduceMinRatio",
+        ("loadtest_allreduce_min_ratio",),
+    ),
+    Word(
+        "--allreduce-timeout-s",
+        argv.SECONDS,
+        "int({w}) == variables.allreduceTimeout",
+        ("loadtest_allreduce_timeout_s",),
+    ),
+    Word(
+        "--memory-class-xids",
+        argv.XID_LIST,
+        "{w}.split(',').map(x, int(x)) == variables.memoryXids",
+        ("memory_class_xids",),
+    ),
+)
+
+
 def argv_checks(kind: str) -> list[Validation]:
     """The argv words of `kind` that the site's settings fix (Job and Pod alike)."""
     if kind == "loadtest":
-        return [
-            Word(
-                "--duration-s",
-                argv.SECONDS,
-                "int({w}) in variables.durations",
-                ("loadtest_duration_s", "onboarding_burnin_s"),
-            ).validation(),
-            Word(
-                "--size", argv.SIZE, "int({w}) == variables.size", ("loadtest_matrix_size",)
-            ).validation(),
-            Word(
-                "--min-ratio",
-                argv.RATIO,
-                "double({w}) == variables.minRatio",
-                ("loadtest_min_ratio",),
-            ).validation(),
-            Validation(
-                f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : "
-                "'--allreduce')))",
-                "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
-                "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
-            ).guarded(CREATE),
-            Word(
-                "--allreduce-min-ratio",
-                argv.RATIO,
-                "double({w}) == variables.allreduceMinRatio",
-                ("loadtest_allreduce_min_ratio",),
-            ).validation(),
-            Word(
-                "--allreduce-timeout-s",
-                argv.SECONDS,
-                "int({w}) == variables.allreduceTimeout",
-                ("loadtest_allreduce_timeout_s",),
-            ).validation(),
-            Word(
-                "--memory-class-xids",
-                argv.XID_LIST,
-                "{w}.split(',').map(x, int(x)) == variables.memoryXids",
-                ("memory_class_xids",),
-            ).validation(),
-        ]
+        words = [w.validation() for w in _LOADTEST_WORDS]
+        allreduce = Validation(
+            f"!({CMD}.exists(w, w == (variables.allreduce ? '--no-allreduce' : '--allreduce')))",
+            "--allreduce or --no-allreduce must be the site's loadtest_allreduce "
+            "(GUARD_LOADTEST_ALLREDUCE in the settings ConfigMap)",
+        ).guarded(CREATE)
+        return [*words[:3], allreduce, *words[3:]]
     if kind == "fence":
         return [
             Validation(

@@ -1,27 +1,5 @@
 """Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
-Pods, a gate in front of them, and the guard's own scope.
-
-Case list (every request in the jobs namespace, whoever sends it):
-  CronJob, Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController, PodTemplate
-                                          → refused (the gate): only the guard's kinds run here
-  exec, attach, port-forward, proxy into a pod → refused (the gate): no way into a privileged pod
-  ephemeral containers                    → refused (the gate)
-  a Job or Pod without a known component  → refused (the gate)
-  a DaemonSet that is not the node agent  → refused (the gate)
-  a Pod not created by its kind's controller (the Job controller; the DaemonSet controller
-  for the agent)                          → refused (the gate): no bare Pods
-  a Job or Pod of a kind                  → its exact shape (policies/job-<kind>.yaml), its
-                                            name made for its node, and on UPDATE its spec and
-                                            metadata as admitted (a Pod: but annotations,
-                                            finalizers; owners removed only by the GC)
-  the agent's DaemonSet and its Pods      → their exact shape (policies/agent.yaml)
-The guard's ServiceAccount, in addition: Jobs only in the jobs namespace, ConfigMaps only its
-ledger and the ledger's archives, in its own namespace (RBAC cannot limit create by name); an
-archive's name and its labels together (``<ledger>-archive-<n>`` ⇔ app.kubernetes.io/name=
-gpu-node-guard and app.kubernetes.io/component=ledger-archive; that component on no other name);
-Events regarding a Node only in NODE_EVENT_NAMESPACE, or regarding a Pod of the Event's own
-namespace (a Warning of guard.plan.workload's reasons, created only), reported as
-REPORTING_CONTROLLER.
+Pods, a gate in front of them, and the guard's own scope (docs/security.md, the policy table).
 """
 
 from __future__ import annotations
@@ -34,9 +12,11 @@ from guard.generate.policies.common import (
     COMPONENT_OF,
     PREFIX,
     guard_user,
-    in_namespace,
+    match,
     policy,
     rule,
+    scoped,
+    sent_by_guard,
 )
 from guard.generate.policies.kinds import (
     KINDS,
@@ -125,11 +105,7 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
         f"the owning Job must be a guard {kind.name} Job ({kind.job_prefix}…), got ",
         "variables.jobName",
     )
-    scope = {
-        "namespaceSelector": in_namespace(s.jobs_namespace),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
-    }
+    scope = scoped(s.jobs_namespace)
     jobs = {"resourceRules": [rule("batch", ["jobs"], ["CREATE", "UPDATE"])], **scope}
     pods = {"resourceRules": [rule("", ["pods"], ["CREATE", "UPDATE"])], **scope}
     ref = params.param_ref(s)
@@ -173,9 +149,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
     constraints = {
-        "namespaceSelector": in_namespace(ns),
-        "matchPolicy": "Equivalent",
-        "objectSelector": {},
+        **scoped(ns),
         "resourceRules": [
             rule("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]),
             rule(
@@ -232,17 +206,9 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
     """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
     one Lease."""
-    constraints = {
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "resourceRules": [
-            rule("batch", ["jobs"], ["CREATE", "UPDATE"]),
-            rule("", ["configmaps"], ["CREATE", "UPDATE"]),
-            rule("events.k8s.io", ["events"], ["CREATE", "UPDATE"]),
-            rule("coordination.k8s.io", ["leases"], ["CREATE", "UPDATE"]),
-        ],
-    }
+    written = {"batch": "jobs", "": "configmaps", "events.k8s.io": "events"}
+    written["coordination.k8s.io"] = "leases"
+    constraints = match([rule(g, [r], ["CREATE", "UPDATE"]) for g, r in written.items()])
     variables = [
         ("who", "request.kind.kind + ' ' + request.namespace + '/' + request.name"),
         ("name", "object.metadata.?name.orValue('')"),
@@ -323,5 +289,4 @@ def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
             + ", ".join(POD_EVENT_REASONS),
         ),
     ]
-    sent_by_guard = [("sent-by-the-guard", f"request.userInfo.username == {quote(guard_user(s))}")]
-    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, sent_by_guard)
+    return policy(f"{PREFIX}-guard-scope", constraints, variables, checks, [sent_by_guard(s)])
