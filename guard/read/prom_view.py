@@ -36,10 +36,11 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from guard.codec import queries
 from guard.codec.series import PROM_FIX, loss_since, on_step
-from guard.doors.prom import BadSeries, PromClient, PromError, Sample, Series
+from guard.doors.prom import BadSeries, Checked, PromClient, PromError, Sample, Series, T
 from guard.log import Value
 from guard.model import (
     AgentCheck,
@@ -58,6 +59,7 @@ from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
 COVERAGE_NAMES = 5
+Since = Callable[[str], tuple[tuple[str, datetime], ...]]  # a history's `loss_since`
 
 
 class JoinError(PromError):
@@ -92,10 +94,10 @@ def read_prom(
         if q.kind == "matrix":
             window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
             got = client.matrix_checked(q.name, q.promql, at, q.required, window)
-            matrices[q.name] = intake.series(q.name, got.good, got.bad)
+            matrices[q.name] = intake.checked(q.name, got)
         else:
             answer = client.vector_checked(q.name, q.promql, at, q.required)
-            vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
+            vectors[q.name] = intake.checked(q.name, answer)
     if not sent:
         counts = {
             m: _count(vectors[queries.required_input_name(m)]) for m, _ in queries.REQUIRED_INPUTS
@@ -115,16 +117,17 @@ def read_prom(
     def vector(name: str) -> tuple[Sample, ...]:
         return vectors.get(name, ())
 
+    def since(name: str) -> tuple[tuple[str, datetime], ...]:
+        return loss_since(matrices.get(name, ()), now, s.query_step_s, windows[name])
+
     hardware = (
         *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
         *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
-    lookback = queries.loss_lookback_s(s)
-    since = loss_since(matrices.get("loss-history", ()), now, s.query_step_s, lookback)
     view = PromView(
         hardware_xids=_unique(hardware),
         row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
-        loss_since=since,
+        loss_since=since("loss-history"),
         cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
         gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
@@ -132,12 +135,10 @@ def read_prom(
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
     if not sent:
-        view = _with_signals(view, vectors, matrices, now, s, intake)
-        view = _with_triggers(view, matrices, now, s)
-        view = _with_fabric(view, vectors, matrices, now, s)
+        facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}
+        view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
-        since, status = _nvml(vectors, matrices, now, s, intake)
-        view = replace(view, nvml_since=since, nvml_status=status)
+        view = replace(view, **_nvml(vector, since, intake))
     return _without(view, intake.problems)
 
 
@@ -166,54 +167,40 @@ def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
 
 
 def _nvml(
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-    intake: _Intake,
-) -> tuple[tuple[tuple[str, datetime], ...], tuple[AgentCheck, ...]]:
+    vector: Callable[[str], tuple[Sample, ...]], since: Since, intake: _Intake
+) -> dict[str, Any]:
     """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
-    lookback = queries.nvml_lookback_s(s)
-    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
     node = queries.NODE_LABEL
     status = {
         AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-        for x in intake.agent("nvml-status", vectors["nvml-status"])
+        for x in intake.agent("nvml-status", vector("nvml-status"))
     }
-    return since, tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail)))
+    return {
+        "nvml_since": since("nvml-mismatch-history"),
+        "nvml_status": tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
+    }
 
 
-def _with_signals(
-    view: PromView,
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-    intake: _Intake,
-) -> PromView:
-    """The node agent's nvidia-match and the service network's pods."""
-    since, status = _nvml(vectors, matrices, now, s, intake)
+def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> dict[str, Any]:
+    """The service network's pods."""
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     pods = (
         ServicePod(
             x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
         )
-        for x in intake.pods("service-network-pods", vectors["service-network-pods"], selector=True)
+        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
     )
-    counts = intake.selectors("service-network-seen", vectors["service-network-seen"])
+    counts = intake.selectors("service-network-seen", vector("service-network-seen"))
     seen = ((x.label(selector), int(x.value)) for x in counts)
-    return replace(
-        view,
-        nvml_since=since,
-        nvml_status=status,
-        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
-        service_seen=tuple(sorted(seen)),
-    )
+    return {
+        "service_pods": tuple(
+            sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
+        ),
+        "service_seen": tuple(sorted(seen)),
+    }
 
 
-def _with_triggers(
-    view: PromView, matrices: dict[str, tuple[Series, ...]], now: datetime, s: Settings
-) -> PromView:
+def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
     """The node triggers' histories (guard/plan/triggers): GPU counts per step, and when the
     admission rejections began with their count at the last step."""
     node = queries.NODE_LABEL
@@ -226,39 +213,49 @@ def _with_triggers(
             for x in matrices.get("gpu-count-history", ())
         )
     )
-    rejected = matrices.get("admission-history", ())
-    lookback = queries.trigger_lookback_s(s)
-    since = loss_since(rejected, now, s.query_step_s, lookback)
-    running = {n for n, _ in since}
+    rejected = since("admission-history")
+    running = {n for n, _ in rejected}
     latest = tuple(
         sorted(
             (x.label(node), int(max(x.points)[1]))
-            for x in rejected
+            for x in matrices.get("admission-history", ())
             if x.points and x.label(node) in running
         )
     )
-    return replace(view, gpu_counts=counts, admission_since=since, admission_now=latest)
+    return {"gpu_counts": counts, "admission_since": rejected, "admission_now": latest}
 
 
-def _with_fabric(
-    view: PromView,
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-) -> PromView:
+def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
     """The fabric trigger's facts: when each node's run of Failure steps began, the nodes not in
     Success now, and whether dcgm-exporter exposes the field at all."""
-    lookback = queries.trigger_lookback_s(s)
-    since = loss_since(matrices.get("fabric-history", ()), now, s.query_step_s, lookback)
     other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
     seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
-    return replace(
-        view,
-        fabric_since=since,
-        fabric_not_success=tuple(other),
-        fabric_seen=seen if "fabric-seen" in vectors else None,
-    )
+    return {
+        "fabric_since": since("fabric-history"),
+        "fabric_not_success": tuple(other),
+        "fabric_seen": seen if "fabric-seen" in vectors else None,
+    }
+
+
+# The facts `_without` drops for a node with a bad series, and how each names its node.
+_PER_NODE: dict[str, Callable[[Any], str]] = {
+    **dict.fromkeys(
+        ("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
+        lambda x: x.node,
+    ),
+    **dict.fromkeys(
+        (
+            "loss_since",
+            "nvml_since",
+            "gpu_counts",
+            "admission_since",
+            "admission_now",
+            "fabric_since",
+        ),
+        lambda x: x[0],
+    ),
+    **dict.fromkeys(("cordoned", "fabric_not_success"), lambda x: x),
+}
 
 
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
@@ -267,24 +264,11 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     gone = {p.node for p in found}
     if not found:
         return view
-    return replace(
-        view,
-        hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
-        row_remap=tuple(g for g in view.row_remap if g.node not in gone),
-        loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
-        cordoned=tuple(n for n in view.cordoned if n not in gone),
-        gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
-        gpu_holders=tuple(h for h in view.gpu_holders if h.node not in gone),
-        nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
-        nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
-        service_pods=tuple(p for p in view.service_pods if p.node not in gone),
-        gpu_counts=tuple(x for x in view.gpu_counts if x[0] not in gone),
-        admission_since=tuple(x for x in view.admission_since if x[0] not in gone),
-        admission_now=tuple(x for x in view.admission_now if x[0] not in gone),
-        fabric_since=tuple(x for x in view.fabric_since if x[0] not in gone),
-        fabric_not_success=tuple(n for n in view.fabric_not_success if n not in gone),
-        unreadable=found,
-    )
+    kept: dict[str, Any] = {
+        name: tuple(x for x in getattr(view, name) if node(x) not in gone)
+        for name, node in _PER_NODE.items()
+    }
+    return replace(view, **kept, unreadable=found)
 
 
 def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
@@ -449,17 +433,10 @@ class _Intake:
             why = "not a finite number" if b.value else b.why
             self.refuse(node, query, b.what, b.value, why)
 
-    def samples(
-        self, query: str, good: Iterable[Sample], bad: Iterable[BadSeries]
-    ) -> tuple[Sample, ...]:
-        self._bad(query, bad)
-        return tuple(x for x in good if self._named(query, x))
-
-    def series(
-        self, query: str, good: Iterable[Series], bad: Iterable[BadSeries]
-    ) -> tuple[Series, ...]:
-        self._bad(query, bad)
-        return tuple(x for x in good if self._named(query, x))
+    def checked(self, query: str, got: Checked[T]) -> tuple[T, ...]:
+        """The answer's series whose naming labels are node names; the bad ones refused."""
+        self._bad(query, got.bad)
+        return tuple(x for x in got.good if self._named(query, x))
 
     def _check(
         self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
