@@ -1,18 +1,8 @@
 """Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
 
 Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
-Each action gets exactly one log line, written here from its outcome:
-
-  applied        the action's own line (``cordon node=… reason=… next=…``)
-  already-done   ``skip reason=<why> …``: the cluster already holds it (a Job of that name, a
-                 cordon whose answer was lost, an Event counted this instant)
-  skipped        ``skip reason=changed-under-us|earlier-write-failed …``
-  failed         ``write-failed … error=<the API's message>`` at ERROR; the run exits 1 at the end
-
-A node patch that did not land (failed, or given up because the node changed) stops every later
-write on that node in this cycle: they were planned from the node as read (no evidence Job, ledger
-line or cordon Event without its cordon). Writes on other nodes go on. How a node patch meets a
-changed node: guard.apply.node_patch.
+Each action gets exactly one log line, written here from its outcome (docs/writes.md); a node
+patch that did not land stops every later write on that node in this cycle.
 """
 
 from __future__ import annotations

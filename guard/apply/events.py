@@ -1,21 +1,6 @@
-"""Events about Nodes that kubectl shows: events.k8s.io/v1, in `default`, one per condition;
-and Events about the pods on a GPU the guard isolates, in each pod's namespace (`emit_once`).
-
-`kubectl describe node` finds Events by the node's kind, name and uid (``involvedObject`` in the
-core view of ``regarding``); its age column reads ``eventTime`` and, for a repeating Event,
-``series`` (kubectl/pkg/describe ``DescribeEvents``). events.k8s.io/v1 refuses the deprecated
-core fields (first/last timestamp, count, source) on create, and lets only ``series`` change
-afterwards, so:
-
-  first time a condition is seen      → create the Event (deterministic name, no series)
-  seen again in a later cycle         → series.count + 1, series.lastObservedTime = now
-  seen again within `SAME_OBSERVATION_S` of the last observation
-                                      → already done (a second guard run started at the same
-                                        time, or a retry, counted it)
-
-The name is ``<node>.gng-<digest of node, reason, incident>``, so every cycle, a second guard run
-and a retried create all reach the same object; `incident` (the cordon's time for a cordon)
-separates two incidents of one node, and where a planner gives none the message does.
+"""Events about Nodes that kubectl shows (events.k8s.io/v1, in `default`, one per condition and
+incident, counted in `series` when seen again), and Events about the pods on a GPU the guard
+isolates (`emit_once`). The case list: docs/writes.md, "Events".
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The lifecycle checks' node annotations: formats, parsers and the values the planners write.
-
-``checked-boot``, ``auto-cordon-pcie-links``, ``conformance-failed`` and ``onboarding-failed``
-(guard.names.Annotations; docs/node-annotations.md). Like guard.codec.records, a value that does not
-parse becomes an `Unreadable` on its node, never an exception.
-"""
+"""The lifecycle checks' node annotations (docs/node-annotations.md): formats, parsers and the
+values the planners write; as in guard.codec.records, a bad value is an `Unreadable`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The guard's own node annotations: their formats, their parsers, and the cancel value.
+"""The guard's own node annotations: formats, parsers and the cancel value.
 
-Each parser reads one annotation value into a typed record or notes an `Unreadable` (key, value,
-why, the fix) in `Problems`; nothing here raises on a bad value. ASCII only: ``str.isdigit`` and
-``\\d`` also accept superscripts and other scripts' digits.
+A bad value is noted as an `Unreadable` in `Problems`, never raised. ASCII only: ``str.isdigit``
+and ``\\d`` also accept other scripts' digits.
 """
 
 from __future__ import annotations

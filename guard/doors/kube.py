@@ -1,13 +1,8 @@
 """The one door to the Kubernetes API: raw JSON in and out over HTTP, typed errors, retries.
 
-Requests go out with `requests` (the kubernetes package only loads the kubeconfig or the pod's
-ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -o json`` file,
-and 5,000 nodes never become 5,000 model objects.
-
-Errors are typed (guard.doors.kube_errors); 429, 5xx, connection resets and refusals and timeouts
-are retried with jittered backoff until the deadline of the run's part (the cycle's, then the
-run's: guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S (a
-restarted API server denies while its RBAC caches fill), then `Forbidden`.
+Answers are plain dicts, as in a ``kubectl get -o json`` file (the kubernetes package only loads
+the credentials). 429, 5xx, resets, refusals and timeouts are retried until the part's deadline
+(guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S.
 """
 
 from __future__ import annotations

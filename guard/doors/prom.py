@@ -1,19 +1,11 @@
 """The one door to Prometheus: instant queries with strict answer validation.
 
-Anything abnormal raises `PromError` with a one-line reason naming the query and the offending
-value; it never becomes "no candidates". Every answer is bounded: one total deadline per request
-(connect, headers and the whole body, however slowly it trickles in), a cap on its decoded bytes
-and one on its series.
-
-A transient failure (the connection refused or reset, no answer in time, 502/503/504, 429 with
-Retry-After) is tried again with the run's backoff until its part's deadline (guard.doors.retry;
-a client without a run's budget tries once); any other wrong answer is final at once.
-
-Two kinds of wrong: the answer as a whole (HTTP error, not JSON, wrong result type, a partial
-answer, a sample time that is not the query's) always raises; one series that is wrong on its own
-(a value that is not a finite number, the same label set twice) is a `BadSeries` of the answer
-(`vector_checked`, `matrix_checked`), so the caller can blame the node it belongs to and no
-other. `vector` and `matrix` raise on the first bad series.
+Anything abnormal raises `PromError` (one line naming the query and the value), never "no
+candidates". Every answer is bounded: one total deadline per request, a cap on its decoded bytes
+and one on its series. Transient failures (refused, reset, timed out, 502/503/504, 429 with
+Retry-After) are retried within the run's budget (guard.doors.retry). A series wrong on its own
+(not a finite number, a duplicate) is a `BadSeries` of the answer (`vector_checked`,
+`matrix_checked`), so the caller blames its node only; `vector` and `matrix` raise on it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Synthetic dcgm-exporter and kube-state-metrics series, written as OpenMetrics for promtool.
-
-A scenario is a set of node timelines (step functions in seconds from the start); the writer
-streams samples family by family, series by series, in time order, as
-``promtool tsdb create-blocks-from openmetrics`` requires.
-"""
+"""Synthetic dcgm-exporter and kube-state-metrics series, written as OpenMetrics for promtool:
+node timelines (step functions in seconds from the start), family by family, in time order."""
 
 from __future__ import annotations
 

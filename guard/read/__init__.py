@@ -1,9 +1,7 @@
 """Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
 
-Cluster objects come from the API (`guard.doors.kube`, page by page) or a ``kubectl get … -o
-yaml|json`` List file (item by item); both arrive here as plain dicts, one at a time, and are
-converted by the same functions: a Node becomes its `NodeInfo` at once, and its raw object is let
-go.
+From the API (page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), objects
+arrive as plain dicts, one at a time; a Node becomes its `NodeInfo` at once.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""Job results the guard reads: the summary each finished Pod of its Jobs left in its container's
-termination message, parsed once into a typed `JobResult` (docs/lifecycle.md, "Job results").
-
-The snapshot lists the Pods of the jobs namespace once per cycle (label-selected, finished ones
-only) and keeps a few fields of each (`slim_pod`). Per Job the newest finished Pod counts. Case
-list of one Pod (first match wins):
-  not a mapping, no job-name label           → ignored (not a Pod of a guard Job)
-  Failed with no container status and the kubelet's "Pod was rejected: …" (or an admission
-  reason: OutOfcpu, OutOfmemory, OutOf<resource>, NodeAffinity, UnexpectedAdmissionError, …)
-                                             → rejected: the node refused to run it, with
-                                               reason and message (never a failed check)
-  its container never terminated             → unreadable: the Pod failed before it ran
-                                               (deadline, eviction), with why
-  empty message                              → unreadable: the program did not finish
-  a summary of another shape                 → unreadable, the parser's one line
-  otherwise                                  → read: pass/fail, failed items, recorded links
-A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too, and so is
-a Pod the Job does not control (no controller ownerReference with the Job's uid), one that runs
-other containers than the Job's template (image, command, args) or one that ran on another node
-than the Job's (`nodeName` is fixed at creation: a Pod that ran elsewhere and was adopted by its
-labels keeps it): such a result is `foreign`, and the planners treat its Job as one the guard did
-not make.
+"""Job results: the summary each finished Pod of the guard's Jobs left in its container's
+termination message, parsed once into a typed `JobResult` (read, rejected by the kubelet,
+unreadable, or `foreign`: not the Job's own Pod). The case list: docs/lifecycle.md, "Job results".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A ``kubectl get -o json`` List read one item at a time, never held whole.
 
-A List of 50,000 Nodes and their Pods is gigabytes of JSON; ``json.loads`` of it holds the text
-and every object at once (2.6 GB at 20,000 nodes). Here the file is read in 1 MiB chunks and
-each element of the top-level ``items`` array is decoded on its own (`json.JSONDecoder.raw_decode`
-of the C scanner) and handed out; the caller keeps what it needs of it and lets it go. At most one
-chunk plus one item is alive. The bounds of `guard.files` hold: a regular file only, a size limit,
-no NUL bytes, UTF-8, nesting depth (`item_too_deep`), and each item at most `max_item`
-characters.
+The file is read in 1 MiB chunks and each element of the top-level ``items`` is decoded on its own
+(`json.JSONDecoder.raw_decode`); at most one chunk plus one item is alive. The bounds of
+`guard.files` hold, and each item is at most `max_item` characters.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Cluster objects (plain dicts from the API or a List file) → model values, one object at a time.
-
-Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations
-by `guard.codec.records`), once, into a typed field. A value that does not parse becomes an
-`Unreadable` on its object (or a `problem` on a Job) and never an exception, so one bad
-object cannot stop the cycle for the others.
-"""
+"""Cluster objects (plain dicts) → model values, one object at a time. A value that does not
+parse becomes an `Unreadable` on its object (or a Job's `problem`), never an exception."""
 
 from __future__ import annotations
 

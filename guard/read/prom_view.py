@@ -1,32 +1,11 @@
 """Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
 
-`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant and converts the
-answers at this boundary into typed fields; what the planners read is plain data. Which of
-those facts make a cordon candidate (the hold window, the fast path) is decided in
-guard/plan/hold.py.
-
-The loss history becomes `loss_since`: per node, the first step of the run of steps with GPU
-loss observed that reaches up to now. Each step's value is the latest scrape at or before the
-step, so the loss was scraped no later than `loss_since`, at any instant, on any engine
-(left-open or closed ranges, aligned or not). A step without loss or without data (series
-younger than the window, a scrape gap) breaks the run, so a loss must have been seen over the
-whole window.
-
-Which label names the Node: a series' `node` when it names a Node, else the first of
-`Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
-Node names at hand, the first non-empty one. `check_join` turns a join that names no Node into
-an abort, and GPU nodes without any dcgm-exporter series into one WARN line.
-
-Every label that reaches a write or a log line is checked here against its format (`_Intake`):
-Node names (DNS-1123 subdomains), `UUID` (``GPU-`` and the 8-4-4-4-12 hex form), `pci_bus_id`
-(``00000000:3B:00.0``, 8- or 4-digit domain), the GPU index, the Xid (an integer of the bundled
-catalogue's range, as value or `xid` label), pod and namespace names, the agent's status and
-detail. A series that fails, or that `guard.doors.prom` set apart (a value that is not a finite
-number, a duplicate), is dropped with a `PromUnreadable` naming its node: every fact of that node
-is left out of the view, and the unreadable check reports it (guard/plan/unreadable.py). A series
-whose naming labels are all malformed is reported with node "" (its node cannot be told); one that
-`guard.doors.prom` set apart and that names no node at all (a NaN count) aborts, as does what is
-wrong with an answer as a whole (guard.doors.prom).
+`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant; which facts
+make a candidate is decided in guard/plan/hold.py. The label naming the Node: a series' `node`
+when it names a Node, else the first of `Settings.dcgm_node_label_names` that does (`check_join`).
+Every label that reaches a write or a log line is checked against its format here (`_Intake`): a
+series that fails, or that `guard.doors.prom` set apart, drops every fact of its node with a
+`PromUnreadable` (guard/plan/unreadable.py); what is wrong with an answer as a whole aborts.
 """
 
 from __future__ import annotations
