@@ -70,34 +70,30 @@ class _Transient(PromError):
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class _Labelled:
     labels: Labels
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample(_Labelled):
     value: float
 
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
-
 
 @dataclass(frozen=True, slots=True)
-class Series:
-    labels: Labels
+class Series(_Labelled):
     points: tuple[tuple[float, float], ...]
 
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
-
 
 @dataclass(frozen=True, slots=True)
-class BadSeries:
+class BadSeries(_Labelled):
     """One series of an answer that failed a check of its own; `why` names the value."""
 
-    labels: Labels
     why: str  # never holds a label value: those may carry anything, line breaks included
     value: str = ""  # the sample's value as sent, where that is what is wrong
     what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
-
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,19 +193,7 @@ class PromClient:
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> Checked[Sample]:
         """The answer's samples, each series that is wrong on its own set apart."""
-        result = self._query(name, promql, at, "vector")
-        clock = _Clock.vector(name, at)
-        good: list[Sample] = []
-        bad: list[BadSeries] = []
-        for item in result:
-            labels = _labels(name, item)
-            point = _point(name, item.get("value"), labels, clock)
-            wrong = point if isinstance(point, BadSeries) else _lacking(labels, required)
-            if wrong is not None:
-                bad.append(wrong)
-            elif isinstance(point, tuple):
-                good.append(Sample(labels, point[1]))
-        return _split_duplicates(good, bad)
+        return self._checked(name, promql, at, required, None)
 
     def matrix_checked(
         self,
@@ -220,13 +204,27 @@ class PromClient:
         window_s: float = 31 * 86400,
     ) -> Checked[Series]:
         """As `vector_checked`; every point must lie in the `window_s` before the instant."""
-        result = self._query(name, promql, at, "matrix")
-        clock = _Clock.matrix(name, at, window_s)
-        good: list[Series] = []
+        return self._checked(name, promql, at, required, window_s)
+
+    def _checked(
+        self,
+        name: str,
+        promql: str,
+        at: datetime | None,
+        required: Iterable[str],
+        window_s: float | None,
+    ) -> Checked[Any]:
+        """A vector's samples, or with `window_s` a matrix's series."""
+        matrix = window_s is not None
+        result = self._query(name, promql, at, "matrix" if matrix else "vector")
+        clock = (
+            _Clock.matrix(name, at, window_s) if window_s is not None else _Clock.vector(name, at)
+        )
+        good: list[Any] = []
         bad: list[BadSeries] = []
         for item in result:
             labels = _labels(name, item)
-            values = item.get("values")
+            values = item.get("values") if matrix else [item.get("value")]
             if not isinstance(values, list):
                 raise PromError(f"query {name}: a series has no values list")
             points = [_point(name, pair, labels, clock) for pair in values]
@@ -234,8 +232,9 @@ class PromClient:
             wrong = wrong or _lacking(labels, required)
             if wrong is not None:
                 bad.append(wrong)
-            else:
-                good.append(Series(labels, tuple(p for p in points if isinstance(p, tuple))))
+                continue
+            found = tuple(p for p in points if isinstance(p, tuple))
+            good.append(Series(labels, found) if matrix else Sample(labels, found[0][1]))
         return _split_duplicates(good, bad)
 
     def server_time(self, name: str = "prometheus-time") -> datetime:
