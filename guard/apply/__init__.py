@@ -18,17 +18,12 @@ from guard.actions import (
     Action,
     Annotate,
     AppendLedgerLine,
-    ClearGuardAnnotations,
     Cordon,
     CreateClaim,
     CreateJob,
     EmitEvent,
-    RecordBoot,
-    RemoveTaint,
-    SetHold,
     Skip,
     TaintDevice,
-    Uncordon,
     UntaintDevice,
 )
 from guard.apply import events, node_patch
@@ -137,20 +132,12 @@ class KubeExecutor:
         return outcome
 
     def _write(self, action: Action) -> Outcome:
+        if isinstance(action, NodePatch):
+            patched = node_patch.patch(self.kube, self.keys, action)
+            if patched.node is not None:
+                self._remember(patched.node)
+            return patched.outcome
         match action:
-            case (
-                Cordon()
-                | Uncordon()
-                | ClearGuardAnnotations()
-                | SetHold()
-                | Annotate()
-                | RecordBoot()
-                | RemoveTaint()
-            ):
-                patched = node_patch.patch(self.kube, self.keys, action)
-                if patched.node is not None:
-                    self._remember(patched.node)
-                return patched.outcome
             case CreateJob():
                 return self._create_job(action)
             case TaintDevice():
@@ -212,7 +199,7 @@ class KubeExecutor:
         if not action.record:
             return Outcome(action, "applied")
         uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record_job(action, uid)
+        return self._record(action, uid, f"job/{action.name}")
 
     def _existing_job(self, action: CreateJob) -> Outcome:
         """A Job of this name exists. When it is exactly what the guard rendered (a retried
@@ -230,7 +217,8 @@ class KubeExecutor:
             or (recorded is not None and recorded.name == action.name)
         ):
             return exists
-        done = self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        uid = str((found.get("metadata") or {}).get("uid", ""))
+        done = self._record(action, uid, f"job/{action.name}")
         if done.status == "failed":
             return done
         return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
@@ -265,18 +253,13 @@ class KubeExecutor:
         if not action.record:
             return Outcome(action, "applied")
         uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record(action, action.record, uid, f"resourceclaim/{action.name}")
+        return self._record(action, uid, f"resourceclaim/{action.name}")
 
-    def _record_job(self, action: CreateJob, uid: str) -> Outcome:
-        return self._record(action, action.record, uid, f"job/{action.name}")
-
-    def _record(
-        self, action: CreateJob | CreateClaim, record: tuple[str, ...], uid: str, what: str
-    ) -> Outcome:
+    def _record(self, action: CreateJob | CreateClaim, uid: str, what: str) -> Outcome:
         """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
         cycle takes a result only from this uid. A record that does not land leaves the object
         unowned: the next cycle names it (delete it and the guard makes its own again)."""
-        key, value = record
+        key, value = action.record
         ref = self._refs.get(action.node)
         notes: tuple[tuple[str, str], ...] = ((key, value.replace(UID, uid)),)
         fence_uids = self._fence_uids.get(action.node, ())
@@ -360,7 +343,7 @@ class KubeExecutor:
                 found = {"metadata": {"name": action.node}}  # still recorded, by name only
             self._remember(found)
             ref = self._refs.get(action.node) or events.NodeRef(action.node, "", "")
-        done = events.emit(self.kube, action, ref, events.Reporter(self.instance, self.snap.now))
+        done = events.emit(self.kube, action, ref, reporter)
         if done.already:
             return Outcome(action, "already-done", "event-counted", "this observation is counted")
         return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")

@@ -129,15 +129,8 @@ class _Collect:
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
         self.nodes = _Nodes(self.keys, origin, kept_label_keys(s.gpu_classes, s.topology_label))
-        self.kept: dict[str, list[dict[str, Any]]] = {
-            "Job": [],
-            "ConfigMap": [],
-            "Event": [],
-            "Pod": [],
-            "ResourceSlice": [],
-            "DeviceTaintRule": [],
-            "ResourceClaim": [],
-        }
+        kinds = ("Job", "ConfigMap", "Event", "Pod", "ResourceSlice", "DeviceTaintRule")
+        self.kept: dict[str, list[dict[str, Any]]] = {k: [] for k in (*kinds, "ResourceClaim")}
         self.kinds: set[str] = set()
         self.spaces: set[str] = set()
 
