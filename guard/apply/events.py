@@ -6,11 +6,12 @@ isolates (`emit_once`). The case list: docs/writes.md, "Events".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from guard.actions import EmitEvent
 from guard.doors.kube import AlreadyExists, Conflict, Kube, KubeError
+from guard.doors.lease import micro_time, parse_micro
 from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, REPORTING_CONTROLLER
 
 NOTE_LIMIT_BYTES = 1024  # events.k8s.io/v1 `note`
@@ -65,15 +66,6 @@ class Emitted:
     count: int  # 1 for a new Event, else its series count
 
 
-def micro_time(at: datetime) -> str:
-    """MicroTime as the API writes it.
-
-    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
-    '2026-09-21T05:55:00.000000Z'
-    """
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _note(message: str) -> str:
     data = message.encode()
     if len(data) <= NOTE_LIMIT_BYTES:
@@ -121,10 +113,7 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
 def observed_at(event: dict[str, Any]) -> datetime | None:
     """When the Event was last seen: series.lastObservedTime, else eventTime."""
     text = (event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or ""
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_micro(str(text))
 
 
 def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:

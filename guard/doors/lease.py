@@ -40,11 +40,16 @@ def slot_key(annotation_prefix: str) -> str:
     return f"{annotation_prefix}isolated-slot"
 
 
-def _time(at: datetime) -> str:
+def micro_time(at: datetime) -> str:
+    """MicroTime as the API writes it.
+
+    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
+    '2026-09-21T05:55:00.000000Z'
+    """
     return at.astimezone(UTC).strftime(_MICRO)
 
 
-def _parse(text: object) -> datetime | None:
+def parse_micro(text: object) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
@@ -68,7 +73,7 @@ def forged(lease: dict[str, Any], now: datetime) -> str:
     """
     spec = lease.get("spec") or {}
     written = spec.get("renewTime") or spec.get("acquireTime")
-    renewed = _parse(written)
+    renewed = parse_micro(written)
     if renewed is not None and renewed > now + timedelta(seconds=SKEW_S):
         return f"renewed in the future ({written})"
     duration = spec.get("leaseDurationSeconds")
@@ -91,7 +96,7 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
     other = str(spec.get("holderIdentity") or "")
     if not other or other == holder:
         return ""
-    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    renewed = parse_micro(spec.get("renewTime")) or parse_micro(spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int):
         return other  # a Lease the guard cannot read the expiry of is not free
@@ -139,10 +144,10 @@ class CycleLease:
         spec.update(
             holderIdentity=self.holder,
             leaseDurationSeconds=lease_seconds(now, self.duration_s, self.expires_by),
-            renewTime=_time(now),
+            renewTime=micro_time(now),
         )
         if acquire:
-            spec["acquireTime"] = _time(now)
+            spec["acquireTime"] = micro_time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + bool(old)
         meta: dict[str, Any] = {
             "name": CYCLE_LEASE,

@@ -165,9 +165,7 @@ def _text_data(cm: Mapping[str, object]) -> dict[str, str]:
 
 
 def _index_of(cm: Mapping[str, object]) -> int:
-    meta = cm.get("metadata")
-    name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-    found = re.search(r"-archive-([0-9]+)\Z", name)
+    found = re.search(r"-archive-([0-9]+)\Z", _name(cm))
     return int(found[1]) if found else 0
 
 

@@ -439,31 +439,22 @@ class _Intake:
             ("pci_bus_id", _matches(_PCI_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
             ("gpu", _matches(_GPU_INDEX), "a GPU index"),
         )
-        low, high = xid_range()
+        not_xid = "not an Xid (an integer in {}..{})".format(*xid_range())
         out: dict[tuple[str, ...], GpuSample] = {}
         for s in samples:
             if not self._check(query, s, checks):
                 continue
             node = self.join.node(s)
+            # (label, its text, why not) of the value: an `xid` label, the gauge's Xid, a count
+            what, text, why = "value", f"{s.value:g}", not_xid if xid_value else "not an integer"
             value: int | None = int(s.value) if s.value.is_integer() else None
             if value_label:
-                text = s.label(value_label)
+                what, text, why = value_label, s.label(value_label), not_xid
                 value = xid_of(float(text)) if _DIGITS.fullmatch(text) else None
-                if value is None:
-                    self.refuse(
-                        node, query, value_label, text, f"not an Xid (an integer in {low}..{high})"
-                    )
-                    continue
             elif xid_value:
                 value = xid_of(s.value)
             if value is None:
-                self.refuse(
-                    node,
-                    query,
-                    "value",
-                    f"{s.value:g}",
-                    f"not an Xid (an integer in {low}..{high})" if xid_value else "not an integer",
-                )
+                self.refuse(node, query, what, text, why)
                 continue
             pci = s.label("pci_bus_id")
             uuid = s.label("UUID") or s.label("uuid") or "unknown"
@@ -473,13 +464,8 @@ class _Intake:
             key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
             seen = out.get(key)
             if seen is not None and seen.value != g.value:
-                self.refuse(
-                    node,
-                    query,
-                    "value",
-                    f"{seen.value} and {g.value}",
-                    f"two series of GPU {g.gpu} ({uuid}) disagree",
-                )
+                why = f"two series of GPU {g.gpu} ({uuid}) disagree"
+                self.refuse(node, query, "value", f"{seen.value} and {g.value}", why)
                 continue
             out[key] = g
         return tuple(out.values())
