@@ -225,10 +225,8 @@ class KubeExecutor:
 
     def _create_claim(self, action: CreateClaim) -> Outcome:
         """Create the claim and record its uid. One of that name already there counts only when
-        it is the claim the node's record names (a retried create): any other, whoever made it,
-        fails the create, and the Job after it on this node is not created. The guard deletes
-        that claim (by uid; the policy lets it delete only claims with its label) so that the
-        next cycle creates its own: no Job of the guard's uses it yet."""
+        the node's record names it (a retried create); any other fails the create (so the Job
+        after it) and is deleted by uid, so that the next cycle creates its own."""
         try:
             made = self.kube.create_resource_claim(action.namespace, action.manifest)
         except Conflict:

@@ -284,7 +284,6 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
 # ---- The in-run watch (guard/watch.py): one cheap poll, then the cycle's queries narrowed ----
 
 WATCH_POLL = "watch-faults"
-HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cordoned")
 
 
 def watch_poll(s: Settings) -> Query:
@@ -331,8 +330,8 @@ def _is(label: str, *values: str) -> str:
 
 
 def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
-    """The queries of `HOLD_QUERY_NAMES` narrowed to `nodes`, one request each for all the nodes
-    the watch decides at one instant."""
+    """The cycle's Xid, loss-history and cordoned queries narrowed to `nodes`, one request each
+    for all the nodes the watch decides at one instant."""
     codes, lookback = s.user_code_xids, loss_lookback_s(s)
     base = Pins.of(s)
     dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))

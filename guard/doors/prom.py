@@ -41,11 +41,8 @@ _EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
 # Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
 # `infos`. Neither says the answer is incomplete.
 _INFO_PREFIX = "PromQL info:"
-# A warning that says the answer lacks data is refused as a partial answer: the engines'
-# partial-response words, Thanos' words for a store it could not read ("fetch series for …",
-# "receive series from …", "failed to receive any data …", "store … is unavailable") and for an
-# answer from no store at all. Any other warning (PromQL's, an engine's notes) is logged once a
-# run and the answer used (`PromClient.warn`).
+# Words of a warning that says the answer lacks data (a partial answer: docs/engines.md); any
+# other warning is logged once a run and the answer used (`PromClient.warn`).
 _PARTIAL_WORDS = (
     "partial",
     "series for",

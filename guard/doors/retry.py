@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
-# A kube-apiserver that just restarted answers 403 to every ServiceAccount for a second or two:
-# its RBAC authorizer denies until its informers have listed the Roles and bindings. A 403 is
-# therefore retried for this long after the request's first 403 (never past the part's
-# deadline) before it is final; a real denial (RBAC as deployed, an admission policy) costs one
-# cycle at most this much.
+# A restarted kube-apiserver's RBAC authorizer denies until its caches fill: an authorizer's
+# 403 is retried this long after the request's first (docs/writes.md).
 FORBIDDEN_GRACE_S = 5.0
 
 

@@ -30,43 +30,29 @@ class NodeTimeline:
     allocatable: Steps = ()  # default: all GPUs allocatable
     unschedulable: Steps = ()  # default: schedulable
     pci_base: int = 0x18
-    # dcgm-exporter's side: the host label's value (default: the node name; an old exporter
-    # without NODE_NAME says its pod name), a `node` label put there by a scrape relabel,
-    # which metrics it exports, and DCGM_EXP_XID_ERRORS_COUNT steps
-    # (offset_s, gpu index, xid, count from then on).
+    # dcgm-exporter's side: the host label's value (default: the node name; an exporter without
+    # NODE_NAME says its pod name), a relabelled `node`, which metrics it exports.
     host_value: str = ""
     node_label: str = ""
     xid_gauge: bool = True
     gpu_temp: bool = False
-    xid_counts: tuple[tuple[int, int, int, int], ...] = ()
-    # Series start at `first_s` (a node that joined, or a Prometheus without older data) and
-    # are scraped `scrape_offset_s` after the scenario's grid (pods never start on the minute).
-    first_s: int = 0
-    scrape_offset_s: int = 0
-    # The node agent's nvidia-match (docs/agent.md), scraped with the node's series: steps of
-    # AGENT_PASS, AGENT_FAIL, AGENT_UNKNOWN (no check_ok, check_info says UNKNOWN) or AGENT_GONE
-    # (no series: pod gone, scrape failing); empty: no agent on the node.
+    xid_counts: tuple[tuple[int, int, int, int], ...] = ()  # (offset_s, gpu, xid, count from then)
+    first_s: int = 0  # series start here (a node that joined, a Prometheus without older data)
+    scrape_offset_s: int = 0  # scraped this long after the scenario's grid
+    # The node agent's nvidia-match (docs/agent.md): steps of AGENT_PASS, AGENT_FAIL,
+    # AGENT_UNKNOWN (check_info only) or AGENT_GONE (no series); empty: no agent on the node.
     agent: Steps = ()
-    # Its GPUs published by the DRA driver only: kube-state-metrics has no nvidia_com_gpu
-    # capacity or allocatable row for it (dcgm-exporter still exports its GPUs).
-    dra: bool = False
-    # GPU counts over time (default: `gpus` all along): kube-state-metrics' capacity, and how
-    # many of the node's GPUs dcgm-exporter exports (the lowest indexes).
+    dra: bool = False  # GPUs published by the DRA driver only: no nvidia_com_gpu rows
+    # GPU counts over time (default: `gpus`): capacity, and the lowest GPUs dcgm-exporter exports.
     capacity: Steps = ()
     exported: Steps = ()
-    # dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS of GPU 0 over time (every other GPU in
-    # Success, 3); empty: the exporter does not expose the field on this node.
+    # Fabric fields on GPU 0, switch 0 or switch 0's port 0 (every other one healthy); empty:
+    # not exported on this node.
     fabric: Steps = ()
-    # The other fabric fields, each empty where the exporter does not expose it: the SXid of
-    # DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS of switch 0 (every other switch 0), the
-    # DCGM_FI_DEV_NVSWITCH_LINK_STATUS of switch 0's port 0 (every other port ACTIVE), and the
-    # DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL counter of GPU 0 (every other GPU 0).
     nvswitch_fatal: Steps = ()
     nvswitch_link: Steps = ()
     nvlink_recovery: Steps = ()
-    # dcgm-exporter's pod mapping: (gpu index, namespace, pod) of a pod holding that GPU; its
-    # series carry the pod's `namespace` and `pod` labels (one pod per GPU here).
-    gpu_pods: tuple[tuple[int, str, str], ...] = ()
+    gpu_pods: tuple[tuple[int, str, str], ...] = ()  # (gpu, namespace, pod) holding that GPU
 
     def host(self) -> str:
         return self.host_value or self.name
