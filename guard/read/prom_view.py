@@ -33,6 +33,7 @@ from guard.model import (
     ServicePod,
     Unreadable,
 )
+from guard.names import is_dns_label, is_dns_subdomain
 from guard.pci import normalize_pci
 from guard.settings import Settings
 from guard.xid_tables import load_catalog
@@ -335,9 +336,6 @@ def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
 
 # ---- the checks at the boundary ---------------------------------------------------------
 
-# Kubernetes' IsDNS1123Subdomain; fullmatch, so a trailing newline is not a name either.
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
@@ -346,21 +344,13 @@ _GPU_INDEX = re.compile(r"[0-9]{1,4}")
 _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("²") fails
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
 _DETAIL_MAX = 256
-_NAME_MAX = 253
+_NAME_MAX = 253  # guard.names.is_dns_subdomain's
 
 
 @functools.cache
 def xid_range() -> tuple[int, int]:
     """The Xids the bundled catalogue knows: 1 up to its highest code."""
     return 1, max(load_catalog())
-
-
-def is_node_name(text: str) -> bool:
-    """
-    >>> is_node_name("gpu-node-b"), is_node_name("gpu-node-b\\n"), is_node_name("a" * 254)
-    (True, False, False)
-    """
-    return len(text) <= _NAME_MAX and _SUBDOMAIN.fullmatch(text) is not None
 
 
 def xid_of(value: float) -> int | None:
@@ -391,13 +381,13 @@ class _Intake:
 
     def node_of(self, labels: Sample | Series | BadSeries) -> str:
         """The node a series belongs to, from its naming labels that are valid names only."""
-        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_node_name(v))
+        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_dns_subdomain(v))
         return _first(hosts, self.join.names)
 
     def _named(self, query: str, item: Sample | Series) -> bool:
         """Every naming label set on the series is a node name; else the series is refused."""
         for key, value in self.join.hosts(item):
-            if not is_node_name(value):
+            if not is_dns_subdomain(value):
                 why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
                 self.refuse(self.node_of(item), query, key, value, why)
                 return False
@@ -478,7 +468,7 @@ class _Intake:
         for x in samples:
             namespace, pod = x.label("namespace"), x.label("pod")
             uuid = x.label("UUID") or x.label("uuid")
-            if not (_DNS_LABEL.fullmatch(namespace) and is_node_name(pod) and uuid):
+            if not (is_dns_label(namespace) and is_dns_subdomain(pod) and uuid):
                 continue
             node = self.join.node(x)
             if node:
@@ -490,8 +480,8 @@ class _Intake:
     ) -> tuple[Sample, ...]:
         """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
         checks: list[tuple[str, Callable[[str], bool], str]] = [
-            ("namespace", _matches(_DNS_LABEL), "a namespace name"),
-            ("pod", is_node_name, "a pod name (DNS-1123 subdomain)"),
+            ("namespace", is_dns_label, "a namespace name"),
+            ("pod", is_dns_subdomain, "a pod name (DNS-1123 subdomain)"),
         ]
         if selector:
             checks.append(
