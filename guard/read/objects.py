@@ -27,6 +27,7 @@ from guard.names import (
     DRA_DRIVER,
     GPU_RESOURCE,
     Annotations,
+    is_dns_label,
     is_dns_subdomain,
 )
 from guard.pci import PciAddressError, normalize_pci
@@ -230,8 +231,7 @@ def _job_status(status: object) -> tuple[JobStatus, str]:
 # GPU (by its UUID, its MIG parent's UUID or its PCI address), is not one the guard can select;
 # a rule is read as it is, and only the guard's own (its label) are acted on.
 
-_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 def _string_attribute(attributes: Mapping[str, Any], name: str) -> str:
@@ -276,7 +276,7 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
 
 def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None:
     name = device.get("name")
-    if not isinstance(name, str) or not _DEVICE_NAME.fullmatch(name):
+    if not isinstance(name, str) or not is_dns_label(name):
         return None
     attributes = mapping(device.get("attributes"))
     uuid = _string_attribute(attributes, "uuid")
@@ -285,9 +285,9 @@ def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None
         pci = normalize_pci(_string_attribute(attributes, "pcieBusID"))
     except PciAddressError:
         pci = ""
-    if _GPU_UUID.fullmatch(uuid):  # a whole GPU
+    if GPU_UUID.fullmatch(uuid):  # a whole GPU
         return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
-    if _GPU_UUID.fullmatch(parent):  # a MIG device (uuid MIG-…) of that GPU
+    if GPU_UUID.fullmatch(parent):  # a MIG device (uuid MIG-…) of that GPU
         return DraDevice(node, DRA_DRIVER, pool, name, "", pci, parent)
     if pci and (not uuid or uuid.startswith("MIG-")):  # no uuid: the GPU (or its part) by PCI
         return DraDevice(node, DRA_DRIVER, pool, name, "", pci)

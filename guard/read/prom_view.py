@@ -35,6 +35,7 @@ from guard.model import (
 )
 from guard.names import is_dns_label, is_dns_subdomain
 from guard.pci import normalize_pci
+from guard.read.objects import GPU_UUID
 from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
@@ -336,7 +337,6 @@ def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
 
 # ---- the checks at the boundary ---------------------------------------------------------
 
-_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _POD_UID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
@@ -424,8 +424,8 @@ class _Intake:
         """dcgm-exporter series as GpuSamples; two series of one GPU that disagree are refused."""
         uuid_form = "a GPU UUID (GPU-8-4-4-4-12 hex)"
         checks = (
-            ("UUID", _matches(_GPU_UUID), uuid_form),
-            ("uuid", _matches(_GPU_UUID), uuid_form),
+            ("UUID", _matches(GPU_UUID), uuid_form),
+            ("uuid", _matches(GPU_UUID), uuid_form),
             ("pci_bus_id", _matches(_PCI_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
             ("gpu", _matches(_GPU_INDEX), "a GPU index"),
         )
