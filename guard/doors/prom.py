@@ -338,7 +338,32 @@ class PromClient:
         stop: threading.Event,
     ) -> None:
         try:
-            box["answer"] = self._fetch(name, url, form, timeout_s, box, stop)
+            limit = (timeout_s, timeout_s)
+            # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
+            with self.session.post(
+                url,
+                data=form,
+                timeout=limit,
+                stream=True,
+                verify=self.access.verify,
+                cert=self.access.cert,
+            ) as response:
+                box["response"] = response
+                declared = response.headers.get("Content-Length", "")
+                encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+                if declared.isdigit() and not encoded and int(declared) > self.max_answer_bytes:
+                    raise self._too_large(name, int(declared))
+                body = bytearray()
+                box["body"] = body
+                for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
+                    if stop.is_set():
+                        break
+                    body += chunk
+                    if len(body) > self.max_answer_bytes:
+                        raise self._too_large(name, len(body), at_least=True)
+                kind = response.headers.get("Content-Type", "unknown content type")
+                retry_after = response.headers.get("Retry-After", "")
+                box["answer"] = _Answer(response.status_code, kind, body, retry_after=retry_after)
         except PromError as exc:
             box["error"] = exc
         except requests.exceptions.SSLError as exc:
@@ -354,42 +379,6 @@ class PromClient:
             box["error"] = PromError(f"query {name}: cannot reach {url}: {_errno(exc)}")
         except Exception as exc:  # a worker hands every failure back, even a bug
             box["error"] = PromError(f"query {name}: {type(exc).__name__}: {_first_line(exc)}")
-
-    def _fetch(
-        self,
-        name: str,
-        url: str,
-        form: dict[str, str],
-        timeout_s: float,
-        box: dict[str, Any],
-        stop: threading.Event,
-    ) -> _Answer:
-        limit = (timeout_s, timeout_s)
-        # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
-        with self.session.post(
-            url,
-            data=form,
-            timeout=limit,
-            stream=True,
-            verify=self.access.verify,
-            cert=self.access.cert,
-        ) as response:
-            box["response"] = response
-            declared = response.headers.get("Content-Length", "")
-            encoded = response.headers.get("Content-Encoding", "identity") != "identity"
-            if declared.isdigit() and not encoded and int(declared) > self.max_answer_bytes:
-                raise self._too_large(name, int(declared))
-            body = bytearray()
-            box["body"] = body
-            for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
-                if stop.is_set():
-                    break
-                body += chunk
-                if len(body) > self.max_answer_bytes:
-                    raise self._too_large(name, len(body), at_least=True)
-            kind = response.headers.get("Content-Type", "unknown content type")
-            retry_after = response.headers.get("Retry-After", "")
-            return _Answer(response.status_code, kind, body, retry_after=retry_after)
 
     def _too_large(self, name: str, size: int, at_least: bool = False) -> PromError:
         more = "more than " if at_least else ""
