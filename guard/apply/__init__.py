@@ -1,18 +1,8 @@
 """Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
 
 Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
-Each action gets exactly one log line, written here from its outcome:
-
-  applied        the action's own line (``cordon node=… reason=… next=…``)
-  already-done   ``skip reason=<why> …``: the cluster already holds it (a Job of that name, a
-                 cordon whose answer was lost, an Event counted this instant)
-  skipped        ``skip reason=changed-under-us|earlier-write-failed …``
-  failed         ``write-failed … error=<the API's message>`` at ERROR; the run exits 1 at the end
-
-A node patch that did not land (failed, or given up because the node changed) stops every later
-write on that node in this cycle: they were planned from the node as read (no evidence Job, ledger
-line or cordon Event without its cordon). Writes on other nodes go on. How a node patch meets a
-changed node: guard.apply.node_patch.
+Each action gets exactly one log line, written here from its outcome (docs/writes.md); a node
+patch that did not land stops every later write on that node in this cycle.
 """
 
 from __future__ import annotations
@@ -28,17 +18,12 @@ from guard.actions import (
     Action,
     Annotate,
     AppendLedgerLine,
-    ClearGuardAnnotations,
     Cordon,
     CreateClaim,
     CreateJob,
     EmitEvent,
-    RecordBoot,
-    RemoveTaint,
-    SetHold,
     Skip,
     TaintDevice,
-    Uncordon,
     UntaintDevice,
 )
 from guard.apply import events, node_patch
@@ -147,20 +132,12 @@ class KubeExecutor:
         return outcome
 
     def _write(self, action: Action) -> Outcome:
+        if isinstance(action, NodePatch):
+            patched = node_patch.patch(self.kube, self.keys, action)
+            if patched.node is not None:
+                self._remember(patched.node)
+            return patched.outcome
         match action:
-            case (
-                Cordon()
-                | Uncordon()
-                | ClearGuardAnnotations()
-                | SetHold()
-                | Annotate()
-                | RecordBoot()
-                | RemoveTaint()
-            ):
-                patched = node_patch.patch(self.kube, self.keys, action)
-                if patched.node is not None:
-                    self._remember(patched.node)
-                return patched.outcome
             case CreateJob():
                 return self._create_job(action)
             case TaintDevice():
@@ -222,7 +199,7 @@ class KubeExecutor:
         if not action.record:
             return Outcome(action, "applied")
         uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record_job(action, uid)
+        return self._record(action, uid, f"job/{action.name}")
 
     def _existing_job(self, action: CreateJob) -> Outcome:
         """A Job of this name exists. When it is exactly what the guard rendered (a retried
@@ -240,17 +217,16 @@ class KubeExecutor:
             or (recorded is not None and recorded.name == action.name)
         ):
             return exists
-        done = self._record_job(action, str((found.get("metadata") or {}).get("uid", "")))
+        uid = str((found.get("metadata") or {}).get("uid", ""))
+        done = self._record(action, uid, f"job/{action.name}")
         if done.status == "failed":
             return done
         return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
 
     def _create_claim(self, action: CreateClaim) -> Outcome:
         """Create the claim and record its uid. One of that name already there counts only when
-        it is the claim the node's record names (a retried create): any other, whoever made it,
-        fails the create, and the Job after it on this node is not created. The guard deletes
-        that claim (by uid; the policy lets it delete only claims with its label) so that the
-        next cycle creates its own: no Job of the guard's uses it yet."""
+        the node's record names it (a retried create); any other fails the create (so the Job
+        after it) and is deleted by uid, so that the next cycle creates its own."""
         try:
             made = self.kube.create_resource_claim(action.namespace, action.manifest)
         except Conflict:
@@ -275,18 +251,13 @@ class KubeExecutor:
         if not action.record:
             return Outcome(action, "applied")
         uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record(action, action.record, uid, f"resourceclaim/{action.name}")
+        return self._record(action, uid, f"resourceclaim/{action.name}")
 
-    def _record_job(self, action: CreateJob, uid: str) -> Outcome:
-        return self._record(action, action.record, uid, f"job/{action.name}")
-
-    def _record(
-        self, action: CreateJob | CreateClaim, record: tuple[str, ...], uid: str, what: str
-    ) -> Outcome:
+    def _record(self, action: CreateJob | CreateClaim, uid: str, what: str) -> Outcome:
         """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
         cycle takes a result only from this uid. A record that does not land leaves the object
         unowned: the next cycle names it (delete it and the guard makes its own again)."""
-        key, value = record
+        key, value = action.record
         ref = self._refs.get(action.node)
         notes: tuple[tuple[str, str], ...] = ((key, value.replace(UID, uid)),)
         fence_uids = self._fence_uids.get(action.node, ())
@@ -370,7 +341,7 @@ class KubeExecutor:
                 found = {"metadata": {"name": action.node}}  # still recorded, by name only
             self._remember(found)
             ref = self._refs.get(action.node) or events.NodeRef(action.node, "", "")
-        done = events.emit(self.kube, action, ref, events.Reporter(self.instance, self.snap.now))
+        done = events.emit(self.kube, action, ref, reporter)
         if done.already:
             return Outcome(action, "already-done", "event-counted", "this observation is counted")
         return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")

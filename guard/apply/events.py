@@ -1,31 +1,17 @@
-"""Events about Nodes that kubectl shows: events.k8s.io/v1, in `default`, one per condition;
-and Events about the pods on a GPU the guard isolates, in each pod's namespace (`emit_once`).
-
-`kubectl describe node` finds Events by the node's kind, name and uid (``involvedObject`` in the
-core view of ``regarding``); its age column reads ``eventTime`` and, for a repeating Event,
-``series`` (kubectl/pkg/describe ``DescribeEvents``). events.k8s.io/v1 refuses the deprecated
-core fields (first/last timestamp, count, source) on create, and lets only ``series`` change
-afterwards, so:
-
-  first time a condition is seen      → create the Event (deterministic name, no series)
-  seen again in a later cycle         → series.count + 1, series.lastObservedTime = now
-  seen again within `SAME_OBSERVATION_S` of the last observation
-                                      → already done (a second guard run started at the same
-                                        time, or a retry, counted it)
-
-The name is ``<node>.gng-<digest of node, reason, incident>``, so every cycle, a second guard run
-and a retried create all reach the same object; `incident` (the cordon's time for a cordon)
-separates two incidents of one node, and where a planner gives none the message does.
+"""Events about Nodes that kubectl shows (events.k8s.io/v1, in `default`, one per condition and
+incident, counted in `series` when seen again), and Events about the pods on a GPU the guard
+isolates (`emit_once`). The case list: docs/writes.md, "Events".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from guard.actions import EmitEvent
 from guard.doors.kube import AlreadyExists, Conflict, Kube, KubeError
+from guard.doors.lease import micro_time, parse_micro
 from guard.names import APP_LABEL, APP_NAME, NODE_EVENT_NAMESPACE, REPORTING_CONTROLLER
 
 NOTE_LIMIT_BYTES = 1024  # events.k8s.io/v1 `note`
@@ -80,15 +66,6 @@ class Emitted:
     count: int  # 1 for a new Event, else its series count
 
 
-def micro_time(at: datetime) -> str:
-    """MicroTime as the API writes it.
-
-    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
-    '2026-09-21T05:55:00.000000Z'
-    """
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _note(message: str) -> str:
     data = message.encode()
     if len(data) <= NOTE_LIMIT_BYTES:
@@ -136,10 +113,7 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
 def observed_at(event: dict[str, Any]) -> datetime | None:
     """When the Event was last seen: series.lastObservedTime, else eventTime."""
     text = (event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or ""
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_micro(str(text))
 
 
 def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:

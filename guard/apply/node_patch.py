@@ -1,12 +1,7 @@
 """Node patches: one merge patch with a resourceVersion precondition, never resent stale.
 
-On 409 the node is re-read, then (first match wins):
-  the node already holds the change        → already-done (an earlier try landed, its answer
-                                             was lost: a retried request after a reset)
-  the action's precondition no longer holds → skipped, changed-under-us (a person cordoned,
-                                             uncordoned or held it meanwhile)
-  otherwise                                 → the patch is rebuilt for the new version and sent
-                                             again, at most `PATCH_TRIES` times in all
+On 409 the node is re-read: already holding the change → already-done; the action's
+precondition gone → skipped (changed-under-us); else rebuilt and sent again, `PATCH_TRIES` in all.
 """
 
 from __future__ import annotations

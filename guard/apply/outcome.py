@@ -1,8 +1,5 @@
-"""What an executor did with each action, and the cycle's counts built from it.
-
-`apply(action)` returns an `Outcome`; the ``done`` line, ``--output json`` counts and the exit code
-are built from outcomes, never from the plan.
-"""
+"""What an executor did with each action; the ``done`` line, ``--output json`` counts and the exit
+code are built from outcomes, never from the plan."""
 
 from __future__ import annotations
 

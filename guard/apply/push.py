@@ -1,26 +1,8 @@
 """The push at the end of a run: the gpu_node_guard_* gauges of docs/metrics.md to a Pushgateway.
 
-What a run got to is collected in a `RunTrace` while it goes (a run that aborts pushes too, with
-what it knew); `metrics()` turns it into plain samples (pure), `registry()` into prometheus-client
-gauges named by guard.metric_names, and `push()` sends them with ``pushadd_to_gateway`` (HTTP
-POST: only the names pushed are replaced, so a failed run, which pushes no success time, keeps
-the last success). Grouping key: {job="gpu-node-guard", namespace=<Settings.namespace>}.
-
-Case list:
-  dry run (--dry-run, --cluster-snapshot)   → no push (a person's trial run is no guard run)
-  no --pushgateway-url                      → no push
-  run aborted before its snapshot           → run time, exit code, duration, writes, requests;
-                                              node, candidate and breaker gauges keep the last
-                                              run's values (not pushed: the run did not see them)
-  otherwise                                 → every metric; the success time only with exit 0
-  a run that took the cycle's Lease          → the time it took it; one that found it held: the
-                                              time it found it (each kept until the next such run)
-  every push                                → the user-code Xids and the allowed DNS prefixes
-                                              (settings: the shipped alerts join with them)
-  the samples cannot be built (a bug)       → one WARN ``push-failed`` line, nothing pushed
-  the push fails                            → one WARN ``push-failed`` line; the exit code stays
-                                              the cycle's (the work is done; the Pushgateway
-                                              variant of GPUNodeGuardNotRunning notices)
+`metrics()` turns a `RunTrace` into plain samples (pure), `registry()` into prometheus-client
+gauges, `push()` sends them with ``pushadd_to_gateway`` (POST: a failed run keeps the last
+success). When a run pushes what, and what a failure does: docs/metrics.md, "The push".
 """
 
 from __future__ import annotations

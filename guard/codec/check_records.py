@@ -1,15 +1,10 @@
-"""The lifecycle checks' node annotations: formats, parsers and the values the planners write.
-
-``checked-boot``, ``auto-cordon-pcie-links``, ``conformance-failed`` and ``onboarding-failed``
-(guard.names.Annotations; docs/node-annotations.md). Like guard.codec.records, a value that does not
-parse becomes an `Unreadable` on its node, never an exception.
-"""
+"""The lifecycle checks' node annotations (docs/node-annotations.md): formats, parsers and the
+values the planners write; as in guard.codec.records, a bad value is an `Unreadable`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from guard.codec.records import JOB_REF, TOKEN, Problems
 from guard.jobs import DIGEST_CHARS
@@ -35,27 +30,11 @@ def lifecycle_records(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[CheckedBoot | None, tuple[RecordedLink, ...], FailedCheck | None, FailedCheck | None]:
     """checked-boot, auto-cordon-pcie-links, conformance-failed and onboarding-failed."""
-    parsers = {
-        k.checked_boot: _checked_boot,
-        k.pcie_links: _links,
-        k.conformance_failed: _failed_check,
-        k.onboarding_failed: _failed_check,
-    }
-    found: dict[str, Any] = {}
-    for key, parse in parsers.items():
-        text = notes.get(key)
-        if text is None:
-            continue
-        parsed = parse(text)
-        if isinstance(parsed, str):
-            problems.annotation(key, key.removeprefix(k.prefix), text, parsed)
-        else:
-            found[key] = parsed
     return (
-        found.get(k.checked_boot),
-        found.get(k.pcie_links, ()),
-        found.get(k.conformance_failed),
-        found.get(k.onboarding_failed),
+        problems.parsed(notes, k.checked_boot, k, _checked_boot),
+        problems.parsed(notes, k.pcie_links, k, _links) or (),
+        problems.parsed(notes, k.conformance_failed, k, _failed_check),
+        problems.parsed(notes, k.onboarding_failed, k, _failed_check),
     )
 
 
@@ -125,19 +104,19 @@ _RESULT = re.compile(r"failed (job/[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?) at (\S
 
 def result_record(notes: Mapping[str, str], key: str, k: Annotations, problems: Problems) -> str:
     """The `loadtest-result` / `conformance-result` value, or "" (a bad one is unreadable)."""
-    text = notes.get(key)
-    if text is None:
-        return ""
+    found = problems.parsed(notes, key, k, _result)
+    return found[0] if found else ""
+
+
+def _result(text: str) -> tuple[str] | str:
     found = _RESULT.fullmatch(text)
-    why = "not 'failed job/<name> at <RFC 3339 time>'"
-    if found is not None:
-        try:
-            parse_time(found.group(2))
-            return text
-        except ValueError as exc:
-            why = str(exc)
-    problems.annotation(key, key.removeprefix(k.prefix), text, why)
-    return ""
+    if found is None:
+        return "not 'failed job/<name> at <RFC 3339 time>'"
+    try:
+        parse_time(found.group(2))
+    except ValueError as exc:
+        return str(exc)
+    return (text,)
 
 
 def is_item(word: str) -> bool:
@@ -176,16 +155,15 @@ def job_records(
     out = []
     for kind in ("conformance", "evidence", "fence", "loadtest"):
         key = k.job_record(kind)
-        text = notes.get(key) if key else None
-        if key is None or text is None:
-            continue
-        found = _JOB_RECORD.fullmatch(text)
-        if found is None:
-            why = f"not '<job name> <uid> <{DIGEST_CHARS} hex digest>'"
-            problems.annotation(key, key.removeprefix(k.prefix), text, why)
-        else:
+        found = problems.parsed(notes, key, k, _job_record) if key else None
+        if found is not None:
             out.append(JobRecord(kind, *found.groups()))
     return tuple(out)
+
+
+def _job_record(text: str) -> re.Match[str] | str:
+    found = _JOB_RECORD.fullmatch(text)
+    return found or f"not '<job name> <uid> <{DIGEST_CHARS} hex digest>'"
 
 
 def job_record_value(name: str, uid: str, digest: str) -> str:
@@ -218,15 +196,13 @@ def claim_record(
     >>> claim_record({"p/claim-loadtest": "gng-lt-b-1"}, k, p), len(p.found)
     (None, 1)
     """
-    text = notes.get(k.loadtest_claim)
-    if text is None:
-        return None
-    found = _CLAIM_RECORD.fullmatch(text)
-    if found is None:
-        key = k.loadtest_claim
-        problems.annotation(key, key.removeprefix(k.prefix), text, "not '<claim name> <uid>'")
-        return None
-    return ClaimRecord(*found.groups())
+    found = problems.parsed(
+        notes,
+        k.loadtest_claim,
+        k,
+        lambda t: _CLAIM_RECORD.fullmatch(t) or "not '<claim name> <uid>'",
+    )
+    return None if found is None else ClaimRecord(*found.groups())
 
 
 def claim_record_value(name: str, uid: str) -> str:
@@ -255,14 +231,13 @@ def fence_jobs_record(
     >>> fence_jobs_record({"p/fence-jobs": "gng-fn-a-1"}, k, p), len(p.found)
     ((), 1)
     """
-    text = notes.get(k.fence_jobs)
-    if text is None:
-        return ()
+    return problems.parsed(notes, k.fence_jobs, k, _fence_jobs) or ()
+
+
+def _fence_jobs(text: str) -> tuple[str, ...] | str:
     uids = tuple(text.split(" "))
     if len(uids) > FENCE_JOBS_KEPT or not all(_UID.fullmatch(u) for u in uids):
-        why = f"not at most {FENCE_JOBS_KEPT} Job uids separated by one space"
-        problems.annotation(k.fence_jobs, k.fence_jobs.removeprefix(k.prefix), text, why)
-        return ()
+        return f"not at most {FENCE_JOBS_KEPT} Job uids separated by one space"
     return uids
 
 
@@ -293,22 +268,19 @@ def fence_record(
     >>> fence_record({"p/gpu-fence": "maybe b-1 2026-01-01T00:00:00Z job/x"}, k, p), len(p.found)
     (None, 1)
     """
-    text = notes.get(k.fence)
-    if text is None:
-        return None
+    return problems.parsed(notes, k.fence, k, _fence)
+
+
+def _fence(text: str) -> FenceRecord | str:
     parts = text.split(" ")
-    why = ""
     if len(parts) != 4 or parts[0] not in FENCE_STATES:
-        why = f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
-    elif not TOKEN.match(parts[1]) or not JOB_REF.match(parts[3]):
-        why = "the bootID or the job/<name> is not a word"
-    else:
-        try:
-            return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
-        except ValueError as exc:
-            why = str(exc)
-    problems.annotation(k.fence, k.fence.removeprefix(k.prefix), text, why)
-    return None
+        return f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
+    if not TOKEN.match(parts[1]) or not JOB_REF.match(parts[3]):
+        return "the bootID or the job/<name> is not a word"
+    try:
+        return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
+    except ValueError as exc:
+        return str(exc)
 
 
 def fence_value(state: str, boot_id: str, at: str, job: str) -> str:

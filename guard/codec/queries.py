@@ -1,21 +1,8 @@
 """Every PromQL string the guard runs, and the building blocks the alert rules share with it.
 
-Tests in tests/prometheus evaluate these exact strings against real engines (Prometheus 2 and
-3, VictoriaMetrics, Thanos Query), so a change here is a change to what the guard decides. The
-alert expressions live in `guard.generate.alert_queries`, built from the same blocks (metric names,
-the host-label join, the hardware-Xid filter, GPU loss, "not cordoned"), so alerts and guard agree
-on what a fault is.
-
-Inputs:
-  * dcgm-exporter ``DCGM_FI_DEV_XID_ERRORS`` — a gauge holding the *last* Xid of each GPU
-    (0 = none) — and, where enabled, ``DCGM_EXP_XID_ERRORS_COUNT`` (per GPU and ``xid``).
-    Its host label is ``Hostname``; newer exporters say ``hostname``.
-  * kube-state-metrics ``kube_node_status_capacity`` / ``_allocatable`` with
-    ``resource="nvidia_com_gpu"`` and ``kube_node_spec_unschedulable``, keyed by ``node``;
-    ``kube_pod_container_resource_requests`` and ``kube_pod_status_phase`` for GPU pods;
-    ``kube_pod_info`` and ``kube_pod_status_ready`` for the kube-proxy and CNI pods of a node.
-  * the guard's node agent (docs/agent.md): ``gpu_node_guard_agent_check_ok`` and
-    ``_check_info`` of the ``nvidia-match`` check, keyed by ``node``.
+tests/prometheus evaluates these exact strings on real engines, so a change here changes what the
+guard decides. `guard.generate.alert_queries` builds the alerts from the same blocks, so alerts
+and guard agree on what a fault is. The inputs: docs/deploy.md, "Prometheus inputs".
 """
 
 from __future__ import annotations
@@ -46,7 +33,7 @@ HOST_LABELS = ("Hostname", "hostname")
 @dataclass(frozen=True, slots=True)
 class Pins:
     """Label matchers every series of one exporter must carry (`Settings.dcgm_selector`,
-    `ksm_selector`): another job exporting the same metric names is not read. Empty: any."""
+    `ksm_selector`). Empty: any."""
 
     dcgm_matchers: str = ""
     ksm_matchers: str = ""
@@ -88,11 +75,8 @@ HELD_LOOKBACK_S = 1800
 
 
 def with_node_label(metric: str) -> str:
-    """Copy dcgm-exporter's host label (either spelling) into ``node`` to join kube-state-metrics.
-
-    label_replace leaves the series unchanged when the source label is absent or empty,
-    so the two calls cover both exporter generations.
-    """
+    """Copy dcgm-exporter's host label (either spelling) into ``node`` to join kube-state-metrics
+    (label_replace leaves a series without the source label unchanged)."""
     expr = metric
     for label in HOST_LABELS:
         expr = f'label_replace({expr}, "{NODE_LABEL}", "$1", "{label}", "(.+)")'
@@ -100,11 +84,8 @@ def with_node_label(metric: str) -> str:
 
 
 def gpu_loss(pins: Pins = NO_PINS) -> str:
-    """Per-node number of GPUs the node advertises but cannot allocate.
-
-    Only GPU counts count: a negative or fractional capacity or allocatable (an exporter gone
-    wrong) is no loss, so it cannot make its node a candidate ahead of a really faulted one.
-    """
+    """Per-node number of GPUs the node advertises but cannot allocate; a capacity or
+    allocatable that is no GPU count (negative, fractional) is no loss."""
     return (
         f"(max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
         f" - max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(ALLOCATABLE_METRIC))}))"
@@ -113,8 +94,7 @@ def gpu_loss(pins: Pins = NO_PINS) -> str:
 
 def dra_loss_xids(s: Settings) -> tuple[int, ...]:
     """The Xids that stand for GPU loss on a node without an ``nvidia.com/gpu`` resource: the
-    isolating classes of the bundled table (guard/data/xid-classes.tsv: power-cycle, rma), never
-    a reset-class or user-code one (a transient fault a reset clears must not taint)."""
+    bundled table's isolating classes, never a reset-class or user-code one."""
     skip = set(s.reset_class_xids) | set(s.user_code_xids)
     return tuple(code for code in bundled_classes().isolating() if code not in skip)
 
@@ -122,14 +102,10 @@ def dra_loss_xids(s: Settings) -> tuple[int, ...]:
 def dra_loss(
     codes: Iterable[int], labels: Iterable[str], pins: Pins = NO_PINS, xid: str = ""
 ) -> str:
-    """Per node that kube-state-metrics lists no ``nvidia.com/gpu`` capacity for (its GPUs are
-    published by the DRA driver only), the number of GPUs whose last Xid is one of `codes`.
-
-    A DRA node advertises no device-plugin resource, so capacity minus allocatable never shows
-    its loss; dcgm-exporter's gauge keeps the last Xid until the GPU is reset, so a hardware Xid
-    held over the hold window is the loss there. `xid`: the gauge's selector (narrowed to the
-    watch's nodes by `hold_queries`). Empty when `codes` is.
-    """
+    """Per node without ``nvidia.com/gpu`` capacity (a DRA node), the GPUs whose last Xid is
+    one of `codes`: the gauge keeps it until the GPU is reset, so it stands for the loss that
+    capacity minus allocatable cannot show. `xid`: the gauge's selector (narrowed by
+    `hold_queries`). Empty when `codes` is."""
     gauge = xid or pins.dcgm(XID_METRIC)
     hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
     if not hard:
@@ -174,10 +150,7 @@ class Query:
     promql: str
     kind: Literal["vector", "matrix"] = "vector"
     required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
-    # Evaluated at the last multiple of the step at or before now, so that every engine steps
-    # on the same grid: Prometheus aligns subquery steps to the epoch, VictoriaMetrics to the
-    # evaluation time (docs/engines.md).
-    on_step: bool = False
+    on_step: bool = False  # evaluated on the step grid, the same on every engine (docs/engines.md)
 
 
 def user_code_filter(user_code_xids: Iterable[int]) -> str:
@@ -196,13 +169,9 @@ def hardware_xid_now(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str
 def hardware_xid_counted(
     user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
 ) -> str:
-    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`).
-
-    The gauge keeps only the *last* Xid, so a user-code Xid after a hardware one hides it
-    (NVIDIA/DCGM#235); the windowed counter keeps each code apart. It counts a 5-minute window
-    and falls back to 0, so the lookback (longer than any hold) keeps the Xid that began the loss.
-    Absent (empty answer) unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``.
-    """
+    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`):
+    the gauge keeps only the last Xid, so a user-code Xid after a hardware one hides it
+    (NVIDIA/DCGM#235). Empty unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``."""
     codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
     counted = pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
     return f"max_over_time({counted}[{lookback_s}s]) > 0"
@@ -214,31 +183,20 @@ def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
 
 
 def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
-    """Per node, the steps of the lookback at which GPU loss was observed (a matrix).
-
-    Only steps with loss > 0 come back, so a missing step is "no loss observed" whether the
-    value was 0 or there was no data; `guard.codec.series.loss_since` turns that into the start of
-    the loss that is still going on. Every step's value is the latest scrape at or before it, so
-    a loss first seen at a step was scraped no later than that step.
-    """
+    """Per node, the steps of the lookback at which GPU loss was observed (a matrix; a missing
+    step is no loss observed, `guard.codec.series.loss_since`)."""
     return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
 
 
 def cordoned_nodes(pins: Pins = NO_PINS) -> str:
-    """Nodes kube-state-metrics reports unschedulable (candidates exclude them: the API agrees
-    once Prometheus catches up, and a person's cordon is not the guard's business)."""
+    """Nodes kube-state-metrics reports unschedulable (candidates exclude them)."""
     return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
 
 
 def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
-    """Running pods requesting GPUs on unschedulable nodes (the return check's concern) and on
-    nodes with GPU loss (the pods an isolation tells when dcgm-exporter names none,
-    guard.plan.workload), outside the guard's jobs namespace; value = GPUs requested. One series
-    per pod.
-
-    Requests, not limits: Kubernetes requires them equal for extended resources. `max by`
-    first collapses duplicate kube-state-metrics replicas, then `sum` adds up the containers.
-    """
+    """Running pods requesting GPUs on unschedulable nodes and on nodes with GPU loss, outside
+    the guard's jobs namespace; value = GPUs requested, one series per pod (`max by` collapses
+    duplicate kube-state-metrics replicas, `sum` adds up the containers)."""
     requests = pins.ksm(f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}')
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
     phase = pins.ksm(f'{POD_PHASE_METRIC}{{phase="Running"}}')
@@ -257,14 +215,12 @@ def host_labels(metric: str, labels: Iterable[str]) -> str:
     return f"count by ({by}) ({metric})"
 
 
-# The device plugin's GPU capacity: absent in a cluster whose GPUs only the DRA driver publishes
-# (ResourceSlices, no nvidia.com/gpu resource), where it is not required (guard.read.prom_view).
+# The device plugin's GPU capacity: not required where the DRA driver publishes the GPUs.
 DEVICE_PLUGIN_INPUT = "kube_node_status_capacity{resource=nvidia_com_gpu}"
 
 
 def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
-    """A broken scrape must not look like a healthy cluster: each input must have at least one
-    series (of the pinned exporter, where one is pinned)."""
+    """A broken scrape must not look like a healthy cluster: each input must have a series."""
     return (
         ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
         ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
@@ -325,22 +281,14 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
     )
 
 
-# ---- The in-run watch (guard/watch.py) ------------------------------------------------------
-#
-# After its cycle, `run` keeps watching: one cheap query per interval names the nodes with a
-# hardware Xid and GPU loss now, not cordoned; the decisions of one instant re-read only their
-# nodes' facts, with the cycle's own queries narrowed to those nodes, one request per query for
-# all of them (same names, so `guard.read.prom_view` reads them alike).
+# ---- The in-run watch (guard/watch.py): one cheap poll, then the cycle's queries narrowed ----
 
 WATCH_POLL = "watch-faults"
-HOLD_QUERY_NAMES = ("hardware-xid", "hardware-xid-counted", "loss-history", "cordoned")
 
 
 def watch_poll(s: Settings) -> Query:
     """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
-    series per node. Each Xid series joins kube-state-metrics by the first of its naming labels
-    that is set (its own ``node``, a scrape relabel, then `Settings.dcgm_node_label_names`), as
-    the cycle's read prefers them; the gauge is read once (it is the poll's whole cost)."""
+    series per node, each Xid series joined by its first naming label that is set."""
     codes, pins = s.user_code_xids, Pins.of(s)
     sources = (hardware_xid_now(codes, pins), hardware_xid_counted(codes, loss_lookback_s(s), pins))
     xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
@@ -369,9 +317,8 @@ def _one_node(metric: str, labels: Iterable[str], nodes: tuple[str, ...]) -> str
 
 
 def _is(label: str, *values: str) -> str:
-    """`label` equal to the one value, or to any of several: a regex of the names as literals
-    (validated DNS-1123 names, so only the dot needs quoting, as a class: no backslash for the
-    string literal to escape, on every engine).
+    """`label` equal to the one value, or to any of several (DNS-1123 names: only the dot is
+    quoted, as a class, so no backslash needs escaping on any engine).
 
     >>> _is("node", "a"), _is("node", "b.x", "a", "a")
     ('node="a"', 'node=~"a|b[.]x"')
@@ -383,11 +330,8 @@ def _is(label: str, *values: str) -> str:
 
 
 def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
-    """The queries of `HOLD_QUERY_NAMES` (the cycle's, see `guard_queries`) narrowed to `nodes`:
-    their Xids, their loss history, their cordon in kube-state-metrics. One request each for
-    all the nodes the watch decides at one instant, so its cost per scrape does not grow with
-    them; every series of these answers is a series of one node, so each node's facts are the
-    ones its own narrowed read gives."""
+    """The cycle's Xid, loss-history and cordoned queries narrowed to `nodes`, one request each
+    for all the nodes the watch decides at one instant."""
     codes, lookback = s.user_code_xids, loss_lookback_s(s)
     base = Pins.of(s)
     dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
@@ -418,11 +362,8 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     )
 
 
-# ---- Node signals: the agent's nvidia-match and the node's service network ---------------
-#
-# Absence is never a verdict here: a node without agent series is neither mismatched nor fine
-# (the return of an `nvml-mismatch` cordon needs the agent to say PASS), and a selector that
-# matches no pod in the whole cluster does not apply (Cilium without kube-proxy).
+# ---- Node signals: the agent's nvidia-match and the node's service network (absence is never a
+# verdict: docs/node-signals.md) -------------------------------------------------------------
 
 POD_INFO_METRIC = "kube_pod_info"
 POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
@@ -431,18 +372,13 @@ SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: ku
 
 def nvml_mismatch(*nodes: str) -> str:
     """Per node (or only the `nodes`), 1 while every agent series of the node says nvidia-match
-    failed (`check_ok` 0).
-
-    Absent where the check is SKIP or UNKNOWN (they export no `check_ok`) and where no agent is
-    scraped. `max by (node)` folds the series of a replaced agent pod (new `pod`, `instance`).
-    """
+    failed (`check_ok` 0); absent for SKIP, UNKNOWN and no agent."""
     one = f", {_is(NODE_LABEL, *nodes)}" if nodes else ""
     return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
 
 
 def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
-    """The cycle's nvidia-match history and status narrowed to `nodes`: the in-run watch's reads
-    for the mismatch holds that complete while it is up (the node agent names its node)."""
+    """The cycle's nvidia-match history and status narrowed to `nodes` (the in-run watch's)."""
     history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, *nodes)
     info = (
         f"max by ({NODE_LABEL}, status, detail) "
@@ -455,29 +391,21 @@ def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
 
 
 def nvml_mismatch_history(lookback_s: int, step_s: int, *nodes: str) -> str:
-    """Per node, the steps of the lookback at which the mismatch was observed (a matrix).
-
-    The hold is decided from it in `guard.read.prom_view` exactly as for GPU loss (`loss_since`): a
-    step without a failing sample — passed, SKIP, UNKNOWN, no agent — breaks the run. Never
-    `min_over_time` of a subquery, which skips the steps without data and so would count a
-    failure seen before and after a gap as held across it.
-    """
+    """Per node, the steps of the lookback at which the mismatch was observed (a matrix, read
+    as GPU loss is: a step without a failing sample breaks the run; `min_over_time` would
+    skip the gaps)."""
     return f"({nvml_mismatch(*nodes)})[{lookback_s}s:{step_s}s]"
 
 
 def nvml_status(pins: Pins = NO_PINS) -> str:
-    """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable
-    (the isolation check's message, the return check's "the agent says PASS again")."""
+    """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable."""
     info = f'max by ({NODE_LABEL}, status, detail) ({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
     return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
 
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
     """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
-    by pod name (RKE2's static pod, kubeadm's DaemonSet), the CNI by its DaemonSet (any
-    namespace by default). The return condition reads these; `NodeServiceNetworkDown` selects the
-    same pods from the same settings, in a form the alerts component substitutes into
-    (alert_queries.alert_service_network_down).
+    by pod name, the CNI by its DaemonSet (`NodeServiceNetworkDown` selects the same pods).
 
     >>> service_network_selectors(Settings())[0]
     ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
@@ -540,12 +468,8 @@ def signal_queries(s: Settings) -> tuple[Query, ...]:
 
 
 # ---- Node triggers without an Xid (guard/plan/triggers, docs/triggers.md) ------------------
-#
-# kube-state-metrics' `kube_pod_status_reason` has one series per pod and reason it knows
-# (Evicted, NodeAffinity, NodeLost, Shutdown, UnexpectedAdmissionError), 1 for the pod's own
-# `status.reason`. Only UnexpectedAdmissionError is the node's: kubelet's device manager could
-# not allocate a device the node advertises. A pod refused for OutOfcpu gets no series of its
-# own reason, and NodeAffinity is another reason value: neither is selected.
+# Of kube_pod_status_reason's reasons only UnexpectedAdmissionError is the node's (kubelet's
+# device manager could not allocate a device the node advertises).
 ADMISSION_REASON = "UnexpectedAdmissionError"
 POD_REASON_METRIC = f'kube_pod_status_reason{{reason="{ADMISSION_REASON}"}}'
 POD_CREATED_METRIC = "kube_pod_created"
@@ -553,14 +477,8 @@ POD_CREATED_METRIC = "kube_pod_created"
 
 def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> str:
     """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError that were created
-    within `window_s`, where at least `min_pods` (`Settings.admission_rejected_min_pods`,
-    `admission_rejected_window_s`; the alert keeps the defaults).
-
-    Joined by (namespace, pod): the node from `kube_pod_info`, GPU requests from the requests
-    metric (a pod refused for another device is not the GPUs' fault), the creation time from
-    `kube_pod_created`, so old Failed pods kept after a repair stop counting once the window
-    passes. `max by` first collapses duplicate kube-state-metrics replicas.
-    """
+    within `window_s`, where at least `min_pods` (joined by namespace and pod: the node, the GPU
+    requests, the creation time, so old Failed pods stop counting once the window passes)."""
     pod = "namespace, pod"
     rejected = f"(max by ({pod}) ({pins.ksm(POD_REASON_METRIC)}) == 1)"
     placed = pins.ksm(POD_INFO_METRIC + '{node!=""}')
@@ -574,9 +492,8 @@ def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> st
 
 
 def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, the lower of its GPU capacity (kube-state-metrics) and the GPUs dcgm-exporter
-    reports on it (distinct `gpu` of the Xid gauge, any naming label). A node the exporter does
-    not cover has its capacity alone: an absent exporter is not a short node."""
+    """Per node, the lower of its GPU capacity and the GPUs dcgm-exporter reports on it (an
+    absent exporter is not a short node)."""
     capacity = f"max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
     xid = first_host(pins.dcgm(XID_METRIC), s.dcgm_node_label_names)
     exporter = f"count by ({NODE_LABEL}) (count by ({NODE_LABEL}, gpu) ({xid}))"
@@ -587,26 +504,13 @@ def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
     return f"min by ({NODE_LABEL}) ({sources})"
 
 
-# dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS, one series per GPU: DCGM's
-# dcgmFabricManagerStatus_t (dcgm_structs.h): 0 NotSupported, 1 NotStarted, 2 InProgress,
-# 3 Success, 4 Failure, 5 Unrecognized, 6 NvmlTooOld. Only Failure is a fault the node owns:
-# NotSupported is a system without NVSwitches, NotStarted/InProgress are a boot's training,
-# Unrecognized/NvmlTooOld a driver and DCGM that do not agree (docs/triggers.md).
+# The fabric fields and which of their values are a fault the node owns: docs/triggers.md.
 FABRIC_METRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
-FABRIC_FAILURE = 4
+FABRIC_FAILURE = 4  # dcgmFabricManagerStatus_t
 FABRIC_SUCCESS = 3
-# The other fabric fields dcgm-exporter can export (DCGM's dcgm_fields.h; none is in its default
-# counters CSV, so each is read only where a site added it, and an absent one is no fault):
-# * DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS (856), one series per NVSwitch (label ``nvswitch``): "the
-#   value field indicates the specific SXid reported", 0 while none; a fatal SXid.
-# * DCGM_FI_DEV_NVSWITCH_LINK_STATUS (870), per NVSwitch port (``nvswitch``, ``nvlink``):
-#   UNKNOWN -1, OFF 0, SAFE 1, ACTIVE 2, ERROR 3. Only ERROR counts: an uncabled port is OFF.
-# * DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, per GPU, "Total number of NVLink recovery
-#   errors" (a counter in dcgm-exporter's CSVs): read as its growth over the hold (`grown_by`:
-#   the same number on every engine, and a series new in the window is no growth), never raw.
 NVSWITCH_FATAL_METRIC = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
 NVSWITCH_LINK_METRIC = "DCGM_FI_DEV_NVSWITCH_LINK_STATUS"
-NVSWITCH_LINK_ERROR = 3
+NVSWITCH_LINK_ERROR = 3  # UNKNOWN -1, OFF 0, SAFE 1, ACTIVE 2, ERROR 3
 NVLINK_RECOVERY_METRIC = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
 FABRIC_METRICS = (
     FABRIC_METRIC,
@@ -628,15 +532,13 @@ def _fabric_faults(s: Settings, pins: Pins) -> str:
 
 
 def fabric_failed(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its faulted fabric entities (any naming label): a GPU whose Fabric Manager
-    status is Failure, an NVSwitch with a fatal SXid, a switch port in ERROR, a GPU whose NVLink
-    recovery errors rose within the last `Settings.fabric_hold`."""
+    """Per node, its faulted fabric entities (GPU, NVSwitch, switch port; any naming label)."""
     return f"count by ({NODE_LABEL}) ({_fabric_faults(s, pins)})"
 
 
 def fabric_not_success(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its fabric entities not healthy now: a GPU whose Fabric Manager status is
-    anything but Success, or any fault `fabric_failed` counts."""
+    """Per node, its fabric entities not healthy now: a Fabric Manager status but Success, or
+    any fault `fabric_failed` counts."""
     other = first_host(f"{pins.dcgm(FABRIC_METRIC)} != {FABRIC_SUCCESS}", s.dcgm_node_label_names)
     return f"count by ({NODE_LABEL}) ({other} or {_fabric_faults(s, pins)})"
 
@@ -675,11 +577,8 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
 
 
 def grown_by(metric: str, window_s: int) -> str:
-    """How much a counter grew in the window: now less its lowest sample there.
-
-    Not ``increase()``: VictoriaMetrics counts a series' first sample as growth from 0 when it is
-    small, so a card with old remaps would alert after every exporter restart (new labels), and
-    Prometheus extrapolates. This is the same exact number on every engine (docs/engines.md).
+    """How much a counter grew in the window: now less its lowest sample there, the same on
+    every engine (not ``increase()``: docs/engines.md).
 
     >>> grown_by("m", 1800)
     '(m - min_over_time(m[30m]))'

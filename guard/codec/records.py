@@ -1,16 +1,16 @@
-"""The guard's own node annotations: their formats, their parsers, and the cancel value.
+"""The guard's own node annotations: formats, parsers and the cancel value.
 
-Each parser reads one annotation value into a typed record or notes an `Unreadable` (key, value,
-why, the fix) in `Problems`; nothing here raises on a bad value. ASCII only: ``str.isdigit`` and
-``\\d`` also accept superscripts and other scripts' digits.
+A bad value is noted as an `Unreadable` in `Problems`, never raised. ASCII only: ``str.isdigit``
+and ``\\d`` also accept other scripts' digits.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from guard.ledger import UNKNOWN_PCI, format_time, parse_time
 from guard.model import (
@@ -33,6 +33,7 @@ COUNT = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
 TOKEN = re.compile(r"^[!-~]+\Z", re.ASCII)  # printable ASCII, no space
 JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z", re.ASCII)
 SHOWN = 120  # characters of a bad value repeated in a log line
+T = TypeVar("T")
 
 UNKNOWN_BOOT = "unknown"  # the boot id written into `cancelled` when the guard knew none
 NO_GPU = "-"  # the GPU field of `cancelled` for a cordon without a GPU (nvml-mismatch)
@@ -51,10 +52,10 @@ FORMATS = {
     "conformance-result": "failed job/<name> at <RFC 3339 time>",
     "conformance-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
     "onboarding-failed": "<RFC 3339 time> job/<name> <item>[,<item>…]",
-    "job-loadtest": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
-    "job-conformance": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
-    "job-evidence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
-    "job-fence": "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    **dict.fromkeys(
+        ("job-loadtest", "job-conformance", "job-evidence", "job-fence"),
+        "<job name> <uid> <16 hex digest> (the guard writes it at the Job's create)",
+    ),
     "claim-loadtest": "<claim name> <uid> (the guard writes it at the claim's create)",
     "fence-jobs": "<uid> <uid> … (the guard's fence Jobs; it writes it at each fence Job's create)",
     "gpu-fence": "<fenced|gpu-absent|lifted> <bootID> <RFC 3339 time> job/<name>",
@@ -74,6 +75,20 @@ class Problems:
             f"or remove it ({key}-); the guard leaves this node alone until then"
         )
         self.found.append(Unreadable(key, value[:SHOWN], why, fix))
+
+    def parsed(
+        self, notes: Mapping[str, str], key: str, k: Annotations, parse: Callable[[str], T | str]
+    ) -> T | None:
+        """`parse` of the annotation `key` (it returns why not, or the record); None when absent
+        or unreadable (noted)."""
+        text = notes.get(key)
+        if text is None:
+            return None
+        found = parse(text)
+        if isinstance(found, str):
+            self.annotation(key, key.removeprefix(k.prefix), text, found)
+            return None
+        return found
 
     def status(self, where: str, value: object, why: str) -> None:
         fix = f"check what the kubelet reports (kubectl get node {self.node} -o yaml)"
@@ -159,21 +174,9 @@ def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
 def incident_records(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[CancelRecord | None, ReturnRecord | None]:
-    cancelled: CancelRecord | None = None
-    returned: ReturnRecord | None = None
-    if (text := notes.get(k.cancelled)) is not None:
-        parsed_cancel = _cancel(text)
-        if isinstance(parsed_cancel, str):
-            problems.annotation(k.cancelled, "cancelled", text, parsed_cancel)
-        else:
-            cancelled = parsed_cancel
-    if (text := notes.get(k.returned)) is not None:
-        parsed_return = _return(text)
-        if isinstance(parsed_return, str):
-            problems.annotation(k.returned, "returned", text, parsed_return)
-        else:
-            returned = parsed_return
-    return cancelled, returned
+    return problems.parsed(notes, k.cancelled, k, _cancel), problems.parsed(
+        notes, k.returned, k, _return
+    )
 
 
 def _cancel(text: str) -> CancelRecord | str:
@@ -336,16 +339,16 @@ def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
 
 def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
     text = node.annotation(k.device_taint)
-    if text is None:
-        return None
-    rec = parse_record(text)
-    if rec is None:
-        return Isolation("device-taint", node.name, "", "", "", None, "")
-    return Isolation("device-taint", node.name, rec.uuid, rec.pci, rec.reason, rec.at, rec.boot_id)
+    return None if text is None else _recorded(node.name, text)
 
 
 def _rule(rule: TaintRule) -> Isolation:
-    rec = parse_record(rule.record)
+    return _recorded(rule.node, rule.record, rule.name)
+
+
+def _recorded(node: str, text: str, rule: str = "") -> Isolation:
+    """A device-taint record's isolation; an unparsable one names only its node (and rule)."""
+    rec = parse_record(text)
     if rec is None:
-        return Isolation("device-taint", rule.node, "", "", "", None, "", rule=rule.name)
-    return Isolation("device-taint", rule.node, rec.uuid, rec.pci, rec.reason, rec.at, rec.boot_id)
+        return Isolation("device-taint", node, "", "", "", None, "", rule=rule)
+    return Isolation("device-taint", node, rec.uuid, rec.pci, rec.reason, rec.at, rec.boot_id)

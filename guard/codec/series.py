@@ -1,6 +1,5 @@
-"""What the read stage and the planners both say of Prometheus series: when a node's run of
-loss steps began (`loss_since`), the step grid (`on_step`), and how a refused value is shown
-with what fixes it."""
+"""What the read stage and the planners both say of Prometheus series: `loss_since`, the step
+grid (`on_step`) and how a refused value is shown."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """The one door to host commands: every process the guard's host checks start goes through `run`.
 
-`run` is bounded in time and never raises: a command that cannot start, or runs past its timeout,
-comes back as a value. Every command runs in its own process group with stdin closed, so a timeout
-kills the whole group, children included. Inside a Job, callers prefix ``NSENTER_PREFIX`` so
-commands see the host's mount namespace (its modprobe, journalctl, lspci, /lib/modules and rke2
-binary).
-
-On top of `run`, the values every host check shares: `CommandResult` (one command's outcome,
-worded in one line by `why`), `Unknown` (a host fact, from a command or a file, that could not be
-established) and `Runner` / `HostRunner` (what the evidence and conformance programs are given, so
-tests can answer commands from a table).
+`run` is bounded in time and never raises; each command runs in its own process group with stdin
+closed, so a timeout kills its children too. Inside a Job callers prefix ``NSENTER_PREFIX``.
+`CommandResult`, `Unknown` and `Runner` are what every host check shares.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The one door to the Kubernetes API: raw JSON in and out over HTTP, typed errors, retries.
 
-Requests go out with `requests` (the kubernetes package only loads the kubeconfig or the pod's
-ServiceAccount), so answers are plain dicts, the same shape as a ``kubectl get -o json`` file,
-and 5,000 nodes never become 5,000 model objects.
-
-Errors are typed (guard.doors.kube_errors); 429, 5xx, connection resets and refusals and timeouts
-are retried with jittered backoff until the deadline of the run's part (the cycle's, then the
-run's: guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S (a
-restarted API server denies while its RBAC caches fill), then `Forbidden`.
+Answers are plain dicts, as in a ``kubectl get -o json`` file (the kubernetes package only loads
+the credentials). 429, 5xx, resets, refusals and timeouts are retried until the part's deadline
+(guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S.
 """
 
 from __future__ import annotations
@@ -45,7 +40,9 @@ MAX_LIST_ITEMS = 100_000
 MERGE_PATCH = "application/merge-patch+json"
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 5.0
+CORE, BATCH = "/api/v1", "/apis/batch/v1"
 EVENTS = "/apis/events.k8s.io/v1"
+LEASES = "/apis/coordination.k8s.io/v1"
 RESOURCE = "/apis/resource.k8s.io/v1"
 
 
@@ -251,82 +248,82 @@ class Kube:
             if not token:
                 return
 
-    def _get(self, path: str, what: str) -> dict[str, Any] | None:
+    def _get(self, path: str, what: str, kind: str = "") -> dict[str, Any] | None:
         try:
-            return self.call("GET", path, what)
+            found = self.call("GET", path, what)
         except NotFound:
             return None
+        return _kinded(found, kind) if kind else found
+
+    def _items(
+        self, path: str, what: str, kind: str, page_size: int | None = None, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        return (_kinded(x, kind) for x in self.list_all(path, what, page_size, **params))
+
+    def _dra(self, path: str, what: str, kind: str, **params: Any) -> list[dict[str, Any]]:
+        """DRA (resource.k8s.io/v1): none where the API server does not serve the group."""
+        try:
+            return list(self._items(f"{RESOURCE}{path}", what, kind, **params))
+        except NotFound:
+            return []
 
     # Reads ------------------------------------------------------------------------------------
     def nodes(self, page_size: int | None = None) -> Iterator[dict[str, Any]]:
         """Every Node, page by page, so a caller can keep only what it needs of each."""
-        found = self.list_all("/api/v1/nodes", "list nodes", page_size)
-        return (_kinded(n, "Node") for n in found)
+        return self._items(f"{CORE}/nodes", "list nodes", "Node", page_size)
 
     def node(self, name: str) -> dict[str, Any]:
-        return _kinded(self.call("GET", f"/api/v1/nodes/{_q(name)}", f"get node {name}"), "Node")
+        return _kinded(self.call("GET", f"{CORE}/nodes/{_q(name)}", f"get node {name}"), "Node")
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
-        jobs = self.list_all(path, f"list jobs in {namespace}", labelSelector=selector)
-        return [_kinded(j, "Job") for j in jobs]
+        path = _path(BATCH, "jobs", namespace)
+        return list(self._items(path, f"list jobs in {namespace}", "Job", labelSelector=selector))
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One Job, None when there is none (a create answered 409: whose Job is it?)."""
-        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
-        found = self._get(path, f"get job {namespace}/{name}")
-        return None if found is None else _kinded(found, "Job")
+        return self._get(
+            _path(BATCH, "jobs", namespace, name), f"get job {namespace}/{name}", "Job"
+        )
 
     def pods(self, namespace: str, selector: str, field_selector: str) -> Iterator[dict[str, Any]]:
         """Pods of one namespace, page by page (the guard's Job Pods: their results)."""
-        path = f"/api/v1/namespaces/{_q(namespace)}/pods"
-        found = self.list_all(
-            path, f"list pods in {namespace}", labelSelector=selector, fieldSelector=field_selector
-        )
-        return (_kinded(p, "Pod") for p in found)
+        path, what = _path(CORE, "pods", namespace), f"list pods in {namespace}"
+        return self._items(path, what, "Pod", labelSelector=selector, fieldSelector=field_selector)
 
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found = self._get(_cm(namespace, name), f"get configmap {namespace}/{name}")
-        return None if found is None else _kinded(found, "ConfigMap")
+        path = _path(CORE, "configmaps", namespace, name)
+        return self._get(path, f"get configmap {namespace}/{name}", "ConfigMap")
 
     def configmaps(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        found = self.list_all(
-            _cm(namespace), f"list configmaps in {namespace}", labelSelector=selector
-        )
-        return [_kinded(c, "ConfigMap") for c in found]
+        path, what = _path(CORE, "configmaps", namespace), f"list configmaps in {namespace}"
+        return list(self._items(path, what, "ConfigMap", labelSelector=selector))
 
     def events(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
-        found = self.list_all(path, f"list events in {namespace}", labelSelector=selector)
-        return [_kinded(e, "Event") for e in found]
+        path, what = _path(EVENTS, "events", namespace), f"list events in {namespace}"
+        return list(self._items(path, what, "Event", labelSelector=selector))
 
     def event(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(_event(namespace, name), f"get event {namespace}/{name}")
+        return self._get(_path(EVENTS, "events", namespace, name), f"get event {namespace}/{name}")
 
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(_lease(namespace, name), f"get lease {namespace}/{name}")
+        return self._get(_path(LEASES, "leases", namespace, name), f"get lease {namespace}/{name}")
 
-    # DRA (resource.k8s.io/v1): absent on a cluster without it, which then has no DRA devices.
     def resource_slices(self, driver: str) -> list[dict[str, Any]]:
-        """The driver's ResourceSlices; none where the API server does not serve the group."""
-        try:
-            found = self.list_all(
-                f"{RESOURCE}/resourceslices",
-                "list resourceslices",
-                fieldSelector=f"spec.driver={driver}",
-            )
-            return [_kinded(r, "ResourceSlice") for r in found]
-        except NotFound:
-            return []
+        """The driver's ResourceSlices."""
+        return self._dra(
+            "/resourceslices",
+            "list resourceslices",
+            "ResourceSlice",
+            fieldSelector=f"spec.driver={driver}",
+        )
 
     def device_taint_rules(self, selector: str) -> list[dict[str, Any]]:
-        try:
-            found = self.list_all(
-                f"{RESOURCE}/devicetaintrules", "list devicetaintrules", labelSelector=selector
-            )
-            return [_kinded(r, "DeviceTaintRule") for r in found]
-        except NotFound:
-            return []
+        return self._dra(
+            "/devicetaintrules",
+            "list devicetaintrules",
+            "DeviceTaintRule",
+            labelSelector=selector,
+        )
 
     def device_taint_rule(self, name: str) -> dict[str, Any] | None:
         return self._get(f"{RESOURCE}/devicetaintrules/{_q(name)}", f"get devicetaintrule {name}")
@@ -337,34 +334,30 @@ class Kube:
 
     def delete_device_taint_rule(self, name: str, uid: str) -> dict[str, Any]:
         """Delete exactly the rule read (a uid precondition): never one made again by others."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
         path = f"{RESOURCE}/devicetaintrules/{_q(name)}"
-        return self.call("DELETE", path, f"delete devicetaintrule {name}", body=body)
+        return self._delete(path, f"delete devicetaintrule {name}", uid)
 
     def create_resource_claim(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims"
-        return self._write(
-            "POST", path, f"create resourceclaim {namespace}/{body['metadata']['name']}", body
-        )
+        path = _path(RESOURCE, "resourceclaims", namespace)
+        what = f"create resourceclaim {namespace}/{body['metadata']['name']}"
+        return self._write("POST", path, what, body)
 
     def resource_claims(self, namespace: str) -> list[dict[str, Any]]:
         """Every ResourceClaim of the namespace (not only labelled ones: a claim named as the
-        guard's is seen whoever made it); none where the API server does not serve the group."""
-        try:
-            path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims"
-            found = self.list_all(path, f"list resourceclaims {namespace}")
-            return [_kinded(r, "ResourceClaim") for r in found]
-        except NotFound:
-            return []
+        guard's is seen whoever made it)."""
+        path = f"/namespaces/{_q(namespace)}/resourceclaims"
+        return self._dra(path, f"list resourceclaims {namespace}", "ResourceClaim")
 
     def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+        path = _path(RESOURCE, "resourceclaims", namespace, name)
         return self._get(path, f"get resourceclaim {namespace}/{name}")
 
     def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
         """With `uid`, exactly the claim read (a uid precondition)."""
-        path = f"{RESOURCE}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
-        what = f"delete resourceclaim {namespace}/{name}"
+        path = _path(RESOURCE, "resourceclaims", namespace, name)
+        return self._delete(path, f"delete resourceclaim {namespace}/{name}", uid)
+
+    def _delete(self, path: str, what: str, uid: str) -> dict[str, Any]:
         if not uid:
             return self.call("DELETE", path, what)
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
@@ -373,36 +366,36 @@ class Kube:
     # Writes -----------------------------------------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         what = f"create lease {namespace}/{body['metadata']['name']}"
-        return self._write("POST", _lease(namespace), what, body)
+        return self._write("POST", _path(LEASES, "leases", namespace), what, body)
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """An update with the body's resourceVersion: a Lease changed since it was read is a
         `Conflict`, never overwritten."""
-        return self._write("PUT", _lease(namespace, name), f"update lease {namespace}/{name}", body)
+        path = _path(LEASES, "leases", namespace, name)
+        return self._write("PUT", path, f"update lease {namespace}/{name}", body)
 
     def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._write("PATCH", f"/api/v1/nodes/{_q(name)}", f"patch node {name}", body)
+        return self._write("PATCH", f"{CORE}/nodes/{_q(name)}", f"patch node {name}", body)
 
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs"
         what = f"create job {namespace}/{manifest['metadata']['name']}"
-        return self._write("POST", path, what, manifest)
+        return self._write("POST", _path(BATCH, "jobs", namespace), what, manifest)
 
     def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         what = f"create configmap {namespace}/{body['metadata']['name']}"
-        return self._write("POST", _cm(namespace), what, body)
+        return self._write("POST", _path(CORE, "configmaps", namespace), what, body)
 
     def replace_configmap(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._write(
-            "PUT", _cm(namespace, name), f"update configmap {namespace}/{name}", body
-        )
+        path = _path(CORE, "configmaps", namespace, name)
+        return self._write("PUT", path, f"update configmap {namespace}/{name}", body)
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        path = f"{EVENTS}/namespaces/{_q(namespace)}/events"
+        path = _path(EVENTS, "events", namespace)
         return self._write("POST", path, f"create event {body['metadata']['name']}", body)
 
     def patch_event(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._write("PATCH", _event(namespace, name), f"patch event {name}", body)
+        path = _path(EVENTS, "events", namespace, name)
+        return self._write("PATCH", path, f"patch event {name}", body)
 
     def _write(self, method: str, path: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.call(
@@ -458,18 +451,9 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
-def _cm(namespace: str, name: str = "") -> str:
-    base = f"/api/v1/namespaces/{_q(namespace)}/configmaps"
-    return f"{base}/{_q(name)}" if name else base
-
-
-def _lease(namespace: str, name: str = "") -> str:
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+def _path(api: str, plural: str, namespace: str, name: str = "") -> str:
+    path = f"{api}/namespaces/{_q(namespace)}/{plural}"
     return f"{path}/{_q(name)}" if name else path
-
-
-def _event(namespace: str, name: str) -> str:
-    return f"{EVENTS}/namespaces/{_q(namespace)}/events/{_q(name)}"
 
 
 def _kinded(obj: dict[str, Any], kind: str) -> dict[str, Any]:

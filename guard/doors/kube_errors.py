@@ -1,13 +1,5 @@
-"""The Kubernetes door's typed errors, and how an HTTP answer or a socket error becomes one.
-
-409                        → `Conflict` (`AlreadyExists` when a create found the name taken)
-404                        → `NotFound`
-403, 422 and other 4xx     → `Refused` (`Forbidden` for 403), carrying the API's message; an
-                             authorizer's 403 only after FORBIDDEN_GRACE_S (guard.doors.retry)
-still unreachable (429, 5xx, reset, refused, timeout) at the cycle's deadline
-                           → `Unavailable`
-an answer that is not JSON → `KubeError`
-"""
+"""The Kubernetes door's typed errors (409 `Conflict`/`AlreadyExists`, 404 `NotFound`, other
+4xx `Refused`/`Forbidden`, still unreachable `Unavailable`), made from an answer or socket error."""
 
 from __future__ import annotations
 

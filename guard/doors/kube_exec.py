@@ -1,10 +1,7 @@
 """Kubeconfig exec credential plugins, bounded (`aws eks get-token`, `kubelogin`, …).
 
-The kubernetes client runs a plugin with no timeout (one that never answers makes `run` and
-`status` wait forever) and, when it fails, logs its stderr through the root logger
-(``ERROR:root:…``) and goes on without credentials. `install` replaces the client's runner with
-one that waits at most `EXEC_TIMEOUT_S`, gives the plugin no terminal, bounds its output, and
-raises `ExecPluginFailed` with one line, which `guard.doors.kube` turns into a `KubeError`.
+The client runs a plugin with no timeout and logs its failure instead of raising. `install`
+replaces its runner: at most `EXEC_TIMEOUT_S`, no terminal, bounded output, `ExecPluginFailed`.
 """
 
 from __future__ import annotations

@@ -1,42 +1,6 @@
 """The cycle's Lease (coordination.k8s.io/v1, `CYCLE_LEASE` in the guard's namespace): two runs
-never decide at the same time.
-
-`concurrencyPolicy: Forbid` does not stop every overlap (two Jobs started at once, a run by
-hand beside the CronJob's), and two runs that both plan from the same reads could each cordon
-one node in the same cron slot. So a run takes the Lease before its reads, renews it while it
-watches (guard/watch.py) and releases it at its end.
-
-Case list, when a run starts (the Lease as read):
-  no Lease                                → create it, holding it; 409 → another run took it
-  held by another holder, renewed less than its leaseDurationSeconds ago
-                                          → not taken: one line, exit 0 (that run decides)
-  free (no holder), or expired            → update it with the read resourceVersion, holding
-                                            it; 409 → another run took it first
-  held by another holder, but renewed more than SKEW_S in the future, or for longer than any
-  run writes (`leaseDurationSeconds` over LEASE_MAX_S)
-                                          → forged (no run writes that: one write to it would
-                                            otherwise stop every run, each exiting 0): taken
-                                            over as if expired, one WARN line
-Every write of the Lease is a compare-and-swap on the resourceVersion this run last read, so
-only one run can renew it. A run renews it right before its writes (the cycle's and each of the
-watch's decisions); a renewal that meets another holder or a 409 is a lost Lease: that run
-writes nothing more, and the watch ends at once.
-
-A run killed before its release leaves the Lease to expire `lease_duration_s` after its last
-renewal, and never later than the start of the next cron slot (`lease_seconds`): the run of the
-next slot always finds it free. A run by hand in the last seconds of a slot holds it only until
-that slot ends, and yields to the next slot's scheduled run.
-
-One cordon per cron slot, also across runs one after the other: a run about to write a cordon
-writes its slot (the Job's schedule, else its start on the cadence's grid: guard.plan.watch
-`cron_slot`) into the Lease's `<prefix>isolated-slot` annotation with the renewal right before
-that write (`record`), so a run killed right after its cordon still leaves the record; when no
-cordon landed after all, the record goes back to what it was (`unrecord`). A run that takes the
-Lease and finds its own slot there does not decide (one line, exit 0; the next slot's run does).
-A run killed between the record and the cordon leaves a slot recorded with no cordon: that
-slot's isolation waits for the next slot's run (one slot late, never two cordons).
-A replay that writes (`run --at` without `--dry-run`) takes the same guard for the slot of its
-instant. A live run writes every time here on its clock (Prometheus', guard.plan.instant).
+never decide at the same time, and one cordon per cron slot across runs (the `isolated-slot`
+record). The case list and the slot record: docs/architecture.md, "Lease".
 """
 
 from __future__ import annotations
@@ -76,11 +40,16 @@ def slot_key(annotation_prefix: str) -> str:
     return f"{annotation_prefix}isolated-slot"
 
 
-def _time(at: datetime) -> str:
+def micro_time(at: datetime) -> str:
+    """MicroTime as the API writes it.
+
+    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
+    '2026-09-21T05:55:00.000000Z'
+    """
     return at.astimezone(UTC).strftime(_MICRO)
 
 
-def _parse(text: object) -> datetime | None:
+def parse_micro(text: object) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
@@ -104,7 +73,7 @@ def forged(lease: dict[str, Any], now: datetime) -> str:
     """
     spec = lease.get("spec") or {}
     written = spec.get("renewTime") or spec.get("acquireTime")
-    renewed = _parse(written)
+    renewed = parse_micro(written)
     if renewed is not None and renewed > now + timedelta(seconds=SKEW_S):
         return f"renewed in the future ({written})"
     duration = spec.get("leaseDurationSeconds")
@@ -127,7 +96,7 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
     other = str(spec.get("holderIdentity") or "")
     if not other or other == holder:
         return ""
-    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    renewed = parse_micro(spec.get("renewTime")) or parse_micro(spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int):
         return other  # a Lease the guard cannot read the expiry of is not free
@@ -175,10 +144,10 @@ class CycleLease:
         spec.update(
             holderIdentity=self.holder,
             leaseDurationSeconds=lease_seconds(now, self.duration_s, self.expires_by),
-            renewTime=_time(now),
+            renewTime=micro_time(now),
         )
         if acquire:
-            spec["acquireTime"] = _time(now)
+            spec["acquireTime"] = micro_time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + bool(old)
         meta: dict[str, Any] = {
             "name": CYCLE_LEASE,

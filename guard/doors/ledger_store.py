@@ -1,13 +1,8 @@
 """Where the fault ledger lives: one ConfigMap, plus archives that keep it below the object limit.
 
-Appending never loses a line: read, add the line, write back with the read ``resourceVersion``;
-on 409 read again (jittered backoff within the cycle's deadline). Before a write would pass
-`Settings.ledger_archive_bytes` the oldest lines move to a new archive ConfigMap
-``<ledger>-archive-<n>`` (labelled ``app.kubernetes.io/component=ledger-archive``, found by label);
-the archive is written first, then the ledger without those lines. A run that stops in between
-leaves a line in both places, never in neither: readers merge archives and ledger and count a
-line that appears twice once (`merged`). `ledger_lines` is what every reader counts: the guard's
-snapshot and `gpu-node-guard ledger count` alike.
+Appends are read-modify-write with the read ``resourceVersion`` (409: again). Before a write would
+pass `Settings.ledger_archive_bytes` the oldest lines move to ``<ledger>-archive-<n>``, written
+first: a line may be in both places, never in neither; readers count it once (`ledger_lines`).
 """
 
 from __future__ import annotations
@@ -170,9 +165,7 @@ def _text_data(cm: Mapping[str, object]) -> dict[str, str]:
 
 
 def _index_of(cm: Mapping[str, object]) -> int:
-    meta = cm.get("metadata")
-    name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-    found = re.search(r"-archive-([0-9]+)\Z", name)
+    found = re.search(r"-archive-([0-9]+)\Z", _name(cm))
     return int(found[1]) if found else 0
 
 

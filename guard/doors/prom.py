@@ -1,19 +1,11 @@
 """The one door to Prometheus: instant queries with strict answer validation.
 
-Anything abnormal raises `PromError` with a one-line reason naming the query and the offending
-value; it never becomes "no candidates". Every answer is bounded: one total deadline per request
-(connect, headers and the whole body, however slowly it trickles in), a cap on its decoded bytes
-and one on its series.
-
-A transient failure (the connection refused or reset, no answer in time, 502/503/504, 429 with
-Retry-After) is tried again with the run's backoff until its part's deadline (guard.doors.retry;
-a client without a run's budget tries once); any other wrong answer is final at once.
-
-Two kinds of wrong: the answer as a whole (HTTP error, not JSON, wrong result type, a partial
-answer, a sample time that is not the query's) always raises; one series that is wrong on its own
-(a value that is not a finite number, the same label set twice) is a `BadSeries` of the answer
-(`vector_checked`, `matrix_checked`), so the caller can blame the node it belongs to and no
-other. `vector` and `matrix` raise on the first bad series.
+Anything abnormal raises `PromError` (one line naming the query and the value), never "no
+candidates". Every answer is bounded: one total deadline per request, a cap on its decoded bytes
+and one on its series. Transient failures (refused, reset, timed out, 502/503/504, 429 with
+Retry-After) are retried within the run's budget (guard.doors.retry). A series wrong on its own
+(not a finite number, a duplicate) is a `BadSeries` of the answer (`vector_checked`,
+`matrix_checked`), so the caller blames its node only; `vector` and `matrix` raise on it.
 """
 
 from __future__ import annotations
@@ -49,11 +41,8 @@ _EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
 # Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
 # `infos`. Neither says the answer is incomplete.
 _INFO_PREFIX = "PromQL info:"
-# A warning that says the answer lacks data is refused as a partial answer: the engines'
-# partial-response words, Thanos' words for a store it could not read ("fetch series for …",
-# "receive series from …", "failed to receive any data …", "store … is unavailable") and for an
-# answer from no store at all. Any other warning (PromQL's, an engine's notes) is logged once a
-# run and the answer used (`PromClient.warn`).
+# Words of a warning that says the answer lacks data (a partial answer: docs/engines.md); any
+# other warning is logged once a run and the answer used (`PromClient.warn`).
 _PARTIAL_WORDS = (
     "partial",
     "series for",
@@ -78,34 +67,30 @@ class _Transient(PromError):
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class _Labelled:
     labels: Labels
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample(_Labelled):
     value: float
 
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
-
 
 @dataclass(frozen=True, slots=True)
-class Series:
-    labels: Labels
+class Series(_Labelled):
     points: tuple[tuple[float, float], ...]
 
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
-
 
 @dataclass(frozen=True, slots=True)
-class BadSeries:
+class BadSeries(_Labelled):
     """One series of an answer that failed a check of its own; `why` names the value."""
 
-    labels: Labels
     why: str  # never holds a label value: those may carry anything, line breaks included
     value: str = ""  # the sample's value as sent, where that is what is wrong
     what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
-
-    def label(self, name: str) -> str:
-        return dict(self.labels).get(name, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,19 +190,7 @@ class PromClient:
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> Checked[Sample]:
         """The answer's samples, each series that is wrong on its own set apart."""
-        result = self._query(name, promql, at, "vector")
-        clock = _Clock.vector(name, at)
-        good: list[Sample] = []
-        bad: list[BadSeries] = []
-        for item in result:
-            labels = _labels(name, item)
-            point = _point(name, item.get("value"), labels, clock)
-            wrong = point if isinstance(point, BadSeries) else _lacking(labels, required)
-            if wrong is not None:
-                bad.append(wrong)
-            elif isinstance(point, tuple):
-                good.append(Sample(labels, point[1]))
-        return _split_duplicates(good, bad)
+        return self._checked(name, promql, at, required, None)
 
     def matrix_checked(
         self,
@@ -228,13 +201,27 @@ class PromClient:
         window_s: float = 31 * 86400,
     ) -> Checked[Series]:
         """As `vector_checked`; every point must lie in the `window_s` before the instant."""
-        result = self._query(name, promql, at, "matrix")
-        clock = _Clock.matrix(name, at, window_s)
-        good: list[Series] = []
+        return self._checked(name, promql, at, required, window_s)
+
+    def _checked(
+        self,
+        name: str,
+        promql: str,
+        at: datetime | None,
+        required: Iterable[str],
+        window_s: float | None,
+    ) -> Checked[Any]:
+        """A vector's samples, or with `window_s` a matrix's series."""
+        matrix = window_s is not None
+        result = self._query(name, promql, at, "matrix" if matrix else "vector")
+        clock = (
+            _Clock.matrix(name, at, window_s) if window_s is not None else _Clock.vector(name, at)
+        )
+        good: list[Any] = []
         bad: list[BadSeries] = []
         for item in result:
             labels = _labels(name, item)
-            values = item.get("values")
+            values = item.get("values") if matrix else [item.get("value")]
             if not isinstance(values, list):
                 raise PromError(f"query {name}: a series has no values list")
             points = [_point(name, pair, labels, clock) for pair in values]
@@ -242,8 +229,9 @@ class PromClient:
             wrong = wrong or _lacking(labels, required)
             if wrong is not None:
                 bad.append(wrong)
-            else:
-                good.append(Series(labels, tuple(p for p in points if isinstance(p, tuple))))
+                continue
+            found = tuple(p for p in points if isinstance(p, tuple))
+            good.append(Series(labels, found) if matrix else Sample(labels, found[0][1]))
         return _split_duplicates(good, bad)
 
     def server_time(self, name: str = "prometheus-time") -> datetime:
@@ -350,7 +338,32 @@ class PromClient:
         stop: threading.Event,
     ) -> None:
         try:
-            box["answer"] = self._fetch(name, url, form, timeout_s, box, stop)
+            limit = (timeout_s, timeout_s)
+            # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
+            with self.session.post(
+                url,
+                data=form,
+                timeout=limit,
+                stream=True,
+                verify=self.access.verify,
+                cert=self.access.cert,
+            ) as response:
+                box["response"] = response
+                declared = response.headers.get("Content-Length", "")
+                encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+                if declared.isdigit() and not encoded and int(declared) > self.max_answer_bytes:
+                    raise self._too_large(name, int(declared))
+                body = bytearray()
+                box["body"] = body
+                for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
+                    if stop.is_set():
+                        break
+                    body += chunk
+                    if len(body) > self.max_answer_bytes:
+                        raise self._too_large(name, len(body), at_least=True)
+                kind = response.headers.get("Content-Type", "unknown content type")
+                retry_after = response.headers.get("Retry-After", "")
+                box["answer"] = _Answer(response.status_code, kind, body, retry_after=retry_after)
         except PromError as exc:
             box["error"] = exc
         except requests.exceptions.SSLError as exc:
@@ -366,42 +379,6 @@ class PromClient:
             box["error"] = PromError(f"query {name}: cannot reach {url}: {_errno(exc)}")
         except Exception as exc:  # a worker hands every failure back, even a bug
             box["error"] = PromError(f"query {name}: {type(exc).__name__}: {_first_line(exc)}")
-
-    def _fetch(
-        self,
-        name: str,
-        url: str,
-        form: dict[str, str],
-        timeout_s: float,
-        box: dict[str, Any],
-        stop: threading.Event,
-    ) -> _Answer:
-        limit = (timeout_s, timeout_s)
-        # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
-        with self.session.post(
-            url,
-            data=form,
-            timeout=limit,
-            stream=True,
-            verify=self.access.verify,
-            cert=self.access.cert,
-        ) as response:
-            box["response"] = response
-            declared = response.headers.get("Content-Length", "")
-            encoded = response.headers.get("Content-Encoding", "identity") != "identity"
-            if declared.isdigit() and not encoded and int(declared) > self.max_answer_bytes:
-                raise self._too_large(name, int(declared))
-            body = bytearray()
-            box["body"] = body
-            for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
-                if stop.is_set():
-                    break
-                body += chunk
-                if len(body) > self.max_answer_bytes:
-                    raise self._too_large(name, len(body), at_least=True)
-            kind = response.headers.get("Content-Type", "unknown content type")
-            retry_after = response.headers.get("Retry-After", "")
-            return _Answer(response.status_code, kind, body, retry_after=retry_after)
 
     def _too_large(self, name: str, size: int, at_least: bool = False) -> PromError:
         more = "more than " if at_least else ""

@@ -1,10 +1,7 @@
 """How the guard reaches a production Prometheus: credentials, TLS and headers, read once at start.
 
-Bearer token from a file (a mounted Secret is a file) or the pod's own ServiceAccount token (for
-kube-rbac-proxy in front of Prometheus), basic auth with the password in a file, a CA bundle, a
-client certificate and key (mutual TLS), and extra headers such as ``X-Scope-OrgID`` for
-Mimir, Cortex and Thanos tenants. A file that is missing, unreadable or not what its flag says
-is a `PromAccessError` naming the flag: the CLI makes it a usage error (exit 2) before any query.
+A file that is missing, unreadable or not what its flag says is a `PromAccessError` naming the
+flag: the CLI makes it a usage error (exit 2) before any query.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """One retry budget per run: full-jitter exponential backoff that never sleeps past the deadline.
 
-The CronJob's pod is killed at ``activeDeadlineSeconds`` (270 s), so every retry of a transient API
-error or a write conflict shares one deadline instead of counting tries per request: the cycle's
-(`Settings.cycle_deadline_s` after the run started), then, for the watch and the Lease's
-release, the run's (guard.plan.deadlines; `Backoff.until` moves it). Deadlines are on the
-monotonic clock (`Anchor` turns the run's wall-clock deadlines into it once, at its start): a
-step of the wall clock never moves them. Full jitter spreads concurrent writers apart
-(AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).
-
-The same policy, and the same deadlines, serve both doors: the API's (guard.doors.kube) and
-Prometheus' (guard.doors.prom, where a client built without a run's budget tries once).
+Every retry of both doors (API, Prometheus) shares one deadline instead of counting tries: the
+cycle's, then the run's (guard.plan.deadlines), on the monotonic clock (`Anchor`).
 """
 
 from __future__ import annotations
@@ -22,11 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
-# A kube-apiserver that just restarted answers 403 to every ServiceAccount for a second or two:
-# its RBAC authorizer denies until its informers have listed the Roles and bindings. A 403 is
-# therefore retried for this long after the request's first 403 (never past the part's
-# deadline) before it is final; a real denial (RBAC as deployed, an admission policy) costs one
-# cycle at most this much.
+# A restarted kube-apiserver's RBAC authorizer denies until its caches fill: an authorizer's
+# 403 is retried this long after the request's first (docs/writes.md).
 FORBIDDEN_GRACE_S = 5.0
 
 

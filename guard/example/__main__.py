@@ -1,9 +1,5 @@
-"""``make dry-run`` without PROM_URL: replay the 21 September incident and print the plan.
-
-Starts the Debian `prometheus` server on a free loopback port over a TSDB built from the bundled
-scenario, runs one guard cycle in dry-run mode at the first cron tick that cordons, and stops the
-server. Extra arguments go to ``gpu-node-guard run`` (e.g. ``--output json``).
-"""
+"""``make dry-run`` without PROM_URL: one dry-run cycle over the 21 September incident, served by
+the Debian `prometheus`; extra arguments go to ``gpu-node-guard run`` (e.g. ``--output json``)."""
 
 from __future__ import annotations
 

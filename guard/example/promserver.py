@@ -1,8 +1,5 @@
-"""Run Prometheus (the Debian package `prometheus`, 2.42) on 127.0.0.1 over a scenario, for the
-built-in example (`python -m guard.example`). The scenario becomes TSDB blocks built by promtool;
-the server stops when its context ends. The other engines the guard is tested on (Prometheus 3,
-VictoriaMetrics, Thanos) are test scaffolding: tests/engines.py builds on this module.
-"""
+"""Run the Debian package's Prometheus (2.42) on 127.0.0.1 over a scenario's TSDB blocks (built
+by promtool), for the built-in example; tests/engines.py builds the other engines on this."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""Synthetic dcgm-exporter and kube-state-metrics series, written as OpenMetrics for promtool.
-
-A scenario is a set of node timelines (step functions in seconds from the start); the writer
-streams samples family by family, series by series, in time order, as
-``promtool tsdb create-blocks-from openmetrics`` requires.
-"""
+"""Synthetic dcgm-exporter and kube-state-metrics series, written as OpenMetrics for promtool:
+node timelines (step functions in seconds from the start), family by family, in time order."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TextIO
@@ -34,43 +30,29 @@ class NodeTimeline:
     allocatable: Steps = ()  # default: all GPUs allocatable
     unschedulable: Steps = ()  # default: schedulable
     pci_base: int = 0x18
-    # dcgm-exporter's side: the host label's value (default: the node name; an old exporter
-    # without NODE_NAME says its pod name), a `node` label put there by a scrape relabel,
-    # which metrics it exports, and DCGM_EXP_XID_ERRORS_COUNT steps
-    # (offset_s, gpu index, xid, count from then on).
+    # dcgm-exporter's side: the host label's value (default: the node name; an exporter without
+    # NODE_NAME says its pod name), a relabelled `node`, which metrics it exports.
     host_value: str = ""
     node_label: str = ""
     xid_gauge: bool = True
     gpu_temp: bool = False
-    xid_counts: tuple[tuple[int, int, int, int], ...] = ()
-    # Series start at `first_s` (a node that joined, or a Prometheus without older data) and
-    # are scraped `scrape_offset_s` after the scenario's grid (pods never start on the minute).
-    first_s: int = 0
-    scrape_offset_s: int = 0
-    # The node agent's nvidia-match (docs/agent.md), scraped with the node's series: steps of
-    # AGENT_PASS, AGENT_FAIL, AGENT_UNKNOWN (no check_ok, check_info says UNKNOWN) or AGENT_GONE
-    # (no series: pod gone, scrape failing); empty: no agent on the node.
+    xid_counts: tuple[tuple[int, int, int, int], ...] = ()  # (offset_s, gpu, xid, count from then)
+    first_s: int = 0  # series start here (a node that joined, a Prometheus without older data)
+    scrape_offset_s: int = 0  # scraped this long after the scenario's grid
+    # The node agent's nvidia-match (docs/agent.md): steps of AGENT_PASS, AGENT_FAIL,
+    # AGENT_UNKNOWN (check_info only) or AGENT_GONE (no series); empty: no agent on the node.
     agent: Steps = ()
-    # Its GPUs published by the DRA driver only: kube-state-metrics has no nvidia_com_gpu
-    # capacity or allocatable row for it (dcgm-exporter still exports its GPUs).
-    dra: bool = False
-    # GPU counts over time (default: `gpus` all along): kube-state-metrics' capacity, and how
-    # many of the node's GPUs dcgm-exporter exports (the lowest indexes).
+    dra: bool = False  # GPUs published by the DRA driver only: no nvidia_com_gpu rows
+    # GPU counts over time (default: `gpus`): capacity, and the lowest GPUs dcgm-exporter exports.
     capacity: Steps = ()
     exported: Steps = ()
-    # dcgm-exporter's DCGM_FI_DEV_FABRIC_MANAGER_STATUS of GPU 0 over time (every other GPU in
-    # Success, 3); empty: the exporter does not expose the field on this node.
+    # Fabric fields on GPU 0, switch 0 or switch 0's port 0 (every other one healthy); empty:
+    # not exported on this node.
     fabric: Steps = ()
-    # The other fabric fields, each empty where the exporter does not expose it: the SXid of
-    # DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS of switch 0 (every other switch 0), the
-    # DCGM_FI_DEV_NVSWITCH_LINK_STATUS of switch 0's port 0 (every other port ACTIVE), and the
-    # DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL counter of GPU 0 (every other GPU 0).
     nvswitch_fatal: Steps = ()
     nvswitch_link: Steps = ()
     nvlink_recovery: Steps = ()
-    # dcgm-exporter's pod mapping: (gpu index, namespace, pod) of a pod holding that GPU; its
-    # series carry the pod's `namespace` and `pod` labels (one pod per GPU here).
-    gpu_pods: tuple[tuple[int, str, str], ...] = ()
+    gpu_pods: tuple[tuple[int, str, str], ...] = ()  # (gpu, namespace, pod) holding that GPU
 
     def host(self) -> str:
         return self.host_value or self.name
@@ -177,15 +159,6 @@ def value_at(steps: Steps, offset_s: int, default: int) -> int:
     return value
 
 
-def _stamps(sc: Scenario, node: NodeTimeline | None = None) -> Iterator[tuple[int, float]]:
-    """(offset_s, timestamp) of every scrape of a node's series (of the scenario's by default)."""
-    base = sc.start.timestamp()
-    shift, first = (node.scrape_offset_s, node.first_s) if node else (0, 0)
-    for offset in range(shift, sc.duration_s + 1, sc.scrape_s):
-        if offset >= first:
-            yield offset, base + offset
-
-
 def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
     """dcgm-exporter's labels of one GPU, in the exporter's order."""
     labels = (
@@ -199,150 +172,152 @@ def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
     return labels + (f',node="{node.node_label}"' if node.node_label else "")
 
 
-def _write_nvswitch(sc: Scenario, out: TextIO) -> int:
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# The `status.reason` values kube-state-metrics' kube_pod_status_reason has a series for.
+POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
+
+
+@dataclass
+class _Writer:
+    """Writes families and their series' samples, counting the samples."""
+
+    sc: Scenario
+    out: TextIO
+    written: int = 0
+
+    def family(self, name: str, kind: str = "gauge") -> None:
+        self.out.write(f"# TYPE {name} {kind}\n")
+
+    def series(
+        self,
+        name: str,
+        labels: str,
+        value: Steps | Callable[[int], int | None],
+        default: int = 0,
+        node: NodeTimeline | None = None,
+        first_s: int = 0,
+        job_of: str | None = None,
+    ) -> None:
+        """One sample per scrape (of `node`'s series, else the scenario's) from `first_s` on: the
+        steps' value (`default` before them), or `value` of the offset where it is not None; the
+        `job` label of `job_of` (default: `name`; "": none)."""
+        labels += job_label(self.sc, name if job_of is None else job_of)
+        base = self.sc.start.timestamp()
+        shift, first = (node.scrape_offset_s, max(node.first_s, first_s)) if node else (0, first_s)
+        for offset in range(shift, self.sc.duration_s + 1, self.sc.scrape_s):
+            if offset < first:
+                continue
+            found = value(offset) if callable(value) else value_at(value, offset, default)
+            if found is not None:
+                self.out.write(f"{name}{{{labels}}} {found} {base + offset:.3f}\n")
+                self.written += 1
+
+
+def write_openmetrics(sc: Scenario, out: TextIO) -> int:
+    """Write the scenario; returns the number of samples."""
+    w = _Writer(sc, out)
+    out.write("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n")
+    w.family(XID)
+    for node in (n for n in sc.nodes if n.xid_gauge):
+        for gpu in range(node.gpus):
+            steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
+            w.series(XID, gpu_labels(sc, node, gpu), _exported(node, gpu, steps), node=node)
+    _per_gpu(w, FABRIC, "gauge", "fabric", FABRIC_SUCCESS)
+    _write_nvswitch(w)
+    _per_gpu(w, NVLINK_RECOVERY, "counter", "nvlink_recovery", 0)
+    _per_gpu(w, "DCGM_FI_DEV_GPU_TEMP", "gauge", "gpu_temp", 41)
+    if any(n.xid_counts for n in sc.nodes):
+        w.family(XID_COUNT)
+        for node in sc.nodes:
+            for gpu, xid in sorted({(g, x) for _, g, x, _ in node.xid_counts}):
+                steps = tuple((t, c) for t, g, x, c in node.xid_counts if (g, x) == (gpu, xid))
+                labels = f'{gpu_labels(sc, node, gpu)},window_size_in_ms="300000",xid="{xid}"'
+                w.series(XID_COUNT, labels, steps, 0, node)
+    gpus = ',resource="nvidia_com_gpu",unit="integer"'
+    for name, attr in (
+        ("kube_node_status_capacity", "capacity"),
+        ("kube_node_status_allocatable", "allocatable"),
+    ):
+        w.family(name)
+        for node in (n for n in sc.nodes if not n.dra):
+            w.series(name, f'node="{node.name}"{gpus}', getattr(node, attr), node.gpus, node)
+    w.family("kube_node_spec_unschedulable")
+    for node in sc.nodes:
+        w.series("kube_node_spec_unschedulable", f'node="{node.name}"', node.unschedulable, 0, node)
+    _write_agent(w)
+    _write_pod_state(w)
+    w.family("kube_pod_status_phase")
+    for pod in sc.pods:
+        for phase in POD_PHASES:
+            labels = f'{pod.labels()},phase="{phase}"'
+            w.series(
+                "kube_pod_status_phase", labels, pod.phase_steps(phase), 0, first_s=pod.first_s
+            )
+    if any(p.reason for p in sc.pods):
+        w.family("kube_pod_status_reason")
+        w.family("kube_pod_created")
+        for pod in sc.pods:
+            for reason in POD_REASONS:
+                labels = f'{pod.labels()},reason="{reason}"'
+                hit = int(pod.reason == reason)
+                w.series("kube_pod_status_reason", labels, (), hit, first_s=pod.first_s)
+            created = int(sc.start.timestamp()) + pod.first_s
+            w.series("kube_pod_created", pod.labels(), (), created, first_s=pod.first_s)
+    if any(p.gpus for p in sc.pods):
+        w.family("kube_pod_container_resource_requests")
+        for pod in (p for p in sc.pods if p.gpus):
+            labels = f'{pod.labels()},container="main",node="{pod.node}"{gpus}'
+            w.series(
+                "kube_pod_container_resource_requests", labels, (), pod.gpus, first_s=pod.first_s
+            )
+    out.write("# EOF\n")
+    return w.written
+
+
+def _exported(node: NodeTimeline, gpu: int, steps: Steps) -> Callable[[int], int | None]:
+    """The Xid gauge of one GPU, at the scrapes where dcgm-exporter exports it (`exported`)."""
+    if not node.exported:
+        return lambda t: value_at(steps, t, 0)
+    return lambda t: value_at(steps, t, 0) if gpu < value_at(node.exported, t, node.gpus) else None
+
+
+def _per_gpu(w: _Writer, name: str, kind: str, attr: str, default: int) -> None:
+    """A per-GPU family of the nodes where `attr` is set: its steps on GPU 0 (where `attr` is
+    steps), `default` on every other GPU."""
+    nodes = [n for n in w.sc.nodes if getattr(n, attr)]
+    if nodes:
+        w.family(name, kind)
+    for node in nodes:
+        steps = getattr(node, attr)
+        for gpu in range(node.gpus):
+            mine = steps if gpu == 0 and isinstance(steps, tuple) else ()
+            w.series(name, gpu_labels(w.sc, node, gpu), mine, default, node)
+
+
+def _write_nvswitch(w: _Writer) -> None:
     """The NVSwitch series: per switch (label ``nvswitch``) and per switch port (``nvlink``),
     with the node's host label as dcgm-exporter's switch collector writes it."""
-    written = 0
     for name, of, ports, default in (
         (NVSWITCH_FATAL, "nvswitch_fatal", 1, 0),
         (NVSWITCH_LINK, "nvswitch_link", 2, NVSWITCH_LINK_ACTIVE),
     ):
-        nodes = [n for n in sc.nodes if getattr(n, of)]
+        nodes = [n for n in w.sc.nodes if getattr(n, of)]
         if nodes:
-            out.write(f"# TYPE {name} gauge\n")
+            w.family(name)
         for node in nodes:
             for switch in range(NVSWITCHES):
                 for port in range(ports):
                     steps = getattr(node, of) if switch == port == 0 else ()
                     labels = f'nvswitch="{switch}",{node.host_label}="{node.host()}"'
                     labels += f',nvlink="{port}"' if name == NVSWITCH_LINK else ""
-                    labels += job_label(sc, name)
-                    for offset, stamp in _stamps(sc, node):
-                        value = value_at(steps, offset, default)
-                        out.write(f"{name}{{{labels}}} {value} {stamp:.3f}\n")
-                        written += 1
-    return written
+                    w.series(name, labels, steps, default, node)
 
 
-POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-# The `status.reason` values kube-state-metrics' kube_pod_status_reason has a series for.
-POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
-
-
-def write_openmetrics(sc: Scenario, out: TextIO) -> int:
-    """Write the scenario; returns the number of samples."""
-    written = 0
-
-    def series(
-        name: str,
-        labels: str,
-        steps: Steps,
-        default: int,
-        node: NodeTimeline | None = None,
-        first_s: int = 0,
-    ) -> None:
-        nonlocal written
-        labels += job_label(sc, name)
-        for offset, stamp in _stamps(sc, node):
-            if offset >= first_s:
-                out.write(f"{name}{{{labels}}} {value_at(steps, offset, default)} {stamp:.3f}\n")
-                written += 1
-
-    out.write("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n")
-    out.write("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n")
-    for node in (n for n in sc.nodes if n.xid_gauge):
-        for gpu in range(node.gpus):
-            steps = tuple((t, v) for t, g, v in node.xids if g == gpu)
-            if node.exported:
-                written += _exported(sc, node, gpu, steps, out)
-                continue
-            series(XID, gpu_labels(sc, node, gpu), steps, 0, node)
-    if any(n.fabric for n in sc.nodes):
-        out.write("# TYPE DCGM_FI_DEV_FABRIC_MANAGER_STATUS gauge\n")
-        for node in (n for n in sc.nodes if n.fabric):
-            for gpu in range(node.gpus):
-                steps = node.fabric if gpu == 0 else ()
-                series(FABRIC, gpu_labels(sc, node, gpu), steps, FABRIC_SUCCESS, node)
-    written += _write_nvswitch(sc, out)
-    if any(n.nvlink_recovery for n in sc.nodes):
-        out.write(f"# TYPE {NVLINK_RECOVERY} counter\n")
-        for node in (n for n in sc.nodes if n.nvlink_recovery):
-            for gpu in range(node.gpus):
-                steps = node.nvlink_recovery if gpu == 0 else ()
-                series(NVLINK_RECOVERY, gpu_labels(sc, node, gpu), steps, 0, node)
-    if any(n.gpu_temp for n in sc.nodes):
-        out.write("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
-        for node in (n for n in sc.nodes if n.gpu_temp):
-            for gpu in range(node.gpus):
-                series("DCGM_FI_DEV_GPU_TEMP", gpu_labels(sc, node, gpu), (), 41, node)
-    if any(n.xid_counts for n in sc.nodes):
-        out.write("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n")
-        for node in sc.nodes:
-            for gpu, xid in sorted({(g, x) for _, g, x, _ in node.xid_counts}):
-                steps = tuple((t, c) for t, g, x, c in node.xid_counts if (g, x) == (gpu, xid))
-                labels = f'{gpu_labels(sc, node, gpu)},window_size_in_ms="300000",xid="{xid}"'
-                series(XID_COUNT, labels, steps, 0, node)
-    gpus = ',resource="nvidia_com_gpu",unit="integer"'
-    out.write("# TYPE kube_node_status_capacity gauge\n")
-    for node in (n for n in sc.nodes if not n.dra):
-        labels = f'node="{node.name}"{gpus}'
-        series("kube_node_status_capacity", labels, node.capacity, node.gpus, node)
-    out.write("# TYPE kube_node_status_allocatable gauge\n")
-    for node in (n for n in sc.nodes if not n.dra):
-        labels = f'node="{node.name}"{gpus}'
-        series("kube_node_status_allocatable", labels, node.allocatable, node.gpus, node)
-    out.write("# TYPE kube_node_spec_unschedulable gauge\n")
-    for node in sc.nodes:
-        labels = f'node="{node.name}"'
-        series("kube_node_spec_unschedulable", labels, node.unschedulable, 0, node)
-    written += _write_agent(sc, out)
-    written += _write_pod_state(sc, out)
-    out.write("# TYPE kube_pod_status_phase gauge\n")
-    for pod in sc.pods:
-        for phase in POD_PHASES:
-            labels = f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",phase="{phase}"'
-            series("kube_pod_status_phase", labels, pod.phase_steps(phase), 0, first_s=pod.first_s)
-    if any(p.reason for p in sc.pods):
-        out.write("# TYPE kube_pod_status_reason gauge\n")
-        out.write("# TYPE kube_pod_created gauge\n")
-        for pod in sc.pods:
-            for reason in POD_REASONS:
-                labels = f'{pod.labels()},reason="{reason}"'
-                hit = int(pod.reason == reason)
-                series("kube_pod_status_reason", labels, (), hit, first_s=pod.first_s)
-            created = int(sc.start.timestamp()) + pod.first_s
-            series("kube_pod_created", pod.labels(), (), created, first_s=pod.first_s)
-    if any(p.gpus for p in sc.pods):
-        out.write("# TYPE kube_pod_container_resource_requests gauge\n")
-        for pod in (p for p in sc.pods if p.gpus):
-            labels = (
-                f'namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",container="main",'
-                f'node="{pod.node}"{gpus}'
-            )
-            series(
-                "kube_pod_container_resource_requests", labels, (), pod.gpus, first_s=pod.first_s
-            )
-    out.write("# EOF\n")
-    return written
-
-
-def _exported(sc: Scenario, node: NodeTimeline, gpu: int, steps: Steps, out: TextIO) -> int:
-    """The Xid gauge of one GPU at the scrapes where dcgm-exporter exports it (`exported`)."""
-    written = 0
-    labels = gpu_labels(sc, node, gpu) + job_label(sc, XID)
-    for offset, stamp in _stamps(sc, node):
-        if gpu < value_at(node.exported, offset, node.gpus):
-            out.write(f"{XID}{{{labels}}} {value_at(steps, offset, 0)} {stamp:.3f}\n")
-            written += 1
-    return written
-
-
-def _write_agent(sc: Scenario, out: TextIO) -> int:
+def _write_agent(w: _Writer) -> None:
     """The agent's check_ok and check_info of nvidia-match (a sample only where it exists)."""
-    agents = [n for n in sc.nodes if n.agent]
+    agents = [n for n in w.sc.nodes if n.agent]
     if not agents:
-        return 0
-    written = 0
+        return
 
     def labels(node: NodeTimeline) -> str:
         pod = f"gpu-node-guard-agent-{node.gpu_uuid(0)[4:9]}"
@@ -350,46 +325,51 @@ def _write_agent(sc: Scenario, out: TextIO) -> int:
             f'node="{node.name}",check="nvidia-match",namespace="gpu-node-guard-jobs",pod="{pod}"'
         )
 
-    out.write("# TYPE gpu_node_guard_agent_check_ok gauge\n")
+    def ok(node: NodeTimeline) -> Callable[[int], int | None]:
+        def at(t: int) -> int | None:
+            state = value_at(node.agent, t, AGENT_GONE)
+            return state if state in (AGENT_PASS, AGENT_FAIL) else None
+
+        return at
+
+    def info(node: NodeTimeline, shown: int) -> Callable[[int], int | None]:
+        return lambda t: 1 if value_at(node.agent, t, AGENT_GONE) == shown else None
+
+    w.family("gpu_node_guard_agent_check_ok")
     for node in agents:
-        for offset, stamp in _stamps(sc, node):
-            state = value_at(node.agent, offset, AGENT_GONE)
-            if state in (AGENT_PASS, AGENT_FAIL):
-                out.write(f"gpu_node_guard_agent_check_ok{{{labels(node)}}} {state} {stamp:.3f}\n")
-                written += 1
-    out.write("# TYPE gpu_node_guard_agent_check_info gauge\n")
+        w.series("gpu_node_guard_agent_check_ok", labels(node), ok(node), node=node, job_of="")
+    w.family("gpu_node_guard_agent_check_info")
     for node in agents:
-        for state, (status, detail) in AGENT_DETAIL.items():
-            info = f'{labels(node)},status="{status}",detail="{detail}"'
-            for offset, stamp in _stamps(sc, node):
-                if value_at(node.agent, offset, AGENT_GONE) == state:
-                    out.write(f"gpu_node_guard_agent_check_info{{{info}}} 1 {stamp:.3f}\n")
-                    written += 1
-    return written
+        for shown, (status, detail) in AGENT_DETAIL.items():
+            named = f'{labels(node)},status="{status}",detail="{detail}"'
+            w.series(
+                "gpu_node_guard_agent_check_info", named, info(node, shown), node=node, job_of=""
+            )
 
 
-def _write_pod_state(sc: Scenario, out: TextIO) -> int:
+def _write_pod_state(w: _Writer) -> None:
     """kube_pod_info of every pod; kube_pod_status_ready of those with `ready` steps."""
-    written = 0
-    out.write("# TYPE kube_pod_info gauge\n")
-    for pod in sc.pods:
+    w.family("kube_pod_info")
+    for pod in w.sc.pods:
         kind, owner = pod.created_by
         labels = (
             f'{pod.labels()},node="{pod.node}",created_by_kind="{kind}",created_by_name="{owner}"'
-        ) + job_label(sc, "kube_pod_info")
-        for offset, stamp in _stamps(sc):
-            if offset >= pod.first_s:
-                out.write(f"kube_pod_info{{{labels}}} 1 {stamp:.3f}\n")
-                written += 1
-    if not any(p.ready for p in sc.pods):
-        return written
-    out.write("# TYPE kube_pod_status_ready gauge\n")
-    for pod in (p for p in sc.pods if p.ready):
+        )
+        w.series("kube_pod_info", labels, (), 1, first_s=pod.first_s)
+    if not any(p.ready for p in w.sc.pods):
+        return
+    w.family("kube_pod_status_ready")
+    for pod in (p for p in w.sc.pods if p.ready):
         for condition in ("true", "false", "unknown"):
-            labels = f'{pod.labels()},condition="{condition}"' + job_label(sc, "kube_pod_")
-            for offset, stamp in _stamps(sc):
-                ready = value_at(pod.ready, offset, 0)
-                value = ready if condition == "true" else (1 - ready if condition == "false" else 0)
-                out.write(f"kube_pod_status_ready{{{labels}}} {value} {stamp:.3f}\n")
-                written += 1
-    return written
+            labels = f'{pod.labels()},condition="{condition}"'
+            w.series("kube_pod_status_ready", labels, _ready(pod, condition), job_of="kube_pod_")
+
+
+def _ready(pod: PodTimeline, condition: str) -> Callable[[int], int]:
+    """kube_pod_status_ready of one condition: 1 for the pod's state, 0 for the others."""
+
+    def at(t: int) -> int:
+        ready = value_at(pod.ready, t, 0)
+        return {"true": ready, "false": 1 - ready}.get(condition, 0)
+
+    return at

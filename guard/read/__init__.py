@@ -1,9 +1,7 @@
 """Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
 
-Cluster objects come from the API (`guard.doors.kube`, page by page) or a ``kubectl get … -o
-yaml|json`` List file (item by item); both arrive here as plain dicts, one at a time, and are
-converted by the same functions: a Node becomes its `NodeInfo` at once, and its raw object is let
-go.
+From the API (page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), objects
+arrive as plain dicts, one at a time; a Node becomes its `NodeInfo` at once.
 """
 
 from __future__ import annotations
@@ -71,14 +69,8 @@ class ClusterObjects:
 
 
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
-    """Read a ``kubectl get nodes,jobs,configmaps,events,pods -o yaml|json`` style List.
-
-    JSON is read one item at a time (`guard.read.json_stream`): the List is never held, only what
-    `_Collect` keeps of each object, so a List of 50,000 Nodes costs what their `NodeInfo` do.
-    YAML is parsed whole, within SNAPSHOT_MAX_BYTES. Of the file's Pods only those of the
-    guard's Jobs are kept, for their results: GPU pods come from kube-state-metrics
-    (`PromView.gpu_pods`).
-    """
+    """Read a ``kubectl get nodes,jobs,configmaps,events,pods -o yaml|json`` style List: JSON
+    one item at a time (`guard.read.json_stream`), YAML whole within SNAPSHOT_MAX_BYTES."""
     what, origin = "cluster snapshot", f"cluster snapshot {path}"
     collect = _Collect(s, origin)
     try:
@@ -131,15 +123,8 @@ class _Collect:
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
         self.nodes = _Nodes(self.keys, origin, kept_label_keys(s.gpu_classes, s.topology_label))
-        self.kept: dict[str, list[dict[str, Any]]] = {
-            "Job": [],
-            "ConfigMap": [],
-            "Event": [],
-            "Pod": [],
-            "ResourceSlice": [],
-            "DeviceTaintRule": [],
-            "ResourceClaim": [],
-        }
+        kinds = ("Job", "ConfigMap", "Event", "Pod", "ResourceSlice", "DeviceTaintRule")
+        self.kept: dict[str, list[dict[str, Any]]] = {k: [] for k in (*kinds, "ResourceClaim")}
         self.kinds: set[str] = set()
         self.spaces: set[str] = set()
 
@@ -282,13 +267,9 @@ def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (paginated, each parsed as its page arrives), the guard's Jobs and their finished
-    Pods, the ledger with its archives, the guard's Events.
-
-    Pods are read only in the jobs namespace, where every Pod is the guard's own (one list,
-    label- and field-selected, after the Jobs: a Job read as finished has its Pod finished too).
-    GPU pods come from kube-state-metrics (`PromView.gpu_pods`): no cluster-wide pods RBAC.
-    """
+    """Nodes (each parsed as its page arrives), the guard's Jobs and their finished Pods (after
+    the Jobs: a Job read as finished has its Pod finished too), the ledger with its archives,
+    the guard's Events, the DRA objects. GPU pods come from kube-state-metrics."""
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
     labels = kept_label_keys(s.gpu_classes, s.topology_label)

@@ -1,25 +1,6 @@
-"""Job results the guard reads: the summary each finished Pod of its Jobs left in its container's
-termination message, parsed once into a typed `JobResult` (docs/lifecycle.md, "Job results").
-
-The snapshot lists the Pods of the jobs namespace once per cycle (label-selected, finished ones
-only) and keeps a few fields of each (`slim_pod`). Per Job the newest finished Pod counts. Case
-list of one Pod (first match wins):
-  not a mapping, no job-name label           → ignored (not a Pod of a guard Job)
-  Failed with no container status and the kubelet's "Pod was rejected: …" (or an admission
-  reason: OutOfcpu, OutOfmemory, OutOf<resource>, NodeAffinity, UnexpectedAdmissionError, …)
-                                             → rejected: the node refused to run it, with
-                                               reason and message (never a failed check)
-  its container never terminated             → unreadable: the Pod failed before it ran
-                                               (deadline, eviction), with why
-  empty message                              → unreadable: the program did not finish
-  a summary of another shape                 → unreadable, the parser's one line
-  otherwise                                  → read: pass/fail, failed items, recorded links
-A Job whose status disagrees with its summary (succeeded but FAIL) is unreadable too, and so is
-a Pod the Job does not control (no controller ownerReference with the Job's uid), one that runs
-other containers than the Job's template (image, command, args) or one that ran on another node
-than the Job's (`nodeName` is fixed at creation: a Pod that ran elsewhere and was adopted by its
-labels keeps it): such a result is `foreign`, and the planners treat its Job as one the guard did
-not make.
+"""Job results: the summary each finished Pod of the guard's Jobs left in its container's
+termination message, parsed once into a typed `JobResult` (read, rejected by the kubelet,
+unreadable, or `foreign`: not the Job's own Pod). The case list: docs/lifecycle.md, "Job results".
 """
 
 from __future__ import annotations
@@ -33,6 +14,7 @@ from guard.codec.check_records import is_item
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
+from guard.read.objects import mapping
 from guard.wire import (
     WHY_MAX_CHARS,
     SummaryError,
@@ -53,10 +35,6 @@ _ADMISSION_REASONS = re.compile(
 )
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
 
@@ -68,11 +46,11 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
 'j'}, 'ownerReferences': []}, 'spec': {'nodeName': '', 'containers': []}, 'status': {'phase': \
 '', 'reason': '', 'message': '', 'containerStatuses': []}}
     """
-    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
-    labels = _mapping(meta.get("labels"))
+    meta, status = mapping(obj.get("metadata")), mapping(obj.get("status"))
+    labels = mapping(meta.get("labels"))
     statuses = status.get("containerStatuses")
     owners = meta.get("ownerReferences")
-    spec = _mapping(obj.get("spec"))
+    spec = mapping(obj.get("spec"))
     containers = spec.get("containers")
     return {
         "kind": "Pod",
@@ -81,15 +59,15 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             "creationTimestamp": meta.get("creationTimestamp", ""),
             "labels": {k: v for k, v in labels.items() if k in JOB_NAME_LABELS},
             "ownerReferences": [
-                {"controller": True, "uid": _mapping(o).get("uid")}
+                {"controller": True, "uid": mapping(o).get("uid")}
                 for o in (owners if isinstance(owners, list) else [])
-                if _mapping(o).get("controller") is True
+                if mapping(o).get("controller") is True
             ],
         },
         "spec": {
             "nodeName": spec.get("nodeName", ""),
             "containers": [
-                {f: _mapping(c).get(f) for f in ("name", "image", "command", "args")}
+                {f: mapping(c).get(f) for f in ("name", "image", "command", "args")}
                 for c in (containers if isinstance(containers, list) else [])
             ],
         },
@@ -99,8 +77,8 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             "message": status.get("message", ""),
             "containerStatuses": [
                 {
-                    "name": _mapping(c).get("name"),
-                    "state": {"terminated": _mapping(_mapping(c).get("state")).get("terminated")},
+                    "name": mapping(c).get("name"),
+                    "state": {"terminated": mapping(mapping(c).get("state")).get("terminated")},
                 }
                 for c in (statuses if isinstance(statuses, list) else [])
             ],
@@ -109,7 +87,7 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _job_of(pod: Mapping[str, Any]) -> str:
-    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    labels = mapping(mapping(pod.get("metadata")).get("labels"))
     return next((str(labels[k]) for k in JOB_NAME_LABELS if isinstance(labels.get(k), str)), "")
 
 
@@ -134,13 +112,13 @@ def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
     """None when the Job controls the Pod, the Pod ran on the Job's node and runs what the Job's
     template runs; else why its summary is not the Job's (a label is enough to be counted, not
     to be trusted)."""
-    meta = _mapping(pod.get("metadata"))
+    meta = mapping(pod.get("metadata"))
     name = str(meta.get("name", "")) or "(no name)"
     owners = meta.get("ownerReferences")
     controllers = [
-        str(_mapping(o).get("uid", ""))
+        str(mapping(o).get("uid", ""))
         for o in (owners if isinstance(owners, list) else [])
-        if _mapping(o).get("controller") is True
+        if mapping(o).get("controller") is True
     ]
     if not job.uid or controllers != [job.uid]:
         shown = ",".join(controllers) or "none"
@@ -148,7 +126,7 @@ def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
             f"pod {name} is not controlled by job/{job.name} "
             f"(uid {job.uid or 'unknown'}; its controller: {shown})"
         )
-    spec = _mapping(pod.get("spec"))
+    spec = mapping(pod.get("spec"))
     ran_on = str(spec.get("nodeName") or "")
     if ran_on != job.node:
         return _foreign(
@@ -165,11 +143,11 @@ def _foreign(problem: str) -> JobResult:
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
-    return str(_mapping(pod.get("status")).get("phase", ""))
+    return str(mapping(pod.get("status")).get("phase", ""))
 
 
 def _age_key(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = _mapping(pod.get("metadata"))
+    meta = mapping(pod.get("metadata"))
     return str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
 
 
@@ -185,15 +163,15 @@ def _checked(job: JobInfo, found: JobResult) -> JobResult:
 
 def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
     """The result of one finished Pod of a Job of `kind`; never raises."""
-    name = str(_mapping(pod.get("metadata")).get("name", "")) or "(no name)"
-    status = _mapping(pod.get("status"))
+    name = str(mapping(pod.get("metadata")).get("name", "")) or "(no name)"
+    status = mapping(pod.get("status"))
     statuses = status.get("containerStatuses")
     mine = [
-        _mapping(c)
+        mapping(c)
         for c in (statuses if isinstance(statuses, list) else [])
-        if _mapping(c).get("name") == kind
+        if mapping(c).get("name") == kind
     ]
-    ended = _mapping(_mapping(mine[0].get("state")).get("terminated")) if mine else {}
+    ended = mapping(mapping(mine[0].get("state")).get("terminated")) if mine else {}
     why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
     if rejected(pod):
         return JobResult("rejected", f"pod {name} was rejected by the node's kubelet ({why})")
@@ -222,7 +200,7 @@ def rejected(pod: Mapping[str, Any]) -> bool:
     >>> rejected({"status": {"phase": "Failed", "reason": "DeadlineExceeded", "message": "x"}})
     False
     """
-    status = _mapping(pod.get("status"))
+    status = mapping(pod.get("status"))
     if _phase(pod) != "Failed" or status.get("containerStatuses"):
         return False
     reason, message = str(status.get("reason") or ""), str(status.get("message") or "")

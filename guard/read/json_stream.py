@@ -1,12 +1,8 @@
 """A ``kubectl get -o json`` List read one item at a time, never held whole.
 
-A List of 50,000 Nodes and their Pods is gigabytes of JSON; ``json.loads`` of it holds the text
-and every object at once (2.6 GB at 20,000 nodes). Here the file is read in 1 MiB chunks and
-each element of the top-level ``items`` array is decoded on its own (`json.JSONDecoder.raw_decode`
-of the C scanner) and handed out; the caller keeps what it needs of it and lets it go. At most one
-chunk plus one item is alive. The bounds of `guard.files` hold: a regular file only, a size limit,
-no NUL bytes, UTF-8, nesting depth (`item_too_deep`), and each item at most `max_item`
-characters.
+The file is read in 1 MiB chunks and each element of the top-level ``items`` is decoded on its own
+(`json.JSONDecoder.raw_decode`); at most one chunk plus one item is alive. The bounds of
+`guard.files` hold, and each item is at most `max_item` characters.
 """
 
 from __future__ import annotations
@@ -117,13 +113,9 @@ class _Reader:
 def list_items(
     path: str | os.PathLike[str], limit: int, what: str, max_item: int = ITEM_MAX_CHARS
 ) -> Iterator[dict[str, Any]]:
-    """The objects of a JSON document that is one object: a List's ``items`` one by one, or the
-    object itself when it is not a List. Items that are not objects are skipped (as the whole-file
-    reader did). One `FileInputError` line for a file out of bounds or not JSON.
-
-    A List's ``kind`` may come after its ``items`` (kubectl writes keys in order): an object whose
-    ``items`` is an array is read as a List unless a ``kind`` before it says otherwise.
-    """
+    """The objects of a JSON document that is one object: a List's ``items`` one by one (items
+    that are not objects skipped), or the object itself when it is not a List. An object whose
+    ``items`` is an array is a List unless a ``kind`` before it says otherwise."""
     fd = open_regular(path, limit, what)
     try:
         reader = _Reader(fd, str(path), limit, what)
@@ -167,12 +159,8 @@ def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
 
 
 def item_too_deep(item: object) -> bool:
-    """Whether an item nests deeper than MAX_DEPTH counted from the List (its two levels above).
-
-    Walking every value of every item would cost more than decoding it (a 14 KB Node has ~600),
-    so the walk is left to the objects a caller keeps; the decoder itself stops at Python's
-    recursion limit (one line, never a crash), and what is read of a Node is read field by field.
-    """
+    """Whether an item nests deeper than MAX_DEPTH counted from the List (its two levels
+    above); checked only on the objects a caller keeps (a walk costs more than the decoding)."""
     return depth(item) + 2 > MAX_DEPTH
 
 

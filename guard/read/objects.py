@@ -1,10 +1,5 @@
-"""Cluster objects (plain dicts from the API or a List file) → model values, one object at a time.
-
-Every value the guard reads from a Node or a Job is parsed here (the guard's own annotations
-by `guard.codec.records`), once, into a typed field. A value that does not parse becomes an
-`Unreadable` on its object (or a `problem` on a Job) and never an exception, so one bad
-object cannot stop the cycle for the others.
-"""
+"""Cluster objects (plain dicts) → model values, one object at a time. A value that does not
+parse becomes an `Unreadable` on its object (or a Job's `problem`), never an exception."""
 
 from __future__ import annotations
 
@@ -32,6 +27,7 @@ from guard.names import (
     DRA_DRIVER,
     GPU_RESOURCE,
     Annotations,
+    is_dns_label,
     is_dns_subdomain,
 )
 from guard.pci import PciAddressError, normalize_pci
@@ -43,13 +39,13 @@ class NamelessObject(ValueError):
     """An object without a usable metadata.name: it cannot be attributed, only reported."""
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+def mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
 def object_name(obj: Mapping[str, Any]) -> str:
     """metadata.name; raises NamelessObject when there is none."""
-    name = _mapping(obj.get("metadata")).get("name")
+    name = mapping(obj.get("metadata")).get("name")
     if not isinstance(name, str) or not name:
         raise NamelessObject(f"{obj.get('kind', 'object')} without metadata.name")
     return name
@@ -64,16 +60,16 @@ def node_info(
     """Parse one Node; raises NamelessObject only when it has no name. Of its labels only
     `label_keys` are kept (those the GPU classes select on): a Node carries hundreds."""
     name = object_name(obj)
-    meta, status = _mapping(obj.get("metadata")), _mapping(obj.get("status"))
+    meta, status = mapping(obj.get("metadata")), mapping(obj.get("status"))
     problems = Problems(name)
-    raw = _mapping(meta.get("annotations"))
+    raw = mapping(meta.get("annotations"))
     own = tuple(sorted((k, str(v)) for k, v in raw.items() if str(k).startswith(keys.prefix)))
     notes = dict(own)
-    unschedulable = _mapping(obj.get("spec")).get("unschedulable", False)
+    unschedulable = mapping(obj.get("spec")).get("unschedulable", False)
     if not isinstance(unschedulable, bool):
         problems.status("spec.unschedulable", unschedulable, "not true or false")
         unschedulable = False
-    boot = _mapping(status.get("nodeInfo")).get("bootID", "")
+    boot = mapping(status.get("nodeInfo")).get("bootID", "")
     if not isinstance(boot, str):
         problems.status("status.nodeInfo.bootID", boot, "not text")
         boot = ""
@@ -98,11 +94,11 @@ def node_info(
         conformance_result=result_record(notes, keys.conformance_result, keys, problems),
         cancelled=cancelled,
         returned=returned,
-        taints=_taints(_mapping(obj.get("spec")).get("taints"), problems),
+        taints=_taints(mapping(obj.get("spec")).get("taints"), problems),
         labels=tuple(
             sorted(
                 (str(k), str(v))
-                for k, v in _mapping(meta.get("labels")).items()
+                for k, v in mapping(meta.get("labels")).items()
                 if str(k) in label_keys
             )
         ),
@@ -143,7 +139,7 @@ def _ready(conditions: object, problems: Problems) -> bool:
 
 
 def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
-    value = _mapping(status.get(part)).get(GPU_RESOURCE)
+    value = mapping(status.get(part)).get(GPU_RESOURCE)
     if value is None or value == "":
         return 0
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
@@ -158,8 +154,8 @@ def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
 
 
 def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
-    meta = _mapping(obj.get("metadata"))
-    labels = _mapping(meta.get("labels"))
+    meta = mapping(obj.get("metadata"))
+    labels = mapping(meta.get("labels"))
     return labels.get(APP_LABEL) == APP_NAME and meta.get("namespace", namespace) == namespace
 
 
@@ -169,14 +165,14 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
     Raises NamelessObject only when the Job has no name.
     """
     name = object_name(obj)
-    meta = _mapping(obj.get("metadata"))
-    labels, notes = _mapping(meta.get("labels")), _mapping(meta.get("annotations"))
+    meta = mapping(obj.get("metadata"))
+    labels, notes = mapping(meta.get("labels")), mapping(meta.get("annotations"))
     node = notes.get(keys.node_label) or labels.get(keys.node_label, "")
     kind = labels.get(COMPONENT_LABEL, "")
     state, problem = _job_status(obj.get("status"))
     # Who it is, not what it is called: its uid and what its template runs, for the node's record
     # of what the guard made (a Job of the same name made by someone else differs in one of them).
-    pod_spec = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
+    pod_spec = mapping(mapping(mapping(obj.get("spec")).get("template")).get("spec"))
     return JobInfo(
         name,
         str(kind),
@@ -195,7 +191,7 @@ def _fence_mode(pod_spec: Mapping[str, Any]) -> str:
     """`set` or `lift`: the word after `fence` in the first container's command and args (the
     fence policy admits no other argv); "" when it reads otherwise."""
     containers = pod_spec.get("containers")
-    first = _mapping(containers[0]) if isinstance(containers, list) and containers else {}
+    first = mapping(containers[0]) if isinstance(containers, list) and containers else {}
     words = [*(first.get("command") or []), *(first.get("args") or [])]
     at = words.index("fence") if "fence" in words else -1
     mode = words[at + 1] if 0 <= at < len(words) - 1 else ""
@@ -235,14 +231,13 @@ def _job_status(status: object) -> tuple[JobStatus, str]:
 # GPU (by its UUID, its MIG parent's UUID or its PCI address), is not one the guard can select;
 # a rule is read as it is, and only the guard's own (its label) are acted on.
 
-_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 def _string_attribute(attributes: Mapping[str, Any], name: str) -> str:
     """A string attribute by its short name or qualified with the driver's domain."""
     for key in (name, f"{DRA_DRIVER}/{name}"):
-        value = _mapping(attributes.get(key)).get("string")
+        value = mapping(attributes.get(key)).get("string")
         if isinstance(value, str):
             return value
     return ""
@@ -265,15 +260,15 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
     """
     out: set[DraDevice] = set()
     for obj in slices:
-        spec = _mapping(obj.get("spec"))
-        node, pool = spec.get("nodeName"), _mapping(spec.get("pool")).get("name")
+        spec = mapping(obj.get("spec"))
+        node, pool = spec.get("nodeName"), mapping(spec.get("pool")).get("name")
         if spec.get("driver") != DRA_DRIVER or not isinstance(node, str) or not node:
             continue
         if not isinstance(pool, str) or not is_pool(pool):
             continue
         listed = spec.get("devices")
         for device in listed if isinstance(listed, list) else ():
-            d = _device(node, pool, _mapping(device))
+            d = _device(node, pool, mapping(device))
             if d is not None:
                 out.add(d)
     return tuple(sorted(out, key=lambda d: (d.node, d.pool, d.name)))
@@ -281,18 +276,18 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
 
 def _device(node: str, pool: str, device: Mapping[str, Any]) -> DraDevice | None:
     name = device.get("name")
-    if not isinstance(name, str) or not _DEVICE_NAME.fullmatch(name):
+    if not isinstance(name, str) or not is_dns_label(name):
         return None
-    attributes = _mapping(device.get("attributes"))
+    attributes = mapping(device.get("attributes"))
     uuid = _string_attribute(attributes, "uuid")
     parent = _string_attribute(attributes, "parentUUID")
     try:
         pci = normalize_pci(_string_attribute(attributes, "pcieBusID"))
     except PciAddressError:
         pci = ""
-    if _GPU_UUID.fullmatch(uuid):  # a whole GPU
+    if GPU_UUID.fullmatch(uuid):  # a whole GPU
         return DraDevice(node, DRA_DRIVER, pool, name, uuid, pci)
-    if _GPU_UUID.fullmatch(parent):  # a MIG device (uuid MIG-…) of that GPU
+    if GPU_UUID.fullmatch(parent):  # a MIG device (uuid MIG-…) of that GPU
         return DraDevice(node, DRA_DRIVER, pool, name, "", pci, parent)
     if pci and (not uuid or uuid.startswith("MIG-")):  # no uuid: the GPU (or its part) by PCI
         return DraDevice(node, DRA_DRIVER, pool, name, "", pci)
@@ -303,17 +298,17 @@ def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[
     """Every DeviceTaintRule as read, sorted by name; `guard` for those with the guard's label."""
     out = []
     for obj in rules:
-        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        meta, spec = mapping(obj.get("metadata")), mapping(obj.get("spec"))
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             continue
-        selector, taint = _mapping(spec.get("deviceSelector")), _mapping(spec.get("taint"))
-        notes = _mapping(meta.get("annotations"))
+        selector, taint = mapping(spec.get("deviceSelector")), mapping(spec.get("taint"))
+        notes = mapping(meta.get("annotations"))
         out.append(
             TaintRule(
                 name=name,
                 uid=str(meta.get("uid", "")),
-                guard=_mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
+                guard=mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
                 driver=str(selector.get("driver") or ""),
                 pool=str(selector.get("pool") or ""),
                 device=str(selector.get("device") or ""),
@@ -336,14 +331,14 @@ def claims(found: Iterable[Mapping[str, Any]]) -> tuple[Claim, ...]:
     """
     out = []
     for obj in found:
-        meta = _mapping(obj.get("metadata"))
+        meta = mapping(obj.get("metadata"))
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             continue
-        allocation = _mapping(_mapping(obj.get("status")).get("allocation"))
-        results = _mapping(allocation.get("devices")).get("results")
+        allocation = mapping(mapping(obj.get("status")).get("allocation"))
+        results = mapping(allocation.get("devices")).get("results")
         refs = tuple(
-            "/".join(str(_mapping(r).get(f) or "") for f in ("driver", "pool", "device"))
+            "/".join(str(mapping(r).get(f) or "") for f in ("driver", "pool", "device"))
             for r in (results if isinstance(results, list) else ())
         )
         out.append(Claim(name, str(meta.get("uid", "")), refs))

@@ -1,32 +1,11 @@
 """Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
 
-`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant and converts the
-answers at this boundary into typed fields; what the planners read is plain data. Which of
-those facts make a cordon candidate (the hold window, the fast path) is decided in
-guard/plan/hold.py.
-
-The loss history becomes `loss_since`: per node, the first step of the run of steps with GPU
-loss observed that reaches up to now. Each step's value is the latest scrape at or before the
-step, so the loss was scraped no later than `loss_since`, at any instant, on any engine
-(left-open or closed ranges, aligned or not). A step without loss or without data (series
-younger than the window, a scrape gap) breaks the run, so a loss must have been seen over the
-whole window.
-
-Which label names the Node: a series' `node` when it names a Node, else the first of
-`Settings.dcgm_node_label_names` (default ``Hostname``, then ``hostname``) that does; with no
-Node names at hand, the first non-empty one. `check_join` turns a join that names no Node into
-an abort, and GPU nodes without any dcgm-exporter series into one WARN line.
-
-Every label that reaches a write or a log line is checked here against its format (`_Intake`):
-Node names (DNS-1123 subdomains), `UUID` (``GPU-`` and the 8-4-4-4-12 hex form), `pci_bus_id`
-(``00000000:3B:00.0``, 8- or 4-digit domain), the GPU index, the Xid (an integer of the bundled
-catalogue's range, as value or `xid` label), pod and namespace names, the agent's status and
-detail. A series that fails, or that `guard.doors.prom` set apart (a value that is not a finite
-number, a duplicate), is dropped with a `PromUnreadable` naming its node: every fact of that node
-is left out of the view, and the unreadable check reports it (guard/plan/unreadable.py). A series
-whose naming labels are all malformed is reported with node "" (its node cannot be told); one that
-`guard.doors.prom` set apart and that names no node at all (a NaN count) aborts, as does what is
-wrong with an answer as a whole (guard.doors.prom).
+`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant; which facts
+make a candidate is decided in guard/plan/hold.py. The label naming the Node: a series' `node`
+when it names a Node, else the first of `Settings.dcgm_node_label_names` that does (`check_join`).
+Every label that reaches a write or a log line is checked against its format here (`_Intake`): a
+series that fails, or that `guard.doors.prom` set apart, drops every fact of its node with a
+`PromUnreadable` (guard/plan/unreadable.py); what is wrong with an answer as a whole aborts.
 """
 
 from __future__ import annotations
@@ -36,10 +15,11 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from guard.codec import queries
 from guard.codec.series import PROM_FIX, loss_since, on_step
-from guard.doors.prom import BadSeries, PromClient, PromError, Sample, Series
+from guard.doors.prom import BadSeries, Checked, PromClient, PromError, Sample, Series, T
 from guard.log import Value
 from guard.model import (
     AgentCheck,
@@ -53,11 +33,14 @@ from guard.model import (
     ServicePod,
     Unreadable,
 )
+from guard.names import is_dns_label, is_dns_subdomain
 from guard.pci import normalize_pci
+from guard.read.objects import GPU_UUID
 from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
 COVERAGE_NAMES = 5
+Since = Callable[[str], tuple[tuple[str, datetime], ...]]  # a history's `loss_since`
 
 
 class JoinError(PromError):
@@ -92,10 +75,10 @@ def read_prom(
         if q.kind == "matrix":
             window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
             got = client.matrix_checked(q.name, q.promql, at, q.required, window)
-            matrices[q.name] = intake.series(q.name, got.good, got.bad)
+            matrices[q.name] = intake.checked(q.name, got)
         else:
             answer = client.vector_checked(q.name, q.promql, at, q.required)
-            vectors[q.name] = intake.samples(q.name, answer.good, answer.bad)
+            vectors[q.name] = intake.checked(q.name, answer)
     if not sent:
         counts = {
             m: _count(vectors[queries.required_input_name(m)]) for m, _ in queries.REQUIRED_INPUTS
@@ -115,16 +98,17 @@ def read_prom(
     def vector(name: str) -> tuple[Sample, ...]:
         return vectors.get(name, ())
 
+    def since(name: str) -> tuple[tuple[str, datetime], ...]:
+        return loss_since(matrices.get(name, ()), now, s.query_step_s, windows[name])
+
     hardware = (
         *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
         *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
-    lookback = queries.loss_lookback_s(s)
-    since = loss_since(matrices.get("loss-history", ()), now, s.query_step_s, lookback)
     view = PromView(
         hardware_xids=_unique(hardware),
         row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
-        loss_since=since,
+        loss_since=since("loss-history"),
         cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
         gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
@@ -132,12 +116,10 @@ def read_prom(
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
     if not sent:
-        view = _with_signals(view, vectors, matrices, now, s, intake)
-        view = _with_triggers(view, matrices, now, s)
-        view = _with_fabric(view, vectors, matrices, now, s)
+        facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}
+        view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
-        since, status = _nvml(vectors, matrices, now, s, intake)
-        view = replace(view, nvml_since=since, nvml_status=status)
+        view = replace(view, **_nvml(vector, since, intake))
     return _without(view, intake.problems)
 
 
@@ -166,54 +148,40 @@ def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
 
 
 def _nvml(
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-    intake: _Intake,
-) -> tuple[tuple[tuple[str, datetime], ...], tuple[AgentCheck, ...]]:
+    vector: Callable[[str], tuple[Sample, ...]], since: Since, intake: _Intake
+) -> dict[str, Any]:
     """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
-    lookback = queries.nvml_lookback_s(s)
-    since = loss_since(matrices["nvml-mismatch-history"], now, s.query_step_s, lookback)
     node = queries.NODE_LABEL
     status = {
         AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-        for x in intake.agent("nvml-status", vectors["nvml-status"])
+        for x in intake.agent("nvml-status", vector("nvml-status"))
     }
-    return since, tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail)))
+    return {
+        "nvml_since": since("nvml-mismatch-history"),
+        "nvml_status": tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
+    }
 
 
-def _with_signals(
-    view: PromView,
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-    intake: _Intake,
-) -> PromView:
-    """The node agent's nvidia-match and the service network's pods."""
-    since, status = _nvml(vectors, matrices, now, s, intake)
+def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> dict[str, Any]:
+    """The service network's pods."""
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     pods = (
         ServicePod(
             x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
         )
-        for x in intake.pods("service-network-pods", vectors["service-network-pods"], selector=True)
+        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
     )
-    counts = intake.selectors("service-network-seen", vectors["service-network-seen"])
+    counts = intake.selectors("service-network-seen", vector("service-network-seen"))
     seen = ((x.label(selector), int(x.value)) for x in counts)
-    return replace(
-        view,
-        nvml_since=since,
-        nvml_status=status,
-        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
-        service_seen=tuple(sorted(seen)),
-    )
+    return {
+        "service_pods": tuple(
+            sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
+        ),
+        "service_seen": tuple(sorted(seen)),
+    }
 
 
-def _with_triggers(
-    view: PromView, matrices: dict[str, tuple[Series, ...]], now: datetime, s: Settings
-) -> PromView:
+def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
     """The node triggers' histories (guard/plan/triggers): GPU counts per step, and when the
     admission rejections began with their count at the last step."""
     node = queries.NODE_LABEL
@@ -226,39 +194,49 @@ def _with_triggers(
             for x in matrices.get("gpu-count-history", ())
         )
     )
-    rejected = matrices.get("admission-history", ())
-    lookback = queries.trigger_lookback_s(s)
-    since = loss_since(rejected, now, s.query_step_s, lookback)
-    running = {n for n, _ in since}
+    rejected = since("admission-history")
+    running = {n for n, _ in rejected}
     latest = tuple(
         sorted(
             (x.label(node), int(max(x.points)[1]))
-            for x in rejected
+            for x in matrices.get("admission-history", ())
             if x.points and x.label(node) in running
         )
     )
-    return replace(view, gpu_counts=counts, admission_since=since, admission_now=latest)
+    return {"gpu_counts": counts, "admission_since": rejected, "admission_now": latest}
 
 
-def _with_fabric(
-    view: PromView,
-    vectors: dict[str, tuple[Sample, ...]],
-    matrices: dict[str, tuple[Series, ...]],
-    now: datetime,
-    s: Settings,
-) -> PromView:
+def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
     """The fabric trigger's facts: when each node's run of Failure steps began, the nodes not in
     Success now, and whether dcgm-exporter exposes the field at all."""
-    lookback = queries.trigger_lookback_s(s)
-    since = loss_since(matrices.get("fabric-history", ()), now, s.query_step_s, lookback)
     other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
     seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
-    return replace(
-        view,
-        fabric_since=since,
-        fabric_not_success=tuple(other),
-        fabric_seen=seen if "fabric-seen" in vectors else None,
-    )
+    return {
+        "fabric_since": since("fabric-history"),
+        "fabric_not_success": tuple(other),
+        "fabric_seen": seen if "fabric-seen" in vectors else None,
+    }
+
+
+# The facts `_without` drops for a node with a bad series, and how each names its node.
+_PER_NODE: dict[str, Callable[[Any], str]] = {
+    **dict.fromkeys(
+        ("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
+        lambda x: x.node,
+    ),
+    **dict.fromkeys(
+        (
+            "loss_since",
+            "nvml_since",
+            "gpu_counts",
+            "admission_since",
+            "admission_now",
+            "fabric_since",
+        ),
+        lambda x: x[0],
+    ),
+    **dict.fromkeys(("cordoned", "fabric_not_success"), lambda x: x),
+}
 
 
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
@@ -267,24 +245,11 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     gone = {p.node for p in found}
     if not found:
         return view
-    return replace(
-        view,
-        hardware_xids=tuple(g for g in view.hardware_xids if g.node not in gone),
-        row_remap=tuple(g for g in view.row_remap if g.node not in gone),
-        loss_since=tuple(x for x in view.loss_since if x[0] not in gone),
-        cordoned=tuple(n for n in view.cordoned if n not in gone),
-        gpu_pods=tuple(p for p in view.gpu_pods if p.node not in gone),
-        gpu_holders=tuple(h for h in view.gpu_holders if h.node not in gone),
-        nvml_since=tuple(x for x in view.nvml_since if x[0] not in gone),
-        nvml_status=tuple(a for a in view.nvml_status if a.node not in gone),
-        service_pods=tuple(p for p in view.service_pods if p.node not in gone),
-        gpu_counts=tuple(x for x in view.gpu_counts if x[0] not in gone),
-        admission_since=tuple(x for x in view.admission_since if x[0] not in gone),
-        admission_now=tuple(x for x in view.admission_now if x[0] not in gone),
-        fabric_since=tuple(x for x in view.fabric_since if x[0] not in gone),
-        fabric_not_success=tuple(n for n in view.fabric_not_success if n not in gone),
-        unreadable=found,
-    )
+    kept: dict[str, Any] = {
+        name: tuple(x for x in getattr(view, name) if node(x) not in gone)
+        for name, node in _PER_NODE.items()
+    }
+    return replace(view, **kept, unreadable=found)
 
 
 def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
@@ -372,10 +337,6 @@ def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
 
 # ---- the checks at the boundary ---------------------------------------------------------
 
-# Kubernetes' IsDNS1123Subdomain; fullmatch, so a trailing newline is not a name either.
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # dcgm-exporter's DCGM/NVML form 00000000:3B:00.0; the 4-digit domain of sysfs is accepted too.
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]{8}|[0-9a-fA-F]{4}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _POD_UID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
@@ -383,21 +344,13 @@ _GPU_INDEX = re.compile(r"[0-9]{1,4}")
 _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("²") fails
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
 _DETAIL_MAX = 256
-_NAME_MAX = 253
+_NAME_MAX = 253  # guard.names.is_dns_subdomain's
 
 
 @functools.cache
 def xid_range() -> tuple[int, int]:
     """The Xids the bundled catalogue knows: 1 up to its highest code."""
     return 1, max(load_catalog())
-
-
-def is_node_name(text: str) -> bool:
-    """
-    >>> is_node_name("gpu-node-b"), is_node_name("gpu-node-b\\n"), is_node_name("a" * 254)
-    (True, False, False)
-    """
-    return len(text) <= _NAME_MAX and _SUBDOMAIN.fullmatch(text) is not None
 
 
 def xid_of(value: float) -> int | None:
@@ -428,13 +381,13 @@ class _Intake:
 
     def node_of(self, labels: Sample | Series | BadSeries) -> str:
         """The node a series belongs to, from its naming labels that are valid names only."""
-        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_node_name(v))
+        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_dns_subdomain(v))
         return _first(hosts, self.join.names)
 
     def _named(self, query: str, item: Sample | Series) -> bool:
         """Every naming label set on the series is a node name; else the series is refused."""
         for key, value in self.join.hosts(item):
-            if not is_node_name(value):
+            if not is_dns_subdomain(value):
                 why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
                 self.refuse(self.node_of(item), query, key, value, why)
                 return False
@@ -449,17 +402,10 @@ class _Intake:
             why = "not a finite number" if b.value else b.why
             self.refuse(node, query, b.what, b.value, why)
 
-    def samples(
-        self, query: str, good: Iterable[Sample], bad: Iterable[BadSeries]
-    ) -> tuple[Sample, ...]:
-        self._bad(query, bad)
-        return tuple(x for x in good if self._named(query, x))
-
-    def series(
-        self, query: str, good: Iterable[Series], bad: Iterable[BadSeries]
-    ) -> tuple[Series, ...]:
-        self._bad(query, bad)
-        return tuple(x for x in good if self._named(query, x))
+    def checked(self, query: str, got: Checked[T]) -> tuple[T, ...]:
+        """The answer's series whose naming labels are node names; the bad ones refused."""
+        self._bad(query, got.bad)
+        return tuple(x for x in got.good if self._named(query, x))
 
     def _check(
         self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
@@ -478,36 +424,27 @@ class _Intake:
         """dcgm-exporter series as GpuSamples; two series of one GPU that disagree are refused."""
         uuid_form = "a GPU UUID (GPU-8-4-4-4-12 hex)"
         checks = (
-            ("UUID", _matches(_GPU_UUID), uuid_form),
-            ("uuid", _matches(_GPU_UUID), uuid_form),
+            ("UUID", _matches(GPU_UUID), uuid_form),
+            ("uuid", _matches(GPU_UUID), uuid_form),
             ("pci_bus_id", _matches(_PCI_BUS_ID), "a PCI bus id like 00000000:3B:00.0"),
             ("gpu", _matches(_GPU_INDEX), "a GPU index"),
         )
-        low, high = xid_range()
+        not_xid = "not an Xid (an integer in {}..{})".format(*xid_range())
         out: dict[tuple[str, ...], GpuSample] = {}
         for s in samples:
             if not self._check(query, s, checks):
                 continue
             node = self.join.node(s)
+            # (label, its text, why not) of the value: an `xid` label, the gauge's Xid, a count
+            what, text, why = "value", f"{s.value:g}", not_xid if xid_value else "not an integer"
             value: int | None = int(s.value) if s.value.is_integer() else None
             if value_label:
-                text = s.label(value_label)
+                what, text, why = value_label, s.label(value_label), not_xid
                 value = xid_of(float(text)) if _DIGITS.fullmatch(text) else None
-                if value is None:
-                    self.refuse(
-                        node, query, value_label, text, f"not an Xid (an integer in {low}..{high})"
-                    )
-                    continue
             elif xid_value:
                 value = xid_of(s.value)
             if value is None:
-                self.refuse(
-                    node,
-                    query,
-                    "value",
-                    f"{s.value:g}",
-                    f"not an Xid (an integer in {low}..{high})" if xid_value else "not an integer",
-                )
+                self.refuse(node, query, what, text, why)
                 continue
             pci = s.label("pci_bus_id")
             uuid = s.label("UUID") or s.label("uuid") or "unknown"
@@ -517,13 +454,8 @@ class _Intake:
             key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
             seen = out.get(key)
             if seen is not None and seen.value != g.value:
-                self.refuse(
-                    node,
-                    query,
-                    "value",
-                    f"{seen.value} and {g.value}",
-                    f"two series of GPU {g.gpu} ({uuid}) disagree",
-                )
+                why = f"two series of GPU {g.gpu} ({uuid}) disagree"
+                self.refuse(node, query, "value", f"{seen.value} and {g.value}", why)
                 continue
             out[key] = g
         return tuple(out.values())
@@ -536,7 +468,7 @@ class _Intake:
         for x in samples:
             namespace, pod = x.label("namespace"), x.label("pod")
             uuid = x.label("UUID") or x.label("uuid")
-            if not (_DNS_LABEL.fullmatch(namespace) and is_node_name(pod) and uuid):
+            if not (is_dns_label(namespace) and is_dns_subdomain(pod) and uuid):
                 continue
             node = self.join.node(x)
             if node:
@@ -548,8 +480,8 @@ class _Intake:
     ) -> tuple[Sample, ...]:
         """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
         checks: list[tuple[str, Callable[[str], bool], str]] = [
-            ("namespace", _matches(_DNS_LABEL), "a namespace name"),
-            ("pod", is_node_name, "a pod name (DNS-1123 subdomain)"),
+            ("namespace", is_dns_label, "a namespace name"),
+            ("pod", is_dns_subdomain, "a pod name (DNS-1123 subdomain)"),
         ]
         if selector:
             checks.append(

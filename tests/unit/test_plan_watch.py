@@ -246,5 +246,5 @@ def test_the_watchs_prometheus_requests_per_scrape_do_not_grow_with_flapping_nod
         # a poll each scrape after the start; at the end the watch ends instead
         assert polls == settings().watch_until_s // settings().scrape_interval_s - 1
         per_scrape[flapping] = made / polls
-    hold = len(queries.HOLD_QUERY_NAMES)
+    hold = len(queries.hold_queries(settings(), "a"))
     assert per_scrape == {1: 1 + hold, 10: 1 + hold, 100: 1 + hold}

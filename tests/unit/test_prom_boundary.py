@@ -228,6 +228,7 @@ UNREADABLE = [
         id="hostname-space-beside-a-node-label",
     ),
     pytest.param(ksm_node("gpu-b\nforged"), "", "node", "'gpu-b\\nforged'", id="ksm-node-newline"),
+    pytest.param(ksm_node("a" * 254), "", "node", "'aaaa", id="ksm-node-too-long"),
     pytest.param(gpu_b_value("-79"), "gpu-b", "value", "-79", id="xid-negative"),
     pytest.param(gpu_b_value("0.5"), "gpu-b", "value", "0.5", id="xid-fraction"),
     pytest.param(gpu_b_value("79.9"), "gpu-b", "value", "79.9", id="xid-79.9-is-not-79"),
