@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from guard.log import Value, format_line
 from guard.model import Taint
-from guard.states import anchored
+from guard.states import Reason, anchored
 
 Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
@@ -41,7 +41,7 @@ class Cordon(_Logged):
     """spec.unschedulable=true plus the guard's annotations, one patch, resourceVersion-guarded."""
 
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     annotations: Mapping
     gpu: str
@@ -67,7 +67,7 @@ class Uncordon(_Logged):
     """spec.unschedulable=false and the guard's annotations removed, one guarded patch."""
 
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     clear_keys: tuple[str, ...]
     detail: str
@@ -86,7 +86,7 @@ class Uncordon(_Logged):
 @dataclass(frozen=True, slots=True)
 class ClearGuardAnnotations(_Logged):
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     clear_keys: tuple[str, ...]
     annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
@@ -121,7 +121,7 @@ def hold_next(key: str, node: str, repeat_fault: bool) -> str:
 @dataclass(frozen=True, slots=True)
 class SetHold(_Logged):
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     key: str
     text: str
@@ -141,7 +141,7 @@ class Annotate(_Logged):
     """Record a result on the node (guard keys only), resourceVersion-guarded."""
 
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     annotations: Mapping
     next: str
@@ -163,7 +163,7 @@ class RecordBoot(_Logged):
     only), resourceVersion-guarded; void if the node rebooted or was cordoned meanwhile."""
 
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     boot_id: str
     annotations: Mapping
@@ -185,7 +185,7 @@ class RemoveTaint(_Logged):
     and record the boot, in one patch guarded by the node's resourceVersion."""
 
     node: str
-    reason: str
+    reason: Reason
     resource_version: str
     taint: Taint
     keep: tuple[Taint, ...]  # the node's other taints as read; re-read on a conflict
@@ -207,7 +207,7 @@ class RemoveTaint(_Logged):
 @dataclass(frozen=True, slots=True)
 class CreateJob(_Logged):
     node: str
-    reason: str
+    reason: Reason
     job_kind: str
     name: str
     manifest: dict[str, Any]
@@ -238,7 +238,7 @@ class TaintDevice(_Logged):
     on a DRA node, which stays schedulable (guard.plan.device_taint)."""
 
     node: str
-    reason: str
+    reason: Reason
     name: str  # the rule's name
     device: str  # <driver>/<pool>/<device>
     gpu: str  # the GPU's UUID
@@ -262,7 +262,7 @@ class UntaintDevice(_Logged):
     own), and the load test's ResourceClaim, after that device's load test passed."""
 
     node: str
-    reason: str
+    reason: Reason
     name: str
     uid: str
     device: str
@@ -285,7 +285,7 @@ class CreateClaim(_Logged):
     """The ResourceClaim of a device load test: exactly that GPU, tolerating the guard's taint."""
 
     node: str
-    reason: str
+    reason: Reason
     name: str
     namespace: str
     manifest: dict[str, Any]
@@ -306,7 +306,7 @@ class CreateClaim(_Logged):
 @dataclass(frozen=True, slots=True)
 class AppendLedgerLine(_Logged):
     node: str
-    reason: str
+    reason: Reason
     line: str
     configmap: str
 
@@ -339,7 +339,7 @@ class EmitEvent(_Logged):
     message itself identifies it."""
 
     node: str
-    reason: str
+    reason: Reason
     event_type: Literal["Normal", "Warning"]
     event_reason: str
     message: str
@@ -381,7 +381,7 @@ class Skip(_Logged):
     """A decision not to act, with why and what happens next; WARN when a person should look."""
 
     node: str
-    reason: str
+    reason: Reason
     detail: str
     next: str
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look

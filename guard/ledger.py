@@ -21,15 +21,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Literal
 
 from guard.pci import PciAddressError, normalize_pci
+from guard.states import Decision, Reason, xid_reason
 
 UNKNOWN_PCI = "unknown"  # older dcgm-exporters carry no pci_bus_id label
 NO_CARD = "-"  # the GPU UUID field of a node incident
 # The reason words of node incidents without an Xid (guard/plan/triggers, docs/triggers.md).
-GPU_SHORT = "gpu-short"
-ADMISSION_REJECTED = "admission-rejected"
-FABRIC = "fabric"
+GPU_SHORT = Decision.GPU_SHORT
+ADMISSION_REJECTED = Decision.ADMISSION_REJECTED
+FABRIC = Decision.FABRIC
 NODE_REASONS = (GPU_SHORT, ADMISSION_REJECTED, FABRIC)
 
 # The shape of an incident line; each field is then checked on its own, ASCII only (`\d` and
@@ -59,12 +61,14 @@ class LedgerEntry:
     pci: str
     uuid: str
     recorder: str
-    reason: str = ""  # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
+    reason: Decision | Literal[""] = (
+        ""  # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
+    )
 
     @property
-    def word(self) -> str:
+    def word(self) -> Reason:
         """The line's reason word: ``xid-79`` or a node reason."""
-        return self.reason or f"xid-{self.xid}"
+        return self.reason or xid_reason(self.xid)
 
     def format(self) -> str:
         """The ledger line for this entry; ValueError unless each text is one printable word
@@ -170,7 +174,7 @@ def parse_line(node: str, raw: str) -> LedgerLine:
             pci=match["pci"] if match["pci"] == UNKNOWN_PCI else normalize_pci(match["pci"]),
             uuid=match["uuid"],
             recorder=match["rec"],
-            reason=word,
+            reason=Decision(word) if word else "",
         )
     except ValueError as exc:  # PciAddressError is one
         return LedgerLine(node, raw, None, str(exc))

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Literal
 
 from guard.ledger import LedgerLine
+from guard.states import Reason
 
 # One item a guard Job found wrong (a conformance item, a load-test reason word) and why: the
 # summary's own value (guard.wire).
@@ -46,7 +47,7 @@ class GpuRef:
 class CordonRecord:
     """The guard's ``auto-cordon-*`` annotations of a node, parsed; None where a key is absent."""
 
-    reason: str  # xid-79, or another reason word (conformance-…)
+    reason: Reason  # xid-79, or another reason word (conformance-…)
     xid: int | None
     at: datetime | None
     boot_id: str  # "" when absent or empty: then no reboot can be proven

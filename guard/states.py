@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Literal, NewType, get_args
 
 from guard.runbook import CYCLE_CONDITIONS, Hint, Section
 
@@ -92,6 +93,8 @@ class Decision(StrEnum):
     # The node triggers without an Xid (guard/plan/triggers).
     # the return waits: GPU pods still refused
     ADMISSION_REJECTED = "admission-rejected", S.ISOLATED_REJECTING_GPU_PODS
+    # a node below its class's GPU count: cordoned, its return checks the count again
+    GPU_SHORT = "gpu-short"
     # the return waits: a GPU's fabric is not in Success
     FABRIC = "fabric", S.ISOLATED_FOR_A_FABRIC_FAULT
     # the run's line: no fabric status at all
@@ -198,19 +201,35 @@ class Decision(StrEnum):
 
 
 # The Job kinds' words `<kind>-<stage>` (guard/plan/return_jobs.py builds them from the kind).
-JOB_STAGES = ("starting", "running", "passed", "failed", "unreadable", "foreign")
+JobStage = Literal["starting", "running", "passed", "failed", "unreadable", "foreign"]
+JOB_STAGES: tuple[JobStage, ...] = get_args(JobStage)
 _XID = re.compile(r"xid-[1-9][0-9]{0,3}")
 _CONFORMANCE = re.compile(r"conformance-[a-z0-9]+(-[a-z0-9]+)*")
 
+# A word of one of the open families, made only by their builders below: with `Decision`, the
+# type of every action's reason, so mypy refuses a word from nowhere (tests/unit/test_decisions.py).
+FaultReason = NewType("FaultReason", str)
+Reason = Decision | FaultReason
 
-def xid_reason(code: int) -> str:
+
+def _word(word: str) -> Reason:
+    member = Decision._value2member_map_.get(word)
+    return member if isinstance(member, Decision) else FaultReason(word)
+
+
+def xid_reason(code: int) -> FaultReason:
     """The cordon reason of a hardware Xid."""
-    return f"xid-{code}"
+    return FaultReason(f"xid-{code}")
 
 
-def conformance_reason(item: str) -> str:
+def conformance_reason(item: str) -> Reason:
     """The cordon reason of a failed conformance item (an item word, guard.codec.check_records)."""
-    return f"conformance-{item}"
+    return _word(f"conformance-{item}")
+
+
+def job_stage(kind: str, stage: JobStage) -> Reason:
+    """The word of a guard Job of `kind` at `stage`: ``loadtest-running``."""
+    return _word(f"{kind}-{stage}")
 
 
 def is_decision(word: str) -> bool:
@@ -218,6 +237,12 @@ def is_decision(word: str) -> bool:
     return word in Decision._value2member_map_ or bool(
         _XID.fullmatch(word) or _CONFORMANCE.fullmatch(word)
     )
+
+
+def as_reason(word: str) -> Reason | None:
+    """A decision word read back from outside (an annotation, a ledger line) as a `Reason`;
+    None for a word that is not one."""
+    return _word(word) if is_decision(word) else None
 
 
 STATES: dict[str, Section] = {d: d.state for d in Decision if d.state is not None}

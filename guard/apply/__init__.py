@@ -39,6 +39,7 @@ from guard.names import APP_LABEL, APP_NAME, Annotations
 from guard.plan.check_jobs import UID
 from guard.plan.common import LEDGER_ARCHIVED
 from guard.settings import Settings
+from guard.states import Decision
 
 NodePatch = node_patch.NodePatch
 # Outcome.reason of a write the API refused for good (4xx but 409, 429; 404): not retried, and
@@ -265,7 +266,9 @@ class KubeExecutor:
             # The guard's fence Jobs by uid, for the audit (guard.plan.fence_audit).
             fence_uids = tuple(fence_jobs_value(fence_uids, uid).split(" "))
             notes += ((self.keys.fence_jobs, " ".join(fence_uids)),)
-        note = Annotate(action.node, "job-recorded", ref.resource_version if ref else "", notes, "")
+        note = Annotate(
+            action.node, Decision.JOB_RECORDED, ref.resource_version if ref else "", notes, ""
+        )
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
         except KubeError as exc:

@@ -26,6 +26,7 @@ from guard.model import (
 )
 from guard.names import Annotations
 from guard.pci import PciAddressError, normalize_pci
+from guard.states import Reason, as_reason, xid_reason
 
 _XID = re.compile(r"^xid-([0-9]{1,6})\Z", re.ASCII)
 _REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z", re.ASCII)
@@ -111,6 +112,7 @@ def cordon_record(
         return None
     bad = len(problems.found)
     xid = _reason_xid(k.reason, reason, problems)
+    word = xid_reason(xid) if xid is not None else as_reason(reason)
     at = _time(notes, k.at, "auto-cordon-at", problems)
     capacity = notes.get(k.gpu_capacity)
     if capacity is not None and not COUNT.match(capacity):
@@ -119,10 +121,10 @@ def cordon_record(
         )
         capacity = None
     gpu = _gpu_ref(notes.get(k.gpu), k.gpu, problems)
-    if len(problems.found) > bad:
+    if len(problems.found) > bad or word is None:
         return None
     return CordonRecord(
-        reason=reason,
+        reason=word,
         xid=xid,
         at=at,
         boot_id=notes.get(k.boot_id, ""),
@@ -137,7 +139,7 @@ def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
         return int(found[1])
     if reason.startswith("xid-"):
         problems.annotation(key, "auto-cordon-reason", reason, "the Xid is not an ASCII number")
-    elif not _REASON_WORD.match(reason):
+    elif as_reason(reason) is None:  # a word no planner writes (guard.states.Decision)
         problems.annotation(key, "auto-cordon-reason", reason, "not a reason word")
     return None
 
@@ -252,7 +254,7 @@ def leading_time(text: str | None) -> datetime | None:
 class DeviceRecord:
     """The node's `device-taint` record, parsed."""
 
-    reason: str
+    reason: Reason
     at: datetime
     boot_id: str  # "" when the guard knew none
     pci: str
@@ -301,11 +303,14 @@ def parse_record(text: str) -> DeviceRecord | None:
     if found is None:
         return None
     reason, at, boot, pci, uuid, device, rule = found.groups()
+    word = as_reason(reason)
     try:
         when = parse_time(at)
     except ValueError:
         return None
-    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+    if word is None:
+        return None
+    return DeviceRecord(word, when, "" if boot == "-" else boot, pci, uuid, device, rule)
 
 
 # ---- every isolation the guard holds, as one value each ----------------------------------------

@@ -39,7 +39,6 @@ from guard.codec.check_records import checked_boot_value, failed_value
 from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import (
-    CONFORMANCE_REASON,
     NEVER_CHECKED,
     REBOOTED,
     Wanted,
@@ -57,6 +56,7 @@ from guard.plan.check_jobs import (
 )
 from guard.plan.common import WAIT, keys, node_cordon
 from guard.settings import Settings
+from guard.states import Decision, Reason, conformance_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +71,8 @@ class Failed:
         return tuple(x.item for x in self.job.result.failed) if self.job.result else ()
 
     @property
-    def reason(self) -> str:
-        return f"{CONFORMANCE_REASON}{self.items[0]}"
+    def reason(self) -> Reason:
+        return conformance_reason(self.items[0])
 
     @property
     def what(self) -> str:
@@ -114,19 +114,23 @@ def _node(
 ) -> list[Action]:
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: no boot to check"
-        return [Skip(node.name, "boot-check-no-boot-id", detail, WAIT)]
+        return [Skip(node.name, Decision.BOOT_CHECK_NO_BOOT_ID, detail, WAIT)]
     priority = REBOOTED if node.checked_boot is not None else NEVER_CHECKED
     want = conformance_job(s, t, node, boot_key(node), priority)
     job = find_job(snap, want.name)
     if job is not None and (why := foreign(node, job)):
-        return list(foreign_job(s, node, job, "boot-check-foreign", why, "no result is taken"))
+        return list(
+            foreign_job(s, node, job, Decision.BOOT_CHECK_FOREIGN, why, "no result is taken")
+        )
     if job is not None and (why := rejected(job)):
         return list(rejected_job(s, node, job, why, "no cordon; this boot stays unchecked"))
     if job is None:
         return _unstarted(snap, node, want, priority, out)
     if job.status == "running":
         out.running += 1
-        return [Skip(node.name, "boot-check-running", f"job/{job.name} on {_boot(node)}", WAIT)]
+        return [
+            Skip(node.name, Decision.BOOT_CHECK_RUNNING, f"job/{job.name} on {_boot(node)}", WAIT)
+        ]
     verdict = passed(job) if job.status != "unreadable" else None
     if verdict is None:
         return [_unreadable(s, node, job)]
@@ -147,7 +151,7 @@ def _unstarted(
     xid = hardware_xid(snap, node)
     if xid:
         detail = f"{_boot(node)} not checked; {xid}: the isolation check decides first"
-        return [Skip(node.name, "boot-check-deferred", detail, WAIT)]
+        return [Skip(node.name, Decision.BOOT_CHECK_DEFERRED, detail, WAIT)]
     out.wanted[node.name] = Wanted(priority, want)
     return []
 
@@ -160,7 +164,7 @@ def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
     )
     return Skip(
         node.name,
-        "already-cordoned",
+        Decision.ALREADY_CORDONED,
         detail,
         "a person's cordon stays theirs; after their uncordon the guard cordons it",
     )
@@ -178,7 +182,7 @@ def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
         f"kubectl -n {s.jobs_namespace} delete job {job.name}"
     )
     detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
-    return Skip(node.name, "boot-check-unreadable", detail, fix, "WARN")
+    return Skip(node.name, Decision.BOOT_CHECK_UNREADABLE, detail, fix, "WARN")
 
 
 def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> RecordBoot | None:
@@ -188,7 +192,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
     record = ((keys(s).checked_boot, value),)
     return RecordBoot(
         node.name,
-        "boot-check-passed",
+        Decision.BOOT_CHECK_PASSED,
         node.resource_version,
         node.boot_id,
         record,

@@ -22,6 +22,7 @@ from guard.figures import budget_of
 from guard.ledger import format_time
 from guard.model import NodeInfo, Snapshot
 from guard.settings import Settings
+from guard.states import Decision
 from guard.xid_tables import Repair, bundled_classes
 
 EVENT_WINDOW = timedelta(minutes=50)  # shorter than the API server's event TTL (1 h)
@@ -56,7 +57,7 @@ def plan_budget(snap: Snapshot, s: Settings) -> tuple[EmitEvent, ...]:
         at = format_time(node.cordon.at)
         event = EmitEvent(
             node.name,
-            "past-budget",
+            Decision.PAST_BUDGET,
             "Warning",
             EVENT_REASON,
             f"isolated since {at} ({node.cordon.reason}, verdict {found.value}): past its "

@@ -15,13 +15,17 @@ from guard.model import CordonRecord, JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.common import UID as UID
 from guard.plan.common import conformance_args, create_job, job_spec, loadtest_args
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason, job_stage
 
 # Priority of a conformance Job within the cycle's budget (lower first): a node that rebooted
 # since its last check serves with the new boot now; a gated node serves nobody yet; a node
 # never checked (the first deployment's backlog) has served with this boot all along.
 REBOOTED, ONBOARDING, NEVER_CHECKED = 0, 1, 2
-JOB_REASONS = {REBOOTED: "new-boot", ONBOARDING: "onboarding", NEVER_CHECKED: "never-checked"}
+JOB_REASONS = {
+    REBOOTED: Decision.NEW_BOOT,
+    ONBOARDING: Decision.ONBOARDING,
+    NEVER_CHECKED: Decision.NEVER_CHECKED,
+}
 
 
 CONFORMANCE_REASON = "conformance-"  # + the first failed item: the after-reboot check's cordon
@@ -44,7 +48,7 @@ def conformance_job(
 ) -> CreateJob:
     """The check's conformance Job; the after-reboot ones expire sooner (boot_check_job_ttl_s)."""
     ttl = s.boot_check_job_ttl_s if priority != ONBOARDING else None
-    reason = "onboarding" if priority == ONBOARDING else "boot-check"
+    reason = Decision.ONBOARDING if priority == ONBOARDING else Decision.BOOT_CHECK
     spec = job_spec(s, "conformance", node.name, key, reason, conformance_args(s), ttl_s=ttl)
     return create_job(s, node.name, JOB_REASONS[priority], "conformance", spec.name, t.render(spec))
 
@@ -53,9 +57,9 @@ def burnin_job(s: Settings, t: JobTemplates, node: NodeInfo) -> CreateJob:
     """The onboarding gate's load test: every GPU, the burn-in duration, no recorded links."""
     args = loadtest_args(s, node.gpu_capacity, None, "", duration_s=s.onboarding_burnin_s)
     spec = job_spec(
-        s, "loadtest", node.name, gate_key(node), "onboarding", args, gpus=node.gpu_capacity
+        s, "loadtest", node.name, gate_key(node), Decision.ONBOARDING, args, gpus=node.gpu_capacity
     )
-    return create_job(s, node.name, "onboarding", "loadtest", spec.name, t.render(spec))
+    return create_job(s, node.name, Decision.ONBOARDING, "loadtest", spec.name, t.render(spec))
 
 
 def foreign(node: NodeInfo, job: JobInfo) -> str:
@@ -86,7 +90,7 @@ def foreign_job(
     s: Settings,
     node: NodeInfo,
     job: JobInfo,
-    word: str,
+    word: Reason,
     why: str,
     stays: str,
     claim: str = "",
@@ -153,7 +157,9 @@ def unreadable_job(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
         f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
         f"kubectl -n {s.jobs_namespace} delete job {job.name}"
     )
-    return Skip(node.name, f"{job.kind}-unreadable", f"job/{job.name}: {job.problem}", fix, "WARN")
+    return Skip(
+        node.name, job_stage(job.kind, "unreadable"), f"job/{job.name}: {job.problem}", fix, "WARN"
+    )
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:

@@ -15,6 +15,7 @@ from guard.model import Snapshot
 from guard.plan import boot_check, onboarding
 from guard.plan.check_jobs import Wanted
 from guard.settings import Settings
+from guard.states import Decision
 
 
 def plan_checks(
@@ -52,4 +53,4 @@ def _queued(waiting: list[tuple[str, Wanted]], s: Settings, running: int) -> tup
         f"{len(waiting)} GPU nodes wait for a conformance Job ({names}); {running} run, "
         f"at most {s.boot_check_max_jobs} at once (boot_check_max_jobs)"
     )
-    return (Skip("", "boot-check-queued", detail, "started as running ones finish"),)
+    return (Skip("", Decision.BOOT_CHECK_QUEUED, detail, "started as running ones finish"),)

@@ -23,7 +23,7 @@ from guard.jobs import JobSpec, JobTemplates, job_name, spec_digest
 from guard.model import NodeInfo, RecordedLink, Snapshot
 from guard.names import RECORDER, Annotations
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason, xid_reason
 
 WAIT = "checked again next cycle"  # the next step of a decision that waits
 # The GPU of `gpu-node-guard render evidence` (a first incident on this card).
@@ -55,7 +55,7 @@ def node_cordon(
     snap: Snapshot,
     s: Settings,
     node: NodeInfo,
-    reason: str,
+    reason: Reason,
     cordon: tuple[str, int, str, str],
     message: str,
     more: tuple[tuple[str, str], ...] = (),
@@ -95,7 +95,7 @@ def skip_cancelled(node: NodeInfo, incident: str, rearms: str) -> Skip:
     assert node.cancelled is not None
     when = ledger.format_time(node.cancelled.at)
     detail = f"{incident}: a person uncordoned this incident at {when}"
-    return Skip(node.name, "cancelled", detail, rearms)
+    return Skip(node.name, Decision.CANCELLED, detail, rearms)
 
 
 def job_spec(
@@ -103,7 +103,7 @@ def job_spec(
     kind: JobKind,
     node: str,
     key: str,
-    reason: str,
+    reason: Reason,
     args: tuple[str, ...],
     gpus: int = 0,
     ttl_s: int | None = None,
@@ -158,7 +158,7 @@ def incident_counts(snap: Snapshot, incident: Incident) -> ledger.Counts:
     return ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
 
 
-def ledger_append(s: Settings, incident: Incident, reason: str) -> AppendLedgerLine | Skip:
+def ledger_append(s: Settings, incident: Incident, reason: Reason) -> AppendLedgerLine | Skip:
     """The incident's ledger line; a WARN instead where a value (a hand-edited GPU annotation)
     would make a line the ledger cannot read back: nothing is written, the rest goes on."""
     entry = ledger.LedgerEntry(
@@ -237,7 +237,7 @@ def archive_event(action: AppendLedgerLine, bound: int) -> EmitEvent:
 
 
 def evidence_job(
-    snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: str
+    snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: Reason
 ) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
     args = evidence_args(incident, incident_counts(snap, incident))
@@ -251,7 +251,7 @@ UID = "{uid}"
 
 
 def create_job(
-    s: Settings, node: str, reason: str, kind: str, name: str, manifest: dict[str, Any]
+    s: Settings, node: str, reason: Reason, kind: str, name: str, manifest: dict[str, Any]
 ) -> CreateJob:
     """A Job whose result a gate acts on, with the record of what the guard made: the executor
     fills in the uid the API answers and writes it on the node (guard.apply)."""
@@ -353,6 +353,12 @@ def render_example_job(
         "fence": lambda: fence_args(s, "set", pci, EXAMPLE_UUID),
     }
     spec = job_spec(
-        s, kind, node, key, f"xid-{xid}", builders[kind](), gpus=gpus if kind == "loadtest" else 0
+        s,
+        kind,
+        node,
+        key,
+        xid_reason(xid),
+        builders[kind](),
+        gpus=gpus if kind == "loadtest" else 0,
     )
     return t.render(replace(spec, claim=spec.name) if device else spec)

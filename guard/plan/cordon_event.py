@@ -22,6 +22,7 @@ from guard.actions import EmitEvent
 from guard.model import CordonRecord, NodeInfo, Snapshot
 from guard.plan import mismatch
 from guard.plan.check_jobs import is_conformance_cordon
+from guard.states import Decision
 
 # The API server keeps an Event 1 h after its last write (--event-ttl); re-emitting a cordon Event
 # later than this could recreate one that simply expired.
@@ -43,7 +44,7 @@ def xid_event(node: str, c: CordonRecord, job: str) -> EmitEvent:
 
 def gpuless_event(node: NodeInfo, c: CordonRecord) -> EmitEvent:
     """A cordon without a GPU: nvml-mismatch, conformance-<item>, another reason word."""
-    what = c.reason
+    what: str = c.reason
     if c.reason == mismatch.NVML_MISMATCH:
         what = (
             "the NVIDIA kernel module and the NVML library differ, so new CUDA and NVML "
@@ -60,7 +61,7 @@ def _event(node: str, c: CordonRecord, what: str) -> EmitEvent:
     at = ledger.format_time(c.at)
     return EmitEvent(
         node,
-        "repair-event",
+        Decision.REPAIR_EVENT,
         "Warning",
         "GuardCordoned",
         f"cordoned by gpu-node-guard at {at}: {what} {LATE}",

@@ -47,6 +47,7 @@ import hashlib
 import re
 from dataclasses import replace
 from datetime import datetime
+from typing import Literal
 
 from guard import ledger
 from guard.actions import (
@@ -87,7 +88,7 @@ from guard.plan.common import (
     present,
 )
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason, xid_reason
 
 
 def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:
@@ -137,8 +138,12 @@ def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
 
 
 def eligibility(
-    snap: Snapshot, s: Settings, node: NodeInfo, reason: str, samples: tuple[GpuSample, ...]
-) -> str:
+    snap: Snapshot,
+    s: Settings,
+    node: NodeInfo,
+    reason: Reason | Literal[""],
+    samples: tuple[GpuSample, ...],
+) -> Reason | Literal[""]:
     """The isolation screen's word for a node, given the cordon screen's (`reason`) and the
     node's faulted GPUs (`samples`, the first its primary): a DRA node without an
     nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices; a device
@@ -188,7 +193,7 @@ def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tu
     GPU cannot be allocated either. The incident is recorded (the ledger line, from the Xid
     series' UUID and PCI address, once), a WARN line and a Warning Event say so each cycle,
     and once the driver publishes the GPU again the isolation check taints it."""
-    reason = f"xid-{g.value}"
+    reason = xid_reason(g.value)
     why = (
         f"{reason} gpu={g.pci} uuid={g.uuid}: the DRA driver publishes no device of this GPU "
         f"on {node.name}, so no DeviceTaintRule can select it (nor can the scheduler allocate "
@@ -213,7 +218,7 @@ def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
 
 
 def _not_isolated(
-    node: str, word: str, why: str, fix: str, told: str = ""
+    node: str, word: Reason, why: str, fix: str, told: str = ""
 ) -> tuple[Skip, EmitEvent]:
     message = f"gpu-node-guard did not isolate: {why}{told}"
     return (
@@ -257,7 +262,7 @@ def isolate(
     evidence Job."""
     devices = targets(snap, node.name, g.uuid, g.pci)
     assert devices
-    k, reason = keys(s), f"xid-{g.value}"
+    k, reason = keys(s), xid_reason(g.value)
     refs, names = ",".join(d.ref for d in devices), ",".join(rule_name(d) for d in devices)
     rec = DeviceRecord(reason, snap.now, node.boot_id, g.pci, g.uuid, refs, names)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)

@@ -71,7 +71,7 @@ from guard.plan.check_jobs import (
 )
 from guard.plan.common import WAIT, create_job, fence_args, job_spec, keys
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason
 
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
 # The return check's decisions that mean the node is at its load test or its uncordon: the fence
@@ -122,7 +122,7 @@ def _job_key(mode: str, boot_id: str, cordon_at: str, after: str) -> str:
 
 
 def at_cordon(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, reason: str
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, reason: Reason
 ) -> tuple[Action, ...]:
     """The fence Job in the cordon's own cycle, beside its evidence Job: the Job `keep` finds by
     name the next cycle (same boot, the cordon's time, no record yet)."""
@@ -359,7 +359,7 @@ def _record(
     node: NodeInfo,
     job: JobInfo,
     state: str,
-    reason: str,
+    reason: Reason,
     level: Literal["Normal", "Warning"],
     event: str,
     message: str,

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
@@ -51,13 +52,13 @@ from guard.plan.common import (
     skip_cancelled,
 )
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason, xid_reason
 
 NOTHING = "nothing to do for this node"
 # Cordons one cycle may send: the first pick and two fallbacks after refusals. Bounded so that a
 # fleet the API refuses wholesale (a site policy on every node) costs three requests, not N.
 MAX_CORDON_TRIES = 3
-NO_GPU_RESOURCE = "no-gpu-resource"
+NO_GPU_RESOURCE = Decision.NO_GPU_RESOURCE
 XID_REARMS = "re-arms on a new boot, another GPU or another Xid"
 
 
@@ -66,7 +67,7 @@ class Pick:
     """An eligible candidate: ordered by (rank, longest held, name); `gpu` names an Xid's GPU."""
 
     node: NodeInfo
-    reason: str  # xid-79, nvml-mismatch
+    reason: Reason  # xid-79, nvml-mismatch
     rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 driver/NVML mismatch
     held_s: int
     gpu: GpuSample | None = None
@@ -131,11 +132,11 @@ def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
     if p.failed is None:
         detail = f"{p.reason} waits behind {first.node.name}"
         return Skip(
-            p.node.name, "one-per-cycle", detail, _waits(first.node.name, place, tries_left)
+            p.node.name, Decision.ONE_PER_CYCLE, detail, _waits(first.node.name, place, tries_left)
         )
     behind = first.node.name if first.failed is not None else "the isolation check's cordon"
     detail = f"{p.failed.what}; waits behind {behind}"
-    return Skip(p.node.name, "one-per-cycle", detail, "considered again next cycle")
+    return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, "considered again next cycle")
 
 
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
@@ -198,8 +199,8 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             actions.extend(device_taint.unpublished(snap, s, node, _primary(samples, s)))
             continue
         if node is None or reason:
-            detail = _detail(reason or "not-in-api", _primary(samples, s))
-            actions.append(_ineligible_skip(node_name, reason or "not-in-api", detail))
+            detail = _detail(reason or Decision.NOT_IN_API, _primary(samples, s))
+            actions.append(_ineligible_skip(node_name, reason or Decision.NOT_IN_API, detail))
             continue
         armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
         if not armed:
@@ -209,7 +210,7 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
         g = _primary(armed, s)
         rank = 0 if g.value in s.fast_path_xids else 1
         held = hold.loss_held_s(snap.prom, node_name, snap.now)
-        eligible.append(Pick(node, f"xid-{g.value}", rank, held, g))
+        eligible.append(Pick(node, xid_reason(g.value), rank, held, g))
     return actions, eligible
 
 
@@ -256,13 +257,13 @@ def _screen_triggers(
 
 
 def _finding_skip(
-    s: Settings, name: str, node: NodeInfo | None, what: str, reason: str
+    s: Settings, name: str, node: NodeInfo | None, what: str, reason: Reason
 ) -> Skip | None:
     """A whole node's finding (a mismatch, a node trigger) whose node is not eligible, or whose
     cordon a person cancelled in this boot; None for a candidate."""
     why = _ineligible(node, s)
     if node is None or why:
-        why = why or "not-in-api"
+        why = why or Decision.NOT_IN_API
         return _ineligible_skip(name, why, f"{what} ({why})")
     if triggers.cancelled(node, reason):
         return skip_cancelled(node, what, "re-arms on a new boot")
@@ -291,22 +292,22 @@ def _primary(samples: tuple[GpuSample, ...], s: Settings) -> GpuSample:
     return min(samples, key=lambda g: (g.value not in s.fast_path_xids, g.gpu.zfill(4), g.uuid))
 
 
-def _ineligible(node: NodeInfo | None, s: Settings) -> str:
+def _ineligible(node: NodeInfo | None, s: Settings) -> Reason | Literal[""]:
     k = keys(s)
     if node is None:
-        return "not-in-api"
+        return Decision.NOT_IN_API
     if node.unschedulable:
-        return "already-cordoned"
+        return Decision.ALREADY_CORDONED
     if node.hold is not None:
-        return "hold"
+        return Decision.HOLD
     if node.has(k.reason):
-        return "already-guarded"
+        return Decision.ALREADY_GUARDED
     if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.generate.policies.nodes)
         return NO_GPU_RESOURCE
     return ""
 
 
-def _ineligible_skip(node: str, reason: str, detail: str) -> Skip:
+def _ineligible_skip(node: str, reason: Reason, detail: str) -> Skip:
     """A person should look at a faulted node the API would not let the guard cordon."""
     if reason == NO_GPU_RESOURCE:
         fix = (

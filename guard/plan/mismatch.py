@@ -33,8 +33,9 @@ from guard.model import CordonRecord, NodeInfo, Snapshot
 from guard.plan import hold
 from guard.plan.common import node_cordon
 from guard.settings import Settings
+from guard.states import Decision
 
-NVML_MISMATCH = "nvml-mismatch"
+NVML_MISMATCH = Decision.NVML_MISMATCH
 CORDON_NEXT = (
     "let its GPU jobs end, reboot it into the installed driver; it returns after the load test"
 )
@@ -79,7 +80,7 @@ def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) ->
     return (
         Skip(
             node.name,
-            "nvml-unconfirmed",
+            Decision.NVML_UNCONFIRMED,
             f"node agent: {said}; an nvml-mismatch cordon returns once the agent reports PASS",
             f"checked again next cycle; if it lasts, {agent}",
         ),

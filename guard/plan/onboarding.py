@@ -49,6 +49,7 @@ from guard.plan.check_jobs import (
 from guard.plan.common import WAIT, keys, present
 from guard.plan.triggers import gpu_short
 from guard.settings import Settings
+from guard.states import Decision
 
 STAYS = "the onboarding taint stays"
 
@@ -87,13 +88,13 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
     elif xid := hardware_xid(snap, node):
         why = f"{xid} on the node"
     if why:
-        return Skip(node.name, "onboarding-waiting", why, WAIT)
+        return Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)
     want = gpu_short.expected(snap, s, node)
     if want is not None and node.gpu_capacity < want[1]:
         cls, count = want
         detail = f"{node.gpu_capacity} GPUs, class {cls.selector} expects {count}"
         fix = f"{STAYS}; find the missing GPU on the host: lspci -nn -k -d 10de:"
-        return Skip(node.name, "onboarding-gpu-short", detail, fix, "WARN")
+        return Skip(node.name, Decision.ONBOARDING_GPU_SHORT, detail, fix, "WARN")
     return None
 
 
@@ -102,7 +103,7 @@ def _node(
 ) -> list[Action]:
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
-        return [Skip(node.name, "onboarding-no-boot-id", detail, STAYS, "WARN")]
+        return [Skip(node.name, Decision.ONBOARDING_NO_BOOT_ID, detail, STAYS, "WARN")]
     waiting = _waiting(node, s, snap)
     if waiting is not None:
         return [waiting]
@@ -116,11 +117,11 @@ def _node(
             f"kubectl -n {s.jobs_namespace} delete job {job_name} && kubectl annotate node "
             f"{node.name} {keys(s).onboarding_failed}-"
         )
-        return [Skip(node.name, "onboarding-failed", detail, f"{STAYS}; {fix}")]
+        return [Skip(node.name, Decision.ONBOARDING_FAILED, detail, f"{STAYS}; {fix}")]
     for want in (check, burn):
         job = find_job(snap, want.name)
         if job is not None and (why := foreign(node, job)):
-            return list(foreign_job(s, node, job, "onboarding-foreign", why, STAYS))
+            return list(foreign_job(s, node, job, Decision.ONBOARDING_FOREIGN, why, STAYS))
         if job is not None and (why := rejected(job)):
             return list(rejected_job(s, node, job, why, STAYS))
         if job is None:
@@ -130,7 +131,7 @@ def _node(
             return [burn]
         if job.status == "running":
             out.running += want is check
-            return [Skip(node.name, "onboarding-running", f"job/{job.name}", WAIT)]
+            return [Skip(node.name, Decision.ONBOARDING_RUNNING, f"job/{job.name}", WAIT)]
         verdict = passed(job) if job.status != "unreadable" else None
         if job.status != "failed" and verdict is None:
             return [_unreadable(s, node, job)]
@@ -146,7 +147,11 @@ def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
         f"kubectl -n {s.jobs_namespace} delete job {job.name}"
     )
     return Skip(
-        node.name, "onboarding-unreadable", f"job/{job.name}: {why}", f"{STAYS}; {fix}", "WARN"
+        node.name,
+        Decision.ONBOARDING_UNREADABLE,
+        f"job/{job.name}: {why}",
+        f"{STAYS}; {fix}",
+        "WARN",
     )
 
 
@@ -164,14 +169,14 @@ def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Act
     return [
         Annotate(
             node.name,
-            "onboarding-failed",
+            Decision.ONBOARDING_FAILED,
             node.resource_version,
             ((keys(s).onboarding_failed, value),),
             f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}",
         ),
         EmitEvent(
             node.name,
-            "onboarding-failed",
+            Decision.ONBOARDING_FAILED,
             "Warning",
             "GuardOnboardingFailed",
             message,
@@ -188,7 +193,7 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
     return [
         RemoveTaint(
             node.name,
-            "onboarding-passed",
+            Decision.ONBOARDING_PASSED,
             node.resource_version,
             taint,
             keep,
@@ -198,7 +203,7 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
         ),
         EmitEvent(
             node.name,
-            "onboarded",
+            Decision.ONBOARDED,
             "Normal",
             "GuardOnboarded",
             f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "

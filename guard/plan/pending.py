@@ -34,6 +34,7 @@ from guard.model import Snapshot
 from guard.plan import mismatch, triggers
 from guard.plan.hold import decides_at, held_s, hold_window_s
 from guard.settings import Settings
+from guard.states import Reason, xid_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,8 @@ class Pending:
     decides_at: datetime  # when the hold completes if the loss goes on (guard.plan.hold)
 
     @property
-    def reason(self) -> str:
-        return f"xid-{self.xid}"
+    def reason(self) -> Reason:
+        return xid_reason(self.xid)
 
     @property
     def order(self) -> tuple[str, int, str, int]:
@@ -68,7 +69,7 @@ class PendingNode:
     (`Settings.nvml_hold_s`) or a node trigger's (guard.plan.triggers)."""
 
     node: str
-    reason: str
+    reason: Reason
     detail: str  # what it saw (guard.plan.mismatch.seen, the trigger's finding)
     held_s: int
     needs_s: int

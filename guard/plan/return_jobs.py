@@ -39,6 +39,7 @@ from guard.plan.common import (
     present,
 )
 from guard.settings import Settings
+from guard.states import Decision, job_stage
 
 
 def job_key(node: NodeInfo) -> str:
@@ -100,7 +101,7 @@ def gate(
     job = find_job(snap, spec.name)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, f"{kind}-foreign", why, w.stays)
+        return foreign_job(s, node, job, job_stage(kind, "foreign"), why, w.stays)
     if job is None and spec.name in recorded:
         job = JobInfo(spec.name, kind, node.name, "failed")  # the Job expired; the node did not
     if job is None:
@@ -108,7 +109,7 @@ def gate(
     if why := rejected(job):  # could not run: no failure recorded, never a pass
         return rejected_job(s, node, job, why, w.stays)
     if job.status == "running" or (job.status == "unreadable" and w.unreadable_runs):
-        return (Skip(node.name, f"{kind}-running", f"job/{job.name}{on}", WAIT),)
+        return (Skip(node.name, job_stage(kind, "running"), f"job/{job.name}{on}", WAIT),)
     if job.status == "unreadable":
         return (unreadable_job(s, node, job),)
     if job.status == "failed":
@@ -125,7 +126,7 @@ def job_gate(
     spec = _spec(s, node, kind, recorded_links(snap, node) if kind == "loadtest" else ())
 
     def create() -> tuple[Action, ...]:
-        return (create_job(s, node.name, "conditions-met", kind, spec.name, t.render(spec)),)
+        return (create_job(s, node.name, Decision.CONDITIONS_MET, kind, spec.name, t.render(spec)),)
 
     out = gate(snap, s, node, spec, "cordon", create)
     if isinstance(out, tuple):
@@ -141,13 +142,13 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
 def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
     detail = f"job/{job.name} succeeded but is not a pass"
     if not w.why:
-        return Skip(node.name, f"{job.kind}-unreadable", detail, w.stays, "WARN")
+        return Skip(node.name, job_stage(job.kind, "unreadable"), detail, w.stays, "WARN")
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
     fix = (
         f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
         f"kubectl -n {spec.namespace} delete job {job.name}"
     )
-    return Skip(node.name, f"{job.kind}-unreadable", f"{detail}: {why}", fix, "WARN")
+    return Skip(node.name, job_stage(job.kind, "unreadable"), f"{detail}: {why}", fix, "WARN")
 
 
 def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
@@ -156,7 +157,7 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
     items = ",".join(node.conformance_failed.items) if node.conformance_failed else c.reason
     return Skip(
         node.name,
-        "conformance-same-boot",
+        Decision.CONFORMANCE_SAME_BOOT,
         f"bootID {node.boot_id} unchanged since the {c.reason} cordon",
         f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)",
     )
@@ -182,7 +183,7 @@ def _failed(
         return (
             Skip(
                 node.name,
-                f"{kind}-failed",
+                job_stage(kind, "failed"),
                 f"job/{spec.name} failed{w.gone}",
                 f"{w.short}; {w.retry}",
             ),
@@ -196,14 +197,14 @@ def _failed(
     return (
         Annotate(
             node.name,
-            f"{kind}-failed",
+            job_stage(kind, "failed"),
             node.resource_version,
             notes,
             f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
         ),
         EmitEvent(
             node.name,
-            f"{kind}-failed",
+            job_stage(kind, "failed"),
             "Warning",
             "GuardCheckFailed",
             f"{kind} job/{spec.name} failed{on}; {w.event}",
@@ -220,7 +221,7 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
     return (
         Uncordon(
             node.name,
-            f"{job.kind}-passed",
+            job_stage(job.kind, "passed"),
             node.resource_version,
             present(node, (*k.guard_keys, k.cancelled)),
             f"job/{job.name} succeeded",
@@ -228,7 +229,7 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
         ),
         EmitEvent(
             node.name,
-            "returned",
+            Decision.RETURNED,
             "Normal",
             "GuardReturned",
             f"gpu-node-guard returned the node: job/{job.name} passed",
@@ -302,7 +303,7 @@ def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate,
     value = links_value(links)
     then = "the load test checks each GPU's link against it (--expect-link)"
     note = ((keys(s).pcie_links, value),)
-    return (Annotate(node.name, "pcie-links", node.resource_version, note, then),)
+    return (Annotate(node.name, Decision.PCIE_LINKS, node.resource_version, note, then),)
 
 
 def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
@@ -327,4 +328,4 @@ def evidence_running(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Skip,
     if (snap.now - node.cordon.at).total_seconds() > s.evidence_deadline_s + s.cadence_s:
         return ()
     detail = f"job/{job.name} still reads the node; its PCIe links go to the load test"
-    return (Skip(node.name, "evidence-running", detail, WAIT),)
+    return (Skip(node.name, Decision.EVIDENCE_RUNNING, detail, WAIT),)

@@ -23,7 +23,7 @@ from guard.plan.check_jobs import is_conformance_cordon
 from guard.plan.common import WAIT, keys
 from guard.plan.return_jobs import conformance_same_boot
 from guard.settings import Settings
-from guard.states import Decision
+from guard.states import Decision, Reason
 
 Source = Literal["api", "prometheus"]
 
@@ -57,7 +57,7 @@ Check = Callable[[Case], tuple[Action, ...]]  # () when the condition holds
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    word: str
+    word: str  # its row in docs (hold, reboot, service-network, …)
     units: frozenset[Unit]
     source: Source
     check: Check
@@ -78,7 +78,7 @@ def _hold(c: Case) -> tuple[Action, ...]:
     if node.hold is None:
         return ()
     repeat = is_repeat_fault_hold(node.hold)
-    reason = "repeat-fault-hold" if repeat else "hold"
+    reason = Decision.REPEAT_FAULT_HOLD if repeat else Decision.HOLD
     return (
         Skip(
             node.name, reason, f"hold={node.hold!r}", hold_next(keys(c.s).hold, node.name, repeat)
@@ -98,22 +98,22 @@ def _reboot(c: Case) -> tuple[Action, ...]:
     """A missing bootID never proves a reboot; then a person's reset-done does."""
     s, node, rec = c.s, c.node, c.cordon
     if rec.xid in s.reset_class_xids:
-        return _reset_gate(c, "waiting-reset", f"xid-{rec.xid} is reset-class")
+        return _reset_gate(c, Decision.WAITING_RESET, f"xid-{rec.xid} is reset-class")
     if rebooted(rec.boot_id, node.boot_id):
         return ()
     if not rec.boot_id or not node.boot_id:
         k = keys(s)
         missing = "node reports no bootID" if rec.boot_id else f"no recorded bootID in {k.boot_id}"
-        return _reset_gate(c, "boot-unknown", f"{missing}: a reboot cannot be proven")
+        return _reset_gate(c, Decision.BOOT_UNKNOWN, f"{missing}: a reboot cannot be proven")
     if is_conformance_cordon(rec):
         return (conformance_same_boot(node, rec),)
     detail = f"bootID {node.boot_id} unchanged since cordon"
     gpu = f" on GPU {rec.gpu}" if rec.gpu else ""
     return (
-        Skip(node.name, "same-boot", detail, "waiting for the power cycle"),
+        Skip(node.name, Decision.SAME_BOOT, detail, "waiting for the power cycle"),
         EmitEvent(
             node.name,
-            "same-boot",
+            Decision.SAME_BOOT,
             "Normal",
             "GuardWaitingPowerCycle",
             f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}",
@@ -121,7 +121,7 @@ def _reboot(c: Case) -> tuple[Action, ...]:
     )
 
 
-def _reset_gate(c: Case, reason: str, why: str) -> tuple[Action, ...]:
+def _reset_gate(c: Case, reason: Reason, why: str) -> tuple[Action, ...]:
     """Passes with a reset-done note written after the cordon (a leading time says when)."""
     k, node = keys(c.s), c.node
     level: Literal["INFO", "WARN"] = "WARN" if reason == "boot-unknown" else "INFO"
@@ -158,7 +158,7 @@ def _device_reboot(c: Case) -> tuple[Action, ...]:
 def _ready(c: Case) -> tuple[Action, ...]:
     if c.node.ready:
         return ()
-    return (Skip(c.node.name, "not-ready", "node Ready condition is not True", WAIT),)
+    return (Skip(c.node.name, Decision.NOT_READY, "node Ready condition is not True", WAIT),)
 
 
 def _gpu_count(c: Case) -> tuple[Action, ...]:
@@ -169,7 +169,7 @@ def _gpu_count(c: Case) -> tuple[Action, ...]:
     observed = (
         f"capacity={node.gpu_capacity} recorded={recorded} allocatable={node.gpu_allocatable}"
     )
-    return (Skip(node.name, "gpu-count", observed, WAIT),)
+    return (Skip(node.name, Decision.GPU_COUNT, observed, WAIT),)
 
 
 def _node_xids(c: Case) -> tuple[Action, ...]:
@@ -177,7 +177,7 @@ def _node_xids(c: Case) -> tuple[Action, ...]:
     if not xids:
         return ()
     found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
-    return (Skip(c.node.name, "xid-present", found, WAIT),)
+    return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
 
 
 def _gpu_xids(c: Case) -> tuple[Action, ...]:
@@ -196,7 +196,9 @@ def _row_remap(c: Case) -> tuple[Action, ...]:
     if not remap:
         return ()
     found = ", ".join(f"gpu{g.gpu}={g.value}" for g in remap)
-    return (Skip(c.node.name, "row-remap", found, "row remap pending/failed: reset or replace"),)
+    return (
+        Skip(c.node.name, Decision.ROW_REMAP, found, "row remap pending/failed: reset or replace"),
+    )
 
 
 def _gpu_pods(c: Case) -> tuple[Action, ...]:
@@ -204,7 +206,9 @@ def _gpu_pods(c: Case) -> tuple[Action, ...]:
     if not pods:
         return ()
     names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
-    return (Skip(c.node.name, "gpu-pods-running", f"{len(pods)} pods hold GPUs: {names}", WAIT),)
+    return (
+        Skip(c.node.name, Decision.GPU_PODS_RUNNING, f"{len(pods)} pods hold GPUs: {names}", WAIT),
+    )
 
 
 def _published(c: Case) -> tuple[Action, ...]:
@@ -240,10 +244,10 @@ def _repeat_fault(c: Case) -> tuple[Action, ...]:
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
     text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
     return (
-        SetHold(node.name, "repeat-fault", node.resource_version, k.hold, text),
+        SetHold(node.name, Decision.REPEAT_FAULT, node.resource_version, k.hold, text),
         EmitEvent(
             node.name,
-            "repeat-fault",
+            Decision.REPEAT_FAULT,
             "Warning",
             "GuardHold",
             f"gpu-node-guard will not return this node: {text}; "

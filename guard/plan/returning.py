@@ -44,6 +44,7 @@ from guard.plan.return_jobs import (
     record_links,
 )
 from guard.settings import Settings
+from guard.states import Decision, Reason, xid_reason
 
 # ---- isolation -------------------------------------------------------------------------------
 
@@ -53,7 +54,7 @@ def isolate(
 ) -> tuple[Action, ...]:
     """The cordon of a node for its faulted GPU `g` (its held GPU loss read again: `held_s`
     is the pick's)."""
-    k, reason = keys(s), f"xid-{g.value}"
+    k, reason = keys(s), xid_reason(g.value)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
     evidence: tuple[Action, ...] = (job,)
@@ -74,12 +75,12 @@ def isolate(
     )
 
 
-def no_pci_evidence(node: str, reason: str) -> Skip:
+def no_pci_evidence(node: str, reason: Reason) -> Skip:
     """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
     the policies pin it) cannot be made, so the cordon goes on without it, once said."""
     return Skip(
         node,
-        "evidence-no-pci",
+        Decision.EVIDENCE_NO_PCI,
         f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
         "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
         "WARN",
@@ -188,8 +189,8 @@ def _repairs(
     incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     out: list[Action] = [*record_links(snap, s, node), *evidence_rejected(snap, s, node)]
     if not has_ledger_line(snap, incident):
-        out.append(ledger_append(s, incident, "repair-ledger"))
-    job = evidence_job(snap, s, t, incident, "repair-evidence")
+        out.append(ledger_append(s, incident, Decision.REPAIR_LEDGER))
+    job = evidence_job(snap, s, t, incident, Decision.REPAIR_EVIDENCE)
     age_s = (snap.now - incident.at).total_seconds()
     made = incident.pci != ledger.UNKNOWN_PCI  # none without a PCI address (said at the cordon)
     if made and all(j.name != job.name for j in snap.jobs):
@@ -204,7 +205,7 @@ def _repairs(
 def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Skip:
     return Skip(
         node.name,
-        "evidence-missing",
+        Decision.EVIDENCE_MISSING,
         f"job/{job} does not exist and the cordon is {int(age_s)}s old; evidence Jobs are "
         f"created only within {2 * s.cadence_s}s of the cordon (the node may have rebooted since)",
         f"collect by hand if still useful: gpu-node-guard render evidence --node {node.name}",

@@ -20,8 +20,9 @@ from guard.actions import Action, Skip
 from guard.codec.queries import service_network_selectors
 from guard.model import NodeInfo, Snapshot
 from guard.settings import Settings
+from guard.states import Decision
 
-NOT_READY = "service-network-not-ready"
+NOT_READY = Decision.SERVICE_NETWORK_NOT_READY
 
 
 def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
@@ -61,7 +62,7 @@ def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     return (
         Skip(
             "",
-            "service-network-not-applicable",
+            Decision.SERVICE_NETWORK_NOT_APPLICABLE,
             f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on "
             "without it",
             "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "

@@ -30,6 +30,7 @@ from guard.codec.series import PROM_FIX, shown
 from guard.ledger import NOT_A_LINE
 from guard.model import NodeInfo, Snapshot, Unreadable
 from guard.settings import Settings
+from guard.states import Decision
 
 # Events about unreadable nodes one cycle writes: a constant, not a setting (the skip lines
 # name every node; the Events are for `kubectl describe node`, and reach all nodes in turn).
@@ -49,7 +50,7 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
             Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
             for p in refused
         )
-        actions.append(Skip(name, "unreadable", _detail(found), PROM_FIX, "WARN"))
+        actions.append(Skip(name, Decision.UNREADABLE, _detail(found), PROM_FIX, "WARN"))
     unread = (line for line in snap.ledger if line.entry is None)
     for key, group in groupby(unread, key=lambda line: line.node):
         lines = tuple(group)
@@ -58,7 +59,7 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         actions.append(
             Skip(
                 key,
-                "ledger-unreadable",
+                Decision.LEDGER_UNREADABLE,
                 f"{len(lines)} line(s) of configmap/{s.ledger_configmap} not counted, "
                 f"first {first.raw.strip()!r}: {first.problem}",
                 f"correct or remove the line under key {key} if it records an incident; "
@@ -67,7 +68,7 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
             )
         )
     actions.extend(
-        Skip("", "object-unreadable", text, "fix or remove it in the snapshot file", "WARN")
+        Skip("", Decision.OBJECT_UNREADABLE, text, "fix or remove it in the snapshot file", "WARN")
         for text in snap.ignored
     )
     return tuple(actions)
@@ -86,7 +87,7 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
         out.append(
             Skip(
                 "",  # about the cycle, not a node's state
-                "unreadable-events-later",
+                Decision.UNREADABLE_EVENTS_LATER,
                 f"{len(rest)} more unreadable nodes get no {EVENT_REASON} Event this cycle "
                 f"({EVENTS_PER_CYCLE} per cycle; first not written: {rest[0].name})",
                 "their unreadable skip lines above name them; their Events follow in later cycles",
@@ -98,7 +99,7 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
 def _skip(node: NodeInfo) -> Skip:
     bad = node.unreadable
     fixes = "; ".join(dict.fromkeys(u.fix for u in bad))
-    return Skip(node.name, "unreadable", _detail(bad), fixes, "WARN")
+    return Skip(node.name, Decision.UNREADABLE, _detail(bad), fixes, "WARN")
 
 
 def _event(node: NodeInfo) -> EmitEvent:
@@ -108,7 +109,7 @@ def _event(node: NodeInfo) -> EmitEvent:
     more = f" (and {len(own) - 1} more)" if len(own) > 1 else ""
     return EmitEvent(
         node.name,
-        "unreadable",
+        Decision.UNREADABLE,
         "Warning",
         EVENT_REASON,
         f"gpu-node-guard cannot read {first.where}={first.value!r} ({first.why}){more} and "

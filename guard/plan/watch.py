@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from guard.model import NodeInfo, PromView, Snapshot
 from guard.plan.pending import PendingNode, pending
 from guard.settings import Settings
+from guard.states import Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class Due:
     """A node whose hold completes at `at`, for the reason of its GPU that completes first."""
 
     node: str
-    reason: str  # xid-79
+    reason: Reason  # xid-79
     at: datetime
 
 

@@ -29,6 +29,7 @@ from guard.plan.common import node_cordon
 from guard.plan.triggers import admission, fabric, gpu_short
 from guard.plan.triggers.model import Hit as Hit
 from guard.settings import Settings
+from guard.states import Reason
 
 REASONS = ledger.NODE_REASONS
 RANK = 3  # after hardware Xids (0, 1) and nvml-mismatch (2)
@@ -68,7 +69,7 @@ def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
     return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
 
 
-def hit(snap: Snapshot, s: Settings, node: str, reason: str) -> Hit | None:
+def hit(snap: Snapshot, s: Settings, node: str, reason: Reason) -> Hit | None:
     return next((h for h in hits(snap, s) if h.node == node and h.reason == reason), None)
 
 

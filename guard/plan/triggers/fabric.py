@@ -28,8 +28,9 @@ from guard.model import Snapshot
 from guard.plan.hold import held_s
 from guard.plan.triggers.model import Hit
 from guard.settings import Settings
+from guard.states import Decision
 
-NOT_APPLICABLE = "fabric-not-applicable"  # guard.states.Decision.FABRIC_NOT_APPLICABLE
+NOT_APPLICABLE = Decision.FABRIC_NOT_APPLICABLE
 
 
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from guard.states import Decision
+
 
 @dataclass(frozen=True, slots=True)
 class Hit:
     """A node showing a trigger's fault now; a candidate once `held_s` ≥ `needs_s`."""
 
     node: str
-    reason: str  # a guard.ledger.NODE_REASONS word
+    reason: Decision  # a guard.ledger.NODE_REASONS word
     since: datetime
     held_s: int
     needs_s: int
