@@ -61,9 +61,8 @@ class LedgerEntry:
     pci: str
     uuid: str
     recorder: str
-    reason: Decision | Literal[""] = (
-        ""  # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
-    )
+    # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
+    reason: Decision | Literal[""] = ""
 
     @property
     def word(self) -> Reason:

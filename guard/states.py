@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal, NewType, get_args
+from typing import Literal, NewType
 
 from guard.runbook import CYCLE_CONDITIONS, Hint, Section
 
@@ -37,12 +37,14 @@ S = Section
 # ── The decision words ────────────────────────────────────────────────────────────────────
 # Every decision word of the guard: the reason of each action and `Skip` the planners make,
 # which the log lines, ``--output json``, `STATES` (the runbook anchors) and the
-# push's node states speak. One closed set: tests/unit/test_decisions.py fails on a word in
-# guard/plan/ that is not one of them.
+# push's node states speak. One closed set, held by the type: an action's reason is a `Reason`
+# (below), so mypy refuses a word that is not one of them (tests/unit/test_decisions.py).
 #
-# Two families are open by construction and have one builder each: a hardware fault's cordon
-# ``xid-<code>`` (`xid_reason`) and a conformance failure's ``conformance-<item>``
-# (`conformance_reason`, an item word of the conformance program).
+# The families open by construction have one builder each, the only makers of a `FaultReason`:
+# a hardware fault's cordon ``xid-<code>`` (`xid_reason`), a conformance failure's
+# ``conformance-<item>`` (`conformance_reason`, an item word of the conformance program) and a
+# guard Job's ``<kind>-<stage>`` (`job_stage`). A word read back from a record is checked
+# (`as_reason`).
 #
 
 
@@ -202,12 +204,10 @@ class Decision(StrEnum):
 
 # The Job kinds' words `<kind>-<stage>` (guard/plan/return_jobs.py builds them from the kind).
 JobStage = Literal["starting", "running", "passed", "failed", "unreadable", "foreign"]
-JOB_STAGES: tuple[JobStage, ...] = get_args(JobStage)
 _XID = re.compile(r"xid-[1-9][0-9]{0,3}")
 _CONFORMANCE = re.compile(r"conformance-[a-z0-9]+(-[a-z0-9]+)*")
 
-# A word of one of the open families, made only by their builders below: with `Decision`, the
-# type of every action's reason, so mypy refuses a word from nowhere (tests/unit/test_decisions.py).
+# A word of an open family, made only by its builder below; with `Decision`, every action's reason.
 FaultReason = NewType("FaultReason", str)
 Reason = Decision | FaultReason
 
