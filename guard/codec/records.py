@@ -41,7 +41,7 @@ NO_GPU = "-"  # the GPU field of `cancelled` for a cordon without a GPU (nvml-mi
 
 # The format of each guard annotation, as a person would write it.
 FORMATS = {
-    "auto-cordon-reason": "xid-<n> (e.g. xid-79) or a reason word of a-z, 0-9 and -",
+    "auto-cordon-reason": "xid-<n> (e.g. xid-79) or a reason word the guard writes (nvml-mismatch)",
     "auto-cordon-at": "an RFC 3339 time such as 2026-09-21T05:55:00Z",
     "auto-cordon-gpu-capacity": "a whole number of GPUs",
     "auto-cordon-gpu": "<pci 0000:99:00.0> <GPU-uuid>",
