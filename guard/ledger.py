@@ -61,8 +61,7 @@ class LedgerEntry:
     pci: str
     uuid: str
     recorder: str
-    # a `NODE_REASONS` word; "" for an Xid incident (xid-<code>)
-    reason: Decision | Literal[""] = ""
+    reason: Decision | Literal[""] = ""  # a `NODE_REASONS` word; "" for xid-<code>
 
     @property
     def word(self) -> Reason:

@@ -7,15 +7,12 @@ reason of the action the return check plans next (``repeat-fault`` for its `SetH
 maps the word to the state, a `guard.runbook.Section`, whose anchor is the state's name
 everywhere.
 
-To add a state (a new planner decision a person should know about):
-  1. a `Section` in guard/runbook.py and its section in docs/runbook.md (tests/unit/test_runbook.py)
-  2. its value in the `state` row of docs/metrics.md (tests/unit/test_metric_names.py)
-  3. its decision words below: `Decision` members naming it (`WORD = "word", S.STATE`).
-A word not in the table still works: `status` shows it verbatim as the state (with the planner's
-detail and next step), the push counts it under that word, and its log line has no anchor.
+To add a state: docs/architecture.md, "Name the decision". A word without a state still works:
+`status` shows it verbatim as the state (with the planner's detail and next step), the push
+counts it under that word, and its log line has no anchor.
 
->>> Decision("same-boot") is Decision.SAME_BOOT, is_decision("xid-79"), is_decision("maybe")
-(True, True, False)
+>>> Decision("same-boot") is Decision.SAME_BOOT, as_reason("xid-79"), as_reason("maybe")
+(True, 'xid-79', None)
 >>> state_of("same-boot")
 <Section.WAITING_FOR_POWER_CYCLE: 'isolated-waiting-for-power-cycle'>
 >>> anchored("checked again next cycle", "gpu-count")
@@ -95,8 +92,7 @@ class Decision(StrEnum):
     # The node triggers without an Xid (guard/plan/triggers).
     # the return waits: GPU pods still refused
     ADMISSION_REJECTED = "admission-rejected", S.ISOLATED_REJECTING_GPU_PODS
-    # a node below its class's GPU count: cordoned, its return checks the count again
-    GPU_SHORT = "gpu-short"
+    GPU_SHORT = "gpu-short"  # a node below its class's GPU count (the return checks it again)
     # the return waits: a GPU's fabric is not in Success
     FABRIC = "fabric", S.ISOLATED_FOR_A_FABRIC_FAULT
     # the run's line: no fabric status at all
@@ -204,17 +200,13 @@ class Decision(StrEnum):
 
 # The Job kinds' words `<kind>-<stage>` (guard/plan/return_jobs.py builds them from the kind).
 JobStage = Literal["starting", "running", "passed", "failed", "unreadable", "foreign"]
-_XID = re.compile(r"xid-[1-9][0-9]{0,3}")
-_CONFORMANCE = re.compile(r"conformance-[a-z0-9]+(-[a-z0-9]+)*")
-
-# A word of an open family, made only by its builder below; with `Decision`, every action's reason.
-FaultReason = NewType("FaultReason", str)
+_FAMILY = re.compile(r"xid-[1-9][0-9]{0,3}|conformance-[a-z0-9]+(-[a-z0-9]+)*")
+FaultReason = NewType("FaultReason", str)  # a family's word, made only by its builder below
 Reason = Decision | FaultReason
 
 
 def _word(word: str) -> Reason:
-    member = Decision._value2member_map_.get(word)
-    return member if isinstance(member, Decision) else FaultReason(word)
+    return Decision(word) if word in Decision._value2member_map_ else FaultReason(word)
 
 
 def xid_reason(code: int) -> FaultReason:
@@ -232,17 +224,11 @@ def job_stage(kind: str, stage: JobStage) -> Reason:
     return _word(f"{kind}-{stage}")
 
 
-def is_decision(word: str) -> bool:
-    """A word of the closed set or of one of its two families."""
-    return word in Decision._value2member_map_ or bool(
-        _XID.fullmatch(word) or _CONFORMANCE.fullmatch(word)
-    )
-
-
 def as_reason(word: str) -> Reason | None:
-    """A decision word read back from outside (an annotation, a ledger line) as a `Reason`;
-    None for a word that is not one."""
-    return _word(word) if is_decision(word) else None
+    """A word read back (an annotation, a record): of the closed set or of the xid and
+    conformance families; None for any other."""
+    known = word in Decision._value2member_map_ or _FAMILY.fullmatch(word)
+    return _word(word) if known else None
 
 
 STATES: dict[str, Section] = {d: d.state for d in Decision if d.state is not None}

@@ -266,9 +266,8 @@ class KubeExecutor:
             # The guard's fence Jobs by uid, for the audit (guard.plan.fence_audit).
             fence_uids = tuple(fence_jobs_value(fence_uids, uid).split(" "))
             notes += ((self.keys.fence_jobs, " ".join(fence_uids)),)
-        note = Annotate(
-            action.node, Decision.JOB_RECORDED, ref.resource_version if ref else "", notes, ""
-        )
+        version = ref.resource_version if ref else ""
+        note = Annotate(action.node, Decision.JOB_RECORDED, version, notes, "")
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
         except KubeError as exc:

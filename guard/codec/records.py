@@ -29,7 +29,6 @@ from guard.pci import PciAddressError, normalize_pci
 from guard.states import Reason, as_reason, xid_reason
 
 _XID = re.compile(r"^xid-([0-9]{1,6})\Z", re.ASCII)
-_REASON_WORD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z", re.ASCII)
 COUNT = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
 TOKEN = re.compile(r"^[!-~]+\Z", re.ASCII)  # printable ASCII, no space
 JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z", re.ASCII)
@@ -188,9 +187,7 @@ def _cancel(text: str) -> CancelRecord | str:
         return "not four fields separated by one space"
     boot, uuid, reason, at = parts
     xid = _XID.match(reason)
-    without_gpu = (
-        uuid == NO_GPU and not reason.startswith("xid-") and bool(_REASON_WORD.match(reason))
-    )
+    without_gpu = uuid == NO_GPU and not reason.startswith("xid-") and as_reason(reason) is not None
     if xid is None and not without_gpu:
         return f"third field {reason!r} is not xid-<n> (or a reason word after a GPU field '-')"
     try:
@@ -288,7 +285,7 @@ class DeviceRecord:
         )
 
 
-_DEVICE = re.compile(r"(xid-[1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
+_DEVICE = re.compile(r"xid-([1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
 
 
 def parse_record(text: str) -> DeviceRecord | None:
@@ -302,15 +299,13 @@ def parse_record(text: str) -> DeviceRecord | None:
     found = _DEVICE.fullmatch(text.strip())
     if found is None:
         return None
-    reason, at, boot, pci, uuid, device, rule = found.groups()
-    word = as_reason(reason)
+    xid, at, boot, pci, uuid, device, rule = found.groups()
     try:
         when = parse_time(at)
     except ValueError:
         return None
-    if word is None:
-        return None
-    return DeviceRecord(word, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+    reason = xid_reason(int(xid))
+    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
 
 
 # ---- every isolation the guard holds, as one value each ----------------------------------------

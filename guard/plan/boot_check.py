@@ -128,9 +128,8 @@ def _node(
         return _unstarted(snap, node, want, priority, out)
     if job.status == "running":
         out.running += 1
-        return [
-            Skip(node.name, Decision.BOOT_CHECK_RUNNING, f"job/{job.name} on {_boot(node)}", WAIT)
-        ]
+        detail = f"job/{job.name} on {_boot(node)}"
+        return [Skip(node.name, Decision.BOOT_CHECK_RUNNING, detail, WAIT)]
     verdict = passed(job) if job.status != "unreadable" else None
     if verdict is None:
         return [_unreadable(s, node, job)]

@@ -21,11 +21,7 @@ from guard.states import Decision, Reason, job_stage
 # since its last check serves with the new boot now; a gated node serves nobody yet; a node
 # never checked (the first deployment's backlog) has served with this boot all along.
 REBOOTED, ONBOARDING, NEVER_CHECKED = 0, 1, 2
-JOB_REASONS = {
-    REBOOTED: Decision.NEW_BOOT,
-    ONBOARDING: Decision.ONBOARDING,
-    NEVER_CHECKED: Decision.NEVER_CHECKED,
-}
+JOB_REASONS = (Decision.NEW_BOOT, Decision.ONBOARDING, Decision.NEVER_CHECKED)  # by priority
 
 
 CONFORMANCE_REASON = "conformance-"  # + the first failed item: the after-reboot check's cordon
@@ -157,9 +153,8 @@ def unreadable_job(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
         f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
         f"kubectl -n {s.jobs_namespace} delete job {job.name}"
     )
-    return Skip(
-        node.name, job_stage(job.kind, "unreadable"), f"job/{job.name}: {job.problem}", fix, "WARN"
-    )
+    word, detail = job_stage(job.kind, "unreadable"), f"job/{job.name}: {job.problem}"
+    return Skip(node.name, word, detail, fix, "WARN")
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:

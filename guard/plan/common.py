@@ -352,13 +352,6 @@ def render_example_job(
         "conformance": lambda: conformance_args(s),
         "fence": lambda: fence_args(s, "set", pci, EXAMPLE_UUID),
     }
-    spec = job_spec(
-        s,
-        kind,
-        node,
-        key,
-        xid_reason(xid),
-        builders[kind](),
-        gpus=gpus if kind == "loadtest" else 0,
-    )
+    gpus = gpus if kind == "loadtest" else 0
+    spec = job_spec(s, kind, node, key, xid_reason(xid), builders[kind](), gpus=gpus)
     return t.render(replace(spec, claim=spec.name) if device else spec)

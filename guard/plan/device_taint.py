@@ -137,13 +137,12 @@ def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
     return tuple(r for r in snap.taint_rules if r.guard)
 
 
+Screened = Reason | Literal[""]  # the isolation screen's word; "" for an eligible node
+
+
 def eligibility(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    reason: Reason | Literal[""],
-    samples: tuple[GpuSample, ...],
-) -> Reason | Literal[""]:
+    snap: Snapshot, s: Settings, node: NodeInfo, reason: Screened, samples: tuple[GpuSample, ...]
+) -> Screened:
     """The isolation screen's word for a node, given the cordon screen's (`reason`) and the
     node's faulted GPUs (`samples`, the first its primary): a DRA node without an
     nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices; a device

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
@@ -292,7 +291,7 @@ def _primary(samples: tuple[GpuSample, ...], s: Settings) -> GpuSample:
     return min(samples, key=lambda g: (g.value not in s.fast_path_xids, g.gpu.zfill(4), g.uuid))
 
 
-def _ineligible(node: NodeInfo | None, s: Settings) -> Reason | Literal[""]:
+def _ineligible(node: NodeInfo | None, s: Settings) -> device_taint.Screened:
     k = keys(s)
     if node is None:
         return Decision.NOT_IN_API

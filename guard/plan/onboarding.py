@@ -143,16 +143,10 @@ def _node(
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "")
     fix = (
-        f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
+        f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
         f"kubectl -n {s.jobs_namespace} delete job {job.name}"
     )
-    return Skip(
-        node.name,
-        Decision.ONBOARDING_UNREADABLE,
-        f"job/{job.name}: {why}",
-        f"{STAYS}; {fix}",
-        "WARN",
-    )
+    return Skip(node.name, Decision.ONBOARDING_UNREADABLE, f"job/{job.name}: {why}", fix, "WARN")
 
 
 def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Action]:

@@ -57,7 +57,7 @@ Check = Callable[[Case], tuple[Action, ...]]  # () when the condition holds
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    word: str  # its row in docs (hold, reboot, service-network, …)
+    word: str
     units: frozenset[Unit]
     source: Source
     check: Check
@@ -196,9 +196,8 @@ def _row_remap(c: Case) -> tuple[Action, ...]:
     if not remap:
         return ()
     found = ", ".join(f"gpu{g.gpu}={g.value}" for g in remap)
-    return (
-        Skip(c.node.name, Decision.ROW_REMAP, found, "row remap pending/failed: reset or replace"),
-    )
+    fix = "row remap pending/failed: reset or replace"
+    return (Skip(c.node.name, Decision.ROW_REMAP, found, fix),)
 
 
 def _gpu_pods(c: Case) -> tuple[Action, ...]:
@@ -206,9 +205,8 @@ def _gpu_pods(c: Case) -> tuple[Action, ...]:
     if not pods:
         return ()
     names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3])
-    return (
-        Skip(c.node.name, Decision.GPU_PODS_RUNNING, f"{len(pods)} pods hold GPUs: {names}", WAIT),
-    )
+    detail = f"{len(pods)} pods hold GPUs: {names}"
+    return (Skip(c.node.name, Decision.GPU_PODS_RUNNING, detail, WAIT),)
 
 
 def _published(c: Case) -> tuple[Action, ...]:

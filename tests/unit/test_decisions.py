@@ -10,7 +10,7 @@ from pathlib import Path
 
 from guard.actions import TYPE_WORDS, Action
 from guard.plan import plan_cycle
-from guard.states import STATES, Decision, is_decision
+from guard.states import STATES, Decision, as_reason
 from tests.builders import TEMPLATES, back_node, gpu, node, settings, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def plans() -> list[tuple[Action, ...]]:
 def test_every_planned_reason_is_a_decision() -> None:
     found = {a.reason for plan in plans() for a in plan}
     assert "breaker-open" in found and "xid-79" in found
-    assert sorted(w for w in found if not is_decision(w)) == []
+    assert sorted(w for w in found if as_reason(w) is None) == []
 
 
 def test_each_action_type_has_one_name_in_logs_and_json() -> None:
