@@ -13,7 +13,7 @@ counts it under that word, and its log line has no anchor.
 
 >>> Decision("same-boot") is Decision.SAME_BOOT, as_reason("xid-79"), as_reason("maybe")
 (True, 'xid-79', None)
->>> state_of("same-boot")
+>>> STATES["same-boot"]
 <Section.WAITING_FOR_POWER_CYCLE: 'isolated-waiting-for-power-cycle'>
 >>> anchored("checked again next cycle", "gpu-count")
 'checked again next cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#return-condition-not-met)'
@@ -233,26 +233,18 @@ def as_reason(word: str) -> Reason | None:
 
 STATES: dict[str, Section] = {d: d.state for d in Decision if d.state is not None}
 # The lifecycle checks' words that give a node without the guard's cordon a row of its own.
-LIFECYCLE_ROWS = frozenset(
-    w
-    for w, state in STATES.items()
-    if state
-    in (
-        Section.AFTER_REBOOT_CHECK_RUNNING,
-        S.JOB_RESULT_UNREADABLE,
-        S.ONBOARDING_PENDING,
-        S.ONBOARDING_FAILED,
-        S.JOB_NOT_MADE_BY_THE_GUARD,
-        S.JOB_REJECTED_BY_THE_NODE,
-    )
+_LIFECYCLE = (
+    S.AFTER_REBOOT_CHECK_RUNNING,
+    S.JOB_RESULT_UNREADABLE,
+    S.ONBOARDING_PENDING,
+    S.ONBOARDING_FAILED,
+    S.JOB_NOT_MADE_BY_THE_GUARD,
+    S.JOB_REJECTED_BY_THE_NODE,
 )
+LIFECYCLE_ROWS = frozenset(w for w, state in STATES.items() if state in _LIFECYCLE)
 
 # Node states (everything but the cycle conditions), in runbook order: the push's `state` values.
 NODE_STATES = tuple(s for s in Section if s not in CYCLE_CONDITIONS)
-
-
-def state_of(word: str) -> Section | None:
-    return STATES.get(word)
 
 
 def anchored(text: str, word: str) -> str:

@@ -90,6 +90,8 @@ from guard.plan.common import (
 from guard.settings import Settings
 from guard.states import Decision, Reason, xid_reason
 
+Screened = Reason | Literal[""]  # the isolation screen's word; "" for an eligible node
+
 
 def record_of(node: NodeInfo, s: Settings) -> DeviceRecord | None:
     text = node.annotation(keys(s).device_taint)
@@ -135,9 +137,6 @@ def whole(devices: tuple[DraDevice, ...], uuid: str) -> bool:
 
 def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
     return tuple(r for r in snap.taint_rules if r.guard)
-
-
-Screened = Reason | Literal[""]  # the isolation screen's word; "" for an eligible node
 
 
 def eligibility(

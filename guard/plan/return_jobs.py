@@ -177,17 +177,12 @@ def _failed(
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
     kind, k = job.kind, keys(s)
+    failed = job_stage(kind, "failed")
     result_key = k.loadtest_result if kind == "loadtest" else k.conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if spec.name in recorded:
-        return (
-            Skip(
-                node.name,
-                job_stage(kind, "failed"),
-                f"job/{spec.name} failed{w.gone}",
-                f"{w.short}; {w.retry}",
-            ),
-        )
+        detail = f"job/{spec.name} failed{w.gone}"
+        return (Skip(node.name, failed, detail, f"{w.short}; {w.retry}"),)
     at = ledger.format_time(snap.now)
     notes: tuple[tuple[str, str], ...] = ((result_key, f"failed job/{spec.name} at {at}"),)
     items = tuple(f.item for f in job.result.failed) if job.result else ()
@@ -197,14 +192,14 @@ def _failed(
     return (
         Annotate(
             node.name,
-            job_stage(kind, "failed"),
+            failed,
             node.resource_version,
             notes,
             f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
         ),
         EmitEvent(
             node.name,
-            job_stage(kind, "failed"),
+            failed,
             "Warning",
             "GuardCheckFailed",
             f"{kind} job/{spec.name} failed{on}; {w.event}",

@@ -22,8 +22,6 @@ from guard.model import NodeInfo, Snapshot
 from guard.settings import Settings
 from guard.states import Decision
 
-NOT_READY = Decision.SERVICE_NETWORK_NOT_READY
-
 
 def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     seen = dict(snap.prom.service_seen)
@@ -45,7 +43,7 @@ def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     return (
         Skip(
             node.name,
-            NOT_READY,
+            Decision.SERVICE_NETWORK_NOT_READY,
             "; ".join(problems),
             f"{fixes[0]}; the load test waits until the node's service network is Ready",
         ),

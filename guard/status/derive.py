@@ -56,7 +56,7 @@ from guard.plan.returning import decision
 from guard.plan.unreadable import plan_unreadable
 from guard.runbook import Section, url
 from guard.settings import Settings
-from guard.states import LIFECYCLE_ROWS, Decision, state_of
+from guard.states import LIFECYCLE_ROWS, STATES, Decision, Reason, job_stage
 from guard.status.model import Blocked, Breaker, Candidate, Gpu, NodeRow, Report, Sight
 
 RETURNED_SHOWN = timedelta(hours=24)
@@ -93,15 +93,12 @@ def report(snap: Snapshot, s: Settings, t: JobTemplates, sight: Sight) -> Report
     )
 
 
-def decision_word(action: Action) -> str:
+def decision_word(action: Action) -> Reason:
     """The word `guard.states` maps to a state: a Skip's reason, ``<kind>-starting`` for the Job
     the return check would create, else the action's reason."""
     if isinstance(action, CreateJob):
-        return (
-            "onboarding-starting"
-            if action.reason == "onboarding"
-            else f"{action.job_kind}-starting"
-        )
+        kind = "onboarding" if action.reason == Decision.ONBOARDING else action.job_kind
+        return job_stage(kind, "starting")
     return action.reason
 
 
@@ -294,7 +291,7 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
 
 def _with_history(snap: Snapshot, node: str, seen: _Seen, runbook_base: str) -> NodeRow:
     """The row, with the ledger's incidents of the card and of the slot (archives included)."""
-    state = state_of(seen.word)
+    state = STATES.get(seen.word)
     card = slot = None
     if seen.gpu is not None:
         counts = ledger.count(snap.ledger, seen.gpu.uuid, node, seen.gpu.pci)

@@ -15,7 +15,7 @@ from guard.plan import plan_cycle
 from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.runbook import Section
-from guard.states import state_of
+from guard.states import STATES
 from guard.status.derive import report
 from guard.status.model import Sight
 from guard.status.render import render
@@ -531,7 +531,7 @@ def test_status_lists_a_held_mismatch_with_the_isolation_checks_word_and_the_age
     assert candidates(behind_breaker) == [
         ("b", "nvml-mismatch", None, None, 660, 600, "breaker-open", SEEN)
     ]
-    assert state_of("breaker-open") is Section.BREAKER_OPEN
+    assert STATES["breaker-open"] is Section.BREAKER_OPEN
     behind_xid = snapshot(
         node("a"),
         node("b"),

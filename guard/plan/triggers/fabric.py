@@ -30,8 +30,6 @@ from guard.plan.triggers.model import Hit
 from guard.settings import Settings
 from guard.states import Decision
 
-NOT_APPLICABLE = Decision.FABRIC_NOT_APPLICABLE
-
 
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
     cordoned = set(snap.prom.cordoned)
@@ -54,7 +52,7 @@ def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
     return (
         Skip(
             "",
-            NOT_APPLICABLE,
+            Decision.FABRIC_NOT_APPLICABLE,
             f"no series of {', '.join(FABRIC_METRICS)} in Prometheus: the fabric trigger does "
             "not apply",
             "nothing on systems without NVSwitches; otherwise add the fields to dcgm-exporter's "
