@@ -4,7 +4,7 @@ load test, then the uncordon that records the return; the device taint's load te
 One Job of each kind per boot and isolation; not the one the guard made (no record on the node,
 or another uid or spec: replaced by someone) → WARN, a Warning Event, it stays isolated; its Pod
 rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, nothing recorded;
-running → wait; unreadable → wait (WARN; the device: as running); failed → record it on the node
+running → wait; unreadable → WARN, how to run it again; failed → record it on the node
 once; succeeded → passed only when its Pod's own summary says pass (no summary, fail or garbage
 → WARN). Where the units' words differ: `WORDS` (docs/isolation.md).
 """
@@ -61,8 +61,6 @@ class Words:
     gone: str  # a recorded failure's detail ends with it
     retry: str  # a recorded failure's next step ends with it
     on: bool = False  # name the device: while its Job runs, in its failure's Event
-    unreadable_runs: bool = False  # an unreadable Job waits as a running one
-    why: bool = True  # a succeeded Job that is not a pass: why, and how to run it again
 
 
 WORDS: dict[Unit, Words] = {
@@ -80,8 +78,6 @@ WORDS: dict[Unit, Words] = {
         "",
         "read the job log, reset or replace",
         on=True,
-        unreadable_runs=True,
-        why=False,
     ),
 }
 
@@ -108,7 +104,7 @@ def gate(
         return create()
     if why := rejected(job):  # could not run: no failure recorded, never a pass
         return rejected_job(s, node, job, why, w.stays)
-    if job.status == "running" or (job.status == "unreadable" and w.unreadable_runs):
+    if job.status == "running":
         return (Skip(node.name, job_stage(kind, "running"), f"job/{job.name}{on}", WAIT),)
     if job.status == "unreadable":
         return (unreadable_job(s, node, job),)
@@ -141,8 +137,6 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
 
 def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
     detail = f"job/{job.name} succeeded but is not a pass"
-    if not w.why:
-        return Skip(node.name, job_stage(job.kind, "unreadable"), detail, w.stays, "WARN")
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
     fix = (
         f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "

@@ -286,6 +286,8 @@ def test_the_load_test_claims_exactly_that_gpu_tolerating_only_the_guards_taint(
     ("status", "passed", "expected"),
     [
         ("running", None, [("Skip", "loadtest-running")]),
+        ("unreadable", None, [("Skip", "loadtest-unreadable")]),
+        ("succeeded", False, [("Skip", "loadtest-unreadable")]),
         ("failed", None, [("Annotate", "loadtest-failed"), ("EmitEvent", "loadtest-failed")]),
         (
             "succeeded",
@@ -314,6 +316,21 @@ def test_the_rule_is_deleted_only_after_the_load_test_passed(
     ]
     for a in untaint:  # by name and uid: exactly the rule the guard read as its own
         assert (a.name, a.uid) == (rec.rule, "rule-uid")
+
+
+@pytest.mark.parametrize("status", ["unreadable", "succeeded"])
+def test_an_unreadable_or_unproven_load_test_warns_how_to_run_it_again_as_the_nodes(
+    status: str,
+) -> None:
+    """The device unit's gate is the node's here (docs/isolation.md): a Job whose status cannot
+    be read, or that succeeded without its Pod's pass, is a WARN with the way to run it again,
+    never a wait that looks like a running test."""
+    rec = record()
+    snap = returning(rec, None)
+    job = replace(snap.jobs[0], status=status, problem="status unreadable")  # type: ignore[arg-type]
+    (skip,) = device_taint.plan_return(replace(snap, jobs=(job,)), S, TEMPLATES)
+    assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("loadtest-unreadable", "WARN")
+    assert f"delete job {job.name}" in skip.next
 
 
 def test_a_load_test_whose_pod_the_node_rejected_is_no_failure_the_device_stays_tainted() -> None:
