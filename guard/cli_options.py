@@ -1,9 +1,10 @@
-"""Click pieces shared by the guard's commands (evidence, ledger, render, the load test): the
-one check of a PCI address, a node name and a GPU UUID given on a command line."""
+"""Click pieces shared by the guard's commands: the one check of a PCI address, a node name and a
+GPU UUID given on a command line, and the Job programs' --termination-log and its writer."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ import click
 
 from guard.names import is_dns_subdomain
 from guard.pci import PciAddressError, normalize_pci
+from guard.wire import TERMINATION_LOG, write_termination_message
 
 OUTPUT = click.Choice(["text", "json"])
 FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -29,6 +31,24 @@ def pci_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
         return normalize_pci(value)
     except PciAddressError as err:
         raise click.BadParameter(str(err), ctx=ctx, param=param) from err
+
+
+_SHOWN = functools.partial(click.option, show_default=True)
+
+
+def termination_log_option(
+    help: str = "Where the summary for the guard goes, if that file exists.",
+    option: Callable[..., Callable[[Any], Any]] = _SHOWN,
+) -> Callable[[Any], Any]:
+    """A Job program's --termination-log (`option`: a command's own option factory)."""
+    return option("--termination-log", default=TERMINATION_LOG, help=help)
+
+
+def write_summary(path: str, text: str) -> None:
+    """The Job's summary for the guard (guard.wire); a file not written is one WARN line."""
+    note = write_termination_message(path, text)
+    if note:
+        click.echo(note, err=True)
 
 
 # The shape the admission policies accept for a GPU UUID in a guard Job's argv.

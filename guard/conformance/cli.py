@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from guard.cli_options import termination_log_option, write_summary
 from guard.conformance.checks import Run, run_conformance
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, ItemResult, Status
@@ -23,7 +24,6 @@ from guard.conformance.platform import PLATFORMS, PROXY_MODES
 from guard.doors.hostexec import NSENTER_PREFIX, HostRunner
 from guard.settings_flags import FiniteFloatRange, warn_unknown_command_env
 from guard.wire import (
-    TERMINATION_LOG,
     Finding,
     IpNetwork,
     Summary,
@@ -31,7 +31,6 @@ from guard.wire import (
     parse_exact,
     render_summary,
     short_why,
-    write_termination_message,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -211,10 +210,8 @@ _option = env_option(ENV_PREFIX)
     is_flag=True,
     help="Run host commands in PID 1's mount namespace (nsenter -t 1 -m --), for the Job",
 )
-@_option(
-    "--termination-log",
-    default=TERMINATION_LOG,
-    help="Where the summary for the guard goes, if that file exists ('' = nowhere)",
+@termination_log_option(
+    "Where the summary for the guard goes, if that file exists ('' = nowhere)", _option
 )
 def conformance(**opts: Any) -> None:
     """Check the node's host configuration: ip_vs, NVIDIA driver/NVML, RKE2 unit and version,
@@ -229,8 +226,5 @@ def conformance(**opts: Any) -> None:
         click.echo(render_json(run, config, str(opts["root"]), opts["fix"]))
     else:
         click.echo(render_text(run))
-    summary = render_summary(summarize(run.results))
-    note = write_termination_message(opts["termination_log"], summary)
-    if note:
-        click.echo(note, err=True)
+    write_summary(opts["termination_log"], render_summary(summarize(run.results)))
     raise SystemExit(1 if failed_items(run.results) else 0)

@@ -15,7 +15,15 @@ import click
 import jinja2
 
 from guard import ledger as fault_ledger
-from guard.cli_options import FILE, OUTPUT, node_callback, pci_callback, uuid_callback
+from guard.cli_options import (
+    FILE,
+    OUTPUT,
+    node_callback,
+    pci_callback,
+    termination_log_option,
+    uuid_callback,
+    write_summary,
+)
 from guard.evidence import aer, request
 from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
@@ -31,12 +39,7 @@ from guard.files import (
     read_bounded,
 )
 from guard.settings_flags import FiniteFloatRange
-from guard.wire import (
-    TERMINATION_LOG,
-    EvidenceSummary,
-    render_evidence_summary,
-    write_termination_message,
-)
+from guard.wire import EvidenceSummary, render_evidence_summary
 from guard.xid_tables import CLASSES_FILE, DataFileError, load_catalog, load_classes
 
 JSON_MARK = "EVIDENCE-JSON "
@@ -137,11 +140,8 @@ ledger.add_command(count)
 @host_root_option
 @timeout_option
 @_classes_option
-@click.option(
-    "--termination-log",
-    default=TERMINATION_LOG,
-    show_default=True,
-    help="Where the summary for the guard (verdict, GPU links) goes, if that file exists.",
+@termination_log_option(
+    "Where the summary for the guard (verdict, GPU links) goes, if that file exists."
 )
 def collect(**opts: Any) -> None:
     """Read the host (kernel log, lspci, AER, nvidia-smi -q); print the report, request and JSON.
@@ -202,9 +202,7 @@ def emit_collected(
     found = assess(inputs, target.pci, tables.classes)
     links, termination_log = summary
     text = render_evidence_summary(EvidenceSummary(target.pci, found.verdict.value, links))
-    note = write_termination_message(termination_log, text)
-    if note:
-        click.echo(note, err=True)
+    write_summary(termination_log, text)
     title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"
     click.echo(to_text(found, tables, title))
     history = target.history(found.uuid)

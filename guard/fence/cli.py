@@ -28,18 +28,13 @@ from typing import Any
 
 import click
 
-from guard.cli_options import pci_callback, uuid_callback
+from guard.cli_options import pci_callback, termination_log_option, uuid_callback, write_summary
 from guard.doors.hostexec import CommandResult
 from guard.evidence.cli import host_root_option, timeout_option
 from guard.evidence.collect import Host
 from guard.evidence.lspci import config_space
 from guard.pci import PciAddressError, normalize_pci
-from guard.wire import (
-    TERMINATION_LOG,
-    FenceSummary,
-    render_fence_summary,
-    write_termination_message,
-)
+from guard.wire import FenceSummary, render_fence_summary
 
 # nvidia-smi's words for a GPU NVML cannot find or open (its lost-GPU line, its "No devices").
 # A missing nvidia-smi (exit 127) is an error, never an absent GPU.
@@ -160,12 +155,7 @@ _OPTIONS = (
     ),
     host_root_option,
     timeout_option,
-    click.option(
-        "--termination-log",
-        default=TERMINATION_LOG,
-        show_default=True,
-        help="Where the summary for the guard goes, if that file exists.",
-    ),
+    termination_log_option(),
 )
 
 
@@ -180,10 +170,7 @@ def _run(mode: str, opts: dict[str, Any]) -> None:
         raise click.BadParameter("the fence needs the GPU's UUID", param_hint="--uuid")
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
     found = apply(host, Request(mode, opts["pci"], opts["uuid"], opts["drain"]))
-    text = render_fence_summary(found)
-    note = write_termination_message(opts["termination_log"], text)
-    if note:
-        click.echo(note, err=True)
+    write_summary(opts["termination_log"], render_fence_summary(found))
     read = f" compute_mode={found.compute_mode}" if found.compute_mode else ""
     why = f" why={found.why}" if found.why else ""
     click.echo(

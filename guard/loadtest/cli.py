@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from guard.cli_options import pci_callback
+from guard.cli_options import pci_callback, termination_log_option, write_summary
 from guard.loadtest import report
 from guard.loadtest.collective import AllreduceLimits
 from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan, parse_expected_link
@@ -20,7 +20,6 @@ from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.settings import setting_default
 from guard.settings_flags import FiniteFloatRange
-from guard.wire import TERMINATION_LOG, write_termination_message
 
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0
@@ -167,11 +166,8 @@ def loadtest() -> None:
     show_default=True,
     help="torch: PyTorch on CUDA, the one backend shipped (the Job names it).",
 )
-@click.option(
-    "--termination-log",
-    default=TERMINATION_LOG,
-    show_default=True,
-    help="Where the compact summary for the guard goes, if that file exists ('' = nowhere).",
+@termination_log_option(
+    "Where the compact summary for the guard goes, if that file exists ('' = nowhere)."
 )
 @click.option(
     "--output",
@@ -214,11 +210,7 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         click.echo(report.json_line(criteria, result, verdict))
     else:
         click.echo(report.text(criteria, result, verdict))
-    problem = write_termination_message(
-        options["termination_log"], report.summary(criteria, result, verdict)
-    )
-    if problem:
-        click.echo(problem, err=True)
+    write_summary(options["termination_log"], report.summary(criteria, result, verdict))
     ctx.exit(0 if verdict.passed else 1)
 
 

@@ -42,10 +42,14 @@ def test_run_loads_no_job_program(case: str) -> None:
 
 def test_the_job_programs_read_the_same_wire_module() -> None:
     """The other side: each Job program writes its summary with guard.wire."""
+    import guard.cli_options
     import guard.conformance.cli
     import guard.evidence.cli
+    import guard.fence.cli
     import guard.loadtest.cli
     import guard.wire
 
-    for program in (guard.conformance.cli, guard.evidence.cli, guard.loadtest.cli):
-        assert program.write_termination_message is guard.wire.write_termination_message
+    assert guard.cli_options.write_termination_message is guard.wire.write_termination_message
+    programs = (guard.conformance.cli, guard.evidence.cli, guard.fence.cli, guard.loadtest.cli)
+    for program in programs:
+        assert program.write_summary is guard.cli_options.write_summary
