@@ -73,16 +73,16 @@ def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
     one item at a time (`guard.read.json_stream`), YAML whole within SNAPSHOT_MAX_BYTES."""
     what, origin = "cluster snapshot", f"cluster snapshot {path}"
     collect = _Collect(s, origin)
+    labels = kept_label_keys(s.gpu_classes, s.topology_label)
     try:
         if _starts_json(path, what):
-            for item in json_stream.list_items(path, SNAPSHOT_JSON_MAX_BYTES, what):
-                collect.add(item)
+            items = json_stream.list_items(path, SNAPSHOT_JSON_MAX_BYTES, what)
         else:
-            for item in _yaml_items(path, what):
-                collect.add(item)
+            items = _yaml_items(path, what)
+        nodes = parse_nodes(collect.nodes_of(items), collect.keys, origin, labels)
     except FileInputError as exc:
         raise SnapshotError(str(exc)) from None
-    return collect.result()
+    return collect.result(*nodes)
 
 
 def _starts_json(path: Path, what: str) -> bool:
@@ -116,28 +116,29 @@ SNAPSHOT_COMMAND = "kubectl get nodes,jobs,configmaps,events,pods -A -o yaml"
 
 
 class _Collect:
-    """Keeps, object by object, what the cycle reads: each Node parsed (`node_info`), the
-    guard's Jobs, Events and Pods, the ledger and its archives; and the kinds and namespaces
-    seen, for `snapshot_gaps`. Nothing else of an object outlives `add`."""
+    """Keeps, object by object, what the cycle reads: the guard's Jobs, Events and Pods, the
+    ledger and its archives; and the kinds and namespaces seen, for `snapshot_gaps`. Nodes pass
+    on to `parse_nodes`; nothing else of an object outlives `nodes_of`."""
 
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
-        self.nodes = _Nodes(self.keys, origin, kept_label_keys(s.gpu_classes, s.topology_label))
         kinds = ("Job", "ConfigMap", "Event", "Pod", "ResourceSlice", "DeviceTaintRule")
         self.kept: dict[str, list[dict[str, Any]]] = {k: [] for k in (*kinds, "ResourceClaim")}
         self.kinds: set[str] = set()
         self.spaces: set[str] = set()
 
-    def add(self, item: dict[str, Any]) -> None:
-        kind = str(item.get("kind"))
-        self.kinds.add(kind)
-        self.spaces.add(_meta(item, "namespace"))
-        if kind == "Node":
-            self.nodes.add(item)
-        elif kind in self.kept and self._wanted(kind, item):
-            if json_stream.item_too_deep(item):  # kept objects are digested and printed whole
-                raise SnapshotError(f"{self.origin}: nested deeper than {MAX_DEPTH} levels")
-            self.kept[kind].append(slim_pod(item) if kind == "Pod" else item)
+    def nodes_of(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """The Nodes of `items`; every other object is kept or dropped as it passes."""
+        for item in items:
+            kind = str(item.get("kind"))
+            self.kinds.add(kind)
+            self.spaces.add(_meta(item, "namespace"))
+            if kind == "Node":
+                yield item
+            elif kind in self.kept and self._wanted(kind, item):
+                if json_stream.item_too_deep(item):  # kept objects are digested and printed whole
+                    raise SnapshotError(f"{self.origin}: nested deeper than {MAX_DEPTH} levels")
+                self.kept[kind].append(slim_pod(item) if kind == "Pod" else item)
 
     def _wanted(self, kind: str, item: dict[str, Any]) -> bool:
         s = self.s
@@ -152,8 +153,7 @@ class _Collect:
             return _meta(item, "namespace") == s.jobs_namespace
         return _is_ledger(item, s) or _is_archive(item, s)
 
-    def result(self) -> ClusterObjects:
-        nodes, ignored = self.nodes.result()
+    def result(self, nodes: tuple[NodeInfo, ...], ignored: tuple[str, ...]) -> ClusterObjects:
         if not nodes and not ignored:
             raise SnapshotError(f"{self.origin} holds no Node objects")
         for kind, found in self.kept.items():
@@ -175,29 +175,6 @@ class _Collect:
         )
 
 
-class _Nodes:
-    """Nodes parsed as they arrive; a name or uid seen twice is a SnapshotError at `result`."""
-
-    def __init__(
-        self, keys: Annotations, origin: str, label_keys: frozenset[str] = frozenset()
-    ) -> None:
-        self.keys, self.origin, self.label_keys = keys, origin, label_keys
-        self.once = _Once("Node", origin)
-        self.found: list[NodeInfo] = []
-        self.ignored: list[str] = []
-
-    def add(self, obj: Mapping[str, Any]) -> None:
-        self.once.see(obj)
-        try:
-            self.found.append(node_info(obj, self.keys, self.label_keys))
-        except NamelessObject as exc:
-            self.ignored.append(str(exc))
-
-    def result(self) -> tuple[tuple[NodeInfo, ...], tuple[str, ...]]:
-        self.once.check()
-        return tuple(self.found), tuple(self.ignored)
-
-
 def parse_nodes(
     objs: Iterable[Mapping[str, Any]],
     keys: Annotations,
@@ -206,10 +183,17 @@ def parse_nodes(
 ) -> tuple[tuple[NodeInfo, ...], tuple[str, ...]]:
     """Each Node parsed as it comes (a raw page is dropped as soon as it is read), and a line
     for each one without a name; SnapshotError when two share a name or a uid."""
-    nodes = _Nodes(keys, origin, label_keys)
+    once = _Once("Node", origin)
+    found: list[NodeInfo] = []
+    ignored: list[str] = []
     for obj in objs:
-        nodes.add(obj)
-    return nodes.result()
+        once.see(obj)
+        try:
+            found.append(node_info(obj, keys, label_keys))
+        except NamelessObject as exc:
+            ignored.append(str(exc))
+    once.check()
+    return tuple(found), tuple(ignored)
 
 
 def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, ...]:
