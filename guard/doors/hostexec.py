@@ -1,4 +1,4 @@
-"""The one door to host commands: every process the guard's host checks start goes through `run`.
+"""The one door to commands: every process the guard starts (host checks, exec plugins) runs here.
 
 `run` is bounded in time and never raises; each command runs in its own process group with stdin
 closed, so a timeout kills its children too. Inside a Job callers prefix ``NSENTER_PREFIX``.
