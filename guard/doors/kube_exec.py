@@ -26,6 +26,25 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + "…"
 
 
+def _stdout(args: Any, cwd: Any, env: Any, shell: bool, name: str) -> str:
+    """The plugin's stdout once it exits 0: no terminal, at most EXEC_TIMEOUT_S, at most
+    MAX_OUTPUT_BYTES (a plugin that prints without end is stopped, not buffered)."""
+    done = run(args, EXEC_TIMEOUT_S, stop_over=MAX_OUTPUT_BYTES, cwd=cwd, env=env, shell=shell)
+    if isinstance(done, NotStarted):
+        raise ExecPluginFailed(f"exec credential plugin {name} cannot start: {done.strerror}")
+    if isinstance(done, TimedOut):
+        raise ExecPluginFailed(
+            f"exec credential plugin {name} did not answer within {EXEC_TIMEOUT_S:g} s"
+        )
+    if done.dropped:
+        raise ExecPluginFailed(f"exec credential plugin {name} printed over 1 MiB")
+    if done.returncode != 0:
+        err = _one_line(done.stderr)
+        detail = f": {err}" if err else ""
+        raise ExecPluginFailed(f"exec credential plugin {name} exited {done.returncode}{detail}")
+    return done.stdout
+
+
 def install() -> None:
     """Replace the client's exec runner (idempotent)."""
     from kubernetes.config import exec_provider, kube_config
@@ -46,32 +65,9 @@ def install() -> None:
                 info["spec"]["cluster"] = self.cluster.value
             self.env["KUBERNETES_EXEC_INFO"] = json.dumps(info)
             name = str(self.args[0]) if self.args else "?"
-            done = run(
-                self.args,
-                EXEC_TIMEOUT_S,
-                stop_over=MAX_OUTPUT_BYTES,  # a plugin that prints without end is stopped
-                cwd=self.cwd,
-                env=self.env,
-                shell=self.shell,
-            )
-            if isinstance(done, NotStarted):
-                raise ExecPluginFailed(
-                    f"exec credential plugin {name} cannot start: {done.strerror}"
-                )
-            if isinstance(done, TimedOut):
-                raise ExecPluginFailed(
-                    f"exec credential plugin {name} did not answer within {EXEC_TIMEOUT_S:g} s"
-                )
-            if done.dropped:
-                raise ExecPluginFailed(f"exec credential plugin {name} printed over 1 MiB")
-            if done.returncode != 0:
-                err = _one_line(done.stderr)
-                detail = f": {err}" if err else ""
-                raise ExecPluginFailed(
-                    f"exec credential plugin {name} exited {done.returncode}{detail}"
-                )
+            stdout = _stdout(self.args, self.cwd, self.env, self.shell, name)
             try:
-                data = json.loads(done.stdout)
+                data = json.loads(stdout)
             except ValueError:
                 raise ExecPluginFailed(
                     f"exec credential plugin {name} printed no ExecCredential JSON"
