@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from guard.files import first_line
 from guard.names import is_dns_subdomain
 from guard.pci import PciAddressError, normalize_pci
 from guard.wire import TERMINATION_LOG, write_termination_message
@@ -107,12 +108,6 @@ def _command_path(ctx: click.Context, exc: BaseException) -> str:
     return found.command_path
 
 
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else ""
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:
     """`invoke(ctx)`, with anything but click's own exits turned into a `ClickException`."""
     try:
@@ -130,7 +125,7 @@ def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:
     except Exception as exc:
         raise click.ClickException(
             f"{_command_path(ctx, exc)}: unexpected {type(exc).__name__} at {_where(exc)}: "
-            f"{one_line(exc)} (please report)"
+            f"{first_line(exc, 300, '…', blank='')} (please report)"
         ) from None
 
 

@@ -243,7 +243,16 @@ def depth(doc: Any) -> int:
     return deepest
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+def first_line(
+    value: object, limit: int | None = None, cut: str = "", blank: str | None = None
+) -> str:
+    """The first line of `value`'s text (an exception's message): at most `limit` characters,
+    `cut` added when it was longer; `blank` (its type's name by default) when it has none.
+
+    >>> first_line(ValueError("bad value at line 3\\nnext"), 9, "…"), first_line(ValueError())
+    ('bad value…', 'ValueError')
+    """
+    lines = str(value).strip().splitlines()
+    if not lines:
+        return type(value).__name__ if blank is None else blank
+    return lines[0] if limit is None or len(lines[0]) <= limit else lines[0][:limit] + cut

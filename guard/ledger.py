@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal
 
+from guard.names import PRINTABLE_WORD
 from guard.pci import PciAddressError, normalize_pci
 from guard.states import Decision, Reason, xid_reason
 
@@ -42,7 +43,6 @@ _LINE = re.compile(
     + r"))\s+(?P<pci>\S+)\s+(?P<uuid>\S+)\s+(?P<rec>\S+)\s*\Z"
 )
 _XID = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
-_FIELD = re.compile(r"^[!-~]+\Z", re.ASCII)  # one printable word
 _UUID = re.compile(r"^GPU-[0-9A-Fa-f-]+\Z", re.ASCII)
 _RFC3339 = re.compile(
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
@@ -82,7 +82,7 @@ class LedgerEntry:
         """
         line = f"{format_time(self.at)} {self.word} {self.pci} {self.uuid} {self.recorder}"
         for what, value in self._texts():
-            if not _FIELD.match(value):
+            if not PRINTABLE_WORD.match(value):
                 raise ValueError(f"not a ledger line: {value!r} as the {what} of node {self.node}")
         back = parse_line(self.node, line)
         if back.entry is None:

@@ -51,6 +51,8 @@ def ledger_archive_pattern(ledger: str) -> str:
     return f"^{re.escape(ledger)}-archive-[1-9][0-9]{{0,5}}$"
 
 
+# One word of printable ASCII, no space: a record's token, a ledger field, an image reference.
+PRINTABLE_WORD = re.compile(r"^[!-~]+\Z", re.ASCII)
 # Kubernetes object names (apimachinery validation: IsDNS1123Label, IsDNS1123Subdomain).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z", re.ASCII)
 _DNS_SUBDOMAIN = re.compile(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from guard.gpu_classes import parse_classes
-from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.names import PRINTABLE_WORD, is_dns_label, is_dns_subdomain, is_label_pair
 from guard.runbook import PUBLISHED_URL
 from guard.wire import allowed_dns_prefixes, parse_allowed_dns, parse_exact
 
@@ -48,8 +48,6 @@ INTERNAL_UPSTREAMS = (
 )
 MAX_XID = 999_999  # the reason annotation carries at most six digits
 LEDGER_NAME_MAX = 253 - len("-archive-999999")  # a ConfigMap name with room for its archives
-
-_IMAGE = re.compile(r"^[!-~]+\Z", re.ASCII)  # non-empty, printable, no whitespace
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -485,8 +483,8 @@ def _names(s: Settings) -> list[Check]:
 def _jobs(s: Settings) -> list[Check]:
     image = "must be an image reference without spaces"
     return [
-        (bool(_IMAGE.fullmatch(s.image)), "image", image),
-        (bool(_IMAGE.fullmatch(s.loadtest_image)), "loadtest_image", image),
+        (bool(PRINTABLE_WORD.fullmatch(s.image)), "image", image),
+        (bool(PRINTABLE_WORD.fullmatch(s.loadtest_image)), "loadtest_image", image),
     ]
 
 

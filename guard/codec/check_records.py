@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from guard.codec.records import JOB_REF, TOKEN, Problems
+from guard.codec.records import JOB_REF, Problems
 from guard.jobs import DIGEST_CHARS
 from guard.ledger import parse_time
 from guard.model import (
@@ -17,7 +17,7 @@ from guard.model import (
     JobRecord,
     RecordedLink,
 )
-from guard.names import Annotations
+from guard.names import PRINTABLE_WORD, Annotations
 from guard.pci import link_record
 
 # The most GPUs whose links a node records (and the load-test argv takes as --expect-link).
@@ -40,7 +40,7 @@ def lifecycle_records(
 
 def _checked_boot(text: str) -> CheckedBoot | str:
     parts = text.split(" ")
-    if len(parts) != 3 or not all(TOKEN.match(p) for p in parts):
+    if len(parts) != 3 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not three fields separated by one space"
     boot, at, by = parts
     if by != UNCORDON and not JOB_REF.match(by):
@@ -275,7 +275,7 @@ def _fence(text: str) -> FenceRecord | str:
     parts = text.split(" ")
     if len(parts) != 4 or parts[0] not in FENCE_STATES:
         return f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
-    if not TOKEN.match(parts[1]) or not JOB_REF.match(parts[3]):
+    if not PRINTABLE_WORD.match(parts[1]) or not JOB_REF.match(parts[3]):
         return "the bootID or the job/<name> is not a word"
     try:
         return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])

@@ -24,13 +24,12 @@ from guard.model import (
     TaintRule,
     Unreadable,
 )
-from guard.names import Annotations
+from guard.names import PRINTABLE_WORD, Annotations
 from guard.pci import PciAddressError, normalize_pci
 from guard.states import Reason, as_reason, xid_reason
 
 _XID = re.compile(r"^xid-([0-9]{1,6})\Z", re.ASCII)
 COUNT = re.compile(r"^[0-9]{1,6}\Z", re.ASCII)
-TOKEN = re.compile(r"^[!-~]+\Z", re.ASCII)  # printable ASCII, no space
 JOB_REF = re.compile(r"^job/[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z", re.ASCII)
 SHOWN = 120  # characters of a bad value repeated in a log line
 T = TypeVar("T")
@@ -159,7 +158,7 @@ def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
         return None
     parts = text.split(" ")
     why = ""
-    if len(parts) != 2 or not all(TOKEN.match(p) for p in parts):
+    if len(parts) != 2 or not all(PRINTABLE_WORD.match(p) for p in parts):
         why = "not two fields separated by one space"
     else:
         try:
@@ -183,7 +182,7 @@ def incident_records(
 def _cancel(text: str) -> CancelRecord | str:
     """The record, or why it does not parse."""
     parts = text.split(" ")
-    if len(parts) != 4 or not all(TOKEN.match(p) for p in parts):
+    if len(parts) != 4 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not four fields separated by one space"
     boot, uuid, reason, at = parts
     xid = _XID.match(reason)

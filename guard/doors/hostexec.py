@@ -1,4 +1,4 @@
-"""The one door to host commands: every process the guard's host checks start goes through `run`.
+"""The one door to commands: every process the guard starts (host checks, exec plugins) runs here.
 
 `run` is bounded in time and never raises; each command runs in its own process group with stdin
 closed, so a timeout kills its children too. Inside a Job callers prefix ``NSENTER_PREFIX``.
@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
 from typing import IO, Protocol
@@ -53,19 +53,33 @@ class Exited:
 Outcome = NotStarted | TimedOut | Exited
 
 
-def run(argv: Sequence[str], timeout_s: float) -> Outcome:
-    """Run `argv` (prefix included) for at most `timeout_s` seconds; never raises."""
+def run(
+    argv: Sequence[str],
+    timeout_s: float,
+    *,
+    stop_over: int | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    shell: bool = False,
+) -> Outcome:
+    """Run `argv` (prefix included) for at most `timeout_s` seconds; never raises. The last
+    MAX_OUTPUT_BYTES of stdout are kept; with `stop_over`, a command that prints more than that
+    many bytes is killed instead, and its `Exited.dropped` is above 0."""
     try:
         proc = subprocess.Popen(
             tuple(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            shell=shell,
             start_new_session=True,
         )
     except OSError as exc:
         return NotStarted(exc.strerror or str(exc))
-    out, err = _Tail(MAX_OUTPUT_BYTES), _Tail(MAX_STDERR_BYTES)
+    out = _Tail(MAX_OUTPUT_BYTES) if stop_over is None else _Tail(stop_over, lambda: _kill(proc))
+    err = _Tail(MAX_STDERR_BYTES)
     readers = [
         threading.Thread(target=buf.drain, args=(stream,), daemon=True)
         for buf, stream in ((out, proc.stdout), (err, proc.stderr))
@@ -80,24 +94,28 @@ def run(argv: Sequence[str], timeout_s: float) -> Outcome:
         if any(reader.is_alive() for reader in readers):
             raise subprocess.TimeoutExpired(tuple(argv), timeout_s)
     except subprocess.TimeoutExpired:
-        # Not `_kill_group`: its communicate() and close() would contend with the readers for
-        # the pipes (a BufferedReader's close waits for its read). The readers are daemons; they
-        # end when the last holder of the pipe does.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
         return TimedOut()
     return Exited(proc.returncode, _text(out.data()), _text(err.data()), out.dropped)
 
 
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the command's group, pipes left open: their close would wait for the readers'
+    read. The readers are daemons; they end when the last holder of the pipe does."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 class _Tail:
     """The last `limit` bytes of a stream, read to its end: a journalctl of a long boot must
     not hold hundreds of MB in a 256 Mi evidence Job, and the latest records (the fault) are at
-    the end."""
+    the end. `full`, if given, is called when the stream passes `limit` bytes, and ends the read."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, full: Callable[[], None] | None = None) -> None:
         self.limit = limit
+        self.full = full
         self.chunks: collections.deque[bytes] = collections.deque()
         self.size = 0
         self.dropped = 0
@@ -110,6 +128,9 @@ class _Tail:
             while chunk := read(1 << 16):
                 self.chunks.append(chunk)
                 self.size += len(chunk)
+                if self.full and self.size > self.limit:
+                    self.full()
+                    return
                 while self.size - len(self.chunks[0]) >= self.limit:
                     first = self.chunks.popleft()
                     self.size -= len(first)

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
+
+from guard import files
 
 
 class KubeError(Exception):
@@ -105,6 +108,4 @@ def socket_reason(exc: Exception) -> str:
     return found[0].strip() if found else first_line(text)
 
 
-def first_line(value: object) -> str:
-    lines = str(value).strip().splitlines()
-    return lines[0][:400] if lines else type(value).__name__
+first_line = functools.partial(files.first_line, limit=400)  # of an API answer or error

@@ -6,12 +6,10 @@ replaces its runner: at most `EXEC_TIMEOUT_S`, no terminal, bounded output, `Exe
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import threading
-import time
 from typing import Any
+
+from guard.doors.hostexec import NotStarted, TimedOut, run
 
 EXEC_TIMEOUT_S = 30.0
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -28,55 +26,23 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + "…"
 
 
-def _run(args: Any, cwd: Any, env: Any, shell: bool, name: str) -> tuple[int, bytes, bytes]:
-    """(exit status, stdout, stderr) of the plugin: no terminal, at most EXEC_TIMEOUT_S, at most
-    MAX_OUTPUT_BYTES of stdout (a plugin that prints without end is stopped, not buffered)."""
-    try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            shell=shell,
-        )
-    except OSError as exc:
+def _stdout(args: Any, cwd: Any, env: Any, shell: bool, name: str) -> str:
+    """The plugin's stdout once it exits 0: no terminal, at most EXEC_TIMEOUT_S, at most
+    MAX_OUTPUT_BYTES (a plugin that prints without end is stopped, not buffered)."""
+    done = run(args, EXEC_TIMEOUT_S, stop_over=MAX_OUTPUT_BYTES, cwd=cwd, env=env, shell=shell)
+    if isinstance(done, NotStarted):
+        raise ExecPluginFailed(f"exec credential plugin {name} cannot start: {done.strerror}")
+    if isinstance(done, TimedOut):
         raise ExecPluginFailed(
-            f"exec credential plugin {name} cannot start: {exc.strerror or exc}"
-        ) from None
-    out, err = bytearray(), bytearray()
-
-    def drain(stream: Any, into: bytearray, limit: int) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while chunk := stream.read1(1 << 16):
-                if len(into) <= limit:
-                    into += chunk[: limit + 1 - len(into)]
-
-    readers = [
-        threading.Thread(target=drain, args=(proc.stdout, out, MAX_OUTPUT_BYTES), daemon=True),
-        threading.Thread(target=drain, args=(proc.stderr, err, 64 * 1024), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    deadline = time.monotonic() + EXEC_TIMEOUT_S
-    try:
-        while proc.poll() is None and len(out) <= MAX_OUTPUT_BYTES:
-            if time.monotonic() > deadline:
-                raise ExecPluginFailed(
-                    f"exec credential plugin {name} did not answer within {EXEC_TIMEOUT_S:g} s"
-                )
-            time.sleep(0.02)
-        if len(out) > MAX_OUTPUT_BYTES:
-            raise ExecPluginFailed(f"exec credential plugin {name} printed over 1 MiB")
-        for reader in readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=1.0)
-    return proc.returncode, bytes(out), bytes(err)
+            f"exec credential plugin {name} did not answer within {EXEC_TIMEOUT_S:g} s"
+        )
+    if done.dropped:
+        raise ExecPluginFailed(f"exec credential plugin {name} printed over 1 MiB")
+    if done.returncode != 0:
+        err = _one_line(done.stderr)
+        detail = f": {err}" if err else ""
+        raise ExecPluginFailed(f"exec credential plugin {name} exited {done.returncode}{detail}")
+    return done.stdout
 
 
 def install() -> None:
@@ -99,11 +65,7 @@ def install() -> None:
                 info["spec"]["cluster"] = self.cluster.value
             self.env["KUBERNETES_EXEC_INFO"] = json.dumps(info)
             name = str(self.args[0]) if self.args else "?"
-            returncode, stdout, stderr = _run(self.args, self.cwd, self.env, self.shell, name)
-            err = _one_line(stderr.decode("utf-8", errors="replace"))
-            if returncode != 0:
-                detail = f": {err}" if err else ""
-                raise ExecPluginFailed(f"exec credential plugin {name} exited {returncode}{detail}")
+            stdout = _stdout(self.args, self.cwd, self.env, self.shell, name)
             try:
                 data = json.loads(stdout)
             except ValueError:

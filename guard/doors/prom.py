@@ -11,6 +11,7 @@ Retry-After) are retried within the run's budget (guard.doors.retry). A series w
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -26,6 +27,7 @@ import requests
 
 from guard.doors.prom_access import PromAccess
 from guard.doors.retry import Backoff, retry_after_s
+from guard.files import first_line
 from guard.settings import Settings
 
 Labels = tuple[tuple[str, str], ...]
@@ -569,6 +571,4 @@ def _tls_reason(exc: Exception) -> str:
     return reason
 
 
-def _first_line(value: object) -> str:
-    text = str(value).strip()
-    return text.splitlines()[0][:300] if text else "(empty)"
+_first_line = functools.partial(first_line, limit=300, blank="(empty)")

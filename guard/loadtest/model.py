@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from guard.files import first_line
 from guard.loadtest.collective import AllreduceLimits, AllreduceResult, AllreduceSpec
 from guard.pci import LINK_SPEEDS, LINK_WIDTHS, PciAddressError, normalize_pci
 
@@ -230,10 +231,8 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     >>> one_line(RuntimeError("CUDA error: unspecified launch failure\\nCompile with ..."))
     'RuntimeError: CUDA error: unspecified launch failure'
     """
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    return line[:limit]
+    first = first_line(exc, blank="")
+    return (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:limit]
 
 
 # The compute backend seen by the orchestration: PyTorch CUDA in the Job (`torch_backend.py`). The

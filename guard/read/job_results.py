@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from guard.codec.check_records import is_item
+from guard.files import first_line
 from guard.jobs import run_digest
 from guard.model import Finding, JobInfo, JobResult, RecordedLink
 from guard.names import JOB_NAME_LABELS
@@ -187,7 +188,7 @@ def result(kind: str, pod: Mapping[str, Any]) -> JobResult:
     try:
         return _PARSERS.get(kind, _unknown_kind)(message)
     except ValueError as exc:  # SummaryError; never raises
-        return JobResult("unreadable", f"pod {name}: {_first(exc)}")
+        return JobResult("unreadable", f"pod {name}: {first_line(exc)}")
 
 
 def rejected(pod: Mapping[str, Any]) -> bool:
@@ -251,8 +252,3 @@ _PARSERS = {
     "loadtest": _loadtest,
     "fence": _fence,
 }
-
-
-def _first(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

@@ -47,6 +47,18 @@ def test_stdin_is_closed() -> None:
     assert run(("sh", "-c", "cat; echo done"), 5.0) == Exited(0, "done\n", "")
 
 
+def test_stop_over_stops_a_command_that_prints_without_end() -> None:
+    # The exec plugins' bound (guard.doors.kube_exec): killed past the limit, not at the timeout.
+    got = run(("yes",), 30.0, stop_over=1000)
+    assert isinstance(got, Exited) and got.dropped > 0
+
+
+def test_cwd_and_env_reach_the_command(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "PLUGIN_INFO": "given"}
+    got = run(("sh", "-c", "pwd; echo $PLUGIN_INFO"), 5.0, cwd=str(tmp_path), env=env)
+    assert got == Exited(0, f"{tmp_path}\ngiven\n", "")
+
+
 def _alive(pid: int) -> bool:
     """Running or sleeping; a killed process not yet reaped is a zombie ("Z")."""
     try:

@@ -8,9 +8,9 @@ import ast
 from pathlib import Path
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 32_000
+MAX_LINES = 31_980
 MAX_MODULES_OVER_300 = 32
-MAX_FUNCTIONS_OVER_40 = 38
+MAX_FUNCTIONS_OVER_40 = 37
 
 
 def sizes(root: Path) -> tuple[int, int, int]:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from guard.codec.check_records import is_item
-from guard.codec.records import COUNT, JOB_REF, TOKEN
+from guard.codec.records import COUNT, JOB_REF
 from guard.ledger import parse_time
-from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.names import PRINTABLE_WORD, is_dns_label, is_dns_subdomain, is_label_pair
 from guard.pci import link_record
 
 
@@ -31,7 +31,7 @@ def refused(check: Callable[[str], object], value: str) -> bool:
         pytest.param(parse_time, "2026-09-21T05:55:00Z", id="rfc3339"),
         pytest.param(link_record, "0000:18:00.0=16GT/s,x16", id="pcie-link"),
         pytest.param(COUNT.match, "8", id="count"),
-        pytest.param(TOKEN.match, "GPU-1a", id="token"),
+        pytest.param(PRINTABLE_WORD.match, "GPU-1a", id="token"),
         pytest.param(JOB_REF.match, "job/gng-lt-b-1a2b3c4d", id="job-ref"),
     ],
 )
