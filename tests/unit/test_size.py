@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 31_980
+MAX_LINES = 31_960
 MAX_MODULES_OVER_300 = 32
 MAX_FUNCTIONS_OVER_40 = 37
 
