@@ -257,9 +257,9 @@ def test_a_persons_cordon_is_not_the_guards_and_does_not_use_up_the_cycles_cordo
     ]
 
 
-def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:
-    snap = fails("b")
-    snap = replace(
+def with_xid_79_on_x(snap: Snapshot) -> Snapshot:
+    """`snap` plus node x, one GPU lost to an Xid 79 held long enough to cordon."""
+    return replace(
         snap,
         nodes=(*snap.nodes, node("x", allocatable=7)),
         prom=replace(
@@ -268,6 +268,10 @@ def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None
             loss_since=(("x", NOW - timedelta(seconds=HELD_S)),),
         ),
     )
+
+
+def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None:
+    snap = with_xid_79_on_x(fails("b"))
     plan = brief(plan_cycle(snap, settings(), TEMPLATES))
     assert plan[0] == ("cordon", "x", "xid-79")
     assert ("skip", "b", "one-per-cycle") in plan
@@ -277,16 +281,7 @@ def test_no_conformance_cordon_in_a_cycle_the_isolation_check_cordoned() -> None
 def test_a_conformance_failure_waits_behind_the_cycles_one_pick_under_one_breaker_count() -> None:
     """One pick, one breaker count: the hardware candidate is the pick and the conformance
     failure waits behind it, even where that cordon fills the breaker (docs/isolation.md)."""
-    snap = fails("b")
-    snap = replace(
-        snap,
-        nodes=(*snap.nodes, node("x", allocatable=7)),
-        prom=replace(
-            snap.prom,
-            hardware_xids=(gpu("x", 79),),
-            loss_since=(("x", NOW - timedelta(seconds=HELD_S)),),
-        ),
-    )
+    snap = with_xid_79_on_x(fails("b"))
     plan = plan_cycle(snap, settings(breaker_max_nodes=1), TEMPLATES)
     assert brief(plan)[0] == ("cordon", "x", "xid-79")
     (wait,) = [a for a in plan if a.node == "b"]
