@@ -241,6 +241,7 @@ class JobInfo:
     digest: str = ""  # guard.jobs.spec_digest of its pod template (the record holds the rendered)
     run: str = ""  # guard.jobs.run_digest of its pod template: what its Pods must run
     created: datetime | None = None  # metadata.creationTimestamp (the API sets it; None: unread)
+    ended: datetime | None = None  # completionTime, else its Complete/Failed condition's time
     fence_mode: str = ""  # a fence Job's `set` or `lift` (the word after `fence` in its argv)
 
 

@@ -11,8 +11,8 @@ same cycle (after the evidence Job; a cordon that does not land stops it).
 the lift of the fence; guard.plan.returning), for a readable guard-cordoned node whose cordon
 names a GPU (PCI address and UUID known):
   fence_gpu off, or no GPU on the cordon       → nothing
-  the fence holds in this boot (`fenced`), and no lift Job the guard did not make was created
-  since the Job the record read back           → nothing
+  the fence holds in this boot (`fenced`), and no lift Job the guard did not make runs or
+  ended since the Job the record read back was made → nothing
   such a lift Job (`lifted_behind`: the host's mode may be Default again, whatever the record
   says)                                        → WARN fence-lifted-foreign + Warning Event
                                                  GuardForeignJob (once per Job); while it runs,
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from guard import ledger
@@ -162,15 +162,14 @@ def keep(
     if holds(node) and lifted is None:
         return ()
     said = _lifted_said(snap, s, node, lifted) if lifted is not None else ()
-    if lifted is not None and lifted.status == "running":
-        return said
-    return said + _fence_again(snap, s, t, node, gpu)
+    waits = lifted is not None and lifted.status == "running"  # a set Job beside it may end first
+    return said if waits else said + _fence_again(snap, s, t, node, gpu)
 
 
 def lifted_behind(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
-    """The newest `fence lift` Job the guard did not make (guard.plan.fence_audit) created since
-    the Job whose read-back the node's `fenced` record holds (that Job gone: since the record),
-    while the record says fenced in this boot: the host's compute mode may be Default again."""
+    """The newest foreign `fence lift` (guard.plan.fence_audit) running, or ended (not made: one
+    made first may run last) since the Job the `fenced` record read back was made (gone: since
+    the record), while that record holds: the host's compute mode may be Default again."""
     f = node.fence
     if f is None or not holds(node):
         return None
@@ -182,10 +181,10 @@ def lifted_behind(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
         and j.node == node.name
         and j.fence_mode == "lift"
         and j.created is not None
-        and j.created >= made
+        and (j.status == "running" or max(j.created, j.ended or j.created) >= made)
         and fence_audit.why_foreign(snap, node, j)
     ]
-    return max(found, key=lambda j: (j.created, j.name), default=None)
+    return max(found, key=lambda j: (j.created or made, j.name), default=None)
 
 
 def _lifted_said(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tuple[Action, ...]:
@@ -201,13 +200,8 @@ def _lifted_said(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> t
         "once that Job ended" if job.status == "running" else "now"
     )
     warn, event = foreign_job(s, node, job, Decision.FENCE_LIFTED_FOREIGN, why, nxt)
-    warn = Skip(
-        node.name,
-        Decision.FENCE_LIFTED_FOREIGN,
-        f"gpu-fence says fenced, but lift job/{job.name} is not the guard's: {why}",
-        warn.next,
-        "WARN",
-    )
+    said = f"gpu-fence says fenced, but lift job/{job.name} is not the guard's: {why}"
+    warn = replace(warn, detail=said)
     posted = event.name in {e.name for e in snap.events}
     return (warn,) if posted else (warn, event)
 

@@ -183,6 +183,7 @@ def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
         digest=spec_digest(obj),
         run=run_digest(pod_spec),
         created=_created(meta.get("creationTimestamp")),
+        ended=_ended(obj.get("status")) if state in ("succeeded", "failed") else None,
         fence_mode=_fence_mode(pod_spec) if kind == "fence" else "",
     )
 
@@ -204,6 +205,13 @@ def _created(value: object) -> datetime | None:
         return parse_time(value) if isinstance(value, str) else None
     except ValueError:
         return None
+
+
+def _ended(status: object) -> datetime | None:
+    """A finished Job's status.completionTime, else its Complete/Failed condition's time."""
+    st, ends = mapping(status), ("Complete", "Failed")
+    at = [c.get("lastTransitionTime") for c in st.get("conditions") or () if c.get("type") in ends]
+    return next(filter(None, map(_created, [st.get("completionTime"), *at])), None)
 
 
 def _job_status(status: object) -> tuple[JobStatus, str]:

@@ -375,9 +375,10 @@ def finish(
     message: str,
     ok: bool,
     mark_job: bool = True,
+    ended_at: str = ENDED_AT,
 ) -> None:
-    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end
-    (`mark_job=False`: the Job already ended; only its Pod is made)."""
+    """Play the Job controller and the kubelet: the Pod, its ended container, the Job's end at
+    `ended_at` (`mark_job=False`: the Job already ended; only its Pod is made)."""
     pod = controller_pod(job)
     del pod["metadata"]["finalizers"]  # no controller here would remove it
     with deployed.impersonating(JOB_CONTROLLER) as controller:
@@ -386,7 +387,7 @@ def finish(
         admin, {**pod, "metadata": {**pod["metadata"], "name": made.metadata.name}}, message, ok
     )
     if mark_job:
-        _end_job(admin, job, ok)
+        _end_job(admin, job, ok, ended_at)
 
 
 def reject(
@@ -406,8 +407,8 @@ def reject(
     _end_job(admin, job, ok=False)
 
 
-def _end_job(admin: client.ApiClient, job: dict[str, Any], ok: bool) -> None:
-    at, done = ENDED_AT, ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
+def _end_job(admin: client.ApiClient, job: dict[str, Any], ok: bool, at: str = ENDED_AT) -> None:
+    done = ("SuccessCriteriaMet", "Complete") if ok else ("FailureTarget", "Failed")
     job_status = {
         "startTime": at,
         **({"completionTime": at, "succeeded": 1} if ok else {"failed": 1}),

@@ -10,6 +10,7 @@ test_lifecycle_e2e.py does.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client, config
@@ -32,13 +33,14 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
     set_status,
 )
-from tests.apiserver.kube import JOBS_NS, create
+from tests.apiserver.kube import JOBS_NS, create, guard_job
 from tests.apiserver.test_lifecycle_e2e import command, lifecycle_node, notes, the_job_named
 
 pytestmark = pytest.mark.apiserver
 __all__ = ["lifecycle_node"]  # the fixture, shared with the lifecycle tests
 
 FENCED_NODE, DRAIN_NODE, LIFTED_NODE = "fn-fenced", "fn-drain", "fn-lifted"
+LATE_NODE = "fn-late-lift"
 FENCE = "--fence-gpu"
 PCI = "0000:58:00.0"  # GPU 4 of guard.example.scenario's nodes
 
@@ -46,7 +48,7 @@ PCI = "0000:58:00.0"  # GPU 4 of guard.example.scenario's nodes
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
     with scenario_prometheus(
-        faulted(FENCED_NODE), faulted(DRAIN_NODE), faulted(LIFTED_NODE)
+        faulted(FENCED_NODE), faulted(DRAIN_NODE), faulted(LIFTED_NODE), faulted(LATE_NODE)
     ) as server:
         yield server
 
@@ -188,4 +190,32 @@ def test_a_fence_lifted_behind_the_guards_back_is_seen_and_set_again(
     assert notes(core, node)[KEYS.fence].endswith(f"job/{again}")
     after = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT + 4 * CYCLE, FENCE).plan, node)
     assert [r for _, r in after if r.startswith("fence")] == [], after
+    assert core.read_node(node).spec.unschedulable is True  # cordoned all along
+
+
+def test_a_lift_made_before_the_guards_set_job_but_ended_after_it_is_seen_and_set_again(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """Issue 38: the stolen token's `fence lift` is made first, the guard's set Job after it,
+    and the lift's Pod runs last (the kubelet starts Pods in no promised order). The set Job's
+    read-back is recorded `fenced`, yet the lift ended after that Job was made: by its end, not
+    its creation, the guard sees the fence may be gone, says so and sets it again."""
+    node = lifecycle_node(LATE_NODE, boot="boot-1", allocatable=7)
+    stolen = config.new_client_from_config(config_file=str(guard_kubeconfig))
+    theirs = guard_job("fence", node, "late-lift")
+    theirs["spec"]["template"]["spec"]["containers"][0]["command"][2] = "lift"
+    create(stolen, theirs)  # admitted: the guard's token, in shape
+    lifted = the_job_named(admin, theirs["metadata"]["name"])
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT, FENCE)  # the cordon and the guard's set Job
+    (name,) = [n for n in fence_jobs(admin, node) if n != lifted["metadata"]["name"]]
+    job = the_job_named(admin, name)
+    uuid = command(job)[6]
+    finish(deployed, admin, job, summary("set", "fenced", uuid), ok=True)
+    run_guard(prom, guard_kubeconfig, ISOLATE_AT + CYCLE, FENCE)
+    assert notes(core, node)[KEYS.fence].startswith("fenced boot-1 ")
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # after the set Job was made
+    finish(deployed, admin, lifted, summary("lift", "lifted", uuid), ok=True, ended_at=now)
+    seen = mine(run_guard(prom, guard_kubeconfig, ISOLATE_AT + 2 * CYCLE, FENCE).plan, node)
+    assert ("skip", "fence-lifted-foreign") in seen and ("create-job", "fence-reapply") in seen
     assert core.read_node(node).spec.unschedulable is True  # cordoned all along

@@ -328,7 +328,7 @@ def test_the_cordon_cycle_creates_the_fence_job_the_next_cycle_finds_by_name() -
 # ── a fence lifted behind the guard's back (issue 38) ───────────────────────────────────────
 
 
-def _lift(status: str, created: str, result: JobResult | None = PASSED) -> JobInfo:
+def _lift(status: str, created: str, result: JobResult | None = PASSED, ended: str = "") -> JobInfo:
     """A `fence lift` Job the guard did not make (made with its stolen token), in this cordon."""
     return JobInfo(
         "gng-fn-b-theirs",
@@ -338,6 +338,7 @@ def _lift(status: str, created: str, result: JobResult | None = PASSED) -> JobIn
         result=result if status != "running" else None,
         uid=job_uid("theirs"),
         created=parse_time(created),
+        ended=parse_time(ended) if ended else None,
         fence_mode="lift",
     )
 
@@ -367,6 +368,19 @@ def test_a_lift_the_guard_did_not_make_is_seen_and_the_gpu_fenced_again() -> Non
 def test_a_lift_still_running_is_warned_about_and_waited_for() -> None:
     actions = plan(_fenced_since(), jobs=(_lift("running", "2026-09-21T05:40:00Z"),))
     assert "fence-lifted-foreign" in reasons(actions) and fence_jobs(actions) == []
+
+
+def test_a_lift_made_before_the_fence_record_that_ran_after_it_is_seen() -> None:
+    """Made first, run last (its Pod started after the guard's set Pod): by its end, not by its
+    creation, it may have lifted what the record read back."""
+    late = _lift("succeeded", "2026-09-21T05:20:00Z", ended="2026-09-21T05:40:00Z")
+    actions = plan(_fenced_since(), jobs=(late,))
+    assert "fence-lifted-foreign" in reasons(actions)
+    assert the_fence_job(actions).reason == "fence-reapply"
+    running = plan(_fenced_since(), jobs=(_lift("running", "2026-09-21T05:20:00Z"),))
+    assert "fence-lifted-foreign" in reasons(running) and fence_jobs(running) == []
+    ended_before = _lift("failed", "2026-09-21T05:10:00Z", ended="2026-09-21T05:20:00Z")
+    assert reasons(plan(_fenced_since(), jobs=(ended_before,))) == ["same-boot", "same-boot"]
 
 
 def test_a_lift_older_than_the_fence_record_changes_nothing() -> None:

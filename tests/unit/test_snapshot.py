@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from guard.example import __file__ as example_init
+from guard.ledger import parse_time
 from guard.model import CordonRecord, GpuRef, PromView
 from guard.names import Annotations
 from guard.read import (
@@ -82,6 +83,39 @@ def test_job_status(status, state):
     assert is_guard_job(job, "gpu-node-guard")
     info = job_info(job, KEYS)
     assert (info.status, info.node, info.kind, info.problem) == (state, "b", "loadtest", "")
+
+
+@pytest.mark.parametrize(
+    ("status", "ended"),
+    [
+        pytest.param({"active": 1, "startTime": "2026-09-21T05:00:00Z"}, None, id="running"),
+        pytest.param(
+            {"succeeded": 1, "completionTime": "2026-09-21T05:40:00Z"},
+            "2026-09-21T05:40:00Z",
+            id="completion-time",
+        ),
+        pytest.param(
+            {
+                "failed": 1,
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "lastTransitionTime": "2026-09-21T05:41:00Z",
+                    }
+                ],
+            },
+            "2026-09-21T05:41:00Z",
+            id="failed-condition-time",
+        ),
+        pytest.param({"succeeded": 1}, None, id="no-time"),
+    ],
+)
+def test_a_finished_jobs_end_is_its_completion_or_its_end_conditions_time(status, ended):
+    """A fence lift's end, not its creation, tells whether it ran after the guard's read-back."""
+    job = {"metadata": {"name": "j", "labels": {"app.kubernetes.io/component": "fence"}}}
+    info = job_info({**job, "status": status}, KEYS)
+    assert info.ended == (parse_time(ended) if ended else None)
 
 
 @pytest.mark.parametrize(
