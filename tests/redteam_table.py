@@ -67,6 +67,7 @@ FENCE = "fence Job"
 CLAIM = "ResourceClaim"
 RULE = "DeviceTaintRule"
 RECORDS = "the guard's node records"
+ARCHIVE = "ledger archive"
 
 SCOPE = "gpu-node-guard-guard-scope"
 NODE_SCOPE = "gpu-node-guard-node-scope"
@@ -74,6 +75,7 @@ FENCE_JOB = "gpu-node-guard-fence-job"
 CLAIMS = "gpu-node-guard-device-claims"
 CLAIMS_OTHERS = "gpu-node-guard-device-claims-others"
 TAINTS = "gpu-node-guard-device-taints"
+LEDGER = "gpu-node-guard-ledger"
 
 ONLY_GUARD_FENCES = "only the guard's ServiceAccount creates fence Jobs"
 NO_RBAC = "no RBAC grant"
@@ -338,6 +340,26 @@ def _record_rows() -> list[Row]:
     ]
 
 
+def _archive_rows() -> list[Row]:
+    t: Tier = "apiserver"
+    esc = "create one whose line carries an ESC byte"
+    words = "an archive holds no control or format characters"
+    why = "no escape bytes into a terminal or a log"
+    return [
+        Row(t, "guard-token", ARCHIVE, esc, False, LEDGER, words, why),
+        Row(t, "guard-ns-admin", ARCHIVE, esc, False, LEDGER, words, why),
+        Row(
+            t,
+            "guard-token",
+            ARCHIVE,
+            "create one as the guard writes it (the ESC as `\\x1b`)",
+            True,
+            why="the guard's archive writer stores control characters as escapes",
+            proved_by=("tests/unit/test_check_records.py::test_an_archive_stores_no_escape_bytes"),
+        ),
+    ]
+
+
 def _claim_rows() -> list[Row]:
     t: Tier = "dra"
     theirs = "the guard's load-test claim is the guard's alone"
@@ -498,6 +520,7 @@ ROWS: list[Row] = [
     *_lease_rows(),
     *_fence_rows(),
     *_record_rows(),
+    *_archive_rows(),
     *_claim_rows(),
     *_rule_rows(),
 ]

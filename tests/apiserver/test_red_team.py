@@ -15,7 +15,17 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from guard.names import CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
+from guard.doors.ledger_store import archive_name, archive_text
+from guard.names import (
+    APP_LABEL,
+    APP_NAME,
+    COMPONENT_LABEL,
+    CYCLE_LEASE,
+    LEDGER_ARCHIVE_COMPONENT,
+    SETTINGS_CONFIGMAP,
+    Annotations,
+)
+from guard.settings import Settings
 from tests import redteam_table as table
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities, _wait_until_allowed
@@ -182,6 +192,20 @@ def _record(key: str, value: str) -> Action:
     return send
 
 
+def _archive(line: str) -> Action:
+    """A create of an archive, named and labelled as the guard makes one, holding `line`
+    (dry-run)."""
+
+    def send(api: client.ApiClient, w: World) -> object:
+        labels = {APP_LABEL: APP_NAME, COMPONENT_LABEL: LEDGER_ARCHIVE_COMPONENT}
+        name = archive_name(Settings().ledger_configmap, 999)
+        body = {"metadata": {"name": name, "labels": labels}, "data": {NODE: line}}
+        return client.CoreV1Api(api).create_namespaced_config_map(GUARD_NS, body, dry_run=DRY)
+
+    return send
+
+
+ESC_LINE = "2026-03-02T04:10:00Z gpu-red-team xid-79 \x1b]8;;https://evil.example\x07click\n"
 GIB = "update (another GUARD_IMAGE)"
 HOLDER = "update: holder `attacker` (not `<pod>-<pid>`)"
 ACTIONS: dict[tuple[str, str], Action] = {
@@ -210,6 +234,10 @@ ACTIONS: dict[tuple[str, str], Action] = {
     ),
     (table.RECORDS, "write `loadtest-result: failed job/<name> at <time>`"): _record(
         KEYS.loadtest_result, "failed job/gng-lt-x-1a2b3c4d at 2026-03-02T04:10:00Z"
+    ),
+    (table.ARCHIVE, "create one whose line carries an ESC byte"): _archive(ESC_LINE),
+    (table.ARCHIVE, "create one as the guard writes it (the ESC as `\\x1b`)"): _archive(
+        archive_text(ESC_LINE)
     ),
 }
 

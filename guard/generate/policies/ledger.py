@@ -38,6 +38,9 @@ def archive_labelled_as_named(s: Settings, name: str, labels: str) -> str:
     )
 
 
+# What ledger_store.archive_text escapes: controls but tab and newline, format chars, separators.
+NO_ESCAPE_BYTES = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}]*$"
+
 # An archive gets the lines moved out of a ledger that passed `ledger_archive_bytes`
 # (guard.doors.ledger_store.append): at most that much and the line being appended.
 ARCHIVE_SLACK_BYTES = 64 * 1024
@@ -75,6 +78,13 @@ def ledger_policy(s: Settings) -> list[dict[str, Any]]:
             "!object.?immutable.orValue(false)",
             "the ledger must stay writable (immutable: true would jam it)",
         ),
+        # Archives only: made escaped, never rewritten; on the ledger it jams (docs/security.md).
+        Validation(
+            f"{data}.all(k, {data}[k].matches({regex(NO_ESCAPE_BYTES)}))",
+            "an archive holds no control or format characters (the guard writes them as "
+            "escapes); they are in: ",
+            f"{data}.filter(k, !{data}[k].matches({regex(NO_ESCAPE_BYTES)})).join(', ')",
+        ).guarded(f"object.metadata.?name.orValue('').matches({regex(archive_pattern(s))})"),
     ]
     return [
         *policy(f"{PREFIX}-ledger", constraints, [_WHO], checks, [("is-ledger", is_ledger(s))]),
