@@ -332,6 +332,19 @@ def test_a_full_budget_starts_nothing() -> None:
     assert brief(plan)[-1] == ("skip", "", "boot-check-queued")
 
 
+def test_a_job_the_guard_did_not_make_takes_no_slot_of_the_budget() -> None:
+    """Three running Jobs of the guard's names, each made again by someone else (another uid):
+    none counts against the budget of 3 (docs/lifecycle.md), each is said to be foreign."""
+    nodes = [serving(f"n{i}") for i in range(3)]
+    theirs = tuple(
+        replace(done(job_of(snapshot(n), n.name), "running", None), node=n.name, uid=FOREIGN_UID)
+        for n in nodes
+    )
+    plan = checks(snapshot(*nodes, node("new"), jobs=theirs), boot_check_max_jobs=3)
+    assert [a.node for a in plan if isinstance(a, CreateJob)] == ["new"]
+    assert [a.reason for a in plan if isinstance(a, Skip)] == ["boot-check-foreign"] * 3
+
+
 def test_the_conformance_job_is_the_policys_and_expires_sooner() -> None:
     (job,) = checks(snapshot(serving()), boot_check_job_ttl_s=7200)
     assert isinstance(job, CreateJob)
