@@ -1,13 +1,9 @@
-"""Fence Jobs the guard did not make (docs/security.md, "The host fence"): any fence Job in the
+"""Fence Jobs the guard did not make (docs/security.md, "The fence Job"): any fence Job in the
 jobs namespace, set or lift, that the node's records do not explain is one WARN and one Warning
 Event, whichever node it names.
 
-Only the guard's ServiceAccount may create fence Jobs (the admission policy), so what this finds
-is a stolen guard token or a bug. The guard's own fence Jobs are told apart by identity, never by
-time: at each create it writes the Job's uid (the API's answer) into `job-fence` and appends it
-to `fence-jobs` (its last `FENCE_JOBS_KEPT` fence Jobs on the node, in one patch), so its own
-older Jobs of the same cordon (set → lift → set again after a failed load test) are known by
-uid however close in time a forged one was made.
+The guard's own fence Jobs are known by uid (`job-fence`, `fence-jobs`), never by time; why and
+what a stolen token can do: docs/security.md, "Who is root-equivalent", "The fence Job".
 
 Per fence Job (first match wins):
   its node is not read, or unreadable, or the Job has no creation time  → nothing (no record
@@ -29,11 +25,10 @@ cycle plans is not said again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 
 from guard import ledger
 from guard.actions import Action, EmitEvent, Skip
-from guard.model import JobInfo, JobRecord, NodeInfo, Snapshot
+from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import foreign_job
 from guard.settings import Settings
 from guard.states import Decision
@@ -55,10 +50,6 @@ def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
         return "the node carries no guard cordon"
     if c.at is not None and created < c.at:
         return ""
-    return _after(created, rec)
-
-
-def _after(created: datetime, rec: JobRecord | None) -> str:
     last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
     return f"created {ledger.format_time(created)} in this cordon, its uid in no fence record{last}"
 
