@@ -10,8 +10,8 @@ Case list (one cycle; the blast radius of a bad value is its object):
           of the cycle's 200 s deadline, before the cordon)
   node with a Prometheus series refused at the snapshot boundary (guard.read.prom_view: a label or
   value not of its format, NaN, a duplicate)
-        → the same WARN skip naming the query, label and value (escaped, shortened); no Event
-          and nothing on the node: the value came from outside and is never written
+        → the same WARN skip naming the query, label and value (escaped, shortened), and the
+          same Event naming only the query and label: the value came from outside, never written
   such a series of a node the API does not know, or naming no node in a valid form
         → one WARN skip `unreadable` for that name ("" when none)
   ledger key with lines that are not counted
@@ -78,9 +78,7 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
     """A Warning Event for at most EVENTS_PER_CYCLE unreadable nodes: first those that have no
     such Event yet (so every node gets one within a few cycles), then by name."""
     seen = {e.node for e in snap.events if e.reason == EVENT_REASON}
-    # Only what the node itself holds: a refused Prometheus value is never written anywhere.
-    own = (n for n in snap.nodes if any(u.source == "node" for u in n.unreadable))
-    bad = sorted(own, key=lambda n: (n.name in seen, n.name))
+    bad = sorted((n for n in snap.nodes if n.unreadable), key=lambda n: (n.name in seen, n.name))
     out: list[Action] = [_event(node) for node in bad[:EVENTS_PER_CYCLE]]
     if len(bad) > EVENTS_PER_CYCLE:
         rest = bad[EVENTS_PER_CYCLE:]
@@ -104,17 +102,15 @@ def _skip(node: NodeInfo) -> Skip:
 
 def _event(node: NodeInfo) -> EmitEvent:
     # A refused Prometheus value came from outside: the log shows it escaped, the API never.
-    own = [u for u in node.unreadable if u.source == "node"]
-    first = own[0]
-    more = f" (and {len(own) - 1} more)" if len(own) > 1 else ""
-    return EmitEvent(
-        node.name,
-        Decision.UNREADABLE,
-        "Warning",
-        EVENT_REASON,
-        f"gpu-node-guard cannot read {first.where}={first.value!r} ({first.why}){more} and "
-        f"leaves this node alone: {first.fix}",
+    own = [u for u in node.unreadable if u.source == "node"] or list(node.unreadable)
+    first, more = own[0], f" (and {len(own) - 1} more)" if len(own) > 1 else ""
+    what = (
+        f"{first.where}={first.value!r} ({first.why})"
+        if first.source == "node"
+        else f"the series {first.where} (refused: its value is in the guard's log)"
     )
+    message = f"gpu-node-guard cannot read {what}{more} and leaves this node alone: {first.fix}"
+    return EmitEvent(node.name, Decision.UNREADABLE, "Warning", EVENT_REASON, message)
 
 
 def _detail(bad: tuple[Unreadable, ...]) -> str:

@@ -348,14 +348,21 @@ def prom_refused(*problems: PromUnreadable, nodes: tuple[NodeInfo, ...] = ()) ->
 FORGED = PromUnreadable("bad", "hardware-xid", "UUID", "GPU-1\nforged line", "not a GPU UUID")
 
 
-def test_a_refused_series_is_one_warn_line_and_no_event():
+def test_a_refused_series_is_one_warn_line_and_an_event_without_its_value():
+    """Issue 38: a node left alone for a refused series is not only a log line; the Event names
+    where, never the value (it came from outside)."""
     plan = plan_cycle(
         prom_refused(FORGED, nodes=(node("bad"), node("good"))), settings(), TEMPLATES
     )
-    (skip,) = [a for a in plan if a.node == "bad"]
+    skip, event = [a for a in plan if a.node == "bad"]
     assert isinstance(skip, Skip) and (skip.reason, skip.level) == ("unreadable", "WARN")
     assert skip.detail == "prometheus hardware-xid UUID='GPU-1\\nforged line': not a GPU UUID"
     assert "\n" not in str(skip)
+    assert isinstance(event, EmitEvent) and event.event_type == "Warning"
+    assert event.message.startswith(
+        "gpu-node-guard cannot read the series prometheus hardware-xid UUID (refused: its value"
+    )
+    assert "forged" not in event.message and "GPU-1" not in event.message
 
 
 def test_beside_an_unreadable_annotation_the_event_names_only_the_annotation():
