@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 import pytest
 import responses
 
-from guard.actions import Cordon, Skip
+from guard.actions import Cordon, EmitEvent, Skip
 from guard.codec import queries
 from guard.doors.prom import PromClient, PromError
 from guard.model import PromUnreadable
@@ -261,8 +261,12 @@ def test_a_bad_series_makes_only_its_node_unreadable(change, node, label, shown)
     (warn,) = [a for a in plan if isinstance(a, Skip) and a.reason == "unreadable"]
     assert (warn.node, warn.level) == (node, "WARN")
     assert f" {label}=" in warn.detail and shown in warn.detail
-    # gpu-b is left alone: no other line, nothing written; nothing forged reaches a line
-    assert [a for a in plan if a.node == "gpu-b" and a is not warn] == []
+    # gpu-b is left alone: no other line, nothing written but its Warning Event (which names
+    # the query and label, not the value); nothing forged reaches a line
+    others = [a for a in plan if a.node == "gpu-b" and a is not warn]
+    event = [("EmitEvent", "unreadable")] if node == "gpu-b" else []  # a series of no node: none
+    assert [(type(a).__name__, a.reason) for a in others] == event
+    assert all("forged" not in a.message for a in others if isinstance(a, EmitEvent))
     assert all("\n" not in str(a) for a in plan)
     assert "GPU-forged" not in " ".join(str(a) for a in plan if not isinstance(a, Skip))
 
