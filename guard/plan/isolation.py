@@ -120,7 +120,7 @@ def plan_isolation(
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    if first.failed is None:
+    if first.failed is None and first.reason != Decision.GPU_SHORT:  # workload.py's case list
         actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))
@@ -148,10 +148,8 @@ def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
     actions, eligible = _screen(snap, s)
     more, nvml = _screen_nvml(snap, s)
-    actions.extend(more)
-    eligible.extend(nvml)
-    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    return actions + more, eligible + node_triggers
+    after, node_triggers = _screen_triggers(snap, s, {p.node.name for p in (*eligible, *nvml)})
+    return actions + more + after, eligible + nvml + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:

@@ -10,8 +10,11 @@ Case list, for the isolation this cycle plans (guard.plan.isolation: at most one
   its Xid series, `PromView.gpu_holders`)   → those pods
   otherwise                                 → every running GPU pod of the node that
                                               kube-state-metrics reports (`Snapshot.gpu_pods`:
-                                              read for nodes with GPU loss and cordoned nodes)
+                                              read for nodes with GPU loss, a fabric fault or
+                                              admission rejections, and cordoned nodes)
   none                                      → no Event
+  a gpu-short isolation                     → no Event: no pod holds a GPU the node lacks,
+                                              and the pods on its present GPUs lose nothing
   the guard's own jobs namespace            → never (its Jobs are the guard's business)
 Once per isolation: only in the cycle that isolates, with a deterministic name (pod, node,
 incident), created and never counted up (guard.apply.events `emit_once`), so a second run or a
