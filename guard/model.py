@@ -330,7 +330,7 @@ class PromView:
     # Per node with GPU loss now: when the run of observed loss began (see prom_view).
     loss_since: tuple[tuple[str, datetime], ...] = ()
     cordoned: tuple[str, ...] = ()  # nodes kube-state-metrics reports unschedulable
-    # Running, on unschedulable nodes or nodes with GPU loss (kube-state-metrics)
+    # Running, on the nodes queries.gpu_pods names (kube-state-metrics)
     gpu_pods: tuple[GpuPod, ...] = ()
     gpu_holders: tuple[GpuHolder, ...] = ()  # pods on the hardware-Xid GPUs (dcgm-exporter)
     xid_hosts: tuple[HostLabels, ...] = ()  # naming labels of the Xid gauge's series

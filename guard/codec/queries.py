@@ -193,19 +193,24 @@ def cordoned_nodes(pins: Pins = NO_PINS) -> str:
     return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
 
 
-def gpu_pods(jobs_namespace: str, pins: Pins = NO_PINS) -> str:
-    """Running pods requesting GPUs on unschedulable nodes and on nodes with GPU loss, outside
-    the guard's jobs namespace; value = GPUs requested, one series per pod (`max by` collapses
+def gpu_pods(s: Settings, pins: Pins = NO_PINS) -> str:
+    """Running pods requesting GPUs outside the guard's jobs namespace, on the nodes a cycle may
+    tell (guard/plan/workload.py) or return: unschedulable, with GPU loss, a fabric fault or
+    admission rejections now; value = GPUs requested, one series per pod (`max by` collapses
     duplicate kube-state-metrics replicas, `sum` adds up the containers)."""
-    requests = pins.ksm(f'{POD_REQUESTS_METRIC.removesuffix("}")}, namespace!="{jobs_namespace}"}}')
+    jobs = f'namespace!="{s.jobs_namespace}"'
+    requests = pins.ksm(f"{POD_REQUESTS_METRIC.removesuffix('}')}, {jobs}}}")
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
     phase = pins.ksm(f'{POD_PHASE_METRIC}{{phase="Running"}}')
     running = f"({phase} == 1)"
-    cordoned = f"({pins.ksm(UNSCHEDULABLE_METRIC)} == 1)"
+    cordoned = f"{pins.ksm(UNSCHEDULABLE_METRIC)} == 1"
+    nodes = [cordoned, f"{gpu_loss(pins)} > 0", fabric_failed(s, pins)]
+    if s.admission_rejected_min_pods > 0:
+        nodes.append(admission(s, pins))
     return (
         f"sum by (namespace, pod, uid, node) ({per_container}) > 0"
         f" and on (namespace, pod, uid) {running}"
-        f" and on ({NODE_LABEL}) ({cordoned} or ({gpu_loss(pins)} > 0))"
+        f" and on ({NODE_LABEL}) ({' or '.join(f'({n})' for n in nodes)})"
     )
 
 
@@ -273,7 +278,7 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
             on_step=True,
         ),
         Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
-        Query("gpu-pods", gpu_pods(s.jobs_namespace, pins), required=pod_labels),
+        Query("gpu-pods", gpu_pods(s, pins), required=pod_labels),
         Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
         Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
         *signal_queries(s),
@@ -491,6 +496,11 @@ def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> st
     )
 
 
+def admission(s: Settings, pins: Pins = NO_PINS) -> str:
+    """`admission_rejected` with the site's minimum and window."""
+    return admission_rejected(s.admission_rejected_min_pods, s.admission_rejected_window_s, pins)
+
+
 def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
     """Per node, the lower of its GPU capacity and the GPUs dcgm-exporter reports on it (an
     absent exporter is not a short node)."""
@@ -564,10 +574,7 @@ def trigger_queries(s: Settings) -> tuple[Query, ...]:
         count = f"({gpu_count(s, pins)})[{lookback}s:{step}s]"
         out.append(Query("gpu-count-history", count, "matrix", (NODE_LABEL,), on_step=True))
     if s.admission_rejected_min_pods > 0:
-        found = admission_rejected(
-            s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
-        )
-        rejected = f"({found})[{lookback}s:{step}s]"
+        rejected = f"({admission(s, pins)})[{lookback}s:{step}s]"
         out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
     failed = f"({fabric_failed(s, pins)})[{lookback}s:{step}s]"
     out.append(Query("fabric-history", failed, "matrix", (NODE_LABEL,), on_step=True))

@@ -208,6 +208,14 @@ def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tu
     return (*_not_isolated(node.name, Decision.DEVICE_UNPUBLISHED, why, fix, told), *ledger_line)
 
 
+def whole_node(node: str, what: str) -> tuple[Skip, EmitEvent]:
+    """A node-wide finding (a mismatch, a node trigger) on a DRA node: it names no one device to
+    taint, and the guard does not cordon a DRA node (docs/triggers.md)."""
+    why = f"{what}: a whole node's fault names no one device to taint on a DRA node"
+    fix = f"taint its GPUs or cordon it by hand if the fault is real: kubectl cordon {node}"
+    return _not_isolated(node, Decision.NO_GPU_RESOURCE, why, fix)
+
+
 def isolated_skip(node: str, detail: str) -> tuple[Skip, EmitEvent]:
     """Another GPU faulted on a node whose GPU the guard already isolates with a device taint."""
     why = f"{detail}: the guard isolates one device per node"

@@ -94,10 +94,6 @@ def incidents(
     )
 
 
-def of(found: Iterable[Incident], node: str) -> Incident | None:
-    return next((i for i in found if node in i.nodes), None)
-
-
 def request(i: Incident) -> str:
     """The request draft on-call sends the infrastructure team: the domain and every node."""
     listed = ", ".join(f"{m.node} ({m.what})" for m in i.members)
@@ -140,7 +136,7 @@ def announce(found: Iterable[Incident]) -> tuple[Action, ...]:
 
 def breaker_note(found: Iterable[Incident], node: str) -> str:
     """What the breaker's line adds for a node of a domain incident."""
-    i = of(found, node)
+    i = next((i for i in found if node in i.nodes), None)
     if i is None:
         return ""
     return f"; domain incident {i.domain} with {', '.join(i.others(node))}"

@@ -120,7 +120,7 @@ def plan_isolation(
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    if first.failed is None:
+    if first.failed is None and first.reason != Decision.GPU_SHORT:  # workload.py's case list
         actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))
@@ -148,10 +148,8 @@ def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
     actions, eligible = _screen(snap, s)
     more, nvml = _screen_nvml(snap, s)
-    actions.extend(more)
-    eligible.extend(nvml)
-    more, node_triggers = _screen_triggers(snap, s, {p.node.name for p in eligible})
-    return actions + more, eligible + node_triggers
+    after, node_triggers = _screen_triggers(snap, s, {p.node.name for p in (*eligible, *nvml)})
+    return actions + more + after, eligible + nvml + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
@@ -225,8 +223,8 @@ def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]
         if name in xid_nodes or (node is not None and node.unreadable):
             continue
         what = f"{mismatch.NVML_MISMATCH} held {held}s"
-        if skip := _finding_skip(s, name, node, what, mismatch.NVML_MISMATCH):
-            actions.append(skip)
+        if skip := _finding_skip(snap, s, name, node, what, mismatch.NVML_MISMATCH):
+            actions.extend(skip)
         elif node is not None:
             eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
     return actions, eligible
@@ -248,25 +246,26 @@ def _screen_triggers(
             continue
         taken.add(h.node)
         what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        if skip := _finding_skip(s, h.node, node, what, h.reason):
-            actions.append(skip)
+        if skip := _finding_skip(snap, s, h.node, node, what, h.reason):
+            actions.extend(skip)
         elif node is not None:
             eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
     return actions, eligible
 
 
 def _finding_skip(
-    s: Settings, name: str, node: NodeInfo | None, what: str, reason: Reason
-) -> Skip | None:
-    """A whole node's finding (a mismatch, a node trigger) whose node is not eligible, or whose
-    cordon a person cancelled in this boot; None for a candidate."""
-    why = _ineligible(node, s)
+    snap: Snapshot, s: Settings, name: str, node: NodeInfo | None, what: str, reason: Reason
+) -> tuple[Action, ...]:
+    """A whole node's finding (a mismatch, a node trigger) whose node is not eligible (a DRA
+    node: device_taint.whole_node), or whose cordon a person cancelled in this boot; () if not."""
+    why = _ineligible(node, s)  # NOT_IN_API where node is None
+    if node is not None and why == NO_GPU_RESOURCE and device_taint.dra_node(snap, node):
+        return device_taint.whole_node(name, f"{what} ({why})")
     if node is None or why:
-        why = why or Decision.NOT_IN_API
-        return _ineligible_skip(name, why, f"{what} ({why})")
+        return (_ineligible_skip(name, why or Decision.NOT_IN_API, f"{what} ({why})"),)
     if triggers.cancelled(node, reason):
-        return skip_cancelled(node, what, "re-arms on a new boot")
-    return None
+        return (skip_cancelled(node, what, "re-arms on a new boot"),)
+    return ()
 
 
 def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:

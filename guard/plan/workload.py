@@ -10,8 +10,11 @@ Case list, for the isolation this cycle plans (guard.plan.isolation: at most one
   its Xid series, `PromView.gpu_holders`)   → those pods
   otherwise                                 → every running GPU pod of the node that
                                               kube-state-metrics reports (`Snapshot.gpu_pods`:
-                                              read for nodes with GPU loss and cordoned nodes)
+                                              read for nodes with GPU loss, a fabric fault or
+                                              admission rejections, and cordoned nodes)
   none                                      → no Event
+  a gpu-short isolation                     → no Event: no pod holds a GPU the node lacks,
+                                              and the pods on its present GPUs lose nothing
   the guard's own jobs namespace            → never (its Jobs are the guard's business)
 Once per isolation: only in the cycle that isolates, with a deterministic name (pod, node,
 incident), created and never counted up (guard.apply.events `emit_once`), so a second run or a
@@ -20,14 +23,15 @@ retry finds the Event and is done. Never an eviction.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from guard.actions import EmitEvent, PodRef
 from guard.model import GpuSample, NodeInfo, Snapshot
 from guard.names import GPU_ISOLATED_EVENT
 from guard.settings import Settings
 from guard.states import Decision
 
-GPU_ISOLATED = GPU_ISOLATED_EVENT  # the only one of names.POD_EVENT_REASONS
-NOTIFY = Decision.WORKLOAD_NOTIFIED
+NOTIFIED = Decision.WORKLOAD_NOTIFIED
 ADVICE = (
     "the pod is not evicted: it keeps running until it ends; "
     "checkpoint and restart it (new pods go to healthy GPUs)"
@@ -42,14 +46,9 @@ def pods_on(
     """The pods on the isolated GPU (dcgm-exporter's labels), else the node's GPU pods; and
     whether the exporter named them."""
     uids = {(p.namespace, p.name): p.uid for p in snap.gpu_pods if p.node == node}
-    named: set[tuple[str, str]] = set()
-    if gpu is not None:
-        uuid = gpu.uuid.lower()
-        named = {
-            (h.namespace, h.pod)
-            for h in snap.prom.gpu_holders
-            if h.node == node and h.uuid.lower() == uuid
-        }
+    on_gpu = (node, gpu.uuid.lower()) if gpu is not None else None
+    holders = snap.prom.gpu_holders
+    named = {(h.namespace, h.pod) for h in holders if (h.node, h.uuid.lower()) == on_gpu}
     found = named or set(uids)
     refs = tuple(
         PodRef(ns, name, uids.get((ns, name), ""))
@@ -77,7 +76,5 @@ def notify(
         f"{where} on node {node.name}: {fault}; gpu-node-guard {decision}; "
         f"{HOLDS if named else ON_NODE}. {ADVICE}"
     )
-    return tuple(
-        EmitEvent(node.name, NOTIFY, "Warning", GPU_ISOLATED, message, incident, pod=p)
-        for p in pods
-    )
+    event = EmitEvent(node.name, NOTIFIED, "Warning", GPU_ISOLATED_EVENT, message, incident)
+    return tuple(replace(event, pod=p) for p in pods)

@@ -38,6 +38,10 @@ pytestmark = pytest.mark.apiserver
 
 REJECT, SHORT, CPU = "e2e-rejecting", "e2e-short", "e2e-outofcpu"
 NEW, NO_EXPORTER = "e2e-never-admitted", "e2e-no-exporter"
+FABRIC, TEAM = "e2e-fabric", "e2e-train"
+SXID = 12028  # a fatal NVSwitch SXid (DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS' value)
+# An 8-GPU training on the NVSwitch node: a GPU pod, not on a named GPU (the fabric names none).
+TRAINING = PodTimeline(TEAM, "nccl-allreduce-0", FABRIC, gpus=8)
 GATE_TAINT = {"key": "gpu-node-guard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
 ONSET = T0 + timedelta(seconds=ONSET_S)
 HELD_AT = ONSET + timedelta(minutes=10)  # the default hold after the first batch was refused
@@ -69,8 +73,9 @@ def prom() -> Iterator[LocalPrometheus]:
         NodeTimeline(CPU),
         NodeTimeline(NEW, gpus=7),  # short from the start, never admitted
         NodeTimeline(NO_EXPORTER, xid_gauge=False),  # dcgm-exporter exposes nothing here
+        NodeTimeline(FABRIC, nvswitch_fatal=((0, 0), (ONSET_S, SXID))),  # 8/8, no Xid
     )
-    pods = (*storm(REJECT, "UnexpectedAdmissionError"), *storm(CPU, "OutOfcpu"))
+    pods = (*storm(REJECT, "UnexpectedAdmissionError"), *storm(CPU, "OutOfcpu"), TRAINING)
     with scenario_prometheus(*nodes, pods=pods) as server:
         yield server
 
@@ -159,3 +164,38 @@ def test_a_node_never_admitted_and_a_node_without_exporter_are_not_cordoned(
     assert mine(plan, new) == [("skip", "onboarding-gpu-short")]
     assert core.read_node(new).spec.unschedulable is not True
     assert mine(plan, bare) == []
+
+
+def test_a_failed_fabric_is_isolated_after_its_hold_and_its_gpu_pods_are_told(
+    prom, guard_kubeconfig, checked_gpu_node, core, admin, deployed
+):
+    node = checked_gpu_node(FABRIC, allocatable=8)
+    try:
+        core.create_namespace({"metadata": {"name": TEAM}})
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    early = run_guard(prom, guard_kubeconfig, HELD_AT - timedelta(minutes=1)).plan
+    assert mine(early, node) == []
+    plan = run_guard(prom, guard_kubeconfig, HELD_AT).plan
+    assert mine(plan, node) == [
+        ("cordon", "fabric"),
+        ("event", "fabric"),
+        ("append-ledger", "fabric"),
+        ("event", "workload-notified"),
+    ]
+    found = core.read_node(node)
+    assert found.spec.unschedulable is True
+    assert guard_notes(found)[KEYS.reason] == "fabric"
+    (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
+    assert event["type"] == "Warning" and "NVSwitch" in event["note"]
+    (line,) = ledger_text(core, node).splitlines()
+    entry = parse_line(node, line).entry
+    assert entry is not None and (entry.word, entry.uuid) == ("fabric", "-")
+    assert guard_jobs(admin, node) == []  # no evidence Job: its argv names one GPU
+    # No GPU loss and not cordoned when read: its GPU pods are read for the held fabric fault.
+    events = client.EventsV1Api(admin).list_namespaced_event(TEAM).items
+    (told,) = [e for e in events if e.reason == "GuardGpuIsolated"]
+    assert told.regarding.name == TRAINING.name and told.regarding.uid == TRAINING.uid
+    assert "fabric (" in told.note and "holds GPUs of the node" in told.note
+    assert "not evicted" in told.note

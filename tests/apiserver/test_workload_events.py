@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,10 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.example.promserver import LocalPrometheus
 from guard.example.scenario import NodeTimeline, PodTimeline
+from guard.generate import alert_queries
 from guard.names import REPORTING_CONTROLLER
+from tests.alerting.conftest import push_stack_in
+from tests.alerting.servers import query, wait_until
 from tests.apiserver.conftest import refused_by
 from tests.apiserver.guard_run import (
     CYCLE,
@@ -191,12 +195,20 @@ def test_three_nodes_of_one_rack_are_one_domain_incident(
     gpu_node: Callable[..., str],
     core: client.CoreV1Api,
     admin: client.ApiClient,
+    tmp_path: Path,
 ) -> None:
     for name in RACK_NODES:
         gpu_node(name)
         core.patch_node(name, {"metadata": {"labels": {RACK: "r7"}}}, _content_type=MERGE_PATCH)
     flags = ("--topology-label", RACK, "--breaker-max-nodes", "1")
-    first = run_guard(prom, guard_kubeconfig, ISOLATE_AT, *flags)
+    with push_stack_in(tmp_path) as stack:
+        first = run_guard(
+            prom, guard_kubeconfig, ISOLATE_AT, *flags, "--pushgateway-url", stack.pushgateway_url
+        )
+        # The alert's expression on what the run pushed, through Prometheus scraping the gateway.
+        alert = alert_queries.alert_domain_incident()
+        (firing,) = wait_until(lambda: query(stack.prometheus_url, alert) or None, 30, "no alert")
+        assert firing["metric"]["domain"] == f"{RACK}=r7" and firing["value"][1] == "3"
     (request,) = [line for line in first.lines("skip") if line.get("reason") == "domain-incident"]
     assert request["level"] == "WARN"
     assert request["detail"].startswith(f"domain incident {RACK}=r7: 3 nodes")
@@ -216,3 +228,9 @@ def test_three_nodes_of_one_rack_are_one_domain_incident(
     }
     assert sorted(held) == list(RACK_NODES[1:])
     assert f"domain incident {RACK}=r7 with {RACK_NODES[0]}, {RACK_NODES[2]}" in held[RACK_NODES[1]]
+    for name in RACK_NODES[1:]:
+        (breaker,) = [e for e in node_events(admin, name) if e["reason"] == "GuardBreakerOpen"]
+        assert f"domain incident {RACK}=r7 with " in breaker["note"]
+    # Each node's domain Event stays one Event (its series counts the cycles), never a second.
+    for name in RACK_NODES:
+        assert [e["reason"] for e in node_events(admin, name)].count("GuardDomainIncident") == 1

@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,7 +38,7 @@ from guard.doors.kube import Kube
 from guard.doors.prom import PromClient, PromError
 from guard.example.scenario import NodeTimeline
 from guard.log import Log
-from guard.model import GpuSample, PromView
+from guard.model import GpuHolder, GpuSample, PromView
 from guard.names import FIELD_MANAGER, Annotations
 from guard.pci import normalize_pci
 from guard.plan import plan_cycle
@@ -827,3 +828,35 @@ def test_a_faulted_gpu_the_driver_stopped_publishing_is_recorded_and_said_not_is
 
 
 SLICES = ("resource.k8s.io", "v1", "resourceslices")
+
+
+def test_the_pod_on_the_tainted_gpu_is_told_and_a_node_wide_fault_is_said_not_isolated(
+    dra_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """The device-taint unit tells the pod dcgm-exporter names on the faulted GPU (guard scope
+    admits its Event in the pod's namespace); a held fabric fault of another DRA node names no
+    device: no rule, no cordon, a WARN line and a GuardNotIsolated Event on that node."""
+    node, wide, team, s = "dra-told", "dra-fabric", "dra-team", roomy()
+    for name in (node, wide):
+        dra_node(admin, name)
+    try:
+        client.CoreV1Api(admin).create_namespace({"metadata": {"name": team}})
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    holder = GpuHolder(node, gpu_uuid(node, FAULTED), team, "train-0")
+    fabric = ((wide, T0 - timedelta(hours=1)),)
+    view = replace(xid(node), gpu_holders=(holder,), fabric_since=fabric)
+    plan = cycle(dra_plane, view, T0, s)
+    assert [a.device for a in plan if isinstance(a, TaintDevice)] == [
+        f"gpu.nvidia.com/{node}/gpu-{FAULTED}"
+    ]
+    answer = client.EventsV1Api(admin).list_namespaced_event(team).items
+    (told,) = [e for e in answer if e.reason == "GuardGpuIsolated"]
+    assert told.regarding.kind == "Pod" and told.regarding.name == "train-0"
+    assert "tainted this GPU NoSchedule" in told.note and gpu_uuid(node, FAULTED) in told.note
+    assert not client.CoreV1Api(admin).read_node(wide).spec.unschedulable
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.node == wide]
+    assert (skip.reason, skip.level) == ("no-gpu-resource", "WARN")
+    events = [e for e in node_events(admin, wide) if e["reason"] == "GuardNotIsolated"]
+    assert len(events) == 1 and "names no one device to taint" in events[0]["note"], events

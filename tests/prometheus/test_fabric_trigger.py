@@ -19,7 +19,7 @@ import pytest
 from guard.actions import AppendLedgerLine, Cordon, Skip
 from guard.doors.prom import PromClient
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
+from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario
 from guard.ledger import parse_line
 from guard.model import Snapshot
 from guard.plan import triggers
@@ -27,7 +27,7 @@ from guard.plan.isolation import plan_isolation
 from guard.read.prom_view import read_prom
 from guard.settings import Settings
 from tests.builders import KEYS, TEMPLATES, node
-from tests.engines import scenario_server
+from tests.engines import ENGINES, scenario_server
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus
@@ -39,6 +39,7 @@ S = Settings(prometheus_url="http://unused")
 FAIL, SUCCESS, IN_PROGRESS, NOT_SUPPORTED, NOT_STARTED = 4, 3, 2, 0, 1
 LINK_OFF, LINK_ACTIVE, LINK_ERROR = 0, 2, 3
 SXID = 12028  # any fatal SXid: the field's value is the SXid reported, 0 while none
+ADMISSION = "UnexpectedAdmissionError"
 RISING = ((0, 0), *((ONSET_S + 60 * i, i + 1) for i in range(60)))  # one more each minute
 
 NODES = (
@@ -191,3 +192,29 @@ def test_the_trigger_applies_where_any_fabric_field_is_exported(only, lines):
         view = read_prom(PromClient(server.url), S, at(5), (only.name,))
     found = triggers.not_applicable(Snapshot(at(5), (node(only.name),), (), (), (), view))
     assert [a.reason for a in found if isinstance(a, Skip)] == ["fabric-not-applicable"] * lines
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_gpu_pods_of_a_fabric_or_rejecting_node_are_read_for_the_workload_events(engine):
+    """Neither trigger sees GPU loss or a cordon: their nodes' running GPU pods are read as well
+    (the pods a fabric or admission-rejected isolation tells, guard/plan/workload.py)."""
+    require_engine(engine)
+    fault = NodeTimeline("pods-fabric", nvswitch_fatal=((0, 0), (ONSET_S, SXID)))
+    storm = tuple(
+        PodTimeline("ml", f"ws-{i}", "pods-rejecting", gpus=1, reason=ADMISSION, first_s=ONSET_S)
+        for i in range(6)
+    )
+    nodes = (fault, NodeTimeline("pods-rejecting"), NodeTimeline("pods-quiet"))
+    pods = tuple(PodTimeline("team", f"train-{n.name}", n.name, gpus=8) for n in nodes)
+    scenario = Scenario(
+        start=T0, duration_s=60 * 60, nodes=nodes, pods=(KSM_POD, *pods, *storm), scrape_s=30
+    )
+    with scenario_server(scenario, engine) as server:
+        names = tuple(n.name for n in nodes)
+
+        def read(when: datetime) -> list[str]:
+            view = read_prom(PromClient(server.url), S, when, names)
+            return sorted(p.node for p in view.gpu_pods)
+
+        assert read(at(-5)) == []
+        assert read(at(5)) == ["pods-fabric", "pods-rejecting"]  # faults now, not yet held

@@ -160,7 +160,8 @@ def test_node_label_wins_only_when_it_names_a_node(prom):
 
 def test_gpu_pods_come_from_kube_state_metrics(prom):
     # only Running pods requesting GPUs, on unschedulable nodes (the return) or nodes with GPU
-    # loss (the pods an isolation tells), outside the guard's namespace; with their uid
+    # loss (the pods an isolation tells; fabric and rejecting nodes: test_fabric_trigger.py),
+    # outside the guard's namespace; with their uid
     train0, train1 = (PodTimeline("research", f"train-{i}", "") for i in (0, 1))
     assert view(prom, minutes(12)).gpu_pods == (
         GpuPod("research", "train-0", "cordoned79", 2, train0.uid),

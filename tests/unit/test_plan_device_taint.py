@@ -618,3 +618,20 @@ def test_mig_devices_and_gpus_without_a_uuid_are_read_at_the_boundary() -> None:
         DraDevice("d", "gpu.nvidia.com", "d", "gpu-4-mig-0", "", "", UUID),
         DraDevice("d", "gpu.nvidia.com", "d", "gpu-5", "", "0000:aa:00.0"),
     )
+
+
+def test_a_node_wide_fault_on_a_dra_node_is_said_not_isolated_with_its_event() -> None:
+    """A held fabric fault names no device: no rule, no cordon (the node-scope policy refuses
+    it), a WARN line and a GuardNotIsolated Event naming the finding, every cycle."""
+    snap = published(snapshot(dra_node()))
+    snap = replace(snap, prom=replace(snap.prom, fabric_since=(("d", NOW - timedelta(hours=1)),)))
+    plan = plan_cycle(snap, S, TEMPLATES)
+    assert not [a for a in plan if isinstance(a, (Cordon, TaintDevice))]
+    (skip,) = [a for a in plan if isinstance(a, Skip) and a.node == "d"]
+    assert (skip.reason, skip.level) == ("no-gpu-resource", "WARN")
+    assert skip.detail.startswith("fabric held 3600s: ")
+    assert "names no one device to taint on a DRA node" in skip.detail
+    assert "check the device plugin" not in skip.next  # a DRA node has none
+    (event,) = [a for a in plan if isinstance(a, EmitEvent) and a.node == "d"]
+    assert (event.event_type, event.event_reason) == ("Warning", "GuardNotIsolated")
+    assert "fabric held 3600s" in event.message

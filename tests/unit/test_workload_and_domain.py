@@ -115,6 +115,33 @@ def test_an_open_breaker_tells_no_pod():
     assert pod_events(plan_isolation(snap, settings(), TEMPLATES)) == []
 
 
+def trigger_snapshot(*, fabric: bool) -> Snapshot:
+    """Node b with GPU pods and GPU loss, held as a fabric fault or as short of its class
+    (gpu-pool=a:8, 7 GPUs for the last hour)."""
+    n = replace(node("b", allocatable=7), labels=(("gpu-pool", "a"),))
+    snap = snapshot(n, pods=(GpuPod("team-a", "train-0", "b", 7),))
+    hour = tuple((NOW - timedelta(minutes=m), 7) for m in range(60, -1, -1))
+    facts = {"fabric_since": (("b", NOW - timedelta(hours=1)),)} if fabric else {}
+    counts = {} if fabric else {"gpu_counts": (("b", hour),)}
+    return replace(snap, prom=replace(snap.prom, **facts, **counts))
+
+
+def test_a_fabric_isolation_tells_the_nodes_gpu_pods():
+    actions = plan_isolation(trigger_snapshot(fabric=True), settings(), TEMPLATES)
+    assert [a.reason for a in actions if isinstance(a, Cordon)] == ["fabric"]
+    (told,) = pod_events(actions)
+    assert told.pod == PodRef("team-a", "train-0", "")
+    assert "its GPUs on node b: fabric (" in told.message
+    assert "holds GPUs of the node" in told.message
+
+
+def test_a_gpu_short_isolation_tells_no_pod():
+    s = settings(gpu_classes="gpu-pool=a:8")
+    actions = plan_isolation(trigger_snapshot(fabric=False), s, TEMPLATES)
+    assert [a.reason for a in actions if isinstance(a, Cordon)] == ["gpu-short"]
+    assert pod_events(actions) == []  # no pod holds the GPU the node lacks
+
+
 # ── Domain incidents ──────────────────────────────────────────────────────────────────────
 
 
