@@ -8,6 +8,8 @@ node's GPU count. Nothing here reads a cluster or a clock.
 An isolation (`Span`) of a node, walked in time order per node (first case wins):
   a cordon mark or an incident, no isolation open  → opens one; an incident opens it at its time
   a cordon mark, the open one has no cordon yet    → the isolation's cordon time
+  the node's cordon record, one open since an      → closes that one `unrecorded` at its cordon
+    earlier cordon                                   (this cordon removed its end record)
   an incident while one is open                    → joins it (a second fault under the cordon)
   a repair mark while one is open                  → the repair seen (its first)
   a return or cancel mark while one is open        → closes it
@@ -34,7 +36,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import pairwise
 from statistics import mean
-from typing import Any
+from typing import Any, cast
 
 from guard import ledger
 from guard.ledger import LedgerEntry
@@ -68,6 +70,7 @@ class Mark:
     at: datetime
     kind: MarkKind
     unit: Unit = Unit.NODE
+    record: bool = False  # the node's cordon record in force (`auto-cordon-at`), not an Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +93,7 @@ class Budget:
     human: timedelta
 
     def of(self, verdict: Repair) -> timedelta:
-        return {
-            Repair.RESET: self.reset,
-            Repair.POWER_CYCLE: self.power_cycle,
-            Repair.RMA: self.rma,
-            Repair.HUMAN: self.human,
-        }[verdict]
+        return cast(timedelta, getattr(self, verdict.value.replace("-", "_")))
 
     def past(self, verdict: Repair, start: datetime, now: datetime) -> timedelta | None:
         """The isolation's age when it is past its verdict's budget, else None."""
@@ -233,8 +231,7 @@ def spans(facts: Facts, classes: XidClasses) -> tuple[Span, ...]:
 
 
 # At one instant the opening comes first, then what joins, then the close.
-_ORDER = {"incident": 1, MarkKind.CORDON: 0, MarkKind.REPAIR: 2, MarkKind.RETURN: 3}
-_ORDER[MarkKind.CANCEL] = 3
+_ORDER = {MarkKind.CORDON: 0, "incident": 1, MarkKind.REPAIR: 2, MarkKind.RETURN: 3, "cancel": 3}
 
 
 def _node_spans(node: str, facts: Facts, classes: XidClasses) -> list[Span]:
@@ -254,6 +251,10 @@ def _node_spans(node: str, facts: Facts, classes: XidClasses) -> list[Span]:
                 cur.cordon = at
             cur.incidents.append(step)
         elif step.kind is MarkKind.CORDON:
+            if cur and step.record and cur.unit is Unit.NODE and (cur.cordon or at) < at:
+                # This cordon removed the record of that isolation's end: it ended before.
+                out.append(_span(node, gpus, cur, classes, cur.cordon, UNRECORDED))
+                cur = None
             if cur is None:
                 cur = _Open(at, step.unit, [], at)
             elif cur.cordon is None:
@@ -463,7 +464,7 @@ def _order(m: Mark) -> tuple[str, datetime, str]:
 def node_marks(n: NodeInfo) -> list[Mark]:
     out = []
     if n.cordon is not None and n.cordon.at is not None:
-        out.append(Mark(n.name, n.cordon.at, MarkKind.CORDON))
+        out.append(Mark(n.name, n.cordon.at, MarkKind.CORDON, record=True))
     if n.reset_done_at is not None:
         out.append(Mark(n.name, n.reset_done_at, MarkKind.REPAIR))
     if n.returned is not None:

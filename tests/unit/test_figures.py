@@ -184,3 +184,31 @@ def test_records_after_the_period_end_are_not_yet_made() -> None:
     assert (span.repair, span.end, span.closed_by) == (None, None, "")
     (row,) = figures(facts, bundled_classes(), t("2026-08-31T00:00:00Z"), until).incidents
     assert (row.open, row.cordon_to_repair) == (True, None)
+
+
+def test_a_new_cordon_ends_the_isolation_whose_end_record_it_removed() -> None:
+    """A person uncordoned n (cancel record and Event), then the guard cordoned it again: the
+    cordon removed the cancel record, and the push reads no Event. The earlier isolation ended
+    before this cordon (the guard cordons only a node out of its care): it is closed with its
+    end unrecorded, not merged into the cordon in force."""
+    first, cancel, again = "2026-09-01T00:00:00Z", "2026-09-02T00:00:00Z", "2026-09-10T00:00:00Z"
+    lines = (entry("n", first), entry("n", again))
+    now = Mark("n", t(again), MarkKind.CORDON, record=True)  # `auto-cordon-at` on the node
+    since, until = t("2026-08-31T00:00:00Z"), t("2026-09-11T00:00:00Z")
+    pushed = figures(Facts(lines, (now,), {"n": 8}), bundled_classes(), since, until)
+    assert [(s.start, s.end, s.closed_by) for s in pushed.spans] == [
+        (t(first), t(first), UNRECORDED),
+        (t(again), None, ""),
+    ]
+    assert [h.total for h in pushed.per_span] == [0.0, 8 * 24.0]
+    assert [r.isolated for r in pushed.incidents] == [None, timedelta(days=1)]
+    # The report within the Event's hour: the cancel closes the first one where it was.
+    ended = (now, Mark("n", t(cancel), MarkKind.CANCEL))
+    read = figures(Facts(lines, ended, {"n": 8}), bundled_classes(), since, until)
+    assert [(s.end, s.closed_by) for s in read.spans] == [(t(cancel), "cancel"), (None, "")]
+    # The cordon Event of the cordon in force, re-emitted by a later cycle, ends nothing.
+    late = Mark("n", t(again) + timedelta(minutes=5), MarkKind.CORDON)
+    (_, other) = figures(
+        Facts(lines, (*ended, late), {"n": 8}), bundled_classes(), since, until
+    ).spans
+    assert (other.start, other.end, len(other.incidents)) == (t(again), None, 1)
