@@ -104,46 +104,39 @@ def option_set(names: tuple[str, ...]) -> Callable[[Command], Command]:
     """A decorator: one click option per setting of `names`, with its GUARD_* variable."""
 
     def decorate(command: Command) -> Command:
-        return _options(command, names)
+        for name in reversed(site_options(names)):
+            command = _option(name)(command)
+        return command
 
     return decorate
 
 
-def _options(command: Command, names: tuple[str, ...]) -> Command:
-    for name in reversed(site_options(names)):
-        if name in COMPOUNDS:
-            command = _compound_option(name)(command)
-            continue
-        (f,) = setting_fields((name,))
-        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
-        default = f.default
-        if isinstance(default, tuple):
-            default = ",".join(str(v) for v in default)
-        option = click.option(
-            f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
-            f.name,
-            cls=SettingOption if kind in ("str", "tuple[int, ...]") else click.Option,
-            type=None if kind == "bool" else _TYPES[kind],
-            default=default,
-            envvar="GUARD_" + f.name.upper(),
-            show_default=True,
-            help=f.metadata["help"],
+def _option(name: str) -> Callable[[Command], Command]:
+    if name in COMPOUNDS:  # unset (None) leaves every field at its default
+        return click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            cls=SettingOption,
+            default=None,
+            envvar="GUARD_" + name.upper(),
+            metavar="KEY=VALUE,…",
+            show_default=compound_default(name),
+            help=compound_help(name),
         )
-        command = option(command)
-    return command
-
-
-def _compound_option(name: str) -> Callable[[Command], Command]:
-    """One option for a compound's fields; unset (None) leaves every field at its default."""
+    (f,) = setting_fields((name,))
+    flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+    default = f.default
+    if isinstance(default, tuple):
+        default = ",".join(str(v) for v in default)
     return click.option(
-        "--" + name.replace("_", "-"),
-        name,
-        cls=SettingOption,
-        default=None,
-        envvar="GUARD_" + name.upper(),
-        metavar="KEY=VALUE,…",
-        show_default=compound_default(name),
-        help=compound_help(name),
+        f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
+        f.name,
+        cls=SettingOption if kind in ("str", "tuple[int, ...]") else click.Option,
+        type=None if kind == "bool" else _TYPES[kind],
+        default=default,
+        envvar="GUARD_" + f.name.upper(),
+        show_default=True,
+        help=f.metadata["help"],
     )
 
 
@@ -215,8 +208,8 @@ def build_settings(
     A layout setting off the manifests' value is one WARN line (`warn_layout=False`: the caller
     logs it in its own format, as `run` does)."""
     names = {f.name for f in setting_fields()}
-    if warn:
-        warn_unknown_env()
+    for line in unknown_env_lines() if warn else ():
+        click.echo(line, err=True)
     pod = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
     given = {**pod, **_expand(options, names)}
     try:
@@ -313,46 +306,37 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
-def known_env_names() -> frozenset[str]:
-    read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
-    return frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
-
-
 FIXED_HINT = "a fixed value of the guard, not a setting: docs/deploy.md, Settings by lifetime"
 
 
-def retired_hints() -> dict[str, str]:
-    """GUARD_* names that are no variable, each with what it is: a fixed value, or a key of
-    a compound setting now (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One WARN line per GUARD_* variable no command reads, with the closest known name (a
+    misspelt GUARD_HOLD_WINDOW would leave the default in force without a word) or what it is
+    now: a fixed value, or a compound's key (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+    read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
+    known = frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
     hints = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
     for name, compound in COMPOUND_OF.items():
         hints["GUARD_" + name.upper()] = (
             f"now the key {compound_key(name)}= of GUARD_{compound.upper()}: docs/deploy.md,"
             " Settings by lifetime"
         )
-    return hints
+    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, environ)
 
 
-def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One WARN line per GUARD_* variable no command reads, with the closest known name: a
-    misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
-    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, retired_hints(), environ)
-
-
-def unknown_command_env_lines(
-    command: click.Command, prefix: str, environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """The same for a node-side command's own variables (`prefix`, e.g. GUARD_AGENT_): every
-    <prefix>* name that none of `command`'s options reads; an option never read from the
-    environment (conformance --fix) is named as such."""
+def warn_unknown_command_env(prefix: str) -> None:
+    """At the start of a node-side command: one WARN line per <prefix>* variable (e.g.
+    GUARD_AGENT_) none of its options reads; an option never read from the environment
+    (conformance --fix) is named as such."""
     known, flag_only = set(), {}
-    for p in command.params:
+    for p in click.get_current_context().command.params:
         if isinstance(p.envvar, str):
             known.add(p.envvar)
         elif p.envvar is None and isinstance(p, click.Option) and p.name:
             flag = p.name.replace("_", "-")
             flag_only[prefix + p.name.upper()] = f"--{flag} is read from the command line only"
-    return _unknown_lines(prefix, frozenset(known), (), flag_only, environ)
+    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, None):
+        click.echo(line, err=True)
 
 
 def _unknown_lines(
@@ -374,17 +358,6 @@ def _unknown_lines(
             + (f" ({hint})" if hint else "")
         )
     return out
-
-
-def warn_unknown_env() -> None:
-    for line in unknown_env_lines():
-        click.echo(line, err=True)
-
-
-def warn_unknown_command_env(prefix: str) -> None:
-    """At the start of a node-side command: its unknown <prefix>* variables, one WARN each."""
-    for line in unknown_command_env_lines(click.get_current_context().command, prefix):
-        click.echo(line, err=True)
 
 
 def _flag(name: str) -> str:
