@@ -1,9 +1,7 @@
-"""The Settings as click options, for every command that takes the guard's settings (`run`,
-`render`, `status`): one flag and one GUARD_* environment variable per site setting (each command
-takes the groups it uses: guard/settings.py `SITE_GROUPS`), the CronJob's own values from their
-GUARD_* variable only (`CRONJOB_ENV`), with defaults and help from guard/settings.py, built into
-one Settings; a refused value is one usage line naming its flag; and the click types these
-commands and the node-side ones share."""
+"""The Settings as click options (`run`, `render`, `status`, `report`): one flag and one GUARD_*
+variable per site setting of the groups a command takes (guard/settings.py `SITE_GROUPS`), the
+CronJob's own values from their variable only (`CRONJOB_ENV`), built into one Settings; a refused
+value is one usage line naming its flag. Also the click types the node-side commands share."""
 
 from __future__ import annotations
 
@@ -184,20 +182,6 @@ def parse_compound(name: str, text: str) -> dict[str, Any]:
     return out
 
 
-def _expand(options: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
-    """Click's values as fields: each given compound spread into its members; a compound's
-    refused text is one usage line naming its flag."""
-    out: dict[str, Any] = {}
-    for name, value in options.items():
-        if name in COMPOUNDS and value is not None:
-            try:
-                out.update(parse_compound(name, value))
-            except ValueError as exc:
-                raise click.UsageError(f"bad setting: {_option_flag(name)} {exc}") from None
-    out.update({k: v for k, v in options.items() if k in names})
-    return out
-
-
 settings_options = option_set(SITE_SETTINGS)  # `run`: every site setting
 
 
@@ -207,11 +191,17 @@ def build_settings(
     """The Settings from click's values; a refused value is one usage line naming its flag.
     A layout setting off the manifests' value is one WARN line (`warn_layout=False`: the caller
     logs it in its own format, as `run` does)."""
-    names = {f.name for f in setting_fields()}
     for line in unknown_env_lines() if warn else ():
         click.echo(line, err=True)
-    pod = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
-    given = {**pod, **_expand(options, names)}
+    given = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
+    for name, value in options.items():  # a compound spreads into its members
+        if name in COMPOUNDS and value is not None:
+            try:
+                given.update(parse_compound(name, value))
+            except ValueError as exc:
+                raise click.UsageError(f"bad setting: {_option_flag(name)} {exc}") from None
+    names = {f.name for f in setting_fields()}
+    given.update({k: v for k, v in options.items() if k in names})
     try:
         built = Settings(**given)
     except SettingsError as exc:
@@ -228,12 +218,6 @@ def build_settings(
     return built
 
 
-LAYOUT_NEXT = (
-    "unset it, or regenerate the policies and rename the manifests (docs/deploy.md, "
-    '"Settings by lifetime")'
-)
-
-
 def layout_warnings(s: Settings) -> list[dict[str, str]]:
     """One warning per layout setting that differs from what the manifests pin: the first write
     under it would be refused by the shipped policies or RBAC, mid-cycle."""
@@ -243,7 +227,8 @@ def layout_warnings(s: Settings) -> list[dict[str, str]]:
             "value": str(value),
             "pinned": str(pinned),
             "why": "the policies and RBAC pin it: the guard's writes under it are refused",
-            "next": LAYOUT_NEXT,
+            "next": "unset it, or regenerate the policies and rename the manifests (docs/deploy.md,"
+            ' "Settings by lifetime")',
         }
         for name, value, pinned in layout_differences(s)
     ]
