@@ -201,7 +201,8 @@ def append(kube: Kube, target: LedgerTarget, node: str, line: str) -> Appended:
         cm = kube.configmap(target.namespace, target.name)
         try:
             if cm is None:
-                kube.create_configmap(target.namespace, _new_ledger(target, node, line))
+                body = _configmap(target, target.name, {node: ledger.append_to_text("", line)})
+                kube.create_configmap(target.namespace, body)
                 return Appended(archive=archive, moved_lines=moved, tries=attempt)
             data = _text_data(cm)
             text = data.get(node, "")
@@ -235,15 +236,13 @@ def _without(text: str, archived: set[tuple[str, str]], node: str) -> str:
     return "".join(f"{raw}\n" for raw in kept)
 
 
-def _new_ledger(target: LedgerTarget, node: str, line: str) -> dict[str, object]:
-    return {
-        "metadata": {
-            "name": target.name,
-            "namespace": target.namespace,
-            "labels": {APP_LABEL: APP_NAME},
-        },
-        "data": {node: ledger.append_to_text("", line)},
-    }
+def _configmap(target: LedgerTarget, name: str, data: dict[str, str]) -> dict[str, object]:
+    """The ledger (`name` is the target's) or one of its archives, as created."""
+    labels = {APP_LABEL: APP_NAME}
+    if name != target.name:
+        labels[COMPONENT_LABEL] = LEDGER_ARCHIVE_COMPONENT
+    meta = {"name": name, "namespace": target.namespace, "labels": labels}
+    return {"metadata": meta, "data": data}
 
 
 def archive_text(text: str) -> str:
@@ -267,14 +266,7 @@ def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> s
     n = max(map(_index_of, taken), default=0) + 1
     for _ in range(100):
         name = archive_name(target.name, n)
-        body = {
-            "metadata": {
-                "name": name,
-                "namespace": target.namespace,
-                "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: LEDGER_ARCHIVE_COMPONENT},
-            },
-            "data": {node: archive_text(text) for node, text in moved.items()},
-        }
+        body = _configmap(target, name, {n: archive_text(t) for n, t in moved.items()})
         try:
             kube.create_configmap(target.namespace, body)
             return name
