@@ -174,9 +174,8 @@ def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
 def incident_records(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[CancelRecord | None, ReturnRecord | None]:
-    return problems.parsed(notes, k.cancelled, k, _cancel), problems.parsed(
-        notes, k.returned, k, _return
-    )
+    cancelled = problems.parsed(notes, k.cancelled, k, _cancel)
+    return cancelled, problems.parsed(notes, k.returned, k, _return)
 
 
 def _cancel(text: str) -> CancelRecord | str:
@@ -271,17 +270,8 @@ class DeviceRecord:
         return tuple(self.rule.split(","))
 
     def value(self) -> str:
-        return " ".join(
-            (
-                self.reason,
-                format_time(self.at),
-                self.boot_id or "-",
-                self.pci,
-                self.uuid,
-                self.device,
-                self.rule,
-            )
-        )
+        head = (self.reason, format_time(self.at), self.boot_id or "-", self.pci, self.uuid)
+        return " ".join((*head, self.device, self.rule))
 
 
 _DEVICE = re.compile(r"xid-([1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
