@@ -21,7 +21,6 @@ from guard.model import (
     NodeInfo,
     ReturnRecord,
     Snapshot,
-    TaintRule,
     Unreadable,
 )
 from guard.names import PRINTABLE_WORD, Annotations
@@ -311,7 +310,7 @@ def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
                 found.setdefault(iso.key, iso)
     for rule in snap.taint_rules:
         if rule.guard:
-            iso = _rule(rule)
+            iso = _recorded(rule.node, rule.record, rule.name)
             found.setdefault(iso.key, iso)
     return tuple(found.values())
 
@@ -329,10 +328,6 @@ def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
 def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
     text = node.annotation(k.device_taint)
     return None if text is None else _recorded(node.name, text)
-
-
-def _rule(rule: TaintRule) -> Isolation:
-    return _recorded(rule.node, rule.record, rule.name)
 
 
 def _recorded(node: str, text: str, rule: str = "") -> Isolation:
