@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 31_770
+MAX_LINES = 31_760
 MAX_MODULES_OVER_300 = 31
 MAX_FUNCTIONS_OVER_40 = 35
 
