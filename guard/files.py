@@ -1,11 +1,7 @@
-"""Reading files a person or a cluster hands the guard, with bounds (docs/security.md).
-
-Every input file goes through `read_bounded`: a regular file only (a FIFO would block forever,
-/dev/zero would read until memory runs out), at most `limit` bytes (checked before reading and
-again while reading, for a file that grows). YAML goes through `load_yaml_all`: nesting depth
-bounded (the composer recurses: a deep document is a RecursionError), aliases bounded and their
-expansion counted (a "billion laughs" kubeconfig grew to 2.6 GB in the kubernetes client). Every
-failure is a `FileInputError` with one line.
+"""Reading files a person or a cluster hands the guard, with the bounds of docs/security.md
+("Hostile input files"): every file through `read_bounded` (the size checked before and while
+reading, for a file that grows), YAML through `load_yaml_all`; each failure a one-line
+`FileInputError`.
 """
 
 from __future__ import annotations

@@ -120,6 +120,7 @@ class Annotations:
 
     prefix: str
 
+    # Each key's value, writer and lifetime: docs/node-annotations.md.
     reason = AnnotationKey("auto-cordon-reason")
     at = AnnotationKey("auto-cordon-at")
     boot_id = AnnotationKey("auto-cordon-boot-id")
@@ -127,36 +128,21 @@ class Annotations:
     gpu = AnnotationKey("auto-cordon-gpu")
     loadtest_result = AnnotationKey("loadtest-result")
     conformance_result = AnnotationKey("conformance-result")
-    # `<bootID> <GPU-UUID> xid-<n> <RFC3339>`: a person's uncordon cancelled this incident.
     cancelled = AnnotationKey("cancelled")
-    returned = AnnotationKey("returned")  # `<RFC3339> job/<name>`: back after a passed load test
-    # The lifecycle checks (docs/lifecycle.md, docs/onboarding.md).
-    # `<bootID> <RFC3339> job/<name>|uncordon`: the last boot whose conformance passed.
+    returned = AnnotationKey("returned")
     checked_boot = AnnotationKey("checked-boot")
-    # `<pci>=<speed>GT/s,x<width> …`: the GPUs' links read by the cordon's evidence Job.
     pcie_links = AnnotationKey("auto-cordon-pcie-links")
-    # `<RFC3339> job/<name> <item>[,<item>…]`: the conformance items that failed; why the
-    # onboarding gate stays closed.
     conformance_failed = AnnotationKey("conformance-failed")
     onboarding_failed = AnnotationKey("onboarding-failed")
-    # What the guard made (docs/lifecycle.md, "Job results"): a result counts only from that Job.
-    # `<job name> <uid> <spec digest>`: the last Job of that kind the guard created here.
+    # What the guard made: a result counts only from that Job (docs/lifecycle.md, "Job results").
     loadtest_job = AnnotationKey("job-loadtest")
     conformance_job = AnnotationKey("job-conformance")
     evidence_job = AnnotationKey("job-evidence")
     fence_job = AnnotationKey("job-fence")  # set or lift
-    # `<claim name> <uid>`: the last device load test's ResourceClaim the guard created.
     loadtest_claim = AnnotationKey("claim-loadtest")
-    # `<uid> <uid> …`: the uids of the guard's last fence Jobs on the node (at most
-    # `FENCE_JOBS_KEPT`, oldest first), written with `job-fence` at each create: a fence Job is
-    # the guard's by its uid, never by when it was made (guard.plan.fence_audit).
+    # A fence Job is the guard's by its uid here, never by when it was made (plan.fence_audit).
     fence_jobs = AnnotationKey("fence-jobs")
-    # GPU isolation beside the cordon (docs/isolation.md): `<fenced|gpu-absent|lifted> <bootID>
-    # <RFC3339> job/<name>`, the cordon's GPU on the host as the last fence Job read it back.
     fence = AnnotationKey("gpu-fence")
-    # DRA nodes (docs/lifecycle.md, "DRA nodes: a device taint instead of the cordon"):
-    # `<reason> <RFC3339> <bootID|-> <pci> <GPU-UUID> <driver>/<pool>/<device> <rule>`, the
-    # guard isolates that GPU with its DeviceTaintRule <rule> (the node stays schedulable).
     device_taint = AnnotationKey("device-taint")
     fault_taint = AnnotationKey("fault")  # the key of the guard's device taint (a label name)
     hold = AnnotationKey("hold")

@@ -292,20 +292,22 @@ class Settings:
         if problems:
             raise SettingsError(tuple(problems))
 
+    # Each trigger's hold: its own, else the hold window.
     @property
     def gpu_short_hold(self) -> int:
-        """How long a node must stay short of its class's GPU count: its own hold, else the hold."""
         return self.gpu_short_hold_s or self.hold_window_s
 
     @property
     def admission_hold(self) -> int:
-        """How long the admission rejections must hold: their own hold, else the hold."""
         return self.admission_rejected_hold_s or self.hold_window_s
 
     @property
     def fabric_hold(self) -> int:
-        """How long a node's fabric must stay failed: its own hold, else the hold."""
         return self.fabric_hold_s or self.hold_window_s
+
+    @property
+    def nvml_hold_s(self) -> int:
+        return self.nvml_mismatch_hold_s or self.hold_window_s
 
     @property
     def gpu_node_selector(self) -> tuple[str, str]:
@@ -323,11 +325,6 @@ class Settings:
         return parse_taint(self.onboarding_taint) if self.onboarding_taint else None
 
     @property
-    def nvml_hold_s(self) -> int:
-        """How long a driver/NVML mismatch must hold: `nvml_mismatch_hold_s`, else the hold."""
-        return self.nvml_mismatch_hold_s or self.hold_window_s
-
-    @property
     def dcgm_node_label_names(self) -> tuple[str, ...]:
         return tuple(v.strip() for v in self.dcgm_node_labels.split(",") if v.strip())
 
@@ -342,20 +339,9 @@ Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
 
 
 def _problems(s: Settings) -> list[tuple[str, str]]:
-    checks = [
-        *_reading(s),
-        *_detection(s),
-        *_budgets(s),
-        *_names(s),
-        *_jobs(s),
-        *_writes(s),
-        *_metrics(s),
-        *_signals(s),
-        *_triggers(s),
-        *_lifecycle(s),
-        *_conformance(s),
-    ]
-    return [(name, message) for ok, name, message in checks if not ok]
+    groups = (_reading, _detection, _budgets, _names, _jobs, _writes, _metrics, _signals)
+    checks = (*groups, _triggers, _lifecycle, _conformance)
+    return [(name, text) for check in checks for ok, name, text in check(s) if not ok]
 
 
 def _conformance(s: Settings) -> list[Check]:

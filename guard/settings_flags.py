@@ -1,9 +1,7 @@
-"""The Settings as click options, for every command that takes the guard's settings (`run`,
-`render`, `status`): one flag and one GUARD_* environment variable per site setting (each command
-takes the groups it uses: guard/settings.py `SITE_GROUPS`), the CronJob's own values from their
-GUARD_* variable only (`CRONJOB_ENV`), with defaults and help from guard/settings.py, built into
-one Settings; a refused value is one usage line naming its flag; and the click types these
-commands and the node-side ones share."""
+"""The Settings as click options (`run`, `render`, `status`, `report`): one flag and one GUARD_*
+variable per site setting of the groups a command takes (guard/settings.py `SITE_GROUPS`), the
+CronJob's own values from their variable only (`CRONJOB_ENV`), built into one Settings; a refused
+value is one usage line naming its flag. Also the click types the node-side commands share."""
 
 from __future__ import annotations
 
@@ -104,46 +102,39 @@ def option_set(names: tuple[str, ...]) -> Callable[[Command], Command]:
     """A decorator: one click option per setting of `names`, with its GUARD_* variable."""
 
     def decorate(command: Command) -> Command:
-        return _options(command, names)
+        for name in reversed(site_options(names)):
+            command = _option(name)(command)
+        return command
 
     return decorate
 
 
-def _options(command: Command, names: tuple[str, ...]) -> Command:
-    for name in reversed(site_options(names)):
-        if name in COMPOUNDS:
-            command = _compound_option(name)(command)
-            continue
-        (f,) = setting_fields((name,))
-        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
-        default = f.default
-        if isinstance(default, tuple):
-            default = ",".join(str(v) for v in default)
-        option = click.option(
-            f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
-            f.name,
-            cls=SettingOption if kind in ("str", "tuple[int, ...]") else click.Option,
-            type=None if kind == "bool" else _TYPES[kind],
-            default=default,
-            envvar="GUARD_" + f.name.upper(),
-            show_default=True,
-            help=f.metadata["help"],
+def _option(name: str) -> Callable[[Command], Command]:
+    if name in COMPOUNDS:  # unset (None) leaves every field at its default
+        return click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            cls=SettingOption,
+            default=None,
+            envvar="GUARD_" + name.upper(),
+            metavar="KEY=VALUE,…",
+            show_default=compound_default(name),
+            help=compound_help(name),
         )
-        command = option(command)
-    return command
-
-
-def _compound_option(name: str) -> Callable[[Command], Command]:
-    """One option for a compound's fields; unset (None) leaves every field at its default."""
+    (f,) = setting_fields((name,))
+    flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+    default = f.default
+    if isinstance(default, tuple):
+        default = ",".join(str(v) for v in default)
     return click.option(
-        "--" + name.replace("_", "-"),
-        name,
-        cls=SettingOption,
-        default=None,
-        envvar="GUARD_" + name.upper(),
-        metavar="KEY=VALUE,…",
-        show_default=compound_default(name),
-        help=compound_help(name),
+        f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
+        f.name,
+        cls=SettingOption if kind in ("str", "tuple[int, ...]") else click.Option,
+        type=None if kind == "bool" else _TYPES[kind],
+        default=default,
+        envvar="GUARD_" + f.name.upper(),
+        show_default=True,
+        help=f.metadata["help"],
     )
 
 
@@ -191,20 +182,6 @@ def parse_compound(name: str, text: str) -> dict[str, Any]:
     return out
 
 
-def _expand(options: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
-    """Click's values as fields: each given compound spread into its members; a compound's
-    refused text is one usage line naming its flag."""
-    out: dict[str, Any] = {}
-    for name, value in options.items():
-        if name in COMPOUNDS and value is not None:
-            try:
-                out.update(parse_compound(name, value))
-            except ValueError as exc:
-                raise click.UsageError(f"bad setting: {_option_flag(name)} {exc}") from None
-    out.update({k: v for k, v in options.items() if k in names})
-    return out
-
-
 settings_options = option_set(SITE_SETTINGS)  # `run`: every site setting
 
 
@@ -214,11 +191,17 @@ def build_settings(
     """The Settings from click's values; a refused value is one usage line naming its flag.
     A layout setting off the manifests' value is one WARN line (`warn_layout=False`: the caller
     logs it in its own format, as `run` does)."""
+    for line in unknown_env_lines() if warn else ():
+        click.echo(line, err=True)
+    given = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
+    for name, value in options.items():  # a compound spreads into its members
+        if name in COMPOUNDS and value is not None:
+            try:
+                given.update(parse_compound(name, value))
+            except ValueError as exc:
+                raise click.UsageError(f"bad setting: {_option_flag(name)} {exc}") from None
     names = {f.name for f in setting_fields()}
-    if warn:
-        warn_unknown_env()
-    pod = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
-    given = {**pod, **_expand(options, names)}
+    given.update({k: v for k, v in options.items() if k in names})
     try:
         built = Settings(**given)
     except SettingsError as exc:
@@ -235,12 +218,6 @@ def build_settings(
     return built
 
 
-LAYOUT_NEXT = (
-    "unset it, or regenerate the policies and rename the manifests (docs/deploy.md, "
-    '"Settings by lifetime")'
-)
-
-
 def layout_warnings(s: Settings) -> list[dict[str, str]]:
     """One warning per layout setting that differs from what the manifests pin: the first write
     under it would be refused by the shipped policies or RBAC, mid-cycle."""
@@ -250,7 +227,8 @@ def layout_warnings(s: Settings) -> list[dict[str, str]]:
             "value": str(value),
             "pinned": str(pinned),
             "why": "the policies and RBAC pin it: the guard's writes under it are refused",
-            "next": LAYOUT_NEXT,
+            "next": "unset it, or regenerate the policies and rename the manifests (docs/deploy.md,"
+            ' "Settings by lifetime")',
         }
         for name, value, pinned in layout_differences(s)
     ]
@@ -313,46 +291,37 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
-def known_env_names() -> frozenset[str]:
-    read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
-    return frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
-
-
 FIXED_HINT = "a fixed value of the guard, not a setting: docs/deploy.md, Settings by lifetime"
 
 
-def retired_hints() -> dict[str, str]:
-    """GUARD_* names that are no variable, each with what it is: a fixed value, or a key of
-    a compound setting now (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One WARN line per GUARD_* variable no command reads, with the closest known name (a
+    misspelt GUARD_HOLD_WINDOW would leave the default in force without a word) or what it is
+    now: a fixed value, or a compound's key (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+    read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
+    known = frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
     hints = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
     for name, compound in COMPOUND_OF.items():
         hints["GUARD_" + name.upper()] = (
             f"now the key {compound_key(name)}= of GUARD_{compound.upper()}: docs/deploy.md,"
             " Settings by lifetime"
         )
-    return hints
+    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, environ)
 
 
-def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One WARN line per GUARD_* variable no command reads, with the closest known name: a
-    misspelt GUARD_HOLD_WINDOW would otherwise leave the default in force without a word."""
-    return _unknown_lines("GUARD_", known_env_names(), OTHER_ENV_PREFIXES, retired_hints(), environ)
-
-
-def unknown_command_env_lines(
-    command: click.Command, prefix: str, environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """The same for a node-side command's own variables (`prefix`, e.g. GUARD_AGENT_): every
-    <prefix>* name that none of `command`'s options reads; an option never read from the
-    environment (conformance --fix) is named as such."""
+def warn_unknown_command_env(prefix: str) -> None:
+    """At the start of a node-side command: one WARN line per <prefix>* variable (e.g.
+    GUARD_AGENT_) none of its options reads; an option never read from the environment
+    (conformance --fix) is named as such."""
     known, flag_only = set(), {}
-    for p in command.params:
+    for p in click.get_current_context().command.params:
         if isinstance(p.envvar, str):
             known.add(p.envvar)
         elif p.envvar is None and isinstance(p, click.Option) and p.name:
             flag = p.name.replace("_", "-")
             flag_only[prefix + p.name.upper()] = f"--{flag} is read from the command line only"
-    return _unknown_lines(prefix, frozenset(known), (), flag_only, environ)
+    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, None):
+        click.echo(line, err=True)
 
 
 def _unknown_lines(
@@ -374,17 +343,6 @@ def _unknown_lines(
             + (f" ({hint})" if hint else "")
         )
     return out
-
-
-def warn_unknown_env() -> None:
-    for line in unknown_env_lines():
-        click.echo(line, err=True)
-
-
-def warn_unknown_command_env(prefix: str) -> None:
-    """At the start of a node-side command: its unknown <prefix>* variables, one WARN each."""
-    for line in unknown_command_env_lines(click.get_current_context().command, prefix):
-        click.echo(line, err=True)
 
 
 def _flag(name: str) -> str:

@@ -1,28 +1,7 @@
-"""What the guard and its Jobs say to each other (docs/lifecycle.md, "Job results"): the summary
-each Job program leaves in its container's termination message for the guard to read back, and
-the argv values the guard passes that both sides parse. Imported by the guard
-(guard.read.job_results, guard.settings) and by the Job programs (guard.conformance, guard.evidence,
-guard.fence, guard.loadtest); it imports none of them, so `gpu-node-guard run` loads no Job program.
-
-A message is written only into a file the kubelet already created (`write_termination_message`)
-and read back as one JSON object (`summary_doc`). Every summary is compact JSON of at most
-MAX_BYTES (kubelet keeps KUBELET_MAX_BYTES of a termination message):
-
-  conformance  schema CONFORMANCE_SCHEMA; status PASS|FAIL; failed, unknown, warned, skipped:
-               [{item, why}] (why at most WHY_MAX_CHARS); fixed: [item]. To fit, the `why`
-               texts go (skipped first, failed last), never a name.
-  evidence     schema EVIDENCE_SCHEMA; pci, verdict, links: [{pci, link}] (at most MAX_LINKS).
-               To fit, links go from the end.
-  loadtest     schema LOADTEST_SCHEMA (a summary without one, from the release before, is read
-               too); kind loadtest; verdict pass|fail; expected_gpus, visible_gpus, ratio,
-               allreduce_busbw_gbps; gpus: [UUID] of the GPUs it ran on (at most MAX_LINKS;
-               absent before this field existed); reasons, notes: [line]; left_off: lines
-               dropped to fit.
-  fence        schema FENCE_SCHEMA; mode set|lift; pci, uuid; outcome fenced|lifted|gpu-absent|
-               mismatch|error; compute_mode (as read back, "" when none was read); drain
-               off|done|undone|failed; why (at most WHY_MAX_CHARS).
-
-A message that is empty (the program did not finish), not JSON or of another shape is a
+"""What the guard and its Jobs say to each other: the summary each Job program leaves in its
+container's termination message (each schema, its fields and what goes to fit: docs/lifecycle.md,
+"Job results the guard reads"), and the argv values both sides parse. It imports no Job program,
+so `gpu-node-guard run` loads none. A message that is empty, not JSON or of another shape is a
 SummaryError with one line; the guard acts on no such result.
 """
 

@@ -140,11 +140,9 @@ def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
 # ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
 # `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
 # or second record slips through). A uid is what the API server writes: a lower-case UUID.
+_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _JOB_RECORD = re.compile(
-    r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?) "
-    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) "
-    rf"([0-9a-f]{{{DIGEST_CHARS}}})",
-    re.ASCII,
+    rf"([a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?) ({_UID}) ([0-9a-f]{{{DIGEST_CHARS}}})", re.ASCII
 )
 
 
@@ -175,11 +173,7 @@ def job_record_value(name: str, uid: str, digest: str) -> str:
     return f"{name} {uid} {digest}"
 
 
-_CLAIM_RECORD = re.compile(
-    r"([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?) "
-    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",
-    re.ASCII,
-)
+_CLAIM_RECORD = re.compile(rf"([a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?) ({_UID})", re.ASCII)
 
 
 def claim_record(
@@ -214,7 +208,6 @@ def claim_record_value(name: str, uid: str) -> str:
 # (set, lift, set again after a failed load test), so these cover the last eight boots' Jobs,
 # longer than any Job lives (its TTL), in at most 24 × 37 bytes of the 1,024 a value may hold.
 FENCE_JOBS_KEPT = 24
-_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 
 
 def fence_jobs_record(
@@ -236,7 +229,7 @@ def fence_jobs_record(
 
 def _fence_jobs(text: str) -> tuple[str, ...] | str:
     uids = tuple(text.split(" "))
-    if len(uids) > FENCE_JOBS_KEPT or not all(_UID.fullmatch(u) for u in uids):
+    if len(uids) > FENCE_JOBS_KEPT or not all(re.fullmatch(_UID, u, re.ASCII) for u in uids):
         return f"not at most {FENCE_JOBS_KEPT} Job uids separated by one space"
     return uids
 

@@ -21,7 +21,6 @@ from guard.model import (
     NodeInfo,
     ReturnRecord,
     Snapshot,
-    TaintRule,
     Unreadable,
 )
 from guard.names import PRINTABLE_WORD, Annotations
@@ -174,9 +173,8 @@ def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
 def incident_records(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[CancelRecord | None, ReturnRecord | None]:
-    return problems.parsed(notes, k.cancelled, k, _cancel), problems.parsed(
-        notes, k.returned, k, _return
-    )
+    cancelled = problems.parsed(notes, k.cancelled, k, _cancel)
+    return cancelled, problems.parsed(notes, k.returned, k, _return)
 
 
 def _cancel(text: str) -> CancelRecord | str:
@@ -271,17 +269,8 @@ class DeviceRecord:
         return tuple(self.rule.split(","))
 
     def value(self) -> str:
-        return " ".join(
-            (
-                self.reason,
-                format_time(self.at),
-                self.boot_id or "-",
-                self.pci,
-                self.uuid,
-                self.device,
-                self.rule,
-            )
-        )
+        head = (self.reason, format_time(self.at), self.boot_id or "-", self.pci, self.uuid)
+        return " ".join((*head, self.device, self.rule))
 
 
 _DEVICE = re.compile(r"xid-([1-9][0-9]{0,3}) (\S+) (\S+) (\S+) (GPU-[0-9a-fA-F-]{36}) (\S+) (\S+)")
@@ -321,7 +310,7 @@ def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
                 found.setdefault(iso.key, iso)
     for rule in snap.taint_rules:
         if rule.guard:
-            iso = _rule(rule)
+            iso = _recorded(rule.node, rule.record, rule.name)
             found.setdefault(iso.key, iso)
     return tuple(found.values())
 
@@ -339,10 +328,6 @@ def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
 def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
     text = node.annotation(k.device_taint)
     return None if text is None else _recorded(node.name, text)
-
-
-def _rule(rule: TaintRule) -> Isolation:
-    return _recorded(rule.node, rule.record, rule.name)
 
 
 def _recorded(node: str, text: str, rule: str = "") -> Isolation:

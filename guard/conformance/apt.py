@@ -1,10 +1,6 @@
-"""auto-upgrade and package-hold: host package changes that broke GPU nodes.
-
-unattended-upgrades installed a new NVIDIA driver and kernel from -security on its own. Both items
-only report (WARN at worst): the host package policy belongs to the team that owns the hosts.
-Blacklist entries are Python regular expressions matched at the start of the package name, so
-"nvidia-" does not cover libnvidia-*, and "linux-" also holds back linux-firmware and
-linux-libc-dev.
+"""auto-upgrade and package-hold: unattended-upgrades installed a new NVIDIA driver and kernel on
+its own. Both items only report (WARN at worst): the host package policy is the host owners'.
+The packages, the holds and the blacklist's traps: docs/conformance.md.
 """
 
 from __future__ import annotations

@@ -91,10 +91,6 @@ def lists_module(conf: str, name: str) -> bool:
     return False
 
 
-def loaded_modules(proc_modules: str) -> frozenset[str]:
-    return frozenset(line.split()[0] for line in proc_modules.splitlines() if line.strip())
-
-
 def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:
     """The running kernel's release: /proc/sys/kernel/osrelease, else `uname -r`."""
     text = guarded(lambda: fs.read_text("/proc/sys/kernel/osrelease"), "osrelease")
@@ -149,7 +145,7 @@ def read_loaded(fs: HostFS) -> bool | Unknown:
         return True
     text = fs.read_text("/proc/modules")
     if text is not None:
-        return MODULE in loaded_modules(text)
+        return MODULE in {line.split()[0] for line in text.splitlines() if line.strip()}
     if fs.exists("/sys/module"):
         return False
     return Unknown("ip_vs state", "neither /proc/modules nor /sys/module under the root")

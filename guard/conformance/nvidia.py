@@ -1,9 +1,6 @@
-"""nvidia-match: the loaded kernel module and the NVML library must be the same driver version.
-
-After an unattended driver upgrade without a reboot the old module stays loaded while the new
-library is on disk, and every new CUDA or NVML process fails. nvidia-smi is never called: on a
-stuck driver it can hang in D state. The versions come from /sys/module/nvidia/version and from
-the library's file name (libnvidia-ml.so.<version>).
+"""nvidia-match: the loaded kernel module and the NVML library must be the same driver version
+(after an upgrade without a reboot every new CUDA or NVML process fails). What is read, and why
+never nvidia-smi: docs/conformance.md.
 """
 
 from __future__ import annotations

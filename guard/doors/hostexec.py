@@ -202,22 +202,6 @@ class CommandResult:
         return Unknown(" ".join(self.argv), self.why)
 
 
-def run_command(argv: Sequence[str], timeout_s: float, prefix: Sequence[str] = ()) -> CommandResult:
-    """`run` of ``prefix + argv``, as a `CommandResult` about `argv`; never raises.
-
-    >>> run_command(["sh", "-c", "echo 'FATAL: Module ip_vs not found' >&2; exit 1"], 5).why
-    'exit 1: FATAL: Module ip_vs not found'
-    """
-    args = tuple(argv)
-    match run((*prefix, *args), timeout_s):
-        case Exited(returncode, stdout, stderr):
-            return CommandResult(args, returncode, stdout, stderr)
-        case NotStarted(strerror):
-            return CommandResult(args, None, "", "", f"cannot start {args[0]}: {strerror}")
-        case TimedOut():
-            return CommandResult(args, None, "", "", f"timed out after {timeout_s:g}s")
-
-
 class Runner(Protocol):
     """Runs one host command; `HostRunner` for real, a table of answers in tests."""
 
@@ -233,4 +217,16 @@ class HostRunner:
     prefix: tuple[str, ...] = ()
 
     def run(self, argv: tuple[str, ...]) -> CommandResult:
-        return run_command(argv, self.timeout_s, self.prefix)
+        """`run` of ``prefix + argv``, as a `CommandResult` about `argv`; never raises.
+
+        >>> HostRunner(5).run(("sh", "-c", "echo 'FATAL: Module ip_vs not found' >&2; exit 1")).why
+        'exit 1: FATAL: Module ip_vs not found'
+        """
+        args, timeout_s = tuple(argv), self.timeout_s
+        match run((*self.prefix, *args), timeout_s):
+            case Exited(returncode, stdout, stderr):
+                return CommandResult(args, returncode, stdout, stderr)
+            case NotStarted(strerror):
+                return CommandResult(args, None, "", "", f"cannot start {args[0]}: {strerror}")
+            case TimedOut():
+                return CommandResult(args, None, "", "", f"timed out after {timeout_s:g}s")

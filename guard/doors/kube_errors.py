@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from guard import files
@@ -95,8 +96,9 @@ def typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
     return Refused(text, code)
 
 
-def socket_reason(exc: Exception) -> str:
-    """The OS's words under urllib3's wrapping ("[Errno 111] Connection refused").
+def socket_reason(exc: Exception, line: Callable[[object], str] | None = None) -> str:
+    """The OS's words under urllib3's wrapping ("[Errno 111] Connection refused"), else `line`
+    (by default this door's `first_line`) of the error.
 
     >>> socket_reason(OSError("HTTPSConnectionPool(host='h', port=1): Max retries exceeded "
     ...     "(Caused by NewConnectionError('<c>: Failed to establish a new connection: "
@@ -105,7 +107,7 @@ def socket_reason(exc: Exception) -> str:
     """
     text = str(exc)
     found = re.search(r"\[Errno -?\d+\][^'\")]*", text)
-    return found[0].strip() if found else first_line(text)
+    return found[0].strip() if found else (line or first_line)(text)
 
 
 first_line = functools.partial(files.first_line, limit=400)  # of an API answer or error

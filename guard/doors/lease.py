@@ -181,11 +181,11 @@ class CycleLease:
             if other and not why:
                 return other
             self.taken_over = (other, why) if why else None
+        body = self._body(now, True)
         try:
             if self._lease is None:
-                self._lease = self.kube.create_lease(self.namespace, self._body(now, True))
+                self._lease = self.kube.create_lease(self.namespace, body)
             else:
-                body = self._body(now, True)
                 self._lease = self.kube.replace_lease(self.namespace, CYCLE_LEASE, body)
         except Conflict:  # AlreadyExists is one: another run created or took it first
             return "another run"

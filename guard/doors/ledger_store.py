@@ -23,8 +23,7 @@ from guard.names import (
     ledger_archive_pattern,
 )
 
-ARCHIVE_COMPONENT = LEDGER_ARCHIVE_COMPONENT
-ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={ARCHIVE_COMPONENT}"
+ARCHIVE_SELECTOR = f"{APP_LABEL}={APP_NAME},{COMPONENT_LABEL}={LEDGER_ARCHIVE_COMPONENT}"
 _OLDEST = datetime.min.replace(tzinfo=UTC)
 
 
@@ -62,11 +61,8 @@ class Split:
 
 
 def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
-    """Move the oldest lines out until what stays is at most `target_bytes`.
-
-    A line's age is its own time; a line without one (a person's note) has the age of the line
-    before it on that node, so it moves together with the incident it follows. Order within a
-    node is kept on both sides.
+    """Move the oldest lines out until what stays is at most `target_bytes`; a line without a
+    time (a person's note) moves with the line before it. Order within a node is kept.
 
     >>> data = {"a": "2026-01-02T00:00:00Z xid-79 0000:01:00.0 GPU-1 gpu-node-guard\\n"
     ...              "note about it\\n",
@@ -105,8 +101,6 @@ def merged(
     ledger_data: Mapping[str, str], archives: Iterable[Mapping[str, object]]
 ) -> dict[str, str]:
     """Node → text of the archives (oldest first) and the ledger, a line seen twice kept once.
-
-    Archive objects are ConfigMaps as read; only their text `data` counts.
 
     >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": "w\\nx\\n"}}
     >>> merged({"a": "x\\ny\\n"}, [archive])
@@ -152,7 +146,7 @@ def is_archive(cm: Mapping[str, Any], ledger_name: str) -> bool:
     labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
     return (
         labels.get(APP_LABEL) == APP_NAME
-        and labels.get(COMPONENT_LABEL) == ARCHIVE_COMPONENT
+        and labels.get(COMPONENT_LABEL) == LEDGER_ARCHIVE_COMPONENT
         and archive_index(ledger_name, _name(cm)) is not None
     )
 
@@ -207,7 +201,8 @@ def append(kube: Kube, target: LedgerTarget, node: str, line: str) -> Appended:
         cm = kube.configmap(target.namespace, target.name)
         try:
             if cm is None:
-                kube.create_configmap(target.namespace, _new_ledger(target, node, line))
+                body = _configmap(target, target.name, {node: ledger.append_to_text("", line)})
+                kube.create_configmap(target.namespace, body)
                 return Appended(archive=archive, moved_lines=moved, tries=attempt)
             data = _text_data(cm)
             text = data.get(node, "")
@@ -241,22 +236,19 @@ def _without(text: str, archived: set[tuple[str, str]], node: str) -> str:
     return "".join(f"{raw}\n" for raw in kept)
 
 
-def _new_ledger(target: LedgerTarget, node: str, line: str) -> dict[str, object]:
-    return {
-        "metadata": {
-            "name": target.name,
-            "namespace": target.namespace,
-            "labels": {APP_LABEL: APP_NAME},
-        },
-        "data": {node: ledger.append_to_text("", line)},
-    }
+def _configmap(target: LedgerTarget, name: str, data: dict[str, str]) -> dict[str, object]:
+    """The ledger (`name` is the target's) or one of its archives, as created."""
+    labels = {APP_LABEL: APP_NAME}
+    if name != target.name:
+        labels[COMPONENT_LABEL] = LEDGER_ARCHIVE_COMPONENT
+    meta = {"name": name, "namespace": target.namespace, "labels": labels}
+    return {"metadata": meta, "data": data}
 
 
 def archive_text(text: str) -> str:
-    """`text` as an archive stores it: every character that is not printable (ESC and the other
-    control characters, a bidi override; a tab stays) written as its Python escape, so no
-    archive line carries escape bytes into a terminal or a log, whoever wrote it into the
-    ledger. Such a line never parses (ledger.parse_line), so its count is unchanged.
+    """`text` with every character that is not printable (a tab stays) as its Python escape: no
+    archive line carries escape bytes into a terminal or a log. Such a line never parsed, so
+    counts are unchanged.
 
     >>> archive_text("2026-01-01T00:00:00Z note\\x1b[31m red\\tx\\n")
     '2026-01-01T00:00:00Z note\\\\x1b[31m red\\tx\\n'
@@ -270,21 +262,11 @@ def archive_text(text: str) -> str:
 def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
     """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n);
     its lines escaped (`archive_text`): this is the one place archives are written."""
-    taken = [
-        archive_index(target.name, _name(cm)) or 0
-        for cm in read_archives(kube, target.namespace, target.name)
-    ]
-    n = max(taken, default=0) + 1
+    taken = read_archives(kube, target.namespace, target.name)
+    n = max(map(_index_of, taken), default=0) + 1
     for _ in range(100):
         name = archive_name(target.name, n)
-        body = {
-            "metadata": {
-                "name": name,
-                "namespace": target.namespace,
-                "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: ARCHIVE_COMPONENT},
-            },
-            "data": {node: archive_text(text) for node, text in moved.items()},
-        }
+        body = _configmap(target, name, {n: archive_text(t) for n, t in moved.items()})
         try:
             kube.create_configmap(target.namespace, body)
             return name

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 import requests
 
+from guard.doors.kube_errors import socket_reason
 from guard.doors.prom_access import PromAccess
 from guard.doors.retry import Backoff, retry_after_s
 from guard.files import first_line
@@ -553,12 +554,6 @@ def _brief(metric: dict[str, str]) -> str:
     return "{" + ",".join(shown) + "}"
 
 
-def _errno(exc: Exception) -> str:
-    """The useful tail of a requests connection error (``[Errno 111] Connection refused``)."""
-    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
-    return found.group(0).strip() if found else _first_line(exc)
-
-
 def _tls_reason(exc: Exception) -> str:
     """``certificate verify failed: …`` or the SSL alert, without urllib3's wrapping."""
     text = str(exc)
@@ -572,3 +567,4 @@ def _tls_reason(exc: Exception) -> str:
 
 
 _first_line = functools.partial(first_line, limit=300, blank="(empty)")
+_errno = functools.partial(socket_reason, line=_first_line)  # ``[Errno 111] Connection refused``

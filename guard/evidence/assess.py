@@ -153,13 +153,6 @@ def _findings(
     return tuple(out)
 
 
-def _ports(inputs: Inputs) -> tuple[PortEvidence, ...]:
-    return tuple(
-        PortEvidence(p.address, p.role, port_status(p.lspci) if p.lspci else None, p.counters)
-        for p in inputs.ports
-    )
-
-
 def _surprise_down(events: tuple[aer.AerEvent, ...], ports: tuple[PortEvidence, ...]) -> bool:
     return (
         any(e.surprise_down for e in events)
@@ -183,7 +176,10 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     findings = _findings(dead, recovery, smi)
     all_ff = config.all_ff if config else None
     decision = decide(codes, bool(mine.fallen_off), all_ff, classes, findings)
-    ports = _ports(inputs)
+    ports = tuple(
+        PortEvidence(p.address, p.role, port_status(p.lspci) if p.lspci else None, p.counters)
+        for p in inputs.ports
+    )
     from_log = inputs.log_aer if inputs.parsed_log else aer.parse_aer_lines(inputs.kernel_log or "")
     events = from_log + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:

@@ -195,9 +195,7 @@ def parse_xid(line: str, number: int = 0) -> XidRecord | None:
     address, *mig = found["attr"].split()
     proc = _PROC.match(found["rest"].strip())
     assert proc is not None  # the pattern matches any text
-    pid = proc["pid"]
-    name = proc["name"]
-    cause = _CAUSE.search(proc["msg"])
+    pid, name, cause = proc["pid"], proc["name"], _CAUSE.search(proc["msg"])
     return XidRecord(
         code=int(found["code"]),
         pci=pci_or_none(address),

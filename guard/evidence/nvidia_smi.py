@@ -6,7 +6,7 @@ tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the tabl
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from guard.evidence.kernel_log import pci_or_none
 from guard.evidence.verdict import Finding
@@ -140,9 +140,7 @@ def parse_smi(text: str) -> dict[str, SmiGpu]:
         section = sections[-1][1] if sections else ""
         current.fields[(section, pair["key"])] = pair["value"]
         if pair["key"] == "GPU UUID" and pair["value"].startswith("GPU-"):
-            gpus[current.pci] = current = SmiGpu(
-                current.pci, pair["value"], current.fields, current.no_handle
-            )
+            gpus[current.pci] = current = replace(current, uuid=pair["value"])
     return gpus
 
 

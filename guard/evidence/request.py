@@ -65,19 +65,14 @@ def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
     for record in a.xids:
         total = counted.get(record.code)
         if total is None or total.count <= REPEAT_SHOWN:
-            out.append(
-                {**xid_dict(record, tables), "count": None, "first_time": None, "last_time": None}
-            )
+            seen: dict[str, Any] = {"count": None, "first_time": None, "last_time": None}
         elif record.code not in summarised:
             summarised.add(record.code)
-            out.append(
-                {
-                    **xid_dict(record, tables),
-                    "count": f"{total.count:,}",
-                    "first_time": total.first_time,
-                    "last_time": total.last_time,
-                }
-            )
+            first, last = total.first_time, total.last_time
+            seen = {"count": f"{total.count:,}", "first_time": first, "last_time": last}
+        else:
+            continue
+        out.append({**xid_dict(record, tables), **seen})
         if len(out) >= MAX_XID_LINES:
             break
     left = len({t.code for t in totals} - {x["code"] for x in out})

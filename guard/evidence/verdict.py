@@ -99,8 +99,7 @@ def decide(
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
     by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}
     for code in wanted:
-        kind = classes.verdict_of(code)
-        if kind in by_class:
+        if (kind := classes.verdict_of(code)) in by_class:
             by_class[kind].append(f"Xid {code}")
     if fallen_off:
         by_class[Repair.POWER_CYCLE].append("fallen-off-the-bus record")
@@ -111,10 +110,9 @@ def decide(
         by_class[Repair.POWER_CYCLE].append("config space reads all ff")
     for verdict in _ORDER:
         if by_class[verdict]:
-            reasons = list(by_class[verdict])
             if verdict is Repair.RESET and config_all_ff is None:
-                reasons.append("config space not read")
-            return Decision(verdict, tuple(reasons))
+                by_class[verdict].append("config space not read")
+            return Decision(verdict, tuple(by_class[verdict]))
     human = [f"Xid {c}" for c in wanted]
     human += [f.reason for f in findings if f.verdict is Repair.HUMAN]
     return Decision(

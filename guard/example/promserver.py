@@ -90,27 +90,18 @@ def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) ->
 
 @contextmanager
 def serve(
-    data_dir: Path,
-    *,
-    ready_at: datetime | None = None,
-    web_config: Path | None = None,
-    probe: requests.Session | None = None,
-    timeout_s: float = 120.0,
-    ready_query: str = "count(kube_node_spec_unschedulable)",
+    data_dir: Path, *, ready_at: datetime | None = None, timeout_s: float = 120.0
 ) -> Iterator[LocalPrometheus]:
-    """Start Prometheus on a free loopback port over `data_dir`; stop it on exit.
-
-    `ready_at`: also wait until `ready_query` at that instant sees data. `web_config`: its
-    ``--web.config.file`` (TLS, basic auth); `probe` is the session that can pass it.
-    """
+    """Start Prometheus on a free loopback port over `data_dir` (with `ready_at`: until its data
+    shows at that instant); stop it on exit. tests/engines.py serves the other engines."""
     server, _ = debian_prometheus()
-    session = probe or requests.Session()
+    session = requests.Session()
     deadline = time.monotonic() + timeout_s
     with ExitStack() as stack:
         started = Started(data_dir, stack, [])
-        url = start_prometheus(started, server, data_dir, web_config, session, deadline)
+        url = start_prometheus(started, server, data_dir, None, session, deadline)
         if ready_at is not None:
-            wait_data(url, ready_query, ready_at, session, deadline)
+            wait_data(url, "count(kube_node_spec_unschedulable)", ready_at, session, deadline)
         yield LocalPrometheus(url, data_dir)
 
 

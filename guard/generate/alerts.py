@@ -15,7 +15,7 @@ import yaml
 from guard import runbook
 from guard.codec import queries
 from guard.codec.queries import duration as dur
-from guard.generate import alert_queries
+from guard.generate import BlockDumper, alert_queries
 from guard.generate.policies import params
 from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
 from guard.settings import Settings
@@ -512,20 +512,8 @@ def rule_groups(
 # ── Files ───────────────────────────────────────────────────────────────────────────────────────
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings as `|` blocks so the PromQL reads as written."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def _dump(doc: dict[str, Any]) -> str:
-    return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1_000)
+    return HEADER + yaml.dump(doc, Dumper=BlockDumper, sort_keys=False, width=1_000)
 
 
 def render(s: Settings, p: alert_queries.AlertParams) -> dict[Path, str]:

@@ -38,7 +38,6 @@ from guard.settings_flags import env_options
 KUSTOMIZE_VERSION = "v5.7.1"  # the kustomize of kubectl v1.34 (hack/deploytest/build.sh)
 CRONJOB = "gpu-node-guard"
 AGENT = "gpu-node-guard-agent"
-LAYOUT = LAYOUT_SETTINGS  # the names the manifests and the policies carry (docs/deploy.md)
 # From `images:` (image-wiring), never from settings.env.
 IMAGES = ("image", "loadtest_image")
 _PARAM = re.compile(r"params\.\?data\[\?'(GUARD_[A-Z0-9_]+)'\]\.orValue\('((?:[^'\\]|\\.)*)'\)")
@@ -164,7 +163,7 @@ def _keys(data: Mapping[str, str]) -> list[str]:
     site = {params.env_name(n) for n in (*site_options(SITE_SETTINGS), *IMAGES)}
     what = {n: "a fixed value of the guard" for n in fixed_settings()}
     what |= {n: "the CronJob's own (its manifest)" for n in CRONJOB_ENV}
-    what |= {n: "a layout name, written into the manifests and policies" for n in LAYOUT}
+    what |= {n: "a layout name, written into the manifests and policies" for n in LAYOUT_SETTINGS}
     what |= {
         n: f"now the key {compound_key(n)}= of {params.env_name(c)}" for n, c in COMPOUND_OF.items()
     }
@@ -251,11 +250,8 @@ def _policies(
 def _strings(doc: Any) -> Iterable[str]:
     if isinstance(doc, str):
         yield doc
-    elif isinstance(doc, Mapping):
-        for value in doc.values():
-            yield from _strings(value)
-    elif isinstance(doc, list):
-        for value in doc:
+    elif isinstance(doc, Mapping | list):
+        for value in doc.values() if isinstance(doc, Mapping) else doc:
             yield from _strings(value)
 
 
@@ -375,18 +371,18 @@ def _blanked_rules(s: Settings) -> dict[str, str]:
 
 def _layout(s: Settings) -> Settings:
     """The site's layout, every other setting at its default."""
-    return Settings(**{n: getattr(s, n) for n in LAYOUT})
+    return Settings(**{n: getattr(s, n) for n in LAYOUT_SETTINGS})
 
 
 def _site_values(s: Settings) -> Iterator[tuple[str, Settings]]:
     """Each site value that is not its default, alone on the site's layout (one valid only with
     other site values is left out: each of those is tried alone)."""
-    layout = _layout(s)
-    for f in fields(Settings):
-        if f.name in (*LAYOUT, *IMAGES) or getattr(s, f.name) == getattr(Settings(), f.name):
+    layout, skip = _layout(s), (*LAYOUT_SETTINGS, *IMAGES)
+    for name in (f.name for f in fields(Settings) if f.name not in skip):
+        if getattr(s, name) == getattr(Settings(), name):
             continue
         try:
-            yield f.name, replace(layout, **{f.name: getattr(s, f.name)})
+            yield name, replace(layout, **{name: getattr(s, name)})
         except SettingsError:
             continue
 

@@ -1,8 +1,5 @@
-"""A ``kubectl get -o json`` List read one item at a time, never held whole.
-
-The file is read in 1 MiB chunks and each element of the top-level ``items`` is decoded on its own
-(`json.JSONDecoder.raw_decode`); at most one chunk plus one item is alive. The bounds of
-`guard.files` hold, and each item is at most `max_item` characters.
+"""A ``kubectl get -o json`` List read one item at a time, never held whole: at most one chunk
+plus one item (`json.JSONDecoder.raw_decode`) is alive; the bounds of `guard.files` hold.
 """
 
 from __future__ import annotations

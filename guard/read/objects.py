@@ -76,6 +76,7 @@ def node_info(
     cancelled, returned = incident_records(notes, keys, problems)
     checked, links, conformance_failed, onboarding_failed = lifecycle_records(notes, keys, problems)
     reset_done = notes.get(keys.reset_done)
+    labels = mapping(meta.get("labels")).items()
     return NodeInfo(
         name=name,
         resource_version=str(meta.get("resourceVersion", "")),
@@ -95,13 +96,7 @@ def node_info(
         cancelled=cancelled,
         returned=returned,
         taints=_taints(mapping(obj.get("spec")).get("taints"), problems),
-        labels=tuple(
-            sorted(
-                (str(k), str(v))
-                for k, v in mapping(meta.get("labels")).items()
-                if str(k) in label_keys
-            )
-        ),
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels if str(k) in label_keys)),
         checked_boot=checked,
         pcie_links=links,
         conformance_failed=conformance_failed,
@@ -276,8 +271,7 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> tuple[DraDevice, ...]:
             continue
         listed = spec.get("devices")
         for device in listed if isinstance(listed, list) else ():
-            d = _device(node, pool, mapping(device))
-            if d is not None:
+            if (d := _device(node, pool, mapping(device))) is not None:
                 out.add(d)
     return tuple(sorted(out, key=lambda d: (d.node, d.pool, d.name)))
 

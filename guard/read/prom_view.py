@@ -446,11 +446,9 @@ class _Intake:
             if value is None:
                 self.refuse(node, query, what, text, why)
                 continue
-            pci = s.label("pci_bus_id")
+            pci = normalize_pci(s.label("pci_bus_id")) if s.label("pci_bus_id") else "unknown"
             uuid = s.label("UUID") or s.label("uuid") or "unknown"
-            g = GpuSample(
-                node, s.label("gpu"), uuid, normalize_pci(pci) if pci else "unknown", value
-            )
+            g = GpuSample(node, s.label("gpu"), uuid, pci, value)
             key = (node, g.gpu, uuid, s.label("GPU_I_ID"), s.label(value_label))
             seen = out.get(key)
             if seen is not None and seen.value != g.value:

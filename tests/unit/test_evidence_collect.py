@@ -14,7 +14,7 @@ import jinja2
 import pytest
 from click.testing import CliRunner
 
-from guard.doors.hostexec import CommandResult, run_command
+from guard.doors.hostexec import CommandResult, HostRunner
 from guard.evidence import request
 from guard.evidence.assess import Inputs, assess, offline_inputs
 from guard.evidence.cli import JSON_MARK, Target, emit_collected, evidence, ledger
@@ -299,7 +299,7 @@ def test_collect_writes_nothing_on_the_host(tmp_path: Path) -> None:
     ],
 )
 def test_run_command_words_each_outcome_in_one_line(argv: list[str], ok: bool, why: str) -> None:
-    result = run_command(argv, 0.3)
+    result = HostRunner(0.3).run(tuple(argv))
     assert (result.ok, result.why) == (ok, why)
 
 

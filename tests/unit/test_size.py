@@ -8,9 +8,9 @@ import ast
 from pathlib import Path
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 31_960
-MAX_MODULES_OVER_300 = 32
-MAX_FUNCTIONS_OVER_40 = 37
+MAX_LINES = 31_760
+MAX_MODULES_OVER_300 = 31
+MAX_FUNCTIONS_OVER_40 = 35
 
 
 def sizes(root: Path) -> tuple[int, int, int]:
