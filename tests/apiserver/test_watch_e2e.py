@@ -444,30 +444,43 @@ def _next_minute(at_least_s: int) -> datetime:
     return datetime.fromtimestamp(-(-now // 60) * 60, UTC)
 
 
-# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment its cordon patch
-# has landed: what a pod past its deadline, or a node gone, does at the worst instant.
-KILLED_AFTER_CORDON = """
+# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment one of its writes has
+# landed (KILL_AFTER: the cordon patch, the Event, the evidence Job, the ledger line): what a pod
+# past its deadline, or a node gone, does at the worst instant.
+KILLED_AFTER_A_WRITE = """
 import os, signal, sys
 from guard.cli import main
 from guard.doors.kube import Kube
-patch = Kube.patch_node
-def patch_then_die(self, name, body):
-    answer = patch(self, name, body)
-    if (body.get("spec") or {}).get("unschedulable"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return answer
-Kube.patch_node = patch_then_die
+WRITES = {
+    "cordon": (("patch_node", lambda body: (body.get("spec") or {}).get("unschedulable")),),
+    "event": (("create_event", lambda body: True),),
+    "evidence-job": (("create_job", lambda body: True),),
+    "ledger": (("create_configmap", lambda body: True), ("replace_configmap", lambda body: True)),
+}
+def die_after(name, landed):
+    write = getattr(Kube, name)
+    def write_then_die(self, *args):
+        answer = write(self, *args)
+        if landed(args[-1]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return answer
+    setattr(Kube, name, write_then_die)
+for name, landed in WRITES[os.environ["KILL_AFTER"]]:
+    die_after(name, landed)
 sys.argv[0] = "gpu-node-guard"
 main()
 """
 
 
-def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
-    slot_prom, guard_kubeconfig, core, admin
+@pytest.mark.parametrize("write", ["cordon", "event", "evidence-job", "ledger"])
+def test_a_run_killed_right_after_any_write_leaves_its_slot_recorded(
+    slot_prom, guard_kubeconfig, core, admin, write
 ):
-    """The slot goes into the Lease with the renewal right before the cordon, not after it: a
-    run killed right after its cordon leaves the record, so a run of the same slot that takes
-    the Lease once it expired logs `slot-isolated` and cordons no second node."""
+    """The slot goes into the Lease with the renewal right before the isolation's writes, not
+    after them: a run killed right after any one of them (its cordon patch, its Event, its
+    evidence Job, its ledger line) leaves the record, so a run of the same slot that takes the
+    Lease once it expired logs `slot-isolated` and cordons no second node — one isolation in the
+    slot, whatever the write the kill came after."""
     slot = _slot_with_room()
     job = f"gpu-node-guard-{int(slot.timestamp()) // 60}"
     for name in RACE:
@@ -476,18 +489,20 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
     try:
         killed = subprocess.run(
             [
-                *(sys.executable, "-c", KILLED_AFTER_CORDON, "run"),
+                *(sys.executable, "-c", KILLED_AFTER_A_WRITE, "run"),
                 *("--prometheus-url", slot_prom.url, "--kubeconfig", str(guard_kubeconfig)),
                 *("--log-format", "json", "--no-watch", NO_CF),
             ],
             capture_output=True,
             text=True,
-            env={**os.environ, "GUARD_JOB_NAME": job},
+            env={**os.environ, "GUARD_JOB_NAME": job, "KILL_AFTER": write},
             timeout=120,
             check=False,
         )
         assert killed.returncode == -signal.SIGKILL, killed.stderr
-        (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        # at most the one node (none when the kill came after a write before the cordon)
+        done = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        assert len(done) <= 1, killed.stderr
         lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
         assert lease.spec.holder_identity  # never released
         assert (lease.metadata.annotations or {}).get(SLOT_KEY) == format_time(slot)
@@ -499,7 +514,7 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
         assert second.returncode == 0, log
         events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
         assert events[-1] == "slot-isolated" and "cordon" not in events, log
-        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == [done]
+        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == done
     finally:
         for name in RACE:
             core.delete_node(name)
