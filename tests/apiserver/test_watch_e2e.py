@@ -35,8 +35,10 @@ from tests.apiserver.guard_run import (
     T0,
     faulted,
     forget_guard_state,
+    ledger_text,
     make_gpu_node,
     mine,
+    node_events,
     run_guard,
     scenario_prometheus,
 )
@@ -519,3 +521,67 @@ def test_a_run_killed_right_after_any_write_leaves_its_slot_recorded(
         for name in RACE:
             core.delete_node(name)
         forget_guard_state(core, admin)
+
+
+SKEW_S = 120  # the pod's clock ahead of Prometheus'
+
+
+def test_a_pod_clock_two_minutes_ahead_neither_shortens_a_hold_nor_dates_the_writes(
+    guard_kubeconfig, gpu_node, core, admin, monkeypatch
+):
+    """A live run (no --at, the guard's token) whose pod clock runs two minutes ahead of
+    Prometheus': a loss that has held about a minute of Xid 79's two-minute hold is pending,
+    not cordoned as three minutes old (Prometheus answers a future instant with the last
+    sample); the node whose hold completed is cordoned, and every write of it — the cordon's
+    annotation, its ledger line, its Event — and the Lease carry Prometheus' time, the instant
+    the decision was made on, not the pod's; one `clock-skew` WARN line says so."""
+    from click.testing import CliRunner
+
+    from guard import cli as cli_module
+    from guard.doors.retry import Anchor
+
+    require_engine("prometheus2")
+    end = datetime.fromtimestamp(time.time() // 15 * 15, UTC)  # no sample after the real now
+    history_s = 30 * 60
+    held, young = gpu_node("w-skew-held"), gpu_node("w-skew-young")
+    forget_guard_state(core, admin)  # an earlier test's slot record
+    nodes = tuple(
+        NodeTimeline(
+            name, gpus=8, xids=((history_s - ago, 4, 79),), allocatable=((history_s - ago, 7),)
+        )
+        for name, ago in ((held, 300), (young, 60))
+    )
+    scenario = Scenario(end - timedelta(seconds=history_s), history_s, nodes, pods=(KSM_POD,))
+    with scenario_server(scenario) as server:
+        before = datetime.now(UTC).replace(microsecond=0)
+        pod = Anchor(datetime.now(UTC) + timedelta(seconds=SKEW_S), time.monotonic())
+        monkeypatch.setattr(cli_module.Anchor, "start", classmethod(lambda _cls: pod))
+        args = ["run", "--prometheus-url", server.url, "--kubeconfig", str(guard_kubeconfig)]
+        args += ["--no-watch", "--output", "json", "--log-format", "json", NO_CF]
+        result = CliRunner().invoke(cli_module.cli, args, prog_name="gpu-node-guard")
+        after = datetime.now(UTC) + timedelta(seconds=1)
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    log = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    (skew,) = [line for line in log if line["event"] == "clock-skew"]
+    assert skew["level"] == "WARN" and abs(skew["skew_s"] - SKEW_S) < 5, skew
+    assert [line["node"] for line in log if line["event"] == "cordon"] == [held], result.stderr
+    assert [p["node"] for p in plan["pending"]] == [young], plan["pending"]
+    assert not core.read_node(young).spec.unschedulable
+
+    def on_prometheus_clock(at: datetime | None) -> bool:
+        return at is not None and before <= at <= after
+
+    assert on_prometheus_clock(datetime.fromisoformat(plan["counts"]["at"]))
+    assert on_prometheus_clock(cordon_at(core, held))
+    (line,) = ledger_text(core, held).splitlines()
+    assert on_prometheus_clock(parse_time(line.split()[0])), line
+    events = node_events(admin, held)
+    assert events and all(
+        on_prometheus_clock(datetime.fromisoformat(e["eventTime"].replace("Z", "+00:00")))
+        for e in events
+    ), events
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+    assert on_prometheus_clock(lease.spec.acquire_time) and on_prometheus_clock(
+        lease.spec.renew_time
+    ), lease.spec
