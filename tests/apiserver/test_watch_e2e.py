@@ -12,10 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from guard.doors.lease import slot_key
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
 from guard.ledger import format_time, parse_time
+from guard.metric_names import LAST_RUN, LEASE_TAKEN
 from guard.names import CYCLE_LEASE
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -526,6 +530,16 @@ def test_a_run_killed_right_after_any_write_leaves_its_slot_recorded(
 SKEW_S = 120  # the pod's clock ahead of Prometheus'
 
 
+class PodTime:
+    """guard.run's `time` module on a pod whose clock runs SKEW_S ahead."""
+
+    monotonic = staticmethod(time.monotonic)
+
+    @staticmethod
+    def time() -> float:
+        return time.time() + SKEW_S
+
+
 def test_a_pod_clock_two_minutes_ahead_neither_shortens_a_hold_nor_dates_the_writes(
     guard_kubeconfig, gpu_node, core, admin, monkeypatch
 ):
@@ -552,12 +566,14 @@ def test_a_pod_clock_two_minutes_ahead_neither_shortens_a_hold_nor_dates_the_wri
         for name, ago in ((held, 300), (young, 60))
     )
     scenario = Scenario(end - timedelta(seconds=history_s), history_s, nodes, pods=(KSM_POD,))
-    with scenario_server(scenario) as server:
+    with scenario_server(scenario) as server, pushgateway() as pushed:
         before = datetime.now(UTC).replace(microsecond=0)
         pod = Anchor(datetime.now(UTC) + timedelta(seconds=SKEW_S), time.monotonic())
         monkeypatch.setattr(cli_module.Anchor, "start", classmethod(lambda _cls: pod))
+        monkeypatch.setattr("guard.run.time", PodTime)
         args = ["run", "--prometheus-url", server.url, "--kubeconfig", str(guard_kubeconfig)]
         args += ["--no-watch", "--output", "json", "--log-format", "json", NO_CF]
+        args += ["--pushgateway-url", pushed.url]
         result = CliRunner().invoke(cli_module.cli, args, prog_name="gpu-node-guard")
         after = datetime.now(UTC) + timedelta(seconds=1)
     assert result.exit_code == 0, result.stderr
@@ -585,3 +601,41 @@ def test_a_pod_clock_two_minutes_ahead_neither_shortens_a_hold_nor_dates_the_wri
     assert on_prometheus_clock(lease.spec.acquire_time) and on_prometheus_clock(
         lease.spec.renew_time
     ), lease.spec
+    # the push too: the alerts compare its times with Prometheus' time()
+    for metric in (LAST_RUN, LEASE_TAKEN):
+        assert on_prometheus_clock(datetime.fromtimestamp(pushed.value(metric.name), UTC)), metric
+
+
+@dataclass
+class Pushed:
+    url: str
+    bodies: list[str] = field(default_factory=list)
+
+    def value(self, name: str) -> float:
+        """The last push's sample of `name` (the text format's `name{…} value` row)."""
+        (row,) = [r for r in self.bodies[-1].splitlines() if r.split("{")[0].split()[0] == name]
+        return float(row.split()[-1])
+
+
+@contextmanager
+def pushgateway() -> Iterator[Pushed]:
+    """A stand-in Pushgateway on loopback that keeps each pushed body (the text format)."""
+    pushed = Pushed("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            pushed.bodies.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    pushed.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield pushed
+    finally:
+        server.shutdown()
+        server.server_close()
