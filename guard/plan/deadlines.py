@@ -3,11 +3,9 @@ the monotonic clock: guard.doors.retry `Anchor`).
 
 A run has parts, each with its deadline for API requests and their retries:
   the cycle       `cycle_deadline_s` after the run's start
-  the watch       decides until `watch_until_s` after the run's cron slot (its Job's schedule,
-                  else the cadence's grid: a run by hand or `kubectl create job --from` never
-                  watches into the next slot, guard.plan.watch `cron_slot`); its requests, its
-                  last decision's writes and the Lease's release may go on until the run's
-                  deadline
+  the watch       decides until `watch_until_s` after the run's cron slot (guard.plan.watch
+                  `cron_slot`: a run without a schedule never watches into the next slot); its
+                  requests, its last decision's writes and the Lease's release: the run's deadline
   the run         RELEASE_S after the later of the cycle's deadline and the watch's end (a run
                   that does not watch: after the cycle's deadline)
 Every deadline is at most the CronJob's `activeDeadlineSeconds` (CRONJOB_DEADLINE_S) less
@@ -17,8 +15,7 @@ killed earlier), else from the run's start: the push and the exit fit after it.
 With the defaults (cycle 200 s, watch 240 s) and a run started 5 s after its schedule S: the
 cycle's deadline S+205, the watch's end S+240, the run's deadline S+255, the pod killed no
 earlier than S+270. A pod started 100 s late: the cycle's deadline S+260 (not S+300), the watch's
-end S+240, the run's S+260. A run without a schedule started at 05:53:30: its watch ends at
-05:54:00, as the 05:50 Job's would.
+end S+240, the run's S+260. A run by hand at 05:53:30 (slot 05:50): its watch ends at 05:54:00.
 """
 
 from __future__ import annotations
