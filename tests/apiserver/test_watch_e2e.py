@@ -527,6 +527,39 @@ def test_a_run_killed_right_after_any_write_leaves_its_slot_recorded(
         forget_guard_state(core, admin)
 
 
+def test_a_run_by_hand_never_watches_into_the_next_slot(guard_kubeconfig, gpu_node, core):
+    """A live run whose Job names no schedule (by hand, `kubectl create job --from=cronjob/…`),
+    started late in its slot, with a hold that completes just after the slot's end: its watch
+    ends `watch_until_s` after its slot on the cadence's grid, as that slot's CronJob run's
+    does, and leaves the hold to the next slot's run — before, it watched `watch_until_s` after
+    its own start and cordoned in the next slot's time, beside that slot's run. A 30 s cadence
+    (watch 25 s) keeps it short: started at S+15, the hold completes at S+30."""
+    node = gpu_node("w-hand")
+    cadence, until = 30, 25
+    slot = datetime.fromtimestamp(-(-(time.time() + 40) // cadence) * cadence, UTC)  # S
+    history_s = 30 * 60
+    onset_s = history_s - 90  # S-90 on the scrape grid: Xid 79's 120 s hold completes at S+30
+    scenario = Scenario(
+        start=slot - timedelta(seconds=history_s),
+        duration_s=history_s + 600,
+        nodes=(NodeTimeline(node, gpus=8, xids=((onset_s, 4, 79),), allocatable=((onset_s, 7),)),),
+        pods=(KSM_POD,),
+    )
+    require_engine("prometheus2")
+    with scenario_server(scenario) as server:
+        time.sleep(max(0.0, slot.timestamp() + 15 - time.time()))
+        env = {"GUARD_CADENCE_S": str(cadence), "GUARD_WATCH_UNTIL_S": str(until)}
+        run = _start(server, guard_kubeconfig, env=env)  # no GUARD_JOB_NAME: by hand
+        log = [json.loads(line) for line in run.communicate(timeout=120)[1].splitlines()]
+    assert run.returncode == 0, log
+    (start,) = [line for line in log if line["event"] == "watch-start"]
+    assert start["until"] == format_time(slot + timedelta(seconds=until)), start
+    (end,) = [line for line in log if line["event"] == "watch-end"]
+    assert (end["why"], end["cordoned"], end["left"]) == ("deadline", "-", 1), end
+    assert not [line for line in log if line["event"] == "cordon"], log
+    assert cordon_at(core, node) is None
+
+
 SKEW_S = 120  # the pod's clock ahead of Prometheus'
 
 
