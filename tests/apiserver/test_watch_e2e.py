@@ -173,7 +173,7 @@ def test_a_run_releases_the_lease_and_one_that_finds_it_held_exits_0(
 
 
 TRIALS = 20
-WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its cycle
+WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its start
 
 
 @contextmanager
@@ -213,11 +213,14 @@ def test_two_runs_started_together_never_cordon_two_nodes_in_one_slot(
     for _ in range(TRIALS):
         # Both runs start well inside one slot: a run that starts after the boundary is the
         # next slot's, and may isolate again (one isolation per slot, not per minute).
-        _slot_with_room()
+        slot = _slot_with_room(70)
+        # Runs by hand: the watch ends `watch_until_s` after their slot, WATCH_S from now.
+        into_s = int(time.time() - slot.timestamp())
+        env = {"GUARD_WATCH_UNTIL_S": str(into_s + 1 + WATCH_S)}
         for name in RACE:
             make_gpu_node(core, name)
         try:
-            procs = [_start(live_prom, guard_kubeconfig) for _ in range(2)]
+            procs = [_start(live_prom, guard_kubeconfig, env=env) for _ in range(2)]
             logs = [p.communicate(timeout=120)[1] for p in procs]
             assert [p.returncode for p in procs] == [0, 0], logs
             cordoned = [n for n in RACE if core.read_node(n).spec.unschedulable]
@@ -271,12 +274,12 @@ def test_a_run_after_another_in_the_same_slot_does_not_cordon_again(
         forget_guard_state(core, admin)
 
 
-def _slot_with_room() -> datetime:
-    """The current cron slot, waiting for the next one when less than a minute of it is left:
+def _slot_with_room(room_s: int = 60) -> datetime:
+    """The current cron slot, waiting for the next one when less than `room_s` of it is left:
     the test's runs must all start in the slot they name."""
     cadence = Settings().cadence_s
     now = time.time()
-    if cadence - now % cadence < 60:
+    if cadence - now % cadence < room_s:
         time.sleep(cadence - now % cadence + 1)
         now = time.time()
     return datetime.fromtimestamp(now // cadence * cadence, UTC)
