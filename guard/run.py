@@ -274,7 +274,8 @@ def start(s: Settings, prom: PromClient, log: Log, inputs: Inputs, anchor: Ancho
     if s.pushgateway_url and not inputs.dry_run:  # docs/metrics.md: after the last line
         from guard.apply.push import push_run  # the push's status report is loaded only to push
 
-        push_run(s, run.trace, code, time.time(), time.monotonic() - anchor.mono, log)
+        ended = run.budget.anchor.now().timestamp()  # the run's clock, as the alerts' time()
+        push_run(s, run.trace, code, ended, time.monotonic() - anchor.mono, log)
     return code
 
 
@@ -286,7 +287,7 @@ def run_code(run: Run) -> int:
         result = _with_lease(run)
     except Yield as exc:
         if exc.event == "lease-held":
-            trace.lease_held = time.time()
+            trace.lease_held = run.budget.anchor.now().timestamp()
         log.event(exc.event, **exc.fields)
         return 0
     except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
@@ -363,7 +364,7 @@ def _with_lease(run: Run) -> CycleResult:
     holder = lease.take(clock.now())
     if holder:
         raise lease_held(holder)
-    run.trace.lease_taken = time.time()
+    run.trace.lease_taken = clock.now().timestamp()
     if lease.taken_over:
         was, why = lease.taken_over
         run.log.event(

@@ -3,9 +3,9 @@ the monotonic clock: guard.doors.retry `Anchor`).
 
 A run has parts, each with its deadline for API requests and their retries:
   the cycle       `cycle_deadline_s` after the run's start
-  the watch       decides until `watch_end` (`watch_until_s` after the Job's schedule,
-                  guard.plan.watch); its requests, its last decision's writes and the Lease's
-                  release may go on until the run's deadline
+  the watch       decides until `watch_until_s` after the run's cron slot (guard.plan.watch
+                  `cron_slot`: a run without a schedule never watches into the next slot); its
+                  requests, its last decision's writes and the Lease's release: the run's deadline
   the run         RELEASE_S after the later of the cycle's deadline and the watch's end (a run
                   that does not watch: after the cycle's deadline)
 Every deadline is at most the CronJob's `activeDeadlineSeconds` (CRONJOB_DEADLINE_S) less
@@ -15,7 +15,7 @@ killed earlier), else from the run's start: the push and the exit fit after it.
 With the defaults (cycle 200 s, watch 240 s) and a run started 5 s after its schedule S: the
 cycle's deadline S+205, the watch's end S+240, the run's deadline S+255, the pod killed no
 earlier than S+270. A pod started 100 s late: the cycle's deadline S+260 (not S+300), the watch's
-end S+240, the run's S+260.
+end S+240, the run's S+260. A run by hand at 05:53:30 (slot 05:50): its watch ends at 05:54:00.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from guard.plan.watch import scheduled_at, watch_end
+from guard.plan.watch import cron_slot, scheduled_at
 from guard.settings import CRONJOB_DEADLINE_S, Settings
 
 # After the watch's end: its last decision's reads and writes and the Lease's release.
@@ -53,6 +53,6 @@ def run_deadlines(started: datetime, s: Settings, watching: bool) -> Deadlines:
     base = scheduled_at(s.job_name, started, s.cadence_s) or started
     last = base + timedelta(seconds=CRONJOB_DEADLINE_S - END_MARGIN_S)
     cycle = min(started + timedelta(seconds=s.cycle_deadline_s), last)
-    end = watch_end(started, s)
+    end = cron_slot(started, s) + timedelta(seconds=s.watch_until_s)
     later = max(cycle, end) if watching else cycle
     return Deadlines(cycle, end, min(later + timedelta(seconds=RELEASE_S), last))

@@ -101,7 +101,7 @@ def cron_slot(started: datetime, s: Settings) -> datetime:
 
 def watch_end(started: datetime, s: Settings) -> datetime:
     """`watch_until_s` after the Job's schedule (its start is never earlier, and the deadline
-    counts from there), or after the run's start without one."""
+    counts from there), or after the run's start without one (a replay's: guard.plan.deadlines)."""
     scheduled = scheduled_at(s.job_name, started, s.cadence_s)
     return min(started, scheduled or started) + timedelta(seconds=s.watch_until_s)
 

@@ -12,10 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from guard.doors.lease import slot_key
 from guard.example.promserver import LocalPrometheus, scenario_server
 from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
 from guard.ledger import format_time, parse_time
+from guard.metric_names import LAST_RUN, LEASE_TAKEN
 from guard.names import CYCLE_LEASE
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -35,8 +39,10 @@ from tests.apiserver.guard_run import (
     T0,
     faulted,
     forget_guard_state,
+    ledger_text,
     make_gpu_node,
     mine,
+    node_events,
     run_guard,
     scenario_prometheus,
 )
@@ -167,7 +173,7 @@ def test_a_run_releases_the_lease_and_one_that_finds_it_held_exits_0(
 
 
 TRIALS = 20
-WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its cycle
+WATCH_S = 6  # the live runs' watch: the first run holds the Lease this long after its start
 
 
 @contextmanager
@@ -207,11 +213,14 @@ def test_two_runs_started_together_never_cordon_two_nodes_in_one_slot(
     for _ in range(TRIALS):
         # Both runs start well inside one slot: a run that starts after the boundary is the
         # next slot's, and may isolate again (one isolation per slot, not per minute).
-        _slot_with_room()
+        slot = _slot_with_room(70)
+        # Runs by hand: the watch ends `watch_until_s` after their slot, WATCH_S from now.
+        into_s = int(time.time() - slot.timestamp())
+        env = {"GUARD_WATCH_UNTIL_S": str(into_s + 1 + WATCH_S)}
         for name in RACE:
             make_gpu_node(core, name)
         try:
-            procs = [_start(live_prom, guard_kubeconfig) for _ in range(2)]
+            procs = [_start(live_prom, guard_kubeconfig, env=env) for _ in range(2)]
             logs = [p.communicate(timeout=120)[1] for p in procs]
             assert [p.returncode for p in procs] == [0, 0], logs
             cordoned = [n for n in RACE if core.read_node(n).spec.unschedulable]
@@ -265,12 +274,12 @@ def test_a_run_after_another_in_the_same_slot_does_not_cordon_again(
         forget_guard_state(core, admin)
 
 
-def _slot_with_room() -> datetime:
-    """The current cron slot, waiting for the next one when less than a minute of it is left:
+def _slot_with_room(room_s: int = 60) -> datetime:
+    """The current cron slot, waiting for the next one when less than `room_s` of it is left:
     the test's runs must all start in the slot they name."""
     cadence = Settings().cadence_s
     now = time.time()
-    if cadence - now % cadence < 60:
+    if cadence - now % cadence < room_s:
         time.sleep(cadence - now % cadence + 1)
         now = time.time()
     return datetime.fromtimestamp(now // cadence * cadence, UTC)
@@ -444,30 +453,43 @@ def _next_minute(at_least_s: int) -> datetime:
     return datetime.fromtimestamp(-(-now // 60) * 60, UTC)
 
 
-# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment its cordon patch
-# has landed: what a pod past its deadline, or a node gone, does at the worst instant.
-KILLED_AFTER_CORDON = """
+# `gpu-node-guard run`, killed (SIGKILL: no finally, no release) the moment one of its writes has
+# landed (KILL_AFTER: the cordon patch, the Event, the evidence Job, the ledger line): what a pod
+# past its deadline, or a node gone, does at the worst instant.
+KILLED_AFTER_A_WRITE = """
 import os, signal, sys
 from guard.cli import main
 from guard.doors.kube import Kube
-patch = Kube.patch_node
-def patch_then_die(self, name, body):
-    answer = patch(self, name, body)
-    if (body.get("spec") or {}).get("unschedulable"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return answer
-Kube.patch_node = patch_then_die
+WRITES = {
+    "cordon": (("patch_node", lambda body: (body.get("spec") or {}).get("unschedulable")),),
+    "event": (("create_event", lambda body: True),),
+    "evidence-job": (("create_job", lambda body: True),),
+    "ledger": (("create_configmap", lambda body: True), ("replace_configmap", lambda body: True)),
+}
+def die_after(name, landed):
+    write = getattr(Kube, name)
+    def write_then_die(self, *args):
+        answer = write(self, *args)
+        if landed(args[-1]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return answer
+    setattr(Kube, name, write_then_die)
+for name, landed in WRITES[os.environ["KILL_AFTER"]]:
+    die_after(name, landed)
 sys.argv[0] = "gpu-node-guard"
 main()
 """
 
 
-def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
-    slot_prom, guard_kubeconfig, core, admin
+@pytest.mark.parametrize("write", ["cordon", "event", "evidence-job", "ledger"])
+def test_a_run_killed_right_after_any_write_leaves_its_slot_recorded(
+    slot_prom, guard_kubeconfig, core, admin, write
 ):
-    """The slot goes into the Lease with the renewal right before the cordon, not after it: a
-    run killed right after its cordon leaves the record, so a run of the same slot that takes
-    the Lease once it expired logs `slot-isolated` and cordons no second node."""
+    """The slot goes into the Lease with the renewal right before the isolation's writes, not
+    after them: a run killed right after any one of them (its cordon patch, its Event, its
+    evidence Job, its ledger line) leaves the record, so a run of the same slot that takes the
+    Lease once it expired logs `slot-isolated` and cordons no second node — one isolation in the
+    slot, whatever the write the kill came after."""
     slot = _slot_with_room()
     job = f"gpu-node-guard-{int(slot.timestamp()) // 60}"
     for name in RACE:
@@ -476,18 +498,20 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
     try:
         killed = subprocess.run(
             [
-                *(sys.executable, "-c", KILLED_AFTER_CORDON, "run"),
+                *(sys.executable, "-c", KILLED_AFTER_A_WRITE, "run"),
                 *("--prometheus-url", slot_prom.url, "--kubeconfig", str(guard_kubeconfig)),
                 *("--log-format", "json", "--no-watch", NO_CF),
             ],
             capture_output=True,
             text=True,
-            env={**os.environ, "GUARD_JOB_NAME": job},
+            env={**os.environ, "GUARD_JOB_NAME": job, "KILL_AFTER": write},
             timeout=120,
             check=False,
         )
         assert killed.returncode == -signal.SIGKILL, killed.stderr
-        (done,) = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        # at most the one node (none when the kill came after a write before the cordon)
+        done = [n for n in RACE if core.read_node(n).spec.unschedulable]
+        assert len(done) <= 1, killed.stderr
         lease = leases.read_namespaced_lease(CYCLE_LEASE, NS)
         assert lease.spec.holder_identity  # never released
         assert (lease.metadata.annotations or {}).get(SLOT_KEY) == format_time(slot)
@@ -499,8 +523,155 @@ def test_a_run_killed_right_after_its_cordon_leaves_its_slot_recorded(
         assert second.returncode == 0, log
         events = [json.loads(line)["event"] for line in log.splitlines() if line.startswith("{")]
         assert events[-1] == "slot-isolated" and "cordon" not in events, log
-        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == [done]
+        assert [n for n in RACE if core.read_node(n).spec.unschedulable] == done
     finally:
         for name in RACE:
             core.delete_node(name)
         forget_guard_state(core, admin)
+
+
+def test_a_run_by_hand_never_watches_into_the_next_slot(guard_kubeconfig, gpu_node, core):
+    """A live run whose Job names no schedule (by hand, `kubectl create job --from=cronjob/…`),
+    started late in its slot, with a hold that completes just after the slot's end: its watch
+    ends `watch_until_s` after its slot on the cadence's grid, as that slot's CronJob run's
+    does, and leaves the hold to the next slot's run — before, it watched `watch_until_s` after
+    its own start and cordoned in the next slot's time, beside that slot's run. A 30 s cadence
+    (watch 25 s) keeps it short: started at S+15, the hold completes at S+30."""
+    node = gpu_node("w-hand")
+    cadence, until = 30, 25
+    slot = datetime.fromtimestamp(-(-(time.time() + 40) // cadence) * cadence, UTC)  # S
+    history_s = 30 * 60
+    onset_s = history_s - 90  # S-90 on the scrape grid: Xid 79's 120 s hold completes at S+30
+    scenario = Scenario(
+        start=slot - timedelta(seconds=history_s),
+        duration_s=history_s + 600,
+        nodes=(NodeTimeline(node, gpus=8, xids=((onset_s, 4, 79),), allocatable=((onset_s, 7),)),),
+        pods=(KSM_POD,),
+    )
+    require_engine("prometheus2")
+    with scenario_server(scenario) as server:
+        time.sleep(max(0.0, slot.timestamp() + 15 - time.time()))
+        env = {"GUARD_CADENCE_S": str(cadence), "GUARD_WATCH_UNTIL_S": str(until)}
+        run = _start(server, guard_kubeconfig, env=env)  # no GUARD_JOB_NAME: by hand
+        log = [json.loads(line) for line in run.communicate(timeout=120)[1].splitlines()]
+    assert run.returncode == 0, log
+    (start,) = [line for line in log if line["event"] == "watch-start"]
+    assert start["until"] == format_time(slot + timedelta(seconds=until)), start
+    (end,) = [line for line in log if line["event"] == "watch-end"]
+    assert (end["why"], end["cordoned"], end["left"]) == ("deadline", "-", 1), end
+    assert not [line for line in log if line["event"] == "cordon"], log
+    assert cordon_at(core, node) is None
+
+
+SKEW_S = 120  # the pod's clock ahead of Prometheus'
+
+
+class PodTime:
+    """guard.run's `time` module on a pod whose clock runs SKEW_S ahead."""
+
+    monotonic = staticmethod(time.monotonic)
+
+    @staticmethod
+    def time() -> float:
+        return time.time() + SKEW_S
+
+
+def test_a_pod_clock_two_minutes_ahead_neither_shortens_a_hold_nor_dates_the_writes(
+    guard_kubeconfig, gpu_node, core, admin, monkeypatch
+):
+    """A live run (no --at, the guard's token) whose pod clock runs two minutes ahead of
+    Prometheus': a loss that has held about a minute of Xid 79's two-minute hold is pending,
+    not cordoned as three minutes old (Prometheus answers a future instant with the last
+    sample); the node whose hold completed is cordoned, and every write of it — the cordon's
+    annotation, its ledger line, its Event — and the Lease carry Prometheus' time, the instant
+    the decision was made on, not the pod's; one `clock-skew` WARN line says so."""
+    from click.testing import CliRunner
+
+    from guard import cli as cli_module
+    from guard.doors.retry import Anchor
+
+    require_engine("prometheus2")
+    end = datetime.fromtimestamp(time.time() // 15 * 15, UTC)  # no sample after the real now
+    history_s = 30 * 60
+    held, young = gpu_node("w-skew-held"), gpu_node("w-skew-young")
+    forget_guard_state(core, admin)  # an earlier test's slot record
+    nodes = tuple(
+        NodeTimeline(
+            name, gpus=8, xids=((history_s - ago, 4, 79),), allocatable=((history_s - ago, 7),)
+        )
+        for name, ago in ((held, 300), (young, 60))
+    )
+    scenario = Scenario(end - timedelta(seconds=history_s), history_s, nodes, pods=(KSM_POD,))
+    with scenario_server(scenario) as server, pushgateway() as pushed:
+        before = datetime.now(UTC).replace(microsecond=0)
+        pod = Anchor(datetime.now(UTC) + timedelta(seconds=SKEW_S), time.monotonic())
+        monkeypatch.setattr(cli_module.Anchor, "start", classmethod(lambda _cls: pod))
+        monkeypatch.setattr("guard.run.time", PodTime)
+        args = ["run", "--prometheus-url", server.url, "--kubeconfig", str(guard_kubeconfig)]
+        args += ["--no-watch", "--output", "json", "--log-format", "json", NO_CF]
+        args += ["--pushgateway-url", pushed.url]
+        result = CliRunner().invoke(cli_module.cli, args, prog_name="gpu-node-guard")
+        after = datetime.now(UTC) + timedelta(seconds=1)
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    log = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    (skew,) = [line for line in log if line["event"] == "clock-skew"]
+    assert skew["level"] == "WARN" and abs(skew["skew_s"] - SKEW_S) < 5, skew
+    assert [line["node"] for line in log if line["event"] == "cordon"] == [held], result.stderr
+    assert [p["node"] for p in plan["pending"]] == [young], plan["pending"]
+    assert not core.read_node(young).spec.unschedulable
+
+    def on_prometheus_clock(at: datetime | None) -> bool:
+        return at is not None and before <= at <= after
+
+    assert on_prometheus_clock(datetime.fromisoformat(plan["counts"]["at"]))
+    assert on_prometheus_clock(cordon_at(core, held))
+    (line,) = ledger_text(core, held).splitlines()
+    assert on_prometheus_clock(parse_time(line.split()[0])), line
+    events = node_events(admin, held)
+    assert events and all(
+        on_prometheus_clock(datetime.fromisoformat(e["eventTime"].replace("Z", "+00:00")))
+        for e in events
+    ), events
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(CYCLE_LEASE, NS)
+    assert on_prometheus_clock(lease.spec.acquire_time) and on_prometheus_clock(
+        lease.spec.renew_time
+    ), lease.spec
+    # the push too: the alerts compare its times with Prometheus' time()
+    for metric in (LAST_RUN, LEASE_TAKEN):
+        assert on_prometheus_clock(datetime.fromtimestamp(pushed.value(metric.name), UTC)), metric
+
+
+@dataclass
+class Pushed:
+    url: str
+    bodies: list[str] = field(default_factory=list)
+
+    def value(self, name: str) -> float:
+        """The last push's sample of `name` (the text format's `name{…} value` row)."""
+        (row,) = [r for r in self.bodies[-1].splitlines() if r.split("{")[0].split()[0] == name]
+        return float(row.split()[-1])
+
+
+@contextmanager
+def pushgateway() -> Iterator[Pushed]:
+    """A stand-in Pushgateway on loopback that keeps each pushed body (the text format)."""
+    pushed = Pushed("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            pushed.bodies.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    pushed.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield pushed
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -67,13 +67,22 @@ def test_a_run_that_does_not_watch_releases_after_its_cycle():
     assert d.run == d.cycle + timedelta(seconds=RELEASE_S)
 
 
-def test_a_run_without_a_schedule_counts_from_its_start():
-    started = TICK + timedelta(seconds=17)
-    s = Settings(job_name="gpu-node-guard-manual-1")
+@pytest.mark.parametrize("job", ["gpu-node-guard-manual-1", "gpu-node-guard-manual", ""])
+@pytest.mark.parametrize("into_s", [0, 17, 200, 239, 240, 299])
+def test_a_run_that_does_not_know_its_slot_never_watches_across_it(job: str, into_s: int):
+    """A run by hand or `kubectl create job --from=cronjob/…` (no schedule in its Job's name):
+    its cycle counts from its start, its watch ends `watch_until_s` after its slot on the
+    cadence's grid, as that slot's CronJob run's does — never in the next slot, where that
+    slot's run would take the Lease (it expires at the boundary) and both could cordon. Before,
+    it watched `watch_until_s` after its start: 4:59 into a slot, nearly four minutes into the
+    next one."""
+    s = Settings(job_name=job)
+    started = TICK + timedelta(seconds=into_s)
     d = run_deadlines(started, s, watching=True)
     assert d.cycle == started + timedelta(seconds=s.cycle_deadline_s)
-    assert d.watch_end == started + timedelta(seconds=s.watch_until_s)
-    assert d.run == d.watch_end + timedelta(seconds=RELEASE_S)
+    assert d.watch_end == TICK + timedelta(seconds=s.watch_until_s)
+    assert d.watch_end < TICK + timedelta(seconds=s.cadence_s)  # the next slot's start
+    assert d.run == max(d.cycle, d.watch_end) + timedelta(seconds=RELEASE_S)
 
 
 class Ticks:
