@@ -176,6 +176,17 @@ class Run:
     def may_isolate(self) -> bool:
         return may_isolate(self.outcomes, self.lost)
 
+    def _slot(self, now: datetime) -> str:
+        """The slot an isolation's writes record: the run's, or for a run whose cycle ends after
+        its slot (started late, by hand) the slot the writes land in, so that slot's run finds
+        it isolated and no two cordons land in one slot's time (a replay: its instant's)."""
+        if self.inputs.at:
+            return self.slot
+        from guard.ledger import format_time
+        from guard.plan.watch import cron_slot
+
+        return format_time(cron_slot(now, self.s))
+
     def executor(self, snap: Snapshot) -> PrintExecutor | KubeExecutor:
         """A snapshot's executor (the cycle's, each watch decision's): one list of outcomes."""
         if self.inputs.dry_run:
@@ -198,7 +209,7 @@ class Run:
         now = self.budget.anchor.now()
         if self.lease is not None:
             isolates = self.slot and any(isinstance(a, Cordon | TaintDevice) for a in actions)
-            held = self.lease.record(self.slot, now) if isolates else self.lease.renew(now)
+            held = self.lease.record(self._slot(now), now) if isolates else self.lease.renew(now)
             if not held:
                 self.lost = True
                 return

@@ -12,6 +12,7 @@ from guard.actions import Cordon
 from guard.apply.outcome import Outcome, RunTrace
 from guard.doors.prom import PromClient
 from guard.doors.retry import Anchor
+from guard.ledger import format_time
 from guard.log import Log
 from guard.plan.deadlines import END_MARGIN_S, RELEASE_S, run_deadlines
 from guard.plan.watch import cron_slot
@@ -199,3 +200,46 @@ def test_a_pod_clock_off_moves_neither_the_deadlines_nor_the_slot_nor_the_lease(
     run.lease = Lease()  # type: ignore[assignment]
     assert run.renew() and renewed == [started + timedelta(seconds=2)]
     assert ("clock-skew" in out.getvalue()) is (skew_s != 0)
+
+
+@pytest.mark.parametrize(
+    ("job", "at_s", "slot_s"),
+    [
+        ("", 299, 0),  # by hand, started late: the cycle's writes still inside its slot
+        ("", 301, 300),  # … and after it: recorded as the slot they land in
+        (JOB, 120, 0),  # the CronJob's run, inside its schedule's slot
+        (JOB, 302, 300),  # … whose cycle ends after it
+    ],
+    ids=["by-hand-in-slot", "by-hand-after-slot", "scheduled-in-slot", "scheduled-after-slot"],
+)
+def test_an_isolations_slot_record_is_the_slot_its_writes_land_in(job, at_s, slot_s):
+    """A run started late in its slot (by hand: `kubectl create job --from`) whose cycle writes
+    after the slot's end records the slot the writes land in, not its own: the next slot's run
+    then finds that slot isolated (`slot-isolated`) instead of cordoning a second node seconds
+    later beside it."""
+    s = Settings(job_name=job)
+    started = TICK + timedelta(seconds=at_s)
+    recorded: list[str] = []
+
+    class Lease:
+        isolated = ""
+
+        def record(self, slot: str, now: datetime) -> bool:
+            recorded.append(slot)
+            return False  # lost: the turn writes nothing (no executor needed)
+
+    inputs = Inputs(dry_run=False, at=None, snapshot_file=None, output="json", watch=True)
+    budget = Budget(Anchor(started, 5.0, lambda: 5.0), run_deadlines(started, s, True))
+    out = io.StringIO()
+    run = Run(
+        s,
+        RunTrace(PromAt(started)),
+        Log("json", out, TICK),
+        Log("json", out, TICK),
+        inputs,
+        budget,
+        lease=Lease(),
+        slot=format_time(TICK),
+    )  # type: ignore[arg-type]
+    run.turn(snapshot(node("a")), (Cordon("a", "xid-79", "7", (), "0000:99:00.0", 600, "job/e"),))
+    assert recorded == [format_time(TICK + timedelta(seconds=slot_s))] and run.lost
