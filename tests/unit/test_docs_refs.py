@@ -19,6 +19,7 @@ from guard.cli import cli, command_paths
 from guard.doors.lease import slot_key
 from guard.names import REPORTING_CONTROLLER, AnnotationKey, Annotations
 from guard.settings import CRONJOB_ENV, SITE_SETTINGS, Settings
+from tests.pysource import parse
 from tests.unit.test_runbook import github_slug
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def defined_tests() -> dict[str, frozenset[str]]:
     """Test function (and class) name → the files under tests/ that define it."""
     found: dict[str, set[str]] = {}
     for file in (ROOT / "tests").rglob("*.py"):
-        for node in ast.walk(ast.parse(file.read_text("utf-8"))):
+        for node in ast.walk(parse(file.read_text("utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 found.setdefault(node.name, set()).add(file.relative_to(ROOT).as_posix())
     return {name: frozenset(files) for name, files in found.items()}

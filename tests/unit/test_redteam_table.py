@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests import redteam_table as table
+from tests.pysource import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = {
@@ -64,7 +65,7 @@ def test_no_row_is_a_known_gap_unless_it_says_why() -> None:
 @pytest.mark.parametrize("row", [r for r in table.ROWS if r.proved_by], ids=lambda r: r.id)
 def test_a_cited_test_exists(row: table.Row) -> None:
     path, name = row.proved_by.split("::")
-    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    tree = parse((ROOT / path).read_text(encoding="utf-8"))
     assert name in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}, row
 
 
