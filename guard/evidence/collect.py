@@ -123,17 +123,28 @@ def _has_record(text: str, pci: str) -> bool:
     return bool(mine.xids or mine.fallen_off or mine.dead)
 
 
-def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
-    that one has a record of this GPU (the node may have been rebooted since the fault). The
-    source read is returned with it, and what could not be read among the unknowns."""
-    unknowns: list[Unknown] = []
-    current = _journal(host, "0")
+def _current(host: Host) -> tuple[CommandResult, list[Unknown]]:
+    """The current boot's kernel log: the journal, else dmesg."""
+    current, unknowns = _journal(host, "0"), []
     if not current.ok:
         unknowns.append(Unknown("journalctl -k -b 0", current.why))
         current = host.run("dmesg", "--time-format", "iso")
         if not current.ok:
             unknowns.append(Unknown("dmesg --time-format iso", current.why))
+    return current, unknowns
+
+
+def current_kernel_log(host: Host) -> tuple[str | None, str, tuple[Unknown, ...]]:
+    current, unknowns = _current(host)
+    source = " ".join(current.argv) if current.ok else "unknown (no kernel log could be read)"
+    return (current.stdout if current.ok else None), source, tuple(unknowns)
+
+
+def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
+    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
+    that one has a record of this GPU (the node may have been rebooted since the fault). The
+    source read is returned with it, and what could not be read among the unknowns."""
+    current, unknowns = _current(host)
     label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):
         return current.stdout, label, tuple(unknowns)
