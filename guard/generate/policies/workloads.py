@@ -58,12 +58,24 @@ INTERACTIVE = ("exec", "attach", "portforward", "proxy")
 
 def _creator_checks(kind: Kind, s: Settings) -> list[Validation]:
     """A kind only the guard creates (the fence): anyone else's in-shape Job would change a
-    host without the guard's record of it. Last, so an out-of-shape Job is told its shape."""
+    host without the guard's record of it; or the kind's argv with `guard_only_word` (a node
+    trigger's evidence). Last, so an out-of-shape Job is told its shape."""
+    mine = f"request.operation != 'CREATE' || request.userInfo.username == {quote(guard_user(s))}"
+    if kind.guard_only_word:
+        word = kind.guard_only_word
+        return [
+            Validation(
+                f"{mine} || !variables.cmd.exists(a, a == {quote(word)})",
+                f"only the guard's ServiceAccount creates {kind.name} Jobs with {word} (its "
+                "cordon's node-wide evidence); not ",
+                "request.userInfo.username",
+            )
+        ]
     if not kind.guard_only:
         return []
     return [
         Validation(
-            f"request.operation != 'CREATE' || request.userInfo.username == {quote(guard_user(s))}",
+            mine,
             f"only the guard's ServiceAccount creates {kind.name} Jobs (it keeps the record of "
             "what they change); not ",
             "request.userInfo.username",
