@@ -156,34 +156,34 @@ def collect(**opts: Any) -> None:
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
     PCIe link goes into the summary for the guard (guard.evidence.links).
     """
+    trigger, want = _node_wide(opts)
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
     template = _template()
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
-    if _node_wide(opts):
-        found, slots = node_wide.gather(host, tables.classes)
-        trigger, expected = opts["trigger"], opts["expected_gpus"]
-        found = node_wide.judge(found, slots, trigger, expected, tables.classes)
-        target = Target(opts["node"], fault_ledger.UNKNOWN_PCI, None, None, trigger)
-        lines = node_wide.slot_sentences(slots, expected)
-        emit(found, tables, template, target, (node_links(host), opts["termination_log"]), lines)
+    summary = (node_links(host), opts["termination_log"])
+    if trigger is None:
+        target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
+        emit_collected(gather(host, opts["pci"], opts["xid"]), tables, template, target, summary)
         return
-    inputs = gather(host, opts["pci"], opts["xid"])
-    target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
-    links = node_links(host)
-    emit_collected(inputs, tables, template, target, (links, opts["termination_log"]))
+    found, slots = node_wide.gather(host, tables.classes)
+    found = node_wide.judge(found, slots, trigger, want, tables.classes)
+    target = Target(opts["node"], fault_ledger.UNKNOWN_PCI, None, None, trigger)
+    lines = node_wide.slot_sentences(slots, want)
+    emit_collected(found, tables, template, target, summary, lines)
 
 
-def _node_wide(opts: dict[str, Any]) -> bool:
-    """--trigger (node-wide) or --pci (one GPU), exactly one; the GPU's facts only with --pci."""
+def _node_wide(opts: dict[str, Any]) -> tuple[str | None, int | None]:
+    """--trigger (node-wide, gpu-short with --expected-gpus) or --pci (one GPU), exactly one."""
     gpu = [f"--{k.replace('_', '-')}" for k in ("xid", "uuid", "card_incidents") if opts[k]]
-    if (opts["trigger"] is None) == (opts["pci"] is None):
+    trigger, want = opts["trigger"], opts["expected_gpus"]
+    if (trigger is None) == (opts["pci"] is None):
         raise click.UsageError("give --pci (one GPU) or --trigger (the node), exactly one")
-    if opts["trigger"] is not None and gpu:
+    if trigger is not None and gpu:
         raise click.UsageError(f"{gpu[0]} names a GPU: not with --trigger")
-    if opts["expected_gpus"] is not None and opts["trigger"] != fault_ledger.GPU_SHORT:
+    if want is not None and trigger != fault_ledger.GPU_SHORT:
         raise click.UsageError("--expected-gpus goes with --trigger gpu-short only")
-    return opts["trigger"] is not None
+    return trigger, want
 
 
 def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
@@ -218,25 +218,16 @@ class Target:
 
 
 def emit_collected(
-    inputs: Inputs,
-    tables: Tables,
-    template: jinja2.Template,
-    target: Target,
-    summary: tuple[tuple[tuple[str, str], ...], str] = ((), ""),
-) -> None:
-    """Print report, draft and the JSON line, and write the summary (links, termination-log
-    path) for the guard; a template that fails to render exits 1 last."""
-    emit(assess(inputs, target.pci, tables.classes), tables, template, target, summary)
-
-
-def emit(
-    found: Assessment,
+    inputs: Inputs | Assessment,
     tables: Tables,
     template: jinja2.Template,
     target: Target,
     summary: tuple[tuple[tuple[str, str], ...], str] = ((), ""),
     slots: list[str] | None = None,
 ) -> None:
+    """Print report, draft and the JSON line, and write the summary (links, termination-log
+    path) for the guard; a template that fails to render exits 1 last. `slots`: node-wide."""
+    found = inputs if isinstance(inputs, Assessment) else assess(inputs, target.pci, tables.classes)
     links, termination_log = summary
     text = render_evidence_summary(EvidenceSummary(target.pci, found.verdict.value, links))
     write_summary(termination_log, text)

@@ -123,8 +123,11 @@ def _has_record(text: str, pci: str) -> bool:
     return bool(mine.xids or mine.fallen_off or mine.dead)
 
 
-def _current(host: Host) -> tuple[CommandResult, list[Unknown]]:
-    """The current boot's kernel log: the journal, else dmesg."""
+NO_LOG = "unknown (no kernel log could be read)"
+
+
+def current_kernel_log(host: Host) -> tuple[CommandResult, list[Unknown]]:
+    """The current boot's kernel log: the journal, else dmesg (node-wide evidence reads this)."""
     current, unknowns = _journal(host, "0"), []
     if not current.ok:
         unknowns.append(Unknown("journalctl -k -b 0", current.why))
@@ -134,17 +137,11 @@ def _current(host: Host) -> tuple[CommandResult, list[Unknown]]:
     return current, unknowns
 
 
-def current_kernel_log(host: Host) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    current, unknowns = _current(host)
-    source = " ".join(current.argv) if current.ok else "unknown (no kernel log could be read)"
-    return (current.stdout if current.ok else None), source, tuple(unknowns)
-
-
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
     """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
     that one has a record of this GPU (the node may have been rebooted since the fault). The
     source read is returned with it, and what could not be read among the unknowns."""
-    current, unknowns = _current(host)
+    current, unknowns = current_kernel_log(host)
     label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):
         return current.stdout, label, tuple(unknowns)
@@ -155,7 +152,7 @@ def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ..
         return previous.stdout, PREVIOUS_BOOT, tuple(unknowns)
     if current.ok:
         return current.stdout, label, tuple(unknowns)
-    return None, "unknown (no kernel log could be read)", tuple(unknowns)
+    return None, NO_LOG, tuple(unknowns)
 
 
 def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, ...], list[Unknown]]:
