@@ -114,16 +114,18 @@ def _host_reader(capabilities: list[str]) -> dict[str, Any]:
 
 
 _HOST_READER = _host_reader(HOST_READER_CAPABILITIES)
+_KERNEL_LOG = _host_reader(KERNEL_LOG_CAPABILITIES)
 
 KINDS = (
+    # A node trigger's evidence Job (--trigger) is the guard's cordon's only.
     Kind(
         "evidence",
         "gng-ev-",
         "image",
         argv.evidence,
         True,
-        _host_reader(KERNEL_LOG_CAPABILITIES),
-        guard_only_word="--trigger",  # a node trigger's evidence Job: the guard's cordon only
+        _KERNEL_LOG,
+        guard_only_word="--trigger",
     ),
     Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
     # The fence writes one GPU's compute mode with the host's nvidia-smi: the host readers'
