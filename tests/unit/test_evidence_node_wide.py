@@ -13,6 +13,7 @@ from guard.doors.hostexec import CommandResult
 from guard.evidence import node_wide
 from guard.evidence.cli import JSON_MARK, evidence
 from guard.evidence.collect import Host
+from guard.wire import parse_evidence_summary
 from guard.xid_tables import load_classes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -154,8 +155,14 @@ def _collect(tmp_path: Path, *args: str) -> tuple[int, str]:
 def test_collect_of_a_node_trigger_prints_the_verdict_and_a_request_naming_no_gpu(
     tmp_path: Path,
 ) -> None:
-    code, output = _collect(tmp_path, "--trigger", "gpu-short", "--expected-gpus", "4")
+    summary = tmp_path / "termination-log"
+    summary.write_text("")
+    args = ("--trigger", "gpu-short", "--expected-gpus", "4", "--termination-log", str(summary))
+    code, output = _collect(tmp_path, *args)
     assert code == 0, output
+    # The guard reads it back as any evidence Job's (guard.read.job_results).
+    read = parse_evidence_summary(summary.read_text())
+    assert (read.pci, read.verdict) == ("unknown", "power-cycle")
     lines = output.splitlines()
     assert lines[0] == "== gpu-node-guard evidence: node gpu-node-b, trigger gpu-short =="
     assert lines[1].startswith("verdict: power-cycle (driver record: RmInitAdapter failed")
