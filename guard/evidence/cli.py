@@ -24,8 +24,8 @@ from guard.cli_options import (
     uuid_callback,
     write_summary,
 )
-from guard.evidence import aer, request
-from guard.evidence.assess import Inputs, assess, offline_inputs
+from guard.evidence import aer, node_wide, request
+from guard.evidence.assess import Assessment, Inputs, assess, offline_inputs
 from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
@@ -124,7 +124,13 @@ ledger.add_command(count)
 
 @evidence.command()
 @click.option("--node", required=True, callback=node_callback, help="Node name (DNS-1123).")
-@click.option("--pci", required=True, callback=pci_callback, help="The faulted GPU (any spelling).")
+@click.option("--pci", callback=pci_callback, help="The faulted GPU (any spelling).")
+@click.option(
+    "--trigger",
+    type=click.Choice([str(r) for r in fault_ledger.NODE_REASONS]),
+    help="Instead of --pci: the node-wide evidence of a node trigger (docs/triggers.md).",
+)
+@click.option("--expected-gpus", type=click.IntRange(1, 99), help="gpu-short: the class's count.")
 @click.option("--xid", type=click.IntRange(min=0), help="Xid the guard saw on the metric.")
 @click.option("--uuid", callback=uuid_callback, help="GPU UUID the ledger counts (GPU-…).")
 @click.option(
@@ -150,14 +156,34 @@ def collect(**opts: Any) -> None:
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
     PCIe link goes into the summary for the guard (guard.evidence.links).
     """
+    trigger, want = _node_wide(opts)
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
     template = _template()
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
-    inputs = gather(host, opts["pci"], opts["xid"])
-    target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
-    links = node_links(host)
-    emit_collected(inputs, tables, template, target, (links, opts["termination_log"]))
+    summary = (node_links(host), opts["termination_log"])
+    if trigger is None:
+        target = Target(opts["node"], opts["pci"], opts["uuid"], counts)
+        emit_collected(gather(host, opts["pci"], opts["xid"]), tables, template, target, summary)
+        return
+    found, slots = node_wide.gather(host, tables.classes)
+    found = node_wide.judge(found, slots, trigger, want, tables.classes)
+    target = Target(opts["node"], fault_ledger.UNKNOWN_PCI, None, None, trigger)
+    lines = node_wide.slot_sentences(slots, want)
+    emit_collected(found, tables, template, target, summary, lines)
+
+
+def _node_wide(opts: dict[str, Any]) -> tuple[str | None, int | None]:
+    """--trigger (node-wide, gpu-short with --expected-gpus) or --pci (one GPU), exactly one."""
+    gpu = [f"--{k.replace('_', '-')}" for k in ("xid", "uuid", "card_incidents") if opts[k]]
+    trigger, want = opts["trigger"], opts["expected_gpus"]
+    if (trigger is None) == (opts["pci"] is None):
+        raise click.UsageError("give --pci (one GPU) or --trigger (the node), exactly one")
+    if trigger is not None and gpu:
+        raise click.UsageError(f"{gpu[0]} names a GPU: not with --trigger")
+    if want is not None and trigger != fault_ledger.GPU_SHORT:
+        raise click.UsageError("--expected-gpus goes with --trigger gpu-short only")
+    return trigger, want
 
 
 def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
@@ -181,6 +207,7 @@ class Target:
     pci: str
     uuid: str | None
     counts: fault_ledger.Counts | None
+    trigger: str | None = None  # node-wide evidence: the node trigger, and no GPU
 
     def history(self, found_uuid: str | None) -> str | None:
         """The request's history sentence, from the closed set in guard.ledger."""
@@ -191,24 +218,27 @@ class Target:
 
 
 def emit_collected(
-    inputs: Inputs,
+    inputs: Inputs | Assessment,
     tables: Tables,
     template: jinja2.Template,
     target: Target,
     summary: tuple[tuple[tuple[str, str], ...], str] = ((), ""),
+    slots: list[str] | None = None,
 ) -> None:
     """Print report, draft and the JSON line, and write the summary (links, termination-log
-    path) for the guard; a template that fails to render exits 1 last."""
-    found = assess(inputs, target.pci, tables.classes)
+    path) for the guard; a template that fails to render exits 1 last. `slots`: node-wide."""
+    found = inputs if isinstance(inputs, Assessment) else assess(inputs, target.pci, tables.classes)
     links, termination_log = summary
     text = render_evidence_summary(EvidenceSummary(target.pci, found.verdict.value, links))
     write_summary(termination_log, text)
-    title = f"gpu-node-guard evidence: node {target.node}, GPU {target.pci}"
-    click.echo(to_text(found, tables, title))
+    what = f"trigger {target.trigger}" if target.trigger else f"GPU {target.pci}"
+    click.echo(to_text(found, tables, f"gpu-node-guard evidence: node {target.node}, {what}"))
+    if slots is not None:
+        click.echo("\n  ".join(("-- lspci -nn -k -d 10de: --", *slots)))
     history = target.history(found.uuid)
     error = None
     try:
-        values = request.context(found, tables, target.node, history)
+        values = request.context(found, tables, target.node, history, target.trigger, slots)
         draft = request.render(template, values)
     except request.TemplateError as err:
         draft, error = "", str(err)
@@ -216,7 +246,9 @@ def emit_collected(
     click.echo(draft or f"  unavailable: {error}")
     record = {
         "node": target.node,
+        "trigger": target.trigger,
         **to_json(found, tables),
+        "slots": slots,
         "history": history,
         "request": draft,
         "links": [{"pci": pci, "link": link} for pci, link in links],

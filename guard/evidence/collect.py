@@ -100,13 +100,6 @@ def _journal(host: Host, boot: str) -> CommandResult:
 def empty_journal(stdout: str, stderr: str) -> str:
     """Why a journalctl answer of exit 0 holds no kernel log ("" when it holds one): its own
     `-- … --` lines (`-- No entries --`, `-- Boot … --`) and blank lines are not kernel lines.
-
-    >>> empty_journal("", "No journal files were found.\\n")
-    'no journal (No journal files were found.)'
-    >>> empty_journal("-- No entries --\\n", "")
-    'no kernel lines in the journal'
-    >>> empty_journal("2026-01-01T00:00:00+0000 host kernel: Linux version 6.1\\n", "")
-    ''
     """
     said = NO_JOURNAL in stderr
     for line in lines_of(stdout):
@@ -123,17 +116,25 @@ def _has_record(text: str, pci: str) -> bool:
     return bool(mine.xids or mine.fallen_off or mine.dead)
 
 
-def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
-    that one has a record of this GPU (the node may have been rebooted since the fault). The
-    source read is returned with it, and what could not be read among the unknowns."""
-    unknowns: list[Unknown] = []
-    current = _journal(host, "0")
+NO_LOG = "unknown (no kernel log could be read)"
+
+
+def current_kernel_log(host: Host) -> tuple[CommandResult, list[Unknown]]:
+    """The current boot's kernel log: the journal, else dmesg (node-wide evidence reads this)."""
+    current, unknowns = _journal(host, "0"), []
     if not current.ok:
         unknowns.append(Unknown("journalctl -k -b 0", current.why))
         current = host.run("dmesg", "--time-format", "iso")
         if not current.ok:
             unknowns.append(Unknown("dmesg --time-format iso", current.why))
+    return current, unknowns
+
+
+def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
+    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
+    that one has a record of this GPU (the node may have been rebooted since the fault). The
+    source read is returned with it, and what could not be read among the unknowns."""
+    current, unknowns = current_kernel_log(host)
     label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):
         return current.stdout, label, tuple(unknowns)
@@ -144,7 +145,7 @@ def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ..
         return previous.stdout, PREVIOUS_BOOT, tuple(unknowns)
     if current.ok:
         return current.stdout, label, tuple(unknowns)
-    return None, "unknown (no kernel log could be read)", tuple(unknowns)
+    return None, NO_LOG, tuple(unknowns)
 
 
 def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, ...], list[Unknown]]:

@@ -28,10 +28,19 @@ MAX_XID_LINES = 30  # Xid lines in a draft, summaries included
 MAX_DRAFT_CHARS = 12_000  # a draft is pasted into a ticket: longer is cut, with a note
 
 
-def context(a: Assessment, tables: Tables, node: str, history: str | None) -> dict[str, Any]:
+def context(
+    a: Assessment,
+    tables: Tables,
+    node: str,
+    history: str | None,
+    trigger: str | None = None,
+    slots: list[str] | None = None,
+) -> dict[str, Any]:
     """Everything a template may use; docs/evidence.md lists the names."""
     return {
         "node": node,
+        "trigger": trigger,  # node-wide evidence (no GPU): the node trigger
+        "slot_sentences": slots or [],
         "pci": a.pci,
         "uuid": a.uuid,
         "verdict": a.verdict.value,

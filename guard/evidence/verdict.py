@@ -62,6 +62,21 @@ RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
 }
 
 
+# The node triggers without an Xid (docs/triggers.md, "Evidence and verdict"): what the trigger
+# alone asks for, and what `lspci -nn -k` shows of a slot; any record of the kernel log and the
+# precedence above still decide over them.
+TRIGGER_CLASSES: dict[str, tuple[Repair, str]] = {
+    # Every GPU listed and bound: the count is short elsewhere (device plugin, exporter).
+    "gpu-short": (Repair.HUMAN, "gpu-short: every listed GPU has the driver bound"),
+    # The incident's storm: a GPU the device plugin lost; NEXT in guard.plan.triggers.
+    "admission-rejected": (Repair.POWER_CYCLE, "admission-rejected: kubelet refuses GPU pods"),
+    # Fabric Manager's guide: restart it, else reset the GPUs and NVSwitches, else power-cycle.
+    "fabric": (Repair.RESET, "fabric: NVLink fabric failed (restart Fabric Manager first)"),
+}
+UNBOUND_SLOT = Repair.POWER_CYCLE  # listed, no driver: RmInitAdapter failed; a reset has no device
+MISSING_SLOT = Repair.HUMAN  # not listed at all: off the bus or dead, reseat or replace
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One piece of evidence besides the Xid codes, with the class our tables give it."""
@@ -83,18 +98,7 @@ def decide(
     classes: XidClasses,
     findings: Iterable[Finding] = (),
 ) -> Decision:
-    """Decide; `config_all_ff` is None when config space was not read.
-
-    >>> classes = XidClasses({79: Repair.POWER_CYCLE, 48: Repair.RESET, 143: Repair.RMA})
-    >>> decide([48], False, True, classes)
-    Decision(verdict=<Repair.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
-    >>> decide([48, 143], False, False, classes).verdict.value
-    'rma'
-    >>> decide([154], False, False, classes).verdict.value
-    'human'
-    >>> decide([154], False, False, classes, [Finding(Repair.RESET, "Xid 154: Drain and Reset")])
-    Decision(verdict=<Repair.RESET: 'reset'>, reasons=('Xid 154: Drain and Reset',))
-    """
+    """Decide; `config_all_ff` is None when config space was not read."""
     findings = tuple(findings)
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
     by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}

@@ -241,9 +241,16 @@ def evidence_job(
 ) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
     args = evidence_args(incident, incident_counts(snap, incident))
-    at = ledger.format_time(incident.at)
-    spec = job_spec(s, "evidence", incident.node, at, reason, args)
-    return create_job(s, incident.node, reason, "evidence", spec.name, t.render(spec))
+    return node_evidence_job(s, t, incident.node, incident.at, reason, args)
+
+
+def node_evidence_job(
+    s: Settings, t: JobTemplates, node: str, at: datetime, reason: Reason, args: tuple[str, ...]
+) -> CreateJob:
+    """An evidence Job keyed by the node and its cordon time: the Xid cordon's (one GPU) and a
+    node trigger's (`--trigger`, the node; docs/evidence.md "Node-wide")."""
+    spec = job_spec(s, "evidence", node, ledger.format_time(at), reason, args)
+    return create_job(s, node, reason, "evidence", spec.name, t.render(spec))
 
 
 # Stands for the uid in a CreateJob's record until the API answers the create (guard.apply).
@@ -279,6 +286,13 @@ def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
         "--slot-incidents",
         str(counts.same_slot),
     )
+
+
+def trigger_evidence_args(node: str, reason: Reason, gpus: int | None) -> tuple[str, ...]:
+    """A node trigger's evidence argv (guard/generate/policies/argv.py pins it): gpu-short also
+    gives its class's count, so a slot not listed at all shows."""
+    count = ("--expected-gpus", str(gpus)) if reason == ledger.GPU_SHORT and gpus else ()
+    return ("evidence", "collect", "--node", node, "--trigger", str(reason), *count)
 
 
 def fence_args(s: Settings, mode: str, pci: str, uuid: str) -> tuple[str, ...]:

@@ -114,7 +114,7 @@ def plan_isolation(
     if first.failed is not None:
         actions.extend(boot_check.conformance_cordon(snap, s, first.failed))
     elif first.hit is not None:
-        actions.extend(triggers.cordon(snap, s, first.node, first.hit))
+        actions.extend(triggers.cordon(snap, s, t, first.node, first.hit))
     elif first.gpu is None:
         actions.extend(mismatch.cordon(snap, s, first.node))
     else:

@@ -262,9 +262,10 @@ def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...
 
 
 def evidence_job_name(node: NodeInfo) -> str | None:
-    """The cordon's evidence Job (guard.plan.common `evidence_job`: keyed by the cordon time)."""
+    """The cordon's evidence Job (guard.plan.common `node_evidence_job`: keyed by the cordon
+    time), an Xid cordon's or a node trigger's."""
     c = node.cordon
-    if c is None or c.xid is None or c.at is None:
+    if c is None or c.at is None or (c.xid is None and c.reason not in ledger.NODE_REASONS):
         return None
     return job_name("evidence", node.name, ledger.format_time(c.at))
 

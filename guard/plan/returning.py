@@ -184,10 +184,10 @@ def _repairs(
     """
     if c.at is None:
         return ()
-    if c.xid is None or c.gpu is None:
-        return cordon_event.if_lost(snap, cordon_event.gpuless_event(node, c), c)
-    incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     out: list[Action] = [*record_links(snap, s, node), *evidence_rejected(snap, s, node)]
+    if c.xid is None or c.gpu is None:  # a node trigger's evidence Job is read as an Xid's
+        return (*out, *cordon_event.if_lost(snap, cordon_event.gpuless_event(node, c), c))
+    incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, Decision.REPAIR_LEDGER))
     job = evidence_job(snap, s, t, incident, Decision.REPAIR_EVIDENCE)

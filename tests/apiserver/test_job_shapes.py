@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from guard.jobs import JobKind
+from guard.plan.common import trigger_evidence_args
 from tests.apiserver import tally
 from tests.apiserver.conftest import Identities
 from tests.apiserver.kube import (
@@ -164,3 +165,35 @@ def test_only_the_guard_creates_a_fence_job_even_in_shape(
     assert status == 422 and "'gpu-node-guard-fence-job'" in message, message
     assert "only the guard's ServiceAccount creates fence Jobs" in message, message
     create(identities.guard_token, job, dry_run=True)
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [["gpu-short", "--expected-gpus", "8"], ["admission-rejected"], ["fabric"]],
+    ids=["gpu-short", "admission-rejected", "fabric"],
+)
+def test_a_node_wide_evidence_job_is_the_guards_alone_and_exactly_its_shape(
+    identities: Identities, trigger: list[str]
+) -> None:
+    """A node trigger's evidence Job (`--trigger`, no GPU): the guard's token creates exactly the
+    planner's argv; anyone else's in-shape one, and the guard's with a word more, are refused."""
+    job = guard_job("evidence", NODE, uuid.uuid4().hex)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = ["gpu-node-guard", *trigger_evidence_args(NODE, trigger[0], 8)]
+    assert command[-len(trigger) :] == trigger
+    container["command"] = command
+    create(identities.guard_token, job, dry_run=True)
+    status, message = refusal(lambda: create(identities.jobs_ns_admin, job, dry_run=True))
+    assert status == 422 and "'gpu-node-guard-evidence-job'" in message, message
+    assert "only the guard's ServiceAccount creates evidence Jobs with --trigger" in message
+    wider = [
+        [*command, "--pci", "0000:99:00.0"],
+        [*command, "--host-root", "/tmp"],
+        [*command[:6], "xid-79"],
+        [*command[:4], "control-plane-1", *command[5:]],
+        [*command[:6], "gpu-short", "--expected-gpus", "100"],
+    ]
+    for argv in wider:
+        container["command"] = argv
+        status, message = refusal(lambda: create(identities.guard_token, job, dry_run=True))
+        assert status == 422 and "command must be gpu-node-guard evidence collect" in message, argv

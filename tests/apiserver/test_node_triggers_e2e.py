@@ -29,6 +29,7 @@ from tests.apiserver.guard_run import (
     ledger_text,
     mine,
     node_events,
+    outcomes,
     run_guard,
     scenario_prometheus,
 )
@@ -93,6 +94,14 @@ def checked_gpu_node(gpu_node: Callable[..., str], core: client.CoreV1Api) -> Ca
     return make
 
 
+NODE_WIDE = ["gpu-node-guard", "evidence", "collect", "--node"]
+
+
+def evidence_argv(job: Any) -> list[str]:
+    (container,) = job.spec.template.spec.containers
+    return list(container.command)
+
+
 def guard_notes(found: Any) -> dict[str, str]:
     notes = found.metadata.annotations or {}
     return {k: v for k, v in notes.items() if k.startswith(KEYS.prefix) and k not in CHECKED}
@@ -110,23 +119,28 @@ def test_the_rejection_storm_is_isolated_after_its_hold_never_before(
         ("cordon", "admission-rejected"),
         ("event", "admission-rejected"),
         ("append-ledger", "admission-rejected"),
+        ("create-job", "admission-rejected"),
     ]
+    assert outcomes(plan, node)[-1] == ("create-job", "applied")  # admitted, the guard's token
     assert mine(plan, cpu) == []  # OutOfcpu is the scheduler's, not the node's
     found = core.read_node(node)
     assert found.spec.unschedulable is True
-    assert guard_notes(found) == {
+    (job,) = guard_jobs(admin, node)  # the node-wide evidence Job, recorded on the node
+    notes = guard_notes(found)
+    assert notes.pop(KEYS.evidence_job).startswith(f"{job.metadata.name} {job.metadata.uid} ")
+    assert notes == {
         KEYS.reason: "admission-rejected",
         KEYS.at: f"{HELD_AT:%Y-%m-%dT%H:%M:%SZ}",
         KEYS.boot_id: "boot-1",
         KEYS.gpu_capacity: "8",
     }
+    assert evidence_argv(job) == [*NODE_WIDE, node, "--trigger", "admission-rejected"]
     (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
-    assert event["type"] == "Warning"
+    assert event["type"] == "Warning" and f"evidence job/{job.metadata.name}" in event["note"]
     assert "12 GPU pods created in the last 600s rejected at admission" in event["note"]
     (line,) = ledger_text(core, node).splitlines()
     entry = parse_line(node, line).entry
     assert entry is not None and (entry.word, entry.uuid) == ("admission-rejected", "-")
-    assert guard_jobs(admin, node) == []  # no evidence Job: its argv names one GPU
 
 
 def test_a_node_short_of_its_class_is_isolated_and_records_the_class_count(
@@ -142,13 +156,19 @@ def test_a_node_short_of_its_class_is_isolated_and_records_the_class_count(
         ("cordon", "gpu-short"),
         ("event", "gpu-short"),
         ("append-ledger", "gpu-short"),
+        ("create-job", "gpu-short"),
     ]
+    assert outcomes(plan, node)[-1] == ("create-job", "applied")
     found = core.read_node(node)
     assert found.spec.unschedulable is True
     # The class's count, not the 7 it has: 7/7 after the cordon is no return.
     assert guard_notes(found)[KEYS.gpu_capacity] == "8"
     (event,) = [e for e in node_events(admin, node) if e["reason"] == "GuardCordoned"]
-    assert "class gpu-pool=interactive expects 8" in event["note"] and "lspci" in event["note"]
+    assert "class gpu-pool=interactive expects 8" in event["note"]
+    (job,) = guard_jobs(admin, node)
+    expected = ["--trigger", "gpu-short", "--expected-gpus", "8"]
+    assert evidence_argv(job) == [*NODE_WIDE, node, *expected]
+    assert f"evidence job/{job.metadata.name}" in event["note"]
 
 
 def test_a_node_never_admitted_and_a_node_without_exporter_are_not_cordoned(
@@ -182,8 +202,10 @@ def test_a_failed_fabric_is_isolated_after_its_hold_and_its_gpu_pods_are_told(
         ("cordon", "fabric"),
         ("event", "fabric"),
         ("append-ledger", "fabric"),
+        ("create-job", "fabric"),
         ("event", "workload-notified"),
     ]
+    assert outcomes(plan, node)[3] == ("create-job", "applied")
     found = core.read_node(node)
     assert found.spec.unschedulable is True
     assert guard_notes(found)[KEYS.reason] == "fabric"
@@ -192,7 +214,10 @@ def test_a_failed_fabric_is_isolated_after_its_hold_and_its_gpu_pods_are_told(
     (line,) = ledger_text(core, node).splitlines()
     entry = parse_line(node, line).entry
     assert entry is not None and (entry.word, entry.uuid) == ("fabric", "-")
-    assert guard_jobs(admin, node) == []  # no evidence Job: its argv names one GPU
+    (job,) = guard_jobs(admin, node)
+    assert evidence_argv(job) == [*NODE_WIDE, node, "--trigger", "fabric"]
+    recorded = guard_notes(core.read_node(node))[KEYS.evidence_job]
+    assert recorded.startswith(f"{job.metadata.name} {job.metadata.uid} ")
     # No GPU loss and not cordoned when read: its GPU pods are read for the held fabric fault.
     events = client.EventsV1Api(admin).list_namespaced_event(TEAM).items
     (told,) = [e for e in events if e.reason == "GuardGpuIsolated"]

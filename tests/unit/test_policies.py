@@ -21,7 +21,13 @@ from guard.generate.policies.kinds import KINDS, Kind, job_name_pattern
 from guard.generate.policies.nodes import guard_keys
 from guard.jobs import JobTemplates, job_name
 from guard.names import REPORTING_CONTROLLER, Annotations
-from guard.plan.common import Incident, conformance_args, evidence_args, loadtest_args
+from guard.plan.common import (
+    Incident,
+    conformance_args,
+    evidence_args,
+    loadtest_args,
+    trigger_evidence_args,
+)
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +147,20 @@ def test_every_evidence_argv_the_planner_builds_is_in_the_policy(
     argv = ("gpu-node-guard", *evidence_args(incident, counts))
     assert layouts.matches(layouts.evidence(), argv, incident.node)
     assert not layouts.matches(layouts.evidence(), argv, "another-node")
+
+
+@pytest.mark.parametrize("reason", ledger.NODE_REASONS)
+def test_a_node_triggers_evidence_argv_is_in_the_policy_and_nothing_wider(reason: str) -> None:
+    argv = ("gpu-node-guard", *trigger_evidence_args("gpu-17.rack-3", reason, 8))
+    assert layouts.matches(layouts.evidence(), argv, "gpu-17.rack-3")
+    assert not layouts.matches(layouts.evidence(), argv, "another-node")
+    wider = (
+        (*argv, "--pci", "0000:99:00.0"),
+        (*argv, "--xid", "79"),
+        (*argv[:-1], "xid-79") if reason != ledger.GPU_SHORT else (*argv[:-1], "100"),
+        (*argv[:6], "gpu-short") if reason != ledger.GPU_SHORT else argv[:7],
+    )
+    assert not any(layouts.matches(layouts.evidence(), w, "gpu-17.rack-3") for w in wider)
 
 
 @pytest.mark.parametrize(

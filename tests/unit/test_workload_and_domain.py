@@ -5,13 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from guard.actions import Cordon, EmitEvent, PodRef, Skip, to_json
+import pytest
+
+from guard.actions import Cordon, CreateJob, EmitEvent, PodRef, Skip, to_json
 from guard.apply.events import NodeRef, Reporter, body
+from guard.generate.policies import argv as layouts
+from guard.jobs import job_name
+from guard.ledger import format_time
 from guard.model import GpuHolder, GpuPod, NodeInfo, Snapshot
 from guard.plan import domain, plan_fallback
 from guard.plan.isolation import plan_isolation
+from guard.plan.return_jobs import evidence_job_name
 from guard.settings import Settings
-from tests.builders import NOW, TEMPLATES, UUID, gpu, node, settings, snapshot
+from tests.builders import KEYS, NOW, TEMPLATES, UUID, gpu, node, settings, snapshot
 
 RACK = "example.com/rack"
 OTHER_UUID = "GPU-99999999-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -140,6 +146,28 @@ def test_a_gpu_short_isolation_tells_no_pod():
     actions = plan_isolation(trigger_snapshot(fabric=False), s, TEMPLATES)
     assert [a.reason for a in actions if isinstance(a, Cordon)] == ["gpu-short"]
     assert pod_events(actions) == []  # no pod holds the GPU the node lacks
+
+
+@pytest.mark.parametrize(
+    ("fabric", "trigger"),
+    [(True, ["--trigger", "fabric"]), (False, ["--trigger", "gpu-short", "--expected-gpus", "8"])],
+)
+def test_a_node_triggers_cordon_carries_its_node_wide_evidence_job(fabric, trigger):
+    s = settings(gpu_classes="gpu-pool=a:8")
+    snap = trigger_snapshot(fabric=fabric)
+    actions = plan_isolation(snap, s, TEMPLATES)
+    (job,) = [a for a in actions if isinstance(a, CreateJob)]
+    (cordon,) = [a for a in actions if isinstance(a, Cordon)]
+    assert job.name == job_name("evidence", "b", format_time(NOW)) and job.job_kind == "evidence"
+    command = job.manifest["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command == ["gpu-node-guard", "evidence", "collect", "--node", "b", *trigger]
+    assert layouts.matches(layouts.evidence(), command, "b")
+    assert job.record[0] == KEYS.evidence_job  # recorded on the node, as the Xid cordon's
+    (event,) = [a for a in actions if isinstance(a, EmitEvent) and a.reason == cordon.reason]
+    assert f"evidence job/{job.name} (its log: the verdict and the request)" in event.message
+    # The return reads it back by the same name (its links go to the load test).
+    notes = {KEYS.reason: cordon.reason, KEYS.at: format_time(NOW), KEYS.boot_id: "boot-1"}
+    assert evidence_job_name(node("b", cordoned=True, extra=notes)) == job.name
 
 
 # ── Domain incidents ──────────────────────────────────────────────────────────────────────

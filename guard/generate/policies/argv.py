@@ -69,6 +69,7 @@ def _flags(*pairs: tuple[str, Token]) -> Layout:
 
 
 def evidence() -> tuple[Layout, ...]:
+    node = ("gpu-node-guard", "evidence", "collect", "--node", Value(NODE, is_node=True))
     return (
         (
             "gpu-node-guard",
@@ -83,6 +84,10 @@ def evidence() -> tuple[Layout, ...]:
                 ("--slot-incidents", Value(COUNT)),
             ),
         ),
+        # A node trigger's node-wide evidence (guard/plan/common.py `trigger_evidence_args`).
+        (*node, "--trigger", "gpu-short", "--expected-gpus", Value(GPUS)),
+        (*node, "--trigger", "admission-rejected"),
+        (*node, "--trigger", "fabric"),
     )
 
 

@@ -100,6 +100,7 @@ class Kind:
     # Created by the guard's ServiceAccount only: a Job of the kind changes the host, and the
     # guard keeps the record of what it changed (docs/security.md, the fence).
     guard_only: bool = False
+    guard_only_word: str = ""  # an argv word only the guard's Jobs of the kind hold (evidence)
 
 
 def _host_reader(capabilities: list[str]) -> dict[str, Any]:
@@ -113,10 +114,18 @@ def _host_reader(capabilities: list[str]) -> dict[str, Any]:
 
 
 _HOST_READER = _host_reader(HOST_READER_CAPABILITIES)
+_KERNEL_LOG = _host_reader(KERNEL_LOG_CAPABILITIES)
 
 KINDS = (
+    # A node trigger's evidence Job (--trigger) is the guard's cordon's only.
     Kind(
-        "evidence", "gng-ev-", "image", argv.evidence, True, _host_reader(KERNEL_LOG_CAPABILITIES)
+        "evidence",
+        "gng-ev-",
+        "image",
+        argv.evidence,
+        True,
+        _KERNEL_LOG,
+        guard_only_word="--trigger",
     ),
     Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
     # The fence writes one GPU's compute mode with the host's nvidia-smi: the host readers'

@@ -57,18 +57,18 @@ INTERACTIVE = ("exec", "attach", "portforward", "proxy")
 
 
 def _creator_checks(kind: Kind, s: Settings) -> list[Validation]:
-    """A kind only the guard creates (the fence): anyone else's in-shape Job would change a
-    host without the guard's record of it. Last, so an out-of-shape Job is told its shape."""
-    if not kind.guard_only:
+    """A kind only the guard creates (the fence: anyone else's in-shape Job would change a host
+    without the guard's record of it), or its Jobs holding `guard_only_word` (a node trigger's
+    evidence). Last, so an out-of-shape Job is told its shape."""
+    word = kind.guard_only_word
+    if not (kind.guard_only or word):
         return []
-    return [
-        Validation(
-            f"request.operation != 'CREATE' || request.userInfo.username == {quote(guard_user(s))}",
-            f"only the guard's ServiceAccount creates {kind.name} Jobs (it keeps the record of "
-            "what they change); not ",
-            "request.userInfo.username",
-        )
-    ]
+    mine = f"request.operation != 'CREATE' || request.userInfo.username == {quote(guard_user(s))}"
+    other = f" || !variables.cmd.exists(a, a == {quote(word)})" if word else ""
+    why = "(it keeps the record of what they change)"
+    what = f"with {word} (its cordon's node-wide evidence)" if word else why
+    said = f"only the guard's ServiceAccount creates {kind.name} Jobs {what}; not "
+    return [Validation(mine + other, said, "request.userInfo.username")]
 
 
 def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:

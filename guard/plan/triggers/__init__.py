@@ -9,8 +9,9 @@ Warning Event, `status`, the cordon metrics by reason, an alert and a runbook en
 
 Cordon (`cordon`): the guard's cordon annotations without a GPU; `gpu-capacity` records what
 the return needs (gpu-short: the class's count, so 7/7 after a lost card is no return); a Warning
-Event with what was seen and where the evidence is; the ledger line. No evidence Job: its argv
-names one GPU, and neither trigger knows which; the Event names the command (`EVIDENCE`).
+Event with what was seen and its evidence Job; the ledger line; the node-wide evidence Job
+(`evidence collect --trigger`, docs/evidence.md "Node-wide"), recorded on the node as the Xid
+cordon's and read back the same way (its PCIe links go to the load test).
 
 Return (`return_gate`, after the common boot, Ready and GPU-count conditions):
   admission-rejected and the rejections still at or above the minimum → skip admission-rejected
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 from guard import ledger
 from guard.actions import Action, AppendLedgerLine, Skip
+from guard.jobs import JobTemplates
 from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
 from guard.names import RECORDER
-from guard.plan.common import node_cordon
+from guard.plan.common import node_cordon, node_evidence_job, trigger_evidence_args
 from guard.plan.triggers import admission, fabric, gpu_short
 from guard.plan.triggers.model import Hit as Hit
 from guard.settings import Settings
@@ -33,21 +35,6 @@ from guard.states import Reason
 
 REASONS = ledger.NODE_REASONS
 RANK = 3  # after hardware Xids (0, 1) and nvml-mismatch (2)
-EVIDENCE = {
-    ledger.GPU_SHORT: (
-        "lspci -nn -k -d 10de: on the node: a slot listed without `Kernel driver in use: "
-        "nvidia` did not bind (power-cycle); a slot not listed at all is off the bus (reseat or "
-        "replace, a person decides)"
-    ),
-    ledger.ADMISSION_REJECTED: (
-        "kubectl get pods -A --field-selector spec.nodeName=<node>,status.phase=Failed and the "
-        "device plugin's log on the node: the allocation error names the GPU"
-    ),
-    ledger.FABRIC: (
-        "nvidia-smi -q | grep -A2 -i fabric and `systemctl status nvidia-fabricmanager` with "
-        "/var/log/fabricmanager.log on the node: the training error and the NVSwitch or link"
-    ),
-}
 NEXT = {
     ledger.GPU_SHORT: (
         "power-cycle it (BMC/PDU); it returns with its class's GPU count after the load test"
@@ -80,10 +67,14 @@ def cancelled(node: NodeInfo, reason: str) -> bool:
     return c is not None and c.reason == reason and not rebooted(c.boot_id, node.boot_id)
 
 
-def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Action, ...]:
+def cordon(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, found: Hit
+) -> tuple[Action, ...]:
+    args = trigger_evidence_args(node.name, found.reason, found.gpu_capacity)
+    job = node_evidence_job(s, t, node.name, snap.now, found.reason, args)
     message = (
         f"cordoned by gpu-node-guard: {found.reason}: {found.detail}, held {found.held_s}s; "
-        f"evidence: {EVIDENCE[found.reason]}; {NEXT[found.reason]}"
+        f"evidence job/{job.name} (its log: the verdict and the request); {NEXT[found.reason]}"
     )
     entry = ledger.LedgerEntry(
         node.name, snap.now, 0, ledger.UNKNOWN_PCI, ledger.NO_CARD, RECORDER, found.reason
@@ -92,6 +83,7 @@ def cordon(snap: Snapshot, s: Settings, node: NodeInfo, found: Hit) -> tuple[Act
     return (
         *node_cordon(snap, s, node, found.reason, cordon, message, capacity=found.gpu_capacity),
         AppendLedgerLine(node.name, found.reason, entry.format(), s.ledger_configmap),
+        job,
     )
 
 
