@@ -148,6 +148,10 @@ class KernelLog:
 
 
 def pci_or_none(text: str) -> str | None:
+    """
+    >>> pci_or_none("PCI:0000:9B:00"), pci_or_none("0003:00")
+    ('0000:9b:00.0', None)
+    """
     try:
         return normalize_pci(text.removeprefix("PCI:"))
     except PciAddressError:
@@ -165,7 +169,26 @@ def _recovery(message: str) -> RecoveryChange | None:
 
 
 def parse_xid(line: str, number: int = 0) -> XidRecord | None:
-    """One Xid record, or None when the line is not one."""
+    """One Xid record, or None when the line is not one.
+
+    >>> r = parse_xid("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', "
+    ...               "name=<unknown>, GPU has fallen off the bus.")
+    >>> (r.code, r.pci, r.time, r.pid, r.process, r.message)
+    (79, '0000:91:00.0', '6781741.548779', None, None, 'GPU has fallen off the bus.')
+    >>> r = parse_xid("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: SM (0x1).")
+    >>> (r.code, r.pci, r.mig, r.pid)
+    (94, '0000:01:00.0', 'GPU-I:05', 7194)
+    >>> parse_xid("NVRM: Xid (0000:01:00): 13, Graphics Exception").pci
+    '0000:01:00.0'
+    >>> parse_xid("NVRM: Xid (PCI:0008:01:00): 45, pid=9, name=a, Ch 00000001 caused by "
+    ...           "previous Xid 149").caused_by
+    149
+    >>> parse_xid("NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 "
+    ...           "(None) to 0x7 (Unknown)").recovery
+    RecoveryChange(old=0, new=7, new_text='System Reboot')
+    >>> parse_xid("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal") is None
+    True
+    """
     found = _XID.search(line)
     if found is None:
         return None
@@ -196,7 +219,14 @@ def _fallen_one_line(line: str, number: int) -> FallenOff | None:
 
 
 def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
-    """A dead-GPU record without an Xid number, or None."""
+    """A dead-GPU record without an Xid number, or None.
+
+    >>> parse_dead("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)")
+    DeadRecord(kind='init-failed', pci='0000:98:00.0', time='903.6', line=0, \
+text='NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)')
+    >>> parse_dead("NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out").pci is None
+    True
+    """
     for kind, patterns in DEAD_RECORDS.items():
         for pattern in patterns:
             found = pattern.search(line)
@@ -216,7 +246,15 @@ def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
 
 
 def parse_kernel_log(text: str) -> KernelLog:
-    """Every GPU record in `text`; other lines are ignored."""
+    """Every GPU record in `text`; other lines are ignored.
+
+    >>> log = parse_kernel_log(
+    ...     "[ 9.1] NVRM: The NVIDIA GPU 0000:01:00.0\\n"
+    ...     "        NVRM: (PCI ID: 10de:2330) installed in this system has\\n"
+    ...     "        NVRM: fallen off the bus and is not responding to commands.\\n")
+    >>> log.fallen_off
+    (FallenOff(pci='0000:01:00.0', time='9.1', line=1, form='probe'),)
+    """
     scan = KernelLogScan()
     for number, line in enumerate(lines_of(text), start=1):
         scan.add(number, line)
@@ -226,6 +264,9 @@ def parse_kernel_log(text: str) -> KernelLog:
 def lines_of(text: str) -> Iterator[str]:
     """The lines of `text` one at a time, without a list of all of them (`str.splitlines`
     doubles a 100 MB log's memory).
+
+    >>> list(lines_of("a\\r\\nb\\n\\nc"))
+    ['a', 'b', '', 'c']
     """
     start = 0
     while start < len(text):
@@ -240,6 +281,13 @@ class KernelLogScan:
     """The parser fed one line at a time (a 100 MB log is never held): it keeps the first and
     last Xid records of each GPU and counts all of them, so its memory does not grow with the
     log's length.
+
+    >>> scan = KernelLogScan()
+    >>> for n in range(1, 1001):
+    ...     scan.add(n, f"[{n}.0] NVRM: Xid (PCI:0000:01:00): 13, pid={n}, name=a, Graphics")
+    >>> log = scan.result()
+    >>> len(log.xids), log.dropped, log.totals[0].count, log.totals[0].last_time
+    (200, 800, 1000, '1000.0')
     """
 
     def __init__(self) -> None:
@@ -317,7 +365,11 @@ class KernelLogScan:
 
 
 def same_gpu(a: str | None, b: str) -> bool:
-    """Xid lines carry no PCI function, so GPUs match on domain, bus and device."""
+    """Xid lines carry no PCI function, so GPUs match on domain, bus and device.
+
+    >>> same_gpu("0000:99:00.0", "0000:99:00.1"), same_gpu(None, "0000:99:00.0")
+    (True, False)
+    """
     return a is not None and a[:-2] == b[:-2]
 
 

@@ -35,7 +35,17 @@ class LedgerSourceError(ValueError):
 
 
 def data_of(document: Any, where: str) -> dict[str, str]:
-    """The node → text mapping of a ConfigMap or of a bare data mapping."""
+    """The node → text mapping of a ConfigMap or of a bare data mapping.
+
+    >>> data_of({"kind": "ConfigMap", "data": {"gpu-node-b": "x"}}, "f")
+    {'gpu-node-b': 'x'}
+    >>> data_of({"kind": "ConfigMap", "data": None}, "f")
+    {}
+    >>> data_of(["a"], "f")
+    Traceback (most recent call last):
+    ...
+    guard.evidence.ledger_cli.LedgerSourceError: f: not a ConfigMap or a node: text mapping
+    """
     if not isinstance(document, dict):
         raise LedgerSourceError(f"{where}: not a ConfigMap or a node: text mapping")
     if document.get("kind") == "ConfigMap" or "apiVersion" in document:
@@ -116,6 +126,9 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
 def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
     """Counts as they will be once one more incident of this card in this slot is recorded
     (`guard.ledger.history` expects counts that include the incident being reported).
+
+    >>> next_incident(fault_ledger.Counts(2, 2, None))
+    Counts(same_card=3, same_slot=3, last_card_incident=None)
     """
     card, slot = counts.same_card + 1, counts.same_slot + 1
     return fault_ledger.Counts(card, slot, counts.last_card_incident)

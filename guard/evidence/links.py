@@ -41,7 +41,11 @@ def _read(path: Path) -> str | None:
 
 
 def speed(text: str | None) -> str | None:
-    """The GT/s of a sysfs link speed in `--expect-link` spelling; None for ``Unknown``."""
+    """The GT/s of a sysfs link speed in `--expect-link` spelling; None for ``Unknown``.
+
+    >>> speed("32.0 GT/s PCIe"), speed("2.5 GT/s PCIe"), speed("8.0 GT/s"), speed("Unknown")
+    ('32', '2.5', '8', None)
+    """
     found = _SPEED.match(text or "")
     if found is None:
         return None
@@ -50,6 +54,10 @@ def speed(text: str | None) -> str | None:
 
 
 def width(text: str | None) -> int | None:
+    """
+    >>> width("16"), width("0"), width("x16"), width(None)
+    (16, None, None, None)
+    """
     value = int(text) if text and text.isascii() and text.isdigit() else 0
     return value if value in LINK_WIDTHS else None
 

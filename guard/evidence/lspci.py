@@ -36,6 +36,20 @@ def config_space(text: str, pci: str | None = None) -> ConfigSpace:
 
     Only that block counts: in ``lspci -xxx -d 10de:`` of a node, a dead neighbour's
     ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for.
+
+    >>> config_space("99:00.0 3D controller: NVIDIA Device 2330 (rev ff) (prog-if ff)\\n"
+    ...              "\\t!!! Unknown header type 7f\\n00: ff ff ff ff\\n")
+    ConfigSpace(all_ff=True, bytes_read=4, vendor_device=None, header='99:00.0 3D controller: \
+NVIDIA Device 2330 (rev ff) (prog-if ff)')
+    >>> config_space("99:00.0 3D controller: NVIDIA (rev a1)\\n00: de 10 30 23 47 05\\n").all_ff
+    False
+    >>> config_space("").all_ff is None
+    True
+    >>> two = "18:00.0 3D (rev a1)\\n00: de 10\\n\\n2a:00.0 3D (rev ff)\\n00: ff ff\\n"
+    >>> config_space(two, "0000:18:00.0").all_ff, config_space(two, "0000:2a:00.0").all_ff
+    (False, True)
+    >>> config_space(two, "0000:99:00.0").all_ff is None
+    True
     """
     block = _device_block(text, pci)
     header = block[0].strip() if block else ""
@@ -120,7 +134,16 @@ def _labelled_flags(text: str) -> dict[str, dict[str, bool]]:
 
 
 def port_status(text: str) -> PortStatus:
-    """Parse ``lspci -vvv -s <port>``."""
+    """Parse ``lspci -vvv -s <port>``.
+
+    >>> s = port_status("00:03.0 PCI bridge: Intel Root Port\\n"
+    ...                 "\\tCapabilities: [148 v1] Advanced Error Reporting\\n"
+    ...                 "\\t\\tUESta:\\tDLP- SDES+ TLP- FCP- CmpltTO+\\n"
+    ...                 "\\t\\t\\tECRC- UnsupReq+ ACSViol-\\n"
+    ...                 "\\t\\tCESta:\\tRxErr- BadTLP-\\n")
+    >>> s.uncorrectable, s.surprise_down, s.has_aer
+    (('CmpltTO', 'SDES', 'UnsupReq'), True, True)
+    """
     flags = _labelled_flags(text)
     header = next((ln.strip() for ln in text.splitlines() if ln and not ln[0].isspace()), "")
 
@@ -174,7 +197,14 @@ def _width(text: str) -> int | None:
 
 
 def pcie_links(text: str) -> tuple[PcieLink, ...]:
-    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order."""
+    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order.
+
+    >>> (l,) = pcie_links("18:00.0 3D controller: NVIDIA (rev a1)\\n"
+    ...                   "  LnkCap: Port #0, Speed 32GT/s, Width x16, ASPM not supported\\n"
+    ...                   "  LnkSta: Speed 16GT/s (downgraded), Width x8 (downgraded)\\n")
+    >>> (l.pci, l.cap_speed, l.speed, l.cap_width, l.width, l.width_downgraded)
+    ('0000:18:00.0', 32.0, 16.0, 16, 8, True)
+    """
     out: list[PcieLink] = []
     for block in _blocks(text):
         cap = next((ln for ln in block if "LnkCap:" in ln), None)
