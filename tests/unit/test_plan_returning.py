@@ -20,6 +20,7 @@ from guard.codec.check_records import job_record_value
 from guard.jobs import spec_digest
 from guard.model import Finding, GpuPod, GuardEvent, JobInfo, JobResult
 from guard.plan.isolation import plan_isolation
+from guard.plan.return_jobs import evidence_job_name
 from guard.plan.returning import plan_return
 from guard.settings import Settings
 from tests.builders import (
@@ -668,3 +669,20 @@ def test_a_created_gate_job_carries_the_record_the_executor_writes():
     name, uid, digest = create.record[1].split(" ")
     assert (name, uid, digest) == (create.name, "{uid}", spec_digest(create.manifest))
     assert create.log_line()[1]["record"] == KEYS.loadtest_job  # the dry run shows it
+
+
+def test_a_node_triggers_rejected_evidence_job_names_its_node_wide_command():
+    """A node trigger's cordon names no GPU: collecting its evidence by hand is its node-wide
+    command (`--trigger`), not the one-GPU Job `render evidence` prints."""
+    notes = {
+        KEYS.reason: "admission-rejected",
+        KEYS.at: CORDON_AT,
+        KEYS.gpu_capacity: "8",
+        KEYS.boot_id: "boot-1",
+    }
+    back = node("b", cordoned=True, boot="boot-2", extra=notes)
+    snap = snapshot(back, jobs=(rejected_job(evidence_job_name(back), "evidence"),))
+    warn = plan_return(snap, settings(), TEMPLATES)[0]
+    assert (warn.reason, warn.level) == ("job-rejected", "WARN")
+    assert "collect it by hand (gpu-node-guard evidence collect --node b --trigger " in warn.next
+    assert "render evidence" not in warn.next
