@@ -47,6 +47,7 @@ from tests.node.node import (
     pod_cpu,
     reboot,
     restart_kubelet,
+    wait_for_images,
 )
 from tests.tiers import unavailable
 
@@ -243,6 +244,7 @@ def test_one_incident_from_the_fault_to_the_uncordon_on_the_real_node(
     assert conformance.read.status == "succeeded", conformance.pod["status"]
     assert conformance.read.result is not None and conformance.read.result.passed
 
+    wait_for_images(node)  # the load-test stand-in, imported beside the first tests
     fourth = clock.run(prom, guard_kubeconfig, RETURN_AT + CYCLE)
     assert _said(fourth, gpu_node) == [("INFO", "create-job", "conditions-met")]
     assert _said_else(fourth) == [NO_SERVICE_NETWORK]
