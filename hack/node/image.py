@@ -158,14 +158,15 @@ def parse_dockerfile(text: str) -> ImageSpec:
             name, _, value = rest.partition("=")
             args[name] = value
         elif word == "FROM":
-            suite, python, stand_in = _base(re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], rest))
+            ref = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), rest)
+            suite, python, stand_in = _base(ref)
         elif word == "RUN":
             for command in _commands(rest):
                 argv = shlex.split(command)
                 if argv[:2] == ["apt-get", "install"]:
                     packages += [a for a in argv[2:] if not a.startswith("-")]
-                elif _pip_install(argv) is not None:
-                    pip += _pip_install(argv) or []
+                elif (requirements := _pip_install(argv)) is not None:
+                    pip += requirements
                 elif argv[:1] == ["gpu-node-guard"] or argv[:2] == ["python", "-c"]:
                     checks.append(command)
                 elif argv[:2] in (["apt-get", "update"], ["rm", "-rf"]):
