@@ -31,7 +31,7 @@ READY_TIMEOUT_S = 120.0
 # run only by the incident's load test, which waits for it (`wait_for_images`).
 BESIDE_THE_TESTS = ("loadtest.oci.tar",)
 IMPORT_TIMEOUT_S = 600.0
-# What the node offers Pods, whatever the machine's cores: the load test's 2 CPUs never fit
+# What the node offers Pods, whatever the machine's cores: the load test's 2 CPUs do not fit
 # (the kubelet refuses it, OutOfcpu), the other Jobs and the agent (50m and 5m) do.
 ALLOCATABLE_CPU_MILLIS = 1500
 # What it offers once it has room for the load test (`restart_kubelet`): its request, 2 CPUs.
