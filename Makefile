@@ -88,9 +88,9 @@ envtest-dra:
 	@env -u KUBEBUILDER_ASSETS ENVTEST_VERSION=$(DRA_ENVTEST_VERSION) hack/envtest/build.sh --controller-manager --scheduler
 
 # The node tier (tests/node): the kubelet and kube-scheduler of ENVTEST_VERSION beside the
-# envtest binaries, and the pause and guard images built offline (hack/node/build.sh: root,
-# mmdebstrap; rebuilt only when their inputs change). Debian: containerd runc
-# containernetworking-plugins iptables mmdebstrap.
+# envtest binaries, and the pause and guard images and the load-test image's CPU stand-in built
+# offline (hack/node/build.sh: root, mmdebstrap, the Debian mirror and PyPI; rebuilt only when
+# their inputs change). Debian: containerd runc containernetworking-plugins iptables mmdebstrap.
 node: install
 	@ENVTEST_VERSION=$(ENVTEST_VERSION) hack/envtest/build.sh --kubectl --controller-manager --scheduler --kubelet
 	@PY=$(PY) hack/node/build.sh

@@ -5,6 +5,9 @@
 #                   also PID 1 of the node's own PID namespace (tests/node)
 #   guard.oci.tar   the guard's image as the Dockerfile describes it: Debian's python3 and the
 #                   Dockerfile's packages (mmdebstrap), the project's wheel in a venv
+#   loadtest.oci.tar  the CPU stand-in for Dockerfile.loadtest's image (its CUDA torch base is in
+#                   a registry): Debian's python3-torch (a CPU build with gloo), the Dockerfile's
+#                   requirements and the project's wheel, the numpy backend for the GPUs
 #
 #   hack/node/build.sh               build (or reuse), report the directory on stderr
 #   hack/node/build.sh --print-path  print only the directory
@@ -27,7 +30,7 @@ case "${1:-}" in
   "") ;;
   *) die "unknown argument '$1' (use --print-path)" ;;
 esac
-[[ "$(id -u)" == 0 ]] || die "needs root (mmdebstrap and chroot build the guard's image)"
+[[ "$(id -u)" == 0 ]] || die "needs root (mmdebstrap and chroot build the images)"
 command -v mmdebstrap >/dev/null || die "mmdebstrap not found: apt-get install mmdebstrap"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 [[ -x "$GO" ]] || die "go not found: install Go >= 1.24 or set GO=/path/to/go"
@@ -44,4 +47,5 @@ if [[ ! -f "$CACHE_DIR/pause.oci.tar" || "$(cat "$CACHE_DIR/pause.key" 2>/dev/nu
   say "built the pause image in $((SECONDS - start)) s"
 fi
 "$PY" "$HERE/image.py" guard --repo "$REPO" --out "$CACHE_DIR" --python "$PY"
+"$PY" "$HERE/image.py" loadtest --repo "$REPO" --out "$CACHE_DIR" --python "$PY"
 say "images ready in $CACHE_DIR"

@@ -3,8 +3,9 @@
 
     image.py dockerfile [Dockerfile]        what the Dockerfile's image holds, as JSON
     image.py guard --repo DIR --out DIR     the guard's image as an OCI archive (two layers)
+    image.py loadtest --repo DIR --out DIR  the load-test image's CPU stand-in (two layers)
     image.py pause --binary F --out DIR     registry.k8s.io/pause:3.10 from our static binary
-    image.py current --repo DIR --out DIR   exit 0 when the guard's image is of these sources
+    image.py current --repo DIR --out DIR   exit 0 when both images are of these sources
     image.py retag ARCHIVE --name REF --out F   the same image under another name (`make image`)
 
 The guard's image is the Dockerfile's, read from the Dockerfile itself (one source): its Debian
@@ -18,6 +19,14 @@ Dockerfile and DEPS_RECIPE) and `guard` (the project's wheel installed into that
 the sources that go into the wheel). The archive is what `ctr -n k8s.io images import` reads:
 oci-layout, index.json with the io.containerd.image.name annotation containerd 1.6's importer
 keys on.
+
+The load-test image's base is CUDA PyTorch from a registry, which no offline build can make: its
+offline build is a CPU stand-in (STAND_INS, LOADTEST), read from Dockerfile.loadtest in the same
+way. Debian bookworm's python3-torch 1.13.1, a CPU build linked with libgloo, stands in for the
+base image's torch; the Dockerfile's check runs without its NCCL clause (a CPU build has none);
+and `gpu-node-guard` is hack/node/loadtest_cpu.py, which runs the guard's command on the unit
+tier's numpy backend (tests/numpy_backend.py): simulated GPUs, all-reduce ranks over gloo.
+docs/architecture.md ("The node tier's images") lists every difference.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GUARD_IMAGE = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"
+LOADTEST_IMAGE = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 VENV = "/opt/guard"
 MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -51,11 +61,43 @@ BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 DEBIAN_PYTHON = {"bookworm": "3.11"}
 # Part of the dependency layer's key: bump it when build_deps changes what the layer holds.
 DEPS_RECIPE = 1
-_CHROOT_ENV = ["env", "-i", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+# The venv's python after /usr/local/bin: a Dockerfile check's `python` is the image's python.
+_CHROOT_ENV = [
+    "env",
+    "-i",
+    f"PATH=/usr/local/bin:{VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG=C.UTF-8",
+]
+# The GPUs the load-test stand-in simulates: the node tier's GPU node advertises 8
+# (tests/node/conftest.py, gpu_node), and the guard's Job expects what the node recorded.
+CPU_GPUS = 8
 
 
 class DockerfileError(ValueError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class StandIn:
+    """A base image no offline build can make, and what stands in for it: Debian packages of the
+    suite, seen by the venv (--system-site-packages), and the edits its checks need."""
+
+    suite: str
+    python: str
+    packages: tuple[str, ...]
+    check_edits: tuple[tuple[str, str], ...]
+
+
+# Dockerfile.loadtest's base: CUDA PyTorch and NCCL. Debian's python3-torch (bookworm: 1.13.1) is
+# a CPU build linked with libgloo, and brings python3-numpy, which the numpy backend needs.
+STAND_INS = {
+    "pytorch/pytorch": StandIn(
+        "bookworm",
+        "3.11",
+        ("python3-torch", "python3-numpy"),
+        (("d.is_nccl_available() and ", ""),),
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +114,8 @@ class ImageSpec:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     ignored: tuple[str, ...] = field(default=(), compare=False)
+    pip: tuple[str, ...] = ()  # requirements installed beside the project
+    stand_in: StandIn | None = None
 
 
 def instructions(text: str) -> Iterator[tuple[str, str]]:
@@ -97,51 +141,56 @@ def _commands(run: str) -> list[str]:
 
 
 def parse_dockerfile(text: str) -> ImageSpec:
-    """The ImageSpec of the guard's Dockerfile; any instruction not understood is an error, so
-    the offline image cannot silently drift from it."""
+    """The ImageSpec of the guard's Dockerfile or of Dockerfile.loadtest; any instruction not
+    understood is an error, so the offline image cannot silently drift from it."""
     suite = python = user = workdir = ""
+    args: dict[str, str] = {}
+    stand_in: StandIn | None = None
     packages: list[str] = []
+    pip: list[str] = []
     checks: list[str] = []
     env: list[str] = []
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     ignored: list[str] = []
-    for word, args in instructions(text):
-        if word == "FROM":
-            found = re.fullmatch(r"python:(\d+\.\d+)-slim-(\w+)", args)
-            if found is None:
-                raise DockerfileError(f"FROM {args}: expected python:<version>-slim-<suite>")
-            python, suite = found.groups()
+    for word, rest in instructions(text):
+        if word == "ARG":
+            name, _, value = rest.partition("=")
+            args[name] = value
+        elif word == "FROM":
+            ref = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), rest)
+            suite, python, stand_in = _base(ref)
         elif word == "RUN":
-            for command in _commands(args):
+            for command in _commands(rest):
                 argv = shlex.split(command)
                 if argv[:2] == ["apt-get", "install"]:
                     packages += [a for a in argv[2:] if not a.startswith("-")]
-                elif argv[:2] == ["pip", "install"]:
-                    if argv[-1] != ".":
-                        raise DockerfileError(f"RUN {command}: expected the project only")
-                elif argv[:1] == ["gpu-node-guard"]:
+                elif (requirements := _pip_install(argv)) is not None:
+                    pip += requirements
+                elif argv[:1] == ["gpu-node-guard"] or argv[:2] == ["python", "-c"]:
                     checks.append(command)
                 elif argv[:2] in (["apt-get", "update"], ["rm", "-rf"]):
                     ignored.append(command)
                 else:
                     raise DockerfileError(f"RUN {command}: not reproduced by hack/node/image.py")
         elif word == "ENV":
-            env += shlex.split(args)
+            env += shlex.split(rest)
         elif word == "USER":
-            user = args
+            user = rest
         elif word == "WORKDIR":
-            workdir = args
+            workdir = rest  # the last one is the image's; the sources reach it as the wheel
         elif word == "ENTRYPOINT":
-            entrypoint = tuple(json.loads(args))
+            entrypoint = tuple(json.loads(rest))
         elif word == "CMD":
-            cmd = tuple(json.loads(args))
+            cmd = tuple(json.loads(rest))
         elif word == "COPY":
-            ignored.append(f"COPY {args}")  # the sources reach the image as the wheel
+            ignored.append(f"COPY {rest}")  # the sources reach the image as the wheel
         else:
-            raise DockerfileError(f"{word} {args}: not reproduced by hack/node/image.py")
+            raise DockerfileError(f"{word} {rest}: not reproduced by hack/node/image.py")
     if not suite or not checks:
-        raise DockerfileError("no FROM python:<version>-slim-<suite>, or no check after pip")
+        raise DockerfileError("no FROM the offline build knows, or no check after pip")
+    if stand_in is not None:
+        checks = _edited(checks, stand_in)
     return ImageSpec(
         suite,
         python,
@@ -153,17 +202,57 @@ def parse_dockerfile(text: str) -> ImageSpec:
         entrypoint,
         cmd,
         tuple(ignored),
+        tuple(pip),
+        stand_in,
     )
 
 
+def _base(ref: str) -> tuple[str, str, StandIn | None]:
+    """(Debian suite, python version, stand-in) of a FROM: the python image's slim Debian, or a
+    base of STAND_INS."""
+    found = re.fullmatch(r"python:(\d+\.\d+)-slim-(\w+)", ref)
+    if found is not None:
+        return found[2], found[1], None
+    stand_in = STAND_INS.get(ref.partition(":")[0])
+    if stand_in is None:
+        raise DockerfileError(
+            f"FROM {ref}: expected python:<version>-slim-<suite> or one of {sorted(STAND_INS)}"
+        )
+    return stand_in.suite, stand_in.python, stand_in
+
+
+def _pip_install(argv: list[str]) -> list[str] | None:
+    """The requirements beside the project of `[python -m] pip install [--no-cache-dir] . …`;
+    None for any other command. Another option or no project is an error."""
+    head = argv[2:] if argv[:3] == ["python", "-m", "pip"] else argv
+    if head[:2] != ["pip", "install"]:
+        return None
+    rest = [a for a in head[2:] if a != "--no-cache-dir"]
+    if rest[:1] != ["."] or any(a.startswith("-") for a in rest):
+        raise DockerfileError(f"RUN {shlex.join(argv)}: expected the project and requirements")
+    return rest[1:]
+
+
+def _edited(checks: list[str], stand_in: StandIn) -> list[str]:
+    """The checks with the stand-in's edits; an edit that no longer applies is an error (the
+    Dockerfile changed: the stand-in must be looked at again)."""
+    for old, new in stand_in.check_edits:
+        if not any(old in check for check in checks):
+            raise DockerfileError(f"no check holds {old!r}: update STAND_INS in image.py")
+        checks = [check.replace(old, new) for check in checks]
+    return checks
+
+
 def debian_packages(spec: ImageSpec) -> tuple[str, ...]:
-    """What mmdebstrap installs: Debian's python3 and venv, then the Dockerfile's packages."""
+    """What mmdebstrap installs: Debian's python3 and venv, what stands in for the base image,
+    then the Dockerfile's packages."""
     if DEBIAN_PYTHON.get(spec.suite) != spec.python:
         raise DockerfileError(
             f"Debian {spec.suite} has no python3 {spec.python} (it has "
             f"{DEBIAN_PYTHON.get(spec.suite, 'an unknown one')})"
         )
-    return ("python3", "python3-venv", *spec.packages)
+    stand_in = spec.stand_in.packages if spec.stand_in else ()
+    return ("python3", "python3-venv", *stand_in, *spec.packages)
 
 
 def project(repo: Path) -> dict[str, object]:
@@ -190,12 +279,39 @@ def wheel_sources(repo: Path) -> list[Path]:
     return files
 
 
-def deps_key(repo: Path) -> str:
-    return digest_of([repo / "pyproject.toml", repo / "Dockerfile"], repo) + f"r{DEPS_RECIPE}"
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One image the node tier builds: its Dockerfile, the name it is imported as, and what its
+    thin layer adds beside the wheel: (file of the repository, path in the image, mode)."""
+
+    name: str  # of its files in the cache: <name>.oci.tar, <name>.key, <name>-deps-<key>.tar
+    dockerfile: str
+    reference: str
+    files: tuple[tuple[str, str, int], ...] = ()
+    env: tuple[str, ...] = ()
 
 
-def guard_key(repo: Path) -> str:
-    return digest_of(wheel_sources(repo), repo)
+GUARD = Target("guard", "Dockerfile", GUARD_IMAGE)
+# The CPU stand-in: `gpu-node-guard` is the wrapper that hands the numpy backend to the command.
+LOADTEST = Target(
+    "loadtest",
+    "Dockerfile.loadtest",
+    LOADTEST_IMAGE,
+    (
+        ("tests/numpy_backend.py", f"{VENV}/lib/python3.11/site-packages/numpy_backend.py", 0o644),
+        ("hack/node/loadtest_cpu.py", "/usr/local/bin/gpu-node-guard", 0o755),
+    ),
+    (f"GPU_NODE_GUARD_CPU_GPUS={CPU_GPUS}",),
+)
+TARGETS = {t.name: t for t in (GUARD, LOADTEST)}
+
+
+def deps_key(repo: Path, target: Target = GUARD) -> str:
+    return digest_of([repo / "pyproject.toml", repo / target.dockerfile], repo) + f"r{DEPS_RECIPE}"
+
+
+def thin_key(repo: Path, target: Target = GUARD) -> str:
+    return digest_of([*wheel_sources(repo), *(repo / f for f, _, _ in target.files)], repo)
 
 
 # ---------------------------------------------------------------- OCI archives
@@ -209,10 +325,12 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return "sha256:" + h.hexdigest(), path.stat().st_size
 
 
-def oci_config(spec: ImageSpec | None, entrypoint: tuple[str, ...] = ()) -> dict[str, object]:
+def oci_config(
+    spec: ImageSpec | None, entrypoint: tuple[str, ...] = (), env: tuple[str, ...] = ()
+) -> dict[str, object]:
     if spec is None:
         return {"Env": list(BASE_ENV[:1]), "Entrypoint": list(entrypoint)}
-    config: dict[str, object] = {"Env": [*BASE_ENV, *spec.env]}
+    config: dict[str, object] = {"Env": [*BASE_ENV, *spec.env, *env]}
     for key, value in (
         ("User", spec.user),
         ("WorkingDir", spec.workdir),
@@ -369,8 +487,14 @@ def pip_wheel(python: str, *args: str) -> None:
 
 
 def build_deps(repo: Path, spec: ImageSpec, python: str, out: Path) -> None:
-    """Layer 1: Debian minbase with the Dockerfile's packages and a venv of the dependencies."""
+    """Layer 1: Debian minbase with the Dockerfile's packages and a venv of the dependencies (and
+    of the Dockerfile's other requirements); a stand-in's Debian packages are seen by the venv,
+    which still holds every dependency itself, as the guard's does."""
     deps = [str(d) for d in project(repo)["dependencies"]]  # type: ignore[union-attr]
+    deps += spec.pip
+    venv, ignore = ["python3", "-m", "venv", VENV], []
+    if spec.stand_in is not None:
+        venv, ignore = [*venv[:3], "--system-site-packages", VENV], ["--ignore-installed"]
     partial = out.with_name(out.stem + ".partial.tar")
     with tempfile.TemporaryDirectory(prefix="node-deps-") as wheels:
         pip_wheel(python, "--wheel-dir", wheels, *deps)
@@ -383,12 +507,13 @@ def build_deps(repo: Path, spec: ImageSpec, python: str, out: Path) -> None:
             "--no-cache-dir",
             "--find-links",
             "/tmp/wheels",
+            *ignore,
             *deps,
         ]
         hooks = [
             'mkdir -p "$1/tmp/wheels"',
             f"sync-in {wheels} /tmp/wheels",
-            f'chroot "$1" {shlex.join([*_CHROOT_ENV, "python3", "-m", "venv", VENV])}',
+            f'chroot "$1" {shlex.join([*_CHROOT_ENV, *venv])}',
             f'chroot "$1" {shlex.join(install)}',
             'rm -rf "$1/tmp/wheels"',
         ]
@@ -419,11 +544,14 @@ def _files(root: Path, tops: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     return seen
 
 
-def build_guard(repo: Path, spec: ImageSpec, python: str, deps: Path, out: Path) -> None:
+def build_thin(
+    repo: Path, target: Target, spec: ImageSpec, python: str, deps: Path, out: Path
+) -> None:
     """Layer 2: the project's wheel installed into the venv of `deps` (in a chroot of it), the
-    console scripts on PATH as the python image has them; then the Dockerfile's checks."""
+    console scripts on PATH as the python image has them, the target's own files; then the
+    Dockerfile's checks."""
     scripts = list(project(repo).get("scripts", {}))  # type: ignore[call-overload]
-    with tempfile.TemporaryDirectory(prefix="node-guard-") as work:
+    with tempfile.TemporaryDirectory(prefix=f"node-{target.name}-") as work:
         root, wheels = Path(work, "root"), Path(work, "wheels")
         root.mkdir()
         run(["tar", "-xf", str(deps), "-C", str(root)])
@@ -437,6 +565,11 @@ def build_guard(repo: Path, spec: ImageSpec, python: str, deps: Path, out: Path)
         (root / "tmp" / wheel.name).unlink()
         for script in scripts:
             (root / "usr/local/bin" / script).symlink_to(f"{VENV}/bin/{script}")
+        for source, dest, mode in target.files:
+            placed = root / dest.lstrip("/")
+            placed.unlink(missing_ok=True)
+            shutil.copyfile(repo / source, placed)
+            placed.chmod(mode)
         for check in spec.checks:
             run(["chroot", str(root), *_CHROOT_ENV, "sh", "-c", check])
         after = _files(root, tops)
@@ -448,43 +581,43 @@ def build_guard(repo: Path, spec: ImageSpec, python: str, deps: Path, out: Path)
         tmp.replace(out)
 
 
-def image_key(repo: Path) -> str:
-    """What guard.key holds once guard.oci.tar was built from these sources."""
-    return f"guard-deps-{deps_key(repo)}+{guard_key(repo)}"
+def image_key(repo: Path, target: Target = GUARD) -> str:
+    """What <target>.key holds once <target>.oci.tar was built from these sources."""
+    return f"{target.name}-deps-{deps_key(repo, target)}+{thin_key(repo, target)}"
 
 
-def is_current(repo: Path, cache: Path) -> bool:
-    stamp = cache / "guard.key"
+def is_current(repo: Path, cache: Path, target: Target = GUARD) -> bool:
+    stamp = cache / f"{target.name}.key"
     return (
-        (cache / "guard.oci.tar").exists()
+        (cache / f"{target.name}.oci.tar").exists()
         and stamp.exists()
-        and stamp.read_text() == image_key(repo)
+        and stamp.read_text() == image_key(repo, target)
     )
 
 
-def guard_image(repo: Path, cache: Path, python: str) -> Path:
-    spec = parse_dockerfile((repo / "Dockerfile").read_text())
+def build_image(repo: Path, cache: Path, python: str, target: Target = GUARD) -> Path:
+    spec = parse_dockerfile((repo / target.dockerfile).read_text())
     cache.mkdir(parents=True, exist_ok=True)
-    deps = cache / f"guard-deps-{deps_key(repo)}.tar"
+    deps = cache / f"{target.name}-deps-{deps_key(repo, target)}.tar"
     if not deps.exists():
         started = time.monotonic()
-        for stale in cache.glob("guard-deps-*.tar"):
+        for stale in cache.glob(f"{target.name}-deps-*.tar"):
             stale.unlink()
         say(f"building the dependency layer (mmdebstrap {spec.suite}; minutes) -> {deps.name}")
         build_deps(repo, spec, python, deps)
         say(f"dependency layer built in {time.monotonic() - started:.0f} s")
-    key = image_key(repo)
-    archive, stamp = cache / "guard.oci.tar", cache / "guard.key"
-    if is_current(repo, cache):
+    key = image_key(repo, target)
+    archive, stamp = cache / f"{target.name}.oci.tar", cache / f"{target.name}.key"
+    if is_current(repo, cache, target):
         say(f"cached: {archive}")
         return archive
     started = time.monotonic()
-    thin = cache / "guard-layer.tar"
-    build_guard(repo, spec, python, deps, thin)
-    pack(GUARD_IMAGE, [deps, thin], oci_config(spec), archive)
+    thin = cache / f"{target.name}-layer.tar"
+    build_thin(repo, target, spec, python, deps, thin)
+    pack(target.reference, [deps, thin], oci_config(spec, env=target.env), archive)
     thin.unlink()
     stamp.write_text(key)
-    say(f"guard image built in {time.monotonic() - started:.0f} s: {archive}")
+    say(f"{target.name} image built in {time.monotonic() - started:.0f} s: {archive}")
     return archive
 
 
@@ -502,10 +635,11 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     d = sub.add_parser("dockerfile")
     d.add_argument("path", nargs="?", default=str(HERE.parents[1] / "Dockerfile"))
-    g = sub.add_parser("guard")
-    g.add_argument("--repo", required=True, type=Path)
-    g.add_argument("--out", required=True, type=Path)
-    g.add_argument("--python", default=sys.executable)
+    for name in TARGETS:
+        g = sub.add_parser(name)
+        g.add_argument("--repo", required=True, type=Path)
+        g.add_argument("--out", required=True, type=Path)
+        g.add_argument("--python", default=sys.executable)
     c = sub.add_parser("current")
     c.add_argument("--repo", required=True, type=Path)
     c.add_argument("--out", required=True, type=Path)
@@ -522,9 +656,10 @@ def main() -> None:
             spec = parse_dockerfile(Path(args.path).read_text())
             print(json.dumps(_asdict(spec), indent=1))
         elif args.what == "current":
-            raise SystemExit(0 if is_current(args.repo.resolve(), args.out) else 1)
-        elif args.what == "guard":
-            guard_image(args.repo.resolve(), args.out, args.python)
+            current = all(is_current(args.repo.resolve(), args.out, t) for t in TARGETS.values())
+            raise SystemExit(0 if current else 1)
+        elif args.what in TARGETS:
+            build_image(args.repo.resolve(), args.out, args.python, TARGETS[args.what])
         elif args.what == "retag":
             retag(args.archive, args.name, args.out)
             say(f"{args.out}: {args.name}")
@@ -535,7 +670,11 @@ def main() -> None:
 
 
 def _asdict(spec: ImageSpec) -> dict[str, object]:
-    return {name: getattr(spec, name) for name in spec.__slots__}
+    fields = {name: getattr(spec, name) for name in spec.__slots__}
+    stand_in = spec.stand_in
+    if stand_in is not None:
+        fields["stand_in"] = {name: getattr(stand_in, name) for name in stand_in.__slots__}
+    return fields
 
 
 if __name__ == "__main__":

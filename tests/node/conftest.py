@@ -60,11 +60,12 @@ def binaries_or_skip() -> Binaries:
         unavailable(TIER, f"kube-apiserver, etcd or one of {', '.join(wanted)} not built", HOW)
         raise AssertionError("unreachable: unavailable() skips or fails")
     images = images_dir(os.environ)
-    if not all((images / f).is_file() for f in ("pause", "pause.oci.tar", "guard.oci.tar")):
+    built = ("pause", "pause.oci.tar", "guard.oci.tar", "loadtest.oci.tar")
+    if not all((images / f).is_file() for f in built):
         unavailable(TIER, f"no images in {images}", HOW)
     current = [sys.executable, str(IMAGE_PY), "current", "--repo", str(REPO), "--out", str(images)]
     if subprocess.run(current, check=False).returncode != 0:
-        unavailable(TIER, "the guard's image is older than the sources", HOW)
+        unavailable(TIER, "the guard's or the load test's image is older than the sources", HOW)
     return Binaries(assets, images)
 
 
@@ -91,8 +92,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 Kubectl(kubectl, ready.plane.kubeconfig).apply(BASE)
                 wait_for_enforcement(ready.plane, admin)
             ready.timings["manifests applied and enforced"] = time.monotonic() - started
-            _timings.extend(ready.timings.items())
             yield ready
+            _timings.extend(ready.timings.items())  # with what the tests added (the imports)
     finally:
         signal.signal(signal.SIGTERM, before)
         # containerd's content and snapshots (~1 GB): pytest keeps its last temp directories

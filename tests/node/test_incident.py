@@ -1,17 +1,20 @@
 """One whole incident on the real node, only the GPU simulated (dcgm-exporter series in a real
-Prometheus): Xid 79 → `gpu-node-guard run` (the guard's token) cordons the node and creates the
-evidence Job, which the kubelet runs; its verdict is in `kubectl logs` → the repair (the kubelet
-restarts on a new boot ID) → the conformance Job of the new boot runs on this host → the load
-test, which the kubelet of this 2-core node refuses (OutOfcpu) → the node stays cordoned.
-Each run is the CronJob's command with `--at` on the 5-minute grid, back to back."""
+Prometheus, and the load-test image's CPU stand-in): Xid 79 → `gpu-node-guard run` (the guard's
+token) cordons the node and creates the evidence Job, which the kubelet runs; its verdict is in
+`kubectl logs` → the repair (the kubelet restarts on a new boot ID, with room for the load test)
+→ the conformance Job of the new boot runs on this host → the load test runs from the CPU
+stand-in image (hack/node/image.py: the guard's program on simulated GPUs, its all-reduce over
+gloo) and passes → the guard uncordons the node. Each run is the CronJob's command with `--at`
+on the 5-minute grid, back to back."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus
+from guard.wire import parse_loadtest_summary
 from tests.apiserver.deploy import Kubectl, kubectl_or_skip
 from tests.apiserver.guard_run import (
     CYCLE,
@@ -31,16 +35,31 @@ from tests.apiserver.guard_run import (
     run_guard,
     scenario_prometheus,
 )
-from tests.apiserver.kube import JOBS_NS
+from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.apiserver.kubectl import HINT_COMMANDS
 from tests.node import fake_host
-from tests.node.jobs import MEASURED, Ran, follow
-from tests.node.node import Node, boot_id, reboot
+from tests.node.jobs import MEASURED, Ran, follow, termination_message, wait_for
+from tests.node.node import (
+    ALLOCATABLE_CPU_MILLIS,
+    ROOM_CPU_MILLIS,
+    Node,
+    boot_id,
+    pod_cpu,
+    reboot,
+    restart_kubelet,
+    wait_for_images,
+)
+from tests.tiers import unavailable
 
 pytestmark = pytest.mark.node
 
 # GPU 4 of the timeline at the fixtures' incident address (0000:99:00.0): pci_base + 4 × 0x10.
 PCI_BASE = int(fake_host.GPU.split(":")[1], 16) - 4 * 0x10
+
+
+AGENT = "gpu-node-guard-agent"
+# A label no node has: the agent's DaemonSet with it in its nodeSelector runs nowhere.
+AGENT_OFF = {"gpu-node-guard.io/test-agent": "off"}
 
 
 @pytest.fixture
@@ -85,6 +104,41 @@ def _line(run: GuardRun, node: str, event: str) -> dict[str, Any]:
     return found
 
 
+def _agent_selector(admin: client.ApiClient, selector: dict[str, str | None]) -> None:
+    body = {"spec": {"template": {"spec": {"nodeSelector": selector}}}}
+    client.AppsV1Api(admin).patch_namespaced_daemon_set(
+        AGENT, JOBS_NS, body, _content_type=MERGE_PATCH
+    )
+
+
+@pytest.fixture
+def room(node: Node, admin: client.ApiClient) -> Iterator[Callable[[str], None]]:
+    """The repair, with room for the load test: its Pod asks for 2 CPUs, all of a 2-core machine,
+    so nothing else may request CPU on the node meanwhile. The node agent (5m) is taken off it
+    (one more nodeSelector entry, which its admission policy allows), then the kubelet starts on
+    the new boot ID offering Pods 2 CPUs. Afterwards it offers 1.5 again and the agent is back."""
+    if (os.cpu_count() or 1) * 1000 < ROOM_CPU_MILLIS:
+        unavailable("node", "the load test asks for 2 CPUs; this machine has 1", "2 cores")
+    core, used = client.CoreV1Api(admin), []
+
+    def agent_gone() -> bool:
+        pods = core.list_namespaced_pod(JOBS_NS, label_selector="app.kubernetes.io/component=agent")
+        return not [p for p in pods.items if p.spec.node_name == node.name]
+
+    def repair(new_boot: str) -> None:
+        used.append(new_boot)
+        _agent_selector(admin, dict(AGENT_OFF))
+        wait_for("the agent's Pod gone from the node", agent_gone)
+        reboot(node, new_boot, ROOM_CPU_MILLIS)
+
+    try:
+        yield repair
+    finally:
+        if used:
+            restart_kubelet(node, ALLOCATABLE_CPU_MILLIS)
+            _agent_selector(admin, {k: None for k in AGENT_OFF})
+
+
 class Clock:
     """Seconds of each step of the incident, and from one run's start to the next's."""
 
@@ -113,17 +167,19 @@ class Clock:
         return ran
 
 
-def test_one_incident_from_the_fault_to_the_load_test_on_the_real_node(
+def test_one_incident_from_the_fault_to_the_uncordon_on_the_real_node(
     node: Node,
     prom: LocalPrometheus,
     gpu_node: str,
     admin: client.ApiClient,
     guard_kubeconfig: Path,
+    room: Callable[[str], None],
 ) -> None:
     """The CronJob's runs, back to back on the 5-minute grid, and what on-call reads at each:
     the cordon with its evidence Job (verdict in `kubectl logs`, by the run's own `next=` hint),
-    the wait for the power cycle, the new boot's conformance Job on this host, the load test the
-    node cannot admit, and the node kept cordoned with a Warning that says why."""
+    the wait for the power cycle, the new boot's conformance Job on this host, the load test run
+    by the kubelet from the CPU stand-in image (its verdict in `kubectl logs`), and the node
+    returned with a Normal Event that says by which Job."""
     core, clock, kubectl = client.CoreV1Api(admin), Clock(), kubectl_or_skip()
     began = time.monotonic()
     cordon_boot = boot_id(node.plane, gpu_node)
@@ -168,15 +224,17 @@ def test_one_incident_from_the_fault_to_the_load_test_on_the_real_node(
     assert (waiting["type"], waiting["event_reason"]) == ("Normal", "GuardWaitingPowerCycle")
     assert waiting["message"].endswith(f"bootID {cordon_boot} unchanged since cordon")
 
-    # The repair: the node is power-cycled; its kubelet comes back on a new boot ID.
+    # The repair: the node is power-cycled; its kubelet comes back on a new boot ID, with room for
+    # the load test.
     rebooted = str(uuid.uuid4())
     started = time.monotonic()
-    reboot(node, rebooted)
+    room(rebooted)
     clock.steps["repair: kubelet stopped, started on the new boot → Node reports it"] = (
         time.monotonic() - started
     )
     assert boot_id(node.plane, gpu_node) == rebooted != cordon_boot
     assert _kubelet_said_rebooted(core, gpu_node, rebooted)
+    assert pod_cpu(node.plane, gpu_node) == ROOM_CPU_MILLIS
 
     third = clock.run(prom, guard_kubeconfig, RETURN_AT)
     assert _said(third, gpu_node) == [("INFO", "create-job", "conditions-met")]
@@ -186,41 +244,67 @@ def test_one_incident_from_the_fault_to_the_load_test_on_the_real_node(
     assert conformance.read.status == "succeeded", conformance.pod["status"]
     assert conformance.read.result is not None and conformance.read.result.passed
 
+    wait_for_images(node)  # the load-test stand-in, imported beside the first tests
     fourth = clock.run(prom, guard_kubeconfig, RETURN_AT + CYCLE)
     assert _said(fourth, gpu_node) == [("INFO", "create-job", "conditions-met")]
     assert _said_else(fourth) == [NO_SERVICE_NETWORK]
-    assert _line(fourth, gpu_node, "create-job")["kind"] == "loadtest"
+    made = _line(fourth, gpu_node, "create-job")
+    assert made["kind"] == "loadtest"
     loadtest = clock.job(admin, guard_kubeconfig, "loadtest", gpu_node)
     lt_name = loadtest.job["metadata"]["name"]
-    assert loadtest.read.result is not None and loadtest.read.result.state == "rejected"
+    (container,) = loadtest.job["spec"]["template"]["spec"]["containers"]
+    # the guard's own Job: its image and command, the GPUs the node recorded, its 2 CPUs
+    assert container["image"] == "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
+    assert container["command"][:7] == [
+        "gpu-node-guard",
+        "loadtest",
+        "run",
+        "--backend",
+        "torch",
+        "--expected-gpus",
+        "8",
+    ]
+    assert container["resources"]["requests"]["cpu"] == "2"
+    assert loadtest.read.status == "succeeded", loadtest.pod["status"]
+    assert loadtest.read.result is not None and loadtest.read.result.state == "read"
+    assert loadtest.read.result.passed and not loadtest.read.result.failed
+    summary = parse_loadtest_summary(termination_message(loadtest.pod))
+    assert summary.passed and len(summary.gpus) == 8, summary
     assert core.read_node(gpu_node).spec.unschedulable is True  # not serving meanwhile
+    # on-call reads the load test's verdict and its all-reduce in the Job's log
+    logs = (
+        Kubectl(kubectl, node.plane.kubeconfig).run("-n", JOBS_NS, "logs", f"job/{lt_name}").stdout
+    )
+    assert "cpu stand-in: 8 simulated GPUs (numpy burn), all-reduce over gloo, not CUDA" in logs
+    assert "verdict=pass expected_gpus=8 visible_gpus=8" in logs
+    assert "allreduce transport=gloo world=8 " in logs
 
     fifth = clock.run(prom, guard_kubeconfig, RETURN_AT + 2 * CYCLE)
     assert _said(fifth, gpu_node) == [
-        ("WARN", "skip", "job-rejected"),
-        ("INFO", "event", "job-rejected"),
+        ("INFO", "uncordon", "loadtest-passed"),
+        ("INFO", "event", "returned"),
     ]
     assert _said_else(fifth) == [NO_SERVICE_NETWORK]
-    rejected = _line(fifth, gpu_node, "skip")
-    assert rejected["detail"].startswith(f"loadtest job/{lt_name}: pod {lt_name}-")
-    assert "rejected by the node's kubelet (OutOfcpu: Pod was rejected" in rejected["detail"]
-    assert rejected["next"].startswith("the node stays cordoned")
+    back = _line(fifth, gpu_node, "uncordon")
+    assert f"job/{lt_name}" in str(back), back
     said = _line(fifth, gpu_node, "event")
-    assert (said["type"], said["event_reason"]) == ("Warning", "GuardJobRejected")
-    assert said["message"].startswith(f"gpu-node-guard's loadtest job/{lt_name} could not run: ")
-    assert said["message"].endswith("; the node stays cordoned")
+    assert (said["type"], said["event_reason"]) == ("Normal", "GuardReturned")
+    assert f"job/{lt_name}" in said["message"], said
     clock.steps["fault's first run → the last run's end"] = time.monotonic() - began
 
     found = core.read_node(gpu_node)
-    assert found.spec.unschedulable is True
+    assert not found.spec.unschedulable
     notes = found.metadata.annotations
-    assert (notes[KEYS.reason], notes[KEYS.boot_id]) == ("xid-79", cordon_boot)
-    assert KEYS.returned not in notes
+    when = f"{RETURN_AT + 2 * CYCLE:%Y-%m-%dT%H:%M:%SZ}"
+    assert notes[KEYS.returned] == f"{when} job/{lt_name}"
+    assert notes[KEYS.checked_boot] == (
+        f"{rebooted} {when} job/{conformance.job['metadata']['name']}"
+    )
     events = sorted((e["type"], e["reason"]) for e in node_events(admin, gpu_node))
     assert events == [
+        ("Normal", "GuardReturned"),
         ("Normal", "GuardWaitingPowerCycle"),
         ("Warning", "GuardCordoned"),
-        ("Warning", "GuardJobRejected"),
     ]
     MEASURED.append(("incident", clock.steps))
 
