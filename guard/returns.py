@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from guard.codec import queries
 from guard.doors.kube import NotFound
 from guard.gpu_classes import class_label_keys
 from guard.model import NodeInfo, Snapshot
@@ -16,8 +17,11 @@ from guard.names import APP_LABEL, APP_NAME, Annotations
 from guard.plan import released
 from guard.plan.return_loop import (
     RETURN_POLL_S,
+    Held,
     ReturnInputs,
+    cleared,
     followed,
+    held,
     inputs,
     moved,
     of_snapshot,
@@ -39,6 +43,7 @@ class Returns:
     next_at: datetime
     names: tuple[str, ...] = ()
     seen: dict[str, ReturnInputs] = field(default_factory=dict)
+    held: tuple[Held, ...] = ()  # the followed nodes a Prometheus row holds
     turns: int = 0
     ended: str = ""  # why it stopped following before the watch's end
 
@@ -46,7 +51,7 @@ class Returns:
     def start(cls, run: Run, base: Snapshot, now: datetime) -> Returns:
         names = followed(base, run.s) if run.kube is not None else ()
         step = timedelta(seconds=RETURN_POLL_S)
-        return cls(run, now + step, names, of_snapshot(base, names))
+        return cls(run, now + step, names, of_snapshot(base, names), held(base, run.s, names))
 
     def active(self) -> bool:
         return bool(self.names) and not self.ended
@@ -57,10 +62,26 @@ class Returns:
     def poll(self, now: datetime) -> None:
         """One poll; a turn for the nodes whose inputs moved since their last decision."""
         self.next_at = now + timedelta(seconds=RETURN_POLL_S)
-        found = self._light()
-        changed = moved(self.seen, found)
-        if not changed:
+        changed = moved(self.seen, self._light())
+        if changed:
+            self._turn(now, changed)
+
+    def on_grid(self, now: datetime) -> None:
+        """On the scrape grid: the held rows' inputs re-read together for the held nodes, one
+        request per query whatever their number; a turn for the nodes whose row moved."""
+        if not self.held or self.ended:
             return
+        s, cases = self.run.s, [c for _, c in self.held]
+        reads = {q for row, _ in self.held for q in row.reads}
+        sent = queries.return_queries(s, reads, *sorted({c.node.name for c in cases}))
+        every = [n.name for n in cases[0].snap.nodes]
+        changed = cleared(self.held, read_prom(self.run.prom, s, now, every, sent), now)
+        if changed:
+            self._turn(now, changed)
+
+    def _turn(self, now: datetime, changed: tuple[str, ...]) -> None:
+        """Everything read again as the cycle reads it; the return of the `changed` nodes planned
+        and written."""
         run, s = self.run, self.run.s
         assert run.kube is not None
         try:
@@ -77,6 +98,7 @@ class Returns:
         run.turn(snap, actions)
         # What this turn decided on; a node isolated since the cycle is followed from now on.
         self.names = followed(snap, s)
+        self.held = held(snap, s, self.names)
         self.seen = {
             **of_snapshot(snap, tuple(changed)),
             **{n: x for n, x in self.seen.items() if n not in changed},

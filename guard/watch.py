@@ -170,6 +170,8 @@ class Watch:
             if now >= next_poll:
                 if run.may_isolate() and self._poll(now):
                     self._stop_deciding()
+                if returns is not None:
+                    returns.on_grid(now)
                 if run.lost:
                     return "lease-lost"
                 next_poll += step

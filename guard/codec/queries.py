@@ -8,8 +8,8 @@ and guard agree on what a fault is. The inputs: docs/deploy.md, "Prometheus inpu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from guard.metric_names import AGENT_CHECK_INFO, AGENT_CHECK_OK, NVIDIA_MATCH
@@ -360,6 +360,37 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
         ),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
     )
+
+
+def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
+    """The cycle's queries `names` (the return rows' Prometheus inputs, guard.plan.return_rule
+    `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
+    pins, labels = Pins.of(s), tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
+
+    def on(q: Query, expr: str = "") -> Query:  # a per-node answer: only the `nodes`' series
+        narrowed = f"({expr or q.promql}) and on ({NODE_LABEL}) {held}"
+        if q.kind == "matrix":
+            narrowed = f"({narrowed})[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
+        return replace(q, promql=narrowed)
+
+    remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
+    admitted = admission_rejected(
+        s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
+    )
+    found = {q.name: q for q in guard_queries(s)}
+    made = {
+        **{q.name: on(q) for q in found.values() if q.name in _ON_NODES},
+        **{q.name: q for q in hold_queries(s, *nodes)[:2]},
+        "row-remap": Query("row-remap", " or ".join(remap)),
+        "service-network-seen": found["service-network-seen"],
+    }
+    if "admission-history" in found:
+        made["admission-history"] = on(found["admission-history"], admitted)
+    return tuple(made[n] for n in sorted(names) if n in made)
+
+
+_ON_NODES = ("gpu-pods", "nvml-status", "fabric-not-success", "service-network-pods")
 
 
 # ---- Node signals: the agent's nvidia-match and the node's service network (absence is never a

@@ -17,14 +17,20 @@ Case list, per followed node (a readable node with any isolation, guard.plan.uni
   one of its Jobs appeared, finished, or its result arrived  → a turn for it
   it was deleted                                              → a turn (the plan says not-in-api)
 A Node's resourceVersion alone (the kubelet's status heartbeats) is no change.
+A followed node whose return a row reading Prometheus holds (`held`) is looked at on the scrape
+grid too: the held rows' inputs re-read together, a turn for each node whose row answers
+otherwise on them (`cleared`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
-from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.model import JobInfo, NodeInfo, PromView, Snapshot
+from guard.plan.device_taint import record_of
+from guard.plan.return_rule import Case, Condition, holding
 from guard.plan.units import all_isolations
 from guard.settings import Settings
 
@@ -68,3 +74,31 @@ def of_snapshot(snap: Snapshot, names: tuple[str, ...]) -> dict[str, ReturnInput
 def moved(before: Mapping[str, ReturnInputs], after: Mapping[str, ReturnInputs]) -> tuple[str, ...]:
     """The nodes of `after` whose inputs differ from `before` (a node new to `before` too)."""
     return tuple(sorted(n for n, x in after.items() if before.get(n) != x))
+
+
+Held = tuple[Condition, Case]  # the Prometheus row that holds a node's return, and on what
+
+
+def held(snap: Snapshot, s: Settings, names: tuple[str, ...]) -> tuple[Held, ...]:
+    """The isolations of the `names` whose return a row reading Prometheus holds."""
+    found = ((holding(c), c) for c in _cases(snap, s, names))
+    return tuple((row, c) for row, c in found if row is not None and row.reads)
+
+
+def _cases(snap: Snapshot, s: Settings, names: tuple[str, ...]) -> Iterator[Case]:
+    for node in (n for n in snap.nodes if n.name in names and not n.unreadable):
+        if node.cordon is not None and node.unschedulable:
+            yield Case(snap, s, node, node.cordon)
+        if (rec := record_of(node, s)) is not None:
+            yield Case(snap, s, node, rec)
+
+
+def cleared(found: tuple[Held, ...], view: PromView, now: datetime) -> tuple[str, ...]:
+    """The held nodes whose row answers otherwise on Prometheus as re-read at `now` (their API
+    inputs as they were: those moving is the poll's)."""
+    moved_rows = set()
+    for row, case in found:
+        snap = replace(case.snap, now=now, prom=view, gpu_pods=view.gpu_pods)
+        if row.check(replace(case, snap=snap)) != row.check(case):
+            moved_rows.add(case.node.name)
+    return tuple(sorted(moved_rows))

@@ -59,8 +59,12 @@ Check = Callable[[Case], tuple[Action, ...]]  # () when the condition holds
 class Condition:
     word: str
     units: frozenset[Unit]
-    source: Source
+    reads: tuple[str, ...]  # its Prometheus inputs (guard.codec.queries names); () the API's
     check: Check
+
+    @property
+    def source(self) -> Source:
+        return "prometheus" if self.reads else "api"
 
 
 # ---- the checks -------------------------------------------------------------------------------
@@ -290,25 +294,27 @@ def _service_network(c: Case) -> tuple[Action, ...]:
 
 CORDON: frozenset[Unit] = frozenset({"cordon"})
 DEVICE: frozenset[Unit] = frozenset({"device-taint"})
+XIDS = ("hardware-xid", "hardware-xid-counted")
+SERVICE_NETWORK = ("service-network-pods", "service-network-seen")
 
 TABLE: tuple[Condition, ...] = (
-    Condition("hold", CORDON, "api", _hold),
-    Condition("hold", DEVICE, "api", _device_hold),
-    Condition("reboot", CORDON, "api", _reboot),
-    Condition("reboot", DEVICE, "api", _device_reboot),
-    Condition("not-ready", CORDON, "api", _ready),
-    Condition("gpu-count", CORDON, "api", _gpu_count),
-    Condition("xid-present", CORDON, "prometheus", _node_xids),
-    Condition("xid-present", DEVICE, "prometheus", _gpu_xids),
-    Condition("row-remap", CORDON, "prometheus", _row_remap),
-    Condition("gpu-pods-running", CORDON, "prometheus", _gpu_pods),
-    Condition("nvml-mismatch", CORDON, "prometheus", _mismatch),
-    Condition("admission-rejected", CORDON, "prometheus", _rejecting),
-    Condition("fabric", CORDON, "prometheus", _fabric),
-    Condition("service-network", CORDON, "prometheus", _service_network),
-    Condition("device-not-published", DEVICE, "api", _published),
-    Condition("repeat-fault", CORDON, "api", _repeat_fault),
-    Condition("repeat-fault", DEVICE, "api", _device_repeat_fault),
+    Condition("hold", CORDON, (), _hold),
+    Condition("hold", DEVICE, (), _device_hold),
+    Condition("reboot", CORDON, (), _reboot),
+    Condition("reboot", DEVICE, (), _device_reboot),
+    Condition("not-ready", CORDON, (), _ready),
+    Condition("gpu-count", CORDON, (), _gpu_count),
+    Condition("xid-present", CORDON, XIDS, _node_xids),
+    Condition("xid-present", DEVICE, XIDS, _gpu_xids),
+    Condition("row-remap", CORDON, ("row-remap",), _row_remap),
+    Condition("gpu-pods-running", CORDON, ("gpu-pods",), _gpu_pods),
+    Condition("nvml-mismatch", CORDON, ("nvml-status",), _mismatch),
+    Condition("admission-rejected", CORDON, ("admission-history",), _rejecting),
+    Condition("fabric", CORDON, ("fabric-not-success",), _fabric),
+    Condition("service-network", CORDON, SERVICE_NETWORK, _service_network),
+    Condition("device-not-published", DEVICE, (), _published),
+    Condition("repeat-fault", CORDON, (), _repeat_fault),
+    Condition("repeat-fault", DEVICE, (), _device_repeat_fault),
 )
 
 
@@ -319,6 +325,11 @@ def rows(unit: Unit) -> tuple[Condition, ...]:
 def blocked(case: Case) -> tuple[Action, ...]:
     """The actions of the first row of the case's unit that fails; () when every row holds."""
     return next((out for row in rows(case.unit) if (out := row.check(case))), ())
+
+
+def holding(case: Case) -> Condition | None:
+    """The first row of the case's unit that fails (what holds its return), or None."""
+    return next((row for row in rows(case.unit) if row.check(case)), None)
 
 
 def reaches_prometheus(case: Case) -> bool:

@@ -115,11 +115,8 @@ def read_prom(
         xid_hosts=_hosts(vector("xid-hosts"), join),
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
-    if not sent:
-        facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}
-        view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
-    elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
-        view = replace(view, **_nvml(vector, since, intake))
+    facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}  # empty where not sent
+    view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     return _without(view, intake.problems)
 
 
