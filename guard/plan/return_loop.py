@@ -1,26 +1,7 @@
-"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows and
-when a node's return inputs moved.
-
-After its cycle a watching run polls, every RETURN_POLL_S, what a return waits for: each
-followed Node (a new boot, Ready, `reset-done`, a person's uncordon) and the guard's Jobs in
-the jobs namespace with their finished Pods (a conformance or load-test result). Polling, not
-an API watch: the same requests the cycle makes, a few a poll, bounded by the run's deadline.
-When a node's inputs differ from those of the last turn that decided it (`moved`), the run
-reads everything again as a cycle does and the return check plans that node on it
-(guard.plan.units `plan_return`: the same trust rules, Job uid, Pod, verdict); a node whose
-inputs did not move is not planned again, so a waiting node gets one line per change, not one
-a poll.
-
-Case list, per followed node (a readable node with any isolation, guard.plan.units):
-  nothing it reads changed since its last decision           → no turn
-  its Node (boot, Ready, annotations, taints, cordon) changed → a turn for it
-  one of its Jobs appeared, finished, or its result arrived  → a turn for it
-  it was deleted                                              → a turn (the plan says not-in-api)
-A Node's resourceVersion alone (the kubelet's status heartbeats) is no change.
-A followed node whose return a row reading Prometheus holds (`held`) is looked at on the scrape
-grid too: the held rows' inputs re-read together, a turn for each node whose row answers
-otherwise on them (`cleared`).
-"""
+"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows, when
+a node's return inputs moved (its Node without its resourceVersion, its Jobs and their results:
+`moved`), and which a row reading Prometheus holds (`held`; re-read on the scrape grid, `cleared`).
+Each case and its line: docs/lifecycle.md, "The return in the watch"."""
 
 from __future__ import annotations
 

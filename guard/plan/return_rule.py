@@ -78,24 +78,16 @@ def is_repeat_fault_hold(text: str) -> bool:
 
 
 def _hold(c: Case) -> tuple[Action, ...]:
-    node = c.node
+    node, hold = c.node, keys(c.s).hold
     if node.hold is None:
         return ()
-    repeat = is_repeat_fault_hold(node.hold)
+    cordon = c.unit == "cordon"  # a device taint's hold is a person's: no kubectl step for it
+    repeat = cordon and is_repeat_fault_hold(node.hold)
     reason = Decision.REPEAT_FAULT_HOLD if repeat else Decision.HOLD
-    return (
-        Skip(
-            node.name, reason, f"hold={node.hold!r}", hold_next(keys(c.s).hold, node.name, repeat)
-        ),
+    step = (
+        hold_next(hold, node.name, repeat) if cordon else f"a person decides, then removes {hold}"
     )
-
-
-def _device_hold(c: Case) -> tuple[Action, ...]:
-    node = c.node
-    if node.hold is None:
-        return ()
-    step = f"a person decides, then removes {keys(c.s).hold}"
-    return (Skip(node.name, Decision.HOLD, f"hold={node.hold!r}", step),)
+    return (Skip(node.name, reason, f"hold={node.hold!r}", step),)
 
 
 def _reboot(c: Case) -> tuple[Action, ...]:
@@ -176,22 +168,17 @@ def _gpu_count(c: Case) -> tuple[Action, ...]:
     return (Skip(node.name, Decision.GPU_COUNT, observed, WAIT),)
 
 
-def _node_xids(c: Case) -> tuple[Action, ...]:
-    xids = [g for g in c.snap.prom.hardware_xids if g.node == c.node.name]
-    if not xids:
-        return ()
-    found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
-    return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
-
-
-def _gpu_xids(c: Case) -> tuple[Action, ...]:
-    uuid = c.device.uuid.lower()
+def _xids(c: Case) -> tuple[Action, ...]:
+    """A cordon: any hardware Xid of the node; a device taint: one of its GPU."""
+    gpu = c.device.uuid if c.unit == "device-taint" else ""
     xids = [
-        g for g in c.snap.prom.hardware_xids if g.node == c.node.name and g.uuid.lower() == uuid
+        g
+        for g in c.snap.prom.hardware_xids
+        if g.node == c.node.name and gpu.lower() in ("", g.uuid.lower())
     ]
     if not xids:
         return ()
-    found = ", ".join(f"{c.device.uuid}=xid-{g.value}" for g in xids)
+    found = ", ".join(f"{gpu or f'gpu{g.gpu}'}=xid-{g.value}" for g in xids)
     return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
 
 
@@ -294,18 +281,15 @@ def _service_network(c: Case) -> tuple[Action, ...]:
 
 CORDON: frozenset[Unit] = frozenset({"cordon"})
 DEVICE: frozenset[Unit] = frozenset({"device-taint"})
-XIDS = ("hardware-xid", "hardware-xid-counted")
 SERVICE_NETWORK = ("service-network-pods", "service-network-seen")
 
 TABLE: tuple[Condition, ...] = (
-    Condition("hold", CORDON, (), _hold),
-    Condition("hold", DEVICE, (), _device_hold),
+    Condition("hold", CORDON | DEVICE, (), _hold),
     Condition("reboot", CORDON, (), _reboot),
     Condition("reboot", DEVICE, (), _device_reboot),
     Condition("not-ready", CORDON, (), _ready),
     Condition("gpu-count", CORDON, (), _gpu_count),
-    Condition("xid-present", CORDON, XIDS, _node_xids),
-    Condition("xid-present", DEVICE, XIDS, _gpu_xids),
+    Condition("xid-present", CORDON | DEVICE, ("hardware-xid", "hardware-xid-counted"), _xids),
     Condition("row-remap", CORDON, ("row-remap",), _row_remap),
     Condition("gpu-pods-running", CORDON, ("gpu-pods",), _gpu_pods),
     Condition("nvml-mismatch", CORDON, ("nvml-status",), _mismatch),
