@@ -10,10 +10,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from guard.codec import queries
-from guard.doors.kube import NotFound
-from guard.gpu_classes import class_label_keys
-from guard.model import NodeInfo, Snapshot
-from guard.names import APP_LABEL, APP_NAME, Annotations
+from guard.model import Snapshot
+from guard.names import APP_LABEL, APP_NAME
 from guard.plan import released
 from guard.plan.return_loop import (
     RETURN_POLL_S,
@@ -27,9 +25,9 @@ from guard.plan.return_loop import (
     of_snapshot,
 )
 from guard.plan.units import plan_return
-from guard.read import SnapshotError, build_snapshot, read_cluster, read_prom
+from guard.read import SnapshotError, build_snapshot, guard_jobs, read_cluster, read_node
 from guard.read.job_results import FINISHED, attach, slim_pod
-from guard.read.objects import NamelessObject, is_guard_job, job_info, node_info
+from guard.read.prom_view import read_prom
 
 if TYPE_CHECKING:
     from guard.run import Run
@@ -109,22 +107,10 @@ class Returns:
         run, s = self.run, self.run.s
         kube = run.kube
         assert kube is not None
-        keys = Annotations(s.annotation_prefix)
-        labels = class_label_keys(s.gpu_classes)
-        nodes: dict[str, NodeInfo] = {}
-        for name in self.names:
-            try:
-                nodes[name] = node_info(kube.node(name), keys, labels)
-            except NotFound:
-                continue
+        read = ((name, read_node(kube, s, name)) for name in self.names)
+        nodes = {name: node for name, node in read if node is not None}
         mine = f"{APP_LABEL}={APP_NAME}"
-        jobs = []
-        for obj in kube.jobs(s.jobs_namespace, mine):
-            if is_guard_job(obj, s.jobs_namespace):
-                try:
-                    jobs.append(job_info(obj, keys))
-                except NamelessObject:
-                    continue
+        jobs = guard_jobs(kube.jobs(s.jobs_namespace, mine), s, [])
         pods = [slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)]
         found = attach(jobs, pods)
         return {name: inputs(nodes, found, name) for name in self.names}

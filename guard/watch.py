@@ -15,20 +15,18 @@ from typing import TYPE_CHECKING, Protocol
 from guard.actions import Cordon, TaintDevice
 from guard.apply import cordon_landed
 from guard.codec import queries
-from guard.doors.kube import KubeError, NotFound
+from guard.doors.kube import KubeError
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
-from guard.gpu_classes import kept_label_keys
 from guard.ledger import format_time
 from guard.log import Level
 from guard.model import NodeInfo, PromView, Snapshot
-from guard.names import Annotations
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.mismatch import NVML_MISMATCH
 from guard.plan.watch import Due, decision_snapshot, dues, fine, split
-from guard.read.objects import node_info
+from guard.read import read_node
 from guard.read.prom_view import read_prom, with_prom_unreadable
 from guard.returns import Returns
 
@@ -229,12 +227,7 @@ class Watch:
         kube = self.run.kube
         if kube is None:  # a `--cluster-snapshot` dry run: the file's Nodes
             return self.base.node(name)
-        try:
-            keys = Annotations(self.run.s.annotation_prefix)
-            labels = kept_label_keys(self.run.s.gpu_classes, self.run.s.topology_label)
-            return node_info(kube.node(name), keys, labels)
-        except NotFound:
-            return None
+        return read_node(kube, self.run.s, name)
 
     def _decide(
         self, name: str, now: datetime, view: PromView, new: bool = False, mismatch: bool = False

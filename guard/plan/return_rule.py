@@ -319,9 +319,4 @@ def holding(case: Case) -> Condition | None:
 def reaches_prometheus(case: Case) -> bool:
     """Every condition the API alone decides before the first Prometheus one holds: what a
     Prometheus the guard cannot read would decide next (`gpu-node-guard status`)."""
-    for row in rows(case.unit):
-        if row.source == "prometheus":
-            return True
-        if row.check(case):
-            return False
-    return False
+    return next((bool(row.reads) for row in rows(case.unit) if row.reads or row.check(case)), False)
