@@ -367,30 +367,17 @@ def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Qu
     `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
     pins, labels = Pins.of(s), tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
     held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
-
-    def on(q: Query, expr: str = "") -> Query:  # a per-node answer: only the `nodes`' series
-        narrowed = f"({expr or q.promql}) and on ({NODE_LABEL}) {held}"
-        if q.kind == "matrix":
-            narrowed = f"({narrowed})[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
-        return replace(q, promql=narrowed)
-
     remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
-    admitted = admission_rejected(
-        s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
-    )
-    found = {q.name: q for q in guard_queries(s)}
+    cycle = guard_queries(s)  # service-network-seen counts the whole cluster: as it is
+    per_node = ("gpu-pods", "nvml-status", "service-network-pods")
+    narrowed = (replace(q, promql=f"({q.promql}) and on ({NODE_LABEL}) {held}") for q in cycle)
     made = {
-        **{q.name: on(q) for q in found.values() if q.name in _ON_NODES},
-        **{q.name: q for q in hold_queries(s, *nodes)[:2]},
+        **{q.name: q for q in cycle},
+        **{q.name: q for q in narrowed if q.name in per_node},
+        **{q.name: q for q in (*trigger_queries(s, held), *hold_queries(s, *nodes)[:2])},
         "row-remap": Query("row-remap", " or ".join(remap)),
-        "service-network-seen": found["service-network-seen"],
     }
-    if "admission-history" in found:
-        made["admission-history"] = on(found["admission-history"], admitted)
     return tuple(made[n] for n in sorted(names) if n in made)
-
-
-_ON_NODES = ("gpu-pods", "nvml-status", "fabric-not-success", "service-network-pods")
 
 
 # ---- Node signals: the agent's nvidia-match and the node's service network (absence is never a
@@ -587,24 +574,28 @@ def trigger_lookback_s(s: Settings) -> int:
     return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
 
 
-def trigger_queries(s: Settings) -> tuple[Query, ...]:
-    """The histories the node triggers hold on; none for a trigger that is off."""
-    pins, lookback, step = Pins.of(s), trigger_lookback_s(s), s.query_step_s
-    out = []
-    if s.gpu_classes.strip():
-        count = f"({gpu_count(s, pins)})[{lookback}s:{step}s]"
-        out.append(Query("gpu-count-history", count, "matrix", (NODE_LABEL,), on_step=True))
-    if s.admission_rejected_min_pods > 0:
-        found = admission_rejected(
-            s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
-        )
-        rejected = f"({found})[{lookback}s:{step}s]"
-        out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
-    failed = f"({fabric_failed(s, pins)})[{lookback}s:{step}s]"
-    out.append(Query("fabric-history", failed, "matrix", (NODE_LABEL,), on_step=True))
-    out.append(Query("fabric-not-success", fabric_not_success(s, pins), required=(NODE_LABEL,)))
-    out.append(Query("fabric-seen", fabric_seen(pins)))
-    return tuple(out)
+def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
+    """The histories the node triggers hold on; none for a trigger that is off. `only`: the
+    Nodes' selector each per-node answer is narrowed to (`return_queries`)."""
+    pins = Pins.of(s)
+
+    def of(expr: str) -> str:
+        return f"({expr}) and on ({NODE_LABEL}) {only}" if only else expr
+
+    def history(name: str, expr: str) -> Query:
+        window = f"[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
+        return Query(name, f"({of(expr)}){window}", "matrix", (NODE_LABEL,), on_step=True)
+
+    rejected = admission_rejected(
+        s.admission_rejected_min_pods, s.admission_rejected_window_s, pins
+    )
+    return (
+        *((history("gpu-count-history", gpu_count(s, pins)),) if s.gpu_classes.strip() else ()),
+        *((history("admission-history", rejected),) if s.admission_rejected_min_pods > 0 else ()),
+        history("fabric-history", fabric_failed(s, pins)),
+        Query("fabric-not-success", of(fabric_not_success(s, pins)), required=(NODE_LABEL,)),
+        Query("fabric-seen", fabric_seen(pins)),
+    )
 
 
 def grown_by(metric: str, window_s: int) -> str:
