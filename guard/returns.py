@@ -13,17 +13,7 @@ from guard.codec import queries
 from guard.model import Snapshot
 from guard.names import APP_LABEL, APP_NAME
 from guard.plan import released
-from guard.plan.return_loop import (
-    RETURN_POLL_S,
-    Held,
-    ReturnInputs,
-    cleared,
-    followed,
-    held,
-    inputs,
-    moved,
-    of_snapshot,
-)
+from guard.plan import return_loop as loop
 from guard.plan.units import plan_return
 from guard.read import SnapshotError, build_snapshot, guard_jobs, read_cluster, read_node
 from guard.read.job_results import FINISHED, attach, slim_pod
@@ -40,16 +30,18 @@ class Returns:
     run: Run
     next_at: datetime
     names: tuple[str, ...] = ()
-    seen: dict[str, ReturnInputs] = field(default_factory=dict)
-    held: tuple[Held, ...] = ()  # the followed nodes a Prometheus row holds
+    seen: dict[str, loop.ReturnInputs] = field(default_factory=dict)
+    held: tuple[loop.Held, ...] = ()  # the followed nodes a Prometheus row holds
     turns: int = 0
     ended: str = ""  # why it stopped following before the watch's end
 
     @classmethod
     def start(cls, run: Run, base: Snapshot, now: datetime) -> Returns:
-        names = followed(base, run.s) if run.kube is not None else ()
-        step = timedelta(seconds=RETURN_POLL_S)
-        return cls(run, now + step, names, of_snapshot(base, names), held(base, run.s, names))
+        names = loop.followed(base, run.s) if run.kube is not None else ()
+        step = timedelta(seconds=loop.RETURN_POLL_S)
+        return cls(
+            run, now + step, names, loop.of_snapshot(base, names), loop.held(base, run.s, names)
+        )
 
     def active(self) -> bool:
         return bool(self.names) and not self.ended
@@ -59,8 +51,8 @@ class Returns:
 
     def poll(self, now: datetime) -> None:
         """One poll; a turn for the nodes whose inputs moved since their last decision."""
-        self.next_at = now + timedelta(seconds=RETURN_POLL_S)
-        changed = moved(self.seen, self._light())
+        self.next_at = now + timedelta(seconds=loop.RETURN_POLL_S)
+        changed = loop.moved(self.seen, self._light())
         if changed:
             self._turn(now, changed)
 
@@ -73,7 +65,7 @@ class Returns:
         reads = {q for row, _ in self.held for q in row.reads}
         sent = queries.return_queries(s, reads, *sorted({c.node.name for c in cases}))
         every = [n.name for n in cases[0].snap.nodes]
-        changed = cleared(self.held, read_prom(self.run.prom, s, now, every, sent), now)
+        changed = loop.cleared(self.held, read_prom(self.run.prom, s, now, every, sent), now)
         if changed:
             self._turn(now, changed)
 
@@ -95,14 +87,14 @@ class Returns:
         run.released |= released(actions)
         run.turn(snap, actions)
         # What this turn decided on; a node isolated since the cycle is followed from now on.
-        self.names = followed(snap, s)
-        self.held = held(snap, s, self.names)
+        self.names = loop.followed(snap, s)
+        self.held = loop.held(snap, s, self.names)
         self.seen = {
-            **of_snapshot(snap, tuple(changed)),
+            **loop.of_snapshot(snap, tuple(changed)),
             **{n: x for n, x in self.seen.items() if n not in changed},
         }
 
-    def _light(self) -> dict[str, ReturnInputs]:
+    def _light(self) -> dict[str, loop.ReturnInputs]:
         """The followed Nodes and the guard's Jobs with their finished Pods, as they are now."""
         run, s = self.run, self.run.s
         kube = run.kube
@@ -113,4 +105,4 @@ class Returns:
         jobs = guard_jobs(kube.jobs(s.jobs_namespace, mine), s, [])
         pods = [slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)]
         found = attach(jobs, pods)
-        return {name: inputs(nodes, found, name) for name in self.names}
+        return {name: loop.inputs(nodes, found, name) for name in self.names}
