@@ -21,7 +21,7 @@ from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
 from guard.ledger import format_time
 from guard.log import Level
-from guard.model import NodeInfo, PromView, Snapshot
+from guard.model import PromView, Snapshot
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.mismatch import NVML_MISMATCH
@@ -218,16 +218,11 @@ class Watch:
 
     def _snapshot(self, name: str, view: PromView, now: datetime) -> Snapshot:
         """The cycle's snapshot with that node's facts as re-read at `now` (its Node object
-        too)."""
-        node = self._node(name)
+        too; a `--cluster-snapshot` dry run's is the file's)."""
+        kube = self.run.kube
+        node = read_node(kube, self.run.s, name) if kube else self.base.node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
-
-    def _node(self, name: str) -> NodeInfo | None:
-        kube = self.run.kube
-        if kube is None:  # a `--cluster-snapshot` dry run: the file's Nodes
-            return self.base.node(name)
-        return read_node(kube, self.run.s, name)
 
     def _decide(
         self, name: str, now: datetime, view: PromView, new: bool = False, mismatch: bool = False
