@@ -38,10 +38,8 @@ class Returns:
     @classmethod
     def start(cls, run: Run, base: Snapshot, now: datetime) -> Returns:
         names = loop.followed(base, run.s) if run.kube is not None else ()
-        step = timedelta(seconds=loop.RETURN_POLL_S)
-        return cls(
-            run, now + step, names, loop.of_snapshot(base, names), loop.held(base, run.s, names)
-        )
+        seen, held = loop.of_snapshot(base, names), loop.held(base, run.s, names)
+        return cls(run, now + timedelta(seconds=loop.RETURN_POLL_S), names, seen, held)
 
     def active(self) -> bool:
         return bool(self.names) and not self.ended
@@ -89,10 +87,7 @@ class Returns:
         # What this turn decided on; a node isolated since the cycle is followed from now on.
         self.names = loop.followed(snap, s)
         self.held = loop.held(snap, s, self.names)
-        self.seen = {
-            **loop.of_snapshot(snap, tuple(changed)),
-            **{n: x for n, x in self.seen.items() if n not in changed},
-        }
+        self.seen = {**self.seen, **loop.of_snapshot(snap, tuple(changed))}
 
     def _light(self) -> dict[str, loop.ReturnInputs]:
         """The followed Nodes and the guard's Jobs with their finished Pods, as they are now."""

@@ -28,12 +28,8 @@ class ReturnInputs:
 
 def followed(snap: Snapshot, s: Settings) -> tuple[str, ...]:
     """The nodes whose return the run follows: each readable node the guard isolates, by name."""
-    names = set()
-    for i in all_isolations(snap, s):
-        node = snap.node(i.node)
-        if node is not None and not node.unreadable:
-            names.add(i.node)
-    return tuple(sorted(names))
+    readable = {n.name for n in snap.nodes if not n.unreadable}
+    return tuple(sorted({i.node for i in all_isolations(snap, s) if i.node in readable}))
 
 
 def inputs(nodes: Mapping[str, NodeInfo], jobs: tuple[JobInfo, ...], name: str) -> ReturnInputs:
@@ -77,9 +73,8 @@ def _cases(snap: Snapshot, s: Settings, names: tuple[str, ...]) -> Iterator[Case
 def cleared(found: tuple[Held, ...], view: PromView, now: datetime) -> tuple[str, ...]:
     """The held nodes whose row answers otherwise on Prometheus as re-read at `now` (their API
     inputs as they were: those moving is the poll's)."""
-    moved_rows = set()
-    for row, case in found:
-        snap = replace(case.snap, now=now, prom=view, gpu_pods=view.gpu_pods)
-        if row.check(replace(case, snap=snap)) != row.check(case):
-            moved_rows.add(case.node.name)
-    return tuple(sorted(moved_rows))
+
+    def reread(c: Case) -> Case:
+        return replace(c, snap=replace(c.snap, now=now, prom=view, gpu_pods=view.gpu_pods))
+
+    return tuple(sorted({c.node.name for row, c in found if row.check(reread(c)) != row.check(c)}))

@@ -85,11 +85,8 @@ def read_prom(
         }
         missing = missing_input(counts, dra_gpus)
         if missing:
-            either = (
-                " and no gpu.nvidia.com ResourceSlice publishes a GPU"
-                if missing == (queries.DEVICE_PLUGIN_INPUT)
-                else ""
-            )
+            either = " and no gpu.nvidia.com ResourceSlice publishes a GPU"
+            either = either if missing == queries.DEVICE_PLUGIN_INPUT else ""
             raise PromError(
                 f"input metric {missing} has no series{queries.selector_hint(missing, s)}"
                 f"{either}: check the exporter and scrape"
