@@ -8,17 +8,22 @@ import json
 from dataclasses import replace
 from datetime import datetime
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import parse_qs
 
 import responses
 
 from guard.doors.prom import PromClient
+from guard.gpu_classes import kept_label_keys
 from guard.model import GpuPod, JobInfo, NodeInfo, PromView, Snapshot, Unreadable
+from guard.names import Annotations
 from guard.plan.return_loop import ReturnInputs, cleared, held, inputs, moved, of_snapshot
 from guard.plan.return_loop import followed as followed_nodes
 from guard.plan.units import plan_return
+from guard.read import parse_nodes
 from guard.returns import Returns
 from tests.builders import NOW, PASSED, TEMPLATES, S, back_node, node, snapshot
+from tests.unit.test_prom_boundary import raw_node
 
 
 def _inputs(*nodes: NodeInfo, jobs: tuple[JobInfo, ...] = ()) -> dict[str, ReturnInputs]:
@@ -146,3 +151,34 @@ def test_the_grid_re_read_sends_the_same_requests_whatever_the_number_of_held_no
     assert one == many == 1 and turned == turned_many == []
     _, cleared_turns = _grid_wake(40, pods_stay=False)
     assert cleared_turns == [tuple(f"busy-{i:03d}.gpu" for i in range(40))]  # one turn for all
+
+
+class _Kube:
+    """The API as the return's poll reads it: one Node, no Jobs, no Pods."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.obj
+
+    def jobs(self, *_: object) -> list[dict[str, Any]]:
+        return []
+
+    def pods(self, *_: object) -> list[dict[str, Any]]:
+        return []
+
+
+def test_the_poll_reads_a_node_with_the_labels_the_cycle_keeps_so_a_topology_label_is_no_move():
+    s = replace(S, topology_label="example.com/rack")
+    obj = {
+        **raw_node("b"),
+        "metadata": {"name": "b", "uid": "u", "labels": {"example.com/rack": "r1"}},
+    }
+    keys, labels = (
+        Annotations(s.annotation_prefix),
+        kept_label_keys(s.gpu_classes, s.topology_label),
+    )
+    snap = snapshot(*parse_nodes([obj], keys, "the API server", labels)[0], own=False)
+    poll = Returns(SimpleNamespace(s=s, kube=_Kube(obj)), NOW, ("b",), of_snapshot(snap, ("b",)))  # type: ignore[arg-type]
+    assert moved(poll.seen, poll._light()) == ()
