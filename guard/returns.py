@@ -9,23 +9,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from guard.doors.kube import NotFound
-from guard.gpu_classes import class_label_keys
-from guard.model import NodeInfo, Snapshot
-from guard.names import APP_LABEL, APP_NAME, Annotations
+from guard.codec import queries
+from guard.model import Snapshot
+from guard.names import APP_LABEL, APP_NAME
 from guard.plan import released
-from guard.plan.return_loop import (
-    RETURN_POLL_S,
-    ReturnInputs,
-    followed,
-    inputs,
-    moved,
-    of_snapshot,
-)
+from guard.plan import return_loop as loop
 from guard.plan.units import plan_return
-from guard.read import SnapshotError, build_snapshot, read_cluster, read_prom
+from guard.read import SnapshotError, build_snapshot, guard_jobs, read_cluster, read_node
 from guard.read.job_results import FINISHED, attach, slim_pod
-from guard.read.objects import NamelessObject, is_guard_job, job_info, node_info
+from guard.read.prom_view import read_prom
 
 if TYPE_CHECKING:
     from guard.run import Run
@@ -38,15 +30,16 @@ class Returns:
     run: Run
     next_at: datetime
     names: tuple[str, ...] = ()
-    seen: dict[str, ReturnInputs] = field(default_factory=dict)
+    seen: dict[str, loop.ReturnInputs] = field(default_factory=dict)
+    held: tuple[loop.Held, ...] = ()  # the followed nodes a Prometheus row holds
     turns: int = 0
     ended: str = ""  # why it stopped following before the watch's end
 
     @classmethod
     def start(cls, run: Run, base: Snapshot, now: datetime) -> Returns:
-        names = followed(base, run.s) if run.kube is not None else ()
-        step = timedelta(seconds=RETURN_POLL_S)
-        return cls(run, now + step, names, of_snapshot(base, names))
+        names = loop.followed(base, run.s) if run.kube is not None else ()
+        seen, held = loop.of_snapshot(base, names), loop.held(base, run.s, names)
+        return cls(run, now + timedelta(seconds=loop.RETURN_POLL_S), names, seen, held)
 
     def active(self) -> bool:
         return bool(self.names) and not self.ended
@@ -56,11 +49,27 @@ class Returns:
 
     def poll(self, now: datetime) -> None:
         """One poll; a turn for the nodes whose inputs moved since their last decision."""
-        self.next_at = now + timedelta(seconds=RETURN_POLL_S)
-        found = self._light()
-        changed = moved(self.seen, found)
-        if not changed:
+        self.next_at = now + timedelta(seconds=loop.RETURN_POLL_S)
+        changed = loop.moved(self.seen, self._light())
+        if changed:
+            self._turn(now, changed)
+
+    def on_grid(self, now: datetime) -> None:
+        """On the scrape grid: the held rows' inputs re-read together for the held nodes, one
+        request per query whatever their number; a turn for the nodes whose row moved."""
+        if not self.held or self.ended:
             return
+        s, cases = self.run.s, [c for _, c in self.held]
+        reads = {q for row, _ in self.held for q in row.reads}
+        sent = queries.return_queries(s, reads, *sorted({c.node.name for c in cases}))
+        every = [n.name for n in cases[0].snap.nodes]
+        changed = loop.cleared(self.held, read_prom(self.run.prom, s, now, every, sent), now)
+        if changed:
+            self._turn(now, changed)
+
+    def _turn(self, now: datetime, changed: tuple[str, ...]) -> None:
+        """Everything read again as the cycle reads it; the return of the `changed` nodes planned
+        and written."""
         run, s = self.run, self.run.s
         assert run.kube is not None
         try:
@@ -76,33 +85,19 @@ class Returns:
         run.released |= released(actions)
         run.turn(snap, actions)
         # What this turn decided on; a node isolated since the cycle is followed from now on.
-        self.names = followed(snap, s)
-        self.seen = {
-            **of_snapshot(snap, tuple(changed)),
-            **{n: x for n, x in self.seen.items() if n not in changed},
-        }
+        self.names = loop.followed(snap, s)
+        self.held = loop.held(snap, s, self.names)
+        self.seen = {**self.seen, **loop.of_snapshot(snap, tuple(changed))}
 
-    def _light(self) -> dict[str, ReturnInputs]:
+    def _light(self) -> dict[str, loop.ReturnInputs]:
         """The followed Nodes and the guard's Jobs with their finished Pods, as they are now."""
         run, s = self.run, self.run.s
         kube = run.kube
         assert kube is not None
-        keys = Annotations(s.annotation_prefix)
-        labels = class_label_keys(s.gpu_classes)
-        nodes: dict[str, NodeInfo] = {}
-        for name in self.names:
-            try:
-                nodes[name] = node_info(kube.node(name), keys, labels)
-            except NotFound:
-                continue
+        read = ((name, read_node(kube, s, name)) for name in self.names)
+        nodes = {name: node for name, node in read if node is not None}
         mine = f"{APP_LABEL}={APP_NAME}"
-        jobs = []
-        for obj in kube.jobs(s.jobs_namespace, mine):
-            if is_guard_job(obj, s.jobs_namespace):
-                try:
-                    jobs.append(job_info(obj, keys))
-                except NamelessObject:
-                    continue
+        jobs = guard_jobs(kube.jobs(s.jobs_namespace, mine), s, [])
         pods = [slim_pod(p) for p in kube.pods(s.jobs_namespace, mine, FINISHED)]
         found = attach(jobs, pods)
-        return {name: inputs(nodes, found, name) for name in self.names}
+        return {name: loop.inputs(nodes, found, name) for name in self.names}

@@ -15,20 +15,18 @@ from typing import TYPE_CHECKING, Protocol
 from guard.actions import Cordon, TaintDevice
 from guard.apply import cordon_landed
 from guard.codec import queries
-from guard.doors.kube import KubeError, NotFound
+from guard.doors.kube import KubeError
 from guard.doors.kube_errors import first_line
 from guard.doors.prom import PromError
 from guard.doors.retry import Anchor
-from guard.gpu_classes import kept_label_keys
 from guard.ledger import format_time
 from guard.log import Level
-from guard.model import NodeInfo, PromView, Snapshot
-from guard.names import Annotations
+from guard.model import PromView, Snapshot
 from guard.plan import hold
 from guard.plan.isolation import plan_isolation
 from guard.plan.mismatch import NVML_MISMATCH
 from guard.plan.watch import Due, decision_snapshot, dues, fine, split
-from guard.read.objects import node_info
+from guard.read import read_node
 from guard.read.prom_view import read_prom, with_prom_unreadable
 from guard.returns import Returns
 
@@ -170,6 +168,8 @@ class Watch:
             if now >= next_poll:
                 if run.may_isolate() and self._poll(now):
                     self._stop_deciding()
+                if returns is not None:
+                    returns.on_grid(now)
                 if run.lost:
                     return "lease-lost"
                 next_poll += step
@@ -218,21 +218,11 @@ class Watch:
 
     def _snapshot(self, name: str, view: PromView, now: datetime) -> Snapshot:
         """The cycle's snapshot with that node's facts as re-read at `now` (its Node object
-        too)."""
-        node = self._node(name)
+        too; a `--cluster-snapshot` dry run's is the file's)."""
+        kube = self.run.kube
+        node = read_node(kube, self.run.s, name) if kube else self.base.node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
         return decision_snapshot(self.base, name, found, view, now)
-
-    def _node(self, name: str) -> NodeInfo | None:
-        kube = self.run.kube
-        if kube is None:  # a `--cluster-snapshot` dry run: the file's Nodes
-            return self.base.node(name)
-        try:
-            keys = Annotations(self.run.s.annotation_prefix)
-            labels = kept_label_keys(self.run.s.gpu_classes, self.run.s.topology_label)
-            return node_info(kube.node(name), keys, labels)
-        except NotFound:
-            return None
 
     def _decide(
         self, name: str, now: datetime, view: PromView, new: bool = False, mismatch: bool = False

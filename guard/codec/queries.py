@@ -8,8 +8,8 @@ and guard agree on what a fault is. The inputs: docs/deploy.md, "Prometheus inpu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from guard.metric_names import AGENT_CHECK_INFO, AGENT_CHECK_OK, NVIDIA_MATCH
@@ -367,6 +367,24 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     )
 
 
+def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
+    """The cycle's queries `names` (the return rows' Prometheus inputs, guard.plan.return_rule
+    `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
+    pins, labels = Pins.of(s), tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
+    remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
+    cycle = guard_queries(s)  # service-network-seen counts the whole cluster: as it is
+    per_node = ("gpu-pods", "nvml-status", "service-network-pods")
+    narrowed = (replace(q, promql=f"({q.promql}) and on ({NODE_LABEL}) {held}") for q in cycle)
+    made = {
+        **{q.name: q for q in cycle},
+        **{q.name: q for q in narrowed if q.name in per_node},
+        **{q.name: q for q in (*trigger_queries(s, held), *hold_queries(s, *nodes)[:2])},
+        "row-remap": Query("row-remap", " or ".join(remap)),
+    }
+    return tuple(made[n] for n in sorted(names) if n in made)
+
+
 # ---- Node signals: the agent's nvidia-match and the node's service network (absence is never a
 # verdict: docs/node-signals.md) -------------------------------------------------------------
 
@@ -566,21 +584,26 @@ def trigger_lookback_s(s: Settings) -> int:
     return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
 
 
-def trigger_queries(s: Settings) -> tuple[Query, ...]:
-    """The histories the node triggers hold on; none for a trigger that is off."""
-    pins, lookback, step = Pins.of(s), trigger_lookback_s(s), s.query_step_s
-    out = []
-    if s.gpu_classes.strip():
-        count = f"({gpu_count(s, pins)})[{lookback}s:{step}s]"
-        out.append(Query("gpu-count-history", count, "matrix", (NODE_LABEL,), on_step=True))
-    if s.admission_rejected_min_pods > 0:
-        rejected = f"({admission(s, pins)})[{lookback}s:{step}s]"
-        out.append(Query("admission-history", rejected, "matrix", (NODE_LABEL,), on_step=True))
-    failed = f"({fabric_failed(s, pins)})[{lookback}s:{step}s]"
-    out.append(Query("fabric-history", failed, "matrix", (NODE_LABEL,), on_step=True))
-    out.append(Query("fabric-not-success", fabric_not_success(s, pins), required=(NODE_LABEL,)))
-    out.append(Query("fabric-seen", fabric_seen(pins)))
-    return tuple(out)
+def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
+    """The histories the node triggers hold on; none for a trigger that is off. `only`: the
+    Nodes' selector each per-node answer is narrowed to (`return_queries`)."""
+    pins = Pins.of(s)
+
+    def of(expr: str) -> str:
+        return f"({expr}) and on ({NODE_LABEL}) {only}" if only else expr
+
+    def history(name: str, expr: str) -> Query:
+        window = f"[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
+        return Query(name, f"({of(expr)}){window}", "matrix", (NODE_LABEL,), on_step=True)
+
+    rejected = admission(s, pins)
+    return (
+        *((history("gpu-count-history", gpu_count(s, pins)),) if s.gpu_classes.strip() else ()),
+        *((history("admission-history", rejected),) if s.admission_rejected_min_pods > 0 else ()),
+        history("fabric-history", fabric_failed(s, pins)),
+        Query("fabric-not-success", of(fabric_not_success(s, pins)), required=(NODE_LABEL,)),
+        Query("fabric-seen", fabric_seen(pins)),
+    )
 
 
 def grown_by(metric: str, window_s: int) -> str:

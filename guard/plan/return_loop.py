@@ -1,30 +1,17 @@
-"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows and
-when a node's return inputs moved.
-
-After its cycle a watching run polls, every RETURN_POLL_S, what a return waits for: each
-followed Node (a new boot, Ready, `reset-done`, a person's uncordon) and the guard's Jobs in
-the jobs namespace with their finished Pods (a conformance or load-test result). Polling, not
-an API watch: the same requests the cycle makes, a few a poll, bounded by the run's deadline.
-When a node's inputs differ from those of the last turn that decided it (`moved`), the run
-reads everything again as a cycle does and the return check plans that node on it
-(guard.plan.units `plan_return`: the same trust rules, Job uid, Pod, verdict); a node whose
-inputs did not move is not planned again, so a waiting node gets one line per change, not one
-a poll.
-
-Case list, per followed node (a readable node with any isolation, guard.plan.units):
-  nothing it reads changed since its last decision           → no turn
-  its Node (boot, Ready, annotations, taints, cordon) changed → a turn for it
-  one of its Jobs appeared, finished, or its result arrived  → a turn for it
-  it was deleted                                              → a turn (the plan says not-in-api)
-A Node's resourceVersion alone (the kubelet's status heartbeats) is no change.
-"""
+"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows, when
+a node's return inputs moved (its Node without its resourceVersion, its Jobs and their results:
+`moved`), and which a row reading Prometheus holds (`held`; re-read on the scrape grid, `cleared`).
+Each case and its line: docs/lifecycle.md, "The return in the watch"."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
-from guard.model import JobInfo, NodeInfo, Snapshot
+from guard.model import JobInfo, NodeInfo, PromView, Snapshot
+from guard.plan.device_taint import record_of
+from guard.plan.return_rule import Case, Condition, holding
 from guard.plan.units import all_isolations
 from guard.settings import Settings
 
@@ -41,12 +28,8 @@ class ReturnInputs:
 
 def followed(snap: Snapshot, s: Settings) -> tuple[str, ...]:
     """The nodes whose return the run follows: each readable node the guard isolates, by name."""
-    names = set()
-    for i in all_isolations(snap, s):
-        node = snap.node(i.node)
-        if node is not None and not node.unreadable:
-            names.add(i.node)
-    return tuple(sorted(names))
+    readable = {n.name for n in snap.nodes if not n.unreadable}
+    return tuple(sorted({i.node for i in all_isolations(snap, s) if i.node in readable}))
 
 
 def inputs(nodes: Mapping[str, NodeInfo], jobs: tuple[JobInfo, ...], name: str) -> ReturnInputs:
@@ -68,3 +51,30 @@ def of_snapshot(snap: Snapshot, names: tuple[str, ...]) -> dict[str, ReturnInput
 def moved(before: Mapping[str, ReturnInputs], after: Mapping[str, ReturnInputs]) -> tuple[str, ...]:
     """The nodes of `after` whose inputs differ from `before` (a node new to `before` too)."""
     return tuple(sorted(n for n, x in after.items() if before.get(n) != x))
+
+
+Held = tuple[Condition, Case]  # the Prometheus row that holds a node's return, and on what
+
+
+def held(snap: Snapshot, s: Settings, names: tuple[str, ...]) -> tuple[Held, ...]:
+    """The isolations of the `names` whose return a row reading Prometheus holds."""
+    found = ((holding(c), c) for c in _cases(snap, s, names))
+    return tuple((row, c) for row, c in found if row is not None and row.reads)
+
+
+def _cases(snap: Snapshot, s: Settings, names: tuple[str, ...]) -> Iterator[Case]:
+    for node in (n for n in snap.nodes if n.name in names and not n.unreadable):
+        if node.cordon is not None and node.unschedulable:
+            yield Case(snap, s, node, node.cordon)
+        if (rec := record_of(node, s)) is not None:
+            yield Case(snap, s, node, rec)
+
+
+def cleared(found: tuple[Held, ...], view: PromView, now: datetime) -> tuple[str, ...]:
+    """The held nodes whose row answers otherwise on Prometheus as re-read at `now` (their API
+    inputs as they were: those moving is the poll's)."""
+
+    def reread(c: Case) -> Case:
+        return replace(c, snap=replace(c.snap, now=now, prom=view, gpu_pods=view.gpu_pods))
+
+    return tuple(sorted({c.node.name for row, c in found if row.check(reread(c)) != row.check(c)}))

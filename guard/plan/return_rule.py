@@ -59,8 +59,12 @@ Check = Callable[[Case], tuple[Action, ...]]  # () when the condition holds
 class Condition:
     word: str
     units: frozenset[Unit]
-    source: Source
+    reads: tuple[str, ...]  # its Prometheus inputs (guard.codec.queries names); () the API's
     check: Check
+
+    @property
+    def source(self) -> Source:
+        return "prometheus" if self.reads else "api"
 
 
 # ---- the checks -------------------------------------------------------------------------------
@@ -74,24 +78,16 @@ def is_repeat_fault_hold(text: str) -> bool:
 
 
 def _hold(c: Case) -> tuple[Action, ...]:
-    node = c.node
+    node, hold = c.node, keys(c.s).hold
     if node.hold is None:
         return ()
-    repeat = is_repeat_fault_hold(node.hold)
+    cordon = c.unit == "cordon"  # a device taint's hold is a person's: no kubectl step for it
+    repeat = cordon and is_repeat_fault_hold(node.hold)
     reason = Decision.REPEAT_FAULT_HOLD if repeat else Decision.HOLD
-    return (
-        Skip(
-            node.name, reason, f"hold={node.hold!r}", hold_next(keys(c.s).hold, node.name, repeat)
-        ),
+    step = (
+        hold_next(hold, node.name, repeat) if cordon else f"a person decides, then removes {hold}"
     )
-
-
-def _device_hold(c: Case) -> tuple[Action, ...]:
-    node = c.node
-    if node.hold is None:
-        return ()
-    step = f"a person decides, then removes {keys(c.s).hold}"
-    return (Skip(node.name, Decision.HOLD, f"hold={node.hold!r}", step),)
+    return (Skip(node.name, reason, f"hold={node.hold!r}", step),)
 
 
 def _reboot(c: Case) -> tuple[Action, ...]:
@@ -172,22 +168,17 @@ def _gpu_count(c: Case) -> tuple[Action, ...]:
     return (Skip(node.name, Decision.GPU_COUNT, observed, WAIT),)
 
 
-def _node_xids(c: Case) -> tuple[Action, ...]:
-    xids = [g for g in c.snap.prom.hardware_xids if g.node == c.node.name]
-    if not xids:
-        return ()
-    found = ", ".join(f"gpu{g.gpu}=xid-{g.value}" for g in xids)
-    return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
-
-
-def _gpu_xids(c: Case) -> tuple[Action, ...]:
-    uuid = c.device.uuid.lower()
+def _xids(c: Case) -> tuple[Action, ...]:
+    """A cordon: any hardware Xid of the node; a device taint: one of its GPU."""
+    gpu = c.device.uuid if c.unit == "device-taint" else ""
     xids = [
-        g for g in c.snap.prom.hardware_xids if g.node == c.node.name and g.uuid.lower() == uuid
+        g
+        for g in c.snap.prom.hardware_xids
+        if g.node == c.node.name and gpu.lower() in ("", g.uuid.lower())
     ]
     if not xids:
         return ()
-    found = ", ".join(f"{c.device.uuid}=xid-{g.value}" for g in xids)
+    found = ", ".join(f"{gpu or f'gpu{g.gpu}'}=xid-{g.value}" for g in xids)
     return (Skip(c.node.name, Decision.XID_PRESENT, found, WAIT),)
 
 
@@ -290,25 +281,24 @@ def _service_network(c: Case) -> tuple[Action, ...]:
 
 CORDON: frozenset[Unit] = frozenset({"cordon"})
 DEVICE: frozenset[Unit] = frozenset({"device-taint"})
+SERVICE_NETWORK = ("service-network-pods", "service-network-seen")
 
 TABLE: tuple[Condition, ...] = (
-    Condition("hold", CORDON, "api", _hold),
-    Condition("hold", DEVICE, "api", _device_hold),
-    Condition("reboot", CORDON, "api", _reboot),
-    Condition("reboot", DEVICE, "api", _device_reboot),
-    Condition("not-ready", CORDON, "api", _ready),
-    Condition("gpu-count", CORDON, "api", _gpu_count),
-    Condition("xid-present", CORDON, "prometheus", _node_xids),
-    Condition("xid-present", DEVICE, "prometheus", _gpu_xids),
-    Condition("row-remap", CORDON, "prometheus", _row_remap),
-    Condition("gpu-pods-running", CORDON, "prometheus", _gpu_pods),
-    Condition("nvml-mismatch", CORDON, "prometheus", _mismatch),
-    Condition("admission-rejected", CORDON, "prometheus", _rejecting),
-    Condition("fabric", CORDON, "prometheus", _fabric),
-    Condition("service-network", CORDON, "prometheus", _service_network),
-    Condition("device-not-published", DEVICE, "api", _published),
-    Condition("repeat-fault", CORDON, "api", _repeat_fault),
-    Condition("repeat-fault", DEVICE, "api", _device_repeat_fault),
+    Condition("hold", CORDON | DEVICE, (), _hold),
+    Condition("reboot", CORDON, (), _reboot),
+    Condition("reboot", DEVICE, (), _device_reboot),
+    Condition("not-ready", CORDON, (), _ready),
+    Condition("gpu-count", CORDON, (), _gpu_count),
+    Condition("xid-present", CORDON | DEVICE, ("hardware-xid", "hardware-xid-counted"), _xids),
+    Condition("row-remap", CORDON, ("row-remap",), _row_remap),
+    Condition("gpu-pods-running", CORDON, ("gpu-pods",), _gpu_pods),
+    Condition("nvml-mismatch", CORDON, ("nvml-status",), _mismatch),
+    Condition("admission-rejected", CORDON, ("admission-history",), _rejecting),
+    Condition("fabric", CORDON, ("fabric-not-success",), _fabric),
+    Condition("service-network", CORDON, SERVICE_NETWORK, _service_network),
+    Condition("device-not-published", DEVICE, (), _published),
+    Condition("repeat-fault", CORDON, (), _repeat_fault),
+    Condition("repeat-fault", DEVICE, (), _device_repeat_fault),
 )
 
 
@@ -321,12 +311,12 @@ def blocked(case: Case) -> tuple[Action, ...]:
     return next((out for row in rows(case.unit) if (out := row.check(case))), ())
 
 
+def holding(case: Case) -> Condition | None:
+    """The first row of the case's unit that fails (what holds its return), or None."""
+    return next((row for row in rows(case.unit) if row.check(case)), None)
+
+
 def reaches_prometheus(case: Case) -> bool:
     """Every condition the API alone decides before the first Prometheus one holds: what a
     Prometheus the guard cannot read would decide next (`gpu-node-guard status`)."""
-    for row in rows(case.unit):
-        if row.source == "prometheus":
-            return True
-        if row.check(case):
-            return False
-    return False
+    return next((bool(row.reads) for row in rows(case.unit) if row.reads or row.check(case)), False)

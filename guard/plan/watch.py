@@ -11,16 +11,8 @@ watch re-reads one node at `Settings.scrape_interval_s` (`fine`), where the loss
 coarse step less one scrape earlier, so a node is due that much before its cycle's `decides at`
 (`dues`): the re-read then decides, or says when on the finer grid. Either way the loss was
 scraped no later than the step it starts at, so no hold is ever shorter than its window.
-The watch ends `watch_until_s` after the Job's schedule (`watch_end`): the CronJob's deadline
-counts from the Job's start, which is never before its schedule, so a pod that started late
-does not watch past the deadline; a run of a Job with no schedule in its name (by hand, or no
-`job_name`) counts from its own start.
-When a node is due, only its facts are read again (its Xids and loss history, its cordon in
-kube-state-metrics, its Node object) and `decision_snapshot` puts them in the cycle's
-snapshot in place of the old ones, with `now` the decision's instant; the isolation check then
-plans on it unchanged: the breaker, the person's cordon (`already-cordoned`), hold, cancel and
-the resourceVersion of the Node as re-read. The one cordon per run is the caller's: the watch
-decides only while no cordon has landed in this run.
+When the watch ends (`watch_end`) and what a due node's decision plans on (`decision_snapshot`):
+docs/architecture.md, "Watch"; the one cordon per run is the caller's (guard.run `may_isolate`).
 """
 
 from __future__ import annotations

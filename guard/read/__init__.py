@@ -15,7 +15,7 @@ from typing import Any
 
 from guard.codec.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.doors import ledger_store
-from guard.doors.kube import Kube
+from guard.doors.kube import Kube, NotFound
 from guard.files import (
     MAX_DEPTH,
     SNAPSHOT_JSON_MAX_BYTES,
@@ -26,7 +26,7 @@ from guard.files import (
     read_text_bounded,
 )
 from guard.gpu_classes import kept_label_keys
-from guard.model import GuardEvent, NodeInfo, PromView, Snapshot
+from guard.model import GuardEvent, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.read import json_stream, objects
 from guard.read.job_results import FINISHED, attach, slim_pod
@@ -216,16 +216,22 @@ def gaps_line(path: Path, gaps: tuple[str, ...]) -> str:
     )
 
 
+def guard_jobs(objs: Iterable[Any], s: Settings, ignored: list[str]) -> list[JobInfo]:
+    """The guard's Jobs of the jobs namespace, parsed; a nameless one goes to `ignored`."""
+    jobs = []
+    for obj in (o for o in objs if is_guard_job(o, s.jobs_namespace)):
+        try:
+            jobs.append(job_info(obj, Annotations(s.annotation_prefix)))
+        except NamelessObject as exc:
+            ignored.append(f"guard {exc}")
+    return jobs
+
+
 def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Settings) -> Snapshot:
     """Parse every object on its own: a bad value marks its object, never the whole cycle."""
     keys = Annotations(s.annotation_prefix)
     ignored = list(objs.ignored)
-    jobs = []
-    for obj in (o for o in objs.jobs if is_guard_job(o, s.jobs_namespace)):
-        try:
-            jobs.append(job_info(obj, keys))
-        except NamelessObject as exc:
-            ignored.append(f"guard {exc}")
+    jobs = guard_jobs(objs.jobs, s, ignored)
     data = (objs.ledger or {}).get("data") or {}
     if not isinstance(data, Mapping):
         raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
@@ -248,6 +254,15 @@ def build_snapshot(now: datetime, objs: ClusterObjects, prom: PromView, s: Setti
 
 def _meta(obj: Mapping[str, Any] | None, key: str) -> str:
     return str(((obj or {}).get("metadata") or {}).get(key, ""))
+
+
+def read_node(kube: Kube, s: Settings, name: str) -> NodeInfo | None:
+    """One Node as `read_cluster` parses it (None: no such Node), for the watch's re-reads."""
+    labels = kept_label_keys(s.gpu_classes, s.topology_label)
+    try:
+        return node_info(kube.node(name), Annotations(s.annotation_prefix), labels)
+    except NotFound:
+        return None
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:

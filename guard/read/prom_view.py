@@ -85,11 +85,8 @@ def read_prom(
         }
         missing = missing_input(counts, dra_gpus)
         if missing:
-            either = (
-                " and no gpu.nvidia.com ResourceSlice publishes a GPU"
-                if missing == (queries.DEVICE_PLUGIN_INPUT)
-                else ""
-            )
+            either = " and no gpu.nvidia.com ResourceSlice publishes a GPU"
+            either = either if missing == queries.DEVICE_PLUGIN_INPUT else ""
             raise PromError(
                 f"input metric {missing} has no series{queries.selector_hint(missing, s)}"
                 f"{either}: check the exporter and scrape"
@@ -115,11 +112,8 @@ def read_prom(
         xid_hosts=_hosts(vector("xid-hosts"), join),
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
     )
-    if not sent:
-        facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}
-        view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
-    elif "nvml-mismatch-history" in matrices:  # the watch's re-read of one mismatch
-        view = replace(view, **_nvml(vector, since, intake))
+    facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}  # empty where not sent
+    view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     return _without(view, intake.problems)
 
 

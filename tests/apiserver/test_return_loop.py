@@ -24,6 +24,7 @@ from kubernetes import client
 
 from guard.cli import cli
 from guard.example.promserver import LocalPrometheus
+from guard.example.scenario import PodTimeline
 from guard.plan.return_loop import RETURN_POLL_S
 from guard.watch import ReplayClock
 from tests.apiserver.guard_run import (
@@ -33,6 +34,7 @@ from tests.apiserver.guard_run import (
     LOADTEST_PASS,
     PASS,
     RETURN_AT,
+    T0,
     GuardRun,
     copy_of,
     faulted,
@@ -48,16 +50,23 @@ from tests.apiserver.test_lifecycle_e2e import lifecycle_node, the_job
 pytestmark = pytest.mark.apiserver
 __all__ = ["lifecycle_node"]  # the fixture, shared with the lifecycle tests
 
-LOOP, LATE, FOREIGN = "rl-loop", "rl-late", "rl-foreign"
+LOOP, LATE, FOREIGN, HELD = "rl-loop", "rl-late", "rl-foreign", "rl-held"
 CONFORMANCE_S = 10  # the conformance Job's run (docs/lifecycle.md: seconds)
 LOADTEST_S = 90  # the load test's (docs/lifecycle.md)
 
 Play = Callable[[datetime], None]
+# A GPU pod on HELD that kube-state-metrics reports Running until 45 s into the return's run.
+POD_END = RETURN_AT + timedelta(seconds=45)
+TRAIN = PodTimeline(
+    "research", "train-0", HELD, gpus=1, running=((0, 1), (int((POD_END - T0).total_seconds()), 0))
+)
 
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[LocalPrometheus]:
-    with scenario_prometheus(faulted(LOOP), faulted(LATE), faulted(FOREIGN)) as server:
+    cordoned = ((int((ISOLATE_AT - T0).total_seconds()) + 60, 1),)  # kube-state-metrics: after
+    nodes = (faulted(LOOP), faulted(LATE), faulted(FOREIGN), faulted(HELD, cordoned))
+    with scenario_prometheus(*nodes, pods=(TRAIN,)) as server:
         yield server
 
 
@@ -227,3 +236,24 @@ def test_a_replaced_load_test_job_is_no_pass_in_the_same_run_either(
     assert ("skip", "loadtest-foreign") in actions and ("event", "loadtest-foreign") in actions
     assert ("uncordon", "loadtest-passed") not in actions
     assert core.read_node(node).spec.unschedulable is True
+
+
+def test_a_return_a_prometheus_row_holds_moves_in_the_same_run_once_the_row_clears(
+    prom, guard_kubeconfig, lifecycle_node, core, admin, deployed
+):
+    """A GPU pod still running on the node holds its return (`gpu-pods-running`, read from
+    kube-state-metrics through Prometheus); it ends mid-run, no API input moves, and the run's
+    re-read on the scrape grid takes the next steps: conformance, load test, uncordon."""
+    node = _power_cycled(prom, guard_kubeconfig, lifecycle_node, core, admin, deployed, HELD)
+    cluster = Cluster(deployed, admin, node)
+    run = watched_run(prom, guard_kubeconfig, RETURN_AT, cluster)
+    actions = _actions(run, node)
+    assert actions.index(("skip", "gpu-pods-running")) < actions.index(
+        ("uncordon", "loadtest-passed")
+    )
+    # The cycle's line, and the turn on its own pcie-links write; not one a scrape while held.
+    assert actions.count(("skip", "gpu-pods-running")) <= 2
+    assert [kind for kind, _ in cluster.ended] == ["conformance", "loadtest"]
+    assert not core.read_node(node).spec.unschedulable
+    made = cluster.seen[the_job(admin, node, "conformance")["metadata"]["name"]]
+    assert POD_END <= made <= POD_END + timedelta(seconds=2 * 15)  # within a scrape of its end

@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from guard.codec.queries import hold_queries, watch_poll
+from guard.codec.queries import hold_queries, return_queries, watch_poll
 from guard.doors.prom import PromClient, PromError
 from guard.example.scenario import PodTimeline
 from guard.model import GpuPod, NodeInfo, PromView
+from guard.plan import return_rule
 from guard.plan.hold import candidates, loss_held_s
 from guard.plan.watch import fine
 from guard.read.prom_view import JoinError, check_join, read_prom
@@ -342,3 +343,35 @@ def test_the_watch_poll_names_each_node_with_a_hardware_xid_and_loss_now(prom):
     lost = {n for n, _ in full.loss_since}
     expected = {g.node for g in full.hardware_xids if g.node in lost} - set(full.cordoned)
     assert {x.label("node") for x in answer.good} >= expected
+
+
+def _return_facts(v: PromView, name: str) -> tuple[object, ...]:
+    """What the return table's Prometheus rows read of a view for one node
+    (guard.plan.return_rule: xid-present, row-remap, gpu-pods-running, nvml-mismatch,
+    admission-rejected, fabric, service-network)."""
+    return (
+        tuple(g for g in v.hardware_xids if g.node == name),
+        tuple(g for g in v.row_remap if g.node == name),
+        tuple(p for p in v.gpu_pods if p.node == name),
+        tuple(a for a in v.nvml_status if a.node == name),
+        dict(v.admission_now).get(name),
+        name in v.fabric_not_success,
+        tuple(p for p in v.service_pods if p.node == name),
+        v.service_seen,
+    )
+
+
+@pytest.mark.parametrize("after", [3, 12, 30])
+def test_the_returns_re_read_narrowed_to_the_held_nodes_gives_their_facts_as_the_cycle(prom, after):
+    """The run's scrape-grid re-read of the returns a Prometheus row holds (guard/returns.py):
+    every row's queries narrowed to the held nodes, one request each, give each of them the
+    facts the cycle's whole read gives."""
+    at, client, names = minutes(after), PromClient(prom.url), sorted(NODE_NAMES)
+    reads = {q for row in return_rule.TABLE for q in row.reads}
+    sent = return_queries(S, reads, *names)
+    assert len(sent) == len(reads)
+    together = read_prom(client, S, at, NODE_NAMES, sent)
+    full = view(prom, at)
+    assert any(_return_facts(full, n)[:3] != ((), (), ()) for n in names)  # something to compare
+    for name in names:
+        assert _return_facts(together, name) == _return_facts(full, name), name
