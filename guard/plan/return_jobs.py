@@ -296,18 +296,23 @@ def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate,
     return (Annotate(node.name, Decision.PCIE_LINKS, node.resource_version, note, then),)
 
 
+def evidence_by_hand(node: NodeInfo) -> str:
+    """The cordon's evidence by hand: a node trigger's node-wide argv (docs/evidence.md)."""
+    c = node.cordon
+    if c is not None and c.gpu is None and c.reason in ledger.NODE_REASONS:
+        return (
+            f"gpu-node-guard evidence collect --node {node.name} --trigger {c.reason} on the node"
+        )
+    return f"gpu-node-guard render evidence --node {node.name}"
+
+
 def evidence_rejected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
     """The cordon's evidence Job could not run (its Pod refused by the node): said every cycle
     while the Job is there; the cordon stands on its Xid or its node trigger alone."""
     job = _evidence(snap, node)
     if job is None or foreign(node, job) or not (why := rejected(job)):
         return ()
-    cordon = node.cordon
-    by_hand = (  # a node trigger's Job is node-wide: its argv, run on the node (docs/evidence.md)
-        f"gpu-node-guard evidence collect --node {node.name} --trigger {cordon.reason} on the node"
-        if cordon is not None and cordon.gpu is None and cordon.reason in ledger.NODE_REASONS
-        else f"gpu-node-guard render evidence --node {node.name}"
-    )
+    by_hand = evidence_by_hand(node)
     stays = f"the node stays cordoned; no evidence was read: collect it by hand ({by_hand})"
     return rejected_job(s, node, job, why, stays)
 

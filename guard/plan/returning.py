@@ -15,9 +15,12 @@ records the boot as checked (`checked-boot … uncordon`).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from guard import ledger
 from guard.actions import (
     Action,
+    CreateJob,
     Skip,
 )
 from guard.codec.check_records import UNCORDON, checked_boot_value
@@ -34,9 +37,12 @@ from guard.plan.common import (
     keys,
     ledger_append,
     node_cordon,
+    node_evidence_job,
+    trigger_evidence_args,
 )
 from guard.plan.return_jobs import (
     conformance_return,
+    evidence_by_hand,
     evidence_rejected,
     evidence_running,
     job_gate,
@@ -173,41 +179,43 @@ def _steps(
 def _repairs(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
 ) -> tuple[Action, ...]:
-    """Finish a cordon whose later writes failed: the ledger line, a fresh evidence Job, the
-    cordon Event.
-
-    The evidence Job is recreated only within two cycles of the cordon, so a Job that a person
-    deleted later, or that expired, is not resurrected; after that, while the cordon Event would
-    still be alive, a WARN says the Job is missing. The cordon Event is re-emitted (same name as
-    the lost one) while younger than `EVENT_REPAIR_S` (guard.plan.cordon_event), for a cordon
-    without a GPU (nvml-mismatch, conformance-<item>) too: it has no ledger line or evidence Job.
-    """
+    """Finish a cordon whose later writes failed: the ledger line, the evidence Job, the cordon
+    Event (docs/writes.md "Events": which, and for how long)."""
     if c.at is None:
         return ()
     out: list[Action] = [*record_links(snap, s, node), *evidence_rejected(snap, s, node)]
     if c.xid is None or c.gpu is None:  # a node trigger's evidence Job is read as an Xid's
+        if c.reason in ledger.NODE_REASONS:  # its node-wide Job, keyed by the cordon's time too
+            args = trigger_evidence_args(node.name, c.reason, c.gpu_capacity)
+            made = node_evidence_job(s, t, node.name, c.at, Decision.REPAIR_EVIDENCE, args)
+            out.extend(_evidence_again(snap, s, node, made, c.at))
         return (*out, *cordon_event.if_lost(snap, cordon_event.gpuless_event(node, c), c))
     incident = Incident(node.name, c.at, c.xid, c.gpu.pci, c.gpu.uuid)
     if not has_ledger_line(snap, incident):
         out.append(ledger_append(s, incident, Decision.REPAIR_LEDGER))
     job = evidence_job(snap, s, t, incident, Decision.REPAIR_EVIDENCE)
-    age_s = (snap.now - incident.at).total_seconds()
-    made = incident.pci != ledger.UNKNOWN_PCI  # none without a PCI address (said at the cordon)
-    if made and all(j.name != job.name for j in snap.jobs):
-        if age_s <= 2 * s.cadence_s:
-            out.append(job)
-        elif age_s <= cordon_event.EVENT_REPAIR_S:
-            out.append(_evidence_missing(node, job.name, age_s, s))
+    if incident.pci != ledger.UNKNOWN_PCI:  # none without a PCI address (said at the cordon)
+        out.extend(_evidence_again(snap, s, node, job, c.at))
     out.extend(cordon_event.if_lost(snap, cordon_event.xid_event(node.name, c, job.name), c))
     return tuple(out)
 
 
-def _evidence_missing(node: NodeInfo, job: str, age_s: float, s: Settings) -> Skip:
-    return Skip(
-        node.name,
-        Decision.EVIDENCE_MISSING,
-        f"job/{job} does not exist and the cordon is {int(age_s)}s old; evidence Jobs are "
-        f"created only within {2 * s.cadence_s}s of the cordon (the node may have rebooted since)",
-        f"collect by hand if still useful: gpu-node-guard render evidence --node {node.name}",
-        level="WARN",
+def _evidence_again(
+    snap: Snapshot, s: Settings, node: NodeInfo, job: CreateJob, at: datetime
+) -> tuple[Action, ...]:
+    """A missing evidence Job: made again within two cycles of the cordon (not one a person
+    deleted later, or that expired); later, while the cordon Event lives, a WARN."""
+    if any(j.name == job.name for j in snap.jobs):
+        return ()
+    age_s = (snap.now - at).total_seconds()
+    if age_s <= 2 * s.cadence_s:
+        return (job,)
+    if age_s > cordon_event.EVENT_REPAIR_S:
+        return ()
+    why = f"evidence Jobs are created only within {2 * s.cadence_s}s of the cordon"
+    detail = (
+        f"job/{job.name} does not exist and the cordon is {int(age_s)}s old; {why} (the node may"
+        " have rebooted since)"
     )
+    then = f"collect by hand if still useful: {evidence_by_hand(node)}"
+    return (Skip(node.name, Decision.EVIDENCE_MISSING, detail, then, level="WARN"),)

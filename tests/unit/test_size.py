@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.pysource import parse
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 31_950
+MAX_LINES = 31_960
 MAX_MODULES_OVER_300 = 31
 MAX_FUNCTIONS_OVER_40 = 35
 

@@ -16,6 +16,7 @@ from guard.model import GpuHolder, GpuPod, NodeInfo, Snapshot
 from guard.plan import domain, plan_fallback
 from guard.plan.isolation import plan_isolation
 from guard.plan.return_jobs import evidence_job_name
+from guard.plan.returning import plan_return
 from guard.settings import Settings
 from tests.builders import KEYS, NOW, TEMPLATES, UUID, gpu, node, settings, snapshot
 
@@ -243,3 +244,32 @@ def test_a_fallback_pick_keeps_the_incident_of_the_first_plan():
     assert [a.node for a in again if isinstance(a, Cordon)] == ["c"]
     shared = [a for a in again if isinstance(a, EmitEvent) and a.reason == "domain-incident"]
     assert len(shared) == 1 and shared[0].name in first
+
+
+@pytest.mark.parametrize(
+    ("minutes", "want"),
+    [(5, "repair-evidence"), (30, "evidence-missing"), (90, None)],
+    ids=["fresh-cordon-gets-it-again", "later-a-warn", "after-the-event-nothing"],
+)
+def test_a_node_triggers_lost_evidence_job_is_made_again_as_an_xid_cordons(minutes, want):
+    """A node trigger's cordon whose evidence Job was lost after the cordon's write: the same
+    node-wide Job (same name, same argv) within two cycles, then a WARN naming its node-wide
+    command, as for an Xid cordon's."""
+    s = settings(gpu_classes="gpu-pool=a:8")
+    actions = plan_isolation(trigger_snapshot(fabric=False), s, TEMPLATES)
+    (made,) = [a for a in actions if isinstance(a, CreateJob)]
+    (cordon,) = [a for a in actions if isinstance(a, Cordon)]
+    cordoned = node("b", cordoned=True, allocatable=7, extra=dict(cordon.annotations))
+    later = replace(snapshot(cordoned), now=NOW + timedelta(minutes=minutes))
+    again = [a for a in plan_return(later, s, TEMPLATES) if a.reason in (want or "-",)]
+    if want is None:
+        assert again == []
+    elif want == "repair-evidence":
+        (job,) = again
+        assert isinstance(job, CreateJob) and job.name == made.name
+        spec = [j.manifest["spec"]["template"]["spec"]["containers"][0] for j in (job, made)]
+        assert spec[0]["command"] == spec[1]["command"]  # --trigger gpu-short --expected-gpus 8
+    else:
+        (warn,) = again
+        assert warn.level == "WARN" and f"job/{made.name} does not exist" in warn.detail
+        assert warn.next.endswith("evidence collect --node b --trigger gpu-short on the node")
