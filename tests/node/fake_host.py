@@ -57,6 +57,29 @@ def write(directory: Path, fixtures: Path) -> Path:
     return directory
 
 
+# The node-wide evidence's listing (guard.evidence.node_wide `LSPCI`): four H100s, 0000:2a:00.0
+# without its driver; answered only inside `with listing(...)`, so every other test's host lists
+# no GPU this way.
+LISTING = ("-nn -k -d 10de:", "lspci/gpus-nn-k-one-unbound.txt")
+UNBOUND_GPU = "0000:2a:00.0"
+
+
+@contextmanager
+def listing(directory: Path, fixtures: Path) -> Iterator[None]:
+    """`lspci` also answers the node-wide listing (`LISTING`), for the duration."""
+    script = directory / "lspci"
+    kept = script.read_text()
+    args, fixture = LISTING
+    copy = directory / "fixtures" / fixture.replace("/", "-")
+    shutil.copyfile(fixtures / fixture, copy)
+    case = f"  {shlex.quote(args)}) cat {shlex.quote(str(copy))}; exit 0 ;;\n"
+    script.write_text(kept.replace('case "$*" in\n', 'case "$*" in\n' + case, 1))
+    try:
+        yield
+    finally:
+        script.write_text(kept)
+
+
 @contextmanager
 def without_journal(directory: Path) -> Iterator[None]:
     """`journalctl` answers as on a host whose journald keeps no journal, for the duration."""

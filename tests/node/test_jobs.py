@@ -5,11 +5,18 @@ back as the guard reads them. The apiserver tier plays the kubelet; here nothing
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from guard import ledger
+from guard.evidence.cli import JSON_MARK
+from guard.jobs import JobTemplates
+from guard.plan.common import node_evidence_job, trigger_evidence_args
+from guard.settings import Settings
 from guard.wire import parse_evidence_summary, parse_fence_summary, parse_summary
 from tests.apiserver.deploy import Kubectl, kubectl_or_skip
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
@@ -18,6 +25,7 @@ from tests.node.jobs import record, render, run_job, termination_message
 from tests.node.node import Node
 
 pytestmark = pytest.mark.node
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_evidence_reads_the_incident_through_the_node(
@@ -36,6 +44,44 @@ def test_evidence_reads_the_incident_through_the_node(
         "-n", JOBS_NS, "logs", f"job/{job['metadata']['name']}"
     )
     assert "power-cycle" in logs.stdout
+
+
+def test_node_wide_evidence_of_a_gpu_short_node_runs_through_the_node(
+    node: Node, admin: client.ApiClient, guard_kubeconfig: Path
+) -> None:
+    """A gpu-short cordon's evidence Job, built as the planner builds it (`--trigger gpu-short
+    --expected-gpus 8`, no GPU): `lspci -nn -k -d 10de:` in the node's mount namespace lists four
+    GPUs, one without its driver, so the verdict is power-cycle with the unbound slot among its
+    reasons (docs/evidence.md "Node-wide evidence"); the guard reads the summary (no GPU), and
+    `kubectl logs` shows the verdict and the request draft naming the node and the trigger."""
+    s, at = Settings(), datetime.now(UTC)
+    args = trigger_evidence_args(node.name, ledger.GPU_SHORT, 8)
+    job = node_evidence_job(s, JobTemplates.load(), node.name, at, ledger.GPU_SHORT, args).manifest
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][1:] == list(args)
+    with fake_host.listing(node.workdir / fake_host.DIRECTORY, FIXTURES):
+        ran = record("node-wide evidence", run_job(admin, guard_kubeconfig, job))
+    assert ran.read.status == "succeeded", ran.pod["status"]
+    assert ran.read.result is not None and ran.read.result.state == "read", ran.read.result
+    summary = parse_evidence_summary(termination_message(ran.pod))
+    assert (summary.pci, summary.verdict) == ("unknown", "power-cycle")
+    logs = Kubectl(kubectl_or_skip(), node.plane.kubeconfig).run(
+        "-n", JOBS_NS, "logs", f"job/{job['metadata']['name']}"
+    )
+    lines = logs.stdout.splitlines()
+    head = f"== gpu-node-guard evidence: node {node.name}, trigger gpu-short =="
+    verdict = lines[lines.index(head) + 1]
+    assert verdict.startswith("verdict: power-cycle ("), verdict
+    assert f"lspci: {fake_host.UNBOUND_GPU} listed without" in verdict, verdict
+    assert f"  {fake_host.UNBOUND_GPU}: driver none bound" in lines
+    assert "  4 GPUs listed, the node's class expects 8" in lines
+    (found,) = [json.loads(x.removeprefix(JSON_MARK)) for x in lines if x.startswith(JSON_MARK)]
+    assert (found["trigger"], found["pci"], found["verdict"]) == ("gpu-short", None, "power-cycle")
+    draft = found["request"]
+    assert draft.startswith(f"Subject: {node.name}: gpu-short needs cold power cycle"), draft
+    assert (
+        f"- {fake_host.UNBOUND_GPU}: driver none bound" in draft
+        and "Verdict: power-cycle (" in draft
+    )
 
 
 def test_conformance_runs_on_this_host(
