@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from guard.log import Value, format_line
 from guard.model import Taint
@@ -20,17 +20,19 @@ Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
 
 
-def _line(event: str, /, **pairs: Value) -> Line:
-    return event, pairs
-
-
 class _Logged(ABC):
     """`str(action)` is the text form of `action.log_line()`, which every action defines."""
 
     __slots__ = ()
+    EVENT: ClassVar[str]  # the log line's event word, also the JSON `type`
+    node: str
+    reason: Reason
 
     @abstractmethod
     def log_line(self) -> Line: ...
+
+    def _line(self, **fields: Value) -> Line:
+        return self.EVENT, {"node": self.node, "reason": self.reason, **fields}
 
     def __str__(self) -> str:
         return format_line(*self.log_line())
@@ -40,6 +42,7 @@ class _Logged(ABC):
 class Cordon(_Logged):
     """spec.unschedulable=true plus the guard's annotations, one patch, resourceVersion-guarded."""
 
+    EVENT = "cordon"
     node: str
     reason: Reason
     resource_version: str
@@ -51,21 +54,14 @@ class Cordon(_Logged):
     detail: str = ""  # what was seen, where no GPU names the cordon (nvml-mismatch)
 
     def log_line(self) -> Line:
-        return _line(
-            "cordon",
-            node=self.node,
-            reason=self.reason,
-            detail=self.detail,
-            gpu=self.gpu,
-            held_s=self.held_s,
-            next=self.next,
-        )
+        return self._line(detail=self.detail, gpu=self.gpu, held_s=self.held_s, next=self.next)
 
 
 @dataclass(frozen=True, slots=True)
 class Uncordon(_Logged):
     """spec.unschedulable=false and the guard's annotations removed, one guarded patch."""
 
+    EVENT = "uncordon"
     node: str
     reason: Reason
     resource_version: str
@@ -74,17 +70,12 @@ class Uncordon(_Logged):
     annotations: Mapping = ()  # set in the same patch (the `returned` record)
 
     def log_line(self) -> Line:
-        return _line(
-            "uncordon",
-            node=self.node,
-            reason=self.reason,
-            detail=self.detail,
-            next="node schedulable again",
-        )
+        return self._line(detail=self.detail, next="node schedulable again")
 
 
 @dataclass(frozen=True, slots=True)
 class ClearGuardAnnotations(_Logged):
+    EVENT = "clear-annotations"
     node: str
     reason: Reason
     resource_version: str
@@ -92,12 +83,7 @@ class ClearGuardAnnotations(_Logged):
     annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
 
     def log_line(self) -> Line:
-        return _line(
-            "clear-annotations",
-            node=self.node,
-            reason=self.reason,
-            next=anchored("guard no longer tracks this node", self.reason),
-        )
+        return self._line(next=anchored("guard no longer tracks this node", self.reason))
 
 
 def hold_next(key: str, node: str, repeat_fault: bool) -> str:
@@ -120,6 +106,7 @@ def hold_next(key: str, node: str, repeat_fault: bool) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SetHold(_Logged):
+    EVENT = "set-hold"
     node: str
     reason: Reason
     resource_version: str
@@ -127,10 +114,7 @@ class SetHold(_Logged):
     text: str
 
     def log_line(self) -> Line:
-        return _line(
-            "set-hold",
-            node=self.node,
-            reason=self.reason,
+        return self._line(
             hold=self.text,
             next=anchored(hold_next(self.key, self.node, repeat_fault=True), self.reason),
         )
@@ -140,6 +124,7 @@ class SetHold(_Logged):
 class Annotate(_Logged):
     """Record a result on the node (guard keys only), resourceVersion-guarded."""
 
+    EVENT = "annotate"
     node: str
     reason: Reason
     resource_version: str
@@ -148,13 +133,7 @@ class Annotate(_Logged):
 
     def log_line(self) -> Line:
         values = " ".join(v for _, v in self.annotations)
-        return _line(
-            "annotate",
-            node=self.node,
-            reason=self.reason,
-            value=values,
-            next=anchored(self.next, self.reason),
-        )
+        return self._line(value=values, next=anchored(self.next, self.reason))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +141,7 @@ class RecordBoot(_Logged):
     """Record that this boot of the node passed its conformance check (`checked-boot`, guard keys
     only), resourceVersion-guarded; void if the node rebooted or was cordoned meanwhile."""
 
+    EVENT = "record-boot"
     node: str
     reason: Reason
     resource_version: str
@@ -170,13 +150,7 @@ class RecordBoot(_Logged):
     next: str
 
     def log_line(self) -> Line:
-        return _line(
-            "record-boot",
-            node=self.node,
-            reason=self.reason,
-            boot=self.boot_id,
-            next=anchored(self.next, self.reason),
-        )
+        return self._line(boot=self.boot_id, next=anchored(self.next, self.reason))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +158,7 @@ class RemoveTaint(_Logged):
     """The onboarding gate passed: remove exactly that taint (every other taint kept as it is)
     and record the boot, in one patch guarded by the node's resourceVersion."""
 
+    EVENT = "remove-taint"
     node: str
     reason: Reason
     resource_version: str
@@ -195,17 +170,12 @@ class RemoveTaint(_Logged):
 
     def log_line(self) -> Line:
         shown = f"{self.taint.key}={self.taint.value}:{self.taint.effect}"
-        return _line(
-            "remove-taint",
-            node=self.node,
-            reason=self.reason,
-            taint=shown,
-            next=anchored("node schedulable for everyone", self.reason),
-        )
+        return self._line(taint=shown, next=anchored("node schedulable for everyone", self.reason))
 
 
 @dataclass(frozen=True, slots=True)
 class CreateJob(_Logged):
+    EVENT = "create-job"
     node: str
     reason: Reason
     job_kind: str
@@ -217,10 +187,7 @@ class CreateJob(_Logged):
     record: tuple[str, ...] = ()
 
     def log_line(self) -> Line:
-        return _line(
-            "create-job",
-            node=self.node,
-            reason=self.reason,
+        return self._line(
             kind=self.job_kind,
             job=self.name,
             record=self.record[0] if self.record else "",
@@ -237,6 +204,7 @@ class TaintDevice(_Logged):
     """Create the guard's DeviceTaintRule (NoSchedule) for one DRA device: the GPU's isolation
     on a DRA node, which stays schedulable (guard.plan.device_taint)."""
 
+    EVENT = "taint-device"
     node: str
     reason: Reason
     name: str  # the rule's name
@@ -245,10 +213,7 @@ class TaintDevice(_Logged):
     manifest: dict[str, Any]
 
     def log_line(self) -> Line:
-        return _line(
-            "taint-device",
-            node=self.node,
-            reason=self.reason,
+        return self._line(
             device=self.device,
             gpu=self.gpu,
             rule=self.name,
@@ -261,6 +226,7 @@ class UntaintDevice(_Logged):
     """Delete the guard's DeviceTaintRule, by name and uid (never a rule it did not read as its
     own), and the load test's ResourceClaim, after that device's load test passed."""
 
+    EVENT = "untaint-device"
     node: str
     reason: Reason
     name: str
@@ -270,13 +236,8 @@ class UntaintDevice(_Logged):
     claim_namespace: str
 
     def log_line(self) -> Line:
-        return _line(
-            "untaint-device",
-            node=self.node,
-            reason=self.reason,
-            device=self.device,
-            rule=self.name,
-            next="the device is allocatable again",
+        return self._line(
+            device=self.device, rule=self.name, next="the device is allocatable again"
         )
 
 
@@ -284,6 +245,7 @@ class UntaintDevice(_Logged):
 class CreateClaim(_Logged):
     """The ResourceClaim of a device load test: exactly that GPU, tolerating the guard's taint."""
 
+    EVENT = "create-claim"
     node: str
     reason: Reason
     name: str
@@ -294,30 +256,21 @@ class CreateClaim(_Logged):
     record: tuple[str, ...] = ()
 
     def log_line(self) -> Line:
-        return _line(
-            "create-claim",
-            node=self.node,
-            reason=self.reason,
-            claim=self.name,
-            next=f"kubectl -n {self.namespace} get resourceclaim {self.name}",
+        return self._line(
+            claim=self.name, next=f"kubectl -n {self.namespace} get resourceclaim {self.name}"
         )
 
 
 @dataclass(frozen=True, slots=True)
 class AppendLedgerLine(_Logged):
+    EVENT = "append-ledger"
     node: str
     reason: Reason
     line: str
     configmap: str
 
     def log_line(self) -> Line:
-        return _line(
-            "append-ledger",
-            node=self.node,
-            reason=self.reason,
-            line=self.line,
-            configmap=self.configmap,
-        )
+        return self._line(line=self.line, configmap=self.configmap)
 
 
 def event_name(node: str, event_reason: str, key: str) -> str:
@@ -338,6 +291,7 @@ class EmitEvent(_Logged):
     `incident` names what the Event is about (the cordon's time for a cordon); empty means the
     message itself identifies it."""
 
+    EVENT = "event"
     node: str
     reason: Reason
     event_type: Literal["Normal", "Warning"]
@@ -356,15 +310,14 @@ class EmitEvent(_Logged):
         return event_name(self.node, self.event_reason, self.incident or self.message)
 
     def log_line(self) -> Line:
-        return _line(
-            "event",
-            node=self.node,
-            pod=f"{self.pod.namespace}/{self.pod.name}" if self.pod else "",
-            reason=self.reason,
-            type=self.event_type,
-            event_reason=self.event_reason,
-            message=self.message,
-        )
+        return self.EVENT, {
+            "node": self.node,
+            "pod": f"{self.pod.namespace}/{self.pod.name}" if self.pod else "",
+            "reason": self.reason,
+            "type": self.event_type,
+            "event_reason": self.event_reason,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +333,7 @@ class PodRef:
 class Skip(_Logged):
     """A decision not to act, with why and what happens next; WARN when a person should look."""
 
+    EVENT = "skip"
     node: str
     reason: Reason
     detail: str
@@ -387,13 +341,7 @@ class Skip(_Logged):
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
 
     def log_line(self) -> Line:
-        return _line(
-            "skip",
-            node=self.node,
-            reason=self.reason,
-            detail=self.detail,
-            next=anchored(self.next, self.reason),
-        )
+        return self._line(detail=self.detail, next=anchored(self.next, self.reason))
 
 
 Action = (
@@ -413,27 +361,12 @@ Action = (
     | Skip
 )
 
-TYPE_WORDS: dict[type, str] = {
-    Cordon: "cordon",
-    Uncordon: "uncordon",
-    ClearGuardAnnotations: "clear-annotations",
-    SetHold: "set-hold",
-    Annotate: "annotate",
-    RecordBoot: "record-boot",
-    RemoveTaint: "remove-taint",
-    CreateJob: "create-job",
-    TaintDevice: "taint-device",
-    UntaintDevice: "untaint-device",
-    CreateClaim: "create-claim",
-    AppendLedgerLine: "append-ledger",
-    EmitEvent: "event",
-    Skip: "skip",
-}
+TYPE_WORDS: dict[type, str] = {kind: kind.EVENT for kind in get_args(Action)}
 
 
 def to_json(action: Action) -> dict[str, Any]:
     """The JSON form: ``type``, ``node``, ``reason`` and every field of the action."""
-    out: dict[str, Any] = {"type": TYPE_WORDS[type(action)]}
+    out: dict[str, Any] = {"type": action.EVENT}
     for name in action.__slots__:
         value = getattr(action, name)
         if isinstance(value, tuple) and value and isinstance(value[0], tuple):
