@@ -149,7 +149,7 @@ class JobTemplates:
     """Compiled Job templates by kind: a value the planners receive, never a file they read."""
 
     templates: Mapping[JobKind, jinja2.Template]
-    claim: jinja2.Template | None = None
+    claim: jinja2.Template
 
     @classmethod
     def load(cls, loader: jinja2.BaseLoader | None = None) -> JobTemplates:
@@ -176,48 +176,30 @@ class JobTemplates:
         for kind in TEMPLATE_FILES:
             templates.render(_probe(kind))
         templates.render(replace(_probe("loadtest"), claim="gng-probe-claim"))
-        templates.render_claim(
-            ClaimSpec(
-                "gng-probe-claim",
-                "probe",
-                "probe-node",
-                "probe.io/",
-                "probe",
-                "probe.io",
-                "GPU-0",
-                "probe.io/p/d",
-                "k",
-                "v",
-            )
-        )
+        words = "gng-probe-claim probe probe-node probe.io/ probe probe.io GPU-0 probe.io/p/d k v"
+        templates.render_claim(ClaimSpec(*words.split()))
         return templates
 
     def render(self, spec: JobSpec) -> dict[str, Any]:
         """Render `spec` and parse it; a broken template raises, never half-renders."""
-        filename = TEMPLATE_FILES[spec.kind]
-        try:
-            manifest = yaml.safe_load(self.templates[spec.kind].render(job=spec))
-        except jinja2.TemplateError as exc:
-            raise TemplateLoadError(f"Job template {filename}: {first_line(exc)}") from None
-        except yaml.YAMLError as exc:
-            raise TemplateLoadError(
-                f"Job template {filename} renders bad YAML: {first_line(exc)}"
-            ) from None
-        if not isinstance(manifest, dict) or manifest.get("kind") != "Job":
-            raise TemplateLoadError(f"Job template {filename} did not render a Job")
-        return manifest
+        what = f"Job template {TEMPLATE_FILES[spec.kind]}"
+        return _manifest(self.templates[spec.kind], what, "Job", job=spec)
 
     def render_claim(self, spec: ClaimSpec) -> dict[str, Any]:
         """Render a device load test's ResourceClaim (the template is loaded with the Jobs')."""
-        if self.claim is None:
-            raise TemplateLoadError(f"template {CLAIM_FILE} not loaded")
-        try:
-            manifest = yaml.safe_load(self.claim.render(claim=spec))
-        except (jinja2.TemplateError, yaml.YAMLError) as exc:
-            raise TemplateLoadError(f"template {CLAIM_FILE}: {first_line(exc)}") from None
-        if not isinstance(manifest, dict) or manifest.get("kind") != "ResourceClaim":
-            raise TemplateLoadError(f"template {CLAIM_FILE} did not render a ResourceClaim")
-        return manifest
+        return _manifest(self.claim, f"template {CLAIM_FILE}", "ResourceClaim", claim=spec)
+
+
+def _manifest(template: jinja2.Template, what: str, kind: str, **spec: object) -> dict[str, Any]:
+    try:
+        manifest = yaml.safe_load(template.render(**spec))
+    except jinja2.TemplateError as exc:
+        raise TemplateLoadError(f"{what}: {first_line(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise TemplateLoadError(f"{what} renders bad YAML: {first_line(exc)}") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != kind:
+        raise TemplateLoadError(f"{what} did not render a {kind}")
+    return manifest
 
 
 def _probe(kind: JobKind) -> JobSpec:
@@ -285,17 +267,7 @@ def _digest(doc: object) -> str:
 
 def spec_digest(job: Mapping[str, Any]) -> str:
     """The digest of a Job's pod template containers: what they run and the resources they get.
-    The same for the manifest the guard renders and the Job the API gives back.
-
-    >>> c = {"name": "loadtest", "image": "i", "command": ["a"], "resources": {"limits": {"x": 1}}}
-    >>> job = {"spec": {"template": {"spec": {"containers": [c]}}}}
-    >>> spec_digest(job) == spec_digest(
-    ...     {"spec": {"template": {"spec": {"containers": [{**c, "imagePullPolicy": "Always"}]}}}})
-    True
-    >>> spec_digest(job) == spec_digest({"spec": {"template": {"spec": {"containers": [
-    ...     {**c, "command": ["b"]}]}}}})
-    False
-    """
+    The same for the manifest the guard renders and the Job the API gives back."""
     pod_spec = _mapping(_mapping(_mapping(job.get("spec")).get("template")).get("spec"))
     runs = run_spec(pod_spec)
     for run, c in zip(runs, _containers(pod_spec), strict=True):

@@ -14,6 +14,7 @@ from guard.jobs import (
     job_name,
     node_label,
     shipped_loader,
+    spec_digest,
 )
 from guard.names import is_label_pair
 
@@ -155,3 +156,13 @@ def test_a_long_node_names_jobs_carry_the_full_name_where_it_counts(length):
     assert meta["labels"][key] == node_label(node)
     assert pod["metadata"]["labels"][key] == node_label(node)
     assert pod["spec"]["nodeName"] == node
+
+
+def test_the_spec_digest_follows_what_runs_not_what_the_api_defaults():
+    c = {"name": "loadtest", "image": "i", "command": ["a"], "resources": {"limits": {"x": 1}}}
+
+    def job(container: dict) -> dict:
+        return {"spec": {"template": {"spec": {"containers": [container]}}}}
+
+    assert spec_digest(job(c)) == spec_digest(job({**c, "imagePullPolicy": "Always"}))
+    assert spec_digest(job(c)) != spec_digest(job({**c, "command": ["b"]}))
