@@ -1,30 +1,8 @@
 """Repair figures from what the guard records: one pure module for the report, the push and tests.
 
-Inputs (`Facts`): the ledger's incidents (one line per fault: node, time, Xid, slot, card), the
-marks the guard's records give on a node's isolations (`Mark`: a cordon, a repair seen, a return,
-a person's cancel, from the node's annotations, the guard's Events and its load-test Jobs) and each
-node's GPU count. Nothing here reads a cluster or a clock.
-
-An isolation (`Span`) of a node, walked in time order per node (first case wins):
-  a cordon mark or an incident, no isolation open  → opens one; an incident opens it at its time
-  a cordon mark, the open one has no cordon yet    → the isolation's cordon time
-  the node's cordon record, one open since an      → closes that one `unrecorded` at its cordon
-    earlier cordon                                   (this cordon removed its end record)
-  an incident while one is open                    → joins it (a second fault under the cordon)
-  a repair mark while one is open                  → the repair seen (its first)
-  a return or cancel mark while one is open        → closes it
-  still open at the end, the node serving now      → closed `unrecorded`, at its start: its
-                                                     length is unknown and counts nothing
-A hand-copied line (recorder not the guard) carries the Xid onset; the guard's own line is written
-at its cordon and counts as the cordon too. Time isolated runs from the cordon (the first
-incident's time when no cordon is recorded) to the close, or to `until` while still open.
-
-GPU-hours out of service, per isolation: the faulted GPUs' (the distinct cards of its incidents,
-at least one) and, separately, the healthy GPUs' a node-wide unit holds with them (the node's
-other GPUs; none for a GPU-level unit, a DRA device taint).
-
-The quarantine budget: each verdict (`guard.xid_tables.Repair`) has an expected repair time; an
-open isolation older than its verdict's budget is over budget.
+Inputs (`Facts`): the ledger's incidents, the marks the guard's records give on a node's
+isolations (`Mark`) and each node's GPU count; nothing here reads a cluster or a clock. How the
+marks make isolations (`Span`) and what they count: docs/metrics.md, "Repair figures".
 """
 
 from __future__ import annotations
@@ -36,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import pairwise
 from statistics import mean
-from typing import Any, cast
+from typing import Any
 
 from guard import ledger
 from guard.ledger import LedgerEntry
@@ -87,13 +65,10 @@ class Facts:
 class Budget:
     """Expected repair time per verdict (the site's `--budget`: `budget_of`)."""
 
-    reset: timedelta
-    power_cycle: timedelta
-    rma: timedelta
-    human: timedelta
+    hours: Mapping[Repair, float]
 
     def of(self, verdict: Repair) -> timedelta:
-        return cast(timedelta, getattr(self, verdict.value.replace("-", "_")))
+        return timedelta(hours=self.hours[verdict])
 
     def past(self, verdict: Repair, start: datetime, now: datetime) -> timedelta | None:
         """The isolation's age when it is past its verdict's budget, else None."""
@@ -103,12 +78,7 @@ class Budget:
 
 def budget_of(s: Settings) -> Budget:
     """The quarantine budget of the site's settings (`Settings()`: the defaults)."""
-    return Budget(
-        reset=timedelta(hours=s.budget_reset_h),
-        power_cycle=timedelta(hours=s.budget_power_cycle_h),
-        rma=timedelta(hours=s.budget_rma_h),
-        human=timedelta(hours=s.budget_human_h),
-    )
+    return Budget({v: getattr(s, f"budget_{v.value.replace('-', '_')}_h") for v in Repair})
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,15 +387,7 @@ def figures(
     )
 
 
-# ---- Facts from the guard's records ------------------------------------------------------
-# Which record gives which mark:
-#   `auto-cordon-at` on a node, a `GuardCordoned` Event    → a cordon (node-wide)
-#   a `GuardDeviceTainted` Event                           → a cordon of one GPU (a device taint)
-#   a person's `reset-done` time, a guard load-test Job    → a repair seen (its creation)
-#   `returned` on a node, a `GuardReturned` Event          → a return
-#   `cancelled` on a node, a `GuardCancelled` Event        → a person's uncordon
-# The API server keeps an Event an hour: older isolations are known by the ledger and by the
-# records still on the node. A time that does not read is left out, never guessed.
+# ---- Facts from the guard's records (docs/metrics.md: which record gives which mark) -------
 
 EVENT_MARKS = {
     "GuardCordoned": (MarkKind.CORDON, Unit.NODE),

@@ -81,16 +81,14 @@ class LedgerEntry:
         ValueError: not a ledger line: 'GPU-1a2b\\nforged' as the GPU UUID of node n
         """
         line = f"{format_time(self.at)} {self.word} {self.pci} {self.uuid} {self.recorder}"
-        for what, value in self._texts():
+        texts = (("PCI address", self.pci), ("GPU UUID", self.uuid), ("recorder", self.recorder))
+        for what, value in texts:
             if not PRINTABLE_WORD.match(value):
                 raise ValueError(f"not a ledger line: {value!r} as the {what} of node {self.node}")
         back = parse_line(self.node, line)
         if back.entry is None:
             raise ValueError(f"not a ledger line: {back.problem} (node {self.node})")
         return line
-
-    def _texts(self) -> tuple[tuple[str, str], ...]:
-        return (("PCI address", self.pci), ("GPU UUID", self.uuid), ("recorder", self.recorder))
 
 
 NOT_A_LINE = "not a ledger line"  # the `problem` of a hand note: kept, never counted
@@ -113,10 +111,8 @@ def format_time(at: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """Parse RFC 3339 (``Z`` or an offset) into UTC; ValueError for anything else.
-
-    Out-of-range dates are ValueError too, never OverflowError. The message does not repeat
-    `text`; callers name the value and where it came from.
+    """RFC 3339 (``Z`` or an offset) in UTC; ValueError (never OverflowError) for anything else,
+    without repeating `text`: callers name the value and where it came from.
 
     >>> parse_time("2026-09-21T14:52:44+09:00")
     datetime.datetime(2026, 9, 21, 5, 52, 44, tzinfo=datetime.timezone.utc)
@@ -222,10 +218,8 @@ class Counts:
 
 
 def count(lines: Iterable[LedgerLine], uuid: str | None, node: str, pci: str | None) -> Counts:
-    """Count incidents of a card and of a slot.
-
-    The card count is the primary key so a card's history follows it to another slot or node.
-    """
+    """Incidents of a card (by UUID: its history follows it to another slot or node) and of a
+    slot."""
     found = tuple(e for e in entries(lines) if not e.reason)  # node incidents name no card
     try:
         slot = normalize_pci(pci) if pci and pci != UNKNOWN_PCI else None
@@ -245,13 +239,8 @@ class History(StrEnum):
 
 
 def history(counts: Counts) -> History:
-    """What the request asks for, from counts that INCLUDE the incident being reported.
-
-    Case list:
-      card seen 3+ times           → replace the card
-      card seen twice              → inspect card, slot and power connector
-      new card, slot seen 2+ times → check riser, slot and power (the card is not the pattern)
-      otherwise                    → first incident
+    """What the request asks for, from counts that INCLUDE the incident being reported; a new
+    card in a slot of repeated incidents points at the slot, not the card.
 
     >>> history(Counts(3, 3, None)).value
     'replace-card'

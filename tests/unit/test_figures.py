@@ -128,7 +128,7 @@ def test_the_38_day_cordon_is_past_its_budget(writeup: Figures) -> None:
         bundled_classes(),
         SINCE,
         UNTIL,
-        replace(budget_of(Settings()), reset=timedelta(days=40)),
+        budget_of(replace(Settings(), budget_reset_h=40 * 24)),
     )
     assert generous.over_budget == ()
 
