@@ -8,14 +8,13 @@ after the node is already cordoned. The commands that use a table (`evidence col
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from guard.jobs import JobTemplates, TemplateLoadError
-from guard.xid_tables import CatalogEntry, DataFileError, XidClasses, load_catalog
+from guard.xid_tables import DataFileError, load_catalog
 from guard.xid_tables import load_classes as load_xid_classes
 
 TEMPLATE_NAME = "request.md.j2"  # the request draft (guard.evidence.request renders it)
@@ -53,22 +52,18 @@ class BundleError(Exception):
 
 @dataclass(frozen=True)
 class Bundle:
-    """The package's data as values: Job templates, Xid tables, the request draft template."""
+    """The package's data as the run uses it, every other shipped file checked."""
 
     templates: JobTemplates
-    xid_classes: XidClasses
-    xid_catalog: Mapping[int, CatalogEntry]
-    request_template: jinja2.Template
 
 
 def load_bundle() -> Bundle:
     """Load every shipped file; raises BundleError with the first problem found."""
     try:
-        return Bundle(
-            templates=JobTemplates.load(),
-            xid_classes=load_xid_classes(),
-            xid_catalog=load_catalog(),
-            request_template=load_template(None),
-        )
+        bundle = Bundle(JobTemplates.load())
+        load_xid_classes()
+        load_catalog()
+        load_template(None)
+        return bundle
     except (TemplateLoadError, DataFileError, TemplateError) as exc:
         raise BundleError(f"package data: {exc}") from None

@@ -86,10 +86,8 @@ class Taint:
     time_added: str = ""  # timeAdded as the API wrote it (NoExecute taints), "" when absent
 
     def as_dict(self) -> dict[str, str]:
-        out = {"key": self.key, "value": self.value, "effect": self.effect}
-        if self.time_added:
-            out["timeAdded"] = self.time_added
-        return {k: v for k, v in out.items() if v or k == "key"}
+        out = {"value": self.value, "effect": self.effect, "timeAdded": self.time_added}
+        return {"key": self.key} | {k: v for k, v in out.items() if v}
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,13 +150,9 @@ class Annotations:
     node_label = AnnotationKey("node")  # label on the guard's Jobs naming the node they run on
 
     def job_record(self, kind: str) -> str | None:
-        """The record key of a Job kind whose result the guard acts on; None for the others."""
-        return {
-            "loadtest": self.loadtest_job,
-            "conformance": self.conformance_job,
-            "evidence": self.evidence_job,
-            "fence": self.fence_job,
-        }.get(kind)
+        """The record key of a Job kind (`job-<kind>`); None for any other word."""
+        key: str | None = getattr(self, f"{kind}_job", None)
+        return key
 
     @property
     def cordon_keys(self) -> tuple[str, ...]:

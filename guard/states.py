@@ -1,15 +1,7 @@
-"""The runbook state of each planner decision: one table for `status`, the pushed metrics and the
-log lines' ``next=``.
-
-A decision is named by a word of `Decision` (below): a `Skip`'s reason (``same-boot``), the
-reason of the action the return check plans next (``repeat-fault`` for its `SetHold`), or
-``<kind>-starting`` for the Job it would create (`guard.status.derive.decision_word`). `STATES`
-maps the word to the state, a `guard.runbook.Section`, whose anchor is the state's name
-everywhere.
-
-To add a state: docs/architecture.md, "Name the decision". A word without a state still works:
-`status` shows it verbatim as the state (with the planner's detail and next step), the push
-counts it under that word, and its log line has no anchor.
+"""The decision words and the runbook state of each: one table for `status`, the pushed metrics
+and the log lines' ``next=``. To add a word or a state: docs/architecture.md, "Name the decision".
+A word without a state still works: `status` shows it verbatim, the push counts it under that
+word, and its log line has no anchor.
 
 >>> Decision("same-boot") is Decision.SAME_BOOT, as_reason("xid-79"), as_reason("maybe")
 (True, 'xid-79', None)
@@ -31,18 +23,10 @@ from guard.runbook import CYCLE_CONDITIONS, Hint, Section
 
 S = Section
 
-# ── The decision words ────────────────────────────────────────────────────────────────────
-# Every decision word of the guard: the reason of each action and `Skip` the planners make,
-# which the log lines, ``--output json``, `STATES` (the runbook anchors) and the
-# push's node states speak. One closed set, held by the type: an action's reason is a `Reason`
-# (below), so mypy refuses a word that is not one of them (tests/unit/test_decisions.py).
-#
-# The families open by construction have one builder each, the only makers of a `FaultReason`:
-# a hardware fault's cordon ``xid-<code>`` (`xid_reason`), a conformance failure's
-# ``conformance-<item>`` (`conformance_reason`, an item word of the conformance program) and a
-# guard Job's ``<kind>-<stage>`` (`job_stage`). A word read back from a record is checked
-# (`as_reason`).
-#
+# One closed set, held by the type: an action's reason is a `Reason`, so mypy refuses any other
+# word. The open families have one builder each, the only makers of a `FaultReason`:
+# ``xid-<code>`` (`xid_reason`), ``conformance-<item>`` (`conformance_reason`) and a guard Job's
+# ``<kind>-<stage>`` (`job_stage`); a word read back from a record is checked (`as_reason`).
 
 
 class Decision(StrEnum):
