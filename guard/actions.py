@@ -7,6 +7,7 @@ A decision with a runbook state (`guard.states`) ends its ``next=`` with the sec
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -20,10 +21,11 @@ Mapping = tuple[tuple[str, str], ...]
 Line = tuple[str, dict[str, Value]]
 
 
+@dataclass(frozen=True, slots=True)
 class _Logged(ABC):
-    """`str(action)` is the text form of `action.log_line()`, which every action defines."""
+    """Every action: its node and reason (the decision word), and one log line, `log_line()`,
+    of which `str(action)` is the text form."""
 
-    __slots__ = ()
     EVENT: ClassVar[str]  # the log line's event word, also the JSON `type`
     node: str
     reason: Reason
@@ -43,8 +45,6 @@ class Cordon(_Logged):
     """spec.unschedulable=true plus the guard's annotations, one patch, resourceVersion-guarded."""
 
     EVENT = "cordon"
-    node: str
-    reason: Reason
     resource_version: str
     annotations: Mapping
     gpu: str
@@ -62,8 +62,6 @@ class Uncordon(_Logged):
     """spec.unschedulable=false and the guard's annotations removed, one guarded patch."""
 
     EVENT = "uncordon"
-    node: str
-    reason: Reason
     resource_version: str
     clear_keys: tuple[str, ...]
     detail: str
@@ -76,8 +74,6 @@ class Uncordon(_Logged):
 @dataclass(frozen=True, slots=True)
 class ClearGuardAnnotations(_Logged):
     EVENT = "clear-annotations"
-    node: str
-    reason: Reason
     resource_version: str
     clear_keys: tuple[str, ...]
     annotations: Mapping = ()  # set in the same patch (the `cancelled` record)
@@ -107,8 +103,6 @@ def hold_next(key: str, node: str, repeat_fault: bool) -> str:
 @dataclass(frozen=True, slots=True)
 class SetHold(_Logged):
     EVENT = "set-hold"
-    node: str
-    reason: Reason
     resource_version: str
     key: str
     text: str
@@ -125,8 +119,6 @@ class Annotate(_Logged):
     """Record a result on the node (guard keys only), resourceVersion-guarded."""
 
     EVENT = "annotate"
-    node: str
-    reason: Reason
     resource_version: str
     annotations: Mapping
     next: str
@@ -142,8 +134,6 @@ class RecordBoot(_Logged):
     only), resourceVersion-guarded; void if the node rebooted or was cordoned meanwhile."""
 
     EVENT = "record-boot"
-    node: str
-    reason: Reason
     resource_version: str
     boot_id: str
     annotations: Mapping
@@ -159,8 +149,6 @@ class RemoveTaint(_Logged):
     and record the boot, in one patch guarded by the node's resourceVersion."""
 
     EVENT = "remove-taint"
-    node: str
-    reason: Reason
     resource_version: str
     taint: Taint
     keep: tuple[Taint, ...]  # the node's other taints as read; re-read on a conflict
@@ -176,8 +164,6 @@ class RemoveTaint(_Logged):
 @dataclass(frozen=True, slots=True)
 class CreateJob(_Logged):
     EVENT = "create-job"
-    node: str
-    reason: Reason
     job_kind: str
     name: str
     manifest: dict[str, Any]
@@ -205,8 +191,6 @@ class TaintDevice(_Logged):
     on a DRA node, which stays schedulable (guard.plan.device_taint)."""
 
     EVENT = "taint-device"
-    node: str
-    reason: Reason
     name: str  # the rule's name
     device: str  # <driver>/<pool>/<device>
     gpu: str  # the GPU's UUID
@@ -227,8 +211,6 @@ class UntaintDevice(_Logged):
     own), and the load test's ResourceClaim, after that device's load test passed."""
 
     EVENT = "untaint-device"
-    node: str
-    reason: Reason
     name: str
     uid: str
     device: str
@@ -246,8 +228,6 @@ class CreateClaim(_Logged):
     """The ResourceClaim of a device load test: exactly that GPU, tolerating the guard's taint."""
 
     EVENT = "create-claim"
-    node: str
-    reason: Reason
     name: str
     namespace: str
     manifest: dict[str, Any]
@@ -264,8 +244,6 @@ class CreateClaim(_Logged):
 @dataclass(frozen=True, slots=True)
 class AppendLedgerLine(_Logged):
     EVENT = "append-ledger"
-    node: str
-    reason: Reason
     line: str
     configmap: str
 
@@ -292,8 +270,6 @@ class EmitEvent(_Logged):
     message itself identifies it."""
 
     EVENT = "event"
-    node: str
-    reason: Reason
     event_type: Literal["Normal", "Warning"]
     event_reason: str
     message: str
@@ -334,8 +310,6 @@ class Skip(_Logged):
     """A decision not to act, with why and what happens next; WARN when a person should look."""
 
     EVENT = "skip"
-    node: str
-    reason: Reason
     detail: str
     next: str
     level: Literal["INFO", "WARN"] = "INFO"  # WARN: a person should look
@@ -367,7 +341,7 @@ TYPE_WORDS: dict[type, str] = {kind: kind.EVENT for kind in get_args(Action)}
 def to_json(action: Action) -> dict[str, Any]:
     """The JSON form: ``type``, ``node``, ``reason`` and every field of the action."""
     out: dict[str, Any] = {"type": action.EVENT}
-    for name in action.__slots__:
+    for name in [f.name for f in dataclasses.fields(action)]:
         value = getattr(action, name)
         if isinstance(value, tuple) and value and isinstance(value[0], tuple):
             value = dict(value)
