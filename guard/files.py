@@ -219,11 +219,7 @@ def load_yaml(text: str, what: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def depth(doc: Any) -> int:
-    """Nesting depth of plain data, without recursion (a scalar is 0).
-
-    >>> depth({"a": [1, {"b": []}]}), depth(3)
-    (4, 0)
-    """
+    """Nesting depth of plain data, without recursion (a scalar is 0)."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(doc, 0)]
     while stack:
@@ -243,11 +239,7 @@ def first_line(
     value: object, limit: int | None = None, cut: str = "", blank: str | None = None
 ) -> str:
     """The first line of `value`'s text (an exception's message): at most `limit` characters,
-    `cut` added when it was longer; `blank` (its type's name by default) when it has none.
-
-    >>> first_line(ValueError("bad value at line 3\\nnext"), 9, "…"), first_line(ValueError())
-    ('bad value…', 'ValueError')
-    """
+    `cut` added when it was longer; `blank` (its type's name by default) when it has none."""
     lines = str(value).strip().splitlines()
     if not lines:
         return type(value).__name__ if blank is None else blank

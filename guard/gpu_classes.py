@@ -1,10 +1,5 @@
-"""Node classes and their expected GPU count (`Settings.gpu_classes`, docs/triggers.md).
-
-Format: entries split by ``;``, each ``<selector>:<count>``. The selector matches Node labels:
-``k=v``, ``k!=v`` and ``k`` (the label is set), joined by ``,`` (all must hold). The count is a
-whole number, or ``auto``: the majority of the GPU counts of the class's *other* nodes, never
-the node's own (a node short from the start would otherwise expect what it has). The first
-class a node matches is its class; a node in none is not checked.
+"""Node classes and their expected GPU count: `Settings.gpu_classes`, ``<selector>:<count>``
+entries split by ``;``; the format and the learned count (``auto``): docs/triggers.md.
 """
 
 from __future__ import annotations
@@ -58,13 +53,6 @@ def _requirement(text: str, entry: str) -> Requirement:
 
 
 def parse_classes(text: str) -> tuple[GpuClass, ...]:
-    """
-    >>> [(c.selector, c.count) for c in parse_classes("pool=a,gpu!=none:8; pool=b:auto")]
-    [('pool=a,gpu!=none', 8), ('pool=b', None)]
-    >>> parse_classes("pool=a")
-    Traceback (most recent call last):
-    guard.gpu_classes.ClassError: entry 'pool=a': must be <selector>:<count> (a number or auto)
-    """
     out = []
     for raw in text.split(";"):
         entry = raw.strip()
@@ -86,11 +74,7 @@ def class_of(classes: Iterable[GpuClass], labels: Mapping[str, str]) -> GpuClass
 
 
 def majority(counts: Iterable[int]) -> int | None:
-    """The count more than half of `counts` agree on, with at least `MIN_PEERS` of them.
-
-    >>> majority([8, 8, 8, 7]), majority([8, 7]), majority([8]), majority([8, 8])
-    (8, None, None, 8)
-    """
+    """The count more than half of `counts` agree on, with at least `MIN_PEERS` of them."""
     seen = Counter(counts)
     total = sum(seen.values())
     if total < MIN_PEERS:
@@ -100,11 +84,7 @@ def majority(counts: Iterable[int]) -> int | None:
 
 
 def class_label_keys(text: str) -> frozenset[str]:
-    """The Node label keys the classes select on: the only labels the guard keeps of a Node.
-
-    >>> sorted(class_label_keys("pool=a,gpu!=none:8; big:auto"))
-    ['big', 'gpu', 'pool']
-    """
+    """The Node label keys the classes select on: the only labels the guard keeps of a Node."""
     try:
         classes = parse_classes(text)
     except ClassError:
@@ -114,9 +94,5 @@ def class_label_keys(text: str) -> frozenset[str]:
 
 def kept_label_keys(classes: str, topology_label: str) -> frozenset[str]:
     """The Node labels the guard keeps: its classes' keys and the site's topology label
-    (`Settings.topology_label`, guard.plan.domain).
-
-    >>> sorted(kept_label_keys("pool=a:8", "example.com/rack"))
-    ['example.com/rack', 'pool']
-    """
+    (`Settings.topology_label`, guard.plan.domain)."""
     return class_label_keys(classes) | ({topology_label} if topology_label else set())

@@ -1,11 +1,8 @@
-"""The metrics a guard run pushes to a Pushgateway at the end of its cycle: names, labels, help.
+"""The metrics a guard run pushes to a Pushgateway at the end of its cycle: names, labels, help,
+in the one list `PUSHED` (docs/metrics.md lists each; a unit test holds the two together).
 
-One place for the names: the push (`--pushgateway-url`, prometheus-client's push API) builds its
-gauges from `PUSHED`, the pushgateway variant of GPUNodeGuardNotRunning reads `LAST_SUCCESS` and
-`LAST_RUN`, and docs/metrics.md lists them (a unit test holds the two together).
-
-Every metric is a gauge describing the last run: a CronJob process lives for one cycle, so a
-per-run count is replaced by the next push, never added to (hence no ``_total`` suffix).
+Every metric is a gauge of the last run: a CronJob process lives for one cycle, so a per-run
+count is replaced by the next push, never added to (hence no ``_total`` suffix).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ _PUSHED: list[PushedMetric] = []
 
 
 def _pushed(name: str, help: str, labels: tuple[str, ...] = ()) -> PushedMetric:
-    """A metric every run pushes (`PUSHED`)."""
     metric = PushedMetric(name, help, labels)
     _PUSHED.append(metric)
     return metric

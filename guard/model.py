@@ -1,7 +1,5 @@
-"""Plain frozen data the planners read: the `Snapshot` of one cycle and its parts.
-
-No client objects or raw API dicts cross into the planners; `guard.read` converts at the edge.
-"""
+"""Plain frozen data the planners read: the `Snapshot` of one cycle and its parts (`guard.read`
+converts at the edge: no client object or raw API dict crosses into the planners)."""
 
 from __future__ import annotations
 
@@ -110,8 +108,8 @@ class FailedCheck:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """``job-<kind>``: the Job of that kind the guard created for the node, as the API answered
-    the create (its uid) and as the guard rendered it (the digest of its containers)."""
+    """``job-<kind>``: the guard's Job of that kind for the node: its uid as the API answered the
+    create, the digest of its containers as the guard rendered it."""
 
     kind: str  # loadtest or conformance
     name: str
@@ -141,12 +139,9 @@ class FenceRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One Node, every value the guard reads parsed once (`guard.read.objects.node_info`).
-
-    `annotations` are the raw values of the guard's own keys, kept for presence checks and the
-    executor's re-checks; planners read the typed fields. A node with `unreadable` entries is
-    reported and otherwise left alone.
-    """
+    """One Node, every value the guard reads parsed once (`guard.read.objects.node_info`);
+    `annotations`, the raw values of the guard's keys, are for presence checks and the executor's
+    re-checks. A node with `unreadable` entries is reported and otherwise left alone."""
 
     name: str
     resource_version: str
@@ -189,11 +184,7 @@ class NodeInfo:
 
 
 def rebooted(before: str, now: str) -> bool:
-    """A reboot is proven only by two known boot ids that differ; a missing one proves nothing.
-
-    >>> rebooted("boot-1", "boot-2"), rebooted("", "boot-2"), rebooted("boot-1", "")
-    (True, False, False)
-    """
+    """A reboot is proven only by two known boot ids that differ; a missing one proves nothing."""
     return bool(before) and bool(now) and before != now
 
 
@@ -211,10 +202,9 @@ class RecordedLink:
 @dataclass(frozen=True, slots=True)
 class JobResult:
     """The summary a finished guard Job's Pod left in its termination message, validated
-    (guard.read.job_results). `unreadable`: no summary, or not one of the documented shape;
-    `rejected`: the node's kubelet refused to run the Pod (OutOfcpu, NodeAffinity, …), so no
-    container ran; `problem` says why, and the planners never treat either as a pass or a
-    failure of the check."""
+    (guard.read.job_results). Neither `unreadable` (no summary of the documented shape) nor
+    `rejected` (the kubelet refused the Pod: OutOfcpu, …) is a pass or a failure; `problem` says
+    why."""
 
     state: Literal["read", "unreadable", "rejected"]
     problem: str = ""
@@ -320,8 +310,8 @@ HostLabels = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True, slots=True)
 class PromView:
-    """Validated Prometheus answers at `Snapshot.now` (built by `guard.read.prom_view.read_prom`):
-    facts only. Which of them make a cordon candidate is decided in guard/plan/hold.py."""
+    """Validated Prometheus answers at `Snapshot.now` (`guard.read.prom_view.read_prom`): facts
+    only; guard/plan/hold.py decides which make a cordon candidate."""
 
     hardware_xids: tuple[GpuSample, ...] = ()  # gauge and windowed counter, one per GPU and Xid
     row_remap: tuple[GpuSample, ...] = ()

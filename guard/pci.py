@@ -18,17 +18,7 @@ class PciAddressError(ValueError):
 
 
 def normalize_pci(text: str) -> str:
-    """Return ``dddd:bb:dd.f`` (lower case) for any accepted spelling.
-
-    >>> normalize_pci("00000000:99:00.0")
-    '0000:99:00.0'
-    >>> normalize_pci("0000:99:00")
-    '0000:99:00.0'
-    >>> normalize_pci("0000:3B:00.0")
-    '0000:3b:00.0'
-    >>> normalize_pci("99:00.0")
-    '0000:99:00.0'
-    """
+    """Return ``dddd:bb:dd.f`` (lower case) for any accepted spelling."""
     match = _PCI.match(text.strip().lower())
     if match is None:
         raise PciAddressError(f"not a PCI address: {text!r}")
@@ -51,10 +41,6 @@ _LINK_RECORD = re.compile(rf"^({SYSFS_PCI})=({LINK})\Z", re.ASCII)
 
 
 def link_record(text: str) -> tuple[str, str] | None:
-    """``0000:18:00.0=16GT/s,x16`` as (pci, link); None for anything else (sysfs form only).
-
-    >>> link_record("0000:18:00.0=16GT/s,x16"), link_record("0000:18:00.0=3GT/s,x16")
-    (('0000:18:00.0', '16GT/s,x16'), None)
-    """
+    """``0000:18:00.0=16GT/s,x16`` as (pci, link); None for anything else (sysfs form only)."""
     match = _LINK_RECORD.match(text)
     return (match[1], match[2]) if match else None

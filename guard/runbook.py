@@ -1,11 +1,9 @@
 """Sections of docs/runbook.md: one per guard state, one per alert, at anchors that never change.
 
-The anchors are a contract. Alert rules link them in `runbook_url`, log lines link them in
-`next=`, `status` in its runbook column and breaker line, and notifications and chat threads keep
-old links for years: add sections, never rename or remove one. Each anchor is the GitHub slug of
-its heading (lower case, spaces → ``-``, punctuation dropped); tests/unit/test_runbook.py checks
-that docs/runbook.md has every one. Every link is `url(base, anchor)` with the site's absolute
-base (GUARD_RUNBOOK_BASE_URL, default PUBLISHED_URL), so a link opens from a pager or a terminal.
+The anchors are a contract (alert rules, log lines, `status` and old notifications link them): add
+sections, never rename or remove one. Each anchor is the GitHub slug of its heading
+(tests/unit/test_runbook.py checks docs/runbook.md has every one); every link is
+`url(base, anchor)` with the site's absolute base (GUARD_RUNBOOK_BASE_URL, default PUBLISHED_URL).
 
 >>> url("https://git.example.com/ops/guard/docs/runbook.md", "gpunodeguardnotrunning")
 'https://git.example.com/ops/guard/docs/runbook.md#gpunodeguardnotrunning'
@@ -20,9 +18,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-# Where the alerts' `runbook_url` points by default: the project's own docs, absolute so a pager
-# link opens (the repository of the ghcr.io/gpu-node-guard images). A site sets its own copy with
-# GUARD_RUNBOOK_BASE_URL in its overlay's settings.env (docs/alerts.md).
+# The project's own runbook, absolute so a pager link opens; a site sets its own copy
+# (GUARD_RUNBOOK_BASE_URL, docs/alerts.md).
 PUBLISHED_URL = "https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md"
 
 

@@ -50,19 +50,11 @@ class XidClasses:
     classes: Mapping[int, Repair]
 
     def verdict_of(self, code: int) -> Repair:
-        """
-        >>> XidClasses({79: Repair.POWER_CYCLE}).verdict_of(13).value
-        'human'
-        """
         return self.classes.get(code, Repair.HUMAN)
 
     def isolating(self) -> tuple[int, ...]:
         """The codes whose repair is more than a GPU reset (power-cycle, rma): hardware for
-        certain, so on a DRA node, which exports no GPU loss, the Xid held alone is the loss.
-
-        >>> XidClasses({79: Repair.POWER_CYCLE, 94: Repair.RESET, 143: Repair.RMA}).isolating()
-        (79, 143)
-        """
+        certain, so on a DRA node, which exports no GPU loss, the Xid held alone is the loss."""
         hard = (Repair.POWER_CYCLE, Repair.RMA)
         return tuple(sorted(code for code, repair in self.classes.items() if repair in hard))
 
@@ -134,11 +126,5 @@ def load_catalog(path: Path = CATALOG_FILE) -> dict[int, CatalogEntry]:
     catalog: dict[int, CatalogEntry] = {}
     for number, row in _rows(path, _CATALOG_COLUMNS):
         code = _code(path, number, row["xid"], seen)
-        catalog[code] = CatalogEntry(
-            code=code,
-            mnemonic=row["mnemonic"],
-            description=row["description"],
-            immediate_action=row["immediate_action"],
-            investigatory_action=row["investigatory_action"],
-        )
+        catalog[code] = CatalogEntry(code, *(row[c] for c in _CATALOG_COLUMNS[1:]))
     return catalog
