@@ -253,11 +253,7 @@ class AppendLedgerLine(_Logged):
 
 def event_name(node: str, event_reason: str, key: str) -> str:
     """The Event's name: a DNS subdomain that depends only on node, reason and incident, so every
-    cycle, a second guard run and a retried create reach the same object.
-
-    >>> event_name("gpu-17", "GuardCordoned", "2026-09-21T05:55:00Z")
-    'gpu-17.gng-edbda522588496fc'
-    """
+    cycle, a second guard run and a retried create reach the same object."""
     digest = hashlib.sha256(f"{node}\0{event_reason}\0{key}".encode()).hexdigest()[:16]
     return f"{node[:200].rstrip('.-')}.gng-{digest}"
 

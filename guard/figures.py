@@ -193,11 +193,9 @@ class _Open:
 
 
 def spans(facts: Facts, classes: XidClasses) -> tuple[Span, ...]:
-    """Every isolation, by node then start (the walk in the module docstring)."""
-    out: list[Span] = []
-    for node in sorted({e.node for e in facts.incidents} | {m.node for m in facts.marks}):
-        out.extend(_node_spans(node, facts, classes))
-    return tuple(out)
+    """Every isolation, by node then start (the walk of docs/metrics.md)."""
+    nodes = sorted({e.node for e in facts.incidents} | {m.node for m in facts.marks})
+    return tuple(span for node in nodes for span in _node_spans(node, facts, classes))
 
 
 # At one instant the opening comes first, then what joins, then the close.

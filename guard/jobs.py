@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import jinja2
 import yaml
@@ -24,12 +24,7 @@ from guard.files import first_line
 
 JobKind = Literal["evidence", "loadtest", "conformance", "fence"]
 
-TEMPLATE_FILES: dict[JobKind, str] = {
-    "evidence": "evidence-job.yaml.j2",
-    "loadtest": "loadtest-job.yaml.j2",
-    "conformance": "conformance-job.yaml.j2",
-    "fence": "fence-job.yaml.j2",
-}
+TEMPLATE_FILES: dict[JobKind, str] = {kind: f"{kind}-job.yaml.j2" for kind in get_args(JobKind)}
 
 # The ResourceClaim of a load test on one DRA device (guard.plan.device_taint).
 CLAIM_FILE = "device-claim.yaml.j2"
@@ -96,10 +91,8 @@ class ClaimSpec:
         return node_label(self.node)
 
 
-# A node name is a DNS subdomain of up to 253 characters, a label value at most 63: a longer
-# name keeps its first NODE_LABEL_KEEP characters and a digest of the whole name. The full name
-# is in the Job's annotation and its nodeName; the policies (guard.generate.policies.kinds) check
-# the label against the same rule.
+# The full node name is in the Job's annotation and its nodeName; the policies
+# (guard.generate.policies.kinds) check the label against the same rule.
 NODE_LABEL_KEEP = _NAME_BUDGET - 9  # "-" and an 8-digit hex digest
 NODE_LABEL_DIGEST = 8
 
@@ -114,11 +107,7 @@ def node_label(node: str) -> str:
 
 
 def job_name(kind: JobKind, node: str, key: str) -> str:
-    """Deterministic Job name: one per (kind, node, key), e.g. key = cordon time or bootID.
-
-    >>> job_name("loadtest", "gpu-node-b", "boot-1")
-    'gng-lt-gpu-node-b-a011f911'
-    """
+    """Deterministic Job name: one per (kind, node, key), e.g. key = cordon time or bootID."""
     digest = hashlib.sha256(f"{kind}\0{node}\0{key}".encode()).hexdigest()[:8]
     head = f"gng-{_SHORT[kind]}-"
     room = JOB_NAME_BUDGET - len(head) - len(digest) - 1

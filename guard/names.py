@@ -43,11 +43,7 @@ SETTINGS_CONFIGMAP = "gpu-node-guard-settings"
 
 def ledger_archive_pattern(ledger: str) -> str:
     """The names of the ledger's archives, ``<ledger>-archive-<n>`` with n = 1..999999: what the
-    guard creates (guard.doors.ledger_store) and all that the ledger policies let it create.
-
-    >>> ledger_archive_pattern("ledger")
-    '^ledger-archive-[1-9][0-9]{0,5}$'
-    """
+    guard creates (guard.doors.ledger_store) and all that the ledger policies let it create."""
     return f"^{re.escape(ledger)}-archive-[1-9][0-9]{{0,5}}$"
 
 
@@ -149,10 +145,8 @@ class Annotations:
 
     @property
     def guard_keys(self) -> tuple[str, ...]:
-        """Keys the guard removes when a node leaves its care (return or a person's uncordon).
-
-        Never `hold` (the guard may add one, a person removes it) nor `reset-done` (a person's).
-        """
+        """Keys the guard removes when a node leaves its care (return or a person's uncordon);
+        never `hold` (the guard may add one, a person removes it) nor a person's `reset-done`."""
         return (
             *self.cordon_keys,
             self.loadtest_result,

@@ -2,17 +2,8 @@
 
 The anchors are a contract (alert rules, log lines, `status` and old notifications link them): add
 sections, never rename or remove one. Each anchor is the GitHub slug of its heading
-(tests/unit/test_runbook.py checks docs/runbook.md has every one); every link is
-`url(base, anchor)` with the site's absolute base (GUARD_RUNBOOK_BASE_URL, default PUBLISHED_URL).
-
->>> url("https://git.example.com/ops/guard/docs/runbook.md", "gpunodeguardnotrunning")
-'https://git.example.com/ops/guard/docs/runbook.md#gpunodeguardnotrunning'
->>> alert_anchor("GPUNodeGuardReturned")
-'gpunodeguardreturned'
->>> hint = Hint("stays cordoned", Section.BREAKER_OPEN)
->>> hint.at("https://wiki.example/runbook")
-'stays cordoned (https://wiki.example/runbook#breaker-open)'
-"""
+(tests/unit/test_runbook.py checks docs/runbook.md has every one); every link is `url(base,
+anchor)` with the site's absolute base (GUARD_RUNBOOK_BASE_URL, default PUBLISHED_URL)."""
 
 from __future__ import annotations
 

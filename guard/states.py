@@ -1,17 +1,7 @@
 """The decision words and the runbook state of each: one table for `status`, the pushed metrics
 and the log lines' ``next=``. To add a word or a state: docs/architecture.md, "Name the decision".
 A word without a state still works: `status` shows it verbatim, the push counts it under that
-word, and its log line has no anchor.
-
->>> Decision("same-boot") is Decision.SAME_BOOT, as_reason("xid-79"), as_reason("maybe")
-(True, 'xid-79', None)
->>> STATES["same-boot"]
-<Section.WAITING_FOR_POWER_CYCLE: 'isolated-waiting-for-power-cycle'>
->>> anchored("checked again next cycle", "gpu-count")
-'checked again next cycle (https://github.com/gpu-node-guard/gpu-node-guard/blob/main/docs/runbook.md#return-condition-not-met)'
->>> anchored("stays cordoned", "a-new-word")
-'stays cordoned'
-"""
+word, and its log line has no anchor."""
 
 from __future__ import annotations
 

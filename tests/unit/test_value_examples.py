@@ -8,14 +8,17 @@ from datetime import UTC, datetime
 
 import pytest
 
+from guard.actions import event_name
 from guard.files import depth, first_line
 from guard.gpu_classes import ClassError, class_label_keys, kept_label_keys, majority, parse_classes
-from guard.jobs import node_label
+from guard.jobs import job_name, node_label
 from guard.ledger import Counts, LedgerEntry, history, parse_ledger, parse_line, parse_time
 from guard.log import format_line, format_value, printable, redact
 from guard.model import rebooted
-from guard.names import is_dns_label, is_dns_subdomain, is_label_pair
+from guard.names import is_dns_label, is_dns_subdomain, is_label_pair, ledger_archive_pattern
 from guard.pci import link_record, normalize_pci
+from guard.runbook import PUBLISHED_URL, Hint, Section, alert_anchor, url
+from guard.states import STATES, Decision, anchored, as_reason
 from guard.xid_tables import Repair, XidClasses
 
 LINE = "0000:99:00.0 GPU-1a2b manual"
@@ -112,3 +115,29 @@ def test_small_helpers() -> None:
     assert (depth({"a": [1, {"b": []}]}), depth(3)) == (4, 0)
     cut = first_line(ValueError("bad value at line 3\nnext"), 9, "…")
     assert (cut, first_line(ValueError())) == ("bad value…", "ValueError")
+
+
+def test_names_the_guard_makes_never_change() -> None:
+    """Object names are found again by the next run and the next release: fixed values."""
+    assert job_name("loadtest", "gpu-node-b", "boot-1") == "gng-lt-gpu-node-b-a011f911"
+    assert event_name("gpu-17", "GuardCordoned", "2026-09-21T05:55:00Z") == (
+        "gpu-17.gng-edbda522588496fc"
+    )
+    assert ledger_archive_pattern("ledger") == "^ledger-archive-[1-9][0-9]{0,5}$"
+
+
+def test_decision_words_and_their_runbook_links() -> None:
+    assert Decision("same-boot") is Decision.SAME_BOOT
+    assert (as_reason("xid-79"), as_reason("maybe")) == ("xid-79", None)
+    assert STATES["same-boot"] is Section.WAITING_FOR_POWER_CYCLE
+    assert anchored("checked again next cycle", "gpu-count") == (
+        f"checked again next cycle ({PUBLISHED_URL}#return-condition-not-met)"
+    )
+    assert anchored("stays cordoned", "a-new-word") == "stays cordoned"
+    base = "https://git.example.com/ops/guard/docs/runbook.md"
+    assert url(base, "gpunodeguardnotrunning") == f"{base}#gpunodeguardnotrunning"
+    assert alert_anchor("GPUNodeGuardReturned") == "gpunodeguardreturned"
+    hint = Hint("stays cordoned", Section.BREAKER_OPEN)
+    assert hint.at("https://wiki.example/runbook") == (
+        "stays cordoned (https://wiki.example/runbook#breaker-open)"
+    )
