@@ -83,11 +83,9 @@ class ClearGuardAnnotations(_Logged):
 
 
 def hold_next(key: str, node: str, repeat_fault: bool) -> str:
-    """The whole step out of a `hold`, as a person types it (log `next=`, `status`).
-
-    The guard's own repeat-fault hold counts incidents of the card in its cordon record: removing
-    `hold` alone returns the node into the same count and the hold comes back next cycle. After
-    the swap, the uncordon is a person's: the guard records a cancel and lets the node go."""
+    """The whole step out of a `hold`, as a person types it (log `next=`, `status`). A repeat-fault
+    hold comes back while the card's incidents count, so after the swap the person uncordons too:
+    the guard records a cancel and lets the node go."""
     if repeat_fault:
         return (
             f"swap or repair the card, then remove {key} and uncordon: kubectl annotate node "

@@ -1,9 +1,6 @@
-"""Every data file the package ships, loaded and checked once when a command starts.
-
-The CronJob's image is the image of the evidence Job: a missing or broken Xid table or request
-template must stop `gpu-node-guard run` at start, not the evidence Job of the next real fault,
-after the node is already cordoned. The commands that use a table (`evidence collect`,
-`evidence classify`) load it themselves at their start as well, from a path they may be given.
+"""Every data file the package ships, loaded and checked once when a command starts: the
+CronJob's image is the evidence Job's, so a broken Xid table or request template stops
+`gpu-node-guard run` at start, not the evidence Job of the next fault on a cordoned node.
 """
 
 from __future__ import annotations

@@ -122,11 +122,11 @@ class IncidentRow:
     xid: int
     verdict: Repair
     at: datetime  # the ledger line's time
+    open: bool
     onset_to_cordon: timedelta | None
     cordon_to_repair: timedelta | None
     repair_to_return: timedelta | None
     isolated: timedelta | None  # of the isolation it opened; None for one that joined
-    open: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,25 +278,22 @@ def incident_rows(all_spans: Iterable[Span], until: datetime) -> tuple[IncidentR
     rows: list[IncidentRow] = []
     for s in all_spans:
         for i, e in enumerate(s.incidents):
-            first = i == 0
+            phases = _phases(s, until) if i == 0 else (None, None, None, None)
             rows.append(
-                IncidentRow(
-                    node=s.node,
-                    uuid=e.uuid,
-                    pci=e.pci,
-                    xid=e.xid,
-                    verdict=s.verdict,
-                    at=e.at,
-                    onset_to_cordon=_between(s.onset, s.cordon) if first else None,
-                    cordon_to_repair=_between(s.cordon, s.repair) if first else None,
-                    repair_to_return=(
-                        _between(s.repair, s.end) if first and s.closed_by == "return" else None
-                    ),
-                    isolated=s.isolated(until) if first and s.closed_by != UNRECORDED else None,
-                    open=s.end is None,
-                )
+                IncidentRow(s.node, e.uuid, e.pci, e.xid, s.verdict, e.at, s.end is None, *phases)
             )
     return tuple(sorted(rows, key=lambda r: (r.at, r.node)))
+
+
+def _phases(s: Span, until: datetime) -> tuple[timedelta | None, ...]:
+    """Onset to cordon, cordon to repair, repair to return, time isolated: the isolation's, on
+    the row of its first incident."""
+    return (
+        _between(s.onset, s.cordon),
+        _between(s.cordon, s.repair),
+        _between(s.repair, s.end) if s.closed_by == "return" else None,
+        s.isolated(until) if s.closed_by != UNRECORDED else None,
+    )
 
 
 def _between(a: datetime | None, b: datetime | None) -> timedelta | None:
@@ -341,12 +338,11 @@ def weekly(
 
 def over_budget(all_spans: Iterable[Span], budget: Budget, now: datetime) -> tuple[OverBudget, ...]:
     """Open isolations older than their verdict's expected repair time."""
-    out = []
-    for s in all_spans:
-        age = budget.past(s.verdict, s.start, now) if s.end is None else None
-        if age is not None:
-            out.append(OverBudget(s.node, s.verdict, age, budget.of(s.verdict)))
-    return tuple(out)
+    return tuple(
+        OverBudget(s.node, s.verdict, age, budget.of(s.verdict))
+        for s in all_spans
+        if s.end is None and (age := budget.past(s.verdict, s.start, now)) is not None
+    )
 
 
 def figures(
@@ -356,11 +352,8 @@ def figures(
     until: datetime,
     budget: Budget | None = None,
 ) -> Figures:
-    """Every figure of the period [since, until); `until` is also "now" for open isolations.
-
-    A record made after `until` did not exist then (a report `--at` a past instant): a repair
-    or a return after it leaves the isolation as it stood at `until`.
-    """
+    """Every figure of the period [since, until); `until` is also "now" for open isolations, and
+    a record made after it (a report `--at` a past instant) did not exist yet."""
     facts = replace(
         facts,
         incidents=tuple(e for e in facts.incidents if e.at <= until),

@@ -1,10 +1,8 @@
 """The guard's Job templates, loaded once at start, and the pure rendering of a Job from them.
 
-The templates are the repository's top-level ``jobs/*.yaml.j2``, shipped in the wheel as the
-package ``guard.jobtemplates`` (pyproject.toml) and read through Jinja's PackageLoader, so a
-wheel installed anywhere renders the same Jobs as a source checkout.
-`JobTemplates.load()` compiles every template and renders each once with a probe spec, so a
-missing or broken template stops the program at start, not at the first fault.
+The templates are the repository's ``jobs/*.yaml.j2``, the package ``guard.jobtemplates`` in the
+wheel (pyproject.toml). `JobTemplates.load()` renders each once with a probe spec: a broken
+template stops the program at start, not at the first fault.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """On-call log lines: ``<UTC time> <LEVEL> <event> key=value …`` or the same fields as JSON.
 
-Both formats are built from one list of fields, so a JSON line carries the values' own types
-(``held_s`` is a number, ``dry_run`` a boolean) and never a key twice. Decision lines (a skip, a
-pending candidate) are bounded per kind in a cycle: after `DECISION_LINES` of one kind the rest
-are counted and summarised in one line by `summarise()`.
+Both formats are built from one list of fields (JSON keeps the values' types). Decision lines
+are bounded per kind in a cycle: past `DECISION_LINES` they are counted, then summarised.
 """
 
 from __future__ import annotations

@@ -68,8 +68,7 @@ class Returns:
             self._turn(now, changed)
 
     def _turn(self, now: datetime, changed: tuple[str, ...]) -> None:
-        """Everything read again as the cycle reads it; the return of the `changed` nodes planned
-        and written."""
+        """Everything read as the cycle reads it; the `changed` nodes' return planned, written."""
         run, s = self.run, self.run.s
         assert run.kube is not None
         try:

@@ -1,8 +1,5 @@
-"""The two bundled tables: NVIDIA's Xid catalog and the guard's Xid → verdict mapping.
-
-Both are data, loaded once by the CLI and validated hard: an unknown verdict, a missing column or a
-duplicate code stops the program with one line naming the file and line (see STYLE §6).
-"""
+"""The two bundled tables: NVIDIA's Xid catalog and the guard's Xid → verdict mapping, validated
+hard (a broken row stops the program with one line naming the file and line, STYLE §6)."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ CATALOG_FILE = DATA_DIR / "xid-catalog.tsv"
 
 
 class Repair(StrEnum):
-    """The evidence verdict: the repair on-call asks for, in precedence order (first wins).
-
-    Not the load test's `guard.loadtest.verdict.Verdict`, which is a pass or fail."""
+    """The evidence verdict: the repair on-call asks for, in precedence order (first wins); not
+    the load test's pass or fail (`guard.loadtest.verdict.Verdict`)."""
 
     POWER_CYCLE = "power-cycle"
     RMA = "rma"
