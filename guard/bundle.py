@@ -22,10 +22,8 @@ class TemplateError(ValueError):
 
 
 def load_template(loader: jinja2.BaseLoader | None = None) -> jinja2.Template:
-    """Compile the packaged template now, so a broken install fails before any evidence is read.
-
-    `loader` is for tests; the command line never passes one.
-    """
+    """Compile the packaged template now (`loader`: tests only), so a broken install fails
+    before any evidence is read."""
     env = ImmutableSandboxedEnvironment(
         loader=loader or jinja2.PackageLoader("guard", "templates"),
         undefined=jinja2.StrictUndefined,

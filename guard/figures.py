@@ -407,11 +407,8 @@ def facts(
         if kind == LOADTEST and node and at is not None:
             marks.append(Mark(node, at, MarkKind.REPAIR))
     serving = frozenset(n.name for n in nodes if not n.unschedulable and n.cordon is None)
-    return Facts(ledger.entries(lines), tuple(sorted(set(marks), key=_order)), gpus, serving)
-
-
-def _order(m: Mark) -> tuple[str, datetime, str]:
-    return (m.node, m.at, m.kind.value)
+    ordered = sorted(set(marks), key=lambda m: (m.node, m.at, m.kind.value))
+    return Facts(ledger.entries(lines), tuple(ordered), gpus, serving)
 
 
 def node_marks(n: NodeInfo) -> list[Mark]:

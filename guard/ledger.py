@@ -147,9 +147,8 @@ def parse_line(node: str, raw: str) -> LedgerLine:
 
 
 def parse_ledger(data: Mapping[str, object]) -> tuple[LedgerLine, ...]:
-    """All lines of a ledger ConfigMap's `data`, node keys in sorted order, file order within.
-
-    A value that is not text (only a hand-made file has one) is one unreadable line of its key."""
+    """All lines of a ledger ConfigMap's `data`, node keys in sorted order, file order within; a
+    value that is not text (only a hand-made file has one) is one unreadable line of its key."""
     out: list[LedgerLine] = []
     for node in sorted(data, key=str):
         text = data[node]

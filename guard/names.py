@@ -96,11 +96,8 @@ class AnnotationKey:
 
 @dataclass(frozen=True, slots=True)
 class Annotations:
-    """The guard's node annotation keys under a prefix (default ``gpu-node-guard.io/``).
-
-    >>> Annotations("gpu-node-guard.io/").reason
-    'gpu-node-guard.io/auto-cordon-reason'
-    """
+    """The guard's node annotation keys under a prefix (default ``gpu-node-guard.io/``): the
+    prefix, then the key's suffix (`AnnotationKey`)."""
 
     prefix: str
 

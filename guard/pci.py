@@ -1,6 +1,5 @@
-"""PCI addresses in the three spellings the guard meets, normalised to sysfs form.
-
-The kernel's Xid lines say ``0000:99:00`` (no function), sysfs says ``0000:99:00.0`` and
+"""PCI addresses in the three spellings the guard meets, normalised to sysfs form: the kernel's
+Xid lines say ``0000:99:00`` (no function), sysfs says ``0000:99:00.0`` and
 dcgm-exporter's ``pci_bus_id`` label says ``00000000:99:00.0`` (32-bit domain).
 """
 

@@ -15,7 +15,13 @@ from guard.jobs import job_name, node_label
 from guard.ledger import Counts, LedgerEntry, history, parse_ledger, parse_line, parse_time
 from guard.log import format_line, format_value, printable, redact
 from guard.model import rebooted
-from guard.names import is_dns_label, is_dns_subdomain, is_label_pair, ledger_archive_pattern
+from guard.names import (
+    Annotations,
+    is_dns_label,
+    is_dns_subdomain,
+    is_label_pair,
+    ledger_archive_pattern,
+)
 from guard.pci import link_record, normalize_pci
 from guard.runbook import PUBLISHED_URL, Hint, Section, alert_anchor, url
 from guard.states import STATES, Decision, anchored, as_reason
@@ -124,6 +130,7 @@ def test_names_the_guard_makes_never_change() -> None:
         "gpu-17.gng-edbda522588496fc"
     )
     assert ledger_archive_pattern("ledger") == "^ledger-archive-[1-9][0-9]{0,5}$"
+    assert Annotations("gpu-node-guard.io/").reason == "gpu-node-guard.io/auto-cordon-reason"
 
 
 def test_decision_words_and_their_runbook_links() -> None:
