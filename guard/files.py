@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
 
@@ -149,30 +150,21 @@ class _BoundedLoader(yaml.SafeLoader):
 def _expanded(root: yaml.Node) -> int:
     """How many nodes `root` stands for once every alias is followed (shared nodes counted each
     time they are reached); FileInputError past MAX_EXPANDED_NODES or on a recursive alias."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    graph: dict[int, list[int]] = {}  # node → its children (an alias: the node it names)
+    stack = [root]
     while stack:
-        node, done = stack.pop()
-        key = id(node)
+        node = stack.pop()
         children = _children(node)
-        if done:
-            open_nodes.discard(key)
-            sizes[key] = min(1 + sum(sizes[id(c)] for c in children), MAX_EXPANDED_NODES + 1)
+        graph[id(node)] = [id(c) for c in children]
+        stack.extend(c for c in children if id(c) not in graph)
+    sizes: dict[int, int] = {}
+    try:
+        for key in TopologicalSorter(graph).static_order():  # children first
+            sizes[key] = min(1 + sum(sizes[c] for c in graph[key]), MAX_EXPANDED_NODES + 1)
             if sizes[key] > MAX_EXPANDED_NODES:
                 raise FileInputError(f"YAML aliases expand to more than {MAX_EXPANDED_NODES} nodes")
-            continue
-        if key in sizes:
-            continue
-        if key in open_nodes:
-            raise FileInputError("a YAML alias refers to a node that contains it")
-        open_nodes.add(key)
-        stack.append((node, True))
-        for child in children:
-            if id(child) in open_nodes:
-                raise FileInputError("a YAML alias refers to a node that contains it")
-            if id(child) not in sizes:
-                stack.append((child, False))
+    except CycleError:
+        raise FileInputError("a YAML alias refers to a node that contains it") from None
     return sizes[id(root)]
 
 
