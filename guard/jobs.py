@@ -181,20 +181,8 @@ def _manifest(template: jinja2.Template, what: str, kind: str, **spec: object) -
 
 
 def _probe(kind: JobKind) -> JobSpec:
-    return JobSpec(
-        kind,
-        f"gng-probe-{kind}",
-        "probe",
-        "probe-node",
-        "probe",
-        "probe.io/",
-        "probe/image:0",
-        ("gpu-node-guard",),
-        1,
-        1,
-        "probe",
-        gpus=1,
-    )
+    words = ("probe", "probe-node", "probe", "probe.io/", "probe/image:0")
+    return JobSpec(kind, f"gng-probe-{kind}", *words, ("gpu-node-guard",), 1, 1, "probe", gpus=1)
 
 
 # ---- What the guard made: the digests it records and compares (docs/lifecycle.md) ----------
