@@ -83,16 +83,11 @@ def majority(counts: Iterable[int]) -> int | None:
     return value if 2 * n > total else None
 
 
-def class_label_keys(text: str) -> frozenset[str]:
-    """The Node label keys the classes select on: the only labels the guard keeps of a Node."""
-    try:
-        classes = parse_classes(text)
-    except ClassError:
-        return frozenset()  # refused at start (Settings); never reached with such settings
-    return frozenset(r.key for c in classes for r in c.requirements)
-
-
 def kept_label_keys(classes: str, topology_label: str) -> frozenset[str]:
-    """The Node labels the guard keeps: its classes' keys and the site's topology label
-    (`Settings.topology_label`, guard.plan.domain)."""
-    return class_label_keys(classes) | ({topology_label} if topology_label else set())
+    """The Node labels the guard keeps: the keys its classes select on and the site's topology
+    label (`Settings.topology_label`, guard.plan.domain)."""
+    try:
+        keys = {r.key for c in parse_classes(classes) for r in c.requirements}
+    except ClassError:
+        keys = set()  # refused at start (Settings); never reached with such settings
+    return frozenset(keys | ({topology_label} if topology_label else set()))

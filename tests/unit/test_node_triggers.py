@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from guard.actions import Skip
 from guard.cli import cli
 from guard.codec import queries
-from guard.gpu_classes import ClassError, class_label_keys, class_of, majority, parse_classes
+from guard.gpu_classes import ClassError, class_of, kept_label_keys, majority, parse_classes
 from guard.ledger import count, parse_ledger, parse_line
 from guard.model import PromView, Snapshot
 from guard.names import Annotations
@@ -103,7 +103,7 @@ def test_a_node_keeps_only_the_labels_its_class_selects_on() -> None:
         },
     }
     keys = Annotations("gpu-node-guard.io/")
-    kept = node_info(raw, keys, class_label_keys("gpu-pool=interactive:8"))
+    kept = node_info(raw, keys, kept_label_keys("gpu-pool=interactive:8", ""))
     assert kept.labels == (("gpu-pool", "interactive"),)
     assert node_info(raw, keys).labels == ()  # no classes: no label kept
 

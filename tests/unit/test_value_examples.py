@@ -10,7 +10,7 @@ import pytest
 
 from guard.actions import event_name
 from guard.files import depth, first_line
-from guard.gpu_classes import ClassError, class_label_keys, kept_label_keys, majority, parse_classes
+from guard.gpu_classes import ClassError, kept_label_keys, majority, parse_classes
 from guard.jobs import job_name, node_label
 from guard.ledger import Counts, LedgerEntry, history, parse_ledger, parse_line, parse_time
 from guard.log import format_line, format_value, printable, redact
@@ -105,7 +105,7 @@ def test_gpu_classes() -> None:
         None,
         8,
     )
-    assert sorted(class_label_keys("pool=a,gpu!=none:8; big:auto")) == ["big", "gpu", "pool"]
+    assert sorted(kept_label_keys("pool=a,gpu!=none:8; big:auto", "")) == ["big", "gpu", "pool"]
     assert sorted(kept_label_keys("pool=a:8", "example.com/rack")) == ["example.com/rack", "pool"]
 
 
