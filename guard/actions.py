@@ -143,8 +143,7 @@ class RecordBoot(_Logged):
 
 @dataclass(frozen=True, slots=True)
 class RemoveTaint(_Logged):
-    """The onboarding gate passed: remove exactly that taint (every other taint kept as it is)
-    and record the boot, in one patch guarded by the node's resourceVersion."""
+    """The onboarding gate passed: remove exactly that taint and record the boot, one patch."""
 
     EVENT = "remove-taint"
     resource_version: str
@@ -185,8 +184,7 @@ class CreateJob(_Logged):
 
 @dataclass(frozen=True, slots=True)
 class TaintDevice(_Logged):
-    """Create the guard's DeviceTaintRule (NoSchedule) for one DRA device: the GPU's isolation
-    on a DRA node, which stays schedulable (guard.plan.device_taint)."""
+    """The guard's DeviceTaintRule (NoSchedule) for one DRA device: the GPU's isolation."""
 
     EVENT = "taint-device"
     name: str  # the rule's name
@@ -258,10 +256,9 @@ def event_name(node: str, event_reason: str, key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EmitEvent(_Logged):
-    """An events.k8s.io Event about the node. One Event per (node, event_reason, incident): when
-    the same condition is seen again (every cycle while it lasts) its series is counted up.
-    `incident` names what the Event is about (the cordon's time for a cordon); empty means the
-    message itself identifies it."""
+    """An events.k8s.io Event about the node, one per (node, event_reason, incident), its series
+    counted up while the condition lasts. `incident` names what it is about (a cordon's time);
+    empty means the message itself identifies it."""
 
     EVENT = "event"
     event_type: Literal["Normal", "Warning"]

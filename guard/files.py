@@ -1,7 +1,6 @@
 """Reading files a person or a cluster hands the guard, with the bounds of docs/security.md
 ("Hostile input files"): every file through `read_bounded` (the size checked before and while
-reading, for a file that grows), YAML through `load_yaml_all`; each failure a one-line
-`FileInputError`.
+reading), YAML through `load_yaml_all`; each failure a one-line `FileInputError`.
 """
 
 from __future__ import annotations

@@ -33,9 +33,8 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def printable(text: str) -> str:
-    """`text` on one line: each control character as its escape. A value read from a Node, a
-    Job or Prometheus (a person's annotation, a label) can then neither forge a line of its own
-    nor a row of a table."""
+    """`text` on one line, each control character as its escape: a value read from the cluster can
+    forge neither a line of its own nor a row of a table."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 

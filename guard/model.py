@@ -201,10 +201,9 @@ class RecordedLink:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
-    """The summary a finished guard Job's Pod left in its termination message, validated
-    (guard.read.job_results). Neither `unreadable` (no summary of the documented shape) nor
-    `rejected` (the kubelet refused the Pod: OutOfcpu, …) is a pass or a failure; `problem` says
-    why."""
+    """The validated summary of a finished guard Job's Pod (guard.read.job_results). Neither
+    `unreadable` (no summary of the documented shape) nor `rejected` (the kubelet refused the Pod:
+    OutOfcpu, …) is a pass or a failure; `problem` says why."""
 
     state: Literal["read", "unreadable", "rejected"]
     problem: str = ""
@@ -293,9 +292,8 @@ class ServicePod:
 
 @dataclass(frozen=True, slots=True)
 class PromUnreadable:
-    """A series dropped at the snapshot boundary (`guard.read.prom_view`): a label or value that is
-    not of its format. Its node is left alone this cycle; `node` is "" when no label of the
-    series names a node in a valid form."""
+    """A series dropped at the snapshot boundary (`guard.read.prom_view`), a label or value not of
+    its format: its node ("" when none reads) is left alone this cycle."""
 
     node: str
     query: str  # the `guard.codec.queries.Query` name
@@ -360,9 +358,8 @@ class GuardEvent:
 
 @dataclass(frozen=True, slots=True)
 class DraDevice:
-    """One GPU, or a MIG device of one, a DRA driver publishes in a node's ResourceSlice
-    (guard.read.objects): where the device is (driver, pool, name) and which GPU it is (the
-    driver's `uuid`, `parentUUID` for a MIG device, and `pcieBusID`)."""
+    """One GPU, or a MIG device of one, a DRA driver publishes in a node's ResourceSlice: where it
+    is (driver, pool, name) and which GPU (`uuid`, a MIG device's `parentUUID`, `pcieBusID`)."""
 
     node: str
     driver: str
@@ -380,9 +377,8 @@ class DraDevice:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A ResourceClaim of the jobs namespace as read: whose it is (uid) and the devices its
-    allocation names (``<driver>/<pool>/<device>``; empty while it is not allocated: the
-    resourceclaim controller clears the allocation once the claim's Pod has finished)."""
+    """A ResourceClaim of the jobs namespace: its uid and the devices its allocation names (empty
+    unallocated: the resourceclaim controller clears it once the claim's Pod has finished)."""
 
     name: str
     uid: str

@@ -80,8 +80,7 @@ def is_label_pair(pair: str) -> bool:
 
 
 class AnnotationKey:
-    """One of the guard's node annotation keys (a class attribute of `Annotations`): its prefix,
-    then `suffix`."""
+    """A node annotation key of the guard (an `Annotations` attribute): prefix, then `suffix`."""
 
     def __init__(self, suffix: str) -> None:
         self.suffix = suffix
@@ -160,9 +159,8 @@ class Annotations:
 
     @property
     def lifecycle_keys(self) -> tuple[str, ...]:
-        """Kept across cordons: the checked boot (replaced by the next check that passes) and
-        the onboarding gate's failure (removed when the gate passes) and the records of the Jobs
-        the guard made (replaced by its next Job of that kind)."""
+        """Kept across cordons: the checked boot, the onboarding gate's failure and the records of
+        the Jobs the guard made (each replaced by its next check, gate pass or Job)."""
         return (
             self.checked_boot,
             self.onboarding_failed,

@@ -83,8 +83,7 @@ def url(base: str, anchor: str) -> str:
 
 class Hint(str):
     """A log line's ``next=`` text with its runbook section: as a string it links the published
-    runbook; the Log writes it with the site's base (`at`), which an action that makes the line
-    does not know."""
+    runbook; the Log writes it with the site's base (`at`), which the action does not know."""
 
     text: str
     anchor: str
