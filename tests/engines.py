@@ -43,7 +43,7 @@ from guard.example.promserver import (
     wait_data,
     wait_ready,
 )
-from guard.example.scenario import Scenario, write_openmetrics
+from tests.scenario_build import Scenario, write_openmetrics
 
 __all__ = ["ENGINES", "Engine", "LocalPrometheus", "PrometheusUnavailable", "binaries", "serve"]
 
