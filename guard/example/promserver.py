@@ -57,14 +57,6 @@ def debian_prometheus() -> tuple[str, str]:
     return prom, tool
 
 
-def build_tsdb(scenario: Scenario, data_dir: Path) -> int:
-    """Write the scenario as OpenMetrics and turn it into TSDB blocks; returns the sample count."""
-    with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
-        samples = write_openmetrics(scenario, out)
-    import_openmetrics(openmetrics_file(data_dir), data_dir)
-    return samples
-
-
 def openmetrics_file(data_dir: Path) -> Path:
     """Where the scenario's samples are written before they are loaded."""
     return data_dir / OPENMETRICS
@@ -86,23 +78,6 @@ def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) ->
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
         raise PrometheusUnavailable(f"promtool create-blocks-from failed: {' '.join(tail)}")
-
-
-@contextmanager
-def serve(
-    data_dir: Path, *, ready_at: datetime | None = None, timeout_s: float = 120.0
-) -> Iterator[LocalPrometheus]:
-    """Start Prometheus on a free loopback port over `data_dir` (with `ready_at`: until its data
-    shows at that instant); stop it on exit. tests/engines.py serves the other engines."""
-    server, _ = debian_prometheus()
-    session = requests.Session()
-    deadline = time.monotonic() + timeout_s
-    with ExitStack() as stack:
-        started = Started(data_dir, stack, [])
-        url = start_prometheus(started, server, data_dir, None, session, deadline)
-        if ready_at is not None:
-            wait_data(url, "count(kube_node_spec_unschedulable)", ready_at, session, deadline)
-        yield LocalPrometheus(url, data_dir)
 
 
 def start_prometheus(
@@ -127,15 +102,21 @@ def start_prometheus(
 
 
 @contextmanager
-def scenario_server(scenario: Scenario) -> Iterator[LocalPrometheus]:
-    """Load `scenario` into Prometheus in a temporary directory and serve it."""
-    debian_prometheus()  # missing binaries are reported before any work
+def scenario_server(scenario: Scenario, timeout_s: float = 120.0) -> Iterator[LocalPrometheus]:
+    """Load `scenario` into Prometheus in a temporary directory and serve it on a free loopback
+    port until its data shows; stop it on exit. tests/engines.py serves the other engines."""
+    server, _ = debian_prometheus()  # missing binaries are reported before any work
     end = scenario.start + timedelta(seconds=scenario.duration_s)
-    with tempfile.TemporaryDirectory(prefix="gng-prometheus2-") as tmp:
+    session, deadline = requests.Session(), time.monotonic() + timeout_s
+    with tempfile.TemporaryDirectory(prefix="gng-prometheus2-") as tmp, ExitStack() as stack:
         data_dir = Path(tmp)
-        build_tsdb(scenario, data_dir)
-        with serve(data_dir, ready_at=end) as server:
-            yield server
+        with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
+            write_openmetrics(scenario, out)
+        import_openmetrics(openmetrics_file(data_dir), data_dir)
+        started = Started(data_dir, stack, [])
+        url = start_prometheus(started, server, data_dir, None, session, deadline)
+        wait_data(url, "count(kube_node_spec_unschedulable)", end, session, deadline)
+        yield LocalPrometheus(url, data_dir)
 
 
 def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:

@@ -1,24 +1,5 @@
-"""The status report as frozen values; `Report.to_json()` is the stable ``-o json`` document.
-
-JSON shape (every key always present; `null` where a value is unknown or does not apply):
-
-  at                 RFC 3339 time the report describes (``--at``, or now)
-  namespace          the guard's namespace
-  prometheus         {"url": str, "seen": bool, "error": str}
-  breaker            {"guarded": int, "limit": int, "open": bool, "headroom": int}
-  candidates         null without Prometheus; else a list of
-                     {"node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s",
-                      "decision", "detail"}; decision "pending" (not held long enough yet) or
-                     the isolation check's word (cordon, breaker-open, one-per-cycle, …); a
-                     driver/NVML mismatch (reason nvml-mismatch) has xid, gpu, pci and uuid
-                     null and its agent's detail, an Xid a null detail
-  nodes              a list of
-                     {"node", "state", "runbook", "reason", "since", "gpu", "incidents",
-                      "blocked_by", "next"}; gpu {"pci", "uuid"} or null, incidents
-                     {"card": int, "slot": int} or null, blocked_by {"condition", "observed"}
-                     or null, runbook "<GUARD_RUNBOOK_BASE_URL>#<state>" or "" for a state
-                     the runbook has no section for yet (shown verbatim)
-"""
+"""The status report as frozen values; `Report.to_json()` is the stable ``-o json`` document
+(its keys: docs/status.md, "Options")."""
 
 from __future__ import annotations
 
@@ -30,6 +11,8 @@ from guard.ledger import format_time
 from guard.model import GpuRef
 
 Gpu = GpuRef  # a row's GPU (pci, uuid): the cordon record's own value
+# The order of a candidate's keys in ``-o json``.
+CANDIDATE_KEYS = "node reason xid gpu pci uuid held_s needs_s decision decides_at detail".split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,19 +76,7 @@ class Candidate:
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "xid": self.xid,
-            "gpu": self.gpu,
-            "pci": self.pci,
-            "uuid": self.uuid,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decision": self.decision,
-            "decides_at": self.decides_at,
-            "detail": self.detail,
-        }
+        return {key: getattr(self, key) for key in CANDIDATE_KEYS}
 
 
 @dataclass(frozen=True, slots=True)
