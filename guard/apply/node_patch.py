@@ -22,7 +22,7 @@ from guard.apply.outcome import Outcome
 from guard.doors.kube import Conflict, Kube, KubeError
 from guard.model import NodeInfo
 from guard.names import Annotations
-from guard.read import node_info
+from guard.read.objects import node_info
 
 PATCH_TRIES = 3
 NodePatch = (

@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard.codec.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.doors import ledger_store
 from guard.doors.kube import Kube, NotFound
 from guard.files import (
@@ -30,8 +29,7 @@ from guard.model import GuardEvent, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.read import json_stream, objects
 from guard.read.job_results import FINISHED, attach, slim_pod
-from guard.read.objects import NamelessObject, is_guard_job, job_info
-from guard.read.objects import node_info as node_info  # the executor re-reads nodes with it
+from guard.read.objects import NamelessObject, is_guard_job, job_info, node_info
 from guard.read.prom_view import read_prom as read_prom
 from guard.read.prom_view import with_prom_unreadable
 from guard.settings import Settings
@@ -60,8 +58,7 @@ class ClusterObjects:
     resource_claims: tuple[dict[str, Any], ...] = ()  # the jobs namespace's
 
     def dra_gpus(self) -> bool:
-        """Whether the DRA driver publishes any GPU (`read_prom` then needs no device-plugin
-        capacity series)."""
+        """Whether the DRA driver publishes any GPU (then no device-plugin series is needed)."""
         return bool(objects.devices(self.resource_slices))
 
 
@@ -116,9 +113,8 @@ SNAPSHOT_COMMAND = "kubectl get nodes,jobs,configmaps,events,pods -A -o yaml"
 
 
 class _Collect:
-    """Keeps, object by object, what the cycle reads: the guard's Jobs, Events and Pods, the
-    ledger and its archives; and the kinds and namespaces seen, for `snapshot_gaps`. Nodes pass
-    on to `parse_nodes`; nothing else of an object outlives `nodes_of`."""
+    """Keeps, object by object, what the cycle reads of a List file, and the kinds and
+    namespaces seen (`snapshot_gaps`); Nodes pass on to `parse_nodes`."""
 
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)

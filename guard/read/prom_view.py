@@ -1,11 +1,7 @@
-"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
-
-`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant; which facts
-make a candidate is decided in guard/plan/hold.py. The label naming the Node: a series' `node`
-when it names a Node, else the first of `Settings.dcgm_node_label_names` that does (`check_join`).
-Every label that reaches a write or a log line is checked against its format here (`_Intake`): a
-series that fails, or that `guard.doors.prom` set apart, drops every fact of its node with a
-`PromUnreadable` (guard/plan/unreadable.py); what is wrong with an answer as a whole aborts.
+"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only (guard/plan/hold.py
+decides). A series names its Node by `node`, else by the first of `dcgm_node_label_names` that
+does. Every label that reaches a write or a log line is checked here (`_Intake`): a bad series
+drops every fact of its node (`PromUnreadable`); a bad answer as a whole aborts.
 """
 
 from __future__ import annotations
@@ -80,9 +76,8 @@ def read_prom(
             answer = client.vector_checked(q.name, q.promql, at, q.required)
             vectors[q.name] = intake.checked(q.name, answer)
     if not sent:
-        counts = {
-            m: _count(vectors[queries.required_input_name(m)]) for m, _ in queries.REQUIRED_INPUTS
-        }
+        found = {m: vectors[queries.required_input_name(m)] for m, _ in queries.REQUIRED_INPUTS}
+        counts = {m: x[0].value if x else 0.0 for m, x in found.items()}  # count(…): none is 0
         missing = missing_input(counts, dra_gpus)
         if missing:
             either = " and no gpu.nvidia.com ResourceSlice publishes a GPU"
@@ -115,11 +110,6 @@ def read_prom(
     facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}  # empty where not sent
     view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     return _without(view, intake.problems)
-
-
-def _count(found: tuple[Sample, ...]) -> float:
-    """The value of a ``count(…)`` answer: no sample is no series."""
-    return found[0].value if found else 0.0
 
 
 def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
@@ -212,25 +202,17 @@ def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, A
     }
 
 
-# The facts `_without` drops for a node with a bad series, and how each names its node.
-_PER_NODE: dict[str, Callable[[Any], str]] = {
-    **dict.fromkeys(
-        ("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
-        lambda x: x.node,
-    ),
-    **dict.fromkeys(
-        (
-            "loss_since",
-            "nvml_since",
-            "gpu_counts",
-            "admission_since",
-            "admission_now",
-            "fabric_since",
-        ),
-        lambda x: x[0],
-    ),
-    **dict.fromkeys(("cordoned", "fabric_not_success"), lambda x: x),
-}
+# The facts `_without` drops for a node with a bad series.
+_PER_NODE = (
+    *("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
+    *("loss_since", "nvml_since", "gpu_counts", "admission_since", "admission_now"),
+    *("fabric_since", "cordoned", "fabric_not_success"),
+)
+
+
+def _node_of(fact: Any) -> str:
+    """A fact's node: the fact itself (a node name), a pair's first item, or its `node`."""
+    return str(fact if isinstance(fact, str) else fact[0] if isinstance(fact, tuple) else fact.node)
 
 
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
@@ -240,8 +222,7 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     if not found:
         return view
     kept: dict[str, Any] = {
-        name: tuple(x for x in getattr(view, name) if node(x) not in gone)
-        for name, node in _PER_NODE.items()
+        name: tuple(x for x in getattr(view, name) if _node_of(x) not in gone) for name in _PER_NODE
     }
     return replace(view, **kept, unreadable=found)
 

@@ -11,8 +11,6 @@ from guard.ledger import format_time
 from guard.model import GpuRef
 
 Gpu = GpuRef  # a row's GPU (pci, uuid): the cordon record's own value
-# The order of a candidate's keys in ``-o json``.
-CANDIDATE_KEYS = "node reason xid gpu pci uuid held_s needs_s decision decides_at detail".split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +74,8 @@ class Candidate:
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
     def to_json(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in CANDIDATE_KEYS}
+        keys = ("node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s", "decision")
+        return {key: getattr(self, key) for key in (*keys, "decides_at", "detail")}
 
 
 @dataclass(frozen=True, slots=True)
