@@ -121,14 +121,22 @@ def list_items(
         os.close(fd)
 
 
-def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
-    reader.expect("{")
-    head: dict[str, Any] = {}
-    streamed, first = False, True
-    while reader.peek() != "}":
+def _members(reader: _Reader, opening: str, closing: str) -> Iterator[None]:
+    """Once at each member of an object or array: its commas read, `pos` at the member."""
+    reader.expect(opening)
+    first = True
+    while reader.peek() != closing:
         if not first:
             reader.expect(",")
         first = False
+        yield
+    reader.pos += 1
+
+
+def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
+    head: dict[str, Any] = {}
+    streamed = False
+    for _ in _members(reader, "{", "}"):
         if reader.peek() != '"':
             reader.syntax("expected a key")
         key = reader.value(max_item)
@@ -142,7 +150,6 @@ def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
             if depth(value) + 1 > MAX_DEPTH:
                 raise FileInputError(f"{reader._where()}: nested deeper than {MAX_DEPTH} levels")
             head[str(key)] = value
-    reader.pos += 1
     if reader.peek():
         reader.syntax("extra data after the document")
     if streamed and not str(head.get("kind", "List")).endswith("List"):
@@ -162,15 +169,9 @@ def item_too_deep(item: object) -> bool:
 
 
 def _items(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
-    reader.expect("[")
-    first = True
-    while reader.peek() != "]":
-        if not first:
-            reader.expect(",")
-        first = False
+    for _ in _members(reader, "[", "]"):
         item = reader.value(max_item)
         if isinstance(item, dict):
             yield item  # its depth: `item_too_deep`, for what the caller keeps
         elif item_too_deep(item):
             raise FileInputError(f"{reader._where()}: nested deeper than {MAX_DEPTH} levels")
-    reader.pos += 1

@@ -1,17 +1,11 @@
 """The status report from a Snapshot: the planners' own decisions, read, never a second copy.
-
-Which nodes get a row (first case wins) and what the candidates are: docs/status.md. A fence
-lifted behind the guard's back (fence-lifted-foreign) outranks a cordoned node's other decisions.
-Without Prometheus the return check runs a second time on a view where the node has an Xid of
-unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
-(Xid, row remap, GPU pods) were not seen, which its row says.
-"""
+Which nodes get a row (first case wins) and what the candidates are: docs/status.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import assert_never
+from typing import Any, assert_never
 
 from guard import ledger
 from guard.actions import (
@@ -334,47 +328,42 @@ def _candidates(
         if not isinstance(a, EmitEvent):
             decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
     xids = hold.candidates(snap.prom, snap.now, s)
-    held = [
-        Candidate(
+    xid_nodes = {g.node for g in xids}  # the Xid path decides those
+
+    def held(node: str, reason: str, held_s: int, needs_s: int, **more: Any) -> Candidate:
+        return Candidate(node, reason, held_s, needs_s, decided.get(node, "unreadable"), **more)
+
+    found = [
+        held(
             g.node,
             f"xid-{g.value}",
             hold.loss_held_s(snap.prom, g.node, snap.now),
             hold.hold_window_s(g.value, s),
-            decided.get(g.node, "unreadable"),
-            g.value,
-            g.gpu,
-            g.pci,
-            g.uuid,
+            xid=g.value,
+            gpu=g.gpu,
+            pci=g.pci,
+            uuid=g.uuid,
         )
         for g in xids
     ]
-    xid_nodes = {g.node for g in xids}  # the Xid path decides those
     if s.nvml_mismatch_cordon:
-        held += [
-            Candidate(
+        found += [
+            held(
                 n,
                 mismatch.NVML_MISMATCH,
                 hold.nvml_held_s(snap.prom, n, snap.now),
                 s.nvml_hold_s,
-                decided.get(n, "unreadable"),
                 detail=mismatch.seen(snap, n),
             )
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
         ]
-    held += [
-        Candidate(
-            h.node,
-            h.reason,
-            h.held_s,
-            h.needs_s,
-            decided.get(h.node, "unreadable"),
-            detail=h.detail,
-        )
+    found += [
+        held(h.node, h.reason, h.held_s, h.needs_s, detail=h.detail)
         for h in triggers.hits(snap, s)
         if h.held and h.node not in xid_nodes
     ]
-    return tuple(sorted([*waiting, *held], key=_order))
+    return tuple(sorted([*waiting, *found], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:
