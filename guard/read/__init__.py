@@ -141,9 +141,9 @@ class _Collect:
         if kind in ("Job", "Pod"):
             return is_guard_job(item, s.jobs_namespace)
         if kind == "Event":
-            return _is_guard_event(item)
-        # guard.read.objects reads what is the GPU's
-        if kind in ("ResourceSlice", "DeviceTaintRule"):
+            labels = objects.mapping(objects.mapping(item.get("metadata")).get("labels"))
+            return labels.get(APP_LABEL) == APP_NAME
+        if kind in ("ResourceSlice", "DeviceTaintRule"):  # guard.read.objects picks the GPUs
             return True
         if kind == "ResourceClaim":
             return _meta(item, "namespace") == s.jobs_namespace
@@ -193,10 +193,9 @@ def parse_nodes(
 
 
 def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, ...]:
-    """What a snapshot file lacks that a cluster always has: Pods at all, and any object of the
-    guard's two namespaces (every namespace has its kube-root-ca.crt ConfigMap). Missing, they
-    mean a `kubectl get` without `-A` or without `pods`: the report would show no incidents, or
-    plan a Job that already runs, without a word."""
+    """What a snapshot file lacks that a cluster always has (Pods; an object of each of the
+    guard's namespaces, which hold kube-root-ca.crt at least): `kubectl get` without `-A` or
+    `pods`, which would hide incidents or running Jobs."""
     gaps = [] if "Pod" in kinds else ["Pods (the guard's Job results)"]
     for namespace, what in ((s.namespace, "the ledger"), (s.jobs_namespace, "the guard's Jobs")):
         if namespace not in spaces:
@@ -344,11 +343,6 @@ def _is_ledger(cm: Mapping[str, Any], s: Settings) -> bool:
 def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
     here = _meta(cm, "namespace") in ("", s.namespace)
     return here and ledger_store.is_archive(cm, s.ledger_configmap)
-
-
-def _is_guard_event(event: Mapping[str, Any]) -> bool:
-    labels = (event.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(APP_LABEL) == APP_NAME)
 
 
 def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:

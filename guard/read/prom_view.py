@@ -51,10 +51,8 @@ def read_prom(
     sent: tuple[queries.Query, ...] = (),
     dra_gpus: bool = False,
 ) -> PromView:
-    """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
-    facts of the others stay empty); missing inputs (`missing_input`; `dra_gpus`: the DRA driver
-    publishes GPUs in the cluster) or a bad answer raise `PromError`, a bad series drops its node
-    (`PromView.unreadable`)."""
+    """Run every query at `now` (or only `sent`: the watch's narrowed queries); a missing input or
+    a bad answer raises `PromError`, a bad series drops its node (`PromView.unreadable`)."""
     join = _Join(s.dcgm_node_label_names, frozenset(node_names))
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
@@ -113,11 +111,8 @@ def read_prom(
 
 
 def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
-    """The first required input (`queries.REQUIRED_INPUTS`) with no series, or None.
-
-    The device plugin's GPU capacity is waived where the DRA driver publishes GPUs
-    (ResourceSlices of gpu.nvidia.com): a DRA-only cluster has no nvidia.com/gpu resource, and
-    its Nodes' series and dcgm-exporter's Xid gauge are still required.
+    """The first required input with no series, or None; the device plugin's GPU capacity is
+    waived where the DRA driver publishes GPUs (a DRA-only cluster has no nvidia.com/gpu).
 
     >>> inputs = {m: 1.0 for m, _ in queries.REQUIRED_INPUTS}
     >>> gone = {**inputs, queries.DEVICE_PLUGIN_INPUT: 0.0}
@@ -166,8 +161,7 @@ def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> di
 
 
 def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
-    """The node triggers' histories (guard/plan/triggers): GPU counts per step, and when the
-    admission rejections began with their count at the last step."""
+    """GPU counts per step; when the admission rejections began, with their last count."""
     node = queries.NODE_LABEL
     counts = tuple(
         sorted(
@@ -191,8 +185,7 @@ def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str
 
 
 def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
-    """The fabric trigger's facts: when each node's run of Failure steps began, the nodes not in
-    Success now, and whether dcgm-exporter exposes the field at all."""
+    """When each node's Failure began, the nodes not in Success now, whether the field exists."""
     other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
     seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
     return {
@@ -228,8 +221,7 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
 
 
 def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
-    """The node marked unreadable for the series of it that were refused, so every planner
-    leaves it alone this cycle (as for an unreadable annotation)."""
+    """The node marked unreadable for its refused series: every planner leaves it alone."""
     found = tuple(
         Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
         for p in view.unreadable
@@ -360,7 +352,7 @@ class _Intake:
         return _first(hosts, self.join.names)
 
     def _named(self, query: str, item: Sample | Series) -> bool:
-        """Every naming label set on the series is a node name; else the series is refused."""
+        """Every naming label of the series is a node name; else it is refused."""
         for key, value in self.join.hosts(item):
             if not is_dns_subdomain(value):
                 why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
@@ -434,9 +426,8 @@ class _Intake:
         return tuple(out.values())
 
     def holders(self, samples: Iterable[Sample]) -> tuple[GpuHolder, ...]:
-        """The pods dcgm-exporter names on the Xid series (`pod`, `namespace`). A series without
-        them, or with names that are not a pod's, tells no pod: never a refusal, since it is not
-        what decides the node, only who is told (guard.plan.workload)."""
+        """The pods dcgm-exporter names on the Xid series. Bad names tell no pod, never a
+        refusal: they decide only who is told (guard.plan.workload), not the node."""
         out = set()
         for x in samples:
             namespace, pod = x.label("namespace"), x.label("pod")
@@ -471,8 +462,7 @@ class _Intake:
         return tuple(out)
 
     def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
-        """The agent's status (a known word) and detail (one printable line: it reaches an
-        Event and the cordon's log line)."""
+        """The agent's status (a known word) and detail (one printable line: it reaches logs)."""
         checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
             ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
             (
