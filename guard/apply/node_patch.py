@@ -127,25 +127,21 @@ def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[
                 notes[keys.boot_id] = fresh.boot_id
                 notes[keys.gpu_capacity] = str(fresh.gpu_capacity)
             return {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
-        case Uncordon():
+        case Uncordon() | ClearGuardAnnotations() | RemoveTaint():
             cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": cleared}, "spec": {"unschedulable": False}}
-        case ClearGuardAnnotations():
-            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": cleared}}
+            body: dict[str, Any] = {"metadata": {"annotations": cleared}}
+            if isinstance(action, Uncordon):
+                body["spec"] = {"unschedulable": False}
+            elif isinstance(action, RemoveTaint):
+                kept = (
+                    action.keep if fresh is None else [t for t in fresh.taints if t != action.taint]
+                )
+                body["spec"] = {"taints": [t.as_dict() for t in kept]}
+            return body
         case SetHold():
             return {"metadata": {"annotations": {action.key: action.text}}}
         case Annotate() | RecordBoot():
             return {"metadata": {"annotations": dict(action.annotations)}}
-        case RemoveTaint():
-            taints = (
-                action.keep if fresh is None else (t for t in fresh.taints if t != action.taint)
-            )
-            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {
-                "metadata": {"annotations": cleared},
-                "spec": {"taints": [t.as_dict() for t in taints]},
-            }
         case _:
             assert_never(action)
 

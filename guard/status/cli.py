@@ -100,9 +100,8 @@ def status(
 def read_objects(
     s: Settings, options: dict[str, Any], context: str, cluster_snapshot: Path | None
 ) -> tuple[Settings, ClusterObjects]:
-    """The settings that decide and the objects they decide on: a List file's with the settings
-    given here; else the API server's, with the CronJob's ConfigMap under what is given here
-    (`status` and `report` alike)."""
+    """The settings and the objects (`status` and `report`): a List file's with the settings
+    given here, else the API server's with the CronJob's ConfigMap under what is given here."""
     if cluster_snapshot is not None:
         return s, load_cluster_file(cluster_snapshot, s)
     kube = _connect(s, context)

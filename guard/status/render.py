@@ -1,8 +1,5 @@
-"""The status report as text: the breaker and the candidates above one table, kubectl-style.
-
-``text`` keeps each row on one line of a terminal (long texts cut with …); ``wide`` adds the
-GPU UUID and the runbook link and cuts nothing.
-"""
+"""The status report as text: the breaker and the candidates above one table, kubectl-style;
+``text`` cuts long texts with …, ``wide`` adds the GPU UUID and the runbook link."""
 
 from __future__ import annotations
 
