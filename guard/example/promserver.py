@@ -80,27 +80,6 @@ def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) ->
         raise PrometheusUnavailable(f"promtool create-blocks-from failed: {' '.join(tail)}")
 
 
-def start_prometheus(
-    started: Started,
-    server: str,
-    data_dir: Path,
-    web_config: Path | None,
-    session: requests.Session,
-    deadline: float,
-) -> str:
-    """Start the Prometheus `server` on a free loopback port over `data_dir` and wait until it
-    is ready; its URL (https when `web_config` sets up TLS)."""
-    port = free_port()
-    argv = prometheus_args(server, prometheus_config(data_dir, {}), data_dir, port)
-    if web_config is not None:
-        argv.append(f"--web.config.file={web_config}")
-    started.start("prometheus", argv)
-    tls = web_config is not None and "tls_server_config" in web_config.read_text()
-    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-    wait_ready(url, started, session, deadline)
-    return url
-
-
 @contextmanager
 def scenario_server(scenario: Scenario, timeout_s: float = 120.0) -> Iterator[LocalPrometheus]:
     """Load `scenario` into Prometheus in a temporary directory and serve it on a free loopback
@@ -113,8 +92,12 @@ def scenario_server(scenario: Scenario, timeout_s: float = 120.0) -> Iterator[Lo
         with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
             write_openmetrics(scenario, out)
         import_openmetrics(openmetrics_file(data_dir), data_dir)
-        started = Started(data_dir, stack, [])
-        url = start_prometheus(started, server, data_dir, None, session, deadline)
+        started, port = Started(data_dir, stack, []), free_port()
+        started.start(
+            "prometheus", prometheus_args(server, prometheus_config(data_dir), data_dir, port)
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, started, session, deadline)
         wait_data(url, "count(kube_node_spec_unschedulable)", end, session, deadline)
         yield LocalPrometheus(url, data_dir)
 
@@ -132,14 +115,9 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
 # ---- processes -----------------------------------------------------------------------------
 
 
-def prometheus_config(data_dir: Path, external_labels: dict[str, str]) -> Path:
+def prometheus_config(data_dir: Path) -> Path:
     config = data_dir / "prometheus.yml"
-    text = "global:\n  scrape_interval: 15s\n"
-    if external_labels:
-        text += "  external_labels:\n" + "".join(
-            f"    {k}: {v}\n" for k, v in sorted(external_labels.items())
-        )
-    config.write_text(text, encoding="utf-8")
+    config.write_text("global:\n  scrape_interval: 15s\n", encoding="utf-8")
     return config
 
 
