@@ -94,11 +94,7 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {
-            "name": action.name,
-            "namespace": namespace,
-            "labels": {APP_LABEL: APP_NAME},
-        },
+        "metadata": {"name": action.name, "namespace": namespace, "labels": {APP_LABEL: APP_NAME}},
         "eventTime": micro_time(reporter.now),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": (reporter.instance or APP_NAME)[:FIELD_LIMIT],

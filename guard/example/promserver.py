@@ -158,11 +158,7 @@ class Started:
 
 
 def wait_ready(
-    url: str,
-    started: Started,
-    session: requests.Session,
-    deadline: float,
-    path: str = "/-/ready",
+    url: str, started: Started, session: requests.Session, deadline: float, path: str = "/-/ready"
 ) -> None:
     while time.monotonic() < deadline:
         started.check()

@@ -10,14 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from guard.files import (
-    MAX_DEPTH,
-    MIB,
-    FileInputError,
-    FileSyntaxError,
-    depth,
-    open_regular,
-)
+from guard.files import MAX_DEPTH, MIB, FileInputError, FileSyntaxError, depth, open_regular
 
 CHUNK = MIB
 ITEM_MAX_CHARS = 8 * MIB  # the API server stores objects of at most 1.5 MiB (etcd's limit)

@@ -253,33 +253,20 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         word = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
         blocked = Blocked(word, f"hold={node.hold!r}")
         step = hold_next(keys(s).hold, node.name, is_repeat_fault_hold(node.hold))
-        return _Seen(word, "", None, _last_incident(snap, node.name), blocked, step)
+        return _Seen(word, "", None, _gpu(_last(snap, node.name)), blocked, step)
     cancel = node.cancelled
-    if cancel is not None and not rebooted(cancel.boot_id, node.boot_id) and not cancel.uuid:
-        # a cordon without a GPU (nvml-mismatch): the incident is the boot
-        return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
+        if not cancel.uuid:  # a cordon without a GPU (nvml-mismatch): the incident is the boot
+            return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
         last = _last(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
-        return _Seen(
-            "cancelled",
-            f"xid-{cancel.xid}",
-            cancel.at,
-            gpu,
-            None,
-            "re-arms on a new boot, another GPU or another Xid",
-        )
+        step = "re-arms on a new boot, another GPU or another Xid"
+        return _Seen("cancelled", f"xid-{cancel.xid}", cancel.at, gpu, None, step)
     back = node.returned
     if back is not None and snap.now - back.at <= RETURNED_SHOWN:
         last = _last(snap, node.name)
-        return _Seen(
-            "returned",
-            last.word if last else "",
-            back.at,
-            Gpu(last.pci, last.uuid) if last else None,
-            None,
-            f"nothing: {back.job} passed; the node serves again",
-        )
+        step = f"nothing: {back.job} passed; the node serves again"
+        return _Seen("returned", last.word if last else "", back.at, _gpu(last), None, step)
     return None
 
 
@@ -314,8 +301,7 @@ def _last(snap: Snapshot, node: str, uuid: str = "") -> ledger.LedgerEntry | Non
     return max(found, key=lambda e: e.at, default=None)
 
 
-def _last_incident(snap: Snapshot, node: str) -> Gpu | None:
-    last = _last(snap, node)
+def _gpu(last: ledger.LedgerEntry | None) -> Gpu | None:
     return Gpu(last.pci, last.uuid) if last else None
 
 
