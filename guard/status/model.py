@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,13 +44,9 @@ class NodeRow:
             "runbook": self.runbook,
             "reason": self.reason,
             "since": format_time(self.since) if self.since else None,
-            "gpu": {"pci": self.gpu.pci, "uuid": self.gpu.uuid} if self.gpu else None,
+            "gpu": asdict(self.gpu) if self.gpu else None,  # pci, uuid
             "incidents": incidents,
-            "blocked_by": (
-                {"condition": self.blocked.condition, "observed": self.blocked.observed}
-                if self.blocked
-                else None
-            ),
+            "blocked_by": asdict(self.blocked) if self.blocked else None,  # condition, observed
             "next": self.next,
         }
 
@@ -121,12 +117,7 @@ class Report:
             "at": format_time(self.at),
             "namespace": self.namespace,
             "prometheus": {"url": p.url, "seen": p.seen, "error": p.error},
-            "breaker": {
-                "guarded": b.guarded,
-                "limit": b.limit,
-                "open": b.open,
-                "headroom": b.headroom,
-            },
+            "breaker": {k: getattr(b, k) for k in ("guarded", "limit", "open", "headroom")},
             "candidates": (
                 None if self.candidates is None else [c.to_json() for c in self.candidates]
             ),
