@@ -106,12 +106,6 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
     }
 
 
-def observed_at(event: dict[str, Any]) -> datetime | None:
-    """When the Event was last seen: series.lastObservedTime, else eventTime."""
-    text = (event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or ""
-    return parse_micro(str(text))
-
-
 def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:
     """An Event about a Pod (guard.plan.workload): created once. Its name is deterministic, so a
     second run or a retry finds it there (409) and is done; the guard may only create Events
@@ -135,8 +129,9 @@ def emit(kube: Kube, action: EmitEvent, ref: NodeRef, reporter: Reporter) -> Emi
             if found is None:
                 kube.create_event(NODE_EVENT_NAMESPACE, body(action, ref, reporter))
                 return Emitted(False, 1)
-            last = observed_at(found)
-            count = int((found.get("series") or {}).get("count") or 1)
+            seen = found.get("series") or {}  # last seen: series.lastObservedTime, else eventTime
+            last = parse_micro(str(seen.get("lastObservedTime") or found.get("eventTime") or ""))
+            count = int(seen.get("count") or 1)
             if last is not None and last >= reporter.now - timedelta(seconds=SAME_OBSERVATION_S):
                 return Emitted(True, count)
             rv = (found.get("metadata") or {}).get("resourceVersion", "")

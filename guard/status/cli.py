@@ -40,7 +40,7 @@ from guard.settings_flags import (
     option_set,
 )
 from guard.status.derive import report
-from guard.status.model import Report, Sight
+from guard.status.model import Sight
 from guard.status.render import render
 
 READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers, retries included
@@ -92,7 +92,10 @@ def status(
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
     result = report(snap, s, templates, sight)
-    _print(result, output)
+    if output == "json":
+        click.echo(json.dumps(result.to_json()))
+    else:
+        click.echo(render(result, wide=output == "wide"), nl=False)
     if sight.error:
         raise SystemExit(1)
 
@@ -148,13 +151,6 @@ def _prometheus(
     except PromError as exc:
         return PromView(), Sight(s.prometheus_url, str(exc))
     return view, Sight(s.prometheus_url)
-
-
-def _print(result: Report, output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(result.to_json()))
-    else:
-        click.echo(render(result, wide=output == "wide"), nl=False)
 
 
 def plugin() -> None:
