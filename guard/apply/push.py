@@ -185,9 +185,8 @@ def registry(samples: Samples) -> CollectorRegistry:
 def push_run(
     s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float, log: Log
 ) -> bool:
-    """Build the samples and push them; neither can raise or change the exit code. Building
-    re-runs the planners for the node states (a bug there is one WARN ``push-failed`` line, and
-    nothing is pushed: a half-built push would mislead the alerts)."""
+    """Build the samples and push them; neither raises or changes the exit code. A bug in
+    building is one WARN ``push-failed`` line and no push (a half-built one misleads alerts)."""
     try:
         samples = metrics(s, trace, exit_code, ended, took_s)
     except Exception as exc:  # a bug in the status derivation: the cycle's work stands
