@@ -1,9 +1,6 @@
-"""Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
-
-Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
-Each action gets exactly one log line, written here from its outcome (docs/writes.md); a node
-patch that did not land stops every later write on that node in this cycle.
-"""
+"""Executors, the only code that writes: `KubeExecutor` applies, `PrintExecutor` prints (the CLI
+picks one: no `dry_run` flag below it). One log line per action, from its outcome (docs/writes.md);
+a node patch that did not land stops every later write on that node in this cycle."""
 
 from __future__ import annotations
 

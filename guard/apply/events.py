@@ -1,7 +1,6 @@
 """Events about Nodes that kubectl shows (events.k8s.io/v1, in `default`, one per condition and
 incident, counted in `series` when seen again), and Events about the pods on a GPU the guard
-isolates (`emit_once`). The case list: docs/writes.md, "Events".
-"""
+isolates (`emit_once`). The case list: docs/writes.md, "Events"."""
 
 from __future__ import annotations
 

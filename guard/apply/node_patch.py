@@ -1,8 +1,6 @@
-"""Node patches: one merge patch with a resourceVersion precondition, never resent stale.
-
-On 409 the node is re-read: already holding the change → already-done; the action's
-precondition gone → skipped (changed-under-us); else rebuilt and sent again, `PATCH_TRIES` in all.
-"""
+"""Node patches: one merge patch with a resourceVersion precondition, never resent stale. On 409
+the node is re-read: holding the change → already-done; the precondition gone → skipped
+(changed-under-us); else rebuilt and sent again, `PATCH_TRIES` in all."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The 21 September incident as data: gpu-node-b's GPU 4 falls off the bus (Xid 79).
-
-Times are UTC (14:52:44 KST = 05:52:44Z). Around it: two healthy nodes, one with only a user-code
-Xid, and gpu-node-a, cordoned by a person weeks earlier for Xid 48 on GPU 1.
-"""
+"""The 21 September incident as data: gpu-node-b's GPU 4 falls off the bus (Xid 79), in UTC
+(14:52:44 KST = 05:52:44Z). Around it: two healthy nodes, one with only a user-code Xid, and
+gpu-node-a, cordoned by a person weeks earlier for Xid 48 on GPU 1."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
-
-From the API (page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), objects
-arrive as plain dicts, one at a time; a Node becomes its `NodeInfo` at once.
-"""
+"""Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects, from the API
+(page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), one plain dict at a
+time; a Node becomes its `NodeInfo` at once."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Job results: the summary each finished Pod of the guard's Jobs left in its container's
-termination message, parsed once into a typed `JobResult` (read, rejected by the kubelet,
-unreadable, or `foreign`: not the Job's own Pod). The case list: docs/lifecycle.md, "Job results".
-"""
+"""Job results: the summary each finished Pod of the guard's Jobs left in its termination
+message, parsed once into a `JobResult` (read, rejected by the kubelet, unreadable, or `foreign`:
+not the Job's own Pod). The case list: docs/lifecycle.md, "Job results"."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A ``kubectl get -o json`` List read one item at a time, never held whole: at most one chunk
-plus one item (`json.JSONDecoder.raw_decode`) is alive; the bounds of `guard.files` hold.
-"""
+plus one item (`json.JSONDecoder.raw_decode`) is alive; the bounds of `guard.files` hold."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Prometheus answers → `PromView`: GPU series joined to Nodes, facts only (guard/plan/hold.py
 decides). A series names its Node by `node`, else by the first of `dcgm_node_label_names` that
 does. Every label that reaches a write or a log line is checked here (`_Intake`): a bad series
-drops every fact of its node (`PromUnreadable`); a bad answer as a whole aborts.
-"""
+drops every fact of its node (`PromUnreadable`); a bad answer as a whole aborts."""
 
 from __future__ import annotations
 

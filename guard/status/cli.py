@@ -1,7 +1,6 @@
 """``gpu-node-guard status`` (and the kubectl plugin ``kubectl gpu-guard``): it reads, never writes;
 it plans as a run would and shows the decisions. What it reads, its options and exit codes:
-docs/status.md.
-"""
+docs/status.md."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def status(
     The decisions use the CronJob's own settings, read from its ConfigMap
     (gpu-node-guard-settings); the flags here say where to read from (a flag or GUARD_* variable
     given here wins over the ConfigMap's). Without --prometheus-url the table says what it could
-    not see.
-    """
+    not see."""
     s = build_settings(options)
     now = at or datetime.now(UTC).replace(microsecond=0)
     try:
