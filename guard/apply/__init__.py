@@ -178,7 +178,6 @@ class KubeExecutor:
             case _:
                 assert_never(o.status)
 
-    # -- other writes ---------------------------------------------------------------------------
     def _remember(self, node: dict[str, Any]) -> None:
         """The node's uid and version for the Events about it (after a patch: the new one)."""
         meta = node.get("metadata") or {}

@@ -73,23 +73,13 @@ def _note(message: str) -> str:
 
 
 def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
-    regarding = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "name": ref.name,
-        "uid": ref.uid,
-        "resourceVersion": ref.resource_version,
-    }
     namespace = NODE_EVENT_NAMESPACE
+    regarding = {"apiVersion": "v1", "kind": "Node", "name": ref.name, "uid": ref.uid}
+    regarding["resourceVersion"] = ref.resource_version
     if action.pod is not None:  # kubectl describe pod matches the uid, where one is known
-        namespace = action.pod.namespace
-        regarding = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
-            "name": action.pod.name,
-            "uid": action.pod.uid,
-        }
+        namespace, pod = action.pod.namespace, action.pod
+        regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod.name}
+        regarding["uid"] = pod.uid
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -106,9 +96,8 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
 
 
 def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:
-    """An Event about a Pod (guard.plan.workload): created once. Its name is deterministic, so a
-    second run or a retry finds it there (409) and is done; the guard may only create Events
-    outside `default` (manifests/base/rbac.yaml), never read or patch them."""
+    """An Event about a Pod (guard.plan.workload), created once by its deterministic name (409:
+    done): outside `default` the guard may only create Events (manifests/base/rbac.yaml)."""
     assert action.pod is not None
     try:
         made = body(action, NodeRef(action.node, "", ""), reporter)

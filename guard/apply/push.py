@@ -47,10 +47,9 @@ def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: 
     }
     if exit_code == 0:
         out[m.LAST_SUCCESS.name] = {(): ended}
-    if trace.lease_taken is not None:
-        out[m.LEASE_TAKEN.name] = {(): trace.lease_taken}
-    if trace.lease_held is not None:
-        out[m.LEASE_HELD.name] = {(): trace.lease_held}
+    for lease, at in ((m.LEASE_TAKEN, trace.lease_taken), (m.LEASE_HELD, trace.lease_held)):
+        if at is not None:
+            out[lease.name] = {(): at}
     out.update(site_filters(s))
     if trace.snap is not None and trace.templates is not None:
         out.update(_seen(s, trace.snap, trace.templates))

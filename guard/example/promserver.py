@@ -112,9 +112,6 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
         process.wait()
 
 
-# ---- processes -----------------------------------------------------------------------------
-
-
 def prometheus_config(data_dir: Path) -> Path:
     config = data_dir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 15s\n", encoding="utf-8")

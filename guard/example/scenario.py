@@ -26,14 +26,13 @@ class NodeTimeline:
     xids: tuple[tuple[int, int, int], ...] = ()  # (offset_s, gpu index, last Xid from then on)
     allocatable: Steps = ()  # default: all GPUs allocatable
     unschedulable: Steps = ()  # default: schedulable
-    pci_base: int = 0x18
 
     def gpu_uuid(self, index: int) -> str:
         digest = hashlib.sha256(f"{self.name}/{index}".encode()).hexdigest()
         return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
     def gpu_pci(self, index: int) -> str:
-        return f"00000000:{self.pci_base + index * 0x10:02X}:00.0"
+        return f"00000000:{0x18 + index * 0x10:02X}:00.0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +81,11 @@ def write_openmetrics(sc: Scenario, out: TextIO) -> int:
             )
             series(XID, labels, tuple((t, v) for t, g, v in node.xids if g == gpu), 0)
     gpus = ',resource="nvidia_com_gpu",unit="integer"'
-    for name, of in (
-        ("kube_node_status_capacity", lambda n: ()),
-        ("kube_node_status_allocatable", lambda n: n.allocatable),
-    ):
+    for name in ("kube_node_status_capacity", "kube_node_status_allocatable"):
         out.write(f"# TYPE {name} gauge\n")
         for node in sc.nodes:
-            series(name, f'node="{node.name}"{gpus}', of(node), node.gpus)
+            steps = node.allocatable if name.endswith("allocatable") else ()
+            series(name, f'node="{node.name}"{gpus}', steps, node.gpus)
     out.write("# TYPE kube_node_spec_unschedulable gauge\n")
     for node in sc.nodes:
         series("kube_node_spec_unschedulable", f'node="{node.name}"', node.unschedulable, 0)

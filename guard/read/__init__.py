@@ -60,9 +60,6 @@ class ClusterObjects:
         return bool(objects.devices(self.resource_slices))
 
 
-# ---- Cluster objects ------------------------------------------------------------------------
-
-
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
     """Read a ``kubectl get nodes,jobs,configmaps,events,pods -o yaml|json`` style List: JSON
     one item at a time (`guard.read.json_stream`), YAML whole within SNAPSHOT_MAX_BYTES."""
@@ -191,9 +188,8 @@ def parse_nodes(
 
 
 def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, ...]:
-    """What a snapshot file lacks that a cluster always has (Pods; an object of each of the
-    guard's namespaces, which hold kube-root-ca.crt at least): `kubectl get` without `-A` or
-    `pods`, which would hide incidents or running Jobs."""
+    """What a snapshot file lacks that a cluster always has (Pods; an object of each guard
+    namespace, kube-root-ca.crt at least): a `kubectl get` without `-A` or `pods`."""
     gaps = [] if "Pod" in kinds else ["Pods (the guard's Job results)"]
     for namespace, what in ((s.namespace, "the ledger"), (s.jobs_namespace, "the guard's Jobs")):
         if namespace not in spaces:
@@ -259,9 +255,8 @@ def read_node(kube: Kube, s: Settings, name: str) -> NodeInfo | None:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (each parsed as its page arrives), the guard's Jobs and their finished Pods (after
-    the Jobs: a Job read as finished has its Pod finished too), the ledger with its archives,
-    the guard's Events, the DRA objects. GPU pods come from kube-state-metrics."""
+    """Nodes (parsed page by page), the guard's Jobs, then their finished Pods (a Job read as
+    finished has its Pod finished too), the ledger and its archives, Events, the DRA objects."""
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
     labels = kept_label_keys(s.gpu_classes, s.topology_label)

@@ -231,8 +231,7 @@ def _loadtest(message: str) -> JobResult:
 
 
 def _fence(message: str) -> JobResult:
-    """Passed: the asked mode was read back. Otherwise one finding named by the outcome
-    (gpu-absent, mismatch, error) with its why."""
+    """Passed: the asked mode was read back; else one finding named by the outcome, its why."""
     summary = parse_fence_summary(message)
     failed = () if summary.passed else (Finding(summary.outcome, summary.why),)
     return JobResult("read", passed=summary.passed, failed=failed)

@@ -51,9 +51,6 @@ def object_name(obj: Mapping[str, Any]) -> str:
     return name
 
 
-# ---- Nodes ----------------------------------------------------------------------------------
-
-
 def node_info(
     obj: Mapping[str, Any], keys: Annotations, label_keys: frozenset[str] = frozenset()
 ) -> NodeInfo:
@@ -143,9 +140,6 @@ def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
         return int(value)
     problems.status(f"status.{part}[{GPU_RESOURCE}]", value, "not a whole number of GPUs")
     return 0
-
-
-# ---- Jobs -----------------------------------------------------------------------------------
 
 
 def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:

@@ -56,13 +56,10 @@ def read_prom(
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
-    windows = {
-        "loss-history": queries.loss_lookback_s(s),
-        "nvml-mismatch-history": queries.nvml_lookback_s(s),
-        "gpu-count-history": queries.trigger_lookback_s(s),
-        "admission-history": queries.trigger_lookback_s(s),
-        "fabric-history": queries.trigger_lookback_s(s),
-    }
+    triggers = ("gpu-count-history", "admission-history", "fabric-history")
+    windows = dict.fromkeys(triggers, queries.trigger_lookback_s(s))
+    windows |= {"loss-history": queries.loss_lookback_s(s)}
+    windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
@@ -151,12 +148,8 @@ def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> di
     )
     counts = intake.selectors("service-network-seen", vector("service-network-seen"))
     seen = ((x.label(selector), int(x.value)) for x in counts)
-    return {
-        "service_pods": tuple(
-            sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
-        ),
-        "service_seen": tuple(sorted(seen)),
-    }
+    by_node = sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
+    return {"service_pods": tuple(by_node), "service_seen": tuple(sorted(seen))}
 
 
 def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
@@ -253,9 +246,6 @@ def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
         "nodes": shown,
         "next": "GPU faults on these nodes go unseen: check dcgm-exporter and its scrape there",
     }
-
-
-# ---- conversion ---------------------------------------------------------------------------
 
 
 class _Join:

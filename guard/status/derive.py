@@ -105,9 +105,7 @@ class _Context:
     decisions: dict[str, tuple[Action, ...]]  # the return check's, per guard-cordoned node
     unreadable: dict[str, Skip]  # the unreadable check's skip, per node
     lifecycle: dict[str, Action]  # the lifecycle checks' first decision, per node with a row
-    # A fence Job no record explains, per node (guard.plan.fence_audit): the row of a node that
-    # has no other, said or not.
-    foreign_fence: dict[str, Skip]
+    foreign_fence: dict[str, Skip]  # a fence Job no record explains: the row of a node with none
 
 
 def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[Action, ...]]:

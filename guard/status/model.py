@@ -53,9 +53,8 @@ class NodeRow:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A GPU with a hardware Xid and GPU loss on its node, or a node with a driver/NVML
-    mismatch (no GPU, no Xid: `detail` says what its agent saw): pending, or decided this
-    cycle."""
+    """A GPU with a hardware Xid and GPU loss on its node, or a node with a driver/NVML mismatch
+    or a node trigger (no GPU, no Xid; `detail`): pending, or decided this cycle."""
 
     node: str
     reason: str  # xid-48, nvml-mismatch
