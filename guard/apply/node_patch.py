@@ -61,18 +61,15 @@ def holds(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> bool:
             return fresh.unschedulable and all(
                 fresh.annotation(key) == mine.get(key) for key in (keys.reason, keys.at)
             )
-        case Uncordon():
-            return not fresh.unschedulable and _landed(fresh, action.clear_keys, action.annotations)
-        case ClearGuardAnnotations():
-            return _landed(fresh, action.clear_keys, action.annotations)
+        case Uncordon() | ClearGuardAnnotations() | RemoveTaint():
+            landed = _landed(fresh, action.clear_keys, action.annotations)
+            if isinstance(action, Uncordon):
+                return landed and not fresh.unschedulable
+            return landed and not (isinstance(action, RemoveTaint) and action.taint in fresh.taints)
         case SetHold():
             return fresh.annotation(action.key) == action.text
         case Annotate() | RecordBoot():
             return all(fresh.annotation(key) == value for key, value in action.annotations)
-        case RemoveTaint():
-            return action.taint not in fresh.taints and _landed(
-                fresh, action.clear_keys, action.annotations
-            )
         case _:
             assert_never(action)
 

@@ -105,15 +105,11 @@ def read_objects(
     given here, else the API server's with the CronJob's ConfigMap under what is given here."""
     if cluster_snapshot is not None:
         return s, load_cluster_file(cluster_snapshot, s)
-    kube = _connect(s, context)
+    deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
+    kube = Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
     given = given_here(click.get_current_context(), options)
     s = _site_settings(kube, s, options, given)
     return s, require_nodes(read_cluster(kube, s))
-
-
-def _connect(s: Settings, context: str) -> Kube:
-    deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
-    return Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
 
 
 def _site_settings(
