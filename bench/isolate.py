@@ -37,10 +37,9 @@ import click
 from bench.openmetrics import check_matches_guard_writer, scenario_families, stamps
 from bench.tsdb import build_blocks
 from guard.cli import cli
-from guard.example.incident import incident
-from guard.example.scenario import NodeTimeline, Scenario
 from guard.settings import Settings
 from tests.engines import Engine, serve
+from tests.scenario_build import NodeTimeline, Scenario, incident
 
 TICK_S = 300  # the CronJob's */5 schedule (Settings.cadence_s)
 INCIDENT_TICK = datetime(2026, 9, 21, 5, 50, 0, tzinfo=UTC)

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.apimode import _post, _session, unavailable
-from guard.example.promserver import scenario_server
-from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
 from guard.names import CYCLE_LEASE
 from guard.settings import Settings
+from tests.engines import scenario_server
+from tests.scenario_build import KSM_POD, NodeTimeline, Scenario
 
 PHASE_S = 104  # the Xid after the schedule, 1 s before a scrape (the tables' phase 104 s)
 DELAY_S = 5  # the pod starts this long after its Job's schedule

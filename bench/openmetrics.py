@@ -1,6 +1,6 @@
 """A fast OpenMetrics writer for ``promtool tsdb create-blocks-from openmetrics``.
 
-`guard.example.scenario.write_openmetrics` formats every sample on its own (~165k lines/s), which
+`tests.scenario_build.write_openmetrics` formats every sample on its own (~165k lines/s), which
 takes minutes at 5,000 nodes. Here a series is a step function, so each constant run of samples
 is written with one string join. `scenario_families` turns a guard `Scenario` into families, and
 `check_matches_guard_writer` proves the output is byte-for-byte the guard's own.
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from guard.example.scenario import (
+from tests.scenario_build import (
     POD_PHASES,
     Scenario,
     Steps,
@@ -79,7 +79,7 @@ def _runs(series: SeriesSpec, offsets: list[int]) -> Iterable[tuple[int, int, in
 
 
 def scenario_families(sc: Scenario) -> list[Family]:
-    """The same families, labels and order as `guard.example.scenario.write_openmetrics`."""
+    """The same families, labels and order as `tests.scenario_build.write_openmetrics`."""
     xids = []
     for node in (n for n in sc.nodes if n.xid_gauge):
         for gpu in range(node.gpus):
@@ -163,4 +163,4 @@ def check_matches_guard_writer(sc: Scenario) -> None:
     write_scenario(sc, mine)
     write_openmetrics(sc, theirs)
     if mine.getvalue() != theirs.getvalue():
-        raise RuntimeError("bench OpenMetrics writer differs from guard.example.scenario's")
+        raise RuntimeError("bench OpenMetrics writer differs from tests.scenario_build's")

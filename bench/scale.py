@@ -16,8 +16,8 @@ from bench.cycle import CycleCost, Target, measure_cycle
 from bench.openmetrics import stamps
 from bench.synthetic import ClusterSpec, families
 from bench.tsdb import BuiltTsdb, build_blocks
-from guard.example.promserver import serve
 from guard.settings import Settings
+from tests.engines import serve
 
 Say = Callable[[str], None]
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from bench.openmetrics import Family, SeriesSpec
-from guard.read import HELD_LOOKBACK_S
+from guard.codec.queries import HELD_LOOKBACK_S
 from guard.settings import Settings
 
 Role = Literal["fault-79", "fault-48", "user-13", "guarded-a", "guarded-b", "human-48", "remap"]

@@ -1,4 +1,4 @@
-"""Turn families into Prometheus TSDB blocks with promtool, for `guard.example.promserver.serve`."""
+"""Turn families into Prometheus TSDB blocks with promtool, for `tests.engines.serve`."""
 
 from __future__ import annotations
 

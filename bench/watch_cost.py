@@ -28,9 +28,9 @@ from bench.synthetic import ClusterSpec, families
 from bench.tsdb import build_blocks
 from guard.codec import queries
 from guard.codec.series import on_step
-from guard.example.promserver import serve
 from guard.plan.watch import fine
 from guard.settings import Settings
+from tests.engines import serve
 
 
 def timed(session: requests.Session, url: str, q: queries.Query, at: float) -> float:

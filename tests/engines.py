@@ -39,11 +39,10 @@ from guard.example.promserver import (
     openmetrics_file,
     prometheus_args,
     prometheus_config,
-    start_prometheus,
     wait_data,
     wait_ready,
 )
-from guard.example.scenario import Scenario, write_openmetrics
+from tests.scenario_build import Scenario, write_openmetrics
 
 __all__ = ["ENGINES", "Engine", "LocalPrometheus", "PrometheusUnavailable", "binaries", "serve"]
 
@@ -150,7 +149,7 @@ def serve(
         elif engine == "thanos":
             url = _start_thanos(started, bins, session, deadline)
         else:
-            url = start_prometheus(started, bins.server, data_dir, web_config, session, deadline)
+            url = _start_prometheus(started, bins.server, data_dir, web_config, session, deadline)
         if ready_at is not None:
             wait_data(url, ready_query, ready_at, session, deadline)
         yield LocalPrometheus(url, data_dir, engine)
@@ -170,6 +169,27 @@ def scenario_server(
             yield server
 
 
+def _start_prometheus(
+    started: Started,
+    server: str,
+    data_dir: Path,
+    web_config: Path | None,
+    session: requests.Session,
+    deadline: float,
+) -> str:
+    """Start the Prometheus `server` on a free loopback port over `data_dir` and wait until it
+    is ready; its URL (https when `web_config` sets up TLS)."""
+    port = free_port()
+    argv = prometheus_args(server, prometheus_config(data_dir), data_dir, port)
+    if web_config is not None:
+        argv.append(f"--web.config.file={web_config}")
+    started.start("prometheus", argv)
+    tls = web_config is not None and "tls_server_config" in web_config.read_text()
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    wait_ready(url, started, session, deadline)
+    return url
+
+
 def _start_thanos(
     started: Started, bins: Binaries, session: requests.Session, deadline: float
 ) -> str:
@@ -179,7 +199,9 @@ def _start_thanos(
     """
     data_dir = started.data_dir
     prom_port, grpc, sidecar_http, query_http, query_grpc = (free_port() for _ in range(5))
-    config = prometheus_config(data_dir, {"replica": "a"})
+    config = prometheus_config(data_dir)
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write("  external_labels:\n    replica: a\n")
     started.start("prometheus", prometheus_args(bins.server, config, data_dir, prom_port))
     wait_ready(f"http://127.0.0.1:{prom_port}", started, session, deadline)
     started.start(

@@ -1,9 +1,6 @@
-"""Executors: the only code that writes. `KubeExecutor` applies, `PrintExecutor` prints.
-
-Both share `apply(action) -> Outcome`; the CLI picks one, so no `dry_run` flag exists below it.
-Each action gets exactly one log line, written here from its outcome (docs/writes.md); a node
-patch that did not land stops every later write on that node in this cycle.
-"""
+"""Executors, the only code that writes: `KubeExecutor` applies, `PrintExecutor` prints (the CLI
+picks one: no `dry_run` flag below it). One log line per action, from its outcome (docs/writes.md);
+a node patch that did not land stops every later write on that node in this cycle."""
 
 from __future__ import annotations
 
@@ -123,9 +120,8 @@ class KubeExecutor:
             outcome = Outcome(action, "failed", REFUSED, str(exc))
         except KubeError as exc:
             outcome = Outcome(action, "failed", detail=str(exc))
-        # A device taint's rule that did not land (or was not deleted) stops the node's record
-        # write after it, as a node patch does.
-        # So does a load-test claim: the Job must not run on a claim that is not the guard's.
+        # A device taint's rule or a load-test claim that did not land stops the node's later
+        # writes, as a node patch does (no record, no Job on a claim that is not the guard's).
         blocking = isinstance(action, NodePatch | TaintDevice | UntaintDevice | CreateClaim)
         if blocking and outcome.status in ("failed", "skipped"):
             word = outcome.type_word
@@ -182,7 +178,6 @@ class KubeExecutor:
             case _:
                 assert_never(o.status)
 
-    # -- other writes ---------------------------------------------------------------------------
     def _remember(self, node: dict[str, Any]) -> None:
         """The node's uid and version for the Events about it (after a patch: the new one)."""
         meta = node.get("metadata") or {}
@@ -203,9 +198,8 @@ class KubeExecutor:
         return self._record(action, uid, f"job/{action.name}")
 
     def _existing_job(self, action: CreateJob) -> Outcome:
-        """A Job of this name exists. When it is exactly what the guard rendered (a retried
-        create whose first answer was lost) and the node has no record of it yet, record it
-        now; otherwise leave it: the next cycle names a Job it did not make."""
+        """A Job of this name exists: exactly what the guard rendered (a retried create) and not
+        recorded yet, it is recorded now; else left alone (the next cycle names it)."""
         exists = Outcome(action, "already-done", "job-exists", f"job/{action.name} exists")
         if not action.record:
             return exists
@@ -225,9 +219,8 @@ class KubeExecutor:
         return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
 
     def _create_claim(self, action: CreateClaim) -> Outcome:
-        """Create the claim and record its uid. One of that name already there counts only when
-        the node's record names it (a retried create); any other fails the create (so the Job
-        after it) and is deleted by uid, so that the next cycle creates its own."""
+        """Create the claim and record its uid. One already there counts only when the node's
+        record names it; any other fails the create (and the Job after it) and is deleted."""
         try:
             made = self.kube.create_resource_claim(action.namespace, action.manifest)
         except Conflict:
@@ -255,9 +248,8 @@ class KubeExecutor:
         return self._record(action, uid, f"resourceclaim/{action.name}")
 
     def _record(self, action: CreateJob | CreateClaim, uid: str, what: str) -> Outcome:
-        """Write what the guard made on the node (one patch, resourceVersion-guarded): a later
-        cycle takes a result only from this uid. A record that does not land leaves the object
-        unowned: the next cycle names it (delete it and the guard makes its own again)."""
+        """Record the uid of what the guard made on the node (one resourceVersion-guarded patch):
+        a later cycle trusts only this uid; without the record the next cycle names the object."""
         key, value = action.record
         ref = self._refs.get(action.node)
         notes: tuple[tuple[str, str], ...] = ((key, value.replace(UID, uid)),)

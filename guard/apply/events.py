@@ -1,7 +1,6 @@
 """Events about Nodes that kubectl shows (events.k8s.io/v1, in `default`, one per condition and
 incident, counted in `series` when seen again), and Events about the pods on a GPU the guard
-isolates (`emit_once`). The case list: docs/writes.md, "Events".
-"""
+isolates (`emit_once`). The case list: docs/writes.md, "Events"."""
 
 from __future__ import annotations
 
@@ -74,31 +73,17 @@ def _note(message: str) -> str:
 
 
 def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
-    regarding = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "name": ref.name,
-        "uid": ref.uid,
-        "resourceVersion": ref.resource_version,
-    }
     namespace = NODE_EVENT_NAMESPACE
+    regarding = {"apiVersion": "v1", "kind": "Node", "name": ref.name, "uid": ref.uid}
+    regarding["resourceVersion"] = ref.resource_version
     if action.pod is not None:  # kubectl describe pod matches the uid, where one is known
-        namespace = action.pod.namespace
-        regarding = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
-            "name": action.pod.name,
-            "uid": action.pod.uid,
-        }
+        namespace, pod = action.pod.namespace, action.pod
+        regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod.name}
+        regarding["uid"] = pod.uid
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {
-            "name": action.name,
-            "namespace": namespace,
-            "labels": {APP_LABEL: APP_NAME},
-        },
+        "metadata": {"name": action.name, "namespace": namespace, "labels": {APP_LABEL: APP_NAME}},
         "eventTime": micro_time(reporter.now),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": (reporter.instance or APP_NAME)[:FIELD_LIMIT],
@@ -110,16 +95,9 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
     }
 
 
-def observed_at(event: dict[str, Any]) -> datetime | None:
-    """When the Event was last seen: series.lastObservedTime, else eventTime."""
-    text = (event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or ""
-    return parse_micro(str(text))
-
-
 def emit_once(kube: Kube, action: EmitEvent, reporter: Reporter) -> Emitted:
-    """An Event about a Pod (guard.plan.workload): created once. Its name is deterministic, so a
-    second run or a retry finds it there (409) and is done; the guard may only create Events
-    outside `default` (manifests/base/rbac.yaml), never read or patch them."""
+    """An Event about a Pod (guard.plan.workload), created once by its deterministic name (409:
+    done): outside `default` the guard may only create Events (manifests/base/rbac.yaml)."""
     assert action.pod is not None
     try:
         made = body(action, NodeRef(action.node, "", ""), reporter)
@@ -139,8 +117,9 @@ def emit(kube: Kube, action: EmitEvent, ref: NodeRef, reporter: Reporter) -> Emi
             if found is None:
                 kube.create_event(NODE_EVENT_NAMESPACE, body(action, ref, reporter))
                 return Emitted(False, 1)
-            last = observed_at(found)
-            count = int((found.get("series") or {}).get("count") or 1)
+            seen = found.get("series") or {}  # last seen: series.lastObservedTime, else eventTime
+            last = parse_micro(str(seen.get("lastObservedTime") or found.get("eventTime") or ""))
+            count = int(seen.get("count") or 1)
             if last is not None and last >= reporter.now - timedelta(seconds=SAME_OBSERVATION_S):
                 return Emitted(True, count)
             rv = (found.get("metadata") or {}).get("resourceVersion", "")

@@ -1,8 +1,6 @@
-"""Node patches: one merge patch with a resourceVersion precondition, never resent stale.
-
-On 409 the node is re-read: already holding the change → already-done; the action's
-precondition gone → skipped (changed-under-us); else rebuilt and sent again, `PATCH_TRIES` in all.
-"""
+"""Node patches: one merge patch with a resourceVersion precondition, never resent stale. On 409
+the node is re-read: holding the change → already-done; the precondition gone → skipped
+(changed-under-us); else rebuilt and sent again, `PATCH_TRIES` in all."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from guard.apply.outcome import Outcome
 from guard.doors.kube import Conflict, Kube, KubeError
 from guard.model import NodeInfo
 from guard.names import Annotations
-from guard.read import node_info
+from guard.read.objects import node_info
 
 PATCH_TRIES = 3
 NodePatch = (
@@ -63,18 +61,15 @@ def holds(keys: Annotations, action: NodePatch, fresh: NodeInfo) -> bool:
             return fresh.unschedulable and all(
                 fresh.annotation(key) == mine.get(key) for key in (keys.reason, keys.at)
             )
-        case Uncordon():
-            return not fresh.unschedulable and _landed(fresh, action.clear_keys, action.annotations)
-        case ClearGuardAnnotations():
-            return _landed(fresh, action.clear_keys, action.annotations)
+        case Uncordon() | ClearGuardAnnotations() | RemoveTaint():
+            landed = _landed(fresh, action.clear_keys, action.annotations)
+            if isinstance(action, Uncordon):
+                return landed and not fresh.unschedulable
+            return landed and not (isinstance(action, RemoveTaint) and action.taint in fresh.taints)
         case SetHold():
             return fresh.annotation(action.key) == action.text
         case Annotate() | RecordBoot():
             return all(fresh.annotation(key) == value for key, value in action.annotations)
-        case RemoveTaint():
-            return action.taint not in fresh.taints and _landed(
-                fresh, action.clear_keys, action.annotations
-            )
         case _:
             assert_never(action)
 
@@ -127,25 +122,21 @@ def _body(keys: Annotations, action: NodePatch, fresh: NodeInfo | None) -> dict[
                 notes[keys.boot_id] = fresh.boot_id
                 notes[keys.gpu_capacity] = str(fresh.gpu_capacity)
             return {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
-        case Uncordon():
+        case Uncordon() | ClearGuardAnnotations() | RemoveTaint():
             cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": cleared}, "spec": {"unschedulable": False}}
-        case ClearGuardAnnotations():
-            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {"metadata": {"annotations": cleared}}
+            body: dict[str, Any] = {"metadata": {"annotations": cleared}}
+            if isinstance(action, Uncordon):
+                body["spec"] = {"unschedulable": False}
+            elif isinstance(action, RemoveTaint):
+                kept = (
+                    action.keep if fresh is None else [t for t in fresh.taints if t != action.taint]
+                )
+                body["spec"] = {"taints": [t.as_dict() for t in kept]}
+            return body
         case SetHold():
             return {"metadata": {"annotations": {action.key: action.text}}}
         case Annotate() | RecordBoot():
             return {"metadata": {"annotations": dict(action.annotations)}}
-        case RemoveTaint():
-            taints = (
-                action.keep if fresh is None else (t for t in fresh.taints if t != action.taint)
-            )
-            cleared = {**dict.fromkeys(action.clear_keys), **dict(action.annotations)}
-            return {
-                "metadata": {"annotations": cleared},
-                "spec": {"taints": [t.as_dict() for t in taints]},
-            }
         case _:
             assert_never(action)
 

@@ -28,9 +28,8 @@ Status = Literal[
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """`reason`: a fixed word for already-done and skipped (``job-exists``, ``changed-under-us``).
-    `detail`: for failed the API's message; otherwise what was found or what else happened
-    (``moved 4812 oldest lines to configmap/gpu-fault-ledger-archive-2``)."""
+    """`reason`: a fixed word for already-done and skipped (``job-exists``); `detail`: for failed
+    the API's message, else what was found or what else happened (``moved 4812 oldest lines…``)."""
 
     action: Action
     status: Status

@@ -1,8 +1,5 @@
-"""The push at the end of a run: the gpu_node_guard_* gauges of docs/metrics.md to a Pushgateway.
-
-`metrics()` turns a `RunTrace` into plain samples (pure), `registry()` into prometheus-client
-gauges, `push()` sends them with ``pushadd_to_gateway`` (POST: a failed run keeps the last
-success). When a run pushes what, and what a failure does: docs/metrics.md, "The push".
+"""The push at the end of a run: the gpu_node_guard_* gauges of docs/metrics.md to a Pushgateway
+(``pushadd_to_gateway``, a POST: a failed run keeps the last success; docs/metrics.md, "The push").
 """
 
 from __future__ import annotations
@@ -50,10 +47,9 @@ def metrics(s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: 
     }
     if exit_code == 0:
         out[m.LAST_SUCCESS.name] = {(): ended}
-    if trace.lease_taken is not None:
-        out[m.LEASE_TAKEN.name] = {(): trace.lease_taken}
-    if trace.lease_held is not None:
-        out[m.LEASE_HELD.name] = {(): trace.lease_held}
+    for lease, at in ((m.LEASE_TAKEN, trace.lease_taken), (m.LEASE_HELD, trace.lease_held)):
+        if at is not None:
+            out[lease.name] = {(): at}
     out.update(site_filters(s))
     if trace.snap is not None and trace.templates is not None:
         out.update(_seen(s, trace.snap, trace.templates))
@@ -94,9 +90,8 @@ def _requests(trace: RunTrace) -> dict[Labels, float]:
 
 
 def _seen(s: Settings, snap: Snapshot, templates: JobTemplates) -> Samples:
-    """Nodes by state (what `gpu-node-guard status` showed at the cycle's read), pending
-    candidates and the breaker: its count (units.breaker_count, the number the guard's
-    breaker compares; GPUNodeGuardBreakerOpen reads it) and its limit."""
+    """Nodes by state and the breaker, as `gpu-node-guard status` showed them at the cycle's
+    read; the pending candidates."""
     status = report(snap, s, templates, Sight(s.prometheus_url))
     states = Counter(row.state for row in status.nodes)
     by_state = {state.value: 0 for state in NODE_STATES} | dict(states)
@@ -120,16 +115,12 @@ def domain_incidents(s: Settings, snap: Snapshot) -> dict[Labels, float]:
     return {(("domain", i.domain),): float(len(i.members)) for i in found}
 
 
-WINDOWS = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
-PHASES = ("onset-to-cordon", "cordon-to-repair", "repair-to-return", "isolated")
-
-
 def repair_figures(s: Settings, snap: Snapshot) -> Samples:
     """The repair figures of the ledger and the nodes' records (guard/figures.py): every
     verdict, unit, window and phase, so a value that emptied reads 0 (NaN for a mean of none)."""
     facts, classes, budget = from_snapshot(snap), bundled_classes(), budget_of(s)
-    month = figures(facts, classes, snap.now - WINDOWS["30d"], snap.now, budget)
-    week = figures(facts, classes, snap.now - WINDOWS["7d"], snap.now, budget)
+    month = figures(facts, classes, snap.now - timedelta(days=30), snap.now, budget)
+    week = figures(facts, classes, snap.now - timedelta(days=7), snap.now, budget)
     open_ = [x for x in month.spans if x.end is None]
     counts = Counter((x.verdict.value, x.unit.value) for x in open_)
     oldest = {v: 0.0 for v in Repair}
@@ -171,8 +162,8 @@ def _phases(f: Figures) -> dict[Labels, float]:
         "isolated": [r.isolated for r in firsts if not r.open],
     }
     out: dict[Labels, float] = {}
-    for phase in PHASES:
-        known = [d.total_seconds() for d in seen[phase] if d is not None]
+    for phase, spans in seen.items():
+        known = [d.total_seconds() for d in spans if d is not None]
         out[(("phase", phase),)] = sum(known) / len(known) if known else math.nan
     return out
 
@@ -193,9 +184,8 @@ def registry(samples: Samples) -> CollectorRegistry:
 def push_run(
     s: Settings, trace: RunTrace, exit_code: int, ended: float, took_s: float, log: Log
 ) -> bool:
-    """Build the samples and push them; neither can raise or change the exit code. Building
-    re-runs the planners for the node states (a bug there is one WARN ``push-failed`` line, and
-    nothing is pushed: a half-built push would mislead the alerts)."""
+    """Build the samples and push them; neither raises or changes the exit code. A bug in
+    building is one WARN ``push-failed`` line and no push (a half-built one misleads alerts)."""
     try:
         samples = metrics(s, trace, exit_code, ended, took_s)
     except Exception as exc:  # a bug in the status derivation: the cycle's work stands

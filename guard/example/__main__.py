@@ -35,17 +35,8 @@ def main(argv: list[str]) -> int:
     try:
         with scenario_server(scenario) as prom:
             say(f"# Local Prometheus {prom.url} (Debian package), {len(scenario.nodes)} nodes.")
-            args = [
-                "run",
-                "--dry-run",
-                "--prometheus-url",
-                prom.url,
-                "--cluster-snapshot",
-                str(SNAPSHOT),
-                "--at",
-                DECISION_TICK.isoformat(),
-                *argv,
-            ]
+            args = ["run", "--dry-run", "--prometheus-url", prom.url]
+            args += ["--cluster-snapshot", str(SNAPSHOT), "--at", DECISION_TICK.isoformat(), *argv]
             try:
                 cli.main(args=args, prog_name="gpu-node-guard", standalone_mode=False)
             except SystemExit as exc:

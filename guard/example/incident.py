@@ -1,8 +1,6 @@
-"""The 21 September incident as data: gpu-node-b's GPU 4 falls off the bus (Xid 79).
-
-Times are UTC (14:52:44 KST = 05:52:44Z). Around it: two healthy nodes, one with only a user-code
-Xid, and gpu-node-a, cordoned by a person weeks earlier for Xid 48 on GPU 1.
-"""
+"""The 21 September incident as data: gpu-node-b's GPU 4 falls off the bus (Xid 79), in UTC
+(14:52:44 KST = 05:52:44Z). Around it: two healthy nodes, one with only a user-code Xid, and
+gpu-node-a, cordoned by a person weeks earlier for Xid 48 on GPU 1."""
 
 from __future__ import annotations
 
@@ -18,18 +16,9 @@ CARD_PCI = "00000000:99:00.0"
 DECISION_TICK = datetime(2026, 9, 21, 5, 55, 0, tzinfo=UTC)
 
 
-def _offset(at: datetime) -> int:
-    return int((at - START).total_seconds())
-
-
-def _scrape_after(at: datetime, scrape_s: int) -> int:
-    """The first scrape offset at or after `at` (the exporter reports at its next scrape)."""
-    offset = _offset(at)
-    return -(-offset // scrape_s) * scrape_s
-
-
 def incident(duration: timedelta = timedelta(minutes=70), scrape_s: int = 15) -> Scenario:
-    onset = _scrape_after(XID_ONSET, scrape_s)
+    # The exporter reports the Xid at its first scrape at or after the onset.
+    onset = -(-int((XID_ONSET - START).total_seconds()) // scrape_s) * scrape_s
     nodes = (
         NodeTimeline(
             "gpu-node-a", gpus=4, xids=((0, 1, 48),), allocatable=((0, 3),), unschedulable=((0, 1),)
@@ -37,7 +26,7 @@ def incident(duration: timedelta = timedelta(minutes=70), scrape_s: int = 15) ->
         NodeTimeline("gpu-node-b", gpus=8, xids=((onset, 4, 79),), allocatable=((onset, 7),)),
         NodeTimeline("gpu-node-c", gpus=8),
         NodeTimeline("gpu-node-d", gpus=8, host_label="hostname"),
-        NodeTimeline("gpu-node-e", gpus=8, xids=((_offset(START) + 1800, 2, 13),)),
+        NodeTimeline("gpu-node-e", gpus=8, xids=((1800, 2, 13),)),
     )
     return Scenario(
         start=START,

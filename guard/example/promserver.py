@@ -57,14 +57,6 @@ def debian_prometheus() -> tuple[str, str]:
     return prom, tool
 
 
-def build_tsdb(scenario: Scenario, data_dir: Path) -> int:
-    """Write the scenario as OpenMetrics and turn it into TSDB blocks; returns the sample count."""
-    with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
-        samples = write_openmetrics(scenario, out)
-    import_openmetrics(openmetrics_file(data_dir), data_dir)
-    return samples
-
-
 def openmetrics_file(data_dir: Path) -> Path:
     """Where the scenario's samples are written before they are loaded."""
     return data_dir / OPENMETRICS
@@ -89,53 +81,25 @@ def import_openmetrics(source: Path, data_dir: Path, timeout_s: float = 1800) ->
 
 
 @contextmanager
-def serve(
-    data_dir: Path, *, ready_at: datetime | None = None, timeout_s: float = 120.0
-) -> Iterator[LocalPrometheus]:
-    """Start Prometheus on a free loopback port over `data_dir` (with `ready_at`: until its data
-    shows at that instant); stop it on exit. tests/engines.py serves the other engines."""
-    server, _ = debian_prometheus()
-    session = requests.Session()
-    deadline = time.monotonic() + timeout_s
-    with ExitStack() as stack:
-        started = Started(data_dir, stack, [])
-        url = start_prometheus(started, server, data_dir, None, session, deadline)
-        if ready_at is not None:
-            wait_data(url, "count(kube_node_spec_unschedulable)", ready_at, session, deadline)
-        yield LocalPrometheus(url, data_dir)
-
-
-def start_prometheus(
-    started: Started,
-    server: str,
-    data_dir: Path,
-    web_config: Path | None,
-    session: requests.Session,
-    deadline: float,
-) -> str:
-    """Start the Prometheus `server` on a free loopback port over `data_dir` and wait until it
-    is ready; its URL (https when `web_config` sets up TLS)."""
-    port = free_port()
-    argv = prometheus_args(server, prometheus_config(data_dir, {}), data_dir, port)
-    if web_config is not None:
-        argv.append(f"--web.config.file={web_config}")
-    started.start("prometheus", argv)
-    tls = web_config is not None and "tls_server_config" in web_config.read_text()
-    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-    wait_ready(url, started, session, deadline)
-    return url
-
-
-@contextmanager
-def scenario_server(scenario: Scenario) -> Iterator[LocalPrometheus]:
-    """Load `scenario` into Prometheus in a temporary directory and serve it."""
-    debian_prometheus()  # missing binaries are reported before any work
+def scenario_server(scenario: Scenario, timeout_s: float = 120.0) -> Iterator[LocalPrometheus]:
+    """Load `scenario` into Prometheus in a temporary directory and serve it on a free loopback
+    port until its data shows; stop it on exit. tests/engines.py serves the other engines."""
+    server, _ = debian_prometheus()  # missing binaries are reported before any work
     end = scenario.start + timedelta(seconds=scenario.duration_s)
-    with tempfile.TemporaryDirectory(prefix="gng-prometheus2-") as tmp:
+    session, deadline = requests.Session(), time.monotonic() + timeout_s
+    with tempfile.TemporaryDirectory(prefix="gng-prometheus2-") as tmp, ExitStack() as stack:
         data_dir = Path(tmp)
-        build_tsdb(scenario, data_dir)
-        with serve(data_dir, ready_at=end) as server:
-            yield server
+        with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
+            write_openmetrics(scenario, out)
+        import_openmetrics(openmetrics_file(data_dir), data_dir)
+        started, port = Started(data_dir, stack, []), free_port()
+        started.start(
+            "prometheus", prometheus_args(server, prometheus_config(data_dir), data_dir, port)
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, started, session, deadline)
+        wait_data(url, "count(kube_node_spec_unschedulable)", end, session, deadline)
+        yield LocalPrometheus(url, data_dir)
 
 
 def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
@@ -148,17 +112,9 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
         process.wait()
 
 
-# ---- processes -----------------------------------------------------------------------------
-
-
-def prometheus_config(data_dir: Path, external_labels: dict[str, str]) -> Path:
+def prometheus_config(data_dir: Path) -> Path:
     config = data_dir / "prometheus.yml"
-    text = "global:\n  scrape_interval: 15s\n"
-    if external_labels:
-        text += "  external_labels:\n" + "".join(
-            f"    {k}: {v}\n" for k, v in sorted(external_labels.items())
-        )
-    config.write_text(text, encoding="utf-8")
+    config.write_text("global:\n  scrape_interval: 15s\n", encoding="utf-8")
     return config
 
 
@@ -199,11 +155,7 @@ class Started:
 
 
 def wait_ready(
-    url: str,
-    started: Started,
-    session: requests.Session,
-    deadline: float,
-    path: str = "/-/ready",
+    url: str, started: Started, session: requests.Session, deadline: float, path: str = "/-/ready"
 ) -> None:
     while time.monotonic() < deadline:
         started.check()

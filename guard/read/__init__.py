@@ -1,8 +1,6 @@
-"""Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects.
-
-From the API (page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), objects
-arrive as plain dicts, one at a time; a Node becomes its `NodeInfo` at once.
-"""
+"""Read one cycle's world into a `Snapshot`: Prometheus answers plus cluster objects, from the API
+(page by page) or a ``kubectl get … -o yaml|json`` List file (item by item), one plain dict at a
+time; a Node becomes its `NodeInfo` at once."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard.codec.queries import HELD_LOOKBACK_S as HELD_LOOKBACK_S
 from guard.doors import ledger_store
 from guard.doors.kube import Kube, NotFound
 from guard.files import (
@@ -30,8 +27,7 @@ from guard.model import GuardEvent, JobInfo, NodeInfo, PromView, Snapshot
 from guard.names import APP_LABEL, APP_NAME, DRA_DRIVER, NODE_EVENT_NAMESPACE, Annotations
 from guard.read import json_stream, objects
 from guard.read.job_results import FINISHED, attach, slim_pod
-from guard.read.objects import NamelessObject, is_guard_job, job_info
-from guard.read.objects import node_info as node_info  # the executor re-reads nodes with it
+from guard.read.objects import NamelessObject, is_guard_job, job_info, node_info
 from guard.read.prom_view import read_prom as read_prom
 from guard.read.prom_view import with_prom_unreadable
 from guard.settings import Settings
@@ -60,12 +56,8 @@ class ClusterObjects:
     resource_claims: tuple[dict[str, Any], ...] = ()  # the jobs namespace's
 
     def dra_gpus(self) -> bool:
-        """Whether the DRA driver publishes any GPU (`read_prom` then needs no device-plugin
-        capacity series)."""
+        """Whether the DRA driver publishes any GPU (then no device-plugin series is needed)."""
         return bool(objects.devices(self.resource_slices))
-
-
-# ---- Cluster objects ------------------------------------------------------------------------
 
 
 def load_cluster_file(path: Path, s: Settings) -> ClusterObjects:
@@ -116,9 +108,8 @@ SNAPSHOT_COMMAND = "kubectl get nodes,jobs,configmaps,events,pods -A -o yaml"
 
 
 class _Collect:
-    """Keeps, object by object, what the cycle reads: the guard's Jobs, Events and Pods, the
-    ledger and its archives; and the kinds and namespaces seen, for `snapshot_gaps`. Nodes pass
-    on to `parse_nodes`; nothing else of an object outlives `nodes_of`."""
+    """Keeps, object by object, what the cycle reads of a List file, and the kinds and
+    namespaces seen (`snapshot_gaps`); Nodes pass on to `parse_nodes`."""
 
     def __init__(self, s: Settings, origin: str) -> None:
         self.s, self.origin, self.keys = s, origin, Annotations(s.annotation_prefix)
@@ -145,9 +136,9 @@ class _Collect:
         if kind in ("Job", "Pod"):
             return is_guard_job(item, s.jobs_namespace)
         if kind == "Event":
-            return _is_guard_event(item)
-        # guard.read.objects reads what is the GPU's
-        if kind in ("ResourceSlice", "DeviceTaintRule"):
+            labels = objects.mapping(objects.mapping(item.get("metadata")).get("labels"))
+            return labels.get(APP_LABEL) == APP_NAME
+        if kind in ("ResourceSlice", "DeviceTaintRule"):  # guard.read.objects picks the GPUs
             return True
         if kind == "ResourceClaim":
             return _meta(item, "namespace") == s.jobs_namespace
@@ -197,10 +188,8 @@ def parse_nodes(
 
 
 def snapshot_gaps(kinds: set[str], spaces: set[str], s: Settings) -> tuple[str, ...]:
-    """What a snapshot file lacks that a cluster always has: Pods at all, and any object of the
-    guard's two namespaces (every namespace has its kube-root-ca.crt ConfigMap). Missing, they
-    mean a `kubectl get` without `-A` or without `pods`: the report would show no incidents, or
-    plan a Job that already runs, without a word."""
+    """What a snapshot file lacks that a cluster always has (Pods; an object of each guard
+    namespace, kube-root-ca.crt at least): a `kubectl get` without `-A` or `pods`."""
     gaps = [] if "Pod" in kinds else ["Pods (the guard's Job results)"]
     for namespace, what in ((s.namespace, "the ledger"), (s.jobs_namespace, "the guard's Jobs")):
         if namespace not in spaces:
@@ -266,9 +255,8 @@ def read_node(kube: Kube, s: Settings, name: str) -> NodeInfo | None:
 
 
 def read_cluster(kube: Kube, s: Settings) -> ClusterObjects:
-    """Nodes (each parsed as its page arrives), the guard's Jobs and their finished Pods (after
-    the Jobs: a Job read as finished has its Pod finished too), the ledger with its archives,
-    the guard's Events, the DRA objects. GPU pods come from kube-state-metrics."""
+    """Nodes (parsed page by page), the guard's Jobs, then their finished Pods (a Job read as
+    finished has its Pod finished too), the ledger and its archives, Events, the DRA objects."""
     keys = Annotations(s.annotation_prefix)
     mine = f"{APP_LABEL}={APP_NAME}"
     labels = kept_label_keys(s.gpu_classes, s.topology_label)
@@ -348,11 +336,6 @@ def _is_ledger(cm: Mapping[str, Any], s: Settings) -> bool:
 def _is_archive(cm: Mapping[str, Any], s: Settings) -> bool:
     here = _meta(cm, "namespace") in ("", s.namespace)
     return here and ledger_store.is_archive(cm, s.ledger_configmap)
-
-
-def _is_guard_event(event: Mapping[str, Any]) -> bool:
-    labels = (event.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(APP_LABEL) == APP_NAME)
 
 
 def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:

@@ -1,7 +1,6 @@
-"""Job results: the summary each finished Pod of the guard's Jobs left in its container's
-termination message, parsed once into a typed `JobResult` (read, rejected by the kubelet,
-unreadable, or `foreign`: not the Job's own Pod). The case list: docs/lifecycle.md, "Job results".
-"""
+"""Job results: the summary each finished Pod of the guard's Jobs left in its termination
+message, parsed once into a `JobResult` (read, rejected by the kubelet, unreadable, or `foreign`:
+not the Job's own Pod). The case list: docs/lifecycle.md, "Job results"."""
 
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ _ADMISSION_REASONS = re.compile(
 
 
 def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a Pod the results need (a Pod is ~8 kB, its summary at most 4 kB).
-
-    Of its spec only where it ran and what its containers run (name, image, command, args) and of
-    its owners only the controller's uid: whose Pod it is.
+    """What a result needs of a Pod (~8 kB whole): its phase and termination, where it ran, what
+    its containers run and its controller's uid (whose Pod it is).
 
     >>> slim_pod({"metadata": {"name": "p", "labels": {"job-name": "j"}}, "spec": {"x": 1}})
     {'kind': 'Pod', 'metadata': {'name': 'p', 'creationTimestamp': '', 'labels': {'job-name': \
@@ -110,9 +107,8 @@ def attach(jobs: Iterable[JobInfo], pods: Iterable[Mapping[str, Any]]) -> tuple[
 
 
 def _owned(job: JobInfo, pod: Mapping[str, Any]) -> JobResult | None:
-    """None when the Job controls the Pod, the Pod ran on the Job's node and runs what the Job's
-    template runs; else why its summary is not the Job's (a label is enough to be counted, not
-    to be trusted)."""
+    """Why the Pod's summary is not the Job's (a label is not trust), or None when the Job
+    controls it and it ran on the Job's node what the Job's template runs."""
     meta = mapping(pod.get("metadata"))
     name = str(meta.get("name", "")) or "(no name)"
     owners = meta.get("ownerReferences")
@@ -235,8 +231,7 @@ def _loadtest(message: str) -> JobResult:
 
 
 def _fence(message: str) -> JobResult:
-    """Passed: the asked mode was read back. Otherwise one finding named by the outcome
-    (gpu-absent, mismatch, error) with its why."""
+    """Passed: the asked mode was read back; else one finding named by the outcome, its why."""
     summary = parse_fence_summary(message)
     failed = () if summary.passed else (Finding(summary.outcome, summary.why),)
     return JobResult("read", passed=summary.passed, failed=failed)

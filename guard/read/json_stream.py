@@ -1,6 +1,5 @@
 """A ``kubectl get -o json`` List read one item at a time, never held whole: at most one chunk
-plus one item (`json.JSONDecoder.raw_decode`) is alive; the bounds of `guard.files` hold.
-"""
+plus one item (`json.JSONDecoder.raw_decode`) is alive; the bounds of `guard.files` hold."""
 
 from __future__ import annotations
 
@@ -10,14 +9,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from guard.files import (
-    MAX_DEPTH,
-    MIB,
-    FileInputError,
-    FileSyntaxError,
-    depth,
-    open_regular,
-)
+from guard.files import MAX_DEPTH, MIB, FileInputError, FileSyntaxError, depth, open_regular
 
 CHUNK = MIB
 ITEM_MAX_CHARS = 8 * MIB  # the API server stores objects of at most 1.5 MiB (etcd's limit)
@@ -121,14 +113,22 @@ def list_items(
         os.close(fd)
 
 
-def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
-    reader.expect("{")
-    head: dict[str, Any] = {}
-    streamed, first = False, True
-    while reader.peek() != "}":
+def _members(reader: _Reader, opening: str, closing: str) -> Iterator[None]:
+    """Once at each member of an object or array: its commas read, `pos` at the member."""
+    reader.expect(opening)
+    first = True
+    while reader.peek() != closing:
         if not first:
             reader.expect(",")
         first = False
+        yield
+    reader.pos += 1
+
+
+def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
+    head: dict[str, Any] = {}
+    streamed = False
+    for _ in _members(reader, "{", "}"):
         if reader.peek() != '"':
             reader.syntax("expected a key")
         key = reader.value(max_item)
@@ -142,7 +142,6 @@ def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
             if depth(value) + 1 > MAX_DEPTH:
                 raise FileInputError(f"{reader._where()}: nested deeper than {MAX_DEPTH} levels")
             head[str(key)] = value
-    reader.pos += 1
     if reader.peek():
         reader.syntax("extra data after the document")
     if streamed and not str(head.get("kind", "List")).endswith("List"):
@@ -162,15 +161,9 @@ def item_too_deep(item: object) -> bool:
 
 
 def _items(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
-    reader.expect("[")
-    first = True
-    while reader.peek() != "]":
-        if not first:
-            reader.expect(",")
-        first = False
+    for _ in _members(reader, "[", "]"):
         item = reader.value(max_item)
         if isinstance(item, dict):
             yield item  # its depth: `item_too_deep`, for what the caller keeps
         elif item_too_deep(item):
             raise FileInputError(f"{reader._where()}: nested deeper than {MAX_DEPTH} levels")
-    reader.pos += 1

@@ -51,14 +51,11 @@ def object_name(obj: Mapping[str, Any]) -> str:
     return name
 
 
-# ---- Nodes ----------------------------------------------------------------------------------
-
-
 def node_info(
     obj: Mapping[str, Any], keys: Annotations, label_keys: frozenset[str] = frozenset()
 ) -> NodeInfo:
-    """Parse one Node; raises NamelessObject only when it has no name. Of its labels only
-    `label_keys` are kept (those the GPU classes select on): a Node carries hundreds."""
+    """Parse one Node (NamelessObject when it has no name); of its hundreds of labels only
+    `label_keys` are kept."""
     name = object_name(obj)
     meta, status = mapping(obj.get("metadata")), mapping(obj.get("status"))
     problems = Problems(name)
@@ -145,9 +142,6 @@ def _gpus(status: Mapping[str, Any], part: str, problems: Problems) -> int:
     return 0
 
 
-# ---- Jobs -----------------------------------------------------------------------------------
-
-
 def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
     meta = mapping(obj.get("metadata"))
     labels = mapping(meta.get("labels"))
@@ -155,10 +149,8 @@ def is_guard_job(obj: Mapping[str, Any], namespace: str) -> bool:
 
 
 def job_info(obj: Mapping[str, Any], keys: Annotations) -> JobInfo:
-    """Parse one of the guard's Jobs; a status it cannot read is ``unreadable`` with a problem.
-
-    Raises NamelessObject only when the Job has no name.
-    """
+    """Parse one of the guard's Jobs (NamelessObject when it has no name); a status it cannot
+    read is ``unreadable`` with a problem."""
     name = object_name(obj)
     meta = mapping(obj.get("metadata"))
     labels, notes = mapping(meta.get("labels")), mapping(meta.get("annotations"))
@@ -230,9 +222,8 @@ def _job_status(status: object) -> tuple[JobStatus, str]:
 
 
 # ---- DRA: the GPU driver's ResourceSlices and the DeviceTaintRules ---------------------------
-# A value that is not of its form is dropped here: a device without a valid name, or naming no
-# GPU (by its UUID, its MIG parent's UUID or its PCI address), is not one the guard can select;
-# a rule is read as it is, and only the guard's own (its label) are acted on.
+# A device without a valid name, or naming no GPU (by UUID, MIG parent UUID or PCI address), is
+# dropped: the guard cannot select it. Rules are read as they are; the guard acts on its own.
 
 GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 

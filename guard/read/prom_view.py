@@ -1,12 +1,7 @@
-"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only.
-
-`read_prom` sends every query of `guard.codec.queries.guard_queries` at one instant; which facts
-make a candidate is decided in guard/plan/hold.py. The label naming the Node: a series' `node`
-when it names a Node, else the first of `Settings.dcgm_node_label_names` that does (`check_join`).
-Every label that reaches a write or a log line is checked against its format here (`_Intake`): a
-series that fails, or that `guard.doors.prom` set apart, drops every fact of its node with a
-`PromUnreadable` (guard/plan/unreadable.py); what is wrong with an answer as a whole aborts.
-"""
+"""Prometheus answers → `PromView`: GPU series joined to Nodes, facts only (guard/plan/hold.py
+decides). A series names its Node by `node`, else by the first of `dcgm_node_label_names` that
+does. Every label that reaches a write or a log line is checked here (`_Intake`): a bad series
+drops every fact of its node (`PromUnreadable`); a bad answer as a whole aborts."""
 
 from __future__ import annotations
 
@@ -55,21 +50,16 @@ def read_prom(
     sent: tuple[queries.Query, ...] = (),
     dra_gpus: bool = False,
 ) -> PromView:
-    """Run every query at `now` (or only `sent`: the in-run watch's narrowed queries, where the
-    facts of the others stay empty); missing inputs (`missing_input`; `dra_gpus`: the DRA driver
-    publishes GPUs in the cluster) or a bad answer raise `PromError`, a bad series drops its node
-    (`PromView.unreadable`)."""
+    """Run every query at `now` (or only `sent`: the watch's narrowed queries); a missing input or
+    a bad answer raises `PromError`, a bad series drops its node (`PromView.unreadable`)."""
     join = _Join(s.dcgm_node_label_names, frozenset(node_names))
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
-    windows = {
-        "loss-history": queries.loss_lookback_s(s),
-        "nvml-mismatch-history": queries.nvml_lookback_s(s),
-        "gpu-count-history": queries.trigger_lookback_s(s),
-        "admission-history": queries.trigger_lookback_s(s),
-        "fabric-history": queries.trigger_lookback_s(s),
-    }
+    triggers = ("gpu-count-history", "admission-history", "fabric-history")
+    windows = dict.fromkeys(triggers, queries.trigger_lookback_s(s))
+    windows |= {"loss-history": queries.loss_lookback_s(s)}
+    windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
         if q.kind == "matrix":
@@ -80,9 +70,8 @@ def read_prom(
             answer = client.vector_checked(q.name, q.promql, at, q.required)
             vectors[q.name] = intake.checked(q.name, answer)
     if not sent:
-        counts = {
-            m: _count(vectors[queries.required_input_name(m)]) for m, _ in queries.REQUIRED_INPUTS
-        }
+        found = {m: vectors[queries.required_input_name(m)] for m, _ in queries.REQUIRED_INPUTS}
+        counts = {m: x[0].value if x else 0.0 for m, x in found.items()}  # count(…): none is 0
         missing = missing_input(counts, dra_gpus)
         if missing:
             either = " and no gpu.nvidia.com ResourceSlice publishes a GPU"
@@ -117,17 +106,9 @@ def read_prom(
     return _without(view, intake.problems)
 
 
-def _count(found: tuple[Sample, ...]) -> float:
-    """The value of a ``count(…)`` answer: no sample is no series."""
-    return found[0].value if found else 0.0
-
-
 def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
-    """The first required input (`queries.REQUIRED_INPUTS`) with no series, or None.
-
-    The device plugin's GPU capacity is waived where the DRA driver publishes GPUs
-    (ResourceSlices of gpu.nvidia.com): a DRA-only cluster has no nvidia.com/gpu resource, and
-    its Nodes' series and dcgm-exporter's Xid gauge are still required.
+    """The first required input with no series, or None; the device plugin's GPU capacity is
+    waived where the DRA driver publishes GPUs (a DRA-only cluster has no nvidia.com/gpu).
 
     >>> inputs = {m: 1.0 for m, _ in queries.REQUIRED_INPUTS}
     >>> gone = {**inputs, queries.DEVICE_PLUGIN_INPUT: 0.0}
@@ -167,17 +148,12 @@ def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> di
     )
     counts = intake.selectors("service-network-seen", vector("service-network-seen"))
     seen = ((x.label(selector), int(x.value)) for x in counts)
-    return {
-        "service_pods": tuple(
-            sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
-        ),
-        "service_seen": tuple(sorted(seen)),
-    }
+    by_node = sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
+    return {"service_pods": tuple(by_node), "service_seen": tuple(sorted(seen))}
 
 
 def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
-    """The node triggers' histories (guard/plan/triggers): GPU counts per step, and when the
-    admission rejections began with their count at the last step."""
+    """GPU counts per step; when the admission rejections began, with their last count."""
     node = queries.NODE_LABEL
     counts = tuple(
         sorted(
@@ -201,8 +177,7 @@ def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str
 
 
 def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
-    """The fabric trigger's facts: when each node's run of Failure steps began, the nodes not in
-    Success now, and whether dcgm-exporter exposes the field at all."""
+    """When each node's Failure began, the nodes not in Success now, whether the field exists."""
     other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
     seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
     return {
@@ -212,25 +187,17 @@ def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, A
     }
 
 
-# The facts `_without` drops for a node with a bad series, and how each names its node.
-_PER_NODE: dict[str, Callable[[Any], str]] = {
-    **dict.fromkeys(
-        ("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
-        lambda x: x.node,
-    ),
-    **dict.fromkeys(
-        (
-            "loss_since",
-            "nvml_since",
-            "gpu_counts",
-            "admission_since",
-            "admission_now",
-            "fabric_since",
-        ),
-        lambda x: x[0],
-    ),
-    **dict.fromkeys(("cordoned", "fabric_not_success"), lambda x: x),
-}
+# The facts `_without` drops for a node with a bad series.
+_PER_NODE = (
+    *("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
+    *("loss_since", "nvml_since", "gpu_counts", "admission_since", "admission_now"),
+    *("fabric_since", "cordoned", "fabric_not_success"),
+)
+
+
+def _node_of(fact: Any) -> str:
+    """A fact's node: the fact itself (a node name), a pair's first item, or its `node`."""
+    return str(fact if isinstance(fact, str) else fact[0] if isinstance(fact, tuple) else fact.node)
 
 
 def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
@@ -240,15 +207,13 @@ def _without(view: PromView, problems: Iterable[PromUnreadable]) -> PromView:
     if not found:
         return view
     kept: dict[str, Any] = {
-        name: tuple(x for x in getattr(view, name) if node(x) not in gone)
-        for name, node in _PER_NODE.items()
+        name: tuple(x for x in getattr(view, name) if _node_of(x) not in gone) for name in _PER_NODE
     }
     return replace(view, **kept, unreadable=found)
 
 
 def with_prom_unreadable(node: NodeInfo, view: PromView) -> NodeInfo:
-    """The node marked unreadable for the series of it that were refused, so every planner
-    leaves it alone this cycle (as for an unreadable annotation)."""
+    """The node marked unreadable for its refused series: every planner leaves it alone."""
     found = tuple(
         Unreadable(f"prometheus {p.query} {p.label}", p.value, p.why, PROM_FIX, "prometheus")
         for p in view.unreadable
@@ -281,9 +246,6 @@ def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
         "nodes": shown,
         "next": "GPU faults on these nodes go unseen: check dcgm-exporter and its scrape there",
     }
-
-
-# ---- conversion ---------------------------------------------------------------------------
 
 
 class _Join:
@@ -379,7 +341,7 @@ class _Intake:
         return _first(hosts, self.join.names)
 
     def _named(self, query: str, item: Sample | Series) -> bool:
-        """Every naming label set on the series is a node name; else the series is refused."""
+        """Every naming label of the series is a node name; else it is refused."""
         for key, value in self.join.hosts(item):
             if not is_dns_subdomain(value):
                 why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
@@ -453,9 +415,8 @@ class _Intake:
         return tuple(out.values())
 
     def holders(self, samples: Iterable[Sample]) -> tuple[GpuHolder, ...]:
-        """The pods dcgm-exporter names on the Xid series (`pod`, `namespace`). A series without
-        them, or with names that are not a pod's, tells no pod: never a refusal, since it is not
-        what decides the node, only who is told (guard.plan.workload)."""
+        """The pods dcgm-exporter names on the Xid series. Bad names tell no pod, never a
+        refusal: they decide only who is told (guard.plan.workload), not the node."""
         out = set()
         for x in samples:
             namespace, pod = x.label("namespace"), x.label("pod")
@@ -490,8 +451,7 @@ class _Intake:
         return tuple(out)
 
     def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
-        """The agent's status (a known word) and detail (one printable line: it reaches an
-        Event and the cordon's log line)."""
+        """The agent's status (a known word) and detail (one printable line: it reaches logs)."""
         checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
             ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
             (

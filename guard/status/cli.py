@@ -1,7 +1,6 @@
 """``gpu-node-guard status`` (and the kubectl plugin ``kubectl gpu-guard``): it reads, never writes;
 it plans as a run would and shows the decisions. What it reads, its options and exit codes:
-docs/status.md.
-"""
+docs/status.md."""
 
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from guard.settings_flags import (
     option_set,
 )
 from guard.status.derive import report
-from guard.status.model import Report, Sight
+from guard.status.model import Sight
 from guard.status.render import render
 
 READ_DEADLINE_S = 60.0  # a person waits at most this long for the API's answers, retries included
@@ -74,8 +73,7 @@ def status(
     The decisions use the CronJob's own settings, read from its ConfigMap
     (gpu-node-guard-settings); the flags here say where to read from (a flag or GUARD_* variable
     given here wins over the ConfigMap's). Without --prometheus-url the table says what it could
-    not see.
-    """
+    not see."""
     s = build_settings(options)
     now = at or datetime.now(UTC).replace(microsecond=0)
     try:
@@ -92,7 +90,10 @@ def status(
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
     result = report(snap, s, templates, sight)
-    _print(result, output)
+    if output == "json":
+        click.echo(json.dumps(result.to_json()))
+    else:
+        click.echo(render(result, wide=output == "wide"), nl=False)
     if sight.error:
         raise SystemExit(1)
 
@@ -100,20 +101,15 @@ def status(
 def read_objects(
     s: Settings, options: dict[str, Any], context: str, cluster_snapshot: Path | None
 ) -> tuple[Settings, ClusterObjects]:
-    """The settings that decide and the objects they decide on: a List file's with the settings
-    given here; else the API server's, with the CronJob's ConfigMap under what is given here
-    (`status` and `report` alike)."""
+    """The settings and the objects (`status` and `report`): a List file's with the settings
+    given here, else the API server's with the CronJob's ConfigMap under what is given here."""
     if cluster_snapshot is not None:
         return s, load_cluster_file(cluster_snapshot, s)
-    kube = _connect(s, context)
+    deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
+    kube = Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
     given = given_here(click.get_current_context(), options)
     s = _site_settings(kube, s, options, given)
     return s, require_nodes(read_cluster(kube, s))
-
-
-def _connect(s: Settings, context: str) -> Kube:
-    deadline = Backoff.for_seconds(min(float(s.cycle_deadline_s), READ_DEADLINE_S))
-    return Kube.connect(s.kubeconfig, None, deadline, s.api_timeout_s, context)
 
 
 def _site_settings(
@@ -149,13 +145,6 @@ def _prometheus(
     except PromError as exc:
         return PromView(), Sight(s.prometheus_url, str(exc))
     return view, Sight(s.prometheus_url)
-
-
-def _print(result: Report, output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(result.to_json()))
-    else:
-        click.echo(render(result, wide=output == "wide"), nl=False)
 
 
 def plugin() -> None:

@@ -1,17 +1,11 @@
 """The status report from a Snapshot: the planners' own decisions, read, never a second copy.
-
-Which nodes get a row (first case wins) and what the candidates are: docs/status.md. A fence
-lifted behind the guard's back (fence-lifted-foreign) outranks a cordoned node's other decisions.
-Without Prometheus the return check runs a second time on a view where the node has an Xid of
-unknown value: if that blocks it, the node got past every API condition and the Prometheus ones
-(Xid, row remap, GPU pods) were not seen, which its row says.
-"""
+Which nodes get a row (first case wins) and what the candidates are: docs/status.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import assert_never
+from typing import Any, assert_never
 
 from guard import ledger
 from guard.actions import (
@@ -111,9 +105,7 @@ class _Context:
     decisions: dict[str, tuple[Action, ...]]  # the return check's, per guard-cordoned node
     unreadable: dict[str, Skip]  # the unreadable check's skip, per node
     lifecycle: dict[str, Action]  # the lifecycle checks' first decision, per node with a row
-    # A fence Job no record explains, per node (guard.plan.fence_audit): the row of a node that
-    # has no other, said or not.
-    foreign_fence: dict[str, Skip]
+    foreign_fence: dict[str, Skip]  # a fence Job no record explains: the row of a node with none
 
 
 def _decisions(snap: Snapshot, s: Settings, t: JobTemplates) -> dict[str, tuple[Action, ...]]:
@@ -259,33 +251,20 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo) -> _Seen | None:
         word = "repeat-fault-hold" if is_repeat_fault_hold(node.hold) else "hold"
         blocked = Blocked(word, f"hold={node.hold!r}")
         step = hold_next(keys(s).hold, node.name, is_repeat_fault_hold(node.hold))
-        return _Seen(word, "", None, _last_incident(snap, node.name), blocked, step)
+        return _Seen(word, "", None, _gpu(_last(snap, node.name)), blocked, step)
     cancel = node.cancelled
-    if cancel is not None and not rebooted(cancel.boot_id, node.boot_id) and not cancel.uuid:
-        # a cordon without a GPU (nvml-mismatch): the incident is the boot
-        return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
     if cancel is not None and not rebooted(cancel.boot_id, node.boot_id):
+        if not cancel.uuid:  # a cordon without a GPU (nvml-mismatch): the incident is the boot
+            return _Seen("cancelled", cancel.reason, cancel.at, None, None, "re-arms on a new boot")
         last = _last(snap, node.name, cancel.uuid)
         gpu = Gpu(last.pci if last else ledger.UNKNOWN_PCI, cancel.uuid)
-        return _Seen(
-            "cancelled",
-            f"xid-{cancel.xid}",
-            cancel.at,
-            gpu,
-            None,
-            "re-arms on a new boot, another GPU or another Xid",
-        )
+        step = "re-arms on a new boot, another GPU or another Xid"
+        return _Seen("cancelled", f"xid-{cancel.xid}", cancel.at, gpu, None, step)
     back = node.returned
     if back is not None and snap.now - back.at <= RETURNED_SHOWN:
         last = _last(snap, node.name)
-        return _Seen(
-            "returned",
-            last.word if last else "",
-            back.at,
-            Gpu(last.pci, last.uuid) if last else None,
-            None,
-            f"nothing: {back.job} passed; the node serves again",
-        )
+        step = f"nothing: {back.job} passed; the node serves again"
+        return _Seen("returned", last.word if last else "", back.at, _gpu(last), None, step)
     return None
 
 
@@ -320,8 +299,7 @@ def _last(snap: Snapshot, node: str, uuid: str = "") -> ledger.LedgerEntry | Non
     return max(found, key=lambda e: e.at, default=None)
 
 
-def _last_incident(snap: Snapshot, node: str) -> Gpu | None:
-    last = _last(snap, node)
+def _gpu(last: ledger.LedgerEntry | None) -> Gpu | None:
     return Gpu(last.pci, last.uuid) if last else None
 
 
@@ -334,47 +312,42 @@ def _candidates(
         if not isinstance(a, EmitEvent):
             decided.setdefault(a.node, decision_word(a) if isinstance(a, Skip) else "cordon")
     xids = hold.candidates(snap.prom, snap.now, s)
-    held = [
-        Candidate(
+    xid_nodes = {g.node for g in xids}  # the Xid path decides those
+
+    def held(node: str, reason: str, held_s: int, needs_s: int, **more: Any) -> Candidate:
+        return Candidate(node, reason, held_s, needs_s, decided.get(node, "unreadable"), **more)
+
+    found = [
+        held(
             g.node,
             f"xid-{g.value}",
             hold.loss_held_s(snap.prom, g.node, snap.now),
             hold.hold_window_s(g.value, s),
-            decided.get(g.node, "unreadable"),
-            g.value,
-            g.gpu,
-            g.pci,
-            g.uuid,
+            xid=g.value,
+            gpu=g.gpu,
+            pci=g.pci,
+            uuid=g.uuid,
         )
         for g in xids
     ]
-    xid_nodes = {g.node for g in xids}  # the Xid path decides those
     if s.nvml_mismatch_cordon:
-        held += [
-            Candidate(
+        found += [
+            held(
                 n,
                 mismatch.NVML_MISMATCH,
                 hold.nvml_held_s(snap.prom, n, snap.now),
                 s.nvml_hold_s,
-                decided.get(n, "unreadable"),
                 detail=mismatch.seen(snap, n),
             )
             for n in hold.nvml_candidates(snap.prom, snap.now, s)
             if n not in xid_nodes
         ]
-    held += [
-        Candidate(
-            h.node,
-            h.reason,
-            h.held_s,
-            h.needs_s,
-            decided.get(h.node, "unreadable"),
-            detail=h.detail,
-        )
+    found += [
+        held(h.node, h.reason, h.held_s, h.needs_s, detail=h.detail)
         for h in triggers.hits(snap, s)
         if h.held and h.node not in xid_nodes
     ]
-    return tuple(sorted([*waiting, *held], key=_order))
+    return tuple(sorted([*waiting, *found], key=_order))
 
 
 def _waiting(p: Waiting) -> Candidate:

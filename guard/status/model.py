@@ -1,28 +1,9 @@
-"""The status report as frozen values; `Report.to_json()` is the stable ``-o json`` document.
-
-JSON shape (every key always present; `null` where a value is unknown or does not apply):
-
-  at                 RFC 3339 time the report describes (``--at``, or now)
-  namespace          the guard's namespace
-  prometheus         {"url": str, "seen": bool, "error": str}
-  breaker            {"guarded": int, "limit": int, "open": bool, "headroom": int}
-  candidates         null without Prometheus; else a list of
-                     {"node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s",
-                      "decision", "detail"}; decision "pending" (not held long enough yet) or
-                     the isolation check's word (cordon, breaker-open, one-per-cycle, …); a
-                     driver/NVML mismatch (reason nvml-mismatch) has xid, gpu, pci and uuid
-                     null and its agent's detail, an Xid a null detail
-  nodes              a list of
-                     {"node", "state", "runbook", "reason", "since", "gpu", "incidents",
-                      "blocked_by", "next"}; gpu {"pci", "uuid"} or null, incidents
-                     {"card": int, "slot": int} or null, blocked_by {"condition", "observed"}
-                     or null, runbook "<GUARD_RUNBOOK_BASE_URL>#<state>" or "" for a state
-                     the runbook has no section for yet (shown verbatim)
-"""
+"""The status report as frozen values; `Report.to_json()` is the stable ``-o json`` document
+(its keys: docs/status.md, "Options")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -63,22 +44,17 @@ class NodeRow:
             "runbook": self.runbook,
             "reason": self.reason,
             "since": format_time(self.since) if self.since else None,
-            "gpu": {"pci": self.gpu.pci, "uuid": self.gpu.uuid} if self.gpu else None,
+            "gpu": asdict(self.gpu) if self.gpu else None,  # pci, uuid
             "incidents": incidents,
-            "blocked_by": (
-                {"condition": self.blocked.condition, "observed": self.blocked.observed}
-                if self.blocked
-                else None
-            ),
+            "blocked_by": asdict(self.blocked) if self.blocked else None,  # condition, observed
             "next": self.next,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A GPU with a hardware Xid and GPU loss on its node, or a node with a driver/NVML
-    mismatch (no GPU, no Xid: `detail` says what its agent saw): pending, or decided this
-    cycle."""
+    """A GPU with a hardware Xid and GPU loss on its node, or a node with a driver/NVML mismatch
+    or a node trigger (no GPU, no Xid; `detail`): pending, or decided this cycle."""
 
     node: str
     reason: str  # xid-48, nvml-mismatch
@@ -93,19 +69,8 @@ class Candidate:
     decides_at: str | None = None  # a pending one: when its hold completes (RFC 3339)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "xid": self.xid,
-            "gpu": self.gpu,
-            "pci": self.pci,
-            "uuid": self.uuid,
-            "held_s": self.held_s,
-            "needs_s": self.needs_s,
-            "decision": self.decision,
-            "decides_at": self.decides_at,
-            "detail": self.detail,
-        }
+        keys = ("node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s", "decision")
+        return {key: getattr(self, key) for key in (*keys, "decides_at", "detail")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +116,7 @@ class Report:
             "at": format_time(self.at),
             "namespace": self.namespace,
             "prometheus": {"url": p.url, "seen": p.seen, "error": p.error},
-            "breaker": {
-                "guarded": b.guarded,
-                "limit": b.limit,
-                "open": b.open,
-                "headroom": b.headroom,
-            },
+            "breaker": {k: getattr(b, k) for k in ("guarded", "limit", "open", "headroom")},
             "candidates": (
                 None if self.candidates is None else [c.to_json() for c in self.candidates]
             ),

@@ -1,8 +1,5 @@
-"""The status report as text: the breaker and the candidates above one table, kubectl-style.
-
-``text`` keeps each row on one line of a terminal (long texts cut with …); ``wide`` adds the
-GPU UUID and the runbook link and cuts nothing.
-"""
+"""The status report as text: the breaker and the candidates above one table, kubectl-style;
+``text`` cuts long texts with …, ``wide`` adds the GPU UUID and the runbook link."""
 
 from __future__ import annotations
 
@@ -90,16 +87,7 @@ def _candidates(r: Report, wide: bool) -> list[str]:
     held = len(r.candidates) - waiting
     head = f"pending candidates: {waiting}" + (f", {held} held long enough" if held else "")
     shown = r.candidates[:CANDIDATES_SHOWN]
-    rows = [
-        [
-            c.node,
-            c.reason,
-            c.pci or "-",
-            f"{_held(c)} {c.held_s} of {c.needs_s} s",
-            _decided(c, wide),
-        ]
-        for c in shown
-    ]
+    rows = [[c.node, c.reason, c.pci or "-", _held(c), _decided(c, wide)] for c in shown]
     out = [head, *("  " + line for line in _columns(None, rows))]
     if len(r.candidates) > len(shown):
         out.append(f"  … and {len(r.candidates) - len(shown)} more (-o json lists every one)")
@@ -107,7 +95,8 @@ def _candidates(r: Report, wide: bool) -> list[str]:
 
 
 def _held(c: Candidate) -> str:
-    return "loss held" if c.xid is not None else "mismatch held"
+    what = "loss" if c.xid is not None else "mismatch"
+    return f"{what} held {c.held_s} of {c.needs_s} s"
 
 
 def _decided(c: Candidate, wide: bool) -> str:

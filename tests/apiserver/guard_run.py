@@ -25,8 +25,7 @@ from guard.apply.outcome import Outcome
 from guard.doors.kube import Kube
 from guard.doors.lease import slot_key
 from guard.doors.prom import PromClient
-from guard.example.promserver import LocalPrometheus, scenario_server
-from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
+from guard.example.promserver import LocalPrometheus
 from guard.jobs import job_name, node_label
 from guard.log import Log
 from guard.model import Snapshot
@@ -44,6 +43,8 @@ from tests.apiserver.kube import (
     create,
 )
 from tests.builders import TEMPLATES
+from tests.engines import scenario_server
+from tests.scenario_build import KSM_POD, NodeTimeline, PodTimeline, Scenario, Steps
 from tests.tiers import require_engine
 
 T0 = datetime(2026, 9, 21, 5, 0, tzinfo=UTC)

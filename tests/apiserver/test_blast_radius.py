@@ -39,13 +39,6 @@ from kubernetes.client.exceptions import ApiException
 
 from guard.cli import cli
 from guard.example.promserver import LocalPrometheus, free_port, openmetrics_file
-from guard.example.scenario import (
-    KSM_POD,
-    XID,
-    NodeTimeline,
-    Scenario,
-    write_openmetrics,
-)
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
@@ -62,6 +55,13 @@ from tests.apiserver.guard_run import (
 from tests.apiserver.kube import MERGE_PATCH, create
 from tests.apiserver.kube import guard_job as job_template
 from tests.engines import load_openmetrics, serve
+from tests.scenario_build import (
+    KSM_POD,
+    XID,
+    NodeTimeline,
+    Scenario,
+    write_openmetrics,
+)
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver

@@ -42,7 +42,7 @@ __all__ = ["lifecycle_node"]  # the fixture, shared with the lifecycle tests
 FENCED_NODE, DRAIN_NODE, LIFTED_NODE = "fn-fenced", "fn-drain", "fn-lifted"
 LATE_NODE = "fn-late-lift"
 FENCE = "--fence-gpu"
-PCI = "0000:58:00.0"  # GPU 4 of guard.example.scenario's nodes
+PCI = "0000:58:00.0"  # GPU 4 of tests.scenario_build's nodes
 
 
 @pytest.fixture(scope="module")

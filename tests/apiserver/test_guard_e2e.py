@@ -20,7 +20,6 @@ from guard.apply import KubeExecutor, PrintExecutor
 from guard.apply.outcome import Outcome
 from guard.doors.kube import Kube
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import PodTimeline
 from guard.log import Log
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -44,6 +43,7 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
+from tests.scenario_build import PodTimeline
 
 pytestmark = pytest.mark.apiserver
 

@@ -19,7 +19,6 @@ import pytest
 from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import NodeTimeline, PodTimeline
 from guard.ledger import parse_line
 from tests.apiserver.guard_run import (
     KEYS,
@@ -34,6 +33,7 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
 )
 from tests.apiserver.kube import MERGE_PATCH
+from tests.scenario_build import NodeTimeline, PodTimeline
 
 pytestmark = pytest.mark.apiserver
 

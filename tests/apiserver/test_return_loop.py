@@ -24,7 +24,6 @@ from kubernetes import client
 
 from guard.cli import cli
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import PodTimeline
 from guard.plan.return_loop import RETURN_POLL_S
 from guard.watch import ReplayClock
 from tests.apiserver.guard_run import (
@@ -46,6 +45,7 @@ from tests.apiserver.guard_run import (
 )
 from tests.apiserver.kube import JOBS_NS, ControlPlane, create
 from tests.apiserver.test_lifecycle_e2e import lifecycle_node, the_job
+from tests.scenario_build import PodTimeline
 
 pytestmark = pytest.mark.apiserver
 __all__ = ["lifecycle_node"]  # the fixture, shared with the lifecycle tests

@@ -16,13 +16,6 @@ import pytest
 from kubernetes import client
 
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import (
-    AGENT_DETAIL,
-    AGENT_FAIL,
-    AGENT_PASS,
-    NodeTimeline,
-    PodTimeline,
-)
 from guard.ledger import parse_time
 from guard.settings import Settings
 from tests.apiserver.guard_run import (
@@ -41,6 +34,13 @@ from tests.apiserver.guard_run import (
 )
 from tests.apiserver.kube import JOBS_NS, MERGE_PATCH
 from tests.apiserver.test_guard_e2e import LOADTEST_PASS
+from tests.scenario_build import (
+    AGENT_DETAIL,
+    AGENT_FAIL,
+    AGENT_PASS,
+    NodeTimeline,
+    PodTimeline,
+)
 
 pytestmark = pytest.mark.apiserver
 

@@ -22,7 +22,6 @@ from kubernetes import client
 
 from guard import metric_names
 from guard.example.promserver import LocalPrometheus, free_port
-from guard.example.scenario import NodeTimeline
 from guard.generate import alert_queries
 from guard.names import SETTINGS_CONFIGMAP
 from guard.settings import Settings
@@ -44,6 +43,7 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import JOBS_NS, ControlPlane, create
+from tests.scenario_build import NodeTimeline
 
 pytestmark = pytest.mark.apiserver
 

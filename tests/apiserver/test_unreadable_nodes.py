@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from guard.example.promserver import LocalPrometheus, scenario_server
-from guard.example.scenario import Scenario
+from guard.example.promserver import LocalPrometheus
 from tests.apiserver.guard_run import (
     ISOLATE_AT,
     KEYS,
@@ -34,6 +33,8 @@ from tests.apiserver.guard_run import (
     set_status,
 )
 from tests.apiserver.kube import MERGE_PATCH
+from tests.engines import scenario_server
+from tests.scenario_build import Scenario
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver

@@ -25,8 +25,7 @@ import pytest
 from kubernetes import client
 
 from guard.doors.lease import slot_key
-from guard.example.promserver import LocalPrometheus, scenario_server
-from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
+from guard.example.promserver import LocalPrometheus
 from guard.ledger import format_time, parse_time
 from guard.metric_names import LAST_RUN, LEASE_TAKEN
 from guard.names import CYCLE_LEASE
@@ -46,6 +45,8 @@ from tests.apiserver.guard_run import (
     run_guard,
     scenario_prometheus,
 )
+from tests.engines import scenario_server
+from tests.scenario_build import KSM_POD, NodeTimeline, Scenario
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.apiserver

@@ -20,7 +20,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import NodeTimeline, PodTimeline
 from guard.generate import alert_queries
 from guard.names import REPORTING_CONTROLLER
 from tests.alerting.conftest import push_stack_in
@@ -36,6 +35,7 @@ from tests.apiserver.guard_run import (
     scenario_prometheus,
 )
 from tests.apiserver.kube import MERGE_PATCH, create, refusal
+from tests.scenario_build import NodeTimeline, PodTimeline
 
 pytestmark = pytest.mark.apiserver
 

@@ -36,7 +36,6 @@ from guard.apply import KubeExecutor
 from guard.apply.outcome import Outcome
 from guard.doors.kube import Kube
 from guard.doors.prom import PromClient, PromError
-from guard.example.scenario import NodeTimeline
 from guard.log import Log
 from guard.model import GpuHolder, GpuSample, PromView
 from guard.names import FIELD_MANAGER, Annotations
@@ -63,6 +62,7 @@ from tests.apiserver.kube import (
     refusal,
 )
 from tests.builders import TEMPLATES
+from tests.scenario_build import NodeTimeline
 
 KEYS = Annotations("gpu-node-guard.io/")
 GPUS = 8

@@ -14,7 +14,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guard.example.scenario import (
+from tests.engines import (
+    ENGINES,
+    Engine,
+    LocalPrometheus,
+    PrometheusUnavailable,
+    binaries,
+    scenario_server,
+)
+from tests.scenario_build import (
     AGENT_FAIL,
     AGENT_GONE,
     AGENT_PASS,
@@ -24,14 +32,6 @@ from guard.example.scenario import (
     PodTimeline,
     Scenario,
     Steps,
-)
-from tests.engines import (
-    ENGINES,
-    Engine,
-    LocalPrometheus,
-    PrometheusUnavailable,
-    binaries,
-    scenario_server,
 )
 from tests.tiers import require_engine
 

@@ -17,9 +17,8 @@ from click.testing import CliRunner
 from guard import cli as cli_module
 from guard.doors.prom import PromClient
 from guard.doors.retry import Anchor
-from guard.example.promserver import scenario_server
-from guard.example.scenario import NodeTimeline, Scenario
-from tests.engines import LocalPrometheus
+from tests.engines import LocalPrometheus, scenario_server
+from tests.scenario_build import NodeTimeline, Scenario
 from tests.tiers import require_engine
 
 

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from guard.example.promserver import LocalPrometheus, scenario_server
-from guard.example.scenario import KSM_POD, NodeTimeline, Scenario
+from guard.example.promserver import LocalPrometheus
 from guard.ledger import format_time
 from guard.settings import setting_fields
+from tests.engines import scenario_server
+from tests.scenario_build import KSM_POD, NodeTimeline, Scenario
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus

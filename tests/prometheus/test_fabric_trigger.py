@@ -19,7 +19,6 @@ import pytest
 from guard.actions import AppendLedgerLine, Cordon, Skip
 from guard.doors.prom import PromClient
 from guard.example.promserver import LocalPrometheus
-from guard.example.scenario import KSM_POD, NodeTimeline, PodTimeline, Scenario
 from guard.ledger import parse_line
 from guard.model import Snapshot
 from guard.plan import triggers
@@ -28,6 +27,7 @@ from guard.read.prom_view import read_prom
 from guard.settings import Settings
 from tests.builders import KEYS, TEMPLATES, node
 from tests.engines import ENGINES, scenario_server
+from tests.scenario_build import KSM_POD, NodeTimeline, PodTimeline, Scenario
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus

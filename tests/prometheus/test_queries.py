@@ -15,7 +15,6 @@ import pytest
 
 from guard.codec.queries import hold_queries, return_queries, watch_poll
 from guard.doors.prom import PromClient, PromError
-from guard.example.scenario import PodTimeline
 from guard.model import GpuPod, NodeInfo, PromView
 from guard.plan import return_rule
 from guard.plan.hold import candidates, loss_held_s
@@ -31,6 +30,7 @@ from tests.prometheus.conftest import (
     assert_held_at_every_second,
     minutes,
 )
+from tests.scenario_build import PodTimeline
 
 pytestmark = pytest.mark.prometheus
 S = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS)

@@ -16,7 +16,6 @@ import pytest
 
 from guard.codec.queries import hold_queries, mismatch_queries
 from guard.doors.prom import PromClient
-from guard.example.scenario import AGENT_DETAIL, AGENT_FAIL, AGENT_PASS, AGENT_UNKNOWN
 from guard.generate import alert_queries, alerts
 from guard.model import AgentCheck, PromView, ServicePod
 from guard.plan.hold import nvml_candidates, nvml_held_s
@@ -35,6 +34,7 @@ from tests.prometheus.conftest import (
     assert_held_at_every_second,
     minutes,
 )
+from tests.scenario_build import AGENT_DETAIL, AGENT_FAIL, AGENT_PASS, AGENT_UNKNOWN
 
 pytestmark = pytest.mark.prometheus
 S = Settings(prometheus_url="http://unused", jobs_namespace=JOBS_NS)

@@ -133,7 +133,7 @@ def test_the_watch_keeps_to_the_deadline_and_polls_once_per_scrape(tmp_path: Pat
     assert env["GUARD_JOB_NAME"] == "metadata.labels['batch.kubernetes.io/job-name']"
     assert s.query_step_s % s.scrape_interval_s == 0
     assert Scenario(datetime.now(UTC), 1, ()).scrape_s == s.scrape_interval_s
-    config = yaml.safe_load(prometheus_config(tmp_path, {}).read_text())
+    config = yaml.safe_load(prometheus_config(tmp_path).read_text())
     assert config["global"]["scrape_interval"] == f"{s.scrape_interval_s}s"
 
 
