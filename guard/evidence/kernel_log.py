@@ -175,19 +175,6 @@ def parse_xid(line: str, number: int = 0) -> XidRecord | None:
     ...               "name=<unknown>, GPU has fallen off the bus.")
     >>> (r.code, r.pci, r.time, r.pid, r.process, r.message)
     (79, '0000:91:00.0', '6781741.548779', None, None, 'GPU has fallen off the bus.')
-    >>> r = parse_xid("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: SM (0x1).")
-    >>> (r.code, r.pci, r.mig, r.pid)
-    (94, '0000:01:00.0', 'GPU-I:05', 7194)
-    >>> parse_xid("NVRM: Xid (0000:01:00): 13, Graphics Exception").pci
-    '0000:01:00.0'
-    >>> parse_xid("NVRM: Xid (PCI:0008:01:00): 45, pid=9, name=a, Ch 00000001 caused by "
-    ...           "previous Xid 149").caused_by
-    149
-    >>> parse_xid("NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 "
-    ...           "(None) to 0x7 (Unknown)").recovery
-    RecoveryChange(old=0, new=7, new_text='System Reboot')
-    >>> parse_xid("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal") is None
-    True
     """
     found = _XID.search(line)
     if found is None:
@@ -219,42 +206,19 @@ def _fallen_one_line(line: str, number: int) -> FallenOff | None:
 
 
 def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
-    """A dead-GPU record without an Xid number, or None.
-
-    >>> parse_dead("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)")
-    DeadRecord(kind='init-failed', pci='0000:98:00.0', time='903.6', line=0, \
-text='NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)')
-    >>> parse_dead("NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out").pci is None
-    True
-    """
+    """A dead-GPU record without an Xid number, or None."""
     for kind, patterns in DEAD_RECORDS.items():
-        for pattern in patterns:
-            found = pattern.search(line)
-            if found is None:
-                continue
+        for found in filter(None, (pattern.search(line) for pattern in patterns)):
             addr = found.groupdict().get("addr")
             start = line.find("NVRM:")
             start = found.start() if start < 0 else start
-            return DeadRecord(
-                kind=kind,
-                pci=pci_or_none(addr) if addr else None,
-                time=line_time(line[:start]),
-                line=number,
-                text=line[start:].strip(),
-            )
+            pci = pci_or_none(addr) if addr else None
+            return DeadRecord(kind, pci, line_time(line[:start]), number, line[start:].strip())
     return None
 
 
 def parse_kernel_log(text: str) -> KernelLog:
-    """Every GPU record in `text`; other lines are ignored.
-
-    >>> log = parse_kernel_log(
-    ...     "[ 9.1] NVRM: The NVIDIA GPU 0000:01:00.0\\n"
-    ...     "        NVRM: (PCI ID: 10de:2330) installed in this system has\\n"
-    ...     "        NVRM: fallen off the bus and is not responding to commands.\\n")
-    >>> log.fallen_off
-    (FallenOff(pci='0000:01:00.0', time='9.1', line=1, form='probe'),)
-    """
+    """Every GPU record in `text`; other lines are ignored."""
     scan = KernelLogScan()
     for number, line in enumerate(lines_of(text), start=1):
         scan.add(number, line)
@@ -280,15 +244,7 @@ def lines_of(text: str) -> Iterator[str]:
 class KernelLogScan:
     """The parser fed one line at a time (a 100 MB log is never held): it keeps the first and
     last Xid records of each GPU and counts all of them, so its memory does not grow with the
-    log's length.
-
-    >>> scan = KernelLogScan()
-    >>> for n in range(1, 1001):
-    ...     scan.add(n, f"[{n}.0] NVRM: Xid (PCI:0000:01:00): 13, pid={n}, name=a, Graphics")
-    >>> log = scan.result()
-    >>> len(log.xids), log.dropped, log.totals[0].count, log.totals[0].last_time
-    (200, 800, 1000, '1000.0')
-    """
+    log's length."""
 
     def __init__(self) -> None:
         self._first: dict[str | None, list[XidRecord]] = {}
