@@ -84,14 +84,6 @@ def _response(code: int, ctype: str, body: str, head_only: bool = False) -> byte
     return head.encode("ascii") + (b"" if head_only else data)
 
 
-@dataclass
-class Stats:
-    """What the server did, for tests and the bench (not exported)."""
-
-    evicted: int = 0
-    peak_open: int = 0
-
-
 class MetricsServer:
     """`start()` binds (ListenError) and serves in its own thread; `stop()` ends it."""
 
@@ -106,7 +98,7 @@ class MetricsServer:
         self.page, self.interval_s, self.clock = page, interval_s, clock
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
-        self.stats = Stats()
+        self.evicted = self.peak_open = 0  # what the server did, for tests (not exported)
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -114,17 +106,11 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> None:
+        serving = asyncio.start_server(
+            self._serve, host, port, limit=MAX_REQUEST_BYTES, backlog=1024, reuse_address=True
+        )
         try:
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(
-                    self._serve,
-                    host,
-                    port,
-                    limit=MAX_REQUEST_BYTES,
-                    backlog=1024,
-                    reuse_address=True,
-                )
-            )
+            self._server = self._loop.run_until_complete(serving)
         except OSError as exc:  # port taken, address not on this host, no permission
             self._loop.close()
             # asyncio's own text repeats the address; the errno's is the one line people know
@@ -167,8 +153,8 @@ class MetricsServer:
             oldest = next(iter(self._open))
             self._open.pop(oldest)
             oldest.transport.abort()
-            self.stats.evicted += 1
-        self.stats.peak_open = max(self.stats.peak_open, len(self._open))
+            self.evicted += 1
+        self.peak_open = max(self.peak_open, len(self._open))
         try:
             await self._one_request(reader, writer)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
@@ -221,14 +207,8 @@ class Agent:
         for r in run.results:
             if self.last.get(r.name) != r.status.value:
                 level: Level = "WARN" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"
-                self.log.event(
-                    "agent-check",
-                    level,
-                    node=self.node,
-                    check=r.name,
-                    status=r.status.value,
-                    observed=r.observed,
-                )
+                event = {"check": r.name, "status": r.status.value, "observed": r.observed}
+                self.log.event("agent-check", level, node=self.node, **event)
                 self.last[r.name] = r.status.value
         return run
 

@@ -7,9 +7,10 @@ reported as "unknown" and `collect` still exits 0, because the printed evidence 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import jinja2
@@ -43,13 +44,19 @@ from guard.wire import EvidenceSummary, render_evidence_summary
 from guard.xid_tables import CLASSES_FILE, DataFileError, load_catalog, load_classes
 
 JSON_MARK = "EVIDENCE-JSON "
+_T = TypeVar("_T")
+
+
+def _loaded(load: Callable[[], _T]) -> _T:
+    """A data table or the request template, or its one-line error (exit 1)."""
+    try:
+        return load()
+    except (DataFileError, request.TemplateError) as err:
+        raise click.ClickException(str(err)) from err
 
 
 def _tables(classes_file: Path) -> Tables:
-    try:
-        return Tables(load_classes(classes_file), load_catalog())
-    except DataFileError as err:
-        raise click.ClickException(str(err)) from err
+    return _loaded(lambda: Tables(load_classes(classes_file), load_catalog()))
 
 
 MAX_LOG_AER_EVENTS = 1000  # AER lines kept from one kernel log (a storm repeats one event)
@@ -159,7 +166,7 @@ def collect(**opts: Any) -> None:
     trigger, want = _node_wide(opts)
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
-    template = _template()
+    template = _loaded(request.load_template)
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
     summary = (node_links(host), opts["termination_log"])
     if trigger is None:
@@ -190,13 +197,6 @@ def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
     if (card is None) != (slot is None):
         raise click.UsageError("give both --card-incidents and --slot-incidents, or neither")
     return None if card is None or slot is None else fault_ledger.Counts(card, slot, None)
-
-
-def _template() -> jinja2.Template:
-    try:
-        return request.load_template()
-    except request.TemplateError as err:
-        raise click.ClickException(str(err)) from err
 
 
 @dataclass(frozen=True, slots=True)

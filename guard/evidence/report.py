@@ -250,29 +250,15 @@ def _smi_json(a: Assessment) -> dict[str, Any] | None:
 
 
 def _link_json(link: PcieLink) -> dict[str, Any]:
-    return {
-        "pci": link.pci,
-        "cap_speed_gts": link.cap_speed,
-        "cap_width": link.cap_width,
-        "speed_gts": link.speed,
-        "width": link.width,
-        "width_downgraded": link.width_downgraded,
-        "speed_downgraded": link.speed_downgraded,
-    }
+    downgraded = _fields(link, "width_downgraded", "speed_downgraded")
+    cap = {"cap_speed_gts": link.cap_speed, "cap_width": link.cap_width}
+    return {"pci": link.pci, **cap, "speed_gts": link.speed, "width": link.width, **downgraded}
 
 
 def _port_json(p: PortEvidence) -> dict[str, Any]:
-    s = p.status
-    return {
-        "address": p.address,
-        "role": p.role,
-        "has_aer": s.has_aer if s else None,
-        "uncorrectable": list(s.uncorrectable) if s else None,
-        "correctable": list(s.correctable) if s else None,
-        "device_status": list(s.device_status) if s else None,
-        "link_active": s.link_active if s else None,
-        "counters": aer.nonzero(p.counters),
-    }
+    names = ("has_aer", "uncorrectable", "correctable", "device_status", "link_active")
+    status = _fields(p.status, *names) if p.status else dict.fromkeys(names)
+    return {**_fields(p, "address", "role"), **status, "counters": aer.nonzero(p.counters)}
 
 
 def _xid_line(x: XidRecord, tables: Tables) -> str:

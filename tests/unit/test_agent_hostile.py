@@ -77,8 +77,8 @@ def test_more_idle_clients_than_the_cap_evict_the_oldest(server: MetricsServer) 
     try:
         time.sleep(0.2)
         assert scrape(server.port, 3.0)[0] == 200
-        assert server.stats.evicted >= 12
-        assert server.stats.peak_open <= 9
+        assert server.evicted >= 12
+        assert server.peak_open <= 9
     finally:
         for s in idle:
             s.close()
