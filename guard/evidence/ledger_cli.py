@@ -35,17 +35,7 @@ class LedgerSourceError(ValueError):
 
 
 def data_of(document: Any, where: str) -> dict[str, str]:
-    """The node → text mapping of a ConfigMap or of a bare data mapping.
-
-    >>> data_of({"kind": "ConfigMap", "data": {"gpu-node-b": "x"}}, "f")
-    {'gpu-node-b': 'x'}
-    >>> data_of({"kind": "ConfigMap", "data": None}, "f")
-    {}
-    >>> data_of(["a"], "f")
-    Traceback (most recent call last):
-    ...
-    guard.evidence.ledger_cli.LedgerSourceError: f: not a ConfigMap or a node: text mapping
-    """
+    """The node → text mapping of a ConfigMap (no data: empty) or of a bare data mapping."""
     if not isinstance(document, dict):
         raise LedgerSourceError(f"{where}: not a ConfigMap or a node: text mapping")
     if document.get("kind") == "ConfigMap" or "apiVersion" in document:
@@ -123,23 +113,13 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
     return _read(data_of(found, where) if found else {}, archives, name, where)
 
 
-def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
-    """Counts as they will be once one more incident of this card in this slot is recorded
-    (`guard.ledger.history` expects counts that include the incident being reported).
-
-    >>> next_incident(fault_ledger.Counts(2, 2, None))
-    Counts(same_card=3, same_slot=3, last_card_incident=None)
-    """
-    card, slot = counts.same_card + 1, counts.same_slot + 1
-    return fault_ledger.Counts(card, slot, counts.last_card_incident)
-
-
 def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
     """The counts of the ledger as it is, plus the history of a next incident."""
     lines = read.lines
     counts = fault_ledger.count(lines, uuid, node, pci)
-    upcoming = next_incident(counts)
     last = counts.last_card_incident
+    # `guard.ledger.history` counts the incident being reported: the next one is one more.
+    upcoming = fault_ledger.Counts(counts.same_card + 1, counts.same_slot + 1, last)
     return {
         "uuid": uuid,
         "node": node,
