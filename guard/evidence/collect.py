@@ -23,12 +23,8 @@ DEFAULT_TIMEOUT_S = 20.0
 PREVIOUS_BOOT = "journalctl -k -b -1 (previous boot: the current one has no record of this GPU)"
 _BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _AER_FILES = (
-    "aer_dev_correctable",
-    "aer_dev_fatal",
-    "aer_dev_nonfatal",
-    "aer_rootport_total_err_cor",
-    "aer_rootport_total_err_fatal",
-    "aer_rootport_total_err_nonfatal",
+    *(f"aer_dev_{k}" for k in ("correctable", "fatal", "nonfatal")),
+    *(f"aer_rootport_total_err_{k}" for k in ("cor", "fatal", "nonfatal")),
 )
 
 
@@ -58,16 +54,6 @@ def upstream_ports(host: Host, pci: str) -> tuple[str, ...]:
     target = os.readlink(host.sysfs_device(pci))
     chain = [part for part in Path(target).parts if _BDF.match(part)]
     return tuple(chain[:-1]) if chain and chain[-1] == pci else tuple(chain)
-
-
-def _chain(host: Host, pci: str) -> tuple[tuple[str, ...], Unknown | None]:
-    try:
-        return upstream_ports(host, pci), None
-    except FileNotFoundError:
-        why = "no /sys/bus/pci/devices entry (GPU removed?)"
-    except OSError as err:
-        why = f"cannot read {host.sysfs_device(pci)}: {err.strerror}"
-    return (), Unknown(f"sysfs {pci}", why)
 
 
 def read_counters(host: Host, address: str) -> Counters:
@@ -155,7 +141,15 @@ def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ..
     return None, NO_LOG, tuple(unknowns)
 
 
-def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, ...], list[Unknown]]:
+def port_inputs(host: Host, pci: str) -> tuple[tuple[PortInput, ...], list[Unknown]]:
+    """The GPU's root port and parent bridge: each one's lspci -vvv and AER counters."""
+    try:
+        chain = upstream_ports(host, pci)
+    except FileNotFoundError:
+        return (), [Unknown(f"sysfs {pci}", "no /sys/bus/pci/devices entry (GPU removed?)")]
+    except OSError as err:
+        why = f"cannot read {host.sysfs_device(pci)}: {err.strerror}"
+        return (), [Unknown(f"sysfs {pci}", why)]
     if not chain:
         return (), []
     roles = {chain[0]: "root port"}
@@ -165,11 +159,8 @@ def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, .
         shown = host.run("lspci", "-vvv", "-s", address)
         if not shown.ok:
             unknowns.append(Unknown(f"lspci -vvv -s {address}", shown.why))
-        ports.append(
-            PortInput(
-                address, role, shown.stdout if shown.ok else None, read_counters(host, address)
-            )
-        )
+        text = shown.stdout if shown.ok else None
+        ports.append(PortInput(address, role, text, read_counters(host, address)))
     return tuple(ports), unknowns
 
 
@@ -184,11 +175,9 @@ def nvidia_smi(host: Host, pci: str) -> tuple[str | None, Unknown | None]:
     """
     argv = ("nvidia-smi", "-q", "-i", pci)
     result = host.run(*argv)
-    if result.ok:
-        return result.stdout, None
     said = f"{result.stdout}\n{result.stderr}"
-    if _NO_HANDLE in said:
-        return said, None
+    if result.ok or _NO_HANDLE in said:
+        return result.stdout if result.ok else said, None
     return None, Unknown(" ".join(argv), result.why)
 
 
@@ -201,10 +190,7 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
     dump = host.run("lspci", "-vvv", "-xxx", "-s", pci)
     if not dump.ok:
         found.append(Unknown(f"lspci -vvv -xxx -s {pci}", dump.why))
-    chain, missing = _chain(host, pci)
-    if missing is not None:
-        found.append(missing)
-    ports, port_unknowns = _port_inputs(host, chain)
+    ports, port_unknowns = port_inputs(host, pci)
     smi, smi_unknown = nvidia_smi(host, pci)
     if smi_unknown is not None:
         port_unknowns.append(smi_unknown)
