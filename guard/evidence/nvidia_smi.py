@@ -24,24 +24,21 @@ _NO_HANDLE = re.compile(
 _LOST = "gpu is lost"
 _REQUIRES_RESET = "requires reset"
 
-# (section, key) whose value "Yes" raises it -> (class, reason). NVIDIA's sources, as quoted in
-# docs/evidence.md: A100/H100 memory error management ("the RMA criteria is met when the
-# row-remapping failure flag is set"; "the GPU must be reset for the remapping to go into
-# effect") and dynamic page retirement (retired pages take effect at the next driver load).
+# (section, key) whose value "Yes" raises it -> (class, reason); NVIDIA's sources:
+# docs/evidence.md, "Records without an Xid, Xid 154 and nvidia-smi".
+_ROWS, _PAGES, _RESET = "Remapped Rows", "Retired Pages", "GPU Reset Status"
 _PENDING = "nvidia-smi: page retirement pending (takes effect at a GPU reset)"
+_REMAP_PENDING = "nvidia-smi: row remapping pending (takes effect at a GPU reset)"
 FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {
-    ("Remapped Rows", "Remapping Failure Occurred"): (
+    (_ROWS, "Remapping Failure Occurred"): (
         Repair.RMA,
         "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)",
     ),
-    ("Remapped Rows", "Pending"): (
-        Repair.RESET,
-        "nvidia-smi: row remapping pending (takes effect at a GPU reset)",
-    ),
-    ("Retired Pages", "Pending Page Blacklist"): (Repair.RESET, _PENDING),
-    ("Retired Pages", "Pending Page Retirement"): (Repair.RESET, _PENDING),
-    ("GPU Reset Status", "Reset Required"): (Repair.RESET, "nvidia-smi: GPU reset required"),
-    ("GPU Reset Status", "Drain and Reset Recommended"): (
+    (_ROWS, "Pending"): (Repair.RESET, _REMAP_PENDING),
+    (_PAGES, "Pending Page Blacklist"): (Repair.RESET, _PENDING),
+    (_PAGES, "Pending Page Retirement"): (Repair.RESET, _PENDING),
+    (_RESET, "Reset Required"): (Repair.RESET, "nvidia-smi: GPU reset required"),
+    (_RESET, "Drain and Reset Recommended"): (
         Repair.RESET,
         "nvidia-smi: drain and reset recommended",
     ),
@@ -49,16 +46,16 @@ FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {
 
 # The counters and flags the report lists (section, key), whatever their value.
 SHOWN: tuple[tuple[str, str], ...] = (
-    ("Remapped Rows", "Correctable Error"),
-    ("Remapped Rows", "Uncorrectable Error"),
-    ("Remapped Rows", "Pending"),
-    ("Remapped Rows", "Remapping Failure Occurred"),
-    ("Retired Pages", "Single Bit ECC"),
-    ("Retired Pages", "Double Bit ECC"),
-    ("Retired Pages", "Pending Page Blacklist"),
-    ("Retired Pages", "Pending Page Retirement"),
-    ("GPU Reset Status", "Reset Required"),
-    ("GPU Reset Status", "Drain and Reset Recommended"),
+    (_ROWS, "Correctable Error"),
+    (_ROWS, "Uncorrectable Error"),
+    (_ROWS, "Pending"),
+    (_ROWS, "Remapping Failure Occurred"),
+    (_PAGES, "Single Bit ECC"),
+    (_PAGES, "Double Bit ECC"),
+    (_PAGES, "Pending Page Blacklist"),
+    (_PAGES, "Pending Page Retirement"),
+    (_RESET, "Reset Required"),
+    (_RESET, "Drain and Reset Recommended"),
 )
 
 
