@@ -80,12 +80,6 @@ def decide(
     >>> classes = XidClasses({79: Repair.POWER_CYCLE, 48: Repair.RESET, 143: Repair.RMA})
     >>> decide([48], False, True, classes)
     Decision(verdict=<Repair.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
-    >>> decide([48, 143], False, False, classes).verdict.value
-    'rma'
-    >>> decide([154], False, False, classes).verdict.value
-    'human'
-    >>> decide([154], False, False, classes, [Finding(Repair.RESET, "Xid 154: Drain and Reset")])
-    Decision(verdict=<Repair.RESET: 'reset'>, reasons=('Xid 154: Drain and Reset',))
     """
     findings = tuple(findings)
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
