@@ -1,7 +1,2 @@
-"""`gpu-node-guard report`: the repair figures (guard/figures.py) shown as text, JSON and HTML.
-
-facts.py   the figures' facts from what a run reads (ledger, node records, Events, Jobs)
-render.py  text and JSON
-html.py    one self-contained page (inline SVG)
-cli.py     the command: reads, never writes
-"""
+"""`gpu-node-guard report`: the repair figures (guard/figures.py) as text and JSON (render.py) and
+as one self-contained HTML page (html.py); cli.py reads what `status` reads, never writes."""
