@@ -12,8 +12,7 @@ from typing import Any
 
 import click
 
-from guard.agent.checks import run_checks
-from guard.agent.metrics import render
+from guard.agent.metrics import render, run_checks
 from guard.agent.server import Agent, ListenError
 from guard.cli_options import node_callback
 from guard.conformance.cli import env_option, node_options

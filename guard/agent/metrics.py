@@ -1,15 +1,21 @@
-"""The agent's Prometheus exposition (text format 0.0.4), a pure function of one run.
+"""The agent's checks and their Prometheus exposition (text format 0.0.4).
 
-Metric names and labels are a contract (docs/agent.md): the alert rules and the guard's
-`nvml-mismatch` isolation query read them.
+The checks are the conformance items that files alone answer (docs/agent.md), judged by the same
+code; no command runs (the agent has no runner), and a file that cannot be read makes its check
+UNKNOWN. Metric names and labels are a contract: the alert rules and the guard's `nvml-mismatch`
+isolation query read them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from guard.agent.checks import AgentRun
-from guard.conformance.model import Status
+from guard.conformance import dns, ipvs, nvidia
+from guard.conformance.checks import gate
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import Config, ItemResult, Status
+from guard.conformance.platform import Platform, read_platform
 from guard.metric_names import (
     AGENT_CHECK_INFO,
     AGENT_CHECK_OK,
@@ -18,6 +24,29 @@ from guard.metric_names import (
     AGENT_LAST_RUN,
     AGENT_NVIDIA_INFO,
 )
+
+CHECKS = ("nvidia-match", "ipvs-loaded", "dns-upstream")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    platform: Platform
+    results: tuple[ItemResult, ...]  # in CHECKS order
+    nvidia: nvidia.NvidiaFacts
+
+
+def run_checks(fs: HostFS, config: Config) -> AgentRun:
+    p = read_platform(fs, config.platform, config.kube_proxy_mode)
+    nv = nvidia.read_nvidia(fs)
+    ipvs_result = gate("ipvs-loaded", p, config) or ipvs.judge_loaded(
+        guarded(lambda: ipvs.read_loaded(fs), "/sys/module")
+    )
+    # gate() answers whenever no allowed upstreams are given, so `or ()` is never what is judged.
+    dns_result = gate("dns-upstream", p, config) or dns.judge_dns(
+        dns.read_dns(fs, p.rke2, config.resolv_conf), config.allowed_dns or ()
+    )
+    return AgentRun(p, (nvidia.judge_nvidia(nv), ipvs_result, dns_result), nv)
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DETAIL_MAX_CHARS = 200

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-from guard.agent.checks import CHECKS, AgentRun
-from guard.agent.metrics import CONTENT_TYPE, render
+from guard.agent.metrics import CHECKS, CONTENT_TYPE, AgentRun, render
 from guard.log import Level, Log
 
 READ_TIMEOUT_S = 5.0

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.agent.checks import AgentRun, run_checks
-from guard.agent.metrics import escape, render
+from guard.agent.metrics import AgentRun, escape, render, run_checks
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import ItemResult, Status
 from guard.conformance.nvidia import NvidiaFacts

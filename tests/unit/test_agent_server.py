@@ -14,8 +14,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from guard.agent.checks import run_checks
 from guard.agent.cli import agent
+from guard.agent.metrics import run_checks
 from guard.agent.server import Agent, MetricsServer, Page
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
