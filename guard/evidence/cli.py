@@ -27,10 +27,9 @@ from guard.cli_options import (
 )
 from guard.evidence import aer, node_wide, request
 from guard.evidence.assess import Assessment, Inputs, assess, offline_inputs
-from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
+from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather, node_links
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
-from guard.evidence.links import node_links
 from guard.evidence.report import Tables, to_json, to_text
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,
@@ -161,7 +160,7 @@ def collect(**opts: Any) -> None:
 
     The history sentence of the request is chosen from the ledger counts (a closed set of
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
-    PCIe link goes into the summary for the guard (guard.evidence.links).
+    PCIe link goes into the summary for the guard (guard.evidence.collect, node_links).
     """
     trigger, want = _node_wide(opts)
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
