@@ -126,9 +126,8 @@ DEAD_RECORDS: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"NVRM: kfsp\w*: Timed out waiting for FSP"),
         re.compile(r"while polling for FSP boot complete"),
     ),
-    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79. Drivers
-    # print it through NV_ASSERT_OK (`nvAssertOkFailedNoLog: Assertion failed:`) or NV_CHECK_OK
-    # (`nvCheckOkFailedNoLog: Check failed:`); the error is the same.
+    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79; printed
+    # through NV_ASSERT_OK or NV_CHECK_OK, the same error.
     "gpu-lost": (
         re.compile(
             r"NVRM: (?:GPU\d+ )?nv(?:Assert|Check)\w*: (?:Assertion|Check) failed: GPU lost from"
@@ -143,7 +142,6 @@ class KernelLog:
     fallen_off: tuple[FallenOff, ...]
     uuids: tuple[tuple[str, str], ...]  # (pci, uuid) in log order
     totals: tuple[XidTotal, ...] = ()  # per (GPU, code), in order of first appearance
-    dropped: int = 0  # Xid records counted in totals but not kept in xids
     dead: tuple[DeadRecord, ...] = ()
 
 
@@ -253,7 +251,6 @@ class KernelLogScan:
         self._fallen: list[FallenOff] = []
         self._uuids: dict[tuple[str, str], None] = {}  # ordered, each pair once
         self._probe: FallenOff | None = None
-        self._dropped = 0
         self._dead: list[DeadRecord] = []
 
     def add(self, number: int, line: str) -> None:
@@ -294,10 +291,7 @@ class KernelLogScan:
         if len(first) < KEEP_FIRST:
             first.append(record)
             return
-        last = self._last.setdefault(record.pci, deque(maxlen=KEEP_LAST))
-        if len(last) == KEEP_LAST:
-            self._dropped += 1
-        last.append(record)
+        self._last.setdefault(record.pci, deque(maxlen=KEEP_LAST)).append(record)
 
     def _fell(self, record: FallenOff) -> None:
         if sum(1 for f in self._fallen if f.pci == record.pci) < KEEP_FIRST:
@@ -315,7 +309,6 @@ class KernelLogScan:
             tuple(self._fallen),
             tuple(self._uuids),
             totals,
-            self._dropped,
             tuple(self._dead),
         )
 
@@ -331,14 +324,11 @@ def same_gpu(a: str | None, b: str) -> bool:
 
 def for_gpu(log: KernelLog, pci: str) -> KernelLog:
     """The records of one GPU (`pci` in sysfs form)."""
-    xids = tuple(x for x in log.xids if same_gpu(x.pci, pci))
-    totals = tuple(t for t in log.totals if same_gpu(t.pci, pci))
     return KernelLog(
-        xids=xids,
+        xids=tuple(x for x in log.xids if same_gpu(x.pci, pci)),
         fallen_off=tuple(f for f in log.fallen_off if same_gpu(f.pci, pci)),
         uuids=tuple(u for u in log.uuids if same_gpu(u[0], pci)),
-        totals=totals,
-        dropped=sum(t.count for t in totals) - len(xids),
+        totals=tuple(t for t in log.totals if same_gpu(t.pci, pci)),
         dead=tuple(d for d in log.dead if same_gpu(d.pci, pci)),
     )
 
@@ -350,8 +340,7 @@ def unattributed(log: KernelLog) -> tuple[DeadRecord, ...]:
 
 def named_gpus(log: KernelLog) -> tuple[str, ...]:
     """Every GPU the log names at all: records and identity lines."""
-    found = set(gpus(log)) | {u[0] for u in log.uuids}
-    return tuple(sorted(found))
+    return tuple(sorted(set(gpus(log)) | {u[0] for u in log.uuids}))
 
 
 def gpus(log: KernelLog) -> tuple[str, ...]:

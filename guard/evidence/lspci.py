@@ -94,7 +94,6 @@ def _address(header: str) -> str | None:
 class PortStatus:
     """Status registers of a PCIe port (``lspci -vvv``); the flags listed are the set (+) ones."""
 
-    header: str
     has_aer: bool
     uncorrectable: tuple[str, ...]  # UESta+
     correctable: tuple[str, ...]  # CESta+
@@ -125,25 +124,14 @@ def _labelled_flags(text: str) -> dict[str, dict[str, bool]]:
 
 
 def port_status(text: str) -> PortStatus:
-    """Parse ``lspci -vvv -s <port>``.
-
-    >>> s = port_status("00:03.0 PCI bridge: Intel Root Port\\n"
-    ...                 "\\tCapabilities: [148 v1] Advanced Error Reporting\\n"
-    ...                 "\\t\\tUESta:\\tDLP- SDES+ TLP- FCP- CmpltTO+\\n"
-    ...                 "\\t\\t\\tECRC- UnsupReq+ ACSViol-\\n"
-    ...                 "\\t\\tCESta:\\tRxErr- BadTLP-\\n")
-    >>> s.uncorrectable, s.surprise_down, s.has_aer
-    (('CmpltTO', 'SDES', 'UnsupReq'), True, True)
-    """
+    """Parse ``lspci -vvv -s <port>``."""
     flags = _labelled_flags(text)
-    header = next((ln.strip() for ln in text.splitlines() if ln and not ln[0].isspace()), "")
 
     def set_in(label: str) -> tuple[str, ...]:
         return tuple(sorted(k for k, on in flags.get(label, {}).items() if on))
 
     link = flags.get("LnkSta", {}).get("DLActive")
     return PortStatus(
-        header=header,
         has_aer="Advanced Error Reporting" in text,
         uncorrectable=set_in("UESta"),
         correctable=set_in("CESta"),
@@ -158,7 +146,6 @@ class PcieLink:
     at now (LnkSta). Speed in GT/s (None: ``unknown``), width in lanes."""
 
     pci: str
-    header: str
     cap_speed: float | None
     cap_width: int | None
     speed: float | None
@@ -188,22 +175,11 @@ def _width(text: str) -> int | None:
 
 
 def pcie_links(text: str) -> tuple[PcieLink, ...]:
-    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order.
-
-    >>> (l,) = pcie_links("18:00.0 3D controller: NVIDIA (rev a1)\\n"
-    ...                   "  LnkCap: Port #0, Speed 32GT/s, Width x16, ASPM not supported\\n"
-    ...                   "  LnkSta: Speed 16GT/s (downgraded), Width x8 (downgraded)\\n")
-    >>> (l.pci, l.cap_speed, l.speed, l.cap_width, l.width, l.width_downgraded)
-    ('0000:18:00.0', 32.0, 16.0, 16, 8, True)
-    """
+    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order."""
     out: list[PcieLink] = []
     for block in _blocks(text):
         cap = next((ln for ln in block if "LnkCap:" in ln), None)
         sta = next((ln for ln in block if "LnkSta:" in ln), None)
         if cap is not None and sta is not None and (address := _address(block[0])):
-            out.append(
-                PcieLink(
-                    address, block[0].strip(), _speed(cap), _width(cap), _speed(sta), _width(sta)
-                )
-            )
+            out.append(PcieLink(address, _speed(cap), _width(cap), _speed(sta), _width(sta)))
     return tuple(out)

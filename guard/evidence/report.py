@@ -56,7 +56,7 @@ def dead_dict(d: DeadRecord) -> dict[str, Any]:
 
 def link_sentence(link: PcieLink) -> str:
     """
-    >>> link_sentence(PcieLink("0000:18:00.0", "", 32.0, 16, 32.0, 8))
+    >>> link_sentence(PcieLink("0000:18:00.0", 32.0, 16, 32.0, 8))
     '0000:18:00.0: LnkSta 32GT/s x8 of LnkCap 32GT/s x16: width DOWNGRADED'
     """
 
