@@ -75,15 +75,7 @@ _CHECKS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def parse_aer_line(line: str, number: int) -> AerEvent | None:
-    """One line's AER event, or None.
-
-    >>> parse_aer_line("pcieport 0000:00:03.0:    [ 5] SDES                  ", 1).surprise_down
-    True
-    >>> line = "pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010"
-    >>> e = parse_aer_line(line, 2)
-    >>> e.device, e.detail, e.source
-    ('0000:00:02.0', 'uncorrectable-fatal', 'id=0010')
-    """
+    """One line's AER event, or None."""
     for pattern, kind in _CHECKS:
         found = pattern.search(line)
         if found is None:
@@ -126,13 +118,7 @@ _GREP = re.compile(
 
 
 def parse_counters(text: str) -> dict[str, int]:
-    """One ``aer_dev_*`` file: ``NAME count`` lines; the rootport totals are a bare number.
-
-    >>> parse_counters("Undefined 0\\nDLP 0\\nSDES 1\\nTOTAL_ERR_FATAL 1\\n")
-    {'Undefined': 0, 'DLP': 0, 'SDES': 1, 'TOTAL_ERR_FATAL': 1}
-    >>> parse_counters("3\\n")
-    {'TOTAL': 3}
-    """
+    """One ``aer_dev_*`` file: ``NAME count`` lines; the rootport totals are a bare number."""
     if text.strip().isdigit() and len(text.strip()) <= 20:  # no counter has 20 digits
         return {"TOTAL": int(text.strip())}
     out = {}
@@ -162,8 +148,4 @@ def nonzero(files: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]
 
 
 def counters_surprise_down(files: Mapping[str, Mapping[str, int]]) -> bool:
-    """
-    >>> counters_surprise_down({"aer_dev_fatal": {"SDES": 1}})
-    True
-    """
     return any(c.get("SDES", 0) > 0 for c in files.values())

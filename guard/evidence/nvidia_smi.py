@@ -99,14 +99,7 @@ class SmiGpu:
 
 
 def parse_smi(text: str) -> dict[str, SmiGpu]:
-    """GPU (sysfs form) -> its facts.
-
-    >>> out = parse_smi("GPU 00000000:10:1C.0\\n    GPU UUID : GPU-2b41\\n"
-    ...                 "    Remapped Rows\\n        Pending : Yes\\n")
-    >>> gpu = out["0000:10:1c.0"]
-    >>> gpu.uuid, gpu.fields[("Remapped Rows", "Pending")], [f.verdict for f in gpu.findings()]
-    ('GPU-2b41', 'Yes', [<Repair.RESET: 'reset'>])
-    """
+    """GPU (sysfs form) -> its facts."""
     gpus: dict[str, SmiGpu] = {}
     current: SmiGpu | None = None
     sections: list[tuple[int, str]] = []  # (indent, name), innermost last

@@ -90,14 +90,6 @@ def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
 
 
 def config_sentence(a: Assessment) -> str:
-    """
-    >>> from guard.evidence.lspci import config_space
-    >>> from guard.evidence.assess import Inputs, assess
-    >>> from guard.xid_tables import XidClasses
-    >>> a = assess(Inputs("", "-", gpu_lspci="00: ff ff ff ff"), "0000:99:00.0", XidClasses({}))
-    >>> config_sentence(a)
-    'PCI config space reads all ff (4 bytes): the GPU does not answer config reads.'
-    """
     if a.config is None:
         return "PCI config space: not read."
     if a.config.all_ff is None:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from guard.agent.cli import agent
 from guard.agent.metrics import run_checks
-from guard.agent.server import Agent, MetricsServer, Page
+from guard.agent.server import Agent, MetricsServer, Page, answer
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
 from guard.example.promserver import free_port
@@ -157,3 +157,9 @@ def test_the_node_comes_from_the_environment(tmp_path: Path) -> None:
     assert 'node="from-downward-api"' in result.output
     missing = CliRunner().invoke(agent, ["--root", str(tmp_path), "--once"])
     assert missing.exit_code == 2 and "Missing option '--node'" in missing.output
+
+
+def test_a_query_string_does_not_change_the_path_and_only_get_or_head_is_served() -> None:
+    page = Page("up 1\n", 100.0)
+    assert answer(page, 60, lambda: 110.0, "GET", "/healthz?x") == (200, "text/plain", "ok\n")
+    assert answer(page, 60, lambda: 110.0, "POST", "/metrics")[0] == 405
