@@ -51,6 +51,10 @@ class PortInput:
     lspci: str | None
     counters: Counters = field(default_factory=dict)
 
+    @property
+    def status(self) -> PortStatus | None:
+        return port_status(self.lspci) if self.lspci else None
+
 
 @dataclass(frozen=True, slots=True)
 class Inputs:
@@ -70,14 +74,6 @@ class Inputs:
 
 
 @dataclass(frozen=True, slots=True)
-class PortEvidence:
-    address: str
-    role: str
-    status: PortStatus | None
-    counters: Counters
-
-
-@dataclass(frozen=True, slots=True)
 class Assessment:
     pci: str | None
     verdict: Repair
@@ -87,7 +83,7 @@ class Assessment:
     uuid: str | None
     recovery: RecoveryChange | None
     config: ConfigSpace | None
-    ports: tuple[PortEvidence, ...]
+    ports: tuple[PortInput, ...]
     aer_events: tuple[aer.AerEvent, ...]
     gpu_counters: Counters
     surprise_down: bool
@@ -153,11 +149,14 @@ def _findings(
     return tuple(out)
 
 
-def _surprise_down(events: tuple[aer.AerEvent, ...], ports: tuple[PortEvidence, ...]) -> bool:
+def _surprise_down(
+    events: tuple[aer.AerEvent, ...], ports: tuple[PortInput, ...], gpu_counters: Counters
+) -> bool:
+    counters = (gpu_counters, *(p.counters for p in ports))
     return (
         any(e.surprise_down for e in events)
         or any(p.status is not None and p.status.surprise_down for p in ports)
-        or any(aer.counters_surprise_down(p.counters) for p in ports)
+        or any(aer.counters_surprise_down(c) for c in counters)
     )
 
 
@@ -176,10 +175,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     findings = _findings(dead, recovery, smi)
     all_ff = config.all_ff if config else None
     decision = decide(codes, bool(mine.fallen_off), all_ff, classes, findings)
-    ports = tuple(
-        PortEvidence(p.address, p.role, port_status(p.lspci) if p.lspci else None, p.counters)
-        for p in inputs.ports
-    )
+    ports = inputs.ports
     from_log = inputs.log_aer if inputs.parsed_log else aer.parse_aer_lines(inputs.kernel_log or "")
     events = from_log + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:
@@ -197,8 +193,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         ports=ports,
         aer_events=events,
         gpu_counters=inputs.gpu_counters,
-        surprise_down=_surprise_down(events, ports)
-        or aer.counters_surprise_down(inputs.gpu_counters),
+        surprise_down=_surprise_down(events, ports, inputs.gpu_counters),
         other_gpus=others,
         reported_xid=inputs.reported_xid,
         kernel_log_source=inputs.kernel_log_source,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.evidence import aer
-from guard.evidence.assess import Assessment, PortEvidence
+from guard.evidence.assess import Assessment, PortInput
 from guard.evidence.kernel_log import DeadRecord, XidRecord
 from guard.evidence.lspci import PcieLink
 from guard.evidence.verdict import (
@@ -140,7 +140,7 @@ def smi_sentences(a: Assessment) -> tuple[str, ...]:
     )
 
 
-def _port_sentence(port: PortEvidence) -> str:
+def _port_sentence(port: PortInput) -> str:
     parts = [f"{port.role} {port.address}:"]
     s = port.status
     if s is None:
@@ -247,9 +247,10 @@ def _link_json(link: PcieLink) -> dict[str, Any]:
     return {"pci": link.pci, **cap, "speed_gts": link.speed, "width": link.width, **downgraded}
 
 
-def _port_json(p: PortEvidence) -> dict[str, Any]:
+def _port_json(p: PortInput) -> dict[str, Any]:
     names = ("has_aer", "uncorrectable", "correctable", "device_status", "link_active")
-    status = _fields(p.status, *names) if p.status else dict.fromkeys(names)
+    s = p.status
+    status = _fields(s, *names) if s else dict.fromkeys(names)
     return {**_fields(p, "address", "role"), **status, "counters": aer.nonzero(p.counters)}
 
 
