@@ -1,8 +1,5 @@
-"""`gpu-node-guard agent`: the node agent of the DaemonSet (docs/agent.md).
-
-Runs the read-only file checks every `--interval-s` and serves them on `--listen` at /metrics;
-`--once` prints one page and exits. Bad arguments: one `Error:` line, exit 2.
-"""
+"""`gpu-node-guard agent`: the node agent of the DaemonSet (docs/agent.md); `--once` prints one
+/metrics page and exits. Bad arguments: one `Error:` line, exit 2."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The agent's loop and its HTTP endpoint: run the checks every `interval_s`, serve the last page.
-
-`/metrics` answers the last rendered page (503 until the first run ends); `/healthz` answers 200
-while the last run is younger than three intervals, so a stuck loop fails its liveness probe. The
-checks run in the main thread, the server in a second one (one asyncio thread, HTTP/1.0, one
-request per connection, bounded in every way a client can push it: docs/agent.md); SIGTERM (or
-`stop`) ends both within a few seconds.
-"""
+"""The agent's loop and its HTTP endpoint: the checks run every `interval_s` in the main thread,
+the last page is served from a second one (one asyncio thread, HTTP/1.0, bounded in every way a
+client can push it; `/healthz` fails once the last run is three intervals old: docs/agent.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Read the host's evidence from inside the evidence Job; never write anything there.
-
-Commands run in the host's mount namespace through `guard.doors.hostexec` with a timeout; sysfs
-is read under a root (``/proc/1/root``). A command that hangs or fails becomes an `Unknown` and
-the rest of the evidence is still read (docs/evidence.md).
-"""
+"""Read the host's evidence from inside the evidence Job, never writing there: commands through
+`guard.doors.hostexec` with a timeout, sysfs under a root (``/proc/1/root``). A command that hangs
+or fails becomes an `Unknown` and the rest is still read (docs/evidence.md)."""
 
 from __future__ import annotations
 
