@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from guard.evidence.prefix import line_time
+from guard.evidence.kernel_log import line_time, lines_of
 from guard.pci import PciAddressError, normalize_pci
 
 _DEVICE = r"(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+"
@@ -99,8 +99,6 @@ def parse_aer_line(line: str, number: int) -> AerEvent | None:
 
 def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
     """Every AER line in a kernel log (any prefix); other lines are ignored."""
-    from guard.evidence.kernel_log import lines_of  # no list of every line of a long log
-
     events = (parse_aer_line(line, n) for n, line in enumerate(lines_of(text), start=1))
     return tuple(e for e in events if e is not None)
 
