@@ -12,22 +12,23 @@ from guard.evidence.kernel_log import line_time, lines_of
 from guard.pci import PciAddressError, normalize_pci
 
 _DEVICE = r"(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+"
-_RECEIVED = re.compile(
-    _DEVICE + r"AER: (?P<multi>Multiple )?(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
-    r"Correct(?:ed|able)) error (?:message )?received(?::| from)\s*(?P<src>\S+)?"
+_SEV = r"(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|Correct(?:ed|able))"
+# (message pattern after the device, kind), first match wins
+_CHECKS = tuple(
+    (re.compile(_DEVICE + pattern), kind)
+    for pattern, kind in (
+        (
+            r"AER: (?P<multi>Multiple )?" + _SEV + r" error (?:message )?received(?::| from)"
+            r"\s*(?P<src>\S+)?",
+            "received",
+        ),
+        (r"(?:AER: )?PCIe Bus Error: severity=" + _SEV, "severity"),
+        (r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w{1,16})/", "status"),
+        (r"(?:AER: )?\s*\[\s*(?P<bit>\d{1,3})\] (?P<name>.+?)\s*(?:\(First\))?\s*$", "error"),
+        (r"(?:AER: can't recover|device has no AER-aware driver)", "no-handler"),
+        (r"AER: device recovery failed", "recovery-failed"),
+    )
 )
-_SEVERITY = re.compile(
-    _DEVICE + r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
-    r"Correct(?:ed|able))"
-)
-_STATUS = re.compile(
-    _DEVICE + r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w{1,16})/"
-)
-_BIT = re.compile(
-    _DEVICE + r"(?:AER: )?\s*\[\s*(?P<bit>\d{1,3})\] (?P<name>.+?)\s*(?:\(First\))?\s*$"
-)
-_NO_HANDLER = re.compile(_DEVICE + r"(?:AER: can't recover|device has no AER-aware driver)")
-_FAILED = re.compile(_DEVICE + r"AER: device recovery failed")
 _SURPRISE_DOWN_BIT = 5  # Uncorrectable Error Status bit 5, SDES
 _SURPRISE_NAMES = ("SDES", "Surprise Down Error")
 
@@ -62,16 +63,6 @@ class AerEvent:
     line: int
     source: str | None = None  # "received … from <source>"
     surprise_down: bool = False
-
-
-_CHECKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_RECEIVED, "received"),
-    (_SEVERITY, "severity"),
-    (_STATUS, "status"),
-    (_BIT, "error"),
-    (_NO_HANDLER, "no-handler"),
-    (_FAILED, "recovery-failed"),
-)
 
 
 def parse_aer_line(line: str, number: int) -> AerEvent | None:
