@@ -42,11 +42,7 @@ def _address(text: str) -> str:
 
 
 def severity_word(text: str) -> str:
-    """One spelling for old and new kernels.
-
-    >>> severity_word("Uncorrected (Non-Fatal)"), severity_word("Correctable")
-    ('uncorrectable-nonfatal', 'correctable')
-    """
+    """One spelling for old and new kernels."""
     if text.startswith("Correct"):
         return "correctable"
     return "uncorrectable-nonfatal" if "Non-Fatal" in text else "uncorrectable-fatal"

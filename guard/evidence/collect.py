@@ -229,11 +229,7 @@ def _read(path: Path) -> str | None:
 
 
 def speed(text: str | None) -> str | None:
-    """The GT/s of a sysfs link speed in `--expect-link` spelling; None for ``Unknown``.
-
-    >>> speed("32.0 GT/s PCIe"), speed("2.5 GT/s PCIe"), speed("8.0 GT/s"), speed("Unknown")
-    ('32', '2.5', '8', None)
-    """
+    """The GT/s of a sysfs link speed in `--expect-link` spelling; None for ``Unknown``."""
     found = _SPEED.match(text or "")
     if found is None:
         return None
@@ -242,10 +238,7 @@ def speed(text: str | None) -> str | None:
 
 
 def width(text: str | None) -> int | None:
-    """
-    >>> width("16"), width("0"), width("x16"), width(None)
-    (16, None, None, None)
-    """
+    """A sysfs link width in lanes; None for 0 (link down) or anything else."""
     value = int(text) if text and text.isascii() and text.isdigit() else 0
     return value if value in LINK_WIDTHS else None
 

@@ -144,8 +144,7 @@ class KernelLog:
     dead: tuple[DeadRecord, ...] = ()
 
 
-# The time in front of a line, whatever tool printed it (docs/evidence.md lists the formats);
-# records are matched on their message text, so the prefix only yields the time.
+# The time in front of a line, whatever tool printed it (docs/evidence.md lists the formats).
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 _CTIME = re.compile(r"\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
 # Month token is any word (Dec, 6月, cze); the day may be padded with a second space.
@@ -154,17 +153,7 @@ _MONOTONIC = re.compile(r"\[\s*(\+?\d+\.\d+)\]")
 
 
 def line_time(prefix: str) -> str | None:
-    """The wall-clock time in `prefix` if it has one, else the seconds since boot, else None.
-
-    >>> line_time("kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ")
-    '2025-01-21T04:41:44,283302+00:00'
-    >>> line_time("Dec  2 10:43:35 worker4 kernel: [240314.528856] ")
-    'Dec 2 10:43:35'
-    >>> line_time("[ 130.456250] [ T1946] ")
-    '130.456250'
-    >>> line_time("kernel: ") is None
-    True
-    """
+    """The wall-clock time in `prefix` if it has one, else the seconds since boot, else None."""
     for pattern in (_ISO, _CTIME, _SHORT, _MONOTONIC):
         found = pattern.search(prefix)
         if found:
@@ -174,10 +163,7 @@ def line_time(prefix: str) -> str | None:
 
 
 def pci_or_none(text: str) -> str | None:
-    """
-    >>> pci_or_none("PCI:0000:9B:00"), pci_or_none("0003:00")
-    ('0000:9b:00.0', None)
-    """
+    """`text` (``PCI:`` prefix and all spellings) in sysfs form, or None when it is no address."""
     try:
         return normalize_pci(text.removeprefix("PCI:"))
     except PciAddressError:
@@ -195,13 +181,7 @@ def _recovery(message: str) -> RecoveryChange | None:
 
 
 def parse_xid(line: str, number: int = 0) -> XidRecord | None:
-    """One Xid record, or None when the line is not one.
-
-    >>> r = parse_xid("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', "
-    ...               "name=<unknown>, GPU has fallen off the bus.")
-    >>> (r.code, r.pci, r.time, r.pid, r.process, r.message)
-    (79, '0000:91:00.0', '6781741.548779', None, None, 'GPU has fallen off the bus.')
-    """
+    """One Xid record, or None when the line is not one."""
     found = _XID.search(line)
     if found is None:
         return None
@@ -253,11 +233,7 @@ def parse_kernel_log(text: str) -> KernelLog:
 
 def lines_of(text: str) -> Iterator[str]:
     """The lines of `text` one at a time, without a list of all of them (`str.splitlines`
-    doubles a 100 MB log's memory).
-
-    >>> list(lines_of("a\\r\\nb\\n\\nc"))
-    ['a', 'b', '', 'c']
-    """
+    doubles a 100 MB log's memory)."""
     start = 0
     while start < len(text):
         end = text.find("\n", start)
@@ -342,11 +318,7 @@ class KernelLogScan:
 
 
 def same_gpu(a: str | None, b: str) -> bool:
-    """Xid lines carry no PCI function, so GPUs match on domain, bus and device.
-
-    >>> same_gpu("0000:99:00.0", "0000:99:00.1"), same_gpu(None, "0000:99:00.0")
-    (True, False)
-    """
+    """Xid lines carry no PCI function, so GPUs match on domain, bus and device."""
     return a is not None and a[:-2] == b[:-2]
 
 

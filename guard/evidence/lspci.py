@@ -35,13 +35,7 @@ def config_space(text: str, pci: str | None = None) -> ConfigSpace:
     block when `pci` is None; a listing without that device proves nothing.
 
     Only that block counts: in ``lspci -xxx -d 10de:`` of a node, a dead neighbour's
-    ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for.
-
-    >>> config_space("99:00.0 3D controller: NVIDIA Device 2330 (rev ff) (prog-if ff)\\n"
-    ...              "\\t!!! Unknown header type 7f\\n00: ff ff ff ff\\n")
-    ConfigSpace(all_ff=True, bytes_read=4, vendor_device=None, header='99:00.0 3D controller: \
-NVIDIA Device 2330 (rev ff) (prog-if ff)')
-    """
+    ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for."""
     block = _device_block(text, pci)
     header = block[0].strip() if block else ""
     data: list[int] = []

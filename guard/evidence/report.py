@@ -55,10 +55,6 @@ def dead_dict(d: DeadRecord) -> dict[str, Any]:
 
 
 def link_sentence(link: PcieLink) -> str:
-    """
-    >>> link_sentence(PcieLink("0000:18:00.0", 32.0, 16, 32.0, 8))
-    '0000:18:00.0: LnkSta 32GT/s x8 of LnkCap 32GT/s x16: width DOWNGRADED'
-    """
 
     def gts(v: float | None) -> str:
         return "unknown" if v is None else f"{v:g}GT/s"
@@ -173,11 +169,6 @@ _EVENT_WORDS = {
 
 
 def _event_sentence(e: aer.AerEvent) -> str:
-    """
-    >>> event = aer.AerEvent("0000:00:03.0", "received", "1.5", "correctable", 1, "id=0010")
-    >>> _event_sentence(event)
-    'kernel 1.5 0000:00:03.0: correctable error received from id=0010'
-    """
     source = f" from {e.source}" if e.source else ""
     what = _EVENT_WORDS[e.kind].format(detail=e.detail, source=source)
     return f"kernel {e.time or '-'} {e.device}: {what}"

@@ -75,12 +75,7 @@ def decide(
     classes: XidClasses,
     findings: Iterable[Finding] = (),
 ) -> Decision:
-    """Decide; `config_all_ff` is None when config space was not read.
-
-    >>> classes = XidClasses({79: Repair.POWER_CYCLE, 48: Repair.RESET, 143: Repair.RMA})
-    >>> decide([48], False, True, classes)
-    Decision(verdict=<Repair.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
-    """
+    """Decide; `config_all_ff` is None when config space was not read."""
     findings = tuple(findings)
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
     by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}

@@ -12,11 +12,7 @@ SCHEMA = "gpu-node-guard.report/v1"
 
 
 def duration(d: timedelta | None) -> str:
-    """``3d 04:05`` / ``12:26`` style; ``-`` when unknown.
-
-    >>> duration(timedelta(days=38)), duration(timedelta(minutes=12, seconds=26)), duration(None)
-    ('38d 00:00', '0:12:26', '-')
-    """
+    """``38d 00:00`` / ``0:12:26`` style; ``-`` when unknown."""
     if d is None:
         return "-"
     total = int(d.total_seconds())
