@@ -72,15 +72,16 @@ def _from_list(items: Any, name: str, where: str) -> LedgerRead:
     found = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
     ledgers = [i for i in found if i.get("kind") == "ConfigMap" and _name(i) == name]
     archives = [i for i in found if ledger_store.is_archive(i, name)]
-    if not ledgers and not archives:
-        raise LedgerSourceError(f"{where}: a List without ConfigMap {name} or its archives")
-    data = data_of(ledgers[0], where) if ledgers else {}
-    return _read(data, archives, name, where)
+    missing = f"a List without ConfigMap {name} or its archives"
+    return _read(ledgers[0] if ledgers else None, archives, name, where, missing)
 
 
 def _read(
-    data: dict[str, str], archives: list[dict[str, Any]], name: str, where: str
+    ledger: Any, archives: list[dict[str, Any]], name: str, where: str, missing: str
 ) -> LedgerRead:
+    if ledger is None and not archives:
+        raise LedgerSourceError(f"{where}: {missing}")
+    data = data_of(ledger, where) if ledger else {}
     for cm in archives:
         data_of(cm, f"{where}: configmap {_name(cm)}")  # text values only, as the ledger's
     ordered = sorted(archives, key=lambda cm: ledger_store.archive_index(name, _name(cm)) or 0)
@@ -108,9 +109,7 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
         archives = ledger_store.read_archives(kube, namespace, name)
     except KubeError as err:
         raise LedgerSourceError(str(err)) from err
-    if found is None and not archives:
-        raise LedgerSourceError(f"{where}: not found")
-    return _read(data_of(found, where) if found else {}, archives, name, where)
+    return _read(found, archives, name, where, "not found")
 
 
 def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from typing import Any
 
 import jinja2
 
-from guard.bundle import TEMPLATE_NAME as TEMPLATE_NAME
 from guard.bundle import TemplateError as TemplateError
 from guard.bundle import load_template as load_template
 from guard.evidence.assess import Assessment

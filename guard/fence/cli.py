@@ -59,10 +59,8 @@ def absent(host: Host, pci: str) -> str:
 
 def _read_back(line: str) -> tuple[str, str, str] | None:
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != 3:
-        return None
     try:
-        return normalize_pci(parts[0]), parts[1], parts[2]
+        return (normalize_pci(parts[0]), parts[1], parts[2]) if len(parts) == 3 else None
     except PciAddressError:
         return None
 
