@@ -207,9 +207,8 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     )
 
 
-# Evidence from saved files (`evidence classify`): the ``--aer`` file may hold any mix of kernel
-# AER lines, ``lspci -vvv`` blocks of ports and ``grep -H . /sys/bus/pci/devices/<dev>/aer_*``
-# lines; each part is recognised by its shape.
+# Saved files (`evidence classify`): each part of the ``--aer`` file (docs/evidence.md,
+# "Offline") is recognised by its shape.
 _LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
 
 

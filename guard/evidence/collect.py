@@ -196,11 +196,8 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
     )
 
 
-# The PCIe link of every GPU of the node, read from sysfs at cordon time, for the load test's
-# `--expect-link` (docs/loadtest.md, "PCIe links"): what the link can train to, the lower of the
-# GPU's and its upstream port's `max_link_*`. A GPU whose link is down now (`Unknown` speed,
-# width 0) or whose files cannot be read records nothing. GPUs: NVIDIA display and 3D
-# controllers, not NVSwitches nor audio functions.
+# The PCIe link of every GPU of the node (NVIDIA display and 3D controllers, not NVSwitches nor
+# audio functions) at cordon time, for the load test's `--expect-link`: docs/loadtest.md.
 NVIDIA = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")
 _SPEED = re.compile(r"^([0-9]+(?:\.[0-9]+)?) GT/s")

@@ -14,9 +14,7 @@ from guard.xid_tables import Repair
 
 _GPU = re.compile(r"^GPU (?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>\S[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
-# Spellings of the one line (tests/fixtures/nvidia-smi/SOURCES.md): `for GPU 0000:02:00.0: …`,
-# `for GPU0000:07:00.0: …` (no space), `for GPU0: 0000:24:00.0: …` (the index first, current
-# drivers), `for gpu 0000:01:00.0:` (`nvidia-smi -L`, lower case, the reason on the next line).
+# Every spelling of the one line: docs/evidence.md and tests/fixtures/nvidia-smi/SOURCES.md.
 _NO_HANDLE = re.compile(
     r"Unable to determine the device handle for (?i:gpu)\s*(?:\d{1,3}:\s+)?"
     r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<why>.*?)\s*$"

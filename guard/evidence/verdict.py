@@ -42,9 +42,8 @@ RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
     7: Repair.POWER_CYCLE,  # System Reboot
 }
 
-# The node triggers without an Xid (docs/evidence.md, "Node-wide evidence"): what the trigger
-# alone asks for, and what `lspci -nn -k` shows of a slot; any kernel-log record still decides
-# over them by the precedence above.
+# What a node trigger alone asks for, and what `lspci -nn -k` shows of a slot; any kernel-log
+# record still decides over them by the precedence above (docs/evidence.md, "Node-wide evidence").
 TRIGGER_CLASSES: dict[str, tuple[Repair, str]] = {
     "gpu-short": (Repair.HUMAN, "gpu-short: every listed GPU has the driver bound"),
     "admission-rejected": (Repair.POWER_CYCLE, "admission-rejected: kubelet refuses GPU pods"),
