@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +26,7 @@ from guard.evidence.lspci import (
     PcieLink,
     PortStatus,
     config_space,
+    lspci_blocks,
     pcie_links,
     port_status,
 )
@@ -38,7 +38,6 @@ from guard.evidence.verdict import (
     Finding,
     decide,
 )
-from guard.pci import normalize_pci
 from guard.xid_tables import Repair, XidClasses
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
@@ -207,30 +206,9 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     )
 
 
-# Saved files (`evidence classify`): each part of the ``--aer`` file (docs/evidence.md,
-# "Offline") is recognised by its shape.
-_LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
-
-
-def lspci_blocks(text: str) -> dict[str, str]:
-    """Device address → its ``lspci -vvv`` block (header line plus indented lines)."""
-    blocks: dict[str, str] = {}
-    current: list[str] = []
-    for line in [*text.splitlines(), "end"]:
-        if current and line[:1].isspace():
-            current.append(line)
-            continue
-        if current:
-            blocks[normalize_pci(current[0].split()[0])] = "\n".join(current)
-            current = []
-        if _LSPCI_HEADER.match(line):
-            current = [line]
-    return blocks
-
-
 def offline_inputs(saved: Inputs, pci: str | None, root_port: str | None) -> Inputs:
-    """`saved` with its ports: every device its `aer_text` (the --aer file) describes besides
-    the GPU."""
+    """`saved` with its ports: every device its `aer_text` (the --aer file, each part recognised
+    by its shape: docs/evidence.md, "Offline") describes besides the GPU."""
     blocks = lspci_blocks(saved.aer_text)
     counters = aer.parse_grep_counters(saved.aer_text)
     named = set(blocks) | set(counters) | ({root_port} if root_port else set())

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 
 from guard.evidence.kernel_log import pci_or_none
+from guard.pci import normalize_pci
 
 _DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*\Z")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
 _FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])\Z")
 _DEAD_HEADER = ("(rev ff)", "Unknown header type 7f")
 _CAPABILITY = "Capabilities: ["
+_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")  # a device line
 _SPEED = re.compile(r"Speed (?P<speed>[0-9.]+GT/s|unknown)", re.IGNORECASE)
 _WIDTH = re.compile(r"Width x(?P<width>\d+)")
 
@@ -66,6 +69,20 @@ def _blocks(text: str) -> list[list[str]]:
         elif blocks:
             blocks[-1].append(line)
     return blocks
+
+
+def lspci_blocks(text: str) -> dict[str, str]:
+    """Device address → its ``lspci -vvv`` block (device line plus the indented lines under it);
+    other lines (kernel or ``grep -H`` lines in the same file) are no block."""
+    return {
+        normalize_pci(b[0].split()[0]): "\n".join([b[0], *takewhile(_indented, b[1:])])
+        for b in _blocks(text)
+        if _HEADER.match(b[0])
+    }
+
+
+def _indented(line: str) -> bool:
+    return line[:1].isspace()
 
 
 def _device_block(text: str, pci: str | None) -> list[str]:

@@ -8,8 +8,9 @@ import re
 from dataclasses import dataclass, replace
 
 from guard.doors.hostexec import Unknown
-from guard.evidence.assess import Assessment, Inputs, PortInput, assess, lspci_blocks
+from guard.evidence.assess import Assessment, Inputs, PortInput, assess
 from guard.evidence.collect import NO_LOG, Host, current_kernel_log, port_inputs
+from guard.evidence.lspci import lspci_blocks
 from guard.evidence.verdict import MISSING_SLOT, TRIGGER_CLASSES, UNBOUND_SLOT, Finding, decide
 from guard.xid_tables import XidClasses
 

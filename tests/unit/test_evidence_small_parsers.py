@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from guard.evidence import aer
-from guard.evidence.assess import lspci_blocks
 from guard.evidence.collect import speed, width
 from guard.evidence.kernel_log import line_time, lines_of, parse_xid, pci_or_none, same_gpu
-from guard.evidence.lspci import PcieLink, config_space
+from guard.evidence.lspci import PcieLink, config_space, lspci_blocks
 from guard.evidence.report import _event_sentence, link_sentence
 from guard.evidence.verdict import decide
 from guard.report.render import duration
