@@ -145,11 +145,9 @@ class MetricsServer:
         self.peak_open = max(self.peak_open, len(self._open))
         try:
             await self._one_request(reader, writer)
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
-            pass  # the client went away: nothing to say to anyone
-        except asyncio.CancelledError:
-            # Stopping. Ending normally, not cancelled: Python 3.11's stream callback calls
-            # task.exception() on a cancelled task and logs a traceback for each.
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            # The client went away, or stopping: end normally, not cancelled (Python 3.11's
+            # stream callback logs a traceback for each cancelled task).
             pass
         finally:
             self._open.pop(writer, None)
@@ -163,12 +161,10 @@ class MetricsServer:
         except TimeoutError:
             return  # an idle or dripping client gets no answer, only the closed socket
         except (asyncio.LimitOverrunError, ValueError):
-            await self._write(writer, _response(431, "text/plain", "request too large\n"))
-            return
+            return await self._write(writer, _response(431, "text/plain", "request too large\n"))
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            await self._write(writer, _response(400, "text/plain", "bad request\n"))
-            return
+            return await self._write(writer, _response(400, "text/plain", "bad request\n"))
         method, target, _ = parts
         code, ctype, body = answer(self.page, self.interval_s, self.clock, method, target)
         await self._write(writer, _response(code, ctype, body, head_only=method == "HEAD"))

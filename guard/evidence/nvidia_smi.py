@@ -19,8 +19,10 @@ _NO_HANDLE = re.compile(
     r"Unable to determine the device handle for (?i:gpu)\s*(?:\d{1,3}:\s+)?"
     r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<why>.*?)\s*$"
 )
-_LOST = "gpu is lost"
 _REQUIRES_RESET = "requires reset"
+# NVML's error strings NVML_ERROR_GPU_IS_LOST and NVML_ERROR_RESET_REQUIRED; anything else
+# ("Unknown Error") is for a person.
+_NO_HANDLE_CLASSES = (("gpu is lost", Repair.POWER_CYCLE), (_REQUIRES_RESET, Repair.RESET))
 
 # (section, key) whose value "Yes" raises it -> (class, reason); NVIDIA's sources:
 # docs/evidence.md, "Records without an Xid, Xid 154 and nvidia-smi".
@@ -68,14 +70,8 @@ class SmiGpu:
         """The verdict inputs of this GPU, strongest first as the table lists them."""
         out: list[Finding] = []
         if self.no_handle is not None:
-            # NVML's error strings: NVML_ERROR_GPU_IS_LOST "GPU is lost", NVML_ERROR_RESET_REQUIRED
-            # "GPU requires reset"; anything else ("Unknown Error") is for a person.
-            if _LOST in self.no_handle.lower():
-                verdict = Repair.POWER_CYCLE
-            elif _REQUIRES_RESET in self.no_handle.lower():
-                verdict = Repair.RESET
-            else:
-                verdict = Repair.HUMAN
+            said = self.no_handle.lower()
+            verdict = next((v for word, v in _NO_HANDLE_CLASSES if word in said), Repair.HUMAN)
             out.append(Finding(verdict, f"nvidia-smi: {self.no_handle}"))
         for field_key, (verdict, reason) in FLAGS.items():
             if self.fields.get(field_key, "").lower() == "yes":

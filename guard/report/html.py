@@ -1,12 +1,5 @@
-"""The report as one self-contained HTML page: inline SVG and CSS, no script, nothing fetched.
-
-Its parts carry ids a test (and a person's browser tools) find them by:
-  timeline       the fleet timeline: `row-<i>` per node (`data-node`), `bar-<i>` per isolation
-                 (`data-node`, `data-verdict`), coloured by verdict
-  legend         `legend-<verdict>` per verdict
-  weeks          GPU-hours lost per week: `week-<i>-faulted` and `week-<i>-healthy` stacked
-  repeat-cards   the table of cards with two incidents or more
-"""
+"""The report as one self-contained HTML page: inline SVG and CSS, no script, nothing fetched;
+the ids of its parts are listed in README.md, "The report"."""
 
 from __future__ import annotations
 
