@@ -1,10 +1,6 @@
-"""The agent's checks and their Prometheus exposition (text format 0.0.4).
-
-The checks are the conformance items that files alone answer (docs/agent.md), judged by the same
-code; no command runs (the agent has no runner), and a file that cannot be read makes its check
-UNKNOWN. Metric names and labels are a contract: the alert rules and the guard's `nvml-mismatch`
-isolation query read them.
-"""
+"""The agent's checks (the conformance items that files alone answer, judged by the same code;
+no command runs, an unreadable file is UNKNOWN) and their Prometheus exposition (text format
+0.0.4), whose names and labels are a contract: docs/agent.md."""
 
 from __future__ import annotations
 

@@ -213,13 +213,9 @@ def offline_inputs(saved: Inputs, pci: str | None, root_port: str | None) -> Inp
     counters = aer.parse_grep_counters(saved.aer_text)
     named = set(blocks) | set(counters) | ({root_port} if root_port else set())
     addresses = sorted(named - ({pci} if pci else set()))
+    role_of = {root_port: "root port"}.get
     ports = tuple(
-        PortInput(
-            address,
-            "root port" if address == root_port else "port",
-            blocks.get(address),
-            counters.get(address, {}),
-        )
+        PortInput(address, role_of(address, "port"), blocks.get(address), counters.get(address, {}))
         for address in addresses
     )
     return replace(saved, ports=ports, gpu_counters=counters.get(pci, {}) if pci else {})

@@ -1,8 +1,6 @@
 """`gpu-node-guard ledger count`: how often a card and a slot have failed, and what the next
-request would say about it. It counts what the guard counts (`guard.doors.ledger_store.
-ledger_lines`), read from a file (a ConfigMap, its bare ``data`` mapping, or a List of the ledger
-and its archives) or from the cluster. Read-only; lines the ledger cannot parse are listed, never
-dropped."""
+request would say, counted as the guard counts (`ledger_store.ledger_lines`) from a file or the
+cluster. Read-only; lines the ledger cannot parse are listed, never dropped."""
 
 from __future__ import annotations
 

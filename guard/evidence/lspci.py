@@ -1,10 +1,6 @@
-"""Facts from ``lspci`` output: is the GPU's config space all ``ff``, and the port's AER status.
-
-A device that no longer answers config cycles reads all ones, so lspci prints ``(rev ff)``,
-``!!! Unknown header type 7f`` and a ``-xxx`` dump of ``ff`` bytes (pciutils ``lspci.c``). The
-AER capability of ``lspci -vvv`` prints ``UESta:`` on one line (pciutils ≤ 3.12) or three
-(≥ 3.13); a flag counts whichever line it is on.
-"""
+"""Facts from ``lspci`` output: is the GPU's config space all ``ff`` (a device that no longer
+answers config cycles reads all ones: ``(rev ff)``, ``!!! Unknown header type 7f``, a dump of
+``ff``), the port's AER status (``UESta:`` on one line or three, by pciutils version), the links."""
 
 from __future__ import annotations
 
