@@ -98,13 +98,10 @@ def render(node: str, run: AgentRun, finished_s: float, interval_s: float) -> st
             [check, ("status", r.status.value), ("detail", _detail(r.observed))],
             1,
         )
-    module, nvml = run.nvidia.module_version, run.nvidia.nvml_version
-    if isinstance(module, str) or isinstance(nvml, str):
-        versions = [
-            ("module_version", module if isinstance(module, str) else ""),
-            ("nvml_version", nvml if isinstance(nvml, str) else ""),
-        ]
-        add(AGENT_NVIDIA_INFO, versions, 1)
+    nv = run.nvidia
+    versions = [("module_version", nv.module_version), ("nvml_version", nv.nvml_version)]
+    if any(isinstance(v, str) for _, v in versions):
+        add(AGENT_NVIDIA_INFO, [(k, v if isinstance(v, str) else "") for k, v in versions], 1)
     samples[AGENT_LAST_RUN].append(f"{AGENT_LAST_RUN}{_labels([('node', node)])} {finished_s:.3f}")
     add(AGENT_INTERVAL, [], interval_s)
     lines = []

@@ -159,10 +159,7 @@ _NO_HANDLE = "Unable to determine the device handle"
 
 def nvidia_smi(host: Host, pci: str) -> tuple[str | None, Unknown | None]:
     """``nvidia-smi -q`` of the GPU, run last: NVML may block on a lost GPU until the timeout.
-
-    nvidia-smi exits non-zero when it cannot open the GPU; its one line ("GPU is lost", "GPU
-    requires reset") is then the evidence, not a failure to read it.
-    """
+    When it cannot open the GPU its one line ("GPU is lost") is the evidence, not a failure."""
     argv = ("nvidia-smi", "-q", "-i", pci)
     result = host.run(*argv)
     said = f"{result.stdout}\n{result.stderr}"

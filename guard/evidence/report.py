@@ -263,9 +263,7 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     out.append(f"gpu: {a.pci or 'all GPUs in the log'}  uuid: {a.uuid or 'not in the log'}")
     out.append(f"kernel log: {a.kernel_log_source}")
     out.append("-- Xids for this GPU --")
-    out.extend(_xid_line(x, tables) for x in a.xids)
-    if not a.xids:
-        out.append("  none in the kernel log")
+    out += [_xid_line(x, tables) for x in a.xids] or ["  none in the kernel log"]
     counted = sum(t.count for t in a.xid_totals)
     if counted > len(a.xids):  # the parser keeps the first and last records of each GPU
         per_code = ", ".join(f"Xid {t.code} ×{t.count:,}" for t in a.xid_totals[:20])
@@ -276,16 +274,13 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     if a.other_gpus:
         out.append(f"  other GPUs with records (not judged): {', '.join(a.other_gpus)}")
     if a.dead or a.unattributed:
-        out.append("-- driver records without an Xid --")
-        out.extend(f"  {line}" for line in dead_sentences(a))
+        out += ["-- driver records without an Xid --", *(f"  {s}" for s in dead_sentences(a))]
     out += ["-- PCI config space --", f"  {config_sentence(a)}"]
     out.extend(f"  PCIe link {link_sentence(link)}" for link in a.links)
     if a.smi_read:
-        out.append("-- nvidia-smi -q --")
-        out.extend(f"  {line}" for line in smi_sentences(a))
+        out += ["-- nvidia-smi -q --", *(f"  {s}" for s in smi_sentences(a))]
     out += ["-- AER --", *(f"  {s}" for s in aer_sentences(a))]
     out += ["-- recovery action --", f"  {recovery_sentence(a)}"]
     if a.unknowns:
-        out.append("-- unknown (could not be read) --")
-        out.extend(f"  {u.what}: {u.why}" for u in a.unknowns)
+        out += ["-- unknown (could not be read) --", *(f"  {u.what}: {u.why}" for u in a.unknowns)]
     return "\n".join(out) + "\n"
