@@ -98,10 +98,6 @@ class Assessment:
     smi_read: bool = False  # nvidia-smi -q output was given (smi None: it has no such GPU)
 
     @property
-    def config_space_all_ff(self) -> bool | None:
-        return self.config.all_ff if self.config else None
-
-    @property
     def root_port(self) -> str | None:
         return next((p.address for p in self.ports if "root port" in p.role), None)
 

@@ -21,15 +21,13 @@ from guard.evidence.verdict import (
 )
 from guard.xid_tables import CatalogEntry, XidClasses
 
-Catalog = Mapping[int, CatalogEntry]
-
 
 @dataclass(frozen=True, slots=True)
 class Tables:
     """The two data tables, loaded once by the CLI."""
 
     classes: XidClasses
-    catalog: Catalog
+    catalog: Mapping[int, CatalogEntry]
 
 
 def verdict_class(record: XidRecord, tables: Tables) -> str | None:
@@ -198,7 +196,7 @@ def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
         "fallen_off": [_fields(f, "pci", "time", "form", "line") for f in a.fallen_off],
         "recovery_action": a.recovery.new_text if a.recovery else None,
         "recovery_action_code": a.recovery.new if a.recovery else None,
-        "config_space_all_ff": a.config_space_all_ff,
+        "config_space_all_ff": a.config.all_ff if a.config else None,
         "config_space_bytes": a.config.bytes_read if a.config else None,
         "aer": {
             "root_port": a.root_port,

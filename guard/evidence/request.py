@@ -47,7 +47,7 @@ def context(
         "xids": xid_lines(a, tables),
         "reported_xid": a.reported_xid,
         "fallen_off": [{"time": f.time, "form": f.form} for f in a.fallen_off],
-        "config_space_all_ff": a.config_space_all_ff,
+        "config_space_all_ff": a.config.all_ff if a.config else None,
         "config_sentence": config_sentence(a),
         "recovery_sentence": recovery_sentence(a),
         "dead_sentences": list(dead_sentences(a)),
