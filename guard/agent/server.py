@@ -32,19 +32,10 @@ class ListenError(Exception):
 
 @dataclass
 class Page:
-    """The last rendered /metrics page, shared between the loop and the server threads."""
+    """The last rendered /metrics page and when its run ended, shared between the loop and the
+    server threads: `last` is replaced whole, so a reader never sees half of an update."""
 
-    text: str = ""
-    finished_s: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def set(self, text: str, finished_s: float) -> None:
-        with self.lock:
-            self.text, self.finished_s = text, finished_s
-
-    def get(self) -> tuple[str, float]:
-        with self.lock:
-            return self.text, self.finished_s
+    last: tuple[str, float] = ("", 0.0)
 
 
 def answer(
@@ -53,7 +44,7 @@ def answer(
     """(status, content type, body) for one request line's method and target."""
     if method not in ("GET", "HEAD"):
         return 405, "text/plain", "only GET\n"
-    text, finished = page.get()
+    text, finished = page.last
     path = target.split("?", 1)[0]
     if path == "/metrics":
         return (200, CONTENT_TYPE, text) if text else (503, "text/plain", "no check has run yet\n")
@@ -187,7 +178,7 @@ class Agent:
     def run_once(self, page: Page) -> AgentRun:
         run = self.check()
         finished = self.clock()
-        page.set(render(self.node, run, finished, self.interval_s), finished)
+        page.last = (render(self.node, run, finished, self.interval_s), finished)
         for r in run.results:
             if self.last.get(r.name) != r.status.value:
                 level: Level = "WARN" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"

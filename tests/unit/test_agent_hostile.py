@@ -26,8 +26,7 @@ def test_slow_clients_leave_a_scrape_its_answer_and_sigterm_ends_it_at_once() ->
 
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
-    page = Page()
-    page.set("up 1\n", time.time())
+    page = Page(("up 1\n", time.time()))
     srv = MetricsServer(page, 60, time.time, max_connections=8, read_timeout_s=0.5)
     srv.start("127.0.0.1", 0)
     try:
