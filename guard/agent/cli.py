@@ -58,12 +58,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 def agent(**opts: Any) -> None:
     """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
     warn_unknown_command_env(ENV_PREFIX)
-    config = Config(
-        allowed_dns=opts["allowed_dns"],
-        platform=opts["platform"],
-        kube_proxy_mode=opts["kube_proxy_mode"],
-        resolv_conf=opts["resolv_conf"] or None,
-    )
+    node = {k: opts[k] for k in ("allowed_dns", "platform", "kube_proxy_mode")}
+    config = Config(**node, resolv_conf=opts["resolv_conf"] or None)
     fs, node, interval_s = HostFS(opts["root"]), opts["node"], opts["interval_s"]
     if opts["once"]:
         click.echo(render(node, run_checks(fs, config), time.time(), interval_s), nl=False)

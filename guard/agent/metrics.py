@@ -11,7 +11,7 @@ from guard.conformance import dns, ipvs, nvidia
 from guard.conformance.checks import gate
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import Config, ItemResult, Status
-from guard.conformance.platform import Platform, read_platform
+from guard.conformance.platform import read_platform
 from guard.metric_names import (
     AGENT_CHECK_INFO,
     AGENT_CHECK_OK,
@@ -26,7 +26,6 @@ CHECKS = ("nvidia-match", "ipvs-loaded", "dns-upstream")
 
 @dataclass(frozen=True, slots=True)
 class AgentRun:
-    platform: Platform
     results: tuple[ItemResult, ...]  # in CHECKS order
     nvidia: nvidia.NvidiaFacts
 
@@ -41,7 +40,7 @@ def run_checks(fs: HostFS, config: Config) -> AgentRun:
     dns_result = gate("dns-upstream", p, config) or dns.judge_dns(
         dns.read_dns(fs, p.rke2, config.resolv_conf), config.allowed_dns or ()
     )
-    return AgentRun(p, (nvidia.judge_nvidia(nv), ipvs_result, dns_result), nv)
+    return AgentRun((nvidia.judge_nvidia(nv), ipvs_result, dns_result), nv)
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
