@@ -284,13 +284,9 @@ class KernelLogScan:
             self._dead.append(dead)
 
     def _xid(self, record: XidRecord) -> None:
-        key = (record.pci, record.code)
-        total = self._totals.get(key)
-        if total is None:
-            self._totals[key] = [1, record.time, record.time]
-        else:
-            total[0] += 1
-            total[2] = record.time or total[2]
+        total = self._totals.setdefault((record.pci, record.code), [0, record.time, record.time])
+        total[0] += 1
+        total[2] = record.time or total[2]  # count, first time, last time
         first = self._first.setdefault(record.pci, [])
         if len(first) < KEEP_FIRST:
             first.append(record)
