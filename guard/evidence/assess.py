@@ -164,8 +164,8 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         codes.append(inputs.reported_xid)
     config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
     dead, loose = _dead_records(log, mine, pci)
-    recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
-    recovery = recoveries[-1] if recoveries else None  # the driver's latest word counts
+    # The driver's latest word counts.
+    recovery = next((x.recovery for x in reversed(mine.xids) if x.recovery), None)
     smi = smi_for(inputs.nvidia_smi, pci) if inputs.nvidia_smi else None
     findings = _findings(dead, recovery, smi)
     all_ff = config.all_ff if config else None

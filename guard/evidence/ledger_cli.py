@@ -112,8 +112,7 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
 
 def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
     """The counts of the ledger as it is, plus the history of a next incident."""
-    lines = read.lines
-    counts = fault_ledger.count(lines, uuid, node, pci)
+    counts = fault_ledger.count(read.lines, uuid, node, pci)
     last = counts.last_card_incident
     # `guard.ledger.history` counts the incident being reported: the next one is one more.
     upcoming = fault_ledger.Counts(counts.same_card + 1, counts.same_slot + 1, last)
@@ -126,8 +125,8 @@ def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
         "last_card_incident": fault_ledger.format_time(last) if last else None,
         "next_history": fault_ledger.history(upcoming).value,
         "next_sentence": fault_ledger.history_sentence(upcoming, uuid, node, pci),
-        "parsed_lines": len(fault_ledger.entries(lines)),
-        "unparsed": [{"node": u.node, "line": u.raw} for u in fault_ledger.unparsed(lines)],
+        "parsed_lines": len(fault_ledger.entries(read.lines)),
+        "unparsed": [{"node": u.node, "line": u.raw} for u in fault_ledger.unparsed(read.lines)],
         "archives": list(read.archives),
     }
 

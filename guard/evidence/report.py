@@ -128,8 +128,7 @@ def smi_sentences(a: Assessment) -> tuple[str, ...]:
         return ("nvidia-smi -q: no block for this GPU in its output",) if a.smi_read else ()
     if a.smi.no_handle is not None:
         return (f"nvidia-smi -q: {a.smi.no_handle}",)
-    shown = [f"{label}: {value}" for label, value in a.smi.shown()]
-    return tuple(f"nvidia-smi -q: {line}" for line in shown) or (
+    return tuple(f"nvidia-smi -q: {label}: {value}" for label, value in a.smi.shown()) or (
         "nvidia-smi -q: no row-remapping, page-retirement or reset-status fields for this GPU",
     )
 
@@ -174,8 +173,7 @@ def _event_sentence(e: aer.AerEvent) -> str:
 
 def aer_sentences(a: Assessment) -> tuple[str, ...]:
     lines = [_port_sentence(p) for p in a.ports]
-    gpu = aer.nonzero(a.gpu_counters)
-    if gpu:
+    if gpu := aer.nonzero(a.gpu_counters):
         lines.append("GPU sysfs counters: " + "; ".join(f"{f} {_pairs(c)}" for f, c in gpu.items()))
     lines.extend(_event_sentence(e) for e in a.aer_events)
     if not lines:

@@ -67,8 +67,7 @@ def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
     the last saying how many codes were left out. Each dict is `xid_dict`'s plus `count`,
     `first_time`, `last_time` (count None for a single record)."""
     out: list[dict[str, Any]] = []
-    totals = a.xid_totals or ()
-    counted = {t.code: t for t in totals}
+    counted = {t.code: t for t in a.xid_totals}
     summarised: set[int] = set()
     for record in a.xids:
         total = counted.get(record.code)
@@ -83,7 +82,7 @@ def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
         out.append({**xid_dict(record, tables), **seen})
         if len(out) >= MAX_XID_LINES:
             break
-    left = len({t.code for t in totals} - {x["code"] for x in out})
+    left = len(set(counted) - {x["code"] for x in out})
     if left:
         out.append({"code": None, "more_codes": left, "count": None})
     return out

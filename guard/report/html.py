@@ -97,8 +97,8 @@ def weeks(f: Figures) -> str:
             f'width="{bar_w:.1f}" height="{hh:.1f}" fill="{HEALTHY}"><title>{label}: healthy '
             f"GPUs held by a node-wide unit {h.healthy:.1f} GPU-h</title></rect>"
         )
-    parts.append(f'<text x="4" y="20">{top:.0f} GPU-h</text>')
     parts.append(
+        f'<text x="4" y="20">{top:.0f} GPU-h</text>'
         f'<rect x="60" y="{chart_h + 22}" width="12" height="12" fill="{FAULTED}"/>'
         f'<text x="78" y="{chart_h + 33}">faulted GPUs</text>'
         f'<rect x="200" y="{chart_h + 22}" width="12" height="12" fill="{HEALTHY}"/>'
