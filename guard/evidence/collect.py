@@ -240,9 +240,8 @@ def width(text: str | None) -> int | None:
 def gpu_link(host: Host, pci: str) -> str | None:
     """`16GT/s,x16` for a GPU whose link is up; None when it records nothing (case list above)."""
     device = host.sysfs_device(pci)
-    if speed(_read(device / "current_link_speed")) is None:
-        return None
-    if width(_read(device / "current_link_width")) is None:
+    now = _read(device / "current_link_speed"), _read(device / "current_link_width")
+    if speed(now[0]) is None or width(now[1]) is None:
         return None
     try:
         chain = upstream_ports(host, pci)

@@ -53,17 +53,11 @@ def dead_dict(d: DeadRecord) -> dict[str, Any]:
 
 
 def link_sentence(link: PcieLink) -> str:
-
-    def gts(v: float | None) -> str:
-        return "unknown" if v is None else f"{v:g}GT/s"
-
-    def width(v: int | None) -> str:
-        return "x?" if v is None else f"x{v}"
-
-    text = (
-        f"{link.pci}: LnkSta {gts(link.speed)} {width(link.width)} of LnkCap "
-        f"{gts(link.cap_speed)} {width(link.cap_width)}"
+    now, cap = (
+        f"{'unknown' if s is None else f'{s:g}GT/s'} {'x?' if w is None else f'x{w}'}"
+        for s, w in ((link.speed, link.width), (link.cap_speed, link.cap_width))
     )
+    text = f"{link.pci}: LnkSta {now} of LnkCap {cap}"
     if link.width_downgraded:
         return text + ": width DOWNGRADED"
     if link.speed_downgraded:
