@@ -75,9 +75,7 @@ def _journal(host: Host, boot: str) -> CommandResult:
     """The kernel log of one boot from the journal; an empty journal is a failure to read it,
     never a kernel log without records (then dmesg or the other boot are read)."""
     result = host.run("journalctl", "-k", "-b", boot, "--no-pager", "-o", "short-iso-precise")
-    if not result.ok:
-        return result
-    why = empty_journal(result.stdout, result.stderr)
+    why = empty_journal(result.stdout, result.stderr) if result.ok else ""
     return replace(result, error=why) if why else result
 
 

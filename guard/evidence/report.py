@@ -139,8 +139,7 @@ def _port_sentence(port: PortInput) -> str:
         parts.append(f"CESta+ {' '.join(s.correctable) or 'none'};")
     if s is not None and s.link_active is not None:
         parts.append(f"link {'up' if s.link_active else 'DOWN (DLActive-)'};")
-    counts = aer.nonzero(port.counters)
-    shown = "; ".join(f"{f} {_pairs(c)}" for f, c in counts.items())
+    shown = "; ".join(f"{f} {_pairs(c)}" for f, c in aer.nonzero(port.counters).items())
     parts.append(f"sysfs counters: {shown or 'all zero or absent'}")
     return " ".join(parts)
 
