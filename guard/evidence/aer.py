@@ -1,6 +1,5 @@
 """PCIe AER evidence: kernel ``AER:`` lines and the sysfs ``aer_dev_*`` counters. Old and new
-kernel spellings (drivers/pci/pcie/aer.c) are both matched everywhere.
-"""
+kernel spellings (drivers/pci/pcie/aer.c) are both matched everywhere."""
 
 from __future__ import annotations
 

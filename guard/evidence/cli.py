@@ -1,8 +1,7 @@
 """Click commands: `evidence collect`, `evidence classify` and `ledger count`.
 
 Bad input is one click error line and a non-zero exit; missing evidence is not an error (it is
-reported as "unknown" and `collect` still exits 0, because the printed evidence is the result).
-"""
+reported as "unknown" and `collect` still exits 0, because the printed evidence is the result)."""
 
 from __future__ import annotations
 

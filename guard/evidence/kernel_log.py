@@ -1,7 +1,6 @@
 """GPU records in a kernel log: Xid, identity and "fallen off the bus" lines, and the driver's
 dead-GPU records without an Xid (`DEAD_RECORDS`; ``NVRM: GPU0 …`` names no GPU: ``pci=None``).
-Only the message text is matched, so any prefix works (docs/evidence.md lists the shapes).
-"""
+Only the message text is matched, so any prefix works (docs/evidence.md lists the shapes)."""
 
 from __future__ import annotations
 

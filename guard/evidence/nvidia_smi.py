@@ -1,7 +1,6 @@
 """Facts from ``nvidia-smi -q``: row remapping, retired pages, the reset status, a lost GPU (one
 ``Unable to determine the device handle`` line instead of a block). Sources:
-tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the table `FLAGS`.
-"""
+tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the table `FLAGS`."""
 
 from __future__ import annotations
 

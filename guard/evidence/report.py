@@ -1,7 +1,6 @@
 """What on-call reads: the Assessment as plain sentences (text) and as one JSON object.
 
-The same sentences feed the request draft, so the report and the draft never disagree.
-"""
+The same sentences feed the request draft, so the report and the draft never disagree."""
 
 from __future__ import annotations
 

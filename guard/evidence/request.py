@@ -1,6 +1,5 @@
 """The request draft on-call pastes to the infrastructure team: the package's own template only,
-rendered in Jinja's immutable sandbox from plain data with StrictUndefined (docs/security.md).
-"""
+rendered in Jinja's immutable sandbox from plain data with StrictUndefined (docs/security.md)."""
 
 from __future__ import annotations
 

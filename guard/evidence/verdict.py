@@ -2,8 +2,7 @@
 findings of the other records, each already given a class by the tables below. The case list,
 the precedence and why each record has its class: docs/evidence.md, "Verdict". Xid 154 counts by
 the action it names (a finding), never by its code, so config space all ``ff`` still beats a
-driver asking for a reset (the incident of 2026-09-21).
-"""
+driver asking for a reset (the incident of 2026-09-21)."""
 
 from __future__ import annotations
 

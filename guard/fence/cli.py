@@ -1,8 +1,7 @@
 """`gpu-node-guard fence set|lift`: fence or lift one GPU on the host, then read back what the
 driver says. Exit 0 only when the asked mode was read back (`fenced`, `lifted`), else 1, so the
 Job's status and its summary agree; bad arguments: one line, exit 2. Case list of `apply`:
-docs/isolation.md, "The fence Job's outcomes".
-"""
+docs/isolation.md, "The fence Job's outcomes"."""
 
 from __future__ import annotations
 

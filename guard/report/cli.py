@@ -1,6 +1,5 @@
 """``gpu-node-guard report``: repair figures (`guard.figures`) from the guard's records; it reads
-what `status` reads and never writes. Its outputs and exit codes: README.md, "The report".
-"""
+what `status` reads and never writes. Its outputs and exit codes: README.md, "The report"."""
 
 from __future__ import annotations
 
