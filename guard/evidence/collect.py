@@ -112,9 +112,8 @@ def current_kernel_log(host: Host) -> tuple[CommandResult, list[Unknown]]:
 
 
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
-    that one has a record of this GPU (the node may have been rebooted since the fault). The
-    source read is returned with it, and what could not be read among the unknowns."""
+    """The current boot's kernel log, or the previous boot's when only that one has a record of
+    this GPU (a reboot since the fault); with its source, and what could not be read."""
     current, unknowns = current_kernel_log(host)
     label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):

@@ -93,8 +93,7 @@ def report(
 
 
 def from_objects(objs: ClusterObjects, s: Settings) -> Facts:
-    """The figures' facts of a cluster read or a snapshot file: the ledger with its archives, the
-    Nodes' records, the guard's Events and its load-test Jobs (which record gives which mark:
+    """The figures' facts of a cluster read or a snapshot file (which record gives which mark:
     guard/figures.py, "Facts from the guard's records")."""
     keys = Annotations(s.annotation_prefix)
     data = (objs.ledger or {}).get("data") or {}
