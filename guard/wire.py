@@ -205,8 +205,8 @@ def _findings(doc: Mapping[str, Any], key: str) -> tuple[Finding, ...]:
 @dataclass(frozen=True, slots=True)
 class EvidenceSummary:
     """The evidence Job's verdict and the GPUs whose link was up when it read them
-    (guard.evidence.links): the guard records them on the node and passes them to the load test
-    as ``--expect-link``."""
+    (guard.evidence.collect.node_links): the guard records them on the node and passes them to
+    the load test as ``--expect-link``."""
 
     pci: str
     verdict: str

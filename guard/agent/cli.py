@@ -1,8 +1,5 @@
-"""`gpu-node-guard agent`: the node agent of the DaemonSet (docs/agent.md).
-
-Runs the read-only file checks every `--interval-s` and serves them on `--listen` at /metrics;
-`--once` prints one page and exits. Bad arguments: one `Error:` line, exit 2.
-"""
+"""`gpu-node-guard agent`: the node agent of the DaemonSet (docs/agent.md); `--once` prints one
+/metrics page and exits. Bad arguments: one `Error:` line, exit 2."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from typing import Any
 
 import click
 
-from guard.agent.checks import run_checks
-from guard.agent.metrics import render
+from guard.agent.metrics import render, run_checks
 from guard.agent.server import Agent, ListenError
 from guard.cli_options import node_callback
 from guard.conformance.cli import env_option, node_options
@@ -62,12 +58,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 def agent(**opts: Any) -> None:
     """Node agent: nvidia-match, ipvs-loaded and dns-upstream every few minutes, for Prometheus."""
     warn_unknown_command_env(ENV_PREFIX)
-    config = Config(
-        allowed_dns=opts["allowed_dns"],
-        platform=opts["platform"],
-        kube_proxy_mode=opts["kube_proxy_mode"],
-        resolv_conf=opts["resolv_conf"] or None,
-    )
+    node = {k: opts[k] for k in ("allowed_dns", "platform", "kube_proxy_mode")}
+    config = Config(**node, resolv_conf=opts["resolv_conf"] or None)
     fs, node, interval_s = HostFS(opts["root"]), opts["node"], opts["interval_s"]
     if opts["once"]:
         click.echo(render(node, run_checks(fs, config), time.time(), interval_s), nl=False)

@@ -1,15 +1,17 @@
-"""The agent's Prometheus exposition (text format 0.0.4), a pure function of one run.
-
-Metric names and labels are a contract (docs/agent.md): the alert rules and the guard's
-`nvml-mismatch` isolation query read them.
-"""
+"""The agent's checks (the conformance items that files alone answer, judged by the same code;
+no command runs, an unreadable file is UNKNOWN) and their Prometheus exposition (text format
+0.0.4), whose names and labels are a contract: docs/agent.md."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from guard.agent.checks import AgentRun
-from guard.conformance.model import Status
+from guard.conformance import dns, ipvs, nvidia
+from guard.conformance.checks import gate
+from guard.conformance.hostfs import HostFS, guarded
+from guard.conformance.model import Config, ItemResult, Status
+from guard.conformance.platform import read_platform
 from guard.metric_names import (
     AGENT_CHECK_INFO,
     AGENT_CHECK_OK,
@@ -18,6 +20,28 @@ from guard.metric_names import (
     AGENT_LAST_RUN,
     AGENT_NVIDIA_INFO,
 )
+
+CHECKS = ("nvidia-match", "ipvs-loaded", "dns-upstream")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    results: tuple[ItemResult, ...]  # in CHECKS order
+    nvidia: nvidia.NvidiaFacts
+
+
+def run_checks(fs: HostFS, config: Config) -> AgentRun:
+    p = read_platform(fs, config.platform, config.kube_proxy_mode)
+    nv = nvidia.read_nvidia(fs)
+    ipvs_result = gate("ipvs-loaded", p, config) or ipvs.judge_loaded(
+        guarded(lambda: ipvs.read_loaded(fs), "/sys/module")
+    )
+    # gate() answers whenever no allowed upstreams are given, so `or ()` is never what is judged.
+    dns_result = gate("dns-upstream", p, config) or dns.judge_dns(
+        dns.read_dns(fs, p.rke2, config.resolv_conf), config.allowed_dns or ()
+    )
+    return AgentRun((nvidia.judge_nvidia(nv), ipvs_result, dns_result), nv)
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DETAIL_MAX_CHARS = 200
@@ -73,13 +97,10 @@ def render(node: str, run: AgentRun, finished_s: float, interval_s: float) -> st
             [check, ("status", r.status.value), ("detail", _detail(r.observed))],
             1,
         )
-    module, nvml = run.nvidia.module_version, run.nvidia.nvml_version
-    if isinstance(module, str) or isinstance(nvml, str):
-        versions = [
-            ("module_version", module if isinstance(module, str) else ""),
-            ("nvml_version", nvml if isinstance(nvml, str) else ""),
-        ]
-        add(AGENT_NVIDIA_INFO, versions, 1)
+    nv = run.nvidia
+    versions = [("module_version", nv.module_version), ("nvml_version", nv.nvml_version)]
+    if any(isinstance(v, str) for _, v in versions):
+        add(AGENT_NVIDIA_INFO, [(k, v if isinstance(v, str) else "") for k, v in versions], 1)
     samples[AGENT_LAST_RUN].append(f"{AGENT_LAST_RUN}{_labels([('node', node)])} {finished_s:.3f}")
     add(AGENT_INTERVAL, [], interval_s)
     lines = []

@@ -1,11 +1,6 @@
-"""The agent's loop and its HTTP endpoint: run the checks every `interval_s`, serve the last page.
-
-`/metrics` answers the last rendered page (503 until the first run ends); `/healthz` answers 200
-while the last run is younger than three intervals, so a stuck loop fails its liveness probe. The
-checks run in the main thread, the server in a second one (one asyncio thread, HTTP/1.0, one
-request per connection, bounded in every way a client can push it: docs/agent.md); SIGTERM (or
-`stop`) ends both within a few seconds.
-"""
+"""The agent's loop and its HTTP endpoint: the checks run every `interval_s` in the main thread,
+the last page is served from a second one (one asyncio thread, HTTP/1.0, bounded in every way a
+client can push it; `/healthz` fails once the last run is three intervals old: docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-from guard.agent.checks import CHECKS, AgentRun
-from guard.agent.metrics import CONTENT_TYPE, render
+from guard.agent.metrics import CHECKS, CONTENT_TYPE, AgentRun, render
 from guard.log import Level, Log
 
 READ_TIMEOUT_S = 5.0
@@ -38,34 +32,19 @@ class ListenError(Exception):
 
 @dataclass
 class Page:
-    """The last rendered /metrics page, shared between the loop and the server threads."""
+    """The last rendered /metrics page and when its run ended, shared between the loop and the
+    server threads: `last` is replaced whole, so a reader never sees half of an update."""
 
-    text: str = ""
-    finished_s: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def set(self, text: str, finished_s: float) -> None:
-        with self.lock:
-            self.text, self.finished_s = text, finished_s
-
-    def get(self) -> tuple[str, float]:
-        with self.lock:
-            return self.text, self.finished_s
+    last: tuple[str, float] = ("", 0.0)
 
 
 def answer(
     page: Page, interval_s: float, clock: Callable[[], float], method: str, target: str
 ) -> tuple[int, str, str]:
-    """(status, content type, body) for one request line's method and target.
-
-    >>> answer(Page("up 1\\n", 100.0), 60, lambda: 110.0, "GET", "/healthz?x")[::2]
-    (200, 'ok\\n')
-    >>> answer(Page(), 60, lambda: 0.0, "POST", "/metrics")[0]
-    405
-    """
+    """(status, content type, body) for one request line's method and target."""
     if method not in ("GET", "HEAD"):
         return 405, "text/plain", "only GET\n"
-    text, finished = page.get()
+    text, finished = page.last
     path = target.split("?", 1)[0]
     if path == "/metrics":
         return (200, CONTENT_TYPE, text) if text else (503, "text/plain", "no check has run yet\n")
@@ -84,14 +63,6 @@ def _response(code: int, ctype: str, body: str, head_only: bool = False) -> byte
     return head.encode("ascii") + (b"" if head_only else data)
 
 
-@dataclass
-class Stats:
-    """What the server did, for tests and the bench (not exported)."""
-
-    evicted: int = 0
-    peak_open: int = 0
-
-
 class MetricsServer:
     """`start()` binds (ListenError) and serves in its own thread; `stop()` ends it."""
 
@@ -106,7 +77,7 @@ class MetricsServer:
         self.page, self.interval_s, self.clock = page, interval_s, clock
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
-        self.stats = Stats()
+        self.evicted = self.peak_open = 0  # what the server did, for tests (not exported)
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -114,17 +85,11 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> None:
+        serving = asyncio.start_server(
+            self._serve, host, port, limit=MAX_REQUEST_BYTES, backlog=1024, reuse_address=True
+        )
         try:
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(
-                    self._serve,
-                    host,
-                    port,
-                    limit=MAX_REQUEST_BYTES,
-                    backlog=1024,
-                    reuse_address=True,
-                )
-            )
+            self._server = self._loop.run_until_complete(serving)
         except OSError as exc:  # port taken, address not on this host, no permission
             self._loop.close()
             # asyncio's own text repeats the address; the errno's is the one line people know
@@ -167,15 +132,13 @@ class MetricsServer:
             oldest = next(iter(self._open))
             self._open.pop(oldest)
             oldest.transport.abort()
-            self.stats.evicted += 1
-        self.stats.peak_open = max(self.stats.peak_open, len(self._open))
+            self.evicted += 1
+        self.peak_open = max(self.peak_open, len(self._open))
         try:
             await self._one_request(reader, writer)
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
-            pass  # the client went away: nothing to say to anyone
-        except asyncio.CancelledError:
-            # Stopping. Ending normally, not cancelled: Python 3.11's stream callback calls
-            # task.exception() on a cancelled task and logs a traceback for each.
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            # The client went away, or stopping: end normally, not cancelled (Python 3.11's
+            # stream callback logs a traceback for each cancelled task).
             pass
         finally:
             self._open.pop(writer, None)
@@ -189,12 +152,10 @@ class MetricsServer:
         except TimeoutError:
             return  # an idle or dripping client gets no answer, only the closed socket
         except (asyncio.LimitOverrunError, ValueError):
-            await self._write(writer, _response(431, "text/plain", "request too large\n"))
-            return
+            return await self._write(writer, _response(431, "text/plain", "request too large\n"))
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            await self._write(writer, _response(400, "text/plain", "bad request\n"))
-            return
+            return await self._write(writer, _response(400, "text/plain", "bad request\n"))
         method, target, _ = parts
         code, ctype, body = answer(self.page, self.interval_s, self.clock, method, target)
         await self._write(writer, _response(code, ctype, body, head_only=method == "HEAD"))
@@ -217,18 +178,12 @@ class Agent:
     def run_once(self, page: Page) -> AgentRun:
         run = self.check()
         finished = self.clock()
-        page.set(render(self.node, run, finished, self.interval_s), finished)
+        page.last = (render(self.node, run, finished, self.interval_s), finished)
         for r in run.results:
             if self.last.get(r.name) != r.status.value:
                 level: Level = "WARN" if r.status.value in ("FAIL", "UNKNOWN") else "INFO"
-                self.log.event(
-                    "agent-check",
-                    level,
-                    node=self.node,
-                    check=r.name,
-                    status=r.status.value,
-                    observed=r.observed,
-                )
+                event = {"check": r.name, "status": r.status.value, "observed": r.observed}
+                self.log.event("agent-check", level, node=self.node, **event)
                 self.last[r.name] = r.status.value
         return run
 

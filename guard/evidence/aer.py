@@ -1,6 +1,5 @@
 """PCIe AER evidence: kernel ``AER:`` lines and the sysfs ``aer_dev_*`` counters. Old and new
-kernel spellings (drivers/pci/pcie/aer.c) are both matched everywhere.
-"""
+kernel spellings (drivers/pci/pcie/aer.c) are both matched everywhere."""
 
 from __future__ import annotations
 
@@ -8,26 +7,27 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from guard.evidence.prefix import line_time
+from guard.evidence.kernel_log import line_time, lines_of
 from guard.pci import PciAddressError, normalize_pci
 
 _DEVICE = r"(?P<dev>[0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+"
-_RECEIVED = re.compile(
-    _DEVICE + r"AER: (?P<multi>Multiple )?(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
-    r"Correct(?:ed|able)) error (?:message )?received(?::| from)\s*(?P<src>\S+)?"
+_SEV = r"(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|Correct(?:ed|able))"
+# (message pattern after the device, kind), first match wins
+_CHECKS = tuple(
+    (re.compile(_DEVICE + pattern), kind)
+    for pattern, kind in (
+        (
+            r"AER: (?P<multi>Multiple )?" + _SEV + r" error (?:message )?received(?::| from)"
+            r"\s*(?P<src>\S+)?",
+            "received",
+        ),
+        (r"(?:AER: )?PCIe Bus Error: severity=" + _SEV, "severity"),
+        (r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w{1,16})/", "status"),
+        (r"(?:AER: )?\s*\[\s*(?P<bit>\d{1,3})\] (?P<name>.+?)\s*(?:\(First\))?\s*$", "error"),
+        (r"(?:AER: can't recover|device has no AER-aware driver)", "no-handler"),
+        (r"AER: device recovery failed", "recovery-failed"),
+    )
 )
-_SEVERITY = re.compile(
-    _DEVICE + r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>Uncorrect(?:ed|able) \((?:Non-)?Fatal\)|"
-    r"Correct(?:ed|able))"
-)
-_STATUS = re.compile(
-    _DEVICE + r"(?:AER: )?\s*device \[[0-9a-f:]+\] error status/mask=(?P<st>\w{1,16})/"
-)
-_BIT = re.compile(
-    _DEVICE + r"(?:AER: )?\s*\[\s*(?P<bit>\d{1,3})\] (?P<name>.+?)\s*(?:\(First\))?\s*$"
-)
-_NO_HANDLER = re.compile(_DEVICE + r"(?:AER: can't recover|device has no AER-aware driver)")
-_FAILED = re.compile(_DEVICE + r"AER: device recovery failed")
 _SURPRISE_DOWN_BIT = 5  # Uncorrectable Error Status bit 5, SDES
 _SURPRISE_NAMES = ("SDES", "Surprise Down Error")
 
@@ -41,11 +41,7 @@ def _address(text: str) -> str:
 
 
 def severity_word(text: str) -> str:
-    """One spelling for old and new kernels.
-
-    >>> severity_word("Uncorrected (Non-Fatal)"), severity_word("Correctable")
-    ('uncorrectable-nonfatal', 'correctable')
-    """
+    """One spelling for old and new kernels."""
     if text.startswith("Correct"):
         return "correctable"
     return "uncorrectable-nonfatal" if "Non-Fatal" in text else "uncorrectable-fatal"
@@ -64,26 +60,8 @@ class AerEvent:
     surprise_down: bool = False
 
 
-_CHECKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_RECEIVED, "received"),
-    (_SEVERITY, "severity"),
-    (_STATUS, "status"),
-    (_BIT, "error"),
-    (_NO_HANDLER, "no-handler"),
-    (_FAILED, "recovery-failed"),
-)
-
-
 def parse_aer_line(line: str, number: int) -> AerEvent | None:
-    """One line's AER event, or None.
-
-    >>> parse_aer_line("pcieport 0000:00:03.0:    [ 5] SDES                  ", 1).surprise_down
-    True
-    >>> line = "pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010"
-    >>> e = parse_aer_line(line, 2)
-    >>> e.device, e.detail, e.source
-    ('0000:00:02.0', 'uncorrectable-fatal', 'id=0010')
-    """
+    """One line's AER event, or None."""
     for pattern, kind in _CHECKS:
         found = pattern.search(line)
         if found is None:
@@ -107,8 +85,6 @@ def parse_aer_line(line: str, number: int) -> AerEvent | None:
 
 def parse_aer_lines(text: str) -> tuple[AerEvent, ...]:
     """Every AER line in a kernel log (any prefix); other lines are ignored."""
-    from guard.evidence.kernel_log import lines_of  # no list of every line of a long log
-
     events = (parse_aer_line(line, n) for n, line in enumerate(lines_of(text), start=1))
     return tuple(e for e in events if e is not None)
 
@@ -126,13 +102,7 @@ _GREP = re.compile(
 
 
 def parse_counters(text: str) -> dict[str, int]:
-    """One ``aer_dev_*`` file: ``NAME count`` lines; the rootport totals are a bare number.
-
-    >>> parse_counters("Undefined 0\\nDLP 0\\nSDES 1\\nTOTAL_ERR_FATAL 1\\n")
-    {'Undefined': 0, 'DLP': 0, 'SDES': 1, 'TOTAL_ERR_FATAL': 1}
-    >>> parse_counters("3\\n")
-    {'TOTAL': 3}
-    """
+    """One ``aer_dev_*`` file: ``NAME count`` lines; the rootport totals are a bare number."""
     if text.strip().isdigit() and len(text.strip()) <= 20:  # no counter has 20 digits
         return {"TOTAL": int(text.strip())}
     out = {}
@@ -162,8 +132,4 @@ def nonzero(files: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]
 
 
 def counters_surprise_down(files: Mapping[str, Mapping[str, int]]) -> bool:
-    """
-    >>> counters_surprise_down({"aer_dev_fatal": {"SDES": 1}})
-    True
-    """
     return any(c.get("SDES", 0) > 0 for c in files.values())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +26,7 @@ from guard.evidence.lspci import (
     PcieLink,
     PortStatus,
     config_space,
+    lspci_blocks,
     pcie_links,
     port_status,
 )
@@ -38,7 +38,6 @@ from guard.evidence.verdict import (
     Finding,
     decide,
 )
-from guard.pci import normalize_pci
 from guard.xid_tables import Repair, XidClasses
 
 Counters = Mapping[str, Mapping[str, int]]  # sysfs file name → counter name → value
@@ -50,6 +49,10 @@ class PortInput:
     role: str  # "root port", "parent bridge", "root port, parent bridge", "port"
     lspci: str | None
     counters: Counters = field(default_factory=dict)
+
+    @property
+    def status(self) -> PortStatus | None:
+        return port_status(self.lspci) if self.lspci else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +73,6 @@ class Inputs:
 
 
 @dataclass(frozen=True, slots=True)
-class PortEvidence:
-    address: str
-    role: str
-    status: PortStatus | None
-    counters: Counters
-
-
-@dataclass(frozen=True, slots=True)
 class Assessment:
     pci: str | None
     verdict: Repair
@@ -87,7 +82,7 @@ class Assessment:
     uuid: str | None
     recovery: RecoveryChange | None
     config: ConfigSpace | None
-    ports: tuple[PortEvidence, ...]
+    ports: tuple[PortInput, ...]
     aer_events: tuple[aer.AerEvent, ...]
     gpu_counters: Counters
     surprise_down: bool
@@ -101,10 +96,6 @@ class Assessment:
     smi: SmiGpu | None = None
     links: tuple[PcieLink, ...] = ()  # lspci -vv LnkCap/LnkSta of the GPUs in --lspci
     smi_read: bool = False  # nvidia-smi -q output was given (smi None: it has no such GPU)
-
-    @property
-    def config_space_all_ff(self) -> bool | None:
-        return self.config.all_ff if self.config else None
 
     @property
     def root_port(self) -> str | None:
@@ -153,11 +144,14 @@ def _findings(
     return tuple(out)
 
 
-def _surprise_down(events: tuple[aer.AerEvent, ...], ports: tuple[PortEvidence, ...]) -> bool:
+def _surprise_down(
+    events: tuple[aer.AerEvent, ...], ports: tuple[PortInput, ...], gpu_counters: Counters
+) -> bool:
+    counters = (gpu_counters, *(p.counters for p in ports))
     return (
         any(e.surprise_down for e in events)
         or any(p.status is not None and p.status.surprise_down for p in ports)
-        or any(aer.counters_surprise_down(p.counters) for p in ports)
+        or any(aer.counters_surprise_down(c) for c in counters)
     )
 
 
@@ -170,16 +164,13 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         codes.append(inputs.reported_xid)
     config = config_space(inputs.gpu_lspci, pci) if inputs.gpu_lspci is not None else None
     dead, loose = _dead_records(log, mine, pci)
-    recoveries = [x.recovery for x in mine.xids if x.recovery is not None]
-    recovery = recoveries[-1] if recoveries else None  # the driver's latest word counts
+    # The driver's latest word counts.
+    recovery = next((x.recovery for x in reversed(mine.xids) if x.recovery), None)
     smi = smi_for(inputs.nvidia_smi, pci) if inputs.nvidia_smi else None
     findings = _findings(dead, recovery, smi)
     all_ff = config.all_ff if config else None
     decision = decide(codes, bool(mine.fallen_off), all_ff, classes, findings)
-    ports = tuple(
-        PortEvidence(p.address, p.role, port_status(p.lspci) if p.lspci else None, p.counters)
-        for p in inputs.ports
-    )
+    ports = inputs.ports
     from_log = inputs.log_aer if inputs.parsed_log else aer.parse_aer_lines(inputs.kernel_log or "")
     events = from_log + aer.parse_aer_lines(inputs.aer_text)
     if pci is not None:
@@ -197,8 +188,7 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
         ports=ports,
         aer_events=events,
         gpu_counters=inputs.gpu_counters,
-        surprise_down=_surprise_down(events, ports)
-        or aer.counters_surprise_down(inputs.gpu_counters),
+        surprise_down=_surprise_down(events, ports, inputs.gpu_counters),
         other_gpus=others,
         reported_xid=inputs.reported_xid,
         kernel_log_source=inputs.kernel_log_source,
@@ -212,46 +202,16 @@ def assess(inputs: Inputs, pci: str | None, classes: XidClasses) -> Assessment:
     )
 
 
-# Evidence from saved files (`evidence classify`): the ``--aer`` file may hold any mix of kernel
-# AER lines, ``lspci -vvv`` blocks of ports and ``grep -H . /sys/bus/pci/devices/<dev>/aer_*``
-# lines; each part is recognised by its shape.
-_LSPCI_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")
-
-
-def lspci_blocks(text: str) -> dict[str, str]:
-    """Device address → its ``lspci -vvv`` block (header line plus indented lines).
-
-    >>> lspci_blocks("x\\n97:01.0 PCI bridge: Intel\\n\\tDevSta:\\tCorrErr-\\nnext line")
-    {'0000:97:01.0': '97:01.0 PCI bridge: Intel\\n\\tDevSta:\\tCorrErr-'}
-    """
-    blocks: dict[str, str] = {}
-    current: list[str] = []
-    for line in [*text.splitlines(), "end"]:
-        if current and line[:1].isspace():
-            current.append(line)
-            continue
-        if current:
-            blocks[normalize_pci(current[0].split()[0])] = "\n".join(current)
-            current = []
-        if _LSPCI_HEADER.match(line):
-            current = [line]
-    return blocks
-
-
 def offline_inputs(saved: Inputs, pci: str | None, root_port: str | None) -> Inputs:
-    """`saved` with its ports: every device its `aer_text` (the --aer file) describes besides
-    the GPU."""
+    """`saved` with its ports: every device its `aer_text` (the --aer file, each part recognised
+    by its shape: docs/evidence.md, "Offline") describes besides the GPU."""
     blocks = lspci_blocks(saved.aer_text)
     counters = aer.parse_grep_counters(saved.aer_text)
     named = set(blocks) | set(counters) | ({root_port} if root_port else set())
     addresses = sorted(named - ({pci} if pci else set()))
+    role_of = {root_port: "root port"}.get
     ports = tuple(
-        PortInput(
-            address,
-            "root port" if address == root_port else "port",
-            blocks.get(address),
-            counters.get(address, {}),
-        )
+        PortInput(address, role_of(address, "port"), blocks.get(address), counters.get(address, {}))
         for address in addresses
     )
     return replace(saved, ports=ports, gpu_counters=counters.get(pci, {}) if pci else {})

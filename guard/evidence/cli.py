@@ -1,15 +1,15 @@
 """Click commands: `evidence collect`, `evidence classify` and `ledger count`.
 
 Bad input is one click error line and a non-zero exit; missing evidence is not an error (it is
-reported as "unknown" and `collect` still exits 0, because the printed evidence is the result).
-"""
+reported as "unknown" and `collect` still exits 0, because the printed evidence is the result)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import jinja2
@@ -26,10 +26,9 @@ from guard.cli_options import (
 )
 from guard.evidence import aer, node_wide, request
 from guard.evidence.assess import Assessment, Inputs, assess, offline_inputs
-from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather
+from guard.evidence.collect import DEFAULT_HOST_ROOT, DEFAULT_TIMEOUT_S, Host, gather, node_links
 from guard.evidence.kernel_log import KernelLog, KernelLogScan
 from guard.evidence.ledger_cli import count
-from guard.evidence.links import node_links
 from guard.evidence.report import Tables, to_json, to_text
 from guard.files import (
     KERNEL_LOG_MAX_BYTES,
@@ -43,13 +42,19 @@ from guard.wire import EvidenceSummary, render_evidence_summary
 from guard.xid_tables import CLASSES_FILE, DataFileError, load_catalog, load_classes
 
 JSON_MARK = "EVIDENCE-JSON "
+_T = TypeVar("_T")
+
+
+def _loaded(load: Callable[[], _T]) -> _T:
+    """A data table or the request template, or its one-line error (exit 1)."""
+    try:
+        return load()
+    except (DataFileError, request.TemplateError) as err:
+        raise click.ClickException(str(err)) from err
 
 
 def _tables(classes_file: Path) -> Tables:
-    try:
-        return Tables(load_classes(classes_file), load_catalog())
-    except DataFileError as err:
-        raise click.ClickException(str(err)) from err
+    return _loaded(lambda: Tables(load_classes(classes_file), load_catalog()))
 
 
 MAX_LOG_AER_EVENTS = 1000  # AER lines kept from one kernel log (a storm repeats one event)
@@ -154,12 +159,12 @@ def collect(**opts: Any) -> None:
 
     The history sentence of the request is chosen from the ledger counts (a closed set of
     sentences); no text given on the command line is ever rendered as a template. Every GPU's
-    PCIe link goes into the summary for the guard (guard.evidence.links).
+    PCIe link goes into the summary for the guard (guard.evidence.collect, node_links).
     """
     trigger, want = _node_wide(opts)
     counts = _counts(opts["card_incidents"], opts["slot_incidents"])
     tables = _tables(opts["xid_classes"])
-    template = _template()
+    template = _loaded(request.load_template)
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
     summary = (node_links(host), opts["termination_log"])
     if trigger is None:
@@ -190,13 +195,6 @@ def _counts(card: int | None, slot: int | None) -> fault_ledger.Counts | None:
     if (card is None) != (slot is None):
         raise click.UsageError("give both --card-incidents and --slot-incidents, or neither")
     return None if card is None or slot is None else fault_ledger.Counts(card, slot, None)
-
-
-def _template() -> jinja2.Template:
-    try:
-        return request.load_template()
-    except request.TemplateError as err:
-        raise click.ClickException(str(err)) from err
 
 
 @dataclass(frozen=True, slots=True)

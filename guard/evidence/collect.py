@@ -1,9 +1,6 @@
-"""Read the host's evidence from inside the evidence Job; never write anything there.
-
-Commands run in the host's mount namespace through `guard.doors.hostexec` with a timeout; sysfs
-is read under a root (``/proc/1/root``). A command that hangs or fails becomes an `Unknown` and
-the rest of the evidence is still read (docs/evidence.md).
-"""
+"""Read the host's evidence from inside the evidence Job, never writing there: commands through
+`guard.doors.hostexec` with a timeout, sysfs under a root (``/proc/1/root``). A command that hangs
+or fails becomes an `Unknown` and the rest is still read (docs/evidence.md)."""
 
 from __future__ import annotations
 
@@ -17,18 +14,15 @@ from guard.doors.hostexec import CommandResult, Unknown
 from guard.evidence.aer import parse_counters
 from guard.evidence.assess import Counters, Inputs, PortInput
 from guard.evidence.kernel_log import for_gpu, lines_of, parse_kernel_log
+from guard.pci import LINK_SPEEDS, LINK_WIDTHS
 
 DEFAULT_HOST_ROOT = Path("/proc/1/root")
 DEFAULT_TIMEOUT_S = 20.0
 PREVIOUS_BOOT = "journalctl -k -b -1 (previous boot: the current one has no record of this GPU)"
 _BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _AER_FILES = (
-    "aer_dev_correctable",
-    "aer_dev_fatal",
-    "aer_dev_nonfatal",
-    "aer_rootport_total_err_cor",
-    "aer_rootport_total_err_fatal",
-    "aer_rootport_total_err_nonfatal",
+    *(f"aer_dev_{k}" for k in ("correctable", "fatal", "nonfatal")),
+    *(f"aer_rootport_total_err_{k}" for k in ("cor", "fatal", "nonfatal")),
 )
 
 
@@ -60,16 +54,6 @@ def upstream_ports(host: Host, pci: str) -> tuple[str, ...]:
     return tuple(chain[:-1]) if chain and chain[-1] == pci else tuple(chain)
 
 
-def _chain(host: Host, pci: str) -> tuple[tuple[str, ...], Unknown | None]:
-    try:
-        return upstream_ports(host, pci), None
-    except FileNotFoundError:
-        why = "no /sys/bus/pci/devices entry (GPU removed?)"
-    except OSError as err:
-        why = f"cannot read {host.sysfs_device(pci)}: {err.strerror}"
-    return (), Unknown(f"sysfs {pci}", why)
-
-
 def read_counters(host: Host, address: str) -> Counters:
     """The AER counter files of one device; absent files (no AER) are left out."""
     found: dict[str, dict[str, int]] = {}
@@ -91,23 +75,13 @@ def _journal(host: Host, boot: str) -> CommandResult:
     """The kernel log of one boot from the journal; an empty journal is a failure to read it,
     never a kernel log without records (then dmesg or the other boot are read)."""
     result = host.run("journalctl", "-k", "-b", boot, "--no-pager", "-o", "short-iso-precise")
-    if not result.ok:
-        return result
-    why = empty_journal(result.stdout, result.stderr)
+    why = empty_journal(result.stdout, result.stderr) if result.ok else ""
     return replace(result, error=why) if why else result
 
 
 def empty_journal(stdout: str, stderr: str) -> str:
     """Why a journalctl answer of exit 0 holds no kernel log ("" when it holds one): its own
-    `-- … --` lines (`-- No entries --`, `-- Boot … --`) and blank lines are not kernel lines.
-
-    >>> empty_journal("", "No journal files were found.\\n")
-    'no journal (No journal files were found.)'
-    >>> empty_journal("-- No entries --\\n", "")
-    'no kernel lines in the journal'
-    >>> empty_journal("2026-01-01T00:00:00+0000 host kernel: Linux version 6.1\\n", "")
-    ''
-    """
+    `-- … --` lines (`-- No entries --`, `-- Boot … --`) and blank lines are not kernel lines."""
     said = NO_JOURNAL in stderr
     for line in lines_of(stdout):
         text = line.strip()
@@ -138,9 +112,8 @@ def current_kernel_log(host: Host) -> tuple[CommandResult, list[Unknown]]:
 
 
 def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ...]]:
-    """The current boot's kernel log (the journal, else dmesg), or the previous boot's when only
-    that one has a record of this GPU (the node may have been rebooted since the fault). The
-    source read is returned with it, and what could not be read among the unknowns."""
+    """The current boot's kernel log, or the previous boot's when only that one has a record of
+    this GPU (a reboot since the fault); with its source, and what could not be read."""
     current, unknowns = current_kernel_log(host)
     label = " ".join(current.argv)
     if current.ok and _has_record(current.stdout, pci):
@@ -155,7 +128,15 @@ def kernel_log(host: Host, pci: str) -> tuple[str | None, str, tuple[Unknown, ..
     return None, NO_LOG, tuple(unknowns)
 
 
-def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, ...], list[Unknown]]:
+def port_inputs(host: Host, pci: str) -> tuple[tuple[PortInput, ...], list[Unknown]]:
+    """The GPU's root port and parent bridge: each one's lspci -vvv and AER counters."""
+    try:
+        chain = upstream_ports(host, pci)
+    except FileNotFoundError:
+        return (), [Unknown(f"sysfs {pci}", "no /sys/bus/pci/devices entry (GPU removed?)")]
+    except OSError as err:
+        why = f"cannot read {host.sysfs_device(pci)}: {err.strerror}"
+        return (), [Unknown(f"sysfs {pci}", why)]
     if not chain:
         return (), []
     roles = {chain[0]: "root port"}
@@ -165,11 +146,8 @@ def _port_inputs(host: Host, chain: tuple[str, ...]) -> tuple[tuple[PortInput, .
         shown = host.run("lspci", "-vvv", "-s", address)
         if not shown.ok:
             unknowns.append(Unknown(f"lspci -vvv -s {address}", shown.why))
-        ports.append(
-            PortInput(
-                address, role, shown.stdout if shown.ok else None, read_counters(host, address)
-            )
-        )
+        text = shown.stdout if shown.ok else None
+        ports.append(PortInput(address, role, text, read_counters(host, address)))
     return tuple(ports), unknowns
 
 
@@ -178,17 +156,12 @@ _NO_HANDLE = "Unable to determine the device handle"
 
 def nvidia_smi(host: Host, pci: str) -> tuple[str | None, Unknown | None]:
     """``nvidia-smi -q`` of the GPU, run last: NVML may block on a lost GPU until the timeout.
-
-    nvidia-smi exits non-zero when it cannot open the GPU; its one line ("GPU is lost", "GPU
-    requires reset") is then the evidence, not a failure to read it.
-    """
+    When it cannot open the GPU its one line ("GPU is lost") is the evidence, not a failure."""
     argv = ("nvidia-smi", "-q", "-i", pci)
     result = host.run(*argv)
-    if result.ok:
-        return result.stdout, None
     said = f"{result.stdout}\n{result.stderr}"
-    if _NO_HANDLE in said:
-        return said, None
+    if result.ok or _NO_HANDLE in said:
+        return result.stdout if result.ok else said, None
     return None, Unknown(" ".join(argv), result.why)
 
 
@@ -201,10 +174,7 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
     dump = host.run("lspci", "-vvv", "-xxx", "-s", pci)
     if not dump.ok:
         found.append(Unknown(f"lspci -vvv -xxx -s {pci}", dump.why))
-    chain, missing = _chain(host, pci)
-    if missing is not None:
-        found.append(missing)
-    ports, port_unknowns = _port_inputs(host, chain)
+    ports, port_unknowns = port_inputs(host, pci)
     smi, smi_unknown = nvidia_smi(host, pci)
     if smi_unknown is not None:
         port_unknowns.append(smi_unknown)
@@ -218,3 +188,72 @@ def gather(host: Host, pci: str, reported_xid: int | None) -> Inputs:
         unknowns=(*found, *port_unknowns),
         nvidia_smi=smi,
     )
+
+
+# The PCIe link of every GPU of the node (NVIDIA display and 3D controllers, not NVSwitches nor
+# audio functions) at cordon time, for the load test's `--expect-link`: docs/loadtest.md.
+NVIDIA = "0x10de"
+GPU_CLASSES = ("0x0300", "0x0302")
+_SPEED = re.compile(r"^([0-9]+(?:\.[0-9]+)?) GT/s")
+
+
+def node_gpus(host: Host) -> tuple[str, ...]:
+    """PCI addresses of the node's NVIDIA GPUs, sorted; () when sysfs cannot be listed."""
+    devices = host.root / "sys" / "bus" / "pci" / "devices"
+    try:
+        entries = sorted(p.name for p in devices.iterdir())
+    except OSError:
+        return ()
+    return tuple(e for e in entries if _is_gpu(devices / e))
+
+
+def _is_gpu(device: Path) -> bool:
+    vendor, cls = _read(device / "vendor"), _read(device / "class")
+    return vendor == NVIDIA and cls is not None and cls.startswith(GPU_CLASSES)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def speed(text: str | None) -> str | None:
+    """The GT/s of a sysfs link speed in `--expect-link` spelling; None for ``Unknown``."""
+    found = _SPEED.match(text or "")
+    if found is None:
+        return None
+    value = f"{float(found[1]):g}"
+    return value if value in LINK_SPEEDS else None
+
+
+def width(text: str | None) -> int | None:
+    """A sysfs link width in lanes; None for 0 (link down) or anything else."""
+    value = int(text) if text and text.isascii() and text.isdigit() else 0
+    return value if value in LINK_WIDTHS else None
+
+
+def gpu_link(host: Host, pci: str) -> str | None:
+    """`16GT/s,x16` for a GPU whose link is up; None when it records nothing (case list above)."""
+    device = host.sysfs_device(pci)
+    now = _read(device / "current_link_speed"), _read(device / "current_link_width")
+    if speed(now[0]) is None or width(now[1]) is None:
+        return None
+    try:
+        chain = upstream_ports(host, pci)
+    except OSError:
+        return None
+    ends = [device, *([host.sysfs_device(chain[-1])] if chain else [])]
+    speeds = [speed(_read(d / "max_link_speed")) for d in ends]
+    widths = [width(_read(d / "max_link_width")) for d in ends]
+    if any(s is None for s in speeds) or any(w is None for w in widths):
+        return None
+    low = min((s for s in speeds if s is not None), key=float)
+    return f"{low}GT/s,x{min(w for w in widths if w is not None)}"
+
+
+def node_links(host: Host) -> tuple[tuple[str, str], ...]:
+    """(pci, link) of every GPU of the node whose link is up, by PCI address."""
+    links = ((pci, gpu_link(host, pci)) for pci in node_gpus(host))
+    return tuple((pci, link) for pci, link in links if link is not None)

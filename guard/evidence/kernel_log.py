@@ -1,7 +1,6 @@
 """GPU records in a kernel log: Xid, identity and "fallen off the bus" lines, and the driver's
 dead-GPU records without an Xid (`DEAD_RECORDS`; ``NVRM: GPU0 …`` names no GPU: ``pci=None``).
-Only the message text is matched, so any prefix works (docs/evidence.md lists the shapes).
-"""
+Only the message text is matched, so any prefix works (docs/evidence.md lists the shapes)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from guard.evidence.prefix import line_time
 from guard.pci import PciAddressError, normalize_pci
 
 # Digit counts are bounded (an Xid has at most 6 digits, a pid 10): a line with a number of
@@ -126,9 +124,8 @@ DEAD_RECORDS: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"NVRM: kfsp\w*: Timed out waiting for FSP"),
         re.compile(r"while polling for FSP boot complete"),
     ),
-    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79. Drivers
-    # print it through NV_ASSERT_OK (`nvAssertOkFailedNoLog: Assertion failed:`) or NV_CHECK_OK
-    # (`nvCheckOkFailedNoLog: Check failed:`); the error is the same.
+    # NV_ERR_GPU_IS_LOST (0x0F): a register read came back all ones, as for Xid 79; printed
+    # through NV_ASSERT_OK or NV_CHECK_OK, the same error.
     "gpu-lost": (
         re.compile(
             r"NVRM: (?:GPU\d+ )?nv(?:Assert|Check)\w*: (?:Assertion|Check) failed: GPU lost from"
@@ -143,15 +140,29 @@ class KernelLog:
     fallen_off: tuple[FallenOff, ...]
     uuids: tuple[tuple[str, str], ...]  # (pci, uuid) in log order
     totals: tuple[XidTotal, ...] = ()  # per (GPU, code), in order of first appearance
-    dropped: int = 0  # Xid records counted in totals but not kept in xids
     dead: tuple[DeadRecord, ...] = ()
 
 
+# The time in front of a line, whatever tool printed it (docs/evidence.md lists the formats).
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_CTIME = re.compile(r"\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
+# Month token is any word (Dec, 6月, cze); the day may be padded with a second space.
+_SHORT = re.compile(r"^(\S+ +\d{1,2} \d{2}:\d{2}:\d{2})\b")
+_MONOTONIC = re.compile(r"\[\s*(\+?\d+\.\d+)\]")
+
+
+def line_time(prefix: str) -> str | None:
+    """The wall-clock time in `prefix` if it has one, else the seconds since boot, else None."""
+    for pattern in (_ISO, _CTIME, _SHORT, _MONOTONIC):
+        found = pattern.search(prefix)
+        if found:
+            text = found.group(1) if pattern.groups else found.group(0)
+            return " ".join(text.split())
+    return None
+
+
 def pci_or_none(text: str) -> str | None:
-    """
-    >>> pci_or_none("PCI:0000:9B:00"), pci_or_none("0003:00")
-    ('0000:9b:00.0', None)
-    """
+    """`text` (``PCI:`` prefix and all spellings) in sysfs form, or None when it is no address."""
     try:
         return normalize_pci(text.removeprefix("PCI:"))
     except PciAddressError:
@@ -169,26 +180,7 @@ def _recovery(message: str) -> RecoveryChange | None:
 
 
 def parse_xid(line: str, number: int = 0) -> XidRecord | None:
-    """One Xid record, or None when the line is not one.
-
-    >>> r = parse_xid("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', "
-    ...               "name=<unknown>, GPU has fallen off the bus.")
-    >>> (r.code, r.pci, r.time, r.pid, r.process, r.message)
-    (79, '0000:91:00.0', '6781741.548779', None, None, 'GPU has fallen off the bus.')
-    >>> r = parse_xid("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: SM (0x1).")
-    >>> (r.code, r.pci, r.mig, r.pid)
-    (94, '0000:01:00.0', 'GPU-I:05', 7194)
-    >>> parse_xid("NVRM: Xid (0000:01:00): 13, Graphics Exception").pci
-    '0000:01:00.0'
-    >>> parse_xid("NVRM: Xid (PCI:0008:01:00): 45, pid=9, name=a, Ch 00000001 caused by "
-    ...           "previous Xid 149").caused_by
-    149
-    >>> parse_xid("NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 "
-    ...           "(None) to 0x7 (Unknown)").recovery
-    RecoveryChange(old=0, new=7, new_text='System Reboot')
-    >>> parse_xid("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal") is None
-    True
-    """
+    """One Xid record, or None when the line is not one."""
     found = _XID.search(line)
     if found is None:
         return None
@@ -219,42 +211,19 @@ def _fallen_one_line(line: str, number: int) -> FallenOff | None:
 
 
 def parse_dead(line: str, number: int = 0) -> DeadRecord | None:
-    """A dead-GPU record without an Xid number, or None.
-
-    >>> parse_dead("[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)")
-    DeadRecord(kind='init-failed', pci='0000:98:00.0', time='903.6', line=0, \
-text='NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)')
-    >>> parse_dead("NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out").pci is None
-    True
-    """
+    """A dead-GPU record without an Xid number, or None."""
     for kind, patterns in DEAD_RECORDS.items():
-        for pattern in patterns:
-            found = pattern.search(line)
-            if found is None:
-                continue
+        for found in filter(None, (pattern.search(line) for pattern in patterns)):
             addr = found.groupdict().get("addr")
             start = line.find("NVRM:")
             start = found.start() if start < 0 else start
-            return DeadRecord(
-                kind=kind,
-                pci=pci_or_none(addr) if addr else None,
-                time=line_time(line[:start]),
-                line=number,
-                text=line[start:].strip(),
-            )
+            pci = pci_or_none(addr) if addr else None
+            return DeadRecord(kind, pci, line_time(line[:start]), number, line[start:].strip())
     return None
 
 
 def parse_kernel_log(text: str) -> KernelLog:
-    """Every GPU record in `text`; other lines are ignored.
-
-    >>> log = parse_kernel_log(
-    ...     "[ 9.1] NVRM: The NVIDIA GPU 0000:01:00.0\\n"
-    ...     "        NVRM: (PCI ID: 10de:2330) installed in this system has\\n"
-    ...     "        NVRM: fallen off the bus and is not responding to commands.\\n")
-    >>> log.fallen_off
-    (FallenOff(pci='0000:01:00.0', time='9.1', line=1, form='probe'),)
-    """
+    """Every GPU record in `text`; other lines are ignored."""
     scan = KernelLogScan()
     for number, line in enumerate(lines_of(text), start=1):
         scan.add(number, line)
@@ -263,11 +232,7 @@ def parse_kernel_log(text: str) -> KernelLog:
 
 def lines_of(text: str) -> Iterator[str]:
     """The lines of `text` one at a time, without a list of all of them (`str.splitlines`
-    doubles a 100 MB log's memory).
-
-    >>> list(lines_of("a\\r\\nb\\n\\nc"))
-    ['a', 'b', '', 'c']
-    """
+    doubles a 100 MB log's memory)."""
     start = 0
     while start < len(text):
         end = text.find("\n", start)
@@ -280,15 +245,7 @@ def lines_of(text: str) -> Iterator[str]:
 class KernelLogScan:
     """The parser fed one line at a time (a 100 MB log is never held): it keeps the first and
     last Xid records of each GPU and counts all of them, so its memory does not grow with the
-    log's length.
-
-    >>> scan = KernelLogScan()
-    >>> for n in range(1, 1001):
-    ...     scan.add(n, f"[{n}.0] NVRM: Xid (PCI:0000:01:00): 13, pid={n}, name=a, Graphics")
-    >>> log = scan.result()
-    >>> len(log.xids), log.dropped, log.totals[0].count, log.totals[0].last_time
-    (200, 800, 1000, '1000.0')
-    """
+    log's length."""
 
     def __init__(self) -> None:
         self._first: dict[str | None, list[XidRecord]] = {}
@@ -297,7 +254,6 @@ class KernelLogScan:
         self._fallen: list[FallenOff] = []
         self._uuids: dict[tuple[str, str], None] = {}  # ordered, each pair once
         self._probe: FallenOff | None = None
-        self._dropped = 0
         self._dead: list[DeadRecord] = []
 
     def add(self, number: int, line: str) -> None:
@@ -327,21 +283,14 @@ class KernelLogScan:
             self._dead.append(dead)
 
     def _xid(self, record: XidRecord) -> None:
-        key = (record.pci, record.code)
-        total = self._totals.get(key)
-        if total is None:
-            self._totals[key] = [1, record.time, record.time]
-        else:
-            total[0] += 1
-            total[2] = record.time or total[2]
+        total = self._totals.setdefault((record.pci, record.code), [0, record.time, record.time])
+        total[0] += 1
+        total[2] = record.time or total[2]  # count, first time, last time
         first = self._first.setdefault(record.pci, [])
         if len(first) < KEEP_FIRST:
             first.append(record)
             return
-        last = self._last.setdefault(record.pci, deque(maxlen=KEEP_LAST))
-        if len(last) == KEEP_LAST:
-            self._dropped += 1
-        last.append(record)
+        self._last.setdefault(record.pci, deque(maxlen=KEEP_LAST)).append(record)
 
     def _fell(self, record: FallenOff) -> None:
         if sum(1 for f in self._fallen if f.pci == record.pci) < KEEP_FIRST:
@@ -359,30 +308,22 @@ class KernelLogScan:
             tuple(self._fallen),
             tuple(self._uuids),
             totals,
-            self._dropped,
             tuple(self._dead),
         )
 
 
 def same_gpu(a: str | None, b: str) -> bool:
-    """Xid lines carry no PCI function, so GPUs match on domain, bus and device.
-
-    >>> same_gpu("0000:99:00.0", "0000:99:00.1"), same_gpu(None, "0000:99:00.0")
-    (True, False)
-    """
+    """Xid lines carry no PCI function, so GPUs match on domain, bus and device."""
     return a is not None and a[:-2] == b[:-2]
 
 
 def for_gpu(log: KernelLog, pci: str) -> KernelLog:
     """The records of one GPU (`pci` in sysfs form)."""
-    xids = tuple(x for x in log.xids if same_gpu(x.pci, pci))
-    totals = tuple(t for t in log.totals if same_gpu(t.pci, pci))
     return KernelLog(
-        xids=xids,
+        xids=tuple(x for x in log.xids if same_gpu(x.pci, pci)),
         fallen_off=tuple(f for f in log.fallen_off if same_gpu(f.pci, pci)),
         uuids=tuple(u for u in log.uuids if same_gpu(u[0], pci)),
-        totals=totals,
-        dropped=sum(t.count for t in totals) - len(xids),
+        totals=tuple(t for t in log.totals if same_gpu(t.pci, pci)),
         dead=tuple(d for d in log.dead if same_gpu(d.pci, pci)),
     )
 
@@ -394,8 +335,7 @@ def unattributed(log: KernelLog) -> tuple[DeadRecord, ...]:
 
 def named_gpus(log: KernelLog) -> tuple[str, ...]:
     """Every GPU the log names at all: records and identity lines."""
-    found = set(gpus(log)) | {u[0] for u in log.uuids}
-    return tuple(sorted(found))
+    return tuple(sorted(set(gpus(log)) | {u[0] for u in log.uuids}))
 
 
 def gpus(log: KernelLog) -> tuple[str, ...]:

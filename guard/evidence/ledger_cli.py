@@ -1,8 +1,6 @@
 """`gpu-node-guard ledger count`: how often a card and a slot have failed, and what the next
-request would say about it. It counts what the guard counts (`guard.doors.ledger_store.
-ledger_lines`), read from a file (a ConfigMap, its bare ``data`` mapping, or a List of the ledger
-and its archives) or from the cluster. Read-only; lines the ledger cannot parse are listed, never
-dropped."""
+request would say, counted as the guard counts (`ledger_store.ledger_lines`) from a file or the
+cluster. Read-only; lines the ledger cannot parse are listed, never dropped."""
 
 from __future__ import annotations
 
@@ -35,17 +33,7 @@ class LedgerSourceError(ValueError):
 
 
 def data_of(document: Any, where: str) -> dict[str, str]:
-    """The node → text mapping of a ConfigMap or of a bare data mapping.
-
-    >>> data_of({"kind": "ConfigMap", "data": {"gpu-node-b": "x"}}, "f")
-    {'gpu-node-b': 'x'}
-    >>> data_of({"kind": "ConfigMap", "data": None}, "f")
-    {}
-    >>> data_of(["a"], "f")
-    Traceback (most recent call last):
-    ...
-    guard.evidence.ledger_cli.LedgerSourceError: f: not a ConfigMap or a node: text mapping
-    """
+    """The node → text mapping of a ConfigMap (no data: empty) or of a bare data mapping."""
     if not isinstance(document, dict):
         raise LedgerSourceError(f"{where}: not a ConfigMap or a node: text mapping")
     if document.get("kind") == "ConfigMap" or "apiVersion" in document:
@@ -82,15 +70,16 @@ def _from_list(items: Any, name: str, where: str) -> LedgerRead:
     found = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
     ledgers = [i for i in found if i.get("kind") == "ConfigMap" and _name(i) == name]
     archives = [i for i in found if ledger_store.is_archive(i, name)]
-    if not ledgers and not archives:
-        raise LedgerSourceError(f"{where}: a List without ConfigMap {name} or its archives")
-    data = data_of(ledgers[0], where) if ledgers else {}
-    return _read(data, archives, name, where)
+    missing = f"a List without ConfigMap {name} or its archives"
+    return _read(ledgers[0] if ledgers else None, archives, name, where, missing)
 
 
 def _read(
-    data: dict[str, str], archives: list[dict[str, Any]], name: str, where: str
+    ledger: Any, archives: list[dict[str, Any]], name: str, where: str, missing: str
 ) -> LedgerRead:
+    if ledger is None and not archives:
+        raise LedgerSourceError(f"{where}: {missing}")
+    data = data_of(ledger, where) if ledger else {}
     for cm in archives:
         data_of(cm, f"{where}: configmap {_name(cm)}")  # text values only, as the ledger's
     ordered = sorted(archives, key=lambda cm: ledger_store.archive_index(name, _name(cm)) or 0)
@@ -118,28 +107,15 @@ def read_cluster(kubeconfig: str, namespace: str, name: str) -> LedgerRead:
         archives = ledger_store.read_archives(kube, namespace, name)
     except KubeError as err:
         raise LedgerSourceError(str(err)) from err
-    if found is None and not archives:
-        raise LedgerSourceError(f"{where}: not found")
-    return _read(data_of(found, where) if found else {}, archives, name, where)
-
-
-def next_incident(counts: fault_ledger.Counts) -> fault_ledger.Counts:
-    """Counts as they will be once one more incident of this card in this slot is recorded
-    (`guard.ledger.history` expects counts that include the incident being reported).
-
-    >>> next_incident(fault_ledger.Counts(2, 2, None))
-    Counts(same_card=3, same_slot=3, last_card_incident=None)
-    """
-    card, slot = counts.same_card + 1, counts.same_slot + 1
-    return fault_ledger.Counts(card, slot, counts.last_card_incident)
+    return _read(found, archives, name, where, "not found")
 
 
 def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
     """The counts of the ledger as it is, plus the history of a next incident."""
-    lines = read.lines
-    counts = fault_ledger.count(lines, uuid, node, pci)
-    upcoming = next_incident(counts)
+    counts = fault_ledger.count(read.lines, uuid, node, pci)
     last = counts.last_card_incident
+    # `guard.ledger.history` counts the incident being reported: the next one is one more.
+    upcoming = fault_ledger.Counts(counts.same_card + 1, counts.same_slot + 1, last)
     return {
         "uuid": uuid,
         "node": node,
@@ -149,8 +125,8 @@ def summary(read: LedgerRead, uuid: str, node: str, pci: str) -> dict[str, Any]:
         "last_card_incident": fault_ledger.format_time(last) if last else None,
         "next_history": fault_ledger.history(upcoming).value,
         "next_sentence": fault_ledger.history_sentence(upcoming, uuid, node, pci),
-        "parsed_lines": len(fault_ledger.entries(lines)),
-        "unparsed": [{"node": u.node, "line": u.raw} for u in fault_ledger.unparsed(lines)],
+        "parsed_lines": len(fault_ledger.entries(read.lines)),
+        "unparsed": [{"node": u.node, "line": u.raw} for u in fault_ledger.unparsed(read.lines)],
         "archives": list(read.archives),
     }
 

@@ -1,23 +1,22 @@
-"""Facts from ``lspci`` output: is the GPU's config space all ``ff``, and the port's AER status.
-
-A device that no longer answers config cycles reads all ones, so lspci prints ``(rev ff)``,
-``!!! Unknown header type 7f`` and a ``-xxx`` dump of ``ff`` bytes (pciutils ``lspci.c``). The
-AER capability of ``lspci -vvv`` prints ``UESta:`` on one line (pciutils ≤ 3.12) or three
-(≥ 3.13); a flag counts whichever line it is on.
-"""
+"""Facts from ``lspci`` output: is the GPU's config space all ``ff`` (a device that no longer
+answers config cycles reads all ones: ``(rev ff)``, ``!!! Unknown header type 7f``, a dump of
+``ff``), the port's AER status (``UESta:`` on one line or three, by pciutils version), the links."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 
 from guard.evidence.kernel_log import pci_or_none
+from guard.pci import normalize_pci
 
 _DUMP = re.compile(r"^([0-9a-f]{2,3}):((?: [0-9a-f]{2})+)\s*\Z")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9]*):\s*(?P<rest>.*)$")
 _FLAG = re.compile(r"^(?P<name>[A-Za-z][\w/]*)(?P<sign>[+-])\Z")
 _DEAD_HEADER = ("(rev ff)", "Unknown header type 7f")
 _CAPABILITY = "Capabilities: ["
+_HEADER = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) \S")  # a device line
 _SPEED = re.compile(r"Speed (?P<speed>[0-9.]+GT/s|unknown)", re.IGNORECASE)
 _WIDTH = re.compile(r"Width x(?P<width>\d+)")
 
@@ -35,22 +34,7 @@ def config_space(text: str, pci: str | None = None) -> ConfigSpace:
     block when `pci` is None; a listing without that device proves nothing.
 
     Only that block counts: in ``lspci -xxx -d 10de:`` of a node, a dead neighbour's
-    ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for.
-
-    >>> config_space("99:00.0 3D controller: NVIDIA Device 2330 (rev ff) (prog-if ff)\\n"
-    ...              "\\t!!! Unknown header type 7f\\n00: ff ff ff ff\\n")
-    ConfigSpace(all_ff=True, bytes_read=4, vendor_device=None, header='99:00.0 3D controller: \
-NVIDIA Device 2330 (rev ff) (prog-if ff)')
-    >>> config_space("99:00.0 3D controller: NVIDIA (rev a1)\\n00: de 10 30 23 47 05\\n").all_ff
-    False
-    >>> config_space("").all_ff is None
-    True
-    >>> two = "18:00.0 3D (rev a1)\\n00: de 10\\n\\n2a:00.0 3D (rev ff)\\n00: ff ff\\n"
-    >>> config_space(two, "0000:18:00.0").all_ff, config_space(two, "0000:2a:00.0").all_ff
-    (False, True)
-    >>> config_space(two, "0000:99:00.0").all_ff is None
-    True
-    """
+    ``(rev ff)`` and ``ff`` dump say nothing about the GPU asked for."""
     block = _device_block(text, pci)
     header = block[0].strip() if block else ""
     data: list[int] = []
@@ -83,6 +67,20 @@ def _blocks(text: str) -> list[list[str]]:
     return blocks
 
 
+def lspci_blocks(text: str) -> dict[str, str]:
+    """Device address → its ``lspci -vvv`` block (device line plus the indented lines under it);
+    other lines (kernel or ``grep -H`` lines in the same file) are no block."""
+    return {
+        normalize_pci(b[0].split()[0]): "\n".join([b[0], *takewhile(_indented, b[1:])])
+        for b in _blocks(text)
+        if _HEADER.match(b[0])
+    }
+
+
+def _indented(line: str) -> bool:
+    return line[:1].isspace()
+
+
 def _device_block(text: str, pci: str | None) -> list[str]:
     """`pci`'s block, or the first one; text without a device line (a bare dump) can only be
     about the device asked for."""
@@ -103,7 +101,6 @@ def _address(header: str) -> str | None:
 class PortStatus:
     """Status registers of a PCIe port (``lspci -vvv``); the flags listed are the set (+) ones."""
 
-    header: str
     has_aer: bool
     uncorrectable: tuple[str, ...]  # UESta+
     correctable: tuple[str, ...]  # CESta+
@@ -134,25 +131,14 @@ def _labelled_flags(text: str) -> dict[str, dict[str, bool]]:
 
 
 def port_status(text: str) -> PortStatus:
-    """Parse ``lspci -vvv -s <port>``.
-
-    >>> s = port_status("00:03.0 PCI bridge: Intel Root Port\\n"
-    ...                 "\\tCapabilities: [148 v1] Advanced Error Reporting\\n"
-    ...                 "\\t\\tUESta:\\tDLP- SDES+ TLP- FCP- CmpltTO+\\n"
-    ...                 "\\t\\t\\tECRC- UnsupReq+ ACSViol-\\n"
-    ...                 "\\t\\tCESta:\\tRxErr- BadTLP-\\n")
-    >>> s.uncorrectable, s.surprise_down, s.has_aer
-    (('CmpltTO', 'SDES', 'UnsupReq'), True, True)
-    """
+    """Parse ``lspci -vvv -s <port>``."""
     flags = _labelled_flags(text)
-    header = next((ln.strip() for ln in text.splitlines() if ln and not ln[0].isspace()), "")
 
     def set_in(label: str) -> tuple[str, ...]:
         return tuple(sorted(k for k, on in flags.get(label, {}).items() if on))
 
     link = flags.get("LnkSta", {}).get("DLActive")
     return PortStatus(
-        header=header,
         has_aer="Advanced Error Reporting" in text,
         uncorrectable=set_in("UESta"),
         correctable=set_in("CESta"),
@@ -167,7 +153,6 @@ class PcieLink:
     at now (LnkSta). Speed in GT/s (None: ``unknown``), width in lanes."""
 
     pci: str
-    header: str
     cap_speed: float | None
     cap_width: int | None
     speed: float | None
@@ -197,22 +182,11 @@ def _width(text: str) -> int | None:
 
 
 def pcie_links(text: str) -> tuple[PcieLink, ...]:
-    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order.
-
-    >>> (l,) = pcie_links("18:00.0 3D controller: NVIDIA (rev a1)\\n"
-    ...                   "  LnkCap: Port #0, Speed 32GT/s, Width x16, ASPM not supported\\n"
-    ...                   "  LnkSta: Speed 16GT/s (downgraded), Width x8 (downgraded)\\n")
-    >>> (l.pci, l.cap_speed, l.speed, l.cap_width, l.width, l.width_downgraded)
-    ('0000:18:00.0', 32.0, 16.0, 16, 8, True)
-    """
+    """Every device block of ``lspci -vv`` output with both LnkCap and LnkSta, in order."""
     out: list[PcieLink] = []
     for block in _blocks(text):
         cap = next((ln for ln in block if "LnkCap:" in ln), None)
         sta = next((ln for ln in block if "LnkSta:" in ln), None)
         if cap is not None and sta is not None and (address := _address(block[0])):
-            out.append(
-                PcieLink(
-                    address, block[0].strip(), _speed(cap), _width(cap), _speed(sta), _width(sta)
-                )
-            )
+            out.append(PcieLink(address, _speed(cap), _width(cap), _speed(sta), _width(sta)))
     return tuple(out)

@@ -8,8 +8,9 @@ import re
 from dataclasses import dataclass, replace
 
 from guard.doors.hostexec import Unknown
-from guard.evidence.assess import Assessment, Inputs, PortInput, assess, lspci_blocks
-from guard.evidence.collect import NO_LOG, Host, _chain, _port_inputs, current_kernel_log
+from guard.evidence.assess import Assessment, Inputs, PortInput, assess
+from guard.evidence.collect import NO_LOG, Host, current_kernel_log, port_inputs
+from guard.evidence.lspci import lspci_blocks
 from guard.evidence.verdict import MISSING_SLOT, TRIGGER_CLASSES, UNBOUND_SLOT, Finding, decide
 from guard.xid_tables import XidClasses
 
@@ -64,9 +65,8 @@ def gather(host: Host, classes: XidClasses) -> tuple[Assessment, tuple[Slot, ...
     if not listed.ok:
         found.append(Unknown(" ".join(LSPCI), listed.why))
     for pci in unbound(slots):
-        chain, missing = _chain(host, pci)
-        more, port_unknowns = _port_inputs(host, chain)
-        ports, found = [*ports, *more], [*found, *port_unknowns, *([missing] if missing else [])]
+        more, port_unknowns = port_inputs(host, pci)
+        ports, found = [*ports, *more], [*found, *port_unknowns]
     text, source = (log.stdout, " ".join(log.argv)) if log.ok else (None, NO_LOG)
     inputs = Inputs(text, source, ports=tuple(ports), unknowns=tuple(found))
     return assess(inputs, None, classes), slots

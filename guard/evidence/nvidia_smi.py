@@ -1,7 +1,6 @@
 """Facts from ``nvidia-smi -q``: row remapping, retired pages, the reset status, a lost GPU (one
 ``Unable to determine the device handle`` line instead of a block). Sources:
-tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the table `FLAGS`.
-"""
+tests/fixtures/nvidia-smi/SOURCES.md; which fact gives which verdict is the table `FLAGS`."""
 
 from __future__ import annotations
 
@@ -14,34 +13,31 @@ from guard.xid_tables import Repair
 
 _GPU = re.compile(r"^GPU (?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>\S[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
-# Spellings of the one line (tests/fixtures/nvidia-smi/SOURCES.md): `for GPU 0000:02:00.0: …`,
-# `for GPU0000:07:00.0: …` (no space), `for GPU0: 0000:24:00.0: …` (the index first, current
-# drivers), `for gpu 0000:01:00.0:` (`nvidia-smi -L`, lower case, the reason on the next line).
+# Every spelling of the one line: docs/evidence.md and tests/fixtures/nvidia-smi/SOURCES.md.
 _NO_HANDLE = re.compile(
     r"Unable to determine the device handle for (?i:gpu)\s*(?:\d{1,3}:\s+)?"
     r"(?P<addr>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<why>.*?)\s*$"
 )
-_LOST = "gpu is lost"
 _REQUIRES_RESET = "requires reset"
+# NVML's error strings NVML_ERROR_GPU_IS_LOST and NVML_ERROR_RESET_REQUIRED; anything else
+# ("Unknown Error") is for a person.
+_NO_HANDLE_CLASSES = (("gpu is lost", Repair.POWER_CYCLE), (_REQUIRES_RESET, Repair.RESET))
 
-# (section, key) whose value "Yes" raises it -> (class, reason). NVIDIA's sources, as quoted in
-# docs/evidence.md: A100/H100 memory error management ("the RMA criteria is met when the
-# row-remapping failure flag is set"; "the GPU must be reset for the remapping to go into
-# effect") and dynamic page retirement (retired pages take effect at the next driver load).
+# (section, key) whose value "Yes" raises it -> (class, reason); NVIDIA's sources:
+# docs/evidence.md, "Records without an Xid, Xid 154 and nvidia-smi".
+_ROWS, _PAGES, _RESET = "Remapped Rows", "Retired Pages", "GPU Reset Status"
 _PENDING = "nvidia-smi: page retirement pending (takes effect at a GPU reset)"
+_REMAP_PENDING = "nvidia-smi: row remapping pending (takes effect at a GPU reset)"
 FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {
-    ("Remapped Rows", "Remapping Failure Occurred"): (
+    (_ROWS, "Remapping Failure Occurred"): (
         Repair.RMA,
         "nvidia-smi: row remapping failure (NVIDIA's RMA criterion)",
     ),
-    ("Remapped Rows", "Pending"): (
-        Repair.RESET,
-        "nvidia-smi: row remapping pending (takes effect at a GPU reset)",
-    ),
-    ("Retired Pages", "Pending Page Blacklist"): (Repair.RESET, _PENDING),
-    ("Retired Pages", "Pending Page Retirement"): (Repair.RESET, _PENDING),
-    ("GPU Reset Status", "Reset Required"): (Repair.RESET, "nvidia-smi: GPU reset required"),
-    ("GPU Reset Status", "Drain and Reset Recommended"): (
+    (_ROWS, "Pending"): (Repair.RESET, _REMAP_PENDING),
+    (_PAGES, "Pending Page Blacklist"): (Repair.RESET, _PENDING),
+    (_PAGES, "Pending Page Retirement"): (Repair.RESET, _PENDING),
+    (_RESET, "Reset Required"): (Repair.RESET, "nvidia-smi: GPU reset required"),
+    (_RESET, "Drain and Reset Recommended"): (
         Repair.RESET,
         "nvidia-smi: drain and reset recommended",
     ),
@@ -49,16 +45,16 @@ FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {
 
 # The counters and flags the report lists (section, key), whatever their value.
 SHOWN: tuple[tuple[str, str], ...] = (
-    ("Remapped Rows", "Correctable Error"),
-    ("Remapped Rows", "Uncorrectable Error"),
-    ("Remapped Rows", "Pending"),
-    ("Remapped Rows", "Remapping Failure Occurred"),
-    ("Retired Pages", "Single Bit ECC"),
-    ("Retired Pages", "Double Bit ECC"),
-    ("Retired Pages", "Pending Page Blacklist"),
-    ("Retired Pages", "Pending Page Retirement"),
-    ("GPU Reset Status", "Reset Required"),
-    ("GPU Reset Status", "Drain and Reset Recommended"),
+    (_ROWS, "Correctable Error"),
+    (_ROWS, "Uncorrectable Error"),
+    (_ROWS, "Pending"),
+    (_ROWS, "Remapping Failure Occurred"),
+    (_PAGES, "Single Bit ECC"),
+    (_PAGES, "Double Bit ECC"),
+    (_PAGES, "Pending Page Blacklist"),
+    (_PAGES, "Pending Page Retirement"),
+    (_RESET, "Reset Required"),
+    (_RESET, "Drain and Reset Recommended"),
 )
 
 
@@ -73,14 +69,8 @@ class SmiGpu:
         """The verdict inputs of this GPU, strongest first as the table lists them."""
         out: list[Finding] = []
         if self.no_handle is not None:
-            # NVML's error strings: NVML_ERROR_GPU_IS_LOST "GPU is lost", NVML_ERROR_RESET_REQUIRED
-            # "GPU requires reset"; anything else ("Unknown Error") is for a person.
-            if _LOST in self.no_handle.lower():
-                verdict = Repair.POWER_CYCLE
-            elif _REQUIRES_RESET in self.no_handle.lower():
-                verdict = Repair.RESET
-            else:
-                verdict = Repair.HUMAN
+            said = self.no_handle.lower()
+            verdict = next((v for word, v in _NO_HANDLE_CLASSES if word in said), Repair.HUMAN)
             out.append(Finding(verdict, f"nvidia-smi: {self.no_handle}"))
         for field_key, (verdict, reason) in FLAGS.items():
             if self.fields.get(field_key, "").lower() == "yes":
@@ -102,14 +92,7 @@ class SmiGpu:
 
 
 def parse_smi(text: str) -> dict[str, SmiGpu]:
-    """GPU (sysfs form) -> its facts.
-
-    >>> out = parse_smi("GPU 00000000:10:1C.0\\n    GPU UUID : GPU-2b41\\n"
-    ...                 "    Remapped Rows\\n        Pending : Yes\\n")
-    >>> gpu = out["0000:10:1c.0"]
-    >>> gpu.uuid, gpu.fields[("Remapped Rows", "Pending")], [f.verdict for f in gpu.findings()]
-    ('GPU-2b41', 'Yes', [<Repair.RESET: 'reset'>])
-    """
+    """GPU (sysfs form) -> its facts."""
     gpus: dict[str, SmiGpu] = {}
     current: SmiGpu | None = None
     sections: list[tuple[int, str]] = []  # (indent, name), innermost last

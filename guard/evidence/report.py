@@ -1,7 +1,6 @@
 """What on-call reads: the Assessment as plain sentences (text) and as one JSON object.
 
-The same sentences feed the request draft, so the report and the draft never disagree.
-"""
+The same sentences feed the request draft, so the report and the draft never disagree."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.evidence import aer
-from guard.evidence.assess import Assessment, PortEvidence
+from guard.evidence.assess import Assessment, PortInput
 from guard.evidence.kernel_log import DeadRecord, XidRecord
 from guard.evidence.lspci import PcieLink
 from guard.evidence.verdict import (
@@ -21,15 +20,13 @@ from guard.evidence.verdict import (
 )
 from guard.xid_tables import CatalogEntry, XidClasses
 
-Catalog = Mapping[int, CatalogEntry]
-
 
 @dataclass(frozen=True, slots=True)
 class Tables:
     """The two data tables, loaded once by the CLI."""
 
     classes: XidClasses
-    catalog: Catalog
+    catalog: Mapping[int, CatalogEntry]
 
 
 def verdict_class(record: XidRecord, tables: Tables) -> str | None:
@@ -55,21 +52,11 @@ def dead_dict(d: DeadRecord) -> dict[str, Any]:
 
 
 def link_sentence(link: PcieLink) -> str:
-    """
-    >>> link_sentence(PcieLink("0000:18:00.0", "", 32.0, 16, 32.0, 8))
-    '0000:18:00.0: LnkSta 32GT/s x8 of LnkCap 32GT/s x16: width DOWNGRADED'
-    """
-
-    def gts(v: float | None) -> str:
-        return "unknown" if v is None else f"{v:g}GT/s"
-
-    def width(v: int | None) -> str:
-        return "x?" if v is None else f"x{v}"
-
-    text = (
-        f"{link.pci}: LnkSta {gts(link.speed)} {width(link.width)} of LnkCap "
-        f"{gts(link.cap_speed)} {width(link.cap_width)}"
+    now, cap = (
+        f"{'unknown' if s is None else f'{s:g}GT/s'} {'x?' if w is None else f'x{w}'}"
+        for s, w in ((link.speed, link.width), (link.cap_speed, link.cap_width))
     )
+    text = f"{link.pci}: LnkSta {now} of LnkCap {cap}"
     if link.width_downgraded:
         return text + ": width DOWNGRADED"
     if link.speed_downgraded:
@@ -90,14 +77,6 @@ def xid_dict(record: XidRecord, tables: Tables) -> dict[str, Any]:
 
 
 def config_sentence(a: Assessment) -> str:
-    """
-    >>> from guard.evidence.lspci import config_space
-    >>> from guard.evidence.assess import Inputs, assess
-    >>> from guard.xid_tables import XidClasses
-    >>> a = assess(Inputs("", "-", gpu_lspci="00: ff ff ff ff"), "0000:99:00.0", XidClasses({}))
-    >>> config_sentence(a)
-    'PCI config space reads all ff (4 bytes): the GPU does not answer config reads.'
-    """
     if a.config is None:
         return "PCI config space: not read."
     if a.config.all_ff is None:
@@ -142,13 +121,12 @@ def smi_sentences(a: Assessment) -> tuple[str, ...]:
         return ("nvidia-smi -q: no block for this GPU in its output",) if a.smi_read else ()
     if a.smi.no_handle is not None:
         return (f"nvidia-smi -q: {a.smi.no_handle}",)
-    shown = [f"{label}: {value}" for label, value in a.smi.shown()]
-    return tuple(f"nvidia-smi -q: {line}" for line in shown) or (
+    return tuple(f"nvidia-smi -q: {label}: {value}" for label, value in a.smi.shown()) or (
         "nvidia-smi -q: no row-remapping, page-retirement or reset-status fields for this GPU",
     )
 
 
-def _port_sentence(port: PortEvidence) -> str:
+def _port_sentence(port: PortInput) -> str:
     parts = [f"{port.role} {port.address}:"]
     s = port.status
     if s is None:
@@ -160,8 +138,7 @@ def _port_sentence(port: PortEvidence) -> str:
         parts.append(f"CESta+ {' '.join(s.correctable) or 'none'};")
     if s is not None and s.link_active is not None:
         parts.append(f"link {'up' if s.link_active else 'DOWN (DLActive-)'};")
-    counts = aer.nonzero(port.counters)
-    shown = "; ".join(f"{f} {_pairs(c)}" for f, c in counts.items())
+    shown = "; ".join(f"{f} {_pairs(c)}" for f, c in aer.nonzero(port.counters).items())
     parts.append(f"sysfs counters: {shown or 'all zero or absent'}")
     return " ".join(parts)
 
@@ -181,11 +158,6 @@ _EVENT_WORDS = {
 
 
 def _event_sentence(e: aer.AerEvent) -> str:
-    """
-    >>> event = aer.AerEvent("0000:00:03.0", "received", "1.5", "correctable", 1, "id=0010")
-    >>> _event_sentence(event)
-    'kernel 1.5 0000:00:03.0: correctable error received from id=0010'
-    """
     source = f" from {e.source}" if e.source else ""
     what = _EVENT_WORDS[e.kind].format(detail=e.detail, source=source)
     return f"kernel {e.time or '-'} {e.device}: {what}"
@@ -193,8 +165,7 @@ def _event_sentence(e: aer.AerEvent) -> str:
 
 def aer_sentences(a: Assessment) -> tuple[str, ...]:
     lines = [_port_sentence(p) for p in a.ports]
-    gpu = aer.nonzero(a.gpu_counters)
-    if gpu:
+    if gpu := aer.nonzero(a.gpu_counters):
         lines.append("GPU sysfs counters: " + "; ".join(f"{f} {_pairs(c)}" for f, c in gpu.items()))
     lines.extend(_event_sentence(e) for e in a.aer_events)
     if not lines:
@@ -215,7 +186,7 @@ def to_json(a: Assessment, tables: Tables) -> dict[str, Any]:
         "fallen_off": [_fields(f, "pci", "time", "form", "line") for f in a.fallen_off],
         "recovery_action": a.recovery.new_text if a.recovery else None,
         "recovery_action_code": a.recovery.new if a.recovery else None,
-        "config_space_all_ff": a.config_space_all_ff,
+        "config_space_all_ff": a.config.all_ff if a.config else None,
         "config_space_bytes": a.config.bytes_read if a.config else None,
         "aer": {
             "root_port": a.root_port,
@@ -250,29 +221,16 @@ def _smi_json(a: Assessment) -> dict[str, Any] | None:
 
 
 def _link_json(link: PcieLink) -> dict[str, Any]:
-    return {
-        "pci": link.pci,
-        "cap_speed_gts": link.cap_speed,
-        "cap_width": link.cap_width,
-        "speed_gts": link.speed,
-        "width": link.width,
-        "width_downgraded": link.width_downgraded,
-        "speed_downgraded": link.speed_downgraded,
-    }
+    downgraded = _fields(link, "width_downgraded", "speed_downgraded")
+    cap = {"cap_speed_gts": link.cap_speed, "cap_width": link.cap_width}
+    return {"pci": link.pci, **cap, "speed_gts": link.speed, "width": link.width, **downgraded}
 
 
-def _port_json(p: PortEvidence) -> dict[str, Any]:
+def _port_json(p: PortInput) -> dict[str, Any]:
+    names = ("has_aer", "uncorrectable", "correctable", "device_status", "link_active")
     s = p.status
-    return {
-        "address": p.address,
-        "role": p.role,
-        "has_aer": s.has_aer if s else None,
-        "uncorrectable": list(s.uncorrectable) if s else None,
-        "correctable": list(s.correctable) if s else None,
-        "device_status": list(s.device_status) if s else None,
-        "link_active": s.link_active if s else None,
-        "counters": aer.nonzero(p.counters),
-    }
+    status = _fields(s, *names) if s else dict.fromkeys(names)
+    return {**_fields(p, "address", "role"), **status, "counters": aer.nonzero(p.counters)}
 
 
 def _xid_line(x: XidRecord, tables: Tables) -> str:
@@ -293,9 +251,7 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     out.append(f"gpu: {a.pci or 'all GPUs in the log'}  uuid: {a.uuid or 'not in the log'}")
     out.append(f"kernel log: {a.kernel_log_source}")
     out.append("-- Xids for this GPU --")
-    out.extend(_xid_line(x, tables) for x in a.xids)
-    if not a.xids:
-        out.append("  none in the kernel log")
+    out += [_xid_line(x, tables) for x in a.xids] or ["  none in the kernel log"]
     counted = sum(t.count for t in a.xid_totals)
     if counted > len(a.xids):  # the parser keeps the first and last records of each GPU
         per_code = ", ".join(f"Xid {t.code} ×{t.count:,}" for t in a.xid_totals[:20])
@@ -306,16 +262,13 @@ def to_text(a: Assessment, tables: Tables, title: str) -> str:
     if a.other_gpus:
         out.append(f"  other GPUs with records (not judged): {', '.join(a.other_gpus)}")
     if a.dead or a.unattributed:
-        out.append("-- driver records without an Xid --")
-        out.extend(f"  {line}" for line in dead_sentences(a))
+        out += ["-- driver records without an Xid --", *(f"  {s}" for s in dead_sentences(a))]
     out += ["-- PCI config space --", f"  {config_sentence(a)}"]
     out.extend(f"  PCIe link {link_sentence(link)}" for link in a.links)
     if a.smi_read:
-        out.append("-- nvidia-smi -q --")
-        out.extend(f"  {line}" for line in smi_sentences(a))
+        out += ["-- nvidia-smi -q --", *(f"  {s}" for s in smi_sentences(a))]
     out += ["-- AER --", *(f"  {s}" for s in aer_sentences(a))]
     out += ["-- recovery action --", f"  {recovery_sentence(a)}"]
     if a.unknowns:
-        out.append("-- unknown (could not be read) --")
-        out.extend(f"  {u.what}: {u.why}" for u in a.unknowns)
+        out += ["-- unknown (could not be read) --", *(f"  {u.what}: {u.why}" for u in a.unknowns)]
     return "\n".join(out) + "\n"

@@ -1,6 +1,5 @@
 """The request draft on-call pastes to the infrastructure team: the package's own template only,
-rendered in Jinja's immutable sandbox from plain data with StrictUndefined (docs/security.md).
-"""
+rendered in Jinja's immutable sandbox from plain data with StrictUndefined (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from typing import Any
 
 import jinja2
 
-from guard.bundle import TEMPLATE_NAME as TEMPLATE_NAME
 from guard.bundle import TemplateError as TemplateError
 from guard.bundle import load_template as load_template
 from guard.evidence.assess import Assessment
@@ -48,7 +46,7 @@ def context(
         "xids": xid_lines(a, tables),
         "reported_xid": a.reported_xid,
         "fallen_off": [{"time": f.time, "form": f.form} for f in a.fallen_off],
-        "config_space_all_ff": a.config_space_all_ff,
+        "config_space_all_ff": a.config.all_ff if a.config else None,
         "config_sentence": config_sentence(a),
         "recovery_sentence": recovery_sentence(a),
         "dead_sentences": list(dead_sentences(a)),
@@ -68,8 +66,7 @@ def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
     the last saying how many codes were left out. Each dict is `xid_dict`'s plus `count`,
     `first_time`, `last_time` (count None for a single record)."""
     out: list[dict[str, Any]] = []
-    totals = a.xid_totals or ()
-    counted = {t.code: t for t in totals}
+    counted = {t.code: t for t in a.xid_totals}
     summarised: set[int] = set()
     for record in a.xids:
         total = counted.get(record.code)
@@ -84,7 +81,7 @@ def xid_lines(a: Assessment, tables: Tables) -> list[dict[str, Any]]:
         out.append({**xid_dict(record, tables), **seen})
         if len(out) >= MAX_XID_LINES:
             break
-    left = len({t.code for t in totals} - {x["code"] for x in out})
+    left = len(set(counted) - {x["code"] for x in out})
     if left:
         out.append({"code": None, "more_codes": left, "count": None})
     return out

@@ -1,19 +1,8 @@
 """The verdict for one GPU: a pure function of its Xid codes, two hardware facts and the
-findings of the other records (each already given a class by the tables below).
-
-Case list (first match wins; docs/evidence.md "Verdict"). Which Xid has which class is data,
-``guard/data/xid-classes.tsv``, and is not repeated here:
-  power-cycle  an Xid whose class is power-cycle, a "fallen off the bus" record, a finding of
-               class power-cycle, or PCI config space that reads all ``ff`` — a reset cannot
-               reach a device that does not answer, whatever the driver's Xid 154 says
-  rma          an Xid or finding whose class is rma
-  reset        an Xid or finding whose class is reset and config space not all ``ff``
-  human        anything else, including no record at all
-
-Xid 154 (recovery action changed) counts by its payload, never by its code: the action the
-driver asks for is a finding (`RECOVERY_ACTION_CLASSES`). It ranks like any other finding, so
-config space all ``ff`` still beats a driver asking for a reset (the incident of 2026-09-21).
-"""
+findings of the other records, each already given a class by the tables below. The case list,
+the precedence and why each record has its class: docs/evidence.md, "Verdict". Xid 154 counts by
+the action it names (a finding), never by its code, so config space all ``ff`` still beats a
+driver asking for a reset (the incident of 2026-09-21)."""
 
 from __future__ import annotations
 
@@ -25,19 +14,12 @@ from guard.xid_tables import Repair, XidClasses
 RECOVERY_ACTION_XID = 154
 _ORDER = (Repair.POWER_CYCLE, Repair.RMA, Repair.RESET)
 
-# Driver records of a dead GPU without an Xid number (guard.evidence.kernel_log.DEAD_RECORDS).
-# Power cycle first, as for Xid 79 (catalog RESTART_BM); a repeat on the same card is the
-# ledger's history sentence (inspect, then replace the card), as for Xid 79.
+# Driver records of a dead GPU without an Xid number (kernel_log.DEAD_RECORDS); why each class:
+# docs/evidence.md, "Records without an Xid, Xid 154 and nvidia-smi".
 DEAD_RECORD_CLASSES: dict[str, Repair] = {
-    # The RM did not attach the GPU, so `nvidia-smi --gpu-reset` has no device to reset.
     "init-failed": Repair.POWER_CYCLE,
-    # NV_ERR_GPU_IS_LOST: the same all-ones register read that makes the driver log Xid 79.
     "gpu-lost": Repair.POWER_CYCLE,
-    # What Xid 143 describes. Xid 143 itself stays rma (our table); the record without the Xid
-    # is weaker evidence, so the first answer is a power cycle, which re-runs the FSP boot.
-    "fsp-boot": Repair.POWER_CYCLE,
-    # Xid 119/120's catalog bucket is RESET_GPU ("a power cycle may be needed if the error
-    # persists"); the driver's own rate-limit line says "The GPU likely needs to be reset".
+    "fsp-boot": Repair.POWER_CYCLE,  # Xid 143 itself stays rma: without it the evidence is weaker
     "gsp-timeout": Repair.RESET,
 }
 DEAD_RECORD_WORDS: dict[str, str] = {
@@ -47,10 +29,8 @@ DEAD_RECORD_WORDS: dict[str, str] = {
     "gsp-timeout": "GSP heartbeat or RPC timeout",
 }
 
-# Xid 154's new action (its hex value; guard.evidence.kernel_log.RECOVERY_ACTIONS names them) ->
-# our class. NVIDIA's catalog bucket XID_154 says "follow the guidance reported by Xid 154".
-# 0x0 None asks nothing; 0x3 Drain P2P, 0x5 Recover IMEX Domain and 0x6 Bus Reset have no
-# automated repair here, so they go to a person.
+# Xid 154's new action (its hex value; kernel_log.RECOVERY_ACTIONS names them) -> our class;
+# 0x0 None asks nothing, so it is absent.
 RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
     1: Repair.RESET,  # GPU Reset Required
     2: Repair.POWER_CYCLE,  # Node Reboot Required: a cold power cycle covers a reboot
@@ -61,16 +41,11 @@ RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
     7: Repair.POWER_CYCLE,  # System Reboot
 }
 
-
-# The node triggers without an Xid (docs/triggers.md, "Evidence and verdict"): what the trigger
-# alone asks for, and what `lspci -nn -k` shows of a slot; any record of the kernel log and the
-# precedence above still decide over them.
+# What a node trigger alone asks for, and what `lspci -nn -k` shows of a slot; any kernel-log
+# record still decides over them by the precedence above (docs/evidence.md, "Node-wide evidence").
 TRIGGER_CLASSES: dict[str, tuple[Repair, str]] = {
-    # Every GPU listed and bound: the count is short elsewhere (device plugin, exporter).
     "gpu-short": (Repair.HUMAN, "gpu-short: every listed GPU has the driver bound"),
-    # The incident's storm: a GPU the device plugin lost; NEXT in guard.plan.triggers.
     "admission-rejected": (Repair.POWER_CYCLE, "admission-rejected: kubelet refuses GPU pods"),
-    # Fabric Manager's guide: restart it, else reset the GPUs and NVSwitches, else power-cycle.
     "fabric": (Repair.RESET, "fabric: NVLink fabric failed (restart Fabric Manager first)"),
 }
 UNBOUND_SLOT = Repair.POWER_CYCLE  # listed, no driver: RmInitAdapter failed; a reset has no device
@@ -98,18 +73,7 @@ def decide(
     classes: XidClasses,
     findings: Iterable[Finding] = (),
 ) -> Decision:
-    """Decide; `config_all_ff` is None when config space was not read.
-
-    >>> classes = XidClasses({79: Repair.POWER_CYCLE, 48: Repair.RESET, 143: Repair.RMA})
-    >>> decide([48], False, True, classes)
-    Decision(verdict=<Repair.POWER_CYCLE: 'power-cycle'>, reasons=('config space reads all ff',))
-    >>> decide([48, 143], False, False, classes).verdict.value
-    'rma'
-    >>> decide([154], False, False, classes).verdict.value
-    'human'
-    >>> decide([154], False, False, classes, [Finding(Repair.RESET, "Xid 154: Drain and Reset")])
-    Decision(verdict=<Repair.RESET: 'reset'>, reasons=('Xid 154: Drain and Reset',))
-    """
+    """Decide; `config_all_ff` is None when config space was not read."""
     findings = tuple(findings)
     wanted = sorted({c for c in codes if c != RECOVERY_ACTION_XID})
     by_class: dict[Repair, list[str]] = {v: [] for v in _ORDER}

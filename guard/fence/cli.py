@@ -1,25 +1,7 @@
 """`gpu-node-guard fence set|lift`: fence or lift one GPU on the host, then read back what the
-driver says. Exit 0 only when the asked mode was read back (`fenced`, `lifted`); 1 otherwise, so
-the Job's status and its summary agree. Bad arguments: one line, exit 2.
-
-Case list of `apply` (first match wins; `fenced` / `lifted` only with the mode read back):
-  the host's /sys/bus/pci/devices not readable   → error (an absent GPU is never guessed)
-  no /sys/bus/pci/devices/<pci> on the host      → gpu-absent (removed, fell off the bus)
-  ``lspci -xxx -s <pci>`` reads all ff (rev ff)  → gpu-absent
-  lift with drain: ``nvidia-smi drain -p <pci> -m 0`` first (drain undone or failed)
-  ``nvidia-smi -i <uuid> -c PROHIBITED|DEFAULT``: NVML cannot find or open the GPU
-                                                 → gpu-absent; another failure is noted and
-                                                   the read-back decides
-  read-back ``nvidia-smi --query-gpu=pci.bus_id,uuid,compute_mode --format=csv,noheader -i
-  <uuid>``: NVML cannot find the GPU             → gpu-absent
-            fails otherwise, or no line          → error
-            another GPU, or another mode         → mismatch (never fenced or lifted)
-            the asked mode                       → fenced (set) / lifted (lift)
-  set with drain and fenced: ``nvidia-smi drain -p <pci> -m 1`` after the read-back (a drained
-  GPU leaves NVML's list, so it is read first); its failure is reported, the fence stands.
-
-A GPU that is absent cannot be fenced: the node cordon stays the isolation (docs/isolation.md).
-"""
+driver says. Exit 0 only when the asked mode was read back (`fenced`, `lifted`), else 1, so the
+Job's status and its summary agree; bad arguments: one line, exit 2. Case list of `apply`:
+docs/isolation.md, "The fence Job's outcomes"."""
 
 from __future__ import annotations
 
@@ -76,10 +58,8 @@ def absent(host: Host, pci: str) -> str:
 
 def _read_back(line: str) -> tuple[str, str, str] | None:
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != 3:
-        return None
     try:
-        return normalize_pci(parts[0]), parts[1], parts[2]
+        return (normalize_pci(parts[0]), parts[1], parts[2]) if len(parts) == 3 else None
     except PciAddressError:
         return None
 
@@ -122,16 +102,11 @@ def _apply(host: Host, req: Request) -> FenceSummary:
         return done("error", f"{noted}read-back: {shown}", drain=drain)
     pci, uuid, mode = found
     if (pci, uuid.lower()) != (req.pci, req.uuid.lower()):
-        return done(
-            "mismatch",
-            f"{noted}read-back names {pci} {uuid}, not {req.pci} {req.uuid}",
-            mode,
-            drain,
-        )
+        why = f"{noted}read-back names {pci} {uuid}, not {req.pci} {req.uuid}"
+        return done("mismatch", why, mode, drain)
     if mode.lower() != expected.lower():
-        return done(
-            "mismatch", f"{noted}compute mode reads {mode!r}, not {expected!r}", mode, drain
-        )
+        why = f"{noted}compute mode reads {mode!r}, not {expected!r}"
+        return done("mismatch", why, mode, drain)
     if req.mode == "set" and req.drain:
         put = host.run("nvidia-smi", "drain", "-p", req.pci, "-m", "1")
         drain = "done" if put.ok else "failed"

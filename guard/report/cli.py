@@ -1,10 +1,10 @@
 """``gpu-node-guard report``: repair figures (`guard.figures`) from the guard's records; it reads
-what `status` reads and never writes. Its outputs and exit codes: README.md, "The report".
-"""
+what `status` reads and never writes. Its outputs and exit codes: README.md, "The report"."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,12 +12,14 @@ from typing import Any
 import click
 
 from guard.cli_options import GuardedCommand
+from guard.doors import ledger_store
 from guard.doors.kube import KubeError
-from guard.figures import budget_of, figures
-from guard.read import SnapshotError, gaps_line
+from guard.figures import Facts, budget_of, facts, figures
+from guard.names import Annotations
+from guard.read import ClusterObjects, SnapshotError, gaps_line
+from guard.read.objects import NamelessObject, job_info
 from guard.report import html, render
-from guard.report.facts import from_objects
-from guard.settings import REPORT_SETTINGS
+from guard.settings import REPORT_SETTINGS, Settings
 from guard.settings_flags import Rfc3339, build_settings, option_set
 from guard.status.cli import read_objects
 from guard.xid_tables import DataFileError, bundled_classes
@@ -74,8 +76,7 @@ def report(
         raise click.UsageError("--since must be before --at")
     try:
         s, objs = read_objects(s, options, context, cluster_snapshot)
-        facts = from_objects(objs, s)
-        found = figures(facts, bundled_classes(), start, until, budget_of(s))
+        found = figures(from_objects(objs, s), bundled_classes(), start, until, budget_of(s))
     except (KubeError, SnapshotError, DataFileError) as exc:
         raise click.ClickException(str(exc)) from None
     if cluster_snapshot is not None and objs.gaps:
@@ -89,3 +90,21 @@ def report(
         click.echo(json.dumps(render.to_json(found)))
     else:
         click.echo(render.text(found), nl=False)
+
+
+def from_objects(objs: ClusterObjects, s: Settings) -> Facts:
+    """The figures' facts of a cluster read or a snapshot file (which record gives which mark:
+    guard/figures.py, "Facts from the guard's records")."""
+    keys = Annotations(s.annotation_prefix)
+    data = (objs.ledger or {}).get("data") or {}
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"ledger ConfigMap {s.ledger_configmap}: data is not a mapping")
+    lines = ledger_store.ledger_lines(data, objs.ledger_archives)
+    jobs = []
+    for obj in objs.jobs:
+        try:
+            info = job_info(obj, keys)
+        except NamelessObject:
+            continue
+        jobs.append((info.kind, info.node, obj))
+    return facts(lines, objs.nodes, objs.events, jobs)

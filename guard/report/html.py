@@ -1,12 +1,5 @@
-"""The report as one self-contained HTML page: inline SVG and CSS, no script, nothing fetched.
-
-Its parts carry ids a test (and a person's browser tools) find them by:
-  timeline       the fleet timeline: `row-<i>` per node (`data-node`), `bar-<i>` per isolation
-                 (`data-node`, `data-verdict`), coloured by verdict
-  legend         `legend-<verdict>` per verdict
-  weeks          GPU-hours lost per week: `week-<i>-faulted` and `week-<i>-healthy` stacked
-  repeat-cards   the table of cards with two incidents or more
-"""
+"""The report as one self-contained HTML page: inline SVG and CSS, no script, nothing fetched;
+the ids of its parts are listed in README.md, "The report"."""
 
 from __future__ import annotations
 
@@ -104,8 +97,8 @@ def weeks(f: Figures) -> str:
             f'width="{bar_w:.1f}" height="{hh:.1f}" fill="{HEALTHY}"><title>{label}: healthy '
             f"GPUs held by a node-wide unit {h.healthy:.1f} GPU-h</title></rect>"
         )
-    parts.append(f'<text x="4" y="20">{top:.0f} GPU-h</text>')
     parts.append(
+        f'<text x="4" y="20">{top:.0f} GPU-h</text>'
         f'<rect x="60" y="{chart_h + 22}" width="12" height="12" fill="{FAULTED}"/>'
         f'<text x="78" y="{chart_h + 33}">faulted GPUs</text>'
         f'<rect x="200" y="{chart_h + 22}" width="12" height="12" fill="{HEALTHY}"/>'

@@ -12,11 +12,7 @@ SCHEMA = "gpu-node-guard.report/v1"
 
 
 def duration(d: timedelta | None) -> str:
-    """``3d 04:05`` / ``12:26`` style; ``-`` when unknown.
-
-    >>> duration(timedelta(days=38)), duration(timedelta(minutes=12, seconds=26)), duration(None)
-    ('38d 00:00', '0:12:26', '-')
-    """
+    """``38d 00:00`` / ``0:12:26`` style; ``-`` when unknown."""
     if d is None:
         return "-"
     total = int(d.total_seconds())
@@ -32,9 +28,7 @@ def _hours(h: GpuHours) -> str:
 
 def text(f: Figures) -> str:
     out = [f"Repair figures {format_time(f.since)} .. {format_time(f.until)}", ""]
-    out.append(f"GPU-hours out of service: {_hours(f.hours)}")
-    out.append("")
-    out.append("ISOLATIONS")
+    out += [f"GPU-hours out of service: {_hours(f.hours)}", "", "ISOLATIONS"]
     out.append(f"{'NODE':<14} {'UNIT':<5} {'VERDICT':<12} {'START':<21} {'END':<21} {'GPU-H':>9}")
     for s, h in zip(f.spans, f.per_span, strict=True):
         end = "(not recorded)" if s.closed_by == UNRECORDED else "(isolated)"
@@ -44,8 +38,7 @@ def text(f: Figures) -> str:
             f"{s.node:<14} {s.unit.value:<5} {s.verdict.value:<12} {start:<21} {end:<21} "
             f"{h.total:>9.1f}"
         )
-    out.append("")
-    out.append("INCIDENTS")
+    out += ["", "INCIDENTS"]
     out.append(
         f"{'TIME':<21} {'NODE':<14} {'XID':>4} {'SLOT':<13} {'VERDICT':<12} "
         f"{'XID>CORDON':>10} {'CORDON>REPAIR':>13} {'REPAIR>RETURN':>13} {'ISOLATED':>10}  CARD"

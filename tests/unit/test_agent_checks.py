@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard.agent.checks import CHECKS, run_checks
+from guard.agent.metrics import CHECKS, run_checks
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import Config, Status
 from tests.fixtures.hosts.hosttree import (

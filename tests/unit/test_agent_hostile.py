@@ -26,8 +26,7 @@ def test_slow_clients_leave_a_scrape_its_answer_and_sigterm_ends_it_at_once() ->
 
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
-    page = Page()
-    page.set("up 1\n", time.time())
+    page = Page(("up 1\n", time.time()))
     srv = MetricsServer(page, 60, time.time, max_connections=8, read_timeout_s=0.5)
     srv.start("127.0.0.1", 0)
     try:
@@ -77,8 +76,8 @@ def test_more_idle_clients_than_the_cap_evict_the_oldest(server: MetricsServer) 
     try:
         time.sleep(0.2)
         assert scrape(server.port, 3.0)[0] == 200
-        assert server.stats.evicted >= 12
-        assert server.stats.peak_open <= 9
+        assert server.evicted >= 12
+        assert server.peak_open <= 9
     finally:
         for s in idle:
             s.close()

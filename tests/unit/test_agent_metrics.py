@@ -7,22 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from guard.agent.checks import AgentRun, run_checks
-from guard.agent.metrics import escape, render
+from guard.agent.metrics import AgentRun, escape, render, run_checks
 from guard.conformance.hostfs import HostFS
 from guard.conformance.model import ItemResult, Status
 from guard.conformance.nvidia import NvidiaFacts
-from guard.conformance.platform import Platform
 from tests.fixtures.hosts.hosttree import CONFIG, DRIVER, LIBDIR, Link, build_host
 from tests.tiers import tool
 
 NEW = "580.159.03"
-PLATFORM = Platform(True, "found /var/lib/rancher/rke2", "ipvs", "set", True)
 
 
 def mismatch_run() -> AgentRun:
     return AgentRun(
-        PLATFORM,
         (
             ItemResult("nvidia-match", Status.FAIL, f"module {DRIVER} != NVML {NEW} ({LIBDIR})"),
             ItemResult("ipvs-loaded", Status.PASS, "ip_vs loaded"),
@@ -63,7 +59,6 @@ def test_a_mismatch_reads_as_one_failed_check() -> None:
 
 def test_label_values_are_escaped_and_detail_is_one_bounded_line() -> None:
     run = AgentRun(
-        PLATFORM,
         (ItemResult("dns-upstream", Status.FAIL, 'a "quoted"\\ line\nand ' + "x" * 400),),
         NvidiaFacts(None, None),
     )

@@ -14,9 +14,9 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from guard.agent.checks import run_checks
 from guard.agent.cli import agent
-from guard.agent.server import Agent, MetricsServer, Page
+from guard.agent.metrics import run_checks
+from guard.agent.server import Agent, MetricsServer, Page, answer
 from guard.cli import cli
 from guard.conformance.hostfs import HostFS
 from guard.example.promserver import free_port
@@ -79,7 +79,7 @@ def test_status_changes_are_logged_once_each(tmp_path: Path) -> None:
         ["INFO", "agent-check", "node=n", "check=dns-upstream"],
         ["WARN", "agent-check", "node=n", "check=nvidia-match"],
     ]
-    assert "status=FAIL" in lines[-1] and 'check="nvidia-match"} 0' in page.get()[0]
+    assert "status=FAIL" in lines[-1] and 'check="nvidia-match"} 0' in page.last[0]
 
 
 @pytest.mark.parametrize(
@@ -91,8 +91,7 @@ def test_status_changes_are_logged_once_each(tmp_path: Path) -> None:
     ],
 )
 def test_healthz_follows_the_age_of_the_last_run(text: str, age_s: float, code: int) -> None:
-    page = Page()
-    page.set(text, 1000.0)
+    page = Page((text, 1000.0))
     server = MetricsServer(page, 60, lambda: 1000.0 + age_s)
     server.start("127.0.0.1", 0)
     try:
@@ -157,3 +156,9 @@ def test_the_node_comes_from_the_environment(tmp_path: Path) -> None:
     assert 'node="from-downward-api"' in result.output
     missing = CliRunner().invoke(agent, ["--root", str(tmp_path), "--once"])
     assert missing.exit_code == 2 and "Missing option '--node'" in missing.output
+
+
+def test_a_query_string_does_not_change_the_path_and_only_get_or_head_is_served() -> None:
+    page = Page(("up 1\n", 100.0))
+    assert answer(page, 60, lambda: 110.0, "GET", "/healthz?x") == (200, "text/plain", "ok\n")
+    assert answer(page, 60, lambda: 110.0, "POST", "/metrics")[0] == 405

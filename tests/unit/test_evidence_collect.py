@@ -116,7 +116,7 @@ def test_a_command_that_times_out_is_unknown_and_the_rest_is_still_read(tmp_path
     ]
     assert found.verdict.value == "power-cycle"
     assert found.ports[0].status is None
-    assert found.config_space_all_ff is True
+    assert found.config is not None and found.config.all_ff is True
 
 
 def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_previous_boot_is_read_when_the_current_has_no_record(tmp_path: Path) ->
     found = assess(gather(Host(runner=runner, root=host_tree(tmp_path)), GPU, 79), GPU, CLASSES)
     assert found.kernel_log_source == PREVIOUS_BOOT
     assert [x.code for x in found.xids] == [79, 154]
-    assert found.config_space_all_ff is False
+    assert found.config is not None and found.config.all_ff is False
     assert found.verdict.value == "power-cycle"
 
 

@@ -287,3 +287,10 @@ def test_an_xid_line_is_never_also_a_dead_record() -> None:
 def test_pre_2015_identity_line_without_pci() -> None:
     log = parse_kernel_log("NVRM: GPU at 0000:01:00: GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b")
     assert log.uuids == (("0000:01:00.0", "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"),)
+
+
+def test_dead_record_keeps_its_time_and_text_from_nvrm_on() -> None:
+    line = "[ 903.6] NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)"
+    (record,) = parse_kernel_log(line).dead
+    assert (record.time, record.line) == ("903.6", 1)
+    assert record.text == "NVRM: GPU 0000:98:00.0: RmInitAdapter failed! (0x62:0x65:1792)"

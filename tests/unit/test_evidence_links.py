@@ -11,8 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.evidence.cli import evidence
-from guard.evidence.collect import Host
-from guard.evidence.links import node_gpus, node_links
+from guard.evidence.collect import Host, node_gpus, node_links
 from guard.model import RecordedLink
 from guard.read.job_results import result
 from guard.wire import EvidenceSummary, SummaryError

@@ -29,7 +29,7 @@ from guard.figures import (
 )
 from guard.ledger import LedgerEntry
 from guard.read import load_cluster_file
-from guard.report.facts import from_objects
+from guard.report.cli import from_objects
 from guard.settings import Settings
 from guard.xid_tables import Repair, bundled_classes
 

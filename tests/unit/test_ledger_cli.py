@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from guard.evidence.cli import ledger
+from guard.evidence.ledger_cli import data_of
 from guard.example.promserver import free_port
 from guard.ledger import count as ledger_count
 from guard.model import PromView
@@ -287,3 +288,8 @@ def test_missing_kubeconfig_is_one_error_line(tmp_path: Path) -> None:
     assert code == 1
     assert output.startswith(f"Error: cannot load Kubernetes config from {tmp_path / 'none'}: ")
     assert len(output.splitlines()) == 1
+
+
+def test_a_configmap_without_data_is_an_empty_ledger() -> None:
+    assert data_of({"kind": "ConfigMap", "data": None}, "f") == {}
+    assert data_of({"kind": "ConfigMap", "data": {"gpu-node-b": "x"}}, "f") == {"gpu-node-b": "x"}

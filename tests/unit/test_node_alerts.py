@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from guard import metric_names, wire
-from guard.agent.checks import CHECKS
+from guard.agent.metrics import CHECKS
 from guard.apply import push
 from guard.codec import queries
 from guard.generate import alert_queries, alerts
