@@ -1,8 +1,6 @@
-"""Every PromQL string the guard runs, and the building blocks the alert rules share with it.
-
-tests/prometheus evaluates these exact strings on real engines, so a change here changes what the
-guard decides. `guard.generate.alert_queries` builds the alerts from the same blocks, so alerts
-and guard agree on what a fault is. The inputs: docs/deploy.md, "Prometheus inputs".
+"""Every PromQL string the guard runs, and the blocks the alert rules (guard.generate.alert_queries)
+share with it, so alerts and guard agree on what a fault is. tests/prometheus evaluates these exact
+strings on real engines. The inputs: docs/deploy.md, "Prometheus inputs".
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ HOST_LABELS = ("Hostname", "hostname")
 
 @dataclass(frozen=True, slots=True)
 class Pins:
-    """Label matchers every series of one exporter must carry (`Settings.dcgm_selector`,
-    `ksm_selector`). Empty: any."""
+    """Label matchers every series of each exporter must carry (--dcgm-selector, --ksm-selector)."""
 
     dcgm_matchers: str = ""
     ksm_matchers: str = ""
@@ -69,8 +66,8 @@ def pin(metric: str, matchers: str) -> str:
     return f"{metric}{{{matchers}}}"
 
 
-# How far back the loss history looks: three default hold windows (longer when the hold window
-# needs it, `loss_lookback_s`); loss older than that orders candidates by name.
+# How far back the histories look: three default hold windows (longer when a hold needs it,
+# `lookback_s`); loss older than that orders candidates by name.
 HELD_LOOKBACK_S = 1800
 
 
@@ -84,8 +81,7 @@ def with_node_label(metric: str) -> str:
 
 
 def gpu_loss(pins: Pins = NO_PINS) -> str:
-    """Per-node number of GPUs the node advertises but cannot allocate; a capacity or
-    allocatable that is no GPU count (negative, fractional) is no loss."""
+    """Per node, the GPUs it advertises but cannot allocate (a value that is no count: no loss)."""
     return (
         f"(max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
         f" - max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(ALLOCATABLE_METRIC))}))"
@@ -93,8 +89,7 @@ def gpu_loss(pins: Pins = NO_PINS) -> str:
 
 
 def dra_loss_xids(s: Settings) -> tuple[int, ...]:
-    """The Xids that stand for GPU loss on a node without an ``nvidia.com/gpu`` resource: the
-    bundled table's isolating classes, never a reset-class or user-code one."""
+    """The Xids that stand for GPU loss on a DRA node: isolating, neither reset-class nor user's."""
     skip = set(s.reset_class_xids) | set(s.user_code_xids)
     return tuple(code for code in bundled_classes().isolating() if code not in skip)
 
@@ -102,10 +97,9 @@ def dra_loss_xids(s: Settings) -> tuple[int, ...]:
 def dra_loss(
     codes: Iterable[int], labels: Iterable[str], pins: Pins = NO_PINS, xid: str = ""
 ) -> str:
-    """Per node without ``nvidia.com/gpu`` capacity (a DRA node), the GPUs whose last Xid is
-    one of `codes`: the gauge keeps it until the GPU is reset, so it stands for the loss that
-    capacity minus allocatable cannot show. `xid`: the gauge's selector (narrowed by
-    `hold_queries`). Empty when `codes` is."""
+    """Per DRA node (no ``nvidia.com/gpu`` capacity), the GPUs whose last Xid is one of `codes`:
+    the gauge keeps it until a reset, the loss capacity minus allocatable cannot show. `xid`: the
+    gauge's selector (narrowed by `hold_queries`)."""
     gauge = xid or pins.dcgm(XID_METRIC)
     hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
     if not hard:
@@ -120,13 +114,12 @@ def dra_loss(
 
 def guard_loss(s: Settings, pins: Pins, xid: str = "") -> str:
     """The guard's GPU loss per node: `gpu_loss`, and `dra_loss` on nodes without the resource."""
-    labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
-    dra = dra_loss(dra_loss_xids(s), labels, pins, xid)
+    dra = dra_loss(dra_loss_xids(s), _naming(s), pins, xid)
     return f"({gpu_loss(pins)} or {dra})" if dra else gpu_loss(pins)
 
 
 def _gpu_count(selector: str) -> str:
-    """The series of `selector` whose value is a whole number of GPUs (NaN is not one)."""
+    """The series of `selector` whose value is a whole number (NaN is not one)."""
     return f"(({selector} >= 0) == floor({selector}))"
 
 
@@ -135,11 +128,8 @@ def not_cordoned(pins: Pins = NO_PINS) -> str:
 
 
 # ---- The guard's own queries ---------------------------------------------------------------
-#
-# They return dcgm-exporter's own labels: which label names the Node (`node`, `Hostname`,
-# `hostname` or a configured one) is decided in `guard.read.prom_view` against the API's Node names,
-# so a relabelled `node` that names a Node is kept and a pod-name `Hostname` is caught loudly.
-# The hold window is decided there too, from the loss history, the same way on every engine.
+# They return dcgm-exporter's own labels: which one names the Node, and the hold window, are
+# decided in `guard.read.prom_view` against the API's Node names, the same way on every engine.
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +141,16 @@ class Query:
     kind: Literal["vector", "matrix"] = "vector"
     required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
     on_step: bool = False  # evaluated on the step grid, the same on every engine (docs/engines.md)
+
+
+def _history(name: str, promql: str) -> Query:
+    """A per-node matrix on the step grid."""
+    return Query(name, promql, "matrix", (NODE_LABEL,), on_step=True)
+
+
+def _naming(s: Settings) -> tuple[str, ...]:
+    """The labels that may name a GPU's node, ``node`` first."""
+    return tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
 
 
 def user_code_filter(user_code_xids: Iterable[int]) -> str:
@@ -166,38 +166,32 @@ def hardware_xid_now(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str
     return f"{pins.dcgm(XID_METRIC)} > 0{user_code_filter(user_code_xids)}"
 
 
+def _xid_counted(user_code_xids: Iterable[int], pins: Pins) -> str:
+    """The exporter's per-(GPU, `xid`) counter of hardware Xids: the gauge keeps only the last
+    Xid, so a user-code Xid after a hardware one hides it (NVIDIA/DCGM#235). Optional."""
+    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
+    return pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
+
+
 def hardware_xid_counted(
     user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
 ) -> str:
-    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`):
-    the gauge keeps only the last Xid, so a user-code Xid after a hardware one hides it
-    (NVIDIA/DCGM#235). Empty unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``."""
-    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
-    counted = pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
-    return f"max_over_time({counted}[{lookback_s}s]) > 0"
-
-
-def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
-    """GPUs whose row remapping is pending or failed (ECC models only; absent elsewhere)."""
-    return " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)
+    return f"max_over_time({_xid_counted(user_code_xids, pins)}[{lookback_s}s]) > 0"
 
 
 def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
-    """Per node, the steps of the lookback at which GPU loss was observed (a matrix; a missing
-    step is no loss observed, `guard.codec.series.loss_since`)."""
+    """Per node, the steps of the lookback with GPU loss (`guard.codec.series.loss_since`)."""
     return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
 
 
 def cordoned_nodes(pins: Pins = NO_PINS) -> str:
-    """Nodes kube-state-metrics reports unschedulable (candidates exclude them)."""
     return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
 
 
 def gpu_pods(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Running pods requesting GPUs outside the guard's jobs namespace, on the nodes a cycle may
-    tell (guard/plan/workload.py) or return: unschedulable, with GPU loss, a fabric fault or
-    admission rejections now; value = GPUs requested, one series per pod (`max by` collapses
-    duplicate kube-state-metrics replicas, `sum` adds up the containers)."""
+    """Running GPU pods outside the guard's namespace on the nodes a cycle may tell or return
+    (unschedulable, GPU loss, a fabric fault, admission rejections); value = GPUs requested, one
+    series per pod (`max by` collapses duplicate kube-state-metrics replicas)."""
     jobs = f'namespace!="{s.jobs_namespace}"'
     requests = pins.ksm(f"{POD_REQUESTS_METRIC.removesuffix('}')}, {jobs}}}")
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
@@ -225,7 +219,7 @@ DEVICE_PLUGIN_INPUT = "kube_node_status_capacity{resource=nvidia_com_gpu}"
 
 
 def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
-    """A broken scrape must not look like a healthy cluster: each input must have a series."""
+    """Each input must have a series: a broken scrape must not look like a healthy cluster."""
     return (
         ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
         ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
@@ -253,9 +247,13 @@ def required_input_name(metric: str) -> str:
     return f"input-{metric.split('{')[0]}"
 
 
+def lookback_s(s: Settings, hold_s: int) -> int:
+    """A history's range: `HELD_LOOKBACK_S`, or longer when its hold `hold_s` needs it."""
+    return max(HELD_LOOKBACK_S, hold_s + 2 * s.query_step_s)
+
+
 def loss_lookback_s(s: Settings) -> int:
-    """The loss history's range: `HELD_LOOKBACK_S`, or longer when the hold window needs it."""
-    return max(HELD_LOOKBACK_S, s.hold_window_s + 2 * s.query_step_s)
+    return lookback_s(s, s.hold_window_s)
 
 
 def guard_queries(s: Settings) -> tuple[Query, ...]:
@@ -269,14 +267,8 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
         *(Query(required_input_name(metric), promql) for metric, promql in inputs),
         Query("hardware-xid", hardware_xid_now(codes, pins)),
         Query("hardware-xid-counted", counted, required=("xid",)),
-        Query("row-remap", row_remap_nonzero(pins)),
-        Query(
-            "loss-history",
-            loss_history(lookback, s.query_step_s, guard_loss(s, pins)),
-            "matrix",
-            (NODE_LABEL,),
-            on_step=True,
-        ),
+        Query("row-remap", " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)),
+        _history("loss-history", loss_history(lookback, s.query_step_s, guard_loss(s, pins))),
         Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
         Query("gpu-pods", gpu_pods(s, pins), required=pod_labels),
         Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
@@ -337,32 +329,18 @@ def _is(label: str, *values: str) -> str:
 def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's Xid, loss-history and cordoned queries narrowed to `nodes`, one request each
     for all the nodes the watch decides at one instant."""
-    codes, lookback = s.user_code_xids, loss_lookback_s(s)
-    base = Pins.of(s)
-    dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
-    dcgm = pin(XID_METRIC, base.dcgm_matchers)
-    counted = pin(
-        f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
-        base.dcgm_matchers,
-    )
+    codes, lookback, base, labels = s.user_code_xids, loss_lookback_s(s), Pins.of(s), _naming(s)
+    dcgm, counted = base.dcgm(XID_METRIC), _xid_counted(codes, base)
     ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, *nodes)}".lstrip(", "))
-    gauge = f"({_one_node(dcgm, dcgm_labels, nodes)}) > 0{user_code_filter(codes)}"
+    gauge = f"({_one_node(dcgm, labels, nodes)}) > 0{user_code_filter(codes)}"
     counted_now = " or ".join(
-        f"max_over_time({pin(counted, _is(label, *nodes))}[{lookback}s]) > 0"
-        for label in dcgm_labels
+        f"max_over_time({pin(counted, _is(label, *nodes))}[{lookback}s]) > 0" for label in labels
     )
+    loss = guard_loss(s, ksm, _one_node(dcgm, labels, nodes))
     return (
         Query("hardware-xid", gauge),
         Query("hardware-xid-counted", counted_now, required=("xid",)),
-        Query(
-            "loss-history",
-            loss_history(
-                lookback, s.query_step_s, guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, nodes))
-            ),
-            "matrix",
-            (NODE_LABEL,),
-            on_step=True,
-        ),
+        _history("loss-history", loss_history(lookback, s.query_step_s, loss)),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
     )
 
@@ -370,7 +348,7 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
 def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
     """The cycle's queries `names` (the return rows' Prometheus inputs, guard.plan.return_rule
     `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
-    pins, labels = Pins.of(s), tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    pins, labels = Pins.of(s), _naming(s)
     held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
     remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
     cycle = guard_queries(s)  # service-network-seen counts the whole cluster: as it is
@@ -391,6 +369,7 @@ def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Qu
 POD_INFO_METRIC = "kube_pod_info"
 POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
 SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
+_NVML_LABELS = (NODE_LABEL, "status")
 
 
 def nvml_mismatch(*nodes: str) -> str:
@@ -402,28 +381,26 @@ def nvml_mismatch(*nodes: str) -> str:
 
 def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's nvidia-match history and status narrowed to `nodes` (the in-run watch's)."""
-    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, *nodes)
-    info = (
-        f"max by ({NODE_LABEL}, status, detail) "
-        f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, *nodes)}}})'
-    )
     return (
-        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
-        Query("nvml-status", info, required=(NODE_LABEL, "status")),
+        _history("nvml-mismatch-history", _nvml_history(s, *nodes)),
+        Query("nvml-status", _nvml_info(f", {_is(NODE_LABEL, *nodes)}"), required=_NVML_LABELS),
     )
 
 
-def nvml_mismatch_history(lookback_s: int, step_s: int, *nodes: str) -> str:
-    """Per node, the steps of the lookback at which the mismatch was observed (a matrix, read
-    as GPU loss is: a step without a failing sample breaks the run; `min_over_time` would
-    skip the gaps)."""
-    return f"({nvml_mismatch(*nodes)})[{lookback_s}s:{step_s}s]"
+def _nvml_history(s: Settings, *nodes: str) -> str:
+    """Per node, the steps of the lookback with the mismatch, read as GPU loss is (a step
+    without a failing sample breaks the run; `min_over_time` would skip the gaps)."""
+    return f"({nvml_mismatch(*nodes)})[{nvml_lookback_s(s)}s:{s.query_step_s}s]"
+
+
+def _nvml_info(matchers: str = "") -> str:
+    check = f'{AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"{matchers}}}'
+    return f"max by ({NODE_LABEL}, status, detail) ({check})"
 
 
 def nvml_status(pins: Pins = NO_PINS) -> str:
     """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable."""
-    info = f'max by ({NODE_LABEL}, status, detail) ({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
-    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
+    return f"{_nvml_info()} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
 
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
@@ -475,16 +452,14 @@ def service_network_seen(s: Settings) -> str:
 
 
 def nvml_lookback_s(s: Settings) -> int:
-    """The mismatch history's range: `HELD_LOOKBACK_S`, or longer when its hold needs it."""
-    return max(HELD_LOOKBACK_S, s.nvml_hold_s + 2 * s.query_step_s)
+    return lookback_s(s, s.nvml_hold_s)
 
 
 def signal_queries(s: Settings) -> tuple[Query, ...]:
     pods = ("namespace", "pod", NODE_LABEL, SELECTOR_LABEL)
-    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s)
     return (
-        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
-        Query("nvml-status", nvml_status(Pins.of(s)), required=(NODE_LABEL, "status")),
+        _history("nvml-mismatch-history", _nvml_history(s)),
+        Query("nvml-status", nvml_status(Pins.of(s)), required=_NVML_LABELS),
         Query("service-network-pods", service_network_pods(s), required=pods),
         Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
     )
@@ -579,9 +554,7 @@ def fabric_seen(pins: Pins = NO_PINS) -> str:
 
 
 def trigger_lookback_s(s: Settings) -> int:
-    """The range of the trigger histories: `HELD_LOOKBACK_S`, or longer when a hold needs it."""
-    longest = max(s.gpu_short_hold, s.admission_hold, s.fabric_hold)
-    return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
+    return lookback_s(s, max(s.gpu_short_hold, s.admission_hold, s.fabric_hold))
 
 
 def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
@@ -593,8 +566,7 @@ def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
         return f"({expr}) and on ({NODE_LABEL}) {only}" if only else expr
 
     def history(name: str, expr: str) -> Query:
-        window = f"[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
-        return Query(name, f"({of(expr)}){window}", "matrix", (NODE_LABEL,), on_step=True)
+        return _history(name, f"({of(expr)})[{trigger_lookback_s(s)}s:{s.query_step_s}s]")
 
     rejected = admission(s, pins)
     return (
