@@ -97,45 +97,28 @@ def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
     return Split(keep, moved, len(moving))
 
 
-def merged(
-    ledger_data: Mapping[str, str], archives: Iterable[Mapping[str, object]]
-) -> dict[str, str]:
-    """Node → text of the archives (oldest first) and the ledger, a line seen twice kept once.
-
-    >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": "w\\nx\\n"}}
-    >>> merged({"a": "x\\ny\\n"}, [archive])
-    {'a': 'w\\nx\\ny\\n'}
-    """
-    ordered = sorted(archives, key=lambda cm: _index_of(cm))
-    out: dict[str, list[str]] = {}
-    seen: dict[str, set[str]] = {}
-    for data in [*(_text_data(cm) for cm in ordered), dict(ledger_data)]:
-        for node in sorted(data):
-            for raw in data[node].splitlines():
-                key = raw.strip()
-                if not key or key in seen.setdefault(node, set()):
-                    continue
-                seen[node].add(key)
-                out.setdefault(node, []).append(raw)
-    return {node: "".join(f"{raw}\n" for raw in lines) for node, lines in out.items()}
-
-
 def ledger_lines(
     ledger_data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
 ) -> tuple[ledger.LedgerLine, ...]:
-    """The ledger's lines with its archives' (oldest first, a line stored twice counted once),
-    sorted by node, file order within a node: the incidents the guard counts.
+    """The ledger's lines after its archives' (oldest first, a line stored twice counted once),
+    by node, file order within a node. A value that is not text (a hand-made file's) stays one
+    unreadable line of its key.
 
-    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
-
-    >>> archive = {"metadata": {"name": "l-archive-1"},
-    ...            "data": {"a": "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual\\n"}}
-    >>> [ln.raw for ln in ledger_lines({"a": "note\\n"}, [archive])]
-    ['2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual', 'note']
+    >>> line = "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual"
+    >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": f"{line}\\n"}}
+    >>> [ln.raw for ln in ledger_lines({"a": f"note\\n{line}\\n"}, [archive])] == [line, "note"]
+    True
     """
     text = {str(k): v for k, v in ledger_data.items() if isinstance(v, str)}
     odd = {k: v for k, v in ledger_data.items() if not isinstance(v, str)}
-    lines = ledger.parse_ledger(merged(text, archives)) + ledger.parse_ledger(odd)
+    kept: dict[str, dict[str, str]] = {}  # node → its lines, stripped → as stored
+    for data in [*(_text_data(cm) for cm in sorted(archives, key=_index_of)), text]:
+        for node in sorted(data):
+            for raw in data[node].splitlines():
+                if raw.strip():
+                    kept.setdefault(node, {}).setdefault(raw.strip(), raw)
+    merged = {node: "".join(f"{raw}\n" for raw in found.values()) for node, found in kept.items()}
+    lines = ledger.parse_ledger(merged) + ledger.parse_ledger(odd)
     return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
@@ -277,24 +260,18 @@ def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> s
 
 def _hint(cm: Mapping[str, object] | None, node: str) -> str:
     """What a person does about a ledger the API refuses to change."""
-    if cm is None:
-        return ""
-    if cm.get("immutable") is True:
-        return (
-            "; the ledger ConfigMap is immutable: recreate it without `immutable` "
-            "(keep its data); while the node stays cordoned the guard adds the line again"
-        )
-    binary = cm.get("binaryData")
-    if isinstance(binary, Mapping) and node in binary:
-        return (
-            f"; binaryData already holds key {node}: move it into data "
-            "(the ledger is text only); while the node stays cordoned the guard adds the line again"
-        )
-    if isinstance(binary, Mapping) and binary:  # policies/ledger.yaml refuses every change then
+    binary = (cm or {}).get("binaryData")
+    binary = binary if isinstance(binary, Mapping) else {}
+    if cm is not None and cm.get("immutable") is True:
+        why = "the ledger ConfigMap is immutable: recreate it without `immutable` (keep its data)"
+    elif node in binary:
+        why = f"binaryData already holds key {node}: move it into data (the ledger is text only)"
+    elif binary:  # policies/ledger.yaml refuses every change then
         keys = ", ".join(sorted(map(str, binary)))
-        return (
-            f"; the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
-            "every change: move it into data; while the node stays cordoned the guard adds the "
-            "line again"
+        why = (
+            f"the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
+            "every change: move it into data"
         )
-    return ""
+    else:
+        return ""
+    return f"; {why}; while the node stays cordoned the guard adds the line again"

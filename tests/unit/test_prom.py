@@ -132,7 +132,8 @@ def test_matrix_answer():
 @responses.activate
 def test_bearer_token_is_sent():
     responses.add(responses.POST, QUERY, json=vector())
-    PromClient(URL, access=PromAccess((("Authorization", "Bearer s3cret"),))).vector("q", "up", None)
+    access = PromAccess((("Authorization", "Bearer s3cret"),))
+    PromClient(URL, access=access).vector("q", "up", None)
     assert responses.calls[0].request.headers["Authorization"] == "Bearer s3cret"
 
 
