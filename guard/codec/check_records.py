@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from guard.codec.records import JOB_REF, Problems
+from guard.codec.records import JOB_REF, Problems, when
 from guard.jobs import DIGEST_CHARS
-from guard.ledger import parse_time
 from guard.model import (
     CheckedBoot,
     ClaimRecord,
@@ -45,10 +44,8 @@ def _checked_boot(text: str) -> CheckedBoot | str:
     boot, at, by = parts
     if by != UNCORDON and not JOB_REF.match(by):
         return f"third field {by!r} is neither job/<name> nor {UNCORDON}"
-    try:
-        return CheckedBoot(boot, parse_time(at), by)
-    except ValueError as exc:
-        return str(exc)
+    found = when(at)
+    return found if isinstance(found, str) else CheckedBoot(boot, found, by)
 
 
 def checked_boot_value(boot_id: str, at: str, by: str) -> str:
@@ -90,10 +87,8 @@ def _failed_check(text: str) -> FailedCheck | str:
     items = tuple(parts[2].split(","))
     if not all(_ITEM.match(i) for i in items):
         return f"items {parts[2]!r} are not words of a-z, 0-9 and - separated by commas"
-    try:
-        return FailedCheck(parse_time(parts[0]), parts[1], items)
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[0])
+    return at if isinstance(at, str) else FailedCheck(at, parts[1], items)
 
 
 # ``loadtest-result`` / ``conformance-result``: exactly what the guard writes (return_jobs,
@@ -112,11 +107,8 @@ def _result(text: str) -> tuple[str] | str:
     found = _RESULT.fullmatch(text)
     if found is None:
         return "not 'failed job/<name> at <RFC 3339 time>'"
-    try:
-        parse_time(found.group(2))
-    except ValueError as exc:
-        return str(exc)
-    return (text,)
+    at = when(found.group(2))
+    return at if isinstance(at, str) else (text,)
 
 
 def is_item(word: str) -> bool:
@@ -270,10 +262,8 @@ def _fence(text: str) -> FenceRecord | str:
         return f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
     if not PRINTABLE_WORD.match(parts[1]) or not JOB_REF.match(parts[3]):
         return "the bootID or the job/<name> is not a word"
-    try:
-        return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[2])
+    return at if isinstance(at, str) else FenceRecord(parts[0], parts[1], at, parts[3])
 
 
 def fence_value(state: str, boot_id: str, at: str, job: str) -> str:

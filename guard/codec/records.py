@@ -110,24 +110,14 @@ def cordon_record(
     bad = len(problems.found)
     xid = _reason_xid(k.reason, reason, problems)
     word = xid_reason(xid) if xid is not None else as_reason(reason)
-    at = _time(notes, k.at, "auto-cordon-at", problems)
-    capacity = notes.get(k.gpu_capacity)
-    if capacity is not None and not COUNT.match(capacity):
-        problems.annotation(
-            k.gpu_capacity, "auto-cordon-gpu-capacity", capacity, "not a whole number"
-        )
-        capacity = None
-    gpu = _gpu_ref(notes.get(k.gpu), k.gpu, problems)
+    at = problems.parsed(notes, k.at, k, when)
+    capacity = problems.parsed(
+        notes, k.gpu_capacity, k, lambda t: int(t) if COUNT.match(t) else "not a whole number"
+    )
+    gpu = problems.parsed(notes, k.gpu, k, _gpu_ref)
     if len(problems.found) > bad or word is None:
         return None
-    return CordonRecord(
-        reason=word,
-        xid=xid,
-        at=at,
-        boot_id=notes.get(k.boot_id, ""),
-        gpu_capacity=int(capacity) if capacity is not None else None,
-        gpu=gpu,
-    )
+    return CordonRecord(word, xid, at, notes.get(k.boot_id, ""), capacity, gpu)
 
 
 def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
@@ -141,33 +131,22 @@ def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
     return None
 
 
-def _time(notes: Mapping[str, str], key: str, suffix: str, problems: Problems) -> datetime | None:
-    text = notes.get(key)
-    if text is None:
-        return None
+def when(text: str) -> datetime | str:
+    """The RFC 3339 time `text`, or why it is none."""
     try:
         return parse_time(text)
     except ValueError as exc:
-        problems.annotation(key, suffix, text, str(exc))
-        return None
+        return str(exc)
 
 
-def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
-    if text is None:
-        return None
+def _gpu_ref(text: str) -> GpuRef | str:
     parts = text.split(" ")
-    why = ""
     if len(parts) != 2 or not all(PRINTABLE_WORD.match(p) for p in parts):
-        why = "not two fields separated by one space"
-    else:
-        try:
-            pci = parts[0] if parts[0] == UNKNOWN_PCI else normalize_pci(parts[0])
-        except PciAddressError as exc:
-            why = str(exc)
-        else:
-            return GpuRef(pci, parts[1])
-    problems.annotation(key, "auto-cordon-gpu", text, why)
-    return None
+        return "not two fields separated by one space"
+    try:
+        return GpuRef(parts[0] if parts[0] == UNKNOWN_PCI else normalize_pci(parts[0]), parts[1])
+    except PciAddressError as exc:
+        return str(exc)
 
 
 def incident_records(
@@ -187,14 +166,13 @@ def _cancel(text: str) -> CancelRecord | str:
     without_gpu = uuid == NO_GPU and not reason.startswith("xid-") and as_reason(reason) is not None
     if xid is None and not without_gpu:
         return f"third field {reason!r} is not xid-<n> (or a reason word after a GPU field '-')"
-    try:
-        when = parse_time(at)
-    except ValueError as exc:
-        return str(exc)
+    found = when(at)
+    if isinstance(found, str):
+        return found
     boot = "" if boot == UNKNOWN_BOOT else boot
     if xid is None:
-        return CancelRecord(boot, "", None, when, reason)
-    return CancelRecord(boot, uuid, int(xid[1]), when, reason)
+        return CancelRecord(boot, "", None, found, reason)
+    return CancelRecord(boot, uuid, int(xid[1]), found, reason)
 
 
 def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
@@ -219,10 +197,8 @@ def _return(text: str) -> ReturnRecord | str:
     parts = text.split(" ")
     if len(parts) != 2 or not JOB_REF.match(parts[1]):
         return "not '<time> job/<name>'"
-    try:
-        return ReturnRecord(parse_time(parts[0]), parts[1])
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[0])
+    return at if isinstance(at, str) else ReturnRecord(at, parts[1])
 
 
 def leading_time(text: str | None) -> datetime | None:
