@@ -171,17 +171,7 @@ _CLAIM_RECORD = re.compile(rf"([a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?) ({_UID}
 def claim_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> ClaimRecord | None:
-    """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
-    >>> claim_record({"p/claim-loadtest": claim_record_value("gng-lt-b-1", uid)}, k,
-    ...              Problems("b")).uid == uid
-    True
-    >>> p = Problems("b")
-    >>> claim_record({"p/claim-loadtest": "gng-lt-b-1"}, k, p), len(p.found)
-    (None, 1)
-    """
+    """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable."""
     found = problems.parsed(
         notes,
         k.loadtest_claim,
@@ -205,17 +195,7 @@ FENCE_JOBS_KEPT = 24
 def fence_jobs_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[str, ...]:
-    """``fence-jobs``: the uids of the guard's fence Jobs, space-separated; a bad one is
-    unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
-    >>> fence_jobs_record({"p/fence-jobs": f"{uid} {uid}"}, k, Problems("a")) == (uid, uid)
-    True
-    >>> p = Problems("a")
-    >>> fence_jobs_record({"p/fence-jobs": "gng-fn-a-1"}, k, p), len(p.found)
-    ((), 1)
-    """
+    """``fence-jobs``: the uids of the guard's fence Jobs; a bad one is unreadable."""
     return problems.parsed(notes, k.fence_jobs, k, _fence_jobs) or ()
 
 
@@ -242,17 +222,7 @@ FENCE_STATES = ("fenced", "gpu-absent", "lifted")
 def fence_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> FenceRecord | None:
-    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k = Annotations("p/")
-    >>> fence_record({"p/gpu-fence": "fenced b-1 2026-01-01T00:00:00Z job/gng-fn-a-1"}, k,
-    ...              Problems("a")).state
-    'fenced'
-    >>> p = Problems("a")
-    >>> fence_record({"p/gpu-fence": "maybe b-1 2026-01-01T00:00:00Z job/x"}, k, p), len(p.found)
-    (None, 1)
-    """
+    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable."""
     return problems.parsed(notes, k.fence, k, _fence)
 
 

@@ -10,9 +10,18 @@ from datetime import UTC, datetime
 import pytest
 
 from guard import ledger
-from guard.codec.check_records import failed_value
+from guard.codec.check_records import (
+    claim_record,
+    claim_record_value,
+    failed_value,
+    fence_jobs_record,
+    fence_record,
+    fence_value,
+)
+from guard.codec.records import Problems
 from guard.doors import ledger_store
 from guard.generate.policies.nodes import FAILED_FORM, RESULT_FORM
+from guard.model import ClaimRecord
 from guard.names import Annotations
 from guard.read.objects import node_info
 
@@ -71,3 +80,28 @@ def test_an_archive_stores_no_escape_bytes() -> None:
     assert stored == f"{line}\nnote \\x1b[2J\\x07 cleared\\u202e\tok\n"
     assert all(c.isprintable() or c in "\t\n" for c in stored)
     assert ledger_store.archive_text(f"{line}\n") == f"{line}\n"
+
+
+UID = "0b9c6d1e-0000-4000-8000-000000000001"
+
+
+def test_the_claim_fence_jobs_and_fence_records_read_back_and_refuse_other_forms() -> None:
+    k = Annotations("p/")
+    notes = {
+        k.loadtest_claim: claim_record_value("gng-lt-b-1", UID),
+        k.fence_jobs: f"{UID} {UID}",
+        k.fence: fence_value("fenced", "b-1", "2026-01-01T00:00:00Z", "gng-fn-a-1"),
+    }
+    problems = Problems("b")
+    assert claim_record(notes, k, problems) == ClaimRecord("gng-lt-b-1", UID)
+    assert fence_jobs_record(notes, k, problems) == (UID, UID)
+    assert fence_record(notes, k, problems).state == "fenced"  # type: ignore[union-attr]
+    assert problems.found == []
+    bad = {
+        k.loadtest_claim: "gng-lt-b-1",
+        k.fence_jobs: "gng-fn-a-1",
+        k.fence: "maybe b-1 2026-01-01T00:00:00Z job/x",
+    }
+    got = (claim_record(bad, k, problems), fence_jobs_record(bad, k, problems))
+    assert (*got, fence_record(bad, k, problems)) == (None, (), None)
+    assert [u.where for u in problems.found] == [k.loadtest_claim, k.fence_jobs, k.fence]
