@@ -24,8 +24,7 @@ SKEW_S = 30
 
 
 def holder_identity(hostname: str | None = None, pid: int | None = None) -> str:
-    """This run's holderIdentity: `<hostname>-<pid>` (in the CronJob's pod, its name), in the
-    form the guard-scope policy admits (LEASE_HOLDER_PATTERN).
+    """`<hostname>-<pid>` in the form the guard-scope policy admits (LEASE_HOLDER_PATTERN).
 
     >>> holder_identity("gpu-node-guard-29832830-x7k2p", 1), holder_identity("Dev_Box.local", 7)
     ('gpu-node-guard-29832830-x7k2p-1', 'dev-box.local-7')
@@ -41,8 +40,7 @@ def slot_key(annotation_prefix: str) -> str:
 
 
 def micro_time(at: datetime) -> str:
-    """MicroTime as the API writes it.
-
+    """
     >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
     '2026-09-21T05:55:00.000000Z'
     """
@@ -107,8 +105,8 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
 
 
 def lease_seconds(now: datetime, most: int, expires_by: datetime | None) -> int:
-    """`leaseDurationSeconds` written at `now`: `most`, ending no later than `expires_by` (the
-    next cron slot's start), and at least 1 (the API's minimum).
+    """`leaseDurationSeconds` written at `now`: `most`, ending by `expires_by` (the next cron
+    slot), at least 1 (the API's minimum).
 
     >>> at = datetime(2026, 9, 21, 5, 58, 50, tzinfo=UTC)
     >>> nxt = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
@@ -134,7 +132,7 @@ class CycleLease:
     _lease: dict[str, Any] | None = None
 
     def isolated_slot(self) -> str:
-        """The slot of the last isolation, as the Lease said when this run took it."""
+        """The slot of the last isolation, as the Lease said when this run read it."""
         meta = (self._lease or {}).get("metadata") or {}
         return str((meta.get("annotations") or {}).get(self.slot_key, ""))
 
@@ -202,19 +200,16 @@ class CycleLease:
         return True
 
     def record(self, slot: str, now: datetime) -> bool:
-        """This run is about to write a cordon: its slot goes into the Lease with this renewal,
-        before the write. True while this run still holds the Lease."""
+        """Before a cordon is written, its slot goes into the Lease with a renewal (`slot` "":
+        none landed, the record as this run found it). True while this run holds the Lease."""
         self.isolated = slot
         return self.renew(now)
 
     def unrecord(self, now: datetime) -> bool:
-        """No cordon landed after all: the record as this run found it, with a renewal."""
-        self.isolated = ""
-        return self.renew(now)
+        return self.record("", now)
 
     def release(self, now: datetime) -> None:
-        """Free at once for the next run: no holder, renewed now (a Conflict: not ours any
-        more, nothing to free)."""
+        """Free at once for the next run (a Conflict: not ours any more, nothing to free)."""
         body = self._body(now, False)
         body["spec"]["holderIdentity"] = ""
         try:
