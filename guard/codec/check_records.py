@@ -49,11 +49,7 @@ def _checked_boot(text: str) -> CheckedBoot | str:
 
 
 def checked_boot_value(boot_id: str, at: str, by: str) -> str:
-    """The `checked-boot` value (inverse of its parser).
-
-    >>> checked_boot_value("boot-2", "2026-09-21T06:00:00Z", "job/gng-cf-b-1a2b3c4d")
-    'boot-2 2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d'
-    """
+    """The `checked-boot` value (inverse of its parser; tests/unit/test_check_records.py)."""
     return f"{boot_id} {at} {by}"
 
 
@@ -71,12 +67,7 @@ def _links(text: str) -> tuple[RecordedLink, ...] | str:
 
 
 def links_value(links: tuple[RecordedLink, ...]) -> str:
-    """The `auto-cordon-pcie-links` value, by PCI address.
-
-    >>> links_value((RecordedLink("0000:2a:00.0", "32GT/s,x16"),
-    ...              RecordedLink("0000:18:00.0", "16GT/s,x8")))
-    '0000:18:00.0=16GT/s,x8 0000:2a:00.0=32GT/s,x16'
-    """
+    """The `auto-cordon-pcie-links` value, by PCI address."""
     return " ".join(str(link) for link in sorted(links, key=lambda link: link.pci))
 
 
@@ -121,11 +112,7 @@ def is_item(word: str) -> bool:
 
 
 def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
-    """The `conformance-failed` / `onboarding-failed` value (inverse of its parser).
-
-    >>> failed_value("2026-09-21T06:00:00Z", "gng-cf-b-1a2b3c4d", ("ipvs-loaded", "ipvs-persist"))
-    '2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist'
-    """
+    """The `conformance-failed` / `onboarding-failed` value (inverse of its parser)."""
     return f"{at} job/{job} {','.join(items)}"
 
 
@@ -157,11 +144,7 @@ def _job_record(text: str) -> re.Match[str] | str:
 
 
 def job_record_value(name: str, uid: str, digest: str) -> str:
-    """The `job-<kind>` value (inverse of its parser).
-
-    >>> job_record_value("gng-lt-b-1a2b3c4d", "0b9c6d1e-0000-4000-8000-000000000001", "0" * 16)
-    'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
-    """
+    """The `job-<kind>` value (inverse of its parser)."""
     return f"{name} {uid} {digest}"
 
 

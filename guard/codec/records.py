@@ -176,20 +176,12 @@ def _cancel(text: str) -> CancelRecord | str:
 
 
 def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
-    """The `cancelled` annotation value (inverse of the parser above).
-
-    >>> cancel_value("", "GPU-1a", 79, "2026-09-21T06:00:00Z")
-    'unknown GPU-1a xid-79 2026-09-21T06:00:00Z'
-    """
+    """The `cancelled` value (inverse of its parser; tests/unit/test_check_records.py)."""
     return f"{boot_id or UNKNOWN_BOOT} {uuid} xid-{xid} {at}"
 
 
 def reason_cancel_value(boot_id: str, reason: str, at: str) -> str:
-    """The `cancelled` value for a cordon without a GPU: the incident is its boot and reason.
-
-    >>> reason_cancel_value("boot-2", "nvml-mismatch", "2026-09-21T06:00:00Z")
-    'boot-2 - nvml-mismatch 2026-09-21T06:00:00Z'
-    """
+    """The `cancelled` value of a cordon without a GPU: the incident is its boot and reason."""
     return f"{boot_id or UNKNOWN_BOOT} {NO_GPU} {reason} {at}"
 
 

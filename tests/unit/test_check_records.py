@@ -11,17 +11,20 @@ import pytest
 
 from guard import ledger
 from guard.codec.check_records import (
+    checked_boot_value,
     claim_record,
     claim_record_value,
     failed_value,
     fence_jobs_record,
     fence_record,
     fence_value,
+    job_record_value,
+    links_value,
 )
-from guard.codec.records import Problems
+from guard.codec.records import Problems, cancel_value, reason_cancel_value
 from guard.doors import ledger_store
 from guard.generate.policies.nodes import FAILED_FORM, RESULT_FORM
-from guard.model import ClaimRecord
+from guard.model import ClaimRecord, RecordedLink
 from guard.names import Annotations
 from guard.read.objects import node_info
 
@@ -83,6 +86,32 @@ def test_an_archive_stores_no_escape_bytes() -> None:
 
 
 UID = "0b9c6d1e-0000-4000-8000-000000000001"
+T0 = "2026-09-21T06:00:00Z"
+LINKS = (RecordedLink("0000:2a:00.0", "32GT/s,x16"), RecordedLink("0000:18:00.0", "16GT/s,x8"))
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (
+            checked_boot_value("boot-2", T0, "job/gng-cf-b-1a2b3c4d"),
+            f"boot-2 {T0} job/gng-cf-b-1a2b3c4d",
+        ),
+        (links_value(LINKS), "0000:18:00.0=16GT/s,x8 0000:2a:00.0=32GT/s,x16"),
+        (
+            failed_value(T0, "gng-cf-b-1a2b3c4d", ("ipvs-loaded", "ipvs-persist")),
+            f"{T0} job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist",
+        ),
+        (
+            job_record_value("gng-lt-b-1a2b3c4d", UID, "0" * 16),
+            f"gng-lt-b-1a2b3c4d {UID} {'0' * 16}",
+        ),
+        (cancel_value("", "GPU-1a", 79, T0), f"unknown GPU-1a xid-79 {T0}"),
+        (reason_cancel_value("boot-2", "nvml-mismatch", T0), f"boot-2 - nvml-mismatch {T0}"),
+    ],
+)
+def test_each_annotation_value_is_written_in_its_form(value: str, written: str) -> None:
+    assert value == written
 
 
 def test_the_claim_fence_jobs_and_fence_records_read_back_and_refuse_other_forms() -> None:
