@@ -208,12 +208,6 @@ def gpu_pods(s: Settings, pins: Pins = NO_PINS) -> str:
     )
 
 
-def host_labels(metric: str, labels: Iterable[str]) -> str:
-    """One series per distinct set of node-naming labels of `metric` (≈ one per exporter)."""
-    by = ", ".join(dict.fromkeys((NODE_LABEL, *labels)))
-    return f"count by ({by}) ({metric})"
-
-
 # The device plugin's GPU capacity: not required where the DRA driver publishes the GPUs.
 DEVICE_PLUGIN_INPUT = "kube_node_status_capacity{resource=nvidia_com_gpu}"
 
@@ -232,7 +226,7 @@ REQUIRED_INPUTS = required_inputs()
 
 
 def selector_hint(metric: str, s: Settings) -> str:
-    """The pin an input must match, for the line saying it has no series.
+    """
 
     >>> print(selector_hint("kube_pod_status_phase", Settings(ksm_selector='job="ksm"')))
      matching --ksm-selector job="ksm"
@@ -258,21 +252,19 @@ def loss_lookback_s(s: Settings) -> int:
 
 def guard_queries(s: Settings) -> tuple[Query, ...]:
     """Every request of one cycle, in the order `guard.read.prom_view.read_prom` sends them."""
-    codes, labels, lookback = s.user_code_xids, s.dcgm_node_label_names, loss_lookback_s(s)
-    pins = Pins.of(s)
-    inputs = required_inputs(pins)
+    codes, lookback, pins = s.user_code_xids, loss_lookback_s(s), Pins.of(s)
     counted = hardware_xid_counted(codes, lookback, pins)
-    pod_labels = ("namespace", "pod", NODE_LABEL)
+    by = ", ".join(_naming(s))  # one series per set of node-naming labels: ≈ one per exporter
     return (
-        *(Query(required_input_name(metric), promql) for metric, promql in inputs),
+        *(Query(required_input_name(metric), promql) for metric, promql in required_inputs(pins)),
         Query("hardware-xid", hardware_xid_now(codes, pins)),
         Query("hardware-xid-counted", counted, required=("xid",)),
         Query("row-remap", " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)),
         _history("loss-history", loss_history(lookback, s.query_step_s, guard_loss(s, pins))),
         Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
-        Query("gpu-pods", gpu_pods(s, pins), required=pod_labels),
-        Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
-        Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
+        Query("gpu-pods", gpu_pods(s, pins), required=("namespace", "pod", NODE_LABEL)),
+        Query("xid-hosts", f"count by ({by}) ({pins.dcgm(XID_METRIC)})"),
+        Query("exporter-hosts", f"count by ({by}) ({pins.dcgm(EXPORTER_METRICS)})"),
         *signal_queries(s),
         *trigger_queries(s),
     )
@@ -284,8 +276,8 @@ WATCH_POLL = "watch-faults"
 
 
 def watch_poll(s: Settings) -> Query:
-    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
-    series per node, each Xid series joined by its first naming label that is set."""
+    """Nodes with a hardware Xid (gauge or counter) and GPU loss now, not cordoned; one series
+    per node."""
     codes, pins = s.user_code_xids, Pins.of(s)
     sources = (hardware_xid_now(codes, pins), hardware_xid_counted(codes, loss_lookback_s(s), pins))
     xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
@@ -309,13 +301,13 @@ def first_host(expr: str, labels: Iterable[str]) -> str:
 
 
 def _one_node(metric: str, labels: Iterable[str], nodes: tuple[str, ...]) -> str:
-    """`metric` on the `nodes`, whichever of its naming labels names one."""
+    """`metric` on the `nodes`, by whichever naming label."""
     return " or ".join(pin(metric, _is(label, *nodes)) for label in labels)
 
 
 def _is(label: str, *values: str) -> str:
-    """`label` equal to the one value, or to any of several (DNS-1123 names: only the dot is
-    quoted, as a class, so no backslash needs escaping on any engine).
+    """`label` equal to the value(s); of DNS-1123 names only the dot needs quoting, as a class
+    (no backslash to escape on any engine).
 
     >>> _is("node", "a"), _is("node", "b.x", "a", "a")
     ('node="a"', 'node=~"a|b[.]x"')
@@ -346,8 +338,8 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
 
 
 def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
-    """The cycle's queries `names` (the return rows' Prometheus inputs, guard.plan.return_rule
-    `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
+    """The cycle's queries `names` (the return rows' inputs) narrowed to `nodes`, one request
+    each whatever their number (guard/returns.py)."""
     pins, labels = Pins.of(s), _naming(s)
     held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
     remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
@@ -373,8 +365,8 @@ _NVML_LABELS = (NODE_LABEL, "status")
 
 
 def nvml_mismatch(*nodes: str) -> str:
-    """Per node (or only the `nodes`), 1 while every agent series of the node says nvidia-match
-    failed (`check_ok` 0); absent for SKIP, UNKNOWN and no agent."""
+    """Per node, 1 while every agent series says nvidia-match failed; absent for SKIP, UNKNOWN
+    and no agent."""
     one = f", {_is(NODE_LABEL, *nodes)}" if nodes else ""
     return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
 
@@ -404,8 +396,8 @@ def nvml_status(pins: Pins = NO_PINS) -> str:
 
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
-    """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
-    by pod name, the CNI by its DaemonSet (`NodeServiceNetworkDown` selects the same pods).
+    """(name, `kube_pod_info` matchers) of the pods a node's service network needs (the
+    alert `NodeServiceNetworkDown` selects the same).
 
     >>> service_network_selectors(Settings())[0]
     ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
@@ -426,7 +418,7 @@ def _in_namespace(namespace: str, matchers: str) -> str:
 
 
 def _service_network_selected(s: Settings) -> str:
-    """Every selected pod with its node, labelled with the selector that picked it."""
+    """Every selected pod with its node and the selector that picked it."""
     pins = Pins.of(s)
     parts = (
         f'label_replace({pins.ksm(f"{POD_INFO_METRIC}{{{matchers}}}")}, "{SELECTOR_LABEL}",'
@@ -437,7 +429,7 @@ def _service_network_selected(s: Settings) -> str:
 
 
 def service_network_pods(s: Settings) -> str:
-    """The selected pods on unschedulable nodes; value = Ready (1) or not (0). One per pod."""
+    """The selected pods on unschedulable nodes; value = Ready (1) or not (0)."""
     pins = Pins.of(s)
     ready = f"max by (namespace, pod) ({pins.ksm(POD_READY_METRIC)})"
     return (
@@ -474,9 +466,8 @@ POD_CREATED_METRIC = "kube_pod_created"
 
 
 def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> str:
-    """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError that were created
-    within `window_s`, where at least `min_pods` (joined by namespace and pod: the node, the GPU
-    requests, the creation time, so old Failed pods stop counting once the window passes)."""
+    """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError created within
+    `window_s` (old Failed pods stop counting), where at least `min_pods`."""
     pod = "namespace, pod"
     rejected = f"(max by ({pod}) ({pins.ksm(POD_REASON_METRIC)}) == 1)"
     placed = pins.ksm(POD_INFO_METRIC + '{node!=""}')
@@ -490,13 +481,11 @@ def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> st
 
 
 def admission(s: Settings, pins: Pins = NO_PINS) -> str:
-    """`admission_rejected` with the site's minimum and window."""
     return admission_rejected(s.admission_rejected_min_pods, s.admission_rejected_window_s, pins)
 
 
 def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, the lower of its GPU capacity and the GPUs dcgm-exporter reports on it (an
-    absent exporter is not a short node)."""
+    """Per node, the lower of its GPU capacity and dcgm-exporter's GPUs (none: not short)."""
     capacity = f"max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
     xid = first_host(pins.dcgm(XID_METRIC), s.dcgm_node_label_names)
     exporter = f"count by ({NODE_LABEL}) (count by ({NODE_LABEL}, gpu) ({xid}))"
@@ -524,7 +513,7 @@ FABRIC_METRICS = (
 
 
 def _fabric_faults(s: Settings, pins: Pins) -> str:
-    """Every faulted fabric entity (a GPU, an NVSwitch, a switch port) with its ``node``."""
+    """Every faulted fabric entity (a GPU, an NVSwitch, a port) with its ``node``."""
     faults = (
         f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}",
         f"{pins.dcgm(NVSWITCH_FATAL_METRIC)} > 0",
@@ -535,19 +524,17 @@ def _fabric_faults(s: Settings, pins: Pins) -> str:
 
 
 def fabric_failed(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its faulted fabric entities (GPU, NVSwitch, switch port; any naming label)."""
     return f"count by ({NODE_LABEL}) ({_fabric_faults(s, pins)})"
 
 
 def fabric_not_success(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its fabric entities not healthy now: a Fabric Manager status but Success, or
-    any fault `fabric_failed` counts."""
+    """Per node, its fabric entities not healthy now: faulted, or a status but Success."""
     other = first_host(f"{pins.dcgm(FABRIC_METRIC)} != {FABRIC_SUCCESS}", s.dcgm_node_label_names)
     return f"count by ({NODE_LABEL}) ({other} or {_fabric_faults(s, pins)})"
 
 
 def fabric_seen(pins: Pins = NO_PINS) -> str:
-    """How many series of any fabric field Prometheus has: 0 or none, the trigger does not apply."""
+    """The series of any fabric field: 0 or none, the trigger does not apply."""
     names = "|".join(FABRIC_METRICS)
     selector = '{__name__=~"' + names + '"}'
     return f"count({pins.dcgm(selector)})"
@@ -558,8 +545,8 @@ def trigger_lookback_s(s: Settings) -> int:
 
 
 def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
-    """The histories the node triggers hold on; none for a trigger that is off. `only`: the
-    Nodes' selector each per-node answer is narrowed to (`return_queries`)."""
+    """The histories the node triggers hold on (none for one that is off), each per-node answer
+    narrowed to the Nodes `only` selects (`return_queries`)."""
     pins = Pins.of(s)
 
     def of(expr: str) -> str:
@@ -579,8 +566,8 @@ def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
 
 
 def grown_by(metric: str, window_s: int) -> str:
-    """How much a counter grew in the window: now less its lowest sample there, the same on
-    every engine (not ``increase()``: docs/engines.md).
+    """A counter's growth in the window, now less its lowest sample there: the same on every
+    engine, as ``increase()`` is not (docs/engines.md).
 
     >>> grown_by("m", 1800)
     '(m - min_over_time(m[30m]))'
@@ -589,7 +576,7 @@ def grown_by(metric: str, window_s: int) -> str:
 
 
 def duration(seconds: int) -> str:
-    """A PromQL / rule-file duration.
+    """
 
     >>> duration(86400), duration(600), duration(90)
     ('24h', '10m', '90s')
@@ -601,7 +588,7 @@ def duration(seconds: int) -> str:
 
 
 def ksm_label(kind: str, key: str) -> str:
-    """The label kube-state-metrics makes of an allowlisted Kubernetes label or annotation key.
+    """The label kube-state-metrics makes of an allowlisted label or annotation key.
 
     >>> ksm_label("annotation", "gpu-node-guard.io/auto-cordon-reason")
     'annotation_gpu_node_guard_io_auto_cordon_reason'

@@ -43,6 +43,8 @@ EVENTS = "/apis/events.k8s.io/v1"
 LEASES = "/apis/coordination.k8s.io/v1"
 RESOURCE = "/apis/resource.k8s.io/v1"
 _Json = dict[str, Any] | None
+# What the client's loader raises on a malformed kubeconfig.
+_BAD = (OSError, TypeError, ValueError, KeyError, AttributeError)
 
 
 @dataclass
@@ -66,10 +68,9 @@ class Kube:
         request_timeout_s: float = 10.0,
         context: str = "",
     ) -> Kube:
-        """One rule for every subcommand, as kubectl's: `kubeconfig` (--kubeconfig) when given,
-        else ``$KUBECONFIG``, else the pod's ServiceAccount inside a cluster (`in_cluster`, by
-        default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``. `context` picks a
-        kubeconfig context other than the current one (kubectl --context)."""
+        """kubectl's rule: `kubeconfig` when given, else ``$KUBECONFIG``, else the ServiceAccount
+        inside a cluster (`in_cluster`, default: KUBERNETES_SERVICE_HOST is set), else
+        ``~/.kube/config``; `context` as kubectl --context."""
         import yaml
         from kubernetes import client, config
 
@@ -93,16 +94,7 @@ class Kube:
                 )
             else:
                 config.load_incluster_config(client_configuration=cfg)
-        except (
-            config.ConfigException,
-            OSError,
-            TypeError,
-            ValueError,
-            yaml.YAMLError,
-            KeyError,
-            AttributeError,
-            kube_exec.ExecPluginFailed,
-        ) as exc:
+        except (config.ConfigException, yaml.YAMLError, kube_exec.ExecPluginFailed, *_BAD) as exc:
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None
