@@ -260,7 +260,7 @@ class PromClient:
             attempt += 1
             # A retry never runs past the deadline; the first try has its whole timeout.
             timeout = (
-                self.timeout_s if attempt == 1 else min(self.timeout_s, self.backoff.remaining_s())
+                min(self.timeout_s, self.backoff.remaining_s()) if attempt > 1 else self.timeout_s
             )
             self.requests_made += 1
             try:
@@ -283,18 +283,13 @@ class PromClient:
     def _post(self, name: str, url: str, form: dict[str, str], timeout_s: float) -> _Answer:
         """The whole answer within `timeout_s`, or PromError. requests' timeout bounds each read,
         not a body trickled a byte at a time: a worker thread reads, this one waits the total."""
-        box: dict[str, Any] = {}
-        stop = threading.Event()
-        worker = threading.Thread(
-            target=self._read,
-            args=(name, url, form, timeout_s, box, stop),
-            name=f"prom-{name}",
-            daemon=True,
-        )
+        box: dict[str, Any] = {"stop": threading.Event()}
+        args = (name, url, form, timeout_s, box)
+        worker = threading.Thread(target=self._read, args=args, name=f"prom-{name}", daemon=True)
         worker.start()
         worker.join(timeout_s)
         if worker.is_alive():
-            stop.set()
+            box["stop"].set()
             _hang_up(box.get("response"))
             got = len(box.get("body", b""))
             raise _Transient(
@@ -308,21 +303,14 @@ class PromClient:
         return answer
 
     def _read(
-        self,
-        name: str,
-        url: str,
-        form: dict[str, str],
-        timeout_s: float,
-        box: dict[str, Any],
-        stop: threading.Event,
+        self, name: str, url: str, form: dict[str, str], timeout_s: float, box: dict[str, Any]
     ) -> None:
         try:
-            limit = (timeout_s, timeout_s)
             # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
             with self.session.post(
                 url,
                 data=form,
-                timeout=limit,
+                timeout=(timeout_s, timeout_s),
                 stream=True,
                 verify=self.access.verify,
                 cert=self.access.cert,
@@ -335,7 +323,7 @@ class PromClient:
                 body = bytearray()
                 box["body"] = body
                 for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
-                    if stop.is_set():
+                    if box["stop"].is_set():
                         break
                     body += chunk
                     if len(body) > self.max_answer_bytes:
