@@ -57,18 +57,7 @@ def parse_micro(text: object) -> datetime | None:
 
 
 def forged(lease: dict[str, Any], now: datetime) -> str:
-    """Why `lease` cannot have been written by a run (the case list above), else "".
-
-    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
-    >>> spec = {"holderIdentity": "x", "renewTime": "2100-01-01T00:00:00.000000Z"}
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
-    'renewed in the future (2100-01-01T00:00:00.000000Z)'
-    >>> spec["renewTime"] = "2026-09-21T05:54:00.000000Z"
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 2147483647}}, now)
-    'leaseDurationSeconds 2147483647, longer than any run writes (270)'
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
-    ''
-    """
+    """Why `lease` cannot have been written by a run, else "" (tests/unit/test_lease_forged.py)."""
     spec = lease.get("spec") or {}
     written = spec.get("renewTime") or spec.get("acquireTime")
     renewed = parse_micro(written)
@@ -81,15 +70,7 @@ def forged(lease: dict[str, Any], now: datetime) -> str:
 
 
 def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
-    """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours).
-
-    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
-    >>> spec = {"holderIdentity": "b", "leaseDurationSeconds": 90}
-    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:54:00.000000Z"}}, "a", now)
-    'b'
-    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:53:00.000000Z"}}, "a", now)
-    ''
-    """
+    """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours)."""
     spec = lease.get("spec") or {}
     other = str(spec.get("holderIdentity") or "")
     if not other or other == holder:

@@ -90,3 +90,15 @@ def test_the_slot_record_goes_in_before_the_cordon_and_back_when_none_landed(fou
     lease.isolated = ""  # unrecord(): no cordon landed after all
     back = lease._body(NOW, False)["metadata"]["annotations"]
     assert back == ({"other": "x", key: found} if found else {"other": "x"})
+
+
+def test_forged_says_why_and_held_by_other_ends_with_the_duration():
+    future = lease("2100-01-01T00:00:00.000000Z", 90, "x")
+    assert forged(future, NOW) == "renewed in the future (2100-01-01T00:00:00.000000Z)"
+    endless = lease("2026-09-21T05:54:00.000000Z", 2147483647, "x")
+    assert forged(endless, NOW) == (
+        "leaseDurationSeconds 2147483647, longer than any run writes (270)"
+    )
+    assert forged(lease("2026-09-21T05:54:00.000000Z", 90, "x"), NOW) == ""
+    assert held_by_other(lease("2026-09-21T05:54:00.000000Z", 90, "b"), "a", NOW) == "b"
+    assert held_by_other(lease("2026-09-21T05:53:00.000000Z", 90, "b"), "a", NOW) == ""
