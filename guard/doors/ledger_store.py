@@ -2,7 +2,7 @@
 
 Appends are read-modify-write with the read ``resourceVersion`` (409: again). Before a write would
 pass `Settings.ledger_archive_bytes` the oldest lines move to ``<ledger>-archive-<n>``, written
-first: a line may be in both places, never in neither; readers count it once (`ledger_lines`).
+first: a line may be in both places, never in neither; readers count it once.
 """
 
 from __future__ import annotations
@@ -36,20 +36,14 @@ def archive_name(ledger_name: str, n: int) -> str:
 
 
 def archive_index(ledger_name: str, name: str) -> int | None:
-    """n of ``<ledger>-archive-<n>``, else None.
-
-    >>> archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12")
-    12
-    >>> archive_index("gpu-fault-ledger", "other-archive-1") is None
-    True
-    """
+    """n of ``<ledger>-archive-<n>``, else None."""
     if not re.fullmatch(ledger_archive_pattern(ledger_name), name):
         return None
     return int(name.rsplit("-", 1)[1])
 
 
 def size_of(data: Mapping[str, str]) -> int:
-    """Bytes the API counts against the object limit (values), plus the keys to be safe."""
+    """Bytes the API counts against the object limit, keys included to be safe."""
     return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
 
 
@@ -62,17 +56,7 @@ class Split:
 
 def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
     """Move the oldest lines out until what stays is at most `target_bytes`; a line without a
-    time (a person's note) moves with the line before it. Order within a node is kept.
-
-    >>> data = {"a": "2026-01-02T00:00:00Z xid-79 0000:01:00.0 GPU-1 gpu-node-guard\\n"
-    ...              "note about it\\n",
-    ...         "b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"
-    ...              "2026-03-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"}
-    >>> split = split_oldest(data, 60)
-    >>> split.moved == {"b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n",
-    ...                 "a": data["a"]}, split.lines
-    (True, 3)
-    """
+    time (a person's note) moves with the line before it. Order within a node is kept."""
     rows: list[tuple[datetime, str, int, str]] = []
     for node, text in data.items():
         age = _OLDEST
@@ -123,8 +107,7 @@ def ledger_lines(
 
 
 def is_archive(cm: Mapping[str, Any], ledger_name: str) -> bool:
-    """One of the ledger's archives: both labels of `ARCHIVE_SELECTOR` and the name
-    ``<ledger>-archive-<n>`` (a ConfigMap with only one of them is not)."""
+    """Both labels of `ARCHIVE_SELECTOR` and the name ``<ledger>-archive-<n>``, not one alone."""
     meta = cm.get("metadata")
     labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
     return (
@@ -229,13 +212,8 @@ def _configmap(target: LedgerTarget, name: str, data: dict[str, str]) -> dict[st
 
 
 def archive_text(text: str) -> str:
-    """`text` with every character that is not printable (a tab stays) as its Python escape: no
-    archive line carries escape bytes into a terminal or a log. Such a line never parsed, so
-    counts are unchanged.
-
-    >>> archive_text("2026-01-01T00:00:00Z note\\x1b[31m red\\tx\\n")
-    '2026-01-01T00:00:00Z note\\\\x1b[31m red\\tx\\n'
-    """
+    """`text` with every character that is not printable (but a tab) as its Python escape: no
+    archive carries escape bytes to a terminal. Such a line never parsed: counts are unchanged."""
     return "".join(
         "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in raw) + "\n"
         for raw in text.splitlines()
@@ -243,8 +221,8 @@ def archive_text(text: str) -> str:
 
 
 def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
-    """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n);
-    its lines escaped (`archive_text`): this is the one place archives are written."""
+    """Create the next archive (n = highest found + 1; a name taken meanwhile: the next n), its
+    lines escaped: the one place archives are written."""
     taken = read_archives(kube, target.namespace, target.name)
     n = max(map(_index_of, taken), default=0) + 1
     for _ in range(100):

@@ -50,3 +50,8 @@ def test_archives_and_ledger_read_back_as_one_ledger_with_nothing_counted_twice(
     assert lines == ledger_store.ledger_lines(split.keep, [archive])
     assert len(lines) == 10_810
     assert sorted({line.node for line in lines}) == sorted(data)
+
+
+def test_an_archive_is_known_by_its_ledgers_name_and_its_number():
+    assert ledger_store.archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12") == 12
+    assert ledger_store.archive_index("gpu-fault-ledger", "other-archive-1") is None
