@@ -113,15 +113,7 @@ class _Answer:
 
 
 def _retry_wait(answer: _Answer) -> float | None:
-    """The least wait before another try (0: the backoff's own); None: not transient.
-
-    >>> _retry_wait(_Answer(503, "", bytearray())), _retry_wait(_Answer(400, "", bytearray()))
-    (0.0, None)
-    >>> _retry_wait(_Answer(429, "", bytearray(), retry_after="3"))
-    3.0
-    >>> _retry_wait(_Answer(429, "", bytearray())) is None  # no word on when: not retried
-    True
-    """
+    """The least wait before another try (0: the backoff's own); None: not transient."""
     if answer.status in _TRANSIENT:
         return 0.0
     if answer.status == 429:
