@@ -1,7 +1,5 @@
-"""The guard's own node annotations: formats, parsers and the cancel value.
-
-A bad value is noted as an `Unreadable` in `Problems`, never raised. ASCII only: ``str.isdigit``
-and ``\\d`` also accept other scripts' digits.
+"""The guard's own node annotations: formats, parsers and values. A bad value is noted as an
+`Unreadable` in `Problems`, never raised. ASCII only: ``\\d`` also accepts other scripts' digits.
 """
 
 from __future__ import annotations
@@ -77,8 +75,7 @@ class Problems:
     def parsed(
         self, notes: Mapping[str, str], key: str, k: Annotations, parse: Callable[[str], T | str]
     ) -> T | None:
-        """`parse` of the annotation `key` (it returns why not, or the record); None when absent
-        or unreadable (noted)."""
+        """`parse` of the annotation `key` (the record, or why not); None: absent or noted."""
         text = notes.get(key)
         if text is None:
             return None
@@ -94,7 +91,6 @@ class Problems:
 
 
 def _shown(value: object) -> str:
-    """The start of a bad value's repr; a value nested too deep for repr is named as such."""
     try:
         return repr(value)[:SHOWN]
     except RecursionError:
@@ -157,7 +153,6 @@ def incident_records(
 
 
 def _cancel(text: str) -> CancelRecord | str:
-    """The record, or why it does not parse."""
     parts = text.split(" ")
     if len(parts) != 4 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not four fields separated by one space"
@@ -201,12 +196,8 @@ def leading_time(text: str | None) -> datetime | None:
     >>> leading_time("done") is None
     True
     """
-    if not text:
-        return None
-    try:
-        return parse_time(text.split(" ", 1)[0])
-    except ValueError:
-        return None
+    found = when(text.split(" ", 1)[0]) if text else None
+    return None if isinstance(found, str) else found
 
 
 # ---- the device-taint record (guard.plan.device_taint) ----------------------------------------
@@ -256,21 +247,21 @@ def parse_record(text: str) -> DeviceRecord | None:
     if found is None:
         return None
     xid, at, boot, pci, uuid, device, rule = found.groups()
-    try:
-        when = parse_time(at)
-    except ValueError:
+    stamp = when(at)
+    if isinstance(stamp, str):
         return None
-    reason = xid_reason(int(xid))
-    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+    return DeviceRecord(
+        xid_reason(int(xid)), stamp, "" if boot == "-" else boot, pci, uuid, device, rule
+    )
 
 
 # ---- every isolation the guard holds, as one value each ----------------------------------------
 
 
 def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
-    """Every isolation the guard holds, one value each (`Isolation.key`), whatever its unit: a
-    node carrying the guard's cordon reason (readable or not), a node's device-taint record, and
-    a guard DeviceTaintRule whose GPU no node record names (the record's patch did not land)."""
+    """Every isolation the guard holds, one value each (`Isolation.key`): a node with the guard's
+    cordon reason (readable or not), a device-taint record, and a guard DeviceTaintRule whose GPU
+    no node record names (the record's patch did not land)."""
     found: dict[str, Isolation] = {}
     for node in snap.nodes:
         for iso in (_cordon(node, k), _device(node, k)):
