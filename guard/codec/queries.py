@@ -50,15 +50,7 @@ NO_PINS = Pins()
 
 
 def pin(metric: str, matchers: str) -> str:
-    """A metric selector with more matchers.
-
-    >>> pin("kube_node_spec_unschedulable", 'job="kube-state-metrics"')
-    'kube_node_spec_unschedulable{job="kube-state-metrics"}'
-    >>> pin('kube_node_status_capacity{resource="nvidia_com_gpu"}', 'job="ksm"')
-    'kube_node_status_capacity{resource="nvidia_com_gpu", job="ksm"}'
-    >>> pin("up", "")
-    'up'
-    """
+    """A metric selector with more matchers (tests/unit/test_query_text.py)."""
     if not matchers:
         return metric
     if metric.endswith("}"):
@@ -154,10 +146,6 @@ def _naming(s: Settings) -> tuple[str, ...]:
 
 
 def user_code_filter(user_code_xids: Iterable[int]) -> str:
-    """
-    >>> user_code_filter((43, 13))
-    ' != 13 != 43'
-    """
     return "".join(f" != {code}" for code in sorted(set(user_code_xids)))
 
 
@@ -226,11 +214,6 @@ REQUIRED_INPUTS = required_inputs()
 
 
 def selector_hint(metric: str, s: Settings) -> str:
-    """
-
-    >>> print(selector_hint("kube_pod_status_phase", Settings(ksm_selector='job="ksm"')))
-     matching --ksm-selector job="ksm"
-    """
     dcgm = metric.startswith("DCGM_")
     chosen = s.dcgm_selector if dcgm else s.ksm_selector
     flag = "--dcgm-selector" if dcgm else "--ksm-selector"
@@ -289,12 +272,7 @@ def watch_poll(s: Settings) -> Query:
 
 
 def first_host(expr: str, labels: Iterable[str]) -> str:
-    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set.
-
-    >>> joined = 'label_replace(label_join(x, "guard_host", ";", "node", "Hostname"), "node"'
-    >>> first_host("x", ("Hostname",)).startswith(joined)
-    True
-    """
+    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set."""
     names = ", ".join(f'"{label}"' for label in dict.fromkeys((NODE_LABEL, *labels)))
     joined = f'label_join({expr}, "guard_host", ";", {names})'
     return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
@@ -307,11 +285,7 @@ def _one_node(metric: str, labels: Iterable[str], nodes: tuple[str, ...]) -> str
 
 def _is(label: str, *values: str) -> str:
     """`label` equal to the value(s); of DNS-1123 names only the dot needs quoting, as a class
-    (no backslash to escape on any engine).
-
-    >>> _is("node", "a"), _is("node", "b.x", "a", "a")
-    ('node="a"', 'node=~"a|b[.]x"')
-    """
+    (no backslash to escape on any engine)."""
     unique = sorted(set(values))
     if len(unique) == 1:
         return f'{label}="{unique[0]}"'
@@ -397,11 +371,7 @@ def nvml_status(pins: Pins = NO_PINS) -> str:
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
     """(name, `kube_pod_info` matchers) of the pods a node's service network needs (the
-    alert `NodeServiceNetworkDown` selects the same).
-
-    >>> service_network_selectors(Settings())[0]
-    ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
-    """
+    alert `NodeServiceNetworkDown` selects the same)."""
     out = []
     if s.service_network_kube_proxy_pods:
         pods = f'pod=~"{s.service_network_kube_proxy_pods}"'
@@ -567,20 +537,11 @@ def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
 
 def grown_by(metric: str, window_s: int) -> str:
     """A counter's growth in the window, now less its lowest sample there: the same on every
-    engine, as ``increase()`` is not (docs/engines.md).
-
-    >>> grown_by("m", 1800)
-    '(m - min_over_time(m[30m]))'
-    """
+    engine, as ``increase()`` is not (docs/engines.md)."""
     return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
 
 
 def duration(seconds: int) -> str:
-    """
-
-    >>> duration(86400), duration(600), duration(90)
-    ('24h', '10m', '90s')
-    """
     for unit, size in (("h", 3600), ("m", 60)):
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
@@ -588,10 +549,6 @@ def duration(seconds: int) -> str:
 
 
 def ksm_label(kind: str, key: str) -> str:
-    """The label kube-state-metrics makes of an allowlisted label or annotation key.
-
-    >>> ksm_label("annotation", "gpu-node-guard.io/auto-cordon-reason")
-    'annotation_gpu_node_guard_io_auto_cordon_reason'
-    """
+    """The label kube-state-metrics makes of an allowlisted label or annotation key."""
     sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", key)
     return f"{kind}_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()

@@ -24,11 +24,7 @@ SKEW_S = 30
 
 
 def holder_identity(hostname: str | None = None, pid: int | None = None) -> str:
-    """`<hostname>-<pid>` in the form the guard-scope policy admits (LEASE_HOLDER_PATTERN).
-
-    >>> holder_identity("gpu-node-guard-29832830-x7k2p", 1), holder_identity("Dev_Box.local", 7)
-    ('gpu-node-guard-29832830-x7k2p-1', 'dev-box.local-7')
-    """
+    """`<hostname>-<pid>` in the form the guard-scope policy admits (LEASE_HOLDER_PATTERN)."""
     host = re.sub(r"[^a-z0-9.-]", "-", (hostname or socket.gethostname()).lower())
     host = host.strip(".-")[:240] or "host"
     return f"{host}-{os.getpid() if pid is None else pid}"
@@ -40,10 +36,6 @@ def slot_key(annotation_prefix: str) -> str:
 
 
 def micro_time(at: datetime) -> str:
-    """
-    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
-    '2026-09-21T05:55:00.000000Z'
-    """
     return at.astimezone(UTC).strftime(_MICRO)
 
 
@@ -87,13 +79,7 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
 
 def lease_seconds(now: datetime, most: int, expires_by: datetime | None) -> int:
     """`leaseDurationSeconds` written at `now`: `most`, ending by `expires_by` (the next cron
-    slot), at least 1 (the API's minimum).
-
-    >>> at = datetime(2026, 9, 21, 5, 58, 50, tzinfo=UTC)
-    >>> nxt = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
-    >>> lease_seconds(at, 90, nxt), lease_seconds(at, 30, nxt), lease_seconds(nxt, 90, nxt)
-    (70, 30, 1)
-    """
+    slot), at least 1 (the API's minimum)."""
     if expires_by is None:
         return most
     return max(1, min(most, math.floor((expires_by - now).total_seconds())))
