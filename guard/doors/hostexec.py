@@ -147,11 +147,7 @@ def _text(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """A host fact that could not be established (reported, never fatal).
-
-    >>> str(Unknown("journalctl -k -b 0", "timed out after 20s"))
-    'journalctl -k -b 0: timed out after 20s'
-    """
+    """A host fact that could not be established (reported, never fatal)."""
 
     what: str
     why: str
@@ -208,10 +204,6 @@ class HostRunner:
     prefix: tuple[str, ...] = ()
 
     def run(self, argv: tuple[str, ...]) -> CommandResult:
-        """
-        >>> HostRunner(5).run(("sh", "-c", "echo 'FATAL: Module ip_vs not found' >&2; exit 1")).why
-        'exit 1: FATAL: Module ip_vs not found'
-        """
         args, timeout_s = tuple(argv), self.timeout_s
         match run((*self.prefix, *args), timeout_s):
             case Exited(returncode, stdout, stderr):

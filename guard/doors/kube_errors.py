@@ -95,13 +95,7 @@ def typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
 
 
 def socket_reason(exc: Exception, line: Callable[[object], str] | None = None) -> str:
-    """The OS's words under urllib3's wrapping, else `line` (default `first_line`) of the error.
-
-    >>> socket_reason(OSError("HTTPSConnectionPool(host='h', port=1): Max retries exceeded "
-    ...     "(Caused by NewConnectionError('<c>: Failed to establish a new connection: "
-    ...     "[Errno 111] Connection refused'))"))
-    '[Errno 111] Connection refused'
-    """
+    """The OS's words under urllib3's wrapping, else `line` (default `first_line`) of the error."""
     text = str(exc)
     found = re.search(r"\[Errno -?\d+\][^'\")]*", text)
     return found[0].strip() if found else (line or first_line)(text)

@@ -16,8 +16,10 @@ from guard.codec.check_records import (
     claim_record_value,
     failed_value,
     fence_jobs_record,
+    fence_jobs_value,
     fence_record,
     fence_value,
+    is_item,
     job_record_value,
     links_value,
 )
@@ -134,3 +136,13 @@ def test_the_claim_fence_jobs_and_fence_records_read_back_and_refuse_other_forms
     got = (claim_record(bad, k, problems), fence_jobs_record(bad, k, problems))
     assert (*got, fence_record(bad, k, problems)) == (None, (), None)
     assert [u.where for u in problems.found] == [k.loadtest_claim, k.fence_jobs, k.fence]
+
+
+def test_items_are_short_words_and_fence_jobs_keep_each_uid_once() -> None:
+    assert (is_item("ipvs-loaded"), is_item("Ipvs loaded"), is_item("x" * 52)) == (
+        True,
+        False,
+        False,
+    )
+    assert fence_jobs_value(("a", "b"), "c") == "a b c"
+    assert fence_jobs_value(("a", "b"), "b") == "a b"
