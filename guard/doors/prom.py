@@ -35,8 +35,7 @@ _RESULT_OBJECT = re.compile(rb'"metric"\s*:\s*\{')
 _INSTANT_TOLERANCE_S = 1.0
 # Without an instant the engine's own clock is used: only a time outside these is absurd.
 _EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
-# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
-# `infos`. Neither says the answer is incomplete.
+# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings` (3.x: `infos`).
 _INFO_PREFIX = "PromQL info:"
 # Words of a warning that says the answer lacks data (a partial answer: docs/engines.md); any
 # other warning is logged once a run and the answer used (`PromClient.warn`).
@@ -48,9 +47,8 @@ _PARTIAL_WORDS = (
     "unavailable",
     "no storeapis matched",
 )
-# Answers a retry may mend: a proxy or Thanos Query whose backend restarts (502, 503, 504) and a
-# limiter that says when to come back (429 with Retry-After). 500 and other 4xx are the query's
-# or the engine's fault: the same again.
+# Answers a retry may mend: a proxy whose backend restarts, and 429 with Retry-After; 500 and
+# other 4xx are the query's or the engine's fault.
 _TRANSIENT = frozenset({502, 503, 504})
 T = TypeVar("T", "Sample", "Series")
 
@@ -60,7 +58,7 @@ class PromError(Exception):
 
 
 class _Transient(PromError):
-    """No answer came (refused, reset, timed out): another try may get one."""
+    """No answer came: another try may get one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +88,6 @@ class BadSeries(_Labelled):
 
 @dataclass(frozen=True, slots=True)
 class Checked(Generic[T]):
-    """An answer split into the series that passed and those that did not."""
-
     good: tuple[T, ...]
     bad: tuple[BadSeries, ...] = ()
 
@@ -136,12 +132,11 @@ class PromClient:
     max_series: int = 20000
     access: PromAccess = field(default_factory=PromAccess)
     requests_made: int = 0
-    # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
-    # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
+    # Queries by HTTP status, "error" where no usable answer came (the pushed requests metric).
     codes: Counter[str] = field(default_factory=Counter)
     # The run's retry budget (guard.run `Budget`: the cycle's deadline, then the run's).
     backoff: Backoff = field(default_factory=Backoff.once)
-    # A warning that does not say the answer is partial: (query, warning), once per text.
+    # (query, warning) of a warning that is not of a partial answer, once per text.
     warn: Callable[[str, str], None] = lambda _name, _warning: None
     warned: set[str] = field(default_factory=set)
 
@@ -150,7 +145,7 @@ class PromClient:
 
     @classmethod
     def from_settings(cls, s: Settings) -> PromClient:
-        """The client a guard run uses; files named by settings are read here (PromAccessError)."""
+        """Files named by settings are read here (PromAccessError)."""
         return cls(
             s.prometheus_url,
             s.prometheus_timeout_s,
@@ -167,7 +162,6 @@ class PromClient:
     def vector_checked(
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> Checked[Sample]:
-        """The answer's samples, each series that is wrong on its own set apart."""
         return self._checked(name, promql, at, required, None)
 
     def matrix_checked(
@@ -178,7 +172,7 @@ class PromClient:
         required: Iterable[str] = (),
         window_s: float = 31 * 86400,
     ) -> Checked[Series]:
-        """As `vector_checked`; every point must lie in the `window_s` before the instant."""
+        """Every point must lie in the `window_s` before the instant."""
         return self._checked(name, promql, at, required, window_s)
 
     def _checked(
@@ -224,8 +218,8 @@ class PromClient:
         return datetime.fromtimestamp(clock.check(pair[0]), UTC)
 
     def _query(self, name: str, promql: str, at: datetime | None, want: str) -> list[Any]:
-        # Thanos Query answers with what the reachable stores have unless told not to; a
-        # smaller answer would read as fewer faults. Prometheus ignores the parameter.
+        # Thanos Query answers with what the reachable stores have unless told not to (fewer
+        # series would read as fewer faults); Prometheus ignores the parameter.
         form = {"query": promql, "partial_response": "false"}
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
@@ -357,7 +351,7 @@ def _hang_up(response: requests.Response | None) -> None:
 
 
 def _result(name: str, answer: _Answer, want: str, url: str) -> tuple[list[Any], list[str]]:
-    """The answer's result and the warnings that do not say it is partial."""
+    """The answer's result and its warnings that do not say it is partial."""
     status = answer.status
     try:
         body = json.loads(answer.body)
