@@ -82,9 +82,8 @@ def _failed_check(text: str) -> FailedCheck | str:
     return at if isinstance(at, str) else FailedCheck(at, parts[1], items)
 
 
-# ``loadtest-result`` / ``conformance-result``: exactly what the guard writes (return_jobs,
-# device_taint); anything else is refused where it is read, as the node policy refuses it where
-# the guard's token writes it (a stolen token's value never reaches a decision).
+# ``loadtest-result`` / ``conformance-result``: exactly what the guard writes; anything else is
+# refused here as the node policy refuses it: a stolen token's value never reaches a decision.
 _RESULT = re.compile(r"failed (job/[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?) at (\S+)", re.ASCII)
 
 
@@ -112,9 +111,8 @@ def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
     return f"{at} job/{job} {','.join(items)}"
 
 
-# ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
-# `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
-# or second record slips through). A uid is what the API server writes: a lower-case UUID.
+# ---- What the guard made: ``job-<kind>`` is `<job name> <uid> <spec digest>`, the whole value
+# (re.fullmatch: no trailing newline or second record slips through); a uid is a lower-case UUID.
 _UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _JOB_RECORD = re.compile(
     rf"([a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?) ({_UID}) ([0-9a-f]{{{DIGEST_CHARS}}})", re.ASCII
@@ -150,7 +148,7 @@ _CLAIM_RECORD = re.compile(rf"([a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?) ({_UID}
 def claim_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> ClaimRecord | None:
-    """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable."""
+    """``claim-loadtest``: `<claim name> <uid>`."""
     found = problems.parsed(
         notes,
         k.loadtest_claim,
@@ -174,7 +172,7 @@ FENCE_JOBS_KEPT = 24
 def fence_jobs_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[str, ...]:
-    """``fence-jobs``: the uids of the guard's fence Jobs; a bad one is unreadable."""
+    """``fence-jobs``: the uids of the guard's fence Jobs."""
     return problems.parsed(notes, k.fence_jobs, k, _fence_jobs) or ()
 
 
@@ -197,7 +195,7 @@ FENCE_STATES = ("fenced", "gpu-absent", "lifted")
 def fence_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> FenceRecord | None:
-    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable."""
+    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`."""
     return problems.parsed(notes, k.fence, k, _fence)
 
 

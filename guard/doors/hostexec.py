@@ -19,8 +19,8 @@ from typing import IO, Protocol
 
 # PID 1's mount namespace; the Job has hostPID and CAP_SYS_ADMIN.
 NSENTER_PREFIX = ("nsenter", "-t", "1", "-m", "--")
-# After the kill, how long to wait for the pipes to close. A process stuck in the kernel (D state,
-# e.g. a config read of a dead GPU) ignores SIGKILL; the run gives up on it instead of hanging.
+# After the kill, the wait for the pipes: a process in D state (a dead GPU's config read) ignores
+# SIGKILL, and the run gives up on it instead of hanging.
 KILL_GRACE_S = 1.0
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # the last this many bytes of a command's stdout are kept
 MAX_STDERR_BYTES = 64 * 1024

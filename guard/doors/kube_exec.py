@@ -14,8 +14,7 @@ MAX_OUTPUT_BYTES = 1024 * 1024
 
 
 class ExecPluginFailed(BaseException):
-    """A BaseException on purpose: the client's loader catches every Exception of the plugin
-    and logs it instead of failing; this one passes through to `guard.doors.kube`."""
+    """Not an Exception: the client's loader logs those instead of failing."""
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -1,6 +1,5 @@
-"""The cycle's Lease (coordination.k8s.io/v1, `CYCLE_LEASE` in the guard's namespace): two runs
-never decide at the same time, and one cordon per cron slot across runs (the `isolated-slot`
-record). The case list and the slot record: docs/architecture.md, "Lease".
+"""The cycle's Lease: two runs never decide at the same time, and one cordon per cron slot across
+runs (the `isolated-slot` record). The case list: docs/architecture.md, "Lease".
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ from guard.names import APP_LABEL, APP_NAME, CYCLE_LEASE
 from guard.settings import LEASE_MAX_S
 
 _MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # the API's MicroTime
-# The guard's nodes' clocks agree within this (NTP): a renewal further ahead than this was
-# written by no run.
-SKEW_S = 30
+SKEW_S = 30  # the nodes' clocks agree within this (NTP): a renewal further ahead is forged
 
 
 def holder_identity(hostname: str | None = None, pid: int | None = None) -> str:
