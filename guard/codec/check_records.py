@@ -8,14 +8,7 @@ from collections.abc import Mapping
 
 from guard.codec.records import JOB_REF, Problems, when
 from guard.jobs import DIGEST_CHARS
-from guard.model import (
-    CheckedBoot,
-    ClaimRecord,
-    FailedCheck,
-    FenceRecord,
-    JobRecord,
-    RecordedLink,
-)
+from guard.model import CheckedBoot, ClaimRecord, FailedCheck, FenceRecord, JobRecord, RecordedLink
 from guard.names import PRINTABLE_WORD, Annotations
 from guard.pci import link_record
 

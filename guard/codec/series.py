@@ -49,20 +49,12 @@ def loss_since(
 
 
 def on_step(now: datetime, step_s: int) -> datetime:
-    """The last multiple of `step_s` (since the epoch) at or before `now`.
-
-    >>> on_step(datetime(2026, 9, 21, 5, 55, 46, tzinfo=UTC), 60).strftime("%H:%M:%S")
-    '05:55:00'
-    """
+    """The last multiple of `step_s` (since the epoch) at or before `now`."""
     return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
 
 
 def shown(value: str) -> str:
-    """A refused value for a log line: escaped, at most `_SHOWN` characters.
-
-    >>> shown("GPU-1\\nforged"), shown("x" * 300)[-17:]
-    ("'GPU-1\\\\nforged'", '…(300 characters)')
-    """
+    """A refused value for a log line: escaped, at most `_SHOWN` characters."""
     if len(value) <= _SHOWN:
         return repr(value)
     return f"{value[:_SHOWN]!r}…({len(value)} characters)"

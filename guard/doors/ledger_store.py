@@ -86,13 +86,7 @@ def ledger_lines(
 ) -> tuple[ledger.LedgerLine, ...]:
     """The ledger's lines after its archives' (oldest first, a line stored twice counted once),
     by node, file order within a node. A value that is not text (a hand-made file's) stays one
-    unreadable line of its key.
-
-    >>> line = "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual"
-    >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": f"{line}\\n"}}
-    >>> [ln.raw for ln in ledger_lines({"a": f"note\\n{line}\\n"}, [archive])] == [line, "note"]
-    True
-    """
+    unreadable line of its key."""
     text = {str(k): v for k, v in ledger_data.items() if isinstance(v, str)}
     odd = {k: v for k, v in ledger_data.items() if not isinstance(v, str)}
     kept: dict[str, dict[str, str]] = {}  # node → its lines, stripped → as stored

@@ -55,3 +55,10 @@ def test_archives_and_ledger_read_back_as_one_ledger_with_nothing_counted_twice(
 def test_an_archive_is_known_by_its_ledgers_name_and_its_number():
     assert ledger_store.archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12") == 12
     assert ledger_store.archive_index("gpu-fault-ledger", "other-archive-1") is None
+
+
+def test_an_archives_lines_come_first_and_a_line_in_both_counts_once():
+    line = "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual"
+    archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": f"{line}\n"}}
+    found = ledger_store.ledger_lines({"a": f"note\n{line}\n"}, [archive])
+    assert [ln.raw for ln in found] == [line, "note"]
