@@ -68,9 +68,8 @@ class Kube:
         request_timeout_s: float = 10.0,
         context: str = "",
     ) -> Kube:
-        """kubectl's rule: `kubeconfig` when given, else ``$KUBECONFIG``, else the ServiceAccount
-        inside a cluster (`in_cluster`, default: KUBERNETES_SERVICE_HOST is set), else
-        ``~/.kube/config``; `context` as kubectl --context."""
+        """kubectl's rule: `kubeconfig`, else ``$KUBECONFIG``, else the ServiceAccount in a cluster
+        (`in_cluster`, default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``."""
         import yaml
         from kubernetes import client, config
 
