@@ -6,17 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from guard.codec.records import JOB_REF, Problems
+from guard.codec.records import JOB_REF, Problems, when
 from guard.jobs import DIGEST_CHARS
-from guard.ledger import parse_time
-from guard.model import (
-    CheckedBoot,
-    ClaimRecord,
-    FailedCheck,
-    FenceRecord,
-    JobRecord,
-    RecordedLink,
-)
+from guard.model import CheckedBoot, ClaimRecord, FailedCheck, FenceRecord, JobRecord, RecordedLink
 from guard.names import PRINTABLE_WORD, Annotations
 from guard.pci import link_record
 
@@ -45,18 +37,12 @@ def _checked_boot(text: str) -> CheckedBoot | str:
     boot, at, by = parts
     if by != UNCORDON and not JOB_REF.match(by):
         return f"third field {by!r} is neither job/<name> nor {UNCORDON}"
-    try:
-        return CheckedBoot(boot, parse_time(at), by)
-    except ValueError as exc:
-        return str(exc)
+    found = when(at)
+    return found if isinstance(found, str) else CheckedBoot(boot, found, by)
 
 
 def checked_boot_value(boot_id: str, at: str, by: str) -> str:
-    """The `checked-boot` value (inverse of its parser).
-
-    >>> checked_boot_value("boot-2", "2026-09-21T06:00:00Z", "job/gng-cf-b-1a2b3c4d")
-    'boot-2 2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d'
-    """
+    """The `checked-boot` value (inverse of its parser; tests/unit/test_check_records.py)."""
     return f"{boot_id} {at} {by}"
 
 
@@ -74,12 +60,7 @@ def _links(text: str) -> tuple[RecordedLink, ...] | str:
 
 
 def links_value(links: tuple[RecordedLink, ...]) -> str:
-    """The `auto-cordon-pcie-links` value, by PCI address.
-
-    >>> links_value((RecordedLink("0000:2a:00.0", "32GT/s,x16"),
-    ...              RecordedLink("0000:18:00.0", "16GT/s,x8")))
-    '0000:18:00.0=16GT/s,x8 0000:2a:00.0=32GT/s,x16'
-    """
+    """The `auto-cordon-pcie-links` value, by PCI address."""
     return " ".join(str(link) for link in sorted(links, key=lambda link: link.pci))
 
 
@@ -90,15 +71,12 @@ def _failed_check(text: str) -> FailedCheck | str:
     items = tuple(parts[2].split(","))
     if not all(_ITEM.match(i) for i in items):
         return f"items {parts[2]!r} are not words of a-z, 0-9 and - separated by commas"
-    try:
-        return FailedCheck(parse_time(parts[0]), parts[1], items)
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[0])
+    return at if isinstance(at, str) else FailedCheck(at, parts[1], items)
 
 
-# ``loadtest-result`` / ``conformance-result``: exactly what the guard writes (return_jobs,
-# device_taint); anything else is refused where it is read, as the node policy refuses it where
-# the guard's token writes it (a stolen token's value never reaches a decision).
+# ``loadtest-result`` / ``conformance-result``: exactly what the guard writes; anything else is
+# refused here as the node policy refuses it: a stolen token's value never reaches a decision.
 _RESULT = re.compile(r"failed (job/[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?) at (\S+)", re.ASCII)
 
 
@@ -112,34 +90,22 @@ def _result(text: str) -> tuple[str] | str:
     found = _RESULT.fullmatch(text)
     if found is None:
         return "not 'failed job/<name> at <RFC 3339 time>'"
-    try:
-        parse_time(found.group(2))
-    except ValueError as exc:
-        return str(exc)
-    return (text,)
+    at = when(found.group(2))
+    return at if isinstance(at, str) else (text,)
 
 
 def is_item(word: str) -> bool:
-    """A conformance item or load-test reason word, short enough for `conformance-<item>`.
-
-    >>> is_item("ipvs-loaded"), is_item("Ipvs loaded"), is_item("x" * 52)
-    (True, False, False)
-    """
+    """A conformance item or load-test reason word, short enough for `conformance-<item>`."""
     return bool(_ITEM.match(word))
 
 
 def failed_value(at: str, job: str, items: tuple[str, ...]) -> str:
-    """The `conformance-failed` / `onboarding-failed` value (inverse of its parser).
-
-    >>> failed_value("2026-09-21T06:00:00Z", "gng-cf-b-1a2b3c4d", ("ipvs-loaded", "ipvs-persist"))
-    '2026-09-21T06:00:00Z job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist'
-    """
+    """The `conformance-failed` / `onboarding-failed` value (inverse of its parser)."""
     return f"{at} job/{job} {','.join(items)}"
 
 
-# ---- What the guard made: ``job-loadtest``, ``job-conformance`` and ``job-evidence`` --------
-# `<job name> <uid> <spec digest>`, the whole value or nothing (re.fullmatch: no trailing newline
-# or second record slips through). A uid is what the API server writes: a lower-case UUID.
+# ---- What the guard made: ``job-<kind>`` is `<job name> <uid> <spec digest>`, the whole value
+# (re.fullmatch: no trailing newline or second record slips through); a uid is a lower-case UUID.
 _UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _JOB_RECORD = re.compile(
     rf"([a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?) ({_UID}) ([0-9a-f]{{{DIGEST_CHARS}}})", re.ASCII
@@ -165,11 +131,7 @@ def _job_record(text: str) -> re.Match[str] | str:
 
 
 def job_record_value(name: str, uid: str, digest: str) -> str:
-    """The `job-<kind>` value (inverse of its parser).
-
-    >>> job_record_value("gng-lt-b-1a2b3c4d", "0b9c6d1e-0000-4000-8000-000000000001", "0" * 16)
-    'gng-lt-b-1a2b3c4d 0b9c6d1e-0000-4000-8000-000000000001 0000000000000000'
-    """
+    """The `job-<kind>` value (inverse of its parser)."""
     return f"{name} {uid} {digest}"
 
 
@@ -179,17 +141,7 @@ _CLAIM_RECORD = re.compile(rf"([a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?) ({_UID}
 def claim_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> ClaimRecord | None:
-    """``claim-loadtest``: `<claim name> <uid>`; a bad one is unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
-    >>> claim_record({"p/claim-loadtest": claim_record_value("gng-lt-b-1", uid)}, k,
-    ...              Problems("b")).uid == uid
-    True
-    >>> p = Problems("b")
-    >>> claim_record({"p/claim-loadtest": "gng-lt-b-1"}, k, p), len(p.found)
-    (None, 1)
-    """
+    """``claim-loadtest``: `<claim name> <uid>`."""
     found = problems.parsed(
         notes,
         k.loadtest_claim,
@@ -213,17 +165,7 @@ FENCE_JOBS_KEPT = 24
 def fence_jobs_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> tuple[str, ...]:
-    """``fence-jobs``: the uids of the guard's fence Jobs, space-separated; a bad one is
-    unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k, uid = Annotations("p/"), "0b9c6d1e-0000-4000-8000-000000000001"
-    >>> fence_jobs_record({"p/fence-jobs": f"{uid} {uid}"}, k, Problems("a")) == (uid, uid)
-    True
-    >>> p = Problems("a")
-    >>> fence_jobs_record({"p/fence-jobs": "gng-fn-a-1"}, k, p), len(p.found)
-    ((), 1)
-    """
+    """``fence-jobs``: the uids of the guard's fence Jobs."""
     return problems.parsed(notes, k.fence_jobs, k, _fence_jobs) or ()
 
 
@@ -235,11 +177,7 @@ def _fence_jobs(text: str) -> tuple[str, ...] | str:
 
 
 def fence_jobs_value(kept: tuple[str, ...], uid: str) -> str:
-    """`fence-jobs` with `uid` added last (the oldest dropped past `FENCE_JOBS_KEPT`).
-
-    >>> fence_jobs_value(("a", "b"), "c"), fence_jobs_value(("a", "b"), "b")
-    ('a b c', 'a b')
-    """
+    """`fence-jobs` with `uid` added last (the oldest dropped past `FENCE_JOBS_KEPT`)."""
     uids = kept if not uid or uid in kept else (*kept, uid)
     return " ".join(uids[-FENCE_JOBS_KEPT:])
 
@@ -250,17 +188,7 @@ FENCE_STATES = ("fenced", "gpu-absent", "lifted")
 def fence_record(
     notes: Mapping[str, str], k: Annotations, problems: Problems
 ) -> FenceRecord | None:
-    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`; a bad one is unreadable.
-
-    >>> from guard.codec.records import Problems
-    >>> k = Annotations("p/")
-    >>> fence_record({"p/gpu-fence": "fenced b-1 2026-01-01T00:00:00Z job/gng-fn-a-1"}, k,
-    ...              Problems("a")).state
-    'fenced'
-    >>> p = Problems("a")
-    >>> fence_record({"p/gpu-fence": "maybe b-1 2026-01-01T00:00:00Z job/x"}, k, p), len(p.found)
-    (None, 1)
-    """
+    """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`."""
     return problems.parsed(notes, k.fence, k, _fence)
 
 
@@ -270,10 +198,8 @@ def _fence(text: str) -> FenceRecord | str:
         return f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
     if not PRINTABLE_WORD.match(parts[1]) or not JOB_REF.match(parts[3]):
         return "the bootID or the job/<name> is not a word"
-    try:
-        return FenceRecord(parts[0], parts[1], parse_time(parts[2]), parts[3])
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[2])
+    return at if isinstance(at, str) else FenceRecord(parts[0], parts[1], at, parts[3])
 
 
 def fence_value(state: str, boot_id: str, at: str, job: str) -> str:

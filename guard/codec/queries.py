@@ -1,8 +1,6 @@
-"""Every PromQL string the guard runs, and the building blocks the alert rules share with it.
-
-tests/prometheus evaluates these exact strings on real engines, so a change here changes what the
-guard decides. `guard.generate.alert_queries` builds the alerts from the same blocks, so alerts
-and guard agree on what a fault is. The inputs: docs/deploy.md, "Prometheus inputs".
+"""Every PromQL string the guard runs, and the blocks the alert rules (guard.generate.alert_queries)
+share with it, so alerts and guard agree on what a fault is. tests/prometheus evaluates these exact
+strings on real engines. The inputs: docs/deploy.md, "Prometheus inputs".
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ HOST_LABELS = ("Hostname", "hostname")
 
 @dataclass(frozen=True, slots=True)
 class Pins:
-    """Label matchers every series of one exporter must carry (`Settings.dcgm_selector`,
-    `ksm_selector`). Empty: any."""
+    """Label matchers every series of each exporter must carry (--dcgm-selector, --ksm-selector)."""
 
     dcgm_matchers: str = ""
     ksm_matchers: str = ""
@@ -53,15 +50,7 @@ NO_PINS = Pins()
 
 
 def pin(metric: str, matchers: str) -> str:
-    """A metric selector with more matchers.
-
-    >>> pin("kube_node_spec_unschedulable", 'job="kube-state-metrics"')
-    'kube_node_spec_unschedulable{job="kube-state-metrics"}'
-    >>> pin('kube_node_status_capacity{resource="nvidia_com_gpu"}', 'job="ksm"')
-    'kube_node_status_capacity{resource="nvidia_com_gpu", job="ksm"}'
-    >>> pin("up", "")
-    'up'
-    """
+    """A metric selector with more matchers (tests/unit/test_query_text.py)."""
     if not matchers:
         return metric
     if metric.endswith("}"):
@@ -69,8 +58,8 @@ def pin(metric: str, matchers: str) -> str:
     return f"{metric}{{{matchers}}}"
 
 
-# How far back the loss history looks: three default hold windows (longer when the hold window
-# needs it, `loss_lookback_s`); loss older than that orders candidates by name.
+# How far back the histories look: three default hold windows (longer when a hold needs it,
+# `lookback_s`); loss older than that orders candidates by name.
 HELD_LOOKBACK_S = 1800
 
 
@@ -84,8 +73,7 @@ def with_node_label(metric: str) -> str:
 
 
 def gpu_loss(pins: Pins = NO_PINS) -> str:
-    """Per-node number of GPUs the node advertises but cannot allocate; a capacity or
-    allocatable that is no GPU count (negative, fractional) is no loss."""
+    """Per node, the GPUs it advertises but cannot allocate (a value that is no count: no loss)."""
     return (
         f"(max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
         f" - max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(ALLOCATABLE_METRIC))}))"
@@ -93,8 +81,7 @@ def gpu_loss(pins: Pins = NO_PINS) -> str:
 
 
 def dra_loss_xids(s: Settings) -> tuple[int, ...]:
-    """The Xids that stand for GPU loss on a node without an ``nvidia.com/gpu`` resource: the
-    bundled table's isolating classes, never a reset-class or user-code one."""
+    """The Xids that stand for GPU loss on a DRA node: isolating, neither reset-class nor user's."""
     skip = set(s.reset_class_xids) | set(s.user_code_xids)
     return tuple(code for code in bundled_classes().isolating() if code not in skip)
 
@@ -102,10 +89,9 @@ def dra_loss_xids(s: Settings) -> tuple[int, ...]:
 def dra_loss(
     codes: Iterable[int], labels: Iterable[str], pins: Pins = NO_PINS, xid: str = ""
 ) -> str:
-    """Per node without ``nvidia.com/gpu`` capacity (a DRA node), the GPUs whose last Xid is
-    one of `codes`: the gauge keeps it until the GPU is reset, so it stands for the loss that
-    capacity minus allocatable cannot show. `xid`: the gauge's selector (narrowed by
-    `hold_queries`). Empty when `codes` is."""
+    """Per DRA node (no ``nvidia.com/gpu`` capacity), the GPUs whose last Xid is one of `codes`:
+    the gauge keeps it until a reset, the loss capacity minus allocatable cannot show. `xid`: the
+    gauge's selector (narrowed by `hold_queries`)."""
     gauge = xid or pins.dcgm(XID_METRIC)
     hard = " or ".join(f"({gauge}) == {code}" for code in sorted(set(codes)))
     if not hard:
@@ -120,13 +106,12 @@ def dra_loss(
 
 def guard_loss(s: Settings, pins: Pins, xid: str = "") -> str:
     """The guard's GPU loss per node: `gpu_loss`, and `dra_loss` on nodes without the resource."""
-    labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
-    dra = dra_loss(dra_loss_xids(s), labels, pins, xid)
+    dra = dra_loss(dra_loss_xids(s), _naming(s), pins, xid)
     return f"({gpu_loss(pins)} or {dra})" if dra else gpu_loss(pins)
 
 
 def _gpu_count(selector: str) -> str:
-    """The series of `selector` whose value is a whole number of GPUs (NaN is not one)."""
+    """The series of `selector` whose value is a whole number (NaN is not one)."""
     return f"(({selector} >= 0) == floor({selector}))"
 
 
@@ -135,11 +120,8 @@ def not_cordoned(pins: Pins = NO_PINS) -> str:
 
 
 # ---- The guard's own queries ---------------------------------------------------------------
-#
-# They return dcgm-exporter's own labels: which label names the Node (`node`, `Hostname`,
-# `hostname` or a configured one) is decided in `guard.read.prom_view` against the API's Node names,
-# so a relabelled `node` that names a Node is kept and a pod-name `Hostname` is caught loudly.
-# The hold window is decided there too, from the loss history, the same way on every engine.
+# They return dcgm-exporter's own labels: which one names the Node, and the hold window, are
+# decided in `guard.read.prom_view` against the API's Node names, the same way on every engine.
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +135,17 @@ class Query:
     on_step: bool = False  # evaluated on the step grid, the same on every engine (docs/engines.md)
 
 
+def _history(name: str, promql: str) -> Query:
+    """A per-node matrix on the step grid."""
+    return Query(name, promql, "matrix", (NODE_LABEL,), on_step=True)
+
+
+def _naming(s: Settings) -> tuple[str, ...]:
+    """The labels that may name a GPU's node, ``node`` first."""
+    return tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+
+
 def user_code_filter(user_code_xids: Iterable[int]) -> str:
-    """
-    >>> user_code_filter((43, 13))
-    ' != 13 != 43'
-    """
     return "".join(f" != {code}" for code in sorted(set(user_code_xids)))
 
 
@@ -166,38 +154,32 @@ def hardware_xid_now(user_code_xids: Iterable[int], pins: Pins = NO_PINS) -> str
     return f"{pins.dcgm(XID_METRIC)} > 0{user_code_filter(user_code_xids)}"
 
 
+def _xid_counted(user_code_xids: Iterable[int], pins: Pins) -> str:
+    """The exporter's per-(GPU, `xid`) counter of hardware Xids: the gauge keeps only the last
+    Xid, so a user-code Xid after a hardware one hides it (NVIDIA/DCGM#235). Optional."""
+    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
+    return pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
+
+
 def hardware_xid_counted(
     user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
 ) -> str:
-    """Hardware Xids dcgm-exporter counted within the lookback, one series per (GPU, `xid`):
-    the gauge keeps only the last Xid, so a user-code Xid after a hardware one hides it
-    (NVIDIA/DCGM#235). Empty unless the exporter collects ``DCGM_EXP_XID_ERRORS_COUNT``."""
-    codes = "|".join(str(code) for code in sorted(set(user_code_xids)))
-    counted = pins.dcgm(f'{XID_COUNT_METRIC}{{xid!~"{codes}"}}')
-    return f"max_over_time({counted}[{lookback_s}s]) > 0"
-
-
-def row_remap_nonzero(pins: Pins = NO_PINS) -> str:
-    """GPUs whose row remapping is pending or failed (ECC models only; absent elsewhere)."""
-    return " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)
+    return f"max_over_time({_xid_counted(user_code_xids, pins)}[{lookback_s}s]) > 0"
 
 
 def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
-    """Per node, the steps of the lookback at which GPU loss was observed (a matrix; a missing
-    step is no loss observed, `guard.codec.series.loss_since`)."""
+    """Per node, the steps of the lookback with GPU loss (`guard.codec.series.loss_since`)."""
     return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
 
 
 def cordoned_nodes(pins: Pins = NO_PINS) -> str:
-    """Nodes kube-state-metrics reports unschedulable (candidates exclude them)."""
     return f"max by ({NODE_LABEL}) ({pins.ksm(UNSCHEDULABLE_METRIC)}) > 0"
 
 
 def gpu_pods(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Running pods requesting GPUs outside the guard's jobs namespace, on the nodes a cycle may
-    tell (guard/plan/workload.py) or return: unschedulable, with GPU loss, a fabric fault or
-    admission rejections now; value = GPUs requested, one series per pod (`max by` collapses
-    duplicate kube-state-metrics replicas, `sum` adds up the containers)."""
+    """Running GPU pods outside the guard's namespace on the nodes a cycle may tell or return
+    (unschedulable, GPU loss, a fabric fault, admission rejections); value = GPUs requested, one
+    series per pod (`max by` collapses duplicate kube-state-metrics replicas)."""
     jobs = f'namespace!="{s.jobs_namespace}"'
     requests = pins.ksm(f"{POD_REQUESTS_METRIC.removesuffix('}')}, {jobs}}}")
     per_container = f"max by (namespace, pod, uid, node, container) ({requests})"
@@ -214,18 +196,12 @@ def gpu_pods(s: Settings, pins: Pins = NO_PINS) -> str:
     )
 
 
-def host_labels(metric: str, labels: Iterable[str]) -> str:
-    """One series per distinct set of node-naming labels of `metric` (≈ one per exporter)."""
-    by = ", ".join(dict.fromkeys((NODE_LABEL, *labels)))
-    return f"count by ({by}) ({metric})"
-
-
 # The device plugin's GPU capacity: not required where the DRA driver publishes the GPUs.
 DEVICE_PLUGIN_INPUT = "kube_node_status_capacity{resource=nvidia_com_gpu}"
 
 
 def required_inputs(pins: Pins = NO_PINS) -> tuple[tuple[str, str], ...]:
-    """A broken scrape must not look like a healthy cluster: each input must have a series."""
+    """Each input must have a series: a broken scrape must not look like a healthy cluster."""
     return (
         ("kube_node_spec_unschedulable", f"count({pins.ksm(UNSCHEDULABLE_METRIC)})"),
         ("DCGM_FI_DEV_XID_ERRORS", f"count({pins.dcgm(XID_METRIC)})"),
@@ -238,11 +214,6 @@ REQUIRED_INPUTS = required_inputs()
 
 
 def selector_hint(metric: str, s: Settings) -> str:
-    """The pin an input must match, for the line saying it has no series.
-
-    >>> print(selector_hint("kube_pod_status_phase", Settings(ksm_selector='job="ksm"')))
-     matching --ksm-selector job="ksm"
-    """
     dcgm = metric.startswith("DCGM_")
     chosen = s.dcgm_selector if dcgm else s.ksm_selector
     flag = "--dcgm-selector" if dcgm else "--ksm-selector"
@@ -253,34 +224,30 @@ def required_input_name(metric: str) -> str:
     return f"input-{metric.split('{')[0]}"
 
 
+def lookback_s(s: Settings, hold_s: int) -> int:
+    """A history's range: `HELD_LOOKBACK_S`, or longer when its hold `hold_s` needs it."""
+    return max(HELD_LOOKBACK_S, hold_s + 2 * s.query_step_s)
+
+
 def loss_lookback_s(s: Settings) -> int:
-    """The loss history's range: `HELD_LOOKBACK_S`, or longer when the hold window needs it."""
-    return max(HELD_LOOKBACK_S, s.hold_window_s + 2 * s.query_step_s)
+    return lookback_s(s, s.hold_window_s)
 
 
 def guard_queries(s: Settings) -> tuple[Query, ...]:
     """Every request of one cycle, in the order `guard.read.prom_view.read_prom` sends them."""
-    codes, labels, lookback = s.user_code_xids, s.dcgm_node_label_names, loss_lookback_s(s)
-    pins = Pins.of(s)
-    inputs = required_inputs(pins)
+    codes, lookback, pins = s.user_code_xids, loss_lookback_s(s), Pins.of(s)
     counted = hardware_xid_counted(codes, lookback, pins)
-    pod_labels = ("namespace", "pod", NODE_LABEL)
+    by = ", ".join(_naming(s))  # one series per set of node-naming labels: ≈ one per exporter
     return (
-        *(Query(required_input_name(metric), promql) for metric, promql in inputs),
+        *(Query(required_input_name(metric), promql) for metric, promql in required_inputs(pins)),
         Query("hardware-xid", hardware_xid_now(codes, pins)),
         Query("hardware-xid-counted", counted, required=("xid",)),
-        Query("row-remap", row_remap_nonzero(pins)),
-        Query(
-            "loss-history",
-            loss_history(lookback, s.query_step_s, guard_loss(s, pins)),
-            "matrix",
-            (NODE_LABEL,),
-            on_step=True,
-        ),
+        Query("row-remap", " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)),
+        _history("loss-history", loss_history(lookback, s.query_step_s, guard_loss(s, pins))),
         Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
-        Query("gpu-pods", gpu_pods(s, pins), required=pod_labels),
-        Query("xid-hosts", host_labels(pins.dcgm(XID_METRIC), labels)),
-        Query("exporter-hosts", host_labels(pins.dcgm(EXPORTER_METRICS), labels)),
+        Query("gpu-pods", gpu_pods(s, pins), required=("namespace", "pod", NODE_LABEL)),
+        Query("xid-hosts", f"count by ({by}) ({pins.dcgm(XID_METRIC)})"),
+        Query("exporter-hosts", f"count by ({by}) ({pins.dcgm(EXPORTER_METRICS)})"),
         *signal_queries(s),
         *trigger_queries(s),
     )
@@ -292,8 +259,8 @@ WATCH_POLL = "watch-faults"
 
 
 def watch_poll(s: Settings) -> Query:
-    """Nodes with a hardware Xid (gauge or windowed counter) and GPU loss now, not cordoned, one
-    series per node, each Xid series joined by its first naming label that is set."""
+    """Nodes with a hardware Xid (gauge or counter) and GPU loss now, not cordoned; one series
+    per node."""
     codes, pins = s.user_code_xids, Pins.of(s)
     sources = (hardware_xid_now(codes, pins), hardware_xid_counted(codes, loss_lookback_s(s), pins))
     xids = " or ".join(first_host(x, s.dcgm_node_label_names) for x in sources)
@@ -305,29 +272,20 @@ def watch_poll(s: Settings) -> Query:
 
 
 def first_host(expr: str, labels: Iterable[str]) -> str:
-    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set.
-
-    >>> joined = 'label_replace(label_join(x, "guard_host", ";", "node", "Hostname"), "node"'
-    >>> first_host("x", ("Hostname",)).startswith(joined)
-    True
-    """
+    """`expr` with ``node`` set to the first of its own ``node`` and `labels` that is set."""
     names = ", ".join(f'"{label}"' for label in dict.fromkeys((NODE_LABEL, *labels)))
     joined = f'label_join({expr}, "guard_host", ";", {names})'
     return f'label_replace({joined}, "{NODE_LABEL}", "$1", "guard_host", ";*([^;]+).*")'
 
 
 def _one_node(metric: str, labels: Iterable[str], nodes: tuple[str, ...]) -> str:
-    """`metric` on the `nodes`, whichever of its naming labels names one."""
+    """`metric` on the `nodes`, by whichever naming label."""
     return " or ".join(pin(metric, _is(label, *nodes)) for label in labels)
 
 
 def _is(label: str, *values: str) -> str:
-    """`label` equal to the one value, or to any of several (DNS-1123 names: only the dot is
-    quoted, as a class, so no backslash needs escaping on any engine).
-
-    >>> _is("node", "a"), _is("node", "b.x", "a", "a")
-    ('node="a"', 'node=~"a|b[.]x"')
-    """
+    """`label` equal to the value(s); of DNS-1123 names only the dot needs quoting, as a class
+    (no backslash to escape on any engine)."""
     unique = sorted(set(values))
     if len(unique) == 1:
         return f'{label}="{unique[0]}"'
@@ -337,40 +295,26 @@ def _is(label: str, *values: str) -> str:
 def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's Xid, loss-history and cordoned queries narrowed to `nodes`, one request each
     for all the nodes the watch decides at one instant."""
-    codes, lookback = s.user_code_xids, loss_lookback_s(s)
-    base = Pins.of(s)
-    dcgm_labels = tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
-    dcgm = pin(XID_METRIC, base.dcgm_matchers)
-    counted = pin(
-        f'{XID_COUNT_METRIC}{{xid!~"{"|".join(str(c) for c in sorted(set(codes)))}"}}',
-        base.dcgm_matchers,
-    )
+    codes, lookback, base, labels = s.user_code_xids, loss_lookback_s(s), Pins.of(s), _naming(s)
+    dcgm, counted = base.dcgm(XID_METRIC), _xid_counted(codes, base)
     ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, *nodes)}".lstrip(", "))
-    gauge = f"({_one_node(dcgm, dcgm_labels, nodes)}) > 0{user_code_filter(codes)}"
+    gauge = f"({_one_node(dcgm, labels, nodes)}) > 0{user_code_filter(codes)}"
     counted_now = " or ".join(
-        f"max_over_time({pin(counted, _is(label, *nodes))}[{lookback}s]) > 0"
-        for label in dcgm_labels
+        f"max_over_time({pin(counted, _is(label, *nodes))}[{lookback}s]) > 0" for label in labels
     )
+    loss = guard_loss(s, ksm, _one_node(dcgm, labels, nodes))
     return (
         Query("hardware-xid", gauge),
         Query("hardware-xid-counted", counted_now, required=("xid",)),
-        Query(
-            "loss-history",
-            loss_history(
-                lookback, s.query_step_s, guard_loss(s, ksm, _one_node(dcgm, dcgm_labels, nodes))
-            ),
-            "matrix",
-            (NODE_LABEL,),
-            on_step=True,
-        ),
+        _history("loss-history", loss_history(lookback, s.query_step_s, loss)),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
     )
 
 
 def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
-    """The cycle's queries `names` (the return rows' Prometheus inputs, guard.plan.return_rule
-    `reads`) narrowed to `nodes`, one request each whatever their number (guard/returns.py)."""
-    pins, labels = Pins.of(s), tuple(dict.fromkeys((NODE_LABEL, *s.dcgm_node_label_names)))
+    """The cycle's queries `names` (the return rows' inputs) narrowed to `nodes`, one request
+    each whatever their number (guard/returns.py)."""
+    pins, labels = Pins.of(s), _naming(s)
     held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
     remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
     cycle = guard_queries(s)  # service-network-seen counts the whole cluster: as it is
@@ -391,48 +335,43 @@ def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Qu
 POD_INFO_METRIC = "kube_pod_info"
 POD_READY_METRIC = 'kube_pod_status_ready{condition="true"}'
 SELECTOR_LABEL = "selector"  # which service-network selector picked the pod: kube-proxy, cni
+_NVML_LABELS = (NODE_LABEL, "status")
 
 
 def nvml_mismatch(*nodes: str) -> str:
-    """Per node (or only the `nodes`), 1 while every agent series of the node says nvidia-match
-    failed (`check_ok` 0); absent for SKIP, UNKNOWN and no agent."""
+    """Per node, 1 while every agent series says nvidia-match failed; absent for SKIP, UNKNOWN
+    and no agent."""
     one = f", {_is(NODE_LABEL, *nodes)}" if nodes else ""
     return f'(1 - max by ({NODE_LABEL}) ({AGENT_CHECK_OK}{{check="{NVIDIA_MATCH}"{one}}})) > 0'
 
 
 def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's nvidia-match history and status narrowed to `nodes` (the in-run watch's)."""
-    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s, *nodes)
-    info = (
-        f"max by ({NODE_LABEL}, status, detail) "
-        f'({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}", {_is(NODE_LABEL, *nodes)}}})'
-    )
     return (
-        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
-        Query("nvml-status", info, required=(NODE_LABEL, "status")),
+        _history("nvml-mismatch-history", _nvml_history(s, *nodes)),
+        Query("nvml-status", _nvml_info(f", {_is(NODE_LABEL, *nodes)}"), required=_NVML_LABELS),
     )
 
 
-def nvml_mismatch_history(lookback_s: int, step_s: int, *nodes: str) -> str:
-    """Per node, the steps of the lookback at which the mismatch was observed (a matrix, read
-    as GPU loss is: a step without a failing sample breaks the run; `min_over_time` would
-    skip the gaps)."""
-    return f"({nvml_mismatch(*nodes)})[{lookback_s}s:{step_s}s]"
+def _nvml_history(s: Settings, *nodes: str) -> str:
+    """Per node, the steps of the lookback with the mismatch, read as GPU loss is (a step
+    without a failing sample breaks the run; `min_over_time` would skip the gaps)."""
+    return f"({nvml_mismatch(*nodes)})[{nvml_lookback_s(s)}s:{s.query_step_s}s]"
+
+
+def _nvml_info(matchers: str = "") -> str:
+    check = f'{AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"{matchers}}}'
+    return f"max by ({NODE_LABEL}, status, detail) ({check})"
 
 
 def nvml_status(pins: Pins = NO_PINS) -> str:
     """The agent's nvidia-match status and detail now, on nodes failing it or unschedulable."""
-    info = f'max by ({NODE_LABEL}, status, detail) ({AGENT_CHECK_INFO}{{check="{NVIDIA_MATCH}"}})'
-    return f"{info} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
+    return f"{_nvml_info()} and on ({NODE_LABEL}) ({nvml_mismatch()} or {cordoned_nodes(pins)})"
 
 
 def service_network_selectors(s: Settings) -> tuple[tuple[str, str], ...]:
-    """(name, `kube_pod_info` matchers) of the pods a node's service network needs: kube-proxy
-    by pod name, the CNI by its DaemonSet (`NodeServiceNetworkDown` selects the same pods).
-
-    >>> service_network_selectors(Settings())[0]
-    ('kube-proxy', 'namespace="kube-system", pod=~"kube-proxy-.+"')
-    """
+    """(name, `kube_pod_info` matchers) of the pods a node's service network needs (the
+    alert `NodeServiceNetworkDown` selects the same)."""
     out = []
     if s.service_network_kube_proxy_pods:
         pods = f'pod=~"{s.service_network_kube_proxy_pods}"'
@@ -449,7 +388,7 @@ def _in_namespace(namespace: str, matchers: str) -> str:
 
 
 def _service_network_selected(s: Settings) -> str:
-    """Every selected pod with its node, labelled with the selector that picked it."""
+    """Every selected pod with its node and the selector that picked it."""
     pins = Pins.of(s)
     parts = (
         f'label_replace({pins.ksm(f"{POD_INFO_METRIC}{{{matchers}}}")}, "{SELECTOR_LABEL}",'
@@ -460,7 +399,7 @@ def _service_network_selected(s: Settings) -> str:
 
 
 def service_network_pods(s: Settings) -> str:
-    """The selected pods on unschedulable nodes; value = Ready (1) or not (0). One per pod."""
+    """The selected pods on unschedulable nodes; value = Ready (1) or not (0)."""
     pins = Pins.of(s)
     ready = f"max by (namespace, pod) ({pins.ksm(POD_READY_METRIC)})"
     return (
@@ -475,16 +414,14 @@ def service_network_seen(s: Settings) -> str:
 
 
 def nvml_lookback_s(s: Settings) -> int:
-    """The mismatch history's range: `HELD_LOOKBACK_S`, or longer when its hold needs it."""
-    return max(HELD_LOOKBACK_S, s.nvml_hold_s + 2 * s.query_step_s)
+    return lookback_s(s, s.nvml_hold_s)
 
 
 def signal_queries(s: Settings) -> tuple[Query, ...]:
     pods = ("namespace", "pod", NODE_LABEL, SELECTOR_LABEL)
-    history = nvml_mismatch_history(nvml_lookback_s(s), s.query_step_s)
     return (
-        Query("nvml-mismatch-history", history, "matrix", (NODE_LABEL,), on_step=True),
-        Query("nvml-status", nvml_status(Pins.of(s)), required=(NODE_LABEL, "status")),
+        _history("nvml-mismatch-history", _nvml_history(s)),
+        Query("nvml-status", nvml_status(Pins.of(s)), required=_NVML_LABELS),
         Query("service-network-pods", service_network_pods(s), required=pods),
         Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
     )
@@ -499,9 +436,8 @@ POD_CREATED_METRIC = "kube_pod_created"
 
 
 def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> str:
-    """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError that were created
-    within `window_s`, where at least `min_pods` (joined by namespace and pod: the node, the GPU
-    requests, the creation time, so old Failed pods stop counting once the window passes)."""
+    """Per node, the GPU pods kubelet refused with UnexpectedAdmissionError created within
+    `window_s` (old Failed pods stop counting), where at least `min_pods`."""
     pod = "namespace, pod"
     rejected = f"(max by ({pod}) ({pins.ksm(POD_REASON_METRIC)}) == 1)"
     placed = pins.ksm(POD_INFO_METRIC + '{node!=""}')
@@ -515,13 +451,11 @@ def admission_rejected(min_pods: int, window_s: int, pins: Pins = NO_PINS) -> st
 
 
 def admission(s: Settings, pins: Pins = NO_PINS) -> str:
-    """`admission_rejected` with the site's minimum and window."""
     return admission_rejected(s.admission_rejected_min_pods, s.admission_rejected_window_s, pins)
 
 
 def gpu_count(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, the lower of its GPU capacity and the GPUs dcgm-exporter reports on it (an
-    absent exporter is not a short node)."""
+    """Per node, the lower of its GPU capacity and dcgm-exporter's GPUs (none: not short)."""
     capacity = f"max by ({NODE_LABEL}) ({_gpu_count(pins.ksm(CAPACITY_METRIC))})"
     xid = first_host(pins.dcgm(XID_METRIC), s.dcgm_node_label_names)
     exporter = f"count by ({NODE_LABEL}) (count by ({NODE_LABEL}, gpu) ({xid}))"
@@ -549,7 +483,7 @@ FABRIC_METRICS = (
 
 
 def _fabric_faults(s: Settings, pins: Pins) -> str:
-    """Every faulted fabric entity (a GPU, an NVSwitch, a switch port) with its ``node``."""
+    """Every faulted fabric entity (a GPU, an NVSwitch, a port) with its ``node``."""
     faults = (
         f"{pins.dcgm(FABRIC_METRIC)} == {FABRIC_FAILURE}",
         f"{pins.dcgm(NVSWITCH_FATAL_METRIC)} > 0",
@@ -560,41 +494,36 @@ def _fabric_faults(s: Settings, pins: Pins) -> str:
 
 
 def fabric_failed(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its faulted fabric entities (GPU, NVSwitch, switch port; any naming label)."""
     return f"count by ({NODE_LABEL}) ({_fabric_faults(s, pins)})"
 
 
 def fabric_not_success(s: Settings, pins: Pins = NO_PINS) -> str:
-    """Per node, its fabric entities not healthy now: a Fabric Manager status but Success, or
-    any fault `fabric_failed` counts."""
+    """Per node, its fabric entities not healthy now: faulted, or a status but Success."""
     other = first_host(f"{pins.dcgm(FABRIC_METRIC)} != {FABRIC_SUCCESS}", s.dcgm_node_label_names)
     return f"count by ({NODE_LABEL}) ({other} or {_fabric_faults(s, pins)})"
 
 
 def fabric_seen(pins: Pins = NO_PINS) -> str:
-    """How many series of any fabric field Prometheus has: 0 or none, the trigger does not apply."""
+    """The series of any fabric field: 0 or none, the trigger does not apply."""
     names = "|".join(FABRIC_METRICS)
     selector = '{__name__=~"' + names + '"}'
     return f"count({pins.dcgm(selector)})"
 
 
 def trigger_lookback_s(s: Settings) -> int:
-    """The range of the trigger histories: `HELD_LOOKBACK_S`, or longer when a hold needs it."""
-    longest = max(s.gpu_short_hold, s.admission_hold, s.fabric_hold)
-    return max(HELD_LOOKBACK_S, longest + 2 * s.query_step_s)
+    return lookback_s(s, max(s.gpu_short_hold, s.admission_hold, s.fabric_hold))
 
 
 def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
-    """The histories the node triggers hold on; none for a trigger that is off. `only`: the
-    Nodes' selector each per-node answer is narrowed to (`return_queries`)."""
+    """The histories the node triggers hold on (none for one that is off), each per-node answer
+    narrowed to the Nodes `only` selects (`return_queries`)."""
     pins = Pins.of(s)
 
     def of(expr: str) -> str:
         return f"({expr}) and on ({NODE_LABEL}) {only}" if only else expr
 
     def history(name: str, expr: str) -> Query:
-        window = f"[{trigger_lookback_s(s)}s:{s.query_step_s}s]"
-        return Query(name, f"({of(expr)}){window}", "matrix", (NODE_LABEL,), on_step=True)
+        return _history(name, f"({of(expr)})[{trigger_lookback_s(s)}s:{s.query_step_s}s]")
 
     rejected = admission(s, pins)
     return (
@@ -607,21 +536,12 @@ def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
 
 
 def grown_by(metric: str, window_s: int) -> str:
-    """How much a counter grew in the window: now less its lowest sample there, the same on
-    every engine (not ``increase()``: docs/engines.md).
-
-    >>> grown_by("m", 1800)
-    '(m - min_over_time(m[30m]))'
-    """
+    """A counter's growth in the window, now less its lowest sample there: the same on every
+    engine, as ``increase()`` is not (docs/engines.md)."""
     return f"({metric} - min_over_time({metric}[{duration(window_s)}]))"
 
 
 def duration(seconds: int) -> str:
-    """A PromQL / rule-file duration.
-
-    >>> duration(86400), duration(600), duration(90)
-    ('24h', '10m', '90s')
-    """
     for unit, size in (("h", 3600), ("m", 60)):
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
@@ -629,10 +549,6 @@ def duration(seconds: int) -> str:
 
 
 def ksm_label(kind: str, key: str) -> str:
-    """The label kube-state-metrics makes of an allowlisted Kubernetes label or annotation key.
-
-    >>> ksm_label("annotation", "gpu-node-guard.io/auto-cordon-reason")
-    'annotation_gpu_node_guard_io_auto_cordon_reason'
-    """
+    """The label kube-state-metrics makes of an allowlisted label or annotation key."""
     sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", key)
     return f"{kind}_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()

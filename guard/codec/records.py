@@ -1,7 +1,5 @@
-"""The guard's own node annotations: formats, parsers and the cancel value.
-
-A bad value is noted as an `Unreadable` in `Problems`, never raised. ASCII only: ``str.isdigit``
-and ``\\d`` also accept other scripts' digits.
+"""The guard's own node annotations: formats, parsers and values. A bad value is noted as an
+`Unreadable` in `Problems`, never raised. ASCII only: ``\\d`` also accepts other scripts' digits.
 """
 
 from __future__ import annotations
@@ -77,8 +75,7 @@ class Problems:
     def parsed(
         self, notes: Mapping[str, str], key: str, k: Annotations, parse: Callable[[str], T | str]
     ) -> T | None:
-        """`parse` of the annotation `key` (it returns why not, or the record); None when absent
-        or unreadable (noted)."""
+        """`parse` of the annotation `key` (the record, or why not); None: absent or noted."""
         text = notes.get(key)
         if text is None:
             return None
@@ -94,7 +91,6 @@ class Problems:
 
 
 def _shown(value: object) -> str:
-    """The start of a bad value's repr; a value nested too deep for repr is named as such."""
     try:
         return repr(value)[:SHOWN]
     except RecursionError:
@@ -110,24 +106,14 @@ def cordon_record(
     bad = len(problems.found)
     xid = _reason_xid(k.reason, reason, problems)
     word = xid_reason(xid) if xid is not None else as_reason(reason)
-    at = _time(notes, k.at, "auto-cordon-at", problems)
-    capacity = notes.get(k.gpu_capacity)
-    if capacity is not None and not COUNT.match(capacity):
-        problems.annotation(
-            k.gpu_capacity, "auto-cordon-gpu-capacity", capacity, "not a whole number"
-        )
-        capacity = None
-    gpu = _gpu_ref(notes.get(k.gpu), k.gpu, problems)
+    at = problems.parsed(notes, k.at, k, when)
+    capacity = problems.parsed(
+        notes, k.gpu_capacity, k, lambda t: int(t) if COUNT.match(t) else "not a whole number"
+    )
+    gpu = problems.parsed(notes, k.gpu, k, _gpu_ref)
     if len(problems.found) > bad or word is None:
         return None
-    return CordonRecord(
-        reason=word,
-        xid=xid,
-        at=at,
-        boot_id=notes.get(k.boot_id, ""),
-        gpu_capacity=int(capacity) if capacity is not None else None,
-        gpu=gpu,
-    )
+    return CordonRecord(word, xid, at, notes.get(k.boot_id, ""), capacity, gpu)
 
 
 def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
@@ -141,33 +127,22 @@ def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
     return None
 
 
-def _time(notes: Mapping[str, str], key: str, suffix: str, problems: Problems) -> datetime | None:
-    text = notes.get(key)
-    if text is None:
-        return None
+def when(text: str) -> datetime | str:
+    """The RFC 3339 time `text`, or why it is none."""
     try:
         return parse_time(text)
     except ValueError as exc:
-        problems.annotation(key, suffix, text, str(exc))
-        return None
+        return str(exc)
 
 
-def _gpu_ref(text: str | None, key: str, problems: Problems) -> GpuRef | None:
-    if text is None:
-        return None
+def _gpu_ref(text: str) -> GpuRef | str:
     parts = text.split(" ")
-    why = ""
     if len(parts) != 2 or not all(PRINTABLE_WORD.match(p) for p in parts):
-        why = "not two fields separated by one space"
-    else:
-        try:
-            pci = parts[0] if parts[0] == UNKNOWN_PCI else normalize_pci(parts[0])
-        except PciAddressError as exc:
-            why = str(exc)
-        else:
-            return GpuRef(pci, parts[1])
-    problems.annotation(key, "auto-cordon-gpu", text, why)
-    return None
+        return "not two fields separated by one space"
+    try:
+        return GpuRef(parts[0] if parts[0] == UNKNOWN_PCI else normalize_pci(parts[0]), parts[1])
+    except PciAddressError as exc:
+        return str(exc)
 
 
 def incident_records(
@@ -178,7 +153,6 @@ def incident_records(
 
 
 def _cancel(text: str) -> CancelRecord | str:
-    """The record, or why it does not parse."""
     parts = text.split(" ")
     if len(parts) != 4 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not four fields separated by one space"
@@ -187,31 +161,22 @@ def _cancel(text: str) -> CancelRecord | str:
     without_gpu = uuid == NO_GPU and not reason.startswith("xid-") and as_reason(reason) is not None
     if xid is None and not without_gpu:
         return f"third field {reason!r} is not xid-<n> (or a reason word after a GPU field '-')"
-    try:
-        when = parse_time(at)
-    except ValueError as exc:
-        return str(exc)
+    found = when(at)
+    if isinstance(found, str):
+        return found
     boot = "" if boot == UNKNOWN_BOOT else boot
     if xid is None:
-        return CancelRecord(boot, "", None, when, reason)
-    return CancelRecord(boot, uuid, int(xid[1]), when, reason)
+        return CancelRecord(boot, "", None, found, reason)
+    return CancelRecord(boot, uuid, int(xid[1]), found, reason)
 
 
 def cancel_value(boot_id: str, uuid: str, xid: int, at: str) -> str:
-    """The `cancelled` annotation value (inverse of the parser above).
-
-    >>> cancel_value("", "GPU-1a", 79, "2026-09-21T06:00:00Z")
-    'unknown GPU-1a xid-79 2026-09-21T06:00:00Z'
-    """
+    """The `cancelled` value (inverse of its parser; tests/unit/test_check_records.py)."""
     return f"{boot_id or UNKNOWN_BOOT} {uuid} xid-{xid} {at}"
 
 
 def reason_cancel_value(boot_id: str, reason: str, at: str) -> str:
-    """The `cancelled` value for a cordon without a GPU: the incident is its boot and reason.
-
-    >>> reason_cancel_value("boot-2", "nvml-mismatch", "2026-09-21T06:00:00Z")
-    'boot-2 - nvml-mismatch 2026-09-21T06:00:00Z'
-    """
+    """The `cancelled` value of a cordon without a GPU: the incident is its boot and reason."""
     return f"{boot_id or UNKNOWN_BOOT} {NO_GPU} {reason} {at}"
 
 
@@ -219,10 +184,8 @@ def _return(text: str) -> ReturnRecord | str:
     parts = text.split(" ")
     if len(parts) != 2 or not JOB_REF.match(parts[1]):
         return "not '<time> job/<name>'"
-    try:
-        return ReturnRecord(parse_time(parts[0]), parts[1])
-    except ValueError as exc:
-        return str(exc)
+    at = when(parts[0])
+    return at if isinstance(at, str) else ReturnRecord(at, parts[1])
 
 
 def leading_time(text: str | None) -> datetime | None:
@@ -233,12 +196,8 @@ def leading_time(text: str | None) -> datetime | None:
     >>> leading_time("done") is None
     True
     """
-    if not text:
-        return None
-    try:
-        return parse_time(text.split(" ", 1)[0])
-    except ValueError:
-        return None
+    found = when(text.split(" ", 1)[0]) if text else None
+    return None if isinstance(found, str) else found
 
 
 # ---- the device-taint record (guard.plan.device_taint) ----------------------------------------
@@ -288,21 +247,21 @@ def parse_record(text: str) -> DeviceRecord | None:
     if found is None:
         return None
     xid, at, boot, pci, uuid, device, rule = found.groups()
-    try:
-        when = parse_time(at)
-    except ValueError:
+    stamp = when(at)
+    if isinstance(stamp, str):
         return None
-    reason = xid_reason(int(xid))
-    return DeviceRecord(reason, when, "" if boot == "-" else boot, pci, uuid, device, rule)
+    return DeviceRecord(
+        xid_reason(int(xid)), stamp, "" if boot == "-" else boot, pci, uuid, device, rule
+    )
 
 
 # ---- every isolation the guard holds, as one value each ----------------------------------------
 
 
 def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
-    """Every isolation the guard holds, one value each (`Isolation.key`), whatever its unit: a
-    node carrying the guard's cordon reason (readable or not), a node's device-taint record, and
-    a guard DeviceTaintRule whose GPU no node record names (the record's patch did not land)."""
+    """Every isolation the guard holds, one value each (`Isolation.key`): a node with the guard's
+    cordon reason (readable or not), a device-taint record, and a guard DeviceTaintRule whose GPU
+    no node record names (the record's patch did not land)."""
     found: dict[str, Isolation] = {}
     for node in snap.nodes:
         for iso in (_cordon(node, k), _device(node, k)):

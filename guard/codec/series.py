@@ -1,5 +1,4 @@
-"""What the read stage and the planners both say of Prometheus series: `loss_since`, the step
-grid (`on_step`) and how a refused value is shown."""
+"""What the read stage and the planners both say of Prometheus series."""
 
 from __future__ import annotations
 
@@ -22,11 +21,9 @@ PROM_FIX = (
 def loss_since(
     history: Iterable[Series], now: datetime, step_s: int, lookback_s: int
 ) -> tuple[tuple[str, datetime], ...]:
-    """Per node, the first step of the run of loss steps that reaches up to `now`.
-
-    A run starting at the very beginning of the history may have started earlier: it is
-    reported as `lookback_s - step_s` ago, the most that every engine can show (Prometheus 3
-    leaves the first step of a range out), so engines agree on the order of old losses too.
+    """Per node, the first step of the run of loss steps that reaches up to `now`; a run from the
+    history's start is `lookback_s - step_s` old, the most every engine shows (Prometheus 3 leaves
+    a range's first step out), so engines agree on the order of old losses too.
 
     >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
     >>> def at(minute): return now.timestamp() - 60 * minute, 1.0
@@ -52,20 +49,12 @@ def loss_since(
 
 
 def on_step(now: datetime, step_s: int) -> datetime:
-    """The last multiple of `step_s` (since the epoch) at or before `now`.
-
-    >>> on_step(datetime(2026, 9, 21, 5, 55, 46, tzinfo=UTC), 60).strftime("%H:%M:%S")
-    '05:55:00'
-    """
+    """The last multiple of `step_s` (since the epoch) at or before `now`."""
     return datetime.fromtimestamp(now.timestamp() // step_s * step_s, UTC)
 
 
 def shown(value: str) -> str:
-    """A refused value for a log line: escaped (no line breaks), at most `_SHOWN` characters.
-
-    >>> shown("GPU-1\\nforged"), shown("x" * 300)[-17:]
-    ("'GPU-1\\\\nforged'", '…(300 characters)')
-    """
+    """A refused value for a log line: escaped, at most `_SHOWN` characters."""
     if len(value) <= _SHOWN:
         return repr(value)
     return f"{value[:_SHOWN]!r}…({len(value)} characters)"

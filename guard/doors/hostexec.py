@@ -1,8 +1,6 @@
-"""The one door to commands: every process the guard starts (host checks, exec plugins) runs here.
-
-`run` is bounded in time and never raises; each command runs in its own process group with stdin
-closed, so a timeout kills its children too. Inside a Job callers prefix ``NSENTER_PREFIX``.
-`CommandResult`, `Unknown` and `Runner` are what every host check shares.
+"""The one door to commands (host checks, exec plugins): `run` is bounded in time, never raises,
+and runs each command in its own process group with stdin closed, so a timeout kills its children
+too. Inside a Job callers prefix ``NSENTER_PREFIX``.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from typing import IO, Protocol
 
 # PID 1's mount namespace; the Job has hostPID and CAP_SYS_ADMIN.
 NSENTER_PREFIX = ("nsenter", "-t", "1", "-m", "--")
-# After the kill, how long to wait for the pipes to close. A process stuck in the kernel (D state,
-# e.g. a config read of a dead GPU) ignores SIGKILL; the run gives up on it instead of hanging.
+# After the kill, the wait for the pipes: a process in D state (a dead GPU's config read) ignores
+# SIGKILL, and the run gives up on it instead of hanging.
 KILL_GRACE_S = 1.0
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # the last this many bytes of a command's stdout are kept
 MAX_STDERR_BYTES = 64 * 1024
@@ -30,19 +28,17 @@ MAX_STDERR_BYTES = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class NotStarted:
-    """The program could not be started (missing, not executable); `strerror` says why."""
-
-    strerror: str
+    strerror: str  # why the program could not be started
 
 
 @dataclass(frozen=True, slots=True)
 class TimedOut:
-    """The command ran past its timeout; its process group was killed and its output dropped."""
+    """Its process group was killed and its output dropped."""
 
 
 @dataclass(frozen=True, slots=True)
 class Exited:
-    """The command ran to its end; its output is decoded as UTF-8, bad bytes replaced."""
+    """Its output is decoded as UTF-8, bad bytes replaced."""
 
     returncode: int
     stdout: str
@@ -62,9 +58,8 @@ def run(
     env: Mapping[str, str] | None = None,
     shell: bool = False,
 ) -> Outcome:
-    """Run `argv` (prefix included) for at most `timeout_s` seconds; never raises. The last
-    MAX_OUTPUT_BYTES of stdout are kept; with `stop_over`, a command that prints more than that
-    many bytes is killed instead, and its `Exited.dropped` is above 0."""
+    """Run `argv` for at most `timeout_s` seconds, keeping the last MAX_OUTPUT_BYTES of stdout;
+    with `stop_over`, a command that prints more is killed instead (`Exited.dropped` above 0)."""
     try:
         proc = subprocess.Popen(
             tuple(argv),
@@ -103,15 +98,14 @@ def run(
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL to the command's group, pipes left open: their close would wait for the readers'
-    read. The readers are daemons; they end when the last holder of the pipe does."""
+    read (daemons: they end with the last holder of the pipe)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
 class _Tail:
-    """The last `limit` bytes of a stream, read to its end: a journalctl of a long boot must
-    not hold hundreds of MB in a 256 Mi evidence Job, and the latest records (the fault) are at
-    the end. `full`, if given, is called when the stream passes `limit` bytes, and ends the read."""
+    """The last `limit` bytes of a stream (a long boot's journal must not fill a 256 Mi evidence
+    Job; the fault is at the end). `full`, if given, is called past `limit` and ends the read."""
 
     def __init__(self, limit: int, full: Callable[[], None] | None = None) -> None:
         self.limit = limit
@@ -153,13 +147,7 @@ def _text(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """A host fact that could not be established: `what` was read, `why` it failed (one line each).
-
-    Reported, never fatal: the rest of the host is still read.
-
-    >>> str(Unknown("journalctl -k -b 0", "timed out after 20s"))
-    'journalctl -k -b 0: timed out after 20s'
-    """
+    """A host fact that could not be established (reported, never fatal)."""
 
     what: str
     why: str
@@ -170,8 +158,8 @@ class Unknown:
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """One host command's outcome. `argv` is the command as asked, without the runner's prefix;
-    `returncode` is None when it did not start or timed out, and then `error` says which."""
+    """One host command's outcome: `argv` without the runner's prefix; `returncode` None when it
+    did not start or timed out (`error` says which)."""
 
     argv: tuple[str, ...]
     returncode: int | None
@@ -190,7 +178,7 @@ class CommandResult:
 
     @property
     def why(self) -> str:
-        """ "" when ok; else one line: the error, or the exit status and the last stderr line."""
+        """ "" when ok; else the error, or the exit status and the last stderr line."""
         if self.ok:
             return ""
         if self.error:
@@ -210,18 +198,12 @@ class Runner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class HostRunner:
-    """Real commands, each limited to `timeout_s`; `prefix` (e.g. NSENTER_PREFIX) runs before
-    each and is left out of the result."""
+    """Real commands, each limited to `timeout_s`, after `prefix` (e.g. NSENTER_PREFIX)."""
 
     timeout_s: float
     prefix: tuple[str, ...] = ()
 
     def run(self, argv: tuple[str, ...]) -> CommandResult:
-        """`run` of ``prefix + argv``, as a `CommandResult` about `argv`; never raises.
-
-        >>> HostRunner(5).run(("sh", "-c", "echo 'FATAL: Module ip_vs not found' >&2; exit 1")).why
-        'exit 1: FATAL: Module ip_vs not found'
-        """
         args, timeout_s = tuple(argv), self.timeout_s
         match run((*self.prefix, *args), timeout_s):
             case Exited(returncode, stdout, stderr):

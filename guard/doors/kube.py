@@ -1,8 +1,6 @@
-"""The one door to the Kubernetes API: raw JSON in and out over HTTP, typed errors, retries.
-
-Answers are plain dicts, as in a ``kubectl get -o json`` file (the kubernetes package only loads
-the credentials). 429, 5xx, resets, refusals and timeouts are retried until the part's deadline
-(guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S.
+"""The one door to the Kubernetes API: plain JSON dicts over HTTP (the kubernetes package only
+loads the credentials), typed errors; 429, 5xx, resets and timeouts retried until the part's
+deadline (guard.doors.retry), then `Unavailable`; the authorizer's 403 for FORBIDDEN_GRACE_S.
 """
 
 from __future__ import annotations
@@ -44,6 +42,9 @@ CORE, BATCH = "/api/v1", "/apis/batch/v1"
 EVENTS = "/apis/events.k8s.io/v1"
 LEASES = "/apis/coordination.k8s.io/v1"
 RESOURCE = "/apis/resource.k8s.io/v1"
+_Json = dict[str, Any] | None
+# What the client's loader raises on a malformed kubeconfig.
+_BAD = (OSError, TypeError, ValueError, KeyError, AttributeError)
 
 
 @dataclass
@@ -67,10 +68,8 @@ class Kube:
         request_timeout_s: float = 10.0,
         context: str = "",
     ) -> Kube:
-        """One rule for every subcommand, as kubectl's: `kubeconfig` (--kubeconfig) when given,
-        else ``$KUBECONFIG``, else the pod's ServiceAccount inside a cluster (`in_cluster`, by
-        default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``. `context` picks a
-        kubeconfig context other than the current one (kubectl --context)."""
+        """kubectl's rule: `kubeconfig`, else ``$KUBECONFIG``, else the ServiceAccount in a cluster
+        (`in_cluster`, default: KUBERNETES_SERVICE_HOST is set), else ``~/.kube/config``."""
         import yaml
         from kubernetes import client, config
 
@@ -94,16 +93,7 @@ class Kube:
                 )
             else:
                 config.load_incluster_config(client_configuration=cfg)
-        except (
-            config.ConfigException,
-            OSError,
-            TypeError,
-            ValueError,
-            yaml.YAMLError,
-            KeyError,
-            AttributeError,
-            kube_exec.ExecPluginFailed,
-        ) as exc:
+        except (config.ConfigException, yaml.YAMLError, kube_exec.ExecPluginFailed, *_BAD) as exc:
             where = kubeconfig or ("in-cluster service account" if in_cluster else "kubeconfig")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise KubeError(f"cannot load Kubernetes config from {where}: {first}") from None
@@ -114,9 +104,8 @@ class Kube:
     @classmethod
     def from_configuration(cls, cfg: Configuration, backoff: Backoff) -> Kube:
         session = requests.Session()
-        # The kubeconfig decides trust, proxy and credentials, not the environment: with
-        # trust_env, REQUESTS_CA_BUNDLE would replace the cluster's CA (psf/requests#3829) and a
-        # ~/.netrc entry the bearer token.
+        # The kubeconfig decides trust, proxy and credentials: REQUESTS_CA_BUNDLE would replace
+        # the cluster's CA (psf/requests#3829), a ~/.netrc entry the bearer token.
         session.trust_env = False
         session.verify = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
         if cfg.cert_file:
@@ -161,13 +150,7 @@ class Kube:
                 raise Unavailable(f"{what}: {problem} (gave up after {tries})")
 
     def _send(
-        self,
-        method: str,
-        path: str,
-        what: str,
-        params: dict[str, Any] | None,
-        body: dict[str, Any] | None,
-        content_type: str,
+        self, method: str, path: str, what: str, params: _Json, body: _Json, content_type: str
     ) -> dict[str, Any] | str:
         """The decoded answer, or the reason a retry may help; raises when it cannot."""
         remaining = self.backoff.remaining_s()
@@ -192,18 +175,14 @@ class Kube:
                 timeout=timeout,
             )
             content = answer.content
-        except requests.Timeout:
-            self.codes["error"] += 1
-            return f"no answer within {timeout[1]:g} s"
-        except (requests.exceptions.SSLError, requests.exceptions.InvalidURL) as exc:
-            self.codes["error"] += 1
-            raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-            self.codes["error"] += 1
-            return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused, cut off
         except requests.RequestException as exc:
             self.codes["error"] += 1
-            raise KubeError(f"{what}: {first_line(exc)}") from None
+            if isinstance(exc, requests.Timeout):
+                return f"no answer within {timeout[1]:g} s"
+            cut = (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
+            if isinstance(exc, cut) and not isinstance(exc, requests.exceptions.SSLError):
+                return f"cannot reach the API server: {socket_reason(exc)}"  # reset, refused
+            raise KubeError(f"{what}: {first_line(exc)}") from None  # no retry mends these
         self.codes[str(answer.status_code)] += 1
         if answer.status_code in TRANSIENT:
             return status_text(answer.status_code, answer.reason, content)
@@ -214,9 +193,8 @@ class Kube:
     def list_all(
         self, path: str, what: str, page_size: int | None = None, **params: Any
     ) -> Iterator[dict[str, Any]]:
-        """Every item of a list, `page_size` (default PAGE) per request; KubeError when the pages
-        or the items pass MAX_PAGES or MAX_LIST_ITEMS, or a `continue` token comes back that was
-        already used."""
+        """Every item of a list, `page_size` (default PAGE) per request; KubeError past MAX_PAGES
+        or MAX_LIST_ITEMS, or when a used `continue` token comes back."""
         token = None
         pages = count = 0
         tokens: set[str] = set()
@@ -261,7 +239,7 @@ class Kube:
         return (_kinded(x, kind) for x in self.list_all(path, what, page_size, **params))
 
     def _dra(self, path: str, what: str, kind: str, **params: Any) -> list[dict[str, Any]]:
-        """DRA (resource.k8s.io/v1): none where the API server does not serve the group."""
+        """DRA (resource.k8s.io/v1): none where the API server does not serve it."""
         try:
             return list(self._items(f"{RESOURCE}{path}", what, kind, **params))
         except NotFound:
@@ -309,21 +287,12 @@ class Kube:
         return self._get(_path(LEASES, "leases", namespace, name), f"get lease {namespace}/{name}")
 
     def resource_slices(self, driver: str) -> list[dict[str, Any]]:
-        """The driver's ResourceSlices."""
-        return self._dra(
-            "/resourceslices",
-            "list resourceslices",
-            "ResourceSlice",
-            fieldSelector=f"spec.driver={driver}",
-        )
+        what, selector = "list resourceslices", f"spec.driver={driver}"
+        return self._dra("/resourceslices", what, "ResourceSlice", fieldSelector=selector)
 
     def device_taint_rules(self, selector: str) -> list[dict[str, Any]]:
-        return self._dra(
-            "/devicetaintrules",
-            "list devicetaintrules",
-            "DeviceTaintRule",
-            labelSelector=selector,
-        )
+        what = "list devicetaintrules"
+        return self._dra("/devicetaintrules", what, "DeviceTaintRule", labelSelector=selector)
 
     def device_taint_rule(self, name: str) -> dict[str, Any] | None:
         return self._get(f"{RESOURCE}/devicetaintrules/{_q(name)}", f"get devicetaintrule {name}")
@@ -343,8 +312,8 @@ class Kube:
         return self._write("POST", path, what, body)
 
     def resource_claims(self, namespace: str) -> list[dict[str, Any]]:
-        """Every ResourceClaim of the namespace (not only labelled ones: a claim named as the
-        guard's is seen whoever made it)."""
+        """Every ResourceClaim of the namespace, labelled or not: a claim named as the guard's
+        is seen whoever made it."""
         path = f"/namespaces/{_q(namespace)}/resourceclaims"
         return self._dra(path, f"list resourceclaims {namespace}", "ResourceClaim")
 
@@ -369,8 +338,7 @@ class Kube:
         return self._write("POST", _path(LEASES, "leases", namespace), what, body)
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """An update with the body's resourceVersion: a Lease changed since it was read is a
-        `Conflict`, never overwritten."""
+        """With the body's resourceVersion: a Lease changed since the read is a `Conflict`."""
         path = _path(LEASES, "leases", namespace, name)
         return self._write("PUT", path, f"update lease {namespace}/{name}", body)
 
@@ -437,8 +405,7 @@ def check_kubeconfig(path: str) -> None:
 
 
 def _authorize(session: requests.Session, cfg: Configuration) -> None:
-    """The kubeconfig user's or ServiceAccount's credentials as the client would send them
-    (bearer token, or basic auth), refreshed when they expire (exec plugins, projected tokens)."""
+    """The credentials as the client would send them, refreshed (exec plugins, projected tokens)."""
     if cfg.refresh_api_key_hook is not None:
         cfg.refresh_api_key_hook(cfg)
     for auth in cfg.auth_settings().values():

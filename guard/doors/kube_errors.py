@@ -1,5 +1,4 @@
-"""The Kubernetes door's typed errors (409 `Conflict`/`AlreadyExists`, 404 `NotFound`, other
-4xx `Refused`/`Forbidden`, still unreachable `Unavailable`), made from an answer or socket error."""
+"""The Kubernetes door's typed errors, made from an answer or a socket error."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ class Refused(KubeError):
 
 
 class Forbidden(Refused):
-    """403. `by_admission`: an admission check's verdict (a webhook's, a policy's), not the
-    authorizer's."""
+    """403; `by_admission`: an admission check's verdict, not the authorizer's."""
 
     def __init__(self, message: str, status: int, by_admission: bool = False) -> None:
         super().__init__(message, status)
@@ -97,14 +95,7 @@ def typed(what: str, code: int, reason: str, content: bytes) -> KubeError:
 
 
 def socket_reason(exc: Exception, line: Callable[[object], str] | None = None) -> str:
-    """The OS's words under urllib3's wrapping ("[Errno 111] Connection refused"), else `line`
-    (by default this door's `first_line`) of the error.
-
-    >>> socket_reason(OSError("HTTPSConnectionPool(host='h', port=1): Max retries exceeded "
-    ...     "(Caused by NewConnectionError('<c>: Failed to establish a new connection: "
-    ...     "[Errno 111] Connection refused'))"))
-    '[Errno 111] Connection refused'
-    """
+    """The OS's words under urllib3's wrapping, else `line` (default `first_line`) of the error."""
     text = str(exc)
     found = re.search(r"\[Errno -?\d+\][^'\")]*", text)
     return found[0].strip() if found else (line or first_line)(text)

@@ -1,7 +1,5 @@
-"""Kubeconfig exec credential plugins, bounded (`aws eks get-token`, `kubelogin`, …).
-
-The client runs a plugin with no timeout and logs its failure instead of raising. `install`
-replaces its runner: at most `EXEC_TIMEOUT_S`, no terminal, bounded output, `ExecPluginFailed`.
+"""Kubeconfig exec credential plugins (`aws eks get-token`, …), bounded: the client runs one with
+no timeout and logs its failure; `install` replaces its runner with one that raises.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ MAX_OUTPUT_BYTES = 1024 * 1024
 
 
 class ExecPluginFailed(BaseException):
-    """A BaseException on purpose: the client's loader catches every Exception of the plugin
-    and logs it instead of failing; this one passes through to `guard.doors.kube`."""
+    """Not an Exception: the client's loader logs those instead of failing."""
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -28,7 +25,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 def _stdout(args: Any, cwd: Any, env: Any, shell: bool, name: str) -> str:
     """The plugin's stdout once it exits 0: no terminal, at most EXEC_TIMEOUT_S, at most
-    MAX_OUTPUT_BYTES (a plugin that prints without end is stopped, not buffered)."""
+    MAX_OUTPUT_BYTES (stopped, not buffered)."""
     done = run(args, EXEC_TIMEOUT_S, stop_over=MAX_OUTPUT_BYTES, cwd=cwd, env=env, shell=shell)
     if isinstance(done, NotStarted):
         raise ExecPluginFailed(f"exec credential plugin {name} cannot start: {done.strerror}")

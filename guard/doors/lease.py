@@ -1,6 +1,5 @@
-"""The cycle's Lease (coordination.k8s.io/v1, `CYCLE_LEASE` in the guard's namespace): two runs
-never decide at the same time, and one cordon per cron slot across runs (the `isolated-slot`
-record). The case list and the slot record: docs/architecture.md, "Lease".
+"""The cycle's Lease: two runs never decide at the same time, and one cordon per cron slot across
+runs (the `isolated-slot` record). The case list: docs/architecture.md, "Lease".
 """
 
 from __future__ import annotations
@@ -18,18 +17,11 @@ from guard.names import APP_LABEL, APP_NAME, CYCLE_LEASE
 from guard.settings import LEASE_MAX_S
 
 _MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # the API's MicroTime
-# The guard's nodes' clocks agree within this (NTP): a renewal further ahead than this was
-# written by no run.
-SKEW_S = 30
+SKEW_S = 30  # the nodes' clocks agree within this (NTP): a renewal further ahead is forged
 
 
 def holder_identity(hostname: str | None = None, pid: int | None = None) -> str:
-    """This run's holderIdentity: `<hostname>-<pid>` (in the CronJob's pod, its name), in the
-    form the guard-scope policy admits (LEASE_HOLDER_PATTERN).
-
-    >>> holder_identity("gpu-node-guard-29832830-x7k2p", 1), holder_identity("Dev_Box.local", 7)
-    ('gpu-node-guard-29832830-x7k2p-1', 'dev-box.local-7')
-    """
+    """`<hostname>-<pid>` in the form the guard-scope policy admits (LEASE_HOLDER_PATTERN)."""
     host = re.sub(r"[^a-z0-9.-]", "-", (hostname or socket.gethostname()).lower())
     host = host.strip(".-")[:240] or "host"
     return f"{host}-{os.getpid() if pid is None else pid}"
@@ -41,11 +33,6 @@ def slot_key(annotation_prefix: str) -> str:
 
 
 def micro_time(at: datetime) -> str:
-    """MicroTime as the API writes it.
-
-    >>> micro_time(datetime(2026, 9, 21, 5, 55, tzinfo=UTC))
-    '2026-09-21T05:55:00.000000Z'
-    """
     return at.astimezone(UTC).strftime(_MICRO)
 
 
@@ -59,18 +46,7 @@ def parse_micro(text: object) -> datetime | None:
 
 
 def forged(lease: dict[str, Any], now: datetime) -> str:
-    """Why `lease` cannot have been written by a run (the case list above), else "".
-
-    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
-    >>> spec = {"holderIdentity": "x", "renewTime": "2100-01-01T00:00:00.000000Z"}
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
-    'renewed in the future (2100-01-01T00:00:00.000000Z)'
-    >>> spec["renewTime"] = "2026-09-21T05:54:00.000000Z"
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 2147483647}}, now)
-    'leaseDurationSeconds 2147483647, longer than any run writes (270)'
-    >>> forged({"spec": {**spec, "leaseDurationSeconds": 90}}, now)
-    ''
-    """
+    """Why `lease` cannot have been written by a run, else "" (tests/unit/test_lease_forged.py)."""
     spec = lease.get("spec") or {}
     written = spec.get("renewTime") or spec.get("acquireTime")
     renewed = parse_micro(written)
@@ -83,15 +59,7 @@ def forged(lease: dict[str, Any], now: datetime) -> str:
 
 
 def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
-    """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours).
-
-    >>> now = datetime(2026, 9, 21, 5, 55, tzinfo=UTC)
-    >>> spec = {"holderIdentity": "b", "leaseDurationSeconds": 90}
-    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:54:00.000000Z"}}, "a", now)
-    'b'
-    >>> held_by_other({"spec": {**spec, "renewTime": "2026-09-21T05:53:00.000000Z"}}, "a", now)
-    ''
-    """
+    """The other holder that still holds `lease` at `now`, else "" (free, expired, or ours)."""
     spec = lease.get("spec") or {}
     other = str(spec.get("holderIdentity") or "")
     if not other or other == holder:
@@ -107,14 +75,8 @@ def held_by_other(lease: dict[str, Any], holder: str, now: datetime) -> str:
 
 
 def lease_seconds(now: datetime, most: int, expires_by: datetime | None) -> int:
-    """`leaseDurationSeconds` written at `now`: `most`, ending no later than `expires_by` (the
-    next cron slot's start), and at least 1 (the API's minimum).
-
-    >>> at = datetime(2026, 9, 21, 5, 58, 50, tzinfo=UTC)
-    >>> nxt = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
-    >>> lease_seconds(at, 90, nxt), lease_seconds(at, 30, nxt), lease_seconds(nxt, 90, nxt)
-    (70, 30, 1)
-    """
+    """`leaseDurationSeconds` written at `now`: `most`, ending by `expires_by` (the next cron
+    slot), at least 1 (the API's minimum)."""
     if expires_by is None:
         return most
     return max(1, min(most, math.floor((expires_by - now).total_seconds())))
@@ -134,7 +96,7 @@ class CycleLease:
     _lease: dict[str, Any] | None = None
 
     def isolated_slot(self) -> str:
-        """The slot of the last isolation, as the Lease said when this run took it."""
+        """The slot of the last isolation, as the Lease said when this run read it."""
         meta = (self._lease or {}).get("metadata") or {}
         return str((meta.get("annotations") or {}).get(self.slot_key, ""))
 
@@ -202,19 +164,16 @@ class CycleLease:
         return True
 
     def record(self, slot: str, now: datetime) -> bool:
-        """This run is about to write a cordon: its slot goes into the Lease with this renewal,
-        before the write. True while this run still holds the Lease."""
+        """Before a cordon is written, its slot goes into the Lease with a renewal (`slot` "":
+        none landed, the record as this run found it). True while this run holds the Lease."""
         self.isolated = slot
         return self.renew(now)
 
     def unrecord(self, now: datetime) -> bool:
-        """No cordon landed after all: the record as this run found it, with a renewal."""
-        self.isolated = ""
-        return self.renew(now)
+        return self.record("", now)
 
     def release(self, now: datetime) -> None:
-        """Free at once for the next run: no holder, renewed now (a Conflict: not ours any
-        more, nothing to free)."""
+        """Free at once for the next run (a Conflict: not ours any more, nothing to free)."""
         body = self._body(now, False)
         body["spec"]["holderIdentity"] = ""
         try:

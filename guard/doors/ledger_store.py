@@ -2,7 +2,7 @@
 
 Appends are read-modify-write with the read ``resourceVersion`` (409: again). Before a write would
 pass `Settings.ledger_archive_bytes` the oldest lines move to ``<ledger>-archive-<n>``, written
-first: a line may be in both places, never in neither; readers count it once (`ledger_lines`).
+first: a line may be in both places, never in neither; readers count it once.
 """
 
 from __future__ import annotations
@@ -36,20 +36,14 @@ def archive_name(ledger_name: str, n: int) -> str:
 
 
 def archive_index(ledger_name: str, name: str) -> int | None:
-    """n of ``<ledger>-archive-<n>``, else None.
-
-    >>> archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12")
-    12
-    >>> archive_index("gpu-fault-ledger", "other-archive-1") is None
-    True
-    """
+    """n of ``<ledger>-archive-<n>``, else None."""
     if not re.fullmatch(ledger_archive_pattern(ledger_name), name):
         return None
     return int(name.rsplit("-", 1)[1])
 
 
 def size_of(data: Mapping[str, str]) -> int:
-    """Bytes the API counts against the object limit (values), plus the keys to be safe."""
+    """Bytes the API counts against the object limit, keys included to be safe."""
     return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
 
 
@@ -62,17 +56,7 @@ class Split:
 
 def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
     """Move the oldest lines out until what stays is at most `target_bytes`; a line without a
-    time (a person's note) moves with the line before it. Order within a node is kept.
-
-    >>> data = {"a": "2026-01-02T00:00:00Z xid-79 0000:01:00.0 GPU-1 gpu-node-guard\\n"
-    ...              "note about it\\n",
-    ...         "b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"
-    ...              "2026-03-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n"}
-    >>> split = split_oldest(data, 60)
-    >>> split.moved == {"b": "2026-01-01T00:00:00Z xid-48 0000:02:00.0 GPU-2 manual\\n",
-    ...                 "a": data["a"]}, split.lines
-    (True, 3)
-    """
+    time (a person's note) moves with the line before it. Order within a node is kept."""
     rows: list[tuple[datetime, str, int, str]] = []
     for node, text in data.items():
         age = _OLDEST
@@ -97,51 +81,27 @@ def split_oldest(data: Mapping[str, str], target_bytes: int) -> Split:
     return Split(keep, moved, len(moving))
 
 
-def merged(
-    ledger_data: Mapping[str, str], archives: Iterable[Mapping[str, object]]
-) -> dict[str, str]:
-    """Node → text of the archives (oldest first) and the ledger, a line seen twice kept once.
-
-    >>> archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": "w\\nx\\n"}}
-    >>> merged({"a": "x\\ny\\n"}, [archive])
-    {'a': 'w\\nx\\ny\\n'}
-    """
-    ordered = sorted(archives, key=lambda cm: _index_of(cm))
-    out: dict[str, list[str]] = {}
-    seen: dict[str, set[str]] = {}
-    for data in [*(_text_data(cm) for cm in ordered), dict(ledger_data)]:
-        for node in sorted(data):
-            for raw in data[node].splitlines():
-                key = raw.strip()
-                if not key or key in seen.setdefault(node, set()):
-                    continue
-                seen[node].add(key)
-                out.setdefault(node, []).append(raw)
-    return {node: "".join(f"{raw}\n" for raw in lines) for node, lines in out.items()}
-
-
 def ledger_lines(
     ledger_data: Mapping[str, object], archives: Iterable[Mapping[str, Any]]
 ) -> tuple[ledger.LedgerLine, ...]:
-    """The ledger's lines with its archives' (oldest first, a line stored twice counted once),
-    sorted by node, file order within a node: the incidents the guard counts.
-
-    A value that is not text (only a hand-made file has one) stays one unreadable line of its key.
-
-    >>> archive = {"metadata": {"name": "l-archive-1"},
-    ...            "data": {"a": "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual\\n"}}
-    >>> [ln.raw for ln in ledger_lines({"a": "note\\n"}, [archive])]
-    ['2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual', 'note']
-    """
+    """The ledger's lines after its archives' (oldest first, a line stored twice counted once),
+    by node, file order within a node. A value that is not text (a hand-made file's) stays one
+    unreadable line of its key."""
     text = {str(k): v for k, v in ledger_data.items() if isinstance(v, str)}
     odd = {k: v for k, v in ledger_data.items() if not isinstance(v, str)}
-    lines = ledger.parse_ledger(merged(text, archives)) + ledger.parse_ledger(odd)
+    kept: dict[str, dict[str, str]] = {}  # node → its lines, stripped → as stored
+    for data in [*(_text_data(cm) for cm in sorted(archives, key=_index_of)), text]:
+        for node in sorted(data):
+            for raw in data[node].splitlines():
+                if raw.strip():
+                    kept.setdefault(node, {}).setdefault(raw.strip(), raw)
+    merged = {node: "".join(f"{raw}\n" for raw in found.values()) for node, found in kept.items()}
+    lines = ledger.parse_ledger(merged) + ledger.parse_ledger(odd)
     return tuple(sorted(lines, key=lambda ln: ln.node))  # stable: file order within a node
 
 
 def is_archive(cm: Mapping[str, Any], ledger_name: str) -> bool:
-    """One of the ledger's archives: both labels of `ARCHIVE_SELECTOR` and the name
-    ``<ledger>-archive-<n>`` (a ConfigMap with only one of them is not)."""
+    """Both labels of `ARCHIVE_SELECTOR` and the name ``<ledger>-archive-<n>``, not one alone."""
     meta = cm.get("metadata")
     labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
     return (
@@ -246,13 +206,8 @@ def _configmap(target: LedgerTarget, name: str, data: dict[str, str]) -> dict[st
 
 
 def archive_text(text: str) -> str:
-    """`text` with every character that is not printable (a tab stays) as its Python escape: no
-    archive line carries escape bytes into a terminal or a log. Such a line never parsed, so
-    counts are unchanged.
-
-    >>> archive_text("2026-01-01T00:00:00Z note\\x1b[31m red\\tx\\n")
-    '2026-01-01T00:00:00Z note\\\\x1b[31m red\\tx\\n'
-    """
+    """`text` with every character that is not printable (but a tab) as its Python escape: no
+    archive carries escape bytes to a terminal. Such a line never parsed: counts are unchanged."""
     return "".join(
         "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in raw) + "\n"
         for raw in text.splitlines()
@@ -260,8 +215,8 @@ def archive_text(text: str) -> str:
 
 
 def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> str:
-    """Create the next archive (n = highest found + 1; a name taken meanwhile → the next n);
-    its lines escaped (`archive_text`): this is the one place archives are written."""
+    """Create the next archive (n = highest found + 1; a name taken meanwhile: the next n), its
+    lines escaped: the one place archives are written."""
     taken = read_archives(kube, target.namespace, target.name)
     n = max(map(_index_of, taken), default=0) + 1
     for _ in range(100):
@@ -277,24 +232,18 @@ def _write_archive(kube: Kube, target: LedgerTarget, moved: dict[str, str]) -> s
 
 def _hint(cm: Mapping[str, object] | None, node: str) -> str:
     """What a person does about a ledger the API refuses to change."""
-    if cm is None:
-        return ""
-    if cm.get("immutable") is True:
-        return (
-            "; the ledger ConfigMap is immutable: recreate it without `immutable` "
-            "(keep its data); while the node stays cordoned the guard adds the line again"
-        )
-    binary = cm.get("binaryData")
-    if isinstance(binary, Mapping) and node in binary:
-        return (
-            f"; binaryData already holds key {node}: move it into data "
-            "(the ledger is text only); while the node stays cordoned the guard adds the line again"
-        )
-    if isinstance(binary, Mapping) and binary:  # policies/ledger.yaml refuses every change then
+    binary = (cm or {}).get("binaryData")
+    binary = binary if isinstance(binary, Mapping) else {}
+    if cm is not None and cm.get("immutable") is True:
+        why = "the ledger ConfigMap is immutable: recreate it without `immutable` (keep its data)"
+    elif node in binary:
+        why = f"binaryData already holds key {node}: move it into data (the ledger is text only)"
+    elif binary:  # policies/ledger.yaml refuses every change then
         keys = ", ".join(sorted(map(str, binary)))
-        return (
-            f"; the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
-            "every change: move it into data; while the node stays cordoned the guard adds the "
-            "line again"
+        why = (
+            f"the ledger carries binaryData (keys {keys}), which the ledger policy refuses on "
+            "every change: move it into data"
         )
-    return ""
+    else:
+        return ""
+    return f"; {why}; while the node stays cordoned the guard adds the line again"

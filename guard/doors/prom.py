@@ -1,11 +1,7 @@
-"""The one door to Prometheus: instant queries with strict answer validation.
-
-Anything abnormal raises `PromError` (one line naming the query and the value), never "no
-candidates". Every answer is bounded: one total deadline per request, a cap on its decoded bytes
-and one on its series. Transient failures (refused, reset, timed out, 502/503/504, 429 with
-Retry-After) are retried within the run's budget (guard.doors.retry). A series wrong on its own
-(not a finite number, a duplicate) is a `BadSeries` of the answer (`vector_checked`,
-`matrix_checked`), so the caller blames its node only; `vector` and `matrix` raise on it.
+"""The one door to Prometheus: instant queries, every answer bounded (one total deadline, a cap on
+its bytes and its series) and validated. Anything abnormal is a one-line `PromError`, never "no
+candidates"; transient failures are retried within the run's budget (guard.doors.retry). A series
+wrong on its own (not a finite number, a duplicate) is a `BadSeries`: its node alone is blamed.
 """
 
 from __future__ import annotations
@@ -32,8 +28,6 @@ from guard.files import first_line
 from guard.settings import Settings
 
 Labels = tuple[tuple[str, str], ...]
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_SERIES = 20000
 _CHUNK = 64 * 1024
 # Each result object starts {"metric":{…}; a label *named* metric has a string value instead.
 _RESULT_OBJECT = re.compile(rb'"metric"\s*:\s*\{')
@@ -41,8 +35,7 @@ _RESULT_OBJECT = re.compile(rb'"metric"\s*:\s*\{')
 _INSTANT_TOLERANCE_S = 1.0
 # Without an instant the engine's own clock is used: only a time outside these is absurd.
 _EPOCH_FIRST, _EPOCH_LAST = 0.0, 4_102_444_800.0  # 1970 to 2100
-# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings`; 3.x sends them in
-# `infos`. Neither says the answer is incomplete.
+# Prometheus 2.45 to 2.55 sent PromQL's info annotations in `warnings` (3.x: `infos`).
 _INFO_PREFIX = "PromQL info:"
 # Words of a warning that says the answer lacks data (a partial answer: docs/engines.md); any
 # other warning is logged once a run and the answer used (`PromClient.warn`).
@@ -54,9 +47,8 @@ _PARTIAL_WORDS = (
     "unavailable",
     "no storeapis matched",
 )
-# Answers a retry may mend: a proxy or Thanos Query whose backend restarts (502, 503, 504) and a
-# limiter that says when to come back (429 with Retry-After). 500 and other 4xx are the query's
-# or the engine's fault: the same again.
+# Answers a retry may mend: a proxy whose backend restarts, and 429 with Retry-After; 500 and
+# other 4xx are the query's or the engine's fault.
 _TRANSIENT = frozenset({502, 503, 504})
 T = TypeVar("T", "Sample", "Series")
 
@@ -66,7 +58,7 @@ class PromError(Exception):
 
 
 class _Transient(PromError):
-    """No answer came (refused, reset, timed out): another try may get one."""
+    """No answer came: another try may get one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +81,6 @@ class Series(_Labelled):
 
 @dataclass(frozen=True, slots=True)
 class BadSeries(_Labelled):
-    """One series of an answer that failed a check of its own; `why` names the value."""
-
     why: str  # never holds a label value: those may carry anything, line breaks included
     value: str = ""  # the sample's value as sent, where that is what is wrong
     what: str = "value"  # what is wrong: the value, a missing label's name, or "labels"
@@ -98,8 +88,6 @@ class BadSeries(_Labelled):
 
 @dataclass(frozen=True, slots=True)
 class Checked(Generic[T]):
-    """An answer split into the series that passed and those that did not."""
-
     good: tuple[T, ...]
     bad: tuple[BadSeries, ...] = ()
 
@@ -121,16 +109,7 @@ class _Answer:
 
 
 def _retry_wait(answer: _Answer) -> float | None:
-    """The least wait before another try when the answer is transient (0: the backoff's own),
-    else None.
-
-    >>> _retry_wait(_Answer(503, "", bytearray())), _retry_wait(_Answer(400, "", bytearray()))
-    (0.0, None)
-    >>> _retry_wait(_Answer(429, "", bytearray(), retry_after="3"))
-    3.0
-    >>> _retry_wait(_Answer(429, "", bytearray())) is None  # no word on when: not retried
-    True
-    """
+    """The least wait before another try (0: the backoff's own); None: not transient."""
     if answer.status in _TRANSIENT:
         return 0.0
     if answer.status == 429:
@@ -148,29 +127,25 @@ class PromClient:
 
     base_url: str
     timeout_s: float = 10.0
-    bearer_token: str = ""
     session: requests.Session = field(default_factory=requests.Session)
-    max_answer_bytes: int = DEFAULT_MAX_BYTES
-    max_series: int = DEFAULT_MAX_SERIES
+    max_answer_bytes: int = 16 * 1024 * 1024
+    max_series: int = 20000
     access: PromAccess = field(default_factory=PromAccess)
     requests_made: int = 0
-    # Queries by HTTP status of the answer ("200", "400", …), "error" where no usable answer
-    # came (timeout, refused, too large): the pushed gpu_node_guard_last_run_requests.
+    # Queries by HTTP status, "error" where no usable answer came (the pushed requests metric).
     codes: Counter[str] = field(default_factory=Counter)
     # The run's retry budget (guard.run `Budget`: the cycle's deadline, then the run's).
     backoff: Backoff = field(default_factory=Backoff.once)
-    # A warning that does not say the answer is partial: (query, warning), once per text.
+    # (query, warning) of a warning that is not of a partial answer, once per text.
     warn: Callable[[str, str], None] = lambda _name, _warning: None
     warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.access.apply(self.session)
-        if self.bearer_token:
-            self.session.headers["Authorization"] = f"Bearer {self.bearer_token}"
 
     @classmethod
     def from_settings(cls, s: Settings) -> PromClient:
-        """The client a guard run uses; files named by settings are read here (PromAccessError)."""
+        """Files named by settings are read here (PromAccessError)."""
         return cls(
             s.prometheus_url,
             s.prometheus_timeout_s,
@@ -184,15 +159,9 @@ class PromClient:
     ) -> tuple[Sample, ...]:
         return self.vector_checked(name, promql, at, required).strict(name)
 
-    def matrix(
-        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
-    ) -> tuple[Series, ...]:
-        return self.matrix_checked(name, promql, at, required).strict(name)
-
     def vector_checked(
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> Checked[Sample]:
-        """The answer's samples, each series that is wrong on its own set apart."""
         return self._checked(name, promql, at, required, None)
 
     def matrix_checked(
@@ -203,7 +172,7 @@ class PromClient:
         required: Iterable[str] = (),
         window_s: float = 31 * 86400,
     ) -> Checked[Series]:
-        """As `vector_checked`; every point must lie in the `window_s` before the instant."""
+        """Every point must lie in the `window_s` before the instant."""
         return self._checked(name, promql, at, required, window_s)
 
     def _checked(
@@ -217,9 +186,7 @@ class PromClient:
         """A vector's samples, or with `window_s` a matrix's series."""
         matrix = window_s is not None
         result = self._query(name, promql, at, "matrix" if matrix else "vector")
-        clock = (
-            _Clock.matrix(name, at, window_s) if window_s is not None else _Clock.vector(name, at)
-        )
+        clock = _Clock.of(name, at, window_s)
         good: list[Any] = []
         bad: list[BadSeries] = []
         for item in result:
@@ -238,10 +205,9 @@ class PromClient:
         return _split_duplicates(good, bad)
 
     def server_time(self, name: str = "prometheus-time") -> datetime:
-        """The engine's own now: the evaluation time of ``time()`` asked at no instant (a
-        scalar; some engines answer a one-sample vector)."""
+        """The engine's own now: ``time()`` at no instant (some engines answer a vector)."""
         result = self._query(name, "time()", None, "scalar|vector")
-        clock = _Clock.vector(name, None)
+        clock = _Clock.of(name, None)
         pair: Any = result
         if result and isinstance(result[0], dict):
             if len(result) != 1:
@@ -252,8 +218,8 @@ class PromClient:
         return datetime.fromtimestamp(clock.check(pair[0]), UTC)
 
     def _query(self, name: str, promql: str, at: datetime | None, want: str) -> list[Any]:
-        # Thanos Query answers with what the reachable stores have unless told not to; a
-        # smaller answer would read as fewer faults. Prometheus ignores the parameter.
+        # Thanos Query answers with what the reachable stores have unless told not to (fewer
+        # series would read as fewer faults); Prometheus ignores the parameter.
         form = {"query": promql, "partial_response": "false"}
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
@@ -274,14 +240,13 @@ class PromClient:
         return result
 
     def _answer(self, name: str, url: str, form: dict[str, str]) -> _Answer:
-        """The first answer that is not transient, or the last one when the budget is spent
-        (then `_result` says what it was); PromError when no answer came."""
+        """The first answer that is not transient, else the last one; PromError: none came."""
         attempt = 0
         while True:
             attempt += 1
             # A retry never runs past the deadline; the first try has its whole timeout.
             timeout = (
-                self.timeout_s if attempt == 1 else min(self.timeout_s, self.backoff.remaining_s())
+                min(self.timeout_s, self.backoff.remaining_s()) if attempt > 1 else self.timeout_s
             )
             self.requests_made += 1
             try:
@@ -302,23 +267,15 @@ class PromClient:
                 return _Answer(answer.status, answer.content_type, answer.body, _tries(attempt))
 
     def _post(self, name: str, url: str, form: dict[str, str], timeout_s: float) -> _Answer:
-        """The whole answer within `timeout_s`, or PromError; a reader left behind is abandoned.
-
-        requests' timeout bounds each socket read, so a body trickled a byte at a time never
-        trips it: the request runs in a worker thread and this thread waits the total deadline.
-        """
-        box: dict[str, Any] = {}
-        stop = threading.Event()
-        worker = threading.Thread(
-            target=self._read,
-            args=(name, url, form, timeout_s, box, stop),
-            name=f"prom-{name}",
-            daemon=True,
-        )
+        """The whole answer within `timeout_s`, or PromError. requests' timeout bounds each read,
+        not a body trickled a byte at a time: a worker thread reads, this one waits the total."""
+        box: dict[str, Any] = {"stop": threading.Event()}
+        args = (name, url, form, timeout_s, box)
+        worker = threading.Thread(target=self._read, args=args, name=f"prom-{name}", daemon=True)
         worker.start()
         worker.join(timeout_s)
         if worker.is_alive():
-            stop.set()
+            box["stop"].set()
             _hang_up(box.get("response"))
             got = len(box.get("body", b""))
             raise _Transient(
@@ -332,21 +289,14 @@ class PromClient:
         return answer
 
     def _read(
-        self,
-        name: str,
-        url: str,
-        form: dict[str, str],
-        timeout_s: float,
-        box: dict[str, Any],
-        stop: threading.Event,
+        self, name: str, url: str, form: dict[str, str], timeout_s: float, box: dict[str, Any]
     ) -> None:
         try:
-            limit = (timeout_s, timeout_s)
             # verify and cert per request: a session-level CA path would lose to REQUESTS_CA_BUNDLE.
             with self.session.post(
                 url,
                 data=form,
-                timeout=limit,
+                timeout=(timeout_s, timeout_s),
                 stream=True,
                 verify=self.access.verify,
                 cert=self.access.cert,
@@ -359,7 +309,7 @@ class PromClient:
                 body = bytearray()
                 box["body"] = body
                 for chunk in response.iter_content(_CHUNK):  # decoded: a gzip bomb is counted too
-                    if stop.is_set():
+                    if box["stop"].is_set():
                         break
                     body += chunk
                     if len(body) > self.max_answer_bytes:
@@ -392,10 +342,7 @@ class PromClient:
 
 
 def _hang_up(response: requests.Response | None) -> None:
-    """Shut the socket under a reader left behind, so its blocked read returns now.
-
-    Not ``response.close()``: that waits for the reader's buffer lock, i.e. for the trickle.
-    """
+    """Shut the socket under a reader left behind (``close()`` would wait for its read)."""
     connection = getattr(getattr(response, "raw", None), "connection", None)
     sock = getattr(connection, "sock", None)
     if sock is not None:
@@ -404,7 +351,7 @@ def _hang_up(response: requests.Response | None) -> None:
 
 
 def _result(name: str, answer: _Answer, want: str, url: str) -> tuple[list[Any], list[str]]:
-    """The answer's result and the warnings that do not say it is partial."""
+    """The answer's result and its warnings that do not say it is partial."""
     status = answer.status
     try:
         body = json.loads(answer.body)
@@ -454,19 +401,16 @@ def _labels(name: str, item: Any) -> Labels:
 
 
 def _lacking(labels: Labels, required: Iterable[str]) -> BadSeries | None:
-    """A series without a label the query must have (empty counts as missing)."""
-    present = dict(labels)
-    missing = [label for label in required if not present.get(label)]
-    if not missing:
+    """A series without (or with an empty) label the query must have."""
+    missing = next((label for label in required if not dict(labels).get(label)), None)
+    if missing is None:
         return None
-    return BadSeries(labels, f"a series lacks label {missing[0]!r}", what=missing[0])
+    return BadSeries(labels, f"a series lacks label {missing!r}", what=missing)
 
 
 def _warnings(name: str, body: dict[str, Any]) -> list[str]:
-    """The answer's warnings, each on one line, without PromQL's info annotations; a partial
-    answer (VictoriaMetrics' `isPartial`, a warning that says data is missing) is refused: the
-    guard needs the whole truth or none, and fewer series would read as fewer faults. Every
-    query asks Thanos for no partial response, so a store it cannot reach is an error there."""
+    """The answer's warnings but PromQL's info annotations; a partial answer (`isPartial`, a
+    warning that data is missing) is refused: fewer series would read as fewer faults."""
     if body.get("isPartial") is True:
         raise PromError(f"query {name}: partial answer (isPartial: true)")
     warnings = body.get("warnings") or []
@@ -484,7 +428,7 @@ def _warnings(name: str, body: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class _Clock:
-    """Which sample times an answer may carry: [earliest, latest] in seconds since the epoch."""
+    """The sample times an answer may carry, in seconds since the epoch."""
 
     name: str
     earliest: float
@@ -492,22 +436,17 @@ class _Clock:
     instant: str  # how the error line names the expected time
 
     @classmethod
-    def vector(cls, name: str, at: datetime | None) -> _Clock:
+    def of(cls, name: str, at: datetime | None, window_s: float | None = None) -> _Clock:
+        """At `at` (a vector), or in the `window_s` before it (a matrix); any time without it."""
         if at is None:
             return cls(name, _EPOCH_FIRST, _EPOCH_LAST, "a time between 1970 and 2100")
-        ref = at.timestamp()
-        return cls(name, ref - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, _stamp_text(ref))
-
-    @classmethod
-    def matrix(cls, name: str, at: datetime | None, window_s: float) -> _Clock:
-        if at is None:
-            return cls.vector(name, None)
-        ref = at.timestamp()
-        within = f"within {window_s:g}s up to {_stamp_text(ref)}"
-        return cls(name, ref - window_s - _INSTANT_TOLERANCE_S, ref + _INSTANT_TOLERANCE_S, within)
+        ref, said = at.timestamp(), _stamp_text(at.timestamp())
+        if window_s is not None:
+            said = f"within {window_s:g}s up to {said}"
+        earliest = ref - (window_s or 0) - _INSTANT_TOLERANCE_S
+        return cls(name, earliest, ref + _INSTANT_TOLERANCE_S, said)
 
     def check(self, raw: Any) -> float:
-        """The time of one sample; PromError for a time the query did not ask about."""
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
             raise PromError(f"query {self.name}: sample timestamp {raw!r} is not a number")
         if not self.earliest <= raw <= self.latest:
@@ -526,7 +465,7 @@ def _stamp_text(stamp: float) -> str:
 
 
 def _point(name: str, pair: Any, labels: Labels, clock: _Clock) -> tuple[float, float] | BadSeries:
-    """(time, value) of one sample; a value that is not a finite number is the series' fault."""
+    """(time, value) of one sample; a value that is no finite number is the series' fault."""
     if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
         raise PromError(f"query {name}: malformed value {pair!r} for {_brief(dict(labels))}")
     stamp = clock.check(pair[0])

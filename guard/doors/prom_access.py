@@ -59,15 +59,12 @@ class PromAccess:
             )
             pair = f"{s.prometheus_basic_auth_user}:{password}".encode()
             headers.append(("Authorization", f"Basic {base64.b64encode(pair).decode()}"))
-        verify: str | bool = True
-        if s.prometheus_ca_file:
-            _check_ca(s.prometheus_ca_file)
-            verify = s.prometheus_ca_file
-        cert = None
-        if s.prometheus_cert_file:
-            _check_pair(s.prometheus_cert_file, s.prometheus_key_file)
-            cert = (s.prometheus_cert_file, s.prometheus_key_file)
-        return cls(tuple(headers), verify, cert)
+        ca, cert, key = s.prometheus_ca_file, s.prometheus_cert_file, s.prometheus_key_file
+        if ca:
+            _check_pem(f"ca={ca}", "a PEM CA bundle", ca=ca)
+        if cert:
+            _check_pem(f"cert={cert} with key={key}", "a PEM certificate and its key", cert, key)
+        return cls(tuple(headers), ca or True, (cert, key) if cert else None)
 
 
 def _secret(path: str, flag: str) -> str:
@@ -92,34 +89,21 @@ def _token(path: str, flag: str) -> str:
     return text
 
 
-def _check_ca(path: str) -> None:
-    _readable(path, "--prometheus-tls ca")
+def _check_pem(said: str, what: str, cert: str = "", key: str = "", ca: str = "") -> None:
+    """Regular files of PEM size (ssl would block on a FIFO, read /dev/zero forever) that ssl
+    loads: a CA bundle, or a client certificate and its key."""
+    for flag, path in (("ca", ca), ("cert", cert), ("key", key)):
+        try:
+            if path:
+                os.close(open_regular(path, SMALL_TEXT_MAX_BYTES, f"--prometheus-tls {flag}"))
+        except FileInputError as exc:
+            raise PromAccessError(str(exc)) from None
     try:
-        ssl.create_default_context(cafile=path)
+        context = ssl.create_default_context(cafile=ca or None)
+        if cert:
+            context.load_cert_chain(cert, key)
     except (ssl.SSLError, ValueError) as exc:
-        raise PromAccessError(
-            f"--prometheus-tls ca={path}: not a PEM CA bundle ({_reason(exc)})"
-        ) from None
-
-
-def _check_pair(cert: str, key: str) -> None:
-    _readable(cert, "--prometheus-tls cert")
-    _readable(key, "--prometheus-tls key")
-    try:
-        ssl.create_default_context().load_cert_chain(cert, key)
-    except (ssl.SSLError, ValueError) as exc:
-        raise PromAccessError(
-            f"--prometheus-tls cert={cert} with key={key}: not a PEM"
-            f" certificate and its key ({_reason(exc)})"
-        ) from None
-
-
-def _readable(path: str, flag: str) -> None:
-    """A regular file of PEM size: ssl would block on a FIFO and read /dev/zero forever."""
-    try:
-        os.close(open_regular(path, SMALL_TEXT_MAX_BYTES, flag))
-    except FileInputError as exc:
-        raise PromAccessError(str(exc)) from None
+        raise PromAccessError(f"--prometheus-tls {said}: not {what} ({_reason(exc)})") from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,7 +1,5 @@
-"""One retry budget per run: full-jitter exponential backoff that never sleeps past the deadline.
-
-Every retry of both doors (API, Prometheus) shares one deadline instead of counting tries: the
-cycle's, then the run's (guard.plan.deadlines), on the monotonic clock (`Anchor`).
+"""One retry budget per run: full-jitter exponential backoff that never sleeps past the deadline
+both doors share (the cycle's, then the run's: guard.plan.deadlines), on the monotonic clock.
 """
 
 from __future__ import annotations
@@ -47,21 +45,8 @@ class Backoff:
         self.deadline, self.part = deadline, part
 
     def wait(self, attempt: int, at_least_s: float = 0.0, until: float = math.inf) -> bool:
-        """Sleep before retry number `attempt` (1 after the first failure), at least
-        `at_least_s` (a server's Retry-After); False, without sleeping, when that sleep would
-        reach the deadline, or `until` (a shorter window of this request's own): the caller
-        gives up.
-
-        >>> slept = []
-        >>> b = Backoff(10.0, base_s=1.0, cap_s=4.0, clock=lambda: 0.0, sleep=slept.append,
-        ...             rng=random.Random(7))
-        >>> [b.wait(n) for n in (1, 2, 3, 4)], all(0 <= s <= c for s, c in zip(slept, (1, 2, 4, 4)))
-        ([True, True, True, True], True)
-        >>> Backoff(0.0, clock=lambda: 0.0).wait(1)  # the deadline has come
-        False
-        >>> b.wait(1, at_least_s=3.0), slept[-1], b.wait(1, at_least_s=10.0), b.wait(1, until=0.0)
-        (True, 3.0, False, False)
-        """
+        """Sleep before retry `attempt` (1 after the first failure), at least `at_least_s` (a
+        Retry-After); False, not sleeping, when that reaches the deadline or `until`: give up."""
         ceiling = min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1))
         delay = max(at_least_s, self.rng.uniform(0, ceiling))
         if min(self.deadline, until) - self.clock() <= delay:
@@ -73,17 +58,8 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class Anchor:
-    """The run's start on both clocks: its wall-clock instants (deadlines, the watch's `now`)
-    are counted on the monotonic clock from there, so a step of the wall clock (NTP) neither
-    lengthens nor shortens a wait.
-
-    >>> ticks = iter([100.0, 130.0])
-    >>> a = Anchor(datetime(2026, 9, 21, 5, 50, tzinfo=UTC), 100.0, lambda: next(ticks))
-    >>> a.at(datetime(2026, 9, 21, 5, 54, tzinfo=UTC)), a.now().strftime("%H:%M:%S")
-    (340.0, '05:50:00')
-    >>> a.now().strftime("%H:%M:%S")
-    '05:50:30'
-    """
+    """The run's start on both clocks: wall-clock instants are counted on the monotonic clock
+    from there, so a step of the wall clock (NTP) neither lengthens nor shortens a wait."""
 
     wall: datetime
     mono: float
@@ -94,24 +70,14 @@ class Anchor:
         return cls(datetime.now(UTC), time.monotonic())
 
     def at(self, when: datetime) -> float:
-        """The monotonic instant of the wall-clock instant `when`."""
         return self.mono + (when - self.wall).total_seconds()
 
     def now(self) -> datetime:
-        """The wall clock as it read at the start, advanced by the monotonic clock since."""
         return self.wall + timedelta(seconds=self.clock() - self.mono)
 
 
 def retry_after_s(value: str, now: datetime) -> float | None:
-    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date, RFC 9110 10.2.3);
-    None when it is neither.
-
-    >>> at = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)
-    >>> retry_after_s("2", at), retry_after_s("Mon, 21 Sep 2026 05:50:07 GMT", at)
-    (2.0, 7.0)
-    >>> retry_after_s("soon", at), retry_after_s("-1", at)
-    (None, None)
-    """
+    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date, RFC 9110 10.2.3)."""
     text = value.strip()
     if text.isdigit():
         return float(text)

@@ -27,7 +27,7 @@ from guard.doors import ledger_store
 from guard.doors.kube import Kube
 from guard.doors.retry import Backoff
 from guard.evidence.cli import ledger as ledger_cli
-from guard.ledger import count, parse_ledger
+from guard.ledger import count
 from guard.log import Log
 from guard.model import PromView
 from guard.plan.common import archive_event, with_archive_events
@@ -58,7 +58,7 @@ def core(admin: client.ApiClient) -> Iterator[client.CoreV1Api]:
 
 
 def stored(core: client.CoreV1Api) -> dict[str, Any]:
-    """The ledger and every archive as the guard reads them, merged; and the raw lines."""
+    """The ledger and every archive as the guard reads them (its lines), and the raw lines."""
     cms = [
         c for c in core.list_namespaced_config_map(NS).items if c.metadata.name.startswith(LEDGER)
     ]
@@ -69,7 +69,7 @@ def stored(core: client.CoreV1Api) -> dict[str, Any]:
         for c in cms
         if c.metadata.name != LEDGER
     ]
-    return {"merged": ledger_store.merged(ledger, archives), "raw": raw, "objects": cms}
+    return {"lines": ledger_store.ledger_lines(ledger, archives), "raw": raw, "objects": cms}
 
 
 def writers(kubeconfig: Path, archive_at: int) -> tuple[int, int, list[str]]:
@@ -110,7 +110,7 @@ def test_eight_concurrent_writers_lose_and_duplicate_nothing(
 ):
     retries, tries, errors = writers(guard_kubeconfig, archive_at)
     found = stored(core)
-    counted = [raw for text in found["merged"].values() for raw in text.splitlines()]
+    counted = [ln.raw for ln in found["lines"]]
     expected = {line(w, n) for w in range(WRITERS) for n in range(APPENDS)}
     lost = expected - set(counted)
     duplicated = sum(n - 1 for n in Counter(counted).values() if n > 1)
@@ -167,14 +167,14 @@ def test_a_ledger_near_one_mib_moves_its_oldest_lines_to_an_archive_the_counts_s
     found = stored(core)
     ledger = next(c for c in found["objects"] if c.metadata.name == LEDGER)
     assert ledger_store.size_of(ledger.data) <= s.ledger_archive_bytes // 2 + 100
-    counted = [r for t in found["merged"].values() for r in t.splitlines()]
+    counted = [ln.raw for ln in found["lines"]]
     assert sorted(counted) == sorted([*(r for t in before.values() for r in t.splitlines()), new])
     # The snapshot reads the archive: the oldest card still has its history.
     kube = Kube.connect(str(guard_kubeconfig), in_cluster=False)
     snap = build_snapshot(START, read_cluster(kube, s), PromView(), s)
     oldest_uuid = line(0, 0).split()[3]
     assert count(snap.ledger, oldest_uuid, "gpu-000", "0000:99:00.0").same_card == 1
-    assert len(snap.ledger) == len(parse_ledger(found["merged"]))
+    assert len(snap.ledger) == len(found["lines"])
     (event,) = node_events(admin, node)
     assert event["reason"] == "GuardLedgerArchived" and event["note"] == planned[1].message
     assert [o.status for o in ex.outcomes] == ["applied", "applied"]  # the line, the Event

@@ -10,9 +10,23 @@ from datetime import UTC, datetime
 import pytest
 
 from guard import ledger
-from guard.codec.check_records import failed_value
+from guard.codec.check_records import (
+    checked_boot_value,
+    claim_record,
+    claim_record_value,
+    failed_value,
+    fence_jobs_record,
+    fence_jobs_value,
+    fence_record,
+    fence_value,
+    is_item,
+    job_record_value,
+    links_value,
+)
+from guard.codec.records import Problems, cancel_value, reason_cancel_value
 from guard.doors import ledger_store
 from guard.generate.policies.nodes import FAILED_FORM, RESULT_FORM
+from guard.model import ClaimRecord, RecordedLink
 from guard.names import Annotations
 from guard.read.objects import node_info
 
@@ -71,3 +85,64 @@ def test_an_archive_stores_no_escape_bytes() -> None:
     assert stored == f"{line}\nnote \\x1b[2J\\x07 cleared\\u202e\tok\n"
     assert all(c.isprintable() or c in "\t\n" for c in stored)
     assert ledger_store.archive_text(f"{line}\n") == f"{line}\n"
+
+
+UID = "0b9c6d1e-0000-4000-8000-000000000001"
+T0 = "2026-09-21T06:00:00Z"
+LINKS = (RecordedLink("0000:2a:00.0", "32GT/s,x16"), RecordedLink("0000:18:00.0", "16GT/s,x8"))
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (
+            checked_boot_value("boot-2", T0, "job/gng-cf-b-1a2b3c4d"),
+            f"boot-2 {T0} job/gng-cf-b-1a2b3c4d",
+        ),
+        (links_value(LINKS), "0000:18:00.0=16GT/s,x8 0000:2a:00.0=32GT/s,x16"),
+        (
+            failed_value(T0, "gng-cf-b-1a2b3c4d", ("ipvs-loaded", "ipvs-persist")),
+            f"{T0} job/gng-cf-b-1a2b3c4d ipvs-loaded,ipvs-persist",
+        ),
+        (
+            job_record_value("gng-lt-b-1a2b3c4d", UID, "0" * 16),
+            f"gng-lt-b-1a2b3c4d {UID} {'0' * 16}",
+        ),
+        (cancel_value("", "GPU-1a", 79, T0), f"unknown GPU-1a xid-79 {T0}"),
+        (reason_cancel_value("boot-2", "nvml-mismatch", T0), f"boot-2 - nvml-mismatch {T0}"),
+    ],
+)
+def test_each_annotation_value_is_written_in_its_form(value: str, written: str) -> None:
+    assert value == written
+
+
+def test_the_claim_fence_jobs_and_fence_records_read_back_and_refuse_other_forms() -> None:
+    k = Annotations("p/")
+    notes = {
+        k.loadtest_claim: claim_record_value("gng-lt-b-1", UID),
+        k.fence_jobs: f"{UID} {UID}",
+        k.fence: fence_value("fenced", "b-1", "2026-01-01T00:00:00Z", "gng-fn-a-1"),
+    }
+    problems = Problems("b")
+    assert claim_record(notes, k, problems) == ClaimRecord("gng-lt-b-1", UID)
+    assert fence_jobs_record(notes, k, problems) == (UID, UID)
+    assert fence_record(notes, k, problems).state == "fenced"  # type: ignore[union-attr]
+    assert problems.found == []
+    bad = {
+        k.loadtest_claim: "gng-lt-b-1",
+        k.fence_jobs: "gng-fn-a-1",
+        k.fence: "maybe b-1 2026-01-01T00:00:00Z job/x",
+    }
+    got = (claim_record(bad, k, problems), fence_jobs_record(bad, k, problems))
+    assert (*got, fence_record(bad, k, problems)) == (None, (), None)
+    assert [u.where for u in problems.found] == [k.loadtest_claim, k.fence_jobs, k.fence]
+
+
+def test_items_are_short_words_and_fence_jobs_keep_each_uid_once() -> None:
+    assert (is_item("ipvs-loaded"), is_item("Ipvs loaded"), is_item("x" * 52)) == (
+        True,
+        False,
+        False,
+    )
+    assert fence_jobs_value(("a", "b"), "c") == "a b c"
+    assert fence_jobs_value(("a", "b"), "b") == "a b"

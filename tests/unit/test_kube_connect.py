@@ -10,6 +10,7 @@ import yaml
 from kubernetes.config import incluster_config
 
 from guard.doors.kube import Kube, KubeError
+from guard.doors.kube_errors import socket_reason
 
 
 @responses.activate
@@ -193,3 +194,12 @@ def test_one_kubeconfig_rule_as_kubectl(
         monkeypatch.delenv("KUBECONFIG", raising=False)
     given = _kubeconfig(tmp_path / "flag", "https://flag.test") if flag else ""
     assert Kube.connect(given).base_url == server
+
+
+def test_a_socket_error_is_named_by_the_oss_words() -> None:
+    wrapped = OSError(
+        "HTTPSConnectionPool(host='h', port=1): Max retries exceeded (Caused by "
+        "NewConnectionError('<c>: Failed to establish a new connection: [Errno 111] Connection "
+        "refused'))"
+    )
+    assert socket_reason(wrapped) == "[Errno 111] Connection refused"

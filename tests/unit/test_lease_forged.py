@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guard.doors.lease import SKEW_S, forged, held_by_other, holder_identity
+from guard.doors.lease import (
+    SKEW_S,
+    forged,
+    held_by_other,
+    holder_identity,
+    lease_seconds,
+    micro_time,
+)
 from guard.names import LEASE_HOLDER_PATTERN
 from guard.settings import LEASE_MAX_S
 
@@ -90,3 +97,24 @@ def test_the_slot_record_goes_in_before_the_cordon_and_back_when_none_landed(fou
     lease.isolated = ""  # unrecord(): no cordon landed after all
     back = lease._body(NOW, False)["metadata"]["annotations"]
     assert back == ({"other": "x", key: found} if found else {"other": "x"})
+
+
+def test_forged_says_why_and_held_by_other_ends_with_the_duration():
+    future = lease("2100-01-01T00:00:00.000000Z", 90, "x")
+    assert forged(future, NOW) == "renewed in the future (2100-01-01T00:00:00.000000Z)"
+    endless = lease("2026-09-21T05:54:00.000000Z", 2147483647, "x")
+    assert forged(endless, NOW) == (
+        "leaseDurationSeconds 2147483647, longer than any run writes (270)"
+    )
+    assert forged(lease("2026-09-21T05:54:00.000000Z", 90, "x"), NOW) == ""
+    assert held_by_other(lease("2026-09-21T05:54:00.000000Z", 90, "b"), "a", NOW) == "b"
+    assert held_by_other(lease("2026-09-21T05:53:00.000000Z", 90, "b"), "a", NOW) == ""
+
+
+def test_a_lease_is_written_in_the_apis_form_and_ends_by_the_next_slot():
+    assert holder_identity("gpu-node-guard-29832830-x7k2p", 1) == "gpu-node-guard-29832830-x7k2p-1"
+    assert holder_identity("Dev_Box.local", 7) == "dev-box.local-7"
+    assert micro_time(NOW) == "2026-09-21T05:55:00.000000Z"
+    at, slot = datetime(2026, 9, 21, 5, 58, 50, tzinfo=UTC), datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
+    assert (lease_seconds(at, 90, slot), lease_seconds(at, 30, slot)) == (70, 30)
+    assert (lease_seconds(slot, 90, slot), lease_seconds(at, 90, None)) == (1, 90)

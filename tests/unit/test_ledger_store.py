@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from guard.doors import ledger_store
-from guard.ledger import parse_ledger
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -47,7 +46,19 @@ def test_archives_and_ledger_read_back_as_one_ledger_with_nothing_counted_twice(
     split = ledger_store.split_oldest(data, 384 * 1024)
     archive = {"metadata": {"name": "gpu-fault-ledger-archive-1"}, "data": split.moved}
     # A run stopped after writing the archive and before shrinking the ledger: both hold them.
-    merged = ledger_store.merged(data, [archive])
-    assert merged == ledger_store.merged(split.keep, [archive])
-    assert len(parse_ledger(merged)) == 10_810
-    assert sorted(merged) == sorted(data)
+    lines = ledger_store.ledger_lines(data, [archive])
+    assert lines == ledger_store.ledger_lines(split.keep, [archive])
+    assert len(lines) == 10_810
+    assert sorted({line.node for line in lines}) == sorted(data)
+
+
+def test_an_archive_is_known_by_its_ledgers_name_and_its_number():
+    assert ledger_store.archive_index("gpu-fault-ledger", "gpu-fault-ledger-archive-12") == 12
+    assert ledger_store.archive_index("gpu-fault-ledger", "other-archive-1") is None
+
+
+def test_an_archives_lines_come_first_and_a_line_in_both_counts_once():
+    line = "2026-01-01T00:00:00Z xid-79 0000:01:00.0 GPU-1 manual"
+    archive = {"metadata": {"name": "l-archive-1"}, "data": {"a": f"{line}\n"}}
+    found = ledger_store.ledger_lines({"a": f"note\n{line}\n"}, [archive])
+    assert [ln.raw for ln in found] == [line, "note"]

@@ -125,14 +125,15 @@ def test_matrix_answer():
             },
         },
     )
-    (series,) = PromClient(URL).matrix("q", "x[2m:1m]", None, ("node",))
+    (series,) = PromClient(URL).matrix_checked("q", "x[2m:1m]", None, ("node",)).strict("q")
     assert series.points == ((1.0, 1.0), (61.0, 1.0))
 
 
 @responses.activate
 def test_bearer_token_is_sent():
     responses.add(responses.POST, QUERY, json=vector())
-    PromClient(URL, bearer_token="s3cret").vector("q", "up", None)
+    access = PromAccess((("Authorization", "Bearer s3cret"),))
+    PromClient(URL, access=access).vector("q", "up", None)
     assert responses.calls[0].request.headers["Authorization"] == "Bearer s3cret"
 
 
