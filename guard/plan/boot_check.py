@@ -1,32 +1,6 @@
-"""After every reboot (serving → check): conformance on each new boot of a GPU node; a FAIL
-cordons it `conformance-<item>` under the isolation check's breaker and one-cordon rule.
-
-Case list, each readable GPU node outside the guard's cordon and the onboarding gate (in order):
-  checked-boot names the node's current bootID        → nothing (this boot passed)
-  no bootID                                           → skip boot-check-no-boot-id
-  cordoned by someone else, and no Job running      → nothing: not the guard's node now; its boot
-                                                        is checked (or a pass recorded) after the
-                                                        person's uncordon
-  no Job for this boot yet:
-    a hardware Xid on the node now                    → skip boot-check-deferred: the isolation
-                                                        check decides first (its cordon brings
-                                                        the evidence Job and the ledger line)
-    otherwise                                         → wants a Job (REBOOTED when a boot was
-                                                        checked before, else NEVER_CHECKED)
-  a Job found by name that the guard did not make      → WARN skip boot-check-foreign and a
-    (no record on the node, another uid or spec)        Warning Event; never a result
-  Job running                                         → skip boot-check-running
-  Job status or result unreadable, or succeeded
-    without its Pod's summary saying PASS             → WARN skip boot-check-unreadable
-  Job passed (its Pod's summary PASS)                 → record-boot (checked-boot)
-  Job failed on items, the node cordoned by someone
-    else meanwhile                                    → skip already-cordoned: a person's cordon
-                                                        is a person's (no guard write; the
-                                                        failure is still there at the uncordon)
-  Job failed on items                                 → a cordon candidate
-Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
-running); the rest wait, in one line. Candidates join the isolation check's one pick, after every
-hardware candidate, under its breaker (guard.plan.isolation).
+"""After every reboot (serving → check): conformance on each new boot of a GPU node; a FAIL is a
+candidate of the isolation check's one pick, cordoned `conformance-<item>`. Each case:
+docs/lifecycle.md, "After every reboot".
 """
 
 from __future__ import annotations

@@ -1,44 +1,8 @@
-"""DRA nodes: isolate the faulted GPU with a DeviceTaintRule instead of cordoning the node.
-
-Where NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices (driver `gpu.nvidia.com`,
-one device per GPU with its `uuid` and `pcieBusID`, or MIG devices naming it as `parentUUID`),
-the isolation check's pick is the faulted GPU, not the node: the guard creates one
-DeviceTaintRule (effect NoSchedule, never NoExecute: the guard does not evict) per device of
-that GPU, each selecting exactly one device (driver, pool, device), labelled as the guard's, and
-records them on the node (`device-taint`); the node stays schedulable and its other
-GPUs keep being allocated. Device-plugin nodes keep the node cordon (guard.plan.isolation). A
-faulted GPU the driver does not publish, on a node whose other GPUs it publishes, is not
-isolated (`unpublished`: no rule can select it, it cannot be allocated, and the guard does not
-cordon a DRA node): WARN skip device-unpublished, a Warning Event and the ledger line once.
-
-Isolation (the same screen, breaker and one isolation per cycle as the cordon):
-  the faulted GPU has published devices on the node (`targets`: by UUID, the device's own or
-  its MIG parent's, with any device of its PCI address that names no UUID; else by PCI
-  address; two names for one GPU are both its devices)
-                                      → taint-device for each, then the record on the node, a
-                                        Warning Event, the ledger line and the evidence Job
-  the node already has a device record for that GPU → skip already-guarded
-  any faulted GPU of the node is not its recorded one (whatever the GPUs' order)
-                                      → WARN skip device-isolated naming that GPU, and a Warning
-                                        Event: one device per node; a person cordons the node
-                                        if the new fault is real
-Breaker: guard.plan.units `breaker_count` counts cordoned nodes and tainted GPUs alike (a GPU
-with several device rules once; one count for the isolation check, the lifecycle checks and the
-push).
-
-Return, for each node with a device record, or a guard rule without one (first match wins):
-  a guard rule without the node's record (the record's patch did not land) → record it again
-  the record names a rule that does not exist:
-      the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
-      otherwise a person deleted the rule              → clear the record, record the cancel
-  the return table's device-taint rows (guard.plan.return_rule) → their skip
-  otherwise the one Job gate (guard.plan.return_jobs `gate`, the unit's row of `WORDS`) with
-  the unit's own create: its ResourceClaim (exactly that GPU, tolerating only the guard's taint)
-  and a one-GPU load-test Job, one per boot and reset-done, one at a time (a newer reset-done
-  waits while an earlier one's Job runs: loadtest-running); and its own pass: only on the
-  guard's claim of the tainted GPU (`claim_problem`, else WARN loadtest-foreign) → untaint-device
-  (the guard's rule, by name and uid), then clear the record (returned) and a Normal Event.
-A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
+"""DRA nodes: isolate the faulted GPU with a DeviceTaintRule (NoSchedule, one per device of that
+GPU, labelled as the guard's) instead of cordoning the node; its other GPUs stay in service. The
+return is the return table's device-taint rows and one load-test Job on a ResourceClaim of
+exactly that GPU. A DeviceTaintRule without the guard's label is never read, changed or deleted.
+Each case: docs/lifecycle.md, "DRA nodes"; each difference from the cordon: docs/isolation.md.
 """
 
 from __future__ import annotations

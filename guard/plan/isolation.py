@@ -1,37 +1,7 @@
-"""Isolation check: hardware-Xid nodes whose GPU loss held → at most one cordon per cycle.
-
-Case list, for each node with a held hardware Xid (guard.plan.hold.candidates: hardware Xid AND
-loss held for its window AND not cordoned):
-  node unknown to the API             → skip not-in-api
-  node the guard cannot read          → nothing here (reported once by the unreadable check)
-  node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
-  node carries hold                   → skip hold
-  node carries the guard's annotation → skip already-guarded
-  node without a GPU resource in status.capacity (absent, 0, or no status)
-                                      → WARN skip no-gpu-resource: the node-scope policy
-                                        refuses the guard's cordon of such a node, and a
-                                        refused first pick used to leave the next faulted node
-                                        schedulable (allocatable 0 is not this: it is what a
-                                        lost GPU looks like); on a DRA node whose faulted GPU
-                                        the driver does not publish → WARN skip
-                                        device-unpublished, its Event and ledger line
-                                        (guard.plan.device_taint.unpublished)
-  node whose cordon the API refused earlier this cycle (`refused`) → not eligible again
-  every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
-                                      → skip cancelled; a new boot, GPU or Xid re-arms
-  breaker open (guarded ≥ limit)      → WARN skip breaker-open + Warning Event for EVERY
-                                        candidate, no cordon
-  otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle,
-  the next `MAX_CORDON_TRIES - 1` of them named as this cycle's fallbacks: when the API refuses
-  the cordon (4xx but 409), the CLI re-plans with that node in `refused` (guard.plan
-  `plan_fallback`) and the next one is tried, so one node the API protects cannot keep every
-  other faulted node schedulable. Still at most one cordon lands per cycle.
-Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
-and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
-(guard.plan.triggers: gpu-short, admission-rejected), after those; last, by node name, the
-after-reboot check's conformance failures (guard.plan.boot_check), never a fallback.
-The cycle's isolation tells the pods on its GPU (guard.plan.workload); candidates and recent
-isolations that share the site's topology label are one domain incident (guard.plan.domain).
+"""Isolation check: every held candidate (hardware Xid, driver/NVML mismatch, node trigger, then
+a failed after-reboot conformance Job) through one screen, one breaker and one pick: at most one
+isolation per cycle, the next ones named as fallbacks (docs/isolation.md, "One pick per cycle";
+the fallback: docs/writes.md).
 """
 
 from __future__ import annotations

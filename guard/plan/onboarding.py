@@ -1,25 +1,6 @@
-"""The onboarding gate (onboard → serving): a node that registered with the gate taint serves
-only after conformance (the DNS check among its items) and a burn-in load test passed on this
-boot; then the guard removes exactly that taint. docs/onboarding.md.
-
-Case list, each readable node carrying the gate taint (key, value and effect), in order:
-  under the guard's cordon                       → skip onboarding-waiting (the return check)
-  no bootID                                      → WARN skip onboarding-no-boot-id
-  not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
-  capacity below its class's GPU count (GUARD_GPU_CLASSES, the count the gpu-short trigger
-    checks, guard.plan.triggers.gpu_short)       → WARN skip onboarding-gpu-short; the taint stays
-  a hardware Xid on the node now                 → skip onboarding-waiting
-  this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
-  a gate Job found by name that the guard did not make (no record on the node, another uid
-    or spec)                                     → WARN skip onboarding-foreign + Warning Event
-  conformance Job: none → wanted (the shared budget); running → skip onboarding-running
-  load-test Job (after conformance passed): none → create; running → skip onboarding-running
-  a Job status or result unreadable, or succeeded without its Pod's summary saying pass
-                                                 → WARN skip onboarding-unreadable
-  a Job failed → record onboarding-failed (the failed items, `unknown` when unread) and a
-                 Warning Event, once; the taint stays
-  both passed  → remove-taint, record checked-boot, clear onboarding-failed, one Event
-A new boot starts the gate again (new Jobs); so does deleting the failed Job and the record.
+"""The onboarding gate (onboard → serving): a node that registered with the gate taint serves only
+after conformance and a burn-in load test passed on this boot; then the guard removes exactly
+that taint. Each step and word: docs/onboarding.md.
 """
 
 from __future__ import annotations

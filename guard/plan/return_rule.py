@@ -1,11 +1,6 @@
-"""The return rule of every isolation unit: one ordered table of conditions, one evaluator.
-
-Each row: the word it says when it fails, the units it applies to, what it reads (the API, or
-Prometheus: kube-state-metrics, dcgm-exporter, the node agent) and its check; the first failing
-row of the isolation's unit is the decision (a Skip, or the guard's own hold). Where a unit's
-rule differs it is a row of its own, and docs/isolation.md ("One return rule, two units") says
-each difference and why. The Job gates (conformance, fence lift, load test) and the lift follow
-in the unit's module (guard.plan.returning, guard.plan.device_taint).
+"""The return rule of every isolation unit: one ordered table of conditions, one evaluator; the
+first failing row of the isolation's unit is the decision. Each row and each unit's difference:
+docs/isolation.md, "One return rule, two units".
 """
 
 from __future__ import annotations

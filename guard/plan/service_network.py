@@ -1,17 +1,6 @@
-"""The node's service network before its return: its kube-proxy and CNI pods Ready.
-
-From kube-state-metrics through Prometheus (`PromView.service_pods`, `service_seen`; the guard
-reads no pods from the API); the selectors are the `service_network_*` settings
-(guard.codec.queries.service_network_selectors), the same pods NodeServiceNetworkDown watches.
-Case list, for each guard-cordoned node that passed the earlier return conditions, per selector:
-  the selector matches no pod in the whole cluster (Cilium without kube-proxy)
-                                   → does not apply; the return check says so in ONE line per
-                                     cycle (`not_applicable`), not once per node
-  no pod of the selector on the node (it did not come back after the reboot)
-                                   → skip service-network-not-ready
-  a pod of the selector on the node is not Ready
-                                   → skip service-network-not-ready naming the pod
-Checked before the conformance Job and the load test.
+"""The node's service network before its return: its kube-proxy and CNI pods Ready, from
+kube-state-metrics (the guard reads no pods from the API). docs/node-signals.md, "Service
+network before return".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The isolation units, registered in one list: how the guard takes a faulted GPU out of service
-and gives it back (docs/architecture.md, "A new isolation unit").
-
-A unit is one module behind one seam: `takes` (the pick is its target), `isolate` (the writes
-that isolate it), `plan_return` / `decision` (its return: the return table's rows for its unit,
-guard.plan.return_rule, then its Job gates and its lift), the node annotation that records it
-(read into `Isolation` values by
-guard.codec.records `isolations`) and the admission policy kind that
-bounds its writes. The breaker counts every unit's isolations here, in one place.
+"""The isolation units, registered in one list (docs/architecture.md, "A new isolation unit"):
+each names its record, its policy kind, its isolating action, its target, its isolate and its
+return. The breaker counts every unit's isolations here, in one place.
 """
 
 from __future__ import annotations

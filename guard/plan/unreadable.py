@@ -1,24 +1,6 @@
-"""What the guard could not read this cycle: reported once, then left alone.
-
-Case list (one cycle; the blast radius of a bad value is its object):
-  node with an unreadable guard annotation or status field
-        → one WARN skip `unreadable` naming each key, its value and the fix; both checks leave
-          the node alone (it still counts for the breaker)
-        → and a Warning Event `GuardUnreadable` (`unreadable_events`), written after every other
-          write of the cycle and for at most `EVENTS_PER_CYCLE` nodes, those without one first;
-          the rest in one INFO skip `unreadable-events-later` (5,000 such Events took 41-201 s
-          of the cycle's 200 s deadline, before the cordon)
-  node with a Prometheus series refused at the snapshot boundary (guard.read.prom_view: a label or
-  value not of its format, NaN, a duplicate)
-        → the same WARN skip naming the query, label and value (escaped, shortened), and the
-          same Event naming only the query and label: the value came from outside, never written
-  such a series of a node the API does not know, or naming no node in a valid form
-        → one WARN skip `unreadable` for that name ("" when none)
-  ledger key with lines that are not counted
-        → one skip `ledger-unreadable` per key: WARN when a line has the shape of an incident
-          (its time, Xid, PCI address or UUID is bad), INFO when every such line is a hand note
-  object without a name (only a hand-made snapshot file has one)
-        → one WARN skip `object-unreadable`
+"""What the guard could not read this cycle (a node's annotation or status field, a Prometheus
+series refused at the snapshot boundary, a ledger line, a nameless object): reported once, then
+left alone; the blast radius of a bad value is its object (docs/writes.md, docs/node-signals.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Node triggers without an Xid: `gpu-short` (a node below its class's GPU count),
-`admission-rejected` (a node refusing GPU pods at admission) and `fabric` (a node whose NVSwitch
-fabric failed). docs/triggers.md.
-
-Each goes through what every trigger has: its own hold (the run of steps up to now, as GPU loss),
-the isolation check's screen, breaker and one cordon per cycle (guard.plan.isolation, after every
-hardware-Xid and nvml-mismatch node), a ledger line with its reason word (guard.ledger), a
-Warning Event, `status`, the cordon metrics by reason, an alert and a runbook entry.
-
-Cordon (`cordon`): the guard's cordon annotations without a GPU; `gpu-capacity` records what
-the return needs (gpu-short: the class's count, so 7/7 after a lost card is no return); a Warning
-Event with what was seen and its evidence Job; the ledger line; the node-wide evidence Job
-(`evidence collect --trigger`, docs/evidence.md "Node-wide"), recorded on the node as the Xid
-cordon's and read back the same way (its PCIe links go to the load test).
-
-Return (`return_gate`, after the common boot, Ready and GPU-count conditions):
-  admission-rejected and the rejections still at or above the minimum → skip admission-rejected
-  fabric and a GPU of the node not in Fabric Manager status Success now → skip fabric
-  otherwise → the load test (its GPU pods pass kubelet's admission, or it fails)
-A person's uncordon cancels the incident for this boot (guard.plan.returning, as nvml-mismatch).
+"""Node triggers without an Xid: `gpu-short`, `admission-rejected` and `fabric` (docs/triggers.md).
+Each has its own hold and then everything an Xid cordon has: the isolation check's screen,
+breaker and one pick (after the Xid and nvml-mismatch nodes), a ledger line, the node-wide
+evidence Job, its return row and a person's uncordon that cancels it for this boot.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""`admission-rejected`: a node on which kubelet keeps refusing GPU pods at admission.
-
-Signal (guard.codec.queries.admission_rejected): GPU pods with `status.reason`
-UnexpectedAdmissionError on the node, created within `admission_rejected_window_s`, at least
-`admission_rejected_min_pods` of them. Case list, for each node:
-  that many at every step since `since`, up to now, and now − since ≥
-      `Settings.admission_hold` → candidate
-  that many now, not that long → pending
-  fewer now, or none → nothing (a single refusal during a device-plugin restart is not a fault)
-Why the node owns it: kubelet's device manager failed to allocate a GPU the node advertises
-(the incident write-up's first Xid 79 episode: the plugin's GetPreferredAllocation failed on the
-lost GPU; the scheduler kept sending pods by the numbers). OutOfcpu, OutOfmemory and node
-affinity are the scheduler's or the pod's: no series of that reason is selected.
+"""`admission-rejected`: a node on which kubelet keeps refusing GPU pods at admission
+(UnexpectedAdmissionError only: the node owns it). Why, and the numbers: docs/triggers.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""`fabric`: a node whose NVSwitch fabric stays failed over the hold.
-
-Signal (guard.codec.queries.fabric_failed), per node, any faulted fabric entity of dcgm-exporter:
-a GPU whose DCGM_FI_DEV_FABRIC_MANAGER_STATUS (DCGM's dcgmFabricManagerStatus_t) is Failure (4),
-its fabric training ended in an error; an NVSwitch whose DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS holds
-a fatal SXid; an NVSwitch port whose DCGM_FI_DEV_NVSWITCH_LINK_STATUS is ERROR (3); a GPU whose
-DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL rose within the last hold. Each leaves the GPUs
-present but unusable for NVLink work across the NVSwitches. Case list, for each node:
-  a faulted entity at every step since `since`, up to now, and now − since ≥
-      `Settings.fabric_hold` → candidate
-  faulted now, not that long → pending
-  a recovery counter that did not rise within the hold, a switch port OFF or SAFE (uncabled,
-      training) → nothing
-  NotSupported, NotStarted, InProgress, Success, Unrecognized, NvmlTooOld → nothing (no
-      NVSwitch, a boot's training, or a driver and DCGM that disagree: not the node's fault)
-  no series of a field on the node → nothing: the exporter does not expose it; when no node
-      has a series of any of the four fields, `not_applicable` says so in ONE line per run
+"""`fabric`: a node whose NVSwitch fabric stays failed over the hold (Fabric Manager Failure, a
+fatal SXid, a switch port in ERROR, rising NVLink recovery errors). Which values count and why:
+docs/triggers.md, "fabric".
 """
 
 from __future__ import annotations
