@@ -205,7 +205,7 @@ def _screen_triggers(
 ) -> tuple[list[Action], list[Pick]]:
     """The same screen for the node triggers' held findings; a node already a candidate for a
     hardware Xid or a mismatch is decided there, and a node's first held trigger names it."""
-    actions: list[Action] = list(triggers.not_applicable(snap))  # one line per run
+    actions: list[Action] = list(triggers.fabric.not_applicable(snap))  # one line per run
     eligible: list[Pick] = []
     xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
     for h in triggers.hits(snap, s):

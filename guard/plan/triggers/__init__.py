@@ -40,10 +40,6 @@ def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
     return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
 
 
-def hit(snap: Snapshot, s: Settings, node: str, reason: Reason) -> Hit | None:
-    return next((h for h in hits(snap, s) if h.node == node and h.reason == reason), None)
-
-
 def cancelled(node: NodeInfo, reason: str) -> bool:
     """A person uncordoned this cordon without a GPU (a trigger's, nvml-mismatch) in this boot
     (no proven reboot since)."""
@@ -71,38 +67,22 @@ def cordon(
     )
 
 
-def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
-    """The run's one line for a trigger whose signal Prometheus does not have (fabric)."""
-    return fabric.not_applicable(snap)
-
-
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
-    if c.reason != ledger.ADMISSION_REJECTED:
-        return ()
     now = dict(snap.prom.admission_now).get(node.name)
-    if now is None:
+    if c.reason != ledger.ADMISSION_REJECTED or now is None:
         return ()
-    return (
-        Skip(
-            node.name,
-            ledger.ADMISSION_REJECTED,
-            f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s",
-            "checked again next cycle; the load test waits until kubelet admits GPU pods",
-            "WARN",
-        ),
-    )
+    detail = f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s"
+    return _waits(node, ledger.ADMISSION_REJECTED, detail, "kubelet admits GPU pods")
 
 
 def fabric_gate(snap: Snapshot, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     """The fabric's return: every GPU of the node in Fabric Manager status Success again."""
     if c.reason != ledger.FABRIC or node.name not in snap.prom.fabric_not_success:
         return ()
-    return (
-        Skip(
-            node.name,
-            ledger.FABRIC,
-            "a GPU of the node is not in Fabric Manager status Success",
-            "checked again next cycle; the load test waits until the fabric has trained",
-            "WARN",
-        ),
-    )
+    detail = "a GPU of the node is not in Fabric Manager status Success"
+    return _waits(node, ledger.FABRIC, detail, "the fabric has trained")
+
+
+def _waits(node: NodeInfo, reason: Reason, detail: str, until: str) -> tuple[Skip]:
+    then = f"checked again next cycle; the load test waits until {until}"
+    return (Skip(node.name, reason, detail, then, "WARN"),)

@@ -8,25 +8,21 @@ from collections.abc import Iterator
 
 from guard.ledger import ADMISSION_REJECTED
 from guard.model import Snapshot
-from guard.plan.hold import held_s
-from guard.plan.triggers.model import Hit
+from guard.plan.triggers.model import Hit, series_hits
 from guard.settings import Settings
 
 
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
     if s.admission_rejected_min_pods == 0:
-        return
-    cordoned, count = set(snap.prom.cordoned), dict(snap.prom.admission_now)
-    window = s.admission_rejected_window_s
-    for name, start in snap.prom.admission_since:
-        node = snap.node(name)
-        if name in cordoned or node is None or node.unreadable:
-            continue
-        detail = (
+        return iter(())
+    count, window = dict(snap.prom.admission_now), s.admission_rejected_window_s
+
+    def detail(name: str) -> str:
+        return (
             f"{count.get(name, 0)} GPU pods created in the last {window}s rejected at admission "
             f"(UnexpectedAdmissionError; minimum {s.admission_rejected_min_pods})"
         )
-        held = held_s(start, snap.now)
-        yield Hit(
-            name, ADMISSION_REJECTED, start, held, s.admission_hold, detail, node.gpu_capacity
-        )
+
+    return series_hits(
+        snap, snap.prom.admission_since, ADMISSION_REJECTED, s.admission_hold, detail
+    )

@@ -11,24 +11,18 @@ from guard.actions import Action, Skip
 from guard.codec.queries import FABRIC_METRIC, FABRIC_METRICS
 from guard.ledger import FABRIC
 from guard.model import Snapshot
-from guard.plan.hold import held_s
-from guard.plan.triggers.model import Hit
+from guard.plan.triggers.model import Hit, series_hits
 from guard.settings import Settings
 from guard.states import Decision
 
+DETAIL = (
+    f"a fabric fault on the node: Fabric Manager status Failure ({FABRIC_METRIC}=4), an "
+    "NVSwitch fatal SXid, an NVSwitch port in ERROR or rising NVLink recovery errors"
+)
+
 
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
-    cordoned = set(snap.prom.cordoned)
-    for name, start in snap.prom.fabric_since:
-        node = snap.node(name)
-        if name in cordoned or node is None or node.unreadable:
-            continue
-        detail = (
-            f"a fabric fault on the node: Fabric Manager status Failure ({FABRIC_METRIC}=4), an "
-            "NVSwitch fatal SXid, an NVSwitch port in ERROR or rising NVLink recovery errors"
-        )
-        held = held_s(start, snap.now)
-        yield Hit(name, FABRIC, start, held, s.fabric_hold, detail, node.gpu_capacity)
+    return series_hits(snap, snap.prom.fabric_since, FABRIC, s.fabric_hold, lambda _: DETAIL)
 
 
 def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
