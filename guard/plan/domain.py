@@ -92,30 +92,19 @@ def request(i: Incident) -> str:
 def announce(found: Iterable[Incident]) -> tuple[Action, ...]:
     """Per incident: its WARN line with the request draft, and one Event on each node."""
     out: list[Action] = []
+    fix = "send the request once for the domain; each node keeps its own repair and return"
     for i in found:
-        out.append(
-            Skip(
-                i.nodes[0],
-                DOMAIN_INCIDENT,
-                request(i),
-                "send the request once for the domain; each node keeps its own repair and return",
-                "WARN",
-            )
-        )
+        out.append(Skip(i.nodes[0], DOMAIN_INCIDENT, request(i), fix, "WARN"))
         membership = f"{i.domain} {','.join(i.nodes)}"
-        out.extend(
-            EmitEvent(
-                m.node,
-                DOMAIN_INCIDENT,
-                "Warning",
-                EVENT_REASON,
+        for m in i.members:
+            message = (
                 f"gpu-node-guard: domain incident {i.domain}: this node ({m.what}) and "
                 f"{', '.join(i.others(m.node))} fail within {DOMAIN_WINDOW_S // 60} min; "
-                f"likely a shared cause: {REQUEST}",
-                membership,
+                f"likely a shared cause: {REQUEST}"
             )
-            for m in i.members
-        )
+            out.append(
+                EmitEvent(m.node, DOMAIN_INCIDENT, "Warning", EVENT_REASON, message, membership)
+            )
     return tuple(out)
 
 

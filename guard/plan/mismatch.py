@@ -38,15 +38,9 @@ def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) ->
     checks = snap.prom.agent(node.name)
     failed = [a for a in checks if a.status == "FAIL"]
     if failed:
-        return (
-            Skip(
-                node.name,
-                NVML_MISMATCH,
-                f"node agent: nvidia-match FAIL ({failed[0].detail})",
-                "reboot it into the installed driver; no load test while they differ",
-                "WARN",
-            ),
-        )
+        detail = f"node agent: nvidia-match FAIL ({failed[0].detail})"
+        fix = "reboot it into the installed driver; no load test while they differ"
+        return (Skip(node.name, NVML_MISMATCH, detail, fix, "WARN"),)
     if c.reason != NVML_MISMATCH or (checks and all(a.ok for a in checks)):
         return ()
     said = ", ".join(a.status for a in checks) or "no nvidia-match series"
@@ -54,11 +48,6 @@ def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) ->
         f"kubectl -n {s.jobs_namespace} get pods -l app.kubernetes.io/component=agent "
         f"--field-selector spec.nodeName={node.name}"
     )
-    return (
-        Skip(
-            node.name,
-            Decision.NVML_UNCONFIRMED,
-            f"node agent: {said}; an nvml-mismatch cordon returns once the agent reports PASS",
-            f"checked again next cycle; if it lasts, {agent}",
-        ),
-    )
+    detail = f"node agent: {said}; an nvml-mismatch cordon returns once the agent reports PASS"
+    fix = f"checked again next cycle; if it lasts, {agent}"
+    return (Skip(node.name, Decision.NVML_UNCONFIRMED, detail, fix),)

@@ -206,16 +206,15 @@ def _published(c: Case) -> tuple[Action, ...]:
         return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED, detail, WAIT),)
     if whole(now, rec.uuid):
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.DEVICE_NOT_PUBLISHED,
-            f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
-            "(MIG devices or no uuid): the load test claims the whole GPU by its UUID",
-            f"{WAIT}; to return it without the load test, delete the guard's rules "
-            f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}",
-        ),
+    detail = (
+        f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
+        "(MIG devices or no uuid): the load test claims the whole GPU by its UUID"
     )
+    fix = (
+        f"{WAIT}; to return it without the load test, delete the guard's rules "
+        f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}"
+    )
+    return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED, detail, fix),)
 
 
 def _repeat_fault(c: Case) -> tuple[Action, ...]:
@@ -227,16 +226,11 @@ def _repeat_fault(c: Case) -> tuple[Action, ...]:
         return ()
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
     text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
+    then, word = hold_next(k.hold, node.name, repeat_fault=True), Decision.REPEAT_FAULT
+    message = f"gpu-node-guard will not return this node: {text}; {then}"
     return (
-        SetHold(node.name, Decision.REPEAT_FAULT, node.resource_version, k.hold, text),
-        EmitEvent(
-            node.name,
-            Decision.REPEAT_FAULT,
-            "Warning",
-            "GuardHold",
-            f"gpu-node-guard will not return this node: {text}; "
-            + hold_next(k.hold, node.name, repeat_fault=True),
-        ),
+        SetHold(node.name, word, node.resource_version, k.hold, text),
+        EmitEvent(node.name, word, "Warning", "GuardHold", message),
     )
 
 
@@ -245,15 +239,9 @@ def _device_repeat_fault(c: Case) -> tuple[Action, ...]:
     counts = ledger.count(c.snap.ledger, rec.uuid, node.name, rec.pci)
     if counts.same_card < c.s.repeat_fault_limit:
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.DEVICE_REPEAT_FAULT,
-            f"{rec.uuid}: {counts.same_card} incidents in the ledger",
-            f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}",
-            "WARN",
-        ),
-    )
+    detail = f"{rec.uuid}: {counts.same_card} incidents in the ledger"
+    fix = f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}"
+    return (Skip(node.name, Decision.DEVICE_REPEAT_FAULT, detail, fix, "WARN"),)
 
 
 def _mismatch(c: Case) -> tuple[Action, ...]:

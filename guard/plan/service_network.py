@@ -29,14 +29,8 @@ def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
             fixes.append(f"kubectl -n {p.namespace} describe pod {p.name}")
     if not problems:
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.SERVICE_NETWORK_NOT_READY,
-            "; ".join(problems),
-            f"{fixes[0]}; the load test waits until the node's service network is Ready",
-        ),
-    )
+    fix = f"{fixes[0]}; the load test waits until the node's service network is Ready"
+    return (Skip(node.name, Decision.SERVICE_NETWORK_NOT_READY, "; ".join(problems), fix),)
 
 
 def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
@@ -46,13 +40,12 @@ def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     if not missing:
         return ()
     what = "; ".join(f"{name} {{{m}}}" for name, m in missing)
-    return (
-        Skip(
-            "",
-            Decision.SERVICE_NETWORK_NOT_APPLICABLE,
-            f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on "
-            "without it",
-            "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "
-            "--service-network-* selectors",
-        ),
+    detail = (
+        f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on without it"
     )
+    fix = (
+        "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "
+        "--service-network-* selectors"
+    )
+
+    return (Skip("", Decision.SERVICE_NETWORK_NOT_APPLICABLE, detail, fix),)
