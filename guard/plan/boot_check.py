@@ -15,6 +15,7 @@ from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import (
     NEVER_CHECKED,
     REBOOTED,
+    Scan,
     Wanted,
     boot_key,
     conformance_job,
@@ -54,12 +55,7 @@ class Failed:
 
 
 @dataclass(slots=True)
-class BootChecks:
-    """What one cycle's scan found (filled node by node; the plan is built from it after)."""
-
-    actions: dict[str, list[Action]] = field(default_factory=dict)  # per node, in node order
-    wanted: dict[str, Wanted] = field(default_factory=dict)
-    running: int = 0
+class BootChecks(Scan):
     failed: list[Failed] = field(default_factory=list)
 
 
@@ -135,12 +131,8 @@ def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
         f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
         "but the node is cordoned by someone else: not the guard's to cordon"
     )
-    return Skip(
-        node.name,
-        Decision.ALREADY_CORDONED,
-        detail,
-        "a person's cordon stays theirs; after their uncordon the guard cordons it",
-    )
+    then = "a person's cordon stays theirs; after their uncordon the guard cordons it"
+    return Skip(node.name, Decision.ALREADY_CORDONED, detail, then)
 
 
 def _boot(node: NodeInfo) -> str:

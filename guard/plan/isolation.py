@@ -100,9 +100,8 @@ def plan_isolation(
 def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
     if p.failed is None:
         detail = f"{p.reason} waits behind {first.node.name}"
-        return Skip(
-            p.node.name, Decision.ONE_PER_CYCLE, detail, _waits(first.node.name, place, tries_left)
-        )
+        then = _waits(first.node.name, place, tries_left)
+        return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
     behind = first.node.name if first.failed is not None else "the isolation check's cordon"
     detail = f"{p.failed.what}; waits behind {behind}"
     return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, "considered again next cycle")
@@ -143,6 +142,7 @@ def _waits(first: str, place: int, tries_left: int) -> str:
     """What happens to the `place`-th waiting candidate: the dry run shows the fallback order."""
     if place <= tries_left:
         return f"cordoned in this cycle if the API refuses the cordon of {first} (fallback {place})"
+
     return "considered again next cycle"
 
 

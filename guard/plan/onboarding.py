@@ -5,8 +5,6 @@ that taint. Each step and word: docs/onboarding.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, RemoveTaint, Skip
 from guard.codec.check_records import checked_boot_value, failed_value
@@ -14,6 +12,7 @@ from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.check_jobs import (
     ONBOARDING,
+    Scan,
     Wanted,
     burnin_job,
     conformance_job,
@@ -35,16 +34,9 @@ from guard.states import Decision
 STAYS = "the onboarding taint stays"
 
 
-@dataclass(slots=True)
-class Gates:
-    actions: dict[str, list[Action]] = field(default_factory=dict)
-    wanted: dict[str, Wanted] = field(default_factory=dict)
-    running: int = 0  # conformance Jobs of the gate that run now (the shared budget)
-
-
-def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> Gates:
+def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> Scan:
     """`decided`: nodes the return or isolation check acted on this cycle, left to them."""
-    out = Gates()
+    out = Scan()
     for node in snap.nodes:
         taint = None if node.unreadable or node.name in decided else gate_taint(node, s)
         if taint is not None:
@@ -80,7 +72,7 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
 
 
 def _node(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, taint: Taint, out: Gates
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, taint: Taint, out: Scan
 ) -> list[Action]:
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"

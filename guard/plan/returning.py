@@ -74,13 +74,9 @@ def isolate(
 def no_pci_evidence(node: str, reason: Reason) -> Skip:
     """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
     the policies pin it) cannot be made, so the cordon goes on without it, once said."""
-    return Skip(
-        node,
-        Decision.EVIDENCE_NO_PCI,
-        f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
-        "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
-        "WARN",
-    )
+    detail = f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job"
+    fix = "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>"
+    return Skip(node, Decision.EVIDENCE_NO_PCI, detail, fix, "WARN")
 
 
 # ---- return ----------------------------------------------------------------------------------

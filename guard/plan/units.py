@@ -81,8 +81,7 @@ def all_isolations(snap: Snapshot, s: Settings) -> tuple[Isolation, ...]:
 
 
 def breaker_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()) -> int:
-    """What the circuit breaker counts: every isolation of every unit, readable or not (a node
-    the guard cannot read still holds its place), once each (`Isolation.key`: a cordoned node;
-    a tainted GPU, whatever its number of device rules); those the return check lets go this
-    cycle (`released`) no longer count. The push sends it (GPUNodeGuardBreakerOpen reads it)."""
+    """Every isolation of every unit once (`Isolation.key`), readable or not (an unreadable node
+    still holds its place), less those the return check lets go this cycle (`released`)."""
+
     return sum(1 for i in all_isolations(snap, s) if i.node not in released)

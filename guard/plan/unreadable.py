@@ -6,6 +6,7 @@ left alone; the blast radius of a bad value is its object (docs/writes.md, docs/
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Literal
 
 from guard.actions import Action, EmitEvent, Skip
 from guard.codec.series import PROM_FIX, shown
@@ -38,17 +39,16 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         lines = tuple(group)
         broken = [line for line in lines if line.problem != NOT_A_LINE]
         first = (broken or list(lines))[0]
-        actions.append(
-            Skip(
-                key,
-                Decision.LEDGER_UNREADABLE,
-                f"{len(lines)} line(s) of configmap/{s.ledger_configmap} not counted, "
-                f"first {first.raw.strip()!r}: {first.problem}",
-                f"correct or remove the line under key {key} if it records an incident; "
-                "hand notes may stay",
-                "WARN" if broken else "INFO",
-            )
+        detail = (
+            f"{len(lines)} line(s) of configmap/{s.ledger_configmap} not counted, "
+            f"first {first.raw.strip()!r}: {first.problem}"
         )
+        fix = (
+            f"correct or remove the line under key {key} if it records an incident; "
+            "hand notes may stay"
+        )
+        level: Literal["WARN", "INFO"] = "WARN" if broken else "INFO"
+        actions.append(Skip(key, Decision.LEDGER_UNREADABLE, detail, fix, level))
     actions.extend(
         Skip("", Decision.OBJECT_UNREADABLE, text, "fix or remove it in the snapshot file", "WARN")
         for text in snap.ignored
@@ -64,15 +64,13 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
     out: list[Action] = [_event(node) for node in bad[:EVENTS_PER_CYCLE]]
     if len(bad) > EVENTS_PER_CYCLE:
         rest = bad[EVENTS_PER_CYCLE:]
-        out.append(
-            Skip(
-                "",  # about the cycle, not a node's state
-                Decision.UNREADABLE_EVENTS_LATER,
-                f"{len(rest)} more unreadable nodes get no {EVENT_REASON} Event this cycle "
-                f"({EVENTS_PER_CYCLE} per cycle; first not written: {rest[0].name})",
-                "their unreadable skip lines above name them; their Events follow in later cycles",
-            )
+        detail = (
+            f"{len(rest)} more unreadable nodes get no {EVENT_REASON} Event this cycle "
+            f"({EVENTS_PER_CYCLE} per cycle; first not written: {rest[0].name})"
         )
+        then = "their unreadable skip lines above name them; their Events follow in later cycles"
+        out.append(Skip("", Decision.UNREADABLE_EVENTS_LATER, detail, then))  # about the cycle
+
     return tuple(out)
 
 
