@@ -28,7 +28,7 @@ class Deadlines:
 
 
 def run_deadlines(started: datetime, s: Settings, watching: bool) -> Deadlines:
-    """The deadlines of a run that started at `started` (the case list above).
+    """The deadlines of a run that started at `started` (the module docstring).
 
     >>> from datetime import UTC
     >>> at = datetime(2026, 9, 21, 5, 50, 5, tzinfo=UTC)

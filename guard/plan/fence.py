@@ -111,7 +111,7 @@ def returning(decisions: Iterable[Action]) -> bool:
 def keep(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, decisions: tuple[Action, ...]
 ) -> tuple[Action, ...]:
-    """The fence while the node waits (case list above); `decisions`: the return check's."""
+    """The fence while the node waits (docs/isolation.md); `decisions`: the return check's."""
     gpu = fenced_gpu(s, node)
     if gpu is None or returning(decisions):
         return ()
@@ -169,20 +169,27 @@ def _fence_again(
     f = node.fence
     if f is not None and f.state == "gpu-absent" and f.boot_id == boot(node):
         return ()
-    spec = _spec(s, node, gpu, "set")
-    job = find_job(snap, spec.name)
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["set"].stays)
-    if job is None and off_the_bus(node, gpu):
+    if off_the_bus(node, gpu) and find_job(snap, _spec(s, node, gpu, "set").name) is None:
         detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
         nxt = "no fence Job in this boot; the node cordon stays the isolation"
         return (Skip(node.name, Decision.FENCE_GPU_ABSENT, detail, nxt),)
+    again = f is not None and f.state == "fenced"
+    return _job(snap, s, t, node, gpu, Decision.FENCE_REAPPLY if again else Decision.FENCE_SET)
+
+
+def _job(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, gpu: GpuRef, made: Reason
+) -> tuple[Action, ...]:
+    """This boot's set or lift Job (`made`: the word its create says): not the guard's → WARN;
+    none → create it; else its step."""
+    mode = "lift" if made == Decision.FENCE_LIFT else "set"
+    spec = _spec(s, node, gpu, mode)
+    job = find_job(snap, spec.name)
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES[mode].stays)
     if job is None:
-        reason = (
-            Decision.FENCE_REAPPLY if f is not None and f.state == "fenced" else Decision.FENCE_SET
-        )
-        return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
-    return _step(snap, s, node, gpu, job, "set")
+        return (create_job(s, node.name, made, "fence", spec.name, t.render(spec)),)
+    return _step(snap, s, node, gpu, job, mode)
 
 
 def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
@@ -272,7 +279,7 @@ def lift_gate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, loadtest: str
 ) -> tuple[Action, ...] | None:
     """None when nothing is to lift before the load test `loadtest` (its Job name); otherwise
-    this cycle's actions (case list above)."""
+    this cycle's actions (docs/isolation.md, "The host fence")."""
     gpu = fenced_gpu(s, node)
     if gpu is None:
         return None
@@ -280,13 +287,7 @@ def lift_gate(
         return _set_pending(snap, s, node, gpu)
     if find_job(snap, loadtest) is not None or loadtest in node.loadtest_result:
         return None  # that load test's result decides; the fence stays while the node waits
-    spec = _spec(s, node, gpu, "lift")
-    job = find_job(snap, spec.name)
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["lift"].stays)
-    if job is None:
-        return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
-    return _step(snap, s, node, gpu, job, "lift")
+    return _job(snap, s, t, node, gpu, Decision.FENCE_LIFT)
 
 
 def _set_pending(

@@ -16,7 +16,7 @@ from guard.states import Decision
 
 
 def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
-    """Why no record of the node explains `job` ("" when one does; case list above)."""
+    """Why no record of the node explains `job` ("" when one does): by uid, never by time."""
     created = job.created
     if created is None:
         return ""
@@ -36,7 +36,7 @@ def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
 
 
 def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[Action, ...]:
-    """One WARN and one Event per fence Job no record explains, once (module docstring)."""
+    """One WARN and one Event per fence Job no record explains, once per Job uid."""
     said = {e.name for e in snap.events} | {a.name for a in planned if isinstance(a, EmitEvent)}
     out: list[Action] = []
     for warn, event in foreign_fence_jobs(snap, s):

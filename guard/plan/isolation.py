@@ -90,7 +90,7 @@ def plan_isolation(
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    if first.failed is None and first.reason != Decision.GPU_SHORT:  # workload.py's case list
+    if first.failed is None and first.reason != Decision.GPU_SHORT:  # docs/isolation.md
         actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))

@@ -113,7 +113,7 @@ Waiting = Pending | PendingNode
 
 
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
-    """Every pending GPU and mismatch (the case list above), sorted by node, then GPU and Xid,
+    """Every pending GPU, mismatch and node trigger, sorted by node, then GPU and Xid,
     a node's mismatch after its GPUs."""
     since = dict(snap.prom.loss_since)
     cordoned = set(snap.prom.cordoned) | {n.name for n in snap.nodes if n.unschedulable}

@@ -48,7 +48,7 @@ def notify(
     decision: str,
     incident: str,
 ) -> tuple[EmitEvent, ...]:
-    """One Warning Event per pod on the isolated GPU (the module's case list). `fault` says what
+    """One Warning Event per pod on the isolated GPU (docs/isolation.md). `fault` says what
     was seen (xid-79 …), `decision` what the guard did; `incident` makes the Event's name one per
     isolation (the GPU and the cycle's time)."""
     pods, named = pods_on(snap, s, node.name, gpu)
