@@ -154,15 +154,9 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
     if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
         return None
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
-    record = ((keys(s).checked_boot, value),)
-    return RecordBoot(
-        node.name,
-        Decision.BOOT_CHECK_PASSED,
-        node.resource_version,
-        node.boot_id,
-        record,
-        "checked again after the next reboot",
-    )
+    record, then = ((keys(s).checked_boot, value),), "checked again after the next reboot"
+    word, version = Decision.BOOT_CHECK_PASSED, node.resource_version
+    return RecordBoot(node.name, word, version, node.boot_id, record, then)
 
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:

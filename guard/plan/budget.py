@@ -47,16 +47,13 @@ def plan_budget(snap: Snapshot, s: Settings) -> tuple[EmitEvent, ...]:
         if age - budget >= EVENT_WINDOW:
             continue
         at = format_time(node.cordon.at)
-        event = EmitEvent(
-            node.name,
-            Decision.PAST_BUDGET,
-            "Warning",
-            EVENT_REASON,
+        message = (
             f"isolated since {at} ({node.cordon.reason}, verdict {found.value}): past its "
             f"quarantine budget of {_hours(budget)}; check the repair ticket, or hold the node "
-            "with a reason",
-            incident=at,
+            "with a reason"
         )
+        word = Decision.PAST_BUDGET
+        event = EmitEvent(node.name, word, "Warning", EVENT_REASON, message, incident=at)
         if all(e.name != event.name for e in snap.events):
             out.append(event)
     return tuple(out)

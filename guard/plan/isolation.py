@@ -15,11 +15,7 @@ from guard.ledger import format_time
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
 from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
-from guard.plan.common import (
-    breaker_open,
-    keys,
-    skip_cancelled,
-)
+from guard.plan.common import breaker_open, keys, skip_cancelled
 from guard.settings import Settings
 from guard.states import Decision, Reason, xid_reason
 
@@ -37,7 +33,7 @@ class Pick:
 
     node: NodeInfo
     reason: Reason  # xid-79, nvml-mismatch
-    rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 driver/NVML mismatch
+    rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 mismatch, 3 trigger, 4 conformance
     held_s: int
     gpu: GpuSample | None = None
     hit: triggers.Hit | None = None  # a node trigger's finding (guard.plan.triggers)
@@ -62,11 +58,9 @@ def plan_isolation(
     refused: frozenset[str] = frozenset(),
     conformance: tuple[boot_check.Failed, ...] = (),
 ) -> tuple[Action, ...]:
-    """`released`: nodes the return check uncordons or lets go of in this same cycle.
-    `refused`: nodes whose cordon the API refused earlier in this cycle (guard.plan
-    `plan_fallback`); they are left out, so the next candidate becomes the pick.
-    `conformance`: the after-reboot check's failures (guard.plan.checks), candidates after every
-    other and never a fallback."""
+    """`released`: nodes the return check lets go of this cycle; `refused`: nodes whose cordon
+    the API refused this cycle (left out: `plan_fallback`); `conformance`: the after-reboot
+    check's failures, candidates after every other and never a fallback."""
     actions, eligible = _candidates(snap, s)
     # Before the refused leave: a fallback's pick keeps the membership of the first plan.
     shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
@@ -122,8 +116,8 @@ def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
-    """The pods on the GPU this cycle isolates (guard.plan.workload), after the isolating write:
-    a write that does not land skips them (the executor's node block)."""
+    """The pods on the GPU this cycle isolates, after the isolating write (a write that does not
+    land skips them: the executor's node block)."""
     unit = units.CORDON if p.gpu is None else units.unit_for(snap, p.node, p.gpu)
     decision = DECISIONS[unit.name]
     fault = p.reason if p.hit is None else f"{p.reason} ({p.hit.detail})"
@@ -239,8 +233,7 @@ def _finding_skip(
 
 
 def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:
-    """The samples of each node, in first-seen order of the nodes: no order of the input
-    is assumed (a node seen twice apart is still one group)."""
+    """The samples of each node, in first-seen order (a node seen twice apart is one group)."""
     out: dict[str, list[GpuSample]] = {}
     for g in samples:
         out.setdefault(g.node, []).append(g)
@@ -300,8 +293,7 @@ def _detail(reason: str, sample: GpuSample) -> str:
 def _breaker_open(
     eligible: list[Pick], guarded: int, limit: int, shared: tuple[domain.Incident, ...]
 ) -> tuple[Action, ...]:
-    """Every blocked candidate, each named in its own WARN line and Event (with its domain
-    incident, if any: guard.plan.domain)."""
+    """Every blocked candidate in its own WARN line and Event (with its domain incident)."""
     return tuple(
         a for p in eligible for a in breaker_open(p.node.name, guarded, limit, p.waits(shared))
     )

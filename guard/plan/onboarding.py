@@ -133,22 +133,11 @@ def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Act
         f"gpu-node-guard keeps the onboarding taint: {job.kind} job/{job.name} failed"
         f"{': ' + found if found else unread} (boot {node.boot_id})"
     )
+    note, word = ((keys(s).onboarding_failed, value),), Decision.ONBOARDING_FAILED
+    then = f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}"
     return [
-        Annotate(
-            node.name,
-            Decision.ONBOARDING_FAILED,
-            node.resource_version,
-            ((keys(s).onboarding_failed, value),),
-            f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}",
-        ),
-        EmitEvent(
-            node.name,
-            Decision.ONBOARDING_FAILED,
-            "Warning",
-            "GuardOnboardingFailed",
-            message,
-            incident=job.name,
-        ),
+        Annotate(node.name, word, node.resource_version, note, then),
+        EmitEvent(node.name, word, "Warning", "GuardOnboardingFailed", message, incident=job.name),
     ]
 
 
@@ -157,24 +146,17 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
     record = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{check}")
     keep = tuple(x for x in node.taints if x != taint)
     dns = "" if s.conformance_allowed_dns else "; DNS upstreams not checked (no allowed list set)"
+    message = (
+        f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
+        f"conformance and the burn-in passed on boot {node.boot_id}{dns}"
+    )
+    notes, clear = ((k.checked_boot, record),), present(node, (k.onboarding_failed,))
+    version, boot = node.resource_version, node.boot_id
     return [
         RemoveTaint(
-            node.name,
-            Decision.ONBOARDING_PASSED,
-            node.resource_version,
-            taint,
-            keep,
-            node.boot_id,
-            ((k.checked_boot, record),),
-            present(node, (k.onboarding_failed,)),
+            node.name, Decision.ONBOARDING_PASSED, version, taint, keep, boot, notes, clear
         ),
         EmitEvent(
-            node.name,
-            Decision.ONBOARDED,
-            "Normal",
-            "GuardOnboarded",
-            f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
-            f"conformance and the burn-in passed on boot {node.boot_id}{dns}",
-            incident=node.boot_id,
+            node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, incident=boot
         ),
     ]

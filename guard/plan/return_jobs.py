@@ -177,21 +177,11 @@ def _failed(
     if kind == "conformance" and items:
         notes += ((k.conformance_failed, failed_value(at, spec.name, items)),)
     on = on or (f" on {','.join(items)}" if items else "")
+    then = f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}"
+    message = f"{kind} job/{spec.name} failed{on}; {w.event}"
     return (
-        Annotate(
-            node.name,
-            failed,
-            node.resource_version,
-            notes,
-            f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
-        ),
-        EmitEvent(
-            node.name,
-            failed,
-            "Warning",
-            "GuardCheckFailed",
-            f"{kind} job/{spec.name} failed{on}; {w.event}",
-        ),
+        Annotate(node.name, failed, node.resource_version, notes, then),
+        EmitEvent(node.name, failed, "Warning", "GuardCheckFailed", message),
     )
 
 
@@ -201,22 +191,11 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
     if s.return_conformance or is_conformance_cordon(node.cordon):  # this boot passed it
         checked = f"job/{_spec(s, node, 'conformance').name}"
         notes += ((k.checked_boot, checked_boot_value(node.boot_id, at, checked)),)
+    clear, word = present(node, (*k.guard_keys, k.cancelled)), job_stage(job.kind, "passed")
+    message = f"gpu-node-guard returned the node: job/{job.name} passed"
     return (
-        Uncordon(
-            node.name,
-            job_stage(job.kind, "passed"),
-            node.resource_version,
-            present(node, (*k.guard_keys, k.cancelled)),
-            f"job/{job.name} succeeded",
-            notes,
-        ),
-        EmitEvent(
-            node.name,
-            Decision.RETURNED,
-            "Normal",
-            "GuardReturned",
-            f"gpu-node-guard returned the node: job/{job.name} passed",
-        ),
+        Uncordon(node.name, word, node.resource_version, clear, f"job/{job.name} succeeded", notes),
+        EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned", message),
     )
 
 

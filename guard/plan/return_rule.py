@@ -20,8 +20,6 @@ from guard.plan.return_jobs import conformance_same_boot
 from guard.settings import Settings
 from guard.states import Decision, Reason
 
-Source = Literal["api", "prometheus"]
-
 
 @dataclass(frozen=True, slots=True)
 class Case:
@@ -58,7 +56,7 @@ class Condition:
     check: Check
 
     @property
-    def source(self) -> Source:
+    def source(self) -> Literal["api", "prometheus"]:
         return "prometheus" if self.reads else "api"
 
 
@@ -100,15 +98,10 @@ def _reboot(c: Case) -> tuple[Action, ...]:
         return (conformance_same_boot(node, rec),)
     detail = f"bootID {node.boot_id} unchanged since cordon"
     gpu = f" on GPU {rec.gpu}" if rec.gpu else ""
+    message = f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}"
     return (
         Skip(node.name, Decision.SAME_BOOT, detail, "waiting for the power cycle"),
-        EmitEvent(
-            node.name,
-            Decision.SAME_BOOT,
-            "Normal",
-            "GuardWaitingPowerCycle",
-            f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}",
-        ),
+        EmitEvent(node.name, Decision.SAME_BOOT, "Normal", "GuardWaitingPowerCycle", message),
     )
 
 
@@ -166,11 +159,8 @@ def _gpu_count(c: Case) -> tuple[Action, ...]:
 def _xids(c: Case) -> tuple[Action, ...]:
     """A cordon: any hardware Xid of the node; a device taint: one of its GPU."""
     gpu = c.device.uuid if c.unit == "device-taint" else ""
-    xids = [
-        g
-        for g in c.snap.prom.hardware_xids
-        if g.node == c.node.name and gpu.lower() in ("", g.uuid.lower())
-    ]
+    on = (g for g in c.snap.prom.hardware_xids if g.node == c.node.name)
+    xids = [g for g in on if gpu.lower() in ("", g.uuid.lower())]
     if not xids:
         return ()
     found = ", ".join(f"{gpu or f'gpu{g.gpu}'}=xid-{g.value}" for g in xids)

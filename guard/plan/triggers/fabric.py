@@ -29,13 +29,10 @@ def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
     """One line for the run: dcgm-exporter exposes none of the fabric fields on any node."""
     if snap.prom.fabric_seen is not False:
         return ()
-    return (
-        Skip(
-            "",
-            Decision.FABRIC_NOT_APPLICABLE,
-            f"no series of {', '.join(FABRIC_METRICS)} in Prometheus: the fabric trigger does "
-            "not apply",
-            "nothing on systems without NVSwitches; otherwise add the fields to dcgm-exporter's "
-            "counters CSV",
-        ),
+    metrics = ", ".join(FABRIC_METRICS)
+    detail = f"no series of {metrics} in Prometheus: the fabric trigger does not apply"
+    fix = (
+        "nothing on systems without NVSwitches; otherwise add the fields to dcgm-exporter's "
+        "counters CSV"
     )
+    return (Skip("", Decision.FABRIC_NOT_APPLICABLE, detail, fix),)
