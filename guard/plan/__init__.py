@@ -16,13 +16,9 @@ from guard.settings import Settings
 
 
 def plan_cycle(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
-    """What could not be read (reported once), the return check (breaker or not), isolation,
-    then the lifecycle checks (onboarding gate, after-reboot conformance), then the Events about
-    unreadable nodes (at most guard.plan.unreadable.EVENTS_PER_CYCLE).
-
-    Nodes the return check releases this cycle no longer count against the circuit breaker; a
-    cycle cordons at most one node, a hardware fault before a conformance failure.
-    """
+    """What could not be read, the return check, isolation, the lifecycle checks, then the
+    Events about unreadable nodes. Nodes the return check releases this cycle no longer count
+    against the breaker; a cycle cordons at most one node, a hardware fault first."""
     returning = units.plan_return(snap, s, t)
     let_go = released(returning)
     screened = plan_isolation(snap, s, t, let_go)  # the nodes the checks leave to it
@@ -43,12 +39,10 @@ def released(returning: Iterable[Action]) -> frozenset[str]:
 def plan_fallback(
     snap: Snapshot, s: Settings, t: JobTemplates, refused: frozenset[str]
 ) -> tuple[Action, ...]:
-    """The isolation check's next pick once the API refused the cordons of `refused` this cycle.
+    """The isolation check's next pick once the API refused the cordons of `refused` this cycle:
+    only the new pick's writes (its skip lines were logged with the first plan); empty when none
+    is left, the breaker is open, or `MAX_CORDON_TRIES` cordons were sent."""
 
-    The same snapshot, planned again without those nodes: only the new pick's writes (its
-    cordon, Events, ledger line and Job; its skip lines were logged with the first plan). Empty
-    when no candidate is left, the breaker is open, or `MAX_CORDON_TRIES` cordons were sent.
-    """
     if not refused or len(refused) >= MAX_CORDON_TRIES:
         return ()
     let_go = released(units.plan_return(snap, s, t))

@@ -1,32 +1,6 @@
-"""After every reboot (serving → check): conformance on each new boot of a GPU node; a FAIL
-cordons it `conformance-<item>` under the isolation check's breaker and one-cordon rule.
-
-Case list, each readable GPU node outside the guard's cordon and the onboarding gate (in order):
-  checked-boot names the node's current bootID        → nothing (this boot passed)
-  no bootID                                           → skip boot-check-no-boot-id
-  cordoned by someone else, and no Job running      → nothing: not the guard's node now; its boot
-                                                        is checked (or a pass recorded) after the
-                                                        person's uncordon
-  no Job for this boot yet:
-    a hardware Xid on the node now                    → skip boot-check-deferred: the isolation
-                                                        check decides first (its cordon brings
-                                                        the evidence Job and the ledger line)
-    otherwise                                         → wants a Job (REBOOTED when a boot was
-                                                        checked before, else NEVER_CHECKED)
-  a Job found by name that the guard did not make      → WARN skip boot-check-foreign and a
-    (no record on the node, another uid or spec)        Warning Event; never a result
-  Job running                                         → skip boot-check-running
-  Job status or result unreadable, or succeeded
-    without its Pod's summary saying PASS             → WARN skip boot-check-unreadable
-  Job passed (its Pod's summary PASS)                 → record-boot (checked-boot)
-  Job failed on items, the node cordoned by someone
-    else meanwhile                                    → skip already-cordoned: a person's cordon
-                                                        is a person's (no guard write; the
-                                                        failure is still there at the uncordon)
-  Job failed on items                                 → a cordon candidate
-Wanted Jobs are created in priority order up to the budget (boot_check_max_jobs, less those
-running); the rest wait, in one line. Candidates join the isolation check's one pick, after every
-hardware candidate, under its breaker (guard.plan.isolation).
+"""After every reboot (serving → check): conformance on each new boot of a GPU node; a FAIL is a
+candidate of the isolation check's one pick, cordoned `conformance-<item>`. Each case:
+docs/lifecycle.md, "After every reboot".
 """
 
 from __future__ import annotations
@@ -41,6 +15,7 @@ from guard.model import JobInfo, NodeInfo, Snapshot
 from guard.plan.check_jobs import (
     NEVER_CHECKED,
     REBOOTED,
+    Scan,
     Wanted,
     boot_key,
     conformance_job,
@@ -80,12 +55,7 @@ class Failed:
 
 
 @dataclass(slots=True)
-class BootChecks:
-    """What one cycle's scan found (filled node by node; the plan is built from it after)."""
-
-    actions: dict[str, list[Action]] = field(default_factory=dict)  # per node, in node order
-    wanted: dict[str, Wanted] = field(default_factory=dict)
-    running: int = 0
+class BootChecks(Scan):
     failed: list[Failed] = field(default_factory=list)
 
 
@@ -161,12 +131,8 @@ def _person_cordon(node: NodeInfo, job: JobInfo) -> Skip:
         f"conformance failed on {items or 'its items'} (job/{job.name}, {_boot(node)}) "
         "but the node is cordoned by someone else: not the guard's to cordon"
     )
-    return Skip(
-        node.name,
-        Decision.ALREADY_CORDONED,
-        detail,
-        "a person's cordon stays theirs; after their uncordon the guard cordons it",
-    )
+    then = "a person's cordon stays theirs; after their uncordon the guard cordons it"
+    return Skip(node.name, Decision.ALREADY_CORDONED, detail, then)
 
 
 def _boot(node: NodeInfo) -> str:
@@ -188,15 +154,9 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> Record
     if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
         return None
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
-    record = ((keys(s).checked_boot, value),)
-    return RecordBoot(
-        node.name,
-        Decision.BOOT_CHECK_PASSED,
-        node.resource_version,
-        node.boot_id,
-        record,
-        "checked again after the next reboot",
-    )
+    record, then = ((keys(s).checked_boot, value),), "checked again after the next reboot"
+    word, version = Decision.BOOT_CHECK_PASSED, node.resource_version
+    return RecordBoot(node.name, word, version, node.boot_id, record, then)
 
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:

@@ -1,14 +1,6 @@
 """The quarantine budget: one Warning Event when a guard isolation outlives its verdict's
-expected repair time (site settings ``budget_*_h``, guard/figures.py `Budget`).
+expected repair time (`budget_*_h`; a cordon without an Xid is `human`). docs/alerts.md.
 
-The verdict is the cordon's Xid's (the bundled table, guard/data/xid-classes.tsv); a cordon with
-no Xid (nvml-mismatch, conformance-<item>) is a person's to judge: `human`. Case list, for a node
-with the guard's cordon and its time:
-  younger than its budget                          → nothing
-  past it by less than `EVENT_WINDOW` and no Event  → `GuardPastBudget` (Warning), named by the
-                                                      cordon's time: one per isolation
-  later, or its Event listed                       → nothing: `status` shows the state and the
-                                                      alert GPUIsolationPastBudget keeps speaking
 The window keeps it to one Event although the API server drops an Event an hour after its last
 write: a cycle runs every few minutes, and one that finds it expired is past the window.
 """
@@ -55,16 +47,13 @@ def plan_budget(snap: Snapshot, s: Settings) -> tuple[EmitEvent, ...]:
         if age - budget >= EVENT_WINDOW:
             continue
         at = format_time(node.cordon.at)
-        event = EmitEvent(
-            node.name,
-            Decision.PAST_BUDGET,
-            "Warning",
-            EVENT_REASON,
+        message = (
             f"isolated since {at} ({node.cordon.reason}, verdict {found.value}): past its "
             f"quarantine budget of {_hours(budget)}; check the repair ticket, or hold the node "
-            "with a reason",
-            incident=at,
+            "with a reason"
         )
+        word = Decision.PAST_BUDGET
+        event = EmitEvent(node.name, word, "Warning", EVENT_REASON, message, incident=at)
         if all(e.name != event.name for e in snap.events):
             out.append(event)
     return tuple(out)

@@ -1,15 +1,13 @@
-"""What the after-reboot check and the onboarding gate share: their Jobs' names, the node facts
-they wait for, and the one budget of conformance Jobs both draw from.
-
-One conformance Job per node and boot for each (the key holds the bootID, so a reboot starts a
-new one and a Job is never made twice for a boot); the gate's burn-in load test the same.
+"""What the Job steps of the checks and the return share: the Jobs of the after-reboot check and
+the onboarding gate (one per node and boot: the key holds the bootID), their one budget, and
+whether a Job is the guard's, ran, and passed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from guard.actions import CreateJob, EmitEvent, Skip
+from guard.actions import Action, CreateJob, EmitEvent, Skip
 from guard.jobs import JobTemplates
 from guard.model import CordonRecord, JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.common import UID as UID
@@ -103,17 +101,9 @@ def foreign_job(
     if claim:
         fix = f"{stays}; delete job and resourceclaim {claim} as docs/runbook.md says"
         said = f"whose pass is not the tainted device's ({why})"
-    return (
-        Skip(node.name, word, f"{what} is not the guard's: {why}", fix, "WARN"),
-        EmitEvent(
-            node.name,
-            word,
-            "Warning",
-            "GuardForeignJob",
-            f"gpu-node-guard ignores {what}, {said}; {stays}",
-            incident=f"{job.name} {job.uid}",
-        ),
-    )
+    message = f"gpu-node-guard ignores {what}, {said}; {stays}"
+    detail = f"{what} is not the guard's: {why}"
+    return _warned(node, job, word, detail, fix, "GuardForeignJob", message)
 
 
 def rejected(job: JobInfo) -> str:
@@ -134,16 +124,19 @@ def rejected_job(
         f"the GPU-node label), then kubectl -n {s.jobs_namespace} delete job {job.name} (the "
         "guard creates it again)"
     )
+    detail = f"{job.kind} job/{job.name}: {why}"
+    message = f"gpu-node-guard's {job.kind} job/{job.name} could not run: {why}; {stays}"
+    return _warned(node, job, Decision.JOB_REJECTED, detail, fix, "GuardJobRejected", message)
+
+
+def _warned(
+    node: NodeInfo, job: JobInfo, word: Reason, detail: str, fix: str, event: str, message: str
+) -> tuple[Skip, EmitEvent]:
+    """One WARN line and one Warning Event, once per Job uid (the Event's incident)."""
+    incident = f"{job.name} {job.uid}"
     return (
-        Skip(node.name, Decision.JOB_REJECTED, f"{job.kind} job/{job.name}: {why}", fix, "WARN"),
-        EmitEvent(
-            node.name,
-            Decision.JOB_REJECTED,
-            "Warning",
-            "GuardJobRejected",
-            f"gpu-node-guard's {job.kind} job/{job.name} could not run: {why}; {stays}",
-            incident=f"{job.name} {job.uid}",
-        ),
+        Skip(node.name, word, detail, fix, "WARN"),
+        EmitEvent(node.name, word, "Warning", event, message, incident=incident),
     )
 
 
@@ -187,14 +180,19 @@ class Wanted:
     job: CreateJob
 
 
-def passed(job: JobInfo) -> bool | None:
-    """True: passed; False: failed with a summary read; None: finished but not to be trusted
-    (its result unreadable, or no result at all). Only for finished Jobs.
+@dataclass(slots=True)
+class Scan:
+    """What one cycle's scan of a check found, node by node; the plan is built from it after."""
 
-    Job success alone is never a pass: the pass is the Pod's own summary (conformance PASS,
-    load test `verdict: pass`), read from a Pod the Job controls (guard.read.job_results). A
-    succeeded Job whose Pod is gone, or whose summary says fail or is garbage, is not a pass.
-    """
+    actions: dict[str, list[Action]] = field(default_factory=dict)  # per node, in node order
+    wanted: dict[str, Wanted] = field(default_factory=dict)
+    running: int = 0  # its conformance Jobs that run now (the shared budget)
+
+
+def passed(job: JobInfo) -> bool | None:
+    """True: passed; False: failed with a summary read; None: finished but not to be trusted.
+    Job success alone is never a pass: the Pod's own summary is (docs/lifecycle.md, "Job
+    results the guard reads")."""
     r = job.result
     if job.status == "succeeded":
         return True if r is not None and r.state == "read" and r.passed else None

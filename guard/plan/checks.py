@@ -1,10 +1,6 @@
-"""The lifecycle checks of one cycle: the onboarding gate and the after-reboot check, their one
-budget of conformance Jobs, and the after-reboot check's cordon (docs/lifecycle.md).
-
-Budget: at most `boot_check_max_jobs` of their conformance Jobs run at once; a cycle starts
-new ones in priority order (rebooted, onboarding, never checked; then by node name) only below
-it, and says in one line how many wait. A conformance failure is a candidate of the isolation
-check's one pick, after every hardware candidate (guard.plan.isolation).
+"""The lifecycle checks of one cycle: the onboarding gate and the after-reboot check, and their
+one budget of conformance Jobs, started in priority order (docs/lifecycle.md, "First
+deployment").
 """
 
 from __future__ import annotations

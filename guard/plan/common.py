@@ -176,21 +176,11 @@ def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Ski
     """The circuit breaker holds a cordon (the isolation check's and the lifecycle checks'
     alike): a WARN line and a Warning Event naming the node and what waits."""
     detail = f"{guarded} isolations (nodes cordoned + devices tainted), limit {limit}; {waiting}"
+    fix = "cordon by hand if the fault is real; the breaker closes when nodes return"
+    message, word = f"gpu-node-guard did not cordon: {detail}", Decision.BREAKER_OPEN
     return (
-        Skip(
-            node,
-            Decision.BREAKER_OPEN,
-            detail,
-            "cordon by hand if the fault is real; the breaker closes when nodes return",
-            "WARN",
-        ),
-        EmitEvent(
-            node,
-            Decision.BREAKER_OPEN,
-            "Warning",
-            "GuardBreakerOpen",
-            f"gpu-node-guard did not cordon: {detail}",
-        ),
+        Skip(node, word, detail, fix, "WARN"),
+        EmitEvent(node, word, "Warning", "GuardBreakerOpen", message),
     )
 
 
@@ -202,15 +192,8 @@ def with_archive_events(
     snap: Snapshot, s: Settings, actions: Iterable[Action]
 ) -> tuple[Action, ...]:
     """`actions` with the archive Event planned after the append that passes the ledger's size
-    bound, so the dry run shows it and the executor writes nothing the plan did not name.
-
-    The ledger's size as read, each planned append added in plan order:
-      it stays at most `Settings.ledger_archive_bytes`  → no Event
-      an append takes it past                           → an `EmitEvent` right after that append
-                                                          (the archive halves the ledger)
-    The executor emits it only when that append did move lines (the ledger may have changed
-    since the read: then ``skip reason=changed-under-us``; the append's line says what moved).
-    """
+    bound, so the dry run shows it and the executor writes nothing the plan did not name
+    (docs/writes.md, "The fault ledger's storage")."""
     size = snap.ledger_bytes
     out: list[Action] = []
     for action in actions:
@@ -270,22 +253,10 @@ def create_job(
 def evidence_args(incident: Incident, counts: ledger.Counts) -> tuple[str, ...]:
     """Every value is a name, an address or a number the admission policy can match: the
     evidence program builds the history sentence from the counts (no free text in argv)."""
-    return (
-        "evidence",
-        "collect",
-        "--node",
-        incident.node,
-        "--pci",
-        incident.pci,
-        "--xid",
-        str(incident.xid),
-        "--uuid",
-        incident.uuid,
-        "--card-incidents",
-        str(counts.same_card),
-        "--slot-incidents",
-        str(counts.same_slot),
-    )
+    args = ["evidence", "collect", "--node", incident.node, "--pci", incident.pci]
+    args += ["--xid", str(incident.xid), "--uuid", incident.uuid]
+    args += ["--card-incidents", str(counts.same_card), "--slot-incidents", str(counts.same_slot)]
+    return tuple(args)
 
 
 def trigger_evidence_args(node: str, reason: Reason, gpus: int | None) -> tuple[str, ...]:

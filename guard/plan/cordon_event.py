@@ -1,18 +1,6 @@
-"""The cordon's `GuardCordoned` Event, written again when the cycle that cordoned lost it.
-
-The Event's name is ``<node>.gng-<digest of node, GuardCordoned, cordon time>``
-(guard.apply.events), and the cordon time is on the node (`auto-cordon-at`), so a later cycle knows
-the name of the Event every cordon wrote, whatever its reason. Case list, for a guard-cordoned node:
-  no cordon time recorded                     → nothing (no name to look for)
-  the snapshot lists an Event of that name    → nothing
-  the cordon is older than `EVENT_REPAIR_S`   → nothing: the Event may simply have expired
-  otherwise                                   → the Event again, same name, its message said
-                                                from the node's records:
-    an Xid cordon                             → the Xid, the GPU and the evidence Job
-    nvml-mismatch                             → the mismatch and the next step (the agent's
-                                                detail is today's, not the cordon's: left out)
-    conformance-<item>                        → the boot and the items of `conformance-failed`
-    another reason                            → the reason
+"""The cordon's `GuardCordoned` Event, written again under its name (node, reason, cordon time)
+when the cycle that cordoned lost it, while the cordon is younger than the API server's event
+TTL (docs/writes.md, "Events").
 """
 
 from __future__ import annotations

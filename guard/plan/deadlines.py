@@ -1,21 +1,7 @@
-"""The run's deadlines, computed once from the settings at its start (guard/run.py keeps them on
-the monotonic clock: guard.doors.retry `Anchor`).
-
-A run has parts, each with its deadline for API requests and their retries:
-  the cycle       `cycle_deadline_s` after the run's start
-  the watch       decides until `watch_until_s` after the run's cron slot (guard.plan.watch
-                  `cron_slot`: a run without a schedule never watches into the next slot); its
-                  requests, its last decision's writes and the Lease's release: the run's deadline
-  the run         RELEASE_S after the later of the cycle's deadline and the watch's end (a run
-                  that does not watch: after the cycle's deadline)
-Every deadline is at most the CronJob's `activeDeadlineSeconds` (CRONJOB_DEADLINE_S) less
-END_MARGIN_S, counted from the Job's schedule (the Job never starts earlier, so its pod is never
-killed earlier), else from the run's start: the push and the exit fit after it.
-
-With the defaults (cycle 200 s, watch 240 s) and a run started 5 s after its schedule S: the
-cycle's deadline S+205, the watch's end S+240, the run's deadline S+255, the pod killed no
-earlier than S+270. A pod started 100 s late: the cycle's deadline S+260 (not S+300), the watch's
-end S+240, the run's S+260. A run by hand at 05:53:30 (slot 05:50): its watch ends at 05:54:00.
+"""The run's deadlines, computed once at its start (docs/architecture.md, "Watch"): the cycle's
+`cycle_deadline_s` after the start, the watch's end `watch_until_s` after the cron slot, the
+run's `RELEASE_S` after the later of the two; each at most the CronJob's deadline less
+`END_MARGIN_S`, counted from the Job's schedule (its pod is never killed earlier).
 """
 
 from __future__ import annotations
@@ -42,7 +28,7 @@ class Deadlines:
 
 
 def run_deadlines(started: datetime, s: Settings, watching: bool) -> Deadlines:
-    """The deadlines of a run that started at `started` (the case list above).
+    """The deadlines of a run that started at `started` (the module docstring).
 
     >>> from datetime import UTC
     >>> at = datetime(2026, 9, 21, 5, 50, 5, tzinfo=UTC)

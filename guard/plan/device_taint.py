@@ -1,44 +1,8 @@
-"""DRA nodes: isolate the faulted GPU with a DeviceTaintRule instead of cordoning the node.
-
-Where NVIDIA's DRA driver publishes the node's GPUs as ResourceSlices (driver `gpu.nvidia.com`,
-one device per GPU with its `uuid` and `pcieBusID`, or MIG devices naming it as `parentUUID`),
-the isolation check's pick is the faulted GPU, not the node: the guard creates one
-DeviceTaintRule (effect NoSchedule, never NoExecute: the guard does not evict) per device of
-that GPU, each selecting exactly one device (driver, pool, device), labelled as the guard's, and
-records them on the node (`device-taint`); the node stays schedulable and its other
-GPUs keep being allocated. Device-plugin nodes keep the node cordon (guard.plan.isolation). A
-faulted GPU the driver does not publish, on a node whose other GPUs it publishes, is not
-isolated (`unpublished`: no rule can select it, it cannot be allocated, and the guard does not
-cordon a DRA node): WARN skip device-unpublished, a Warning Event and the ledger line once.
-
-Isolation (the same screen, breaker and one isolation per cycle as the cordon):
-  the faulted GPU has published devices on the node (`targets`: by UUID, the device's own or
-  its MIG parent's, with any device of its PCI address that names no UUID; else by PCI
-  address; two names for one GPU are both its devices)
-                                      → taint-device for each, then the record on the node, a
-                                        Warning Event, the ledger line and the evidence Job
-  the node already has a device record for that GPU → skip already-guarded
-  any faulted GPU of the node is not its recorded one (whatever the GPUs' order)
-                                      → WARN skip device-isolated naming that GPU, and a Warning
-                                        Event: one device per node; a person cordons the node
-                                        if the new fault is real
-Breaker: guard.plan.units `breaker_count` counts cordoned nodes and tainted GPUs alike (a GPU
-with several device rules once; one count for the isolation check, the lifecycle checks and the
-push).
-
-Return, for each node with a device record, or a guard rule without one (first match wins):
-  a guard rule without the node's record (the record's patch did not land) → record it again
-  the record names a rule that does not exist:
-      the device's load test passed (the guard's Job, claim and GPU) → clear the record (returned)
-      otherwise a person deleted the rule              → clear the record, record the cancel
-  the return table's device-taint rows (guard.plan.return_rule) → their skip
-  otherwise the one Job gate (guard.plan.return_jobs `gate`, the unit's row of `WORDS`) with
-  the unit's own create: its ResourceClaim (exactly that GPU, tolerating only the guard's taint)
-  and a one-GPU load-test Job, one per boot and reset-done, one at a time (a newer reset-done
-  waits while an earlier one's Job runs: loadtest-running); and its own pass: only on the
-  guard's claim of the tainted GPU (`claim_problem`, else WARN loadtest-foreign) → untaint-device
-  (the guard's rule, by name and uid), then clear the record (returned) and a Normal Event.
-A DeviceTaintRule without the guard's label is never read for a decision, changed or deleted.
+"""DRA nodes: isolate the faulted GPU with a DeviceTaintRule (NoSchedule, one per device of that
+GPU, labelled as the guard's) instead of cordoning the node; its other GPUs stay in service. The
+return is the return table's device-taint rows and one load-test Job on a ResourceClaim of
+exactly that GPU. A DeviceTaintRule without the guard's label is never read, changed or deleted.
+Each case: docs/lifecycle.md, "DRA nodes"; each difference from the cordon: docs/isolation.md.
 """
 
 from __future__ import annotations
@@ -47,6 +11,7 @@ import hashlib
 import re
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from guard import ledger
@@ -142,11 +107,8 @@ def guard_rules(snap: Snapshot) -> tuple[TaintRule, ...]:
 def eligibility(
     snap: Snapshot, s: Settings, node: NodeInfo, reason: Screened, samples: tuple[GpuSample, ...]
 ) -> Screened:
-    """The isolation screen's word for a node, given the cordon screen's (`reason`) and the
-    node's faulted GPUs (`samples`, the first its primary): a DRA node without an
-    nvidia.com/gpu resource is eligible when the faulted GPU is one of its devices; a device
-    record makes it guarded (every faulted GPU is the tainted one) or device-isolated (any
-    other faulted GPU, whatever its index)."""
+    """The isolation screen's word, given the cordon screen's (`reason`) and the node's faulted
+    GPUs (`samples`, the first its primary): one device isolated per node."""
     if node.has(keys(s).device_taint):
         return Decision.DEVICE_ISOLATED if others(node, s, samples) else Decision.ALREADY_GUARDED
     g = samples[0]
@@ -156,8 +118,7 @@ def eligibility(
 
 
 def others(node: NodeInfo, s: Settings, samples: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
-    """The faulted GPUs of a node with a device record that are not its tainted GPU (every one
-    when the record cannot be read)."""
+    """The faulted GPUs that are not the node's tainted one (all, its record unreadable)."""
     rec = record_of(node, s)
     return tuple(g for g in samples if rec is None or rec.uuid.lower() != g.uuid.lower())
 
@@ -185,12 +146,8 @@ def recorded(snap: Snapshot, node: str, g: GpuSample) -> bool:
 
 
 def unpublished(snap: Snapshot, s: Settings, node: NodeInfo, g: GpuSample) -> tuple[Action, ...]:
-    """A DRA node's faulted GPU that no published device names: no DeviceTaintRule can select
-    it, and the guard does not cordon a DRA node (its other GPUs stay in service; the API
-    refuses the guard's cordon of a node without an nvidia.com/gpu resource). Unpublished, the
-    GPU cannot be allocated either. The incident is recorded (the ledger line, from the Xid
-    series' UUID and PCI address, once), a WARN line and a Warning Event say so each cycle,
-    and once the driver publishes the GPU again the isolation check taints it."""
+    """A DRA node's faulted GPU that no published device names: not isolated, its incident
+    recorded once (docs/isolation.md)."""
     reason = xid_reason(g.value)
     why = (
         f"{reason} gpu={g.pci} uuid={g.uuid}: the DRA driver publishes no device of this GPU "
@@ -263,9 +220,8 @@ def rule_manifest(
 def isolate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, g: GpuSample, held_s: int
 ) -> tuple[Action, ...]:
-    """The device taint of the faulted GPU: its rules first, one per device (a rule without its
-    record is recorded again next cycle), then the record, the Event, the ledger line, the
-    evidence Job."""
+    """The rules first, one per device (a rule without its record is recorded again next
+    cycle), then the record, the Event, the ledger line, the evidence Job."""
     devices = targets(snap, node.name, g.uuid, g.pci)
     assert devices
     k, reason = keys(s), xid_reason(g.value)
@@ -279,33 +235,13 @@ def isolate(
         f"Xid {g.value}, GPU loss held {held_s}s; the node's other GPUs stay in service "
         f"(DeviceTaintRule {rec.rule}, NoSchedule)"
     )
+    manifests = ((d, rule_manifest(s, node.name, d, rec)) for d in devices)
+    note, then = ((k.device_taint, rec.value()),), f"the load test of {refs} decides its return"
+    at = ledger.format_time(snap.now)
     return (
-        *(
-            TaintDevice(
-                node.name,
-                reason,
-                rule_name(d),
-                d.ref,
-                g.uuid,
-                rule_manifest(s, node.name, d, rec),
-            )
-            for d in devices
-        ),
-        Annotate(
-            node.name,
-            reason,
-            node.resource_version,
-            ((k.device_taint, rec.value()),),
-            f"the load test of {refs} decides its return",
-        ),
-        EmitEvent(
-            node.name,
-            reason,
-            "Warning",
-            "GuardDeviceTainted",
-            message,
-            incident=ledger.format_time(snap.now),
-        ),
+        *(TaintDevice(node.name, reason, rule_name(d), d.ref, g.uuid, m) for d, m in manifests),
+        Annotate(node.name, reason, node.resource_version, note, then),
+        EmitEvent(node.name, reason, "Warning", "GuardDeviceTainted", message, incident=at),
         *(() if recorded(snap, node.name, g) else (ledger_append(s, incident, reason),)),
         *evidence,
     )
@@ -315,7 +251,7 @@ def isolate(
 
 
 def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
-    """The return of every device the guard isolates (module docstring, "Return")."""
+    """The return of every device the guard isolates, and the repair of a lost record."""
     out: list[Action] = []
     recorded = set()
     for node in snap.nodes:
@@ -333,24 +269,11 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
 def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...]:
     rec = parse_record(rule.record)
     if rec is None or rule.name not in rec.rules:
-        return (
-            Skip(
-                node.name,
-                Decision.DEVICE_RULE_UNREADABLE,
-                f"DeviceTaintRule {rule.name} carries no readable record",
-                f"kubectl get devicetaintrule {rule.name} -o yaml",
-                "WARN",
-            ),
-        )
-    return (
-        Annotate(
-            node.name,
-            Decision.DEVICE_RECORD_REPAIR,
-            node.resource_version,
-            ((keys(s).device_taint, rec.value()),),
-            f"device {rec.device} stays tainted",
-        ),
-    )
+        detail = f"DeviceTaintRule {rule.name} carries no readable record"
+        fix = f"kubectl get devicetaintrule {rule.name} -o yaml"
+        return (Skip(node.name, Decision.DEVICE_RULE_UNREADABLE, detail, fix, "WARN"),)
+    note, then = ((keys(s).device_taint, rec.value()),), f"device {rec.device} stays tainted"
+    return (Annotate(node.name, Decision.DEVICE_RECORD_REPAIR, node.resource_version, note, then),)
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
@@ -359,17 +282,11 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     k = keys(s)
     rec = record_of(node, s)
     if rec is None:
-        return (
-            Skip(
-                node.name,
-                Decision.UNREADABLE,
-                f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record",
-                f"kubectl annotate node {node.name} {k.device_taint}-",
-                "WARN",
-            ),
-        )
+        detail = f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record"
+        fix = f"kubectl annotate node {node.name} {k.device_taint}-"
+        return (Skip(node.name, Decision.UNREADABLE, detail, fix, "WARN"),)
     rules = tuple(r for r in guard_rules(snap) if r.name in rec.rules)
-    claim, spec = _loadtest(s, node, rec)
+    _, spec = _loadtest(s, node, rec)
     job = next((j for j in snap.jobs if j.name == spec.name), None)
     if not rules:
         trusted = job is not None and not foreign(node, job)
@@ -379,56 +296,34 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
         return blocked
-
-    def create() -> tuple[Action, ...]:
-        if earlier := _earlier_running(snap, node, spec):
-            return (
-                Skip(
-                    node.name,
-                    Decision.LOADTEST_RUNNING,
-                    f"job/{earlier.name} on {rec.device} still runs; the newer "
-                    f"{k.reset_done}={node.reset_done!r} waits for it",
-                    WAIT,
-                ),
-            )
-        return (
-            CreateClaim(
-                node.name,
-                Decision.CONDITIONS_MET,
-                claim.name,
-                claim.namespace,
-                t.render_claim(claim),
-                (k.loadtest_claim, claim_record_value(claim.name, UID)),
-            ),
-            create_job(
-                s, node.name, Decision.CONDITIONS_MET, "loadtest", spec.name, t.render(spec)
-            ),
-        )
-
-    out = return_jobs.gate(snap, s, node, spec, "device-taint", create, rec.device)
+    start = partial(_start, snap, s, t, node, rec)
+    out = return_jobs.gate(snap, s, node, spec, "device-taint", start, rec.device)
     if isinstance(out, tuple):
         return out
     if why := claim_problem(snap, node, rec, out):
         stays = "the device stays tainted"
-        word = Decision.LOADTEST_FOREIGN
-        return foreign_job(s, node, out, word, why, stays, claim=out.name)
+        return foreign_job(s, node, out, Decision.LOADTEST_FOREIGN, why, stays, claim=out.name)
     return _returned(snap, s, node, rec, out, rules)
 
 
-def _earlier_running(snap: Snapshot, node: NodeInfo, spec: JobSpec) -> JobInfo | None:
-    """A load-test Job of the node's device made for an earlier boot or reset that still runs:
-    one Job per GPU at a time (the guard isolates one device per node), so a newer reset-done
-    waits for it instead of claiming the same GPU for a second one."""
-    return next(
-        (
-            j
-            for j in snap.jobs
-            if j.kind == "loadtest"
-            and j.node == node.name
-            and j.name != spec.name
-            and j.status in ("running", "unreadable")
-        ),
-        None,
+def _start(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, rec: DeviceRecord
+) -> tuple[Action, ...]:
+    """The device's claim and load-test Job; one Job per GPU at a time (the guard isolates one
+    device per node): a newer reset-done waits while an earlier boot's or reset's Job runs."""
+    k, running, (claim, spec) = keys(s), ("running", "unreadable"), _loadtest(s, node, rec)
+    mine = (j for j in snap.jobs if j.kind == "loadtest" and j.node == node.name)
+    if earlier := next((j for j in mine if j.name != spec.name and j.status in running), None):
+        detail = (
+            f"job/{earlier.name} on {rec.device} still runs; the newer "
+            f"{k.reset_done}={node.reset_done!r} waits for it"
+        )
+        return (Skip(node.name, Decision.LOADTEST_RUNNING, detail, WAIT),)
+    record = (k.loadtest_claim, claim_record_value(claim.name, UID))
+    word, manifest = Decision.CONDITIONS_MET, t.render_claim(claim)
+    return (
+        CreateClaim(node.name, word, claim.name, claim.namespace, manifest, record),
+        create_job(s, node.name, word, "loadtest", spec.name, t.render(spec)),
     )
 
 
@@ -439,38 +334,18 @@ def job_key(node: NodeInfo, rec: DeviceRecord) -> str:
 
 def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec, JobSpec]:
     """The device's ResourceClaim and its one-GPU load-test Job (the Job's name names both)."""
-    spec = job_spec(
-        s,
-        "loadtest",
-        node.name,
-        job_key(node, rec),
-        rec.reason,
-        loadtest_args(s, 1, rec.xid, rec.pci),
-        gpus=1,
-    )
+    args = loadtest_args(s, 1, rec.xid, rec.pci)
+    spec = job_spec(s, "loadtest", node.name, job_key(node, rec), rec.reason, args, gpus=1)
     spec = replace(spec, claim=spec.name)
-    driver = rec.device.split("/", 1)[0]
-    claim = ClaimSpec(
-        spec.name,
-        spec.namespace,
-        node.name,
-        s.annotation_prefix,
-        DRA_DEVICE_CLASS,
-        driver,
-        rec.uuid,
-        rec.devices[0],
-        Annotations(s.annotation_prefix).fault_taint,
-        rec.reason,
-    )
-    return claim, spec
+    driver, prefix = rec.device.split("/", 1)[0], s.annotation_prefix
+    taint = Annotations(prefix).fault_taint
+    on = (driver, rec.uuid, rec.devices[0], taint, rec.reason)
+    return ClaimSpec(spec.name, spec.namespace, node.name, prefix, DRA_DEVICE_CLASS, *on), spec
 
 
 def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInfo) -> str:
     """Why a pass of the device's load-test Job is not a pass of the tainted GPU ("" when it
-    is): its ResourceClaim (named as the Job) must be the one the node's record names, by uid,
-    its allocation (while one is written: the resourceclaim controller clears it once the Pod
-    has finished) exactly the tainted device, and the GPUs the load test reports it ran on
-    exactly the tainted GPU's UUID."""
+    is): its claim, allocation and tested GPUs (docs/lifecycle.md, "DRA nodes")."""
     made = node.claim_record
     if made is None or made.name != job.name:
         last = f"; the guard's last claim here is resourceclaim/{made.name}" if made else ""
@@ -505,35 +380,17 @@ def _returned(
     job: JobInfo,
     rules: tuple[TaintRule, ...],
 ) -> tuple[Action, ...]:
-    k, at = keys(s), ledger.format_time(snap.now)
-    untaint = tuple(
-        UntaintDevice(
-            node.name,
-            Decision.LOADTEST_PASSED,
-            rule.name,
-            rule.uid,
-            rule.ref,
-            job.name,
-            s.jobs_namespace,
-        )
-        for rule in rules
-    )
+    k, at, ns, name = keys(s), ledger.format_time(snap.now), s.jobs_namespace, job.name
+    clear = present(node, (k.device_taint, k.loadtest_result))
+    note, word = ((k.returned, f"{at} job/{name}"),), Decision.DEVICE_RETURNED
+    message = f"gpu-node-guard returned DRA device {rec.device}: job/{name} passed"
     return (
-        *untaint,
-        ClearGuardAnnotations(
-            node.name,
-            Decision.DEVICE_RETURNED,
-            node.resource_version,
-            present(node, (k.device_taint, k.loadtest_result)),
-            ((k.returned, f"{at} job/{job.name}"),),
+        *(
+            UntaintDevice(node.name, Decision.LOADTEST_PASSED, r.name, r.uid, r.ref, name, ns)
+            for r in rules
         ),
-        EmitEvent(
-            node.name,
-            Decision.RETURNED,
-            "Normal",
-            "GuardReturned",
-            f"gpu-node-guard returned DRA device {rec.device}: job/{job.name} passed",
-        ),
+        ClearGuardAnnotations(node.name, word, node.resource_version, clear, note),
+        EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned", message),
     )
 
 

@@ -1,21 +1,6 @@
-"""A shared cause: isolations and candidates in one failure domain are one domain incident.
-
-The site names its failure domain by a Node label (`Settings.topology_label`: a rack, a switch, an
-NVLink domain; empty: off). Nodes of one rack that fail together usually share a cause (power,
-a PCIe or NVLink switch, cooling, cables), which repairing them one by one never finds.
-
-Case list (every cycle, topology label set):
-  members: the nodes the guard isolated within `DOMAIN_WINDOW_S` (any unit; `Isolation.at`), and
-  this cycle's candidates (held, eligible; isolated this cycle or waiting)
-  a member whose Node lacks the label (or has it empty) → in no domain
-  two or more members share the label's value     → one domain incident:
-    one WARN line `skip reason=domain-incident` with the request draft naming the domain and
-    every node; one Warning Event `GuardDomainIncident` on each node naming the domain and the
-    other nodes (one per node and membership: its series counts the cycles); the breaker's
-    line and Event name the domain of a candidate it holds (guard.plan.isolation); the push
-    counts its nodes (`gpu_node_guard_domain_incident_nodes`, GPUNodeGuardDomainIncident)
-  one member alone                                → nothing
-Each node keeps its own isolation and return: the incident only says that they belong together.
+"""A shared cause: isolations and candidates in one failure domain (the site's topology label)
+are one domain incident, said once with a request draft; each node keeps its own isolation and
+return. docs/triggers.md, "Domain incidents".
 """
 
 from __future__ import annotations
@@ -107,30 +92,19 @@ def request(i: Incident) -> str:
 def announce(found: Iterable[Incident]) -> tuple[Action, ...]:
     """Per incident: its WARN line with the request draft, and one Event on each node."""
     out: list[Action] = []
+    fix = "send the request once for the domain; each node keeps its own repair and return"
     for i in found:
-        out.append(
-            Skip(
-                i.nodes[0],
-                DOMAIN_INCIDENT,
-                request(i),
-                "send the request once for the domain; each node keeps its own repair and return",
-                "WARN",
-            )
-        )
+        out.append(Skip(i.nodes[0], DOMAIN_INCIDENT, request(i), fix, "WARN"))
         membership = f"{i.domain} {','.join(i.nodes)}"
-        out.extend(
-            EmitEvent(
-                m.node,
-                DOMAIN_INCIDENT,
-                "Warning",
-                EVENT_REASON,
+        for m in i.members:
+            message = (
                 f"gpu-node-guard: domain incident {i.domain}: this node ({m.what}) and "
                 f"{', '.join(i.others(m.node))} fail within {DOMAIN_WINDOW_S // 60} min; "
-                f"likely a shared cause: {REQUEST}",
-                membership,
+                f"likely a shared cause: {REQUEST}"
             )
-            for m in i.members
-        )
+            out.append(
+                EmitEvent(m.node, DOMAIN_INCIDENT, "Warning", EVENT_REASON, message, membership)
+            )
     return tuple(out)
 
 

@@ -1,49 +1,6 @@
-"""The host fence of a cordon's GPU (`fence_gpu`, docs/isolation.md): compute mode PROHIBITED,
-set and read back by the guard's fence Job, beside the node cordon and never instead of it.
-
-The fence covers what a cordon does not (a Pod with nodeName, a Pod tolerating every taint, a
-container started with docker on the host): no new CUDA context opens on that GPU. It resets at
-every reboot, so the guard keeps it per boot: the `gpu-fence` record names the boot it holds in.
-
-`at_cordon`: with the cordon of an Xid whose GPU has a PCI address and a UUID, the set Job in the
-same cycle (after the evidence Job; a cordon that does not land stops it).
-`keep` (the return check calls it when the node waits, i.e. its decision is not the load test or
-the lift of the fence; guard.plan.returning), for a readable guard-cordoned node whose cordon
-names a GPU (PCI address and UUID known):
-  fence_gpu off, or no GPU on the cordon       → nothing
-  the fence holds in this boot (`fenced`), and no lift Job the guard did not make runs or
-  ended since the Job the record read back was made → nothing
-  such a lift Job (`lifted_behind`: the host's mode may be Default again, whatever the record
-  says)                                        → WARN fence-lifted-foreign + Warning Event
-                                                 GuardForeignJob (once per Job); while it runs,
-                                                 nothing more; once it ended, the fence is set
-                                                 again as below (fence-reapply)
-  `gpu-absent` recorded in this boot           → nothing: the node cordon is the isolation
-  no set Job yet; in the cordon's boot, the evidence Job recorded PCIe links and none of
-  this GPU                                     → fence-gpu-absent: off the bus, no fence Job
-  the set Job of this boot not the guard's     → WARN fence-foreign + Warning Event
-  no set Job of this boot                      → create it: fence-set, or fence-reapply when the
-                                                 record is of an earlier boot (a reboot reset it)
-  running                                      → fence-running
-  unreadable                                   → WARN fence-unreadable
-  finished, its summary says fenced            → record `fenced <boot>` + Event GuardFenced
-  finished, its summary says gpu-absent        → record `gpu-absent <boot>` + Warning Event
-  anything else (mismatch, error, no summary)  → WARN fence-failed: not fenced, stays cordoned
-`lift_gate` (before the load test of the return, all return conditions met):
-  the fence does not hold in this boot         → None: the load test goes on (a reboot since the
-                                                 fence already set the mode back to Default)
-  a set Job of this boot not recorded yet      → running: fence-running (wait); read back:
-                                                 record fenced (the lift next cycle); off the
-                                                 bus: record gpu-absent; else None
-  this boot's load test exists or failed       → None: its result decides, the fence stays
-  otherwise the lift Job (`fence lift`): created → fence-lift; running → fence-lift-running;
-  read back Default → record `lifted` (fence-lifted), the load test next cycle; anything else →
-  WARN fence-lift-failed, the node stays cordoned and fenced.
-A load test that fails after the lift leaves the node waiting: `keep` fences it again (a new set
-Job, keyed by the lift). The return's uncordon removes `gpu-fence` with the other guard keys.
-
-The "stay schedulable with the fenced GPU excluded" option is not offered on device-plugin
-nodes: nothing proves the plugin keeps that card out of allocation (docs/isolation.md).
+"""The host fence of a cordon's GPU (`fence_gpu`): compute mode PROHIBITED, set and read back by
+the guard's fence Job beside the node cordon, kept per boot (a reboot resets it), lifted only for
+the return's load test. Each case and its word: docs/isolation.md, "The host fence".
 """
 
 from __future__ import annotations
@@ -154,7 +111,7 @@ def returning(decisions: Iterable[Action]) -> bool:
 def keep(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, decisions: tuple[Action, ...]
 ) -> tuple[Action, ...]:
-    """The fence while the node waits (case list above); `decisions`: the return check's."""
+    """The fence while the node waits (docs/isolation.md); `decisions`: the return check's."""
     gpu = fenced_gpu(s, node)
     if gpu is None or returning(decisions):
         return ()
@@ -212,20 +169,27 @@ def _fence_again(
     f = node.fence
     if f is not None and f.state == "gpu-absent" and f.boot_id == boot(node):
         return ()
-    spec = _spec(s, node, gpu, "set")
-    job = find_job(snap, spec.name)
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["set"].stays)
-    if job is None and off_the_bus(node, gpu):
+    if off_the_bus(node, gpu) and find_job(snap, _spec(s, node, gpu, "set").name) is None:
         detail = f"the cordon's evidence Job read no PCIe link of GPU {gpu}: off the bus"
         nxt = "no fence Job in this boot; the node cordon stays the isolation"
         return (Skip(node.name, Decision.FENCE_GPU_ABSENT, detail, nxt),)
+    again = f is not None and f.state == "fenced"
+    return _job(snap, s, t, node, gpu, Decision.FENCE_REAPPLY if again else Decision.FENCE_SET)
+
+
+def _job(
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, gpu: GpuRef, made: Reason
+) -> tuple[Action, ...]:
+    """This boot's set or lift Job (`made`: the word its create says): not the guard's → WARN;
+    none → create it; else its step."""
+    mode = "lift" if made == Decision.FENCE_LIFT else "set"
+    spec = _spec(s, node, gpu, mode)
+    job = find_job(snap, spec.name)
+    if job is not None and (why := foreign(node, job)):
+        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES[mode].stays)
     if job is None:
-        reason = (
-            Decision.FENCE_REAPPLY if f is not None and f.state == "fenced" else Decision.FENCE_SET
-        )
-        return (create_job(s, node.name, reason, "fence", spec.name, t.render(spec)),)
-    return _step(snap, s, node, gpu, job, "set")
+        return (create_job(s, node.name, made, "fence", spec.name, t.render(spec)),)
+    return _step(snap, s, node, gpu, job, mode)
 
 
 def off_the_bus(node: NodeInfo, gpu: GpuRef) -> bool:
@@ -315,7 +279,7 @@ def lift_gate(
     snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, loadtest: str
 ) -> tuple[Action, ...] | None:
     """None when nothing is to lift before the load test `loadtest` (its Job name); otherwise
-    this cycle's actions (case list above)."""
+    this cycle's actions (docs/isolation.md, "The host fence")."""
     gpu = fenced_gpu(s, node)
     if gpu is None:
         return None
@@ -323,13 +287,7 @@ def lift_gate(
         return _set_pending(snap, s, node, gpu)
     if find_job(snap, loadtest) is not None or loadtest in node.loadtest_result:
         return None  # that load test's result decides; the fence stays while the node waits
-    spec = _spec(s, node, gpu, "lift")
-    job = find_job(snap, spec.name)
-    if job is not None and (why := foreign(node, job)):
-        return foreign_job(s, node, job, Decision.FENCE_FOREIGN, why, _MODES["lift"].stays)
-    if job is None:
-        return (create_job(s, node.name, Decision.FENCE_LIFT, "fence", spec.name, t.render(spec)),)
-    return _step(snap, s, node, gpu, job, "lift")
+    return _job(snap, s, t, node, gpu, Decision.FENCE_LIFT)
 
 
 def _set_pending(

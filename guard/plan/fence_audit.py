@@ -1,25 +1,6 @@
-"""Fence Jobs the guard did not make (docs/security.md, "The fence Job"): any fence Job in the
-jobs namespace, set or lift, that the node's records do not explain is one WARN and one Warning
-Event, whichever node it names.
-
-The guard's own fence Jobs are known by uid (`job-fence`, `fence-jobs`), never by time; why and
-what a stolen token can do: docs/security.md, "Who is root-equivalent", "The fence Job".
-
-Per fence Job (first match wins):
-  its node is not read, or unreadable, or the Job has no creation time  → nothing (no record
-                                                                           to judge by)
-  its uid is the `job-fence` record's, or one of `fence-jobs`           → the guard's
-  the node carries the guard's cordon:
-    created before the cordon                                           → an earlier incident's
-                                                                           (said then, if foreign)
-    otherwise                                                           → foreign
-  no guard cordon:
-    created before the node's last return or a person's uncordon        → an earlier incident's
-    otherwise                                                           → foreign
-A foreign Job: WARN `fence-job-foreign` + Warning Event GuardForeignJob, once per Job uid: the
-Event has the name `guard.plan.check_jobs.foreign_job` gives it (the fence step's own
-`fence-foreign` Event of the same Job included), and a Job whose Event the snapshot lists or this
-cycle plans is not said again.
+"""Fence Jobs the guard did not make: any fence Job, set or lift, that no record of its node
+explains (by uid, never by time) is one WARN and one Warning Event, once per Job uid: a stolen
+token or a bug (docs/isolation.md, "The host fence"; docs/security.md, "The fence Job").
 """
 
 from __future__ import annotations
@@ -35,7 +16,7 @@ from guard.states import Decision
 
 
 def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
-    """Why no record of the node explains `job` ("" when one does; case list above)."""
+    """Why no record of the node explains `job` ("" when one does): by uid, never by time."""
     created = job.created
     if created is None:
         return ""
@@ -55,7 +36,7 @@ def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
 
 
 def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[Action, ...]:
-    """One WARN and one Event per fence Job no record explains, once (module docstring)."""
+    """One WARN and one Event per fence Job no record explains, once per Job uid."""
     said = {e.name for e in snap.events} | {a.name for a in planned if isinstance(a, EmitEvent)}
     out: list[Action] = []
     for warn, event in foreign_fence_jobs(snap, s):

@@ -1,22 +1,7 @@
-"""The hold: which faults have lasted long enough to be cordon candidates, decided from facts.
-
-The Snapshot carries what Prometheus showed (`PromView.hardware_xids`, `loss_since`,
-`nvml_since`, `cordoned`); every rule on top of those facts lives here, for the isolation
-check, the pending lines, `status` and the in-run watch (guard/watch.py) alike.
-
-Case list, for a GPU with a hardware Xid now (`W` is the fast hold for fast-path Xids, else the
-full hold):
-  node kube-state-metrics reports unschedulable                   → not a candidate
-  no GPU loss on its node now (no `loss_since`)                   → not a candidate
-  now − loss_since ≥ W                                            → candidate
-  otherwise                                                       → pending, decides at
-                                                                    loss_since + W
-and for a node whose nvidia-match failed at every step since `nvml_since`, not cordoned:
-  now − nvml_since ≥ `Settings.nvml_hold_s` → candidate, else pending until then.
-Each step's value is the latest scrape at or before the step, so the loss was scraped no later
-than `loss_since` (guard.codec.series): the hold that really passed is never shorter than W.
-
-Candidates come back sorted by node, then GPU: the isolation check groups them by node.
+"""The hold: which faults have lasted long enough to be cordon candidates, decided from the facts
+Prometheus showed, for the isolation check, the pending lines, `status` and the watch alike.
+Each step's value is the latest scrape at or before it, so the hold that really passed is never
+shorter than its window (guard.codec.series).
 """
 
 from __future__ import annotations

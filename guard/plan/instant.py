@@ -1,16 +1,6 @@
-"""The run's clock: Prometheus' own time, not the pod's.
-
-For an instant in the future Prometheus answers with each series' last sample (its lookback), so
-a GPU loss "holds" until then: a pod clock 60, 120 or 240 s ahead cordoned a loss that had held
-20 s of a 30 s hold (held_s 66, 125, 245), dated the cordon, its ledger line and its Event in
-the future, and held the Lease into the next slot when killed. So a live run reads Prometheus'
-time once, before its Lease (the evaluation time of ``time()``, guard.doors.prom
-`server_time`), and from then on counts on the monotonic clock from there (guard.doors.retry
-`Anchor`, guard/run.py): the instant each query asks about (the cycle's and each watch
-decision's, to the second) is never ahead of what Prometheus has, every write carries the
-instant its decision was made on, and the run's deadlines, its cron slot and the Lease's times
-are on that clock too, so neither a pod clock ahead nor one behind moves them, and no step of
-the pod's clock moves them later. A replay's `--at` is its instant as given.
+"""The run's clock: Prometheus' own time, not the pod's (docs/architecture.md, "Time"). For an
+instant in the future Prometheus answers with each series' last sample, so a pod clock ahead
+once cordoned a loss that had not held its window, and dated the writes in the future.
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
-"""Isolation check: hardware-Xid nodes whose GPU loss held → at most one cordon per cycle.
-
-Case list, for each node with a held hardware Xid (guard.plan.hold.candidates: hardware Xid AND
-loss held for its window AND not cordoned):
-  node unknown to the API             → skip not-in-api
-  node the guard cannot read          → nothing here (reported once by the unreadable check)
-  node already unschedulable          → skip already-cordoned   (Prometheus lags the API)
-  node carries hold                   → skip hold
-  node carries the guard's annotation → skip already-guarded
-  node without a GPU resource in status.capacity (absent, 0, or no status)
-                                      → WARN skip no-gpu-resource: the node-scope policy
-                                        refuses the guard's cordon of such a node, and a
-                                        refused first pick used to leave the next faulted node
-                                        schedulable (allocatable 0 is not this: it is what a
-                                        lost GPU looks like); on a DRA node whose faulted GPU
-                                        the driver does not publish → WARN skip
-                                        device-unpublished, its Event and ledger line
-                                        (guard.plan.device_taint.unpublished)
-  node whose cordon the API refused earlier this cycle (`refused`) → not eligible again
-  every faulted GPU is an incident a person cancelled (same boot, GPU UUID and Xid)
-                                      → skip cancelled; a new boot, GPU or Xid re-arms
-  breaker open (guarded ≥ limit)      → WARN skip breaker-open + Warning Event for EVERY
-                                        candidate, no cordon
-  otherwise the first by (fast-path Xid, longest held, name) is cordoned; the rest wait a cycle,
-  the next `MAX_CORDON_TRIES - 1` of them named as this cycle's fallbacks: when the API refuses
-  the cordon (4xx but 409), the CLI re-plans with that node in `refused` (guard.plan
-  `plan_fallback`) and the next one is tried, so one node the API protects cannot keep every
-  other faulted node schedulable. Still at most one cordon lands per cycle.
-Nodes whose driver/NVML mismatch held (guard.plan.mismatch) go through the same screen, breaker
-and one cordon per cycle, after every hardware-Xid node; then the node triggers without an Xid
-(guard.plan.triggers: gpu-short, admission-rejected), after those; last, by node name, the
-after-reboot check's conformance failures (guard.plan.boot_check), never a fallback.
-The cycle's isolation tells the pods on its GPU (guard.plan.workload); candidates and recent
-isolations that share the site's topology label are one domain incident (guard.plan.domain).
+"""Isolation check: every held candidate (hardware Xid, driver/NVML mismatch, node trigger, then
+a failed after-reboot conformance Job) through one screen, one breaker and one pick: at most one
+isolation per cycle, the next ones named as fallbacks (docs/isolation.md, "One pick per cycle";
+the fallback: docs/writes.md).
 """
 
 from __future__ import annotations
@@ -45,11 +15,7 @@ from guard.ledger import format_time
 from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
 from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
-from guard.plan.common import (
-    breaker_open,
-    keys,
-    skip_cancelled,
-)
+from guard.plan.common import breaker_open, keys, skip_cancelled
 from guard.settings import Settings
 from guard.states import Decision, Reason, xid_reason
 
@@ -67,7 +33,7 @@ class Pick:
 
     node: NodeInfo
     reason: Reason  # xid-79, nvml-mismatch
-    rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 driver/NVML mismatch
+    rank: int  # 0 fast-path Xid, 1 other hardware Xid, 2 mismatch, 3 trigger, 4 conformance
     held_s: int
     gpu: GpuSample | None = None
     hit: triggers.Hit | None = None  # a node trigger's finding (guard.plan.triggers)
@@ -92,11 +58,9 @@ def plan_isolation(
     refused: frozenset[str] = frozenset(),
     conformance: tuple[boot_check.Failed, ...] = (),
 ) -> tuple[Action, ...]:
-    """`released`: nodes the return check uncordons or lets go of in this same cycle.
-    `refused`: nodes whose cordon the API refused earlier in this cycle (guard.plan
-    `plan_fallback`); they are left out, so the next candidate becomes the pick.
-    `conformance`: the after-reboot check's failures (guard.plan.checks), candidates after every
-    other and never a fallback."""
+    """`released`: nodes the return check lets go of this cycle; `refused`: nodes whose cordon
+    the API refused this cycle (left out: `plan_fallback`); `conformance`: the after-reboot
+    check's failures, candidates after every other and never a fallback."""
     actions, eligible = _candidates(snap, s)
     # Before the refused leave: a fallback's pick keeps the membership of the first plan.
     shared = domain.incidents(snap, s, ((p.node.name, p.reason) for p in eligible))
@@ -120,7 +84,7 @@ def plan_isolation(
     else:
         unit = units.unit_for(snap, first.node, first.gpu)
         actions.extend(unit.isolate(snap, s, t, first.node, first.gpu, first.held_s))
-    if first.failed is None and first.reason != Decision.GPU_SHORT:  # workload.py's case list
+    if first.failed is None and first.reason != Decision.GPU_SHORT:  # docs/isolation.md
         actions.extend(_tell_workload(snap, s, first))
     tries_left = MAX_CORDON_TRIES - 1 - len(refused)
     actions.extend(_waiting(p, first, i, tries_left) for i, p in enumerate(eligible[1:], 1))
@@ -130,9 +94,8 @@ def plan_isolation(
 def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
     if p.failed is None:
         detail = f"{p.reason} waits behind {first.node.name}"
-        return Skip(
-            p.node.name, Decision.ONE_PER_CYCLE, detail, _waits(first.node.name, place, tries_left)
-        )
+        then = _waits(first.node.name, place, tries_left)
+        return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
     behind = first.node.name if first.failed is not None else "the isolation check's cordon"
     detail = f"{p.failed.what}; waits behind {behind}"
     return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, "considered again next cycle")
@@ -153,8 +116,8 @@ def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
-    """The pods on the GPU this cycle isolates (guard.plan.workload), after the isolating write:
-    a write that does not land skips them (the executor's node block)."""
+    """The pods on the GPU this cycle isolates, after the isolating write (a write that does not
+    land skips them: the executor's node block)."""
     unit = units.CORDON if p.gpu is None else units.unit_for(snap, p.node, p.gpu)
     decision = DECISIONS[unit.name]
     fault = p.reason if p.hit is None else f"{p.reason} ({p.hit.detail})"
@@ -173,6 +136,7 @@ def _waits(first: str, place: int, tries_left: int) -> str:
     """What happens to the `place`-th waiting candidate: the dry run shows the fallback order."""
     if place <= tries_left:
         return f"cordoned in this cycle if the API refuses the cordon of {first} (fallback {place})"
+
     return "considered again next cycle"
 
 
@@ -235,7 +199,7 @@ def _screen_triggers(
 ) -> tuple[list[Action], list[Pick]]:
     """The same screen for the node triggers' held findings; a node already a candidate for a
     hardware Xid or a mismatch is decided there, and a node's first held trigger names it."""
-    actions: list[Action] = list(triggers.not_applicable(snap))  # one line per run
+    actions: list[Action] = list(triggers.fabric.not_applicable(snap))  # one line per run
     eligible: list[Pick] = []
     xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
     for h in triggers.hits(snap, s):
@@ -269,8 +233,7 @@ def _finding_skip(
 
 
 def by_node(samples: tuple[GpuSample, ...]) -> dict[str, tuple[GpuSample, ...]]:
-    """The samples of each node, in first-seen order of the nodes: no order of the input
-    is assumed (a node seen twice apart is still one group)."""
+    """The samples of each node, in first-seen order (a node seen twice apart is one group)."""
     out: dict[str, list[GpuSample]] = {}
     for g in samples:
         out.setdefault(g.node, []).append(g)
@@ -330,8 +293,7 @@ def _detail(reason: str, sample: GpuSample) -> str:
 def _breaker_open(
     eligible: list[Pick], guarded: int, limit: int, shared: tuple[domain.Incident, ...]
 ) -> tuple[Action, ...]:
-    """Every blocked candidate, each named in its own WARN line and Event (with its domain
-    incident, if any: guard.plan.domain)."""
+    """Every blocked candidate in its own WARN line and Event (with its domain incident)."""
     return tuple(
         a for p in eligible for a in breaker_open(p.node.name, guarded, limit, p.waits(shared))
     )

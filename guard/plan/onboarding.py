@@ -1,30 +1,9 @@
-"""The onboarding gate (onboard → serving): a node that registered with the gate taint serves
-only after conformance (the DNS check among its items) and a burn-in load test passed on this
-boot; then the guard removes exactly that taint. docs/onboarding.md.
-
-Case list, each readable node carrying the gate taint (key, value and effect), in order:
-  under the guard's cordon                       → skip onboarding-waiting (the return check)
-  no bootID                                      → WARN skip onboarding-no-boot-id
-  not Ready, no GPUs yet, allocatable short      → skip onboarding-waiting
-  capacity below its class's GPU count (GUARD_GPU_CLASSES, the count the gpu-short trigger
-    checks, guard.plan.triggers.gpu_short)       → WARN skip onboarding-gpu-short; the taint stays
-  a hardware Xid on the node now                 → skip onboarding-waiting
-  this boot's gate already failed (recorded)     → skip onboarding-failed; the taint stays
-  a gate Job found by name that the guard did not make (no record on the node, another uid
-    or spec)                                     → WARN skip onboarding-foreign + Warning Event
-  conformance Job: none → wanted (the shared budget); running → skip onboarding-running
-  load-test Job (after conformance passed): none → create; running → skip onboarding-running
-  a Job status or result unreadable, or succeeded without its Pod's summary saying pass
-                                                 → WARN skip onboarding-unreadable
-  a Job failed → record onboarding-failed (the failed items, `unknown` when unread) and a
-                 Warning Event, once; the taint stays
-  both passed  → remove-taint, record checked-boot, clear onboarding-failed, one Event
-A new boot starts the gate again (new Jobs); so does deleting the failed Job and the record.
+"""The onboarding gate (onboard → serving): a node that registered with the gate taint serves only
+after conformance and a burn-in load test passed on this boot; then the guard removes exactly
+that taint. Each step and word: docs/onboarding.md.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from guard import ledger
 from guard.actions import Action, Annotate, EmitEvent, RemoveTaint, Skip
@@ -33,6 +12,7 @@ from guard.jobs import JobTemplates
 from guard.model import JobInfo, NodeInfo, Snapshot, Taint
 from guard.plan.check_jobs import (
     ONBOARDING,
+    Scan,
     Wanted,
     burnin_job,
     conformance_job,
@@ -54,16 +34,9 @@ from guard.states import Decision
 STAYS = "the onboarding taint stays"
 
 
-@dataclass(slots=True)
-class Gates:
-    actions: dict[str, list[Action]] = field(default_factory=dict)
-    wanted: dict[str, Wanted] = field(default_factory=dict)
-    running: int = 0  # conformance Jobs of the gate that run now (the shared budget)
-
-
-def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> Gates:
+def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) -> Scan:
     """`decided`: nodes the return or isolation check acted on this cycle, left to them."""
-    out = Gates()
+    out = Scan()
     for node in snap.nodes:
         taint = None if node.unreadable or node.name in decided else gate_taint(node, s)
         if taint is not None:
@@ -99,7 +72,7 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
 
 
 def _node(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, taint: Taint, out: Gates
+    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, taint: Taint, out: Scan
 ) -> list[Action]:
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
@@ -160,22 +133,11 @@ def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Act
         f"gpu-node-guard keeps the onboarding taint: {job.kind} job/{job.name} failed"
         f"{': ' + found if found else unread} (boot {node.boot_id})"
     )
+    note, word = ((keys(s).onboarding_failed, value),), Decision.ONBOARDING_FAILED
+    then = f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}"
     return [
-        Annotate(
-            node.name,
-            Decision.ONBOARDING_FAILED,
-            node.resource_version,
-            ((keys(s).onboarding_failed, value),),
-            f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}",
-        ),
-        EmitEvent(
-            node.name,
-            Decision.ONBOARDING_FAILED,
-            "Warning",
-            "GuardOnboardingFailed",
-            message,
-            incident=job.name,
-        ),
+        Annotate(node.name, word, node.resource_version, note, then),
+        EmitEvent(node.name, word, "Warning", "GuardOnboardingFailed", message, incident=job.name),
     ]
 
 
@@ -184,24 +146,17 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
     record = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{check}")
     keep = tuple(x for x in node.taints if x != taint)
     dns = "" if s.conformance_allowed_dns else "; DNS upstreams not checked (no allowed list set)"
+    message = (
+        f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
+        f"conformance and the burn-in passed on boot {node.boot_id}{dns}"
+    )
+    notes, clear = ((k.checked_boot, record),), present(node, (k.onboarding_failed,))
+    version, boot = node.resource_version, node.boot_id
     return [
         RemoveTaint(
-            node.name,
-            Decision.ONBOARDING_PASSED,
-            node.resource_version,
-            taint,
-            keep,
-            node.boot_id,
-            ((k.checked_boot, record),),
-            present(node, (k.onboarding_failed,)),
+            node.name, Decision.ONBOARDING_PASSED, version, taint, keep, boot, notes, clear
         ),
         EmitEvent(
-            node.name,
-            Decision.ONBOARDED,
-            "Normal",
-            "GuardOnboarded",
-            f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
-            f"conformance and the burn-in passed on boot {node.boot_id}{dns}",
-            incident=node.boot_id,
+            node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, incident=boot
         ),
     ]

@@ -1,26 +1,6 @@
-"""Pending candidates: on their way to a cordon, but their fault has not held long enough yet.
-
-Case list, for each GPU with a hardware Xid now (`PromView.hardware_xids`):
-  no GPU loss on its node now (no `loss_since`)          → not pending (no candidate at all)
-  node cordoned (kube-state-metrics or the API)          → not pending (nothing to cordon)
-  loss held ≥ the Xid's window (`hold_window_s`)         → not pending: a candidate, decided by
-                                                           the isolation check
-  otherwise                                              → pending: held_s of needs_s,
-                                                           decides at loss_since + needs_s
-and for each node whose node agent says nvidia-match FAIL at every step since `nvml_since`
-(guard.plan.mismatch):
-  the mismatch cordon is off (--no-nvml-mismatch-cordon) → not pending (no cordon will come)
-  node cordoned (kube-state-metrics or the API)          → not pending
-  held ≥ `Settings.nvml_hold_s`                          → not pending: a candidate
-  otherwise                                              → pending: held_s of needs_s, with
-                                                           the agent's detail
-and for each node a node trigger without an Xid finds now (guard.plan.triggers: gpu-short,
-admission-rejected), not held yet → pending, with what it saw.
-One line per pending GPU or node each cycle, so a tired reader sees a node before it is cordoned:
-``pending node=gpu-3 reason=xid-48 gpu=0000:3b:00.0 held_s=360 needs_s=600
-decides_at=2026-09-21T06:04:00Z next=…`` (the in-run watch, guard/watch.py, decides it then when
-that is before the run ends),
-``pending node=gpu-5 reason=nvml-mismatch detail="module … != NVML …" held_s=60 needs_s=600 …``.
+"""Pending candidates: a hardware Xid, a driver/NVML mismatch or a node trigger on its way to a
+cordon whose hold has not completed yet; one `pending` line each per cycle, with when it decides
+(docs/lifecycle.md, "Within one run").
 """
 
 from __future__ import annotations
@@ -133,7 +113,7 @@ Waiting = Pending | PendingNode
 
 
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
-    """Every pending GPU and mismatch (the case list above), sorted by node, then GPU and Xid,
+    """Every pending GPU, mismatch and node trigger, sorted by node, then GPU and Xid,
     a node's mismatch after its GPUs."""
     since = dict(snap.prom.loss_since)
     cordoned = set(snap.prom.cordoned) | {n.name for n in snap.nodes if n.unschedulable}

@@ -1,12 +1,6 @@
-"""The return's Job gates, one for every unit (`gate`): the cordon's conformance (optional) and
-load test, then the uncordon that records the return; the device taint's load test.
-
-One Job of each kind per boot and isolation; not the one the guard made (no record on the node,
-or another uid or spec: replaced by someone) → WARN, a Warning Event, it stays isolated; its Pod
-rejected by the node (OutOfcpu, …) → WARN job-rejected, a Warning Event, nothing recorded;
-running → wait; unreadable → WARN, how to run it again; failed → record it on the node
-once; succeeded → passed only when its Pod's own summary says pass (no summary, fail or garbage
-→ WARN). Where the units' words differ: `WORDS` (docs/isolation.md).
+"""The return's Job gates, one for every unit (`gate`; where the units' words differ: `WORDS`),
+the cordon's uncordon, and the PCIe links its load test expects (docs/isolation.md, "Where the
+device-taint unit differs"; docs/lifecycle.md, "Job results", "PCIe links").
 """
 
 from __future__ import annotations
@@ -183,21 +177,11 @@ def _failed(
     if kind == "conformance" and items:
         notes += ((k.conformance_failed, failed_value(at, spec.name, items)),)
     on = on or (f" on {','.join(items)}" if items else "")
+    then = f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}"
+    message = f"{kind} job/{spec.name} failed{on}; {w.event}"
     return (
-        Annotate(
-            node.name,
-            failed,
-            node.resource_version,
-            notes,
-            f"{w.short}; kubectl -n {spec.namespace} logs job/{spec.name}",
-        ),
-        EmitEvent(
-            node.name,
-            failed,
-            "Warning",
-            "GuardCheckFailed",
-            f"{kind} job/{spec.name} failed{on}; {w.event}",
-        ),
+        Annotate(node.name, failed, node.resource_version, notes, then),
+        EmitEvent(node.name, failed, "Warning", "GuardCheckFailed", message),
     )
 
 
@@ -207,22 +191,11 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
     if s.return_conformance or is_conformance_cordon(node.cordon):  # this boot passed it
         checked = f"job/{_spec(s, node, 'conformance').name}"
         notes += ((k.checked_boot, checked_boot_value(node.boot_id, at, checked)),)
+    clear, word = present(node, (*k.guard_keys, k.cancelled)), job_stage(job.kind, "passed")
+    message = f"gpu-node-guard returned the node: job/{job.name} passed"
     return (
-        Uncordon(
-            node.name,
-            job_stage(job.kind, "passed"),
-            node.resource_version,
-            present(node, (*k.guard_keys, k.cancelled)),
-            f"job/{job.name} succeeded",
-            notes,
-        ),
-        EmitEvent(
-            node.name,
-            Decision.RETURNED,
-            "Normal",
-            "GuardReturned",
-            f"gpu-node-guard returned the node: job/{job.name} passed",
-        ),
+        Uncordon(node.name, word, node.resource_version, clear, f"job/{job.name} succeeded", notes),
+        EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned", message),
     )
 
 
@@ -244,21 +217,7 @@ def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...
     )
 
 
-# ---- The PCIe links the load test expects ----------------------------------------------------
-# The PCIe links the cordon's evidence Job read: recorded on the node, waited for, and handed to
-# the load test as ``--expect-link`` (docs/loadtest.md, "PCIe links"; docs/lifecycle.md).
-#
-# Case list, for a node under the guard's Xid cordon:
-#   the evidence Job still runs           → the load test waits (skip evidence-running), at most
-#                                           until the Job's deadline is a cycle past
-#   its result has links, node has none   → annotate auto-cordon-pcie-links (once)
-#   links recorded on the node            → those go to the load test
-#   else the evidence result's links      → those (the annotation may land in this same cycle)
-#   no result (Job gone, failed, unread)  → no --expect-link: the load test checks only the max
-#   its Pod rejected by the node          → the same, and WARN job-rejected with a Warning Event
-#                                           (evidence_rejected): nothing was read on the host
-#   an evidence Job the guard did not make (no record of it on the node, another uid or spec)
-#                                         → its links are never taken (no --expect-link from it)
+# ---- The PCIe links the load test expects (docs/lifecycle.md, "PCIe links") ----------------
 
 
 def evidence_job_name(node: NodeInfo) -> str | None:

@@ -1,7 +1,7 @@
-"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows, when
-a node's return inputs moved (its Node without its resourceVersion, its Jobs and their results:
-`moved`), and which a row reading Prometheus holds (`held`; re-read on the scrape grid, `cleared`).
-Each case and its line: docs/lifecycle.md, "The return in the watch"."""
+"""The return's later turns in a run (guard/returns.py runs them): which nodes it follows, whose
+return inputs moved, and which a row reading Prometheus holds (docs/lifecycle.md, "The return in
+the watch").
+"""
 
 from __future__ import annotations
 

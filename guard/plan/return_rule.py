@@ -1,11 +1,6 @@
-"""The return rule of every isolation unit: one ordered table of conditions, one evaluator.
-
-Each row: the word it says when it fails, the units it applies to, what it reads (the API, or
-Prometheus: kube-state-metrics, dcgm-exporter, the node agent) and its check; the first failing
-row of the isolation's unit is the decision (a Skip, or the guard's own hold). Where a unit's
-rule differs it is a row of its own, and docs/isolation.md ("One return rule, two units") says
-each difference and why. The Job gates (conformance, fence lift, load test) and the lift follow
-in the unit's module (guard.plan.returning, guard.plan.device_taint).
+"""The return rule of every isolation unit: one ordered table of conditions, one evaluator; the
+first failing row of the isolation's unit is the decision. Each row and each unit's difference:
+docs/isolation.md, "One return rule, two units".
 """
 
 from __future__ import annotations
@@ -24,8 +19,6 @@ from guard.plan.common import WAIT, keys
 from guard.plan.return_jobs import conformance_same_boot
 from guard.settings import Settings
 from guard.states import Decision, Reason
-
-Source = Literal["api", "prometheus"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +56,7 @@ class Condition:
     check: Check
 
     @property
-    def source(self) -> Source:
+    def source(self) -> Literal["api", "prometheus"]:
         return "prometheus" if self.reads else "api"
 
 
@@ -105,15 +98,10 @@ def _reboot(c: Case) -> tuple[Action, ...]:
         return (conformance_same_boot(node, rec),)
     detail = f"bootID {node.boot_id} unchanged since cordon"
     gpu = f" on GPU {rec.gpu}" if rec.gpu else ""
+    message = f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}"
     return (
         Skip(node.name, Decision.SAME_BOOT, detail, "waiting for the power cycle"),
-        EmitEvent(
-            node.name,
-            Decision.SAME_BOOT,
-            "Normal",
-            "GuardWaitingPowerCycle",
-            f"gpu-node-guard waits for a power cycle ({rec.reason}{gpu}): {detail}",
-        ),
+        EmitEvent(node.name, Decision.SAME_BOOT, "Normal", "GuardWaitingPowerCycle", message),
     )
 
 
@@ -171,11 +159,8 @@ def _gpu_count(c: Case) -> tuple[Action, ...]:
 def _xids(c: Case) -> tuple[Action, ...]:
     """A cordon: any hardware Xid of the node; a device taint: one of its GPU."""
     gpu = c.device.uuid if c.unit == "device-taint" else ""
-    xids = [
-        g
-        for g in c.snap.prom.hardware_xids
-        if g.node == c.node.name and gpu.lower() in ("", g.uuid.lower())
-    ]
+    on = (g for g in c.snap.prom.hardware_xids if g.node == c.node.name)
+    xids = [g for g in on if gpu.lower() in ("", g.uuid.lower())]
     if not xids:
         return ()
     found = ", ".join(f"{gpu or f'gpu{g.gpu}'}=xid-{g.value}" for g in xids)
@@ -211,16 +196,15 @@ def _published(c: Case) -> tuple[Action, ...]:
         return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED, detail, WAIT),)
     if whole(now, rec.uuid):
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.DEVICE_NOT_PUBLISHED,
-            f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
-            "(MIG devices or no uuid): the load test claims the whole GPU by its UUID",
-            f"{WAIT}; to return it without the load test, delete the guard's rules "
-            f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}",
-        ),
+    detail = (
+        f"the DRA driver publishes {rec.uuid} only as {','.join(d.ref for d in now)} "
+        "(MIG devices or no uuid): the load test claims the whole GPU by its UUID"
     )
+    fix = (
+        f"{WAIT}; to return it without the load test, delete the guard's rules "
+        f"(a cancel): kubectl delete devicetaintrule {' '.join(rec.rules)}"
+    )
+    return (Skip(node.name, Decision.DEVICE_NOT_PUBLISHED, detail, fix),)
 
 
 def _repeat_fault(c: Case) -> tuple[Action, ...]:
@@ -232,16 +216,11 @@ def _repeat_fault(c: Case) -> tuple[Action, ...]:
         return ()
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
     text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
+    then, word = hold_next(k.hold, node.name, repeat_fault=True), Decision.REPEAT_FAULT
+    message = f"gpu-node-guard will not return this node: {text}; {then}"
     return (
-        SetHold(node.name, Decision.REPEAT_FAULT, node.resource_version, k.hold, text),
-        EmitEvent(
-            node.name,
-            Decision.REPEAT_FAULT,
-            "Warning",
-            "GuardHold",
-            f"gpu-node-guard will not return this node: {text}; "
-            + hold_next(k.hold, node.name, repeat_fault=True),
-        ),
+        SetHold(node.name, word, node.resource_version, k.hold, text),
+        EmitEvent(node.name, word, "Warning", "GuardHold", message),
     )
 
 
@@ -250,15 +229,9 @@ def _device_repeat_fault(c: Case) -> tuple[Action, ...]:
     counts = ledger.count(c.snap.ledger, rec.uuid, node.name, rec.pci)
     if counts.same_card < c.s.repeat_fault_limit:
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.DEVICE_REPEAT_FAULT,
-            f"{rec.uuid}: {counts.same_card} incidents in the ledger",
-            f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}",
-            "WARN",
-        ),
-    )
+    detail = f"{rec.uuid}: {counts.same_card} incidents in the ledger"
+    fix = f"replace the card; then kubectl delete devicetaintrule {' '.join(rec.rules)}"
+    return (Skip(node.name, Decision.DEVICE_REPEAT_FAULT, detail, fix, "WARN"),)
 
 
 def _mismatch(c: Case) -> tuple[Action, ...]:

@@ -1,16 +1,6 @@
-"""The cordon unit: isolate a node (cordon), bring it back only after it proved itself.
-
-For each readable node with the guard's cordon record: a node a person uncordoned → clear the
-guard's annotations (no load test) and record the cancel (`cancelled`: boot, GPU, Xid) so that
-incident is not cordoned again. Otherwise the return table's cordon rows decide
-(guard.plan.return_rule: hold, proven reboot, Ready, GPU count, Xid, row remap, GPU pods, driver
-match, service network, repeat fault), then the optional conformance Job (always for a
-`conformance-<item>` cordon) and one load-test Job per node per boot and cordon: running → wait;
-succeeded → uncordon and record `returned`; failed → stay cordoned and record it once. The load
-test waits for the cordon's evidence Job and checks the PCIe links it recorded. A conformance
-cordon needs a new boot (no power-cycle Event) and returns after its conformance Job passes,
-with the load test only when `boot_check_return_loadtest` is set; a person's uncordon of it
-records the boot as checked (`checked-boot … uncordon`).
+"""The cordon unit: cordon a node, bring it back only after it proved itself (the return table's
+cordon rows, then the conformance Job, the fence's lift and the load test), and finish a cordon
+whose later writes failed. A person's uncordon is a cancel of that incident for this boot.
 """
 
 from __future__ import annotations
@@ -84,13 +74,9 @@ def isolate(
 def no_pci_evidence(node: str, reason: Reason) -> Skip:
     """An exporter without a pci_bus_id label: the evidence Job (`--pci` is a PCI address, as
     the policies pin it) cannot be made, so the cordon goes on without it, once said."""
-    return Skip(
-        node,
-        Decision.EVIDENCE_NO_PCI,
-        f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job",
-        "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>",
-        "WARN",
-    )
+    detail = f"{reason}: dcgm-exporter gives no pci_bus_id for the GPU, so no evidence Job"
+    fix = "collect by hand: gpu-node-guard render evidence --node <node> --pci <address>"
+    return Skip(node, Decision.EVIDENCE_NO_PCI, detail, fix, "WARN")
 
 
 # ---- return ----------------------------------------------------------------------------------

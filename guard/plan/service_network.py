@@ -1,17 +1,6 @@
-"""The node's service network before its return: its kube-proxy and CNI pods Ready.
-
-From kube-state-metrics through Prometheus (`PromView.service_pods`, `service_seen`; the guard
-reads no pods from the API); the selectors are the `service_network_*` settings
-(guard.codec.queries.service_network_selectors), the same pods NodeServiceNetworkDown watches.
-Case list, for each guard-cordoned node that passed the earlier return conditions, per selector:
-  the selector matches no pod in the whole cluster (Cilium without kube-proxy)
-                                   → does not apply; the return check says so in ONE line per
-                                     cycle (`not_applicable`), not once per node
-  no pod of the selector on the node (it did not come back after the reboot)
-                                   → skip service-network-not-ready
-  a pod of the selector on the node is not Ready
-                                   → skip service-network-not-ready naming the pod
-Checked before the conformance Job and the load test.
+"""The node's service network before its return: its kube-proxy and CNI pods Ready, from
+kube-state-metrics (the guard reads no pods from the API). docs/node-signals.md, "Service
+network before return".
 """
 
 from __future__ import annotations
@@ -40,14 +29,8 @@ def gate(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
             fixes.append(f"kubectl -n {p.namespace} describe pod {p.name}")
     if not problems:
         return ()
-    return (
-        Skip(
-            node.name,
-            Decision.SERVICE_NETWORK_NOT_READY,
-            "; ".join(problems),
-            f"{fixes[0]}; the load test waits until the node's service network is Ready",
-        ),
-    )
+    fix = f"{fixes[0]}; the load test waits until the node's service network is Ready"
+    return (Skip(node.name, Decision.SERVICE_NETWORK_NOT_READY, "; ".join(problems), fix),)
 
 
 def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
@@ -57,13 +40,12 @@ def not_applicable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
     if not missing:
         return ()
     what = "; ".join(f"{name} {{{m}}}" for name, m in missing)
-    return (
-        Skip(
-            "",
-            Decision.SERVICE_NETWORK_NOT_APPLICABLE,
-            f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on "
-            "without it",
-            "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "
-            "--service-network-* selectors",
-        ),
+    detail = (
+        f"no pod in the cluster matches {what} (kube_pod_info): the return check goes on without it"
     )
+    fix = (
+        "nothing if the cluster runs none (Cilium without kube-proxy); otherwise set the "
+        "--service-network-* selectors"
+    )
+
+    return (Skip("", Decision.SERVICE_NETWORK_NOT_APPLICABLE, detail, fix),)

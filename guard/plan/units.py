@@ -1,12 +1,6 @@
-"""The isolation units, registered in one list: how the guard takes a faulted GPU out of service
-and gives it back (docs/architecture.md, "A new isolation unit").
-
-A unit is one module behind one seam: `takes` (the pick is its target), `isolate` (the writes
-that isolate it), `plan_return` / `decision` (its return: the return table's rows for its unit,
-guard.plan.return_rule, then its Job gates and its lift), the node annotation that records it
-(read into `Isolation` values by
-guard.codec.records `isolations`) and the admission policy kind that
-bounds its writes. The breaker counts every unit's isolations here, in one place.
+"""The isolation units, registered in one list (docs/architecture.md, "A new isolation unit"):
+each names its record, its policy kind, its isolating action, its target, its isolate and its
+return. The breaker counts every unit's isolations here, in one place.
 """
 
 from __future__ import annotations
@@ -87,8 +81,7 @@ def all_isolations(snap: Snapshot, s: Settings) -> tuple[Isolation, ...]:
 
 
 def breaker_count(snap: Snapshot, s: Settings, released: frozenset[str] = frozenset()) -> int:
-    """What the circuit breaker counts: every isolation of every unit, readable or not (a node
-    the guard cannot read still holds its place), once each (`Isolation.key`: a cordoned node;
-    a tainted GPU, whatever its number of device rules); those the return check lets go this
-    cycle (`released`) no longer count. The push sends it (GPUNodeGuardBreakerOpen reads it)."""
+    """Every isolation of every unit once (`Isolation.key`), readable or not (an unreadable node
+    still holds its place), less those the return check lets go this cycle (`released`)."""
+
     return sum(1 for i in all_isolations(snap, s) if i.node not in released)

@@ -1,29 +1,12 @@
-"""What the guard could not read this cycle: reported once, then left alone.
-
-Case list (one cycle; the blast radius of a bad value is its object):
-  node with an unreadable guard annotation or status field
-        → one WARN skip `unreadable` naming each key, its value and the fix; both checks leave
-          the node alone (it still counts for the breaker)
-        → and a Warning Event `GuardUnreadable` (`unreadable_events`), written after every other
-          write of the cycle and for at most `EVENTS_PER_CYCLE` nodes, those without one first;
-          the rest in one INFO skip `unreadable-events-later` (5,000 such Events took 41-201 s
-          of the cycle's 200 s deadline, before the cordon)
-  node with a Prometheus series refused at the snapshot boundary (guard.read.prom_view: a label or
-  value not of its format, NaN, a duplicate)
-        → the same WARN skip naming the query, label and value (escaped, shortened), and the
-          same Event naming only the query and label: the value came from outside, never written
-  such a series of a node the API does not know, or naming no node in a valid form
-        → one WARN skip `unreadable` for that name ("" when none)
-  ledger key with lines that are not counted
-        → one skip `ledger-unreadable` per key: WARN when a line has the shape of an incident
-          (its time, Xid, PCI address or UUID is bad), INFO when every such line is a hand note
-  object without a name (only a hand-made snapshot file has one)
-        → one WARN skip `object-unreadable`
+"""What the guard could not read this cycle (a node's annotation or status field, a Prometheus
+series refused at the snapshot boundary, a ledger line, a nameless object): reported once, then
+left alone; the blast radius of a bad value is its object (docs/writes.md, docs/node-signals.md).
 """
 
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Literal
 
 from guard.actions import Action, EmitEvent, Skip
 from guard.codec.series import PROM_FIX, shown
@@ -56,17 +39,16 @@ def plan_unreadable(snap: Snapshot, s: Settings) -> tuple[Action, ...]:
         lines = tuple(group)
         broken = [line for line in lines if line.problem != NOT_A_LINE]
         first = (broken or list(lines))[0]
-        actions.append(
-            Skip(
-                key,
-                Decision.LEDGER_UNREADABLE,
-                f"{len(lines)} line(s) of configmap/{s.ledger_configmap} not counted, "
-                f"first {first.raw.strip()!r}: {first.problem}",
-                f"correct or remove the line under key {key} if it records an incident; "
-                "hand notes may stay",
-                "WARN" if broken else "INFO",
-            )
+        detail = (
+            f"{len(lines)} line(s) of configmap/{s.ledger_configmap} not counted, "
+            f"first {first.raw.strip()!r}: {first.problem}"
         )
+        fix = (
+            f"correct or remove the line under key {key} if it records an incident; "
+            "hand notes may stay"
+        )
+        level: Literal["WARN", "INFO"] = "WARN" if broken else "INFO"
+        actions.append(Skip(key, Decision.LEDGER_UNREADABLE, detail, fix, level))
     actions.extend(
         Skip("", Decision.OBJECT_UNREADABLE, text, "fix or remove it in the snapshot file", "WARN")
         for text in snap.ignored
@@ -82,15 +64,13 @@ def unreadable_events(snap: Snapshot) -> tuple[Action, ...]:
     out: list[Action] = [_event(node) for node in bad[:EVENTS_PER_CYCLE]]
     if len(bad) > EVENTS_PER_CYCLE:
         rest = bad[EVENTS_PER_CYCLE:]
-        out.append(
-            Skip(
-                "",  # about the cycle, not a node's state
-                Decision.UNREADABLE_EVENTS_LATER,
-                f"{len(rest)} more unreadable nodes get no {EVENT_REASON} Event this cycle "
-                f"({EVENTS_PER_CYCLE} per cycle; first not written: {rest[0].name})",
-                "their unreadable skip lines above name them; their Events follow in later cycles",
-            )
+        detail = (
+            f"{len(rest)} more unreadable nodes get no {EVENT_REASON} Event this cycle "
+            f"({EVENTS_PER_CYCLE} per cycle; first not written: {rest[0].name})"
         )
+        then = "their unreadable skip lines above name them; their Events follow in later cycles"
+        out.append(Skip("", Decision.UNREADABLE_EVENTS_LATER, detail, then))  # about the cycle
+
     return tuple(out)
 
 

@@ -1,18 +1,7 @@
-"""The in-run watch's decisions (guard/watch.py runs them): which holds it waits for, and the
-snapshot one decision plans on.
-
-Case list, for each Node with a pending hardware-Xid or driver/NVML mismatch hold
-(guard.plan.pending), at the start of the watch, and for each Node the watch's poll names later
-(hardware Xids only; a name no Node has is the cycle's not-in-api line, not a wait):
-  the hold can complete at or before the watch's end    → due then (its node's earliest GPU)
-  it completes later                                    → left to the next run
-The cycle reads the loss history on its `query_step_s` grid (one minute, for every node); the
-watch re-reads one node at `Settings.scrape_interval_s` (`fine`), where the loss shows up to one
-coarse step less one scrape earlier, so a node is due that much before its cycle's `decides at`
-(`dues`): the re-read then decides, or says when on the finer grid. Either way the loss was
-scraped no later than the step it starts at, so no hold is ever shorter than its window.
-When the watch ends (`watch_end`) and what a due node's decision plans on (`decision_snapshot`):
-docs/architecture.md, "Watch"; the one cordon per run is the caller's (guard.run `may_isolate`).
+"""The in-run watch's decisions (guard/watch.py runs them): which holds it waits for, when it ends
+and the snapshot one decision plans on (docs/architecture.md, "Watch"). The watch re-reads a node
+on the scrape grid, where a loss shows up to one query step less one scrape earlier than on the
+cycle's, so a node is due that much before its cycle's `decides at`; never before its window.
 """
 
 from __future__ import annotations

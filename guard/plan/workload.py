@@ -1,24 +1,5 @@
-"""Tell the workload: a Warning Event on each running pod that holds the GPU the guard isolates.
-
-The guard never drains or evicts: a pod already holding a faulted GPU keeps running, or hangs
-until its own timeout (NCCL), unless someone tells it. So in the cycle that isolates a node or a
-GPU, each pod on it gets one Warning Event (reason `GuardGpuIsolated`, in the pod's namespace,
-regarding the pod) naming the GPU, the fault and what the guard did.
-
-Case list, for the isolation this cycle plans (guard.plan.isolation: at most one):
-  a GPU names it (an Xid) and dcgm-exporter names pods on that GPU (`pod`/`namespace` labels of
-  its Xid series, `PromView.gpu_holders`)   → those pods
-  otherwise                                 → every running GPU pod of the node that
-                                              kube-state-metrics reports (`Snapshot.gpu_pods`:
-                                              read for nodes with GPU loss, a fabric fault or
-                                              admission rejections, and cordoned nodes)
-  none                                      → no Event
-  a gpu-short isolation                     → no Event: no pod holds a GPU the node lacks,
-                                              and the pods on its present GPUs lose nothing
-  the guard's own jobs namespace            → never (its Jobs are the guard's business)
-Once per isolation: only in the cycle that isolates, with a deterministic name (pod, node,
-incident), created and never counted up (guard.apply.events `emit_once`), so a second run or a
-retry finds the Event and is done. Never an eviction.
+"""Tell the workload: a Warning Event on each running pod that holds the GPU the guard isolates,
+once per isolation; the guard never drains or evicts (docs/isolation.md, "Telling the workload").
 """
 
 from __future__ import annotations
@@ -67,7 +48,7 @@ def notify(
     decision: str,
     incident: str,
 ) -> tuple[EmitEvent, ...]:
-    """One Warning Event per pod on the isolated GPU (the module's case list). `fault` says what
+    """One Warning Event per pod on the isolated GPU (docs/isolation.md). `fault` says what
     was seen (xid-79 …), `decision` what the guard did; `incident` makes the Event's name one per
     isolation (the GPU and the cycle's time)."""
     pods, named = pods_on(snap, s, node.name, gpu)

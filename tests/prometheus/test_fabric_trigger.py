@@ -190,7 +190,7 @@ def test_the_trigger_applies_where_any_fabric_field_is_exported(only, lines):
     scenario = Scenario(start=T0, duration_s=40 * 60, nodes=(only,), pods=(KSM_POD,), scrape_s=30)
     with scenario_server(scenario) as server:
         view = read_prom(PromClient(server.url), S, at(5), (only.name,))
-    found = triggers.not_applicable(Snapshot(at(5), (node(only.name),), (), (), (), view))
+    found = triggers.fabric.not_applicable(Snapshot(at(5), (node(only.name),), (), (), (), view))
     assert [a.reason for a in found if isinstance(a, Skip)] == ["fabric-not-applicable"] * lines
 
 

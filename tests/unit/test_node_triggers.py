@@ -134,7 +134,7 @@ def test_a_cordoned_node_or_one_not_in_the_api_is_not_a_fabric_hit() -> None:
 
 @pytest.mark.parametrize(("seen", "lines"), [(False, 1), (True, 0), (None, 0)])
 def test_an_absent_fabric_field_is_one_line_for_the_run(seen: bool | None, lines: int) -> None:
-    found = triggers.not_applicable(fabric_snap(PromView(fabric_seen=seen), "a", "b", "c"))
+    found = triggers.fabric.not_applicable(fabric_snap(PromView(fabric_seen=seen), "a", "b", "c"))
     assert [(a.node, a.reason, a.level) for a in found if isinstance(a, Skip)] == [
         ("", "fabric-not-applicable", "INFO")
     ] * lines
@@ -155,7 +155,7 @@ def test_the_fabric_return_row_waits_for_success_on_every_gpu() -> None:
 
 
 def test_the_not_applicable_line_names_every_fabric_field() -> None:
-    (skip,) = triggers.not_applicable(fabric_snap(PromView(fabric_seen=False), "a"))
+    (skip,) = triggers.fabric.not_applicable(fabric_snap(PromView(fabric_seen=False), "a"))
     assert isinstance(skip, Skip)
     for metric in queries.FABRIC_METRICS:
         assert metric in skip.detail

@@ -1,23 +1,7 @@
-"""Node triggers without an Xid: `gpu-short` (a node below its class's GPU count),
-`admission-rejected` (a node refusing GPU pods at admission) and `fabric` (a node whose NVSwitch
-fabric failed). docs/triggers.md.
-
-Each goes through what every trigger has: its own hold (the run of steps up to now, as GPU loss),
-the isolation check's screen, breaker and one cordon per cycle (guard.plan.isolation, after every
-hardware-Xid and nvml-mismatch node), a ledger line with its reason word (guard.ledger), a
-Warning Event, `status`, the cordon metrics by reason, an alert and a runbook entry.
-
-Cordon (`cordon`): the guard's cordon annotations without a GPU; `gpu-capacity` records what
-the return needs (gpu-short: the class's count, so 7/7 after a lost card is no return); a Warning
-Event with what was seen and its evidence Job; the ledger line; the node-wide evidence Job
-(`evidence collect --trigger`, docs/evidence.md "Node-wide"), recorded on the node as the Xid
-cordon's and read back the same way (its PCIe links go to the load test).
-
-Return (`return_gate`, after the common boot, Ready and GPU-count conditions):
-  admission-rejected and the rejections still at or above the minimum → skip admission-rejected
-  fabric and a GPU of the node not in Fabric Manager status Success now → skip fabric
-  otherwise → the load test (its GPU pods pass kubelet's admission, or it fails)
-A person's uncordon cancels the incident for this boot (guard.plan.returning, as nvml-mismatch).
+"""Node triggers without an Xid: `gpu-short`, `admission-rejected` and `fabric` (docs/triggers.md).
+Each has its own hold and then everything an Xid cordon has: the isolation check's screen,
+breaker and one pick (after the Xid and nvml-mismatch nodes), a ledger line, the node-wide
+evidence Job, its return row and a person's uncordon that cancels it for this boot.
 """
 
 from __future__ import annotations
@@ -56,10 +40,6 @@ def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
     return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
 
 
-def hit(snap: Snapshot, s: Settings, node: str, reason: Reason) -> Hit | None:
-    return next((h for h in hits(snap, s) if h.node == node and h.reason == reason), None)
-
-
 def cancelled(node: NodeInfo, reason: str) -> bool:
     """A person uncordoned this cordon without a GPU (a trigger's, nvml-mismatch) in this boot
     (no proven reboot since)."""
@@ -87,38 +67,22 @@ def cordon(
     )
 
 
-def not_applicable(snap: Snapshot) -> tuple[Action, ...]:
-    """The run's one line for a trigger whose signal Prometheus does not have (fabric)."""
-    return fabric.not_applicable(snap)
-
-
 def return_gate(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
-    if c.reason != ledger.ADMISSION_REJECTED:
-        return ()
     now = dict(snap.prom.admission_now).get(node.name)
-    if now is None:
+    if c.reason != ledger.ADMISSION_REJECTED or now is None:
         return ()
-    return (
-        Skip(
-            node.name,
-            ledger.ADMISSION_REJECTED,
-            f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s",
-            "checked again next cycle; the load test waits until kubelet admits GPU pods",
-            "WARN",
-        ),
-    )
+    detail = f"{now} GPU pods still rejected at admission within {s.admission_rejected_window_s}s"
+    return _waits(node, ledger.ADMISSION_REJECTED, detail, "kubelet admits GPU pods")
 
 
 def fabric_gate(snap: Snapshot, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     """The fabric's return: every GPU of the node in Fabric Manager status Success again."""
     if c.reason != ledger.FABRIC or node.name not in snap.prom.fabric_not_success:
         return ()
-    return (
-        Skip(
-            node.name,
-            ledger.FABRIC,
-            "a GPU of the node is not in Fabric Manager status Success",
-            "checked again next cycle; the load test waits until the fabric has trained",
-            "WARN",
-        ),
-    )
+    detail = "a GPU of the node is not in Fabric Manager status Success"
+    return _waits(node, ledger.FABRIC, detail, "the fabric has trained")
+
+
+def _waits(node: NodeInfo, reason: Reason, detail: str, until: str) -> tuple[Skip]:
+    then = f"checked again next cycle; the load test waits until {until}"
+    return (Skip(node.name, reason, detail, then, "WARN"),)

@@ -1,15 +1,5 @@
-"""`gpu-short`: a node whose GPU count stays below its class's count over the hold.
-
-The node's count at each step is the lower of its `nvidia.com/gpu` capacity and the GPUs
-dcgm-exporter reports on it (guard.codec.queries.gpu_count); its class and the class's count come
-from `Settings.gpu_classes` (guard.gpu_classes). Case list, for each node of a class:
-  the class's count is `auto` and the class's other nodes agree on none → not checked
-  the node carries the onboarding gate's taint → not a candidate: it was never admitted, and
-      the gate checks the same count (guard.plan.onboarding: skip onboarding-gpu-short)
-  its count was below the class's at every step since `since`, up to now, and
-      now − since ≥ `Settings.gpu_short_hold` → candidate
-  below now, but not that long → pending
-A node without any count in the history (neither source) is not checked: absent is not short.
+"""`gpu-short`: a node whose GPU count (the lower of its capacity and what dcgm-exporter reports)
+stays below its class's count over the hold; absent is not short. docs/triggers.md, "gpu-short".
 """
 
 from __future__ import annotations

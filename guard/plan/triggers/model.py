@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from guard.model import Snapshot
+from guard.plan.hold import held_s
 from guard.states import Decision
 
 
@@ -24,3 +27,20 @@ class Hit:
     @property
     def held(self) -> bool:
         return self.held_s >= self.needs_s
+
+
+def series_hits(
+    snap: Snapshot,
+    since: tuple[tuple[str, datetime], ...],
+    reason: Decision,
+    needs_s: int,
+    detail: Callable[[str], str],
+) -> Iterator[Hit]:
+    """A Hit for each readable node of `since` (its run of steps) not reported cordoned."""
+    cordoned = set(snap.prom.cordoned)
+    for name, start in since:
+        node = snap.node(name)
+        if name in cordoned or node is None or node.unreadable:
+            continue
+        held = held_s(start, snap.now)
+        yield Hit(name, reason, start, held, needs_s, detail(name), node.gpu_capacity)
