@@ -1,8 +1,7 @@
 """One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
 
-Each stage is one JSON line written with a single `os.write` to the pipe shared by all ranks (under
-PIPE_BUF, so lines never interleave). Rank 0 opens the rendezvous store on 127.0.0.1 and reports
-its port; the parent hands it to the others on stdin. The checked pattern: docs/loadtest.md.
+Each stage is one JSON line, one `os.write` under PIPE_BUF to the pipe shared by all ranks, so lines
+never interleave. The rendezvous and the checked pattern: docs/loadtest.md.
 """
 
 from __future__ import annotations
@@ -69,11 +68,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def die_with_parent(parent: int) -> None:
-    """A parent killed without its cleanup (SIGTERM at the Job's deadline) takes the rank along.
-
-    Linux PR_SET_PDEATHSIG; elsewhere, or where prctl is refused, the parent's own cleanup ends
-    the ranks. A parent already gone before the call is caught by comparing the parent pid.
-    """
+    """A parent killed without its cleanup takes the rank along (Linux PR_SET_PDEATHSIG; else the
+    parent's cleanup ends the ranks); one gone before the call is caught by its pid."""
     with contextlib.suppress(Exception):
         import ctypes
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from guard.loadtest.collective import AllreduceResult, size_label
-from guard.loadtest.model import BurnResult, MemoryResult, PcieLink, RunResult, memory_targets
+from guard.loadtest.model import BurnResult, RunResult, memory_targets
 from guard.loadtest.verdict import Criteria, Verdict, allreduce_ratios, throughput_ratios
 from guard.wire import render_loadtest_summary
 
@@ -26,6 +26,10 @@ _HEADER = (
     "MEMTEST",
     "ALLREDUCE",
 )
+# The attributes of each per-GPU result in the JSON document.
+_BURN = ("iterations", "device_s", "tflops", "error")
+_PCIE = ("gen_current", "gen_max", "width_current", "width_max")
+_MEMORY = ("bytes_tested", "errors", "gbps", "error")
 
 
 def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, Any]:
@@ -41,9 +45,9 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
             "name": d.name,
             "uuid": d.uuid,
             "burn": _burn_dict(burns.get(d.index), ratios.get(d.index)),
-            "pcie": _pcie_dict(links.get(d.pci)),
+            "pcie": _pick(links.get(d.pci), _PCIE),
             "memory_target": d.index in targets,
-            "memory": _memory_dict(memory.get(d.index)),
+            "memory": _pick(memory.get(d.index), _MEMORY),
             "allreduce": _rank_dict(run.allreduce, d.index),
         }
         for d in run.devices
@@ -201,18 +205,10 @@ def _n(value: int | None) -> str:
 
 
 def _burn_dict(burn: BurnResult | None, ratio: float | None) -> dict[str, Any] | None:
-    fields = _pick(burn, "iterations", "device_s", "tflops", "error")
+    fields = _pick(burn, _BURN)
     return None if fields is None else fields | {"ratio": ratio}
 
 
-def _pcie_dict(link: PcieLink | None) -> dict[str, Any] | None:
-    return _pick(link, "gen_current", "gen_max", "width_current", "width_max")
-
-
-def _memory_dict(mem: MemoryResult | None) -> dict[str, Any] | None:
-    return _pick(mem, "bytes_tested", "errors", "gbps", "error")
-
-
-def _pick(value: object | None, *names: str) -> dict[str, Any] | None:
+def _pick(value: object | None, names: tuple[str, ...]) -> dict[str, Any] | None:
     """The named attributes of a result for the JSON document; a missing result stays null."""
     return None if value is None else {name: getattr(value, name) for name in names}
