@@ -39,12 +39,7 @@ class AptFacts:
 
 
 def parse_dpkg_status(text: str) -> tuple[Package, ...]:
-    """Installed packages; `held` is dpkg's "hold" selection (what `apt-mark hold` sets).
-
-    >>> parse_dpkg_status("Package: a\\nStatus: hold ok installed\\n\\n"
-    ...                   "Package: b\\nStatus: deinstall ok config-files\\n")
-    (Package(name='a', held=True),)
-    """
+    """Installed packages; `held` is dpkg's "hold" selection (what `apt-mark hold` sets)."""
     out: dict[str, Package] = {}
     for para in re.split(r"\n\s*\n", text):
         fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", para, re.M))
@@ -59,11 +54,6 @@ def parse_dpkg_status(text: str) -> tuple[Package, ...]:
 
 
 def is_critical(name: str) -> bool:
-    """
-    >>> [n for n in ("linux-image-generic", "linux-firmware", "libnvidia-compute-580",
-    ...              "nvidia-container-toolkit") if is_critical(n)]
-    ['linux-image-generic', 'libnvidia-compute-580']
-    """
     if KERNEL_PACKAGES.match(name):
         return True
     return bool(DRIVER_PACKAGES.match(name)) and not NOT_DRIVER.match(name)
@@ -88,8 +78,6 @@ def _is_off(value: str) -> bool:
         return False  # "always" and friends run it
 
 
-# Cases: unattended-upgrades not installed, APT::Periodic::Enable "0", or its periodic run "0" or
-# unset (the default) → PASS; any other value → WARN (report only, no policy has been set).
 def judge_auto_upgrade(facts: AptFacts) -> ItemResult:
     name = "auto-upgrade"
     if isinstance(facts.conf, Unknown):
@@ -146,8 +134,6 @@ def _collateral(pkgs: tuple[Package, ...], patterns: tuple[re.Pattern[str], ...]
     return f"; the blacklist also holds back {_shown(extra)}" if extra else ""
 
 
-# Cases: no dpkg database → WARN (not checked); every installed kernel and driver package held
-# (apt-mark) or blacklisted for unattended-upgrades → PASS; any other → WARN naming them.
 def judge_package_hold(facts: AptFacts) -> ItemResult:
     name = "package-hold"
     conf, pkgs = facts.conf, facts.packages

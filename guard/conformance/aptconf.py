@@ -54,15 +54,6 @@ def _assign(scopes: list[str], key: str | None, value: str, source: str) -> AptE
 
 
 def parse_apt_conf(text: str, source: str = "") -> tuple[AptEntry, ...]:
-    """
-    >>> [(e.op, e.key, e.value) for e in parse_apt_conf('''
-    ... APT::Periodic::Unattended-Upgrade "1"; // daily
-    ... Unattended-Upgrade::Package-Blacklist { "nvidia-"; /* driver */ "linux-"; };''')]
-    ... # doctest: +NORMALIZE_WHITESPACE
-    [('set', 'apt::periodic::unattended-upgrade', '1'),
-     ('item', 'unattended-upgrade::package-blacklist', 'nvidia-'),
-     ('item', 'unattended-upgrade::package-blacklist', 'linux-')]
-    """
     scopes: list[str] = []
     key: str | None = None
     out: list[AptEntry] = []
@@ -117,11 +108,6 @@ def items(entries: Iterable[AptEntry], key: str) -> tuple[AptEntry, ...]:
 
 
 def is_part_name(name: str) -> bool:
-    """
-    >>> [n for n in ("50unattended-upgrades", "99local.conf", "20auto.dpkg-old", "a b")
-    ...  if is_part_name(n)]
-    ['50unattended-upgrades', '99local.conf']
-    """
     return bool(_PART_NAME.match(name)) and ("." not in name or name.endswith(".conf"))
 
 

@@ -1,10 +1,7 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
 
-Exit status: 0 when no item FAILed (WARN, UNKNOWN and SKIP do not fail the run), 1 when any did, 2
-on bad arguments. The report: a text table for people, or one JSON line with every item; the
-summary for the guard goes to the container's termination message file (its format, the contract
-with the guard, is guard.wire's `render_summary` and `parse_summary`, docs/conformance.md). The
-options that say what the node is expected to be are shared with `gpu-node-guard agent`.
+Exit 0 when no item FAILed, 1 when any did, 2 on bad arguments. The summary for the guard is
+guard.wire's (docs/conformance.md). The node options are shared with `gpu-node-guard agent`.
 """
 
 from __future__ import annotations
@@ -143,9 +140,6 @@ def render_text(run: Run) -> str:
         f"result: {verdict} {tally} (only FAIL fails; WARN, UNKNOWN and SKIP are reported)"
     )
     return "\n".join(lines)
-
-
-# ── The summary for the guard ───────────────────────────────────────────────────────────────────
 
 
 def summarize(results: tuple[ItemResult, ...]) -> Summary:

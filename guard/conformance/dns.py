@@ -40,11 +40,7 @@ def nameservers(text: str) -> tuple[str, ...]:
 
 
 def is_global_unicast(address: str) -> bool:
-    """Go's net.IP.IsGlobalUnicast, which RKE2 uses: private ranges count, loopback does not.
-
-    >>> [is_global_unicast(a) for a in ("10.0.0.53", "127.0.0.53", "fe80::1", "nonsense")]
-    [True, False, False, False]
-    """
+    """Go's net.IP.IsGlobalUnicast, which RKE2 uses: private ranges count, loopback does not."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -62,14 +58,7 @@ def is_usable(text: str) -> bool:
 def choose(
     override: str | None, texts: dict[str, str | None], rke2: bool = True
 ) -> tuple[str, tuple[str, ...]]:
-    """(path, nameservers) of the file kubelet hands pods.
-
-    >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n",
-    ...               SYSTEMD_RESOLV: "nameserver 10.0.0.2\\nnameserver 8.8.8.8\\n"})
-    ('/run/systemd/resolve/resolv.conf', ('10.0.0.2', '8.8.8.8'))
-    >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n"}, rke2=False)
-    ('/etc/resolv.conf', ('127.0.0.53',))
-    """
+    """(path, nameservers) of the file kubelet hands pods."""
     if override:
         return override, nameservers(texts.get(override) or "")
     if not rke2:
@@ -82,11 +71,7 @@ def choose(
 
 
 def override_of(configs: list[dict[str, object]]) -> str | None:
-    """The last `resolv-conf`, or `resolv-conf=` in kubelet-arg (passed last, so it wins).
-
-    >>> override_of([{"resolv-conf": "/a"}, {"kubelet-arg+": ["resolv-conf=/b"]}])
-    '/b'
-    """
+    """The last `resolv-conf`, or `resolv-conf=` in kubelet-arg (passed last, so it wins)."""
     key_value: str | None = None
     arg_value: str | None = None
     for config in configs:
@@ -102,13 +87,7 @@ def override_of(configs: list[dict[str, object]]) -> str | None:
 
 
 def kubelet_override(config_text: str | None, flags_text: str | None) -> str | None:
-    """kubelet's resolv.conf setting: the flag in kubeadm-flags.env wins over the config file.
-
-    >>> kubelet_override("resolvConf: /run/systemd/resolve/resolv.conf\\n", None)
-    '/run/systemd/resolve/resolv.conf'
-    >>> kubelet_override("resolvConf: /a\\n", 'KUBELET_KUBEADM_ARGS="--resolv-conf=/b --v=2"\\n')
-    '/b'
-    """
+    """kubelet's resolv.conf setting: the flag in kubeadm-flags.env wins over the config file."""
     m = re.search(r"--resolv-conf=([^\s\"']+)", flags_text or "")
     if m:
         return m.group(1)
@@ -136,8 +115,6 @@ def read_dns(fs: HostFS, rke2: bool, resolv_conf: str | None = None) -> DnsFacts
     return DnsFacts(rke2, override, texts)
 
 
-# Cases (only when allowed upstreams are given; otherwise the item is SKIP): a nameserver outside
-# every allowed CIDR → FAIL; the file lists none → WARN; all inside → PASS.
 def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...]) -> ItemResult:
     override, texts = facts.override, facts.texts
     if isinstance(override, Unknown):

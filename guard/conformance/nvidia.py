@@ -34,22 +34,9 @@ class NvidiaFacts:
     nvml_where: str = ""
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """
-    >>> sorted(["580.159.03", "580.126.09", "575.57.08"], key=version_key)[-1]
-    '580.159.03'
-    """
-    return tuple(int(p) for p in version.split("."))
-
-
 def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tuple[str, str] | None:
     """(version, directory) of the library in use: the file ``libnvidia-ml.so.1`` points to, else
-    the newest file (ldconfig points the soname at the newest).
-
-    >>> pick_nvml({"/usr/lib": ("libnvidia-ml.so.1", "libnvidia-ml.so.580.126.09")},
-    ...           {"/usr/lib": "libnvidia-ml.so.580.126.09"})
-    ('580.126.09', '/usr/lib')
-    """
+    the newest file (ldconfig points the soname at the newest)."""
     for directory, target in links.items():
         name = target.rsplit("/", 1)[-1]
         match = _VERSIONED.match(name)
@@ -61,7 +48,7 @@ def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tup
         for m in map(_VERSIONED.match, names)
         if m
     ]
-    return max(found, key=lambda vd: version_key(vd[0])) if found else None
+    return max(found, key=lambda vd: tuple(map(int, vd[0].split(".")))) if found else None
 
 
 def _read_nvml(fs: HostFS) -> tuple[str | None, str]:
@@ -87,8 +74,7 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     return NvidiaFacts(module, nvml[0], nvml[1])
 
 
-# Cases: no module and no library → SKIP (a node without GPUs); only one of them → WARN (nothing
-# to compare; a GPU node in this state runs no GPU work); both and equal → PASS; different → FAIL.
+# Only one of module and library: nothing to compare, and a GPU node in this state runs no GPU work.
 def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     module, nvml = facts.module_version, facts.nvml_version
     if isinstance(module, Unknown):

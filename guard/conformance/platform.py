@@ -1,14 +1,12 @@
 """Which items apply to this node: is it an RKE2 node, which mode kube-proxy runs in, is it a dpkg
-host. Read from files only; a flag (`--platform`, `--kube-proxy-mode`) replaces the reading.
-Where each installer keeps kube-proxy's mode: docs/conformance.md. Any source saying ipvs makes
-the node IPVS; none found is no kube-proxy ("none").
-"""
+host. Read from files only (where: docs/conformance.md); `--platform` and `--kube-proxy-mode`
+replace the reading."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 
@@ -17,8 +15,8 @@ from guard.doors.hostexec import Unknown
 
 PlatformChoice = Literal["auto", "rke2", "other"]
 ProxyChoice = Literal["auto", "ipvs", "iptables", "nftables", "none"]
-PLATFORMS: tuple[PlatformChoice, ...] = ("auto", "rke2", "other")
-PROXY_MODES: tuple[ProxyChoice, ...] = ("auto", "ipvs", "iptables", "nftables", "none")
+PLATFORMS: tuple[PlatformChoice, ...] = get_args(PlatformChoice)
+PROXY_MODES: tuple[ProxyChoice, ...] = get_args(ProxyChoice)
 
 # Any of these makes a node an RKE2 node: the data and config directories, or an installed unit.
 RKE2_MARKERS = (
@@ -78,11 +76,7 @@ def rke2_configs(fs: HostFS) -> list[dict[str, object]]:
 
 
 def mode_in_args(args: list[str]) -> str | None:
-    """The last ``--proxy-mode`` in a kube-proxy argv (``--proxy-mode=ipvs`` or two words).
-
-    >>> mode_in_args(["kube-proxy", "--proxy-mode=iptables", "--proxy-mode", "IPVS"])
-    'ipvs'
-    """
+    """The last ``--proxy-mode`` in a kube-proxy argv (``--proxy-mode=ipvs`` or two words)."""
     mode = None
     for i, arg in enumerate(args):
         m = re.fullmatch(r"--?proxy-mode(?:=(.*))?", arg)
@@ -105,13 +99,7 @@ def manifest_mode(text: str) -> str | None:
 
 
 def rke2_config_mode(configs: list[dict[str, object]]) -> str | None:
-    """The mode the RKE2 configuration asks for at the next start; None when it says nothing.
-
-    >>> rke2_config_mode([{"kube-proxy-arg": ["proxy-mode=ipvs"]}]), rke2_config_mode([{}])
-    ('ipvs', None)
-    >>> rke2_config_mode([{"kube-proxy-arg": "proxy-mode=ipvs"}, {"disable-kube-proxy": True}])
-    'none'
-    """
+    """The mode the RKE2 configuration asks for at the next start; None when it says nothing."""
     mode, disabled = None, False
     for config in configs:
         if isinstance(config.get("disable-kube-proxy"), bool):
