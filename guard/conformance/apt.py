@@ -94,12 +94,8 @@ def judge_auto_upgrade(facts: AptFacts) -> ItemResult:
     seen = f'{PERIODIC_KEY} "{run.value}" ({run.source})'
     if _is_off(run.value):
         return ItemResult(name, Status.PASS, seen)
-    return ItemResult(
-        name,
-        Status.WARN,
-        seen + ": packages are upgraded unattended",
-        f'report only; to stop it set "0" in {run.source}, or hold the packages (package-hold)',
-    )
+    fix = f'report only; to stop it set "0" in {run.source}, or hold the packages (package-hold)'
+    return ItemResult(name, Status.WARN, seen + ": packages are upgraded unattended", fix)
 
 
 def _shown(names: list[str]) -> str:
@@ -155,9 +151,6 @@ def judge_package_hold(facts: AptFacts) -> ItemResult:
         seen = f"{len(critical)} kernel/driver packages held or blacklisted{tail}"
         return ItemResult(name, Status.PASS, seen)
     notes = "".join(f"; {n}" for n in _trap_notes(unprotected, patterns))
-    return ItemResult(
-        name,
-        Status.WARN,
-        f"not held or blacklisted: {_shown(unprotected)}{notes}{tail}",
-        f"apt-mark hold them, or list their prefixes in {BLACKLIST_KEY} (libnvidia- apart)",
-    )
+    seen = f"not held or blacklisted: {_shown(unprotected)}{notes}{tail}"
+    fix = f"apt-mark hold them, or list their prefixes in {BLACKLIST_KEY} (libnvidia- apart)"
+    return ItemResult(name, Status.WARN, seen, fix)

@@ -6,6 +6,7 @@ guard.wire's (docs/conformance.md). The node options are shared with `gpu-node-g
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -81,13 +82,7 @@ def node_options(option: Option[Any]) -> Callable[[F], F]:
             help="The resolv.conf kubelet hands pods (unset: RKE2's or kubelet's own choice)",
         ),
     )
-
-    def apply(command: F) -> F:
-        for decorator in reversed(decorators):
-            command = decorator(command)
-        return command
-
-    return apply
+    return lambda command: functools.reduce(lambda c, d: d(c), reversed(decorators), command)
 
 
 SCHEMA = "gpu-node-guard/conformance/v2"

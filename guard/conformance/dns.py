@@ -129,14 +129,11 @@ def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...]) -> ItemResult:
         return ItemResult(NAME, Status.WARN, seen, "fix the node's resolver")
     outside = [s for s in servers if not _inside(s, allowed)]
     if outside:
+        seen = f"{where} lists {', '.join(outside)} outside --allowed-dns (all: {listed})"
         service = "rke2-agent" if facts.rke2 else "kubelet"
-        return ItemResult(
-            NAME,
-            Status.FAIL,
-            f"{where} lists {', '.join(outside)} outside --allowed-dns (all: {listed})",
-            "fix the resolver source (netplan, systemd-resolved), not the stub file; then restart "
-            f"{service} and the CoreDNS pods on this node",
-        )
+        fix = "fix the resolver source (netplan, systemd-resolved), not the stub file; then restart"
+        fix += f" {service} and the CoreDNS pods on this node"
+        return ItemResult(NAME, Status.FAIL, seen, fix)
     return ItemResult(NAME, Status.PASS, f"{where}: {listed}")
 
 

@@ -175,12 +175,8 @@ def judge_persist(facts: IpvsFacts) -> ItemResult:
         return unknown_result(name, facts.persist_files)
     if facts.persist_files:
         return ItemResult(name, Status.PASS, "ip_vs listed in " + ", ".join(facts.persist_files))
-    return ItemResult(
-        name,
-        Status.FAIL,
-        "no modules-load.d file lists ip_vs: it will be missing after the next reboot",
-        f"echo ip_vs > {PERSIST_FILE} (or run with --fix)",
-    )
+    seen = "no modules-load.d file lists ip_vs: it will be missing after the next reboot"
+    return ItemResult(name, Status.FAIL, seen, f"echo ip_vs > {PERSIST_FILE} (or run with --fix)")
 
 
 def judge_loaded(loaded: bool | Unknown) -> ItemResult:
@@ -190,12 +186,9 @@ def judge_loaded(loaded: bool | Unknown) -> ItemResult:
         return unknown_result(name, loaded)
     if loaded:
         return ItemResult(name, Status.PASS, "ip_vs loaded")
-    return ItemResult(
-        name,
-        Status.FAIL,
-        "ip_vs not loaded: kube-proxy in IPVS mode exits with 'Ipvs not supported'",
-        "modprobe ip_vs (or run with --fix), then check kube-proxy",
-    )
+    seen = "ip_vs not loaded: kube-proxy in IPVS mode exits with 'Ipvs not supported'"
+    fix = "modprobe ip_vs (or run with --fix), then check kube-proxy"
+    return ItemResult(name, Status.FAIL, seen, fix)
 
 
 # --fix: the only repairs the check makes, both easy to undo (docs/conformance.md): load the module,

@@ -84,24 +84,15 @@ def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     if module is None and nvml is None:
         return ItemResult(NAME, Status.SKIP, "no NVIDIA module and no NVML library: not a GPU node")
     if module is None:
-        return ItemResult(
-            NAME,
-            Status.WARN,
-            f"NVML {nvml} in {facts.nvml_where} but the nvidia module is not loaded",
-            "on a GPU node: load the driver (reboot) and re-run",
-        )
+        seen = f"NVML {nvml} in {facts.nvml_where} but the nvidia module is not loaded"
+        fix = "on a GPU node: load the driver (reboot) and re-run"
+        return ItemResult(NAME, Status.WARN, seen, fix)
     if nvml is None:
-        return ItemResult(
-            NAME,
-            Status.WARN,
-            f"nvidia module {module} loaded but no libnvidia-ml.so.<version> found",
-            "reinstall the driver's NVML library (libnvidia-compute) of version " + module,
-        )
+        seen = f"nvidia module {module} loaded but no libnvidia-ml.so.<version> found"
+        fix = "reinstall the driver's NVML library (libnvidia-compute) of version " + module
+        return ItemResult(NAME, Status.WARN, seen, fix)
     if module == nvml:
         return ItemResult(NAME, Status.PASS, f"module {module} = NVML {nvml} ({facts.nvml_where})")
-    return ItemResult(
-        NAME,
-        Status.FAIL,
-        f"module {module} != NVML {nvml} ({facts.nvml_where}): new CUDA/NVML processes fail",
-        "drain GPU work and reboot to load the new driver; then hold the driver packages",
-    )
+    seen = f"module {module} != NVML {nvml} ({facts.nvml_where}): new CUDA/NVML processes fail"
+    fix = "drain GPU work and reboot to load the new driver; then hold the driver packages"
+    return ItemResult(NAME, Status.FAIL, seen, fix)

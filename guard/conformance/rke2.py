@@ -81,12 +81,8 @@ def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
     if want not in facts.enabled:
         steps.append(f"systemctl enable {want}")
     why = f" (a {role} with {other} enabled boots as a standalone cluster)"
-    return ItemResult(
-        name,
-        Status.FAIL,
-        f"{role}: enabled RKE2 units: {shown}" + (why if other in facts.enabled else ""),
-        "; ".join(steps),
-    )
+    seen = f"{role}: enabled RKE2 units: {shown}" + (why if other in facts.enabled else "")
+    return ItemResult(name, Status.FAIL, seen, "; ".join(steps))
 
 
 def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
@@ -95,9 +91,8 @@ def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
     if isinstance(raw, Unknown):
         return unknown_result(name, raw)
     if raw is None:
-        return ItemResult(
-            name, Status.FAIL, f"no RKE2 found (no {BIN_LINK}, no rke2 command)", "install RKE2"
-        )
+        seen = f"no RKE2 found (no {BIN_LINK}, no rke2 command)"
+        return ItemResult(name, Status.FAIL, seen, "install RKE2")
     node = parse_version(raw)
     if node is None:
         return ItemResult(name, Status.UNKNOWN, f"no version in {raw!r} ({facts.version_source})")

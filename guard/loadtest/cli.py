@@ -57,15 +57,9 @@ class _LineError(click.ClickException):
 class _OneLineErrors(click.Command):
     """Bad arguments print one `Error: …` line (exit 2) instead of usage text."""
 
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            return super().parse_args(ctx, args)
         except click.UsageError as exc:
             raise _LineError(exc.format_message()) from None
 
