@@ -1,7 +1,5 @@
-"""From what every rank reported to one all-reduce result: who failed first, and the figures.
-
-A pure function of the parent's records, so the attribution is tested without processes.
-"""
+"""From what every rank reported to one all-reduce result: who failed first, and the figures; pure,
+so the attribution is tested without processes."""
 
 from __future__ import annotations
 
@@ -78,10 +76,6 @@ def _outcome(
 
 
 def exit_text(code: int | None) -> str:
-    """
-    >>> exit_text(-9), exit_text(3), exit_text(None)
-    ('signal=SIGKILL', 'exit=3', 'running')
-    """
     if code is None:
         return "running"
     if code < 0:

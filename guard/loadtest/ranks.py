@@ -1,9 +1,6 @@
-"""Start one all-reduce rank per GPU, watch them, end them, and never wait past a deadline.
-
-Each rank is `python -m guard.loadtest.rank` in a process group of its own, its output in a file
-of its own (its last line names a crash), reporting on one shared pipe (`rank.py`). When the
-watch stops, and how long each rank gets to exit: docs/loadtest.md, "Deadlines".
-"""
+"""Start one all-reduce rank per GPU (`rank.py`), watch them, end them, and never wait past a
+deadline (docs/loadtest.md, "Deadlines"). Each rank's output goes to a file: its last line names
+a crash."""
 
 from __future__ import annotations
 

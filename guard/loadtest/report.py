@@ -1,11 +1,10 @@
-"""What the load-test Job prints: a table for people, then one JSON line for programs.
-
-The JSON line starts with ``LOADTEST-JSON `` so it can be found in a Job log among other lines.
-"""
+"""What the load-test Job prints: a table for people, then one JSON line for programs, which starts
+with ``LOADTEST-JSON `` so it can be found in a Job log among other lines."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 from guard.loadtest.collective import AllreduceResult, size_label
@@ -39,11 +38,8 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
     ratios = throughput_ratios(run.burns)
     targets = {d.index for d in memory_targets(run.devices, run.plan.memory)}
     gpus = [
-        {
-            "index": d.index,
-            "pci": d.pci,
-            "name": d.name,
-            "uuid": d.uuid,
+        asdict(d)
+        | {
             "burn": _burn_dict(burns.get(d.index), ratios.get(d.index)),
             "pcie": _pick(links.get(d.pci), _PCIE),
             "memory_target": d.index in targets,
@@ -65,7 +61,7 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
         "backend": run.backend,
         "size": run.plan.size,
         "duration_s": run.plan.duration_s,
-        "memory_test": {"required": run.plan.memory.required, "pci": run.plan.memory.pci},
+        "memory_test": asdict(run.plan.memory),
         "allreduce": _allreduce_dict(criteria, run),
         "gpus": gpus,
     }

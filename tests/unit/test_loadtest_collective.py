@@ -21,7 +21,7 @@ from guard.loadtest.collective import (
     steps,
     steps_from_json,
 )
-from guard.loadtest.collective_summary import summarise
+from guard.loadtest.collective_summary import exit_text, summarise
 
 SPEC = AllreduceSpec("gloo", "cpu", (1_000_000, 4_000_000), warmup=1, iterations=3)
 PLAN = AllreducePlan(SPEC, world=3, start_timeout_s=300.0, step_timeout_s=60.0)
@@ -230,3 +230,7 @@ def test_hung_ranks_are_the_laggards_or_all_past_the_limit() -> None:
         (0, 1, 2),
     )
     assert (hung_ranks([4, 3, 4], 4.9, plan), hung_ranks([1, 0, 1], 30.0, plan)) == ((), ())
+
+
+def test_exit_text_names_the_signal() -> None:
+    assert (exit_text(-9), exit_text(3), exit_text(None)) == ("signal=SIGKILL", "exit=3", "running")
