@@ -52,17 +52,13 @@ def module_name(path: str) -> str:
 
 def dep_entry(modules_dep: str, name: str) -> str | None:
     """The module path that modules.dep lists for `name`."""
-    for line in modules_dep.splitlines():
-        path = line.split(":", 1)[0].strip()
-        if path and module_name(path) == name:
-            return path
-    return None
+    paths = (line.split(":", 1)[0].strip() for line in modules_dep.splitlines())
+    return next((path for path in paths if path and module_name(path) == name), None)
 
 
 def alias_target(modules_alias: str, name: str) -> str | None:
     """`alias <name> <module>` in modules.alias, normalised like modprobe does."""
-    for line in modules_alias.splitlines():
-        fields = line.split()
+    for fields in map(str.split, modules_alias.splitlines()):
         if len(fields) == 3 and fields[0] == "alias" and fields[1].replace("-", "_") == name:
             return fields[2].replace("-", "_")
     return None
@@ -70,11 +66,8 @@ def alias_target(modules_alias: str, name: str) -> str | None:
 
 def lists_module(conf: str, name: str) -> bool:
     """A modules-load.d file names the module on a line of its own; '#' and ';' start comments."""
-    for line in conf.splitlines():
-        text = line.strip()
-        if text and text[0] not in "#;" and text.replace("-", "_") == name:
-            return True
-    return False
+    lines = (line.strip() for line in conf.splitlines())
+    return any(text and text[0] not in "#;" and text.replace("-", "_") == name for text in lines)
 
 
 def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Transport = Literal["nccl", "gloo"]
@@ -21,33 +21,16 @@ START_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
-class RankFaults:
-    """Simulated rank failures for tests, by rank, each at a step: `die` (SIGKILL, like an OOM
-    kill), `hang` (blocks for good before it), `fail` (raises, like a CUDA or NCCL error),
-    `corrupt` (one element of its checked all-reduce off by one); `slow` multiplies the rank's
-    timed seconds, like a card on a degraded link."""
-
-    die: Mapping[int, int] = field(default_factory=dict)
-    hang: Mapping[int, int] = field(default_factory=dict)
-    fail: Mapping[int, int] = field(default_factory=dict)
-    corrupt: Mapping[int, int] = field(default_factory=dict)
-    slow: Mapping[int, float] = field(default_factory=dict)
-
-    def for_rank(self, rank: int) -> dict[str, Any]:
-        by_kind = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {kind: faults[rank] for kind, faults in by_kind.items() if rank in faults}
-
-
-@dataclass(frozen=True, slots=True)
 class AllreduceSpec:
-    """What a backend runs: transport, tensor device, sizes, warm-up and timed iterations."""
+    """What a backend runs: transport, tensor device, sizes, warm-up and timed iterations;
+    `faults`: simulated failures for tests, by rank and kind (tests/numpy_backend.py)."""
 
     transport: Transport
     device: Literal["cuda", "cpu"]
     sizes_bytes: tuple[int, ...]
     warmup: int
     iterations: int
-    faults: RankFaults = RankFaults()
+    faults: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +115,7 @@ def rank_config(plan: AllreducePlan, all_steps: Sequence[Step], rank: int, paren
         "warmup": spec.warmup,
         "iterations": spec.iterations,
         "timeout_s": 2 * timeout_s,
-        "faults": spec.faults.for_rank(rank),
+        "faults": dict(spec.faults.get(rank, {})),
         "steps": [asdict(s) for s in all_steps],
     }
     return json.dumps(config, sort_keys=True)

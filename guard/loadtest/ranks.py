@@ -146,26 +146,20 @@ def _apply(ranks: list[_Rank], line: str, seq: int, n_steps: int) -> None:
     except (ValueError, KeyError, IndexError, TypeError):
         return  # not a report line of ours; the ranks write nothing else to the pipe
     report = rank.report
-    if kind in _POSITION:
-        rank.report = replace(report, position=_POSITION[kind])
-    elif kind == "begin":
-        rank.report = replace(report, position=2 + 2 * step)
-    elif kind == "end":
+    positions = {"start": STARTED, "ready": READY, "begin": 2 + 2 * step, "end": 3 + 2 * step}
+    positions["done"] = done_position(n_steps)
+    if kind in positions:
+        rank.report = replace(report, position=positions[kind])
+    if kind == "end":
         rank.report = replace(
-            report,
-            position=3 + 2 * step,
+            rank.report,
             seconds={**report.seconds, step: event.get("seconds")},
             mismatches={**report.mismatches, step: int(event.get("mismatches") or 0)},
         )
-    elif kind == "done":
-        rank.report = replace(report, position=done_position(n_steps))
     elif kind == "error":
         rank.report = replace(report, error=str(event.get("error", "")), error_seq=seq)
     elif kind == "store":
         _hand_out_port(ranks, int(event["port"]))
-
-
-_POSITION = {"start": STARTED, "ready": READY}
 
 
 def _hand_out_port(ranks: list[_Rank], port: int) -> None:

@@ -30,12 +30,6 @@ SMI_QUERY = (
 )
 
 
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
 class TorchBackend:
     def __init__(self, smi_timeout_s: float = 20.0) -> None:
         self._smi_timeout_s = smi_timeout_s
@@ -45,13 +39,15 @@ class TorchBackend:
         return "torch"
 
     def devices(self) -> tuple[DeviceInfo, ...]:
-        torch = _torch()
+        import torch
+
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available to PyTorch")
         return tuple(_device(torch, i) for i in range(torch.cuda.device_count()))
 
     def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
-        torch = _torch()
+        import torch
+
         with torch.cuda.device(index):
             a = torch.randn(size, size, device="cuda", dtype=torch.float16)
             b = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -71,7 +67,8 @@ class TorchBackend:
         return BurnResult.timed(index, size, iterations, device_s)
 
     def memory_test(self, index: int) -> MemoryResult:
-        torch = _torch()
+        import torch
+
         with torch.cuda.device(index):
             torch.cuda.empty_cache()
             free, _total = torch.cuda.mem_get_info()
