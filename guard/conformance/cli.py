@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,10 +108,7 @@ def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
         "role": config.role,
         "fix": fix,
         "platform": run.platform.as_dict(),
-        "items": [
-            {"name": r.name, "status": r.status.value, "observed": r.observed, "action": r.action}
-            for r in run.results
-        ],
+        "items": [asdict(r) for r in run.results],
     }
     return json.dumps(doc, sort_keys=True)
 

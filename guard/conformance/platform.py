@@ -134,22 +134,15 @@ def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
     if not sources:
         looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
         return "none", f"no kube-proxy found ({looked})"
-    ipvs = [path for mode, path in sources if mode == "ipvs"]
-    if ipvs:
-        return "ipvs", ipvs[0]
-    return sources[0]
+    return next((source for source in sources if source[0] == "ipvs"), sources[0])
 
 
 def _proxy_sources(fs: HostFS, rke2: bool) -> list[tuple[str, str]]:
-    sources: list[tuple[str, str]] = []
     text = fs.read_text(RKE2_PROXY_MANIFEST)
-    mode = manifest_mode(text) if text else None
-    if mode:
-        sources.append((mode, RKE2_PROXY_MANIFEST))
-    mode = rke2_config_mode(rke2_configs(fs)) if rke2 else None
-    if mode:
-        sources.append((mode, RKE2_CONFIG))
-    return sources + kubeadm_modes(fs)
+    manifest = manifest_mode(text) if text else None
+    config = rke2_config_mode(rke2_configs(fs)) if rke2 else None
+    found = ((manifest, RKE2_PROXY_MANIFEST), (config, RKE2_CONFIG))
+    return [(mode, path) for mode, path in found if mode] + kubeadm_modes(fs)
 
 
 def detect_rke2(fs: HostFS) -> tuple[bool, str]:

@@ -52,10 +52,15 @@ def main(argv: Sequence[str]) -> int:
         _init(torch, dist, config, report)
         groups = _groups(dist, all_steps)
         report("ready")
+        faults = config["faults"]  # simulated failures, for tests
         for step, spec in enumerate(all_steps):
-            _fault_before(config, step)
+            if faults.get("hang") == step:
+                threading.Event().wait()  # never set: silent until the parent ends the rank
             report("begin", step=step)
-            _fault_at(config, step)
+            if faults.get("die") == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if faults.get("fail") == step:
+                raise RuntimeError(f"injected fault at step {step}")
             seconds, mismatches = _run_step(torch, dist, config, step, spec, groups)
             report("end", step=step, seconds=seconds, mismatches=mismatches)
         report("done")
@@ -157,19 +162,6 @@ def _device(config: dict[str, Any]) -> str:
 def _sync(torch: Any, config: dict[str, Any]) -> None:
     if config["device"] == "cuda":
         torch.cuda.synchronize()
-
-
-def _fault_before(config: dict[str, Any], step: int) -> None:
-    if config["faults"].get("hang") == step:
-        threading.Event().wait()  # never set: the rank stays silent until the parent ends it
-
-
-def _fault_at(config: dict[str, Any], step: int) -> None:
-    faults = config["faults"]
-    if faults.get("die") == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if faults.get("fail") == step:
-        raise RuntimeError(f"injected fault at step {step}")
 
 
 if __name__ == "__main__":
