@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from guard.conformance.apt import Package, is_critical, parse_dpkg_status
-from guard.conformance.aptconf import is_part_name, items, parse_apt_conf, scalar
+from guard.conformance.apt import (
+    Package,
+    is_critical,
+    is_part_name,
+    items,
+    parse_apt_conf,
+    parse_dpkg_status,
+    scalar,
+)
 from guard.conformance.dns import (
     ETC_RESOLV,
     FALLBACK,
