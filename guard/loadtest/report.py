@@ -161,15 +161,8 @@ def _allreduce_dict(criteria: Criteria, run: RunResult) -> dict[str, Any] | None
         "completed": result.completed,
         "error": result.error,
         "min_ratio": criteria.allreduce_min_ratio,
-        "sizes": [
-            {
-                "bytes": f.size_bytes,
-                "seconds": f.seconds,
-                "algbw_gbps": f.algbw_gbps,
-                "busbw_gbps": f.busbw_gbps,
-            }
-            for f in result.sizes
-        ],
+        # A SizeFigure's fields, `size_bytes` as "bytes".
+        "sizes": [{k.removeprefix("size_"): v for k, v in asdict(f).items()} for f in result.sizes],
     }
 
 
@@ -178,10 +171,7 @@ def _rank_dict(result: AllreduceResult | None, index: int) -> dict[str, Any] | N
     if result is None or outcome is None:
         return None
     known = index < len(result.gpu_busbw_gbps)
-    return {
-        "status": outcome.status,
-        "stage": outcome.stage,
-        "detail": outcome.detail,
+    return {k: v for k, v in asdict(outcome).items() if k != "rank"} | {
         "bus_gbps": result.gpu_busbw_gbps[index] if known else None,
         "ratio": allreduce_ratios(result).get(index),
     }

@@ -21,6 +21,7 @@ _BLOCK_WORDS = 1 << 24  # 128 MiB slices for the address pattern and its check
 ALLREDUCE_SIZES = (8 << 20, 64 << 20, 256 << 20)
 _ALLREDUCE_WARMUP = 5
 _ALLREDUCE_ITERATIONS = 20
+_SMI_TIMEOUT_S = 20.0
 
 SMI_QUERY = (
     "nvidia-smi",
@@ -31,12 +32,7 @@ SMI_QUERY = (
 
 
 class TorchBackend:
-    def __init__(self, smi_timeout_s: float = 20.0) -> None:
-        self._smi_timeout_s = smi_timeout_s
-
-    @property
-    def name(self) -> str:
-        return "torch"
+    name = "torch"
 
     def devices(self) -> tuple[DeviceInfo, ...]:
         import torch
@@ -86,7 +82,7 @@ class TorchBackend:
         return MemoryResult.timed(index, tested, found, seconds)
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
-        return read_links(self._smi_timeout_s)
+        return read_links(_SMI_TIMEOUT_S)
 
     def allreduce_spec(self) -> AllreduceSpec:
         return AllreduceSpec(

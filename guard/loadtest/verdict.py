@@ -90,14 +90,14 @@ def _burn_reasons(run: RunResult) -> list[str]:
     reasons = []
     for device in run.devices:
         burn = burns.get(device.index)
+        where = f"gpu={device.index} pci={device.pci}"
         if burn is None:
-            reasons.append(f"no-result gpu={device.index} pci={device.pci}")
+            reasons.append(f"no-result {where}")
         elif burn.error is not None:
-            reasons.append(f"exception gpu={device.index} pci={device.pci} error={burn.error!r}")
+            reasons.append(f"exception {where} error={burn.error!r}")
         elif not burn.has_run:
             reasons.append(
-                f"not-run gpu={device.index} pci={device.pci} iterations={burn.iterations}"
-                f" device_s={burn.device_s:g}"
+                f"not-run {where} iterations={burn.iterations} device_s={burn.device_s:g}"
             )
     if not any(b.has_run for b in run.burns):
         reasons.append("no-gpu-ran")
