@@ -83,32 +83,27 @@ def parse_apt_conf(text: str, source: str = "") -> tuple[AptEntry, ...]:
     return tuple(out)
 
 
-def _cleared(entry: AptEntry, key: str) -> bool:
-    return entry.op == "clear" and (key == entry.key or key.startswith(entry.key + "::"))
+def _since_clear(entries: Iterable[AptEntry], key: str, op: str) -> list[AptEntry]:
+    """The `op` entries of `key` (case-insensitive) in file order, after its last #clear."""
+    key = key.lower()
+    found: list[AptEntry] = []
+    for e in entries:
+        if e.op == "clear" and (key == e.key or key.startswith(e.key + "::")):
+            found = []
+        elif e.op == op and e.key == key:
+            found.append(e)
+    return found
 
 
 def scalar(entries: Iterable[AptEntry], key: str) -> AptEntry | None:
-    """The last assignment of `key` (case-insensitive), or None when unset or cleared."""
-    key = key.lower()
-    last: AptEntry | None = None
-    for e in entries:
-        if _cleared(e, key):
-            last = None
-        elif e.op == "set" and e.key == key:
-            last = e
-    return last
+    """The last assignment of `key`, or None when unset or cleared."""
+    found = _since_clear(entries, key, "set")
+    return found[-1] if found else None
 
 
 def items(entries: Iterable[AptEntry], key: str) -> tuple[AptEntry, ...]:
     """The list `key` after every file: items appended in order, emptied by #clear."""
-    key = key.lower()
-    found: list[AptEntry] = []
-    for e in entries:
-        if _cleared(e, key):
-            found = []
-        elif e.op == "item" and e.key == key:
-            found.append(e)
-    return tuple(found)
+    return tuple(_since_clear(entries, key, "item"))
 
 
 def is_part_name(name: str) -> bool:
