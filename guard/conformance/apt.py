@@ -1,8 +1,7 @@
 """auto-upgrade and package-hold: unattended-upgrades installed a new NVIDIA driver and kernel on
 its own. Both items only report (WARN at worst): the host package policy is the host owners'.
 Read from the dpkg status and APT's configuration (apt.conf(5), as far as these items need); the
-packages, the holds and the blacklist's traps: docs/conformance.md.
-"""
+packages, the holds and the blacklist's traps: docs/conformance.md."""
 
 from __future__ import annotations
 

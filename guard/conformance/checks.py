@@ -1,6 +1,5 @@
 """One conformance run: read the platform, read the facts of the items that apply (a host problem is
-an `Unknown` fact, never an exception), judge every item (pure), then apply --fix.
-"""
+an `Unknown` fact, never an exception), judge every item (pure), then apply --fix."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
-
 Exit 0 when no item FAILed, 1 when any did, 2 on bad arguments. The summary for the guard is
-guard.wire's (docs/conformance.md). The node options are shared with `gpu-node-guard agent`.
-"""
+guard.wire's (docs/conformance.md); the node options are shared with `gpu-node-guard agent`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """dns-upstream: the resolv.conf that kubelet hands pods lists only allowed resolvers. Which file:
 `--resolv-conf`; on RKE2, RKE2's choice (k3s `locateOrGenerateResolvConf`); elsewhere kubelet's
-own setting (docs/conformance.md).
-"""
+own setting (docs/conformance.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""ipvs-resolvable, ipvs-persist, ipvs-loaded: kube-proxy in IPVS mode needs the host's ip_vs.
-
-On the 5.15 kernels of the incident ip_vs declares no netlink autoload alias (added in 5.16), so
-nothing loads it on demand: after a reboot only systemd-modules-load (modules-load.d) loads it.
-"""
+"""ipvs-resolvable, ipvs-persist, ipvs-loaded: kube-proxy in IPVS mode needs the host's ip_vs. On
+the incident's 5.15 kernels ip_vs declares no netlink autoload alias (added in 5.16), so nothing
+loads it on demand: after a reboot only systemd-modules-load (modules-load.d) loads it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """nvidia-match: the loaded kernel module and the NVML library must be the same driver version
 (after an upgrade without a reboot every new CUDA or NVML process fails). What is read, and why
-never nvidia-smi: docs/conformance.md.
-"""
+never nvidia-smi: docs/conformance.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """rke2-unit and rke2-version: the node runs the RKE2 service of its role, at the control plane's
-version (an unpinned install takes the newest release, outside the version-skew policy).
-"""
+version (an unpinned install takes the newest release, outside the version-skew policy)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`gpu-node-guard loadtest run`: the command inside the load-test Job.
-
-Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad arguments.
-"""
+"""`gpu-node-guard loadtest run`, the command inside the load-test Job: exit 0 only on pass, 1 on
+fail (a backend that cannot start included), 2 on bad arguments."""
 
 from __future__ import annotations
 

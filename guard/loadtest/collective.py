@@ -1,9 +1,6 @@
-"""All-reduce across every GPU of the node: the plan, what each rank reported, and the figures.
-
-One process per GPU (`ranks.py`); steps and bandwidth as in docs/loadtest.md. A rank's progress is
-a position: -1 spawned, 0 started, 1 ready, then 2+2k / 3+2k at the begin / end of step k, and done
-after all.
-"""
+"""All-reduce across every GPU of the node (one process per GPU, `ranks.py`; docs/loadtest.md): the
+plan, what each rank reported, and the figures. A rank's progress is a position: -1 spawned,
+0 started, 1 ready, then 2+2k / 3+2k at the begin / end of step k, and done after all."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Plain values of one load test: what was asked, what each GPU did, and the accounting.
-
-Every backend reports the same values with the same accounting (``2·n³`` floating-point operations
-per square matmul, bytes moved per memory pass), so the verdict cannot tell them apart.
-"""
+"""Plain values of one load test: what was asked, what each GPU did, and the accounting, the same
+on every backend (``2·n³`` operations per square matmul, bytes moved per memory pass)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
-
-Each stage is one JSON line, one `os.write` under PIPE_BUF to the pipe shared by all ranks, so lines
-never interleave. The rendezvous and the checked pattern: docs/loadtest.md.
-"""
+"""One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`. Each
+stage is one JSON line, one `os.write` under PIPE_BUF to the pipe all ranks share, so lines never
+interleave. The rendezvous and the checked pattern: docs/loadtest.md."""
 
 from __future__ import annotations
 

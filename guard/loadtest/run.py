@@ -1,8 +1,7 @@
-"""Burn every GPU at once, sample PCIe under load, the memory test, then the all-reduce (one process
-per GPU, `ranks.py`). One daemon thread per GPU: an exception becomes that GPU's error; a thread
-still busy at its timeout (a hung GPU) leaves no result, which the verdict fails on, and does not
-keep the process from exiting and reporting.
-"""
+"""Burn every GPU at once, sample PCIe under load, the memory test, then the all-reduce (ranks.py).
+One daemon thread per GPU: an exception becomes that GPU's error; a thread still busy at its
+timeout (a hung GPU) leaves no result, which the verdict fails on, and cannot keep the process
+from exiting."""
 
 from __future__ import annotations
 

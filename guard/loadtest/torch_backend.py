@@ -1,6 +1,5 @@
 """PyTorch CUDA backend, used inside the load-test Job; torch and pynvml are imported lazily.
-Burn, memory test and PCIe links (NVML, else nvidia-smi) as in docs/loadtest.md.
-"""
+Burn, memory test and PCIe links (NVML, else nvidia-smi) as in docs/loadtest.md."""
 
 from __future__ import annotations
 
