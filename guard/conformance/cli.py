@@ -96,7 +96,6 @@ def counts(results: tuple[ItemResult, ...]) -> dict[str, int]:
 
 
 def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
-    """One line, keys sorted."""
     doc = {
         "schema": SCHEMA,
         "ok": not failed_items(run.results),

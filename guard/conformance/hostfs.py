@@ -33,8 +33,7 @@ class HostFS:
         while pending:
             name = pending.pop(0)
             if name == "..":
-                if done:
-                    done.pop()
+                done = done[:-1]
                 continue
             candidate = self.root.joinpath(*done, name)
             if not candidate.is_symlink():

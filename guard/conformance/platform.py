@@ -117,9 +117,7 @@ def kubeadm_modes(fs: HostFS) -> list[tuple[str, str]]:
     for uid in fs.listdir(KUBELET_PODS):
         path = f"{KUBELET_PODS}/{uid}/{KUBEADM_PROXY_CONFIG}"
         text = fs.read_text(path)
-        if text is None:
-            continue
-        config = yaml.safe_load(text)
+        config = yaml.safe_load(text) if text is not None else None
         if isinstance(config, dict) and config.get("kind") == "KubeProxyConfiguration":
             found.append((str(config.get("mode") or DEFAULT_MODE).lower(), path))
     return found

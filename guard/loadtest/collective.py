@@ -91,7 +91,6 @@ def steps(spec: AllreduceSpec, world: int) -> tuple[Step, ...]:
 
 
 def steps_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[Step, ...]:
-    """The steps as a rank receives them (`rank_config`)."""
     return tuple(
         Step(str(i["name"]), int(i["size_bytes"]), tuple((int(a), int(b)) for a, b in i["pairs"]))
         for i in items

@@ -86,19 +86,12 @@ def _init(torch: Any, dist: Any, config: dict[str, Any], report: Reporter) -> No
     timeout = timedelta(seconds=float(config["timeout_s"]))
     if config["device"] == "cuda":
         torch.cuda.set_device(rank)
-    if rank == 0:
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            world_size=world,
-            is_master=True,
-            timeout=timeout,
-            wait_for_workers=False,
-        )
+    master = rank == 0  # opens the store on a free port and reports it; the others read it
+    port = 0 if master else int(sys.stdin.readline())
+    options = {"world_size": world, "is_master": master, "timeout": timeout}
+    store = dist.TCPStore("127.0.0.1", port, wait_for_workers=not master, **options)
+    if master:
         report("store", port=int(store.port))
-    else:
-        port = int(sys.stdin.readline())
-        store = dist.TCPStore("127.0.0.1", port, world_size=world, is_master=False, timeout=timeout)
     dist.init_process_group(
         config["transport"], store=store, rank=rank, world_size=world, timeout=timeout
     )

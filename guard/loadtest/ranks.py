@@ -215,7 +215,6 @@ class _Lines:
         self._selector.register(fd, selectors.EVENT_READ)
 
     def read(self, timeout_s: float) -> list[str]:
-        """Everything in the pipe now, waiting up to `timeout_s` for the first byte."""
         if self._eof:
             time.sleep(timeout_s)
             return []
