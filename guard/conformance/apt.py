@@ -159,9 +159,8 @@ def parse_dpkg_status(text: str) -> tuple[Package, ...]:
 
 
 def is_critical(name: str) -> bool:
-    if KERNEL_PACKAGES.match(name):
-        return True
-    return bool(DRIVER_PACKAGES.match(name)) and not NOT_DRIVER.match(name)
+    driver = DRIVER_PACKAGES.match(name) and not NOT_DRIVER.match(name)
+    return bool(KERNEL_PACKAGES.match(name) or driver)
 
 
 def _read_packages(fs: HostFS) -> tuple[Package, ...] | None:

@@ -68,9 +68,7 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     text = guarded(lambda: fs.read_text(MODULE_VERSION_FILE), MODULE_VERSION_FILE)
     module = (text.strip() or None) if isinstance(text, str) else text
     nvml = guarded(lambda: _read_nvml(fs), "the NVML library directories")
-    if isinstance(nvml, Unknown):
-        return NvidiaFacts(module, nvml)
-    return NvidiaFacts(module, nvml[0], nvml[1])
+    return NvidiaFacts(module, nvml) if isinstance(nvml, Unknown) else NvidiaFacts(module, *nvml)
 
 
 # Only one of module and library: nothing to compare, and a GPU node in this state runs no GPU work.

@@ -143,11 +143,9 @@ def silence_limit_s(positions: Sequence[int], plan: AllreducePlan) -> float:
 
 
 def hung_ranks(positions: Sequence[int], quiet_s: float, plan: AllreducePlan) -> tuple[int, ...]:
-    """Ranks to call hung when no rank has reported for `quiet_s`; empty while within limits.
-
-    The laggards are hung (the others wait for them inside a collective); when all stand at the
-    same place, the collective itself hangs and every rank is named.
-    """
+    """Ranks to call hung when no rank has reported for `quiet_s`; empty while within limits. The
+    laggards are hung (the others wait for them inside a collective); when all stand at the same
+    place, the collective itself hangs and every rank is named."""
     if quiet_s < silence_limit_s(positions, plan):
         return ()
     front = max(positions)
@@ -157,12 +155,9 @@ def hung_ranks(positions: Sequence[int], quiet_s: float, plan: AllreducePlan) ->
 
 @dataclass(frozen=True, slots=True)
 class RankReport:
-    """What the parent saw of one rank: its position, its figures, its end.
-
-    seconds: one timed all-reduce, by step index (None: idle in that step).
-    error: the exception it reported, with `error_seq`, its place among all ranks' reports.
-    exit: its exit status (negative: signal), None while it still ran; `killed`: by the parent.
-    """
+    """What the parent saw of one rank: its position; `seconds` of one timed all-reduce by step
+    index (None: idle in that step); the `error` it reported, `error_seq` its place among all
+    ranks' reports; its `exit` status (negative: signal; None: running); `killed` by the parent."""
 
     rank: int
     position: int

@@ -41,24 +41,22 @@ def summarise(
         causes = {raised[0].rank: "error"}
     else:
         causes = dict.fromkeys(hung, "hung")
-    outcomes = tuple(_outcome(r, all_steps, causes) for r in reports)
+    mismatches = tuple(
+        Mismatch(r.rank, all_steps[k].name, count)
+        for r in reports
+        for k, count in sorted(r.mismatches.items())
+        if count
+    )
+    positions = [r.position for r in reports]
+    hung_after_s = silence_limit_s(positions, plan) if "hung" in causes.values() else None
     return AllreduceResult(
         plan.spec.transport,
         plan.world,
-        outcomes,
-        sizes=_size_figures(plan, all_steps, reports),
-        gpu_busbw_gbps=_gpu_busbw(plan, all_steps, reports),
-        mismatches=tuple(
-            Mismatch(r.rank, all_steps[k].name, count)
-            for r in reports
-            for k, count in sorted(r.mismatches.items())
-            if count
-        ),
-        hung_after_s=(
-            silence_limit_s([r.position for r in reports], plan)
-            if "hung" in causes.values()
-            else None
-        ),
+        tuple(_outcome(r, all_steps, causes) for r in reports),
+        _size_figures(plan, all_steps, reports),
+        _gpu_busbw(plan, all_steps, reports),
+        mismatches,
+        hung_after_s,
     )
 
 

@@ -145,10 +145,8 @@ class MemoryPlan:
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns.
-
-    allreduce_timeout_s: the all-reduce's step limit (`AllreducePlan`); None: not run.
-    """
+    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns, except
+    `allreduce_timeout_s`, the all-reduce's step limit (`AllreducePlan`; None: not run)."""
 
     size: int
     duration_s: float

@@ -163,10 +163,7 @@ def _apply(ranks: list[_Rank], line: str, seq: int, n_steps: int) -> None:
 
 
 def _hand_out_port(ranks: list[_Rank], port: int) -> None:
-    for rank in ranks[1:]:
-        stdin = rank.proc.stdin
-        if stdin is None:
-            continue
+    for stdin in (rank.proc.stdin for rank in ranks[1:] if rank.proc.stdin is not None):
         with contextlib.suppress(OSError):  # that rank is already gone: the watch sees it
             stdin.write(f"{port}\n".encode())
             stdin.flush()
