@@ -58,10 +58,9 @@ def choose(
     override: str | None, texts: dict[str, str | None], rke2: bool = True
 ) -> tuple[str, tuple[str, ...]]:
     """(path, nameservers) of the file kubelet hands pods."""
-    if override:
-        return override, nameservers(texts.get(override) or "")
-    if not rke2:
-        return ETC_RESOLV, nameservers(texts.get(ETC_RESOLV) or "")
+    if override or not rke2:
+        path = override or ETC_RESOLV
+        return path, nameservers(texts.get(path) or "")
     for path in CANDIDATES:
         text = texts.get(path)
         if text is not None and is_usable(text):

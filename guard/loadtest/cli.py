@@ -162,11 +162,8 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         allreduce_min_ratio=options["allreduce_min_ratio"],
         expected_links=options["expected_links"],
     )
-    xid = options["xid"]
-    memory = MemoryPlan(
-        required=xid is not None and xid in options["memory_class_xids"],
-        pci=options["memory_test_pci"],
-    )
+    memory_class = options["xid"] is not None and options["xid"] in options["memory_class_xids"]
+    memory = MemoryPlan(memory_class, options["memory_test_pci"])
     plan = RunPlan(
         size=options["size"],
         duration_s=options["duration_s"],

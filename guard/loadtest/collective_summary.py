@@ -109,18 +109,16 @@ def _gpu_busbw(
     plan: AllreducePlan, all_steps: Sequence[Step], reports: Sequence[RankReport]
 ) -> tuple[float | None, ...]:
     """Each GPU's best pair (three or more ranks); with two, both have the node's figure."""
-    best: list[float | None] = [None] * plan.world
     if plan.world == 2:
         figures = _size_figures(plan, all_steps, reports)
         largest = max(figures, key=lambda f: f.size_bytes, default=None)
         return (largest.busbw_gbps,) * 2 if largest else (None, None)
+    best: dict[int, float] = {}
     for k, step in enumerate(all_steps):
         for pair in step.pairs:
             seconds = _timed(reports, k, pair)
-            if seconds is None:
-                continue
-            busbw = step.size_bytes / seconds / 1e9 * bus_factor(2)
-            for rank in pair:
-                current = best[rank]
-                best[rank] = busbw if current is None else max(current, busbw)
-    return tuple(best)
+            if seconds is not None:
+                busbw = step.size_bytes / seconds / 1e9 * bus_factor(2)
+                for rank in pair:
+                    best[rank] = max(best.get(rank, busbw), busbw)
+    return tuple(best.get(rank) for rank in range(plan.world))

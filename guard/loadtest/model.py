@@ -188,9 +188,8 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     return (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:limit]
 
 
-# The compute backend: PyTorch CUDA in the Job (`torch_backend.py`); the tests run the same
-# orchestration on `tests/numpy_backend.py`, not shipped (the admission policy admits only
-# `--backend torch`). Each method may raise; the orchestration records the exception.
+# PyTorch CUDA in the Job (`torch_backend.py`); the tests' `tests/numpy_backend.py` is not shipped
+# (the admission policy admits only `--backend torch`). A raising method is recorded, not fatal.
 class Backend(Protocol):
     @property
     def name(self) -> str: ...

@@ -80,7 +80,11 @@ def run(backend: Backend, plan: RunPlan) -> RunResult:
     spec = backend.allreduce_spec()
     shm = _dev_shm_bytes() if spec.transport == "nccl" else None
     ranks = AllreducePlan(spec, len(devices), START_TIMEOUT_S, plan.allreduce_timeout_s)
-    return replace(result, allreduce=_allreduce(ranks), dev_shm_bytes=shm)
+    try:
+        allreduce = run_allreduce(ranks)
+    except Exception as exc:  # recorded like a GPU's exception; the verdict fails on it
+        allreduce = AllreduceResult(spec.transport, ranks.world, (), error=one_line(exc))
+    return replace(result, allreduce=allreduce, dev_shm_bytes=shm)
 
 
 def _dev_shm_bytes() -> int | None:
@@ -90,13 +94,6 @@ def _dev_shm_bytes() -> int | None:
     except OSError:
         return None
     return stat.f_frsize * stat.f_blocks
-
-
-def _allreduce(plan: AllreducePlan) -> AllreduceResult:
-    try:
-        return run_allreduce(plan)
-    except Exception as exc:  # recorded like a GPU's exception; the verdict fails on it
-        return AllreduceResult(plan.spec.transport, plan.world, (), error=one_line(exc))
 
 
 def _burn_all(

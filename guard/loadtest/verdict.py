@@ -51,9 +51,8 @@ def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
     return {b.index: b.tflops / fastest for b in ran}
 
 
-# Fail when any case holds; every failing case is listed, in the order of the reasons table of
-# docs/loadtest.md. Notes never fail: links unreadable, all-reduce skipped, and NCCL ranks run with
-# a /dev/shm under 1 GiB (NCCL's shared memory lives there: a failing all-reduce may come from it).
+# Every failing case, in the order of docs/loadtest.md's reasons table. Notes never fail: links
+# unreadable, all-reduce skipped, a /dev/shm under 1 GiB (NCCL's shared memory: it may fail there).
 def judge(criteria: Criteria, run: RunResult) -> Verdict:
     reasons = [*_count_reasons(criteria, run), *_burn_reasons(run)]
     ratios = throughput_ratios(run.burns)
