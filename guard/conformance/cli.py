@@ -126,9 +126,8 @@ def render_text(run: Run) -> str:
             lines.append(f"{'':<{width}}  {'':<7}  -> {r.action}")
     tally = " ".join(f"{k.lower()}={v}" for k, v in counts(results).items())
     verdict = "FAIL" if failed_items(results) else "OK"
-    lines.append(
-        f"result: {verdict} {tally} (only FAIL fails; WARN, UNKNOWN and SKIP are reported)"
-    )
+    note = "only FAIL fails; WARN, UNKNOWN and SKIP are reported"
+    lines.append(f"result: {verdict} {tally} ({note})")
     return "\n".join(lines)
 
 

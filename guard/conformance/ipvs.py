@@ -107,9 +107,7 @@ def persist_files(fs: HostFS) -> tuple[str, ...]:
                 continue
             seen.add(name)
             path = f"{directory}/{name}"
-            if fs.readlink(path) == "/dev/null":
-                continue
-            if lists_module(fs.read_text(path) or "", MODULE):
+            if fs.readlink(path) != "/dev/null" and lists_module(fs.read_text(path) or "", MODULE):
                 found.append(path)
     return tuple(found)
 

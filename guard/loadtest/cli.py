@@ -182,8 +182,7 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
 
 
 def _backend() -> Backend:
-    # torch is imported by the backend, so that `--help` and every other subcommand work on a
-    # base install without it.
+    # Only the backend imports torch, so `--help` and every other subcommand work without it.
     if importlib.util.find_spec("torch") is None:  # the run cannot start: exit 1, one line
         raise click.ClickException(
             "the torch backend needs the Python package 'torch', which is not installed;"

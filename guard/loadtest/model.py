@@ -110,9 +110,8 @@ def parse_expected_link(text: str) -> ExpectedLink:
     """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise."""
     match = _EXPECTED.match(text.strip())
     if match is None:
-        raise ValueError(
-            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
-        )
+        example = "0000:99:00.0=16GT/s,x16"
+        raise ValueError(f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. {example}")
     try:
         pci = normalize_pci(match["pci"])
     except PciAddressError as exc:
@@ -123,9 +122,8 @@ def parse_expected_link(text: str) -> ExpectedLink:
         raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
     width = int(match["width"])
     if width not in LINK_WIDTHS:
-        raise ValueError(
-            f"x{width} is no PCIe link width; one of {', '.join(map(str, LINK_WIDTHS))}"
-        )
+        widths = ", ".join(map(str, LINK_WIDTHS))
+        raise ValueError(f"x{width} is no PCIe link width; one of {widths}")
     return ExpectedLink(pci, gen, width)
 
 

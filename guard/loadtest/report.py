@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from guard.loadtest.collective import AllreduceResult, size_label
-from guard.loadtest.model import BurnResult, RunResult, memory_targets
+from guard.loadtest.model import RunResult, memory_targets
 from guard.loadtest.verdict import Criteria, Verdict, allreduce_ratios, throughput_ratios
 from guard.wire import render_loadtest_summary
 
@@ -40,7 +40,7 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
     gpus = [
         asdict(d)
         | {
-            "burn": _burn_dict(burns.get(d.index), ratios.get(d.index)),
+            "burn": _pick(burns.get(d.index), _BURN, ratio=ratios.get(d.index)),
             "pcie": _pick(links.get(d.pci), _PCIE),
             "memory_target": d.index in targets,
             "memory": _pick(memory.get(d.index), _MEMORY),
@@ -190,11 +190,7 @@ def _n(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def _burn_dict(burn: BurnResult | None, ratio: float | None) -> dict[str, Any] | None:
-    fields = _pick(burn, _BURN)
-    return None if fields is None else fields | {"ratio": ratio}
-
-
-def _pick(value: object | None, names: tuple[str, ...]) -> dict[str, Any] | None:
-    """The named attributes of a result for the JSON document; a missing result stays null."""
-    return None if value is None else {name: getattr(value, name) for name in names}
+def _pick(value: object | None, names: tuple[str, ...], **extra: Any) -> dict[str, Any] | None:
+    """The named attributes of a result (and `extra`) for the JSON document; a missing result
+    stays null."""
+    return None if value is None else {name: getattr(value, name) for name in names} | extra
