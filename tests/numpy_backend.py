@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
 
 from guard.loadtest.cli import BackendOverride
-from guard.loadtest.collective import AllreduceSpec, RankFaults
+from guard.loadtest.collective import AllreduceSpec
 from guard.loadtest.model import CONSTANT_WORDS, BurnResult, DeviceInfo, MemoryResult, PcieLink
 
 MAX_SIZE = 256  # one fp16 matmul of this size takes about 0.2 s on one core
@@ -27,6 +27,28 @@ MAX_SIZE = 256  # one fp16 matmul of this size takes about 0.2 s on one core
 ALLREDUCE_SIZES = (4 << 10, 64 << 10, 256 << 10)
 _PCI_BUS_BASE = 0x18  # simulated GPUs sit at 0000:18:00.0, 0000:19:00.0, …
 _STUCK_STRIDE = 4099  # every n-th word of a faulty simulated GPU has bit 0 stuck at 0
+
+
+@dataclass(frozen=True, slots=True)
+class RankFaults:
+    """Simulated rank failures, by rank, each at a step: `die` (SIGKILL, like an OOM kill), `hang`
+    (blocks for good before it), `fail` (raises, like a CUDA or NCCL error), `corrupt` (one element
+    of its checked all-reduce off by one); `slow` multiplies the rank's timed seconds, like a card
+    on a degraded link. `guard.loadtest.rank` acts on them."""
+
+    die: Mapping[int, int] = field(default_factory=dict)
+    hang: Mapping[int, int] = field(default_factory=dict)
+    fail: Mapping[int, int] = field(default_factory=dict)
+    corrupt: Mapping[int, int] = field(default_factory=dict)
+    slow: Mapping[int, float] = field(default_factory=dict)
+
+    def by_rank(self) -> dict[int, dict[str, float]]:
+        """As `AllreduceSpec.faults`: each rank's faults by kind."""
+        out: dict[int, dict[str, float]] = {}
+        for kind in fields(self):
+            for rank, value in getattr(self, kind.name).items():
+                out.setdefault(rank, {})[kind.name] = value
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +135,7 @@ class NumpyBackend:
         return tuple(link(i) for i in range(self._count))
 
     def allreduce_spec(self) -> AllreduceSpec:
-        return AllreduceSpec("gloo", "cpu", ALLREDUCE_SIZES, 1, 3, self._faults.ranks)
+        return AllreduceSpec("gloo", "cpu", ALLREDUCE_SIZES, 1, 3, self._faults.ranks.by_rank())
 
     def _stuck_offsets(self, index: int) -> npt.NDArray[np.int64]:
         count = self._faults.stuck_words.get(index, 0)

@@ -1,18 +1,123 @@
 """auto-upgrade and package-hold: unattended-upgrades installed a new NVIDIA driver and kernel on
 its own. Both items only report (WARN at worst): the host package policy is the host owners'.
-The packages, the holds and the blacklist's traps: docs/conformance.md.
-"""
+Read from the dpkg status and APT's configuration (apt.conf(5), as far as these items need); the
+packages, the holds and the blacklist's traps: docs/conformance.md."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
-from guard.conformance.aptconf import AptEntry, items, read_apt_conf, scalar
 from guard.conformance.hostfs import HostFS, guarded
 from guard.conformance.model import ItemResult, Status, unknown_result
 from guard.conformance.platform import DPKG_STATUS
 from guard.doors.hostexec import Unknown
+
+PARTS_DIR = "/etc/apt/apt.conf.d"
+MAIN_FILE = "/etc/apt/apt.conf"
+# As in APT, '#' outside quotes starts a comment unless it is a #clear or #include directive.
+_TOKEN = re.compile(
+    r'"(?P<str>[^"]*)"|(?P<comment>//[^\n]*|/\*.*?\*/)|(?P<hash>#[^\n]*)'
+    r'|(?P<punct>[{};])|(?P<word>[^\s{};"#]+)|\s+',
+    re.S,
+)
+_PART_NAME = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class AptEntry:
+    """One assignment in file order: "set" a scalar, add an "item" to a list, "clear" a key."""
+
+    op: Literal["set", "item", "clear"]
+    key: str
+    value: str
+    source: str
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind is not None and kind != "comment":
+            yield kind, m.group(kind)
+
+
+def _key(parts: Iterable[str]) -> str:
+    return "::".join(p for p in parts if p).lower()
+
+
+def _assign(scopes: list[str], key: str | None, value: str, source: str) -> AptEntry:
+    """`"v";` and `Key:: "v";` append to a list; `Key "v";` sets a scalar."""
+    if key is None:
+        return AptEntry("item", _key(scopes), value, source)
+    if key.endswith("::"):
+        return AptEntry("item", _key([*scopes, key[:-2]]), value, source)
+    return AptEntry("set", _key([*scopes, key]), value, source)
+
+
+def parse_apt_conf(text: str, source: str = "") -> tuple[AptEntry, ...]:
+    scopes: list[str] = []
+    key: str | None = None
+    out: list[AptEntry] = []
+    for kind, value in _tokens(text):
+        if kind == "hash":
+            m = re.match(r"#clear\s+([^;]+)", value)
+            names = m.group(1).split() if m else []
+            out.extend(AptEntry("clear", _key([*scopes, n]), "", source) for n in names)
+        elif kind == "word" and key is None:
+            key = value
+        elif kind in ("str", "word"):
+            out.append(_assign(scopes, key, value, source))
+            key = None
+        elif value == "{":
+            scopes.append((key or "").removesuffix("::"))
+            key = None
+        elif value == "}":
+            scopes = scopes[:-1]
+        else:  # ";" ends a statement; a bare "Key;" sets an empty value
+            if key is not None:
+                out.append(_assign(scopes, key, "", source))
+            key = None
+    return tuple(out)
+
+
+def _since_clear(entries: Iterable[AptEntry], key: str, op: str) -> list[AptEntry]:
+    """The `op` entries of `key` (case-insensitive) in file order, after its last #clear."""
+    key = key.lower()
+    found: list[AptEntry] = []
+    for e in entries:
+        if e.op == "clear" and (key == e.key or key.startswith(e.key + "::")):
+            found = []
+        elif e.op == op and e.key == key:
+            found.append(e)
+    return found
+
+
+def scalar(entries: Iterable[AptEntry], key: str) -> AptEntry | None:
+    """The last assignment of `key`, or None when unset or cleared."""
+    found = _since_clear(entries, key, "set")
+    return found[-1] if found else None
+
+
+def items(entries: Iterable[AptEntry], key: str) -> tuple[AptEntry, ...]:
+    """The list `key` after every file: items appended in order, emptied by #clear."""
+    return tuple(_since_clear(entries, key, "item"))
+
+
+def is_part_name(name: str) -> bool:
+    return bool(_PART_NAME.match(name)) and ("." not in name or name.endswith(".conf"))
+
+
+def read_apt_conf(fs: HostFS) -> tuple[AptEntry, ...]:
+    entries: list[AptEntry] = []
+    paths = [f"{PARTS_DIR}/{n}" for n in fs.listdir(PARTS_DIR) if is_part_name(n)]
+    for path in [*paths, MAIN_FILE]:
+        text = fs.read_text(path)
+        if text is not None:
+            entries.extend(parse_apt_conf(text, path))
+    return tuple(entries)
+
 
 BLACKLIST_KEY = "Unattended-Upgrade::Package-Blacklist"
 PERIODIC_KEY = "APT::Periodic::Unattended-Upgrade"
@@ -39,12 +144,7 @@ class AptFacts:
 
 
 def parse_dpkg_status(text: str) -> tuple[Package, ...]:
-    """Installed packages; `held` is dpkg's "hold" selection (what `apt-mark hold` sets).
-
-    >>> parse_dpkg_status("Package: a\\nStatus: hold ok installed\\n\\n"
-    ...                   "Package: b\\nStatus: deinstall ok config-files\\n")
-    (Package(name='a', held=True),)
-    """
+    """Installed packages; `held` is dpkg's "hold" selection (what `apt-mark hold` sets)."""
     out: dict[str, Package] = {}
     for para in re.split(r"\n\s*\n", text):
         fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", para, re.M))
@@ -59,14 +159,8 @@ def parse_dpkg_status(text: str) -> tuple[Package, ...]:
 
 
 def is_critical(name: str) -> bool:
-    """
-    >>> [n for n in ("linux-image-generic", "linux-firmware", "libnvidia-compute-580",
-    ...              "nvidia-container-toolkit") if is_critical(n)]
-    ['linux-image-generic', 'libnvidia-compute-580']
-    """
-    if KERNEL_PACKAGES.match(name):
-        return True
-    return bool(DRIVER_PACKAGES.match(name)) and not NOT_DRIVER.match(name)
+    driver = DRIVER_PACKAGES.match(name) and not NOT_DRIVER.match(name)
+    return bool(KERNEL_PACKAGES.match(name) or driver)
 
 
 def _read_packages(fs: HostFS) -> tuple[Package, ...] | None:
@@ -88,8 +182,6 @@ def _is_off(value: str) -> bool:
         return False  # "always" and friends run it
 
 
-# Cases: unattended-upgrades not installed, APT::Periodic::Enable "0", or its periodic run "0" or
-# unset (the default) → PASS; any other value → WARN (report only, no policy has been set).
 def judge_auto_upgrade(facts: AptFacts) -> ItemResult:
     name = "auto-upgrade"
     if isinstance(facts.conf, Unknown):
@@ -106,12 +198,8 @@ def judge_auto_upgrade(facts: AptFacts) -> ItemResult:
     seen = f'{PERIODIC_KEY} "{run.value}" ({run.source})'
     if _is_off(run.value):
         return ItemResult(name, Status.PASS, seen)
-    return ItemResult(
-        name,
-        Status.WARN,
-        seen + ": packages are upgraded unattended",
-        f'report only; to stop it set "0" in {run.source}, or hold the packages (package-hold)',
-    )
+    fix = f'report only; to stop it set "0" in {run.source}, or hold the packages (package-hold)'
+    return ItemResult(name, Status.WARN, seen + ": packages are upgraded unattended", fix)
 
 
 def _shown(names: list[str]) -> str:
@@ -146,8 +234,6 @@ def _collateral(pkgs: tuple[Package, ...], patterns: tuple[re.Pattern[str], ...]
     return f"; the blacklist also holds back {_shown(extra)}" if extra else ""
 
 
-# Cases: no dpkg database → WARN (not checked); every installed kernel and driver package held
-# (apt-mark) or blacklisted for unattended-upgrades → PASS; any other → WARN naming them.
 def judge_package_hold(facts: AptFacts) -> ItemResult:
     name = "package-hold"
     conf, pkgs = facts.conf, facts.packages
@@ -169,9 +255,6 @@ def judge_package_hold(facts: AptFacts) -> ItemResult:
         seen = f"{len(critical)} kernel/driver packages held or blacklisted{tail}"
         return ItemResult(name, Status.PASS, seen)
     notes = "".join(f"; {n}" for n in _trap_notes(unprotected, patterns))
-    return ItemResult(
-        name,
-        Status.WARN,
-        f"not held or blacklisted: {_shown(unprotected)}{notes}{tail}",
-        f"apt-mark hold them, or list their prefixes in {BLACKLIST_KEY} (libnvidia- apart)",
-    )
+    seen = f"not held or blacklisted: {_shown(unprotected)}{notes}{tail}"
+    fix = f"apt-mark hold them, or list their prefixes in {BLACKLIST_KEY} (libnvidia- apart)"
+    return ItemResult(name, Status.WARN, seen, fix)

@@ -1,11 +1,5 @@
-"""One conformance run: read the platform, read the facts of the items that apply, judge every item
-(pure), then apply --fix.
-
-Reading never raises for a host problem: a file that cannot be read or a command that fails or
-hangs becomes an `Unknown` fact and its item reports UNKNOWN; the other items still run. Facts of
-an item that does not apply are not read at all, so no command runs for it (no `rke2 --version`
-on a kubeadm node).
-"""
+"""One conformance run: read the platform, read the facts of the items that apply (a host problem is
+an `Unknown` fact, never an exception), judge every item (pure), then apply --fix."""
 
 from __future__ import annotations
 
@@ -41,14 +35,7 @@ class Run:
     results: tuple[ItemResult, ...]  # in ITEMS order
 
 
-# Cases, per item (the first that holds):
-#   ipvs-*: kube-proxy's mode could not be read → UNKNOWN; it is not ipvs (iptables, nftables,
-#           none) → SKIP.
-#   rke2-*: not an RKE2 node → SKIP; rke2-version without a control-plane version → SKIP.
-#   auto-upgrade, package-hold: no dpkg database → SKIP.
-#   dns-upstream: no allowed upstreams given → SKIP.
-# Otherwise the item applies and its own judge decides (nvidia-match is SKIP there on a node with
-# neither driver nor NVML library).
+# Which items apply: docs/conformance.md; nvidia-match's own judge says SKIP off a GPU node.
 def gate(item: str, p: Platform, c: Config) -> ItemResult | None:
     """The item's result when it does not (or cannot be known to) apply; None when it applies."""
     if item in IPVS_ITEMS:

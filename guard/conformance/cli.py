@@ -1,16 +1,13 @@
 """`gpu-node-guard conformance`: check a node's host configuration against the cluster's baseline.
-
-Exit status: 0 when no item FAILed (WARN, UNKNOWN and SKIP do not fail the run), 1 when any did, 2
-on bad arguments. The report: a text table for people, or one JSON line with every item; the
-summary for the guard goes to the container's termination message file (its format, the contract
-with the guard, is guard.wire's `render_summary` and `parse_summary`, docs/conformance.md). The
-options that say what the node is expected to be are shared with `gpu-node-guard agent`.
-"""
+Exit 0 when no item FAILed, 1 when any did, 2 on bad arguments. The summary for the guard is
+guard.wire's (docs/conformance.md); the node options are shared with `gpu-node-guard agent`."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,13 +81,7 @@ def node_options(option: Option[Any]) -> Callable[[F], F]:
             help="The resolv.conf kubelet hands pods (unset: RKE2's or kubelet's own choice)",
         ),
     )
-
-    def apply(command: F) -> F:
-        for decorator in reversed(decorators):
-            command = decorator(command)
-        return command
-
-    return apply
+    return lambda command: functools.reduce(lambda c, d: d(c), reversed(decorators), command)
 
 
 SCHEMA = "gpu-node-guard/conformance/v2"
@@ -105,7 +96,6 @@ def counts(results: tuple[ItemResult, ...]) -> dict[str, int]:
 
 
 def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
-    """One line, keys sorted."""
     doc = {
         "schema": SCHEMA,
         "ok": not failed_items(run.results),
@@ -115,10 +105,7 @@ def render_json(run: Run, config: Config, root: str, fix: bool) -> str:
         "role": config.role,
         "fix": fix,
         "platform": run.platform.as_dict(),
-        "items": [
-            {"name": r.name, "status": r.status.value, "observed": r.observed, "action": r.action}
-            for r in run.results
-        ],
+        "items": [asdict(r) for r in run.results],
     }
     return json.dumps(doc, sort_keys=True)
 
@@ -139,13 +126,9 @@ def render_text(run: Run) -> str:
             lines.append(f"{'':<{width}}  {'':<7}  -> {r.action}")
     tally = " ".join(f"{k.lower()}={v}" for k, v in counts(results).items())
     verdict = "FAIL" if failed_items(results) else "OK"
-    lines.append(
-        f"result: {verdict} {tally} (only FAIL fails; WARN, UNKNOWN and SKIP are reported)"
-    )
+    note = "only FAIL fails; WARN, UNKNOWN and SKIP are reported"
+    lines.append(f"result: {verdict} {tally} ({note})")
     return "\n".join(lines)
-
-
-# ── The summary for the guard ───────────────────────────────────────────────────────────────────
 
 
 def summarize(results: tuple[ItemResult, ...]) -> Summary:

@@ -1,7 +1,6 @@
 """dns-upstream: the resolv.conf that kubelet hands pods lists only allowed resolvers. Which file:
 `--resolv-conf`; on RKE2, RKE2's choice (k3s `locateOrGenerateResolvConf`); elsewhere kubelet's
-own setting (docs/conformance.md).
-"""
+own setting (docs/conformance.md)."""
 
 from __future__ import annotations
 
@@ -40,11 +39,7 @@ def nameservers(text: str) -> tuple[str, ...]:
 
 
 def is_global_unicast(address: str) -> bool:
-    """Go's net.IP.IsGlobalUnicast, which RKE2 uses: private ranges count, loopback does not.
-
-    >>> [is_global_unicast(a) for a in ("10.0.0.53", "127.0.0.53", "fe80::1", "nonsense")]
-    [True, False, False, False]
-    """
+    """Go's net.IP.IsGlobalUnicast, which RKE2 uses: private ranges count, loopback does not."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -62,18 +57,10 @@ def is_usable(text: str) -> bool:
 def choose(
     override: str | None, texts: dict[str, str | None], rke2: bool = True
 ) -> tuple[str, tuple[str, ...]]:
-    """(path, nameservers) of the file kubelet hands pods.
-
-    >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n",
-    ...               SYSTEMD_RESOLV: "nameserver 10.0.0.2\\nnameserver 8.8.8.8\\n"})
-    ('/run/systemd/resolve/resolv.conf', ('10.0.0.2', '8.8.8.8'))
-    >>> choose(None, {ETC_RESOLV: "nameserver 127.0.0.53\\n"}, rke2=False)
-    ('/etc/resolv.conf', ('127.0.0.53',))
-    """
-    if override:
-        return override, nameservers(texts.get(override) or "")
-    if not rke2:
-        return ETC_RESOLV, nameservers(texts.get(ETC_RESOLV) or "")
+    """(path, nameservers) of the file kubelet hands pods."""
+    if override or not rke2:
+        path = override or ETC_RESOLV
+        return path, nameservers(texts.get(path) or "")
     for path in CANDIDATES:
         text = texts.get(path)
         if text is not None and is_usable(text):
@@ -82,11 +69,7 @@ def choose(
 
 
 def override_of(configs: list[dict[str, object]]) -> str | None:
-    """The last `resolv-conf`, or `resolv-conf=` in kubelet-arg (passed last, so it wins).
-
-    >>> override_of([{"resolv-conf": "/a"}, {"kubelet-arg+": ["resolv-conf=/b"]}])
-    '/b'
-    """
+    """The last `resolv-conf`, or `resolv-conf=` in kubelet-arg (passed last, so it wins)."""
     key_value: str | None = None
     arg_value: str | None = None
     for config in configs:
@@ -102,13 +85,7 @@ def override_of(configs: list[dict[str, object]]) -> str | None:
 
 
 def kubelet_override(config_text: str | None, flags_text: str | None) -> str | None:
-    """kubelet's resolv.conf setting: the flag in kubeadm-flags.env wins over the config file.
-
-    >>> kubelet_override("resolvConf: /run/systemd/resolve/resolv.conf\\n", None)
-    '/run/systemd/resolve/resolv.conf'
-    >>> kubelet_override("resolvConf: /a\\n", 'KUBELET_KUBEADM_ARGS="--resolv-conf=/b --v=2"\\n')
-    '/b'
-    """
+    """kubelet's resolv.conf setting: the flag in kubeadm-flags.env wins over the config file."""
     m = re.search(r"--resolv-conf=([^\s\"']+)", flags_text or "")
     if m:
         return m.group(1)
@@ -136,8 +113,6 @@ def read_dns(fs: HostFS, rke2: bool, resolv_conf: str | None = None) -> DnsFacts
     return DnsFacts(rke2, override, texts)
 
 
-# Cases (only when allowed upstreams are given; otherwise the item is SKIP): a nameserver outside
-# every allowed CIDR → FAIL; the file lists none → WARN; all inside → PASS.
 def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...]) -> ItemResult:
     override, texts = facts.override, facts.texts
     if isinstance(override, Unknown):
@@ -152,14 +127,11 @@ def judge_dns(facts: DnsFacts, allowed: tuple[IpNetwork, ...]) -> ItemResult:
         return ItemResult(NAME, Status.WARN, seen, "fix the node's resolver")
     outside = [s for s in servers if not _inside(s, allowed)]
     if outside:
+        seen = f"{where} lists {', '.join(outside)} outside --allowed-dns (all: {listed})"
         service = "rke2-agent" if facts.rke2 else "kubelet"
-        return ItemResult(
-            NAME,
-            Status.FAIL,
-            f"{where} lists {', '.join(outside)} outside --allowed-dns (all: {listed})",
-            "fix the resolver source (netplan, systemd-resolved), not the stub file; then restart "
-            f"{service} and the CoreDNS pods on this node",
-        )
+        fix = "fix the resolver source (netplan, systemd-resolved), not the stub file; then restart"
+        fix += f" {service} and the CoreDNS pods on this node"
+        return ItemResult(NAME, Status.FAIL, seen, fix)
     return ItemResult(NAME, Status.PASS, f"{where}: {listed}")
 
 

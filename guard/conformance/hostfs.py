@@ -1,7 +1,5 @@
 """Read (and, for --fix, write) host files under a root directory, resolving symlinks inside the
-root as a chroot would (through ``/proc/1/root`` the kernel would resolve an absolute target
-against the container's root instead).
-"""
+root as a chroot would (through ``/proc/1/root`` the kernel would use the container's root)."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class HostFS:
         while pending:
             name = pending.pop(0)
             if name == "..":
-                if done:
-                    done.pop()
+                done = done[:-1]
                 continue
             candidate = self.root.joinpath(*done, name)
             if not candidate.is_symlink():

@@ -1,10 +1,6 @@
-"""ipvs-resolvable, ipvs-persist, ipvs-loaded: kube-proxy in IPVS mode needs the host's ip_vs.
-
-On the 5.15 kernels of the incident ip_vs declares no netlink autoload alias (added in 5.16), so
-nothing loads it on demand: after a reboot only systemd-modules-load (modules-load.d) brings it
-back. Three separate facts, three items: the running kernel's module index knows ip_vs, some
-modules-load.d file lists it, and it is loaded now.
-"""
+"""ipvs-resolvable, ipvs-persist, ipvs-loaded: kube-proxy in IPVS mode needs the host's ip_vs. On
+the incident's 5.15 kernels ip_vs declares no netlink autoload alias (added in 5.16), so nothing
+loads it on demand: after a reboot only systemd-modules-load (modules-load.d) loads it."""
 
 from __future__ import annotations
 
@@ -47,48 +43,29 @@ class IpvsFacts:
 
 
 def module_name(path: str) -> str:
-    """modprobe's name for a module file: no directory, no .ko suffix, '-' is '_'.
-
-    >>> module_name("kernel/net/netfilter/ipvs/ip_vs.ko.zst")
-    'ip_vs'
-    """
+    """modprobe's name for a module file: no directory, no .ko suffix, '-' is '_'."""
     base = path.rsplit("/", 1)[-1]
     return re.sub(r"\.ko(\.(xz|gz|zst))?$", "", base).replace("-", "_")
 
 
 def dep_entry(modules_dep: str, name: str) -> str | None:
-    """The module path that modules.dep lists for `name`.
-
-    >>> dep_entry("kernel/net/netfilter/ipvs/ip_vs.ko: kernel/net/x.ko\\n", "ip_vs")
-    'kernel/net/netfilter/ipvs/ip_vs.ko'
-    """
-    for line in modules_dep.splitlines():
-        path = line.split(":", 1)[0].strip()
-        if path and module_name(path) == name:
-            return path
-    return None
+    """The module path that modules.dep lists for `name`."""
+    paths = (line.split(":", 1)[0].strip() for line in modules_dep.splitlines())
+    return next((path for path in paths if path and module_name(path) == name), None)
 
 
 def alias_target(modules_alias: str, name: str) -> str | None:
     """`alias <name> <module>` in modules.alias, normalised like modprobe does."""
-    for line in modules_alias.splitlines():
-        fields = line.split()
+    for fields in map(str.split, modules_alias.splitlines()):
         if len(fields) == 3 and fields[0] == "alias" and fields[1].replace("-", "_") == name:
             return fields[2].replace("-", "_")
     return None
 
 
 def lists_module(conf: str, name: str) -> bool:
-    """A modules-load.d file names the module on a line of its own; '#' and ';' start comments.
-
-    >>> lists_module("# for kube-proxy\\nip_vs\\n", "ip_vs"), lists_module("#ip_vs\\n", "ip_vs")
-    (True, False)
-    """
-    for line in conf.splitlines():
-        text = line.strip()
-        if text and text[0] not in "#;" and text.replace("-", "_") == name:
-            return True
-    return False
+    """A modules-load.d file names the module on a line of its own; '#' and ';' start comments."""
+    lines = (line.strip() for line in conf.splitlines())
+    return any(text and text[0] not in "#;" and text.replace("-", "_") == name for text in lines)
 
 
 def read_kernel(fs: HostFS, runner: Runner) -> str | Unknown:
@@ -130,9 +107,7 @@ def persist_files(fs: HostFS) -> tuple[str, ...]:
                 continue
             seen.add(name)
             path = f"{directory}/{name}"
-            if fs.readlink(path) == "/dev/null":
-                continue
-            if lists_module(fs.read_text(path) or "", MODULE):
+            if fs.readlink(path) != "/dev/null" and lists_module(fs.read_text(path) or "", MODULE):
                 found.append(path)
     return tuple(found)
 
@@ -165,8 +140,7 @@ def read_ipvs(fs: HostFS, runner: Runner) -> IpvsFacts:
     )
 
 
-# Cases: builtin, or indexed with the file present → PASS. No index for the running kernel (its
-# modules never installed, or depmod never ran), not indexed, or indexed but the file gone → FAIL.
+# No index for the running kernel: its modules never installed, or depmod never ran.
 def judge_resolvable(facts: IpvsFacts) -> ItemResult:
     name = "ipvs-resolvable"
     look = facts.index
@@ -190,12 +164,8 @@ def judge_persist(facts: IpvsFacts) -> ItemResult:
         return unknown_result(name, facts.persist_files)
     if facts.persist_files:
         return ItemResult(name, Status.PASS, "ip_vs listed in " + ", ".join(facts.persist_files))
-    return ItemResult(
-        name,
-        Status.FAIL,
-        "no modules-load.d file lists ip_vs: it will be missing after the next reboot",
-        f"echo ip_vs > {PERSIST_FILE} (or run with --fix)",
-    )
+    seen = "no modules-load.d file lists ip_vs: it will be missing after the next reboot"
+    return ItemResult(name, Status.FAIL, seen, f"echo ip_vs > {PERSIST_FILE} (or run with --fix)")
 
 
 def judge_loaded(loaded: bool | Unknown) -> ItemResult:
@@ -205,77 +175,53 @@ def judge_loaded(loaded: bool | Unknown) -> ItemResult:
         return unknown_result(name, loaded)
     if loaded:
         return ItemResult(name, Status.PASS, "ip_vs loaded")
-    return ItemResult(
-        name,
-        Status.FAIL,
-        "ip_vs not loaded: kube-proxy in IPVS mode exits with 'Ipvs not supported'",
-        "modprobe ip_vs (or run with --fix), then check kube-proxy",
-    )
+    seen = "ip_vs not loaded: kube-proxy in IPVS mode exits with 'Ipvs not supported'"
+    fix = "modprobe ip_vs (or run with --fix), then check kube-proxy"
+    return ItemResult(name, Status.FAIL, seen, fix)
 
 
-# --fix: the only repairs the check makes, both easy to undo. Load the module when it is not
-# loaded, and write PERSIST_FILE only when no modules-load.d file lists ip_vs (an existing file of
-# that name is never overwritten). Everything else is reported for a person to handle.
+# --fix: the only repairs the check makes, both easy to undo (docs/conformance.md): load the module,
+# and write PERSIST_FILE only when no modules-load.d file lists ip_vs (never overwritten).
+FIXABLE = ("ipvs-loaded", "ipvs-persist")
+PERSIST_TEXT = f"# kube-proxy in IPVS mode needs {MODULE} after every boot\n{MODULE}\n"
 
 
-@dataclass(frozen=True, slots=True)
-class LoadModule:
-    item: str = "ipvs-loaded"
-
-
-@dataclass(frozen=True, slots=True)
-class WritePersistFile:
-    item: str = "ipvs-persist"
-    path: str = PERSIST_FILE
-    text: str = f"# kube-proxy in IPVS mode needs {MODULE} after every boot\n{MODULE}\n"
-
-
-FixAction = LoadModule | WritePersistFile
-
-
-def plan_fixes(results: tuple[ItemResult, ...]) -> tuple[FixAction, ...]:
-    """A fix for each ip_vs item that FAILed; nothing for any other item or status."""
+def plan_fixes(results: tuple[ItemResult, ...]) -> tuple[str, ...]:
+    """The ip_vs items that FAILed, in FIXABLE order; nothing for any other item or status."""
     failed = {r.name for r in results if r.status is Status.FAIL}
-    actions: list[FixAction] = []
-    if "ipvs-loaded" in failed:
-        actions.append(LoadModule())
-    if "ipvs-persist" in failed:
-        actions.append(WritePersistFile())
-    return tuple(actions)
+    return tuple(item for item in FIXABLE if item in failed)
 
 
-def _load(action: LoadModule, fs: HostFS, runner: Runner) -> ItemResult:
+def _load(fs: HostFS, runner: Runner) -> ItemResult:
+    name = "ipvs-loaded"
     result = runner.run(("modprobe", MODULE))
     if result.error:
-        return ItemResult(action.item, Status.UNKNOWN, str(result.as_unknown()), "modprobe by hand")
+        return ItemResult(name, Status.UNKNOWN, str(result.as_unknown()), "modprobe by hand")
     if result.returncode != 0:
         seen = f"{MODULE} not loaded; {result.as_unknown()}"
-        return ItemResult(action.item, Status.FAIL, seen, "see ipvs-resolvable; modprobe by hand")
+        return ItemResult(name, Status.FAIL, seen, "see ipvs-resolvable; modprobe by hand")
     loaded = guarded(lambda: read_loaded(fs), "/proc/modules")
     if isinstance(loaded, Unknown):
-        return unknown_result(action.item, loaded)
+        return unknown_result(name, loaded)
     if not loaded:
         seen = f"modprobe {MODULE} exited 0 but {MODULE} is not loaded"
-        return ItemResult(action.item, Status.FAIL, seen, "check dmesg on the node")
-    return ItemResult(action.item, Status.FIXED, f"loaded by modprobe {MODULE}")
+        return ItemResult(name, Status.FAIL, seen, "check dmesg on the node")
+    return ItemResult(name, Status.FIXED, f"loaded by modprobe {MODULE}")
 
 
-def _write(action: WritePersistFile, fs: HostFS) -> ItemResult:
+def _write(fs: HostFS) -> ItemResult:
+    name, path = "ipvs-persist", PERSIST_FILE
     try:
-        fs.write_new(action.path, action.text)
+        fs.write_new(path, PERSIST_TEXT)
     except FileExistsError:
-        seen = f"{action.path} exists but does not list {MODULE}; not overwritten"
-        return ItemResult(action.item, Status.FAIL, seen, f"add a line {MODULE} to {action.path}")
+        seen = f"{path} exists but does not list {MODULE}; not overwritten"
+        return ItemResult(name, Status.FAIL, seen, f"add a line {MODULE} to {path}")
     except OSError as exc:
-        seen = f"cannot write {action.path}: {exc.strerror or exc}"
-        return ItemResult(action.item, Status.FAIL, seen, f"echo {MODULE} > {action.path}")
-    return ItemResult(action.item, Status.FIXED, f"wrote {action.path} listing {MODULE}")
+        seen = f"cannot write {path}: {exc.strerror or exc}"
+        return ItemResult(name, Status.FAIL, seen, f"echo {MODULE} > {path}")
+    return ItemResult(name, Status.FIXED, f"wrote {path} listing {MODULE}")
 
 
-def apply_fixes(
-    actions: tuple[FixAction, ...], fs: HostFS, runner: Runner
-) -> tuple[ItemResult, ...]:
+def apply_fixes(items: tuple[str, ...], fs: HostFS, runner: Runner) -> tuple[ItemResult, ...]:
     """The new result of each fixed item: FIXED, or why the repair did not take."""
-    return tuple(
-        _load(a, fs, runner) if isinstance(a, LoadModule) else _write(a, fs) for a in actions
-    )
+    return tuple(_load(fs, runner) if item == "ipvs-loaded" else _write(fs) for item in items)

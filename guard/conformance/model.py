@@ -1,8 +1,5 @@
-"""Values shared by every conformance item: the result of one item and the run's configuration.
-
-A fact that could not be read (a command hung or failed, a file could not be opened) is a
-`guard.doors.hostexec.Unknown`, and its item reports UNKNOWN.
-"""
+"""Values shared by every conformance item: the result of one item and the run's configuration. A
+fact that could not be read is a `guard.doors.hostexec.Unknown`, and its item reports UNKNOWN."""
 
 from __future__ import annotations
 
@@ -45,10 +42,8 @@ def unknown_result(name: str, fact: Unknown) -> ItemResult:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """What the node is expected to be. `None` is "not given": the item that needs it is SKIP.
-
-    `platform` and `kube_proxy_mode` replace what `guard.conformance.platform` reads from the
-    node ("auto": read it); `resolv_conf` replaces the file kubelet is found to hand pods."""
+    """What the node is expected to be (the options of docs/conformance.md). `None` is "not given":
+    the item that needs it is SKIP; "auto" reads the platform from the node."""
 
     role: Role = "worker"
     control_plane_version: str | None = None

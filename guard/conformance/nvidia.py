@@ -1,7 +1,6 @@
 """nvidia-match: the loaded kernel module and the NVML library must be the same driver version
 (after an upgrade without a reboot every new CUDA or NVML process fails). What is read, and why
-never nvidia-smi: docs/conformance.md.
-"""
+never nvidia-smi: docs/conformance.md."""
 
 from __future__ import annotations
 
@@ -34,22 +33,9 @@ class NvidiaFacts:
     nvml_where: str = ""
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """
-    >>> sorted(["580.159.03", "580.126.09", "575.57.08"], key=version_key)[-1]
-    '580.159.03'
-    """
-    return tuple(int(p) for p in version.split("."))
-
-
 def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tuple[str, str] | None:
     """(version, directory) of the library in use: the file ``libnvidia-ml.so.1`` points to, else
-    the newest file (ldconfig points the soname at the newest).
-
-    >>> pick_nvml({"/usr/lib": ("libnvidia-ml.so.1", "libnvidia-ml.so.580.126.09")},
-    ...           {"/usr/lib": "libnvidia-ml.so.580.126.09"})
-    ('580.126.09', '/usr/lib')
-    """
+    the newest file (ldconfig points the soname at the newest)."""
     for directory, target in links.items():
         name = target.rsplit("/", 1)[-1]
         match = _VERSIONED.match(name)
@@ -61,7 +47,7 @@ def pick_nvml(entries: dict[str, tuple[str, ...]], links: dict[str, str]) -> tup
         for m in map(_VERSIONED.match, names)
         if m
     ]
-    return max(found, key=lambda vd: version_key(vd[0])) if found else None
+    return max(found, key=lambda vd: tuple(map(int, vd[0].split(".")))) if found else None
 
 
 def _read_nvml(fs: HostFS) -> tuple[str | None, str]:
@@ -82,13 +68,10 @@ def read_nvidia(fs: HostFS) -> NvidiaFacts:
     text = guarded(lambda: fs.read_text(MODULE_VERSION_FILE), MODULE_VERSION_FILE)
     module = (text.strip() or None) if isinstance(text, str) else text
     nvml = guarded(lambda: _read_nvml(fs), "the NVML library directories")
-    if isinstance(nvml, Unknown):
-        return NvidiaFacts(module, nvml)
-    return NvidiaFacts(module, nvml[0], nvml[1])
+    return NvidiaFacts(module, nvml) if isinstance(nvml, Unknown) else NvidiaFacts(module, *nvml)
 
 
-# Cases: no module and no library → SKIP (a node without GPUs); only one of them → WARN (nothing
-# to compare; a GPU node in this state runs no GPU work); both and equal → PASS; different → FAIL.
+# Only one of module and library: nothing to compare, and a GPU node in this state runs no GPU work.
 def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     module, nvml = facts.module_version, facts.nvml_version
     if isinstance(module, Unknown):
@@ -98,24 +81,15 @@ def judge_nvidia(facts: NvidiaFacts) -> ItemResult:
     if module is None and nvml is None:
         return ItemResult(NAME, Status.SKIP, "no NVIDIA module and no NVML library: not a GPU node")
     if module is None:
-        return ItemResult(
-            NAME,
-            Status.WARN,
-            f"NVML {nvml} in {facts.nvml_where} but the nvidia module is not loaded",
-            "on a GPU node: load the driver (reboot) and re-run",
-        )
+        seen = f"NVML {nvml} in {facts.nvml_where} but the nvidia module is not loaded"
+        fix = "on a GPU node: load the driver (reboot) and re-run"
+        return ItemResult(NAME, Status.WARN, seen, fix)
     if nvml is None:
-        return ItemResult(
-            NAME,
-            Status.WARN,
-            f"nvidia module {module} loaded but no libnvidia-ml.so.<version> found",
-            "reinstall the driver's NVML library (libnvidia-compute) of version " + module,
-        )
+        seen = f"nvidia module {module} loaded but no libnvidia-ml.so.<version> found"
+        fix = "reinstall the driver's NVML library (libnvidia-compute) of version " + module
+        return ItemResult(NAME, Status.WARN, seen, fix)
     if module == nvml:
         return ItemResult(NAME, Status.PASS, f"module {module} = NVML {nvml} ({facts.nvml_where})")
-    return ItemResult(
-        NAME,
-        Status.FAIL,
-        f"module {module} != NVML {nvml} ({facts.nvml_where}): new CUDA/NVML processes fail",
-        "drain GPU work and reboot to load the new driver; then hold the driver packages",
-    )
+    seen = f"module {module} != NVML {nvml} ({facts.nvml_where}): new CUDA/NVML processes fail"
+    fix = "drain GPU work and reboot to load the new driver; then hold the driver packages"
+    return ItemResult(NAME, Status.FAIL, seen, fix)

@@ -1,14 +1,12 @@
 """Which items apply to this node: is it an RKE2 node, which mode kube-proxy runs in, is it a dpkg
-host. Read from files only; a flag (`--platform`, `--kube-proxy-mode`) replaces the reading.
-Where each installer keeps kube-proxy's mode: docs/conformance.md. Any source saying ipvs makes
-the node IPVS; none found is no kube-proxy ("none").
-"""
+host. Read from files only (where: docs/conformance.md); `--platform` and `--kube-proxy-mode`
+replace the reading."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 
@@ -17,8 +15,8 @@ from guard.doors.hostexec import Unknown
 
 PlatformChoice = Literal["auto", "rke2", "other"]
 ProxyChoice = Literal["auto", "ipvs", "iptables", "nftables", "none"]
-PLATFORMS: tuple[PlatformChoice, ...] = ("auto", "rke2", "other")
-PROXY_MODES: tuple[ProxyChoice, ...] = ("auto", "ipvs", "iptables", "nftables", "none")
+PLATFORMS: tuple[PlatformChoice, ...] = get_args(PlatformChoice)
+PROXY_MODES: tuple[ProxyChoice, ...] = get_args(ProxyChoice)
 
 # Any of these makes a node an RKE2 node: the data and config directories, or an installed unit.
 RKE2_MARKERS = (
@@ -78,11 +76,7 @@ def rke2_configs(fs: HostFS) -> list[dict[str, object]]:
 
 
 def mode_in_args(args: list[str]) -> str | None:
-    """The last ``--proxy-mode`` in a kube-proxy argv (``--proxy-mode=ipvs`` or two words).
-
-    >>> mode_in_args(["kube-proxy", "--proxy-mode=iptables", "--proxy-mode", "IPVS"])
-    'ipvs'
-    """
+    """The last ``--proxy-mode`` in a kube-proxy argv (``--proxy-mode=ipvs`` or two words)."""
     mode = None
     for i, arg in enumerate(args):
         m = re.fullmatch(r"--?proxy-mode(?:=(.*))?", arg)
@@ -105,13 +99,7 @@ def manifest_mode(text: str) -> str | None:
 
 
 def rke2_config_mode(configs: list[dict[str, object]]) -> str | None:
-    """The mode the RKE2 configuration asks for at the next start; None when it says nothing.
-
-    >>> rke2_config_mode([{"kube-proxy-arg": ["proxy-mode=ipvs"]}]), rke2_config_mode([{}])
-    ('ipvs', None)
-    >>> rke2_config_mode([{"kube-proxy-arg": "proxy-mode=ipvs"}, {"disable-kube-proxy": True}])
-    'none'
-    """
+    """The mode the RKE2 configuration asks for at the next start; None when it says nothing."""
     mode, disabled = None, False
     for config in configs:
         if isinstance(config.get("disable-kube-proxy"), bool):
@@ -129,9 +117,7 @@ def kubeadm_modes(fs: HostFS) -> list[tuple[str, str]]:
     for uid in fs.listdir(KUBELET_PODS):
         path = f"{KUBELET_PODS}/{uid}/{KUBEADM_PROXY_CONFIG}"
         text = fs.read_text(path)
-        if text is None:
-            continue
-        config = yaml.safe_load(text)
+        config = yaml.safe_load(text) if text is not None else None
         if isinstance(config, dict) and config.get("kind") == "KubeProxyConfiguration":
             found.append((str(config.get("mode") or DEFAULT_MODE).lower(), path))
     return found
@@ -146,22 +132,15 @@ def detect_proxy_mode(fs: HostFS, rke2: bool) -> tuple[str, str] | Unknown:
     if not sources:
         looked = f"{RKE2_PROXY_MANIFEST}, {KUBELET_PODS}/*/{KUBEADM_PROXY_CONFIG}"
         return "none", f"no kube-proxy found ({looked})"
-    ipvs = [path for mode, path in sources if mode == "ipvs"]
-    if ipvs:
-        return "ipvs", ipvs[0]
-    return sources[0]
+    return next((source for source in sources if source[0] == "ipvs"), sources[0])
 
 
 def _proxy_sources(fs: HostFS, rke2: bool) -> list[tuple[str, str]]:
-    sources: list[tuple[str, str]] = []
     text = fs.read_text(RKE2_PROXY_MANIFEST)
-    mode = manifest_mode(text) if text else None
-    if mode:
-        sources.append((mode, RKE2_PROXY_MANIFEST))
-    mode = rke2_config_mode(rke2_configs(fs)) if rke2 else None
-    if mode:
-        sources.append((mode, RKE2_CONFIG))
-    return sources + kubeadm_modes(fs)
+    manifest = manifest_mode(text) if text else None
+    config = rke2_config_mode(rke2_configs(fs)) if rke2 else None
+    found = ((manifest, RKE2_PROXY_MANIFEST), (config, RKE2_CONFIG))
+    return [(mode, path) for mode, path in found if mode] + kubeadm_modes(fs)
 
 
 def detect_rke2(fs: HostFS) -> tuple[bool, str]:

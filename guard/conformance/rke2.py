@@ -1,10 +1,5 @@
 """rke2-unit and rke2-version: the node runs the RKE2 service of its role, at the control plane's
-version.
-
-A worker enrolled with rke2-server left enabled came back from a reboot as a standalone cluster; a
-node installed without a pinned version got the newest stable release, a minor ahead of the control
-plane and outside the version-skew policy.
-"""
+version (an unpinned install takes the newest release, outside the version-skew policy)."""
 
 from __future__ import annotations
 
@@ -69,8 +64,7 @@ def read_rke2(fs: HostFS, runner: Runner, with_version: bool = True) -> Rke2Fact
     return Rke2Facts(enabled, *version)
 
 
-# Cases: only the role's unit enabled → PASS; the other unit enabled, or the role's unit not
-# enabled (the node would not rejoin after a reboot) → FAIL with the systemctl commands.
+# The role's unit not enabled: the node would not rejoin after a reboot.
 def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
     name = "rke2-unit"
     if isinstance(facts.enabled, Unknown):
@@ -86,25 +80,18 @@ def judge_unit(facts: Rke2Facts, role: Role) -> ItemResult:
     if want not in facts.enabled:
         steps.append(f"systemctl enable {want}")
     why = f" (a {role} with {other} enabled boots as a standalone cluster)"
-    return ItemResult(
-        name,
-        Status.FAIL,
-        f"{role}: enabled RKE2 units: {shown}" + (why if other in facts.enabled else ""),
-        "; ".join(steps),
-    )
+    seen = f"{role}: enabled RKE2 units: {shown}" + (why if other in facts.enabled else "")
+    return ItemResult(name, Status.FAIL, seen, "; ".join(steps))
 
 
-# Cases (only with a control-plane version; otherwise the item is SKIP): major or minor differs →
-# FAIL; patch or RKE2 release differs → WARN; equal → PASS. No RKE2 version found → FAIL.
 def judge_version(facts: Rke2Facts, control_plane: str) -> ItemResult:
     name = "rke2-version"
     raw = facts.version
     if isinstance(raw, Unknown):
         return unknown_result(name, raw)
     if raw is None:
-        return ItemResult(
-            name, Status.FAIL, f"no RKE2 found (no {BIN_LINK}, no rke2 command)", "install RKE2"
-        )
+        seen = f"no RKE2 found (no {BIN_LINK}, no rke2 command)"
+        return ItemResult(name, Status.FAIL, seen, "install RKE2")
     node = parse_version(raw)
     if node is None:
         return ItemResult(name, Status.UNKNOWN, f"no version in {raw!r} ({facts.version_source})")

@@ -1,10 +1,9 @@
-"""`gpu-node-guard loadtest run`: the command inside the load-test Job.
-
-Exit 0 only on pass, 1 on fail (including a backend that cannot start), 2 on bad arguments.
-"""
+"""`gpu-node-guard loadtest run`, the command inside the load-test Job: exit 0 only on pass, 1 on
+fail (a backend that cannot start included), 2 on bad arguments."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -13,19 +12,18 @@ import click
 
 from guard.cli_options import pci_callback, termination_log_option, write_summary
 from guard.loadtest import report
-from guard.loadtest.collective import AllreduceLimits
+from guard.loadtest.collective import START_TIMEOUT_S
 from guard.loadtest.model import Backend, ExpectedLink, MemoryPlan, RunPlan, parse_expected_link
 from guard.loadtest.run import run
 from guard.loadtest.torch_backend import TorchBackend
 from guard.loadtest.verdict import ALLREDUCE_MIN_RATIO, Criteria, judge
 from guard.settings import setting_default
-from guard.settings_flags import FiniteFloatRange
+from guard.settings_flags import FiniteFloatRange, IntList
 
 # CUDA start-up, cuBLAS handles and warm-up come before the timed burn; past this a GPU is hung.
 _STARTUP_GRACE_S = 120.0
 _MEMORY_TIMEOUT_S = 600.0
-# Until every all-reduce rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
-_ALLREDUCE_START_TIMEOUT_S = 300.0
+_shown = functools.partial(click.option, show_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +31,6 @@ class BackendOverride:
     """Put in `ctx.obj` to run the command on a given backend (tests inject faults this way)."""
 
     backend: Backend
-
-
-def _xid_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
 
 
 def _links(
@@ -64,15 +55,9 @@ class _LineError(click.ClickException):
 class _OneLineErrors(click.Command):
     """Bad arguments print one `Error: …` line (exit 2) instead of usage text."""
 
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            return super().parse_args(ctx, args)
         except click.UsageError as exc:
             raise _LineError(exc.format_message()) from None
 
@@ -89,25 +74,22 @@ def loadtest() -> None:
     required=True,
     help="GPUs the node must show (its recorded nvidia.com/gpu capacity).",
 )
-@click.option(
+@_shown(
     "--duration-s",
     type=FiniteFloatRange(min=0, min_open=True),
     default=float(setting_default("loadtest_duration_s")),
-    show_default=True,
     help="Burn time per GPU; all GPUs burn at once.",
 )
-@click.option(
+@_shown(
     "--size",
     type=click.IntRange(min=1),
     default=setting_default("loadtest_matrix_size"),
-    show_default=True,
     help="Square matrix size (fp16).",
 )
-@click.option(
+@_shown(
     "--min-ratio",
     type=FiniteFloatRange(0, 1, min_open=True),
     default=setting_default("loadtest_min_ratio"),
-    show_default=True,
     help="Pass when every GPU reaches this fraction of the fastest.",
 )
 @click.option(
@@ -116,11 +98,11 @@ def loadtest() -> None:
     default=None,
     help="Xid of the incident; a memory-class Xid adds the memory pattern test.",
 )
-@click.option(
+@_shown(
     "--memory-class-xids",
-    callback=_xid_list,
+    type=IntList(),
+    metavar="TEXT",
     default=",".join(str(x) for x in setting_default("memory_class_xids")),
-    show_default=True,
 )
 @click.option(
     "--memory-test-pci",
@@ -128,26 +110,23 @@ def loadtest() -> None:
     default=None,
     help="GPU for the memory test (any PCI spelling); all GPUs when not given.",
 )
-@click.option(
+@_shown(
     "--allreduce/--no-allreduce",
     default=True,
-    show_default=True,
     help="All-reduce across every GPU, one process per GPU (NCCL).",
 )
-@click.option(
+@_shown(
     "--allreduce-min-ratio",
     type=FiniteFloatRange(0, 1, min_open=True),
     default=ALLREDUCE_MIN_RATIO,
-    show_default=True,
     help="Pass when every GPU's all-reduce bandwidth reaches this fraction of the best GPU's.",
 )
-@click.option(
+@_shown(
     "--allreduce-timeout-s",
     type=FiniteFloatRange(min=0, min_open=True),
     default=60.0,
-    show_default=True,
     help=f"A rank silent this long while the others wait is hung"
-    f" ({_ALLREDUCE_START_TIMEOUT_S:g} s until all are ready).",
+    f" ({START_TIMEOUT_S:g} s until all are ready).",
 )
 @click.option(
     "--expect-link",
@@ -158,22 +137,20 @@ def loadtest() -> None:
     help="PCIe link recorded at cordon time, e.g. 0000:99:00.0=16GT/s,x16; repeatable. The link"
     " under load must not be below it.",
 )
-@click.option(
+@_shown(
     "--backend",
     "backend_name",
     type=click.Choice(["torch"]),
     default="torch",
-    show_default=True,
     help="torch: PyTorch on CUDA, the one backend shipped (the Job names it).",
 )
 @termination_log_option(
     "Where the compact summary for the guard goes, if that file exists ('' = nowhere)."
 )
-@click.option(
+@_shown(
     "--output",
     type=click.Choice(["text", "json"]),
     default="text",
-    show_default=True,
     help="text: table, verdict and a LOADTEST-JSON line; json: the JSON alone.",
 )
 @click.pass_context
@@ -185,38 +162,27 @@ def run_command(ctx: click.Context, /, **options: Any) -> None:
         allreduce_min_ratio=options["allreduce_min_ratio"],
         expected_links=options["expected_links"],
     )
-    xid = options["xid"]
-    memory = MemoryPlan(
-        required=xid is not None and xid in options["memory_class_xids"],
-        pci=options["memory_test_pci"],
-    )
+    memory_class = options["xid"] is not None and options["xid"] in options["memory_class_xids"]
+    memory = MemoryPlan(memory_class, options["memory_test_pci"])
     plan = RunPlan(
         size=options["size"],
         duration_s=options["duration_s"],
         memory=memory,
         burn_timeout_s=options["duration_s"] + _STARTUP_GRACE_S,
         memory_timeout_s=_MEMORY_TIMEOUT_S,
-        allreduce=(
-            AllreduceLimits(_ALLREDUCE_START_TIMEOUT_S, options["allreduce_timeout_s"])
-            if options["allreduce"]
-            else None
-        ),
+        allreduce_timeout_s=options["allreduce_timeout_s"] if options["allreduce"] else None,
     )
     override = ctx.find_object(BackendOverride)
-    backend = override.backend if override else _backend()
-    result = run(backend, plan)
+    result = run(override.backend if override else _backend(), plan)
     verdict = judge(criteria, result)
-    if options["output"] == "json":
-        click.echo(report.json_line(criteria, result, verdict))
-    else:
-        click.echo(report.text(criteria, result, verdict))
+    render = report.json_line if options["output"] == "json" else report.text
+    click.echo(render(criteria, result, verdict))
     write_summary(options["termination_log"], report.summary(criteria, result, verdict))
     ctx.exit(0 if verdict.passed else 1)
 
 
 def _backend() -> Backend:
-    # torch is imported by the backend, so that `--help` and every other subcommand work on a
-    # base install without it.
+    # Only the backend imports torch, so `--help` and every other subcommand work without it.
     if importlib.util.find_spec("torch") is None:  # the run cannot start: exit 1, one line
         raise click.ClickException(
             "the torch backend needs the Python package 'torch', which is not installed;"

@@ -1,74 +1,44 @@
-"""All-reduce across every GPU of the node: the plan, what each rank reported, and the figures.
-
-One process per GPU (`ranks.py`), each running `torch.distributed` (NCCL; gloo on the CPU in CI).
-Steps and bandwidth as in docs/loadtest.md. A rank's progress is a position: -1 spawned, 0 started,
-1 ready, then 2+2k / 3+2k at the begin / end of step k, and done after all.
-"""
+"""All-reduce across every GPU of the node (one process per GPU, `ranks.py`; docs/loadtest.md): the
+plan, what each rank reported, and the figures. A rank's progress is a position: -1 spawned,
+0 started, 1 ready, then 2+2k / 3+2k at the begin / end of step k, and done after all."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Transport = Literal["nccl", "gloo"]
 Status = Literal["ok", "died", "error", "hung", "stopped"]
 
 SPAWNED, STARTED, READY = -1, 0, 1
-
-
-@dataclass(frozen=True, slots=True)
-class RankFaults:
-    """Simulated rank failures for tests, by rank; `die`, `hang`, `fail`, `corrupt` name a step.
-
-    die: the rank kills itself (SIGKILL) at the start of that step, like an OOM kill.
-    hang: the rank blocks for good before that step, like a GPU stuck in a call.
-    fail: the rank raises at the start of that step, like a CUDA or NCCL error.
-    corrupt: one element of that step's checked all-reduce is off by one on that rank.
-    slow: the rank's timed seconds are multiplied by this factor, like a card on a degraded link.
-    """
-
-    die: Mapping[int, int] = field(default_factory=dict)
-    hang: Mapping[int, int] = field(default_factory=dict)
-    fail: Mapping[int, int] = field(default_factory=dict)
-    corrupt: Mapping[int, int] = field(default_factory=dict)
-    slow: Mapping[int, float] = field(default_factory=dict)
-
-    def for_rank(self, rank: int) -> dict[str, Any]:
-        """The faults of one rank as JSON for its command line."""
-        names = ("die", "hang", "fail", "corrupt", "slow")
-        return {name: getattr(self, name)[rank] for name in names if rank in getattr(self, name)}
+# Until every rank is ready: start-up of a Python with torch, CUDA and NCCL per GPU.
+START_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
 class AllreduceSpec:
-    """What a backend runs: transport, tensor device, sizes, warm-up and timed iterations."""
+    """What a backend runs: transport, tensor device, sizes, warm-up and timed iterations;
+    `faults`: simulated failures for tests, by rank and kind (tests/numpy_backend.py)."""
 
     transport: Transport
     device: Literal["cuda", "cpu"]
     sizes_bytes: tuple[int, ...]
     warmup: int
     iterations: int
-    faults: RankFaults = RankFaults()
-
-
-@dataclass(frozen=True, slots=True)
-class AllreduceLimits:
-    """How long ranks may be silent: until all are ready, and between reports afterwards."""
-
-    start_timeout_s: float
-    step_timeout_s: float
+    faults: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class AllreducePlan:
-    """One run: `world` ranks; a rank silent past a timeout while others report is hung."""
+    """`world` ranks; one silent past a timeout while others report is hung: `start_timeout_s`
+    until every rank is ready, `step_timeout_s` between reports afterwards."""
 
     spec: AllreduceSpec
     world: int
-    start_timeout_s: float  # until every rank is ready: imports, CUDA and communicator set-up
-    step_timeout_s: float  # afterwards: no report from any rank for this long
+    start_timeout_s: float
+    step_timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +57,6 @@ class Step:
 
 
 def size_label(n_bytes: int) -> str:
-    """
-    >>> size_label(256 << 20), size_label(64 << 10), size_label(1000)
-    ('256MiB', '64KiB', '1000B')
-    """
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n_bytes >= 1 << shift and n_bytes % (1 << shift) == 0:
             return f"{n_bytes >> shift}{unit}"
@@ -98,15 +64,7 @@ def size_label(n_bytes: int) -> str:
 
 
 def pair_rounds(world: int) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Ring neighbours (i, i+1 mod n) in rounds where no rank appears twice; none below 3 ranks.
-
-    >>> pair_rounds(4)
-    (((0, 1), (2, 3)), ((1, 2), (3, 0)))
-    >>> pair_rounds(3)
-    (((0, 1),), ((1, 2),), ((2, 0),))
-    >>> pair_rounds(2)
-    ()
-    """
+    """Ring neighbours (i, i+1 mod n) in rounds where no rank appears twice; none below 3 ranks."""
     if world < 3:
         return ()
     left = [(i, (i + 1) % world) for i in range(world)]
@@ -132,16 +90,7 @@ def steps(spec: AllreduceSpec, world: int) -> tuple[Step, ...]:
     return together + tuple(Step(f"pairs-{i + 1}", largest, r) for i, r in enumerate(rounds))
 
 
-def steps_to_json(all_steps: Sequence[Step]) -> list[dict[str, Any]]:
-    return [{"name": s.name, "size_bytes": s.size_bytes, "pairs": s.pairs} for s in all_steps]
-
-
 def steps_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[Step, ...]:
-    """The steps as a rank receives them.
-
-    >>> steps_from_json(steps_to_json((Step("pairs-1", 8, ((0, 1),)),)))
-    (Step(name='pairs-1', size_bytes=8, pairs=((0, 1),)),)
-    """
     return tuple(
         Step(str(i["name"]), int(i["size_bytes"]), tuple((int(a), int(b)) for a, b in i["pairs"]))
         for i in items
@@ -162,8 +111,8 @@ def rank_config(plan: AllreducePlan, all_steps: Sequence[Step], rank: int, paren
         "warmup": spec.warmup,
         "iterations": spec.iterations,
         "timeout_s": 2 * timeout_s,
-        "faults": spec.faults.for_rank(rank),
-        "steps": steps_to_json(all_steps),
+        "faults": dict(spec.faults.get(rank, {})),
+        "steps": [asdict(s) for s in all_steps],
     }
     return json.dumps(config, sort_keys=True)
 
@@ -173,12 +122,7 @@ def done_position(n_steps: int) -> int:
 
 
 def stage(position: int, all_steps: Sequence[Step]) -> str:
-    """What a rank at `position` is doing or about to do: the stage where it stopped.
-
-    >>> s = (Step("allreduce-4KiB", 4096), Step("allreduce-64KiB", 65536))
-    >>> [stage(p, s) for p in (-1, 0, 1, 2, 3, 5, 6)]
-    ['start', 'init', 'allreduce-4KiB', 'allreduce-4KiB', 'allreduce-64KiB', 'finish', 'done']
-    """
+    """What a rank at `position` is doing or about to do: the stage where it stopped."""
     if position == SPAWNED:
         return "start"
     if position == STARTED:
@@ -195,22 +139,13 @@ def bus_factor(ranks: int) -> float:
 
 
 def silence_limit_s(positions: Sequence[int], plan: AllreducePlan) -> float:
-    """The start-up limit until every rank is ready, the step limit afterwards."""
     return plan.start_timeout_s if min(positions) < READY else plan.step_timeout_s
 
 
 def hung_ranks(positions: Sequence[int], quiet_s: float, plan: AllreducePlan) -> tuple[int, ...]:
-    """Ranks to call hung when no rank has reported for `quiet_s`; empty while within limits.
-
-    The laggards are hung (the others wait for them inside a collective); when all stand at the
-    same place, the collective itself hangs and every rank is named.
-
-    >>> plan = AllreducePlan(AllreduceSpec("gloo", "cpu", (4096,), 1, 1), 3, 60.0, 5.0)
-    >>> hung_ranks([4, 3, 4], 5.0, plan), hung_ranks([4, 4, 4], 5.0, plan)
-    ((1,), (0, 1, 2))
-    >>> hung_ranks([4, 3, 4], 4.9, plan), hung_ranks([1, 0, 1], 30.0, plan)
-    ((), ())
-    """
+    """Ranks to call hung when no rank has reported for `quiet_s`; empty while within limits. The
+    laggards are hung (the others wait for them inside a collective); when all stand at the same
+    place, the collective itself hangs and every rank is named."""
     if quiet_s < silence_limit_s(positions, plan):
         return ()
     front = max(positions)
@@ -220,12 +155,9 @@ def hung_ranks(positions: Sequence[int], quiet_s: float, plan: AllreducePlan) ->
 
 @dataclass(frozen=True, slots=True)
 class RankReport:
-    """What the parent saw of one rank: its position, its figures, its end.
-
-    seconds: one timed all-reduce, by step index (None: idle in that step).
-    error: the exception it reported, with `error_seq`, its place among all ranks' reports.
-    exit: its exit status (negative: signal), None while it still ran; `killed`: by the parent.
-    """
+    """What the parent saw of one rank: its position; `seconds` of one timed all-reduce by step
+    index (None: idle in that step); the `error` it reported, `error_seq` its place among all
+    ranks' reports; its `exit` status (negative: signal; None: running); `killed` by the parent."""
 
     rank: int
     position: int

@@ -1,7 +1,5 @@
-"""From what every rank reported to one all-reduce result: who failed first, and the figures.
-
-A pure function of the parent's records, so the attribution is tested without processes.
-"""
+"""From what every rank reported to one all-reduce result: who failed first, and the figures; pure,
+so the attribution is tested without processes."""
 
 from __future__ import annotations
 
@@ -43,24 +41,22 @@ def summarise(
         causes = {raised[0].rank: "error"}
     else:
         causes = dict.fromkeys(hung, "hung")
-    outcomes = tuple(_outcome(r, all_steps, causes) for r in reports)
+    mismatches = tuple(
+        Mismatch(r.rank, all_steps[k].name, count)
+        for r in reports
+        for k, count in sorted(r.mismatches.items())
+        if count
+    )
+    positions = [r.position for r in reports]
+    hung_after_s = silence_limit_s(positions, plan) if "hung" in causes.values() else None
     return AllreduceResult(
         plan.spec.transport,
         plan.world,
-        outcomes,
-        sizes=_size_figures(plan, all_steps, reports),
-        gpu_busbw_gbps=_gpu_busbw(plan, all_steps, reports),
-        mismatches=tuple(
-            Mismatch(r.rank, all_steps[k].name, count)
-            for r in reports
-            for k, count in sorted(r.mismatches.items())
-            if count
-        ),
-        hung_after_s=(
-            silence_limit_s([r.position for r in reports], plan)
-            if "hung" in causes.values()
-            else None
-        ),
+        tuple(_outcome(r, all_steps, causes) for r in reports),
+        _size_figures(plan, all_steps, reports),
+        _gpu_busbw(plan, all_steps, reports),
+        mismatches,
+        hung_after_s,
     )
 
 
@@ -78,10 +74,6 @@ def _outcome(
 
 
 def exit_text(code: int | None) -> str:
-    """
-    >>> exit_text(-9), exit_text(3), exit_text(None)
-    ('signal=SIGKILL', 'exit=3', 'running')
-    """
     if code is None:
         return "running"
     if code < 0:
@@ -117,18 +109,16 @@ def _gpu_busbw(
     plan: AllreducePlan, all_steps: Sequence[Step], reports: Sequence[RankReport]
 ) -> tuple[float | None, ...]:
     """Each GPU's best pair (three or more ranks); with two, both have the node's figure."""
-    best: list[float | None] = [None] * plan.world
     if plan.world == 2:
         figures = _size_figures(plan, all_steps, reports)
         largest = max(figures, key=lambda f: f.size_bytes, default=None)
         return (largest.busbw_gbps,) * 2 if largest else (None, None)
+    best: dict[int, float] = {}
     for k, step in enumerate(all_steps):
         for pair in step.pairs:
             seconds = _timed(reports, k, pair)
-            if seconds is None:
-                continue
-            busbw = step.size_bytes / seconds / 1e9 * bus_factor(2)
-            for rank in pair:
-                current = best[rank]
-                best[rank] = busbw if current is None else max(current, busbw)
-    return tuple(best)
+            if seconds is not None:
+                busbw = step.size_bytes / seconds / 1e9 * bus_factor(2)
+                for rank in pair:
+                    best[rank] = max(best.get(rank, busbw), busbw)
+    return tuple(best.get(rank) for rank in range(plan.world))

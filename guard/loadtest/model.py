@@ -1,8 +1,5 @@
-"""Plain values of one load test: what was asked, what each GPU did, and the accounting.
-
-Both backends report the same values with the same accounting (``2·n³`` floating-point operations
-per square matmul, bytes moved per memory pass), so the verdict cannot tell them apart.
-"""
+"""Plain values of one load test: what was asked, what each GPU did, and the accounting, the same
+on every backend (``2·n³`` operations per square matmul, bytes moved per memory pass)."""
 
 from __future__ import annotations
 
@@ -11,47 +8,20 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from guard.files import first_line
-from guard.loadtest.collective import AllreduceLimits, AllreduceResult, AllreduceSpec
+from guard.loadtest.collective import AllreduceResult, AllreduceSpec
 from guard.pci import LINK_SPEEDS, LINK_WIDTHS, PciAddressError, normalize_pci
 
-
-def as_int64(word: int) -> int:
-    """The signed 64-bit value with the bits of the unsigned `word` (array libraries use int64).
-
-    >>> as_int64(0xFFFF_FFFF_FFFF_FFFF)
-    -1
-    >>> as_int64(0x5555_5555_5555_5555) == 0x5555_5555_5555_5555
-    True
-    """
-    return word - (1 << 64) if word >= 1 << 63 else word
-
-
 # 64-bit words written over the whole test area, each verified before the next: all zeros, all
-# ones, 1010…, 0101… (every bit both ways); a last pass writes each word's own index
-# (address-line faults).
+# ones, 1010…, 0101… (every bit both ways), as int64 (what array libraries use); a last pass
+# writes each word's own index (address-line faults).
 _PATTERNS = (0, 0xFFFF_FFFF_FFFF_FFFF, 0xAAAA_AAAA_AAAA_AAAA, 0x5555_5555_5555_5555)
-CONSTANT_WORDS: tuple[int, ...] = tuple(as_int64(word) for word in _PATTERNS)
+CONSTANT_WORDS: tuple[int, ...] = tuple(w - (1 << 64) if w >= 1 << 63 else w for w in _PATTERNS)
 MEMORY_PASSES = len(CONSTANT_WORDS) + 1
 
 
 def matmul_flops(size: int) -> float:
-    """Floating-point operations of one ``size × size`` by ``size × size`` matmul.
-
-    >>> matmul_flops(8192) / 1e12
-    1.099511627776
-    """
+    """Floating-point operations of one ``size × size`` by ``size × size`` matmul."""
     return 2.0 * float(size) ** 3
-
-
-def memory_gbps(bytes_tested: int, seconds: float) -> float:
-    """Bytes written and read back over all passes, per second, in GB/s (10⁹).
-
-    >>> memory_gbps(10**9, 1.0)
-    10.0
-    """
-    if seconds <= 0:
-        return 0.0
-    return bytes_tested * MEMORY_PASSES * 2 / seconds / 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +56,6 @@ class BurnResult:
 
     @classmethod
     def timed(cls, index: int, size: int, iterations: int, device_s: float) -> BurnResult:
-        """`iterations` matmuls of `size` in `device_s`, counted the same on every backend."""
         return cls(index, iterations, device_s, matmul_flops(size))
 
 
@@ -102,8 +71,9 @@ class MemoryResult:
 
     @classmethod
     def timed(cls, index: int, bytes_tested: int, errors: int, seconds: float) -> MemoryResult:
-        """All passes over `bytes_tested` in `seconds`, counted the same on every backend."""
-        return cls(index, bytes_tested, errors, memory_gbps(bytes_tested, seconds))
+        """GB/s (10⁹) of every byte written and read back over all passes."""
+        gbps = bytes_tested * MEMORY_PASSES * 2 / seconds / 1e9 if seconds > 0 else 0.0
+        return cls(index, bytes_tested, errors, gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,18 +107,11 @@ _EXPECTED = re.compile(r"^(?P<pci>[^=\s]+)=(?P<speed>[0-9]+(?:\.[0-9]+)?)GT/s,x(
 
 
 def parse_expected_link(text: str) -> ExpectedLink:
-    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise.
-
-    >>> parse_expected_link("00000000:99:00.0=16GT/s,x16")
-    ExpectedLink(pci='0000:99:00.0', gen=4, width=16)
-    >>> parse_expected_link("0000:18:00=2.5GT/s,x8")
-    ExpectedLink(pci='0000:18:00.0', gen=1, width=8)
-    """
+    """``<PCI address>=<speed>GT/s,x<width>``, the address in any spelling; ValueError otherwise."""
     match = _EXPECTED.match(text.strip())
     if match is None:
-        raise ValueError(
-            f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. 0000:99:00.0=16GT/s,x16"
-        )
+        example = "0000:99:00.0=16GT/s,x16"
+        raise ValueError(f"{text!r} is not <pci>=<speed>GT/s,x<width>, e.g. {example}")
     try:
         pci = normalize_pci(match["pci"])
     except PciAddressError as exc:
@@ -159,18 +122,13 @@ def parse_expected_link(text: str) -> ExpectedLink:
         raise ValueError(f"{match['speed']}GT/s is no PCIe speed; one of {speeds}")
     width = int(match["width"])
     if width not in LINK_WIDTHS:
-        raise ValueError(
-            f"x{width} is no PCIe link width; one of {', '.join(map(str, LINK_WIDTHS))}"
-        )
+        widths = ", ".join(map(str, LINK_WIDTHS))
+        raise ValueError(f"x{width} is no PCIe link width; one of {widths}")
     return ExpectedLink(pci, gen, width)
 
 
 def link_text(gen: int | None, width: int | None) -> str:
-    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read.
-
-    >>> link_text(4, 16), link_text(None, 8)
-    ('16GT/s,x16', '?GT/s,x8')
-    """
+    """The `--expect-link` spelling of a link; ``?`` for a value that could not be read."""
     speed = "?" if gen is None else GEN_SPEED.get(gen, f"gen{gen}")
     return f"{speed}GT/s,x{'?' if width is None else width}"
 
@@ -185,18 +143,15 @@ class MemoryPlan:
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns.
-
-    allreduce: the all-reduce across every GPU runs after the burn and memory test, within these
-    limits; None: not run.
-    """
+    """What to run; `*_timeout_s` bound the wait for a GPU whose thread never returns, except
+    `allreduce_timeout_s`, the all-reduce's step limit (`AllreducePlan`; None: not run)."""
 
     size: int
     duration_s: float
     memory: MemoryPlan
     burn_timeout_s: float
     memory_timeout_s: float
-    allreduce: AllreduceLimits | None = None
+    allreduce_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,40 +181,25 @@ def memory_targets(devices: tuple[DeviceInfo, ...], plan: MemoryPlan) -> tuple[D
 
 
 def one_line(exc: BaseException, limit: int = 200) -> str:
-    """An exception as one short line for the report (CUDA errors span several lines).
-
-    >>> one_line(RuntimeError("CUDA error: unspecified launch failure\\nCompile with ..."))
-    'RuntimeError: CUDA error: unspecified launch failure'
-    """
+    """An exception as one short line for the report (CUDA errors span several lines)."""
     first = first_line(exc, blank="")
     return (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:limit]
 
 
-# The compute backend seen by the orchestration: PyTorch CUDA in the Job (`torch_backend.py`). The
-# tests run the same orchestration on `tests/numpy_backend.py`, which is not shipped: the
-# admission policy admits only `--backend torch` in a cluster.
+# PyTorch CUDA in the Job (`torch_backend.py`); the tests' `tests/numpy_backend.py` is not shipped
+# (the admission policy admits only `--backend torch`). A raising method is recorded, not fatal.
 class Backend(Protocol):
-    """One method per question; each may raise, and the orchestration records the exception."""
-
     @property
     def name(self) -> str: ...
 
-    def devices(self) -> tuple[DeviceInfo, ...]:
-        """Every GPU visible to this process."""
-        ...
+    def devices(self) -> tuple[DeviceInfo, ...]: ...
 
-    def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
-        """Square matmuls back to back on GPU `index` for `duration_s` wall seconds."""
-        ...
+    # Square matmuls back to back for `duration_s` wall seconds.
+    def burn(self, index: int, size: int, duration_s: float) -> BurnResult: ...
 
-    def memory_test(self, index: int) -> MemoryResult:
-        """Write and verify every pattern over most of the free memory of GPU `index`."""
-        ...
+    # Every pattern over most of the GPU's free memory.
+    def memory_test(self, index: int) -> MemoryResult: ...
 
-    def pcie_links(self) -> tuple[PcieLink, ...]:
-        """Current and maximum PCIe link of every GPU, keyed by PCI address."""
-        ...
+    def pcie_links(self) -> tuple[PcieLink, ...]: ...
 
-    def allreduce_spec(self) -> AllreduceSpec:
-        """How this backend's all-reduce ranks run: transport, device, sizes, iterations."""
-        ...
+    def allreduce_spec(self) -> AllreduceSpec: ...

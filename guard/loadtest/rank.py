@@ -1,9 +1,6 @@
-"""One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`.
-
-Each stage is one JSON line written with a single `os.write` to the pipe shared by all ranks (under
-PIPE_BUF, so lines never interleave). Rank 0 opens the rendezvous store on 127.0.0.1 and reports
-its port; the parent hands it to the others on stdin. The checked pattern: docs/loadtest.md.
-"""
+"""One rank of the all-reduce test: `python -m guard.loadtest.rank CONFIG_JSON REPORT_FD`. Each
+stage is one JSON line, one `os.write` under PIPE_BUF to the pipe all ranks share, so lines never
+interleave. The rendezvous and the checked pattern: docs/loadtest.md."""
 
 from __future__ import annotations
 
@@ -53,10 +50,15 @@ def main(argv: Sequence[str]) -> int:
         _init(torch, dist, config, report)
         groups = _groups(dist, all_steps)
         report("ready")
+        faults = config["faults"]  # simulated failures, for tests
         for step, spec in enumerate(all_steps):
-            _fault_before(config, step)
+            if faults.get("hang") == step:
+                threading.Event().wait()  # never set: silent until the parent ends the rank
             report("begin", step=step)
-            _fault_at(config, step)
+            if faults.get("die") == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if faults.get("fail") == step:
+                raise RuntimeError(f"injected fault at step {step}")
             seconds, mismatches = _run_step(torch, dist, config, step, spec, groups)
             report("end", step=step, seconds=seconds, mismatches=mismatches)
         report("done")
@@ -69,11 +71,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def die_with_parent(parent: int) -> None:
-    """A parent killed without its cleanup (SIGTERM at the Job's deadline) takes the rank along.
-
-    Linux PR_SET_PDEATHSIG; elsewhere, or where prctl is refused, the parent's own cleanup ends
-    the ranks. A parent already gone before the call is caught by comparing the parent pid.
-    """
+    """A parent killed without its cleanup takes the rank along (Linux PR_SET_PDEATHSIG; else the
+    parent's cleanup ends the ranks); one gone before the call is caught by its pid."""
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -87,19 +86,12 @@ def _init(torch: Any, dist: Any, config: dict[str, Any], report: Reporter) -> No
     timeout = timedelta(seconds=float(config["timeout_s"]))
     if config["device"] == "cuda":
         torch.cuda.set_device(rank)
-    if rank == 0:
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            world_size=world,
-            is_master=True,
-            timeout=timeout,
-            wait_for_workers=False,
-        )
+    master = rank == 0  # opens the store on a free port and reports it; the others read it
+    port = 0 if master else int(sys.stdin.readline())
+    options = {"world_size": world, "is_master": master, "timeout": timeout}
+    store = dist.TCPStore("127.0.0.1", port, wait_for_workers=not master, **options)
+    if master:
         report("store", port=int(store.port))
-    else:
-        port = int(sys.stdin.readline())
-        store = dist.TCPStore("127.0.0.1", port, world_size=world, is_master=False, timeout=timeout)
     dist.init_process_group(
         config["transport"], store=store, rank=rank, world_size=world, timeout=timeout
     )
@@ -161,19 +153,6 @@ def _device(config: dict[str, Any]) -> str:
 def _sync(torch: Any, config: dict[str, Any]) -> None:
     if config["device"] == "cuda":
         torch.cuda.synchronize()
-
-
-def _fault_before(config: dict[str, Any], step: int) -> None:
-    if config["faults"].get("hang") == step:
-        threading.Event().wait()  # never set: the rank stays silent until the parent ends it
-
-
-def _fault_at(config: dict[str, Any], step: int) -> None:
-    faults = config["faults"]
-    if faults.get("die") == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if faults.get("fail") == step:
-        raise RuntimeError(f"injected fault at step {step}")
 
 
 if __name__ == "__main__":

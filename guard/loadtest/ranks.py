@@ -1,9 +1,6 @@
-"""Start one all-reduce rank per GPU, watch them, end them, and never wait past a deadline.
-
-Each rank is `python -m guard.loadtest.rank` in a process group of its own, its output in a file
-of its own (its last line names a crash), reporting on one shared pipe (`rank.py`). When the
-watch stops, and how long each rank gets to exit: docs/loadtest.md, "Deadlines".
-"""
+"""Start one all-reduce rank per GPU (`rank.py`), watch them, end them, and never wait past a
+deadline (docs/loadtest.md, "Deadlines"). Each rank's output goes to a file: its last line names
+a crash."""
 
 from __future__ import annotations
 
@@ -149,33 +146,24 @@ def _apply(ranks: list[_Rank], line: str, seq: int, n_steps: int) -> None:
     except (ValueError, KeyError, IndexError, TypeError):
         return  # not a report line of ours; the ranks write nothing else to the pipe
     report = rank.report
-    if kind in _POSITION:
-        rank.report = replace(report, position=_POSITION[kind])
-    elif kind == "begin":
-        rank.report = replace(report, position=2 + 2 * step)
-    elif kind == "end":
+    positions = {"start": STARTED, "ready": READY, "begin": 2 + 2 * step, "end": 3 + 2 * step}
+    positions["done"] = done_position(n_steps)
+    if kind in positions:
+        rank.report = replace(report, position=positions[kind])
+    if kind == "end":
         rank.report = replace(
-            report,
-            position=3 + 2 * step,
+            rank.report,
             seconds={**report.seconds, step: event.get("seconds")},
             mismatches={**report.mismatches, step: int(event.get("mismatches") or 0)},
         )
-    elif kind == "done":
-        rank.report = replace(report, position=done_position(n_steps))
     elif kind == "error":
         rank.report = replace(report, error=str(event.get("error", "")), error_seq=seq)
     elif kind == "store":
         _hand_out_port(ranks, int(event["port"]))
 
 
-_POSITION = {"start": STARTED, "ready": READY}
-
-
 def _hand_out_port(ranks: list[_Rank], port: int) -> None:
-    for rank in ranks[1:]:
-        stdin = rank.proc.stdin
-        if stdin is None:
-            continue
+    for stdin in (rank.proc.stdin for rank in ranks[1:] if rank.proc.stdin is not None):
         with contextlib.suppress(OSError):  # that rank is already gone: the watch sees it
             stdin.write(f"{port}\n".encode())
             stdin.flush()
@@ -224,7 +212,6 @@ class _Lines:
         self._selector.register(fd, selectors.EVENT_READ)
 
     def read(self, timeout_s: float) -> list[str]:
-        """Everything in the pipe now, waiting up to `timeout_s` for the first byte."""
         if self._eof:
             time.sleep(timeout_s)
             return []

@@ -1,15 +1,14 @@
-"""What the load-test Job prints: a table for people, then one JSON line for programs.
-
-The JSON line starts with ``LOADTEST-JSON `` so it can be found in a Job log among other lines.
-"""
+"""What the load-test Job prints: a table for people, then one JSON line for programs, which starts
+with ``LOADTEST-JSON `` so it can be found in a Job log among other lines."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 from guard.loadtest.collective import AllreduceResult, size_label
-from guard.loadtest.model import BurnResult, MemoryResult, PcieLink, RunResult, memory_targets
+from guard.loadtest.model import RunResult, memory_targets
 from guard.loadtest.verdict import Criteria, Verdict, allreduce_ratios, throughput_ratios
 from guard.wire import render_loadtest_summary
 
@@ -26,6 +25,10 @@ _HEADER = (
     "MEMTEST",
     "ALLREDUCE",
 )
+# The attributes of each per-GPU result in the JSON document.
+_BURN = ("iterations", "device_s", "tflops", "error")
+_PCIE = ("gen_current", "gen_max", "width_current", "width_max")
+_MEMORY = ("bytes_tested", "errors", "gbps", "error")
 
 
 def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, Any]:
@@ -35,15 +38,12 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
     ratios = throughput_ratios(run.burns)
     targets = {d.index for d in memory_targets(run.devices, run.plan.memory)}
     gpus = [
-        {
-            "index": d.index,
-            "pci": d.pci,
-            "name": d.name,
-            "uuid": d.uuid,
-            "burn": _burn_dict(burns.get(d.index), ratios.get(d.index)),
-            "pcie": _pcie_dict(links.get(d.pci)),
+        asdict(d)
+        | {
+            "burn": _pick(burns.get(d.index), _BURN, ratio=ratios.get(d.index)),
+            "pcie": _pick(links.get(d.pci), _PCIE),
             "memory_target": d.index in targets,
-            "memory": _memory_dict(memory.get(d.index)),
+            "memory": _pick(memory.get(d.index), _MEMORY),
             "allreduce": _rank_dict(run.allreduce, d.index),
         }
         for d in run.devices
@@ -61,7 +61,7 @@ def as_dict(criteria: Criteria, run: RunResult, verdict: Verdict) -> dict[str, A
         "backend": run.backend,
         "size": run.plan.size,
         "duration_s": run.plan.duration_s,
-        "memory_test": {"required": run.plan.memory.required, "pci": run.plan.memory.pci},
+        "memory_test": asdict(run.plan.memory),
         "allreduce": _allreduce_dict(criteria, run),
         "gpus": gpus,
     }
@@ -161,15 +161,8 @@ def _allreduce_dict(criteria: Criteria, run: RunResult) -> dict[str, Any] | None
         "completed": result.completed,
         "error": result.error,
         "min_ratio": criteria.allreduce_min_ratio,
-        "sizes": [
-            {
-                "bytes": f.size_bytes,
-                "seconds": f.seconds,
-                "algbw_gbps": f.algbw_gbps,
-                "busbw_gbps": f.busbw_gbps,
-            }
-            for f in result.sizes
-        ],
+        # A SizeFigure's fields, `size_bytes` as "bytes".
+        "sizes": [{k.removeprefix("size_"): v for k, v in asdict(f).items()} for f in result.sizes],
     }
 
 
@@ -178,10 +171,7 @@ def _rank_dict(result: AllreduceResult | None, index: int) -> dict[str, Any] | N
     if result is None or outcome is None:
         return None
     known = index < len(result.gpu_busbw_gbps)
-    return {
-        "status": outcome.status,
-        "stage": outcome.stage,
-        "detail": outcome.detail,
+    return {k: v for k, v in asdict(outcome).items() if k != "rank"} | {
         "bus_gbps": result.gpu_busbw_gbps[index] if known else None,
         "ratio": allreduce_ratios(result).get(index),
     }
@@ -200,19 +190,7 @@ def _n(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def _burn_dict(burn: BurnResult | None, ratio: float | None) -> dict[str, Any] | None:
-    fields = _pick(burn, "iterations", "device_s", "tflops", "error")
-    return None if fields is None else fields | {"ratio": ratio}
-
-
-def _pcie_dict(link: PcieLink | None) -> dict[str, Any] | None:
-    return _pick(link, "gen_current", "gen_max", "width_current", "width_max")
-
-
-def _memory_dict(mem: MemoryResult | None) -> dict[str, Any] | None:
-    return _pick(mem, "bytes_tested", "errors", "gbps", "error")
-
-
-def _pick(value: object | None, *names: str) -> dict[str, Any] | None:
-    """The named attributes of a result for the JSON document; a missing result stays null."""
-    return None if value is None else {name: getattr(value, name) for name in names}
+def _pick(value: object | None, names: tuple[str, ...], **extra: Any) -> dict[str, Any] | None:
+    """The named attributes of a result (and `extra`) for the JSON document; a missing result
+    stays null."""
+    return None if value is None else {name: getattr(value, name) for name in names} | extra

@@ -1,10 +1,7 @@
-"""Run the burn on every GPU at once, sample PCIe under load, the memory test, then the
-all-reduce across every GPU (one process per GPU, `ranks.py`); collect.
-
-One daemon thread per GPU. An exception becomes that GPU's error; a thread still busy at its
-timeout (a hung GPU, a driver stuck in a call) leaves no result, which the verdict fails on.
-Daemon threads let the process exit and report even with such a thread left behind.
-"""
+"""Burn every GPU at once, sample PCIe under load, the memory test, then the all-reduce (ranks.py).
+One daemon thread per GPU: an exception becomes that GPU's error; a thread still busy at its
+timeout (a hung GPU) leaves no result, which the verdict fails on, and cannot keep the process
+from exiting."""
 
 from __future__ import annotations
 
@@ -13,9 +10,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec
+from guard.loadtest.collective import START_TIMEOUT_S, AllreducePlan, AllreduceResult
 from guard.loadtest.model import (
     Backend,
     BurnResult,
@@ -33,35 +30,34 @@ from guard.loadtest.ranks import run_allreduce
 T = TypeVar("T")
 
 
-class _PerDevice(Generic[T]):
-    """`work(index)` on a thread per GPU; `on_error(index, line)` turns an exception into T."""
+def _per_device(
+    indexes: Iterable[int], work: Callable[[int], T], on_error: Callable[[int, str], T]
+) -> Callable[[float], tuple[T, ...]]:
+    """Start `work(index)` on a thread per GPU (`on_error(index, line)` for an exception); the
+    wait it returns gives the results in by its timeout, by index."""
+    results: dict[int, T] = {}
+    lock = threading.Lock()
 
-    def __init__(
-        self, indexes: Iterable[int], work: Callable[[int], T], on_error: Callable[[int, str], T]
-    ) -> None:
-        self._results: dict[int, T] = {}
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._one, args=(i, work, on_error), daemon=True)
-            for i in indexes
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _one(self, index: int, work: Callable[[int], T], on_error: Callable[[int, str], T]) -> None:
+    def one(index: int) -> None:
         try:
             result = work(index)
         except Exception as exc:  # recorded per GPU; the verdict fails on it
             result = on_error(index, one_line(exc))
-        with self._lock:
-            self._results[index] = result
+        with lock:
+            results[index] = result
 
-    def wait(self, timeout_s: float) -> tuple[T, ...]:
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in indexes]
+    for thread in threads:
+        thread.start()
+
+    def wait(timeout_s: float) -> tuple[T, ...]:
         deadline = time.monotonic() + timeout_s
-        for thread in self._threads:
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            return tuple(self._results[i] for i in sorted(self._results))
+        with lock:
+            return tuple(results[i] for i in sorted(results))
+
+    return wait
 
 
 def run(backend: Backend, plan: RunPlan) -> RunResult:
@@ -74,16 +70,21 @@ def run(backend: Backend, plan: RunPlan) -> RunResult:
     answered = {b.index for b in burns}
     # A GPU whose burn never returned is left alone: its thread may still hold the device.
     targets = [d.index for d in memory_targets(devices, plan.memory) if d.index in answered]
-    memory = _PerDevice(targets, backend.memory_test, _memory_error).wait(plan.memory_timeout_s)
+    memory = _per_device(targets, backend.memory_test, _memory_error)(plan.memory_timeout_s)
     result = RunResult(backend.name, plan, devices, burns, memory, pcie, pcie_error=pcie_error)
-    if plan.allreduce is None or not devices:
+    if plan.allreduce_timeout_s is None or not devices:
         return result
     if len(answered) < len(devices):
         # A hung GPU would hang its rank too; its burn already fails the run.
         return replace(result, allreduce_skipped="burn-no-result")
     spec = backend.allreduce_spec()
     shm = _dev_shm_bytes() if spec.transport == "nccl" else None
-    return replace(result, allreduce=_allreduce(spec, len(devices), plan), dev_shm_bytes=shm)
+    ranks = AllreducePlan(spec, len(devices), START_TIMEOUT_S, plan.allreduce_timeout_s)
+    try:
+        allreduce = run_allreduce(ranks)
+    except Exception as exc:  # recorded like a GPU's exception; the verdict fails on it
+        allreduce = AllreduceResult(spec.transport, ranks.world, (), error=one_line(exc))
+    return replace(result, allreduce=allreduce, dev_shm_bytes=shm)
 
 
 def _dev_shm_bytes() -> int | None:
@@ -95,23 +96,12 @@ def _dev_shm_bytes() -> int | None:
     return stat.f_frsize * stat.f_blocks
 
 
-def _allreduce(spec: AllreduceSpec, world: int, plan: RunPlan) -> AllreduceResult:
-    assert plan.allreduce is not None
-    limits = plan.allreduce
-    try:
-        return run_allreduce(
-            AllreducePlan(spec, world, limits.start_timeout_s, limits.step_timeout_s)
-        )
-    except Exception as exc:  # recorded like a GPU's exception; the verdict fails on it
-        return AllreduceResult(spec.transport, world, (), error=one_line(exc))
-
-
 def _burn_all(
     backend: Backend, devices: tuple[DeviceInfo, ...], plan: RunPlan
 ) -> tuple[tuple[BurnResult, ...], tuple[PcieLink, ...], str | None]:
     flops = matmul_flops(plan.size)
     started = time.monotonic()
-    burning = _PerDevice(
+    wait = _per_device(
         [d.index for d in devices],
         lambda i: backend.burn(i, plan.size, plan.duration_s),
         lambda i, line: BurnResult(i, 0, 0.0, flops, error=line),
@@ -121,7 +111,7 @@ def _burn_all(
         pcie, pcie_error = backend.pcie_links(), None
     except Exception as exc:
         pcie, pcie_error = (), one_line(exc)
-    burns = burning.wait(plan.burn_timeout_s - (time.monotonic() - started))
+    burns = wait(plan.burn_timeout_s - (time.monotonic() - started))
     return burns, pcie, pcie_error
 
 

@@ -1,10 +1,5 @@
 """PyTorch CUDA backend, used inside the load-test Job; torch and pynvml are imported lazily.
-Burn and memory test as in docs/loadtest.md.
-
-PCIe links: NVML (nvidia-ml-py) when importable, else nvidia-smi. "Max" is what both call the
-maximum possible with this GPU *and system*, so a gen4 slot under a gen5 card is not degraded.
-Read while the GPUs are busy: an idle link trains down to save power.
-"""
+Burn, memory test and PCIe links (NVML, else nvidia-smi) as in docs/loadtest.md."""
 
 from __future__ import annotations
 
@@ -25,6 +20,7 @@ _BLOCK_WORDS = 1 << 24  # 128 MiB slices for the address pattern and its check
 ALLREDUCE_SIZES = (8 << 20, 64 << 20, 256 << 20)
 _ALLREDUCE_WARMUP = 5
 _ALLREDUCE_ITERATIONS = 20
+_SMI_TIMEOUT_S = 20.0
 
 SMI_QUERY = (
     "nvidia-smi",
@@ -34,28 +30,19 @@ SMI_QUERY = (
 )
 
 
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
 class TorchBackend:
-    def __init__(self, smi_timeout_s: float = 20.0) -> None:
-        self._smi_timeout_s = smi_timeout_s
-
-    @property
-    def name(self) -> str:
-        return "torch"
+    name = "torch"
 
     def devices(self) -> tuple[DeviceInfo, ...]:
-        torch = _torch()
+        import torch
+
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available to PyTorch")
         return tuple(_device(torch, i) for i in range(torch.cuda.device_count()))
 
     def burn(self, index: int, size: int, duration_s: float) -> BurnResult:
-        torch = _torch()
+        import torch
+
         with torch.cuda.device(index):
             a = torch.randn(size, size, device="cuda", dtype=torch.float16)
             b = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -75,7 +62,8 @@ class TorchBackend:
         return BurnResult.timed(index, size, iterations, device_s)
 
     def memory_test(self, index: int) -> MemoryResult:
-        torch = _torch()
+        import torch
+
         with torch.cuda.device(index):
             torch.cuda.empty_cache()
             free, _total = torch.cuda.mem_get_info()
@@ -93,7 +81,7 @@ class TorchBackend:
         return MemoryResult.timed(index, tested, found, seconds)
 
     def pcie_links(self) -> tuple[PcieLink, ...]:
-        return read_links(self._smi_timeout_s)
+        return read_links(_SMI_TIMEOUT_S)
 
     def allreduce_spec(self) -> AllreduceSpec:
         return AllreduceSpec(
@@ -179,13 +167,7 @@ def read_links(smi_timeout_s: float) -> tuple[PcieLink, ...]:
 
 
 def parse_smi(text: str) -> tuple[PcieLink, ...]:
-    """Parse ``nvidia-smi --query-gpu=<SMI_QUERY fields> --format=csv,noheader,nounits``.
-
-    >>> parse_smi("00000000:18:00.0, 5, 5, 16, 16\\n00000000:2A:00.0, 1, 5, 8, 16\\n")[1]
-    PcieLink(pci='0000:2a:00.0', gen_current=1, gen_max=5, width_current=8, width_max=16)
-    >>> parse_smi("00000000:18:00.0, [N/A], 5, 16, 16")[0].gen_current is None
-    True
-    """
+    """Parse ``nvidia-smi --query-gpu=<SMI_QUERY fields> --format=csv,noheader,nounits``."""
     links = []
     for line in text.splitlines():
         if not line.strip():
@@ -197,21 +179,14 @@ def parse_smi(text: str) -> tuple[PcieLink, ...]:
             pci = normalize_pci(cells[0])
         except PciAddressError as exc:
             raise ValueError(f"nvidia-smi line: {exc}") from exc
-        gen_cur, gen_max, width_cur, width_max = (_count(cell) for cell in cells[1:])
-        links.append(PcieLink(pci, gen_cur, gen_max, width_cur, width_max))
+        counts = (int(cell) if cell.isdigit() else None for cell in cells[1:])  # "[N/A]"
+        links.append(PcieLink(pci, *counts))
     return tuple(links)
-
-
-def _count(cell: str) -> int | None:
-    return int(cell) if cell.isdigit() else None  # "[N/A]", "[Not Supported]"
 
 
 def smi_links(timeout_s: float) -> tuple[PcieLink, ...]:
     """Ask nvidia-smi (inside the container, no nsenter); RuntimeError with one line on failure.
-
-    Through `guard.doors.hostexec`, so an nvidia-smi stuck on a dead GPU is killed with its children
-    and the wait ends, instead of blocking the load test after the timeout.
-    """
+    Through `guard.doors.hostexec`: one stuck on a dead GPU is killed with its children."""
     outcome = hostexec.run(SMI_QUERY, timeout_s)
     if isinstance(outcome, hostexec.NotStarted):
         raise RuntimeError(f"cannot start nvidia-smi: {outcome.strerror}")

@@ -1,8 +1,5 @@
-"""The load-test verdict: a pure function of what was expected and what the run observed.
-
-Only the ratio between GPUs is judged, as in the incident runbook: a node whose GPUs are all slow
-together passes. Absolute numbers are reported for people to compare against the chip's peak.
-"""
+"""The load-test verdict: a pure function of what was expected and what the run observed. Only
+the ratio between GPUs is judged, as in the incident runbook (docs/loadtest.md, "Verdict")."""
 
 from __future__ import annotations
 
@@ -19,11 +16,8 @@ ALLREDUCE_MIN_RATIO = 0.7
 
 @dataclass(frozen=True, slots=True)
 class Criteria:
-    """expected_gpus: the node's recorded GPU count; min_ratio: slowest/fastest at least this.
-
-    allreduce_min_ratio: each GPU's all-reduce bandwidth at least this fraction of the best GPU's.
-    expected_links: links recorded at cordon time; the links now must not be below them.
-    """
+    """The node's recorded GPU count and links, and the least slowest/fastest ratios (throughput,
+    each GPU's all-reduce bandwidth against the best GPU's)."""
 
     expected_gpus: int
     min_ratio: float
@@ -49,12 +43,7 @@ class Verdict:
 
 
 def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
-    """Each GPU that ran, as a fraction of the fastest one.
-
-    >>> from guard.loadtest.model import BurnResult
-    >>> throughput_ratios((BurnResult(0, 100, 1.0, 2e12), BurnResult(1, 75, 1.0, 2e12)))
-    {0: 1.0, 1: 0.75}
-    """
+    """Each GPU that ran, as a fraction of the fastest one."""
     ran = [b for b in burns if b.has_run]
     if not ran:
         return {}
@@ -62,9 +51,8 @@ def throughput_ratios(burns: tuple[BurnResult, ...]) -> dict[int, float]:
     return {b.index: b.tflops / fastest for b in ran}
 
 
-# Fail when any case holds; every failing case is listed, in the order of the reasons table of
-# docs/loadtest.md. Notes never fail: links unreadable, all-reduce skipped, and NCCL ranks run with
-# a /dev/shm under 1 GiB (NCCL's shared memory lives there: a failing all-reduce may come from it).
+# Every failing case, in the order of docs/loadtest.md's reasons table. Notes never fail: links
+# unreadable, all-reduce skipped, a /dev/shm under 1 GiB (NCCL's shared memory: it may fail there).
 def judge(criteria: Criteria, run: RunResult) -> Verdict:
     reasons = [*_count_reasons(criteria, run), *_burn_reasons(run)]
     ratios = throughput_ratios(run.burns)
@@ -101,14 +89,14 @@ def _burn_reasons(run: RunResult) -> list[str]:
     reasons = []
     for device in run.devices:
         burn = burns.get(device.index)
+        where = f"gpu={device.index} pci={device.pci}"
         if burn is None:
-            reasons.append(f"no-result gpu={device.index} pci={device.pci}")
+            reasons.append(f"no-result {where}")
         elif burn.error is not None:
-            reasons.append(f"exception gpu={device.index} pci={device.pci} error={burn.error!r}")
+            reasons.append(f"exception {where} error={burn.error!r}")
         elif not burn.has_run:
             reasons.append(
-                f"not-run gpu={device.index} pci={device.pci} iterations={burn.iterations}"
-                f" device_s={burn.device_s:g}"
+                f"not-run {where} iterations={burn.iterations} device_s={burn.device_s:g}"
             )
     if not any(b.has_run for b in run.burns):
         reasons.append("no-gpu-ran")

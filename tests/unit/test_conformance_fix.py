@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.conformance.ipvs import LoadModule, WritePersistFile, plan_fixes
+from guard.conformance.ipvs import plan_fixes
 from guard.conformance.model import ItemResult, Status
 from tests.fixtures.hosts.hosttree import (
     HEALTHY,
@@ -38,7 +38,7 @@ def res(name: str, status: Status) -> ItemResult:
                 ItemResult("ipvs-loaded", Status.FAIL, ""),
                 ItemResult("ipvs-persist", Status.FAIL, ""),
             ),
-            (LoadModule(), WritePersistFile()),
+            ("ipvs-loaded", "ipvs-persist"),
             id="both-ip-vs-items-failed",
         ),
         pytest.param(
@@ -56,7 +56,7 @@ def res(name: str, status: Status) -> ItemResult:
         ),
     ],
 )
-def test_plan_fixes(results: tuple[ItemResult, ...], actions: tuple[object, ...]) -> None:
+def test_plan_fixes(results: tuple[ItemResult, ...], actions: tuple[str, ...]) -> None:
     assert plan_fixes(results) == actions
 
 

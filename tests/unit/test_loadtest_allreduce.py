@@ -17,15 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from guard.loadtest.cli import BackendOverride, loadtest
-from guard.loadtest.collective import (
-    AllreducePlan,
-    AllreduceResult,
-    AllreduceSpec,
-    RankFaults,
-    RankOutcome,
-)
+from guard.loadtest.collective import AllreducePlan, AllreduceResult, AllreduceSpec, RankOutcome
 from guard.loadtest.ranks import run_allreduce
-from tests.numpy_backend import ALLREDUCE_SIZES, NumpyBackend, NumpyFaults
+from tests.numpy_backend import ALLREDUCE_SIZES, NumpyBackend, NumpyFaults, RankFaults
 from tests.tiers import unavailable
 
 
@@ -36,7 +30,7 @@ def _torch() -> None:
 
 
 def allreduce(world: int, faults: RankFaults | None = None) -> AllreduceResult:
-    spec = AllreduceSpec("gloo", "cpu", ALLREDUCE_SIZES, 1, 3, faults or RankFaults())
+    spec = AllreduceSpec("gloo", "cpu", ALLREDUCE_SIZES, 1, 3, (faults or RankFaults()).by_rank())
     # A generous start-up limit (torch imports on a busy CI machine); a hang is found by the
     # 5 s step limit, long before the ranks' own collective timeout.
     return run_allreduce(AllreducePlan(spec, world, start_timeout_s=120.0, step_timeout_s=5.0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from guard.loadtest.collective import (
@@ -10,9 +12,16 @@ from guard.loadtest.collective import (
     RankOutcome,
     RankReport,
     SizeFigure,
+    Step,
+    hung_ranks,
+    pair_rounds,
+    rank_config,
+    size_label,
+    stage,
     steps,
+    steps_from_json,
 )
-from guard.loadtest.collective_summary import summarise
+from guard.loadtest.collective_summary import exit_text, summarise
 
 SPEC = AllreduceSpec("gloo", "cpu", (1_000_000, 4_000_000), warmup=1, iterations=3)
 PLAN = AllreducePlan(SPEC, world=3, start_timeout_s=300.0, step_timeout_s=60.0)
@@ -179,3 +188,49 @@ def test_two_ranks_share_the_nodes_figure_and_one_rank_has_none() -> None:
     assert result.gpu_busbw_gbps == (None,)
     # One rank moves no data between GPUs: busbw 0 by nccl-tests' factor, algbw still reported.
     assert [(f.algbw_gbps, f.busbw_gbps) for f in result.sizes] == [(1.0, 0.0), (1.0, 0.0)]
+
+
+def test_size_labels_take_the_largest_whole_unit() -> None:
+    assert (size_label(256 << 20), size_label(64 << 10), size_label(1000)) == (
+        "256MiB",
+        "64KiB",
+        "1000B",
+    )
+
+
+def test_pair_rounds_put_no_rank_twice_in_a_round() -> None:
+    assert pair_rounds(4) == (((0, 1), (2, 3)), ((1, 2), (3, 0)))
+    assert pair_rounds(3) == (((0, 1),), ((1, 2),), ((2, 0),))
+    assert pair_rounds(2) == ()
+
+
+def test_steps_reach_a_rank_unchanged_through_its_config() -> None:
+    sent = (Step("allreduce-4KiB", 4096), Step("pairs-1", 8, ((0, 1),)))
+    plan = AllreducePlan(SPEC, 2, 300.0, 60.0)
+    assert steps_from_json(json.loads(rank_config(plan, sent, 1, 7))["steps"]) == sent
+
+
+def test_stage_names_where_a_rank_stopped() -> None:
+    two = (Step("allreduce-4KiB", 4096), Step("allreduce-64KiB", 65536))
+    assert [stage(p, two) for p in (-1, 0, 1, 2, 3, 5, 6)] == [
+        "start",
+        "init",
+        "allreduce-4KiB",
+        "allreduce-4KiB",
+        "allreduce-64KiB",
+        "finish",
+        "done",
+    ]
+
+
+def test_hung_ranks_are_the_laggards_or_all_past_the_limit() -> None:
+    plan = AllreducePlan(AllreduceSpec("gloo", "cpu", (4096,), 1, 1), 3, 60.0, 5.0)
+    assert (hung_ranks([4, 3, 4], 5.0, plan), hung_ranks([4, 4, 4], 5.0, plan)) == (
+        (1,),
+        (0, 1, 2),
+    )
+    assert (hung_ranks([4, 3, 4], 4.9, plan), hung_ranks([1, 0, 1], 30.0, plan)) == ((), ())
+
+
+def test_exit_text_names_the_signal() -> None:
+    assert (exit_text(-9), exit_text(3), exit_text(None)) == ("signal=SIGKILL", "exit=3", "running")

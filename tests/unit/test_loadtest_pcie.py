@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.loadtest.model import PcieLink
+from guard.loadtest.model import ExpectedLink, PcieLink, link_text, parse_expected_link
 from guard.loadtest.torch_backend import parse_smi, smi_links
 
 # Shape of `nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,
@@ -98,3 +98,15 @@ def test_smi_missing_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(RuntimeError) as raised:
         smi_links(1.0)
     assert str(raised.value) == "cannot start nvidia-smi: No such file or directory"
+
+
+def test_parse_smi_lowers_the_address_and_reads_na_as_unknown() -> None:
+    text = "00000000:18:00.0, 5, 5, 16, 16\n00000000:2A:00.0, 1, 5, 8, 16\n"
+    assert parse_smi(text)[1] == PcieLink("0000:2a:00.0", 1, 5, 8, 16)
+    assert parse_smi("00000000:18:00.0, [N/A], 5, 16, 16")[0].gen_current is None
+
+
+def test_expected_link_takes_any_address_spelling_and_round_trips_its_text() -> None:
+    assert parse_expected_link("00000000:99:00.0=16GT/s,x16") == ExpectedLink("0000:99:00.0", 4, 16)
+    assert parse_expected_link("0000:18:00=2.5GT/s,x8") == ExpectedLink("0000:18:00.0", 1, 8)
+    assert (link_text(4, 16), link_text(None, 8)) == ("16GT/s,x16", "?GT/s,x8")

@@ -7,7 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from guard.loadtest.model import BurnResult, MemoryPlan, PcieLink, RunPlan
+from guard.loadtest.model import (
+    CONSTANT_WORDS,
+    BurnResult,
+    MemoryPlan,
+    MemoryResult,
+    PcieLink,
+    RunPlan,
+    matmul_flops,
+    one_line,
+)
 from guard.loadtest.run import run
 from guard.loadtest.verdict import Criteria, judge
 from tests.numpy_backend import NumpyBackend, NumpyFaults
@@ -84,3 +93,15 @@ def test_cpu_memory_test_counts_mismatched_words(stuck_words: int, expected_erro
     )
     result = backend.memory_test(0)
     assert (result.bytes_tested, result.errors, result.error) == (1 << 20, expected_errors, None)
+
+
+def test_accounting_is_the_same_on_every_backend() -> None:
+    assert matmul_flops(8192) / 1e12 == 1.099511627776
+    assert MemoryResult.timed(0, 10**9, 0, 1.0).gbps == 10.0  # five passes, written and read
+    # The 64-bit patterns as the int64 an array library stores.
+    assert CONSTANT_WORDS == (0, -1, 0xAAAA_AAAA_AAAA_AAAA - (1 << 64), 0x5555_5555_5555_5555)
+
+
+def test_an_exception_is_one_line_with_its_type() -> None:
+    exc = RuntimeError("CUDA error: unspecified launch failure\nCompile with ...")
+    assert one_line(exc) == "RuntimeError: CUDA error: unspecified launch failure"

@@ -25,7 +25,7 @@ from guard.loadtest.model import (
     RunResult,
     matmul_flops,
 )
-from guard.loadtest.verdict import Criteria, judge
+from guard.loadtest.verdict import Criteria, judge, throughput_ratios
 
 FLOPS = matmul_flops(8192)
 # Per-GPU throughput of the incident write-up's real return run: 8 × RTX 5090, 203.6–212.7 TFLOPS.
@@ -364,3 +364,8 @@ def test_nccl_with_a_small_dev_shm_is_noted(shm_bytes: int | None, notes: tuple[
     )
     assert verdict.passed
     assert verdict.notes == notes
+
+
+def test_throughput_ratios_are_against_the_fastest_gpu() -> None:
+    burns = (BurnResult(0, 100, 1.0, 2e12), BurnResult(1, 75, 1.0, 2e12))
+    assert throughput_ratios(burns) == {0: 1.0, 1: 0.75}
