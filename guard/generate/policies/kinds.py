@@ -518,16 +518,8 @@ def _job_name(kind: Kind) -> Match:
 
 
 def system_meta() -> dict[str, Field]:
-    names = (
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "managedFields",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-    )
-    return {name: opt(SYSTEM) for name in names}
+    names = "uid resourceVersion generation creationTimestamp managedFields deletionTimestamp"
+    return {name: opt(SYSTEM) for name in (*names.split(), "deletionGracePeriodSeconds")}
 
 
 def root(metadata: Obj, spec: Obj) -> Obj:
