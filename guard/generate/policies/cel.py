@@ -14,10 +14,11 @@ from typing import Any
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # CEL reserved words cannot follow a dot (`spec.in` is a syntax error): use an index instead.
-_RESERVED = frozenset(
-    "in as break const continue else for function if import let loop package"
-    " namespace return var void while true false null".split()
+_RESERVED_WORDS = (
+    "in as break const continue else for function if import let loop package namespace return"
+    " var void while true false null"
 )
+_RESERVED = frozenset(_RESERVED_WORDS.split())
 
 
 def quote(text: str) -> str:
