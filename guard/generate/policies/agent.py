@@ -18,14 +18,14 @@ from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMP
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
-    Exact,
     Expr,
     Field,
-    IntIn,
-    Match,
     Obj,
     One,
+    exact,
     fixed_once_admitted,
+    int_in,
+    matching,
     opt,
     owners_fixed_once_admitted,
     validations,
@@ -129,20 +129,20 @@ def _probe() -> Obj:
     send elsewhere (exec, tcpSocket, grpc, another host, headers)."""
     http = Obj(
         {
-            "path": Field(Exact("/healthz")),
-            "port": Field(Exact("metrics")),
-            "scheme": Field(Exact("HTTP")),
+            "path": Field(exact("/healthz")),
+            "port": Field(exact("metrics")),
+            "scheme": Field(exact("HTTP")),
         },
         {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
     )
     return Obj(
         {
             "httpGet": Field(http),
-            "initialDelaySeconds": opt(IntIn(0, 3600)),
-            "timeoutSeconds": opt(IntIn(1, 60)),
-            "periodSeconds": opt(IntIn(1, 3600)),
-            "successThreshold": opt(IntIn(1, 10)),
-            "failureThreshold": opt(IntIn(1, 100)),
+            "initialDelaySeconds": opt(int_in(0, 3600)),
+            "timeoutSeconds": opt(int_in(1, 60)),
+            "periodSeconds": opt(int_in(1, 3600)),
+            "successThreshold": opt(int_in(1, 10)),
+            "failureThreshold": opt(int_in(1, 100)),
         },
         {
             "exec": "runs a command in the container",
@@ -155,20 +155,20 @@ def _probe() -> Obj:
 
 def _container() -> Obj:
     fields: dict[str, Field] = {
-        "name": Field(Exact(COMPONENT)),
+        "name": Field(exact(COMPONENT)),
         "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
-        "imagePullPolicy": Field(Match("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
+        "imagePullPolicy": Field(matching("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
         "command": Field(Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts()))),
-        "env": Field(Exact(ENV)),
-        "ports": Field(Exact(PORTS)),
+        "env": Field(exact(ENV)),
+        "ports": Field(exact(PORTS)),
         "readinessProbe": opt(_probe()),
         "livenessProbe": opt(_probe()),
-        "resources": Field(Exact(RESOURCES)),
-        "securityContext": Field(Exact(CONTAINER_SECURITY)),
+        "resources": Field(exact(RESOURCES)),
+        "securityContext": Field(exact(CONTAINER_SECURITY)),
         "volumeMounts": Field(_base_or_driver(MOUNTS, DRIVER_MOUNT)),
-        "terminationMessagePath": Field(Exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(Exact("File")),
+        "terminationMessagePath": Field(exact("/dev/termination-log")),
+        "terminationMessagePolicy": Field(exact("File")),
     }
     refused = {k: v for k, v in CONTAINER_REFUSED.items() if k not in fields}
     refused["ports"] = "only the metrics port (no hostPort)"
@@ -188,28 +188,28 @@ def pod_spec(s: Settings, *, pod: bool) -> Obj:
     fields: dict[str, Field] = {
         "containers": Field(One(_container())),
         "nodeSelector": Field(_node_selector(s)),
-        "tolerations": Field(_pod_tolerations() if pod else Exact([TOLERATE_ALL])),
-        "serviceAccountName": Field(Exact(NAME)),
-        "serviceAccount": opt(Exact(NAME)),  # the deprecated twin, set by the API server
-        "automountServiceAccountToken": Field(Exact(False)),
-        "enableServiceLinks": Field(Exact(False)),
-        "hostNetwork": opt(Exact(False)),
-        "hostPID": opt(Exact(False)),
-        "hostIPC": opt(Exact(False)),
-        "securityContext": Field(Exact(POD_SECURITY)),
+        "tolerations": Field(_pod_tolerations() if pod else exact([TOLERATE_ALL])),
+        "serviceAccountName": Field(exact(NAME)),
+        "serviceAccount": opt(exact(NAME)),  # the deprecated twin, set by the API server
+        "automountServiceAccountToken": Field(exact(False)),
+        "enableServiceLinks": Field(exact(False)),
+        "hostNetwork": opt(exact(False)),
+        "hostPID": opt(exact(False)),
+        "hostIPC": opt(exact(False)),
+        "securityContext": Field(exact(POD_SECURITY)),
         "volumes": Field(_base_or_driver(VOLUMES, DRIVER_VOLUME)),
-        "restartPolicy": Field(Exact("Always")),
-        "terminationGracePeriodSeconds": Field(Exact(10)),
-        "dnsPolicy": Field(Exact("ClusterFirst")),
-        "schedulerName": Field(Exact("default-scheduler")),
+        "restartPolicy": Field(exact("Always")),
+        "terminationGracePeriodSeconds": Field(exact(10)),
+        "dnsPolicy": Field(exact("ClusterFirst")),
+        "schedulerName": Field(exact("default-scheduler")),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
     if pod:
         fields["affinity"] = Field(_one_node_affinity())
         fields["nodeName"] = opt(Expr("{v} == variables.node", "the node of its affinity"))
-        fields["priority"] = opt(Exact(0))  # filled in by the Priority admission plugin
-        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+        fields["priority"] = opt(exact(0))  # filled in by the Priority admission plugin
+        fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
     else:
         refused["affinity"] = "placement is the nodeSelector; the controller adds the node"
         refused["nodeName"] = "the DaemonSet controller and the scheduler place each pod"
@@ -248,10 +248,10 @@ def _one_node_affinity() -> Expr:
 
 
 def _template_meta() -> Obj:
-    restarted = Match(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
+    restarted = matching(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
     return Obj(
         {
-            "labels": Field(Exact(LABELS)),
+            "labels": Field(exact(LABELS)),
             "annotations": opt(Obj({RESTARTED_AT: Field(restarted)})),
         },
         {k: v for k, v in TEMPLATE_META_REFUSED.items() if k != "annotations"},
@@ -263,8 +263,8 @@ def daemonset_shape(s: Settings) -> Obj:
     labels = " && ".join(f"{{v}}[?{quote(k)}].orValue('') == {quote(v)}" for k, v in LABELS.items())
     metadata = Obj(
         {
-            "name": Field(Exact(NAME)),
-            "namespace": Field(Exact(s.jobs_namespace)),
+            "name": Field(exact(NAME)),
+            "namespace": Field(exact(s.jobs_namespace)),
             "labels": Field(Expr(labels, f"a map holding {lit(LABELS)}")),
             "annotations": opt(SYSTEM),  # never reaches a Pod (see the module's case list)
             "finalizers": opt(DELETION_FINALIZERS),
@@ -282,19 +282,19 @@ def daemonset_shape(s: Settings) -> Obj:
     )
     strategy = Obj(
         {
-            "type": Field(Match("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete")),
+            "type": Field(matching("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete")),
             "rollingUpdate": opt(Obj({"maxUnavailable": opt(amount), "maxSurge": opt(amount)})),
         }
     )
     spec = Obj(
         {
-            "selector": Field(Exact({"matchLabels": LABELS})),
+            "selector": Field(exact({"matchLabels": LABELS})),
             "template": Field(
                 Obj({"metadata": Field(_template_meta()), "spec": Field(pod_spec(s, pod=False))})
             ),
             "updateStrategy": Field(strategy),
-            "revisionHistoryLimit": opt(IntIn(0, 1000)),
-            "minReadySeconds": opt(IntIn(0, 3600)),
+            "revisionHistoryLimit": opt(int_in(0, 1000)),
+            "minReadySeconds": opt(int_in(0, 3600)),
         }
     )
     return root(metadata, spec)
@@ -309,9 +309,9 @@ def pod_shape(s: Settings) -> Obj:
         f"'name': dyn({quote(NAME)}), 'uid': dyn({{v}}[0].?uid.orValue('')), "
         "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}]"
     )
-    labels = {k: Field(Exact(v)) for k, v in LABELS.items()}
-    labels["controller-revision-hash"] = Field(Match("^[a-z0-9]{1,63}$", "a revision hash"))
-    labels["pod-template-generation"] = Field(Match("^[1-9][0-9]{0,18}$", "a generation"))
+    labels = {k: Field(exact(v)) for k, v in LABELS.items()}
+    labels["controller-revision-hash"] = Field(matching("^[a-z0-9]{1,63}$", "a revision hash"))
+    labels["pod-template-generation"] = Field(matching("^[1-9][0-9]{0,18}$", "a generation"))
     metadata = Obj(
         {
             "name": Field(
@@ -320,8 +320,8 @@ def pod_shape(s: Settings) -> Obj:
                     "the DaemonSet's name and a generated suffix",
                 )
             ),
-            "generateName": Field(Exact(NAME + "-")),
-            "namespace": Field(Exact(s.jobs_namespace)),
+            "generateName": Field(exact(NAME + "-")),
+            "namespace": Field(exact(s.jobs_namespace)),
             "labels": Field(Obj(labels)),
             "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"), create_only=True),
             "annotations": opt(

@@ -21,13 +21,13 @@ from guard.generate.policies.refused import (
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
-    Exact,
     Expr,
     Field,
-    IntIn,
-    Match,
     Obj,
     One,
+    exact,
+    int_in,
+    matching,
     opt,
 )
 from guard.jobs import JOB_NAME_BUDGET, NODE_LABEL_DIGEST, NODE_LABEL_KEEP
@@ -163,9 +163,9 @@ KINDS = (
 
 def _container(kind: Kind, s: Settings) -> Obj:
     fields: dict[str, Field] = {
-        "name": Field(Exact(kind.name)),
+        "name": Field(exact(kind.name)),
         "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
-        "imagePullPolicy": Field(Exact("IfNotPresent")),
+        "imagePullPolicy": Field(exact("IfNotPresent")),
         "command": Field(
             Expr(
                 # The policy's `container` variable: a short name, repeated in every layout.
@@ -173,23 +173,23 @@ def _container(kind: Kind, s: Settings) -> Obj:
                 argv.describe(kind.layouts()),
             )
         ),
-        "securityContext": Field(Exact(kind.security_context)),
+        "securityContext": Field(exact(kind.security_context)),
         "resources": Field(_resources(kind)),
-        "terminationMessagePath": Field(Exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(Exact("File")),
+        "terminationMessagePath": Field(exact("/dev/termination-log")),
+        "terminationMessagePolicy": Field(exact("File")),
     }
     refused = dict(CONTAINER_REFUSED)
     for name, value in (("env", kind.env), ("volumeMounts", kind.mounts)):
         if value:
-            fields[name] = Field(Exact(list(value)))
+            fields[name] = Field(exact(list(value)))
         else:
             refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
     return Obj(fields, refused)
 
 
-def _resources(kind: Kind) -> Exact | Obj:
+def _resources(kind: Kind) -> Expr | Obj:
     if not kind.gpus:
-        return Exact(
+        return exact(
             {
                 "requests": {"cpu": "50m", "memory": "64Mi"},
                 "limits": {"cpu": "500m", "memory": "256Mi"},
@@ -207,9 +207,9 @@ def _resources(kind: Kind) -> Exact | Obj:
     return Obj(
         {
             "requests": Field(
-                Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")), GPU_RESOURCE: gpus})
+                Obj({"cpu": Field(exact("2")), "memory": Field(exact("8Gi")), GPU_RESOURCE: gpus})
             ),
-            "limits": Field(Obj({"memory": Field(Exact("32Gi")), GPU_RESOURCE: gpus})),
+            "limits": Field(Obj({"memory": Field(exact("32Gi")), GPU_RESOURCE: gpus})),
             "claims": opt(
                 Expr(
                     f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
@@ -271,8 +271,8 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     key, value = s.gpu_node_selector
     fields: dict[str, Field] = {
         "containers": Field(One(_container(kind, s))),
-        "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
-        "nodeSelector": Field(Exact({key: value})),
+        "nodeName": Field(matching(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
+        "nodeSelector": Field(exact({key: value})),
     }
     refused = dict(POD_REFUSED)
     if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
@@ -295,31 +295,31 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         )
         del refused["resourceClaims"]
     fields |= {
-        "restartPolicy": Field(Exact("Never")),
-        "serviceAccountName": Field(Exact(s.job_service_account)),
-        "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
-        "automountServiceAccountToken": Field(Exact(False)),
-        "enableServiceLinks": Field(Exact(False)),
+        "restartPolicy": Field(exact("Never")),
+        "serviceAccountName": Field(exact(s.job_service_account)),
+        "serviceAccount": opt(exact(s.job_service_account)),  # the deprecated twin, set by the API
+        "automountServiceAccountToken": Field(exact(False)),
+        "enableServiceLinks": Field(exact(False)),
         "tolerations": Field(
             _pod_tolerations() if pod else Expr("{v} == variables.tolerations", _TOLERATIONS)
         ),
-        "terminationGracePeriodSeconds": Field(Exact(30)),
-        "dnsPolicy": Field(Exact("ClusterFirst")),
-        "schedulerName": Field(Exact("default-scheduler")),
-        "securityContext": Field(Exact({})),
+        "terminationGracePeriodSeconds": Field(exact(30)),
+        "dnsPolicy": Field(exact("ClusterFirst")),
+        "schedulerName": Field(exact("default-scheduler")),
+        "securityContext": Field(exact({})),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     if kind.host_pid:
-        fields["hostPID"] = Field(Exact(True))
+        fields["hostPID"] = Field(exact(True))
     else:
         refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
     if kind.volumes:
-        fields["volumes"] = Field(Exact(list(kind.volumes)))
+        fields["volumes"] = Field(exact(list(kind.volumes)))
     else:
         refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
     if pod:  # filled in by the Priority admission plugin
-        fields["priority"] = opt(Exact(0))
-        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+        fields["priority"] = opt(exact(0))
+        fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
     else:
         refused["priority"] = "set by admission from priorityClassName (refused)"
         refused["preemptionPolicy"] = "set by admission"
@@ -365,8 +365,8 @@ def _pod_tolerations() -> Expr:
 def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
     node = Annotations(s.annotation_prefix).node_label
     fields = {
-        APP_LABEL: Field(Exact(APP_NAME)),
-        COMPONENT_LABEL: Field(Exact(kind.name)),
+        APP_LABEL: Field(exact(APP_NAME)),
+        COMPONENT_LABEL: Field(exact(kind.name)),
         node: Field(NODE_LABEL),
     }
     for name in JOB_NAME_LABELS:
@@ -390,13 +390,13 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     metadata = Obj(
         {
             "name": Field(_job_name(kind)),
-            "namespace": Field(Exact(s.jobs_namespace)),
+            "namespace": Field(exact(s.jobs_namespace)),
             "labels": Field(
                 Obj(
                     {
-                        APP_LABEL: Field(Exact(APP_NAME)),
-                        "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
-                        COMPONENT_LABEL: Field(Exact(kind.name)),
+                        APP_LABEL: Field(exact(APP_NAME)),
+                        "app.kubernetes.io/managed-by": Field(exact(APP_NAME)),
+                        COMPONENT_LABEL: Field(exact(kind.name)),
                         node: Field(NODE_LABEL),
                     }
                 )
@@ -405,7 +405,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
                 Obj(
                     {
                         node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
-                        reason: Field(Match(REASON, "a reason word such as xid-79")),
+                        reason: Field(matching(REASON, "a reason word such as xid-79")),
                     }
                 ),
                 create_only=True,
@@ -423,15 +423,15 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     spec = Obj(
         {
             "template": Field(template),
-            "backoffLimit": Field(Exact(0)),
-            "activeDeadlineSeconds": Field(IntIn(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S)),
-            "ttlSecondsAfterFinished": Field(IntIn(JOB_TTL_MIN_S, JOB_TTL_MAX_S)),
-            "parallelism": Field(Exact(1)),
-            "completions": Field(Exact(1)),
-            "completionMode": Field(Exact("NonIndexed")),
-            "suspend": Field(Exact(False)),
-            "manualSelector": opt(Exact(False)),
-            "podReplacementPolicy": opt(Exact("TerminatingOrFailed")),
+            "backoffLimit": Field(exact(0)),
+            "activeDeadlineSeconds": Field(int_in(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S)),
+            "ttlSecondsAfterFinished": Field(int_in(JOB_TTL_MIN_S, JOB_TTL_MAX_S)),
+            "parallelism": Field(exact(1)),
+            "completions": Field(exact(1)),
+            "completionMode": Field(exact("NonIndexed")),
+            "suspend": Field(exact(False)),
+            "manualSelector": opt(exact(False)),
+            "podReplacementPolicy": opt(exact("TerminatingOrFailed")),
             "selector": Field(
                 Expr(
                     "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
@@ -461,7 +461,7 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
                 )
             ),
             "generateName": Field(Expr("{v} == variables.jobName + '-'", "the Job's name and '-'")),
-            "namespace": Field(Exact(s.jobs_namespace)),
+            "namespace": Field(exact(s.jobs_namespace)),
             "labels": Field(
                 _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid")
             ),
@@ -513,8 +513,8 @@ def name_binds_node(kind: Kind, name: str, node: str) -> Validation:
     )
 
 
-def _job_name(kind: Kind) -> Match:
-    return Match(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
+def _job_name(kind: Kind) -> Expr:
+    return matching(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
 
 
 def system_meta() -> dict[str, Field]:

@@ -18,47 +18,6 @@ from guard.generate.policies.cel import field as at
 
 
 @dataclass(frozen=True, slots=True)
-class Exact:
-    """The field equals this JSON value exactly (lists in order, maps with exactly these keys)."""
-
-    value: Any
-
-    def check(self, v: str) -> str:
-        return f"{v} == {lit(self.value)}"
-
-    def says(self) -> str:
-        return f"exactly {shown(self.value)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A string matching an anchored RE2 pattern."""
-
-    pattern: str
-    what: str
-
-    def check(self, v: str) -> str:
-        return f"type({v}) == string && {v}.matches({regex(self.pattern)})"
-
-    def says(self) -> str:
-        return self.what
-
-
-@dataclass(frozen=True, slots=True)
-class IntIn:
-    """An integer in [lo, hi]."""
-
-    lo: int
-    hi: int
-
-    def check(self, v: str) -> str:
-        return f"type({v}) == int && {v} >= {self.lo} && {v} <= {self.hi}"
-
-    def says(self) -> str:
-        return f"an integer in [{self.lo}, {self.hi}]"
-
-
-@dataclass(frozen=True, slots=True)
 class Expr:
     """Any CEL condition on the value (written with `{v}`), e.g. a relation to another field."""
 
@@ -70,6 +29,22 @@ class Expr:
 
     def says(self) -> str:
         return self.what
+
+
+def exact(value: Any) -> Expr:
+    """The field equals this JSON value exactly (lists in order, maps with exactly these keys)."""
+    return Expr(f"{{v}} == {lit(value)}", f"exactly {shown(value)}")
+
+
+def matching(pattern: str, what: str) -> Expr:
+    """A string matching an anchored RE2 pattern."""
+    return Expr(f"type({{v}}) == string && {{v}}.matches({regex(pattern)})", what)
+
+
+def int_in(lo: int, hi: int) -> Expr:
+    return Expr(
+        f"type({{v}}) == int && {{v}} >= {lo} && {{v}} <= {hi}", f"an integer in [{lo}, {hi}]"
+    )
 
 
 # Fields the API server fills itself (uid, resourceVersion, timestamps…): any value.
@@ -102,7 +77,7 @@ class One:
     item: Obj
 
 
-Shape = Exact | Match | IntIn | Expr | Obj | One
+Shape = Expr | Obj | One
 CREATE = "request.operation == 'CREATE'"
 
 
