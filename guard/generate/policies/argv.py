@@ -51,10 +51,8 @@ class Value:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    """The rest of the argv: `group` (e.g. ``--expect-link <link>``) repeated 0..`most` times.
-
-    Only as the last token of a layout, so every word before it keeps its position.
-    """
+    """The rest of the argv: `group` (e.g. ``--expect-link <link>``) repeated 0..`most` times;
+    only as the last token of a layout, so every word before it keeps its position."""
 
     group: tuple[str | Value, ...]
     most: int
@@ -68,13 +66,16 @@ def _flags(*pairs: tuple[str, Token]) -> Layout:
     return tuple(t for pair in pairs for t in pair)
 
 
+def _words(line: str) -> Layout:
+    """Literal words, as on a command line."""
+    return tuple(line.split())
+
+
 def evidence() -> tuple[Layout, ...]:
-    node = ("gpu-node-guard", "evidence", "collect", "--node", Value(NODE, is_node=True))
+    node = (*_words("gpu-node-guard evidence collect --node"), Value(NODE, is_node=True))
     return (
         (
-            "gpu-node-guard",
-            "evidence",
-            "collect",
+            *_words("gpu-node-guard evidence collect"),
             *_flags(
                 ("--node", Value(NODE, is_node=True)),
                 ("--pci", Value(PCI)),
@@ -109,15 +110,7 @@ def fence() -> tuple[Layout, ...]:
 
 def conformance() -> tuple[Layout, ...]:
     """--fix (a host write) is in no layout; the optional checks come from the settings."""
-    head = (
-        "gpu-node-guard",
-        "conformance",
-        "--root",
-        "/proc/1/root",
-        "--nsenter",
-        "--role",
-        "worker",
-    )
+    head = _words("gpu-node-guard conformance --root /proc/1/root --nsenter --role worker")
     version, dns = ("--control-plane-version", Value(VERSION)), ("--allowed-dns", Value(CIDRS))
     tail = ("--output", "json")
     return tuple(
@@ -129,11 +122,7 @@ def loadtest() -> tuple[Layout, ...]:
     """The burn and the all-reduce always stated; the memory test optional; then the links the
     cordon recorded (guard/plan/common.py `loadtest_args`)."""
     base = (
-        "gpu-node-guard",
-        "loadtest",
-        "run",
-        "--backend",
-        "torch",
+        *_words("gpu-node-guard loadtest run --backend torch"),
         *_flags(
             ("--expected-gpus", Value(GPUS)),
             ("--duration-s", Value(SECONDS)),
@@ -153,9 +142,7 @@ def agent(port: int) -> tuple[Layout, ...]:
     """The agent's argv: root and listen address fixed (the mounts, the probed port), the site
     flags of docs/agent.md in their order; --once (one page, then exit) is in no layout."""
     head = (
-        "gpu-node-guard",
-        "agent",
-        "--root=/host",
+        *_words("gpu-node-guard agent --root=/host"),
         f"--listen=0.0.0.0:{port}",
         Value(AGENT_INTERVAL),
         Value(AGENT_PLATFORM),
