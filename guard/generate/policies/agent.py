@@ -22,6 +22,7 @@ from guard.generate.policies.shape import (
     Field,
     Obj,
     One,
+    Shape,
     exact,
     fixed_once_admitted,
     int_in,
@@ -129,15 +130,15 @@ def _probe() -> Obj:
     send elsewhere (exec, tcpSocket, grpc, another host, headers)."""
     http = Obj(
         {
-            "path": Field(exact("/healthz")),
-            "port": Field(exact("metrics")),
-            "scheme": Field(exact("HTTP")),
+            "path": exact("/healthz"),
+            "port": exact("metrics"),
+            "scheme": exact("HTTP"),
         },
         {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
     )
     return Obj(
         {
-            "httpGet": Field(http),
+            "httpGet": http,
             "initialDelaySeconds": opt(int_in(0, 3600)),
             "timeoutSeconds": opt(int_in(1, 60)),
             "periodSeconds": opt(int_in(1, 3600)),
@@ -154,21 +155,21 @@ def _probe() -> Obj:
 
 
 def _container() -> Obj:
-    fields: dict[str, Field] = {
-        "name": Field(exact(COMPONENT)),
-        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
+    fields: dict[str, Field | Shape] = {
+        "name": exact(COMPONENT),
+        "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
-        "imagePullPolicy": Field(matching("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
-        "command": Field(Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts()))),
-        "env": Field(exact(ENV)),
-        "ports": Field(exact(PORTS)),
+        "imagePullPolicy": matching("^(IfNotPresent|Always)$", "IfNotPresent or Always"),
+        "command": Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts())),
+        "env": exact(ENV),
+        "ports": exact(PORTS),
         "readinessProbe": opt(_probe()),
         "livenessProbe": opt(_probe()),
-        "resources": Field(exact(RESOURCES)),
-        "securityContext": Field(exact(CONTAINER_SECURITY)),
-        "volumeMounts": Field(_base_or_driver(MOUNTS, DRIVER_MOUNT)),
-        "terminationMessagePath": Field(exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(exact("File")),
+        "resources": exact(RESOURCES),
+        "securityContext": exact(CONTAINER_SECURITY),
+        "volumeMounts": _base_or_driver(MOUNTS, DRIVER_MOUNT),
+        "terminationMessagePath": exact("/dev/termination-log"),
+        "terminationMessagePolicy": exact("File"),
     }
     refused = {k: v for k, v in CONTAINER_REFUSED.items() if k not in fields}
     refused["ports"] = "only the metrics port (no hostPort)"
@@ -185,28 +186,28 @@ def _node_selector(s: Settings) -> Expr:
 
 def pod_spec(s: Settings, *, pod: bool) -> Obj:
     """The agent's PodSpec: in the DaemonSet's template (`pod=False`) or of a created Pod."""
-    fields: dict[str, Field] = {
-        "containers": Field(One(_container())),
-        "nodeSelector": Field(_node_selector(s)),
-        "tolerations": Field(_pod_tolerations() if pod else exact([TOLERATE_ALL])),
-        "serviceAccountName": Field(exact(NAME)),
+    fields: dict[str, Field | Shape] = {
+        "containers": One(_container()),
+        "nodeSelector": _node_selector(s),
+        "tolerations": _pod_tolerations() if pod else exact([TOLERATE_ALL]),
+        "serviceAccountName": exact(NAME),
         "serviceAccount": opt(exact(NAME)),  # the deprecated twin, set by the API server
-        "automountServiceAccountToken": Field(exact(False)),
-        "enableServiceLinks": Field(exact(False)),
+        "automountServiceAccountToken": exact(False),
+        "enableServiceLinks": exact(False),
         "hostNetwork": opt(exact(False)),
         "hostPID": opt(exact(False)),
         "hostIPC": opt(exact(False)),
-        "securityContext": Field(exact(POD_SECURITY)),
-        "volumes": Field(_base_or_driver(VOLUMES, DRIVER_VOLUME)),
-        "restartPolicy": Field(exact("Always")),
-        "terminationGracePeriodSeconds": Field(exact(10)),
-        "dnsPolicy": Field(exact("ClusterFirst")),
-        "schedulerName": Field(exact("default-scheduler")),
+        "securityContext": exact(POD_SECURITY),
+        "volumes": _base_or_driver(VOLUMES, DRIVER_VOLUME),
+        "restartPolicy": exact("Always"),
+        "terminationGracePeriodSeconds": exact(10),
+        "dnsPolicy": exact("ClusterFirst"),
+        "schedulerName": exact("default-scheduler"),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
     if pod:
-        fields["affinity"] = Field(_one_node_affinity())
+        fields["affinity"] = _one_node_affinity()
         fields["nodeName"] = opt(Expr("{v} == variables.node", "the node of its affinity"))
         fields["priority"] = opt(exact(0))  # filled in by the Priority admission plugin
         fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
@@ -251,8 +252,8 @@ def _template_meta() -> Obj:
     restarted = matching(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
     return Obj(
         {
-            "labels": Field(exact(LABELS)),
-            "annotations": opt(Obj({RESTARTED_AT: Field(restarted)})),
+            "labels": exact(LABELS),
+            "annotations": opt(Obj({RESTARTED_AT: restarted})),
         },
         {k: v for k, v in TEMPLATE_META_REFUSED.items() if k != "annotations"},
     )
@@ -263,9 +264,9 @@ def daemonset_shape(s: Settings) -> Obj:
     labels = " && ".join(f"{{v}}[?{quote(k)}].orValue('') == {quote(v)}" for k, v in LABELS.items())
     metadata = Obj(
         {
-            "name": Field(exact(NAME)),
-            "namespace": Field(exact(s.jobs_namespace)),
-            "labels": Field(Expr(labels, f"a map holding {lit(LABELS)}")),
+            "name": exact(NAME),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Expr(labels, f"a map holding {lit(LABELS)}"),
             "annotations": opt(SYSTEM),  # never reaches a Pod (see the module's case list)
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
@@ -282,17 +283,15 @@ def daemonset_shape(s: Settings) -> Obj:
     )
     strategy = Obj(
         {
-            "type": Field(matching("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete")),
+            "type": matching("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete"),
             "rollingUpdate": opt(Obj({"maxUnavailable": opt(amount), "maxSurge": opt(amount)})),
         }
     )
     spec = Obj(
         {
-            "selector": Field(exact({"matchLabels": LABELS})),
-            "template": Field(
-                Obj({"metadata": Field(_template_meta()), "spec": Field(pod_spec(s, pod=False))})
-            ),
-            "updateStrategy": Field(strategy),
+            "selector": exact({"matchLabels": LABELS}),
+            "template": Obj({"metadata": _template_meta(), "spec": pod_spec(s, pod=False)}),
+            "updateStrategy": strategy,
             "revisionHistoryLimit": opt(int_in(0, 1000)),
             "minReadySeconds": opt(int_in(0, 3600)),
         }
@@ -309,20 +308,18 @@ def pod_shape(s: Settings) -> Obj:
         f"'name': dyn({quote(NAME)}), 'uid': dyn({{v}}[0].?uid.orValue('')), "
         "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}]"
     )
-    labels = {k: Field(exact(v)) for k, v in LABELS.items()}
-    labels["controller-revision-hash"] = Field(matching("^[a-z0-9]{1,63}$", "a revision hash"))
-    labels["pod-template-generation"] = Field(matching("^[1-9][0-9]{0,18}$", "a generation"))
+    labels = {k: exact(v) for k, v in LABELS.items()}
+    labels["controller-revision-hash"] = matching("^[a-z0-9]{1,63}$", "a revision hash")
+    labels["pod-template-generation"] = matching("^[1-9][0-9]{0,18}$", "a generation")
     metadata = Obj(
         {
-            "name": Field(
-                Expr(
-                    f"{{v}}.startsWith({quote(NAME + '-')})",
-                    "the DaemonSet's name and a generated suffix",
-                )
+            "name": Expr(
+                f"{{v}}.startsWith({quote(NAME + '-')})",
+                "the DaemonSet's name and a generated suffix",
             ),
-            "generateName": Field(exact(NAME + "-")),
-            "namespace": Field(exact(s.jobs_namespace)),
-            "labels": Field(Obj(labels)),
+            "generateName": exact(NAME + "-"),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Obj(labels),
             "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"), create_only=True),
             "annotations": opt(
                 Expr(

@@ -25,6 +25,7 @@ from guard.generate.policies.shape import (
     Field,
     Obj,
     One,
+    Shape,
     exact,
     int_in,
     matching,
@@ -162,26 +163,24 @@ KINDS = (
 
 
 def _container(kind: Kind, s: Settings) -> Obj:
-    fields: dict[str, Field] = {
-        "name": Field(exact(kind.name)),
-        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
-        "imagePullPolicy": Field(exact("IfNotPresent")),
-        "command": Field(
-            Expr(
-                # The policy's `container` variable: a short name, repeated in every layout.
-                argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
-                argv.describe(kind.layouts()),
-            )
+    fields: dict[str, Field | Shape] = {
+        "name": exact(kind.name),
+        "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
+        "imagePullPolicy": exact("IfNotPresent"),
+        "command": Expr(
+            # The policy's `container` variable: a short name, repeated in every layout.
+            argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
+            argv.describe(kind.layouts()),
         ),
-        "securityContext": Field(exact(kind.security_context)),
-        "resources": Field(_resources(kind)),
-        "terminationMessagePath": Field(exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(exact("File")),
+        "securityContext": exact(kind.security_context),
+        "resources": _resources(kind),
+        "terminationMessagePath": exact("/dev/termination-log"),
+        "terminationMessagePolicy": exact("File"),
     }
     refused = dict(CONTAINER_REFUSED)
     for name, value in (("env", kind.env), ("volumeMounts", kind.mounts)):
         if value:
-            fields[name] = Field(exact(list(value)))
+            fields[name] = exact(list(value))
         else:
             refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
     return Obj(fields, refused)
@@ -206,10 +205,8 @@ def _resources(kind: Kind) -> Expr | Obj:
     )
     return Obj(
         {
-            "requests": Field(
-                Obj({"cpu": Field(exact("2")), "memory": Field(exact("8Gi")), GPU_RESOURCE: gpus})
-            ),
-            "limits": Field(Obj({"memory": Field(exact("32Gi")), GPU_RESOURCE: gpus})),
+            "requests": Obj({"cpu": exact("2"), "memory": exact("8Gi"), GPU_RESOURCE: gpus}),
+            "limits": Obj({"memory": exact("32Gi"), GPU_RESOURCE: gpus}),
             "claims": opt(
                 Expr(
                     f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
@@ -266,24 +263,25 @@ def claim_checks(kind: Kind, *, pod: bool) -> list[Validation]:
     ]
 
 
+_NODE_NAME = matching(argv.NODE, "a node name (DNS-1123, at most 253 characters)")
+
+
 def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     """The PodSpec of a kind: in the Job's template (`pod=False`) or of a created Pod."""
     key, value = s.gpu_node_selector
-    fields: dict[str, Field] = {
-        "containers": Field(One(_container(kind, s))),
-        "nodeName": Field(matching(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
-        "nodeSelector": Field(exact({key: value})),
+    fields: dict[str, Field | Shape] = {
+        "containers": One(_container(kind, s)),
+        "nodeName": _NODE_NAME,
+        "nodeSelector": exact({key: value}),
     }
     refused = dict(POD_REFUSED)
     if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
         claim_name = "variables.jobName" if pod else "object.metadata.name"
-        fields["nodeName"] = opt(fields["nodeName"].shape)
-        fields["nodeSelector"] = Field(
-            Expr(
-                f"{{v}} == (variables.claimed ? {{{quote(key)}: dyn({quote(value)}), "
-                f"{quote(HOSTNAME)}: dyn(variables.node)}} : {lit({key: value})})",
-                f"{lit({key: value})}, and {HOSTNAME} the node's name with a resourceClaims entry",
-            )
+        fields["nodeName"] = opt(_NODE_NAME)
+        fields["nodeSelector"] = Expr(
+            f"{{v}} == (variables.claimed ? {{{quote(key)}: dyn({quote(value)}), "
+            f"{quote(HOSTNAME)}: dyn(variables.node)}} : {lit({key: value})})",
+            f"{lit({key: value})}, and {HOSTNAME} the node's name with a resourceClaims entry",
         )
         fields["resourceClaims"] = opt(
             Expr(
@@ -295,26 +293,26 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         )
         del refused["resourceClaims"]
     fields |= {
-        "restartPolicy": Field(exact("Never")),
-        "serviceAccountName": Field(exact(s.job_service_account)),
+        "restartPolicy": exact("Never"),
+        "serviceAccountName": exact(s.job_service_account),
         "serviceAccount": opt(exact(s.job_service_account)),  # the deprecated twin, set by the API
-        "automountServiceAccountToken": Field(exact(False)),
-        "enableServiceLinks": Field(exact(False)),
-        "tolerations": Field(
-            _pod_tolerations() if pod else Expr("{v} == variables.tolerations", _TOLERATIONS)
-        ),
-        "terminationGracePeriodSeconds": Field(exact(30)),
-        "dnsPolicy": Field(exact("ClusterFirst")),
-        "schedulerName": Field(exact("default-scheduler")),
-        "securityContext": Field(exact({})),
+        "automountServiceAccountToken": exact(False),
+        "enableServiceLinks": exact(False),
+        "tolerations": _pod_tolerations()
+        if pod
+        else Expr("{v} == variables.tolerations", _TOLERATIONS),
+        "terminationGracePeriodSeconds": exact(30),
+        "dnsPolicy": exact("ClusterFirst"),
+        "schedulerName": exact("default-scheduler"),
+        "securityContext": exact({}),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     if kind.host_pid:
-        fields["hostPID"] = Field(exact(True))
+        fields["hostPID"] = exact(True)
     else:
         refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
     if kind.volumes:
-        fields["volumes"] = Field(exact(list(kind.volumes)))
+        fields["volumes"] = exact(list(kind.volumes))
     else:
         refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
     if pod:  # filled in by the Priority admission plugin
@@ -365,14 +363,14 @@ def _pod_tolerations() -> Expr:
 def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
     node = Annotations(s.annotation_prefix).node_label
     fields = {
-        APP_LABEL: Field(exact(APP_NAME)),
-        COMPONENT_LABEL: Field(exact(kind.name)),
-        node: Field(NODE_LABEL),
+        APP_LABEL: exact(APP_NAME),
+        COMPONENT_LABEL: exact(kind.name),
+        node: NODE_LABEL,
     }
     for name in JOB_NAME_LABELS:
-        fields[name] = Field(Expr(f"{{v}} == {job_name}", "the Job's name"))
+        fields[name] = Expr(f"{{v}} == {job_name}", "the Job's name")
     for name in JOB_UID_LABELS:
-        fields[name] = Field(Expr(f"{{v}} == {job_uid}", "the Job's uid"))
+        fields[name] = Expr(f"{{v}} == {job_uid}", "the Job's uid")
     return Obj(fields)
 
 
@@ -383,29 +381,27 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Field(Obj({"labels": Field(labels)}, TEMPLATE_META_REFUSED)),
-            "spec": Field(pod_spec(kind, s, pod=False)),
+            "metadata": Obj({"labels": labels}, TEMPLATE_META_REFUSED),
+            "spec": pod_spec(kind, s, pod=False),
         },
     )
     metadata = Obj(
         {
-            "name": Field(_job_name(kind)),
-            "namespace": Field(exact(s.jobs_namespace)),
-            "labels": Field(
-                Obj(
-                    {
-                        APP_LABEL: Field(exact(APP_NAME)),
-                        "app.kubernetes.io/managed-by": Field(exact(APP_NAME)),
-                        COMPONENT_LABEL: Field(exact(kind.name)),
-                        node: Field(NODE_LABEL),
-                    }
-                )
+            "name": _job_name(kind),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Obj(
+                {
+                    APP_LABEL: exact(APP_NAME),
+                    "app.kubernetes.io/managed-by": exact(APP_NAME),
+                    COMPONENT_LABEL: exact(kind.name),
+                    node: NODE_LABEL,
+                }
             ),
             "annotations": Field(
                 Obj(
                     {
-                        node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
-                        reason: Field(matching(REASON, "a reason word such as xid-79")),
+                        node: Expr("{v} == variables.node", "the pod's nodeName"),
+                        reason: matching(REASON, "a reason word such as xid-79"),
                     }
                 ),
                 create_only=True,
@@ -422,22 +418,20 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     )
     spec = Obj(
         {
-            "template": Field(template),
-            "backoffLimit": Field(exact(0)),
-            "activeDeadlineSeconds": Field(int_in(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S)),
-            "ttlSecondsAfterFinished": Field(int_in(JOB_TTL_MIN_S, JOB_TTL_MAX_S)),
-            "parallelism": Field(exact(1)),
-            "completions": Field(exact(1)),
-            "completionMode": Field(exact("NonIndexed")),
-            "suspend": Field(exact(False)),
+            "template": template,
+            "backoffLimit": exact(0),
+            "activeDeadlineSeconds": int_in(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+            "ttlSecondsAfterFinished": int_in(JOB_TTL_MIN_S, JOB_TTL_MAX_S),
+            "parallelism": exact(1),
+            "completions": exact(1),
+            "completionMode": exact("NonIndexed"),
+            "suspend": exact(False),
             "manualSelector": opt(exact(False)),
             "podReplacementPolicy": opt(exact("TerminatingOrFailed")),
-            "selector": Field(
-                Expr(
-                    "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
-                    "object.metadata.uid}}",
-                    "the selector the API server generates",
-                )
+            "selector": Expr(
+                "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
+                "object.metadata.uid}}",
+                "the selector the API server generates",
             ),
         },
         JOB_SPEC_REFUSED,
@@ -454,17 +448,13 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
     )
     metadata = Obj(
         {
-            "name": Field(
-                Expr(
-                    "{v}.startsWith(variables.jobName + '-')",
-                    "the Job's name and a generated suffix",
-                )
+            "name": Expr(
+                "{v}.startsWith(variables.jobName + '-')",
+                "the Job's name and a generated suffix",
             ),
-            "generateName": Field(Expr("{v} == variables.jobName + '-'", "the Job's name and '-'")),
-            "namespace": Field(exact(s.jobs_namespace)),
-            "labels": Field(
-                _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid")
-            ),
+            "generateName": Expr("{v} == variables.jobName + '-'", "the Job's name and '-'"),
+            "namespace": exact(s.jobs_namespace),
+            "labels": _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid"),
             "ownerReferences": Field(
                 Expr(f"{{v}} == [{owner}]", "the one Job that owns it"), create_only=True
             ),
@@ -527,8 +517,8 @@ def root(metadata: Obj, spec: Obj) -> Obj:
         {
             "apiVersion": opt(SYSTEM),
             "kind": opt(SYSTEM),
-            "metadata": Field(metadata),
-            "spec": Field(spec),
+            "metadata": metadata,
+            "spec": spec,
             "status": opt(SYSTEM),
         }
     )

@@ -64,10 +64,15 @@ def opt(shape: Shape) -> Field:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """An object holding exactly `fields` (by name); `refused` documents the rest of its type."""
+    """An object holding exactly `fields` (by name; a bare shape is a required field); `refused`
+    documents the rest of its type."""
 
-    fields: Mapping[str, Field]
+    fields: Mapping[str, Field | Shape]
     refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        wrapped = {k: f if isinstance(f, Field) else Field(f) for k, f in self.fields.items()}
+        object.__setattr__(self, "fields", wrapped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +87,8 @@ CREATE = "request.operation == 'CREATE'"
 
 
 def validations(shape: Obj, base: str, path: str) -> list[Validation]:
-    """Every validation holding the object at CEL expression `base` (a map) to `shape`.
-
-    `path` is how a refusal names the object (``spec.template.spec``).
-    """
+    """Every validation holding the object at CEL expression `base` (a map) to `shape`; `path`
+    is how a refusal names the object (``spec.template.spec``)."""
     names = lit(list(shape.fields))
     out = [
         Validation(
@@ -95,6 +98,7 @@ def validations(shape: Obj, base: str, path: str) -> list[Validation]:
         )
     ]
     for name, f in shape.fields.items():
+        f = f if isinstance(f, Field) else Field(f)
         when = CREATE if f.create_only else None
         out += [v.guarded(when) for v in _field(base, name, f, join(path, name))]
     return out
