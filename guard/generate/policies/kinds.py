@@ -1,6 +1,5 @@
-"""The exact shape of each guard Job kind (evidence, load test, conformance, fence) and of its
-Pods: the Job as jobs/ renders it with what the API server fills in on create, the Pod as the
-Job controller creates it (ownerReference, job-tracking finalizer, admission additions).
+"""The exact shape of each guard Job kind and of its Pods: the Job as jobs/ renders it plus what
+the API server fills in on create, the Pod as the Job controller creates it (and admission adds).
 """
 
 from __future__ import annotations
@@ -96,8 +95,6 @@ class Kind:
     mounts: tuple[dict[str, Any], ...] = ()
     volumes: tuple[dict[str, Any], ...] = ()
     gpus: bool = False
-    # The users the Job controller creates the kind's Pods as.
-    controllers: tuple[str, ...] = JOB_CONTROLLERS
     # Created by the guard's ServiceAccount only: a Job of the kind changes the host, and the
     # guard keeps the record of what it changed (docs/security.md, the fence).
     guard_only: bool = False

@@ -19,6 +19,7 @@ from guard.generate.policies.common import (
     sent_by_guard,
 )
 from guard.generate.policies.kinds import (
+    JOB_CONTROLLERS,
     KINDS,
     Kind,
     claim_checks,
@@ -144,7 +145,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         "daemonsets": [agent.COMPONENT],
         "pods": [*(k.name for k in KINDS), agent.COMPONENT],
     }
-    controllers = {k.name: list(k.controllers) for k in KINDS}
+    controllers = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
     controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
