@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 
 from guard import runbook
 from guard.codec import queries
 from guard.codec.queries import duration as dur
-from guard.generate import BlockDumper, alert_queries
+from guard.generate import BlockDumper, alert_queries, file_commands
 from guard.generate.policies import params
 from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
 from guard.settings import Settings
@@ -601,40 +600,11 @@ SETTINGS_HEADER = (
 )
 
 
-@click.group()
-@click.option("--root", default=".", show_default=True, help="Checkout holding manifests/")
-@click.pass_context
-def main(ctx: click.Context, root: str) -> None:
-    """Write or check the generated alert rule files."""
-    base = Path(root)
-    if not (base / RULES_FILE.parent).is_dir():
-        raise click.UsageError(
-            f"{base / RULES_FILE.parent} is not a directory; run from the repo root"
-        )
-    ctx.obj = base
-
-
-@main.command()
-@click.pass_obj
-def write(base: Path) -> None:
-    """Write both rule files from guard/generate/alerts.py."""
-    for path, text in render(Settings(), alert_queries.AlertParams()).items():
-        (base / path).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {path}")
-
-
-@main.command()
-@click.pass_obj
-def check(base: Path) -> None:
-    """Exit 1 when a rule file on disk differs from what guard/generate/alerts.py generates."""
-    for path, text in render(Settings(), alert_queries.AlertParams()).items():
-        on_disk = base / path
-        if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != text:
-            raise click.ClickException(
-                f"{path} differs from guard/generate/alerts.py; "
-                "run `python -m guard.generate.alerts write`"
-            )
-
+main = file_commands(
+    "guard/generate/alerts.py",
+    RULES_FILE.parent,
+    lambda: render(Settings(), alert_queries.AlertParams()),
+)
 
 if __name__ == "__main__":
     main()
