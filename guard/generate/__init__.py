@@ -1,7 +1,5 @@
-"""The generators: the alert rules (`alerts`, `alert_queries`), the admission policies
-(`policies`) and the site-configuration check (`config`) that proves an overlay agrees
-with both. They write files of the repository; `run` imports none of them.
-"""
+"""The generators of the alert rules, the admission policies and the site-configuration check that
+proves an overlay agrees with both. They write files of the repository; `run` imports none."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Every alert expression of the shipped rules, built from the guard's own blocks
-(`guard.codec.queries`) so alerts and guard agree on a fault; the site's filters are pushed
-series or strings the overlay fills (docs/alerts.md, "The site's values"). Long windows read every
-raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a short change.
-"""
+(`guard.codec.queries`) so alerts and guard agree on a fault; the site's filters are pushed series
+or strings the overlay fills (docs/alerts.md). Long windows read every raw sample, not a subquery:
+no step can skip a short change."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Alert rules for GPU nodes and for the guard itself, generated from this one source:
-`python -m guard.generate.alerts write|check` (the plain rules file and the PrometheusRule; check
-is the CI drift check). docs/alerts.md says what each alert means and what on-call does next.
-"""
+"""Alert rules for GPU nodes and the guard, generated from this one source (the plain rules file and
+the PrometheusRule: `python -m guard.generate.alerts write|check`); docs/alerts.md explains each."""
 
 from __future__ import annotations
 

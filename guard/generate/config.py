@@ -1,8 +1,6 @@
-"""``gpu-node-guard config check DIR`` (also ``python -m guard.generate.config check DIR``): render
-a site's overlay with kustomize and prove that every consumer of its settings sees the same values
-(docs/deploy.md, "One source" and "The check"). Each problem is one line; exit 1 when there is
-one, 2 when the overlay does not render.
-"""
+"""``gpu-node-guard config check DIR``: render a site's overlay with kustomize and prove that every
+consumer of its settings sees the same values (docs/deploy.md, "The check"). One line per problem;
+exit 1 when there is one, 2 when the overlay does not render."""
 
 from __future__ import annotations
 

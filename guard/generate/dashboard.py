@@ -1,7 +1,5 @@
-"""The Grafana dashboard: one JSON model in a ConfigMap that Grafana's sidecar loads
-(docs/metrics.md), written by ``python -m guard.generate.dashboard``. Queries use one variable,
-``$namespace`` (the guard's namespace: its push's grouping label).
-"""
+"""The Grafana dashboard (docs/metrics.md): one JSON model in a ConfigMap Grafana's sidecar loads,
+written by ``python -m guard.generate.dashboard``; `$namespace` is the push's grouping label."""
 
 from __future__ import annotations
 

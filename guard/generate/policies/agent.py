@@ -1,9 +1,6 @@
-"""The node agent's exact shape: its DaemonSet, and the Pods the DaemonSet controller makes of it.
-
-The agent (manifests/agent/daemonset.yaml, docs/agent.md) runs in the jobs namespace because it
-mounts host paths; Pod Security there is `privileged`, so these two policies are its real control
-(docs/security.md, "The node agent's shape").
-"""
+"""The node agent's exact shape: its DaemonSet and the Pods the DaemonSet controller makes of it.
+Pod Security in the jobs namespace is `privileged` (the agent mounts host paths), so these two
+policies are its real control (docs/security.md, "The node agent's shape")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The argv of each guard Job kind, as the admission policy accepts it: literal words and values
-matched one by one, in a fixed order, for a closed set of layouts; no layout has room for free
-text (docs/security.md, "argv"). tests/unit/test_policies.py checks that every argv the planners
-(guard/plan/common.py) build matches a layout here.
-"""
+"""The argv of each guard Job kind as the admission policy accepts it: a closed set of layouts of
+literal words and values, matched one by one with no room for free text (docs/security.md, "argv");
+tests/unit/test_policies.py checks every argv the planners build against them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Fields of the Kubernetes types a guard Job or Pod may not carry, each with its reason (the
-shapes in kinds.py allow a field or list it here; tests/apiserver/test_policy_schema.py proves
-every field of the API server's schema was decided on).
-"""
+"""Fields a guard Job or Pod may not carry, each with its reason (the shapes in kinds.py allow a
+field or list it here; tests/apiserver/test_policy_schema.py proves each field was decided on)."""
 
 from __future__ import annotations
 

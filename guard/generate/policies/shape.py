@@ -1,10 +1,6 @@
-"""Exact object shapes, and the CEL validations that hold an object to one.
-
-A shape is an allowlist: `Obj` names every field an object may carry and what each must be; any
-other field is refused. `refused` lists, with a reason, the fields of the Kubernetes type that are
-deliberately not allowed, so tests/apiserver/test_policy_schema.py can prove every field of the
-real API server's schema was decided on (docs/security.md, "The exact shape of a guard Job").
-"""
+"""Exact object shapes (allowlists: `Obj` names every field an object may carry and what each must
+be) and the CEL validations that hold an object to one. `refused` gives the reason for each other
+field of the type, so tests/apiserver/test_policy_schema.py proves every field was decided on."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
-Pods, a gate in front of them, and the guard's own scope (docs/security.md, the policy table).
-"""
+"""Policies of the jobs namespace: per kind one for its Jobs and one for its Pods, a gate in front
+of them, and the guard's own scope (docs/security.md, the policy table)."""
 
 from __future__ import annotations
 
