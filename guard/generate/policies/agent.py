@@ -10,7 +10,7 @@ from guard.agent.cli import DEFAULT_PORT
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import lit, quote, regex, shown
 from guard.generate.policies.common import COMPONENT_OF, PREFIX, policy, rule, scoped
-from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
+from guard.generate.policies.kinds import DELETION_FINALIZERS, JOB_CONTROLLERS, root, system_meta
 from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
@@ -109,9 +109,6 @@ RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # `kubectl rollout restart`,
 RFC3339 = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
     r"(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
-)
-DELETION_FINALIZERS = Expr(
-    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])", "only the API server's deletion finalizers"
 )
 
 

@@ -371,6 +371,11 @@ def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
     return Obj(fields)
 
 
+DELETION_FINALIZERS = Expr(
+    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])", "only the API server's deletion finalizers"
+)
+
+
 def job_shape(kind: Kind, s: Settings) -> Obj:
     """The whole Job as the API server hands it to admission on create."""
     node = Annotations(s.annotation_prefix).node_label
@@ -403,12 +408,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
                 ),
                 create_only=True,
             ),
-            "finalizers": opt(
-                Expr(
-                    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
-                    "only the API server's deletion finalizers",
-                )
-            ),
+            "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
         },
         META_REFUSED,
