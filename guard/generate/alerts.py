@@ -461,33 +461,29 @@ def _not_running_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
     """GPUNodeGuardNotRunning from kube-state-metrics, or from the guard's own pushes
     (AlertParams.not_running_source)."""
     ns, cron, after = s.namespace, p.cronjob_name, dur(p.not_running_after_s)
+    lost = "Faulted GPU nodes are not cordoned meanwhile."
     if p.not_running_source == "kube-state-metrics":
-        return Rule(
-            "GPUNodeGuardNotRunning",
-            alert_queries.alert_guard_not_running(s, p),
-            "warning",
-            f"CronJob {ns}/{cron} has no successful run for {after}"
-            " (no node or GPU is being isolated)",
-            f"Faulted GPU nodes are not cordoned meanwhile. `kubectl -n {ns} get cronjob,jobs`: the"
-            " failed Job's log ends in one `abort reason=` line (Prometheus unreachable or"
-            " answering garbage, RBAC, API errors). Also check spec.suspend, that the CronJob"
-            " exists and that kube-state-metrics sees it.",
+        expr = alert_queries.alert_guard_not_running(s, p)
+        summary = f"CronJob {ns}/{cron} has no successful run for {after}"
+        lost += (
+            f" `kubectl -n {ns} get cronjob,jobs`: the failed Job's log ends in one `abort reason=`"
+            " line (Prometheus unreachable or answering garbage, RBAC, API errors). Also check"
+            " spec.suspend, that the CronJob exists and that kube-state-metrics sees it."
         )
-    age = alert_queries.last_run_age(s)
-    return Rule(
-        "GPUNodeGuardNotRunning",
-        alert_queries.alert_guard_not_running_pushed(s, p),
-        "warning",
-        f"The guard in namespace {ns} pushed no successful run for {after}"
-        " (no node or GPU is being isolated)",
-        f"Faulted GPU nodes are not cordoned meanwhile. {{{{ with query `{age}` }}}}The last run"
-        " of any result ended {{ . | first | value | humanizeDuration }} ago: recent means runs"
-        f" fail (the latest Job's log in {ns} ends in one `abort reason=` line), old means none"
-        f" runs (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees"
-        " no run at all: none pushed (check the CronJob and its --pushgateway-url), the"
-        " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
-        " it with honor_labels: true).{{ end }}",
-    )
+    else:
+        expr = alert_queries.alert_guard_not_running_pushed(s, p)
+        summary = f"The guard in namespace {ns} pushed no successful run for {after}"
+        lost += (
+            f" {{{{ with query `{alert_queries.last_run_age(s)}` }}}}The last run of any result"
+            " ended {{ . | first | value | humanizeDuration }} ago: recent means runs fail (the"
+            f" latest Job's log in {ns} ends in one `abort reason=` line), old means none runs"
+            f" (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees no"
+            " run at all: none pushed (check the CronJob and its --pushgateway-url), the"
+            " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
+            " it with honor_labels: true).{{ end }}"
+        )
+    summary += " (no node or GPU is being isolated)"
+    return Rule("GPUNodeGuardNotRunning", expr, "warning", summary, lost)
 
 
 def rule_groups(
