@@ -312,16 +312,6 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 _AGENT_INFO = 'gpu_node_guard_agent_check_info{node="{{ $labels.node }}", check="%s"}'
 
 
-def node_records(p: alert_queries.NodeAlertParams | None = None) -> tuple[Record, ...]:
-    """CoreDNS's upstreams and their prefixes, which CoreDNSForwardNotAllowed joins with the
-    prefixes the guard pushed."""
-    q = alert_queries
-    return (
-        Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(p or q.NodeAlertParams())),
-        Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
-    )
-
-
 def node_rules(
     s: Settings,
     p: alert_queries.NodeAlertParams | None = None,
@@ -491,12 +481,17 @@ def rule_groups(
 ) -> list[dict[str, Any]]:
     """The rule groups shipped in both files; `t`: the text of the settings the overlay
     substitutes (alert_queries.SUBSTITUTED), s's by default."""
-    t = alert_queries.site_text(s) if t is None else t
+    t, q = alert_queries.site_text(s) if t is None else t, alert_queries
+    # CoreDNS's upstreams and their prefixes, for CoreDNSForwardNotAllowed's join.
+    coredns = (
+        Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(q.NodeAlertParams())),
+        Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
+    )
     groups: tuple[tuple[str, tuple[Rule | Record, ...]], ...] = (
         ("gpu-node-guard.gpu", (*gpu_records(t, p), *gpu_rules(s, p))),
         ("gpu-node-guard.guard", guard_rules(s, p, t)),
         ("gpu-node-guard.notify", notify_rules(s, p)),
-        ("gpu-node-guard.node", (*node_records(), *node_rules(s, t=t))),
+        ("gpu-node-guard.node", (*coredns, *node_rules(s, t=t))),
     )
     url = s.runbook_base_url
     return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
