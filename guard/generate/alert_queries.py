@@ -287,8 +287,7 @@ def _pushed(metric: metric_names.PushedMetric, s: Settings) -> str:
 
 
 def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
-    """The pushed last success older than the limit, or none seen that long (a stopped guard's
-    last push stays on the Pushgateway)."""
+    """The pushed last success older than the limit, or none seen that long."""
     sel = _pushed(metric_names.LAST_SUCCESS, s)
     return (
         f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
@@ -297,8 +296,7 @@ def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
 
 
 def alert_lease_held(s: Settings) -> str:
-    """Runs found the Lease held by another holder for over one and a half cadences since a run
-    last took it, or none ever took it."""
+    """Runs found the Lease held by another 1.5 cadences since one took it (or none ever did)."""
     by = f"max by ({metric_names.GROUPING_LABEL})"
     held = f"{by} ({_pushed(metric_names.LEASE_HELD, s)})"
     taken = f"{by} ({_pushed(metric_names.LEASE_TAKEN, s)})"

@@ -448,8 +448,7 @@ def node_rules(
 
 
 def _not_running_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
-    """GPUNodeGuardNotRunning from kube-state-metrics, or from the guard's own pushes
-    (AlertParams.not_running_source)."""
+    """GPUNodeGuardNotRunning from AlertParams.not_running_source."""
     ns, cron, after = s.namespace, p.cronjob_name, dur(p.not_running_after_s)
     lost = "Faulted GPU nodes are not cordoned meanwhile."
     if p.not_running_source == "kube-state-metrics":
@@ -479,8 +478,7 @@ def _not_running_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
 def rule_groups(
     s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
 ) -> list[dict[str, Any]]:
-    """The rule groups shipped in both files; `t`: the text of the settings the overlay
-    substitutes (alert_queries.SUBSTITUTED), s's by default."""
+    """The rule groups of both files; `t`: the substituted settings' text, s's by default."""
     t, q = alert_queries.site_text(s) if t is None else t, alert_queries
     # CoreDNS's upstreams and their prefixes, for CoreDNSForwardNotAllowed's join.
     coredns = (

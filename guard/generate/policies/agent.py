@@ -294,9 +294,8 @@ def daemonset_shape(s: Settings) -> Obj:
 
 
 def pod_shape(s: Settings) -> Obj:
-    """An agent Pod as the DaemonSet controller creates it (pkg/controller/daemon: the template's
-    labels plus controller-revision-hash and pod-template-generation, the DaemonSet as
-    controlling owner, the one-node affinity and the controller's tolerations)."""
+    """An agent Pod as pkg/controller/daemon creates it: the template's labels plus its revision
+    and generation, the DaemonSet as owner, the one-node affinity and its tolerations."""
     owner = (
         "size({v}) == 1 && {v} == [{'apiVersion': dyn('apps/v1'), 'kind': dyn('DaemonSet'), "
         f"'name': dyn({quote(NAME)}), 'uid': dyn({{v}}[0].?uid.orValue('')), "

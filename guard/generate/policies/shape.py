@@ -60,8 +60,7 @@ def opt(shape: Shape) -> Field:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """An object holding exactly `fields` (by name; a bare shape is a required field); `refused`
-    documents the rest of its type."""
+    """Exactly `fields` (a bare shape is a required one); `refused`: the rest of its type."""
 
     fields: Mapping[str, Field | Shape]
     refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

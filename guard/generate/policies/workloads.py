@@ -204,8 +204,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 
 
 def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
-    """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
-    one Lease."""
+    """Where the guard's ServiceAccount may create Jobs, ConfigMaps, Events and its one Lease."""
     written = {"batch": "jobs", "": "configmaps", "events.k8s.io": "events"}
     written["coordination.k8s.io"] = "leases"
     constraints = match([rule(g, [r], ["CREATE", "UPDATE"]) for g, r in written.items()])
