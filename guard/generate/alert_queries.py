@@ -199,10 +199,6 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
-def breaker_setting(t: SiteText) -> str:
-    return t["breaker_max_nodes"]
-
-
 def alert_breaker_open(s: Settings) -> str:
     """What the guard's breaker counts (its push, else the cordon and device marks) at or over its
     limit (its push, else the site's setting), so the alert opens where the breaker does."""

@@ -208,7 +208,7 @@ def guard_rules(
     t = alert_queries.site_text(s) if t is None else t
     return (
         # Before the alert that reads it (a group's rules run in order).
-        Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(t)),
+        Record(alert_queries.BREAKER_SETTING, t["breaker_max_nodes"]),
         Rule(
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
