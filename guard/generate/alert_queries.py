@@ -1,11 +1,7 @@
-"""Every alert expression the shipped rules carry; `guard.generate.alerts` renders them into rule
-files. Built from the guard's own blocks (`guard.codec.queries`), so alerts and guard agree on a
-fault; the site's filters are series the guard pushes or strings the overlay's alerts component
-fills (docs/alerts.md, "The site's values"), so one rule file serves every site.
-
-Long windows read every raw sample (`min_over_time(m[w])`), not a subquery: no step can skip a
-short change, and a series that changed identity still counts once grouped.
-"""
+"""Every alert expression of the shipped rules, built from the guard's own blocks
+(`guard.codec.queries`) so alerts and guard agree on a fault; the site's filters are pushed series
+or strings the overlay fills (docs/alerts.md). Long windows read every raw sample, not a subquery:
+no step can skip a short change."""
 
 from __future__ import annotations
 
@@ -64,8 +60,7 @@ def _block(expr: str) -> str:
 
 
 def _per_gpu(expr: str, agg: str = "max", extra: str = "") -> str:
-    """One series per GPU of a dcgm-exporter expression carrying `node` (`UUID` also from the
-    old-namespace `uuid`; pod-attribution and err_* labels drop out)."""
+    """One series per GPU (`UUID` also from the old-namespace `uuid`; pod labels drop out)."""
     key = f"{GPU_KEY}, {extra}" if extra else GPU_KEY
     relabeled = f'label_replace({expr}, "UUID", "$1", "uuid", "(.+)")'
     return f"{agg} by ({key}) {_block(relabeled)}"
@@ -85,18 +80,14 @@ def alert_xid_settled(p: AlertParams) -> str:
 
 
 # ── The site's filters as series (docs/alerts.md, "The site's values") ─────────────────────────
-# The guard pushes its user-code Xids (one `gpu_node_guard_user_code_xid{xid}` each) and the
-# address prefixes its allowed DNS upstreams cover; the alerts join on them, so a rule file
-# built from the defaults follows the site's settings. Until the first push the Xids come from
-# the overlay: the alerts component copies GUARD_USER_CODE_XIDS into the recorded list, which
-# `USER_CODE_XID` splits (the first USER_CODE_FALLBACK_MAX entries).
+# The alerts join on the user-code Xids and allowed DNS prefixes the guard pushes; until its first
+# push, on the overlay's GUARD_USER_CODE_XIDS, split by `USER_CODE_XID` (the first 16 entries).
 USER_CODE_XIDS_SETTING = "gpu_node_guard:user_code_xids"  # one series, `xids` = the setting
 USER_CODE_XID = "gpu_node_guard:user_code_xid"  # one series per user-code Xid, `xid` = the code
 USER_CODE_FALLBACK_MAX = 16
 
 
 def user_code_xids_setting(t: SiteText) -> str:
-    """The recorded setting: the comma-separated list as written in settings.env."""
     return f'label_replace(vector(1), "xids", "{t["user_code_xids"]}", "", "")'
 
 
@@ -121,14 +112,13 @@ def user_code_xid(p: AlertParams) -> str:
 
 
 def not_user_code(selector: str) -> str:
-    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid, as they are
-    (count_values makes the value a label to join on; `and ignoring (xid)` keeps the value)."""
+    """The series of `selector` (an Xid gauge) whose value is not a user-code Xid (count_values
+    makes the value a label to join on)."""
     by_value = f'count_values without () ("xid", {selector})\nunless on (xid) {USER_CODE_XID}'
     return f"{selector}\nand ignoring (xid) {_block(by_value)}"
 
 
 def alert_hardware_xid_count(s: Settings, p: AlertParams) -> str:
-    """Hardware Xids counted by dcgm-exporter's windowed counter (collected only when enabled)."""
     window = f"max_over_time({XID_COUNT_METRIC}[{duration(p.xid_quiet_after_s)}])"
     hardware = f"{window}\nunless on (xid) {USER_CODE_XID}"
     return f"{_per_gpu(with_node_label(hardware), extra='xid')} > 0"
@@ -148,22 +138,24 @@ def alert_gpu_count_dropped() -> str:
 
 
 def alert_cordoned_too_long(s: Settings, p: AlertParams) -> str:
-    """Unschedulable now, at the window's start and in every sample since (docs/alerts.md); a
-    node with the guard's cordon is left to GPUIsolationPastBudget, which knows its verdict."""
+    """Unschedulable over the whole window, but not by the guard (GPUIsolationPastBudget's)."""
     w, m = duration(p.cordon_max_s), "kube_node_spec_unschedulable"
-    guard = ksm_label("annotation", Annotations(s.annotation_prefix).reason)
     return (
         f"max by (node) ({m}) == 1\n"
         f"and on (node) max by (node) ({m} offset {w}) == 1\n"
         f"and on (node) min by (node) (min_over_time({m}[{w}])) == 1\n"
-        f'unless on (node) max by (node) (kube_node_annotations{{{guard}!=""}})'
+        f"unless on (node) max by (node) ({_annotated(Annotations(s.annotation_prefix).reason)})"
     )
 
 
+def _annotated(key: str) -> str:
+    """Nodes carrying annotation `key`, as kube-state-metrics exports it (allowlisted)."""
+    return f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
+
+
 def alert_isolation_past_budget() -> str:
-    """Per verdict, the oldest open isolation older than the verdict's quarantine budget, both as
-    the guard pushed them (guard/figures.py); the value is the age in seconds. `max by` first
-    collapses the Pushgateway's `instance`."""
+    """Per verdict, the oldest open isolation's age over its budget (both pushed; `max by`
+    collapses the Pushgateway's `instance`)."""
     by = f"{metric_names.GROUPING_LABEL}, verdict"
     age = f"max by ({by}) ({metric_names.ISOLATION_OLDEST_AGE.name})"
     budget = f"max by ({by}) ({metric_names.QUARANTINE_BUDGET.name})"
@@ -171,20 +163,17 @@ def alert_isolation_past_budget() -> str:
 
 
 def alert_domain_incident() -> str:
-    """Per domain, the nodes of a domain incident as the guard pushed them (guard/plan/domain.py);
-    the empty domain is the push's "none". `max by` collapses the Pushgateway's `instance`."""
+    """Per domain, the pushed nodes of a domain incident (the empty domain is the push's none)."""
     by = f"{metric_names.GROUPING_LABEL}, domain"
     return f'max by ({by}) ({metric_names.DOMAIN_INCIDENT_NODES.name}{{domain!=""}}) >= 2'
 
 
 # ── Device taints (DRA nodes): from the guard's pushes, which name no node ─────────────────────
-# The node states of a device the guard isolated with its DeviceTaintRule (docs/metrics.md).
 DEVICE_STATES = (Section.DEVICE_TAINTED.value, Section.DEVICE_REPEAT_FAULT.value)
 
 
 def alert_device_tainted_too_long(p: AlertParams) -> str:
-    """Per node state of `DEVICE_STATES`: nodes in it now, `cordon_max_s` ago and at every pushed
-    sample since."""
+    """Per state of `DEVICE_STATES`: nodes in it over the whole `cordon_max_s`."""
     w, by = duration(p.cordon_max_s), f"{metric_names.GROUPING_LABEL}, state"
     states = "|".join(DEVICE_STATES)
     sel = f'{metric_names.NODES.name}{{state=~"{states}"}}'
@@ -195,8 +184,8 @@ def alert_device_tainted_too_long(p: AlertParams) -> str:
 
 
 def alert_guard_device_tainted(p: AlertParams) -> str:
-    """A run within the notify window applied a `taint-device` write, while the guard's runs go on
-    (the Pushgateway serves a stopped guard's last push for ever: GPUNodeGuardNotRunning's case)."""
+    """A run within the window applied a `taint-device` write, while runs go on (a stopped
+    guard's last push stays: GPUNodeGuardNotRunning's case)."""
     g, w = metric_names.GROUPING_LABEL, duration(p.notify_window_s)
     taint = TYPE_WORDS[TaintDevice]
     sel = f'{metric_names.LAST_RUN_ACTIONS.name}{{type="{taint}", outcome="applied"}}'
@@ -210,28 +199,19 @@ def alert_guard_device_tainted(p: AlertParams) -> str:
 BREAKER_SETTING = "gpu_node_guard:breaker_max_nodes"
 
 
-def breaker_setting(t: SiteText) -> str:
-    return t["breaker_max_nodes"]
-
-
 def alert_breaker_open(s: Settings) -> str:
-    """What the guard's breaker counts (its push, else kube-state-metrics' cordon and device
-    marks), at or over its limit (its push, else the site's recorded setting): never a number of
-    its own, so the alert opens where the guard's breaker does."""
+    """What the guard's breaker counts (its push, else the cordon and device marks) at or over its
+    limit (its push, else the site's setting), so the alert opens where the breaker does."""
     keys = Annotations(s.annotation_prefix)
-    marked = " or ".join(
-        f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
-        for key in (keys.reason, keys.device_taint)
-    )
+    marked = " or ".join(_annotated(key) for key in (keys.reason, keys.device_taint))
     count = f"max({metric_names.BREAKER_ISOLATIONS.name})\nor count(max by (node) ({marked}))"
     limit = f"max({metric_names.BREAKER_LIMIT.name})\nor {BREAKER_SETTING}"
     return f"{_block(count)}\n>= {_block(limit)}"
 
 
 def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
-    """Seconds since the later of the last success and the CronJob's creation; absent = alert. The
-    absence window is one second longer than the setting so Prometheus 2 and 3 (left-open ranges)
-    fire at the same evaluation (docs/engines.md)."""
+    """Seconds since the last success or the CronJob's creation; absent = alert (one second more
+    so Prometheus 2 and 3 fire at the same evaluation, docs/engines.md)."""
     sel = f'{{namespace="{s.namespace}", cronjob="{p.cronjob_name}"}}'
     since = f"kube_cronjob_status_last_successful_time{sel}\nor kube_cronjob_created{sel}"
     return (
@@ -241,17 +221,15 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
 
 
 def incident_annotations(s: Settings) -> tuple[str, ...]:
-    """The node annotations that mark an incident the guard's Jobs serve: its cordon, its device
-    taint, a failed after-reboot check, a closed onboarding gate (docs/runbook.md)."""
+    """The node annotations that mark an incident the guard's Jobs serve (docs/runbook.md)."""
     keys = Annotations(s.annotation_prefix)
     return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
 
 
 def alert_guard_job_failed(s: Settings) -> str:
-    """Failed Jobs in the jobs namespace (all the guard's: the namespace gate), node and kind from
-    their labels, while their node's incident lasts: a failed Job outlives the incident (its TTL).
-    Kept without that join where a missing series would silence it: the Job's node has no
-    `kube_node_annotations` series (a shortened node label, a deleted node), or no label at all."""
+    """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
+    incident lasts (a failed Job outlives it); without that join where the node has no
+    `kube_node_annotations` series (a shortened label, a deleted node) or no label at all."""
     ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
@@ -262,10 +240,7 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
         f"max by (namespace, job_name, node, component) {_block(labels)}"
     )
-    open_ = "\nor\n".join(
-        f'kube_node_annotations{{{ksm_label("annotation", key)}!=""}}'
-        for key in incident_annotations(s)
-    )
+    open_ = "\nor\n".join(_annotated(key) for key in incident_annotations(s))
     return (
         f"{_block(labelled)}\nand on (node) max by (node) {_block(open_)}\n"
         f"or\n{_block(labelled)}\nunless on (node) max by (node) (kube_node_annotations)\n"
@@ -274,49 +249,42 @@ def alert_guard_job_failed(s: Settings) -> str:
 
 
 # ── Notifications and the pushed-metrics variant ────────────────────────────────────────────────
-# The guard's own annotations, as kube-state-metrics exports them (--metric-annotations-allowlist):
-# one `kube_node_annotations` series per node, carrying a label only for annotations it has.
-
-
-def _changed_within(label: str, window_s: int) -> str:
-    """Nodes whose `label` took more than one value (absent is one) within the window: a
-    kube-state-metrics restart changes nothing, a new Prometheus announces nothing."""
-    seen = f"max by (node, {label}) (max_over_time(kube_node_annotations[{duration(window_s)}]))"
-    return f"count by (node) {_block(seen)} > 1"
+def _announced(key: str, window_s: int, *labels: tuple[str, str, str]) -> str:
+    """Nodes whose annotation `key` took more than one value (absent is one) within the window, so
+    a kube-state-metrics restart announces nothing; `labels`: (label, annotation, regex) cut."""
+    now, changed = _annotated(key), ksm_label("annotation", key)
+    for name, source, regex in labels:
+        source = ksm_label("annotation", source)
+        now = f'label_replace({now}, "{name}", "$1", "{source}", "{regex}")'
+    seen = f"max_over_time(kube_node_annotations[{duration(window_s)}])"
+    seen = f"count by (node) {_block(f'max by (node, {changed}) ({seen})')} > 1"
+    by = ", ".join(["node", *(name for name, _, _ in labels)])
+    return f"max by ({by}) {_block(now)}\nand on (node) {_block(seen)}"
 
 
 def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
-    """Nodes that gained the guard's reason annotation within the window; `reason`, and `pci`,
-    `UUID` from `auto-cordon-gpu` (`<PCI address> <GPU UUID>`) when allowlisted."""
-    names = Annotations(s.annotation_prefix)
-    reason, gpu = ksm_label("annotation", names.reason), ksm_label("annotation", names.gpu)
-    now = f'kube_node_annotations{{{reason}!=""}}'
-    now = f'label_replace({now}, "reason", "$1", "{reason}", "(.+)")'
-    now = f'label_replace({now}, "pci", "$1", "{gpu}", "([^ ]+) .*")'
-    now = f'label_replace({now}, "UUID", "$1", "{gpu}", "[^ ]+ (.+)")'
-    return (
-        f"max by (node, reason, pci, UUID) {_block(now)}\n"
-        f"and on (node) {_block(_changed_within(reason, p.notify_window_s))}"
-    )
+    """`pci`, `UUID` from `auto-cordon-gpu` (`<PCI address> <GPU UUID>`) when allowlisted."""
+    keys = Annotations(s.annotation_prefix)
+    reason, gpu = ("reason", keys.reason, "(.+)"), ("pci", keys.gpu, "([^ ]+) .*")
+    uuid = ("UUID", keys.gpu, "[^ ]+ (.+)")
+    return _announced(keys.reason, p.notify_window_s, reason, gpu, uuid)
 
 
 def alert_guard_returned(s: Settings, p: AlertParams) -> str:
-    """Nodes whose `returned` annotation changed within the window: only the uncordon after a
-    passed load test writes it (a person's uncordon writes `cancelled`)."""
-    returned = ksm_label("annotation", Annotations(s.annotation_prefix).returned)
-    now = f'kube_node_annotations{{{returned}!=""}}'
-    now = f'label_replace({now}, "returned_at", "$1", "{returned}", "([^ ]+) .*")'
-    now = f'label_replace({now}, "job_name", "$1", "{returned}", "[^ ]+ job/(.+)")'
-    return (
-        f"max by (node, returned_at, job_name) {_block(now)}\n"
-        f"and on (node) {_block(_changed_within(returned, p.notify_window_s))}"
-    )
+    """Only the uncordon after a passed load test writes `returned` (a person's: `cancelled`)."""
+    key = Annotations(s.annotation_prefix).returned
+    at, job = ("returned_at", key, "([^ ]+) .*"), ("job_name", key, "[^ ]+ job/(.+)")
+    return _announced(key, p.notify_window_s, at, job)
+
+
+def _pushed(metric: metric_names.PushedMetric, s: Settings) -> str:
+    """The guard's pushed `metric` of its namespace (the push's grouping label)."""
+    return f'{metric.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
 
 
 def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
-    """The guard's pushed last success older than the limit, or none seen that long (the
-    Pushgateway serves a stopped guard's last push for ever; scrape it with honor_labels: true)."""
-    sel = f'{metric_names.LAST_SUCCESS.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    """The pushed last success older than the limit, or none seen that long."""
+    sel = _pushed(metric_names.LAST_SUCCESS, s)
     return (
         f"time() - max by ({metric_names.GROUPING_LABEL}) ({sel}) > {p.not_running_after_s}\n"
         f"or absent_over_time({sel}[{duration(p.not_running_after_s)}])"
@@ -324,24 +292,19 @@ def alert_guard_not_running_pushed(s: Settings, p: AlertParams) -> str:
 
 
 def alert_lease_held(s: Settings) -> str:
-    """Two runs or more in a row found the cycle's Lease held by another holder: the last such run
-    came over one and a half cadences after the last run that took it, or none ever took it."""
-    where = f'{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
+    """Runs found the Lease held by another 1.5 cadences since one took it (or none ever did)."""
     by = f"max by ({metric_names.GROUPING_LABEL})"
-    held = f"{by} ({metric_names.LEASE_HELD.name}{where})"
-    taken = f"{by} ({metric_names.LEASE_TAKEN.name}{where})"
+    held = f"{by} ({_pushed(metric_names.LEASE_HELD, s)})"
+    taken = f"{by} ({_pushed(metric_names.LEASE_TAKEN, s)})"
     return f"{held} - {taken} > {s.cadence_s * 3 // 2}\nor {held} unless {taken}"
 
 
 def last_run_age(s: Settings) -> str:
     """Seconds since the last pushed run of any result (the NotRunning description reads it)."""
-    sel = f'{metric_names.LAST_RUN.name}{{{metric_names.GROUPING_LABEL}="{s.namespace}"}}'
-    return f"time() - max({sel})"
+    return f"time() - max({_pushed(metric_names.LAST_RUN, s)})"
 
 
-# ── Node lifecycle alerts ───────────────────────────────────────────────────────────────────────
-# Row remapping, service network, CoreDNS upstreams, gpu-feature-discovery and the node agent's
-# checks (docs/alerts.md "Node lifecycle alerts"; the rules are alerts.node_rules).
+# ── Node lifecycle alerts (docs/alerts.md "Node lifecycle alerts"; alerts.node_rules) ──────────
 
 REMAP_UNCORRECTABLE_METRIC = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # a counter
 REMAP_FAILURE_METRIC = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # 1 = remapping failed
@@ -358,8 +321,7 @@ class NodeAlertParams:
     """Knobs of the node lifecycle alerts; the allowed upstreams come from Settings."""
 
     remap_window_s: int = 3600  # an uncorrectable remap alerts this long after it happened
-    # The kube-proxy and CNI pods are the guard's return-condition selectors, from Settings
-    # (guard.codec.queries.service_network_selectors): one fact for the alert and the return check.
+    # The kube-proxy and CNI pods: the guard's return-condition selectors, from Settings.
     service_network_for_s: int = 300
     coredns_window_s: int = 600
     gfd_container: str = "gpu-feature-discovery"
@@ -438,23 +400,11 @@ def upstream_regex(networks: str) -> str:
     >>> print(upstream_regex("10.20.0.0/16, 2001:db8::53"))
     (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+|\\[(2001:db8::53)\\]:[0-9]+
     """
-    v4, v6 = [], []
-    for net in parse_allowed_dns(networks):
-        if isinstance(net, ipaddress.IPv4Network):
-            v4.append(_ipv4_regex(net))
-        else:
-            v6.append(_ipv6_regex(net))
-    alternatives = []
-    if v4:
-        alternatives.append(f"({'|'.join(v4)}):[0-9]+")
-    if v6:
-        alternatives.append(f"\\[({'|'.join(v6)})\\]:[0-9]+")
-    return "|".join(alternatives)
-
-
-def _pod_node(selector: str) -> str:
-    """namespace, pod → node of the pods kube_pod_info selects."""
-    return f"max by (namespace, pod, node) (kube_pod_info{{{selector}}})"
+    nets = parse_allowed_dns(networks)
+    v4 = [_ipv4_regex(n) for n in nets if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [_ipv6_regex(n) for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    alternatives = [f"({'|'.join(v4)}):[0-9]+"] if v4 else []
+    return "|".join(alternatives + ([f"\\[({'|'.join(v6)})\\]:[0-9]+"] if v6 else []))
 
 
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
@@ -466,9 +416,8 @@ def alert_row_remap_failed() -> str:
     return f"{_per_gpu(with_node_label(REMAP_FAILURE_METRIC))} > 0\nand on (node) {not_cordoned()}"
 
 
-# The settings the alerts component copies from the settings ConfigMap into the rules
-# (manifests/components/alerts/settings.yaml): into a double-quoted string of an expression, or
-# the whole expression. The one path of a site setting into the alerts.
+# The settings the alerts component copies from the settings ConfigMap into a double-quoted
+# string of an expression, or the whole expression: the one path of a site setting into alerts.
 SUBSTITUTED = (
     "user_code_xids",
     "breaker_max_nodes",
@@ -485,9 +434,8 @@ def site_text(s: Settings) -> dict[str, str]:
 
 
 def _namespace_set(namespace: str) -> str:
-    """One series when `namespace` is set, none when it is empty: `set` is 1 only where the
-    namespace is not empty, and the join is on that value (not on an empty label, which
-    VictoriaMetrics matches differently). The text stays one string the overlay replaces."""
+    """One series when `namespace` is set, none when it is empty (a join on `set`=1, not on an
+    empty label, which VictoriaMetrics matches differently); `namespace` stays one string."""
     ns = f'label_replace(vector(1), "ns", "{namespace}", "", "")'
     return (
         f'(label_replace({ns}, "set", "1", "ns", ".+")'
@@ -504,8 +452,7 @@ def _pods_in(namespace: str, matchers: str) -> str:
 
 
 def alert_service_network_down(t: SiteText) -> str:
-    """kube-proxy or CNI pods (queries.service_network_selectors) whose Ready condition is false or
-    unknown, on a Ready node; each setting one string the overlay replaces."""
+    """kube-proxy or CNI pods (queries.service_network_selectors) not Ready on a Ready node."""
     proxy = f'pod=~"{t["service_network_kube_proxy_pods"]}"'
     cni = f'created_by_kind="DaemonSet", created_by_name=~"{t["service_network_cni_daemonsets"]}"'
     pods = (
@@ -523,7 +470,6 @@ def alert_service_network_down(t: SiteText) -> str:
 
 ALLOWED_DNS = metric_names.ALLOWED_DNS_PREFIX.name
 COREDNS_UPSTREAMS = "gpu_node_guard:coredns_upstreams"  # one series per `to` forwarded to
-# Per (`to`, `prefix`): the upstreams with a prefix the guard pushed (allowed ones).
 COREDNS_UPSTREAM_ALLOWED = "gpu_node_guard:coredns_upstream_allowed"
 
 
@@ -542,9 +488,7 @@ def coredns_upstreams(p: NodeAlertParams) -> str:
 
 
 def coredns_upstream_allowed() -> str:
-    """The recorded join: each upstream's prefixes that the guard pushed as allowed. (An upstream
-    a term does not match keeps no `prefix` on Prometheus, a stray one on VictoriaMetrics;
-    neither joins, so the record is the same on both.)"""
+    """Per (`to`, `prefix`): each upstream's prefixes that the guard pushed as allowed."""
     return f"{_block(coredns_upstream_prefix())}\nand on (prefix) {ALLOWED_DNS}"
 
 
@@ -570,8 +514,7 @@ def coredns_upstream_prefix() -> str:
 
 
 def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
-    """Requests CoreDNS forwarded to an upstream outside the allowed networks, under either name:
-    one with a prefix the guard pushed, else (before its first push) the internal ranges."""
+    """Forwards to an upstream outside the pushed prefixes (before a push: the internal ranges)."""
     w = duration(p.coredns_window_s)
     default = upstream_regex(INTERNAL_UPSTREAMS).replace("\\", "\\\\")
 
@@ -593,7 +536,7 @@ def alert_gfd_restart_loop(p: NodeAlertParams) -> str:
     c = p.gfd_container
     grown = grown_by(f'kube_pod_container_status_restarts_total{{container="{c}"}}', p.gfd_window_s)
     restarts = f"sum by (namespace, pod) {grown} >= {p.gfd_restarts}"
-    pods = _pod_node(f'pod=~"{c}-.+"')
+    pods = f'max by (namespace, pod, node) (kube_pod_info{{pod=~"{c}-.+"}})'
     return (
         f"{_block(restarts)}\n* on (namespace, pod) group_left (node)\n{pods}\n"
         f"and on (node) {not_cordoned()}"

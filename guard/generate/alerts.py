@@ -1,7 +1,5 @@
-"""Alert rules for GPU nodes and for the guard itself, generated from this one source:
-`python -m guard.generate.alerts write|check` (the plain rules file and the PrometheusRule; check
-is the CI drift check). docs/alerts.md says what each alert means and what on-call does next.
-"""
+"""Alert rules for GPU nodes and the guard, generated from this one source (the plain rules file and
+the PrometheusRule: `python -m guard.generate.alerts write|check`); docs/alerts.md explains each."""
 
 from __future__ import annotations
 
@@ -9,13 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 
 from guard import runbook
 from guard.codec import queries
 from guard.codec.queries import duration as dur
-from guard.generate import BlockDumper, alert_queries
+from guard.generate import BlockDumper, alert_queries, file_commands
 from guard.generate.policies import params
 from guard.names import APP_LABEL, COMPONENT_LABEL, CYCLE_LEASE, SETTINGS_CONFIGMAP, Annotations
 from guard.settings import Settings
@@ -211,7 +208,7 @@ def guard_rules(
     t = alert_queries.site_text(s) if t is None else t
     return (
         # Before the alert that reads it (a group's rules run in order).
-        Record(alert_queries.BREAKER_SETTING, alert_queries.breaker_setting(t)),
+        Record(alert_queries.BREAKER_SETTING, t["breaker_max_nodes"]),
         Rule(
             "GPUNodeGuardBreakerOpen",
             alert_queries.alert_breaker_open(s),
@@ -313,16 +310,6 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
 # ── Node lifecycle rules: row remapping, service network, CoreDNS, gpu-feature-discovery, agent ──
 
 _AGENT_INFO = 'gpu_node_guard_agent_check_info{node="{{ $labels.node }}", check="%s"}'
-
-
-def node_records(p: alert_queries.NodeAlertParams | None = None) -> tuple[Record, ...]:
-    """CoreDNS's upstreams and their prefixes, which CoreDNSForwardNotAllowed joins with the
-    prefixes the guard pushed."""
-    q = alert_queries
-    return (
-        Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(p or q.NodeAlertParams())),
-        Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
-    )
 
 
 def node_rules(
@@ -461,49 +448,48 @@ def node_rules(
 
 
 def _not_running_rule(s: Settings, p: alert_queries.AlertParams) -> Rule:
-    """GPUNodeGuardNotRunning from kube-state-metrics, or from the guard's own pushes
-    (AlertParams.not_running_source)."""
+    """GPUNodeGuardNotRunning from AlertParams.not_running_source."""
     ns, cron, after = s.namespace, p.cronjob_name, dur(p.not_running_after_s)
+    lost = "Faulted GPU nodes are not cordoned meanwhile."
     if p.not_running_source == "kube-state-metrics":
-        return Rule(
-            "GPUNodeGuardNotRunning",
-            alert_queries.alert_guard_not_running(s, p),
-            "warning",
-            f"CronJob {ns}/{cron} has no successful run for {after}"
-            " (no node or GPU is being isolated)",
-            f"Faulted GPU nodes are not cordoned meanwhile. `kubectl -n {ns} get cronjob,jobs`: the"
-            " failed Job's log ends in one `abort reason=` line (Prometheus unreachable or"
-            " answering garbage, RBAC, API errors). Also check spec.suspend, that the CronJob"
-            " exists and that kube-state-metrics sees it.",
+        expr = alert_queries.alert_guard_not_running(s, p)
+        summary = f"CronJob {ns}/{cron} has no successful run for {after}"
+        lost += (
+            f" `kubectl -n {ns} get cronjob,jobs`: the failed Job's log ends in one `abort reason=`"
+            " line (Prometheus unreachable or answering garbage, RBAC, API errors). Also check"
+            " spec.suspend, that the CronJob exists and that kube-state-metrics sees it."
         )
-    age = alert_queries.last_run_age(s)
-    return Rule(
-        "GPUNodeGuardNotRunning",
-        alert_queries.alert_guard_not_running_pushed(s, p),
-        "warning",
-        f"The guard in namespace {ns} pushed no successful run for {after}"
-        " (no node or GPU is being isolated)",
-        f"Faulted GPU nodes are not cordoned meanwhile. {{{{ with query `{age}` }}}}The last run"
-        " of any result ended {{ . | first | value | humanizeDuration }} ago: recent means runs"
-        f" fail (the latest Job's log in {ns} ends in one `abort reason=` line), old means none"
-        f" runs (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees"
-        " no run at all: none pushed (check the CronJob and its --pushgateway-url), the"
-        " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
-        " it with honor_labels: true).{{ end }}",
-    )
+    else:
+        expr = alert_queries.alert_guard_not_running_pushed(s, p)
+        summary = f"The guard in namespace {ns} pushed no successful run for {after}"
+        lost += (
+            f" {{{{ with query `{alert_queries.last_run_age(s)}` }}}}The last run of any result"
+            " ended {{ . | first | value | humanizeDuration }} ago: recent means runs fail (the"
+            f" latest Job's log in {ns} ends in one `abort reason=` line), old means none runs"
+            f" (`kubectl -n {ns} get cronjob,jobs`, spec.suspend).{{{{ else }}}}Prometheus sees no"
+            " run at all: none pushed (check the CronJob and its --pushgateway-url), the"
+            " Pushgateway lost them (restart without --persistence.file) or is not scraped (scrape"
+            " it with honor_labels: true).{{ end }}"
+        )
+    summary += " (no node or GPU is being isolated)"
+    return Rule("GPUNodeGuardNotRunning", expr, "warning", summary, lost)
 
 
 def rule_groups(
     s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
 ) -> list[dict[str, Any]]:
-    """The rule groups shipped in both files; `t`: the text of the settings the overlay
-    substitutes (alert_queries.SUBSTITUTED), s's by default."""
-    t = alert_queries.site_text(s) if t is None else t
+    """The rule groups of both files; `t`: the substituted settings' text, s's by default."""
+    t, q = alert_queries.site_text(s) if t is None else t, alert_queries
+    # CoreDNS's upstreams and their prefixes, for CoreDNSForwardNotAllowed's join.
+    coredns = (
+        Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(q.NodeAlertParams())),
+        Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
+    )
     groups: tuple[tuple[str, tuple[Rule | Record, ...]], ...] = (
         ("gpu-node-guard.gpu", (*gpu_records(t, p), *gpu_rules(s, p))),
         ("gpu-node-guard.guard", guard_rules(s, p, t)),
         ("gpu-node-guard.notify", notify_rules(s, p)),
-        ("gpu-node-guard.node", (*node_records(), *node_rules(s, t=t))),
+        ("gpu-node-guard.node", (*coredns, *node_rules(s, t=t))),
     )
     url = s.runbook_base_url
     return [{"name": name, "rules": [r.as_dict(url) for r in rules]} for name, rules in groups]
@@ -601,40 +587,11 @@ SETTINGS_HEADER = (
 )
 
 
-@click.group()
-@click.option("--root", default=".", show_default=True, help="Checkout holding manifests/")
-@click.pass_context
-def main(ctx: click.Context, root: str) -> None:
-    """Write or check the generated alert rule files."""
-    base = Path(root)
-    if not (base / RULES_FILE.parent).is_dir():
-        raise click.UsageError(
-            f"{base / RULES_FILE.parent} is not a directory; run from the repo root"
-        )
-    ctx.obj = base
-
-
-@main.command()
-@click.pass_obj
-def write(base: Path) -> None:
-    """Write both rule files from guard/generate/alerts.py."""
-    for path, text in render(Settings(), alert_queries.AlertParams()).items():
-        (base / path).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {path}")
-
-
-@main.command()
-@click.pass_obj
-def check(base: Path) -> None:
-    """Exit 1 when a rule file on disk differs from what guard/generate/alerts.py generates."""
-    for path, text in render(Settings(), alert_queries.AlertParams()).items():
-        on_disk = base / path
-        if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != text:
-            raise click.ClickException(
-                f"{path} differs from guard/generate/alerts.py; "
-                "run `python -m guard.generate.alerts write`"
-            )
-
+main = file_commands(
+    "guard/generate/alerts.py",
+    RULES_FILE.parent,
+    lambda: render(Settings(), alert_queries.AlertParams()),
+)
 
 if __name__ == "__main__":
     main()

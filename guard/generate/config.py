@@ -1,8 +1,6 @@
-"""``gpu-node-guard config check DIR`` (also ``python -m guard.generate.config check DIR``): render
-a site's overlay with kustomize and prove that every consumer of its settings sees the same values
-(docs/deploy.md, "One source" and "The check"). Each problem is one line; exit 1 when there is
-one, 2 when the overlay does not render.
-"""
+"""``gpu-node-guard config check DIR``: render a site's overlay with kustomize and prove that every
+consumer of its settings sees the same values (docs/deploy.md, "The check"). One line per problem;
+exit 1 when there is one, 2 when the overlay does not render."""
 
 from __future__ import annotations
 
@@ -103,7 +101,9 @@ def render(directory: Path, kustomize: list[str]) -> Rendered:
 # ── The checks (pure: rendered documents in, problem lines out) ─────────────────────────────
 
 
-def _guard_containers(cron: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _guard_containers(cron: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    if cron is None:
+        return []
     spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     return [c for c in spec["containers"] if c.get("name") == "guard"]
 
@@ -261,21 +261,17 @@ def _without_defaults(docs: Mapping[str, Any]) -> list[str]:
 
 
 def _images(r: Rendered, s: Settings) -> list[str]:
-    out = []
-    cron = r.one("CronJob", CRONJOB)
-    agent = r.one("DaemonSet", AGENT)
-    pairs = []
-    if cron is not None:
-        pairs += [("the CronJob's container", c.get("image")) for c in _guard_containers(cron)]
+    cron, agent = r.one("CronJob", CRONJOB), r.one("DaemonSet", AGENT)
+    pairs = [("the CronJob's container", c) for c in _guard_containers(cron)]
     if agent is not None:
         pairs += [
-            ("the agent's container", c.get("image"))
-            for c in agent["spec"]["template"]["spec"]["containers"]
+            ("the agent's container", c) for c in agent["spec"]["template"]["spec"]["containers"]
         ]
-    for what, image in pairs:
-        if image != s.image:
-            out.append(f"{what} runs {image!r}, the policies admit GUARD_IMAGE {s.image!r}")
-    return out
+    return [
+        f"{what} runs {c.get('image')!r}, the policies admit GUARD_IMAGE {s.image!r}"
+        for what, c in pairs
+        if c.get("image") != s.image
+    ]
 
 
 def _rule_exprs(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:

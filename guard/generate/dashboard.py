@@ -1,7 +1,5 @@
-"""The Grafana dashboard: one JSON model in a ConfigMap that Grafana's sidecar loads
-(docs/metrics.md), written by ``python -m guard.generate.dashboard``. Queries use one variable,
-``$namespace`` (the guard's namespace: its push's grouping label).
-"""
+"""The Grafana dashboard (docs/metrics.md): one JSON model in a ConfigMap Grafana's sidecar loads,
+written by ``python -m guard.generate.dashboard``; `$namespace` is the push's grouping label."""
 
 from __future__ import annotations
 
@@ -24,10 +22,10 @@ UID = "gpu-node-guard"
 @dataclass(frozen=True, slots=True)
 class Panel:
     title: str
-    kind: str  # timeseries, stat, bargauge
-    unit: str
     targets: tuple[tuple[str, str], ...]  # (legend, PromQL)
     description: str = ""
+    kind: str = "timeseries"  # or stat, bargauge
+    unit: str = "none"
 
 
 def _sel(metric: str, extra: str = "") -> str:
@@ -37,31 +35,24 @@ def _sel(metric: str, extra: str = "") -> str:
 PANELS = (
     Panel(
         "Nodes per state",
-        "timeseries",
-        "none",
         (("{{state}}", f"sum by (state) ({_sel(m.NODES.name)}) > 0"),),
         "The rows of `gpu-node-guard status` in numbers (docs/runbook.md, Node states).",
     ),
     Panel(
         "Breaker headroom",
-        "stat",
-        "none",
         (
             ("headroom", f"min({_sel(m.BREAKER_HEADROOM.name)})"),
             ("limit", f"max({_sel(m.BREAKER_LIMIT.name)})"),
         ),
         "Isolations left before the breaker opens (<= 0: open; GPUNodeGuardBreakerOpen).",
+        kind="stat",
     ),
     Panel(
         "Isolations over time (open, by verdict)",
-        "timeseries",
-        "none",
         (("{{verdict}} ({{unit}})", f"sum by (verdict, unit) ({_sel(m.ISOLATIONS.name)}) > 0"),),
     ),
     Panel(
         "Isolations and returns per run",
-        "timeseries",
-        "none",
         (
             (
                 "{{type}}",
@@ -77,8 +68,6 @@ PANELS = (
     ),
     Panel(
         "Cordoned GPU nodes (kube-state-metrics)",
-        "timeseries",
-        "none",
         (
             (
                 "cordoned",
@@ -89,15 +78,13 @@ PANELS = (
     ),
     Panel(
         "Time to isolate / return (mean, last 30 days)",
-        "bargauge",
-        "s",
         (("{{phase}}", f"max by (phase) ({_sel(m.REPAIR_PHASE.name)})"),),
         "onset-to-cordon, cordon-to-repair, repair-to-return, and the whole isolation.",
+        kind="bargauge",
+        unit="s",
     ),
     Panel(
         "Oldest isolation against its budget",
-        "bargauge",
-        "percentunit",
         (
             (
                 "{{verdict}}",
@@ -106,27 +93,25 @@ PANELS = (
             ),
         ),
         "1 = the verdict's quarantine budget (GPUIsolationPastBudget fires above).",
+        kind="bargauge",
+        unit="percentunit",
     ),
     Panel(
         "GPU-hours lost",
-        "stat",
-        "none",
         (("{{gpus}} GPUs, {{window}}", f"sum by (gpus, window) ({_sel(m.GPU_HOURS_LOST.name)})"),),
         "faulted: the faulted GPUs; healthy: healthy GPUs a node-wide cordon held with them.",
+        kind="stat",
     ),
     Panel(
         "Incidents and repeat cards",
-        "stat",
-        "none",
         (
             ("incidents {{window}}", f"sum by (window) ({_sel(m.INCIDENTS.name)})"),
             ("repeat cards", f"max({_sel(m.REPEAT_CARDS.name)})"),
         ),
+        kind="stat",
     ),
     Panel(
         "GPUs with a hardware Xid (dcgm-exporter)",
-        "timeseries",
-        "none",
         (
             (
                 "{{Hostname}}",
@@ -138,8 +123,6 @@ PANELS = (
     ),
     Panel(
         "GPUs not allocatable (kube-state-metrics)",
-        "timeseries",
-        "none",
         (
             (
                 "{{node}}",

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from guard.generate.policies import KUSTOMIZATION, POLICY_DIR, agent, documents, render
-from guard.generate.policies.argv import matches
 from guard.settings import Settings
+from tests.argv_layouts import matches
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = ["gpu-node-guard", "agent", "--root=/host", "--listen=0.0.0.0:9842", "--interval-s=120"]

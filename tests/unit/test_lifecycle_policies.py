@@ -18,6 +18,7 @@ from guard.loadtest.model import parse_expected_link
 from guard.model import RecordedLink
 from guard.plan.common import loadtest_args, render_example_job
 from guard.settings import SITE_SETTINGS, Settings, SettingsError
+from tests.argv_layouts import matches
 
 LINKS = tuple(RecordedLink(f"0000:{0x18 + i:02x}:00.0", "32GT/s,x16") for i in range(16))
 
@@ -29,7 +30,7 @@ def argv(s: Settings, links: tuple[RecordedLink, ...] = (), xid: int | None = 79
 @pytest.mark.parametrize("count", [0, 1, 8, 16])
 @pytest.mark.parametrize("xid", [None, 79, 48])
 def test_every_loadtest_argv_with_links_is_in_the_policy(count: int, xid: int | None) -> None:
-    assert layouts.matches(layouts.loadtest(), argv(Settings(), LINKS[:count], xid), "n")
+    assert matches(layouts.loadtest(), argv(Settings(), LINKS[:count], xid), "n")
 
 
 @pytest.mark.parametrize(
@@ -44,13 +45,13 @@ def test_every_loadtest_argv_with_links_is_in_the_policy(count: int, xid: int | 
     ],
 )
 def test_no_other_tail_is_in_the_policy(words: tuple[str, ...]) -> None:
-    assert not layouts.matches(layouts.loadtest(), (*argv(Settings()), *words), "n")
+    assert not matches(layouts.loadtest(), (*argv(Settings()), *words), "n")
 
 
 def test_the_links_go_last_so_no_word_moves() -> None:
     words = argv(Settings(), LINKS[:1])
     moved = (*words[:5], *words[-2:], *words[5:-2])
-    assert not layouts.matches(layouts.loadtest(), moved, "n")
+    assert not matches(layouts.loadtest(), moved, "n")
     assert words[6] == "8"  # the --expected-gpus word the GPU request is held to
 
 
@@ -69,7 +70,7 @@ def test_the_all_reduce_is_stated_from_the_settings() -> None:
         "120",
         "--xid",
     )
-    assert layouts.matches(layouts.loadtest(), words, "n")
+    assert matches(layouts.loadtest(), words, "n")
 
 
 def test_the_settings_defaults_are_the_load_tests_own() -> None:

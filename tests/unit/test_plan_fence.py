@@ -17,6 +17,7 @@ from guard.plan.isolation import plan_isolation
 from guard.plan.returning import plan_return
 from guard.status.derive import report
 from guard.status.model import Sight
+from tests.argv_layouts import matches
 from tests.builders import (
     KEYS,
     NOW,
@@ -94,14 +95,14 @@ def test_on_the_waiting_node_gets_its_fence_job_after_its_own_decision() -> None
     job = the_fence_job(actions)
     assert job.reason == "fence-set"
     assert command(job) == ["gpu-node-guard", "fence", "set", "--pci", PCI, "--uuid", UUID]
-    assert argv.matches(argv.fence(), command(job), "b")
+    assert matches(argv.fence(), command(job), "b")
     assert job.record[0] == KEYS.fence_job  # the guard takes its result only from this uid
 
 
 def test_drain_only_when_the_site_allows_it() -> None:
     job = the_fence_job(plan(waiting(), s=settings(fence_gpu=True, fence_drain=True)))
     assert command(job)[-1] == "--drain"
-    assert argv.matches(argv.fence(), command(job), "b")
+    assert matches(argv.fence(), command(job), "b")
 
 
 @pytest.mark.parametrize("gpu", [f"unknown {UUID}", f"{PCI} unknown"], ids=["no-pci", "no-uuid"])

@@ -19,6 +19,7 @@ from guard.states import STATES
 from guard.status.derive import report
 from guard.status.model import Sight
 from guard.status.render import render
+from tests.argv_layouts import matches
 from tests.builders import (
     CORDON_AT,
     KEYS,
@@ -408,7 +409,7 @@ def test_mismatch_cordon_returns_after_the_load_test_passed():
     # no Xid: the plain load test, which the loadtest-job policy's first layout admits
     command = job.manifest["spec"]["template"]["spec"]["containers"][0]["command"]
     assert "--xid" not in command
-    assert argv.matches(argv.loadtest(), command, "b")
+    assert matches(argv.loadtest(), command, "b")
     done = returning(nvml_cordoned(), agent=(PASS,), jobs=(passed_job(job.name),))
     assert brief(plan_return(done, settings(), TEMPLATES)) == [
         ("uncordon", "b", "loadtest-passed"),

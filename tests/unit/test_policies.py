@@ -29,6 +29,7 @@ from guard.plan.common import (
     trigger_evidence_args,
 )
 from guard.settings import Settings
+from tests.argv_layouts import matches
 
 ROOT = Path(__file__).resolve().parents[2]
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
@@ -145,22 +146,22 @@ def test_every_evidence_argv_the_planner_builds_is_in_the_policy(
     incident: Incident, counts: ledger.Counts
 ) -> None:
     argv = ("gpu-node-guard", *evidence_args(incident, counts))
-    assert layouts.matches(layouts.evidence(), argv, incident.node)
-    assert not layouts.matches(layouts.evidence(), argv, "another-node")
+    assert matches(layouts.evidence(), argv, incident.node)
+    assert not matches(layouts.evidence(), argv, "another-node")
 
 
 @pytest.mark.parametrize("reason", ledger.NODE_REASONS)
 def test_a_node_triggers_evidence_argv_is_in_the_policy_and_nothing_wider(reason: str) -> None:
     argv = ("gpu-node-guard", *trigger_evidence_args("gpu-17.rack-3", reason, 8))
-    assert layouts.matches(layouts.evidence(), argv, "gpu-17.rack-3")
-    assert not layouts.matches(layouts.evidence(), argv, "another-node")
+    assert matches(layouts.evidence(), argv, "gpu-17.rack-3")
+    assert not matches(layouts.evidence(), argv, "another-node")
     wider = (
         (*argv, "--pci", "0000:99:00.0"),
         (*argv, "--xid", "79"),
         (*argv[:-1], "xid-79") if reason != ledger.GPU_SHORT else (*argv[:-1], "100"),
         (*argv[:6], "gpu-short") if reason != ledger.GPU_SHORT else argv[:7],
     )
-    assert not any(layouts.matches(layouts.evidence(), w, "gpu-17.rack-3") for w in wider)
+    assert not any(matches(layouts.evidence(), w, "gpu-17.rack-3") for w in wider)
 
 
 @pytest.mark.parametrize(
@@ -178,8 +179,8 @@ def test_a_node_triggers_evidence_argv_is_in_the_policy_and_nothing_wider(reason
 )
 def test_every_conformance_argv_is_in_the_policy_and_fix_never(s: Settings) -> None:
     argv = ("gpu-node-guard", *conformance_args(s))
-    assert layouts.matches(layouts.conformance(), argv, "n")
-    assert not layouts.matches(layouts.conformance(), (*argv, "--fix"), "n")
+    assert matches(layouts.conformance(), argv, "n")
+    assert not matches(layouts.conformance(), (*argv, "--fix"), "n")
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,7 @@ def test_every_loadtest_argv_is_in_the_policy(
     s: Settings, gpus: int, xid: int | None, pci: str
 ) -> None:
     argv = ("gpu-node-guard", *loadtest_args(s, gpus, xid, pci))
-    assert layouts.matches(layouts.loadtest(), argv, "n")
+    assert matches(layouts.loadtest(), argv, "n")
 
 
 @pytest.mark.parametrize("node", ["gpu-a", "GPU_Node.17", "n" * 80, "x." * 40 + "y", "-"])

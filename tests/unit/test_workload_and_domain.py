@@ -18,6 +18,7 @@ from guard.plan.isolation import plan_isolation
 from guard.plan.return_jobs import evidence_job_name
 from guard.plan.returning import plan_return
 from guard.settings import Settings
+from tests.argv_layouts import matches
 from tests.builders import KEYS, NOW, TEMPLATES, UUID, gpu, node, settings, snapshot
 
 RACK = "example.com/rack"
@@ -162,7 +163,7 @@ def test_a_node_triggers_cordon_carries_its_node_wide_evidence_job(fabric, trigg
     assert job.name == job_name("evidence", "b", format_time(NOW)) and job.job_kind == "evidence"
     command = job.manifest["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command == ["gpu-node-guard", "evidence", "collect", "--node", "b", *trigger]
-    assert layouts.matches(layouts.evidence(), command, "b")
+    assert matches(layouts.evidence(), command, "b")
     assert job.record[0] == KEYS.evidence_job  # recorded on the node, as the Xid cordon's
     (event,) = [a for a in actions if isinstance(a, EmitEvent) and a.reason == cordon.reason]
     assert f"evidence job/{job.name} (its log: the verdict and the request)" in event.message

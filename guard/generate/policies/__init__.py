@@ -1,7 +1,5 @@
-"""The admission policies in policies/, generated from the settings (like the alert rules):
-`python -m guard.generate.policies write|check` (`make policies`, `make policies-check`).
-docs/security.md says what each policy refuses and which test proves it.
-"""
+"""The admission policies in policies/, generated from the settings (`make policies`, `make
+policies-check`); docs/security.md says what each refuses and which test proves it."""
 
 from __future__ import annotations
 

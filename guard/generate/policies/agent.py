@@ -1,9 +1,6 @@
-"""The node agent's exact shape: its DaemonSet, and the Pods the DaemonSet controller makes of it.
-
-The agent (manifests/agent/daemonset.yaml, docs/agent.md) runs in the jobs namespace because it
-mounts host paths; Pod Security there is `privileged`, so these two policies are its real control
-(docs/security.md, "The node agent's shape").
-"""
+"""The node agent's exact shape: its DaemonSet and the Pods the DaemonSet controller makes of it.
+Pod Security in the jobs namespace is `privileged` (the agent mounts host paths), so these two
+policies are its real control (docs/security.md, "The node agent's shape")."""
 
 from __future__ import annotations
 
@@ -13,19 +10,20 @@ from guard.agent.cli import DEFAULT_PORT
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import lit, quote, regex, shown
 from guard.generate.policies.common import COMPONENT_OF, PREFIX, policy, rule, scoped
-from guard.generate.policies.kinds import JOB_CONTROLLERS, root, system_meta
+from guard.generate.policies.kinds import DELETION_FINALIZERS, JOB_CONTROLLERS, root, system_meta
 from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
-    Exact,
     Expr,
     Field,
-    IntIn,
-    Match,
     Obj,
     One,
+    Shape,
+    exact,
     fixed_once_admitted,
+    int_in,
+    matching,
     opt,
     owners_fixed_once_admitted,
     validations,
@@ -112,9 +110,6 @@ RFC3339 = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
     r"(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
-DELETION_FINALIZERS = Expr(
-    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])", "only the API server's deletion finalizers"
-)
 
 
 def layouts() -> tuple[argv.Layout, ...]:
@@ -129,20 +124,20 @@ def _probe() -> Obj:
     send elsewhere (exec, tcpSocket, grpc, another host, headers)."""
     http = Obj(
         {
-            "path": Field(Exact("/healthz")),
-            "port": Field(Exact("metrics")),
-            "scheme": Field(Exact("HTTP")),
+            "path": exact("/healthz"),
+            "port": exact("metrics"),
+            "scheme": exact("HTTP"),
         },
         {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
     )
     return Obj(
         {
-            "httpGet": Field(http),
-            "initialDelaySeconds": opt(IntIn(0, 3600)),
-            "timeoutSeconds": opt(IntIn(1, 60)),
-            "periodSeconds": opt(IntIn(1, 3600)),
-            "successThreshold": opt(IntIn(1, 10)),
-            "failureThreshold": opt(IntIn(1, 100)),
+            "httpGet": http,
+            "initialDelaySeconds": opt(int_in(0, 3600)),
+            "timeoutSeconds": opt(int_in(1, 60)),
+            "periodSeconds": opt(int_in(1, 3600)),
+            "successThreshold": opt(int_in(1, 10)),
+            "failureThreshold": opt(int_in(1, 100)),
         },
         {
             "exec": "runs a command in the container",
@@ -154,21 +149,21 @@ def _probe() -> Obj:
 
 
 def _container() -> Obj:
-    fields: dict[str, Field] = {
-        "name": Field(Exact(COMPONENT)),
-        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
+    fields: dict[str, Field | Shape] = {
+        "name": exact(COMPONENT),
+        "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
-        "imagePullPolicy": Field(Match("^(IfNotPresent|Always)$", "IfNotPresent or Always")),
-        "command": Field(Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts()))),
-        "env": Field(Exact(ENV)),
-        "ports": Field(Exact(PORTS)),
+        "imagePullPolicy": matching("^(IfNotPresent|Always)$", "IfNotPresent or Always"),
+        "command": Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts())),
+        "env": exact(ENV),
+        "ports": exact(PORTS),
         "readinessProbe": opt(_probe()),
         "livenessProbe": opt(_probe()),
-        "resources": Field(Exact(RESOURCES)),
-        "securityContext": Field(Exact(CONTAINER_SECURITY)),
-        "volumeMounts": Field(_base_or_driver(MOUNTS, DRIVER_MOUNT)),
-        "terminationMessagePath": Field(Exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(Exact("File")),
+        "resources": exact(RESOURCES),
+        "securityContext": exact(CONTAINER_SECURITY),
+        "volumeMounts": _base_or_driver(MOUNTS, DRIVER_MOUNT),
+        "terminationMessagePath": exact("/dev/termination-log"),
+        "terminationMessagePolicy": exact("File"),
     }
     refused = {k: v for k, v in CONTAINER_REFUSED.items() if k not in fields}
     refused["ports"] = "only the metrics port (no hostPort)"
@@ -185,31 +180,31 @@ def _node_selector(s: Settings) -> Expr:
 
 def pod_spec(s: Settings, *, pod: bool) -> Obj:
     """The agent's PodSpec: in the DaemonSet's template (`pod=False`) or of a created Pod."""
-    fields: dict[str, Field] = {
-        "containers": Field(One(_container())),
-        "nodeSelector": Field(_node_selector(s)),
-        "tolerations": Field(_pod_tolerations() if pod else Exact([TOLERATE_ALL])),
-        "serviceAccountName": Field(Exact(NAME)),
-        "serviceAccount": opt(Exact(NAME)),  # the deprecated twin, set by the API server
-        "automountServiceAccountToken": Field(Exact(False)),
-        "enableServiceLinks": Field(Exact(False)),
-        "hostNetwork": opt(Exact(False)),
-        "hostPID": opt(Exact(False)),
-        "hostIPC": opt(Exact(False)),
-        "securityContext": Field(Exact(POD_SECURITY)),
-        "volumes": Field(_base_or_driver(VOLUMES, DRIVER_VOLUME)),
-        "restartPolicy": Field(Exact("Always")),
-        "terminationGracePeriodSeconds": Field(Exact(10)),
-        "dnsPolicy": Field(Exact("ClusterFirst")),
-        "schedulerName": Field(Exact("default-scheduler")),
+    fields: dict[str, Field | Shape] = {
+        "containers": One(_container()),
+        "nodeSelector": _node_selector(s),
+        "tolerations": _pod_tolerations() if pod else exact([TOLERATE_ALL]),
+        "serviceAccountName": exact(NAME),
+        "serviceAccount": opt(exact(NAME)),  # the deprecated twin, set by the API server
+        "automountServiceAccountToken": exact(False),
+        "enableServiceLinks": exact(False),
+        "hostNetwork": opt(exact(False)),
+        "hostPID": opt(exact(False)),
+        "hostIPC": opt(exact(False)),
+        "securityContext": exact(POD_SECURITY),
+        "volumes": _base_or_driver(VOLUMES, DRIVER_VOLUME),
+        "restartPolicy": exact("Always"),
+        "terminationGracePeriodSeconds": exact(10),
+        "dnsPolicy": exact("ClusterFirst"),
+        "schedulerName": exact("default-scheduler"),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
     if pod:
-        fields["affinity"] = Field(_one_node_affinity())
+        fields["affinity"] = _one_node_affinity()
         fields["nodeName"] = opt(Expr("{v} == variables.node", "the node of its affinity"))
-        fields["priority"] = opt(Exact(0))  # filled in by the Priority admission plugin
-        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+        fields["priority"] = opt(exact(0))  # filled in by the Priority admission plugin
+        fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
     else:
         refused["affinity"] = "placement is the nodeSelector; the controller adds the node"
         refused["nodeName"] = "the DaemonSet controller and the scheduler place each pod"
@@ -248,11 +243,11 @@ def _one_node_affinity() -> Expr:
 
 
 def _template_meta() -> Obj:
-    restarted = Match(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
+    restarted = matching(RFC3339, "an RFC 3339 time (kubectl rollout restart)")
     return Obj(
         {
-            "labels": Field(Exact(LABELS)),
-            "annotations": opt(Obj({RESTARTED_AT: Field(restarted)})),
+            "labels": exact(LABELS),
+            "annotations": opt(Obj({RESTARTED_AT: restarted})),
         },
         {k: v for k, v in TEMPLATE_META_REFUSED.items() if k != "annotations"},
     )
@@ -263,9 +258,9 @@ def daemonset_shape(s: Settings) -> Obj:
     labels = " && ".join(f"{{v}}[?{quote(k)}].orValue('') == {quote(v)}" for k, v in LABELS.items())
     metadata = Obj(
         {
-            "name": Field(Exact(NAME)),
-            "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(Expr(labels, f"a map holding {lit(LABELS)}")),
+            "name": exact(NAME),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Expr(labels, f"a map holding {lit(LABELS)}"),
             "annotations": opt(SYSTEM),  # never reaches a Pod (see the module's case list)
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
@@ -282,47 +277,42 @@ def daemonset_shape(s: Settings) -> Obj:
     )
     strategy = Obj(
         {
-            "type": Field(Match("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete")),
+            "type": matching("^(RollingUpdate|OnDelete)$", "RollingUpdate or OnDelete"),
             "rollingUpdate": opt(Obj({"maxUnavailable": opt(amount), "maxSurge": opt(amount)})),
         }
     )
     spec = Obj(
         {
-            "selector": Field(Exact({"matchLabels": LABELS})),
-            "template": Field(
-                Obj({"metadata": Field(_template_meta()), "spec": Field(pod_spec(s, pod=False))})
-            ),
-            "updateStrategy": Field(strategy),
-            "revisionHistoryLimit": opt(IntIn(0, 1000)),
-            "minReadySeconds": opt(IntIn(0, 3600)),
+            "selector": exact({"matchLabels": LABELS}),
+            "template": Obj({"metadata": _template_meta(), "spec": pod_spec(s, pod=False)}),
+            "updateStrategy": strategy,
+            "revisionHistoryLimit": opt(int_in(0, 1000)),
+            "minReadySeconds": opt(int_in(0, 3600)),
         }
     )
     return root(metadata, spec)
 
 
 def pod_shape(s: Settings) -> Obj:
-    """An agent Pod as the DaemonSet controller creates it (pkg/controller/daemon: the template's
-    labels plus controller-revision-hash and pod-template-generation, the DaemonSet as
-    controlling owner, the one-node affinity and the controller's tolerations)."""
+    """An agent Pod as pkg/controller/daemon creates it: the template's labels plus its revision
+    and generation, the DaemonSet as owner, the one-node affinity and its tolerations."""
     owner = (
         "size({v}) == 1 && {v} == [{'apiVersion': dyn('apps/v1'), 'kind': dyn('DaemonSet'), "
         f"'name': dyn({quote(NAME)}), 'uid': dyn({{v}}[0].?uid.orValue('')), "
         "'controller': dyn(true), 'blockOwnerDeletion': dyn(true)}]"
     )
-    labels = {k: Field(Exact(v)) for k, v in LABELS.items()}
-    labels["controller-revision-hash"] = Field(Match("^[a-z0-9]{1,63}$", "a revision hash"))
-    labels["pod-template-generation"] = Field(Match("^[1-9][0-9]{0,18}$", "a generation"))
+    labels = {k: exact(v) for k, v in LABELS.items()}
+    labels["controller-revision-hash"] = matching("^[a-z0-9]{1,63}$", "a revision hash")
+    labels["pod-template-generation"] = matching("^[1-9][0-9]{0,18}$", "a generation")
     metadata = Obj(
         {
-            "name": Field(
-                Expr(
-                    f"{{v}}.startsWith({quote(NAME + '-')})",
-                    "the DaemonSet's name and a generated suffix",
-                )
+            "name": Expr(
+                f"{{v}}.startsWith({quote(NAME + '-')})",
+                "the DaemonSet's name and a generated suffix",
             ),
-            "generateName": Field(Exact(NAME + "-")),
-            "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(Obj(labels)),
+            "generateName": exact(NAME + "-"),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Obj(labels),
             "ownerReferences": Field(Expr(owner, "the DaemonSet that owns it"), create_only=True),
             "annotations": opt(
                 Expr(

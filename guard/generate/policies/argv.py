@@ -1,8 +1,6 @@
-"""The argv of each guard Job kind, as the admission policy accepts it: literal words and values
-matched one by one, in a fixed order, for a closed set of layouts; no layout has room for free
-text (docs/security.md, "argv"). tests/unit/test_policies.py checks that every argv the planners
-(guard/plan/common.py) build matches a layout here.
-"""
+"""The argv of each guard Job kind as the admission policy accepts it: a closed set of layouts of
+literal words and values, matched one by one with no room for free text (docs/security.md, "argv");
+tests/unit/test_policies.py checks every argv the planners build against them."""
 
 from __future__ import annotations
 
@@ -51,10 +49,8 @@ class Value:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    """The rest of the argv: `group` (e.g. ``--expect-link <link>``) repeated 0..`most` times.
-
-    Only as the last token of a layout, so every word before it keeps its position.
-    """
+    """The rest of the argv: `group` (e.g. ``--expect-link <link>``) repeated 0..`most` times;
+    only as the last token of a layout, so every word before it keeps its position."""
 
     group: tuple[str | Value, ...]
     most: int
@@ -68,13 +64,16 @@ def _flags(*pairs: tuple[str, Token]) -> Layout:
     return tuple(t for pair in pairs for t in pair)
 
 
+def _words(line: str) -> Layout:
+    """Literal words, as on a command line."""
+    return tuple(line.split())
+
+
 def evidence() -> tuple[Layout, ...]:
-    node = ("gpu-node-guard", "evidence", "collect", "--node", Value(NODE, is_node=True))
+    node = (*_words("gpu-node-guard evidence collect --node"), Value(NODE, is_node=True))
     return (
         (
-            "gpu-node-guard",
-            "evidence",
-            "collect",
+            *_words("gpu-node-guard evidence collect"),
             *_flags(
                 ("--node", Value(NODE, is_node=True)),
                 ("--pci", Value(PCI)),
@@ -109,15 +108,7 @@ def fence() -> tuple[Layout, ...]:
 
 def conformance() -> tuple[Layout, ...]:
     """--fix (a host write) is in no layout; the optional checks come from the settings."""
-    head = (
-        "gpu-node-guard",
-        "conformance",
-        "--root",
-        "/proc/1/root",
-        "--nsenter",
-        "--role",
-        "worker",
-    )
+    head = _words("gpu-node-guard conformance --root /proc/1/root --nsenter --role worker")
     version, dns = ("--control-plane-version", Value(VERSION)), ("--allowed-dns", Value(CIDRS))
     tail = ("--output", "json")
     return tuple(
@@ -129,11 +120,7 @@ def loadtest() -> tuple[Layout, ...]:
     """The burn and the all-reduce always stated; the memory test optional; then the links the
     cordon recorded (guard/plan/common.py `loadtest_args`)."""
     base = (
-        "gpu-node-guard",
-        "loadtest",
-        "run",
-        "--backend",
-        "torch",
+        *_words("gpu-node-guard loadtest run --backend torch"),
         *_flags(
             ("--expected-gpus", Value(GPUS)),
             ("--duration-s", Value(SECONDS)),
@@ -153,9 +140,7 @@ def agent(port: int) -> tuple[Layout, ...]:
     """The agent's argv: root and listen address fixed (the mounts, the probed port), the site
     flags of docs/agent.md in their order; --once (one page, then exit) is in no layout."""
     head = (
-        "gpu-node-guard",
-        "agent",
-        "--root=/host",
+        *_words("gpu-node-guard agent --root=/host"),
         f"--listen=0.0.0.0:{port}",
         Value(AGENT_INTERVAL),
         Value(AGENT_PLATFORM),
@@ -163,45 +148,6 @@ def agent(port: int) -> tuple[Layout, ...]:
     )
     dns, resolv = Value(AGENT_DNS), Value(AGENT_RESOLV)
     return (head, (*head, dns), (*head, resolv), (*head, dns, resolv))
-
-
-def matches(layouts: Sequence[Layout], argv: Sequence[str], node: str) -> bool:
-    """The policy's check in Python (for the planners' tests).
-
-    >>> base = ["gpu-node-guard", "loadtest", "run", "--backend", "torch", "--expected-gpus", "8",
-    ...     "--duration-s", "90", "--size", "8192", "--min-ratio", "0.8", "--allreduce",
-    ...     "--allreduce-min-ratio", "0.7", "--allreduce-timeout-s", "60"]
-    >>> matches(loadtest(), base, "gpu-a")
-    True
-    >>> matches(loadtest(), [*base, "--expect-link", "0000:18:00.0=16GT/s,x16"], "gpu-a")
-    True
-    >>> matches(loadtest(), [*base, "--expect-link"], "gpu-a")
-    False
-    """
-    return any(_one(layout, argv, node) for layout in layouts)
-
-
-def _one(layout: Layout, argv: Sequence[str], node: str) -> bool:
-    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
-    if tail is not None:
-        fixed, rest = layout[:-1], argv[len(layout) - 1 :]
-        width = len(tail.group)
-        if len(argv) < len(fixed) or len(rest) % width or len(rest) > width * tail.most:
-            return False
-        return _one(fixed, argv[: len(fixed)], node) and _one(
-            tail.group * (len(rest) // width), rest, node
-        )
-    if len(layout) != len(argv):
-        return False
-    for token, arg in zip(layout, argv, strict=True):
-        if isinstance(token, Repeat):
-            return False
-        if isinstance(token, str):
-            if arg != token:
-                return False
-        elif not re.fullmatch(token.pattern[1:-1], arg) or (token.is_node and arg != node):
-            return False
-    return True
 
 
 def variables(layouts: Sequence[Layout], name: str) -> list[tuple[str, str]]:

@@ -1,7 +1,5 @@
-"""CEL text from Python values: literals, quoting, and the validation record policies are built of.
-
-Everything the generated policies say is built here, so no value from the settings can break out
-of a CEL string (quotes and backslashes are escaped; control characters are refused).
+"""CEL text from Python values (literals, quoting) and the validation record policies are built
+of: no value from the settings can break out of a CEL string (escaped; control characters refused).
 """
 
 from __future__ import annotations
@@ -14,29 +12,11 @@ from typing import Any
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # CEL reserved words cannot follow a dot (`spec.in` is a syntax error): use an index instead.
-_RESERVED = {
-    "in",
-    "as",
-    "break",
-    "const",
-    "continue",
-    "else",
-    "for",
-    "function",
-    "if",
-    "import",
-    "let",
-    "loop",
-    "package",
-    "namespace",
-    "return",
-    "var",
-    "void",
-    "while",
-    "true",
-    "false",
-    "null",
-}
+_RESERVED_WORDS = (
+    "in as break const continue else for function if import let loop package namespace return"
+    " var void while true false null"
+)
+_RESERVED = frozenset(_RESERVED_WORDS.split())
 
 
 def quote(text: str) -> str:
@@ -62,21 +42,16 @@ def regex(pattern: str) -> str:
 
 
 def lit(value: Any) -> str:
-    """A CEL literal for a JSON value (maps keep their order).
-
-    CEL type-checks literals: a map or list whose members differ in type wraps them in dyn().
+    """A CEL literal for a JSON value (maps keep their order; mixed members are wrapped in dyn(),
+    as CEL type-checks literals).
 
     >>> lit({"drop": ["ALL"], "n": 0, "on": False})
     "{'drop': dyn(['ALL']), 'n': dyn(0), 'on': dyn(false)}"
     >>> lit({"a": "x", "b": "y"})
     "{'a': 'x', 'b': 'y'}"
     """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if value is None or isinstance(value, bool | int):
+        return json.dumps(value)
     if isinstance(value, str):
         return quote(value)
     if isinstance(value, list | tuple):
@@ -124,10 +99,8 @@ def shown(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Validation:
-    """One CEL validation: `expression` must hold, else the request is refused with `message`.
-
-    `detail` is an optional CEL string expression appended to the message (what was found).
-    """
+    """One CEL validation: `expression` must hold, else the request is refused with `message`
+    and `detail` (a CEL string expression: what was found)."""
 
     expression: str
     message: str

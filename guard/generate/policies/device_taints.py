@@ -1,10 +1,6 @@
-"""The guard's DRA writes: its DeviceTaintRules and its device load tests' ResourceClaims.
-
-RBAC lets the guard create and delete both; these policies narrow that to its own objects, and
-`-device-claims-others` keeps everyone else from making, deleting or relabelling a claim in the
-jobs namespace (docs/security.md, claim swap). On DELETE `object` is null and `oldObject` the
-object as stored.
-"""
+"""The guard's DRA writes, DeviceTaintRules and its device load tests' ResourceClaims, narrowed to
+its own objects; `-device-claims-others` keeps everyone else from making, deleting or relabelling a
+claim in the jobs namespace (docs/security.md, claim swap). On DELETE `object` is null."""
 
 from __future__ import annotations
 

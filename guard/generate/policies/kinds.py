@@ -1,6 +1,5 @@
-"""The exact shape of each guard Job kind (evidence, load test, conformance, fence) and of its
-Pods: the Job as jobs/ renders it with what the API server fills in on create, the Pod as the
-Job controller creates it (ownerReference, job-tracking finalizer, admission additions).
+"""The exact shape of each guard Job kind and of its Pods: the Job as jobs/ renders it plus what
+the API server fills in on create, the Pod as the Job controller creates it (and admission adds).
 """
 
 from __future__ import annotations
@@ -21,13 +20,14 @@ from guard.generate.policies.refused import (
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
-    Exact,
     Expr,
     Field,
-    IntIn,
-    Match,
     Obj,
     One,
+    Shape,
+    exact,
+    int_in,
+    matching,
     opt,
 )
 from guard.jobs import JOB_NAME_BUDGET, NODE_LABEL_DIGEST, NODE_LABEL_KEEP
@@ -95,8 +95,6 @@ class Kind:
     mounts: tuple[dict[str, Any], ...] = ()
     volumes: tuple[dict[str, Any], ...] = ()
     gpus: bool = False
-    # The users the Job controller creates the kind's Pods as.
-    controllers: tuple[str, ...] = JOB_CONTROLLERS
     # Created by the guard's ServiceAccount only: a Job of the kind changes the host, and the
     # guard keeps the record of what it changed (docs/security.md, the fence).
     guard_only: bool = False
@@ -162,34 +160,32 @@ KINDS = (
 
 
 def _container(kind: Kind, s: Settings) -> Obj:
-    fields: dict[str, Field] = {
-        "name": Field(Exact(kind.name)),
-        "image": Field(Expr("{v} == variables.image", "the image in this policy's `image`")),
-        "imagePullPolicy": Field(Exact("IfNotPresent")),
-        "command": Field(
-            Expr(
-                # The policy's `container` variable: a short name, repeated in every layout.
-                argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
-                argv.describe(kind.layouts()),
-            )
+    fields: dict[str, Field | Shape] = {
+        "name": exact(kind.name),
+        "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
+        "imagePullPolicy": exact("IfNotPresent"),
+        "command": Expr(
+            # The policy's `container` variable: a short name, repeated in every layout.
+            argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
+            argv.describe(kind.layouts()),
         ),
-        "securityContext": Field(Exact(kind.security_context)),
-        "resources": Field(_resources(kind)),
-        "terminationMessagePath": Field(Exact("/dev/termination-log")),
-        "terminationMessagePolicy": Field(Exact("File")),
+        "securityContext": exact(kind.security_context),
+        "resources": _resources(kind),
+        "terminationMessagePath": exact("/dev/termination-log"),
+        "terminationMessagePolicy": exact("File"),
     }
     refused = dict(CONTAINER_REFUSED)
     for name, value in (("env", kind.env), ("volumeMounts", kind.mounts)):
         if value:
-            fields[name] = Field(Exact(list(value)))
+            fields[name] = exact(list(value))
         else:
             refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
     return Obj(fields, refused)
 
 
-def _resources(kind: Kind) -> Exact | Obj:
+def _resources(kind: Kind) -> Expr | Obj:
     if not kind.gpus:
-        return Exact(
+        return exact(
             {
                 "requests": {"cpu": "50m", "memory": "64Mi"},
                 "limits": {"cpu": "500m", "memory": "256Mi"},
@@ -206,10 +202,8 @@ def _resources(kind: Kind) -> Exact | Obj:
     )
     return Obj(
         {
-            "requests": Field(
-                Obj({"cpu": Field(Exact("2")), "memory": Field(Exact("8Gi")), GPU_RESOURCE: gpus})
-            ),
-            "limits": Field(Obj({"memory": Field(Exact("32Gi")), GPU_RESOURCE: gpus})),
+            "requests": Obj({"cpu": exact("2"), "memory": exact("8Gi"), GPU_RESOURCE: gpus}),
+            "limits": Obj({"memory": exact("32Gi"), GPU_RESOURCE: gpus}),
             "claims": opt(
                 Expr(
                     f"variables.claimed && {{v}} == {lit([{'name': CLAIM}])}",
@@ -266,24 +260,25 @@ def claim_checks(kind: Kind, *, pod: bool) -> list[Validation]:
     ]
 
 
+_NODE_NAME = matching(argv.NODE, "a node name (DNS-1123, at most 253 characters)")
+
+
 def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
     """The PodSpec of a kind: in the Job's template (`pod=False`) or of a created Pod."""
     key, value = s.gpu_node_selector
-    fields: dict[str, Field] = {
-        "containers": Field(One(_container(kind, s))),
-        "nodeName": Field(Match(argv.NODE, "a node name (DNS-1123, at most 253 characters)")),
-        "nodeSelector": Field(Exact({key: value})),
+    fields: dict[str, Field | Shape] = {
+        "containers": One(_container(kind, s)),
+        "nodeName": _NODE_NAME,
+        "nodeSelector": exact({key: value}),
     }
     refused = dict(POD_REFUSED)
     if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
         claim_name = "variables.jobName" if pod else "object.metadata.name"
-        fields["nodeName"] = opt(fields["nodeName"].shape)
-        fields["nodeSelector"] = Field(
-            Expr(
-                f"{{v}} == (variables.claimed ? {{{quote(key)}: dyn({quote(value)}), "
-                f"{quote(HOSTNAME)}: dyn(variables.node)}} : {lit({key: value})})",
-                f"{lit({key: value})}, and {HOSTNAME} the node's name with a resourceClaims entry",
-            )
+        fields["nodeName"] = opt(_NODE_NAME)
+        fields["nodeSelector"] = Expr(
+            f"{{v}} == (variables.claimed ? {{{quote(key)}: dyn({quote(value)}), "
+            f"{quote(HOSTNAME)}: dyn(variables.node)}} : {lit({key: value})})",
+            f"{lit({key: value})}, and {HOSTNAME} the node's name with a resourceClaims entry",
         )
         fields["resourceClaims"] = opt(
             Expr(
@@ -295,31 +290,31 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         )
         del refused["resourceClaims"]
     fields |= {
-        "restartPolicy": Field(Exact("Never")),
-        "serviceAccountName": Field(Exact(s.job_service_account)),
-        "serviceAccount": opt(Exact(s.job_service_account)),  # the deprecated twin, set by the API
-        "automountServiceAccountToken": Field(Exact(False)),
-        "enableServiceLinks": Field(Exact(False)),
-        "tolerations": Field(
-            _pod_tolerations() if pod else Expr("{v} == variables.tolerations", _TOLERATIONS)
-        ),
-        "terminationGracePeriodSeconds": Field(Exact(30)),
-        "dnsPolicy": Field(Exact("ClusterFirst")),
-        "schedulerName": Field(Exact("default-scheduler")),
-        "securityContext": Field(Exact({})),
+        "restartPolicy": exact("Never"),
+        "serviceAccountName": exact(s.job_service_account),
+        "serviceAccount": opt(exact(s.job_service_account)),  # the deprecated twin, set by the API
+        "automountServiceAccountToken": exact(False),
+        "enableServiceLinks": exact(False),
+        "tolerations": _pod_tolerations()
+        if pod
+        else Expr("{v} == variables.tolerations", _TOLERATIONS),
+        "terminationGracePeriodSeconds": exact(30),
+        "dnsPolicy": exact("ClusterFirst"),
+        "schedulerName": exact("default-scheduler"),
+        "securityContext": exact({}),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     if kind.host_pid:
-        fields["hostPID"] = Field(Exact(True))
+        fields["hostPID"] = exact(True)
     else:
         refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
     if kind.volumes:
-        fields["volumes"] = Field(Exact(list(kind.volumes)))
+        fields["volumes"] = exact(list(kind.volumes))
     else:
         refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
     if pod:  # filled in by the Priority admission plugin
-        fields["priority"] = opt(Exact(0))
-        fields["preemptionPolicy"] = opt(Exact("PreemptLowerPriority"))
+        fields["priority"] = opt(exact(0))
+        fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
     else:
         refused["priority"] = "set by admission from priorityClassName (refused)"
         refused["preemptionPolicy"] = "set by admission"
@@ -365,15 +360,20 @@ def _pod_tolerations() -> Expr:
 def _labels(kind: Kind, s: Settings, *, job_name: str, job_uid: str) -> Obj:
     node = Annotations(s.annotation_prefix).node_label
     fields = {
-        APP_LABEL: Field(Exact(APP_NAME)),
-        COMPONENT_LABEL: Field(Exact(kind.name)),
-        node: Field(NODE_LABEL),
+        APP_LABEL: exact(APP_NAME),
+        COMPONENT_LABEL: exact(kind.name),
+        node: NODE_LABEL,
     }
     for name in JOB_NAME_LABELS:
-        fields[name] = Field(Expr(f"{{v}} == {job_name}", "the Job's name"))
+        fields[name] = Expr(f"{{v}} == {job_name}", "the Job's name")
     for name in JOB_UID_LABELS:
-        fields[name] = Field(Expr(f"{{v}} == {job_uid}", "the Job's uid"))
+        fields[name] = Expr(f"{{v}} == {job_uid}", "the Job's uid")
     return Obj(fields)
+
+
+DELETION_FINALIZERS = Expr(
+    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])", "only the API server's deletion finalizers"
+)
 
 
 def job_shape(kind: Kind, s: Settings) -> Obj:
@@ -383,61 +383,52 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Field(Obj({"labels": Field(labels)}, TEMPLATE_META_REFUSED)),
-            "spec": Field(pod_spec(kind, s, pod=False)),
+            "metadata": Obj({"labels": labels}, TEMPLATE_META_REFUSED),
+            "spec": pod_spec(kind, s, pod=False),
         },
     )
     metadata = Obj(
         {
-            "name": Field(_job_name(kind)),
-            "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(
-                Obj(
-                    {
-                        APP_LABEL: Field(Exact(APP_NAME)),
-                        "app.kubernetes.io/managed-by": Field(Exact(APP_NAME)),
-                        COMPONENT_LABEL: Field(Exact(kind.name)),
-                        node: Field(NODE_LABEL),
-                    }
-                )
+            "name": _job_name(kind),
+            "namespace": exact(s.jobs_namespace),
+            "labels": Obj(
+                {
+                    APP_LABEL: exact(APP_NAME),
+                    "app.kubernetes.io/managed-by": exact(APP_NAME),
+                    COMPONENT_LABEL: exact(kind.name),
+                    node: NODE_LABEL,
+                }
             ),
             "annotations": Field(
                 Obj(
                     {
-                        node: Field(Expr("{v} == variables.node", "the pod's nodeName")),
-                        reason: Field(Match(REASON, "a reason word such as xid-79")),
+                        node: Expr("{v} == variables.node", "the pod's nodeName"),
+                        reason: matching(REASON, "a reason word such as xid-79"),
                     }
                 ),
                 create_only=True,
             ),
-            "finalizers": opt(
-                Expr(
-                    "{v}.all(f, f in ['foregroundDeletion', 'orphan'])",
-                    "only the API server's deletion finalizers",
-                )
-            ),
+            "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
         },
         META_REFUSED,
     )
     spec = Obj(
         {
-            "template": Field(template),
-            "backoffLimit": Field(Exact(0)),
-            "activeDeadlineSeconds": Field(IntIn(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S)),
-            "ttlSecondsAfterFinished": Field(IntIn(JOB_TTL_MIN_S, JOB_TTL_MAX_S)),
-            "parallelism": Field(Exact(1)),
-            "completions": Field(Exact(1)),
-            "completionMode": Field(Exact("NonIndexed")),
-            "suspend": Field(Exact(False)),
-            "manualSelector": opt(Exact(False)),
-            "podReplacementPolicy": opt(Exact("TerminatingOrFailed")),
-            "selector": Field(
-                Expr(
-                    "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
-                    "object.metadata.uid}}",
-                    "the selector the API server generates",
-                )
+            "template": template,
+            "backoffLimit": exact(0),
+            "activeDeadlineSeconds": int_in(JOB_DEADLINE_MIN_S, JOB_DEADLINE_MAX_S),
+            "ttlSecondsAfterFinished": int_in(JOB_TTL_MIN_S, JOB_TTL_MAX_S),
+            "parallelism": exact(1),
+            "completions": exact(1),
+            "completionMode": exact("NonIndexed"),
+            "suspend": exact(False),
+            "manualSelector": opt(exact(False)),
+            "podReplacementPolicy": opt(exact("TerminatingOrFailed")),
+            "selector": Expr(
+                "{v} == {'matchLabels': {'batch.kubernetes.io/controller-uid': "
+                "object.metadata.uid}}",
+                "the selector the API server generates",
             ),
         },
         JOB_SPEC_REFUSED,
@@ -454,17 +445,13 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
     )
     metadata = Obj(
         {
-            "name": Field(
-                Expr(
-                    "{v}.startsWith(variables.jobName + '-')",
-                    "the Job's name and a generated suffix",
-                )
+            "name": Expr(
+                "{v}.startsWith(variables.jobName + '-')",
+                "the Job's name and a generated suffix",
             ),
-            "generateName": Field(Expr("{v} == variables.jobName + '-'", "the Job's name and '-'")),
-            "namespace": Field(Exact(s.jobs_namespace)),
-            "labels": Field(
-                _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid")
-            ),
+            "generateName": Expr("{v} == variables.jobName + '-'", "the Job's name and '-'"),
+            "namespace": exact(s.jobs_namespace),
+            "labels": _labels(kind, s, job_name="variables.jobName", job_uid="variables.jobUid"),
             "ownerReferences": Field(
                 Expr(f"{{v}} == [{owner}]", "the one Job that owns it"), create_only=True
             ),
@@ -513,21 +500,13 @@ def name_binds_node(kind: Kind, name: str, node: str) -> Validation:
     )
 
 
-def _job_name(kind: Kind) -> Match:
-    return Match(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
+def _job_name(kind: Kind) -> Expr:
+    return matching(job_name_pattern(kind), f"a guard Job name ({kind.job_prefix}<node>-<digest>)")
 
 
 def system_meta() -> dict[str, Field]:
-    names = (
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "managedFields",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-    )
-    return {name: opt(SYSTEM) for name in names}
+    names = "uid resourceVersion generation creationTimestamp managedFields deletionTimestamp"
+    return {name: opt(SYSTEM) for name in (*names.split(), "deletionGracePeriodSeconds")}
 
 
 def root(metadata: Obj, spec: Obj) -> Obj:
@@ -535,8 +514,8 @@ def root(metadata: Obj, spec: Obj) -> Obj:
         {
             "apiVersion": opt(SYSTEM),
             "kind": opt(SYSTEM),
-            "metadata": Field(metadata),
-            "spec": Field(spec),
+            "metadata": metadata,
+            "spec": spec,
             "status": opt(SYSTEM),
         }
     )

@@ -1,8 +1,6 @@
-"""Node policies, generated from guard.names.Annotations: `hold` (everyone: no uncordon while
-the hold annotation is set), node scope (the guard's ServiceAccount: what it may change on a
-Node) and the onboarding gate. docs/security.md lists what each refuses ("The guard's token
-cannot", the policy table) and why node scope reads no settings ("Without the settings").
-"""
+"""Node policies, from guard.names.Annotations: `hold` (no uncordon while it is set), node scope
+(what the guard's ServiceAccount may change on a Node) and the onboarding gate (docs/security.md,
+"The guard's token cannot" and "Without the settings")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The site's settings as the policies read them: the CronJob's own settings ConfigMap, bound as
-each policy's params (docs/security.md, "The site's values" and "Without the settings"). A key
-the ConfigMap lacks means the setting's default, written into the policy; every value is read as
-the guard parses it, so the site's ``0.80`` is the ``0.8`` the guard writes into an argv.
-"""
+"""The site's settings as the policies read them: the CronJob's settings ConfigMap as each policy's
+params (docs/security.md, "The site's values"); a missing key means the default written into the
+policy, and each value is read as the guard parses it (the site's ``0.80`` is ``0.8``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Fields of the Kubernetes types a guard Job or Pod may not carry, each with its reason (the
-shapes in kinds.py allow a field or list it here; tests/apiserver/test_policy_schema.py proves
-every field of the API server's schema was decided on).
-"""
+"""Fields a guard Job or Pod may not carry, each with its reason (the shapes in kinds.py allow a
+field or list it here; tests/apiserver/test_policy_schema.py proves each field was decided on)."""
 
 from __future__ import annotations
 
@@ -9,16 +7,14 @@ CONTAINER_REFUSED = {
     "args": "the whole argv is in command, matched word by word",
     "envFrom": "would import a Secret or ConfigMap a namespace admin controls",
     "lifecycle": "postStart/preStop hooks run arbitrary commands in the privileged container",
-    "livenessProbe": "exec probes run arbitrary commands",
-    "readinessProbe": "exec probes run arbitrary commands",
-    "startupProbe": "exec probes run arbitrary commands",
+    **dict.fromkeys(
+        ("livenessProbe", "readinessProbe", "startupProbe"), "exec probes run arbitrary commands"
+    ),
     "ports": "the guard's programs serve nothing (hostPort would bind the node)",
     "resizePolicy": "resources are pinned",
     "restartPolicy": "no sidecars",
     "restartPolicyRules": "no restarts",
-    "stdin": "no interactive session",
-    "stdinOnce": "no interactive session",
-    "tty": "no interactive session",
+    **dict.fromkeys(("stdin", "stdinOnce", "tty"), "no interactive session"),
     "volumeDevices": "no block devices",
     "workingDir": "the image's own",
 }
@@ -28,11 +24,9 @@ POD_REFUSED = {
     "dnsConfig": "cluster DNS only",
     "ephemeralContainers": "no debug containers in a privileged pod",
     "hostAliases": "no /etc/hosts edits",
-    "hostIPC": "never",
-    "hostNetwork": "never",
+    **dict.fromkeys(("hostIPC", "hostNetwork"), "never"),
     "hostUsers": "the host-reading kinds need the host user namespace; the rest inherit it",
-    "hostname": "the pod's own",
-    "hostnameOverride": "the pod's own",
+    **dict.fromkeys(("hostname", "hostnameOverride", "setHostnameAsFQDN"), "the pod's own"),
     "initContainers": "one container only",
     "os": "Linux, implied",
     "overhead": "set by RuntimeClass admission, which is refused",
@@ -42,7 +36,6 @@ POD_REFUSED = {
     "resources": "container resources only",
     "runtimeClassName": "the node's default runtime",
     "schedulingGates": "not scheduled (nodeName)",
-    "setHostnameAsFQDN": "the pod's own",
     "shareProcessNamespace": "one container",
     "subdomain": "no headless Service",
     "topologySpreadConstraints": "placement is nodeName",
@@ -59,19 +52,14 @@ META_REFUSED = {
     "ownerReferences": "top-level objects (no CronJob or other owner)",
     "selfLink": "deprecated, never set",
 }
+_NOT_IN_A_TEMPLATE = (
+    "creationTimestamp deletionGracePeriodSeconds deletionTimestamp finalizers generation"
+    " managedFields resourceVersion uid"
+)
 TEMPLATE_META_REFUSED = {
     "annotations": "none (AppArmor, CNI and runtime annotations change the pod)",
-    "creationTimestamp": "not part of a template",
-    "deletionGracePeriodSeconds": "not part of a template",
-    "deletionTimestamp": "not part of a template",
-    "finalizers": "not part of a template",
-    "generateName": "set by the Job controller",
-    "generation": "not part of a template",
-    "managedFields": "not part of a template",
-    "name": "set by the Job controller",
+    **dict.fromkeys(_NOT_IN_A_TEMPLATE.split(), "not part of a template"),
+    **dict.fromkeys(("generateName", "name", "ownerReferences"), "set by the Job controller"),
     "namespace": "the Job's",
-    "ownerReferences": "set by the Job controller",
-    "resourceVersion": "not part of a template",
     "selfLink": "deprecated, never set",
-    "uid": "not part of a template",
 }

@@ -1,10 +1,6 @@
-"""Exact object shapes, and the CEL validations that hold an object to one.
-
-A shape is an allowlist: `Obj` names every field an object may carry and what each must be; any
-other field is refused. `refused` lists, with a reason, the fields of the Kubernetes type that are
-deliberately not allowed, so tests/apiserver/test_policy_schema.py can prove every field of the
-real API server's schema was decided on (docs/security.md, "The exact shape of a guard Job").
-"""
+"""Exact object shapes (allowlists: `Obj` names every field an object may carry and what each must
+be) and the CEL validations that hold an object to one. `refused` gives the reason for each other
+field of the type, so tests/apiserver/test_policy_schema.py proves every field was decided on."""
 
 from __future__ import annotations
 
@@ -15,47 +11,6 @@ from typing import Any
 
 from guard.generate.policies.cel import Validation, lit, quote, regex, shown
 from guard.generate.policies.cel import field as at
-
-
-@dataclass(frozen=True, slots=True)
-class Exact:
-    """The field equals this JSON value exactly (lists in order, maps with exactly these keys)."""
-
-    value: Any
-
-    def check(self, v: str) -> str:
-        return f"{v} == {lit(self.value)}"
-
-    def says(self) -> str:
-        return f"exactly {shown(self.value)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A string matching an anchored RE2 pattern."""
-
-    pattern: str
-    what: str
-
-    def check(self, v: str) -> str:
-        return f"type({v}) == string && {v}.matches({regex(self.pattern)})"
-
-    def says(self) -> str:
-        return self.what
-
-
-@dataclass(frozen=True, slots=True)
-class IntIn:
-    """An integer in [lo, hi]."""
-
-    lo: int
-    hi: int
-
-    def check(self, v: str) -> str:
-        return f"type({v}) == int && {v} >= {self.lo} && {v} <= {self.hi}"
-
-    def says(self) -> str:
-        return f"an integer in [{self.lo}, {self.hi}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +25,22 @@ class Expr:
 
     def says(self) -> str:
         return self.what
+
+
+def exact(value: Any) -> Expr:
+    """The field equals this JSON value exactly (lists in order, maps with exactly these keys)."""
+    return Expr(f"{{v}} == {lit(value)}", f"exactly {shown(value)}")
+
+
+def matching(pattern: str, what: str) -> Expr:
+    """A string matching an anchored RE2 pattern."""
+    return Expr(f"type({{v}}) == string && {{v}}.matches({regex(pattern)})", what)
+
+
+def int_in(lo: int, hi: int) -> Expr:
+    return Expr(
+        f"type({{v}}) == int && {{v}} >= {lo} && {{v}} <= {hi}", f"an integer in [{lo}, {hi}]"
+    )
 
 
 # Fields the API server fills itself (uid, resourceVersion, timestamps…): any value.
@@ -89,10 +60,14 @@ def opt(shape: Shape) -> Field:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """An object holding exactly `fields` (by name); `refused` documents the rest of its type."""
+    """Exactly `fields` (a bare shape is a required one); `refused`: the rest of its type."""
 
-    fields: Mapping[str, Field]
+    fields: Mapping[str, Field | Shape]
     refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        wrapped = {k: f if isinstance(f, Field) else Field(f) for k, f in self.fields.items()}
+        object.__setattr__(self, "fields", wrapped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +77,13 @@ class One:
     item: Obj
 
 
-Shape = Exact | Match | IntIn | Expr | Obj | One
+Shape = Expr | Obj | One
 CREATE = "request.operation == 'CREATE'"
 
 
 def validations(shape: Obj, base: str, path: str) -> list[Validation]:
-    """Every validation holding the object at CEL expression `base` (a map) to `shape`.
-
-    `path` is how a refusal names the object (``spec.template.spec``).
-    """
+    """Every validation holding the object at CEL expression `base` (a map) to `shape`; `path`
+    is how a refusal names the object (``spec.template.spec``)."""
     names = lit(list(shape.fields))
     out = [
         Validation(
@@ -120,6 +93,7 @@ def validations(shape: Obj, base: str, path: str) -> list[Validation]:
         )
     ]
     for name, f in shape.fields.items():
+        f = f if isinstance(f, Field) else Field(f)
         when = CREATE if f.create_only else None
         out += [v.guarded(when) for v in _field(base, name, f, join(path, name))]
     return out

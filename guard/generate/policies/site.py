@@ -1,8 +1,6 @@
-"""The site's values in the guard Jobs: where the settings fix a word of the argv or a field of
-the Job, the policy admits exactly that value, read from the params (params.py), on CREATE (an
-update keeps what was admitted). docs/security.md ("The site's values") lists them. The word's
-own pattern (argv.py) still applies, so these rules never convert a malformed word.
-"""
+"""The site's values in the guard Jobs: where the settings fix an argv word or a Job field, the
+policy admits exactly that value from the params on CREATE (docs/security.md, "The site's values");
+the word's own pattern (argv.py) still applies."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Policies of the jobs namespace: one exact-shape policy per kind for its Jobs and one for its
-Pods, a gate in front of them, and the guard's own scope (docs/security.md, the policy table).
-"""
+"""Policies of the jobs namespace: per kind one for its Jobs and one for its Pods, a gate in front
+of them, and the guard's own scope (docs/security.md, the policy table)."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from guard.generate.policies.common import (
     sent_by_guard,
 )
 from guard.generate.policies.kinds import (
+    JOB_CONTROLLERS,
     KINDS,
     Kind,
     claim_checks,
@@ -144,7 +144,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
         "daemonsets": [agent.COMPONENT],
         "pods": [*(k.name for k in KINDS), agent.COMPONENT],
     }
-    controllers = {k.name: list(k.controllers) for k in KINDS}
+    controllers = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
     controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
@@ -204,8 +204,7 @@ def gate_policy(s: Settings) -> list[dict[str, Any]]:
 
 
 def guard_scope_policy(s: Settings) -> list[dict[str, Any]]:
-    """Where the guard's ServiceAccount may create Jobs, which ConfigMaps it may write, and its
-    one Lease."""
+    """Where the guard's ServiceAccount may create Jobs, ConfigMaps, Events and its one Lease."""
     written = {"batch": "jobs", "": "configmaps", "events.k8s.io": "events"}
     written["coordination.k8s.io"] = "leases"
     constraints = match([rule(g, [r], ["CREATE", "UPDATE"]) for g, r in written.items()])
