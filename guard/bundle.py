@@ -5,8 +5,6 @@ CronJob's image is the evidence Job's, so a broken Xid table or request template
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -45,20 +43,14 @@ class BundleError(Exception):
     """A shipped data file is missing or broken; one line naming the file."""
 
 
-@dataclass(frozen=True)
-class Bundle:
-    """The package's data as the run uses it, every other shipped file checked."""
-
-    templates: JobTemplates
-
-
-def load_bundle() -> Bundle:
-    """Load every shipped file; raises BundleError with the first problem found."""
+def load_bundle() -> JobTemplates:
+    """Load every shipped file; the Job templates, as the run uses them. Raises BundleError with
+    the first problem found."""
     try:
-        bundle = Bundle(JobTemplates.load())
+        templates = JobTemplates.load()
         load_xid_classes()
         load_catalog()
         load_template(None)
-        return bundle
+        return templates
     except (TemplateLoadError, DataFileError, TemplateError) as exc:
         raise BundleError(f"package data: {exc}") from None

@@ -165,7 +165,7 @@ def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) 
     The images come from GUARD_IMAGE and GUARD_LOADTEST_IMAGE, as in the CronJob's pod."""
     s = build_settings(options)
     try:
-        templates = load_bundle().templates
+        templates = load_bundle()
         manifest = render_example_job(s, templates, kind, (node, pci, xid, gpus))  # type: ignore[arg-type]
     except (TemplateLoadError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None

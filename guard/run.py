@@ -294,7 +294,7 @@ def run_code(run: Run) -> int:
     """The cycle (and its watch) and its exit code."""
     log, trace = run.log, run.trace
     try:
-        trace.templates = load_bundle().templates  # every shipped file checked before anything
+        trace.templates = load_bundle()  # every shipped file checked before anything
         result = _with_lease(run)
     except Yield as exc:
         if exc.event == "lease-held":

@@ -192,10 +192,13 @@ class KubeExecutor:
             made = self.kube.create_job(action.namespace, action.manifest)
         except Conflict:  # a retried create whose first try landed, or another guard run
             return self._existing_job(action)
+        return self._made(action, made, f"job/{action.name}")
+
+    def _made(self, action: CreateJob | CreateClaim, made: dict[str, Any], what: str) -> Outcome:
+        """The create landed: its uid recorded on the node where the action says so."""
         if not action.record:
             return Outcome(action, "applied")
-        uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record(action, uid, f"job/{action.name}")
+        return self._record(action, _uid(made), what)
 
     def _existing_job(self, action: CreateJob) -> Outcome:
         """A Job of this name exists: exactly what the guard rendered (a retried create) and not
@@ -212,8 +215,7 @@ class KubeExecutor:
             or (recorded is not None and recorded.name == action.name)
         ):
             return exists
-        uid = str((found.get("metadata") or {}).get("uid", ""))
-        done = self._record(action, uid, f"job/{action.name}")
+        done = self._record(action, _uid(found), f"job/{action.name}")
         if done.status == "failed":
             return done
         return Outcome(action, "already-done", "job-exists", f"{exists.detail}; {done.detail}")
@@ -224,8 +226,7 @@ class KubeExecutor:
         try:
             made = self.kube.create_resource_claim(action.namespace, action.manifest)
         except Conflict:
-            found = self.kube.resource_claim(action.namespace, action.name) or {}
-            uid = str((found.get("metadata") or {}).get("uid", ""))
+            uid = _uid(self.kube.resource_claim(action.namespace, action.name))
             node = self.snap.node(action.node)
             rec = node.claim_record if node else None
             if rec is not None and (rec.name, rec.uid) == (action.name, uid):
@@ -242,10 +243,7 @@ class KubeExecutor:
             else:
                 why += "; deleted it, the guard creates its own next cycle"
             return Outcome(action, "failed", REFUSED, why)
-        if not action.record:
-            return Outcome(action, "applied")
-        uid = str((made.get("metadata") or {}).get("uid", ""))
-        return self._record(action, uid, f"resourceclaim/{action.name}")
+        return self._made(action, made, f"resourceclaim/{action.name}")
 
     def _record(self, action: CreateJob | CreateClaim, uid: str, what: str) -> Outcome:
         """Record the uid of what the guard made on the node (one resourceVersion-guarded patch):
@@ -262,17 +260,13 @@ class KubeExecutor:
         note = Annotate(action.node, Decision.JOB_RECORDED, version, notes, "")
         try:
             patched = node_patch.patch(self.kube, self.keys, note)
+            if patched.outcome.status == "skipped":
+                raise KubeError(patched.outcome.detail)
         except KubeError as exc:
             why = f"{what} created, its record {key} not written: {exc}"
             return Outcome(action, "failed", detail=why)
         if patched.node is not None:
             self._remember(patched.node)
-        if patched.outcome.status == "skipped":
-            return Outcome(
-                action,
-                "failed",
-                detail=f"{what} created, its record {key} not written: {patched.outcome.detail}",
-            )
         if len(notes) > 1:
             self._fence_uids[action.node] = fence_uids
         return Outcome(action, "applied", detail=f"recorded uid {uid} in {key}")
@@ -364,3 +358,7 @@ def _failed_fields(o: Outcome) -> dict[str, Value]:
         "error": o.detail,
         "next": f"{later}the run exits 1; the next cycle reads the cluster again",
     }
+
+
+def _uid(obj: dict[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("uid", ""))
