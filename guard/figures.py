@@ -18,7 +18,7 @@ from typing import Any
 
 from guard import ledger
 from guard.ledger import LedgerEntry
-from guard.model import NodeInfo, Snapshot
+from guard.model import NodeInfo
 from guard.names import APP_NAME
 from guard.settings import Settings
 from guard.xid_tables import Repair, XidClasses
@@ -412,16 +412,15 @@ def facts(
 
 
 def node_marks(n: NodeInfo) -> list[Mark]:
-    out = []
-    if n.cordon is not None and n.cordon.at is not None:
-        out.append(Mark(n.name, n.cordon.at, MarkKind.CORDON, record=True))
-    if n.reset_done_at is not None:
-        out.append(Mark(n.name, n.reset_done_at, MarkKind.REPAIR))
-    if n.returned is not None:
-        out.append(Mark(n.name, n.returned.at, MarkKind.RETURN))
-    if n.cancelled is not None:
-        out.append(Mark(n.name, n.cancelled.at, MarkKind.CANCEL))
-    return out
+    recorded = (
+        (MarkKind.CORDON, n.cordon.at if n.cordon else None),
+        (MarkKind.REPAIR, n.reset_done_at),
+        (MarkKind.RETURN, n.returned.at if n.returned else None),
+        (MarkKind.CANCEL, n.cancelled.at if n.cancelled else None),
+    )
+    return [
+        Mark(n.name, at, k, record=k is MarkKind.CORDON) for k, at in recorded if at is not None
+    ]
 
 
 def event_mark(event: Mapping[str, Any]) -> Mark | None:
@@ -439,18 +438,7 @@ def event_mark(event: Mapping[str, Any]) -> Mark | None:
 def _time(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
-    text = value.strip()
-    if "." in text:  # MicroTime: the figures count seconds
-        head, _, tail = text.partition(".")
-        zone = tail.lstrip("0123456789")
-        text = head + zone
-    try:
-        return ledger.parse_time(text)
+    try:  # a MicroTime too: the figures count seconds
+        return ledger.parse_time(value.strip()).replace(microsecond=0)
     except ValueError:
         return None
-
-
-def from_snapshot(snap: Snapshot) -> Facts:
-    """The facts a cycle's snapshot holds: the ledger and the nodes' records (its Events carry
-    no time and its Jobs no creation time: the report reads those)."""
-    return facts(snap.ledger, snap.nodes, (), ())

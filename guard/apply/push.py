@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 from guard import metric_names as m
 from guard.actions import TYPE_WORDS, Skip
 from guard.apply.outcome import Outcome, RunTrace
-from guard.figures import Figures, Unit, budget_of, figures, from_snapshot
+from guard.figures import Figures, Unit, budget_of, facts, figures
 from guard.jobs import JobTemplates
 from guard.log import Log
 from guard.model import Snapshot
@@ -118,9 +118,10 @@ def domain_incidents(s: Settings, snap: Snapshot) -> dict[Labels, float]:
 def repair_figures(s: Settings, snap: Snapshot) -> Samples:
     """The repair figures of the ledger and the nodes' records (guard/figures.py): every
     verdict, unit, window and phase, so a value that emptied reads 0 (NaN for a mean of none)."""
-    facts, classes, budget = from_snapshot(snap), bundled_classes(), budget_of(s)
-    month = figures(facts, classes, snap.now - timedelta(days=30), snap.now, budget)
-    week = figures(facts, classes, snap.now - timedelta(days=7), snap.now, budget)
+    # A snapshot's Events carry no time and its Jobs no creation time: the report reads those.
+    known, classes, budget = facts(snap.ledger, snap.nodes, (), ()), bundled_classes(), budget_of(s)
+    month = figures(known, classes, snap.now - timedelta(days=30), snap.now, budget)
+    week = figures(known, classes, snap.now - timedelta(days=7), snap.now, budget)
     open_ = [x for x in month.spans if x.end is None]
     counts = Counter((x.verdict.value, x.unit.value) for x in open_)
     oldest = {v: 0.0 for v in Repair}
