@@ -69,15 +69,11 @@ class PrintExecutor:
     outcomes: list[Outcome] = field(default_factory=list)
 
     def apply(self, action: Action) -> Outcome:
-        if isinstance(action, Skip):
-            outcome = Outcome(action, "noted")
-            self.log.decision(*action.log_line(), action.level)
-        else:
-            outcome = Outcome(action, "would-apply")
-            self.log.emit(*action.log_line(), dry_run=True)
-            if isinstance(action, CreateJob) and self.show_manifests:
-                manifest = yaml.safe_dump(action.manifest, sort_keys=False, width=100)
-                self.log.stream.write("".join(f"    {row}\n" for row in manifest.splitlines()))
+        outcome = Outcome(action, "noted" if isinstance(action, Skip) else "would-apply")
+        _log(self.log, outcome)
+        if isinstance(action, CreateJob) and self.show_manifests:
+            manifest = yaml.safe_dump(action.manifest, sort_keys=False, width=100)
+            self.log.stream.write("".join(f"    {row}\n" for row in manifest.splitlines()))
         self.outcomes.append(outcome)
         return outcome
 
@@ -103,7 +99,7 @@ class KubeExecutor:
 
     def apply(self, action: Action) -> Outcome:
         outcome = self._outcome(action)
-        self._log(outcome)
+        _log(self.log, outcome)
         self.outcomes.append(outcome)
         if isinstance(action, AppendLedgerLine) and outcome.detail.startswith("moved"):
             self._archived[action.node] = outcome.detail
@@ -156,27 +152,6 @@ class KubeExecutor:
                 return Outcome(action, "noted")
             case _:
                 assert_never(action)
-
-    # -- one line per outcome -------------------------------------------------------------------
-    def _log(self, o: Outcome) -> None:
-        a = o.action
-        match o.status:
-            case "noted":
-                assert isinstance(a, Skip)
-                self.log.decision(*a.log_line(), a.level)
-            case "applied":
-                event, fields = a.log_line()
-                self.log.emit(event, {**fields, "result": o.detail} if o.detail else fields)
-            case "already-done" | "skipped":
-                level: Level = "WARN" if o.reason == "earlier-write-failed" else "INFO"
-                detail = f"{o.type_word}: {o.detail}"
-                self.log.emit("skip", _skip_fields(a, o.reason, detail), level)
-            case "failed":
-                self.log.emit("write-failed", _failed_fields(o), "ERROR")
-            case "would-apply":
-                raise AssertionError("only the dry run prints")
-            case _:
-                assert_never(o.status)
 
     def _remember(self, node: dict[str, Any]) -> None:
         """The node's uid and version for the Events about it (after a patch: the new one)."""
@@ -333,6 +308,28 @@ class KubeExecutor:
         if done.already:
             return Outcome(action, "already-done", "event-counted", "this observation is counted")
         return Outcome(action, "applied", detail="" if done.count == 1 else f"seen {done.count}x")
+
+
+def _log(log: Log, o: Outcome) -> None:
+    """One line per outcome."""
+    a = o.action
+    match o.status:
+        case "noted":
+            assert isinstance(a, Skip)
+            log.decision(*a.log_line(), a.level)
+        case "applied":
+            event, fields = a.log_line()
+            log.emit(event, {**fields, "result": o.detail} if o.detail else fields)
+        case "already-done" | "skipped":
+            level: Level = "WARN" if o.reason == "earlier-write-failed" else "INFO"
+            detail = f"{o.type_word}: {o.detail}"
+            log.emit("skip", _skip_fields(a, o.reason, detail), level)
+        case "failed":
+            log.emit("write-failed", _failed_fields(o), "ERROR")
+        case "would-apply":
+            log.emit(*a.log_line(), dry_run=True)
+        case _:
+            assert_never(o.status)
 
 
 def _skip_fields(action: Action, why: str, detail: str) -> dict[str, Value]:

@@ -4,7 +4,7 @@ code are built from outcomes, never from the plan."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -41,28 +41,22 @@ class Outcome:
         return TYPE_WORDS[type(self.action)]
 
 
-def tally(outcomes: Iterable[Outcome]) -> dict[str, int]:
+def tally(outcomes: Sequence[Outcome]) -> dict[str, int]:
     """Counts for the ``done`` line and ``--output json``: totals per status, then per type.
 
     >>> from guard.actions import Skip
     >>> tally([Outcome(Skip("a", "hold", "", ""), "noted")])
     {'applied': 0, 'failed': 0, 'already_done': 0, 'skipped': 0, 'decisions': 1}
     """
-    by: Counter[tuple[str, str]] = Counter()
-    decisions = 0
-    for o in outcomes:
-        if isinstance(o.action, Skip):
-            decisions += 1
-        else:
-            by[(o.status, o.type_word)] += 1
+    writes = [o for o in outcomes if not isinstance(o.action, Skip)]
+    by = Counter((o.status, o.type_word) for o in writes)
+    statuses = Counter(o.status for o in writes)
     counts = {
-        status.replace("-", "_"): sum(n for (st, _), n in by.items() if st == status)
-        for status in ("applied", "failed", "already-done", "skipped")
+        s.replace("-", "_"): statuses[s] for s in ("applied", "failed", "already-done", "skipped")
     }
-    would = sum(n for (st, _), n in by.items() if st == "would-apply")
-    if would:
-        counts["would_apply"] = would
-    counts["decisions"] = decisions
+    if statuses["would-apply"]:
+        counts["would_apply"] = statuses["would-apply"]
+    counts["decisions"] = len(outcomes) - len(writes)
     for (status, word), n in sorted(by.items()):
         counts[f"{status}_{word}".replace("-", "_")] = n
     return counts

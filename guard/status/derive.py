@@ -351,14 +351,12 @@ def _candidates(
 
 
 def _waiting(p: Waiting) -> Candidate:
-    at = ledger.format_time(p.decides_at)
+    more: dict[str, Any] = {"decides_at": ledger.format_time(p.decides_at)}
     if isinstance(p, PendingNode):
-        return Candidate(
-            p.node, p.reason, p.held_s, p.needs_s, "pending", detail=p.detail, decides_at=at
-        )
-    return Candidate(
-        p.node, p.reason, p.held_s, p.needs_s, "pending", p.xid, p.gpu, p.pci, p.uuid, decides_at=at
-    )
+        more["detail"] = p.detail
+    else:
+        more.update(xid=p.xid, gpu=p.gpu, pci=p.pci, uuid=p.uuid)
+    return Candidate(p.node, p.reason, p.held_s, p.needs_s, "pending", **more)
 
 
 def _order(c: Candidate) -> tuple[str, int, str, int]:
