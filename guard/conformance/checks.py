@@ -3,7 +3,9 @@ an `Unknown` fact, never an exception), judge every item (pure), then apply --fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from guard.conformance import apt, dns, ipvs, nvidia, rke2
 from guard.conformance.hostfs import HostFS
@@ -15,6 +17,7 @@ IPVS_ITEMS = ("ipvs-resolvable", "ipvs-persist", "ipvs-loaded")
 RKE2_ITEMS = ("rke2-unit", "rke2-version")
 APT_ITEMS = ("auto-upgrade", "package-hold")
 ITEMS = (*IPVS_ITEMS, "nvidia-match", *RKE2_ITEMS, *APT_ITEMS, "dns-upstream")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,32 +77,27 @@ def read_host(fs: HostFS, runner: Runner, config: Config) -> HostFacts:
 def judge(facts: HostFacts, config: Config) -> tuple[ItemResult, ...]:
     """Every item, in ITEMS order; a pure function of the facts and the expectations."""
     return tuple(
-        gate(item, facts.platform, config) or _judge_item(item, facts, config) for item in ITEMS
+        gate(item, facts.platform, config) or JUDGES[item](facts, config) for item in ITEMS
     )
 
 
-def _judge_item(item: str, f: HostFacts, c: Config) -> ItemResult:
-    """An item that applies; its facts were read (read_host and gate agree on that)."""
-    match item:
-        case "ipvs-resolvable" if f.ipvs:
-            return ipvs.judge_resolvable(f.ipvs)
-        case "ipvs-persist" if f.ipvs:
-            return ipvs.judge_persist(f.ipvs)
-        case "ipvs-loaded" if f.ipvs:
-            return ipvs.judge_loaded(f.ipvs.loaded)
-        case "nvidia-match":
-            return nvidia.judge_nvidia(f.nvidia)
-        case "rke2-unit" if f.rke2:
-            return rke2.judge_unit(f.rke2, c.role)
-        case "rke2-version" if f.rke2 and c.control_plane_version:
-            return rke2.judge_version(f.rke2, c.control_plane_version)
-        case "auto-upgrade" if f.apt:
-            return apt.judge_auto_upgrade(f.apt)
-        case "package-hold" if f.apt:
-            return apt.judge_package_hold(f.apt)
-        case "dns-upstream" if f.dns and c.allowed_dns:
-            return dns.judge_dns(f.dns, c.allowed_dns)
-    raise AssertionError(f"{item}: applies but its facts were not read")
+def _read(facts: T | None) -> T:
+    """An item that applies has its facts read (read_host and gate agree on that)."""
+    assert facts is not None, "an item applies but its facts were not read"
+    return facts
+
+
+JUDGES: dict[str, Callable[[HostFacts, Config], ItemResult]] = {
+    "ipvs-resolvable": lambda f, c: ipvs.judge_resolvable(_read(f.ipvs)),
+    "ipvs-persist": lambda f, c: ipvs.judge_persist(_read(f.ipvs)),
+    "ipvs-loaded": lambda f, c: ipvs.judge_loaded(_read(f.ipvs).loaded),
+    "nvidia-match": lambda f, c: nvidia.judge_nvidia(f.nvidia),
+    "rke2-unit": lambda f, c: rke2.judge_unit(_read(f.rke2), c.role),
+    "rke2-version": lambda f, c: rke2.judge_version(_read(f.rke2), _read(c.control_plane_version)),
+    "auto-upgrade": lambda f, c: apt.judge_auto_upgrade(_read(f.apt)),
+    "package-hold": lambda f, c: apt.judge_package_hold(_read(f.apt)),
+    "dns-upstream": lambda f, c: dns.judge_dns(_read(f.dns), _read(c.allowed_dns)),
+}
 
 
 def run_conformance(fs: HostFS, runner: Runner, config: Config, fix: bool = False) -> Run:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from guard.evidence.verdict import RECOVERY_ACTIONS
 from guard.pci import PciAddressError, normalize_pci
 
 # Digit counts are bounded (an Xid has at most 6 digits, a pid 10): a line with a number of
@@ -37,19 +38,6 @@ _FELL_LEGACY = re.compile(r"NVRM: GPU at (?P<addr>[0-9A-Fa-f:.]+) has fallen off
 _PROBE_START = re.compile(r"NVRM: The NVIDIA GPU (?P<addr>[0-9A-Fa-f:.]+)\b")
 _PROBE_END = "fallen off the bus and is not responding"
 _PROBE_SPAN = 3  # the probe message is one printk of three lines
-
-# Xid 154 values: 0x0-0x5 as the 595 driver names them; 0x6/0x7 only from NVML (R610+), whose
-# log text was not found anywhere, hence the hex value is what counts.
-RECOVERY_ACTIONS = {
-    0: "None",
-    1: "GPU Reset Required",
-    2: "Node Reboot Required",
-    3: "Drain P2P",
-    4: "Drain and Reset",
-    5: "Recover IMEX Domain",
-    6: "Bus Reset",
-    7: "System Reboot",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +163,8 @@ def _recovery(message: str) -> RecoveryChange | None:
         return None
     new = int(found["new"], 16)
     printed = (found["new_text"] or "").strip()
-    text = printed if printed and printed != "Unknown" else RECOVERY_ACTIONS.get(new, "Unknown")
+    named = RECOVERY_ACTIONS.get(new, ("Unknown", None))[0]
+    text = printed if printed and printed != "Unknown" else named
     return RecoveryChange(old=int(found["old"], 16), new=new, new_text=text)
 
 

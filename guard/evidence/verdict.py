@@ -29,17 +29,20 @@ DEAD_RECORD_WORDS: dict[str, str] = {
     "gsp-timeout": "GSP heartbeat or RPC timeout",
 }
 
-# Xid 154's new action (its hex value; kernel_log.RECOVERY_ACTIONS names them) -> our class;
-# 0x0 None asks nothing, so it is absent.
-RECOVERY_ACTION_CLASSES: dict[int, Repair] = {
-    1: Repair.RESET,  # GPU Reset Required
-    2: Repair.POWER_CYCLE,  # Node Reboot Required: a cold power cycle covers a reboot
-    3: Repair.HUMAN,  # Drain P2P
-    4: Repair.RESET,  # Drain and Reset: the reset draft drains the GPU's pods first
-    5: Repair.HUMAN,  # Recover IMEX Domain
-    6: Repair.HUMAN,  # Bus Reset
-    7: Repair.POWER_CYCLE,  # System Reboot
+# Xid 154's new action (its hex value) -> the name the 595 driver prints for it (0x6/0x7 only
+# from NVML, R610+, whose log text was not found anywhere: the hex value is what counts) and our
+# class; 0x0 None asks nothing.
+RECOVERY_ACTIONS: dict[int, tuple[str, Repair | None]] = {
+    0: ("None", None),
+    1: ("GPU Reset Required", Repair.RESET),
+    2: ("Node Reboot Required", Repair.POWER_CYCLE),  # a cold power cycle covers a reboot
+    3: ("Drain P2P", Repair.HUMAN),
+    4: ("Drain and Reset", Repair.RESET),  # the reset draft drains the GPU's pods first
+    5: ("Recover IMEX Domain", Repair.HUMAN),
+    6: ("Bus Reset", Repair.HUMAN),
+    7: ("System Reboot", Repair.POWER_CYCLE),
 }
+RECOVERY_ACTION_CLASSES = {k: cls for k, (_, cls) in RECOVERY_ACTIONS.items() if cls is not None}
 
 # What a node trigger alone asks for, and what `lspci -nn -k` shows of a slot; any kernel-log
 # record still decides over them by the precedence above (docs/evidence.md, "Node-wide evidence").

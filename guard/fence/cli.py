@@ -5,6 +5,7 @@ docs/isolation.md, "The fence Job's outcomes"."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,13 +135,7 @@ _OPTIONS = (
 )
 
 
-def _options(command: Any) -> Any:
-    for option in reversed(_OPTIONS):
-        command = option(command)
-    return command
-
-
-def _run(mode: str, opts: dict[str, Any]) -> None:
+def _run(mode: str, **opts: Any) -> None:
     if opts["uuid"] == "unknown":
         raise click.BadParameter("the fence needs the GPU's UUID", param_hint="--uuid")
     host = Host(root=opts["host_root"], timeout_s=opts["timeout_s"])
@@ -156,15 +151,13 @@ def _run(mode: str, opts: dict[str, Any]) -> None:
         raise SystemExit(1)
 
 
-@fence.command("set")
-@_options
-def set_(**opts: Any) -> None:
-    """Compute mode PROHIBITED on the GPU (no new CUDA context, on the host too), read back."""
-    _run("set", opts)
-
-
-@fence.command()
-@_options
-def lift(**opts: Any) -> None:
-    """Compute mode DEFAULT on the GPU again, read back."""
-    _run("lift", opts)
+for _mode, _help in (
+    (
+        "set",
+        "Compute mode PROHIBITED on the GPU (no new CUDA context, on the host too), read back.",
+    ),
+    ("lift", "Compute mode DEFAULT on the GPU again, read back."),
+):
+    fence.command(_mode, help=_help)(
+        functools.reduce(lambda c, o: o(c), reversed(_OPTIONS), functools.partial(_run, _mode))
+    )

@@ -8,10 +8,11 @@ from urllib.parse import urlparse
 
 import pytest
 
-from guard.evidence.kernel_log import DEAD_RECORDS, RECOVERY_ACTIONS
+from guard.evidence.kernel_log import DEAD_RECORDS
 from guard.evidence.verdict import (
     DEAD_RECORD_CLASSES,
     RECOVERY_ACTION_CLASSES,
+    RECOVERY_ACTIONS,
     Finding,
     decide,
 )
