@@ -139,12 +139,12 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
     """Everything in the jobs namespace that is not a Job or Pod of a kind is refused."""
     ns = s.jobs_namespace
-    kinds_of = {
+    kinds_of: dict[str, list[str]] = {
         "jobs": [k.name for k in KINDS],
         "daemonsets": [agent.COMPONENT],
         "pods": [*(k.name for k in KINDS), agent.COMPONENT],
     }
-    controllers = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
+    controllers: dict[str, list[str]] = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
     controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
