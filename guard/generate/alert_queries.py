@@ -6,7 +6,6 @@ no step can skip a short change."""
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -383,28 +382,15 @@ def _ipv4_regex(net: ipaddress.IPv4Network) -> str:
     return "[.]".join(parts)
 
 
-def _ipv6_regex(net: ipaddress.IPv6Network) -> str:
-    """An address in the network in its canonical (compressed, lower-case) form, as Go prints it;
-    only /128 or a multiple of 16 bits can be matched this way."""
-    if net.prefixlen == 128:
-        return re.escape(str(net.network_address))
-    if net.prefixlen % 16:
-        raise ValueError(f"IPv6 {net} cannot be matched in PromQL: use a /16-multiple or addresses")
-    groups = net.network_address.exploded.split(":")[: net.prefixlen // 16]
-    return ":".join(g.lstrip("0") or "0" for g in groups) + ":[0-9a-f:]*"
-
-
 def upstream_regex(networks: str) -> str:
-    """A regex for CoreDNS's `to` label (``host:port``, IPv6 in brackets) inside the networks.
+    """A regex for CoreDNS's `to` label (``host:port``) inside the IPv4 networks.
 
-    >>> print(upstream_regex("10.20.0.0/16, 2001:db8::53"))
-    (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+|\\[(2001:db8::53)\\]:[0-9]+
+    >>> print(upstream_regex("10.20.0.0/16, 192.0.2.53"))
+    (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}|192[.]0[.]2[.]53):[0-9]+
     """
     nets = parse_allowed_dns(networks)
     v4 = [_ipv4_regex(n) for n in nets if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [_ipv6_regex(n) for n in nets if isinstance(n, ipaddress.IPv6Network)]
-    alternatives = [f"({'|'.join(v4)}):[0-9]+"] if v4 else []
-    return "|".join(alternatives + ([f"\\[({'|'.join(v6)})\\]:[0-9]+"] if v6 else []))
+    return f"({'|'.join(v4)}):[0-9]+"
 
 
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:

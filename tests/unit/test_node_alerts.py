@@ -57,7 +57,6 @@ def test_octet_ranges_match_exactly_their_values(prefix: int) -> None:
         alert_queries.INTERNAL_UPSTREAMS,
         "10.20.0.0/16,192.0.2.53",
         "100.64.0.0/10,198.18.0.0/15,203.0.113.128/25",
-        "2001:db8::/32,fd00::53",
     ],
 )
 def test_the_upstream_regex_agrees_with_ipaddress(networks: str) -> None:
@@ -67,20 +66,12 @@ def test_the_upstream_regex_agrees_with_ipaddress(networks: str) -> None:
     addresses = [ipaddress.ip_address(rng.getrandbits(32)) for _ in range(3000)]
     for net in allowed:  # inside, on the edges, and just outside each network
         addresses += [net.network_address, net.broadcast_address]
-        if net.version == 4:
-            addresses += [net.network_address - 1, net.broadcast_address + 1]
-            addresses += [net.network_address + rng.randrange(net.num_addresses) for _ in range(50)]
-        else:
-            addresses += [net.network_address + rng.getrandbits(16) for _ in range(50)]
+        addresses += [net.network_address - 1, net.broadcast_address + 1]
+        addresses += [net.network_address + rng.randrange(net.num_addresses) for _ in range(50)]
     for address in addresses:
-        to = f"[{address}]:53" if address.version == 6 else f"{address}:53"
-        inside = any(address in net for net in allowed if net.version == address.version)
+        to = f"{address}:53"
+        inside = any(address in net for net in allowed)
         assert bool(pattern.fullmatch(to)) == inside, to
-
-
-def test_an_ipv6_prefix_that_cannot_be_matched_is_one_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"^IPv6 fc00::/7 cannot be matched in PromQL"):
-        alert_queries.upstream_regex("fc00::/7")
 
 
 def test_the_guards_allowed_dns_setting_reaches_the_coredns_rule_through_its_push() -> None:
