@@ -112,8 +112,7 @@ RFC3339 = (
 )
 
 
-def layouts() -> tuple[argv.Layout, ...]:
-    return argv.agent(DEFAULT_PORT)
+LAYOUTS = argv.agent(DEFAULT_PORT)
 
 
 # ── Shapes ───────────────────────────────────────────────────────────────────────────────────
@@ -154,7 +153,7 @@ def _container() -> Obj:
         "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
         "imagePullPolicy": matching("^(IfNotPresent|Always)$", "IfNotPresent or Always"),
-        "command": Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts())),
+        "command": Expr(argv.cel(LAYOUTS, "{v}", "''", "argv"), argv.describe(LAYOUTS)),
         "env": exact(ENV),
         "ports": exact(PORTS),
         "readinessProbe": opt(_probe()),
@@ -336,7 +335,7 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         # the site's GUARD_IMAGE (guard/generate/policies/params.py)
         ("image", params.text(s, "image")),
         ("pod", "object.spec" if pod else "object.spec.template.spec"),
-        *argv.variables(layouts(), "argv"),
+        *argv.variables(LAYOUTS, "argv"),
     ]
     if pod:
         affinity = (
