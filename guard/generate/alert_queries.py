@@ -216,17 +216,12 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
     )
 
 
-def incident_annotations(s: Settings) -> tuple[str, ...]:
-    """The node annotations that mark an incident the guard's Jobs serve (docs/runbook.md)."""
-    keys = Annotations(s.annotation_prefix)
-    return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
-
-
 def alert_guard_job_failed(s: Settings) -> str:
     """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
     incident lasts (a failed Job outlives it); without that join where the node has no
     `kube_node_annotations` series (a shortened label, a deleted node) or no label at all."""
-    ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
+    ns, keys = s.jobs_namespace, Annotations(s.annotation_prefix)
+    node = ksm_label("label", keys.node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
     labels = f'kube_job_labels{{namespace="{ns}", {node}!=""}}'
@@ -236,7 +231,9 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
         f"max by (namespace, job_name, node, component) {_block(labels)}"
     )
-    open_ = "\nor\n".join(_annotated(key) for key in incident_annotations(s))
+    # The node annotations that mark an incident the guard's Jobs serve (docs/runbook.md).
+    incident = (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
+    open_ = "\nor\n".join(_annotated(key) for key in incident)
     return (
         f"{_block(labelled)}\nand on (node) max by (node) {_block(open_)}\n"
         f"or\n{_block(labelled)}\nunless on (node) max by (node) (kube_node_annotations)\n"
