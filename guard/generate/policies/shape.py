@@ -20,12 +20,6 @@ class Expr:
     cel: str
     what: str
 
-    def check(self, v: str) -> str:
-        return self.cel.replace("{v}", v)
-
-    def says(self) -> str:
-        return self.what
-
 
 def exact(value: Any) -> Expr:
     """The field equals this JSON value exactly (lists in order, maps with exactly these keys)."""
@@ -93,7 +87,7 @@ def validations(shape: Obj, base: str, path: str) -> list[Validation]:
         )
     ]
     for name, f in shape.fields.items():
-        f = f if isinstance(f, Field) else Field(f)
+        assert isinstance(f, Field)  # Obj wraps a bare shape
         when = CREATE if f.create_only else None
         out += [v.guarded(when) for v in _field(base, name, f, join(path, name))]
     return out
@@ -124,10 +118,10 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
             ]
             return first + [v.guarded(one) for v in validations(item, f"{value}[0]", f"{path}[0]")]
         case _:
-            check = f.shape.check(value)
+            check, said = f.shape.cel.replace("{v}", value), f"{path} must be {f.shape.what}"
             if f.required:
-                return [Validation(f"{present} && ({check})", f"{path} must be {f.shape.says()}")]
-            return [Validation(f"!({present}) || ({check})", f"{path} must be {f.shape.says()}")]
+                return [Validation(f"{present} && ({check})", said)]
+            return [Validation(f"!({present}) || ({check})", said)]
 
 
 UPDATE = "request.operation == 'UPDATE'"
