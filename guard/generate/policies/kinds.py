@@ -11,13 +11,6 @@ from typing import Any, Literal
 
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import Validation, lit, quote, regex
-from guard.generate.policies.refused import (
-    CONTAINER_REFUSED,
-    JOB_SPEC_REFUSED,
-    META_REFUSED,
-    POD_REFUSED,
-    TEMPLATE_META_REFUSED,
-)
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
@@ -142,13 +135,8 @@ def _container(kind: Kind, s: Settings) -> Obj:
         "terminationMessagePath": exact("/dev/termination-log"),
         "terminationMessagePolicy": exact("File"),
     }
-    refused = dict(CONTAINER_REFUSED)
-    for name in ("env", "volumeMounts"):
-        if name in made:
-            fields[name] = exact(made[name])
-        else:
-            refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
-    return Obj(fields, refused)
+    fields |= {name: exact(made[name]) for name in ("env", "volumeMounts") if name in made}
+    return Obj(fields)
 
 
 def _resources(kind: Kind, made: dict[str, Any]) -> Expr | Obj:
@@ -234,7 +222,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "nodeName": _NODE_NAME,
         "nodeSelector": exact({key: value}),
     }
-    refused = dict(POD_REFUSED)
     if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
         claim_name = "variables.jobName" if pod else "object.metadata.name"
         fields["nodeName"] = opt(_NODE_NAME)
@@ -251,7 +238,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
                 "(its name)",
             )
         )
-        del refused["resourceClaims"]
     fields |= {
         "restartPolicy": exact("Never"),
         "serviceAccountName": exact(s.job_service_account),
@@ -268,21 +254,11 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
     made = kind.template
-    if "hostPID" in made:
-        fields["hostPID"] = exact(made["hostPID"])
-    else:
-        refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
-    if "volumes" in made:
-        fields["volumes"] = exact(made["volumes"])
-    else:
-        refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
+    fields |= {name: exact(made[name]) for name in ("hostPID", "volumes") if name in made}
     if pod:  # filled in by the Priority admission plugin
         fields["priority"] = opt(exact(0))
         fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
-    else:
-        refused["priority"] = "set by admission from priorityClassName (refused)"
-        refused["preemptionPolicy"] = "set by admission"
-    return Obj(fields, refused)
+    return Obj(fields)
 
 
 _TOLERATIONS = (
@@ -347,7 +323,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Obj({"labels": labels}, TEMPLATE_META_REFUSED),
+            "metadata": Obj({"labels": labels}),
             "spec": pod_spec(kind, s, pod=False),
         },
     )
@@ -374,8 +350,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
             ),
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
-        },
-        META_REFUSED,
+        }
     )
     spec = Obj(
         {
@@ -394,8 +369,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
                 "object.metadata.uid}}",
                 "the selector the API server generates",
             ),
-        },
-        JOB_SPEC_REFUSED,
+        }
     )
     return root(metadata, spec)
 
@@ -427,8 +401,7 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
                 )
             ),
             **system_meta(),
-        },
-        {"selfLink": "deprecated, never set"},
+        }
     )
     return root(metadata, pod_spec(kind, s, pod=True))
 

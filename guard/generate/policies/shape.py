@@ -1,12 +1,11 @@
 """Exact object shapes (allowlists: `Obj` names every field an object may carry and what each must
-be) and the CEL validations that hold an object to one. `refused` gives the reason for each other
-field of the type, so tests/apiserver/test_policy_schema.py proves every field was decided on."""
+be) and the CEL validations that hold an object to one. tests/apiserver/test_policy_schema.py gives
+the reason for each other field of the type, proving every field was decided on."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 from guard.generate.policies.cel import Validation, lit, quote, regex, shown
@@ -54,10 +53,9 @@ def opt(shape: Shape) -> Field:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """Exactly `fields` (a bare shape is a required one); `refused`: the rest of its type."""
+    """Exactly `fields` (a bare shape is a required one)."""
 
     fields: Mapping[str, Field | Shape]
-    refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         wrapped = {k: f if isinstance(f, Field) else Field(f) for k, f in self.fields.items()}
