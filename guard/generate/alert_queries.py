@@ -5,8 +5,6 @@ no step can skip a short change."""
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -28,9 +26,7 @@ from guard.generate.policies import params
 from guard.metric_names import AGENT_CHECK_OK, AGENT_CHECK_STATUS, AGENT_LAST_RUN
 from guard.names import COMPONENT_LABEL, Annotations
 from guard.runbook import Section
-from guard.settings import INTERNAL_UPSTREAMS as INTERNAL_UPSTREAMS
 from guard.settings import Settings
-from guard.wire import parse_allowed_dns
 
 NotRunningSource = Literal["kube-state-metrics", "pushgateway"]
 
@@ -220,17 +216,12 @@ def alert_guard_not_running(s: Settings, p: AlertParams) -> str:
     )
 
 
-def incident_annotations(s: Settings) -> tuple[str, ...]:
-    """The node annotations that mark an incident the guard's Jobs serve (docs/runbook.md)."""
-    keys = Annotations(s.annotation_prefix)
-    return (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
-
-
 def alert_guard_job_failed(s: Settings) -> str:
     """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
     incident lasts (a failed Job outlives it); without that join where the node has no
     `kube_node_annotations` series (a shortened label, a deleted node) or no label at all."""
-    ns, node = s.jobs_namespace, ksm_label("label", Annotations(s.annotation_prefix).node_label)
+    ns, keys = s.jobs_namespace, Annotations(s.annotation_prefix)
+    node = ksm_label("label", keys.node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
     labels = f'kube_job_labels{{namespace="{ns}", {node}!=""}}'
@@ -240,7 +231,9 @@ def alert_guard_job_failed(s: Settings) -> str:
         f"{_block(failed)}\n* on (namespace, job_name) group_left (node, component)\n"
         f"max by (namespace, job_name, node, component) {_block(labels)}"
     )
-    open_ = "\nor\n".join(_annotated(key) for key in incident_annotations(s))
+    # The node annotations that mark an incident the guard's Jobs serve (docs/runbook.md).
+    incident = (keys.reason, keys.device_taint, keys.conformance_failed, keys.onboarding_failed)
+    open_ = "\nor\n".join(_annotated(key) for key in incident)
     return (
         f"{_block(labelled)}\nand on (node) max by (node) {_block(open_)}\n"
         f"or\n{_block(labelled)}\nunless on (node) max by (node) (kube_node_annotations)\n"
@@ -332,79 +325,16 @@ class NodeAlertParams:
     agent_stale_after_s: int = 900  # no agent run this long on a GPU node: the agent is missing
 
 
-def _fixed_width(lo: int, hi: int, width: int) -> list[str]:
-    """Patterns for the `width`-digit strings lo..hi (leading zeros are digits here)."""
-    if width == 1:
-        return [str(lo) if lo == hi else f"[{lo}-{hi}]"]
-    size = 10 ** (width - 1)
-    (lo_head, lo_rest), (hi_head, hi_rest) = divmod(lo, size), divmod(hi, size)
-    if lo_head == hi_head:
-        return [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, hi_rest, width - 1)]
-    out, tail = [], []
-    if lo_rest:
-        out = [f"{lo_head}{rest}" for rest in _fixed_width(lo_rest, size - 1, width - 1)]
-        lo_head += 1
-    if hi_rest != size - 1:
-        tail = [f"{hi_head}{rest}" for rest in _fixed_width(0, hi_rest, width - 1)]
-        hi_head -= 1
-    if lo_head <= hi_head:
-        head = str(lo_head) if lo_head == hi_head else f"[{lo_head}-{hi_head}]"
-        out.append(head + "[0-9]" * (width - 1))
-    return out + tail
-
-
-def octet_range(lo: int, hi: int) -> str:
-    """A regex for the decimal octets lo..hi, as an address prints them (no leading zeros).
-
-    >>> octet_range(64, 127), octet_range(10, 10), octet_range(0, 255)
-    ('(6[4-9]|[7-9][0-9]|1[0-1][0-9]|12[0-7])', '10', '[0-9]{1,3}')
-    """
-    if (lo, hi) == (0, 255):
-        return "[0-9]{1,3}"
-    patterns = []
-    for width, (first, last) in enumerate(((0, 9), (10, 99), (100, 255)), start=1):
-        if lo <= last and hi >= first:
-            patterns += _fixed_width(max(lo, first), min(hi, last), width)
-    return patterns[0] if len(patterns) == 1 else "(" + "|".join(patterns) + ")"
-
-
-def _ipv4_regex(net: ipaddress.IPv4Network) -> str:
-    """
-    >>> _ipv4_regex(ipaddress.IPv4Network("172.16.0.0/12"))
-    '172[.](1[6-9]|2[0-9]|3[0-1])[.][0-9]{1,3}[.][0-9]{1,3}'
-    >>> _ipv4_regex(ipaddress.IPv4Network("10.20.0.53/32"))
-    '10[.]20[.]0[.]53'
-    """
-    octets, parts = net.network_address.packed, []
-    for i in range(4):
-        bits = min(max(net.prefixlen - 8 * i, 0), 8)
-        low = octets[i] & (0xFF << (8 - bits)) & 0xFF
-        parts.append(octet_range(low, low + (1 << (8 - bits)) - 1))
-    return "[.]".join(parts)
-
-
-def _ipv6_regex(net: ipaddress.IPv6Network) -> str:
-    """An address in the network in its canonical (compressed, lower-case) form, as Go prints it;
-    only /128 or a multiple of 16 bits can be matched this way."""
-    if net.prefixlen == 128:
-        return re.escape(str(net.network_address))
-    if net.prefixlen % 16:
-        raise ValueError(f"IPv6 {net} cannot be matched in PromQL: use a /16-multiple or addresses")
-    groups = net.network_address.exploded.split(":")[: net.prefixlen // 16]
-    return ":".join(g.lstrip("0") or "0" for g in groups) + ":[0-9a-f:]*"
-
-
-def upstream_regex(networks: str) -> str:
-    """A regex for CoreDNS's `to` label (``host:port``, IPv6 in brackets) inside the networks.
-
-    >>> print(upstream_regex("10.20.0.0/16, 2001:db8::53"))
-    (10[.]20[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+|\\[(2001:db8::53)\\]:[0-9]+
-    """
-    nets = parse_allowed_dns(networks)
-    v4 = [_ipv4_regex(n) for n in nets if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [_ipv6_regex(n) for n in nets if isinstance(n, ipaddress.IPv6Network)]
-    alternatives = [f"({'|'.join(v4)}):[0-9]+"] if v4 else []
-    return "|".join(alternatives + ([f"\\[({'|'.join(v6)})\\]:[0-9]+"] if v6 else []))
+# INTERNAL_UPSTREAMS as a regex of CoreDNS's `to` label (``host:port``), the rule's fallback
+# before the guard's first push (tests/unit/test_node_alerts.py: exactly those networks).
+INTERNAL_UPSTREAM_REGEX = (
+    "(10[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}"
+    "|172[.](1[6-9]|2[0-9]|3[0-1])[.][0-9]{1,3}[.][0-9]{1,3}"
+    "|192[.]168[.][0-9]{1,3}[.][0-9]{1,3}"
+    "|100[.](6[4-9]|[7-9][0-9]|1[0-1][0-9]|12[0-7])[.][0-9]{1,3}[.][0-9]{1,3}"
+    "|169[.]254[.][0-9]{1,3}[.][0-9]{1,3}"
+    "|127[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}):[0-9]+"
+)
 
 
 def alert_row_remap_uncorrectable(p: NodeAlertParams) -> str:
@@ -516,7 +446,7 @@ def coredns_upstream_prefix() -> str:
 def alert_coredns_forward_not_allowed(s: Settings, p: NodeAlertParams) -> str:
     """Forwards to an upstream outside the pushed prefixes (before a push: the internal ranges)."""
     w = duration(p.coredns_window_s)
-    default = upstream_regex(INTERNAL_UPSTREAMS).replace("\\", "\\\\")
+    default = INTERNAL_UPSTREAM_REGEX.replace("\\", "\\\\")
 
     def forwarded(matchers: str) -> str:
         return "\nor ".join(

@@ -69,15 +69,6 @@ class Record:
 _GPU = "{{ $labels.node }} GPU {{ $labels.gpu }} ({{ $labels.UUID }}, {{ $labels.pci_bus_id }})"
 
 
-def gpu_records(t: alert_queries.SiteText, p: alert_queries.AlertParams) -> tuple[Record, ...]:
-    """The user-code Xids the Xid alerts leave out: the guard's push, else the overlay's list."""
-    q = alert_queries
-    return (
-        Record(q.USER_CODE_XIDS_SETTING, q.user_code_xids_setting(t)),
-        Record(q.USER_CODE_XID, q.user_code_xid(p)),
-    )
-
-
 def gpu_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     jobs_ns, quiet = s.jobs_namespace, queries.duration(p.xid_quiet_after_s)
     reason = Annotations(s.annotation_prefix).reason
@@ -260,11 +251,10 @@ def guard_rules(
 def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
     """The cordon/return pair: severity info, routed by `p.notify_labels` (docs/alerts.md)."""
     names = Annotations(s.annotation_prefix)
-    return (
-        Rule(
+    texts = (
+        (
             "GPUNodeGuardCordoned",
             alert_queries.alert_guard_cordoned(s, p),
-            "info",
             "gpu-node-guard cordoned {{ $labels.node }}: {{ $labels.reason }}"
             "{{ with $labels.pci }} on GPU {{ . }}{{ end }}"
             "{{ with $labels.UUID }} ({{ . }}){{ end }}",
@@ -273,13 +263,10 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             f" (power cycle; after a reset-class Xid a GPU reset and {names.reset_done}) and a load"
             " test passed. Nothing to do unless a page follows; to keep the node out after the"
             f" repair, set {names.hold}.",
-            p.notify_for_s,
-            p.notify_labels,
         ),
-        Rule(
+        (
             "GPUNodeGuardDeviceTainted",
             alert_queries.alert_guard_device_tainted(p),
-            "info",
             "gpu-node-guard ({{ $labels.namespace }}) tainted a GPU device (DeviceTaintRule)"
             f" within the last {dur(p.notify_window_s)}",
             "The guard isolated one GPU, not its node: its DeviceTaintRule (NoSchedule) keeps new"
@@ -287,13 +274,10 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             f" running. `{_TAINT_RULES}` names the device, `gpu-node-guard status` the node. The"
             " guard deletes the rule by itself once the GPU was reset (or the node rebooted) and"
             " its load test passed. Nothing to do unless a page follows.",
-            p.notify_for_s,
-            p.notify_labels,
         ),
-        Rule(
+        (
             "GPUNodeGuardReturned",
             alert_queries.alert_guard_returned(s, p),
-            "info",
             "{{ $labels.node }} returned to service: load test"
             "{{ with $labels.job_name }} job/{{ . }}{{ end }} passed",
             "The guard uncordoned the node{{ with $labels.returned_at }} at {{ . }}{{ end }} after"
@@ -301,9 +285,10 @@ def notify_rules(s: Settings, p: alert_queries.AlertParams) -> tuple[Rule, ...]:
             f" {names.returned} until its next cordon, and the fault stays in the ledger"
             f" ({s.ledger_configmap}): another incident on the same card holds the node for a"
             " person.",
-            p.notify_for_s,
-            p.notify_labels,
         ),
+    )
+    return tuple(
+        Rule(a, e, "info", sm, d, p.notify_for_s, p.notify_labels) for a, e, sm, d in texts
     )
 
 
@@ -485,8 +470,13 @@ def rule_groups(
         Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(q.NodeAlertParams())),
         Record(q.COREDNS_UPSTREAM_ALLOWED, q.coredns_upstream_allowed()),
     )
+    # The user-code Xids the Xid alerts leave out: the guard's push, else the overlay's list.
+    xids = (
+        Record(q.USER_CODE_XIDS_SETTING, q.user_code_xids_setting(t)),
+        Record(q.USER_CODE_XID, q.user_code_xid(p)),
+    )
     groups: tuple[tuple[str, tuple[Rule | Record, ...]], ...] = (
-        ("gpu-node-guard.gpu", (*gpu_records(t, p), *gpu_rules(s, p))),
+        ("gpu-node-guard.gpu", (*xids, *gpu_rules(s, p))),
         ("gpu-node-guard.guard", guard_rules(s, p, t)),
         ("gpu-node-guard.notify", notify_rules(s, p)),
         ("gpu-node-guard.node", (*coredns, *node_rules(s, t=t))),

@@ -9,8 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -220,14 +220,6 @@ def _policies(
                 f"{kind} {name} is not the generated one for this layout (edited, "
                 "patched or stale): `python -m guard.generate.policies write`"
             )
-    # A site value the policies carry in their text (not through the params) does not follow.
-    plain = _without_defaults(policies.documents(layout))
-    for name, one in _site_values(s):
-        if _without_defaults(policies.documents(one)) != plain:
-            out.append(
-                f"{params.env_name(name)}: the policies carry the default there, not the "
-                "params: a Job the guard makes with the site's value is refused"
-            )
     # What the policies read from the params: each key, or the default they carry.
     read: dict[str, set[str]] = {}
     for doc in r.kind("ValidatingAdmissionPolicy"):
@@ -253,11 +245,6 @@ def _strings(doc: Any) -> Iterable[str]:
     elif isinstance(doc, Mapping | list):
         for value in doc.values() if isinstance(doc, Mapping) else doc:
             yield from _strings(value)
-
-
-def _without_defaults(docs: Mapping[str, Any]) -> list[str]:
-    """The policies' texts with the params' defaults blanked (what the settings leave fixed)."""
-    return [_PARAM.sub(r"params[\1]", text) for text in _strings(dict(docs))]
 
 
 def _images(r: Rendered, s: Settings) -> list[str]:
@@ -290,18 +277,12 @@ def _alerts(r: Rendered, s: Settings, env: Mapping[str, str]) -> list[str]:
     wanted = _rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams()))
     out = _substituted(found, s, env)
     found, wanted = _blanked(found), _blanked(wanted)
-    off = [name for name in sorted(wanted) if found.get(name) != wanted[name]]
-    default = _blanked_rules(_layout(s)) if off else {}
-    alone = {setting: _blanked_rules(one) for setting, one in _site_values(s)} if off else {}
-    for name in off:
-        baked = [
-            setting for setting, exprs in alone.items() if exprs.get(name) != default.get(name)
-        ]
-        why = ", ".join(params.env_name(b) for b in baked) or "its expression"
-        out.append(
-            f"alerts: {name} does not follow the site ({why}): the rules carry the "
-            "defaults there; build them with guard.generate.alerts.render (docs/alerts.md)"
-        )
+    for name in sorted(wanted):
+        if found.get(name) != wanted[name]:
+            out.append(
+                f"alerts: {name} does not follow the site (its expression): the rules carry the "
+                "defaults there; build them with guard.generate.alerts.render (docs/alerts.md)"
+            )
     return out + _runbook_links(rules[0]["spec"]["groups"], s)
 
 
@@ -361,26 +342,9 @@ def _runbook_links(groups: Iterable[Mapping[str, Any]], s: Settings) -> list[str
     ]
 
 
-def _blanked_rules(s: Settings) -> dict[str, str]:
-    return _blanked(_rule_exprs(alerts.rule_groups(s, alert_queries.AlertParams())))
-
-
 def _layout(s: Settings) -> Settings:
     """The site's layout, every other setting at its default."""
     return Settings(**{n: getattr(s, n) for n in LAYOUT_SETTINGS})
-
-
-def _site_values(s: Settings) -> Iterator[tuple[str, Settings]]:
-    """Each site value that is not its default, alone on the site's layout (one valid only with
-    other site values is left out: each of those is tried alone)."""
-    layout, skip = _layout(s), (*LAYOUT_SETTINGS, *IMAGES)
-    for name in (f.name for f in fields(Settings) if f.name not in skip):
-        if getattr(s, name) == getattr(Settings(), name):
-            continue
-        try:
-            yield name, replace(layout, **{name: getattr(s, name)})
-        except SettingsError:
-            continue
 
 
 # ── Command ─────────────────────────────────────────────────────────────────────────────────

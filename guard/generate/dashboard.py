@@ -22,7 +22,7 @@ UID = "gpu-node-guard"
 @dataclass(frozen=True, slots=True)
 class Panel:
     title: str
-    targets: tuple[tuple[str, str], ...]  # (legend, PromQL)
+    targets: dict[str, str]  # legend: PromQL
     description: str = ""
     kind: str = "timeseries"  # or stat, bargauge
     unit: str = "none"
@@ -35,101 +35,86 @@ def _sel(metric: str, extra: str = "") -> str:
 PANELS = (
     Panel(
         "Nodes per state",
-        (("{{state}}", f"sum by (state) ({_sel(m.NODES.name)}) > 0"),),
+        {"{{state}}": f"sum by (state) ({_sel(m.NODES.name)}) > 0"},
         "The rows of `gpu-node-guard status` in numbers (docs/runbook.md, Node states).",
     ),
     Panel(
         "Breaker headroom",
-        (
-            ("headroom", f"min({_sel(m.BREAKER_HEADROOM.name)})"),
-            ("limit", f"max({_sel(m.BREAKER_LIMIT.name)})"),
-        ),
+        {
+            "headroom": f"min({_sel(m.BREAKER_HEADROOM.name)})",
+            "limit": f"max({_sel(m.BREAKER_LIMIT.name)})",
+        },
         "Isolations left before the breaker opens (<= 0: open; GPUNodeGuardBreakerOpen).",
         kind="stat",
     ),
     Panel(
         "Isolations over time (open, by verdict)",
-        (("{{verdict}} ({{unit}})", f"sum by (verdict, unit) ({_sel(m.ISOLATIONS.name)}) > 0"),),
+        {"{{verdict}} ({{unit}})": f"sum by (verdict, unit) ({_sel(m.ISOLATIONS.name)}) > 0"},
     ),
     Panel(
         "Isolations and returns per run",
-        (
-            (
-                "{{type}}",
-                "sum by (type) ("
-                + _sel(
-                    m.LAST_RUN_ACTIONS.name,
-                    'type=~"cordon|uncordon|taint-device|untaint-device", outcome="applied"',
-                )
-                + ")",
-            ),
-        ),
+        {
+            "{{type}}": "sum by (type) ("
+            + _sel(
+                m.LAST_RUN_ACTIONS.name,
+                'type=~"cordon|uncordon|taint-device|untaint-device", outcome="applied"',
+            )
+            + ")"
+        },
         "Applied cordon, uncordon and device-taint writes of each run (the pushed run values).",
     ),
     Panel(
         "Cordoned GPU nodes (kube-state-metrics)",
-        (
-            (
-                "cordoned",
-                "count(max by (node) (kube_node_spec_unschedulable == 1) and on (node) "
-                'max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"}) > 0)',
-            ),
-        ),
+        {
+            "cordoned": "count(max by (node) (kube_node_spec_unschedulable == 1) and on (node) "
+            'max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"}) > 0)'
+        },
     ),
     Panel(
         "Time to isolate / return (mean, last 30 days)",
-        (("{{phase}}", f"max by (phase) ({_sel(m.REPAIR_PHASE.name)})"),),
+        {"{{phase}}": f"max by (phase) ({_sel(m.REPAIR_PHASE.name)})"},
         "onset-to-cordon, cordon-to-repair, repair-to-return, and the whole isolation.",
         kind="bargauge",
         unit="s",
     ),
     Panel(
         "Oldest isolation against its budget",
-        (
-            (
-                "{{verdict}}",
-                f"max by (verdict) ({_sel(m.ISOLATION_OLDEST_AGE.name)})\n"
-                f"/ on (verdict) max by (verdict) ({_sel(m.QUARANTINE_BUDGET.name)})",
-            ),
-        ),
+        {
+            "{{verdict}}": f"max by (verdict) ({_sel(m.ISOLATION_OLDEST_AGE.name)})\n"
+            f"/ on (verdict) max by (verdict) ({_sel(m.QUARANTINE_BUDGET.name)})"
+        },
         "1 = the verdict's quarantine budget (GPUIsolationPastBudget fires above).",
         kind="bargauge",
         unit="percentunit",
     ),
     Panel(
         "GPU-hours lost",
-        (("{{gpus}} GPUs, {{window}}", f"sum by (gpus, window) ({_sel(m.GPU_HOURS_LOST.name)})"),),
+        {"{{gpus}} GPUs, {{window}}": f"sum by (gpus, window) ({_sel(m.GPU_HOURS_LOST.name)})"},
         "faulted: the faulted GPUs; healthy: healthy GPUs a node-wide cordon held with them.",
         kind="stat",
     ),
     Panel(
         "Incidents and repeat cards",
-        (
-            ("incidents {{window}}", f"sum by (window) ({_sel(m.INCIDENTS.name)})"),
-            ("repeat cards", f"max({_sel(m.REPEAT_CARDS.name)})"),
-        ),
+        {
+            "incidents {{window}}": f"sum by (window) ({_sel(m.INCIDENTS.name)})",
+            "repeat cards": f"max({_sel(m.REPEAT_CARDS.name)})",
+        },
         kind="stat",
     ),
     Panel(
         "GPUs with a hardware Xid (dcgm-exporter)",
-        (
-            (
-                "{{Hostname}}",
-                "count by (Hostname) (DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43 != 45 != 68"
-                " != 109)",
-            ),
-        ),
+        {
+            "{{Hostname}}": "count by (Hostname) (DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43"
+            " != 45 != 68 != 109)"
+        },
         "The last Xid per GPU, user-code Xids left out (the defaults of GUARD_USER_CODE_XIDS).",
     ),
     Panel(
         "GPUs not allocatable (kube-state-metrics)",
-        (
-            (
-                "{{node}}",
-                'max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"})\n'
-                '- max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"}) > 0',
-            ),
-        ),
+        {
+            "{{node}}": 'max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"})\n'
+            '- max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"}) > 0'
+        },
     ),
 )
 
@@ -146,7 +131,7 @@ def _panel(i: int, p: Panel) -> dict[str, Any]:
         "options": {},
         "targets": [
             {"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend}
-            for j, (legend, expr) in enumerate(p.targets)
+            for j, (legend, expr) in enumerate(p.targets.items())
         ],
     }
 

@@ -26,7 +26,7 @@ def shipped() -> dict[str, Any]:
 
 def test_the_shipped_command_is_a_layout() -> None:
     (container,) = shipped()["containers"]
-    assert matches(agent.layouts(), container["command"], "")
+    assert matches(agent.LAYOUTS, container["command"], "")
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_the_shipped_command_is_a_layout() -> None:
     ],
 )
 def test_the_site_flags_of_docs_agent_md_are_layouts(tail: list[str]) -> None:
-    assert matches(agent.layouts(), [*HEAD, *tail], "")
+    assert matches(agent.LAYOUTS, [*HEAD, *tail], "")
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_the_site_flags_of_docs_agent_md_are_layouts(tail: list[str]) -> None:
     ],
 )
 def test_nothing_else_is_a_layout(argv: list[str]) -> None:
-    assert not matches(agent.layouts(), argv, "")
+    assert not matches(agent.LAYOUTS, argv, "")
 
 
 def test_the_pinned_host_paths_and_mounts_are_the_manifests() -> None:

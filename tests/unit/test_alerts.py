@@ -137,8 +137,11 @@ def test_settings_reach_the_expressions() -> None:
     )
     assert records == {"gpu_node_guard:breaker_max_nodes": "3"}
     # The user-code Xids: a join with the pushed (else recorded) series, the list only recorded.
-    xids = alerts.gpu_records(alert_queries.site_text(custom), alert_queries.AlertParams())
-    assert xids[0].expr == 'label_replace(vector(1), "xids", "43,13", "", "")'
+    groups = alerts.rule_groups(custom, alert_queries.AlertParams())
+    recorded = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
+    assert recorded["gpu_node_guard:user_code_xids"] == (
+        'label_replace(vector(1), "xids", "43,13", "", "")'
+    )
     assert "unless on (xid) gpu_node_guard:user_code_xid" in rules["GPUHardwareXidCount"]
     assert "unless on (xid) gpu_node_guard:user_code_xid" in rules["GPUHardwareXid"]
     assert "!= 13" not in rules["GPUHardwareXid"]

@@ -9,6 +9,7 @@ import copy
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from guard.generate import config
+from guard.generate import alerts, config
+from guard.generate.alert_queries import AlertParams
 from guard.generate.config import IMAGES, Rendered, check
+from guard.generate.policies import documents
 from guard.names import SETTINGS_CONFIGMAP
-from guard.settings import SITE_SETTINGS, Settings, setting_fields
+from guard.settings import LAYOUT_SETTINGS, SITE_SETTINGS, Settings, SettingsError, setting_fields
 from tests.tiers import tool, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +77,34 @@ def test_every_setting_overlay_changes_every_site_setting(every: Rendered) -> No
         f.name for f in setting_fields() if getattr(s, f.name) != getattr(Settings(), f.name)
     }
     assert changed == site
+
+
+def _policy_text(s: Settings) -> list[str]:
+    """The policies' texts with the params' defaults blanked (what the settings leave fixed)."""
+    return [config._PARAM.sub(r"params[\1]", text) for text in config._strings(documents(s))]
+
+
+def _rule_text(s: Settings) -> dict[str, str]:
+    """The rules' expressions with the strings the alerts component substitutes emptied."""
+    return config._blanked(config._rule_exprs(alerts.rule_groups(s, AlertParams())))
+
+
+def test_a_site_value_alone_changes_only_params_and_substituted_strings(every: Rendered) -> None:
+    """Each site value reaches the policies through their params and the rules through the alerts
+    component's substitutions, nowhere else: an overlay setting one is admitted and followed."""
+    s, _ = check(every)
+    assert s is not None
+    policies, rules, tried = _policy_text(Settings()), _rule_text(Settings()), 0
+    for name in sorted({f.name for f in setting_fields()} - {*LAYOUT_SETTINGS, *IMAGES}):
+        if getattr(s, name) == getattr(Settings(), name):
+            continue
+        try:
+            one = replace(Settings(), **{name: getattr(s, name)})
+        except SettingsError:
+            continue  # valid only with other site values
+        assert (_policy_text(one), _rule_text(one)) == (policies, rules), name
+        tried += 1
+    assert tried > 30
 
 
 Edit = Callable[[dict[tuple[str, str, str], dict[str, Any]]], None]

@@ -11,7 +11,6 @@ from guard.generate.policies import argv, params
 from guard.generate.policies.cel import lit, quote, regex, shown
 from guard.generate.policies.common import COMPONENT_OF, PREFIX, policy, rule, scoped
 from guard.generate.policies.kinds import DELETION_FINALIZERS, JOB_CONTROLLERS, root, system_meta
-from guard.generate.policies.refused import CONTAINER_REFUSED, POD_REFUSED, TEMPLATE_META_REFUSED
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
@@ -112,8 +111,7 @@ RFC3339 = (
 )
 
 
-def layouts() -> tuple[argv.Layout, ...]:
-    return argv.agent(DEFAULT_PORT)
+LAYOUTS = argv.agent(DEFAULT_PORT)
 
 
 # ── Shapes ───────────────────────────────────────────────────────────────────────────────────
@@ -127,8 +125,7 @@ def _probe() -> Obj:
             "path": exact("/healthz"),
             "port": exact("metrics"),
             "scheme": exact("HTTP"),
-        },
-        {"host": "the kubelet probes the pod itself", "httpHeaders": "none needed"},
+        }
     )
     return Obj(
         {
@@ -138,13 +135,7 @@ def _probe() -> Obj:
             "periodSeconds": opt(int_in(1, 3600)),
             "successThreshold": opt(int_in(1, 10)),
             "failureThreshold": opt(int_in(1, 100)),
-        },
-        {
-            "exec": "runs a command in the container",
-            "tcpSocket": "the agent answers GET /healthz",
-            "grpc": "the agent answers GET /healthz",
-            "terminationGracePeriodSeconds": "the pod's grace period applies",
-        },
+        }
     )
 
 
@@ -154,7 +145,7 @@ def _container() -> Obj:
         "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
         # A digest or tag pulls the same image either way; `latest` defaults to Always.
         "imagePullPolicy": matching("^(IfNotPresent|Always)$", "IfNotPresent or Always"),
-        "command": Expr(argv.cel(layouts(), "{v}", "''", "argv"), argv.describe(layouts())),
+        "command": Expr(argv.cel(LAYOUTS, "{v}", "''", "argv"), argv.describe(LAYOUTS)),
         "env": exact(ENV),
         "ports": exact(PORTS),
         "readinessProbe": opt(_probe()),
@@ -165,9 +156,7 @@ def _container() -> Obj:
         "terminationMessagePath": exact("/dev/termination-log"),
         "terminationMessagePolicy": exact("File"),
     }
-    refused = {k: v for k, v in CONTAINER_REFUSED.items() if k not in fields}
-    refused["ports"] = "only the metrics port (no hostPort)"
-    return Obj(fields, refused)
+    return Obj(fields)
 
 
 def _node_selector(s: Settings) -> Expr:
@@ -199,18 +188,12 @@ def pod_spec(s: Settings, *, pod: bool) -> Obj:
         "schedulerName": exact("default-scheduler"),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
-    refused = {k: v for k, v in POD_REFUSED.items() if k not in fields}
     if pod:
         fields["affinity"] = _one_node_affinity()
         fields["nodeName"] = opt(Expr("{v} == variables.node", "the node of its affinity"))
         fields["priority"] = opt(exact(0))  # filled in by the Priority admission plugin
         fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
-    else:
-        refused["affinity"] = "placement is the nodeSelector; the controller adds the node"
-        refused["nodeName"] = "the DaemonSet controller and the scheduler place each pod"
-        refused["priority"] = "set by admission from priorityClassName (refused)"
-        refused["preemptionPolicy"] = "set by admission"
-    return Obj(fields, refused)
+    return Obj(fields)
 
 
 def _pod_tolerations() -> Expr:
@@ -248,8 +231,7 @@ def _template_meta() -> Obj:
         {
             "labels": exact(LABELS),
             "annotations": opt(Obj({RESTARTED_AT: restarted})),
-        },
-        {k: v for k, v in TEMPLATE_META_REFUSED.items() if k != "annotations"},
+        }
     )
 
 
@@ -264,12 +246,7 @@ def daemonset_shape(s: Settings) -> Obj:
             "annotations": opt(SYSTEM),  # never reaches a Pod (see the module's case list)
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
-        },
-        {
-            "generateName": "the agent has one name",
-            "ownerReferences": "a top-level object",
-            "selfLink": "deprecated, never set",
-        },
+        }
     )
     amount = Expr(
         "type({v}) == int ? {v} >= 0 : string({v}).matches('^[0-9]{1,3}%$')",
@@ -322,8 +299,7 @@ def pod_shape(s: Settings) -> Obj:
             ),
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
-        },
-        {"selfLink": "deprecated, never set"},
+        }
     )
     return root(metadata, pod_spec(s, pod=True))
 
@@ -336,7 +312,7 @@ def variables(s: Settings, *, pod: bool) -> list[tuple[str, str]]:
         # the site's GUARD_IMAGE (guard/generate/policies/params.py)
         ("image", params.text(s, "image")),
         ("pod", "object.spec" if pod else "object.spec.template.spec"),
-        *argv.variables(layouts(), "argv"),
+        *argv.variables(LAYOUTS, "argv"),
     ]
     if pod:
         affinity = (

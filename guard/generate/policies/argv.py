@@ -155,8 +155,7 @@ def variables(layouts: Sequence[Layout], name: str) -> list[tuple[str, str]]:
     a literal word is the pattern of itself) and of its repeated group (`<name><i>Group`)."""
     out = [(f"{name}At", lit(list(range(max(_reach(layout) for layout in layouts)))))]
     for i, layout in enumerate(layouts):
-        tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
-        fixed = layout[:-1] if tail is not None else layout
+        fixed, tail = _split(layout)
         out.append((f"{name}{i}", lit([_pattern(t) for t in fixed])))
         if tail is not None:
             out.append((f"{name}{i}Group", lit([_pattern(t) for t in tail.group])))
@@ -176,11 +175,17 @@ def _is_node(token: Token) -> bool:
     return isinstance(token, Value) and token.is_node
 
 
+def _split(layout: Layout) -> tuple[Layout, Repeat | None]:
+    """The fixed words of `layout` and its repeated group (the last token), if any."""
+    if layout and isinstance(layout[-1], Repeat):
+        return layout[:-1], layout[-1]
+    return layout, None
+
+
 def _reach(layout: Layout) -> int:
     """How many words an argv of `layout` holds at most."""
-    if layout and isinstance(layout[-1], Repeat):
-        return len(layout) - 1 + len(layout[-1].group) * layout[-1].most
-    return len(layout)
+    fixed, tail = _split(layout)
+    return len(fixed) + (len(tail.group) * tail.most if tail else 0)
 
 
 def _pattern(token: Token) -> str:
@@ -192,8 +197,7 @@ def _pattern(token: Token) -> str:
 
 
 def _cel_one(layout: Layout, v: str, node: str, words: str, at: str) -> str:
-    tail = layout[-1] if layout and isinstance(layout[-1], Repeat) else None
-    fixed = layout[:-1] if tail is not None else layout
+    fixed, tail = _split(layout)
     n = len(fixed)
     nodes = [f"{v}[{i}] == {node}" for i, t in enumerate(fixed) if _is_node(t)]
     if tail is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,31 +83,21 @@ def policy(
     spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
     spec["validations"] = [v.as_dict("variables.who") for v in validations]
 
-    # The policies go first: a Job, Pod or DaemonSet with a new image is refused until the policy
-    # naming that image is in place (docs/deploy.md, "Upgrade"). ArgoCD syncs them a wave ahead;
-    # with kubectl, the label selects them: `kubectl apply -k … -l <component label>`.
-    def meta() -> dict[str, Any]:
-        return {
-            "name": name,
-            "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: POLICY_COMPONENT},
-            "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
-        }
-
     bound: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
     if params is not None:
         bound["paramRef"] = dict(params)
-    binding = {
-        "apiVersion": POLICY_API,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": meta(),
-        "spec": bound,
+    # The policies go first: a Job, Pod or DaemonSet with a new image is refused until the policy
+    # naming that image is in place (docs/deploy.md, "Upgrade"). ArgoCD syncs them a wave ahead;
+    # with kubectl, the label selects them: `kubectl apply -k … -l <component label>`.
+    meta = {
+        "name": name,
+        "labels": {APP_LABEL: APP_NAME, COMPONENT_LABEL: POLICY_COMPONENT},
+        "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
     }
     return [
-        {
-            "apiVersion": POLICY_API,
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": meta(),
-            "spec": spec,
-        },
-        binding,
+        {"apiVersion": POLICY_API, "kind": kind, "metadata": copy.deepcopy(meta), "spec": body}
+        for kind, body in (
+            ("ValidatingAdmissionPolicy", spec),
+            ("ValidatingAdmissionPolicyBinding", bound),
+        )
     ]

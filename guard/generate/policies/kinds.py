@@ -6,17 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from guard.generate.policies import argv, params
 from guard.generate.policies.cel import Validation, lit, quote, regex
-from guard.generate.policies.refused import (
-    CONTAINER_REFUSED,
-    JOB_SPEC_REFUSED,
-    META_REFUSED,
-    POD_REFUSED,
-    TEMPLATE_META_REFUSED,
-)
 from guard.generate.policies.shape import (
     IMAGE_PULL_SECRETS,
     SYSTEM,
@@ -30,7 +24,14 @@ from guard.generate.policies.shape import (
     matching,
     opt,
 )
-from guard.jobs import JOB_NAME_BUDGET, NODE_LABEL_DIGEST, NODE_LABEL_KEEP
+from guard.jobs import (
+    JOB_NAME_BUDGET,
+    NODE_LABEL_DIGEST,
+    NODE_LABEL_KEEP,
+    JobKind,
+    JobSpec,
+    JobTemplates,
+)
 from guard.names import (
     APP_LABEL,
     APP_NAME,
@@ -63,10 +64,6 @@ UNSCHEDULABLE = {
 # DefaultTolerationSeconds admission adds these to every Pod (300 s unless the API server's
 # --default-{not-ready,unreachable}-toleration-seconds say otherwise).
 ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-HOST_READER_CAPABILITIES = ["SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT"]
-# The kernel log's reader only: `dmesg` (the evidence Job's fallback where journald keeps no
-# journal) is refused without CAP_SYSLOG wherever kernel.dmesg_restrict=1 (Ubuntu's default).
-KERNEL_LOG_CAPABILITIES = [*HOST_READER_CAPABILITIES, "SYSLOG"]
 # The node label of a guard Job and its Pods: guard.jobs.node_label of the pod's nodeName (the
 # name itself up to 63 characters, else its first 54, '-' and 8 hex digits). CEL has no SHA-256:
 # the digest is checked for its form; the Job's node annotation carries the full name.
@@ -85,74 +82,37 @@ NODE_LABEL = Expr(
 class Kind:
     """One kind of guard workload, named by its app.kubernetes.io/component label."""
 
-    name: str
+    name: JobKind
     job_prefix: str  # guard.jobs.job_name: gng-<short>-<node>-<digest>
     image: Literal["image", "loadtest_image"]
     layouts: Callable[[], tuple[argv.Layout, ...]]
-    host_pid: bool
-    security_context: dict[str, Any]
-    env: tuple[dict[str, Any], ...] = ()
-    mounts: tuple[dict[str, Any], ...] = ()
-    volumes: tuple[dict[str, Any], ...] = ()
     gpus: bool = False
     # Created by the guard's ServiceAccount only: a Job of the kind changes the host, and the
     # guard keeps the record of what it changed (docs/security.md, the fence).
     guard_only: bool = False
     guard_only_word: str = ""  # an argv word only the guard's Jobs of the kind hold (evidence)
 
-
-def _host_reader(capabilities: list[str]) -> dict[str, Any]:
-    return {
-        "privileged": False,
-        "runAsUser": 0,
-        "readOnlyRootFilesystem": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-        "capabilities": {"drop": ["ALL"], "add": capabilities},
-    }
+    @property
+    def template(self) -> dict[str, Any]:
+        """The PodSpec of the kind's Job template (jobs/): what the policy pins exactly of it."""
+        job = JobSpec(self.name, "n", "ns", "node", "r", "p/", "i", (), 1, 1, "sa")
+        spec: dict[str, Any] = _templates().render(job)["spec"]["template"]["spec"]
+        return spec
 
 
-_HOST_READER = _host_reader(HOST_READER_CAPABILITIES)
-_KERNEL_LOG = _host_reader(KERNEL_LOG_CAPABILITIES)
+@cache
+def _templates() -> JobTemplates:
+    return JobTemplates.load()
+
 
 KINDS = (
     # A node trigger's evidence Job (--trigger) is the guard's cordon's only.
-    Kind(
-        "evidence",
-        "gng-ev-",
-        "image",
-        argv.evidence,
-        True,
-        _KERNEL_LOG,
-        guard_only_word="--trigger",
-    ),
-    Kind("conformance", "gng-cf-", "image", argv.conformance, True, _HOST_READER),
+    Kind("evidence", "gng-ev-", "image", argv.evidence, guard_only_word="--trigger"),
+    Kind("conformance", "gng-cf-", "image", argv.conformance),
     # The fence writes one GPU's compute mode with the host's nvidia-smi: the host readers'
     # access (not the kernel log's SYSLOG), nothing more (docs/isolation.md).
-    Kind("fence", "gng-fn-", "image", argv.fence, True, _HOST_READER, guard_only=True),
-    Kind(
-        "loadtest",
-        "gng-lt-",
-        "loadtest_image",
-        argv.loadtest,
-        False,
-        {
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "runAsGroup": 65534,
-            "seccompProfile": {"type": "RuntimeDefault"},
-            "capabilities": {"drop": ["ALL"]},
-        },
-        env=({"name": "HOME", "value": "/tmp"},),
-        mounts=({"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}),
-        # /dev/shm in memory for NCCL between the all-reduce ranks (docs/loadtest.md, "Pod").
-        volumes=(
-            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
-        ),
-        gpus=True,
-    ),
+    Kind("fence", "gng-fn-", "image", argv.fence, guard_only=True),
+    Kind("loadtest", "gng-lt-", "loadtest_image", argv.loadtest, gpus=True),
 )
 
 
@@ -160,6 +120,7 @@ KINDS = (
 
 
 def _container(kind: Kind, s: Settings) -> Obj:
+    (made,) = kind.template["containers"]
     fields: dict[str, Field | Shape] = {
         "name": exact(kind.name),
         "image": Expr("{v} == variables.image", "the image in this policy's `image`"),
@@ -169,28 +130,18 @@ def _container(kind: Kind, s: Settings) -> Obj:
             argv.cel(kind.layouts(), "variables.container.command", "variables.node", "argv"),
             argv.describe(kind.layouts()),
         ),
-        "securityContext": exact(kind.security_context),
-        "resources": _resources(kind),
+        "securityContext": exact(made["securityContext"]),
+        "resources": _resources(kind, made["resources"]),
         "terminationMessagePath": exact("/dev/termination-log"),
         "terminationMessagePolicy": exact("File"),
     }
-    refused = dict(CONTAINER_REFUSED)
-    for name, value in (("env", kind.env), ("volumeMounts", kind.mounts)):
-        if value:
-            fields[name] = exact(list(value))
-        else:
-            refused[name] = "none for this kind (no LD_PRELOAD, PYTHONPATH, PATH, GUARD_* …)"
-    return Obj(fields, refused)
+    fields |= {name: exact(made[name]) for name in ("env", "volumeMounts") if name in made}
+    return Obj(fields)
 
 
-def _resources(kind: Kind) -> Expr | Obj:
+def _resources(kind: Kind, made: dict[str, Any]) -> Expr | Obj:
     if not kind.gpus:
-        return exact(
-            {
-                "requests": {"cpu": "50m", "memory": "64Mi"},
-                "limits": {"cpu": "500m", "memory": "256Mi"},
-            }
-        )
+        return exact(made)
     # Every GPU of the node, as many as the argv's --expected-gpus (argv word 6); none in the
     # claim shape, whose one GPU is its ResourceClaim's (claim_checks: present in the other).
     gpus = opt(
@@ -271,7 +222,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "nodeName": _NODE_NAME,
         "nodeSelector": exact({key: value}),
     }
-    refused = dict(POD_REFUSED)
     if kind.gpus:  # the device-plugin shape, or the claim shape (claim_checks)
         claim_name = "variables.jobName" if pod else "object.metadata.name"
         fields["nodeName"] = opt(_NODE_NAME)
@@ -288,7 +238,6 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
                 "(its name)",
             )
         )
-        del refused["resourceClaims"]
     fields |= {
         "restartPolicy": exact("Never"),
         "serviceAccountName": exact(s.job_service_account),
@@ -304,21 +253,12 @@ def pod_spec(kind: Kind, s: Settings, *, pod: bool) -> Obj:
         "securityContext": exact({}),
         "imagePullSecrets": opt(IMAGE_PULL_SECRETS),
     }
-    if kind.host_pid:
-        fields["hostPID"] = exact(True)
-    else:
-        refused["hostPID"] = "only the host-reading kinds (evidence, conformance, fence)"
-    if kind.volumes:
-        fields["volumes"] = exact(list(kind.volumes))
-    else:
-        refused["volumes"] = "none for this kind (no hostPath, ConfigMap, Secret, projected …)"
+    made = kind.template
+    fields |= {name: exact(made[name]) for name in ("hostPID", "volumes") if name in made}
     if pod:  # filled in by the Priority admission plugin
         fields["priority"] = opt(exact(0))
         fields["preemptionPolicy"] = opt(exact("PreemptLowerPriority"))
-    else:
-        refused["priority"] = "set by admission from priorityClassName (refused)"
-        refused["preemptionPolicy"] = "set by admission"
-    return Obj(fields, refused)
+    return Obj(fields)
 
 
 _TOLERATIONS = (
@@ -383,7 +323,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
     labels = _labels(kind, s, job_name="object.metadata.name", job_uid="object.metadata.uid")
     template = Obj(
         {
-            "metadata": Obj({"labels": labels}, TEMPLATE_META_REFUSED),
+            "metadata": Obj({"labels": labels}),
             "spec": pod_spec(kind, s, pod=False),
         },
     )
@@ -410,8 +350,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
             ),
             "finalizers": opt(DELETION_FINALIZERS),
             **system_meta(),
-        },
-        META_REFUSED,
+        }
     )
     spec = Obj(
         {
@@ -430,8 +369,7 @@ def job_shape(kind: Kind, s: Settings) -> Obj:
                 "object.metadata.uid}}",
                 "the selector the API server generates",
             ),
-        },
-        JOB_SPEC_REFUSED,
+        }
     )
     return root(metadata, spec)
 
@@ -463,8 +401,7 @@ def pod_shape(kind: Kind, s: Settings) -> Obj:
                 )
             ),
             **system_meta(),
-        },
-        {"selfLink": "deprecated, never set"},
+        }
     )
     return root(metadata, pod_spec(kind, s, pod=True))
 

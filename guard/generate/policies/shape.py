@@ -1,12 +1,11 @@
 """Exact object shapes (allowlists: `Obj` names every field an object may carry and what each must
-be) and the CEL validations that hold an object to one. `refused` gives the reason for each other
-field of the type, so tests/apiserver/test_policy_schema.py proves every field was decided on."""
+be) and the CEL validations that hold an object to one. tests/apiserver/test_policy_schema.py gives
+the reason for each other field of the type, proving every field was decided on."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 from guard.generate.policies.cel import Validation, lit, quote, regex, shown
@@ -19,12 +18,6 @@ class Expr:
 
     cel: str
     what: str
-
-    def check(self, v: str) -> str:
-        return self.cel.replace("{v}", v)
-
-    def says(self) -> str:
-        return self.what
 
 
 def exact(value: Any) -> Expr:
@@ -60,10 +53,9 @@ def opt(shape: Shape) -> Field:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """Exactly `fields` (a bare shape is a required one); `refused`: the rest of its type."""
+    """Exactly `fields` (a bare shape is a required one)."""
 
     fields: Mapping[str, Field | Shape]
-    refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         wrapped = {k: f if isinstance(f, Field) else Field(f) for k, f in self.fields.items()}
@@ -93,7 +85,7 @@ def validations(shape: Obj, base: str, path: str) -> list[Validation]:
         )
     ]
     for name, f in shape.fields.items():
-        f = f if isinstance(f, Field) else Field(f)
+        assert isinstance(f, Field)  # Obj wraps a bare shape
         when = CREATE if f.create_only else None
         out += [v.guarded(when) for v in _field(base, name, f, join(path, name))]
     return out
@@ -124,10 +116,10 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
             ]
             return first + [v.guarded(one) for v in validations(item, f"{value}[0]", f"{path}[0]")]
         case _:
-            check = f.shape.check(value)
+            check, said = f.shape.cel.replace("{v}", value), f"{path} must be {f.shape.what}"
             if f.required:
-                return [Validation(f"{present} && ({check})", f"{path} must be {f.shape.says()}")]
-            return [Validation(f"!({present}) || ({check})", f"{path} must be {f.shape.says()}")]
+                return [Validation(f"{present} && ({check})", said)]
+            return [Validation(f"!({present}) || ({check})", said)]
 
 
 UPDATE = "request.operation == 'UPDATE'"

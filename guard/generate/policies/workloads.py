@@ -79,27 +79,23 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
     is_kind = [("is-" + kind.name, f"{COMPONENT_OF} == {quote(kind.name)}")]
     # The load test's Pod is placed by nodeName, or (a DRA device's) by its ResourceClaim.
     node = claim_variables() if kind.gpus else [("node", "variables.pod.?nodeName.orValue('')")]
-    job_vars = [
-        ("who", "'Job ' + request.namespace + '/' + object.metadata.name"),
-        ("image", image),
-        ("pod", "object.spec.template.spec"),
-        ("container", "variables.pod.containers[0]"),
-        *node,
-        *argv.variables(kind.layouts(), "argv"),
-        *site.variables(kind.name, s),
-    ]
+
+    def variables(who: str, pod: str, *own: tuple[str, str]) -> list[tuple[str, str]]:
+        head = [("who", who), ("image", image), ("pod", pod)]
+        container = ("container", "variables.pod.containers[0]")
+        return [*head, container, *node, *own, *argv.variables(kind.layouts(), "argv"), *site_vars]
+
+    site_vars = site.variables(kind.name, s)
+    job_vars = variables(
+        "'Job ' + request.namespace + '/' + object.metadata.name", "object.spec.template.spec"
+    )
     labels = "object.metadata.?labels.orValue({})"
-    pod_vars = [
-        ("who", "'Pod ' + request.namespace + '/' + object.metadata.?name.orValue('')"),
-        ("image", image),
-        ("pod", "object.spec"),
-        ("container", "variables.pod.containers[0]"),
-        *node,
+    pod_vars = variables(
+        "'Pod ' + request.namespace + '/' + object.metadata.?name.orValue('')",
+        "object.spec",
         ("jobName", f"{labels}[?'batch.kubernetes.io/job-name'].orValue('')"),
         ("jobUid", f"{labels}[?'batch.kubernetes.io/controller-uid'].orValue('')"),
-        *argv.variables(kind.layouts(), "argv"),
-        *site.variables(kind.name, s),
-    ]
+    )
     owner_name = Validation(
         "variables.jobName.matches(" + regex(job_name_pattern(kind)) + ")",
         f"the owning Job must be a guard {kind.name} Job ({kind.job_prefix}…), got ",
@@ -139,12 +135,12 @@ def kind_policies(kind: Kind, s: Settings) -> list[dict[str, Any]]:
 def gate_policy(s: Settings) -> list[dict[str, Any]]:
     """Everything in the jobs namespace that is not a Job or Pod of a kind is refused."""
     ns = s.jobs_namespace
-    kinds_of = {
+    kinds_of: dict[str, list[str]] = {
         "jobs": [k.name for k in KINDS],
         "daemonsets": [agent.COMPONENT],
         "pods": [*(k.name for k in KINDS), agent.COMPONENT],
     }
-    controllers = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
+    controllers: dict[str, list[str]] = {k.name: list(JOB_CONTROLLERS) for k in KINDS}
     controllers[agent.COMPONENT] = list(agent.CONTROLLERS)
     # DaemonSets are the agent's (its own shape applies); every other workload is refused.
     refused = [r for _, names in OTHER_WORKLOADS for r in names if r not in kinds_of]
