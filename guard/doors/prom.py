@@ -157,33 +157,18 @@ class PromClient:
     def vector(
         self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
     ) -> tuple[Sample, ...]:
-        return self.vector_checked(name, promql, at, required).strict(name)
+        return self.checked(name, promql, at, required).strict(name)
 
-    def vector_checked(
-        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
-    ) -> Checked[Sample]:
-        return self._checked(name, promql, at, required, None)
-
-    def matrix_checked(
+    def checked(
         self,
         name: str,
         promql: str,
         at: datetime | None,
         required: Iterable[str] = (),
-        window_s: float = 31 * 86400,
-    ) -> Checked[Series]:
-        """Every point must lie in the `window_s` before the instant."""
-        return self._checked(name, promql, at, required, window_s)
-
-    def _checked(
-        self,
-        name: str,
-        promql: str,
-        at: datetime | None,
-        required: Iterable[str],
-        window_s: float | None,
+        window_s: float | None = None,
     ) -> Checked[Any]:
-        """A vector's samples, or with `window_s` a matrix's series."""
+        """A vector's samples, or with `window_s` a matrix's series, every point in the `window_s`
+        before the instant."""
         matrix = window_s is not None
         result = self._query(name, promql, at, "matrix" if matrix else "vector")
         clock = _Clock.of(name, at, window_s)

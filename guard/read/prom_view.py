@@ -62,13 +62,10 @@ def read_prom(
     windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
     for q in sent or queries.guard_queries(s):
         at = on_step(now, s.query_step_s) if q.on_step else now
-        if q.kind == "matrix":
-            window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
-            got = client.matrix_checked(q.name, q.promql, at, q.required, window)
-            matrices[q.name] = intake.checked(q.name, got)
-        else:
-            answer = client.vector_checked(q.name, q.promql, at, q.required)
-            vectors[q.name] = intake.checked(q.name, answer)
+        matrix = q.kind == "matrix"
+        window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s if matrix else None
+        got = intake.checked(q.name, client.checked(q.name, q.promql, at, q.required, window))
+        (matrices if matrix else vectors)[q.name] = got
     if not sent:
         found = {m: vectors[queries.required_input_name(m)] for m, _ in queries.REQUIRED_INPUTS}
         counts = {m: x[0].value if x else 0.0 for m, x in found.items()}  # count(…): none is 0

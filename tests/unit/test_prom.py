@@ -125,7 +125,7 @@ def test_matrix_answer():
             },
         },
     )
-    (series,) = PromClient(URL).matrix_checked("q", "x[2m:1m]", None, ("node",)).strict("q")
+    (series,) = PromClient(URL).checked("q", "x[2m:1m]", None, ("node",), 31 * 86400).strict("q")
     assert series.points == ((1.0, 1.0), (61.0, 1.0))
 
 
