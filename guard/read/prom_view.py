@@ -84,22 +84,44 @@ def read_prom(
     def since(name: str) -> tuple[tuple[str, datetime], ...]:
         return loss_since(matrices.get(name, ()), now, s.query_step_s, windows[name])
 
+    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     hardware = (
         *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
         *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
+    agent = {
+        (x.label(node), x.label("status"), x.label("detail"))
+        for x in intake.agent("nvml-status", vector("nvml-status"))
+    }
+    pods = (
+        ServicePod(
+            x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
+        )
+        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
+    )
+    seen = intake.selectors("service-network-seen", vector("service-network-seen"))
+    fabric = vector("fabric-seen")
+    rejected = since("admission-history")  # empty where not sent, as every fact below
     view = PromView(
         hardware_xids=_unique(hardware),
         row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
         loss_since=since("loss-history"),
-        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
+        cordoned=tuple(sorted({x.label(node) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
         gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
         xid_hosts=_hosts(vector("xid-hosts"), join),
         exporter_hosts=_hosts(vector("exporter-hosts"), join),
+        nvml_since=since("nvml-mismatch-history"),
+        nvml_status=tuple(AgentCheck(*a) for a in sorted(agent)),
+        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
+        service_seen=tuple(sorted((x.label(selector), int(x.value)) for x in seen)),
+        gpu_counts=_gpu_counts(matrices.get("gpu-count-history", ())),
+        admission_since=rejected,
+        admission_now=_latest(matrices.get("admission-history", ()), {n for n, _ in rejected}),
+        fabric_since=since("fabric-history"),
+        fabric_not_success=tuple(sorted({x.label(node) for x in vector("fabric-not-success")})),
+        fabric_seen=any(x.value > 0 for x in fabric) if "fabric-seen" in vectors else None,
     )
-    facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}  # empty where not sent
-    view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     return _without(view, intake.problems)
 
 
@@ -119,69 +141,31 @@ def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
     return None
 
 
-def _nvml(
-    vector: Callable[[str], tuple[Sample, ...]], since: Since, intake: _Intake
-) -> dict[str, Any]:
-    """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
-    node = queries.NODE_LABEL
-    status = {
-        AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-        for x in intake.agent("nvml-status", vector("nvml-status"))
-    }
-    return {
-        "nvml_since": since("nvml-mismatch-history"),
-        "nvml_status": tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
-    }
-
-
-def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> dict[str, Any]:
-    """The service network's pods."""
-    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
-    pods = (
-        ServicePod(
-            x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
-        )
-        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
-    )
-    counts = intake.selectors("service-network-seen", vector("service-network-seen"))
-    seen = ((x.label(selector), int(x.value)) for x in counts)
-    by_node = sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
-    return {"service_pods": tuple(by_node), "service_seen": tuple(sorted(seen))}
-
-
-def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
-    """GPU counts per step; when the admission rejections began, with their last count."""
-    node = queries.NODE_LABEL
-    counts = tuple(
+def _gpu_counts(
+    found: Iterable[Series],
+) -> tuple[tuple[str, tuple[tuple[datetime, int], ...]], ...]:
+    """Each node's GPU count per step."""
+    return tuple(
         sorted(
             (
-                x.label(node),
+                x.label(queries.NODE_LABEL),
                 tuple((datetime.fromtimestamp(t, UTC), int(v)) for t, v in sorted(x.points)),
             )
-            for x in matrices.get("gpu-count-history", ())
+            for x in found
         )
     )
-    rejected = since("admission-history")
-    running = {n for n, _ in rejected}
-    latest = tuple(
+
+
+def _latest(found: Iterable[Series], running: set[str]) -> tuple[tuple[str, int], ...]:
+    """The last count of the nodes whose admission rejections run now."""
+    node = queries.NODE_LABEL
+    return tuple(
         sorted(
             (x.label(node), int(max(x.points)[1]))
-            for x in matrices.get("admission-history", ())
+            for x in found
             if x.points and x.label(node) in running
         )
     )
-    return {"gpu_counts": counts, "admission_since": rejected, "admission_now": latest}
-
-
-def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
-    """When each node's Failure began, the nodes not in Success now, whether the field exists."""
-    other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
-    seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
-    return {
-        "fabric_since": since("fabric-history"),
-        "fabric_not_success": tuple(other),
-        "fabric_seen": seen if "fabric-seen" in vectors else None,
-    }
 
 
 # The facts `_without` drops for a node with a bad series.
