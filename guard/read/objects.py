@@ -294,23 +294,16 @@ def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             continue
-        selector, taint = mapping(spec.get("deviceSelector")), mapping(spec.get("taint"))
         notes = mapping(meta.get("annotations"))
-        out.append(
-            TaintRule(
-                name=name,
-                uid=str(meta.get("uid", "")),
-                guard=mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
-                driver=str(selector.get("driver") or ""),
-                pool=str(selector.get("pool") or ""),
-                device=str(selector.get("device") or ""),
-                key=str(taint.get("key") or ""),
-                value=str(taint.get("value") or ""),
-                effect=str(taint.get("effect") or ""),
-                node=str(notes.get(keys.node_label) or ""),
-                record=str(notes.get(keys.device_taint) or ""),
-            )
-        )
+        fields = {
+            **{f: mapping(spec.get("deviceSelector")).get(f) for f in ("driver", "pool", "device")},
+            **{f: mapping(spec.get("taint")).get(f) for f in ("key", "value", "effect")},
+            "node": notes.get(keys.node_label),
+            "record": notes.get(keys.device_taint),
+        }
+        guard = mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME
+        text = {f: str(v or "") for f, v in fields.items()}
+        out.append(TaintRule(name=name, uid=str(meta.get("uid", "")), guard=guard, **text))
     return tuple(sorted(out, key=lambda r: r.name))
 
 

@@ -35,7 +35,6 @@ from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
 COVERAGE_NAMES = 5
-Since = Callable[[str], tuple[tuple[str, datetime], ...]]  # a history's `loss_since`
 
 
 class JoinError(PromError):
@@ -282,6 +281,9 @@ _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
 _DETAIL_MAX = 256
 _NAME_MAX = 253  # guard.names.is_dns_subdomain's
+_Check = tuple[
+    str, Callable[[str], bool], str
+]  # a label, whether a value is valid, what it must be
 
 
 @functools.cache
@@ -321,15 +323,6 @@ class _Intake:
         hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_dns_subdomain(v))
         return _first(hosts, self.join.names)
 
-    def _named(self, query: str, item: Sample | Series) -> bool:
-        """Every naming label of the series is a node name; else it is refused."""
-        for key, value in self.join.hosts(item):
-            if not is_dns_subdomain(value):
-                why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
-                self.refuse(self.node_of(item), query, key, value, why)
-                return False
-        return True
-
     def _bad(self, query: str, bad: Iterable[BadSeries]) -> None:
         for b in bad:
             node = self.node_of(b)
@@ -342,11 +335,11 @@ class _Intake:
     def checked(self, query: str, got: Checked[T]) -> tuple[T, ...]:
         """The answer's series whose naming labels are node names; the bad ones refused."""
         self._bad(query, got.bad)
-        return tuple(x for x in got.good if self._named(query, x))
+        must = f"a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
+        named = [(label, is_dns_subdomain, must) for label in self.join.labels]
+        return tuple(x for x in got.good if self._check(query, x, named))
 
-    def _check(
-        self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
-    ) -> bool:
+    def _check(self, query: str, x: Sample | Series, checks: Iterable[_Check]) -> bool:
         """(label, valid?, what it must be) for each label; absent labels are not checked."""
         for label, valid, must in checks:
             value = x.label(label)
@@ -413,7 +406,7 @@ class _Intake:
         self, query: str, samples: Iterable[Sample], selector: bool = False
     ) -> tuple[Sample, ...]:
         """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
-        checks: list[tuple[str, Callable[[str], bool], str]] = [
+        checks: list[_Check] = [
             ("namespace", is_dns_label, "a namespace name"),
             ("pod", is_dns_subdomain, "a pod name (DNS-1123 subdomain)"),
         ]
@@ -433,7 +426,7 @@ class _Intake:
 
     def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
         """The agent's status (a known word) and detail (one printable line: it reaches logs)."""
-        checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
+        checks: tuple[_Check, ...] = (
             ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
             (
                 "detail",
