@@ -126,18 +126,18 @@ def not_cordoned(pins: Pins = NO_PINS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One request of a cycle: `kind` is the result type the answer must have."""
+    """One request of a cycle: `kind` is the result type the answer must have; a matrix is
+    evaluated on the step grid, the same on every engine (docs/engines.md)."""
 
     name: str
     promql: str
     kind: Literal["vector", "matrix"] = "vector"
     required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
-    on_step: bool = False  # evaluated on the step grid, the same on every engine (docs/engines.md)
 
 
 def _history(name: str, promql: str) -> Query:
     """A per-node matrix on the step grid."""
-    return Query(name, promql, "matrix", (NODE_LABEL,), on_step=True)
+    return Query(name, promql, "matrix", (NODE_LABEL,))
 
 
 def _naming(s: Settings) -> tuple[str, ...]:

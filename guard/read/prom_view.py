@@ -60,8 +60,8 @@ def read_prom(
     windows |= {"loss-history": queries.loss_lookback_s(s)}
     windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
     for q in sent or queries.guard_queries(s):
-        at = on_step(now, s.query_step_s) if q.on_step else now
         matrix = q.kind == "matrix"
+        at = on_step(now, s.query_step_s) if matrix else now
         window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s if matrix else None
         got = intake.checked(q.name, client.checked(q.name, q.promql, at, q.required, window))
         (matrices if matrix else vectors)[q.name] = got
@@ -238,9 +238,6 @@ class _Join:
     def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
         return tuple((k, v) for k in self.labels if (v := sample.label(k)))
 
-    def node(self, sample: Sample) -> str:
-        return _first(self.hosts(sample), self.names)
-
 
 def _first(hosts: HostLabels, names: Collection[str]) -> str:
     """The first value naming a known Node, else the first value (or "" when none)."""
@@ -364,7 +361,7 @@ class _Intake:
         for s in samples:
             if not self._check(query, s, checks):
                 continue
-            node = self.join.node(s)
+            node = self.node_of(s)
             # (label, its text, why not) of the value: an `xid` label, the gauge's Xid, a count
             what, text, why = "value", f"{s.value:g}", not_xid if xid_value else "not an integer"
             value: int | None = int(s.value) if s.value.is_integer() else None
@@ -397,7 +394,7 @@ class _Intake:
             uuid = x.label("UUID") or x.label("uuid")
             if not (is_dns_label(namespace) and is_dns_subdomain(pod) and uuid):
                 continue
-            node = self.join.node(x)
+            node = self.node_of(x)
             if node:
                 out.add(GpuHolder(node, uuid, namespace, pod))
         return tuple(sorted(out, key=lambda h: (h.node, h.uuid, h.namespace, h.pod)))
