@@ -55,14 +55,11 @@ def read_prom(
     intake = _Intake(join)
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
-    triggers = ("gpu-count-history", "admission-history", "fabric-history")
-    windows = dict.fromkeys(triggers, queries.trigger_lookback_s(s))
-    windows |= {"loss-history": queries.loss_lookback_s(s)}
-    windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
+    lookbacks: dict[str, int] = {}
     for q in sent or queries.guard_queries(s):
-        matrix = q.kind == "matrix"
+        matrix, lookbacks[q.name] = q.kind == "matrix", q.lookback_s
         at = on_step(now, s.query_step_s) if matrix else now
-        window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s if matrix else None
+        window = q.lookback_s + s.query_step_s if matrix else None
         got = intake.checked(q.name, client.checked(q.name, q.promql, at, q.required, window))
         (matrices if matrix else vectors)[q.name] = got
     if not sent:
@@ -81,7 +78,7 @@ def read_prom(
         return vectors.get(name, ())
 
     def since(name: str) -> tuple[tuple[str, datetime], ...]:
-        return loss_since(matrices.get(name, ()), now, s.query_step_s, windows[name])
+        return loss_since(matrices.get(name, ()), now, s.query_step_s, lookbacks.get(name, 0))
 
     node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     hardware = (
