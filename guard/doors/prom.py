@@ -91,13 +91,6 @@ class Checked(Generic[T]):
     good: tuple[T, ...]
     bad: tuple[BadSeries, ...] = ()
 
-    def strict(self, name: str) -> tuple[T, ...]:
-        if self.bad:
-            first = self.bad[0]
-            value = f" {first.value}" if first.value else ""
-            raise PromError(f"query {name}: {first.why}{value} for {_brief(dict(first.labels))}")
-        return self.good
-
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
@@ -153,11 +146,6 @@ class PromClient:
             max_series=s.prometheus_max_series,
             access=PromAccess.from_settings(s),
         )
-
-    def vector(
-        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
-    ) -> tuple[Sample, ...]:
-        return self.checked(name, promql, at, required).strict(name)
 
     def checked(
         self,
