@@ -255,7 +255,8 @@ def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
     no node record names (the record's patch did not land)."""
     found: dict[str, Isolation] = {}
     for node in snap.nodes:
-        for iso in (_cordon(node, k), _device(node, k)):
+        text = node.annotation(k.device_taint)
+        for iso in (_cordon(node, k), None if text is None else _recorded(node.name, text)):
             if iso is not None:
                 found.setdefault(iso.key, iso)
     for rule in snap.taint_rules:
@@ -273,11 +274,6 @@ def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
         return Isolation("cordon", node.name, "", "", "", None, "")
     gpu, pci = (c.gpu.uuid, c.gpu.pci) if c.gpu else ("", "")
     return Isolation("cordon", node.name, gpu, pci, c.reason, c.at, c.boot_id)
-
-
-def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
-    text = node.annotation(k.device_taint)
-    return None if text is None else _recorded(node.name, text)
 
 
 def _recorded(node: str, text: str, rule: str = "") -> Isolation:
