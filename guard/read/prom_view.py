@@ -51,8 +51,7 @@ def read_prom(
 ) -> PromView:
     """Run every query at `now` (or only `sent`: the watch's narrowed queries); a missing input or
     a bad answer raises `PromError`, a bad series drops its node (`PromView.unreadable`)."""
-    join = _Join(s.dcgm_node_label_names, frozenset(node_names))
-    intake = _Intake(join)
+    intake = _Intake(s.dcgm_node_label_names, frozenset(node_names))
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
     lookbacks: dict[str, int] = {}
@@ -105,8 +104,8 @@ def read_prom(
         cordoned=tuple(sorted({x.label(node) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
         gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
-        xid_hosts=_hosts(vector("xid-hosts"), join),
-        exporter_hosts=_hosts(vector("exporter-hosts"), join),
+        xid_hosts=_hosts(vector("xid-hosts"), intake),
+        exporter_hosts=_hosts(vector("exporter-hosts"), intake),
         nvml_since=since("nvml-mismatch-history"),
         nvml_status=tuple(AgentCheck(*a) for a in sorted(agent)),
         service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
@@ -225,17 +224,6 @@ def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
     }
 
 
-class _Join:
-    """Chooses the label value that names the Node of one dcgm-exporter series."""
-
-    def __init__(self, labels: tuple[str, ...], names: frozenset[str]) -> None:
-        self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
-        self.names = names
-
-    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
-        return tuple((k, v) for k in self.labels if (v := sample.label(k)))
-
-
 def _first(hosts: HostLabels, names: Collection[str]) -> str:
     """The first value naming a known Node, else the first value (or "" when none)."""
     values = [v for _, v in hosts]
@@ -261,8 +249,8 @@ def _uid(x: Sample) -> str:
     return uid if _POD_UID.fullmatch(uid) else ""
 
 
-def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
-    return tuple(sorted({h for h in (join.hosts(x) for x in samples) if h}))
+def _hosts(samples: Iterable[Sample], intake: _Intake) -> tuple[HostLabels, ...]:
+    return tuple(sorted({h for h in (intake.hosts(x) for x in samples) if h}))
 
 
 # ---- the checks at the boundary ---------------------------------------------------------
@@ -303,19 +291,24 @@ def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
 
 
 class _Intake:
-    """Checks each series of one cycle's answers; `problems` collects the refused ones."""
+    """Checks each series of one cycle's answers and names its Node (`labels`, the values that
+    may, in order; `names`, the API's Nodes); `problems` collects the refused ones."""
 
-    def __init__(self, join: _Join) -> None:
-        self.join = join
+    def __init__(self, labels: tuple[str, ...], names: frozenset[str]) -> None:
+        self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
+        self.names = names
         self.problems: list[PromUnreadable] = []
+
+    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
+        return tuple((k, v) for k in self.labels if (v := sample.label(k)))
 
     def refuse(self, node: str, query: str, label: str, value: str, why: str) -> None:
         self.problems.append(PromUnreadable(node, query, label, value, why))
 
     def node_of(self, labels: Sample | Series | BadSeries) -> str:
         """The node a series belongs to, from its naming labels that are valid names only."""
-        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_dns_subdomain(v))
-        return _first(hosts, self.join.names)
+        hosts = tuple((k, v) for k, v in self.hosts(labels) if is_dns_subdomain(v))
+        return _first(hosts, self.names)
 
     def _bad(self, query: str, bad: Iterable[BadSeries]) -> None:
         for b in bad:
@@ -330,7 +323,7 @@ class _Intake:
         """The answer's series whose naming labels are node names; the bad ones refused."""
         self._bad(query, got.bad)
         must = f"a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
-        named = [(label, is_dns_subdomain, must) for label in self.join.labels]
+        named = [(label, is_dns_subdomain, must) for label in self.labels]
         return tuple(x for x in got.good if self._check(query, x, named))
 
     def _check(self, query: str, x: Sample | Series, checks: Iterable[_Check]) -> bool:
