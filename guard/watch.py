@@ -190,7 +190,7 @@ class Watch:
     def _poll(self, now: datetime) -> bool:
         """Looks at each node the poll names for the first time; True when a cordon landed."""
         self.polls += 1
-        answer = self.run.prom.vector_checked(
+        answer = self.run.prom.checked(
             queries.WATCH_POLL, queries.watch_poll(self.run.s).promql, now, (queries.NODE_LABEL,)
         )
         found = sorted({x.label(queries.NODE_LABEL) for x in answer.good})

@@ -4,7 +4,6 @@ values the planners write; as in guard.codec.records, a bad value is an `Unreada
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from guard.codec.records import JOB_REF, Problems, when
 from guard.jobs import DIGEST_CHARS
@@ -18,19 +17,7 @@ _ITEM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,49}[a-z0-9])?\Z", re.ASCII)  # fits c
 UNCORDON = "uncordon"  # `checked-boot` by a person's uncordon of a conformance cordon
 
 
-def lifecycle_records(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> tuple[CheckedBoot | None, tuple[RecordedLink, ...], FailedCheck | None, FailedCheck | None]:
-    """checked-boot, auto-cordon-pcie-links, conformance-failed and onboarding-failed."""
-    return (
-        problems.parsed(notes, k.checked_boot, k, _checked_boot),
-        problems.parsed(notes, k.pcie_links, k, _links) or (),
-        problems.parsed(notes, k.conformance_failed, k, _failed_check),
-        problems.parsed(notes, k.onboarding_failed, k, _failed_check),
-    )
-
-
-def _checked_boot(text: str) -> CheckedBoot | str:
+def parse_checked_boot(text: str) -> CheckedBoot | str:
     parts = text.split(" ")
     if len(parts) != 3 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not three fields separated by one space"
@@ -46,7 +33,7 @@ def checked_boot_value(boot_id: str, at: str, by: str) -> str:
     return f"{boot_id} {at} {by}"
 
 
-def _links(text: str) -> tuple[RecordedLink, ...] | str:
+def parse_links(text: str) -> tuple[RecordedLink, ...] | str:
     parts = text.split(" ")
     records = [link_record(p) for p in parts]
     if not all(records):
@@ -64,7 +51,7 @@ def links_value(links: tuple[RecordedLink, ...]) -> str:
     return " ".join(str(link) for link in sorted(links, key=lambda link: link.pci))
 
 
-def _failed_check(text: str) -> FailedCheck | str:
+def parse_failed_check(text: str) -> FailedCheck | str:
     parts = text.split(" ")
     if len(parts) != 3 or not JOB_REF.match(parts[1]):
         return "not '<time> job/<name> <item>[,<item>…]'"
@@ -80,9 +67,9 @@ def _failed_check(text: str) -> FailedCheck | str:
 _RESULT = re.compile(r"failed (job/[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?) at (\S+)", re.ASCII)
 
 
-def result_record(notes: Mapping[str, str], key: str, k: Annotations, problems: Problems) -> str:
+def result_record(problems: Problems, key: str) -> str:
     """The `loadtest-result` / `conformance-result` value, or "" (a bad one is unreadable)."""
-    found = problems.parsed(notes, key, k, _result)
+    found = problems.parsed(key, _result)
     return found[0] if found else ""
 
 
@@ -112,14 +99,12 @@ _JOB_RECORD = re.compile(
 )
 
 
-def job_records(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> tuple[JobRecord, ...]:
+def job_records(k: Annotations, problems: Problems) -> tuple[JobRecord, ...]:
     """The node's records of the Jobs the guard made, one per kind; a bad one is unreadable."""
     out = []
     for kind in ("conformance", "evidence", "fence", "loadtest"):
         key = k.job_record(kind)
-        found = problems.parsed(notes, key, k, _job_record) if key else None
+        found = problems.parsed(key, _job_record) if key else None
         if found is not None:
             out.append(JobRecord(kind, *found.groups()))
     return tuple(out)
@@ -138,21 +123,14 @@ def job_record_value(name: str, uid: str, digest: str) -> str:
 _CLAIM_RECORD = re.compile(rf"([a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?) ({_UID})", re.ASCII)
 
 
-def claim_record(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> ClaimRecord | None:
+def parse_claim(text: str) -> ClaimRecord | str:
     """``claim-loadtest``: `<claim name> <uid>`."""
-    found = problems.parsed(
-        notes,
-        k.loadtest_claim,
-        k,
-        lambda t: _CLAIM_RECORD.fullmatch(t) or "not '<claim name> <uid>'",
-    )
-    return None if found is None else ClaimRecord(*found.groups())
+    found = _CLAIM_RECORD.fullmatch(text)
+    return ClaimRecord(*found.groups()) if found else "not '<claim name> <uid>'"
 
 
 def claim_record_value(name: str, uid: str) -> str:
-    """The `claim-loadtest` value (inverse of `claim_record`)."""
+    """The `claim-loadtest` value (inverse of `parse_claim`)."""
     return f"{name} {uid}"
 
 
@@ -162,14 +140,8 @@ def claim_record_value(name: str, uid: str) -> str:
 FENCE_JOBS_KEPT = 24
 
 
-def fence_jobs_record(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> tuple[str, ...]:
+def parse_fence_jobs(text: str) -> tuple[str, ...] | str:
     """``fence-jobs``: the uids of the guard's fence Jobs."""
-    return problems.parsed(notes, k.fence_jobs, k, _fence_jobs) or ()
-
-
-def _fence_jobs(text: str) -> tuple[str, ...] | str:
     uids = tuple(text.split(" "))
     if len(uids) > FENCE_JOBS_KEPT or not all(re.fullmatch(_UID, u, re.ASCII) for u in uids):
         return f"not at most {FENCE_JOBS_KEPT} Job uids separated by one space"
@@ -185,14 +157,8 @@ def fence_jobs_value(kept: tuple[str, ...], uid: str) -> str:
 FENCE_STATES = ("fenced", "gpu-absent", "lifted")
 
 
-def fence_record(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> FenceRecord | None:
+def parse_fence(text: str) -> FenceRecord | str:
     """``gpu-fence``: `<state> <bootID> <RFC3339> job/<name>`."""
-    return problems.parsed(notes, k.fence, k, _fence)
-
-
-def _fence(text: str) -> FenceRecord | str:
     parts = text.split(" ")
     if len(parts) != 4 or parts[0] not in FENCE_STATES:
         return f"not '<{'|'.join(FENCE_STATES)}> <bootID> <RFC 3339 time> job/<name>'"
@@ -203,5 +169,5 @@ def _fence(text: str) -> FenceRecord | str:
 
 
 def fence_value(state: str, boot_id: str, at: str, job: str) -> str:
-    """The `gpu-fence` value (inverse of `fence_record`)."""
+    """The `gpu-fence` value (inverse of `parse_fence`)."""
     return f"{state} {boot_id} {at} job/{job}"

@@ -126,18 +126,19 @@ def not_cordoned(pins: Pins = NO_PINS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One request of a cycle: `kind` is the result type the answer must have."""
+    """One request of a cycle: `kind` is the result type the answer must have; a matrix is
+    evaluated on the step grid, the same on every engine (docs/engines.md)."""
 
     name: str
     promql: str
     kind: Literal["vector", "matrix"] = "vector"
     required: tuple[str, ...] = ()  # labels every series must carry (non-empty)
-    on_step: bool = False  # evaluated on the step grid, the same on every engine (docs/engines.md)
+    lookback_s: int = 0  # a matrix's range
 
 
-def _history(name: str, promql: str) -> Query:
-    """A per-node matrix on the step grid."""
-    return Query(name, promql, "matrix", (NODE_LABEL,), on_step=True)
+def _history(name: str, expr: str, lookback_s: int, step_s: int) -> Query:
+    """A per-node matrix of `expr` on the step grid (`guard.codec.series.loss_since`)."""
+    return Query(name, f"({expr})[{lookback_s}s:{step_s}s]", "matrix", (NODE_LABEL,), lookback_s)
 
 
 def _naming(s: Settings) -> tuple[str, ...]:
@@ -165,11 +166,6 @@ def hardware_xid_counted(
     user_code_xids: Iterable[int], lookback_s: int, pins: Pins = NO_PINS
 ) -> str:
     return f"max_over_time({_xid_counted(user_code_xids, pins)}[{lookback_s}s]) > 0"
-
-
-def loss_history(lookback_s: int, step_s: int, loss: str) -> str:
-    """Per node, the steps of the lookback with GPU loss (`guard.codec.series.loss_since`)."""
-    return f"({loss} > 0)[{lookback_s}s:{step_s}s]"
 
 
 def cordoned_nodes(pins: Pins = NO_PINS) -> str:
@@ -243,7 +239,7 @@ def guard_queries(s: Settings) -> tuple[Query, ...]:
         Query("hardware-xid", hardware_xid_now(codes, pins)),
         Query("hardware-xid-counted", counted, required=("xid",)),
         Query("row-remap", " or ".join(f"{pins.dcgm(m)} > 0" for m in ROW_REMAP_METRICS)),
-        _history("loss-history", loss_history(lookback, s.query_step_s, guard_loss(s, pins))),
+        _history("loss-history", f"{guard_loss(s, pins)} > 0", lookback, s.query_step_s),
         Query("cordoned", cordoned_nodes(pins), required=(NODE_LABEL,)),
         Query("gpu-pods", gpu_pods(s, pins), required=("namespace", "pod", NODE_LABEL)),
         Query("xid-hosts", f"count by ({by}) ({pins.dcgm(XID_METRIC)})"),
@@ -306,7 +302,7 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     return (
         Query("hardware-xid", gauge),
         Query("hardware-xid-counted", counted_now, required=("xid",)),
-        _history("loss-history", loss_history(lookback, s.query_step_s, loss)),
+        _history("loss-history", f"{loss} > 0", lookback, s.query_step_s),
         Query("cordoned", cordoned_nodes(ksm), required=(NODE_LABEL,)),
     )
 
@@ -348,15 +344,16 @@ def nvml_mismatch(*nodes: str) -> str:
 def mismatch_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's nvidia-match history and status narrowed to `nodes` (the in-run watch's)."""
     return (
-        _history("nvml-mismatch-history", _nvml_history(s, *nodes)),
+        _nvml_history(s, *nodes),
         Query("nvml-status", _nvml_info(f", {_is(NODE_LABEL, *nodes)}"), required=_NVML_LABELS),
     )
 
 
-def _nvml_history(s: Settings, *nodes: str) -> str:
+def _nvml_history(s: Settings, *nodes: str) -> Query:
     """Per node, the steps of the lookback with the mismatch, read as GPU loss is (a step
     without a failing sample breaks the run; `min_over_time` would skip the gaps)."""
-    return f"({nvml_mismatch(*nodes)})[{nvml_lookback_s(s)}s:{s.query_step_s}s]"
+    lookback = lookback_s(s, s.nvml_hold_s)
+    return _history("nvml-mismatch-history", nvml_mismatch(*nodes), lookback, s.query_step_s)
 
 
 def _nvml_info(matchers: str = "") -> str:
@@ -413,14 +410,10 @@ def service_network_seen(s: Settings) -> str:
     return f"count by ({SELECTOR_LABEL}) ({_service_network_selected(s)})"
 
 
-def nvml_lookback_s(s: Settings) -> int:
-    return lookback_s(s, s.nvml_hold_s)
-
-
 def signal_queries(s: Settings) -> tuple[Query, ...]:
     pods = ("namespace", "pod", NODE_LABEL, SELECTOR_LABEL)
     return (
-        _history("nvml-mismatch-history", _nvml_history(s)),
+        _nvml_history(s),
         Query("nvml-status", nvml_status(Pins.of(s)), required=_NVML_LABELS),
         Query("service-network-pods", service_network_pods(s), required=pods),
         Query("service-network-seen", service_network_seen(s), required=(SELECTOR_LABEL,)),
@@ -523,7 +516,7 @@ def trigger_queries(s: Settings, only: str = "") -> tuple[Query, ...]:
         return f"({expr}) and on ({NODE_LABEL}) {only}" if only else expr
 
     def history(name: str, expr: str) -> Query:
-        return _history(name, f"({of(expr)})[{trigger_lookback_s(s)}s:{s.query_step_s}s]")
+        return _history(name, of(expr), trigger_lookback_s(s), s.query_step_s)
 
     rejected = admission(s, pins)
     return (

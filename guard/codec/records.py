@@ -63,6 +63,8 @@ class Problems:
     """Collects what did not parse on one object."""
 
     node: str
+    notes: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""  # the annotations' (`Annotations.prefix`)
     found: list[Unreadable] = field(default_factory=list)
 
     def annotation(self, key: str, suffix: str, value: str, why: str) -> None:
@@ -72,16 +74,14 @@ class Problems:
         )
         self.found.append(Unreadable(key, value[:SHOWN], why, fix))
 
-    def parsed(
-        self, notes: Mapping[str, str], key: str, k: Annotations, parse: Callable[[str], T | str]
-    ) -> T | None:
+    def parsed(self, key: str, parse: Callable[[str], T | str]) -> T | None:
         """`parse` of the annotation `key` (the record, or why not); None: absent or noted."""
-        text = notes.get(key)
+        text = self.notes.get(key)
         if text is None:
             return None
         found = parse(text)
         if isinstance(found, str):
-            self.annotation(key, key.removeprefix(k.prefix), text, found)
+            self.annotation(key, key.removeprefix(self.prefix), text, found)
             return None
         return found
 
@@ -97,23 +97,21 @@ def _shown(value: object) -> str:
         return "<nested too deep to show>"
 
 
-def cordon_record(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> CordonRecord | None:
-    reason = notes.get(k.reason)
+def cordon_record(k: Annotations, problems: Problems) -> CordonRecord | None:
+    reason = problems.notes.get(k.reason)
     if reason is None:
         return None
     bad = len(problems.found)
     xid = _reason_xid(k.reason, reason, problems)
     word = xid_reason(xid) if xid is not None else as_reason(reason)
-    at = problems.parsed(notes, k.at, k, when)
+    at = problems.parsed(k.at, when)
     capacity = problems.parsed(
-        notes, k.gpu_capacity, k, lambda t: int(t) if COUNT.match(t) else "not a whole number"
+        k.gpu_capacity, lambda t: int(t) if COUNT.match(t) else "not a whole number"
     )
-    gpu = problems.parsed(notes, k.gpu, k, _gpu_ref)
+    gpu = problems.parsed(k.gpu, _gpu_ref)
     if len(problems.found) > bad or word is None:
         return None
-    return CordonRecord(word, xid, at, notes.get(k.boot_id, ""), capacity, gpu)
+    return CordonRecord(word, xid, at, problems.notes.get(k.boot_id, ""), capacity, gpu)
 
 
 def _reason_xid(key: str, reason: str, problems: Problems) -> int | None:
@@ -145,14 +143,7 @@ def _gpu_ref(text: str) -> GpuRef | str:
         return str(exc)
 
 
-def incident_records(
-    notes: Mapping[str, str], k: Annotations, problems: Problems
-) -> tuple[CancelRecord | None, ReturnRecord | None]:
-    cancelled = problems.parsed(notes, k.cancelled, k, _cancel)
-    return cancelled, problems.parsed(notes, k.returned, k, _return)
-
-
-def _cancel(text: str) -> CancelRecord | str:
+def parse_cancel(text: str) -> CancelRecord | str:
     parts = text.split(" ")
     if len(parts) != 4 or not all(PRINTABLE_WORD.match(p) for p in parts):
         return "not four fields separated by one space"
@@ -180,7 +171,7 @@ def reason_cancel_value(boot_id: str, reason: str, at: str) -> str:
     return f"{boot_id or UNKNOWN_BOOT} {NO_GPU} {reason} {at}"
 
 
-def _return(text: str) -> ReturnRecord | str:
+def parse_return(text: str) -> ReturnRecord | str:
     parts = text.split(" ")
     if len(parts) != 2 or not JOB_REF.match(parts[1]):
         return "not '<time> job/<name>'"
@@ -264,7 +255,8 @@ def isolations(snap: Snapshot, k: Annotations) -> tuple[Isolation, ...]:
     no node record names (the record's patch did not land)."""
     found: dict[str, Isolation] = {}
     for node in snap.nodes:
-        for iso in (_cordon(node, k), _device(node, k)):
+        text = node.annotation(k.device_taint)
+        for iso in (_cordon(node, k), None if text is None else _recorded(node.name, text)):
             if iso is not None:
                 found.setdefault(iso.key, iso)
     for rule in snap.taint_rules:
@@ -282,11 +274,6 @@ def _cordon(node: NodeInfo, k: Annotations) -> Isolation | None:
         return Isolation("cordon", node.name, "", "", "", None, "")
     gpu, pci = (c.gpu.uuid, c.gpu.pci) if c.gpu else ("", "")
     return Isolation("cordon", node.name, gpu, pci, c.reason, c.at, c.boot_id)
-
-
-def _device(node: NodeInfo, k: Annotations) -> Isolation | None:
-    text = node.annotation(k.device_taint)
-    return None if text is None else _recorded(node.name, text)
 
 
 def _recorded(node: str, text: str, rule: str = "") -> Isolation:

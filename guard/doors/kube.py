@@ -327,10 +327,8 @@ class Kube:
         return self._delete(path, f"delete resourceclaim {namespace}/{name}", uid)
 
     def _delete(self, path: str, what: str, uid: str) -> dict[str, Any]:
-        if not uid:
-            return self.call("DELETE", path, what)
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-        return self.call("DELETE", path, what, body=body)
+        return self.call("DELETE", path, what, body=body if uid else None)
 
     # Writes -----------------------------------------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -91,13 +91,6 @@ class Checked(Generic[T]):
     good: tuple[T, ...]
     bad: tuple[BadSeries, ...] = ()
 
-    def strict(self, name: str) -> tuple[T, ...]:
-        if self.bad:
-            first = self.bad[0]
-            value = f" {first.value}" if first.value else ""
-            raise PromError(f"query {name}: {first.why}{value} for {_brief(dict(first.labels))}")
-        return self.good
-
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
@@ -154,36 +147,16 @@ class PromClient:
             access=PromAccess.from_settings(s),
         )
 
-    def vector(
-        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
-    ) -> tuple[Sample, ...]:
-        return self.vector_checked(name, promql, at, required).strict(name)
-
-    def vector_checked(
-        self, name: str, promql: str, at: datetime | None, required: Iterable[str] = ()
-    ) -> Checked[Sample]:
-        return self._checked(name, promql, at, required, None)
-
-    def matrix_checked(
+    def checked(
         self,
         name: str,
         promql: str,
         at: datetime | None,
         required: Iterable[str] = (),
-        window_s: float = 31 * 86400,
-    ) -> Checked[Series]:
-        """Every point must lie in the `window_s` before the instant."""
-        return self._checked(name, promql, at, required, window_s)
-
-    def _checked(
-        self,
-        name: str,
-        promql: str,
-        at: datetime | None,
-        required: Iterable[str],
-        window_s: float | None,
+        window_s: float | None = None,
     ) -> Checked[Any]:
-        """A vector's samples, or with `window_s` a matrix's series."""
+        """A vector's samples, or with `window_s` a matrix's series, every point in the `window_s`
+        before the instant."""
         matrix = window_s is not None
         result = self._query(name, promql, at, "matrix" if matrix else "vector")
         clock = _Clock.of(name, at, window_s)

@@ -348,12 +348,8 @@ def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
     out = []
     for e in found:
         about = e.get("regarding") or e.get("involvedObject") or {}
-        if about.get("kind") != "Node":
-            continue
-        count = (e.get("series") or {}).get("count") or e.get("count") or 1
-        out.append(
-            GuardEvent(
-                _meta(e, "name"), str(about.get("name", "")), str(e.get("reason", "")), int(count)
-            )
-        )
+        if about.get("kind") == "Node":
+            count = (e.get("series") or {}).get("count") or e.get("count") or 1
+            node, reason = str(about.get("name", "")), str(e.get("reason", ""))
+            out.append(GuardEvent(_meta(e, "name"), node, reason, int(count)))
     return tuple(sorted(out, key=lambda g: g.name))

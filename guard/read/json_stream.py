@@ -146,12 +146,10 @@ def _document(reader: _Reader, max_item: int) -> Iterator[dict[str, Any]]:
         reader.syntax("extra data after the document")
     if streamed and not str(head.get("kind", "List")).endswith("List"):
         raise FileInputError(f"{reader._where()}: an object with `items` is not a List")
-    if not streamed:
-        if str(head.get("kind", "")).endswith("List"):
-            if not isinstance(head.get("items") or [], list):
-                raise FileInputError(f"{reader._where()}: `items` of a List is not a list")
-        else:
-            yield head
+    if not streamed and not str(head.get("kind", "")).endswith("List"):
+        yield head
+    elif not streamed and not isinstance(head.get("items") or [], list):
+        raise FileInputError(f"{reader._where()}: `items` of a List is not a list")
 
 
 def item_too_deep(item: object) -> bool:

@@ -8,15 +8,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from guard.codec.check_records import (
-    claim_record,
-    fence_jobs_record,
-    fence_record,
-    job_records,
-    lifecycle_records,
-    result_record,
+from guard.codec import check_records as checks
+from guard.codec.records import (
+    COUNT,
+    Problems,
+    cordon_record,
+    leading_time,
+    parse_cancel,
+    parse_return,
 )
-from guard.codec.records import COUNT, Problems, cordon_record, incident_records, leading_time
 from guard.jobs import run_digest, spec_digest
 from guard.ledger import parse_time
 from guard.model import Claim, DraDevice, JobInfo, JobStatus, NodeInfo, Taint, TaintRule
@@ -58,10 +58,10 @@ def node_info(
     `label_keys` are kept."""
     name = object_name(obj)
     meta, status = mapping(obj.get("metadata")), mapping(obj.get("status"))
-    problems = Problems(name)
     raw = mapping(meta.get("annotations"))
     own = tuple(sorted((k, str(v)) for k, v in raw.items() if str(k).startswith(keys.prefix)))
-    notes = dict(own)
+    problems = Problems(name, dict(own), keys.prefix)
+    read = problems.parsed
     unschedulable = mapping(obj.get("spec")).get("unschedulable", False)
     if not isinstance(unschedulable, bool):
         problems.status("spec.unschedulable", unschedulable, "not true or false")
@@ -70,38 +70,37 @@ def node_info(
     if not isinstance(boot, str):
         problems.status("status.nodeInfo.bootID", boot, "not text")
         boot = ""
-    cancelled, returned = incident_records(notes, keys, problems)
-    checked, links, conformance_failed, onboarding_failed = lifecycle_records(notes, keys, problems)
-    reset_done = notes.get(keys.reset_done)
+    reset_done = problems.notes.get(keys.reset_done)
     labels = mapping(meta.get("labels")).items()
+    # Keyword order is the order the problems are noted in.
     return NodeInfo(
         name=name,
         resource_version=str(meta.get("resourceVersion", "")),
         unschedulable=unschedulable,
-        ready=_ready(status.get("conditions"), problems),
         boot_id=boot,
+        cancelled=read(keys.cancelled, parse_cancel),
+        returned=read(keys.returned, parse_return),
+        checked_boot=read(keys.checked_boot, checks.parse_checked_boot),
+        pcie_links=read(keys.pcie_links, checks.parse_links) or (),
+        conformance_failed=read(keys.conformance_failed, checks.parse_failed_check),
+        onboarding_failed=read(keys.onboarding_failed, checks.parse_failed_check),
+        ready=_ready(status.get("conditions"), problems),
         gpu_capacity=_gpus(status, "capacity", problems),
         gpu_allocatable=_gpus(status, "allocatable", problems),
         annotations=own,
         uid=str(meta.get("uid", "")),
-        cordon=cordon_record(notes, keys, problems),
-        hold=notes.get(keys.hold),
+        cordon=cordon_record(keys, problems),
+        hold=problems.notes.get(keys.hold),
         reset_done=reset_done,
         reset_done_at=leading_time(reset_done),
-        loadtest_result=result_record(notes, keys.loadtest_result, keys, problems),
-        conformance_result=result_record(notes, keys.conformance_result, keys, problems),
-        cancelled=cancelled,
-        returned=returned,
+        loadtest_result=checks.result_record(problems, keys.loadtest_result),
+        conformance_result=checks.result_record(problems, keys.conformance_result),
         taints=_taints(mapping(obj.get("spec")).get("taints"), problems),
         labels=tuple(sorted((str(k), str(v)) for k, v in labels if str(k) in label_keys)),
-        checked_boot=checked,
-        pcie_links=links,
-        conformance_failed=conformance_failed,
-        onboarding_failed=onboarding_failed,
-        job_records=job_records(notes, keys, problems),
-        claim_record=claim_record(notes, keys, problems),
-        fence=fence_record(notes, keys, problems),
-        fence_jobs=fence_jobs_record(notes, keys, problems),
+        job_records=checks.job_records(keys, problems),
+        claim_record=read(keys.loadtest_claim, checks.parse_claim),
+        fence=read(keys.fence, checks.parse_fence),
+        fence_jobs=read(keys.fence_jobs, checks.parse_fence_jobs) or (),
         unreadable=tuple(problems.found),
     )
 
@@ -295,23 +294,16 @@ def taint_rules(rules: Iterable[Mapping[str, Any]], keys: Annotations) -> tuple[
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             continue
-        selector, taint = mapping(spec.get("deviceSelector")), mapping(spec.get("taint"))
         notes = mapping(meta.get("annotations"))
-        out.append(
-            TaintRule(
-                name=name,
-                uid=str(meta.get("uid", "")),
-                guard=mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME,
-                driver=str(selector.get("driver") or ""),
-                pool=str(selector.get("pool") or ""),
-                device=str(selector.get("device") or ""),
-                key=str(taint.get("key") or ""),
-                value=str(taint.get("value") or ""),
-                effect=str(taint.get("effect") or ""),
-                node=str(notes.get(keys.node_label) or ""),
-                record=str(notes.get(keys.device_taint) or ""),
-            )
-        )
+        fields = {
+            **{f: mapping(spec.get("deviceSelector")).get(f) for f in ("driver", "pool", "device")},
+            **{f: mapping(spec.get("taint")).get(f) for f in ("key", "value", "effect")},
+            "node": notes.get(keys.node_label),
+            "record": notes.get(keys.device_taint),
+        }
+        guard = mapping(meta.get("labels")).get(APP_LABEL) == APP_NAME
+        text = {f: str(v or "") for f, v in fields.items()}
+        out.append(TaintRule(name=name, uid=str(meta.get("uid", "")), guard=guard, **text))
     return tuple(sorted(out, key=lambda r: r.name))
 
 

@@ -35,7 +35,6 @@ from guard.settings import Settings
 from guard.xid_tables import load_catalog
 
 COVERAGE_NAMES = 5
-Since = Callable[[str], tuple[tuple[str, datetime], ...]]  # a history's `loss_since`
 
 
 class JoinError(PromError):
@@ -52,23 +51,16 @@ def read_prom(
 ) -> PromView:
     """Run every query at `now` (or only `sent`: the watch's narrowed queries); a missing input or
     a bad answer raises `PromError`, a bad series drops its node (`PromView.unreadable`)."""
-    join = _Join(s.dcgm_node_label_names, frozenset(node_names))
-    intake = _Intake(join)
+    intake = _Intake(s.dcgm_node_label_names, frozenset(node_names))
     vectors: dict[str, tuple[Sample, ...]] = {}
     matrices: dict[str, tuple[Series, ...]] = {}
-    triggers = ("gpu-count-history", "admission-history", "fabric-history")
-    windows = dict.fromkeys(triggers, queries.trigger_lookback_s(s))
-    windows |= {"loss-history": queries.loss_lookback_s(s)}
-    windows |= {"nvml-mismatch-history": queries.nvml_lookback_s(s)}
+    lookbacks: dict[str, int] = {}
     for q in sent or queries.guard_queries(s):
-        at = on_step(now, s.query_step_s) if q.on_step else now
-        if q.kind == "matrix":
-            window = windows.get(q.name, queries.HELD_LOOKBACK_S) + s.query_step_s
-            got = client.matrix_checked(q.name, q.promql, at, q.required, window)
-            matrices[q.name] = intake.checked(q.name, got)
-        else:
-            answer = client.vector_checked(q.name, q.promql, at, q.required)
-            vectors[q.name] = intake.checked(q.name, answer)
+        matrix, lookbacks[q.name] = q.kind == "matrix", q.lookback_s
+        at = on_step(now, s.query_step_s) if matrix else now
+        window = q.lookback_s + s.query_step_s if matrix else None
+        got = intake.checked(q.name, client.checked(q.name, q.promql, at, q.required, window))
+        (matrices if matrix else vectors)[q.name] = got
     if not sent:
         found = {m: vectors[queries.required_input_name(m)] for m, _ in queries.REQUIRED_INPUTS}
         counts = {m: x[0].value if x else 0.0 for m, x in found.items()}  # count(…): none is 0
@@ -85,24 +77,46 @@ def read_prom(
         return vectors.get(name, ())
 
     def since(name: str) -> tuple[tuple[str, datetime], ...]:
-        return loss_since(matrices.get(name, ()), now, s.query_step_s, windows[name])
+        return loss_since(matrices.get(name, ()), now, s.query_step_s, lookbacks.get(name, 0))
 
+    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
     hardware = (
         *intake.gpus("hardware-xid", vector("hardware-xid"), xid_value=True),
         *intake.gpus("hardware-xid-counted", vector("hardware-xid-counted"), value_label="xid"),
     )
+    agent = {
+        (x.label(node), x.label("status"), x.label("detail"))
+        for x in intake.agent("nvml-status", vector("nvml-status"))
+    }
+    pods = (
+        ServicePod(
+            x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
+        )
+        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
+    )
+    seen = intake.selectors("service-network-seen", vector("service-network-seen"))
+    fabric = vector("fabric-seen")
+    rejected = since("admission-history")  # empty where not sent, as every fact below
     view = PromView(
         hardware_xids=_unique(hardware),
         row_remap=_unique(intake.gpus("row-remap", vector("row-remap"))),
         loss_since=since("loss-history"),
-        cordoned=tuple(sorted({x.label(queries.NODE_LABEL) for x in vector("cordoned")})),
+        cordoned=tuple(sorted({x.label(node) for x in vector("cordoned")})),
         gpu_pods=_gpu_pods(intake.pods("gpu-pods", vector("gpu-pods"))),
         gpu_holders=intake.holders((*vector("hardware-xid"), *vector("hardware-xid-counted"))),
-        xid_hosts=_hosts(vector("xid-hosts"), join),
-        exporter_hosts=_hosts(vector("exporter-hosts"), join),
+        xid_hosts=_hosts(vector("xid-hosts"), intake),
+        exporter_hosts=_hosts(vector("exporter-hosts"), intake),
+        nvml_since=since("nvml-mismatch-history"),
+        nvml_status=tuple(AgentCheck(*a) for a in sorted(agent)),
+        service_pods=tuple(sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))),
+        service_seen=tuple(sorted((x.label(selector), int(x.value)) for x in seen)),
+        gpu_counts=_gpu_counts(matrices.get("gpu-count-history", ())),
+        admission_since=rejected,
+        admission_now=_latest(matrices.get("admission-history", ()), {n for n, _ in rejected}),
+        fabric_since=since("fabric-history"),
+        fabric_not_success=tuple(sorted({x.label(node) for x in vector("fabric-not-success")})),
+        fabric_seen=any(x.value > 0 for x in fabric) if "fabric-seen" in vectors else None,
     )
-    facts = {**_nvml(vector, since, intake), **_signals(vector, intake)}  # empty where not sent
-    view = replace(view, **facts, **_triggers(matrices, since), **_fabric(vectors, since))
     return _without(view, intake.problems)
 
 
@@ -122,69 +136,31 @@ def missing_input(counts: Mapping[str, float], dra_gpus: bool) -> str | None:
     return None
 
 
-def _nvml(
-    vector: Callable[[str], tuple[Sample, ...]], since: Since, intake: _Intake
-) -> dict[str, Any]:
-    """The nvidia-match failure's start per node (as `loss_since`) and the agent's status."""
-    node = queries.NODE_LABEL
-    status = {
-        AgentCheck(x.label(node), x.label("status"), x.label("detail"))
-        for x in intake.agent("nvml-status", vector("nvml-status"))
-    }
-    return {
-        "nvml_since": since("nvml-mismatch-history"),
-        "nvml_status": tuple(sorted(status, key=lambda a: (a.node, a.status, a.detail))),
-    }
-
-
-def _signals(vector: Callable[[str], tuple[Sample, ...]], intake: _Intake) -> dict[str, Any]:
-    """The service network's pods."""
-    node, selector = queries.NODE_LABEL, queries.SELECTOR_LABEL
-    pods = (
-        ServicePod(
-            x.label(selector), x.label("namespace"), x.label("pod"), x.label(node), x.value >= 1
-        )
-        for x in intake.pods("service-network-pods", vector("service-network-pods"), selector=True)
-    )
-    counts = intake.selectors("service-network-seen", vector("service-network-seen"))
-    seen = ((x.label(selector), int(x.value)) for x in counts)
-    by_node = sorted(pods, key=lambda p: (p.node, p.selector, p.namespace, p.name))
-    return {"service_pods": tuple(by_node), "service_seen": tuple(sorted(seen))}
-
-
-def _triggers(matrices: dict[str, tuple[Series, ...]], since: Since) -> dict[str, Any]:
-    """GPU counts per step; when the admission rejections began, with their last count."""
-    node = queries.NODE_LABEL
-    counts = tuple(
+def _gpu_counts(
+    found: Iterable[Series],
+) -> tuple[tuple[str, tuple[tuple[datetime, int], ...]], ...]:
+    """Each node's GPU count per step."""
+    return tuple(
         sorted(
             (
-                x.label(node),
+                x.label(queries.NODE_LABEL),
                 tuple((datetime.fromtimestamp(t, UTC), int(v)) for t, v in sorted(x.points)),
             )
-            for x in matrices.get("gpu-count-history", ())
+            for x in found
         )
     )
-    rejected = since("admission-history")
-    running = {n for n, _ in rejected}
-    latest = tuple(
+
+
+def _latest(found: Iterable[Series], running: set[str]) -> tuple[tuple[str, int], ...]:
+    """The last count of the nodes whose admission rejections run now."""
+    node = queries.NODE_LABEL
+    return tuple(
         sorted(
             (x.label(node), int(max(x.points)[1]))
-            for x in matrices.get("admission-history", ())
+            for x in found
             if x.points and x.label(node) in running
         )
     )
-    return {"gpu_counts": counts, "admission_since": rejected, "admission_now": latest}
-
-
-def _fabric(vectors: dict[str, tuple[Sample, ...]], since: Since) -> dict[str, Any]:
-    """When each node's Failure began, the nodes not in Success now, whether the field exists."""
-    other = sorted({x.label(queries.NODE_LABEL) for x in vectors.get("fabric-not-success", ())})
-    seen = "fabric-seen" in vectors and any(x.value > 0 for x in vectors["fabric-seen"])
-    return {
-        "fabric_since": since("fabric-history"),
-        "fabric_not_success": tuple(other),
-        "fabric_seen": seen if "fabric-seen" in vectors else None,
-    }
 
 
 # The facts `_without` drops for a node with a bad series.
@@ -248,20 +224,6 @@ def coverage_pairs(missing: tuple[str, ...]) -> dict[str, Value]:
     }
 
 
-class _Join:
-    """Chooses the label value that names the Node of one dcgm-exporter series."""
-
-    def __init__(self, labels: tuple[str, ...], names: frozenset[str]) -> None:
-        self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
-        self.names = names
-
-    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
-        return tuple((k, v) for k in self.labels if (v := sample.label(k)))
-
-    def node(self, sample: Sample) -> str:
-        return _first(self.hosts(sample), self.names)
-
-
 def _first(hosts: HostLabels, names: Collection[str]) -> str:
     """The first value naming a known Node, else the first value (or "" when none)."""
     values = [v for _, v in hosts]
@@ -287,8 +249,8 @@ def _uid(x: Sample) -> str:
     return uid if _POD_UID.fullmatch(uid) else ""
 
 
-def _hosts(samples: Iterable[Sample], join: _Join) -> tuple[HostLabels, ...]:
-    return tuple(sorted({h for h in (join.hosts(x) for x in samples) if h}))
+def _hosts(samples: Iterable[Sample], intake: _Intake) -> tuple[HostLabels, ...]:
+    return tuple(sorted({h for h in (intake.hosts(x) for x in samples) if h}))
 
 
 # ---- the checks at the boundary ---------------------------------------------------------
@@ -301,6 +263,9 @@ _DIGITS = re.compile(r"[0-9]{1,7}")  # ASCII only: "²".isdigit() is True, int("
 _AGENT_STATUS = ("PASS", "WARN", "FAIL", "UNKNOWN", "SKIP")  # docs/agent.md
 _DETAIL_MAX = 256
 _NAME_MAX = 253  # guard.names.is_dns_subdomain's
+_Check = tuple[
+    str, Callable[[str], bool], str
+]  # a label, whether a value is valid, what it must be
 
 
 @functools.cache
@@ -326,28 +291,24 @@ def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
 
 
 class _Intake:
-    """Checks each series of one cycle's answers; `problems` collects the refused ones."""
+    """Checks each series of one cycle's answers and names its Node (`labels`, the values that
+    may, in order; `names`, the API's Nodes); `problems` collects the refused ones."""
 
-    def __init__(self, join: _Join) -> None:
-        self.join = join
+    def __init__(self, labels: tuple[str, ...], names: frozenset[str]) -> None:
+        self.labels = tuple(dict.fromkeys((queries.NODE_LABEL, *labels)))
+        self.names = names
         self.problems: list[PromUnreadable] = []
+
+    def hosts(self, sample: Sample | Series | BadSeries) -> HostLabels:
+        return tuple((k, v) for k in self.labels if (v := sample.label(k)))
 
     def refuse(self, node: str, query: str, label: str, value: str, why: str) -> None:
         self.problems.append(PromUnreadable(node, query, label, value, why))
 
     def node_of(self, labels: Sample | Series | BadSeries) -> str:
         """The node a series belongs to, from its naming labels that are valid names only."""
-        hosts = tuple((k, v) for k, v in self.join.hosts(labels) if is_dns_subdomain(v))
-        return _first(hosts, self.join.names)
-
-    def _named(self, query: str, item: Sample | Series) -> bool:
-        """Every naming label of the series is a node name; else it is refused."""
-        for key, value in self.join.hosts(item):
-            if not is_dns_subdomain(value):
-                why = f"not a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
-                self.refuse(self.node_of(item), query, key, value, why)
-                return False
-        return True
+        hosts = tuple((k, v) for k, v in self.hosts(labels) if is_dns_subdomain(v))
+        return _first(hosts, self.names)
 
     def _bad(self, query: str, bad: Iterable[BadSeries]) -> None:
         for b in bad:
@@ -361,11 +322,11 @@ class _Intake:
     def checked(self, query: str, got: Checked[T]) -> tuple[T, ...]:
         """The answer's series whose naming labels are node names; the bad ones refused."""
         self._bad(query, got.bad)
-        return tuple(x for x in got.good if self._named(query, x))
+        must = f"a Node name (DNS-1123 subdomain of at most {_NAME_MAX})"
+        named = [(label, is_dns_subdomain, must) for label in self.labels]
+        return tuple(x for x in got.good if self._check(query, x, named))
 
-    def _check(
-        self, query: str, x: Sample, checks: Iterable[tuple[str, Callable[[str], bool], str]]
-    ) -> bool:
+    def _check(self, query: str, x: Sample | Series, checks: Iterable[_Check]) -> bool:
         """(label, valid?, what it must be) for each label; absent labels are not checked."""
         for label, valid, must in checks:
             value = x.label(label)
@@ -390,7 +351,7 @@ class _Intake:
         for s in samples:
             if not self._check(query, s, checks):
                 continue
-            node = self.join.node(s)
+            node = self.node_of(s)
             # (label, its text, why not) of the value: an `xid` label, the gauge's Xid, a count
             what, text, why = "value", f"{s.value:g}", not_xid if xid_value else "not an integer"
             value: int | None = int(s.value) if s.value.is_integer() else None
@@ -423,7 +384,7 @@ class _Intake:
             uuid = x.label("UUID") or x.label("uuid")
             if not (is_dns_label(namespace) and is_dns_subdomain(pod) and uuid):
                 continue
-            node = self.join.node(x)
+            node = self.node_of(x)
             if node:
                 out.add(GpuHolder(node, uuid, namespace, pod))
         return tuple(sorted(out, key=lambda h: (h.node, h.uuid, h.namespace, h.pod)))
@@ -432,7 +393,7 @@ class _Intake:
         self, query: str, samples: Iterable[Sample], selector: bool = False
     ) -> tuple[Sample, ...]:
         """kube-state-metrics pods: namespace, pod name, GPUs (an integer), the selector."""
-        checks: list[tuple[str, Callable[[str], bool], str]] = [
+        checks: list[_Check] = [
             ("namespace", is_dns_label, "a namespace name"),
             ("pod", is_dns_subdomain, "a pod name (DNS-1123 subdomain)"),
         ]
@@ -452,7 +413,7 @@ class _Intake:
 
     def agent(self, query: str, samples: Iterable[Sample]) -> tuple[Sample, ...]:
         """The agent's status (a known word) and detail (one printable line: it reaches logs)."""
-        checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
+        checks: tuple[_Check, ...] = (
             ("status", lambda v: v in _AGENT_STATUS, "one of " + ", ".join(_AGENT_STATUS)),
             (
                 "detail",

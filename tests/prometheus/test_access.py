@@ -19,9 +19,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from guard.doors.prom import PromClient, PromError
+from guard.doors.prom import PromError
 from guard.settings import Settings
 from tests.engines import Engine, LocalPrometheus, serve
+from tests.prom_client import PromClient
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guard.doors.prom import PromClient
 from guard.example.promserver import openmetrics_file
 from guard.generate import alert_queries, alerts
 from guard.settings import Settings
@@ -36,6 +35,7 @@ from tests.engines import (
     load_openmetrics,
     serve,
 )
+from tests.prom_client import PromClient
 from tests.tiers import require_engine
 
 pytestmark = pytest.mark.prometheus

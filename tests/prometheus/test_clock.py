@@ -15,9 +15,9 @@ import yaml
 from click.testing import CliRunner
 
 from guard import cli as cli_module
-from guard.doors.prom import PromClient
 from guard.doors.retry import Anchor
 from tests.engines import LocalPrometheus, scenario_server
+from tests.prom_client import PromClient
 from tests.scenario_build import NodeTimeline, Scenario
 from tests.tiers import require_engine
 

@@ -339,7 +339,7 @@ def test_the_watch_poll_names_each_node_with_a_hardware_xid_and_loss_now(prom):
     at = minutes(12)
     full = view(prom, at)
     poll = watch_poll(S)
-    answer = PromClient(prom.url).vector_checked(poll.name, poll.promql, at, poll.required)
+    answer = PromClient(prom.url).checked(poll.name, poll.promql, at, poll.required)
     lost = {n for n, _ in full.loss_since}
     expected = {g.node for g in full.hardware_xids if g.node in lost} - set(full.cordoned)
     assert {x.label("node") for x in answer.good} >= expected

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from guard.codec.queries import hold_queries, mismatch_queries
-from guard.doors.prom import PromClient
 from guard.generate import alert_queries, alerts
 from guard.model import AgentCheck, PromView, ServicePod
 from guard.plan.hold import nvml_candidates, nvml_held_s
 from guard.plan.watch import fine
 from guard.read.prom_view import read_prom
 from guard.settings import Settings
+from tests.prom_client import PromClient
 from tests.prometheus.conftest import (
     GAP_BACK_S,
     JOBS_NS,

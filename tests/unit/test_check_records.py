@@ -12,16 +12,16 @@ import pytest
 from guard import ledger
 from guard.codec.check_records import (
     checked_boot_value,
-    claim_record,
     claim_record_value,
     failed_value,
-    fence_jobs_record,
     fence_jobs_value,
-    fence_record,
     fence_value,
     is_item,
     job_record_value,
     links_value,
+    parse_claim,
+    parse_fence,
+    parse_fence_jobs,
 )
 from guard.codec.records import Problems, cancel_value, reason_cancel_value
 from guard.doors import ledger_store
@@ -123,18 +123,20 @@ def test_the_claim_fence_jobs_and_fence_records_read_back_and_refuse_other_forms
         k.fence_jobs: f"{UID} {UID}",
         k.fence: fence_value("fenced", "b-1", "2026-01-01T00:00:00Z", "gng-fn-a-1"),
     }
-    problems = Problems("b")
-    assert claim_record(notes, k, problems) == ClaimRecord("gng-lt-b-1", UID)
-    assert fence_jobs_record(notes, k, problems) == (UID, UID)
-    assert fence_record(notes, k, problems).state == "fenced"  # type: ignore[union-attr]
+    problems = Problems("b", notes, k.prefix)
+    assert problems.parsed(k.loadtest_claim, parse_claim) == ClaimRecord("gng-lt-b-1", UID)
+    assert problems.parsed(k.fence_jobs, parse_fence_jobs) == (UID, UID)
+    assert problems.parsed(k.fence, parse_fence).state == "fenced"  # type: ignore[union-attr]
     assert problems.found == []
     bad = {
         k.loadtest_claim: "gng-lt-b-1",
         k.fence_jobs: "gng-fn-a-1",
         k.fence: "maybe b-1 2026-01-01T00:00:00Z job/x",
     }
-    got = (claim_record(bad, k, problems), fence_jobs_record(bad, k, problems))
-    assert (*got, fence_record(bad, k, problems)) == (None, (), None)
+    problems = Problems("b", bad, k.prefix)
+    got = [problems.parsed(k.loadtest_claim, parse_claim)]
+    got += [problems.parsed(k.fence_jobs, parse_fence_jobs), problems.parsed(k.fence, parse_fence)]
+    assert got == [None, None, None]
     assert [u.where for u in problems.found] == [k.loadtest_claim, k.fence_jobs, k.fence]
 
 

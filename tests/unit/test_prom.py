@@ -16,10 +16,11 @@ import pytest
 import requests
 import responses
 
-from guard.doors.prom import PromClient, PromError
+from guard.doors.prom import PromError
 from guard.doors.prom_access import PromAccess
 from guard.doors.retry import Backoff
 from guard.settings import Settings, SettingsError
+from tests.prom_client import PromClient, strict
 
 URL = "http://prom.test:9090"
 QUERY = f"{URL}/api/v1/query"
@@ -125,7 +126,7 @@ def test_matrix_answer():
             },
         },
     )
-    (series,) = PromClient(URL).matrix_checked("q", "x[2m:1m]", None, ("node",)).strict("q")
+    (series,) = strict("q", PromClient(URL).checked("q", "x[2m:1m]", None, ("node",), 31 * 86400))
     assert series.points == ((1.0, 1.0), (61.0, 1.0))
 
 
