@@ -31,17 +31,6 @@ from guard.settings import Settings
 from guard.states import Decision, Reason
 
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
-# The return check's decisions that mean the node is at its load test or its uncordon: the fence
-# is lifted (or about to be) and must not be set again under them.
-_RETURNING = frozenset(
-    {
-        Decision.FENCE_LIFT,
-        Decision.FENCE_LIFT_RUNNING,
-        Decision.FENCE_LIFTED,
-        Decision.FENCE_LIFT_FAILED,
-        Decision.LOADTEST_RUNNING,
-    }
-)
 _FENCE_WORDS = frozenset(d for d in Decision if d.value.startswith("fence"))
 
 
@@ -102,8 +91,8 @@ def returning(decisions: Iterable[Action]) -> bool:
     return any(
         isinstance(a, Uncordon)
         or (isinstance(a, CreateJob) and a.job_kind == "loadtest")
-        or a.reason in _RETURNING
-        or a.reason in _FENCE_WORDS
+        or a.reason == Decision.LOADTEST_RUNNING
+        or a.reason in _FENCE_WORDS  # the lift's steps among them
         for a in decisions
     )
 

@@ -7,6 +7,7 @@ the fallback: docs/writes.md).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from guard.actions import Action, Skip
@@ -110,9 +111,11 @@ def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
 def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
     actions, eligible = _screen(snap, s)
-    more, nvml = _screen_nvml(snap, s)
-    after, node_triggers = _screen_triggers(snap, s, {p.node.name for p in (*eligible, *nvml)})
-    return actions + more + after, eligible + nvml + node_triggers
+    taken = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
+    more, nvml = _screen_whole(snap, s, _mismatches(snap, s), taken)
+    after, node_triggers = _screen_whole(snap, s, _trigger_findings(snap, s), taken)
+    told = list(triggers.fabric.not_applicable(snap))  # one line per run
+    return actions + more + told + after, eligible + nvml + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
@@ -175,45 +178,41 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     return actions, eligible
 
 
-def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
-    """The same screen for held driver/NVML mismatches (guard.plan.mismatch)."""
-    if not s.nvml_mismatch_cordon:
-        return [], []
+Finding = tuple[str, Reason, int, str, triggers.Hit | None]  # node, reason, held_s, what, hit
+
+
+def _mismatches(snap: Snapshot, s: Settings) -> Iterator[Finding]:
+    """Held driver/NVML mismatches (guard.plan.mismatch)."""
+    for name in hold.nvml_candidates(snap.prom, snap.now, s) if s.nvml_mismatch_cordon else ():
+        held = hold.nvml_held_s(snap.prom, name, snap.now)
+        yield name, mismatch.NVML_MISMATCH, held, f"{mismatch.NVML_MISMATCH} held {held}s", None
+
+
+def _trigger_findings(snap: Snapshot, s: Settings) -> Iterator[Finding]:
+    """The node triggers' held findings; a node's first held trigger names it."""
+    for h in triggers.hits(snap, s):
+        if h.held and not h.onboarding:  # never admitted: the onboarding gate checks the count
+            yield h.node, h.reason, h.held_s, f"{h.reason} held {h.held_s}s: {h.detail}", h
+
+
+def _screen_whole(
+    snap: Snapshot, s: Settings, found: Iterable[Finding], taken: set[str]
+) -> tuple[list[Action], list[Pick]]:
+    """The same screen for whole nodes' findings; a node in `taken` (a hardware Xid's, an
+    eligible mismatch's, an earlier trigger's) is decided there."""
     actions: list[Action] = []
     eligible: list[Pick] = []
-    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
-    for name in hold.nvml_candidates(snap.prom, snap.now, s):
-        node, held = snap.node(name), hold.nvml_held_s(snap.prom, name, snap.now)
-        if name in xid_nodes or (node is not None and node.unreadable):
+    for name, reason, held, what, hit in found:
+        node = snap.node(name)
+        if name in taken or (node is not None and node.unreadable):
             continue
-        what = f"{mismatch.NVML_MISMATCH} held {held}s"
-        if skip := _finding_skip(snap, s, name, node, what, mismatch.NVML_MISMATCH):
+        if hit is not None:
+            taken.add(name)
+        if skip := _finding_skip(snap, s, name, node, what, reason):
             actions.extend(skip)
         elif node is not None:
-            eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
-    return actions, eligible
-
-
-def _screen_triggers(
-    snap: Snapshot, s: Settings, taken: set[str]
-) -> tuple[list[Action], list[Pick]]:
-    """The same screen for the node triggers' held findings; a node already a candidate for a
-    hardware Xid or a mismatch is decided there, and a node's first held trigger names it."""
-    actions: list[Action] = list(triggers.fabric.not_applicable(snap))  # one line per run
-    eligible: list[Pick] = []
-    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
-    for h in triggers.hits(snap, s):
-        node = snap.node(h.node)
-        if not h.held or h.node in taken | xid_nodes or (node is not None and node.unreadable):
-            continue
-        if h.onboarding:  # never admitted: the onboarding gate checks the same count and says so
-            continue
-        taken.add(h.node)
-        what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        if skip := _finding_skip(snap, s, h.node, node, what, h.reason):
-            actions.extend(skip)
-        elif node is not None:
-            eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
+            taken.add(name)
+            eligible.append(Pick(node, reason, 2 if hit is None else triggers.RANK, held, hit=hit))
     return actions, eligible
 
 

@@ -40,7 +40,7 @@ class Pending:
         return _line(self, ("gpu", self.pci), "the GPU loss holds")
 
     def to_json(self) -> dict[str, Value]:
-        return _json(self, self.xid, self.gpu, self.pci, self.uuid)
+        return _json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class PendingNode:
         )
 
     def to_json(self) -> dict[str, Value]:
-        return _json(self, detail=self.detail)
+        return _json(self)
 
 
 def _line(p: Waiting, seen: tuple[str, Value], holds: str) -> tuple[str, dict[str, Value]]:
@@ -86,27 +86,13 @@ def _line(p: Waiting, seen: tuple[str, Value], holds: str) -> tuple[str, dict[st
     }
 
 
-def _json(
-    p: Waiting,
-    xid: int | None = None,
-    gpu: str | None = None,
-    pci: str | None = None,
-    uuid: str | None = None,
-    detail: str | None = None,
-) -> dict[str, Value]:
-    """The `-o json` candidate: xid, gpu, pci and uuid null for a whole node's finding."""
-    return {
-        "node": p.node,
-        "reason": p.reason,
-        "xid": xid,
-        "gpu": gpu,
-        "pci": pci,
-        "uuid": uuid,
-        "held_s": p.held_s,
-        "needs_s": p.needs_s,
-        "decides_at": format_time(p.decides_at),
-        "detail": detail,
-    }
+# The `-o json` candidate's keys: xid, gpu, pci and uuid null for a whole node's finding.
+_JSON = ("node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s", "decides_at", "detail")
+
+
+def _json(p: Waiting) -> dict[str, Value]:
+    out: dict[str, Value] = {key: getattr(p, key, None) for key in _JSON}
+    return out | {"decides_at": format_time(p.decides_at)}
 
 
 Waiting = Pending | PendingNode

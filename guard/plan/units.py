@@ -18,7 +18,6 @@ from guard.plan.common import keys
 from guard.settings import Settings
 
 Planner = Callable[[Snapshot, Settings, JobTemplates], tuple[Action, ...]]
-Decider = Callable[[Snapshot, Settings, JobTemplates, NodeInfo], tuple[Action, ...]]
 Actions = tuple[Action, ...]
 Isolator = Callable[[Snapshot, Settings, JobTemplates, NodeInfo, GpuSample, int], Actions]
 
@@ -32,7 +31,6 @@ class IsolationUnit:
     takes: Callable[[Snapshot, NodeInfo, GpuSample], bool]  # the pick is this unit's target
     isolate: Isolator
     plan_return: Planner  # every isolation of this unit: the return table, gates, lift
-    decision: Decider  # one node's return decision (status, pushed node counts)
 
 
 def _device_target(snap: Snapshot, node: NodeInfo, g: GpuSample) -> bool:
@@ -47,7 +45,6 @@ CORDON = IsolationUnit(
     lambda snap, node, g: False,  # the unit of every GPU no other unit takes (unit_for)
     returning.isolate,
     returning.plan_return,
-    returning.decision,
 )
 DEVICE_TAINT = IsolationUnit(
     "device-taint",
@@ -57,7 +54,6 @@ DEVICE_TAINT = IsolationUnit(
     _device_target,
     device_taint.isolate,
     device_taint.plan_return,
-    device_taint.decision,
 )
 # Every unit, in the order the return plans them.
 UNITS: tuple[IsolationUnit, ...] = (CORDON, DEVICE_TAINT)
