@@ -17,14 +17,12 @@ from guard.plan.check_jobs import (
     REBOOTED,
     Scan,
     Wanted,
-    boot_key,
     conformance_job,
     find_job,
     foreign,
     foreign_job,
     gate_taint,
     hardware_xid,
-    is_gpu_node,
     passed,
     rejected,
     rejected_job,
@@ -67,7 +65,7 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
         return out
     k = keys(s)
     for node in snap.nodes:
-        if node.unreadable or not is_gpu_node(node) or node.has(k.reason) or node.name in decided:
+        if node.unreadable or node.gpu_capacity <= 0 or node.has(k.reason) or node.name in decided:
             continue
         if gate_taint(node, s) is not None:
             continue  # the onboarding gate checks this node (guard.plan.onboarding)
@@ -86,7 +84,7 @@ def _node(
         detail = "the node reports no status.nodeInfo.bootID: no boot to check"
         return [Skip(node.name, Decision.BOOT_CHECK_NO_BOOT_ID, detail, WAIT)]
     priority = REBOOTED if node.checked_boot is not None else NEVER_CHECKED
-    want = conformance_job(s, t, node, boot_key(node), priority)
+    want = conformance_job(s, t, node, f"boot\0{node.boot_id}", priority)
     job = find_job(snap, want.name)
     if job is not None and (why := foreign(node, job)):
         return list(

@@ -29,10 +29,6 @@ def is_conformance_cordon(c: CordonRecord | None) -> bool:
     return c is not None and c.reason.startswith(CONFORMANCE_REASON)
 
 
-def boot_key(node: NodeInfo) -> str:
-    return f"boot\0{node.boot_id}"
-
-
 def gate_key(node: NodeInfo) -> str:
     return f"onboard\0{node.boot_id}"
 
@@ -166,10 +162,6 @@ def hardware_xid(snap: Snapshot, node: NodeInfo) -> str:
     """``xid-79 on gpu4`` when Prometheus shows a hardware Xid on the node now, else ""."""
     found = [g for g in snap.prom.hardware_xids if g.node == node.name]
     return ", ".join(f"xid-{g.value} on gpu{g.gpu}" for g in found)
-
-
-def is_gpu_node(node: NodeInfo) -> bool:
-    return node.gpu_capacity > 0
 
 
 @dataclass(frozen=True, slots=True)

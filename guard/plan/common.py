@@ -298,13 +298,9 @@ def loadtest_args(
     args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
     args += ["--duration-s", str(duration), "--size", str(s.loadtest_matrix_size)]
     args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
-    args += [
-        "--allreduce" if s.loadtest_allreduce else "--no-allreduce",
-        "--allreduce-min-ratio",
-        f"{s.loadtest_allreduce_min_ratio:g}",
-        "--allreduce-timeout-s",
-        str(s.loadtest_allreduce_timeout_s),
-    ]
+    args += ["--allreduce" if s.loadtest_allreduce else "--no-allreduce"]
+    args += ["--allreduce-min-ratio", f"{s.loadtest_allreduce_min_ratio:g}"]
+    args += ["--allreduce-timeout-s", str(s.loadtest_allreduce_timeout_s)]
     if xid is not None:
         args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
         if pci and pci != ledger.UNKNOWN_PCI:

@@ -39,10 +39,6 @@ def decides_at(since: datetime, window_s: int) -> datetime:
     return since + timedelta(seconds=window_s)
 
 
-def _gpu_order(g: GpuSample) -> tuple[str, str, str, int]:
-    return g.node, g.gpu.zfill(4), g.uuid, g.value
-
-
 def candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:
     """Hardware-Xid GPUs whose node's loss held for the Xid's window, sorted by node and GPU."""
     since, cordoned = dict(view.loss_since), set(view.cordoned)
@@ -53,7 +49,7 @@ def candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, .
             continue
         if held_s(start, now) >= hold_window_s(g.value, s):
             out.append(g)
-    return tuple(sorted(out, key=_gpu_order))
+    return tuple(sorted(out, key=lambda g: (g.node, g.gpu.zfill(4), g.uuid, g.value)))
 
 
 def nvml_candidates(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:

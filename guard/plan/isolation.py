@@ -93,13 +93,15 @@ def plan_isolation(
 
 
 def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
-    if p.failed is None:
-        detail = f"{p.reason} waits behind {first.node.name}"
-        then = _waits(first.node.name, place, tries_left)
-        return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
-    behind = first.node.name if first.failed is not None else "the isolation check's cordon"
-    detail = f"{p.failed.what}; waits behind {behind}"
-    return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, "considered again next cycle")
+    """A candidate behind the pick: the dry run shows the fallback order."""
+    detail, then = f"{p.reason} waits behind {first.node.name}", "considered again next cycle"
+    if p.failed is not None:
+        behind = first.node.name if first.failed is not None else "the isolation check's cordon"
+        detail = f"{p.failed.what}; waits behind {behind}"
+    elif place <= tries_left:
+        refused = f"if the API refuses the cordon of {first.node.name}"
+        then = f"cordoned in this cycle {refused} (fallback {place})"
+    return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
 
 
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
@@ -133,14 +135,6 @@ DECISIONS = {
     "cordon": "cordoned the node (no new pod is scheduled here)",
     "device-taint": "tainted this GPU NoSchedule (no new claim gets it)",
 }
-
-
-def _waits(first: str, place: int, tries_left: int) -> str:
-    """What happens to the `place`-th waiting candidate: the dry run shows the fallback order."""
-    if place <= tries_left:
-        return f"cordoned in this cycle if the API refuses the cordon of {first} (fallback {place})"
-
-    return "considered again next cycle"
 
 
 def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
