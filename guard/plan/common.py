@@ -111,8 +111,6 @@ def job_spec(
     """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape).
 
     `ttl_s`: ttlSecondsAfterFinished when not `job_ttl_s` (the after-reboot checks')."""
-    image = s.loadtest_image if kind == "loadtest" else s.image
-    deadline = s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s
     gate = s.onboarding_gate
     return JobSpec(
         kind=kind,
@@ -121,9 +119,9 @@ def job_spec(
         node=node,
         reason=reason,
         prefix=s.annotation_prefix,
-        image=image,
+        image=s.loadtest_image if kind == "loadtest" else s.image,
         command=("gpu-node-guard", *args),
-        deadline_s=deadline,
+        deadline_s=s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s,
         ttl_s=s.job_ttl_s if ttl_s is None else ttl_s,
         workload_service_account=s.job_service_account,
         gpus=gpus,

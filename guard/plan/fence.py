@@ -74,7 +74,7 @@ def at_cordon(
     name the next cycle (same boot, the cordon's time, no record yet)."""
     if not s.fence_gpu or g.pci == ledger.UNKNOWN_PCI or not _UUID.match(g.uuid):
         return ()
-    key = _job_key("set", node.boot_id or UNKNOWN_BOOT, ledger.format_time(snap.now), "")
+    key = _job_key("set", boot(node), ledger.format_time(snap.now), "")
     spec = job_spec(s, "fence", node.name, key, reason, fence_args(s, "set", g.pci, g.uuid))
     return (create_job(s, node.name, Decision.FENCE_SET, "fence", spec.name, t.render(spec)),)
 
@@ -201,6 +201,7 @@ class _Mode:
     done: str  # the Event: what was read back
     failed: Decision
     fix: str  # {gpu} {uuid} {ns} {job}
+    level: Literal["Normal", "Warning"] = "Normal"  # the Event of what was read back
 
 
 _MODES = {
@@ -229,6 +230,15 @@ _MODES = {
         "kubectl -n {ns} delete job {job}",
     ),
 }
+# A set Job that found the GPU off the bus: recorded, the node cordon stays the isolation.
+_ABSENT = replace(
+    _MODES["set"],
+    state="gpu-absent",
+    recorded=Decision.FENCE_GPU_ABSENT,
+    event="GuardFenceGpuAbsent",
+    done="could not fence GPU {gpu}: it is off the bus; the node cordon stays the isolation",
+    level="Warning",
+)
 
 
 def _step(
@@ -243,22 +253,9 @@ def _step(
     if job.status == "unreadable":
         return (unreadable_job(s, node, job),)
     words = {"gpu": gpu, "uuid": gpu.uuid, "ns": s.jobs_namespace, "job": job.name}
-    if passed(job):
-        done = f"gpu-node-guard {m.done.format(**words)}"
-        return _record(snap, s, node, job, m.state, m.recorded, "Normal", m.event, done)
-    if mode == "set" and _outcome(job) == "gpu-absent":
-        return _record(
-            snap,
-            s,
-            node,
-            job,
-            "gpu-absent",
-            Decision.FENCE_GPU_ABSENT,
-            "Warning",
-            "GuardFenceGpuAbsent",
-            f"gpu-node-guard could not fence GPU {gpu}: it is off the bus; the node "
-            "cordon stays the isolation",
-        )
+    if passed(job) or (mode == "set" and _outcome(job) == "gpu-absent"):
+        read = m if passed(job) else _ABSENT
+        return _record(snap, s, node, job, read, f"gpu-node-guard {read.done.format(**words)}")
     return (
         Skip(node.name, m.failed, f"job/{job.name}: {_why(job)}", m.fix.format(**words), "WARN"),
     )
@@ -295,21 +292,15 @@ def _set_pending(
 
 
 def _record(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    job: JobInfo,
-    state: str,
-    reason: Reason,
-    level: Literal["Normal", "Warning"],
-    event: str,
-    message: str,
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, m: _Mode, message: str
 ) -> tuple[Action, ...]:
-    value = fence_value(state, boot(node), ledger.format_time(snap.now), job.name)
-    nxt = "the load test next cycle" if state == "lifted" else "the node stays cordoned"
+    value = fence_value(m.state, boot(node), ledger.format_time(snap.now), job.name)
+    nxt = "the load test next cycle" if m.state == "lifted" else "the node stays cordoned"
     return (
-        Annotate(node.name, reason, node.resource_version, ((keys(s).fence, value),), nxt),
-        EmitEvent(node.name, reason, level, event, message, incident=f"{job.name} {job.uid}"),
+        Annotate(node.name, m.recorded, node.resource_version, ((keys(s).fence, value),), nxt),
+        EmitEvent(
+            node.name, m.recorded, m.level, m.event, message, incident=f"{job.name} {job.uid}"
+        ),
     )
 
 

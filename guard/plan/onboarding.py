@@ -62,7 +62,7 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
         why = f"{xid} on the node"
     if why:
         return Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)
-    want = gpu_short.expected(snap, s, node)
+    want = gpu_short.expectations(snap, s).get(node.name)
     if want is not None and node.gpu_capacity < want[1]:
         cls, count = want
         detail = f"{node.gpu_capacity} GPUs, class {cls.selector} expects {count}"

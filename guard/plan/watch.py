@@ -74,17 +74,15 @@ def cron_slot(started: datetime, s: Settings) -> datetime:
     >>> cron_slot(datetime(2026, 9, 21, 5, 54, 59, tzinfo=UTC), Settings()).strftime("%H:%M")
     '05:50'
     """
-    found = scheduled_at(s.job_name, started, s.cadence_s)
-    if found:
-        return found
-    return datetime.fromtimestamp(started.timestamp() // s.cadence_s * s.cadence_s, UTC)
+    on_grid = datetime.fromtimestamp(started.timestamp() // s.cadence_s * s.cadence_s, UTC)
+    return scheduled_at(s.job_name, started, s.cadence_s) or on_grid
 
 
 def watch_end(started: datetime, s: Settings) -> datetime:
     """`watch_until_s` after the Job's schedule (its start is never earlier, and the deadline
     counts from there), or after the run's start without one (a replay's: guard.plan.deadlines)."""
-    scheduled = scheduled_at(s.job_name, started, s.cadence_s)
-    return min(started, scheduled or started) + timedelta(seconds=s.watch_until_s)
+    scheduled = scheduled_at(s.job_name, started, s.cadence_s)  # never after `started`
+    return (scheduled or started) + timedelta(seconds=s.watch_until_s)
 
 
 def split(found: tuple[Due, ...], end: datetime) -> tuple[tuple[Due, ...], tuple[Due, ...]]:

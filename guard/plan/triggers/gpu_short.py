@@ -13,16 +13,11 @@ from guard.codec.series import loss_since
 from guard.doors.prom import Series
 from guard.gpu_classes import GpuClass, class_of, majority, parse_classes
 from guard.ledger import GPU_SHORT
-from guard.model import NodeInfo, Snapshot
+from guard.model import Snapshot
 from guard.plan.check_jobs import gate_taint
 from guard.plan.hold import held_s
 from guard.plan.triggers.model import Hit
 from guard.settings import Settings
-
-
-def expected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[GpuClass, int] | None:
-    """The node's class and the GPU count it should have, or None when it is not checked."""
-    return expectations(snap, s).get(node.name)
 
 
 def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]:
