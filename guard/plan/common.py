@@ -206,15 +206,12 @@ def with_archive_events(
 
 
 def archive_event(action: AppendLedgerLine, bound: int) -> EmitEvent:
-    return EmitEvent(
-        action.node,
-        LEDGER_ARCHIVED,
-        "Normal",
-        "GuardLedgerArchived",
+    message = (
         f"gpu-node-guard moves the oldest lines of ledger {action.configmap} to an archive "
-        f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive",
-        incident=action.line,
+        f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive"
     )
+    word, line = LEDGER_ARCHIVED, action.line
+    return EmitEvent(action.node, word, "Normal", "GuardLedgerArchived", message, incident=line)
 
 
 def evidence_job(

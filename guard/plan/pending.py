@@ -112,19 +112,11 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
         if held < needs:
             at = decides_at(start, needs)
             out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs, at))
-    if s.nvml_mismatch_cordon:
-        out.extend(
-            PendingNode(
-                node,
-                mismatch.NVML_MISMATCH,
-                mismatch.seen(snap, node),
-                held,
-                s.nvml_hold_s,
-                decides_at(start, s.nvml_hold_s),
-            )
-            for node, start in snap.prom.nvml_since
-            if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
-        )
+    needs = s.nvml_hold_s
+    for node, start in snap.prom.nvml_since if s.nvml_mismatch_cordon else ():
+        if node not in cordoned and (held := held_s(start, snap.now)) < needs:
+            seen, at = mismatch.seen(snap, node), decides_at(start, needs)
+            out.append(PendingNode(node, mismatch.NVML_MISMATCH, seen, held, needs, at))
     out.extend(
         PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s))
         for h in triggers.hits(snap, s)

@@ -143,12 +143,9 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
     """A conformance cordon waits for a new boot: its items are fixed on the host, then the
     reboot proves they hold (ip_vs persistent across it)."""
     items = ",".join(node.conformance_failed.items) if node.conformance_failed else c.reason
-    return Skip(
-        node.name,
-        Decision.CONFORMANCE_SAME_BOOT,
-        f"bootID {node.boot_id} unchanged since the {c.reason} cordon",
-        f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)",
-    )
+    detail = f"bootID {node.boot_id} unchanged since the {c.reason} cordon"
+    fix = f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)"
+    return Skip(node.name, Decision.CONFORMANCE_SAME_BOOT, detail, fix)
 
 
 def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
@@ -205,16 +202,8 @@ def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...
     key = job_key(node)
     if kind == "conformance":
         return job_spec(s, "conformance", node.name, key, c.reason, conformance_args(s))
-    pci = c.gpu.pci if c.gpu else ""
-    return job_spec(
-        s,
-        "loadtest",
-        node.name,
-        key,
-        c.reason,
-        loadtest_args(s, node.gpu_capacity, c.xid, pci, links),
-        gpus=node.gpu_capacity,
-    )
+    args = loadtest_args(s, node.gpu_capacity, c.xid, c.gpu.pci if c.gpu else "", links)
+    return job_spec(s, "loadtest", node.name, key, c.reason, args, gpus=node.gpu_capacity)
 
 
 # ---- The PCIe links the load test expects (docs/lifecycle.md, "PCIe links") ----------------

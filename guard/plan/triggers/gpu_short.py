@@ -58,12 +58,8 @@ def since(snap: Snapshot, s: Settings, node: str, points: Points, count: int) ->
     short = tuple((t.timestamp(), 1.0) for t, c in points if c < count)
     if not short:
         return None
-    run = loss_since(
-        (Series(((queries.NODE_LABEL, node),), short),),
-        snap.now,
-        s.query_step_s,
-        queries.trigger_lookback_s(s),
-    )
+    series = Series(((queries.NODE_LABEL, node),), short)
+    run = loss_since((series,), snap.now, s.query_step_s, queries.trigger_lookback_s(s))
     return run[0][1] if run else None
 
 
