@@ -291,7 +291,7 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     if not rules:
         trusted = job is not None and not foreign(node, job)
         if job is not None and trusted and passed(job) and not claim_problem(snap, node, rec, job):
-            return _returned(snap, s, node, rec, job, ())
+            return _returned(snap, s, node, rec, job)
         return _cancelled(snap, s, node, rec)
     blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
@@ -303,7 +303,7 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     if why := claim_problem(snap, node, rec, out):
         stays = "the device stays tainted"
         return foreign_job(s, node, out, Decision.LOADTEST_FOREIGN, why, stays, claim=out.name)
-    return _returned(snap, s, node, rec, out, rules)
+    return _returned(snap, s, node, rec, out)
 
 
 def _start(
@@ -373,13 +373,9 @@ def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInf
 
 
 def _returned(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    rec: DeviceRecord,
-    job: JobInfo,
-    rules: tuple[TaintRule, ...],
+    snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord, job: JobInfo
 ) -> tuple[Action, ...]:
+    rules = tuple(r for r in guard_rules(snap) if r.name in rec.rules)
     k, at, ns, name = keys(s), ledger.format_time(snap.now), s.jobs_namespace, job.name
     clear = present(node, (k.device_taint, k.loadtest_result))
     note, word = ((k.returned, f"{at} job/{name}"),), Decision.DEVICE_RETURNED

@@ -142,28 +142,26 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     actions: list[Action] = []
     eligible: list[Pick] = []
     for node_name, samples in by_node(hold.candidates(snap.prom, snap.now, s)).items():
-        node = snap.node(node_name)
+        node, first = snap.node(node_name), _primary(samples, s)
         if node is not None and node.unreadable:
             continue
         reason = _ineligible(node, s)
         if node is not None:  # DRA nodes: the device taint's own screen
-            ordered = (_primary(samples, s), *samples)
-            reason = device_taint.eligibility(snap, s, node, reason, ordered)
+            reason = device_taint.eligibility(snap, s, node, reason, (first, *samples))
         if node is not None and reason == Decision.DEVICE_ISOLATED:
             new = _primary(device_taint.others(node, s, samples), s)
             actions.extend(device_taint.isolated_skip(node_name, _detail(reason, new)))
             continue
         if node is not None and reason == NO_GPU_RESOURCE and device_taint.dra_node(snap, node):
-            actions.extend(device_taint.unpublished(snap, s, node, _primary(samples, s)))
+            actions.extend(device_taint.unpublished(snap, s, node, first))
             continue
         if node is None or reason:
-            detail = _detail(reason or Decision.NOT_IN_API, _primary(samples, s))
-            actions.append(_ineligible_skip(node_name, reason or Decision.NOT_IN_API, detail))
+            reason = reason or Decision.NOT_IN_API
+            actions.append(_ineligible_skip(node_name, reason, _detail(reason, first)))
             continue
         armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
         if not armed:
-            g = _primary(samples, s)
-            actions.append(skip_cancelled(node, f"xid-{g.value} on {g.uuid}", XID_REARMS))
+            actions.append(skip_cancelled(node, f"xid-{first.value} on {first.uuid}", XID_REARMS))
             continue
         g = _primary(armed, s)
         rank = 0 if g.value in s.fast_path_xids else 1
