@@ -17,6 +17,7 @@ from guard.plan.check_jobs import (
     REBOOTED,
     Scan,
     Wanted,
+    again,
     conformance_job,
     find_job,
     foreign,
@@ -140,10 +141,7 @@ def _boot(node: NodeInfo) -> str:
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "") or "no summary was read"
-    fix = (
-        f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to check again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = again(s, job.name, retry="check again")
     detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
     return Skip(node.name, Decision.BOOT_CHECK_UNREADABLE, detail, fix, "WARN")
 

@@ -138,12 +138,16 @@ def _warned(
 
 def unreadable_job(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     """A Job whose status cannot be read: WARN, how to look at it and to run it again."""
-    fix = (
-        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = again(s, job.name, f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml")
     word, detail = job_stage(job.kind, "unreadable"), f"job/{job.name}: {job.problem}"
     return Skip(node.name, word, detail, fix, "WARN")
+
+
+def again(s: Settings, job: str, look: str = "", retry: str = "run it again") -> str:
+    """How to look at a Job (its log by default) and have the guard run it again."""
+    ns = s.jobs_namespace
+    look = look or f"kubectl -n {ns} logs job/{job}"
+    return f"{look}; to {retry}: kubectl -n {ns} delete job {job}"
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:

@@ -14,6 +14,7 @@ from guard.plan.check_jobs import (
     ONBOARDING,
     Scan,
     Wanted,
+    again,
     burnin_job,
     conformance_job,
     find_job,
@@ -115,10 +116,7 @@ def _node(
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "")
-    fix = (
-        f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = f"{STAYS}; {again(s, job.name)}"
     return Skip(node.name, Decision.ONBOARDING_UNREADABLE, f"job/{job.name}: {why}", fix, "WARN")
 
 

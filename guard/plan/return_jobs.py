@@ -14,6 +14,7 @@ from guard.codec.check_records import checked_boot_value, failed_value, links_va
 from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot, Unit
 from guard.plan.check_jobs import (
+    again,
     find_job,
     foreign,
     foreign_job,
@@ -105,7 +106,7 @@ def gate(
     if job.status == "failed":
         return _failed(snap, s, node, job, spec, w, on)
     if not passed(job):  # succeeded, but its Pod's own summary does not say pass
-        return (_untrusted(node, job, spec, w),)
+        return (_untrusted(s, node, job, w),)
     return job
 
 
@@ -129,13 +130,10 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
     return _spec(s, node, "loadtest", recorded_links(snap, node)).name
 
 
-def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
+def _untrusted(s: Settings, node: NodeInfo, job: JobInfo, w: Words) -> Skip:
     detail = f"job/{job.name} succeeded but is not a pass"
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
-    fix = (
-        f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
-        f"kubectl -n {spec.namespace} delete job {job.name}"
-    )
+    fix = f"{w.short}; {again(s, job.name)}"
     return Skip(node.name, job_stage(job.kind, "unreadable"), f"{detail}: {why}", fix, "WARN")
 
 
