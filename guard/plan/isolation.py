@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
 from guard.ledger import format_time
-from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
+from guard.model import GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
 from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
 from guard.plan.common import breaker_open, keys, skip_cancelled
@@ -159,7 +159,7 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
             reason = reason or Decision.NOT_IN_API
             actions.append(_ineligible_skip(node_name, reason, _detail(reason, first)))
             continue
-        armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
+        armed = tuple(g for g in samples if not _cancelled(node, g))
         if not armed:
             actions.append(skip_cancelled(node, f"xid-{first.value} on {first.uuid}", XID_REARMS))
             continue
@@ -218,7 +218,7 @@ def _finding_skip(
         return device_taint.whole_node(name, f"{what} ({why})")
     if node is None or why:
         return (_ineligible_skip(name, why or Decision.NOT_IN_API, f"{what} ({why})"),)
-    if triggers.cancelled(node, reason):
+    if _cancelled(node, reason):
         return (skip_cancelled(node, what, "re-arms on a new boot"),)
     return ()
 
@@ -270,11 +270,15 @@ def _ineligible_skip(node: str, reason: Reason, detail: str) -> Skip:
     return Skip(node, reason, detail, NOTHING)
 
 
-def _cancelled(node: NodeInfo, cancel: CancelRecord | None, g: GpuSample) -> bool:
-    """The same incident a person cancelled: same boot (no proven reboot), GPU UUID and Xid."""
-    if cancel is None or rebooted(cancel.boot_id, node.boot_id):
+def _cancelled(node: NodeInfo, what: GpuSample | Reason) -> bool:
+    """The same incident a person cancelled in this boot (no proven reboot): an Xid's GPU UUID
+    and Xid, or the reason of a cordon without a GPU (a trigger's, nvml-mismatch)."""
+    c = node.cancelled
+    if c is None or rebooted(c.boot_id, node.boot_id):
         return False
-    return cancel.uuid.lower() == g.uuid.lower() and cancel.xid == g.value
+    if isinstance(what, str):
+        return c.reason == what
+    return c.uuid.lower() == what.uuid.lower() and c.xid == what.value
 
 
 def _detail(reason: str, sample: GpuSample) -> str:
