@@ -66,25 +66,12 @@ def node_cordon(
     held_s, next and detail."""
     k, at = keys(s), ledger.format_time(snap.now)
     gpus = node.gpu_capacity if capacity is None else capacity
-    record = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(gpus)),
-    )
+    record: tuple[tuple[str, str], ...] = ((k.reason, reason), (k.at, at))
+    record += ((k.boot_id, node.boot_id), (k.gpu_capacity, str(gpus)), *more)
     gpu, held_s, then, detail = cordon
+    clear, version = present(node, k.record_keys), node.resource_version
     return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            (*record, *more),
-            gpu,
-            held_s,
-            then,
-            present(node, k.record_keys),
-            detail,
-        ),
+        Cordon(node.name, reason, version, record, gpu, held_s, then, clear, detail),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
     )
 
