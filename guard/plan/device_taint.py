@@ -380,11 +380,9 @@ def _returned(
     clear = present(node, (k.device_taint, k.loadtest_result))
     note, word = ((k.returned, f"{at} job/{name}"),), Decision.DEVICE_RETURNED
     message = f"gpu-node-guard returned DRA device {rec.device}: job/{name} passed"
+    done = Decision.LOADTEST_PASSED
     return (
-        *(
-            UntaintDevice(node.name, Decision.LOADTEST_PASSED, r.name, r.uid, r.ref, name, ns)
-            for r in rules
-        ),
+        *(UntaintDevice(node.name, done, r.name, r.uid, r.ref, name, ns) for r in rules),
         ClearGuardAnnotations(node.name, word, node.resource_version, clear, note),
         EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned", message),
     )

@@ -54,11 +54,6 @@ def candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, .
 
 def nvml_candidates(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
     """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned (sorted)."""
+    held = (node for node, start in view.nvml_since if held_s(start, now) >= s.nvml_hold_s)
     cordoned = set(view.cordoned)
-    return tuple(
-        sorted(
-            node
-            for node, start in view.nvml_since
-            if node not in cordoned and held_s(start, now) >= s.nvml_hold_s
-        )
-    )
+    return tuple(sorted(node for node in held if node not in cordoned))

@@ -149,12 +149,8 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
         f"conformance and the burn-in passed on boot {node.boot_id}{dns}"
     )
     notes, clear = ((k.checked_boot, record),), present(node, (k.onboarding_failed,))
-    version, boot = node.resource_version, node.boot_id
+    version, boot, word = node.resource_version, node.boot_id, Decision.ONBOARDING_PASSED
     return [
-        RemoveTaint(
-            node.name, Decision.ONBOARDING_PASSED, version, taint, keep, boot, notes, clear
-        ),
-        EmitEvent(
-            node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, incident=boot
-        ),
+        RemoveTaint(node.name, word, version, taint, keep, boot, notes, clear),
+        EmitEvent(node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, boot),
     ]

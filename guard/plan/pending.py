@@ -117,9 +117,8 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
         if node not in cordoned and (held := held_s(start, snap.now)) < needs:
             seen, at = mismatch.seen(snap, node), decides_at(start, needs)
             out.append(PendingNode(node, mismatch.NVML_MISMATCH, seen, held, needs, at))
-    out.extend(
-        PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s))
-        for h in triggers.hits(snap, s)
-        if not h.held and not h.onboarding and h.node not in cordoned
-    )
+    for h in triggers.hits(snap, s):
+        if not h.held and not h.onboarding and h.node not in cordoned:
+            at = decides_at(h.since, h.needs_s)
+            out.append(PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, at))
     return tuple(sorted(out, key=lambda p: p.order))
