@@ -77,13 +77,7 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
 
 
 def foreign_job(
-    s: Settings,
-    node: NodeInfo,
-    job: JobInfo,
-    word: Reason,
-    why: str,
-    stays: str,
-    claim: str = "",
+    s: Settings, node: NodeInfo, job: JobInfo, word: Reason, why: str, stays: str, claim: str = ""
 ) -> tuple[Skip, EmitEvent]:
     """A Job found by name that the guard did not make, or (`claim`: its ResourceClaim's name)
     a device load test that ran on a claim or GPU that is not the guard's: never a result; one

@@ -233,12 +233,10 @@ def recorded_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
 
 
 def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate, ...]:
-    links = () if node.pcie_links else _evidence_links(snap, node)
-    if not links:
+    if node.pcie_links or not (links := _evidence_links(snap, node)):
         return ()
-    value = links_value(links)
     then = "the load test checks each GPU's link against it (--expect-link)"
-    note = ((keys(s).pcie_links, value),)
+    note = ((keys(s).pcie_links, links_value(links)),)
     return (Annotate(node.name, Decision.PCIE_LINKS, node.resource_version, note, then),)
 
 

@@ -41,10 +41,7 @@ def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]
             if cls.count is not None:
                 out[name] = (cls, cls.count)
                 continue
-            others = tally.copy()
-            if best > 0:
-                others[best] -= 1
-            learned = majority(others.elements())
+            learned = majority((tally - Counter({best: 1})).elements())  # the node's own out
             if learned is not None:
                 out[name] = (cls, learned)
     return out
