@@ -150,9 +150,7 @@ def find_job(snap: Snapshot, name: str) -> JobInfo | None:
 
 def gate_taint(node: NodeInfo, s: Settings) -> Taint | None:
     """The onboarding gate's taint on the node, exactly (key, value and effect), if any."""
-    gate = s.onboarding_gate
-    if gate is None:
-        return None
+    gate = s.onboarding_gate  # None matches no taint
     return next((t for t in node.taints if (t.key, t.value, t.effect) == gate), None)
 
 
