@@ -135,14 +135,6 @@ def has_ledger_line(snap: Snapshot, incident: Incident) -> bool:
     )
 
 
-def incident_counts(snap: Snapshot, incident: Incident) -> ledger.Counts:
-    """Ledger counts that include this incident, whether or not its line is written yet."""
-    counts = ledger.count(snap.ledger, incident.uuid, incident.node, incident.pci)
-    if has_ledger_line(snap, incident):
-        return counts
-    return ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
-
-
 def ledger_append(s: Settings, incident: Incident, reason: Reason) -> AppendLedgerLine | Skip:
     """The incident's ledger line; a WARN instead where a value (a hand-edited GPU annotation)
     would make a line the ledger cannot read back: nothing is written, the rest goes on."""
@@ -205,7 +197,10 @@ def evidence_job(
     snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: Reason
 ) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
-    args = evidence_args(incident, incident_counts(snap, incident))
+    counts = ledger.count(snap.ledger, incident.uuid, incident.node, incident.pci)
+    if not has_ledger_line(snap, incident):  # the counts include this incident, written or not
+        counts = ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
+    args = evidence_args(incident, counts)
     return node_evidence_job(s, t, incident.node, incident.at, reason, args)
 
 

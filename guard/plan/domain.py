@@ -72,11 +72,8 @@ def incidents(
         value = dict(info.labels).get(key, "") if info is not None else ""
         if value:
             domains.setdefault(value, []).append(Member(node, what))
-    return tuple(
-        Incident(key, value, tuple(members))
-        for value, members in sorted(domains.items())
-        if len(members) >= 2
-    )
+    found = sorted(domains.items())
+    return tuple(Incident(key, value, tuple(m)) for value, m in found if len(m) >= 2)
 
 
 def request(i: Incident) -> str:

@@ -40,10 +40,9 @@ def dues(snap: Snapshot, s: Settings, step_s: int | None = None) -> tuple[Due, .
     early = timedelta(seconds=(s.query_step_s if step_s is None else step_s) - s.scrape_interval_s)
     first: dict[str, Due] = {}
     for p in pending(snap, s):
-        if snap.node(p.node) is None:
-            continue  # a name no Node has: not-in-api
-        if isinstance(p, PendingNode) and p.trigger:
-            continue  # a node trigger's hold (guard.plan.triggers): the next cycle decides it
+        # A name no Node has is not-in-api; a node trigger's hold: the next cycle decides it.
+        if snap.node(p.node) is None or (isinstance(p, PendingNode) and p.trigger):
+            continue
         seen = first.get(p.node)
         if seen is None or p.decides_at - early < seen.at:
             first[p.node] = Due(p.node, p.reason, p.decides_at - early)
