@@ -55,7 +55,6 @@ class Words:
     event: str  # a failure's Event ends with it
     gone: str  # a recorded failure's detail ends with it
     retry: str  # a recorded failure's next step ends with it
-    on: bool = False  # name the device: while its Job runs, in its failure's Event
 
 
 WORDS: dict[Unit, Words] = {
@@ -72,7 +71,6 @@ WORDS: dict[Unit, Words] = {
         "it stays tainted",
         "",
         "read the job log, reset or replace",
-        on=True,
     ),
 }
 
@@ -88,7 +86,7 @@ def gate(
 ) -> tuple[Action, ...] | JobInfo:
     """One Job gate of every unit: its actions for this cycle, or the Job once it passed."""
     w, kind = WORDS[unit], spec.kind
-    on = f" on {device}" if w.on else ""
+    on = f" on {device}" if device else ""  # the device unit's: while it runs, in its failure
     job = find_job(snap, spec.name)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is not None and (why := foreign(node, job)):
