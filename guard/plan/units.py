@@ -33,10 +33,6 @@ class IsolationUnit:
     plan_return: Planner  # every isolation of this unit: the return table, gates, lift
 
 
-def _device_target(snap: Snapshot, node: NodeInfo, g: GpuSample) -> bool:
-    return bool(device_taint.targets(snap, node.name, g.uuid, g.pci))
-
-
 CORDON = IsolationUnit(
     "cordon",
     lambda k: k.reason,
@@ -51,7 +47,7 @@ DEVICE_TAINT = IsolationUnit(
     lambda k: k.device_taint,
     "DeviceTaintRule",
     TaintDevice,
-    _device_target,
+    lambda snap, node, g: bool(device_taint.targets(snap, node.name, g.uuid, g.pci)),
     device_taint.isolate,
     device_taint.plan_return,
 )
@@ -66,10 +62,6 @@ def unit_for(snap: Snapshot, node: NodeInfo, g: GpuSample) -> IsolationUnit:
 
 def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
     return tuple(a for u in UNITS for a in u.plan_return(snap, s, t))
-
-
-def isolates(action: Action) -> bool:
-    return isinstance(action, tuple(u.isolating for u in UNITS))
 
 
 def all_isolations(snap: Snapshot, s: Settings) -> tuple[Isolation, ...]:
