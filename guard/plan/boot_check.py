@@ -68,9 +68,8 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
     for node in snap.nodes:
         if node.unreadable or node.gpu_capacity <= 0 or node.has(k.reason) or node.name in decided:
             continue
-        if gate_taint(node, s) is not None:
-            continue  # the onboarding gate checks this node (guard.plan.onboarding)
-        if node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id:
+        checked = node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id
+        if checked or gate_taint(node, s) is not None:  # a gated node: guard.plan.onboarding
             continue
         found = _node(snap, s, t, node, out)
         if found:

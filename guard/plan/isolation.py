@@ -124,10 +124,9 @@ def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
     """The pods on the GPU this cycle isolates, after the isolating write (a write that does not
     land skips them: the executor's node block)."""
     unit = units.CORDON if p.gpu is None else units.unit_for(snap, p.node, p.gpu)
-    decision = DECISIONS[unit.name]
     fault = p.reason if p.hit is None else f"{p.reason} ({p.hit.detail})"
     incident = f"{p.reason} {p.gpu.uuid if p.gpu else ''} {format_time(snap.now)}"
-    return workload.notify(snap, s, p.node, p.gpu, fault, decision, incident)
+    return workload.notify(snap, s, p.node, p.gpu, fault, DECISIONS[unit.name], incident)
 
 
 # What the guard did, as a pod's Event says it (guard.plan.workload).
@@ -245,14 +244,13 @@ def _primary(samples: tuple[GpuSample, ...], s: Settings) -> GpuSample:
 
 
 def _ineligible(node: NodeInfo | None, s: Settings) -> device_taint.Screened:
-    k = keys(s)
     if node is None:
         return Decision.NOT_IN_API
     if node.unschedulable:
         return Decision.ALREADY_CORDONED
     if node.hold is not None:
         return Decision.HOLD
-    if node.has(k.reason):
+    if node.has(keys(s).reason):
         return Decision.ALREADY_GUARDED
     if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.generate.policies.nodes)
         return NO_GPU_RESOURCE
