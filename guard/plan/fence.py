@@ -128,7 +128,7 @@ def lifted_behind(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
         and j.fence_mode == "lift"
         and j.created is not None
         and (j.status == "running" or max(j.created, j.ended or j.created) >= made)
-        and fence_audit.why_foreign(snap, node, j)
+        and fence_audit.why_foreign(node, j)
     ]
     return max(found, key=lambda j: (j.created or made, j.name), default=None)
 
@@ -141,7 +141,7 @@ def _lifted_said(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> t
         if r is not None and r.state == "read" and r.passed
         else f"its outcome: {_why(job) if job.status != 'running' else 'still running'}"
     )
-    why = f"{fence_audit.why_foreign(snap, node, job)}; {read}"
+    why = f"{fence_audit.why_foreign(node, job)}; {read}"
     nxt = "the node stays cordoned; the guard fences the GPU again " + (
         "once that Job ended" if job.status == "running" else "now"
     )

@@ -15,7 +15,7 @@ from guard.settings import Settings
 from guard.states import Decision
 
 
-def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
+def why_foreign(node: NodeInfo, job: JobInfo) -> str:
     """Why no record of the node explains `job` ("" when one does): by uid, never by time."""
     created = job.created
     if created is None:
@@ -53,7 +53,7 @@ def foreign_fence_jobs(snap: Snapshot, s: Settings) -> tuple[tuple[Skip, EmitEve
         node = snap.node(job.node) if job.kind == "fence" else None
         if node is None or node.unreadable:
             continue
-        why = why_foreign(snap, node, job)
+        why = why_foreign(node, job)
         if not why:
             continue
         stays = (
