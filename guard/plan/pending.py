@@ -12,7 +12,7 @@ from guard.ledger import format_time
 from guard.log import Value
 from guard.model import Snapshot
 from guard.plan import mismatch, triggers
-from guard.plan.hold import decides_at, held_s, hold_window_s
+from guard.plan.hold import decides_at, held_s, xid_holds
 from guard.settings import Settings
 from guard.states import Reason, xid_reason
 
@@ -101,14 +101,9 @@ Waiting = Pending | PendingNode
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
     """Every pending GPU, mismatch and node trigger, sorted by node, then GPU and Xid,
     a node's mismatch after its GPUs."""
-    since = dict(snap.prom.loss_since)
     cordoned = set(snap.prom.cordoned) | {n.name for n in snap.nodes if n.unschedulable}
     out: list[Waiting] = []
-    for g in snap.prom.hardware_xids:
-        start = since.get(g.node)
-        if start is None or g.node in cordoned:
-            continue
-        held, needs = held_s(start, snap.now), hold_window_s(g.value, s)
+    for g, start, held, needs in xid_holds(snap.prom, snap.now, s, cordoned):
         if held < needs:
             at = decides_at(start, needs)
             out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs, at))
