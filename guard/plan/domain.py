@@ -108,6 +108,4 @@ def announce(found: Iterable[Incident]) -> tuple[Action, ...]:
 def breaker_note(found: Iterable[Incident], node: str) -> str:
     """What the breaker's line adds for a node of a domain incident."""
     i = next((i for i in found if node in i.nodes), None)
-    if i is None:
-        return ""
-    return f"; domain incident {i.domain} with {', '.join(i.others(node))}"
+    return "" if i is None else f"; domain incident {i.domain} with {', '.join(i.others(node))}"

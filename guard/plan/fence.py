@@ -39,9 +39,7 @@ def fenced_gpu(s: Settings, node: NodeInfo) -> GpuRef | None:
     c = node.cordon
     if not s.fence_gpu or c is None or c.gpu is None or c.at is None:
         return None
-    if c.gpu.pci == ledger.UNKNOWN_PCI or not _UUID.match(c.gpu.uuid):
-        return None
-    return c.gpu
+    return None if c.gpu.pci == ledger.UNKNOWN_PCI or not _UUID.match(c.gpu.uuid) else c.gpu
 
 
 def boot(node: NodeInfo) -> str:

@@ -26,9 +26,7 @@ def why_foreign(node: NodeInfo, job: JobInfo) -> str:
     c = node.cordon
     if c is None:
         floors = [r.at for r in (node.returned, node.cancelled) if r is not None]
-        if floors and created < max(floors):
-            return ""
-        return "the node carries no guard cordon"
+        return "" if floors and created < max(floors) else "the node carries no guard cordon"
     if c.at is not None and created < c.at:
         return ""
     last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
