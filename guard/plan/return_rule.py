@@ -55,10 +55,6 @@ class Condition:
     reads: tuple[str, ...]  # its Prometheus inputs (guard.codec.queries names); () the API's
     check: Check
 
-    @property
-    def source(self) -> Literal["api", "prometheus"]:
-        return "prometheus" if self.reads else "api"
-
 
 # ---- the checks -------------------------------------------------------------------------------
 
