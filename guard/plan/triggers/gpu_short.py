@@ -38,10 +38,8 @@ def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]
         cls = classes[index]
         tally = Counter(best for _, best in nodes if best > 0)
         for name, best in nodes:
-            if cls.count is not None:
-                out[name] = (cls, cls.count)
-                continue
-            learned = majority((tally - Counter({best: 1})).elements())  # the node's own out
+            others = (tally - Counter({best: 1})).elements()  # the node's own count out
+            learned = majority(others) if cls.count is None else cls.count
             if learned is not None:
                 out[name] = (cls, learned)
     return out
