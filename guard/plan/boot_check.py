@@ -71,8 +71,7 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
         checked = node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id
         if checked or gate_taint(node, s) is not None:  # a gated node: guard.plan.onboarding
             continue
-        found = _node(snap, s, t, node, out)
-        if found:
+        if found := _node(snap, s, t, node, out):
             out.actions[node.name] = found
     return out
 
@@ -106,8 +105,7 @@ def _node(
             return [_person_cordon(node, job)]
         out.failed.append(Failed(node, job))
         return []
-    record = _record(snap, s, node, job)
-    return [record] if record is not None else []
+    return _record(snap, s, node, job)
 
 
 def _unstarted(
@@ -145,13 +143,13 @@ def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     return Skip(node.name, Decision.BOOT_CHECK_UNREADABLE, detail, fix, "WARN")
 
 
-def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> RecordBoot | None:
+def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Action]:
     if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
-        return None
+        return []
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
     record, then = ((keys(s).checked_boot, value),), "checked again after the next reboot"
     word, version = Decision.BOOT_CHECK_PASSED, node.resource_version
-    return RecordBoot(node.name, word, version, node.boot_id, record, then)
+    return [RecordBoot(node.name, word, version, node.boot_id, record, then)]
 
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:

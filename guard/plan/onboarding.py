@@ -40,10 +40,8 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
     out = Scan()
     for node in snap.nodes:
         taint = None if node.unreadable or node.name in decided else gate_taint(node, s)
-        if taint is not None:
-            found = _node(snap, s, t, node, taint, out)
-            if found:
-                out.actions[node.name] = found
+        if taint is not None and (found := _node(snap, s, t, node, taint, out)):
+            out.actions[node.name] = found
     return out
 
 
