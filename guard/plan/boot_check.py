@@ -156,12 +156,11 @@ def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, 
     """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
     node, at = f.node, ledger.format_time(snap.now)
     assert f.job.result is not None  # a candidate failed on items it names
-    items = f.items
     found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
     message = (
         f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
         f"job/{f.job.name}"
     )
-    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, items)),)
-    then = f"fix {','.join(items)}, then reboot"
+    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, f.items)),)
+    then = f"fix {','.join(f.items)}, then reboot"
     return node_cordon(snap, s, node, f.reason, ("-", 0, then, ""), message, failed)

@@ -71,8 +71,7 @@ def plan_isolation(
     if not eligible:
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
-    limit = breaker_limit(snap, s)
-    guarded = units.breaker_count(snap, s, released)
+    limit, guarded = breaker_limit(snap, s), units.breaker_count(snap, s, released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]

@@ -45,7 +45,7 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
     return out
 
 
-def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
+def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> list[Action]:
     k = keys(s)
     why = ""
     if node.has(k.reason):
@@ -60,14 +60,14 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
     elif xid := hardware_xid(snap, node):
         why = f"{xid} on the node"
     if why:
-        return Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)
+        return [Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)]
     want = gpu_short.expectations(snap, s).get(node.name)
     if want is not None and node.gpu_capacity < want[1]:
         cls, count = want
         detail = f"{node.gpu_capacity} GPUs, class {cls.selector} expects {count}"
         fix = f"{STAYS}; find the missing GPU on the host: lspci -nn -k -d 10de:"
-        return Skip(node.name, Decision.ONBOARDING_GPU_SHORT, detail, fix, "WARN")
-    return None
+        return [Skip(node.name, Decision.ONBOARDING_GPU_SHORT, detail, fix, "WARN")]
+    return []
 
 
 def _node(
@@ -76,9 +76,8 @@ def _node(
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
         return [Skip(node.name, Decision.ONBOARDING_NO_BOOT_ID, detail, STAYS, "WARN")]
-    waiting = _waiting(node, s, snap)
-    if waiting is not None:
-        return [waiting]
+    if waiting := _waiting(node, s, snap):
+        return waiting
     check, burn = conformance_job(s, t, node, gate_key(node), ONBOARDING), burnin_job(s, t, node)
     failed = node.onboarding_failed
     if failed is not None and failed.job in (f"job/{check.name}", f"job/{burn.name}"):
