@@ -150,8 +150,7 @@ def find_job(snap: Snapshot, name: str) -> JobInfo | None:
 
 def gate_taint(node: NodeInfo, s: Settings) -> Taint | None:
     """The onboarding gate's taint on the node, exactly (key, value and effect), if any."""
-    gate = s.onboarding_gate  # None matches no taint
-    return next((t for t in node.taints if (t.key, t.value, t.effect) == gate), None)
+    return next((t for t in node.taints if (t.key, t.value, t.effect) == s.onboarding_gate), None)
 
 
 def hardware_xid(snap: Snapshot, node: NodeInfo) -> str:

@@ -98,7 +98,6 @@ def job_spec(
     """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape).
 
     `ttl_s`: ttlSecondsAfterFinished when not `job_ttl_s` (the after-reboot checks')."""
-    gate = s.onboarding_gate
     return JobSpec(
         kind=kind,
         name=job_name(kind, node, key),
@@ -113,7 +112,7 @@ def job_spec(
         workload_service_account=s.job_service_account,
         gpus=gpus,
         node_selector=(s.gpu_node_selector,),
-        tolerations=(gate,) if gate else (),
+        tolerations=(s.onboarding_gate,) if s.onboarding_gate else (),
     )
 
 

@@ -279,8 +279,7 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     """The return of one readable node with a device record (its first action is the node's
     state for `gpu-node-guard status` and the pushed node counts)."""
-    k = keys(s)
-    rec = record_of(node, s)
+    k, rec = keys(s), record_of(node, s)
     if rec is None:
         detail = f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record"
         fix = f"kubectl annotate node {node.name} {k.device_taint}-"

@@ -284,9 +284,8 @@ def _set_pending(
     job = find_job(snap, _spec(s, node, gpu, "set").name)
     if job is None or foreign(node, job):
         return None
-    if job.status == "running" or passed(job) or _outcome(job) == "gpu-absent":
-        return _step(snap, s, node, gpu, job, "set")
-    return None
+    known = job.status == "running" or passed(job) or _outcome(job) == "gpu-absent"
+    return _step(snap, s, node, gpu, job, "set") if known else None
 
 
 def _record(

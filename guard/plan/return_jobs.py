@@ -157,8 +157,7 @@ def _failed(
 ) -> tuple[Action, ...]:
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
-    kind, k = job.kind, keys(s)
-    failed = job_stage(kind, "failed")
+    kind, k, failed = job.kind, keys(s), job_stage(job.kind, "failed")
     result_key = k.loadtest_result if kind == "loadtest" else k.conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if spec.name in recorded:
