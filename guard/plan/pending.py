@@ -65,9 +65,8 @@ class PendingNode:
         return (self.node, 2, self.reason, 0) if self.trigger else (self.node, 1, "", 0)
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _line(
-            self, ("detail", self.detail), "it holds" if self.trigger else "the mismatch holds"
-        )
+        holds = "it holds" if self.trigger else "the mismatch holds"
+        return _line(self, ("detail", self.detail), holds)
 
     def to_json(self) -> dict[str, Value]:
         return _json(self)
