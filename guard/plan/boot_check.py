@@ -17,14 +17,13 @@ from guard.plan.check_jobs import (
     REBOOTED,
     Scan,
     Wanted,
-    boot_key,
+    again,
     conformance_job,
     find_job,
     foreign,
     foreign_job,
     gate_taint,
     hardware_xid,
-    is_gpu_node,
     passed,
     rejected,
     rejected_job,
@@ -67,14 +66,12 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
         return out
     k = keys(s)
     for node in snap.nodes:
-        if node.unreadable or not is_gpu_node(node) or node.has(k.reason) or node.name in decided:
+        if node.unreadable or node.gpu_capacity <= 0 or node.has(k.reason) or node.name in decided:
             continue
-        if gate_taint(node, s) is not None:
-            continue  # the onboarding gate checks this node (guard.plan.onboarding)
-        if node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id:
+        checked = node.checked_boot is not None and node.checked_boot.boot_id == node.boot_id
+        if checked or gate_taint(node, s) is not None:  # a gated node: guard.plan.onboarding
             continue
-        found = _node(snap, s, t, node, out)
-        if found:
+        if found := _node(snap, s, t, node, out):
             out.actions[node.name] = found
     return out
 
@@ -86,7 +83,7 @@ def _node(
         detail = "the node reports no status.nodeInfo.bootID: no boot to check"
         return [Skip(node.name, Decision.BOOT_CHECK_NO_BOOT_ID, detail, WAIT)]
     priority = REBOOTED if node.checked_boot is not None else NEVER_CHECKED
-    want = conformance_job(s, t, node, boot_key(node), priority)
+    want = conformance_job(s, t, node, f"boot\0{node.boot_id}", priority)
     job = find_job(snap, want.name)
     if job is not None and (why := foreign(node, job)):
         return list(
@@ -108,8 +105,7 @@ def _node(
             return [_person_cordon(node, job)]
         out.failed.append(Failed(node, job))
         return []
-    record = _record(snap, s, node, job)
-    return [record] if record is not None else []
+    return _record(snap, s, node, job)
 
 
 def _unstarted(
@@ -142,33 +138,29 @@ def _boot(node: NodeInfo) -> str:
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "") or "no summary was read"
-    fix = (
-        f"kubectl -n {s.jobs_namespace} logs job/{job.name}; to check again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = again(s, job.name, retry="check again")
     detail = f"job/{job.name} {job.status}; its result cannot be trusted: {why}"
     return Skip(node.name, Decision.BOOT_CHECK_UNREADABLE, detail, fix, "WARN")
 
 
-def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> RecordBoot | None:
+def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Action]:
     if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
-        return None
+        return []
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
     record, then = ((keys(s).checked_boot, value),), "checked again after the next reboot"
     word, version = Decision.BOOT_CHECK_PASSED, node.resource_version
-    return RecordBoot(node.name, word, version, node.boot_id, record, then)
+    return [RecordBoot(node.name, word, version, node.boot_id, record, then)]
 
 
 def conformance_cordon(snap: Snapshot, s: Settings, f: Failed) -> tuple[Action, ...]:
     """Cordon `conformance-<first failed item>`, the failed items on the node, one Event."""
     node, at = f.node, ledger.format_time(snap.now)
     assert f.job.result is not None  # a candidate failed on items it names
-    items = f.items
     found = "; ".join(f"{x.item} ({x.why})" if x.why else x.item for x in f.job.result.failed)
     message = (
         f"cordoned by gpu-node-guard: conformance failed on boot {node.boot_id}: {found}; "
         f"job/{f.job.name}"
     )
-    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, items)),)
-    then = f"fix {','.join(items)}, then reboot"
+    failed = ((keys(s).conformance_failed, failed_value(at, f.job.name, f.items)),)
+    then = f"fix {','.join(f.items)}, then reboot"
     return node_cordon(snap, s, node, f.reason, ("-", 0, then, ""), message, failed)

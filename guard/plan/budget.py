@@ -52,8 +52,7 @@ def plan_budget(snap: Snapshot, s: Settings) -> tuple[EmitEvent, ...]:
             f"quarantine budget of {_hours(budget)}; check the repair ticket, or hold the node "
             "with a reason"
         )
-        word = Decision.PAST_BUDGET
-        event = EmitEvent(node.name, word, "Warning", EVENT_REASON, message, incident=at)
+        event = EmitEvent(node.name, Decision.PAST_BUDGET, "Warning", EVENT_REASON, message, at)
         if all(e.name != event.name for e in snap.events):
             out.append(event)
     return tuple(out)

@@ -29,10 +29,6 @@ def is_conformance_cordon(c: CordonRecord | None) -> bool:
     return c is not None and c.reason.startswith(CONFORMANCE_REASON)
 
 
-def boot_key(node: NodeInfo) -> str:
-    return f"boot\0{node.boot_id}"
-
-
 def gate_key(node: NodeInfo) -> str:
     return f"onboard\0{node.boot_id}"
 
@@ -81,13 +77,7 @@ def foreign(node: NodeInfo, job: JobInfo) -> str:
 
 
 def foreign_job(
-    s: Settings,
-    node: NodeInfo,
-    job: JobInfo,
-    word: Reason,
-    why: str,
-    stays: str,
-    claim: str = "",
+    s: Settings, node: NodeInfo, job: JobInfo, word: Reason, why: str, stays: str, claim: str = ""
 ) -> tuple[Skip, EmitEvent]:
     """A Job found by name that the guard did not make, or (`claim`: its ResourceClaim's name)
     a device load test that ran on a claim or GPU that is not the guard's: never a result; one
@@ -142,12 +132,16 @@ def _warned(
 
 def unreadable_job(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     """A Job whose status cannot be read: WARN, how to look at it and to run it again."""
-    fix = (
-        f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = again(s, job.name, f"kubectl -n {s.jobs_namespace} get job {job.name} -o yaml")
     word, detail = job_stage(job.kind, "unreadable"), f"job/{job.name}: {job.problem}"
     return Skip(node.name, word, detail, fix, "WARN")
+
+
+def again(s: Settings, job: str, look: str = "", retry: str = "run it again") -> str:
+    """How to look at a Job (its log by default) and have the guard run it again."""
+    ns = s.jobs_namespace
+    look = look or f"kubectl -n {ns} logs job/{job}"
+    return f"{look}; to {retry}: kubectl -n {ns} delete job {job}"
 
 
 def find_job(snap: Snapshot, name: str) -> JobInfo | None:
@@ -156,20 +150,13 @@ def find_job(snap: Snapshot, name: str) -> JobInfo | None:
 
 def gate_taint(node: NodeInfo, s: Settings) -> Taint | None:
     """The onboarding gate's taint on the node, exactly (key, value and effect), if any."""
-    gate = s.onboarding_gate
-    if gate is None:
-        return None
-    return next((t for t in node.taints if (t.key, t.value, t.effect) == gate), None)
+    return next((t for t in node.taints if (t.key, t.value, t.effect) == s.onboarding_gate), None)
 
 
 def hardware_xid(snap: Snapshot, node: NodeInfo) -> str:
     """``xid-79 on gpu4`` when Prometheus shows a hardware Xid on the node now, else ""."""
     found = [g for g in snap.prom.hardware_xids if g.node == node.name]
     return ", ".join(f"xid-{g.value} on gpu{g.gpu}" for g in found)
-
-
-def is_gpu_node(node: NodeInfo) -> bool:
-    return node.gpu_capacity > 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,25 +66,12 @@ def node_cordon(
     held_s, next and detail."""
     k, at = keys(s), ledger.format_time(snap.now)
     gpus = node.gpu_capacity if capacity is None else capacity
-    record = (
-        (k.reason, reason),
-        (k.at, at),
-        (k.boot_id, node.boot_id),
-        (k.gpu_capacity, str(gpus)),
-    )
+    record: tuple[tuple[str, str], ...] = ((k.reason, reason), (k.at, at))
+    record += ((k.boot_id, node.boot_id), (k.gpu_capacity, str(gpus)), *more)
     gpu, held_s, then, detail = cordon
+    clear, version = present(node, k.record_keys), node.resource_version
     return (
-        Cordon(
-            node.name,
-            reason,
-            node.resource_version,
-            (*record, *more),
-            gpu,
-            held_s,
-            then,
-            present(node, k.record_keys),
-            detail,
-        ),
+        Cordon(node.name, reason, version, record, gpu, held_s, then, clear, detail),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
     )
 
@@ -111,9 +98,6 @@ def job_spec(
     """The Job of one kind for one node, in the jobs namespace (policies/ pin its shape).
 
     `ttl_s`: ttlSecondsAfterFinished when not `job_ttl_s` (the after-reboot checks')."""
-    image = s.loadtest_image if kind == "loadtest" else s.image
-    deadline = s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s
-    gate = s.onboarding_gate
     return JobSpec(
         kind=kind,
         name=job_name(kind, node, key),
@@ -121,14 +105,14 @@ def job_spec(
         node=node,
         reason=reason,
         prefix=s.annotation_prefix,
-        image=image,
+        image=s.loadtest_image if kind == "loadtest" else s.image,
         command=("gpu-node-guard", *args),
-        deadline_s=deadline,
+        deadline_s=s.loadtest_deadline_s if kind == "loadtest" else s.evidence_deadline_s,
         ttl_s=s.job_ttl_s if ttl_s is None else ttl_s,
         workload_service_account=s.job_service_account,
         gpus=gpus,
         node_selector=(s.gpu_node_selector,),
-        tolerations=(gate,) if gate else (),
+        tolerations=(s.onboarding_gate,) if s.onboarding_gate else (),
     )
 
 
@@ -148,14 +132,6 @@ def has_ledger_line(snap: Snapshot, incident: Incident) -> bool:
         e.node == incident.node and e.at == incident.at and e.recorder == RECORDER
         for e in ledger.entries(snap.ledger)
     )
-
-
-def incident_counts(snap: Snapshot, incident: Incident) -> ledger.Counts:
-    """Ledger counts that include this incident, whether or not its line is written yet."""
-    counts = ledger.count(snap.ledger, incident.uuid, incident.node, incident.pci)
-    if has_ledger_line(snap, incident):
-        return counts
-    return ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
 
 
 def ledger_append(s: Settings, incident: Incident, reason: Reason) -> AppendLedgerLine | Skip:
@@ -208,22 +184,22 @@ def with_archive_events(
 
 
 def archive_event(action: AppendLedgerLine, bound: int) -> EmitEvent:
-    return EmitEvent(
-        action.node,
-        LEDGER_ARCHIVED,
-        "Normal",
-        "GuardLedgerArchived",
+    message = (
         f"gpu-node-guard moves the oldest lines of ledger {action.configmap} to an archive "
-        f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive",
-        incident=action.line,
+        f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive"
     )
+    word, line = LEDGER_ARCHIVED, action.line
+    return EmitEvent(action.node, word, "Normal", "GuardLedgerArchived", message, incident=line)
 
 
 def evidence_job(
     snap: Snapshot, s: Settings, t: JobTemplates, incident: Incident, reason: Reason
 ) -> CreateJob:
     """The evidence Job of an incident; its name depends only on node and cordon time."""
-    args = evidence_args(incident, incident_counts(snap, incident))
+    counts = ledger.count(snap.ledger, incident.uuid, incident.node, incident.pci)
+    if not has_ledger_line(snap, incident):  # the counts include this incident, written or not
+        counts = ledger.Counts(counts.same_card + 1, counts.same_slot + 1, incident.at)
+    args = evidence_args(incident, counts)
     return node_evidence_job(s, t, incident.node, incident.at, reason, args)
 
 
@@ -298,13 +274,9 @@ def loadtest_args(
     args = ["loadtest", "run", "--backend", "torch", "--expected-gpus", str(gpus)]
     args += ["--duration-s", str(duration), "--size", str(s.loadtest_matrix_size)]
     args += ["--min-ratio", f"{s.loadtest_min_ratio:g}"]
-    args += [
-        "--allreduce" if s.loadtest_allreduce else "--no-allreduce",
-        "--allreduce-min-ratio",
-        f"{s.loadtest_allreduce_min_ratio:g}",
-        "--allreduce-timeout-s",
-        str(s.loadtest_allreduce_timeout_s),
-    ]
+    args += ["--allreduce" if s.loadtest_allreduce else "--no-allreduce"]
+    args += ["--allreduce-min-ratio", f"{s.loadtest_allreduce_min_ratio:g}"]
+    args += ["--allreduce-timeout-s", str(s.loadtest_allreduce_timeout_s)]
     if xid is not None:
         args += ["--xid", str(xid), "--memory-class-xids", ",".join(map(str, s.memory_class_xids))]
         if pci and pci != ledger.UNKNOWN_PCI:

@@ -47,11 +47,5 @@ def gpuless_event(node: NodeInfo, c: CordonRecord) -> EmitEvent:
 def _event(node: str, c: CordonRecord, what: str) -> EmitEvent:
     assert c.at is not None
     at = ledger.format_time(c.at)
-    return EmitEvent(
-        node,
-        Decision.REPAIR_EVENT,
-        "Warning",
-        "GuardCordoned",
-        f"cordoned by gpu-node-guard at {at}: {what} {LATE}",
-        incident=at,
-    )
+    message = f"cordoned by gpu-node-guard at {at}: {what} {LATE}"
+    return EmitEvent(node, Decision.REPAIR_EVENT, "Warning", "GuardCordoned", message, incident=at)

@@ -279,8 +279,7 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     """The return of one readable node with a device record (its first action is the node's
     state for `gpu-node-guard status` and the pushed node counts)."""
-    k = keys(s)
-    rec = record_of(node, s)
+    k, rec = keys(s), record_of(node, s)
     if rec is None:
         detail = f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record"
         fix = f"kubectl annotate node {node.name} {k.device_taint}-"
@@ -291,7 +290,7 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     if not rules:
         trusted = job is not None and not foreign(node, job)
         if job is not None and trusted and passed(job) and not claim_problem(snap, node, rec, job):
-            return _returned(snap, s, node, rec, job, ())
+            return _returned(snap, s, node, rec, job)
         return _cancelled(snap, s, node, rec)
     blocked = return_rule.blocked(return_rule.Case(snap, s, node, rec))
     if blocked:
@@ -303,7 +302,7 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     if why := claim_problem(snap, node, rec, out):
         stays = "the device stays tainted"
         return foreign_job(s, node, out, Decision.LOADTEST_FOREIGN, why, stays, claim=out.name)
-    return _returned(snap, s, node, rec, out, rules)
+    return _returned(snap, s, node, rec, out)
 
 
 def _start(
@@ -373,22 +372,16 @@ def claim_problem(snap: Snapshot, node: NodeInfo, rec: DeviceRecord, job: JobInf
 
 
 def _returned(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    rec: DeviceRecord,
-    job: JobInfo,
-    rules: tuple[TaintRule, ...],
+    snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord, job: JobInfo
 ) -> tuple[Action, ...]:
+    rules = tuple(r for r in guard_rules(snap) if r.name in rec.rules)
     k, at, ns, name = keys(s), ledger.format_time(snap.now), s.jobs_namespace, job.name
     clear = present(node, (k.device_taint, k.loadtest_result))
     note, word = ((k.returned, f"{at} job/{name}"),), Decision.DEVICE_RETURNED
     message = f"gpu-node-guard returned DRA device {rec.device}: job/{name} passed"
+    done = Decision.LOADTEST_PASSED
     return (
-        *(
-            UntaintDevice(node.name, Decision.LOADTEST_PASSED, r.name, r.uid, r.ref, name, ns)
-            for r in rules
-        ),
+        *(UntaintDevice(node.name, done, r.name, r.uid, r.ref, name, ns) for r in rules),
         ClearGuardAnnotations(node.name, word, node.resource_version, clear, note),
         EmitEvent(node.name, Decision.RETURNED, "Normal", "GuardReturned", message),
     )

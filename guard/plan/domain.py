@@ -72,11 +72,8 @@ def incidents(
         value = dict(info.labels).get(key, "") if info is not None else ""
         if value:
             domains.setdefault(value, []).append(Member(node, what))
-    return tuple(
-        Incident(key, value, tuple(members))
-        for value, members in sorted(domains.items())
-        if len(members) >= 2
-    )
+    found = sorted(domains.items())
+    return tuple(Incident(key, value, tuple(m)) for value, m in found if len(m) >= 2)
 
 
 def request(i: Incident) -> str:
@@ -111,6 +108,4 @@ def announce(found: Iterable[Incident]) -> tuple[Action, ...]:
 def breaker_note(found: Iterable[Incident], node: str) -> str:
     """What the breaker's line adds for a node of a domain incident."""
     i = next((i for i in found if node in i.nodes), None)
-    if i is None:
-        return ""
-    return f"; domain incident {i.domain} with {', '.join(i.others(node))}"
+    return "" if i is None else f"; domain incident {i.domain} with {', '.join(i.others(node))}"

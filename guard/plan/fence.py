@@ -31,17 +31,6 @@ from guard.settings import Settings
 from guard.states import Decision, Reason
 
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\Z", re.ASCII)
-# The return check's decisions that mean the node is at its load test or its uncordon: the fence
-# is lifted (or about to be) and must not be set again under them.
-_RETURNING = frozenset(
-    {
-        Decision.FENCE_LIFT,
-        Decision.FENCE_LIFT_RUNNING,
-        Decision.FENCE_LIFTED,
-        Decision.FENCE_LIFT_FAILED,
-        Decision.LOADTEST_RUNNING,
-    }
-)
 _FENCE_WORDS = frozenset(d for d in Decision if d.value.startswith("fence"))
 
 
@@ -50,9 +39,7 @@ def fenced_gpu(s: Settings, node: NodeInfo) -> GpuRef | None:
     c = node.cordon
     if not s.fence_gpu or c is None or c.gpu is None or c.at is None:
         return None
-    if c.gpu.pci == ledger.UNKNOWN_PCI or not _UUID.match(c.gpu.uuid):
-        return None
-    return c.gpu
+    return None if c.gpu.pci == ledger.UNKNOWN_PCI or not _UUID.match(c.gpu.uuid) else c.gpu
 
 
 def boot(node: NodeInfo) -> str:
@@ -85,7 +72,7 @@ def at_cordon(
     name the next cycle (same boot, the cordon's time, no record yet)."""
     if not s.fence_gpu or g.pci == ledger.UNKNOWN_PCI or not _UUID.match(g.uuid):
         return ()
-    key = _job_key("set", node.boot_id or UNKNOWN_BOOT, ledger.format_time(snap.now), "")
+    key = _job_key("set", boot(node), ledger.format_time(snap.now), "")
     spec = job_spec(s, "fence", node.name, key, reason, fence_args(s, "set", g.pci, g.uuid))
     return (create_job(s, node.name, Decision.FENCE_SET, "fence", spec.name, t.render(spec)),)
 
@@ -102,8 +89,8 @@ def returning(decisions: Iterable[Action]) -> bool:
     return any(
         isinstance(a, Uncordon)
         or (isinstance(a, CreateJob) and a.job_kind == "loadtest")
-        or a.reason in _RETURNING
-        or a.reason in _FENCE_WORDS
+        or a.reason == Decision.LOADTEST_RUNNING
+        or a.reason in _FENCE_WORDS  # the lift's steps among them
         for a in decisions
     )
 
@@ -139,7 +126,7 @@ def lifted_behind(snap: Snapshot, node: NodeInfo) -> JobInfo | None:
         and j.fence_mode == "lift"
         and j.created is not None
         and (j.status == "running" or max(j.created, j.ended or j.created) >= made)
-        and fence_audit.why_foreign(snap, node, j)
+        and fence_audit.why_foreign(node, j)
     ]
     return max(found, key=lambda j: (j.created or made, j.name), default=None)
 
@@ -152,7 +139,7 @@ def _lifted_said(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> t
         if r is not None and r.state == "read" and r.passed
         else f"its outcome: {_why(job) if job.status != 'running' else 'still running'}"
     )
-    why = f"{fence_audit.why_foreign(snap, node, job)}; {read}"
+    why = f"{fence_audit.why_foreign(node, job)}; {read}"
     nxt = "the node stays cordoned; the guard fences the GPU again " + (
         "once that Job ended" if job.status == "running" else "now"
     )
@@ -212,6 +199,7 @@ class _Mode:
     done: str  # the Event: what was read back
     failed: Decision
     fix: str  # {gpu} {uuid} {ns} {job}
+    level: Literal["Normal", "Warning"] = "Normal"  # the Event of what was read back
 
 
 _MODES = {
@@ -240,6 +228,15 @@ _MODES = {
         "kubectl -n {ns} delete job {job}",
     ),
 }
+# A set Job that found the GPU off the bus: recorded, the node cordon stays the isolation.
+_ABSENT = replace(
+    _MODES["set"],
+    state="gpu-absent",
+    recorded=Decision.FENCE_GPU_ABSENT,
+    event="GuardFenceGpuAbsent",
+    done="could not fence GPU {gpu}: it is off the bus; the node cordon stays the isolation",
+    level="Warning",
+)
 
 
 def _step(
@@ -254,22 +251,9 @@ def _step(
     if job.status == "unreadable":
         return (unreadable_job(s, node, job),)
     words = {"gpu": gpu, "uuid": gpu.uuid, "ns": s.jobs_namespace, "job": job.name}
-    if passed(job):
-        done = f"gpu-node-guard {m.done.format(**words)}"
-        return _record(snap, s, node, job, m.state, m.recorded, "Normal", m.event, done)
-    if mode == "set" and _outcome(job) == "gpu-absent":
-        return _record(
-            snap,
-            s,
-            node,
-            job,
-            "gpu-absent",
-            Decision.FENCE_GPU_ABSENT,
-            "Warning",
-            "GuardFenceGpuAbsent",
-            f"gpu-node-guard could not fence GPU {gpu}: it is off the bus; the node "
-            "cordon stays the isolation",
-        )
+    if passed(job) or (mode == "set" and _outcome(job) == "gpu-absent"):
+        read = m if passed(job) else _ABSENT
+        return _record(snap, s, node, job, read, f"gpu-node-guard {read.done.format(**words)}")
     return (
         Skip(node.name, m.failed, f"job/{job.name}: {_why(job)}", m.fix.format(**words), "WARN"),
     )
@@ -300,27 +284,20 @@ def _set_pending(
     job = find_job(snap, _spec(s, node, gpu, "set").name)
     if job is None or foreign(node, job):
         return None
-    if job.status == "running" or passed(job) or _outcome(job) == "gpu-absent":
-        return _step(snap, s, node, gpu, job, "set")
-    return None
+    known = job.status == "running" or passed(job) or _outcome(job) == "gpu-absent"
+    return _step(snap, s, node, gpu, job, "set") if known else None
 
 
 def _record(
-    snap: Snapshot,
-    s: Settings,
-    node: NodeInfo,
-    job: JobInfo,
-    state: str,
-    reason: Reason,
-    level: Literal["Normal", "Warning"],
-    event: str,
-    message: str,
+    snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo, m: _Mode, message: str
 ) -> tuple[Action, ...]:
-    value = fence_value(state, boot(node), ledger.format_time(snap.now), job.name)
-    nxt = "the load test next cycle" if state == "lifted" else "the node stays cordoned"
+    value = fence_value(m.state, boot(node), ledger.format_time(snap.now), job.name)
+    nxt = "the load test next cycle" if m.state == "lifted" else "the node stays cordoned"
     return (
-        Annotate(node.name, reason, node.resource_version, ((keys(s).fence, value),), nxt),
-        EmitEvent(node.name, reason, level, event, message, incident=f"{job.name} {job.uid}"),
+        Annotate(node.name, m.recorded, node.resource_version, ((keys(s).fence, value),), nxt),
+        EmitEvent(
+            node.name, m.recorded, m.level, m.event, message, incident=f"{job.name} {job.uid}"
+        ),
     )
 
 

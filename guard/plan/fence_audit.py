@@ -14,8 +14,14 @@ from guard.plan.check_jobs import foreign_job
 from guard.settings import Settings
 from guard.states import Decision
 
+# What stays, as the WARN of a fence Job no record explains says.
+STAYS = (
+    "the guard's records are unchanged; its GPU's compute mode may differ from them "
+    "(on the host: nvidia-smi -q -d COMPUTE)"
+)
 
-def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
+
+def why_foreign(node: NodeInfo, job: JobInfo) -> str:
     """Why no record of the node explains `job` ("" when one does): by uid, never by time."""
     created = job.created
     if created is None:
@@ -26,9 +32,7 @@ def why_foreign(snap: Snapshot, node: NodeInfo, job: JobInfo) -> str:
     c = node.cordon
     if c is None:
         floors = [r.at for r in (node.returned, node.cancelled) if r is not None]
-        if floors and created < max(floors):
-            return ""
-        return "the node carries no guard cordon"
+        return "" if floors and created < max(floors) else "the node carries no guard cordon"
     if c.at is not None and created < c.at:
         return ""
     last = f" (the guard's last fence Job here is job/{rec.name} uid {rec.uid})" if rec else ""
@@ -49,16 +53,8 @@ def plan_audit(snap: Snapshot, s: Settings, planned: Iterable[Action]) -> tuple[
 def foreign_fence_jobs(snap: Snapshot, s: Settings) -> tuple[tuple[Skip, EmitEvent], ...]:
     """Every fence Job no record explains now, said or not (`status` shows them all)."""
     out = []
-    for job in snap.jobs:
-        node = snap.node(job.node) if job.kind == "fence" else None
-        if node is None or node.unreadable:
-            continue
-        why = why_foreign(snap, node, job)
-        if not why:
-            continue
-        stays = (
-            "the guard's records are unchanged; its GPU's compute mode may differ from them "
-            "(on the host: nvidia-smi -q -d COMPUTE)"
-        )
-        out.append(foreign_job(s, node, job, Decision.FENCE_JOB_FOREIGN, why, stays))
+    for job in (j for j in snap.jobs if j.kind == "fence"):
+        node = snap.node(job.node)
+        if node is not None and not node.unreadable and (why := why_foreign(node, job)):
+            out.append(foreign_job(s, node, job, Decision.FENCE_JOB_FOREIGN, why, STAYS))
     return tuple(out)

@@ -6,6 +6,7 @@ shorter than its window (guard.codec.series).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from guard.model import GpuSample, PromView
@@ -39,30 +40,25 @@ def decides_at(since: datetime, window_s: int) -> datetime:
     return since + timedelta(seconds=window_s)
 
 
-def _gpu_order(g: GpuSample) -> tuple[str, str, str, int]:
-    return g.node, g.gpu.zfill(4), g.uuid, g.value
+def xid_holds(
+    view: PromView, now: datetime, s: Settings, cordoned: set[str]
+) -> Iterator[tuple[GpuSample, datetime, int, int]]:
+    """Each hardware-Xid GPU of a node with GPU loss, not in `cordoned`: when the loss began,
+    how long it has held and how long it must."""
+    since = dict(view.loss_since)
+    for g in view.hardware_xids:
+        if (start := since.get(g.node)) is not None and g.node not in cordoned:
+            yield g, start, held_s(start, now), hold_window_s(g.value, s)
 
 
 def candidates(view: PromView, now: datetime, s: Settings) -> tuple[GpuSample, ...]:
     """Hardware-Xid GPUs whose node's loss held for the Xid's window, sorted by node and GPU."""
-    since, cordoned = dict(view.loss_since), set(view.cordoned)
-    out = []
-    for g in view.hardware_xids:
-        start = since.get(g.node)
-        if start is None or g.node in cordoned:
-            continue
-        if held_s(start, now) >= hold_window_s(g.value, s):
-            out.append(g)
-    return tuple(sorted(out, key=_gpu_order))
+    out = [g for g, _, held, needs in xid_holds(view, now, s, set(view.cordoned)) if held >= needs]
+    return tuple(sorted(out, key=lambda g: (g.node, g.gpu.zfill(4), g.uuid, g.value)))
 
 
 def nvml_candidates(view: PromView, now: datetime, s: Settings) -> tuple[str, ...]:
     """Nodes whose nvidia-match failure held for `Settings.nvml_hold_s`, not cordoned (sorted)."""
+    held = (node for node, start in view.nvml_since if held_s(start, now) >= s.nvml_hold_s)
     cordoned = set(view.cordoned)
-    return tuple(
-        sorted(
-            node
-            for node, start in view.nvml_since
-            if node not in cordoned and held_s(start, now) >= s.nvml_hold_s
-        )
-    )
+    return tuple(sorted(node for node in held if node not in cordoned))

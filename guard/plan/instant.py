@@ -37,8 +37,5 @@ def cycle_instant(pod: datetime, prometheus: datetime) -> Instant:
     >>> behind.at.strftime("%H:%M:%S"), behind.skew_s, behind.skewed
     ('05:57:20', -19.6, False)
     """
-    return Instant(
-        prometheus.replace(microsecond=0),
-        round((pod - prometheus).total_seconds(), 3),
-        prometheus - pod,
-    )
+    skew_s = round((pod - prometheus).total_seconds(), 3)
+    return Instant(prometheus.replace(microsecond=0), skew_s, prometheus - pod)

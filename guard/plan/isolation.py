@@ -7,12 +7,13 @@ the fallback: docs/writes.md).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from guard.actions import Action, Skip
 from guard.jobs import JobTemplates
 from guard.ledger import format_time
-from guard.model import CancelRecord, GpuSample, NodeInfo, Snapshot, rebooted
+from guard.model import GpuSample, NodeInfo, Snapshot, rebooted
 from guard.names import GPU_RESOURCE
 from guard.plan import boot_check, device_taint, domain, hold, mismatch, triggers, units, workload
 from guard.plan.common import breaker_open, keys, skip_cancelled
@@ -70,8 +71,7 @@ def plan_isolation(
     if not eligible:
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
-    limit = breaker_limit(snap, s)
-    guarded = units.breaker_count(snap, s, released)
+    limit, guarded = breaker_limit(snap, s), units.breaker_count(snap, s, released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]
@@ -92,13 +92,15 @@ def plan_isolation(
 
 
 def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
-    if p.failed is None:
-        detail = f"{p.reason} waits behind {first.node.name}"
-        then = _waits(first.node.name, place, tries_left)
-        return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
-    behind = first.node.name if first.failed is not None else "the isolation check's cordon"
-    detail = f"{p.failed.what}; waits behind {behind}"
-    return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, "considered again next cycle")
+    """A candidate behind the pick: the dry run shows the fallback order."""
+    detail, then = f"{p.reason} waits behind {first.node.name}", "considered again next cycle"
+    if p.failed is not None:
+        behind = first.node.name if first.failed is not None else "the isolation check's cordon"
+        detail = f"{p.failed.what}; waits behind {behind}"
+    elif place <= tries_left:
+        refused = f"if the API refuses the cordon of {first.node.name}"
+        then = f"cordoned in this cycle {refused} (fallback {place})"
+    return Skip(p.node.name, Decision.ONE_PER_CYCLE, detail, then)
 
 
 def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
@@ -110,19 +112,20 @@ def held_candidates(snap: Snapshot, s: Settings) -> tuple[tuple[str, str], ...]:
 def _candidates(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Every screen's skips and picks: hardware Xids, then mismatches, then node triggers."""
     actions, eligible = _screen(snap, s)
-    more, nvml = _screen_nvml(snap, s)
-    after, node_triggers = _screen_triggers(snap, s, {p.node.name for p in (*eligible, *nvml)})
-    return actions + more + after, eligible + nvml + node_triggers
+    taken = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
+    more, nvml = _screen_whole(snap, s, _mismatches(snap, s), taken)
+    after, node_triggers = _screen_whole(snap, s, _trigger_findings(snap, s), taken)
+    told = list(triggers.fabric.not_applicable(snap))  # one line per run
+    return actions + more + told + after, eligible + nvml + node_triggers
 
 
 def _tell_workload(snap: Snapshot, s: Settings, p: Pick) -> tuple[Action, ...]:
     """The pods on the GPU this cycle isolates, after the isolating write (a write that does not
     land skips them: the executor's node block)."""
     unit = units.CORDON if p.gpu is None else units.unit_for(snap, p.node, p.gpu)
-    decision = DECISIONS[unit.name]
     fault = p.reason if p.hit is None else f"{p.reason} ({p.hit.detail})"
     incident = f"{p.reason} {p.gpu.uuid if p.gpu else ''} {format_time(snap.now)}"
-    return workload.notify(snap, s, p.node, p.gpu, fault, decision, incident)
+    return workload.notify(snap, s, p.node, p.gpu, fault, DECISIONS[unit.name], incident)
 
 
 # What the guard did, as a pod's Event says it (guard.plan.workload).
@@ -132,41 +135,31 @@ DECISIONS = {
 }
 
 
-def _waits(first: str, place: int, tries_left: int) -> str:
-    """What happens to the `place`-th waiting candidate: the dry run shows the fallback order."""
-    if place <= tries_left:
-        return f"cordoned in this cycle if the API refuses the cordon of {first} (fallback {place})"
-
-    return "considered again next cycle"
-
-
 def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     """Skips for Xid candidates that are not eligible, and a `Pick` for each that is."""
     actions: list[Action] = []
     eligible: list[Pick] = []
     for node_name, samples in by_node(hold.candidates(snap.prom, snap.now, s)).items():
-        node = snap.node(node_name)
+        node, first = snap.node(node_name), _primary(samples, s)
         if node is not None and node.unreadable:
             continue
         reason = _ineligible(node, s)
         if node is not None:  # DRA nodes: the device taint's own screen
-            ordered = (_primary(samples, s), *samples)
-            reason = device_taint.eligibility(snap, s, node, reason, ordered)
+            reason = device_taint.eligibility(snap, s, node, reason, (first, *samples))
         if node is not None and reason == Decision.DEVICE_ISOLATED:
             new = _primary(device_taint.others(node, s, samples), s)
             actions.extend(device_taint.isolated_skip(node_name, _detail(reason, new)))
             continue
         if node is not None and reason == NO_GPU_RESOURCE and device_taint.dra_node(snap, node):
-            actions.extend(device_taint.unpublished(snap, s, node, _primary(samples, s)))
+            actions.extend(device_taint.unpublished(snap, s, node, first))
             continue
         if node is None or reason:
-            detail = _detail(reason or Decision.NOT_IN_API, _primary(samples, s))
-            actions.append(_ineligible_skip(node_name, reason or Decision.NOT_IN_API, detail))
+            reason = reason or Decision.NOT_IN_API
+            actions.append(_ineligible_skip(node_name, reason, _detail(reason, first)))
             continue
-        armed = tuple(g for g in samples if not _cancelled(node, node.cancelled, g))
+        armed = tuple(g for g in samples if not _cancelled(node, g))
         if not armed:
-            g = _primary(samples, s)
-            actions.append(skip_cancelled(node, f"xid-{g.value} on {g.uuid}", XID_REARMS))
+            actions.append(skip_cancelled(node, f"xid-{first.value} on {first.uuid}", XID_REARMS))
             continue
         g = _primary(armed, s)
         rank = 0 if g.value in s.fast_path_xids else 1
@@ -175,45 +168,41 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     return actions, eligible
 
 
-def _screen_nvml(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
-    """The same screen for held driver/NVML mismatches (guard.plan.mismatch)."""
-    if not s.nvml_mismatch_cordon:
-        return [], []
+Finding = tuple[str, Reason, int, str, triggers.Hit | None]  # node, reason, held_s, what, hit
+
+
+def _mismatches(snap: Snapshot, s: Settings) -> Iterator[Finding]:
+    """Held driver/NVML mismatches (guard.plan.mismatch)."""
+    for name in hold.nvml_candidates(snap.prom, snap.now, s) if s.nvml_mismatch_cordon else ():
+        held = hold.nvml_held_s(snap.prom, name, snap.now)
+        yield name, mismatch.NVML_MISMATCH, held, f"{mismatch.NVML_MISMATCH} held {held}s", None
+
+
+def _trigger_findings(snap: Snapshot, s: Settings) -> Iterator[Finding]:
+    """The node triggers' held findings; a node's first held trigger names it."""
+    for h in triggers.hits(snap, s):
+        if h.held and not h.onboarding:  # never admitted: the onboarding gate checks the count
+            yield h.node, h.reason, h.held_s, f"{h.reason} held {h.held_s}s: {h.detail}", h
+
+
+def _screen_whole(
+    snap: Snapshot, s: Settings, found: Iterable[Finding], taken: set[str]
+) -> tuple[list[Action], list[Pick]]:
+    """The same screen for whole nodes' findings; a node in `taken` (a hardware Xid's, an
+    eligible mismatch's, an earlier trigger's) is decided there."""
     actions: list[Action] = []
     eligible: list[Pick] = []
-    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
-    for name in hold.nvml_candidates(snap.prom, snap.now, s):
-        node, held = snap.node(name), hold.nvml_held_s(snap.prom, name, snap.now)
-        if name in xid_nodes or (node is not None and node.unreadable):
+    for name, reason, held, what, hit in found:
+        node = snap.node(name)
+        if name in taken or (node is not None and node.unreadable):
             continue
-        what = f"{mismatch.NVML_MISMATCH} held {held}s"
-        if skip := _finding_skip(snap, s, name, node, what, mismatch.NVML_MISMATCH):
+        if hit is not None:
+            taken.add(name)
+        if skip := _finding_skip(snap, s, name, node, what, reason):
             actions.extend(skip)
         elif node is not None:
-            eligible.append(Pick(node, mismatch.NVML_MISMATCH, 2, held))
-    return actions, eligible
-
-
-def _screen_triggers(
-    snap: Snapshot, s: Settings, taken: set[str]
-) -> tuple[list[Action], list[Pick]]:
-    """The same screen for the node triggers' held findings; a node already a candidate for a
-    hardware Xid or a mismatch is decided there, and a node's first held trigger names it."""
-    actions: list[Action] = list(triggers.fabric.not_applicable(snap))  # one line per run
-    eligible: list[Pick] = []
-    xid_nodes = {g.node for g in hold.candidates(snap.prom, snap.now, s)}
-    for h in triggers.hits(snap, s):
-        node = snap.node(h.node)
-        if not h.held or h.node in taken | xid_nodes or (node is not None and node.unreadable):
-            continue
-        if h.onboarding:  # never admitted: the onboarding gate checks the same count and says so
-            continue
-        taken.add(h.node)
-        what = f"{h.reason} held {h.held_s}s: {h.detail}"
-        if skip := _finding_skip(snap, s, h.node, node, what, h.reason):
-            actions.extend(skip)
-        elif node is not None:
-            eligible.append(Pick(node, h.reason, triggers.RANK, h.held_s, hit=h))
+            taken.add(name)
+            eligible.append(Pick(node, reason, 2 if hit is None else triggers.RANK, held, hit=hit))
     return actions, eligible
 
 
@@ -227,7 +216,7 @@ def _finding_skip(
         return device_taint.whole_node(name, f"{what} ({why})")
     if node is None or why:
         return (_ineligible_skip(name, why or Decision.NOT_IN_API, f"{what} ({why})"),)
-    if triggers.cancelled(node, reason):
+    if _cancelled(node, reason):
         return (skip_cancelled(node, what, "re-arms on a new boot"),)
     return ()
 
@@ -254,14 +243,13 @@ def _primary(samples: tuple[GpuSample, ...], s: Settings) -> GpuSample:
 
 
 def _ineligible(node: NodeInfo | None, s: Settings) -> device_taint.Screened:
-    k = keys(s)
     if node is None:
         return Decision.NOT_IN_API
     if node.unschedulable:
         return Decision.ALREADY_CORDONED
     if node.hold is not None:
         return Decision.HOLD
-    if node.has(k.reason):
+    if node.has(keys(s).reason):
         return Decision.ALREADY_GUARDED
     if node.gpu_capacity <= 0:  # what the node-scope policy checks (guard.generate.policies.nodes)
         return NO_GPU_RESOURCE
@@ -279,11 +267,15 @@ def _ineligible_skip(node: str, reason: Reason, detail: str) -> Skip:
     return Skip(node, reason, detail, NOTHING)
 
 
-def _cancelled(node: NodeInfo, cancel: CancelRecord | None, g: GpuSample) -> bool:
-    """The same incident a person cancelled: same boot (no proven reboot), GPU UUID and Xid."""
-    if cancel is None or rebooted(cancel.boot_id, node.boot_id):
+def _cancelled(node: NodeInfo, what: GpuSample | Reason) -> bool:
+    """The same incident a person cancelled in this boot (no proven reboot): an Xid's GPU UUID
+    and Xid, or the reason of a cordon without a GPU (a trigger's, nvml-mismatch)."""
+    c = node.cancelled
+    if c is None or rebooted(c.boot_id, node.boot_id):
         return False
-    return cancel.uuid.lower() == g.uuid.lower() and cancel.xid == g.value
+    if isinstance(what, str):
+        return c.reason == what
+    return c.uuid.lower() == what.uuid.lower() and c.xid == what.value
 
 
 def _detail(reason: str, sample: GpuSample) -> str:

@@ -14,6 +14,7 @@ from guard.plan.check_jobs import (
     ONBOARDING,
     Scan,
     Wanted,
+    again,
     burnin_job,
     conformance_job,
     find_job,
@@ -39,14 +40,12 @@ def scan(snap: Snapshot, s: Settings, t: JobTemplates, decided: frozenset[str]) 
     out = Scan()
     for node in snap.nodes:
         taint = None if node.unreadable or node.name in decided else gate_taint(node, s)
-        if taint is not None:
-            found = _node(snap, s, t, node, taint, out)
-            if found:
-                out.actions[node.name] = found
+        if taint is not None and (found := _node(snap, s, t, node, taint, out)):
+            out.actions[node.name] = found
     return out
 
 
-def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
+def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> list[Action]:
     k = keys(s)
     why = ""
     if node.has(k.reason):
@@ -61,14 +60,14 @@ def _waiting(node: NodeInfo, s: Settings, snap: Snapshot) -> Skip | None:
     elif xid := hardware_xid(snap, node):
         why = f"{xid} on the node"
     if why:
-        return Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)
-    want = gpu_short.expected(snap, s, node)
+        return [Skip(node.name, Decision.ONBOARDING_WAITING, why, WAIT)]
+    want = gpu_short.expectations(snap, s).get(node.name)
     if want is not None and node.gpu_capacity < want[1]:
         cls, count = want
         detail = f"{node.gpu_capacity} GPUs, class {cls.selector} expects {count}"
         fix = f"{STAYS}; find the missing GPU on the host: lspci -nn -k -d 10de:"
-        return Skip(node.name, Decision.ONBOARDING_GPU_SHORT, detail, fix, "WARN")
-    return None
+        return [Skip(node.name, Decision.ONBOARDING_GPU_SHORT, detail, fix, "WARN")]
+    return []
 
 
 def _node(
@@ -77,9 +76,8 @@ def _node(
     if not node.boot_id:
         detail = "the node reports no status.nodeInfo.bootID: the gate cannot tell its boots"
         return [Skip(node.name, Decision.ONBOARDING_NO_BOOT_ID, detail, STAYS, "WARN")]
-    waiting = _waiting(node, s, snap)
-    if waiting is not None:
-        return [waiting]
+    if waiting := _waiting(node, s, snap):
+        return waiting
     check, burn = conformance_job(s, t, node, gate_key(node), ONBOARDING), burnin_job(s, t, node)
     failed = node.onboarding_failed
     if failed is not None and failed.job in (f"job/{check.name}", f"job/{burn.name}"):
@@ -115,10 +113,7 @@ def _node(
 
 def _unreadable(s: Settings, node: NodeInfo, job: JobInfo) -> Skip:
     why = job.problem or (job.result.problem if job.result else "")
-    fix = (
-        f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}; to run it again: "
-        f"kubectl -n {s.jobs_namespace} delete job {job.name}"
-    )
+    fix = f"{STAYS}; {again(s, job.name)}"
     return Skip(node.name, Decision.ONBOARDING_UNREADABLE, f"job/{job.name}: {why}", fix, "WARN")
 
 
@@ -151,12 +146,8 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
         f"conformance and the burn-in passed on boot {node.boot_id}{dns}"
     )
     notes, clear = ((k.checked_boot, record),), present(node, (k.onboarding_failed,))
-    version, boot = node.resource_version, node.boot_id
+    version, boot, word = node.resource_version, node.boot_id, Decision.ONBOARDING_PASSED
     return [
-        RemoveTaint(
-            node.name, Decision.ONBOARDING_PASSED, version, taint, keep, boot, notes, clear
-        ),
-        EmitEvent(
-            node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, incident=boot
-        ),
+        RemoveTaint(node.name, word, version, taint, keep, boot, notes, clear),
+        EmitEvent(node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, boot),
     ]

@@ -12,7 +12,7 @@ from guard.ledger import format_time
 from guard.log import Value
 from guard.model import Snapshot
 from guard.plan import mismatch, triggers
-from guard.plan.hold import decides_at, held_s, hold_window_s
+from guard.plan.hold import decides_at, held_s, xid_holds
 from guard.settings import Settings
 from guard.states import Reason, xid_reason
 
@@ -40,7 +40,7 @@ class Pending:
         return _line(self, ("gpu", self.pci), "the GPU loss holds")
 
     def to_json(self) -> dict[str, Value]:
-        return _json(self, self.xid, self.gpu, self.pci, self.uuid)
+        return _json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +65,11 @@ class PendingNode:
         return (self.node, 2, self.reason, 0) if self.trigger else (self.node, 1, "", 0)
 
     def log_line(self) -> tuple[str, dict[str, Value]]:
-        return _line(
-            self, ("detail", self.detail), "it holds" if self.trigger else "the mismatch holds"
-        )
+        holds = "it holds" if self.trigger else "the mismatch holds"
+        return _line(self, ("detail", self.detail), holds)
 
     def to_json(self) -> dict[str, Value]:
-        return _json(self, detail=self.detail)
+        return _json(self)
 
 
 def _line(p: Waiting, seen: tuple[str, Value], holds: str) -> tuple[str, dict[str, Value]]:
@@ -86,27 +85,13 @@ def _line(p: Waiting, seen: tuple[str, Value], holds: str) -> tuple[str, dict[st
     }
 
 
-def _json(
-    p: Waiting,
-    xid: int | None = None,
-    gpu: str | None = None,
-    pci: str | None = None,
-    uuid: str | None = None,
-    detail: str | None = None,
-) -> dict[str, Value]:
-    """The `-o json` candidate: xid, gpu, pci and uuid null for a whole node's finding."""
-    return {
-        "node": p.node,
-        "reason": p.reason,
-        "xid": xid,
-        "gpu": gpu,
-        "pci": pci,
-        "uuid": uuid,
-        "held_s": p.held_s,
-        "needs_s": p.needs_s,
-        "decides_at": format_time(p.decides_at),
-        "detail": detail,
-    }
+# The `-o json` candidate's keys: xid, gpu, pci and uuid null for a whole node's finding.
+_JSON = ("node", "reason", "xid", "gpu", "pci", "uuid", "held_s", "needs_s", "decides_at", "detail")
+
+
+def _json(p: Waiting) -> dict[str, Value]:
+    out: dict[str, Value] = {key: getattr(p, key, None) for key in _JSON}
+    return out | {"decides_at": format_time(p.decides_at)}
 
 
 Waiting = Pending | PendingNode
@@ -115,33 +100,19 @@ Waiting = Pending | PendingNode
 def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
     """Every pending GPU, mismatch and node trigger, sorted by node, then GPU and Xid,
     a node's mismatch after its GPUs."""
-    since = dict(snap.prom.loss_since)
     cordoned = set(snap.prom.cordoned) | {n.name for n in snap.nodes if n.unschedulable}
     out: list[Waiting] = []
-    for g in snap.prom.hardware_xids:
-        start = since.get(g.node)
-        if start is None or g.node in cordoned:
-            continue
-        held, needs = held_s(start, snap.now), hold_window_s(g.value, s)
+    for g, start, held, needs in xid_holds(snap.prom, snap.now, s, cordoned):
         if held < needs:
             at = decides_at(start, needs)
             out.append(Pending(g.node, g.value, g.gpu, g.pci, g.uuid, held, needs, at))
-    if s.nvml_mismatch_cordon:
-        out.extend(
-            PendingNode(
-                node,
-                mismatch.NVML_MISMATCH,
-                mismatch.seen(snap, node),
-                held,
-                s.nvml_hold_s,
-                decides_at(start, s.nvml_hold_s),
-            )
-            for node, start in snap.prom.nvml_since
-            if node not in cordoned and (held := held_s(start, snap.now)) < s.nvml_hold_s
-        )
-    out.extend(
-        PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, decides_at(h.since, h.needs_s))
-        for h in triggers.hits(snap, s)
-        if not h.held and not h.onboarding and h.node not in cordoned
-    )
+    needs = s.nvml_hold_s
+    for node, start in snap.prom.nvml_since if s.nvml_mismatch_cordon else ():
+        if node not in cordoned and (held := held_s(start, snap.now)) < needs:
+            seen, at = mismatch.seen(snap, node), decides_at(start, needs)
+            out.append(PendingNode(node, mismatch.NVML_MISMATCH, seen, held, needs, at))
+    for h in triggers.hits(snap, s):
+        if not h.held and not h.onboarding and h.node not in cordoned:
+            at = decides_at(h.since, h.needs_s)
+            out.append(PendingNode(h.node, h.reason, h.detail, h.held_s, h.needs_s, at))
     return tuple(sorted(out, key=lambda p: p.order))

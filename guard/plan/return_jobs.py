@@ -14,6 +14,7 @@ from guard.codec.check_records import checked_boot_value, failed_value, links_va
 from guard.jobs import JobSpec, JobTemplates, job_name
 from guard.model import CordonRecord, JobInfo, NodeInfo, RecordedLink, Snapshot, Unit
 from guard.plan.check_jobs import (
+    again,
     find_job,
     foreign,
     foreign_job,
@@ -54,7 +55,6 @@ class Words:
     event: str  # a failure's Event ends with it
     gone: str  # a recorded failure's detail ends with it
     retry: str  # a recorded failure's next step ends with it
-    on: bool = False  # name the device: while its Job runs, in its failure's Event
 
 
 WORDS: dict[Unit, Words] = {
@@ -71,7 +71,6 @@ WORDS: dict[Unit, Words] = {
         "it stays tainted",
         "",
         "read the job log, reset or replace",
-        on=True,
     ),
 }
 
@@ -87,7 +86,7 @@ def gate(
 ) -> tuple[Action, ...] | JobInfo:
     """One Job gate of every unit: its actions for this cycle, or the Job once it passed."""
     w, kind = WORDS[unit], spec.kind
-    on = f" on {device}" if w.on else ""
+    on = f" on {device}" if device else ""  # the device unit's: while it runs, in its failure
     job = find_job(snap, spec.name)
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if job is not None and (why := foreign(node, job)):
@@ -105,7 +104,7 @@ def gate(
     if job.status == "failed":
         return _failed(snap, s, node, job, spec, w, on)
     if not passed(job):  # succeeded, but its Pod's own summary does not say pass
-        return (_untrusted(node, job, spec, w),)
+        return (_untrusted(s, node, job, w),)
     return job
 
 
@@ -129,13 +128,10 @@ def loadtest_name(snap: Snapshot, s: Settings, node: NodeInfo) -> str:
     return _spec(s, node, "loadtest", recorded_links(snap, node)).name
 
 
-def _untrusted(node: NodeInfo, job: JobInfo, spec: JobSpec, w: Words) -> Skip:
+def _untrusted(s: Settings, node: NodeInfo, job: JobInfo, w: Words) -> Skip:
     detail = f"job/{job.name} succeeded but is not a pass"
     why = job.result.problem if job.result else "no finished Pod of it left a summary"
-    fix = (
-        f"{w.short}; kubectl -n {spec.namespace} logs job/{job.name}; to run it again: "
-        f"kubectl -n {spec.namespace} delete job {job.name}"
-    )
+    fix = f"{w.short}; {again(s, job.name)}"
     return Skip(node.name, job_stage(job.kind, "unreadable"), f"{detail}: {why}", fix, "WARN")
 
 
@@ -143,12 +139,9 @@ def conformance_same_boot(node: NodeInfo, c: CordonRecord) -> Skip:
     """A conformance cordon waits for a new boot: its items are fixed on the host, then the
     reboot proves they hold (ip_vs persistent across it)."""
     items = ",".join(node.conformance_failed.items) if node.conformance_failed else c.reason
-    return Skip(
-        node.name,
-        Decision.CONFORMANCE_SAME_BOOT,
-        f"bootID {node.boot_id} unchanged since the {c.reason} cordon",
-        f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)",
-    )
+    detail = f"bootID {node.boot_id} unchanged since the {c.reason} cordon"
+    fix = f"fix {items} on the host, then reboot (or uncordon by hand to accept this boot)"
+    return Skip(node.name, Decision.CONFORMANCE_SAME_BOOT, detail, fix)
 
 
 def conformance_return(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Action, ...]:
@@ -164,8 +157,7 @@ def _failed(
 ) -> tuple[Action, ...]:
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
-    kind, k = job.kind, keys(s)
-    failed = job_stage(kind, "failed")
+    kind, k, failed = job.kind, keys(s), job_stage(job.kind, "failed")
     result_key = k.loadtest_result if kind == "loadtest" else k.conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if spec.name in recorded:
@@ -205,16 +197,8 @@ def _spec(s: Settings, node: NodeInfo, kind: str, links: tuple[RecordedLink, ...
     key = job_key(node)
     if kind == "conformance":
         return job_spec(s, "conformance", node.name, key, c.reason, conformance_args(s))
-    pci = c.gpu.pci if c.gpu else ""
-    return job_spec(
-        s,
-        "loadtest",
-        node.name,
-        key,
-        c.reason,
-        loadtest_args(s, node.gpu_capacity, c.xid, pci, links),
-        gpus=node.gpu_capacity,
-    )
+    args = loadtest_args(s, node.gpu_capacity, c.xid, c.gpu.pci if c.gpu else "", links)
+    return job_spec(s, "loadtest", node.name, key, c.reason, args, gpus=node.gpu_capacity)
 
 
 # ---- The PCIe links the load test expects (docs/lifecycle.md, "PCIe links") ----------------
@@ -246,12 +230,10 @@ def recorded_links(snap: Snapshot, node: NodeInfo) -> tuple[RecordedLink, ...]:
 
 
 def record_links(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[Annotate, ...]:
-    links = () if node.pcie_links else _evidence_links(snap, node)
-    if not links:
+    if node.pcie_links or not (links := _evidence_links(snap, node)):
         return ()
-    value = links_value(links)
     then = "the load test checks each GPU's link against it (--expect-link)"
-    note = ((keys(s).pcie_links, value),)
+    note = ((keys(s).pcie_links, links_value(links)),)
     return (Annotate(node.name, Decision.PCIE_LINKS, node.resource_version, note, then),)
 
 

@@ -55,10 +55,6 @@ class Condition:
     reads: tuple[str, ...]  # its Prometheus inputs (guard.codec.queries names); () the API's
     check: Check
 
-    @property
-    def source(self) -> Literal["api", "prometheus"]:
-        return "prometheus" if self.reads else "api"
-
 
 # ---- the checks -------------------------------------------------------------------------------
 
@@ -77,9 +73,8 @@ def _hold(c: Case) -> tuple[Action, ...]:
     cordon = c.unit == "cordon"  # a device taint's hold is a person's: no kubectl step for it
     repeat = cordon and is_repeat_fault_hold(node.hold)
     reason = Decision.REPEAT_FAULT_HOLD if repeat else Decision.HOLD
-    step = (
-        hold_next(hold, node.name, repeat) if cordon else f"a person decides, then removes {hold}"
-    )
+    person = f"a person decides, then removes {hold}"
+    step = hold_next(hold, node.name, repeat) if cordon else person
     return (Skip(node.name, reason, f"hold={node.hold!r}", step),)
 
 
@@ -208,8 +203,7 @@ def _published(c: Case) -> tuple[Action, ...]:
 
 
 def _repeat_fault(c: Case) -> tuple[Action, ...]:
-    s, node, rec = c.s, c.node, c.cordon
-    k = keys(s)
+    s, node, rec, k = c.s, c.node, c.cordon, keys(c.s)
     uuid, pci = (rec.gpu.uuid, rec.gpu.pci) if rec.gpu else (None, None)
     counts = ledger.count(c.snap.ledger, uuid, node.name, pci)
     if counts.same_card < s.repeat_fault_limit:

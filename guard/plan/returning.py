@@ -8,11 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from guard import ledger
-from guard.actions import (
-    Action,
-    CreateJob,
-    Skip,
-)
+from guard.actions import Action, CreateJob, Skip
 from guard.codec.check_records import UNCORDON, checked_boot_value
 from guard.codec.records import cancel_value, reason_cancel_value
 from guard.jobs import JobTemplates
@@ -53,11 +49,10 @@ def isolate(
     k, reason = keys(s), xid_reason(g.value)
     incident = Incident(node.name, snap.now, g.value, g.pci, g.uuid)
     job = evidence_job(snap, s, t, incident, reason)
-    evidence: tuple[Action, ...] = (job,)
-    if g.pci == ledger.UNKNOWN_PCI:  # the evidence Job reads one PCI address; none was given
-        evidence = (no_pci_evidence(node.name, reason),)
+    known = g.pci != ledger.UNKNOWN_PCI  # the evidence Job reads one PCI address
+    evidence = job if known else no_pci_evidence(node.name, reason)
     held = hold.loss_held_s(snap.prom, node.name, snap.now)
-    where = f"job/{job.name}" if evidence[0] is job else "none (no PCI address)"
+    where = f"job/{job.name}" if known else "none (no PCI address)"
     message = (
         f"cordoned by gpu-node-guard: Xid {g.value} on GPU {g.gpu} ({g.pci} {g.uuid}), "
         f"GPU loss held {held}s; evidence {where}"
@@ -66,7 +61,7 @@ def isolate(
     return (
         *node_cordon(snap, s, node, reason, (g.pci, held, where, ""), message, gpu),
         ledger_append(s, incident, reason),
-        *evidence,
+        evidence,
         *fence.at_cordon(snap, s, t, node, g, reason),  # GUARD_FENCE_GPU (docs/isolation.md)
     )
 
@@ -86,18 +81,12 @@ def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, .
     actions: list[Action] = []
     for node in snap.nodes:
         if node.cordon is not None and not node.unreadable:
-            actions.extend(_node(snap, s, t, node, node.cordon))
+            if node.unschedulable:
+                actions.extend(_repairs(snap, s, t, node, node.cordon))
+            actions.extend(decision(snap, s, t, node))
     if any(n.cordon is not None and n.unschedulable and not n.unreadable for n in snap.nodes):
         actions[:0] = service_network.not_applicable(snap, s)  # one line per cycle
     return tuple(actions)
-
-
-def _node(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
-) -> tuple[Action, ...]:
-    if not node.unschedulable:
-        return _cancel(snap, s, node, c)
-    return _repairs(snap, s, t, node, c) + _progress(snap, s, t, node, c)
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
@@ -106,40 +95,29 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
     assert node.cordon is not None and not node.unreadable
     if not node.unschedulable:
         return _cancel(snap, s, node, node.cordon)
-    return _progress(snap, s, t, node, node.cordon)
+    decided = _steps(snap, s, t, node, node.cordon)
+    return decided + fence.keep(snap, s, t, node, decided)  # while it waits: the host fence
 
 
 def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     """A person's uncordon: clear the guard's keys and record the incident it cancels."""
-    k = keys(s)
+    k, at, boot = keys(s), ledger.format_time(snap.now), node.boot_id or c.boot_id
     record: tuple[tuple[str, str], ...] = ()
     sticks = ""
     if c.xid is not None and c.gpu is not None:
-        boot = node.boot_id or c.boot_id
-        at = ledger.format_time(snap.now)
         record = ((k.cancelled, cancel_value(boot, c.gpu.uuid, c.xid, at)),)
         sticks = f"; it will not cordon it again for xid-{c.xid} on {c.gpu.uuid} in this boot"
     elif is_conformance_cordon(c) and node.boot_id:  # the person accepted this boot as it is
-        at = ledger.format_time(snap.now)
         record = ((k.checked_boot, checked_boot_value(node.boot_id, at, UNCORDON)),)
         sticks = "; it records this boot as checked: no conformance Job until the next reboot"
     elif c.reason in (mismatch.NVML_MISMATCH, *triggers.REASONS):  # no GPU: boot and reason
-        boot = node.boot_id or c.boot_id
-        record = ((k.cancelled, reason_cancel_value(boot, c.reason, ledger.format_time(snap.now))),)
+        record = ((k.cancelled, reason_cancel_value(boot, c.reason, at)),)
         sticks = f"; it will not cordon it again for {c.reason} in this boot"
     message = (
         "node was uncordoned by a person; gpu-node-guard cleared its annotations "
         f"without a load test{sticks}"
     )
     return cancel(node, (*k.guard_keys, k.returned), record, message)
-
-
-def _progress(
-    snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo, c: CordonRecord
-) -> tuple[Action, ...]:
-    """The node's decision; while it waits, the host fence of its GPU after it (fence_gpu)."""
-    decided = _steps(snap, s, t, node, c)
-    return decided + fence.keep(snap, s, t, node, decided)
 
 
 def _steps(

@@ -18,7 +18,6 @@ from guard.plan.common import keys
 from guard.settings import Settings
 
 Planner = Callable[[Snapshot, Settings, JobTemplates], tuple[Action, ...]]
-Decider = Callable[[Snapshot, Settings, JobTemplates, NodeInfo], tuple[Action, ...]]
 Actions = tuple[Action, ...]
 Isolator = Callable[[Snapshot, Settings, JobTemplates, NodeInfo, GpuSample, int], Actions]
 
@@ -32,11 +31,6 @@ class IsolationUnit:
     takes: Callable[[Snapshot, NodeInfo, GpuSample], bool]  # the pick is this unit's target
     isolate: Isolator
     plan_return: Planner  # every isolation of this unit: the return table, gates, lift
-    decision: Decider  # one node's return decision (status, pushed node counts)
-
-
-def _device_target(snap: Snapshot, node: NodeInfo, g: GpuSample) -> bool:
-    return bool(device_taint.targets(snap, node.name, g.uuid, g.pci))
 
 
 CORDON = IsolationUnit(
@@ -47,17 +41,15 @@ CORDON = IsolationUnit(
     lambda snap, node, g: False,  # the unit of every GPU no other unit takes (unit_for)
     returning.isolate,
     returning.plan_return,
-    returning.decision,
 )
 DEVICE_TAINT = IsolationUnit(
     "device-taint",
     lambda k: k.device_taint,
     "DeviceTaintRule",
     TaintDevice,
-    _device_target,
+    lambda snap, node, g: bool(device_taint.targets(snap, node.name, g.uuid, g.pci)),
     device_taint.isolate,
     device_taint.plan_return,
-    device_taint.decision,
 )
 # Every unit, in the order the return plans them.
 UNITS: tuple[IsolationUnit, ...] = (CORDON, DEVICE_TAINT)
@@ -70,10 +62,6 @@ def unit_for(snap: Snapshot, node: NodeInfo, g: GpuSample) -> IsolationUnit:
 
 def plan_return(snap: Snapshot, s: Settings, t: JobTemplates) -> tuple[Action, ...]:
     return tuple(a for u in UNITS for a in u.plan_return(snap, s, t))
-
-
-def isolates(action: Action) -> bool:
-    return isinstance(action, tuple(u.isolating for u in UNITS))
 
 
 def all_isolations(snap: Snapshot, s: Settings) -> tuple[Isolation, ...]:

@@ -40,10 +40,9 @@ def dues(snap: Snapshot, s: Settings, step_s: int | None = None) -> tuple[Due, .
     early = timedelta(seconds=(s.query_step_s if step_s is None else step_s) - s.scrape_interval_s)
     first: dict[str, Due] = {}
     for p in pending(snap, s):
-        if snap.node(p.node) is None:
-            continue  # a name no Node has: not-in-api
-        if isinstance(p, PendingNode) and p.trigger:
-            continue  # a node trigger's hold (guard.plan.triggers): the next cycle decides it
+        # A name no Node has is not-in-api; a node trigger's hold: the next cycle decides it.
+        if snap.node(p.node) is None or (isinstance(p, PendingNode) and p.trigger):
+            continue
         seen = first.get(p.node)
         if seen is None or p.decides_at - early < seen.at:
             first[p.node] = Due(p.node, p.reason, p.decides_at - early)
@@ -74,17 +73,15 @@ def cron_slot(started: datetime, s: Settings) -> datetime:
     >>> cron_slot(datetime(2026, 9, 21, 5, 54, 59, tzinfo=UTC), Settings()).strftime("%H:%M")
     '05:50'
     """
-    found = scheduled_at(s.job_name, started, s.cadence_s)
-    if found:
-        return found
-    return datetime.fromtimestamp(started.timestamp() // s.cadence_s * s.cadence_s, UTC)
+    on_grid = datetime.fromtimestamp(started.timestamp() // s.cadence_s * s.cadence_s, UTC)
+    return scheduled_at(s.job_name, started, s.cadence_s) or on_grid
 
 
 def watch_end(started: datetime, s: Settings) -> datetime:
     """`watch_until_s` after the Job's schedule (its start is never earlier, and the deadline
     counts from there), or after the run's start without one (a replay's: guard.plan.deadlines)."""
-    scheduled = scheduled_at(s.job_name, started, s.cadence_s)
-    return min(started, scheduled or started) + timedelta(seconds=s.watch_until_s)
+    scheduled = scheduled_at(s.job_name, started, s.cadence_s)  # never after `started`
+    return (scheduled or started) + timedelta(seconds=s.watch_until_s)
 
 
 def split(found: tuple[Due, ...], end: datetime) -> tuple[tuple[Due, ...], tuple[Due, ...]]:

@@ -31,11 +31,8 @@ def pods_on(
     holders = snap.prom.gpu_holders
     named = {(h.namespace, h.pod) for h in holders if (h.node, h.uuid.lower()) == on_gpu}
     found = named or set(uids)
-    refs = tuple(
-        PodRef(ns, name, uids.get((ns, name), ""))
-        for ns, name in sorted(found)
-        if ns != s.jobs_namespace
-    )
+    mine = ((ns, name) for ns, name in sorted(found) if ns != s.jobs_namespace)
+    refs = tuple(PodRef(ns, name, uids.get((ns, name), "")) for ns, name in mine)
     return refs, bool(named)
 
 

@@ -60,7 +60,7 @@ def cycle(snap: Snapshot) -> tuple[Action, ...]:
 def test_the_guards_own_chain_set_lift_set_is_never_flagged() -> None:
     for state in ("lifted boot-1 2026-09-21T05:20:00Z", "fenced boot-1 2026-09-21T05:45:00Z"):
         snap = snapshot(waiting(f"{state} job/gng-fn-b-x"), jobs=CHAIN)
-        assert [why_foreign(snap, snap.nodes[0], j) for j in snap.jobs] == ["", "", ""]
+        assert [why_foreign(snap.nodes[0], j) for j in snap.jobs] == ["", "", ""]
         assert flagged(cycle(snap)) == []
 
 
@@ -94,8 +94,8 @@ def test_the_recorded_name_with_another_uid_is_flagged() -> None:
     snap = snapshot(waiting("fenced boot-1 2026-09-21T05:45:00Z job/gng-fn-b-set2"), jobs=CHAIN)
     (b,) = snap.nodes
     made_again = replace(snap.jobs[2], uid=job_uid("again"), created=at("05:50"))
-    assert why_foreign(replace(snap, jobs=(made_again,)), b, made_again)
-    assert not why_foreign(snap, b, snap.jobs[2])
+    assert why_foreign(b, made_again)
+    assert not why_foreign(b, snap.jobs[2])
 
 
 def test_said_once_per_job_the_event_already_posted_is_not_repeated() -> None:
@@ -143,7 +143,7 @@ def test_a_forged_job_made_seconds_after_the_guards_own_is_flagged() -> None:
     snap = snapshot(fenced, jobs=(*CHAIN, forged))
     (b,) = snap.nodes
     assert len(b.fence_jobs) == 3 and forged.uid not in b.fence_jobs
-    assert [why_foreign(snap, b, j) == "" for j in snap.jobs] == [True, True, True, False]
+    assert [why_foreign(b, j) == "" for j in snap.jobs] == [True, True, True, False]
     warn, event = flagged(cycle(snap))
     assert "job/gng-fn-b-forged" in warn.detail  # type: ignore[attr-defined]
     assert isinstance(event, EmitEvent) and event.incident == f"gng-fn-b-forged {forged.uid}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from guard import ledger
 from guard.actions import Action, AppendLedgerLine, Skip
 from guard.jobs import JobTemplates
-from guard.model import CordonRecord, NodeInfo, Snapshot, rebooted
+from guard.model import CordonRecord, NodeInfo, Snapshot
 from guard.names import RECORDER
 from guard.plan.common import node_cordon, node_evidence_job, trigger_evidence_args
 from guard.plan.triggers import admission, fabric, gpu_short
@@ -38,13 +38,6 @@ def hits(snap: Snapshot, s: Settings) -> tuple[Hit, ...]:
     """Every node trigger's finding now, held or not, by node then reason."""
     found = (*gpu_short.hits(snap, s), *admission.hits(snap, s), *fabric.hits(snap, s))
     return tuple(sorted(found, key=lambda h: (h.node, h.reason)))
-
-
-def cancelled(node: NodeInfo, reason: str) -> bool:
-    """A person uncordoned this cordon without a GPU (a trigger's, nvml-mismatch) in this boot
-    (no proven reboot since)."""
-    c = node.cancelled
-    return c is not None and c.reason == reason and not rebooted(c.boot_id, node.boot_id)
 
 
 def cordon(

@@ -13,16 +13,11 @@ from guard.codec.series import loss_since
 from guard.doors.prom import Series
 from guard.gpu_classes import GpuClass, class_of, majority, parse_classes
 from guard.ledger import GPU_SHORT
-from guard.model import NodeInfo, Snapshot
+from guard.model import Snapshot
 from guard.plan.check_jobs import gate_taint
 from guard.plan.hold import held_s
 from guard.plan.triggers.model import Hit
 from guard.settings import Settings
-
-
-def expected(snap: Snapshot, s: Settings, node: NodeInfo) -> tuple[GpuClass, int] | None:
-    """The node's class and the GPU count it should have, or None when it is not checked."""
-    return expectations(snap, s).get(node.name)
 
 
 def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]:
@@ -43,13 +38,8 @@ def expectations(snap: Snapshot, s: Settings) -> dict[str, tuple[GpuClass, int]]
         cls = classes[index]
         tally = Counter(best for _, best in nodes if best > 0)
         for name, best in nodes:
-            if cls.count is not None:
-                out[name] = (cls, cls.count)
-                continue
-            others = tally.copy()
-            if best > 0:
-                others[best] -= 1
-            learned = majority(others.elements())
+            others = (tally - Counter({best: 1})).elements()  # the node's own count out
+            learned = majority(others) if cls.count is None else cls.count
             if learned is not None:
                 out[name] = (cls, learned)
     return out
@@ -63,12 +53,8 @@ def since(snap: Snapshot, s: Settings, node: str, points: Points, count: int) ->
     short = tuple((t.timestamp(), 1.0) for t, c in points if c < count)
     if not short:
         return None
-    run = loss_since(
-        (Series(((queries.NODE_LABEL, node),), short),),
-        snap.now,
-        s.query_step_s,
-        queries.trigger_lookback_s(s),
-    )
+    series = Series(((queries.NODE_LABEL, node),), short)
+    run = loss_since((series,), snap.now, s.query_step_s, queries.trigger_lookback_s(s))
     return run[0][1] if run else None
 
 
