@@ -70,19 +70,9 @@ def name_callback(is_name: Callable[[str], bool], what: str) -> Callback:
     return check
 
 
-# A Kubernetes node name (DNS-1123 subdomain, at most 253 characters).
 node_callback = name_callback(is_dns_subdomain, "node name (a DNS-1123 subdomain)")
-
-
-def uuid_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A GPU UUID as nvidia-smi and dcgm-exporter print it, or ``unknown``."""
-    if value is not None and value != "unknown" and not _UUID.match(value):
-        raise click.BadParameter(f"{value!r} is not a GPU UUID (GPU-…)", ctx=ctx, param=param)
-    return value
-
-
-# The last line of defence of every command: an exception nobody foresaw is one line naming the
-# command and where it was raised (`invoke_guarded`), never a traceback.
+# A GPU UUID as nvidia-smi and dcgm-exporter print it, or ``unknown``.
+uuid_callback = name_callback(lambda v: v == "unknown" or bool(_UUID.match(v)), "GPU UUID (GPU-…)")
 
 
 def _where(exc: BaseException) -> str:
@@ -96,8 +86,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _command_path(ctx: click.Context, exc: BaseException) -> str:
-    """The deepest command that was running (`gpu-node-guard evidence classify`, not the
-    group): the last click Context among the traceback's frames."""
+    """The deepest command that was running: the last click Context among the traceback's frames."""
     found = ctx
     tb = exc.__traceback__
     while tb is not None:
@@ -109,12 +98,17 @@ def _command_path(ctx: click.Context, exc: BaseException) -> str:
 
 
 def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:
-    """`invoke(ctx)`, with anything but click's own exits turned into a `ClickException`."""
+    """`invoke(ctx)`; an exception nobody foresaw is one line naming the command and where it was
+    raised (a `ClickException`), never a traceback."""
     try:
         return invoke(ctx)
-    except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
-        raise
-    except KeyboardInterrupt:
+    except (
+        click.exceptions.Exit,
+        click.ClickException,
+        click.Abort,
+        SystemExit,
+        KeyboardInterrupt,
+    ):
         raise
     except BrokenPipeError:  # `… | head`: nobody reads the rest; say nothing more to stdout
         with contextlib.suppress(OSError, ValueError):  # the Python docs' recipe (signal module)

@@ -1,8 +1,7 @@
-"""One run of `gpu-node-guard run` (docs/architecture.md, "One cycle"): one `Run` holds the
-settings, the clients, the templates, the log, the Lease, the executors and the outcomes; the
-cycle is its first read → plan → apply turn, each watch decision (guard/watch.py) a later one,
-and `may_isolate` is the one answer to "may this run still isolate?". The Lease and the slot's
-record around a turn: docs/architecture.md; a refused cordon's fallback: docs/writes.md.
+"""One run of `gpu-node-guard run` (docs/architecture.md, "One cycle"): one `Run`; the cycle is
+its first read → plan → apply turn, each watch decision (guard/watch.py) a later one. The Lease
+and the slot's record around a turn: docs/architecture.md; a refused cordon's fallback:
+docs/writes.md.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -66,9 +64,8 @@ class Inputs:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """The run's deadlines (guard.plan.deadlines), kept on the monotonic clock from its start:
-    the API and Prometheus doors retry until the cycle's, then, for the watch and the Lease's
-    release, until the run's."""
+    """The run's deadlines on the monotonic clock from its start: the doors retry until the
+    cycle's, then (the watch, the Lease's release) until the run's."""
 
     anchor: Anchor
     deadlines: Deadlines
@@ -94,8 +91,7 @@ class CycleResult:
     pending: tuple[Waiting, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``--output json``: every action with its outcome, the pending candidates, and the
-        `done` line's counts."""
+        """``--output json``: each action with its outcome, the pending, the `done` counts."""
         rows = []
         for o in self.outcomes:
             row = to_json(o.action)
@@ -117,28 +113,6 @@ class Yield(Exception):
     def __init__(self, event: str, why: str, **fields: str) -> None:
         super().__init__(event)
         self.event, self.fields = event, {**fields, "lease": CYCLE_LEASE, "next": why}
-
-
-def lease_held(holder: str) -> Yield:
-    why = "another run holds the cycle's Lease and decides this slot; exit 0"
-    return Yield("lease-held", why, holder=holder)
-
-
-def lease_lost() -> Yield:
-    why = "another run took the cycle's Lease after this run's reads and decides this slot"
-    return Yield("lease-lost", f"{why}; no writes; exit 0")
-
-
-def slot_isolated(slot: str) -> Yield:
-    why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
-    return Yield("slot-isolated", f"{why}; exit 0", slot=slot)
-
-
-def may_isolate(outcomes: Sequence[Outcome], lost: bool) -> bool:
-    """May this run still isolate? Not once an isolation landed in it (one per run: the slot's
-    record in the Lease says the same to the slot's other runs), nor once its Lease was lost.
-    The cycle's fallback picks, the watch's decisions and its end all ask this."""
-    return not lost and not cordon_landed(outcomes)
 
 
 @dataclass
@@ -174,12 +148,13 @@ class Run:
         return self.trace.outcomes
 
     def may_isolate(self) -> bool:
-        return may_isolate(self.outcomes, self.lost)
+        """Not once an isolation landed in this run (one per run: the slot's record in the Lease
+        says the same to the slot's other runs), nor once its Lease was lost."""
+        return not self.lost and not cordon_landed(self.outcomes)
 
     def _slot(self, now: datetime) -> str:
-        """The slot an isolation's writes record: the run's, or for a run whose cycle ends after
-        its slot (started late, by hand) the slot the writes land in, so that slot's run finds
-        it isolated and no two cordons land in one slot's time (a replay: its instant's)."""
+        """The slot an isolation's writes record: the one they land in (a run started late ends
+        after its own), so no two cordons land in one slot's time (a replay: its instant's)."""
         if self.inputs.at:
             return self.slot
         from guard.ledger import format_time
@@ -201,9 +176,8 @@ class Run:
         return not self.lost
 
     def turn(self, snap: Snapshot, actions: tuple[Action, ...]) -> None:
-        """One decision's writes: the Lease's renewal right before them (with a cordon among
-        them, the slot's record with it), the writes, the fallback picks after a refused
-        cordon, and the record as found when no cordon landed."""
+        """One decision's writes, after the Lease's renewal (with a cordon, the slot's record),
+        the fallback after a refused cordon, and the record undone when no cordon landed."""
         if not actions:
             return
         now = self.budget.anchor.now()
@@ -224,10 +198,8 @@ class Run:
     def _fall_back(
         self, executor: PrintExecutor | KubeExecutor, snap: Snapshot, first: int
     ) -> None:
-        """A cordon the API refused for its node in this turn: the isolation check's next
-        candidate is planned and written, one line per try, while the run may still isolate, until
-        MAX_CORDON_TRIES were sent (docs/writes.md). A dry run never gets here: nothing is
-        refused."""
+        """A cordon the API refused in this turn: the next candidate is planned and written, one
+        line per try, while the run may still isolate, up to MAX_CORDON_TRIES (docs/writes.md)."""
         refused = refused_cordons(self.outcomes[first:])
         while refused and self.may_isolate():
             more = plan_fallback(snap, self.s, self.templates, refused)
@@ -320,12 +292,10 @@ def run_code(run: Run) -> int:
 
 def _settings_fields(s: Settings) -> dict[str, Value]:
     """The one `settings` line, sorted, values typed (lists comma-joined); no kubeconfig path."""
-    out: dict[str, Value] = {}
-    for f in sorted(setting_fields(), key=lambda f: f.name):
-        value = getattr(s, f.name)
-        if f.name != "kubeconfig":
-            out[f.name] = ",".join(map(str, value)) if isinstance(value, tuple) else value
-    return out
+    values = sorted(
+        (f.name, getattr(s, f.name)) for f in setting_fields() if f.name != "kubeconfig"
+    )
+    return {k: ",".join(map(str, v)) if isinstance(v, tuple) else v for k, v in values}
 
 
 def _prom_warning(log: Log, query: str, warning: str) -> None:
@@ -374,7 +344,8 @@ def _with_lease(run: Run) -> CycleResult:
     )
     holder = lease.take(clock.now())
     if holder:
-        raise lease_held(holder)
+        why = "another run holds the cycle's Lease and decides this slot; exit 0"
+        raise Yield("lease-held", why, holder=holder)
     run.trace.lease_taken = clock.now().timestamp()
     if lease.taken_over:
         was, why = lease.taken_over
@@ -390,7 +361,8 @@ def _with_lease(run: Run) -> CycleResult:
         # A replay's writes (--at) take the slot guard too: its instant's slot (docs/lifecycle.md).
         run.slot = format_time(cron_slot(inputs.at, s) if inputs.at else this_slot)
         if run.slot and lease.isolated_slot() == run.slot:
-            raise slot_isolated(run.slot)
+            why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run"
+            raise Yield("slot-isolated", f"{why} decides; exit 0", slot=run.slot)
         run.lease = lease
         return _turns(run)
     finally:
@@ -428,7 +400,8 @@ def _turns(run: Run) -> CycleResult:
     run.released = released(actions)
     run.turn(snap, actions)
     if run.lost:
-        raise lease_lost()
+        why = "another run took the cycle's Lease after this run's reads and decides this slot"
+        raise Yield("lease-lost", f"{why}; no writes; exit 0")
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         run.decisions.decision(*p.log_line())
@@ -466,10 +439,8 @@ def _turns(run: Run) -> CycleResult:
 
 
 def _prometheus_clock(run: Run) -> None:
-    """The run's clock becomes Prometheus' own (guard.plan.instant), counted on the monotonic
-    clock from the run's start: the instants its queries ask about and its writes carry, its
-    deadlines (computed again from its start on that clock), its cron slot and the Lease's
-    times. Clocks far apart are one WARN line."""
+    """The run's clock becomes Prometheus' own (guard.plan.instant) on the monotonic clock: its
+    queries, writes, deadlines, cron slot and Lease times. Clocks far apart are one WARN line."""
     from guard.ledger import format_time
     from guard.plan.deadlines import run_deadlines
     from guard.plan.instant import SKEW_WARN_S, cycle_instant

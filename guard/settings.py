@@ -487,15 +487,6 @@ LAYOUT_SETTINGS = _listed(
 )
 
 
-def layout_differences(s: Settings) -> list[tuple[str, Any, Any]]:
-    """(name, value, what the manifests pin) for each layout setting that differs."""
-    return [
-        (name, getattr(s, name), setting_default(name))
-        for name in LAYOUT_SETTINGS
-        if getattr(s, name) != setting_default(name)
-    ]
-
-
 def setting_default(name: str) -> Any:
     """The default of one setting, for commands that run without a Settings (inside Jobs)."""
     return next(f.default for f in fields(Settings) if f.name == name)
