@@ -13,7 +13,7 @@ import click
 import yaml
 
 from guard.bundle import BundleError, load_bundle
-from guard.cli_options import GuardedGroup, node_callback, pci_callback
+from guard.cli_options import FILE, OUTPUT, GuardedGroup, node_callback, pci_callback
 from guard.doors.prom import PromClient
 from guard.doors.prom_access import PromAccessError
 from guard.doors.retry import Anchor
@@ -25,8 +25,7 @@ from guard.settings_flags import Rfc3339, build_settings, option_set, settings_o
 
 
 class LazyGroup(GuardedGroup):
-    """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
-    so the CronJob's `run` starts fast."""
+    """Subcommands load on first use (numpy, parsers…), so the CronJob's `run` starts fast."""
 
     LAZY: ClassVar[dict[str, str]] = {
         "evidence": "guard.evidence.cli:evidence",
@@ -86,19 +85,14 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option(
-    "--at",
-    "at",
-    type=Rfc3339(),
-    default=None,
-    help="Evaluate every query at this instant and treat it as now.",
+    "--at", type=Rfc3339(), help="Evaluate every query at this instant and treat it as now."
 )
 @click.option(
     "--cluster-snapshot",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
+    type=FILE,
     help="Read Nodes, Jobs and the ledger from a List file (implies --dry-run).",
 )
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", type=OUTPUT, default="text", show_default=True)
 @click.option(
     "--watch/--no-watch",
     default=None,
@@ -106,11 +100,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     " --dry-run and --at unless asked; an --at watch runs in the replayed time).",
 )
 @click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    envvar="GUARD_LOG_FORMAT",
+    "--log-format", type=OUTPUT, default="text", show_default=True, envvar="GUARD_LOG_FORMAT"
 )
 @settings_options
 def run(

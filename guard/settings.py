@@ -105,8 +105,7 @@ class Settings:
     )
     kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
-    # the CronJob's schedule; a missing evidence Job is recreated within two cycles
-    cadence_s: int = 300
+    cadence_s: int = 300  # the CronJob's schedule; a lost evidence Job is made again within 2
     hold_window_s: int = _opt(600, "GPU loss must hold this long before a cordon")
     fast_hold_window_s: int = _opt(120, "Shorter hold for hardware-certain Xids (fast path)")
     fast_path_xids: tuple[int, ...] = _opt((79,), "Hardware-certain Xids that use the short hold")
@@ -139,19 +138,14 @@ class Settings:
     # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = "gpu-node-guard.io/"  # the prefix of the guard's node annotations
     namespace: str = "gpu-node-guard"  # the guard's (CronJob, ledger, Lease): its pod's
-    # the guard's Jobs (evidence, conformance, load test); its pods never count
-    jobs_namespace: str = "gpu-node-guard-jobs"
+    jobs_namespace: str = "gpu-node-guard-jobs"  # the guard's Jobs; their pods never count
     ledger_configmap: str = "gpu-fault-ledger"  # the fault ledger
     job_service_account: str = "gpu-node-guard-job"  # the Jobs' ServiceAccount (jobs namespace)
-    # every GPU node carries it; the Jobs' nodeSelector
-    gpu_node_label: str = "nvidia.com/gpu.present=true"
+    gpu_node_label: str = "nvidia.com/gpu.present=true"  # on every GPU node; the Jobs' nodeSelector
     # Jobs.
-    # of the evidence, conformance and fence Jobs
-    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"
-    # of the load-test Job
-    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
-    # activeDeadlineSeconds of the evidence, conformance and fence Jobs
-    evidence_deadline_s: int = 600
+    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"  # evidence, conformance, fence Jobs
+    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"  # load-test Job
+    evidence_deadline_s: int = 600  # activeDeadlineSeconds: evidence, conformance, fence
     loadtest_deadline_s: int = 1800  # activeDeadlineSeconds of the load-test Job
     job_ttl_s: int = 7 * 86400  # ttlSecondsAfterFinished of every guard Job
     loadtest_duration_s: int = 90  # the matmul burn per GPU
@@ -180,8 +174,7 @@ class Settings:
     )
     onboarding_burnin_s: int = 900  # the onboarding load test's burn (longer than the return's)
     loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
-    # every GPU's all-reduce bandwidth against the best GPU's
-    loadtest_allreduce_min_ratio: float = 0.7
+    loadtest_allreduce_min_ratio: float = 0.7  # each GPU's all-reduce bandwidth / the best's
     loadtest_allreduce_timeout_s: int = 60  # an all-reduce rank silent this long is hung
     # Node signals: the node agent's driver/NVML mismatch cordons, and the service
     # network a node needs before it returns (also NodeServiceNetworkDown's pods).
@@ -217,8 +210,7 @@ class Settings:
         "The fence also drains the GPU (nvidia-smi drain; only where the product supports it)",
     )
     # Writes (the executor, the API door, the ledger's storage).
-    # transient API errors and conflicts are retried until then (after the start)
-    cycle_deadline_s: int = 200
+    cycle_deadline_s: int = 200  # transient API errors and conflicts retried until then
     api_timeout_s: float = 10.0  # one API server request
     api_page_size: int = _opt(
         500,
@@ -226,19 +218,15 @@ class Settings:
         "time; larger pages mean fewer requests, more memory",
     )
     # The in-run watch and the cycle's Lease (guard/watch.py, guard/doors/lease.py).
-    # the watch ends this long after the Job's schedule (the deadline less the margin)
-    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S
+    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S  # after the Job's schedule
     scrape_interval_s: int = _opt(
         15,
         "Scrape interval of dcgm-exporter and kube-state-metrics: the watch polls once per scrape "
         "and re-reads a due node's loss history at this step (a divisor of query_step_s)",
     )
-    # the run's own Job, whose name ends in its schedule (the watch's end counts from it)
-    job_name: str = ""
-    # the Lease expires this long after its last renewal (never past the next slot)
-    lease_duration_s: int = 90
-    # before a ledger write passes it, its oldest lines move to archives
-    ledger_archive_bytes: int = 768 * 1024
+    job_name: str = ""  # the run's Job, its name ends in its schedule (the watch's end)
+    lease_duration_s: int = 90  # the Lease expires this long after its last renewal
+    ledger_archive_bytes: int = 768 * 1024  # past it, a ledger write archives its oldest lines
     # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
@@ -265,19 +253,15 @@ class Settings:
         "k=v,k!=v,k on Node labels; count: a number, or `auto` for the majority of the class's "
         "other nodes); a node in none is not checked. Empty: no gpu-short trigger",
     )
-    # How long a node stays below its class's GPU count before a cordon (0: the hold window).
-    gpu_short_hold_s: int = 0
+    gpu_short_hold_s: int = 0  # below its class's GPU count this long: a cordon (0: hold window)
     admission_rejected_min_pods: int = _opt(
         5,
         "GPU pods rejected with UnexpectedAdmissionError on one node within 10 minutes that make "
         "it a candidate (reason admission-rejected; 0: the trigger is off)",
     )
-    # A rejected pod counts while it was created at most this long ago.
-    admission_rejected_window_s: int = 600
-    # How long the rejections stay at or above the minimum before a cordon (0: the hold window).
-    admission_rejected_hold_s: int = 0
-    # How long a node's Fabric Manager status stays Failure before a cordon (0: the hold window).
-    fabric_hold_s: int = 0
+    admission_rejected_window_s: int = 600  # a rejected pod counts for this long after its creation
+    admission_rejected_hold_s: int = 0  # at or over the minimum this long (0: the hold window)
+    fabric_hold_s: int = 0  # Fabric Manager status Failure this long (0: hold window)
     # A shared cause (docs/triggers.md, "Domain incidents"): the Node label that names a failure
     # domain the site knows (rack, switch, NVLink domain).
     topology_label: str = _opt(

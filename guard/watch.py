@@ -42,17 +42,15 @@ class Clock(Protocol):
 
 @dataclass
 class RunClock:
-    """The live watch's: the run's start advanced by the monotonic clock (guard.doors.retry
-    `Anchor`), so a step of the wall clock never makes the watch wait past its end, nor its
-    requests run past the run's deadline; `offset` back to Prometheus' time where the pod's
-    clock runs ahead (guard.plan.instant)."""
+    """The live watch's: the run's start (on Prometheus' clock: guard/run.py `_prometheus_clock`)
+    advanced by the monotonic clock, so a step of the wall clock never makes the watch wait past
+    its end, nor its requests run past the run's deadline."""
 
     anchor: Anchor
-    offset: timedelta = timedelta(0)
     pause: Callable[[float], None] = time.sleep
 
     def now(self) -> datetime:
-        return self.anchor.now() + self.offset
+        return self.anchor.now()
 
     def sleep(self, seconds: float) -> None:
         self.pause(seconds)
@@ -182,8 +180,7 @@ class Watch:
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
 
     def _stop_deciding(self) -> None:
-        """The run may isolate no more (guard.run `may_isolate`): what still waits is the next
-        run's; the Lease stays held."""
+        """The run may isolate no more: what still waits is the next run's; the Lease stays held."""
         self.left |= set(self.waiting)
         self.waiting.clear()
 
@@ -204,9 +201,8 @@ class Watch:
         return False
 
     def _read(self, names: list[str], now: datetime, mismatches: set[str]) -> PromView:
-        """The facts of the nodes decided at `now`, re-read together: one request per query
-        whatever their number (each node's facts are those its own re-read gives), their loss
-        history (and for the `mismatches` their nvidia-match history) on the scrape grid."""
+        """The facts of the nodes decided at `now`, re-read together (one request per query): their
+        loss history (the `mismatches`' nvidia-match history too) on the scrape grid."""
         if not names:
             return PromView()
         at_scrape = fine(self.run.s)
@@ -217,8 +213,7 @@ class Watch:
         return read_prom(self.run.prom, at_scrape, now, every, sent)
 
     def _snapshot(self, name: str, view: PromView, now: datetime) -> Snapshot:
-        """The cycle's snapshot with that node's facts as re-read at `now` (its Node object
-        too; a `--cluster-snapshot` dry run's is the file's)."""
+        """The cycle's snapshot with that node's facts (and Node) as re-read at `now`."""
         kube = self.run.kube
         node = read_node(kube, self.run.s, name) if kube else self.base.node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
