@@ -205,17 +205,14 @@ class Run:
             more = plan_fallback(snap, self.s, self.templates, refused)
             if not more:
                 return
-            self.decisions.emit(
+            self.decisions.event(
                 "cordon-fallback",
-                {
-                    "node": more[0].node,
-                    "refused": ",".join(sorted(refused)),
-                    "attempt": len(refused) + 1,
-                    "tries": MAX_CORDON_TRIES,
-                    "next": "the API refused the cordon above; the next candidate is cordoned"
-                    " instead",
-                },
                 "WARN",
+                node=more[0].node,
+                refused=",".join(sorted(refused)),
+                attempt=len(refused) + 1,
+                tries=MAX_CORDON_TRIES,
+                next="the API refused the cordon above; the next candidate is cordoned instead",
             )
             for action in more:
                 executor.apply(action)
@@ -273,17 +270,13 @@ def run_code(run: Run) -> int:
             trace.lease_held = run.budget.anchor.now().timestamp()
         log.event(exc.event, **exc.fields)
         return 0
-    except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
-        log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
-        return 1
-    except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
-        first = (str(exc).strip().splitlines() or [""])[0]
-        log.event(
-            "abort",
-            "ERROR",
-            reason=f"unexpected {type(exc).__name__}: {first}",
-            next="no writes after this; exit 1; please report",
-        )
+    except Exception as exc:  # a bug or an unforeseen answer too: still one line, still exit 1
+        if isinstance(exc, PromError | KubeError | SnapshotError | TemplateLoadError | BundleError):
+            reason, report = str(exc), ""
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reason, report = f"unexpected {type(exc).__name__}: {first}", "; please report"
+        log.event("abort", "ERROR", reason=reason, next=f"no writes after this; exit 1{report}")
         return 1
     if run.inputs.output == "json":
         click.echo(json.dumps(result.to_json(), sort_keys=False))
@@ -300,15 +293,13 @@ def _settings_fields(s: Settings) -> dict[str, Value]:
 
 def _prom_warning(log: Log, query: str, warning: str) -> None:
     """A Prometheus warning that does not say the answer is partial: one line per text a run."""
-    log.emit(
+    log.event(
         "prometheus-warning",
-        {
-            "query": query,
-            "warning": warning,
-            "next": "answer used (it does not say it is partial); later answers with this"
-            " warning are used without a line (docs/runbook.md#prometheus-warning)",
-        },
         "WARN",
+        query=query,
+        warning=warning,
+        next="answer used (it does not say it is partial); later answers with this warning are"
+        " used without a line (docs/runbook.md#prometheus-warning)",
     )
 
 
@@ -450,17 +441,14 @@ def _prometheus_clock(run: Run) -> None:
     found = cycle_instant(was.now(), theirs)  # the pod's read after the answer came
     if found.skewed:
         ahead = "ahead of" if found.skew_s > 0 else "behind"
-        run.log.emit(
+        run.log.event(
             "clock-skew",
-            {
-                "skew_s": found.skew_s,
-                "prometheus": format_time(theirs),
-                "bound_s": SKEW_WARN_S,
-                "next": f"the pod's clock runs {ahead} Prometheus': queries, writes, deadlines"
-                " and the Lease use Prometheus' time; check the nodes' time sync"
-                " (docs/runbook.md#clock-skew)",
-            },
             "WARN",
+            skew_s=found.skew_s,
+            prometheus=format_time(theirs),
+            bound_s=SKEW_WARN_S,
+            next=f"the pod's clock runs {ahead} Prometheus': queries, writes, deadlines and the"
+            " Lease use Prometheus' time; check the nodes' time sync (docs/runbook.md#clock-skew)",
         )
     anchor = Anchor(was.wall + found.offset, was.mono, was.clock)
     run.budget = Budget(anchor, run_deadlines(anchor.wall, run.s, run.inputs.watch))

@@ -102,16 +102,14 @@ class Watch:
             nxt = f"first decision at {format_time(first.at)} ({first.node})"
         else:
             nxt = "polling for new faults"
-        run.decisions.emit(
+        run.decisions.event(
             "watch-start",
-            {
-                "waiting": len(self.waiting),
-                "left": len(self.left),
-                "until": format_time(self.end),
-                "interval_s": s.scrape_interval_s,
-                "returning": len(self.returns.names),
-                "next": nxt,
-            },
+            waiting=len(self.waiting),
+            left=len(self.left),
+            until=format_time(self.end),
+            interval_s=s.scrape_interval_s,
+            returning=len(self.returns.names),
+            next=nxt,
         )
         prom, kube = run.prom, run.kube
         prom_before, retries_before = prom.requests_made, prom.backoff.waits
@@ -122,21 +120,19 @@ class Watch:
         except (PromError, KubeError) as exc:  # the cycle's work stands; the next run reads again
             why, level = f"read-failed: {first_line(str(exc))}", "WARN"
         self.left |= set(self.waiting)
-        run.decisions.emit(
+        run.decisions.event(
             "watch-end",
-            {
-                "why": why,
-                "decisions": self.decisions,
-                "cordoned": self.cordoned or "-",
-                "left": len(self.left),
-                "polls": self.polls,
-                "return_turns": self.returns.turns if self.returns else 0,
-                "prometheus_requests": prom.requests_made - prom_before,
-                "prometheus_retries": prom.backoff.waits - retries_before,
-                "api_requests": (kube.requests_made if kube else 0) - api_before,
-                "next": "the next run decides what is left" if self.left else "nothing left",
-            },
             level,
+            why=why,
+            decisions=self.decisions,
+            cordoned=self.cordoned or "-",
+            left=len(self.left),
+            polls=self.polls,
+            return_turns=self.returns.turns if self.returns else 0,
+            prometheus_requests=prom.requests_made - prom_before,
+            prometheus_retries=prom.backoff.waits - retries_before,
+            api_requests=(kube.requests_made if kube else 0) - api_before,
+            next="the next run decides what is left" if self.left else "nothing left",
         )
 
     def _loop(self, start: datetime) -> str:
@@ -253,5 +249,5 @@ class Watch:
             self.seen.discard(name)
             return False
         self.decisions += 1
-        run.decisions.emit("watch-wait", {"node": name, "hold": word, "next": nxt})
+        run.decisions.event("watch-wait", node=name, hold=word, next=nxt)
         return False
