@@ -79,10 +79,7 @@ def _where(exc: BaseException) -> str:
     """``module.py:line`` of the frame that raised, inside the guard when it can be."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if f"{os.sep}guard{os.sep}" in f.filename] or frames
-    if not ours:
-        return "?"
-    last = ours[-1]
-    return f"{os.path.basename(last.filename)}:{last.lineno}"
+    return f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno}" if ours else "?"
 
 
 def _command_path(ctx: click.Context, exc: BaseException) -> str:

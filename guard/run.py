@@ -92,11 +92,13 @@ class CycleResult:
 
     def to_json(self) -> dict[str, Any]:
         """``--output json``: each action with its outcome, the pending, the `done` counts."""
-        rows = []
-        for o in self.outcomes:
-            row = to_json(o.action)
-            row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
-            rows.append(row)
+        rows = [
+            {
+                **to_json(o.action),
+                "outcome": {"status": o.status, "reason": o.reason, "detail": o.detail},
+            }
+            for o in self.outcomes
+        ]
         return {
             "at": self.counts["at"],
             "dry_run": self.dry_run,
@@ -420,9 +422,9 @@ def _turns(run: Run) -> CycleResult:
         run.budget.to_run_end(kube, prom)  # the watch's reads and writes, the Lease's release
         if run.renew():
             from guard.plan.watch import watch_end  # watching runs only
-            from guard.watch import Clock, ReplayClock, RunClock, Watch
+            from guard.watch import ReplayClock, RunClock, Watch
 
-            clock: Clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
+            clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
             end = watch_end(now, s) if inputs.at else run.budget.deadlines.watch_end
             Watch(run, snap, clock, end).watch()
         outcomes = tuple(run.outcomes)

@@ -547,9 +547,12 @@ def _within(name: str, low: float, high: float, text: str = "") -> Rule:
     return name, lambda s: low <= getattr(s, name) <= high, text or f"must be in {low}..{high}"
 
 
-def _is(name: str, ok: Callable[[Any], object], text: str, empty: bool = False) -> Rule:
-    """`ok` takes the field's value (`empty`: or the value is empty)."""
-    return name, lambda s: (empty and not getattr(s, name)) or ok(getattr(s, name)), text
+def _is(name: str, ok: Callable[[Any], object], text: str) -> Rule:
+    return name, lambda s: ok(getattr(s, name)), text
+
+
+def _empty_or(name: str, ok: Callable[[Any], object], text: str) -> Rule:
+    return name, lambda s: not getattr(s, name) or ok(getattr(s, name)), text
 
 
 def _both(name: str, other: str) -> Rule:
@@ -578,12 +581,11 @@ _NAMESPACE = "must be empty (any) or a DNS-1123 label"
 _PATTERN = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
 _RULES: tuple[Rule, ...] = (
     # Where to read.
-    _is(
+    _empty_or(
         "prometheus_url",
         _HTTP_URL.fullmatch,
         "must be http://host:port or https://host:port with an optional path prefix, no"
         " credentials (they would be logged: use --prometheus-basic-auth-user)",
-        empty=True,
     ),
     # A tenth of a second at least: 1e-320 passed `> 0` and timed out every request.
     _within("prometheus_timeout_s", 0.1, 600, "must be in [0.1, 600]"),
@@ -705,7 +707,7 @@ _RULES: tuple[Rule, ...] = (
         lambda s: 5 <= s.scrape_interval_s <= 120 and s.query_step_s % s.scrape_interval_s == 0,
         "must be in 5..120 and divide query_step_s",
     ),
-    _is("job_name", is_dns_subdomain, "must be empty or a Job name (a DNS-1123 subdomain)", True),
+    _empty_or("job_name", is_dns_subdomain, "must be empty or a Job name (a DNS-1123 subdomain)"),
     (
         "lease_duration_s",
         lambda s: 2 * s.scrape_interval_s <= s.lease_duration_s <= LEASE_MAX_S,
@@ -713,21 +715,20 @@ _RULES: tuple[Rule, ...] = (
         " again within the CronJob's deadline)",
     ),
     # Links and node signals.
-    _is(
+    _empty_or(
         "pushgateway_url",
         _HTTP_URL.fullmatch,
         "must be http://host:port or https://host:port with an optional path, no credentials",
-        empty=True,
     ),
     (
         "runbook_base_url",
         lambda s: _HTTP_URL.fullmatch(s.runbook_base_url) and "#" not in s.runbook_base_url,
         "must be an absolute http:// or https:// URL without a #fragment",
     ),
-    _is("service_network_kube_proxy_namespace", is_dns_label, _NAMESPACE, empty=True),
-    _is("service_network_cni_namespace", is_dns_label, _NAMESPACE, empty=True),
-    _is("service_network_kube_proxy_pods", _is_name_pattern, _PATTERN, empty=True),
-    _is("service_network_cni_daemonsets", _is_name_pattern, _PATTERN, empty=True),
+    _empty_or("service_network_kube_proxy_namespace", is_dns_label, _NAMESPACE),
+    _empty_or("service_network_cni_namespace", is_dns_label, _NAMESPACE),
+    _empty_or("service_network_kube_proxy_pods", _is_name_pattern, _PATTERN),
+    _empty_or("service_network_cni_daemonsets", _is_name_pattern, _PATTERN),
     (
         "service_network_cni_daemonsets",
         lambda s: s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets,
@@ -740,38 +741,33 @@ _RULES: tuple[Rule, ...] = (
         lambda s: _refusal(parse_classes, s.gpu_classes),
     ),
     _within("admission_rejected_min_pods", 0, 100000),
-    _is(
+    _empty_or(
         "topology_label",
         lambda v: is_label_pair(f"{v}=x"),
         "must be a Node label key (example.com/rack) or empty",
-        empty=True,
     ),
     _within("boot_check_max_jobs", 1, 1000),
-    _is(
+    _empty_or(
         "onboarding_taint",
         parse_taint,
         f"must be key=value:effect (effect {', '.join(TAINT_EFFECTS)}), e.g."
         " gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
-        empty=True,
     ),
     # What the conformance Job's own flags refuse (exit 2 on the node, every time).
-    _is(
+    _empty_or(
         "conformance_control_plane_version",
         parse_exact,
         "must be empty or a version like v1.34.3+rke2r1",
-        empty=True,
     ),
-    _is(
+    _empty_or(
         "conformance_allowed_dns",
         lambda v: not _refusal(parse_allowed_dns, v),
         "must be empty or comma-separated CIDRs",
-        empty=True,
     ),
-    _is(
+    _empty_or(
         "conformance_allowed_dns",
         lambda v: _refusal(parse_allowed_dns, v) or not _refusal(allowed_dns_prefixes, v),
         "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
         "guard pushes the prefixes it covers for the CoreDNS alert",
-        empty=True,
     ),
 )

@@ -148,11 +148,7 @@ def _plain(value: Any) -> str:
 
 
 def parse_compound(name: str, text: str) -> dict[str, Any]:
-    """The fields `text` (``key=value,…``) sets; ValueError with one line when it is not that.
-
-    >>> parse_compound("budget", "rma=720h, human=48")
-    {'budget_rma_h': 720.0, 'budget_human_h': 48.0}
-    """
+    """The fields `text` (``key=value,…``) sets; ValueError with one line when it is not that."""
     keys, out = COMPOUNDS[name], {}
     for entry in (e.strip() for e in text.split(",")):
         if not entry:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from guard.actions import Cordon, TaintDevice
 from guard.apply import cordon_landed
@@ -32,12 +32,6 @@ from guard.returns import Returns
 
 if TYPE_CHECKING:
     from guard.run import Run
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-    def sleep(self, seconds: float) -> None: ...
 
 
 @dataclass
@@ -75,7 +69,7 @@ class Watch:
 
     run: Run
     base: Snapshot  # the cycle's
-    clock: Clock
+    clock: RunClock | ReplayClock
     end: datetime
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left

@@ -46,27 +46,18 @@ def write_termination_message(path: str, text: str) -> str | None:
         return None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK)
-    except FileNotFoundError as exc:
-        # No file in an existing directory: a run by hand, write nothing. No directory either:
-        # a path typed wrong, worth one line.
-        parent = os.path.dirname(path) or "."
-        return None if os.path.isdir(parent) else _note(path, exc)
-    except OSError as exc:
-        return _note(path, exc)
-    try:  # a full disk (ENOSPC, /dev/full) shows at the write or the close
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:  # a full disk (ENOSPC, /dev/full) shows at write or close
             fh.write(text.encode("utf-8"))
     except OSError as exc:
-        return _note(path, exc)
+        # No file in an existing directory: a run by hand, write nothing. No directory either:
+        # a path typed wrong, worth one line.
+        if isinstance(exc, FileNotFoundError) and os.path.isdir(os.path.dirname(path) or "."):
+            return None
+        return (
+            f"WARN termination message not written to {path!r}: {exc.strerror or exc}"
+            " (the verdict and exit code stand)"
+        )
     return None
-
-
-def _note(path: str, exc: OSError) -> str:
-    """The one WARN line of a termination message not written; the verdict does not change."""
-    return (
-        f"WARN termination message not written to {path!r}: {exc.strerror or exc}"
-        " (the verdict and exit code stand)"
-    )
 
 
 # ── Writing and reading a termination message ─────────────────────────────────────────────────
