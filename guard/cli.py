@@ -82,7 +82,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     return out
 
 
-@cli.command()
+@cli.command(context_settings={"show_default": True})
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option(
     "--at", type=Rfc3339(), help="Evaluate every query at this instant and treat it as now."
@@ -92,16 +92,14 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     type=FILE,
     help="Read Nodes, Jobs and the ledger from a List file (implies --dry-run).",
 )
-@click.option("--output", type=OUTPUT, default="text", show_default=True)
+@click.option("--output", type=OUTPUT, default="text")
 @click.option(
     "--watch/--no-watch",
     default=None,
     help="After the cycle, stay up and cordon a hold when it completes (default: on, off for"
     " --dry-run and --at unless asked; an --at watch runs in the replayed time).",
 )
-@click.option(
-    "--log-format", type=OUTPUT, default="text", show_default=True, envvar="GUARD_LOG_FORMAT"
-)
+@click.option("--log-format", type=OUTPUT, default="text", envvar="GUARD_LOG_FORMAT")
 @settings_options
 def run(
     dry_run: bool,
@@ -130,23 +128,15 @@ def run(
     sys.exit(start(s, prom, log, inputs, anchor))
 
 
-@cli.command()
+@cli.command(context_settings={"show_default": True})
 @click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
 @click.option("--node", required=True, callback=node_callback, help="Node the Job is pinned to.")
 @click.option(
-    "--pci",
-    default="0000:00:00.0",
-    show_default=True,
-    callback=pci_callback,
-    help="Faulted GPU (evidence).",
+    "--pci", default="0000:00:00.0", callback=pci_callback, help="Faulted GPU (evidence)."
 )
-@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
+@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79)
 @click.option(
-    "--gpus",
-    type=click.IntRange(1, 1024),
-    default=8,
-    show_default=True,
-    help="GPUs of the node (loadtest).",
+    "--gpus", type=click.IntRange(1, 1024), default=8, help="GPUs of the node (loadtest)."
 )
 @option_set(RENDER_SETTINGS)
 def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:

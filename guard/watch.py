@@ -41,13 +41,10 @@ class RunClock:
     its end, nor its requests run past the run's deadline."""
 
     anchor: Anchor
-    pause: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] = time.sleep
 
     def now(self) -> datetime:
         return self.anchor.now()
-
-    def sleep(self, seconds: float) -> None:
-        self.pause(seconds)
 
 
 @dataclass

@@ -115,7 +115,7 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
     end having slept exactly the time to it, whatever the wall clock did meanwhile (a step back
     would otherwise have it sleep past the run's deadline)."""
     ticks = Ticks()
-    clock = RunClock(Anchor(TICK, ticks.t, ticks), pause=ticks.sleep)
+    clock = RunClock(Anchor(TICK, ticks.t, ticks), ticks.sleep)
     out = io.StringIO()
     log = Log("text", out, TICK)
     end = TICK + timedelta(seconds=240)
