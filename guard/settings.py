@@ -1,10 +1,6 @@
-"""One frozen value with every setting of a guard run; built once by the CLI.
-
-Each field carries its help text in `metadata`; `guard.settings_flags` turns every site setting
-(`SITE_GROUPS`) into a click option ``--field-name`` with environment variable
-``GUARD_FIELD_NAME``, so a setting is declared once.
-Defaults come from the incident write-up the guard was built from (five-minute cadence, ten-minute
-hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned nodes).
+"""One frozen value with every setting of a guard run; built once by the CLI. A site setting's
+help is its field's `metadata` (guard/settings_flags.py makes ``--field-name`` and
+``GUARD_FIELD_NAME`` of it). Defaults come from the incident write-up the guard was built from.
 """
 
 from __future__ import annotations
@@ -508,8 +504,7 @@ def _is_matchers(text: str) -> bool:
 
 
 def setting_fields(names: tuple[str, ...] | None = None) -> tuple[Any, ...]:
-    """The dataclass fields (those of `names`, in that order), for the CLI to build options
-    from."""
+    """The dataclass fields (those of `names`, in that order), for the CLI to build options."""
     if names is None:
         return fields(Settings)
     by_name = {f.name: f for f in fields(Settings)}
@@ -555,6 +550,15 @@ def _empty_or(name: str, ok: Callable[[Any], object], text: str) -> Rule:
     return name, lambda s: not getattr(s, name) or ok(getattr(s, name)), text
 
 
+def _up_to(name: str, other: str) -> Rule:
+    return name, lambda s: 0 < getattr(s, name) <= getattr(s, other), f"must be in (0, {other}]"
+
+
+def _apart(name: str, other: str, text: str) -> Rule:
+    """`name` is refused when `other` lists a fast-path Xid."""
+    return name, lambda s: not set(s.fast_path_xids) & set(getattr(s, other)), text
+
+
 def _both(name: str, other: str) -> Rule:
     text = f"goes together with {other} (both or neither)"
     return name, lambda s: bool(getattr(s, name)) == bool(getattr(s, other)), text
@@ -574,7 +578,6 @@ _CREDENTIALS = (
     "prometheus_basic_auth_user",
 )
 _XID_LISTS = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
-_BUDGETS = ("budget_reset_h", "budget_power_cycle_h", "budget_rma_h", "budget_human_h")
 _LABEL = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
 _IMAGE = "must be an image reference without spaces"
 _NAMESPACE = "must be empty (any) or a DNS-1123 label"
@@ -634,33 +637,21 @@ _RULES: tuple[Rule, ...] = (
     _within(
         "hold_window_s", 60, MAX_DURATION_S, f"must be at least 60 (and at most {MAX_DURATION_S})"
     ),
-    (
-        "fast_hold_window_s",
-        lambda s: 0 < s.fast_hold_window_s <= s.hold_window_s,
-        "must be in (0, hold_window_s]",
-    ),
-    (
-        "query_step_s",
-        lambda s: 0 < s.query_step_s <= s.fast_hold_window_s,
-        "must be in (0, fast_hold_window_s]",
-    ),
+    _up_to("fast_hold_window_s", "hold_window_s"),
+    _up_to("query_step_s", "fast_hold_window_s"),
     _within("breaker_max_nodes", 1, 10**6, "must be at least 1"),
     _within("breaker_max_fraction", 0.0, 1.0, "must be in [0, 1]"),
     _within("repeat_fault_limit", 1, 10**6, "must be at least 1"),
-    (
-        "fast_path_xids",
-        lambda s: not set(s.fast_path_xids) & set(s.user_code_xids),
-        "a fast-path Xid is a user-code Xid",
-    ),
+    _apart("fast_path_xids", "user_code_xids", "a fast-path Xid is a user-code Xid"),
     # A fast-path Xid is hardware-certain (79: the GPU fell off the bus): only a power cycle
     # brings it back, so `reset-done` after a reset must not return its node.
-    (
+    _apart(
         "reset_class_xids",
-        lambda s: not set(s.fast_path_xids) & set(s.reset_class_xids),
+        "reset_class_xids",
         "must not list a fast-path Xid (fast_path_xids: fixed only by a power cycle, "
         "never by a GPU reset)",
     ),
-    *(_within(n, 0.01, 24 * 366, "must be in 0.01..8784 hours") for n in _BUDGETS),
+    *(_within(n, 0.01, 24 * 366, "must be in 0.01..8784 hours") for n in SITE_GROUPS["budget"]),
     # Names.
     (
         "annotation_prefix",
