@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -23,15 +23,20 @@ from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cord
 from guard.apply.outcome import Outcome, RunTrace, failed, tally
 from guard.bundle import BundleError, load_bundle
 from guard.doors.kube import Kube, KubeError
+from guard.doors.lease import CycleLease, holder_identity, slot_key
 from guard.doors.prom import PromClient, PromError
 from guard.doors.retry import Anchor, Backoff
 from guard.jobs import JobTemplates, TemplateLoadError
+from guard.ledger import format_time
 from guard.log import Log, Value
 from guard.model import Snapshot
 from guard.names import CYCLE_LEASE
 from guard.plan import hold, plan_cycle, plan_fallback, released
+from guard.plan.deadlines import Deadlines, run_deadlines
+from guard.plan.instant import SKEW_WARN_S, cycle_instant
 from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
+from guard.plan.watch import cron_slot, watch_end
 from guard.read import (
     SNAPSHOT_COMMAND,
     SnapshotError,
@@ -43,10 +48,7 @@ from guard.read import (
 )
 from guard.read.prom_view import check_join, coverage_pairs
 from guard.settings import Settings, setting_fields
-
-if TYPE_CHECKING:
-    from guard.doors.lease import CycleLease
-    from guard.plan.deadlines import Deadlines
+from guard.settings_flags import layout_warnings
 
 DRY_RUN_PROM_RETRY_S = 10.0  # how long a dry run retries a transient Prometheus answer
 
@@ -159,9 +161,6 @@ class Run:
         after its own), so no two cordons land in one slot's time (a replay: its instant's)."""
         if self.inputs.at:
             return self.slot
-        from guard.ledger import format_time
-        from guard.plan.watch import cron_slot
-
         return format_time(cron_slot(now, self.s))
 
     def executor(self, snap: Snapshot) -> PrintExecutor | KubeExecutor:
@@ -226,16 +225,12 @@ class Run:
 
 def start(s: Settings, prom: PromClient, log: Log, inputs: Inputs, anchor: Anchor) -> int:
     """The run and its exit code: 1 after an abort (one line) or a failed write, else 0."""
-    from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
-
     log.event(
         "start",
         mode="dry-run" if inputs.dry_run else "apply",
         at=inputs.at.isoformat() if inputs.at else "now",
     )
     log.emit("settings", _settings_fields(s))
-    from guard.settings_flags import layout_warnings
-
     for warning in layout_warnings(s):
         log.emit("layout", dict(warning), "WARN")
     budget = Budget(anchor, run_deadlines(anchor.wall, s, inputs.watch))
@@ -317,11 +312,6 @@ def _with_lease(run: Run) -> CycleResult:
     s, inputs = run.s, run.inputs
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _turns(run)
-    # a real run's only (dry runs load none)
-    from guard.doors.lease import CycleLease, holder_identity, slot_key
-    from guard.ledger import format_time
-    from guard.plan.watch import cron_slot
-
     kube = _connect(run)
     if not inputs.at:
         _prometheus_clock(run)  # the slot, the deadlines and the Lease's times on its clock
@@ -421,8 +411,7 @@ def _turns(run: Run) -> CycleResult:
     if inputs.watch and not bad:
         run.budget.to_run_end(kube, prom)  # the watch's reads and writes, the Lease's release
         if run.renew():
-            from guard.plan.watch import watch_end  # watching runs only
-            from guard.watch import ReplayClock, RunClock, Watch
+            from guard.watch import ReplayClock, RunClock, Watch  # watching runs only
 
             clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
             end = watch_end(now, s) if inputs.at else run.budget.deadlines.watch_end
@@ -434,10 +423,6 @@ def _turns(run: Run) -> CycleResult:
 def _prometheus_clock(run: Run) -> None:
     """The run's clock becomes Prometheus' own (guard.plan.instant) on the monotonic clock: its
     queries, writes, deadlines, cron slot and Lease times. Clocks far apart are one WARN line."""
-    from guard.ledger import format_time
-    from guard.plan.deadlines import run_deadlines
-    from guard.plan.instant import SKEW_WARN_S, cycle_instant
-
     theirs = run.prom.server_time()
     was = run.budget.anchor
     found = cycle_instant(was.now(), theirs)  # the pod's read after the answer came
