@@ -1,8 +1,6 @@
 """What the guard and its Jobs say to each other: the summary each Job program leaves in its
-container's termination message (each schema, its fields and what goes to fit: docs/lifecycle.md,
-"Job results the guard reads"), and the argv values both sides parse. It imports no Job program,
-so `gpu-node-guard run` loads none. A message that is empty, not JSON or of another shape is a
-SummaryError with one line; the guard acts on no such result.
+termination message (docs/lifecycle.md, "Job results the guard reads"; the guard acts on none
+that is a SummaryError) and the argv values both sides parse. It imports no Job program.
 """
 
 from __future__ import annotations
@@ -63,7 +61,7 @@ def write_termination_message(path: str, text: str) -> str | None:
 # ── Writing and reading a termination message ─────────────────────────────────────────────────
 
 
-def summary_doc(text: str, schema: str | None, *, program: str, name: str) -> Mapping[str, Any]:
+def summary_doc(text: str, schema: str | None, program: str, name: str) -> Mapping[str, Any]:
     """The JSON object `program` left in its termination message; SummaryError with one line
     (`name` names the summary) when it is empty, not JSON or not an object of `schema`. Without a
     schema, a document that is not an object reads as an empty one: the caller's checks say what
@@ -152,9 +150,7 @@ def render_summary(s: Summary) -> str:
 
 def parse_summary(text: str) -> Summary:
     """The summary from a conformance Pod's termination message."""
-    doc = summary_doc(
-        text, CONFORMANCE_SCHEMA, program="the conformance program", name="conformance summary"
-    )
+    doc = summary_doc(text, CONFORMANCE_SCHEMA, "the conformance program", "conformance summary")
     status = doc.get("status")
     if status not in ("PASS", "FAIL"):
         raise SummaryError(f"conformance summary status is {status!r}, not PASS or FAIL")
@@ -183,9 +179,8 @@ def _findings(doc: Mapping[str, Any], key: str) -> tuple[Finding, ...]:
 
 @dataclass(frozen=True, slots=True)
 class EvidenceSummary:
-    """The evidence Job's verdict and the GPUs whose link was up when it read them
-    (guard.evidence.links): the guard records them on the node and passes them to the load test
-    as ``--expect-link``."""
+    """The evidence Job's verdict and the GPUs whose link was up (guard.evidence.links): the guard
+    records them on the node and passes them to the load test as ``--expect-link``."""
 
     pci: str
     verdict: str
@@ -208,9 +203,7 @@ def render_evidence_summary(s: EvidenceSummary) -> str:
 
 def parse_evidence_summary(text: str) -> EvidenceSummary:
     """The summary from an evidence Pod's termination message."""
-    doc = summary_doc(
-        text, EVIDENCE_SCHEMA, program="the evidence program", name="evidence summary"
-    )
+    doc = summary_doc(text, EVIDENCE_SCHEMA, "the evidence program", "evidence summary")
     pci, verdict = doc.get("pci"), doc.get("verdict")
     if not isinstance(pci, str) or not isinstance(verdict, str):
         raise SummaryError("evidence summary has no pci or verdict text")
@@ -222,11 +215,8 @@ def _links(value: Any) -> tuple[tuple[str, str], ...]:
         raise SummaryError(f"evidence summary `links` is not a list of at most {MAX_LINKS}")
     out: dict[str, str] = {}
     for entry in value:
-        found = (
-            link_record(f"{entry.get('pci')}={entry.get('link')}")
-            if isinstance(entry, Mapping)
-            else None
-        )
+        pair = f"{entry.get('pci')}={entry.get('link')}" if isinstance(entry, Mapping) else ""
+        found = link_record(pair)
         if found is None:
             raise SummaryError(
                 f"evidence summary link {entry!r} is not "
@@ -275,7 +265,7 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     >>> parse_loadtest_summary('{"kind": "loadtest", "verdict": "fail", "reasons": ["x a=1"]}')
     LoadTestSummary(passed=False, reasons=('x a=1',), gpus=())
     """
-    doc = summary_doc(text, None, program="the load test", name="load-test summary")
+    doc = summary_doc(text, None, "the load test", "load-test summary")
     verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
     if doc.get("schema", LOADTEST_SCHEMA) != LOADTEST_SCHEMA:
         raise SummaryError(
@@ -338,7 +328,7 @@ def render_fence_summary(s: FenceSummary) -> str:
 
 def parse_fence_summary(text: str) -> FenceSummary:
     """The summary from a fence Pod's termination message."""
-    doc = summary_doc(text, FENCE_SCHEMA, program="the fence program", name="fence summary")
+    doc = summary_doc(text, FENCE_SCHEMA, "the fence program", "fence summary")
     fields = {f.name: doc.get(f.name) for f in dataclass_fields(FenceSummary)}
     if not all(isinstance(v, str) for v in fields.values()):
         raise SummaryError("fence summary has a field that is not text")
