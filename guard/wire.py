@@ -59,8 +59,6 @@ def write_termination_message(path: str, text: str) -> str | None:
 
 
 # ── Writing and reading a termination message ─────────────────────────────────────────────────
-
-
 def summary_doc(text: str, schema: str | None, program: str, name: str) -> Mapping[str, Any]:
     """The JSON object `program` left in its termination message; SummaryError with one line
     (`name` names the summary) when it is empty, not JSON or not an object of `schema`. Without a
@@ -99,8 +97,6 @@ def _first_fitting(docs: Iterable[Mapping[str, Any]]) -> str:
 
 
 # ── conformance ──────────────────────────────────────────────────────────────────────────────
-
-
 @dataclass(frozen=True, slots=True)
 class Finding:
     item: str
@@ -175,8 +171,6 @@ def _findings(doc: Mapping[str, Any], key: str) -> tuple[Finding, ...]:
 
 
 # ── evidence ─────────────────────────────────────────────────────────────────────────────────
-
-
 @dataclass(frozen=True, slots=True)
 class EvidenceSummary:
     """The evidence Job's verdict and the GPUs whose link was up (guard.evidence.links): the guard
@@ -229,8 +223,6 @@ def _links(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 # ── load test ────────────────────────────────────────────────────────────────────────────────
-
-
 @dataclass(frozen=True, slots=True)
 class LoadTestSummary:
     passed: bool
@@ -287,7 +279,6 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
 
 
 # ── fence ────────────────────────────────────────────────────────────────────────────────────
-
 FENCE_MODES = ("set", "lift")
 # What the fence Job established: `fenced` and `lifted` only with the compute mode read back as
 # asked; `gpu-absent`: the GPU is off the bus (the node cordon stays the isolation).
@@ -346,7 +337,6 @@ def parse_fence_summary(text: str) -> FenceSummary:
 
 
 # ── argv values both sides parse ─────────────────────────────────────────────────────────────
-
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
