@@ -75,11 +75,12 @@ class Budget:
     def cycle(self) -> Backoff:
         return Backoff(self.anchor.at(self.deadlines.cycle))
 
-    def to_run_end(self, kube: Kube | None, prom: PromClient) -> None:
-        end = self.anchor.at(self.deadlines.run)
-        prom.backoff.until(end, "run")
-        if kube is not None:
-            kube.backoff.until(end, "run")
+    def until(self, word: str, prom: PromClient | None, kube: Kube | None) -> None:
+        """The doors retry until the cycle's deadline (`word` "cycle") or the run's ("run")."""
+        end = self.anchor.at(self.deadlines.run if word == "run" else self.deadlines.cycle)
+        for door in (prom, kube):
+            if door is not None:
+                door.backoff.until(end, word)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +350,7 @@ def _with_lease(run: Run) -> CycleResult:
         run.lease = lease
         return _turns(run)
     finally:
-        run.budget.to_run_end(kube, run.prom)  # an aborted cycle's release too
+        run.budget.until("run", run.prom, kube)  # an aborted cycle's release too
         try:
             lease.release(clock.now())
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
@@ -409,7 +410,7 @@ def _turns(run: Run) -> CycleResult:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
     if inputs.watch and not bad:
-        run.budget.to_run_end(kube, prom)  # the watch's reads and writes, the Lease's release
+        run.budget.until("run", prom, kube)  # the watch's reads and writes, the Lease's release
         if run.renew():
             from guard.watch import ReplayClock, RunClock, Watch  # watching runs only
 
@@ -439,8 +440,5 @@ def _prometheus_clock(run: Run) -> None:
         )
     anchor = Anchor(was.wall + found.offset, was.mono, was.clock)
     run.budget = Budget(anchor, run_deadlines(anchor.wall, run.s, run.inputs.watch))
-    cycle = anchor.at(run.budget.deadlines.cycle)
-    if not (run.inputs.dry_run and not run.inputs.watch):  # start(): a dry run's own budget
-        run.prom.backoff.until(cycle, "cycle")
-    if run.kube is not None:
-        run.kube.backoff.until(cycle, "cycle")
+    dry = run.inputs.dry_run and not run.inputs.watch  # start(): a dry run's own budget
+    run.budget.until("cycle", None if dry else run.prom, run.kube)
