@@ -72,9 +72,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     ctx = ctx or click.Context(group, info_name="gpu-node-guard")
     out: list[tuple[str, ...]] = []
     for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if command is None:
-            continue
+        command = group.get_command(ctx, name)  # never None: the group lists it
         out.append((name,))
         if isinstance(command, click.Group):
             sub = click.Context(command, info_name=name, parent=ctx)

@@ -147,8 +147,7 @@ class Settings:
     loadtest_duration_s: int = 90  # the matmul burn per GPU
     loadtest_matrix_size: int = 8192  # the burn's square fp16 matrix
     loadtest_min_ratio: float = 0.8  # pass: min/max per-GPU throughput
-    # Lifecycle checks (after every reboot, the onboarding gate, the load test's all-reduce and
-    # recorded links: docs/lifecycle.md, docs/onboarding.md).
+    # Lifecycle checks: after each reboot, onboarding, all-reduce (docs/lifecycle.md, onboarding.md)
     boot_check: bool = _opt(
         True,
         "Run the conformance Job on a GPU node after every new boot (a bootID not yet checked);"
@@ -172,8 +171,7 @@ class Settings:
     loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
     loadtest_allreduce_min_ratio: float = 0.7  # each GPU's all-reduce bandwidth / the best's
     loadtest_allreduce_timeout_s: int = 60  # an all-reduce rank silent this long is hung
-    # Node signals: the node agent's driver/NVML mismatch cordons, and the service
-    # network a node needs before it returns (also NodeServiceNetworkDown's pods).
+    # Node signals: the agent's driver/NVML mismatch, the service network a node needs to return.
     nvml_mismatch_cordon: bool = _opt(
         True,
         "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
@@ -241,8 +239,7 @@ class Settings:
     budget_power_cycle_h: float = _opt(24.0, "Expected repair time of a power cycle, hours")
     budget_rma_h: float = _opt(504.0, "Expected repair time of an RMA (card swap), hours")
     budget_human_h: float = _opt(24.0, "Expected repair time of a human verdict, hours")
-    # Node triggers without an Xid (docs/triggers.md): a node short of its class's GPU count
-    # (gpu-short), a node that rejects GPU pods at admission (admission-rejected).
+    # Node triggers without an Xid (docs/triggers.md): gpu-short, admission-rejected, fabric.
     gpu_classes: str = _opt(
         "",
         "Node classes and their GPU count, `selector:count` entries split by `;` (selector: "
@@ -258,8 +255,7 @@ class Settings:
     admission_rejected_window_s: int = 600  # a rejected pod counts for this long after its creation
     admission_rejected_hold_s: int = 0  # at or over the minimum this long (0: the hold window)
     fabric_hold_s: int = 0  # Fabric Manager status Failure this long (0: hold window)
-    # A shared cause (docs/triggers.md, "Domain incidents"): the Node label that names a failure
-    # domain the site knows (rack, switch, NVLink domain).
+    # A shared cause: a failure domain the site knows (docs/triggers.md, "Domain incidents").
     topology_label: str = _opt(
         "",
         "Node label key whose value names a shared failure domain (rack, switch, NVLink "
@@ -297,11 +293,7 @@ class Settings:
 
     @property
     def onboarding_gate(self) -> tuple[str, str, str] | None:
-        """`onboarding_taint` as (key, value, effect); None when there is no gate.
-
-        >>> Settings().onboarding_gate
-        ('gpu-node-guard.io/onboarding', 'pending', 'NoSchedule')
-        """
+        """`onboarding_taint` as (key, value, effect); None when there is no gate."""
         return parse_taint(self.onboarding_taint) if self.onboarding_taint else None
 
     @property
@@ -653,12 +645,9 @@ _RULES: tuple[Rule, ...] = (
     ),
     *(_within(n, 0.01, 24 * 366, "must be in 0.01..8784 hours") for n in SITE_GROUPS["budget"]),
     # Names.
-    (
+    _is(
         "annotation_prefix",
-        lambda s: (
-            s.annotation_prefix.endswith("/")
-            and is_dns_subdomain(s.annotation_prefix.removesuffix("/"))
-        ),
+        lambda v: v.endswith("/") and is_dns_subdomain(v[:-1]),
         "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/",
     ),
     _is("namespace", is_dns_label, _LABEL),

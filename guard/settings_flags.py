@@ -30,9 +30,8 @@ from guard.settings import (
     site_options,
 )
 
-# GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
-# guard/evidence/cli.py, guard/evidence/ledger_cli.py), and the prefixes of the node-side
-# commands' own options (guard/agent/cli.py, guard/conformance/cli.py).
+# GUARD_* names that are a command's options, not Settings fields (guard/cli.py, guard/evidence/),
+# and the prefixes of the node-side commands' own (guard/agent/cli.py, guard/conformance/cli.py).
 OTHER_ENV_NAMES = frozenset({"GUARD_LOG_FORMAT", "GUARD_XID_CLASSES"})
 OTHER_ENV_PREFIXES = ("GUARD_AGENT_", "GUARD_CONFORMANCE_")
 
