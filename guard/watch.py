@@ -1,6 +1,5 @@
-"""The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
-at the next tick; each decision is a turn of the run (guard/run.py `Run.turn`), and it follows
-the returns too (guard/returns.py). What it decides, what it leaves and its lines:
+"""The in-run watch: after its cycle, `run` cordons a hold when it completes, each decision a
+turn of the run (guard/run.py `Run.turn`), and follows the returns (guard/returns.py); see
 docs/lifecycle.md, "Within one run: the cycle, then the watch"; its requests: docs/benchmarks.md.
 """
 

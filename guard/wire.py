@@ -87,8 +87,7 @@ def _fits(text: str) -> bool:
 
 
 def _first_fitting(docs: Iterable[Mapping[str, Any]]) -> str:
-    """The compact JSON of the first of `docs` (each smaller than the one before) that fits, or of
-    the last."""
+    """The compact JSON of the first of `docs` (each one smaller) that fits, or of the last."""
     for doc in docs:
         text = _compact(doc)
         if _fits(text):
@@ -258,22 +257,16 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     LoadTestSummary(passed=False, reasons=('x a=1',), gpus=())
     """
     doc = summary_doc(text, None, "the load test", "load-test summary")
-    verdict, reasons = doc.get("verdict"), doc.get("reasons", [])
-    if doc.get("schema", LOADTEST_SCHEMA) != LOADTEST_SCHEMA:
-        raise SummaryError(
-            f"load-test summary schema is {doc.get('schema')!r}, not {LOADTEST_SCHEMA!r}"
-        )
-    if doc.get("kind") != LOADTEST_KIND or verdict not in ("pass", "fail"):
-        kind = doc.get("kind")
+    verdict, reasons, kind = doc.get("verdict"), doc.get("reasons", []), doc.get("kind")
+    if (schema := doc.get("schema", LOADTEST_SCHEMA)) != LOADTEST_SCHEMA:
+        raise SummaryError(f"load-test summary schema is {schema!r}, not {LOADTEST_SCHEMA!r}")
+    if kind != LOADTEST_KIND or verdict not in ("pass", "fail"):
         raise SummaryError(f"not a load-test summary (kind {kind!r}, verdict {verdict!r})")
     if not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons):
         raise SummaryError(f"load-test summary `reasons` is not a list of lines: {reasons!r}")
     gpus = doc.get("gpus", [])
-    if (
-        not isinstance(gpus, list)
-        or len(gpus) > MAX_LINKS
-        or not all(isinstance(g, str) and _GPU_UUID.fullmatch(g) for g in gpus)
-    ):
+    listed = isinstance(gpus, list) and len(gpus) <= MAX_LINKS
+    if not listed or not all(isinstance(g, str) and _GPU_UUID.fullmatch(g) for g in gpus):
         raise SummaryError(f"load-test summary `gpus` is not a list of GPU UUIDs: {gpus!r}"[:200])
     return LoadTestSummary(verdict == "pass", tuple(reasons), tuple(gpus))
 
