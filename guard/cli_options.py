@@ -84,14 +84,8 @@ def _where(exc: BaseException) -> str:
 
 def _command_path(ctx: click.Context, exc: BaseException) -> str:
     """The deepest command that was running: the last click Context among the traceback's frames."""
-    found = ctx
-    tb = exc.__traceback__
-    while tb is not None:
-        local = tb.tb_frame.f_locals.get("ctx")
-        if isinstance(local, click.Context):
-            found = local
-        tb = tb.tb_next
-    return found.command_path
+    found = (frame.f_locals.get("ctx") for frame, _ in traceback.walk_tb(exc.__traceback__))
+    return [ctx, *(c for c in found if isinstance(c, click.Context))][-1].command_path
 
 
 def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:

@@ -123,9 +123,7 @@ def _option(name: str) -> Callable[[Command], Command]:
         )
     (f,) = setting_fields((name,))
     kind = str(f.type)
-    default = f.default
-    if isinstance(default, tuple):
-        default = ",".join(str(v) for v in default)
+    default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
     return click.option(
         f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
         f.name,
@@ -268,9 +266,7 @@ def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dic
 
 def _shown(value: Any) -> str:
     """The refused value as Python writes it (whitespace and quotes show), credentials out."""
-    if isinstance(value, tuple):
-        value = ",".join(map(str, value))
-    text = redact(repr(value))
+    text = redact(repr(",".join(map(str, value)) if isinstance(value, tuple) else value))
     return text if len(text) <= 200 else text[:200] + "…"
 
 
@@ -288,7 +284,8 @@ def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
             f"now the key {compound_key(name)}= of GUARD_{compound.upper()}: docs/deploy.md,"
             " Settings by lifetime"
         )
-    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, environ)
+    found = os.environ if environ is None else environ
+    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, found)
 
 
 def warn_unknown_command_env(prefix: str) -> None:
@@ -300,7 +297,7 @@ def warn_unknown_command_env(prefix: str) -> None:
         elif p.envvar is None and isinstance(p, click.Option) and p.name:
             flag = p.name.replace("_", "-")
             flag_only[prefix + p.name.upper()] = f"--{flag} is read from the command line only"
-    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, None):
+    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, os.environ):
         click.echo(line, err=True)
 
 
@@ -309,9 +306,8 @@ def _unknown_lines(
     known: frozenset[str],
     elsewhere: tuple[str, ...],
     hints: Mapping[str, str],
-    environ: Mapping[str, str] | None,
+    environ: Mapping[str, str],
 ) -> list[str]:
-    environ = os.environ if environ is None else environ
     out = []
     for name in sorted(environ):
         if not name.startswith(prefix) or name in known or name.startswith(elsewhere):

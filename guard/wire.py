@@ -234,14 +234,8 @@ def render_loadtest_summary(
 ) -> str:
     """`figures` (verdict, counts) with as many reasons, then notes, as fit; the lines left out
     for size are counted in `left_off`."""
-    doc: dict[str, Any] = {
-        "schema": LOADTEST_SCHEMA,
-        "kind": LOADTEST_KIND,
-        **figures,
-        "reasons": [],
-        "notes": [],
-        "left_off": 0,
-    }
+    doc: dict[str, Any] = {"schema": LOADTEST_SCHEMA, "kind": LOADTEST_KIND, **figures}
+    doc.update(reasons=[], notes=[], left_off=0)
     for key, line in [*(("reasons", r) for r in reasons), *(("notes", n) for n in notes)]:
         doc[key].append(line)
         if not _fits(json.dumps(doc, sort_keys=True)):
