@@ -318,14 +318,9 @@ def _with_lease(run: Run) -> CycleResult:
         _prometheus_clock(run)  # the slot, the deadlines and the Lease's times on its clock
     clock = run.budget.anchor
     this_slot = cron_slot(clock.now(), s)
-    lease = CycleLease(
-        kube,
-        s.namespace,
-        holder_identity(),
-        s.lease_duration_s,
-        slot_key(s.annotation_prefix),
-        this_slot + timedelta(seconds=s.cadence_s),
-    )
+    key = slot_key(s.annotation_prefix)
+    expires_by = this_slot + timedelta(seconds=s.cadence_s)  # the next slot's start
+    lease = CycleLease(kube, s.namespace, holder_identity(), s.lease_duration_s, key, expires_by)
     holder = lease.take(clock.now())
     if holder:
         why = "another run holds the cycle's Lease and decides this slot; exit 0"

@@ -24,7 +24,6 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
-# kubectl's rule, for every subcommand (guard.doors.kube.Kube.connect).
 KUBECONFIG_HELP = (
     "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
 )
@@ -370,9 +369,8 @@ def _listed(text: str) -> tuple[str, ...]:
 SITE_GROUPS: dict[str, tuple[str, ...]] = {
     "reading": _listed(
         "prometheus_url prometheus_bearer_token_file prometheus_service_account_token "
-        "prometheus_basic_auth_user prometheus_basic_auth_password_file "
-        "prometheus_ca_file prometheus_cert_file prometheus_key_file prometheus_headers "
-        "kubeconfig"
+        "prometheus_basic_auth_user prometheus_basic_auth_password_file prometheus_ca_file "
+        "prometheus_cert_file prometheus_key_file prometheus_headers kubeconfig"
     ),
     "selectors": _listed("dcgm_node_labels dcgm_selector ksm_selector scrape_interval_s"),
     "hold": _listed(
@@ -564,10 +562,8 @@ def _xids(xids: tuple[int, ...]) -> bool:
     return all(1 <= x <= MAX_XID for x in xids)
 
 
-_CREDENTIALS = (
-    "prometheus_bearer_token_file",
-    "prometheus_service_account_token",
-    "prometheus_basic_auth_user",
+_CREDENTIALS = _listed(
+    "prometheus_bearer_token_file prometheus_service_account_token prometheus_basic_auth_user"
 )
 _XID_LISTS = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
 _LABEL = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
