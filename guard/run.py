@@ -308,8 +308,7 @@ def _connect(run: Run) -> Kube:
 
 
 def _with_lease(run: Run) -> CycleResult:
-    """The turns; a real run holds the cycle's Lease from before its reads to its end
-    (guard/doors/lease.py)."""
+    """The turns; a real run holds the cycle's Lease from before its reads to its end."""
     s, inputs = run.s, run.inputs
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _turns(run)

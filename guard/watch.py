@@ -35,9 +35,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunClock:
-    """The live watch's: the run's start (on Prometheus' clock: guard/run.py `_prometheus_clock`)
-    advanced by the monotonic clock, so a step of the wall clock never makes the watch wait past
-    its end, nor its requests run past the run's deadline."""
+    """The run's start (on Prometheus' clock) advanced by the monotonic clock: a step of the wall
+    clock never makes the watch wait past its end, nor its requests run past the run's deadline."""
 
     anchor: Anchor
     sleep: Callable[[float], None] = time.sleep
@@ -229,10 +228,8 @@ class Watch:
             self.left.add(name)
             word, nxt = "left", f"decides at {format_time(later[0].at)}, after this run: next run"
         else:
-            word, nxt = (
-                "ended",
-                "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do",
-            )
+            word = "ended"
+            nxt = "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do"
         if new and word == "ended":
             # The poll's instant saw a loss the history's last step does not show yet (it is
             # read on the step grid): no line, and the next poll looks again.

@@ -24,6 +24,7 @@ EVIDENCE_SCHEMA = "gpu-node-guard/evidence-summary/v1"
 LOADTEST_SCHEMA = "gpu-node-guard/loadtest-summary/v1"
 LOADTEST_KIND = "loadtest"
 FENCE_SCHEMA = "gpu-node-guard/fence-summary/v1"
+TERMINATION_LOG = "/dev/termination-log"
 MAX_LINKS = 64  # an evidence summary with more GPUs than this is not one a node makes
 # A GPU's UUID as the load test's backend read it (GPU-… from NVML; "" where it read none).
 _GPU_UUID = re.compile(r"[!-~]{0,80}", re.ASCII)
@@ -31,9 +32,6 @@ _GPU_UUID = re.compile(r"[!-~]{0,80}", re.ASCII)
 
 class SummaryError(ValueError):
     """A termination message that is not a summary of the documented shape; one line."""
-
-
-TERMINATION_LOG = "/dev/termination-log"
 
 
 def write_termination_message(path: str, text: str) -> str | None:
