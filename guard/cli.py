@@ -13,7 +13,7 @@ import click
 import yaml
 
 from guard.bundle import BundleError, load_bundle
-from guard.cli_options import GuardedGroup, node_callback, pci_callback
+from guard.cli_options import FILE, OUTPUT, GuardedGroup, node_callback, pci_callback
 from guard.doors.prom import PromClient
 from guard.doors.prom_access import PromAccessError
 from guard.doors.retry import Anchor
@@ -25,8 +25,7 @@ from guard.settings_flags import Rfc3339, build_settings, option_set, settings_o
 
 
 class LazyGroup(GuardedGroup):
-    """Subcommands run inside the guard's Jobs are imported on first use (numpy, parsers…),
-    so the CronJob's `run` starts fast."""
+    """Subcommands load on first use (numpy, parsers…), so the CronJob's `run` starts fast."""
 
     LAZY: ClassVar[dict[str, str]] = {
         "evidence": "guard.evidence.cli:evidence",
@@ -73,9 +72,7 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     ctx = ctx or click.Context(group, info_name="gpu-node-guard")
     out: list[tuple[str, ...]] = []
     for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if command is None:
-            continue
+        command = group.get_command(ctx, name)  # never None: the group lists it
         out.append((name,))
         if isinstance(command, click.Group):
             sub = click.Context(command, info_name=name, parent=ctx)
@@ -83,35 +80,24 @@ def command_paths(group: click.Group, ctx: click.Context | None = None) -> list[
     return out
 
 
-@cli.command()
+@cli.command(context_settings={"show_default": True})
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option(
-    "--at",
-    "at",
-    type=Rfc3339(),
-    default=None,
-    help="Evaluate every query at this instant and treat it as now.",
+    "--at", type=Rfc3339(), help="Evaluate every query at this instant and treat it as now."
 )
 @click.option(
     "--cluster-snapshot",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
+    type=FILE,
     help="Read Nodes, Jobs and the ledger from a List file (implies --dry-run).",
 )
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", type=OUTPUT, default="text")
 @click.option(
     "--watch/--no-watch",
     default=None,
     help="After the cycle, stay up and cordon a hold when it completes (default: on, off for"
     " --dry-run and --at unless asked; an --at watch runs in the replayed time).",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    envvar="GUARD_LOG_FORMAT",
-)
+@click.option("--log-format", type=OUTPUT, default="text", envvar="GUARD_LOG_FORMAT")
 @settings_options
 def run(
     dry_run: bool,
@@ -140,23 +126,15 @@ def run(
     sys.exit(start(s, prom, log, inputs, anchor))
 
 
-@cli.command()
+@cli.command(context_settings={"show_default": True})
 @click.argument("kind", type=click.Choice(list(TEMPLATE_FILES)))
 @click.option("--node", required=True, callback=node_callback, help="Node the Job is pinned to.")
 @click.option(
-    "--pci",
-    default="0000:00:00.0",
-    show_default=True,
-    callback=pci_callback,
-    help="Faulted GPU (evidence).",
+    "--pci", default="0000:00:00.0", callback=pci_callback, help="Faulted GPU (evidence)."
 )
-@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79, show_default=True)
+@click.option("--xid", type=click.IntRange(1, MAX_XID), default=79)
 @click.option(
-    "--gpus",
-    type=click.IntRange(1, 1024),
-    default=8,
-    show_default=True,
-    help="GPUs of the node (loadtest).",
+    "--gpus", type=click.IntRange(1, 1024), default=8, help="GPUs of the node (loadtest)."
 )
 @option_set(RENDER_SETTINGS)
 def render(kind: str, node: str, pci: str, xid: int, gpus: int, **options: Any) -> None:

@@ -70,51 +70,36 @@ def name_callback(is_name: Callable[[str], bool], what: str) -> Callback:
     return check
 
 
-# A Kubernetes node name (DNS-1123 subdomain, at most 253 characters).
 node_callback = name_callback(is_dns_subdomain, "node name (a DNS-1123 subdomain)")
-
-
-def uuid_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A GPU UUID as nvidia-smi and dcgm-exporter print it, or ``unknown``."""
-    if value is not None and value != "unknown" and not _UUID.match(value):
-        raise click.BadParameter(f"{value!r} is not a GPU UUID (GPU-…)", ctx=ctx, param=param)
-    return value
-
-
-# The last line of defence of every command: an exception nobody foresaw is one line naming the
-# command and where it was raised (`invoke_guarded`), never a traceback.
+# A GPU UUID as nvidia-smi and dcgm-exporter print it, or ``unknown``.
+uuid_callback = name_callback(lambda v: v == "unknown" or bool(_UUID.match(v)), "GPU UUID (GPU-…)")
 
 
 def _where(exc: BaseException) -> str:
     """``module.py:line`` of the frame that raised, inside the guard when it can be."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if f"{os.sep}guard{os.sep}" in f.filename] or frames
-    if not ours:
-        return "?"
-    last = ours[-1]
-    return f"{os.path.basename(last.filename)}:{last.lineno}"
+    return f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno}" if ours else "?"
 
 
 def _command_path(ctx: click.Context, exc: BaseException) -> str:
-    """The deepest command that was running (`gpu-node-guard evidence classify`, not the
-    group): the last click Context among the traceback's frames."""
-    found = ctx
-    tb = exc.__traceback__
-    while tb is not None:
-        local = tb.tb_frame.f_locals.get("ctx")
-        if isinstance(local, click.Context):
-            found = local
-        tb = tb.tb_next
-    return found.command_path
+    """The deepest command that was running: the last click Context among the traceback's frames."""
+    found = (frame.f_locals.get("ctx") for frame, _ in traceback.walk_tb(exc.__traceback__))
+    return [ctx, *(c for c in found if isinstance(c, click.Context))][-1].command_path
 
 
 def invoke_guarded(ctx: click.Context, invoke: Any) -> Any:
-    """`invoke(ctx)`, with anything but click's own exits turned into a `ClickException`."""
+    """`invoke(ctx)`; an exception nobody foresaw is one line naming the command and where it was
+    raised (a `ClickException`), never a traceback."""
     try:
         return invoke(ctx)
-    except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
-        raise
-    except KeyboardInterrupt:
+    except (
+        click.exceptions.Exit,
+        click.ClickException,
+        click.Abort,
+        SystemExit,
+        KeyboardInterrupt,
+    ):
         raise
     except BrokenPipeError:  # `… | head`: nobody reads the rest; say nothing more to stdout
         with contextlib.suppress(OSError, ValueError):  # the Python docs' recipe (signal module)

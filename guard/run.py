@@ -1,8 +1,7 @@
-"""One run of `gpu-node-guard run` (docs/architecture.md, "One cycle"): one `Run` holds the
-settings, the clients, the templates, the log, the Lease, the executors and the outcomes; the
-cycle is its first read → plan → apply turn, each watch decision (guard/watch.py) a later one,
-and `may_isolate` is the one answer to "may this run still isolate?". The Lease and the slot's
-record around a turn: docs/architecture.md; a refused cordon's fallback: docs/writes.md.
+"""One run of `gpu-node-guard run` (docs/architecture.md, "One cycle"): one `Run`; the cycle is
+its first read → plan → apply turn, each watch decision (guard/watch.py) a later one. The Lease
+and the slot's record around a turn: docs/architecture.md; a refused cordon's fallback:
+docs/writes.md.
 """
 
 from __future__ import annotations
@@ -12,11 +11,10 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -25,15 +23,20 @@ from guard.apply import KubeExecutor, PrintExecutor, cordon_landed, refused_cord
 from guard.apply.outcome import Outcome, RunTrace, failed, tally
 from guard.bundle import BundleError, load_bundle
 from guard.doors.kube import Kube, KubeError
+from guard.doors.lease import CycleLease, holder_identity, slot_key
 from guard.doors.prom import PromClient, PromError
 from guard.doors.retry import Anchor, Backoff
 from guard.jobs import JobTemplates, TemplateLoadError
+from guard.ledger import format_time
 from guard.log import Log, Value
 from guard.model import Snapshot
 from guard.names import CYCLE_LEASE
 from guard.plan import hold, plan_cycle, plan_fallback, released
+from guard.plan.deadlines import Deadlines, run_deadlines
+from guard.plan.instant import SKEW_WARN_S, cycle_instant
 from guard.plan.isolation import MAX_CORDON_TRIES
 from guard.plan.pending import Waiting, pending
+from guard.plan.watch import cron_slot, watch_end
 from guard.read import (
     SNAPSHOT_COMMAND,
     SnapshotError,
@@ -45,10 +48,7 @@ from guard.read import (
 )
 from guard.read.prom_view import check_join, coverage_pairs
 from guard.settings import Settings, setting_fields
-
-if TYPE_CHECKING:
-    from guard.doors.lease import CycleLease
-    from guard.plan.deadlines import Deadlines
+from guard.settings_flags import layout_warnings
 
 DRY_RUN_PROM_RETRY_S = 10.0  # how long a dry run retries a transient Prometheus answer
 
@@ -66,9 +66,8 @@ class Inputs:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """The run's deadlines (guard.plan.deadlines), kept on the monotonic clock from its start:
-    the API and Prometheus doors retry until the cycle's, then, for the watch and the Lease's
-    release, until the run's."""
+    """The run's deadlines on the monotonic clock from its start: the doors retry until the
+    cycle's, then (the watch, the Lease's release) until the run's."""
 
     anchor: Anchor
     deadlines: Deadlines
@@ -76,11 +75,12 @@ class Budget:
     def cycle(self) -> Backoff:
         return Backoff(self.anchor.at(self.deadlines.cycle))
 
-    def to_run_end(self, kube: Kube | None, prom: PromClient) -> None:
-        end = self.anchor.at(self.deadlines.run)
-        prom.backoff.until(end, "run")
-        if kube is not None:
-            kube.backoff.until(end, "run")
+    def until(self, word: str, prom: PromClient | None, kube: Kube | None) -> None:
+        """The doors retry until the cycle's deadline (`word` "cycle") or the run's ("run")."""
+        end = self.anchor.at(self.deadlines.run if word == "run" else self.deadlines.cycle)
+        for door in (prom, kube):
+            if door is not None:
+                door.backoff.until(end, word)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +94,14 @@ class CycleResult:
     pending: tuple[Waiting, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``--output json``: every action with its outcome, the pending candidates, and the
-        `done` line's counts."""
-        rows = []
-        for o in self.outcomes:
-            row = to_json(o.action)
-            row["outcome"] = {"status": o.status, "reason": o.reason, "detail": o.detail}
-            rows.append(row)
+        """``--output json``: each action with its outcome, the pending, the `done` counts."""
+        rows = [
+            {
+                **to_json(o.action),
+                "outcome": {"status": o.status, "reason": o.reason, "detail": o.detail},
+            }
+            for o in self.outcomes
+        ]
         return {
             "at": self.counts["at"],
             "dry_run": self.dry_run,
@@ -117,28 +118,6 @@ class Yield(Exception):
     def __init__(self, event: str, why: str, **fields: str) -> None:
         super().__init__(event)
         self.event, self.fields = event, {**fields, "lease": CYCLE_LEASE, "next": why}
-
-
-def lease_held(holder: str) -> Yield:
-    why = "another run holds the cycle's Lease and decides this slot; exit 0"
-    return Yield("lease-held", why, holder=holder)
-
-
-def lease_lost() -> Yield:
-    why = "another run took the cycle's Lease after this run's reads and decides this slot"
-    return Yield("lease-lost", f"{why}; no writes; exit 0")
-
-
-def slot_isolated(slot: str) -> Yield:
-    why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run decides"
-    return Yield("slot-isolated", f"{why}; exit 0", slot=slot)
-
-
-def may_isolate(outcomes: Sequence[Outcome], lost: bool) -> bool:
-    """May this run still isolate? Not once an isolation landed in it (one per run: the slot's
-    record in the Lease says the same to the slot's other runs), nor once its Lease was lost.
-    The cycle's fallback picks, the watch's decisions and its end all ask this."""
-    return not lost and not cordon_landed(outcomes)
 
 
 @dataclass
@@ -174,17 +153,15 @@ class Run:
         return self.trace.outcomes
 
     def may_isolate(self) -> bool:
-        return may_isolate(self.outcomes, self.lost)
+        """Not once an isolation landed in this run (one per run: the slot's record in the Lease
+        says the same to the slot's other runs), nor once its Lease was lost."""
+        return not self.lost and not cordon_landed(self.outcomes)
 
     def _slot(self, now: datetime) -> str:
-        """The slot an isolation's writes record: the run's, or for a run whose cycle ends after
-        its slot (started late, by hand) the slot the writes land in, so that slot's run finds
-        it isolated and no two cordons land in one slot's time (a replay: its instant's)."""
+        """The slot an isolation's writes record: the one they land in (a run started late ends
+        after its own), so no two cordons land in one slot's time (a replay: its instant's)."""
         if self.inputs.at:
             return self.slot
-        from guard.ledger import format_time
-        from guard.plan.watch import cron_slot
-
         return format_time(cron_slot(now, self.s))
 
     def executor(self, snap: Snapshot) -> PrintExecutor | KubeExecutor:
@@ -201,9 +178,8 @@ class Run:
         return not self.lost
 
     def turn(self, snap: Snapshot, actions: tuple[Action, ...]) -> None:
-        """One decision's writes: the Lease's renewal right before them (with a cordon among
-        them, the slot's record with it), the writes, the fallback picks after a refused
-        cordon, and the record as found when no cordon landed."""
+        """One decision's writes, after the Lease's renewal (with a cordon, the slot's record),
+        the fallback after a refused cordon, and the record undone when no cordon landed."""
         if not actions:
             return
         now = self.budget.anchor.now()
@@ -224,26 +200,21 @@ class Run:
     def _fall_back(
         self, executor: PrintExecutor | KubeExecutor, snap: Snapshot, first: int
     ) -> None:
-        """A cordon the API refused for its node in this turn: the isolation check's next
-        candidate is planned and written, one line per try, while the run may still isolate, until
-        MAX_CORDON_TRIES were sent (docs/writes.md). A dry run never gets here: nothing is
-        refused."""
+        """A cordon the API refused in this turn: the next candidate is planned and written, one
+        line per try, while the run may still isolate, up to MAX_CORDON_TRIES (docs/writes.md)."""
         refused = refused_cordons(self.outcomes[first:])
         while refused and self.may_isolate():
             more = plan_fallback(snap, self.s, self.templates, refused)
             if not more:
                 return
-            self.decisions.emit(
+            self.decisions.event(
                 "cordon-fallback",
-                {
-                    "node": more[0].node,
-                    "refused": ",".join(sorted(refused)),
-                    "attempt": len(refused) + 1,
-                    "tries": MAX_CORDON_TRIES,
-                    "next": "the API refused the cordon above; the next candidate is cordoned"
-                    " instead",
-                },
                 "WARN",
+                node=more[0].node,
+                refused=",".join(sorted(refused)),
+                attempt=len(refused) + 1,
+                tries=MAX_CORDON_TRIES,
+                next="the API refused the cordon above; the next candidate is cordoned instead",
             )
             for action in more:
                 executor.apply(action)
@@ -255,16 +226,12 @@ class Run:
 
 def start(s: Settings, prom: PromClient, log: Log, inputs: Inputs, anchor: Anchor) -> int:
     """The run and its exit code: 1 after an abort (one line) or a failed write, else 0."""
-    from guard.plan.deadlines import run_deadlines  # `--help` and the Job programs need none
-
     log.event(
         "start",
         mode="dry-run" if inputs.dry_run else "apply",
         at=inputs.at.isoformat() if inputs.at else "now",
     )
     log.emit("settings", _settings_fields(s))
-    from guard.settings_flags import layout_warnings
-
     for warning in layout_warnings(s):
         log.emit("layout", dict(warning), "WARN")
     budget = Budget(anchor, run_deadlines(anchor.wall, s, inputs.watch))
@@ -301,17 +268,13 @@ def run_code(run: Run) -> int:
             trace.lease_held = run.budget.anchor.now().timestamp()
         log.event(exc.event, **exc.fields)
         return 0
-    except (PromError, KubeError, SnapshotError, TemplateLoadError, BundleError) as exc:
-        log.event("abort", "ERROR", reason=str(exc), next="no writes after this; exit 1")
-        return 1
-    except Exception as exc:  # a bug or an unforeseen answer: still one line, still exit 1
-        first = (str(exc).strip().splitlines() or [""])[0]
-        log.event(
-            "abort",
-            "ERROR",
-            reason=f"unexpected {type(exc).__name__}: {first}",
-            next="no writes after this; exit 1; please report",
-        )
+    except Exception as exc:  # a bug or an unforeseen answer too: still one line, still exit 1
+        if isinstance(exc, PromError | KubeError | SnapshotError | TemplateLoadError | BundleError):
+            reason, report = str(exc), ""
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reason, report = f"unexpected {type(exc).__name__}: {first}", "; please report"
+        log.event("abort", "ERROR", reason=reason, next=f"no writes after this; exit 1{report}")
         return 1
     if run.inputs.output == "json":
         click.echo(json.dumps(result.to_json(), sort_keys=False))
@@ -320,25 +283,21 @@ def run_code(run: Run) -> int:
 
 def _settings_fields(s: Settings) -> dict[str, Value]:
     """The one `settings` line, sorted, values typed (lists comma-joined); no kubeconfig path."""
-    out: dict[str, Value] = {}
-    for f in sorted(setting_fields(), key=lambda f: f.name):
-        value = getattr(s, f.name)
-        if f.name != "kubeconfig":
-            out[f.name] = ",".join(map(str, value)) if isinstance(value, tuple) else value
-    return out
+    values = sorted(
+        (f.name, getattr(s, f.name)) for f in setting_fields() if f.name != "kubeconfig"
+    )
+    return {k: ",".join(map(str, v)) if isinstance(v, tuple) else v for k, v in values}
 
 
 def _prom_warning(log: Log, query: str, warning: str) -> None:
     """A Prometheus warning that does not say the answer is partial: one line per text a run."""
-    log.emit(
+    log.event(
         "prometheus-warning",
-        {
-            "query": query,
-            "warning": warning,
-            "next": "answer used (it does not say it is partial); later answers with this"
-            " warning are used without a line (docs/runbook.md#prometheus-warning)",
-        },
         "WARN",
+        query=query,
+        warning=warning,
+        next="answer used (it does not say it is partial); later answers with this warning are"
+        " used without a line (docs/runbook.md#prometheus-warning)",
     )
 
 
@@ -349,32 +308,22 @@ def _connect(run: Run) -> Kube:
 
 
 def _with_lease(run: Run) -> CycleResult:
-    """The turns; a real run holds the cycle's Lease from before its reads to its end
-    (guard/doors/lease.py)."""
+    """The turns; a real run holds the cycle's Lease from before its reads to its end."""
     s, inputs = run.s, run.inputs
     if inputs.snapshot_file is not None or inputs.dry_run:
         return _turns(run)
-    # a real run's only (dry runs load none)
-    from guard.doors.lease import CycleLease, holder_identity, slot_key
-    from guard.ledger import format_time
-    from guard.plan.watch import cron_slot
-
     kube = _connect(run)
     if not inputs.at:
         _prometheus_clock(run)  # the slot, the deadlines and the Lease's times on its clock
     clock = run.budget.anchor
     this_slot = cron_slot(clock.now(), s)
-    lease = CycleLease(
-        kube,
-        s.namespace,
-        holder_identity(),
-        s.lease_duration_s,
-        slot_key(s.annotation_prefix),
-        this_slot + timedelta(seconds=s.cadence_s),
-    )
+    key = slot_key(s.annotation_prefix)
+    expires_by = this_slot + timedelta(seconds=s.cadence_s)  # the next slot's start
+    lease = CycleLease(kube, s.namespace, holder_identity(), s.lease_duration_s, key, expires_by)
     holder = lease.take(clock.now())
     if holder:
-        raise lease_held(holder)
+        why = "another run holds the cycle's Lease and decides this slot; exit 0"
+        raise Yield("lease-held", why, holder=holder)
     run.trace.lease_taken = clock.now().timestamp()
     if lease.taken_over:
         was, why = lease.taken_over
@@ -390,11 +339,12 @@ def _with_lease(run: Run) -> CycleResult:
         # A replay's writes (--at) take the slot guard too: its instant's slot (docs/lifecycle.md).
         run.slot = format_time(cron_slot(inputs.at, s) if inputs.at else this_slot)
         if run.slot and lease.isolated_slot() == run.slot:
-            raise slot_isolated(run.slot)
+            why = "one cordon per cron slot: a run of this slot cordoned; the next slot's run"
+            raise Yield("slot-isolated", f"{why} decides; exit 0", slot=run.slot)
         run.lease = lease
         return _turns(run)
     finally:
-        run.budget.to_run_end(kube, run.prom)  # an aborted cycle's release too
+        run.budget.until("run", run.prom, kube)  # an aborted cycle's release too
         try:
             lease.release(clock.now())
         except KubeError as exc:  # it expires on its own within the CronJob's deadline
@@ -428,7 +378,8 @@ def _turns(run: Run) -> CycleResult:
     run.released = released(actions)
     run.turn(snap, actions)
     if run.lost:
-        raise lease_lost()
+        why = "another run took the cycle's Lease after this run's reads and decides this slot"
+        raise Yield("lease-lost", f"{why}; no writes; exit 0")
     waiting = pending(snap, s)  # on their way to a cordon: one line each, after the decisions
     for p in waiting:
         run.decisions.decision(*p.log_line())
@@ -453,12 +404,11 @@ def _turns(run: Run) -> CycleResult:
         done["next"] = f"exit 1: {bad} writes failed (write-failed lines above)"
     log.emit("done", done, "ERROR" if bad else "INFO")
     if inputs.watch and not bad:
-        run.budget.to_run_end(kube, prom)  # the watch's reads and writes, the Lease's release
+        run.budget.until("run", prom, kube)  # the watch's reads and writes, the Lease's release
         if run.renew():
-            from guard.plan.watch import watch_end  # watching runs only
-            from guard.watch import Clock, ReplayClock, RunClock, Watch
+            from guard.watch import ReplayClock, RunClock, Watch  # watching runs only
 
-            clock: Clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
+            clock = ReplayClock(now) if inputs.at else RunClock(run.budget.anchor)
             end = watch_end(now, s) if inputs.at else run.budget.deadlines.watch_end
             Watch(run, snap, clock, end).watch()
         outcomes = tuple(run.outcomes)
@@ -466,35 +416,23 @@ def _turns(run: Run) -> CycleResult:
 
 
 def _prometheus_clock(run: Run) -> None:
-    """The run's clock becomes Prometheus' own (guard.plan.instant), counted on the monotonic
-    clock from the run's start: the instants its queries ask about and its writes carry, its
-    deadlines (computed again from its start on that clock), its cron slot and the Lease's
-    times. Clocks far apart are one WARN line."""
-    from guard.ledger import format_time
-    from guard.plan.deadlines import run_deadlines
-    from guard.plan.instant import SKEW_WARN_S, cycle_instant
-
+    """The run's clock becomes Prometheus' own (guard.plan.instant) on the monotonic clock: its
+    queries, writes, deadlines, cron slot and Lease times. Clocks far apart are one WARN line."""
     theirs = run.prom.server_time()
     was = run.budget.anchor
     found = cycle_instant(was.now(), theirs)  # the pod's read after the answer came
     if found.skewed:
         ahead = "ahead of" if found.skew_s > 0 else "behind"
-        run.log.emit(
+        run.log.event(
             "clock-skew",
-            {
-                "skew_s": found.skew_s,
-                "prometheus": format_time(theirs),
-                "bound_s": SKEW_WARN_S,
-                "next": f"the pod's clock runs {ahead} Prometheus': queries, writes, deadlines"
-                " and the Lease use Prometheus' time; check the nodes' time sync"
-                " (docs/runbook.md#clock-skew)",
-            },
             "WARN",
+            skew_s=found.skew_s,
+            prometheus=format_time(theirs),
+            bound_s=SKEW_WARN_S,
+            next=f"the pod's clock runs {ahead} Prometheus': queries, writes, deadlines and the"
+            " Lease use Prometheus' time; check the nodes' time sync (docs/runbook.md#clock-skew)",
         )
     anchor = Anchor(was.wall + found.offset, was.mono, was.clock)
     run.budget = Budget(anchor, run_deadlines(anchor.wall, run.s, run.inputs.watch))
-    cycle = anchor.at(run.budget.deadlines.cycle)
-    if not (run.inputs.dry_run and not run.inputs.watch):  # start(): a dry run's own budget
-        run.prom.backoff.until(cycle, "cycle")
-    if run.kube is not None:
-        run.kube.backoff.until(cycle, "cycle")
+    dry = run.inputs.dry_run and not run.inputs.watch  # start(): a dry run's own budget
+    run.budget.until("cycle", None if dry else run.prom, run.kube)

@@ -1,10 +1,6 @@
-"""One frozen value with every setting of a guard run; built once by the CLI.
-
-Each field carries its help text in `metadata`; `guard.settings_flags` turns every site setting
-(`SITE_GROUPS`) into a click option ``--field-name`` with environment variable
-``GUARD_FIELD_NAME``, so a setting is declared once.
-Defaults come from the incident write-up the guard was built from (five-minute cadence, ten-minute
-hold window, user-code Xids 13,31,43,45,68,109, breaker at five auto-cordoned nodes).
+"""One frozen value with every setting of a guard run; built once by the CLI. A site setting's
+help is its field's `metadata` (guard/settings_flags.py makes ``--field-name`` and
+``GUARD_FIELD_NAME`` of it). Defaults come from the incident write-up the guard was built from.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ JOB_TTL_MAX_S = 2_592_000  # 30 days
 # Other bounds: no setting is meant to go near them; they turn typing errors and overflow
 # (a duration of 10**30 s) into one usage line instead of a failure in the middle of a cycle.
 MAX_DURATION_S = 86_400
-# kubectl's rule, for every subcommand (guard.doors.kube.Kube.connect).
 KUBECONFIG_HELP = (
     "Kubeconfig path; else $KUBECONFIG, else in-cluster, else ~/.kube/config (kubectl's rule)"
 )
@@ -105,8 +100,7 @@ class Settings:
     )
     kubeconfig: str = _opt("", KUBECONFIG_HELP)
     # Detection.
-    # the CronJob's schedule; a missing evidence Job is recreated within two cycles
-    cadence_s: int = 300
+    cadence_s: int = 300  # the CronJob's schedule; a lost evidence Job is made again within 2
     hold_window_s: int = _opt(600, "GPU loss must hold this long before a cordon")
     fast_hold_window_s: int = _opt(120, "Shorter hold for hardware-certain Xids (fast path)")
     fast_path_xids: tuple[int, ...] = _opt((79,), "Hardware-certain Xids that use the short hold")
@@ -139,26 +133,20 @@ class Settings:
     # Names (owner: security; the admission policies in policies/ are generated from these).
     annotation_prefix: str = "gpu-node-guard.io/"  # the prefix of the guard's node annotations
     namespace: str = "gpu-node-guard"  # the guard's (CronJob, ledger, Lease): its pod's
-    # the guard's Jobs (evidence, conformance, load test); its pods never count
-    jobs_namespace: str = "gpu-node-guard-jobs"
+    jobs_namespace: str = "gpu-node-guard-jobs"  # the guard's Jobs; their pods never count
     ledger_configmap: str = "gpu-fault-ledger"  # the fault ledger
     job_service_account: str = "gpu-node-guard-job"  # the Jobs' ServiceAccount (jobs namespace)
-    # every GPU node carries it; the Jobs' nodeSelector
-    gpu_node_label: str = "nvidia.com/gpu.present=true"
+    gpu_node_label: str = "nvidia.com/gpu.present=true"  # on every GPU node; the Jobs' nodeSelector
     # Jobs.
-    # of the evidence, conformance and fence Jobs
-    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"
-    # of the load-test Job
-    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"
-    # activeDeadlineSeconds of the evidence, conformance and fence Jobs
-    evidence_deadline_s: int = 600
+    image: str = "ghcr.io/gpu-node-guard/gpu-node-guard:0.1.0"  # evidence, conformance, fence Jobs
+    loadtest_image: str = "ghcr.io/gpu-node-guard/gpu-node-guard-loadtest:0.1.0"  # load-test Job
+    evidence_deadline_s: int = 600  # activeDeadlineSeconds: evidence, conformance, fence
     loadtest_deadline_s: int = 1800  # activeDeadlineSeconds of the load-test Job
     job_ttl_s: int = 7 * 86400  # ttlSecondsAfterFinished of every guard Job
     loadtest_duration_s: int = 90  # the matmul burn per GPU
     loadtest_matrix_size: int = 8192  # the burn's square fp16 matrix
     loadtest_min_ratio: float = 0.8  # pass: min/max per-GPU throughput
-    # Lifecycle checks (after every reboot, the onboarding gate, the load test's all-reduce and
-    # recorded links: docs/lifecycle.md, docs/onboarding.md).
+    # Lifecycle checks: after each reboot, onboarding, all-reduce (docs/lifecycle.md, onboarding.md)
     boot_check: bool = _opt(
         True,
         "Run the conformance Job on a GPU node after every new boot (a bootID not yet checked);"
@@ -180,11 +168,9 @@ class Settings:
     )
     onboarding_burnin_s: int = 900  # the onboarding load test's burn (longer than the return's)
     loadtest_allreduce: bool = _opt(True, "The load test all-reduces across every GPU (NCCL)")
-    # every GPU's all-reduce bandwidth against the best GPU's
-    loadtest_allreduce_min_ratio: float = 0.7
+    loadtest_allreduce_min_ratio: float = 0.7  # each GPU's all-reduce bandwidth / the best's
     loadtest_allreduce_timeout_s: int = 60  # an all-reduce rank silent this long is hung
-    # Node signals: the node agent's driver/NVML mismatch cordons, and the service
-    # network a node needs before it returns (also NodeServiceNetworkDown's pods).
+    # Node signals: the agent's driver/NVML mismatch, the service network a node needs to return.
     nvml_mismatch_cordon: bool = _opt(
         True,
         "Cordon a node whose node agent reports nvidia-match failed for nvml_mismatch_hold_s "
@@ -217,8 +203,7 @@ class Settings:
         "The fence also drains the GPU (nvidia-smi drain; only where the product supports it)",
     )
     # Writes (the executor, the API door, the ledger's storage).
-    # transient API errors and conflicts are retried until then (after the start)
-    cycle_deadline_s: int = 200
+    cycle_deadline_s: int = 200  # transient API errors and conflicts retried until then
     api_timeout_s: float = 10.0  # one API server request
     api_page_size: int = _opt(
         500,
@@ -226,19 +211,15 @@ class Settings:
         "time; larger pages mean fewer requests, more memory",
     )
     # The in-run watch and the cycle's Lease (guard/watch.py, guard/doors/lease.py).
-    # the watch ends this long after the Job's schedule (the deadline less the margin)
-    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S
+    watch_until_s: int = CRONJOB_DEADLINE_S - WATCH_MARGIN_S  # after the Job's schedule
     scrape_interval_s: int = _opt(
         15,
         "Scrape interval of dcgm-exporter and kube-state-metrics: the watch polls once per scrape "
         "and re-reads a due node's loss history at this step (a divisor of query_step_s)",
     )
-    # the run's own Job, whose name ends in its schedule (the watch's end counts from it)
-    job_name: str = ""
-    # the Lease expires this long after its last renewal (never past the next slot)
-    lease_duration_s: int = 90
-    # before a ledger write passes it, its oldest lines move to archives
-    ledger_archive_bytes: int = 768 * 1024
+    job_name: str = ""  # the run's Job, its name ends in its schedule (the watch's end)
+    lease_duration_s: int = 90  # the Lease expires this long after its last renewal
+    ledger_archive_bytes: int = 768 * 1024  # past it, a ledger write archives its oldest lines
     # The base of every runbook link, absolute (docs/alerts.md, docs/status.md).
     runbook_base_url: str = _opt(
         PUBLISHED_URL,
@@ -257,29 +238,23 @@ class Settings:
     budget_power_cycle_h: float = _opt(24.0, "Expected repair time of a power cycle, hours")
     budget_rma_h: float = _opt(504.0, "Expected repair time of an RMA (card swap), hours")
     budget_human_h: float = _opt(24.0, "Expected repair time of a human verdict, hours")
-    # Node triggers without an Xid (docs/triggers.md): a node short of its class's GPU count
-    # (gpu-short), a node that rejects GPU pods at admission (admission-rejected).
+    # Node triggers without an Xid (docs/triggers.md): gpu-short, admission-rejected, fabric.
     gpu_classes: str = _opt(
         "",
         "Node classes and their GPU count, `selector:count` entries split by `;` (selector: "
         "k=v,k!=v,k on Node labels; count: a number, or `auto` for the majority of the class's "
         "other nodes); a node in none is not checked. Empty: no gpu-short trigger",
     )
-    # How long a node stays below its class's GPU count before a cordon (0: the hold window).
-    gpu_short_hold_s: int = 0
+    gpu_short_hold_s: int = 0  # below its class's GPU count this long: a cordon (0: hold window)
     admission_rejected_min_pods: int = _opt(
         5,
         "GPU pods rejected with UnexpectedAdmissionError on one node within 10 minutes that make "
         "it a candidate (reason admission-rejected; 0: the trigger is off)",
     )
-    # A rejected pod counts while it was created at most this long ago.
-    admission_rejected_window_s: int = 600
-    # How long the rejections stay at or above the minimum before a cordon (0: the hold window).
-    admission_rejected_hold_s: int = 0
-    # How long a node's Fabric Manager status stays Failure before a cordon (0: the hold window).
-    fabric_hold_s: int = 0
-    # A shared cause (docs/triggers.md, "Domain incidents"): the Node label that names a failure
-    # domain the site knows (rack, switch, NVLink domain).
+    admission_rejected_window_s: int = 600  # a rejected pod counts for this long after its creation
+    admission_rejected_hold_s: int = 0  # at or over the minimum this long (0: the hold window)
+    fabric_hold_s: int = 0  # Fabric Manager status Failure this long (0: hold window)
+    # A shared cause: a failure domain the site knows (docs/triggers.md, "Domain incidents").
     topology_label: str = _opt(
         "",
         "Node label key whose value names a shared failure domain (rack, switch, NVLink "
@@ -317,11 +292,7 @@ class Settings:
 
     @property
     def onboarding_gate(self) -> tuple[str, str, str] | None:
-        """`onboarding_taint` as (key, value, effect); None when there is no gate.
-
-        >>> Settings().onboarding_gate
-        ('gpu-node-guard.io/onboarding', 'pending', 'NoSchedule')
-        """
+        """`onboarding_taint` as (key, value, effect); None when there is no gate."""
         return parse_taint(self.onboarding_taint) if self.onboarding_taint else None
 
     @property
@@ -333,179 +304,6 @@ class Settings:
         """``Name=value`` entries of `prometheus_headers`, in order."""
         pairs = (e.partition("=") for e in self.prometheus_headers.split(",") if e.strip())
         return tuple((name.strip(), value.strip()) for name, _, value in pairs)
-
-
-Check = tuple[bool, str, str]  # (holds, field, what is wrong otherwise)
-
-
-def _problems(s: Settings) -> list[tuple[str, str]]:
-    groups = (_reading, _detection, _budgets, _names, _jobs, _writes, _metrics, _signals)
-    checks = (*groups, _triggers, _lifecycle, _conformance)
-    return [(name, text) for check in checks for ok, name, text in check(s) if not ok]
-
-
-def _conformance(s: Settings) -> list[Check]:
-    """Values the conformance Job's own flags refuse (exit 2 on the node, every time)."""
-    dns = s.conformance_allowed_dns
-    return [
-        (
-            not s.conformance_control_plane_version
-            or parse_exact(s.conformance_control_plane_version) is not None,
-            "conformance_control_plane_version",
-            "must be empty or a version like v1.34.3+rke2r1",
-        ),
-        (
-            not dns or not _refusal(parse_allowed_dns, dns),
-            "conformance_allowed_dns",
-            "must be empty or comma-separated CIDRs",
-        ),
-        (
-            not dns
-            or bool(_refusal(parse_allowed_dns, dns))
-            or not _refusal(allowed_dns_prefixes, dns),
-            "conformance_allowed_dns",
-            "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
-            "guard pushes the prefixes it covers for the CoreDNS alert",
-        ),
-    ]
-
-
-def _refusal(parse: Callable[[str], object], text: str) -> str:
-    """What `parse` says is wrong with `text` (its ValueError), "" when it takes it."""
-    try:
-        parse(text)
-    except ValueError as exc:
-        return str(exc) or "refused"
-    return ""
-
-
-def _within(value: float, low: float, high: float) -> bool:
-    return low <= value <= high
-
-
-def _budgets(s: Settings) -> list[Check]:
-    names = ("budget_reset_h", "budget_power_cycle_h", "budget_rma_h", "budget_human_h")
-    bad = "must be in 0.01..8784 hours"
-    return [(_within(getattr(s, n), 0.01, 24 * 366), n, bad) for n in names]
-
-
-def _detection(s: Settings) -> list[Check]:
-    lists = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
-    xids: list[Check] = [
-        (
-            all(_within(x, 1, MAX_XID) for x in getattr(s, name)),
-            name,
-            f"must list Xids in 1..{MAX_XID}",
-        )
-        for name in lists
-    ]
-    return [
-        *xids,
-        (_within(s.cadence_s, 1, MAX_DURATION_S), "cadence_s", f"must be in 1..{MAX_DURATION_S}"),
-        (
-            _within(s.hold_window_s, 60, MAX_DURATION_S),
-            "hold_window_s",
-            f"must be at least 60 (and at most {MAX_DURATION_S})",
-        ),
-        (
-            0 < s.fast_hold_window_s <= s.hold_window_s,
-            "fast_hold_window_s",
-            "must be in (0, hold_window_s]",
-        ),
-        (
-            0 < s.query_step_s <= s.fast_hold_window_s,
-            "query_step_s",
-            "must be in (0, fast_hold_window_s]",
-        ),
-        (_within(s.breaker_max_nodes, 1, 10**6), "breaker_max_nodes", "must be at least 1"),
-        (_within(s.breaker_max_fraction, 0.0, 1.0), "breaker_max_fraction", "must be in [0, 1]"),
-        (_within(s.repeat_fault_limit, 1, 10**6), "repeat_fault_limit", "must be at least 1"),
-        (
-            not set(s.fast_path_xids) & set(s.user_code_xids),
-            "fast_path_xids",
-            "a fast-path Xid is a user-code Xid",
-        ),
-        # A fast-path Xid is hardware-certain (79: the GPU fell off the bus): only a power cycle
-        # brings it back, so `reset-done` after a reset must not return its node.
-        (
-            not set(s.fast_path_xids) & set(s.reset_class_xids),
-            "reset_class_xids",
-            "must not list a fast-path Xid (fast_path_xids: fixed only by a power cycle, "
-            "never by a GPU reset)",
-        ),
-    ]
-
-
-def _names(s: Settings) -> list[Check]:
-    label = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
-    prefix = s.annotation_prefix.removesuffix("/")
-    return [
-        (
-            s.annotation_prefix.endswith("/") and is_dns_subdomain(prefix),
-            "annotation_prefix",
-            "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/",
-        ),
-        (is_dns_label(s.namespace), "namespace", label),
-        (
-            is_dns_subdomain(s.ledger_configmap, LEDGER_NAME_MAX),
-            "ledger_configmap",
-            f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters",
-        ),
-        (
-            is_dns_subdomain(s.job_service_account),
-            "job_service_account",
-            "must be a DNS-1123 subdomain (a-z, 0-9, -, .)",
-        ),
-        (is_dns_label(s.jobs_namespace), "jobs_namespace", label),
-        (s.jobs_namespace != s.namespace, "jobs_namespace", "must differ from namespace"),
-        (
-            is_label_pair(s.gpu_node_label),
-            "gpu_node_label",
-            "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)",
-        ),
-    ]
-
-
-def _jobs(s: Settings) -> list[Check]:
-    image = "must be an image reference without spaces"
-    return [
-        (bool(PRINTABLE_WORD.fullmatch(s.image)), "image", image),
-        (bool(PRINTABLE_WORD.fullmatch(s.loadtest_image)), "loadtest_image", image),
-    ]
-
-
-def _writes(s: Settings) -> list[Check]:
-    return [
-        (
-            _within(s.cycle_deadline_s, 1, CRONJOB_DEADLINE_S - 10),
-            "cycle_deadline_s",
-            f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
-            f" {CRONJOB_DEADLINE_S})",
-        ),
-        (_within(s.api_page_size, 100, 5000), "api_page_size", "must be in 100..5000"),
-        (
-            _within(s.watch_until_s, 0, CRONJOB_DEADLINE_S - WATCH_MARGIN_S),
-            "watch_until_s",
-            f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
-            f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})",
-        ),
-        (
-            _within(s.scrape_interval_s, 5, 120) and s.query_step_s % s.scrape_interval_s == 0,
-            "scrape_interval_s",
-            "must be in 5..120 and divide query_step_s",
-        ),
-        (
-            s.job_name == "" or is_dns_subdomain(s.job_name),
-            "job_name",
-            "must be empty or a Job name (a DNS-1123 subdomain)",
-        ),
-        (
-            _within(s.lease_duration_s, 2 * s.scrape_interval_s, LEASE_MAX_S),
-            "lease_duration_s",
-            f"must be in 2 × scrape_interval_s..{LEASE_MAX_S} (renewed at every poll; free"
-            " again within the CronJob's deadline)",
-        ),
-    ]
 
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -523,19 +321,6 @@ def parse_taint(text: str) -> tuple[str, str, str] | None:
     if not sep or effect not in TAINT_EFFECTS or not is_label_pair(f"{key}={value}"):
         return None
     return key, value, effect
-
-
-def _lifecycle(s: Settings) -> list[Check]:
-    return [
-        (_within(s.boot_check_max_jobs, 1, 1000), "boot_check_max_jobs", "must be in 1..1000"),
-        (
-            not s.onboarding_taint or parse_taint(s.onboarding_taint) is not None,
-            "onboarding_taint",
-            "must be key=value:effect (effect "
-            + ", ".join(TAINT_EFFECTS)
-            + "), e.g. gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
-        ),
-    ]
 
 
 # Pod and DaemonSet name patterns go into PromQL strings as RE2: names' own characters and the
@@ -570,58 +355,8 @@ def is_re2(text: str) -> bool:
     return not _NOT_RE2.search(bare) and all(n <= 1000 for n in repeats)
 
 
-def _signals(s: Settings) -> list[Check]:
-    pattern = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
-    namespace = "must be empty (any) or a DNS-1123 label"
-    return [
-        (
-            not s.service_network_kube_proxy_namespace
-            or is_dns_label(s.service_network_kube_proxy_namespace),
-            "service_network_kube_proxy_namespace",
-            namespace,
-        ),
-        (
-            not s.service_network_cni_namespace or is_dns_label(s.service_network_cni_namespace),
-            "service_network_cni_namespace",
-            namespace,
-        ),
-        (
-            not s.service_network_kube_proxy_pods
-            or _is_name_pattern(s.service_network_kube_proxy_pods),
-            "service_network_kube_proxy_pods",
-            pattern,
-        ),
-        (
-            not s.service_network_cni_daemonsets
-            or _is_name_pattern(s.service_network_cni_daemonsets),
-            "service_network_cni_daemonsets",
-            pattern,
-        ),
-        (
-            bool(s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets),
-            "service_network_cni_daemonsets",
-            "must not be empty when service_network_kube_proxy_pods is empty too",
-        ),
-    ]
-
-
 # No user:password@ in a logged URL.
 _HTTP_URL = re.compile(r"^https?://[^\s/@]+(/\S*)?\Z", re.ASCII)
-
-
-def _metrics(s: Settings) -> list[Check]:
-    return [
-        (
-            not s.pushgateway_url or bool(_HTTP_URL.fullmatch(s.pushgateway_url)),
-            "pushgateway_url",
-            "must be http://host:port or https://host:port with an optional path, no credentials",
-        ),
-        (
-            bool(_HTTP_URL.fullmatch(s.runbook_base_url)) and "#" not in s.runbook_base_url,
-            "runbook_base_url",
-            "must be an absolute http:// or https:// URL without a #fragment",
-        ),
-    ]
 
 
 def _listed(text: str) -> tuple[str, ...]:
@@ -634,9 +369,8 @@ def _listed(text: str) -> tuple[str, ...]:
 SITE_GROUPS: dict[str, tuple[str, ...]] = {
     "reading": _listed(
         "prometheus_url prometheus_bearer_token_file prometheus_service_account_token "
-        "prometheus_basic_auth_user prometheus_basic_auth_password_file "
-        "prometheus_ca_file prometheus_cert_file prometheus_key_file prometheus_headers "
-        "kubeconfig"
+        "prometheus_basic_auth_user prometheus_basic_auth_password_file prometheus_ca_file "
+        "prometheus_cert_file prometheus_key_file prometheus_headers kubeconfig"
     ),
     "selectors": _listed("dcgm_node_labels dcgm_selector ksm_selector scrape_interval_s"),
     "hold": _listed(
@@ -723,15 +457,6 @@ LAYOUT_SETTINGS = _listed(
 )
 
 
-def layout_differences(s: Settings) -> list[tuple[str, Any, Any]]:
-    """(name, value, what the manifests pin) for each layout setting that differs."""
-    return [
-        (name, getattr(s, name), setting_default(name))
-        for name in LAYOUT_SETTINGS
-        if getattr(s, name) != setting_default(name)
-    ]
-
-
 def setting_default(name: str) -> Any:
     """The default of one setting, for commands that run without a Settings (inside Jobs)."""
     return next(f.default for f in fields(Settings) if f.name == name)
@@ -768,87 +493,8 @@ def _is_matchers(text: str) -> bool:
     return all(is_re2(m.group(2)) for m in regexes)
 
 
-def _reading(s: Settings) -> list[Check]:
-    labels = s.dcgm_node_label_names
-    headers = s.prometheus_header_pairs
-    return [
-        (
-            not s.prometheus_url or bool(_HTTP_URL.fullmatch(s.prometheus_url)),
-            "prometheus_url",
-            "must be http://host:port or https://host:port with an optional path prefix, no"
-            " credentials (they would be logged: use --prometheus-basic-auth-user)",
-        ),
-        # A tenth of a second at least: 1e-320 passed `> 0` and timed out every request.
-        (0.1 <= s.prometheus_timeout_s <= 600, "prometheus_timeout_s", "must be in [0.1, 600]"),
-        (
-            not 0.1 <= s.prometheus_timeout_s <= 600 or s.prometheus_timeout_s < CRONJOB_DEADLINE_S,
-            "prometheus_timeout_s",
-            f"must be below the CronJob's activeDeadlineSeconds "
-            f"({CRONJOB_DEADLINE_S}): one slow answer would outlive the run",
-        ),
-        # The upper bounds keep one answer well inside the guard's 384 Mi memory limit.
-        (
-            65536 <= s.prometheus_max_answer_bytes <= MAX_ANSWER_BYTES,
-            "prometheus_max_answer_bytes",
-            f"must be in 65536..{MAX_ANSWER_BYTES}",
-        ),
-        (
-            100 <= s.prometheus_max_series <= MAX_SERIES,
-            "prometheus_max_series",
-            f"must be in 100..{MAX_SERIES}",
-        ),
-        (_is_matchers(s.dcgm_selector), "dcgm_selector", _MATCHERS_PROBLEM),
-        (_is_matchers(s.ksm_selector), "ksm_selector", _MATCHERS_PROBLEM),
-        (
-            bool(labels)
-            and all(_LABEL_NAME.fullmatch(v) and not v.startswith("__") for v in labels),
-            "dcgm_node_labels",
-            "must be comma-separated Prometheus label names (not the reserved __…)",
-        ),
-        (
-            all(_HEADER_NAME.fullmatch(n) and v for n, v in headers),
-            "prometheus_headers",
-            "must be comma-separated Name=value with a valid header name",
-        ),
-        (
-            all(v.isascii() and v.isprintable() for _, v in headers),
-            "prometheus_headers",
-            "values must be printable ASCII (no line breaks)",
-        ),
-        (
-            all(n.lower() != "authorization" for n, _ in headers),
-            "prometheus_headers",
-            "must not set Authorization (it is logged): use a token file",
-        ),
-        (
-            bool(s.prometheus_basic_auth_user) == bool(s.prometheus_basic_auth_password_file),
-            "prometheus_basic_auth_user",
-            "goes together with prometheus_basic_auth_password_file (both or neither)",
-        ),
-        (
-            bool(s.prometheus_cert_file) == bool(s.prometheus_key_file),
-            "prometheus_cert_file",
-            "goes together with prometheus_key_file (both or neither)",
-        ),
-        (
-            sum(
-                (
-                    bool(s.prometheus_bearer_token_file),
-                    s.prometheus_service_account_token,
-                    bool(s.prometheus_basic_auth_user),
-                )
-            )
-            <= 1,
-            "prometheus_bearer_token_file",
-            "is one credential of three: set at most one of prometheus_bearer_token_file,"
-            " prometheus_service_account_token and prometheus_basic_auth_user",
-        ),
-    ]
-
-
 def setting_fields(names: tuple[str, ...] | None = None) -> tuple[Any, ...]:
-    """The dataclass fields (those of `names`, in that order), for the CLI to build options
-    from."""
+    """The dataclass fields (those of `names`, in that order), for the CLI to build options."""
     if names is None:
         return fields(Settings)
     by_name = {f.name: f for f in fields(Settings)}
@@ -861,18 +507,243 @@ def fixed_settings() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Settings) if f.name not in given)
 
 
-def _triggers(s: Settings) -> list[Check]:
-    classes_why = _refusal(parse_classes, s.gpu_classes)
+# (field, holds, what is wrong otherwise: a text, or made from the settings), checked in order.
+Rule = tuple[str, Callable[["Settings"], object], "str | Callable[[Settings], str]"]
+
+
+def _problems(s: Settings) -> list[tuple[str, str]]:
     return [
-        (not classes_why, "gpu_classes", classes_why),
-        (
-            _within(s.admission_rejected_min_pods, 0, 100000),
-            "admission_rejected_min_pods",
-            "must be in 0..100000",
-        ),
-        (
-            not s.topology_label or is_label_pair(f"{s.topology_label}=x"),
-            "topology_label",
-            "must be a Node label key (example.com/rack) or empty",
-        ),
+        (name, text if isinstance(text, str) else text(s))
+        for name, holds, text in _RULES
+        if not holds(s)
     ]
+
+
+def _refusal(parse: Callable[[str], object], text: str) -> str:
+    """What `parse` says is wrong with `text` (its ValueError), "" when it takes it."""
+    try:
+        parse(text)
+    except ValueError as exc:
+        return str(exc) or "refused"
+    return ""
+
+
+def _within(name: str, low: float, high: float, text: str = "") -> Rule:
+    return name, lambda s: low <= getattr(s, name) <= high, text or f"must be in {low}..{high}"
+
+
+def _is(name: str, ok: Callable[[Any], object], text: str) -> Rule:
+    return name, lambda s: ok(getattr(s, name)), text
+
+
+def _empty_or(name: str, ok: Callable[[Any], object], text: str) -> Rule:
+    return name, lambda s: not getattr(s, name) or ok(getattr(s, name)), text
+
+
+def _up_to(name: str, other: str) -> Rule:
+    return name, lambda s: 0 < getattr(s, name) <= getattr(s, other), f"must be in (0, {other}]"
+
+
+def _apart(name: str, other: str, text: str) -> Rule:
+    """`name` is refused when `other` lists a fast-path Xid."""
+    return name, lambda s: not set(s.fast_path_xids) & set(getattr(s, other)), text
+
+
+def _both(name: str, other: str) -> Rule:
+    text = f"goes together with {other} (both or neither)"
+    return name, lambda s: bool(getattr(s, name)) == bool(getattr(s, other)), text
+
+
+def _label_names(labels: tuple[str, ...]) -> bool:
+    return bool(labels) and all(_LABEL_NAME.fullmatch(v) and not v.startswith("__") for v in labels)
+
+
+def _xids(xids: tuple[int, ...]) -> bool:
+    return all(1 <= x <= MAX_XID for x in xids)
+
+
+_CREDENTIALS = _listed(
+    "prometheus_bearer_token_file prometheus_service_account_token prometheus_basic_auth_user"
+)
+_XID_LISTS = ("fast_path_xids", "user_code_xids", "reset_class_xids", "memory_class_xids")
+_LABEL = "must be a DNS-1123 label (a-z, 0-9, -; at most 63)"
+_IMAGE = "must be an image reference without spaces"
+_NAMESPACE = "must be empty (any) or a DNS-1123 label"
+_PATTERN = "must be empty or a regex of a-z, 0-9, . - and | ( ) [ ] * + ? { } , ^ $"
+_RULES: tuple[Rule, ...] = (
+    # Where to read.
+    _empty_or(
+        "prometheus_url",
+        _HTTP_URL.fullmatch,
+        "must be http://host:port or https://host:port with an optional path prefix, no"
+        " credentials (they would be logged: use --prometheus-basic-auth-user)",
+    ),
+    # A tenth of a second at least: 1e-320 passed `> 0` and timed out every request.
+    _within("prometheus_timeout_s", 0.1, 600, "must be in [0.1, 600]"),
+    (
+        "prometheus_timeout_s",
+        lambda s: not CRONJOB_DEADLINE_S <= s.prometheus_timeout_s <= 600,
+        f"must be below the CronJob's activeDeadlineSeconds ({CRONJOB_DEADLINE_S}): one slow"
+        " answer would outlive the run",
+    ),
+    # The upper bounds keep one answer well inside the guard's 384 Mi memory limit.
+    _within("prometheus_max_answer_bytes", 65536, MAX_ANSWER_BYTES),
+    _within("prometheus_max_series", 100, MAX_SERIES),
+    _is("dcgm_selector", _is_matchers, _MATCHERS_PROBLEM),
+    _is("ksm_selector", _is_matchers, _MATCHERS_PROBLEM),
+    (
+        "dcgm_node_labels",
+        lambda s: _label_names(s.dcgm_node_label_names),
+        "must be comma-separated Prometheus label names (not the reserved __…)",
+    ),
+    (
+        "prometheus_headers",
+        lambda s: all(_HEADER_NAME.fullmatch(n) and v for n, v in s.prometheus_header_pairs),
+        "must be comma-separated Name=value with a valid header name",
+    ),
+    (
+        "prometheus_headers",
+        lambda s: all(v.isascii() and v.isprintable() for _, v in s.prometheus_header_pairs),
+        "values must be printable ASCII (no line breaks)",
+    ),
+    (
+        "prometheus_headers",
+        lambda s: all(n.lower() != "authorization" for n, _ in s.prometheus_header_pairs),
+        "must not set Authorization (it is logged): use a token file",
+    ),
+    _both("prometheus_basic_auth_user", "prometheus_basic_auth_password_file"),
+    _both("prometheus_cert_file", "prometheus_key_file"),
+    (
+        "prometheus_bearer_token_file",
+        lambda s: sum(bool(getattr(s, n)) for n in _CREDENTIALS) <= 1,
+        "is one credential of three: set at most one of prometheus_bearer_token_file,"
+        " prometheus_service_account_token and prometheus_basic_auth_user",
+    ),
+    # Detection, the breaker, the return.
+    *(_is(n, _xids, f"must list Xids in 1..{MAX_XID}") for n in _XID_LISTS),
+    _within("cadence_s", 1, MAX_DURATION_S),
+    _within(
+        "hold_window_s", 60, MAX_DURATION_S, f"must be at least 60 (and at most {MAX_DURATION_S})"
+    ),
+    _up_to("fast_hold_window_s", "hold_window_s"),
+    _up_to("query_step_s", "fast_hold_window_s"),
+    _within("breaker_max_nodes", 1, 10**6, "must be at least 1"),
+    _within("breaker_max_fraction", 0.0, 1.0, "must be in [0, 1]"),
+    _within("repeat_fault_limit", 1, 10**6, "must be at least 1"),
+    _apart("fast_path_xids", "user_code_xids", "a fast-path Xid is a user-code Xid"),
+    # A fast-path Xid is hardware-certain (79: the GPU fell off the bus): only a power cycle
+    # brings it back, so `reset-done` after a reset must not return its node.
+    _apart(
+        "reset_class_xids",
+        "reset_class_xids",
+        "must not list a fast-path Xid (fast_path_xids: fixed only by a power cycle, "
+        "never by a GPU reset)",
+    ),
+    *(_within(n, 0.01, 24 * 366, "must be in 0.01..8784 hours") for n in SITE_GROUPS["budget"]),
+    # Names.
+    _is(
+        "annotation_prefix",
+        lambda v: v.endswith("/") and is_dns_subdomain(v[:-1]),
+        "must be a DNS subdomain followed by '/', e.g. gpu-node-guard.io/",
+    ),
+    _is("namespace", is_dns_label, _LABEL),
+    _is(
+        "ledger_configmap",
+        lambda v: is_dns_subdomain(v, LEDGER_NAME_MAX),
+        f"must be a DNS-1123 subdomain of at most {LEDGER_NAME_MAX} characters",
+    ),
+    _is("job_service_account", is_dns_subdomain, "must be a DNS-1123 subdomain (a-z, 0-9, -, .)"),
+    _is("jobs_namespace", is_dns_label, _LABEL),
+    ("jobs_namespace", lambda s: s.jobs_namespace != s.namespace, "must differ from namespace"),
+    _is(
+        "gpu_node_label",
+        is_label_pair,
+        "must be key=value, a valid label (e.g. nvidia.com/gpu.present=true)",
+    ),
+    # Jobs and writes.
+    _is("image", PRINTABLE_WORD.fullmatch, _IMAGE),
+    _is("loadtest_image", PRINTABLE_WORD.fullmatch, _IMAGE),
+    _within(
+        "cycle_deadline_s",
+        1,
+        CRONJOB_DEADLINE_S - 10,
+        f"must be in 1..{CRONJOB_DEADLINE_S - 10} (below the CronJob's activeDeadlineSeconds,"
+        f" {CRONJOB_DEADLINE_S})",
+    ),
+    _within("api_page_size", 100, 5000),
+    _within(
+        "watch_until_s",
+        0,
+        CRONJOB_DEADLINE_S - WATCH_MARGIN_S,
+        f"must be in 0..{CRONJOB_DEADLINE_S - WATCH_MARGIN_S} (the CronJob's"
+        f" activeDeadlineSeconds, {CRONJOB_DEADLINE_S}, less {WATCH_MARGIN_S})",
+    ),
+    (
+        "scrape_interval_s",
+        lambda s: 5 <= s.scrape_interval_s <= 120 and s.query_step_s % s.scrape_interval_s == 0,
+        "must be in 5..120 and divide query_step_s",
+    ),
+    _empty_or("job_name", is_dns_subdomain, "must be empty or a Job name (a DNS-1123 subdomain)"),
+    (
+        "lease_duration_s",
+        lambda s: 2 * s.scrape_interval_s <= s.lease_duration_s <= LEASE_MAX_S,
+        f"must be in 2 × scrape_interval_s..{LEASE_MAX_S} (renewed at every poll; free"
+        " again within the CronJob's deadline)",
+    ),
+    # Links and node signals.
+    _empty_or(
+        "pushgateway_url",
+        _HTTP_URL.fullmatch,
+        "must be http://host:port or https://host:port with an optional path, no credentials",
+    ),
+    (
+        "runbook_base_url",
+        lambda s: _HTTP_URL.fullmatch(s.runbook_base_url) and "#" not in s.runbook_base_url,
+        "must be an absolute http:// or https:// URL without a #fragment",
+    ),
+    _empty_or("service_network_kube_proxy_namespace", is_dns_label, _NAMESPACE),
+    _empty_or("service_network_cni_namespace", is_dns_label, _NAMESPACE),
+    _empty_or("service_network_kube_proxy_pods", _is_name_pattern, _PATTERN),
+    _empty_or("service_network_cni_daemonsets", _is_name_pattern, _PATTERN),
+    (
+        "service_network_cni_daemonsets",
+        lambda s: s.service_network_kube_proxy_pods or s.service_network_cni_daemonsets,
+        "must not be empty when service_network_kube_proxy_pods is empty too",
+    ),
+    # Triggers and the lifecycle.
+    (
+        "gpu_classes",
+        lambda s: not _refusal(parse_classes, s.gpu_classes),
+        lambda s: _refusal(parse_classes, s.gpu_classes),
+    ),
+    _within("admission_rejected_min_pods", 0, 100000),
+    _empty_or(
+        "topology_label",
+        lambda v: is_label_pair(f"{v}=x"),
+        "must be a Node label key (example.com/rack) or empty",
+    ),
+    _within("boot_check_max_jobs", 1, 1000),
+    _empty_or(
+        "onboarding_taint",
+        parse_taint,
+        f"must be key=value:effect (effect {', '.join(TAINT_EFFECTS)}), e.g."
+        " gpu-node-guard.io/onboarding=pending:NoSchedule, or empty",
+    ),
+    # What the conformance Job's own flags refuse (exit 2 on the node, every time).
+    _empty_or(
+        "conformance_control_plane_version",
+        parse_exact,
+        "must be empty or a version like v1.34.3+rke2r1",
+    ),
+    _empty_or(
+        "conformance_allowed_dns",
+        lambda v: not _refusal(parse_allowed_dns, v),
+        "must be empty or comma-separated CIDRs",
+    ),
+    _empty_or(
+        "conformance_allowed_dns",
+        lambda v: _refusal(parse_allowed_dns, v) or not _refusal(allowed_dns_prefixes, v),
+        "each CIDR at most 8 bits short of a whole octet (IPv4) or 16-bit group (IPv6): the "
+        "guard pushes the prefixes it covers for the CoreDNS alert",
+    ),
+)

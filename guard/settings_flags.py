@@ -1,6 +1,5 @@
-"""The Settings as click options (`run`, `render`, `status`, `report`): one flag and one GUARD_*
-variable per site setting of the groups a command takes (guard/settings.py `SITE_GROUPS`), the
-CronJob's own values from their variable only (`CRONJOB_ENV`), built into one Settings; a refused
+"""The Settings as click options: a flag and a GUARD_* variable per site setting a command takes
+(guard/settings.py `SITE_GROUPS`), the CronJob's own values from their variable only; a refused
 value is one usage line naming its flag. Also the click types the node-side commands share."""
 
 from __future__ import annotations
@@ -20,29 +19,26 @@ from guard.settings import (
     COMPOUND_OF,
     COMPOUNDS,
     CRONJOB_ENV,
+    LAYOUT_SETTINGS,
     SITE_SETTINGS,
     Settings,
     SettingsError,
     compound_key,
     fixed_settings,
-    layout_differences,
     setting_default,
     setting_fields,
     site_options,
 )
 
-# GUARD_* names that are not Settings fields but options of a command (guard/cli.py,
-# guard/evidence/cli.py, guard/evidence/ledger_cli.py), and the prefixes of the node-side
-# commands' own options (guard/agent/cli.py, guard/conformance/cli.py).
+# GUARD_* names that are a command's options, not Settings fields (guard/cli.py, guard/evidence/),
+# and the prefixes of the node-side commands' own (guard/agent/cli.py, guard/conformance/cli.py).
 OTHER_ENV_NAMES = frozenset({"GUARD_LOG_FORMAT", "GUARD_XID_CLASSES"})
 OTHER_ENV_PREFIXES = ("GUARD_AGENT_", "GUARD_CONFORMANCE_")
 
 
 class SettingOption(click.Option):
-    """A settings option whose GUARD_* variable set to the empty string means the empty value
-    (click's own Option treats it as unset and uses the default): GUARD_ONBOARDING_TAINT= turns
-    the onboarding gate off, as docs/onboarding.md says. Only text and list settings: an empty
-    number is no number, and falls back to the default."""
+    """GUARD_X= (empty) is the empty value, not click's "unset" (GUARD_ONBOARDING_TAINT= turns the
+    gate off: docs/onboarding.md). Text and list settings only: an empty number is the default."""
 
     def resolve_envvar_value(self, ctx: click.Context) -> str | None:
         found = super().resolve_envvar_value(ctx)
@@ -110,22 +106,24 @@ def option_set(names: tuple[str, ...]) -> Callable[[Command], Command]:
 
 
 def _option(name: str) -> Callable[[Command], Command]:
+    flag = "--" + name.replace("_", "-")
     if name in COMPOUNDS:  # unset (None) leaves every field at its default
+        keys = COMPOUNDS[name]
+        shown = (f"{key}={_plain(setting_default(f))}{unit}" for key, (f, unit) in keys.items())
+        helps = (f"{key}: {_help(f)}" for key, (f, _) in keys.items())
         return click.option(
-            "--" + name.replace("_", "-"),
+            flag,
             name,
             cls=SettingOption,
             default=None,
             envvar="GUARD_" + name.upper(),
             metavar="KEY=VALUE,…",
-            show_default=compound_default(name),
-            help=compound_help(name),
+            show_default=",".join(shown),
+            help="Comma-separated key=value, a key left out keeps its default. " + "; ".join(helps),
         )
     (f,) = setting_fields((name,))
-    flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
-    default = f.default
-    if isinstance(default, tuple):
-        default = ",".join(str(v) for v in default)
+    kind = str(f.type)
+    default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
     return click.option(
         f"{flag}/--no-{flag[2:]}" if kind == "bool" else flag,
         f.name,
@@ -134,23 +132,12 @@ def _option(name: str) -> Callable[[Command], Command]:
         default=default,
         envvar="GUARD_" + f.name.upper(),
         show_default=True,
-        help=f.metadata["help"],
+        help=_help(f.name),
     )
 
 
-def compound_default(name: str) -> str:
-    """``reset=4h,power-cycle=24h,…``: the compound's defaults as its option writes them."""
-    return ",".join(
-        f"{key}={_plain(setting_default(f))}{unit}" for key, (f, unit) in COMPOUNDS[name].items()
-    )
-
-
-def compound_help(name: str) -> str:
-    """The members' help, each after its key."""
-    keys = COMPOUNDS[name]
-    by_field = {f.name: f for f in setting_fields(tuple(f for f, _ in keys.values()))}
-    parts = [f"{key}: {by_field[f].metadata['help']}" for key, (f, _) in keys.items()]
-    return "Comma-separated key=value, a key left out keeps its default. " + "; ".join(parts)
+def _help(name: str) -> str:
+    return str(setting_fields((name,))[0].metadata["help"])
 
 
 def _plain(value: Any) -> str:
@@ -158,11 +145,7 @@ def _plain(value: Any) -> str:
 
 
 def parse_compound(name: str, text: str) -> dict[str, Any]:
-    """The fields `text` (``key=value,…``) sets; ValueError with one line when it is not that.
-
-    >>> parse_compound("budget", "rma=720h, human=48")
-    {'budget_rma_h': 720.0, 'budget_human_h': 48.0}
-    """
+    """The fields `text` (``key=value,…``) sets; ValueError with one line when it is not that."""
     keys, out = COMPOUNDS[name], {}
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
@@ -188,9 +171,8 @@ settings_options = option_set(SITE_SETTINGS)  # `run`: every site setting
 def build_settings(
     options: dict[str, Any], *, warn: bool = True, warn_layout: bool = True
 ) -> Settings:
-    """The Settings from click's values; a refused value is one usage line naming its flag.
-    A layout setting off the manifests' value is one WARN line (`warn_layout=False`: the caller
-    logs it in its own format, as `run` does)."""
+    """The Settings from click's values; a refused value is one usage line naming its flag, a
+    layout setting off the manifests' one WARN line (`warn_layout=False`: the caller logs it)."""
     for line in unknown_env_lines() if warn else ():
         click.echo(line, err=True)
     given = env_options(os.environ, frozenset(SITE_SETTINGS), "the environment")
@@ -219,18 +201,18 @@ def build_settings(
 
 
 def layout_warnings(s: Settings) -> list[dict[str, str]]:
-    """One warning per layout setting that differs from what the manifests pin: the first write
-    under it would be refused by the shipped policies or RBAC, mid-cycle."""
+    """One per layout setting off what the manifests pin: its first write would be refused."""
     return [
         {
             "setting": _flag(name),
-            "value": str(value),
-            "pinned": str(pinned),
+            "value": str(getattr(s, name)),
+            "pinned": str(setting_default(name)),
             "why": "the policies and RBAC pin it: the guard's writes under it are refused",
             "next": "unset it, or regenerate the policies and rename the manifests (docs/deploy.md,"
             ' "Settings by lifetime")',
         }
-        for name, value, pinned in layout_differences(s)
+        for name in LAYOUT_SETTINGS
+        if getattr(s, name) != setting_default(name)
     ]
 
 
@@ -255,10 +237,9 @@ def _members(name: str) -> tuple[str, ...]:
 
 
 def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dict[str, Any]:
-    """The settings in `env` (GUARD_<NAME> keys, as a settings ConfigMap holds them) but `skip`,
-    converted as the CronJob's own options convert its envFrom; an empty number is unset (as
-    there). A value that does not convert is one usage line naming `where` and the key. Only the
-    site's settings and the CronJob's own are read: a fixed value is no variable."""
+    """The site's and the CronJob's settings in `env` (GUARD_<NAME> keys, as a settings ConfigMap
+    holds them) but `skip`, converted as the CronJob's options convert its envFrom; a value that
+    does not convert is one usage line naming `where` and the key."""
     out: dict[str, Any] = {}
     for name in COMPOUNDS:
         key = "GUARD_" + name.upper()
@@ -285,9 +266,7 @@ def env_options(env: Mapping[str, str], skip: frozenset[str], where: str) -> dic
 
 def _shown(value: Any) -> str:
     """The refused value as Python writes it (whitespace and quotes show), credentials out."""
-    if isinstance(value, tuple):
-        value = ",".join(map(str, value))
-    text = redact(repr(value))
+    text = redact(repr(",".join(map(str, value)) if isinstance(value, tuple) else value))
     return text if len(text) <= 200 else text[:200] + "…"
 
 
@@ -295,9 +274,8 @@ FIXED_HINT = "a fixed value of the guard, not a setting: docs/deploy.md, Setting
 
 
 def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One WARN line per GUARD_* variable no command reads, with the closest known name (a
-    misspelt GUARD_HOLD_WINDOW would leave the default in force without a word) or what it is
-    now: a fixed value, or a compound's key (GUARD_BUDGET_RMA_H: GUARD_BUDGET's rma=)."""
+    """One WARN line per GUARD_* variable no command reads (a misspelt one would leave the default
+    in force without a word), with the closest known name or what it is now."""
     read = (*site_options(SITE_SETTINGS), *CRONJOB_ENV)
     known = frozenset("GUARD_" + name.upper() for name in read) | OTHER_ENV_NAMES
     hints = {"GUARD_" + name.upper(): FIXED_HINT for name in fixed_settings()}
@@ -306,13 +284,12 @@ def unknown_env_lines(environ: Mapping[str, str] | None = None) -> list[str]:
             f"now the key {compound_key(name)}= of GUARD_{compound.upper()}: docs/deploy.md,"
             " Settings by lifetime"
         )
-    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, environ)
+    found = os.environ if environ is None else environ
+    return _unknown_lines("GUARD_", known, OTHER_ENV_PREFIXES, hints, found)
 
 
 def warn_unknown_command_env(prefix: str) -> None:
-    """At the start of a node-side command: one WARN line per <prefix>* variable (e.g.
-    GUARD_AGENT_) none of its options reads; an option never read from the environment
-    (conformance --fix) is named as such."""
+    """A node-side command's WARN line per <prefix>* variable none of its options reads."""
     known, flag_only = set(), {}
     for p in click.get_current_context().command.params:
         if isinstance(p.envvar, str):
@@ -320,7 +297,7 @@ def warn_unknown_command_env(prefix: str) -> None:
         elif p.envvar is None and isinstance(p, click.Option) and p.name:
             flag = p.name.replace("_", "-")
             flag_only[prefix + p.name.upper()] = f"--{flag} is read from the command line only"
-    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, None):
+    for line in _unknown_lines(prefix, frozenset(known), (), flag_only, os.environ):
         click.echo(line, err=True)
 
 
@@ -329,9 +306,8 @@ def _unknown_lines(
     known: frozenset[str],
     elsewhere: tuple[str, ...],
     hints: Mapping[str, str],
-    environ: Mapping[str, str] | None,
+    environ: Mapping[str, str],
 ) -> list[str]:
-    environ = os.environ if environ is None else environ
     out = []
     for name in sorted(environ):
         if not name.startswith(prefix) or name in known or name.startswith(elsewhere):
@@ -346,8 +322,7 @@ def _unknown_lines(
 
 
 def _flag(name: str) -> str:
-    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field named `name`
-    (the CronJob's own values: the variable alone)."""
+    """``--hold-window-s (GUARD_HOLD_WINDOW_S)``: how a person sets the field `name`."""
     if name in COMPOUND_OF:
         return f"{_option_flag(COMPOUND_OF[name])} {compound_key(name)}="
     if name not in SITE_SETTINGS:

@@ -1,6 +1,5 @@
-"""The in-run watch: after its cycle, `run` stays up and cordons a hold when it completes, not
-at the next tick; each decision is a turn of the run (guard/run.py `Run.turn`), and it follows
-the returns too (guard/returns.py). What it decides, what it leaves and its lines:
+"""The in-run watch: after its cycle, `run` cordons a hold when it completes, each decision a
+turn of the run (guard/run.py `Run.turn`), and follows the returns (guard/returns.py); see
 docs/lifecycle.md, "Within one run: the cycle, then the watch"; its requests: docs/benchmarks.md.
 """
 
@@ -10,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from guard.actions import Cordon, TaintDevice
 from guard.apply import cordon_landed
@@ -34,28 +33,16 @@ if TYPE_CHECKING:
     from guard.run import Run
 
 
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
 @dataclass
 class RunClock:
-    """The live watch's: the run's start advanced by the monotonic clock (guard.doors.retry
-    `Anchor`), so a step of the wall clock never makes the watch wait past its end, nor its
-    requests run past the run's deadline; `offset` back to Prometheus' time where the pod's
-    clock runs ahead (guard.plan.instant)."""
+    """The run's start (on Prometheus' clock) advanced by the monotonic clock: a step of the wall
+    clock never makes the watch wait past its end, nor its requests run past the run's deadline."""
 
     anchor: Anchor
-    offset: timedelta = timedelta(0)
-    pause: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] = time.sleep
 
     def now(self) -> datetime:
-        return self.anchor.now() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        self.pause(seconds)
+        return self.anchor.now()
 
 
 @dataclass
@@ -77,7 +64,7 @@ class Watch:
 
     run: Run
     base: Snapshot  # the cycle's
-    clock: Clock
+    clock: RunClock | ReplayClock
     end: datetime
     waiting: dict[str, Due] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # nodes decided, waited for or left
@@ -104,16 +91,14 @@ class Watch:
             nxt = f"first decision at {format_time(first.at)} ({first.node})"
         else:
             nxt = "polling for new faults"
-        run.decisions.emit(
+        run.decisions.event(
             "watch-start",
-            {
-                "waiting": len(self.waiting),
-                "left": len(self.left),
-                "until": format_time(self.end),
-                "interval_s": s.scrape_interval_s,
-                "returning": len(self.returns.names),
-                "next": nxt,
-            },
+            waiting=len(self.waiting),
+            left=len(self.left),
+            until=format_time(self.end),
+            interval_s=s.scrape_interval_s,
+            returning=len(self.returns.names),
+            next=nxt,
         )
         prom, kube = run.prom, run.kube
         prom_before, retries_before = prom.requests_made, prom.backoff.waits
@@ -124,21 +109,19 @@ class Watch:
         except (PromError, KubeError) as exc:  # the cycle's work stands; the next run reads again
             why, level = f"read-failed: {first_line(str(exc))}", "WARN"
         self.left |= set(self.waiting)
-        run.decisions.emit(
+        run.decisions.event(
             "watch-end",
-            {
-                "why": why,
-                "decisions": self.decisions,
-                "cordoned": self.cordoned or "-",
-                "left": len(self.left),
-                "polls": self.polls,
-                "return_turns": self.returns.turns if self.returns else 0,
-                "prometheus_requests": prom.requests_made - prom_before,
-                "prometheus_retries": prom.backoff.waits - retries_before,
-                "api_requests": (kube.requests_made if kube else 0) - api_before,
-                "next": "the next run decides what is left" if self.left else "nothing left",
-            },
             level,
+            why=why,
+            decisions=self.decisions,
+            cordoned=self.cordoned or "-",
+            left=len(self.left),
+            polls=self.polls,
+            return_turns=self.returns.turns if self.returns else 0,
+            prometheus_requests=prom.requests_made - prom_before,
+            prometheus_retries=prom.backoff.waits - retries_before,
+            api_requests=(kube.requests_made if kube else 0) - api_before,
+            next="the next run decides what is left" if self.left else "nothing left",
         )
 
     def _loop(self, start: datetime) -> str:
@@ -182,8 +165,7 @@ class Watch:
             self.clock.sleep(max(0.0, (wake - self.clock.now()).total_seconds()))
 
     def _stop_deciding(self) -> None:
-        """The run may isolate no more (guard.run `may_isolate`): what still waits is the next
-        run's; the Lease stays held."""
+        """The run may isolate no more: what still waits is the next run's; the Lease stays held."""
         self.left |= set(self.waiting)
         self.waiting.clear()
 
@@ -204,9 +186,8 @@ class Watch:
         return False
 
     def _read(self, names: list[str], now: datetime, mismatches: set[str]) -> PromView:
-        """The facts of the nodes decided at `now`, re-read together: one request per query
-        whatever their number (each node's facts are those its own re-read gives), their loss
-        history (and for the `mismatches` their nvidia-match history) on the scrape grid."""
+        """The facts of the nodes decided at `now`, re-read together (one request per query): their
+        loss history (the `mismatches`' nvidia-match history too) on the scrape grid."""
         if not names:
             return PromView()
         at_scrape = fine(self.run.s)
@@ -217,8 +198,7 @@ class Watch:
         return read_prom(self.run.prom, at_scrape, now, every, sent)
 
     def _snapshot(self, name: str, view: PromView, now: datetime) -> Snapshot:
-        """The cycle's snapshot with that node's facts as re-read at `now` (its Node object
-        too; a `--cluster-snapshot` dry run's is the file's)."""
+        """The cycle's snapshot with that node's facts (and Node) as re-read at `now`."""
         kube = self.run.kube
         node = read_node(kube, self.run.s, name) if kube else self.base.node(name)
         found = with_prom_unreadable(node, view) if node is not None else None
@@ -248,15 +228,13 @@ class Watch:
             self.left.add(name)
             word, nxt = "left", f"decides at {format_time(later[0].at)}, after this run: next run"
         else:
-            word, nxt = (
-                "ended",
-                "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do",
-            )
+            word = "ended"
+            nxt = "no hardware Xid with GPU loss (or mismatch) now, not cordoned: nothing to do"
         if new and word == "ended":
             # The poll's instant saw a loss the history's last step does not show yet (it is
             # read on the step grid): no line, and the next poll looks again.
             self.seen.discard(name)
             return False
         self.decisions += 1
-        run.decisions.emit("watch-wait", {"node": name, "hold": word, "next": nxt})
+        run.decisions.event("watch-wait", node=name, hold=word, next=nxt)
         return False

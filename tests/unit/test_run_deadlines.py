@@ -115,7 +115,7 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
     end having slept exactly the time to it, whatever the wall clock did meanwhile (a step back
     would otherwise have it sleep past the run's deadline)."""
     ticks = Ticks()
-    clock = RunClock(Anchor(TICK, ticks.t, ticks), pause=ticks.sleep)
+    clock = RunClock(Anchor(TICK, ticks.t, ticks), ticks.sleep)
     out = io.StringIO()
     log = Log("text", out, TICK)
     end = TICK + timedelta(seconds=240)
@@ -141,10 +141,11 @@ def test_the_live_watch_waits_on_the_monotonic_clock():
 
 
 def test_the_live_watch_keeps_the_cycles_offset_to_prometheus_time():
-    """A pod clock ahead of Prometheus (guard.plan.instant): the watch's instants move back by
-    the same offset, on the same monotonic clock."""
+    """A pod clock ahead of Prometheus (guard.plan.instant): the run's anchor moves back by the
+    offset (guard/run.py `_prometheus_clock`), and so do the watch's instants, on the same
+    monotonic clock."""
     ticks = Ticks()
-    clock = RunClock(Anchor(TICK, ticks.t, ticks), timedelta(seconds=-120), ticks.sleep)
+    clock = RunClock(Anchor(TICK - timedelta(seconds=120), ticks.t, ticks), ticks.sleep)
     assert clock.now() == TICK - timedelta(seconds=120)
     clock.sleep(15)
     assert clock.now() == TICK - timedelta(seconds=105)
