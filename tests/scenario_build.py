@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from datetime import datetime
+from dataclasses import dataclass, fields
 from typing import Any, TextIO
 
 from guard.example import incident as example
+from guard.example import scenario as shipped
+from guard.example.scenario import POD_PHASES, XID, Steps, value_at
 
-Steps = tuple[tuple[int, int], ...]  # (offset_s, value from then on)
-XID = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 FABRIC = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
 FABRIC_SUCCESS, FABRIC_FAILURE = 3, 4  # DCGM dcgmFabricManagerStatus_t
@@ -26,13 +25,9 @@ NVSWITCHES = 4  # an HGX H100 board's
 
 
 @dataclass(frozen=True, slots=True)
-class NodeTimeline:
-    name: str
-    gpus: int = 8
-    host_label: str = "Hostname"
-    xids: tuple[tuple[int, int, int], ...] = ()  # (offset_s, gpu index, last Xid from then on)
-    allocatable: Steps = ()  # default: all GPUs allocatable
-    unschedulable: Steps = ()  # default: schedulable
+class NodeTimeline(shipped.NodeTimeline):
+    """The example's node timeline with every other series the tests write."""
+
     pci_base: int = 0x18
     # dcgm-exporter's side: the host label's value (default: the node name; an exporter without
     # NODE_NAME says its pod name), a relabelled `node`, which metrics it exports.
@@ -60,10 +55,6 @@ class NodeTimeline:
 
     def host(self) -> str:
         return self.host_value or self.name
-
-    def gpu_uuid(self, index: int) -> str:
-        digest = hashlib.sha256(f"{self.name}/{index}".encode()).hexdigest()
-        return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
     def gpu_pci(self, index: int) -> str:
         return f"00000000:{self.pci_base + index * 0x10:02X}:00.0"
@@ -118,14 +109,10 @@ KSM_POD = PodTimeline("monitoring", "kube-state-metrics-0", "control-plane-1")
 
 
 @dataclass(frozen=True, slots=True)
-class Scenario:
-    start: datetime
-    duration_s: int
-    nodes: tuple[NodeTimeline, ...]
-    scrape_s: int = 15
+class Scenario(shipped.Scenario):
+    """The example's scenario with pods and the exporters' job labels."""
+
     pods: tuple[PodTimeline, ...] = (KSM_POD,)
-    extra_uuids: dict[tuple[str, int], str] = field(default_factory=dict)
-    extra_pci: dict[tuple[str, int], str] = field(default_factory=dict)
     # The `job` label a scrape gives each exporter's series (`JOBS`), for the exporter pins
     # (--dcgm-selector, --ksm-selector); off by default, as in promtool's unit-test series.
     job_labels: bool = False
@@ -150,19 +137,6 @@ def job_label(sc: Scenario, metric: str) -> str:
     return f',job="{job}"' if job else ""
 
 
-def value_at(steps: Steps, offset_s: int, default: int) -> int:
-    """The step function's value at `offset_s`.
-
-    >>> value_at(((60, 7), (600, 8)), 59, 8), value_at(((60, 7), (600, 8)), 60, 8)
-    (8, 7)
-    """
-    value = default
-    for start, v in steps:
-        if offset_s >= start:
-            value = v
-    return value
-
-
 def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
     """dcgm-exporter's labels of one GPU, in the exporter's order."""
     labels = (
@@ -176,7 +150,6 @@ def gpu_labels(sc: Scenario, node: NodeTimeline, gpu: int) -> str:
     return labels + (f',node="{node.node_label}"' if node.node_label else "")
 
 
-POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # The `status.reason` values kube-state-metrics' kube_pod_status_reason has a series for.
 POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
 
