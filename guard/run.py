@@ -270,10 +270,12 @@ def run_code(run: Run) -> int:
         return 0
     except Exception as exc:  # a bug or an unforeseen answer too: still one line, still exit 1
         if isinstance(exc, PromError | KubeError | SnapshotError | TemplateLoadError | BundleError):
-            reason, report = str(exc), ""
+            reason = str(exc)
+            report = ""
         else:
             first = (str(exc).strip().splitlines() or [""])[0]
-            reason, report = f"unexpected {type(exc).__name__}: {first}", "; please report"
+            reason = f"unexpected {type(exc).__name__}: {first}"
+            report = "; please report"
         log.event("abort", "ERROR", reason=reason, next=f"no writes after this; exit 1{report}")
         return 1
     if run.inputs.output == "json":

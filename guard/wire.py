@@ -249,7 +249,9 @@ def parse_loadtest_summary(text: str) -> LoadTestSummary:
     LoadTestSummary(passed=False, reasons=('x a=1',), gpus=())
     """
     doc = summary_doc(text, None, "the load test", "load-test summary")
-    verdict, reasons, kind = doc.get("verdict"), doc.get("reasons", []), doc.get("kind")
+    verdict = doc.get("verdict")
+    reasons = doc.get("reasons", [])
+    kind = doc.get("kind")
     if (schema := doc.get("schema", LOADTEST_SCHEMA)) != LOADTEST_SCHEMA:
         raise SummaryError(f"load-test summary schema is {schema!r}, not {LOADTEST_SCHEMA!r}")
     if kind != LOADTEST_KIND or verdict not in ("pass", "fail"):

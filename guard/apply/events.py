@@ -77,7 +77,8 @@ def body(action: EmitEvent, ref: NodeRef, reporter: Reporter) -> dict[str, Any]:
     regarding = {"apiVersion": "v1", "kind": "Node", "name": ref.name, "uid": ref.uid}
     regarding["resourceVersion"] = ref.resource_version
     if action.pod is not None:  # kubectl describe pod matches the uid, where one is known
-        namespace, pod = action.pod.namespace, action.pod
+        namespace = action.pod.namespace
+        pod = action.pod
         regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod.name}
         regarding["uid"] = pod.uid
     return {

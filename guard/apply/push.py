@@ -119,7 +119,9 @@ def repair_figures(s: Settings, snap: Snapshot) -> Samples:
     """The repair figures of the ledger and the nodes' records (guard/figures.py): every
     verdict, unit, window and phase, so a value that emptied reads 0 (NaN for a mean of none)."""
     # A snapshot's Events carry no time and its Jobs no creation time: the report reads those.
-    known, classes, budget = facts(snap.ledger, snap.nodes, (), ()), bundled_classes(), budget_of(s)
+    known = facts(snap.ledger, snap.nodes, (), ())
+    classes = bundled_classes()
+    budget = budget_of(s)
     month = figures(known, classes, snap.now - timedelta(days=30), snap.now, budget)
     week = figures(known, classes, snap.now - timedelta(days=7), snap.now, budget)
     open_ = [x for x in month.spans if x.end is None]

@@ -231,7 +231,9 @@ def loss_lookback_s(s: Settings) -> int:
 
 def guard_queries(s: Settings) -> tuple[Query, ...]:
     """Every request of one cycle, in the order `guard.read.prom_view.read_prom` sends them."""
-    codes, lookback, pins = s.user_code_xids, loss_lookback_s(s), Pins.of(s)
+    codes = s.user_code_xids
+    lookback = loss_lookback_s(s)
+    pins = Pins.of(s)
     counted = hardware_xid_counted(codes, lookback, pins)
     by = ", ".join(_naming(s))  # one series per set of node-naming labels: ≈ one per exporter
     return (
@@ -291,8 +293,12 @@ def _is(label: str, *values: str) -> str:
 def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
     """The cycle's Xid, loss-history and cordoned queries narrowed to `nodes`, one request each
     for all the nodes the watch decides at one instant."""
-    codes, lookback, base, labels = s.user_code_xids, loss_lookback_s(s), Pins.of(s), _naming(s)
-    dcgm, counted = base.dcgm(XID_METRIC), _xid_counted(codes, base)
+    codes = s.user_code_xids
+    lookback = loss_lookback_s(s)
+    base = Pins.of(s)
+    labels = _naming(s)
+    dcgm = base.dcgm(XID_METRIC)
+    counted = _xid_counted(codes, base)
     ksm = Pins(base.dcgm_matchers, f"{base.ksm_matchers}, {_is(NODE_LABEL, *nodes)}".lstrip(", "))
     gauge = f"({_one_node(dcgm, labels, nodes)}) > 0{user_code_filter(codes)}"
     counted_now = " or ".join(
@@ -310,7 +316,8 @@ def hold_queries(s: Settings, *nodes: str) -> tuple[Query, ...]:
 def return_queries(s: Settings, names: Collection[str], *nodes: str) -> tuple[Query, ...]:
     """The cycle's queries `names` (the return rows' inputs) narrowed to `nodes`, one request
     each whatever their number (guard/returns.py)."""
-    pins, labels = Pins.of(s), _naming(s)
+    pins = Pins.of(s)
+    labels = _naming(s)
     held = pins.ksm(pin(UNSCHEDULABLE_METRIC, _is(NODE_LABEL, *nodes)))
     remap = (f"({_one_node(pins.dcgm(m), labels, nodes)}) > 0" for m in ROW_REMAP_METRICS)
     cycle = guard_queries(s)  # service-network-seen counts the whole cluster: as it is

@@ -210,7 +210,8 @@ def _load(fs: HostFS, runner: Runner) -> ItemResult:
 
 
 def _write(fs: HostFS) -> ItemResult:
-    name, path = "ipvs-persist", PERSIST_FILE
+    name = "ipvs-persist"
+    path = PERSIST_FILE
     try:
         fs.write_new(path, PERSIST_TEXT)
     except FileExistsError:

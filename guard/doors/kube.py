@@ -287,7 +287,8 @@ class Kube:
         return self._get(_path(LEASES, "leases", namespace, name), f"get lease {namespace}/{name}")
 
     def resource_slices(self, driver: str) -> list[dict[str, Any]]:
-        what, selector = "list resourceslices", f"spec.driver={driver}"
+        what = "list resourceslices"
+        selector = f"spec.driver={driver}"
         return self._dra("/resourceslices", what, "ResourceSlice", fieldSelector=selector)
 
     def device_taint_rules(self, selector: str) -> list[dict[str, Any]]:

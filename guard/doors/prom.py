@@ -413,7 +413,8 @@ class _Clock:
         """At `at` (a vector), or in the `window_s` before it (a matrix); any time without it."""
         if at is None:
             return cls(name, _EPOCH_FIRST, _EPOCH_LAST, "a time between 1970 and 2100")
-        ref, said = at.timestamp(), _stamp_text(at.timestamp())
+        ref = at.timestamp()
+        said = _stamp_text(at.timestamp())
         if window_s is not None:
             said = f"within {window_s:g}s up to {said}"
         earliest = ref - (window_s or 0) - _INSTANT_TOLERANCE_S

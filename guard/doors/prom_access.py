@@ -59,7 +59,9 @@ class PromAccess:
             )
             pair = f"{s.prometheus_basic_auth_user}:{password}".encode()
             headers.append(("Authorization", f"Basic {base64.b64encode(pair).decode()}"))
-        ca, cert, key = s.prometheus_ca_file, s.prometheus_cert_file, s.prometheus_key_file
+        ca = s.prometheus_ca_file
+        cert = s.prometheus_cert_file
+        key = s.prometheus_key_file
         if ca:
             _check_pem(f"ca={ca}", "a PEM CA bundle", ca=ca)
         if cert:

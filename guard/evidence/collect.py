@@ -208,7 +208,8 @@ def node_gpus(host: Host) -> tuple[str, ...]:
 
 
 def _is_gpu(device: Path) -> bool:
-    vendor, cls = _read(device / "vendor"), _read(device / "class")
+    vendor = _read(device / "vendor")
+    cls = _read(device / "class")
     return vendor == NVIDIA and cls is not None and cls.startswith(GPU_CLASSES)
 
 

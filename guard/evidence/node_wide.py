@@ -66,7 +66,8 @@ def gather(host: Host, classes: XidClasses) -> tuple[Assessment, tuple[Slot, ...
         found.append(Unknown(" ".join(LSPCI), listed.why))
     for pci in unbound(slots):
         more, port_unknowns = port_inputs(host, pci)
-        ports, found = [*ports, *more], [*found, *port_unknowns]
+        ports = [*ports, *more]
+        found = [*found, *port_unknowns]
     text, source = (log.stdout, " ".join(log.argv)) if log.ok else (None, NO_LOG)
     inputs = Inputs(text, source, ports=tuple(ports), unknowns=tuple(found))
     return assess(inputs, None, classes), slots

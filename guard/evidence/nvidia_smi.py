@@ -25,7 +25,9 @@ _NO_HANDLE_CLASSES = (("gpu is lost", Repair.POWER_CYCLE), (_REQUIRES_RESET, Rep
 
 # (section, key) whose value "Yes" raises it -> (class, reason); NVIDIA's sources:
 # docs/evidence.md, "Records without an Xid, Xid 154 and nvidia-smi".
-_ROWS, _PAGES, _RESET = "Remapped Rows", "Retired Pages", "GPU Reset Status"
+_ROWS = "Remapped Rows"
+_PAGES = "Retired Pages"
+_RESET = "GPU Reset Status"
 _PENDING = "nvidia-smi: page retirement pending (takes effect at a GPU reset)"
 _REMAP_PENDING = "nvidia-smi: row remapping pending (takes effect at a GPU reset)"
 FLAGS: dict[tuple[str, str], tuple[Repair, str]] = {

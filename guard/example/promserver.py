@@ -86,13 +86,15 @@ def scenario_server(scenario: Scenario, timeout_s: float = 120.0) -> Iterator[Lo
     port until its data shows; stop it on exit. tests/engines.py serves the other engines."""
     server, _ = debian_prometheus()  # missing binaries are reported before any work
     end = scenario.start + timedelta(seconds=scenario.duration_s)
-    session, deadline = requests.Session(), time.monotonic() + timeout_s
+    session = requests.Session()
+    deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory(prefix="gng-prometheus2-") as tmp, ExitStack() as stack:
         data_dir = Path(tmp)
         with openmetrics_file(data_dir).open("w", encoding="utf-8") as out:
             write_openmetrics(scenario, out)
         import_openmetrics(openmetrics_file(data_dir), data_dir)
-        started, port = Started(data_dir, stack, []), free_port()
+        started = Started(data_dir, stack, [])
+        port = free_port()
         started.start(
             "prometheus", prometheus_args(server, prometheus_config(data_dir), data_dir, port)
         )

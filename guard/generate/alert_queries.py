@@ -220,7 +220,8 @@ def alert_guard_job_failed(s: Settings) -> str:
     """Failed Jobs in the jobs namespace, node and kind from their labels, while their node's
     incident lasts (a failed Job outlives it); without that join where the node has no
     `kube_node_annotations` series (a shortened label, a deleted node) or no label at all."""
-    ns, keys = s.jobs_namespace, Annotations(s.annotation_prefix)
+    ns = s.jobs_namespace
+    keys = Annotations(s.annotation_prefix)
     node = ksm_label("label", keys.node_label)
     component = ksm_label("label", COMPONENT_LABEL)
     failed = f'sum by (namespace, job_name) (kube_job_status_failed{{namespace="{ns}"}}) > 0'
@@ -245,7 +246,8 @@ def alert_guard_job_failed(s: Settings) -> str:
 def _announced(key: str, window_s: int, *labels: tuple[str, str, str]) -> str:
     """Nodes whose annotation `key` took more than one value (absent is one) within the window, so
     a kube-state-metrics restart announces nothing; `labels`: (label, annotation, regex) cut."""
-    now, changed = _annotated(key), ksm_label("annotation", key)
+    now = _annotated(key)
+    changed = ksm_label("annotation", key)
     for name, source, regex in labels:
         source = ksm_label("annotation", source)
         now = f'label_replace({now}, "{name}", "$1", "{source}", "{regex}")'
@@ -258,7 +260,8 @@ def _announced(key: str, window_s: int, *labels: tuple[str, str, str]) -> str:
 def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
     """`pci`, `UUID` from `auto-cordon-gpu` (`<PCI address> <GPU UUID>`) when allowlisted."""
     keys = Annotations(s.annotation_prefix)
-    reason, gpu = ("reason", keys.reason, "(.+)"), ("pci", keys.gpu, "([^ ]+) .*")
+    reason = ("reason", keys.reason, "(.+)")
+    gpu = ("pci", keys.gpu, "([^ ]+) .*")
     uuid = ("UUID", keys.gpu, "[^ ]+ (.+)")
     return _announced(keys.reason, p.notify_window_s, reason, gpu, uuid)
 
@@ -266,7 +269,8 @@ def alert_guard_cordoned(s: Settings, p: AlertParams) -> str:
 def alert_guard_returned(s: Settings, p: AlertParams) -> str:
     """Only the uncordon after a passed load test writes `returned` (a person's: `cancelled`)."""
     key = Annotations(s.annotation_prefix).returned
-    at, job = ("returned_at", key, "([^ ]+) .*"), ("job_name", key, "[^ ]+ job/(.+)")
+    at = ("returned_at", key, "([^ ]+) .*")
+    job = ("job_name", key, "[^ ]+ job/(.+)")
     return _announced(key, p.notify_window_s, at, job)
 
 

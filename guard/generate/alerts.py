@@ -464,7 +464,8 @@ def rule_groups(
     s: Settings, p: alert_queries.AlertParams, t: alert_queries.SiteText | None = None
 ) -> list[dict[str, Any]]:
     """The rule groups of both files; `t`: the substituted settings' text, s's by default."""
-    t, q = alert_queries.site_text(s) if t is None else t, alert_queries
+    t = alert_queries.site_text(s) if t is None else t
+    q = alert_queries
     # CoreDNS's upstreams and their prefixes, for CoreDNSForwardNotAllowed's join.
     coredns = (
         Record(q.COREDNS_UPSTREAMS, q.coredns_upstreams(q.NodeAlertParams())),

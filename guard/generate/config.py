@@ -248,7 +248,8 @@ def _strings(doc: Any) -> Iterable[str]:
 
 
 def _images(r: Rendered, s: Settings) -> list[str]:
-    cron, agent = r.one("CronJob", CRONJOB), r.one("DaemonSet", AGENT)
+    cron = r.one("CronJob", CRONJOB)
+    agent = r.one("DaemonSet", AGENT)
     pairs = [("the CronJob's container", c) for c in _guard_containers(cron)]
     if agent is not None:
         pairs += [

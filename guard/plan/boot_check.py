@@ -147,8 +147,10 @@ def _record(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[A
     if node.unschedulable:  # a person cordoned it since; recorded after the uncordon
         return []
     value = checked_boot_value(node.boot_id, ledger.format_time(snap.now), f"job/{job.name}")
-    record, then = ((keys(s).checked_boot, value),), "checked again after the next reboot"
-    word, version = Decision.BOOT_CHECK_PASSED, node.resource_version
+    record = ((keys(s).checked_boot, value),)
+    then = "checked again after the next reboot"
+    word = Decision.BOOT_CHECK_PASSED
+    version = node.resource_version
     return [RecordBoot(node.name, word, version, node.boot_id, record, then)]
 
 

@@ -69,7 +69,8 @@ def node_cordon(
     record: tuple[tuple[str, str], ...] = ((k.reason, reason), (k.at, at))
     record += ((k.boot_id, node.boot_id), (k.gpu_capacity, str(gpus)), *more)
     gpu, held_s, then, detail = cordon
-    clear, version = present(node, k.record_keys), node.resource_version
+    clear = present(node, k.record_keys)
+    version = node.resource_version
     return (
         Cordon(node.name, reason, version, record, gpu, held_s, then, clear, detail),
         EmitEvent(node.name, reason, "Warning", "GuardCordoned", message, incident=at),
@@ -153,7 +154,8 @@ def breaker_open(node: str, guarded: int, limit: int, waiting: str) -> tuple[Ski
     alike): a WARN line and a Warning Event naming the node and what waits."""
     detail = f"{guarded} isolations (nodes cordoned + devices tainted), limit {limit}; {waiting}"
     fix = "cordon by hand if the fault is real; the breaker closes when nodes return"
-    message, word = f"gpu-node-guard did not cordon: {detail}", Decision.BREAKER_OPEN
+    message = f"gpu-node-guard did not cordon: {detail}"
+    word = Decision.BREAKER_OPEN
     return (
         Skip(node, word, detail, fix, "WARN"),
         EmitEvent(node, word, "Warning", "GuardBreakerOpen", message),
@@ -188,7 +190,8 @@ def archive_event(action: AppendLedgerLine, bound: int) -> EmitEvent:
         f"gpu-node-guard moves the oldest lines of ledger {action.configmap} to an archive "
         f"ConfigMap (its size passes {bound} bytes); card and slot counts still read the archive"
     )
-    word, line = LEDGER_ARCHIVED, action.line
+    word = LEDGER_ARCHIVED
+    line = action.line
     return EmitEvent(action.node, word, "Normal", "GuardLedgerArchived", message, incident=line)
 
 

@@ -236,7 +236,8 @@ def isolate(
         f"(DeviceTaintRule {rec.rule}, NoSchedule)"
     )
     manifests = ((d, rule_manifest(s, node.name, d, rec)) for d in devices)
-    note, then = ((k.device_taint, rec.value()),), f"the load test of {refs} decides its return"
+    note = ((k.device_taint, rec.value()),)
+    then = f"the load test of {refs} decides its return"
     at = ledger.format_time(snap.now)
     return (
         *(TaintDevice(node.name, reason, rule_name(d), d.ref, g.uuid, m) for d, m in manifests),
@@ -272,14 +273,16 @@ def _rerecord(s: Settings, node: NodeInfo, rule: TaintRule) -> tuple[Action, ...
         detail = f"DeviceTaintRule {rule.name} carries no readable record"
         fix = f"kubectl get devicetaintrule {rule.name} -o yaml"
         return (Skip(node.name, Decision.DEVICE_RULE_UNREADABLE, detail, fix, "WARN"),)
-    note, then = ((keys(s).device_taint, rec.value()),), f"device {rec.device} stays tainted"
+    note = ((keys(s).device_taint, rec.value()),)
+    then = f"device {rec.device} stays tainted"
     return (Annotate(node.name, Decision.DEVICE_RECORD_REPAIR, node.resource_version, note, then),)
 
 
 def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tuple[Action, ...]:
     """The return of one readable node with a device record (its first action is the node's
     state for `gpu-node-guard status` and the pushed node counts)."""
-    k, rec = keys(s), record_of(node, s)
+    k = keys(s)
+    rec = record_of(node, s)
     if rec is None:
         detail = f"{k.device_taint}={node.annotation(k.device_taint)!r} is not a record"
         fix = f"kubectl annotate node {node.name} {k.device_taint}-"
@@ -310,7 +313,9 @@ def _start(
 ) -> tuple[Action, ...]:
     """The device's claim and load-test Job; one Job per GPU at a time (the guard isolates one
     device per node): a newer reset-done waits while an earlier boot's or reset's Job runs."""
-    k, running, (claim, spec) = keys(s), ("running", "unreadable"), _loadtest(s, node, rec)
+    k = keys(s)
+    running = ("running", "unreadable")
+    claim, spec = _loadtest(s, node, rec)
     mine = (j for j in snap.jobs if j.kind == "loadtest" and j.node == node.name)
     if earlier := next((j for j in mine if j.name != spec.name and j.status in running), None):
         detail = (
@@ -319,7 +324,8 @@ def _start(
         )
         return (Skip(node.name, Decision.LOADTEST_RUNNING, detail, WAIT),)
     record = (k.loadtest_claim, claim_record_value(claim.name, UID))
-    word, manifest = Decision.CONDITIONS_MET, t.render_claim(claim)
+    word = Decision.CONDITIONS_MET
+    manifest = t.render_claim(claim)
     return (
         CreateClaim(node.name, word, claim.name, claim.namespace, manifest, record),
         create_job(s, node.name, word, "loadtest", spec.name, t.render(spec)),
@@ -336,7 +342,8 @@ def _loadtest(s: Settings, node: NodeInfo, rec: DeviceRecord) -> tuple[ClaimSpec
     args = loadtest_args(s, 1, rec.xid, rec.pci)
     spec = job_spec(s, "loadtest", node.name, job_key(node, rec), rec.reason, args, gpus=1)
     spec = replace(spec, claim=spec.name)
-    driver, prefix = rec.device.split("/", 1)[0], s.annotation_prefix
+    driver = rec.device.split("/", 1)[0]
+    prefix = s.annotation_prefix
     taint = Annotations(prefix).fault_taint
     on = (driver, rec.uuid, rec.devices[0], taint, rec.reason)
     return ClaimSpec(spec.name, spec.namespace, node.name, prefix, DRA_DEVICE_CLASS, *on), spec
@@ -375,9 +382,13 @@ def _returned(
     snap: Snapshot, s: Settings, node: NodeInfo, rec: DeviceRecord, job: JobInfo
 ) -> tuple[Action, ...]:
     rules = tuple(r for r in guard_rules(snap) if r.name in rec.rules)
-    k, at, ns, name = keys(s), ledger.format_time(snap.now), s.jobs_namespace, job.name
+    k = keys(s)
+    at = ledger.format_time(snap.now)
+    ns = s.jobs_namespace
+    name = job.name
     clear = present(node, (k.device_taint, k.loadtest_result))
-    note, word = ((k.returned, f"{at} job/{name}"),), Decision.DEVICE_RETURNED
+    note = ((k.returned, f"{at} job/{name}"),)
+    word = Decision.DEVICE_RETURNED
     message = f"gpu-node-guard returned DRA device {rec.device}: job/{name} passed"
     done = Decision.LOADTEST_PASSED
     return (

@@ -71,7 +71,8 @@ def plan_isolation(
     if not eligible:
         return tuple(actions)
     eligible.sort(key=lambda p: (p.rank, -p.held_s, p.node.name))
-    limit, guarded = breaker_limit(snap, s), units.breaker_count(snap, s, released)
+    limit = breaker_limit(snap, s)
+    guarded = units.breaker_count(snap, s, released)
     if guarded >= limit:
         return (*actions, *_breaker_open(eligible, guarded, limit, shared))
     first = eligible[0]
@@ -93,7 +94,8 @@ def plan_isolation(
 
 def _waiting(p: Pick, first: Pick, place: int, tries_left: int) -> Skip:
     """A candidate behind the pick: the dry run shows the fallback order."""
-    detail, then = f"{p.reason} waits behind {first.node.name}", "considered again next cycle"
+    detail = f"{p.reason} waits behind {first.node.name}"
+    then = "considered again next cycle"
     if p.failed is not None:
         behind = first.node.name if first.failed is not None else "the isolation check's cordon"
         detail = f"{p.failed.what}; waits behind {behind}"
@@ -140,7 +142,8 @@ def _screen(snap: Snapshot, s: Settings) -> tuple[list[Action], list[Pick]]:
     actions: list[Action] = []
     eligible: list[Pick] = []
     for node_name, samples in by_node(hold.candidates(snap.prom, snap.now, s)).items():
-        node, first = snap.node(node_name), _primary(samples, s)
+        node = snap.node(node_name)
+        first = _primary(samples, s)
         if node is not None and node.unreadable:
             continue
         reason = _ineligible(node, s)

@@ -128,7 +128,8 @@ def _fail(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> list[Act
         f"gpu-node-guard keeps the onboarding taint: {job.kind} job/{job.name} failed"
         f"{': ' + found if found else unread} (boot {node.boot_id})"
     )
-    note, word = ((keys(s).onboarding_failed, value),), Decision.ONBOARDING_FAILED
+    note = ((keys(s).onboarding_failed, value),)
+    word = Decision.ONBOARDING_FAILED
     then = f"{STAYS}; kubectl -n {s.jobs_namespace} logs job/{job.name}"
     return [
         Annotate(node.name, word, node.resource_version, note, then),
@@ -145,8 +146,11 @@ def _admit(snap: Snapshot, s: Settings, node: NodeInfo, taint: Taint, check: str
         f"gpu-node-guard removed the onboarding taint {s.onboarding_taint}: "
         f"conformance and the burn-in passed on boot {node.boot_id}{dns}"
     )
-    notes, clear = ((k.checked_boot, record),), present(node, (k.onboarding_failed,))
-    version, boot, word = node.resource_version, node.boot_id, Decision.ONBOARDING_PASSED
+    notes = ((k.checked_boot, record),)
+    clear = present(node, (k.onboarding_failed,))
+    version = node.resource_version
+    boot = node.boot_id
+    word = Decision.ONBOARDING_PASSED
     return [
         RemoveTaint(node.name, word, version, taint, keep, boot, notes, clear),
         EmitEvent(node.name, Decision.ONBOARDED, "Normal", "GuardOnboarded", message, boot),

@@ -109,7 +109,8 @@ def pending(snap: Snapshot, s: Settings) -> tuple[Waiting, ...]:
     needs = s.nvml_hold_s
     for node, start in snap.prom.nvml_since if s.nvml_mismatch_cordon else ():
         if node not in cordoned and (held := held_s(start, snap.now)) < needs:
-            seen, at = mismatch.seen(snap, node), decides_at(start, needs)
+            seen = mismatch.seen(snap, node)
+            at = decides_at(start, needs)
             out.append(PendingNode(node, mismatch.NVML_MISMATCH, seen, held, needs, at))
     for h in triggers.hits(snap, s):
         if not h.held and not h.onboarding and h.node not in cordoned:

@@ -157,7 +157,9 @@ def _failed(
 ) -> tuple[Action, ...]:
     """Record the failure on the node once (and a conformance Job's failed items, when its
     summary was read); later cycles only say so."""
-    kind, k, failed = job.kind, keys(s), job_stage(job.kind, "failed")
+    kind = job.kind
+    k = keys(s)
+    failed = job_stage(job.kind, "failed")
     result_key = k.loadtest_result if kind == "loadtest" else k.conformance_result
     recorded = node.loadtest_result if kind == "loadtest" else node.conformance_result
     if spec.name in recorded:
@@ -183,7 +185,8 @@ def _uncordon(snap: Snapshot, s: Settings, node: NodeInfo, job: JobInfo) -> tupl
     if s.return_conformance or is_conformance_cordon(node.cordon):  # this boot passed it
         checked = f"job/{_spec(s, node, 'conformance').name}"
         notes += ((k.checked_boot, checked_boot_value(node.boot_id, at, checked)),)
-    clear, word = present(node, (*k.guard_keys, k.cancelled)), job_stage(job.kind, "passed")
+    clear = present(node, (*k.guard_keys, k.cancelled))
+    word = job_stage(job.kind, "passed")
     message = f"gpu-node-guard returned the node: job/{job.name} passed"
     return (
         Uncordon(node.name, word, node.resource_version, clear, f"job/{job.name} succeeded", notes),

@@ -203,14 +203,18 @@ def _published(c: Case) -> tuple[Action, ...]:
 
 
 def _repeat_fault(c: Case) -> tuple[Action, ...]:
-    s, node, rec, k = c.s, c.node, c.cordon, keys(c.s)
+    s = c.s
+    node = c.node
+    rec = c.cordon
+    k = keys(c.s)
     uuid, pci = (rec.gpu.uuid, rec.gpu.pci) if rec.gpu else (None, None)
     counts = ledger.count(c.snap.ledger, uuid, node.name, pci)
     if counts.same_card < s.repeat_fault_limit:
         return ()
     last = ledger.format_time(counts.last_card_incident) if counts.last_card_incident else "?"
     text = f"{REPEAT_FAULT_HOLD}{uuid} {counts.same_card} incidents, last {last}"
-    then, word = hold_next(k.hold, node.name, repeat_fault=True), Decision.REPEAT_FAULT
+    then = hold_next(k.hold, node.name, repeat_fault=True)
+    word = Decision.REPEAT_FAULT
     message = f"gpu-node-guard will not return this node: {text}; {then}"
     return (
         SetHold(node.name, word, node.resource_version, k.hold, text),

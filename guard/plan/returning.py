@@ -101,7 +101,9 @@ def decision(snap: Snapshot, s: Settings, t: JobTemplates, node: NodeInfo) -> tu
 
 def _cancel(snap: Snapshot, s: Settings, node: NodeInfo, c: CordonRecord) -> tuple[Action, ...]:
     """A person's uncordon: clear the guard's keys and record the incident it cancels."""
-    k, at, boot = keys(s), ledger.format_time(snap.now), node.boot_id or c.boot_id
+    k = keys(s)
+    at = ledger.format_time(snap.now)
+    boot = node.boot_id or c.boot_id
     record: tuple[tuple[str, str], ...] = ()
     sticks = ""
     if c.xid is not None and c.gpu is not None:

@@ -350,6 +350,7 @@ def guard_events(found: Iterable[Mapping[str, Any]]) -> tuple[GuardEvent, ...]:
         about = e.get("regarding") or e.get("involvedObject") or {}
         if about.get("kind") == "Node":
             count = (e.get("series") or {}).get("count") or e.get("count") or 1
-            node, reason = str(about.get("name", "")), str(e.get("reason", ""))
+            node = str(about.get("name", ""))
+            reason = str(e.get("reason", ""))
             out.append(GuardEvent(_meta(e, "name"), node, reason, int(count)))
     return tuple(sorted(out, key=lambda g: g.name))

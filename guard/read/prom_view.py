@@ -56,7 +56,8 @@ def read_prom(
     matrices: dict[str, tuple[Series, ...]] = {}
     lookbacks: dict[str, int] = {}
     for q in sent or queries.guard_queries(s):
-        matrix, lookbacks[q.name] = q.kind == "matrix", q.lookback_s
+        matrix = q.kind == "matrix"
+        lookbacks[q.name] = q.lookback_s
         at = on_step(now, s.query_step_s) if matrix else now
         window = q.lookback_s + s.query_step_s if matrix else None
         got = intake.checked(q.name, client.checked(q.name, q.promql, at, q.required, window))
@@ -165,9 +166,20 @@ def _latest(found: Iterable[Series], running: set[str]) -> tuple[tuple[str, int]
 
 # The facts `_without` drops for a node with a bad series.
 _PER_NODE = (
-    *("hardware_xids", "row_remap", "gpu_pods", "gpu_holders", "nvml_status", "service_pods"),
-    *("loss_since", "nvml_since", "gpu_counts", "admission_since", "admission_now"),
-    *("fabric_since", "cordoned", "fabric_not_success"),
+    "hardware_xids",
+    "row_remap",
+    "gpu_pods",
+    "gpu_holders",
+    "nvml_status",
+    "service_pods",
+    "loss_since",
+    "nvml_since",
+    "gpu_counts",
+    "admission_since",
+    "admission_now",
+    "fabric_since",
+    "cordoned",
+    "fabric_not_success",
 )
 
 

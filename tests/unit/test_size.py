@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.pysource import parse
 
 GUARD = Path(__file__).resolve().parents[2] / "guard"
-MAX_LINES = 27_320
+MAX_LINES = 27_400
 MAX_MODULES_OVER_300 = 24
 MAX_FUNCTIONS_OVER_40 = 21
 

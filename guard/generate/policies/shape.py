@@ -116,7 +116,8 @@ def _field(base: str, name: str, f: Field, path: str) -> list[Validation]:
             ]
             return first + [v.guarded(one) for v in validations(item, f"{value}[0]", f"{path}[0]")]
         case _:
-            check, said = f.shape.cel.replace("{v}", value), f"{path} must be {f.shape.what}"
+            check = f.shape.cel.replace("{v}", value)
+            said = f"{path} must be {f.shape.what}"
             if f.required:
                 return [Validation(f"{present} && ({check})", said)]
             return [Validation(f"!({present}) || ({check})", said)]

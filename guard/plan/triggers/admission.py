@@ -15,7 +15,8 @@ from guard.settings import Settings
 def hits(snap: Snapshot, s: Settings) -> Iterator[Hit]:
     if s.admission_rejected_min_pods == 0:
         return iter(())
-    count, window = dict(snap.prom.admission_now), s.admission_rejected_window_s
+    count = dict(snap.prom.admission_now)
+    window = s.admission_rejected_window_s
 
     def detail(name: str) -> str:
         return (
